@@ -1,0 +1,38 @@
+"""Shared fixtures. Every test gets its own XDG dirs so nothing touches the user's files."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+REAL_LOGS = SHARED / "data" / "real-logs"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    base = tmp_path_factory.mktemp("xdg")
+    for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        d = base / var.lower()
+        d.mkdir()
+        monkeypatch.setenv(var, str(d))
+    monkeypatch.setenv("TUNEDECK_HOME", str(base / "remote-home"))
+    monkeypatch.setenv("TUNEDECK_SIM_STATE", str(base / "sim-state"))
+    monkeypatch.delenv("TUNEDECK_CONFIG", raising=False)
+    return base
+
+
+@pytest.fixture
+def real_logs() -> Path:
+    if not REAL_LOGS.is_dir():
+        pytest.fail(f"reference logs missing: {REAL_LOGS}")
+    return REAL_LOGS
+
+
+def tunedeck_cmd() -> list[str]:
+    """How tests invoke the CLI as a subprocess (works without an installed script)."""
+    return [sys.executable, "-m", "tui"]

@@ -1,0 +1,100 @@
+"""The ``tunedeck`` command line.
+
+Each subcommand lives in its own module under :mod:`tui.commands` and is
+discovered at start-up: a module defines ``register(subparsers, common)``
+which adds its parser and sets ``func`` (a callable taking the parsed
+namespace and returning an exit code; it may be a coroutine function).
+``common`` is a parent parser carrying the global ``--host``/``--demo``
+options so that every subcommand accepts them after its own name too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import pkgutil
+import sys
+from typing import Sequence
+
+from tui import __version__
+
+
+def _common_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    g = common.add_argument_group("target")
+    g.add_argument(
+        "--host",
+        metavar="TARGET",
+        default=argparse.SUPPRESS,
+        help="target host: 'local', [user@]host[:port] or a Host alias from ~/.ssh/config",
+    )
+    g.add_argument(
+        "--demo",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="use the built-in simulator (simulated GPUs and engines) on this machine",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_parser()
+    parser = argparse.ArgumentParser(
+        prog="tunedeck",
+        description="Dashboard for tuning SGLang and vLLM inference servers on multi-GPU hosts. "
+        "Without a subcommand, opens the dashboard.",
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"tunedeck {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    import tui.commands as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"tui.commands.{info.name}")
+        register = getattr(mod, "register", None)
+        if register is not None:
+            register(sub, common)
+    return parser
+
+
+def _finish(args: argparse.Namespace) -> argparse.Namespace:
+    if not hasattr(args, "host"):
+        args.host = None
+    if not hasattr(args, "demo"):
+        args.demo = False
+    if args.demo and args.host not in (None, "local"):
+        raise SystemExit("tunedeck: --demo runs on this machine; it cannot be combined with --host")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = _finish(parser.parse_args(argv))
+    func = getattr(args, "func", None)
+    if func is None:
+        # No subcommand: the dashboard. Imported lazily so the CLI never loads Textual.
+        try:
+            from tui.commands._dashboard import run_dashboard  # type: ignore[import-not-found]
+        except ImportError:
+            parser.print_help()
+            return 0
+        return int(run_dashboard(args) or 0)
+    try:
+        if inspect.iscoroutinefunction(func):
+            from tui.util.aio import run_async
+
+            rc = run_async(func(args))
+        else:
+            rc = func(args)
+    except KeyboardInterrupt:
+        print("tunedeck: interrupted", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""CLI subcommands; each module's ``register(subparsers, common)`` adds one (see tui.cli)."""

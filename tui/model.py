@@ -1,0 +1,197 @@
+"""Immutable snapshots shared by the core and the UI, and the NA sentinel.
+
+Collectors build these; widgets only read them. A value the driver or the
+server does not report is ``NA`` (prints ``N/A``), never 0. *Field not
+reported* (NA) is different from *collector failed*, which is a state on
+the snapshot that owns the field (for example ``GpuStatus.state``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+
+class NAType:
+    """A value that is not available. Falsy, prints ``N/A``, arithmetic gives nan."""
+
+    __slots__ = ()
+    _instance: "NAType | None" = None
+
+    def __new__(cls) -> "NAType":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NA"
+
+    def __str__(self) -> str:
+        return "N/A"
+
+    def __format__(self, spec: str) -> str:
+        return format("N/A", spec if spec and spec[-1] in "<>^" or not spec else "")
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __float__(self) -> float:
+        return math.nan
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    def __hash__(self) -> int:
+        return hash("tunedeck.NA")
+
+    def _nan(self, *_: Any) -> float:
+        return math.nan
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _nan
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = _nan
+
+    def __reduce__(self) -> str:
+        return "NA"
+
+
+NA = NAType()
+
+Num = Union[float, int, NAType]
+
+
+def is_na(value: object) -> bool:
+    return value is NA
+
+
+def na_to_none(value: Any) -> Any:
+    """For JSON output: NA becomes null."""
+    return None if value is NA else value
+
+
+def jsonable(obj: Any) -> Any:
+    """Turn snapshots (dataclasses, tuples, NA) into JSON-ready values."""
+    import dataclasses
+    import enum
+
+    if obj is NA:
+        return None
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    return obj
+
+
+# --------------------------------------------------------------------------- GPUs
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSnapshot:
+    """One GPU at one instant (from ``nvidia-smi --query-gpu``)."""
+
+    index: int
+    uuid: str
+    name: str
+    utilization: Num = NA  # percent
+    memory_used: Num = NA  # MiB
+    memory_total: Num = NA  # MiB
+    temperature: Num = NA  # degrees C
+    power_draw: Num = NA  # W
+    power_limit: Num = NA  # W
+    clock_sm: Num = NA  # MHz
+    clock_mem: Num = NA  # MHz
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A compute process on a GPU (``--query-compute-apps``), joined to its index via uuid."""
+
+    pid: int
+    name: str
+    gpu_uuid: str
+    gpu_index: int | None
+    used_memory: Num = NA  # MiB
+
+
+@dataclass(frozen=True, slots=True)
+class GpuStatus:
+    """All GPUs of one host, or why they could not be read.
+
+    ``state`` is ``ok`` or one of the error states (``driver-not-loaded``,
+    ``nvml-not-found``, ``inforom-corrupt``, ``gpu-lost``, ``nvml-mismatch``,
+    ``unresponsive``, ``no-nvidia-smi``, ``host-unreachable``, ``error``).
+    """
+
+    state: str
+    gpus: tuple[GpuSnapshot, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
+    message: str = ""
+    time: float = 0.0
+
+
+# --------------------------------------------------------------------------- host
+
+
+@dataclass(frozen=True, slots=True)
+class HostStats:
+    """CPU, memory, load and uptime of the target host."""
+
+    hostname: str
+    cpu_percent: Num = NA
+    cpu_count: Num = NA
+    mem_used: Num = NA  # bytes
+    mem_total: Num = NA  # bytes
+    load1: Num = NA
+    load5: Num = NA
+    load15: Num = NA
+    uptime: Num = NA  # seconds
+    time: float = 0.0
+
+
+# --------------------------------------------------------------------------- servers
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStats:
+    """One inference server as seen through its HTTP endpoints.
+
+    ``state`` is ``starting`` | ``ready`` | ``unhealthy`` | ``down``.
+    ``metrics_state`` is ``ok`` | ``disabled`` (SGLang without --enable-metrics)
+    | ``error``.
+    """
+
+    name: str
+    engine: str
+    url: str
+    state: str
+    model: str = ""
+    port: int | None = None
+    running: Num = NA
+    waiting: Num = NA
+    kv_cache_usage: Num = NA  # 0..1
+    gen_throughput: Num = NA  # tokens/s
+    ttft_p50: Num = NA  # seconds
+    ttft_mean: Num = NA  # seconds
+    spec_accept_rate: Num = NA  # 0..1
+    metrics_state: str = "ok"
+    message: str = ""
+    run_id: str | None = None
+    time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StatusSnapshot:
+    """What ``tunedeck status`` prints and the status screen shows."""
+
+    target: str
+    gpus: GpuStatus
+    host: HostStats | None
+    servers: tuple[ServerStats, ...] = field(default_factory=tuple)
+    host_error: str = ""

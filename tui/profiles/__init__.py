@@ -1,0 +1,1 @@
+"""Server profiles, presets and the command builder (TOML)."""

@@ -1,0 +1,390 @@
+"""The host layer: one async interface for a target host.
+
+Two implementations: :class:`LocalHost` (asyncio subprocesses) and
+``SshHost`` (asyncssh, in :mod:`tui.services.ssh`). Every higher layer
+(collectors, launcher, pre-flight, bench) talks to a :class:`Host` and
+never to asyncssh or subprocess directly, so the demo (a ``LocalHost``
+whose PATH starts with the simulator's shims) and a real remote box run
+the same code.
+
+Primitives each implementation provides: :meth:`Host.run`,
+:meth:`Host.stream`, :meth:`Host.forward_port`, :meth:`Host.close`.
+Everything else (scripts on stdin, detached launches, file follow,
+guarded signals) is built on those in this base class.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import os
+import re
+import shlex
+import signal as _signal
+from dataclasses import dataclass
+from typing import AsyncIterator, Mapping, Sequence
+
+from tui.util.safety import UnsafeInput, check_argv, check_env, check_text, env_command
+
+
+class HostError(Exception):
+    """A host operation failed in a way the UI shows as a state.
+
+    ``kind`` is one of: ``unreachable`` (refused, timeout, DNS: retried),
+    ``auth-failed``, ``hostkey-unknown``, ``hostkey-mismatch`` (never retried),
+    ``connection-lost``, ``timeout``, ``invalid-input``, ``error``.
+    """
+
+    def __init__(self, kind: str, message: str, *, target: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.target = target
+        self.message = message
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in ("unreachable", "connection-lost", "timeout")
+
+    def __str__(self) -> str:
+        where = f"{self.target}: " if self.target else ""
+        return f"{where}{self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """Outcome of :meth:`Host.run`.
+
+    ``exit_status`` is None when the process did not report one: the link
+    died (``lost``), it hit the timeout (``timed_out``) or died on a signal
+    (``exit_signal``). None is never success.
+    """
+
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    lost: bool = False
+    timed_out: bool = False
+    exit_signal: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0 and not self.lost and not self.timed_out
+
+
+class Host(abc.ABC):
+    """A machine tunedeck works on."""
+
+    #: How the user named it ('local', 'user@host:port', an ssh alias, 'demo').
+    target: str
+    #: True when commands run on this machine (no port forward needed).
+    is_local: bool = False
+
+    # ------------------------------------------------------------------ primitives
+    @abc.abstractmethod
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+        timeout: float | None = 30.0,
+    ) -> RunResult:
+        """Run ``argv`` (built with shlex.join on remote hosts) and collect its output."""
+
+    @abc.abstractmethod
+    def stream(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None
+    ) -> "ByteStream":
+        """Start a long-running command and stream its stdout in chunks.
+
+        Closing the stream (``aclose`` / leaving ``async with``) ends the
+        process on the host, not only the channel.
+        """
+
+    @abc.abstractmethod
+    async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
+        """Make ``remote_host:remote_port`` on the host reachable from here; return the local port."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+    # ------------------------------------------------------------------ derived
+    async def run_script(
+        self, script: str, args: Sequence[str] = (), *, timeout: float | None = 30.0
+    ) -> RunResult:
+        """Run a POSIX sh script sent on stdin: the command line stays the constant ``/bin/sh -s``."""
+        check_argv(["sh", *args], "script arguments")
+        return await self.run(["/bin/sh", "-s", "--", *args], input=script, timeout=timeout)
+
+    async def stream_lines(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None
+    ) -> AsyncIterator[str]:
+        """Yield decoded lines (without the newline) of a long-running command."""
+        buf = b""
+        async with self.stream(argv, env=env) as s:
+            async for chunk in s:
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", "replace")
+        if buf:
+            yield buf.decode("utf-8", "replace")
+
+    async def __aenter__(self) -> "Host":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class ByteStream(abc.ABC):
+    """Async iterator of stdout chunks from a running command; an async context manager.
+
+    ``exit_status`` is set once the command ended (None if the link was lost:
+    then iteration raises ``HostError('connection-lost')``).
+    """
+
+    exit_status: int | None = None
+    stderr_tail: str = ""
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    @abc.abstractmethod
+    def _chunks(self) -> AsyncIterator[bytes]: ...
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """End the command on the host and release the channel."""
+
+    async def __aenter__(self) -> "ByteStream":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+# ====================================================================== local
+
+
+class _LocalStream(ByteStream):
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
+        self._argv = list(argv)
+        self._env = dict(env)
+        self._proc: asyncio.subprocess.Process | None = None
+
+    async def _start(self) -> asyncio.subprocess.Process:
+        if self._proc is None:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self._argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env,
+                start_new_session=True,
+            )
+        return self._proc
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        proc = await self._start()
+        assert proc.stdout is not None
+        while True:
+            chunk = await proc.stdout.read(65536)
+            if not chunk:
+                break
+            yield chunk
+        self.exit_status = await proc.wait()
+        if proc.stderr is not None:
+            self.stderr_tail = (await proc.stderr.read())[-4096:].decode("utf-8", "replace")
+
+    async def aclose(self) -> None:
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        try:
+            os.killpg(proc.pid, _signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            await asyncio.wait_for(proc.wait(), 3)
+        except asyncio.TimeoutError:
+            try:
+                os.killpg(proc.pid, _signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            await proc.wait()
+
+
+class LocalHost(Host):
+    """This machine. ``env_overlay`` is merged into every command's environment
+    (the demo host uses it to put the simulator's ``nvidia-smi`` first on PATH)."""
+
+    is_local = True
+
+    def __init__(self, target: str = "local", env_overlay: Mapping[str, str] | None = None) -> None:
+        self.target = target
+        self.env_overlay = dict(env_overlay or {})
+
+    def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        merged = dict(os.environ)
+        merged.update(self.env_overlay)
+        if env:
+            merged.update(check_env(env))
+        return merged
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+        timeout: float | None = 30.0,
+    ) -> RunResult:
+        argv = check_argv(argv)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env(env),
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            return RunResult(127, "", f"{argv[0]}: command not found")
+        except PermissionError as e:
+            return RunResult(126, "", f"{argv[0]}: {e.strerror}")
+        try:
+            out, err = await asyncio.wait_for(
+                proc.communicate(input.encode() if input is not None else None), timeout
+            )
+        except asyncio.TimeoutError:
+            try:
+                os.killpg(proc.pid, _signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            await proc.wait()
+            return RunResult(None, "", f"timed out after {timeout:g} s", timed_out=True)
+        except asyncio.CancelledError:
+            try:
+                os.killpg(proc.pid, _signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            raise
+        rc = proc.returncode
+        sig = None
+        if rc is not None and rc < 0:
+            sig = _signal.Signals(-rc).name if -rc in _signal.Signals._value2member_map_ else str(-rc)
+            rc = None
+        return RunResult(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), exit_signal=sig)
+
+    def stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> ByteStream:
+        return _LocalStream(check_argv(argv), self._env(env))
+
+    async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
+        return remote_port
+
+
+# ====================================================================== targets
+
+_USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*$", re.IGNORECASE)
+_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A parsed TARGET: ``local`` or ``[user@]host[:port]`` / ssh alias (port None = from config)."""
+
+    host: str
+    user: str | None = None
+    port: int | None = None
+
+    @property
+    def is_local(self) -> bool:
+        return self.host == "local"
+
+    def __str__(self) -> str:
+        s = self.host if ":" not in self.host else f"[{self.host}]"
+        if self.user:
+            s = f"{self.user}@{s}"
+        if self.port:
+            s = f"{s}:{self.port}"
+        return s
+
+
+def parse_target(text: str) -> Target:
+    """Parse ``local``, ``[user@]host[:port]``, ``[user@][v6addr]:port`` or an alias."""
+    check_text(text, "target")
+    if not text or text.strip() != text:
+        raise UnsafeInput(f"target {text!r}: empty or padded with spaces")
+    if text in ("local", "localhost-direct"):
+        return Target("local")
+    user = None
+    rest = text
+    if "@" in rest:
+        user, rest = rest.rsplit("@", 1)
+        if not _USER_RE.match(user):
+            raise UnsafeInput(f"target {text!r}: invalid user name {user!r}")
+    port: int | None = None
+    if rest.startswith("["):
+        end = rest.find("]")
+        if end < 0:
+            raise UnsafeInput(f"target {text!r}: unclosed '[' in address")
+        host, tail = rest[1:end], rest[end + 1 :]
+        if tail:
+            if not tail.startswith(":"):
+                raise UnsafeInput(f"target {text!r}: unexpected {tail!r} after address")
+            port = _port(tail[1:], text)
+    elif rest.count(":") == 1:
+        host, p = rest.split(":")
+        port = _port(p, text)
+    elif rest.count(":") > 1:
+        host = rest  # bare IPv6 literal
+    else:
+        host = rest
+    if not host or host.startswith("-"):
+        raise UnsafeInput(f"target {text!r}: invalid host name")
+    if ":" not in host and not _HOSTNAME_RE.match(host):
+        raise UnsafeInput(f"target {text!r}: invalid host name {host!r}")
+    return Target(host, user, port)
+
+
+def _port(p: str, text: str) -> int:
+    if not p.isdigit() or not (0 < int(p) < 65536):
+        raise UnsafeInput(f"target {text!r}: invalid port {p!r}")
+    return int(p)
+
+
+def get_host(target: str | None = None, *, demo: bool = False) -> Host:
+    """The Host for a CLI ``--host``/``--demo`` pair. No connection is made yet."""
+    if demo:
+        from tui.sim.demo import demo_host
+
+        return demo_host()
+    if target is None or target == "local":
+        return LocalHost()
+    t = parse_target(target)
+    if t.is_local:
+        return LocalHost()
+    from tui.services.ssh import SshHost
+
+    return SshHost(t)
+
+
+def quote(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """The exact command as a user would type it (shell-quoted, env first)."""
+    return env_command(argv, env)
+
+
+__all__ = [
+    "ByteStream",
+    "Host",
+    "HostError",
+    "LocalHost",
+    "RunResult",
+    "Target",
+    "get_host",
+    "parse_target",
+    "quote",
+    "shlex",
+]

@@ -1,0 +1,87 @@
+"""Input validation for anything that reaches a shell or a file name."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Iterable, Mapping, Sequence
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+#: Variables that change what gets executed; setting them needs explicit confirmation.
+DANGEROUS_ENV = frozenset(
+    {
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "PATH",
+        "BASH_ENV",
+        "ENV",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PYTHONINSPECT",
+    }
+)
+
+_SECRET_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
+
+
+class UnsafeInput(ValueError):
+    """A value that must not reach a shell; the message names what and where."""
+
+
+def check_text(value: str, where: str) -> str:
+    """Reject NUL and control characters (tab is allowed)."""
+    if not isinstance(value, str):
+        raise UnsafeInput(f"{where}: expected text, got {type(value).__name__}")
+    m = _CONTROL_RE.search(value)
+    if m:
+        raise UnsafeInput(
+            f"{where}: contains a control character {m.group()!r} at position {m.start()}"
+        )
+    return value
+
+
+def check_env_name(name: str, where: str = "env") -> str:
+    if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+        raise UnsafeInput(
+            f"{where}: invalid environment variable name {name!r} "
+            "(must match [A-Za-z_][A-Za-z0-9_]*)"
+        )
+    return name
+
+
+def check_env(env: Mapping[str, str], where: str = "env") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in env.items():
+        check_env_name(k, where)
+        out[k] = check_text(str(v), f"{where}.{k}")
+    return out
+
+
+def check_argv(argv: Sequence[str], where: str = "command") -> list[str]:
+    if not argv:
+        raise UnsafeInput(f"{where}: empty command")
+    return [check_text(a, f"{where}[{i}]") for i, a in enumerate(argv)]
+
+
+def dangerous_env_names(env: Iterable[str]) -> list[str]:
+    return sorted(n for n in env if n in DANGEROUS_ENV)
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_RE.search(name))
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy safe to store or show: secret-looking values are replaced."""
+    return {k: ("<redacted>" if is_secret_name(k) else v) for k, v in env.items()}
+
+
+def env_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """``env K=V … argv`` as one shell-safe string (sshd drops SSH env requests)."""
+    argv = check_argv(argv)
+    pairs = [f"{k}={v}" for k, v in check_env(env or {}).items()]
+    return shlex.join(["env", *pairs, *argv]) if pairs else shlex.join(argv)
