@@ -1,0 +1,1 @@
+"""The Textual application (filled in by the dashboard)."""
