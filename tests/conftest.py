@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("TUNEDECK_SHARED", REPO.parent / "shared"))
 REAL_LOGS = SHARED / "data" / "real-logs"
 
 
