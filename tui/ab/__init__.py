@@ -1,0 +1,1 @@
+"""A/B runs: plans, comparison, tuning journal and the orchestrator (core, no Textual)."""

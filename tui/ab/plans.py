@@ -1,0 +1,412 @@
+"""Benchmark plans for A/B runs: what load to put on each server.
+
+A plan is a small TOML file::
+
+    name = "quick"
+    description = "..."
+    endpoint = "completions"        # or "chat"
+    input_len = 128                 # prompt tokens
+    output_len = 64                 # generated tokens per request
+    ignore_eos = true               # always explicit (benchmark-metrics.md §6.2)
+    temperature = 0.0
+    seed = 1
+    warmup = 2                      # warmup requests per level, excluded from results
+
+    [[level]]                       # one benchmark per level, in order
+    label = "single-stream"         # optional
+    concurrency = 1
+    num_prompts = 4
+    # any of input_len/output_len/warmup/request_rate may be overridden per level
+
+Where plans come from, first match wins: a path to a ``.toml`` file; the
+user's ``<config>/tunedeck/plans/NAME.toml``; ``$TUNEDECK_PLANS_DIR/NAME.toml``;
+the shipped ``profiles/plans/NAME.toml`` (``quick``, ``default``, ``sweep``).
+
+Errors raise :class:`PlanError` naming the file, the key and (when it can be
+found) the line.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tui.util.paths import config_dir
+
+BUILTIN_PLANS = ("quick", "default", "sweep")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+_TOP_KEYS = {
+    "name": str,
+    "description": str,
+    "endpoint": str,
+    "input_len": int,
+    "output_len": int,
+    "ignore_eos": bool,
+    "temperature": float,
+    "seed": int,
+    "warmup": int,
+    "request_rate": float,
+    "level": list,
+}
+_LEVEL_KEYS = {
+    "label": str,
+    "concurrency": int,
+    "num_prompts": int,
+    "input_len": int,
+    "output_len": int,
+    "warmup": int,
+    "request_rate": float,
+}
+_REQUIRED_TOP = ("input_len", "output_len", "ignore_eos")
+ENDPOINTS = ("completions", "chat")
+
+
+class PlanError(ValueError):
+    """A plan that cannot be used; ``str()`` names the file, line and key."""
+
+    def __init__(self, file: str, message: str, *, key: str | None = None, line: int | None = None):
+        self.file = file
+        self.key = key
+        self.line = line
+        where = file
+        if line:
+            where += f":{line}"
+        if key:
+            where += f": {key}"
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanLevel:
+    """One benchmark at a fixed concurrency (closed loop) or request rate (capped by concurrency)."""
+
+    concurrency: int
+    num_prompts: int
+    input_len: int
+    output_len: int
+    warmup: int
+    label: str = ""
+    request_rate: float | None = None
+
+    @property
+    def title(self) -> str:
+        return self.label or f"C={self.concurrency}"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    name: str
+    levels: tuple[PlanLevel, ...]
+    endpoint: str = "completions"
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    seed: int = 1
+    description: str = ""
+    source: str = ""
+
+    @property
+    def concurrencies(self) -> tuple[int, ...]:
+        return tuple(lv.concurrency for lv in self.levels)
+
+    @property
+    def peak_concurrency(self) -> int:
+        return max(self.concurrencies)
+
+    @property
+    def single_concurrency(self) -> int:
+        return min(self.concurrencies)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": self.source,
+            "endpoint": self.endpoint,
+            "ignore_eos": self.ignore_eos,
+            "temperature": self.temperature,
+            "seed": self.seed,
+            "levels": [
+                {
+                    "label": lv.label,
+                    "concurrency": lv.concurrency,
+                    "num_prompts": lv.num_prompts,
+                    "input_len": lv.input_len,
+                    "output_len": lv.output_len,
+                    "warmup": lv.warmup,
+                    "request_rate": lv.request_rate,
+                }
+                for lv in self.levels
+            ],
+        }
+
+    def warnings(self) -> list[str]:
+        """Advice that does not stop a run (fewer than 5 x C prompts: not steady state)."""
+        out = []
+        for lv in self.levels:
+            if lv.num_prompts < 5 * lv.concurrency:
+                out.append(
+                    f"plan {self.name}: level {lv.title} has {lv.num_prompts} prompts for "
+                    f"concurrency {lv.concurrency} (< 5 x C: the run may not reach steady state)"
+                )
+        return out
+
+    def scaled(self, *, num_prompts_factor: float | None = None) -> "Plan":
+        if not num_prompts_factor:
+            return self
+        lv = tuple(
+            replace(x, num_prompts=max(1, math.ceil(x.num_prompts * num_prompts_factor)))
+            for x in self.levels
+        )
+        return replace(self, levels=lv)
+
+
+# ---------------------------------------------------------------------- discovery
+
+
+def builtin_plans_dir() -> Path:
+    """The shipped plans: ``tui/builtin_profiles/plans`` in a wheel, ``profiles/plans`` in a checkout."""
+    here = Path(__file__).resolve().parent.parent
+    wheel = here / "builtin_profiles" / "plans"
+    if wheel.is_dir():
+        return wheel
+    return here.parent / "profiles" / "plans"
+
+
+def user_plans_dir() -> Path:
+    return config_dir() / "plans"
+
+
+def plan_dirs() -> list[Path]:
+    dirs = [user_plans_dir()]
+    extra = os.environ.get("TUNEDECK_PLANS_DIR")
+    if extra:
+        dirs.append(Path(extra))
+    dirs.append(builtin_plans_dir())
+    return dirs
+
+
+def list_plans() -> list[tuple[str, Path]]:
+    seen: dict[str, Path] = {}
+    for d in plan_dirs():
+        if d.is_dir():
+            for p in sorted(d.glob("*.toml")):
+                seen.setdefault(p.stem, p)
+    return sorted(seen.items())
+
+
+def find_plan(name: str) -> Path:
+    if name.endswith(".toml") or os.sep in name:
+        p = Path(name)
+        if not p.is_file():
+            raise PlanError(name, "no such plan file")
+        return p
+    if not NAME_RE.match(name):
+        raise PlanError(name, "invalid plan name (letters, digits, '.', '_', '-')")
+    for d in plan_dirs():
+        p = d / f"{name}.toml"
+        if p.is_file():
+            return p
+    known = ", ".join(n for n, _ in list_plans()) or "none"
+    raise PlanError(name, f"no plan with this name (known: {known})")
+
+
+def load_plan(name_or_path: str) -> Plan:
+    return parse_plan_file(find_plan(name_or_path))
+
+
+def parse_plan_file(path: str | os.PathLike[str]) -> Plan:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise PlanError(str(path), f"cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise PlanError(str(path), "not UTF-8 text") from None
+    return parse_plan_text(text, source=str(path), default_name=path.stem)
+
+
+# ---------------------------------------------------------------------- parsing
+
+
+def _line_of(text: str, key: str, nth: int = 0) -> int | None:
+    """Best-effort line number of ``key =`` (the nth occurrence) for error messages."""
+    pat = re.compile(rf"^\s*{re.escape(key)}\s*=", re.MULTILINE)
+    for i, m in enumerate(pat.finditer(text)):
+        if i == nth:
+            return text.count("\n", 0, m.start()) + 1
+    return None
+
+
+def _level_line(text: str, idx: int) -> int | None:
+    pat = re.compile(r"^\s*\[\[\s*level\s*\]\]", re.MULTILINE)
+    for i, m in enumerate(pat.finditer(text)):
+        if i == idx:
+            return text.count("\n", 0, m.start()) + 1
+    return None
+
+
+def _key_line_in_level(text: str, idx: int, key: str) -> int | None:
+    start = _level_line(text, idx)
+    if start is None:
+        return None
+    lines = text.splitlines()
+    for n in range(start, len(lines)):
+        s = lines[n].strip()
+        if s.startswith("["):
+            break
+        if re.match(rf"{re.escape(key)}\s*=", s):
+            return n + 1
+    return start
+
+
+def _check_type(value: Any, typ: type, src: str, key: str, line: int | None) -> Any:
+    if typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PlanError(src, f"expected a number, got {value!r}", key=key, line=line)
+        if not math.isfinite(float(value)):
+            raise PlanError(src, f"must be finite, got {value!r}", key=key, line=line)
+        return float(value)
+    if typ is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PlanError(src, f"expected an integer, got {value!r}", key=key, line=line)
+        return value
+    if not isinstance(value, typ):
+        raise PlanError(
+            src, f"expected {typ.__name__}, got {type(value).__name__} {value!r}", key=key, line=line
+        )
+    return value
+
+
+def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "plan") -> Plan:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        line = getattr(e, "lineno", None)
+        msg = getattr(e, "msg", str(e))
+        raise PlanError(source, f"TOML syntax error: {msg}", line=line) from None
+
+    for key in data:
+        if key not in _TOP_KEYS:
+            allowed = ", ".join(sorted(_TOP_KEYS))
+            raise PlanError(
+                source, f"unknown key (allowed: {allowed})", key=key, line=_line_of(text, key)
+            )
+    top: dict[str, Any] = {}
+    for key, typ in _TOP_KEYS.items():
+        if key in data:
+            top[key] = _check_type(data[key], typ, source, key, _line_of(text, key))
+    for key in _REQUIRED_TOP:
+        if key not in top:
+            raise PlanError(source, "required key missing", key=key)
+    name = top.get("name", default_name)
+    if not NAME_RE.match(name):
+        raise PlanError(source, f"invalid plan name {name!r}", key="name", line=_line_of(text, "name"))
+    endpoint = top.get("endpoint", "completions")
+    if endpoint not in ENDPOINTS:
+        raise PlanError(
+            source,
+            f"must be one of {', '.join(ENDPOINTS)}, got {endpoint!r}",
+            key="endpoint",
+            line=_line_of(text, "endpoint"),
+        )
+    for key in ("input_len", "output_len"):
+        if top[key] < 1:
+            raise PlanError(source, "must be >= 1", key=key, line=_line_of(text, key))
+    for key in ("warmup", "seed"):
+        if top.get(key, 0) < 0:
+            raise PlanError(source, "must be >= 0", key=key, line=_line_of(text, key))
+    temperature = top.get("temperature", 0.0)
+    if temperature < 0:
+        raise PlanError(source, "must be >= 0", key="temperature", line=_line_of(text, "temperature"))
+    raw_levels = top.get("level")
+    if not raw_levels:
+        raise PlanError(source, "a plan needs at least one [[level]] table", key="level")
+
+    levels: list[PlanLevel] = []
+    seen_c: set[int] = set()
+    for i, raw in enumerate(raw_levels):
+        where = f"level[{i}]"
+        if not isinstance(raw, dict):
+            raise PlanError(source, "each level must be a table ([[level]])", key=where)
+        for key in raw:
+            if key not in _LEVEL_KEYS:
+                allowed = ", ".join(sorted(_LEVEL_KEYS))
+                raise PlanError(
+                    source,
+                    f"unknown key (allowed: {allowed})",
+                    key=f"{where}.{key}",
+                    line=_key_line_in_level(text, i, key),
+                )
+        vals: dict[str, Any] = {}
+        for key, typ in _LEVEL_KEYS.items():
+            if key in raw:
+                vals[key] = _check_type(
+                    raw[key], typ, source, f"{where}.{key}", _key_line_in_level(text, i, key)
+                )
+        for key in ("concurrency", "num_prompts"):
+            if key not in vals:
+                raise PlanError(source, "required key missing", key=f"{where}.{key}", line=_level_line(text, i))
+            if vals[key] < 1:
+                raise PlanError(
+                    source, "must be >= 1", key=f"{where}.{key}", line=_key_line_in_level(text, i, key)
+                )
+        rate = vals.get("request_rate", top.get("request_rate"))
+        if rate is not None and rate <= 0:
+            raise PlanError(source, "must be > 0", key=f"{where}.request_rate")
+        c = vals["concurrency"]
+        if c in seen_c:
+            raise PlanError(
+                source,
+                f"concurrency {c} appears twice",
+                key=f"{where}.concurrency",
+                line=_key_line_in_level(text, i, "concurrency"),
+            )
+        seen_c.add(c)
+        for key in ("input_len", "output_len"):
+            if key in vals and vals[key] < 1:
+                raise PlanError(source, "must be >= 1", key=f"{where}.{key}")
+        if vals.get("warmup", 0) < 0:
+            raise PlanError(source, "must be >= 0", key=f"{where}.warmup")
+        levels.append(
+            PlanLevel(
+                concurrency=c,
+                num_prompts=vals["num_prompts"],
+                input_len=vals.get("input_len", top["input_len"]),
+                output_len=vals.get("output_len", top["output_len"]),
+                warmup=vals.get("warmup", top.get("warmup", 1)),
+                label=vals.get("label", ""),
+                request_rate=rate,
+            )
+        )
+    return Plan(
+        name=name,
+        levels=tuple(levels),
+        endpoint=endpoint,
+        ignore_eos=top["ignore_eos"],
+        temperature=temperature,
+        seed=top.get("seed", 1),
+        description=top.get("description", ""),
+        source=source,
+    )
+
+
+__all__ = [
+    "BUILTIN_PLANS",
+    "Plan",
+    "PlanError",
+    "PlanLevel",
+    "builtin_plans_dir",
+    "find_plan",
+    "list_plans",
+    "load_plan",
+    "parse_plan_file",
+    "parse_plan_text",
+    "user_plans_dir",
+]
+
