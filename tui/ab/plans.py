@@ -236,7 +236,7 @@ def parse_plan_file(path: str | os.PathLike[str]) -> Plan:
 
 def _line_of(text: str, key: str, nth: int = 0) -> int | None:
     """Best-effort line number of ``key =`` (the nth occurrence) for error messages."""
-    pat = re.compile(rf"^\s*{re.escape(key)}\s*=", re.MULTILINE)
+    pat = re.compile(rf"^[ \t]*{re.escape(key)}[ \t]*=", re.MULTILINE)
     for i, m in enumerate(pat.finditer(text)):
         if i == nth:
             return text.count("\n", 0, m.start()) + 1
@@ -244,7 +244,7 @@ def _line_of(text: str, key: str, nth: int = 0) -> int | None:
 
 
 def _level_line(text: str, idx: int) -> int | None:
-    pat = re.compile(r"^\s*\[\[\s*level\s*\]\]", re.MULTILINE)
+    pat = re.compile(r"^[ \t]*\[\[[ \t]*level[ \t]*\]\]", re.MULTILINE)
     for i, m in enumerate(pat.finditer(text)):
         if i == idx:
             return text.count("\n", 0, m.start()) + 1
@@ -288,7 +288,13 @@ def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "p
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         line = getattr(e, "lineno", None)
-        msg = getattr(e, "msg", str(e))
+        msg = getattr(e, "msg", None) or str(e)
+        m = re.search(r"\s*\(at line (\d+), column (\d+)\)", msg)
+        if m:
+            line = line or int(m.group(1))
+            msg = msg[: m.start()] + f" (column {m.group(2)})"
+        elif re.search(r"\(at end of document\)", msg):
+            line = line or text.count("\n") + 1
         raise PlanError(source, f"TOML syntax error: {msg}", line=line) from None
 
     for key in data:

@@ -1,0 +1,191 @@
+"""Comparison math, verdicts, config diff, warnings and renderers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from tui.ab.compare import (
+    DEFAULT_NOISE_PCT,
+    LevelResult,
+    Side,
+    SideRun,
+    Stat,
+    compare,
+    config_diff,
+    judge,
+    noise_band,
+    side_from_dict,
+    side_to_dict,
+    summaries_to_levels,
+)
+from tui.ab.render import render, to_csv, to_dict, to_markdown, to_text
+
+
+def summ(c, tput, tpot, ttft=50.0, failed=0, **kw):
+    d = {
+        "max_concurrency": c,
+        "completed": 10,
+        "failed": failed,
+        "output_throughput": tput,
+        "median_tpot_ms": tpot,
+        "median_ttft_ms": ttft,
+        "p99_ttft_ms": ttft * 2,
+        "p99_itl_ms": tpot * 1.5,
+    }
+    d.update(kw)
+    return d
+
+
+def side(label, profile, runs, argv=("sglang", "--tp", "8"), env=None, params=None, model="m"):
+    return Side(
+        label, profile, "sglang", model, tuple(argv), env or {},
+        params or {"ignore_eos": True, "levels": [{"concurrency": 1, "input_len": 128, "output_len": 64}]},
+        tuple(runs),
+    )
+
+
+def run(single, peak, tpot1=10.0, tpot_p=25.0, startup=30.0, **kw):
+    return SideRun((LevelResult(1, summ(1, single, tpot1)), LevelResult(128, summ(128, peak, tpot_p, **kw))),
+                   startup_s=startup)
+
+
+def test_better_worse_noise_verdicts_and_direction():
+    a = side("A", "base", [run(100, 5000, tpot1=10.0, startup=30)])
+    b = side("B", "tuned", [run(118, 4650, tpot1=8.0, startup=30.5)])
+    cmp = compare(a, b)
+    r = cmp.row("single_output_tok_s")
+    assert r.delta_pct == pytest.approx(18.0)
+    assert r.outcome == "better" and r.verdict == "B +18%"
+    r = cmp.row("peak_output_tok_s")
+    assert r.delta_pct == pytest.approx(-7.0)
+    assert r.outcome == "worse" and r.verdict == "B \u22127.0% (worse)"
+    # lower is better: TPOT 10 -> 8 is an improvement
+    r = cmp.row("tpot_median_ms_c1")
+    assert r.outcome == "better" and r.verdict == "B \u221220% (better)"
+    # 1000/median TPOT: 100 -> 125 tok/s
+    r = cmp.row("single_decode_tok_s")
+    assert r.a.mean == pytest.approx(100.0) and r.b.mean == pytest.approx(125.0)
+    # startup 30 -> 30.5 (+1.7%) is inside the default 10% startup band
+    assert cmp.row("startup_s").outcome == "noise" and cmp.row("startup_s").verdict == "within noise"
+    assert cmp.winner is None and cmp.headline.startswith("Mixed")
+
+
+def test_default_noise_threshold_single_repeat():
+    a = Stat.of([100.0])
+    assert judge(a, Stat.of([102.9]), "higher", DEFAULT_NOISE_PCT)[2] == "noise"
+    assert judge(a, Stat.of([103.1]), "higher", DEFAULT_NOISE_PCT)[2] == "better"
+    assert judge(a, Stat.of([96.9]), "higher", DEFAULT_NOISE_PCT)[2] == "worse"
+    assert judge(a, None, "higher", 3.0)[2] == "na"
+
+
+def test_noise_band_from_repeats():
+    a = Stat.of([100.0, 110.0, 90.0])
+    b = Stat.of([106.0, 116.0, 96.0])
+    band = noise_band(a, b, 3.0)
+    # sd 10 on both sides, n 3: 200 * sqrt(100/3 + 100/3) / 100 = 16.33%
+    assert band == pytest.approx(16.33, abs=0.01)
+    assert judge(a, b, "higher", 3.0)[2] == "noise"  # +6% is inside the measured band
+    tight_a = Stat.of([100.0, 100.5, 99.5])
+    tight_b = Stat.of([106.0, 106.5, 105.5])
+    assert judge(tight_a, tight_b, "higher", 3.0)[2] == "better"
+    same = Stat.of([100.0, 100.0])
+    assert noise_band(same, same, 3.0) == 1.0  # floor
+
+
+def test_repeats_mean_and_spread_in_rows():
+    a = side("A", "base", [run(100, 5000), run(102, 5100), run(98, 4900)])
+    b = side("B", "tuned", [run(120, 5900), run(121, 6000), run(119, 5800)])
+    cmp = compare(a, b)
+    r = cmp.row("single_output_tok_s")
+    assert r.a.n == 3 and r.a.mean == pytest.approx(100.0) and r.a.spread == pytest.approx(2.0)
+    assert r.outcome == "better"
+    assert cmp.winner == "B" and "faster" in cmp.headline
+    assert cmp.repeats == (3, 3) and "standard error" in cmp.noise_method
+    text = to_text(cmp)
+    assert "100.0 \u00b1 2.0" in text
+
+
+def test_config_diff_flags_and_env():
+    a = ["python", "-m", "sglang.launch_server", "--tp=8", "--attention-backend", "triton", "--x"]
+    b = ["python", "-m", "sglang.launch_server", "--tp", "8", "--attention-backend=flashinfer",
+         "--disable-custom-all-reduce", "--num-continuous-decode-steps=4"]
+    d = config_diff(a, {"A": "1", "HF_TOKEN": "s1"}, b, {"A": "1", "NCCL_PROTO": "LL", "HF_TOKEN": "s2"})
+    got = {(c.kind, c.name): (c.a, c.b) for c in d}
+    assert got == {
+        ("flag", "--attention-backend"): ("triton", "flashinfer"),
+        ("flag", "--disable-custom-all-reduce"): (None, ""),
+        ("flag", "--num-continuous-decode-steps"): (None, "4"),
+        ("flag", "--x"): ("", None),
+        ("env", "NCCL_PROTO"): (None, "LL"),
+    }  # --tp=8 vs --tp 8 is the same; secret values are redacted so they never show as changed
+
+
+def test_warnings_model_lengths_ignore_eos_failures():
+    pa = {"ignore_eos": True, "levels": [{"concurrency": 1, "input_len": 128, "output_len": 64}]}
+    pb = {"ignore_eos": False, "levels": [{"concurrency": 1, "input_len": 256, "output_len": 64}]}
+    a = side("A", "base", [run(100, 5000)], params=pa, model="llama")
+    b = side("B", "tuned", [run(110, 5100, failed=3)], params=pb, model="qwen")
+    w = "\n".join(compare(a, b).warnings)
+    assert "different models" in w
+    assert "ignore_eos" in w and "B: ignore_eos is off" in w
+    assert "prompt length: 128 vs 256" in w
+    assert "B: 3 of 13 requests failed at C=128" in w
+    assert compare(a, b).row("failed_requests").verdict == "B +3 (worse)"
+
+
+def test_missing_values_are_na_not_zero():
+    a = side("A", "base", [SideRun((LevelResult(1, {"max_concurrency": 1, "output_throughput": 50.0}),))])
+    b = side("B", "tuned", [SideRun((LevelResult(1, {"max_concurrency": 1, "output_throughput": 60.0,
+                                                        "median_tpot_ms": 9.0}),))])
+    cmp = compare(a, b)
+    r = cmp.row("single_decode_tok_s")
+    assert r.a is None and r.outcome == "na" and r.verdict.startswith("n/a")
+    assert cmp.row("startup_s") is None
+    assert "N/A" in to_text(cmp)
+
+
+def test_spec_acceptance_row_only_when_present():
+    a = side("A", "base", [run(100, 5000)])
+    b = side("B", "eagle", [run(150, 5200, spec_decode_acceptance_rate=62.5)])
+    r = compare(a, b).row("spec_acceptance_pct")
+    assert r is not None and r.a is None and r.b.mean == 62.5
+    assert compare(a, a).row("spec_acceptance_pct") is None
+
+
+def test_sweep_intermediate_levels():
+    def sw(k):
+        return SideRun(tuple(LevelResult(c, summ(c, c * 10.0 * k, 10.0)) for c in (1, 8, 32, 128)))
+    cmp = compare(side("A", "a", [sw(1.0)]), side("B", "b", [sw(1.1)]))
+    keys = [r.key for r in cmp.rows]
+    assert "output_tok_s_c8" in keys and "output_tok_s_c32" in keys
+    assert cmp.row("peak_output_tok_s").concurrency == 128
+
+
+def test_renderers_agree():
+    a = side("A", "base", [run(100, 5000)], argv=("s", "--a=1"))
+    b = side("B", "tuned", [run(120, 5500)], argv=("s", "--a=2"))
+    cmp = compare(a, b)
+    md = to_markdown(cmp)
+    assert "| Peak output tok/s (C=128) | 5,000.0 | 5,500.0 | +10% | B +10% |" in md
+    rows = list(csv.DictReader(io.StringIO(to_csv(cmp))))
+    peak = next(r for r in rows if r["key"] == "peak_output_tok_s")
+    assert float(peak["delta_pct"]) == pytest.approx(10.0) and peak["outcome"] == "better"
+    js = json.loads(render(cmp, "json"))
+    assert js["winner"] == "B" and js["config_diff"] == [{"kind": "flag", "name": "--a", "a": "1", "b": "2"}]
+    assert to_dict(cmp)["rows"][0]["a"]["mean"] == 100.0
+    with pytest.raises(ValueError):
+        render(cmp, "xml")
+
+
+def test_side_round_trip_and_summary_shapes():
+    a = side("A", "base", [run(100, 5000)], env={"HF_TOKEN": "x"})
+    back = side_from_dict(json.loads(json.dumps(side_to_dict(a))))
+    assert back.env == {"HF_TOKEN": "<redacted>"}
+    assert compare(back, back).row("peak_output_tok_s").outcome == "noise"
+    lv = summaries_to_levels({"levels": [summ(1, 1, 1), summ(8, 2, 2)]}, run_id="r1")
+    assert [x.concurrency for x in lv] == [1, 8] and lv[0].run_id == "r1"
+    assert summaries_to_levels(summ(4, 1, 1))[0].concurrency == 4

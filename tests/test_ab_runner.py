@@ -1,0 +1,190 @@
+"""The orchestrator's sequence, failure and cancel rules, over an in-memory host.
+
+The end-to-end runs over the simulator and the real launcher/bench are in
+test_ab_demo.py; these pin the ordering rules cheaply and deterministically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tui.ab.journal import Journal
+from tui.ab.plans import load_plan
+from tui.ab.runner import (
+    ABRunner,
+    BenchResult,
+    LaunchHandle,
+    ProfileInfo,
+    ReadyResult,
+    RunningServer,
+    StopResult,
+)
+
+
+class FakeOps:
+    host_label = "fake"
+
+    def __init__(self, *, speed=None, fail=None, running=(), bench_delay=0.0):
+        self.speed = speed or {"base": 100.0, "tuned": 118.0}
+        self.fail = fail or {}
+        self.running = list(running)
+        self.bench_delay = bench_delay
+        self.log: list[str] = []
+        self.live: set[str] = set()
+        self.n = 0
+
+    async def resolve(self, profile):
+        if profile == "missing":
+            raise ValueError("no profile named 'missing'")
+        return ProfileInfo(profile, "sglang", "m", ("sglang", f"--p={profile}"), {}, 30000)
+
+    async def running_servers(self):
+        return [RunningServer(s, f"old server {s}") for s in self.running]
+
+    async def stop_running(self, server):
+        self.log.append(f"stop-existing {server.id}")
+        self.running.remove(server.id)
+        return StopResult(True, True)
+
+    async def launch(self, info):
+        self.n += 1
+        rid = f"run{self.n}"
+        self.live.add(rid)
+        self.log.append(f"launch {info.name}")
+        return LaunchHandle(rid, f"/logs/{rid}.log", "http://127.0.0.1:1")
+
+    async def wait_ready(self, info, handle, on_progress):
+        on_progress("loading weights", 0.5)
+        if info.name in self.fail:
+            return ReadyResult(False, 1.0, self.fail[info.name], "E: boom", ({"phase": "failed"},))
+        return ReadyResult(True, 2.0, timeline=({"phase": "ready", "t": 2.0},))
+
+    async def flush_cache(self, info, handle):
+        self.log.append(f"flush {info.name}")
+        return "cache flushed"
+
+    async def bench(self, info, handle, plan, level, on_progress, labels):
+        self.log.append(f"bench {info.name} C={level.concurrency}")
+        on_progress("running", 0.5)
+        await asyncio.sleep(self.bench_delay)
+        v = self.speed[info.name] * level.concurrency
+        return BenchResult(f"b{self.n}-{level.concurrency}-{len(self.log)}",
+                           {"max_concurrency": level.concurrency, "output_throughput": v,
+                            "median_tpot_ms": 1000.0 / self.speed[info.name], "completed": level.num_prompts,
+                            "failed": 0})
+
+    async def acceptance_rate(self, info, handle):
+        return None
+
+    async def stop(self, info, handle):
+        self.log.append(f"stop {info.name}")
+        self.live.discard(handle.run_id)
+        return StopResult(True, True)
+
+
+@pytest.fixture
+def plan():
+    return load_plan("quick")
+
+
+async def test_sequence_and_comparison(plan):
+    ops = FakeOps()
+    events = []
+    rep = await ABRunner(ops, "base", "tuned", plan, on_event=events.append).run()
+    assert rep.status == "completed", rep.error
+    assert ops.log == [
+        "launch base", "flush base", "bench base C=1", "bench base C=16", "stop base",
+        "launch tuned", "flush tuned", "bench tuned C=1", "bench tuned C=16", "stop tuned",
+    ]
+    assert not ops.live
+    r = rep.comparison.row("peak_output_tok_s")
+    assert r.delta_pct == pytest.approx(18.0) and r.verdict == "B +18%"
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "start" and kinds[-1] == "done"
+    assert "progress" in kinds and "ready" in kinds and "gpu-freed" in kinds and "comparison" in kinds
+    steps = [e.step for e in events]
+    assert steps == sorted(steps) and events[-1].step == events[-1].steps
+    ent = Journal().entries()
+    ab = [e for e in ent if e["kind"] == "ab"]
+    assert len(ab) == 1 and ab[0]["status"] == "completed"
+    assert ab[0]["comparison"]["winner"] == "B"
+    assert len([e for e in ent if e["kind"] == "bench"]) == 4
+    assert len([e for e in ent if e["kind"] == "launch"]) == 2
+    assert ab[0]["a"]["runs"][0]["server_log"] == "/logs/run1.log"
+
+
+async def test_interleave_repeats_order(plan):
+    ops = FakeOps()
+    rep = await ABRunner(ops, "base", "tuned", plan, repeats=2, interleave=True).run()
+    launches = [x for x in ops.log if x.startswith("launch")]
+    assert launches == ["launch base", "launch tuned", "launch base", "launch tuned"]
+    assert rep.comparison.repeats == (2, 2)
+    assert rep.comparison.row("startup_s").a.n == 2
+
+
+async def test_repeats_without_interleave_launch_once(plan):
+    ops = FakeOps()
+    rep = await ABRunner(ops, "base", "tuned", plan, repeats=3).run()
+    assert [x for x in ops.log if x.startswith("launch")] == ["launch base", "launch tuned"]
+    assert ops.log.count("flush base") == 3
+    assert rep.comparison.repeats == (3, 3)
+    assert rep.comparison.row("peak_output_tok_s").a.n == 3
+
+
+async def test_b_fails_to_start_keeps_a_and_stops_everything(plan):
+    ops = FakeOps(fail={"tuned": "CUDA out of memory"})
+    rep = await ABRunner(ops, "base", "tuned", plan).run()
+    assert rep.status == "failed"
+    assert "B (tuned) failed to start: CUDA out of memory (log: E: boom)" == rep.error
+    assert not ops.live and ops.log[-1] == "stop tuned"
+    assert rep.sides["A"].runs and not rep.sides["B"].runs
+    assert rep.comparison is None
+    ab = Journal().entries("ab")[0]
+    assert ab["status"] == "failed" and "CUDA out of memory" in ab["error"]
+    assert ab["a"]["runs"][0]["levels"][0]["summary"]["output_throughput"] == 100.0
+    launch = [e for e in Journal().entries("launch") if e["status"] == "failed"]
+    assert launch and launch[0]["diagnosis"] == "CUDA out of memory"
+
+
+async def test_cancel_mid_bench_stops_server_keeps_results(plan):
+    ops = FakeOps(bench_delay=0.2)
+    events = []
+    runner = ABRunner(ops, "base", "tuned", plan, on_event=events.append)
+
+    async def cancel_when_b_benches():
+        while not any(e.kind == "bench-start" and e.side == "B" for e in events):
+            await asyncio.sleep(0.01)
+        runner.cancel()
+
+    t = asyncio.create_task(cancel_when_b_benches())
+    rep = await runner.run()
+    await t
+    assert rep.status == "cancelled"
+    assert not ops.live and ops.log[-1] == "stop tuned"
+    assert len(rep.sides["A"].runs[0].levels) == 2  # A's finished results are kept
+    assert Journal().entries("ab")[0]["status"] == "cancelled"
+
+
+async def test_running_server_needs_confirmation(plan):
+    ops = FakeOps(running=["old"])
+    rep = await ABRunner(ops, "base", "tuned", plan, confirm_stop=lambda q: False).run()
+    assert rep.status == "failed" and "not confirmed" in rep.error
+    assert ops.log == [] and ops.running == ["old"]
+    asked = []
+
+    async def yes(q):
+        asked.append(q)
+        return True
+
+    rep = await ABRunner(ops, "base", "tuned", plan, confirm_stop=yes).run()
+    assert rep.status == "completed" and asked and "old server old" in asked[0]
+    assert ops.log[0] == "stop-existing old"
+
+
+async def test_unknown_profile_fails_before_anything_runs(plan):
+    ops = FakeOps()
+    rep = await ABRunner(ops, "base", "missing", plan).run()
+    assert rep.status == "failed" and "B (missing): no profile named 'missing'" in rep.error
+    assert ops.log == []

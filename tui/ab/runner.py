@@ -1,0 +1,550 @@
+"""The A/B orchestrator: launch A, benchmark it, stop it, the same for B, compare.
+
+Sequence per side (and per repeat with ``interleave``)::
+
+    stop what is running (asks first) -> launch -> wait ready (progress events)
+    -> flush the prefix cache -> benchmark each plan level (warmup first)
+    -> stop -> confirm the GPU memory is freed
+
+Without ``interleave`` each side is launched once and the plan is run
+``repeats`` times on it (cache flushed before each repeat): A A A, B B B.
+With ``interleave`` every repeat relaunches: A B A B ... (drift between
+the two shows up as noise instead of as a difference; costs a load per run).
+
+Cancel (:meth:`ABRunner.cancel`, or cancelling the task) at any point
+stops the server this run started and keeps every finished result. If A or
+B fails to start, the run stops with the tracker's diagnosis, keeps what it
+has, and leaves nothing running.
+
+What the runner does on the host goes through :class:`ServerOps` (see
+:mod:`tui.ab.ops` for the implementation over the launcher, tracker and
+``tunedeck bench``), so the same code drives the CLI and the TUI.
+Progress is reported as :class:`ABEvent` objects to an ``on_event`` callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
+
+from tui.ab.compare import Comparison, LevelResult, Side, SideRun, compare, side_to_dict
+from tui.ab.journal import Journal, new_id
+from tui.ab.plans import Plan, PlanLevel
+from tui.ab.render import to_dict
+
+# ---------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class ABEvent:
+    """One progress event. ``kind`` is one of:
+
+    ``start``, ``confirm``, ``stop-existing``, ``launch``, ``progress`` (startup
+    phase, ``fraction`` 0-1), ``ready``, ``failed``, ``flush``, ``warmup``,
+    ``bench-start``, ``bench-progress``, ``bench-done``, ``stop``,
+    ``gpu-freed``, ``side-done``, ``comparison``, ``cancelled``, ``error``,
+    ``done``, ``info``.
+    """
+
+    kind: str
+    message: str
+    side: str | None = None
+    repeat: int | None = None
+    step: int = 0
+    steps: int = 0
+    fraction: float | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+    time: float = field(default_factory=time.time)
+
+    def line(self) -> str:
+        where = ""
+        if self.side:
+            where = f"[{self.side}{'' if self.repeat is None else ' #' + str(self.repeat + 1)}] "
+        frac = f" {self.fraction * 100:3.0f}%" if self.fraction is not None and self.kind == "progress" else ""
+        return f"{where}{self.message}{frac}"
+
+
+@dataclass(frozen=True)
+class ProfileInfo:
+    """What will run for one side: the profile resolved into a command."""
+
+    name: str
+    engine: str
+    model: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    port: int
+    served_model: str = ""  # the name the OpenAI API expects (defaults to model)
+    profile: Any = None  # the ServerProfile, for the launcher
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    id: str
+    description: str
+    handle: Any = None
+
+
+@dataclass(frozen=True)
+class LaunchHandle:
+    run_id: str | None
+    server_log: str | None
+    url: str  # base URL reachable from this machine, e.g. http://127.0.0.1:30000
+    handle: Any = None
+
+
+@dataclass(frozen=True)
+class ReadyResult:
+    ready: bool
+    startup_s: float | None = None
+    diagnosis: str | None = None
+    evidence: str | None = None  # the log line that proves the diagnosis
+    timeline: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class StopResult:
+    stopped: bool
+    gpu_freed: bool | None  # None: could not check
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    run_id: str | None
+    summary: Mapping[str, Any]
+    result_dir: str | None = None
+    error: str | None = None
+
+
+EventFn = Callable[[ABEvent], Any]
+
+
+class ServerOps(Protocol):
+    host_label: str
+
+    async def resolve(self, profile: str) -> ProfileInfo: ...
+
+    async def running_servers(self) -> list[RunningServer]: ...
+
+    async def stop_running(self, server: RunningServer) -> StopResult: ...
+
+    async def launch(self, info: ProfileInfo) -> LaunchHandle: ...
+
+    async def wait_ready(
+        self, info: ProfileInfo, handle: LaunchHandle, on_progress: Callable[[str, float | None], None]
+    ) -> ReadyResult: ...
+
+    async def flush_cache(self, info: ProfileInfo, handle: LaunchHandle) -> str: ...
+
+    async def bench(
+        self,
+        info: ProfileInfo,
+        handle: LaunchHandle,
+        plan: Plan,
+        level: PlanLevel,
+        on_progress: Callable[[str, float | None], None],
+        labels: Mapping[str, str],
+    ) -> BenchResult: ...
+
+    async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> float | None: ...
+
+    async def stop(self, info: ProfileInfo, handle: LaunchHandle) -> StopResult: ...
+
+
+class ABFailed(Exception):
+    """A side failed to start (or the run could not go on); the report is kept."""
+
+
+@dataclass
+class ABReport:
+    """What an A/B produced (also after a failure or cancel)."""
+
+    id: str
+    a: str
+    b: str
+    plan: Plan
+    host: str
+    repeats: int
+    interleave: bool
+    status: str = "running"  # running | completed | failed | cancelled
+    error: str | None = None
+    sides: dict[str, Side] = field(default_factory=dict)
+    launches: list[dict[str, Any]] = field(default_factory=list)
+    comparison: Comparison | None = None
+    left_running: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "ab",
+            "id": self.id,
+            "status": self.status,
+            "error": self.error,
+            "host": self.host,
+            "plan": self.plan.name,
+            "plan_detail": self.plan.to_dict(),
+            "repeats": self.repeats,
+            "interleave": self.interleave,
+            "a": side_to_dict(self.sides["A"]) if "A" in self.sides else {"profile": self.a},
+            "b": side_to_dict(self.sides["B"]) if "B" in self.sides else {"profile": self.b},
+            "launches": self.launches,
+            "comparison": to_dict(self.comparison) if self.comparison else None,
+            "left_running": self.left_running,
+            "warnings": self.warnings,
+        }
+
+
+Confirm = Callable[[str], "bool | Awaitable[bool]"]
+
+
+async def _maybe_await(v: Any) -> Any:
+    if inspect.isawaitable(v):
+        return await v
+    return v
+
+
+# ---------------------------------------------------------------------- runner
+
+
+class ABRunner:
+    def __init__(
+        self,
+        ops: ServerOps,
+        a: str,
+        b: str,
+        plan: Plan,
+        *,
+        repeats: int = 1,
+        interleave: bool = False,
+        confirm_stop: Confirm | None = None,
+        on_event: EventFn | None = None,
+        journal: Journal | None = None,
+        noise_pct: float | None = None,
+        ab_id: str | None = None,
+    ) -> None:
+        if repeats < 1:
+            raise ValueError("repeats must be >= 1")
+        self.ops = ops
+        self.plan = plan
+        self.repeats = repeats
+        self.interleave = interleave
+        self.confirm_stop = confirm_stop
+        self.on_event = on_event
+        self.journal = journal if journal is not None else Journal()
+        self.noise_pct = noise_pct
+        self.report = ABReport(
+            id=ab_id or new_id("ab"),
+            a=a,
+            b=b,
+            plan=plan,
+            host=ops.host_label,
+            repeats=repeats,
+            interleave=interleave,
+        )
+        self._infos: dict[str, ProfileInfo] = {}
+        self._runs: dict[str, list[SideRun]] = {"A": [], "B": []}
+        self._live: tuple[ProfileInfo, LaunchHandle] | None = None
+        self._task: asyncio.Task[ABReport] | None = None
+        self._cancel_requested = False
+        self._step = 0
+        self._steps = self._count_steps()
+
+    # -------------------------------------------------------------- events
+    def _count_steps(self) -> int:
+        launches = 2 * self.repeats if self.interleave else 2
+        benches = 2 * self.repeats * len(self.plan.levels)
+        return launches * 2 + benches  # launch+stop per launch, one per bench
+
+    def _emit(self, kind: str, message: str, side: str | None = None, repeat: int | None = None,
+              fraction: float | None = None, advance: bool = False, **data: Any) -> None:
+        if advance:
+            self._step += 1
+        ev = ABEvent(kind, message, side, repeat, self._step, self._steps, fraction, data)
+        if self.on_event is not None:
+            try:
+                self.on_event(ev)
+            except Exception:  # a UI callback must never break the run
+                pass
+
+    # -------------------------------------------------------------- control
+    def cancel(self) -> None:
+        """Stop as soon as possible; the server this run started is stopped, results kept."""
+        self._cancel_requested = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    async def run(self) -> ABReport:
+        self._task = asyncio.current_task()  # type: ignore[assignment]
+        rep = self.report
+        self._journal({**rep.to_dict(), "status": "running"})
+        try:
+            if self._cancel_requested:
+                raise asyncio.CancelledError
+            await self._run()
+            rep.status = "completed"
+        except asyncio.CancelledError:
+            rep.status = "cancelled"
+            rep.error = rep.error or "cancelled by the user"
+            self._emit("cancelled", "A/B cancelled; stopping the server it started")
+            await asyncio.shield(self._cleanup())
+        except ABFailed as e:
+            rep.status = "failed"
+            rep.error = str(e)
+            self._emit("error", str(e))
+            await asyncio.shield(self._cleanup())
+        except Exception as e:  # noqa: BLE001 - report any failure, leave nothing running
+            rep.status = "failed"
+            rep.error = f"{type(e).__name__}: {e}"
+            self._emit("error", rep.error)
+            await asyncio.shield(self._cleanup())
+        finally:
+            self._finish()
+        if rep.status == "cancelled" and self._task is not None:
+            # swallow our own cancellation so callers get the report
+            try:
+                self._task.uncancel()  # type: ignore[attr-defined]
+            except AttributeError:
+                pass
+        return rep
+
+    # -------------------------------------------------------------- internals
+    async def _run(self) -> None:
+        rep = self.report
+        self._emit("start", f"A/B {rep.id}: A={rep.a} vs B={rep.b} on {rep.host}, plan {self.plan.name}, "
+                   f"{self.repeats} repeat(s){', interleaved' if self.interleave else ''}")
+        for w in self.plan.warnings():
+            rep.warnings.append(w)
+            self._emit("info", f"warning: {w}")
+        for label, name in (("A", rep.a), ("B", rep.b)):
+            try:
+                self._infos[label] = await self.ops.resolve(name)
+            except Exception as e:  # profile errors name the file and key
+                raise ABFailed(f"{label} ({name}): {e}") from None
+            self._sync_side(label)
+        await self._stop_existing()
+        if self.interleave:
+            for r in range(self.repeats):
+                for label in ("A", "B"):
+                    await self._side(label, [r])
+        else:
+            for label in ("A", "B"):
+                await self._side(label, list(range(self.repeats)))
+        self._compare()
+
+    async def _stop_existing(self) -> None:
+        running = await self.ops.running_servers()
+        if not running:
+            return
+        desc = "; ".join(s.description for s in running)
+        question = f"Stop what is running on {self.ops.host_label} ({desc}) to start the A/B?"
+        self._emit("confirm", question)
+        ok = False
+        if self.confirm_stop is not None:
+            ok = bool(await _maybe_await(self.confirm_stop(question)))
+        if not ok:
+            raise ABFailed(f"not started: a server is running on {self.ops.host_label} ({desc}) "
+                           "and stopping it was not confirmed")
+        for s in running:
+            self._emit("stop-existing", f"stopping {s.description}")
+            res = await self.ops.stop_running(s)
+            if not res.stopped:
+                raise ABFailed(f"could not stop {s.description}: {res.message}")
+            self._emit("gpu-freed" if res.gpu_freed else "info",
+                       "GPU memory freed" if res.gpu_freed else f"stopped ({res.message or 'GPU memory not confirmed'})")
+
+    async def _side(self, label: str, repeats: Sequence[int]) -> None:
+        info = self._infos[label]
+        first = repeats[0]
+        self._emit("launch", f"launching {info.name} ({info.engine})", label, first, advance=True)
+        handle = await self.ops.launch(info)
+        self._live = (info, handle)
+
+        def progress(msg: str, frac: float | None) -> None:
+            self._emit("progress", msg, label, first, fraction=frac)
+
+        ready = await self.ops.wait_ready(info, handle, progress)
+        self.report.launches.append(
+            {
+                "side": label,
+                "profile": info.name,
+                "launch_run_id": handle.run_id,
+                "server_log": handle.server_log,
+                "ready": ready.ready,
+                "startup_s": ready.startup_s,
+                "diagnosis": ready.diagnosis,
+                "evidence": ready.evidence,
+                "timeline": [dict(t) for t in ready.timeline],
+            }
+        )
+        self.journal_safe(
+            "record_launch",
+            handle.run_id,
+            profile=info.name,
+            host=self.ops.host_label,
+            ready=ready.ready,
+            startup_s=ready.startup_s,
+            server_log=handle.server_log,
+            timeline=[dict(t) for t in ready.timeline],
+            diagnosis=ready.diagnosis,
+            ab_id=self.report.id,
+            side=label,
+        )
+        if not ready.ready:
+            why = ready.diagnosis or "the server did not become ready"
+            if ready.evidence:
+                why += f" (log: {ready.evidence.strip()})"
+            self._emit("failed", f"{info.name} failed to start: {why}", label, first,
+                       diagnosis=ready.diagnosis, evidence=ready.evidence)
+            await self._stop_live(label, first)
+            raise ABFailed(f"{label} ({info.name}) failed to start: {why}")
+        self._emit("ready", f"{info.name} ready in {ready.startup_s:.1f} s" if ready.startup_s is not None
+                   else f"{info.name} ready", label, first, startup_s=ready.startup_s)
+        for i, r in enumerate(repeats):
+            msg = await self.ops.flush_cache(info, handle)
+            self._emit("flush", msg, label, r)
+            levels: list[LevelResult] = []
+            run = SideRun(
+                levels=(),
+                startup_s=ready.startup_s if i == 0 else None,
+                launch_run_id=handle.run_id,
+                server_log=handle.server_log,
+            )
+            self._runs[label].append(run)
+            idx = len(self._runs[label]) - 1
+            for lv in self.plan.levels:
+                if lv.warmup:
+                    self._emit("warmup", f"{lv.warmup} warmup request(s) at C={lv.concurrency}", label, r)
+                self._emit("bench-start", f"benchmark {lv.title}: C={lv.concurrency}, {lv.num_prompts} prompts, "
+                           f"{lv.input_len} in / {lv.output_len} out", label, r, concurrency=lv.concurrency)
+
+                def bprog(msg: str, frac: float | None, _r: int = r) -> None:
+                    self._emit("bench-progress", msg, label, _r, fraction=frac)
+
+                res = await self.ops.bench(
+                    info, handle, self.plan, lv, bprog,
+                    {"ab_id": self.report.id, "side": label, "repeat": str(r + 1), "profile": info.name},
+                )
+                if res.error and not res.summary:
+                    raise ABFailed(f"{label} ({info.name}) benchmark at C={lv.concurrency} failed: {res.error}")
+                levels.append(LevelResult(lv.concurrency, dict(res.summary), res.run_id))
+                self._runs[label][idx] = run = replace(run, levels=tuple(levels))
+                self._sync_side(label)
+                tput = res.summary.get("output_throughput")
+                self._emit("bench-done", f"C={lv.concurrency}: "
+                           + (f"{tput:.1f} output tok/s" if isinstance(tput, (int, float)) else "done")
+                           + (f", {res.summary.get('failed')} failed" if res.summary.get("failed") else ""),
+                           label, r, advance=True, run_id=res.run_id, concurrency=lv.concurrency,
+                           summary=dict(res.summary))
+                self.journal_safe(
+                    "record_bench", res.run_id or new_id("bench"), profile=info.name, host=self.ops.host_label,
+                    concurrency=lv.concurrency, summary=res.summary, result_dir=res.result_dir,
+                    ab_id=self.report.id, side=label, repeat=r + 1, server_log=handle.server_log,
+                    launch_run_id=handle.run_id,
+                )
+            try:
+                acc = await self.ops.acceptance_rate(info, handle)
+            except Exception:  # noqa: BLE001 - best effort
+                acc = None
+            if acc is not None:
+                self._runs[label][idx] = replace(run, acceptance_rate=acc)
+                self._sync_side(label)
+        await self._stop_live(label, repeats[-1])
+        self._emit("side-done", f"{info.name} done", label, repeats[-1])
+
+    async def _stop_live(self, label: str | None, repeat: int | None) -> None:
+        if self._live is None:
+            return
+        info, handle = self._live
+        self._emit("stop", f"stopping {info.name}", label, repeat, advance=True)
+        try:
+            res = await self.ops.stop(info, handle)
+        except Exception as e:  # noqa: BLE001
+            res = StopResult(False, None, f"{type(e).__name__}: {e}")
+        if not res.stopped:
+            self.report.left_running.append(f"{info.name} ({handle.run_id}): {res.message}")
+            self._emit("error", f"could not stop {info.name}: {res.message}", label, repeat)
+        elif res.gpu_freed is False:
+            self.report.left_running.append(f"{info.name}: GPU memory not freed ({res.message})")
+            self._emit("error", f"{info.name} stopped but GPU memory is still in use: {res.message}", label, repeat)
+        else:
+            self._emit("gpu-freed", "GPU memory freed" if res.gpu_freed else f"stopped ({res.message})",
+                       label, repeat)
+        self._live = None
+
+    async def _cleanup(self) -> None:
+        await self._stop_live(None, None)
+
+    def _sync_side(self, label: str) -> None:
+        info = self._infos.get(label)
+        if info is None:
+            return
+        plan = self.plan
+        self.report.sides[label] = Side(
+            label=label,
+            profile=info.name,
+            engine=info.engine,
+            model=info.model,
+            argv=tuple(info.argv),
+            env=dict(info.env),
+            params={
+                "endpoint": plan.endpoint,
+                "ignore_eos": plan.ignore_eos,
+                "temperature": plan.temperature,
+                "seed": plan.seed,
+                "levels": [
+                    {"concurrency": lv.concurrency, "input_len": lv.input_len, "output_len": lv.output_len,
+                     "num_prompts": lv.num_prompts}
+                    for lv in plan.levels
+                ],
+            },
+            runs=tuple(r for r in self._runs[label] if r.levels),
+        )
+
+    def _compare(self) -> None:
+        a, b = self.report.sides.get("A"), self.report.sides.get("B")
+        if not a or not b or not a.runs or not b.runs:
+            return
+        kw = {"noise_pct": self.noise_pct} if self.noise_pct else {}
+        self.report.comparison = compare(a, b, **kw)
+        self._emit("comparison", self.report.comparison.headline)
+
+    def _finish(self) -> None:
+        rep = self.report
+        if rep.comparison is None:
+            try:
+                self._compare()  # partial results still compare when both sides have some
+            except Exception:  # noqa: BLE001
+                pass
+        self._journal(rep.to_dict())
+        self._emit("done", f"A/B {rep.id} {rep.status}" + (f": {rep.error}" if rep.error else ""))
+
+    def _journal(self, record: Mapping[str, Any]) -> None:
+        try:
+            self.journal.append(record)
+        except Exception as e:  # noqa: BLE001 - never lose the run over the journal
+            self.report.warnings.append(f"journal not written: {e}")
+
+    def journal_safe(self, method: str, *args: Any, **kw: Any) -> None:
+        try:
+            getattr(self.journal, method)(*args, **kw)
+        except Exception as e:  # noqa: BLE001
+            self.report.warnings.append(f"journal not written: {e}")
+
+
+__all__ = [
+    "ABEvent",
+    "ABFailed",
+    "ABReport",
+    "ABRunner",
+    "BenchResult",
+    "LaunchHandle",
+    "ProfileInfo",
+    "ReadyResult",
+    "RunningServer",
+    "ServerOps",
+    "StopResult",
+]
