@@ -1,0 +1,167 @@
+"""Turn stored results into comparison sides: benchmark run folders and journal A/B entries.
+
+A reference (``tunedeck compare REF [REF]``) is one of:
+
+* an A/B id (or unique prefix) from the journal: with one REF, compares its
+  A and B; ``ABID:A`` / ``ABID:B`` picks one side of it;
+* a benchmark run id (or unique prefix) in ``<data_dir>/results/``, or a
+  path to a run folder or to its ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from tui.ab.compare import Side, SideRun, side_from_dict, summaries_to_levels
+from tui.ab.journal import Journal
+from tui.util.paths import data_dir
+
+
+class RefError(ValueError):
+    """A reference that names nothing usable (the message says what and where)."""
+
+
+def results_root() -> Path:
+    return data_dir() / "results"
+
+
+def _read_json(p: Path) -> Any:
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise RefError(f"{p}: unreadable ({e})") from None
+
+
+def find_run_dir(ref: str) -> Path | None:
+    p = Path(ref)
+    if p.name == "summary.json" and p.is_file():
+        return p.parent
+    if p.is_dir() and ((p / "summary.json").exists() or (p / "meta.json").exists()):
+        return p
+    root = results_root()
+    if "/" in ref or not root.is_dir():
+        return None
+    exact = root / ref
+    if exact.is_dir():
+        return exact
+    matches = [d for d in root.iterdir() if d.is_dir() and d.name.startswith(ref)]
+    if len(matches) > 1:
+        raise RefError(f"{ref}: ambiguous run id prefix ({', '.join(sorted(m.name for m in matches)[:5])})")
+    return matches[0] if matches else None
+
+
+def _get(d: Mapping[str, Any] | None, *path: str) -> Any:
+    cur: Any = d
+    for k in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(k)
+    return cur
+
+
+def side_from_run_dir(run_dir: Path, label: str) -> Side:
+    meta = _read_json(run_dir / "meta.json") or {}
+    summary = _read_json(run_dir / "summary.json")
+    if summary is None:
+        summary = _rebuild_summary(run_dir)
+    if summary is None:
+        raise RefError(f"{run_dir}: no summary.json (and no samples to rebuild one from)")
+    levels = summaries_to_levels(summary, run_id=run_dir.name)
+    if levels and levels[0].concurrency == 0:
+        c = _get(meta, "parameters", "concurrency") or _get(meta, "parameters", "max_concurrency")
+        if isinstance(c, list) and len(c) == 1:
+            c = c[0]
+        if isinstance(c, int):
+            levels = [type(levels[0])(c, levels[0].summary, levels[0].run_id)]
+    server = meta.get("server") if isinstance(meta.get("server"), Mapping) else {}
+    params = dict(meta.get("parameters") or {}) if isinstance(meta.get("parameters"), Mapping) else {}
+    lvl_params = []
+    for lv in levels:
+        lvl_params.append(
+            {
+                "concurrency": lv.concurrency,
+                "input_len": params.get("input_len", lv.summary.get("input_len")),
+                "output_len": params.get("output_len", lv.summary.get("output_len")),
+                "num_prompts": params.get("num_prompts", lv.summary.get("num_prompts")),
+            }
+        )
+    return Side(
+        label=label,
+        profile=str(meta.get("profile") or run_dir.name),
+        engine=str(server.get("engine") or meta.get("engine") or ""),
+        model=str(meta.get("model") or params.get("model") or (levels[0].summary.get("model_id") if levels else "") or ""),
+        argv=tuple(server.get("argv") or meta.get("server_argv") or ()),
+        env=dict(server.get("env") or meta.get("server_env") or {}),
+        params={
+            "endpoint": params.get("endpoint"),
+            "ignore_eos": params.get("ignore_eos"),
+            "temperature": params.get("temperature"),
+            "levels": lvl_params,
+        },
+        runs=(SideRun(levels=tuple(levels), startup_s=meta.get("startup_s")),),
+    )
+
+
+def _rebuild_summary(run_dir: Path) -> Any:
+    if not (run_dir / "samples.jsonl").exists():
+        return None
+    try:
+        from tui.bench import store  # type: ignore[attr-defined]
+
+        rebuild = getattr(store, "rebuild_summary", None)
+        if rebuild is not None:
+            return rebuild(run_dir)
+    except ImportError:
+        pass
+    return None
+
+
+def resolve_sides(refs: list[str], journal: Journal | None = None) -> tuple[Side, Side, dict[str, Any]]:
+    """Two comparison sides from one or two references (see module doc)."""
+    journal = journal or Journal()
+    if len(refs) == 1:
+        ent = journal.find(refs[0], "ab")
+        if ent is None:
+            raise RefError(f"{refs[0]}: no A/B with this id in the journal ({journal.path}); "
+                           "give two run ids to compare benchmark runs")
+        a, b = ent.get("a") or {}, ent.get("b") or {}
+        if not (a.get("runs") and b.get("runs")):
+            raise RefError(f"{refs[0]}: this A/B has results for only one side ({ent.get('status')}: "
+                           f"{ent.get('error') or 'no error recorded'})")
+        return side_from_dict(a), side_from_dict(b), {"ab": ent.get("id")}
+    if len(refs) != 2:
+        raise RefError("give one A/B id, or two run ids")
+    sides = []
+    for label, ref in zip(("A", "B"), refs):
+        sides.append(_one(ref, label, journal))
+    return sides[0], sides[1], {}
+
+
+def _one(ref: str, label: str, journal: Journal) -> Side:
+    if ":" in ref and not Path(ref).exists():
+        ab_ref, which = ref.rsplit(":", 1)
+        which = which.upper()
+        if which not in ("A", "B"):
+            raise RefError(f"{ref}: the part after ':' must be A or B")
+        ent = journal.find(ab_ref, "ab")
+        if ent is None:
+            raise RefError(f"{ref}: no A/B {ab_ref!r} in the journal ({journal.path})")
+        d = dict(ent.get(which.lower()) or {})
+        if not d.get("runs"):
+            raise RefError(f"{ref}: side {which} of {ent.get('id')} has no results")
+        d["label"] = label
+        return side_from_dict(d)
+    run_dir = find_run_dir(ref)
+    if run_dir is not None:
+        return side_from_run_dir(run_dir, label)
+    ent = journal.find(ref, "ab")
+    if ent is not None:
+        raise RefError(f"{ref}: is an A/B; use '{ref}' alone, or '{ref}:A' / '{ref}:B'")
+    raise RefError(f"{ref}: no benchmark run with this id under {results_root()} and no such A/B in the journal")
+
+
+__all__ = ["RefError", "find_run_dir", "resolve_sides", "results_root", "side_from_run_dir"]

@@ -1,0 +1,65 @@
+"""``tunedeck journal [list|export]``: the tuning journal of A/B, launch and benchmark runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tui.ab.journal import Journal, export
+from tui.util.files import atomic_write_text
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser("journal", parents=[common],
+                              help="the tuning journal: every A/B, launch and benchmark run")
+    sub = p.add_subparsers(dest="journal_cmd", metavar="ACTION")
+    ls = sub.add_parser("list", help="list journal entries (default)")
+    ls.add_argument("--kind", choices=["ab", "launch", "bench"], help="only this kind")
+    ex = sub.add_parser("export", help="export the journal as Markdown, CSV or JSON")
+    ex.add_argument("--format", "-f", choices=["md", "csv", "json"], default="md")
+    ex.add_argument("--output", "-o", metavar="FILE", help="write to FILE (default: stdout)")
+    ex.add_argument("--kind", choices=["ab", "launch", "bench"], help="only this kind")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    j = Journal()
+    kind = getattr(args, "kind", None)
+    ents = j.entries(kind)
+    if args.journal_cmd == "export":
+        text = export(ents, args.format)
+        if args.output:
+            try:
+                atomic_write_text(Path(args.output), text)
+            except OSError as e:
+                print(f"tunedeck: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+                return 1
+            print(f"wrote {len(ents)} entries to {args.output}", file=sys.stderr)
+        else:
+            sys.stdout.write(text)
+        return 0
+    if args.json:
+        print(json.dumps(ents, indent=2))
+        return 0
+    if not ents:
+        print(f"journal is empty ({j.path})")
+        return 0
+    for e in ents:
+        kind = e.get("kind")
+        if kind == "ab":
+            what = f"{(e.get('a') or {}).get('profile')} vs {(e.get('b') or {}).get('profile')} plan={e.get('plan')}"
+            res = (e.get("comparison") or {}).get("headline") or e.get("error") or ""
+        elif kind == "bench":
+            n = e.get("numbers") or {}
+            what = f"{e.get('profile')} C={e.get('concurrency')}"
+            t = n.get("output_throughput")
+            res = f"{t:.1f} tok/s" if isinstance(t, (int, float)) else ""
+        else:
+            what = f"{e.get('profile')}"
+            res = (f"ready in {e['startup_s']:.1f} s" if e.get("status") == "ready" and e.get("startup_s") is not None
+                   else e.get("diagnosis") or "")
+        print(f"{e.get('started', '')[:19]}  {kind:<6} {e.get('id'):<28} {e.get('status', ''):<11} {what}  {res}")
+    return 0
