@@ -12,76 +12,8 @@ import pytest
 
 from tui.ab.journal import Journal
 from tui.ab.plans import load_plan
-from tui.ab.runner import (
-    ABRunner,
-    BenchResult,
-    LaunchHandle,
-    ProfileInfo,
-    ReadyResult,
-    RunningServer,
-    StopResult,
-)
-
-
-class FakeOps:
-    host_label = "fake"
-
-    def __init__(self, *, speed=None, fail=None, running=(), bench_delay=0.0):
-        self.speed = speed or {"base": 100.0, "tuned": 118.0}
-        self.fail = fail or {}
-        self.running = list(running)
-        self.bench_delay = bench_delay
-        self.log: list[str] = []
-        self.live: set[str] = set()
-        self.n = 0
-
-    async def resolve(self, profile):
-        if profile == "missing":
-            raise ValueError("no profile named 'missing'")
-        return ProfileInfo(profile, "sglang", "m", ("sglang", f"--p={profile}"), {}, 30000)
-
-    async def running_servers(self):
-        return [RunningServer(s, f"old server {s}") for s in self.running]
-
-    async def stop_running(self, server):
-        self.log.append(f"stop-existing {server.id}")
-        self.running.remove(server.id)
-        return StopResult(True, True)
-
-    async def launch(self, info):
-        self.n += 1
-        rid = f"run{self.n}"
-        self.live.add(rid)
-        self.log.append(f"launch {info.name}")
-        return LaunchHandle(rid, f"/logs/{rid}.log", "http://127.0.0.1:1")
-
-    async def wait_ready(self, info, handle, on_progress):
-        on_progress("loading weights", 0.5)
-        if info.name in self.fail:
-            return ReadyResult(False, 1.0, self.fail[info.name], "E: boom", ({"phase": "failed"},))
-        return ReadyResult(True, 2.0, timeline=({"phase": "ready", "t": 2.0},))
-
-    async def flush_cache(self, info, handle):
-        self.log.append(f"flush {info.name}")
-        return "cache flushed"
-
-    async def bench(self, info, handle, plan, level, on_progress, labels):
-        self.log.append(f"bench {info.name} C={level.concurrency}")
-        on_progress("running", 0.5)
-        await asyncio.sleep(self.bench_delay)
-        v = self.speed[info.name] * level.concurrency
-        return BenchResult(f"b{self.n}-{level.concurrency}-{len(self.log)}",
-                           {"max_concurrency": level.concurrency, "output_throughput": v,
-                            "median_tpot_ms": 1000.0 / self.speed[info.name], "completed": level.num_prompts,
-                            "failed": 0})
-
-    async def acceptance_rate(self, info, handle):
-        return None
-
-    async def stop(self, info, handle):
-        self.log.append(f"stop {info.name}")
-        self.live.discard(handle.run_id)
-        return StopResult(True, True)
+from tests.abfakes import FakeOps
+from tui.ab.runner import ABRunner
 
 
 @pytest.fixture

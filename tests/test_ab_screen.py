@@ -1,0 +1,98 @@
+"""Pilot tests of the Compare screen: mark A and B, one key runs the A/B, the comparison appears."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from textual.app import App
+
+from tests.abfakes import FakeOps
+from tui.screens.compare import CompareScreen, ConfirmStop
+from widgets.compare_chart import CompareChart
+from widgets.compare_table import CompareTable
+
+pytestmark = pytest.mark.timeout(60)
+SIZE = (120, 40)
+
+
+class ABApp(App):
+    def __init__(self, screen: CompareScreen) -> None:
+        super().__init__()
+        self._screen = screen
+
+    def on_mount(self) -> None:
+        self.push_screen(self._screen)
+
+
+async def until(pilot, pred, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met")
+        await pilot.pause(0.05)
+
+
+async def test_mark_and_one_key_runs_ab_then_comparison_shows():
+    ops = FakeOps(bench_delay=0.05)
+    scr = CompareScreen(ops_factory=lambda: ops, profiles=["base", "tuned"], plan="quick")
+    app = ABApp(scr)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("1")  # base is highlighted: A
+        await pilot.press("down", "2")  # tuned: B
+        assert scr.marked == {"A": "base", "B": "tuned"}
+        table = scr.query_one(CompareTable)
+        assert table.row_count == 0
+        await pilot.press("g")
+        await until(pilot, lambda: scr.report is not None)
+        assert scr.report.status == "completed"
+        assert table.row_count >= 6
+        assert table.get_cell("peak_output_tok_s", "verdict").plain == "B +18%"
+        assert "faster" in str(scr.query_one("#ab-headline").content)
+        assert ops.log[0] == "launch base" and not ops.live
+
+
+async def test_confirm_modal_before_stopping_a_running_server():
+    ops = FakeOps(running=["old"])
+    scr = CompareScreen(ops_factory=lambda: ops, profiles=["base", "tuned"], a="base", b="tuned")
+    async with ABApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmStop))
+        await pilot.press("n")
+        await until(pilot, lambda: scr.report is not None)
+        assert scr.report.status == "failed" and ops.running == ["old"] and not ops.log
+
+
+async def test_cancel_key_stops_and_keeps_results():
+    ops = FakeOps(bench_delay=0.3)
+    scr = CompareScreen(ops_factory=lambda: ops, profiles=["base", "tuned"], a="base", b="tuned")
+    async with ABApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("g")
+        await until(pilot, lambda: "bench base C=1" in ops.log)
+        await pilot.press("x")
+        await until(pilot, lambda: scr.report is not None)
+        assert scr.report.status == "cancelled" and not ops.live
+
+
+async def test_needs_two_marks():
+    scr = CompareScreen(ops_factory=FakeOps, profiles=["base", "tuned"])
+    async with ABApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("g")
+        await pilot.pause()
+        assert scr.runner is None
+        assert "Mark two profiles" in str(scr.query_one("#ab-status").content)
+
+
+async def test_chart_draws_two_series():
+    scr = CompareScreen(ops_factory=FakeOps, profiles=[])
+    async with ABApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        chart = scr.query_one(CompareChart)
+        chart.set_series("A", [10, 20, 30], "B", [12, 24, 36])
+        await pilot.pause()
+        out = chart.render().plain
+        assert "A" in out and "B" in out and "seconds" in out
