@@ -339,9 +339,11 @@ def _level_params(side: Side) -> dict[int, dict[str, Any]]:
     for run in side.runs:
         for lv in run.levels:
             d = out.setdefault(lv.concurrency, {})
-            for k in ("input_len", "output_len", "ignore_eos", "num_prompts"):
-                if k not in d and k in (lv.summary.get("parameters") or {}):
-                    d[k] = lv.summary["parameters"][k]
+            sp = lv.summary.get("params") or lv.summary.get("parameters") or {}
+            if isinstance(sp, Mapping):
+                for k in ("input_len", "output_len", "ignore_eos", "num_prompts"):
+                    if k not in d and k in sp:
+                        d[k] = sp[k]
     return out
 
 

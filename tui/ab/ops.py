@@ -286,11 +286,27 @@ class HostOps:
             "--input-len", str(level.input_len),
             "--output-len", str(level.output_len),
             "--warmup", str(level.warmup),
+            "--ignore-eos" if plan.ignore_eos else "--no-ignore-eos",
+            "--temperature", f"{plan.temperature:g}",
+            "--seed", str(plan.seed),
+            "--profile", info.name,
+            "--label", f"ab-{labels.get('side', '')}-{info.name}",
+            "--meta-json", str(out.parent / "meta.json"),
+            "--progress",
             "--json", str(out),
         ]
         if level.request_rate:
             argv += ["--request-rate", f"{level.request_rate:g}"]
         return argv
+
+    @staticmethod
+    def bench_meta(info: ProfileInfo, handle: LaunchHandle, labels: Mapping[str, str]) -> dict[str, Any]:
+        """What the bench records in meta.json about the server (secrets are redacted there)."""
+        return {
+            "server": {"argv": list(info.argv), "env": dict(info.env), "engine": info.engine,
+                       "launch_run_id": handle.run_id, "server_log": handle.server_log},
+            "ab": dict(labels),
+        }
 
     async def bench(
         self,
@@ -304,6 +320,11 @@ class HostOps:
         tmp = Path(tempfile.mkdtemp(prefix="tunedeck-ab-"))
         out = tmp / "result.json"
         argv = self.bench_argv(info, handle, plan, level, out, labels)
+        from tui.util.safety import redact_env
+
+        meta = self.bench_meta(info, handle, labels)
+        meta["server"]["env"] = redact_env(meta["server"]["env"])
+        (tmp / "meta.json").write_text(json.dumps(meta))
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         proc = await asyncio.create_subprocess_exec(
@@ -312,6 +333,7 @@ class HostOps:
         )
         run_id: str | None = None
         last: dict[str, Any] = {}
+        level_summary: dict[str, Any] | None = None
         err_tail = b""
 
         async def read_err() -> None:
@@ -332,6 +354,10 @@ class HostOps:
                     continue
                 last = ev
                 run_id = ev.get("run_id") or run_id
+                if ev.get("type") == "level_done" and isinstance(ev.get("summary"), dict):
+                    level_summary = ev["summary"]
+                if ev.get("type") == "error":
+                    err_tail += f"{ev.get('kind', 'error')}: {ev.get('message', '')}\n".encode()
                 msg, frac = _progress_text(ev, level)
                 if msg:
                     on_progress(msg, frac)
@@ -345,10 +371,14 @@ class HostOps:
         try:
             summary = json.loads(out.read_text())
         except (OSError, ValueError):
-            summary = last.get("summary") if isinstance(last.get("summary"), dict) else None
+            summary = level_summary
         finally:
+            for f in (out, tmp / "meta.json"):
+                try:
+                    f.unlink()
+                except OSError:
+                    pass
             try:
-                out.unlink()
                 tmp.rmdir()
             except OSError:
                 pass
@@ -389,8 +419,14 @@ def _progress_text(ev: Mapping[str, Any], level: PlanLevel) -> tuple[str, float 
     total = _num_or_none(ev.get("total")) or level.num_prompts
     tput = _num_or_none(ev.get("tok_s") or ev.get("output_tok_s") or ev.get("output_throughput"))
     if done is None:
-        kind = ev.get("event") or ev.get("type") or ev.get("kind")
-        return (str(kind), None) if kind else ("", None)
+        kind = ev.get("type") or ev.get("event") or ev.get("kind")
+        if kind == "waiting":
+            return f"waiting for {ev.get('url')}", None
+        if kind == "level_start":
+            return f"warmup ({ev.get('warmup')} requests), then {ev.get('num_prompts')} timed requests", 0.0
+        if kind == "error":
+            return f"error: {ev.get('message')}", None
+        return "", None
     frac = min(1.0, (done + failed) / total) if total else None
     msg = f"{int(done)}/{int(total)} requests" + (f", {int(failed)} failed" if failed else "")
     if tput is not None:

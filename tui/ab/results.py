@@ -72,13 +72,14 @@ def side_from_run_dir(run_dir: Path, label: str) -> Side:
         raise RefError(f"{run_dir}: no summary.json (and no samples to rebuild one from)")
     levels = summaries_to_levels(summary, run_id=run_dir.name)
     if levels and levels[0].concurrency == 0:
-        c = _get(meta, "parameters", "concurrency") or _get(meta, "parameters", "max_concurrency")
+        c = _get(meta, "params", "max_concurrency") or _get(meta, "parameters", "concurrency")
         if isinstance(c, list) and len(c) == 1:
             c = c[0]
         if isinstance(c, int):
             levels = [type(levels[0])(c, levels[0].summary, levels[0].run_id)]
     server = meta.get("server") if isinstance(meta.get("server"), Mapping) else {}
-    params = dict(meta.get("parameters") or {}) if isinstance(meta.get("parameters"), Mapping) else {}
+    raw_params = meta.get("params") if isinstance(meta.get("params"), Mapping) else meta.get("parameters")
+    params = dict(raw_params) if isinstance(raw_params, Mapping) else {}
     lvl_params = []
     for lv in levels:
         lvl_params.append(
@@ -102,7 +103,8 @@ def side_from_run_dir(run_dir: Path, label: str) -> Side:
             "temperature": params.get("temperature"),
             "levels": lvl_params,
         },
-        runs=(SideRun(levels=tuple(levels), startup_s=meta.get("startup_s")),),
+        runs=(SideRun(levels=tuple(levels), startup_s=meta.get("startup_s"),
+                      launch_run_id=server.get("launch_run_id"), server_log=server.get("server_log")),),
     )
 
 
@@ -111,13 +113,14 @@ def _rebuild_summary(run_dir: Path) -> Any:
         return None
     try:
         from tui.bench import store  # type: ignore[attr-defined]
-
-        rebuild = getattr(store, "rebuild_summary", None)
-        if rebuild is not None:
-            return rebuild(run_dir)
     except ImportError:
-        pass
-    return None
+        return None
+    if run_dir.parent.resolve() != store.results_dir().resolve():
+        return None
+    try:
+        return store.rebuild_summary(run_dir.name)
+    except Exception:  # noqa: BLE001 - unreadable run: report as missing summary
+        return None
 
 
 def resolve_sides(refs: list[str], journal: Journal | None = None) -> tuple[Side, Side, dict[str, Any]]:

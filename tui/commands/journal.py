@@ -15,7 +15,9 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p = subparsers.add_parser("journal", parents=[common],
                               help="the tuning journal: every A/B, launch and benchmark run")
     sub = p.add_subparsers(dest="journal_cmd", metavar="ACTION")
-    ls = sub.add_parser("list", help="list journal entries (default)")
+    jp = argparse.ArgumentParser(add_help=False)
+    jp.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    ls = sub.add_parser("list", parents=[jp], help="list journal entries (default)")
     ls.add_argument("--kind", choices=["ab", "launch", "bench"], help="only this kind")
     ex = sub.add_parser("export", help="export the journal as Markdown, CSV or JSON")
     ex.add_argument("--format", "-f", choices=["md", "csv", "json"], default="md")
