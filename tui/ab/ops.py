@@ -147,15 +147,31 @@ class HostOps:
         return await self._wait_fallback(info, handle, on_progress)
 
     async def _wait_with_tracker(self, info, handle, on_progress) -> ReadyResult | None:
-        """Use the launch branch's startup tracker when it offers ``track_startup``."""
+        """The launcher's startup tracker: log phases, /health, liveness, stall, ETA, diagnosis."""
         try:
-            from tui.services import tracker  # type: ignore[attr-defined]
+            from tui.services import tracker
+            from tui.services.launcher import RunStore
         except ImportError:
             return None
-        fn = getattr(tracker, "track_startup", None)
-        if fn is None:
-            return None
-        return await fn(self.host, handle.handle, info, on_progress)  # pragma: no cover - adapter
+        rec = handle.handle
+
+        def cb(p) -> None:
+            text = tracker.format_progress(p)
+            text = text.split("] ", 1)[-1] if text.startswith("[") else text
+            on_progress(" ".join(text.split()), p.fraction)
+
+        snap = await tracker.wait_ready(self.host, rec, timeout=self.ready_timeout, on_update=cb)
+        saved = RunStore().load(rec.run_id) or rec
+        t0 = saved.started or saved.created or 0.0
+        timeline = tuple(
+            {**e, "t": round(float(e["t"]) - t0, 3)} if isinstance(e.get("t"), (int, float)) and t0 else dict(e)
+            for e in (saved.timeline or ())
+        )
+        if snap.state == "ready":
+            return ReadyResult(True, snap.elapsed, timeline=timeline)
+        diag = snap.diagnosis or (f"not ready after {self.ready_timeout:g} s" if snap.state == "starting"
+                                  else f"server {snap.state}")
+        return ReadyResult(False, snap.elapsed, diag, snap.proof, timeline)
 
     async def _wait_fallback(self, info, handle, on_progress) -> ReadyResult:
         import httpx
