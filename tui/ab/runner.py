@@ -360,7 +360,12 @@ class ABRunner:
         info = self._infos[label]
         first = repeats[0]
         self._emit("launch", f"launching {info.name} ({info.engine})", label, first, advance=True)
-        handle = await self.ops.launch(info)
+        try:
+            handle = await self.ops.launch(info)
+        except (asyncio.CancelledError, ABFailed):
+            raise
+        except Exception as e:  # noqa: BLE001 - refused (something holds the GPUs), host error
+            raise ABFailed(f"{label} ({info.name}) could not be launched: {e}") from None
         self._live = (info, handle)
 
         def progress(msg: str, frac: float | None) -> None:

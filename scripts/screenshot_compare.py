@@ -1,0 +1,70 @@
+"""Write screenshots/compare.svg: the Compare screen after an A/B.
+
+Uses the latest finished A/B in the tuning journal when there is one
+(``--journal``), else the A/B recorded in ``screenshots/compare-ab.json``
+(a journal entry of a demo run: ``tunedeck ab sglang-base sglang-tuned
+--demo --plan quick``). Runs headless (``run_test``), no terminal needed.
+
+    python scripts/screenshot_compare.py [--journal] [--out screenshots/compare.svg]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from textual.app import App  # noqa: E402
+
+from tui.ab.compare import compare, side_from_dict  # noqa: E402
+from tui.ab.journal import Journal  # noqa: E402
+from tui.screens.compare import CompareScreen  # noqa: E402
+
+DATA = ROOT / "screenshots" / "compare-ab.json"
+
+
+def load_entry(use_journal: bool) -> dict:
+    if use_journal:
+        ents = [e for e in Journal().entries("ab") if e.get("comparison")]
+        if ents:
+            return ents[-1]
+    return json.loads(DATA.read_text())
+
+
+class ShotApp(App):
+    def __init__(self, screen: CompareScreen) -> None:
+        super().__init__()
+        self._scr = screen
+
+    def on_mount(self) -> None:
+        self.push_screen(self._scr)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--journal", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "screenshots" / "compare.svg"))
+    args = ap.parse_args()
+    e = load_entry(args.journal)
+    a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
+    cmp = compare(a, b)
+    series = e.get("series") or [[], []]
+    scr = CompareScreen(ops_factory=lambda: None, profiles=[a.profile, b.profile, "sglang-eagle3", "vllm-baseline"],
+                        a=a.profile, b=b.profile, comparison=cmp, series=(series[0], series[1]))
+    app = ShotApp(scr)
+    async with app.run_test(size=(120, 44)) as pilot:
+        await pilot.pause(0.3)
+        scr.query_one("#ab-status").update(f"A/B {e.get('id')} {e.get('status')} on {e.get('host')}, plan {e.get('plan')}")
+        await pilot.pause(0.3)
+        out = Path(args.out)
+        app.save_screenshot(filename=out.name, path=str(out.parent))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
