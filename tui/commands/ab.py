@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
+import signal
 import sys
 
 from tui.ab.compare import DEFAULT_NOISE_PCT
@@ -39,19 +41,19 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.set_defaults(func=run)
 
 
-def _progress_printer(quiet: bool):
-    last = {"line": ""}
+def _progress_printer(quiet: bool, every: float = 5.0):
+    """Event lines on stderr; startup/bench progress only when its shape changes or every few seconds."""
+    last = {"key": "", "t": 0.0}
 
     def on_event(ev) -> None:
         if quiet:
             return
-        if ev.kind in ("bench-progress",):
-            return  # too chatty for a log; the TUI shows them
-        if ev.kind == "progress" and ev.fraction is None and ev.message == last["line"]:
-            return
-        line = ev.line()
-        last["line"] = ev.message
-        print(f"[{ev.step}/{ev.steps}] {line}", file=sys.stderr, flush=True)
+        if ev.kind in ("progress", "bench-progress"):
+            key = ev.kind + re.sub(r"[\d.]+", "#", ev.message)
+            if key == last["key"] and ev.time - last["t"] < every:
+                return
+            last["key"], last["t"] = key, ev.time
+        print(f"[{ev.step}/{ev.steps}] {ev.line()}", file=sys.stderr, flush=True)
 
     return on_event
 
@@ -91,9 +93,22 @@ async def run(args: argparse.Namespace) -> int:
     ops = HostOps(host, demo=args.demo)
     runner = ABRunner(ops, args.a, args.b, plan, repeats=args.repeats, interleave=args.interleave,
                       confirm_stop=confirm, on_event=_progress_printer(args.quiet), noise_pct=args.noise)
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:  # the server the A/B started is stopped on TERM/HUP too, not only on Ctrl-C
+            loop.add_signal_handler(sig, runner.cancel)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
     try:
         rep = await runner.run()
     finally:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                loop.remove_signal_handler(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+        del task
         try:
             await host.close()
         except Exception:  # noqa: BLE001
