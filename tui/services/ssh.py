@@ -279,7 +279,9 @@ async def known_keys_for(ep: Endpoint, files: Sequence[Path] | None = None) -> l
     for f in files:
         kh = load_known_hosts([f])
         keys = kh.match(ep.host, addr, ep.port if ep.port != 22 else None)[0]
-        out.extend((f, k) for k in keys)
+        for k in keys:
+            if not any(f2 == f and k2.public_data == k.public_data for f2, k2 in out):
+                out.append((f, k))
     return out
 
 
@@ -297,7 +299,7 @@ async def fetch_host_key(ep: Endpoint, *, timeout: float = 20.0) -> asyncssh.SSH
     async with _handshake_slot():
         try:
             key = await asyncio.wait_for(
-                asyncssh.get_server_host_key(ep.host, ep.port, config=[], connect_timeout=timeout),
+                asyncssh.get_server_host_key(ep.host, ep.port, config=[]),
                 timeout + 2,
             )
         except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
@@ -356,9 +358,10 @@ g "$s"
 if [ "$st" != "-" ] && [ "$cur" != "$st" ]; then exit 0; fi
 kill -TERM "$pid" 2>/dev/null
 case $pg in ''|*[!0-9]*|0|1) ;; *) [ "$pg" -ne "$$" ] && kill -TERM -- "-$pg" 2>/dev/null;; esac
+alive() { read -r s 2>/dev/null < /proc/$pid/stat || return 1; set -- ${s##*) }; [ "$1" != Z ] && [ "$1" != X ]; }
 i=0
-while [ -d /proc/$pid ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done
-if [ -d /proc/$pid ]; then
+while alive && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done
+if alive; then
   kill -KILL "$pid" 2>/dev/null
   case $pg in ''|*[!0-9]*|0|1) ;; *) kill -KILL -- "-$pg" 2>/dev/null;; esac
 fi
@@ -689,7 +692,7 @@ class SshHost(Host):
             except asyncio.TimeoutError:
                 out, err = proc.collect_output()
                 return RunResult(
-                    None, _dec(out), _dec(err) + f"\ntimed out after {timeout:g} s", timed_out=True
+                    None, _dec(out), _timed_out_msg(err, timeout), timed_out=True
                 )
             except (asyncssh.Error, OSError) as e:
                 self._on_lost(conn, e)
@@ -702,7 +705,7 @@ class SshHost(Host):
         if status is None:  # S1: the link died before an exit status arrived; never success
             return RunResult(None, _dec(out), _dec(err) or "connection lost before the command finished", lost=True)
         if timeout is not None and status in (124, 137) and time.monotonic() - started >= timeout * 0.95:
-            return RunResult(None, _dec(out), _dec(err) + f"\ntimed out after {timeout:g} s", timed_out=True)
+            return RunResult(None, _dec(out), _timed_out_msg(err, timeout), timed_out=True)
         return RunResult(status, _dec(out), _dec(err))
 
     def stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> ByteStream:
@@ -766,6 +769,11 @@ class SshHost(Host):
 
     def __repr__(self) -> str:
         return f"SshHost({self.target!r}, state={self.state!r})"
+
+
+def _timed_out_msg(err: bytes | str | None, timeout: float | None) -> str:
+    e = _dec(err).rstrip("\n")
+    return (e + "\n" if e else "") + f"timed out after {timeout:g} s"
 
 
 def _dec(b: bytes | str | None) -> str:
