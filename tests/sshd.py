@@ -273,6 +273,16 @@ class SshdServer:
                 pass
         return len(pids)
 
+    def freeze_sessions(self, user: str | None = None) -> int:
+        """SIGSTOP the session processes: the TCP link stays up but nothing answers (a black hole)."""
+        pids = self.session_pids(user)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        return len(pids)
+
     def processes_matching(self, needle: str) -> list[tuple[int, str]]:
         """(pid, cmdline) of every process on this machine whose command line contains ``needle``."""
         out = []

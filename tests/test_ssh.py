@@ -63,13 +63,13 @@ async def test_run_exit_status_stdout_stderr(sshd: SshdServer) -> None:
 async def test_run_timeout_remote_and_local(sshd: SshdServer) -> None:
     async with mkhost(sshd) as h:
         t = time.monotonic()
-        r = await h.run(["sleep", "30"], timeout=1)
+        r = await h.run(["sleep", "31.5"], timeout=1)
         assert r.timed_out and r.exit_status is None and not r.ok
         assert time.monotonic() - t < 5
         assert "timed out" in r.stderr
         # the remote `timeout` killed it: nothing left behind
         await asyncio.sleep(0.3)
-        assert not [p for p in sshd.processes_matching("sleep 30")]
+        assert sshd.processes_matching("sleep 31.5") == []
 
 
 async def test_run_script_stdin_large_input_and_output(sshd: SshdServer) -> None:
@@ -340,7 +340,7 @@ async def test_many_runs_and_streams_share_one_connection(sshd: SshdServer) -> N
             f.unlink()
 
 
-@pytest.mark.parametrize("user,cycles", [("gpuop", 30), ("root", 10)])
+@pytest.mark.parametrize("user,cycles", [("gpuop", 30), ("root", 8)])
 async def test_stream_close_frees_the_slot(sshd: SshdServer, user: str, cycles: int) -> None:
     f = sshd.base / f"r9-{user}-{os.getpid()}.log"
     f.write_text("hello\n")
@@ -392,6 +392,38 @@ async def test_sshd_killed_during_stream_raises_connection_lost(sshd: SshdServer
     finally:
         sshd.start()
         f.unlink()
+
+
+async def test_stale_stream_is_reaped_after_reconnect(sshd: SshdServer) -> None:
+    marker = f"reap-marker-{os.getpid()}"
+    argv = ["sh", "-c", "echo hi; while :; do sleep 1; done", marker]  # never writes again: survives
+    async with mkhost(sshd) as h:
+        with pytest.raises(HostError) as ei:
+            async with h.stream(argv) as s:
+                async for _ in s:
+                    sshd.kill_sessions("gpuop")  # sshd survives, and so does the command (S10)
+        assert ei.value.kind == "connection-lost"
+        assert len(sshd.processes_matching(marker)) >= 1  # the command (and its login shell)
+        assert (await h.run(["true"])).ok  # reconnect; stale streams are reaped in the background
+        for _ in range(100):
+            if not sshd.processes_matching(marker):
+                break
+            await asyncio.sleep(0.05)
+        assert sshd.processes_matching(marker) == []
+
+
+async def test_black_holed_link_detected_by_keepalive(sshd: SshdServer) -> None:
+    async with mkhost(sshd, keepalive_interval=1, keepalive_count_max=2) as h:
+        assert (await h.run(["true"])).ok
+        task = asyncio.ensure_future(h.run(["sleep", "32.5"], timeout=6))
+        await asyncio.sleep(0.5)
+        t = time.monotonic()
+        assert sshd.freeze_sessions("gpuop") >= 1
+        r = await asyncio.wait_for(task, 15)
+        assert r.lost and not r.ok
+        assert time.monotonic() - t < 6
+        assert h.state == "disconnected"
+    sshd.kill_sessions()
 
 
 async def test_reconnect_state_while_sshd_is_down(sshd: SshdServer) -> None:

@@ -353,14 +353,14 @@ pid=$1 st=$2
 case $pid in ''|*[!0-9]*) exit 2;; esac
 if [ ! -r /proc/self/stat ]; then kill -TERM "$pid" 2>/dev/null; exit 0; fi
 read -r s 2>/dev/null < /proc/$pid/stat || exit 0
-g() { set -- ${1##*) }; cur=$20; pg=$3; }
+g() { set -- ${1##*) }; cur=${20}; pg=$3; }
 g "$s"
 if [ "$st" != "-" ] && [ "$cur" != "$st" ]; then exit 0; fi
 kill -TERM "$pid" 2>/dev/null
 case $pg in ''|*[!0-9]*|0|1) ;; *) [ "$pg" -ne "$$" ] && kill -TERM -- "-$pg" 2>/dev/null;; esac
 alive() { read -r s 2>/dev/null < /proc/$pid/stat || return 1; set -- ${s##*) }; [ "$1" != Z ] && [ "$1" != X ]; }
 i=0
-while alive && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done
+while alive && [ $i -lt 150 ]; do sleep 0.02; i=$((i+1)); done
 if alive; then
   kill -KILL "$pid" 2>/dev/null
   case $pg in ''|*[!0-9]*|0|1) ;; *) kill -KILL -- "-$pg" 2>/dev/null;; esac
@@ -436,6 +436,7 @@ class SshHost(Host):
         self.next_retry_at: float | None = None
         self.last_error: HostError | None = None
         self.connects = 0
+        self._failures = 0
 
     # ------------------------------------------------------------------ status
     @property
@@ -485,10 +486,18 @@ class SshHost(Host):
         if conn is not None:
             return conn
         assert self._lock is not None
+        failures = self._failures
         async with self._lock:
             if self._conn is not None:
                 return self._conn
-            conn = await self._connect_with_retry()
+            if self._failures != failures and self.last_error is not None:
+                # another caller just gave up on this host: fail fast with its error
+                raise self.last_error
+            try:
+                conn = await self._connect_with_retry()
+            except HostError:
+                self._failures += 1
+                raise
             self._conn = conn
             self._after_connect(conn)
             return conn
@@ -917,7 +926,8 @@ class _SshStream(ByteStream):
             proc = self._proc
             if proc is None:
                 return
-            running = proc.exit_status is None and proc.exit_signal is None and not proc.stdout.at_eof()
+            # no exit status yet: still running, or the link died and it may still run (S10)
+            running = proc.exit_status is None and proc.exit_signal is None
             if running and self.pid is not None:
                 host = self._host
                 if host._conn is self._conn and self._conn is not None:
