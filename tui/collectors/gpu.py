@@ -160,14 +160,15 @@ class GpuCollector:
         return GpuStatus("ok", gpus, procs or (), time=time.time())
 
     async def _poll_processes_once(self, gpus: Sequence[GpuSnapshot]) -> tuple[GpuProcess, ...] | None:
-        """Compute processes joined to ``gpus``; None when the listing failed."""
-        try:
-            r = await self.host.run(apps_argv(), timeout=ONESHOT_TIMEOUT + 5)
-        except (HostError, OSError):
+        """Compute processes joined to ``gpus``; None when the listing failed.
+
+        Runs as a stream so that cancelling the poll (the collector closing)
+        always ends and reaps the process.
+        """
+        out = await _collect(self.host, apps_argv(), ONESHOT_TIMEOUT + 5)
+        if out is None or out[0] != 0:
             return None
-        if not r.ok:
-            return None
-        return join_processes(parse_compute_apps(r.stdout), gpus)
+        return join_processes(parse_compute_apps(out[1]), gpus)
 
     # ------------------------------------------------------------------ stream
     async def stream(self) -> AsyncIterator[GpuStatus]:
@@ -334,6 +335,27 @@ class GpuCollector:
                 if procs is not None:
                     self._procs = procs
             await asyncio.sleep(self.proc_interval)
+
+
+async def _collect(host: Host, argv: Sequence[str], timeout: float) -> tuple[int | None, str] | None:
+    """Run ``argv`` through ``host.stream``; (exit status, stdout), or None on a host error or timeout."""
+    try:
+        stream = host.stream(argv)
+    except (HostError, OSError):
+        return None
+    chunks: list[bytes] = []
+
+    async def read() -> None:
+        async for chunk in stream:
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(read(), timeout)
+    except (HostError, OSError, asyncio.TimeoutError):
+        return None
+    finally:
+        await _close_quietly(stream)
+    return stream.exit_status, b"".join(chunks).decode("utf-8", "replace")
 
 
 async def _close_quietly(stream: ByteStream) -> None:

@@ -237,9 +237,11 @@ def parse_csv(text: str, fields: Sequence[str] | None = None) -> CsvTable:
             i = names.index("name")
             extra = len(cells) - len(names)
             cells = cells[:i] + [", ".join(cells[i : i + extra + 1])] + cells[i + extra + 1 :]
+        if len(cells) != len(names):
+            continue  # an error message or a truncated line, not a row
         row = {n: parse_value(c, n) for n, c in zip(names, cells)}
-        for n in names[len(cells) :]:
-            row[n] = NA
+        if "index" in row and not isinstance(row["index"], int):
+            continue
         rows.append(row)
     return CsvTable(names, tuple(rows))
 
