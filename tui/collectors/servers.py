@@ -149,6 +149,7 @@ class ServerCollector:
         self._client: httpx.AsyncClient | None = None
         self._state: dict[str, _ServerState] = {}
         self._forwards: dict[tuple[str, int], int] = {}
+        self._forward_lock = asyncio.Lock()
 
     def set_specs(self, specs: Iterable[ServerSpec]) -> None:
         """Replace the watched servers (state is kept for names still present)."""
@@ -194,11 +195,23 @@ class ServerCollector:
             if self.host.is_local:
                 return f"http://127.0.0.1:{remote_port}"
         key = ("127.0.0.1", remote_port)
-        local = self._forwards.get(key)
-        if local is None:
-            local = await self.host.forward_port(remote_port)
-            self._forwards[key] = local
+        async with self._forward_lock:  # one forward per remote port, even when probed concurrently
+            local = self._forwards.get(key)
+            if local is None:
+                local = await self.host.forward_port(remote_port)
+                self._forwards[key] = local
         return f"{scheme}://127.0.0.1:{local}"
+
+    def _drop_forward(self, spec: ServerSpec) -> None:
+        """Forget a port forward after a refused probe (the tunnel may be stale): re-forward next time."""
+        if self.host.is_local:
+            return
+        port = spec.port
+        if spec.url is not None:
+            _, host, port, _ = split_url(spec.url)
+            if host not in _LOOPBACK:
+                return
+        self._forwards.pop(("127.0.0.1", int(port)), None)  # type: ignore[arg-type]
 
     async def _get(self, url: str, *, want_json: bool = False) -> _Probe:
         try:
@@ -246,6 +259,7 @@ class ServerCollector:
         elif health_p.error == "refused":
             state, message = "down", health_p.body or "connection refused"
             st.prev = None
+            self._drop_forward(spec)
         elif health_p.error == "timeout":
             if st.seen_ready:
                 state, message = "unhealthy", f"/health did not answer within {self.probe_timeout:g} s"
