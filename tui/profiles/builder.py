@@ -364,6 +364,10 @@ class _Build:
                     i += 1
                 elif spec is None:
                     value = True  # an unlisted switch
+                elif nxt is not None and not nxt.startswith("--"):
+                    self.error(key, f"--{name} needs a value; the next token {nxt!r} starts with '-'")
+                    i += 1
+                    continue
                 else:
                     self.error(key, f"--{name} needs a value")
                     continue
