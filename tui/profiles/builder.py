@@ -214,6 +214,38 @@ class _Build:
         return f"--{name}={sval}"
 
     # ------------------------------------------------------------------ parts
+    def types_ok(self) -> bool:
+        """Form input arrives untyped: every text field must be text before anything else."""
+        p = self.p
+        n = len(self.issues)
+        for key, v in (("model", p.model), ("host", p.host), ("python", p.python),
+                       ("attention.backend", p.attention_backend), ("attention.prefill", p.prefill_backend),
+                       ("attention.decode", p.decode_backend), ("extra_args", p.extra_args),
+                       ("nccl.preset", p.nccl_preset)):
+            if not isinstance(v, str):
+                self.error(key, f"expected text, got {type(v).__name__}")
+        for key, v in (("tp", p.tp), ("port", p.port)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                self.error(key, f"expected an integer, got {type(v).__name__}")
+        for table, items in (("env", p.env), ("nccl.overrides", p.nccl_overrides), ("flags", p.flags)):
+            for item in items:
+                if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+                    self.error(table, f"malformed entry {item!r}")
+                elif table != "flags" and not isinstance(item[1], str):
+                    self.error(f"{table}.{item[0]}", f"expected text, got {type(item[1]).__name__}")
+                elif table == "flags" and not isinstance(item[1], (bool, int, float, str)):
+                    self.error(f"flags.{item[0]}", f"expected true/false, a number or text, got {type(item[1]).__name__}")
+        sp = p.speculative
+        if sp is not None:
+            for key in ("algorithm", "draft_model"):
+                if not isinstance(getattr(sp, key), str):
+                    self.error(f"speculative.{key}", "expected text")
+            for key in ("num_steps", "eagle_topk", "num_draft_tokens"):
+                v = getattr(sp, key)
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                    self.error(f"speculative.{key}", f"expected a positive integer, got {v!r}")
+        return len(self.issues) == n
+
     def core(self) -> list[str]:
         p = self.p
         out: list[str] = []
@@ -436,8 +468,12 @@ def check_profile(
         prefix = demo_executable(profile.engine)
     else:
         prefix = engine_executable(profile)
-        if b.text(profile.python, "python") and (not profile.python or profile.python.strip() != profile.python):
-            b.error("python", f"invalid interpreter {profile.python!r}")
+        if isinstance(profile.python, str) and b.text(profile.python, "python") and (
+            not profile.python or profile.python.strip() != profile.python or "=" in profile.python
+        ):
+            b.error("python", f"invalid interpreter {profile.python!r} (a path or command name without '=')")
+    if not b.types_ok():
+        return None, b.issues
     args = b.core() + b.speculative() + b.table_flags() + b.extra()
     env = b.environment(nccl, allow_dangerous)
     if any(i.severity == "error" for i in b.issues):
