@@ -22,8 +22,9 @@ from tui.profiles.store import ProfileStore
 from tui.services.hosts import LocalHost
 from tui.util.safety import UnsafeInput
 
+# no shell variables of its own: a loop variable would clobber an exported one of the same name
 DUMP = """#!/bin/sh
-for a in "$@"; do printf '%s\\0' "$a"; done
+printf '%s\\0' "$@"
 printf '\\001ENV\\0'
 exec env -0
 """
@@ -36,8 +37,11 @@ texts = st.one_of(
     st.text(max_size=12),
     st.builds(lambda a, b: a + b, st.sampled_from(NASTY), st.text(max_size=6)),
 )
+#: variables /bin/sh itself rewrites at start-up (not something the builder controls)
+SH_OWN = {"PWD", "OLDPWD", "IFS", "PS1", "PS2", "PS4", "OPTIND", "SHLVL", "_", "ENV", "LINENO", "PPID"}
 env_names = st.one_of(st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,8}\Z"), texts,
-                      st.sampled_from(["PATH", "LD_PRELOAD", "NCCL_PROTO", "PYTHONPATH"]))
+                      st.sampled_from(["PATH", "LD_PRELOAD", "NCCL_PROTO", "PYTHONPATH"])).filter(
+    lambda k: k not in SH_OWN)
 
 
 #: printable text with shell metacharacters, quotes and unicode, never a control character
@@ -79,7 +83,8 @@ FIELDS = ("model", "tp", "host", "port", "python", "attention_backend", "flags",
 def profiles(draw) -> tuple[ServerProfile, bool]:
     """Mostly valid but shell-hostile values, with 0-2 fields replaced by arbitrary input."""
     engine = draw(st.sampled_from(["sglang", "vllm"]))
-    env_items = st.dictionaries(st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,8}\Z"), safe_value, max_size=4)
+    env_items = st.dictionaries(
+        st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,8}\Z").filter(lambda k: k not in SH_OWN), safe_value, max_size=4)
     spec = None
     if draw(st.booleans()):
         spec = Speculative(
