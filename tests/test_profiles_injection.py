@@ -8,6 +8,7 @@ NUL-separated. The same check over SSH uses the lead's sshd fixture with ``SshHo
 from __future__ import annotations
 
 import asyncio
+import shutil
 import json
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from tui.util.safety import UnsafeInput
 DUMP = """#!/bin/sh
 printf '%s\\0' "$@"
 printf '\\001ENV\\0'
-exec env -0
+exec {env} -0
 """
 
 NASTY = ["", " ", "a b", "$(id)", "`id`", "'", '"', "\\", ";", "|", "&&", "*", "~", "$HOME", "\t", "=", "-x",
@@ -148,7 +149,7 @@ def _run_through_sh(cmd: Command) -> tuple[list[str], dict[str, str]]:
 @pytest.fixture(scope="module")
 def dump_exe(tmp_path_factory) -> str:
     d = tmp_path_factory.mktemp("dump") / "dump argv"  # a space in the executable's path too
-    d.write_text(DUMP)
+    d.write_text(DUMP.format(env=shutil.which("env")))  # absolute: PATH may be a chosen value
     d.chmod(0o755)
     return str(d)
 
