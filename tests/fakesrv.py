@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 _pc = time.perf_counter
+#: per-process counters: requests, tokens, Σ realized TTFT, n, Σ realized gap, n
+NSTAT = 6
 
 
 class Cfg:
@@ -126,16 +128,17 @@ class Handler(asyncio.Protocol):
             return self.simple(200, {"object": "list", "data": [{"id": Cfg.model, "object": "model"}]})
         if method == "GET" and path == "/stats":
             st = Cfg.stats
-            req = sum(st[i] for i in range(0, len(st), 2))
-            tok = sum(st[i] for i in range(1, len(st), 2))
-            return self.simple(200, {"requests": req, "tokens": tok})
+            tot = [sum(st[i] for i in range(k, len(st), NSTAT)) for k in range(NSTAT)]
+            return self.simple(200, {"requests": tot[0], "tokens": tot[1],
+                                     "mean_ttft_ms": tot[2] / tot[3] * 1000 if tot[3] else None,
+                                     "mean_itl_ms": tot[4] / tot[5] * 1000 if tot[5] else None})
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             try:
                 req = json.loads(body)
             except ValueError:
                 return self.simple(400, {"error": {"message": "bad json"}}, "Bad Request")
-            Cfg.stats[Cfg.slot * 2] += 1
-            mode = headers.get("x-fake-mode") or Cfg.pattern[int(Cfg.stats[Cfg.slot * 2] - 1) % len(Cfg.pattern)]
+            Cfg.stats[Cfg.slot * NSTAT] += 1
+            mode = headers.get("x-fake-mode") or Cfg.pattern[int(Cfg.stats[Cfg.slot * NSTAT] - 1) % len(Cfg.pattern)]
             return self.stream(req, mode, chat=path.endswith("chat/completions"))
         return self.simple(404, {"error": {"message": "not found"}}, "Not Found")
 
@@ -166,7 +169,9 @@ class Handler(asyncio.Protocol):
         t_start = loop.time()
         write = self.t.write
         stats = Cfg.stats
-        slot1 = Cfg.slot * 2 + 1
+        slot1 = Cfg.slot * NSTAT + 1
+        t_rx = _pc()
+        last = [0.0]
 
         if chat:
             # role-only opening chunk, sent at once like vLLM
@@ -176,7 +181,15 @@ class Handler(asyncio.Protocol):
 
         def token(k: int) -> bytes:
             fr = '"length"' if k == n - 1 else "null"
-            return ("data: " + pre + fr + tail_fmt % _pc() + "\n\n").encode()
+            tw = _pc()
+            if k == 0:
+                stats[slot1 + 1] += tw - t_rx
+                stats[slot1 + 2] += 1
+            else:
+                stats[slot1 + 3] += tw - last[0]
+                stats[slot1 + 4] += 1
+            last[0] = tw
+            return ("data: " + pre + fr + tail_fmt % tw + "\n\n").encode()
 
         def finish() -> None:
             write(_chunk(usage) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
@@ -256,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     Cfg.pattern = [p.strip() for p in a.pattern.split(",") if p.strip()]
     Cfg.model = a.model
     Cfg.burst = a.burst
-    Cfg.stats = RawArray("d", 2 * a.procs)
+    Cfg.stats = RawArray("d", NSTAT * a.procs)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", a.port))
