@@ -20,7 +20,6 @@ import pytest
 from tests.conftest import tunedeck_cmd
 
 REPO = Path(__file__).resolve().parent.parent
-sim_engines = pytest.importorskip("tui.sim.engine", reason="the simulated engines are not available")
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
@@ -78,11 +77,13 @@ def test_ab_demo_tuned_wins_and_nothing_left_running(profiles):
     rows = {row["key"]: row for row in cmp["rows"]}
     peak = rows["peak_output_tok_s"]
     single = rows["single_decode_tok_s"]
-    # docs/sim-model.md: sglang-tuned decodes faster than sglang-base by the documented factor
-    from tests.simfix_ab import EXPECTED_TUNED_GAIN_PCT, TOLERANCE_PCT
+    # the sim's perf model (docs/sim-model.md): flashinfer 0.97, 4 decode steps, NCCL all-reduce
+    # with the PCIe preset -> about +9.4% at C=1 and +15% at C=16
+    from tests.simfix_ab import expected_gain_pct
 
-    assert abs(single["delta_pct"] - EXPECTED_TUNED_GAIN_PCT) <= TOLERANCE_PCT, single
-    assert peak["outcome"] == "better", peak
+    assert abs(single["delta_pct"] - expected_gain_pct(1)) <= 3.0, (single, expected_gain_pct(1))
+    assert single["outcome"] == "better" and peak["outcome"] == "better", peak
+    assert abs(peak["delta_pct"] - expected_gain_pct(16)) <= 6.0, (peak, expected_gain_pct(16))
     names = {c["name"] for c in cmp["config_diff"]}
     assert {"--attention-backend", "--num-continuous-decode-steps", "--disable-custom-all-reduce",
             "NCCL_PROTO"} <= names

@@ -49,7 +49,7 @@ class CompareTable(DataTable):
 
     def _cells(self, row: Row) -> dict[str, Text]:
         style = self._style(row)
-        delta = "" if row.delta_pct is None else fmt_pct(row.delta_pct)
+        delta = "" if row.delta_pct is None or row.outcome == "same" else fmt_pct(row.delta_pct)
         return {
             "metric": Text(row.label),
             "a": Text(fmt_value(row.a, row.unit), justify="right"),

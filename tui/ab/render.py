@@ -21,7 +21,7 @@ def fmt_value(stat: Stat | None, unit: str) -> str:
 
 
 def fmt_delta(row: Row) -> str:
-    if row.delta_pct is None:
+    if row.delta_pct is None or row.outcome == "same":
         return ""
     from tui.ab.compare import fmt_pct
 

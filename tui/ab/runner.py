@@ -338,6 +338,7 @@ class ABRunner:
     async def _stop_existing(self) -> None:
         running = await self.ops.running_servers()
         if not running:
+            self._emit("info", f"no server of ours running on {self.ops.host_label}")
             return
         desc = "; ".join(s.description for s in running)
         question = f"Stop what is running on {self.ops.host_label} ({desc}) to start the A/B?"
