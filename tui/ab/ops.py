@@ -80,6 +80,11 @@ class HostOps:
         errors = [w for w in getattr(cmd, "warnings", ()) if getattr(w, "severity", "") == "error"]
         if errors:
             raise ValueError("; ".join(str(e) for e in errors))
+        argv = list(cmd.argv)
+        if self.demo and argv[:3] == [sys.executable, "-m", "tui"]:
+            # ``python -m tui`` only imports from a source checkout's cwd; the launched server runs
+            # in its run folder. The demo host's PATH has a ``tunedeck`` shim that sets PYTHONPATH.
+            argv = ["tunedeck", *argv[3:]]
         served = prof.model
         for k, v in getattr(prof, "flags", ()) or ():
             if k in ("served-model-name", "served_model_name") and isinstance(v, str):
@@ -88,7 +93,7 @@ class HostOps:
             name=prof.name,
             engine=prof.engine,
             model=prof.model,
-            argv=tuple(cmd.argv),
+            argv=tuple(argv),
             env=dict(cmd.env_dict() if callable(getattr(cmd, "env_dict", None)) else dict(cmd.env)),
             port=int(prof.effective_port() if callable(getattr(prof, "effective_port", None)) else prof.port),
             served_model=served,
