@@ -45,9 +45,14 @@ def profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         (user / f"{dst}.toml").write_text(text)
         names[src] = dst
     bad = (user / "t-base.toml").read_text().replace('name = "t-base"', 'name = "t-oom"')
-    bad = bad.replace("schema_version = 1", 'schema_version = 1\nextra_args = "--sim-fault oom"', 1)
+    typo = bad.replace('name = "t-oom"', 'name = "t-typo"')
+    bad = bad.replace("schema_version = 1",
+                      'schema_version = 1\nextra_args = "--sim-fault oom"\nallow_unlisted_flags = true', 1)
     (user / "t-oom.toml").write_text(bad)
     names["oom"] = "t-oom"
+    typo = typo.replace("schema_version = 1", 'schema_version = 1\nextra_args = "--attention-backnd triton"', 1)
+    (user / "t-typo.toml").write_text(typo)
+    names["typo"] = "t-typo"
     return names
 
 
@@ -109,3 +114,12 @@ def test_ab_demo_b_fails_to_start(profiles):
     r2 = run_cli("journal", "list", "--kind", "ab", "--json")
     ent = json.loads(r2.stdout)[-1]
     assert ent["status"] == "failed" and ent["a"]["runs"][0]["levels"]  # A's results kept
+
+
+def test_ab_refuses_a_bad_profile_before_launching_anything(profiles):
+    r = run_cli("ab", profiles["sglang-base"], profiles["typo"], "--demo", "--plan", "quick", "--yes")
+    assert r.returncode == 1
+    assert "B (t-typo):" in r.stderr and "--attention-backnd" in r.stderr
+    assert "launching" not in r.stderr
+    alive, apps = asyncio.run(nothing_running())
+    assert alive == [] and not apps
