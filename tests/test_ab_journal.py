@@ -74,3 +74,17 @@ def test_exports():
     assert rows[2]["profile"] == "sglang-base vs sglang-tuned" and rows[2]["links"] == "bench-1"
     assert rows[2]["server_log"] == "/a.log"
     assert json.loads(export(ents, "json"))[2]["id"] == "ab-1"
+
+
+def test_results_store_runs_are_listed_once():
+    from tui.util.files import atomic_write_json
+
+    d = data_dir() / "results" / "20261130-100000-abcdef"
+    atomic_write_json(d / "meta.json", {"created": 1.8e9, "profile": "p", "params": {"max_concurrency": 8}})
+    atomic_write_json(d / "summary.json", {"output_throughput": 10.0, "partial": False})
+    j = Journal()
+    ents = j.entries(include_results=True)
+    assert [(e["kind"], e["id"], e["concurrency"]) for e in ents] == [("bench", "20261130-100000-abcdef", 8)]
+    j.record_bench("20261130-100000-abcdef", profile="p", concurrency=8, summary={"output_throughput": 10.0})
+    assert len(j.entries(include_results=True)) == 1
+    assert j.entries()[0].get("source") is None

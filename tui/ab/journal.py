@@ -145,8 +145,10 @@ class Journal:
             return []
         return [r for r in read_jsonl(self.path) if isinstance(r, dict) and r.get("kind") in KINDS]
 
-    def entries(self, kind: str | None = None) -> list[dict[str, Any]]:
-        """One entry per id (its latest record), oldest first; an unfinished A/B reads 'interrupted'."""
+    def entries(self, kind: str | None = None, *, include_results: bool = False) -> list[dict[str, Any]]:
+        """One entry per id (its latest record), oldest first; an unfinished A/B reads 'interrupted'.
+
+        ``include_results`` adds the benchmark runs of the results store the journal lacks."""
         latest: dict[tuple[str, str], dict[str, Any]] = {}
         first_time: dict[tuple[str, str], str] = {}
         for r in self.records():
@@ -162,6 +164,8 @@ class Journal:
             if r["kind"] == "ab" and r.get("status") == "running":
                 r["status"] = "interrupted"
             out.append(r)
+        if include_results and kind in (None, "bench"):
+            out += results_entries({str(k[1]) for k in latest if k[0] == "bench"})
         out.sort(key=lambda r: r.get("started", ""))
         return out
 
@@ -175,6 +179,43 @@ class Journal:
         if len(pre) == 1:
             return pre[0]
         return None
+
+
+def results_entries(known: set[str]) -> list[dict[str, Any]]:
+    """Benchmark runs in the results store that the journal does not list yet (run by
+    ``tunedeck bench`` directly, or before the journal existed), as ``bench`` entries."""
+    root = data_dir() / "results"
+    out: list[dict[str, Any]] = []
+    if not root.is_dir():
+        return out
+    for d in sorted(root.iterdir()):
+        if not d.is_dir() or d.name in known or d.name.startswith("."):
+            continue
+        try:
+            meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        try:
+            summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            summary = {}
+        if not isinstance(meta, dict) or not isinstance(summary, dict):
+            continue
+        params = meta.get("params") if isinstance(meta.get("params"), dict) else {}
+        created = meta.get("created")
+        when = (datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+                if isinstance(created, (int, float)) else "")
+        server = meta.get("server") if isinstance(meta.get("server"), dict) else {}
+        out.append({
+            "v": VERSION, "kind": "bench", "id": d.name, "time": when, "started": when,
+            "status": "partial" if summary.get("partial") or not summary else "completed",
+            "profile": meta.get("profile") or "", "host": meta.get("target") or "",
+            "concurrency": params.get("max_concurrency"),
+            "numbers": {k: summary[k] for k in BENCH_KEYS if k in summary},
+            "result_dir": str(d), "server_log": server.get("server_log"),
+            "launch_run_id": server.get("launch_run_id"), "source": "results",
+        })
+    return out
 
 
 def _clean(obj: Any) -> Any:
@@ -226,7 +267,8 @@ def _flat(e: Mapping[str, Any]) -> dict[str, Any]:
                    server_log=e.get("server_log") or "",
                    links=" ".join(x for x in (e.get("ab_id"), e.get("launch_run_id")) if x))
     elif kind == "launch":
-        row.update(profile=e.get("profile", ""), startup_s=e.get("startup_s", ""),
+        st = e.get("startup_s")
+        row.update(profile=e.get("profile", ""), startup_s=round(st, 2) if isinstance(st, float) else st,
                    server_log=e.get("server_log") or "", headline=e.get("diagnosis") or "",
                    links=e.get("ab_id") or "")
     for k, v in list(row.items()):
@@ -289,34 +331,45 @@ def _markdown(entries: list[Mapping[str, Any]]) -> str:
             out.append(f"| Metric | {_esc(cmp.get('a'))} | {_esc(cmp.get('b'))} | \u0394 | Verdict |")
             out.append("|---|---:|---:|---:|---|")
             for r in cmp.get("rows") or ():
+                unit = r.get("unit", "x")
+                delta = "" if r.get("outcome") == "same" else _fmt_delta(r.get("delta_pct"))
                 out.append(
-                    f"| {_esc(r.get('metric'))} | {_fmt_stat(r.get('a'))} | {_fmt_stat(r.get('b'))} | "
-                    f"{_fmt_delta(r.get('delta_pct'))} | {_esc(r.get('verdict'))} |"
+                    f"| {_esc(r.get('metric'))} | {_fmt_stat(r.get('a'), unit)} | {_fmt_stat(r.get('b'), unit)} | "
+                    f"{delta} | {_esc(r.get('verdict'))} |"
                 )
             diff = cmp.get("config_diff") or ()
             if diff:
                 out += ["", "Configuration difference (A \u2192 B): " + "; ".join(
-                    f"`{d['name']}` {d.get('a') if d.get('a') is not None else '(absent)'} \u2192 "
-                    f"{d.get('b') if d.get('b') is not None else '(absent)'}" for d in diff)]
+                    f"`{d['name']}` {_cfg_val(d.get('a'))} \u2192 {_cfg_val(d.get('b'))}" for d in diff)]
         for side in ("a", "b"):
             s = e.get(side) or {}
             for i, r in enumerate(s.get("runs") or ()):
                 ids = ", ".join(f"`{lv.get('run_id')}`" for lv in r.get("levels") or () if lv.get("run_id"))
+                st = r.get("startup_s")
                 out.append(
-                    f"- {side.upper()} run {i + 1}: startup {r.get('startup_s')} s, log "
+                    f"- {side.upper()} run {i + 1}: startup {'N/A' if st is None else f'{st:.1f}'} s, log "
                     f"`{r.get('server_log')}`, results {ids or 'none'}"
                 )
     out.append("")
     return "\n".join(out)
 
 
-def _fmt_stat(s: Any) -> str:
+def _cfg_val(v: Any) -> str:
+    if v is None:
+        return "(absent)"
+    return "(switch)" if v == "" else f"`{v}`"
+
+
+def _fmt_stat(s: Any, unit: str = "x") -> str:
     if not s:
         return "N/A"
     m = s.get("mean")
     if m is None:
         return "N/A"
-    txt = f"{m:,.1f}" if abs(m) >= 100 else f"{m:,.2f}"
+    if unit == "":
+        txt = f"{m:,.0f}"
+    else:
+        txt = f"{m:,.1f}" if abs(m) >= 100 or unit in ("tok/s", "s", "%") else f"{m:,.2f}"
     if s.get("spread") is not None:
         txt += f" \u00b1 {s['spread']:.2g}"
     return txt

@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 def run(args: argparse.Namespace) -> int:
     j = Journal()
     kind = getattr(args, "kind", None)
-    ents = j.entries(kind)
+    ents = j.entries(kind, include_results=True)
     if args.journal_cmd == "export":
         text = export(ents, args.format)
         if args.output:
