@@ -123,3 +123,40 @@ def test_ab_refuses_a_bad_profile_before_launching_anything(profiles):
     assert "launching" not in r.stderr
     alive, apps = asyncio.run(nothing_running())
     assert alive == [] and not apps
+
+
+@pytest.mark.timeout(300)
+async def test_pilot_one_key_runs_demo_ab_and_shows_comparison(profiles):
+    """In the TUI: mark A and B, press g; the real A/B runs over the simulator and the view appears."""
+    from textual.app import App
+
+    from tui.ab.ops import HostOps
+    from tui.screens.compare import CompareScreen
+    from tui.sim.demo import demo_host
+    from widgets.compare_chart import CompareChart
+    from widgets.compare_table import CompareTable
+
+    host = demo_host()
+    scr = CompareScreen(ops_factory=lambda: HostOps(host, demo=True),
+                        profiles=[profiles["sglang-base"], profiles["sglang-tuned"]], plan="quick")
+
+    class Demo(App):
+        def on_mount(self) -> None:
+            self.push_screen(scr)
+
+    app = Demo()
+    async with app.run_test(size=(120, 44)) as pilot:
+        await pilot.pause()
+        await pilot.press("1", "down", "2", "g")
+        assert scr.runner is not None
+        for _ in range(2400):
+            if scr.report is not None:
+                break
+            await pilot.pause(0.1)
+        assert scr.report is not None and scr.report.status == "completed", scr.report and scr.report.error
+        table = scr.query_one(CompareTable)
+        assert table.get_cell("peak_output_tok_s", "verdict").plain.startswith("B +")
+        chart = scr.query_one(CompareChart)
+        assert chart.series and all(vals for _, vals in chart.series)  # both runs' tok/s over time
+    alive, apps = await nothing_running()
+    assert alive == [] and not apps
