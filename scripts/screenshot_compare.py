@@ -48,12 +48,19 @@ class ShotApp(App):
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--journal", action="store_true")
+    ap.add_argument("--save-data", action="store_true",
+                    help="with --journal: also write the entry and its chart series to screenshots/compare-ab.json")
     ap.add_argument("--out", default=str(ROOT / "screenshots" / "compare.svg"))
     args = ap.parse_args()
     e = load_entry(args.journal)
     a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
     cmp = compare(a, b)
-    series = e.get("series") or [[], []]
+    series = e.get("series")
+    if not series:
+        got = CompareScreen()._series_of(a, b)
+        series = [list(got[0]), list(got[1])] if got else [[], []]
+    if args.save_data:
+        DATA.write_text(json.dumps({**e, "series": series}, indent=1) + "\n")
     scr = CompareScreen(ops_factory=lambda: None, profiles=[a.profile, b.profile, "sglang-eagle3", "vllm-baseline"],
                         a=a.profile, b=b.profile, comparison=cmp, series=(series[0], series[1]))
     app = ShotApp(scr)
