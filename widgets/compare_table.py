@@ -47,11 +47,36 @@ class CompareTable(DataTable):
             return _theme(self, "foreground-muted", "grey62") or "dim"
         return "dim"
 
+    @staticmethod
+    def short_label(row: Row) -> str:
+        """A compact metric name for the table (the full one is in exports)."""
+        c = f" C={row.concurrency}" if row.concurrency is not None else ""
+        k = row.key
+        if k == "single_output_tok_s":
+            return f"1-stream output tok/s{c}"
+        if k == "single_decode_tok_s":
+            return f"1-stream decode tok/s{c}"
+        if k == "peak_output_tok_s":
+            return f"Peak output tok/s{c}"
+        if k.startswith("output_tok_s_c"):
+            return f"Output tok/s{c}"
+        for pre, name in (("ttft_p50", "TTFT p50 ms"), ("ttft_p99", "TTFT p99 ms"),
+                          ("tpot_median", "TPOT median ms"), ("itl_p99", "ITL p99 ms")):
+            if k.startswith(pre):
+                return f"{name}{c}"
+        if k == "spec_acceptance_pct":
+            return f"Spec acceptance %{c}"
+        if k == "startup_s":
+            return "Startup s"
+        if k == "failed_requests":
+            return "Failed requests"
+        return row.label
+
     def _cells(self, row: Row) -> dict[str, Text]:
         style = self._style(row)
         delta = "" if row.delta_pct is None or row.outcome == "same" else fmt_pct(row.delta_pct)
         return {
-            "metric": Text(row.label),
+            "metric": Text(self.short_label(row)),
             "a": Text(fmt_value(row.a, row.unit), justify="right"),
             "b": Text(fmt_value(row.b, row.unit), justify="right"),
             "delta": Text(delta, justify="right", style=style),
@@ -60,11 +85,15 @@ class CompareTable(DataTable):
 
     def show(self, cmp: Comparison) -> None:
         """Show ``cmp``: update changed cells, add new rows, drop rows that went away."""
+        labels = (f"A {cmp.a_profile}".strip(), f"B {cmp.b_profile}".strip())
+        old = self.comparison
         self.comparison = cmp
-        self.columns["a"].label = Text(cmp.a)
-        self.columns["b"].label = Text(cmp.b)
         keys = {r.key for r in cmp.rows}
         with self.app.batch_update():
+            if old is None or (f"A {old.a_profile}".strip(), f"B {old.b_profile}".strip()) != labels:
+                self.clear(columns=True)  # new sides: headers (and widths) follow the profile names
+                for key, label in COLUMNS:
+                    self.add_column({"a": labels[0], "b": labels[1]}.get(key, label), key=key)
             for rk in list(self.rows):
                 if rk.value not in keys:
                     self.remove_row(rk)

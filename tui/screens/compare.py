@@ -92,7 +92,7 @@ class CompareScreen(Screen):
     """A/B: mark A and B, one key to run, and the comparison view."""
 
     DEFAULT_CSS = """
-    CompareScreen #ab-side { width: 34; border-right: solid $panel; padding: 0 1; }
+    CompareScreen #ab-side { width: 28; border-right: solid $panel; padding: 0 1; }
     CompareScreen #ab-profiles { height: 1fr; min-height: 5; }
     CompareScreen #ab-marks { height: auto; margin: 1 0; }
     CompareScreen #ab-main { padding: 0 1; }
