@@ -57,7 +57,7 @@ class CompareChart(Widget):
                 c = tuple(int(x) for x in col.split(",")) if "," in col else col
                 plt.plot(list(range(len(vals))), list(vals), label=label, color=c, marker="braille")
         top = max((max(vals) for _, vals in self.series if vals), default=1.0)
-        plt.ylim(0, top * 1.1 if top > 0 else 1.0)  # from zero: the gap reads at its true size
+        plt.ylim(0, top * 1.4 if top > 0 else 1.0)  # from zero (the gap at its true size); room for the legend
         plt.title(self.title)
         plt.xlabel("seconds")
         return Text.from_ansi(plt.build())
