@@ -104,8 +104,19 @@ class HostOps:
     async def running_servers(self) -> list[RunningServer]:
         from tui.services import launcher
 
+        from tui.services.hosts import HostError
+
+        runs = None
+        for attempt in range(3):  # read-only: a slow first SSH handshake or a blip is retried
+            try:
+                runs = await launcher.list_host_runs(self.host)
+                break
+            except HostError as e:
+                if not e.retryable or attempt == 2:
+                    raise
+                await asyncio.sleep(1.0 + attempt)
         out = []
-        for h in await launcher.list_host_runs(self.host):
+        for h in runs or ():
             if h.alive:
                 prof = h.meta.get("profile") if isinstance(h.meta, Mapping) else None
                 out.append(RunningServer(h.run_id, f"run {h.run_id}" + (f" ({prof})" if prof else "")
