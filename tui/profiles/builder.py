@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
-import sys
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -95,14 +93,9 @@ class Command:
 
 
 def demo_executable(engine: str) -> list[str]:
-    """The simulator standing in for the engine: ``tunedeck sim <engine>``.
-
-    Uses the installed ``tunedeck`` script when it is on PATH, else this interpreter with
-    ``-m tui`` (a source checkout).
-    """
-    if shutil.which("tunedeck"):
-        return ["tunedeck", "sim", engine]
-    return [sys.executable, "-m", "tui", "sim", engine]
+    """The simulator standing in for the engine: ``tunedeck sim <engine>`` (the demo host puts a
+    ``tunedeck`` shim first on its PATH, so this runs there even without an installed script)."""
+    return ["tunedeck", "sim", engine]
 
 
 def engine_executable(profile: ServerProfile) -> list[str]:
