@@ -374,3 +374,31 @@ def test_diff_commands():
     assert set(d2.removed) == {"disable-custom-all-reduce", "enable-metrics"}
     assert "~ --num-continuous-decode-steps: 4 → 8" in d2.lines()
     assert diff_commands(tuned, tuned).empty
+
+
+def test_secret_profiles_are_owner_only(user_dir):
+    store = ProfileStore()
+    p = store.save(load_profile_text('engine = "vllm"\nmodel = "m"\n[env]\nHF_TOKEN = "hf_x"\n', name="tok"))
+    assert Path(p.path).stat().st_mode & 0o777 == 0o600
+    q = store.save(load_profile_text(GOOD, name="plain"))
+    assert Path(q.path).stat().st_mode & 0o777 == 0o644
+
+
+def test_cli_list_and_show(user_dir):
+    user_dir.mkdir()
+    (user_dir / "broken.toml").write_text('engine = "sglang"\nmodel = "m"\nbogus = 1\n')
+    (user_dir / "mine.toml").write_text(GOOD)
+    r = run_cli("profiles", "list")
+    assert r.returncode == 0
+    assert "sglang-tuned" in r.stdout and "mine" in r.stdout
+    assert f"{user_dir / 'broken.toml'}:3: bogus:" in r.stderr
+    out = json.loads(run_cli("profiles", "list", "--json").stdout)
+    names = {p["name"]: p for p in out["profiles"]}
+    assert names["sglang-tuned"]["read_only"] and names["mine"]["source"] == "user"
+    assert out["errors"][0]["key"] == "bogus" and out["user_folder"] == str(user_dir)
+    r = run_cli("profiles", "show", "sglang-eagle3")
+    assert r.returncode == 0 and 'algorithm = "EAGLE3"' in r.stdout and "read-only" in r.stdout
+    shown = json.loads(run_cli("profiles", "show", "mine", "--json").stdout)
+    assert shown["nccl"] == {"preset": "pcie", "overrides": {"NCCL_BUFFSIZE": "8388608", "NCCL_NTHREADS": ""}}
+    r = run_cli("profiles", "show", "broken")
+    assert r.returncode == 1 and "broken.toml:3: bogus: unknown key" in r.stderr
