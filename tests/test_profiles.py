@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -402,3 +403,16 @@ def test_cli_list_and_show(user_dir):
     assert shown["nccl"] == {"preset": "pcie", "overrides": {"NCCL_BUFFSIZE": "8388608", "NCCL_NTHREADS": ""}}
     r = run_cli("profiles", "show", "broken")
     assert r.returncode == 1 and "broken.toml:3: bogus: unknown key" in r.stderr
+
+
+def test_profiles_core_never_loads_textual():
+    code = (
+        "import sys, importlib, pkgutil, tui.profiles as p\n"
+        "for m in pkgutil.iter_modules(p.__path__):\n"
+        "    importlib.import_module('tui.profiles.' + m.name)\n"
+        "import tui.commands.profiles, tui.commands.preflight\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich', 'widgets')]\n"
+        "assert not bad, bad\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert r.returncode == 0, r.stderr
