@@ -25,7 +25,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from tui.profiles.model import NcclPreset, ProfileError, ServerProfile
 from tui.profiles.presets import DEFAULT_NCCL, merge_nccl
@@ -507,7 +507,7 @@ def build_command(
         more = sum(1 for i in issues if i.severity == "error") - 1
         msg = first.message + (f" (and {more} more problem{'s' if more > 1 else ''})" if more > 0 else "")
         raise ProfileError(msg, path=profile.path or f"profile {profile.name}", key=first.key,
-                           line=_line_of(profile, first.key))
+                           line=line_of_key(profile, first.key))
     return cmd
 
 
@@ -521,7 +521,7 @@ def resolve_nccl(profile: ServerProfile, store: object | None = None) -> NcclPre
     return store.nccl_preset(profile.nccl_preset)  # type: ignore[attr-defined]
 
 
-def _line_of(profile: ServerProfile, key: str) -> int | None:
+def line_of_key(profile: ServerProfile, key: str) -> int | None:
     if not profile.path or not key:
         return None
     from pathlib import Path
@@ -537,6 +537,3 @@ def _line_of(profile: ServerProfile, key: str) -> int | None:
         parts = ["extra_args"]
     return key_line(text, tuple(parts))
 
-
-def command_env(cmd: Command) -> Mapping[str, str]:
-    return cmd.env_dict
