@@ -236,12 +236,9 @@ async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, u
     problems: list[str] = []
 
     async def run(argv: list[str], timeout: float = HELP_TIMEOUT) -> Any:
-        try:
-            return await host.run(argv, timeout=timeout)
-        except Exception as e:  # HostError and friends: report, don't crash
-            from tui.services.hosts import RunResult
-
-            return RunResult(None, "", str(e), lost=True)
+        # A HostError (unreachable, auth, host key, lost link) propagates: the caller shows it
+        # as the host's state; a command that fails on the host becomes a finding instead.
+        return await host.run(argv, timeout=timeout)
 
     vres, gres = await asyncio.gather(run(cmds["version"]), run(cmds["gpus"], 30.0))
     version = parse_version(vres.stdout) if vres.ok else None
