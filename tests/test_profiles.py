@@ -416,3 +416,19 @@ def test_profiles_core_never_loads_textual():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_diff_against_a_recorded_command():
+    from tui.profiles.diff import command_from_argv
+
+    store = ProfileStore()
+    for name in ("sglang-tuned", "vllm-baseline"):
+        cmd = build_command(store.get(name), store=store)
+        rec = command_from_argv(cmd.engine, list(cmd.argv), cmd.env_dict)
+        assert rec.prefix_len == cmd.prefix_len and diff_commands(rec, cmd).empty
+    old = command_from_argv("vllm", ["vllm", "serve", "m", "--tensor-parallel-size=8", "--max-num-seqs=256"], {})
+    new = build_command(store.get("vllm-baseline"), store=store)
+    d = diff_commands(old, new)
+    assert d.removed == {"max-num-seqs": "256"} and d.added == {"host": "0.0.0.0", "port": "8000"}
+    assert d.positional == (("m",), ("deepseek-ai/DeepSeek-V2-Lite-Chat",))
+    assert d.env_added == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
