@@ -23,7 +23,7 @@ from tui.profiles.formtext import env_to_text, flags_to_text, text_to_env, text_
 from tui.profiles.model import DEFAULT_PORTS, ProfileError, ServerProfile, dangerous_names
 from tui.profiles.schema import BUILTIN_BACKENDS
 from tui.profiles.store import ProfileStore
-from widgets.preset_form import FormChoices, FormMessage, FormValues, NcclChoice, PresetForm
+from widgets.preset_form import AttentionChoice, FormChoices, FormMessage, FormValues, NcclChoice, PresetForm
 
 
 def form_values(p: ServerProfile) -> FormValues:
@@ -118,7 +118,11 @@ class LaunchScreen(Screen):
         source = (f"{self.host.target if self.host else 'host'}'s {', '.join(self._host_backends)}"
                   if self._host_backends else "tunedeck's built-in list")
         nccl = tuple(NcclChoice(p.name, p.description, p.warning, p.vars) for p in self._nccl.values())
-        return FormChoices(backends=tuple(backends.items()), source=source, nccl=nccl)
+        attention = tuple(
+            AttentionChoice(a.engine, a.name, a.backend, a.prefill, a.decode, a.description)
+            for a in self.store.attention_presets()
+        )
+        return FormChoices(backends=tuple(backends.items()), source=source, nccl=nccl, attention=attention)
 
     def compose(self) -> ComposeResult:
         yield PresetForm(form_values(self.profile), self._choices(), id="form")
