@@ -432,3 +432,15 @@ def test_diff_against_a_recorded_command():
     assert d.removed == {"max-num-seqs": "256"} and d.added == {"host": "0.0.0.0", "port": "8000"}
     assert d.positional == (("m",), ("deepseek-ai/DeepSeek-V2-Lite-Chat",))
     assert d.env_added == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def test_package_entry_points(tmp_path):
+    from tui.profiles import build_command as bc, load_profile
+
+    cmd = bc(load_profile("sglang-tuned"), demo=True)
+    assert cmd.argv[:3] == ("tunedeck", "sim", "sglang") and cmd.env_dict["NCCL_ALGO"] == "Ring"
+    f = tmp_path / "x.toml"
+    f.write_text(GOOD)
+    assert load_profile(str(f)).name == "x"
+    with pytest.raises(ProfileError, match="no profile named"):
+        load_profile("nope")
