@@ -454,13 +454,14 @@ class Sim:
             await self.startup_sglang()
         else:
             await self.startup_vllm()
-        self.phase = "ready"
+        self.phase = "warmup"
         asyncio.create_task(self.publisher())
         asyncio.create_task(self.scheduler())
         if self.e == "vllm" and not self.a.disable_log_stats:
             asyncio.create_task(self.vllm_stats())
         if self.e == "sglang" and not self.a.skip_server_warmup:
             await self.sglang_warmup()
+        self.phase = "ready"
         if self.e == "sglang":
             self.log.sg("The server is fired up and ready to roll!")
         await asyncio.Event().wait()  # until cancelled by shutdown
@@ -966,7 +967,7 @@ class Sim:
         r = Req()
         self.req_counter += 1
         r.rng = random.Random((self.seed << 32) ^ (self.req_counter * 2654435761))
-        hexid = uuid.UUID(int=r.rng.getrandbits(128), version=4).hex
+        hexid = uuid.uuid4().hex
         if self.e == "vllm":
             r.rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + hexid
         else:
@@ -1491,7 +1492,7 @@ class Sim:
         return body
 
     def _common_checks(self, body: dict[str, Any], conn: Conn) -> bool:
-        if self.phase != "ready":
+        if self.phase not in ("ready", "warmup"):
             self._error(conn, 503, "The server is shutting down", "ServiceUnavailableError")
             return False
         model = body.get("model")
