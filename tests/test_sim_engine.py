@@ -450,3 +450,65 @@ def test_cuda_visible_devices_picks_gpus():
                            capture_output=True, text=True, cwd=REPO, timeout=20)
     used = [int(x.split(", ")[1]) for x in r.stdout.splitlines()]
     assert [i for i, u in enumerate(used) if u > 0] == [4, 5]
+
+
+# ---------------------------------------------------------------------- load, speculative decoding, aborts
+
+
+def test_util_and_power_rise_under_load_and_speculative_metrics():
+    import threading
+
+    p, port = sim("sglang", "--enable-metrics", "--speculative-algorithm", "EAGLE3", "--decode-log-interval", "10")
+    with p:
+        p.wait_ready()
+
+        def load() -> None:
+            httpx.post(f"http://127.0.0.1:{port}/v1/completions",
+                       json={"prompt": "x", "max_tokens": 120, "ignore_eos": True}, timeout=30)
+
+        ts = [threading.Thread(target=load) for _ in range(8)]
+        for t in ts:
+            t.start()
+        time.sleep(1.0)
+        r = subprocess.run([*tunedeck_cmd(), "sim", "smi", "--query-gpu=utilization.gpu,power.draw,clocks.sm",
+                            "--format=csv,noheader,nounits"], capture_output=True, text=True, cwd=REPO, timeout=20)
+        for t in ts:
+            t.join()
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        raw = p.raw
+    util, power, clock = r.stdout.splitlines()[0].split(", ")
+    assert int(util) >= 60 and float(power) > 300 and clock == "1980"
+    al = float(re.search(r"^sglang:spec_accept_length\{[^}]*\} ([\d.]+)$", metrics, re.M).group(1))
+    assert 2.0 < al < 3.5
+    assert re.search(r"Decode batch, .*accept len: [\d.]+, accept rate: [\d.]+, cuda graph", raw)
+    assert "Max running requests is reset to 48 for speculative decoding." in raw
+
+
+def test_vllm_spec_counters_and_client_abort():
+    p, port = sim("vllm", "-sc", '{"method":"eagle3","model":"d","num_speculative_tokens":3}')
+    with p:
+        p.wait_ready()
+        base = f"http://127.0.0.1:{port}"
+        httpx.post(f"{base}/v1/completions", json={"prompt": "x", "max_tokens": 60, "ignore_eos": True}, timeout=30)
+        with httpx.Client(timeout=10) as c:
+            with c.stream("POST", f"{base}/v1/completions",
+                          json={"prompt": "x", "max_tokens": 2000, "ignore_eos": True, "stream": True}) as r:
+                next(r.iter_lines())
+        time.sleep(0.5)
+        m = httpx.get(f"{base}/metrics").text
+    acc = float(re.search(r'^vllm:spec_decode_num_accepted_tokens_total\{[^}]*\} ([\d.]+)$', m, re.M).group(1))
+    drafts = float(re.search(r'^vllm:spec_decode_num_drafts_total\{[^}]*\} ([\d.]+)$', m, re.M).group(1))
+    assert drafts > 0 and 1.0 < 1 + acc / drafts < 3.5
+    assert 'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"}' in m
+    aborted = float(re.search(r'^vllm:request_success_total\{engine="0",finished_reason="abort",model_name="m"\} ([\d.]+)$', m, re.M).group(1))
+    assert aborted == 1
+
+
+def test_sim_speed_scales_startup():
+    p, port = sim("sglang", "--sim-speed", "10", load=20)
+    with p:
+        t0 = time.monotonic()
+        p.wait_ready(15)
+        assert time.monotonic() - t0 < 8
+        m = re.search(R["sg.weights_end"], p.raw)
+        assert m

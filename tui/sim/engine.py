@@ -431,7 +431,6 @@ class Sim:
         return f.code
 
     async def shutdown(self) -> None:
-        was_up = self.phase in ("ready", "serving") or self.http is not None
         self.phase = "stopping"
         if self.http is not None:
             if self.e == "vllm":
@@ -446,7 +445,6 @@ class Sim:
         elif self.sock is not None:
             self.sock.close()
         self.set_mem(0.0, 0)
-        del was_up
 
     # ------------------------------------------------------------------ start-up
     async def startup(self) -> None:
