@@ -514,3 +514,23 @@ def test_sim_speed_scales_startup():
         assert time.monotonic() - t0 < 8
         m = re.search(R["sg.weights_end"], p.raw)
         assert m
+
+
+def test_second_server_on_the_same_gpus_runs_out_of_memory():
+    a, _ = sim("sglang", load=1.0)
+    with a:
+        a.wait_ready()
+        v, _ = sim("vllm", load=1.0)
+        with v:
+            assert v.wait_exit(20) == 1
+        assert "is less than desired GPU memory utilization (0.92" in v.raw
+        s, _ = sim("sglang", load=1.0)
+        with s:
+            assert s.wait_exit(20) != 0
+        assert re.search(CLASSIFIER["oom"], s.raw)  # the weights no longer fit: OOM while loading
+        # on other GPUs it fits
+        ok, _ = sim("vllm", "--tensor-parallel-size", "1", "--sim-gpu-start", "8", load=1.0, env={"TUNEDECK_SIM_GPUS": "9"})
+        with ok:
+            ok.wait_ready()
+            # the first server still runs undisturbed
+            assert a.proc.poll() is None

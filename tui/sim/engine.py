@@ -37,7 +37,7 @@ from tui.sim.engine_args import (
     sglang_parser,
     vllm_parser,
 )
-from tui.sim.gpus import ServerRecord, load_config
+from tui.sim.gpus import ServerRecord, load_config, used_by_others
 from tui.sim.httpd import Conn, HttpServer, Request
 from tui.sim.metrics import Metrics
 
@@ -481,6 +481,7 @@ class Sim:
         mfs = a.mem_fraction_static or (0.88 if total > 100 else 0.85)
         baseline = 1.14
         ctx = 0.52
+        other = used_by_others(self.gpus, self.pid) / 1024.0  # memory other servers hold on our GPUs
         args_d = {k: v for k, v in vars(a).items() if not k.startswith("sim_")}
         L.sg(f"server_args={args_d!r}")
         if not a.attention_backend:
@@ -503,7 +504,7 @@ class Sim:
             L.sg(f"Memory baseline taken. mem usage={baseline:.2f} GB", rank=r)
         self.set_mem(ctx + baseline)
         await self.at(0.07)
-        avail0 = total - baseline - ctx
+        avail0 = total - baseline - ctx - other
         for r in self._ranks():
             L.sg(f"Load weight begin. avail mem={avail0 + 0.01 * (r % 2):.2f} GB", rank=r)
         if self.weights_gib > avail0:
@@ -528,7 +529,7 @@ class Sim:
                 rank=r,
             )
         await self.at(0.55)
-        kv = total * mfs - self.weights_gib - baseline
+        kv = total * mfs - self.weights_gib - baseline - other
         if a.sim_fault == "oom":
             self.sglang_oom(f"Tried to allocate {max(kv, 1.0) / 2:.2f} GiB", during="kv")
         if kv < 1.0:
@@ -744,6 +745,16 @@ class Sim:
             self._vllm_engine_failed(ec)
         self.set_mem(0.52, 0)
         await self.at(0.05)
+        other = used_by_others(self.gpus, self.pid) / 1024.0
+        free = total - other - 0.52
+        if free < total * a.gpu_memory_utilization:
+            L.vl(
+                f"ValueError: Free memory on device cuda:0 ({free:.2f}/{total:.2f} GiB) on startup is less than desired GPU "
+                f"memory utilization ({a.gpu_memory_utilization}, {total * a.gpu_memory_utilization:.2f} GiB). Decrease GPU memory "
+                "utilization or reduce GPU memory used by other processes.",
+                proc="Worker_TP0", pid=self.w(0), level="ERROR", where="multiproc_executor.py:759",
+            )
+            self._vllm_engine_failed(ec)
         port = 30000 + (self.pid % 20000)
         for r in self._ranks():
             L.vl(f"world_size={self.tp} rank={r} local_rank={r} distributed_init_method=tcp://127.0.0.1:{port} backend=nccl",
