@@ -190,7 +190,7 @@ class GpuCollector:
                     reader = asyncio.create_task(self._read(stream, q))
                     blocks = _Blocks()
                     noise: collections.deque[str] = collections.deque(maxlen=6)
-                    started = time.monotonic()
+                    started = progress = time.monotonic()
                     while True:
                         if blocks.known is None and blocks.cur and not blocks.emitted:
                             # first block: its size is unknown until an index repeats;
@@ -206,13 +206,22 @@ class GpuCollector:
                             item = None
                         try:
                             if item is None:
-                                item = await asyncio.wait_for(q.get(), self.watchdog)
+                                # the watchdog counts from the last GPU row, not the last line
+                                left = progress + self.watchdog - time.monotonic()
+                                if left <= 0:
+                                    raise asyncio.TimeoutError
+                                item = await asyncio.wait_for(q.get(), left)
                         except asyncio.TimeoutError:
-                            failure = GpuStatus(
-                                "unresponsive",
-                                message=f"no output from nvidia-smi for {self.watchdog:g} s",
-                                time=time.time(),
-                            )
+                            # still running but no rows: a recognised error text names the state
+                            known = classify_failure(None, "\n".join(noise)) if noise else None
+                            if known is not None and known[0] != "error":
+                                failure = GpuStatus(known[0], message=known[1], time=time.time())
+                            else:
+                                failure = GpuStatus(
+                                    "unresponsive",
+                                    message=f"no output from nvidia-smi for {self.watchdog:g} s",
+                                    time=time.time(),
+                                )
                             break
                         kind = item[0]
                         if kind == "line":
@@ -221,6 +230,7 @@ class GpuCollector:
                                 if item[1].strip():
                                     noise.append(item[1].strip())
                                 continue
+                            progress = time.monotonic()
                             for block in blocks.feed(gpu):
                                 got_block = True
                                 backoff = 1.0

@@ -292,10 +292,9 @@ class ServerCollector:
         if metrics_p.status == 200:
             m = prom.parse(metrics_p.body)
             detected = _detect_engine(m)
-            if detected:
+            if detected:  # the metric names are authoritative
                 st.engine = detected
-                if spec.engine == "auto":
-                    engine = detected
+                engine = detected
             figures = self._figures(m, engine, st, time.monotonic())
         elif metrics_p.status == 404:
             metrics_state = "disabled"
