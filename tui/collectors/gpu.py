@@ -36,6 +36,9 @@ from tui.services.hosts import ByteStream, Host, HostError
 
 NVIDIA_SMI = "nvidia-smi"
 
+#: Lines kept while the consumer is not iterating (the oldest are dropped).
+_MAX_QUEUED_LINES = 4096
+
 #: Per-command limit for one-shot nvidia-smi calls on the host (``timeout -k 2 10``).
 ONESHOT_TIMEOUT = 10
 
@@ -323,6 +326,8 @@ class GpuCollector:
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
                 for line in lines:
+                    if q.qsize() >= _MAX_QUEUED_LINES:  # nobody is reading: keep the newest
+                        q.get_nowait()
                     q.put_nowait(("line", line.decode("utf-8", "replace")))
                 if len(buf) > 1 << 16:  # no newline in 64 KiB: not our output
                     buf = b""
