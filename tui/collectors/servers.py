@@ -198,7 +198,10 @@ class ServerCollector:
         async with self._forward_lock:  # one forward per remote port, even when probed concurrently
             local = self._forwards.get(key)
             if local is None:
-                local = await self.host.forward_port(remote_port)
+                try:
+                    local = await asyncio.wait_for(self.host.forward_port(remote_port), self.probe_timeout + 5)
+                except asyncio.TimeoutError:
+                    raise HostError("timeout", f"port forward to {remote_port} did not open") from None
                 self._forwards[key] = local
         return f"{scheme}://127.0.0.1:{local}"
 
