@@ -274,10 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", a.port))
     port = sock.getsockname()[1]
-    print(f"PORT {port}", flush=True)
     if a.refuse_until > 0:
+        print(f"PORT {port}", flush=True)
         time.sleep(a.refuse_until)  # bound but not listening: connections are refused
-    sock.listen(4096)
+        sock.listen(4096)
+    else:
+        sock.listen(4096)  # listening before the port is announced: no refused first connect
+        print(f"PORT {port}", flush=True)
     sock.setblocking(False)
     children = []
     for i in range(1, a.procs):
