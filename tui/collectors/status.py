@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from tui.collectors.gpu import GpuCollector
 from tui.collectors.hoststats import HostCollector
@@ -13,12 +13,50 @@ from tui.services.hosts import Host, HostError
 
 
 async def known_servers(host: Host) -> tuple[ServerSpec, ...]:
-    """Servers tunedeck launched on ``host`` (from the run registry).
-
-    Hook for the launcher: return a ServerSpec per live run (name, engine,
-    port, run_id, model). Until the run registry exists it knows none.
+    """Servers tunedeck launched on ``host``: one ServerSpec per run record that
+    has not ended and has a port (local records only; no round trip to the host).
     """
-    return ()
+    from tui.services.launcher import RunStore, target_name
+
+    specs = []
+    for rec in RunStore().all(target_name(host)):
+        if rec.ended_ or not rec.port:
+            continue
+        engine = rec.engine if rec.engine in ("sglang", "vllm") else "auto"
+        try:
+            specs.append(
+                ServerSpec(
+                    name=rec.profile or f"{engine}:{rec.port}",
+                    engine=engine,
+                    port=int(rec.port),
+                    run_id=rec.run_id,
+                    model=model_from_argv(rec.argv),
+                )
+            )
+        except (ValueError, TypeError):
+            continue
+    # two live runs with the same profile name: keep both, tell them apart by run id
+    names = [s.name for s in specs]
+    return tuple(
+        s if names.count(s.name) == 1 else ServerSpec(f"{s.name}:{s.run_id}", s.engine, s.port, s.run_id, s.model)
+        for s in specs
+    )
+
+
+def model_from_argv(argv: Sequence[str]) -> str:
+    """The model an engine command line serves (``--model-path``, ``--model``, ``vllm serve MODEL``)."""
+    args = list(argv)
+    for flag in ("--served-model-name", "--model-path", "--model"):
+        for i, a in enumerate(args):
+            if a == flag and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(flag + "="):
+                return a.split("=", 1)[1]
+    if "serve" in args:
+        i = args.index("serve")
+        if i + 1 < len(args) and not args[i + 1].startswith("-"):
+            return args[i + 1]
+    return ""
 
 
 async def collect_status(
