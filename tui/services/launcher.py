@@ -27,7 +27,7 @@ import shlex
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import AsyncIterator, Mapping, Sequence
+from typing import AsyncIterator, Callable, Mapping, Sequence
 
 from tui.services.hosts import Host, HostError, LocalHost, RunResult, get_host
 from tui.util.files import atomic_write_json
@@ -769,6 +769,61 @@ class LogFollower:
             await s.aclose()
 
 
+async def follow_forever(
+    host: Host,
+    log_path: str,
+    offset: int,
+    on_chunk: Callable[[bytes], None],
+    stop: asyncio.Event,
+    *,
+    idle: float = 1.0,
+    on_idle: Callable[[], None] | None = None,
+    on_error: Callable[[Exception, int], None] | None = None,
+    run_id: str | None = None,
+    store: RunStore | None = None,
+    persist: bool = False,
+) -> int:
+    """Follow ``log_path`` from ``offset`` until ``stop`` is set, reconnecting with
+    backoff after a lost link (resuming at the consumed offset, so nothing is lost or
+    repeated). ``on_idle`` runs after ``idle`` seconds without data. Returns the offset."""
+    backoff = 0.5
+    attempt = 0
+    while not stop.is_set():
+        f = LogFollower(host, log_path, offset, run_id=run_id, store=store, persist=persist)
+        it = f.chunks().__aiter__()
+        try:
+            while not stop.is_set():
+                try:
+                    chunk = await asyncio.wait_for(it.__anext__(), idle)
+                except asyncio.TimeoutError:
+                    if on_idle is not None:
+                        on_idle()
+                    continue
+                except StopAsyncIteration:
+                    break
+                offset = f.offset
+                on_chunk(chunk)
+                backoff, attempt = 0.5, 0
+        except (HostError, OSError) as e:
+            attempt += 1
+            if on_error is not None:
+                on_error(e, attempt)
+        finally:
+            offset = f.offset
+            try:
+                await it.aclose()  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001
+                pass
+            await f.close()
+        if not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), backoff)
+            except asyncio.TimeoutError:
+                pass
+            backoff = min(backoff * 2, 10.0)
+    return offset
+
+
 async def read_log(host: Host, log_path: str, offset: int = 0, limit: int | None = None) -> bytes:
     """The log from ``offset`` (at most ``limit`` bytes) as bytes (one command)."""
     check_text(log_path, "log path")
@@ -810,6 +865,7 @@ __all__ = [
     "StopResult",
     "compute_apps",
     "find_host_run",
+    "follow_forever",
     "gpu_memory_used",
     "launch",
     "list_host_runs",

@@ -26,9 +26,9 @@ from tui.services.launcher import (
     FAILED,
     READY,
     STARTING,
-    LogFollower,
     RunRecord,
     RunStore,
+    follow_forever,
     gpu_memory_used,
     process_alive,
     read_rc,
@@ -397,6 +397,33 @@ class StartupTracker:
         if mem is not None:
             self.set_gpu(mem)
 
+    async def probe_loop(self, stop: asyncio.Event) -> None:
+        """Liveness, /health and GPU memory at their intervals until ``stop`` (or the
+        startup ended: then only liveness keeps going, at a slower pace)."""
+        import httpx
+
+        t_alive = t_health = t_gpu = 0.0
+        async with httpx.AsyncClient(timeout=self.health_timeout, trust_env=False) as client:
+            while not stop.is_set():
+                now = self.clock()
+                starting = self.final is None
+                try:
+                    if now >= t_alive:
+                        t_alive = now + (self.alive_interval if starting else max(5.0, self.alive_interval))
+                        await self.check_alive_once()
+                    if starting and self.probe_health and now >= t_health:
+                        t_health = now + self.health_interval
+                        await self.probe_health_once(client)
+                    if starting and self.poll_gpu and now >= t_gpu:
+                        t_gpu = now + self.gpu_interval
+                        await self.poll_gpu_once()
+                except HostError:
+                    pass  # link down: the follow loop reconnects; keep the last values
+                try:
+                    await asyncio.wait_for(stop.wait(), 0.2)
+                except asyncio.TimeoutError:
+                    pass
+
     # ------------------------------------------------------------------ loop
     async def run(
         self,
@@ -408,61 +435,21 @@ class StartupTracker:
     ) -> StartupProgress:
         """Follow the log and probe until ready or failed (or ``timeout``); return the
         final snapshot. Connection losses are retried; the log resumes at its offset."""
-        import httpx
-
         deadline = None if timeout is None else self.clock() + timeout
         stop = asyncio.Event()
         log_path = f"{self.rec.run_dir}/log"
 
+        def on_chunk(chunk: bytes) -> None:
+            self.feed(chunk)
+            if self.catchup and len(chunk) < 65536:
+                self.catchup = False  # caught up with the existing log
+            if on_bytes is not None:
+                on_bytes(chunk)
+
         async def follow() -> None:
-            backoff = 0.5
-            while not stop.is_set():
-                f = LogFollower(self.host, log_path, self.offset)
-                try:
-                    it = f.chunks().__aiter__()
-                    while not stop.is_set():
-                        try:
-                            chunk = await asyncio.wait_for(it.__anext__(), 1.0)
-                        except asyncio.TimeoutError:
-                            self.flush()  # an unterminated tail after ~1 s of silence
-                            continue
-                        except StopAsyncIteration:
-                            break
-                        self.feed(chunk)
-                        if self.catchup and len(chunk) < 65536:
-                            self.catchup = False  # caught up with the existing log
-                        if on_bytes is not None:
-                            on_bytes(chunk)
-                        backoff = 0.5
-                    await it.aclose()  # type: ignore[attr-defined]
-                except HostError:
-                    pass
-                finally:
-                    await f.close()
-                if not stop.is_set():
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 10.0)
+            await follow_forever(self.host, log_path, self.offset, on_chunk, stop, on_idle=self.flush)
 
-        async def probes() -> None:
-            t_alive = t_health = t_gpu = 0.0
-            async with httpx.AsyncClient(timeout=self.health_timeout, trust_env=False) as client:
-                while not stop.is_set():
-                    now = self.clock()
-                    try:
-                        if now >= t_alive:
-                            t_alive = now + self.alive_interval
-                            await self.check_alive_once()
-                        if self.probe_health and now >= t_health:
-                            t_health = now + self.health_interval
-                            await self.probe_health_once(client)
-                        if self.poll_gpu and now >= t_gpu:
-                            t_gpu = now + self.gpu_interval
-                            await self.poll_gpu_once()
-                    except HostError:
-                        pass  # link down: the follow loop reconnects; keep the last values
-                    await asyncio.sleep(0.2)
-
-        tasks = [asyncio.create_task(follow()), asyncio.create_task(probes())]
+        tasks = [asyncio.create_task(follow()), asyncio.create_task(self.probe_loop(stop))]
         snap = self.snapshot()
         try:
             while True:
