@@ -134,6 +134,9 @@ class GpuStatus:
     processes: tuple[GpuProcess, ...] = ()
     message: str = ""
     time: float = 0.0
+    #: Wall-clock time of the next attempt after a failure (0.0: none scheduled);
+    #: lets the UI show a retry countdown.
+    retry_at: float = 0.0
 
 
 # --------------------------------------------------------------------------- host
