@@ -13,12 +13,25 @@ from tui.services.hosts import Host, HostError
 
 
 async def known_servers(host: Host) -> tuple[ServerSpec, ...]:
-    """Servers tunedeck launched on ``host`` (from the run registry).
+    """Servers tunedeck launched on ``host``: one ServerSpec per live run folder with a port."""
+    from tui.services.launcher import list_host_runs
 
-    Hook for the launcher: return a ServerSpec per live run (name, engine,
-    port, run_id, model). Until the run registry exists it knows none.
-    """
-    return ()
+    specs: list[ServerSpec] = []
+    for run in await list_host_runs(host):
+        port = run.meta.get("port")
+        if not run.alive or not isinstance(port, int):
+            continue
+        engine = run.meta.get("engine")
+        name = run.meta.get("profile") or run.run_id
+        specs.append(
+            ServerSpec(
+                str(name),
+                engine if engine in ("sglang", "vllm") else "auto",
+                port,
+                run_id=run.run_id,
+            )
+        )
+    return tuple(specs)
 
 
 async def collect_status(

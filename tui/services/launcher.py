@@ -163,15 +163,19 @@ _LAUNCH_SCRIPT = r"""set -u
 rid="$1"
 {base}umask 077
 dir="$base/$rid"
+start_cwd=$(pwd)
 mkdir -p "$dir" || {{ echo "ERR cannot create $dir"; exit 3; }}
 cd "$dir" || exit 3
+printf '%s\n' "$start_cwd" > cwd
 cat > run.sh <<'{d}'
 cd "$(dirname -- "$0")" || exit 1
 echo $$ > pid.tmp && mv pid.tmp pid
 sed 's/.*) //' /proc/$$/stat | cut -d' ' -f20 > starttime.tmp && mv starttime.tmp starttime
 trap true TERM
-{cmd} >> log 2>&1 < /dev/null
-echo $? > rc
+run_dir=$(pwd)
+cd -- "$(cat cwd)" 2>/dev/null || cd -- "$HOME" 2>/dev/null || cd /
+{cmd} >> "$run_dir/log" 2>&1 < /dev/null
+echo $? > "$run_dir/rc"
 {d}
 cat > argv.json <<'{d}'
 {argv_json}

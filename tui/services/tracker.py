@@ -111,7 +111,7 @@ class StartupTracker:
         stall_after: float = 300.0,
         health_interval: float = 2.0,
         alive_interval: float = 2.0,
-        gpu_interval: float = 5.0,
+        gpu_interval: float = 2.0,
         health_timeout: float = 2.0,
         probe_health: bool = True,
         poll_gpu: bool = True,
@@ -143,6 +143,7 @@ class StartupTracker:
         self.catchup = clock() - self.started > 10.0 or bool(rec.timeline and any("phase" in e for e in rec.timeline))
         self._phase_seen_at_catchup: set[str] = set()
         self.weight_rate_start: tuple[float, int] | None = None
+        self._bar_start: tuple[tuple[str, int], float, int] | None = None
         self.final: StartupProgress | None = None
         self._hkey = history_key(rec.target, rec.profile, rec.argv)
         self.expected = expected_durations(load_history(self._hkey))
@@ -210,6 +211,10 @@ class StartupTracker:
                 if ev.phase == "weight-loading" and ev.total and ev.n is not None:
                     if self.weight_rate_start is None or ev.n < self.weight_rate_start[1]:
                         self.weight_rate_start = (now, ev.n)
+                if ev.phase == "graph-capture" and ev.total and ev.n is not None:
+                    key = (ev.label, ev.total)
+                    if self._bar_start is None or self._bar_start[0] != key or ev.n < self._bar_start[2]:
+                        self._bar_start = (key, now, ev.n)
             elif isinstance(ev, ErrorEvent):
                 changed = True
         if changed:
@@ -334,6 +339,12 @@ class StartupTracker:
             if n > n0 and now > t0:
                 rate = (n - n0) / (now - t0)
                 rate_left = (total - n) / rate if rate > 0 else None
+        elif phase == "graph-capture" and st.graph and not st.graph_done and self._bar_start is not None:
+            (_, _), t0, n0 = self._bar_start
+            n, total = st.graph
+            if n > n0 and now > t0:
+                rate = (n - n0) / (now - t0)
+                rate_left = (total - n) / rate if rate > 0 else None
         if exp:
             later = sum(exp.get(p, 0.0) for p in _ORDER[idx + 1 :])
             cur_exp = exp.get(phase)
@@ -344,6 +355,8 @@ class StartupTracker:
             else:
                 cur_left = 0.0
             return fraction, cur_left + later, "history"
+        if rate_left is not None and phase != "weight-loading":
+            return fraction, rate_left, "rate"
         if rate_left is not None:
             # no history: scale the remaining phases by their default share of the weights phase
             w_share = weights["weight-loading"]
