@@ -66,7 +66,18 @@ def _from_profile(name: str, demo: bool) -> tuple[list[str], dict[str, str], str
 
     prof = ProfileStore().get(name)
     cmd = build_command(prof, demo=demo)
-    return list(cmd.argv), cmd.env_dict, prof.engine, prof.effective_port
+    argv = list(cmd.argv)
+    if demo:
+        argv = demo_argv(argv)
+    return argv, cmd.env_dict, prof.engine, prof.effective_port
+
+
+def demo_argv(argv: list[str]) -> list[str]:
+    """``python -m tui sim …`` → the demo host's ``tunedeck`` shim, which sets PYTHONPATH
+    itself, so the simulator starts whatever the server's working directory."""
+    if len(argv) >= 3 and argv[1:3] == ["-m", "tui"]:
+        return ["tunedeck", *argv[3:]]
+    return argv
 
 
 async def run(args: argparse.Namespace) -> int:

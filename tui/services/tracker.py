@@ -254,8 +254,11 @@ class StartupTracker:
                 return self.health == "ok"
             return True
         if self.health == "ok":
-            # a 200 from the port counts once the log says the server is up (or the log says nothing)
-            return st.engine is None or st.phase in ("warmup", "ready") or st.lines == 0
+            # a 200 from the port counts once the log shows the engine past loading; a command
+            # of unknown kind (no engine log) is ready on the 200 alone
+            if self.rec.engine not in ("sglang", "vllm") and st.engine is None:
+                return True
+            return st.phase in ("kv-cache", "graph-capture", "warmup", "ready")
         return False
 
     def _last_line(self) -> str | None:
