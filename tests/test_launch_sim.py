@@ -10,10 +10,10 @@ import subprocess
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tui.commands.launch import demo_argv
 from tui.profiles.builder import build_command
 from tui.profiles.store import ProfileStore
 from tui.services import launcher as L
+from tui.services.launcher import demo_argv
 from tui.services.hosts import get_host
 from tui.services.tracker import wait_ready
 

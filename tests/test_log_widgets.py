@@ -203,3 +203,45 @@ async def test_run_screen_attaches_shows_progress_and_stops():
             if run.alive:
                 await L.stop_run(host, L.RunStore().load(run.run_id), grace=1)
     assert L.RunStore().load(rec.run_id).status == "stopped"
+
+
+async def test_run_screen_launches_then_attaches_or_shows_refusal():
+    from tests.test_launcher import fake
+    from tui.screens.run import RunScreen
+    from tui.services import launcher as L
+    from tui.services.hosts import LocalHost
+
+    host = LocalHost()
+    argv, port = fake("sglang", None, "--load-seconds", "1")
+    screens = [
+        RunScreen.for_launch(host, argv, engine="sglang", port=port, profile="fake", tracker_options={"poll_gpu": False}),
+        RunScreen.for_launch(host, ["sleep", "1"], tracker_options={"poll_gpu": False}),
+    ]
+
+    class RunApp(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(screens[0])
+
+    app = RunApp()
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            s = screens[0]
+            for _ in range(100):
+                await pilot.pause(0.1)
+                p = s.query_one(StartupProgressView).progress
+                if p is not None and p.state == "ready":
+                    break
+            assert p is not None and p.state == "ready" and s.record.pid
+            assert s.record.run_id in str(s.query_one("#run-title").content)
+            # a second launch on the same host is refused and shown, nothing runs
+            app.push_screen(screens[1])
+            for _ in range(50):
+                await pilot.pause(0.1)
+                if screens[1].launch_error:
+                    break
+            assert screens[1].launch_error and s.record.run_id in screens[1].launch_error
+            assert "not launched" in screens[1].query_one(StartupProgressView).text
+    finally:
+        for run in await L.list_host_runs(host):
+            if run.alive:
+                await L.stop_run(host, L.RunStore().load(run.run_id), grace=2)

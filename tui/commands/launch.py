@@ -11,7 +11,7 @@ from tui.commands._runs import err, host_from_args
 from tui.model import jsonable
 from tui.profiles.model import ProfileError
 from tui.services.hosts import HostError
-from tui.services.launcher import ENGINES, LaunchRefused, RunStore, launch
+from tui.services.launcher import ENGINES, LaunchRefused, RunStore, demo_argv, launch
 from tui.services.tracker import StartupTracker, format_progress
 from tui.util.safety import UnsafeInput, check_env_name
 
@@ -70,14 +70,6 @@ def _from_profile(name: str, demo: bool) -> tuple[list[str], dict[str, str], str
     if demo:
         argv = demo_argv(argv)
     return argv, cmd.env_dict, prof.engine, prof.effective_port
-
-
-def demo_argv(argv: list[str]) -> list[str]:
-    """``python -m tui sim …`` → the demo host's ``tunedeck`` shim, which sets PYTHONPATH
-    itself, so the simulator starts whatever the server's working directory."""
-    if len(argv) >= 3 and argv[1:3] == ["-m", "tui"]:
-        return ["tunedeck", *argv[3:]]
-    return argv
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import re
+from dataclasses import dataclass, field
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -22,12 +23,32 @@ from textual.widgets import Button, Footer, Label, Static
 
 from tui.model import StartupProgress
 from tui.services.hosts import Host, HostError
-from tui.services.launcher import RunRecord, RunStore, follow_forever, stop_run
+from tui.services.launcher import (
+    LaunchRefused,
+    RunRecord,
+    RunStore,
+    demo_argv,
+    follow_forever,
+    launch,
+    stop_run,
+)
+from tui.util.safety import UnsafeInput
 from tui.services.tracker import StartupTracker
 from widgets.server_log import ServerLog
 from widgets.startup_progress import StartupProgressView
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to launch when the screen opens (e.g. from LaunchScreen.LaunchRequested)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    engine: str = "other"
+    port: int | None = None
+    profile: str | None = None
 
 
 class LineSplitter:
@@ -114,8 +135,9 @@ class RunScreen(Screen[None]):
     def __init__(
         self,
         host: Host,
-        record: RunRecord,
+        record: RunRecord | None = None,
         *,
+        launch_spec: LaunchSpec | None = None,
         store: RunStore | None = None,
         stall_after: float = 300.0,
         max_lines: int = 10_000,
@@ -123,12 +145,19 @@ class RunScreen(Screen[None]):
         tracker_options: dict[str, object] | None = None,
     ) -> None:
         super().__init__()
+        if record is None and launch_spec is None:
+            raise ValueError("RunScreen needs a run record or a launch spec")
         self.host = host
-        self.record = record
+        self.launch_spec = launch_spec
         self.store = store or RunStore()
         self.grace = grace
         self.max_lines = max_lines
-        self.tracker = StartupTracker(host, record, store=self.store, stall_after=stall_after, **(tracker_options or {}))  # type: ignore[arg-type]
+        self.stall_after = stall_after
+        self.tracker_options = dict(tracker_options or {})
+        self.record = record or RunRecord(run_id="(launching)", target=getattr(host, "target", "local"),
+                                          argv=list(launch_spec.argv) if launch_spec else [])
+        self.tracker = self._make_tracker(self.record)
+        self.launch_error: str | None = None
         self.splitter = LineSplitter()
         self._stop = asyncio.Event()
         self.reconnects = 0
@@ -136,22 +165,61 @@ class RunScreen(Screen[None]):
         self.stop_result = None
 
     def compose(self) -> ComposeResult:
-        r = self.record
-        yield Static(
-            f"run {r.run_id} · {r.engine} · {r.profile or ' '.join(r.argv)[:60]} · {r.target}"
-            + (f" · port {r.port}" if r.port else ""),
-            id="run-title",
-        )
+        yield Static(self._title(), id="run-title")
         yield StartupProgressView(id="run-progress")
         yield ServerLog(max_lines=self.max_lines, id="run-log")
         yield Footer()
 
+    def _make_tracker(self, rec: RunRecord) -> StartupTracker:
+        return StartupTracker(self.host, rec, store=self.store, stall_after=self.stall_after, **self.tracker_options)  # type: ignore[arg-type]
+
+    @classmethod
+    def for_launch(
+        cls, host: Host, argv: list[str], env: dict[str, str] | None = None, *, engine: str = "other",
+        port: int | None = None, profile: str | None = None, demo: bool = False, **kw: object,
+    ) -> "RunScreen":
+        """A screen that launches first (refusals are shown, nothing runs), then attaches."""
+        spec = LaunchSpec(demo_argv(argv) if demo else list(argv), dict(env or {}), engine, port, profile)
+        return cls(host, None, launch_spec=spec, **kw)  # type: ignore[arg-type]
+
     def on_mount(self) -> None:
         self.query_one(ServerLog).focus()
+        if self.launch_spec is not None:
+            self.launch_then_attach()
+        else:
+            self._start_following()
+
+    def _start_following(self) -> None:
         self.follow_log()
         self.probe()
         self.set_interval(0.5, self._tick)
         self._tick()
+
+    @work(group="run-launch", exclusive=True, exit_on_error=False)
+    async def launch_then_attach(self) -> None:
+        spec = self.launch_spec
+        assert spec is not None
+        try:
+            rec = await launch(self.host, spec.argv, spec.env, engine=spec.engine, port=spec.port,
+                               profile=spec.profile, store=self.store)
+        except (LaunchRefused, HostError, UnsafeInput) as e:
+            self.launch_error = str(e)
+            self.query_one(StartupProgressView).update(
+                StartupProgress("", spec.engine, "failed", diagnosis=f"not launched: {e}")
+            )
+            self.notify(f"not launched: {e}", severity="error", timeout=10)
+            return
+        self.record = rec
+        self.tracker = self._make_tracker(rec)
+        self.query_one("#run-title", Static).update(self._title())
+        self._start_following()
+
+    def _title(self) -> str:
+        r = self.record
+        return (
+            f"run {r.run_id} · {r.engine} · {r.profile or ' '.join(r.argv)[:60]} · {r.target}"
+            + (f" · port {r.port}" if r.port else "")
+        )
 
     # ------------------------------------------------------------------ workers
     @work(group="run-follow", exit_on_error=False)
@@ -203,6 +271,9 @@ class RunScreen(Screen[None]):
 
     def action_stop(self) -> None:
         r = self.record
+        if r.pid is None:
+            self.notify("nothing to stop (the server was not launched)", severity="warning")
+            return
 
         def done(ok: bool | None) -> None:
             if ok:
@@ -229,4 +300,4 @@ class RunScreen(Screen[None]):
         self._stop.set()
 
 
-__all__ = ["ConfirmStop", "LineSplitter", "RunScreen"]
+__all__ = ["ConfirmStop", "LaunchSpec", "LineSplitter", "RunScreen"]

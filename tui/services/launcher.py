@@ -842,6 +842,16 @@ async def read_log(host: Host, log_path: str, offset: int = 0, limit: int | None
 # ============================================================================ lookups
 
 
+def demo_argv(argv: Sequence[str]) -> list[str]:
+    """``python -m tui sim …`` → the demo host's ``tunedeck`` shim, which sets PYTHONPATH
+    itself, so the simulator starts whatever the server's working directory."""
+    argv = list(argv)
+    if len(argv) >= 3 and argv[1:3] == ["-m", "tui"]:
+        return ["tunedeck", *argv[3:]]
+    return argv
+
+
+
 def host_for_record(rec: RunRecord) -> Host:
     if rec.target == "demo":
         return get_host(None, demo=True)
@@ -868,6 +878,7 @@ __all__ = [
     "RunStore",
     "StopResult",
     "compute_apps",
+    "demo_argv",
     "find_host_run",
     "follow_forever",
     "gpu_memory_used",
