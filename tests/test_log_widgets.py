@@ -245,3 +245,61 @@ async def test_run_screen_launches_then_attaches_or_shows_refusal():
         for run in await L.list_host_runs(host):
             if run.alive:
                 await L.stop_run(host, L.RunStore().load(run.run_id), grace=2)
+
+
+async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
+    """Close the view mid-log and open it again with resume: no line lost or shown twice."""
+    import re as _re
+
+    from tests.test_launcher import fake
+    from tui.screens.run import RunScreen
+    from tui.services import launcher as L
+    from tui.services.hosts import LocalHost
+
+    host = LocalHost()
+    argv, port = fake("sglang", None, "--numbered", "300", "--load-seconds", "0.5")
+    rec = await L.launch(host, argv, engine="sglang", port=port)
+    shown: list[str] = []
+
+    class RunApp(App[None]):
+        def __init__(self, screen: RunScreen) -> None:
+            super().__init__()
+            self.s = screen
+
+        def on_mount(self) -> None:
+            self.push_screen(self.s)
+
+    try:
+        first = RunScreen(host, rec, tracker_options={"poll_gpu": False})
+        async with RunApp(first).run_test(size=(120, 40)) as pilot:
+            for _ in range(100):
+                await pilot.pause(0.05)
+                log = first.query_one(ServerLog)
+                if sum(1 for ln in log.ring if ln.startswith("line ")) >= 60:
+                    break
+            first._stop.set()
+            await pilot.pause(0.3)
+            log.flush_now()
+            shown += list(log.ring)
+        saved = L.RunStore().load(rec.run_id).log_offset
+        assert saved > 0
+        again = L.RunStore().load(rec.run_id)
+        second = RunScreen(host, again, resume=True, tracker_options={"poll_gpu": False})
+        async with RunApp(second).run_test(size=(120, 40)) as pilot:
+            for _ in range(150):
+                await pilot.pause(0.1)
+                log = second.query_one(ServerLog)
+                log.flush_now()
+                if any("ready to roll" in ln for ln in log.ring):
+                    break
+            shown2 = list(log.ring)
+            assert shown2[0].startswith("── resumed at byte")
+            # the tracker still knows the whole startup (parsed the earlier bytes)
+            assert second.tracker.parser.state.weights == (8, 8)
+            shown += shown2[1:]
+        nums = [int(m.group(1)) for ln in shown if (m := _re.fullmatch(r"line (\d+)", ln))]
+        assert nums == list(range(1, 301))
+    finally:
+        for run in await L.list_host_runs(host):
+            if run.alive:
+                await L.stop_run(host, L.RunStore().load(run.run_id), grace=2)

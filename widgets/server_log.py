@@ -90,6 +90,15 @@ class ServerLog(Widget, can_focus=True):
     ServerLog.-searching > #log-search {
         display: block;
     }
+    ServerLog > #log-partial {
+        height: auto;
+        max-height: 1;
+        display: none;
+        color: $text-muted;
+    }
+    ServerLog.-partial > #log-partial {
+        display: block;
+    }
     ServerLog > #log-status {
         height: 1;
         background: $panel;
@@ -138,10 +147,12 @@ class ServerLog(Widget, can_focus=True):
         self.matches: list[int] = []  # line indices in the view
         self.match_index = -1
         self.total_lines = 0
+        self.partial = ""
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="search (regular expression; Enter to apply, Esc to clear)", id="log-search")
         yield _SeverityLog(max_lines=self.max_lines, id="log-view")
+        yield Static("", id="log-partial")
         yield Static("", id="log-status")
 
     def on_mount(self) -> None:
@@ -156,6 +167,13 @@ class ServerLog(Widget, can_focus=True):
     def append_lines(self, lines: Iterable[str]) -> None:
         """Queue lines (without newlines); they appear at the next batch."""
         self._pending.extend(lines)
+
+    def set_partial(self, text: str) -> None:
+        """Show an unterminated last line (a progress bar being redrawn) below the log;
+        it is not part of the log until its newline arrives."""
+        self.partial = text
+        self.set_class(bool(text), "-partial")
+        self.query_one("#log-partial", Static).update(Text(text, style="dim", no_wrap=True, overflow="ellipsis"))
 
     def append_text(self, text: str) -> None:
         self.append_lines(text.splitlines())

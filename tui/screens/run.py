@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import re
+import time
 from dataclasses import dataclass, field
 
 from textual import on, work
@@ -30,6 +31,7 @@ from tui.services.launcher import (
     demo_argv,
     follow_forever,
     launch,
+    read_log,
     stop_run,
 )
 from tui.util.safety import UnsafeInput
@@ -62,6 +64,14 @@ class LineSplitter:
         self._buf += self._dec.decode(data)
         *lines, self._buf = self._buf.split("\n")
         return [self._clean(x) for x in lines]
+
+    def partial(self) -> str:
+        """The unterminated tail as it would look now (last \r frame)."""
+        return self._clean(self._buf) if self._buf else ""
+
+    def pending_bytes(self) -> int:
+        """Bytes received but not yet shown (an unterminated line)."""
+        return len(self._buf.encode("utf-8", "surrogatepass")) + len(self._dec.getstate()[0])
 
     def flush(self) -> list[str]:
         if not self._buf:
@@ -143,6 +153,7 @@ class RunScreen(Screen[None]):
         max_lines: int = 10_000,
         grace: float = 30.0,
         tracker_options: dict[str, object] | None = None,
+        resume: bool = False,
     ) -> None:
         super().__init__()
         if record is None and launch_spec is None:
@@ -158,6 +169,10 @@ class RunScreen(Screen[None]):
                                           argv=list(launch_spec.argv) if launch_spec else [])
         self.tracker = self._make_tracker(self.record)
         self.launch_error: str | None = None
+        self.resume = resume
+        self.shown_offset = 0
+        self._saved_offset = -1
+        self._saved_at = 0.0
         self.splitter = LineSplitter()
         self._stop = asyncio.Event()
         self.reconnects = 0
@@ -225,24 +240,53 @@ class RunScreen(Screen[None]):
     @work(group="run-follow", exit_on_error=False)
     async def follow_log(self) -> None:
         log = self.query_one(ServerLog)
-        path = f"{self.record.run_dir}/log"
+        rec = self.record
+        path = f"{rec.run_dir}/log"
+        start = 0
+        if self.resume and rec.log_offset > 0:
+            # the tracker needs the earlier startup lines; the view starts where it left off
+            start = rec.log_offset
+            try:
+                earlier = await read_log(self.host, path, 0, limit=start)
+            except HostError:
+                earlier = b""
+            self.tracker.feed(earlier)
+            self.tracker.flush()
+            log.append_lines([f"── resumed at byte {start} (earlier output: tunedeck logs {rec.run_id}) ──"])
+        self.shown_offset = start
+        self.tracker.offset = start
 
         def on_chunk(chunk: bytes) -> None:
             self.tracker.feed(chunk)
             if self.tracker.catchup and len(chunk) < 65536:
                 self.tracker.catchup = False
-            log.append_lines(self.splitter.feed(chunk))
+            lines = self.splitter.feed(chunk)
+            log.append_lines(lines)
+            log.set_partial(self.splitter.partial())
+            # bytes of complete lines handed to the view: where a resume must start
+            self.shown_offset = self.tracker.offset - self.splitter.pending_bytes()
+            self._save_offset()
             self.link_error = None
 
         def on_idle() -> None:
             self.tracker.flush()
-            log.append_lines(self.splitter.flush())
+            self._save_offset(force=True)
 
         def on_error(e: Exception, attempt: int) -> None:
             self.reconnects += 1
             self.link_error = f"log link lost ({e}); reconnecting (attempt {attempt})"
 
-        await follow_forever(self.host, path, 0, on_chunk, self._stop, on_idle=on_idle, on_error=on_error)
+        await follow_forever(self.host, path, start, on_chunk, self._stop, on_idle=on_idle, on_error=on_error)
+        self._save_offset(force=True)
+
+    def _save_offset(self, force: bool = False) -> None:
+        if self.record.pid is None or self.shown_offset == self._saved_offset:
+            return
+        now = time.monotonic()
+        if not force and now - self._saved_at < 0.5:
+            return
+        self.store.update(self.record.run_id, log_offset=self.shown_offset)
+        self._saved_offset, self._saved_at = self.shown_offset, now
 
     @work(group="run-probe", exit_on_error=False)
     async def probe(self) -> None:
@@ -298,6 +342,7 @@ class RunScreen(Screen[None]):
 
     def on_unmount(self) -> None:
         self._stop.set()
+        self._save_offset(force=True)
 
 
 __all__ = ["ConfirmStop", "LaunchSpec", "LineSplitter", "RunScreen"]
