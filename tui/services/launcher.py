@@ -678,11 +678,13 @@ async def restart_run(host: Host, rec: RunRecord, *, grace: float = 30.0, store:
     """Stop ``rec`` then launch the same command again (env values come from the caller's
     original env when available; a redacted value is refused)."""
     store = store or RunStore()
+    if any(v == "<redacted>" for v in rec.env.values()):
+        raise LaunchRefused(
+            f"run {rec.run_id}: its stored environment holds redacted secrets; relaunch it from the profile"
+        )
     res = await stop_run(host, rec, grace=grace, store=store)
     if res.state not in ("stopped", "exited", "stale"):
         raise LaunchRefused(res.message)
-    if any(v == "<redacted>" for v in rec.env.values()):
-        raise LaunchRefused(f"run {rec.run_id}: its environment holds redacted secrets; launch it from the profile")
     return await launch(host, rec.argv, rec.env, engine=rec.engine, port=rec.port, profile=rec.profile, store=store)
 
 
