@@ -13,29 +13,32 @@ from tui.services.hosts import Host, HostError
 
 
 async def known_servers(host: Host) -> tuple[ServerSpec, ...]:
-    """Servers tunedeck launched on ``host``: one ServerSpec per run record that
-    has not ended and has a port (local records only; no round trip to the host).
+    """Servers tunedeck launched on ``host``: one ServerSpec per live run folder on the
+    host that has a port (so runs started from another machine or an earlier
+    dashboard are found too). The model comes from the local run record when
+    there is one.
     """
-    from tui.services.launcher import RunStore, target_name
+    from tui.services.launcher import RunStore, list_host_runs, target_name
 
-    specs = []
-    for rec in RunStore().all(target_name(host)):
-        if rec.ended_ or not rec.port:
+    local = {rec.run_id: rec for rec in RunStore().all(target_name(host))}
+    specs: list[ServerSpec] = []
+    for run in await list_host_runs(host):
+        port = run.meta.get("port")
+        if not run.alive or not isinstance(port, int):
             continue
-        engine = rec.engine if rec.engine in ("sglang", "vllm") else "auto"
-        try:
-            specs.append(
-                ServerSpec(
-                    name=rec.profile or f"{engine}:{rec.port}",
-                    engine=engine,
-                    port=int(rec.port),
-                    run_id=rec.run_id,
-                    model=model_from_argv(rec.argv),
-                )
+        engine = run.meta.get("engine")
+        name = run.meta.get("profile") or run.run_id
+        rec = local.get(run.run_id)
+        specs.append(
+            ServerSpec(
+                str(name),
+                engine if engine in ("sglang", "vllm") else "auto",
+                port,
+                run_id=run.run_id,
+                model=model_from_argv(rec.argv) if rec is not None else "",
             )
-        except (ValueError, TypeError):
-            continue
-    # two live runs with the same profile name: keep both, tell them apart by run id
+        )
+    # two live runs with the same profile name: tell them apart by run id
     names = [s.name for s in specs]
     return tuple(
         s if names.count(s.name) == 1 else ServerSpec(f"{s.name}:{s.run_id}", s.engine, s.port, s.run_id, s.model)
