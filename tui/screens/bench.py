@@ -198,6 +198,9 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         elif kind == "level_done":
             s = m["summary"]
             self.summaries.append(s)
+            if self.last_tick:
+                self.last_tick = {**self.last_tick, "completed": s["completed"], "failed": s["failed"],
+                                  "in_flight": 0}
             conc = s.get("max_concurrency") or s.get("max_concurrent_requests") or 0
             self.query_one("#sweep-chart", ThroughputChart).append("output tok/s", conc, s["output_throughput"])
             self.query_one("#pareto-chart", ThroughputChart).append(
