@@ -274,10 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", a.port))
     port = sock.getsockname()[1]
-    print(f"PORT {port}", flush=True)
     if a.refuse_until > 0:
+        print(f"PORT {port}", flush=True)
         time.sleep(a.refuse_until)  # bound but not listening: connections are refused
     sock.listen(4096)
+    if a.refuse_until <= 0:
+        print(f"PORT {port}", flush=True)  # only once connections are accepted
     sock.setblocking(False)
     children = []
     for i in range(1, a.procs):

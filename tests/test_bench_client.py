@@ -24,11 +24,15 @@ def test_dechunk_split_anywhere():
 
 
 def test_sse_split_keeps_arrival_time():
+    s = _SSE(keep=True)
+    s.feed(1.0, b'data: {"choices":[{"text":"a"}]}\n\nda')
+    s.feed(2.0, b'ta: {"choices":[{"text":"b"}]}\n')
+    s.feed(3.0, b'\n: comment\n\ndata: {"choices":[],"usage":{"completion_tokens":2}}\n\ndata: [DONE]\n\n')
+    assert [e[0] for e in s.events] == [1.0, 3.0, 3.0, 3.0, 3.0]
+    assert s.times == [1.0, 3.0] and s.usage == {"completion_tokens": 2} and s.done and s.bad == 0
     s = _SSE()
-    s.feed(1.0, b"data: a\n\nda")
-    s.feed(2.0, b"ta: b\n")
-    s.feed(3.0, b"\n: comment\n\ndata: c\n\n")
-    assert s.events == [(1.0, b"data: a"), (3.0, b"data: b"), (3.0, b": comment"), (3.0, b"data: c")]
+    s.feed(1.0, b"data: {bad\n\nnonsense line\n\n")
+    assert s.bad == 2 and s.times == []
 
 
 async def _one(url, mode, *, transport="lean", chat=False, n=8, read_timeout=600.0):
@@ -140,7 +144,7 @@ def test_r21_cli_not_ready_exit_code():
 @pytest.mark.parametrize("conc", [1, 64])
 def test_timing_within_2_percent(conc):
     """`tunedeck bench` (its own process, uvloop) reports the server's known TTFT and gap within 2 %."""
-    ttft_ms, itl_ms, n_out = 100.0, 20.0, 21
+    ttft_ms, itl_ms, n_out = 200.0, 20.0, 16
     n = max(6, conc)
     with FakeServer("--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)) as srv:
         r = subprocess.run(
