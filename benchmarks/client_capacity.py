@@ -245,6 +245,24 @@ class Server:
         line = self.p.stdout.readline()  # type: ignore[union-attr]
         self.url = f"http://127.0.0.1:{int(line.split()[1])}"
 
+    def cpu(self) -> float:
+        """CPU seconds used so far by the server's processes."""
+        import psutil
+
+        total = 0.0
+        try:
+            procs = [psutil.Process(self.p.pid)]
+            procs += procs[0].children(recursive=True)
+        except psutil.Error:
+            return 0.0
+        for pr in procs:
+            try:
+                t = pr.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
     def close(self) -> None:
         import signal
 
@@ -255,8 +273,11 @@ class Server:
         self.p.wait(10)
 
 
-def run_client(kind: str, url: str, c: int, n: int, out_len: int) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def run_client(kind: str, srv: "Server", c: int, n: int, out_len: int) -> dict[str, float]:
+    url = srv.url
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    s0, w0 = srv.cpu(), time.monotonic()
     r = subprocess.run(
         [sys.executable, __file__, "--child", kind, "--url", url, "--c", str(c), "--n", str(n),
          "--out-len", str(out_len)],
@@ -264,7 +285,10 @@ def run_client(kind: str, url: str, c: int, n: int, out_len: int) -> dict[str, f
     )
     if r.returncode != 0:
         raise RuntimeError(f"{kind} client failed: {r.stderr[-2000:]}")
-    return analyse(json.loads(r.stdout))
+    out = analyse(json.loads(r.stdout))
+    # server CPU over the client's whole life (warmup included): a rough "is the server the bottleneck" check
+    out["server_cores"] = (srv.cpu() - s0) / max(1e-6, time.monotonic() - w0)
+    return out
 
 
 def _median_runs(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -298,16 +322,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"fixed timing: TTFT {a.ttft_ms:g} ms, {a.itl_ms:g} ms between tokens, {a.out_len} tokens/request, "
               f"median of {a.repeats}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-        hdr = "{:>4} {:<13} {:>9} {:>8} {:>9} {:>10} {:>10} {:>10} {:>9}"
-        print(hdr.format("C", "client", "tok/s", "cores", "µs/token", "TTFT err", "ITL err", "lag mean", "lag p99"))
+        hdr = "{:>4} {:<13} {:>9} {:>8} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9}"
+        print(hdr.format("C", "client", "tok/s", "cores", "µs/token", "TTFT err", "ITL err", "lag mean", "lag p99",
+                         "srv cores"))
         for c in [int(x) for x in a.conc.split(",")]:
             for kind in clients:
-                runs = [run_client(kind, srv.url, c, c * a.rounds, a.out_len) for _ in range(a.repeats)]
+                runs = [run_client(kind, srv, c, c * a.rounds, a.out_len) for _ in range(a.repeats)]
                 m = _median_runs(runs)
                 results["timed"].append({"c": c, "client": kind, **m, "runs": runs})
                 print(hdr.format(c, kind, f"{m['tok_s']:.0f}", f"{m['cpu_cores']:.2f}",
                                  f"{m['cpu_us_per_token']:.1f}", f"{m['ttft_err_ms']:+.2f}ms",
-                                 f"{m['itl_err_ms']:+.3f}ms", f"{m['lag_mean_ms']:.2f}ms", f"{m['lag_p99_ms']:.2f}ms"),
+                                 f"{m['itl_err_ms']:+.3f}ms", f"{m['lag_mean_ms']:.2f}ms", f"{m['lag_p99_ms']:.2f}ms",
+                                 f"{m['server_cores']:.2f}"),
                       flush=True)
     finally:
         srv.close()
@@ -315,14 +341,15 @@ def main(argv: list[str] | None = None) -> int:
         srv = Server("--ttft-ms", "0", "--itl-ms", "0", "--procs", str(a.server_procs), "--burst", "64")
         try:
             print(f"\nzero delay: C={a.zero_conc}, {a.zero_out_len} tokens/request, tokens written back to back")
-            print("{:<13} {:>10} {:>14} {:>9}".format("client", "tok/s", "tok/s per core", "µs/token"))
+            print("{:<13} {:>10} {:>14} {:>9} {:>9}".format("client", "tok/s", "tok/s per core", "µs/token",
+                                                             "srv cores"))
             for kind in clients:
-                runs = [run_client(kind, srv.url, a.zero_conc, a.zero_conc, a.zero_out_len)
+                runs = [run_client(kind, srv, a.zero_conc, a.zero_conc, a.zero_out_len)
                         for _ in range(a.repeats)]
                 m = _median_runs(runs)
                 results["zero"].append({"client": kind, **m, "runs": runs})
-                print("{:<13} {:>10.0f} {:>14.0f} {:>9.2f}".format(kind, m["tok_s"], m["tok_s_per_core"],
-                                                                   m["cpu_us_per_token"]), flush=True)
+                print("{:<13} {:>10.0f} {:>14.0f} {:>9.2f} {:>9.2f}".format(
+                    kind, m["tok_s"], m["tok_s_per_core"], m["cpu_us_per_token"], m["server_cores"]), flush=True)
         finally:
             srv.close()
     if a.json:
