@@ -55,6 +55,30 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+SERVER_PID = 0
+
+
+def server_cpu() -> float:
+    """CPU seconds used so far by the server's processes (the parent and its forks)."""
+    if not SERVER_PID:
+        return 0.0
+    import psutil
+
+    total = 0.0
+    try:
+        procs = [psutil.Process(SERVER_PID)]
+        procs += procs[0].children(recursive=True)
+    except psutil.Error:
+        return 0.0
+    for pr in procs:
+        try:
+            t = pr.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def _body(i: int, out_len: int) -> dict[str, Any]:
     return {"model": "fake-model", "prompt": f"p {i} a b c d", "max_tokens": out_len, "stream": True,
             "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0.0}
@@ -81,9 +105,9 @@ async def _child_tunedeck(url: str, conc: int, n: int, out_len: int, transport: 
             return out
 
         await run(conc, False)  # warmup: open the connections
-        cpu0, t0 = _cpu(), _pc()
+        cpu0, s0, t0 = _cpu(), server_cpu(), _pc()
         res = await run(n, True)
-        cpu, wall = _cpu() - cpu0, _pc() - t0
+        cpu, wall, scpu = _cpu() - cpu0, _pc() - t0, server_cpu() - s0
     reqs = []
     for r in res:
         evs = []
@@ -93,7 +117,7 @@ async def _child_tunedeck(url: str, conc: int, n: int, out_len: int, transport: 
                 if j.get("choices"):
                     evs.append((t, j["tw"], j["tr"]))
         reqs.append({"start": r["start_time"], "ok": r["success"], "events": evs})
-    return {"cpu": cpu, "wall": wall, "requests": reqs}
+    return {"cpu": cpu, "wall": wall, "server_cpu": scpu, "requests": reqs}
 
 
 async def _child_aiohttp(url: str, conc: int, n: int, out_len: int) -> dict[str, Any]:
@@ -126,10 +150,10 @@ async def _child_aiohttp(url: str, conc: int, n: int, out_len: int) -> dict[str,
             return out
 
         await run(conc, False)
-        cpu0, t0 = _cpu(), _pc()
+        cpu0, s0, t0 = _cpu(), server_cpu(), _pc()
         res = await run(n, True)
-        cpu, wall = _cpu() - cpu0, _pc() - t0
-    return {"cpu": cpu, "wall": wall, "requests": [_lines_to_req(r) for r in res]}
+        cpu, wall, scpu = _cpu() - cpu0, _pc() - t0, server_cpu() - s0
+    return {"cpu": cpu, "wall": wall, "server_cpu": scpu, "requests": [_lines_to_req(r) for r in res]}
 
 
 async def _child_httpx_plain(url: str, conc: int, n: int, out_len: int) -> dict[str, Any]:
@@ -160,10 +184,10 @@ async def _child_httpx_plain(url: str, conc: int, n: int, out_len: int) -> dict[
             return out
 
         await run(conc, False)
-        cpu0, t0 = _cpu(), _pc()
+        cpu0, s0, t0 = _cpu(), server_cpu(), _pc()
         res = await run(n, True)
-        cpu, wall = _cpu() - cpu0, _pc() - t0
-    return {"cpu": cpu, "wall": wall, "requests": [_lines_to_req(r) for r in res]}
+        cpu, wall, scpu = _cpu() - cpu0, _pc() - t0, server_cpu() - s0
+    return {"cpu": cpu, "wall": wall, "server_cpu": scpu, "requests": [_lines_to_req(r) for r in res]}
 
 
 def _lines_to_req(r: dict[str, Any]) -> dict[str, Any]:
@@ -177,6 +201,8 @@ def _lines_to_req(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def child_main(a: argparse.Namespace) -> int:
+    global SERVER_PID
+    SERVER_PID = a.server_pid or 0
     if a.child == "aiohttp":
         import uvloop
 
@@ -229,6 +255,7 @@ def analyse(res: dict[str, Any]) -> dict[str, float]:
         "tok_s_per_core": tokens / res["cpu"] if res["cpu"] else 0.0,
         "cpu_us_per_token": res["cpu"] / tokens * 1e6 if tokens else float("nan"),
         "cpu_cores": res["cpu"] / res["wall"] if res["wall"] else 0.0,
+        "server_cores": res.get("server_cpu", 0.0) / res["wall"] if res["wall"] else 0.0,
         "ttft_ms": mean(ttft_meas) * 1000 if ttft_meas else float("nan"),
         "ttft_true_ms": mean(ttft_true) * 1000 if ttft_true else float("nan"),
         "ttft_err_ms": (mean(ttft_meas) - mean(ttft_true)) * 1000 if ttft_meas else float("nan"),
@@ -245,24 +272,6 @@ class Server:
         line = self.p.stdout.readline()  # type: ignore[union-attr]
         self.url = f"http://127.0.0.1:{int(line.split()[1])}"
 
-    def cpu(self) -> float:
-        """CPU seconds used so far by the server's processes."""
-        import psutil
-
-        total = 0.0
-        try:
-            procs = [psutil.Process(self.p.pid)]
-            procs += procs[0].children(recursive=True)
-        except psutil.Error:
-            return 0.0
-        for pr in procs:
-            try:
-                t = pr.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
-
     def close(self) -> None:
         import signal
 
@@ -277,18 +286,14 @@ def run_client(kind: str, srv: "Server", c: int, n: int, out_len: int) -> dict[s
     url = srv.url
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    s0, w0 = srv.cpu(), time.monotonic()
     r = subprocess.run(
         [sys.executable, __file__, "--child", kind, "--url", url, "--c", str(c), "--n", str(n),
-         "--out-len", str(out_len)],
+         "--out-len", str(out_len), "--server-pid", str(srv.p.pid)],
         capture_output=True, text=True, env=env, timeout=600,
     )
     if r.returncode != 0:
         raise RuntimeError(f"{kind} client failed: {r.stderr[-2000:]}")
-    out = analyse(json.loads(r.stdout))
-    # server CPU over the client's whole life (warmup included): a rough "is the server the bottleneck" check
-    out["server_cores"] = (srv.cpu() - s0) / max(1e-6, time.monotonic() - w0)
-    return out
+    return analyse(json.loads(r.stdout))
 
 
 def _median_runs(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -301,12 +306,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--c", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--conc", default="1,128,256")
     ap.add_argument("--clients", default=",".join(CLIENTS))
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--out-len", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2, help="requests per lane in the timed phase")
+    ap.add_argument("--min-requests", type=int, default=8, help="at least this many timed requests per run")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--server-procs", type=int, default=1)
     ap.add_argument("--zero-delay", action=argparse.BooleanOptionalAction, default=True)
@@ -321,15 +328,18 @@ def main(argv: list[str] | None = None) -> int:
     srv = Server("--ttft-ms", str(a.ttft_ms), "--itl-ms", str(a.itl_ms), "--procs", str(a.server_procs))
     try:
         print(f"fixed timing: TTFT {a.ttft_ms:g} ms, {a.itl_ms:g} ms between tokens, {a.out_len} tokens/request, "
-              f"median of {a.repeats}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+              f"median of {a.repeats} interleaved runs; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         hdr = "{:>4} {:<13} {:>9} {:>8} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9}"
         print(hdr.format("C", "client", "tok/s", "cores", "µs/token", "TTFT err", "ITL err", "lag mean", "lag p99",
                          "srv cores"))
         for c in [int(x) for x in a.conc.split(",")]:
+            runs: dict[str, list[dict[str, float]]] = {k: [] for k in clients}
+            for _ in range(a.repeats):  # interleaved, so load changes hit every client alike
+                for kind in clients:
+                    runs[kind].append(run_client(kind, srv, c, max(c * a.rounds, a.min_requests), a.out_len))
             for kind in clients:
-                runs = [run_client(kind, srv, c, c * a.rounds, a.out_len) for _ in range(a.repeats)]
-                m = _median_runs(runs)
-                results["timed"].append({"c": c, "client": kind, **m, "runs": runs})
+                m = _median_runs(runs[kind])
+                results["timed"].append({"c": c, "client": kind, **m, "runs": runs[kind]})
                 print(hdr.format(c, kind, f"{m['tok_s']:.0f}", f"{m['cpu_cores']:.2f}",
                                  f"{m['cpu_us_per_token']:.1f}", f"{m['ttft_err_ms']:+.2f}ms",
                                  f"{m['itl_err_ms']:+.3f}ms", f"{m['lag_mean_ms']:.2f}ms", f"{m['lag_p99_ms']:.2f}ms",
@@ -343,11 +353,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nzero delay: C={a.zero_conc}, {a.zero_out_len} tokens/request, tokens written back to back")
             print("{:<13} {:>10} {:>14} {:>9} {:>9}".format("client", "tok/s", "tok/s per core", "µs/token",
                                                              "srv cores"))
+            zruns: dict[str, list[dict[str, float]]] = {k: [] for k in clients}
+            for _ in range(a.repeats):
+                for kind in clients:
+                    zruns[kind].append(run_client(kind, srv, a.zero_conc, a.zero_conc, a.zero_out_len))
             for kind in clients:
-                runs = [run_client(kind, srv, a.zero_conc, a.zero_conc, a.zero_out_len)
-                        for _ in range(a.repeats)]
-                m = _median_runs(runs)
-                results["zero"].append({"client": kind, **m, "runs": runs})
+                m = _median_runs(zruns[kind])
+                results["zero"].append({"client": kind, **m, "runs": zruns[kind]})
                 print("{:<13} {:>10.0f} {:>14.0f} {:>9.2f} {:>9.2f}".format(
                     kind, m["tok_s"], m["tok_s_per_core"], m["cpu_us_per_token"], m["server_cores"]), flush=True)
         finally:

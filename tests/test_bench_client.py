@@ -35,9 +35,10 @@ def test_sse_split_keeps_arrival_time():
     assert s.bad == 2 and s.times == []
 
 
-async def _one(url, mode, *, transport="lean", chat=False, n=8, read_timeout=600.0):
+async def _one(url, mode, *, transport="lean", chat=False, n=8, read_timeout=600.0, deadline=None):
     async with make_client(transport=transport, read_timeout=read_timeout) as c:
-        ep = EndpointConfig(url, "fake-model", endpoint="chat" if chat else "completions")
+        ep = EndpointConfig(url, "fake-model", endpoint="chat" if chat else "completions",
+                            request_deadline=deadline)
         c.headers["x-fake-mode"] = mode
         return await stream_request(c, ep, RequestSpec("a b c", 3, n, 0))
 
@@ -61,6 +62,8 @@ async def test_each_failure_has_its_type(transport):
         assert not slow["success"] and slow["error_type"] == "ReadTimeout"
         slow_ok = await _one(srv.url, "slowfirst", transport=transport)
         assert slow_ok["success"] and slow_ok["ttft"] > 1.4
+        late = await _one(srv.url, "slowfirst", transport=transport, deadline=0.3)
+        assert not late["success"] and late["error_type"] == "DeadlineExceeded" and late["elapsed"] < 1.0
 
 
 @pytest.mark.timeout(30)
