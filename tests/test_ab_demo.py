@@ -160,3 +160,35 @@ async def test_pilot_one_key_runs_demo_ab_and_shows_comparison(profiles):
         assert chart.series and all(vals for _, vals in chart.series)  # both runs' tok/s over time
     alive, apps = await nothing_running()
     assert alive == [] and not apps
+
+
+def test_ab_cancel_stops_the_server_and_keeps_results(profiles):
+    """SIGTERM (as a closing terminal sends) while B benchmarks: B is stopped, A's results are kept."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([*tunedeck_cmd(), "ab", profiles["sglang-base"], profiles["sglang-tuned"], "--demo",
+                             "--plan", "quick", "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO, env=dict(os.environ))
+    seen = []
+    deadline = time.monotonic() + 200
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if "[B #1] benchmark single-stream" in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+            assert time.monotonic() < deadline, "".join(seen)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, "".join(seen) + err
+    assert "cancelled" in err and "stopping t-tuned" in err
+    alive, apps = asyncio.run(nothing_running())
+    assert alive == [] and not apps
+    r = run_cli("journal", "list", "--kind", "ab", "--json")
+    ent = json.loads(r.stdout)[-1]
+    assert ent["status"] == "cancelled"
+    assert [lv["concurrency"] for lv in ent["a"]["runs"][0]["levels"]] == [1, 16]
