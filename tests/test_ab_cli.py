@@ -26,12 +26,13 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def write_run(run_id: str, c: int, tput: float, tpot: float, *, profile: str, argv, env, in_len=128,
-              ignore_eos=True) -> None:
+              ignore_eos=True, sweep_id=None, level=0) -> None:
     d = data_dir() / "results" / run_id
     params = {"max_concurrency": c, "input_len": in_len, "output_len": 64, "ignore_eos": ignore_eos,
               "endpoint": "completions", "temperature": 0.0, "num_prompts": 10}
     atomic_write_json(d / "meta.json", {"run_id": run_id, "model": "m", "profile": profile, "params": params,
-                                        "server": {"argv": argv, "env": env, "engine": "sglang"}})
+                                        "server": {"argv": argv, "env": env, "engine": "sglang"},
+                                        "sweep_id": sweep_id, "level": level})
     atomic_write_json(d / "summary.json", {"run_id": run_id, "max_concurrency": c, "completed": 10, "failed": 0,
                                            "output_throughput": tput, "median_tpot_ms": tpot,
                                            "median_ttft_ms": 40.0, "p99_ttft_ms": 80.0, "p99_itl_ms": tpot * 2,
@@ -97,3 +98,16 @@ def test_plans_command():
     assert r.returncode == 0 and "quick" in r.stdout and "sweep" in r.stdout
     r = cli("plans", "show", "default", "--json")
     assert json.loads(r.stdout)["levels"][1]["concurrency"] == 128
+
+
+def test_compare_two_sweeps():
+    for i, c in enumerate((1, 8, 32)):
+        write_run(f"20261130-1000{i}0-aaaaa{i}", c, 100.0 * c, 10.0, profile="a", argv=["s"], env={},
+                  sweep_id="sweep-A", level=i)
+        write_run(f"20261130-1001{i}0-bbbbb{i}", c, 110.0 * c, 9.0, profile="b", argv=["s"], env={},
+                  sweep_id="sweep-B", level=i)
+    r = cli("compare", "sweep-A", "sweep-B", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = {row["key"]: row for row in json.loads(r.stdout)["rows"]}
+    assert rows["output_tok_s_c8"]["verdict"] == "B +10%"
+    assert rows["peak_output_tok_s"]["concurrency"] == 32

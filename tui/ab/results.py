@@ -5,7 +5,8 @@ A reference (``tunedeck compare REF [REF]``) is one of:
 * an A/B id (or unique prefix) from the journal: with one REF, compares its
   A and B; ``ABID:A`` / ``ABID:B`` picks one side of it;
 * a benchmark run id (or unique prefix) in ``<data_dir>/results/``, or a
-  path to a run folder or to its ``summary.json``.
+  path to a run folder or to its ``summary.json``;
+* a sweep id (``sweep-…``): every level of that ``tunedeck bench`` sweep.
 """
 
 from __future__ import annotations
@@ -52,6 +53,19 @@ def find_run_dir(ref: str) -> Path | None:
     if len(matches) > 1:
         raise RefError(f"{ref}: ambiguous run id prefix ({', '.join(sorted(m.name for m in matches)[:5])})")
     return matches[0] if matches else None
+
+
+def sweep_run_dirs(sweep_id: str) -> list[Path]:
+    """The run folders of one ``tunedeck bench`` sweep (they share ``meta.sweep_id``), by level."""
+    root = results_root()
+    if not sweep_id.startswith("sweep-") or not root.is_dir():
+        return []
+    found = []
+    for d in root.iterdir():
+        meta = _read_json(d / "meta.json") if d.is_dir() else None
+        if isinstance(meta, Mapping) and meta.get("sweep_id") == sweep_id:
+            found.append((meta.get("level") if isinstance(meta.get("level"), int) else 0, d))
+    return [d for _, d in sorted(found)]
 
 
 def _get(d: Mapping[str, Any] | None, *path: str) -> Any:
@@ -161,6 +175,17 @@ def _one(ref: str, label: str, journal: Journal) -> Side:
     run_dir = find_run_dir(ref)
     if run_dir is not None:
         return side_from_run_dir(run_dir, label)
+    sweep = sweep_run_dirs(ref)
+    if sweep:
+        sides = [side_from_run_dir(d, label) for d in sweep]
+        levels = tuple(lv for sd in sides for lv in sd.runs[0].levels)
+        first = sides[0]
+        merged_params = dict(first.params)
+        merged_params["levels"] = [lp for sd in sides for lp in sd.params.get("levels", [])]
+        return Side(first.label, first.profile, first.engine, first.model, first.argv, first.env,
+                    merged_params, (SideRun(levels=levels, startup_s=first.runs[0].startup_s,
+                                            launch_run_id=first.runs[0].launch_run_id,
+                                            server_log=first.runs[0].server_log),))
     ent = journal.find(ref, "ab")
     if ent is not None:
         raise RefError(f"{ref}: is an A/B; use '{ref}' alone, or '{ref}:A' / '{ref}:B'")
