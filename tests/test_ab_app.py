@@ -1,0 +1,34 @@
+"""The Compare screen inside the dashboard: the `c` mode opens it, it shows the last A/B from
+the journal, and it runs A/Bs on the dashboard's own host."""
+
+from __future__ import annotations
+
+import pytest
+
+ui_fakes = pytest.importorskip("tests.ui_fakes", reason="the dashboard shell is not on this branch yet")
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_compare_mode_opens_with_last_ab_and_demo_ops():
+    from tests.abfakes import FakeOps
+    from tui.ab.ops import HostOps
+    from tui.ab.plans import load_plan
+    from tui.ab.runner import ABRunner
+    from tui.app import make_app
+    from tui.screens.compare import CompareScreen
+    from tui.sim.demo import demo_host
+    from widgets.compare_table import CompareTable
+
+    rep = await ABRunner(FakeOps(), "base", "tuned", load_plan("quick")).run()  # a journal entry
+    app = make_app(demo_host(), gpu=ui_fakes.FakeGpu(), host_source=ui_fakes.FakeHost(),
+                   servers=ui_fakes.FakeServers(), target="demo", interval=0.2)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("c")
+        await pilot.pause(0.3)
+        scr = app.screen
+        assert isinstance(scr, CompareScreen)
+        assert rep.id in str(scr.query_one("#ab-status").content)
+        assert scr.query_one(CompareTable).get_cell("peak_output_tok_s", "verdict").plain == "B +18%"
+        ops = scr._make_ops()
+        assert isinstance(ops, HostOps) and ops.demo and ops.host_label == "demo"
