@@ -298,7 +298,8 @@ class ABRunner:
             await asyncio.shield(self._cleanup())
         except Exception as e:  # noqa: BLE001 - report any failure, leave nothing running
             rep.status = "failed"
-            rep.error = f"{type(e).__name__}: {e}"
+            # host errors already read as a sentence ("gpu-box: unreachable: ..."); others get their type
+            rep.error = str(e) if type(e).__name__ == "HostError" else f"{type(e).__name__}: {e}"
             self._emit("error", rep.error)
             await asyncio.shield(self._cleanup())
         finally:

@@ -120,7 +120,8 @@ async def run(args: argparse.Namespace) -> int:
             sys.stdout.write(to_text(rep.comparison))
         for w in rep.warnings:
             print(f"warning: {w}")
-        print(f"journal: A/B {rep.id} ({rep.status}); `tunedeck compare {rep.id}` shows it again")
+        again = f"; `tunedeck compare {rep.id}` shows it again" if rep.comparison is not None else ""
+        print(f"journal: A/B {rep.id} ({rep.status}){again}")
     if rep.comparison is not None and (args.markdown or args.csv):
         from tui.commands.compare import write_export
 
