@@ -125,3 +125,31 @@ def test_status_demo_shows_eight_gpus() -> None:
     assert data["gpu_state"] == "ok" and len(data["gpus"]) == 8
     assert all(g["utilization"] is not None and g["memory_used"] is not None for g in data["gpus"])
     assert data["host"]["mem_total"] > 0
+
+
+def test_known_servers_from_run_folders(tmp_path: Path) -> None:
+    """Live run folders on the host become servers; the model comes from the local record."""
+    from tui.collectors.status import known_servers, model_from_argv
+    from tui.services.hosts import LocalHost
+    from tui.services.launcher import RunStore, launch, list_host_runs, stop_run
+    from tui.util.aio import run_async
+
+    async def scenario() -> tuple:
+        host = LocalHost()
+        live = await launch(host, ["sh", "-c", "sleep 30", "--model-path", "Qwen/Qwen3-8B"], engine="sglang",
+                            port=30000, profile="qwen-fast", check=False)
+        gone = await launch(host, ["true"], engine="vllm", port=8000, check=False)
+        for _ in range(50):
+            runs = {r.run_id: r for r in await list_host_runs(host)}
+            if gone.run_id in runs and not runs[gone.run_id].alive:
+                break
+            await asyncio.sleep(0.1)
+        specs = await known_servers(host)
+        await stop_run(host, live, grace=2, gpu_wait=1)
+        return live, specs
+
+    live, specs = run_async(scenario())
+    assert [(s.name, s.engine, s.port, s.run_id, s.model) for s in specs] == [
+        ("qwen-fast", "sglang", 30000, live.run_id, "Qwen/Qwen3-8B")
+    ]
+    assert model_from_argv(["vllm", "serve", "Qwen/Qwen3-8B", "--port", "8000"]) == "Qwen/Qwen3-8B"
