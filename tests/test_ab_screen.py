@@ -96,3 +96,15 @@ async def test_chart_draws_two_series():
         await pilot.pause()
         out = chart.render().plain
         assert "A" in out and "B" in out and "seconds" in out
+
+
+async def test_repeats_and_interleave_keys():
+    ops = FakeOps()
+    scr = CompareScreen(ops_factory=lambda: ops, profiles=["base", "tuned"], a="base", b="tuned")
+    async with ABApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("plus", "i", "g")
+        await until(pilot, lambda: scr.report is not None)
+        assert scr.repeats == 2 and scr.interleave
+        assert [x for x in ops.log if x.startswith("launch")] == ["launch base", "launch tuned"] * 2
+        assert scr.report.comparison.repeats == (2, 2)

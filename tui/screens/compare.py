@@ -1,7 +1,7 @@
 """The Compare screen: mark two profiles A and B, press one key, read the verdict.
 
-Left: the server profiles (``1`` marks the highlighted one as A, ``2`` as B)
-and the plan. ``g`` starts the A/B (:class:`tui.ab.runner.ABRunner` in a
+Left: the server profiles (``1`` marks the highlighted one as A, ``2`` as B),
+the plan, repeats per side (``+``/``-``) and interleaving (``i``). ``g`` starts the A/B (:class:`tui.ab.runner.ABRunner` in a
 worker; the benchmarks run as ``tunedeck bench`` subprocesses so the UI
 never skews their timings), ``x`` cancels it (the server it started is
 stopped, finished results are kept). While it runs: the step, a progress
@@ -107,6 +107,12 @@ class CompareScreen(Screen):
         Binding("g", "start_ab", "Run A/B", tooltip="Launch, benchmark and compare A and B", id="ab-start"),
         Binding("x", "cancel_ab", "Cancel A/B", tooltip="Stop the A/B; finished results are kept", id="ab-cancel"),
         Binding("j", "load_last", "Last A/B", tooltip="Show the last A/B from the journal", id="ab-last"),
+        Binding("plus,equals_sign", "repeats(1)", "Repeats+", tooltip="One more repeat per side", id="ab-repeats-up",
+                show=False),
+        Binding("minus", "repeats(-1)", "Repeats-", tooltip="One repeat fewer per side", id="ab-repeats-down",
+                show=False),
+        Binding("i", "toggle_interleave", "Interleave", tooltip="Relaunch per repeat, A B A B", id="ab-interleave",
+                show=False),
     ]
 
     def __init__(
@@ -205,7 +211,7 @@ class CompareScreen(Screen):
         t.append(self.marked["A"] or "(press 1)")
         t.append("\nB: ", style="bold")
         t.append(self.marked["B"] or "(press 2)")
-        t.append(f"\nrepeats {self.repeats}{', interleaved' if self.interleave else ''}", style="dim")
+        t.append(f"\nrepeats {self.repeats} (+/-){', interleaved' if self.interleave else ''} (i)", style="dim")
         self.query_one("#ab-marks", Static).update(t)
 
     def action_mark(self, side: str) -> None:
@@ -214,6 +220,14 @@ class CompareScreen(Screen):
             return
         opt = ol.get_option_at_index(ol.highlighted)
         self.marked[side] = opt.id
+        self._show_marks()
+
+    def action_repeats(self, step: int) -> None:
+        self.repeats = max(1, min(20, self.repeats + step))
+        self._show_marks()
+
+    def action_toggle_interleave(self) -> None:
+        self.interleave = not self.interleave
         self._show_marks()
 
     @on(Select.Changed, "#ab-plan")
@@ -225,7 +239,7 @@ class CompareScreen(Screen):
         running = self.runner is not None
         if action == "cancel_ab":
             return True if running else None
-        if action in ("start_ab", "mark"):
+        if action in ("start_ab", "mark", "repeats", "toggle_interleave"):
             return None if running else True
         return True
 
