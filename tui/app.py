@@ -1,1 +1,337 @@
-"""The Textual application (filled in by the dashboard)."""
+"""The Textual application: modes (Status / Launch / Bench / Compare), bindings,
+command palette, and the data path from collectors to screens.
+
+Data path: one worker per collector in the group ``poll-<target>``
+(``exit_on_error=False``), each a chained loop (the next poll starts only
+after the previous one ended; never ``set_interval`` + ``exclusive``),
+posts a message carrying an immutable snapshot to the app
+(:mod:`tui.messages`; state messages coalesce). The app keeps the latest
+snapshots (``app.latest``) and the GPU histories (``app.gpu_history``),
+and republishes each snapshot on a signal that screens subscribe to:
+``gpu_signal`` (GpuStatus), ``host_signal`` (HostStats), ``server_signal``
+(tuple[ServerStats, ...]), ``link_signal`` (LinkState). One
+``Worker.StateChanged`` handler turns a crashed collector into a visible
+state and restarts it.
+
+Adding a screen: one line in :data:`MODE_REGISTRY` (already present for
+launch/bench/compare: creating the module is enough; a mode whose module
+is missing is hidden).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from textual import on
+from textual.app import App
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.signal import Signal
+from textual.worker import Worker, WorkerState
+
+from tui.messages import GpuSamples, HostSamples, HostStateChanged, LinkState, ServerSamples
+from tui.model import GpuStatus, HostStats, ServerStats
+from tui.palette import TunedeckCommands
+from tui.sources import BackoffFn, Sources, backoff as default_backoff
+from widgets.gpu_table import GpuHistory
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tui.services.hosts import Host
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """A top-level screen: title, the key that opens it, and ``module:Class`` of its screen."""
+
+    title: str
+    key: str
+    screen: str | Callable[[], Screen]
+
+
+#: mode name → how to build its screen. Other screens plug in with one line here;
+#: a ``module:Class`` whose module does not exist yet is simply not offered.
+MODE_REGISTRY: dict[str, ModeSpec] = {
+    "status": ModeSpec("Status", "s", "tui.screens.status:StatusScreen"),
+    "launch": ModeSpec("Launch", "l", "tui.screens.launch:LaunchScreen"),
+    "bench": ModeSpec("Bench", "b", "tui.screens.bench:BenchScreen"),
+    "compare": ModeSpec("Compare", "c", "tui.screens.compare:CompareScreen"),
+}
+
+
+def _resolve(spec: str | Callable[[], Screen]) -> Callable[[], Screen] | None:
+    if callable(spec):
+        return spec
+    module, _, name = spec.partition(":")
+    try:
+        if importlib.util.find_spec(module) is None:
+            return None
+    except ModuleNotFoundError:
+        return None
+
+    def factory() -> Screen:
+        return getattr(importlib.import_module(module), name)()
+
+    return factory
+
+
+@dataclass
+class Latest:
+    """The newest snapshot of each kind (what a screen draws when it (re)appears)."""
+
+    link: LinkState
+    gpu: GpuStatus = field(default_factory=lambda: GpuStatus(state="waiting"))
+    host: HostStats | None = None
+    servers: tuple[ServerStats, ...] | None = None
+
+
+class TunedeckApp(App[int]):
+    """tunedeck's dashboard."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "tunedeck"
+    DEFAULT_MODE = "status"
+    COMMANDS = App.COMMANDS | {TunedeckCommands}
+    BINDINGS = [
+        Binding("s", "mode('status')", "Status", tooltip="GPUs, host and servers", id="mode-status"),
+        Binding("l", "mode('launch')", "Launch", tooltip="Profiles and the launch form", id="mode-launch"),
+        Binding("b", "mode('bench')", "Bench", tooltip="Benchmarks with live charts", id="mode-bench"),
+        Binding("c", "mode('compare')", "Compare", tooltip="A/B comparison", id="mode-compare"),
+        Binding("r", "reconnect", "Reconnect", tooltip="Reconnect to the host now", id="reconnect"),
+        Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit",
+                priority=True),
+    ]
+
+    def __init__(
+        self,
+        host: "Host | None" = None,
+        *,
+        sources: Sources | None = None,
+        target: str | None = None,
+        interval: float = 1.0,
+        sample_timeout: float = 10.0,
+        backoff: BackoffFn | None = None,
+        restart_delay: float = 5.0,
+        history: int = 60,
+        modes: dict[str, ModeSpec] | None = None,
+        initial_mode: str = "status",
+        close_host: bool = True,
+    ) -> None:
+        if sources is None:
+            if host is None:
+                raise ValueError("TunedeckApp needs a host or sources")
+            from tui.sources import default_sources
+
+            sources = default_sources(host, interval=interval)
+        self.host = host
+        """The target host (None when the app runs on injected sources only)."""
+        self.target = target or (host.target if host is not None else "local")
+        """The host as the user named it (header, message keys, worker group)."""
+        self.sources = sources
+        self.interval = interval
+        self.sample_timeout = sample_timeout
+        self.backoff: BackoffFn = backoff or default_backoff
+        self.restart_delay = restart_delay
+        self.close_host = close_host
+        self.mode_specs = dict(modes if modes is not None else MODE_REGISTRY)
+        """Every mode tunedeck knows (available or not)."""
+        self.available_modes: list[str] = []
+        """Modes whose screen exists."""
+        self._initial_mode = initial_mode
+        super().__init__()
+        for mode, spec in self.mode_specs.items():
+            factory = _resolve(spec.screen)
+            if factory is not None:
+                self.add_mode(mode, factory)
+                self.available_modes.append(mode)
+        self.latest = Latest(link=LinkState(self.target, "connecting"))
+        if sources.gpu is None:
+            self.latest.gpu = GpuStatus(state="no-collector")
+        self.gpu_history = GpuHistory(maxlen=history)
+        """Bounded per-GPU utilization and memory histories (fed while hidden too)."""
+        self.gpu_signal: Signal[GpuStatus] = Signal(self, "gpu")
+        self.host_signal: Signal[HostStats] = Signal(self, "host")
+        self.server_signal: Signal[tuple[ServerStats, ...]] = Signal(self, "servers")
+        self.link_signal: Signal[LinkState] = Signal(self, "link")
+        self._update_subtitle()
+
+    @property
+    def poll_group(self) -> str:
+        return f"poll-{self.target}"
+
+    # ------------------------------------------------------------------ lifecycle
+    def on_mount(self) -> None:
+        if self._initial_mode != self.current_mode and self._initial_mode in self.available_modes:
+            self.switch_mode(self._initial_mode)
+        self.start_polling()
+
+    async def on_unmount(self) -> None:
+        self.workers.cancel_group(self, self.poll_group)
+        if self.host is not None and self.close_host:
+            try:
+                await asyncio.wait_for(self.host.close(), 3)
+            except Exception:  # noqa: BLE001 - leaving anyway
+                pass
+
+    # ------------------------------------------------------------------ workers
+    _LOOPS = ("gpu", "host", "servers")
+
+    def start_polling(self) -> None:
+        for name in self._LOOPS:
+            self._start_worker(name)
+
+    def _start_worker(self, name: str) -> Worker | None:
+        source = {"gpu": self.sources.gpu, "host": self.sources.host, "servers": self.sources.servers}[name]
+        if source is None:
+            return None
+        loop = getattr(self, f"_{name}_loop")
+        return self.run_worker(loop(source), name=name, group=self.poll_group, exit_on_error=False)
+
+    async def _gpu_loop(self, source: Any) -> None:
+        from tui.services.hosts import HostError
+
+        attempt = 0
+        while True:
+            try:
+                async for status in source.stream():
+                    attempt = 0
+                    self.post_message(GpuSamples(self.target, status))
+            except HostError as e:  # the protocol says it doesn't raise; be safe anyway
+                self.post_message(GpuSamples(self.target, GpuStatus("host-unreachable", message=str(e),
+                                                                    time=time.time())))
+            attempt += 1
+            await asyncio.sleep(min(self.backoff(attempt), 30.0))
+
+    async def _host_loop(self, source: Any) -> None:
+        from tui.services.hosts import HostError
+
+        attempt = 0
+        while True:
+            t0 = time.monotonic()
+            try:
+                stats = await asyncio.wait_for(source.sample(), self.sample_timeout)
+            except (HostError, asyncio.TimeoutError, TimeoutError) as e:
+                if isinstance(e, HostError):
+                    kind, msg, retry = e.kind, e.message, e.retryable
+                else:
+                    kind, msg, retry = "timeout", f"no answer in {self.sample_timeout:g} s", True
+                attempt += 1
+                if not retry:
+                    self._set_link(LinkState(self.target, "failed", attempt, None, msg, kind))
+                    return
+                delay = self.backoff(attempt)
+                self._set_link(LinkState(self.target, "unreachable", attempt, time.monotonic() + delay, msg, kind))
+                await asyncio.sleep(delay)
+                continue
+            attempt = 0
+            if not self.latest.link.ok:
+                self._set_link(LinkState(self.target, "connected"))
+            self.post_message(HostSamples(self.target, stats))
+            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
+
+    async def _servers_loop(self, source: Any) -> None:
+        from tui.services.hosts import HostError
+
+        while True:
+            t0 = time.monotonic()
+            try:
+                servers = await asyncio.wait_for(source.sample(), self.sample_timeout)
+            except (HostError, asyncio.TimeoutError, TimeoutError):
+                pass  # the host loop shows the link state; keep the last figures
+            else:
+                self.post_message(ServerSamples(self.target, tuple(servers)))
+            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
+
+    def _set_link(self, link: LinkState) -> None:
+        self.post_message(HostStateChanged(self.target, link))
+
+    @on(Worker.StateChanged)
+    def _worker_state(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if worker.group != self.poll_group or event.state != WorkerState.ERROR:
+            return
+        err = worker.error
+        self._set_link(LinkState(self.target, "error", last_error=f"{worker.name} collector crashed: "
+                                 f"{type(err).__name__}: {err}"))
+        name = worker.name
+        self.set_timer(self.restart_delay, lambda: self._start_worker(name))
+
+    # ------------------------------------------------------------------ messages
+    @on(GpuSamples)
+    def _gpu_samples(self, message: GpuSamples) -> None:
+        if message.host != self.target:
+            return
+        status = message.status
+        self.latest.gpu = status
+        self.gpu_history.add(status)
+        if status.state == "ok" and self.sources.host is None and not self.latest.link.ok:
+            self._apply_link(LinkState(self.target, "connected"))
+        self.gpu_signal.publish(status)
+
+    @on(HostSamples)
+    def _host_samples(self, message: HostSamples) -> None:
+        if message.host == self.target:
+            self.latest.host = message.stats
+            self.host_signal.publish(message.stats)
+
+    @on(ServerSamples)
+    def _server_samples(self, message: ServerSamples) -> None:
+        if message.host == self.target:
+            self.latest.servers = message.servers
+            self.server_signal.publish(message.servers)
+
+    @on(HostStateChanged)
+    def _host_state(self, message: HostStateChanged) -> None:
+        if message.host == self.target:
+            self._apply_link(message.link)
+
+    def _apply_link(self, link: LinkState) -> None:
+        self.latest.link = link
+        self._update_subtitle()
+        self.link_signal.publish(link)
+
+    def _update_subtitle(self) -> None:
+        link = self.latest.link
+        word = {"connected": "connected", "connecting": "connecting…", "unreachable": "unreachable",
+                "failed": "failed", "error": "collector error"}.get(link.state, link.state)
+        self.sub_title = f"{self.target} · {word}"
+
+    # ------------------------------------------------------------------ actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "mode":
+            mode = str(parameters[0]) if parameters else ""
+            if mode not in self.available_modes:
+                return False
+            return None if mode == self.current_mode else True
+        return True
+
+    async def action_mode(self, mode: str) -> None:
+        """Switch to a top-level screen."""
+        if mode in self.available_modes and mode != self.current_mode:
+            await self.switch_mode(mode)
+
+    def action_reconnect(self) -> None:
+        """Restart every collector now (also retries auth / host-key failures)."""
+        self.workers.cancel_group(self, self.poll_group)
+        self._apply_link(LinkState(self.target, "connecting"))
+        self.start_polling()
+
+
+def make_app(
+    host: "Host | None" = None,
+    *,
+    sources: Sources | None = None,
+    gpu: Any = None,
+    host_source: Any = None,
+    servers: Any = None,
+    **kwargs: Any,
+) -> TunedeckApp:
+    """Build the dashboard for ``host`` (real collectors), or for injected sources:
+    either a :class:`Sources` or the three separately (tests, screenshots)."""
+    if sources is None and (gpu is not None or host_source is not None or servers is not None):
+        sources = Sources(gpu=gpu, host=host_source, servers=servers)
+    return TunedeckApp(host, sources=sources, **kwargs)
