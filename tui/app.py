@@ -268,8 +268,15 @@ class TunedeckApp(App[int]):
         status = message.status
         self.latest.gpu = status
         self.gpu_history.add(status)
-        if status.state == "ok" and self.sources.host is None and not self.latest.link.ok:
-            self._apply_link(LinkState(self.target, "connected"))
+        if self.sources.host is None:  # no host sampler: the GPU feed tells the link state
+            if status.state == "ok" and not self.latest.link.ok:
+                self._apply_link(LinkState(self.target, "connected"))
+            elif status.state == "host-unreachable":
+                wall = getattr(status, "retry_at", 0.0) or 0.0
+                retry_at = time.monotonic() + max(0.0, wall - time.time()) if wall else None
+                attempt = self.latest.link.attempt + 1
+                self._apply_link(LinkState(self.target, "unreachable", attempt, retry_at, status.message,
+                                           "unreachable"))
         self.gpu_signal.publish(status)
 
     @on(HostSamples)

@@ -8,11 +8,12 @@ are never rebuilt per tick, so cursor and scroll survive updates.
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from typing import Mapping, Sequence
 
 from rich.text import Text
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
 from tui.model import GpuProcess, GpuSnapshot, GpuStatus
 from widgets._fmt import bar, fmt, gib_pair, num, ratio, sparkline, theme_color
@@ -20,6 +21,7 @@ from widgets._fmt import bar, fmt, gib_pair, num, ratio, sparkline, theme_color
 #: GpuStatus.state → what the operator reads (nvidia-smi exit codes named).
 GPU_STATE_TEXT: Mapping[str, str] = {
     "ok": "",
+    "starting": "connecting to nvidia-smi…",
     "driver-not-loaded": "NVIDIA driver not loaded (nvidia-smi exit 9)",
     "nvml-not-found": "NVML library missing (nvidia-smi exit 12)",
     "inforom-corrupt": "GPU infoROM corrupted (nvidia-smi exit 14)",
@@ -27,6 +29,8 @@ GPU_STATE_TEXT: Mapping[str, str] = {
     "nvml-mismatch": "driver/library version mismatch (nvidia-smi exit 18)",
     "unresponsive": "nvidia-smi unresponsive — timed out (driver hung?)",
     "no-nvidia-smi": "nvidia-smi not found on the host",
+    "no-devices": "no NVIDIA GPUs found (nvidia-smi exit 6)",
+    "insufficient-permissions": "insufficient permissions to query the GPUs (nvidia-smi exit 4)",
     "host-unreachable": "host unreachable — GPU data stale",
     "waiting": "waiting for the first GPU sample…",
     "no-collector": "no GPU collector for this host",
@@ -34,13 +38,53 @@ GPU_STATE_TEXT: Mapping[str, str] = {
 }
 
 
-def gpu_state_text(status: GpuStatus) -> str:
-    """One line naming what is wrong with the GPU feed ('' when all is well)."""
+def gpu_state_text(status: GpuStatus, now: float | None = None) -> str:
+    """One line naming what is wrong with the GPU feed ('' when all is well), with the
+    retry countdown when the collector scheduled one (``GpuStatus.retry_at``, wall clock)."""
     if status.state == "ok":
         return ""
     base = GPU_STATE_TEXT.get(status.state, f"GPU feed: {status.state}")
     msg = status.message.strip().splitlines()[0] if status.message.strip() else ""
-    return f"{base}: {msg}" if msg and msg not in base else base
+    head = msg.lower().split(" (exit")[0].strip()
+    text = f"{base}: {msg}" if msg and head not in base.lower() else base
+    retry_at = getattr(status, "retry_at", 0.0) or 0.0
+    if retry_at:
+        left = max(0, math.ceil(retry_at - (time.time() if now is None else now)))
+        text += f" — retrying in {left}s" if left else " — retrying now…"
+    return text
+
+
+class GpuStateLine(Static):
+    """The GPU feed's state line (hidden while ``ok``), with a live retry countdown."""
+
+    DEFAULT_CSS = """
+    GpuStateLine { height: auto; padding: 0 1; display: none; color: $text-error; }
+    GpuStateLine.-shown { display: block; }
+    GpuStateLine.-quiet { color: $text-muted; }
+    """
+
+    status: GpuStatus | None = None
+    """The status shown."""
+
+    def on_mount(self) -> None:
+        self._timer = self.set_interval(1.0, self._tick, pause=True)
+
+    def set_status(self, status: GpuStatus) -> None:
+        self.status = status
+        self._tick()
+        if getattr(status, "retry_at", 0.0):
+            self._timer.resume()
+        else:
+            self._timer.pause()
+
+    def _tick(self) -> None:
+        if self.status is None:
+            return
+        text = gpu_state_text(self.status)
+        self.set_class(bool(text), "-shown")
+        self.set_class(self.status.state in ("waiting", "starting"), "-quiet")
+        if text != str(self.content):
+            self.update(text)
 
 
 def _gpu_key(g: GpuSnapshot) -> str:

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Header
 
 from tui.messages import LinkState
 from tui.model import GpuStatus, HostStats, ServerStats
-from widgets._fmt import theme_color
-from widgets.gpu_table import GpuProcessTable, GpuTable, gpu_state_text
+from widgets.gpu_table import GpuProcessTable, GpuStateLine, GpuTable
 from widgets.host_banner import HostBanner
 from widgets.host_panel import HostPanel
 from widgets.server_panel import ServerPanel
@@ -42,8 +40,6 @@ class StatusScreen(Screen):
 
     DEFAULT_CSS = """
     StatusScreen #gpu-panel { height: auto; border: round $primary 50%; }
-    StatusScreen #gpu-state { height: auto; padding: 0 1; display: none; }
-    StatusScreen #gpu-state.-shown { display: block; }
     StatusScreen #bottom { height: 1fr; min-height: 7; }
     StatusScreen HostPanel { width: 40; height: 100%; }
     StatusScreen #procs-panel { width: 1fr; height: 100%; border: round $primary 50%; }
@@ -61,7 +57,7 @@ class StatusScreen(Screen):
         yield Header(icon="◆")
         yield HostBanner(id="banner")
         with Vertical(id="gpu-panel"):
-            yield Static(id="gpu-state")
+            yield GpuStateLine(id="gpu-state")
             yield GpuTable(id="gpus")
         yield ServerPanel(id="servers")
         with Horizontal(id="bottom"):
@@ -121,12 +117,7 @@ class StatusScreen(Screen):
             self.query_one(ServerPanel).update_servers(latest.servers)
 
     def _show_gpu(self, status: GpuStatus) -> None:
-        state = self.query_one("#gpu-state", Static)
-        text = gpu_state_text(status)
-        state.set_class(bool(text), "-shown")
-        if text:
-            colour = "text-muted" if status.state in ("waiting",) else "error"
-            state.update(Text(text, style=theme_color(self, colour)))
+        self.query_one(GpuStateLine).set_status(status)
         if status.gpus:
             self.query_one(GpuTable).update_gpus(status.gpus, self.tapp.gpu_history)
             self.query_one(GpuProcessTable).update_processes(status.processes)
