@@ -335,3 +335,44 @@ def test_app_css_uses_theme_variables_only():
 
     css = (Path(__file__).parent.parent / "tui" / "app.tcss").read_text()
     assert not re.search(r"#[0-9a-fA-F]{3,8}\b|rgb\(|\b(red|green|blue|white|black)\b", css)
+
+
+async def test_theme_change_recolours_cells():
+    app = app_with(servers=FakeServers((server("a", "ready"),)))
+    async with app.run_test(size=SIZE) as pilot:
+        panel = app.screen.query_one(ServerPanel)
+        await until(pilot, lambda: panel.table.row_count == 1)
+        app.theme = "textual-light"
+        await pilot.pause(0.1)
+        assert panel.table.get_cell("srv-a-30000", "state").style == app.theme_variables["success"]
+
+
+async def test_fast_feed_is_drawn_at_most_twice_a_second():
+    gpu = FakeGpu([gpu_status(8, t) for t in range(40)], interval=0.02)
+    app = app_with(gpu)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.screen.query_one(GpuTable)
+        draws = 0
+        orig = table.update_gpus
+
+        def counting(*a, **k):
+            nonlocal draws
+            draws += 1
+            return orig(*a, **k)
+
+        table.update_gpus = counting  # type: ignore[method-assign]
+        await until(pilot, lambda: app.latest.gpu.time == 1_700_000_039.0)
+        await pilot.pause(0.6)
+        assert draws <= 5  # ~0.8 s of feed at 50 Hz
+        assert cell(table, "gpu-1", "util") == f"{(37 + 11 * 39) % 101}%"  # the newest one is shown
+
+
+async def test_gpu_feed_drives_the_link_without_a_host_sampler():
+    gpu = FakeGpu([GpuStatus("host-unreachable", message="unreachable: Connection refused")])
+    app = make_app(gpu=gpu, target="gpu-box-01")
+    async with app.run_test(size=SIZE) as pilot:
+        banner = app.screen.query_one(HostBanner)
+        await until(pilot, lambda: "host unreachable" in str(banner.content))
+        assert "Connection refused" in str(banner.content)
+        gpu.push(gpu_status(8))
+        await until(pilot, lambda: app.latest.link.ok and not banner.has_class("-shown"))

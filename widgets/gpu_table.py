@@ -132,6 +132,15 @@ class _KeyedTable(DataTable):
     def on_mount(self) -> None:
         for key, label, width in self.COLUMNS:
             self.add_column(label, key=key, width=width)
+        self.app.theme_changed_signal.subscribe(self, self._recolour)
+
+    def _recolour(self, _theme: object = None) -> None:
+        """Re-style every cell from the new theme's variables."""
+        with self.app.batch_update():
+            for key, cells in self._cells.items():
+                for (col, _, _), cell in zip(self.COLUMNS, cells):
+                    if cell[1]:
+                        self.update_cell(key, col, self._text(cell))
 
     def _text(self, cell: tuple[str, str]) -> Text:
         plain, color = cell

@@ -9,6 +9,7 @@ histories are kept by the app, so sparklines have no gaps.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, cast
 
 from textual.app import ComposeResult
@@ -31,6 +32,9 @@ if TYPE_CHECKING:  # pragma: no cover
 class StatusScreen(Screen):
     """GPU table and process table, host panel, server panel, link banner."""
 
+    MIN_GPU_REDRAW = 0.5
+    """Seconds between two redraws of the GPU tables (a faster feed is coalesced)."""
+
     BINDINGS = [
         Binding("p", "toggle_processes", "Processes", tooltip="Show or hide the GPU process table",
                 id="status-toggle-processes"),
@@ -48,6 +52,8 @@ class StatusScreen(Screen):
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
         self._dirty = False
+        self._last_gpu_draw = 0.0
+        self._gpu_draw_pending = False
 
     @property
     def tapp(self) -> "TunedeckApp":
@@ -88,8 +94,23 @@ class StatusScreen(Screen):
         return False
 
     def _on_gpu(self, status: GpuStatus) -> None:
-        if self._visible():
+        if not self._visible():
+            return
+        # Draw at most every MIN_GPU_REDRAW s; a burst leaves one pending draw of the newest status.
+        now = time.monotonic()
+        wait = self._last_gpu_draw + self.MIN_GPU_REDRAW - now
+        if wait <= 0 or status.state != "ok":
             self._show_gpu(status)
+        elif not self._gpu_draw_pending:
+            self._gpu_draw_pending = True
+            self.set_timer(wait, self._draw_pending_gpu)
+
+    def _draw_pending_gpu(self) -> None:
+        self._gpu_draw_pending = False
+        if self.is_current:
+            self._show_gpu(self.tapp.latest.gpu)
+        else:
+            self._dirty = True
 
     def _on_host(self, stats: HostStats) -> None:
         if self._visible():
@@ -117,6 +138,7 @@ class StatusScreen(Screen):
             self.query_one(ServerPanel).update_servers(latest.servers)
 
     def _show_gpu(self, status: GpuStatus) -> None:
+        self._last_gpu_draw = time.monotonic()
         self.query_one(GpuStateLine).set_status(status)
         if status.gpus:
             self.query_one(GpuTable).update_gpus(status.gpus, self.tapp.gpu_history)
