@@ -171,6 +171,13 @@ class TunedeckApp(App[int]):
 
     async def on_unmount(self) -> None:
         self.workers.cancel_group(self, self.poll_group)
+        for source in (self.sources.gpu, self.sources.host, self.sources.servers):
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                try:
+                    await asyncio.wait_for(aclose(), 3)
+                except Exception:  # noqa: BLE001 - leaving anyway
+                    pass
         if self.host is not None and self.close_host:
             try:
                 await asyncio.wait_for(self.host.close(), 3)

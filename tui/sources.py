@@ -9,8 +9,9 @@ No Textual here.
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AsyncIterator, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Protocol, runtime_checkable
 
 from tui.model import GpuStatus, HostStats, ServerStats
 
@@ -60,18 +61,72 @@ def backoff(attempt: int, *, base: float = 1.0, cap: float = 60.0) -> float:
 BackoffFn = Callable[[int], float]
 
 
-def default_sources(host: "Host", *, interval: float = 1.0) -> Sources:
-    """The real collectors for ``host`` (those present in :mod:`tui.collectors`)."""
+class WatchedServers:
+    """A :class:`ServerSource` over ``tui.collectors.servers.ServerCollector``.
+
+    Watches the servers tunedeck knows on the host (``known_servers(host)``:
+    runs it launched, re-read every ``refresh`` seconds) plus fixed
+    ``extra`` specs (servers given by URL).
+    """
+
+    def __init__(self, host: "Host", extra: Iterable[Any] = (), *, refresh: float = 10.0) -> None:
+        from tui.collectors.servers import ServerCollector  # type: ignore[import-not-found]
+
+        self.host = host
+        self.extra = tuple(extra)
+        self.refresh = refresh
+        self.collector = ServerCollector(host, self.extra)
+        self._next_refresh = 0.0
+
+    async def _known(self) -> tuple[Any, ...]:
+        try:
+            from tui.collectors.status import known_servers  # type: ignore[import-not-found]
+        except ImportError:
+            return ()
+        from tui.services.hosts import HostError
+
+        try:
+            return tuple(await known_servers(self.host))
+        except (HostError, OSError):
+            return tuple(s for s in self.collector.specs if s not in self.extra)
+
+    async def sample(self) -> tuple[ServerStats, ...]:
+        now = time.monotonic()
+        if now >= self._next_refresh:
+            self._next_refresh = now + self.refresh
+            known = await self._known()
+            names = {s.name for s in self.extra}
+            self.collector.set_specs(tuple(s for s in known if s.name not in names) + self.extra)
+        if not self.collector.specs:
+            return ()
+        return await self.collector.sample()
+
+    async def aclose(self) -> None:
+        await self.collector.aclose()
+
+
+def default_sources(host: "Host", *, interval: float = 1.0, servers: Iterable[Any] = ()) -> Sources:
+    """The real collectors for ``host`` (those present in :mod:`tui.collectors`).
+
+    ``servers``: extra ``ServerSpec`` values to watch besides the ones tunedeck launched.
+    """
+    gpu: Any = None
+    host_src: Any = None
+    server_src: Any = None
     try:
         from tui.collectors.gpu import GpuCollector  # type: ignore[import-not-found]
+
+        gpu = GpuCollector(host, interval=interval)
     except ImportError:
-        GpuCollector = None  # type: ignore[assignment,misc]  # noqa: N806
+        pass
     try:
-        from tui.collectors.host import HostCollector  # type: ignore[import-not-found]
+        from tui.collectors.hoststats import HostCollector  # type: ignore[import-not-found]
+
+        host_src = HostCollector(host)
     except ImportError:
-        HostCollector = None  # type: ignore[assignment,misc]  # noqa: N806
-    return Sources(
-        gpu=GpuCollector(host, interval=interval) if GpuCollector else None,
-        host=HostCollector(host) if HostCollector else None,
-        servers=None,
-    )
+        pass
+    try:
+        server_src = WatchedServers(host, servers)
+    except ImportError:
+        pass
+    return Sources(gpu=gpu, host=host_src, servers=server_src)
