@@ -121,6 +121,9 @@ def measure(source: str, seconds: float, warmup: float, cols: int = 120, rows: i
         c1 = ps.cpu_times()
         k1, kids = _tree_cpu(ps)
         cpu_s = (c1.user - c0.user) + (c1.system - c0.system)
+        # simulator: children that ended (reaped: counted in children_*) + those still running
+        reaped = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
+        sim_s = reaped + max(0.0, k1 - k0)
         result = {
             "source": source,
             "seconds": round(wall, 1),
@@ -129,7 +132,7 @@ def measure(source: str, seconds: float, warmup: float, cols: int = 120, rows: i
             "dashboard_cpu_seconds": round(cpu_s, 3),
             "dashboard_rss_mb": round(rss[-1] / 2**20, 1),
             "dashboard_rss_peak_mb": round(max(rss) / 2**20, 1),
-            "simulator_cpu_percent": round(100 * max(0.0, k1 - k0) / wall, 2),
+            "simulator_cpu_percent": round(100 * sim_s / wall, 2),
             "simulator_processes": len(kids),
             "bytes_to_terminal_per_s": None,
         }
