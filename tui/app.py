@@ -170,7 +170,7 @@ class TunedeckApp(App[int]):
         self.start_polling()
 
     async def on_unmount(self) -> None:
-        self.workers.cancel_group(self, self.poll_group)
+        await self.stop_polling()
         for source in (self.sources.gpu, self.sources.host, self.sources.servers):
             aclose = getattr(source, "aclose", None)
             if aclose is not None:
@@ -191,6 +191,17 @@ class TunedeckApp(App[int]):
         for name in self._LOOPS:
             self._start_worker(name)
 
+    async def stop_polling(self, timeout: float = 5.0) -> None:
+        """Cancel the poll workers and wait until they (and the processes they hold) ended."""
+        workers = [w for w in self.workers if w.group == self.poll_group]
+        for w in workers:
+            w.cancel()
+        if workers:
+            try:
+                await asyncio.wait_for(self.workers.wait_for_complete(workers), timeout)
+            except Exception:  # noqa: BLE001 - leaving anyway
+                pass
+
     def _start_worker(self, name: str) -> Worker | None:
         source = {"gpu": self.sources.gpu, "host": self.sources.host, "servers": self.sources.servers}[name]
         if source is None:
@@ -203,13 +214,18 @@ class TunedeckApp(App[int]):
 
         attempt = 0
         while True:
+            stream = source.stream()
             try:
-                async for status in source.stream():
+                async for status in stream:
                     attempt = 0
                     self.post_message(GpuSamples(self.target, status))
             except HostError as e:  # the protocol says it doesn't raise; be safe anyway
                 self.post_message(GpuSamples(self.target, GpuStatus("host-unreachable", message=str(e),
                                                                     time=time.time())))
+            finally:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()  # ends the nvidia-smi process now, even when cancelled
             attempt += 1
             await asyncio.sleep(min(self.backoff(attempt), 30.0))
 
@@ -330,8 +346,12 @@ class TunedeckApp(App[int]):
 
     def action_reconnect(self) -> None:
         """Restart every collector now (also retries auth / host-key failures)."""
-        self.workers.cancel_group(self, self.poll_group)
         self._apply_link(LinkState(self.target, "connecting"))
+        self.run_worker(self._restart_polling(), name="reconnect", group="reconnect", exclusive=True)
+
+    async def _restart_polling(self) -> None:
+        # The old loops end first (their nvidia-smi included): never two per host.
+        await self.stop_polling()
         self.start_polling()
 
 
