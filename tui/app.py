@@ -346,8 +346,10 @@ class TunedeckApp(App[int]):
 
     def action_reconnect(self) -> None:
         """Restart every collector now (also retries auth / host-key failures)."""
+        if any(w.group == "reconnect" and not w.is_finished for w in self.workers):
+            return  # one already under way
         self._apply_link(LinkState(self.target, "connecting"))
-        self.run_worker(self._restart_polling(), name="reconnect", group="reconnect", exclusive=True)
+        self.run_worker(self._restart_polling(), name="reconnect", group="reconnect")
 
     async def _restart_polling(self) -> None:
         # The old loops end first (their nvidia-smi included): never two per host.
