@@ -273,15 +273,26 @@ class _OtherScreen(Screen):
         yield Static("other")
 
 
+class _HostScreen(Screen):
+    def __init__(self, host=None, demo=False):
+        super().__init__()
+        self.host, self.demo = host, demo
+
+
 async def test_registry_hook_and_hidden_status_skips_drawing():
-    modes = dict(MODE_REGISTRY, launch=ModeSpec("Launch", "l", _OtherScreen))
+    modes = {
+        "status": MODE_REGISTRY["status"],
+        "launch": ModeSpec("Launch", "l", _OtherScreen),
+        "bench": ModeSpec("Bench", "b", "tui.screens.not_written_yet:BenchScreen"),
+        "compare": ModeSpec("Compare", "c", _HostScreen),
+    }
     gpu = FakeGpu([gpu_status(8, 0)])
-    app = app_with(gpu, modes=modes)
+    app = app_with(gpu, modes=modes, demo=True)
     async with app.run_test(size=SIZE) as pilot:
         status = app.screen
         table = status.query_one(GpuTable)
         await until(pilot, lambda: table.row_count == 8)
-        assert "launch" in app.available_modes and "bench" not in app.available_modes
+        assert app.available_modes == ["status", "launch", "compare"]
         assert app.check_action("mode", ("bench",)) is False   # hidden: no screen yet
         assert app.check_action("mode", ("status",)) is None   # current: dimmed
         await pilot.press("l")
@@ -294,6 +305,9 @@ async def test_registry_hook_and_hidden_status_skips_drawing():
         await pilot.press("s")
         await until(pilot, lambda: app.screen is status)
         await until(pilot, lambda: cell(table, "gpu-1", "util") == "48%")
+        await pilot.press("c")  # a screen that takes host/demo gets the app's
+        await until(pilot, lambda: isinstance(app.screen, _HostScreen))
+        assert app.screen.demo is True and app.screen.host is app.host
 
 
 async def test_palette_runs_screen_and_app_commands():
@@ -376,3 +390,15 @@ async def test_gpu_feed_drives_the_link_without_a_host_sampler():
         assert "Connection refused" in str(banner.content)
         gpu.push(gpu_status(8))
         await until(pilot, lambda: app.latest.link.ok and not banner.has_class("-shown"))
+
+
+async def test_launch_mode_opens_the_launch_screen():
+    pytest.importorskip("tui.screens.launch")
+    from tui.screens.launch import LaunchScreen
+
+    app = app_with()
+    async with app.run_test(size=SIZE) as pilot:
+        assert "launch" in app.available_modes
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LaunchScreen))
+        assert app.current_mode == "launch"

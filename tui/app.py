@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -50,7 +51,7 @@ class ModeSpec:
 
     title: str
     key: str
-    screen: str | Callable[[], Screen]
+    screen: str | Callable[..., Screen]
 
 
 #: mode name → how to build its screen. Other screens plug in with one line here;
@@ -63,18 +64,37 @@ MODE_REGISTRY: dict[str, ModeSpec] = {
 }
 
 
-def _resolve(spec: str | Callable[[], Screen]) -> Callable[[], Screen] | None:
-    if callable(spec):
-        return spec
-    module, _, name = spec.partition(":")
-    try:
-        if importlib.util.find_spec(module) is None:
+def _resolve(app: "TunedeckApp", spec: str | Callable[..., Screen]) -> Callable[[], Screen] | None:
+    """A no-argument factory for a mode's screen, or None when its module doesn't exist.
+
+    A screen class whose constructor takes ``host`` and/or ``demo`` keywords gets the
+    app's target host and demo flag."""
+    if isinstance(spec, str):
+        module, _, name = spec.partition(":")
+        try:
+            if importlib.util.find_spec(module) is None:
+                return None
+        except ModuleNotFoundError:
             return None
-    except ModuleNotFoundError:
-        return None
+
+        def load() -> Callable[..., Screen]:
+            return getattr(importlib.import_module(module), name)
+    else:
+        def load() -> Callable[..., Screen]:
+            return spec
 
     def factory() -> Screen:
-        return getattr(importlib.import_module(module), name)()
+        cls = load()
+        try:
+            params = inspect.signature(cls).parameters
+        except (TypeError, ValueError):
+            params = {}  # type: ignore[assignment]
+        kwargs: dict[str, Any] = {}
+        if "host" in params:
+            kwargs["host"] = app.host
+        if "demo" in params:
+            kwargs["demo"] = app.demo
+        return cls(**kwargs)
 
     return factory
 
@@ -120,6 +140,7 @@ class TunedeckApp(App[int]):
         modes: dict[str, ModeSpec] | None = None,
         initial_mode: str = "status",
         close_host: bool = True,
+        demo: bool = False,
     ) -> None:
         if sources is None:
             if host is None:
@@ -132,6 +153,8 @@ class TunedeckApp(App[int]):
         self.target = target or (host.target if host is not None else "local")
         """The host as the user named it (header, message keys, worker group)."""
         self.sources = sources
+        self.demo = demo
+        """True when the host is the built-in simulator (screens swap executables for ``tunedeck sim``)."""
         self.interval = interval
         self.sample_timeout = sample_timeout
         self.backoff: BackoffFn = backoff or default_backoff
@@ -144,7 +167,7 @@ class TunedeckApp(App[int]):
         self._initial_mode = initial_mode
         super().__init__()
         for mode, spec in self.mode_specs.items():
-            factory = _resolve(spec.screen)
+            factory = _resolve(self, spec.screen)
             if factory is not None:
                 self.add_mode(mode, factory)
                 self.available_modes.append(mode)

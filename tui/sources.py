@@ -79,14 +79,17 @@ class WatchedServers:
         self._next_refresh = 0.0
 
     async def _known(self) -> tuple[Any, ...]:
-        try:
-            from tui.collectors.status import known_servers  # type: ignore[import-not-found]
-        except ImportError:
-            return ()
         from tui.services.hosts import HostError
 
         try:
-            return tuple(await known_servers(self.host))
+            known: tuple[Any, ...] = ()
+            try:
+                from tui.collectors.status import known_servers  # type: ignore[import-not-found]
+            except ImportError:
+                pass
+            else:
+                known = tuple(await known_servers(self.host))
+            return known or await launched_servers(self.host)
         except (HostError, OSError):
             return tuple(s for s in self.collector.specs if s not in self.extra)
 
@@ -103,6 +106,26 @@ class WatchedServers:
 
     async def aclose(self) -> None:
         await self.collector.aclose()
+
+
+async def launched_servers(host: "Host") -> tuple[Any, ...]:
+    """A ``ServerSpec`` for every live run tunedeck launched on ``host`` (its run folders,
+    merged into the local run records by the launcher's ``reattach``)."""
+    try:
+        from tui.collectors.servers import ServerSpec  # type: ignore[import-not-found]
+        from tui.services.launcher import reattach  # type: ignore[import-not-found]
+    except ImportError:
+        return ()
+    specs = []
+    for rec in await reattach(host):
+        if not rec.port:
+            continue
+        engine = rec.engine if rec.engine in ("sglang", "vllm") else "auto"
+        try:
+            specs.append(ServerSpec(rec.profile or rec.run_id, engine, int(rec.port), run_id=rec.run_id))
+        except ValueError:
+            continue
+    return tuple(specs)
 
 
 def default_sources(host: "Host", *, interval: float = 1.0, servers: Iterable[Any] = ()) -> Sources:

@@ -31,6 +31,6 @@ def run_dashboard(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     app_module = importlib.import_module("tui.app")
-    app = app_module.make_app(host, target="demo" if demo else host.target)
+    app = app_module.make_app(host, target="demo" if demo else host.target, demo=demo)
     rc = app.run()
     return int(rc or 0)
