@@ -5,8 +5,9 @@
 
 The dashboard runs as ``python -m tui --demo`` in a pseudo-terminal of
 120×36 (the real terminal driver and renderer, exactly what a user runs),
-watching the demo host: 8 simulated GPUs and one simulated server, polled
-at 1 Hz. ``--source fake`` runs the same app on in-process scripted
+watching the demo host: 8 simulated GPUs and one simulated SGLang server
+(started first with ``tunedeck launch --demo --wait``, stopped at the end),
+polled at 1 Hz. Simulator state and run records go to a temporary folder. ``--source fake`` runs the same app on in-process scripted
 collectors instead (no simulator needed). This process drains the pty and
 samples the dashboard process with psutil once a second after the warm-up;
 the simulator's processes (children: nvidia-smi shims, sim server) are
@@ -95,6 +96,39 @@ def _tree_cpu(p: psutil.Process) -> tuple[float, list[psutil.Process]]:
     return total, kids
 
 
+SERVER_PORT = 30299
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "tui", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def start_sim_server() -> None:
+    r = _cli("launch", "--demo", "--engine", "sglang", "--port", str(SERVER_PORT), "--wait", "--timeout", "90",
+             "--cmd", "sglang", "serve", "--model-path", "/models/DeepSeek-V3", "--tp", "8",
+             "--port", str(SERVER_PORT), "--enable-metrics")
+    if r.returncode != 0:
+        raise SystemExit(f"could not start the simulated server:\n{r.stdout[-1000:]}{r.stderr[-1000:]}")
+
+
+def stop_sim_server() -> None:
+    _cli("stop", "--demo", "--yes", timeout=120)
+
+
+def isolate() -> str:
+    """Point the simulator and tunedeck's state at a fresh temporary folder."""
+    import tempfile
+
+    base = tempfile.mkdtemp(prefix="tunedeck-cost-")
+    for var, sub in (("TUNEDECK_SIM_STATE", "sim"), ("XDG_STATE_HOME", "state"), ("XDG_DATA_HOME", "data"),
+                     ("XDG_CONFIG_HOME", "config"), ("TUNEDECK_HOME", "home")):
+        os.environ[var] = os.path.join(base, sub)
+    os.environ.setdefault("TUNEDECK_SIM_LOAD_S", "2")
+    return base
+
+
 def measure(source: str, seconds: float, warmup: float, cols: int = 120, rows: int = 36) -> dict:
     if source == "demo":
         argv = [sys.executable, "-m", "tui", "--demo"]
@@ -162,15 +196,29 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--source", choices=("demo", "fake"), default="demo")
     ap.add_argument("--json-only", action="store_true")
+    ap.add_argument("--no-server", action="store_true", help="demo: watch the GPUs only (no simulated server)")
     ap.add_argument("--child-fake", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_fake:
         return _child_fake()
-    r = measure(args.source, args.seconds, args.warmup)
+    server = args.source == "demo" and not args.no_server
+    base = isolate() if args.source == "demo" else None
+    if server:
+        start_sim_server()
+    try:
+        r = measure(args.source, args.seconds, args.warmup)
+    finally:
+        if server:
+            stop_sim_server()
+        if base:
+            import shutil
+
+            shutil.rmtree(base, ignore_errors=True)
+    r["server"] = server
     r.pop("bytes_to_terminal_per_s", None)
     if not args.json_only:
         rows = [
-            ("source", r["source"]),
+            ("source", r["source"] + (" + 1 simulated SGLang server" if r["server"] else "")),
             ("duration", f"{r['seconds']} s (after {args.warmup:g} s warm-up), terminal {r['terminal']}"),
             ("dashboard CPU", f"{r['dashboard_cpu_percent']} % of one core (target <= {CPU_TARGET:g} %)"),
             ("dashboard RSS", f"{r['dashboard_rss_mb']} MB, peak {r['dashboard_rss_peak_mb']} MB "

@@ -402,3 +402,19 @@ async def test_launch_mode_opens_the_launch_screen():
         await pilot.press("l")
         await until(pilot, lambda: isinstance(app.screen, LaunchScreen))
         assert app.current_mode == "launch"
+
+
+async def test_gpu_retry_countdown_ticks():
+    from widgets.gpu_table import GpuStateLine
+
+    gpu = FakeGpu([gpu_status(2)])
+    app = app_with(gpu)
+    async with app.run_test(size=SIZE) as pilot:
+        line = app.screen.query_one(GpuStateLine)
+        await until(pilot, lambda: app.screen.query_one(GpuTable).row_count == 2)
+        gpu.push(GpuStatus("host-unreachable", message="connection-lost: link dropped",
+                           retry_at=time.time() + 4.5))
+        await until(pilot, lambda: "retrying in 5s" in str(line.content))
+        assert "host unreachable — GPU data stale: connection-lost: link dropped" in str(line.content)
+        await until(pilot, lambda: "retrying in 4s" in str(line.content), timeout=1.5)
+        await until(pilot, lambda: "retrying in 3s" in str(line.content), timeout=1.5)

@@ -221,7 +221,9 @@ class TunedeckApp(App[int]):
             w.cancel()
         if workers:
             try:
-                await asyncio.wait_for(self.workers.wait_for_complete(workers), timeout)
+                await asyncio.wait_for(
+                    asyncio.gather(*(w.wait() for w in workers), return_exceptions=True), timeout
+                )
             except Exception:  # noqa: BLE001 - leaving anyway
                 pass
 

@@ -13,9 +13,10 @@ from collections import deque
 from typing import Mapping, Sequence
 
 from rich.text import Text
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from tui.model import GpuProcess, GpuSnapshot, GpuStatus
+from widgets._countdown import CountdownStatic
 from widgets._fmt import bar, fmt, gib_pair, num, ratio, sparkline, theme_color
 
 #: GpuStatus.state → what the operator reads (nvidia-smi exit codes named).
@@ -54,7 +55,7 @@ def gpu_state_text(status: GpuStatus, now: float | None = None) -> str:
     return text
 
 
-class GpuStateLine(Static):
+class GpuStateLine(CountdownStatic):
     """The GPU feed's state line (hidden while ``ok``), with a live retry countdown."""
 
     DEFAULT_CSS = """
@@ -66,25 +67,22 @@ class GpuStateLine(Static):
     status: GpuStatus | None = None
     """The status shown."""
 
-    def on_mount(self) -> None:
-        self._timer = self.set_interval(1.0, self._tick, pause=True)
-
     def set_status(self, status: GpuStatus) -> None:
-        self.status = status
-        self._tick()
-        if getattr(status, "retry_at", 0.0):
-            self._timer.resume()
-        else:
-            self._timer.pause()
-
-    def _tick(self) -> None:
-        if self.status is None:
+        if status is self.status:
             return
-        text = gpu_state_text(self.status)
+        self.status = status
+        self.tick()
+
+    def text(self) -> str:
+        return "" if self.status is None else gpu_state_text(self.status)
+
+    def deadline(self) -> float | None:
+        retry_at = getattr(self.status, "retry_at", 0.0) or 0.0
+        return retry_at - time.time() if retry_at else None
+
+    def shown(self, text: str) -> None:
         self.set_class(bool(text), "-shown")
-        self.set_class(self.status.state in ("waiting", "starting"), "-quiet")
-        if text != str(self.content):
-            self.update(text)
+        self.set_class(self.status is not None and self.status.state in ("waiting", "starting"), "-quiet")
 
 
 def _gpu_key(g: GpuSnapshot) -> str:
@@ -183,7 +181,7 @@ class GpuTable(_KeyedTable):
         ("name", "Name", 16),
         ("util", "Util", 4),
         ("util_hist", "Util history", 16),
-        ("mem", "Memory", 20),
+        ("mem", "Memory", 22),
         ("mem_hist", "Mem history", 16),
         ("temp", "Temp", 4),
         ("power", "Power", 9),

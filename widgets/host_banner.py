@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import time
 
-from textual.widgets import Static
 
 from tui.messages import LinkState
+from widgets._countdown import CountdownStatic
 
 _LABELS = {
     "unreachable": "host unreachable",
@@ -39,8 +39,8 @@ def link_text(link: LinkState, now: float | None = None) -> str:
     return f"{link.target}: {label} — {link.last_error or 'collector failed'}; restarting"
 
 
-class HostBanner(Static):
-    """Hidden while connected; otherwise one line with the state and a 1 Hz countdown."""
+class HostBanner(CountdownStatic):
+    """Hidden while connected; otherwise one line with the state and a live retry countdown."""
 
     DEFAULT_CSS = """
     HostBanner { display: none; height: auto; padding: 0 1; background: $error 25%; color: $text; }
@@ -51,23 +51,18 @@ class HostBanner(Static):
     link: LinkState | None = None
     """The state shown."""
 
-    def on_mount(self) -> None:
-        self._timer = self.set_interval(1.0, self._tick, pause=True)
-
     def set_link(self, link: LinkState) -> None:
         self.link = link
-        self._tick()
-        counting = link.state == "unreachable" and link.retry_at is not None
-        if counting:
-            self._timer.resume()
-        else:
-            self._timer.pause()
+        self.tick()
 
-    def _tick(self) -> None:
-        if self.link is None:
-            return
-        text = link_text(self.link)
+    def text(self) -> str:
+        return "" if self.link is None else link_text(self.link)
+
+    def deadline(self) -> float | None:
+        if self.link is None or self.link.state != "unreachable" or self.link.retry_at is None:
+            return None
+        return self.link.retry_at - time.monotonic()
+
+    def shown(self, text: str) -> None:
         self.set_class(bool(text), "-shown")
-        self.set_class(self.link.state == "failed", "-failed")
-        if text != str(self.content):
-            self.update(text)
+        self.set_class(self.link is not None and self.link.state == "failed", "-failed")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+from textual.widget import Widget
 
 from tui.model import HostStats
 from widgets._fmt import bar, duration, fmt, human_bytes, num, ratio, theme_color
@@ -20,17 +20,29 @@ def mem_pair(used: object, total: object) -> str:
     return f"{us}/{t / 2**30:.1f} GiB"
 
 
-class HostPanel(Static):
-    """Shows one :class:`HostStats` snapshot (or that none arrived yet)."""
+class HostPanel(Widget):
+    """Shows one :class:`HostStats` snapshot (or that none arrived yet).
+
+    Draws in ``render()`` and only calls ``refresh()`` on new figures: a fixed-size
+    panel, so an update never costs a layout pass."""
 
     DEFAULT_CSS = """
-    HostPanel { height: auto; min-height: 7; width: 40; border: round $primary 50%; padding: 0 1; }
+    HostPanel { height: 7; width: 40; border: round $primary 50%; padding: 0 1; }
     """
+
+    _text: Text | None = None
 
     def on_mount(self) -> None:
         self.border_title = "Host"
-        if self.stats is None:
-            self.update(Text("waiting for host figures…", style=theme_color(self, "text-muted")))
+
+    def render(self) -> Text:
+        if self._text is None:
+            return Text("waiting for host figures…", style=theme_color(self, "text-muted"))
+        return self._text
+
+    def update(self, text: Text) -> None:
+        self._text = text
+        self.refresh()
 
     stats: HostStats | None = None
     """The snapshot shown."""

@@ -95,7 +95,12 @@ class ServerPanel(Vertical):
         self._notes(Text("waiting for server figures…", style=theme_color(self, "text-muted")))
 
     def _notes(self, text: Text) -> None:
-        self.query_one("#server-notes", Static).update(text)
+        if text.plain == getattr(self, "_notes_plain", None) and text.spans == self._notes_spans:
+            return  # unchanged: no layout pass
+        self._notes_plain, self._notes_spans = text.plain, list(text.spans)
+        notes = self.query_one("#server-notes", Static)
+        notes.display = bool(text.plain)
+        notes.update(text)
 
     def update_servers(self, servers: Sequence[ServerStats]) -> None:
         servers = tuple(servers)
