@@ -54,6 +54,8 @@ class StatusScreen(Screen):
         self._dirty = False
         self._last_gpu_draw = 0.0
         self._gpu_draw_pending = False
+        self._pending_host = False
+        self._pending_servers = False
 
     @property
     def tapp(self) -> "TunedeckApp":
@@ -112,12 +114,25 @@ class StatusScreen(Screen):
         else:
             self._dirty = True
 
+    def _gpu_heartbeat(self) -> bool:
+        """True while GPU samples arrive steadily: other panels then ride along with the
+        next GPU draw, so one screen update per second carries everything."""
+        return self.tapp.latest.gpu.state == "ok" and time.monotonic() - self._last_gpu_draw < 1.2
+
     def _on_host(self, stats: HostStats) -> None:
-        if self._visible():
+        if not self._visible():
+            return
+        if self._gpu_heartbeat():
+            self._pending_host = True
+        else:
             self._show_host(stats)
 
     def _on_servers(self, servers: tuple[ServerStats, ...]) -> None:
-        if self._visible():
+        if not self._visible():
+            return
+        if self._gpu_heartbeat():
+            self._pending_servers = True
+        else:
             self.query_one(ServerPanel).update_servers(servers)
 
     def _on_link(self, link: LinkState) -> None:
@@ -139,6 +154,13 @@ class StatusScreen(Screen):
 
     def _show_gpu(self, status: GpuStatus) -> None:
         self._last_gpu_draw = time.monotonic()
+        latest = self.tapp.latest
+        if self._pending_host:
+            self._pending_host = False
+            self._show_host(latest.host)
+        if self._pending_servers and latest.servers is not None:
+            self._pending_servers = False
+            self.query_one(ServerPanel).update_servers(latest.servers)
         self.query_one(GpuStateLine).set_status(status)
         if status.gpus:
             self.query_one(GpuTable).update_gpus(status.gpus, self.tapp.gpu_history)
