@@ -273,6 +273,16 @@ class _OtherScreen(Screen):
         yield Static("other")
 
 
+class _ArgsScreen(Screen):
+    def __init__(self, bench_args):
+        super().__init__()
+
+
+class _BrokenScreen(Screen):
+    def __init__(self):
+        raise RuntimeError("half-written screen")
+
+
 class _HostScreen(Screen):
     def __init__(self, host=None, demo=False):
         super().__init__()
@@ -284,7 +294,9 @@ async def test_registry_hook_and_hidden_status_skips_drawing():
         "status": MODE_REGISTRY["status"],
         "launch": ModeSpec("Launch", "l", _OtherScreen),
         "bench": ModeSpec("Bench", "b", "tui.screens.not_written_yet:BenchScreen"),
+        "needs-args": ModeSpec("Args", "x", _ArgsScreen),
         "compare": ModeSpec("Compare", "c", _HostScreen),
+        "broken": ModeSpec("Broken", "y", _BrokenScreen),
     }
     gpu = FakeGpu([gpu_status(8, 0)])
     app = app_with(gpu, modes=modes, demo=True)
@@ -292,7 +304,10 @@ async def test_registry_hook_and_hidden_status_skips_drawing():
         status = app.screen
         table = status.query_one(GpuTable)
         await until(pilot, lambda: table.row_count == 8)
-        assert app.available_modes == ["status", "launch", "compare"]
+        assert app.available_modes == ["status", "launch", "compare", "broken"]
+        await app.run_action("mode('broken')")  # a screen that fails to build is an error note, not a crash
+        await pilot.pause(0.1)
+        assert app.screen is status and app.current_mode == "status"
         assert app.check_action("mode", ("bench",)) is False   # hidden: no screen yet
         assert app.check_action("mode", ("status",)) is None   # current: dimmed
         await pilot.press("l")

@@ -64,31 +64,49 @@ MODE_REGISTRY: dict[str, ModeSpec] = {
 }
 
 
-def _resolve(app: "TunedeckApp", spec: str | Callable[..., Screen]) -> Callable[[], Screen] | None:
-    """A no-argument factory for a mode's screen, or None when its module doesn't exist.
+_INJECTED = ("host", "demo")
 
-    A screen class whose constructor takes ``host`` and/or ``demo`` keywords gets the
-    app's target host and demo flag."""
+
+def _constructible(cls: Callable[..., Screen]) -> bool:
+    """True when ``cls`` can be built with no arguments besides the injected host/demo."""
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    for p in params:
+        if p.name in _INJECTED or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.default is p.empty:
+            return False
+    return True
+
+
+def _resolve(app: "TunedeckApp", spec: str | Callable[..., Screen]) -> Callable[[], Screen] | None:
+    """A no-argument factory for a mode's screen, or None when the screen isn't there yet
+    (its module doesn't exist or fails to import) or needs arguments a mode can't give.
+
+    A screen whose constructor takes ``host`` and/or ``demo`` gets the app's target host
+    and demo flag."""
     if isinstance(spec, str):
         module, _, name = spec.partition(":")
         try:
             if importlib.util.find_spec(module) is None:
                 return None
-        except ModuleNotFoundError:
+            cls = getattr(importlib.import_module(module), name)
+        except Exception as e:  # noqa: BLE001 - a broken screen must not stop the dashboard
+            app.log.warning(f"mode screen {spec} unavailable: {type(e).__name__}: {e}")
             return None
-
-        def load() -> Callable[..., Screen]:
-            return getattr(importlib.import_module(module), name)
     else:
-        def load() -> Callable[..., Screen]:
-            return spec
+        cls = spec
+    if not _constructible(cls):
+        app.log.warning(f"mode screen {spec} needs constructor arguments; not offered as a mode")
+        return None
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
 
     def factory() -> Screen:
-        cls = load()
-        try:
-            params = inspect.signature(cls).parameters
-        except (TypeError, ValueError):
-            params = {}  # type: ignore[assignment]
         kwargs: dict[str, Any] = {}
         if "host" in params:
             kwargs["host"] = app.host
@@ -367,7 +385,11 @@ class TunedeckApp(App[int]):
     async def action_mode(self, mode: str) -> None:
         """Switch to a top-level screen."""
         if mode in self.available_modes and mode != self.current_mode:
-            await self.switch_mode(mode)
+            try:
+                await self.switch_mode(mode)
+            except Exception as e:  # noqa: BLE001 - a broken screen must not end the dashboard
+                self.notify(f"cannot open {self.mode_specs[mode].title}: {type(e).__name__}: {e}",
+                            severity="error", timeout=8)
 
     def action_reconnect(self) -> None:
         """Restart every collector now (also retries auth / host-key failures)."""
