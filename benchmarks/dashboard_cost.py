@@ -1,235 +1,264 @@
 #!/usr/bin/env python3
-"""What the dashboard itself costs: CPU (% of one core) and RSS while it watches a host.
+"""Measure what watching a host costs: CPU and memory of the watcher process.
 
-    python benchmarks/dashboard_cost.py [--seconds 60] [--warmup 5] [--source demo|fake] [--json-only]
+Starts a simulated vLLM server (``tunedeck sim vllm``) and a watcher process
+that follows the 8 simulated GPUs of the demo host, the host figures and that
+one server at ``--interval`` (default 1 s) for ``--duration`` seconds
+(default 60), and samples the watcher's CPU time and RSS with psutil.
 
-The dashboard runs as ``python -m tui --demo`` in a pseudo-terminal of
-120×36 (the real terminal driver and renderer, exactly what a user runs),
-watching the demo host: 8 simulated GPUs and one simulated SGLang server
-(started first with ``tunedeck launch --demo --wait``, stopped at the end),
-polled at 1 Hz. Simulator state and run records go to a temporary folder. ``--source fake`` runs the same app on in-process scripted
-collectors instead (no simulator needed). This process drains the pty and
-samples the dashboard process with psutil once a second after the warm-up;
-the simulator's processes (children: nvidia-smi shims, sim server) are
-measured separately and are not counted as the dashboard's cost.
+Watchers:
+  --watch collectors   (default) the data path alone: GpuCollector stream,
+                       HostCollector and ServerCollector in chained loops,
+                       GpuHistory, in one asyncio process.
+  --watch -- CMD ...   any command (for example the Textual dashboard run
+                       headless); ``{port}`` in CMD is replaced by the
+                       server's port and the demo environment is set.
 
-Prints a table and one JSON line. Targets: <= 3 % of one core, <= 150 MB RSS.
+CPU is counted after a warm-up (``--warmup``, default 5 s) and reported in
+percent of one core, for the watcher itself; helper processes it starts (the
+simulated ``nvidia-smi``, which on a real host runs on the remote side) are
+reported separately. Target: at most 3 % of one core and 150 MB RSS.
+Exit status 0 when the target is met, 1 when not, 2 when the setup failed.
+
+    python benchmarks/dashboard_cost.py [--duration 60] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
-import pty
-import select
 import signal
-import struct
+import socket
 import subprocess
 import sys
-import termios
+import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
-import psutil
-
 REPO = Path(__file__).resolve().parent.parent
-CPU_TARGET = 3.0
-RSS_TARGET_MB = 150.0
+TARGET_CPU_PERCENT = 3.0
+TARGET_RSS_MB = 150.0
 
 
-def _child_fake() -> int:
-    """The app on scripted collectors (8 GPUs at 1 Hz, host, one server), in this terminal."""
+# ---------------------------------------------------------------------- child: the watcher
+
+
+def run_child(port: int, interval: float) -> int:
     sys.path.insert(0, str(REPO))
-    from tests.ui_fakes import FakeHost, FakeServers, TickingGpu, host_stats, server
-    from tui.app import make_app
+    import asyncio
 
-    app = make_app(gpu=TickingGpu(8, 1.0), host_source=FakeHost(host_stats()),
-                   servers=FakeServers((server(),)), target="fake", interval=1.0)
-    app.run()
+    from tui.collectors.gpu import GpuCollector
+    from tui.collectors.history import GpuHistory
+    from tui.collectors.hoststats import HostCollector
+    from tui.collectors.servers import ServerCollector, ServerSpec
+    from tui.services.hosts import get_host
+    from tui.util.aio import run_async
+
+    counts = {"gpu_blocks": 0, "gpu_errors": 0, "host_samples": 0, "server_samples": 0, "server_ready": 0}
+
+    async def main() -> None:
+        host = get_host(None, demo=True)
+        gpu = GpuCollector(host, interval)
+        history = GpuHistory()
+        hc = HostCollector(host)
+        sc = ServerCollector(host, [ServerSpec("sim", "vllm", port)])
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+
+        async def gpus() -> None:
+            async for st in gpu.stream():
+                history.add(st)
+                counts["gpu_blocks" if st.state == "ok" else "gpu_errors"] += 1
+
+        async def others() -> None:  # chained: the next poll starts after this one ended
+            while True:
+                t0 = time.monotonic()
+                await hc.sample()
+                counts["host_samples"] += 1
+                (s,) = await sc.sample()
+                counts["server_samples"] += 1
+                counts["server_ready"] += s.state == "ready"
+                await asyncio.sleep(max(0.0, interval - (time.monotonic() - t0)))
+
+        tasks = [asyncio.create_task(gpus()), asyncio.create_task(others())]
+        await stop.wait()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await sc.aclose()
+
+    run_async(main())
+    print(json.dumps(counts), flush=True)
     return 0
 
 
-def _spawn(argv: list[str], cols: int, rows: int) -> tuple[subprocess.Popen, int]:
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows),
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("TEXTUAL", None)
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=REPO, env=env,
-                            start_new_session=True, close_fds=True)
-    os.close(slave)
-    return proc, master
+# ---------------------------------------------------------------------- parent: the measurement
 
 
-def _drain(master: int, until: float, sink: bytearray) -> None:
-    while True:
-        left = until - time.monotonic()
-        if left <= 0:
-            return
-        r, _, _ = select.select([master], [], [], left)
-        if r:
-            try:
-                data = os.read(master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            sink += data
-            del sink[:-65536]  # keep only the tail (for error reports)
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
-def _tree_cpu(p: psutil.Process) -> tuple[float, list[psutil.Process]]:
-    kids = []
-    total = 0.0
-    try:
-        kids = p.children(recursive=True)
-    except psutil.Error:
-        pass
-    for k in kids:
+def _wait_health(port: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         try:
-            t = k.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total, kids
-
-
-SERVER_PORT = 30299
-
-
-def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "tui", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def start_sim_server() -> None:
-    r = _cli("launch", "--demo", "--engine", "sglang", "--port", str(SERVER_PORT), "--wait", "--timeout", "90",
-             "--cmd", "sglang", "serve", "--model-path", "/models/DeepSeek-V3", "--tp", "8",
-             "--port", str(SERVER_PORT), "--enable-metrics")
-    if r.returncode != 0:
-        raise SystemExit(f"could not start the simulated server:\n{r.stdout[-1000:]}{r.stderr[-1000:]}")
-
-
-def stop_sim_server() -> None:
-    _cli("stop", "--demo", "--yes", timeout=120)
-
-
-def isolate() -> str:
-    """Point the simulator and tunedeck's state at a fresh temporary folder."""
-    import tempfile
-
-    base = tempfile.mkdtemp(prefix="tunedeck-cost-")
-    for var, sub in (("TUNEDECK_SIM_STATE", "sim"), ("XDG_STATE_HOME", "state"), ("XDG_DATA_HOME", "data"),
-                     ("XDG_CONFIG_HOME", "config"), ("TUNEDECK_HOME", "home")):
-        os.environ[var] = os.path.join(base, sub)
-    os.environ.setdefault("TUNEDECK_SIM_LOAD_S", "2")
-    return base
-
-
-def measure(source: str, seconds: float, warmup: float, cols: int = 120, rows: int = 36) -> dict:
-    if source == "demo":
-        argv = [sys.executable, "-m", "tui", "--demo"]
-    else:
-        argv = [sys.executable, str(Path(__file__).resolve()), "--child-fake"]
-    proc, master = _spawn(argv, cols, rows)
-    out = bytearray()
-    ps = psutil.Process(proc.pid)
-    try:
-        _drain(master, time.monotonic() + warmup, out)
-        if proc.poll() is not None:
-            raise SystemExit(f"dashboard exited during warm-up (rc {proc.returncode}):\n"
-                             + out.decode("utf-8", "replace")[-2000:])
-        t0 = time.monotonic()
-        c0 = ps.cpu_times()
-        k0, _ = _tree_cpu(ps)
-        rss = []
-        while time.monotonic() - t0 < seconds:
-            _drain(master, min(t0 + seconds, time.monotonic() + 1.0), out)
-            if proc.poll() is not None:
-                raise SystemExit(f"dashboard exited early (rc {proc.returncode})")
-            rss.append(ps.memory_info().rss)
-        wall = time.monotonic() - t0
-        c1 = ps.cpu_times()
-        k1, kids = _tree_cpu(ps)
-        cpu_s = (c1.user - c0.user) + (c1.system - c0.system)
-        # simulator: children that ended (reaped: counted in children_*) + those still running
-        reaped = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
-        sim_s = reaped + max(0.0, k1 - k0)
-        result = {
-            "source": source,
-            "seconds": round(wall, 1),
-            "terminal": f"{cols}x{rows}",
-            "dashboard_cpu_percent": round(100 * cpu_s / wall, 2),
-            "dashboard_cpu_seconds": round(cpu_s, 3),
-            "dashboard_rss_mb": round(rss[-1] / 2**20, 1),
-            "dashboard_rss_peak_mb": round(max(rss) / 2**20, 1),
-            "simulator_cpu_percent": round(100 * sim_s / wall, 2),
-            "simulator_processes": len(kids),
-            "bytes_to_terminal_per_s": None,
-        }
-    finally:
-        try:
-            os.write(master, b"\x11")  # ctrl+q
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                if r.status == 200:
+                    return True
         except OSError:
             pass
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        os.close(master)
-    result["cpu_target_met"] = result["dashboard_cpu_percent"] <= CPU_TARGET
-    result["rss_target_met"] = result["dashboard_rss_peak_mb"] <= RSS_TARGET_MB
-    return result
+        time.sleep(0.25)
+    return False
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--warmup", type=float, default=5.0)
-    ap.add_argument("--source", choices=("demo", "fake"), default="demo")
-    ap.add_argument("--json-only", action="store_true")
-    ap.add_argument("--no-server", action="store_true", help="demo: watch the GPUs only (no simulated server)")
-    ap.add_argument("--child-fake", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child_fake:
-        return _child_fake()
-    server = args.source == "demo" and not args.no_server
-    base = isolate() if args.source == "demo" else None
-    if server:
-        start_sim_server()
+def _stop(proc: subprocess.Popen[bytes] | subprocess.Popen[str], grace: float = 5.0) -> None:
+    if proc.poll() is not None:
+        return
     try:
-        r = measure(args.source, args.seconds, args.warmup)
-    finally:
-        if server:
-            stop_sim_server()
-        if base:
-            import shutil
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
-            shutil.rmtree(base, ignore_errors=True)
-    r["server"] = server
-    r.pop("bytes_to_terminal_per_s", None)
-    if not args.json_only:
-        rows = [
-            ("source", r["source"] + (" + 1 simulated SGLang server" if r["server"] else "")),
-            ("duration", f"{r['seconds']} s (after {args.warmup:g} s warm-up), terminal {r['terminal']}"),
-            ("dashboard CPU", f"{r['dashboard_cpu_percent']} % of one core (target <= {CPU_TARGET:g} %)"),
-            ("dashboard RSS", f"{r['dashboard_rss_mb']} MB, peak {r['dashboard_rss_peak_mb']} MB "
-                              f"(target <= {RSS_TARGET_MB:g} MB)"),
-            ("simulator CPU", f"{r['simulator_cpu_percent']} % ({r['simulator_processes']} processes, not counted)"),
-        ]
-        w = max(len(k) for k, _ in rows)
-        for k, v in rows:
-            print(f"{k:<{w}}  {v}")
-    print(json.dumps(r))
-    return 0 if r["cpu_target_met"] and r["rss_target_met"] else 1
+
+def measure(args: argparse.Namespace) -> dict[str, object]:
+    import psutil
+
+    state = Path(tempfile.mkdtemp(prefix="tunedeck-bench-cost-"))
+    env = dict(os.environ)
+    env["TUNEDECK_SIM_STATE"] = str(state)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tui", "sim", "vllm", "serve", "Qwen/Qwen3-0.6B", "--port", str(port)],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    watcher: subprocess.Popen[str] | None = None
+    try:
+        if not _wait_health(port, 60):
+            raise RuntimeError(f"the simulated server did not become ready on port {port}")
+        if args.cmd:
+            argv = [a.replace("{port}", str(port)) for a in args.cmd]
+        else:
+            argv = [sys.executable, str(Path(__file__).resolve()), "--child", "--port", str(port),
+                    "--interval", str(args.interval)]
+        watcher = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            start_new_session=True,
+        )
+        p = psutil.Process(watcher.pid)
+        t_start = time.monotonic()
+        rss_peak = 0
+        helpers: dict[int, float] = {}
+        cpu0 = None
+        t0 = None
+        while time.monotonic() - t_start < args.duration:
+            time.sleep(0.5)
+            if watcher.poll() is not None:
+                raise RuntimeError(f"the watcher exited early with status {watcher.returncode}")
+            with p.oneshot():
+                ct = p.cpu_times()
+                rss_peak = max(rss_peak, p.memory_info().rss)
+            for ch in p.children(recursive=True):
+                try:
+                    t = ch.cpu_times()
+                    helpers[ch.pid] = t.user + t.system
+                except psutil.Error:
+                    pass
+            if cpu0 is None and time.monotonic() - t_start >= args.warmup:
+                cpu0, t0 = ct.user + ct.system, time.monotonic()
+                helpers0 = sum(helpers.values()) + ct.children_user + ct.children_system
+        ct = p.cpu_times()
+        t1 = time.monotonic()
+        own = (ct.user + ct.system - (cpu0 or 0.0)) / max(1e-9, t1 - (t0 or t_start)) * 100
+        helper_total = sum(helpers.values()) + ct.children_user + ct.children_system
+        helper_pct = (helper_total - helpers0) / max(1e-9, t1 - (t0 or t_start)) * 100 if cpu0 is not None else None
+        _stop(watcher)
+        out = watcher.stdout.read() if watcher.stdout else ""
+        counts = {}
+        for line in out.splitlines()[::-1]:
+            try:
+                counts = json.loads(line)
+                break
+            except ValueError:
+                continue
+        rss_mb = rss_peak / 2**20
+        return {
+            "watch": "collectors" if not args.cmd else " ".join(argv),
+            "duration_s": args.duration,
+            "interval_s": args.interval,
+            "gpus": 8,
+            "servers": 1,
+            "cpu_percent_of_core": round(own, 2),
+            "helpers_cpu_percent_of_core": None if helper_pct is None else round(helper_pct, 2),
+            "rss_peak_mb": round(rss_mb, 1),
+            "counts": counts,
+            "target": {"cpu_percent_of_core": TARGET_CPU_PERCENT, "rss_mb": TARGET_RSS_MB},
+            "ok": own <= TARGET_CPU_PERCENT and rss_mb <= TARGET_RSS_MB,
+        }
+    finally:
+        if watcher is not None:
+            _stop(watcher)
+        _stop(server)
+        import shutil
+
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds to watch (default 60)")
+    ap.add_argument("--interval", type=float, default=1.0, help="refresh interval in seconds (default 1)")
+    ap.add_argument("--warmup", type=float, default=5.0, help="seconds not counted for CPU (default 5)")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--watch", nargs=argparse.REMAINDER, default=None,
+                    help="'collectors' (default) or '-- CMD ...' to measure another watcher")
+    args = ap.parse_args(argv)
+    if args.child:
+        return run_child(args.port, args.interval)
+    watch = args.watch or ["collectors"]
+    if watch and watch[0] == "--":
+        watch = watch[1:]
+    args.cmd = None if watch == ["collectors"] else watch
+    if args.cmd == []:
+        print("dashboard_cost: --watch -- needs a command", file=sys.stderr)
+        return 2
+    if args.duration <= args.warmup:
+        print("dashboard_cost: --duration must be longer than --warmup", file=sys.stderr)
+        return 2
+    try:
+        res = measure(args)
+    except RuntimeError as exc:
+        print(f"dashboard_cost: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print(
+            f"watched 8 simulated GPUs + 1 server at {args.interval:g} s for {args.duration:g} s ({res['watch']}):\n"
+            f"  CPU {res['cpu_percent_of_core']}% of one core (target <= {TARGET_CPU_PERCENT}%), "
+            f"peak RSS {res['rss_peak_mb']} MB (target <= {TARGET_RSS_MB:g} MB)\n"
+            f"  helpers (simulated nvidia-smi, remote-side on a real host): "
+            f"{res['helpers_cpu_percent_of_core']}% of one core\n"
+            f"  received: {res['counts']}\n"
+            f"  {'PASS' if res['ok'] else 'FAIL'}"
+        )
+    return 0 if res["ok"] else 1
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 ``fake.path_env()`` in front of PATH (``LocalHost(env_overlay=...)`` or a
 subprocess env). ``fake.set_mode(...)`` switches behaviour between calls:
 ``ok`` (default), ``na`` ([N/A] cells), ``exit9``/``exit12``/``exit14``/
-``exit15``/``exit18``, ``hang`` (never answers the GPU query). Each call logs
+``exit15``/``exit18``, ``hang`` (never answers the GPU query),
+``lostloop`` (keeps running, prints only a 'GPU is lost' line). Each call logs
 ``pid args`` to ``calls``; :meth:`alive_queries` counts running query processes.
 """
 
@@ -41,6 +42,10 @@ if [ $apps = 1 ]; then
   exit 0
 fi
 [ "$mode" = hang ] && exec sleep 1000
+if [ "$mode" = lostloop ]; then
+  # keeps running, prints only an error line per loop
+  while :; do echo "Unable to determine the device handle for GPU0000:18:00.0: GPU is lost.  Reboot the system to recover this GPU"; sleep 0.2; done
+fi
 i=0
 while :; do
   g=0

@@ -19,7 +19,7 @@ header ``x-fake-mode`` overrides it. Modes:
 * ``slowfirst``: the first token after ``--slowfirst-s`` seconds.
 
 Every token chunk carries ``"tw"``: ``time.perf_counter()`` just before its
-write (CLOCK_MONOTONIC, comparable across processes on Linux), so a client
+write and ``"tr"``: when the request was parsed (CLOCK_MONOTONIC, comparable across processes on Linux), so a client
 can measure its timestamp lag. ``GET /stats`` returns request and token
 counts summed over all server processes. ``GET /health`` and ``/v1/models``
 answer like vLLM.
@@ -144,6 +144,7 @@ class Handler(asyncio.Protocol):
 
     def stream(self, req: dict[str, Any], mode: str, *, chat: bool) -> None:
         assert self.t is not None
+        t_rx = _pc()
         if mode == "e500":
             return self.simple(500, {"error": {"message": "injected failure", "type": "InternalServerError"}},
                                "Internal Server Error")
@@ -159,7 +160,7 @@ class Handler(asyncio.Protocol):
         else:
             pre = ('{"id":"cmpl-1","object":"text_completion","created":0,"model":%s,'
                    '"choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":' % model)
-        tail_fmt = '}],"tw":%.7f}'
+        tail_fmt = '}],"tr":%.7f,"tw":%%.7f}' % t_rx
         usage = ('data: {"id":"x","object":"x","created":0,"model":%s,"choices":[],'
                  '"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}\n\n' % (model, plen, plen + n, n)).encode()
         cut_at = n // 2 if mode == "cut" else -1
@@ -170,7 +171,6 @@ class Handler(asyncio.Protocol):
         write = self.t.write
         stats = Cfg.stats
         slot1 = Cfg.slot * NSTAT + 1
-        t_rx = _pc()
         last = [0.0]
 
         if chat:
@@ -274,10 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", a.port))
     port = sock.getsockname()[1]
-    print(f"PORT {port}", flush=True)
     if a.refuse_until > 0:
+        print(f"PORT {port}", flush=True)
         time.sleep(a.refuse_until)  # bound but not listening: connections are refused
     sock.listen(4096)
+    if a.refuse_until <= 0:
+        print(f"PORT {port}", flush=True)  # only once connections are accepted
     sock.setblocking(False)
     children = []
     for i in range(1, a.procs):

@@ -24,16 +24,21 @@ def test_dechunk_split_anywhere():
 
 
 def test_sse_split_keeps_arrival_time():
+    s = _SSE(keep=True)
+    s.feed(1.0, b'data: {"choices":[{"text":"a"}]}\n\nda')
+    s.feed(2.0, b'ta: {"choices":[{"text":"b"}]}\n')
+    s.feed(3.0, b'\n: comment\n\ndata: {"choices":[],"usage":{"completion_tokens":2}}\n\ndata: [DONE]\n\n')
+    assert [e[0] for e in s.events] == [1.0, 3.0, 3.0, 3.0, 3.0]
+    assert s.times == [1.0, 3.0] and s.usage == {"completion_tokens": 2} and s.done and s.bad == 0
     s = _SSE()
-    s.feed(1.0, b"data: a\n\nda")
-    s.feed(2.0, b"ta: b\n")
-    s.feed(3.0, b"\n: comment\n\ndata: c\n\n")
-    assert s.events == [(1.0, b"data: a"), (3.0, b"data: b"), (3.0, b": comment"), (3.0, b"data: c")]
+    s.feed(1.0, b"data: {bad\n\nnonsense line\n\n")
+    assert s.bad == 2 and s.times == []
 
 
-async def _one(url, mode, *, transport="lean", chat=False, n=8, read_timeout=600.0):
+async def _one(url, mode, *, transport="lean", chat=False, n=8, read_timeout=600.0, deadline=None):
     async with make_client(transport=transport, read_timeout=read_timeout) as c:
-        ep = EndpointConfig(url, "fake-model", endpoint="chat" if chat else "completions")
+        ep = EndpointConfig(url, "fake-model", endpoint="chat" if chat else "completions",
+                            request_deadline=deadline)
         c.headers["x-fake-mode"] = mode
         return await stream_request(c, ep, RequestSpec("a b c", 3, n, 0))
 
@@ -57,6 +62,8 @@ async def test_each_failure_has_its_type(transport):
         assert not slow["success"] and slow["error_type"] == "ReadTimeout"
         slow_ok = await _one(srv.url, "slowfirst", transport=transport)
         assert slow_ok["success"] and slow_ok["ttft"] > 1.4
+        late = await _one(srv.url, "slowfirst", transport=transport, deadline=0.3)
+        assert not late["success"] and late["error_type"] == "DeadlineExceeded" and late["elapsed"] < 1.0
 
 
 @pytest.mark.timeout(30)
@@ -140,7 +147,7 @@ def test_r21_cli_not_ready_exit_code():
 @pytest.mark.parametrize("conc", [1, 64])
 def test_timing_within_2_percent(conc):
     """`tunedeck bench` (its own process, uvloop) reports the server's known TTFT and gap within 2 %."""
-    ttft_ms, itl_ms, n_out = 100.0, 20.0, 21
+    ttft_ms, itl_ms, n_out = 200.0, 20.0, 16
     n = max(6, conc)
     with FakeServer("--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)) as srv:
         r = subprocess.run(

@@ -129,3 +129,39 @@ def test_kill_9_mid_run_keeps_every_sample_and_show_rebuilds(tmp_path):
     v = json.loads((tmp_path / "v.json").read_text())
     assert len(v["ttfts"]) == len(v["itls"]) == len(v["latencies"]) == len(parsed)
     assert v["completed"] == len(parsed) and len(v["itls"][0]) == 19
+
+
+@pytest.mark.timeout(60)
+def test_sigint_with_workers_keeps_partial_samples():
+    with FakeServer("--ttft-ms", "20", "--itl-ms", "20") as srv:
+        proc = subprocess.Popen(
+            [*tunedeck_cmd(), "bench", "--url", srv.url, "--concurrency", "8", "--num-prompts", "400",
+             "--input-len", "8", "--output-len", "40", "--warmup", "2", "--workers", "2", "--progress"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            run_id = None
+            while True:
+                line = proc.stdout.readline()
+                assert line, proc.stderr.read()
+                msg = json.loads(line)
+                if msg["type"] == "level_start":
+                    run_id = msg["run_id"]
+                if msg["type"] == "tick" and msg["completed"] >= 8:
+                    break
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    done = [json.loads(ln) for ln in out.splitlines() if '"level_done"' in ln]
+    assert done and done[0]["summary"]["partial"] is True
+    samples = store.read_samples(run_id)
+    cancelled = [s for s in samples if s["error_type"] == "Cancelled"]
+    assert len(cancelled) >= 1 and {s["worker"] for s in samples} == {0, 1}
+    s = json.loads((data_dir() / "results" / run_id / "summary.json").read_text())
+    assert s["partial"] is True and s["completed"] + s["failed"] == len(samples)
+    assert s["errors"].get("Cancelled") == len(cancelled)

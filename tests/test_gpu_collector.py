@@ -215,3 +215,16 @@ async def test_unreachable_host_is_a_state_with_retry() -> None:
     assert a.state == b.state == "host-unreachable"
     assert "refused" in a.message and a.retry_at > 0
     assert (await c.sample_once()).state == "host-unreachable"
+
+
+async def test_running_but_only_error_lines_names_the_state(fake: FakeSmi) -> None:
+    fake.set_mode("lostloop")
+    c = GpuCollector(_host(fake), 0.2, watchdog=1.0, max_backoff=0.3)
+    agen = c.stream()
+    try:
+        (st,) = await _take(agen, 1)
+    finally:
+        await agen.aclose()
+    assert st.state == "gpu-lost" and "GPU is lost" in st.message
+    await asyncio.sleep(0.2)
+    assert fake.alive_queries() == 0

@@ -175,3 +175,39 @@ async def test_running_server_diff_is_shown(store):
         await settle(pilot)
         lines = [m.text for m in screen.query_one(PresetForm).messages if m.key == "vs running"]
         assert "+ --attention-backend=flashinfer" in lines and "+ env NCCL_PROTO=LL" in lines
+
+
+async def test_demo_form_reads_backends_from_the_simulator(store):
+    from tui.sim.demo import demo_host
+
+    screen = LaunchScreen(store.get("sglang-tuned"), store=store, host=demo_host(), demo=True)
+    app = FormApp(screen)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await settle(pilot)
+        await app.workers.wait_for_complete()
+        await settle(pilot)
+        form = screen.query_one(PresetForm)
+        assert " tunedeck sim sglang --model-path=" in form.preview_text
+        assert "NCCL_PROTO=LL" in form.preview_text
+        values = [v for _, v in screen.query_one("#backend", Select)._options]
+        assert "flashinfer" in values and "cutlass_mla" not in values
+        assert "demo" in str(screen.query_one("#backend-source").content)
+
+
+async def test_attention_preset_sets_the_backends(store):
+    screen = LaunchScreen(store.get("sglang-base"), store=store)
+    async with FormApp(screen).run_test(size=(120, 50)) as pilot:
+        await settle(pilot)
+        form = screen.query_one(PresetForm)
+        screen.query_one("#attention-preset", Select).value = "fa3-prefill-flashmla-decode"
+        await settle(pilot)
+        assert screen.query_one("#prefill", Select).value == "fa3"
+        assert "--prefill-attention-backend=fa3 --decode-attention-backend=flashmla" in form.preview_text
+        screen.query_one("#attention-preset", Select).value = "triton"
+        await settle(pilot)
+        assert "--attention-backend=triton" in form.preview_text and "prefill-attention" not in form.preview_text
+        # presets follow the engine
+        screen.query_one("#engine", Select).value = "vllm"
+        await settle(pilot)
+        names = [v for _, v in screen.query_one("#attention-preset", Select)._options]
+        assert "FLASH_ATTN_MLA" in names and "fa3" not in names

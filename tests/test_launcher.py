@@ -253,3 +253,23 @@ async def test_eta_from_history(host):
     # rate: 2 shards in 2 s -> 2 s left, then 1 + 4 s of later phases
     assert 6 <= snap.eta <= 8, snap
     assert 0.05 < snap.fraction < 0.9
+
+
+async def test_restart_is_stop_then_launch(host):
+    argv, port = fake("sglang", None, "--load-seconds", "0.5")
+    rec = await L.launch(host, argv, {"FOO": "1"}, engine="sglang", port=port, profile="rs")
+    first = await wait_ready(host, rec, timeout=30, poll_gpu=False)
+    assert first.state == "ready"
+    new = await L.restart_run(host, rec, grace=5)
+    assert new.run_id != rec.run_id and new.argv == rec.argv and new.env == {"FOO": "1"}
+    assert L.RunStore().load(rec.run_id).status == "stopped"
+    assert not pid_alive(rec.pid)
+    second = await wait_ready(host, new, timeout=30, poll_gpu=False)
+    assert second.state == "ready"
+    # a run whose stored env holds a redacted secret cannot be restarted from the record
+    await L.stop_run(host, new, grace=5)
+    secret = await L.launch(host, ["sleep", "30"], {"HF_TOKEN": "x"})
+    with pytest.raises(L.LaunchRefused, match="redacted"):
+        await L.restart_run(host, secret, grace=2)
+    assert pid_alive(secret.pid)  # refused before anything was stopped
+    await L.stop_run(host, secret, grace=2)

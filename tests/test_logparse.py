@@ -339,3 +339,16 @@ def test_parse_log_cli_failure_and_errors(real_logs, tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
     assert r.returncode != 0 and "missing.log" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_parser_keeps_up_with_thousands_of_lines_per_second(real_logs):
+    import time
+
+    data = ((real_logs / "sglang-start-3.log").read_bytes() + (real_logs / "vllm-start-1.log").read_bytes()) * 20
+    n = data.count(b"\n")
+    p = LogParser()
+    t0 = time.process_time()
+    for i in range(0, len(data), 4096):
+        p.feed(data[i : i + 4096])
+    rate = n / max(1e-6, time.process_time() - t0)
+    assert rate > 3000, f"{rate:.0f} lines/s"

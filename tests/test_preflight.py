@@ -159,3 +159,29 @@ def test_cli_preflight_warns_before_launch(tmp_path):
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["ok"] is True and out["host"]["version"] == "0.5.23"
     assert any(x["code"] == "nccl-debug-knobs" for x in out["findings"])
+
+
+# ------------------------------------------------------------------------------ the demo (tunedeck sim)
+
+
+def test_demo_preflight_uses_the_simulators_help(tmp_path):
+    """`tunedeck sim <engine> --help` answers like the engine, so the demo shows the same findings."""
+    f = tmp_path / "demo-bad.toml"
+    f.write_text(
+        'engine = "sglang"\nmodel = "deepseek-ai/DeepSeek-V3"\ntp = 8\n'
+        '[attention]\nbackend = "cutlass_mla"\n[flags]\ncuda-graph-max-bs = 256\n'
+    )
+    r = subprocess.run([*tunedeck_cmd(), "preflight", str(f), "--demo", "--json"], capture_output=True,
+                       text=True, cwd=REPO, timeout=90)
+    out = json.loads(r.stdout)
+    assert r.returncode == 1, r.stderr
+    assert out["host"]["version"] == "0.5.23" and out["host"]["backends_source"] == "help"
+    assert out["command"].split(" sim sglang ")[0].endswith("tunedeck")
+    found = {x["code"]: x for x in out["findings"]}
+    assert "'cutlass_mla' is not offered by sglang 0.5.23" in found["backend-not-offered"]["message"]
+    assert found["flag-ambiguous"]["subject"] == "--cuda-graph-max-bs"
+    assert len(out["host"]["gpus"]) == 8
+    for name in ("sglang-tuned", "sglang-base", "sglang-eagle3", "vllm-baseline"):
+        r = subprocess.run([*tunedeck_cmd(), "preflight", name, "--demo"], capture_output=True, text=True,
+                           cwd=REPO, timeout=90)
+        assert r.returncode == 0, (name, r.stdout, r.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -374,3 +375,72 @@ def test_diff_commands():
     assert set(d2.removed) == {"disable-custom-all-reduce", "enable-metrics"}
     assert "~ --num-continuous-decode-steps: 4 → 8" in d2.lines()
     assert diff_commands(tuned, tuned).empty
+
+
+def test_secret_profiles_are_owner_only(user_dir):
+    store = ProfileStore()
+    p = store.save(load_profile_text('engine = "vllm"\nmodel = "m"\n[env]\nHF_TOKEN = "hf_x"\n', name="tok"))
+    assert Path(p.path).stat().st_mode & 0o777 == 0o600
+    q = store.save(load_profile_text(GOOD, name="plain"))
+    assert Path(q.path).stat().st_mode & 0o777 == 0o644
+
+
+def test_cli_list_and_show(user_dir):
+    user_dir.mkdir()
+    (user_dir / "broken.toml").write_text('engine = "sglang"\nmodel = "m"\nbogus = 1\n')
+    (user_dir / "mine.toml").write_text(GOOD)
+    r = run_cli("profiles", "list")
+    assert r.returncode == 0
+    assert "sglang-tuned" in r.stdout and "mine" in r.stdout
+    assert f"{user_dir / 'broken.toml'}:3: bogus:" in r.stderr
+    out = json.loads(run_cli("profiles", "list", "--json").stdout)
+    names = {p["name"]: p for p in out["profiles"]}
+    assert names["sglang-tuned"]["read_only"] and names["mine"]["source"] == "user"
+    assert out["errors"][0]["key"] == "bogus" and out["user_folder"] == str(user_dir)
+    r = run_cli("profiles", "show", "sglang-eagle3")
+    assert r.returncode == 0 and 'algorithm = "EAGLE3"' in r.stdout and "read-only" in r.stdout
+    shown = json.loads(run_cli("profiles", "show", "mine", "--json").stdout)
+    assert shown["nccl"] == {"preset": "pcie", "overrides": {"NCCL_BUFFSIZE": "8388608", "NCCL_NTHREADS": ""}}
+    r = run_cli("profiles", "show", "broken")
+    assert r.returncode == 1 and "broken.toml:3: bogus: unknown key" in r.stderr
+
+
+def test_profiles_core_never_loads_textual():
+    code = (
+        "import sys, importlib, pkgutil, tui.profiles as p\n"
+        "for m in pkgutil.iter_modules(p.__path__):\n"
+        "    importlib.import_module('tui.profiles.' + m.name)\n"
+        "import tui.commands.profiles, tui.commands.preflight\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich', 'widgets')]\n"
+        "assert not bad, bad\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_diff_against_a_recorded_command():
+    from tui.profiles.diff import command_from_argv
+
+    store = ProfileStore()
+    for name in ("sglang-tuned", "vllm-baseline"):
+        cmd = build_command(store.get(name), store=store)
+        rec = command_from_argv(cmd.engine, list(cmd.argv), cmd.env_dict)
+        assert rec.prefix_len == cmd.prefix_len and diff_commands(rec, cmd).empty
+    old = command_from_argv("vllm", ["vllm", "serve", "m", "--tensor-parallel-size=8", "--max-num-seqs=256"], {})
+    new = build_command(store.get("vllm-baseline"), store=store)
+    d = diff_commands(old, new)
+    assert d.removed == {"max-num-seqs": "256"} and d.added == {"host": "0.0.0.0", "port": "8000"}
+    assert d.positional == (("m",), ("deepseek-ai/DeepSeek-V2-Lite-Chat",))
+    assert d.env_added == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def test_package_entry_points(tmp_path):
+    from tui.profiles import build_command as bc, load_profile
+
+    cmd = bc(load_profile("sglang-tuned"), demo=True)
+    assert cmd.argv[:3] == ("tunedeck", "sim", "sglang") and cmd.env_dict["NCCL_ALGO"] == "Ring"
+    f = tmp_path / "x.toml"
+    f.write_text(GOOD)
+    assert load_profile(str(f)).name == "x"
+    with pytest.raises(ProfileError, match="no profile named"):
+        load_profile("nope")

@@ -136,7 +136,12 @@ def _run_through_sh(cmd: Command) -> tuple[list[str], dict[str, str]]:
 
     r = asyncio.run(go())
     assert r.ok, (cmd.display, r.stderr)
-    args_part, _, env_part = r.stdout.partition("\x01ENV\x00")
+    return parse_dump(r.stdout)
+
+
+def parse_dump(out: str) -> tuple[list[str], dict[str, str]]:
+    """The dump script's output: NUL-terminated argv, a marker, then ``env -0``."""
+    args_part, _, env_part = out.partition("\x01ENV\x00")
     argv = args_part.split("\x00")[:-1]
     env = {}
     for item in env_part.split("\x00"):

@@ -193,3 +193,10 @@ def test_write_shims_quotes_paths(tmp_path):
     assert os.access(d / "nvidia-smi", os.X_OK)
     r = subprocess.run([str(d / "nvidia-smi"), "-L"], capture_output=True, text=True, cwd=tmp_path, timeout=30)
     assert r.returncode == 0 and r.stdout.startswith("GPU 0: NVIDIA H200")
+
+
+async def test_demo_host_runs_python_m_tui_from_any_directory(tmp_path):
+    host = demo_host()
+    r = await host.run(["/bin/sh", "-c", f"cd {tmp_path} && {sys.executable} -m tui sim smi -L"], timeout=30)
+    assert r.ok, r.stderr
+    assert r.stdout.startswith("GPU 0: NVIDIA H200")

@@ -263,6 +263,30 @@ async def test_trust_appends_exactly_one_line(sshd: SshdServer) -> None:
     assert ours.read_text().count("\n") == 1
 
 
+def test_trust_asks_on_a_terminal(sshd: SshdServer) -> None:
+    import pty
+
+    sshd.write_known_hosts("empty")
+    ours = known_hosts_file()
+    for answer, rc in (("no", 1), ("yes", 0)):
+        master, slave = pty.openpty()
+        try:
+            os.write(master, f"{answer}\n".encode())
+            r = subprocess.run(
+                [*tunedeck_cmd(), "trust", sshd.target()],
+                cwd=REPO, env=sshd.client_env(), stdin=slave, capture_output=True, text=True, timeout=45,
+            )
+        finally:
+            os.close(master)
+            os.close(slave)
+        assert r.returncode == rc, r.stderr
+        assert sshd.host_key_fingerprint in r.stdout
+        if answer == "no":
+            assert "not trusted" in r.stdout and not ours.exists()
+        else:
+            assert ours.read_text() == sshd.host_key_line + "\n"
+
+
 async def test_trust_refuses_a_changed_key(sshd: SshdServer) -> None:
     sshd.write_known_hosts("wrong")
     r = _cli(sshd, "trust", sshd.target(), "--yes")
@@ -340,19 +364,24 @@ async def test_many_runs_and_streams_share_one_connection(sshd: SshdServer) -> N
             f.unlink()
 
 
-@pytest.mark.parametrize("user,cycles", [("gpuop", 30), ("root", 8)])
+@pytest.mark.parametrize("user,cycles", [("gpuop", 30), ("root", 6)])
 async def test_stream_close_frees_the_slot(sshd: SshdServer, user: str, cycles: int) -> None:
     f = sshd.base / f"r9-{user}-{os.getpid()}.log"
     f.write_text("hello\n")
+    marker = f"r9-silent-{user}-{os.getpid()}"
+    # GNU tail exits by itself once its output is gone; a silent loop never notices:
+    # only the explicit kill ends it (closing the channel alone would leave it running)
+    silent = ["sh", "-c", "echo hello; while :; do sleep 1; done", marker]
     try:
         async with mkhost(sshd, user=user) as h:
             for i in range(cycles):
-                async with h.stream(["tail", "-F", str(f)]) as s:
+                async with h.stream(["tail", "-F", str(f)] if i % 2 else silent) as s:
                     if i % 3 == 0:
                         async for chunk in s:
                             assert chunk == b"hello\n"
                             break
             assert sshd.processes_matching(str(f)) == []
+            assert sshd.processes_matching(marker) == []
             r = await h.run(["true"])
             assert r.ok and h.connects == 1
     finally:
@@ -464,6 +493,39 @@ async def test_forward_port_reaches_a_remote_loopback_service(sshd: SshdServer) 
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_handshakes_are_capped(sshd: SshdServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tui.services.ssh as sshmod
+
+    real = sshmod.asyncssh.connect
+    inflight = peak = 0
+
+    async def counting(*a: object, **kw: object):  # type: ignore[no-untyped-def]
+        nonlocal inflight, peak
+        inflight += 1
+        peak = max(peak, inflight)
+        try:
+            return await real(*a, **kw)
+        finally:
+            inflight -= 1
+
+    monkeypatch.setattr(sshmod.asyncssh, "connect", counting)
+    hosts = [mkhost(sshd) for _ in range(8)]
+    try:
+        results = await asyncio.gather(*(h.run(["true"]) for h in hosts))
+        assert all(r.ok for r in results)
+        assert peak == sshmod.MAX_HANDSHAKES == 3
+    finally:
+        for h in hosts:
+            await h.close()
+
+
+def test_host_survives_a_new_event_loop(sshd: SshdServer) -> None:
+    h = mkhost(sshd)
+    assert asyncio.run(h.run(["echo", "1"])).stdout == "1\n"
+    assert asyncio.run(h.run(["echo", "2"])).stdout == "2\n"
+    asyncio.run(h.close())
 
 
 def test_get_host_gives_ssh_host() -> None:

@@ -125,3 +125,23 @@ def test_status_demo_shows_eight_gpus() -> None:
     assert data["gpu_state"] == "ok" and len(data["gpus"]) == 8
     assert all(g["utilization"] is not None and g["memory_used"] is not None for g in data["gpus"])
     assert data["host"]["mem_total"] > 0
+
+
+def test_known_servers_from_run_records(tmp_path: Path) -> None:
+    from tui.collectors.status import known_servers, model_from_argv
+    from tui.services.hosts import LocalHost
+    from tui.services.launcher import RunRecord, RunStore
+    from tui.util.aio import run_async
+
+    store = RunStore()
+    store.save(RunRecord("a1b2c3", "local", ["vllm", "serve", "Qwen/Qwen3-8B", "--port", "8000"],
+                         engine="vllm", port=8000, status="ready", profile="qwen-fast"))
+    store.save(RunRecord("d4e5f6", "local", ["sglang", "serve", "--model-path", "m"],
+                         engine="sglang", port=30000, status="exited"))
+    store.save(RunRecord("abcdef", "other-host", ["x"], engine="vllm", port=9000, status="ready"))
+    specs = run_async(known_servers(LocalHost()))
+    assert [(s.name, s.engine, s.port, s.run_id, s.model) for s in specs] == [
+        ("qwen-fast", "vllm", 8000, "a1b2c3", "Qwen/Qwen3-8B")
+    ]
+    assert model_from_argv(["python", "-m", "sglang.launch_server", "--model-path=/m/x"]) == "/m/x"
+    assert model_from_argv(["vllm", "serve", "a", "--served-model-name", "b"]) == "b"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
@@ -55,15 +55,29 @@ class NcclChoice:
 
 
 @dataclass(frozen=True, slots=True)
+class AttentionChoice:
+    engine: str
+    name: str
+    backend: str = ""
+    prefill: str = ""
+    decode: str = ""
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class FormChoices:
     """Choices for the Selects. ``backends`` per engine; ``source`` says where they came from."""
 
     backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
     source: str = "built-in list"
     nccl: tuple[NcclChoice, ...] = (NcclChoice("default"),)
+    attention: tuple[AttentionChoice, ...] = ()
 
     def backends_for(self, engine: str) -> tuple[str, ...]:
         return dict(self.backends).get(engine, ())
+
+    def attention_for(self, engine: str) -> tuple[AttentionChoice, ...]:
+        return tuple(a for a in self.attention if a.engine == engine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +177,12 @@ class PresetForm(Widget):
             opts.append((f"{current} (not offered)", current))
         return opts
 
+    def _attention_options(self, engine: str) -> list[tuple[str, str]]:
+        return [("(pick a preset)", "")] + [
+            (f"{a.name}: {a.description}" if a.description else a.name, a.name)
+            for a in self._choices.attention_for(engine)
+        ]
+
     def _nccl_options(self, current: str) -> list[tuple[str, str]]:
         names = [c.name for c in self._choices.nccl]
         opts = [(n, n) for n in names]
@@ -186,6 +206,9 @@ class PresetForm(Widget):
                 yield Input(v.port, id="port", type="integer", placeholder="engine default")
                 yield Label("Bind address")
                 yield Input(v.bind, id="bind")
+            with Horizontal(classes="row"):
+                yield Label("Attention preset")
+                yield Select(self._attention_options(v.engine), value="", allow_blank=False, id="attention-preset")
             with Horizontal(classes="row"):
                 yield Label("Attention")
                 yield Select(self._backend_options(v.engine, v.backend), value=v.backend, allow_blank=False, id="backend")
@@ -267,6 +290,7 @@ class PresetForm(Widget):
             self._engine = values.engine
             self.query_one("#engine", Select).value = values.engine
             self._set_backend_options(values.engine, values)
+            self._reset_attention_presets(values.engine)
             self.query_one("#nccl", Select).set_options(self._nccl_options(values.nccl_preset))
             self.query_one("#nccl", Select).value = values.nccl_preset
             for id_, text in (("model", values.model), ("tp", values.tp), ("port", values.port),
@@ -287,9 +311,15 @@ class PresetForm(Widget):
             return
         with self.prevent(Select.Changed):
             self._set_backend_options(current.engine, current)
+            self._reset_attention_presets(current.engine)
             self.query_one("#nccl", Select).set_options(self._nccl_options(current.nccl_preset))
             self.query_one("#nccl", Select).value = current.nccl_preset
         self._refresh_static()
+
+    def _reset_attention_presets(self, engine: str) -> None:
+        sel = self.query_one("#attention-preset", Select)
+        sel.set_options(self._attention_options(engine))
+        sel.value = ""
 
     def _set_backend_options(self, engine: str, values: FormValues) -> None:
         for id_, cur in (("backend", values.backend), ("prefill", values.prefill), ("decode", values.decode)):
@@ -341,6 +371,23 @@ class PresetForm(Widget):
         keep = replace(v, backend=AUTO, prefill=AUTO, decode=AUTO)
         with self.prevent(Select.Changed):
             self._set_backend_options(v.engine, keep)
+            self._reset_attention_presets(v.engine)
+        self.post_message(self.Changed(self, self.values))
+
+    @on(Select.Changed, "#attention-preset")
+    def _attention_preset(self, event: Select.Changed) -> None:
+        event.stop()
+        name = event.value
+        if not name or name is Select.NULL:
+            return
+        v = self.values
+        preset = next((a for a in self._choices.attention_for(v.engine) if a.name == name), None)
+        if preset is None:
+            return
+        with self.prevent(Select.Changed):
+            self._set_backend_options(
+                v.engine, replace(v, backend=preset.backend, prefill=preset.prefill, decode=preset.decode)
+            )
         self.post_message(self.Changed(self, self.values))
 
     @on(Select.Changed)

@@ -558,7 +558,10 @@ def make_client(
     """An ``httpx.AsyncClient`` sized for benchmarks (no pool limits, long read timeout)."""
     timeout = httpx.Timeout(connect=10.0, read=read_timeout, write=30.0, pool=None)
     if transport == "lean":
-        return httpx.AsyncClient(transport=LeanTransport(), timeout=timeout, trust_env=False)
+        lean = LeanTransport()
+        client = httpx.AsyncClient(transport=lean, timeout=timeout, trust_env=False)
+        client.tunedeck_transport = lean  # type: ignore[attr-defined]
+        return client
     if transport == "httpx":
         t = httpx.AsyncHTTPTransport(
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=None), http2=False
@@ -614,34 +617,6 @@ class EndpointConfig:
         return json.dumps(payload, separators=(",", ":")).encode()
 
 
-class _SSE:
-    """Splits a body into SSE event blocks, each with the time its last byte arrived."""
-
-    __slots__ = ("buf", "events", "sep")
-
-    def __init__(self) -> None:
-        self.buf = b""
-        self.events: list[tuple[float, bytes]] = []
-        self.sep = b""
-
-    def feed(self, t: float, data: bytes) -> None:
-        if self.buf:
-            data = self.buf + data
-        sep = self.sep
-        if not sep:
-            sep = self.sep = b"\r\n\r\n" if b"\r\n" in data[:512] else b"\n\n"
-        ls = len(sep)
-        start = 0
-        ev = self.events
-        while True:
-            i = data.find(sep, start)
-            if i < 0:
-                break
-            ev.append((t, data[start:i]))
-            start = i + ls
-        self.buf = data[start:] if start < len(data) else b""
-
-
 class Live:
     """Running counters shared by the request tasks of one process (for progress lines)."""
 
@@ -660,15 +635,58 @@ class Live:
 _DONE = b"[DONE]"
 
 
-def _parse_events(
-    events: list[tuple[float, bytes]], chat: bool
-) -> tuple[list[float], dict[str, Any]]:
-    """Second pass: SSE blocks → output-event times and stream facts (usage, finish, errors)."""
-    times: list[float] = []
-    info: dict[str, Any] = {"done": False, "finish": None, "usage": None, "bad_lines": 0, "error": None}
-    bad = 0
-    loads = json.loads
-    for t, block in events:
+class _SSE:
+    """Incremental SSE reader for one response.
+
+    ``feed(t, body)`` gets each body piece with the time its read arrived; every
+    event block completed by that piece is parsed at once (after the timestamp
+    was taken, so parsing never delays a stamp) and, when it is an output event
+    (non-empty ``choices``), its time is appended to ``times``.
+    """
+
+    __slots__ = ("buf", "sep", "times", "usage", "done", "finish", "bad", "error", "chat", "events")
+
+    def __init__(self, chat: bool = False, keep: bool = False) -> None:
+        self.buf = b""
+        self.sep = b""
+        self.times: list[float] = []
+        self.usage: Any = None
+        self.done = False
+        self.finish: Any = None
+        self.bad = 0
+        self.error: str | None = None
+        self.chat = chat
+        #: raw (time, block) pairs, kept only on request (precision checks)
+        self.events: list[tuple[float, bytes]] | None = [] if keep else None
+
+    def feed(self, t: float, data: bytes) -> None:
+        if self.buf:
+            data = self.buf + data
+        sep = self.sep
+        if not sep:
+            sep = self.sep = b"\r\n\r\n" if b"\r\n" in data[:512] else b"\n\n"
+        ls = len(sep)
+        start = 0
+        while True:
+            i = data.find(sep, start)
+            if i < 0:
+                break
+            self.block(t, data[start:i])
+            start = i + ls
+        self.buf = data[start:] if start < len(data) else b""
+
+    def end(self, t: float) -> None:
+        """The body ended: a last event without its blank line still counts."""
+        rest = self.buf.strip()
+        self.buf = b""
+        if rest:
+            self.block(t, rest)
+
+    def block(self, t: float, block: bytes) -> None:
+        if self.events is not None:
+            self.events.append((t, block))
+        if self.done:
+            return
         if block.startswith(b"data: ") and b"\n" not in block:
             payload = block[6:].rstrip(b"\r")
         else:
@@ -683,43 +701,41 @@ def _parse_events(
                 elif line.startswith((b"event:", b"id:", b"retry:")):
                     continue
                 else:
-                    bad += 1
+                    self.bad += 1
             if not parts:
-                continue
+                return
             payload = b"\n".join(parts)
         if payload == _DONE:
-            info["done"] = True
-            break
+            self.done = True
+            return
         try:
-            obj = loads(payload)
+            obj = json.loads(payload)
         except ValueError:
-            bad += 1
-            continue
+            self.bad += 1
+            return
         if not isinstance(obj, dict):
-            bad += 1
-            continue
+            self.bad += 1
+            return
         usage = obj.get("usage")
         if usage:
-            info["usage"] = usage
+            self.usage = usage
         choices = obj.get("choices")
         if choices:
             c0 = choices[0] if isinstance(choices[0], dict) else {}
             fr = c0.get("finish_reason")
             if fr:
-                info["finish"] = fr
-            if chat and not times:
+                self.finish = fr
+            if self.chat and not self.times:
                 delta = c0.get("delta") or {}
                 # vLLM 0.33.0 skips the role-only opening chunk (no content of any kind yet).
                 if delta.get("role") and not fr and not delta.get("content") \
                         and not delta.get("reasoning_content") and not delta.get("reasoning") \
                         and not delta.get("tool_calls"):
-                    continue
-            times.append(t)
-        elif obj.get("error") is not None and not choices:
+                    return
+            self.times.append(t)
+        elif obj.get("error") is not None:
             err = obj["error"]
-            info["error"] = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-    info["bad_lines"] = bad
-    return times, info
+            self.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)
 
 
 def new_sample(spec: RequestSpec) -> dict[str, Any]:
@@ -745,11 +761,20 @@ def new_sample(spec: RequestSpec) -> dict[str, Any]:
     }
 
 
+_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
+
+
+def prepare(client: httpx.AsyncClient, ep: EndpointConfig, spec: RequestSpec) -> httpx.Request:
+    """Build the request ahead of time (so building costs nothing during the timed phase)."""
+    return client.build_request("POST", ep.url, content=ep.body(spec), headers=_HEADERS)
+
+
 async def stream_request(
     client: httpx.AsyncClient,
     ep: EndpointConfig,
     spec: RequestSpec,
     *,
+    request: httpx.Request | None = None,
     queued_at: float | None = None,
     live: Live | None = None,
     keep_events: bool = False,
@@ -757,27 +782,27 @@ async def stream_request(
 ) -> dict[str, Any]:
     """Send one streaming request and return its record. Never raises except on cancel.
 
-    ``queued_at`` is when the request became due (the slot wait counts as
+    ``request``: prebuilt by :func:`prepare` (else built here). ``queued_at``
+    is when the request became due (the slot wait counts as
     ``client_queue_time``). With ``keep_events`` the record also holds
     ``_events``: ``[(perf_counter, SSE block bytes), ...]`` for precision checks.
     ``on_partial`` receives the partial record when the request is cancelled.
     """
     s = new_sample(spec)
-    body = ep.body(spec)
     chat = ep.endpoint == "chat"
-    sse = _SSE()
+    sse = _SSE(chat, keep_events)
     status = 0
     resp: httpx.Response | None = None
     written: list[float] = []
+    req = request if request is not None else prepare(client, ep, spec)
+    lean_tr = getattr(client, "tunedeck_transport", None)
+    if lean_tr is None:
 
-    async def trace(name: str, info: dict[str, Any]) -> None:
-        if name == "http11.send_request_body.complete":
-            written.append(_pc())
+        async def trace(name: str, info: dict[str, Any]) -> None:
+            if name == "http11.send_request_body.complete":
+                written.append(_pc())
 
-    req = client.build_request(
-        "POST", ep.url, content=body, headers={"content-type": "application/json", "accept": "text/event-stream"},
-        extensions={"trace": trace},
-    )
+        req.extensions["trace"] = trace
     if live is not None:
         live.in_flight += 1
     st = _pc()
@@ -788,10 +813,14 @@ async def stream_request(
     try:
         try:
             async with asyncio.timeout(ep.request_deadline):
-                resp = await client.send(req, stream=True)
+                if lean_tr is not None and req.url.scheme == "http":
+                    # Straight to our transport: skips httpx's auth/redirect/cookie layers per request.
+                    resp = await lean_tr.handle_async_request(req)
+                else:
+                    resp = await client.send(req, stream=True)
                 status = resp.status_code
-                w = req.extensions.get("tunedeck_written")
-                s["send_time"] = ((w if w is not None else written[0]) - st) if (w or written) else 0.0
+                w = req.extensions.get("tunedeck_written") or (written[0] if written else None)
+                s["send_time"] = (w - st) if w is not None else 0.0
                 if status != 200:
                     raw = b""
                     try:
@@ -808,25 +837,26 @@ async def stream_request(
                 else:
                     lean = resp.extensions.get("tunedeck")
                     feed = sse.feed
-                    ev = sse.events
+                    times = sse.times
                     if lean is not None:
                         nb = lean.next_batch
                         while True:
                             batch = await nb()
                             if batch is None:
                                 break
-                            n0 = len(ev)
+                            n0 = len(times)
                             for t, data in batch:
                                 feed(t, data)
-                            if live is not None and len(ev) > n0:
-                                live.add(batch[-1][0], len(ev) - n0)
+                            if live is not None and len(times) > n0:
+                                live.add(batch[-1][0], len(times) - n0)
                     else:
                         async for data in resp.aiter_raw():
                             t = _pc()
-                            n0 = len(ev)
+                            n0 = len(times)
                             feed(t, data)
-                            if live is not None and len(ev) > n0:
-                                live.add(t, len(ev) - n0)
+                            if live is not None and len(times) > n0:
+                                live.add(t, len(times) - n0)
+                    sse.end(times[-1] if times else _pc())
         except TimeoutError:
             s["error_type"] = "DeadlineExceeded"
             s["error"] = f"request exceeded its {ep.request_deadline:g} s deadline"
@@ -840,7 +870,7 @@ async def stream_request(
         except asyncio.CancelledError:
             s["error_type"] = "Cancelled"
             s["error"] = "cancelled before the response ended"
-            _finish(s, sse, chat, st, status, keep_events)
+            _finish(s, sse, st, status)
             if on_partial is not None:
                 on_partial(s)
             raise
@@ -853,27 +883,21 @@ async def stream_request(
                     await resp.aclose()
                 except Exception:  # noqa: BLE001
                     pass
-        _finish(s, sse, chat, st, status, keep_events)
+        _finish(s, sse, st, status)
     finally:
         if live is not None:
             live.in_flight -= 1
     return s
 
 
-def _finish(
-    s: dict[str, Any], sse: _SSE, chat: bool, st: float, status: int, keep_events: bool
-) -> None:
+def _finish(s: dict[str, Any], sse: _SSE, st: float, status: int) -> None:
     s["elapsed"] = _pc() - st
-    events = sse.events
-    if sse.buf.strip():
-        # The body ended without a blank line after the last event.
-        events = events + [(events[-1][0] if events else _pc(), sse.buf.strip())]
-    times, info = _parse_events(events, chat)
-    if keep_events:
-        s["_events"] = events
-    s["bad_lines"] = info["bad_lines"]
-    s["finish_reason"] = info["finish"]
-    usage = info["usage"]
+    times = sse.times
+    if sse.events is not None:
+        s["_events"] = sse.events
+    s["bad_lines"] = sse.bad
+    s["finish_reason"] = sse.finish
+    usage = sse.usage
     if isinstance(usage, dict):
         s["usage_present"] = True
         ct = usage.get("completion_tokens")
@@ -889,20 +913,18 @@ def _finish(
         if not s["usage_present"]:
             s["output_tokens"] = len(times)  # no tokenizer: one token per output event
         s["tokens_per_event"] = s["output_tokens"] / len(times)
-    if s["error_type"]:
+    if s["error_type"] or status != 200:
         return
-    if status != 200:
-        return
-    if info["error"] is not None:
+    if sse.error is not None:
         s["error_type"] = "StreamError"
-        s["error"] = str(info["error"])[:ERROR_BODY_LIMIT]
-    elif s["bad_lines"]:
+        s["error"] = str(sse.error)[:ERROR_BODY_LIMIT]
+    elif sse.bad:
         s["error_type"] = "MalformedSSE"
-        s["error"] = f"{s['bad_lines']} malformed SSE line(s)"
+        s["error"] = f"{sse.bad} malformed SSE line(s)"
     elif not times:
         s["error_type"] = "EmptyStream"
         s["error"] = "Never received a valid chunk to calculate TTFT."
-    elif not info["done"] and not info["finish"]:
+    elif not sse.done and not sse.finish:
         s["error_type"] = "IncompleteStream"
         s["error"] = "stream ended without [DONE] or a finish_reason"
     else:

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import random
+import signal
 import socket
 import sys
 import time
@@ -48,6 +49,7 @@ from tui.bench.client import (
     Live,
     RequestSpec,
     make_client,
+    prepare,
     stream_request,
 )
 
@@ -297,14 +299,20 @@ async def drive(
     t0: float,
     live: Live,
     on_sample: Callable[[dict[str, Any]], None],
+    prepared: Sequence[httpx.Request] | None = None,
 ) -> None:
-    """Send ``specs`` with the given load shape; ``on_sample`` gets every record (also partial ones on cancel)."""
+    """Send ``specs`` with the given load shape; ``on_sample`` gets every record (also partial ones on cancel).
+
+    ``prepared``: the requests built beforehand with :func:`prepare` (one per spec).
+    """
+    reqs: Sequence[httpx.Request | None] = prepared if prepared is not None else [None] * len(specs)
     if not math.isfinite(rate) and concurrency:
-        it = iter(specs)
+        it = iter(zip(specs, reqs))
 
         async def lane() -> None:
-            for spec in it:
-                on_sample(await stream_request(client, ep, spec, queued_at=t0, live=live, on_partial=on_sample))
+            for spec, req in it:
+                on_sample(await stream_request(client, ep, spec, request=req, queued_at=t0, live=live,
+                                               on_partial=on_sample))
 
         await _gather_cancel([asyncio.create_task(lane()) for _ in range(min(concurrency, len(specs)))])
         return
@@ -312,20 +320,22 @@ async def drive(
     sem = asyncio.Semaphore(concurrency) if concurrency else None
     tasks: list[asyncio.Task[None]] = []
 
-    async def one(spec: RequestSpec, due: float) -> None:
+    async def one(spec: RequestSpec, req: httpx.Request | None, due: float) -> None:
         if sem is None:
-            on_sample(await stream_request(client, ep, spec, queued_at=due, live=live, on_partial=on_sample))
+            on_sample(await stream_request(client, ep, spec, request=req, queued_at=due, live=live,
+                                           on_partial=on_sample))
             return
         async with sem:
-            on_sample(await stream_request(client, ep, spec, queued_at=due, live=live, on_partial=on_sample))
+            on_sample(await stream_request(client, ep, spec, request=req, queued_at=due, live=live,
+                                           on_partial=on_sample))
 
     try:
-        for spec, off in zip(specs, offsets):
+        for spec, req, off in zip(specs, reqs, offsets):
             due = t0 + off
             delay = due - _pc()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(spec, due)))
+            tasks.append(asyncio.create_task(one(spec, req, due)))
     except asyncio.CancelledError:
         for t in tasks:
             t.cancel()
@@ -446,6 +456,7 @@ async def _run_level_inproc(
     prog: Progress,
     on_sample: Callable[[dict[str, Any]], None],
     emit: Callable[[dict[str, Any]], None],
+    prepared: Sequence[httpx.Request] | None = None,
 ) -> tuple[float, dict[str, Any], bool]:
     """Returns (duration, client health, finished)."""
     mon = ClientMonitor()
@@ -465,7 +476,7 @@ async def _run_level_inproc(
     finished = False
     try:
         await drive(client, ep, specs, concurrency=conc, rate=rate, burstiness=cfg.burstiness,
-                    seed=cfg.seed, t0=prog.t0, live=live, on_sample=on_sample)
+                    seed=cfg.seed, t0=prog.t0, live=live, on_sample=on_sample, prepared=prepared)
         finished = True
     finally:
         duration = _pc() - prog.t0
@@ -570,11 +581,26 @@ async def _run_level_workers(
                 emit(prog.tick(_pc()))
 
         tk = asyncio.create_task(ticker())
+        readers = [asyncio.create_task(reader(k, p)) for k, p in enumerate(procs)]
         try:
-            await asyncio.gather(*(reader(k, p) for k, p in enumerate(procs)))
+            await asyncio.wait(readers)
+        except asyncio.CancelledError:
+            # Interrupted: let the workers hand over their partial samples before they go.
+            for p in procs:
+                if p.returncode is None:
+                    try:
+                        p.send_signal(signal.SIGINT)
+                    except ProcessLookupError:
+                        pass
+            await asyncio.wait(readers, timeout=5)
+            for r in readers:
+                r.cancel()
+            raise
         finally:
             duration = _pc() - t0
             tk.cancel()
+        for r in readers:
+            r.result()  # a broken worker line is an error, not a silent loss
         rcs = [await p.wait() for p in procs]
         finished = all(rc == 0 for rc in rcs) and len(reports) == len(procs)
         return duration, client_health(reports), finished
@@ -688,11 +714,12 @@ async def run_benchmark(
                         cfg, ep, specs, conc, rate, prog, on_sample, emit, set_t0)
                 else:
                     await warmup(client, ep, cfg.warmup, cfg, conc)
+                    prepared = [prepare(client, ep, sp) for sp in specs]
                     prog.t0 = _pc()
                     if writer is not None:
                         writer.update_meta(bench_start=prog.t0, bench_start_wall=time.time())
                     duration, health, finished = await _run_level_inproc(
-                        client, ep, cfg, specs, conc, rate, prog, on_sample, emit)
+                        client, ep, cfg, specs, conc, rate, prog, on_sample, emit, prepared)
             finally:
                 if not duration:
                     duration = _pc() - prog.t0

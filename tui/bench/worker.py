@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import signal
 import sys
 import time
 from typing import Any
 
-from tui.bench.client import EndpointConfig, Live, RequestSpec, make_client
+from tui.bench.client import EndpointConfig, Live, RequestSpec, make_client, prepare
 from tui.bench.runner import BenchConfig, ClientMonitor, drive, warmup
 from tui.util.aio import run_async
 
@@ -28,6 +29,10 @@ _pc = time.perf_counter
 
 async def _main() -> int:
     loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    assert me is not None
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, me.cancel)  # cancelled requests still report their partial sample
     reader = asyncio.StreamReader(limit=1 << 28)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     job = json.loads(await reader.readline())
@@ -45,6 +50,7 @@ async def _main() -> int:
         cfg = BenchConfig(url=ep.base_url, input_len=job["input_len"], output_len=job["output_len"],
                           seed=job["seed"])
         await warmup(client, ep, job["warmup"], cfg, job["concurrency"])
+        prepared = [prepare(client, ep, sp) for sp in specs]
         send({"ready": True})
         line = (await reader.readline()).decode().split()
         if len(line) != 2 or line[0] != "go":
@@ -81,7 +87,8 @@ async def _main() -> int:
         tk = asyncio.create_task(ticker())
         try:
             await drive(client, ep, specs, concurrency=job["concurrency"], rate=rate,
-                        burstiness=job["burstiness"], seed=job["seed"], t0=t0, live=live, on_sample=on_sample)
+                        burstiness=job["burstiness"], seed=job["seed"], t0=t0, live=live, on_sample=on_sample,
+                        prepared=prepared)
         finally:
             tk.cancel()
             flush_tick()
@@ -93,7 +100,7 @@ async def _main() -> int:
 def main() -> int:
     try:
         return run_async(_main())
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         return 130
 
 

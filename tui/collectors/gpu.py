@@ -36,6 +36,9 @@ from tui.services.hosts import ByteStream, Host, HostError
 
 NVIDIA_SMI = "nvidia-smi"
 
+#: Lines kept while the consumer is not iterating (the oldest are dropped).
+_MAX_QUEUED_LINES = 4096
+
 #: Per-command limit for one-shot nvidia-smi calls on the host (``timeout -k 2 10``).
 ONESHOT_TIMEOUT = 10
 
@@ -190,7 +193,7 @@ class GpuCollector:
                     reader = asyncio.create_task(self._read(stream, q))
                     blocks = _Blocks()
                     noise: collections.deque[str] = collections.deque(maxlen=6)
-                    started = time.monotonic()
+                    started = progress = time.monotonic()
                     while True:
                         if blocks.known is None and blocks.cur and not blocks.emitted:
                             # first block: its size is unknown until an index repeats;
@@ -206,13 +209,22 @@ class GpuCollector:
                             item = None
                         try:
                             if item is None:
-                                item = await asyncio.wait_for(q.get(), self.watchdog)
+                                # the watchdog counts from the last GPU row, not the last line
+                                left = progress + self.watchdog - time.monotonic()
+                                if left <= 0:
+                                    raise asyncio.TimeoutError
+                                item = await asyncio.wait_for(q.get(), left)
                         except asyncio.TimeoutError:
-                            failure = GpuStatus(
-                                "unresponsive",
-                                message=f"no output from nvidia-smi for {self.watchdog:g} s",
-                                time=time.time(),
-                            )
+                            # still running but no rows: a recognised error text names the state
+                            known = classify_failure(None, "\n".join(noise)) if noise else None
+                            if known is not None and known[0] != "error":
+                                failure = GpuStatus(known[0], message=known[1], time=time.time())
+                            else:
+                                failure = GpuStatus(
+                                    "unresponsive",
+                                    message=f"no output from nvidia-smi for {self.watchdog:g} s",
+                                    time=time.time(),
+                                )
                             break
                         kind = item[0]
                         if kind == "line":
@@ -221,6 +233,7 @@ class GpuCollector:
                                 if item[1].strip():
                                     noise.append(item[1].strip())
                                 continue
+                            progress = time.monotonic()
                             for block in blocks.feed(gpu):
                                 got_block = True
                                 backoff = 1.0
@@ -313,6 +326,8 @@ class GpuCollector:
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
                 for line in lines:
+                    if q.qsize() >= _MAX_QUEUED_LINES:  # nobody is reading: keep the newest
+                        q.get_nowait()
                     q.put_nowait(("line", line.decode("utf-8", "replace")))
                 if len(buf) > 1 << 16:  # no newline in 64 KiB: not our output
                     buf = b""

@@ -346,10 +346,8 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "engine crashed",
     ),
 )
-_FATAL_KEYS = (
-    "memory", "Memory", "NCCL", "Distb", "DistBackend", "use", "available in", "error:", "watchdog", "Health check",
-    "exception", "sigquit", "failed", "Failed", "EngineDead", "Capture cuda graph failed",
-)
+#: one pass over a line decides whether the classifier needs to look at it
+_FATAL_ANY = re.compile("|".join(f"(?:{rx.pattern})" for _, rx, _ in CLASSIFIER))
 
 
 def classify(text: str) -> tuple[str, str] | None:
@@ -585,7 +583,7 @@ class LogParser:
             phase("process-start")
 
         # --- fatal texts first (cheap pre-filter)
-        if any(k in msg for k in _FATAL_KEYS):
+        if _FATAL_ANY.search(msg):
             c = classify(msg)
             if c is not None:
                 kind, cause = c

@@ -198,7 +198,10 @@ class ServerCollector:
         async with self._forward_lock:  # one forward per remote port, even when probed concurrently
             local = self._forwards.get(key)
             if local is None:
-                local = await self.host.forward_port(remote_port)
+                try:
+                    local = await asyncio.wait_for(self.host.forward_port(remote_port), self.probe_timeout + 5)
+                except asyncio.TimeoutError:
+                    raise HostError("timeout", f"port forward to {remote_port} did not open") from None
                 self._forwards[key] = local
         return f"{scheme}://127.0.0.1:{local}"
 
@@ -292,10 +295,9 @@ class ServerCollector:
         if metrics_p.status == 200:
             m = prom.parse(metrics_p.body)
             detected = _detect_engine(m)
-            if detected:
+            if detected:  # the metric names are authoritative
                 st.engine = detected
-                if spec.engine == "auto":
-                    engine = detected
+                engine = detected
             figures = self._figures(m, engine, st, time.monotonic())
         elif metrics_p.status == 404:
             metrics_state = "disabled"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from tui.collectors.gpu import GpuCollector
 from tui.collectors.hoststats import HostCollector
@@ -13,12 +13,53 @@ from tui.services.hosts import Host, HostError
 
 
 async def known_servers(host: Host) -> tuple[ServerSpec, ...]:
-    """Servers tunedeck launched on ``host`` (from the run registry).
-
-    Hook for the launcher: return a ServerSpec per live run (name, engine,
-    port, run_id, model). Until the run registry exists it knows none.
+    """Servers tunedeck launched on ``host``: one ServerSpec per live run folder on the
+    host that has a port (so runs started from another machine or an earlier
+    dashboard are found too). The model comes from the local run record when
+    there is one.
     """
-    return ()
+    from tui.services.launcher import RunStore, list_host_runs, target_name
+
+    local = {rec.run_id: rec for rec in RunStore().all(target_name(host))}
+    specs: list[ServerSpec] = []
+    for run in await list_host_runs(host):
+        port = run.meta.get("port")
+        if not run.alive or not isinstance(port, int):
+            continue
+        engine = run.meta.get("engine")
+        name = run.meta.get("profile") or run.run_id
+        rec = local.get(run.run_id)
+        specs.append(
+            ServerSpec(
+                str(name),
+                engine if engine in ("sglang", "vllm") else "auto",
+                port,
+                run_id=run.run_id,
+                model=model_from_argv(rec.argv) if rec is not None else "",
+            )
+        )
+    # two live runs with the same profile name: tell them apart by run id
+    names = [s.name for s in specs]
+    return tuple(
+        s if names.count(s.name) == 1 else ServerSpec(f"{s.name}:{s.run_id}", s.engine, s.port, s.run_id, s.model)
+        for s in specs
+    )
+
+
+def model_from_argv(argv: Sequence[str]) -> str:
+    """The model an engine command line serves (``--model-path``, ``--model``, ``vllm serve MODEL``)."""
+    args = list(argv)
+    for flag in ("--served-model-name", "--model-path", "--model"):
+        for i, a in enumerate(args):
+            if a == flag and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(flag + "="):
+                return a.split("=", 1)[1]
+    if "serve" in args:
+        i = args.index("serve")
+        if i + 1 < len(args) and not args[i + 1].startswith("-"):
+            return args[i + 1]
+    return ""
 
 
 async def collect_status(

@@ -131,11 +131,38 @@ def _fail(msg: str, code: int = 2) -> int:
     return code
 
 
+async def _local_gpus() -> list[str]:
+    import shutil
+
+    if not shutil.which("nvidia-smi"):
+        return []
+    from tui.services.hosts import LocalHost
+
+    try:
+        r = await LocalHost().run(["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader"],
+                                  timeout=10)
+    except Exception:  # noqa: BLE001 - best effort
+        return []
+    return [ln.strip() for ln in r.stdout.splitlines() if ln.strip()] if r.ok else []
+
+
 async def _resolve_url(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     extra: dict[str, Any] = {}
     if args.url:
         if args.host is not None or args.demo:
             raise ValueError("give either --url or --host/--demo with --port, not both")
+        import httpx
+
+        try:
+            u = httpx.URL(args.url)
+        except (httpx.InvalidURL, TypeError) as e:
+            raise ValueError(f"--url {args.url!r}: {e}") from None
+        if u.scheme not in ("http", "https") or not u.host:
+            raise ValueError(f"--url {args.url!r}: expected http://HOST:PORT")
+        if u.host in ("127.0.0.1", "localhost", "::1"):
+            gpus = await _local_gpus()
+            if gpus:
+                extra["gpus"] = gpus
         return args.url, extra
     if args.port is None:
         raise ValueError("need --url URL, or --port P with --host/--demo")

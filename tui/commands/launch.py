@@ -9,8 +9,9 @@ import time
 
 from tui.commands._runs import err, host_from_args
 from tui.model import jsonable
+from tui.profiles.model import ProfileError
 from tui.services.hosts import HostError
-from tui.services.launcher import ENGINES, LaunchRefused, RunStore, launch
+from tui.services.launcher import ENGINES, LaunchRefused, RunStore, demo_argv, launch
 from tui.services.tracker import StartupTracker, format_progress
 from tui.util.safety import UnsafeInput, check_env_name
 
@@ -58,20 +59,17 @@ def _guess_port(argv: list[str], engine: str) -> int | None:
     return {"sglang": 30000, "vllm": 8000}.get(engine)
 
 
-def _from_profile(name: str, demo: bool):  # type: ignore[no-untyped-def]
-    """(argv, env, engine, port) for a profile, via the profiles package when present."""
-    try:
-        from tui import profiles as prof_pkg  # noqa: F401
-        from tui.profiles import build_command, load_profile  # type: ignore[attr-defined]
-    except ImportError:
-        raise UnsafeInput(f"profile {name!r}: profiles are not available in this build; use --cmd") from None
-    prof = load_profile(name)
+def _from_profile(name: str, demo: bool) -> tuple[list[str], dict[str, str], str, int | None]:
+    """(argv, env, engine, port) for a saved profile (the demo swaps in the simulator)."""
+    from tui.profiles.builder import build_command
+    from tui.profiles.store import ProfileStore
+
+    prof = ProfileStore().get(name)
     cmd = build_command(prof, demo=demo)
-    argv = list(getattr(cmd, "argv", None) or cmd[0])
-    env = dict(getattr(cmd, "env", None) or (cmd[1] if isinstance(cmd, tuple) and len(cmd) > 1 else {}))
-    engine = getattr(prof, "engine", None) or _guess_engine(argv)
-    port = getattr(prof, "port", None) or _guess_port(argv, engine)
-    return argv, env, engine, port
+    argv = list(cmd.argv)
+    if demo:
+        argv = demo_argv(argv)
+    return argv, cmd.env_dict, prof.engine, prof.effective_port
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -102,6 +100,8 @@ async def run(args: argparse.Namespace) -> int:
                 port = args.port
             profile = args.name
     except UnsafeInput as e:
+        return err("launch", str(e))
+    except ProfileError as e:
         return err("launch", str(e))
     except (OSError, ValueError, KeyError, LookupError) as e:
         return err("launch", f"profile {args.name!r}: {e}")

@@ -13,6 +13,7 @@ _MARK = {"error": "✗", "warning": "!", "info": "·"}
 
 
 async def _preflight(args: argparse.Namespace) -> int:
+    from tui.commands._hosterr import report_error
     from tui.commands.profiles import load_named
     from tui.profiles.preflight import preflight
     from tui.services.hosts import HostError, get_host
@@ -24,29 +25,27 @@ async def _preflight(args: argparse.Namespace) -> int:
     except ProfileError as e:
         print(f"tunedeck: {e}", file=sys.stderr)
         return 2
+    target = "demo" if args.demo else (args.host or "local")
     try:
         host = get_host(args.host, demo=args.demo)
     except ImportError:
-        print("tunedeck: the simulator (--demo) is not available in this build", file=sys.stderr)
+        print("tunedeck preflight: the simulator (--demo) is not available in this build", file=sys.stderr)
         return 2
     except (UnsafeInput, HostError) as e:
-        print(f"tunedeck: {e}", file=sys.stderr)
-        return 2
+        return report_error("preflight", target, e, as_json=args.json)
     try:
         report = await preflight(
             host, profile, demo=args.demo, store=store,
             allow_dangerous=args.allow_dangerous_env, use_cache=not args.no_cache,
         )
-    except HostError as e:
-        print(f"tunedeck: {e}", file=sys.stderr)
-        return 2
+    except (UnsafeInput, HostError) as e:
+        return report_error("preflight", target, e, as_json=args.json)
     finally:
         await host.close()
     if args.json:
         print(json.dumps(report.jsonable(), indent=2, ensure_ascii=False))
     else:
-        where = "demo" if args.demo else (args.host or "local")
-        print(f"pre-flight {profile.name} on {where}:")
+        print(f"pre-flight {profile.name} on {target}:")
         if report.command:
             print(f"  command: {report.command.display}")
         for f in report.findings:

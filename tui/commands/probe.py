@@ -62,6 +62,8 @@ async def run(args: argparse.Namespace) -> int:
         host = get_host(target, demo=args.demo)
     except (UnsafeInput, HostError) as e:
         return report_error("probe", where, e, as_json=args.json)
+    except ImportError as e:  # --demo before the simulator is installed
+        return report_error("probe", where, HostError("error", f"not available: {e}"), as_json=args.json)
     try:
         async with host:
             result = await probe_host(host)

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from tui.profiles.builder import build_command, check_profile, resolve_nccl
+from tui.profiles.builder import build_command, check_profile, line_of_key, resolve_nccl
 from tui.profiles.diff import diff_commands
 from tui.profiles.model import ProfileError, ServerProfile, load_profile_file, parse_toml, profile_jsonable, profile_to_toml
 from tui.profiles.presets import load_preset_file, preset_jsonable
@@ -93,10 +93,8 @@ def _check(args: argparse.Namespace) -> int:
             cmd, issues = check_profile(prof, nccl=nccl_p, allow_dangerous=args.allow_dangerous_env)
             errors = [i for i in issues if i.severity == "error"]
             if errors:
-                from tui.profiles.builder import _line_of
-
                 first = errors[0]
-                raise ProfileError(first.message, path=path, line=_line_of(prof, first.key), key=first.key)
+                raise ProfileError(first.message, path=path, line=line_of_key(prof, first.key), key=first.key)
             summary = f"{prof.engine} profile {prof.name!r}"
     except ProfileError as e:
         if not e.path:

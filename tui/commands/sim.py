@@ -37,19 +37,32 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         e.set_defaults(func=func)
 
 
+def _local_only(args: argparse.Namespace) -> int | None:
+    if getattr(args, "host", None) not in (None, "local"):
+        print(f"tunedeck sim: runs on this machine only; --host {args.host} is not supported", file=sys.stderr)
+        return 2
+    return None
+
+
 def _sglang(args: argparse.Namespace) -> int:
+    if (rc := _local_only(args)) is not None:
+        return rc
     from tui.sim.engine import main
 
     return main("sglang", list(args.argv))
 
 
 def _vllm(args: argparse.Namespace) -> int:
+    if (rc := _local_only(args)) is not None:
+        return rc
     from tui.sim.engine import main
 
     return main("vllm", list(args.argv))
 
 
 def _smi(args: argparse.Namespace) -> int:
+    if (rc := _local_only(args)) is not None:
+        return rc
     from tui.sim.smi import main
 
     return main(list(args.argv), sys.stdout)

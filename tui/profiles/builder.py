@@ -24,10 +24,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
-import sys
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from tui.profiles.model import NcclPreset, ProfileError, ServerProfile
 from tui.profiles.presets import DEFAULT_NCCL, merge_nccl
@@ -95,14 +93,9 @@ class Command:
 
 
 def demo_executable(engine: str) -> list[str]:
-    """The simulator standing in for the engine: ``tunedeck sim <engine>``.
-
-    Uses the installed ``tunedeck`` script when it is on PATH, else this interpreter with
-    ``-m tui`` (a source checkout).
-    """
-    if shutil.which("tunedeck"):
-        return ["tunedeck", "sim", engine]
-    return [sys.executable, "-m", "tui", "sim", engine]
+    """The simulator standing in for the engine: ``tunedeck sim <engine>`` (the demo host puts a
+    ``tunedeck`` shim first on its PATH, so this runs there even without an installed script)."""
+    return ["tunedeck", "sim", engine]
 
 
 def engine_executable(profile: ServerProfile) -> list[str]:
@@ -514,7 +507,7 @@ def build_command(
         more = sum(1 for i in issues if i.severity == "error") - 1
         msg = first.message + (f" (and {more} more problem{'s' if more > 1 else ''})" if more > 0 else "")
         raise ProfileError(msg, path=profile.path or f"profile {profile.name}", key=first.key,
-                           line=_line_of(profile, first.key))
+                           line=line_of_key(profile, first.key))
     return cmd
 
 
@@ -528,7 +521,7 @@ def resolve_nccl(profile: ServerProfile, store: object | None = None) -> NcclPre
     return store.nccl_preset(profile.nccl_preset)  # type: ignore[attr-defined]
 
 
-def _line_of(profile: ServerProfile, key: str) -> int | None:
+def line_of_key(profile: ServerProfile, key: str) -> int | None:
     if not profile.path or not key:
         return None
     from pathlib import Path
@@ -544,6 +537,3 @@ def _line_of(profile: ServerProfile, key: str) -> int | None:
         parts = ["extra_args"]
     return key_line(text, tuple(parts))
 
-
-def command_env(cmd: Command) -> Mapping[str, str]:
-    return cmd.env_dict

@@ -84,9 +84,20 @@ def diff_commands(running: Command, new: Command) -> CommandDiff:
     )
 
 
-def command_from_argv(engine: str, argv: list[str], env: dict[str, str], prefix_len: int) -> Command:
-    """A Command for a server that is already running (argv and env as recorded at launch)."""
+def command_from_argv(
+    engine: str, argv: list[str], env: dict[str, str], prefix_len: int | None = None
+) -> Command:
+    """A Command for a server that is already running (argv and env as recorded at launch).
+
+    Without ``prefix_len`` the executable part is everything before the first ``--flag``
+    (for vLLM, before the model that precedes it).
+    """
     from tui.util.safety import env_command
 
+    if prefix_len is None:
+        first = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
+        if engine == "vllm" and first > 0 and argv[first - 1] != "serve":
+            first -= 1
+        prefix_len = first
     return Command(engine=engine, argv=tuple(argv), env=tuple(env.items()), prefix_len=prefix_len,
                    display=env_command(argv, env))

@@ -236,12 +236,9 @@ async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, u
     problems: list[str] = []
 
     async def run(argv: list[str], timeout: float = HELP_TIMEOUT) -> Any:
-        try:
-            return await host.run(argv, timeout=timeout)
-        except Exception as e:  # HostError and friends: report, don't crash
-            from tui.services.hosts import RunResult
-
-            return RunResult(None, "", str(e), lost=True)
+        # A HostError (unreachable, auth, host key, lost link) propagates: the caller shows it
+        # as the host's state; a command that fails on the host becomes a finding instead.
+        return await host.run(argv, timeout=timeout)
 
     vres, gres = await asyncio.gather(run(cmds["version"]), run(cmds["gpus"], 30.0))
     version = parse_version(vres.stdout) if vres.ok else None
@@ -263,26 +260,26 @@ async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, u
         if isinstance(hit, dict) and isinstance(hit.get("flags"), list):
             return HostFacts(
                 target=target, engine=profile.engine, executable=exe, version=version,
-                backends=tuple(hit["backends"]) if hit.get("backends") is not None else None,
+                backends=tuple(hit["backends"]) if hit.get("backends") else BUILTIN_BACKENDS[profile.engine],
                 backends_source=hit.get("backends_source", "builtin"),
                 spec_algorithms=tuple(hit["spec"]) if hit.get("spec") else None,
                 flags=tuple(hit["flags"]), gpus=gpus, problems=tuple(problems), cached=True,
             )
 
+    # vLLM >= 0.9 prints only a summary for --help and everything for --help=all: read both.
     help_text = ""
     if profile.engine == "vllm":
         hres = await run(cmds["help_all"])
-        if hres.ok and len(help_flags(hres.stdout)) > 5:
-            help_text = hres.stdout
-    if not help_text:
-        hres = await run(cmds["help"])
         if hres.ok:
             help_text = hres.stdout
-        else:
-            problems.append(
-                f"engine help: `{shlex.join(cmds['help'])}` failed: "
-                f"{_first_line(hres.stderr) or hres.exit_status}"
-            )
+    hres = await run(cmds["help"])
+    if hres.ok:
+        help_text = f"{help_text}\n{hres.stdout}" if help_text else hres.stdout
+    elif not help_text:
+        problems.append(
+            f"engine help: `{shlex.join(cmds['help'])}` failed: "
+            f"{_first_line(hres.stderr) or hres.exit_status}"
+        )
     flags = help_flags(help_text) if help_text else None
     if flags is not None and len(flags) < 3:
         problems.append("engine help: no options found in the --help output")
@@ -340,7 +337,7 @@ def evaluate(profile: ServerProfile, facts: HostFacts, command: Command | None, 
     norm = (lambda s: s.upper()) if profile.engine == "vllm" else (lambda s: s)
     offered = {norm(b) for b in facts.backends or ()}
     for key, b in _chosen_backends(profile):
-        if norm(b) in offered:
+        if norm(b) in offered or (profile.engine == "vllm" and b.lower() == "auto"):
             continue
         if facts.backends_source == "builtin":
             out.append(Finding(

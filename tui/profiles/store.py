@@ -38,6 +38,7 @@ from tui.profiles.model import (
 from tui.profiles.presets import DEFAULT_NCCL, load_preset_file
 from tui.util.files import atomic_write_text, remove_stale_temps
 from tui.util.paths import config_dir
+from tui.util.safety import is_secret_name
 
 ENV_VAR = "TUNEDECK_PROFILES"
 
@@ -180,9 +181,12 @@ class ProfileStore:
         text = profile_to_toml(new)
         target.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temps(target.parent)
+        # anything that looks like a secret (HF_TOKEN, --api-key, …) is readable by the owner only
+        secret = any(is_secret_name(k) for k, _ in new.env) or any(is_secret_name(k) for k, _ in new.flags)
+        mode = 0o600 if secret else 0o644
         if target.exists():
-            atomic_write_text(target.with_name(target.name + ".bak"), target.read_text(encoding="utf-8"))
-        atomic_write_text(target, text)
+            atomic_write_text(target.with_name(target.name + ".bak"), target.read_text(encoding="utf-8"), mode=mode)
+        atomic_write_text(target, text, mode=mode)
         return load_profile_file(target, source="user")
 
     def delete(self, name: str) -> Path:

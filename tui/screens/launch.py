@@ -23,7 +23,7 @@ from tui.profiles.formtext import env_to_text, flags_to_text, text_to_env, text_
 from tui.profiles.model import DEFAULT_PORTS, ProfileError, ServerProfile, dangerous_names
 from tui.profiles.schema import BUILTIN_BACKENDS
 from tui.profiles.store import ProfileStore
-from widgets.preset_form import FormChoices, FormMessage, FormValues, NcclChoice, PresetForm
+from widgets.preset_form import AttentionChoice, FormChoices, FormMessage, FormValues, NcclChoice, PresetForm
 
 
 def form_values(p: ServerProfile) -> FormValues:
@@ -110,14 +110,19 @@ class LaunchScreen(Screen):
         #: the profile for the current form values
         self.current: ServerProfile | None = self.profile
         self._host_backends: dict[str, tuple[str, ...]] = {}
+        self._nccl = {p.name: p for p in self.store.nccl_presets()}
 
     # ------------------------------------------------------------------ setup
     def _choices(self) -> FormChoices:
         backends = {e: self._host_backends.get(e, BUILTIN_BACKENDS[e]) for e in BUILTIN_BACKENDS}
         source = (f"{self.host.target if self.host else 'host'}'s {', '.join(self._host_backends)}"
                   if self._host_backends else "tunedeck's built-in list")
-        nccl = tuple(NcclChoice(p.name, p.description, p.warning, p.vars) for p in self.store.nccl_presets())
-        return FormChoices(backends=tuple(backends.items()), source=source, nccl=nccl)
+        nccl = tuple(NcclChoice(p.name, p.description, p.warning, p.vars) for p in self._nccl.values())
+        attention = tuple(
+            AttentionChoice(a.engine, a.name, a.backend, a.prefill, a.decode, a.description)
+            for a in self.store.attention_presets()
+        )
+        return FormChoices(backends=tuple(backends.items()), source=source, nccl=nccl, attention=attention)
 
     def compose(self) -> ComposeResult:
         yield PresetForm(form_values(self.profile), self._choices(), id="form")
@@ -137,7 +142,11 @@ class LaunchScreen(Screen):
     async def read_host_backends(self, profile: ServerProfile) -> None:
         from tui.profiles.preflight import probe_host
 
-        facts = await probe_host(self.host, profile, demo=self.demo)
+        try:
+            facts = await probe_host(self.host, profile, demo=self.demo)
+        except Exception as e:  # the built-in choices stay; say why
+            self.notify(f"Could not read the engine's backends: {e}", severity="warning")
+            return
         if facts.backends and facts.backends_source != "builtin":
             self._host_backends[profile.engine] = tuple(facts.backends)
             self.form.set_choices(self._choices())
@@ -146,7 +155,11 @@ class LaunchScreen(Screen):
     async def run_preflight(self, profile: ServerProfile) -> None:
         from tui.profiles.preflight import preflight
 
-        report = await preflight(self.host, profile, demo=self.demo, store=self.store)
+        try:
+            report = await preflight(self.host, profile, demo=self.demo, store=self.store)
+        except Exception as e:  # HostError, UnsafeInput: the host's state, shown inline
+            self.form.show_messages([FormMessage("error", "host", f"pre-flight failed: {e}")])
+            return
         if report.facts.backends and report.facts.backends_source != "builtin":
             self._host_backends[profile.engine] = tuple(report.facts.backends)
             self.form.set_choices(self._choices())
@@ -157,10 +170,10 @@ class LaunchScreen(Screen):
         profile, issues = profile_from_values(self.profile, values)
         cmd = None
         if profile is not None:
-            try:
-                nccl = self.store.nccl_preset(profile.nccl_preset)
-            except ProfileError as e:
-                issues.append(Issue("error", "nccl.preset", e.message))
+            nccl = self._nccl.get(profile.nccl_preset)
+            if nccl is None:
+                known = ", ".join(self._nccl)
+                issues.append(Issue("error", "nccl.preset", f"unknown NCCL preset {profile.nccl_preset!r} (known: {known})"))
             else:
                 cmd, more = check_profile(profile, nccl=nccl, demo=self.demo)
                 issues += more
@@ -193,7 +206,7 @@ class LaunchScreen(Screen):
             self.notify("Fix the errors before saving", severity="error")
             return
         try:
-            if event.as_name is None:
+            if event.as_name is None or (event.as_name == self.profile.name and self.profile.source == "user"):
                 saved = self.store.save(profile)
             else:
                 saved = self.store.save(profile.with_(source="", path=""), name=event.as_name)

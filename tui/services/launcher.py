@@ -27,7 +27,7 @@ import shlex
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import AsyncIterator, Mapping, Sequence
+from typing import AsyncIterator, Callable, Mapping, Sequence
 
 from tui.services.hosts import Host, HostError, LocalHost, RunResult, get_host
 from tui.util.files import atomic_write_json
@@ -163,15 +163,19 @@ _LAUNCH_SCRIPT = r"""set -u
 rid="$1"
 {base}umask 077
 dir="$base/$rid"
+start_cwd=$(pwd)
 mkdir -p "$dir" || {{ echo "ERR cannot create $dir"; exit 3; }}
 cd "$dir" || exit 3
+printf '%s\n' "$start_cwd" > cwd
 cat > run.sh <<'{d}'
 cd "$(dirname -- "$0")" || exit 1
 echo $$ > pid.tmp && mv pid.tmp pid
 sed 's/.*) //' /proc/$$/stat | cut -d' ' -f20 > starttime.tmp && mv starttime.tmp starttime
 trap true TERM
-{cmd} >> log 2>&1 < /dev/null
-echo $? > rc
+run_dir=$(pwd)
+cd -- "$(cat cwd)" 2>/dev/null || cd -- "$HOME" 2>/dev/null || cd /
+{cmd} >> "$run_dir/log" 2>&1 < /dev/null
+echo $? > "$run_dir/rc"
 {d}
 cat > argv.json <<'{d}'
 {argv_json}
@@ -674,11 +678,13 @@ async def restart_run(host: Host, rec: RunRecord, *, grace: float = 30.0, store:
     """Stop ``rec`` then launch the same command again (env values come from the caller's
     original env when available; a redacted value is refused)."""
     store = store or RunStore()
+    if any(v == "<redacted>" for v in rec.env.values()):
+        raise LaunchRefused(
+            f"run {rec.run_id}: its stored environment holds redacted secrets; relaunch it from the profile"
+        )
     res = await stop_run(host, rec, grace=grace, store=store)
     if res.state not in ("stopped", "exited", "stale"):
         raise LaunchRefused(res.message)
-    if any(v == "<redacted>" for v in rec.env.values()):
-        raise LaunchRefused(f"run {rec.run_id}: its environment holds redacted secrets; launch it from the profile")
     return await launch(host, rec.argv, rec.env, engine=rec.engine, port=rec.port, profile=rec.profile, store=store)
 
 
@@ -769,6 +775,61 @@ class LogFollower:
             await s.aclose()
 
 
+async def follow_forever(
+    host: Host,
+    log_path: str,
+    offset: int,
+    on_chunk: Callable[[bytes], None],
+    stop: asyncio.Event,
+    *,
+    idle: float = 1.0,
+    on_idle: Callable[[], None] | None = None,
+    on_error: Callable[[Exception, int], None] | None = None,
+    run_id: str | None = None,
+    store: RunStore | None = None,
+    persist: bool = False,
+) -> int:
+    """Follow ``log_path`` from ``offset`` until ``stop`` is set, reconnecting with
+    backoff after a lost link (resuming at the consumed offset, so nothing is lost or
+    repeated). ``on_idle`` runs after ``idle`` seconds without data. Returns the offset."""
+    backoff = 0.5
+    attempt = 0
+    while not stop.is_set():
+        f = LogFollower(host, log_path, offset, run_id=run_id, store=store, persist=persist)
+        it = f.chunks().__aiter__()
+        try:
+            while not stop.is_set():
+                try:
+                    chunk = await asyncio.wait_for(it.__anext__(), idle)
+                except asyncio.TimeoutError:
+                    if on_idle is not None:
+                        on_idle()
+                    continue
+                except StopAsyncIteration:
+                    break
+                offset = f.offset
+                on_chunk(chunk)
+                backoff, attempt = 0.5, 0
+        except (HostError, OSError) as e:
+            attempt += 1
+            if on_error is not None:
+                on_error(e, attempt)
+        finally:
+            offset = f.offset
+            try:
+                await it.aclose()  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001
+                pass
+            await f.close()
+        if not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), backoff)
+            except asyncio.TimeoutError:
+                pass
+            backoff = min(backoff * 2, 10.0)
+    return offset
+
+
 async def read_log(host: Host, log_path: str, offset: int = 0, limit: int | None = None) -> bytes:
     """The log from ``offset`` (at most ``limit`` bytes) as bytes (one command)."""
     check_text(log_path, "log path")
@@ -781,6 +842,16 @@ async def read_log(host: Host, log_path: str, offset: int = 0, limit: int | None
 
 
 # ============================================================================ lookups
+
+
+def demo_argv(argv: Sequence[str]) -> list[str]:
+    """``python -m tui sim …`` → the demo host's ``tunedeck`` shim, which sets PYTHONPATH
+    itself, so the simulator starts whatever the server's working directory."""
+    argv = list(argv)
+    if len(argv) >= 3 and argv[1:3] == ["-m", "tui"]:
+        return ["tunedeck", *argv[3:]]
+    return argv
+
 
 
 def host_for_record(rec: RunRecord) -> Host:
@@ -809,7 +880,9 @@ __all__ = [
     "RunStore",
     "StopResult",
     "compute_apps",
+    "demo_argv",
     "find_host_run",
+    "follow_forever",
     "gpu_memory_used",
     "launch",
     "list_host_runs",

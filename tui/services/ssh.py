@@ -423,6 +423,7 @@ class SshHost(Host):
         self._endpoint: Endpoint | None = None
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._channels: asyncio.Semaphore | None = None
         self._stream_slots: asyncio.Semaphore | None = None
         self._forwards: dict[tuple[str, int], _Forward] = {}
@@ -465,6 +466,19 @@ class SshHost(Host):
 
     # ------------------------------------------------------------------ connection
     def _sync(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not loop:
+            # used from a new event loop (e.g. a second asyncio.run): the old connection,
+            # locks and forwards belong to the old loop and cannot be awaited here
+            old, self._conn = self._conn, None
+            if old is not None:
+                try:
+                    old.abort()
+                except RuntimeError:  # its loop is closed already
+                    pass
+            self._lock = None
+            self._forwards.clear()
+        self._loop = loop
         if self._lock is None:
             self._lock = asyncio.Lock()
             self._channels = asyncio.Semaphore(self.options.max_channels)
@@ -762,19 +776,27 @@ class SshHost(Host):
     async def close(self) -> None:
         self._closed = True
         self.state = "closed"
+        foreign = self._loop is not None and self._loop is not asyncio.get_running_loop()
         for t in list(self._bg):
-            t.cancel()
-        for fw in self._forwards.values():
-            if fw.listener is not None:
-                fw.listener.close()
-        self._forwards.clear()
+            if not foreign:
+                t.cancel()
+        forwards, self._forwards = list(self._forwards.values()), {}
         conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
-            try:
-                await asyncio.wait_for(conn.wait_closed(), 5)
-            except (asyncio.TimeoutError, Exception):  # noqa: BLE001
-                pass
+        try:
+            for fw in forwards:
+                if fw.listener is not None:
+                    fw.listener.close()
+            if conn is not None:
+                if foreign:
+                    conn.abort()
+                else:
+                    conn.close()
+                    try:
+                        await asyncio.wait_for(conn.wait_closed(), 5)
+                    except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+                        pass
+        except RuntimeError:  # objects of an event loop that is closed already
+            pass
 
     def __repr__(self) -> str:
         return f"SshHost({self.target!r}, state={self.state!r})"

@@ -26,9 +26,9 @@ from tui.services.launcher import (
     FAILED,
     READY,
     STARTING,
-    LogFollower,
     RunRecord,
     RunStore,
+    follow_forever,
     gpu_memory_used,
     process_alive,
     read_rc,
@@ -111,7 +111,7 @@ class StartupTracker:
         stall_after: float = 300.0,
         health_interval: float = 2.0,
         alive_interval: float = 2.0,
-        gpu_interval: float = 5.0,
+        gpu_interval: float = 2.0,
         health_timeout: float = 2.0,
         probe_health: bool = True,
         poll_gpu: bool = True,
@@ -143,6 +143,7 @@ class StartupTracker:
         self.catchup = clock() - self.started > 10.0 or bool(rec.timeline and any("phase" in e for e in rec.timeline))
         self._phase_seen_at_catchup: set[str] = set()
         self.weight_rate_start: tuple[float, int] | None = None
+        self._bar_start: tuple[tuple[str, int], float, int] | None = None
         self.final: StartupProgress | None = None
         self._hkey = history_key(rec.target, rec.profile, rec.argv)
         self.expected = expected_durations(load_history(self._hkey))
@@ -210,6 +211,10 @@ class StartupTracker:
                 if ev.phase == "weight-loading" and ev.total and ev.n is not None:
                     if self.weight_rate_start is None or ev.n < self.weight_rate_start[1]:
                         self.weight_rate_start = (now, ev.n)
+                if ev.phase == "graph-capture" and ev.total and ev.n is not None:
+                    key = (ev.label, ev.total)
+                    if self._bar_start is None or self._bar_start[0] != key or ev.n < self._bar_start[2]:
+                        self._bar_start = (key, now, ev.n)
             elif isinstance(ev, ErrorEvent):
                 changed = True
         if changed:
@@ -249,8 +254,11 @@ class StartupTracker:
                 return self.health == "ok"
             return True
         if self.health == "ok":
-            # a 200 from the port counts once the log says the server is up (or the log says nothing)
-            return st.engine is None or st.phase in ("warmup", "ready") or st.lines == 0
+            # a 200 from the port counts once the log shows the engine past loading; a command
+            # of unknown kind (no engine log) is ready on the 200 alone
+            if self.rec.engine not in ("sglang", "vllm") and st.engine is None:
+                return True
+            return st.phase in ("kv-cache", "graph-capture", "warmup", "ready")
         return False
 
     def _last_line(self) -> str | None:
@@ -334,6 +342,12 @@ class StartupTracker:
             if n > n0 and now > t0:
                 rate = (n - n0) / (now - t0)
                 rate_left = (total - n) / rate if rate > 0 else None
+        elif phase == "graph-capture" and st.graph and not st.graph_done and self._bar_start is not None:
+            (_, _), t0, n0 = self._bar_start
+            n, total = st.graph
+            if n > n0 and now > t0:
+                rate = (n - n0) / (now - t0)
+                rate_left = (total - n) / rate if rate > 0 else None
         if exp:
             later = sum(exp.get(p, 0.0) for p in _ORDER[idx + 1 :])
             cur_exp = exp.get(phase)
@@ -344,6 +358,8 @@ class StartupTracker:
             else:
                 cur_left = 0.0
             return fraction, cur_left + later, "history"
+        if rate_left is not None and phase != "weight-loading":
+            return fraction, rate_left, "rate"
         if rate_left is not None:
             # no history: scale the remaining phases by their default share of the weights phase
             w_share = weights["weight-loading"]
@@ -397,6 +413,33 @@ class StartupTracker:
         if mem is not None:
             self.set_gpu(mem)
 
+    async def probe_loop(self, stop: asyncio.Event) -> None:
+        """Liveness, /health and GPU memory at their intervals until ``stop`` (or the
+        startup ended: then only liveness keeps going, at a slower pace)."""
+        import httpx
+
+        t_alive = t_health = t_gpu = 0.0
+        async with httpx.AsyncClient(timeout=self.health_timeout, trust_env=False) as client:
+            while not stop.is_set():
+                now = self.clock()
+                starting = self.final is None
+                try:
+                    if now >= t_alive:
+                        t_alive = now + (self.alive_interval if starting else max(5.0, self.alive_interval))
+                        await self.check_alive_once()
+                    if starting and self.probe_health and now >= t_health:
+                        t_health = now + self.health_interval
+                        await self.probe_health_once(client)
+                    if starting and self.poll_gpu and now >= t_gpu:
+                        t_gpu = now + self.gpu_interval
+                        await self.poll_gpu_once()
+                except HostError:
+                    pass  # link down: the follow loop reconnects; keep the last values
+                try:
+                    await asyncio.wait_for(stop.wait(), 0.2)
+                except asyncio.TimeoutError:
+                    pass
+
     # ------------------------------------------------------------------ loop
     async def run(
         self,
@@ -408,61 +451,21 @@ class StartupTracker:
     ) -> StartupProgress:
         """Follow the log and probe until ready or failed (or ``timeout``); return the
         final snapshot. Connection losses are retried; the log resumes at its offset."""
-        import httpx
-
         deadline = None if timeout is None else self.clock() + timeout
         stop = asyncio.Event()
         log_path = f"{self.rec.run_dir}/log"
 
+        def on_chunk(chunk: bytes) -> None:
+            self.feed(chunk)
+            if self.catchup and len(chunk) < 65536:
+                self.catchup = False  # caught up with the existing log
+            if on_bytes is not None:
+                on_bytes(chunk)
+
         async def follow() -> None:
-            backoff = 0.5
-            while not stop.is_set():
-                f = LogFollower(self.host, log_path, self.offset)
-                try:
-                    it = f.chunks().__aiter__()
-                    while not stop.is_set():
-                        try:
-                            chunk = await asyncio.wait_for(it.__anext__(), 1.0)
-                        except asyncio.TimeoutError:
-                            self.flush()  # an unterminated tail after ~1 s of silence
-                            continue
-                        except StopAsyncIteration:
-                            break
-                        self.feed(chunk)
-                        if self.catchup and len(chunk) < 65536:
-                            self.catchup = False  # caught up with the existing log
-                        if on_bytes is not None:
-                            on_bytes(chunk)
-                        backoff = 0.5
-                    await it.aclose()  # type: ignore[attr-defined]
-                except HostError:
-                    pass
-                finally:
-                    await f.close()
-                if not stop.is_set():
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 10.0)
+            await follow_forever(self.host, log_path, self.offset, on_chunk, stop, on_idle=self.flush)
 
-        async def probes() -> None:
-            t_alive = t_health = t_gpu = 0.0
-            async with httpx.AsyncClient(timeout=self.health_timeout, trust_env=False) as client:
-                while not stop.is_set():
-                    now = self.clock()
-                    try:
-                        if now >= t_alive:
-                            t_alive = now + self.alive_interval
-                            await self.check_alive_once()
-                        if self.probe_health and now >= t_health:
-                            t_health = now + self.health_interval
-                            await self.probe_health_once(client)
-                        if self.poll_gpu and now >= t_gpu:
-                            t_gpu = now + self.gpu_interval
-                            await self.poll_gpu_once()
-                    except HostError:
-                        pass  # link down: the follow loop reconnects; keep the last values
-                    await asyncio.sleep(0.2)
-
-        tasks = [asyncio.create_task(follow()), asyncio.create_task(probes())]
+        tasks = [asyncio.create_task(follow()), asyncio.create_task(self.probe_loop(stop))]
         snap = self.snapshot()
         try:
             while True:

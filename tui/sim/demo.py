@@ -84,7 +84,13 @@ def demo_env(state: Path | None = None, python: str = sys.executable) -> dict[st
     state = state or sim_state_dir()
     bindir = write_shims(shim_dir(state), python)
     path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
-    return {"PATH": f"{bindir}{os.pathsep}{path}", "TUNEDECK_SIM_STATE": str(state)}
+    env = {"PATH": f"{bindir}{os.pathsep}{path}", "TUNEDECK_SIM_STATE": str(state)}
+    root = package_root()
+    if (root / "pyproject.toml").is_file():
+        # a source checkout: let ``python -m tui ...`` work from any directory on the demo host
+        old = os.environ.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = str(root) + (os.pathsep + old if old else "")
+    return env
 
 
 def demo_host() -> LocalHost:

@@ -37,7 +37,7 @@ from tui.sim.engine_args import (
     sglang_parser,
     vllm_parser,
 )
-from tui.sim.gpus import ServerRecord, load_config
+from tui.sim.gpus import ServerRecord, load_config, used_by_others
 from tui.sim.httpd import Conn, HttpServer, Request
 from tui.sim.metrics import Metrics
 
@@ -431,7 +431,6 @@ class Sim:
         return f.code
 
     async def shutdown(self) -> None:
-        was_up = self.phase in ("ready", "serving") or self.http is not None
         self.phase = "stopping"
         if self.http is not None:
             if self.e == "vllm":
@@ -446,7 +445,6 @@ class Sim:
         elif self.sock is not None:
             self.sock.close()
         self.set_mem(0.0, 0)
-        del was_up
 
     # ------------------------------------------------------------------ start-up
     async def startup(self) -> None:
@@ -454,13 +452,14 @@ class Sim:
             await self.startup_sglang()
         else:
             await self.startup_vllm()
-        self.phase = "ready"
+        self.phase = "warmup"
         asyncio.create_task(self.publisher())
         asyncio.create_task(self.scheduler())
         if self.e == "vllm" and not self.a.disable_log_stats:
             asyncio.create_task(self.vllm_stats())
         if self.e == "sglang" and not self.a.skip_server_warmup:
             await self.sglang_warmup()
+        self.phase = "ready"
         if self.e == "sglang":
             self.log.sg("The server is fired up and ready to roll!")
         await asyncio.Event().wait()  # until cancelled by shutdown
@@ -482,6 +481,7 @@ class Sim:
         mfs = a.mem_fraction_static or (0.88 if total > 100 else 0.85)
         baseline = 1.14
         ctx = 0.52
+        other = used_by_others(self.gpus, self.pid) / 1024.0  # memory other servers hold on our GPUs
         args_d = {k: v for k, v in vars(a).items() if not k.startswith("sim_")}
         L.sg(f"server_args={args_d!r}")
         if not a.attention_backend:
@@ -504,7 +504,7 @@ class Sim:
             L.sg(f"Memory baseline taken. mem usage={baseline:.2f} GB", rank=r)
         self.set_mem(ctx + baseline)
         await self.at(0.07)
-        avail0 = total - baseline - ctx
+        avail0 = total - baseline - ctx - other
         for r in self._ranks():
             L.sg(f"Load weight begin. avail mem={avail0 + 0.01 * (r % 2):.2f} GB", rank=r)
         if self.weights_gib > avail0:
@@ -529,7 +529,7 @@ class Sim:
                 rank=r,
             )
         await self.at(0.55)
-        kv = total * mfs - self.weights_gib - baseline
+        kv = total * mfs - self.weights_gib - baseline - other
         if a.sim_fault == "oom":
             self.sglang_oom(f"Tried to allocate {max(kv, 1.0) / 2:.2f} GiB", during="kv")
         if kv < 1.0:
@@ -745,6 +745,16 @@ class Sim:
             self._vllm_engine_failed(ec)
         self.set_mem(0.52, 0)
         await self.at(0.05)
+        other = used_by_others(self.gpus, self.pid) / 1024.0
+        free = total - other - 0.52
+        if free < total * a.gpu_memory_utilization:
+            L.vl(
+                f"ValueError: Free memory on device cuda:0 ({free:.2f}/{total:.2f} GiB) on startup is less than desired GPU "
+                f"memory utilization ({a.gpu_memory_utilization}, {total * a.gpu_memory_utilization:.2f} GiB). Decrease GPU memory "
+                "utilization or reduce GPU memory used by other processes.",
+                proc="Worker_TP0", pid=self.w(0), level="ERROR", where="multiproc_executor.py:759",
+            )
+            self._vllm_engine_failed(ec)
         port = 30000 + (self.pid % 20000)
         for r in self._ranks():
             L.vl(f"world_size={self.tp} rank={r} local_rank={r} distributed_init_method=tcp://127.0.0.1:{port} backend=nccl",
@@ -966,7 +976,7 @@ class Sim:
         r = Req()
         self.req_counter += 1
         r.rng = random.Random((self.seed << 32) ^ (self.req_counter * 2654435761))
-        hexid = uuid.UUID(int=r.rng.getrandbits(128), version=4).hex
+        hexid = uuid.uuid4().hex
         if self.e == "vllm":
             r.rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + hexid
         else:
@@ -1491,7 +1501,7 @@ class Sim:
         return body
 
     def _common_checks(self, body: dict[str, Any], conn: Conn) -> bool:
-        if self.phase != "ready":
+        if self.phase not in ("ready", "warmup"):
             self._error(conn, 503, "The server is shutting down", "ServiceUnavailableError")
             return False
         model = body.get("model")

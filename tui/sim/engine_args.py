@@ -374,6 +374,8 @@ def preprocess_vllm_argv(argv: Sequence[str]) -> list[str]:
 def help_search(parser: argparse.ArgumentParser, keyword: str) -> str:
     """``vllm serve --help=<keyword>``: the groups or options whose name matches."""
     kw = keyword.lower()
+    if kw == "all":
+        return parser.format_help()
     lines = []
     for g in parser._action_groups:
         if g.title and g.title.lower() == kw:

@@ -253,3 +253,26 @@ def read_gpus(cfg: GpuConfig | None = None, root: Path | None = None) -> list[Gp
         r.temp_c = int(34 + r.util * 0.28 + (3 if r.procs else 0) + wob)
         r.sm_clock = 1980 if (busy or r.procs) else 345
     return gpus
+
+
+def used_by_others(indices: list[int], exclude_pid: int, root: Path | None = None) -> int:
+    """MiB that other live sim servers hold on the busiest of ``indices``."""
+    worst = 0
+    per: dict[int, int] = {}
+    for rec in live_servers(root):
+        if rec.get("pid") == exclude_pid:
+            continue
+        g = rec.get("gpus") or {}
+        if not isinstance(g, dict):
+            continue
+        for k, v in g.items():
+            try:
+                i = int(k)
+                used = int(v.get("used_mib", 0))
+            except (ValueError, TypeError, AttributeError):
+                continue
+            if i in indices:
+                per[i] = per.get(i, 0) + used
+    if per:
+        worst = max(per.values())
+    return worst
