@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the dashboard itself costs: CPU (% of one core) and RSS while it watches a host.
 
-    python benchmarks/dashboard_tui_cost.py [--seconds 60] [--warmup 5] [--source demo|fake] [--json-only]
+    python benchmarks/dashboard_tui_cost.py [--seconds 60] [--warmup 5] [--source demo|fake] [--no-server] [--json-only]
 
 The dashboard runs as ``python -m tui --demo`` in a pseudo-terminal of
 120×36 (the real terminal driver and renderer, exactly what a user runs),
