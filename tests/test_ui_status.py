@@ -433,3 +433,27 @@ async def test_gpu_retry_countdown_ticks():
         assert "host unreachable — GPU data stale: connection-lost: link dropped" in str(line.content)
         await until(pilot, lambda: "retrying in 4s" in str(line.content), timeout=1.5)
         await until(pilot, lambda: "retrying in 3s" in str(line.content), timeout=1.5)
+
+
+async def test_keymap_from_config_remaps_binding_ids(tmp_path, monkeypatch):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[keymap]\nstatus-toggle-processes = "x"\n')
+    monkeypatch.setenv("TUNEDECK_CONFIG", str(cfg))
+    app = app_with()
+    async with app.run_test(size=SIZE) as pilot:
+        panel = app.screen.query_one("#procs-panel")
+        await pilot.press("p")
+        assert panel.display
+        await pilot.press("x")
+        assert not panel.display
+
+
+async def test_bad_keymap_is_reported_not_fatal(tmp_path, monkeypatch):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[keymap]\nmode-launch = 3\n')
+    monkeypatch.setenv("TUNEDECK_CONFIG", str(cfg))
+    app = app_with()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.1)
+        notes = [n.message for n in app._notifications]
+        assert any("keymap.mode-launch" in m and str(cfg) in m for m in notes), notes

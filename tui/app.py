@@ -159,6 +159,7 @@ class TunedeckApp(App[int]):
         initial_mode: str = "status",
         close_host: bool = True,
         demo: bool = False,
+        keymap: dict[str, str] | None = None,
     ) -> None:
         if sources is None:
             if host is None:
@@ -172,6 +173,7 @@ class TunedeckApp(App[int]):
         """The host as the user named it (header, message keys, worker group)."""
         self.sources = sources
         self.demo = demo
+        self._user_keymap = keymap
         """True when the host is the built-in simulator (screens swap executables for ``tunedeck sim``)."""
         self.interval = interval
         self.sample_timeout = sample_timeout
@@ -200,12 +202,27 @@ class TunedeckApp(App[int]):
         self.link_signal: Signal[LinkState] = Signal(self, "link")
         self._update_subtitle()
 
+    def _apply_keymap(self) -> None:
+        """Remap bindings by id from the config file's ``[keymap]`` (see :mod:`tui.keymap`)."""
+        from tui.keymap import KeymapError, load_keymap
+
+        keymap = self._user_keymap
+        if keymap is None:
+            try:
+                keymap = load_keymap()
+            except KeymapError as e:
+                self.notify(f"keymap ignored: {e}", severity="error", timeout=10)
+                return
+        if keymap:
+            self.set_keymap(keymap)
+
     @property
     def poll_group(self) -> str:
         return f"poll-{self.target}"
 
     # ------------------------------------------------------------------ lifecycle
     def on_mount(self) -> None:
+        self._apply_keymap()
         if self._initial_mode != self.current_mode and self._initial_mode in self.available_modes:
             self.switch_mode(self._initial_mode)
         self.start_polling()
