@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
+import re
 import select
+import struct
 import subprocess
+import termios
 import time
 
 import pytest
@@ -28,18 +32,28 @@ def test_no_terminal_says_so():
     assert "needs a terminal" in r.stderr and "status --json" in r.stderr
 
 
-@pytest.mark.timeout(40)
-def test_dashboard_starts_in_a_pty_and_quits_on_ctrl_q():
+ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-B]|\x1b[=>]")
+
+
+def _screen_bytes(out: bytes) -> bytes:
+    return ANSI.sub(b"", out)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("args,expect", [(["--host", "local"], [b"local"]),
+                                         (["--demo"], [b"GPUs (8)", b"H200", b"demo \xc2\xb7 connected"])])
+def test_dashboard_starts_in_a_pty_and_quits_on_ctrl_q(args, expect):
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 36, 120, 0, 0))
     env = dict(os.environ, TERM="xterm-256color", COLUMNS="120", LINES="36")
-    proc = subprocess.Popen([*tunedeck_cmd(), "--host", "local"], stdin=slave, stdout=slave, stderr=slave,
+    proc = subprocess.Popen([*tunedeck_cmd(), *args], stdin=slave, stdout=slave, stderr=slave,
                             cwd=REPO, env=env, start_new_session=True)
     os.close(slave)
     out = b""
     try:
-        deadline = time.monotonic() + 20
-        while b"tunedeck" not in out or b"local" not in out:
-            assert time.monotonic() < deadline, out[-2000:]
+        deadline = time.monotonic() + 30
+        while not all(e in _screen_bytes(out) for e in [b"tunedeck", *expect]):
+            assert time.monotonic() < deadline, _screen_bytes(out)[-3000:]
             r, _, _ = select.select([master], [], [], 0.5)
             if r:
                 out += os.read(master, 65536)
