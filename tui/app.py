@@ -173,8 +173,8 @@ class TunedeckApp(App[int]):
         """The host as the user named it (header, message keys, worker group)."""
         self.sources = sources
         self.demo = demo
-        self._user_keymap = keymap
         """True when the host is the built-in simulator (screens swap executables for ``tunedeck sim``)."""
+        self._user_keymap = keymap
         self.interval = interval
         self.sample_timeout = sample_timeout
         self.backoff: BackoffFn = backoff or default_backoff
