@@ -14,8 +14,14 @@ and republishes each snapshot on a signal that screens subscribe to:
 state and restarts it.
 
 Adding a screen: one line in :data:`MODE_REGISTRY` (already present for
-launch/bench/compare: creating the module is enough; a mode whose module
-is missing is hidden).
+launch/bench/compare: creating the module is enough). A mode is offered
+when its module imports and its screen can be built with no arguments,
+or only with the keywords ``host`` / ``demo``, which the app fills in
+(``app.host``, ``app.demo``); otherwise its key is hidden. Screens read
+``app.latest`` (newest GpuStatus / HostStats / servers / LinkState) and
+subscribe to the signals above; bindings carry ids, so ``[keymap]`` in
+the config file remaps them (:mod:`tui.keymap`), and every binding of the
+current screen is also a command-palette entry (:mod:`tui.palette`).
 """
 
 from __future__ import annotations
