@@ -1,4 +1,4 @@
-"""GpuCollector / HostCollector over a real sshd on loopback with the simulator's nvidia-smi.
+"""GpuCollector / HostCollector over a real sshd on loopback with a fake nvidia-smi on the remote PATH.
 
 The sshd is stopped mid-stream: the collector reports the lost link as a state
 with a retry time, then recovers by itself once sshd is back.
@@ -8,43 +8,49 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-import sys
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import AsyncIterator, Iterator
 
 import pytest
 
+from tests.fake_smi import FakeSmi
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tui.collectors.gpu import GpuCollector
 from tui.collectors.hoststats import HostCollector
 from tui.model import GpuStatus
 from tui.services.ssh import SshHost
-from tui.sim.demo import package_root
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(90)]
 
 
 @pytest.fixture
-def sim_smi(sshd: SshdServer, tmp_path: Path) -> Iterator[Path]:
-    """The simulator's nvidia-smi first on the remote PATH (own state dir), removed afterwards."""
-    state = tmp_path / "sim-state"
-    state.mkdir()
-    state.chmod(0o777)
+def remote_smi(sshd: SshdServer) -> Iterator[FakeSmi]:
+    """A fake nvidia-smi (8 GPUs) first on the remote PATH of the non-root test user.
+
+    The non-root user's login shell reads no rc files, so stopping sshd mid-session
+    cannot leave anything half-done in a shell start-up.
+    """
+    base = Path(tempfile.mkdtemp(prefix="tunedeck-remote-smi-"))
+    base.chmod(0o755)
+    fake = FakeSmi(base, gpus=8)
+    fake.dir.chmod(0o777)  # the remote user logs its calls there
     exe = sshd.shim_dir / "nvidia-smi"
-    exe.write_text(
-        "#!/bin/sh\n"
-        f"TUNEDECK_SIM_STATE={shlex.quote(str(state))} PYTHONPATH={shlex.quote(str(package_root()))} "
-        f"exec {shlex.quote(sys.executable)} -m tui sim smi \"$@\"\n"
-    )
+    exe.write_text(f"#!/bin/sh\nexec {shlex.quote(str(fake.dir / 'nvidia-smi'))} \"$@\"\n")
     exe.chmod(0o755)
-    yield exe
-    exe.unlink(missing_ok=True)
+    try:
+        yield fake
+    finally:
+        exe.unlink(missing_ok=True)
+        fake.kill_all()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _host(server: SshdServer) -> SshHost:
     return SshHost(
-        server.target("root"),
+        server.target(),
         keepalive_interval=1, keepalive_count_max=2, backoff_base=0.05, backoff_cap=0.5,
         retry_attempts=1, connect_timeout=3,
     )
@@ -54,17 +60,17 @@ async def _next(agen: AsyncIterator[GpuStatus], timeout: float = 20.0) -> GpuSta
     return await asyncio.wait_for(agen.__anext__(), timeout)
 
 
-async def test_remote_gpus_lost_link_and_recovery(sshd: SshdServer, sim_smi: Path) -> None:
+async def test_remote_gpus_lost_link_and_recovery(sshd: SshdServer, remote_smi: FakeSmi) -> None:
     host = _host(sshd)
     c = GpuCollector(host, 0.5, watchdog=4, max_backoff=1)
     agen = c.stream()
     try:
         first = await _next(agen)
         assert first.state == "ok" and len(first.gpus) == 8
-        assert first.gpus[0].name == "NVIDIA H200" and first.gpus[0].memory_total == 143771
+        assert first.gpus[7].uuid == "GPU-fake-7" and first.gpus[0].memory_total == 81559
         second = await _next(agen)
         assert second.state == "ok" and second.time > first.time
-        assert len(sshd.processes_matching("sim smi --query-gpu")) == 1  # one stream on the host
+        assert remote_smi.alive_queries() == 1  # one stream on the host
 
         sshd.stop()  # the host goes away mid-stream
         t0 = time.monotonic()
@@ -85,10 +91,10 @@ async def test_remote_gpus_lost_link_and_recovery(sshd: SshdServer, sim_smi: Pat
         await agen.aclose()
         await host.close()
     await asyncio.sleep(0.5)
-    assert sshd.processes_matching("sim smi --query-gpu") == []  # closing ended the remote nvidia-smi
+    assert remote_smi.alive_queries() == 0  # closing ended the remote nvidia-smi
 
 
-async def test_remote_host_stats_and_one_shot(sshd: SshdServer, sim_smi: Path) -> None:
+async def test_remote_host_stats_and_one_shot(sshd: SshdServer, remote_smi: FakeSmi) -> None:
     host = _host(sshd)
     try:
         hc = HostCollector(host)

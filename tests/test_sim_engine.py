@@ -529,7 +529,8 @@ def test_second_server_on_the_same_gpus_runs_out_of_memory():
             assert s.wait_exit(20) != 0
         assert re.search(CLASSIFIER["oom"], s.raw)  # the weights no longer fit: OOM while loading
         # on other GPUs it fits
-        ok, _ = sim("vllm", "--tensor-parallel-size", "1", "--sim-gpu-start", "8", load=1.0, env={"TUNEDECK_SIM_GPUS": "9"})
+        ok = SimProc("vllm", "meta-llama/Llama-3.1-8B-Instruct", "--port", str(free_port()), "--sim-gpu-start", "8",
+                     "--sim-load-seconds", "1", env={"TUNEDECK_SIM_GPUS": "9"})
         with ok:
             ok.wait_ready()
             # the first server still runs undisturbed

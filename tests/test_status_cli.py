@@ -127,21 +127,29 @@ def test_status_demo_shows_eight_gpus() -> None:
     assert data["host"]["mem_total"] > 0
 
 
-def test_known_servers_from_run_records(tmp_path: Path) -> None:
+def test_known_servers_from_run_folders(tmp_path: Path) -> None:
+    """Live run folders on the host become servers; the model comes from the local record."""
     from tui.collectors.status import known_servers, model_from_argv
     from tui.services.hosts import LocalHost
-    from tui.services.launcher import RunRecord, RunStore
+    from tui.services.launcher import RunStore, launch, list_host_runs, stop_run
     from tui.util.aio import run_async
 
-    store = RunStore()
-    store.save(RunRecord("a1b2c3", "local", ["vllm", "serve", "Qwen/Qwen3-8B", "--port", "8000"],
-                         engine="vllm", port=8000, status="ready", profile="qwen-fast"))
-    store.save(RunRecord("d4e5f6", "local", ["sglang", "serve", "--model-path", "m"],
-                         engine="sglang", port=30000, status="exited"))
-    store.save(RunRecord("abcdef", "other-host", ["x"], engine="vllm", port=9000, status="ready"))
-    specs = run_async(known_servers(LocalHost()))
+    async def scenario() -> tuple:
+        host = LocalHost()
+        live = await launch(host, ["sh", "-c", "sleep 30", "--model-path", "Qwen/Qwen3-8B"], engine="sglang",
+                            port=30000, profile="qwen-fast", check=False)
+        gone = await launch(host, ["true"], engine="vllm", port=8000, check=False)
+        for _ in range(50):
+            runs = {r.run_id: r for r in await list_host_runs(host)}
+            if gone.run_id in runs and not runs[gone.run_id].alive:
+                break
+            await asyncio.sleep(0.1)
+        specs = await known_servers(host)
+        await stop_run(host, live, grace=2, gpu_wait=1)
+        return live, specs
+
+    live, specs = run_async(scenario())
     assert [(s.name, s.engine, s.port, s.run_id, s.model) for s in specs] == [
-        ("qwen-fast", "vllm", 8000, "a1b2c3", "Qwen/Qwen3-8B")
+        ("qwen-fast", "sglang", 30000, live.run_id, "Qwen/Qwen3-8B")
     ]
-    assert model_from_argv(["python", "-m", "sglang.launch_server", "--model-path=/m/x"]) == "/m/x"
-    assert model_from_argv(["vllm", "serve", "a", "--served-model-name", "b"]) == "b"
+    assert model_from_argv(["vllm", "serve", "Qwen/Qwen3-8B", "--port", "8000"]) == "Qwen/Qwen3-8B"
