@@ -64,13 +64,13 @@ BackoffFn = Callable[[int], float]
 class WatchedServers:
     """A :class:`ServerSource` over ``tui.collectors.servers.ServerCollector``.
 
-    Watches the servers tunedeck knows on the host (``known_servers(host)``:
-    runs it launched, re-read every ``refresh`` seconds) plus fixed
-    ``extra`` specs (servers given by URL).
+    Watches the servers tunedeck knows on the host
+    (``tui.collectors.status.known_servers``: live run folders, re-read every
+    ``refresh`` seconds) plus fixed ``extra`` specs (servers given by URL).
     """
 
     def __init__(self, host: "Host", extra: Iterable[Any] = (), *, refresh: float = 10.0) -> None:
-        from tui.collectors.servers import ServerCollector  # type: ignore[import-not-found]
+        from tui.collectors.servers import ServerCollector
 
         self.host = host
         self.extra = tuple(extra)
@@ -79,17 +79,11 @@ class WatchedServers:
         self._next_refresh = 0.0
 
     async def _known(self) -> tuple[Any, ...]:
+        from tui.collectors.status import known_servers
         from tui.services.hosts import HostError
 
         try:
-            known: tuple[Any, ...] = ()
-            try:
-                from tui.collectors.status import known_servers  # type: ignore[import-not-found]
-            except ImportError:
-                pass
-            else:
-                known = tuple(await known_servers(self.host))
-            return known or await launched_servers(self.host)
+            return tuple(await known_servers(self.host))
         except (HostError, OSError):
             return tuple(s for s in self.collector.specs if s not in self.extra)
 
@@ -108,48 +102,17 @@ class WatchedServers:
         await self.collector.aclose()
 
 
-async def launched_servers(host: "Host") -> tuple[Any, ...]:
-    """A ``ServerSpec`` for every live run tunedeck launched on ``host`` (its run folders,
-    merged into the local run records by the launcher's ``reattach``)."""
-    try:
-        from tui.collectors.servers import ServerSpec  # type: ignore[import-not-found]
-        from tui.services.launcher import reattach  # type: ignore[import-not-found]
-    except ImportError:
-        return ()
-    specs = []
-    for rec in await reattach(host):
-        if not rec.port:
-            continue
-        engine = rec.engine if rec.engine in ("sglang", "vllm") else "auto"
-        try:
-            specs.append(ServerSpec(rec.profile or rec.run_id, engine, int(rec.port), run_id=rec.run_id))
-        except ValueError:
-            continue
-    return tuple(specs)
-
-
 def default_sources(host: "Host", *, interval: float = 1.0, servers: Iterable[Any] = ()) -> Sources:
-    """The real collectors for ``host`` (those present in :mod:`tui.collectors`).
+    """The real collectors for ``host``: one ``nvidia-smi -lms`` stream, host figures
+    (psutil locally, ``/proc`` over SSH) and the servers tunedeck knows there.
 
     ``servers``: extra ``ServerSpec`` values to watch besides the ones tunedeck launched.
     """
-    gpu: Any = None
-    host_src: Any = None
-    server_src: Any = None
-    try:
-        from tui.collectors.gpu import GpuCollector  # type: ignore[import-not-found]
+    from tui.collectors.gpu import GpuCollector
+    from tui.collectors.hoststats import HostCollector
 
-        gpu = GpuCollector(host, interval=interval)
-    except ImportError:
-        pass
-    try:
-        from tui.collectors.hoststats import HostCollector  # type: ignore[import-not-found]
-
-        host_src = HostCollector(host)
-    except ImportError:
-        pass
-    try:
-        server_src = WatchedServers(host, servers)
-    except ImportError:
-        pass
-    return Sources(gpu=gpu, host=host_src, servers=server_src)
+    return Sources(
+        gpu=GpuCollector(host, interval=interval),
+        host=HostCollector(host),
+        servers=WatchedServers(host, servers),
+    )
