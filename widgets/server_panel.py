@@ -21,11 +21,15 @@ METRICS_DISABLED = "metrics disabled (start SGLang with --enable-metrics)"
 def server_note(s: ServerStats) -> str:
     """The one-line remark shown under the table for ``s`` ('' when nothing to say)."""
     parts = []
+    disabled = s.metrics_state == "disabled"
+    message = s.message
+    if disabled and "metrics" in message.lower():
+        message = ""  # said below, in one wording
     if s.state == "down":
-        parts.append(s.message or "not answering")
-    elif s.message:
-        parts.append(s.message)
-    if s.metrics_state == "disabled":
+        parts.append(message or "not answering")
+    elif message:
+        parts.append(message)
+    if disabled:
         parts.append(METRICS_DISABLED if s.engine in ("sglang", "") else "metrics disabled")
     elif s.metrics_state == "error" and s.state != "down":
         parts.append("metrics unreadable")
@@ -101,6 +105,7 @@ class ServerPanel(Vertical):
         notes = self.query_one("#server-notes", Static)
         notes.display = bool(text.plain)
         notes.update(text)
+        self.refresh(layout=True)  # the panel's height follows the number of note lines
 
     def update_servers(self, servers: Sequence[ServerStats]) -> None:
         servers = tuple(servers)
