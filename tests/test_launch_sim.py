@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
+from tests.test_launcher import free_port
 from tui.profiles.builder import build_command
 from tui.profiles.store import ProfileStore
 from tui.services import launcher as L
@@ -37,7 +38,8 @@ async def demo():
 
 
 def sim_command(name: str, *extra: str) -> tuple[list[str], dict[str, str], str, int]:
-    prof = ProfileStore().get(name)
+    # a free port: the machine may run other servers on the engines' default ports
+    prof = ProfileStore().get(name).with_(port=free_port())
     cmd = build_command(prof, demo=True)
     return demo_argv(list(cmd.argv)) + list(extra), cmd.env_dict, prof.engine, prof.effective_port
 
@@ -100,7 +102,7 @@ def test_cli_done_when(tmp_path):
                               capture_output=True, text=True, timeout=90)
 
     idle = td("sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
-    r = td("launch", "sglang-base", "--demo", "--wait")
+    r = td("launch", "sglang-base", "--demo", "--wait", "--port", str(free_port()))
     try:
         assert r.returncode == 0, r.stderr
         st = json.loads(td("status", "--demo", "--json").stdout)

@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     )
     p.add_argument("name", nargs="?", metavar="NAME", help="profile name")
     p.add_argument("--engine", choices=ENGINES, help="engine of a raw --cmd (default: from the command)")
-    p.add_argument("--port", type=int, help="HTTP port of a raw --cmd (for /health)")
+    p.add_argument("--port", type=int, help="HTTP port (overrides the profile's; for a raw --cmd: where /health is)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra environment (repeatable)")
     p.add_argument("--wait", action="store_true", help="follow the startup until ready or failed")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="give up waiting after S seconds")
@@ -59,12 +59,17 @@ def _guess_port(argv: list[str], engine: str) -> int | None:
     return {"sglang": 30000, "vllm": 8000}.get(engine)
 
 
-def _from_profile(name: str, demo: bool) -> tuple[list[str], dict[str, str], str, int | None]:
-    """(argv, env, engine, port) for a saved profile (the demo swaps in the simulator)."""
+def _from_profile(
+    name: str, demo: bool, port: int | None = None
+) -> tuple[list[str], dict[str, str], str, int | None]:
+    """(argv, env, engine, port) for a saved profile (the demo swaps in the simulator);
+    ``port`` overrides the profile's port."""
     from tui.profiles.builder import build_command
     from tui.profiles.store import ProfileStore
 
     prof = ProfileStore().get(name)
+    if port is not None:
+        prof = prof.with_(port=port)
     cmd = build_command(prof, demo=demo)
     argv = list(cmd.argv)
     if demo:
@@ -92,12 +97,10 @@ async def run(args: argparse.Namespace) -> int:
             port = args.port if args.port is not None else _guess_port(argv, engine)
             profile = None
         else:
-            argv, penv, engine, port = _from_profile(args.name, args.demo)
+            argv, penv, engine, port = _from_profile(args.name, args.demo, args.port)
             env = {**penv, **env}
             if args.engine:
                 engine = args.engine
-            if args.port is not None:
-                port = args.port
             profile = args.name
     except UnsafeInput as e:
         return err("launch", str(e))

@@ -382,7 +382,7 @@ async def gpu_memory_used(host: Host, timeout: float = 10.0) -> dict[int, float]
 
 async def list_host_runs(host: Host) -> list[HostRun]:
     """Run folders on the host, alive or not (alive = pid with the recorded start time)."""
-    r = await host.run_script(_LIST_SCRIPT, timeout=30)
+    r = await host.run_script(_LIST_SCRIPT, timeout=60)
     if r.lost or r.timed_out:
         raise HostError("connection-lost" if r.lost else "timeout", f"listing runs failed: {r.stderr.strip()}")
     runs: list[HostRun] = []
