@@ -48,3 +48,40 @@ async def test_demo_status_shows_launched_server(monkeypatch):
     finally:
         r = cli("stop", "--demo", "--yes", timeout=90)
         assert r.returncode == 0, r.stdout + r.stderr
+
+
+async def test_launch_form_request_opens_the_run_view_and_launches(monkeypatch, tmp_path):
+    """LaunchScreen.LaunchRequested reaching the app launches the profile on the host (demo) in a RunScreen."""
+    pytest.importorskip("tui.screens.run")
+    from dataclasses import replace
+
+    from tui.profiles.builder import build_command
+    from tui.profiles.store import ProfileStore
+    from tui.screens.launch import LaunchScreen
+    from tui.screens.run import RunScreen
+
+    monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "profiles"))
+    store = ProfileStore()
+    profile = replace(store.get("sglang-base"), port=free_port())
+    cmd = build_command(profile, demo=True, store=store)
+    app = make_app(get_host(None, demo=True), target="demo", demo=True, interval=0.5)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("l")
+            await until(pilot, lambda: isinstance(app.screen, LaunchScreen))
+            app.screen.post_message(LaunchScreen.LaunchRequested(profile, cmd))
+            await until(pilot, lambda: isinstance(app.screen, RunScreen), timeout=10)
+            run = app.screen
+            await until(pilot, lambda: run.record.run_id != "(launching)" and run.record.port == profile.port,
+                        timeout=30)
+            await until(pilot, lambda: run.tracker.snapshot().state == "ready", timeout=60)
+            await app.run_action("close", run)  # back to the launch form; the server keeps running
+            await until(pilot, lambda: isinstance(app.screen, LaunchScreen))
+            await pilot.press("s")
+            panel = app.screen.query_one(ServerPanel)
+            await until(pilot, lambda: any(s.name == "sglang-base" and s.state == "ready"
+                                           for s in panel.servers or ()), timeout=30)
+    finally:
+        r = cli("stop", "--demo", "--yes", timeout=90)
+        assert r.returncode == 0 or "no run" in (r.stdout + r.stderr).lower(), r.stdout + r.stderr

@@ -396,6 +396,20 @@ class TunedeckApp(App[int]):
                 "failed": "failed", "error": "collector error"}.get(link.state, link.state)
         self.sub_title = f"{self.target} · {word}"
 
+    def on_launch_screen_launch_requested(self, message: Any) -> None:
+        """The launch form asked to run a profile: open the run view, which launches it
+        detached on the host (refusals shown there) and follows its startup and log."""
+        if self.host is None:
+            self.notify("no target host to launch on", severity="error")
+            return
+        from tui.screens.run import RunScreen
+
+        cmd, profile = message.command, message.profile
+        self.push_screen(RunScreen.for_launch(
+            self.host, list(cmd.argv), cmd.env_dict, engine=cmd.engine, port=profile.port or None,
+            profile=profile.name, demo=self.demo,
+        ))
+
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "mode":
