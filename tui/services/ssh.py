@@ -329,6 +329,8 @@ def _handshake_slot() -> asyncio.Semaphore:
 def _describe(e: BaseException) -> str:
     if isinstance(e, asyncssh.DisconnectError):
         return e.reason or type(e).__name__
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
     if isinstance(e, socket.gaierror):
         return f"name lookup failed ({e.strerror or e})"
     if isinstance(e, (TimeoutError, asyncio.TimeoutError)):
