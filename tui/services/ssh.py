@@ -466,6 +466,16 @@ class SshHost(Host):
             return f"{self.state} ({err})"
         return self.state
 
+    async def connect(self) -> None:
+        """Connect now (with retries and backoff) instead of on the first command."""
+        await self._connection()
+
+    async def wait_disconnected(self) -> None:
+        """Return once the current connection is gone (a supervisor then calls :meth:`connect`)."""
+        conn = self._conn
+        if conn is not None:
+            await conn.wait_closed()
+
     # ------------------------------------------------------------------ connection
     def _sync(self) -> None:
         loop = asyncio.get_running_loop()
