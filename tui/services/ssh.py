@@ -53,6 +53,8 @@ DEFAULT_KEY_NAMES = ("id_ed25519", "id_rsa", "id_ecdsa")
 MAX_HANDSHAKES = 3
 #: Extra seconds the local deadline allows beyond the remote ``timeout``.
 LOCAL_GRACE = 5.0
+#: Seconds a stream may take to print its PID line.
+START_TIMEOUT = 30.0
 
 _USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*$", re.IGNORECASE)
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
@@ -871,8 +873,16 @@ class _SshStream(ByteStream):
                 self._conn, self._proc = await host._open_process(self._command)
                 self._proc.stdin.write_eof()
                 self._stderr_task = asyncio.ensure_future(self._drain_stderr(self._proc))
-                line = await self._proc.stdout.readline()
+                try:
+                    line = await asyncio.wait_for(self._proc.stdout.readline(), START_TIMEOUT)
+                except asyncio.TimeoutError:
+                    raise HostError(
+                        "timeout", f"the streamed command did not start within {START_TIMEOUT:g} s",
+                        target=host.target,
+                    ) from None
             except BaseException:
+                if self._proc is not None:
+                    self._proc.close()
                 await self._release()
                 raise
             parts = line.split()
