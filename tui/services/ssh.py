@@ -38,7 +38,7 @@ import shlex
 import socket
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Mapping, Sequence
 
@@ -46,7 +46,7 @@ import asyncssh
 
 from tui.services.hosts import ByteStream, Host, HostError, RunResult, Target, parse_target
 from tui.util.paths import known_hosts_file
-from tui.util.safety import UnsafeInput, check_argv, check_text, env_command
+from tui.util.safety import UnsafeInput, check_text, env_command
 
 DEFAULT_KEY_NAMES = ("id_ed25519", "id_rsa", "id_ecdsa")
 #: Concurrent SSH handshakes per event loop (sshd MaxStartups resets beyond 10).
