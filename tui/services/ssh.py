@@ -27,6 +27,7 @@ Behaviour (see docs/reliability.md S1-S10):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fnmatch
 import getpass
 import glob
@@ -419,11 +420,10 @@ class SshHost(Host):
     def __init__(self, target: Target | str, options: SshOptions | None = None, **overrides: object) -> None:
         self._target = parse_target(target) if isinstance(target, str) else target
         self.target = str(self._target)
-        self.options = options or SshOptions()
-        for k, v in overrides.items():
-            if not hasattr(self.options, k):
+        for k in overrides:
+            if k not in SshOptions.__dataclass_fields__:
                 raise TypeError(f"unknown SSH option {k!r}")
-            setattr(self.options, k, v)
+        self.options = dataclasses.replace(options or SshOptions(), **overrides)  # type: ignore[arg-type]
         self._endpoint: Endpoint | None = None
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock: asyncio.Lock | None = None
