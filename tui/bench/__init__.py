@@ -1,0 +1,1 @@
+"""Streaming serving benchmarks (core: no Textual)."""

@@ -335,6 +335,8 @@ class LocalHost(Host):
                 os.killpg(proc.pid, _signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            # reap it, so no transport outlives the loop; shielded so a second cancel can't skip it
+            await asyncio.shield(proc.wait())
             raise
         rc = proc.returncode
         sig = None

@@ -1,0 +1,167 @@
+"""Results store: crash safety (kill -9), rebuild, list/show/export through the CLI."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import tunedeck_cmd
+from tests.fakesrv import FakeServer
+from tui.bench import store
+from tui.util.paths import data_dir
+
+
+def _cli(*args, timeout=30):
+    return subprocess.run([*tunedeck_cmd(), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_writer_meta_first_lock_and_torn_tail():
+    meta = {"model": "m", "params": {"endpoint": "completions", "max_concurrency": 2, "request_rate": "inf"},
+            "server": {"argv": ["vllm", "serve", "m"], "env": {"HF_TOKEN": "sekrit-123", "NCCL_DEBUG": "WARN"}}}
+    w = store.RunWriter("r1", meta)
+    d = data_dir() / "results" / "r1"
+    m = json.loads((d / "meta.json").read_text())
+    assert m["server"]["env"] == {"HF_TOKEN": "<redacted>", "NCCL_DEBUG": "WARN"} and m["run_id"] == "r1"
+    assert store.is_live(d)
+    with pytest.raises(store.StoreError, match="another process"):
+        store.RunWriter("r1", meta)
+    s = {"index": 0, "success": True, "ttft": 0.1, "itl": [0.01], "latency": 0.11, "output_tokens": 2,
+         "prompt_len": 3, "start_time": 5.0, "elapsed": 0.12, "_events": "dropped"}
+    w.append(s)
+    w.append({**s, "index": 1, "start_time": 5.2})
+    w.close()
+    assert not store.is_live(d)
+    with open(d / "samples.jsonl", "ab") as f:
+        f.write(b'{"index": 2, "succ')  # a torn line, as kill -9 mid-write would leave
+    summary = store.rebuild_summary("r1")
+    assert summary["completed"] == 2 and summary["partial"] is True
+    w = store.RunWriter("r1", meta)  # reopening repairs the tail
+    assert w.samples.repaired > 0
+    w.close()
+    assert (d / "samples.jsonl").read_bytes().endswith(b"}\n")
+    assert "sekrit" not in "".join(p.read_text() for p in d.iterdir() if p.is_file())
+
+
+def test_bad_run_ids_and_missing_runs():
+    for bad in ("../x", "", "a/b", "-x"):
+        with pytest.raises(store.StoreError):
+            store.run_dir(bad)
+    r = _cli("results", "show", "nope")
+    assert r.returncode == 1 and "not found" in r.stderr and "Traceback" not in r.stderr
+    r = _cli("results", "list", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout) == []
+
+
+def test_cli_bad_input_is_one_line():
+    for args, word in (
+        (["bench", "--url", "http://127.0.0.1:9", "--goodput", "itl:5"], "--goodput"),
+        (["bench", "--url", "http://127.0.0.1:9", "--concurrency", "0"], "--concurrency"),
+        (["bench"], "--url"),
+        (["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1,2", "--request-rate", "1,2"], "not both"),
+    ):
+        r = _cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert word in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.timeout(90)
+def test_kill_9_mid_run_keeps_every_sample_and_show_rebuilds(tmp_path):
+    with FakeServer("--ttft-ms", "20", "--itl-ms", "10") as srv:
+        proc = subprocess.Popen(
+            [*tunedeck_cmd(), "bench", "--url", srv.url, "--concurrency", "32", "--num-prompts", "5000",
+             "--input-len", "8", "--output-len", "20", "--warmup", "0", "--progress"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            first = json.loads(proc.stdout.readline())
+            assert first["type"] == "waiting"
+            run_id = None
+            while run_id is None:
+                msg = json.loads(proc.stdout.readline())
+                if msg["type"] == "level_start":
+                    run_id = msg["run_id"]
+            samples = data_dir() / "results" / run_id / "samples.jsonl"
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if samples.exists() and samples.read_bytes().count(b"\n") >= 150:
+                    break
+                time.sleep(0.1)
+            ticks = 0
+            while ticks < 1:
+                if json.loads(proc.stdout.readline())["type"] == "tick":
+                    ticks += 1
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+    raw = samples.read_bytes()
+    lines = raw.split(b"\n")
+    complete = lines[:-1]  # whatever follows the last newline is a torn tail
+    assert len(complete) >= 150
+    parsed = [json.loads(ln) for ln in complete]  # every complete line is intact
+    assert all(p["success"] for p in parsed)
+    d = samples.parent
+    assert not (d / "summary.json").exists()
+    assert json.loads((d / "meta.json").read_text())["params"]["max_concurrency"] == 32
+    r = _cli("results", "show", run_id, "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["partial"] is True and s["completed"] == len(parsed) and s["failed"] == 0
+    assert s["total_output_tokens"] == 20 * len(parsed) and s["duration"] > 0
+    assert json.loads((d / "summary.json").read_text())["partial"] is True
+    r = _cli("results", "show", run_id[:12])
+    assert r.returncode == 0 and "Serving Benchmark Result" in r.stdout and "PARTIAL" in r.stdout
+    r = _cli("results", "list")
+    assert run_id in r.stdout and "partial" in r.stdout
+    out = tmp_path / "x.csv"
+    r = _cli("results", "export", run_id, "--csv", str(out), "--vllm-json", str(tmp_path / "v.json"))
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == len(parsed) and float(rows[0]["ttft"]) > 0.015
+    v = json.loads((tmp_path / "v.json").read_text())
+    assert len(v["ttfts"]) == len(v["itls"]) == len(v["latencies"]) == len(parsed)
+    assert v["completed"] == len(parsed) and len(v["itls"][0]) == 19
+
+
+@pytest.mark.timeout(60)
+def test_sigint_with_workers_keeps_partial_samples():
+    with FakeServer("--ttft-ms", "20", "--itl-ms", "20") as srv:
+        proc = subprocess.Popen(
+            [*tunedeck_cmd(), "bench", "--url", srv.url, "--concurrency", "8", "--num-prompts", "400",
+             "--input-len", "8", "--output-len", "40", "--warmup", "2", "--workers", "2", "--progress"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            run_id = None
+            while True:
+                line = proc.stdout.readline()
+                assert line, proc.stderr.read()
+                msg = json.loads(line)
+                if msg["type"] == "level_start":
+                    run_id = msg["run_id"]
+                if msg["type"] == "tick" and msg["completed"] >= 8:
+                    break
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    done = [json.loads(ln) for ln in out.splitlines() if '"level_done"' in ln]
+    assert done and done[0]["summary"]["partial"] is True
+    samples = store.read_samples(run_id)
+    cancelled = [s for s in samples if s["error_type"] == "Cancelled"]
+    assert len(cancelled) >= 1 and {s["worker"] for s in samples} == {0, 1}
+    s = json.loads((data_dir() / "results" / run_id / "summary.json").read_text())
+    assert s["partial"] is True and s["completed"] + s["failed"] == len(samples)
+    assert s["errors"].get("Cancelled") == len(cancelled)

@@ -1,0 +1,318 @@
+"""Benchmark statistics exactly as ``vllm bench serve`` computes them.
+
+Source of the definitions: ``calculate_metrics`` in vllm/benchmarks/serve.py
+(see docs/benchmark-metrics.md §2 and §5). Inputs are per-request records
+(``samples.jsonl`` lines, seconds); outputs use vLLM's summary key names
+(ms for latency statistics). numpy is not needed: mean, median, population
+std and ``np.percentile``'s default linear interpolation are implemented here.
+
+Only successful requests enter any statistic. An empty list gives 0.0, like
+vLLM's ``np.mean(x or 0)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Iterable, Mapping, Sequence
+
+#: Latency metrics with their printed names and section headers (vLLM's order).
+METRICS: tuple[tuple[str, str, str], ...] = (
+    ("ttft", "TTFT", "Time to First Token"),
+    ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
+    ("itl", "ITL", "Inter-token Latency"),
+    ("e2el", "E2EL", "End-to-end Latency"),
+)
+GOODPUT_KEYS = ("ttft", "tpot", "e2el")
+DEFAULT_PERCENTILES: tuple[float, ...] = (90.0, 99.0)
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs) if xs else 0.0
+
+
+def std(xs: Sequence[float]) -> float:
+    """Population standard deviation (numpy's default, ddof=0)."""
+    if not xs:
+        return 0.0
+    m = mean(xs)
+    return math.sqrt(math.fsum((x - m) ** 2 for x in xs) / len(xs))
+
+
+def percentile_sorted(s: Sequence[float], p: float) -> float:
+    """``np.percentile(x, p)`` (method 'linear') on an already sorted sequence."""
+    if not s:
+        return 0.0
+    if not 0 <= p <= 100:
+        raise ValueError(f"percentile {p}: must be within 0..100")
+    rank = (len(s) - 1) * p / 100.0
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(s) - 1)
+    frac = rank - lo
+    a, b = s[lo], s[hi]
+    return a + (b - a) * frac if frac else a
+
+
+def percentile(xs: Iterable[float], p: float) -> float:
+    return percentile_sorted(sorted(xs), p)
+
+
+def median(xs: Sequence[float]) -> float:
+    return percentile(xs, 50.0)
+
+
+def p_word(p: float) -> str:
+    """vLLM's key spelling: ``99`` for whole numbers, else as given (``99.9``)."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def stats_ms(name: str, xs: Sequence[float], percentiles: Sequence[float]) -> dict[str, float]:
+    """``mean_{name}_ms``, ``median_…``, ``std_…``, ``p{P}_…`` from values in seconds."""
+    s = sorted(xs)
+    out = {
+        f"mean_{name}_ms": mean(s) * 1000,
+        f"median_{name}_ms": percentile_sorted(s, 50.0) * 1000,
+        f"std_{name}_ms": std(s) * 1000,
+    }
+    for p in percentiles:
+        out[f"p{p_word(p)}_{name}_ms"] = percentile_sorted(s, p) * 1000
+    return out
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def parse_goodput(items: Iterable[str]) -> dict[str, float]:
+    """``["ttft:200", "tpot:50"]`` → ``{"ttft": 200.0, "tpot": 50.0}`` (ms); ValueError names the bad item."""
+    out: dict[str, float] = {}
+    for item in items:
+        for part in str(item).split():
+            k, sep, v = part.partition(":")
+            if not sep:
+                raise ValueError(f"--goodput {part!r}: expected KEY:MS, e.g. ttft:200")
+            if k not in GOODPUT_KEYS:
+                raise ValueError(f"--goodput {part!r}: key must be one of {', '.join(GOODPUT_KEYS)}")
+            try:
+                ms = float(v)
+            except ValueError:
+                raise ValueError(f"--goodput {part!r}: {v!r} is not a number of milliseconds") from None
+            if not ms >= 0 or math.isinf(ms):
+                raise ValueError(f"--goodput {part!r}: must be a finite number >= 0")
+            out[k] = ms
+    return out
+
+
+def output_len(s: Mapping[str, Any]) -> int:
+    """usage.completion_tokens; without usage one token per output event (no tokenizer)."""
+    n = s.get("output_tokens") or 0
+    if not n and s.get("success"):
+        n = 1 + len(s.get("itl") or [])
+    return int(n)
+
+
+def tpot(s: Mapping[str, Any]) -> float | None:
+    n = output_len(s)
+    if n > 1:
+        return (s["latency"] - s["ttft"]) / (n - 1)
+    return None
+
+
+def event_times(s: Mapping[str, Any]) -> list[float]:
+    """``start + ttft + cumsum(itl)``, as vLLM rebuilds them for the peak."""
+    t = s["start_time"] + s["ttft"]
+    out = [t]
+    for g in s.get("itl") or ():
+        t += g
+        out.append(t)
+    return out
+
+
+def peak_output_per_s(ok: Sequence[Mapping[str, Any]]) -> float:
+    """Max events in a 1-s bin from the earliest start (counts events, not tokens)."""
+    if not ok:
+        return 0.0
+    t0 = min(s["start_time"] for s in ok)
+    t_end = max(s["start_time"] + s["latency"] for s in ok)
+    nbins = int(math.ceil(t_end - t0)) + 1
+    bins = [0] * nbins
+    for s in ok:
+        for t in event_times(s):
+            b = int(t - t0)
+            if 0 <= b < nbins:
+                bins[b] += 1
+    return float(max(bins))
+
+
+def max_concurrent(ok: Sequence[Mapping[str, Any]]) -> int:
+    """Sweep-line over ``[start, start + latency)``; at equal times a departure goes first."""
+    ev: list[tuple[float, int]] = []
+    for s in ok:
+        ev.append((s["start_time"], 1))
+        ev.append((s["start_time"] + s["latency"], -1))
+    ev.sort()
+    cur = best = 0
+    for _t, d in ev:
+        cur += d
+        if cur > best:
+            best = cur
+    return best
+
+
+# ---------------------------------------------------------------- main entry
+
+
+def calculate_metrics(
+    samples: Sequence[Mapping[str, Any]],
+    duration: float,
+    *,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    goodput: Mapping[str, float] | None = None,
+    max_concurrency: int | None = None,
+    request_rate: float = math.inf,
+) -> dict[str, Any]:
+    """The results part of vLLM's summary JSON plus tunedeck's own keys.
+
+    ``samples``: per-request records (seconds). ``duration``: seconds from
+    the dispatch of the first timed request until all had finished.
+    """
+    ok = [s for s in samples if s.get("success")]
+    failed = len(samples) - len(ok)
+    ttfts: list[float] = []
+    tpots: list[float] = []
+    all_tpots: list[float] = []
+    itls: list[float] = []
+    e2els: list[float] = []
+    out_lens: list[int] = []
+    total_input = 0
+    good = 0
+    events = 0
+    for s in ok:
+        n = output_len(s)
+        out_lens.append(n)
+        total_input += int(s.get("prompt_len") or 0)
+        tp = tpot(s)
+        if tp is not None:
+            tpots.append(tp)
+        all_tpots.append(tp if tp is not None else 0.0)
+        itl = s.get("itl") or []
+        itls.extend(itl)
+        events += 1 + len(itl)
+        ttfts.append(s["ttft"])
+        e2els.append(s["latency"])
+    if goodput:
+        slo = {k: v / 1000.0 for k, v in goodput.items()}
+        for i, s in enumerate(ok):
+            vals = {"ttft": ttfts[i], "tpot": all_tpots[i], "e2el": e2els[i]}
+            if all(vals[k] <= lim for k, lim in slo.items()):
+                good += 1
+    total_output = sum(out_lens)
+    dur = duration if duration > 0 else math.nan
+
+    def rate(x: float) -> float:
+        return x / dur if dur == dur else 0.0
+
+    res: dict[str, Any] = {
+        "duration": duration,
+        "completed": len(ok),
+        "failed": failed,
+        "total_input_tokens": total_input,
+        "total_output_tokens": total_output,
+        "request_throughput": rate(len(ok)),
+        "request_goodput": rate(good) if goodput else None,
+        "output_throughput": rate(total_output),
+        "total_token_throughput": rate(total_input + total_output),
+        "max_output_tokens_per_s": peak_output_per_s(ok),
+        "max_concurrent_requests": max_concurrent(ok),
+        "rtfx": 0.0,
+    }
+    res.update(stats_ms("ttft", ttfts, percentiles))
+    res.update(stats_ms("tpot", tpots, percentiles))
+    res.update(stats_ms("itl", itls, percentiles))
+    res.update(stats_ms("e2el", e2els, percentiles))
+    queue = [float(s.get("client_queue_time") or 0.0) for s in ok]
+    res.update(stats_ms("client_queue_time", queue, percentiles))
+    if math.isfinite(request_rate):
+        res.update(stats_ms("e2el_including_client_queue", [e + q for e, q in zip(e2els, queue)], percentiles))
+    # ---- tunedeck's own keys
+    res.update(stats_ms("send_time", [float(s.get("send_time") or 0.0) for s in ok], percentiles))
+    res["errors"] = dict(Counter(s.get("error_type") or "Unknown" for s in samples if not s.get("success")))
+    res["mean_tokens_per_event"] = total_output / events if events else 0.0
+    res["usage_missing"] = sum(1 for s in ok if not s.get("usage_present"))
+    res["failure_rate"] = failed / len(samples) if samples else 0.0
+    conc = max_concurrency or res["max_concurrent_requests"] or 0
+    res["per_user_output_throughput"] = res["output_throughput"] / conc if conc else 0.0
+    med_tpot = res["median_tpot_ms"]
+    res["decode_tok_s_per_user"] = 1000.0 / med_tpot if med_tpot > 0 else 0.0
+    return res
+
+
+def format_result(summary: Mapping[str, Any], percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> str:
+    """vLLM's ``Serving Benchmark Result`` block for one summary."""
+    lines: list[str] = []
+    add = lines.append
+
+    def row(label: str, value: Any, fmt: str = "") -> None:
+        add(("{:<40} {:<10" + fmt + "}").format(label, value))
+
+    add("{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
+    row("Successful requests:", summary["completed"])
+    row("Failed requests:", summary["failed"])
+    if summary.get("max_concurrency") is not None:
+        row("Maximum request concurrency:", summary["max_concurrency"])
+    rr = summary.get("request_rate", "inf")
+    if rr not in ("inf", None) and math.isfinite(float(rr)):
+        row("Request rate configured (RPS):", float(rr), ".2f")
+    row("Benchmark duration (s):", summary["duration"], ".2f")
+    row("Total input tokens:", summary["total_input_tokens"])
+    row("Total generated tokens:", summary["total_output_tokens"])
+    row("Request throughput (req/s):", summary["request_throughput"], ".2f")
+    if summary.get("request_goodput") is not None:
+        row("Request goodput (req/s):", summary["request_goodput"], ".2f")
+    row("Output token throughput (tok/s):", summary["output_throughput"], ".2f")
+    row("Peak output token throughput (tok/s):", summary["max_output_tokens_per_s"], ".2f")
+    row("Peak concurrent requests:", float(summary["max_concurrent_requests"]), ".2f")
+    row("Total token throughput (tok/s):", summary["total_token_throughput"], ".2f")
+    for key, name, header in METRICS:
+        add("{s:{c}^{n}}".format(s=header, n=50, c="-"))
+        row(f"Mean {name} (ms):", summary[f"mean_{key}_ms"], ".2f")
+        row(f"Median {name} (ms):", summary[f"median_{key}_ms"], ".2f")
+        for p in percentiles:
+            k = f"p{p_word(p)}_{key}_ms"
+            if k in summary:
+                row(f"P{p_word(p)} {name} (ms):", summary[k], ".2f")
+    add("=" * 50)
+    return "\n".join(lines)
+
+
+def format_extras(summary: Mapping[str, Any]) -> str:
+    """tunedeck's lines under the vLLM block: settings, failures, client health."""
+    lines = []
+    params = summary.get("params") or {}
+    if params:
+        lines.append(
+            "ignore_eos={} temperature={} input_len={} output_len={} seed={} endpoint={}".format(
+                params.get("ignore_eos"), params.get("temperature"), params.get("input_len"),
+                params.get("output_len"), params.get("seed"), summary.get("endpoint_type"),
+            )
+        )
+    if summary.get("errors"):
+        lines.append("Failures by type: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["errors"].items())))
+    tpe = summary.get("mean_tokens_per_event") or 0.0
+    lines.append(f"Tokens per event (mean): {tpe:.2f}" + ("  (>1: ITL is per event, not per token)" if tpe > 1.01 else ""))
+    if summary.get("usage_missing"):
+        lines.append(f"Warning: {summary['usage_missing']} request(s) without usage; output counted per event")
+    cl = summary.get("client") or {}
+    if cl:
+        lines.append(
+            "Client: {} ({}) workers={} cpu/worker mean={:.2f} max={:.2f} loop lag p99={:.1f} ms{}".format(
+                cl.get("hostname"), cl.get("where"), cl.get("workers"), cl.get("cpu_mean", 0.0),
+                cl.get("cpu_max", 0.0), cl.get("loop_lag_p99_ms", 0.0),
+                "  CLIENT-BOUND: numbers may be limited by the client" if summary.get("client_bound") else "",
+            )
+        )
+    if summary.get("partial"):
+        lines.append("PARTIAL: the run did not finish; statistics cover the finished requests only")
+    return "\n".join(lines)

@@ -1,0 +1,357 @@
+"""Crash-safe results store: one folder per benchmark run.
+
+``data_dir()/results/<run_id>/``:
+
+* ``meta.json``: written atomically **before the first request** (target,
+  profile, server argv/env redacted, engine version, GPUs, client location,
+  parameters); updated atomically once the timed phase starts (``bench_start``).
+* ``samples.jsonl``: one line per finished request (``JsonlAppender``: one
+  ``write()`` per line on an O_APPEND fd; a torn tail is repaired on open).
+* ``summary.json``: atomic; ``"partial": true`` while or if unfinished;
+  :func:`rebuild_summary` recomputes it from the samples.
+* ``.lock``: ``fcntl.flock`` held by the one writer while the run is live.
+
+A sweep writes one run per level; the runs share ``meta["sweep_id"]``.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import json
+import math
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from tui.bench import metrics
+from tui.util.files import JsonlAppender, atomic_write_json, read_jsonl, remove_stale_temps
+from tui.util.paths import data_dir
+from tui.util.safety import redact_env
+
+SCHEMA_VERSION = 1
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+#: Per-request fields written to samples.jsonl (vLLM's names first, then ours).
+SAMPLE_FIELDS = (
+    "index", "success", "error_type", "error", "ttft", "itl", "latency", "prompt_len", "output_tokens",
+    "start_time", "wall_start", "client_queue_time", "send_time", "elapsed", "tokens_per_event",
+    "usage_present", "bad_lines", "finish_reason", "worker",
+)
+
+
+class StoreError(Exception):
+    """A results-store problem; the message names the run and the file."""
+
+
+def results_dir() -> Path:
+    return data_dir() / "results"
+
+
+def new_run_id(prefix: str = "") -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{prefix}{stamp}-{secrets.token_hex(3)}"
+
+
+def run_dir(run_id: str) -> Path:
+    if not _RUN_ID_RE.match(run_id or "") or ".." in run_id:
+        raise StoreError(f"run id {run_id!r}: invalid (letters, digits, '.', '_', '-')")
+    return results_dir() / run_id
+
+
+def redact_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Secret-looking env values are replaced before anything reaches disk."""
+    out = dict(meta)
+    server = dict(out.get("server") or {})
+    if isinstance(server.get("env"), Mapping):
+        server["env"] = redact_env(server["env"])
+    if server:
+        out["server"] = server
+    return out
+
+
+class RunWriter:
+    """The single writer of one run folder (holds its ``.lock``)."""
+
+    def __init__(self, run_id: str, meta: Mapping[str, Any]) -> None:
+        self.run_id = run_id
+        self.dir = run_dir(run_id)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(self.dir)
+        self._lock_fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise StoreError(f"run {run_id}: another process is writing it ({self.dir}/.lock)") from None
+        self.meta = redact_meta(meta)
+        self.meta.setdefault("schema_version", SCHEMA_VERSION)
+        self.meta["run_id"] = run_id
+        atomic_write_json(self.dir / "meta.json", self.meta)
+        self.samples = JsonlAppender(self.dir / "samples.jsonl", sync_every=64)
+        self.count = 0
+
+    def update_meta(self, **fields: Any) -> None:
+        self.meta.update(fields)
+        atomic_write_json(self.dir / "meta.json", self.meta)
+
+    def append(self, sample: Mapping[str, Any]) -> None:
+        rec = {k: sample[k] for k in SAMPLE_FIELDS if k in sample}
+        self.samples.append(_finite(rec))
+        self.count += 1
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        self.samples.sync()
+        atomic_write_json(self.dir / "summary.json", _finite(dict(summary)))
+
+    def close(self) -> None:
+        try:
+            self.samples.close()
+        finally:
+            if self._lock_fd >= 0:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+    def __enter__(self) -> "RunWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN/inf: inf becomes the string "inf" (vLLM's request_rate), NaN None."""
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return None
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+        return obj
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+# ---------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    path: Path
+    meta: dict[str, Any]
+    summary: dict[str, Any] | None
+    live: bool  # a writer holds the lock
+
+    @property
+    def partial(self) -> bool:
+        return self.summary is None or bool(self.summary.get("partial"))
+
+
+def _read_json(p: Path) -> dict[str, Any] | None:
+    try:
+        with open(p, "rb") as f:
+            v = json.load(f)
+        return v if isinstance(v, dict) else None
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None
+
+
+def is_live(path: Path) -> bool:
+    lock = path / ".lock"
+    if not lock.exists():
+        return False
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def load_run(run_id: str) -> RunInfo:
+    d = run_dir(run_id)
+    if not d.is_dir():
+        raise StoreError(f"run {run_id}: not found in {results_dir()}")
+    meta = _read_json(d / "meta.json")
+    if meta is None:
+        raise StoreError(f"run {run_id}: {d / 'meta.json'} is missing or unreadable")
+    return RunInfo(run_id, d, meta, _read_json(d / "summary.json"), is_live(d))
+
+
+def list_runs() -> list[RunInfo]:
+    base = results_dir()
+    out = []
+    if not base.is_dir():
+        return out
+    for d in sorted(base.iterdir()):
+        if not d.is_dir() or not _RUN_ID_RE.match(d.name):
+            continue
+        try:
+            out.append(load_run(d.name))
+        except StoreError:
+            continue
+    return out
+
+
+def read_samples(run_id: str) -> list[dict[str, Any]]:
+    p = run_dir(run_id) / "samples.jsonl"
+    if not p.exists():
+        return []
+    return [s for s in read_jsonl(p) if isinstance(s, dict)]
+
+
+def summarize(
+    samples: list[Mapping[str, Any]],
+    meta: Mapping[str, Any],
+    *,
+    duration: float | None = None,
+    partial: bool = False,
+    client: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Summary JSON (vLLM keys + ours) for a run's samples and meta."""
+    p = meta.get("params") or {}
+    percentiles = p.get("percentiles") or list(metrics.DEFAULT_PERCENTILES)
+    rate = p.get("request_rate", "inf")
+    rate_f = math.inf if rate in ("inf", None) else float(rate)
+    if duration is None:
+        duration = _duration_from_samples(samples, meta)
+    res: dict[str, Any] = {
+        "date": meta.get("date") or time.strftime("%Y%m%d-%H%M%S"),
+        "endpoint_type": "openai-chat" if p.get("endpoint") == "chat" else "openai",
+        "backend": "openai-chat" if p.get("endpoint") == "chat" else "openai",
+        "label": meta.get("label") or None,
+        "model_id": meta.get("model"),
+        "tokenizer_id": None,
+        "num_prompts": p.get("num_prompts"),
+        "request_rate": rate if rate == "inf" else rate_f,
+        "burstiness": p.get("burstiness", 1.0),
+        "max_concurrency": p.get("max_concurrency"),
+    }
+    res.update(
+        metrics.calculate_metrics(
+            samples,
+            duration,
+            percentiles=percentiles,
+            goodput=p.get("goodput") or None,
+            max_concurrency=p.get("max_concurrency"),
+            request_rate=rate_f,
+        )
+    )
+    res["run_id"] = meta.get("run_id")
+    res["sweep_id"] = meta.get("sweep_id")
+    res["partial"] = partial
+    res["params"] = dict(p)
+    cl = dict(meta.get("client") or {})
+    if client:
+        cl.update(client)
+    res["client"] = cl
+    res["client_bound"] = bool(cl.get("client_bound"))
+    res["schema_version"] = SCHEMA_VERSION
+    return res
+
+
+def _duration_from_samples(samples: list[Mapping[str, Any]], meta: Mapping[str, Any]) -> float:
+    if not samples:
+        return 0.0
+    start = meta.get("bench_start")
+    ends = [s.get("start_time", 0.0) + max(s.get("elapsed") or 0.0, s.get("latency") or 0.0) for s in samples]
+    if not isinstance(start, (int, float)):
+        start = min(s.get("start_time", 0.0) - (s.get("client_queue_time") or 0.0) for s in samples)
+    return max(0.0, max(ends) - start)
+
+
+def rebuild_summary(run_id: str, *, write: bool = True) -> dict[str, Any]:
+    """Recompute the summary from samples.jsonl. A run without a final summary is ``partial``.
+
+    Written back atomically unless the run is live (a writer holds the lock) or ``write`` is False.
+    """
+    info = load_run(run_id)
+    samples = read_samples(run_id)
+    old = info.summary or {}
+    finished = bool(old) and not old.get("partial")
+    duration = old.get("duration") if finished else None
+    summary = summarize(samples, info.meta, duration=duration, partial=not finished or info.live,
+                        client=old.get("client"))
+    if info.live:
+        summary["live"] = True
+    elif write:
+        atomic_write_json(info.path / "summary.json", _finite(summary))
+    return summary
+
+
+def summary_for(run_id: str) -> dict[str, Any]:
+    """The stored summary, rebuilt from samples when missing, partial or the run is live."""
+    info = load_run(run_id)
+    if info.summary is not None and not info.summary.get("partial") and not info.live:
+        return info.summary
+    return rebuild_summary(run_id)
+
+
+# ---------------------------------------------------------------- export
+
+
+CSV_FIELDS = (
+    "index", "success", "error_type", "ttft", "latency", "prompt_len", "output_tokens", "n_itl",
+    "mean_itl", "tpot", "start_time", "wall_start", "client_queue_time", "send_time", "tokens_per_event",
+    "usage_present", "bad_lines", "worker", "error",
+)
+
+
+def export_csv(run_id: str, dest: str | os.PathLike[str]) -> int:
+    """One row per request; returns the number of rows."""
+    rows = read_samples(run_id)
+    dest = Path(dest)
+    with open(dest, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for s in rows:
+            itl = s.get("itl") or []
+            tp = metrics.tpot(s) if s.get("success") else None
+            w.writerow({**s, "n_itl": len(itl), "mean_itl": metrics.mean(itl) if itl else "",
+                        "tpot": "" if tp is None else tp, "itl": None})
+    return len(rows)
+
+
+def to_vllm_arrays(samples: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """vLLM's per-request array layout (request order); failed requests: ttft 0, itls [], output 0."""
+    s_sorted = sorted(samples, key=lambda s: s.get("index", 0))
+    out: dict[str, list[Any]] = {
+        "input_lens": [], "output_lens": [], "ttfts": [], "itls": [], "latencies": [],
+        "start_times": [], "errors": [], "queue_times": [], "generated_texts": [],
+    }
+    for s in s_sorted:
+        ok = bool(s.get("success"))
+        out["input_lens"].append(s.get("prompt_len", 0))
+        out["output_lens"].append(metrics.output_len(s) if ok else 0)
+        out["ttfts"].append(s.get("ttft", 0.0) if ok else 0.0)
+        out["itls"].append(list(s.get("itl") or []) if ok else [])
+        out["latencies"].append(s.get("latency", 0.0) if ok else 0.0)
+        out["start_times"].append(s.get("start_time", 0.0))
+        out["errors"].append("" if ok else (s.get("error") or s.get("error_type") or ""))
+        out["queue_times"].append(s.get("client_queue_time", 0.0))
+        out["generated_texts"].append("")
+    return out
+
+
+def export_vllm_json(run_id: str, dest: str | os.PathLike[str]) -> None:
+    """vLLM's result file layout: summary keys plus the per-request arrays."""
+    summary = summary_for(run_id)
+    data = {**summary, **to_vllm_arrays(read_samples(run_id))}
+    Path(dest).write_text(json.dumps(_finite(data), indent=2) + "\n", encoding="utf-8")

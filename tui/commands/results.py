@@ -1,0 +1,129 @@
+"""``tunedeck results``: list, show and export stored benchmark runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser("results", parents=[common], help="list, show and export benchmark results")
+    sub = p.add_subparsers(dest="results_cmd", metavar="ACTION")
+    sub.required = True
+    ls = sub.add_parser("list", help="stored runs, newest last")
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.set_defaults(func=cmd_list)
+    sh = sub.add_parser("show", help="a run's summary (rebuilt from samples if missing or partial)")
+    sh.add_argument("run", metavar="RUN", help="run id (or a unique prefix)")
+    sh.add_argument("--json", action="store_true", help="print the summary JSON")
+    sh.set_defaults(func=cmd_show)
+    ex = sub.add_parser("export", help="export a run's per-request records")
+    ex.add_argument("run", metavar="RUN")
+    ex.add_argument("--csv", metavar="FILE", help="one row per request")
+    ex.add_argument("--vllm-json", metavar="FILE", help="vLLM's result layout (summary + per-request arrays)")
+    ex.add_argument("--json", action="store_true", help="print what was written as JSON")
+    ex.set_defaults(func=cmd_export)
+
+
+def _err(msg: str, code: int = 1) -> int:
+    print(f"tunedeck results: {msg}", file=sys.stderr)
+    return code
+
+
+def _resolve(run: str) -> str:
+    from tui.bench.store import StoreError, list_runs, run_dir
+
+    run_dir(run) if run else None  # validates the characters
+    ids = [r.run_id for r in list_runs()]
+    if run in ids:
+        return run
+    hits = [i for i in ids if i.startswith(run)]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise StoreError(f"run {run!r}: not found (see `tunedeck results list`)")
+    raise StoreError(f"run {run!r}: ambiguous prefix ({', '.join(hits[:5])}...)")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from tui.bench.store import list_runs
+
+    rows = []
+    for r in list_runs():
+        s = r.summary or {}
+        p = r.meta.get("params") or {}
+        rows.append({
+            "run_id": r.run_id,
+            "date": r.meta.get("date"),
+            "model": r.meta.get("model"),
+            "target": r.meta.get("target"),
+            "concurrency": p.get("max_concurrency"),
+            "request_rate": p.get("request_rate"),
+            "completed": s.get("completed"),
+            "failed": s.get("failed"),
+            "output_throughput": s.get("output_throughput"),
+            "status": "running" if r.live else ("partial" if r.partial else "done"),
+            "sweep_id": r.meta.get("sweep_id"),
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no benchmark runs yet (run `tunedeck bench ...`)")
+        return 0
+    fmt = "{:<28} {:<8} {:<24} {:>5} {:>6} {:>6} {:>6} {:>10}"
+    print(fmt.format("RUN", "STATUS", "MODEL", "C", "RATE", "OK", "FAIL", "OUT tok/s"))
+    for r in rows:
+        tput = r["output_throughput"]
+        print(fmt.format(
+            r["run_id"], r["status"], str(r["model"] or "")[:24], str(r["concurrency"] or "-"),
+            str(r["request_rate"]), "?" if r["completed"] is None else r["completed"],
+            "?" if r["failed"] is None else r["failed"], "?" if tput is None else f"{tput:.1f}",
+        ))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from tui.bench import metrics
+    from tui.bench.store import StoreError, summary_for
+
+    try:
+        run = _resolve(args.run)
+        s = summary_for(run)
+    except StoreError as e:
+        return _err(str(e))
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return 0
+    print(f"run {run}  model={s.get('model_id')}  concurrency={s.get('max_concurrency')} "
+          f"request_rate={s.get('request_rate')}")
+    print(metrics.format_result(s, (s.get("params") or {}).get("percentiles") or metrics.DEFAULT_PERCENTILES))
+    print(metrics.format_extras(s))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from tui.bench.store import StoreError, export_csv, export_vllm_json
+
+    if not args.csv and not args.vllm_json:
+        return _err("export: give --csv FILE and/or --vllm-json FILE", 2)
+    out: dict[str, Any] = {}
+    try:
+        run = _resolve(args.run)
+        if args.csv:
+            out["csv"] = {"path": args.csv, "rows": export_csv(run, args.csv)}
+        if args.vllm_json:
+            export_vllm_json(run, args.vllm_json)
+            out["vllm_json"] = {"path": args.vllm_json}
+    except StoreError as e:
+        return _err(str(e))
+    except OSError as e:
+        return _err(f"export: {e.filename or ''}: {e.strerror or e}")
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        for k, v in out.items():
+            print(f"wrote {v['path']}" + (f" ({v['rows']} rows)" if "rows" in v else ""))
+    return 0

@@ -1,0 +1,249 @@
+"""BenchScreen: runs ``tunedeck bench`` in its own process and shows it live.
+
+The benchmark never runs in the UI's process (its timestamps must not be
+skewed by rendering): the screen starts ``python -m tui bench … --progress``
+and reads its JSON progress lines in a worker. Shown: output tok/s per 1-s
+bucket, TTFT/ITL percentiles, completed/failed/in-flight; for sweeps,
+throughput vs concurrency and per-user tok/s vs total tok/s.
+
+Works standalone: ``app.push_screen(BenchScreen(["--url", URL, "--concurrency", "1,8"]))``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from widgets.throughput_chart import ThroughputChart
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def bench_command(args: Sequence[str]) -> list[str]:
+    """The subprocess argv: this interpreter, ``-m tui bench``, the arguments, ``--progress``."""
+    argv = [sys.executable, "-m", "tui", "bench", *args]
+    if "--progress" not in argv:
+        argv.append("--progress")
+    return argv
+
+
+class BenchScreen(Screen[list[dict[str, Any]]]):
+    """Live view of one ``tunedeck bench`` run (or sweep)."""
+
+    BINDINGS = [
+        Binding("s", "stop", "Stop run", id="bench-stop",
+                tooltip="Interrupt the benchmark; finished requests are kept (summary marked partial)"),
+        Binding("escape", "close", "Back", id="bench-back"),
+    ]
+
+    DEFAULT_CSS = """
+    BenchScreen #bench-status { height: 3; padding: 0 1; }
+    BenchScreen #bench-latency { height: 3; padding: 0 1; }
+    BenchScreen #tok-chart { height: 1fr; min-height: 8; }
+    BenchScreen #sweep-row { height: 1fr; min-height: 8; }
+    BenchScreen #sweep-row ThroughputChart { width: 1fr; height: 100%; }
+    """
+
+    @dataclass
+    class Progress(Message):
+        """One JSON progress line from the bench process."""
+
+        data: dict[str, Any]
+
+    @dataclass
+    class Finished(Message):
+        """The bench process ended. ``summaries``: one per level; ``rc`` its exit status."""
+
+        rc: int | None
+        summaries: list[dict[str, Any]]
+        error: str
+
+    def __init__(self, bench_args: Sequence[str], *, name: str | None = None, id: str | None = None) -> None:  # noqa: A002
+        super().__init__(name=name, id=id)
+        self.bench_args = list(bench_args)
+        #: summaries of finished levels
+        self.summaries: list[dict[str, Any]] = []
+        #: last tick
+        self.last_tick: dict[str, Any] = {}
+        self.state = "starting"
+        self.rc: int | None = None
+        self.error = ""
+        self._proc: asyncio.subprocess.Process | None = None
+        self._level_offset = 0.0
+        self._level_base = 0.0
+        self._level_info: dict[int, dict[str, Any]] = {}
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static("starting benchmark...", id="bench-status")
+            yield Static("", id="bench-latency")
+            yield ThroughputChart("output tok/s (1 s buckets)", xlabel="s", ylabel="tok/s", id="tok-chart")
+            with Horizontal(id="sweep-row"):
+                yield ThroughputChart("throughput vs concurrency", xlabel="concurrency", ylabel="tok/s",
+                                      kind="line", id="sweep-chart")
+                yield ThroughputChart("per-user vs total tok/s", xlabel="total tok/s", ylabel="tok/s/user",
+                                      kind="scatter", id="pareto-chart")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#sweep-row").display = False
+        self.run_bench()
+
+    # ------------------------------------------------------------ the process
+    @work(group="bench", exit_on_error=False)
+    async def run_bench(self) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.pop("TEXTUAL", None)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *bench_command(self.bench_args), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=str(REPO_ROOT),
+                limit=1 << 24, start_new_session=True,
+            )
+        except OSError as e:
+            self.post_message(self.Finished(None, [], f"cannot start tunedeck bench: {e}"))
+            return
+        self._proc = proc
+        assert proc.stdout is not None and proc.stderr is not None
+        err_task = asyncio.create_task(proc.stderr.read())
+        summaries: list[dict[str, Any]] = []
+        try:
+            while True:
+                line = await proc.stdout.readline()
+                if not line:
+                    break
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(msg, dict):
+                    if msg.get("type") == "level_done":
+                        summaries.append(msg["summary"])
+                    self.post_message(self.Progress(msg))
+            rc = await proc.wait()
+            err = (await err_task).decode("utf-8", "replace")
+        except asyncio.CancelledError:
+            await self._terminate()
+            raise
+        lines = [ln for ln in err.splitlines() if ln.startswith("tunedeck")]
+        self.post_message(self.Finished(rc, summaries, lines[-1] if (rc and lines) else ""))
+
+    async def _terminate(self) -> None:
+        p = self._proc
+        if p is None or p.returncode is not None:
+            return
+        try:
+            os.killpg(p.pid, signal.SIGINT)
+            await asyncio.wait_for(p.wait(), 10)
+        except (ProcessLookupError, asyncio.TimeoutError):
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def action_stop(self) -> None:
+        p = self._proc
+        if p is not None and p.returncode is None:
+            self.state = "stopping"
+            try:
+                os.killpg(p.pid, signal.SIGINT)  # graceful: the bench writes a partial summary
+            except ProcessLookupError:
+                pass
+            self._show_status()
+
+    def action_close(self) -> None:
+        if self.app.screen_stack and len(self.app.screen_stack) > 1:
+            self.dismiss(self.summaries)
+
+    async def on_unmount(self) -> None:
+        await self._terminate()
+
+    # ------------------------------------------------------------ updates
+    def on_bench_screen_progress(self, event: "BenchScreen.Progress") -> None:
+        m = event.data
+        kind = m.get("type")
+        if kind == "waiting":
+            self.state = f"waiting for {m.get('url')}"
+        elif kind == "start":
+            self.state = "running"
+            if len(m.get("levels") or []) > 1:
+                self.query_one("#sweep-row").display = True
+        elif kind == "level_start":
+            self.state = "running"
+            self._level_info[m["level"]] = m
+            self._level_base = self._level_offset
+        elif kind == "tick":
+            self.last_tick = m
+            chart = self.query_one("#tok-chart", ThroughputChart)
+            if m.get("second", -1) >= 0:
+                chart.append(f"level {m['level']}" if self._sweep else "tok/s",
+                             self._level_base + m["second"] + 1, m["tok_s"])
+            self._level_offset = self._level_base + m["t"]
+            self._show_latency(m)
+        elif kind == "level_done":
+            s = m["summary"]
+            self.summaries.append(s)
+            if self.last_tick:
+                self.last_tick = {**self.last_tick, "completed": s["completed"], "failed": s["failed"],
+                                  "in_flight": 0}
+            conc = s.get("max_concurrency") or s.get("max_concurrent_requests") or 0
+            self.query_one("#sweep-chart", ThroughputChart).append("output tok/s", conc, s["output_throughput"])
+            self.query_one("#pareto-chart", ThroughputChart).append(
+                "levels", s["output_throughput"], s.get("per_user_output_throughput") or 0.0)
+            self._level_offset = self._level_base + float(s.get("duration") or 0.0)
+            self._show_latency({
+                "ttft_p50_ms": s["median_ttft_ms"], "ttft_p99_ms": s.get("p99_ttft_ms", 0.0),
+                "itl_p50_ms": s["median_itl_ms"], "itl_p99_ms": s.get("p99_itl_ms", 0.0),
+            })
+        elif kind == "error":
+            self.error = m.get("message", "")
+        self._show_status()
+
+    def on_bench_screen_finished(self, event: "BenchScreen.Finished") -> None:
+        self.rc = event.rc
+        if event.error:
+            self.error = event.error
+        self.state = "finished" if event.rc == 0 else (
+            "interrupted (partial results saved)" if event.rc == 130 else f"failed (exit {event.rc})")
+        self._show_status()
+
+    @property
+    def _sweep(self) -> bool:
+        return self.query_one("#sweep-row").display
+
+    def _show_status(self) -> None:
+        t = self.last_tick
+        lvl = self._level_info.get(t.get("level", -1), {}) if t else {}
+        parts = [f"[b]{self.state}[/b]"]
+        if lvl:
+            parts.append(f"level {lvl['level'] + 1}: concurrency={lvl.get('concurrency')} "
+                         f"rate={lvl.get('request_rate')} run={lvl.get('run_id')}")
+        line2 = ""
+        if t:
+            line2 = (f"completed {t['completed']}/{t['total']}  failed {t['failed']}  in-flight {t['in_flight']}"
+                     f"  tok/s {t['tok_s']}  client cpu {max(t.get('cpu') or [0]):.2f}")
+        if self.error:
+            line2 += f"\n[red]{self.error}[/red]"
+        self.query_one("#bench-status", Static).update("  ".join(parts) + ("\n" + line2 if line2 else ""))
+
+    def _show_latency(self, m: dict[str, Any]) -> None:
+        self.query_one("#bench-latency", Static).update(
+            "TTFT p50 {:.1f} ms  p99 {:.1f} ms    ITL p50 {:.2f} ms  p99 {:.2f} ms".format(
+                m.get("ttft_p50_ms", 0.0), m.get("ttft_p99_ms", 0.0), m.get("itl_p50_ms", 0.0),
+                m.get("itl_p99_ms", 0.0))
+        )
