@@ -38,6 +38,16 @@ SSHD = "/usr/sbin/sshd"
 TEST_USER = "gpuop"
 
 
+def _die_with_parent() -> None:
+    """preexec_fn: SIGTERM the sshd listener when the test process dies without teardown."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort (not Linux)
+        pass
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -221,6 +231,7 @@ class SshdServer:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         log.close()
         deadline = time.monotonic() + timeout

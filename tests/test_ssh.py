@@ -460,12 +460,13 @@ async def test_reconnect_state_while_sshd_is_down(sshd: SshdServer) -> None:
         assert (await h.run(["true"])).ok
         sshd.stop()
         task = asyncio.ensure_future(h.run(["echo", "later"]))
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            if h.state == "reconnecting" and h.attempt >= 2:
+        for _ in range(1000):
+            await asyncio.sleep(0.01)
+            if h.state == "reconnecting" and h.attempt >= 2 and h.next_retry_at is not None:
                 break
         text = h.state_text()
-        assert text.startswith("reconnecting (attempt ") and "next in" in text and "last error" in text
+        assert text.startswith("reconnecting (attempt ") and "next in" in text
+        assert "last error: 127.0.0.1" in text and "connection refused" in text
         sshd.start()
         r = await asyncio.wait_for(task, 20)
         assert r.ok and r.stdout == "later\n"
