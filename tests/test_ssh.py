@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import REPO, tunedeck_cmd
-from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tui.services.hosts import HostError, get_host
 from tui.services.ssh import SshHost, read_ssh_config, resolve_endpoint
 from tui.util.paths import known_hosts_file
@@ -364,7 +364,7 @@ async def test_many_runs_and_streams_share_one_connection(sshd: SshdServer) -> N
             f.unlink()
 
 
-@pytest.mark.parametrize("user,cycles", [("gpuop", 30), ("root", 6)])
+@pytest.mark.parametrize("user,cycles", [("gpuop", 30), (ROOT_USER, 6)])
 async def test_stream_close_frees_the_slot(sshd: SshdServer, user: str, cycles: int) -> None:
     f = sshd.base / f"r9-{user}-{os.getpid()}.log"
     f.write_text("hello\n")
