@@ -6,8 +6,11 @@ Import the fixtures into a test module::
 
 ``sshd_server`` (session scope) starts one sshd on a random free high port with a
 generated ed25519 host key, one generated client key authorised for both the
-non-root user ``gpuop`` (generic shell tests) and ``root`` (tests whose remote
-side needs this machine's Python). ``sshd`` (function scope) makes sure it is
+non-root user ``gpuop`` (generic shell tests) and ``tdroot`` (tests whose remote
+side needs this machine's Python, which lives under the mode-700 ``/root``).
+``tdroot`` is a uid-0 alias whose login shell is ``/bin/sh``: logging in as
+``root`` itself would run root's ``.bashrc`` (``pyenv init`` on every command,
+and a rehash lock left behind when a test kills a session mid-login). ``sshd`` (function scope) makes sure it is
 running, points ``HOME`` at the fixture's home (``.ssh/id_ed25519`` +
 ``.ssh/known_hosts`` holding the right line), unsets ``SSH_AUTH_SOCK`` and
 drops leftover sessions after the test.
@@ -36,6 +39,18 @@ import pytest
 
 SSHD = "/usr/sbin/sshd"
 TEST_USER = "gpuop"
+ROOT_USER = "tdroot"
+ROOT_HOME = "/var/tmp/tunedeck-test-root"
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGTERM the sshd listener when the test process dies without teardown."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort (not Linux)
+        pass
 
 
 def _free_port() -> int:
@@ -67,6 +82,21 @@ def _ensure_user(name: str) -> None:
             raise RuntimeError(f"useradd {name} failed: {r.stderr.strip()}")
     # A '!'-locked account is refused under UsePAM no; '*' allows key logins only.
     subprocess.run(["usermod", "-p", "*", name], capture_output=True, check=True)
+
+
+def _ensure_root_alias() -> None:
+    """A uid-0 login with /bin/sh as its shell (see the module docstring)."""
+    os.makedirs(ROOT_HOME, mode=0o700, exist_ok=True)
+    r = subprocess.run(["id", "-u", ROOT_USER], capture_output=True)
+    if r.returncode != 0:
+        r = subprocess.run(
+            ["useradd", "-o", "-u", "0", "-g", "0", "-M", "-d", ROOT_HOME, "-s", "/bin/sh", ROOT_USER],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode not in (0, 9):
+            raise RuntimeError(f"useradd {ROOT_USER} failed: {r.stderr.strip()}")
+    subprocess.run(["usermod", "-p", "*", ROOT_USER], capture_output=True, check=True)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -221,6 +251,7 @@ class SshdServer:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         log.close()
         deadline = time.monotonic() + timeout
@@ -319,6 +350,7 @@ def sshd_server() -> Iterator[SshdServer]:
             pytest.fail(f"sshd tests cannot run in CI: {reason}")
         pytest.skip(reason)
     _ensure_user(TEST_USER)
+    _ensure_root_alias()
     base = Path(tempfile.mkdtemp(prefix="tunedeck-sshd-"))
     server = SshdServer(base)
     try:

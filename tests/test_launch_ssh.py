@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.test_launcher import FAKE, free_port
 from tui.services import launcher as L
 from tui.services.ssh import SshHost
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.sshd, pytest.mark.timeout(90)]
 def mkhost(server: SshdServer) -> SshHost:
     # root: the remote side runs this machine's Python (the fake server)
     return SshHost(
-        server.target("root"), keepalive_interval=1, keepalive_count_max=3, backoff_base=0.05,
+        server.target(ROOT_USER), keepalive_interval=1, keepalive_count_max=3, backoff_base=0.05,
         backoff_cap=0.5, retry_attempts=5,
     )  # type: ignore[arg-type]
 
@@ -48,7 +48,7 @@ async def test_drop_ssh_during_load_follow_resumes_gapless(sshd: SshdServer) -> 
             got.extend(chunk)
             if not dropped.is_set() and got.count(b"\n") >= 100:
                 dropped.set()
-                assert sshd.kill_sessions("root") >= 1  # the link drops in the middle of the load
+                assert sshd.kill_sessions(ROOT_USER) >= 1  # the link drops in the middle of the load
 
         final = await tracker.run(timeout=60, on_bytes=on_bytes)
         assert dropped.is_set()

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import REPO, tunedeck_cmd
-from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tui.services.hosts import HostError, get_host
 from tui.services.ssh import SshHost, read_ssh_config, resolve_endpoint
 from tui.util.paths import known_hosts_file
@@ -364,7 +364,7 @@ async def test_many_runs_and_streams_share_one_connection(sshd: SshdServer) -> N
             f.unlink()
 
 
-@pytest.mark.parametrize("user,cycles", [("gpuop", 30), ("root", 6)])
+@pytest.mark.parametrize("user,cycles", [("gpuop", 30), (ROOT_USER, 6)])
 async def test_stream_close_frees_the_slot(sshd: SshdServer, user: str, cycles: int) -> None:
     f = sshd.base / f"r9-{user}-{os.getpid()}.log"
     f.write_text("hello\n")
@@ -460,12 +460,13 @@ async def test_reconnect_state_while_sshd_is_down(sshd: SshdServer) -> None:
         assert (await h.run(["true"])).ok
         sshd.stop()
         task = asyncio.ensure_future(h.run(["echo", "later"]))
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            if h.state == "reconnecting" and h.attempt >= 2:
+        for _ in range(1000):
+            await asyncio.sleep(0.01)
+            if h.state == "reconnecting" and h.attempt >= 2 and h.next_retry_at is not None:
                 break
         text = h.state_text()
-        assert text.startswith("reconnecting (attempt ") and "next in" in text and "last error" in text
+        assert text.startswith("reconnecting (attempt ") and "next in" in text
+        assert "last error: 127.0.0.1" in text and "connection refused" in text
         sshd.start()
         r = await asyncio.wait_for(task, 20)
         assert r.ok and r.stdout == "later\n"

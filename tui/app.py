@@ -1,1 +1,457 @@
-"""The Textual application (filled in by the dashboard)."""
+"""The Textual application: modes (Status / Launch / Bench / Compare), bindings,
+command palette, and the data path from collectors to screens.
+
+Data path: one worker per collector in the group ``poll-<target>``
+(``exit_on_error=False``), each a chained loop (the next poll starts only
+after the previous one ended; never ``set_interval`` + ``exclusive``),
+posts a message carrying an immutable snapshot to the app
+(:mod:`tui.messages`; state messages coalesce). The app keeps the latest
+snapshots (``app.latest``) and the GPU histories (``app.gpu_history``),
+and republishes each snapshot on a signal that screens subscribe to:
+``gpu_signal`` (GpuStatus), ``host_signal`` (HostStats), ``server_signal``
+(tuple[ServerStats, ...]), ``link_signal`` (LinkState). One
+``Worker.StateChanged`` handler turns a crashed collector into a visible
+state and restarts it.
+
+Adding a screen: one line in :data:`MODE_REGISTRY` (already present for
+launch/bench/compare: creating the module is enough). A mode is offered
+when its module imports and its screen can be built with no arguments,
+or only with the keywords ``host`` / ``demo``, which the app fills in
+(``app.host``, ``app.demo``); otherwise its key is hidden. Screens read
+``app.latest`` (newest GpuStatus / HostStats / servers / LinkState) and
+subscribe to the signals above; bindings carry ids, so ``[keymap]`` in
+the config file remaps them (:mod:`tui.keymap`), and every binding of the
+current screen is also a command-palette entry (:mod:`tui.palette`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from textual import on
+from textual.app import App
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.signal import Signal
+from textual.worker import Worker, WorkerState
+
+from tui.messages import GpuSamples, HostSamples, HostStateChanged, LinkState, ServerSamples
+from tui.model import GpuStatus, HostStats, ServerStats
+from tui.palette import TunedeckCommands
+from tui.sources import BackoffFn, Sources, backoff as default_backoff
+from widgets.gpu_table import GpuHistory
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tui.services.hosts import Host
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """A top-level screen: title, the key that opens it, and ``module:Class`` of its screen."""
+
+    title: str
+    key: str
+    screen: str | Callable[..., Screen]
+
+
+#: mode name → how to build its screen. Other screens plug in with one line here;
+#: a ``module:Class`` whose module does not exist yet is simply not offered.
+MODE_REGISTRY: dict[str, ModeSpec] = {
+    "status": ModeSpec("Status", "s", "tui.screens.status:StatusScreen"),
+    "launch": ModeSpec("Launch", "l", "tui.screens.launch:LaunchScreen"),
+    "bench": ModeSpec("Bench", "b", "tui.screens.bench:BenchScreen"),
+    "compare": ModeSpec("Compare", "c", "tui.screens.compare:CompareScreen"),
+}
+
+
+_INJECTED = ("host", "demo")
+
+
+def _constructible(cls: Callable[..., Screen]) -> bool:
+    """True when ``cls`` can be built with no arguments besides the injected host/demo."""
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    for p in params:
+        if p.name in _INJECTED or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.default is p.empty:
+            return False
+    return True
+
+
+def _resolve(app: "TunedeckApp", spec: str | Callable[..., Screen]) -> Callable[[], Screen] | None:
+    """A no-argument factory for a mode's screen, or None when the screen isn't there yet
+    (its module doesn't exist or fails to import) or needs arguments a mode can't give.
+
+    A screen whose constructor takes ``host`` and/or ``demo`` gets the app's target host
+    and demo flag."""
+    if isinstance(spec, str):
+        module, _, name = spec.partition(":")
+        try:
+            if importlib.util.find_spec(module) is None:
+                return None
+            cls = getattr(importlib.import_module(module), name)
+        except Exception as e:  # noqa: BLE001 - a broken screen must not stop the dashboard
+            app.log.warning(f"mode screen {spec} unavailable: {type(e).__name__}: {e}")
+            return None
+    else:
+        cls = spec
+    if not _constructible(cls):
+        app.log.warning(f"mode screen {spec} needs constructor arguments; not offered as a mode")
+        return None
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+
+    def factory() -> Screen:
+        kwargs: dict[str, Any] = {}
+        if "host" in params:
+            kwargs["host"] = app.host
+        if "demo" in params:
+            kwargs["demo"] = app.demo
+        return cls(**kwargs)
+
+    return factory
+
+
+@dataclass
+class Latest:
+    """The newest snapshot of each kind (what a screen draws when it (re)appears)."""
+
+    link: LinkState
+    gpu: GpuStatus = field(default_factory=lambda: GpuStatus(state="waiting"))
+    host: HostStats | None = None
+    servers: tuple[ServerStats, ...] | None = None
+
+
+class TunedeckApp(App[int]):
+    """tunedeck's dashboard."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "tunedeck"
+    DEFAULT_MODE = "status"
+    COMMANDS = App.COMMANDS | {TunedeckCommands}
+    BINDINGS = [
+        Binding("s", "mode('status')", "Status", tooltip="GPUs, host and servers", id="mode-status"),
+        Binding("l", "mode('launch')", "Launch", tooltip="Profiles and the launch form", id="mode-launch"),
+        Binding("b", "mode('bench')", "Bench", tooltip="Benchmarks with live charts", id="mode-bench"),
+        Binding("c", "mode('compare')", "Compare", tooltip="A/B comparison", id="mode-compare"),
+        Binding("r", "reconnect", "Reconnect", tooltip="Reconnect to the host now", id="reconnect"),
+        Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit",
+                priority=True),
+    ]
+
+    def __init__(
+        self,
+        host: "Host | None" = None,
+        *,
+        sources: Sources | None = None,
+        target: str | None = None,
+        interval: float = 1.0,
+        sample_timeout: float = 10.0,
+        backoff: BackoffFn | None = None,
+        restart_delay: float = 5.0,
+        history: int = 60,
+        modes: dict[str, ModeSpec] | None = None,
+        initial_mode: str = "status",
+        close_host: bool = True,
+        demo: bool = False,
+        keymap: dict[str, str] | None = None,
+    ) -> None:
+        if sources is None:
+            if host is None:
+                raise ValueError("TunedeckApp needs a host or sources")
+            from tui.sources import default_sources
+
+            sources = default_sources(host, interval=interval)
+        self.host = host
+        """The target host (None when the app runs on injected sources only)."""
+        self.target = target or (host.target if host is not None else "local")
+        """The host as the user named it (header, message keys, worker group)."""
+        self.sources = sources
+        self.demo = demo
+        """True when the host is the built-in simulator (screens swap executables for ``tunedeck sim``)."""
+        self._user_keymap = keymap
+        self.interval = interval
+        self.sample_timeout = sample_timeout
+        self.backoff: BackoffFn = backoff or default_backoff
+        self.restart_delay = restart_delay
+        self.close_host = close_host
+        self.mode_specs = dict(modes if modes is not None else MODE_REGISTRY)
+        """Every mode tunedeck knows (available or not)."""
+        self.available_modes: list[str] = []
+        """Modes whose screen exists."""
+        self._initial_mode = initial_mode
+        super().__init__()
+        for mode, spec in self.mode_specs.items():
+            factory = _resolve(self, spec.screen)
+            if factory is not None:
+                self.add_mode(mode, factory)
+                self.available_modes.append(mode)
+        self.latest = Latest(link=LinkState(self.target, "connecting"))
+        if sources.gpu is None:
+            self.latest.gpu = GpuStatus(state="no-collector")
+        self.gpu_history = GpuHistory(maxlen=history)
+        """Bounded per-GPU utilization and memory histories (fed while hidden too)."""
+        self.gpu_signal: Signal[GpuStatus] = Signal(self, "gpu")
+        self.host_signal: Signal[HostStats] = Signal(self, "host")
+        self.server_signal: Signal[tuple[ServerStats, ...]] = Signal(self, "servers")
+        self.link_signal: Signal[LinkState] = Signal(self, "link")
+        self._update_subtitle()
+
+    def _apply_keymap(self) -> None:
+        """Remap bindings by id from the config file's ``[keymap]`` (see :mod:`tui.keymap`)."""
+        from tui.keymap import KeymapError, load_keymap
+
+        keymap = self._user_keymap
+        if keymap is None:
+            try:
+                keymap = load_keymap()
+            except KeymapError as e:
+                self.notify(f"keymap ignored: {e}", severity="error", timeout=10)
+                return
+        if keymap:
+            self.set_keymap(keymap)
+
+    @property
+    def poll_group(self) -> str:
+        return f"poll-{self.target}"
+
+    # ------------------------------------------------------------------ lifecycle
+    def on_mount(self) -> None:
+        self._apply_keymap()
+        if self._initial_mode != self.current_mode and self._initial_mode in self.available_modes:
+            self.switch_mode(self._initial_mode)
+        self.start_polling()
+
+    async def on_unmount(self) -> None:
+        await self.stop_polling()
+        for source in (self.sources.gpu, self.sources.host, self.sources.servers):
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                try:
+                    await asyncio.wait_for(aclose(), 3)
+                except Exception:  # noqa: BLE001 - leaving anyway
+                    pass
+        if self.host is not None and self.close_host:
+            try:
+                await asyncio.wait_for(self.host.close(), 3)
+            except Exception:  # noqa: BLE001 - leaving anyway
+                pass
+
+    # ------------------------------------------------------------------ workers
+    _LOOPS = ("gpu", "host", "servers")
+
+    def start_polling(self) -> None:
+        for name in self._LOOPS:
+            self._start_worker(name)
+
+    async def stop_polling(self, timeout: float = 5.0) -> None:
+        """Cancel the poll workers and wait until they (and the processes they hold) ended."""
+        workers = [w for w in self.workers if w.group == self.poll_group]
+        for w in workers:
+            w.cancel()
+        if workers:
+            try:
+                await asyncio.wait_for(
+                    asyncio.gather(*(w.wait() for w in workers), return_exceptions=True), timeout
+                )
+            except Exception:  # noqa: BLE001 - leaving anyway
+                pass
+
+    def _start_worker(self, name: str) -> Worker | None:
+        source = {"gpu": self.sources.gpu, "host": self.sources.host, "servers": self.sources.servers}[name]
+        if source is None:
+            return None
+        loop = getattr(self, f"_{name}_loop")
+        return self.run_worker(loop(source), name=name, group=self.poll_group, exit_on_error=False)
+
+    async def _gpu_loop(self, source: Any) -> None:
+        from tui.services.hosts import HostError
+
+        attempt = 0
+        while True:
+            stream = source.stream()
+            try:
+                async for status in stream:
+                    attempt = 0
+                    self.post_message(GpuSamples(self.target, status))
+            except HostError as e:  # the protocol says it doesn't raise; be safe anyway
+                self.post_message(GpuSamples(self.target, GpuStatus("host-unreachable", message=str(e),
+                                                                    time=time.time())))
+            finally:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()  # ends the nvidia-smi process now, even when cancelled
+            attempt += 1
+            await asyncio.sleep(min(self.backoff(attempt), 30.0))
+
+    async def _host_loop(self, source: Any) -> None:
+        from tui.services.hosts import HostError
+
+        attempt = 0
+        while True:
+            t0 = time.monotonic()
+            try:
+                stats = await asyncio.wait_for(source.sample(), self.sample_timeout)
+            except (HostError, asyncio.TimeoutError, TimeoutError) as e:
+                if isinstance(e, HostError):
+                    kind, msg, retry = e.kind, e.message, e.retryable
+                else:
+                    kind, msg, retry = "timeout", f"no answer in {self.sample_timeout:g} s", True
+                attempt += 1
+                if not retry:
+                    self._set_link(LinkState(self.target, "failed", attempt, None, msg, kind))
+                    return
+                delay = self.backoff(attempt)
+                self._set_link(LinkState(self.target, "unreachable", attempt, time.monotonic() + delay, msg, kind))
+                await asyncio.sleep(delay)
+                continue
+            attempt = 0
+            if not self.latest.link.ok:
+                self._set_link(LinkState(self.target, "connected"))
+            self.post_message(HostSamples(self.target, stats))
+            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
+
+    async def _servers_loop(self, source: Any) -> None:
+        from tui.services.hosts import HostError
+
+        while True:
+            t0 = time.monotonic()
+            try:
+                servers = await asyncio.wait_for(source.sample(), self.sample_timeout)
+            except (HostError, asyncio.TimeoutError, TimeoutError):
+                pass  # the host loop shows the link state; keep the last figures
+            else:
+                self.post_message(ServerSamples(self.target, tuple(servers)))
+            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
+
+    def _set_link(self, link: LinkState) -> None:
+        self.post_message(HostStateChanged(self.target, link))
+
+    @on(Worker.StateChanged)
+    def _worker_state(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if worker.group != self.poll_group or event.state != WorkerState.ERROR:
+            return
+        err = worker.error
+        self._set_link(LinkState(self.target, "error", last_error=f"{worker.name} collector crashed: "
+                                 f"{type(err).__name__}: {err}"))
+        name = worker.name
+        self.set_timer(self.restart_delay, lambda: self._start_worker(name))
+
+    # ------------------------------------------------------------------ messages
+    @on(GpuSamples)
+    def _gpu_samples(self, message: GpuSamples) -> None:
+        if message.host != self.target:
+            return
+        status = message.status
+        self.latest.gpu = status
+        self.gpu_history.add(status)
+        if self.sources.host is None:  # no host sampler: the GPU feed tells the link state
+            if status.state == "ok" and not self.latest.link.ok:
+                self._apply_link(LinkState(self.target, "connected"))
+            elif status.state == "host-unreachable":
+                wall = getattr(status, "retry_at", 0.0) or 0.0
+                retry_at = time.monotonic() + max(0.0, wall - time.time()) if wall else None
+                attempt = self.latest.link.attempt + 1
+                self._apply_link(LinkState(self.target, "unreachable", attempt, retry_at, status.message,
+                                           "unreachable"))
+        self.gpu_signal.publish(status)
+
+    @on(HostSamples)
+    def _host_samples(self, message: HostSamples) -> None:
+        if message.host == self.target:
+            self.latest.host = message.stats
+            self.host_signal.publish(message.stats)
+
+    @on(ServerSamples)
+    def _server_samples(self, message: ServerSamples) -> None:
+        if message.host == self.target:
+            self.latest.servers = message.servers
+            self.server_signal.publish(message.servers)
+
+    @on(HostStateChanged)
+    def _host_state(self, message: HostStateChanged) -> None:
+        if message.host == self.target:
+            self._apply_link(message.link)
+
+    def _apply_link(self, link: LinkState) -> None:
+        self.latest.link = link
+        self._update_subtitle()
+        self.link_signal.publish(link)
+
+    def _update_subtitle(self) -> None:
+        link = self.latest.link
+        word = {"connected": "connected", "connecting": "connecting…", "unreachable": "unreachable",
+                "failed": "failed", "error": "collector error"}.get(link.state, link.state)
+        self.sub_title = f"{self.target} · {word}"
+
+    def on_launch_screen_launch_requested(self, message: Any) -> None:
+        """The launch form asked to run a profile: open the run view, which launches it
+        detached on the host (refusals shown there) and follows its startup and log."""
+        if self.host is None:
+            self.notify("no target host to launch on", severity="error")
+            return
+        from tui.screens.run import RunScreen
+
+        cmd, profile = message.command, message.profile
+        self.push_screen(RunScreen.for_launch(
+            self.host, list(cmd.argv), cmd.env_dict, engine=cmd.engine, port=profile.port or None,
+            profile=profile.name, demo=self.demo,
+        ))
+
+    # ------------------------------------------------------------------ actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "mode":
+            mode = str(parameters[0]) if parameters else ""
+            if mode not in self.available_modes:
+                return False
+            return None if mode == self.current_mode else True
+        return True
+
+    async def action_mode(self, mode: str) -> None:
+        """Switch to a top-level screen."""
+        if mode in self.available_modes and mode != self.current_mode:
+            try:
+                await self.switch_mode(mode)
+            except Exception as e:  # noqa: BLE001 - a broken screen must not end the dashboard
+                self.notify(f"cannot open {self.mode_specs[mode].title}: {type(e).__name__}: {e}",
+                            severity="error", timeout=8)
+
+    def action_reconnect(self) -> None:
+        """Restart every collector now (also retries auth / host-key failures)."""
+        if any(w.group == "reconnect" and not w.is_finished for w in self.workers):
+            return  # one already under way
+        self._apply_link(LinkState(self.target, "connecting"))
+        self.run_worker(self._restart_polling(), name="reconnect", group="reconnect")
+
+    async def _restart_polling(self) -> None:
+        # The old loops end first (their nvidia-smi included): never two per host.
+        await self.stop_polling()
+        self.start_polling()
+
+
+def make_app(
+    host: "Host | None" = None,
+    *,
+    sources: Sources | None = None,
+    gpu: Any = None,
+    host_source: Any = None,
+    servers: Any = None,
+    **kwargs: Any,
+) -> TunedeckApp:
+    """Build the dashboard for ``host`` (real collectors), or for injected sources:
+    either a :class:`Sources` or the three separately (tests, screenshots)."""
+    if sources is None and (gpu is not None or host_source is not None or servers is not None):
+        sources = Sources(gpu=gpu, host=host_source, servers=servers)
+    return TunedeckApp(host, sources=sources, **kwargs)

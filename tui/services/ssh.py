@@ -27,6 +27,7 @@ Behaviour (see docs/reliability.md S1-S10):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fnmatch
 import getpass
 import glob
@@ -38,7 +39,7 @@ import shlex
 import socket
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Mapping, Sequence
 
@@ -46,13 +47,15 @@ import asyncssh
 
 from tui.services.hosts import ByteStream, Host, HostError, RunResult, Target, parse_target
 from tui.util.paths import known_hosts_file
-from tui.util.safety import UnsafeInput, check_argv, check_text, env_command
+from tui.util.safety import UnsafeInput, check_text, env_command
 
 DEFAULT_KEY_NAMES = ("id_ed25519", "id_rsa", "id_ecdsa")
 #: Concurrent SSH handshakes per event loop (sshd MaxStartups resets beyond 10).
 MAX_HANDSHAKES = 3
 #: Extra seconds the local deadline allows beyond the remote ``timeout``.
 LOCAL_GRACE = 5.0
+#: Seconds a stream may take to print its PID line.
+START_TIMEOUT = 30.0
 
 _USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*$", re.IGNORECASE)
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
@@ -329,6 +332,8 @@ def _handshake_slot() -> asyncio.Semaphore:
 def _describe(e: BaseException) -> str:
     if isinstance(e, asyncssh.DisconnectError):
         return e.reason or type(e).__name__
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
     if isinstance(e, socket.gaierror):
         return f"name lookup failed ({e.strerror or e})"
     if isinstance(e, (TimeoutError, asyncio.TimeoutError)):
@@ -415,11 +420,10 @@ class SshHost(Host):
     def __init__(self, target: Target | str, options: SshOptions | None = None, **overrides: object) -> None:
         self._target = parse_target(target) if isinstance(target, str) else target
         self.target = str(self._target)
-        self.options = options or SshOptions()
-        for k, v in overrides.items():
-            if not hasattr(self.options, k):
+        for k in overrides:
+            if k not in SshOptions.__dataclass_fields__:
                 raise TypeError(f"unknown SSH option {k!r}")
-            setattr(self.options, k, v)
+        self.options = dataclasses.replace(options or SshOptions(), **overrides)  # type: ignore[arg-type]
         self._endpoint: Endpoint | None = None
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock: asyncio.Lock | None = None
@@ -463,6 +467,16 @@ class SshHost(Host):
         if self.state in ("failed", "disconnected") and err:
             return f"{self.state} ({err})"
         return self.state
+
+    async def connect(self) -> None:
+        """Connect now (with retries and backoff) instead of on the first command."""
+        await self._connection()
+
+    async def wait_disconnected(self) -> None:
+        """Return once the current connection is gone (a supervisor then calls :meth:`connect`)."""
+        conn = self._conn
+        if conn is not None:
+            await conn.wait_closed()
 
     # ------------------------------------------------------------------ connection
     def _sync(self) -> None:
@@ -859,8 +873,16 @@ class _SshStream(ByteStream):
                 self._conn, self._proc = await host._open_process(self._command)
                 self._proc.stdin.write_eof()
                 self._stderr_task = asyncio.ensure_future(self._drain_stderr(self._proc))
-                line = await self._proc.stdout.readline()
+                try:
+                    line = await asyncio.wait_for(self._proc.stdout.readline(), START_TIMEOUT)
+                except asyncio.TimeoutError:
+                    raise HostError(
+                        "timeout", f"the streamed command did not start within {START_TIMEOUT:g} s",
+                        target=host.target,
+                    ) from None
             except BaseException:
+                if self._proc is not None:
+                    self._proc.close()
                 await self._release()
                 raise
             parts = line.split()

@@ -1,0 +1,147 @@
+"""Scripted collectors for UI tests, the screenshot script and the cost benchmark.
+
+They follow the protocols in :mod:`tui.sources`; nothing here touches SSH.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import AsyncIterator, Callable, Iterable
+
+from tui.model import NA, GpuProcess, GpuSnapshot, GpuStatus, HostStats, ServerStats
+from tui.services.hosts import HostError
+
+
+def gpu_snapshot(i: int, t: int = 0, **over: object) -> GpuSnapshot:
+    """A deterministic H100 at tick ``t``."""
+    util = (37 * i + 11 * t) % 101
+    fields = dict(
+        index=i,
+        uuid=f"GPU-{i:08x}-0000-0000-0000-000000000000",
+        name="NVIDIA H100 80GB HBM3",
+        utilization=float(util),
+        memory_used=float(20000 + 7000 * i + 100 * (t % 10)),
+        memory_total=81559.0,
+        temperature=float(40 + i * 3 + t % 5),
+        power_draw=float(120 + 50 * i + t % 7),
+        power_limit=700.0,
+        clock_sm=float(1980 - 10 * i),
+        clock_mem=2619.0,
+    )
+    fields.update(over)
+    return GpuSnapshot(**fields)  # type: ignore[arg-type]
+
+
+def gpu_status(n: int = 8, t: int = 0, **over: object) -> GpuStatus:
+    gpus = tuple(gpu_snapshot(i, t) for i in range(n))
+    procs = tuple(
+        GpuProcess(pid=4000 + i, name="python3 -m sglang.launch_server", gpu_uuid=g.uuid, gpu_index=i,
+                   used_memory=float(g.memory_used) - 500)
+        for i, g in enumerate(gpus)
+        if i < 4
+    )
+    return GpuStatus(state="ok", gpus=gpus, processes=procs, time=1_700_000_000.0 + t, **over)  # type: ignore[arg-type]
+
+
+def host_stats(t: int = 0, **over: object) -> HostStats:
+    fields = dict(hostname="gpu-box-01", cpu_percent=12.5 + t % 3, cpu_count=64, mem_used=123.4 * 2**30,
+                  mem_total=503.8 * 2**30, load1=3.21, load5=2.80, load15=2.55, uptime=1_052_460.0,
+                  time=1_700_000_000.0 + t)
+    fields.update(over)
+    return HostStats(**fields)  # type: ignore[arg-type]
+
+
+def server(name: str = "sglang-tuned", state: str = "ready", **over: object) -> ServerStats:
+    fields = dict(name=name, engine="sglang", url="http://127.0.0.1:30000", state=state,
+                  model="/models/DeepSeek-V3", port=30000, running=12.0, waiting=3.0, kv_cache_usage=0.41,
+                  gen_throughput=1843.2, ttft_p50=0.231)
+    fields.update(over)
+    return ServerStats(**fields)  # type: ignore[arg-type]
+
+
+class FakeGpu:
+    """Yields scripted GpuStatus values; ``push()`` feeds more; ``hang()`` never yields again."""
+
+    def __init__(self, script: Iterable[GpuStatus] = (), *, interval: float = 0.0) -> None:
+        self.queue: asyncio.Queue[GpuStatus] | None = None
+        self._pending = list(script)
+        self.interval = interval
+        self.streams = 0
+
+    def push(self, status: GpuStatus) -> None:
+        if self.queue is None:
+            self._pending.append(status)
+        else:
+            self.queue.put_nowait(status)
+
+    async def stream(self) -> AsyncIterator[GpuStatus]:
+        self.streams += 1
+        if self.queue is None:
+            self.queue = asyncio.Queue()
+            for s in self._pending:
+                self.queue.put_nowait(s)
+        while True:
+            yield await self.queue.get()
+            if self.interval:
+                await asyncio.sleep(self.interval)
+
+
+class TickingGpu:
+    """An endless deterministic 8-GPU feed at ``interval`` (demo-like)."""
+
+    def __init__(self, n: int = 8, interval: float = 1.0) -> None:
+        self.n, self.interval = n, interval
+
+    async def stream(self) -> AsyncIterator[GpuStatus]:
+        t = 0
+        while True:
+            yield gpu_status(self.n, t)
+            t += 1
+            await asyncio.sleep(self.interval)
+
+
+class FakeHost:
+    """``sample()`` returns or raises what ``script`` says, in order; the last item repeats.
+
+    An item is HostStats, an Exception (raised), a callable (called), or ``"hang"``.
+    """
+
+    def __init__(self, *script: object) -> None:
+        self.script = list(script) or [host_stats()]
+        self.calls = 0
+
+    async def sample(self) -> HostStats:
+        item = self.script[min(self.calls, len(self.script) - 1)]
+        self.calls += 1
+        if item == "hang":
+            await asyncio.Event().wait()
+        if isinstance(item, BaseException):
+            raise item
+        if callable(item):
+            return item()
+        return item  # type: ignore[return-value]
+
+
+class FakeServers:
+    def __init__(self, *script: object) -> None:
+        self.script = list(script) or [(server(),)]
+        self.calls = 0
+
+    async def sample(self) -> tuple[ServerStats, ...]:
+        item = self.script[min(self.calls, len(self.script) - 1)]
+        self.calls += 1
+        if item == "hang":
+            await asyncio.Event().wait()
+        if isinstance(item, BaseException):
+            raise item
+        return item  # type: ignore[return-value]
+
+
+def unreachable(msg: str = "connect to 10.0.0.7 port 22: Connection refused") -> HostError:
+    return HostError("unreachable", msg, target="gpu-box-01")
+
+
+__all__ = ["FakeGpu", "FakeHost", "FakeServers", "TickingGpu", "gpu_snapshot", "gpu_status", "host_stats",
+           "server", "unreachable", "NA", "math", "time", "Callable"]

@@ -1,0 +1,61 @@
+"""User key bindings: the ``[keymap]`` table of tunedeck's config file.
+
+    [keymap]
+    mode-launch = "f2"            # binding id = key(s), comma-separated
+    status-toggle-processes = "p,ctrl+p"
+
+The file is ``$TUNEDECK_CONFIG`` when set, else ``./tunedeck.toml``, else
+``<config dir>/config.toml`` (``$XDG_CONFIG_HOME/tunedeck``); the first that
+exists wins. Binding ids are listed by ``tunedeck`` in the command palette and
+in the README. No Textual here: the app applies the result with ``App.set_keymap``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+
+from tui.util.paths import config_dir
+
+_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_KEYS = re.compile(r"^[a-z0-9_+,\- ]+$", re.IGNORECASE)
+
+
+class KeymapError(ValueError):
+    """The keymap table is malformed (message names the file and key)."""
+
+
+def config_file() -> Path | None:
+    env = os.environ.get("TUNEDECK_CONFIG")
+    if env:
+        return Path(env)
+    for p in (Path("tunedeck.toml"), config_dir() / "config.toml"):
+        if p.is_file():
+            return p
+    return None
+
+
+def load_keymap(path: Path | None = None) -> dict[str, str]:
+    """``{binding id: keys}`` from the config file ({} when there is none)."""
+    path = path or config_file()
+    if path is None or not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise KeymapError(f"{path}: cannot read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise KeymapError(f"{path}: {e}") from None
+    table = data.get("keymap", {})
+    if not isinstance(table, dict):
+        raise KeymapError(f"{path}: [keymap] must be a table of binding-id = \"keys\"")
+    out: dict[str, str] = {}
+    for key, value in table.items():
+        if not _ID.match(key):
+            raise KeymapError(f"{path}: keymap.{key}: not a binding id")
+        if not isinstance(value, str) or not value.strip() or not _KEYS.match(value):
+            raise KeymapError(f"{path}: keymap.{key}: expected keys like \"f2\" or \"ctrl+l,l\", got {value!r}")
+        out[key] = ",".join(k.strip() for k in value.split(",") if k.strip())
+    return out

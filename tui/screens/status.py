@@ -1,0 +1,181 @@
+"""The status screen: GPUs, host and servers of the target host at a glance.
+
+It draws from the app's latest snapshots (``app.latest``) and subscribes
+to the app's signals (``gpu_signal``, ``host_signal``, ``server_signal``,
+``link_signal``). While another mode is shown it skips drawing and marks
+itself dirty; on resume it redraws once from the latest snapshots. The
+histories are kept by the app, so sparklines have no gaps.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, cast
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Header
+
+from tui.messages import LinkState
+from tui.model import GpuStatus, HostStats, ServerStats
+from widgets.gpu_table import GpuProcessTable, GpuStateLine, GpuTable
+from widgets.host_banner import HostBanner
+from widgets.host_panel import HostPanel
+from widgets.server_panel import ServerPanel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tui.app import TunedeckApp
+
+
+class StatusScreen(Screen):
+    """GPU table and process table, host panel, server panel, link banner."""
+
+    MIN_GPU_REDRAW = 0.5
+    """Seconds between two redraws of the GPU tables (a faster feed is coalesced)."""
+
+    BINDINGS = [
+        Binding("p", "toggle_processes", "Processes", tooltip="Show or hide the GPU process table",
+                id="status-toggle-processes"),
+        Binding("g", "focus_gpus", "GPUs", tooltip="Focus the GPU table", id="status-focus-gpus",
+                show=False),
+    ]
+
+    DEFAULT_CSS = """
+    StatusScreen #gpu-panel { height: auto; border: round $primary 50%; }
+    StatusScreen #bottom { height: 1fr; min-height: 7; }
+    StatusScreen HostPanel { width: 40; height: 100%; }
+    StatusScreen #procs-panel { width: 1fr; height: 100%; border: round $primary 50%; }
+    """
+
+    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        self._dirty = False
+        self._last_gpu_draw = 0.0
+        self._gpu_draw_pending = False
+        self._pending_host = False
+        self._pending_servers = False
+
+    @property
+    def tapp(self) -> "TunedeckApp":
+        return cast("TunedeckApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="◆")
+        yield HostBanner(id="banner")
+        with Vertical(id="gpu-panel"):
+            yield GpuStateLine(id="gpu-state")
+            yield GpuTable(id="gpus")
+        yield ServerPanel(id="servers")
+        with Horizontal(id="bottom"):
+            with Vertical(id="procs-panel"):
+                yield GpuProcessTable(id="procs")
+            yield HostPanel(id="host")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#gpu-panel").border_title = "GPUs"
+        self.query_one("#procs-panel").border_title = "GPU processes"
+        app = self.tapp
+        app.gpu_signal.subscribe(self, self._on_gpu)
+        app.host_signal.subscribe(self, self._on_host)
+        app.server_signal.subscribe(self, self._on_servers)
+        app.link_signal.subscribe(self, self._on_link)
+        self.call_after_refresh(self.redraw)
+
+    def on_screen_resume(self) -> None:
+        if self._dirty:
+            self.redraw()
+
+    # ---------------------------------------------------------------- signals
+    def _visible(self) -> bool:
+        if self.is_current:
+            return True
+        self._dirty = True
+        return False
+
+    def _on_gpu(self, status: GpuStatus) -> None:
+        if not self._visible():
+            return
+        # Draw at most every MIN_GPU_REDRAW s; a burst leaves one pending draw of the newest status.
+        now = time.monotonic()
+        wait = self._last_gpu_draw + self.MIN_GPU_REDRAW - now
+        if wait <= 0 or status.state != "ok":
+            self._show_gpu(status)
+        elif not self._gpu_draw_pending:
+            self._gpu_draw_pending = True
+            self.set_timer(wait, self._draw_pending_gpu)
+
+    def _draw_pending_gpu(self) -> None:
+        self._gpu_draw_pending = False
+        if self.is_current:
+            self._show_gpu(self.tapp.latest.gpu)
+        else:
+            self._dirty = True
+
+    def _gpu_heartbeat(self) -> bool:
+        """True while GPU samples arrive steadily: other panels then ride along with the
+        next GPU draw, so one screen update per second carries everything."""
+        return self.tapp.latest.gpu.state == "ok" and time.monotonic() - self._last_gpu_draw < 1.2
+
+    def _on_host(self, stats: HostStats) -> None:
+        if not self._visible():
+            return
+        if self._gpu_heartbeat():
+            self._pending_host = True
+        else:
+            self._show_host(stats)
+
+    def _on_servers(self, servers: tuple[ServerStats, ...]) -> None:
+        if not self._visible():
+            return
+        if self._gpu_heartbeat():
+            self._pending_servers = True
+        else:
+            self.query_one(ServerPanel).update_servers(servers)
+
+    def _on_link(self, link: LinkState) -> None:
+        # The banner is cheap and must be right when the user comes back: always update.
+        self.query_one(HostBanner).set_link(link)
+        if self._visible():
+            self._show_host(self.tapp.latest.host)
+
+    # ---------------------------------------------------------------- drawing
+    def redraw(self) -> None:
+        """Draw everything from the app's latest snapshots."""
+        self._dirty = False
+        latest = self.tapp.latest
+        self.query_one(HostBanner).set_link(latest.link)
+        self._show_gpu(latest.gpu)
+        self._show_host(latest.host)
+        if latest.servers is not None:
+            self.query_one(ServerPanel).update_servers(latest.servers)
+
+    def _show_gpu(self, status: GpuStatus) -> None:
+        self._last_gpu_draw = time.monotonic()
+        latest = self.tapp.latest
+        if self._pending_host:
+            self._pending_host = False
+            self._show_host(latest.host)
+        if self._pending_servers and latest.servers is not None:
+            self._pending_servers = False
+            self.query_one(ServerPanel).update_servers(latest.servers)
+        self.query_one(GpuStateLine).set_status(status)
+        if status.gpus:
+            self.query_one(GpuTable).update_gpus(status.gpus, self.tapp.gpu_history)
+            self.query_one(GpuProcessTable).update_processes(status.processes)
+            n = len(status.gpus)
+            self.query_one("#gpu-panel").border_title = f"GPUs ({n})"
+
+    def _show_host(self, stats: HostStats | None) -> None:
+        stale = not self.tapp.latest.link.ok and stats is not None
+        self.query_one(HostPanel).update_stats(stats, stale=stale)
+
+    # ---------------------------------------------------------------- actions
+    def action_toggle_processes(self) -> None:
+        panel = self.query_one("#procs-panel")
+        panel.display = not panel.display
+
+    def action_focus_gpus(self) -> None:
+        self.query_one(GpuTable).focus()

@@ -1,0 +1,118 @@
+"""What the dashboard polls: small protocols the app's workers drive.
+
+The real implementations are the collectors in :mod:`tui.collectors`
+(``GpuCollector``, ``HostCollector``, ``ServerCollector``); tests and the
+screenshot script inject scripted fakes through :func:`tui.app.make_app`.
+No Textual here.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Protocol, runtime_checkable
+
+from tui.model import GpuStatus, HostStats, ServerStats
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tui.services.hosts import Host
+
+
+@runtime_checkable
+class GpuSource(Protocol):
+    """A long-lived stream of GPU snapshots. Host and driver failures arrive as
+    ``GpuStatus(state != "ok")``; the iterator may end (the app restarts it)."""
+
+    def stream(self) -> AsyncIterator[GpuStatus]: ...
+
+
+@runtime_checkable
+class HostSource(Protocol):
+    """One sample of the host's CPU/memory/load; raises ``HostError`` when unreachable."""
+
+    async def sample(self) -> HostStats: ...
+
+
+@runtime_checkable
+class ServerSource(Protocol):
+    """One sample of every server known on the host (down servers included)."""
+
+    async def sample(self) -> tuple[ServerStats, ...]: ...
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The collectors behind one dashboard. ``None`` leaves that panel empty."""
+
+    gpu: GpuSource | None = None
+    host: HostSource | None = None
+    servers: ServerSource | None = None
+
+
+def backoff(attempt: int, *, base: float = 1.0, cap: float = 60.0) -> float:
+    """Delay before retry ``attempt`` (1-based): exponential, capped, with equal jitter
+    (half fixed, half random), so a countdown never reads 0 s and many dashboards
+    don't reconnect in lockstep."""
+    d = min(cap, base * 2 ** max(0, attempt - 1))
+    return d / 2 + random.uniform(0, d / 2)
+
+
+BackoffFn = Callable[[int], float]
+
+
+class WatchedServers:
+    """A :class:`ServerSource` over ``tui.collectors.servers.ServerCollector``.
+
+    Watches the servers tunedeck knows on the host
+    (``tui.collectors.status.known_servers``: live run folders, re-read every
+    ``refresh`` seconds) plus fixed ``extra`` specs (servers given by URL).
+    """
+
+    def __init__(self, host: "Host", extra: Iterable[Any] = (), *, refresh: float = 10.0) -> None:
+        from tui.collectors.servers import ServerCollector
+
+        self.host = host
+        self.extra = tuple(extra)
+        self.refresh = refresh
+        self.collector = ServerCollector(host, self.extra)
+        self._next_refresh = 0.0
+
+    async def _known(self) -> tuple[Any, ...]:
+        from tui.collectors.status import known_servers
+        from tui.services.hosts import HostError
+
+        try:
+            return tuple(await known_servers(self.host))
+        except (HostError, OSError):
+            return tuple(s for s in self.collector.specs if s not in self.extra)
+
+    async def sample(self) -> tuple[ServerStats, ...]:
+        now = time.monotonic()
+        if now >= self._next_refresh:
+            self._next_refresh = now + self.refresh
+            known = await self._known()
+            names = {s.name for s in self.extra}
+            self.collector.set_specs(tuple(s for s in known if s.name not in names) + self.extra)
+        if not self.collector.specs:
+            return ()
+        return await self.collector.sample()
+
+    async def aclose(self) -> None:
+        await self.collector.aclose()
+
+
+def default_sources(host: "Host", *, interval: float = 1.0, servers: Iterable[Any] = ()) -> Sources:
+    """The real collectors for ``host``: one ``nvidia-smi -lms`` stream, host figures
+    (psutil locally, ``/proc`` over SSH) and the servers tunedeck knows there.
+
+    ``servers``: extra ``ServerSpec`` values to watch besides the ones tunedeck launched.
+    """
+    from tui.collectors.gpu import GpuCollector
+    from tui.collectors.hoststats import HostCollector
+
+    return Sources(
+        gpu=GpuCollector(host, interval=interval),
+        host=HostCollector(host),
+        servers=WatchedServers(host, servers),
+    )

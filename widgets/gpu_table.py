@@ -1,0 +1,257 @@
+"""GPU table (a row per GPU with sparklines), GPU process table, and bounded histories.
+
+Widgets here only read :mod:`tui.model` snapshots. Rows are keyed and
+updated cell by cell (only changed cells) inside ``batch_update``; rows
+are never rebuilt per tick, so cursor and scroll survive updates.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from typing import Mapping, Sequence
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from tui.model import GpuProcess, GpuSnapshot, GpuStatus
+from widgets._countdown import CountdownStatic
+from widgets._fmt import bar, fmt, gib_pair, num, ratio, sparkline, theme_color
+
+#: GpuStatus.state → what the operator reads (nvidia-smi exit codes named).
+GPU_STATE_TEXT: Mapping[str, str] = {
+    "ok": "",
+    "starting": "connecting to nvidia-smi…",
+    "driver-not-loaded": "NVIDIA driver not loaded (nvidia-smi exit 9)",
+    "nvml-not-found": "NVML library missing (nvidia-smi exit 12)",
+    "inforom-corrupt": "GPU infoROM corrupted (nvidia-smi exit 14)",
+    "gpu-lost": "GPU lost — fell off the bus (nvidia-smi exit 15)",
+    "nvml-mismatch": "driver/library version mismatch (nvidia-smi exit 18)",
+    "unresponsive": "nvidia-smi unresponsive — timed out (driver hung?)",
+    "no-nvidia-smi": "nvidia-smi not found on the host",
+    "no-devices": "no NVIDIA GPUs found (nvidia-smi exit 6)",
+    "insufficient-permissions": "insufficient permissions to query the GPUs (nvidia-smi exit 4)",
+    "host-unreachable": "host unreachable — GPU data stale",
+    "waiting": "waiting for the first GPU sample…",
+    "no-collector": "no GPU collector for this host",
+    "error": "nvidia-smi failed",
+}
+
+
+def gpu_state_text(status: GpuStatus, now: float | None = None) -> str:
+    """One line naming what is wrong with the GPU feed ('' when all is well), with the
+    retry countdown when the collector scheduled one (``GpuStatus.retry_at``, wall clock)."""
+    if status.state == "ok":
+        return ""
+    base = GPU_STATE_TEXT.get(status.state, f"GPU feed: {status.state}")
+    msg = status.message.strip().splitlines()[0] if status.message.strip() else ""
+    head = msg.lower().split(" (exit")[0].strip()
+    text = f"{base}: {msg}" if msg and head not in base.lower() else base
+    retry_at = getattr(status, "retry_at", 0.0) or 0.0
+    if retry_at:
+        left = max(0, math.ceil(retry_at - (time.time() if now is None else now)))
+        text += f" — retrying in {left}s" if left else " — retrying now…"
+    return text
+
+
+class GpuStateLine(CountdownStatic):
+    """The GPU feed's state line (hidden while ``ok``), with a live retry countdown."""
+
+    DEFAULT_CSS = """
+    GpuStateLine { height: auto; padding: 0 1; display: none; color: $text-error; }
+    GpuStateLine.-shown { display: block; }
+    GpuStateLine.-quiet { color: $text-muted; }
+    """
+
+    status: GpuStatus | None = None
+    """The status shown."""
+
+    def set_status(self, status: GpuStatus) -> None:
+        if status is self.status:
+            return
+        self.status = status
+        self.tick()
+
+    def text(self) -> str:
+        return "" if self.status is None else gpu_state_text(self.status)
+
+    def deadline(self) -> float | None:
+        retry_at = getattr(self.status, "retry_at", 0.0) or 0.0
+        return retry_at - time.time() if retry_at else None
+
+    def shown(self, text: str) -> None:
+        self.set_class(bool(text), "-shown")
+        self.set_class(self.status is not None and self.status.state in ("waiting", "starting"), "-quiet")
+
+
+def _gpu_key(g: GpuSnapshot) -> str:
+    return f"gpu-{g.index}"
+
+
+class GpuHistory:
+    """Bounded utilization and memory-% histories per GPU (deques of ``maxlen``).
+
+    Fed on every sample, visible or not; widgets read copies when they draw.
+    """
+
+    def __init__(self, maxlen: int = 60) -> None:
+        self.maxlen = maxlen
+        self._util: dict[str, deque[float]] = {}
+        self._mem: dict[str, deque[float]] = {}
+
+    def add(self, status: GpuStatus) -> None:
+        for g in status.gpus:
+            key = _gpu_key(g)
+            u = num(g.utilization)
+            r = ratio(g.memory_used, g.memory_total)
+            self._util.setdefault(key, deque(maxlen=self.maxlen)).append(math.nan if u is None else u)
+            self._mem.setdefault(key, deque(maxlen=self.maxlen)).append(math.nan if r is None else r * 100)
+
+    def util(self, key: str) -> Sequence[float]:
+        return self._util.get(key, ())
+
+    def mem(self, key: str) -> Sequence[float]:
+        return self._mem.get(key, ())
+
+    def __len__(self) -> int:
+        return len(self._util)
+
+
+class _KeyedTable(DataTable):
+    """A DataTable updated by row key; writes only cells whose text changed."""
+
+    COLUMNS: Sequence[tuple[str, str, int]] = ()
+
+    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        self._cells: dict[str, tuple[tuple[str, str], ...]] = {}
+
+    def on_mount(self) -> None:
+        for key, label, width in self.COLUMNS:
+            self.add_column(label, key=key, width=width)
+        self.app.theme_changed_signal.subscribe(self, self._recolour)
+
+    def _recolour(self, _theme: object = None) -> None:
+        """Re-style every cell from the new theme's variables."""
+        with self.app.batch_update():
+            for key, cells in self._cells.items():
+                for (col, _, _), cell in zip(self.COLUMNS, cells):
+                    if cell[1]:
+                        self.update_cell(key, col, self._text(cell))
+
+    def _text(self, cell: tuple[str, str]) -> Text:
+        plain, color = cell
+        return Text(plain, style=theme_color(self, color) if color else "", no_wrap=True, end="")
+
+    def _apply(self, rows: list[tuple[str, tuple[tuple[str, str], ...]]]) -> None:
+        with self.app.batch_update():
+            keep = set()
+            added = False
+            for key, cells in rows:
+                keep.add(key)
+                old = self._cells.get(key)
+                if old is None:
+                    self.add_row(*(self._text(c) for c in cells), key=key)
+                    added = True
+                else:
+                    for (col, _, _), new, was in zip(self.COLUMNS, cells, old):
+                        if new != was:
+                            self.update_cell(key, col, self._text(new))
+                self._cells[key] = cells
+            for key in [k for k in self._cells if k not in keep]:
+                self.remove_row(key)
+                del self._cells[key]
+            if added and len(self._cells) > 1:
+                self._sort_rows()
+
+    def _sort_rows(self) -> None:
+        """Put rows in order after new ones were added (subclasses)."""
+
+
+class GpuTable(_KeyedTable):
+    """One row per GPU: index, name, util, util history, memory bar, memory history,
+    temperature, power draw/limit, SM clock."""
+
+    DEFAULT_CSS = """
+    GpuTable { height: auto; max-height: 18; }
+    """
+    COLUMNS = (
+        ("gpu", "GPU", 3),
+        ("name", "Name", 16),
+        ("util", "Util", 4),
+        ("util_hist", "Util history", 16),
+        ("mem", "Memory", 22),
+        ("mem_hist", "Mem history", 16),
+        ("temp", "Temp", 4),
+        ("power", "Power", 9),
+        ("sm", "SM clock", 8),
+    )
+    SPARK_WIDTH = 16
+
+    def update_gpus(self, gpus: Sequence[GpuSnapshot], history: GpuHistory | None = None) -> None:
+        rows = []
+        for g in sorted(gpus, key=lambda g: g.index):
+            key = _gpu_key(g)
+            util = num(g.utilization)
+            memr = ratio(g.memory_used, g.memory_total)
+            temp = num(g.temperature)
+            name = g.name.removeprefix("NVIDIA ").strip() or "N/A"
+            uh = sparkline(history.util(key), self.SPARK_WIDTH) if history else ""
+            mh = sparkline(history.mem(key), self.SPARK_WIDTH) if history else ""
+            mem_text = gib_pair(g.memory_used, g.memory_total)
+            mem_cell = f"{bar(memr, 8)} {mem_text}" if memr is not None else mem_text
+            power = f"{fmt(g.power_draw)}/{fmt(g.power_limit)}W"
+            if num(g.power_draw) is None and num(g.power_limit) is None:
+                power = "N/A"
+            cells = (
+                (str(g.index), ""),
+                (name, ""),
+                (fmt(g.utilization, ".0f", "%"), _level(util, 50, 90)),
+                (uh, "accent"),
+                (mem_cell, _level(None if memr is None else memr * 100, 80, 95)),
+                (mh, "secondary"),
+                (fmt(g.temperature, ".0f", "°"), _level(temp, 80, 90, good="")),
+                (power, ""),
+                (fmt(g.clock_sm, ".0f", "MHz"), ""),
+            )
+            rows.append((key, cells))
+        self._apply(rows)
+
+    def _sort_rows(self) -> None:
+        self.sort("gpu", key=lambda v: int(v.plain) if v.plain.isdigit() else 0)
+
+
+def _level(value: float | None, warn: float, bad: float, good: str = "success") -> str:
+    if value is None:
+        return "text-muted"
+    if value >= bad:
+        return "error"
+    if value >= warn:
+        return "warning"
+    return good
+
+
+class GpuProcessTable(_KeyedTable):
+    """Compute processes on the GPUs: pid, name, GPU index, memory."""
+
+    DEFAULT_CSS = """
+    GpuProcessTable { height: 1fr; }
+    """
+    COLUMNS = (
+        ("pid", "PID", 8),
+        ("gpu", "GPU", 3),
+        ("memory", "Memory", 10),
+        ("name", "Process", 40),
+    )
+
+    def update_processes(self, processes: Sequence[GpuProcess]) -> None:
+        rows = []
+        for p in sorted(processes, key=lambda p: (p.gpu_index if p.gpu_index is not None else 999, p.pid)):
+            gpu = "?" if p.gpu_index is None else str(p.gpu_index)
+            mem = fmt(p.used_memory, ".0f", " MiB")
+            rows.append((f"{p.pid}:{p.gpu_uuid}", ((str(p.pid), ""), (gpu, ""), (mem, ""), (p.name, ""))))
+        self._apply(rows)
+
+    def _sort_rows(self) -> None:
+        self.sort("gpu", "pid", key=lambda r: (r[0].plain, int(r[1].plain) if r[1].plain.isdigit() else 0))
