@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tunedeck_cmd
-from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -77,7 +77,7 @@ def test_ab_over_ssh(sshd: SshdServer, tmp_path: Path, monkeypatch: pytest.Monke
         text = text.replace("schema_version = 1", f"schema_version = 1\npython = {json.dumps(str(simpython))}", 1)
         (user / f"{dst}.toml").write_text(text)
     env = sshd.client_env(TUNEDECK_PROFILES=str(user))
-    target = sshd.target("root")
+    target = sshd.target(ROOT_USER)  # uid 0: the remote side runs this machine's Python
     r = subprocess.run([*tunedeck_cmd(), "ab", "s-base", "s-tuned", "--host", target, "--plan", "quick",
                         "--yes", "--json"], capture_output=True, text=True, cwd=REPO, env=env, timeout=280)
     assert r.returncode == 0, r.stderr[-3000:]
