@@ -378,7 +378,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
             conn.transport.write(data)
             if conn.paused:
                 await self._drain(conn, timeouts.get("write"), request)
-            request.extensions.setdefault("tunedeck_written", _pc())
+            request.extensions["tunedeck_written"] = _pc()
             try:
                 status, headers, first, reason = await self._read_head(conn, request)
             except httpx.RemoteProtocolError:
