@@ -134,6 +134,9 @@ class GpuStatus:
     processes: tuple[GpuProcess, ...] = ()
     message: str = ""
     time: float = 0.0
+    #: Wall-clock time of the next attempt after a failure (0.0: none scheduled);
+    #: lets the UI show a retry countdown.
+    retry_at: float = 0.0
 
 
 # --------------------------------------------------------------------------- host
@@ -195,3 +198,41 @@ class StatusSnapshot:
     host: HostStats | None
     servers: tuple[ServerStats, ...] = field(default_factory=tuple)
     host_error: str = ""
+
+
+# --------------------------------------------------------------------------- startup
+
+
+@dataclass(frozen=True, slots=True)
+class StartupProgress:
+    """Where a server's startup stands (built by the startup tracker, shown by the
+    startup-progress widget and ``tunedeck launch --wait``).
+
+    ``state``: ``starting`` | ``ready`` | ``failed`` | ``exited`` | ``unknown``.
+    ``fraction`` is the overall 0..1 estimate; ``phase_progress`` 0..1 inside the
+    phase when the log shows a count (``phase_n``/``phase_total``). ``eta`` is in
+    seconds (None when there is no basis yet). ``stalled`` is set after the
+    configured time without log bytes, progress or GPU-memory change.
+    ``diagnosis`` is a one-line cause and ``proof`` the log line that shows it.
+    """
+
+    run_id: str
+    engine: str
+    state: str
+    phase: str | None = None
+    phase_label: str = ""
+    phase_progress: float | None = None
+    phase_n: int | None = None
+    phase_total: int | None = None
+    fraction: float = 0.0
+    elapsed: float = 0.0
+    eta: float | None = None
+    eta_source: str = ""  # "history" | "rate" | ""
+    stalled: bool = False
+    stalled_for: float = 0.0
+    diagnosis: str | None = None
+    proof: str | None = None
+    health: str = "unknown"  # unknown | down | starting | ok
+    gpu_memory: tuple[float, ...] = ()  # MiB per GPU
+    message: str = ""
+    time: float = 0.0

@@ -116,19 +116,16 @@ class Host(abc.ABC):
         check_argv(["sh", *args], "script arguments")
         return await self.run(["/bin/sh", "-s", "--", *args], input=script, timeout=timeout)
 
-    async def stream_lines(
+    def stream_lines(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None
-    ) -> AsyncIterator[str]:
-        """Yield decoded lines (without the newline) of a long-running command."""
-        buf = b""
-        async with self.stream(argv, env=env) as s:
-            async for chunk in s:
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    yield line.decode("utf-8", "replace")
-        if buf:
-            yield buf.decode("utf-8", "replace")
+    ) -> "LineStream":
+        """Decoded lines (without the newline) of a long-running command.
+
+        Use it as ``async with host.stream_lines(argv) as lines: async for line in lines``:
+        leaving the ``async with`` (also by ``break`` or an exception) ends the
+        process on the host at once, not when the garbage collector runs.
+        """
+        return LineStream(self.stream(argv, env=env))
 
     async def __aenter__(self) -> "Host":
         return self
@@ -158,6 +155,74 @@ class ByteStream(abc.ABC):
         """End the command on the host and release the channel."""
 
     async def __aenter__(self) -> "ByteStream":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class LineStream:
+    """Lines of a :class:`ByteStream`; an async context manager and async iterator.
+
+    Not an async generator on purpose: closing is explicit (``aclose`` /
+    leaving ``async with``) and deterministic. Iterating without ``async with``
+    closes the stream when the lines run out, but a ``break`` then leaves the
+    process running until ``aclose()``.
+    """
+
+    def __init__(self, stream: ByteStream) -> None:
+        self.stream = stream
+        self._it: AsyncIterator[bytes] | None = None
+        self._buf = b""
+        self._lines: list[bytes] = []
+        self._eof = False
+
+    @property
+    def exit_status(self) -> int | None:
+        return self.stream.exit_status
+
+    @property
+    def stderr_tail(self) -> str:
+        return self.stream.stderr_tail
+
+    def __aiter__(self) -> "LineStream":
+        return self
+
+    async def __anext__(self) -> str:
+        while not self._lines:
+            if self._eof:
+                raise StopAsyncIteration
+            if self._it is None:
+                self._it = self.stream.__aiter__()
+            try:
+                chunk = await self._it.__anext__()
+            except StopAsyncIteration:
+                self._eof = True
+                if self._buf:
+                    self._lines.append(self._buf)
+                    self._buf = b""
+                await self.aclose()
+                continue
+            except BaseException:
+                await self.aclose()
+                raise
+            *lines, self._buf = (self._buf + chunk).split(b"\n")
+            self._lines.extend(lines)
+        return self._lines.pop(0).decode("utf-8", "replace")
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+        it, self._it = self._it, None
+        if it is not None and hasattr(it, "aclose"):
+            try:
+                await it.aclose()  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001 - already closed
+                pass
+
+    async def __aenter__(self) -> "LineStream":
+        enter = getattr(self.stream, "__aenter__", None)
+        if enter is not None:
+            await enter()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -270,6 +335,8 @@ class LocalHost(Host):
                 os.killpg(proc.pid, _signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            # reap it, so no transport outlives the loop; shielded so a second cancel can't skip it
+            await asyncio.shield(proc.wait())
             raise
         rc = proc.returncode
         sig = None
@@ -380,6 +447,7 @@ __all__ = [
     "ByteStream",
     "Host",
     "HostError",
+    "LineStream",
     "LocalHost",
     "RunResult",
     "Target",

@@ -1,0 +1,108 @@
+"""Helpers for tests that run the simulator as a real process on loopback."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from typing import Iterator
+
+from tests.conftest import REPO, tunedeck_cmd
+
+READY = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete."}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SimProc:
+    """``tunedeck sim ENGINE ...`` as a subprocess; output collected by a thread. Always ``stop()`` it."""
+
+    def __init__(self, engine: str, *args: str, env: dict[str, str] | None = None) -> None:
+        self.engine = engine
+        e = dict(os.environ)
+        e.update(env or {})
+        self.proc = subprocess.Popen(
+            [*tunedeck_cmd(), "sim", engine, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=e,
+            start_new_session=True,
+        )
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while True:
+            chunk = self.proc.stdout.read1(65536)  # type: ignore[attr-defined]
+            if not chunk:
+                return
+            with self._lock:
+                self._buf += chunk
+
+    @property
+    def raw(self) -> str:
+        with self._lock:
+            return self._buf.decode("utf-8", "replace")
+
+    def lines(self) -> list[str]:
+        return [x for x in re.split(r"[\r\n]+", self.raw) if x]
+
+    def wait_for(self, text: str, timeout: float = 20.0) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if text in self.raw:
+                return True
+            if self.proc.poll() is not None:
+                time.sleep(0.1)
+                return text in self.raw
+            time.sleep(0.05)
+        return False
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        if not self.wait_for(READY[self.engine], timeout):
+            raise AssertionError(f"sim {self.engine} not ready; output tail:\n{self.raw[-3000:]}")
+
+    def wait_exit(self, timeout: float = 20.0) -> int:
+        rc = self.proc.wait(timeout)
+        self._t.join(2)
+        return rc
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self._t.join(2)
+        return self.proc.returncode
+
+    def __enter__(self) -> "SimProc":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def sse_events(text: str) -> Iterator[str]:
+    """The ``data:`` payloads of an SSE body, in order."""
+    for block in text.split("\n\n"):
+        for line in block.split("\n"):
+            if line.startswith("data:"):
+                yield line[5:].lstrip(" ")

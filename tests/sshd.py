@@ -1,0 +1,346 @@
+"""A real OpenSSH ``sshd`` on 127.0.0.1 for SSH tests.
+
+Import the fixtures into a test module::
+
+    from tests.sshd import sshd_server, sshd  # noqa: F401  (pytest fixtures)
+
+``sshd_server`` (session scope) starts one sshd on a random free high port with a
+generated ed25519 host key, one generated client key authorised for both the
+non-root user ``gpuop`` (generic shell tests) and ``root`` (tests whose remote
+side needs this machine's Python). ``sshd`` (function scope) makes sure it is
+running, points ``HOME`` at the fixture's home (``.ssh/id_ed25519`` +
+``.ssh/known_hosts`` holding the right line), unsets ``SSH_AUTH_SOCK`` and
+drops leftover sessions after the test.
+
+Remote sessions get ``PATH=<shim_dir>:/usr/local/bin:/usr/bin:/bin`` and
+``TUNEDECK_HOME=<tmp>/remote-home`` from the server's ``SetEnv``, so a test can
+put programs (a fake ``nvidia-smi``) first on the remote PATH by writing them
+into ``shim_dir``.
+
+When sshd is missing the fixture skips, except in CI (``CI=true``) where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+SSHD = "/usr/sbin/sshd"
+TEST_USER = "gpuop"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _keygen(path: Path, comment: str) -> None:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _fingerprint(pub: Path) -> str:
+    out = subprocess.run(
+        ["ssh-keygen", "-l", "-E", "sha256", "-f", str(pub)], capture_output=True, text=True, check=True
+    ).stdout
+    return out.split()[1]
+
+
+def _ensure_user(name: str) -> None:
+    r = subprocess.run(["id", "-u", name], capture_output=True)
+    if r.returncode != 0:
+        r = subprocess.run(["useradd", "-m", "-s", "/bin/sh", name], capture_output=True, text=True)
+        if r.returncode not in (0, 9):  # 9: already exists (another worker raced us)
+            raise RuntimeError(f"useradd {name} failed: {r.stderr.strip()}")
+    # A '!'-locked account is refused under UsePAM no; '*' allows key logins only.
+    subprocess.run(["usermod", "-p", "*", name], capture_output=True, check=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    """PIDs below ``pid`` (reads /proc; no psutil needed)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for c in children.get(p, []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+class SshdServer:
+    """One sshd process (restartable on the same port) and its client-side home."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.port = _free_port()
+        self.user = TEST_USER
+        self.shim_dir = base / "shims"
+        self.remote_home = base / "remote-home"
+        self.home = base / "home"
+        self.ssh_dir = self.home / ".ssh"
+        self.known_hosts_path = self.ssh_dir / "known_hosts"
+        self.client_key = self.ssh_dir / "id_ed25519"
+        self.log_path = base / "sshd.log"
+        self.config_path = base / "sshd_config"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._setup()
+
+    # ------------------------------------------------------------------ setup
+    def _setup(self) -> None:
+        base = self.base
+        base.chmod(0o755)  # gpuop must reach authorized_keys and the shims
+        for d in (self.shim_dir,):
+            d.mkdir(mode=0o755)
+        self.remote_home.mkdir()
+        self.remote_home.chmod(0o1777)
+        self.ssh_dir.mkdir(parents=True)
+        self.home.chmod(0o700)
+        self.ssh_dir.chmod(0o700)
+        _keygen(base / "hostkey", "tunedeck-test-host")
+        _keygen(base / "otherkey", "tunedeck-test-wrong")
+        _keygen(self.client_key, "tunedeck-test-client")
+        self.client_key.chmod(0o600)
+        auth = base / "authorized_keys"
+        shutil.copy(self.client_key.with_suffix(".pub"), auth)
+        auth.chmod(0o644)
+        self.host_key_type, self.host_key_b64 = (base / "hostkey.pub").read_text().split()[:2]
+        self.other_key_b64 = (base / "otherkey.pub").read_text().split()[1]
+        self.host_key_fingerprint = _fingerprint(base / "hostkey.pub")
+        self.wrong_key_fingerprint = _fingerprint(base / "otherkey.pub")
+        self.config_path.write_text(
+            "\n".join(
+                [
+                    "ListenAddress 127.0.0.1",
+                    f"Port {self.port}",
+                    f"HostKey {base / 'hostkey'}",
+                    f"PidFile {base / 'sshd.pid'}",
+                    f"AuthorizedKeysFile {auth}",
+                    "PubkeyAuthentication yes",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "UsePAM no",
+                    "StrictModes no",
+                    "PermitRootLogin prohibit-password",
+                    "AllowAgentForwarding yes",
+                    "LogLevel VERBOSE",
+                    "MaxStartups 30:30:100",
+                    f"SetEnv PATH={self.shim_dir}:/usr/local/bin:/usr/bin:/bin TUNEDECK_HOME={self.remote_home}",
+                    "",
+                ]
+            )
+        )
+        self.write_known_hosts("right")
+
+    # ------------------------------------------------------------------ client side
+    @property
+    def host_key_line(self) -> str:
+        return f"[127.0.0.1]:{self.port} {self.host_key_type} {self.host_key_b64}"
+
+    def target(self, user: str | None = None) -> str:
+        return f"{user or self.user}@127.0.0.1:{self.port}"
+
+    def write_known_hosts(self, kind: str = "right") -> Path:
+        """``right`` (the server's key), ``empty``, ``wrong`` (another key for this host) or ``missing``."""
+        p = self.known_hosts_path
+        if kind == "missing":
+            p.unlink(missing_ok=True)
+            return p
+        text = {
+            "right": self.host_key_line + "\n",
+            "empty": "",
+            "wrong": f"[127.0.0.1]:{self.port} ssh-ed25519 {self.other_key_b64}\n",
+        }[kind]
+        p.write_text(text)
+        return p
+
+    def write_ssh_config(self, text: str) -> Path:
+        p = self.ssh_dir / "config"
+        p.write_text(text)
+        return p
+
+    def use_home(self, monkeypatch: pytest.MonkeyPatch) -> Path:
+        monkeypatch.setenv("HOME", str(self.home))
+        monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+        return self.home
+
+    def client_env(self, **extra: str) -> dict[str, str]:
+        """Environment for a CLI subprocess that should use the fixture's home."""
+        env = dict(os.environ)
+        env["HOME"] = str(self.home)
+        env.pop("SSH_AUTH_SOCK", None)
+        env.update(extra)
+        return env
+
+    # ------------------------------------------------------------------ server
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout: float = 10.0) -> None:
+        if self.running:
+            return
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+        t = subprocess.run([SSHD, "-t", "-f", str(self.config_path)], capture_output=True, text=True)
+        if t.returncode != 0:
+            raise RuntimeError(f"sshd config rejected: {t.stderr.strip()}")
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(self.config_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sshd exited ({self.proc.returncode}): {self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    if s.recv(64).startswith(b"SSH-2.0"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"sshd did not answer on port {self.port}: {self.log_tail()}")
+
+    def stop(self) -> None:
+        """Kill sshd and every session below it (like the host going away)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            for pid in _descendants(self.proc.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.proc.kill()
+        self.proc.wait(5)
+        self.proc = None
+
+    def session_pids(self, user: str | None = None) -> list[int]:
+        """PIDs of this server's ``sshd: USER@notty`` session processes."""
+        if not self.running:
+            return []
+        assert self.proc is not None
+        prefix = f"sshd: {user}@notty" if user else "sshd: "
+        return [
+            p
+            for p in _descendants(self.proc.pid)
+            if _cmdline(p).startswith(prefix) and "@notty" in _cmdline(p)
+        ]
+
+    def kill_sessions(self, user: str | None = None) -> int:
+        """Drop connections (kill ``sshd: USER@notty``) while sshd keeps listening."""
+        pids = self.session_pids(user)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return len(pids)
+
+    def freeze_sessions(self, user: str | None = None) -> int:
+        """SIGSTOP the session processes: the TCP link stays up but nothing answers (a black hole)."""
+        pids = self.session_pids(user)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        return len(pids)
+
+    def processes_matching(self, needle: str) -> list[tuple[int, str]]:
+        """(pid, cmdline) of every process on this machine whose command line contains ``needle``."""
+        out = []
+        me = os.getpid()
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != me:
+                cl = _cmdline(int(entry))
+                if needle in cl:
+                    out.append((int(entry), cl))
+        return out
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+
+def sshd_missing_reason() -> str | None:
+    if not os.path.exists(SSHD):
+        return f"{SSHD} is not installed (apt-get install openssh-server)"
+    if shutil.which("ssh-keygen") is None:
+        return "ssh-keygen is not installed (apt-get install openssh-client)"
+    if os.geteuid() != 0:
+        return "the sshd fixture needs root (it creates the test user and binds sshd)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def sshd_server() -> Iterator[SshdServer]:
+    reason = sshd_missing_reason()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"sshd tests cannot run in CI: {reason}")
+        pytest.skip(reason)
+    _ensure_user(TEST_USER)
+    base = Path(tempfile.mkdtemp(prefix="tunedeck-sshd-"))
+    server = SshdServer(base)
+    try:
+        server.start()
+    except Exception:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def sshd(sshd_server: SshdServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshdServer]:
+    """The running server, HOME pointed at its client home with the right known_hosts."""
+    sshd_server.start()
+    sshd_server.write_known_hosts("right")
+    (sshd_server.ssh_dir / "config").unlink(missing_ok=True)
+    sshd_server.use_home(monkeypatch)
+    yield sshd_server
+    sshd_server.start()
+    sshd_server.kill_sessions()
+    (sshd_server.ssh_dir / "config").unlink(missing_ok=True)

@@ -1,0 +1,230 @@
+"""GpuCollector against a fake nvidia-smi (real processes, first on PATH)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import AsyncIterator, Mapping, Sequence
+
+import pytest
+
+from tests.fake_smi import FakeSmi
+from tui.collectors.gpu import GpuCollector
+from tui.model import NA, GpuStatus
+from tui.services.hosts import ByteStream, Host, HostError, LocalHost, RunResult
+
+pytestmark = pytest.mark.timeout(40)
+
+
+@pytest.fixture
+def fake(tmp_path: Path):
+    f = FakeSmi(tmp_path, gpus=2)
+    yield f
+    f.kill_all()
+
+
+def _host(fake: FakeSmi) -> LocalHost:
+    return LocalHost(env_overlay={"PATH": fake.path_env()})
+
+
+async def _take(agen: AsyncIterator[GpuStatus], n: int, timeout: float = 15.0) -> list[GpuStatus]:
+    out: list[GpuStatus] = []
+
+    async def run() -> None:
+        async for st in agen:
+            out.append(st)
+            if len(out) >= n:
+                return
+
+    await asyncio.wait_for(run(), timeout)
+    return out
+
+
+async def test_stream_yields_blocks_from_one_process(fake: FakeSmi) -> None:
+    fake.set_apps("4242, GPU-fake-1, 5000, sglang::scheduler_TP1\n")
+    c = GpuCollector(_host(fake), 0.2, proc_interval=0.2)
+    agen = c.stream()
+    try:
+        got = await _take(agen, 6)
+        assert fake.alive_queries() == 1
+    finally:
+        await agen.aclose()
+    assert all(s.state == "ok" for s in got)
+    assert all(len(s.gpus) == 2 for s in got)
+    assert [g.index for g in got[0].gpus] == [0, 1]
+    assert got[0].gpus[1].uuid == "GPU-fake-1" and got[0].gpus[0].memory_total == 81559
+    # blocks come from successive iterations of the -lms loop
+    mems = [s.gpus[0].memory_used for s in got]
+    assert mems == sorted(mems) and mems[-1] > mems[0]
+    # the process list is polled separately and joined on gpu_uuid
+    procs = got[-1].processes
+    assert [(p.pid, p.gpu_index, p.used_memory) for p in procs] == [(4242, 1, 5000)]
+    assert c.starts == 1
+    queries = [a for _, a in fake.calls() if "--query-gpu" in a]
+    assert len(queries) == 1 and "-lms 200" in queries[0]
+    await asyncio.sleep(0.2)
+    assert fake.alive_queries() == 0  # closing the stream ends the process
+
+
+async def test_na_cells_are_na_not_zero(fake: FakeSmi) -> None:
+    fake.set_mode("na")
+    agen = GpuCollector(_host(fake), 0.2).stream()
+    try:
+        (st,) = await _take(agen, 1)
+    finally:
+        await agen.aclose()
+    g = st.gpus[0]
+    assert st.state == "ok"
+    assert g.utilization is NA and g.power_draw is NA and g.power_limit is NA
+    assert g.memory_used == 1024 and g.clock_sm == 1980
+
+
+@pytest.mark.parametrize(
+    "mode,state,words",
+    [
+        ("exit9", "driver-not-loaded", "couldn't communicate"),
+        ("exit12", "nvml-not-found", "libnvidia-ml"),
+        ("exit15", "gpu-lost", "GPU is lost"),
+        ("exit18", "nvml-mismatch", "version mismatch"),
+    ],
+)
+async def test_driver_failures_are_states(fake: FakeSmi, mode: str, state: str, words: str) -> None:
+    fake.set_mode(mode)
+    c = GpuCollector(_host(fake), 0.2, max_backoff=0.5)
+    agen = c.stream()
+    try:
+        t0 = time.time()
+        first, second = await _take(agen, 2)
+    finally:
+        await agen.aclose()
+    for st in (first, second):
+        assert st.state == state and words in st.message and st.gpus == ()
+    assert first.retry_at > t0
+    assert c.starts == 2  # retried after the backoff
+    once = await c.sample_once()
+    assert once.state == state
+
+
+async def test_hang_watchdog_single_process_and_recovery(fake: FakeSmi) -> None:
+    fake.set_mode("hang")
+    c = GpuCollector(_host(fake), 0.2, watchdog=1.0, max_backoff=0.5)
+    most = 0
+    stop = False
+
+    async def watch() -> None:
+        nonlocal most
+        while not stop:
+            most = max(most, fake.alive_queries())
+            await asyncio.sleep(0.05)
+
+    w = asyncio.create_task(watch())
+    agen = c.stream()
+    try:
+        t0 = time.monotonic()
+        (first,) = await _take(agen, 1)
+        elapsed = time.monotonic() - t0
+        assert first.state == "unresponsive" and "1 s" in first.message
+        assert 0.9 <= elapsed < 3.0
+        second, third = await _take(agen, 2)
+        assert second.state == third.state == "unresponsive"
+        assert c.starts >= 3
+        fake.set_mode("ok")
+        for _ in range(5):
+            (st,) = await _take(agen, 1)
+            if st.state == "ok":
+                break
+        assert st.state == "ok" and len(st.gpus) == 2
+    finally:
+        await agen.aclose()
+        stop = True
+        await w
+    assert most == 1, f"{most} nvidia-smi query processes were alive at once"
+    assert fake.alive_queries() == 0
+
+
+async def test_mode_change_mid_stream_then_recovery(fake: FakeSmi) -> None:
+    c = GpuCollector(_host(fake), 0.2, max_backoff=0.3)
+    agen = c.stream()
+    states: list[str] = []
+    try:
+        async def run() -> None:
+            async for st in agen:
+                states.append(st.state)
+                if len(states) == 3:
+                    fake.set_mode("exit15")
+                if "gpu-lost" in states and st.state == "gpu-lost":
+                    fake.set_mode("ok")
+                if "gpu-lost" in states and st.state == "ok":
+                    return
+
+        await asyncio.wait_for(run(), 15)
+    finally:
+        await agen.aclose()
+    assert states[:3] == ["ok"] * 3
+    assert "gpu-lost" in states and states[-1] == "ok"
+
+
+async def test_missing_nvidia_smi(tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    os.symlink("/usr/bin/timeout", bindir / "timeout")
+    host = LocalHost(env_overlay={"PATH": str(bindir)})
+    c = GpuCollector(host, 0.2, max_backoff=0.2)
+    agen = c.stream()
+    try:
+        (st,) = await _take(agen, 1)
+    finally:
+        await agen.aclose()
+    assert st.state == "no-nvidia-smi"
+    assert (await c.sample_once()).state == "no-nvidia-smi"
+
+
+async def test_sample_once(fake: FakeSmi) -> None:
+    fake.set_apps("77, GPU-fake-0, 123, python3\n")
+    st = await GpuCollector(_host(fake)).sample_once()
+    assert st.state == "ok" and len(st.gpus) == 2
+    assert st.processes[0].gpu_index == 0 and st.processes[0].name == "python3"
+    assert not any("-lms" in a for _, a in fake.calls())
+
+
+class _DeadHost(Host):
+    """A host whose link is down (what SshHost raises when unreachable)."""
+
+    target = "gpu-box"
+
+    async def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                  input: str | None = None, timeout: float | None = 30.0) -> RunResult:
+        raise HostError("unreachable", "connection refused", target=self.target)
+
+    def stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> ByteStream:
+        raise HostError("unreachable", "connection refused", target=self.target)
+
+    async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
+        raise HostError("unreachable", "connection refused", target=self.target)
+
+
+async def test_unreachable_host_is_a_state_with_retry() -> None:
+    c = GpuCollector(_DeadHost(), 0.2, max_backoff=0.2)
+    agen = c.stream()
+    try:
+        a, b = await _take(agen, 2)
+    finally:
+        await agen.aclose()
+    assert a.state == b.state == "host-unreachable"
+    assert "refused" in a.message and a.retry_at > 0
+    assert (await c.sample_once()).state == "host-unreachable"
+
+
+async def test_running_but_only_error_lines_names_the_state(fake: FakeSmi) -> None:
+    fake.set_mode("lostloop")
+    c = GpuCollector(_host(fake), 0.2, watchdog=1.0, max_backoff=0.3)
+    agen = c.stream()
+    try:
+        (st,) = await _take(agen, 1)
+    finally:
+        await agen.aclose()
+    assert st.state == "gpu-lost" and "GPU is lost" in st.message
+    await asyncio.sleep(0.2)
+    assert fake.alive_queries() == 0

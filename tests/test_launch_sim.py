@@ -1,0 +1,114 @@
+"""Launch the simulated engines on the demo host: ready, stop frees GPU memory, faults diagnosed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO, tunedeck_cmd
+from tui.profiles.builder import build_command
+from tui.profiles.store import ProfileStore
+from tui.services import launcher as L
+from tui.services.launcher import demo_argv
+from tui.services.hosts import get_host
+from tui.services.tracker import wait_ready
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def gpu_used(host) -> list[float]:
+    mem = await L.gpu_memory_used(host)
+    assert mem is not None, "the demo host has a (simulated) nvidia-smi"
+    return [mem[k] for k in sorted(mem)]
+
+
+@pytest.fixture
+async def demo():
+    host = get_host(None, demo=True)
+    yield host
+    for run in await L.list_host_runs(host):
+        if run.alive:
+            rec = L.RunStore().load(run.run_id)
+            await L.stop_run(host, rec, grace=2, gpu_wait=5)
+
+
+def sim_command(name: str, *extra: str) -> tuple[list[str], dict[str, str], str, int]:
+    prof = ProfileStore().get(name)
+    cmd = build_command(prof, demo=True)
+    return demo_argv(list(cmd.argv)) + list(extra), cmd.env_dict, prof.engine, prof.effective_port
+
+
+@pytest.mark.parametrize("name", ["sglang-base", "vllm-baseline"])
+async def test_sim_ready_then_stop_frees_gpu(demo, name):
+    idle = await gpu_used(demo)
+    argv, env, engine, port = sim_command(name, "--sim-load-seconds", "3")
+    rec = await L.launch(demo, argv, env, engine=engine, port=port, profile=name)
+    seen_mem: list[tuple[float, ...]] = []
+    final = await wait_ready(
+        demo, rec, timeout=60, stall_after=30, gpu_interval=0.5,
+        on_update=lambda s: seen_mem.append(s.gpu_memory),
+    )
+    assert final.state == "ready", final
+    loaded = await gpu_used(demo)
+    assert sum(loaded) > sum(idle) + 1024  # weights, KV cache and graphs are resident
+    assert any(m and sum(m) > sum(idle) for m in [*seen_mem, final.gpu_memory]), seen_mem  # memory climbed
+    tl = L.RunStore().load(rec.run_id).timeline
+    phases = [e["phase"] for e in tl if "phase" in e]
+    assert {"weight-loading", "kv-cache", "graph-capture", "ready"} <= set(phases)
+    res = await L.stop_run(demo, rec, grace=10, gpu_wait=20)
+    assert res.state == "stopped" and res.gpu_released is True, res
+    assert await gpu_used(demo) == idle
+    assert res.gpu_freed_mib and res.gpu_freed_mib > 1024
+
+
+@pytest.mark.parametrize(
+    "name,fault,cause",
+    [
+        ("sglang-base", "oom", r"out of memory|not enough memory"),
+        ("vllm-baseline", "oom", r"out of memory|KV cache|GPU memory"),
+        ("sglang-base", "nccl", r"NCCL error"),
+        ("vllm-baseline", "nccl", r"NCCL error"),
+        ("sglang-base", "port", r"port \d+ already in use"),
+        ("vllm-baseline", "port", r"already in use"),
+        ("sglang-base", "hang", r"^stalled"),
+        ("vllm-baseline", "hang", r"^stalled"),
+    ],
+)
+async def test_sim_faults_diagnosed(demo, name, fault, cause):
+    argv, env, engine, port = sim_command(name, "--sim-load-seconds", "2", "--sim-fault", fault)
+    rec = await L.launch(demo, argv, env, engine=engine, port=port, profile=f"{name}-{fault}")
+    final = await wait_ready(demo, rec, timeout=60, stall_after=3 if fault == "hang" else 30, gpu_interval=0.5)
+    assert final.state == "failed", final
+    assert re.search(cause, final.diagnosis, re.I), final.diagnosis
+    assert final.proof
+    if fault == "hang":
+        assert final.stalled and final.phase == "graph-capture"
+    stored = L.RunStore().load(rec.run_id)
+    assert stored.status == "failed" and stored.diagnosis == final.diagnosis
+
+
+def test_cli_done_when(tmp_path):
+    """launch sglang-base --demo --wait → 0; status shows it ready; stop → GPU memory idle."""
+    env = dict(os.environ, TUNEDECK_SIM_LOAD_S="2")
+
+    def td(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*tunedeck_cmd(), *args], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
+                              capture_output=True, text=True, timeout=90)
+
+    idle = td("sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
+    r = td("launch", "sglang-base", "--demo", "--wait")
+    try:
+        assert r.returncode == 0, r.stderr
+        st = json.loads(td("status", "--demo", "--json").stdout)
+        servers = [s for s in st["servers"] if s["name"] == "sglang-base"]
+        assert servers and servers[0]["state"] == "ready", st["servers"]
+    finally:
+        r = td("stop", "--demo", "--yes")
+    assert r.returncode == 0, r.stderr
+    assert "stopped" in r.stdout and "GPU memory freed" in r.stdout
+    after = td("sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
+    assert after == idle

@@ -1,0 +1,73 @@
+"""launch / runs / logs / stop from the command line (subprocesses, LocalHost, fake server)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, tunedeck_cmd
+from tests.test_launcher import FAKE, free_port
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def td(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def test_launch_wait_runs_logs_stop():
+    port = free_port()
+    r = td("launch", "--wait", "--json", "--cmd", sys.executable, FAKE, "--engine", "sglang", "--port", str(port),
+           "--load-seconds", "1")
+    try:
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        rid = out["run"]["run_id"]
+        assert out["progress"]["state"] == "ready" and out["run"]["status"] == "ready"
+        assert "weight-loading" in r.stderr  # the live progress line
+        r = td("runs", "--json")
+        runs = json.loads(r.stdout)
+        assert [x["run_id"] for x in runs] == [rid] and runs[0]["port"] == port
+        r = td("logs", rid[:6])
+        assert r.returncode == 0 and "The server is fired up and ready to roll!" in r.stdout
+        r = td("launch", "--cmd", "sleep", "1")
+        assert r.returncode != 0 and "refused" in r.stderr and rid in r.stderr
+    finally:
+        r = td("stop", "--yes", "--json", "--grace", "5")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["state"] == "stopped" and res["run_id"] == rid
+    r = td("runs")
+    assert "stopped" in r.stdout
+    r = td("stop", "--yes")
+    assert r.returncode != 0 and "no running server" in r.stderr
+
+
+def test_launch_wait_failure_exit_code():
+    port = free_port()
+    r = td("launch", "--wait", "--cmd", sys.executable, FAKE, "--port", str(port), "--engine", "sglang",
+           "--load-seconds", "0.3", "--fault", "oom")
+    assert r.returncode == 1
+    assert "failed: CUDA out of memory" in r.stderr and "OutOfMemoryError" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["launch"], "give a profile NAME or --cmd"),
+        (["launch", "--cmd", "sleep", "1", "--env", "1BAD=x"], None),
+        (["launch", "--env", "BAD NAME=x", "--cmd", "sleep", "1"], "invalid environment variable name"),
+        (["stop", "--yes", "deadbeef"], "not found"),
+        (["logs", "nope"], "not found"),
+    ],
+)
+def test_bad_input(args, msg):
+    r = td(*args)
+    if msg is None:  # everything after --cmd is the command itself
+        assert r.returncode == 0
+        td("stop", "--yes", "--grace", "1")
+        return
+    assert r.returncode != 0 and msg in r.stderr and "Traceback" not in r.stderr

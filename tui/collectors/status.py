@@ -1,0 +1,122 @@
+"""One-shot status of a host: GPUs, host figures and servers (``tunedeck status``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Iterable, Sequence
+
+from tui.collectors.gpu import GpuCollector
+from tui.collectors.hoststats import HostCollector
+from tui.collectors.servers import ServerCollector, ServerSpec
+from tui.model import GpuStatus, HostStats, StatusSnapshot, jsonable
+from tui.services.hosts import Host, HostError
+
+
+async def known_servers(host: Host) -> tuple[ServerSpec, ...]:
+    """Servers tunedeck launched on ``host``: one ServerSpec per live run folder on the
+    host that has a port (so runs started from another machine or an earlier
+    dashboard are found too). The model comes from the local run record when
+    there is one.
+    """
+    from tui.services.launcher import RunStore, list_host_runs, target_name
+
+    local = {rec.run_id: rec for rec in RunStore().all(target_name(host))}
+    specs: list[ServerSpec] = []
+    for run in await list_host_runs(host):
+        port = run.meta.get("port")
+        if not run.alive or not isinstance(port, int):
+            continue
+        engine = run.meta.get("engine")
+        name = run.meta.get("profile") or run.run_id
+        rec = local.get(run.run_id)
+        specs.append(
+            ServerSpec(
+                str(name),
+                engine if engine in ("sglang", "vllm") else "auto",
+                port,
+                run_id=run.run_id,
+                model=model_from_argv(rec.argv) if rec is not None else "",
+            )
+        )
+    # two live runs with the same profile name: tell them apart by run id
+    names = [s.name for s in specs]
+    return tuple(
+        s if names.count(s.name) == 1 else ServerSpec(f"{s.name}:{s.run_id}", s.engine, s.port, s.run_id, s.model)
+        for s in specs
+    )
+
+
+def model_from_argv(argv: Sequence[str]) -> str:
+    """The model an engine command line serves (``--model-path``, ``--model``, ``vllm serve MODEL``)."""
+    args = list(argv)
+    for flag in ("--served-model-name", "--model-path", "--model"):
+        for i, a in enumerate(args):
+            if a == flag and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(flag + "="):
+                return a.split("=", 1)[1]
+    if "serve" in args:
+        i = args.index("serve")
+        if i + 1 < len(args) and not args[i + 1].startswith("-"):
+            return args[i + 1]
+    return ""
+
+
+async def collect_status(
+    host: Host, servers: Iterable[ServerSpec] = (), *, cpu_window: float = 0.3
+) -> StatusSnapshot:
+    """GPUs, host stats and servers once, concurrently. Failures become states, never raise.
+
+    ``cpu_window``: seconds between the two host samples that give CPU %
+    (0: one sample, CPU % is NA).
+    """
+    extra = tuple(servers)
+
+    async def gpus() -> GpuStatus:
+        return await GpuCollector(host).sample_once()
+
+    async def hoststats() -> HostStats:
+        c = HostCollector(host)
+        stats = await c.sample()
+        if cpu_window > 0:
+            await asyncio.sleep(cpu_window)
+            stats = await c.sample()
+        return stats
+
+    async def server_stats() -> tuple:
+        try:
+            known = await known_servers(host)
+        except (HostError, OSError):
+            known = ()
+        names = {s.name for s in extra}
+        specs = tuple(s for s in known if s.name not in names) + extra
+        if not specs:
+            return ()
+        async with ServerCollector(host, specs) as sc:
+            return await sc.sample()
+
+    g, h, s = await asyncio.gather(gpus(), hoststats(), server_stats(), return_exceptions=True)
+    host_error = ""
+    if isinstance(h, BaseException):
+        host_error = str(h) if isinstance(h, HostError) else f"{type(h).__name__}: {h}"
+        h = None
+    if isinstance(g, BaseException):
+        g = GpuStatus("error", message=f"{type(g).__name__}: {g}")
+    if isinstance(s, BaseException):
+        s = ()
+    return StatusSnapshot(target=host.target, gpus=g, host=h, servers=tuple(s), host_error=host_error)
+
+
+def status_json(snap: StatusSnapshot) -> dict[str, Any]:
+    """The ``--json`` shape: flat ``gpus``/``host``/``servers`` keys, NA as null."""
+    return {
+        "target": snap.target,
+        "gpu_state": snap.gpus.state,
+        "gpu_message": snap.gpus.message,
+        "gpus": jsonable(snap.gpus.gpus),
+        "processes": jsonable(snap.gpus.processes),
+        "host": jsonable(snap.host),
+        "host_error": snap.host_error,
+        "servers": jsonable(snap.servers),
+        "time": snap.gpus.time,
+    }

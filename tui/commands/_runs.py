@@ -1,0 +1,49 @@
+"""Helpers shared by the launch/stop/logs/runs commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from tui.services.hosts import Host, HostError, get_host
+from tui.services.launcher import RunRecord, RunStore, pick_run, reattach, target_name
+from tui.util.safety import UnsafeInput
+
+
+def host_from_args(args: argparse.Namespace) -> Host:
+    return get_host(args.host, demo=args.demo)
+
+
+def err(cmd: str, msg: str) -> int:
+    print(f"tunedeck {cmd}: {msg}", file=sys.stderr)
+    return 1
+
+
+async def records_for(host: Host, store: RunStore, *, sync: bool = True) -> list[RunRecord]:
+    """Local records for this host, after merging what the host's run folders say."""
+    if sync:
+        await reattach(host, store)
+    return store.all(target_name(host))
+
+
+def choose(records: Sequence[RunRecord], run: str | None, *, alive_first: bool = False) -> RunRecord | None:
+    if run is None and alive_first:
+        live = [r for r in records if not r.ended_]
+        if live:
+            return live[-1]
+    return pick_run(records, run)
+
+
+def age(seconds: float) -> str:
+    s = int(max(0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+__all__ = ["HostError", "UnsafeInput", "age", "choose", "err", "host_from_args", "records_for"]

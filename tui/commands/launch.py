@@ -1,0 +1,170 @@
+"""``tunedeck launch NAME|--cmd …``: start a server detached on the host, optionally wait until ready."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from tui.commands._runs import err, host_from_args
+from tui.model import jsonable
+from tui.profiles.model import ProfileError
+from tui.services.hosts import HostError
+from tui.services.launcher import ENGINES, LaunchRefused, RunStore, demo_argv, launch
+from tui.services.tracker import StartupTracker, format_progress
+from tui.util.safety import UnsafeInput, check_env_name
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "launch",
+        parents=[common],
+        help="launch a profile (or a raw command) detached on the host",
+        description="Start a server detached on the host (it survives SSH loss and dashboard exit) "
+        "with a run folder there and a local record. With --wait, follow the startup and exit 0 "
+        "once ready, non-zero with the diagnosis when it fails.",
+    )
+    p.add_argument("name", nargs="?", metavar="NAME", help="profile name")
+    p.add_argument("--engine", choices=ENGINES, help="engine of a raw --cmd (default: from the command)")
+    p.add_argument("--port", type=int, help="HTTP port of a raw --cmd (for /health)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra environment (repeatable)")
+    p.add_argument("--wait", action="store_true", help="follow the startup until ready or failed")
+    p.add_argument("--timeout", type=float, default=None, metavar="S", help="give up waiting after S seconds")
+    p.add_argument(
+        "--stall-after", type=float, default=300.0, metavar="S",
+        help="with --wait: fail after S seconds without log output, progress or GPU-memory change (default 300)",
+    )
+    p.add_argument("--json", action="store_true", help="print the run record (and the final progress) as JSON")
+    p.add_argument("--cmd", nargs=argparse.REMAINDER, metavar="ARGV", help="raw command to run (the rest of the line)")
+    p.set_defaults(func=run)
+
+
+def _guess_engine(argv: list[str]) -> str:
+    text = " ".join(argv[:4]).lower()
+    if "sglang" in text:
+        return "sglang"
+    if "vllm" in text:
+        return "vllm"
+    return "other"
+
+
+def _guess_port(argv: list[str], engine: str) -> int | None:
+    for i, a in enumerate(argv):
+        if a.startswith("--port="):
+            v = a.split("=", 1)[1]
+            return int(v) if v.isdigit() else None
+        if a == "--port" and i + 1 < len(argv) and argv[i + 1].isdigit():
+            return int(argv[i + 1])
+    return {"sglang": 30000, "vllm": 8000}.get(engine)
+
+
+def _from_profile(name: str, demo: bool) -> tuple[list[str], dict[str, str], str, int | None]:
+    """(argv, env, engine, port) for a saved profile (the demo swaps in the simulator)."""
+    from tui.profiles.builder import build_command
+    from tui.profiles.store import ProfileStore
+
+    prof = ProfileStore().get(name)
+    cmd = build_command(prof, demo=demo)
+    argv = list(cmd.argv)
+    if demo:
+        argv = demo_argv(argv)
+    return argv, cmd.env_dict, prof.engine, prof.effective_port
+
+
+async def run(args: argparse.Namespace) -> int:
+    if bool(args.name) == bool(args.cmd):
+        return err("launch", "give a profile NAME or --cmd ARGV… (one of them)")
+    try:
+        env: dict[str, str] = {}
+        for item in args.env:
+            if "=" not in item:
+                raise UnsafeInput(f"--env {item!r}: expected NAME=VALUE")
+            k, v = item.split("=", 1)
+            env[check_env_name(k, "--env")] = v
+        if args.cmd:
+            argv = list(args.cmd)
+            if argv and argv[0] == "--":
+                argv = argv[1:]
+            if not argv:
+                return err("launch", "--cmd needs a command")
+            engine = args.engine or _guess_engine(argv)
+            port = args.port if args.port is not None else _guess_port(argv, engine)
+            profile = None
+        else:
+            argv, penv, engine, port = _from_profile(args.name, args.demo)
+            env = {**penv, **env}
+            if args.engine:
+                engine = args.engine
+            if args.port is not None:
+                port = args.port
+            profile = args.name
+    except UnsafeInput as e:
+        return err("launch", str(e))
+    except ProfileError as e:
+        return err("launch", str(e))
+    except (OSError, ValueError, KeyError, LookupError) as e:
+        return err("launch", f"profile {args.name!r}: {e}")
+    host = host_from_args(args)
+    store = RunStore()
+    try:
+        rec = await launch(host, argv, env, engine=engine, port=port, profile=profile, store=store)
+    except LaunchRefused as e:
+        return err("launch", f"refused: {e}")
+    except UnsafeInput as e:
+        return err("launch", str(e))
+    except HostError as e:
+        return err("launch", str(e))
+    finally:
+        pass
+    if not args.json:
+        print(
+            f"launched run {rec.run_id} on {rec.target} (pid {rec.pid}); log: {rec.run_dir}/log",
+            file=sys.stderr if args.wait else sys.stdout,
+        )
+    if not args.wait:
+        if args.json:
+            print(json.dumps(jsonable(rec.to_json())))
+        await host.close()
+        return 0
+    tty = sys.stderr.isatty()
+    last = [""]
+
+    def show(snap) -> None:  # type: ignore[no-untyped-def]
+        line = format_progress(snap)
+        if tty:
+            sys.stderr.write("\r\x1b[2K" + line)
+            sys.stderr.flush()
+        else:
+            key = f"{snap.phase}|{snap.phase_n}|{snap.state}|{snap.stalled}"
+            if key != last[0]:
+                last[0] = key
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+
+    tracker = StartupTracker(host, rec, store=store, stall_after=args.stall_after)
+    t0 = time.monotonic()
+    try:
+        final = await tracker.run(timeout=args.timeout, on_update=show)
+    finally:
+        await host.close()
+    if tty:
+        sys.stderr.write("\n")
+    out = store.load(rec.run_id) or rec
+    if args.json:
+        print(json.dumps({"run": jsonable(out.to_json()), "progress": jsonable(final)}))
+    if final.state == "ready":
+        if not args.json:
+            print(f"run {rec.run_id} ready after {time.monotonic() - t0:.1f} s")
+        return 0
+    if final.state == "starting":
+        print(
+            f"tunedeck launch: run {rec.run_id} not ready after {args.timeout:g} s ({final.message}); "
+            "it keeps running (tunedeck stop to end it)",
+            file=sys.stderr,
+        )
+        return 3
+    print(f"tunedeck launch: run {rec.run_id} failed: {final.diagnosis}", file=sys.stderr)
+    if final.proof:
+        print(f"  log: {final.proof}", file=sys.stderr)
+    return 1

@@ -1,0 +1,114 @@
+"""``tunedeck parse-log FILE``: the startup/log parser the tracker uses, on a file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tui.collectors.logparse import (
+    ENGINES,
+    ErrorEvent,
+    FactEvent,
+    LogParser,
+    PhaseEvent,
+    StatEvent,
+    event_to_json,
+)
+from tui.model import jsonable
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "parse-log",
+        parents=[common],
+        help="parse an SGLang/vLLM server log: startup phases, progress, facts, failures",
+        description="Parse an SGLang or vLLM server log and print the events (phase changes with "
+        "progress 0-1, facts, fatal errors with their kind) and a final summary.",
+    )
+    p.add_argument("file", metavar="FILE", help="log file ('-' reads standard input)")
+    p.add_argument("--engine", choices=ENGINES, help="engine that wrote the log (default: detected)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--stats", action="store_true", help="also print runtime stat lines (Decode batch …)")
+    p.set_defaults(func=run)
+
+
+def _summary(st) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    f = st.failure
+    return {
+        "event": "summary",
+        "engine": st.engine,
+        "status": st.status,
+        "phase": st.phase,
+        "progress": st.phase_progress(),
+        "describe": st.describe(),
+        "weights": list(st.weights) if st.weights else None,
+        "weight_bars": [list(b) for b in st.weight_bars],
+        "kv_tokens": st.kv_tokens,
+        "graph_bars": [list(b) for b in st.graph_bars],
+        "graph_done": st.graph_done,
+        "ready_line": st.ready_line,
+        "failure": None if f is None else {"kind": f.kind, "cause": f.cause, "line": f.line, "time": f.time},
+        "facts": jsonable(st.facts),
+        "lines": st.lines,
+    }
+
+
+def _text(ev) -> str | None:  # type: ignore[no-untyped-def]
+    t = f"[{ev.time}] " if ev.time else ""
+    if isinstance(ev, PhaseEvent):
+        prog = ""
+        if ev.total is not None:
+            prog = f" {ev.n}/{ev.total}"
+        if ev.progress is not None:
+            prog += f" {ev.progress * 100:.0f}%"
+        lab = f" ({ev.label})" if ev.label and ev.label != "weights" else ""
+        done = " done" if ev.done else ""
+        return f"{t}{ev.phase}{lab}{prog}{done}"
+    if isinstance(ev, FactEvent):
+        return f"{t}  {ev.name} = {ev.value}"
+    if isinstance(ev, ErrorEvent):
+        return f"{t}ERROR {ev.kind}: {ev.cause}\n    {ev.line}"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    parser = LogParser(args.engine)
+    try:
+        f = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
+    except OSError as e:
+        print(f"tunedeck parse-log: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    out = sys.stdout
+
+    def emit(events) -> None:  # type: ignore[no-untyped-def]
+        for ev in events:
+            if isinstance(ev, StatEvent) and not args.stats:
+                continue
+            if args.json:
+                out.write(json.dumps(jsonable(event_to_json(ev)), ensure_ascii=False) + "\n")
+            else:
+                line = _text(ev) if not isinstance(ev, StatEvent) else f"  stat: {ev.message}"
+                if line:
+                    out.write(line + "\n")
+
+    try:
+        with f:
+            while True:
+                chunk = f.read(65536)
+                if not chunk:
+                    break
+                emit(parser.feed(chunk))
+            emit(parser.finish())
+    except OSError as e:
+        print(f"tunedeck parse-log: error reading {args.file}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    st = parser.state
+    if args.json:
+        out.write(json.dumps(_summary(st), ensure_ascii=False) + "\n")
+    else:
+        out.write(f"engine: {st.engine or 'unknown'}; status: {st.status}; {st.describe()}\n")
+        fl = st.failure
+        if fl is not None:
+            out.write(f"cause: {fl.cause}\nproof: {fl.line}\n")
+    return 0

@@ -1,0 +1,68 @@
+"""``tunedeck preflight NAME``: check a profile against the host's engine and GPUs before launching."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tui.profiles.model import ProfileError
+from tui.profiles.store import ProfileStore
+
+_MARK = {"error": "✗", "warning": "!", "info": "·"}
+
+
+async def _preflight(args: argparse.Namespace) -> int:
+    from tui.commands._hosterr import report_error
+    from tui.commands.profiles import load_named
+    from tui.profiles.preflight import preflight
+    from tui.services.hosts import HostError, get_host
+    from tui.util.safety import UnsafeInput
+
+    store = ProfileStore()
+    try:
+        profile = load_named(store, args.name)
+    except ProfileError as e:
+        print(f"tunedeck: {e}", file=sys.stderr)
+        return 2
+    target = "demo" if args.demo else (args.host or "local")
+    try:
+        host = get_host(args.host, demo=args.demo)
+    except ImportError:
+        print("tunedeck preflight: the simulator (--demo) is not available in this build", file=sys.stderr)
+        return 2
+    except (UnsafeInput, HostError) as e:
+        return report_error("preflight", target, e, as_json=args.json)
+    try:
+        report = await preflight(
+            host, profile, demo=args.demo, store=store,
+            allow_dangerous=args.allow_dangerous_env, use_cache=not args.no_cache,
+        )
+    except (UnsafeInput, HostError) as e:
+        return report_error("preflight", target, e, as_json=args.json)
+    finally:
+        await host.close()
+    if args.json:
+        print(json.dumps(report.jsonable(), indent=2, ensure_ascii=False))
+    else:
+        print(f"pre-flight {profile.name} on {target}:")
+        if report.command:
+            print(f"  command: {report.command.display}")
+        for f in report.findings:
+            print(f"  {_MARK.get(f.severity, '?')} {f.severity}: {f.message}")
+        n = len(report.errors)
+        print(f"{'OK' if report.ok else 'FAILED'}: {n} error(s), "
+              f"{sum(1 for f in report.findings if f.severity == 'warning')} warning(s)")
+    return 0 if report.ok else 1
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "preflight", parents=[common],
+        help="check a profile against the host's engine version, --help and GPUs (launches nothing)",
+    )
+    p.add_argument("name", metavar="NAME", help="profile name or path to a .toml file")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-cache", action="store_true", help="ask the host again instead of using cached --help facts")
+    p.add_argument("--allow-dangerous-env", action="store_true", help="accept LD_PRELOAD, PATH, PYTHONPATH, …")
+    p.set_defaults(func=_preflight)

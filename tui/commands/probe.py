@@ -1,0 +1,76 @@
+"""``tunedeck probe [TARGET] [--json]``: host facts (OS, CPUs, memory, Python, GPUs, engines)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tui.commands._hosterr import report_error
+from tui.services.hosts import HostError, get_host
+from tui.services.probe import ProbeResult, probe_host
+from tui.util.safety import UnsafeInput
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "probe",
+        parents=[common],
+        help="connect to a host and report its facts (OS, CPUs, memory, Python, GPUs, engines)",
+        description="Connect to TARGET (default: --host, else this machine) and report hostname, OS, "
+        "kernel, CPU count, memory, python3, nvidia-smi and GPU count, and the installed "
+        "SGLang/vLLM versions. One remote script, one round trip.",
+    )
+    p.add_argument("target", nargs="?", metavar="TARGET", help="'local', [user@]host[:port] or an ssh alias")
+    p.add_argument("--json", action="store_true", help="print the facts as a JSON object")
+    p.set_defaults(func=run)
+
+
+def _gib(n: int | None) -> str:
+    return "N/A" if n is None else f"{n / 2**30:.1f} GiB"
+
+
+def format_table(r: ProbeResult) -> str:
+    smi = "not found"
+    if r.nvidia_smi:
+        if r.gpu_count is None:
+            smi = f"{r.nvidia_smi} (error: {r.nvidia_smi_error or 'N/A'})"
+        else:
+            names = sorted(set(r.gpus))
+            smi = f"{r.nvidia_smi}, {r.gpu_count} GPU{'s' if r.gpu_count != 1 else ''}"
+            if names:
+                smi += f" ({', '.join(names)})"
+    rows = [
+        ("target", r.target),
+        ("hostname", r.hostname or "N/A"),
+        ("os", r.os or "N/A"),
+        ("kernel", f"{r.kernel or 'N/A'}" + (f" ({r.arch})" if r.arch else "")),
+        ("cpus", "N/A" if r.cpus is None else str(r.cpus)),
+        ("memory", _gib(r.memory_bytes)),
+        ("python3", f"{r.python_version or 'unknown version'} ({r.python_path})" if r.python_path else "not found"),
+        ("nvidia-smi", smi),
+    ]
+    for name, v in r.engines.items():
+        rows.append((name, v if v else "not installed"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+async def run(args: argparse.Namespace) -> int:
+    target = args.target or args.host
+    where = "demo" if args.demo else (target or "local")
+    try:
+        host = get_host(target, demo=args.demo)
+    except (UnsafeInput, HostError) as e:
+        return report_error("probe", where, e, as_json=args.json)
+    except ImportError as e:  # --demo before the simulator is installed
+        return report_error("probe", where, HostError("error", f"not available: {e}"), as_json=args.json)
+    try:
+        async with host:
+            result = await probe_host(host)
+    except (HostError, UnsafeInput) as e:
+        return report_error("probe", where, e, as_json=args.json)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print(format_table(result))
+    return 0

@@ -1,0 +1,201 @@
+"""``tunedeck profiles``: list, show, check, print the exact launch command, diff two profiles."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tui.profiles.builder import build_command, check_profile, line_of_key, resolve_nccl
+from tui.profiles.diff import diff_commands
+from tui.profiles.model import ProfileError, ServerProfile, load_profile_file, parse_toml, profile_jsonable, profile_to_toml
+from tui.profiles.presets import load_preset_file, preset_jsonable
+from tui.profiles.store import ProfileStore
+
+
+def _err(msg: str) -> int:
+    print(f"tunedeck: {msg}", file=sys.stderr)
+    return 1
+
+
+def _print_json(obj: object) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+def load_named(store: ProfileStore, name: str) -> ServerProfile:
+    """A profile by name, or by path when ``name`` is an existing ``.toml`` file."""
+    p = Path(name)
+    if name.endswith(".toml") and p.is_file():
+        return load_profile_file(p, source="file")
+    return store.get(name)
+
+
+def _list(args: argparse.Namespace) -> int:
+    store = ProfileStore()
+    listing = store.listing()
+    if args.json:
+        _print_json({
+            "user_folder": str(store.user), "builtin_folder": str(store.builtin),
+            "profiles": [profile_jsonable(p) for p in listing.profiles],
+            "shadowed": [{"name": p.name, "path": p.path} for p in listing.shadowed],
+            "errors": [e.as_dict() for e in listing.errors + tuple(store.preset_errors())],
+        })
+        return 0
+    rows = [("NAME", "ENGINE", "SOURCE", "TP", "ATTENTION", "NCCL", "MODEL")]
+    for p in sorted(listing.profiles, key=lambda p: p.name):
+        att = p.attention_backend or "auto"
+        if p.prefill_backend or p.decode_backend:
+            att += f" (prefill {p.prefill_backend or '-'}, decode {p.decode_backend or '-'})"
+        rows.append((p.name, p.engine, p.source, str(p.tp), att, p.nccl_preset, p.model))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    for p in listing.shadowed:
+        print(f"note: built-in {p.name!r} is shadowed by the user profile of the same name", file=sys.stderr)
+    for e in listing.errors + tuple(store.preset_errors()):
+        print(f"tunedeck: broken file skipped: {e}", file=sys.stderr)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    store = ProfileStore()
+    try:
+        p = load_named(store, args.name)
+    except ProfileError as e:
+        return _err(str(e))
+    if args.json:
+        _print_json(profile_jsonable(p))
+        return 0
+    print(f"# {p.name} ({p.source}{', read-only' if p.read_only else ''}) {p.path}")
+    print(profile_to_toml(p), end="")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    store = ProfileStore()
+    kind = "profile"
+    text = ""
+    try:
+        if not path.is_file():
+            raise ProfileError("no such file", path=path)
+        text = path.read_text(encoding="utf-8", errors="replace")
+        data = parse_toml(text, path)
+        if "engine" not in data and ("nccl" in data or "attention" in data) and not ({"model", "tp"} & set(data)):
+            kind = "presets"
+            nccl, att = load_preset_file(path, source="file")
+            summary = f"{len(nccl)} NCCL and {len(att)} attention presets"
+            issues = []
+        else:
+            prof = load_profile_file(path, source="file")
+            nccl_p = resolve_nccl(prof, store)
+            cmd, issues = check_profile(prof, nccl=nccl_p, allow_dangerous=args.allow_dangerous_env)
+            errors = [i for i in issues if i.severity == "error"]
+            if errors:
+                first = errors[0]
+                raise ProfileError(first.message, path=path, line=line_of_key(prof, first.key), key=first.key)
+            summary = f"{prof.engine} profile {prof.name!r}"
+    except ProfileError as e:
+        if not e.path:
+            from tui.profiles.model import key_line
+
+            line = key_line(text, tuple(e.key.split("."))) if e.key else None
+            e = ProfileError(e.message, path=path, line=line, key=e.key)
+        if args.json:
+            _print_json({"ok": False, "file": str(path), "error": e.as_dict()})
+        else:
+            print(f"tunedeck: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        _print_json({"ok": True, "file": str(path), "kind": kind,
+                     "warnings": [{"key": i.key, "message": i.message, "severity": i.severity} for i in issues]})
+    else:
+        print(f"{path}: ok ({summary})")
+        for i in issues:
+            print(f"  {i}")
+    return 0
+
+
+def _command(args: argparse.Namespace) -> int:
+    store = ProfileStore()
+    try:
+        p = load_named(store, args.name)
+        cmd = build_command(p, demo=args.demo, store=store, allow_dangerous=args.allow_dangerous_env)
+    except ProfileError as e:
+        return _err(str(e))
+    if args.json:
+        out = cmd.jsonable()
+        out["profile"] = p.name
+        out["host"] = "demo" if args.demo else (args.host or "local")
+        _print_json(out)
+        return 0
+    print(cmd.display)
+    for w in cmd.warnings:
+        print(f"# {w}", file=sys.stderr)
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    store = ProfileStore()
+    try:
+        a = build_command(load_named(store, args.running), demo=args.demo, store=store, allow_dangerous=True)
+        b = build_command(load_named(store, args.new), demo=args.demo, store=store, allow_dangerous=True)
+    except ProfileError as e:
+        return _err(str(e))
+    d = diff_commands(a, b)
+    if args.json:
+        _print_json(d.jsonable())
+    else:
+        for line in d.lines() or ["(no change)"]:
+            print(line)
+    return 0
+
+
+def _presets(args: argparse.Namespace) -> int:
+    store = ProfileStore()
+    nccl = store.nccl_presets()
+    att = store.attention_presets()
+    if args.json:
+        _print_json({"nccl": [preset_jsonable(p) for p in nccl], "attention": [preset_jsonable(p) for p in att]})
+        return 0
+    print("NCCL presets:")
+    for p in nccl:
+        vars_ = " ".join(f"{k}={v}" for k, v in p.vars) or "(no variables)"
+        print(f"  {p.name:<10} {vars_}")
+        if p.warning:
+            print(f"  {'':<10} warning: {p.warning}")
+    print("Attention presets:")
+    for p in att:
+        parts = [f"backend={p.backend}" if p.backend else "backend=auto"]
+        if p.prefill:
+            parts.append(f"prefill={p.prefill}")
+        if p.decode:
+            parts.append(f"decode={p.decode}")
+        print(f"  {p.engine:<7}{p.name:<28} {' '.join(parts)}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser("profiles", parents=[common], help="server profiles: list, show, check, command")
+    sub = p.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
+
+    def add(name: str, func, help: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, parents=[common], help=help)
+        sp.add_argument("--json", action="store_true", help="machine-readable output")
+        sp.set_defaults(func=func)
+        return sp
+
+    add("list", _list, "list profiles (user folder first, then built-ins)")
+    s = add("show", _show, "show one profile")
+    s.add_argument("name", metavar="NAME", help="profile name or path to a .toml file")
+    c = add("check", _check, "validate a profile or presets file; non-zero exit naming file, line and key")
+    c.add_argument("file", metavar="FILE")
+    c.add_argument("--allow-dangerous-env", action="store_true", help="accept LD_PRELOAD, PATH, PYTHONPATH, …")
+    c = add("command", _command, "print the exact launch command line")
+    c.add_argument("name", metavar="NAME", help="profile name or path to a .toml file")
+    c.add_argument("--allow-dangerous-env", action="store_true", help="accept LD_PRELOAD, PATH, PYTHONPATH, …")
+    d = add("diff", _diff, "flags and env that differ between two profiles' commands")
+    d.add_argument("running", metavar="RUNNING")
+    d.add_argument("new", metavar="NEW")
+    add("presets", _presets, "list NCCL and attention-backend presets")

@@ -1,0 +1,202 @@
+"""``tunedeck status``: GPUs, host figures and servers once, for people and scripts.
+
+Exit status: 0 when everything was read and the GPUs are ok, 1 when part of
+it failed (GPU state not ok, host figures unreadable; the rest is still
+printed), 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from tui.model import NA, StatusSnapshot, is_na
+
+_ENGINES = ("auto", "sglang", "vllm")
+
+
+def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "status",
+        parents=[common],
+        help="print GPUs, host load and servers once",
+        description="Print the GPUs (nvidia-smi), host CPU/memory/load and inference servers "
+        "of the target host once. Servers tunedeck launched are listed automatically; "
+        "add others with --server.",
+    )
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        action="append",
+        default=[],
+        help="also probe this server (http://host:port; a loopback URL means the target host's "
+        "loopback, reached through an SSH port forward); repeatable. "
+        "Prefix 'sglang=' or 'vllm=' to name the engine",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON (N/A values are null)")
+    p.set_defaults(func=run_status)
+
+
+def _parse_servers(items: Sequence[str]) -> list[Any]:
+    from tui.collectors.servers import ServerSpec
+
+    specs = []
+    for item in items:
+        engine = "auto"
+        url = item
+        head, sep, tail = item.partition("=")
+        if sep and head in _ENGINES:
+            engine, url = head, tail
+        specs.append(ServerSpec.from_url(url, engine=engine))
+    return specs
+
+
+async def run_status(args: argparse.Namespace) -> int:
+    from tui.collectors.status import collect_status, status_json
+    from tui.services.hosts import HostError, get_host
+    from tui.util.safety import UnsafeInput
+
+    try:
+        servers = _parse_servers(args.server)
+    except ValueError as exc:
+        print(f"tunedeck status: --server: {exc}", file=sys.stderr)
+        return 2
+    try:
+        host = get_host(args.host, demo=args.demo)
+    except UnsafeInput as exc:
+        print(f"tunedeck status: --host: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        what = "the simulator (--demo)" if args.demo else f"remote hosts ({args.host})"
+        print(f"tunedeck status: {what} is not available in this build: {exc}", file=sys.stderr)
+        return 2
+    except HostError as exc:
+        print(f"tunedeck status: {exc}", file=sys.stderr)
+        return 1
+    try:
+        snap = await collect_status(host, servers)
+    finally:
+        try:
+            await host.close()
+        except Exception:  # noqa: BLE001 - closing must not hide the result
+            pass
+    if args.json:
+        print(json.dumps(status_json(snap), indent=2))
+    else:
+        print(format_status(snap))
+    failed = snap.gpus.state != "ok" or bool(snap.host_error)
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------- human output
+
+
+def _f(v: Any, fmt: str = "{:.0f}", suffix: str = "") -> str:
+    if v is None or is_na(v):
+        return "N/A"
+    try:
+        return fmt.format(v) + suffix
+    except (ValueError, TypeError):
+        return str(v)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    widths = [len(h) for h in headers]
+    for r in rows:
+        for i, c in enumerate(r):
+            widths[i] = max(widths[i], len(c))
+    out = []
+    for r in [list(headers), *rows]:
+        cells = [c.ljust(widths[i]) if i < len(r) - 1 else c for i, c in enumerate(r)]
+        out.append(indent + "  ".join(cells).rstrip())
+    return out
+
+
+def _bytes(v: Any) -> str:
+    if is_na(v) or v is None:
+        return "N/A"
+    return f"{v / 2**30:.1f}"
+
+
+def _duration(sec: Any) -> str:
+    if is_na(sec) or sec is None:
+        return "N/A"
+    s = int(sec)
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, _ = divmod(s, 60)
+    return f"{d}d {h}h" if d else (f"{h}h {m}m" if h else f"{m}m")
+
+
+def format_status(snap: StatusSnapshot) -> str:
+    from tui.collectors.history import memory_percent
+    from tui.collectors.smi import STATE_LABELS
+
+    lines: list[str] = []
+    g = snap.gpus
+    hostname = snap.host.hostname if snap.host else ""
+    title = f"{snap.target}" + (f" ({hostname})" if hostname and hostname != snap.target else "")
+    lines.append(f"Target: {title}")
+    if g.state == "ok":
+        lines.append(f"GPUs: {len(g.gpus)}")
+        rows = []
+        for x in g.gpus:
+            mem = f"{_f(x.memory_used)}/{_f(x.memory_total)}"
+            pct = memory_percent(x.memory_used, x.memory_total)
+            rows.append(
+                [
+                    str(x.index),
+                    x.name or "N/A",
+                    _f(x.utilization, suffix="%"),
+                    mem,
+                    _f(pct, suffix="%"),
+                    _f(x.temperature, suffix="C"),
+                    f"{_f(x.power_draw)}/{_f(x.power_limit)}",
+                    _f(x.clock_sm),
+                ]
+            )
+        lines += _table(["GPU", "NAME", "UTIL", "MEM MiB", "MEM%", "TEMP", "POWER W", "SM MHz"], rows)
+        if g.processes:
+            lines.append("Processes:")
+            prow = [
+                [str(p.pid), "?" if p.gpu_index is None else str(p.gpu_index), _f(p.used_memory), p.name]
+                for p in g.processes
+            ]
+            lines += _table(["PID", "GPU", "MEM MiB", "NAME"], prow)
+    else:
+        label = STATE_LABELS.get(g.state, g.state)
+        lines.append(f"GPUs: {label}" + (f": {g.message}" if g.message and g.message != label else ""))
+    h = snap.host
+    if h is not None:
+        lines.append(
+            f"Host: CPU {_f(h.cpu_percent, suffix='%')} of {_f(h.cpu_count)} cores, "
+            f"memory {_bytes(h.mem_used)}/{_bytes(h.mem_total)} GiB, "
+            f"load {_f(h.load1, '{:.2f}')} {_f(h.load5, '{:.2f}')} {_f(h.load15, '{:.2f}')}, "
+            f"up {_duration(h.uptime)}"
+        )
+    else:
+        lines.append(f"Host: unavailable: {snap.host_error or 'unknown error'}")
+    if snap.servers:
+        lines.append("Servers:")
+        rows = []
+        for s in snap.servers:
+            rows.append(
+                [
+                    s.name,
+                    s.engine,
+                    s.state,
+                    s.model or "N/A",
+                    _f(s.running),
+                    _f(s.waiting),
+                    _f(s.kv_cache_usage * 100 if not is_na(s.kv_cache_usage) else NA, suffix="%"),
+                    _f(s.gen_throughput, "{:.1f}"),
+                    _f(s.ttft_p50 * 1000 if not is_na(s.ttft_p50) else NA, suffix=" ms"),
+                    s.message,
+                ]
+            )
+        lines += _table(
+            ["NAME", "ENGINE", "STATE", "MODEL", "RUN", "WAIT", "KV", "GEN tok/s", "TTFT p50", "NOTE"], rows
+        )
+    return "\n".join(lines)

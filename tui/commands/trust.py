@@ -1,0 +1,99 @@
+"""``tunedeck trust TARGET [--yes] [--json]``: trust a host's SSH key after comparing its fingerprint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tui.commands._hosterr import report_error
+from tui.services.hosts import HostError, parse_target
+from tui.util.paths import known_hosts_file
+from tui.util.safety import UnsafeInput
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "trust",
+        parents=[common],
+        help="show a host's SSH key fingerprint and, once confirmed, trust it",
+        description="Fetch TARGET's SSH host key, print its SHA256 fingerprint and, after you confirm "
+        "(or with --yes), add it to tunedeck's known_hosts. Compare the fingerprint with the one "
+        "the host itself shows (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) first. A host whose "
+        "key CHANGED is refused; remove the old line yourself if the change is expected.",
+    )
+    p.add_argument("target", nargs="?", metavar="TARGET", help="[user@]host[:port] or an ssh alias")
+    p.add_argument("--yes", "-y", action="store_true", help="trust without asking (after comparing)")
+    p.add_argument("--json", action="store_true", help="print the result as a JSON object")
+    p.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    from tui.services.trust import add_trusted, check_host
+
+    target = args.target or args.host
+    if not target or target == "local" or args.demo:
+        print("tunedeck trust: give a remote TARGET ([user@]host[:port] or an ssh alias)", file=sys.stderr)
+        return 2
+    try:
+        t = parse_target(target)
+        if t.is_local:
+            print("tunedeck trust: 'local' needs no host key", file=sys.stderr)
+            return 2
+        check = await check_host(t)
+    except (HostError, UnsafeInput) as e:
+        return report_error("trust", target, e, as_json=args.json)
+
+    ep = check.endpoint
+    out = check.as_dict()
+    say = sys.stderr if args.json else sys.stdout
+    print(f"{ep.known_hosts_name} presents a {check.key_type} key", file=say)
+    print(f"  fingerprint: {check.fingerprint}", file=say)
+    if check.status == "trusted":
+        print("already trusted: nothing to do", file=say)
+        out["result"] = "already-trusted"
+        if args.json:
+            print(json.dumps(out, indent=2))
+        return 0
+    if check.status == "mismatch":
+        olds = ", ".join(f"{fp} (in {f})" for f, fp in check.known)
+        print(
+            f"tunedeck trust: {target}: HOST KEY MISMATCH: known key {olds}, but the server now presents "
+            f"{check.fingerprint}. Not trusting it. If the host was reinstalled, remove the old line "
+            "from that file yourself and run trust again.",
+            file=sys.stderr,
+        )
+        out["result"] = "mismatch"
+        if args.json:
+            print(json.dumps(out, indent=2))
+        return 1
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print(
+                "tunedeck trust: not a terminal: compare the fingerprint above, then rerun with --yes",
+                file=sys.stderr,
+            )
+            out["result"] = "not-confirmed"
+            if args.json:
+                print(json.dumps(out, indent=2))
+            return 1
+        try:
+            answer = input(f"Trust this key for {ep.known_hosts_name}? Type 'yes' to confirm: ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("yes", "y"):
+            print("not trusted; nothing written", file=say)
+            out["result"] = "refused"
+            if args.json:
+                print(json.dumps(out, indent=2))
+            return 1
+    path = add_trusted(check)
+    print(f"trusted: added {ep.known_hosts_name} to {path}", file=say)
+    out["result"] = "trusted"
+    out["known_hosts_file"] = str(path)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    return 0
+
+
+__all__ = ["known_hosts_file", "register", "run"]

@@ -1,0 +1,501 @@
+"""Server profiles and presets as frozen dataclasses, parsed from TOML with precise errors.
+
+A server profile file (``NAME.toml``)::
+
+    schema_version = 1
+    engine = "sglang"                  # sglang | vllm
+    model = "deepseek-ai/DeepSeek-V2-Lite-Chat"
+    tp = 8                             # tensor parallel size
+    host = "0.0.0.0"
+    port = 30000
+    python = "python3"                 # interpreter that runs the engine
+    extra_args = "--page-size=64"      # free text, shlex-split, checked token by token
+    confirm_dangerous = []             # env names like LD_PRELOAD the user confirmed
+    notes = "..."
+
+    [attention]
+    backend = "flashinfer"             # "" = the engine's choice
+    prefill = ""                       # SGLang only: --prefill-attention-backend
+    decode = ""                        # SGLang only: --decode-attention-backend
+
+    [nccl]
+    preset = "pcie"                    # default | pcie | nvlink | debug | a user preset
+    [nccl.overrides]
+    NCCL_BUFFSIZE = "8388608"          # "" removes a preset variable
+
+    [flags]                            # flag (without --) -> value; true = bare boolean flag
+    num-continuous-decode-steps = 4
+    disable-custom-all-reduce = true
+
+    [env]
+    SGLANG_ENABLE_JIT_DEEPGEMM = "0"
+
+    [speculative]                      # optional
+    algorithm = "EAGLE3"
+    draft_model = "..."
+    num_steps = 3
+    eagle_topk = 1
+    num_draft_tokens = 4
+
+Every error is a :class:`ProfileError` naming the file, the line and the key.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from tui.util.safety import DANGEROUS_ENV, ENV_NAME_RE
+
+SCHEMA_VERSION = 1
+ENGINES = ("sglang", "vllm")
+DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000}
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+FLAG_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+class ProfileError(ValueError):
+    """A profile or preset that cannot be used. ``str()`` reads ``file:line: key: message``."""
+
+    def __init__(
+        self, message: str, *, path: str | Path | None = None, line: int | None = None, key: str = ""
+    ) -> None:
+        self.message = message
+        self.path = str(path) if path is not None else None
+        self.line = line
+        self.key = key
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.path or "<profile>"
+        if self.line:
+            where += f":{self.line}"
+        key = f" {self.key}:" if self.key else ""
+        return f"{where}:{key} {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.path, "line": self.line, "key": self.key, "message": self.message}
+
+
+# ---------------------------------------------------------------------------- dataclasses
+
+
+@dataclass(frozen=True, slots=True)
+class Speculative:
+    """Speculative decoding. SGLang: --speculative-*; vLLM: one --speculative-config JSON."""
+
+    algorithm: str = ""
+    draft_model: str = ""
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerProfile:
+    name: str
+    engine: str
+    model: str
+    tp: int = 8
+    host: str = "0.0.0.0"
+    port: int = 0  # 0 = the engine's default port
+    python: str = "python3"
+    attention_backend: str = ""
+    prefill_backend: str = ""
+    decode_backend: str = ""
+    nccl_preset: str = "default"
+    nccl_overrides: tuple[tuple[str, str], ...] = ()
+    flags: tuple[tuple[str, bool | int | float | str], ...] = ()
+    extra_args: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+    notes: str = ""
+    speculative: Speculative | None = None
+    confirm_dangerous: tuple[str, ...] = ()
+    allow_unlisted_flags: bool = False
+    mla: bool | None = None  # None: guessed from the model name
+    #: where it came from: "builtin", "user" or "" (not saved yet)
+    source: str = ""
+    path: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def effective_port(self) -> int:
+        return self.port or DEFAULT_PORTS.get(self.engine, 30000)
+
+    @property
+    def read_only(self) -> bool:
+        return self.source == "builtin"
+
+    @property
+    def is_mla(self) -> bool:
+        if self.mla is not None:
+            return self.mla
+        return guess_mla(self.model)
+
+    def with_(self, **changes: Any) -> "ServerProfile":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class NcclPreset:
+    name: str
+    description: str = ""
+    vars: tuple[tuple[str, str], ...] = ()
+    warning: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionPreset:
+    name: str
+    engine: str
+    backend: str = ""
+    prefill: str = ""
+    decode: str = ""
+    description: str = ""
+    source: str = ""
+
+
+def guess_mla(model: str) -> bool:
+    """DeepSeek V2/V3/R1 (and Kimi K2, which reuses the architecture) use MLA attention."""
+    m = model.lower()
+    if "deepseek" in m and not re.search(r"distill|coder-(1\.3|6\.7|33)b|deepseek-llm", m):
+        return True
+    return "kimi-k2" in m
+
+
+# ---------------------------------------------------------------------------- TOML helpers
+
+
+def key_line(text: str, path: tuple[str, ...]) -> int | None:
+    """The 1-based line where the dotted key ``path`` is defined in TOML ``text`` (best effort).
+
+    Tracks ``[table]`` headers; a bare table header counts for a table path.
+    """
+    want = tuple(path)
+    table: tuple[str, ...] = ()
+    fallback = None
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", line)
+        if m:
+            table = _split_key(m.group(1))
+            if table == want:
+                return no
+            continue
+        m = re.match(r"""^((?:"[^"]*"|'[^']*'|[A-Za-z0-9_.\- ]+?))\s*=""", line)
+        if m:
+            full = table + _split_key(m.group(1))
+            if full == want:
+                return no
+            if want and full[: len(want)] == want and fallback is None:
+                fallback = no
+            if want and full and full[-1] == want[-1] and fallback is None:
+                fallback = no
+    return fallback
+
+
+def _split_key(k: str) -> tuple[str, ...]:
+    parts = []
+    for m in re.finditer(r'"([^"]*)"|\'([^\']*)\'|([^.\s]+)', k):
+        parts.append(next(g for g in m.groups() if g is not None))
+    return tuple(parts)
+
+
+_TOML_POS_RE = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+def parse_toml(text: str, path: str | Path | None) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        msg = str(e)
+        m = _TOML_POS_RE.search(msg)
+        line = int(m.group(1)) if m else None
+        key = ""
+        if line:
+            lines = text.splitlines()
+            if 0 < line <= len(lines):
+                km = re.match(r"^\s*([^=\[]+?)\s*=", lines[line - 1])
+                if km:
+                    key = km.group(1).strip()
+                else:
+                    hm = re.match(r"^\s*\[+([^\]]*)", lines[line - 1])
+                    if hm:
+                        key = f"[{hm.group(1).strip()}]"
+        raise ProfileError(f"TOML syntax error: {msg}", path=path, line=line, key=key) from None
+
+
+class _Reader:
+    """Validates a parsed TOML document key by key, raising ProfileError with file+line+key."""
+
+    def __init__(self, text: str, path: str | Path | None) -> None:
+        self.text = text
+        self.path = path
+
+    def err(self, keypath: tuple[str, ...], message: str) -> ProfileError:
+        return ProfileError(
+            message, path=self.path, line=key_line(self.text, keypath), key=".".join(keypath)
+        )
+
+    def unknown(self, table: Mapping[str, Any], allowed: set[str], prefix: tuple[str, ...]) -> None:
+        for k in table:
+            if k not in allowed:
+                hint = ", ".join(sorted(allowed))
+                raise self.err(prefix + (k,), f"unknown key (expected one of: {hint})")
+
+    def text_value(self, value: Any, keypath: tuple[str, ...], *, allow_empty: bool = True) -> str:
+        if not isinstance(value, str):
+            raise self.err(keypath, f"expected a string, got {type(value).__name__}")
+        m = _CONTROL_RE.search(value)
+        if m:
+            raise self.err(keypath, f"control character {m.group()!r} is not allowed")
+        if not allow_empty and not value:
+            raise self.err(keypath, "must not be empty")
+        return value
+
+    def int_value(self, value: Any, keypath: tuple[str, ...], lo: int, hi: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.err(keypath, f"expected an integer, got {type(value).__name__}")
+        if not lo <= value <= hi:
+            raise self.err(keypath, f"{value} is out of range {lo}..{hi}")
+        return value
+
+    def table(self, value: Any, keypath: tuple[str, ...]) -> Mapping[str, Any]:
+        if not isinstance(value, dict):
+            raise self.err(keypath, f"expected a table, got {type(value).__name__}")
+        return value
+
+    def env_table(self, value: Any, keypath: tuple[str, ...], *, allow_empty: bool = True) -> tuple[tuple[str, str], ...]:
+        out = []
+        for k, v in self.table(value, keypath).items():
+            if not ENV_NAME_RE.match(k):
+                raise self.err(
+                    keypath + (k,),
+                    f"invalid environment variable name {k!r} (must match [A-Za-z_][A-Za-z0-9_]*)",
+                )
+            if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+                raise self.err(keypath + (k,), f"expected a string or number, got {type(v).__name__}")
+            sv = v if isinstance(v, str) else str(v)
+            self.text_value(sv, keypath + (k,))
+            if "\x00" in sv:
+                raise self.err(keypath + (k,), "NUL is not allowed")
+            out.append((k, sv))
+        return tuple(out)
+
+
+_TOP_KEYS = {
+    "schema_version", "name", "engine", "model", "tp", "host", "port", "python", "extra_args",
+    "notes", "confirm_dangerous", "allow_unlisted_flags", "mla", "attention", "nccl", "flags",
+    "env", "speculative",
+}
+
+
+def profile_from_dict(
+    data: Mapping[str, Any],
+    *,
+    name: str,
+    text: str = "",
+    path: str | Path | None = None,
+    source: str = "",
+) -> ServerProfile:
+    r = _Reader(text, path)
+    r.unknown(data, _TOP_KEYS, ())
+    sv = data.get("schema_version", SCHEMA_VERSION)
+    if isinstance(sv, bool) or not isinstance(sv, int) or sv < 1:
+        raise r.err(("schema_version",), "expected a positive integer")
+    if sv > SCHEMA_VERSION:
+        raise r.err(
+            ("schema_version",),
+            f"version {sv} is newer than this tunedeck understands ({SCHEMA_VERSION}); upgrade tunedeck",
+        )
+    if "name" in data:
+        n = r.text_value(data["name"], ("name",))
+        if n != name:
+            raise r.err(("name",), f"name {n!r} does not match the file name {name!r}")
+    if not NAME_RE.match(name):
+        raise ProfileError(
+            f"invalid profile name {name!r} (letters, digits, '.', '_', '-'; at most 64)",
+            path=path, key="name",
+        )
+    if "engine" not in data:
+        raise ProfileError("missing required key (sglang or vllm)", path=path, key="engine")
+    engine = r.text_value(data["engine"], ("engine",))
+    if engine not in ENGINES:
+        raise r.err(("engine",), f"unknown engine {engine!r} (expected sglang or vllm)")
+    if "model" not in data:
+        raise ProfileError("missing required key (model path or id)", path=path, key="model")
+    model = r.text_value(data["model"], ("model",), allow_empty=False)
+    kw: dict[str, Any] = {}
+    if "tp" in data:
+        kw["tp"] = r.int_value(data["tp"], ("tp",), 1, 1024)
+    if "port" in data:
+        kw["port"] = r.int_value(data["port"], ("port",), 0, 65535)
+    for k in ("host", "python", "extra_args", "notes"):
+        if k in data:
+            kw[k] = r.text_value(data[k], (k,))
+    if "allow_unlisted_flags" in data:
+        if not isinstance(data["allow_unlisted_flags"], bool):
+            raise r.err(("allow_unlisted_flags",), "expected true or false")
+        kw["allow_unlisted_flags"] = data["allow_unlisted_flags"]
+    if "mla" in data:
+        if not isinstance(data["mla"], bool):
+            raise r.err(("mla",), "expected true or false")
+        kw["mla"] = data["mla"]
+    if "confirm_dangerous" in data:
+        cd = data["confirm_dangerous"]
+        if not isinstance(cd, list):
+            raise r.err(("confirm_dangerous",), "expected a list of variable names")
+        names = []
+        for v in cd:
+            v = r.text_value(v, ("confirm_dangerous",))
+            if not ENV_NAME_RE.match(v):
+                raise r.err(("confirm_dangerous",), f"invalid environment variable name {v!r}")
+            names.append(v)
+        kw["confirm_dangerous"] = tuple(names)
+    if "attention" in data:
+        att = r.table(data["attention"], ("attention",))
+        r.unknown(att, {"backend", "prefill", "decode"}, ("attention",))
+        for src, dst in (("backend", "attention_backend"), ("prefill", "prefill_backend"), ("decode", "decode_backend")):
+            if src in att:
+                kw[dst] = r.text_value(att[src], ("attention", src))
+        if engine == "vllm" and (kw.get("prefill_backend") or kw.get("decode_backend")):
+            which = "prefill" if kw.get("prefill_backend") else "decode"
+            raise r.err(("attention", which), "per-phase attention backends exist only on SGLang")
+    if "nccl" in data:
+        nc = r.table(data["nccl"], ("nccl",))
+        r.unknown(nc, {"preset", "overrides"}, ("nccl",))
+        if "preset" in nc:
+            kw["nccl_preset"] = r.text_value(nc["preset"], ("nccl", "preset"), allow_empty=False)
+        if "overrides" in nc:
+            kw["nccl_overrides"] = r.env_table(nc["overrides"], ("nccl", "overrides"))
+    if "flags" in data:
+        fl = r.table(data["flags"], ("flags",))
+        flags = []
+        for k, v in fl.items():
+            fk = k[2:] if k.startswith("--") else k
+            if not FLAG_NAME_RE.match(fk):
+                raise r.err(("flags", k), f"invalid flag name {k!r} (lower-case words joined by '-')")
+            if isinstance(v, bool):
+                pass
+            elif isinstance(v, (int, float)):
+                pass
+            elif isinstance(v, str):
+                r.text_value(v, ("flags", k))
+            else:
+                raise r.err(("flags", k), f"expected true/false, a number or a string, got {type(v).__name__}")
+            flags.append((fk, v))
+        kw["flags"] = tuple(flags)
+    if "env" in data:
+        kw["env"] = r.env_table(data["env"], ("env",))
+    if "speculative" in data:
+        sp = r.table(data["speculative"], ("speculative",))
+        r.unknown(sp, {"algorithm", "draft_model", "num_steps", "eagle_topk", "num_draft_tokens"}, ("speculative",))
+        skw: dict[str, Any] = {}
+        for k in ("algorithm", "draft_model"):
+            if k in sp:
+                skw[k] = r.text_value(sp[k], ("speculative", k))
+        for k in ("num_steps", "eagle_topk", "num_draft_tokens"):
+            if k in sp:
+                skw[k] = r.int_value(sp[k], ("speculative", k), 1, 4096)
+        kw["speculative"] = Speculative(**skw)
+    return ServerProfile(
+        name=name, engine=engine, model=model, source=source, path=str(path) if path else "",
+        schema_version=sv, **kw,
+    )
+
+
+def load_profile_text(text: str, *, name: str, path: str | Path | None = None, source: str = "") -> ServerProfile:
+    return profile_from_dict(parse_toml(text, path), name=name, text=text, path=path, source=source)
+
+
+def load_profile_file(path: str | Path, *, source: str = "user") -> ServerProfile:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ProfileError(f"cannot read: {e.strerror}", path=p) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ProfileError("not valid UTF-8", path=p, line=line) from None
+    return load_profile_text(text, name=p.stem, path=p, source=source)
+
+
+def profile_to_dict(p: ServerProfile) -> dict[str, Any]:
+    """The TOML document for ``p`` (defaults left out, ``name`` kept for readability)."""
+    d: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "name": p.name, "engine": p.engine, "model": p.model, "tp": p.tp}
+    if p.host:
+        d["host"] = p.host
+    if p.port:
+        d["port"] = p.port
+    if p.python != "python3":
+        d["python"] = p.python
+    if p.extra_args:
+        d["extra_args"] = p.extra_args
+    if p.notes:
+        d["notes"] = p.notes
+    if p.confirm_dangerous:
+        d["confirm_dangerous"] = list(p.confirm_dangerous)
+    if p.allow_unlisted_flags:
+        d["allow_unlisted_flags"] = True
+    if p.mla is not None:
+        d["mla"] = p.mla
+    att = {k: v for k, v in (("backend", p.attention_backend), ("prefill", p.prefill_backend), ("decode", p.decode_backend)) if v}
+    if att:
+        d["attention"] = att
+    nccl: dict[str, Any] = {"preset": p.nccl_preset}
+    if p.nccl_overrides:
+        nccl["overrides"] = dict(p.nccl_overrides)
+    d["nccl"] = nccl
+    if p.flags:
+        d["flags"] = dict(p.flags)
+    if p.env:
+        d["env"] = dict(p.env)
+    if p.speculative is not None:
+        s = p.speculative
+        sd: dict[str, Any] = {}
+        if s.algorithm:
+            sd["algorithm"] = s.algorithm
+        if s.draft_model:
+            sd["draft_model"] = s.draft_model
+        for k in ("num_steps", "eagle_topk", "num_draft_tokens"):
+            v = getattr(s, k)
+            if v is not None:
+                sd[k] = v
+        d["speculative"] = sd
+    return d
+
+
+def profile_to_toml(p: ServerProfile) -> str:
+    import tomli_w
+
+    return tomli_w.dumps(profile_to_dict(p))
+
+
+def profile_jsonable(p: ServerProfile) -> dict[str, Any]:
+    d = profile_to_dict(p)
+    d["source"] = p.source
+    d["path"] = p.path
+    d["read_only"] = p.read_only
+    return d
+
+
+def dangerous_names(p: ServerProfile) -> list[str]:
+    names = {k for k, _ in p.env} | {k for k, _ in p.nccl_overrides}
+    return sorted(n for n in names if n in DANGEROUS_ENV)
+
+
+__all__ = [
+    "AttentionPreset", "ENGINES", "NcclPreset", "ProfileError", "SCHEMA_VERSION", "ServerProfile",
+    "Speculative", "dangerous_names", "guess_mla", "key_line", "load_profile_file", "load_profile_text",
+    "parse_toml", "profile_from_dict", "profile_jsonable", "profile_to_dict", "profile_to_toml",
+]
+

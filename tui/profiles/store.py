@@ -1,0 +1,239 @@
+"""Where profiles live, how they are found, and how they are saved.
+
+Discovery order (the first hit for a name wins):
+
+1. **User folder**: ``$TUNEDECK_PROFILES`` when set (tests point it at their own folder), else
+   ``<config dir>/profiles/`` (``$XDG_CONFIG_HOME/tunedeck/profiles`` or the platformdirs
+   config path, e.g. ``~/.config/tunedeck/profiles``).
+2. **Built-ins** shipped with tunedeck: ``tui/builtin_profiles/`` inside an installed wheel
+   (pyproject force-includes the repository's ``profiles/`` there), else the repository's
+   ``profiles/`` folder (editable or source checkout).
+
+In each folder a server profile is ``NAME.toml`` directly in it or in ``servers/``; presets are
+``presets/*.toml`` (see :mod:`tui.profiles.presets`). A user profile or preset with the name of a
+built-in shadows it. Built-ins are read-only: saving one is refused, "save as" writes a user copy
+(to keep the built-in's name it must be asked for explicitly: ``shadow_builtin=True``).
+
+Saving writes TOML with tomli-w through :func:`tui.util.files.atomic_write_text` (temp file in
+the same folder, fsync, atomic replace), keeps the previous version as ``NAME.toml.bak``, and
+never replaces a file that does not parse (the user's hand edits would be lost).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import tui
+from tui.profiles.model import (
+    NAME_RE,
+    AttentionPreset,
+    NcclPreset,
+    ProfileError,
+    ServerProfile,
+    load_profile_file,
+    profile_to_toml,
+)
+from tui.profiles.presets import DEFAULT_NCCL, load_preset_file
+from tui.util.files import atomic_write_text, remove_stale_temps
+from tui.util.paths import config_dir
+from tui.util.safety import is_secret_name
+
+ENV_VAR = "TUNEDECK_PROFILES"
+
+
+def builtin_root() -> Path:
+    """The shipped profiles: inside the wheel, else ``<repo>/profiles``."""
+    pkg = Path(tui.__file__).resolve().parent
+    wheel = pkg / "builtin_profiles"
+    if wheel.is_dir():
+        return wheel
+    return pkg.parent / "profiles"
+
+
+def user_root() -> Path:
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    return config_dir() / "profiles"
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """Everything found: usable profiles (user first, shadowing) and the files that failed."""
+
+    profiles: tuple[ServerProfile, ...]
+    shadowed: tuple[ServerProfile, ...]
+    errors: tuple[ProfileError, ...]
+
+
+def _server_files(root: Path) -> list[Path]:
+    files: list[Path] = []
+    for d in (root, root / "servers"):
+        if d.is_dir():
+            files += sorted(p for p in d.glob("*.toml") if not p.name.startswith("."))
+    return files
+
+
+class ProfileStore:
+    """Profiles and presets from the user folder and the built-ins."""
+
+    def __init__(self, *, user: Path | None = None, builtin: Path | None = None) -> None:
+        self.user = Path(user) if user is not None else user_root()
+        self.builtin = Path(builtin) if builtin is not None else builtin_root()
+
+    # ------------------------------------------------------------------ server profiles
+    def listing(self) -> Listing:
+        found: dict[str, ServerProfile] = {}
+        shadowed: list[ServerProfile] = []
+        errors: list[ProfileError] = []
+        for root, source in ((self.user, "user"), (self.builtin, "builtin")):
+            for f in _server_files(root):
+                try:
+                    p = load_profile_file(f, source=source)
+                except ProfileError as e:
+                    errors.append(e)
+                    continue
+                if p.name in found:
+                    shadowed.append(p)
+                else:
+                    found[p.name] = p
+        return Listing(tuple(found.values()), tuple(shadowed), tuple(errors))
+
+    def names(self) -> list[str]:
+        return sorted(p.name for p in self.listing().profiles)
+
+    def builtin_names(self) -> set[str]:
+        return {f.stem for f in _server_files(self.builtin)}
+
+    def _find_file(self, name: str) -> tuple[Path, str] | None:
+        for root, source in ((self.user, "user"), (self.builtin, "builtin")):
+            for d in (root, root / "servers"):
+                f = d / f"{name}.toml"
+                if f.is_file():
+                    return f, source
+        return None
+
+    def get(self, name: str) -> ServerProfile:
+        """The profile called ``name``; a broken file raises its ProfileError (file, line, key)."""
+        if not NAME_RE.match(name):
+            raise ProfileError(f"invalid profile name {name!r}", key="name")
+        hit = self._find_file(name)
+        if hit is None:
+            raise ProfileError(
+                f"no profile named {name!r} (looked in {self.user} and {self.builtin}; "
+                "see `tunedeck profiles list`)",
+                key="name",
+            )
+        return load_profile_file(hit[0], source=hit[1])
+
+    def save(
+        self,
+        profile: ServerProfile,
+        *,
+        name: str | None = None,
+        overwrite: bool = False,
+        shadow_builtin: bool = False,
+    ) -> ServerProfile:
+        """Write ``profile`` into the user folder; returns it as loaded back from disk.
+
+        ``name`` given = "save as". Without it, saving a built-in is refused (read-only).
+        An existing user file is replaced only when it is this profile's own file or
+        ``overwrite`` is set, and never when it does not parse.
+        """
+        target_name = name or profile.name
+        if not NAME_RE.match(target_name):
+            raise ProfileError(
+                f"invalid profile name {target_name!r} (letters, digits, '.', '_', '-'; at most 64)",
+                key="name",
+            )
+        if name is None and profile.source == "builtin":
+            raise ProfileError(
+                f"built-in profile {profile.name!r} is read-only; use save as to write a user copy",
+                path=profile.path or None, key="name",
+            )
+        if target_name in self.builtin_names() and not shadow_builtin:
+            raise ProfileError(
+                f"{target_name!r} is a built-in profile name; choose another name "
+                "or save it explicitly as a user copy that shadows the built-in",
+                key="name",
+            )
+        target = self.user / f"{target_name}.toml"
+        existing = self._find_file(target_name)
+        if existing and existing[1] == "user":
+            target = existing[0]
+        own = bool(profile.path) and profile.source == "user" and Path(profile.path) == target
+        if target.exists():
+            if not (own or overwrite):
+                raise ProfileError(
+                    f"a user profile named {target_name!r} already exists; choose another name or overwrite it",
+                    path=target, key="name",
+                )
+            try:
+                load_profile_file(target)
+            except ProfileError as e:
+                raise ProfileError(
+                    f"refusing to overwrite a file that does not parse ({e}); fix or move it first",
+                    path=target, line=e.line, key=e.key,
+                ) from None
+        new = profile.with_(name=target_name, source="user", path=str(target))
+        text = profile_to_toml(new)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(target.parent)
+        # anything that looks like a secret (HF_TOKEN, --api-key, …) is readable by the owner only
+        secret = any(is_secret_name(k) for k, _ in new.env) or any(is_secret_name(k) for k, _ in new.flags)
+        mode = 0o600 if secret else 0o644
+        if target.exists():
+            atomic_write_text(target.with_name(target.name + ".bak"), target.read_text(encoding="utf-8"), mode=mode)
+        atomic_write_text(target, text, mode=mode)
+        return load_profile_file(target, source="user")
+
+    def delete(self, name: str) -> Path:
+        hit = self._find_file(name)
+        if hit is None:
+            raise ProfileError(f"no profile named {name!r}", key="name")
+        if hit[1] == "builtin":
+            raise ProfileError(f"built-in profile {name!r} is read-only", path=hit[0], key="name")
+        hit[0].unlink()
+        return hit[0]
+
+    # ------------------------------------------------------------------ presets
+    def _presets(self) -> tuple[list[NcclPreset], list[AttentionPreset], list[ProfileError]]:
+        nccl: dict[str, NcclPreset] = {}
+        att: dict[tuple[str, str], AttentionPreset] = {}
+        errors: list[ProfileError] = []
+        for root, source in ((self.user, "user"), (self.builtin, "builtin")):
+            d = root / "presets"
+            if not d.is_dir():
+                continue
+            for f in sorted(d.glob("*.toml")):
+                try:
+                    n, a = load_preset_file(f, source=source)
+                except ProfileError as e:
+                    errors.append(e)
+                    continue
+                for p in n:
+                    nccl.setdefault(p.name, p)
+                for p in a:
+                    att.setdefault((p.engine, p.name), p)
+        nccl.setdefault("default", DEFAULT_NCCL)
+        order = ["default", "pcie", "nvlink", "debug"]
+        nl = sorted(nccl.values(), key=lambda p: (order.index(p.name) if p.name in order else 99, p.name))
+        return nl, list(att.values()), errors
+
+    def nccl_presets(self) -> list[NcclPreset]:
+        return self._presets()[0]
+
+    def nccl_preset(self, name: str) -> NcclPreset:
+        for p in self.nccl_presets():
+            if p.name == name:
+                return p
+        known = ", ".join(p.name for p in self.nccl_presets())
+        raise ProfileError(f"unknown NCCL preset {name!r} (known: {known})", key="nccl.preset")
+
+    def attention_presets(self, engine: str | None = None) -> list[AttentionPreset]:
+        return [p for p in self._presets()[1] if engine is None or p.engine == engine]
+
+    def preset_errors(self) -> list[ProfileError]:
+        return self._presets()[2]

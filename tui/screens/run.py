@@ -1,0 +1,348 @@
+"""RunScreen: attach to a launched server: startup progress, live log, stop/restart.
+
+Works standalone (push it from any App): ``app.push_screen(RunScreen(host, record))``.
+The log is followed from byte 0 with :func:`follow_forever` (reconnects resume at
+the consumed offset: no lost or repeated lines); the same bytes feed the startup
+tracker, whose snapshot the progress widget renders twice a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import re
+import time
+from dataclasses import dataclass, field
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Footer, Label, Static
+
+from tui.model import StartupProgress
+from tui.services.hosts import Host, HostError
+from tui.services.launcher import (
+    LaunchRefused,
+    RunRecord,
+    RunStore,
+    demo_argv,
+    follow_forever,
+    launch,
+    read_log,
+    stop_run,
+)
+from tui.util.safety import UnsafeInput
+from tui.services.tracker import StartupTracker
+from widgets.server_log import ServerLog
+from widgets.startup_progress import StartupProgressView
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to launch when the screen opens (e.g. from LaunchScreen.LaunchRequested)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    engine: str = "other"
+    port: int | None = None
+    profile: str | None = None
+
+
+class LineSplitter:
+    """Bytes → display lines: UTF-8 (replace), ANSI stripped, a ``\\r`` redraw keeps the last frame."""
+
+    def __init__(self) -> None:
+        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buf = ""
+
+    def feed(self, data: bytes) -> list[str]:
+        self._buf += self._dec.decode(data)
+        *lines, self._buf = self._buf.split("\n")
+        return [self._clean(x) for x in lines]
+
+    def partial(self) -> str:
+        """The unterminated tail as it would look now (last \r frame)."""
+        return self._clean(self._buf) if self._buf else ""
+
+    def pending_bytes(self) -> int:
+        """Bytes received but not yet shown (an unterminated line)."""
+        return len(self._buf.encode("utf-8", "surrogatepass")) + len(self._dec.getstate()[0])
+
+    def flush(self) -> list[str]:
+        if not self._buf:
+            return []
+        line, self._buf = self._buf, ""
+        return [self._clean(line)]
+
+    @staticmethod
+    def _clean(line: str) -> str:
+        line = line.rstrip("\r")
+        if "\r" in line:
+            frames = [f for f in line.split("\r") if f.strip()]
+            line = frames[-1] if frames else ""
+        return _ANSI.sub("", line) if "\x1b" in line else line
+
+
+class ConfirmStop(ModalScreen[bool]):
+    """Asks before stopping a run."""
+
+    DEFAULT_CSS = """
+    ConfirmStop { align: center middle; }
+    ConfirmStop > Vertical { width: 70; height: auto; border: thick $warning; background: $surface; padding: 1 2; }
+    ConfirmStop Horizontal { height: auto; align-horizontal: right; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("y", "confirm", "Yes")]
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.text)
+            with Horizontal():
+                yield Button("Stop", variant="error", id="confirm-stop")
+                yield Button("Cancel", id="cancel-stop")
+
+    @on(Button.Pressed, "#confirm-stop")
+    def action_confirm(self) -> None:
+        self.dismiss(True)
+
+    @on(Button.Pressed, "#cancel-stop")
+    def action_cancel(self) -> None:
+        self.dismiss(False)
+
+
+class RunScreen(Screen[None]):
+    """One run: progress on top, log below."""
+
+    DEFAULT_CSS = """
+    RunScreen #run-title { height: 1; background: $boost; padding: 0 1; }
+    RunScreen StartupProgressView { border-bottom: solid $primary-darken-2; }
+    """
+
+    BINDINGS = [
+        Binding("escape", "close", "Back", id="run-back"),
+        Binding("s", "stop", "Stop server", id="run-stop"),
+    ]
+
+    class Progress(Message):
+        """A new startup snapshot (coalesced: only the latest matters)."""
+
+        def __init__(self, snapshot: StartupProgress) -> None:
+            super().__init__()
+            #: the snapshot
+            self.snapshot = snapshot
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, RunScreen.Progress)
+
+    def __init__(
+        self,
+        host: Host,
+        record: RunRecord | None = None,
+        *,
+        launch_spec: LaunchSpec | None = None,
+        store: RunStore | None = None,
+        stall_after: float = 300.0,
+        max_lines: int = 10_000,
+        grace: float = 30.0,
+        tracker_options: dict[str, object] | None = None,
+        resume: bool = False,
+    ) -> None:
+        super().__init__()
+        if record is None and launch_spec is None:
+            raise ValueError("RunScreen needs a run record or a launch spec")
+        self.host = host
+        self.launch_spec = launch_spec
+        self.store = store or RunStore()
+        self.grace = grace
+        self.max_lines = max_lines
+        self.stall_after = stall_after
+        self.tracker_options = dict(tracker_options or {})
+        self.record = record or RunRecord(run_id="(launching)", target=getattr(host, "target", "local"),
+                                          argv=list(launch_spec.argv) if launch_spec else [])
+        self.tracker = self._make_tracker(self.record)
+        self.launch_error: str | None = None
+        self.resume = resume
+        self.shown_offset = 0
+        self._saved_offset = -1
+        self._saved_at = 0.0
+        self.splitter = LineSplitter()
+        self._stop = asyncio.Event()
+        self.reconnects = 0
+        self.link_error: str | None = None
+        self.stop_result = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._title(), id="run-title")
+        yield StartupProgressView(id="run-progress")
+        yield ServerLog(max_lines=self.max_lines, id="run-log")
+        yield Footer()
+
+    def _make_tracker(self, rec: RunRecord) -> StartupTracker:
+        return StartupTracker(self.host, rec, store=self.store, stall_after=self.stall_after, **self.tracker_options)  # type: ignore[arg-type]
+
+    @classmethod
+    def for_launch(
+        cls, host: Host, argv: list[str], env: dict[str, str] | None = None, *, engine: str = "other",
+        port: int | None = None, profile: str | None = None, demo: bool = False, **kw: object,
+    ) -> "RunScreen":
+        """A screen that launches first (refusals are shown, nothing runs), then attaches."""
+        spec = LaunchSpec(demo_argv(argv) if demo else list(argv), dict(env or {}), engine, port, profile)
+        return cls(host, None, launch_spec=spec, **kw)  # type: ignore[arg-type]
+
+    def on_mount(self) -> None:
+        self.query_one(ServerLog).focus()
+        if self.launch_spec is not None:
+            self.launch_then_attach()
+        else:
+            self._start_following()
+
+    def _start_following(self) -> None:
+        self.follow_log()
+        self.probe()
+        self.set_interval(0.5, self._tick)
+        self._tick()
+
+    @work(group="run-launch", exclusive=True, exit_on_error=False)
+    async def launch_then_attach(self) -> None:
+        spec = self.launch_spec
+        assert spec is not None
+        try:
+            rec = await launch(self.host, spec.argv, spec.env, engine=spec.engine, port=spec.port,
+                               profile=spec.profile, store=self.store)
+        except (LaunchRefused, HostError, UnsafeInput) as e:
+            self.launch_error = str(e)
+            self.query_one(StartupProgressView).update(
+                StartupProgress("", spec.engine, "failed", diagnosis=f"not launched: {e}")
+            )
+            self.notify(f"not launched: {e}", severity="error", timeout=10)
+            return
+        self.record = rec
+        self.tracker = self._make_tracker(rec)
+        self.query_one("#run-title", Static).update(self._title())
+        self._start_following()
+
+    def _title(self) -> str:
+        r = self.record
+        return (
+            f"run {r.run_id} · {r.engine} · {r.profile or ' '.join(r.argv)[:60]} · {r.target}"
+            + (f" · port {r.port}" if r.port else "")
+        )
+
+    # ------------------------------------------------------------------ workers
+    @work(group="run-follow", exit_on_error=False)
+    async def follow_log(self) -> None:
+        log = self.query_one(ServerLog)
+        rec = self.record
+        path = f"{rec.run_dir}/log"
+        start = 0
+        if self.resume and rec.log_offset > 0:
+            # the tracker needs the earlier startup lines; the view starts where it left off
+            start = rec.log_offset
+            try:
+                earlier = await read_log(self.host, path, 0, limit=start)
+            except HostError:
+                earlier = b""
+            self.tracker.feed(earlier)
+            self.tracker.flush()
+            log.append_lines([f"── resumed at byte {start} (earlier output: tunedeck logs {rec.run_id}) ──"])
+        self.shown_offset = start
+        self.tracker.offset = start
+
+        def on_chunk(chunk: bytes) -> None:
+            self.tracker.feed(chunk)
+            if self.tracker.catchup and len(chunk) < 65536:
+                self.tracker.catchup = False
+            lines = self.splitter.feed(chunk)
+            log.append_lines(lines)
+            log.set_partial(self.splitter.partial())
+            # bytes of complete lines handed to the view: where a resume must start
+            self.shown_offset = self.tracker.offset - self.splitter.pending_bytes()
+            self._save_offset()
+            self.link_error = None
+
+        def on_idle() -> None:
+            self.tracker.flush()
+            self._save_offset(force=True)
+
+        def on_error(e: Exception, attempt: int) -> None:
+            self.reconnects += 1
+            self.link_error = f"log link lost ({e}); reconnecting (attempt {attempt})"
+
+        await follow_forever(self.host, path, start, on_chunk, self._stop, on_idle=on_idle, on_error=on_error)
+        self._save_offset(force=True)
+
+    def _save_offset(self, force: bool = False) -> None:
+        if self.record.pid is None or self.shown_offset == self._saved_offset:
+            return
+        now = time.monotonic()
+        if not force and now - self._saved_at < 0.5:
+            return
+        self.store.update(self.record.run_id, log_offset=self.shown_offset)
+        self._saved_offset, self._saved_at = self.shown_offset, now
+
+    @work(group="run-probe", exit_on_error=False)
+    async def probe(self) -> None:
+        await self.tracker.probe_loop(self._stop)
+
+    def _tick(self) -> None:
+        snap = self.tracker.snapshot()
+        if snap.state != "starting" and self.tracker.final is None:
+            self.tracker.finish(snap)
+            if snap.state == "ready":
+                self.notify(f"run {self.record.run_id} is ready")
+            else:
+                self.notify(f"run {self.record.run_id}: {snap.diagnosis}", severity="error", timeout=10)
+        if self.tracker.final is not None and snap.state == "starting":
+            snap = self.tracker.final
+        self.post_message(self.Progress(snap))
+
+    @on(Progress)
+    def _show_progress(self, message: Progress) -> None:
+        self.query_one(StartupProgressView).update(message.snapshot)
+
+    # ------------------------------------------------------------------ actions
+    def action_close(self) -> None:
+        self._stop.set()
+        self.app.pop_screen()
+
+    def action_stop(self) -> None:
+        r = self.record
+        if r.pid is None:
+            self.notify("nothing to stop (the server was not launched)", severity="warning")
+            return
+
+        def done(ok: bool | None) -> None:
+            if ok:
+                self.stop_server()
+
+        self.app.push_screen(
+            ConfirmStop(f"Stop run {r.run_id} on {r.target} (pid {r.pid})?\nTERM, then KILL after {self.grace:g} s."),
+            done,
+        )
+
+    @work(group="run-stop", exclusive=True, exit_on_error=False)
+    async def stop_server(self) -> None:
+        self.notify(f"stopping run {self.record.run_id} …")
+        try:
+            res = await stop_run(self.host, self.record, grace=self.grace, store=self.store)
+        except HostError as e:
+            self.notify(f"stop failed: {e}", severity="error")
+            return
+        self.stop_result = res
+        freed = f"; {res.gpu_freed_mib / 1024:.1f} GiB GPU memory freed" if res.gpu_freed_mib else ""
+        self.notify(res.message + freed, severity="information" if res.state == "stopped" else "warning")
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+        self._save_offset(force=True)
+
+
+__all__ = ["ConfirmStop", "LaunchSpec", "LineSplitter", "RunScreen"]

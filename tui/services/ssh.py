@@ -1,0 +1,985 @@
+"""``SshHost``: the :class:`~tui.services.hosts.Host` primitives over asyncssh.
+
+Behaviour (see docs/reliability.md S1-S10):
+
+* one connection per host, reused by every channel; at most ``max_channels``
+  (8, under sshd's default ``MaxSessions`` 10) channels at once, of which
+  streams may hold at most ``max_streams`` so short commands always get a slot;
+* at most 3 SSH handshakes in flight per process (sshd ``MaxStartups``);
+* keepalive 15 s x 3, connect timeout 20 s, login timeout 30 s;
+* agent and X11 forwarding off; the agent is only used to authenticate;
+* host keys are ALWAYS checked against tunedeck's own known_hosts and
+  ``~/.ssh/known_hosts``; ``~/.ssh/config`` is never handed to asyncssh (it
+  could switch checking off): only HostName/User/Port/IdentityFile are read
+  from it by :func:`read_ssh_config`;
+* unknown key -> ``HostError('hostkey-unknown')`` with the SHA256 fingerprint,
+  changed key -> ``HostError('hostkey-mismatch')`` with old and new
+  fingerprints, bad credentials -> ``auth-failed``: none of them is retried.
+  Refused / timed out / DNS failures -> ``unreachable``, retried with full
+  jitter exponential backoff;
+* a command whose link dies is reported ``lost`` (never success); commands
+  run under ``timeout -k 2 N`` on the host and a local deadline;
+* a stream runs as ``echo PID STARTTIME; exec argv``; closing it kills that
+  process (checked by start time against PID reuse) with a separate command,
+  because closing the channel alone leaves it running and holding a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import getpass
+import glob
+import ipaddress
+import os
+import random
+import re
+import shlex
+import socket
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import AsyncIterator, Mapping, Sequence
+
+import asyncssh
+
+from tui.services.hosts import ByteStream, Host, HostError, RunResult, Target, parse_target
+from tui.util.paths import known_hosts_file
+from tui.util.safety import UnsafeInput, check_argv, check_text, env_command
+
+DEFAULT_KEY_NAMES = ("id_ed25519", "id_rsa", "id_ecdsa")
+#: Concurrent SSH handshakes per event loop (sshd MaxStartups resets beyond 10).
+MAX_HANDSHAKES = 3
+#: Extra seconds the local deadline allows beyond the remote ``timeout``.
+LOCAL_GRACE = 5.0
+
+_USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*$", re.IGNORECASE)
+_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
+
+
+# ====================================================================== options
+
+
+@dataclass
+class SshOptions:
+    """Tunables; tests shrink keepalive and backoff."""
+
+    keepalive_interval: float = 15.0
+    keepalive_count_max: int = 3
+    connect_timeout: float = 20.0
+    login_timeout: float = 30.0
+    #: Connection attempts per connect for ``unreachable`` errors; None = forever.
+    retry_attempts: int | None = 4
+    backoff_base: float = 0.5
+    backoff_cap: float = 60.0
+    max_channels: int = 8
+    max_streams: int = 6
+
+
+# ====================================================================== ssh_config (subset)
+
+
+def _config_tokens(value: str) -> list[str]:
+    try:
+        return shlex.split(value, comments=False, posix=True)
+    except ValueError:
+        return value.split()
+
+
+def _host_matches(name: str, patterns: Sequence[str]) -> bool:
+    name = name.lower()
+    matched = False
+    for pat in patterns:
+        neg = pat.startswith("!")
+        p = pat[1:] if neg else pat
+        if fnmatch.fnmatchcase(name, p.lower()):
+            if neg:
+                return False
+            matched = True
+    return matched
+
+
+def read_ssh_config(alias: str, path: Path | None = None) -> dict[str, object]:
+    """HostName, User, Port and IdentityFile for ``alias`` from an OpenSSH client config.
+
+    Only these four keywords are read: options that change host key checking
+    (UserKnownHostsFile, StrictHostKeyChecking, ...) or forwarding are ignored
+    on purpose. ``Match`` blocks are skipped (except ``Match all``); ``Include``
+    is followed. First value wins, as in ssh(1). Keys are lower-case; the value
+    of ``identityfile`` is a list.
+    """
+    home = Path.home()
+    path = path or home / ".ssh" / "config"
+    result: dict[str, object] = {}
+
+    def parse(p: Path, depth: int) -> None:
+        if depth > 8:
+            return
+        try:
+            lines = p.read_text(errors="replace").splitlines()
+        except OSError:
+            return
+        active = True
+        for raw in lines:
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            m = re.match(r"^(\S+?)(?:\s*=\s*|\s+)(.*)$", line)
+            if not m:
+                continue
+            key, value = m.group(1).lower(), m.group(2).strip()
+            if key == "host":
+                active = _host_matches(alias, _config_tokens(value))
+                continue
+            if key == "match":
+                active = value.strip().lower() == "all"
+                continue
+            if not active:
+                continue
+            if key == "include":
+                for pat in _config_tokens(value):
+                    pat = os.path.expanduser(pat)
+                    if not os.path.isabs(pat):
+                        pat = str(home / ".ssh" / pat)
+                    for inc in sorted(glob.glob(pat)):
+                        parse(Path(inc), depth + 1)
+                continue
+            toks = _config_tokens(value)
+            if not toks:
+                continue
+            if key == "identityfile":
+                result.setdefault("identityfile", [])
+                assert isinstance(result["identityfile"], list)
+                result["identityfile"].append(toks[0])
+            elif key in ("hostname", "user", "port") and key not in result:
+                result[key] = toks[0]
+
+    parse(path, 0)
+    return result
+
+
+def _expand_tokens(value: str, *, alias: str, host: str, user: str, port: int) -> str:
+    local_user = _local_user()
+    repl = {
+        "%%": "%",
+        "%h": host,
+        "%n": alias,
+        "%r": user,
+        "%u": local_user,
+        "%p": str(port),
+        "%d": str(Path.home()),
+    }
+    out = re.sub(r"%[%hnrupd]", lambda m: repl[m.group()], value)
+    return os.path.expanduser(out)
+
+
+def _local_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # pragma: no cover - no passwd entry and no LOGNAME
+        return "root" if os.geteuid() == 0 else "user"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a TARGET really connects: host name/address, port, user, key files."""
+
+    alias: str
+    host: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...] = ()
+
+    @property
+    def known_hosts_name(self) -> str:
+        """The host field of a known_hosts line for this endpoint."""
+        h = self.host
+        return h if self.port == 22 else f"[{h}]:{self.port}"
+
+    def __str__(self) -> str:
+        h = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.user}@{h}:{self.port}"
+
+
+def resolve_endpoint(target: Target | str) -> Endpoint:
+    """Apply ``~/.ssh/config`` (HostName/User/Port/IdentityFile only) to a TARGET."""
+    t = parse_target(target) if isinstance(target, str) else target
+    cfg = read_ssh_config(t.host)
+    host = str(cfg.get("hostname") or t.host)
+    port_s = cfg.get("port")
+    port = t.port or (int(port_s) if isinstance(port_s, str) and port_s.isdigit() else 22)
+    user = t.user or str(cfg.get("user") or _local_user())
+    host = _expand_tokens(host, alias=t.host, host=t.host, user=user, port=port)
+    if host.startswith("-") or not (_HOSTNAME_RE.match(host) or _is_ip(host)):
+        raise UnsafeInput(f"~/.ssh/config: HostName {host!r} for {t.host!r} is not a valid host name")
+    if not _USER_RE.match(user):
+        raise UnsafeInput(f"~/.ssh/config: User {user!r} for {t.host!r} is not a valid user name")
+    if not (0 < port < 65536):
+        raise UnsafeInput(f"~/.ssh/config: Port {port} for {t.host!r} is out of range")
+    files: list[str] = []
+    for f in cfg.get("identityfile", []) or []:  # type: ignore[union-attr]
+        files.append(_expand_tokens(str(f), alias=t.host, host=host, user=user, port=port))
+    for name in DEFAULT_KEY_NAMES:
+        files.append(str(Path.home() / ".ssh" / name))
+    seen: list[str] = []
+    for f in files:
+        if f not in seen and os.path.isfile(f):
+            seen.append(f)
+    return Endpoint(alias=str(t), host=host, port=port, user=user, identity_files=tuple(seen))
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+# ====================================================================== known hosts
+
+
+def known_hosts_files() -> list[Path]:
+    """tunedeck's own known_hosts, then the user's; only files that exist."""
+    files = [known_hosts_file(), Path.home() / ".ssh" / "known_hosts"]
+    return [f for f in files if f.is_file()]
+
+
+def load_known_hosts(files: Sequence[Path] | None = None) -> asyncssh.SSHKnownHosts:
+    """One SSHKnownHosts from all files (an empty object still means 'verify')."""
+    files = known_hosts_files() if files is None else files
+    parts = []
+    for f in files:
+        try:
+            parts.append(f.read_text(errors="replace"))
+        except OSError as e:
+            raise HostError("error", f"cannot read known_hosts file {f}: {e.strerror}") from None
+    try:
+        return asyncssh.import_known_hosts("\n".join(parts))
+    except (ValueError, asyncssh.KeyImportError) as e:
+        raise HostError("error", f"cannot parse known_hosts ({', '.join(map(str, files))}): {e}") from None
+
+
+async def _peer_addr(host: str, port: int) -> str:
+    if _is_ip(host):
+        return host
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return ""
+    return str(infos[0][4][0]) if infos else ""
+
+
+async def known_keys_for(ep: Endpoint, files: Sequence[Path] | None = None) -> list[tuple[Path, asyncssh.SSHKey]]:
+    """(file, key) for every trusted key recorded for ``ep`` (hashed names included)."""
+    files = known_hosts_files() if files is None else files
+    addr = await _peer_addr(ep.host, ep.port)
+    out: list[tuple[Path, asyncssh.SSHKey]] = []
+    for f in files:
+        kh = load_known_hosts([f])
+        keys = kh.match(ep.host, addr, ep.port if ep.port != 22 else None)[0]
+        for k in keys:
+            if not any(f2 == f and k2.public_data == k.public_data for f2, k2 in out):
+                out.append((f, k))
+    return out
+
+
+def fingerprint(key: asyncssh.SSHKey) -> str:
+    return key.get_fingerprint("sha256")
+
+
+def key_type_label(key: asyncssh.SSHKey) -> str:
+    alg = key.get_algorithm()
+    return {"ssh-ed25519": "ED25519", "ssh-rsa": "RSA"}.get(alg, alg.upper())
+
+
+async def fetch_host_key(ep: Endpoint, *, timeout: float = 20.0) -> asyncssh.SSHKey:
+    """The key the server presents (no authentication, no trust decision)."""
+    async with _handshake_slot():
+        try:
+            key = await asyncio.wait_for(
+                asyncssh.get_server_host_key(ep.host, ep.port, config=[]),
+                timeout + 2,
+            )
+        except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
+            raise HostError(
+                "unreachable", f"cannot fetch the host key of {ep.host}:{ep.port}: {_describe(e)}"
+            ) from None
+    if key is None:
+        raise HostError("error", f"{ep.host}:{ep.port} presented no host key")
+    return key
+
+
+# ====================================================================== handshakes
+
+_HANDSHAKES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _handshake_slot() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    sem = _HANDSHAKES.get(loop)
+    if sem is None:
+        sem = _HANDSHAKES[loop] = asyncio.Semaphore(MAX_HANDSHAKES)
+    return sem
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, asyncssh.DisconnectError):
+        return e.reason or type(e).__name__
+    if isinstance(e, socket.gaierror):
+        return f"name lookup failed ({e.strerror or e})"
+    if isinstance(e, (TimeoutError, asyncio.TimeoutError)):
+        return "timed out"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__
+
+
+# ====================================================================== remote snippets
+
+#: Stream wrapper: print "PID STARTTIME" then become argv (same pid).
+_STREAM_WRAPPER = (
+    'st=-; f() { set -- ${1##*) }; st=${20:--}; }; '
+    'if read -r s 2>/dev/null < /proc/$$/stat; then f "$s"; fi; '
+    'echo "$$ $st"; exec "$@"'
+)
+
+#: Guarded kill of a stream's process (and its process group): $1 pid, $2 start time or '-'.
+_KILL_SCRIPT = r"""
+pid=$1 st=$2
+case $pid in ''|*[!0-9]*) exit 2;; esac
+if [ ! -r /proc/self/stat ]; then kill -TERM "$pid" 2>/dev/null; exit 0; fi
+read -r s 2>/dev/null < /proc/$pid/stat || exit 0
+g() { set -- ${1##*) }; cur=${20}; pg=$3; }
+g "$s"
+if [ "$st" != "-" ] && [ "$cur" != "$st" ]; then exit 0; fi
+kill -TERM "$pid" 2>/dev/null
+case $pg in ''|*[!0-9]*|0|1) ;; *) [ "$pg" -ne "$$" ] && kill -TERM -- "-$pg" 2>/dev/null;; esac
+alive() { read -r s 2>/dev/null < /proc/$pid/stat || return 1; set -- ${s##*) }; [ "$1" != Z ] && [ "$1" != X ]; }
+i=0
+while alive && [ $i -lt 150 ]; do sleep 0.02; i=$((i+1)); done
+if alive; then
+  kill -KILL "$pid" 2>/dev/null
+  case $pg in ''|*[!0-9]*|0|1) ;; *) kill -KILL -- "-$pg" 2>/dev/null;; esac
+fi
+exit 0
+"""
+
+
+def _signal_name(sig: object) -> str | None:
+    if not sig:
+        return None
+    if isinstance(sig, tuple):
+        sig = sig[0]
+    return str(sig)
+
+
+# ====================================================================== the host
+
+
+class _Client(asyncssh.SSHClient):
+    def __init__(self, host: "SshHost") -> None:
+        self._host = weakref.ref(host)
+        self._conn: asyncssh.SSHClientConnection | None = None
+
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        self._conn = conn
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        host = self._host()
+        if host is not None and self._conn is not None:
+            host._on_lost(self._conn, exc)
+
+
+@dataclass
+class _Forward:
+    local_port: int
+    listener: asyncssh.SSHListener | None = None
+    conn: asyncssh.SSHClientConnection | None = None
+
+
+@dataclass
+class _Orphan:
+    pid: int
+    starttime: str
+
+
+class SshHost(Host):
+    """A remote machine over one asyncssh connection (made lazily, re-made after loss)."""
+
+    is_local = False
+
+    def __init__(self, target: Target | str, options: SshOptions | None = None, **overrides: object) -> None:
+        self._target = parse_target(target) if isinstance(target, str) else target
+        self.target = str(self._target)
+        self.options = options or SshOptions()
+        for k, v in overrides.items():
+            if not hasattr(self.options, k):
+                raise TypeError(f"unknown SSH option {k!r}")
+            setattr(self.options, k, v)
+        self._endpoint: Endpoint | None = None
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._channels: asyncio.Semaphore | None = None
+        self._stream_slots: asyncio.Semaphore | None = None
+        self._forwards: dict[tuple[str, int], _Forward] = {}
+        self._orphans: list[_Orphan] = []
+        self._closed = False
+        self._ever_connected = False
+        self._bg: set[asyncio.Task[object]] = set()
+        #: ``idle`` | ``connecting`` | ``connected`` | ``reconnecting`` | ``disconnected`` | ``failed`` | ``closed``
+        self.state = "idle"
+        self.attempt = 0
+        self.next_retry_at: float | None = None
+        self.last_error: HostError | None = None
+        self.connects = 0
+        self._failures = 0
+
+    # ------------------------------------------------------------------ status
+    @property
+    def endpoint(self) -> Endpoint:
+        if self._endpoint is None:
+            self._endpoint = resolve_endpoint(self._target)
+        return self._endpoint
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    def state_text(self) -> str:
+        """One line for a status bar, e.g. ``reconnecting (attempt 2, next in 3s, last error: ...)``."""
+        err = f"last error: {self.last_error.message}" if self.last_error else ""
+        if self.state == "reconnecting":
+            parts = [f"attempt {self.attempt}"]
+            if self.next_retry_at is not None:
+                parts.append(f"next in {max(0.0, self.next_retry_at - time.monotonic()):.0f}s")
+            if err:
+                parts.append(err)
+            return f"reconnecting ({', '.join(parts)})"
+        if self.state in ("failed", "disconnected") and err:
+            return f"{self.state} ({err})"
+        return self.state
+
+    # ------------------------------------------------------------------ connection
+    def _sync(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not loop:
+            # used from a new event loop (e.g. a second asyncio.run): the old connection,
+            # locks and forwards belong to the old loop and cannot be awaited here
+            old, self._conn = self._conn, None
+            if old is not None:
+                try:
+                    old.abort()
+                except RuntimeError:  # its loop is closed already
+                    pass
+            self._lock = None
+            self._forwards.clear()
+        self._loop = loop
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+            self._channels = asyncio.Semaphore(self.options.max_channels)
+            self._stream_slots = asyncio.Semaphore(min(self.options.max_streams, self.options.max_channels - 1))
+
+    def _on_lost(self, conn: asyncssh.SSHClientConnection, exc: Exception | None) -> None:
+        if conn is self._conn:
+            self._conn = None
+            if not self._closed:
+                self.state = "disconnected"
+                if exc is not None:
+                    self.last_error = HostError("connection-lost", f"connection lost: {_describe(exc)}", target=self.target)
+
+    async def _connection(self) -> asyncssh.SSHClientConnection:
+        if self._closed:
+            raise HostError("error", "host connection is closed", target=self.target)
+        self._sync()
+        conn = self._conn
+        if conn is not None:
+            return conn
+        assert self._lock is not None
+        failures = self._failures
+        async with self._lock:
+            if self._conn is not None:
+                return self._conn
+            if self._failures != failures and self.last_error is not None:
+                # another caller just gave up on this host: fail fast with its error
+                raise self.last_error
+            try:
+                conn = await self._connect_with_retry()
+            except HostError:
+                self._failures += 1
+                raise
+            self._conn = conn
+            self._after_connect(conn)
+            return conn
+
+    async def _connect_with_retry(self) -> asyncssh.SSHClientConnection:
+        opts = self.options
+        self.attempt = 0
+        while True:
+            self.attempt += 1
+            self.state = "reconnecting" if (self._ever_connected or self.attempt > 1) else "connecting"
+            self.next_retry_at = None
+            try:
+                conn = await self._open()
+            except HostError as e:
+                e.target = e.target or self.target
+                self.last_error = e
+                if e.kind != "unreachable" or (
+                    opts.retry_attempts is not None and self.attempt >= opts.retry_attempts
+                ):
+                    self.state = "failed" if e.kind != "unreachable" else "disconnected"
+                    raise
+                delay = random.uniform(0, min(opts.backoff_cap, opts.backoff_base * 2 ** self.attempt))
+                self.state = "reconnecting"
+                self.next_retry_at = time.monotonic() + delay
+                await asyncio.sleep(delay)
+                continue
+            self.state = "connected"
+            self.next_retry_at = None
+            self._ever_connected = True
+            self.connects += 1
+            return conn
+
+    async def _open(self) -> asyncssh.SSHClientConnection:
+        """One connection attempt, errors mapped to HostError kinds."""
+        try:
+            ep = self.endpoint
+        except UnsafeInput as e:
+            raise HostError("invalid-input", str(e)) from None
+        kh = load_known_hosts()
+        opts = self.options
+        kwargs: dict[str, object] = dict(
+            port=ep.port,
+            username=ep.user,
+            known_hosts=kh,
+            config=[],
+            agent_forwarding=False,
+            x11_forwarding=False,
+            request_pty=False,
+            gss_auth=False,
+            gss_kex=False,
+            host_based_auth=False,
+            kbdint_auth=False,
+            password_auth=False,
+            keepalive_interval=opts.keepalive_interval,
+            keepalive_count_max=opts.keepalive_count_max,
+            connect_timeout=opts.connect_timeout,
+            login_timeout=opts.login_timeout,
+            client_factory=lambda: _Client(self),
+        )
+        if ep.identity_files:
+            kwargs["client_keys"] = list(ep.identity_files)
+            kwargs["ignore_encrypted"] = True
+        async with _handshake_slot():
+            try:
+                conn = await asyncio.wait_for(
+                    asyncssh.connect(ep.host, **kwargs),  # type: ignore[arg-type]
+                    opts.connect_timeout + opts.login_timeout + 5,
+                )
+            except asyncssh.HostKeyNotVerifiable:
+                pass  # diagnosed below, outside the handshake slot
+            except asyncssh.PermissionDenied as e:
+                keys = ", ".join(ep.identity_files) or "no key files"
+                raise HostError(
+                    "auth-failed",
+                    f"{ep}: authentication failed ({e.reason}); tried {keys}"
+                    + (" and the ssh agent" if os.environ.get("SSH_AUTH_SOCK") else ""),
+                ) from None
+            except (ConnectionRefusedError, socket.gaierror, TimeoutError, asyncio.TimeoutError) as e:
+                raise HostError("unreachable", f"{ep.host}:{ep.port}: {_describe(e)}") from None
+            except (asyncssh.ConnectionLost, asyncssh.ServiceNotAvailable, ConnectionError) as e:
+                raise HostError("unreachable", f"{ep.host}:{ep.port}: {_describe(e)}") from None
+            except OSError as e:
+                raise HostError("unreachable", f"{ep.host}:{ep.port}: {_describe(e)}") from None
+            except asyncssh.KeyImportError as e:
+                raise HostError("error", f"{ep}: cannot load a client key: {e}") from None
+            except asyncssh.Error as e:
+                raise HostError("error", f"{ep}: SSH error: {_describe(e)}") from None
+            else:
+                return conn
+        raise await self._hostkey_error(ep)
+
+    async def _hostkey_error(self, ep: Endpoint) -> HostError:
+        known = await known_keys_for(ep)
+        try:
+            key: asyncssh.SSHKey | None = await fetch_host_key(ep, timeout=self.options.connect_timeout)
+        except HostError:
+            key = None
+        new = f"{key_type_label(key)} key {fingerprint(key)}" if key else "a key tunedeck could not fetch"
+        trust = f"tunedeck trust {self.target}"
+        if known:
+            olds = "; ".join(f"{fingerprint(k)} ({key_type_label(k)}, in {f})" for f, k in known)
+            return HostError(
+                "hostkey-mismatch",
+                f"HOST KEY MISMATCH for {ep.known_hosts_name}: known key {olds}, but the server now "
+                f"presents {new}. This can mean the host was reinstalled or someone is intercepting "
+                "the connection; tunedeck will not connect. If the change is expected, remove the old "
+                f"line and run `{trust}`.",
+                target=self.target,
+            )
+        return HostError(
+            "hostkey-unknown",
+            f"unknown host key for {ep.known_hosts_name}: the server presents {new}. Compare it with the "
+            "host's own fingerprint (on the host: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub), "
+            f"then run `{trust}`.",
+            target=self.target,
+        )
+
+    def _after_connect(self, conn: asyncssh.SSHClientConnection) -> None:
+        if self._forwards or self._orphans:
+            t = asyncio.ensure_future(self._resync(conn))
+            self._bg.add(t)
+            t.add_done_callback(self._bg.discard)
+
+    async def _resync(self, conn: asyncssh.SSHClientConnection) -> None:
+        """After a reconnect: restore port forwards on their old local ports, reap stale streams."""
+        for key, fw in list(self._forwards.items()):
+            if fw.conn is not conn:
+                try:
+                    await self._listen(conn, key, fw)
+                except Exception:  # noqa: BLE001 - re-tried on the next forward_port()
+                    pass
+        orphans, self._orphans = self._orphans, []
+        for o in orphans:
+            try:
+                await self.run_script(_KILL_SCRIPT, [str(o.pid), o.starttime], timeout=15)
+            except HostError:
+                self._orphans.append(o)
+
+    # ------------------------------------------------------------------ commands
+    def _command(
+        self, argv: Sequence[str], env: Mapping[str, str] | None, timeout: float | None
+    ) -> str:
+        cmd = env_command(argv, env)
+        if timeout is not None:
+            if timeout <= 0:
+                raise UnsafeInput(f"timeout must be positive, got {timeout!r}")
+            n = max(1, int(timeout + 0.999))
+            cmd = shlex.join(["timeout", "-k", "2", str(n)]) + " " + cmd
+        try:
+            cmd.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise UnsafeInput(f"command: cannot be encoded as UTF-8 ({e.reason})") from None
+        return cmd
+
+    async def _open_process(self, command: str) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess]:
+        """Open a channel running ``command``; reconnects once if the connection turned out dead.
+
+        The caller must hold a channel slot."""
+        last: Exception | None = None
+        for attempt in (1, 2):
+            conn = await self._connection()
+            try:
+                proc = await conn.create_process(command, encoding=None)
+            except asyncssh.ChannelOpenError as e:
+                last = e
+                if "open failed" in (e.reason or ""):
+                    await asyncio.sleep(0.2 * attempt)  # MaxSessions: another client shares the slots
+                else:
+                    self._on_lost(conn, e)
+            except (asyncssh.Error, OSError) as e:
+                last = e
+                self._on_lost(conn, e)
+            else:
+                return conn, proc
+        raise HostError("connection-lost", f"cannot open an SSH channel: {_describe(last or Exception())}", target=self.target)
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+        timeout: float | None = 30.0,
+    ) -> RunResult:
+        command = self._command(argv, env, timeout)
+        data = input.encode("utf-8") if input is not None else None
+        self._sync()
+        await self._connection()
+        assert self._channels is not None
+        async with self._channels:
+            conn, proc = await self._open_process(command)
+            started = time.monotonic()
+            try:
+                if not data:
+                    proc.stdin.write_eof()
+                fut = proc.communicate(data) if data else proc.communicate()
+                if timeout is None:
+                    out, err = await fut
+                else:
+                    out, err = await asyncio.wait_for(fut, timeout + LOCAL_GRACE)
+            except asyncio.TimeoutError:
+                out, err = proc.collect_output()
+                return RunResult(
+                    None, _dec(out), _timed_out_msg(err, timeout), timed_out=True
+                )
+            except (asyncssh.Error, OSError) as e:
+                self._on_lost(conn, e)
+                return RunResult(None, "", f"connection lost: {_describe(e)}", lost=True)
+            finally:
+                proc.close()
+        status, sig = proc.exit_status, _signal_name(proc.exit_signal)
+        if sig:
+            return RunResult(None, _dec(out), _dec(err), exit_signal=sig)
+        if status is None:  # S1: the link died before an exit status arrived; never success
+            return RunResult(None, _dec(out), _dec(err) or "connection lost before the command finished", lost=True)
+        if timeout is not None and status in (124, 137) and time.monotonic() - started >= timeout * 0.95:
+            return RunResult(None, _dec(out), _timed_out_msg(err, timeout), timed_out=True)
+        return RunResult(status, _dec(out), _dec(err))
+
+    def stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> ByteStream:
+        inner = env_command(argv, env)  # validates before anything connects
+        command = shlex.join(["sh", "-c", _STREAM_WRAPPER, "sh"]) + " " + inner
+        return _SshStream(self, command)
+
+    async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
+        if not isinstance(remote_port, int) or not (0 < remote_port < 65536):
+            raise UnsafeInput(f"remote port {remote_port!r} is out of range")
+        check_text(remote_host, "remote host")
+        if remote_host.startswith("-") or not (_HOSTNAME_RE.match(remote_host) or _is_ip(remote_host)):
+            raise UnsafeInput(f"remote host {remote_host!r} is not a valid host name")
+        key = (remote_host, remote_port)
+        conn = await self._connection()
+        fw = self._forwards.get(key)
+        if fw is not None and fw.conn is conn and fw.listener is not None:
+            return fw.local_port
+        if fw is None:
+            fw = self._forwards[key] = _Forward(0)
+        await self._listen(conn, key, fw)
+        return fw.local_port
+
+    async def _listen(self, conn: asyncssh.SSHClientConnection, key: tuple[str, int], fw: _Forward) -> None:
+        listener = None
+        if fw.local_port:
+            try:
+                listener = await conn.forward_local_port("127.0.0.1", fw.local_port, key[0], key[1])
+            except OSError:
+                listener = None
+        if listener is None:
+            try:
+                listener = await conn.forward_local_port("127.0.0.1", 0, key[0], key[1])
+            except (OSError, asyncssh.Error) as e:
+                raise HostError("error", f"cannot forward {key[0]}:{key[1]}: {_describe(e)}", target=self.target) from None
+        if fw.listener is not None and fw.listener is not listener:
+            fw.listener.close()
+        fw.listener, fw.conn, fw.local_port = listener, conn, listener.get_port()
+
+    async def _kill_remote(self, pid: int, starttime: str) -> None:
+        r = await self.run_script(_KILL_SCRIPT, [str(pid), starttime], timeout=15)
+        if r.lost or r.timed_out:
+            raise HostError("connection-lost", "could not stop the streamed command", target=self.target)
+
+    async def close(self) -> None:
+        self._closed = True
+        self.state = "closed"
+        foreign = self._loop is not None and self._loop is not asyncio.get_running_loop()
+        for t in list(self._bg):
+            if not foreign:
+                t.cancel()
+        forwards, self._forwards = list(self._forwards.values()), {}
+        conn, self._conn = self._conn, None
+        try:
+            for fw in forwards:
+                if fw.listener is not None:
+                    fw.listener.close()
+            if conn is not None:
+                if foreign:
+                    conn.abort()
+                else:
+                    conn.close()
+                    try:
+                        await asyncio.wait_for(conn.wait_closed(), 5)
+                    except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+                        pass
+        except RuntimeError:  # objects of an event loop that is closed already
+            pass
+
+    def __repr__(self) -> str:
+        return f"SshHost({self.target!r}, state={self.state!r})"
+
+
+def _timed_out_msg(err: bytes | str | None, timeout: float | None) -> str:
+    e = _dec(err).rstrip("\n")
+    return (e + "\n" if e else "") + f"timed out after {timeout:g} s"
+
+
+def _dec(b: bytes | str | None) -> str:
+    if b is None:
+        return ""
+    if isinstance(b, str):
+        return b
+    return b.decode("utf-8", "replace")
+
+
+# ====================================================================== streams
+
+
+class _SshStream(ByteStream):
+    def __init__(self, host: SshHost, command: str) -> None:
+        self._host = host
+        self._command = command
+        self._proc: asyncssh.SSHClientProcess | None = None
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._slots = 0
+        self._closing = False
+        self._closed = False
+        self._start_lock: asyncio.Lock | None = None
+        self._stderr_task: asyncio.Task[None] | None = None
+        self._stderr = bytearray()
+        self._close_task: asyncio.Task[None] | None = None
+        self.pid: int | None = None
+        self.starttime = "-"
+        self.exit_signal: str | None = None
+
+    async def __aenter__(self) -> "_SshStream":
+        await self._start()
+        return self
+
+    async def _start(self) -> None:
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._proc is not None or self._closed:
+                return
+            if self._closing:
+                raise HostError("error", "stream is closed", target=self._host.target)
+            host = self._host
+            host._sync()
+            await host._connection()
+            assert host._stream_slots is not None and host._channels is not None
+            await host._stream_slots.acquire()
+            self._slots = 1
+            try:
+                await host._channels.acquire()
+                self._slots = 2
+                self._conn, self._proc = await host._open_process(self._command)
+                self._proc.stdin.write_eof()
+                self._stderr_task = asyncio.ensure_future(self._drain_stderr(self._proc))
+                line = await self._proc.stdout.readline()
+            except BaseException:
+                await self._release()
+                raise
+            parts = line.split()
+            if not line.endswith(b"\n") or not parts or not parts[0].isdigit():
+                await self._finish_proc()
+                await self._release()
+                raise HostError(
+                    "connection-lost",
+                    "the streamed command did not start (connection lost?)",
+                    target=host.target,
+                )
+            self.pid = int(parts[0])
+            self.starttime = parts[1].decode() if len(parts) > 1 and parts[1].isdigit() else "-"
+
+    async def _drain_stderr(self, proc: asyncssh.SSHClientProcess) -> None:
+        try:
+            while True:
+                chunk = await proc.stderr.read(65536)
+                if not chunk:
+                    return
+                self._stderr += chunk
+                del self._stderr[:-4096]
+        except Exception:  # noqa: BLE001 - the stdout side reports the loss
+            return
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        await self._start()
+        proc = self._proc
+        if proc is None:
+            return
+        while True:
+            try:
+                chunk = await proc.stdout.read(65536)
+            except (asyncssh.Error, OSError):
+                chunk = b""
+            if not chunk:
+                break
+            yield chunk
+        await self._finish_proc()
+        if self._closing:
+            return
+        await self._release()
+        if self.exit_status is None and self.exit_signal is None:
+            raise HostError(
+                "connection-lost", "connection lost while streaming (the command may still run)",
+                target=self._host.target,
+            )
+
+    async def _finish_proc(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        try:
+            await asyncio.wait_for(proc.wait_closed(), 10)
+        except (asyncio.TimeoutError, asyncssh.Error, OSError):
+            proc.close()
+        if self._stderr_task is not None:
+            try:
+                await asyncio.wait_for(self._stderr_task, 1)
+            except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+                pass
+        self.stderr_tail = bytes(self._stderr).decode("utf-8", "replace")
+        sig = _signal_name(proc.exit_signal)
+        self.exit_signal = sig
+        self.exit_status = None if sig else proc.exit_status
+
+    async def _release(self) -> None:
+        host = self._host
+        if self._slots >= 2 and host._channels is not None:
+            host._channels.release()
+        if self._slots >= 1 and host._stream_slots is not None:
+            host._stream_slots.release()
+        self._slots = 0
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        if self._close_task is None:
+            self._closing = True
+            self._close_task = asyncio.ensure_future(self._do_close())
+        await asyncio.shield(self._close_task)
+
+    async def _do_close(self) -> None:
+        try:
+            proc = self._proc
+            if proc is None:
+                return
+            # no exit status yet: still running, or the link died and it may still run (S10)
+            running = proc.exit_status is None and proc.exit_signal is None
+            if running and self.pid is not None:
+                host = self._host
+                if host._conn is self._conn and self._conn is not None:
+                    try:
+                        await host._kill_remote(self.pid, self.starttime)
+                    except (HostError, UnsafeInput):
+                        host._orphans.append(_Orphan(self.pid, self.starttime))
+                else:
+                    host._orphans.append(_Orphan(self.pid, self.starttime))
+            proc.close()
+            try:
+                await asyncio.wait_for(proc.wait_closed(), 5)
+            except (asyncio.TimeoutError, asyncssh.Error, OSError):
+                pass
+            if self._stderr_task is not None:
+                self._stderr_task.cancel()
+        finally:
+            await self._release()
+            self._closed = True
+
+
+__all__ = [
+    "Endpoint",
+    "SshHost",
+    "SshOptions",
+    "fetch_host_key",
+    "fingerprint",
+    "known_hosts_files",
+    "known_keys_for",
+    "load_known_hosts",
+    "read_ssh_config",
+    "resolve_endpoint",
+]

@@ -1,0 +1,561 @@
+"""Startup tracker: log events + ``/health`` probes + process liveness + GPU memory
+→ :class:`tui.model.StartupProgress` snapshots.
+
+* ready  = process alive AND (ready line OR ``/health`` 200); a vLLM ready line is
+  confirmed with ``/health`` when the port is known;
+* failed = process exited OR fatal line OR stall (no new log bytes, no progress and
+  no GPU-memory change for ``stall_after`` seconds).
+
+ETA comes from the shard progress rate and from the phase durations of previous
+loads of the same profile on the same host (``state_dir()/startup-history.json``).
+The startup timeline (phase → wall time) is kept in the run record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Awaitable, Callable, Sequence
+
+from tui.collectors.logparse import PHASES, ErrorEvent, LogEvent, LogParser, PhaseEvent
+from tui.model import GpuStatus, StartupProgress
+from tui.services.hosts import Host, HostError
+from tui.services.launcher import (
+    EXITED,
+    FAILED,
+    READY,
+    STARTING,
+    RunRecord,
+    RunStore,
+    follow_forever,
+    gpu_memory_used,
+    process_alive,
+    read_rc,
+)
+from tui.util.files import atomic_write_json
+from tui.util.paths import state_dir
+
+#: default share of the overall startup per phase (used without history)
+DEFAULT_WEIGHTS: dict[str, float] = {
+    "process-start": 0.03,
+    "distributed-init": 0.05,
+    "weight-loading": 0.55,
+    "compile": 0.07,
+    "kv-cache": 0.05,
+    "graph-capture": 0.20,
+    "warmup": 0.05,
+}
+_ORDER = [p for p in PHASES if p != "ready"]
+
+
+# ============================================================================ history
+
+
+def history_path():  # type: ignore[no-untyped-def]
+    return state_dir() / "startup-history.json"
+
+
+def history_key(target: str, profile: str | None, argv: Sequence[str]) -> str:
+    return f"{target}|{profile}" if profile else f"{target}|argv:{json.dumps(list(argv))}"
+
+
+def load_history(key: str) -> list[dict[str, float]]:
+    try:
+        data = json.loads(history_path().read_text())
+    except (OSError, ValueError):
+        return []
+    runs = data.get(key, []) if isinstance(data, dict) else []
+    return [r for r in runs if isinstance(r, dict)]
+
+
+def save_history(key: str, durations: dict[str, float], keep: int = 5) -> None:
+    p = history_path()
+    try:
+        data = json.loads(p.read_text())
+        if not isinstance(data, dict):
+            data = {}
+    except (OSError, ValueError):
+        data = {}
+    runs = [r for r in data.get(key, []) if isinstance(r, dict)]
+    runs.append({k: round(v, 3) for k, v in durations.items()})
+    data[key] = runs[-keep:]
+    atomic_write_json(p, data)
+
+
+def expected_durations(history: list[dict[str, float]]) -> dict[str, float] | None:
+    """Median duration per phase over previous loads (None without history)."""
+    if not history:
+        return None
+    out: dict[str, float] = {}
+    for ph in _ORDER:
+        vals = sorted(float(h[ph]) for h in history if isinstance(h.get(ph), (int, float)))
+        if vals:
+            out[ph] = vals[len(vals) // 2]
+    return out or None
+
+
+# ============================================================================ tracker
+
+
+class StartupTracker:
+    """Follows one run's startup. Feed it log bytes (or let :meth:`run` follow the log),
+    health results, liveness and GPU memory; read :meth:`snapshot`."""
+
+    def __init__(
+        self,
+        host: Host,
+        rec: RunRecord,
+        *,
+        store: RunStore | None = None,
+        stall_after: float = 300.0,
+        health_interval: float = 2.0,
+        alive_interval: float = 2.0,
+        gpu_interval: float = 2.0,
+        health_timeout: float = 2.0,
+        probe_health: bool = True,
+        poll_gpu: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.host = host
+        self.rec = rec
+        self.store = store or RunStore()
+        self.stall_after = stall_after
+        self.health_interval = health_interval
+        self.alive_interval = alive_interval
+        self.gpu_interval = gpu_interval
+        self.health_timeout = health_timeout
+        self.probe_health = probe_health and rec.port is not None
+        self.poll_gpu = poll_gpu
+        self.clock = clock
+        engine = rec.engine if rec.engine in ("sglang", "vllm") else None
+        self.parser = LogParser(engine)
+        self.started = rec.started or rec.created or clock()
+        self.offset = 0
+        self.health = "unknown"
+        self.health_ok_at: float | None = None
+        self.alive: bool | None = None
+        self.rc: int | None = None
+        self.gpu_memory: tuple[float, ...] = ()
+        self.last_activity = clock()
+        self.phase_times: dict[str, float] = {}
+        # attached long after the launch: phases already in the log get no real start time
+        self.catchup = clock() - self.started > 10.0 or bool(rec.timeline and any("phase" in e for e in rec.timeline))
+        self._phase_seen_at_catchup: set[str] = set()
+        self.weight_rate_start: tuple[float, int] | None = None
+        self._bar_start: tuple[tuple[str, int], float, int] | None = None
+        self.final: StartupProgress | None = None
+        self._hkey = history_key(rec.target, rec.profile, rec.argv)
+        self.expected = expected_durations(load_history(self._hkey))
+        self._listeners: list[Callable[[StartupProgress], None]] = []
+        # timeline already recorded (reattach): keep its times
+        for entry in rec.timeline:
+            ph = entry.get("phase")
+            if isinstance(ph, str) and isinstance(entry.get("t"), (int, float)):
+                self.phase_times.setdefault(ph, float(entry["t"]))  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ inputs
+    def feed(self, data: bytes) -> list[LogEvent]:
+        if data:
+            self.offset += len(data)
+            self.last_activity = self.clock()
+        events = self.parser.feed(data)
+        self._consume(events)
+        return events
+
+    def flush(self) -> list[LogEvent]:
+        events = self.parser.flush()
+        self._consume(events)
+        return events
+
+    def set_health(self, ok: bool | None) -> None:
+        """None = no answer (refused/timeout), False = answered non-200, True = 200."""
+        self.health = "ok" if ok else ("starting" if ok is False else "down")
+        if ok:
+            self.health_ok_at = self.health_ok_at or self.clock()
+
+    def set_alive(self, alive: bool, rc: int | None = None) -> None:
+        self.alive = alive
+        if not alive:
+            self.rc = rc
+
+    def set_gpu(self, status: GpuStatus | Sequence[float] | dict[int, float] | None) -> None:
+        if status is None:
+            return
+        if isinstance(status, GpuStatus):
+            mem = tuple(float(g.memory_used) if isinstance(g.memory_used, (int, float)) else 0.0 for g in status.gpus)
+        elif isinstance(status, dict):
+            mem = tuple(float(status[k]) for k in sorted(status))
+        else:
+            mem = tuple(float(x) for x in status)
+        if mem != self.gpu_memory:
+            if self.gpu_memory:
+                self.last_activity = self.clock()
+            self.gpu_memory = mem
+
+    # ------------------------------------------------------------------ state
+    def _consume(self, events: list[LogEvent]) -> None:
+        now = self.clock()
+        changed = False
+        for ev in events:
+            if isinstance(ev, PhaseEvent):
+                self.last_activity = now
+                if ev.phase not in self.phase_times:
+                    self.phase_times[ev.phase] = now
+                    if self.catchup:
+                        self._phase_seen_at_catchup.add(ev.phase)
+                    self.rec.timeline.append(
+                        {"t": now, "phase": ev.phase, "message": ev.message[:200], "log_time": ev.time}
+                    )
+                    changed = True
+                if ev.phase == "weight-loading" and ev.total and ev.n is not None:
+                    if self.weight_rate_start is None or ev.n < self.weight_rate_start[1]:
+                        self.weight_rate_start = (now, ev.n)
+                if ev.phase == "graph-capture" and ev.total and ev.n is not None:
+                    key = (ev.label, ev.total)
+                    if self._bar_start is None or self._bar_start[0] != key or ev.n < self._bar_start[2]:
+                        self._bar_start = (key, now, ev.n)
+            elif isinstance(ev, ErrorEvent):
+                changed = True
+        if changed:
+            self._save_timeline()
+
+    def _save_timeline(self) -> None:
+        rec = self.store.load(self.rec.run_id)
+        if rec is not None:
+            rec.timeline = self.rec.timeline
+            self.store.save(rec)
+
+    def state(self) -> tuple[str, str | None, str | None]:
+        """(state, diagnosis, proof)."""
+        st = self.parser.state
+        f = st.failure
+        if f is not None:
+            return FAILED, f.cause, f.line
+        if self.alive is False:
+            rc = self.rc
+            return (
+                FAILED,
+                f"process exited with rc {rc}" if rc is not None else "process exited without an exit status",
+                self._last_line(),
+            )
+        if self.stalled_for() >= self.stall_after:
+            mins = self.stall_after / 60
+            what = f"{mins:g} min" if self.stall_after >= 60 else f"{self.stall_after:g} s"
+            return FAILED, f"stalled: no log output, progress or GPU-memory change for {what} ({st.describe()})", self._last_line()
+        if self.alive is not False and self._is_ready():
+            return READY, None, None
+        return STARTING, None, None
+
+    def _is_ready(self) -> bool:
+        st = self.parser.state
+        if st.ready_line is not None:
+            if st.engine == "vllm" and self.probe_health:
+                return self.health == "ok"
+            return True
+        if self.health == "ok":
+            # a 200 from the port counts once the log shows the engine past loading; a command
+            # of unknown kind (no engine log) is ready on the 200 alone
+            if self.rec.engine not in ("sglang", "vllm") and st.engine is None:
+                return True
+            return st.phase in ("kv-cache", "graph-capture", "warmup", "ready")
+        return False
+
+    def _last_line(self) -> str | None:
+        ctx = self.parser._context  # noqa: SLF001 - the parser's recent lines
+        for line in reversed(ctx):
+            if line.strip():
+                return line.strip()
+        return None
+
+    def stalled_for(self) -> float:
+        return max(0.0, self.clock() - self.last_activity)
+
+    def snapshot(self) -> StartupProgress:
+        now = self.clock()
+        st = self.parser.state
+        state, diag, proof = self.state()
+        phase = st.phase
+        pp = st.phase_progress()
+        n = total = None
+        label = ""
+        if phase == "weight-loading" and st.weights:
+            n, total = st.weights
+        elif phase == "graph-capture":
+            label = st.graph_label or ""
+            if st.graph and not st.graph_done:
+                n, total = st.graph
+        if state == READY:
+            phase, pp = "ready", 1.0
+        fraction, eta, src = self._estimate(phase, pp, now)
+        if state == READY:
+            fraction, eta = 1.0, 0.0
+        stalled_for = self.stalled_for()
+        return StartupProgress(
+            run_id=self.rec.run_id,
+            engine=st.engine or self.rec.engine,
+            state=state,
+            phase=phase,
+            phase_label=label,
+            phase_progress=pp,
+            phase_n=n,
+            phase_total=total,
+            fraction=fraction,
+            elapsed=max(0.0, now - self.started),
+            eta=eta,
+            eta_source=src,
+            stalled=state == STARTING and stalled_for >= min(self.stall_after, max(self.stall_after / 2, 30.0))
+            or diag is not None and diag.startswith("stalled"),
+            stalled_for=stalled_for,
+            diagnosis=diag,
+            proof=proof,
+            health=self.health,
+            gpu_memory=self.gpu_memory,
+            message="ready" if state == READY else (f"failed: {diag}" if diag else st.describe()),
+            time=now,
+        )
+
+    def _estimate(self, phase: str | None, pp: float | None, now: float) -> tuple[float, float | None, str]:
+        if phase is None:
+            return 0.0, None, ""
+        if phase == "ready":
+            return 1.0, 0.0, ""
+        weights = dict(DEFAULT_WEIGHTS)
+        exp = self.expected
+        if exp:
+            tot = sum(exp.get(p, 0.0) for p in _ORDER)
+            if tot > 0:
+                weights = {p: exp.get(p, 0.0) / tot for p in _ORDER}
+        idx = _ORDER.index(phase) if phase in _ORDER else len(_ORDER) - 1
+        done = sum(weights[p] for p in _ORDER[:idx])
+        cur_w = weights.get(phase, 0.0)
+        inside = pp if pp is not None else 0.0
+        fraction = min(0.99, done + cur_w * inside)
+        # ETA
+        phase_start = self.phase_times.get(phase, now)
+        in_phase = max(0.0, now - phase_start)
+        rate_left: float | None = None
+        st = self.parser.state
+        if phase == "weight-loading" and st.weights and self.weight_rate_start is not None:
+            t0, n0 = self.weight_rate_start
+            n, total = st.weights
+            if n > n0 and now > t0:
+                rate = (n - n0) / (now - t0)
+                rate_left = (total - n) / rate if rate > 0 else None
+        elif phase == "graph-capture" and st.graph and not st.graph_done and self._bar_start is not None:
+            (_, _), t0, n0 = self._bar_start
+            n, total = st.graph
+            if n > n0 and now > t0:
+                rate = (n - n0) / (now - t0)
+                rate_left = (total - n) / rate if rate > 0 else None
+        if exp:
+            later = sum(exp.get(p, 0.0) for p in _ORDER[idx + 1 :])
+            cur_exp = exp.get(phase)
+            if rate_left is not None:
+                cur_left = rate_left
+            elif cur_exp is not None:
+                cur_left = max(0.0, cur_exp * (1 - inside) if pp is not None else cur_exp - in_phase)
+            else:
+                cur_left = 0.0
+            return fraction, cur_left + later, "history"
+        if rate_left is not None and phase != "weight-loading":
+            return fraction, rate_left, "rate"
+        if rate_left is not None:
+            # no history: scale the remaining phases by their default share of the weights phase
+            w_share = weights["weight-loading"]
+            elapsed_w = max(0.0, now - self.phase_times.get("weight-loading", now))
+            total_w = elapsed_w + rate_left
+            later = sum(weights[p] for p in _ORDER[idx + 1 :]) / w_share * total_w if w_share else 0.0
+            return fraction, rate_left + later, "rate"
+        return fraction, None, ""
+
+    def durations(self) -> dict[str, float]:
+        """Seconds per phase from the recorded phase start times."""
+        pts = sorted(((t, p) for p, t in self.phase_times.items()), key=lambda x: x[0])
+        out: dict[str, float] = {}
+        for (t, p), nxt in zip(pts, pts[1:] + [(None, None)]):
+            if p == "ready" or nxt[0] is None:
+                continue
+            out[p] = max(0.0, float(nxt[0]) - float(t))  # type: ignore[arg-type]
+        return out
+
+    def on_update(self, cb: Callable[[StartupProgress], None]) -> None:
+        self._listeners.append(cb)
+
+    # ------------------------------------------------------------------ probes
+    async def probe_health_once(self, client) -> None:  # type: ignore[no-untyped-def]
+        port = self.rec.port
+        if port is None:
+            return
+        try:
+            lp = await self.host.forward_port(int(port))
+            r = await client.get(f"http://127.0.0.1:{lp}/health")
+            self.set_health(r.status_code == 200 if r.status_code else None)
+        except Exception:  # noqa: BLE001 - refused, timeout, forward failed: not ready
+            self.set_health(None)
+
+    async def check_alive_once(self) -> None:
+        rec = self.rec
+        if rec.pid is None:
+            return
+        alive = await process_alive(self.host, rec.pid, rec.starttime)
+        rc = None
+        if not alive and rec.run_dir:
+            for _ in range(10):  # the wrapper writes rc right after the server ends
+                rc = await read_rc(self.host, rec.run_dir)
+                if rc is not None:
+                    break
+                await asyncio.sleep(0.1)
+        self.set_alive(alive, rc)
+
+    async def poll_gpu_once(self) -> None:
+        mem = await gpu_memory_used(self.host)
+        if mem is not None:
+            self.set_gpu(mem)
+
+    async def probe_loop(self, stop: asyncio.Event) -> None:
+        """Liveness, /health and GPU memory at their intervals until ``stop`` (or the
+        startup ended: then only liveness keeps going, at a slower pace)."""
+        import httpx
+
+        t_alive = t_health = t_gpu = 0.0
+        async with httpx.AsyncClient(timeout=self.health_timeout, trust_env=False) as client:
+            while not stop.is_set():
+                now = self.clock()
+                starting = self.final is None
+                try:
+                    if now >= t_alive:
+                        t_alive = now + (self.alive_interval if starting else max(5.0, self.alive_interval))
+                        await self.check_alive_once()
+                    if starting and self.probe_health and now >= t_health:
+                        t_health = now + self.health_interval
+                        await self.probe_health_once(client)
+                    if starting and self.poll_gpu and now >= t_gpu:
+                        t_gpu = now + self.gpu_interval
+                        await self.poll_gpu_once()
+                except HostError:
+                    pass  # link down: the follow loop reconnects; keep the last values
+                try:
+                    await asyncio.wait_for(stop.wait(), 0.2)
+                except asyncio.TimeoutError:
+                    pass
+
+    # ------------------------------------------------------------------ loop
+    async def run(
+        self,
+        *,
+        timeout: float | None = None,
+        on_update: Callable[[StartupProgress], Awaitable[None] | None] | None = None,
+        on_bytes: Callable[[bytes], None] | None = None,
+        update_every: float = 0.5,
+    ) -> StartupProgress:
+        """Follow the log and probe until ready or failed (or ``timeout``); return the
+        final snapshot. Connection losses are retried; the log resumes at its offset."""
+        deadline = None if timeout is None else self.clock() + timeout
+        stop = asyncio.Event()
+        log_path = f"{self.rec.run_dir}/log"
+
+        def on_chunk(chunk: bytes) -> None:
+            self.feed(chunk)
+            if self.catchup and len(chunk) < 65536:
+                self.catchup = False  # caught up with the existing log
+            if on_bytes is not None:
+                on_bytes(chunk)
+
+        async def follow() -> None:
+            await follow_forever(self.host, log_path, self.offset, on_chunk, stop, on_idle=self.flush)
+
+        tasks = [asyncio.create_task(follow()), asyncio.create_task(self.probe_loop(stop))]
+        snap = self.snapshot()
+        try:
+            while True:
+                await asyncio.sleep(update_every)
+                snap = self.snapshot()
+                for cb in self._listeners:
+                    cb(snap)
+                if on_update is not None:
+                    res = on_update(snap)
+                    if asyncio.iscoroutine(res):
+                        await res
+                if snap.state != STARTING:
+                    break
+                if deadline is not None and self.clock() >= deadline:
+                    break
+        finally:
+            stop.set()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.finish(snap)
+        return snap
+
+    def finish(self, snap: StartupProgress) -> None:
+        """Store the outcome in the run record (and the phase durations on ready)."""
+        self.final = snap
+        rec = self.store.load(self.rec.run_id) or self.rec
+        if snap.state == STARTING:
+            return
+        rec.status = snap.state
+        rec.timeline = self.rec.timeline
+        rec.timeline.append({"t": snap.time, "event": snap.state, "diagnosis": snap.diagnosis})
+        if snap.state in (FAILED, EXITED):
+            rec.diagnosis, rec.proof = snap.diagnosis, snap.proof
+            if self.rc is not None:
+                rec.rc = self.rc
+        self.store.save(rec)
+        if snap.state == READY and not (self._phase_seen_at_catchup - {"process-start"}):
+            d = self.durations()
+            if d:
+                save_history(self._hkey, d)
+
+
+async def wait_ready(
+    host: Host,
+    rec: RunRecord,
+    *,
+    timeout: float | None = None,
+    stall_after: float = 300.0,
+    on_update: Callable[[StartupProgress], Awaitable[None] | None] | None = None,
+    store: RunStore | None = None,
+    **kw: object,
+) -> StartupProgress:
+    tr = StartupTracker(host, rec, store=store, stall_after=stall_after, **kw)  # type: ignore[arg-type]
+    return await tr.run(timeout=timeout, on_update=on_update)
+
+
+def format_progress(p: StartupProgress) -> str:
+    """One line for a terminal: '[ 42%] weight-loading 14/37  elapsed 1m02s  ETA 1m30s'."""
+    def dur(s: float | None) -> str:
+        if s is None:
+            return "?"
+        s = int(round(s))
+        return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+    parts = [f"[{p.fraction * 100:3.0f}%]", p.phase or "starting"]
+    if p.phase_label:
+        parts.append(f"({p.phase_label})")
+    if p.phase_total:
+        parts.append(f"{p.phase_n}/{p.phase_total}")
+    elif p.phase_progress is not None and p.state != READY:
+        parts.append(f"{p.phase_progress * 100:.0f}%")
+    parts.append(f" elapsed {dur(p.elapsed)}")
+    if p.state == STARTING:
+        parts.append(f" ETA {dur(p.eta)}")
+    if p.gpu_memory:
+        parts.append(" GPU " + "/".join(f"{m / 1024:.1f}" for m in p.gpu_memory) + " GiB")
+    if p.stalled:
+        parts.append(f" STALLED {dur(p.stalled_for)}")
+    if p.diagnosis:
+        parts.append(f" — {p.diagnosis}")
+    return " ".join(parts)
+
+
+__all__ = [
+    "StartupTracker",
+    "expected_durations",
+    "format_progress",
+    "history_key",
+    "load_history",
+    "save_history",
+    "wait_ready",
+]

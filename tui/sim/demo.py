@@ -1,0 +1,98 @@
+"""The demo host: this machine with the simulator's shims first on PATH.
+
+``demo_host()`` returns a :class:`~tui.services.hosts.LocalHost` whose
+environment overlay puts ``<sim state>/bin`` first on ``PATH`` and sets
+``TUNEDECK_SIM_STATE``. The shims there are small ``sh`` scripts:
+
+- ``nvidia-smi`` → ``python -m tui sim smi "$@"`` (simulated GPUs)
+- ``tunedeck``   → ``python -m tui "$@"``
+- ``vllm``       → ``python -m tui sim vllm "$@"`` (so ``vllm serve MODEL …`` works)
+- ``sglang``     → ``python -m tui sim sglang "$@"`` (so ``sglang serve …`` works)
+
+Each sets ``PYTHONPATH`` to the directory holding the ``tui`` package, so
+they work without ``pip install``. Everything is quoted with shlex.quote.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import tui
+from tui.services.hosts import LocalHost
+from tui.sim.gpus import state_root
+
+#: shim name -> argv after ``python -m tui``
+SHIMS: dict[str, tuple[str, ...]] = {
+    "nvidia-smi": ("sim", "smi"),
+    "tunedeck": (),
+    "vllm": ("sim", "vllm"),
+    "sglang": ("sim", "sglang"),
+}
+
+
+def package_root() -> Path:
+    """The directory that contains the ``tui`` package (goes on PYTHONPATH)."""
+    return Path(tui.__file__).resolve().parent.parent
+
+
+def sim_state_dir() -> Path:
+    """``$TUNEDECK_SIM_STATE`` or ``<tunedeck state dir>/sim``."""
+    return state_root()
+
+
+def shim_dir(state: Path | None = None) -> Path:
+    return (state or sim_state_dir()) / "bin"
+
+
+def shim_text(args: tuple[str, ...], python: str, root: Path) -> str:
+    q = shlex.quote
+    cmd = " ".join([q(python), "-m", "tui", *(q(a) for a in args), '"$@"'])
+    return (
+        "#!/bin/sh\n"
+        "# tunedeck simulator shim (written by tui.sim.demo.write_shims)\n"
+        f"PYTHONPATH={q(str(root))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+        "export PYTHONPATH\n"
+        f"exec {cmd}\n"
+    )
+
+
+def write_shims(directory: str | os.PathLike[str], python: str = sys.executable) -> Path:
+    """Write the executable shims into ``directory`` (created if needed); return it."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    root = package_root()
+    for name, args in SHIMS.items():
+        text = shim_text(args, python, root)
+        p = d / name
+        try:
+            if p.is_file() and p.read_text() == text and os.access(p, os.X_OK):
+                continue
+        except OSError:
+            pass
+        tmp = d / f".{name}.{os.getpid()}.tmp"
+        tmp.write_text(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, p)
+    return d
+
+
+def demo_env(state: Path | None = None, python: str = sys.executable) -> dict[str, str]:
+    """The environment overlay of the demo host (writes the shims as a side effect)."""
+    state = state or sim_state_dir()
+    bindir = write_shims(shim_dir(state), python)
+    path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env = {"PATH": f"{bindir}{os.pathsep}{path}", "TUNEDECK_SIM_STATE": str(state)}
+    root = package_root()
+    if (root / "pyproject.toml").is_file():
+        # a source checkout: let ``python -m tui ...`` work from any directory on the demo host
+        old = os.environ.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = str(root) + (os.pathsep + old if old else "")
+    return env
+
+
+def demo_host() -> LocalHost:
+    """This machine with simulated GPUs and engines (``tunedeck --demo``)."""
+    return LocalHost("demo", env_overlay=demo_env())

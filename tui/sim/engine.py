@@ -1,0 +1,1727 @@
+"""``tunedeck sim sglang|vllm``: a simulated inference server, one real process.
+
+Start-up prints the engine's real log lines in order (see serving-engines.md
+§4.2/§4.3) spread over ``--sim-load-seconds``; the HTTP port is bound where the
+engine binds it (vLLM: before loading, accepting only once ready; SGLang: after
+CUDA-graph capture); then it serves the OpenAI API with continuous batching
+driven by :mod:`tui.sim.perf`, streams SSE in the engine's exact format, keeps
+Prometheus metrics and prints the runtime stat lines. Everything goes to
+stdout, flushed per line, so a log tail sees progress live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+import re
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections import deque
+from typing import Any, Callable
+
+from tui.sim import perf
+from tui.sim.engine_args import (
+    SGLANG_ALIASES,
+    SGLANG_VERSION,
+    VLLM_BACKENDS,
+    VLLM_SPEC_METHODS,
+    VLLM_VERSION,
+    help_search,
+    preprocess_vllm_argv,
+    sglang_parser,
+    vllm_parser,
+)
+from tui.sim.gpus import ServerRecord, load_config, used_by_others
+from tui.sim.httpd import Conn, HttpServer, Request
+from tui.sim.metrics import Metrics
+
+WORDS = (
+    " the", " model", " server", " token", " is", " a", " fast", " and", " of", " to", " in", " GPU", " batch",
+    " cache", " that", " with", " on", " for", " it", " as", " memory", " we", " can", " run", " more", " data",
+    " time", " each", " step", " high", " low", " will", " not", " this", " by", " at", ".", ",", " per", " value",
+)
+VLLM_ROUTES = [
+    ("/openapi.json", "HEAD, GET"), ("/docs", "HEAD, GET"), ("/docs/oauth2-redirect", "HEAD, GET"),
+    ("/redoc", "HEAD, GET"), ("/load", "GET"), ("/version", "GET"), ("/health", "GET"), ("/metrics", "GET"),
+    ("/tokenize", "POST"), ("/detokenize", "POST"), ("/v1/models", "GET"), ("/ping", "GET"), ("/ping", "POST"),
+    ("/invocations", "POST"), ("/v1/chat/completions", "POST"), ("/v1/completions", "POST"),
+]
+VLLM_LOGO = [
+    "",
+    "       █     █     █▄   ▄█",
+    " ▄▄ ▄█ █     █     █ ▀▄▀ █  version {version}",
+    "  █▄█▀ █     █     █     █  model   {model}",
+    "   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀",
+    "",
+]
+
+
+# ====================================================================== helpers
+
+
+def count_tokens(text: str) -> int:
+    """Prompt length estimate without a tokenizer: one token per 4 UTF-8 bytes (at least 1)."""
+    return max(1, math.ceil(len(text.encode("utf-8")) / 4))
+
+
+def fmt_interval(s: float) -> str:
+    s = max(0, int(s))
+    m, s = divmod(s, 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def fmt_rate(n: int, elapsed: float) -> str:
+    if n <= 0 or elapsed <= 0:
+        return "?it/s"
+    r = n / elapsed
+    return f"{r:5.2f}it/s" if r >= 1 else f"{1 / r:5.2f}s/it"
+
+
+BAR_PARTS = " ▏▎▍▌▋▊▉"
+
+
+def tqdm_bar(frac: float, width: int = 10) -> str:
+    frac = min(1.0, max(0.0, frac))
+    full, rem = divmod(int(frac * width * 8), 8)
+    s = "█" * full
+    if full < width:
+        s += (BAR_PARTS[rem] if rem else " ") + " " * (width - full - 1)
+    return s
+
+
+def tqdm_frame(desc: str, n: int, total: int, elapsed: float, *, shards: bool = False) -> str:
+    pct = 100.0 * n / total if total else 100.0
+    remaining = "?" if n == 0 else fmt_interval(elapsed / n * (total - n))
+    tail = f"{n}/{total} [{fmt_interval(elapsed)}<{remaining}, {fmt_rate(n, elapsed)}]"
+    if shards:
+        return f"{desc}: {pct:3.0f}% Completed | {tail}"
+    prefix = f"{desc}: " if desc else ""
+    return f"{prefix}{pct:3.0f}%|{tqdm_bar(n / total if total else 1.0)}| {tail}"
+
+
+def sglang_capture_bs(max_bs: int) -> list[int]:
+    bs = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 513, 16))
+    return [b for b in bs if b <= max_bs]
+
+
+def model_facts(model: str, tp: int) -> dict[str, Any]:
+    """Guess size, architecture and KV footprint from the model name (sim only)."""
+    low = model.lower()
+    m = re.findall(r"(\d+(?:\.\d+)?)\s*b(?![a-z])", low)
+    params = float(m[-1]) if m else 70.0
+    mla = "deepseek" in low and ("v3" in low or "r1" in low or "v2" in low)
+    if "deepseek" in low and not m:
+        params = 671.0
+    if re.search(r"fp8|int8|w8a8", low) or (mla and params > 600):
+        bpp = 1.0
+    elif re.search(r"int4|awq|gptq|w4a16|nvfp4|mxfp4", low):
+        bpp = 0.5
+    else:
+        bpp = 2.0
+    if mla:
+        arch, mtype = "DeepseekV3ForCausalLM", "deepseek_v3"
+        per_token = 61 * 576 * 2  # latent KV, replicated on every rank
+        layers = 61
+    else:
+        if "qwen3" in low:
+            arch, mtype = "Qwen3ForCausalLM", "qwen3"
+        elif "qwen" in low:
+            arch, mtype = "Qwen2ForCausalLM", "qwen2"
+        elif "mistral" in low or "mixtral" in low:
+            arch, mtype = "MistralForCausalLM", "mistral"
+        else:
+            arch, mtype = "LlamaForCausalLM", "llama"
+        layers = 80 if params >= 60 else (48 if params >= 20 else 32)
+        kv_heads = 8
+        per_token = 2 * layers * max(1, kv_heads // max(1, tp)) * 128 * 2
+    weights_gib = params * 1e9 * bpp / (1 << 30)
+    return {
+        "params_b": params, "bytes_per_param": bpp, "mla": mla, "arch": arch, "model_type": mtype,
+        "kv_bytes_per_token": per_token, "weights_gib_total": weights_gib, "layers": layers,
+        "shards": max(1, min(163, math.ceil(weights_gib / 4.6))),
+    }
+
+
+class Log:
+    """Writes the engine's log prefixes to stdout, one flush per write."""
+
+    def __init__(self, engine: str, pid: int) -> None:
+        self.engine = engine
+        self.pid = pid
+        self.ms = os.environ.get("SGLANG_LOG_MS", "") not in ("", "0")
+        self.out = sys.stdout
+
+    def raw(self, text: str) -> None:
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def ts(self) -> str:
+        t = time.time()
+        s = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+        return f"{s}.{int(t * 1000) % 1000:03d}" if self.ms else s
+
+    def sg(self, msg: str, rank: int | None = None) -> None:
+        r = f" TP{rank}" if rank is not None else ""
+        self.raw(f"[{self.ts()}{r}] {msg}\n")
+
+    def vl(self, msg: str, *, proc: str = "APIServer", pid: int | None = None, level: str = "INFO",
+           where: str = "api_server.py:1") -> None:
+        stamp = time.strftime("%m-%d %H:%M:%S")
+        self.raw(f"({proc} pid={pid or self.pid}) {level} {stamp} [{where}] {msg}\n")
+
+    def uvicorn(self, msg: str, level: str = "INFO") -> None:
+        pad = f"{level}:".ljust(9)
+        if self.engine == "sglang":
+            self.raw(f"[{self.ts()}] {pad} {msg}\n")
+        else:
+            self.raw(f"(APIServer pid={self.pid}) {pad} {msg}\n")
+
+
+class Req:
+    __slots__ = (
+        "rid", "kind", "stream", "prompt_tokens", "max_tokens", "eos_at", "include_usage", "continuous_usage",
+        "conn", "created", "arrival", "arrival_wall", "admitted", "first", "last", "out", "text", "finish",
+        "done", "rng", "times", "counts", "prefix", "suffix", "internal", "aborted", "fixed_handle",
+    )
+
+    def __init__(self) -> None:
+        self.out = 0
+        self.text: list[str] = []
+        self.finish: str | None = None
+        self.admitted = 0.0
+        self.first = 0.0
+        self.last = 0.0
+        self.times: list[float] = []
+        self.counts: list[int] = []
+        self.internal = False
+        self.aborted = False
+        self.fixed_handle: asyncio.TimerHandle | None = None
+
+
+class Fatal(Exception):
+    """Start-up ends like a real failure: the text is already printed; ``code`` is the exit."""
+
+    def __init__(self, code: int, kill: bool = False) -> None:
+        super().__init__(code)
+        self.code = code
+        self.kill = kill
+
+
+# ====================================================================== the simulator
+
+
+class Sim:
+    def __init__(self, engine: str, args: Any) -> None:
+        self.e = engine
+        self.a = args
+        self.pid = os.getpid()
+        self.log = Log(engine, self.pid)
+        self.speed = args.sim_speed
+        self.load_s = args.sim_load_seconds
+        self.seed = args.sim_seed
+        self.rng = random.Random(self.seed)
+        self.req_counter = 0
+        if engine == "sglang":
+            self.model = args.model_path
+            self.served = args.served_model_name or args.model_path
+            self.tp = max(1, args.tp_size) * max(1, args.pp_size)
+            self.host = args.host
+            self.port = args.port
+            self.context_len = args.context_length or 131072
+        else:
+            self.model = args.model_tag or args.model
+            self.served = (args.served_model_name or [self.model])[0]
+            self.tp = max(1, args.tensor_parallel_size) * max(1, args.pipeline_parallel_size) * max(1, args.data_parallel_size)
+            self.host = args.host or "0.0.0.0"
+            self.port = args.port
+            self.context_len = _parse_len(args.max_model_len) or 131072
+        self.facts = model_facts(self.model, self.tp)
+        self.gpu_cfg = load_config()
+        self.gpus = self._gpu_indices()
+        self.record = ServerRecord(engine, self.gpus)
+        self.spec = self._spec()
+        self.perf = self._perf_config()
+        self.phase = "starting"
+        self.http: HttpServer | None = None
+        self.sock: socket.socket | None = None
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []
+        self.wake: asyncio.Event | None = None
+        self.stop_event: asyncio.Event | None = None
+        self.step_waiters: list[asyncio.Future] = []
+        self.mem_used_gib = 0.0
+        self.util = 0
+        self.kv_tokens = 0
+        self.kv_gib = 0.0
+        self.weights_gib = 0.0
+        self.graph_gib = 0.0
+        self.steps = 0
+        self.decode_steps_since_log = 0
+        self.gen_since_log = 0
+        self.log_t = 0.0
+        self.prompt_since_log = 0
+        self.accept_sum = 0
+        self.accept_n = 0
+        self.last_gen_tput = 0.0
+        self.rec_file = None
+        if args.sim_record_timestamps:
+            self.rec_file = open(args.sim_record_timestamps, "a", buffering=1, encoding="utf-8")
+        self.fixed = args.sim_fixed_ttft_ms is not None or args.sim_fixed_itl_ms is not None
+        if engine == "sglang":
+            self.max_running = args.max_running_requests or (48 if self.spec else 2048)
+            self.prefill_budget = args.max_prefill_tokens or 16384
+            self.decode_log_interval = max(1, args.decode_log_interval)
+        else:
+            self.max_running = args.max_num_seqs or 1024
+            self.prefill_budget = args.max_num_batched_tokens or 8192
+            self.decode_log_interval = 0
+        self.metrics = Metrics(engine, self.served, tp=self.tp, spec_positions=self.spec.num_steps if self.spec else 0)
+        self.metrics.gpu_memory_utilization = getattr(args, "gpu_memory_utilization", 0.92)
+        self.stats_interval = args.sim_stats_interval or float(os.environ.get("VLLM_LOG_STATS_INTERVAL", "10") or 10)
+
+    # ------------------------------------------------------------------ config
+    def _gpu_indices(self) -> list[int]:
+        visible = list(range(self.gpu_cfg.count))
+        cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if cvd:
+            try:
+                visible = [int(x) for x in cvd.split(",") if x.strip() != ""]
+            except ValueError:
+                pass
+        start = self.a.sim_gpu_start
+        step = 1
+        if self.e == "sglang":
+            start = start if start is not None else self.a.base_gpu_id
+            step = max(1, self.a.gpu_id_step)
+        start = start or 0
+        idx = [start + i * step for i in range(self.tp)]
+        return [visible[i] for i in idx if 0 <= i < len(visible)]
+
+    def _spec(self) -> perf.SpecConfig | None:
+        a = self.a
+        if self.e == "sglang":
+            if not a.speculative_algorithm:
+                return None
+            steps = a.speculative_num_steps or 3
+            topk = a.speculative_eagle_topk or 1
+            draft = a.speculative_num_draft_tokens or (steps + 1 if topk == 1 else steps * topk)
+            if topk == 1:
+                draft = steps + 1
+            return perf.SpecConfig(a.speculative_algorithm.upper(), steps, topk, draft)
+        sc = a.speculative_config
+        if not sc:
+            return None
+        method = str(sc.get("method") or ("draft_model" if sc.get("model") else "ngram"))
+        n = int(sc.get("num_speculative_tokens") or 1)
+        return perf.SpecConfig(method.upper(), n, 1, n + 1)
+
+    def _perf_config(self) -> perf.PerfConfig:
+        a = self.a
+        nccl = perf.PerfConfig.nccl_from_env(os.environ)
+        if self.e == "sglang":
+            attn = a.attention_backend
+            attn = SGLANG_ALIASES.get(attn, attn) if attn else None
+            max_bs = a.cuda_graph_max_bs_decode or 512
+            eager = a.disable_cuda_graph or a.cuda_graph_backend_decode == "disabled"
+            return perf.PerfConfig(
+                "sglang", self.tp, attn, a.decode_attention_backend, a.prefill_attention_backend,
+                max(1, a.num_continuous_decode_steps), a.disable_custom_all_reduce, nccl, self.spec,
+                max_bs, eager, self.seed,
+            )
+        attn = (a.attention_backend or "").upper() or None
+        if attn is None and a.attention_config and a.attention_config.get("backend"):
+            attn = str(a.attention_config["backend"]).upper()
+        cc = a.compilation_config or {}
+        eager = a.enforce_eager or str(cc.get("cudagraph_mode", "")).upper() == "NONE"
+        max_bs = a.max_cudagraph_capture_size or 512
+        return perf.PerfConfig(
+            "vllm", self.tp, attn, None, None, 1, a.disable_custom_all_reduce, nccl, self.spec, max_bs, eager, self.seed,
+        )
+
+    # ------------------------------------------------------------------ time
+    async def at(self, frac: float) -> None:
+        loop = asyncio.get_running_loop()
+        target = self.t0 + frac * self.load_s / self.speed
+        delay = target - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def sim_elapsed(self, f0: float, f1: float) -> float:
+        return max(0.01, (f1 - f0) * self.load_s)
+
+    # ------------------------------------------------------------------ gpu state
+    def publish(self, force: bool = True) -> None:
+        used_mib = int(self.mem_used_gib * 1024)
+        names = (
+            [f"sglang::scheduler_TP{i}" for i in range(len(self.gpus))]
+            if self.e == "sglang"
+            else [f"VLLM::Worker_TP{i}" for i in range(len(self.gpus))]
+        )
+        per = {}
+        for rank, g in enumerate(self.gpus):
+            wob = (rank * 37) % 5
+            u = used_mib + (wob if used_mib else 0)
+            per[g] = {"used_mib": u, "util": self.util, "procs": [{"name": names[rank], "used_mib": u}] if u else []}
+        self.record.publish(per, force=force)
+
+    def set_mem(self, gib: float, util: int | None = None) -> None:
+        self.mem_used_gib = gib
+        if util is not None:
+            self.util = util
+        self.publish()
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        self.t0 = loop.time()
+        self.wake = asyncio.Event()
+        self.stop_event = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.stop_event.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        start = asyncio.create_task(self.startup())
+        stopper = asyncio.create_task(self.stop_event.wait())
+        code = 0
+        try:
+            done, _ = await asyncio.wait({start, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if start in done:
+                exc = start.exception()
+                if isinstance(exc, Fatal):
+                    return self._die(exc)
+                if exc is not None:
+                    raise exc
+                await stopper
+            else:
+                start.cancel()
+                try:
+                    await start
+                except (asyncio.CancelledError, Fatal):
+                    pass
+            await self.shutdown()
+        finally:
+            self.record.remove()
+            if self.rec_file:
+                self.rec_file.close()
+        return code
+
+    def _die(self, f: Fatal) -> int:
+        self.record.remove()
+        if self.rec_file:
+            self.rec_file.close()
+        if self.sock:
+            self.sock.close()
+        if f.kill:
+            try:
+                sys.stdout.flush()
+            except Exception:
+                pass
+            os.kill(os.getpid(), signal.SIGKILL)
+        return f.code
+
+    async def shutdown(self) -> None:
+        self.phase = "stopping"
+        if self.http is not None:
+            if self.e == "vllm":
+                self.log.vl("Shutting down FastAPI HTTP server.", where="launcher.py:110")
+            self.log.uvicorn("Shutting down")
+            for r in list(self.running) + list(self.waiting):
+                self._abort(r)
+            await self.http.close()
+            self.log.uvicorn("Waiting for application shutdown.")
+            self.log.uvicorn("Application shutdown complete.")
+            self.log.uvicorn(f"Finished server process [{self.pid}]")
+        elif self.sock is not None:
+            self.sock.close()
+        self.set_mem(0.0, 0)
+
+    # ------------------------------------------------------------------ start-up
+    async def startup(self) -> None:
+        if self.e == "sglang":
+            await self.startup_sglang()
+        else:
+            await self.startup_vllm()
+        self.phase = "warmup"
+        asyncio.create_task(self.publisher())
+        asyncio.create_task(self.scheduler())
+        if self.e == "vllm" and not self.a.disable_log_stats:
+            asyncio.create_task(self.vllm_stats())
+        if self.e == "sglang" and not self.a.skip_server_warmup:
+            await self.sglang_warmup()
+        self.phase = "ready"
+        if self.e == "sglang":
+            self.log.sg("The server is fired up and ready to roll!")
+        await asyncio.Event().wait()  # until cancelled by shutdown
+
+    def _ranks(self) -> list[int]:
+        r = list(range(len(self.gpus) or 1))
+        random.Random(self.seed + self.steps).shuffle(r)
+        self.steps += 1
+        return r
+
+    async def startup_sglang(self) -> None:
+        a = self.a
+        L = self.log
+        total = self.gpu_cfg.memory_total_mib / 1024.0
+        f = self.facts
+        self.weights_gib = f["weights_gib_total"] / self.tp
+        if f["mla"]:
+            self.weights_gib = f["weights_gib_total"] / self.tp
+        mfs = a.mem_fraction_static or (0.88 if total > 100 else 0.85)
+        baseline = 1.14
+        ctx = 0.52
+        other = used_by_others(self.gpus, self.pid) / 1024.0  # memory other servers hold on our GPUs
+        args_d = {k: v for k, v in vars(a).items() if not k.startswith("sim_")}
+        L.sg(f"server_args={args_d!r}")
+        if not a.attention_backend:
+            L.sg(f"Attention backend not specified. Use {'fa3'} backend by default.")
+        if self.spec and not a.max_running_requests:
+            L.sg("Max running requests is reset to 48 for speculative decoding. You can override this by explicitly setting --max-running-requests.")
+        if not self.gpus or len(self.gpus) < self.tp:
+            L.sg(f"Scheduler hit an exception: Traceback (most recent call last):\nRuntimeError: CUDA error: invalid device ordinal\n", rank=len(self.gpus))
+            L.sg("Received sigquit from a child process. It usually means the child failed.")
+            raise Fatal(137, kill=True)
+        self.set_mem(ctx, 0)
+        await self.at(0.02)
+        for r in self._ranks():
+            L.sg("Init parallel begin.", rank=r)
+        await self.at(0.05)
+        if a.sim_fault == "nccl":
+            self.sglang_nccl_failure()
+        for r in self._ranks():
+            L.sg(f"Init parallel ends. elapsed={self.sim_elapsed(0.02, 0.05):.2f} s", rank=r)
+            L.sg(f"Memory baseline taken. mem usage={baseline:.2f} GB", rank=r)
+        self.set_mem(ctx + baseline)
+        await self.at(0.07)
+        avail0 = total - baseline - ctx - other
+        for r in self._ranks():
+            L.sg(f"Load weight begin. avail mem={avail0 + 0.01 * (r % 2):.2f} GB", rank=r)
+        if self.weights_gib > avail0:
+            self.sglang_oom(f"Tried to allocate {min(self.weights_gib, 20):.2f} GiB", during="load_model")
+        # weight shards bar (TP0), frames joined by \r, no trailing newline per frame
+        n_sh = f["shards"]
+        f0, f1 = 0.08, 0.50
+        L.raw("\r" + tqdm_frame("Loading safetensors checkpoint shards", 0, n_sh, 0, shards=True))
+        for i in range(1, n_sh + 1):
+            await self.at(f0 + (f1 - f0) * i / n_sh)
+            el = self.sim_elapsed(f0, f0 + (f1 - f0) * i / n_sh)
+            L.raw("\r" + tqdm_frame("Loading safetensors checkpoint shards", i, n_sh, el, shards=True))
+            self.set_mem(ctx + baseline + self.weights_gib * i / n_sh, 3)
+        L.raw("\r" + tqdm_frame("Loading safetensors checkpoint shards", n_sh, n_sh, self.sim_elapsed(f0, f1), shards=True) + "\n")
+        await self.at(0.52)
+        avail1 = avail0 - self.weights_gib
+        quant = ", quant=fp8" if f["bytes_per_param"] == 1.0 else ""
+        for r in self._ranks():
+            L.sg(
+                f"Load weight end. elapsed={self.sim_elapsed(0.07, 0.52):.2f} s, type={f['arch']}{quant}, "
+                f"avail mem={avail1:.2f} GB, mem usage={self.weights_gib:.2f} GB.",
+                rank=r,
+            )
+        await self.at(0.55)
+        kv = total * mfs - self.weights_gib - baseline - other
+        if a.sim_fault == "oom":
+            self.sglang_oom(f"Tried to allocate {max(kv, 1.0) / 2:.2f} GiB", during="kv")
+        if kv < 1.0:
+            for r in self._ranks():
+                L.sg("Scheduler hit an exception: Traceback (most recent call last):\n"
+                     '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor/model_runner.py", line 1712, in init_memory_pool\n'
+                     "    raise RuntimeError(\n"
+                     f"RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static={mfs}\n",
+                     rank=r)
+            L.sg("Received sigquit from a child process. It usually means the child failed.")
+            raise Fatal(137, kill=True)
+        self.kv_gib = kv
+        self.kv_tokens = int(kv * (1 << 30) / f["kv_bytes_per_token"])
+        if a.max_total_tokens:
+            self.kv_tokens = min(self.kv_tokens, a.max_total_tokens)
+        avail2 = avail1 - kv
+        dtype = "torch.float8_e4m3fn" if a.kv_cache_dtype.startswith("fp8") else "torch.bfloat16"
+        for r in self._ranks():
+            if f["mla"]:
+                L.sg(f"KV Cache is allocated. dtype: {dtype}, #tokens: {self.kv_tokens}, KV size: {kv:.2f} GB", rank=r)
+            else:
+                L.sg(f"KV Cache is allocated. dtype: {dtype}, #tokens: {self.kv_tokens}, K size: {kv / 2:.2f} GB, V size: {kv / 2:.2f} GB", rank=r)
+            L.sg(f"Memory pool end. avail mem={avail2:.2f} GB", rank=r)
+        self.set_mem(ctx + baseline + self.weights_gib + kv, 0)
+        self.metrics.max_total_tokens = self.kv_tokens
+        self.metrics.kv_cache_gb = round(kv, 2)
+        # CUDA graphs
+        await self.at(0.58)
+        self.graph_gib = 0.0
+        if not self.perf.enforce_eager:
+            max_bs = self.perf.cuda_graph_max_bs
+            bs_list = sglang_capture_bs(max_bs)
+            target = "target verify" if self.spec else "target decode"
+            k = self.spec.draft_tokens if self.spec else 1
+            for r in self._ranks():
+                L.sg(f"Capture {target} CUDA graph begin. backend=full, num_tokens_per_req={k}, avail mem={avail2:.2f} GB", rank=r)
+            f0, f1 = 0.60, 0.90
+            n = len(bs_list)
+            graph_total = 0.82
+            L.raw("\r" + tqdm_frame("", 0, n, 0))
+            hang_at = n // 2 if a.sim_fault == "hang" else None
+            for i, bs in enumerate(reversed(bs_list)):
+                am = avail2 - graph_total * i / n
+                desc = f"Capturing batches (bs={bs} avail_mem={am:.2f} GB)"
+                el = self.sim_elapsed(f0, f0 + (f1 - f0) * i / n)
+                L.raw("\r" + tqdm_frame(desc, i, n, el))
+                if hang_at is not None and i == hang_at:
+                    self.set_mem(ctx + baseline + self.weights_gib + kv + graph_total * i / n, 35)
+                    await asyncio.Event().wait()  # stuck in capture forever
+                await self.at(f0 + (f1 - f0) * (i + 1) / n)
+                L.raw("\r" + tqdm_frame(desc, i + 1, n, self.sim_elapsed(f0, f0 + (f1 - f0) * (i + 1) / n)))
+                self.set_mem(ctx + baseline + self.weights_gib + kv + graph_total * (i + 1) / n, 40)
+            L.raw("\r" + tqdm_frame(desc, n, n, self.sim_elapsed(f0, f1)) + "\n")
+            self.graph_gib = graph_total
+            await self.at(0.91)
+            for r in self._ranks():
+                L.sg(
+                    f"Capture {target} CUDA graph end. bs={bs_list}, elapsed={self.sim_elapsed(0.58, 0.91):.2f} s, "
+                    f"mem usage={graph_total:.2f} GB, avail mem={avail2 - graph_total:.2f} GB.",
+                    rank=r,
+                )
+        await self.at(0.92)
+        chunked = a.chunked_prefill_size if a.chunked_prefill_size is not None else 8192
+        L.sg(
+            f"max_total_num_tokens={self.kv_tokens}, chunked_prefill_size={chunked}, max_prefill_tokens={a.max_prefill_tokens}, "
+            f"max_running_requests={self.max_running}, context_len={self.context_len}, available_gpu_mem={avail2 - self.graph_gib:.2f} GB",
+            rank=0,
+        )
+        self.set_mem(ctx + baseline + self.weights_gib + kv + self.graph_gib, 0)
+        await self.at(0.94)
+        L.uvicorn(f"Started server process [{self.pid}]")
+        L.uvicorn("Waiting for application startup.")
+        L.uvicorn("Application startup complete.")
+        try:
+            if a.sim_fault == "port":
+                raise OSError(98, "address already in use")
+            self.sock = bind_socket(self.host, self.port)
+        except OSError as e:
+            L.uvicorn(f"[Errno {e.errno}] error while attempting to bind on address ('{self.host}', {self.port}): "
+                      f"{(e.strerror or str(e)).lower()}", level="ERROR")
+            L.uvicorn("Waiting for application shutdown.")
+            L.uvicorn("Application shutdown complete.")
+            raise Fatal(1) from None
+        self.http = HttpServer(self.handle, self.access_log)
+        await self.http.start(self.sock)
+        shown = self.host if self.host not in ("", "::") else "0.0.0.0"
+        L.uvicorn(f"Uvicorn running on http://{shown}:{self.sock.getsockname()[1]} (Press CTRL+C to quit)")
+        self.metrics.startup = {"total": round(self.load_s * 0.94, 2)}
+
+    def sglang_nccl_failure(self) -> None:
+        L = self.log
+        for r in self._ranks():
+            L.sg(
+                "Scheduler hit an exception: Traceback (most recent call last):\n"
+                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 2937, in run_scheduler_process\n'
+                "    scheduler = Scheduler(\n"
+                "                ^^^^^^^^^^\n"
+                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/distributed/device_communicators/pynccl.py", line 113, in __init__\n'
+                "    self.comm: ncclComm_t = self.nccl.ncclCommInitRank(\n"
+                "                            ^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/distributed/device_communicators/pynccl_wrapper.py", line 374, in NCCL_CHECK\n'
+                '    raise RuntimeError(f"NCCL error: {error_str}")\n'
+                "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n",
+                rank=r,
+            )
+        L.sg("Received sigquit from a child process. It usually means the child failed.")
+        raise Fatal(137, kill=True)
+
+    def sglang_oom(self, tried: str, during: str) -> None:
+        L = self.log
+        total = self.gpu_cfg.memory_total_mib / 1024.0
+        where = (
+            '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/mem_cache/memory_pool.py", line 612, in _create_buffers\n'
+            "    torch.zeros(\n"
+            if during == "kv"
+            else '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_loader/loader.py", line 584, in load_model\n'
+            "    model = _initialize_model(\n"
+        )
+        for r in self._ranks():
+            L.sg(
+                "Scheduler hit an exception: Traceback (most recent call last):\n"
+                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 2937, in run_scheduler_process\n'
+                "    scheduler = Scheduler(\n"
+                "                ^^^^^^^^^^\n"
+                + where
+                + f"torch.OutOfMemoryError: CUDA out of memory. {tried}. GPU {r} has a total capacity of {total:.2f} GiB "
+                f"of which 1.06 GiB is free. Including non-PyTorch memory, this process has {total - 1.06:.2f} GiB memory in use. "
+                f"Of the allocated memory {total - 2.5:.2f} GiB is allocated by PyTorch, and 412.31 MiB is reserved by PyTorch but "
+                "unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                "to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)\n",
+                rank=r,
+            )
+        L.sg("Received sigquit from a child process. It usually means the child failed.")
+        raise Fatal(137, kill=True)
+
+    async def sglang_warmup(self) -> None:
+        peer = f"127.0.0.1:{random.Random(self.seed).randint(33000, 60000)}"
+        await self.at(0.96)
+        self.log.uvicorn(f'{peer} - "GET /model_info HTTP/1.1" 200 OK')
+        req = self.new_req("generate", stream=False, prompt_tokens=7, max_tokens=8, ignore_eos=True)
+        req.internal = True
+        await self.submit(req)
+        self.log.uvicorn(f'{peer.rsplit(":", 1)[0]}:{int(peer.rsplit(":", 1)[1]) + 2} - "POST /generate HTTP/1.1" 200 OK')
+        await self.at(1.0)
+
+    # ------------------------------------------------------------------ vLLM start-up
+    def w(self, rank: int) -> int:
+        return self.pid + 2 + rank
+
+    async def startup_vllm(self) -> None:
+        a = self.a
+        L = self.log
+        ec = self.pid + 1
+        total = self.gpu_cfg.memory_total_mib / 1024.0
+        f = self.facts
+        for line in VLLM_LOGO:
+            L.vl(line.format(version=VLLM_VERSION, model=self.model), where="utils.py:299")
+        defaults = vllm_parser().parse_args([])
+        nd: dict[str, Any] = {}
+        if a.model_tag:
+            nd["model_tag"] = a.model_tag
+        for k, v in vars(a).items():
+            if k.startswith("sim_") or k == "model_tag":
+                continue
+            if getattr(defaults, k, None) != v:
+                nd[k] = v
+        if a.model_tag:
+            nd["model"] = a.model_tag
+        L.vl(f"non-default args: {nd!r}", where="utils.py:233")
+        if "VLLM_ATTENTION_BACKEND" in os.environ:
+            L.vl("Unknown vLLM environment variable detected: VLLM_ATTENTION_BACKEND", level="WARNING", where="envs.py:1744")
+        # the API server binds its socket before the engine starts
+        try:
+            if a.sim_fault == "port":
+                raise OSError(98, "Address already in use")
+            self.sock = bind_socket(self.host, self.port)
+        except OSError as e:
+            tb = [
+                "Traceback (most recent call last):",
+                '  File "/usr/local/bin/vllm", line 10, in <module>',
+                "    sys.exit(main())",
+                '  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/api_server.py", line 1963, in run_server',
+                "    sock = create_server_socket(listen_address)",
+                '  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/api_server.py", line 1891, in create_server_socket',
+                "    sock.bind(addr)",
+                f"OSError: [Errno {e.errno}] {e.strerror or 'Address already in use'}",
+            ]
+            for line in tb:
+                L.raw(f"(APIServer pid={self.pid}) {line}\n")
+            raise Fatal(1) from None
+        self.sock.listen(1024)  # connections queue (probes hang) until the app starts
+        await self.at(0.01)
+        L.vl(f"Resolved architecture: {f['arch']}", where="model.py:549")
+        L.vl(f"Using max model len {self.context_len}", where="model.py:1678")
+        L.vl(f"Chunked prefill is enabled with max_num_batched_tokens={self.prefill_budget}.", where="scheduler.py:252")
+        L.vl("Asynchronous scheduling is enabled.", where="vllm.py:790")
+        await self.at(0.03)
+        spec_s = "None" if not self.spec else repr(a.speculative_config)
+        L.vl(
+            f"Initializing a V1 LLM engine (v{VLLM_VERSION}) with config: model={self.model!r}, speculative_config={spec_s}, "
+            f"tokenizer={self.model!r}, skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, trust_remote_code={a.trust_remote_code}, "
+            f"dtype=torch.bfloat16, max_seq_len={self.context_len}, download_dir=None, load_format=auto, "
+            f"tensor_parallel_size={a.tensor_parallel_size}, pipeline_parallel_size={a.pipeline_parallel_size}, "
+            f"data_parallel_size={a.data_parallel_size}, disable_custom_all_reduce={a.disable_custom_all_reduce}, "
+            f"quantization={a.quantization}, enforce_eager={a.enforce_eager}, kv_cache_dtype={a.kv_cache_dtype}, "
+            f"device_config=cuda, seed={a.seed}, served_model_name={self.served}, enable_prefix_caching=True, "
+            f"enable_chunked_prefill=True, pooler_config=None, compilation_config={json.dumps(a.compilation_config or {})}",
+            proc="EngineCore", pid=ec, where="core.py:105",
+        )
+        if not self.gpus or len(self.gpus) < self.tp:
+            L.vl(f"ValueError: World size ({self.tp}) is larger than the number of available GPUs ({len(self.gpus)}) in this node.",
+                 proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
+            self._vllm_engine_failed(ec)
+        self.set_mem(0.52, 0)
+        await self.at(0.05)
+        other = used_by_others(self.gpus, self.pid) / 1024.0
+        free = total - other - 0.52
+        if free < total * a.gpu_memory_utilization:
+            L.vl(
+                f"ValueError: Free memory on device cuda:0 ({free:.2f}/{total:.2f} GiB) on startup is less than desired GPU "
+                f"memory utilization ({a.gpu_memory_utilization}, {total * a.gpu_memory_utilization:.2f} GiB). Decrease GPU memory "
+                "utilization or reduce GPU memory used by other processes.",
+                proc="Worker_TP0", pid=self.w(0), level="ERROR", where="multiproc_executor.py:759",
+            )
+            self._vllm_engine_failed(ec)
+        port = 30000 + (self.pid % 20000)
+        for r in self._ranks():
+            L.vl(f"world_size={self.tp} rank={r} local_rank={r} distributed_init_method=tcp://127.0.0.1:{port} backend=nccl",
+                 proc="Worker", pid=self.w(r), where="parallel_state.py:1400")
+        if a.sim_fault == "nccl":
+            for r in self._ranks()[:2]:
+                for line in [
+                    "WorkerProc failed to start.",
+                    "Traceback (most recent call last):",
+                    '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/multiproc_executor.py", line 733, in worker_main',
+                    "    worker = WorkerProc(*args, **kwargs)",
+                    "             ^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+                    '  File "/usr/local/lib/python3.12/dist-packages/vllm/distributed/device_communicators/pynccl_wrapper.py", line 257, in NCCL_CHECK',
+                    '    raise RuntimeError(f"NCCL error: {error_str}")',
+                    "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+                ]:
+                    L.vl(line, proc=f"Worker_TP{r}", pid=self.w(r), level="ERROR", where="multiproc_executor.py:759")
+            self._vllm_engine_failed(ec)
+        L.vl("vLLM is using nccl==2.28.3", proc="Worker", pid=self.w(0), where="pynccl.py:111")
+        for r in range(len(self.gpus)):
+            L.vl(f"rank {r} in world size {self.tp} is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank {r}, EP rank N/A, EPLB rank N/A",
+                 proc="Worker", pid=self.w(r), where="parallel_state.py:1716")
+        self.set_mem(1.1, 0)
+        await self.at(0.07)
+        t0 = "Worker_TP0"
+        L.vl("Loading model from scratch...", proc=t0, pid=self.w(0), where="gpu_model_runner.py:4735")
+        forced = self.perf.attention_backend
+        mla = f["mla"]
+        if forced:
+            is_mla = "MLA" in forced
+            if is_mla != mla:
+                reason = "['MLA not supported']" if not mla else "['non-MLA not supported']"
+                L.vl(f"ValueError: Selected backend AttentionBackendEnum.{forced} is not valid for this configuration. Reason: {reason}",
+                     proc=t0, pid=self.w(0), level="ERROR", where="multiproc_executor.py:759")
+                self._vllm_engine_failed(ec)
+            L.vl(f"Using AttentionBackendEnum.{forced} backend.", proc=t0, pid=self.w(0), where="cuda.py:416")
+        elif mla:
+            L.vl("Using FLASH_ATTN_MLA attention backend out of potential backends: ['FLASH_ATTN_MLA', 'FLASHMLA', 'TRITON_MLA'].",
+                 proc=t0, pid=self.w(0), where="cuda.py:334")
+        else:
+            L.vl("Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].",
+                 proc=t0, pid=self.w(0), where="cuda.py:334")
+        self.weights_gib = f["weights_gib_total"] / self.tp
+        n_sh = f["shards"]
+        f0, f1 = 0.08, 0.40
+        label = "Loading safetensors checkpoint shards"
+        L.raw(tqdm_frame(label, 0, n_sh, 0, shards=True) + "\n")
+        for i in range(1, n_sh + 1):
+            await self.at(f0 + (f1 - f0) * i / n_sh)
+            L.raw(tqdm_frame(label, i, n_sh, self.sim_elapsed(f0, f0 + (f1 - f0) * i / n_sh), shards=True) + "\n")
+            self.set_mem(1.1 + self.weights_gib * i / n_sh, 3)
+        L.raw(tqdm_frame(label, n_sh, n_sh, self.sim_elapsed(f0, f1), shards=True) + "\n")
+        L.raw(f"({t0} pid={self.w(0)}) \n")
+        L.vl(f"Loading weights took {self.sim_elapsed(f0, f1):.2f} seconds", proc=t0, pid=self.w(0), where="default_loader.py:384")
+        for r in self._ranks():
+            L.vl(f"Model loading took {self.weights_gib:.2f} GiB memory and {self.sim_elapsed(0.07, 0.41):.6f} seconds",
+                 proc=f"Worker_TP{r}", pid=self.w(r), where="gpu_model_runner.py:4820")
+        compile_s = 0.0
+        if not self.perf.enforce_eager:
+            await self.at(0.45)
+            L.vl(f"Using cache directory: /root/.cache/vllm/torch_compile_cache/{uuid.uuid5(uuid.NAMESPACE_DNS, self.model).hex[:10]}/rank_0_0/backbone for vLLM's torch.compile",
+                 proc=t0, pid=self.w(0), where="backends.py:1051")
+            L.vl(f"Dynamo bytecode transform time: {self.sim_elapsed(0.41, 0.45):.2f} s", proc=t0, pid=self.w(0), where="backends.py:1111")
+            await self.at(0.58)
+            L.vl(f"Compiling a graph for compile range (1, {self.prefill_budget}) takes {self.sim_elapsed(0.45, 0.58):.2f} s",
+                 proc=t0, pid=self.w(0), where="backends.py:390")
+            compile_s = self.sim_elapsed(0.41, 0.60)
+            await self.at(0.60)
+            L.vl(f"torch.compile took {compile_s:.2f} s in total", proc=t0, pid=self.w(0), where="monitor.py:48")
+        await self.at(0.62)
+        gmu = a.gpu_memory_utilization
+        activation = 1.6
+        kv = total * gmu - self.weights_gib - activation - 0.6
+        if a.sim_fault == "oom":
+            L.vl(f"Available KV cache memory: {max(kv, 0.5):.2f} GiB", proc=t0, pid=self.w(0), where="gpu_worker.py:436")
+            for r in self._ranks()[:1]:
+                for line in [
+                    "WorkerProc hit an exception.",
+                    "Traceback (most recent call last):",
+                    '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", line 6112, in _allocate_kv_cache_tensors',
+                    "    tensor = torch.zeros(",
+                    "             ^^^^^^^^^^^^",
+                    f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {max(kv, 1.0) / 4:.2f} GiB. GPU {r} has a total capacity of "
+                    f"{total:.2f} GiB of which 812.00 MiB is free. Including non-PyTorch memory, this process has {total - 0.8:.2f} GiB memory in use. "
+                    f"Of the allocated memory {total - 2.1:.2f} GiB is allocated by PyTorch, and 168.25 MiB is reserved by PyTorch but unallocated. "
+                    "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
+                    "See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+                ]:
+                    L.vl(line, proc=f"Worker_TP{r}", pid=self.w(r), level="ERROR", where="multiproc_executor.py:759")
+            self._vllm_engine_failed(ec)
+        if kv <= 0:
+            L.vl(f"Available KV cache memory: {kv:.2f} GiB", proc=t0, pid=self.w(0), where="gpu_worker.py:436")
+            L.vl("EngineCore failed to start.", proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
+            L.vl("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine. "
+                 "See https://docs.vllm.ai/en/latest/configuration/conserving_memory.html for more details.",
+                 proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
+            self._vllm_engine_failed(ec, printed=True)
+        self.kv_gib = kv
+        self.kv_tokens = int(kv * (1 << 30) / f["kv_bytes_per_token"])
+        if self.kv_tokens < self.context_len:
+            need = self.context_len * f["kv_bytes_per_token"] / (1 << 30)
+            L.vl("EngineCore failed to start.", proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
+            L.vl(f"ValueError: To serve at least one request with the models's max seq len ({self.context_len}), ({need:.2f} GiB KV cache is needed, "
+                 f"which is larger than the available KV cache memory ({kv:.2f} GiB). Based on the available memory, the estimated maximum model "
+                 f"length is {self.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+                 proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
+            self._vllm_engine_failed(ec, printed=True)
+        L.vl(f"Available KV cache memory: {kv:.2f} GiB", proc=t0, pid=self.w(0), where="gpu_worker.py:436")
+        L.vl(f"GPU KV cache size: {self.kv_tokens:,} tokens", proc="EngineCore", pid=ec, where="kv_cache_utils.py:1319")
+        L.vl(f"Maximum concurrency for {self.context_len:,} tokens per request: {self.kv_tokens / self.context_len:.2f}x",
+             proc="EngineCore", pid=ec, where="kv_cache_utils.py:1324")
+        self.metrics.max_total_tokens = self.kv_tokens
+        self.metrics.block_size = a.block_size or 16
+        self.set_mem(1.1 + self.weights_gib + kv, 0)
+        mode = str((a.compilation_config or {}).get("cudagraph_mode", "FULL_AND_PIECEWISE")).upper()
+        phases = []
+        if not self.perf.enforce_eager:
+            if mode in ("PIECEWISE", "FULL_AND_PIECEWISE"):
+                phases.append(("mixed prefill-decode, PIECEWISE", 51))
+            if mode in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
+                phases.append(("decode, FULL" if mode != "FULL" else "mixed prefill-decode, FULL", 35))
+        self.graph_gib = 0.47 if phases else 0.0
+        span = (0.64, 0.88)
+        per_phase = (span[1] - span[0]) / max(1, len(phases))
+        for pi, (label, n) in enumerate(phases):
+            p0 = span[0] + pi * per_phase
+            desc = f"Capturing CUDA graphs ({label})"
+            L.raw("\r" + tqdm_frame(desc, 0, n, 0))
+            for i in range(1, n + 1):
+                if a.sim_fault == "hang" and pi == 0 and i == n // 2:
+                    self.set_mem(1.1 + self.weights_gib + kv + 0.2, 35)
+                    await asyncio.Event().wait()
+                await self.at(p0 + per_phase * i / n)
+                L.raw("\r" + tqdm_frame(desc, i, n, self.sim_elapsed(p0, p0 + per_phase * i / n)))
+            L.raw("\n")
+            self.set_mem(1.1 + self.weights_gib + kv + self.graph_gib * (pi + 1) / len(phases), 40)
+        await self.at(0.89)
+        if phases:
+            L.vl(f"Graph capturing finished in {round(self.sim_elapsed(0.64, 0.88))} secs, took {self.graph_gib:.2f} GiB",
+                 proc=t0, pid=self.w(0), where="gpu_model_runner.py:6046")
+        await self.at(0.90)
+        comp = f" (compilation: {compile_s:.2f} s)" if compile_s else ""
+        L.vl(f"init engine (profile, create kv cache, warmup model) took {self.sim_elapsed(0.41, 0.90):.2f} s{comp}",
+             proc="EngineCore", pid=ec, where="core.py:283")
+        self.set_mem(1.1 + self.weights_gib + kv + self.graph_gib, 0)
+        await self.at(0.93)
+        L.vl("Supported tasks: ['generate']", where="api_server.py:590")
+        shown = self.host if self.host not in ("", "::") else "0.0.0.0"
+        L.vl(f"Starting vLLM server on http://{shown}:{self.sock.getsockname()[1]}", where="api_server.py:594")
+        L.vl("Available routes are:", where="launcher.py:37")
+        for route, methods in VLLM_ROUTES:
+            L.vl(f"Route: {route}, Methods: {methods}", where="launcher.py:46")
+        await self.at(0.97)
+        L.uvicorn(f"Started server process [{self.pid}]")
+        L.uvicorn("Waiting for application startup.")
+        self.http = HttpServer(self.handle, self.access_log)
+        await self.at(1.0)
+        await self.http.start(self.sock)
+        L.uvicorn("Application startup complete.")
+
+    def _vllm_engine_failed(self, ec: int, printed: bool = False) -> None:
+        L = self.log
+        if not printed:
+            L.vl("EngineCore failed to start.", proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
+        for line in [
+            "Traceback (most recent call last):",
+            '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/utils.py", line 782, in wait_for_engine_startup',
+            '    raise RuntimeError("Engine core initialization failed. "',
+            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+        ]:
+            L.raw(f"(APIServer pid={self.pid}) {line}\n")
+        raise Fatal(1)
+
+    # ------------------------------------------------------------------ background tasks
+    async def publisher(self) -> None:
+        while True:
+            b = len(self.running)
+            self.util = 0 if b == 0 else min(100, int(60 + 40 * min(1.0, b / 8)))
+            self.publish()
+            await asyncio.sleep(0.5)
+
+    async def vllm_stats(self) -> None:
+        m = self.metrics
+        last_p, last_g, last_t = m.prompt_tokens, m.generation_tokens, time.monotonic()
+        last_acc, last_drafts, last_dt = m.spec_accepted, m.spec_drafts, m.spec_draft_tokens
+        was_active = False
+        while True:
+            await asyncio.sleep(self.stats_interval)
+            now = time.monotonic()
+            dt = max(1e-6, now - last_t)
+            p, g = m.prompt_tokens - last_p, m.generation_tokens - last_g
+            active = bool(p or g or self.running or self.waiting)
+            if active or was_active:
+                usage = 100.0 * m.token_usage
+                self.log.vl(
+                    f"Engine 000: Avg prompt throughput: {p / dt:.1f} tokens/s, Avg generation throughput: {g / dt:.1f} tokens/s, "
+                    f"Running: {len(self.running)} reqs, Waiting: {len(self.waiting)} reqs, GPU KV cache usage: {usage:.1f}%, "
+                    "Prefix cache hit rate: 0.0%",
+                    where="loggers.py:259",
+                )
+                if self.spec and m.spec_drafts > last_drafts:
+                    acc = m.spec_accepted - last_acc
+                    drafts = m.spec_drafts - last_drafts
+                    dtok = m.spec_draft_tokens - last_dt
+                    mean_len = 1 + acc / drafts
+                    self.log.vl(
+                        f"SpecDecoding metrics: Mean acceptance length: {mean_len:.2f}, Accepted throughput: {acc / dt:.2f} tokens/s, "
+                        f"Drafted throughput: {dtok / dt:.2f} tokens/s, Accepted: {acc} tokens, Drafted: {dtok} tokens, "
+                        f"Avg Draft acceptance rate: {100.0 * acc / max(1, dtok):.1f}%",
+                        where="metrics.py:100",
+                    )
+            was_active = active
+            last_p, last_g, last_t = m.prompt_tokens, m.generation_tokens, now
+            last_acc, last_drafts, last_dt = m.spec_accepted, m.spec_drafts, m.spec_draft_tokens
+
+    # ------------------------------------------------------------------ requests
+    def new_req(self, kind: str, *, stream: bool, prompt_tokens: int, max_tokens: int, ignore_eos: bool,
+                include_usage: bool = False, continuous_usage: bool = False, conn: Conn | None = None) -> Req:
+        r = Req()
+        self.req_counter += 1
+        r.rng = random.Random((self.seed << 32) ^ (self.req_counter * 2654435761))
+        hexid = uuid.uuid4().hex
+        if self.e == "vllm":
+            r.rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + hexid
+        else:
+            r.rid = hexid
+        r.kind = kind
+        r.stream = stream
+        r.prompt_tokens = prompt_tokens
+        r.max_tokens = max_tokens
+        if ignore_eos:
+            r.eos_at = 1 << 60
+        else:
+            # pseudo-EOS: log-normal around 200 tokens, seeded per request
+            r.eos_at = max(1, int(r.rng.lognormvariate(math.log(200), 0.8)))
+        r.include_usage = include_usage
+        r.continuous_usage = continuous_usage
+        r.conn = conn
+        r.created = int(time.time())
+        r.arrival = asyncio.get_running_loop().time()
+        r.arrival_wall = time.time()
+        r.done = asyncio.get_running_loop().create_future()
+        self._prepare_templates(r)
+        return r
+
+    async def submit(self, r: Req) -> None:
+        if self.fixed:
+            self._fixed_start(r)
+        else:
+            self.waiting.append(r)
+            self.metrics.waiting = len(self.waiting)
+            assert self.wake is not None
+            self.wake.set()
+        await r.done
+
+    # ---- fixed timing (bypasses the model: exact TTFT and inter-token delay)
+    def _fixed_start(self, r: Req) -> None:
+        loop = asyncio.get_running_loop()
+        ttft = (self.a.sim_fixed_ttft_ms if self.a.sim_fixed_ttft_ms is not None else 50.0) / 1000.0 / self.speed
+        itl = (self.a.sim_fixed_itl_ms if self.a.sim_fixed_itl_ms is not None else 20.0) / 1000.0 / self.speed
+        r.admitted = r.arrival
+        self.running.append(r)
+        self.metrics.running = len(self.running)
+        t_first = r.arrival + ttft
+
+        def tick(k: int) -> None:
+            if r.finish is not None:
+                return
+            if k == 0:
+                self.metrics.prompt_tokens += r.prompt_tokens
+            self.emit(r, 1, loop.time())
+            if r.finish is None:
+                r.fixed_handle = loop.call_at(t_first + (k + 1) * itl, tick, k + 1)
+
+        r.fixed_handle = loop.call_at(t_first, tick, 0)
+
+    # ---- continuous batching
+    async def scheduler(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self.wake is not None
+        rng = random.Random(self.seed * 31 + 7)
+        pc = self.perf
+        k = pc.decode_steps if self.e == "sglang" else 1
+        t_next = loop.time()
+        step = 0
+        self.log_t = loop.time()
+        while True:
+            if not self.running and not self.waiting:
+                self.wake.clear()
+                self._update_gauges()
+                await self.wake.wait()
+                t_next = loop.time()
+            now = loop.time()
+            if t_next < now - 0.05:
+                t_next = now - 0.05  # never burst more than ~50 ms of backlog
+            new: list[Req] = []
+            if step % k == 0 or not self.running:
+                budget = self.prefill_budget
+                while self.waiting and len(self.running) + len(new) < self.max_running:
+                    r = self.waiting[0]
+                    if r.finish is not None:
+                        self.waiting.popleft()
+                        continue
+                    if new and r.prompt_tokens > budget:
+                        break
+                    self.waiting.popleft()
+                    r.admitted = max(now, t_next)
+                    budget -= r.prompt_tokens
+                    new.append(r)
+            if self.e == "sglang" and new:
+                toks = sum(r.prompt_tokens for r in new)
+                dur = perf.prefill_time(pc, toks) * perf.jitter(rng)
+                t_next += dur / self.speed
+                await self._sleep_until(t_next)
+                tnow = loop.time()
+                self.metrics.prompt_tokens += toks
+                self.prompt_since_log += toks
+                self.running.extend(new)
+                self._update_gauges()
+                self.log.sg(
+                    f"Prefill batch, #new-seq: {len(new)}, #new-token: {toks}, #cached-token: 0, token usage: {self.metrics.token_usage:.2f}, "
+                    f"#running-req: {len(self.running) - len(new)}, #queue-req: {len(self.waiting)}, #pending-token: 0, "
+                    f"cuda graph: False, input throughput (token/s): {toks / max(1e-6, dur):.2f}",
+                    rank=0,
+                )
+                for r in new:
+                    self.emit(r, 1, tnow)
+                self._finish_done()
+                self._step_done()
+                continue
+            if self.e == "vllm" and new:
+                self.running.extend(new)
+            b = len(self.running)
+            if b == 0:
+                continue
+            dur = perf.decode_step_time(pc, b) * perf.jitter(rng)
+            newtoks = sum(r.prompt_tokens for r in new)
+            if newtoks:
+                dur += perf.prefill_time(pc, newtoks)
+                self.metrics.prompt_tokens += newtoks
+            t_next += dur / self.speed
+            await self._sleep_until(t_next)
+            tnow = loop.time()
+            gen = 0
+            spec = self.spec
+            for r in self.running:
+                if r.finish is not None:
+                    continue
+                n = 1
+                if spec is not None and r.out > 0:
+                    acc = perf.sample_accepted(spec, rng)
+                    n = 1 + acc
+                    self.accept_sum += n
+                    self.accept_n += 1
+                    m = self.metrics
+                    m.spec_drafts += 1
+                    m.spec_draft_tokens += spec.num_steps
+                    m.spec_accepted += acc
+                    for pos in range(acc):
+                        if pos < len(m.spec_per_pos):
+                            m.spec_per_pos[pos] += 1
+                gen += self.emit(r, n, tnow)
+            self.metrics.iteration.observe(gen + newtoks)
+            self._finish_done()
+            self._update_gauges()
+            self._step_done()
+            step += 1
+            if self.e == "sglang":
+                self.decode_steps_since_log += 1
+                self.gen_since_log += gen
+                if self.decode_steps_since_log >= self.decode_log_interval:
+                    self._sglang_decode_log(tnow)
+
+    async def _sleep_until(self, t: float) -> None:
+        loop = asyncio.get_running_loop()
+        d = t - loop.time()
+        if d > 0:
+            await asyncio.sleep(d)
+        else:
+            await asyncio.sleep(0)
+
+    def _sglang_decode_log(self, now: float) -> None:
+        dt = max(1e-6, now - self.log_t)
+        tput = self.gen_since_log / dt
+        self.last_gen_tput = tput
+        self.metrics.gen_throughput = tput
+        spec = ""
+        if self.spec and self.accept_n:
+            al = self.accept_sum / self.accept_n
+            spec = f"accept len: {al:.2f}, accept rate: {(al - 1) / self.spec.num_steps:.2f}, "
+            self.metrics.spec_accept_length = al
+            self.metrics.spec_accept_rate = (al - 1) / self.spec.num_steps
+            self.accept_sum = self.accept_n = 0
+        graph = len(self.running) <= self.perf.cuda_graph_max_bs and not self.perf.enforce_eager
+        self.log.sg(
+            f"Decode batch, #running-req: {len(self.running)}, #token: {self.metrics.used_tokens}, token usage: {self.metrics.token_usage:.2f}, "
+            f"{spec}cuda graph: {graph}, gen throughput (token/s): {tput:.2f}, #queue-req: {len(self.waiting)}",
+            rank=0,
+        )
+        self.decode_steps_since_log = 0
+        self.gen_since_log = 0
+        self.log_t = now
+
+    def _step_done(self) -> None:
+        if self.step_waiters:
+            ws, self.step_waiters = self.step_waiters, []
+            for f in ws:
+                if not f.done():
+                    f.set_result(None)
+
+    def _update_gauges(self) -> None:
+        m = self.metrics
+        m.running = len(self.running)
+        m.waiting = len(self.waiting)
+        used = sum(r.prompt_tokens + r.out for r in self.running)
+        m.used_tokens = used
+        m.token_usage = min(1.0, used / self.kv_tokens) if self.kv_tokens else 0.0
+
+    def _finish_done(self) -> None:
+        if any(r.finish is not None for r in self.running):
+            self.running = [r for r in self.running if r.finish is None]
+
+    # ---- token emission: writes straight to the client's transport
+    def emit(self, r: Req, n: int, now: float) -> int:
+        """Produce ``n`` tokens for ``r`` at loop time ``now``; returns tokens produced."""
+        if r.finish is not None:
+            return 0
+        if r.conn is not None and r.conn.closed:
+            self._abort(r)
+            return 0
+        n = min(n, r.max_tokens - r.out, max(1, r.eos_at - r.out))
+        words = [WORDS[r.rng.randrange(len(WORDS))] for _ in range(n)]
+        first = r.out == 0
+        r.out += n
+        m = self.metrics
+        m.generation_tokens += n
+        if first:
+            r.first = now
+            m.ttft.observe(now - r.arrival)
+        else:
+            m.itl.observe(now - r.last)
+        r.last = now
+        if r.out >= r.max_tokens:
+            r.finish = "length"
+        elif r.out >= r.eos_at:
+            r.finish = "stop"
+        text = "".join(words)
+        r.text.append(text)
+        if r.stream and r.conn is not None:
+            self._write_stream(r, text, first)
+        if self.rec_file is not None and not r.internal:
+            r.times.append(time.time())
+            r.counts.append(n)
+        if r.finish is not None:
+            self._complete(r, now)
+        return n
+
+    def _abort(self, r: Req) -> None:
+        if r.finish is not None:
+            return
+        r.finish = "abort"
+        r.aborted = True
+        if r.fixed_handle is not None:
+            r.fixed_handle.cancel()
+        if self.e == "sglang":
+            self.metrics.aborted += 1
+        else:
+            self.metrics.finished["abort"] += 1
+        if r in self.running and self.fixed:
+            self.running.remove(r)
+        if not r.done.done():
+            r.done.set_result(None)
+
+    def _complete(self, r: Req, now: float) -> None:
+        m = self.metrics
+        m.e2e.observe(now - r.arrival)
+        m.queue.observe(max(0.0, r.admitted - r.arrival))
+        m.prefill.observe(max(0.0, r.first - r.admitted))
+        m.decode.observe(max(0.0, now - r.first))
+        if r.out > 1:
+            m.tpot.observe((now - r.first) / (r.out - 1))
+        m.requests += 1
+        m.finished[r.finish or "stop"] = m.finished.get(r.finish or "stop", 0) + 1
+        if self.fixed and r in self.running:
+            self.running.remove(r)
+            m.running = len(self.running)
+        if r.stream and r.conn is not None and not r.conn.closed:
+            self._write_stream_end(r)
+        if self.rec_file is not None and not r.internal:
+            rec = {
+                "id": r.rid, "engine": self.e, "kind": r.kind, "stream": r.stream, "arrival": r.arrival_wall,
+                "times": r.times, "tokens": r.counts, "ttft": (r.times[0] - r.arrival_wall) if r.times else None,
+                "prompt_tokens": r.prompt_tokens, "completion_tokens": r.out, "finish_reason": r.finish,
+            }
+            try:
+                self.rec_file.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            except (OSError, ValueError):
+                pass
+        if not r.done.done():
+            r.done.set_result(None)
+
+    # ---- SSE formats
+    def _usage(self, r: Req) -> dict[str, Any]:
+        u: dict[str, Any] = {"prompt_tokens": r.prompt_tokens, "total_tokens": r.prompt_tokens + r.out, "completion_tokens": r.out}
+        if self.e == "sglang":
+            u["prompt_tokens_details"] = None
+            u["reasoning_tokens"] = 0
+        return u
+
+    def _prepare_templates(self, r: Req) -> None:
+        model = json.dumps(self.served)
+        if r.kind == "chat":
+            head = f'{{"id":"{r.rid}","object":"chat.completion.chunk","created":{r.created},"model":{model},"choices":[{{"index":0,"delta":'
+            if self.e == "vllm":
+                r.prefix = head + '{"content":'
+                r.suffix = '},"logprobs":null,"finish_reason":null}]}'
+            else:
+                r.prefix = head + '{"role":null,"content":'
+                r.suffix = ',"reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}'
+        else:
+            head = f'{{"id":"{r.rid}","object":"text_completion","created":{r.created},"model":{model},"choices":[{{"index":0,"text":'
+            r.prefix = head
+            if self.e == "vllm":
+                r.suffix = ',"logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}'
+            else:
+                r.suffix = ',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}'
+
+    def _chunk_obj(self, r: Req, text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+        obj: dict[str, Any] = {"id": r.rid, "object": "chat.completion.chunk" if r.kind == "chat" else "text_completion",
+                               "created": r.created, "model": self.served}
+        if r.kind == "chat":
+            if self.e == "vllm":
+                delta: dict[str, Any] = {}
+                if role:
+                    delta["role"] = "assistant"
+                if text is not None:
+                    delta["content"] = text
+                ch: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                if finish is not None:
+                    ch["stop_reason"] = None
+            else:
+                delta = {"role": "assistant" if role else None, "content": text, "reasoning_content": None, "tool_calls": None}
+                ch = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": None}
+        else:
+            ch = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            if self.e == "vllm":
+                ch["stop_reason"] = None
+            else:
+                ch["matched_stop"] = None
+        obj["choices"] = [ch]
+        if self.e == "sglang" or (r.kind != "chat"):
+            obj["usage"] = None
+        if r.continuous_usage:
+            obj["usage"] = self._usage(r)
+        return obj
+
+    @staticmethod
+    def _sse(obj: Any) -> bytes:
+        return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+    def _write_stream(self, r: Req, text: str, first: bool) -> None:
+        conn = r.conn
+        assert conn is not None
+        if r.kind == "generate":
+            obj = {"text": "".join(r.text), "output_ids": [], "meta_info": self._meta(r)}
+            conn.write_chunk(self._sse(obj))
+            return
+        parts: list[bytes] = []
+        if first and r.kind == "chat":
+            parts.append(self._sse(self._chunk_obj(r, "", None, role=True)))
+        last_with_finish = r.finish is not None and (self.e == "vllm" or r.kind != "chat")
+        if last_with_finish or r.continuous_usage:
+            parts.append(self._sse(self._chunk_obj(r, text, r.finish if last_with_finish else None)))
+        else:
+            parts.append(b"data: " + (r.prefix + json.dumps(text, ensure_ascii=False) + r.suffix).encode("utf-8") + b"\n\n")
+        conn.write_chunk(b"".join(parts))
+
+    def _write_stream_end(self, r: Req) -> None:
+        conn = r.conn
+        assert conn is not None
+        parts: list[bytes] = []
+        if r.kind == "chat" and self.e == "sglang":
+            parts.append(self._sse(self._chunk_obj(r, None, r.finish)))
+        if r.kind in ("chat", "completion") and r.include_usage:
+            obj = {"id": r.rid, "object": "chat.completion.chunk" if r.kind == "chat" else "text_completion",
+                   "created": r.created, "model": self.served, "choices": [], "usage": self._usage(r)}
+            parts.append(self._sse(obj))
+        parts.append(b"data: [DONE]\n\n")
+        conn.write_chunk(b"".join(parts))
+        conn.end_stream()
+
+    def _meta(self, r: Req) -> dict[str, Any]:
+        fr: Any = None
+        if r.finish == "length":
+            fr = {"type": "length", "length": r.out}
+        elif r.finish == "stop":
+            fr = {"type": "stop", "matched": 2}
+        return {"id": r.rid, "finish_reason": fr, "prompt_tokens": r.prompt_tokens, "completion_tokens": r.out,
+                "cached_tokens": 0, "e2e_latency": round(r.last - r.arrival, 6) if r.last else 0.0}
+
+    # ------------------------------------------------------------------ HTTP
+    def access_log(self, req: Request, status: int) -> None:
+        if self.e == "vllm" and self.a.disable_uvicorn_access_log:
+            return
+        from tui.sim.httpd import REASONS
+
+        self.log.uvicorn(f'{req.peer} - "{req.method} {req.target} {req.version}" {status} {REASONS.get(status, "")}'.rstrip())
+
+    def _error(self, conn: Conn, status: int, message: str, etype: str = "BadRequestError", param: str | None = None) -> None:
+        if self.e == "vllm":
+            conn.send_json(status, {"error": {"message": message, "type": etype, "param": param, "code": status}})
+        else:
+            conn.send_json(status, {"object": "error", "message": message, "type": etype, "param": param, "code": status})
+
+    async def handle(self, req: Request, conn: Conn) -> None:
+        p = req.path
+        m = req.method
+        routes: dict[str, Callable[[Request, Conn], Any]] = {
+            "/health": self.r_health,
+            "/v1/models": self.r_models,
+            "/v1/completions": self.r_completions,
+            "/v1/chat/completions": self.r_chat,
+            "/metrics": self.r_metrics,
+        }
+        if self.e == "sglang":
+            routes.update({
+                "/health_generate": self.r_health, "/ready": self.r_health, "/model_info": self.r_model_info,
+                "/get_model_info": self.r_model_info, "/server_info": self.r_server_info,
+                "/get_server_info": self.r_server_info, "/flush_cache": self.r_flush, "/generate": self.r_generate,
+                "/freeze_gc": self.r_ok,
+            })
+        else:
+            routes.update({"/ping": self.r_health, "/version": self.r_version, "/load": self.r_load})
+        fn = routes.get(p)
+        if fn is None:
+            conn.send_json(404, {"detail": "Not Found"})
+            return
+        post_only = {"/v1/completions", "/v1/chat/completions", "/generate", "/freeze_gc"}
+        if (p in post_only and m != "POST") or (p not in post_only and m not in ("GET", "HEAD") and p not in ("/ping", "/flush_cache")):
+            conn.send_json(405, {"detail": "Method Not Allowed"})
+            return
+        await fn(req, conn)
+
+    def _auth_ok(self, req: Request, conn: Conn) -> bool:
+        key = self.a.api_key
+        if not key:
+            return True
+        if req.headers.get("authorization", "") == f"Bearer {key}":
+            return True
+        if self.e == "vllm":
+            conn.send_json(401, {"error": "Unauthorized"})
+        else:
+            conn.send_json(401, {"error": "Unauthorized"})
+        return False
+
+    async def r_ok(self, req: Request, conn: Conn) -> None:
+        conn.send(200, b"")
+
+    async def r_health(self, req: Request, conn: Conn) -> None:
+        if self.phase not in ("ready",):
+            conn.send(503, b"")
+            return
+        if self.e == "sglang" and (self.running or self.waiting):
+            fut = asyncio.get_running_loop().create_future()
+            self.step_waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, 20.0 / self.speed)
+            except asyncio.TimeoutError:
+                conn.send(503, b"")
+                return
+        conn.send(200, b"")
+
+    async def r_version(self, req: Request, conn: Conn) -> None:
+        conn.send_json(200, {"version": VLLM_VERSION})
+
+    async def r_load(self, req: Request, conn: Conn) -> None:
+        conn.send_json(200, {"server_load": len(self.running) + len(self.waiting)})
+
+    async def r_models(self, req: Request, conn: Conn) -> None:
+        if not self._auth_ok(req, conn):
+            return
+        card: dict[str, Any] = {"id": self.served, "object": "model", "created": int(time.time()),
+                                "owned_by": self.e, "root": self.model, "parent": None, "max_model_len": self.context_len}
+        if self.e == "vllm":
+            card["permission"] = [{
+                "id": "modelperm-" + uuid.uuid5(uuid.NAMESPACE_DNS, self.served).hex, "object": "model_permission",
+                "created": int(time.time()), "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+                "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False, "organization": "*",
+                "group": None, "is_blocking": False,
+            }]
+        conn.send_json(200, {"object": "list", "data": [card]})
+
+    async def r_metrics(self, req: Request, conn: Conn) -> None:
+        if self.e == "sglang" and not self.a.enable_metrics:
+            conn.send_json(404, {"detail": "Not Found"})
+            return
+        self._update_gauges()
+        conn.send(200, self.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    async def r_model_info(self, req: Request, conn: Conn) -> None:
+        conn.send_json(200, {
+            "model_path": self.model, "tokenizer_path": self.a.tokenizer_path or self.model, "is_generation": True,
+            "preferred_sampling_params": None, "weight_version": "default", "has_image_understanding": False,
+            "has_audio_understanding": False, "model_type": self.facts["model_type"],
+            "architectures": [self.facts["arch"]], "served_model_name": self.served,
+        })
+
+    async def r_server_info(self, req: Request, conn: Conn) -> None:
+        info = {k: v for k, v in vars(self.a).items() if not k.startswith("sim_")}
+        info["served_model_name"] = self.served
+        info.update({
+            "version": SGLANG_VERSION,
+            "max_total_num_tokens": self.kv_tokens,
+            "internal_states": [{
+                "last_gen_throughput": round(self.last_gen_tput, 2),
+                "memory_usage": {"weight": round(self.weights_gib, 2), "kvcache": round(self.kv_gib, 2),
+                                 "token_capacity": self.kv_tokens, "graph": round(self.graph_gib, 2)},
+                "avg_spec_accept_length": round(self.metrics.spec_accept_length, 2) if self.spec else None,
+            }],
+        })
+        conn.send_json(200, info)
+
+    async def r_flush(self, req: Request, conn: Conn) -> None:
+        body = (b"Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
+                b"requests, the operation will not be performed.)\n")
+        if self.running or self.waiting:
+            self.log.sg(f"Cache not flushed because there are pending requests. #queue-req: {len(self.waiting)}, "
+                        f"#running-req: {len(self.running)}")
+            conn.send(400, body, "text/plain; charset=utf-8")
+            return
+        self.log.sg("Cache flushed successfully!")
+        conn.send(200, body, "text/plain; charset=utf-8")
+
+    # ---- generation endpoints
+    def _body(self, req: Request, conn: Conn) -> dict[str, Any] | None:
+        try:
+            body = req.json()
+        except (ValueError, UnicodeDecodeError) as e:
+            self._error(conn, 400, f"Invalid JSON body: {e}")
+            return None
+        if not isinstance(body, dict):
+            self._error(conn, 400, "Request body must be a JSON object")
+            return None
+        return body
+
+    def _common_checks(self, body: dict[str, Any], conn: Conn) -> bool:
+        if self.phase not in ("ready", "warmup"):
+            self._error(conn, 503, "The server is shutting down", "ServiceUnavailableError")
+            return False
+        model = body.get("model")
+        if self.e == "vllm" and model is not None and model not in (self.served, self.model):
+            self._error(conn, 404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+            return False
+        n = body.get("n", 1)
+        if n not in (None, 1):
+            self._error(conn, 400, "n must be 1 in the simulator (tunedeck sim serves one choice per request)", param="n")
+            return False
+        return True
+
+    def _max_tokens(self, body: dict[str, Any], prompt: int, default: int | None, conn: Conn) -> int | None:
+        mt = body.get("max_completion_tokens", body.get("max_tokens"))
+        if mt is None:
+            mt = default if default is not None else self.context_len - prompt
+        if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
+            self._error(conn, 400, f"max_tokens must be at least 1, got {mt}.", param="max_tokens")
+            return None
+        if prompt + mt > self.context_len:
+            self._error(conn, 400, f"This model's maximum context length is {self.context_len} tokens. However, you requested "
+                        f"{prompt + mt} tokens ({prompt} in the messages, {mt} in the completion). Please reduce the length "
+                        "of the messages or completion.")
+            return None
+        return mt
+
+    def _stream_opts(self, body: dict[str, Any]) -> tuple[bool, bool, bool]:
+        stream = bool(body.get("stream", False))
+        so = body.get("stream_options") or {}
+        inc = bool(so.get("include_usage", False)) if isinstance(so, dict) else False
+        cont = bool(so.get("continuous_usage_stats", False)) if isinstance(so, dict) else False
+        if self.e == "sglang" and self.a.stream_response_default_include_usage:
+            inc = True
+        if self.e == "vllm" and self.a.enable_force_include_usage:
+            inc = True
+        return stream, inc, cont
+
+    async def _run(self, r: Req, conn: Conn) -> None:
+        if r.stream:
+            conn.start_stream()
+        await self.submit(r)
+        if r.stream:
+            try:
+                await conn.writer.drain()
+            except ConnectionError:
+                pass
+            return
+        if r.aborted:
+            return
+        text = "".join(r.text)
+        usage = self._usage(r)
+        if r.kind == "chat":
+            if self.e == "vllm":
+                msg = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
+                       "function_call": None, "tool_calls": [], "reasoning": None}
+                obj = {"id": r.rid, "object": "chat.completion", "created": r.created, "model": self.served,
+                       "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": r.finish,
+                                    "stop_reason": None, "token_ids": None}],
+                       "service_tier": None, "system_fingerprint": None, "usage": {**usage, "prompt_tokens_details": None},
+                       "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None}
+            else:
+                msg = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
+                obj = {"id": r.rid, "object": "chat.completion", "created": r.created, "model": self.served,
+                       "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": r.finish, "matched_stop": None}],
+                       "usage": usage}
+        elif r.kind == "completion":
+            ch: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": r.finish}
+            if self.e == "vllm":
+                ch.update({"stop_reason": None, "token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None})
+                obj = {"id": r.rid, "object": "text_completion", "created": r.created, "model": self.served, "choices": [ch],
+                       "service_tier": None, "system_fingerprint": None, "usage": {**usage, "prompt_tokens_details": None},
+                       "kv_transfer_params": None}
+            else:
+                ch["matched_stop"] = None
+                obj = {"id": r.rid, "object": "text_completion", "created": r.created, "model": self.served, "choices": [ch],
+                       "usage": usage}
+        else:
+            obj = {"text": text, "output_ids": [], "meta_info": self._meta(r)}
+        conn.send_json(200, obj)
+
+    async def r_completions(self, req: Request, conn: Conn) -> None:
+        if not self._auth_ok(req, conn):
+            return
+        body = self._body(req, conn)
+        if body is None or not self._common_checks(body, conn):
+            return
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            pt = count_tokens(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
+            pt = len(prompt)
+        else:
+            self._error(conn, 400, "prompt must be a string or a list of token ids (one prompt per request)", param="prompt")
+            return
+        mt = self._max_tokens(body, pt, 16, conn)
+        if mt is None:
+            return
+        stream, inc, cont = self._stream_opts(body)
+        r = self.new_req("completion", stream=stream, prompt_tokens=pt, max_tokens=mt,
+                         ignore_eos=bool(body.get("ignore_eos", False)), include_usage=inc and stream,
+                         continuous_usage=cont and stream, conn=conn)
+        await self._run(r, conn)
+
+    async def r_chat(self, req: Request, conn: Conn) -> None:
+        if not self._auth_ok(req, conn):
+            return
+        body = self._body(req, conn)
+        if body is None or not self._common_checks(body, conn):
+            return
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            self._error(conn, 400, "messages must be a non-empty list", param="messages")
+            return
+        pt = 3
+        for msg in msgs:
+            if not isinstance(msg, dict):
+                self._error(conn, 400, "each message must be an object", param="messages")
+                return
+            c = msg.get("content")
+            if isinstance(c, list):
+                c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
+            pt += 4 + count_tokens(str(c or ""))
+        mt = self._max_tokens(body, pt, None, conn)
+        if mt is None:
+            return
+        stream, inc, cont = self._stream_opts(body)
+        r = self.new_req("chat", stream=stream, prompt_tokens=pt, max_tokens=mt,
+                         ignore_eos=bool(body.get("ignore_eos", False)), include_usage=inc and stream,
+                         continuous_usage=cont and stream, conn=conn)
+        await self._run(r, conn)
+
+    async def r_generate(self, req: Request, conn: Conn) -> None:
+        body = self._body(req, conn)
+        if body is None or not self._common_checks(body, conn):
+            return
+        sp = body.get("sampling_params") or {}
+        if body.get("input_ids") is not None:
+            ids = body["input_ids"]
+            pt = len(ids) if isinstance(ids, list) else 1
+        else:
+            pt = count_tokens(str(body.get("text", "")))
+        mt = sp.get("max_new_tokens", 128) if isinstance(sp, dict) else 128
+        if not isinstance(mt, int) or mt < 1:
+            self._error(conn, 400, "max_new_tokens must be a positive integer")
+            return
+        r = self.new_req("generate", stream=bool(body.get("stream", False)), prompt_tokens=pt, max_tokens=mt,
+                         ignore_eos=bool(sp.get("ignore_eos", False)) if isinstance(sp, dict) else False, conn=conn)
+        await self._run(r, conn)
+
+
+def _parse_len(v: Any) -> int | None:
+    if v is None:
+        return None
+    s = str(v).strip().lower()
+    mult = 1
+    if s.endswith("k"):
+        mult, s = 1000, s[:-1]
+    elif s.endswith("m"):
+        mult, s = 1000000, s[:-1]
+    try:
+        return int(float(s) * mult)
+    except ValueError:
+        return None
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    host = host or "0.0.0.0"
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        s.listen(1024)
+    except OSError:
+        s.close()
+        raise
+    s.setblocking(False)
+    return s
+
+
+# ====================================================================== entry
+
+
+def main(engine: str, argv: list[str]) -> int:
+    if engine == "vllm":
+        argv = preprocess_vllm_argv(argv)
+        for a in argv:
+            if a.startswith("--help="):
+                sys.stdout.write(help_search(vllm_parser(), a.split("=", 1)[1]))
+                return 0
+        parser = vllm_parser()
+    else:
+        if argv[:1] == ["serve"]:
+            argv = argv[1:]
+        parser = sglang_parser()
+    args = parser.parse_args(argv)
+    if engine == "vllm" and args.sim_list_backends:
+        print(" ".join(VLLM_BACKENDS))
+        return 0
+    if engine == "vllm" and args.speculative_config:
+        method = str(args.speculative_config.get("method") or "")
+        if method and method not in VLLM_SPEC_METHODS:
+            parser.error(f"argument --speculative-config/-sc: invalid speculative method {method!r} "
+                         f"(choose from {', '.join(VLLM_SPEC_METHODS)})")
+    if engine == "sglang":
+        trio = [args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens]
+        if any(x is not None for x in trio) and not all(x is not None for x in trio):
+            print("ValueError: --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens "
+                  "must be set together (all three or none).", file=sys.stderr)
+            return 1
+    try:
+        sim = Sim(engine, args)
+    except Exception as e:  # bad simulator config (gpus.json, record path)
+        print(f"tunedeck sim {engine}: {e}", file=sys.stderr)
+        return 2
+    from tui.util.aio import run_async
+
+    try:
+        return run_async(sim.run())
+    except KeyboardInterrupt:
+        return 0

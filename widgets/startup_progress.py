@@ -1,0 +1,98 @@
+"""Startup progress: a bar with the phase, elapsed time, ETA, GPU memory, a stalled
+marker and the failure diagnosis. Renders a ``StartupProgress`` snapshot passed in."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from tui.model import StartupProgress
+
+PHASE_NAMES = {
+    "process-start": "starting process",
+    "distributed-init": "distributed init",
+    "weight-loading": "loading weights",
+    "compile": "compiling",
+    "kv-cache": "allocating KV cache",
+    "graph-capture": "capturing CUDA graphs",
+    "warmup": "warming up",
+    "ready": "ready",
+}
+
+
+def _dur(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(round(max(0.0, s)))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def describe(p: StartupProgress) -> str:
+    """The first line's text: '42%  loading weights 14/37'."""
+    name = PHASE_NAMES.get(p.phase or "", p.phase or "waiting for the log")
+    if p.phase_label:
+        name += f" ({p.phase_label})"
+    if p.phase_total:
+        name += f" {p.phase_n}/{p.phase_total}"
+    elif p.phase_progress is not None and p.state == "starting":
+        name += f" {p.phase_progress * 100:.0f}%"
+    return name
+
+
+class StartupProgressView(Widget):
+    """Shows one :class:`StartupProgress`; call :meth:`update` with a new snapshot."""
+
+    DEFAULT_CSS = """
+    StartupProgressView {
+        height: auto;
+        min-height: 3;
+        padding: 0 1;
+    }
+    """
+
+    progress: reactive[StartupProgress | None] = reactive(None, layout=True)
+
+    def update(self, snapshot: StartupProgress | None) -> None:  # type: ignore[override]
+        self.progress = snapshot
+
+    def render(self) -> Text:
+        p = self.progress
+        if p is None:
+            return Text("no startup to show", style="dim")
+        width = max(10, self.size.width - 8)
+        frac = max(0.0, min(1.0, p.fraction))
+        filled = int(round(frac * width))
+        style = {"ready": "green", "failed": "red"}.get(p.state, "yellow" if p.stalled else "cyan")
+        t = Text()
+        t.append("█" * filled, style=style)
+        t.append("░" * (width - filled), style="dim")
+        t.append(f" {frac * 100:3.0f}%\n")
+        t.append(describe(p), style="bold")
+        if p.state == "ready":
+            t.append("  ✓ ready", style="bold green")
+        t.append("\n")
+        bits = [f"elapsed {_dur(p.elapsed)}"]
+        if p.state == "starting":
+            bits.append(f"ETA {_dur(p.eta)}" + (f" ({p.eta_source})" if p.eta_source else ""))
+        if p.gpu_memory:
+            bits.append("GPU " + " ".join(f"{m / 1024:.1f}" for m in p.gpu_memory) + " GiB")
+        bits.append(f"health {p.health}")
+        t.append("  ·  ".join(bits), style="dim")
+        if p.stalled:
+            t.append(f"\n⚠ STALLED: no progress for {_dur(p.stalled_for)}", style="bold yellow")
+        if p.diagnosis:
+            t.append(f"\n✗ {p.diagnosis}", style="bold red")
+            if p.proof:
+                t.append(f"\n  {p.proof}", style="red")
+        return t
+
+    @property
+    def text(self) -> str:
+        """Plain text of what is shown (tests, screen readers)."""
+        return self.render().plain
+
+
+__all__ = ["StartupProgressView", "describe"]
