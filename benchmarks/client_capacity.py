@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 _pc = time.perf_counter
 CLIENTS = ("tunedeck", "tunedeck-h11", "aiohttp", "httpx-plain")
+EXTRA_CLIENTS = ("tunedeck-defaultgc",)  # tunedeck without quiet_gc() (what the GC tuning buys)
 
 
 def _cpu() -> float:
@@ -56,6 +57,7 @@ def _cpu() -> float:
 
 
 SERVER_PID = 0
+GC_TUNE = False
 #: time.time() - perf_counter(), so the parent can compare with the simulator's wall-clock records
 WALL_OFFSET = time.time() - _pc()
 
@@ -93,26 +95,35 @@ def _body(i: int, out_len: int) -> dict[str, Any]:
 
 
 async def _child_tunedeck(url: str, conc: int, n: int, out_len: int, transport: str) -> dict[str, Any]:
-    from tui.bench.client import EndpointConfig, RequestSpec, make_client, stream_request
+    from contextlib import nullcontext
+
+    from tui.bench.client import EndpointConfig, RequestSpec, make_client, prepare, quiet_gc, stream_request
 
     async with make_client(transport=transport) as c:
         ep = EndpointConfig(url, MODEL)
 
-        async def run(k: int, keep: bool) -> list[dict[str, Any]]:
-            specs = iter([RequestSpec(f"p {i} a b c d", 6, out_len, i) for i in range(k)])
+        def make(k: int) -> list[tuple[Any, Any]]:
+            # built before the timed phase, as the runner does
+            specs = [RequestSpec(f"p {i} a b c d", 6, out_len, i) for i in range(k)]
+            return [(s, prepare(c, ep, s)) for s in specs]
+
+        async def run(items: list[tuple[Any, Any]], keep: bool) -> list[dict[str, Any]]:
+            it = iter(items)
             out: list[dict[str, Any]] = []
 
             async def lane() -> None:
-                for s in specs:
-                    out.append(await stream_request(c, ep, s, keep_events=keep))
+                for s, req in it:
+                    out.append(await stream_request(c, ep, s, request=req, keep_events=keep))
 
             await asyncio.gather(*(lane() for _ in range(conc)))
             return out
 
-        await run(conc, False)  # warmup: open the connections
-        cpu0, s0, t0 = _cpu(), server_cpu(), _pc()
-        res = await run(n, True)
-        cpu, wall, scpu = _cpu() - cpu0, _pc() - t0, server_cpu() - s0
+        await run(make(conc), False)  # warmup: open the connections
+        items = make(n)
+        with quiet_gc() if GC_TUNE else nullcontext():  # as the runner does for its timed phase
+            cpu0, s0, t0 = _cpu(), server_cpu(), _pc()
+            res = await run(items, True)
+            cpu, wall, scpu = _cpu() - cpu0, _pc() - t0, server_cpu() - s0
     reqs = []
     for r in res:
         lines = [(t, b) for t, b in r.pop("_events", [])]
@@ -206,7 +217,8 @@ def _lines_to_req(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def child_main(a: argparse.Namespace) -> int:
-    global SERVER_PID, MODEL
+    global SERVER_PID, MODEL, GC_TUNE
+    GC_TUNE = a.child != "tunedeck-defaultgc"
     SERVER_PID = a.server_pid or 0
     MODEL = a.model
     if a.child == "aiohttp":
@@ -219,7 +231,7 @@ def child_main(a: argparse.Namespace) -> int:
         import tui.bench  # noqa: F401 - masks httpx's CLI import
         from tui.util.aio import run_async
 
-        tr = "lean" if a.child == "tunedeck" else "httpx"
+        tr = "httpx" if a.child == "tunedeck-h11" else "lean"
         res = run_async(_child_tunedeck(a.url, a.c, a.n, a.out_len, tr))
     sys.stdout.write(json.dumps(res))
     return 0
@@ -369,7 +381,7 @@ def _median_runs(runs: list[dict[str, float]]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--child", choices=CLIENTS, help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=CLIENTS + EXTRA_CLIENTS, help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--c", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
