@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 _pc = time.perf_counter
 CLIENTS = ("tunedeck", "tunedeck-h11", "aiohttp", "httpx-plain")
+EXTRA_CLIENTS = ("tunedeck-defaultgc",)  # tunedeck without quiet_gc() (what the GC tuning buys)
 
 
 def _cpu() -> float:
@@ -56,6 +57,9 @@ def _cpu() -> float:
 
 
 SERVER_PID = 0
+GC_TUNE = False
+#: time.time() - perf_counter(), so the parent can compare with the simulator's wall-clock records
+WALL_OFFSET = time.time() - _pc()
 
 
 def server_cpu() -> float:
@@ -79,8 +83,11 @@ def server_cpu() -> float:
     return total
 
 
+MODEL = "fake-model"
+
+
 def _body(i: int, out_len: int) -> dict[str, Any]:
-    return {"model": "fake-model", "prompt": f"p {i} a b c d", "max_tokens": out_len, "stream": True,
+    return {"model": MODEL, "prompt": f"p {i} a b c d", "max_tokens": out_len, "stream": True,
             "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0.0}
 
 
@@ -88,36 +95,40 @@ def _body(i: int, out_len: int) -> dict[str, Any]:
 
 
 async def _child_tunedeck(url: str, conc: int, n: int, out_len: int, transport: str) -> dict[str, Any]:
-    from tui.bench.client import EndpointConfig, RequestSpec, make_client, stream_request
+    from contextlib import nullcontext
+
+    from tui.bench.client import EndpointConfig, RequestSpec, make_client, prepare, quiet_gc, stream_request
 
     async with make_client(transport=transport) as c:
-        ep = EndpointConfig(url, "fake-model")
+        ep = EndpointConfig(url, MODEL)
 
-        async def run(k: int, keep: bool) -> list[dict[str, Any]]:
-            specs = iter([RequestSpec(f"p {i} a b c d", 6, out_len, i) for i in range(k)])
+        def make(k: int) -> list[tuple[Any, Any]]:
+            # built before the timed phase, as the runner does
+            specs = [RequestSpec(f"p {i} a b c d", 6, out_len, i) for i in range(k)]
+            return [(s, prepare(c, ep, s)) for s in specs]
+
+        async def run(items: list[tuple[Any, Any]], keep: bool) -> list[dict[str, Any]]:
+            it = iter(items)
             out: list[dict[str, Any]] = []
 
             async def lane() -> None:
-                for s in specs:
-                    out.append(await stream_request(c, ep, s, keep_events=keep))
+                for s, req in it:
+                    out.append(await stream_request(c, ep, s, request=req, keep_events=keep))
 
             await asyncio.gather(*(lane() for _ in range(conc)))
             return out
 
-        await run(conc, False)  # warmup: open the connections
-        cpu0, s0, t0 = _cpu(), server_cpu(), _pc()
-        res = await run(n, True)
-        cpu, wall, scpu = _cpu() - cpu0, _pc() - t0, server_cpu() - s0
+        await run(make(conc), False)  # warmup: open the connections
+        items = make(n)
+        with quiet_gc() if GC_TUNE else nullcontext():  # as the runner does for its timed phase
+            cpu0, s0, t0 = _cpu(), server_cpu(), _pc()
+            res = await run(items, True)
+            cpu, wall, scpu = _cpu() - cpu0, _pc() - t0, server_cpu() - s0
     reqs = []
     for r in res:
-        evs = []
-        for t, block in r.pop("_events", []):
-            if block.startswith(b"data: {") and b'"tw"' in block:
-                j = json.loads(block[6:])
-                if j.get("choices"):
-                    evs.append((t, j["tw"], j["tr"]))
-        reqs.append({"start": r["start_time"], "ok": r["success"], "events": evs})
-    return {"cpu": cpu, "wall": wall, "server_cpu": scpu, "requests": reqs}
+        lines = [(t, b) for t, b in r.pop("_events", [])]
+        reqs.append({**_lines_to_req({"start": r["start_time"], "lines": lines}), "ok": r["success"]})
+    return {"cpu": cpu, "wall": wall, "server_cpu": scpu, "wall_offset": WALL_OFFSET, "requests": reqs}
 
 
 async def _child_aiohttp(url: str, conc: int, n: int, out_len: int) -> dict[str, Any]:
@@ -153,7 +164,8 @@ async def _child_aiohttp(url: str, conc: int, n: int, out_len: int) -> dict[str,
         cpu0, s0, t0 = _cpu(), server_cpu(), _pc()
         res = await run(n, True)
         cpu, wall, scpu = _cpu() - cpu0, _pc() - t0, server_cpu() - s0
-    return {"cpu": cpu, "wall": wall, "server_cpu": scpu, "requests": [_lines_to_req(r) for r in res]}
+    return {"cpu": cpu, "wall": wall, "server_cpu": scpu, "wall_offset": WALL_OFFSET,
+            "requests": [_lines_to_req(r) for r in res]}
 
 
 async def _child_httpx_plain(url: str, conc: int, n: int, out_len: int) -> dict[str, Any]:
@@ -187,22 +199,28 @@ async def _child_httpx_plain(url: str, conc: int, n: int, out_len: int) -> dict[
         cpu0, s0, t0 = _cpu(), server_cpu(), _pc()
         res = await run(n, True)
         cpu, wall, scpu = _cpu() - cpu0, _pc() - t0, server_cpu() - s0
-    return {"cpu": cpu, "wall": wall, "server_cpu": scpu, "requests": [_lines_to_req(r) for r in res]}
+    return {"cpu": cpu, "wall": wall, "server_cpu": scpu, "wall_offset": WALL_OFFSET,
+            "requests": [_lines_to_req(r) for r in res]}
 
 
 def _lines_to_req(r: dict[str, Any]) -> dict[str, Any]:
+    """Output events as (client perf_counter, server write time or None, server parse time or None)."""
     evs = []
+    rid = None
     for t, raw in r["lines"]:
         if raw.startswith(b"data: {"):
             j = json.loads(raw[6:])
             if j.get("choices"):
-                evs.append((t, j["tw"], j["tr"]))
-    return {"start": r["start"], "ok": bool(evs), "events": evs}
+                rid = rid or j.get("id")
+                evs.append((t, j.get("tw"), j.get("tr")))
+    return {"start": r["start"], "ok": bool(evs), "events": evs, "id": rid}
 
 
 def child_main(a: argparse.Namespace) -> int:
-    global SERVER_PID
+    global SERVER_PID, MODEL, GC_TUNE
+    GC_TUNE = a.child != "tunedeck-defaultgc"
     SERVER_PID = a.server_pid or 0
+    MODEL = a.model
     if a.child == "aiohttp":
         import uvloop
 
@@ -213,7 +231,7 @@ def child_main(a: argparse.Namespace) -> int:
         import tui.bench  # noqa: F401 - masks httpx's CLI import
         from tui.util.aio import run_async
 
-        tr = "lean" if a.child == "tunedeck" else "httpx"
+        tr = "httpx" if a.child == "tunedeck-h11" else "lean"
         res = run_async(_child_tunedeck(a.url, a.c, a.n, a.out_len, tr))
     sys.stdout.write(json.dumps(res))
     return 0
@@ -232,14 +250,24 @@ def _pct(xs: list[float], p: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def analyse(res: dict[str, Any]) -> dict[str, float]:
+def analyse(res: dict[str, Any], records: dict[str, Any] | None = None) -> dict[str, float]:
+    """``records``: the simulator's --sim-record-timestamps lines by request id (wall clock)."""
     tokens = sum(len(r["events"]) for r in res["requests"])
     ttft_meas, ttft_true, itl_meas, itl_true, lag = [], [], [], [], []
+    off = res.get("wall_offset", 0.0)
     for r in res["requests"]:
         ev = r["events"]
         if not ev:
             continue
-        ttft_meas.append(ev[0][0] - r["start"])
+        if records is not None:
+            rec = records.get(r.get("id"))
+            if rec is None or len(rec["times"]) != len(ev):
+                continue
+            ev = [(t + off, w, rec["arrival"]) for (t, _, _), w in zip(ev, rec["times"])]
+            start = r["start"] + off
+        else:
+            start = r["start"]
+        ttft_meas.append(ev[0][0] - start)
         ttft_true.append(ev[0][1] - ev[0][2])
         for (t1, w1, _), (t2, w2, _) in zip(ev, ev[1:]):
             itl_meas.append(t2 - t1)
@@ -282,18 +310,69 @@ class Server:
         self.p.wait(10)
 
 
-def run_client(kind: str, srv: "Server", c: int, n: int, out_len: int) -> dict[str, float]:
+class SimServer:
+    """``tunedeck sim vllm`` with fixed timing; token write times come from --sim-record-timestamps."""
+
+    def __init__(self, ttft_ms: float, itl_ms: float) -> None:
+        import socket
+        import tempfile
+        import urllib.request
+
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        self.rec = Path(tempfile.mkdtemp()) / "times.jsonl"
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "tui", "sim", "vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "0.5",
+             "--sim-fixed-ttft-ms", str(ttft_ms), "--sim-fixed-itl-ms", str(itl_ms),
+             "--sim-record-timestamps", str(self.rec)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        self.url = f"http://127.0.0.1:{port}"
+        end = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/v1/models", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > end or self.p.poll() is not None:
+                self.close()
+                raise RuntimeError("simulator did not become ready")
+            time.sleep(0.2)
+
+    def records(self) -> dict[str, Any]:
+        out = {}
+        for line in self.rec.read_text().splitlines():
+            try:
+                j = json.loads(line)
+            except ValueError:
+                continue
+            out[j["id"]] = j
+        return out
+
+    close = Server.close
+
+
+def run_client(kind: str, srv: Any, c: int, n: int, out_len: int) -> dict[str, float]:
     url = srv.url
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     r = subprocess.run(
         [sys.executable, __file__, "--child", kind, "--url", url, "--c", str(c), "--n", str(n),
-         "--out-len", str(out_len), "--server-pid", str(srv.p.pid)],
+         "--out-len", str(out_len), "--server-pid", str(srv.p.pid),
+         "--model", "m" if isinstance(srv, SimServer) else "fake-model"],
         capture_output=True, text=True, env=env, timeout=600,
     )
     if r.returncode != 0:
         raise RuntimeError(f"{kind} client failed: {r.stderr[-2000:]}")
-    return analyse(json.loads(r.stdout))
+    res = json.loads(r.stdout)
+    if isinstance(srv, SimServer):
+        time.sleep(0.2)  # let the simulator flush its records
+        return analyse(res, srv.records())
+    return analyse(res)
 
 
 def _median_runs(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -302,11 +381,12 @@ def _median_runs(runs: list[dict[str, float]]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--child", choices=CLIENTS, help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=CLIENTS + EXTRA_CLIENTS, help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--c", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--model", default="fake-model", help=argparse.SUPPRESS)
     ap.add_argument("--conc", default="1,128,256")
     ap.add_argument("--clients", default=",".join(CLIENTS))
     ap.add_argument("--itl-ms", type=float, default=10.0)
@@ -316,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-requests", type=int, default=8, help="at least this many timed requests per run")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--server-procs", type=int, default=1)
+    ap.add_argument("--server", choices=("fakesrv", "sim"), default="fakesrv",
+                    help="fixed-timing server: tests/fakesrv.py (stamps tokens in the payload) or `tunedeck sim`")
     ap.add_argument("--zero-delay", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--zero-conc", type=int, default=32)
     ap.add_argument("--zero-out-len", type=int, default=4000)
@@ -325,9 +407,12 @@ def main(argv: list[str] | None = None) -> int:
         return child_main(a)
     clients = [c for c in a.clients.split(",") if c]
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "load": os.getloadavg()}, "timed": [], "zero": []}
-    srv = Server("--ttft-ms", str(a.ttft_ms), "--itl-ms", str(a.itl_ms), "--procs", str(a.server_procs))
+    if a.server == "sim":
+        srv: Any = SimServer(a.ttft_ms, a.itl_ms)
+    else:
+        srv = Server("--ttft-ms", str(a.ttft_ms), "--itl-ms", str(a.itl_ms), "--procs", str(a.server_procs))
     try:
-        print(f"fixed timing: TTFT {a.ttft_ms:g} ms, {a.itl_ms:g} ms between tokens, {a.out_len} tokens/request, "
+        print(f"server: {a.server}; fixed timing: TTFT {a.ttft_ms:g} ms, {a.itl_ms:g} ms between tokens, {a.out_len} tokens/request, "
               f"median of {a.repeats} interleaved runs; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         hdr = "{:>4} {:<13} {:>9} {:>8} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9}"
         print(hdr.format("C", "client", "tok/s", "cores", "µs/token", "TTFT err", "ITL err", "lag mean", "lag p99",

@@ -50,6 +50,7 @@ from tui.bench.client import (
     RequestSpec,
     make_client,
     prepare,
+    quiet_gc,
     stream_request,
 )
 
@@ -475,8 +476,9 @@ async def _run_level_inproc(
     tk = asyncio.create_task(ticker())
     finished = False
     try:
-        await drive(client, ep, specs, concurrency=conc, rate=rate, burstiness=cfg.burstiness,
-                    seed=cfg.seed, t0=prog.t0, live=live, on_sample=on_sample, prepared=prepared)
+        with quiet_gc():
+            await drive(client, ep, specs, concurrency=conc, rate=rate, burstiness=cfg.burstiness,
+                        seed=cfg.seed, t0=prog.t0, live=live, on_sample=on_sample, prepared=prepared)
         finished = True
     finally:
         duration = _pc() - prog.t0

@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from tui.bench.client import EndpointConfig, Live, RequestSpec, make_client, prepare
+from tui.bench.client import EndpointConfig, Live, RequestSpec, make_client, prepare, quiet_gc
 from tui.bench.runner import BenchConfig, ClientMonitor, drive, warmup
 from tui.util.aio import run_async
 
@@ -86,9 +86,10 @@ async def _main() -> int:
 
         tk = asyncio.create_task(ticker())
         try:
-            await drive(client, ep, specs, concurrency=job["concurrency"], rate=rate,
-                        burstiness=job["burstiness"], seed=job["seed"], t0=t0, live=live, on_sample=on_sample,
-                        prepared=prepared)
+            with quiet_gc():
+                await drive(client, ep, specs, concurrency=job["concurrency"], rate=rate,
+                            burstiness=job["burstiness"], seed=job["seed"], t0=t0, live=live,
+                            on_sample=on_sample, prepared=prepared)
         finally:
             tk.cancel()
             flush_tick()

@@ -70,6 +70,26 @@ def _pos_float(text: str) -> float:
     return v
 
 
+def _temperature(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number") from None
+    if not 0 <= v < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number >= 0")
+    return v
+
+
+def _percentiles(text: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas, e.g. 50,90,99") from None
+    if not vals or any(not 0 <= v <= 100 for v in vals):
+        raise argparse.ArgumentTypeError(f"{text!r}: every percentile must be within 0..100")
+    return vals
+
+
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "bench",
@@ -97,12 +117,13 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     w.add_argument("--warmup", type=_nonneg_int, default=1, help="warmup requests per level (not recorded)")
     w.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
                    help="send ignore_eos so every request generates --output-len tokens (default on)")
-    w.add_argument("--temperature", type=float, default=0.0)
+    w.add_argument("--temperature", type=_temperature, default=0.0, help="sampling temperature (default 0)")
     w.add_argument("--seed", type=int, default=0)
     m = p.add_argument_group("metrics")
     m.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
                    help="SLOs for goodput: ttft:MS tpot:MS e2el:MS")
-    m.add_argument("--metric-percentiles", default="90,99", help="percentiles to report (default 90,99)")
+    m.add_argument("--metric-percentiles", type=_percentiles, default=[90.0, 99.0], metavar="P[,P...]",
+                   help="percentiles to report (default 90,99)")
     c = p.add_argument_group("client")
     c.add_argument("--workers", type=_pos_int, default=1, help="client processes (when one core is not enough)")
     c.add_argument("--transport", choices=("lean", "httpx"), default="lean",
@@ -193,11 +214,9 @@ async def run_bench(args: argparse.Namespace) -> int:
 
     try:
         goodput = metrics.parse_goodput(args.goodput)
-        percentiles = [float(x) for x in args.metric_percentiles.split(",") if x.strip()]
-        if not percentiles or any(not 0 <= p <= 100 for p in percentiles):
-            raise ValueError(f"--metric-percentiles {args.metric_percentiles!r}: values within 0..100")
     except ValueError as e:
-        return _fail(str(e) if str(e) else "bad --metric-percentiles")
+        return _fail(str(e))
+    percentiles = args.metric_percentiles
     if args.concurrency and args.request_rate and len(args.concurrency) > 1 and len(args.request_rate) > 1:
         return _fail("sweep over --concurrency or over --request-rate, not both")
     meta_extra: dict[str, Any] = {}

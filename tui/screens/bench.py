@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 import sys
@@ -86,6 +87,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self._level_offset = 0.0
         self._level_base = 0.0
         self._level_info: dict[int, dict[str, Any]] = {}
+        #: what a sweep varies: "concurrency" or "request_rate"
+        self.sweep_key = "concurrency"
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -181,8 +184,14 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             self.state = f"waiting for {m.get('url')}"
         elif kind == "start":
             self.state = "running"
-            if len(m.get("levels") or []) > 1:
+            levels = m.get("levels") or []
+            if len(levels) > 1:
                 self.query_one("#sweep-row").display = True
+                if len({str(lv.get("request_rate")) for lv in levels}) > 1:
+                    self.sweep_key = "request_rate"
+                    chart = self.query_one("#sweep-chart", ThroughputChart)
+                    chart.title = "throughput vs request rate"
+                    chart.xlabel = "req/s"
         elif kind == "level_start":
             self.state = "running"
             self._level_info[m["level"]] = m
@@ -201,8 +210,12 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             if self.last_tick:
                 self.last_tick = {**self.last_tick, "completed": s["completed"], "failed": s["failed"],
                                   "in_flight": 0}
-            conc = s.get("max_concurrency") or s.get("max_concurrent_requests") or 0
-            self.query_one("#sweep-chart", ThroughputChart).append("output tok/s", conc, s["output_throughput"])
+            if self.sweep_key == "request_rate":
+                x = float(s.get("request_rate") or 0.0)
+            else:
+                x = float(s.get("max_concurrency") or s.get("max_concurrent_requests") or 0)
+            if math.isfinite(x):  # an 'inf' rate level has no place on a rate axis
+                self.query_one("#sweep-chart", ThroughputChart).append("output tok/s", x, s["output_throughput"])
             self.query_one("#pareto-chart", ThroughputChart).append(
                 "levels", s["output_throughput"], s.get("per_user_output_throughput") or 0.0)
             self._level_offset = self._level_base + float(s.get("duration") or 0.0)
