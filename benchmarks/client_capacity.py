@@ -233,7 +233,7 @@ def child_main(a: argparse.Namespace) -> int:
 
         tr = "httpx" if a.child == "tunedeck-h11" else "lean"
         res = run_async(_child_tunedeck(a.url, a.c, a.n, a.out_len, tr))
-    sys.stdout.write(json.dumps(res))
+    Path(a.out).write_text(json.dumps(res))
     return 0
 
 
@@ -360,15 +360,22 @@ def run_client(kind: str, srv: Any, c: int, n: int, out_len: int) -> dict[str, f
     url = srv.url
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    import tempfile
+
+    fd, out = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
     r = subprocess.run(
-        [sys.executable, __file__, "--child", kind, "--url", url, "--c", str(c), "--n", str(n),
+        [sys.executable, __file__, "--child", kind, "--url", url, "--c", str(c), "--n", str(n), "--out", out,
          "--out-len", str(out_len), "--server-pid", str(srv.p.pid),
          "--model", "m" if isinstance(srv, SimServer) else "fake-model"],
         capture_output=True, text=True, env=env, timeout=600,
     )
     if r.returncode != 0:
         raise RuntimeError(f"{kind} client failed: {r.stderr[-2000:]}")
-    res = json.loads(r.stdout)
+    try:
+        res = json.loads(Path(out).read_text())
+    finally:
+        os.unlink(out)
     if isinstance(srv, SimServer):
         time.sleep(0.2)  # let the simulator flush its records
         return analyse(res, srv.records())
@@ -387,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--model", default="fake-model", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--conc", default="1,128,256")
     ap.add_argument("--clients", default=",".join(CLIENTS))
     ap.add_argument("--itl-ms", type=float, default=10.0)
