@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -86,6 +87,18 @@ def test_every_headless_subcommand_accepts_json(path, parser):
     assert "accepted for symmetry" not in (json_action.help or ""), f"{' '.join(path)}: --json does nothing"
 
 
+def _tails(path: str) -> list[int]:
+    out = []
+    for e in os.listdir("/proc"):
+        try:
+            cl = open(f"/proc/{e}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if cl[:1] == [b"tail"] and path.encode() in cl:
+            out.append(int(e))
+    return out
+
+
 def test_logs_json_is_json():
     """`logs --json`: one object with the log text; `--follow --json`: one JSON object per log line;
     not found: a JSON error object on stdout too."""
@@ -115,8 +128,14 @@ def test_logs_json_is_json():
         try:
             first = [json.loads(p.stdout.readline()) for _ in range(3)]
         finally:
-            p.kill()
-            p.communicate(timeout=10)
+            p.send_signal(signal.SIGINT)  # Ctrl+C: the command ends its `tail -F` on the host
+            try:
+                p.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+        assert p.returncode in (0, 130)  # 130: "interrupted"
+        assert not _tails(out["path"]), "the follower's tail outlived `logs --follow`"
         assert all(x["run_id"] == rid and isinstance(x["line"], str) and "\n" not in x["line"] for x in first)
         assert first[0]["offset"] == 0 and first[1]["offset"] == len(first[0]["line"].encode()) + 1
     finally:
