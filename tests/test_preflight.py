@@ -185,3 +185,30 @@ def test_demo_preflight_uses_the_simulators_help(tmp_path):
         r = subprocess.run([*tunedeck_cmd(), "preflight", name, "--demo"], capture_output=True, text=True,
                            cwd=REPO, timeout=90)
         assert r.returncode == 0, (name, r.stdout, r.stderr)
+
+
+def test_demo_vllm_preflight_reads_the_sims_backend_registry(tmp_path):
+    """The demo swaps the engine for `tunedeck sim vllm`: its registry probe is
+    `tunedeck sim vllm --sim-list-backends`, so the choices come from the host, not tunedeck's list."""
+    r = subprocess.run([*tunedeck_cmd(), "preflight", "vllm-baseline", "--demo", "--json"], capture_output=True,
+                       text=True, cwd=REPO, timeout=90)
+    out = json.loads(r.stdout)
+    assert r.returncode == 0, r.stderr
+    assert out["host"]["backends_source"] == "registry"
+    assert "TRITON_MLA_SPARSE" in out["host"]["backends"]  # the sim lists more than the builtin list
+    assert not any("backend registry" in p for p in out["host"]["problems"]), out["host"]["problems"]
+    f = tmp_path / "vllm-odd.toml"
+    f.write_text('engine = "vllm"\nmodel = "Qwen/Qwen3-32B"\n[attention]\nbackend = "PAGED_MAGIC"\n')
+    r = subprocess.run([*tunedeck_cmd(), "preflight", str(f), "--demo", "--json"], capture_output=True,
+                       text=True, cwd=REPO, timeout=90)
+    out = json.loads(r.stdout)
+    assert r.returncode == 1, r.stderr
+    found = {x["code"]: x for x in out["findings"]}
+    assert found["backend-not-offered"]["severity"] == "error"
+    assert "'PAGED_MAGIC' is not offered by vllm 0.33.0 on demo" in found["backend-not-offered"]["message"]
+    # a backend only the sim's registry lists is accepted
+    f.write_text('engine = "vllm"\nmodel = "Qwen/Qwen3-32B"\n[attention]\nbackend = "ROCM_ATTN"\n')
+    r = subprocess.run([*tunedeck_cmd(), "preflight", str(f), "--demo", "--json"], capture_output=True,
+                       text=True, cwd=REPO, timeout=90)
+    out = json.loads(r.stdout)
+    assert not any(x["code"].startswith("backend-") for x in out["findings"]), out["findings"]

@@ -94,7 +94,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "bench",
         parents=[common],
-        help="streaming serving benchmark (vLLM-compatible metrics, crash-safe results)",
+        help="streaming serving benchmark with vLLM-compatible metrics",
         description="Benchmark an OpenAI-compatible server: TTFT, TPOT, ITL, E2EL, throughput, goodput, "
         "as `vllm bench serve` defines them. Every finished request is saved under the results store.",
     )

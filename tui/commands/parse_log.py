@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p = subparsers.add_parser(
         "parse-log",
         parents=[common],
-        help="parse an SGLang/vLLM server log: startup phases, progress, facts, failures",
+        help="parse an SGLang/vLLM server log: phases, progress, failures",
         description="Parse an SGLang or vLLM server log and print the events (phase changes with "
         "progress 0-1, facts, fatal errors with their kind) and a final summary.",
     )

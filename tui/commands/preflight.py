@@ -59,7 +59,9 @@ async def _preflight(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "preflight", parents=[common],
-        help="check a profile against the host's engine version, --help and GPUs (launches nothing)",
+        help="check a profile against the host's engine and GPUs",
+        description="Check a profile against the host's engine version, its --help and the GPUs "
+        "before a launch; nothing is launched.",
     )
     p.add_argument("name", metavar="NAME", help="profile name or path to a .toml file")
     p.add_argument("--json", action="store_true", help="machine-readable output")

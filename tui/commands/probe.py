@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p = subparsers.add_parser(
         "probe",
         parents=[common],
-        help="connect to a host and report its facts (OS, CPUs, memory, Python, GPUs, engines)",
+        help="report a host's OS, CPUs, memory, Python, GPUs and engines",
         description="Connect to TARGET (default: --host, else this machine) and report hostname, OS, "
         "kernel, CPU count, memory, python3, nvidia-smi and GPU count, and the installed "
         "SGLang/vLLM versions. One remote script, one round trip.",

@@ -177,7 +177,7 @@ def _presets(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser("profiles", parents=[common], help="server profiles: list, show, check, command")
+    p = subparsers.add_parser("profiles", parents=[common], help="server profiles: list, show, check, command, diff, presets")
     sub = p.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
 
     def add(name: str, func, help: str) -> argparse.ArgumentParser:
@@ -189,7 +189,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     add("list", _list, "list profiles (user folder first, then built-ins)")
     s = add("show", _show, "show one profile")
     s.add_argument("name", metavar="NAME", help="profile name or path to a .toml file")
-    c = add("check", _check, "validate a profile or presets file; non-zero exit naming file, line and key")
+    c = add("check", _check, "validate a profile or presets file (names file, line, key)")
     c.add_argument("file", metavar="FILE")
     c.add_argument("--allow-dangerous-env", action="store_true", help="accept LD_PRELOAD, PATH, PYTHONPATH, …")
     c = add("command", _command, "print the exact launch command line")

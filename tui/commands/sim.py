@@ -22,13 +22,13 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p = subparsers.add_parser(
         "sim",
         parents=[common],
-        help="simulated SGLang/vLLM servers and nvidia-smi (the --demo backend)",
+        help="simulated SGLang/vLLM servers and nvidia-smi (for --demo)",
         description="The simulator behind --demo: a real process with the engines' real log lines, "
         "HTTP endpoints, SSE stream and metrics, and simulated GPUs behind an nvidia-smi.",
     )
     sub = p.add_subparsers(dest="sim_command", metavar="WHAT", required=True)
     for name, func, helptext in (
-        ("sglang", _sglang, "a simulated SGLang 0.5.23 server (accepts `sglang serve` flags)"),
+        ("sglang", _sglang, "a simulated SGLang 0.5.23 server (`sglang serve` flags)"),
         ("vllm", _vllm, "a simulated vLLM 0.33 server: vllm [serve] MODEL [flags]"),
         ("smi", _smi, "nvidia-smi over the simulated GPUs"),
     ):

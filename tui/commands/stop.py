@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p = subparsers.add_parser(
         "stop",
         parents=[common],
-        help="stop a server tunedeck launched (the most recent running one by default)",
+        help="stop a server tunedeck launched (default: latest running)",
         description="Stop a run: PID-reuse guard, TERM to its process group, KILL after the grace "
         "period, then wait until nvidia-smi no longer lists its processes.",
     )

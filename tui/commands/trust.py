@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p = subparsers.add_parser(
         "trust",
         parents=[common],
-        help="show a host's SSH key fingerprint and, once confirmed, trust it",
+        help="show a host's SSH key fingerprint; trust it once confirmed",
         description="Fetch TARGET's SSH host key, print its SHA256 fingerprint and, after you confirm "
         "(or with --yes), add it to tunedeck's known_hosts. Compare the fingerprint with the one "
         "the host itself shows (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) first. A host whose "

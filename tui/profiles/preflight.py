@@ -9,7 +9,9 @@ On the target :class:`~tui.services.hosts.Host` it reads
   the demo ``tunedeck sim <engine> --help``): wrapped lines are joined, the attention-backend
   choices come from ``--attention-backend {…}`` and the flag names from the option lines,
 * vLLM's backend list from its registry (the flag is enum-typed, so ``--help`` lists nothing):
-  ``python3 -c "from vllm.v1.attention.backends.registry import AttentionBackendEnum as E; …"``,
+  ``python3 -c "from vllm.v1.attention.backends.registry import AttentionBackendEnum as E; …"``;
+  the demo asks the simulator the same question with the same executable:
+  ``tunedeck sim vllm --sim-list-backends`` (one line, space-separated names),
 * the GPUs: ``nvidia-smi --query-gpu=index,name,compute_cap --format=csv,noheader``,
 
 and turns them into findings (error / warning / info): a backend that engine version does not
@@ -198,7 +200,11 @@ def probe_commands(profile: ServerProfile, *, demo: bool) -> dict[str, list[str]
     cmds = {"version": version, "help": [*prefix, "--help"], "gpus": list(GPU_QUERY)}
     if profile.engine == "vllm":
         cmds["help_all"] = [*prefix, "--help=all"]
-        cmds["registry"] = [profile.python, "-c", VLLM_REGISTRY_ONELINER]
+        # The demo's engine is the simulator (no vllm package to import): it answers the
+        # registry probe itself, in the same one-line format.
+        cmds["registry"] = (
+            [*prefix, "--sim-list-backends"] if demo else [profile.python, "-c", VLLM_REGISTRY_ONELINER]
+        )
     return cmds
 
 
@@ -257,7 +263,9 @@ async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, u
     key = _cache_key(target, profile.engine, exe, version) if version else None
     if use_cache and key:
         hit = _load_cache().get(key)
-        if isinstance(hit, dict) and isinstance(hit.get("flags"), list):
+        # An entry whose backend list could not be read from the host ("builtin") is asked again.
+        if (isinstance(hit, dict) and isinstance(hit.get("flags"), list)
+                and hit.get("backends_source", "builtin") != "builtin"):
             return HostFacts(
                 target=target, engine=profile.engine, executable=exe, version=version,
                 backends=tuple(hit["backends"]) if hit.get("backends") else BUILTIN_BACKENDS[profile.engine],

@@ -232,6 +232,40 @@ class LineStream:
 # ====================================================================== local
 
 
+#: where the descriptor scan stops when /proc/self/fd cannot be listed
+_FD_SCAN_MAX = 4096
+
+
+def _cloexec_above_stdio() -> None:
+    """Child-side ``preexec_fn`` for event loops that ignore ``close_fds`` (uvloop: libuv's
+    ``uv_spawn`` keeps every inheritable descriptor, and uvloop makes its own copies of the
+    child's pipe ends inheritable, so they survive ``exec`` next to 0/1/2). Marks every
+    descriptor above 2 close-on-exec, so ``exec`` drops them; 0/1/2 are untouched (the loop
+    ``dup2``s the pipes there, which makes them inheritable whatever the source's flag). Runs in
+    the forked child: no locks, no logging, errors ignored."""
+    try:
+        fds: Sequence[int] = [int(x) for x in os.listdir("/proc/self/fd")]
+    except (OSError, ValueError):
+        fds = range(3, _FD_SCAN_MAX)
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass
+
+
+def _spawn_options() -> dict[str, object]:
+    """Keyword arguments for ``asyncio.create_subprocess_exec``: a new session (so the whole
+    process group can be ended), and no descriptor but stdin/stdout/stderr inherited. The
+    stdlib loop honours ``close_fds`` (it uses ``subprocess.Popen``, which uses vfork when it
+    can; a ``preexec_fn`` would force a plain fork); other loops get the close-on-exec hook."""
+    opts: dict[str, object] = {"start_new_session": True, "close_fds": True}
+    if not isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop):
+        opts["preexec_fn"] = _cloexec_above_stdio
+    return opts
+
+
 class _LocalStream(ByteStream):
     def __init__(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
         self._argv = list(argv)
@@ -246,7 +280,7 @@ class _LocalStream(ByteStream):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env,
-                start_new_session=True,
+                **_spawn_options(),  # type: ignore[arg-type]
             )
         return self._proc
 
@@ -313,7 +347,7 @@ class LocalHost(Host):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env(env),
-                start_new_session=True,
+                **_spawn_options(),  # type: ignore[arg-type]
             )
         except FileNotFoundError:
             return RunResult(127, "", f"{argv[0]}: command not found")
