@@ -329,3 +329,83 @@ async def test_r23_ui_answers_keys_within_200ms_while_the_link_is_blackholed(ssh
             remove_fake_smi(sshd)
             await host.close()
     sshd.kill_sessions()
+
+
+# ---------------------------------------------------------------------------- R7: handshakes under MaxStartups
+
+
+@pytest.fixture
+def strict_sshd(sshd_server: SshdServer, monkeypatch: pytest.MonkeyPatch):  # noqa: F811
+    """A second sshd like the fixture's, but with ``MaxStartups 3`` (the users exist already)."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="tunedeck-sshd-r7-"))
+    server = SshdServer(base)
+    text = server.config_path.read_text()
+    server.config_path.write_text(re.sub(r"(?m)^MaxStartups .*$", "MaxStartups 3", text))
+    server.start()
+    server.use_home(monkeypatch)
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.sshd
+@pytest.mark.timeout(60)
+async def test_r7_capped_handshakes_survive_maxstartups(strict_sshd: SshdServer,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import tui.services.ssh as sshmod
+
+    async def storm(limit: int) -> list[BaseException | None]:
+        monkeypatch.setattr(sshmod, "MAX_HANDSHAKES", limit)  # read when this loop's semaphore is made
+        sshmod._HANDSHAKES.clear()
+        # ten "aliases" of one host, no retries: a reset handshake shows up as an error
+        hosts = [SshHost(strict_sshd.target(), retry_attempts=1, keepalive_interval=1) for _ in range(10)]
+        try:
+            results = await asyncio.gather(*(h.run(["true"]) for h in hosts), return_exceptions=True)
+        finally:
+            for h in hosts:
+                await h.close()
+        return [None if getattr(r, "ok", False) else r for r in results]
+
+    control = await storm(100)  # no cap: sshd resets what exceeds MaxStartups
+    assert any(isinstance(e, HostError) and e.kind == "unreachable" for e in control), control
+    await asyncio.sleep(0.5)
+    capped = await storm(2)
+    assert capped == [None] * 10, capped
+
+
+# ---------------------------------------------------------------------------- R14: link cut during a tail
+
+
+@pytest.mark.sshd
+@pytest.mark.timeout(40)
+async def test_r14_link_cut_during_a_tail_leaves_no_old_session_helper(sshd: SshdServer) -> None:
+    marker = f"r14-helper-{os.getpid()}"
+    argv = ["sh", "-c", "echo hi; while :; do sleep 1; done", marker]  # never writes again: outlives the link
+    async with ChaosProxy(sshd.port) as px:
+        h = proxied(sshd, px)
+        try:
+            with pytest.raises(HostError) as ei:
+                async with h.stream(argv) as s:
+                    async for _ in s:
+                        px.set_mode("cut")  # the link goes down (RST both ways) ...
+            assert ei.value.kind == "connection-lost"
+            for _ in range(40):  # sshd notices the reset; the helper itself lives on (S10)
+                if not sshd.session_pids("gpuop"):
+                    break
+                await asyncio.sleep(0.05)
+            assert sshd.processes_matching(marker), "the old helper should have survived the cut"
+            px.set_mode("pass")  # ... and comes back
+            assert (await h.run(["true"])).ok and h.connects == 2
+            for _ in range(100):
+                if not sshd.processes_matching(marker):
+                    break
+                await asyncio.sleep(0.05)
+            assert sshd.processes_matching(marker) == []
+        finally:
+            await h.close()
+            for pid, _ in sshd.processes_matching(marker):
+                os.kill(pid, signal.SIGKILL)
