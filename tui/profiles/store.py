@@ -82,6 +82,9 @@ class ProfileStore:
     def __init__(self, *, user: Path | None = None, builtin: Path | None = None) -> None:
         self.user = Path(user) if user is not None else user_root()
         self.builtin = Path(builtin) if builtin is not None else builtin_root()
+        # a save killed mid-write (kill -9, power loss) leaves ``.NAME.toml.XXXX.tmp``: clear them at startup
+        for d in (self.user, self.user / "servers"):
+            remove_stale_temps(d)
 
     # ------------------------------------------------------------------ server profiles
     def listing(self) -> Listing:
