@@ -36,6 +36,7 @@ from tui.ab.runner import (
     StopResult,
 )
 from tui.services.hosts import Host
+from tui.util.aio import terminate_group
 
 #: the longest a start may take before the A/B gives up on it (a 547 GB load takes ~10 min)
 DEFAULT_READY_TIMEOUT = float(os.environ.get("TUNEDECK_AB_READY_TIMEOUT", "1800"))
@@ -469,20 +470,7 @@ def _progress_text(ev: Mapping[str, Any], level: PlanLevel) -> tuple[str, float 
 async def _terminate(proc: asyncio.subprocess.Process) -> None:
     import signal
 
-    if proc.returncode is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGINT)
-    except ProcessLookupError:
-        return
-    try:
-        await asyncio.wait_for(proc.wait(), 5)
-    except asyncio.TimeoutError:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        await proc.wait()
+    await terminate_group(proc, first=signal.SIGINT, grace=5)  # SIGINT: the bench writes a partial summary
 
 
 __all__ = ["HostOps"]

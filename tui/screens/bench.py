@@ -29,6 +29,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from tui.util.aio import terminate_group
 from widgets.throughput_chart import ThroughputChart
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -147,17 +148,9 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self.post_message(self.Finished(rc, summaries, lines[-1] if (rc and lines) else ""))
 
     async def _terminate(self) -> None:
-        p = self._proc
-        if p is None or p.returncode is not None:
-            return
-        try:
-            os.killpg(p.pid, signal.SIGINT)
-            await asyncio.wait_for(p.wait(), 10)
-        except (ProcessLookupError, asyncio.TimeoutError):
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if self._proc is not None:
+            # SIGINT first: the bench writes a partial summary
+            await terminate_group(self._proc, first=signal.SIGINT, grace=10)
 
     def action_stop(self) -> None:
         p = self._proc

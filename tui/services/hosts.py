@@ -24,6 +24,7 @@ import signal as _signal
 from dataclasses import dataclass
 from typing import AsyncIterator, Mapping, Sequence
 
+from tui.util.aio import terminate_group
 from tui.util.safety import UnsafeInput, check_argv, check_env, check_text, env_command
 
 
@@ -297,21 +298,8 @@ class _LocalStream(ByteStream):
             self.stderr_tail = (await proc.stderr.read())[-4096:].decode("utf-8", "replace")
 
     async def aclose(self) -> None:
-        proc = self._proc
-        if proc is None or proc.returncode is not None:
-            return
-        try:
-            os.killpg(proc.pid, _signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            await asyncio.wait_for(proc.wait(), 3)
-        except asyncio.TimeoutError:
-            try:
-                os.killpg(proc.pid, _signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            await proc.wait()
+        if self._proc is not None:
+            await terminate_group(self._proc, grace=3)
 
 
 class LocalHost(Host):
