@@ -18,7 +18,7 @@ from tui.util.safety import UnsafeInput
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "ab", parents=[common],
-        help="A/B two server profiles: launch, benchmark and stop each, then compare",
+        help="A/B two profiles: launch, benchmark, stop each, then compare",
         description="Stops what is running (asks first), then for A and for B: launch, wait ready, flush "
         "the prefix cache, run the plan's benchmarks, stop and confirm the GPU memory is freed; "
         "then prints the comparison. Every run is recorded in the tuning journal.",

@@ -15,7 +15,7 @@ from tui.util.files import atomic_write_text
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "compare", parents=[common],
-        help="compare two benchmark runs (or the two sides of an A/B) with deltas and verdicts",
+        help="compare two runs (or an A/B's sides): deltas and verdicts",
         description="REF is a benchmark run id (or prefix, or its folder), an A/B id from the journal "
         "(alone: compares its A and B), or ABID:A / ABID:B.",
     )

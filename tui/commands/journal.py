@@ -19,8 +19,8 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     jp.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
     ls = sub.add_parser("list", parents=[jp], help="list journal entries (default)")
     ls.add_argument("--kind", choices=["ab", "launch", "bench"], help="only this kind")
-    ex = sub.add_parser("export", help="export the journal as Markdown, CSV or JSON")
-    ex.add_argument("--format", "-f", choices=["md", "csv", "json"], default="md")
+    ex = sub.add_parser("export", parents=[jp], help="export the journal as Markdown, CSV or JSON")
+    ex.add_argument("--format", "-f", choices=["md", "csv", "json"], default="md", help="--json is --format json")
     ex.add_argument("--output", "-o", metavar="FILE", help="write to FILE (default: stdout)")
     ex.add_argument("--kind", choices=["ab", "launch", "bench"], help="only this kind")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     kind = getattr(args, "kind", None)
     ents = j.entries(kind, include_results=True)
     if args.journal_cmd == "export":
-        text = export(ents, args.format)
+        text = export(ents, "json" if getattr(args, "json", False) else args.format)
         if args.output:
             try:
                 atomic_write_text(Path(args.output), text)

@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     sub.add_parser("list", parents=[jp], help="list the plans (user plans shadow the shipped ones)")
     s = sub.add_parser("show", parents=[jp], help="show a plan's levels")
     s.add_argument("name", help="plan name or path to a .toml file")
-    c = sub.add_parser("check", parents=[jp], help="validate a plan file; exit 2 naming file, line and key on error")
+    c = sub.add_parser("check", parents=[jp], help="validate a plan file (errors name file, line and key)")
     c.add_argument("file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
