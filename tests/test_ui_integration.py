@@ -1,0 +1,209 @@
+"""The dashboard as a daily tool: profile list → form / one-key launch, runs opened from the
+status screen, the bench setup screen. Real demo host (simulator) where a server is needed;
+every run launched here is stopped before the test ends."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+from tests.conftest import REPO, tunedeck_cmd
+from tests.simfix import free_port
+from tests.test_ui_status import SIZE, app_with, until
+from tui.app import make_app
+from tui.services.hosts import get_host
+
+pytestmark = pytest.mark.timeout(120)
+
+BUILTINS = {"sglang-base", "sglang-tuned", "sglang-eagle3", "vllm-baseline"}
+
+
+def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def stop_all_demo() -> None:
+    r = cli("stop", "--demo", "--yes", timeout=90)
+    assert r.returncode == 0 or "no run" in (r.stdout + r.stderr).lower(), r.stdout + r.stderr
+
+
+async def alive_runs() -> list:
+    from tui.services.launcher import list_host_runs
+
+    host = get_host(None, demo=True)
+    try:
+        return [r for r in await list_host_runs(host) if r.alive]
+    finally:
+        await host.close()
+
+
+def user_profile(tmp_path, monkeypatch, base: str = "sglang-base", name: str = "itest"):
+    """A user copy of a built-in on a free port (the built-ins' ports may be taken on a shared machine)."""
+    from tui.profiles.store import ProfileStore
+
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "profiles"))
+    store = ProfileStore()
+    p = replace(store.get(base), port=free_port())
+    return store.save(p.with_(source="", path=""), name=name)
+
+
+# ---------------------------------------------------------------- profile list
+async def test_profile_list_shows_builtins_and_preview(tmp_path, monkeypatch):
+    from tui.profiles.builder import build_command
+    from tui.profiles.store import ProfileStore
+    from tui.screens.profiles import ProfilesScreen
+
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "profiles"))
+    app = app_with(demo=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, ProfilesScreen))
+        scr = app.screen
+        assert set(scr.profiles) == BUILTINS
+        assert {p.source for p in scr.profiles.values()} == {"builtin"}
+        assert scr.table.row_count == 4
+        name = scr.highlighted
+        want = build_command(ProfileStore().get(name), demo=True).display
+        assert str(scr.query_one("#profile-preview").content) == want
+        await pilot.press("down")
+        await pilot.pause()
+        assert scr.highlighted != name
+        assert "sglang" in str(scr.query_one("#profile-preview").content) or "vllm" in str(
+            scr.query_one("#profile-preview").content)
+        # marks
+        await pilot.press("1")
+        await pilot.press("up", "2")
+        assert scr.marked["B"] == name and scr.marked["A"] not in (None, name)
+
+
+async def test_escape_from_form_returns_to_list(tmp_path, monkeypatch):
+    from tui.screens.launch import LaunchScreen
+    from tui.screens.profiles import ProfilesScreen
+
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "profiles"))
+    app = app_with()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, ProfilesScreen))
+        lst = app.screen
+        want = lst.highlighted
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, LaunchScreen))
+        assert app.screen.profile.name == want
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is lst)
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, LaunchScreen))
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is lst)
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, LaunchScreen))
+        assert app.screen.profile.name == "new-profile"
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is lst)
+
+
+async def test_one_key_launches_highlighted_profile_on_demo(tmp_path, monkeypatch):
+    from tui.screens.profiles import ConfirmWarnings, ProfilesScreen
+    from tui.screens.run import RunScreen
+
+    monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
+    prof = user_profile(tmp_path, monkeypatch)
+    app = make_app(get_host(None, demo=True), target="demo", demo=True, interval=0.5)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("l")
+            await until(pilot, lambda: isinstance(app.screen, ProfilesScreen))
+            lst = app.screen
+            assert lst.profiles[prof.name].source == "user"
+            lst.table.move_cursor(row=list(lst.profiles).index(prof.name))
+            await pilot.pause()
+            assert lst.highlighted == prof.name
+            await pilot.press("L")
+            await until(pilot, lambda: isinstance(app.screen, (RunScreen, ConfirmWarnings)), timeout=60)
+            if isinstance(app.screen, ConfirmWarnings):
+                await pilot.press("y")
+                await until(pilot, lambda: isinstance(app.screen, RunScreen), timeout=10)
+            run = app.screen
+            await until(pilot, lambda: run.record.pid is not None and run.record.port == prof.port, timeout=30)
+            assert run.record.profile == prof.name
+            await until(pilot, lambda: run.tracker.snapshot().state == "ready", timeout=60)
+            await pilot.press("escape")  # the log has focus: escape still goes back
+            await until(pilot, lambda: app.screen is lst)
+    finally:
+        stop_all_demo()
+    assert await alive_runs() == []
+
+
+async def test_run_log_escape_clears_search_first(tmp_path, monkeypatch):
+    from textual.app import App
+
+    from tui.screens.run import RunScreen
+    from tui.services.launcher import RunRecord
+    from widgets.server_log import ServerLog
+
+    class Host:
+        target = "local"
+
+    class A(App):
+        def on_mount(self) -> None:
+            self.push_screen(RunScreen(Host(), RunRecord("r1", "local", ["x"])))  # type: ignore[arg-type]
+
+    app = A()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        scr = app.screen
+        log = scr.query_one(ServerLog)
+        log.set_search("ready")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is scr and log.pattern is None
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is not scr)
+
+
+async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatch):
+    """A server launched earlier (CLI) is reattached on start; enter on its row opens its run view."""
+    from textual.widgets import DataTable
+
+    from tui.screens.run import ConfirmStop, RunScreen
+    from widgets.server_log import ServerLog
+    from widgets.server_panel import ServerPanel
+
+    monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
+    port = free_port()
+    r = cli("launch", "--demo", "--engine", "sglang", "--port", str(port),
+            "--cmd", "sglang", "serve", "--model-path", "/models/Qwen3-8B", "--port", str(port))
+    assert r.returncode == 0, r.stdout + r.stderr
+    try:
+        # the CLI's local record is gone: only the host knows the run (reattach must find it)
+        from tui.services.launcher import RunStore
+
+        for rec in RunStore().all():
+            RunStore().path(rec.run_id).unlink()
+        app = make_app(get_host(None, demo=True), target="demo", demo=True, interval=0.5)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: len(app.runs) == 1, timeout=20)
+            run_id = next(iter(app.runs))
+            panel = app.screen.query_one(ServerPanel)
+            await until(pilot, lambda: any(s.run_id == run_id for s in panel.servers or ()), timeout=30)
+            table = panel.query_one(DataTable)
+            table.focus()
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, RunScreen), timeout=10)
+            run = app.screen
+            assert run.record.run_id == run_id
+            log = run.query_one(ServerLog)
+            await until(pilot, lambda: run.shown_offset > 0, timeout=20)
+            await until(pilot, lambda: run.tracker.snapshot().state == "ready", timeout=60)
+            await pilot.press("s")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmStop))
+            await pilot.press("y")
+            await until(pilot, lambda: run.stop_result is not None, timeout=60)
+            assert run.stop_result.state == "stopped", run.stop_result
+            assert log is not None
+    finally:
+        stop_all_demo()
+    assert await alive_runs() == []
