@@ -207,3 +207,74 @@ async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatc
     finally:
         stop_all_demo()
     assert await alive_runs() == []
+
+
+# ---------------------------------------------------------------- bench mode
+def test_bench_args_for_demo_remote_and_url():
+    from tests.ui_fakes import server
+    from tui.screens.bench_setup import BenchForm, BenchFormError, bench_args
+
+    s = server("sglang-tuned", "ready", port=30001)
+    f = BenchForm(concurrency="1, 16", num_prompts="20", input_len="64", output_len="32", warmup="0",
+                  ignore_eos=False)
+    assert bench_args(f, s, target="demo", demo=True) == [
+        "--demo", "--port", "30001", "--profile", "sglang-tuned", "--endpoint", "completions",
+        "--concurrency", "1,16", "--num-prompts", "20", "--input-len", "64", "--output-len", "32",
+        "--warmup", "0", "--no-ignore-eos"]
+    remote = bench_args(BenchForm(), s, target="gpuop@box", demo=False)
+    assert remote[:4] == ["--host", "gpuop@box", "--port", "30001"] and "--ignore-eos" in remote
+    assert bench_args(BenchForm(url="http://10.0.0.7:8000"), None, target="x", demo=False)[:2] == [
+        "--url", "http://10.0.0.7:8000"]
+    with pytest.raises(BenchFormError, match="concurrency"):
+        bench_args(BenchForm(concurrency="1,x"), s, target=None, demo=False)
+    with pytest.raises(BenchFormError, match="server"):
+        bench_args(BenchForm(), None, target=None, demo=False)
+
+
+async def test_bench_setup_runs_against_sim_server_and_chart_fills(tmp_path, monkeypatch):
+    from textual.widgets import DataTable, Input
+
+    from tui.screens.bench import BenchScreen
+    from tui.screens.bench_setup import BenchSetupScreen
+    from widgets.throughput_chart import ThroughputChart
+
+    monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
+    port = free_port()
+    r = cli("launch", "--demo", "--engine", "sglang", "--port", str(port), "--wait", "--timeout", "60",
+            "--cmd", "sglang", "serve", "--model-path", "/models/Qwen3-8B", "--port", str(port))
+    assert r.returncode == 0, r.stdout + r.stderr
+    try:
+        app = make_app(get_host(None, demo=True), target="demo", demo=True, interval=0.5)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("b")
+            await until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
+            setup = app.screen
+            await until(pilot, lambda: any(s.port == port and s.state == "ready" for s in setup.servers.values()),
+                        timeout=30)
+            for wid, val in (("#bs-concurrency", "2"), ("#bs-num-prompts", "6"), ("#bs-input-len", "16"),
+                             ("#bs-output-len", "24"), ("#bs-warmup", "0")):
+                setup.query_one(wid, Input).value = val
+            await pilot.pause()
+            assert setup.current_args()[:3] == ["--demo", "--port", str(port)]
+            setup.query_one("#bs-servers", DataTable).focus()
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, BenchScreen), timeout=5)
+            bench = app.screen
+            assert bench.bench_args == setup.last_args
+            chart = bench.query_one("#tok-chart", ThroughputChart)
+            await until(pilot, lambda: bench.rc is not None, timeout=90)
+            assert bench.rc == 0, bench.error
+            assert sum(len(v) for v in chart.series.values()) > 0
+            assert bench.summaries and bench.summaries[0]["completed"] == 6
+            await pilot.press("escape")
+            await until(pilot, lambda: app.screen is setup)
+            await until(pilot, lambda: len(setup.results) == 1)
+            results = setup.query_one("#bs-results", DataTable)
+            results.focus()
+            await pilot.press("enter")
+            await pilot.pause()
+            text = str(setup.query_one("#bs-summary").content)
+            assert "Successful requests:" in text and "6" in text
+    finally:
+        stop_all_demo()
+    assert await alive_runs() == []

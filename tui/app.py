@@ -65,7 +65,7 @@ class ModeSpec:
 MODE_REGISTRY: dict[str, ModeSpec] = {
     "status": ModeSpec("Status", "s", "tui.screens.status:StatusScreen"),
     "launch": ModeSpec("Launch", "l", "tui.screens.profiles:ProfilesScreen"),
-    "bench": ModeSpec("Bench", "b", "tui.screens.bench:BenchScreen"),
+    "bench": ModeSpec("Bench", "b", "tui.screens.bench_setup:BenchSetupScreen"),
     "compare": ModeSpec("Compare", "c", "tui.screens.compare:CompareScreen"),
 }
 
