@@ -109,9 +109,11 @@ class BenchSetupScreen(Screen):
     BenchSetupScreen #bs-left { width: 64; border-right: solid $panel; padding: 0 1; }
     BenchSetupScreen #bs-right { width: 1fr; padding: 0 1; }
     BenchSetupScreen #bs-servers { height: auto; max-height: 8; min-height: 3; }
-    BenchSetupScreen #bs-form { grid-size: 2; grid-columns: 14 1fr; grid-rows: 3; height: auto; }
-    BenchSetupScreen #bs-form Label { padding: 1 0 0 0; }
+    BenchSetupScreen #bs-form { grid-size: 2; grid-columns: 14 1fr; grid-rows: 1; grid-gutter: 1 0;
+                                height: auto; }
+    BenchSetupScreen #bs-form Checkbox { border: none; padding: 0; height: 1; }
     BenchSetupScreen .bs-title { text-style: bold; margin: 1 0 0 0; }
+    BenchSetupScreen #bs-servers-note { height: auto; color: $text-muted; }
     BenchSetupScreen #bs-command { height: auto; color: $text-muted; }
     BenchSetupScreen #bs-error { height: auto; color: $error; }
     BenchSetupScreen #bs-results { height: 1fr; min-height: 5; }
@@ -151,24 +153,26 @@ class BenchSetupScreen(Screen):
             with VerticalScroll(id="bs-left"):
                 yield Label("Servers on the host", classes="bs-title", id="bs-servers-title")
                 yield DataTable(id="bs-servers", cursor_type="row")
+                yield Static("waiting for the server list…", id="bs-servers-note")
                 yield Label("Workload", classes="bs-title")
                 with Grid(id="bs-form"):
                     yield Label("URL")
                     yield Input(f.url, placeholder="optional: http://HOST:PORT (else the selected server)",
-                                id="bs-url")
+                                id="bs-url", compact=True)
                     yield Label("Endpoint")
                     yield Select([("completions", "completions"), ("chat", "chat")], value=f.endpoint,
-                                 allow_blank=False, id="bs-endpoint")
+                                 allow_blank=False, id="bs-endpoint", compact=True)
                     yield Label("Concurrency")
-                    yield Input(f.concurrency, placeholder="1,16", id="bs-concurrency")
+                    yield Input(f.concurrency, placeholder="1,16", id="bs-concurrency", compact=True)
                     yield Label("Num prompts")
-                    yield Input(f.num_prompts, placeholder="default 5 x C, >= 10", id="bs-num-prompts")
+                    yield Input(f.num_prompts, placeholder="default 5 x C, >= 10", id="bs-num-prompts",
+                                compact=True)
                     yield Label("Input len")
-                    yield Input(f.input_len, id="bs-input-len")
+                    yield Input(f.input_len, id="bs-input-len", compact=True)
                     yield Label("Output len")
-                    yield Input(f.output_len, id="bs-output-len")
+                    yield Input(f.output_len, id="bs-output-len", compact=True)
                     yield Label("Warmup")
-                    yield Input(f.warmup, id="bs-warmup")
+                    yield Input(f.warmup, id="bs-warmup", compact=True)
                     yield Label("")
                     yield Checkbox("ignore_eos", f.ignore_eos, id="bs-ignore-eos")
                 yield Static(id="bs-command")
@@ -206,6 +210,8 @@ class BenchSetupScreen(Screen):
     def _on_servers(self, servers: Sequence[ServerStats]) -> None:
         table = self.query_one("#bs-servers", DataTable)
         new = {f"{s.name}-{s.port}": s for s in servers}
+        self.query_one("#bs-servers-note", Static).update(
+            "" if new else "no servers on the host: launch one from the Launch mode (l), or type a URL")
         if new == self.servers:
             return
         with self.app.batch_update():

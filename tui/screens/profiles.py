@@ -58,8 +58,8 @@ class ConfirmWarnings(ModalScreen[bool]):
 class ProfileTable(DataTable):
     """The profiles, one row each, keyed by name."""
 
-    COLUMNS = (("mark", "", 3), ("name", "Profile", 18), ("engine", "Engine", 7), ("model", "Model", 30),
-               ("tp", "TP", 3), ("attention", "Attention", 14), ("nccl", "NCCL", 12), ("source", "Source", 8))
+    COLUMNS = (("mark", "", 3), ("name", "Profile", 18), ("engine", "Engine", 7), ("model", "Model", 34),
+               ("tp", "TP", 3), ("attention", "Attention", 12), ("nccl", "NCCL", 12), ("source", "Source", 7))
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
@@ -81,10 +81,10 @@ class ProfilesScreen(Screen):
     """Built-in and user profiles, the command preview, and one-key launch / edit / A/B."""
 
     DEFAULT_CSS = """
-    ProfilesScreen #profiles-panel { height: 1fr; border: round $primary 50%; }
-    ProfilesScreen ProfileTable { height: 1fr; }
+    ProfilesScreen #profiles-panel { height: auto; max-height: 50%; border: round $primary 50%; }
+    ProfilesScreen ProfileTable { height: auto; max-height: 100%; }
     ProfilesScreen #profile-preview { height: auto; max-height: 10; border: round $primary 50%; padding: 0 1; }
-    ProfilesScreen #profile-messages { height: auto; max-height: 10; padding: 0 1; }
+    ProfilesScreen #profile-messages { height: 1fr; padding: 0 1; }
     ProfilesScreen #profile-marks { height: 1; padding: 0 1; background: $boost; }
     """
 
@@ -92,7 +92,7 @@ class ProfilesScreen(Screen):
         Binding("enter,e", "edit", "Edit", tooltip="Open the highlighted profile in the launch form",
                 id="profiles-edit"),
         Binding("n", "new", "New", tooltip="A new profile in the launch form", id="profiles-new"),
-        Binding("L,ctrl+l", "launch", "Launch", tooltip="Pre-flight, then launch the highlighted profile",
+        Binding("L,ctrl+l", "launch", "Launch it", tooltip="Pre-flight, then launch the highlighted profile",
                 id="profiles-launch"),
         Binding("p", "preflight", "Pre-flight", tooltip="Check the highlighted profile on the host",
                 id="profiles-preflight"),
