@@ -97,9 +97,9 @@ class ProfilesScreen(Screen):
         Binding("p", "preflight", "Pre-flight", tooltip="Check the highlighted profile on the host",
                 id="profiles-preflight"),
         Binding("1", "mark('A')", "Mark A", tooltip="Mark the highlighted profile as A (baseline)",
-                id="profiles-mark-a"),
+                id="profiles-mark-a", show=False),
         Binding("2", "mark('B')", "Mark B", tooltip="Mark the highlighted profile as B (candidate)",
-                id="profiles-mark-b"),
+                id="profiles-mark-b", show=False),
         Binding("g", "start_ab", "Run A/B", tooltip="Compare A and B (opens the Compare mode)", id="profiles-ab"),
     ]
 
@@ -188,7 +188,7 @@ class ProfilesScreen(Screen):
         t.append(self.marked["A"] or "(press 1)")
         t.append("   B: ", style="bold")
         t.append(self.marked["B"] or "(press 2)")
-        t.append("   g runs the A/B", style="dim")
+        t.append("   1/2 mark A/B, g runs the A/B", style="dim")
         self.query_one("#profile-marks", Static).update(t)
 
     def _show_preview(self) -> None:
