@@ -78,6 +78,42 @@ async def test_profile_list_shows_builtins_and_preview(tmp_path, monkeypatch):
         assert scr.marked["B"] == name and scr.marked["A"] not in (None, name)
 
 
+async def test_ab_from_the_list_opens_compare_with_marks(tmp_path, monkeypatch):
+    from tui.screens.compare import CompareScreen
+    from tui.screens.profiles import ProfilesScreen
+
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "profiles"))
+    app = app_with()  # no host: the A/B cannot run, and says so on the Compare screen
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, ProfilesScreen))
+        lst = app.screen
+        assert lst.check_action("start_ab", ()) is None  # dimmed until A and B are marked
+        assert lst.check_action("launch", ()) is False  # no host: no launch key
+        names = list(lst.profiles)
+        lst.table.move_cursor(row=names.index("sglang-base"))
+        await pilot.press("1")
+        lst.table.move_cursor(row=names.index("sglang-tuned"))
+        await pilot.press("2")
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        cmp = app.screen
+        assert app.current_mode == "compare"
+        assert cmp.marked == {"A": "sglang-base", "B": "sglang-tuned"}
+        await until(pilot, lambda: "no host" in str(cmp.query_one("#ab-status").content))
+
+
+def test_new_binding_ids_are_unique():
+    from tui.app import TunedeckApp
+    from tui.screens.bench_setup import BenchSetupScreen
+    from tui.screens.profiles import ProfilesScreen
+    from tui.screens.status import StatusScreen
+
+    for screen in (ProfilesScreen, BenchSetupScreen, StatusScreen):
+        ids = [b.id for b in TunedeckApp.BINDINGS + screen.BINDINGS]
+        assert all(ids) and len(set(ids)) == len(ids), screen
+
+
 async def test_escape_from_form_returns_to_list(tmp_path, monkeypatch):
     from tui.screens.launch import LaunchScreen
     from tui.screens.profiles import ProfilesScreen
@@ -189,6 +225,12 @@ async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatc
             run_id = next(iter(app.runs))
             panel = app.screen.query_one(ServerPanel)
             await until(pilot, lambda: any(s.run_id == run_id for s in panel.servers or ()), timeout=30)
+            status = app.screen
+            await pilot.press("o")  # the status screen's key for the highlighted server
+            await until(pilot, lambda: isinstance(app.screen, RunScreen), timeout=10)
+            assert app.screen.record.run_id == run_id
+            await pilot.press("escape")
+            await until(pilot, lambda: app.screen is status)
             table = panel.query_one(DataTable)
             table.focus()
             await pilot.press("enter")

@@ -41,6 +41,8 @@ class StatusScreen(Screen):
                 id="status-toggle-processes"),
         Binding("g", "focus_gpus", "GPUs", tooltip="Focus the GPU table", id="status-focus-gpus",
                 show=False),
+        Binding("o", "open_run", "Open run", tooltip="Log, startup progress and stop for the highlighted server "
+                "(enter on a server row does the same)", id="status-open-run"),
     ]
 
     DEFAULT_CSS = """
@@ -188,6 +190,19 @@ class StatusScreen(Screen):
             if f"srv-{s.name}-{s.port}" == row_key:
                 return s
         return None
+
+    def action_open_run(self) -> None:
+        panel = self.query_one(ServerPanel)
+        servers = panel.servers or ()
+        if not servers:
+            self.notify("no servers on this host", severity="warning")
+            return
+        table = panel.table
+        row = table.cursor_row if 0 <= table.cursor_row < table.row_count else 0
+        key = table.coordinate_to_cell_key((row, 0)).row_key.value
+        server = self.server_for_row(str(key))
+        if server is not None:
+            self.open_run(server)
 
     @on(DataTable.RowSelected, "#server-table")
     def _server_selected(self, event: DataTable.RowSelected) -> None:
