@@ -45,21 +45,16 @@ class ShotApp(App):
         self.push_screen(self._scr)
 
 
-async def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--journal", action="store_true")
-    ap.add_argument("--save-data", action="store_true",
-                    help="with --journal: also write the entry and its chart series to screenshots/compare-ab.json")
-    ap.add_argument("--out", default=str(ROOT / "screenshots" / "compare.svg"))
-    args = ap.parse_args()
-    e = load_entry(args.journal)
+async def shoot(out: Path, use_journal: bool = False, save_data: bool = False) -> Path:
+    """Write the Compare screenshot to ``out`` (an .svg path); returns the path."""
+    e = load_entry(use_journal)
     a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
     cmp = compare(a, b)
     series = e.get("series")
     if not series:
         got = CompareScreen()._series_of(a, b)
         series = [list(got[0]), list(got[1])] if got else [[], []]
-    if args.save_data:
+    if save_data:
         DATA.write_text(json.dumps({**e, "series": series}, indent=1) + "\n")
     scr = CompareScreen(ops_factory=lambda: None, profiles=[a.profile, b.profile, "sglang-eagle3", "vllm-baseline"],
                         a=a.profile, b=b.profile, comparison=cmp, series=(series[0], series[1]))
@@ -68,8 +63,18 @@ async def main() -> None:
         await pilot.pause(0.3)
         scr.query_one("#ab-status").update(f"A/B {e.get('id')} {e.get('status')} on {e.get('host')}, plan {e.get('plan')}")
         await pilot.pause(0.3)
-        out = Path(args.out)
         app.save_screenshot(filename=out.name, path=str(out.parent))
+    return out
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--journal", action="store_true")
+    ap.add_argument("--save-data", action="store_true",
+                    help="with --journal: also write the entry and its chart series to screenshots/compare-ab.json")
+    ap.add_argument("--out", default=str(ROOT / "screenshots" / "compare.svg"))
+    args = ap.parse_args()
+    await shoot(Path(args.out), args.journal, args.save_data)
     print(f"wrote {args.out}")
 
 

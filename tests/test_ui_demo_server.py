@@ -69,6 +69,8 @@ async def test_launch_form_request_opens_the_run_view_and_launches(monkeypatch, 
     try:
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("l")
+            await pilot.pause()
+            await pilot.press("n")  # the profile list opens the form for a new profile
             await until(pilot, lambda: isinstance(app.screen, LaunchScreen))
             app.screen.post_message(LaunchScreen.LaunchRequested(profile, cmd))
             await until(pilot, lambda: isinstance(app.screen, RunScreen), timeout=10)

@@ -407,15 +407,15 @@ async def test_gpu_feed_drives_the_link_without_a_host_sampler():
         await until(pilot, lambda: app.latest.link.ok and not banner.has_class("-shown"))
 
 
-async def test_launch_mode_opens_the_launch_screen():
-    pytest.importorskip("tui.screens.launch")
-    from tui.screens.launch import LaunchScreen
+async def test_launch_mode_opens_the_profile_list():
+    pytest.importorskip("tui.screens.profiles")
+    from tui.screens.profiles import ProfilesScreen
 
     app = app_with()
     async with app.run_test(size=SIZE) as pilot:
         assert "launch" in app.available_modes
         await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, LaunchScreen))
+        await until(pilot, lambda: isinstance(app.screen, ProfilesScreen))
         assert app.current_mode == "launch"
 
 

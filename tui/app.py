@@ -64,8 +64,8 @@ class ModeSpec:
 #: a ``module:Class`` whose module does not exist yet is simply not offered.
 MODE_REGISTRY: dict[str, ModeSpec] = {
     "status": ModeSpec("Status", "s", "tui.screens.status:StatusScreen"),
-    "launch": ModeSpec("Launch", "l", "tui.screens.launch:LaunchScreen"),
-    "bench": ModeSpec("Bench", "b", "tui.screens.bench:BenchScreen"),
+    "launch": ModeSpec("Launch", "l", "tui.screens.profiles:ProfilesScreen"),
+    "bench": ModeSpec("Bench", "b", "tui.screens.bench_setup:BenchSetupScreen"),
     "compare": ModeSpec("Compare", "c", "tui.screens.compare:CompareScreen"),
 }
 
@@ -200,6 +200,8 @@ class TunedeckApp(App[int]):
         self.latest = Latest(link=LinkState(self.target, "connecting"))
         if sources.gpu is None:
             self.latest.gpu = GpuStatus(state="no-collector")
+        self.runs: dict[str, Any] = {}
+        """Runs still alive on the host (run id → RunRecord), found by reattaching on start."""
         self.gpu_history = GpuHistory(maxlen=history)
         """Bounded per-GPU utilization and memory histories (fed while hidden too)."""
         self.gpu_signal: Signal[GpuStatus] = Signal(self, "gpu")
@@ -232,6 +234,24 @@ class TunedeckApp(App[int]):
         if self._initial_mode != self.current_mode and self._initial_mode in self.available_modes:
             self.switch_mode(self._initial_mode)
         self.start_polling()
+        if self.host is not None:
+            self.run_worker(self._reattach(), name="reattach", group="reattach", exit_on_error=False)
+
+    async def _reattach(self) -> None:
+        """Adopt the runs still alive on the host (launched earlier, from here or elsewhere):
+        their local records are merged so the server panel can open them."""
+        from tui.services.hosts import HostError
+        from tui.services.launcher import reattach
+
+        try:
+            recs = await asyncio.wait_for(reattach(self.host), self.sample_timeout * 3)  # type: ignore[arg-type]
+        except (HostError, OSError, asyncio.TimeoutError, TimeoutError) as e:
+            self.log.warning(f"reattach failed: {e}")
+            return
+        self.runs = {r.run_id: r for r in recs}
+        if recs:
+            names = ", ".join(r.profile or r.run_id for r in recs[:4])
+            self.notify(f"reattached {len(recs)} running server(s): {names}", title="Runs")
 
     async def on_unmount(self) -> None:
         await self.stop_polling()
@@ -439,6 +459,8 @@ class TunedeckApp(App[int]):
         # The old loops end first (their nvidia-smi included): never two per host.
         await self.stop_polling()
         self.start_polling()
+        if self.host is not None:
+            await self._reattach()
 
 
 def make_app(

@@ -214,6 +214,12 @@ class ServerLog(Widget, can_focus=True):
         inp.value = self.query_text
         inp.focus()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "clear_search":
+            # escape only clears a search; with none it reaches the screen ("Back")
+            return self.has_class("-searching") or self.pattern is not None
+        return True
+
     def action_clear_search(self) -> None:
         self.remove_class("-searching")
         if self.pattern is not None:

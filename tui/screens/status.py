@@ -12,11 +12,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, cast
 
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header
+from textual.widgets import DataTable, Footer, Header
 
 from tui.messages import LinkState
 from tui.model import GpuStatus, HostStats, ServerStats
@@ -40,6 +41,8 @@ class StatusScreen(Screen):
                 id="status-toggle-processes"),
         Binding("g", "focus_gpus", "GPUs", tooltip="Focus the GPU table", id="status-focus-gpus",
                 show=False),
+        Binding("o", "open_run", "Open run", tooltip="Log, startup progress and stop for the highlighted server "
+                "(enter on a server row does the same)", id="status-open-run"),
     ]
 
     DEFAULT_CSS = """
@@ -179,3 +182,51 @@ class StatusScreen(Screen):
 
     def action_focus_gpus(self) -> None:
         self.query_one(GpuTable).focus()
+
+    # ---------------------------------------------------------------- runs
+    def server_for_row(self, row_key: str) -> ServerStats | None:
+        """The server snapshot behind a server-table row key (``srv-<name>-<port>``)."""
+        for s in self.query_one(ServerPanel).servers or ():
+            if f"srv-{s.name}-{s.port}" == row_key:
+                return s
+        return None
+
+    def action_open_run(self) -> None:
+        panel = self.query_one(ServerPanel)
+        servers = panel.servers or ()
+        if not servers:
+            self.notify("no servers on this host", severity="warning")
+            return
+        table = panel.table
+        row = table.cursor_row if 0 <= table.cursor_row < table.row_count else 0
+        key = table.coordinate_to_cell_key((row, 0)).row_key.value
+        server = self.server_for_row(str(key))
+        if server is not None:
+            self.open_run(server)
+
+    @on(DataTable.RowSelected, "#server-table")
+    def _server_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        server = self.server_for_row(str(event.row_key.value))
+        if server is not None:
+            self.open_run(server)
+
+    def open_run(self, server: ServerStats) -> None:
+        """Open the run view (log, startup progress, stop) of a server tunedeck launched."""
+        app = self.tapp
+        if server.run_id is None:
+            self.notify(f"{server.name} was not launched by tunedeck: no log to show", severity="warning")
+            return
+        if app.host is None:
+            self.notify("no host to follow the run on", severity="error")
+            return
+        from tui.services.launcher import RunStore
+
+        rec = app.runs.get(server.run_id) or RunStore().load(server.run_id)
+        if rec is None or rec.run_dir is None:
+            self.notify(f"run {server.run_id}: no local record yet (press r to reconnect and reattach)",
+                        severity="warning")
+            return
+        from tui.screens.run import RunScreen
+
+        self.app.push_screen(RunScreen(app.host, rec))

@@ -1,0 +1,353 @@
+"""Bench mode: pick a server, set the workload, start ``tunedeck bench`` (live charts in
+:class:`~tui.screens.bench.BenchScreen`), and read stored results.
+
+Left: the servers known on the host (the app's server feed) and the form: URL (optional; overrides
+the selected server), endpoint, concurrency list, prompts, input/output length, warmup, ignore_eos.
+``enter`` (on the server list or in a field) starts the benchmark. The bench always runs in its own
+local process: for a remote host it reaches the server through ``host.forward_port`` exactly as
+``tunedeck bench --host H --port P`` does; for the demo it gets ``--demo``.
+Right: the stored results (``tui.bench.store``); ``enter`` on one shows its summary.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence, cast
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Checkbox, DataTable, Footer, Header, Input, Label, Select, Static
+
+from tui.model import ServerStats
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tui.app import TunedeckApp
+
+
+class BenchFormError(ValueError):
+    """A form field that cannot become a ``tunedeck bench`` argument (``field`` names it)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class BenchForm:
+    """The form's values, as typed."""
+
+    url: str = ""
+    endpoint: str = "completions"
+    concurrency: str = "1,16"
+    num_prompts: str = ""
+    input_len: str = "128"
+    output_len: str = "128"
+    warmup: str = "1"
+    ignore_eos: bool = True
+
+
+def _int(field: str, text: str, minimum: int) -> int:
+    try:
+        v = int(text.strip())
+    except ValueError:
+        raise BenchFormError(field, f"expected a whole number, got {text.strip()!r}") from None
+    if v < minimum:
+        raise BenchFormError(field, f"must be >= {minimum}")
+    return v
+
+
+def bench_args(form: BenchForm, server: ServerStats | None, *, target: str | None, demo: bool) -> list[str]:
+    """The ``tunedeck bench`` arguments for the form and the selected server.
+
+    A URL in the form wins; else the server's port on the app's host: ``--demo`` for the
+    simulator, ``--host TARGET`` for a remote host (the bench forwards the port itself), no
+    host option for the local machine. Raises :class:`BenchFormError` naming the field.
+    """
+    args: list[str] = []
+    url = form.url.strip()
+    if url:
+        if not re.match(r"^https?://[^\s/]+", url) or any(c.isspace() or ord(c) < 32 for c in url):
+            raise BenchFormError("url", f"expected http://HOST:PORT, got {url!r}")
+        args += ["--url", url]
+    else:
+        if server is None:
+            raise BenchFormError("server", "select a server (or type a URL)")
+        if server.port is None:
+            raise BenchFormError("server", f"{server.name} has no known port")
+        if demo:
+            args.append("--demo")
+        elif target and target != "local":
+            args += ["--host", target]
+        args += ["--port", str(server.port)]
+        if server.name and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", server.name) and not server.run_id == server.name:
+            args += ["--profile", server.name]
+    if form.endpoint not in ("completions", "chat"):
+        raise BenchFormError("endpoint", f"{form.endpoint!r}: expected completions or chat")
+    args += ["--endpoint", form.endpoint]
+    conc = [c.strip() for c in form.concurrency.split(",") if c.strip()]
+    if not conc:
+        raise BenchFormError("concurrency", "give at least one value, e.g. 1,16")
+    args += ["--concurrency", ",".join(str(_int("concurrency", c, 1)) for c in conc)]
+    if form.num_prompts.strip():
+        args += ["--num-prompts", str(_int("num prompts", form.num_prompts, 1))]
+    args += ["--input-len", str(_int("input len", form.input_len, 1))]
+    args += ["--output-len", str(_int("output len", form.output_len, 1))]
+    args += ["--warmup", str(_int("warmup", form.warmup, 0))]
+    args.append("--ignore-eos" if form.ignore_eos else "--no-ignore-eos")
+    return args
+
+
+class BenchSetupScreen(Screen):
+    """Servers + benchmark form + stored results."""
+
+    DEFAULT_CSS = """
+    BenchSetupScreen #bs-left { width: 64; border-right: solid $panel; padding: 0 1; }
+    BenchSetupScreen #bs-right { width: 1fr; padding: 0 1; }
+    BenchSetupScreen #bs-servers { height: auto; max-height: 8; min-height: 3; }
+    BenchSetupScreen #bs-form { grid-size: 2; grid-columns: 14 1fr; grid-rows: 1; grid-gutter: 1 0;
+                                height: auto; }
+    BenchSetupScreen #bs-form Checkbox { border: none; padding: 0; height: 1; }
+    BenchSetupScreen .bs-title { text-style: bold; margin: 1 0 0 0; }
+    BenchSetupScreen #bs-servers-note { height: auto; color: $text-muted; }
+    BenchSetupScreen #bs-command { height: auto; color: $text-muted; }
+    BenchSetupScreen #bs-error { height: auto; color: $error; }
+    BenchSetupScreen #bs-results { height: 1fr; min-height: 5; }
+    BenchSetupScreen #bs-summary { height: auto; }
+    """
+
+    BINDINGS = [
+        Binding("enter", "start", "Start bench", tooltip="Benchmark the selected server with this form",
+                id="bench-setup-start"),
+        Binding("ctrl+r", "start", "Start bench", show=False, id="bench-setup-start-any"),
+        Binding("f5", "reload_results", "Reload results", tooltip="Re-read the results store",
+                id="bench-setup-reload"),
+    ]
+
+    def __init__(self, *, host: Any = None, demo: bool = False, form: BenchForm | None = None,
+                 name: str | None = None, id: str | None = None) -> None:  # noqa: A002
+        super().__init__(name=name, id=id)
+        self.host = host
+        self.demo = demo
+        self.initial = form or BenchForm()
+        #: row key → server snapshot shown in the server list
+        self.servers: dict[str, ServerStats] = {}
+        #: row key → stored result (tui.bench.store.RunInfo)
+        self.results: dict[str, Any] = {}
+        #: the arguments of the last benchmark started from here
+        self.last_args: list[str] | None = None
+
+    @property
+    def tapp(self) -> "TunedeckApp":
+        return cast("TunedeckApp", self.app)
+
+    # ------------------------------------------------------------------ layout
+    def compose(self) -> ComposeResult:
+        f = self.initial
+        yield Header(icon="◆")
+        with Horizontal():
+            with VerticalScroll(id="bs-left"):
+                yield Label("Servers on the host", classes="bs-title", id="bs-servers-title")
+                yield DataTable(id="bs-servers", cursor_type="row")
+                yield Static("waiting for the server list…", id="bs-servers-note")
+                yield Label("Workload", classes="bs-title")
+                with Grid(id="bs-form"):
+                    yield Label("URL")
+                    yield Input(f.url, placeholder="optional: http://HOST:PORT (else the selected server)",
+                                id="bs-url", compact=True)
+                    yield Label("Endpoint")
+                    yield Select([("completions", "completions"), ("chat", "chat")], value=f.endpoint,
+                                 allow_blank=False, id="bs-endpoint", compact=True)
+                    yield Label("Concurrency")
+                    yield Input(f.concurrency, placeholder="1,16", id="bs-concurrency", compact=True)
+                    yield Label("Num prompts")
+                    yield Input(f.num_prompts, placeholder="default 5 x C, >= 10", id="bs-num-prompts",
+                                compact=True)
+                    yield Label("Input len")
+                    yield Input(f.input_len, id="bs-input-len", compact=True)
+                    yield Label("Output len")
+                    yield Input(f.output_len, id="bs-output-len", compact=True)
+                    yield Label("Warmup")
+                    yield Input(f.warmup, id="bs-warmup", compact=True)
+                    yield Label("")
+                    yield Checkbox("ignore_eos", f.ignore_eos, id="bs-ignore-eos")
+                yield Static(id="bs-command")
+                yield Static(id="bs-error")
+            with Vertical(id="bs-right"):
+                yield Label("Stored results  [dim]enter: summary[/]", classes="bs-title")
+                yield DataTable(id="bs-results", cursor_type="row")
+                yield Static(id="bs-summary")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        servers = self.query_one("#bs-servers", DataTable)
+        for key, label in (("name", "Server"), ("engine", "Engine"), ("port", "Port"), ("state", "State")):
+            servers.add_column(label, key=key)
+        results = self.query_one("#bs-results", DataTable)
+        for key, label in (("run", "Run"), ("profile", "Profile"), ("c", "C"), ("done", "Done"),
+                           ("tok", "Out tok/s"), ("ttft", "TTFT p50"), ("state", "State")):
+            results.add_column(label, key=key)
+        target = getattr(self.tapp, "target", "host")
+        self.query_one("#bs-servers-title", Label).update(f"Servers on {target}")
+        latest = getattr(self.tapp, "latest", None)
+        if latest is not None and latest.servers is not None:
+            self._on_servers(latest.servers)
+        signal = getattr(self.tapp, "server_signal", None)
+        if signal is not None:
+            signal.subscribe(self, self._on_servers)
+        self.reload_results()
+        self._show_command()
+        servers.focus()
+
+    def on_screen_resume(self) -> None:
+        self.reload_results()
+
+    # ------------------------------------------------------------------ servers
+    def _on_servers(self, servers: Sequence[ServerStats]) -> None:
+        table = self.query_one("#bs-servers", DataTable)
+        new = {f"{s.name}-{s.port}": s for s in servers}
+        self.query_one("#bs-servers-note", Static).update(
+            "" if new else "no servers on the host: launch one from the Launch mode (l), or type a URL")
+        if new == self.servers:
+            return
+        with self.app.batch_update():
+            for key in list(self.servers):
+                if key not in new:
+                    table.remove_row(key)
+            for key, s in new.items():
+                cells = (s.name, s.engine or "N/A", "N/A" if s.port is None else str(s.port), s.state)
+                if key in self.servers:
+                    for col, val in zip(("name", "engine", "port", "state"), cells):
+                        table.update_cell(key, col, val)
+                else:
+                    table.add_row(*cells, key=key)
+        self.servers = new
+        self._show_command()
+
+    @property
+    def selected_server(self) -> ServerStats | None:
+        table = self.query_one("#bs-servers", DataTable)
+        if not self.servers or table.cursor_row < 0 or table.cursor_row >= table.row_count:
+            return None
+        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        return self.servers.get(str(key))
+
+    # ------------------------------------------------------------------ form
+    def form(self) -> BenchForm:
+        """The form's current values."""
+        q = self.query_one
+        endpoint = q("#bs-endpoint", Select).value
+        return BenchForm(
+            url=q("#bs-url", Input).value, endpoint=endpoint if isinstance(endpoint, str) else "completions",
+            concurrency=q("#bs-concurrency", Input).value, num_prompts=q("#bs-num-prompts", Input).value,
+            input_len=q("#bs-input-len", Input).value, output_len=q("#bs-output-len", Input).value,
+            warmup=q("#bs-warmup", Input).value, ignore_eos=q("#bs-ignore-eos", Checkbox).value,
+        )
+
+    def current_args(self) -> list[str]:
+        """The ``tunedeck bench`` arguments for the form now (BenchFormError when a field is wrong)."""
+        return bench_args(self.form(), self.selected_server, target=getattr(self.tapp, "target", None),
+                          demo=self.demo)
+
+    def _show_command(self) -> None:
+        import shlex
+
+        try:
+            args = self.current_args()
+        except BenchFormError as e:
+            self.query_one("#bs-command", Static).update("")
+            self.query_one("#bs-error", Static).update(str(e))
+            return
+        self.query_one("#bs-error", Static).update("")
+        self.query_one("#bs-command", Static).update(Text("tunedeck bench " + shlex.join(args)))
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    @on(Checkbox.Changed)
+    @on(DataTable.RowHighlighted, "#bs-servers")
+    def _form_changed(self) -> None:
+        self._show_command()
+
+    @on(Input.Submitted)
+    def _submitted(self, ev: Input.Submitted) -> None:
+        ev.stop()
+        self.action_start()
+
+    @on(DataTable.RowSelected, "#bs-servers")
+    def _server_selected(self, ev: DataTable.RowSelected) -> None:
+        ev.stop()
+        self.action_start()
+
+    def action_start(self) -> None:
+        try:
+            args = self.current_args()
+        except BenchFormError as e:
+            self.query_one("#bs-error", Static).update(str(e))
+            self.notify(str(e), severity="error")
+            return
+        from tui.screens.bench import BenchScreen
+
+        self.last_args = args
+        self.app.push_screen(BenchScreen(args))
+
+    # ------------------------------------------------------------------ results
+    def action_reload_results(self) -> None:
+        self.reload_results()
+
+    def reload_results(self) -> None:
+        """Re-read the stored results (newest first)."""
+        from tui.bench.store import list_runs
+
+        try:
+            runs = list_runs()
+        except OSError as e:
+            self.query_one("#bs-summary", Static).update(f"results unreadable: {e}")
+            return
+        runs = sorted(runs, key=lambda r: r.run_id, reverse=True)
+        table = self.query_one("#bs-results", DataTable)
+        table.clear()
+        self.results = {}
+        for r in runs:
+            s = r.summary or {}
+            meta = r.meta
+            state = "running" if r.live else ("partial" if r.partial else "done")
+
+            def num(key: str, fmt: str) -> str:
+                v = s.get(key)
+                return format(v, fmt) if isinstance(v, (int, float)) else "N/A"
+
+            conc = meta.get("max_concurrency", s.get("max_concurrency"))
+            table.add_row(r.run_id, str(meta.get("profile") or meta.get("label") or "-"),
+                          "N/A" if conc is None else str(conc), num("completed", "d"),
+                          num("output_throughput", ".1f"), num("median_ttft_ms", ".1f"), state, key=r.run_id)
+            self.results[r.run_id] = r
+
+    @on(DataTable.RowSelected, "#bs-results")
+    def _result_selected(self, ev: DataTable.RowSelected) -> None:
+        ev.stop()
+        self.show_summary(str(ev.row_key.value))
+
+    def show_summary(self, run_id: str) -> None:
+        """Show the stored summary of ``run_id`` (vLLM's result block)."""
+        from tui.bench.metrics import format_result
+
+        r = self.results.get(run_id)
+        out = self.query_one("#bs-summary", Static)
+        if r is None:
+            return
+        if not r.summary:
+            out.update(f"{run_id}: no summary (the run was interrupted; `tunedeck results {run_id}` rebuilds it)")
+            return
+        try:
+            text = format_result(r.summary)
+        except (KeyError, TypeError, ValueError) as e:
+            out.update(f"{run_id}: summary unreadable ({e})")
+            return
+        out.update(Text(f"{run_id}\n{text}"))
+
+
+__all__ = ["BenchForm", "BenchFormError", "BenchSetupScreen", "bench_args"]

@@ -1,0 +1,335 @@
+"""The profile list: Launch mode opens here.
+
+Every server profile (built-in and user) with its engine, model, TP, attention backend and NCCL
+preset; below it the exact command of the highlighted one. ``enter``/``e`` edits it in the launch
+form (pushed on top; ``escape`` there comes back), ``n`` starts a new one, ``L``/``ctrl+l``
+launches it with one key (pre-flight first: errors stop it, warnings ask), ``p`` runs only the
+pre-flight, ``1``/``2`` mark A and B and ``g`` starts the A/B in the Compare mode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, DataTable, Footer, Header, Label, Static
+
+from tui.profiles.builder import build_command
+from tui.profiles.model import ProfileError, ServerProfile
+from tui.profiles.store import ProfileStore
+
+
+class ConfirmWarnings(ModalScreen[bool]):
+    """Pre-flight found warnings: launch anyway?"""
+
+    DEFAULT_CSS = """
+    ConfirmWarnings { align: center middle; }
+    ConfirmWarnings > Vertical { width: 90; height: auto; border: thick $warning; background: $surface;
+                                 padding: 1 2; }
+    ConfirmWarnings Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
+    ConfirmWarnings Button { margin-left: 2; }
+    """
+    BINDINGS = [Binding("y", "answer(True)", "Launch"), Binding("n,escape", "answer(False)", "Cancel")]
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(self.text)
+            with Horizontal():
+                yield Button("Cancel (n)", id="warn-no")
+                yield Button("Launch anyway (y)", id="warn-yes", variant="warning")
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+    @on(Button.Pressed)
+    def _pressed(self, ev: Button.Pressed) -> None:
+        self.dismiss(ev.button.id == "warn-yes")
+
+
+class ProfileTable(DataTable):
+    """The profiles, one row each, keyed by name."""
+
+    COLUMNS = (("mark", "", 3), ("name", "Profile", 18), ("engine", "Engine", 7), ("model", "Model", 34),
+               ("tp", "TP", 3), ("attention", "Attention", 12), ("nccl", "NCCL", 12), ("source", "Source", 7))
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+
+    def on_mount(self) -> None:
+        for key, label, width in self.COLUMNS:
+            self.add_column(label, key=key, width=width)
+
+
+def _attention(p: ServerProfile) -> str:
+    if p.attention_backend:
+        return p.attention_backend
+    if p.prefill_backend or p.decode_backend:
+        return f"{p.prefill_backend or '-'}/{p.decode_backend or '-'}"
+    return "default"
+
+
+class ProfilesScreen(Screen):
+    """Built-in and user profiles, the command preview, and one-key launch / edit / A/B."""
+
+    DEFAULT_CSS = """
+    ProfilesScreen #profiles-panel { height: auto; max-height: 50%; border: round $primary 50%; }
+    ProfilesScreen ProfileTable { height: auto; max-height: 100%; }
+    ProfilesScreen #profile-preview { height: auto; max-height: 10; border: round $primary 50%; padding: 0 1; }
+    ProfilesScreen #profile-messages { height: 1fr; padding: 0 1; }
+    ProfilesScreen #profile-marks { height: 1; padding: 0 1; background: $boost; }
+    """
+
+    BINDINGS = [
+        Binding("enter,e", "edit", "Edit", tooltip="Open the highlighted profile in the launch form",
+                id="profiles-edit"),
+        Binding("n", "new", "New", tooltip="A new profile in the launch form", id="profiles-new"),
+        Binding("L,ctrl+l", "launch", "Launch it", tooltip="Pre-flight, then launch the highlighted profile",
+                id="profiles-launch"),
+        Binding("p", "preflight", "Pre-flight", tooltip="Check the highlighted profile on the host",
+                id="profiles-preflight"),
+        Binding("1", "mark('A')", "Mark A", tooltip="Mark the highlighted profile as A (baseline)",
+                id="profiles-mark-a", show=False),
+        Binding("2", "mark('B')", "Mark B", tooltip="Mark the highlighted profile as B (candidate)",
+                id="profiles-mark-b", show=False),
+        Binding("g", "start_ab", "Run A/B", tooltip="Compare A and B (opens the Compare mode)", id="profiles-ab"),
+    ]
+
+    def __init__(self, *, host: Any = None, demo: bool = False, store: ProfileStore | None = None,
+                 name: str | None = None, id: str | None = None) -> None:  # noqa: A002
+        super().__init__(name=name, id=id)
+        self.host = host
+        self.demo = demo
+        self.store = store or ProfileStore()
+        #: name → profile, in table order
+        self.profiles: dict[str, ServerProfile] = {}
+        #: profile names marked A and B
+        self.marked: dict[str, str | None] = {"A": None, "B": None}
+        #: the last pre-flight report per profile name
+        self.reports: dict[str, Any] = {}
+        #: True while a pre-flight / launch is under way
+        self.busy = False
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="◆")
+        with Vertical(id="profiles-panel"):
+            yield ProfileTable(id="profiles")
+        yield Static(id="profile-marks")
+        yield Static(id="profile-preview")
+        yield Static(id="profile-messages")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#profiles-panel").border_title = "Profiles"
+        self.query_one("#profile-preview").border_title = "Command"
+        self.reload()
+        self.query_one(ProfileTable).focus()
+
+    def on_screen_resume(self) -> None:
+        self.reload()  # the form may have saved a new profile
+
+    # ------------------------------------------------------------------ data
+    @property
+    def table(self) -> ProfileTable:
+        return self.query_one(ProfileTable)
+
+    def reload(self) -> None:
+        """Re-read the profiles (cursor kept on the same name)."""
+        listing = self.store.listing()
+        current = self.highlighted
+        profiles = sorted(listing.profiles, key=lambda p: (p.source != "builtin", p.name))
+        self.profiles = {p.name: p for p in profiles}
+        table = self.table
+        table.clear()
+        for p in profiles:
+            table.add_row(*self._cells(p), key=p.name)
+        if current in self.profiles:
+            table.move_cursor(row=list(self.profiles).index(current))
+        self._show_marks()
+        self._show_preview()
+        if listing.errors:
+            self._messages(Text("\n".join(f"unreadable profile: {e}" for e in listing.errors), style="bold red"))
+
+    def _cells(self, p: ServerProfile) -> tuple[str, ...]:
+        mark = "".join(s for s in ("A", "B") if self.marked[s] == p.name)
+        return (mark, p.name, p.engine, p.model or "(none)", str(p.tp), _attention(p), p.nccl_preset or "-",
+                p.source or "user")
+
+    @property
+    def highlighted(self) -> str | None:
+        """The name of the highlighted profile (None when the list is empty)."""
+        table = self.query_one(ProfileTable)
+        if not self.profiles or table.cursor_row < 0 or table.cursor_row >= table.row_count:
+            return None
+        return list(self.profiles)[table.cursor_row]
+
+    def _profile(self) -> ServerProfile | None:
+        name = self.highlighted
+        if name is None:
+            self.notify("no profile highlighted", severity="warning")
+            return None
+        return self.profiles[name]
+
+    # ------------------------------------------------------------------ view
+    def _messages(self, text: Text | str) -> None:
+        self.query_one("#profile-messages", Static).update(text)
+
+    def _show_marks(self) -> None:
+        t = Text()
+        t.append("A: ", style="bold")
+        t.append(self.marked["A"] or "(press 1)")
+        t.append("   B: ", style="bold")
+        t.append(self.marked["B"] or "(press 2)")
+        t.append("   1/2 mark A/B, g runs the A/B", style="dim")
+        self.query_one("#profile-marks", Static).update(t)
+
+    def _show_preview(self) -> None:
+        name = self.highlighted
+        preview = self.query_one("#profile-preview", Static)
+        if name is None:
+            preview.update("no profiles: press n for a new one")
+            return
+        try:
+            cmd = build_command(self.profiles[name], demo=self.demo, store=self.store)
+        except ProfileError as e:
+            preview.update(Text(f"cannot build the command: {e}", style="bold red"))
+            return
+        preview.update(Text(cmd.display))
+
+    @on(DataTable.RowHighlighted, "#profiles")
+    def _highlighted(self, _ev: DataTable.RowHighlighted) -> None:
+        self._show_preview()
+        name = self.highlighted
+        report = self.reports.get(name) if name else None
+        if report is not None:
+            self._show_report(report)
+        else:
+            self._messages("")
+
+    @on(DataTable.RowSelected, "#profiles")
+    def _selected(self, ev: DataTable.RowSelected) -> None:
+        ev.stop()
+        self.action_edit()
+
+    def _show_report(self, report: Any) -> None:
+        t = Text()
+        style = {"error": "bold red", "warning": "bold yellow"}
+        if not report.findings:
+            t.append(f"pre-flight {report.profile}: no findings", style="green")
+        for i, f in enumerate(report.findings):
+            if i:
+                t.append("\n")
+            t.append(f"{f.severity}: ", style=style.get(f.severity, "dim"))
+            t.append(f"{f.subject + ': ' if f.subject else ''}{f.message}")
+        self._messages(t)
+
+    # ------------------------------------------------------------------ actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("launch", "preflight"):
+            if self.host is None:
+                return False
+            return None if self.busy else True
+        if action == "start_ab":
+            return True if self.marked["A"] and self.marked["B"] else None
+        return True
+
+    def _push_form(self, profile: ServerProfile | None) -> None:
+        from tui.screens.launch import LaunchScreen
+
+        self.app.push_screen(LaunchScreen(profile, store=self.store, host=self.host, demo=self.demo))
+
+    def action_edit(self) -> None:
+        p = self._profile()
+        if p is not None:
+            self._push_form(p)
+
+    def action_new(self) -> None:
+        self._push_form(None)
+
+    def action_mark(self, side: str) -> None:
+        name = self.highlighted
+        if name is None:
+            return
+        self.marked[side] = name
+        for n, p in self.profiles.items():
+            self.table.update_cell(n, "mark", self._cells(p)[0])
+        self._show_marks()
+        self.refresh_bindings()
+
+    def action_preflight(self) -> None:
+        p = self._profile()
+        if p is not None and not self.busy:
+            self.run_preflight(p, launch=False)
+
+    def action_launch(self) -> None:
+        p = self._profile()
+        if p is not None and not self.busy:
+            self.run_preflight(p, launch=True)
+
+    @work(group="profiles-preflight", exclusive=True, exit_on_error=False)
+    async def run_preflight(self, profile: ServerProfile, launch: bool) -> None:
+        from tui.profiles.preflight import preflight
+
+        self.busy = True
+        self.refresh_bindings()
+        self._messages(Text(f"pre-flight {profile.name} on {getattr(self.host, 'target', 'host')} …", style="dim"))
+        try:
+            try:
+                report = await preflight(self.host, profile, demo=self.demo, store=self.store)
+            except Exception as e:  # noqa: BLE001 - HostError, UnsafeInput: shown, nothing launched
+                self._messages(Text(f"pre-flight failed: {e}", style="bold red"))
+                self.notify(f"pre-flight failed: {e}", severity="error")
+                return
+            self.reports[profile.name] = report
+            if self.highlighted == profile.name:
+                self._show_report(report)
+            if not launch:
+                return
+            if report.errors or report.command is None:
+                self.notify(f"{profile.name}: not launched ({len(report.errors)} pre-flight error(s))",
+                            severity="error", timeout=8)
+                return
+            warnings = [f for f in report.findings if f.severity == "warning"]
+            if warnings:
+                text = f"Pre-flight of {profile.name} warns:\n" + "\n".join(
+                    f"• {f.message}" for f in warnings) + "\n\nLaunch anyway?"
+                if not await self.app.push_screen_wait(ConfirmWarnings(text)):
+                    return
+            from tui.screens.launch import LaunchScreen
+
+            self.post_message(LaunchScreen.LaunchRequested(profile, report.command))
+        finally:
+            self.busy = False
+            self.refresh_bindings()
+
+    async def action_start_ab(self) -> None:
+        a, b = self.marked["A"], self.marked["B"]
+        if not a or not b:
+            self.notify("Mark two profiles first: 1 marks A, 2 marks B.", severity="warning")
+            return
+        app: Any = self.app
+        if "compare" not in getattr(app, "available_modes", ()):
+            self.notify("the Compare mode is not available", severity="error")
+            return
+        await app.switch_mode("compare")
+        screen = app.screen
+        marked = getattr(screen, "marked", None)
+        if marked is None or not hasattr(screen, "action_start_ab"):
+            return
+        if getattr(screen, "runner", None) is not None:
+            self.notify("an A/B is already running", severity="warning")
+            return
+        marked["A"], marked["B"] = a, b
+        screen._show_marks()
+        screen.action_start_ab()
+
+
+__all__ = ["ConfirmWarnings", "ProfileTable", "ProfilesScreen"]
