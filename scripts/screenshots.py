@@ -238,7 +238,11 @@ SHOTS: dict[str, Callable[[Path], Awaitable[Path]]] = {
 
 def _isolate() -> None:
     """Empty profile / results / state folders: only built-ins and the scripted data show."""
+    import atexit
+    import shutil
+
     tmp = Path(tempfile.mkdtemp(prefix="tunedeck-shots-"))
+    atexit.register(shutil.rmtree, tmp, True)
     for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "TUNEDECK_HOME", "TUNEDECK_SIM_STATE"):
         os.environ[var] = str(tmp / var.lower())
     os.environ["TUNEDECK_PROFILES"] = str(tmp / "profiles")

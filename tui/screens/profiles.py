@@ -31,6 +31,7 @@ class ConfirmWarnings(ModalScreen[bool]):
     ConfirmWarnings { align: center middle; }
     ConfirmWarnings > Vertical { width: 90; height: auto; border: thick $warning; background: $surface;
                                  padding: 1 2; }
+    ConfirmWarnings Label { width: 100%; }
     ConfirmWarnings Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
     ConfirmWarnings Button { margin-left: 2; }
     """
