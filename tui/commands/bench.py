@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tui.util.files import atomic_write_text
+
 
 def _int_list(text: str) -> list[int]:
     try:
@@ -47,6 +49,13 @@ def _pos_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
+    return v
+
+
+def _port(text: str) -> int:
+    v = _pos_int(text)
+    if v > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: a port must be 1..65535")
     return v
 
 
@@ -100,7 +109,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     )
     g = p.add_argument_group("server")
     g.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000")
-    g.add_argument("--port", type=_pos_int, help="server port on --host/--demo (reached through a port forward)")
+    g.add_argument("--port", type=_port, help="server port on --host/--demo (reached through a port forward)")
     g.add_argument("--model", help="model name (default: the first one /v1/models lists)")
     g.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     g.add_argument("--ready-timeout", type=_pos_float, default=120.0, metavar="S",
@@ -180,6 +189,8 @@ async def _resolve_url(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
             raise ValueError(f"--url {args.url!r}: {e}") from None
         if u.scheme not in ("http", "https") or not u.host:
             raise ValueError(f"--url {args.url!r}: expected http://HOST:PORT")
+        if u.port is not None and not 0 < u.port < 65536:
+            raise ValueError(f"--url {args.url!r}: port {u.port} is outside 1..65535")
         if u.host in ("127.0.0.1", "localhost", "::1"):
             gpus = await _local_gpus()
             if gpus:
@@ -307,7 +318,7 @@ async def run_bench(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         else:
             try:
-                Path(args.json).write_text(text)
+                atomic_write_text(Path(args.json), text)
             except OSError as e:
                 return _fail(f"--json {args.json}: {e.strerror or e}", 1)
     if summaries and all(s["completed"] == 0 for s in summaries):

@@ -1,0 +1,73 @@
+"""Regression tests for defects found in a review of the core."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import tunedeck_cmd
+from tui.util.safety import UnsafeInput, check_argv, env_command
+
+
+def _cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
+    return subprocess.run([*tunedeck_cmd(), *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://127.0.0.1:0"])
+def test_bench_url_with_out_of_range_port_is_rejected_at_once(url: str) -> None:
+    r = _cli("bench", "--url", url, "--num-prompts", "1")
+    assert r.returncode != 0
+    assert "port" in r.stderr and url in r.stderr
+    assert "waiting for" not in r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_bench_port_out_of_range_is_rejected_by_the_parser() -> None:
+    r = _cli("bench", "--demo", "--port", "99999", "--num-prompts", "1")
+    assert r.returncode == 2
+    assert "--port" in r.stderr and "65535" in r.stderr
+
+
+@pytest.mark.parametrize("prog", ["-i", "--help", "FOO=1", "LD_PRELOAD=/x.so"])
+def test_program_name_that_env_would_misread_is_rejected(prog: str) -> None:
+    with pytest.raises(UnsafeInput, match="command\\[0\\]"):
+        check_argv([prog, "x"])
+    with pytest.raises(UnsafeInput):
+        env_command([prog, "x"], {"A": "1"})
+
+
+def test_ordinary_arguments_may_start_with_dash_or_hold_equals() -> None:
+    assert check_argv(["python3", "-m", "x", "--a=b"]) == ["python3", "-m", "x", "--a=b"]
+
+
+def _stored_run(run_id: str) -> None:
+    from tui.bench import store
+
+    w = store.RunWriter(run_id, {"model": "m", "params": {"endpoint": "completions"}})
+    s = {"index": 0, "success": True, "ttft": 0.1, "itl": [0.01], "latency": 0.11, "output_tokens": 2,
+         "prompt_len": 3, "start_time": 5.0}
+    w.append(s)
+    w.append({**s, "index": 1})
+    w.close()
+
+
+def test_export_failing_midway_leaves_the_previous_file_whole(tmp_path, monkeypatch) -> None:
+    import csv
+
+    from tui.bench import store
+
+    _stored_run("rexp")
+    dest = tmp_path / "out"
+    dest.write_text("previous export\n")
+
+    def boom(*a, **k):
+        raise RuntimeError("disk gone")
+
+    monkeypatch.setattr(csv.DictWriter, "writerow", boom)
+    with pytest.raises(RuntimeError):
+        store.export_csv("rexp", dest)
+    assert dest.read_text() == "previous export\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
