@@ -64,6 +64,10 @@ def check_env(env: Mapping[str, str], where: str = "env") -> dict[str, str]:
 def check_argv(argv: Sequence[str], where: str = "command") -> list[str]:
     if not argv:
         raise UnsafeInput(f"{where}: empty command")
+    prog = argv[0]
+    if isinstance(prog, str) and (prog.startswith("-") or "=" in prog):
+        # `env K=V argv` and the shell would read it as an option or an assignment
+        raise UnsafeInput(f"{where}[0]: program name {prog!r} must not start with '-' or contain '='")
     return [check_text(a, f"{where}[{i}]") for i, a in enumerate(argv)]
 
 
