@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import io
 import json
 import math
 import os
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from tui.bench import metrics
-from tui.util.files import JsonlAppender, atomic_write_json, read_jsonl, remove_stale_temps
+from tui.util.files import JsonlAppender, atomic_write_json, atomic_write_text, read_jsonl, remove_stale_temps
 from tui.util.paths import data_dir
 from tui.util.safety import redact_env
 
@@ -318,14 +319,15 @@ def export_csv(run_id: str, dest: str | os.PathLike[str]) -> int:
     """One row per request; returns the number of rows."""
     rows = read_samples(run_id)
     dest = Path(dest)
-    with open(dest, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for s in rows:
-            itl = s.get("itl") or []
-            tp = metrics.tpot(s) if s.get("success") else None
-            w.writerow({**s, "n_itl": len(itl), "mean_itl": metrics.mean(itl) if itl else "",
-                        "tpot": "" if tp is None else tp, "itl": None})
+    f = io.StringIO(newline="")
+    w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    w.writeheader()
+    for s in rows:
+        itl = s.get("itl") or []
+        tp = metrics.tpot(s) if s.get("success") else None
+        w.writerow({**s, "n_itl": len(itl), "mean_itl": metrics.mean(itl) if itl else "",
+                    "tpot": "" if tp is None else tp, "itl": None})
+    atomic_write_text(dest, f.getvalue())
     return len(rows)
 
 
@@ -354,4 +356,4 @@ def export_vllm_json(run_id: str, dest: str | os.PathLike[str]) -> None:
     """vLLM's result file layout: summary keys plus the per-request arrays."""
     summary = summary_for(run_id)
     data = {**summary, **to_vllm_arrays(read_samples(run_id))}
-    Path(dest).write_text(json.dumps(_finite(data), indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(dest, json.dumps(_finite(data), indent=2) + "\n")
