@@ -71,3 +71,12 @@ def test_export_failing_midway_leaves_the_previous_file_whole(tmp_path, monkeypa
         store.export_csv("rexp", dest)
     assert dest.read_text() == "previous export\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.timeout(60)
+def test_launch_env_that_changes_what_runs_needs_confirmation() -> None:
+    r = _cli("launch", "--demo", "--env", "LD_PRELOAD=/tmp/x.so", "--cmd", "true")
+    assert r.returncode != 0
+    assert "LD_PRELOAD" in r.stderr and "--allow-dangerous-env" in r.stderr
+    assert "launched run" not in r.stdout
+    assert "Traceback" not in r.stderr

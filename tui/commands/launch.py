@@ -13,7 +13,7 @@ from tui.profiles.model import ProfileError
 from tui.services.hosts import HostError
 from tui.services.launcher import ENGINES, LaunchRefused, RunStore, demo_argv, launch
 from tui.services.tracker import StartupTracker, format_progress
-from tui.util.safety import UnsafeInput, check_env_name
+from tui.util.safety import UnsafeInput, check_env_name, dangerous_env_names
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -29,6 +29,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--engine", choices=ENGINES, help="engine of a raw --cmd (default: from the command)")
     p.add_argument("--port", type=int, help="HTTP port (overrides the profile's; for a raw --cmd: where /health is)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra environment (repeatable)")
+    p.add_argument(
+        "--allow-dangerous-env", action="store_true",
+        help="accept --env LD_PRELOAD, PATH, PYTHONPATH, … (they change what gets executed)",
+    )
     p.add_argument("--wait", action="store_true", help="follow the startup until ready or failed")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="give up waiting after S seconds")
     p.add_argument(
@@ -87,6 +91,11 @@ async def run(args: argparse.Namespace) -> int:
                 raise UnsafeInput(f"--env {item!r}: expected NAME=VALUE")
             k, v = item.split("=", 1)
             env[check_env_name(k, "--env")] = v
+        risky = dangerous_env_names(env)
+        if risky and not args.allow_dangerous_env:
+            raise UnsafeInput(
+                f"--env {', '.join(risky)}: changes what gets executed; add --allow-dangerous-env to confirm"
+            )
         if args.cmd:
             argv = list(args.cmd)
             if argv and argv[0] == "--":
