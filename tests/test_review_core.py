@@ -80,3 +80,28 @@ def test_launch_env_that_changes_what_runs_needs_confirmation() -> None:
     assert "LD_PRELOAD" in r.stderr and "--allow-dangerous-env" in r.stderr
     assert "launched run" not in r.stdout
     assert "Traceback" not in r.stderr
+
+
+def test_log_parser_keeps_a_bounded_number_of_distinct_errors() -> None:
+    from tui.collectors.logparse import LogParser
+
+    p = LogParser("vllm")
+    for i in range(3000):
+        p.feed_line(f"ERROR 02-27 14:33:48 EngineDeadError: request {i} failed")
+    p.feed_line("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    st = p.state
+    assert 0 < len(st.errors) <= 300
+    assert st.status == "failed"
+    assert st.failure is not None and st.failure.kind != "crash"  # a later, specific kind still counts
+
+
+def test_log_parser_partial_line_buffer_is_bounded() -> None:
+    from tui.collectors.logparse import LogParser
+
+    p = LogParser()
+    chunk = "x" * 65536
+    for _ in range(64):  # 4 MiB without a line break
+        p.feed_text(chunk)
+    assert len(p._buf) <= 1 << 20
+    p.feed_text("\nINFO 02-27 14:33:48 [api_server.py:1] Starting vLLM API server on http://0.0.0.0:8000\n")
+    assert p.state.lines >= 1

@@ -230,6 +230,10 @@ def pick_failure(errors: Iterable[ErrorEvent]) -> ErrorEvent | None:
 
 ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 SPLIT_RE = re.compile(r"[\r\n]+")
+#: a line longer than this is cut (the rest up to its line break is dropped)
+MAX_LINE = 256 * 1024
+#: distinct fatal lines kept; past it only an error of a kind not yet seen is added
+MAX_ERRORS = 200
 # tqdm frame glued to the next SGLang line: "...it/s][2026-02-27 14:33:48 TP0] msg"
 GLUED_RE = re.compile(r"(?<=\])(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: [A-Z_]+\d+)*\] )")
 DOCKER_TS_RE = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? (?=\S)")
@@ -506,6 +510,8 @@ class LogParser:
         self._buf += text
         parts = SPLIT_RE.split(self._buf)
         self._buf = parts.pop()  # partial tail ('' when the text ended on a separator)
+        if len(self._buf) > MAX_LINE:
+            self._buf = self._buf[:MAX_LINE]
         events: list[LogEvent] = []
         for i, p in enumerate(parts):
             if i == 0 and self._flushed_tail:
@@ -588,7 +594,9 @@ class LogParser:
             if c is not None:
                 kind, cause = c
                 key = (kind, msg.strip())
-                if key not in self._errors_seen:
+                if key not in self._errors_seen and (
+                    len(st.errors) < MAX_ERRORS or all(e.kind != kind for e in st.errors)
+                ):
                     self._errors_seen.add(key)
                     err = ErrorEvent(kind, cause, ln.text.strip(), t, no, tuple(self._context))
                     st.errors.append(err)
