@@ -105,3 +105,14 @@ def test_log_parser_partial_line_buffer_is_bounded() -> None:
     assert len(p._buf) <= 1 << 20
     p.feed_text("\nINFO 02-27 14:33:48 [api_server.py:1] Starting vLLM API server on http://0.0.0.0:8000\n")
     assert p.state.lines >= 1
+
+
+def test_percentile_follows_numpy_order_of_operations() -> None:
+    from tui.bench.metrics import percentile
+
+    xs = [float(i) ** 2 for i in range(101)]
+    # np.percentile(xs, 29): index (101 - 1) * 0.29 = 28.999999999999996, then lerp from the upper value
+    assert percentile(xs, 29) == 841 - 57 * (1 - (100 * 0.29 - 28))
+    assert percentile(xs, 29) != 841.0
+    assert percentile([1.0, 2.0], 75) == 2.0 - 1.0 * (1 - 0.75)
+    assert percentile([3.0], 99) == 3.0 and percentile(xs, 100) == 10000.0 and percentile(xs, 0) == 0.0

@@ -48,12 +48,16 @@ def percentile_sorted(s: Sequence[float], p: float) -> float:
         return 0.0
     if not 0 <= p <= 100:
         raise ValueError(f"percentile {p}: must be within 0..100")
-    rank = (len(s) - 1) * p / 100.0
+    # numpy's order of operations, so results match it to the last bit:
+    # q = p / 100, index = (n - 1) * q, then ``_lerp`` (from b when gamma >= 0.5)
+    rank = (len(s) - 1) * (p / 100.0)
+    if rank >= len(s) - 1:
+        return s[-1]
     lo = math.floor(rank)
-    hi = min(lo + 1, len(s) - 1)
-    frac = rank - lo
-    a, b = s[lo], s[hi]
-    return a + (b - a) * frac if frac else a
+    gamma = rank - lo
+    a, b = s[lo], s[lo + 1]
+    diff = b - a
+    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
 
 
 def percentile(xs: Iterable[float], p: float) -> float:
