@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from tests.conftest import tunedeck_cmd
+from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tui.util.safety import UnsafeInput, check_argv, env_command
 
 
@@ -116,3 +117,23 @@ def test_percentile_follows_numpy_order_of_operations() -> None:
     assert percentile(xs, 29) != 841.0
     assert percentile([1.0, 2.0], 75) == 2.0 - 1.0 * (1 - 0.75)
     assert percentile([3.0], 99) == 3.0 and percentile(xs, 100) == 10000.0 and percentile(xs, 0) == 0.0
+
+
+@pytest.mark.sshd
+@pytest.mark.timeout(90)
+def test_trust_with_a_pinned_fingerprint_refuses_any_other_key(sshd: SshdServer) -> None:
+    from tests.conftest import REPO
+    from tui.util.paths import known_hosts_file
+
+    sshd.write_known_hosts("empty")
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, env=sshd.client_env(),
+                              capture_output=True, text=True, timeout=45)
+
+    r = cli("trust", sshd.target(), "--fingerprint", "SHA256:AAAAnotthekey")
+    assert r.returncode == 1 and "not the expected" in r.stderr, r
+    assert not known_hosts_file().exists()
+    r = cli("trust", sshd.target(), "--fingerprint", sshd.host_key_fingerprint, "--json")
+    assert r.returncode == 0, r.stderr
+    assert known_hosts_file().read_text() == sshd.host_key_line + "\n"

@@ -24,6 +24,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     )
     p.add_argument("target", nargs="?", metavar="TARGET", help="[user@]host[:port] or an ssh alias")
     p.add_argument("--yes", "-y", action="store_true", help="trust without asking (after comparing)")
+    p.add_argument(
+        "--fingerprint", metavar="SHA256:…",
+        help="trust only a key with this fingerprint (got from the host's console); no question asked",
+    )
     p.add_argument("--json", action="store_true", help="print the result as a JSON object")
     p.set_defaults(func=run)
 
@@ -67,7 +71,18 @@ async def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(out, indent=2))
         return 1
-    if not args.yes:
+    if args.fingerprint is not None:
+        if args.fingerprint.strip() != check.fingerprint:
+            print(
+                f"tunedeck trust: {target}: the server presents {check.fingerprint}, not the expected "
+                f"{args.fingerprint.strip()!r}; nothing written",
+                file=sys.stderr,
+            )
+            out["result"] = "fingerprint-mismatch"
+            if args.json:
+                print(json.dumps(out, indent=2))
+            return 1
+    elif not args.yes:
         if not sys.stdin.isatty():
             print(
                 "tunedeck trust: not a terminal: compare the fingerprint above, then rerun with --yes",
