@@ -137,3 +137,13 @@ def test_trust_with_a_pinned_fingerprint_refuses_any_other_key(sshd: SshdServer)
     r = cli("trust", sshd.target(), "--fingerprint", sshd.host_key_fingerprint, "--json")
     assert r.returncode == 0, r.stderr
     assert known_hosts_file().read_text() == sshd.host_key_line + "\n"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_sim_port_out_of_range_is_a_usage_error_not_a_traceback(engine: str) -> None:
+    model = ["--model-path", "m"] if engine == "sglang" else ["serve", "m"]
+    r = _cli("sim", engine, *model, "--port", "99999")
+    assert r.returncode == 2, r
+    assert "--port" in r.stderr and "99999" in r.stderr
+    assert "Traceback" not in r.stderr

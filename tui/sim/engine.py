@@ -1700,6 +1700,8 @@ def main(engine: str, argv: list[str]) -> int:
             argv = argv[1:]
         parser = sglang_parser()
     args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"argument --port: {args.port} is outside 0..65535")
     if engine == "vllm" and args.sim_list_backends:
         print(" ".join(VLLM_BACKENDS))
         return 0
