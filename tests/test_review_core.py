@@ -147,3 +147,13 @@ def test_sim_port_out_of_range_is_a_usage_error_not_a_traceback(engine: str) -> 
     assert r.returncode == 2, r
     assert "--port" in r.stderr and "99999" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_ab_with_an_invalid_profile_name_records_nothing() -> None:
+    r = _cli("ab", "../x", "sglang-base", "--demo")
+    assert r.returncode == 2, r
+    assert "invalid profile name '../x'" in r.stderr
+    assert "journal:" not in r.stdout
+    r = _cli("journal", "list", "--json")
+    assert "../x" not in r.stdout

@@ -65,6 +65,13 @@ async def run(args: argparse.Namespace) -> int:
     if not (0 <= args.noise <= 100):
         print("tunedeck ab: --noise must be between 0 and 100", file=sys.stderr)
         return 2
+    from tui.profiles.model import NAME_RE
+
+    for side, name in (("A", args.a), ("B", args.b)):
+        if not NAME_RE.match(name):
+            print(f"tunedeck ab: {side}: invalid profile name {name!r} "
+                  "(letters, digits, '.', '_', '-'; at most 64)", file=sys.stderr)
+            return 2
     try:
         plan = load_plan(args.plan)
     except PlanError as e:
