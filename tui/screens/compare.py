@@ -64,6 +64,7 @@ class ConfirmStop(ModalScreen[bool]):
     DEFAULT_CSS = """
     ConfirmStop { align: center middle; }
     ConfirmStop > Vertical { width: 70; height: auto; padding: 1 2; border: thick $warning; background: $surface; }
+    ConfirmStop Label { width: 100%; }
     ConfirmStop Horizontal { height: auto; align: right middle; margin-top: 1; }
     ConfirmStop Button { margin-left: 2; }
     """
