@@ -108,3 +108,24 @@ async def test_repeats_and_interleave_keys():
         assert scr.repeats == 2 and scr.interleave
         assert [x for x in ops.log if x.startswith("launch")] == ["launch base", "launch tuned"] * 2
         assert scr.report.comparison.repeats == (2, 2)
+
+
+async def test_last_ab_shows_a_full_progress_bar():
+    # j (or opening the screen) shows the last finished A/B: its bar must not keep the
+    # 0% / 25% of whatever ran (or was cancelled) before
+    ops = FakeOps(bench_delay=0.01)
+    scr = CompareScreen(ops_factory=lambda: ops, profiles=["base", "tuned"], plan="quick")
+    async with ABApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("1", "down", "2", "g")
+        await until(pilot, lambda: scr.report is not None)
+        bar = scr.query_one("#ab-progress")
+        bar.update(total=8, progress=2)
+        await pilot.press("j")
+        await pilot.pause()
+        assert bar.percentage == 1.0
+    scr2 = CompareScreen(ops_factory=FakeOps, profiles=["base", "tuned"])
+    async with ABApp(scr2).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert "completed" in str(scr2.query_one("#ab-status").content)
+        assert scr2.query_one("#ab-progress").percentage == 1.0

@@ -303,3 +303,20 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
         for run in await L.list_host_runs(host):
             if run.alive:
                 await L.stop_run(host, L.RunStore().load(run.run_id), grace=2)
+
+
+async def test_startup_progress_hides_stale_health_after_ready():
+    # a run made ready by its log line before /health answered: health is no longer
+    # polled, so its last "down" must not be shown next to "ready"
+    app = ProgressApp()
+    async with app.run_test(size=(100, 10)) as pilot:
+        w = app.query_one(StartupProgressView)
+        w.update(StartupProgress("abc", "sglang", "starting", "weight-loading", fraction=0.4, health="down"))
+        await pilot.pause()
+        assert "health down" in w.text
+        w.update(StartupProgress("abc", "sglang", "ready", "ready", fraction=1.0, elapsed=6, health="down"))
+        await pilot.pause()
+        assert "ready" in w.text and "health down" not in w.text
+        w.update(StartupProgress("abc", "vllm", "ready", "ready", fraction=1.0, elapsed=6, health="ok"))
+        await pilot.pause()
+        assert "health ok" in w.text

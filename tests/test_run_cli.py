@@ -71,3 +71,20 @@ def test_bad_input(args, msg):
         td("stop", "--yes", "--grace", "1")
         return
     assert r.returncode != 0 and msg in r.stderr and "Traceback" not in r.stderr
+
+
+def test_logs_follow_of_an_ended_run_prints_and_exits():
+    port = free_port()
+    r = td("launch", "--wait", "--timeout", "30", "--cmd", sys.executable, FAKE, "--engine", "sglang",
+           "--port", str(port))
+    assert r.returncode == 0, r.stderr
+    r = td("stop", "--yes", "--grace", "5")
+    assert r.returncode == 0, r.stderr
+    # a stopped run writes nothing more: --follow prints the log and ends instead of hanging
+    r = td("logs", "--follow", timeout=20)
+    assert r.returncode == 0 and "The server is fired up and ready to roll!" in r.stdout
+    assert "has ended (stopped); not following" in r.stderr
+    r = td("logs", "--follow", "--json", timeout=20)
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert r.returncode == 0 and rows and all(set(x) == {"run_id", "offset", "line"} for x in rows)
+    assert any("fired up" in x["line"] for x in rows)

@@ -79,7 +79,9 @@ class StartupProgressView(Widget):
             bits.append(f"ETA {_dur(p.eta)}" + (f" ({p.eta_source})" if p.eta_source else ""))
         if p.gpu_memory:
             bits.append("GPU " + " ".join(f"{m / 1024:.1f}" for m in p.gpu_memory) + " GiB")
-        bits.append(f"health {p.health}")
+        if p.state == "starting" or p.health == "ok":
+            # /health is polled only during startup: after it, a last "down" is stale
+            bits.append(f"health {p.health}")
         t.append("  ·  ".join(bits), style="dim")
         if p.stalled:
             t.append(f"\n⚠ STALLED: no progress for {_dur(p.stalled_for)}", style="bold yellow")

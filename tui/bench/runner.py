@@ -422,10 +422,11 @@ class Progress:
             "second": last,
             "tok_s": self.bins.get(last, 0) if last >= 0 else 0,
             "output_tokens": self.output_tokens,
-            "ttft_p50_ms": metrics.percentile_sorted(tt, 50) * 1000,
-            "ttft_p99_ms": metrics.percentile_sorted(tt, 99) * 1000,
-            "itl_p50_ms": metrics.percentile_sorted(it, 50) * 1000,
-            "itl_p99_ms": metrics.percentile_sorted(it, 99) * 1000,
+            # None (not 0) until a first token / gap was seen: a missing value is never 0
+            "ttft_p50_ms": metrics.percentile_sorted(tt, 50) * 1000 if tt else None,
+            "ttft_p99_ms": metrics.percentile_sorted(tt, 99) * 1000 if tt else None,
+            "itl_p50_ms": metrics.percentile_sorted(it, 50) * 1000 if it else None,
+            "itl_p99_ms": metrics.percentile_sorted(it, 99) * 1000 if it else None,
             "cpu": [round(c, 3) for c in self.cpu],
             "lag_ms": round(self.lag_ms, 2),
         }

@@ -163,6 +163,8 @@ async def run(args: argparse.Namespace) -> int:
     if tty:
         sys.stderr.write("\n")
     out = store.load(rec.run_id) or rec
+    if final.state != "starting":
+        _journal_launch(args, out, final)
     if args.json:
         print(json.dumps({"run": jsonable(out.to_json()), "progress": jsonable(final)}))
     if final.state == "ready":
@@ -180,3 +182,23 @@ async def run(args: argparse.Namespace) -> int:
     if final.proof:
         print(f"  log: {final.proof}", file=sys.stderr)
     return 1
+
+
+def _journal_launch(args: argparse.Namespace, rec, final) -> None:  # type: ignore[no-untyped-def]
+    """Record the finished startup in the tuning journal (a failure to write only warns)."""
+    from tui.ab.journal import Journal
+
+    try:
+        j = Journal()
+        j.record_launch(
+            rec.run_id,
+            profile=args.name or "",
+            host=rec.target,
+            ready=final.state == "ready",
+            startup_s=final.elapsed if final.state == "ready" else None,
+            server_log=f"{rec.run_dir}/log" if rec.run_dir else None,
+            timeline=[dict(t) for t in (rec.timeline or [])],
+            diagnosis=final.diagnosis,
+        )
+    except (OSError, ValueError) as e:
+        print(f"tunedeck launch: warning: journal not written ({e})", file=sys.stderr)

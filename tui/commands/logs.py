@@ -82,6 +82,17 @@ async def run(args: argparse.Namespace) -> int:
             if args.resume:
                 store.update(rec.run_id, log_offset=offset + len(data))
             return 0
+        if rec.ended_:
+            # nothing more will be written: print what is there (as --follow would) and end
+            data = await read_log(host, log, offset)
+            lines0 = _JsonLines(rec.run_id, offset) if args.json else None
+            out.write(lines0.feed(data + (b"" if not data or data.endswith(b"\n") else b"\n"))
+                      if lines0 is not None else data)
+            out.flush()
+            if args.resume:
+                store.update(rec.run_id, log_offset=offset + len(data))
+            print(f"tunedeck logs: run {rec.run_id} has ended ({rec.status}); not following", file=sys.stderr)
+            return 0
         import asyncio
 
         backoff = 0.5

@@ -193,7 +193,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             self.last_tick = m
             chart = self.query_one("#tok-chart", ThroughputChart)
             if m.get("second", -1) >= 0:
-                chart.append(f"level {m['level']}" if self._sweep else "tok/s",
+                chart.append(f"level {m['level'] + 1}" if self._sweep else "tok/s",
                              self._level_base + m["second"] + 1, m["tok_s"])
             self._level_offset = self._level_base + m["t"]
             self._show_latency(m)
@@ -213,8 +213,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
                 "levels", s["output_throughput"], s.get("per_user_output_throughput") or 0.0)
             self._level_offset = self._level_base + float(s.get("duration") or 0.0)
             self._show_latency({
-                "ttft_p50_ms": s["median_ttft_ms"], "ttft_p99_ms": s.get("p99_ttft_ms", 0.0),
-                "itl_p50_ms": s["median_itl_ms"], "itl_p99_ms": s.get("p99_itl_ms", 0.0),
+                "ttft_p50_ms": s.get("median_ttft_ms"), "ttft_p99_ms": s.get("p99_ttft_ms"),
+                "itl_p50_ms": s.get("median_itl_ms"), "itl_p99_ms": s.get("p99_itl_ms"),
             })
         elif kind == "error":
             self.error = m.get("message", "")
@@ -248,8 +248,16 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self.query_one("#bench-status", Static).update("  ".join(parts) + ("\n" + line2 if line2 else ""))
 
     def _show_latency(self, m: dict[str, Any]) -> None:
-        self.query_one("#bench-latency", Static).update(
-            "TTFT p50 {:.1f} ms  p99 {:.1f} ms    ITL p50 {:.2f} ms  p99 {:.2f} ms".format(
-                m.get("ttft_p50_ms", 0.0), m.get("ttft_p99_ms", 0.0), m.get("itl_p50_ms", 0.0),
-                m.get("itl_p99_ms", 0.0))
-        )
+        self.query_one("#bench-latency", Static).update(latency_line(m))
+
+
+def _ms(v: Any, digits: int) -> str:
+    if v is None or isinstance(v, float) and not math.isfinite(v):
+        return "N/A"
+    return f"{float(v):.{digits}f} ms"
+
+
+def latency_line(m: dict[str, Any]) -> str:
+    """TTFT/ITL percentiles of a progress tick or level summary; N/A (never 0) when missing."""
+    return (f"TTFT p50 {_ms(m.get('ttft_p50_ms'), 1)}  p99 {_ms(m.get('ttft_p99_ms'), 1)}    "
+            f"ITL p50 {_ms(m.get('itl_p50_ms'), 2)}  p99 {_ms(m.get('itl_p99_ms'), 2)}")

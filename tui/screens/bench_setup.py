@@ -318,6 +318,8 @@ class BenchSetupScreen(Screen):
 
             def num(key: str, fmt: str) -> str:
                 v = s.get(key)
+                if key == "median_ttft_ms" and s.get("completed") == 0:
+                    return "N/A"  # the vLLM-style summary writes 0 when no request finished
                 return format(v, fmt) if isinstance(v, (int, float)) else "N/A"
 
             conc = meta.get("max_concurrency", s.get("max_concurrency"))

@@ -64,6 +64,7 @@ class ConfirmStop(ModalScreen[bool]):
     DEFAULT_CSS = """
     ConfirmStop { align: center middle; }
     ConfirmStop > Vertical { width: 70; height: auto; padding: 1 2; border: thick $warning; background: $surface; }
+    ConfirmStop Label { width: 100%; }
     ConfirmStop Horizontal { height: auto; align: right middle; margin-top: 1; }
     ConfirmStop Button { margin-left: 2; }
     """
@@ -310,6 +311,8 @@ class CompareScreen(Screen):
             self._status(f"journal entry {e.get('id')}: {ex}")
             return
         self._status(f"A/B {e.get('id')} ({e.get('status')}, {e.get('started', '')[:19]})")
+        if self.runner is None:  # a finished A/B: not the bar of whatever ran last
+            self.query_one("#ab-progress", ProgressBar).update(total=1, progress=1)
         self.show_comparison(cmp, self._series_of(a, b))
 
     # ------------------------------------------------------------------ progress
