@@ -21,9 +21,8 @@ import os
 import re
 import shlex
 import signal as _signal
-import sys
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping, Sequence
+from typing import AsyncIterator, Mapping, Sequence
 
 from tui.util.aio import terminate_group
 from tui.util.safety import UnsafeInput, check_argv, check_env, check_text, env_command
@@ -257,52 +256,13 @@ def _cloexec_above_stdio() -> None:
                 pass
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _load_prctl() -> Any:
-    """libc's ``prctl`` (Linux), looked up once in the parent; None elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_prctl = _load_prctl()
-
-
-def _die_with_parent() -> None:
-    """Child-side: SIGTERM this process when tunedeck dies, even by ``kill -9``, so a
-    stream (``tail -F``, ``nvidia-smi -lms``) never outlives the dashboard. The flag
-    survives ``exec``."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, _signal.SIGTERM, 0, 0, 0)
-
-
-def _stream_preexec(cloexec: bool) -> Any:
-    def preexec() -> None:
-        _die_with_parent()
-        if cloexec:
-            _cloexec_above_stdio()
-
-    return preexec
-
-
-def _spawn_options(*, die_with_parent: bool = False) -> dict[str, object]:
+def _spawn_options() -> dict[str, object]:
     """Keyword arguments for ``asyncio.create_subprocess_exec``: a new session (so the whole
     process group can be ended), and no descriptor but stdin/stdout/stderr inherited. The
     stdlib loop honours ``close_fds`` (it uses ``subprocess.Popen``, which uses vfork when it
-    can; a ``preexec_fn`` would force a plain fork); other loops get the close-on-exec hook.
-    Long-lived streams also ask the kernel to end them when tunedeck dies."""
+    can; a ``preexec_fn`` would force a plain fork); other loops get the close-on-exec hook."""
     opts: dict[str, object] = {"start_new_session": True, "close_fds": True}
-    cloexec = not isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop)
-    if die_with_parent and _prctl is not None:
-        opts["preexec_fn"] = _stream_preexec(cloexec)
-    elif cloexec:
+    if not isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop):
         opts["preexec_fn"] = _cloexec_above_stdio
     return opts
 
@@ -321,7 +281,7 @@ class _LocalStream(ByteStream):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env,
-                **_spawn_options(die_with_parent=True),  # type: ignore[arg-type]
+                **_spawn_options(),  # type: ignore[arg-type]
             )
         return self._proc
 
