@@ -185,6 +185,7 @@ class SshdServer:
                     "AllowAgentForwarding yes",
                     "LogLevel VERBOSE",
                     "MaxStartups 30:30:100",
+                    "Subsystem sftp internal-sftp",
                     f"SetEnv PATH={self.shim_dir}:/usr/local/bin:/usr/bin:/bin TUNEDECK_HOME={self.remote_home}",
                     "",
                 ]

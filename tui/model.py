@@ -92,7 +92,7 @@ def jsonable(obj: Any) -> Any:
 # --------------------------------------------------------------------------- GPUs
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class GpuSnapshot:
     """One GPU at one instant (from ``nvidia-smi --query-gpu``)."""
 
@@ -109,7 +109,7 @@ class GpuSnapshot:
     clock_mem: Num = NA  # MHz
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class GpuProcess:
     """A compute process on a GPU (``--query-compute-apps``), joined to its index via uuid."""
 
@@ -120,7 +120,7 @@ class GpuProcess:
     used_memory: Num = NA  # MiB
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class GpuStatus:
     """All GPUs of one host, or why they could not be read.
 
@@ -142,7 +142,7 @@ class GpuStatus:
 # --------------------------------------------------------------------------- host
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class HostStats:
     """CPU, memory, load and uptime of the target host."""
 
@@ -161,7 +161,7 @@ class HostStats:
 # --------------------------------------------------------------------------- servers
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ServerStats:
     """One inference server as seen through its HTTP endpoints.
 
@@ -189,7 +189,7 @@ class ServerStats:
     time: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class StatusSnapshot:
     """What ``tunedeck status`` prints and the status screen shows."""
 
@@ -203,7 +203,7 @@ class StatusSnapshot:
 # --------------------------------------------------------------------------- startup
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class StartupProgress:
     """Where a server's startup stands (built by the startup tracker, shown by the
     startup-progress widget and ``tunedeck launch --wait``).

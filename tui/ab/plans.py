@@ -32,10 +32,10 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tui.ab.plan import Plan, PlanError, PlanLevel
 from tui.util.paths import config_dir
 
 BUILTIN_PLANS = ("quick", "default", "sweep")
@@ -65,105 +65,6 @@ _LEVEL_KEYS = {
 }
 _REQUIRED_TOP = ("input_len", "output_len", "ignore_eos")
 ENDPOINTS = ("completions", "chat")
-
-
-class PlanError(ValueError):
-    """A plan that cannot be used; ``str()`` names the file, line and key."""
-
-    def __init__(self, file: str, message: str, *, key: str | None = None, line: int | None = None):
-        self.file = file
-        self.key = key
-        self.line = line
-        where = file
-        if line:
-            where += f":{line}"
-        if key:
-            where += f": {key}"
-        super().__init__(f"{where}: {message}")
-
-
-@dataclass(frozen=True, slots=True)
-class PlanLevel:
-    """One benchmark at a fixed concurrency (closed loop) or request rate (capped by concurrency)."""
-
-    concurrency: int
-    num_prompts: int
-    input_len: int
-    output_len: int
-    warmup: int
-    label: str = ""
-    request_rate: float | None = None
-
-    @property
-    def title(self) -> str:
-        return self.label or f"C={self.concurrency}"
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    name: str
-    levels: tuple[PlanLevel, ...]
-    endpoint: str = "completions"
-    ignore_eos: bool = True
-    temperature: float = 0.0
-    seed: int = 1
-    description: str = ""
-    source: str = ""
-
-    @property
-    def concurrencies(self) -> tuple[int, ...]:
-        return tuple(lv.concurrency for lv in self.levels)
-
-    @property
-    def peak_concurrency(self) -> int:
-        return max(self.concurrencies)
-
-    @property
-    def single_concurrency(self) -> int:
-        return min(self.concurrencies)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "source": self.source,
-            "endpoint": self.endpoint,
-            "ignore_eos": self.ignore_eos,
-            "temperature": self.temperature,
-            "seed": self.seed,
-            "levels": [
-                {
-                    "label": lv.label,
-                    "concurrency": lv.concurrency,
-                    "num_prompts": lv.num_prompts,
-                    "input_len": lv.input_len,
-                    "output_len": lv.output_len,
-                    "warmup": lv.warmup,
-                    "request_rate": lv.request_rate,
-                }
-                for lv in self.levels
-            ],
-        }
-
-    def warnings(self) -> list[str]:
-        """Advice that does not stop a run (fewer than 5 x C prompts: not steady state)."""
-        out = []
-        for lv in self.levels:
-            if lv.num_prompts < 5 * lv.concurrency:
-                out.append(
-                    f"plan {self.name}: level {lv.title} has {lv.num_prompts} prompts for "
-                    f"concurrency {lv.concurrency} (< 5 x C: the run may not reach steady state)"
-                )
-        return out
-
-    def scaled(self, *, num_prompts_factor: float | None = None) -> "Plan":
-        if not num_prompts_factor:
-            return self
-        lv = tuple(
-            replace(x, num_prompts=max(1, math.ceil(x.num_prompts * num_prompts_factor)))
-            for x in self.levels
-        )
-        return replace(self, levels=lv)
 
 
 # ---------------------------------------------------------------------- discovery

@@ -30,9 +30,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
-from tui.ab.compare import Comparison, LevelResult, Side, SideRun, compare, side_to_dict
+from tui.ab.compare import Comparison, LevelResult, Side, SideRun, compare, side_from_dict, side_to_dict
 from tui.ab.journal import Journal, new_id
-from tui.ab.plans import Plan, PlanLevel
+from tui.ab.plan import Plan, PlanLevel
 from tui.ab.render import to_dict
 
 # ---------------------------------------------------------------------- data
@@ -59,6 +59,29 @@ class ABEvent:
     data: Mapping[str, Any] = field(default_factory=dict)
     time: float = field(default_factory=time.time)
 
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "ab", "kind": self.kind, "message": self.message, "side": self.side,
+                "repeat": self.repeat, "step": self.step, "steps": self.steps, "fraction": self.fraction,
+                "data": dict(self.data), "time": self.time}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ABEvent":
+        """The inverse of :meth:`to_json` (events travel from the host as JSON lines)."""
+        frac = d.get("fraction")
+        rep = d.get("repeat")
+        data = d.get("data")
+        return cls(
+            kind=str(d.get("kind") or "info"),
+            message=str(d.get("message") or ""),
+            side=d.get("side") if isinstance(d.get("side"), str) else None,
+            repeat=rep if isinstance(rep, int) else None,
+            step=int(d.get("step") or 0),
+            steps=int(d.get("steps") or 0),
+            fraction=float(frac) if isinstance(frac, (int, float)) else None,
+            data=dict(data) if isinstance(data, Mapping) else {},
+            time=float(d.get("time") or time.time()),
+        )
+
     def line(self) -> str:
         where = ""
         if self.side:
@@ -78,7 +101,23 @@ class ProfileInfo:
     env: Mapping[str, str]
     port: int
     served_model: str = ""  # the name the OpenAI API expects (defaults to model)
-    profile: Any = None  # the ServerProfile, for the launcher
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything the host needs to launch this side (``env`` holds the values, secrets too)."""
+        return {"name": self.name, "engine": self.engine, "model": self.model, "argv": list(self.argv),
+                "env": dict(self.env), "port": self.port, "served_model": self.served_model}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ProfileInfo":
+        return cls(
+            name=str(d["name"]),
+            engine=str(d["engine"]),
+            model=str(d["model"]),
+            argv=tuple(str(a) for a in d["argv"]),
+            env={str(k): str(v) for k, v in dict(d.get("env") or {}).items()},
+            port=int(d["port"]),
+            served_model=str(d.get("served_model") or ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -199,6 +238,34 @@ class ABReport:
 
 
 Confirm = Callable[[str], "bool | Awaitable[bool]"]
+
+
+def report_from_dict(d: Mapping[str, Any], *, noise_pct: float | None = None) -> ABReport:
+    """An :class:`ABReport` again from its :meth:`ABReport.to_dict` (an A/B that ran on a host);
+    the comparison is recomputed from the sides, so it is the same code that judged it there."""
+    plan = Plan.from_dict(d["plan_detail"])
+    rep = ABReport(
+        id=str(d["id"]),
+        a=str((d.get("a") or {}).get("profile") or ""),
+        b=str((d.get("b") or {}).get("profile") or ""),
+        plan=plan,
+        host=str(d.get("host") or ""),
+        repeats=int(d.get("repeats") or 1),
+        interleave=bool(d.get("interleave")),
+        status=str(d.get("status") or "failed"),
+        error=d.get("error") if isinstance(d.get("error"), str) else None,
+        launches=list(d.get("launches") or []),
+        left_running=[str(x) for x in d.get("left_running") or []],
+        warnings=[str(x) for x in d.get("warnings") or []],
+    )
+    for key, label in (("a", "A"), ("b", "B")):
+        side = d.get(key)
+        if isinstance(side, Mapping) and "runs" in side:
+            rep.sides[label] = side_from_dict(side)
+    a, b = rep.sides.get("A"), rep.sides.get("B")
+    if d.get("comparison") and a and b and a.runs and b.runs:
+        rep.comparison = compare(a, b, **({"noise_pct": noise_pct} if noise_pct else {}))
+    return rep
 
 
 async def _maybe_await(v: Any) -> Any:
@@ -554,4 +621,5 @@ __all__ = [
     "RunningServer",
     "ServerOps",
     "StopResult",
+    "report_from_dict",
 ]

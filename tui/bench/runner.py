@@ -56,6 +56,9 @@ from tui.bench.client import (
 
 _pc = time.perf_counter
 
+#: how a ``--workers`` process is started (the host-side runtime points it at its zipapp)
+WORKER_COMMAND = [sys.executable, "-m", "tui.bench.worker"]
+
 CPU_BOUND_FRACTION = 0.5
 LAG_BOUND_MS = 5.0
 
@@ -531,7 +534,7 @@ async def _run_level_workers(
             "output_len": cfg.output_len,
         }
         p = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tui.bench.worker",
+            *WORKER_COMMAND,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env, limit=1 << 26,
         )
         assert p.stdin is not None

@@ -49,7 +49,7 @@ ENGINES = ("sglang", "vllm")
 # --------------------------------------------------------------------------- events
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PhaseEvent:
     """The startup moved to ``phase`` or made progress inside it.
 
@@ -72,7 +72,7 @@ class PhaseEvent:
     event: str = "phase"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class FactEvent:
     """A fact the log states: ``name`` is one of kv_tokens, kv_size_gb,
     kv_mem_gib, weights_mem_gb, weights_seconds, avail_mem_gb, graph_mem_gb,
@@ -88,7 +88,7 @@ class FactEvent:
     event: str = "fact"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ErrorEvent:
     """A fatal text. ``cause`` is a one-line explanation, ``line`` the proving
     log line, ``context`` the lines before it (oldest first)."""
@@ -106,7 +106,7 @@ class ErrorEvent:
         return self.line
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class StatEvent:
     """One runtime stat line. Fields a line does not carry are None."""
 
@@ -393,7 +393,7 @@ def _refine_cause(kind: str, cause: str, text: str) -> str:
 # --------------------------------------------------------------------------- line cleaning
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class LogLine:
     """A cleaned line: ``text`` without ANSI and outer prefixes; ``msg`` the message
     without the engine prefix; ``rank`` e.g. 'TP0' or 'Worker_TP0'; ``level``."""

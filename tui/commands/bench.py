@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import math
+import shutil
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from tui.util.files import atomic_write_text
+
+log = logging.getLogger(__name__)
 
 
 def _int_list(text: str) -> list[int]:
@@ -141,8 +145,17 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
                    help="largest gap allowed between two reads of a response (default 600)")
     c.add_argument("--request-timeout", type=_pos_float, default=None, metavar="S",
                    help="per-request deadline (default none)")
-    c.add_argument("--client-where", choices=("local", "gpu-host", "same-host", "remote"), default=None,
-                   help="where this client runs (recorded; default: derived from the URL)")
+    c.add_argument("--client-where", choices=("host", "local"), default=None,
+                   help="with --host/--demo: run the client on the host next to the server (default; it "
+                   "survives a lost link), or here through an SSH port forward ('local': the numbers "
+                   "include the tunnel and are marked so)")
+    c.add_argument("--python", metavar="PATH", default=None,
+                   help="the host's Python (>= 3.9) for the host-side client (default: python3 on its PATH)")
+    j = p.add_argument_group("host-side runs")
+    j.add_argument("--attach", metavar="ID", default=None,
+                   help="follow a benchmark running on --host/--demo again (its results are mirrored here)")
+    j.add_argument("--stop", metavar="ID", default=None,
+                   help="stop a benchmark running on --host/--demo (finished samples are kept)")
     o = p.add_argument_group("output")
     o.add_argument("--label", default=None)
     o.add_argument("--profile", default=None, help="profile name to record with the run")
@@ -161,93 +174,35 @@ def _fail(msg: str, code: int = 2) -> int:
     return code
 
 
-async def _local_gpus() -> list[str]:
-    import shutil
-
-    if not shutil.which("nvidia-smi"):
-        return []
-    from tui.services.hosts import LocalHost
+def _check_url(url: str) -> None:
+    import httpx
 
     try:
-        r = await LocalHost().run(["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader"],
-                                  timeout=10)
-    except Exception:  # noqa: BLE001 - best effort
+        u = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as e:
+        raise ValueError(f"--url {url!r}: {e}") from None
+    if u.scheme not in ("http", "https") or not u.host:
+        raise ValueError(f"--url {url!r}: expected http://HOST:PORT")
+    if u.port is not None and not 0 < u.port < 65536:
+        raise ValueError(f"--url {url!r}: port {u.port} is outside 1..65535")
+
+
+async def _host_gpus(host: Any) -> list[str]:
+    from tui.services.hosts import HostError
+
+    try:
+        r = await host.run(["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader"],
+                           timeout=10)
+    except HostError as e:
+        log.info("GPU names not recorded: %s", e)
         return []
     return [ln.strip() for ln in r.stdout.splitlines() if ln.strip()] if r.ok else []
 
 
-async def _resolve_url(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    extra: dict[str, Any] = {}
-    if args.url:
-        if args.host is not None or args.demo:
-            raise ValueError("give either --url or --host/--demo with --port, not both")
-        import httpx
+def _config(args: argparse.Namespace, url: str, goodput: dict[str, float]) -> Any:
+    from tui.bench.runner import BenchConfig
 
-        try:
-            u = httpx.URL(args.url)
-        except (httpx.InvalidURL, TypeError) as e:
-            raise ValueError(f"--url {args.url!r}: {e}") from None
-        if u.scheme not in ("http", "https") or not u.host:
-            raise ValueError(f"--url {args.url!r}: expected http://HOST:PORT")
-        if u.port is not None and not 0 < u.port < 65536:
-            raise ValueError(f"--url {args.url!r}: port {u.port} is outside 1..65535")
-        if u.host in ("127.0.0.1", "localhost", "::1"):
-            gpus = await _local_gpus()
-            if gpus:
-                extra["gpus"] = gpus
-        return args.url, extra
-    if args.port is None:
-        raise ValueError("need --url URL, or --port P with --host/--demo")
-    from tui.services.hosts import get_host
-
-    try:
-        host = get_host(args.host, demo=args.demo)
-    except ImportError as e:
-        raise ValueError(f"--demo: the simulator is not available ({e})") from None
-    local = await host.forward_port(args.port)
-    extra["target"] = "demo" if args.demo else (args.host or "local")
-    extra["server_port"] = args.port
-    extra["client"] = {"via": "direct" if host.is_local else "ssh-forward"}
-    try:
-        r = await host.run(["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader"],
-                           timeout=10)
-        if r.ok:
-            extra["gpus"] = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
-    except Exception:  # noqa: BLE001 - best effort
-        pass
-    return f"http://127.0.0.1:{local}", extra
-
-
-async def run_bench(args: argparse.Namespace) -> int:
-    from tui.bench import metrics
-    from tui.bench.runner import BenchConfig, NotReady, run_benchmark
-    from tui.bench.store import StoreError
-
-    try:
-        goodput = metrics.parse_goodput(args.goodput)
-    except ValueError as e:
-        return _fail(str(e))
-    percentiles = args.metric_percentiles
-    if args.concurrency and args.request_rate and len(args.concurrency) > 1 and len(args.request_rate) > 1:
-        return _fail("sweep over --concurrency or over --request-rate, not both")
-    meta_extra: dict[str, Any] = {}
-    if args.meta_json is not None:
-        try:
-            meta_extra = json.loads(args.meta_json.read_text())
-            if not isinstance(meta_extra, dict):
-                raise ValueError("not a JSON object")
-        except (OSError, ValueError) as e:
-            return _fail(f"--meta-json {args.meta_json}: {e}")
-    try:
-        url, extra = await _resolve_url(args)
-    except ValueError as e:
-        return _fail(str(e))
-    except Exception as e:  # noqa: BLE001 - host errors
-        return _fail(f"{args.host or 'demo'}: {e}", 1)
-    meta_extra = {**extra, **meta_extra}
-    if args.profile:
-        meta_extra["profile"] = args.profile
-    cfg = BenchConfig(
+    return BenchConfig(
         url=url,
         model=args.model,
         endpoint=args.endpoint,
@@ -262,7 +217,7 @@ async def run_bench(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         seed=args.seed,
         goodput=goodput,
-        percentiles=percentiles,
+        percentiles=args.metric_percentiles,
         read_timeout=args.read_timeout,
         request_deadline=args.request_timeout,
         ready_timeout=args.ready_timeout,
@@ -271,6 +226,12 @@ async def run_bench(args: argparse.Namespace) -> int:
         label=args.label,
         progress_samples=args.progress and args.progress_samples,
     )
+
+
+def _printer(args: argparse.Namespace) -> Any:
+    from tui.bench import metrics
+    from tui.services.benchrun import TUNNEL_NOTE, measured_through_tunnel
+
     human = sys.stderr if (args.progress or args.json == "-") else sys.stdout
 
     def emit(msg: dict[str, Any]) -> None:
@@ -280,20 +241,88 @@ async def run_bench(args: argparse.Namespace) -> int:
         if msg.get("type") == "level_done":
             s = msg["summary"]
             c, r = s.get("max_concurrency"), s.get("request_rate")
-            print(f"run {s.get('run_id')}  concurrency={c} request_rate={r}", file=human)
-            print(metrics.format_result(s, percentiles), file=human)
+            where = f"  ({TUNNEL_NOTE})" if measured_through_tunnel(s) else ""
+            print(f"run {s.get('run_id')}  concurrency={c} request_rate={r}{where}", file=human)
+            print(metrics.format_result(s, args.metric_percentiles), file=human)
             print(metrics.format_extras(s), file=human, flush=True)
         elif msg.get("type") == "waiting" and not args.progress:
             print(f"waiting for {msg['url']} (up to {msg['timeout']:g} s)...", file=sys.stderr, flush=True)
 
+    return emit
+
+
+def _write_json(args: argparse.Namespace, summaries: list[dict[str, Any]]) -> int:
+    if args.json is None:
+        return 0
+    data: Any = summaries[0] if len(summaries) == 1 else summaries
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    if args.json == "-":
+        sys.stdout.write(text)
+        return 0
+    try:
+        atomic_write_text(Path(args.json), text)
+    except OSError as e:
+        return _fail(f"--json {args.json}: {e.strerror or e}", 1)
+    return 0
+
+
+async def run_bench(args: argparse.Namespace) -> int:
+    from tui.bench import metrics
+
+    if args.attach or args.stop:
+        if args.url:
+            return _fail("--attach/--stop name a benchmark on --host/--demo, not on --url")
+        return await _host_run(args, None)
+    try:
+        goodput = metrics.parse_goodput(args.goodput)
+    except ValueError as e:
+        return _fail(str(e))
+    if args.concurrency and args.request_rate and len(args.concurrency) > 1 and len(args.request_rate) > 1:
+        return _fail("sweep over --concurrency or over --request-rate, not both")
+    meta_extra: dict[str, Any] = {}
+    if args.meta_json is not None:
+        try:
+            meta_extra = json.loads(args.meta_json.read_text())
+            if not isinstance(meta_extra, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as e:
+            return _fail(f"--meta-json {args.meta_json}: {e}")
+    if args.profile:
+        meta_extra["profile"] = args.profile
+    if args.url:
+        if args.host is not None or args.demo:
+            return _fail("give either --url or --host/--demo with --port, not both")
+        if args.client_where == "host":
+            return _fail("--client-where host needs --host/--demo and --port (with --url the client runs here)")
+        try:
+            _check_url(args.url)
+        except ValueError as e:
+            return _fail(str(e))
+        return await _local_run(args, _config(args, args.url, goodput), meta_extra)
+    if args.port is None:
+        return _fail("need --url URL, or --port P with --host/--demo")
+    return await _host_run(args, (_config(args, f"http://127.0.0.1:{args.port}", goodput), meta_extra))
+
+
+async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, Any]) -> int:
+    """The client here, against --url (the engine in this process)."""
+    from tui.bench.runner import NotReady, run_benchmark
+    from tui.bench.store import StoreError
+
+    u = cfg.url
+    if any(h in u for h in ("//127.0.0.1", "//localhost", "//[::1]")):
+        from tui.services.hosts import LocalHost
+
+        if shutil.which("nvidia-smi"):
+            gpus = await _host_gpus(LocalHost())
+            if gpus:
+                meta_extra = {"gpus": gpus, **meta_extra}
+    emit = _printer(args)
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
     for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, task.cancel)
-        except (NotImplementedError, RuntimeError):
-            pass
+        loop.add_signal_handler(sig, task.cancel)
     try:
         summaries = await run_benchmark(cfg, emit=emit, meta_extra=meta_extra, client_where=args.client_where)
     except NotReady as e:
@@ -307,20 +336,110 @@ async def run_bench(args: argparse.Namespace) -> int:
         return 130
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.remove_signal_handler(sig)
-            except (NotImplementedError, RuntimeError):
-                pass
-    if args.json is not None:
-        data: Any = summaries[0] if len(summaries) == 1 else summaries
-        text = json.dumps(data, indent=2, default=str) + "\n"
-        if args.json == "-":
-            sys.stdout.write(text)
+            loop.remove_signal_handler(sig)
+    rc = _write_json(args, summaries)
+    if rc:
+        return rc
+    return 1 if summaries and all(s["completed"] == 0 for s in summaries) else 0
+
+
+async def _host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | None) -> int:
+    """A benchmark on --host/--demo: start (or attach to / stop) it and follow it here."""
+    from tui.services import jobs, runtime
+    from tui.services.benchrun import HOST, BenchRun
+    from tui.services.hosts import HostError, get_host
+    from tui.util.safety import UnsafeInput
+
+    try:
+        host = get_host(args.host, demo=args.demo)
+    except (UnsafeInput, HostError) as e:
+        return _fail(str(e))
+    target = "demo" if args.demo else (args.host or "local")
+    try:
+        if args.stop:
+            run = await BenchRun.attach(host, args.stop)
+            print(await run.stop(), file=sys.stderr)
+            await _mirror_quietly(run)
+            return 0
+        if args.attach:
+            run = await BenchRun.attach(host, args.attach)
+            if not run.job or not run.job.alive:
+                print(f"tunedeck bench: job {run.job_id} has ended; its results are mirrored here",
+                      file=sys.stderr)
         else:
-            try:
-                atomic_write_text(Path(args.json), text)
-            except OSError as e:
-                return _fail(f"--json {args.json}: {e.strerror or e}", 1)
-    if summaries and all(s["completed"] == 0 for s in summaries):
-        return 1
-    return 0
+            assert new is not None
+            cfg, meta_extra = new
+            meta_extra = {"target": target, "server_port": args.port, **meta_extra}
+            gpus = await _host_gpus(host)
+            if gpus:
+                meta_extra.setdefault("gpus", gpus)
+            where = args.client_where or "host"
+            run = await BenchRun.start(host, cfg, meta_extra=meta_extra,
+                                       where=HOST if where == "host" else "local", python=args.python)
+        if run.job is not None:
+            print(f"tunedeck bench: job {run.job_id} runs on {target} next to the server; Ctrl-C detaches "
+                  f"(it goes on); follow it with `tunedeck bench --attach {run.job_id}`, stop it with "
+                  f"`--stop {run.job_id}`", file=sys.stderr, flush=True)
+        return await _follow(args, run)
+    except (jobs.JobError, runtime.RuntimeUnavailable, ValueError) as e:
+        return _fail(str(e), 1)
+    except HostError as e:
+        return _fail(f"{target}: {e}", 1)
+    finally:
+        await host.close()
+
+
+async def _mirror_quietly(run: Any) -> None:
+    from tui.services.hosts import HostError
+
+    try:
+        await run._mirror(None)
+    except HostError as e:
+        log.warning("mirroring after stop: %s", e)
+
+
+async def _follow(args: argparse.Namespace, run: Any) -> int:
+    emit = _printer(args)
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    detached = False
+
+    def on_signal() -> None:
+        nonlocal detached
+        detached = True
+        task.cancel()
+
+    def on_link(e: Exception, attempt: int) -> None:
+        print(f"tunedeck bench: link to the host lost ({e}); the benchmark goes on there, reconnecting "
+              f"(attempt {attempt})", file=sys.stderr, flush=True)
+
+    run.on_link_error = on_link
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        async for ev in run.events():
+            emit(ev)
+    except asyncio.CancelledError:
+        if run.job is None:
+            await run.stop()
+            print("tunedeck bench: interrupted; finished samples were saved (summary marked partial)",
+                  file=sys.stderr)
+            return 130
+        print(f"tunedeck bench: detached; job {run.job_id} goes on; `tunedeck bench --attach {run.job_id}` "
+              "follows it again", file=sys.stderr)
+        return 130 if detached else 1
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+    ex = run.exit or {}
+    rc = _write_json(args, run.summaries)
+    if ex.get("error"):
+        kind = "NOT_READY: " if ex.get("rc") == 3 and not str(ex["error"]).startswith("NOT_READY") else ""
+        if args.progress and ex.get("rc") == 3:
+            emit({"type": "error", "kind": "NOT_READY", "message": ex["error"]})
+        print(f"tunedeck bench: {kind}{ex['error']}", file=sys.stderr)
+    code = ex.get("rc")
+    if not isinstance(code, int):
+        code = 1
+    return code or rc

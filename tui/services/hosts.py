@@ -51,7 +51,7 @@ class HostError(Exception):
         return f"{where}{self.message}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RunResult:
     """Outcome of :meth:`Host.run`.
 
@@ -105,6 +105,13 @@ class Host(abc.ABC):
     @abc.abstractmethod
     async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
         """Make ``remote_host:remote_port`` on the host reachable from here; return the local port."""
+
+    @abc.abstractmethod
+    async def put_file(self, data: bytes, path: str, *, mode: int = 0o600) -> None:
+        """Write ``data`` to ``path`` on the host (an absolute path), creating its folder.
+
+        Raises ``OSError`` when the host refuses (permissions, disk full) and
+        :class:`HostError` when the link fails."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
@@ -373,6 +380,18 @@ class LocalHost(Host):
     async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
         return remote_port
 
+    async def put_file(self, data: bytes, path: str, *, mode: int = 0o600) -> None:
+        check_text(path, "path")
+        p = os.path.abspath(path)
+        os.makedirs(os.path.dirname(p), mode=0o700, exist_ok=True)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+
 
 # ====================================================================== targets
 
@@ -380,7 +399,7 @@ _USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*$", re.IGNORECASE)
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Target:
     """A parsed TARGET: ``local`` or ``[user@]host[:port]`` / ssh alias (port None = from config)."""
 

@@ -156,7 +156,18 @@ class RunStore:
 
 # ============================================================================ host scripts
 
-_RUNS_BASE = 'base="${TUNEDECK_HOME:-$HOME/.tunedeck}/runs"\n'
+#: the kinds of detached things with a folder each under ``${TUNEDECK_HOME}``: servers,
+#: host-side benchmarks and host-side A/B campaigns
+KINDS = ("runs", "bench", "ab")
+
+
+def _base(kind: str) -> str:
+    if kind not in KINDS:
+        raise UnsafeInput(f"folder kind {kind!r}: expected one of {', '.join(KINDS)}")
+    return f'base="${{TUNEDECK_HOME:-$HOME/.tunedeck}}/{kind}"\n'
+
+
+_RUNS_BASE = _base("runs")
 
 # $1 = run id. Prints DIR <dir>, then PID <pid> <starttime> once the wrapper started.
 _LAUNCH_SCRIPT = r"""set -u
@@ -301,7 +312,7 @@ def _delimiter(*texts: str) -> str:
 # ============================================================================ data
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class HostRun:
     """A run folder found on a host."""
 
@@ -319,7 +330,7 @@ class HostRun:
         return f"{self.run_dir}/log"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class StopResult:
     """Outcome of :func:`stop_run`. ``state``: stopped | exited | stale | stuck | error."""
 
@@ -378,9 +389,11 @@ async def gpu_memory_used(host: Host, timeout: float = 10.0) -> dict[int, float]
 # ============================================================================ operations
 
 
-async def list_host_runs(host: Host) -> list[HostRun]:
-    """Run folders on the host, alive or not (alive = pid with the recorded start time)."""
-    r = await host.run_script(_LIST_SCRIPT, timeout=60)
+async def list_host_runs(host: Host, kind: str = "runs") -> list[HostRun]:
+    """Run folders on the host, alive or not (alive = pid with the recorded start time);
+    ``kind`` ``bench`` or ``ab`` lists the host-side jobs instead of the servers."""
+    script = _LIST_SCRIPT if kind == "runs" else _LIST_SCRIPT.replace(_RUNS_BASE, _base(kind), 1)
+    r = await host.run_script(script, timeout=60)
     if r.lost or r.timed_out:
         raise HostError("connection-lost" if r.lost else "timeout", f"listing runs failed: {r.stderr.strip()}")
     runs: list[HostRun] = []
@@ -478,15 +491,55 @@ async def launch(
         timeline=[{"t": time.time(), "event": "launching"}],
     )
     store.save(rec)  # the local record exists before anything runs on the host
+    meta = {"engine": engine, "port": port, "profile": profile, "created": rec.created, "run_id": rid}
+    started = await start_detached(host, "runs", rid, argv, env, meta)
+    dir_, pid, starttime = started.run_dir, started.pid, started.starttime
+    if pid is None:
+        msg = started.error
+        rec.status = FAILED
+        rec.diagnosis = f"launch failed: {msg}"
+        rec.run_dir = dir_
+        rec.ended = time.time()
+        rec.timeline.append({"t": time.time(), "event": "launch-failed", "message": msg})
+        store.save(rec)
+        if started.lost:
+            raise HostError("connection-lost", f"launch of run {rid}: {msg}", target=rec.target)
+        raise HostError("error", f"launch of run {rid}: {msg}", target=rec.target)
+    rec.run_dir = dir_
+    rec.pid = pid
+    rec.starttime = starttime
+    rec.status = STARTING
+    rec.started = time.time()
+    rec.timeline.append({"t": rec.started, "event": "process-start", "pid": pid})
+    store.save(rec)
+    return rec
+
+
+@dataclass(frozen=True)
+class Detached:
+    """What :func:`start_detached` reports: the folder, and the wrapper's pid and start time
+    (``pid`` None: it did not start, ``error`` says why; ``lost``: the link died meanwhile)."""
+
+    run_dir: str | None
+    pid: int | None
+    starttime: str | None
+    error: str = ""
+    lost: bool = False
+
+
+async def start_detached(
+    host: Host, kind: str, rid: str, argv: Sequence[str], env: Mapping[str, str], meta: Mapping[str, object]
+) -> Detached:
+    """Start ``argv`` in its own session under ``${TUNEDECK_HOME}/<kind>/<rid>/`` (servers, host-side
+    benchmarks and A/B campaigns alike): it outlives the link, the caller and tunedeck."""
+    check_run_id(rid)
     cmd = shlex.join(["env", f"TUNEDECK_RUN_ID={rid}", *(f"{k}={v}" for k, v in env.items()), *argv])
     argv_json = json.dumps(list(argv))
     env_json = json.dumps(redact_env(env))
-    meta_json = json.dumps(
-        {"engine": engine, "port": port, "profile": profile, "created": rec.created, "run_id": rid}
-    )
+    meta_json = json.dumps(dict(meta))
     d = _delimiter(cmd, argv_json, env_json, meta_json)
     script = _LAUNCH_SCRIPT.format(
-        base=_RUNS_BASE, d=d, cmd=cmd, argv_json=argv_json, env_json=env_json, meta_json=meta_json
+        base=_base(kind), d=d, cmd=cmd, argv_json=argv_json, env_json=env_json, meta_json=meta_json
     )
     r = await host.run_script(script, [rid], timeout=60)
     dir_ = pid = starttime = None
@@ -502,23 +555,8 @@ async def launch(
             err = line[4:]
     if pid is None:
         msg = err or r.stderr.strip() or ("connection lost" if r.lost else "the launch script failed")
-        rec.status = FAILED
-        rec.diagnosis = f"launch failed: {msg}"
-        rec.run_dir = dir_
-        rec.ended = time.time()
-        rec.timeline.append({"t": time.time(), "event": "launch-failed", "message": msg})
-        store.save(rec)
-        if r.lost:
-            raise HostError("connection-lost", f"launch of run {rid}: {msg}", target=rec.target)
-        raise HostError("error", f"launch of run {rid}: {msg}", target=rec.target)
-    rec.run_dir = dir_
-    rec.pid = pid
-    rec.starttime = starttime
-    rec.status = STARTING
-    rec.started = time.time()
-    rec.timeline.append({"t": rec.started, "event": "process-start", "pid": pid})
-    store.save(rec)
-    return rec
+        return Detached(dir_, None, None, msg, r.lost)
+    return Detached(dir_, pid, starttime)
 
 
 async def reattach(host: Host, store: RunStore | None = None) -> list[RunRecord]:
@@ -583,6 +621,20 @@ async def process_alive(host: Host, pid: int, starttime: str | None) -> bool:
     if r.lost or r.timed_out:
         raise HostError("connection-lost" if r.lost else "timeout", "checking the server process failed")
     return "ALIVE" in r.stdout
+
+
+async def signal_folder(host: Host, run_dir: str, rid: str, grace: float) -> tuple[str, str, RunResult]:
+    """TERM the process group of a run folder's wrapper (and its environ-marker matches), KILL
+    after ``grace`` s; returns (state, message, raw result) with state stopped|exited|stale|stuck."""
+    g = max(0, int(round(grace)))
+    r = await host.run_script(_STOP_SCRIPT, [run_dir, str(g), rid], timeout=g + 30)
+    state, message = "error", ""
+    for line in r.stdout.splitlines():
+        if line.startswith("STATE "):
+            parts = line.split(None, 2)
+            state = parts[1].lower()
+            message = parts[2] if len(parts) > 2 else ""
+    return state, message, r
 
 
 async def stop_run(

@@ -766,6 +766,29 @@ class SshHost(Host):
         await self._listen(conn, key, fw)
         return fw.local_port
 
+    async def put_file(self, data: bytes, path: str, *, mode: int = 0o600) -> None:
+        """SFTP upload (the folder is created 0700 when missing)."""
+        check_text(path, "path")
+        if not path.startswith("/"):
+            raise UnsafeInput(f"path {path!r}: must be absolute")
+        self._sync()
+        conn = await self._connection()
+        assert self._channels is not None
+        async with self._channels:
+            try:
+                async with conn.start_sftp_client() as sftp:
+                    folder = path.rsplit("/", 1)[0] or "/"
+                    await sftp.makedirs(folder, attrs=asyncssh.SFTPAttrs(permissions=0o700), exist_ok=True)
+                    async with sftp.open(path, "wb", attrs=asyncssh.SFTPAttrs(permissions=mode)) as f:
+                        await f.write(data)
+            except asyncssh.SFTPError as e:
+                raise OSError(f"{path}: {e.reason}") from None
+            except (asyncssh.Error, OSError) as e:
+                if isinstance(e, OSError) and not isinstance(e, ConnectionError):
+                    raise
+                self._on_lost(conn, e)
+                raise HostError("connection-lost", f"upload of {path}: {_describe(e)}", target=self.target) from None
+
     async def _listen(self, conn: asyncssh.SSHClientConnection, key: tuple[str, int], fw: _Forward) -> None:
         listener = None
         if fw.local_port:

@@ -33,6 +33,7 @@ from tui.services.launcher import (
     process_alive,
     read_rc,
 )
+from tui.util import http
 from tui.util.files import atomic_write_json
 from tui.util.paths import state_dir
 
@@ -383,15 +384,15 @@ class StartupTracker:
         self._listeners.append(cb)
 
     # ------------------------------------------------------------------ probes
-    async def probe_health_once(self, client) -> None:  # type: ignore[no-untyped-def]
+    async def probe_health_once(self) -> None:
         port = self.rec.port
         if port is None:
             return
         try:
             lp = await self.host.forward_port(int(port))
-            r = await client.get(f"http://127.0.0.1:{lp}/health")
-            self.set_health(r.status_code == 200 if r.status_code else None)
-        except Exception:  # noqa: BLE001 - refused, timeout, forward failed: not ready
+            r = await http.request("GET", f"http://127.0.0.1:{lp}/health", timeout=self.health_timeout)
+            self.set_health(r.status == 200)
+        except (http.HttpError, HostError):  # refused, timeout, forward failed: not ready
             self.set_health(None)
 
     async def check_alive_once(self) -> None:
@@ -416,29 +417,26 @@ class StartupTracker:
     async def probe_loop(self, stop: asyncio.Event) -> None:
         """Liveness, /health and GPU memory at their intervals until ``stop`` (or the
         startup ended: then only liveness keeps going, at a slower pace)."""
-        import httpx
-
         t_alive = t_health = t_gpu = 0.0
-        async with httpx.AsyncClient(timeout=self.health_timeout, trust_env=False) as client:
-            while not stop.is_set():
-                now = self.clock()
-                starting = self.final is None
-                try:
-                    if now >= t_alive:
-                        t_alive = now + (self.alive_interval if starting else max(5.0, self.alive_interval))
-                        await self.check_alive_once()
-                    if starting and self.probe_health and now >= t_health:
-                        t_health = now + self.health_interval
-                        await self.probe_health_once(client)
-                    if starting and self.poll_gpu and now >= t_gpu:
-                        t_gpu = now + self.gpu_interval
-                        await self.poll_gpu_once()
-                except HostError:
-                    pass  # link down: the follow loop reconnects; keep the last values
-                try:
-                    await asyncio.wait_for(stop.wait(), 0.2)
-                except asyncio.TimeoutError:
-                    pass
+        while not stop.is_set():
+            now = self.clock()
+            starting = self.final is None
+            try:
+                if now >= t_alive:
+                    t_alive = now + (self.alive_interval if starting else max(5.0, self.alive_interval))
+                    await self.check_alive_once()
+                if starting and self.probe_health and now >= t_health:
+                    t_health = now + self.health_interval
+                    await self.probe_health_once()
+                if starting and self.poll_gpu and now >= t_gpu:
+                    t_gpu = now + self.gpu_interval
+                    await self.poll_gpu_once()
+            except HostError:
+                pass  # link down: the follow loop reconnects; keep the last values
+            try:
+                await asyncio.wait_for(stop.wait(), 0.2)
+            except asyncio.TimeoutError:
+                pass
 
     # ------------------------------------------------------------------ loop
     async def run(

@@ -1,30 +1,46 @@
-"""Where tunedeck keeps things locally (XDG via platformdirs; tests point XDG_* at temp dirs)."""
+"""Where tunedeck keeps things (XDG via platformdirs; tests point XDG_* at temp dirs).
+
+On a GPU host the shipped runtime calls :func:`use_home` first, so everything it
+writes (results, journal, run records) stays under ``${TUNEDECK_HOME}``.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import platformdirs
-
 APP = "tunedeck"
 
+_home: Path | None = None
 
-def _xdg(var: str, fallback: Path) -> Path:
+
+def use_home(root: Path) -> None:
+    """Keep config, data and state under ``root`` (the host-side runtime's ``${TUNEDECK_HOME}``)."""
+    global _home
+    _home = Path(root)
+
+
+def _dir(kind: str, var: str) -> Path:
+    if _home is not None:
+        return _home / kind
     v = os.environ.get(var)
-    return Path(v) / APP if v else fallback
+    if v:
+        return Path(v) / APP
+    import platformdirs  # laptop only: the host-side runtime has set a home above
+
+    return Path(getattr(platformdirs, f"user_{kind}_path")(APP))
 
 
 def config_dir() -> Path:
-    return _xdg("XDG_CONFIG_HOME", platformdirs.user_config_path(APP))
+    return _dir("config", "XDG_CONFIG_HOME")
 
 
 def data_dir() -> Path:
-    return _xdg("XDG_DATA_HOME", platformdirs.user_data_path(APP))
+    return _dir("data", "XDG_DATA_HOME")
 
 
 def state_dir() -> Path:
-    return _xdg("XDG_STATE_HOME", platformdirs.user_state_path(APP))
+    return _dir("state", "XDG_STATE_HOME")
 
 
 def known_hosts_file() -> Path:

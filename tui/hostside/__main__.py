@@ -1,0 +1,88 @@
+"""Entry point of the host-side runtime (inside the zipapp, or ``python -m tui.hostside``).
+
+    python3 tunedeck-host-<hash>.pyz info          what will run here, as JSON
+    python3 tunedeck-host-<hash>.pyz bench DIR     a benchmark job (DIR/spec.json)
+    python3 tunedeck-host-<hash>.pyz ab DIR        an A/B campaign job
+    python3 tunedeck-host-<hash>.pyz worker        one benchmark worker process (--workers N)
+
+Exit status: 0 done, 1 nothing completed / the A/B failed, 2 bad spec, 3 server not
+ready, 4 disk (full) error, 5 another A/B holds the host, 130 stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from tui import __version__
+
+MIN_PYTHON = (3, 9)
+
+
+def _has_uvloop() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("uvloop") is not None
+
+
+def info() -> dict[str, object]:
+    return {
+        "runtime": __version__,
+        "python": "%d.%d.%d" % sys.version_info[:3],
+        "executable": sys.executable,
+        "uvloop": _has_uvloop(),
+        "archive": sys.argv[0],
+    }
+
+
+def _job_dir(text: str) -> Path:
+    d = Path(text).resolve()
+    if not d.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no such job folder")
+    return d
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="tunedeck-host", description="tunedeck's host-side runtime")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("info", help="what will run here, as JSON")
+    for name in ("bench", "ab"):
+        sp = sub.add_parser(name, help=f"run a {name} job")
+        sp.add_argument("job_dir", type=_job_dir)
+    sub.add_parser("worker", help="a benchmark worker process (speaks JSON on stdin/stdout)")
+    args = p.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.cmd == "info":
+        print(json.dumps(info()))
+        return 0
+    if args.cmd == "worker":
+        from tui.bench import worker
+
+        return worker.main()
+    from tui.bench import runner
+    from tui.util import paths
+    from tui.util.aio import run_async
+
+    # everything the job writes (results, journal, run records) stays in its folder
+    paths.use_home(args.job_dir)
+    os.chdir(args.job_dir)
+    archive = os.path.abspath(sys.argv[0])
+    if archive.endswith(".pyz"):
+        runner.WORKER_COMMAND = [sys.executable, "-I", archive, "worker"]
+    if args.cmd == "bench":
+        from tui.hostside import benchjob
+
+        return run_async(benchjob.run(args.job_dir))
+    from tui.hostside import abjob
+
+    return run_async(abjob.run(args.job_dir))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

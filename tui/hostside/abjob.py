@@ -1,0 +1,104 @@
+"""An A/B campaign run on the GPU host: stop -> launch A -> ready -> flush -> warmup -> plan ->
+stop -> the same for B -> compare, driven here so that it survives the laptop.
+
+The spec: ``{"ab_id", "a": ProfileInfo, "b": ProfileInfo, "plan": Plan, "repeats",
+"interleave", "noise_pct", "stop_existing", "host_label"}``. The laptop asked the
+user before sending ``stop_existing: true``. Secrets in the profiles' env are read
+once and the spec is rewritten with them redacted. Only one campaign runs on a
+host at a time (``${TUNEDECK_HOME}/ab/.lock``). SIGTERM cancels: the server this
+campaign started is stopped, every result is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from tui.hostside.jobfiles import EVENTS, REPORT, SPEC, EventLog, read_spec
+from tui.util.files import atomic_write_json
+from tui.util.safety import redact_env
+
+log = logging.getLogger(__name__)
+
+LOCK = ".lock"
+
+
+class Busy(Exception):
+    """Another campaign holds the host."""
+
+
+def take_lock(ab_root: Path) -> int:
+    fd = os.open(ab_root / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise Busy("another A/B is running on this host; attach to it or cancel it first") from None
+    return fd
+
+
+async def run(job_dir: Path) -> int:
+    from tui.ab.ops import LocalOps
+    from tui.ab.plan import Plan
+    from tui.ab.runner import ABEvent, ABRunner, ProfileInfo
+
+    events = EventLog(job_dir / EVENTS)
+    rc, error = 0, None
+    lock = -1
+    try:
+        lock = take_lock(job_dir.parent)
+        spec = read_spec(job_dir)
+        infos = {k: ProfileInfo.from_json(spec[k]) for k in ("a", "b")}
+        redacted = dict(spec)
+        for k in ("a", "b"):
+            redacted[k] = {**spec[k], "env": redact_env(spec[k].get("env") or {})}
+        atomic_write_json(job_dir / SPEC, redacted, mode=0o600)
+        plan = Plan.from_dict(spec["plan"])
+        ops = LocalOps({i.name: i for i in infos.values()}, host_label=str(spec.get("host_label") or "local"))
+        stop_existing = bool(spec.get("stop_existing"))
+
+        async def confirm(_question: str) -> bool:
+            return stop_existing
+
+        def on_event(ev: ABEvent) -> None:
+            events.write(ev.to_json())
+
+        runner = ABRunner(
+            ops, infos["a"].name, infos["b"].name, plan,
+            repeats=int(spec.get("repeats") or 1), interleave=bool(spec.get("interleave")),
+            confirm_stop=confirm, on_event=on_event,
+            noise_pct=spec.get("noise_pct") if isinstance(spec.get("noise_pct"), (int, float)) else None,
+            ab_id=str(spec["ab_id"]),
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.add_signal_handler(sig, runner.cancel)
+        rep = await runner.run()
+        report: dict[str, Any] = rep.to_dict()
+        atomic_write_json(job_dir / REPORT, report)
+        events.check()
+        if rep.status != "completed":
+            rc, error = (130 if rep.status == "cancelled" else 1), rep.error or rep.status
+    except Busy as e:
+        rc, error = 5, str(e)
+    except (KeyError, TypeError, ValueError) as e:
+        rc, error = 2, f"spec.json: {type(e).__name__}: {e}"
+    except OSError as e:
+        rc, error = 4, f"{e.strerror or e} ({e.filename or job_dir})"
+    finally:
+        if lock >= 0:
+            os.close(lock)
+    if error:
+        log.error("A/B job %s: %s", job_dir.name, error)
+    events.write({"type": "exit", "rc": rc, "error": error})
+    try:
+        events.close()
+    except OSError as e:
+        log.error("A/B job %s: events file: %s", job_dir.name, e)
+        rc = rc or 4
+    return rc

@@ -1,0 +1,152 @@
+"""One way to run and follow a benchmark, wherever its client runs.
+
+:class:`BenchRun` is what the ``bench`` command, the Bench screen and anything
+else that shows a running benchmark use:
+
+* ``where="host"`` (the default for a host): the client runs ON the host, detached,
+  against the server's own loopback (:mod:`tui.services.jobs`); it survives a lost
+  link and tunedeck exiting, and :meth:`BenchRun.attach` follows it again later.
+* ``where="local"``: the client runs in this process and reaches the server through
+  the SSH port forward. Its numbers include the tunnel: results are marked
+  ``client.where = "local-via-ssh"`` and shown as "measured through an SSH tunnel".
+
+Both yield the same event dicts (``waiting``, ``start``, ``level_start``, ``tick``,
+``sample``, ``level_done``, ``done``) from :meth:`BenchRun.events`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Any, AsyncIterator, Mapping
+
+from tui.services import jobs
+from tui.services.hosts import Host, HostError
+
+log = logging.getLogger(__name__)
+
+HOST = "host"
+VIA_SSH = "local-via-ssh"
+TUNNEL_NOTE = "measured through an SSH tunnel"
+
+
+def measured_through_tunnel(summary_or_meta: Mapping[str, Any]) -> bool:
+    client = summary_or_meta.get("client")
+    return isinstance(client, Mapping) and client.get("where") == VIA_SSH
+
+
+class BenchRun:
+    def __init__(self, host: Host, where: str, job: jobs.Job | None = None) -> None:
+        self.host = host
+        self.where = where
+        self.job = job
+        self.summaries: list[dict[str, Any]] = []
+        self.exit: dict[str, Any] | None = None
+        self.mirrored: list[str] = []
+        self._task: asyncio.Task[list[dict[str, Any]]] | None = None
+        self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._follower: jobs.JobFollower | None = None
+        self.on_link_error: Any = None
+
+    # ------------------------------------------------------------------ start / attach
+    @classmethod
+    async def start(cls, host: Host, cfg: Any, *, meta_extra: Mapping[str, Any] | None = None,
+                    where: str = HOST, python: str | None = None) -> "BenchRun":
+        """Start ``cfg`` (a :class:`tui.bench.runner.BenchConfig` whose URL is the server's
+        loopback address on the host, ``http://127.0.0.1:PORT``)."""
+        meta = dict(meta_extra or {})
+        if where == HOST:
+            meta["client"] = {**dict(meta.get("client") or {}), "where": HOST, "via": "host loopback"}
+            spec = {"config": dataclasses.asdict(cfg), "meta_extra": meta}
+            job = await jobs.start(host, "bench", spec, python=python,
+                                   meta={"label": cfg.label, "url": cfg.url, "profile": meta.get("profile")})
+            return cls(host, HOST, job)
+        run = cls(host, VIA_SSH)
+        port = _port_of(cfg.url)
+        local = await host.forward_port(port)
+        cfg = dataclasses.replace(cfg, url=f"http://127.0.0.1:{local}")
+        meta["client"] = {**dict(meta.get("client") or {}), "via": "ssh-forward", "note": TUNNEL_NOTE}
+        run._task = asyncio.create_task(run._local(cfg, meta))
+        return run
+
+    @classmethod
+    async def attach(cls, host: Host, job_id: str) -> "BenchRun":
+        job = await jobs.find(host, "bench", job_id)
+        return cls(host, HOST, job)
+
+    async def _local(self, cfg: Any, meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+        from tui.bench.runner import run_benchmark
+
+        try:
+            return await run_benchmark(cfg, emit=self._queue.put_nowait, meta_extra=meta, client_where=VIA_SSH)
+        finally:
+            self._queue.put_nowait(None)
+
+    # ------------------------------------------------------------------ follow
+    @property
+    def job_id(self) -> str | None:
+        return self.job.job_id if self.job else None
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        if self.job is None:
+            async for ev in self._local_events():
+                yield ev
+            return
+        self._follower = jobs.JobFollower(self.host, self.job)
+        self._follower.on_link_error = self.on_link_error
+        async for ev in self._follower.events():
+            if ev.get("type") == "level_done" and isinstance(ev.get("summary"), dict):
+                self.summaries.append(ev["summary"])
+                await self._mirror({str(ev.get("run_id"))})
+            yield ev
+        self.exit = self._follower.exit
+        await self._mirror(None)
+
+    async def _local_events(self) -> AsyncIterator[dict[str, Any]]:
+        assert self._task is not None
+        while True:
+            ev = await self._queue.get()
+            if ev is None:
+                break
+            if ev.get("type") == "level_done" and isinstance(ev.get("summary"), dict):
+                self.summaries.append(ev["summary"])
+            yield ev
+        try:
+            await self._task
+            self.exit = {"type": "exit", "rc": 0 if any(s.get("completed") for s in self.summaries) else 1,
+                         "error": None}
+        except asyncio.CancelledError:
+            self.exit = {"type": "exit", "rc": 130, "error": "stopped; finished samples were kept"}
+        except Exception as e:  # the CLI prints it as one line; the traceback goes to the log
+            log.exception("local bench failed")
+            self.exit = {"type": "exit", "rc": 1, "error": f"{type(e).__name__}: {e}"}
+
+    async def _mirror(self, only: set[str] | None) -> None:
+        assert self.job is not None
+        try:
+            got = await jobs.mirror_results(self.host, self.job, only=only)
+        except HostError as e:
+            log.warning("mirroring bench job %s: %s", self.job.job_id, e)
+            return
+        for rid in got:
+            if rid not in self.mirrored:
+                self.mirrored.append(rid)
+
+    # ------------------------------------------------------------------ stop
+    async def stop(self) -> str:
+        """Stop the benchmark (finished samples are kept, the summary is marked partial)."""
+        if self.job is None:
+            if self._task is not None:
+                self._task.cancel()
+            return "benchmark stopped"
+        return await jobs.stop(self.host, self.job)
+
+
+def _port_of(url: str) -> int:
+    from urllib.parse import urlsplit
+
+    port = urlsplit(url).port
+    if port is None:
+        raise ValueError(f"{url}: no port")
+    return port

@@ -1,0 +1,313 @@
+"""Host-side jobs from the laptop: start, follow by byte offset, mirror, stop.
+
+A job (a benchmark or an A/B campaign) runs detached on the host under
+``${TUNEDECK_HOME}/<kind>/<id>/`` (layout: :mod:`tui.hostside.jobfiles`).
+:class:`JobFollower` reads its ``events.jsonl`` from a byte offset with
+``tail -c +N -F`` and resumes at the consumed offset after a lost link, so no
+event is lost or repeated; :func:`mirror_results` copies its result folders
+into the local results store (samples appended from the local file's size), in
+the same layout as a local run, so ``results``, ``compare`` and the journal
+need no special case. Each mirrored folder has an ``origin.json`` naming the
+host and the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Mapping
+
+from tui.hostside import jobfiles
+from tui.services import launcher, runtime
+from tui.services.hosts import Host, HostError
+from tui.util.files import atomic_write_json, atomic_write_text
+from tui.util.paths import data_dir
+
+log = logging.getLogger(__name__)
+
+ORIGIN = "origin.json"
+
+
+class JobError(Exception):
+    """A job that cannot be started, found or followed; the message names the host and the id."""
+
+
+@dataclass(frozen=True)
+class Job:
+    kind: str  # "bench" | "ab"
+    job_id: str
+    dir: str  # on the host
+    target: str
+    pid: int | None = None
+    starttime: str | None = None
+    alive: bool = True
+    rc: int | None = None
+    meta: Mapping[str, Any] | None = None
+
+    @property
+    def events_path(self) -> str:
+        return f"{self.dir}/{jobfiles.EVENTS}"
+
+
+def results_root() -> Path:
+    return data_dir() / "results"
+
+
+async def start(host: Host, kind: str, spec: Mapping[str, Any], *, python: str | None = None,
+                meta: Mapping[str, Any] | None = None) -> Job:
+    """Ship the runtime if needed, write the spec (0600) and start the job detached."""
+    rt = await runtime.ensure(host, python=python)
+    jid = launcher.new_run_id()
+    jdir = f"{rt.home}/{kind}/{jid}"
+    try:
+        await host.put_file(json.dumps(spec, default=str).encode("utf-8"), f"{jdir}/{jobfiles.SPEC}")
+    except OSError as e:
+        raise JobError(f"{host.target}: writing the {kind} job's spec failed: {e}") from None
+    info = {"kind": kind, "created": time.time(), "run_id": jid, "python": rt.python,
+            "python_version": rt.python_version, "runtime": os.path.basename(rt.archive), **dict(meta or {})}
+    started = await launcher.start_detached(host, kind, jid, rt.argv(kind, jdir), {}, info)
+    if started.pid is None:
+        raise JobError(f"{host.target}: the {kind} job did not start: {started.error}")
+    return Job(kind, jid, started.run_dir or jdir, host.target, started.pid, started.starttime, True, None, info)
+
+
+async def list_jobs(host: Host, kind: str) -> list[Job]:
+    return [
+        Job(kind, h.run_id, h.run_dir, host.target, h.pid, h.starttime, h.alive, h.rc, h.meta)
+        for h in await launcher.list_host_runs(host, kind)
+    ]
+
+
+async def find(host: Host, kind: str, job_id: str) -> Job:
+    """A job by id or unique id prefix; :class:`JobError` names what is there instead."""
+    jobs = await list_jobs(host, kind)
+    exact = [j for j in jobs if j.job_id == job_id]
+    if exact:
+        return exact[0]
+    pref = [j for j in jobs if j.job_id.startswith(job_id)]
+    if len(pref) == 1:
+        return pref[0]
+    if len(pref) > 1:
+        raise JobError(f"{host.target}: {kind} job id {job_id!r} is ambiguous "
+                       f"({', '.join(j.job_id for j in pref[:5])})")
+    known = ", ".join(j.job_id for j in jobs[-5:]) or "none"
+    raise JobError(f"{host.target}: no {kind} job {job_id!r} (latest: {known})")
+
+
+async def is_alive(host: Host, job: Job) -> bool:
+    if job.pid is None:
+        return False
+    return await launcher.process_alive(host, job.pid, job.starttime)
+
+
+async def stop(host: Host, job: Job, *, grace: float = 30.0) -> str:
+    """TERM the job (it writes partial results / stops its server), KILL after ``grace``."""
+    state, message, r = await launcher.signal_folder(host, job.dir, job.job_id, grace)
+    if state == "stopped":
+        return f"{job.kind} job {job.job_id} stopped" + (" (killed after the grace period)" if message == "KILL" else "")
+    if state == "exited":
+        return f"{job.kind} job {job.job_id} had already ended (rc {message or '?'})"
+    if state == "stale":
+        return f"{job.kind} job {job.job_id}: {message}"
+    raise JobError(f"{host.target}: stopping {job.kind} job {job.job_id} failed: "
+                   f"{r.stderr.strip() or r.stdout.strip() or state}")
+
+
+# ---------------------------------------------------------------------- follow
+
+
+class JobFollower:
+    """The events of a job, in order, across lost links; ends after its ``exit`` event.
+
+    ``offset`` is the number of bytes of ``events.jsonl`` consumed (complete
+    lines only); start a new follower at that offset to resume. A job that dies
+    without an ``exit`` event (``kill -9``) is noticed by its process check, and
+    a synthetic exit event carries its ``rc``.
+    """
+
+    def __init__(self, host: Host, job: Job, offset: int = 0, *, alive_every: float = 5.0) -> None:
+        self.host = host
+        self.job = job
+        self.offset = offset
+        self.alive_every = alive_every
+        self.exit: dict[str, Any] | None = None
+        self.link_errors = 0
+        self.on_link_error: Any = None  # callable(Exception, attempt) for a UI line
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        q: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        stop = asyncio.Event()
+        buf = bytearray()
+        consumed = self.offset
+
+        def on_chunk(chunk: bytes) -> None:
+            nonlocal consumed
+            buf.extend(chunk)
+            while True:
+                i = buf.find(b"\n")
+                if i < 0:
+                    return
+                line = bytes(buf[: i + 1])
+                del buf[: i + 1]
+                consumed += len(line)
+                self.offset = consumed
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    log.warning("%s: unreadable event line at byte %d of %s", self.host.target,
+                                consumed - len(line), self.job.events_path)
+                    continue
+                if isinstance(ev, dict):
+                    q.put_nowait(ev)
+
+        def on_error(e: Exception, attempt: int) -> None:
+            self.link_errors += 1
+            log.info("%s: following %s: %s (attempt %d)", self.host.target, self.job.events_path, e, attempt)
+            if self.on_link_error is not None:
+                self.on_link_error(e, attempt)
+
+        async def follow() -> None:
+            await launcher.follow_forever(self.host, self.job.events_path, self.offset, on_chunk, stop,
+                                          on_error=on_error)
+
+        async def watch() -> None:
+            # a job killed without its exit event: its process is gone
+            while not stop.is_set():
+                try:
+                    await asyncio.wait_for(stop.wait(), self.alive_every)
+                    return
+                except asyncio.TimeoutError:
+                    pass
+                try:
+                    alive = await is_alive(self.host, self.job)
+                except HostError:
+                    continue
+                if not alive:
+                    await asyncio.sleep(1.0)  # let the follower read the last lines
+                    if stop.is_set():
+                        return
+                    rc = await launcher.read_rc(self.host, self.job.dir) if self.job.dir else None
+                    if rc is None:
+                        # the follow may still be catching up: read the tail once, directly
+                        try:
+                            rest = await launcher.read_log(self.host, self.job.events_path, consumed)
+                            on_chunk(rest)
+                        except HostError:
+                            continue
+                    last = await self._last_log_line()
+                    q.put_nowait({"type": "exit", "rc": rc, "synthetic": True,
+                                  "error": f"the {self.job.kind} job ended without a final report"
+                                           f" (rc {rc if rc is not None else 'unknown'}"
+                                           + (f"): {last}" if last else "; killed?)")})
+                    return
+
+        tasks = [asyncio.create_task(follow()), asyncio.create_task(watch())]
+        try:
+            while True:
+                ev = await q.get()
+                if ev is None:
+                    break
+                if ev.get("type") == "exit":
+                    if self.exit is None:
+                        self.exit = ev
+                    break
+                yield ev
+        finally:
+            stop.set()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+    async def _last_log_line(self) -> str:
+        """The job's last stderr line (its own error when it died before reporting)."""
+        try:
+            r = await self.host.run(["tail", "-n", "5", "--", f"{self.job.dir}/log"], timeout=15)
+        except HostError:
+            return ""
+        lines = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
+        return lines[-1][:300] if lines else ""
+
+
+# ---------------------------------------------------------------------- mirror
+
+_LIST_RESULTS = r"""cd "$1/data/results" 2>/dev/null || exit 0
+for d in */; do
+  d=${d%/}
+  for f in meta.json samples.jsonl summary.json; do
+    [ -f "$d/$f" ] && printf 'F\t%s\t%s\t%s\n' "$d" "$f" "$(wc -c < "$d/$f" | tr -d ' ')"
+  done
+done
+exit 0
+"""
+
+
+async def mirror_results(host: Host, job: Job, *, only: set[str] | None = None) -> list[str]:
+    """Copy the job's result folders into the local results store (incremental); returns the
+    run ids mirrored. Samples are appended from the local file's size, complete lines only."""
+    r = await host.run_script(_LIST_RESULTS, [job.dir], timeout=60)
+    if r.lost or r.timed_out:
+        raise HostError("connection-lost" if r.lost else "timeout", f"listing {job.dir} failed", target=host.target)
+    files: dict[str, dict[str, int]] = {}
+    for line in r.stdout.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 4 and parts[0] == "F" and parts[3].isdigit():
+            files.setdefault(parts[1], {})[parts[2]] = int(parts[3])
+    root = results_root()
+    done = []
+    for run_id, have in sorted(files.items()):
+        if only is not None and run_id not in only:
+            continue
+        local = root / run_id
+        local.mkdir(parents=True, exist_ok=True)
+        remote = f"{job.dir}/{jobfiles.RESULTS}/{run_id}"
+        if "samples.jsonl" in have:
+            await _append_samples(host, f"{remote}/samples.jsonl", local / "samples.jsonl", have["samples.jsonl"])
+        for name in ("meta.json", "summary.json"):
+            if name in have:
+                text = (await launcher.read_log(host, f"{remote}/{name}")).decode("utf-8", "replace")
+                try:
+                    json.loads(text)
+                except ValueError:
+                    log.warning("%s: %s/%s is not complete JSON yet; kept the local copy", host.target, remote, name)
+                    continue
+                if not (local / name).exists() or (local / name).read_text(encoding="utf-8") != text:
+                    atomic_write_text(local / name, text)
+        atomic_write_json(local / ORIGIN, {"target": host.target, "kind": job.kind, "job_id": job.job_id,
+                                           "job_dir": job.dir, "mirrored": time.time()})
+        done.append(run_id)
+    return done
+
+
+async def _append_samples(host: Host, remote: str, local: Path, remote_size: int) -> None:
+    have = local.stat().st_size if local.exists() else 0
+    if remote_size < have:
+        log.warning("%s: %s is shorter than the local copy (%d < %d bytes); not touched",
+                    host.target, remote, remote_size, have)
+        return
+    if remote_size == have:
+        return
+    data = await launcher.read_log(host, remote, have)
+    cut = data.rfind(b"\n")
+    if cut < 0:
+        return
+    fd = os.open(local, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data[: cut + 1])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def origin(run_dir: Path) -> dict[str, Any] | None:
+    """Where a mirrored result came from (``None`` for a run measured here)."""
+    try:
+        v = json.loads((run_dir / ORIGIN).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return v if isinstance(v, dict) else None

@@ -1,0 +1,278 @@
+"""The host-side runtime: packed into one zipapp, shipped once per version, never installed.
+
+:func:`build` packs :mod:`tui.hostside` and the core modules it imports (the
+benchmark engine, the A/B orchestrator, the launcher and startup tracker, the
+log parser) into ``tunedeck-host-<sha256[:16]>.pyz`` with the standard
+library's :mod:`zipapp`. The build is reproducible (fixed timestamps, sorted
+entries), so the name is a content hash.
+
+:func:`ensure` makes it usable on a host in as few round trips as possible:
+one script finds ``${TUNEDECK_HOME}`` and a Python >= 3.9 (the caller's choice
+first, e.g. the profile's ``python``, then ``python3`` on PATH), and tells whether
+the archive is already in ``${TUNEDECK_HOME}/lib/``; if not, it is uploaded (SFTP on
+SSH hosts) to a temporary name, its hash is checked on the host, and it is renamed
+into place. Nothing is written outside ``${TUNEDECK_HOME}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import zipapp
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import tui
+from tui.services.hosts import Host, HostError
+from tui.util.paths import state_dir
+from tui.util.safety import check_text
+
+log = logging.getLogger(__name__)
+
+MIN_PYTHON = (3, 9)
+
+#: what goes into the zipapp, relative to the folder holding the ``tui`` package;
+#: a folder means every ``.py`` file in it. tests/test_runtime.py imports every
+#: module of the built archive under the oldest Python available and checks the
+#: minimum version with vermin, so a missing or too-new module fails there.
+SHIPPED: tuple[str, ...] = (
+    "tui/__init__.py",
+    "tui/hostside/",
+    "tui/bench/",
+    "tui/ab/__init__.py",
+    "tui/ab/compare.py",
+    "tui/ab/journal.py",
+    "tui/ab/ops.py",
+    "tui/ab/plan.py",
+    "tui/ab/render.py",
+    "tui/ab/runner.py",
+    "tui/collectors/__init__.py",
+    "tui/collectors/logparse.py",
+    "tui/model.py",
+    "tui/services/__init__.py",
+    "tui/services/hosts.py",
+    "tui/services/launcher.py",
+    "tui/services/tracker.py",
+    "tui/util/__init__.py",
+    "tui/util/aio.py",
+    "tui/util/files.py",
+    "tui/util/http.py",
+    "tui/util/paths.py",
+    "tui/util/safety.py",
+)
+
+#: the archive's own ``__main__``: readable by any Python, so an old one gets one clear line
+_BOOT = '''import sys
+if sys.version_info < (3, 9):
+    sys.stderr.write("tunedeck host runtime: Python %d.%d at %s is too old (3.9 or newer is needed)\\n"
+                     % (sys.version_info[0], sys.version_info[1], sys.executable))
+    sys.exit(70)
+from tui.hostside.__main__ import main
+sys.exit(main())
+'''
+
+_FIXED_MTIME = 315532800  # 1980-01-01, the oldest time a zip entry can hold
+
+
+class RuntimeUnavailable(Exception):
+    """The host cannot run the runtime (no usable Python, upload or hash check failed)."""
+
+
+@dataclass(frozen=True)
+class Payload:
+    path: Path
+    sha256: str
+
+    @property
+    def name(self) -> str:
+        return f"tunedeck-host-{self.sha256[:16]}.pyz"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The runtime as it is on a host: where it lives and what runs it."""
+
+    home: str  # ${TUNEDECK_HOME} on the host, absolute
+    python: str  # absolute path of the interpreter
+    python_version: str
+    archive: str  # absolute path of the zipapp on the host
+    uploaded: bool  # True when this call shipped it
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.python, "-I", self.archive, *args]
+
+
+def source_files(root: Path | None = None) -> list[tuple[str, Path]]:
+    """(archive name, source file) for everything in :data:`SHIPPED`, sorted."""
+    root = root or Path(tui.__file__).resolve().parent.parent
+    out: dict[str, Path] = {}
+    for entry in SHIPPED:
+        p = root / entry
+        if entry.endswith("/"):
+            for f in sorted(p.glob("*.py")):
+                out[f"{entry}{f.name}"] = f
+        else:
+            out[entry] = p
+    missing = [n for n, p in out.items() if not p.is_file()]
+    if missing:
+        raise RuntimeUnavailable(f"the host runtime cannot be built: missing {', '.join(missing)}")
+    return sorted(out.items())
+
+
+_built: Payload | None = None
+
+
+def build(dest_dir: Path | None = None) -> Payload:
+    """Build (or reuse) the zipapp; the same sources always give the same bytes and name."""
+    global _built
+    if _built is not None and _built.path.is_file() and dest_dir is None:
+        return _built
+    dest_dir = dest_dir or (state_dir() / "lib")
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tunedeck-pack-") as tmp:
+        src = Path(tmp) / "src"
+        for name, f in source_files():
+            t = src / name
+            t.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, t)
+        (src / "__main__.py").write_text(_BOOT)
+        for p in sorted(src.rglob("*"), reverse=True):
+            os.utime(p, (_FIXED_MTIME, _FIXED_MTIME))
+        out = Path(tmp) / "runtime.pyz"
+        zipapp.create_archive(src, out, interpreter=None, compressed=True)
+        data = out.read_bytes()
+        sha = hashlib.sha256(data).hexdigest()
+        payload = Payload(dest_dir / f"tunedeck-host-{sha[:16]}.pyz", sha)
+        if not payload.path.is_file():
+            staged = dest_dir / f".{payload.name}.{os.getpid()}.tmp"
+            staged.write_bytes(data)
+            os.replace(staged, payload.path)
+    if dest_dir == state_dir() / "lib":
+        _built = payload
+    return payload
+
+
+# $1 archive name, then the Python candidates. Prints HOME, then PY/NOPY/BADPY per candidate, HAVE.
+_FIND_SCRIPT = r"""set -u
+name="$1"; shift
+home="${TUNEDECK_HOME:-$HOME/.tunedeck}"
+case "$home" in /*) ;; *) home="$(pwd)/$home" ;; esac
+echo "HOME $home"
+for py in "$@"; do
+  exe=$(command -v -- "$py" 2>/dev/null) || { echo "NOPY $py"; continue; }
+  v=$("$exe" -c 'import sys; print("%d.%d.%d" % tuple(sys.version_info[:3]))' 2>/dev/null) || { echo "BADPY $exe"; continue; }
+  echo "PY $exe $v"
+done
+[ -f "$home/lib/$name" ] && echo "HAVE"
+exit 0
+"""
+
+# $1 python, $2 staged file, $3 final file, $4 expected sha256
+_PLACE_SCRIPT = r"""set -u
+got=$("$1" -c 'import hashlib, sys
+h = hashlib.sha256()
+with open(sys.argv[1], "rb") as f:
+    for b in iter(lambda: f.read(1 << 20), b""):
+        h.update(b)
+print(h.hexdigest())' "$2") || { echo "ERR cannot hash $2"; rm -f -- "$2"; exit 3; }
+if [ "$got" != "$4" ]; then echo "ERR hash mismatch: got $got"; rm -f -- "$2"; exit 4; fi
+mv -f -- "$2" "$3" && echo "OK"
+"""
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+async def ensure(host: Host, *, python: str | None = None) -> Runtime:
+    """Make the runtime runnable on ``host``; raises :class:`RuntimeUnavailable` with one clear line."""
+    payload = build()
+    candidates = [c for c in (python, "python3") if c]
+    for c in candidates:
+        check_text(c, "python")
+    target = getattr(host, "target", "local")
+    r = await host.run_script(_FIND_SCRIPT, [payload.name, *dict.fromkeys(candidates)], timeout=60)
+    if r.lost or r.timed_out:
+        raise HostError("connection-lost" if r.lost else "timeout",
+                        f"looking for Python on the host failed: {r.stderr.strip()}", target=target)
+    home = None
+    tried: list[str] = []
+    chosen: tuple[str, str] | None = None
+    have = False
+    for line in r.stdout.splitlines():
+        if line.startswith("HOME "):
+            home = line[5:]
+        elif line.startswith("PY "):
+            _, exe, ver = line.split(" ", 2)
+            if chosen is None and _version_tuple(ver) >= MIN_PYTHON:
+                chosen = (exe, ver)
+            elif chosen is None:
+                tried.append(f"{exe} is Python {ver}")
+        elif line.startswith("NOPY "):
+            tried.append(f"{line[5:]}: not found")
+        elif line.startswith("BADPY "):
+            tried.append(f"{line[6:]}: does not run")
+        elif line == "HAVE":
+            have = True
+    if home is None:
+        raise RuntimeUnavailable(f"{target}: the host's shell did not answer ({r.stderr.strip()[:200]})")
+    if chosen is None:
+        raise RuntimeUnavailable(
+            f"{target}: no Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]} to run tunedeck's host-side runtime "
+            f"({'; '.join(tried) or 'none tried'}); install one, name it with --python, or run the client "
+            "here with --client-where local"
+        )
+    exe, ver = chosen
+    final = f"{home}/lib/{payload.name}"
+    uploaded = False
+    if not have:
+        staged = f"{home}/lib/.{payload.name}.{os.getpid()}.tmp"
+        try:
+            await host.put_file(payload.path.read_bytes(), staged)
+        except OSError as e:
+            raise RuntimeUnavailable(f"{target}: uploading the runtime to {staged} failed: {e}") from None
+        r = await host.run_script(_PLACE_SCRIPT, [exe, staged, final, payload.sha256], timeout=60)
+        if "OK" not in r.stdout.split():
+            why = (r.stdout.strip() or r.stderr.strip() or "no answer").replace("ERR ", "")
+            raise RuntimeUnavailable(f"{target}: placing the runtime at {final} failed: {why}")
+        uploaded = True
+        log.info("%s: runtime %s uploaded to %s", target, payload.name, final)
+    return Runtime(home=home, python=exe, python_version=ver, archive=final, uploaded=uploaded)
+
+
+async def describe(host: Host, *, python: str | None = None) -> dict[str, object]:
+    """For ``tunedeck probe``: which interpreter will run the host-side runtime (nothing is shipped)."""
+    payload = build()
+    candidates = [c for c in (python, "python3") if c]
+    r = await host.run_script(_FIND_SCRIPT, [payload.name, *dict.fromkeys(candidates)], timeout=60)
+    out: dict[str, object] = {"python": None, "python_version": None, "shipped": False, "problem": None}
+    tried = []
+    for line in r.stdout.splitlines():
+        if line.startswith("PY ") and out["python"] is None:
+            _, exe, ver = line.split(" ", 2)
+            if _version_tuple(ver) >= MIN_PYTHON:
+                out["python"], out["python_version"] = exe, ver
+            else:
+                tried.append(f"{exe} is Python {ver}")
+        elif line.startswith(("NOPY ", "BADPY ")):
+            tried.append(line.split(" ", 1)[1] + (": not found" if line.startswith("NOPY") else ": does not run"))
+        elif line == "HAVE":
+            out["shipped"] = True
+    if out["python"] is None:
+        out["problem"] = (f"no Python >= 3.9 ({'; '.join(tried) or 'none found'}); benchmarks need "
+                          "--client-where local")
+    return out
+
+
+def runtime_modules(names: Sequence[str] | None = None) -> list[str]:
+    """Dotted module names in the archive (for the import check in the tests)."""
+    out = []
+    for name, _ in source_files():
+        mod = name[:-3].replace("/", ".")
+        out.append(mod[: -len(".__init__")] if mod.endswith(".__init__") else mod)
+    return [m for m in out if names is None or m in names]
