@@ -8,6 +8,7 @@ import json
 import re
 import signal
 import sys
+from typing import Any
 
 from tui.ab.compare import DEFAULT_NOISE_PCT
 from tui.ab.plans import PlanError, load_plan
@@ -19,12 +20,18 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p = subparsers.add_parser(
         "ab", parents=[common],
         help="A/B two profiles: launch, benchmark, stop each, then compare",
-        description="Stops what is running (asks first), then for A and for B: launch, wait ready, flush "
-        "the prefix cache, run the plan's benchmarks, stop and confirm the GPU memory is freed; "
-        "then prints the comparison. Every run is recorded in the tuning journal.",
+        description="Runs ON the host, detached: stops what is running (asks first), then for A and for "
+        "B: launch, wait ready, flush the prefix cache, run the plan's benchmarks next to the server, "
+        "stop and confirm the GPU memory is freed; then prints the comparison. Ctrl-C or a lost link "
+        "detaches (the A/B goes on; --attach follows it again); --cancel stops it. Every A/B is "
+        "recorded in the tuning journal and its results are mirrored here.",
     )
-    p.add_argument("a", metavar="A", help="profile name for A (the baseline)")
-    p.add_argument("b", metavar="B", help="profile name for B (the candidate)")
+    p.add_argument("a", metavar="A", nargs="?", help="profile name for A (the baseline)")
+    p.add_argument("b", metavar="B", nargs="?", help="profile name for B (the candidate)")
+    p.add_argument("--attach", metavar="ID", help="follow an A/B running (or ended) on --host/--demo")
+    p.add_argument("--cancel", metavar="ID", help="cancel an A/B on --host/--demo (asks first; results kept)")
+    p.add_argument("--python", metavar="PATH", default=None,
+                   help="the host's Python (>= 3.9) for the campaign (default: A's profile python, else python3)")
     p.add_argument("--plan", default="default", metavar="NAME",
                    help="benchmark plan: quick, default, sweep, a user plan or a .toml path (default: default)")
     p.add_argument("--repeats", type=int, default=1, metavar="N",
@@ -58,70 +65,108 @@ def _progress_printer(quiet: bool, every: float = 5.0):
     return on_event
 
 
+def _fail(msg: str, code: int = 2) -> int:
+    print(f"tunedeck ab: {msg}", file=sys.stderr)
+    return code
+
+
+async def _ask(args: argparse.Namespace, question: str) -> bool:
+    """``--yes``, or y at a terminal; no terminal and no --yes means no (Cancel is the default)."""
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        print(f"tunedeck ab: {question} Pass --yes to do it without asking.", file=sys.stderr)
+        return False
+    loop = asyncio.get_running_loop()
+    ans = await loop.run_in_executor(None, lambda: input(f"{question} [y/N] "))
+    return ans.strip().lower() in ("y", "yes")
+
+
 async def run(args: argparse.Namespace) -> int:
     if args.repeats < 1 or args.repeats > 100:
-        print("tunedeck ab: --repeats must be between 1 and 100", file=sys.stderr)
-        return 2
+        return _fail("--repeats must be between 1 and 100")
     if not (0 <= args.noise <= 100):
-        print("tunedeck ab: --noise must be between 0 and 100", file=sys.stderr)
-        return 2
-    from tui.profiles.model import NAME_RE
-
-    for side, name in (("A", args.a), ("B", args.b)):
-        if not NAME_RE.match(name):
-            print(f"tunedeck ab: {side}: invalid profile name {name!r} "
-                  "(letters, digits, '.', '_', '-'; at most 64)", file=sys.stderr)
-            return 2
-    try:
-        plan = load_plan(args.plan)
-    except PlanError as e:
-        print(f"tunedeck ab: plan {e}", file=sys.stderr)
-        return 2
-    from tui.ab.ops import HostOps
-    from tui.ab.runner import ABRunner
+        return _fail("--noise must be between 0 and 100")
+    from tui.services import jobs, runtime
+    from tui.services.abrun import ABRun
     from tui.services.hosts import HostError, get_host
 
+    ref = args.attach or args.cancel
+    if ref is None:
+        from tui.profiles.model import NAME_RE
+
+        if not args.a or not args.b:
+            return _fail("name two profiles (A B), or --attach/--cancel an A/B")
+        for side, name in (("A", args.a), ("B", args.b)):
+            if not NAME_RE.match(name):
+                return _fail(f"{side}: invalid profile name {name!r} (letters, digits, '.', '_', '-'; at most 64)")
+        try:
+            plan = load_plan(args.plan)
+        except PlanError as e:
+            return _fail(f"plan {e}")
     try:
         host = get_host(args.host, demo=args.demo)
     except (UnsafeInput, HostError) as e:
-        print(f"tunedeck ab: {e}", file=sys.stderr)
-        return 2
+        return _fail(str(e))
+    label = "demo" if args.demo else (args.host or "local")
+    noise = args.noise if args.noise != DEFAULT_NOISE_PCT else None
+    try:
+        if ref is not None:
+            ab = await ABRun.attach(host, ref, noise_pct=noise)
+            if args.cancel:
+                if not await _ask(args, f"Cancel A/B {ab.id} on {label} (the server it started is stopped)?"):
+                    return _fail("not cancelled", 1)
+                print(await ab.cancel(), file=sys.stderr)
+        else:
+            ab = await ABRun.start(
+                host, args.a, args.b, plan, demo=args.demo, repeats=args.repeats, interleave=args.interleave,
+                noise_pct=noise, confirm_stop=lambda q: _ask(args, q), python=args.python, host_label=label,
+            )
+            if not args.quiet:
+                print(f"tunedeck ab: A/B job {ab.id} runs on {label}; Ctrl-C detaches (it goes on); "
+                      f"`tunedeck ab --attach {ab.id}` follows it, `--cancel {ab.id}` stops it",
+                      file=sys.stderr, flush=True)
+        return await _follow(args, ab, label)
+    except ValueError as e:
+        return _fail(str(e))
+    except (jobs.JobError, runtime.RuntimeUnavailable) as e:
+        return _fail(str(e), 1)
+    except HostError as e:
+        return _fail(f"{label}: {e}", 1)
+    finally:
+        await host.close()
 
-    async def confirm(question: str) -> bool:
-        if args.yes:
-            return True
-        if not sys.stdin.isatty():
-            print(f"tunedeck ab: {question} Pass --yes to stop it without asking.", file=sys.stderr)
-            return False
-        loop = asyncio.get_running_loop()
-        ans = await loop.run_in_executor(None, lambda: input(f"{question} [y/N] "))
-        return ans.strip().lower() in ("y", "yes")
 
-    ops = HostOps(host, demo=args.demo)
-    runner = ABRunner(ops, args.a, args.b, plan, repeats=args.repeats, interleave=args.interleave,
-                      confirm_stop=confirm, on_event=_progress_printer(args.quiet), noise_pct=args.noise)
+async def _follow(args: argparse.Namespace, ab: Any, label: str) -> int:
+    printer = _progress_printer(args.quiet)
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:  # the server the A/B started is stopped on TERM/HUP too, not only on Ctrl-C
-            loop.add_signal_handler(sig, runner.cancel)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass
+    assert task is not None
+
+    def on_link(e: Exception, attempt: int) -> None:
+        if not args.quiet:
+            print(f"tunedeck ab: link to {label} lost ({e}); the A/B goes on there, reconnecting "
+                  f"(attempt {attempt})", file=sys.stderr, flush=True)
+
+    ab.on_link_error = on_link
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, task.cancel)
     try:
-        rep = await runner.run()
+        async for ev in ab.events():
+            printer(ev)
+    except asyncio.CancelledError:
+        print(f"tunedeck ab: detached; A/B {ab.id} goes on on {label}; `tunedeck ab --attach {ab.id}` "
+              "follows it again", file=sys.stderr)
+        return 130
     finally:
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            try:
-                loop.remove_signal_handler(sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
-        del task
-        try:
-            await host.close()
-        except Exception:  # noqa: BLE001
-            pass
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+    rep = ab.report
+    if rep is None:
+        err = (ab.exit or {}).get("error") or "the A/B ended without a report"
+        return _fail(f"A/B {ab.id}: {err}", 1)
     if args.json:
-        print(json.dumps(rep.to_dict(), indent=2, ensure_ascii=False))
+        print(json.dumps({**rep.to_dict(), "job_id": ab.id}, indent=2, ensure_ascii=False))
     else:
         if rep.comparison is not None:
             sys.stdout.write(to_text(rep.comparison))

@@ -1,0 +1,188 @@
+"""A/B campaigns on the GPU host, from the laptop: start, follow, cancel, mirror.
+
+The laptop reads the two profiles (TOML, presets, the demo's executable swap),
+asks before anything running is stopped, and sends the resolved commands and the
+plan to the host, where :mod:`tui.hostside.abjob` drives the whole campaign. The
+laptop only follows its events by byte offset: Ctrl-C, a closed dashboard or a
+lost link detach and never cancel. When the campaign ends (or on attach to an
+ended one) its report, results and journal entry are mirrored here, and the
+comparison is recomputed from the mirrored sides with the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from tui.ab.journal import Journal, new_id
+from tui.ab.plan import Plan
+from tui.ab.runner import ABEvent, ABReport, ProfileInfo, report_from_dict
+from tui.hostside import jobfiles
+from tui.services import jobs, launcher
+from tui.services.hosts import Host, HostError
+
+log = logging.getLogger(__name__)
+
+#: a cancel stops the server the campaign started and waits for its GPUs: give it time
+CANCEL_GRACE = 180.0
+
+
+def resolve_profile(name: str, *, demo: bool) -> tuple[ProfileInfo, str]:
+    """(what will run, the profile's python) for a profile name; errors name file and key."""
+    from tui.profiles.builder import build_command
+    from tui.profiles.store import ProfileStore
+
+    prof = ProfileStore().get(name)
+    cmd = build_command(prof, demo=demo)
+    errors = [w for w in getattr(cmd, "warnings", ()) if getattr(w, "severity", "") == "error"]
+    if errors:
+        raise ValueError("; ".join(str(e) for e in errors))
+    argv = list(cmd.argv)
+    if demo and argv[:3] == [sys.executable, "-m", "tui"]:
+        # the demo host's PATH has a ``tunedeck`` shim, so the server starts from any folder
+        argv = ["tunedeck", *argv[3:]]
+    served = prof.model
+    for k, v in getattr(prof, "flags", ()) or ():
+        if k in ("served-model-name", "served_model_name") and isinstance(v, str):
+            served = v
+    info = ProfileInfo(
+        name=prof.name, engine=prof.engine, model=prof.model, argv=tuple(argv), env=dict(cmd.env_dict),
+        port=int(prof.effective_port), served_model=served,
+    )
+    return info, prof.python
+
+
+class ABRun:
+    """One campaign on a host, followed from here."""
+
+    def __init__(self, host: Host, job: jobs.Job, *, noise_pct: float | None = None) -> None:
+        self.host = host
+        self.job = job
+        self.noise_pct = noise_pct
+        self.report: ABReport | None = None
+        self.exit: dict[str, Any] | None = None
+        self.mirrored: list[str] = []
+        self.on_link_error: Any = None
+
+    @property
+    def id(self) -> str:
+        return self.job.job_id
+
+    # ------------------------------------------------------------------ start / attach
+    @classmethod
+    async def start(
+        cls,
+        host: Host,
+        a: str,
+        b: str,
+        plan: Plan,
+        *,
+        demo: bool = False,
+        repeats: int = 1,
+        interleave: bool = False,
+        noise_pct: float | None = None,
+        confirm_stop: Callable[[str], Awaitable[bool]] | None = None,
+        python: str | None = None,
+        host_label: str | None = None,
+    ) -> "ABRun":
+        """Resolve A and B, refuse while another campaign runs, ask before stopping a running
+        server, then start the campaign on the host. Raises ``ValueError`` (profiles),
+        :class:`jobs.JobError` (refused) or :class:`HostError`."""
+        infos = {}
+        py = python
+        for label, name in (("A", a), ("B", b)):
+            try:
+                info, prof_python = resolve_profile(name, demo=demo)
+            except Exception as e:  # profile errors name the file and the key
+                raise ValueError(f"{label} ({name}): {e}") from None
+            infos[label] = info
+            py = py or (prof_python if prof_python != "python3" else None)
+        for j in await jobs.list_jobs(host, "ab"):
+            if j.alive:
+                raise jobs.JobError(
+                    f"{host.target}: A/B {j.job_id} is running there; follow it with `tunedeck ab --attach "
+                    f"{j.job_id}` or cancel it with `tunedeck ab --cancel {j.job_id}` first")
+        running = [h for h in await launcher.list_host_runs(host) if h.alive]
+        stop_existing = False
+        if running:
+            desc = ", ".join(f"run {h.run_id}" + (f" ({h.meta.get('profile')})" if h.meta.get("profile") else "")
+                             for h in running)
+            question = f"{desc} is running on {host_label or host.target}; stop it for the A/B?"
+            if confirm_stop is None or not await confirm_stop(question):
+                raise jobs.JobError(f"{host.target}: not started: {desc} is running (stop it, or confirm)")
+            stop_existing = True
+        ab_id = new_id("ab")
+        spec = {
+            "ab_id": ab_id,
+            "a": infos["A"].to_json(),
+            "b": infos["B"].to_json(),
+            "plan": plan.to_dict(),
+            "repeats": repeats,
+            "interleave": interleave,
+            "noise_pct": noise_pct,
+            "stop_existing": stop_existing,
+            "host_label": host_label or host.target,
+        }
+        job = await jobs.start(host, "ab", spec, python=py,
+                               meta={"ab_id": ab_id, "a": a, "b": b, "plan": plan.name})
+        run = cls(host, job, noise_pct=noise_pct)
+        _journal({"kind": "ab", "id": ab_id, "status": "running", "host": host_label or host.target,
+                  "plan": plan.name, "a": {"profile": a}, "b": {"profile": b}, "job_id": job.job_id,
+                  "repeats": repeats, "interleave": interleave})
+        return run
+
+    @classmethod
+    async def attach(cls, host: Host, ref: str, *, noise_pct: float | None = None) -> "ABRun":
+        """A campaign by job id (or prefix) or by its A/B id."""
+        try:
+            job = await jobs.find(host, "ab", ref)
+        except jobs.JobError:
+            found = [j for j in await jobs.list_jobs(host, "ab") if (j.meta or {}).get("ab_id") == ref]
+            if not found:
+                raise
+            job = found[-1]
+        return cls(host, job, noise_pct=noise_pct)
+
+    # ------------------------------------------------------------------ follow
+    async def events(self) -> AsyncIterator[ABEvent]:
+        follower = jobs.JobFollower(self.host, self.job)
+        follower.on_link_error = self.on_link_error
+        async for ev in follower.events():
+            if ev.get("type") == "ab":
+                yield ABEvent.from_json(ev)
+        self.exit = follower.exit
+        await self.finish()
+
+    async def finish(self) -> ABReport | None:
+        """Read the report, mirror the results and journal it here (idempotent)."""
+        try:
+            raw = await launcher.read_log(self.host, f"{self.job.dir}/{jobfiles.REPORT}")
+        except HostError as e:
+            log.warning("A/B %s: report not read: %s", self.id, e)
+            raw = b""
+        try:
+            self.mirrored = await jobs.mirror_results(self.host, self.job)
+        except HostError as e:
+            log.warning("A/B %s: results not mirrored: %s", self.id, e)
+        if raw.strip():
+            try:
+                d = json.loads(raw)
+                self.report = report_from_dict(d, noise_pct=self.noise_pct)
+                _journal({**d, "job_id": self.job.job_id})
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("A/B %s: unreadable report: %s", self.id, e)
+        return self.report
+
+    # ------------------------------------------------------------------ cancel
+    async def cancel(self) -> str:
+        """Cancel on the host: the server it started is stopped, every result is kept."""
+        return await jobs.stop(self.host, self.job, grace=CANCEL_GRACE)
+
+
+def _journal(record: dict[str, Any]) -> None:
+    try:
+        Journal().append(record)
+    except OSError as e:
+        log.error("journal not written: %s", e)
