@@ -66,3 +66,43 @@ class FakeOps:
         self.log.append(f"stop {info.name}")
         self.live.discard(handle.run_id)
         return StopResult(True, True)
+
+
+class InProcessCampaign:
+    """An A/B run in this process over :class:`FakeOps`, behind the interface the Compare screen
+    follows (``id``, ``report``, ``events()``, ``cancel()``), as :class:`tui.services.abrun.ABRun` has."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self.report = None
+        self._q: asyncio.Queue = asyncio.Queue()
+        runner.on_event = self._q.put_nowait
+
+    @property
+    def id(self) -> str:
+        return self.runner.report.id
+
+    async def events(self):
+        task = asyncio.create_task(self.runner.run())
+        task.add_done_callback(lambda _t: self._q.put_nowait(None))
+        while True:
+            ev = await self._q.get()
+            if ev is None:
+                break
+            yield ev
+        self.report = await task
+
+    async def cancel(self) -> str:
+        self.runner.cancel()
+        return "cancelled"
+
+
+def fake_campaigns(ops: FakeOps):
+    """A ``start_campaign`` for the Compare screen that runs the A/B in process over ``ops``."""
+    from tui.ab.runner import ABRunner
+
+    async def start(a, b, plan, repeats, interleave, confirm):
+        return InProcessCampaign(ABRunner(ops, a, b, plan, repeats=repeats, interleave=interleave,
+                                          confirm_stop=confirm))
+
+    return start

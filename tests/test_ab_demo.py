@@ -130,17 +130,17 @@ async def test_pilot_one_key_runs_demo_ab_and_shows_comparison(profiles):
     """In the TUI: mark A and B, press g; the real A/B runs over the simulator and the view appears."""
     from textual.app import App
 
-    from tui.ab.ops import HostOps
     from tui.screens.compare import CompareScreen
     from tui.sim.demo import demo_host
     from widgets.compare_chart import CompareChart
     from widgets.compare_table import CompareTable
 
-    host = demo_host()
-    scr = CompareScreen(ops_factory=lambda: HostOps(host, demo=True),
-                        profiles=[profiles["sglang-base"], profiles["sglang-tuned"]], plan="quick")
+    scr = CompareScreen(profiles=[profiles["sglang-base"], profiles["sglang-tuned"]], plan="quick")
 
     class Demo(App):
+        host = demo_host()
+        target = "demo"
+
         def on_mount(self) -> None:
             self.push_screen(scr)
 
@@ -148,7 +148,7 @@ async def test_pilot_one_key_runs_demo_ab_and_shows_comparison(profiles):
     async with app.run_test(size=(120, 44)) as pilot:
         await pilot.pause()
         await pilot.press("1", "down", "2", "g")
-        assert scr.runner is not None
+        assert scr.campaign is not None
         for _ in range(2400):
             if scr.report is not None:
                 break
@@ -162,8 +162,9 @@ async def test_pilot_one_key_runs_demo_ab_and_shows_comparison(profiles):
     assert alive == [] and not apps
 
 
-def test_ab_cancel_stops_the_server_and_keeps_results(profiles):
-    """SIGTERM (as a closing terminal sends) while B benchmarks: B is stopped, A's results are kept."""
+def test_ab_detaches_on_sigterm_and_cancel_stops_the_server_keeping_results(profiles):
+    """SIGTERM (as a closing terminal sends) while B benchmarks only detaches: the A/B goes on
+    on the host. ``ab --cancel`` then stops it: B's server is stopped, A's results are kept."""
     import signal
     import time
 
@@ -180,12 +181,16 @@ def test_ab_cancel_stops_the_server_and_keeps_results(profiles):
                 proc.send_signal(signal.SIGTERM)
                 break
             assert time.monotonic() < deadline, "".join(seen)
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, "".join(seen) + err
-    assert "cancelled" in err and "stopping t-tuned" in err
+    assert "detached" in err
+    job = re.search(r"A/B job (\S+) runs on demo", "".join(seen)).group(1)
+    r = run_cli("ab", "--cancel", job, "--demo", "--yes")
+    assert r.returncode == 130, r.stderr
+    assert "cancelled" in r.stderr and "stopping t-tuned" in r.stderr
     alive, apps = asyncio.run(nothing_running())
     assert alive == [] and not apps
     r = run_cli("journal", "list", "--kind", "ab", "--json")

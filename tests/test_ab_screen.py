@@ -7,7 +7,7 @@ import time
 import pytest
 from textual.app import App
 
-from tests.abfakes import FakeOps
+from tests.abfakes import FakeOps, fake_campaigns
 from tui.screens.compare import CompareScreen, ConfirmStop
 from widgets.compare_chart import CompareChart
 from widgets.compare_table import CompareTable
@@ -35,7 +35,7 @@ async def until(pilot, pred, timeout: float = 10.0) -> None:
 
 async def test_mark_and_one_key_runs_ab_then_comparison_shows():
     ops = FakeOps(bench_delay=0.05)
-    scr = CompareScreen(ops_factory=lambda: ops, profiles=["base", "tuned"], plan="quick")
+    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], plan="quick")
     app = ABApp(scr)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -55,7 +55,7 @@ async def test_mark_and_one_key_runs_ab_then_comparison_shows():
 
 async def test_confirm_modal_before_stopping_a_running_server():
     ops = FakeOps(running=["old"])
-    scr = CompareScreen(ops_factory=lambda: ops, profiles=["base", "tuned"], a="base", b="tuned")
+    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
     async with ABApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("g")
@@ -67,7 +67,7 @@ async def test_confirm_modal_before_stopping_a_running_server():
 
 async def test_cancel_key_stops_and_keeps_results():
     ops = FakeOps(bench_delay=0.3)
-    scr = CompareScreen(ops_factory=lambda: ops, profiles=["base", "tuned"], a="base", b="tuned")
+    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
     async with ABApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("g")
@@ -78,17 +78,17 @@ async def test_cancel_key_stops_and_keeps_results():
 
 
 async def test_needs_two_marks():
-    scr = CompareScreen(ops_factory=FakeOps, profiles=["base", "tuned"])
+    scr = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=["base", "tuned"])
     async with ABApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("g")
         await pilot.pause()
-        assert scr.runner is None
+        assert scr.campaign is None
         assert "Mark two profiles" in str(scr.query_one("#ab-status").content)
 
 
 async def test_chart_draws_two_series():
-    scr = CompareScreen(ops_factory=FakeOps, profiles=[])
+    scr = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=[])
     async with ABApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         chart = scr.query_one(CompareChart)
@@ -100,7 +100,7 @@ async def test_chart_draws_two_series():
 
 async def test_repeats_and_interleave_keys():
     ops = FakeOps()
-    scr = CompareScreen(ops_factory=lambda: ops, profiles=["base", "tuned"], a="base", b="tuned")
+    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
     async with ABApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("plus", "i", "g")
@@ -114,7 +114,7 @@ async def test_last_ab_shows_a_full_progress_bar():
     # j (or opening the screen) shows the last finished A/B: its bar must not keep the
     # 0% / 25% of whatever ran (or was cancelled) before
     ops = FakeOps(bench_delay=0.01)
-    scr = CompareScreen(ops_factory=lambda: ops, profiles=["base", "tuned"], plan="quick")
+    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], plan="quick")
     async with ABApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("1", "down", "2", "g")
@@ -124,7 +124,7 @@ async def test_last_ab_shows_a_full_progress_bar():
         await pilot.press("j")
         await pilot.pause()
         assert bar.percentage == 1.0
-    scr2 = CompareScreen(ops_factory=FakeOps, profiles=["base", "tuned"])
+    scr2 = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=["base", "tuned"])
     async with ABApp(scr2).run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert "completed" in str(scr2.query_one("#ab-status").content)

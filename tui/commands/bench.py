@@ -443,3 +443,42 @@ async def _follow(args: argparse.Namespace, run: Any) -> int:
     if not isinstance(code, int):
         code = 1
     return code or rc
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """``tunedeck bench`` arguments, parsed as the command line parses them."""
+    from tui.cli import _common_parser, _finish
+
+    parser = argparse.ArgumentParser(prog="tunedeck", add_help=False, exit_on_error=False)
+    sub = parser.add_subparsers(dest="command")
+    register(sub, _common_parser())
+    try:
+        return _finish(parser.parse_args(["bench", *argv]))
+    except SystemExit:
+        raise ValueError(f"invalid bench arguments: {' '.join(argv)}") from None
+
+
+async def start_run(argv: list[str]) -> Any:
+    """Start a benchmark detached on its host, as the dashboard does: with ``--url`` the client
+    runs on this machine as a host-side job too, so the dashboard's own event loop never skews it
+    and closing the dashboard does not cut it. Returns a :class:`tui.services.benchrun.BenchRun`."""
+    from tui.bench import metrics
+    from tui.services.benchrun import BenchRun
+    from tui.services.hosts import LocalHost, get_host
+
+    args = parse_args(argv)
+    goodput = metrics.parse_goodput(args.goodput)
+    if args.url:
+        _check_url(args.url)
+        host: Any = LocalHost()
+        cfg = _config(args, args.url, goodput)
+        meta: dict[str, Any] = {"target": "local"}
+    elif args.port is not None:
+        host = get_host(args.host, demo=args.demo)
+        cfg = _config(args, f"http://127.0.0.1:{args.port}", goodput)
+        meta = {"target": "demo" if args.demo else (args.host or "local"), "server_port": args.port}
+    else:
+        raise ValueError("need --url URL, or --port P with --host/--demo")
+    if args.profile:
+        meta["profile"] = args.profile
+    return await BenchRun.start(host, cfg, meta_extra=meta, python=args.python)

@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     from tui.util import paths
     from tui.util.aio import run_async
 
+    # the job's own stop marker stays with this process: servers an A/B launches get their own
+    os.environ.pop("TUNEDECK_RUN_ID", None)
     # everything the job writes (results, journal, run records) stays in its folder
     paths.use_home(args.job_dir)
     os.chdir(args.job_dir)

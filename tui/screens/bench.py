@@ -1,8 +1,10 @@
-"""BenchScreen: runs ``tunedeck bench`` in its own process and shows it live.
+"""BenchScreen: starts a benchmark on its host and shows it live.
 
 The benchmark never runs in the UI's process (its timestamps must not be
-skewed by rendering): the screen starts ``python -m tui bench … --progress``
-and reads its JSON progress lines in a worker. Shown: output tok/s per 1-s
+skewed by rendering): it runs detached on the host next to the server (with
+``--url``, on this machine), through :class:`tui.services.benchrun.BenchRun`,
+the same driver as ``tunedeck bench``; a worker follows its events. Leaving the
+screen detaches; ``s`` stops the run (finished samples are kept). Shown: output tok/s per 1-s
 bucket, TTFT/ITL percentiles, completed/failed/in-flight; for sweeps,
 throughput vs concurrency and per-user tok/s vs total tok/s.
 
@@ -11,16 +13,11 @@ Works standalone: ``app.push_screen(BenchScreen(["--url", URL, "--concurrency", 
 
 from __future__ import annotations
 
-import asyncio
-import json
 import math
-import os
-import signal
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -29,18 +26,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tui.util.aio import terminate_group
 from widgets.throughput_chart import ThroughputChart
-
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def bench_command(args: Sequence[str]) -> list[str]:
-    """The subprocess argv: this interpreter, ``-m tui bench``, the arguments, ``--progress``."""
-    argv = [sys.executable, "-m", "tui", "bench", *args]
-    if "--progress" not in argv:
-        argv.append("--progress")
-    return argv
 
 
 class BenchScreen(Screen[list[dict[str, Any]]]):
@@ -84,7 +70,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self.state = "starting"
         self.rc: int | None = None
         self.error = ""
-        self._proc: asyncio.subprocess.Process | None = None
+        self._run: Any = None  # the BenchRun being followed
+        self.job_id: str | None = None
         self._level_offset = 0.0
         self._level_base = 0.0
         self._level_info: dict[int, dict[str, Any]] = {}
@@ -107,59 +94,49 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self.query_one("#sweep-row").display = False
         self.run_bench()
 
-    # ------------------------------------------------------------ the process
+    # ------------------------------------------------------------ the run
     @work(group="bench", exit_on_error=False)
     async def run_bench(self) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env.pop("TEXTUAL", None)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *bench_command(self.bench_args), stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=str(REPO_ROOT),
-                limit=1 << 24, start_new_session=True,
-            )
-        except OSError as e:
-            self.post_message(self.Finished(None, [], f"cannot start tunedeck bench: {e}"))
-            return
-        self._proc = proc
-        assert proc.stdout is not None and proc.stderr is not None
-        err_task = asyncio.create_task(proc.stderr.read())
-        summaries: list[dict[str, Any]] = []
-        try:
-            while True:
-                line = await proc.stdout.readline()
-                if not line:
-                    break
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(msg, dict):
-                    if msg.get("type") == "level_done":
-                        summaries.append(msg["summary"])
-                    self.post_message(self.Progress(msg))
-            rc = await proc.wait()
-            err = (await err_task).decode("utf-8", "replace")
-        except asyncio.CancelledError:
-            await self._terminate()
-            raise
-        lines = [ln for ln in err.splitlines() if ln.startswith("tunedeck")]
-        self.post_message(self.Finished(rc, summaries, lines[-1] if (rc and lines) else ""))
+        from tui.commands.bench import start_run
+        from tui.services import jobs, runtime
+        from tui.services.hosts import HostError
 
-    async def _terminate(self) -> None:
-        if self._proc is not None:
-            # SIGINT first: the bench writes a partial summary
-            await terminate_group(self._proc, first=signal.SIGINT, grace=10)
+        try:
+            self._run = await start_run(self.bench_args)
+        except (ValueError, HostError, jobs.JobError, runtime.RuntimeUnavailable) as e:
+            self.post_message(self.Finished(None, [], f"cannot start the benchmark: {e}"))
+            return
+        run = self._run
+        self.job_id = run.job_id
+        try:
+            async for msg in run.events():
+                self.post_message(self.Progress(msg))
+        except HostError as e:
+            self.post_message(self.Finished(None, run.summaries, f"lost the benchmark: {e}"))
+            return
+        ex = run.exit or {}
+        rc = ex.get("rc") if isinstance(ex.get("rc"), int) else None
+        self.post_message(self.Finished(rc, run.summaries, str(ex.get("error") or "") if rc else ""))
+
+    @work(group="bench-stop", exit_on_error=False)
+    async def _stop_run(self) -> None:
+        from tui.services import jobs
+        from tui.services.hosts import HostError
+
+        run = self._run
+        if run is None:
+            return
+        try:
+            msg = await run.stop()
+        except (HostError, jobs.JobError) as e:
+            self.notify(f"stop failed: {e}", severity="error", markup=False)
+            return
+        self.notify(msg, markup=False)
 
     def action_stop(self) -> None:
-        p = self._proc
-        if p is not None and p.returncode is None:
+        if self._run is not None and self.rc is None and self.state != "stopping":
             self.state = "stopping"
-            try:
-                os.killpg(p.pid, signal.SIGINT)  # graceful: the bench writes a partial summary
-            except ProcessLookupError:
-                pass
+            self._stop_run()
             self._show_status()
 
     def action_close(self) -> None:
@@ -167,7 +144,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             self.dismiss(self.summaries)
 
     async def on_unmount(self) -> None:
-        await self._terminate()
+        # leaving the screen detaches: a host-side run goes on and is mirrored when followed again
+        self.workers.cancel_group(self, "bench")
 
     # ------------------------------------------------------------ updates
     def on_bench_screen_progress(self, event: "BenchScreen.Progress") -> None:
@@ -235,17 +213,19 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     def _show_status(self) -> None:
         t = self.last_tick
         lvl = self._level_info.get(t.get("level", -1), {}) if t else {}
-        parts = [f"[b]{self.state}[/b]"]
+        text = Text(self.state, style="bold")
+        if self.job_id:
+            text.append(f"  on the host (job {self.job_id}; leaving this screen detaches)")
         if lvl:
-            parts.append(f"level {lvl['level'] + 1}: concurrency={lvl.get('concurrency')} "
-                         f"rate={lvl.get('request_rate')} run={lvl.get('run_id')}")
-        line2 = ""
+            text.append(f"  level {lvl['level'] + 1}: concurrency={lvl.get('concurrency')} "
+                        f"rate={lvl.get('request_rate')} run={lvl.get('run_id')}")
         if t:
-            line2 = (f"completed {t['completed']}/{t['total']}  failed {t['failed']}  in-flight {t['in_flight']}"
-                     f"  tok/s {t['tok_s']}  client cpu {max(t.get('cpu') or [0]):.2f}")
+            text.append(f"\ncompleted {t['completed']}/{t['total']}  failed {t['failed']}  "
+                        f"in-flight {t['in_flight']}  tok/s {t['tok_s']}  client cpu {max(t.get('cpu') or [0]):.2f}")
         if self.error:
-            line2 += f"\n[red]{self.error}[/red]"
-        self.query_one("#bench-status", Static).update("  ".join(parts) + ("\n" + line2 if line2 else ""))
+            text.append("\n")
+            text.append(self.error, style="red")
+        self.query_one("#bench-status", Static).update(text)
 
     def _show_latency(self, m: dict[str, Any]) -> None:
         self.query_one("#bench-latency", Static).update(latency_line(m))

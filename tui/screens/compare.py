@@ -1,10 +1,11 @@
 """The Compare screen: mark two profiles A and B, press one key, read the verdict.
 
 Left: the server profiles (``1`` marks the highlighted one as A, ``2`` as B),
-the plan, repeats per side (``+``/``-``) and interleaving (``i``). ``g`` starts the A/B (:class:`tui.ab.runner.ABRunner` in a
-worker; the benchmarks run as ``tunedeck bench`` subprocesses so the UI
-never skews their timings), ``x`` cancels it (the server it started is
-stopped, finished results are kept). While it runs: the step, a progress
+the plan, repeats per side (``+``/``-``) and interleaving (``i``). ``g`` starts the A/B ON the
+host (:class:`tui.services.abrun.ABRun`: the campaign runs detached next to the GPUs, so
+neither the UI nor a lost link skews or cuts it; a worker follows its events), ``x`` cancels
+it (the server it started is stopped, finished results are kept). Leaving the screen or the
+dashboard detaches; on opening, the screen follows a campaign still running on the host. While it runs: the step, a progress
 bar and the event log. At the end: the comparison table (deltas, coloured
 verdicts), the configuration difference, warnings, and an overlay chart of
 A's and B's output tok/s at the peak level. On opening, the screen shows
@@ -14,12 +15,16 @@ Standalone use (tests, other apps)::
 
     class Demo(App):
         def on_mount(self):
-            self.push_screen(CompareScreen(ops_factory=lambda: HostOps(host, demo=True)))
+            self.push_screen(CompareScreen(start_campaign=my_factory))
+
+``start_campaign(a, b, plan, repeats, interleave, confirm)`` returns an object with
+``id``, ``report``, ``events()`` (an async iterator of :class:`ABEvent`) and ``cancel()``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import logging
+from typing import Any, Awaitable, Callable
 
 from rich.text import Text
 from textual import on, work
@@ -34,10 +39,12 @@ from textual.widgets.option_list import Option
 from tui.ab.compare import Comparison, side_from_dict, compare
 from tui.ab.journal import Journal
 from tui.ab.plans import PlanError, list_plans, load_plan
-from tui.ab.runner import ABEvent, ABReport, ABRunner
+from tui.ab.runner import ABEvent, ABReport
 from tui.ab.series import run_series
 from widgets.compare_chart import CompareChart
 from widgets.compare_table import CompareTable, ConfigDiff
+
+log = logging.getLogger(__name__)
 
 
 class ABProgress(Message):
@@ -119,7 +126,7 @@ class CompareScreen(Screen):
     def __init__(
         self,
         *,
-        ops_factory: Callable[[], Any] | None = None,
+        start_campaign: Callable[..., Awaitable[Any]] | None = None,
         profiles: list[str] | None = None,
         plan: str = "quick",
         repeats: int = 1,
@@ -132,8 +139,8 @@ class CompareScreen(Screen):
         id: str | None = None,
     ) -> None:
         super().__init__(name=name, id=id)
-        self.ops_factory = ops_factory
-        """Builds the ServerOps for a run (default: HostOps over the app's host)."""
+        self.start_campaign = start_campaign
+        """Starts an A/B (default: :meth:`ABRun.start` on the app's host)."""
         self._profiles = profiles
         self.plan_name = plan
         """The plan the next A/B runs."""
@@ -141,8 +148,8 @@ class CompareScreen(Screen):
         self.interleave = interleave
         self.marked: dict[str, str | None] = {"A": a, "B": b}
         """Profile names marked A and B."""
-        self.runner: ABRunner | None = None
-        """The A/B in progress (None when idle)."""
+        self.campaign: Any = None
+        """The A/B being followed (None when idle)."""
         self.report: ABReport | None = None
         """The last finished A/B of this screen."""
         self._initial = comparison
@@ -192,6 +199,8 @@ class CompareScreen(Screen):
             self.show_comparison(self._initial, self._initial_series)
         else:
             self.action_load_last(quiet=True)
+        if self.start_campaign is None:
+            self._reattach()
 
     def _load_profiles(self) -> list[str]:
         try:
@@ -237,7 +246,7 @@ class CompareScreen(Screen):
             self.plan_name = ev.value
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        running = self.runner is not None
+        running = self.campaign is not None
         if action == "cancel_ab":
             return True if running else None
         if action in ("start_ab", "mark", "repeats", "toggle_interleave"):
@@ -245,7 +254,7 @@ class CompareScreen(Screen):
         return True
 
     def action_start_ab(self) -> None:
-        if self.runner is not None:
+        if self.campaign is not None:
             return
         a, b = self.marked["A"], self.marked["B"]
         if not a or not b:
@@ -256,43 +265,96 @@ class CompareScreen(Screen):
         except PlanError as e:
             self._status(Text(f"plan: {e}", style="bold"))
             return
-        try:
-            ops = self._make_ops()
-        except Exception as e:  # noqa: BLE001
-            self._status(Text(f"cannot start the A/B: {e}", style="bold"))
-            return
         self.query_one("#ab-log", Log).clear()
         self.query_one("#ab-headline", Static).update("")
-        self.runner = ABRunner(
-            ops, a, b, plan, repeats=self.repeats, interleave=self.interleave,
-            confirm_stop=self._confirm, on_event=lambda ev: self.post_message(ABProgress(ev)),
-        )
-        self._status(f"A/B {a} vs {b}, plan {plan.name}: starting…")
+        self._status(Text(f"A/B {a} vs {b}, plan {plan.name}: starting…"))
+        self.campaign = True  # starting: the keys that need an idle screen are off
         self.refresh_bindings()
-        self._run_worker(self.runner)
+        self._start_worker(a, b, plan)
 
-    def _make_ops(self) -> Any:
-        if self.ops_factory is not None:
-            return self.ops_factory()
+    async def _default_start(self, a: str, b: str, plan: Any, repeats: int, interleave: bool,
+                             confirm: Callable[[str], Awaitable[bool]]) -> Any:
+        from tui.services.abrun import ABRun
+
         host = getattr(self.app, "host", None)
         if host is None:
             raise RuntimeError("the dashboard has no host to run on")
-        from tui.ab.ops import HostOps
-
-        return HostOps(host, demo=getattr(self.app, "target", "") == "demo")
+        target = getattr(self.app, "target", "") or host.target
+        return await ABRun.start(host, a, b, plan, demo=target == "demo", repeats=repeats,
+                                 interleave=interleave, confirm_stop=confirm, host_label=target)
 
     @work(group="ab", exit_on_error=False)
-    async def _run_worker(self, runner: ABRunner) -> None:
-        rep = await runner.run()
+    async def _start_worker(self, a: str, b: str, plan: Any) -> None:
+        start = self.start_campaign or self._default_start
+        try:
+            campaign = await start(a, b, plan, self.repeats, self.interleave, self._confirm)
+        except Exception as e:  # one line on the screen; the log has the rest
+            log.warning("A/B not started: %s", e, exc_info=not isinstance(e, (ValueError, OSError)))
+            self.campaign = None
+            self.refresh_bindings()
+            self._status(Text(f"cannot start the A/B: {e}", style="bold"))
+            return
+        self.campaign = campaign
+        await self._follow(campaign)
+
+    @work(group="ab", exit_on_error=False)
+    async def _reattach(self) -> None:
+        """Follow a campaign still running on the app's host (started earlier, maybe elsewhere)."""
+        from tui.services import jobs
+        from tui.services.abrun import ABRun
+        from tui.services.hosts import HostError
+
+        host = getattr(self.app, "host", None)
+        if host is None or self.campaign is not None:
+            return
+        try:
+            running = [j for j in await jobs.list_jobs(host, "ab") if j.alive]
+        except HostError as e:
+            log.info("no A/B reattach: %s", e)
+            return
+        if not running or self.campaign is not None:
+            return
+        self.campaign = ABRun(host, running[-1])
+        self.refresh_bindings()
+        self._status(Text(f"following A/B job {running[-1].job_id}, still running on the host"))
+        await self._follow(self.campaign)
+
+    async def _follow(self, campaign: Any) -> None:
+        try:
+            async for ev in campaign.events():
+                self.post_message(ABProgress(ev))
+        except Exception as e:  # the link died for good, or the job folder went away
+            log.warning("A/B follow ended: %s", e)
+            self.campaign = None
+            self.refresh_bindings()
+            self._status(Text(f"lost the A/B: {e}; it goes on on the host (c reopens this screen)"))
+            return
+        rep = campaign.report
+        if rep is None:
+            ex = getattr(campaign, "exit", None) or {}
+            self.campaign = None
+            self.refresh_bindings()
+            self._status(Text(f"A/B ended without a report: {ex.get('error') or 'unknown'}", style="bold"))
+            return
         self.post_message(ABFinished(rep))
 
     async def _confirm(self, question: str) -> bool:
         return bool(await self.app.push_screen_wait(ConfirmStop(question)))
 
     def action_cancel_ab(self) -> None:
-        if self.runner is not None:
+        if self.campaign is not None and self.campaign is not True:
             self._status("cancelling: stopping the server the A/B started…")
-            self.runner.cancel()
+            self._cancel_worker(self.campaign)
+
+    @work(group="ab-cancel", exit_on_error=False)
+    async def _cancel_worker(self, campaign: Any) -> None:
+        try:
+            msg = await campaign.cancel()
+        except Exception as e:  # noqa: BLE001 - shown, the campaign is still followed
+            log.warning("A/B cancel failed: %s", e)
+            self.notify(f"cancel failed: {e}", severity="error", markup=False)
+            return
+        self.notify(str(msg), markup=False)
 
     def action_load_last(self, quiet: bool = False) -> None:
         try:
@@ -311,7 +373,7 @@ class CompareScreen(Screen):
             self._status(f"journal entry {e.get('id')}: {ex}")
             return
         self._status(f"A/B {e.get('id')} ({e.get('status')}, {e.get('started', '')[:19]})")
-        if self.runner is None:  # a finished A/B: not the bar of whatever ran last
+        if self.campaign is None:  # a finished A/B: not the bar of whatever ran last
             self.query_one("#ab-progress", ProgressBar).update(total=1, progress=1)
         self.show_comparison(cmp, self._series_of(a, b))
 
@@ -333,7 +395,7 @@ class CompareScreen(Screen):
     def _finished(self, msg: ABFinished) -> None:
         rep = msg.report
         self.report = rep
-        self.runner = None
+        self.campaign = None
         self.refresh_bindings()
         bar = self.query_one("#ab-progress", ProgressBar)
         if rep.status == "completed":
