@@ -347,8 +347,28 @@ def _level_params(side: Side) -> dict[int, dict[str, Any]]:
     return out
 
 
+#: ``client.where`` of a result whose client reached the server through an SSH port forward
+VIA_SSH = "local-via-ssh"
+
+
+def tunnel_levels(side: Side) -> list[int]:
+    """Concurrencies of ``side`` measured through an SSH tunnel (not the server's truth)."""
+    out = set()
+    for run in side.runs:
+        for lv in run.levels:
+            client = lv.summary.get("client")
+            if isinstance(client, Mapping) and client.get("where") == VIA_SSH:
+                out.add(lv.concurrency)
+    return sorted(out)
+
+
 def comparison_warnings(a: Side, b: Side) -> list[str]:
     w: list[str] = []
+    for side in (a, b):
+        cs = tunnel_levels(side)
+        if cs:
+            w.append(f"{side.label}: measured through an SSH tunnel at C={','.join(map(str, cs))}: the link's "
+                     "latency and buffering are in these numbers, not the server's truth")
     if a.model and b.model and a.model != b.model:
         w.append(f"A and B serve different models: {a.model!r} vs {b.model!r}")
     if a.engine and b.engine and a.engine != b.engine:

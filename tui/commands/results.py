@@ -49,11 +49,20 @@ def _resolve(run: str) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from tui.bench.store import list_runs
+    from tui.services.benchrun import measured_through_tunnel, where_label
+    from tui.services.jobs import origin
 
     rows = []
     for r in list_runs():
         s = r.summary or {}
         p = r.meta.get("params") or {}
+        src = origin(r.path)
+        if r.live:
+            status = "running"
+        elif src is not None and not r.summary:
+            status = "on-host"  # a host-side run not finished when last mirrored
+        else:
+            status = "partial" if r.partial else "done"
         rows.append({
             "run_id": r.run_id,
             "date": r.meta.get("date"),
@@ -64,24 +73,32 @@ def cmd_list(args: argparse.Namespace) -> int:
             "completed": s.get("completed"),
             "failed": s.get("failed"),
             "output_throughput": s.get("output_throughput"),
-            "status": "running" if r.live else ("partial" if r.partial else "done"),
+            "status": status,
             "sweep_id": r.meta.get("sweep_id"),
+            "client_where": (r.meta.get("client") or {}).get("where"),
+            "measured_through_tunnel": measured_through_tunnel(r.meta),
+            "host_job": src.get("job_id") if src else None,
         })
+        rows[-1]["where"] = where_label(r.meta)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
         print("no benchmark runs yet (run `tunedeck bench ...`)")
         return 0
-    fmt = "{:<28} {:<8} {:<24} {:>5} {:>6} {:>6} {:>6} {:>10}"
-    print(fmt.format("RUN", "STATUS", "MODEL", "C", "RATE", "OK", "FAIL", "OUT tok/s"))
+    fmt = "{:<28} {:<8} {:<6} {:<24} {:>5} {:>6} {:>6} {:>6} {:>10}"
+    print(fmt.format("RUN", "STATUS", "CLIENT", "MODEL", "C", "RATE", "OK", "FAIL", "OUT tok/s"))
     for r in rows:
         tput = r["output_throughput"]
         print(fmt.format(
-            r["run_id"], r["status"], str(r["model"] or "")[:24], str(r["concurrency"] or "-"),
+            r["run_id"], r["status"], r["where"], str(r["model"] or "")[:24], str(r["concurrency"] or "-"),
             str(r["request_rate"]), "?" if r["completed"] is None else r["completed"],
             "?" if r["failed"] is None else r["failed"], "?" if tput is None else f"{tput:.1f}",
         ))
+    if any(r["measured_through_tunnel"] for r in rows):
+        print("CLIENT tunnel: measured through an SSH tunnel (the link is in the numbers, not the server's truth)")
+    if any(r["status"] == "on-host" for r in rows):
+        print("STATUS on-host: still running on its host when last mirrored (`tunedeck bench --attach JOB`)")
     return 0
 
 
@@ -97,8 +114,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(s, indent=2))
         return 0
+    from tui.services.benchrun import TUNNEL_NOTE, measured_through_tunnel, where_label
+
     print(f"run {run}  model={s.get('model_id')}  concurrency={s.get('max_concurrency')} "
-          f"request_rate={s.get('request_rate')}")
+          f"request_rate={s.get('request_rate')}  client={where_label(s)}")
+    if measured_through_tunnel(s):
+        print(f"note: {TUNNEL_NOTE}; the link's latency and buffering are in these numbers")
     print(metrics.format_result(s, (s.get("params") or {}).get("percentiles") or metrics.DEFAULT_PERCENTILES))
     print(metrics.format_extras(s))
     return 0

@@ -189,7 +189,7 @@ class BenchSetupScreen(Screen):
             servers.add_column(label, key=key)
         results = self.query_one("#bs-results", DataTable)
         for key, label in (("run", "Run"), ("profile", "Profile"), ("c", "C"), ("done", "Done"),
-                           ("tok", "Out tok/s"), ("ttft", "TTFT p50"), ("state", "State")):
+                           ("tok", "Out tok/s"), ("ttft", "TTFT p50"), ("state", "State"), ("where", "Client")):
             results.add_column(label, key=key)
         target = getattr(self.tapp, "target", "host")
         self.query_one("#bs-servers-title", Label).update(f"Servers on {target}")
@@ -301,6 +301,8 @@ class BenchSetupScreen(Screen):
     def reload_results(self) -> None:
         """Re-read the stored results (newest first)."""
         from tui.bench.store import list_runs
+        from tui.services.benchrun import where_label
+        from tui.services.jobs import origin
 
         try:
             runs = list_runs()
@@ -315,6 +317,11 @@ class BenchSetupScreen(Screen):
             s = r.summary or {}
             meta = r.meta
             state = "running" if r.live else ("partial" if r.partial else "done")
+            if not r.summary and origin(r.path) is not None:
+                state = "on host"
+            where = where_label(meta)
+            if where == "tunnel":
+                where = "SSH tunnel"  # measured through an SSH tunnel: the link is in the numbers
 
             def num(key: str, fmt: str) -> str:
                 v = s.get(key)
@@ -325,7 +332,8 @@ class BenchSetupScreen(Screen):
             conc = meta.get("max_concurrency", s.get("max_concurrency"))
             table.add_row(r.run_id, str(meta.get("profile") or meta.get("label") or "-"),
                           "N/A" if conc is None else str(conc), num("completed", "d"),
-                          num("output_throughput", ".1f"), num("median_ttft_ms", ".1f"), state, key=r.run_id)
+                          num("output_throughput", ".1f"), num("median_ttft_ms", ".1f"), state, where,
+                          key=r.run_id)
             self.results[r.run_id] = r
 
     @on(DataTable.RowSelected, "#bs-results")
@@ -349,7 +357,10 @@ class BenchSetupScreen(Screen):
         except (KeyError, TypeError, ValueError) as e:
             out.update(f"{run_id}: summary unreadable ({e})")
             return
-        out.update(Text(f"{run_id}\n{text}"))
+        from tui.services.benchrun import TUNNEL_NOTE, measured_through_tunnel
+
+        head = f"{run_id}" + (f"  ({TUNNEL_NOTE})" if measured_through_tunnel(r.summary) else "")
+        out.update(Text(f"{head}\n{text}"))
 
 
 __all__ = ["BenchForm", "BenchFormError", "BenchSetupScreen", "bench_args"]

@@ -21,19 +21,26 @@ import dataclasses
 import logging
 from typing import Any, AsyncIterator, Mapping
 
+from tui.ab.compare import VIA_SSH
 from tui.services import jobs
 from tui.services.hosts import Host, HostError
 
 log = logging.getLogger(__name__)
 
 HOST = "host"
-VIA_SSH = "local-via-ssh"
 TUNNEL_NOTE = "measured through an SSH tunnel"
 
 
 def measured_through_tunnel(summary_or_meta: Mapping[str, Any]) -> bool:
     client = summary_or_meta.get("client")
     return isinstance(client, Mapping) and client.get("where") == VIA_SSH
+
+
+def where_label(summary_or_meta: Mapping[str, Any]) -> str:
+    """Where a result's client ran: ``host``, ``tunnel`` (through SSH) or ``local``."""
+    client = summary_or_meta.get("client")
+    where = client.get("where") if isinstance(client, Mapping) else None
+    return {HOST: "host", VIA_SSH: "tunnel"}.get(str(where), "local")
 
 
 class BenchRun:

@@ -1,0 +1,240 @@
+"""The host-side runtime: one reproducible zipapp that runs on the oldest Python here, ships
+itself, and runs benchmarks and A/Bs detached on the host (the demo host here; over a real
+sshd in test_hostside_ssh.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, tunedeck_cmd
+from tests.hostfix import fake_python, pythons
+from tests.simfix import SimProc, free_port
+from tui.services import runtime
+from tui.services.hosts import LocalHost
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_zipapp_is_reproducible_and_named_by_its_content(tmp_path):
+    a = runtime.build(tmp_path / "a")
+    b = runtime.build(tmp_path / "b")
+    assert a.sha256 == b.sha256 and a.path.read_bytes() == b.path.read_bytes()
+    assert a.path.name == f"tunedeck-host-{a.sha256[:16]}.pyz"
+    import zipfile
+
+    names = set(zipfile.ZipFile(a.path).namelist())
+    assert "__main__.py" in names and "tui/hostside/__main__.py" in names and "tui/bench/runner.py" in names
+    # nothing of the UI, the SSH client or the simulator travels
+    assert not any(n.startswith(("tui/screens/", "tui/sim/", "widgets/")) or n.endswith("ssh.py") for n in names)
+
+
+def test_every_module_imports_under_the_oldest_python_with_the_stdlib_only(tmp_path):
+    found = pythons()
+    assert found, "no CPython >= 3.9 found on this machine"
+    (ver, py) = found[0]
+    pyz = runtime.build(tmp_path).path
+    mods = runtime.runtime_modules()
+    code = "import importlib, sys\nsys.path.insert(0, sys.argv[1])\n" + "".join(
+        f"importlib.import_module({m!r})\n" for m in mods) + "print('ok', sys.version_info[:2])"
+    # -I: no user site, no PYTHONPATH; -S: no site-packages at all, so nothing but the stdlib
+    r = subprocess.run([py, "-I", "-S", "-c", code, str(pyz)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "ok" in r.stdout, f"Python {ver} ({py}):\n{r.stderr[-3000:]}"
+    info = subprocess.run([py, "-I", str(pyz), "info"], capture_output=True, text=True, timeout=60)
+    assert info.returncode == 0, info.stderr
+    assert json.loads(info.stdout)["python"].startswith("%d.%d." % ver)
+
+
+def test_vermin_confirms_python_3_9_for_every_shipped_module():
+    files = [str(p) for _, p in runtime.source_files()]
+    vermin = Path(sys.executable).parent / "vermin"
+    r = subprocess.run([str(vermin), "-t=3.9-", "--violations", "--no-tips",
+                        "--eval-annotations", *files], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_an_old_python_gets_one_clear_line(tmp_path):
+    old = [p for v, p in (((3, 8), "/root/.pyenv/versions/3.8.18/bin/python3.8"),) if os.path.exists(p)]
+    pyz = runtime.build(tmp_path).path
+    for py in old:  # a real old interpreter, when the machine has one
+        r = subprocess.run([py, "-I", str(pyz), "info"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 70 and r.stderr.count("\n") == 1 and "too old" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("script,why", [
+    ('echo 3.8.10\n', "is Python 3.8.10"),
+    ('echo "Segmentation fault" >&2; exit 139\n', "does not run"),
+])
+async def test_a_host_without_a_usable_python_names_the_way_out(tmp_path, script, why):
+    fake = fake_python(tmp_path / "bin", script)
+    host = LocalHost(env_overlay={"PATH": f"{fake.parent}:/usr/bin:/bin"})
+    with pytest.raises(runtime.RuntimeUnavailable) as ei:
+        await runtime.ensure(host)
+    msg = str(ei.value)
+    assert why in msg and "--client-where local" in msg and "\n" not in msg
+
+
+async def test_ensure_ships_once_and_checks_the_hash(tmp_path):
+    host = LocalHost()
+    rt1 = await runtime.ensure(host)
+    rt2 = await runtime.ensure(host)
+    assert rt1.uploaded and not rt2.uploaded and rt1.archive == rt2.archive
+    assert rt1.archive.startswith(os.environ["TUNEDECK_HOME"] + "/lib/")
+    assert Path(rt1.archive).read_bytes() == runtime.build().path.read_bytes()
+    assert [p.name for p in Path(rt1.archive).parent.iterdir()] == [Path(rt1.archive).name]  # no temp left
+
+
+def run_cli(*args: str, timeout: float = 180, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout,
+                          env=env or dict(os.environ))
+
+
+def sim(port: int, *extra: str) -> SimProc:
+    return SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "0.5",
+                   "--sim-fixed-ttft-ms", "50", "--sim-fixed-itl-ms", "10", *extra)
+
+
+def test_bench_on_the_demo_host_runs_there_and_is_mirrored_here(tmp_path):
+    from tui.bench import store
+
+    port = free_port()
+    rec = tmp_path / "truth.jsonl"
+    with sim(port, "--sim-record-timestamps", str(rec)):
+        r = run_cli("bench", "--demo", "--port", str(port), "--concurrency", "1,8", "--num-prompts", "16",
+                    "--input-len", "8", "--output-len", "16", "--json", "-")
+    assert r.returncode == 0, r.stderr[-3000:]
+    sums = json.loads(r.stdout)
+    assert [s["completed"] for s in sums] == [16, 16]
+    job = r.stderr.split("job ", 1)[1].split()[0]
+    for s in sums:
+        assert s["client"]["where"] == "host"
+        info = store.load_run(s["run_id"])  # mirrored into the local store, same layout
+        assert info.summary and info.summary["completed"] == 16 and info.meta["client"]["where"] == "host"
+        assert len(store.read_samples(s["run_id"])) == 16
+        origin = json.loads((info.path / "origin.json").read_text())
+        assert origin["job_id"] == job and origin["kind"] == "bench"
+        # against the server's own clock: TTFT is the fixed 50 ms plus loopback, never a tunnel
+        assert 45 <= s["mean_ttft_ms"] <= 90, s["mean_ttft_ms"]
+    # the job ran under ${TUNEDECK_HOME} and left its folder there
+    jd = Path(os.environ["TUNEDECK_HOME"]) / "bench" / job
+    assert (jd / "rc").read_text().strip() == "0" and (jd / "events.jsonl").exists()
+    lst = run_cli("results", "list")
+    assert sums[0]["run_id"] in lst.stdout
+    # attaching to the finished job: says so, mirrors again (idempotent), exit 0
+    again = run_cli("bench", "--demo", "--attach", job, "--json", "-")
+    assert again.returncode == 0 and "has ended" in again.stderr
+    assert [s["run_id"] for s in json.loads(again.stdout)] == [s["run_id"] for s in sums]
+    assert len(store.read_samples(sums[0]["run_id"])) == 16  # nothing appended twice
+
+
+def test_bench_attach_and_stop_name_an_unknown_id_in_one_line():
+    for flag in ("--attach", "--stop"):
+        r = run_cli("bench", "--demo", flag, "0123456789ab")
+        assert r.returncode == 1 and "no bench job '0123456789ab'" in r.stderr, r.stderr
+        assert r.stderr.strip().count("\n") == 0 and "Traceback" not in r.stderr
+    r = run_cli("bench", "--demo", "--attach", "../../etc")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+
+
+def test_client_where_local_is_marked_as_measured_through_a_tunnel():
+    port = free_port()
+    with sim(port):
+        r = run_cli("bench", "--demo", "--port", str(port), "--client-where", "local", "--num-prompts", "4",
+                    "--output-len", "8", "--input-len", "8", "--json", "-")
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = json.loads(r.stdout)
+    assert s["client"]["where"] == "local-via-ssh"
+    lst = run_cli("results", "show", s["run_id"])
+    assert "measured through an SSH tunnel" in lst.stdout + lst.stderr
+
+
+def test_stop_keeps_the_finished_samples(tmp_path):
+    from tui.bench import store
+
+    port = free_port()
+    with sim(port):
+        p = subprocess.Popen([*tunedeck_cmd(), "bench", "--demo", "--port", str(port), "--concurrency", "2",
+                              "--num-prompts", "400", "--output-len", "50", "--input-len", "8", "--json", "-"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        assert p.stderr is not None
+        line = p.stderr.readline()
+        job = line.split("job ", 1)[1].split()[0]
+        time.sleep(3)
+        r = run_cli("bench", "--demo", "--stop", job)
+        assert r.returncode == 0 and f"bench job {job} stopped" in r.stderr, r.stderr
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    s = json.loads(out)
+    assert s["partial"] and 0 < s["completed"] < 400
+    assert len(store.read_samples(s["run_id"])) >= s["completed"]
+
+
+def test_a_full_disk_on_the_host_stops_the_bench_with_a_clear_error_and_keeps_samples(tmp_path):
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the full-disk test needs root to mount a small tmpfs")
+        pytest.skip("needs root to mount a small tmpfs as the host's TUNEDECK_HOME")
+    from tui.bench import store
+
+    home = tmp_path / "small-home"
+    home.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(home)], check=True)
+    try:
+        env = dict(os.environ, TUNEDECK_HOME=str(home))
+        port = free_port()
+        with sim(port):
+            # the runtime (~110 kB) and a spec fit; ~1 kB per sample fills the rest within the run
+            r = run_cli("bench", "--demo", "--port", str(port), "--concurrency", "16", "--num-prompts", "3000",
+                        "--output-len", "64", "--input-len", "8", "--json", "-", env=env, timeout=200)
+        assert r.returncode == 4, r.stderr[-3000:]
+        last = r.stderr.strip().splitlines()[-1]
+        assert "disk is full" in last and "samples written so far are kept" in last, r.stderr[-2000:]
+        runs = store.list_runs()
+        assert runs and len(store.read_samples(runs[-1].run_id)) > 0
+    finally:
+        subprocess.run(["umount", "-l", str(home)], check=False)
+
+
+def test_two_ab_campaigns_on_one_host_are_refused(tmp_path, monkeypatch):
+    import re
+
+    user = tmp_path / "profiles"
+    user.mkdir()
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
+    monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "60")
+    port = free_port()
+    for src, dst in (("sglang-base", "h-base"), ("sglang-tuned", "h-tuned")):
+        text = (REPO / "profiles" / "servers" / f"{src}.toml").read_text()
+        text = re.sub(r'(?m)^name = ".*"$', f'name = "{dst}"', text)
+        text = re.sub(r"(?m)^port = \d+$", f"port = {port}", text)
+        (user / f"{dst}.toml").write_text(text)
+    first = subprocess.Popen([*tunedeck_cmd(), "ab", "h-base", "h-tuned", "--demo", "--plan", "quick", "--yes"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    assert first.stderr is not None
+    line = first.stderr.readline()
+    job = line.split("A/B job ", 1)[1].split()[0]
+    try:
+        second = run_cli("ab", "h-base", "h-tuned", "--demo", "--plan", "quick", "--yes")
+        assert second.returncode == 1 and f"A/B {job} is running there" in second.stderr, second.stderr
+        assert "--attach" in second.stderr and "Traceback" not in second.stderr
+    finally:
+        first.terminate()  # detaches only
+        first.communicate(timeout=30)
+        c = run_cli("ab", "--cancel", job, "--demo", "--yes", "--quiet", timeout=240)
+    assert c.returncode == 130, c.stderr[-2000:]
+    assert "cancelled" in c.stderr
+
+    async def alive() -> list:
+        from tui.services import launcher
+        from tui.sim.demo import demo_host
+
+        return [h for h in await launcher.list_host_runs(demo_host()) if h.alive]
+
+    assert asyncio.run(alive()) == []
