@@ -14,8 +14,7 @@ and at zero delay (tokens written back to back) the most tokens per second
 per client core. Each client runs in its own process; the server runs in
 its own process(es). Clients compared in the same run:
 
-* ``tunedeck``: tunedeck's client (httpx + lean transport, uvloop, timestamp-first),
-* ``tunedeck-h11``: tunedeck's request code on httpx's stock h11 transport (``aiter_raw``), uvloop,
+* ``tunedeck``: tunedeck's client (its own stdlib HTTP/1.1 client, uvloop, timestamp-first),
 * ``aiohttp``: a plain aiohttp client on uvloop iterating lines (like vLLM's benchmark client),
 * ``httpx-plain``: plain httpx ``aiter_lines`` on the default asyncio loop (the naive baseline).
 
@@ -47,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 _pc = time.perf_counter
-CLIENTS = ("tunedeck", "tunedeck-h11", "aiohttp", "httpx-plain")
+CLIENTS = ("tunedeck", "aiohttp", "httpx-plain")
 EXTRA_CLIENTS = ("tunedeck-defaultgc",)  # tunedeck without quiet_gc() (what the GC tuning buys)
 
 
@@ -94,12 +93,12 @@ def _body(i: int, out_len: int) -> dict[str, Any]:
 # ---------------------------------------------------------------- child: one client, one process
 
 
-async def _child_tunedeck(url: str, conc: int, n: int, out_len: int, transport: str) -> dict[str, Any]:
+async def _child_tunedeck(url: str, conc: int, n: int, out_len: int) -> dict[str, Any]:
     from contextlib import nullcontext
 
     from tui.bench.client import EndpointConfig, RequestSpec, make_client, prepare, quiet_gc, stream_request
 
-    async with make_client(transport=transport) as c:
+    async with make_client() as c:
         ep = EndpointConfig(url, MODEL)
 
         def make(k: int) -> list[tuple[Any, Any]]:
@@ -231,8 +230,7 @@ def child_main(a: argparse.Namespace) -> int:
         import tui.bench  # noqa: F401 - masks httpx's CLI import
         from tui.util.aio import run_async
 
-        tr = "httpx" if a.child == "tunedeck-h11" else "lean"
-        res = run_async(_child_tunedeck(a.url, a.c, a.n, a.out_len, tr))
+        res = run_async(_child_tunedeck(a.url, a.c, a.n, a.out_len))
     Path(a.out).write_text(json.dumps(res))
     return 0
 

@@ -11,7 +11,9 @@ import pytest
 from tests.conftest import tunedeck_cmd
 from tests.fakesrv import FakeServer
 from tui.bench import store
-from tui.bench.client import EndpointConfig, RequestSpec, _Dechunk, _SSE, make_client, stream_request
+from tui.bench.client import EndpointConfig, RequestSpec, make_client, stream_request
+from tui.bench.http import Dechunk as _Dechunk
+from tui.bench.sse import SSEParser as _SSE
 from tui.bench.runner import BenchConfig, NotReady, run_benchmark, wait_ready
 
 
@@ -35,8 +37,8 @@ def test_sse_split_keeps_arrival_time():
     assert s.bad == 2 and s.times == []
 
 
-async def _one(url, mode, *, transport="lean", chat=False, n=8, read_timeout=600.0, deadline=None):
-    async with make_client(transport=transport, read_timeout=read_timeout) as c:
+async def _one(url, mode, *, chat=False, n=8, read_timeout=600.0, deadline=None):
+    async with make_client(read_timeout=read_timeout) as c:
         ep = EndpointConfig(url, "fake-model", endpoint="chat" if chat else "completions",
                             request_deadline=deadline)
         c.headers["x-fake-mode"] = mode
@@ -44,25 +46,24 @@ async def _one(url, mode, *, transport="lean", chat=False, n=8, read_timeout=600
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", ["lean", "httpx"])
-async def test_each_failure_has_its_type(transport):
+async def test_each_failure_has_its_type():
     with FakeServer("--ttft-ms", "20", "--itl-ms", "2", "--slowfirst-s", "1.5") as srv:
-        ok = await _one(srv.url, "ok", transport=transport)
+        ok = await _one(srv.url, "ok")
         assert ok["success"] and ok["error_type"] == "" and ok["output_tokens"] == 8 and ok["usage_present"]
         assert len(ok["itl"]) == 7 and ok["prompt_len"] == 3 and ok["finish_reason"] == "length"
         assert 0.015 < ok["ttft"] < 0.5 and ok["send_time"] < ok["ttft"]
-        e = await _one(srv.url, "e500", transport=transport)
+        e = await _one(srv.url, "e500")
         assert not e["success"] and e["error_type"] == "HTTPStatus" and "500" in e["error"]
         assert "injected failure" in e["error"] and len(e["error"]) <= 2048 + 64
-        cut = await _one(srv.url, "cut", transport=transport)
+        cut = await _one(srv.url, "cut")
         assert not cut["success"] and cut["error_type"] == "IncompleteStream" and len(cut["itl"]) == 3
-        bad = await _one(srv.url, "malformed", transport=transport)
+        bad = await _one(srv.url, "malformed")
         assert not bad["success"] and bad["error_type"] == "MalformedSSE" and bad["bad_lines"] == 1
-        slow = await _one(srv.url, "slowfirst", transport=transport, read_timeout=0.5)
+        slow = await _one(srv.url, "slowfirst", read_timeout=0.5)
         assert not slow["success"] and slow["error_type"] == "ReadTimeout"
-        slow_ok = await _one(srv.url, "slowfirst", transport=transport)
+        slow_ok = await _one(srv.url, "slowfirst")
         assert slow_ok["success"] and slow_ok["ttft"] > 1.4
-        late = await _one(srv.url, "slowfirst", transport=transport, deadline=0.3)
+        late = await _one(srv.url, "slowfirst", deadline=0.3)
         assert not late["success"] and late["error_type"] == "DeadlineExceeded" and late["elapsed"] < 1.0
 
 
@@ -101,7 +102,8 @@ async def test_r19_one_failure_never_aborts_the_run():
                           warmup=0, read_timeout=0.6)
         [s] = await run_benchmark(cfg)
     assert s["completed"] == 24 and s["failed"] == 16
-    assert s["errors"] == {"HTTPStatus": 4, "IncompleteStream": 4, "MalformedSSE": 4, "ReadTimeout": 4}
+    assert s["error_counts"] == {"HTTPStatus": 4, "IncompleteStream": 4, "MalformedSSE": 4, "ReadTimeout": 4}
+    assert len(s["errors"]) == 40 and sum(1 for e in s["errors"] if e) == 16  # vLLM: one entry per request
     assert s["total_output_tokens"] == 240 and not s["partial"]
     samples = store.read_samples(s["run_id"])
     assert len(samples) == 40 and sum(x["success"] for x in samples) == 24
@@ -114,7 +116,7 @@ async def test_r20_c128_eight_second_streams():
         cfg = BenchConfig(url=srv.url, concurrency=[128], num_prompts=128, input_len=4, output_len=71,
                           warmup=0)
         [s] = await run_benchmark(cfg)
-    assert s["completed"] == 128 and s["failed"] == 0, s["errors"]
+    assert s["completed"] == 128 and s["failed"] == 0, s["error_counts"]
     assert s["max_concurrent_requests"] == 128
     assert 7.5 < s["mean_e2el_ms"] / 1000 < 9.0
 
@@ -201,7 +203,12 @@ async def test_sweep_emits_progress_and_one_run_per_level():
     assert len(ticks) >= 3 and any(t["tok_s"] > 0 for t in ticks)
     assert any(t["in_flight"] > 0 for t in ticks)
     assert [m["type"] for m in msgs if m["type"] != "tick"] == [
-        "waiting", "start", "level_start", "level_done", "level_start", "level_done", "done"]
+        "waiting", "start", "level_start", "connected", "level_done", "level_start", "connected", "level_done",
+        "done"]
+    # connections are opened before t0 (one per concurrent request) and none during the timed phase
+    conn = [m for m in msgs if m["type"] == "connected"]
+    assert [c["connections"] for c in conn] == [0, 3]  # the readiness probe's connection is reused
+    assert out[1]["client"]["connections_opened_timed"] == 0
     json.dumps(msgs, allow_nan=False)
     runs = store.list_runs()
     assert len(runs) == 2 and all(not r.partial for r in runs)

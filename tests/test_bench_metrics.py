@@ -68,8 +68,10 @@ def test_calculate_metrics_hand_values():
     assert r["median_e2el_ms"] == approx(300.0)
     # events at 0.1 0.15 0.2 0.3 | 0.7 0.8 | 1.4 → 6 in the first second
     assert r["max_output_tokens_per_s"] == 6.0
-    assert r["max_concurrent_requests"] == 1
-    assert r["errors"] == {"HTTPStatus": 1}
+    # vLLM's 1-s buckets: A and B are both active in second 0 (never at the same instant)
+    assert r["max_concurrent_requests"] == 2 and r["max_overlap_requests"] == 1
+    assert r["error_counts"] == {"HTTPStatus": 1}
+    assert r["errors"] == ["", "", "HTTPStatus", ""]  # vLLM: one entry per request, in order
     assert r["mean_tokens_per_event"] == approx(7 / 7)
     assert r["usage_missing"] == 1
     assert r["mean_client_queue_time_ms"] == approx(100.0)
@@ -87,14 +89,19 @@ def test_goodput():
     assert r["request_goodput"] == approx(1.0)  # value <= SLO is good
 
 
-def test_max_concurrent_sweep_line():
+def test_max_concurrent_is_vllms_per_second_count_and_overlap_is_sweep_line():
     def s(start, lat):
         return {"success": True, "start_time": start, "ttft": lat, "itl": [], "latency": lat, "output_tokens": 1}
 
-    assert metrics.max_concurrent([s(0, 1), s(1, 1)]) == 1  # departure before arrival at t=1
-    assert metrics.max_concurrent([s(0, 1), s(0.5, 1)]) == 2
-    assert metrics.max_concurrent([s(0, 3), s(0.5, 1), s(1, 1), s(2.5, 1)]) == 3  # at t=1: all of the first three
-    assert metrics.max_concurrent([s(0, 3), s(0.5, 0.5), s(1, 1), s(2.5, 1)]) == 2
+    # vLLM: a request counts in every 1-s bin from int(start - t0) to int(end - t0), inclusive
+    assert metrics.max_concurrent([s(0, 1), s(1, 1)]) == 2  # both touch second 1
+    assert metrics.max_overlap([s(0, 1), s(1, 1)]) == 1  # departure before arrival at t=1
+    assert metrics.max_concurrent([s(0, 0.4), s(0.5, 0.4)]) == 2 and metrics.max_overlap([s(0, 0.4), s(0.5, 0.4)]) == 1
+    assert metrics.max_concurrent([s(0, 3), s(0.5, 1), s(1, 1), s(2.5, 1)]) == 3
+    assert metrics.max_overlap([s(0, 3), s(0.5, 0.5), s(1, 1), s(2.5, 1)]) == 2
+    assert metrics.max_concurrent([s(0, 3), s(0.5, 0.5), s(1, 1), s(2.5, 1)]) == 3
+    assert metrics.max_concurrent([s(0, 0.2), s(5, 0.2)]) == 1
+    assert metrics.max_concurrent([]) == 0
 
 
 def test_peak_counts_events_not_tokens():
@@ -148,3 +155,11 @@ def test_prompts_and_arrivals_are_seeded():
     bursty = [b - a for a, b in zip(*(lambda o: (o, o[1:]))(arrival_offsets(4000, 10.0, 0.25, seed=1)))]
     assert metrics.std(bursty) > 1.5 * metrics.std(gaps)  # shape 0.25: cv = 2
     assert arrival_offsets(3, math.inf, 1.0, 0) == [0.0, 0.0, 0.0]
+
+
+def test_token_id_prompts_have_the_exact_length():
+    a = make_prompts(4, 37, 5, seed=2, token_ids=True)
+    assert all(len(p.prompt) == 37 == p.prompt_len and p.exact for p in a)
+    assert all(isinstance(t, int) and 1000 <= t < 30000 for p in a for t in p.prompt)
+    assert a[0].prompt == make_prompts(1, 37, 5, seed=2, token_ids=True)[0].prompt
+    assert len({tuple(p.prompt) for p in a}) == 4

@@ -164,4 +164,4 @@ def test_sigint_with_workers_keeps_partial_samples():
     assert len(cancelled) >= 1 and {s["worker"] for s in samples} == {0, 1}
     s = json.loads((data_dir() / "results" / run_id / "summary.json").read_text())
     assert s["partial"] is True and s["completed"] + s["failed"] == len(samples)
-    assert s["errors"].get("Cancelled") == len(cancelled)
+    assert s["error_counts"].get("Cancelled") == len(cancelled)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 #: Latency metrics with their printed names and section headers (vLLM's order).
 METRICS: tuple[tuple[str, str, str], ...] = (
@@ -117,7 +117,7 @@ def output_len(s: Mapping[str, Any]) -> int:
     return int(n)
 
 
-def tpot(s: Mapping[str, Any]) -> float | None:
+def tpot(s: Mapping[str, Any]) -> Optional[float]:
     n = output_len(s)
     if n > 1:
         return (s["latency"] - s["ttft"]) / (n - 1)
@@ -151,8 +151,28 @@ def peak_output_per_s(ok: Sequence[Mapping[str, Any]]) -> float:
 
 
 def max_concurrent(ok: Sequence[Mapping[str, Any]]) -> int:
-    """Sweep-line over ``[start, start + latency)``; at equal times a departure goes first."""
-    ev: list[tuple[float, int]] = []
+    """vLLM's peak concurrency: requests active at any time within each 1-s bin from the earliest start.
+
+    A request counts in every bin from ``int(start - t0)`` to ``int(start + latency - t0)``
+    inclusive; the result is the fullest bin (it can exceed the instantaneous maximum).
+    """
+    if not ok:
+        return 0
+    t0 = min(s["start_time"] for s in ok)
+    t_end = max(s["start_time"] + s["latency"] for s in ok)
+    nbins = int(math.ceil(t_end - t0)) + 1
+    bins = [0] * nbins
+    for s in ok:
+        a = int(s["start_time"] - t0)
+        b = int(s["start_time"] + s["latency"] - t0)
+        for k in range(a, min(b, nbins - 1) + 1):
+            bins[k] += 1
+    return max(bins)
+
+
+def max_overlap(ok: Sequence[Mapping[str, Any]]) -> int:
+    """Instantaneous peak: sweep-line over ``[start, start + latency)`` (a departure goes first)."""
+    ev: List[Tuple[float, int]] = []
     for s in ok:
         ev.append((s["start_time"], 1))
         ev.append((s["start_time"] + s["latency"], -1))
@@ -165,6 +185,21 @@ def max_concurrent(ok: Sequence[Mapping[str, Any]]) -> int:
     return best
 
 
+def input_len_check(samples: Sequence[Mapping[str, Any]], requested: Optional[int]) -> Dict[str, Any]:
+    """How the prompt lengths the server reported compare with the length asked for."""
+    ok = [s for s in samples if s.get("success")]
+    reported = [int(s.get("prompt_len") or 0) for s in ok if s.get("usage_present")]
+    out: Dict[str, Any] = {
+        "input_len_requested": requested,
+        "input_len_reported_min": min(reported) if reported else None,
+        "input_len_reported_max": max(reported) if reported else None,
+        "input_len_reported_mean": mean(reported) if reported else None,
+        "input_len_unverified": len(ok) - len(reported),
+    }
+    out["input_len_mismatch"] = (sum(1 for n in reported if n != requested) if requested else 0)
+    return out
+
+
 # ---------------------------------------------------------------- main entry
 
 
@@ -173,10 +208,11 @@ def calculate_metrics(
     duration: float,
     *,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
-    goodput: Mapping[str, float] | None = None,
-    max_concurrency: int | None = None,
+    goodput: Optional[Mapping[str, float]] = None,
+    max_concurrency: Optional[int] = None,
     request_rate: float = math.inf,
-) -> dict[str, Any]:
+    input_len: Optional[int] = None,
+) -> Dict[str, Any]:
     """The results part of vLLM's summary JSON plus tunedeck's own keys.
 
     ``samples``: per-request records (seconds). ``duration``: seconds from
@@ -242,7 +278,13 @@ def calculate_metrics(
         res.update(stats_ms("e2el_including_client_queue", [e + q for e, q in zip(e2els, queue)], percentiles))
     # ---- tunedeck's own keys
     res.update(stats_ms("send_time", [float(s.get("send_time") or 0.0) for s in ok], percentiles))
-    res["errors"] = dict(Counter(s.get("error_type") or "Unknown" for s in samples if not s.get("success")))
+    # vLLM: one entry per request in request order ("" for a success); ours: counts by type
+    ordered = sorted(samples, key=lambda s: s.get("index", 0))
+    res["errors"] = ["" if s.get("success") else str(s.get("error") or s.get("error_type") or "error")
+                     for s in ordered]
+    res["error_counts"] = dict(Counter(s.get("error_type") or "Unknown" for s in samples if not s.get("success")))
+    res["max_overlap_requests"] = max_overlap(ok)
+    res.update(input_len_check(samples, input_len))
     res["mean_tokens_per_event"] = total_output / events if events else 0.0
     res["usage_missing"] = sum(1 for s in ok if not s.get("usage_present"))
     res["failure_rate"] = failed / len(samples) if samples else 0.0
@@ -251,6 +293,15 @@ def calculate_metrics(
     med_tpot = res["median_tpot_ms"]
     res["decode_tok_s_per_user"] = 1000.0 / med_tpot if med_tpot > 0 else 0.0
     return res
+
+
+def error_counts(summary: Mapping[str, Any]) -> Dict[str, int]:
+    """Failures by type (``error_counts``; older summaries kept them in ``errors`` as a dict)."""
+    c = summary.get("error_counts")
+    if isinstance(c, Mapping):
+        return dict(c)
+    e = summary.get("errors")
+    return dict(e) if isinstance(e, Mapping) else {}
 
 
 def format_result(summary: Mapping[str, Any], percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> str:
@@ -302,8 +353,16 @@ def format_extras(summary: Mapping[str, Any]) -> str:
                 params.get("output_len"), params.get("seed"), summary.get("endpoint_type"),
             )
         )
-    if summary.get("errors"):
-        lines.append("Failures by type: " + ", ".join(f"{k}={v}" for k, v in sorted(summary["errors"].items())))
+    counts = error_counts(summary)
+    if counts:
+        lines.append("Failures by type: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    req = summary.get("input_len_requested")
+    if req and summary.get("input_len_mismatch"):
+        lines.append("Input length: {} request(s) not {} tokens (server counted {}..{})".format(
+            summary["input_len_mismatch"], req, summary.get("input_len_reported_min"),
+            summary.get("input_len_reported_max")))
+    if summary.get("input_len_unverified"):
+        lines.append(f"Input length: {summary['input_len_unverified']} request(s) without usage.prompt_tokens")
     tpe = summary.get("mean_tokens_per_event") or 0.0
     lines.append(f"Tokens per event (mean): {tpe:.2f}" + ("  (>1: ITL is per event, not per token)" if tpe > 1.01 else ""))
     if summary.get("usage_missing"):
@@ -317,6 +376,8 @@ def format_extras(summary: Mapping[str, Any]) -> str:
                 "  CLIENT-BOUND: numbers may be limited by the client" if summary.get("client_bound") else "",
             )
         )
+        if summary.get("machine_busy"):
+            lines.append("MACHINE BUSY: " + str(cl.get("machine_busy_reason") or "other load on the client machine"))
     if summary.get("partial"):
         lines.append("PARTIAL: the run did not finish; statistics cover the finished requests only")
     return "\n".join(lines)

@@ -5,8 +5,12 @@
 * ``meta.json``: written atomically **before the first request** (target,
   profile, server argv/env redacted, engine version, GPUs, client location,
   parameters); updated atomically once the timed phase starts (``bench_start``).
-* ``samples.jsonl``: one line per finished request (``JsonlAppender``: one
-  ``write()`` per line on an O_APPEND fd; a torn tail is repaired on open).
+* ``samples.jsonl``: one line per finished request, written by the run's
+  writer thread (``JsonlAppender``: one ``write()`` per line on an O_APPEND
+  fd, fsync about once a second; a torn tail is repaired on open). The event
+  loop only hands records over, so no file I/O runs while timing; a record
+  handed over is in the file within milliseconds (well under 1 s), so even
+  ``kill -9`` loses only the last instant.
 * ``summary.json``: atomic; ``"partial": true`` while or if unfinished;
   :func:`rebuild_summary` recomputes it from the samples.
 * ``.lock``: ``fcntl.flock`` held by the one writer while the run is live.
@@ -23,16 +27,23 @@ import json
 import math
 import os
 import re
+import logging
+import queue
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Dict, Iterable, Mapping, Optional, Union
 
 from tui.bench import metrics
 from tui.util.files import JsonlAppender, atomic_write_json, atomic_write_text, read_jsonl, remove_stale_temps
-from tui.util.paths import data_dir
 from tui.util.safety import redact_env
+
+log = logging.getLogger(__name__)
+
+#: seconds between fsyncs of samples.jsonl by the writer thread
+SYNC_INTERVAL = 1.0
 
 SCHEMA_VERSION = 1
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -41,7 +52,7 @@ _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 SAMPLE_FIELDS = (
     "index", "success", "error_type", "error", "ttft", "itl", "latency", "prompt_len", "output_tokens",
     "start_time", "wall_start", "client_queue_time", "send_time", "elapsed", "tokens_per_event",
-    "usage_present", "bad_lines", "finish_reason", "worker",
+    "usage_present", "bad_lines", "finish_reason", "worker", "prompt_len_sent", "prompt_len_exact",
 )
 
 
@@ -50,6 +61,8 @@ class StoreError(Exception):
 
 
 def results_dir() -> Path:
+    from tui.util.paths import data_dir  # imported here: a run with an explicit folder never needs it
+
     return data_dir() / "results"
 
 
@@ -58,10 +71,10 @@ def new_run_id(prefix: str = "") -> str:
     return f"{prefix}{stamp}-{secrets.token_hex(3)}"
 
 
-def run_dir(run_id: str) -> Path:
+def run_dir(run_id: str, base: Union[str, "os.PathLike[str]", None] = None) -> Path:
     if not _RUN_ID_RE.match(run_id or "") or ".." in run_id:
         raise StoreError(f"run id {run_id!r}: invalid (letters, digits, '.', '_', '-')")
-    return results_dir() / run_id
+    return (Path(base) if base is not None else results_dir()) / run_id
 
 
 def redact_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,11 +89,20 @@ def redact_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class RunWriter:
-    """The single writer of one run folder (holds its ``.lock``)."""
+    """The single writer of one run folder (holds its ``.lock``).
 
-    def __init__(self, run_id: str, meta: Mapping[str, Any]) -> None:
+    ``meta.json`` is written at once (before the first request). After that,
+    :meth:`append` and :meth:`update_meta` only queue work for the writer
+    thread, which appends each sample with one ``write()`` as soon as it gets
+    it, fsyncs about every :data:`SYNC_INTERVAL` seconds, and replaces
+    meta.json atomically. ``base``: the results folder (default
+    ``data_dir()/results``).
+    """
+
+    def __init__(self, run_id: str, meta: Mapping[str, Any], *,
+                 base: Union[str, "os.PathLike[str]", None] = None) -> None:
         self.run_id = run_id
-        self.dir = run_dir(run_id)
+        self.dir = run_dir(run_id, base)
         self.dir.mkdir(parents=True, exist_ok=True)
         remove_stale_temps(self.dir)
         self._lock_fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -93,24 +115,42 @@ class RunWriter:
         self.meta.setdefault("schema_version", SCHEMA_VERSION)
         self.meta["run_id"] = run_id
         atomic_write_json(self.dir / "meta.json", self.meta)
-        self.samples = JsonlAppender(self.dir / "samples.jsonl", sync_every=64)
+        # fsync is the writer thread's own business (timed), not every N records
+        self.samples = JsonlAppender(self.dir / "samples.jsonl", sync_every=1 << 30)
         self.count = 0
+        self.error: Optional[BaseException] = None
+        self._q: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=f"results-writer-{run_id}", daemon=True)
+        self._thread.start()
 
+    # ---------------------------------------------------------------- called from the event loop
     def update_meta(self, **fields: Any) -> None:
         self.meta.update(fields)
-        atomic_write_json(self.dir / "meta.json", self.meta)
+        self._q.put(("meta", dict(self.meta)))
 
     def append(self, sample: Mapping[str, Any]) -> None:
         rec = {k: sample[k] for k in SAMPLE_FIELDS if k in sample}
-        self.samples.append(_finite(rec))
+        self._q.put(("sample", rec))
         self.count += 1
 
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until everything queued so far is written and fsynced."""
+        done = threading.Event()
+        self._q.put(("flush", done))
+        if not done.wait(timeout):
+            raise StoreError(f"run {self.run_id}: results writer stalled for {timeout:g} s ({self.dir})")
+        if self.error is not None:
+            raise StoreError(f"run {self.run_id}: writing {self.dir}: {self.error}")
+
     def write_summary(self, summary: Mapping[str, Any]) -> None:
-        self.samples.sync()
+        self.flush()
         atomic_write_json(self.dir / "summary.json", _finite(dict(summary)))
 
     def close(self) -> None:
         try:
+            if self._thread.is_alive():
+                self._q.put(("stop", None))
+                self._thread.join(30)
             self.samples.close()
         finally:
             if self._lock_fd >= 0:
@@ -123,6 +163,39 @@ class RunWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # ---------------------------------------------------------------- the writer thread
+    def _loop(self) -> None:
+        q = self._q
+        last_sync = time.monotonic()
+        dirty = False
+        while True:
+            wait = SYNC_INTERVAL - (time.monotonic() - last_sync) if dirty else None
+            try:
+                kind, item = q.get(timeout=max(0.0, wait)) if wait is not None else q.get()
+            except queue.Empty:
+                kind, item = "sync", None
+            try:
+                if kind == "sample":
+                    self.samples.append(_finite(item))
+                    dirty = True
+                elif kind == "meta":
+                    atomic_write_json(self.dir / "meta.json", item)
+                if dirty and (kind in ("sync", "flush", "stop")
+                              or time.monotonic() - last_sync >= SYNC_INTERVAL):
+                    self.samples.sync()
+                    dirty = False
+                    last_sync = time.monotonic()
+            except (OSError, ValueError) as e:
+                if self.error is None:
+                    log.error("run %s: writing %s failed: %s", self.run_id, self.dir, e)
+                self.error = e
+            if not dirty:
+                last_sync = time.monotonic()
+            if kind == "flush":
+                item.set()
+            elif kind == "stop":
+                return
 
 
 def _finite(obj: Any) -> Any:
@@ -148,7 +221,7 @@ class RunInfo:
     run_id: str
     path: Path
     meta: dict[str, Any]
-    summary: dict[str, Any] | None
+    summary: Optional[Dict[str, Any]]
     live: bool  # a writer holds the lock
 
     @property
@@ -156,7 +229,7 @@ class RunInfo:
         return self.summary is None or bool(self.summary.get("partial"))
 
 
-def _read_json(p: Path) -> dict[str, Any] | None:
+def _read_json(p: Path) -> Optional[Dict[str, Any]]:
     try:
         with open(p, "rb") as f:
             v = json.load(f)
@@ -222,9 +295,9 @@ def summarize(
     samples: list[Mapping[str, Any]],
     meta: Mapping[str, Any],
     *,
-    duration: float | None = None,
+    duration: Optional[float] = None,
     partial: bool = False,
-    client: Mapping[str, Any] | None = None,
+    client: Optional[Mapping[str, Any]] = None,
 ) -> dict[str, Any]:
     """Summary JSON (vLLM keys + ours) for a run's samples and meta."""
     p = meta.get("params") or {}
@@ -239,7 +312,7 @@ def summarize(
         "backend": "openai-chat" if p.get("endpoint") == "chat" else "openai",
         "label": meta.get("label") or None,
         "model_id": meta.get("model"),
-        "tokenizer_id": None,
+        "tokenizer_id": p.get("tokenizer"),
         "num_prompts": p.get("num_prompts"),
         "request_rate": rate if rate == "inf" else rate_f,
         "burstiness": p.get("burstiness", 1.0),
@@ -253,6 +326,7 @@ def summarize(
             goodput=p.get("goodput") or None,
             max_concurrency=p.get("max_concurrency"),
             request_rate=rate_f,
+            input_len=p.get("input_len"),
         )
     )
     res["run_id"] = meta.get("run_id")
@@ -264,6 +338,7 @@ def summarize(
         cl.update(client)
     res["client"] = cl
     res["client_bound"] = bool(cl.get("client_bound"))
+    res["machine_busy"] = bool(cl.get("machine_busy"))
     res["schema_version"] = SCHEMA_VERSION
     return res
 
@@ -315,7 +390,7 @@ CSV_FIELDS = (
 )
 
 
-def export_csv(run_id: str, dest: str | os.PathLike[str]) -> int:
+def export_csv(run_id: str, dest: Union[str, "os.PathLike[str]"]) -> int:
     """One row per request; returns the number of rows."""
     rows = read_samples(run_id)
     dest = Path(dest)
@@ -352,7 +427,7 @@ def to_vllm_arrays(samples: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]
     return out
 
 
-def export_vllm_json(run_id: str, dest: str | os.PathLike[str]) -> None:
+def export_vllm_json(run_id: str, dest: Union[str, "os.PathLike[str]"]) -> None:
     """vLLM's result file layout: summary keys plus the per-request arrays."""
     summary = summary_for(run_id)
     data = {**summary, **to_vllm_arrays(read_samples(run_id))}

@@ -2,12 +2,18 @@
 
 Protocol on stdin/stdout (JSON lines):
 
-1. stdin: the job (endpoint, its share of prompts, concurrency, rate, seed, warmup).
-2. The worker runs its warmup requests, then prints ``{"ready": true}``.
+1. stdin: the job (endpoint, its share of prompts, concurrency, rate, seed, warmup, preconnect).
+2. The worker runs its warmup requests, opens its connections, then prints
+   ``{"ready": true, "connect_times": [s, ...]}``.
 3. stdin: ``go <t0>``: t0 is a ``perf_counter`` value in the near future, shared
    by all workers (CLOCK_MONOTONIC is system-wide on Linux).
 4. stdout: ``{"s": sample}`` per finished request, ``{"tick": {...}}`` per
-   second (new 1-s event bins, in-flight, CPU, loop lag), finally ``{"end": report}``.
+   second (new 1-s event bins, in-flight, CPU, loop lag, load, steal), finally
+   ``{"end": report}`` (``t_end``: when its last response finished).
+
+The worker keeps reading stdin: end of file means the parent is gone (even
+after ``kill -9``), and the worker exits at once, so no worker outlives its
+benchmark.
 """
 
 from __future__ import annotations
@@ -15,16 +21,28 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, Dict, Optional
 
 from tui.bench.client import EndpointConfig, Live, RequestSpec, make_client, prepare, quiet_gc
 from tui.bench.runner import BenchConfig, ClientMonitor, drive, warmup
 from tui.util.aio import run_async
 
 _pc = time.perf_counter
+
+#: exit status when the parent went away
+ORPHANED = 3
+
+
+def _orphaned() -> None:
+    try:
+        sys.stderr.write("tui.bench.worker: parent process gone (stdin closed); exiting\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(ORPHANED)
 
 
 async def _main() -> int:
@@ -35,7 +53,24 @@ async def _main() -> int:
         loop.add_signal_handler(sig, me.cancel)  # cancelled requests still report their partial sample
     reader = asyncio.StreamReader(limit=1 << 28)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    job = json.loads(await reader.readline())
+    first = await reader.readline()
+    if not first:
+        _orphaned()
+    job = json.loads(first)
+    go: "asyncio.Future[Optional[float]]" = loop.create_future()
+
+    async def watch_parent() -> None:
+        # the only other line is "go <t0>"; after it, end of file means the parent died
+        while True:
+            line = await reader.readline()
+            if not line:
+                _orphaned()
+            parts = line.decode("utf-8", "replace").split()
+            if not go.done():
+                ok = len(parts) == 2 and parts[0] == "go"
+                go.set_result(float(parts[1]) if ok else None)
+
+    watcher = asyncio.ensure_future(watch_parent())
     out = sys.stdout
     ep = EndpointConfig(**job["endpoint"])
     specs = [RequestSpec(**s) for s in job["specs"]]
@@ -46,55 +81,58 @@ async def _main() -> int:
         out.write(json.dumps(obj, separators=(",", ":")) + "\n")
         out.flush()
 
-    async with make_client(transport=job["transport"], read_timeout=job["read_timeout"]) as client:
-        cfg = BenchConfig(url=ep.base_url, input_len=job["input_len"], output_len=job["output_len"],
-                          seed=job["seed"])
-        await warmup(client, ep, job["warmup"], cfg, job["concurrency"])
-        prepared = [prepare(client, ep, sp) for sp in specs]
-        send({"ready": True})
-        line = (await reader.readline()).decode().split()
-        if len(line) != 2 or line[0] != "go":
-            return 2
-        t0 = float(line[1])
-        delay = t0 - _pc()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        live = Live(t0)
-        mon = ClientMonitor()
-        mon.start()
-        sent_bins: dict[int, int] = {}
+    try:
+        async with make_client(read_timeout=job["read_timeout"]) as client:
+            cfg = BenchConfig(url=ep.base_url, input_len=job["input_len"], output_len=job["output_len"],
+                              seed=job["seed"], token_ids=bool(job.get("token_ids", True)))
+            await warmup(client, ep, job["warmup"], cfg, job["concurrency"])
+            prepared = [prepare(client, ep, sp) for sp in specs]
+            connect = await client.warm(ep.url, int(job.get("preconnect") or 0))
+            send({"ready": True, "connect_times": connect})
+            t0 = await go
+            if t0 is None:
+                return 2
+            live = Live(t0)
+            mon = ClientMonitor()
+            mon.start()
+            sent_bins: Dict[int, int] = {}
+            t_end: Optional[float] = None
 
-        def on_sample(s: dict[str, Any]) -> None:
-            s.pop("_events", None)
-            s["worker"] = w
-            send({"s": s})
+            def on_sample(s: Dict[str, Any]) -> None:
+                s.pop("_events", None)
+                s["worker"] = w
+                send({"s": s})
 
-        def flush_tick() -> None:
-            new = {}
-            for k, v in list(live.bins.items()):
-                d = v - sent_bins.get(k, 0)
-                if d:
-                    new[k] = d
-                    sent_bins[k] = v
-            send({"tick": {"bins": new, "in_flight": live.in_flight, "cpu": mon.last_cpu,
-                           "lag_ms": mon.last_lag_ms}})
+            def flush_tick() -> None:
+                new = {}
+                for k, v in list(live.bins.items()):
+                    d = v - sent_bins.get(k, 0)
+                    if d:
+                        new[k] = d
+                        sent_bins[k] = v
+                send({"tick": {"bins": new, "in_flight": live.in_flight, "cpu": mon.last_cpu,
+                               "lag_ms": mon.last_lag_ms, "load1": mon.last_load1, "steal": mon.last_steal}})
 
-        async def ticker() -> None:
-            while True:
-                await asyncio.sleep(1.0 - ((_pc() - t0) % 1.0))
+            async def ticker() -> None:
+                while True:
+                    await asyncio.sleep(1.0 - ((_pc() - t0) % 1.0))
+                    flush_tick()
+
+            tk = asyncio.ensure_future(ticker())
+            try:
+                with quiet_gc():
+                    await drive(client, ep, specs, concurrency=job["concurrency"], rate=rate,
+                                burstiness=job["burstiness"], seed=job["seed"], t0=t0, live=live,
+                                on_sample=on_sample, prepared=prepared)
+                    t_end = _pc()
+            finally:
+                tk.cancel()
                 flush_tick()
-
-        tk = asyncio.create_task(ticker())
-        try:
-            with quiet_gc():
-                await drive(client, ep, specs, concurrency=job["concurrency"], rate=rate,
-                            burstiness=job["burstiness"], seed=job["seed"], t0=t0, live=live,
-                            on_sample=on_sample, prepared=prepared)
-        finally:
-            tk.cancel()
-            flush_tick()
-            rep = await mon.stop()
-            send({"end": rep})
+                rep = await mon.stop()
+                rep["t_end"] = t_end
+                send({"end": rep})
+    finally:
+        watcher.cancel()
     return 0
 
 
@@ -103,6 +141,9 @@ def main() -> int:
         return run_async(_main())
     except (KeyboardInterrupt, asyncio.CancelledError):
         return 130
+    except BrokenPipeError:
+        _orphaned()
+        return ORPHANED
 
 
 if __name__ == "__main__":

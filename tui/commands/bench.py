@@ -125,7 +125,9 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
                    help="requests/s (Gamma arrivals; 'inf' = all at once, gated by --concurrency); a list sweeps")
     w.add_argument("--burstiness", type=_pos_float, default=1.0, help="Gamma shape (1 = Poisson)")
     w.add_argument("--num-prompts", type=_pos_int, default=None, help="requests per level (default 5 x C, >= 10)")
-    w.add_argument("--input-len", type=_pos_int, default=128, help="prompt length in words (~tokens)")
+    w.add_argument("--input-len", type=_pos_int, default=128,
+                   help="prompt length in tokens (completions: exactly, as token ids; chat: fitted with the "
+                   "server's /tokenize where it has one)")
     w.add_argument("--output-len", type=_pos_int, default=128, help="max_tokens per request")
     w.add_argument("--warmup", type=_nonneg_int, default=1, help="warmup requests per level (not recorded)")
     w.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
@@ -139,8 +141,8 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
                    help="percentiles to report (default 90,99)")
     c = p.add_argument_group("client")
     c.add_argument("--workers", type=_pos_int, default=1, help="client processes (when one core is not enough)")
-    c.add_argument("--transport", choices=("lean", "httpx"), default="lean",
-                   help="HTTP transport: lean (fast, default) or httpx's stock h11 transport")
+    c.add_argument("--no-preconnect", dest="preconnect", action="store_false",
+                   help="open connections during the timed phase instead of before it")
     c.add_argument("--read-timeout", type=_pos_float, default=600.0, metavar="S",
                    help="largest gap allowed between two reads of a response (default 600)")
     c.add_argument("--request-timeout", type=_pos_float, default=None, metavar="S",
@@ -222,7 +224,7 @@ def _config(args: argparse.Namespace, url: str, goodput: dict[str, float]) -> An
         request_deadline=args.request_timeout,
         ready_timeout=args.ready_timeout,
         workers=args.workers,
-        transport=args.transport,
+        preconnect=args.preconnect,
         label=args.label,
         progress_samples=args.progress and args.progress_samples,
     )

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from tui.commands._hosterr import report_error
+from tui.services import runtime
 from tui.services.hosts import HostError, get_host
 from tui.services.probe import ProbeResult, probe_host
 from tui.util.safety import UnsafeInput
@@ -29,7 +30,7 @@ def _gib(n: int | None) -> str:
     return "N/A" if n is None else f"{n / 2**30:.1f} GiB"
 
 
-def format_table(r: ProbeResult) -> str:
+def format_table(r: ProbeResult, rt: dict[str, object] | None = None) -> str:
     smi = "not found"
     if r.nvidia_smi:
         if r.gpu_count is None:
@@ -51,6 +52,12 @@ def format_table(r: ProbeResult) -> str:
     ]
     for name, v in r.engines.items():
         rows.append((name, v if v else "not installed"))
+    if rt is not None:
+        if rt.get("python"):
+            shipped = "shipped" if rt.get("shipped") else "ships on first use"
+            rows.append(("host runtime", f"Python {rt.get('python_version')} ({rt.get('python')}), {shipped}"))
+        else:
+            rows.append(("host runtime", str(rt.get("problem"))))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
@@ -62,15 +69,14 @@ async def run(args: argparse.Namespace) -> int:
         host = get_host(target, demo=args.demo)
     except (UnsafeInput, HostError) as e:
         return report_error("probe", where, e, as_json=args.json)
-    except ImportError as e:  # --demo before the simulator is installed
-        return report_error("probe", where, HostError("error", f"not available: {e}"), as_json=args.json)
     try:
         async with host:
             result = await probe_host(host)
+            rt = await runtime.describe(host)
     except (HostError, UnsafeInput) as e:
         return report_error("probe", where, e, as_json=args.json)
     if args.json:
-        print(json.dumps(result.as_dict(), indent=2))
+        print(json.dumps({**result.as_dict(), "runtime": rt}, indent=2))
     else:
-        print(format_table(result))
+        print(format_table(result, rt))
     return 0

@@ -3,7 +3,6 @@
     python3 tunedeck-host-<hash>.pyz info          what will run here, as JSON
     python3 tunedeck-host-<hash>.pyz bench DIR     a benchmark job (DIR/spec.json)
     python3 tunedeck-host-<hash>.pyz ab DIR        an A/B campaign job
-    python3 tunedeck-host-<hash>.pyz worker        one benchmark worker process (--workers N)
 
 Exit status: 0 done, 1 nothing completed / the A/B failed, 2 bad spec, 3 server not
 ready, 4 disk (full) error, 5 another A/B holds the host, 130 stopped.
@@ -53,7 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("bench", "ab"):
         sp = sub.add_parser(name, help=f"run a {name} job")
         sp.add_argument("job_dir", type=_job_dir)
-    sub.add_parser("worker", help="a benchmark worker process (speaks JSON on stdin/stdout)")
     args = p.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -61,11 +59,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "info":
         print(json.dumps(info()))
         return 0
-    if args.cmd == "worker":
-        from tui.bench import worker
-
-        return worker.main()
-    from tui.bench import runner
     from tui.util import paths
     from tui.util.aio import run_async
 
@@ -74,9 +67,6 @@ def main(argv: list[str] | None = None) -> int:
     # everything the job writes (results, journal, run records) stays in its folder
     paths.use_home(args.job_dir)
     os.chdir(args.job_dir)
-    archive = os.path.abspath(sys.argv[0])
-    if archive.endswith(".pyz"):
-        runner.WORKER_COMMAND = [sys.executable, "-I", archive, "worker"]
     if args.cmd == "bench":
         from tui.hostside import benchjob
 

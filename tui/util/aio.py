@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Coroutine, TypeVar
+from typing import Any, Coroutine, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -13,15 +13,24 @@ def run_async(coro: Coroutine[Any, Any, T], *, fast: bool = True) -> T:
     if fast:
         try:
             import uvloop  # type: ignore[import-not-found]
-        except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        except ImportError:  # the one optional module: a host interpreter may not have it
             pass
         else:
-            return uvloop.run(coro)
+            run = getattr(uvloop, "run", None)  # uvloop >= 0.18
+            if run is not None:
+                return run(coro)
+            loop = uvloop.new_event_loop()
+            try:
+                asyncio.set_event_loop(loop)
+                return loop.run_until_complete(coro)
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
     return asyncio.run(coro)
 
 
 async def terminate_group(
-    proc: "asyncio.subprocess.Process", *, first: int | None = None, grace: float = 5.0
+    proc: "asyncio.subprocess.Process", *, first: Optional[int] = None, grace: float = 5.0
 ) -> None:
     """End a child started with ``start_new_session=True`` and its whole process group.
 

@@ -6,10 +6,12 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Union
+
+PathArg = Union[str, "os.PathLike[str]"]
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644) -> None:
+def atomic_write_bytes(path: PathArg, data: bytes, *, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` so that readers see the old or the new file, never a torn one.
 
     Temp file in the same directory → write → fsync → ``os.replace`` → fsync the directory.
@@ -42,15 +44,15 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int =
         os.close(dfd)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int = 0o644) -> None:
+def atomic_write_text(path: PathArg, text: str, *, mode: int = 0o644) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, mode: int = 0o644) -> None:
+def atomic_write_json(path: PathArg, obj: Any, *, mode: int = 0o644) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n", mode=mode)
 
 
-def remove_stale_temps(folder: str | os.PathLike[str]) -> int:
+def remove_stale_temps(folder: PathArg) -> int:
     """Delete ``.*.tmp`` files a killed writer left behind. Returns how many."""
     n = 0
     folder = Path(folder)
@@ -65,7 +67,7 @@ def remove_stale_temps(folder: str | os.PathLike[str]) -> int:
     return n
 
 
-def repair_jsonl_tail(path: str | os.PathLike[str]) -> int:
+def repair_jsonl_tail(path: PathArg) -> int:
     """Truncate a torn last line (no trailing newline). Returns bytes removed."""
     path = Path(path)
     try:
@@ -106,7 +108,7 @@ class JsonlAppender:
     ``sync_every`` records and on close.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, sync_every: int = 32) -> None:
+    def __init__(self, path: PathArg, *, sync_every: int = 32) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.repaired = repair_jsonl_tail(self.path)
@@ -141,7 +143,7 @@ class JsonlAppender:
         self.close()
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> Iterator[Any]:
+def read_jsonl(path: PathArg) -> Iterator[Any]:
     """Yield each complete, parseable line; a torn or corrupt line is skipped."""
     with open(path, "rb") as f:
         for raw in f:

@@ -1,0 +1,134 @@
+"""The benchmark engine on its own: stdlib only, Python 3.9, no orphans, typed progress records."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, tunedeck_cmd
+from tests.fakesrv import FakeServer
+from tui.bench.records import BenchEvent, LevelSummary, RecordError, Sample, parse_progress
+
+PY39 = "/root/.pyenv/versions/3.9.18/bin/python3.9"
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.timeout(120)
+def test_engine_runs_alone_on_python39_stdlib_only():
+    """Only tui.bench.ENGINE_MODULES, copied alone, under `python3.9 -I -S` (no site-packages) against the sim."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import bench_engine_portable
+
+    python = PY39 if os.path.exists(PY39) else sys.executable
+    rep = bench_engine_portable.run(python)
+    if python == PY39:
+        assert rep["python"].startswith("3.9.")
+    assert rep["forbidden_loaded"] == []
+    assert [lv["workers"] for lv in rep["levels"]] == [1, 2]
+    for lv in rep["levels"]:
+        assert lv["completed"] == 16 and lv["failed"] == 0
+        assert lv["total_input_tokens"] == 16 * 64 and lv["input_len_mismatch"] == 0
+        assert lv["total_output_tokens"] == 16 * 16
+    assert {"connected", "level_done", "tick"} <= set(rep["event_types"])
+    assert rep["files"] == [".lock", "meta.json", "samples.jsonl", "summary.json"]
+
+
+def test_engine_imports_nothing_outside_the_standard_library():
+    code = ("import sys\n"
+            "import tui.bench.runner, tui.bench.worker, tui.bench.store, tui.bench.records\n"
+            "bad = [m for m in ('httpx', 'psutil', 'platformdirs', 'textual', 'rich') if m in sys.modules]\n"
+            "print(bad)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+@pytest.mark.timeout(60)
+def test_kill_9_leaves_no_worker_behind():
+    with FakeServer("--ttft-ms", "20", "--itl-ms", "50") as srv:
+        proc = subprocess.Popen(
+            [*tunedeck_cmd(), "bench", "--url", srv.url, "--concurrency", "8", "--num-prompts", "400",
+             "--input-len", "8", "--output-len", "200", "--warmup", "0", "--workers", "3", "--progress"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            while True:
+                line = proc.stdout.readline()
+                assert line, proc.stderr.read()
+                if json.loads(line)["type"] == "tick":
+                    break
+            workers = _children(proc.pid)
+            assert len(workers) == 3 and all(_alive(p) for p in workers)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            t = time.monotonic()
+            while any(_alive(p) for p in workers) and time.monotonic() - t < 1.5:
+                time.sleep(0.05)
+            orphans = [p for p in workers if _alive(p)]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+        for p in orphans:
+            os.kill(p, signal.SIGKILL)
+        assert orphans == [], "workers outlived their benchmark by > 1.5 s"
+
+
+def test_bench_event_is_the_one_progress_parser():
+    ev = BenchEvent.from_json('{"type":"tick","level":0,"t":1.0,"completed":3,"tok_s":40,"ttft_p50_ms":null}\n')
+    assert ev.type == "tick" and ev.level == 0 and ev["tok_s"] == 40 and ev.get("ttft_p50_ms") is None
+    assert BenchEvent.from_json(ev.to_json()) == ev and json.loads(ev.to_json()) == ev.to_dict()
+    done = BenchEvent.from_json(json.dumps({"type": "level_done", "level": 1, "run_id": "r1", "summary": {
+        "run_id": "r1", "completed": 9, "failed": 1, "duration": 2.5, "output_throughput": 100.0,
+        "max_concurrency": 4, "request_rate": "inf", "partial": False, "client_bound": False, "mean_ttft_ms": 5}}))
+    assert isinstance(done.summary, LevelSummary) and done.summary.completed == 9
+    assert done.summary.get("mean_ttft_ms") == 5 and done.run_id == "r1"
+    assert LevelSummary.from_json(done.summary.to_json()) == done.summary
+    for bad, what in (("not json", "not JSON"), ("[1]", "JSON object"), ('{"level":1}', "type"),
+                      ('{"type":"tick"}', "no level"), ('{"type":"tick","level":"x"}', "integer"),
+                      ('{"type":"level_done","level":0}', "summary"),
+                      ('{"type":"level_done","level":0,"summary":{"completed":"x"}}', "completed")):
+        with pytest.raises(RecordError, match=what):
+            BenchEvent.from_json(bad)
+    assert BenchEvent.from_json('{"type":"future_kind","x":1}').type == "future_kind"
+    evs = parse_progress('{"type":"waiting","url":"u","timeout":1}\nnoise\n\n{"type":"done","run_ids":[]}\n')
+    assert [e.type for e in evs] == ["waiting", "done"]
+    assert BenchEvent.make("error", kind="NOT_READY", message="m").to_dict() == {
+        "type": "error", "kind": "NOT_READY", "message": "m"}
+
+
+def test_sample_record_round_trip():
+    line = json.dumps({"index": 3, "success": True, "ttft": 0.1, "itl": [0.01, 0.02], "latency": 0.13,
+                       "prompt_len": 64, "prompt_len_sent": 64, "prompt_len_exact": True, "output_tokens": 3,
+                       "start_time": 1.0, "usage_present": True, "unknown_future_field": 1})
+    s = Sample.from_json(line)
+    assert s.itl == (0.01, 0.02) and s.prompt_len_exact and s.index == 3
+    assert Sample.from_json(s.to_json()) == s
+    with pytest.raises(RecordError, match="itl"):
+        Sample.from_json('{"index": 1, "itl": 5}')
