@@ -378,7 +378,7 @@ async def _host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | 
             where = args.client_where or "host"
             run = await BenchRun.start(host, cfg, meta_extra=meta_extra,
                                        where=HOST if where == "host" else "local", python=args.python)
-        if run.job is not None:
+        if run.job is not None and run.job.alive:
             print(f"tunedeck bench: job {run.job_id} runs on {target} next to the server; Ctrl-C detaches "
                   f"(it goes on); follow it with `tunedeck bench --attach {run.job_id}`, stop it with "
                   f"`--stop {run.job_id}`", file=sys.stderr, flush=True)

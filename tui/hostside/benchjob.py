@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -37,21 +38,62 @@ def config_from_spec(spec: dict[str, Any]) -> Any:
     return BenchConfig(**raw)
 
 
+#: room kept on the host's disk for the last words of a run (partial summary, exit event, rc)
+RESERVE_BYTES = 256 * 1024
+#: below this much free space the run stops before a write fails
+LOW_WATER_BYTES = 128 * 1024
+
+
+def _free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _disk_full_message(job_dir: Path) -> str:
+    return (f"the host's disk is full ({job_dir}: {_free_bytes(job_dir) // 1024} kB free); stopped, "
+            "samples written so far are kept")
+
+
 async def run(job_dir: Path) -> int:
     from tui.bench.runner import NotReady, run_benchmark
     from tui.bench.store import StoreError
 
     events = EventLog(job_dir / EVENTS)
+    reserve = job_dir / ".reserve"
     rc, error = 0, None
+    disk_full = False
+    task = asyncio.current_task()
+    assert task is not None
+
+    def release_reserve() -> None:
+        try:
+            reserve.unlink()
+        except FileNotFoundError:
+            pass
+
+    async def watch_disk() -> None:
+        nonlocal disk_full
+        while True:
+            await asyncio.sleep(0.5)
+            if _free_bytes(job_dir) < LOW_WATER_BYTES or events.failed:
+                disk_full = True
+                release_reserve()
+                task.cancel()
+                return
+
+    watcher: asyncio.Task[None] | None = None
     try:
+        with open(reserve, "wb") as f:
+            f.write(b"\0" * RESERVE_BYTES)
+            f.flush()
+            os.fsync(f.fileno())
         spec = read_spec(job_dir)
         cfg = config_from_spec(spec)
         meta_extra = spec.get("meta_extra") if isinstance(spec.get("meta_extra"), dict) else {}
-        task = asyncio.current_task()
         loop = asyncio.get_running_loop()
-        assert task is not None
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, task.cancel)
+        watcher = asyncio.ensure_future(watch_disk())
 
         def emit(msg: dict[str, Any]) -> None:
             events.write(msg)
@@ -61,15 +103,29 @@ async def run(job_dir: Path) -> int:
         if summaries and all(s.get("completed") == 0 for s in summaries):
             rc, error = 1, "no request completed"
     except asyncio.CancelledError:
-        rc, error = 130, "stopped; finished samples were kept (summary marked partial)"
+        if disk_full:
+            rc, error = 4, _disk_full_message(job_dir)
+        else:
+            rc, error = 130, "stopped; finished samples were kept (summary marked partial)"
     except NotReady as e:
         rc, error = 3, f"NOT_READY: {e}"
-    except (ValueError, StoreError) as e:
+    except StoreError as e:
+        release_reserve()
+        if "No space left" in str(e):
+            rc, error = 4, _disk_full_message(job_dir)
+        else:
+            rc, error = 2, str(e)
+    except ValueError as e:
         rc, error = 2, str(e)
     except OSError as e:
+        release_reserve()
         rc = 4
-        what = "the host's disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
-        error = f"{what} ({e.filename or 'results'}); samples written so far are kept"
+        error = _disk_full_message(job_dir) if e.errno == errno.ENOSPC else \
+            f"{e.strerror or e} ({e.filename or job_dir}); samples written so far are kept"
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+        release_reserve()
     if error:
         log.error("bench job %s: %s", job_dir.name, error)
     events.write({"type": "exit", "rc": rc, "error": error})

@@ -84,6 +84,10 @@ class EventLog:
             except OSError as e:
                 self._error = e
 
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
     def check(self) -> None:
         if self._error is not None:
             raise self._error
