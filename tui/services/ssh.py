@@ -32,6 +32,7 @@ import fnmatch
 import getpass
 import glob
 import ipaddress
+import logging
 import os
 import random
 import re
@@ -47,7 +48,9 @@ import asyncssh
 
 from tui.services.hosts import ByteStream, Host, HostError, RunResult, Target, parse_target
 from tui.util.paths import known_hosts_file
-from tui.util.safety import UnsafeInput, check_text, env_command
+from tui.util.safety import UnsafeInput, check_text, env_command, visible
+
+log = logging.getLogger(__name__)
 
 DEFAULT_KEY_NAMES = ("id_ed25519", "id_rsa", "id_ecdsa")
 #: Concurrent SSH handshakes per event loop (sshd MaxStartups resets beyond 10).
@@ -353,24 +356,43 @@ _STREAM_WRAPPER = (
 )
 
 #: Guarded kill of a stream's process (and its process group): $1 pid, $2 start time or '-'.
+#: Signals are sent as ``kill -s SIG -- -PGID``: dash (Debian's /bin/sh) rejects
+#: ``kill -TERM -- -PGID`` ("Illegal number"), which would leave the group alive; busybox sh
+#: rejects the ``--`` and gets ``kill -SIG -PGID`` instead. A failed kill
+#: whose target still exists is reported on stderr and in the exit status (3), never discarded.
 _KILL_SCRIPT = r"""
-pid=$1 st=$2
+pid=$1 st=$2 rc=0
 case $pid in ''|*[!0-9]*) exit 2;; esac
-if [ ! -r /proc/self/stat ]; then kill -TERM "$pid" 2>/dev/null; exit 0; fi
+if [ ! -r /proc/self/stat ]; then kill -s TERM "$pid" 2>/dev/null; exit 0; fi
 read -r s 2>/dev/null < /proc/$pid/stat || exit 0
 g() { set -- ${1##*) }; cur=${20}; pg=$3; }
 g "$s"
 if [ "$st" != "-" ] && [ "$cur" != "$st" ]; then exit 0; fi
-kill -TERM "$pid" 2>/dev/null
-case $pg in ''|*[!0-9]*|0|1) ;; *) [ "$pg" -ne "$$" ] && kill -TERM -- "-$pg" 2>/dev/null;; esac
-alive() { read -r s 2>/dev/null < /proc/$pid/stat || return 1; set -- ${s##*) }; [ "$1" != Z ] && [ "$1" != X ]; }
+case $pg in ''|*[!0-9]*|0|1) pg=;; *) [ "$pg" -eq "$$" ] && pg=;; esac
+sig() {
+  # busybox sh does not take '--' (it says "invalid number"): then its own form -SIG TARGET
+  e=$(kill -s "$1" -- "$2" 2>&1) || e=$(kill -"$1" "$2" 2>&1) || case $e in
+    *[Nn]o\ such\ process*) ;; *) echo "kill -s $1 -- $2 failed: $e" >&2; rc=3;; esac
+}
+alive() { read -r s 2>/dev/null < /proc/$1/stat || return 1; set -- ${s##*) }; [ "$1" != Z ] && [ "$1" != X ]; }
+members() {
+  for f in /proc/[0-9]*/stat; do
+    read -r s 2>/dev/null < "$f" || continue
+    set -- ${s##*) }
+    [ "$3" = "$pg" ] && [ "$1" != Z ] && [ "$1" != X ] && return 0
+  done
+  return 1
+}
+sig TERM "$pid"
+[ -n "$pg" ] && sig TERM "-$pg"
 i=0
-while alive && [ $i -lt 150 ]; do sleep 0.02; i=$((i+1)); done
-if alive; then
-  kill -KILL "$pid" 2>/dev/null
-  case $pg in ''|*[!0-9]*|0|1) ;; *) kill -KILL -- "-$pg" 2>/dev/null;; esac
+while alive "$pid" && [ $i -lt 150 ]; do sleep 0.02; i=$((i+1)); done
+alive "$pid" && sig KILL "$pid"
+if [ -n "$pg" ] && members; then
+  sleep 0.1
+  members && sig KILL "-$pg"
 fi
-exit 0
+exit $rc
 """
 
 
@@ -786,6 +808,9 @@ class SshHost(Host):
         r = await self.run_script(_KILL_SCRIPT, [str(pid), starttime], timeout=15)
         if r.lost or r.timed_out:
             raise HostError("connection-lost", "could not stop the streamed command", target=self.target)
+        if r.exit_status != 0:
+            log.warning("%s: stopping streamed pid %s: %s", self.target, pid,
+                        visible(r.stderr.strip() or f"exit status {r.exit_status}"))
 
     async def close(self) -> None:
         self._closed = True
