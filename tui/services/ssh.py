@@ -31,6 +31,7 @@ import dataclasses
 import fnmatch
 import getpass
 import glob
+import hashlib
 import ipaddress
 import logging
 import os
@@ -404,6 +405,46 @@ def _signal_name(sig: object) -> str | None:
     return str(sig)
 
 
+# ====================================================================== permanent failures
+
+#: Errors no retry can fix: only the user can (trust the key, fix the credentials, press ``r``).
+PERMANENT_KINDS = ("hostkey-unknown", "hostkey-mismatch", "auth-failed")
+
+
+@dataclass
+class _Block:
+    error: HostError
+    signature: tuple[tuple[str, str], ...]
+
+
+#: (host, port, user) -> the permanent failure that stops every connection attempt to it in this
+#: process, whichever SshHost (GPU poller, host stats, run list, log tail) asks.
+_BLOCKED: dict[tuple[str, int, str], _Block] = {}
+
+
+def _signature(ep: Endpoint) -> tuple[tuple[str, str], ...]:
+    """What the user changes to fix a permanent failure: the known_hosts files (``tunedeck
+    trust``, an edit) and the key files (by content: small files, and an mtime can repeat).
+    A change lifts the block without pressing ``r``."""
+    out = []
+    for f in [known_hosts_file(), Path.home() / ".ssh" / "known_hosts", *map(Path, ep.identity_files)]:
+        try:
+            digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        except OSError:
+            digest = "-"
+        out.append((str(f), digest))
+    return tuple(out)
+
+
+def _block_key(ep: Endpoint) -> tuple[str, int, str]:
+    return (ep.host, ep.port, ep.user)
+
+
+def clear_block(ep: Endpoint) -> None:
+    """The user acted (``r``, ``tunedeck trust``): allow one new attempt to this endpoint."""
+    _BLOCKED.pop(_block_key(ep), None)
+
+
 # ====================================================================== the host
 
 
@@ -419,6 +460,14 @@ class _Client(asyncssh.SSHClient):
         host = self._host()
         if host is not None and self._conn is not None:
             host._on_lost(self._conn, exc)
+
+    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        """Called by asyncssh only for a key that is NOT in known_hosts: remember it, so the
+        refusal can show its fingerprint without a second connection, and refuse it."""
+        h = self._host()
+        if h is not None:
+            h._presented_key = key
+        return False
 
 
 @dataclass
@@ -463,7 +512,10 @@ class SshHost(Host):
         self.next_retry_at: float | None = None
         self.last_error: HostError | None = None
         self.connects = 0
+        #: connection attempts made (handshakes started), for tests and diagnostics
+        self.attempts = 0
         self._failures = 0
+        self._presented_key: asyncssh.SSHKey | None = None
 
     # ------------------------------------------------------------------ status
     @property
@@ -493,6 +545,18 @@ class SshHost(Host):
     async def connect(self) -> None:
         """Connect now (with retries and backoff) instead of on the first command."""
         await self._connection()
+
+    def retry(self) -> None:
+        """The user asked to try again (``r``): lift a host-key or authentication refusal once.
+
+        Until then such a failure is remembered for this endpoint and every caller gets it at
+        once, without connecting: polling loops must not hammer a host whose key changed."""
+        try:
+            clear_block(self.endpoint)
+        except UnsafeInput:
+            pass
+        if self.state == "failed":
+            self.state = "idle"
 
     async def wait_disconnected(self) -> None:
         """Return once the current connection is gone (a supervisor then calls :meth:`connect`)."""
@@ -543,14 +607,39 @@ class SshHost(Host):
             if self._failures != failures and self.last_error is not None:
                 # another caller just gave up on this host: fail fast with its error
                 raise self.last_error
+            self._check_block()
             try:
                 conn = await self._connect_with_retry()
-            except HostError:
+            except HostError as e:
                 self._failures += 1
+                if e.kind in PERMANENT_KINDS:
+                    try:
+                        ep = self.endpoint
+                        _BLOCKED[_block_key(ep)] = _Block(e, _signature(ep))
+                    except UnsafeInput:
+                        pass
+                    log.warning("%s: %s; not retrying until the user acts", self.target, visible(e.message))
                 raise
             self._conn = conn
             self._after_connect(conn)
             return conn
+
+    def _check_block(self) -> None:
+        """Raise the remembered permanent failure for this endpoint, unless the user acted."""
+        try:
+            ep = self.endpoint
+        except UnsafeInput:
+            return
+        block = _BLOCKED.get(_block_key(ep))
+        if block is None:
+            return
+        if block.signature != _signature(ep):
+            log.info("%s: known_hosts or key files changed; trying again", self.target)
+            _BLOCKED.pop(_block_key(ep), None)
+            return
+        self.state = "failed"
+        self.last_error = block.error
+        raise HostError(block.error.kind, block.error.message, target=self.target)
 
     async def _connect_with_retry(self) -> asyncssh.SSHClientConnection:
         opts = self.options
@@ -610,7 +699,9 @@ class SshHost(Host):
         if ep.identity_files:
             kwargs["client_keys"] = list(ep.identity_files)
             kwargs["ignore_encrypted"] = True
+        self._presented_key = None
         async with _handshake_slot():
+            self.attempts += 1
             try:
                 conn = await asyncio.wait_for(
                     asyncssh.connect(ep.host, **kwargs),  # type: ignore[arg-type]
@@ -641,10 +732,13 @@ class SshHost(Host):
 
     async def _hostkey_error(self, ep: Endpoint) -> HostError:
         known = await known_keys_for(ep)
-        try:
-            key: asyncssh.SSHKey | None = await fetch_host_key(ep, timeout=self.options.connect_timeout)
-        except HostError:
-            key = None
+        # the key the refused handshake presented: no second connection just to show it
+        key: asyncssh.SSHKey | None = self._presented_key
+        if key is None:
+            try:
+                key = await fetch_host_key(ep, timeout=self.options.connect_timeout)
+            except HostError:
+                key = None
         new = f"{key_type_label(key)} key {fingerprint(key)}" if key else "a key tunedeck could not fetch"
         trust = f"tunedeck trust {self.target}"
         if known:
@@ -1019,7 +1113,9 @@ class _SshStream(ByteStream):
 
 
 __all__ = [
+    "PERMANENT_KINDS",
     "Endpoint",
+    "clear_block",
     "SshHost",
     "SshOptions",
     "fetch_host_key",
