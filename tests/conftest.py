@@ -26,6 +26,15 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     return base
 
 
+@pytest.fixture(autouse=True)
+def _no_remembered_ssh_refusals() -> None:
+    """A host-key / auth refusal is remembered per endpoint for the process (no retries until
+    the user acts); tests share one sshd endpoint, so each starts with a clean slate."""
+    blocked = getattr(sys.modules.get("tui.services.ssh"), "_BLOCKED", None)
+    if blocked is not None:
+        blocked.clear()
+
+
 @pytest.fixture
 def real_logs() -> Path:
     if not REAL_LOGS.is_dir():

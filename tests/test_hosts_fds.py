@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +65,52 @@ def test_detached_launch_then_wait_finishes_promptly() -> None:
         s = subprocess.run([*tunedeck_cmd(), "stop", "--yes", "--json", "--grace", "3"], cwd=REPO,
                            capture_output=True, text=True, timeout=30)
     assert s.returncode == 0, s.stderr
+
+
+def test_local_stream_dies_with_tunedeck_even_on_kill_9(tmp_path: Path) -> None:
+    """A `tail -F` started by a LocalHost stream ends when the process that started it is
+    killed with SIGKILL (no cleanup code runs): nothing is orphaned. The log stays quiet, so
+    tail never writes and never gets SIGPIPE: only the pipe watchdog can end it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    log = tmp_path / "log"
+    log.write_text("x\n")
+    marker = f"tdmark{os.getpid()}"
+    code = (
+        "import asyncio, sys\n"
+        "from tui.services.hosts import LocalHost\n"
+        "from tui.util.aio import run_async\n"
+        "async def main():\n"
+        f"    s = LocalHost().stream(['sh', '-c', 'exec tail -F \"$1\"', {marker!r}, {str(log)!r}])\n"
+        "    async for chunk in s:\n"
+        "        print('got', flush=True)\n"
+        "        await asyncio.sleep(3600)\n"
+        "run_async(main())\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         cwd=str(Path(__file__).resolve().parent.parent))
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "got"
+
+        def tails() -> list[str]:
+            out = subprocess.run(["pgrep", "-f", f"tail -F {log}"], capture_output=True, text=True).stdout
+            return out.split()
+
+        assert tails(), "the stream's tail should be running"
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+        deadline = time.monotonic() + 5
+        while tails() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not tails(), "tail outlived the process that streamed it"
+    finally:
+        if p.poll() is None:
+            p.kill()
+        for pid in tails():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass

@@ -453,6 +453,9 @@ class TunedeckApp(App[int]):
         if any(w.group == "reconnect" and not w.is_finished for w in self.workers):
             return  # one already under way
         self._apply_link(LinkState(self.target, "connecting"))
+        retry = getattr(self.host, "retry", None)
+        if callable(retry):
+            retry()  # the user acted: lift a host-key / auth refusal for one new attempt
         self.run_worker(self._restart_polling(), name="reconnect", group="reconnect")
 
     async def _restart_polling(self) -> None:

@@ -14,6 +14,8 @@ import argparse
 import asyncio
 import importlib
 import inspect
+import logging
+import os
 import pkgutil
 import sys
 from typing import Sequence
@@ -90,10 +92,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             rc = run_async(func(args))
         else:
             rc = func(args)
+        sys.stdout.flush()
     except KeyboardInterrupt:
         print("tunedeck: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _broken_pipe()
     return int(rc or 0)
+
+
+def _broken_pipe() -> int:
+    """The reader of our output went away (``tunedeck runs | head``): stop quietly, like
+    coreutils. stdout is pointed at /dev/null so the interpreter's final flush of what is
+    still buffered cannot raise again at exit."""
+    logging.getLogger("tunedeck").debug("stdout closed by the reader (broken pipe)")
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is not a real file (tests)
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by the pipe
 
 
 if __name__ == "__main__":  # pragma: no cover

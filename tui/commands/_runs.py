@@ -8,7 +8,7 @@ from typing import Sequence
 
 from tui.services.hosts import Host, HostError, get_host
 from tui.services.launcher import RunRecord, RunStore, pick_run, reattach, target_name
-from tui.util.safety import UnsafeInput
+from tui.util.safety import UnsafeInput, visible
 
 
 def host_from_args(args: argparse.Namespace) -> Host:
@@ -16,7 +16,7 @@ def host_from_args(args: argparse.Namespace) -> Host:
 
 
 def err(cmd: str, msg: str) -> int:
-    print(f"tunedeck {cmd}: {msg}", file=sys.stderr)
+    print(f"tunedeck {cmd}: {visible(msg)}", file=sys.stderr)
     return 1
 
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from tui.util.safety import DANGEROUS_ENV, ENV_NAME_RE
+from tui.util.safety import DANGEROUS_ENV, ENV_NAME_RE, visible
 
 SCHEMA_VERSION = 1
 ENGINES = ("sglang", "vllm")
@@ -71,11 +71,12 @@ class ProfileError(ValueError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        where = self.path or "<profile>"
+        # file names, keys and messages echo untrusted text: shown escaped, on one line
+        where = visible(self.path or "<profile>")
         if self.line:
             where += f":{self.line}"
-        key = f" {self.key}:" if self.key else ""
-        return f"{where}:{key} {self.message}"
+        key = f" {visible(self.key)}:" if self.key else ""
+        return f"{where}:{key} {visible(self.message)}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"file": self.path, "line": self.line, "key": self.key, "message": self.message}
@@ -211,9 +212,60 @@ def _split_key(k: str) -> tuple[str, ...]:
 _TOML_POS_RE = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
+#: Arrays / inline tables nested deeper than this are refused before tomllib sees them
+#: (tomllib recurses per level: ~500 levels raise RecursionError, deeper in a busy stack).
+MAX_TOML_DEPTH = 64
+
+
+def _too_deep(text: str) -> int | None:
+    """The line where ``[``/``{`` nesting inside values first exceeds MAX_TOML_DEPTH, else None.
+
+    A tolerant scan (strings and comments skipped); tomllib still does the real parsing."""
+    depth = 0
+    line = 1
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+        elif c == "#":
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        elif c in "\"'":
+            q = text[i : i + 3] if text[i : i + 3] in ('"""', "'''") else c
+            j = i + len(q)
+            while j < n and not text.startswith(q, j):
+                if c == '"' and text[j] == "\\":
+                    j += 1
+                elif text[j] == "\n":
+                    if len(q) == 1:
+                        break
+                    line += 1
+                j += 1
+            i = j + len(q)
+            continue
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_TOML_DEPTH:
+                return line
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return None
+
+
 def parse_toml(text: str, path: str | Path | None) -> dict[str, Any]:
+    """The TOML document in ``text``; any failure is a ProfileError naming the file and line."""
+    deep = _too_deep(text)
+    if deep is not None:
+        raise ProfileError(
+            f"TOML nested deeper than {MAX_TOML_DEPTH} levels", path=path, line=deep
+        )
     try:
         return tomllib.loads(text)
+    except RecursionError:
+        raise ProfileError("TOML nested too deeply to parse", path=path) from None
     except tomllib.TOMLDecodeError as e:
         msg = str(e)
         m = _TOML_POS_RE.search(msg)
@@ -230,6 +282,8 @@ def parse_toml(text: str, path: str | Path | None) -> dict[str, Any]:
                     if hm:
                         key = f"[{hm.group(1).strip()}]"
         raise ProfileError(f"TOML syntax error: {msg}", path=path, line=line, key=key) from None
+    except (ValueError, OverflowError, MemoryError) as e:  # anything else tomllib lets escape
+        raise ProfileError(f"cannot parse TOML: {type(e).__name__}: {e}", path=path) from None
 
 
 class _Reader:

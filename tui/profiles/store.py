@@ -21,6 +21,7 @@ never replaces a file that does not parse (the user's hand edits would be lost).
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,14 @@ from tui.util.paths import config_dir
 from tui.util.safety import is_secret_name
 
 ENV_VAR = "TUNEDECK_PROFILES"
+
+log = logging.getLogger(__name__)
+
+
+def _broken(f: Path, e: BaseException) -> ProfileError:
+    """A file that failed in a way the loader did not foresee: still one broken file, never a crash."""
+    log.warning("cannot load %s", f, exc_info=e)
+    return ProfileError(f"cannot load: {type(e).__name__}: {e}", path=f)
 
 
 def builtin_root() -> Path:
@@ -96,7 +105,11 @@ class ProfileStore:
                 try:
                     p = load_profile_file(f, source=source)
                 except ProfileError as e:
+                    log.info("broken profile skipped: %s", e)
                     errors.append(e)
+                    continue
+                except (RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as e:
+                    errors.append(_broken(f, e))
                     continue
                 if p.name in found:
                     shadowed.append(p)
@@ -129,7 +142,12 @@ class ProfileStore:
                 "see `tunedeck profiles list`)",
                 key="name",
             )
-        return load_profile_file(hit[0], source=hit[1])
+        try:
+            return load_profile_file(hit[0], source=hit[1])
+        except (RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as e:
+            if isinstance(e, ProfileError):
+                raise
+            raise _broken(hit[0], e) from None
 
     def save(
         self,
@@ -214,7 +232,11 @@ class ProfileStore:
                 try:
                     n, a = load_preset_file(f, source=source)
                 except ProfileError as e:
+                    log.info("broken preset file skipped: %s", e)
                     errors.append(e)
+                    continue
+                except (RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as e:
+                    errors.append(_broken(f, e))
                     continue
                 for p in n:
                     nccl.setdefault(p.name, p)

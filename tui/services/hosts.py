@@ -274,6 +274,25 @@ def _spawn_options() -> dict[str, object]:
     return opts
 
 
+#: Runs a local stream's command under a pipe watchdog (``sh -c WATCHDOG sh ARGV...``). The
+#: wrapper starts a watchdog in the background, then ``exec``s the command, which so keeps the
+#: wrapper's pid, session and process group (as if started directly: exit status, group kill).
+#: The watchdog reads the wrapper's stdin, a pipe whose only write end tunedeck holds and never
+#: writes: when tunedeck dies in any way (``kill -9`` included) the kernel closes it, ``read``
+#: sees end-of-file and the watchdog TERMs the process group, so a quiet ``tail -F`` cannot be
+#: orphaned. No Python runs in the forked child (a ``preexec_fn`` PR_SET_PDEATHSIG hook did, and
+#: hung CI). The command gets /dev/null as stdin; the watchdog holds no stdout/stderr.
+_WATCHDOG = (
+    'exec 3<&0; { while read -r _; do :; done; kill -s TERM 0; } <&3 3<&- >/dev/null 2>&1 & '
+    'exec "$@" 3<&- </dev/null'
+)
+
+
+def watchdog_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` wrapped so that it ends when the process holding its stdin pipe dies."""
+    return ["/bin/sh", "-c", _WATCHDOG, "sh", *argv]
+
+
 class _LocalStream(ByteStream):
     def __init__(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
         self._argv = list(argv)
@@ -283,8 +302,8 @@ class _LocalStream(ByteStream):
     async def _start(self) -> asyncio.subprocess.Process:
         if self._proc is None:
             self._proc = await asyncio.create_subprocess_exec(
-                *self._argv,
-                stdin=asyncio.subprocess.DEVNULL,
+                *watchdog_argv(self._argv),
+                stdin=asyncio.subprocess.PIPE,  # the watchdog's lifeline: never written, never closed early
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env,
@@ -301,6 +320,8 @@ class _LocalStream(ByteStream):
                 break
             yield chunk
         self.exit_status = await proc.wait()
+        if proc.stdin is not None:
+            proc.stdin.close()  # the watchdog ends too, with anything the command left in its group
         if proc.stderr is not None:
             self.stderr_tail = (await proc.stderr.read())[-4096:].decode("utf-8", "replace")
 

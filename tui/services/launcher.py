@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import secrets
 import shlex
@@ -32,7 +33,9 @@ from typing import AsyncIterator, Callable, Mapping, Sequence
 from tui.services.hosts import Host, HostError, LocalHost, RunResult, get_host
 from tui.util.files import atomic_write_json
 from tui.util.paths import state_dir
-from tui.util.safety import UnsafeInput, check_argv, check_env, check_text, redact_env
+from tui.util.safety import UnsafeInput, check_argv, check_env, check_text, redact_env, visible
+
+_log = logging.getLogger(__name__)
 
 RUN_ID_RE = re.compile(r"^[0-9a-f]{6,32}$")
 ENGINES = ("sglang", "vllm", "other")
@@ -230,8 +233,9 @@ for d in "$base"/*/; do
   rc=$(cat "$d/rc" 2>/dev/null)
   alive=0
   if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then
-    cur=$(sed 's/.*) //' "/proc/$pid/stat" | cut -d' ' -f20)
-    [ "$cur" = "$st" ] && alive=1
+    set -- $(sed 's/.*) //' "/proc/$pid/stat")
+    # a zombie (Z) or dead (X) wrapper has ended, even before its parent reaps it
+    [ "${20}" = "$st" ] && [ "$1" != Z ] && [ "$1" != X ] && alive=1
   fi
   size=$(wc -c < "$d/log" 2>/dev/null | tr -d ' ')
   meta=$(tr -d '\n\t' < "$d/meta.json" 2>/dev/null)
@@ -251,7 +255,7 @@ markers() {
 group() {
   [ -n "$pid" ] || return 0
   if command -v ps >/dev/null 2>&1; then
-    ps -e -o pid= -o pgid= 2>/dev/null | awk -v g="$pid" '$2 == g { print $1 }'
+    ps -e -o pid= -o pgid= -o stat= 2>/dev/null | awk -v g="$pid" '$2 == g && $3 !~ /^Z/ { print $1 }'
   else
     for s in /proc/[0-9]*/stat; do
       g=$(sed 's/.*) //' "$s" 2>/dev/null | cut -d' ' -f3)
@@ -260,10 +264,18 @@ group() {
   fi
 }
 members() { { group; markers; } | sort -u; }
-if [ -z "$pid" ] || [ ! -r "/proc/$pid/stat" ]; then
+# kill -s SIG -- TARGETS (dash rejects kill -TERM -- -PGID: "Illegal number"); busybox sh
+# rejects the '--' and gets kill -SIG TARGETS. A failure whose target still exists is reported.
+sig() {
+  sg=$1; shift
+  e=$(kill -s "$sg" -- "$@" 2>&1) || e=$(kill -"$sg" "$@" 2>&1) || case $e in
+    *[Nn]o\ such\ process*) ;; *) echo "WARN kill -s $sg -- $* failed: $e" | tr '\n' ' '; echo;; esac
+}
+zombie() { [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" = Z ]; }
+if [ -z "$pid" ] || [ ! -r "/proc/$pid/stat" ] || zombie "$pid"; then
   if [ -f "$dir/rc" ]; then
     left=$(markers)
-    if [ -n "$left" ]; then kill -KILL $left 2>/dev/null; echo "PIDS $left"; fi
+    if [ -n "$left" ]; then sig KILL $left; echo "PIDS $left"; fi
     echo "STATE EXITED $(cat "$dir/rc")"
   else
     echo "STATE STALE process $pid is gone and wrote no exit status"
@@ -277,8 +289,8 @@ if [ "$cur" != "$want" ]; then
 fi
 all=$(members)
 echo "PIDS" $all
-kill -TERM -- "-$pid" 2>/dev/null
-for p in $(markers); do kill -TERM "$p" 2>/dev/null; done
+sig TERM "-$pid"
+for p in $(markers); do sig TERM "$p"; done
 end=$(( $(date +%s) + grace ))
 left=$(members)
 while [ -n "$left" ] && [ "$(date +%s)" -lt "$end" ]; do
@@ -286,8 +298,8 @@ while [ -n "$left" ] && [ "$(date +%s)" -lt "$end" ]; do
   left=$(members)
 done
 if [ -z "$left" ]; then echo "STATE STOPPED TERM"; exit 0; fi
-kill -KILL -- "-$pid" 2>/dev/null
-kill -KILL $left 2>/dev/null
+sig KILL "-$pid"
+sig KILL $left
 i=0
 while [ $i -lt 20 ]; do
   left=$(members)
@@ -670,6 +682,8 @@ async def stop_run(
     for line in r.stdout.splitlines():
         if line.startswith("PIDS"):
             pids = [int(x) for x in line.split()[1:] if x.isdigit()]
+        elif line.startswith("WARN "):
+            _log.warning("stop %s on %s: %s", rec.run_id, target_name(host), visible(line[5:]))
         elif line.startswith("REMAIN "):
             remaining.append(line[7:])
         elif line.startswith("STATE "):

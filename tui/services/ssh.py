@@ -31,7 +31,9 @@ import dataclasses
 import fnmatch
 import getpass
 import glob
+import hashlib
 import ipaddress
+import logging
 import os
 import random
 import re
@@ -47,7 +49,9 @@ import asyncssh
 
 from tui.services.hosts import ByteStream, Host, HostError, RunResult, Target, parse_target
 from tui.util.paths import known_hosts_file
-from tui.util.safety import UnsafeInput, check_text, env_command
+from tui.util.safety import UnsafeInput, check_text, env_command, visible
+
+log = logging.getLogger(__name__)
 
 DEFAULT_KEY_NAMES = ("id_ed25519", "id_rsa", "id_ecdsa")
 #: Concurrent SSH handshakes per event loop (sshd MaxStartups resets beyond 10).
@@ -353,24 +357,43 @@ _STREAM_WRAPPER = (
 )
 
 #: Guarded kill of a stream's process (and its process group): $1 pid, $2 start time or '-'.
+#: Signals are sent as ``kill -s SIG -- -PGID``: dash (Debian's /bin/sh) rejects
+#: ``kill -TERM -- -PGID`` ("Illegal number"), which would leave the group alive; busybox sh
+#: rejects the ``--`` and gets ``kill -SIG -PGID`` instead. A failed kill
+#: whose target still exists is reported on stderr and in the exit status (3), never discarded.
 _KILL_SCRIPT = r"""
-pid=$1 st=$2
+pid=$1 st=$2 rc=0
 case $pid in ''|*[!0-9]*) exit 2;; esac
-if [ ! -r /proc/self/stat ]; then kill -TERM "$pid" 2>/dev/null; exit 0; fi
+if [ ! -r /proc/self/stat ]; then kill -s TERM "$pid" 2>/dev/null; exit 0; fi
 read -r s 2>/dev/null < /proc/$pid/stat || exit 0
 g() { set -- ${1##*) }; cur=${20}; pg=$3; }
 g "$s"
 if [ "$st" != "-" ] && [ "$cur" != "$st" ]; then exit 0; fi
-kill -TERM "$pid" 2>/dev/null
-case $pg in ''|*[!0-9]*|0|1) ;; *) [ "$pg" -ne "$$" ] && kill -TERM -- "-$pg" 2>/dev/null;; esac
-alive() { read -r s 2>/dev/null < /proc/$pid/stat || return 1; set -- ${s##*) }; [ "$1" != Z ] && [ "$1" != X ]; }
+case $pg in ''|*[!0-9]*|0|1) pg=;; *) [ "$pg" -eq "$$" ] && pg=;; esac
+sig() {
+  # busybox sh does not take '--' (it says "invalid number"): then its own form -SIG TARGET
+  e=$(kill -s "$1" -- "$2" 2>&1) || e=$(kill -"$1" "$2" 2>&1) || case $e in
+    *[Nn]o\ such\ process*) ;; *) echo "kill -s $1 -- $2 failed: $e" >&2; rc=3;; esac
+}
+alive() { read -r s 2>/dev/null < /proc/$1/stat || return 1; set -- ${s##*) }; [ "$1" != Z ] && [ "$1" != X ]; }
+members() {
+  for f in /proc/[0-9]*/stat; do
+    read -r s 2>/dev/null < "$f" || continue
+    set -- ${s##*) }
+    [ "$3" = "$pg" ] && [ "$1" != Z ] && [ "$1" != X ] && return 0
+  done
+  return 1
+}
+sig TERM "$pid"
+[ -n "$pg" ] && sig TERM "-$pg"
 i=0
-while alive && [ $i -lt 150 ]; do sleep 0.02; i=$((i+1)); done
-if alive; then
-  kill -KILL "$pid" 2>/dev/null
-  case $pg in ''|*[!0-9]*|0|1) ;; *) kill -KILL -- "-$pg" 2>/dev/null;; esac
+while alive "$pid" && [ $i -lt 150 ]; do sleep 0.02; i=$((i+1)); done
+alive "$pid" && sig KILL "$pid"
+if [ -n "$pg" ] && members; then
+  sleep 0.1
+  members && sig KILL "-$pg"
 fi
-exit 0
+exit $rc
 """
 
 
@@ -380,6 +403,46 @@ def _signal_name(sig: object) -> str | None:
     if isinstance(sig, tuple):
         sig = sig[0]
     return str(sig)
+
+
+# ====================================================================== permanent failures
+
+#: Errors no retry can fix: only the user can (trust the key, fix the credentials, press ``r``).
+PERMANENT_KINDS = ("hostkey-unknown", "hostkey-mismatch", "auth-failed")
+
+
+@dataclass
+class _Block:
+    error: HostError
+    signature: tuple[tuple[str, str], ...]
+
+
+#: (host, port, user) -> the permanent failure that stops every connection attempt to it in this
+#: process, whichever SshHost (GPU poller, host stats, run list, log tail) asks.
+_BLOCKED: dict[tuple[str, int, str], _Block] = {}
+
+
+def _signature(ep: Endpoint) -> tuple[tuple[str, str], ...]:
+    """What the user changes to fix a permanent failure: the known_hosts files (``tunedeck
+    trust``, an edit) and the key files (by content: small files, and an mtime can repeat).
+    A change lifts the block without pressing ``r``."""
+    out = []
+    for f in [known_hosts_file(), Path.home() / ".ssh" / "known_hosts", *map(Path, ep.identity_files)]:
+        try:
+            digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        except OSError:
+            digest = "-"
+        out.append((str(f), digest))
+    return tuple(out)
+
+
+def _block_key(ep: Endpoint) -> tuple[str, int, str]:
+    return (ep.host, ep.port, ep.user)
+
+
+def clear_block(ep: Endpoint) -> None:
+    """The user acted (``r``, ``tunedeck trust``): allow one new attempt to this endpoint."""
+    _BLOCKED.pop(_block_key(ep), None)
 
 
 # ====================================================================== the host
@@ -397,6 +460,14 @@ class _Client(asyncssh.SSHClient):
         host = self._host()
         if host is not None and self._conn is not None:
             host._on_lost(self._conn, exc)
+
+    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        """Called by asyncssh only for a key that is NOT in known_hosts: remember it, so the
+        refusal can show its fingerprint without a second connection, and refuse it."""
+        h = self._host()
+        if h is not None:
+            h._presented_key = key
+        return False
 
 
 @dataclass
@@ -441,7 +512,10 @@ class SshHost(Host):
         self.next_retry_at: float | None = None
         self.last_error: HostError | None = None
         self.connects = 0
+        #: connection attempts made (handshakes started), for tests and diagnostics
+        self.attempts = 0
         self._failures = 0
+        self._presented_key: asyncssh.SSHKey | None = None
 
     # ------------------------------------------------------------------ status
     @property
@@ -471,6 +545,18 @@ class SshHost(Host):
     async def connect(self) -> None:
         """Connect now (with retries and backoff) instead of on the first command."""
         await self._connection()
+
+    def retry(self) -> None:
+        """The user asked to try again (``r``): lift a host-key or authentication refusal once.
+
+        Until then such a failure is remembered for this endpoint and every caller gets it at
+        once, without connecting: polling loops must not hammer a host whose key changed."""
+        try:
+            clear_block(self.endpoint)
+        except UnsafeInput:
+            pass
+        if self.state == "failed":
+            self.state = "idle"
 
     async def wait_disconnected(self) -> None:
         """Return once the current connection is gone (a supervisor then calls :meth:`connect`)."""
@@ -521,14 +607,39 @@ class SshHost(Host):
             if self._failures != failures and self.last_error is not None:
                 # another caller just gave up on this host: fail fast with its error
                 raise self.last_error
+            self._check_block()
             try:
                 conn = await self._connect_with_retry()
-            except HostError:
+            except HostError as e:
                 self._failures += 1
+                if e.kind in PERMANENT_KINDS:
+                    try:
+                        ep = self.endpoint
+                        _BLOCKED[_block_key(ep)] = _Block(e, _signature(ep))
+                    except UnsafeInput:
+                        pass
+                    log.warning("%s: %s; not retrying until the user acts", self.target, visible(e.message))
                 raise
             self._conn = conn
             self._after_connect(conn)
             return conn
+
+    def _check_block(self) -> None:
+        """Raise the remembered permanent failure for this endpoint, unless the user acted."""
+        try:
+            ep = self.endpoint
+        except UnsafeInput:
+            return
+        block = _BLOCKED.get(_block_key(ep))
+        if block is None:
+            return
+        if block.signature != _signature(ep):
+            log.info("%s: known_hosts or key files changed; trying again", self.target)
+            _BLOCKED.pop(_block_key(ep), None)
+            return
+        self.state = "failed"
+        self.last_error = block.error
+        raise HostError(block.error.kind, block.error.message, target=self.target)
 
     async def _connect_with_retry(self) -> asyncssh.SSHClientConnection:
         opts = self.options
@@ -588,7 +699,9 @@ class SshHost(Host):
         if ep.identity_files:
             kwargs["client_keys"] = list(ep.identity_files)
             kwargs["ignore_encrypted"] = True
+        self._presented_key = None
         async with _handshake_slot():
+            self.attempts += 1
             try:
                 conn = await asyncio.wait_for(
                     asyncssh.connect(ep.host, **kwargs),  # type: ignore[arg-type]
@@ -619,10 +732,13 @@ class SshHost(Host):
 
     async def _hostkey_error(self, ep: Endpoint) -> HostError:
         known = await known_keys_for(ep)
-        try:
-            key: asyncssh.SSHKey | None = await fetch_host_key(ep, timeout=self.options.connect_timeout)
-        except HostError:
-            key = None
+        # the key the refused handshake presented: no second connection just to show it
+        key: asyncssh.SSHKey | None = self._presented_key
+        if key is None:
+            try:
+                key = await fetch_host_key(ep, timeout=self.options.connect_timeout)
+            except HostError:
+                key = None
         new = f"{key_type_label(key)} key {fingerprint(key)}" if key else "a key tunedeck could not fetch"
         trust = f"tunedeck trust {self.target}"
         if known:
@@ -809,6 +925,9 @@ class SshHost(Host):
         r = await self.run_script(_KILL_SCRIPT, [str(pid), starttime], timeout=15)
         if r.lost or r.timed_out:
             raise HostError("connection-lost", "could not stop the streamed command", target=self.target)
+        if r.exit_status != 0:
+            log.warning("%s: stopping streamed pid %s: %s", self.target, pid,
+                        visible(r.stderr.strip() or f"exit status {r.exit_status}"))
 
     async def close(self) -> None:
         self._closed = True
@@ -1017,7 +1136,9 @@ class _SshStream(ByteStream):
 
 
 __all__ = [
+    "PERMANENT_KINDS",
     "Endpoint",
+    "clear_block",
     "SshHost",
     "SshOptions",
     "fetch_host_key",

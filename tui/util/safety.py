@@ -28,6 +28,32 @@ DANGEROUS_ENV = frozenset(
 _SECRET_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
 
 
+#: What a terminal may act on: C0 controls (tab and newline included), DEL, C1 controls (``\x9b``
+#: is an 8-bit CSI), line/paragraph separators and bidirectional overrides.
+_UNPRINTABLE_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\x1b": "\\x1b"}
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    c = m.group()
+    if c in _ESCAPES:
+        return _ESCAPES[c]
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
+
+
+def visible(text: object) -> str:
+    """``text`` made safe to show on a terminal, on one line.
+
+    Every character a terminal could act on (ESC, BEL, CR, newline, C1 controls, bidi overrides)
+    is replaced by a visible escape (``\\x1b``, ``\\n``, ``\\u202e``), so an untrusted key
+    name, path or server message can neither move the cursor, retitle the window, clear the
+    screen nor split one error into several lines. Printable text is unchanged.
+    """
+    s = text if isinstance(text, str) else str(text)
+    return _UNPRINTABLE_RE.sub(_escape_char, s)
+
+
 class UnsafeInput(ValueError):
     """A value that must not reach a shell; the message names what and where."""
 
