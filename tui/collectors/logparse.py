@@ -586,6 +586,12 @@ class _Traceback:
 
 #: frame lines read before a traceback with no exception line is given up
 _MAX_FRAMES = 5000
+#: exceptions that only say a lookup failed; an outer exception of the chain explains them
+_PLUMBING = frozenset({"KeyError", "IndexError", "StopIteration", "LookupError"})
+
+
+def _strip_prefix(text: str) -> str:
+    return clean_line(text).msg.strip()
 
 
 class LogParser:
@@ -622,6 +628,7 @@ class LogParser:
         self._server_up = False  # the engine's HTTP server start line was seen
         self._foreign_uvicorn = False  # bare uvicorn lines now come from another program
         self._ray_wait: str | None = None
+        self._last_wrapper: dict[str, str] = {}
 
     def _new_attempt(self, no: int) -> list[LogEvent]:
         old = self.state
@@ -681,13 +688,17 @@ class LogParser:
         self._cur_seg = idx + 1 if multi else None
         events.extend(self.feed_line(s))
 
-    def flush(self) -> list[LogEvent]:
-        """Parse the unterminated tail now (call after ~1 s of silence, or at EOF).
-        It is not parsed a second time when its line ends unchanged."""
+    def flush(self, *, everything: bool = False) -> list[LogEvent]:
+        """Parse the unterminated tail now (call after ~1 s of silence): a progress bar
+        that redraws without a line break. Other half-written lines wait for their end
+        (or for :meth:`finish`), so a pause mid-line cannot cut an exception line.
+        The tail is not parsed a second time when its line ends unchanged."""
         tail = self._buf + self._decoder.decode(b"", final=False)
         self._buf = tail
         key = (self._phys + 1, self._seg, tail)
         if not tail or key == self._flushed:
+            return []
+        if not everything and "%|" not in tail and "% Completed" not in tail:
             return []
         self._flushed = key
         self._cur_line = self._phys + 1
@@ -697,7 +708,7 @@ class LogParser:
     def finish(self) -> list[LogEvent]:
         """End of input: parse the tail and reset the buffer."""
         self._buf += self._decoder.decode(b"", final=True)
-        ev = self.flush()
+        ev = self.flush(everything=True)
         self._buf = ""
         self._flushed = None
         if self._seg or ev:
@@ -827,6 +838,12 @@ class LogParser:
             origin = "exception"
         else:
             origin = "message"
+        if origin == "wrapper":
+            self._last_wrapper[ln.rank] = text
+            # the wrapper is context for the root exception it reports
+            for i, e in enumerate(self.state.errors):
+                if e.origin == "exception" and e.wrapper is None:
+                    self.state.errors[i] = replace(e, wrapper=text)
         ctx = tuple(self._context)
         if origin == "terminated" and self._ray_wait is not None:
             ctx = ctx + (self._ray_wait,)
@@ -892,8 +909,9 @@ class LogParser:
                 kind, cause, origin = "crash", "engine crashed (the cause is in an earlier traceback)", "wrapper"
             else:
                 kind, cause, origin = "crash", _exc_cause(exc), "exception"
-            err = ErrorEvent(kind, cause, ln.text.strip(), ln.time, no, tuple(self._context), segment=seg,
-                             origin=origin, wrapper=tb.wrapper, rank=ln.rank, attempt=st.attempt)
+            wrapper = tb.wrapper or self._last_wrapper.get(ln.rank)
+            err = ErrorEvent(kind, cause, ln.text.strip(), ln.time or st.last_time, no, tuple(self._context),
+                             segment=seg, origin=origin, wrapper=wrapper, rank=ln.rank, attempt=st.attempt)
             idx = self._add_error(err, events)
             if idx is None:
                 # the same exception again (another rank, or the traceback printed twice): keep reading it as one
@@ -903,8 +921,27 @@ class LogParser:
                         break
             tb.err_index = idx
             return
-        # an outer exception of the chain: it may name the kind (capture failed …), never the proof
+        # an outer exception of the chain: it may name the kind (capture failed …); it is the
+        # proof only when the root is a lookup that the outer one translates ("KeyError: 'x'"
+        # then "ValueError: … model type `x` … not recognized")
         root = st.errors[tb.err_index]
+        rm = EXC_LINE_RE.match(_strip_prefix(root.line))
+        if (
+            rm is not None
+            and rm.group(1).rsplit(".", 1)[-1] in _PLUMBING
+            and root.origin == "exception"
+            and not WRAPPER_RE.search(exc)
+            and (c is None or c[0] not in ("crash", "terminated", "capture-failed"))
+        ):
+            if c is not None:
+                kind, cause = c
+            else:
+                kind, cause = "crash", _exc_cause(exc)
+            upd = replace(root, kind=kind, cause=cause, line=ln.text.strip(), time=ln.time, line_no=no, segment=seg,
+                          wrapper=root.line, rank=ln.rank or root.rank)
+            st.errors[tb.err_index] = upd
+            events.append(upd)
+            return
         upd = root
         if root.wrapper is None or root.wrapper == tb.wrapper:
             upd = replace(upd, wrapper=exc)
@@ -1298,6 +1335,8 @@ def event_to_json(ev: LogEvent) -> dict[str, object]:
             "message": ev.message,
             "line": ev.line_no,
         }
+        if ev.segment:
+            d["segment"] = ev.segment
         if ev.total is not None:
             d["n"], d["total"] = ev.n, ev.total
         if ev.label:
@@ -1317,6 +1356,10 @@ def event_to_json(ev: LogEvent) -> dict[str, object]:
             "time": ev.time,
             "message": ev.line,
             "line": ev.line_no,
+            "segment": ev.segment,
+            "origin": ev.origin,
+            "wrapper": ev.wrapper,
+            "attempt": ev.attempt,
             "context": list(ev.context[-5:]),
         }
     d = {k: getattr(ev, k) for k in ev.__dataclass_fields__}  # type: ignore[union-attr]
