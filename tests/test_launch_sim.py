@@ -117,8 +117,12 @@ def test_sim_hang_is_stalled_and_plain_stop_frees_the_gpus(tmp_path):
         out = json.loads(r.stdout)
         assert out["progress"]["state"] == "stalled" and out["run"]["status"] == "stalled"
         assert "holds GPU 0:" in out["progress"]["diagnosis"] and sum(out["progress"]["gpu_memory"]) > 1024
+        rid = out["run"]["run_id"]
         runs = json.loads(td("runs", "--demo", "--json").stdout)
-        assert [x["status"] for x in runs if x["run_id"] == out["run"]["run_id"]] == ["stalled"]
+        assert [x["status"] for x in runs if x["run_id"] == rid] == ["stalled"]
+        # the status screen's server rows say the same (not a bare "down")
+        st = json.loads(td("status", "--demo", "--json").stdout)
+        assert [x["state"] for x in st["servers"] if x["run_id"] == rid] == ["stalled"], st["servers"]
     finally:
         s = td("stop", "--demo", "--yes")
     assert s.returncode == 0, s.stderr

@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Awaitable, Callable, Sequence
 
 from tui.collectors.logparse import PHASES, ErrorEvent, LogEvent, LogParser, PhaseEvent
-from tui.model import GpuStatus, StartupProgress
+from tui.model import GpuStatus, ServerStats, StartupProgress
 from tui.services.hosts import Host, HostError
 from tui.services.launcher import (
     EXITED,
@@ -632,6 +632,26 @@ async def wait_ready(
     return await tr.run(timeout=timeout, on_update=on_update)
 
 
+#: run-record states that say more than a /health probe while the server does not answer 200
+_RECORD_STATES = {"launching": STARTING, STARTING: STARTING, STALLED: STALLED, STOPPING: STOPPING}
+
+
+def reconcile_servers(servers: Sequence[ServerStats], store: RunStore | None = None) -> tuple[ServerStats, ...]:
+    """The status screen's server rows, agreeing with the run view and ``tunedeck runs``:
+    a server tunedeck launched whose ``/health`` does not answer 200 shows its run's
+    state (starting, stalled, stopping) and diagnosis instead of a bare "down"."""
+    store = store or RunStore()
+    out = []
+    for s in servers:
+        rec = store.load(s.run_id) if s.run_id else None
+        state = _RECORD_STATES.get(rec.status) if rec is not None else None
+        if state is None or s.state == READY or rec is None:
+            out.append(s)
+            continue
+        out.append(replace(s, state=state, message=rec.diagnosis or s.message))
+    return tuple(out)
+
+
 def _message(state: str, diag: str | None, describe: str) -> str:
     if state == READY:
         return "ready"
@@ -678,6 +698,7 @@ __all__ = [
     "describe_gpu_memory",
     "expected_durations",
     "parse_stall_after",
+    "reconcile_servers",
     "format_progress",
     "history_key",
     "load_history",
