@@ -84,6 +84,47 @@ def test_a_traceback_the_engine_survives_is_not_a_failure():
     assert st.status == "ready" and st.failure is None
 
 
+def test_another_ranks_progress_does_not_clear_a_crash():
+    text = "\n".join(
+        [
+            "[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m', tp_size=2)",
+            "[2025-01-01 00:00:01 TP1] Load weight begin. avail mem=70.00 GB",
+            "[2025-01-01 00:00:02 TP1] Scheduler hit an exception: Traceback (most recent call last):",
+            '  File "/x/fp8.py", line 1, in f',
+            "ValueError: Unsupported fp8 type",
+            "[2025-01-01 00:00:03 TP0] KV Cache is allocated. #tokens: 1000, KV size: 1.00 GB",
+            "[2025-01-01 00:00:04 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=5.00 GB",
+        ]
+    )
+    st, _ = parse_text(text + "\n")
+    assert st.status == "failed" and st.failure.line == "ValueError: Unsupported fp8 type"
+
+
+def test_a_request_traceback_while_serving_is_not_a_failure():
+    text = "\n".join(
+        [
+            "(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000",
+            "(APIServer pid=1) INFO:     Application startup complete.",
+            "(APIServer pid=1) ERROR:    Exception in ASGI application",
+            "(APIServer pid=1) Traceback (most recent call last):",
+            '(APIServer pid=1)   File "/x/serving_chat.py", line 1, in create',
+            "(APIServer pid=1) KeyError: 'messages'",
+            "(APIServer pid=1) INFO 01-01 00:00:10 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+            "Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%",
+        ]
+    )
+    lines = text.split("\n")
+    # right after the traceback, before serving resumes: still ready (a request failed, not the server)
+    st, _ = parse_text("\n".join(lines[:-1]) + "\n")
+    assert st.status == "ready" and st.failure is None
+    st, _ = parse_text(text + "\n")
+    assert st.status == "ready" and st.failure is None
+    # the same traceback followed by the engine's death is a failure
+    dead = "\n".join(lines[:-1]) + "\n(APIServer pid=1) ERROR 01-01 00:00:11 [async_llm.py:1] EngineDeadError: EngineCore encountered an issue.\n"
+    st, _ = parse_text(dead)
+    assert st.status == "failed" and st.failure.line.endswith("KeyError: 'messages'")
+
+
 # --------------------------------------------------------------------------- 2. wrapper lines
 
 
@@ -283,3 +324,49 @@ def test_parse_log_exit_status_starting_and_json_lines(tmp_path):
     r = subprocess.run([*tunedeck_cmd(), "parse-log", str(DATA / "sglang-fp8-sigquit.log")], cwd=REPO,
                        capture_output=True, text=True, timeout=60)
     assert "proof: line 13: ValueError: Unsupported fp8 type" in r.stdout
+
+
+# --------------------------------------------------------------------------- the run view's cause
+
+WRAPPERS = ("See root cause above", "Received sigquit", "Scheduler hit an exception", "failed to start", "Killed")
+
+
+@pytest.mark.parametrize(
+    "name,root",
+    [
+        ("sglang-fail-capture-1.log", "RuntimeError: ninja exited with status 1"),
+        ("sglang-fail-nccl-1.log", "RuntimeError: NCCL error: remote process exited or there was a network error"),
+        ("sglang-fail-oom-1.log", "torch.AcceleratorError: CUDA error: out of memory"),
+        ("vllm-fail-oom-1.log", "ValueError: No available memory for the cache blocks"),
+        ("vllm-fail-kvcache-1.log", "ValueError: To serve at least one request with the model's max seq len (262144)"),
+        ("vllm-fail-nccl-1.log", "RuntimeError: NCCL error: unhandled cuda error"),
+    ],
+)
+def test_run_view_cause_is_the_root_exception_of_real_logs(real_logs, name, root):
+    from tui.services.hosts import LocalHost
+    from tui.services.launcher import RunRecord
+    from tui.services.tracker import StartupTracker
+
+    rec = RunRecord("abcdef02", "local", ["x"], engine=name.split("-")[0], pid=4242, started=1.0, created=1.0)
+    tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)
+    tr.feed((real_logs / name).read_bytes())
+    tr.flush()
+    tr.set_alive(False, 1)
+    snap = tr.snapshot()
+    assert snap.state == "failed" and root in snap.proof, snap
+    assert not any(w in snap.proof for w in WRAPPERS)
+
+
+def test_an_unterminated_last_line_counts_once_the_process_ended():
+    from tui.services.hosts import LocalHost
+    from tui.services.launcher import RunRecord
+    from tui.services.tracker import StartupTracker
+
+    rec = RunRecord("abcdef03", "local", ["x"], engine="sglang", pid=4242, started=1.0, created=1.0)
+    tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)
+    tr.feed(b"Traceback (most recent call last):\n  File \"x\", line 1\nRuntimeError: No accelerator (CUDA) is available.")
+    tr.flush()  # an idle pause: a half-written exception line is not parsed yet
+    assert tr.parser.state.failure is None
+    tr.set_alive(False, 1)
+    snap = tr.snapshot()
+    assert snap.state == "failed" and snap.proof == "RuntimeError: No accelerator (CUDA) is available."

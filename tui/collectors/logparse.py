@@ -117,6 +117,9 @@ class ErrorEvent:
     wrapper: str | None = None
     rank: str = ""
     attempt: int = 1
+    #: a generic traceback after the ready line (a request that failed): it counts only
+    #: once a wrapper or a termination follows; serving on clears it
+    provisional: bool = False
 
     @property
     def message(self) -> str:
@@ -187,16 +190,18 @@ class ParseState:
     @property
     def ready(self) -> bool:
         """The log says ready and no fatal line has been seen (in this attempt)."""
-        return self.ready_line is not None and not self.errors
+        return self.ready_line is not None and self.failure is None
 
     @property
     def failure(self) -> ErrorEvent | None:
-        """The diagnosis: the most specific error kind, its best proving line."""
-        return pick_failure(self.errors)
+        """The diagnosis: the root exception line, else the best fatal line (:func:`pick_failure`)."""
+        if not self.errors:
+            return None
+        return pick_failure(e for e in self.errors if not e.provisional)
 
     @property
     def status(self) -> str:
-        if self.errors:
+        if self.failure is not None:
             return "failed"
         if self.ready_line is not None:
             return "ready"
@@ -762,7 +767,7 @@ class LogParser:
                 return  # phases only move forward (other ranks lag behind)
             if cur == p and progress is None and not kw.get("done"):
                 return
-            if cur is not None and p != cur:
+            if p == "ready":
                 self._recovered()
             st.phase = p
             events.append(PhaseEvent(p, progress, msg.strip() or ln.text, t, no, segment=seg, **kw))  # type: ignore[arg-type]
@@ -803,7 +808,9 @@ class LogParser:
         return events
 
     def _recovered(self) -> None:
-        """The engine made progress: a generic traceback seen before it was not fatal."""
+        """The engine came up (ready line) or serves (stat lines): a generic traceback seen
+        before it was not fatal. (Progress of one rank proves nothing: other ranks go on
+        for a while after the first one died.)"""
         st = self.state
         if any(e.kind == "crash" and e.origin == "exception" for e in st.errors):
             st.errors = [e for e in st.errors if not (e.kind == "crash" and e.origin == "exception")]
@@ -818,6 +825,9 @@ class LogParser:
         if len(st.errors) >= MAX_ERRORS and any(e.kind == err.kind for e in st.errors):
             return None
         self._errors_seen.add(key)
+        if err.origin in ("wrapper", "terminated") and any(e.provisional for e in st.errors):
+            # the engine went down after that traceback: it was fatal after all
+            st.errors = [replace(e, provisional=False) if e.provisional else e for e in st.errors]
         st.errors.append(err)
         events.append(err)
         return len(st.errors) - 1
@@ -911,7 +921,8 @@ class LogParser:
                 kind, cause, origin = "crash", _exc_cause(exc), "exception"
             wrapper = tb.wrapper or self._last_wrapper.get(ln.rank)
             err = ErrorEvent(kind, cause, ln.text.strip(), ln.time or st.last_time, no, tuple(self._context),
-                             segment=seg, origin=origin, wrapper=wrapper, rank=ln.rank, attempt=st.attempt)
+                             segment=seg, origin=origin, wrapper=wrapper, rank=ln.rank, attempt=st.attempt,
+                             provisional=kind == "crash" and origin == "exception" and st.ready_line is not None)
             idx = self._add_error(err, events)
             if idx is None:
                 # the same exception again (another rank, or the traceback printed twice): keep reading it as one
@@ -1284,6 +1295,7 @@ class LogParser:
                 token_usage=float(kv.group(1)) / 100 if kv else None,
                 prefix_hit_rate=float(hit.group(1)) / 100 if hit else None,
             )
+        self._recovered()
         self.state.last_stat = ev
         events.append(ev)
 

@@ -227,6 +227,8 @@ class StartupTracker:
         self.alive = alive
         if not alive:
             self.rc = rc
+            # the log will not grow any more: its last, unterminated line counts too
+            self._consume(self.parser.flush(everything=True))
 
     def set_gpu(self, status: GpuStatus | Sequence[float] | dict[int, float] | None) -> None:
         if status is None:
