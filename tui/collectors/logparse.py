@@ -422,6 +422,21 @@ TB_CHAIN = re.compile(
 RAY_PG_WAIT = re.compile(r"placement group|resource request cannot be scheduled|Current node has no GPU available")
 #: one pass over a line decides whether the classifier needs to look at it
 _FATAL_ANY = re.compile("|".join(f"(?:{rx.pattern})" for _, rx, _ in CLASSIFIER))
+#: every fatal text above holds one of these; plain substring tests are much cheaper than the
+#: regex alternation, so most lines never reach it (tests check each classifier example)
+_FATAL_KEYS = (
+    "ailed", "emory", "NCCL", "DistBackend", "in use", "not available", "error: ", "watchdog", "Killed",
+    "Terminated", "KeyboardInterrupt", "SIG", "ignal", "exception", "sigquit", "EngineDead", "fatal", "Fatal",
+    "Segmentation", "core dumped",
+)
+
+
+def might_be_fatal(msg: str) -> bool:
+    """Cheap pre-filter: False means no classifier pattern can match ``msg``."""
+    for k in _FATAL_KEYS:
+        if k in msg:
+            return _FATAL_ANY.search(msg) is not None
+    return False
 
 
 def classify(text: str) -> tuple[str, str] | None:
@@ -789,7 +804,7 @@ class LogParser:
         in_tb = self._traceback(ln, msg, no, seg, events)
 
         # --- fatal texts (cheap pre-filter); frame lines inside a traceback are code, not messages
-        if not in_tb and _FATAL_ANY.search(msg):
+        if not in_tb and might_be_fatal(msg):
             self._fatal_message(ln, msg, no, seg, events)
         elif RAY_PG_WAIT.search(msg) if "lacement" in msg or "resource" in msg or "no GPU" in msg else False:
             self._ray_wait = ln.text.strip()
