@@ -38,7 +38,10 @@ def _no_remembered_ssh_refusals() -> None:
 @pytest.fixture
 def real_logs() -> Path:
     if not REAL_LOGS.is_dir():
-        pytest.fail(f"reference logs missing: {REAL_LOGS}")
+        msg = f"reference logs missing: {REAL_LOGS} (set TUNEDECK_SHARED to the shared folder)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
     return REAL_LOGS
 
 

@@ -84,13 +84,51 @@ async def test_sim_faults_diagnosed(demo, name, fault, cause):
     argv, env, engine, port = sim_command(name, "--sim-load-seconds", "2", "--sim-fault", fault)
     rec = await L.launch(demo, argv, env, engine=engine, port=port, profile=f"{name}-{fault}")
     final = await wait_ready(demo, rec, timeout=60, stall_after=3 if fault == "hang" else 30, gpu_interval=0.5)
-    assert final.state == "failed", final
+    want = "stalled" if fault == "hang" else "failed"
+    assert final.state == want, final
     assert re.search(cause, final.diagnosis, re.I), final.diagnosis
     assert final.proof
     if fault == "hang":
+        # alive and holding its GPUs: what it holds is in the diagnosis
         assert final.stalled and final.phase == "graph-capture"
+        assert final.gpu_memory and "holds GPU 0:" in final.diagnosis, final
+    else:
+        # the proof is the root exception line (or the fatal message), never a wrapper
+        for w in ("Received sigquit", "See root cause above", "Scheduler hit an exception", "failed to start"):
+            assert w not in final.proof, final.proof
     stored = L.RunStore().load(rec.run_id)
-    assert stored.status == "failed" and stored.diagnosis == final.diagnosis
+    assert stored.status == want and stored.diagnosis == final.diagnosis
+
+
+def test_sim_hang_is_stalled_and_plain_stop_frees_the_gpus(tmp_path):
+    """launch --sim-fault hang --wait → stalled (exit 4) with its GPU memory; runs says stalled;
+    `tunedeck stop --demo --yes` (no run id) stops it and the GPUs are idle again."""
+    env = dict(os.environ, TUNEDECK_SIM_LOAD_S="2", PYTHONPATH=str(REPO))
+
+    def td(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*tunedeck_cmd(), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=90)
+
+    idle = td("sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
+    argv, _, _, port = sim_command("sglang-base", "--sim-load-seconds", "2", "--sim-fault", "hang")
+    r = td("launch", "--demo", "--wait", "--stall-after", "3", "--json", "--port", str(port), "--cmd", *argv)
+    try:
+        assert r.returncode == 4, r.stdout + r.stderr
+        out = json.loads(r.stdout)
+        assert out["progress"]["state"] == "stalled" and out["run"]["status"] == "stalled"
+        assert "holds GPU 0:" in out["progress"]["diagnosis"] and sum(out["progress"]["gpu_memory"]) > 1024
+        rid = out["run"]["run_id"]
+        runs = json.loads(td("runs", "--demo", "--json").stdout)
+        assert [x["status"] for x in runs if x["run_id"] == rid] == ["stalled"]
+        # the status screen's server rows say the same (not a bare "down")
+        st = json.loads(td("status", "--demo", "--json").stdout)
+        assert [x["state"] for x in st["servers"] if x["run_id"] == rid] == ["stalled"], st["servers"]
+    finally:
+        s = td("stop", "--demo", "--yes")
+    assert s.returncode == 0, s.stderr
+    assert "stopped" in s.stdout and "GPU memory freed" in s.stdout
+    after = td("sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
+    assert after == idle
 
 
 def test_cli_done_when(tmp_path):

@@ -133,11 +133,66 @@ async def test_hang_is_stalled(host):
     rec = await L.launch(host, argv, engine="sglang", port=port)
     t0 = time.monotonic()
     final = await wait_ready(host, rec, timeout=30, stall_after=2.0, poll_gpu=False)
-    assert final.state == "failed" and final.diagnosis.startswith("stalled"), final
+    # alive and not moving: stalled, never "failed"; the record says the same
+    assert final.state == "stalled" and final.diagnosis.startswith("stalled"), final
     assert final.stalled and time.monotonic() - t0 < 15
     assert "8/8" in final.diagnosis or "loading weights" in final.diagnosis
+    stored = L.RunStore().load(rec.run_id)
+    assert stored.status == "stalled" and not stored.ended_ and stored.diagnosis == final.diagnosis
     res = await L.stop_run(host, rec, grace=2)
     assert res.state == "stopped"
+
+
+async def test_stall_action_stop_stops_the_run(host):
+    argv, port = fake("sglang", None, "--load-seconds", "0.3", "--fault", "hang")
+    rec = await L.launch(host, argv, engine="sglang", port=port)
+    final = await wait_ready(host, rec, timeout=30, stall_after=2.0, stall_action="stop", poll_gpu=False)
+    assert final.state == "stopped" and "stalled" in final.diagnosis and "stopped" in final.diagnosis, final
+    assert not pid_alive(rec.pid)
+    assert L.RunStore().load(rec.run_id).status == "stopped"
+
+
+def test_stall_after_values():
+    from tui.services.tracker import parse_stall_after
+
+    assert parse_stall_after("300") == (300.0, "warn")
+    assert parse_stall_after("stop") == (300.0, "stop")
+    assert parse_stall_after("120:stop") == (120.0, "stop")
+    assert parse_stall_after("90s:warn") == (90.0, "warn")
+    for bad in ("-1", "0", "soon", "10:kill", "nan"):
+        with pytest.raises(ValueError):
+            parse_stall_after(bad)
+
+
+async def test_fatal_line_while_alive_is_not_failed(host):
+    """The log says the engine crashed but the process hangs on: starting (with the cause),
+    then stalled, never failed; once the process ends it is failed with the root cause."""
+    from tui.services.launcher import RunRecord
+
+    clock = [1000.0]
+    rec = RunRecord("abcdef01", "local", ["x"], engine="sglang", pid=12345, started=1000.0, created=1000.0)
+    tr = StartupTracker(host, rec, stall_after=60, probe_health=False, poll_gpu=False, clock=lambda: clock[0])
+    tr.set_alive(True)
+    tr.feed(
+        b"[2025-01-01 00:00:00 TP0] Load weight begin. avail mem=70.00 GB\n"
+        b"[2025-01-01 00:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        b'  File "/x.py", line 1, in f\n'
+        b"ValueError: Unsupported fp8 type\n"
+        b"[2025-01-01 00:00:01] Received sigquit from a child process. It usually means the child failed.\n"
+    )
+    tr.set_gpu([61000.0, 60500.0])
+    snap = tr.snapshot()
+    assert snap.state == "starting" and "ValueError: Unsupported fp8 type" in snap.diagnosis
+    assert snap.proof == "ValueError: Unsupported fp8 type"
+    clock[0] += 61
+    snap = tr.snapshot()
+    assert snap.state == "stalled" and "GPU 0: 59.6 GiB, GPU 1: 59.1 GiB" in snap.diagnosis
+    assert snap.proof == "ValueError: Unsupported fp8 type"
+    tr.set_alive(False, 1)
+    snap = tr.snapshot()
+    assert snap.state == "failed" and snap.diagnosis.startswith("ValueError: Unsupported fp8 type")
+    tr.mark_stopping()
+    assert tr.snapshot().state == "stopped" and tr.snapshot().diagnosis == "stopped (by you)"
 
 
 async def test_stop_escalates_to_kill_and_finds_setsid_escapees(host):

@@ -153,6 +153,18 @@ async def test_startup_progress_widget():
         t = w.text
         assert "capturing CUDA graphs (decode) 0/1" in t and "STALLED" in t and "5m00s" in t
         assert "✗ stalled" in t and "Capturing batches" in t
+        w.update(
+            StartupProgress(
+                "abc", "sglang", "stalled", "graph-capture", phase_label="decode", phase_n=0, phase_total=1,
+                fraction=0.8, elapsed=600, stalled=True, stalled_for=300, gpu_memory=(61440.0, 61440.0),
+                diagnosis="stalled: no log output for 5 min (capturing 0/1); holds GPU 0: 60.0 GiB, GPU 1: 60.0 GiB",
+                proof="Capturing batches (bs=1 ...): 0%",
+            )
+        )
+        await pilot.pause()
+        t = w.text
+        assert "stalled (still running)" in t and "holds GPU 0: 60.0 GiB" in t and "✗" not in t
+        assert "tunedeck stop" in t
         w.update(StartupProgress("abc", "vllm", "ready", "ready", fraction=1.0, elapsed=30))
         await pilot.pause()
         assert "100%" in w.text and "ready" in w.text and "ETA" not in w.text
@@ -198,6 +210,17 @@ async def test_run_screen_attaches_shows_progress_and_stops():
                 if screen.stop_result is not None:
                     break
             assert screen.stop_result is not None and screen.stop_result.state == "stopped"
+            # the header says what happened: stopped by you, not a red "exited rc 0"
+            for _ in range(30):
+                await pilot.pause(0.1)
+                p = screen.query_one(StartupProgressView).progress
+                if p is not None and p.state == "stopped":
+                    break
+            view = screen.query_one(StartupProgressView).text
+            assert p.state == "stopped" and "stopped (by you)" in view, view
+            assert "exited" not in view and "rc 0" not in view and "✗" not in view
+            assert "stopped (by you)" in str(screen.query_one("#run-title").content)
+            assert L.RunStore().load(rec.run_id).status == "stopped"
     finally:
         for run in await L.list_host_runs(host):
             if run.alive:

@@ -282,8 +282,37 @@ def test_runtime_stat_lines():
     ],
 )
 def test_classifier(text, kind):
+    from tui.collectors.logparse import might_be_fatal
+
     c = classify(text)
     assert (c[0] if c else None) == kind
+    # the parser's cheap pre-filter lets every fatal text through
+    assert might_be_fatal(text) is (kind is not None)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Killed",
+        "Terminated",
+        "KeyboardInterrupt: terminated",
+        "*** SIGTERM received at time=1729501290 on cpu 12 ***",
+        "Received signal 15, exiting",
+        "Received sigquit from a child process. It usually means the child failed.",
+        "Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+        "EngineDeadError: EngineCore encountered an issue.",
+        "Fatal Python error: Segmentation fault",
+        "Aborted (core dumped)",
+        "WorkerProc failed to start.",
+        "Health check failed. Server couldn't get a response from detokenizer for last 20 seconds.",
+        "CUDA graph capture failed",
+        "DistBackendError: NCCL error in: x.cpp:1",
+    ],
+)
+def test_prefilter_passes_every_fatal_text(text):
+    from tui.collectors.logparse import might_be_fatal
+
+    assert classify(text) is not None and might_be_fatal(text)
 
 
 def test_severity():

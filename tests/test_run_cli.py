@@ -88,3 +88,31 @@ def test_logs_follow_of_an_ended_run_prints_and_exits():
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert r.returncode == 0 and rows and all(set(x) == {"run_id", "offset", "line"} for x in rows)
     assert any("fired up" in x["line"] for x in rows)
+
+
+def test_plain_stop_stops_a_live_run_whatever_its_record_says():
+    """A run an older tunedeck marked "failed" while its process held the GPUs: `runs`
+    shows it stalled, a second launch names it and the command to stop it, and plain
+    `tunedeck stop` (no id) stops it."""
+    from tui.services.launcher import RunStore
+
+    port = free_port()
+    r = td("launch", "--json", "--cmd", sys.executable, FAKE, "--engine", "sglang", "--port", str(port),
+           "--load-seconds", "0.3", "--fault", "hang")
+    assert r.returncode == 0, r.stderr
+    rid = json.loads(r.stdout)["run_id"]
+    try:
+        store = RunStore()
+        rec = store.load(rid)
+        rec.status, rec.diagnosis = "failed", "stalled: no log output for 5 min"
+        store.save(rec)
+        runs = json.loads(td("runs", "--json").stdout)
+        assert [x["status"] for x in runs if x["run_id"] == rid] == ["stalled"]
+        r = td("launch", "--cmd", "sleep", "1")
+        assert r.returncode != 0 and rid in r.stderr and f"tunedeck stop {rid}" in r.stderr
+    finally:
+        r = td("stop", "--yes", "--json", "--grace", "3")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["state"] == "stopped" and [x["run_id"] for x in out["runs"]] == [rid]
+    assert RunStore().load(rid).status == "stopped"

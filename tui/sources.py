@@ -96,7 +96,9 @@ class WatchedServers:
             self.collector.set_specs(tuple(s for s in known if s.name not in names) + self.extra)
         if not self.collector.specs:
             return ()
-        return await self.collector.sample()
+        from tui.services.tracker import reconcile_servers
+
+        return reconcile_servers(await self.collector.sample())
 
     async def aclose(self) -> None:
         await self.collector.aclose()

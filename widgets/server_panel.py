@@ -14,7 +14,10 @@ from widgets._fmt import fmt, num, theme_color
 from widgets.gpu_table import _KeyedTable
 
 #: server state → theme variable used to colour it.
-STATE_COLOURS = {"starting": "accent", "ready": "success", "unhealthy": "warning", "down": "error"}
+STATE_COLOURS = {
+    "starting": "accent", "ready": "success", "unhealthy": "warning", "down": "error",
+    "stalled": "warning", "stopping": "warning",
+}
 METRICS_DISABLED = "metrics disabled (start SGLang with --enable-metrics)"
 
 

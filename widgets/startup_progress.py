@@ -65,7 +65,9 @@ class StartupProgressView(Widget):
         width = max(10, self.size.width - 8)
         frac = max(0.0, min(1.0, p.fraction))
         filled = int(round(frac * width))
-        style = {"ready": "green", "failed": "red"}.get(p.state, "yellow" if p.stalled else "cyan")
+        style = {"ready": "green", "failed": "red", "stalled": "yellow", "stopped": "blue"}.get(
+            p.state, "yellow" if p.stalled else "cyan"
+        )
         t = Text()
         t.append("█" * filled, style=style)
         t.append("░" * (width - filled), style="dim")
@@ -73,22 +75,37 @@ class StartupProgressView(Widget):
         t.append(describe(p), style="bold")
         if p.state == "ready":
             t.append("  ✓ ready", style="bold green")
+        elif p.state == "stopped":
+            t.append("  ■ stopped (by you)", style="bold blue")
+        elif p.state == "stalled":
+            t.append("  ⚠ stalled (still running)", style="bold yellow")
         t.append("\n")
         bits = [f"elapsed {_dur(p.elapsed)}"]
         if p.state == "starting":
             bits.append(f"ETA {_dur(p.eta)}" + (f" ({p.eta_source})" if p.eta_source else ""))
-        if p.gpu_memory:
+        if p.gpu_memory and p.state != "stopped":
             bits.append("GPU " + " ".join(f"{m / 1024:.1f}" for m in p.gpu_memory) + " GiB")
         if p.state == "starting" or p.health == "ok":
             # /health is polled only during startup: after it, a last "down" is stale
             bits.append(f"health {p.health}")
         t.append("  ·  ".join(bits), style="dim")
+        if p.state == "stopped":
+            if p.diagnosis and p.diagnosis != "stopped (by you)":
+                t.append(f"\n{p.diagnosis}", style="blue")
+            return t
+        if p.state == "stalled":
+            t.append(f"\n⚠ {p.diagnosis or 'stalled'}", style="bold yellow")
+            if p.proof:
+                t.append(f"\n  {p.proof}", style="yellow")
+            t.append("\n  still running and holding its GPUs: s stops it (or tunedeck stop)", style="dim")
+            return t
         if p.stalled:
             t.append(f"\n⚠ STALLED: no progress for {_dur(p.stalled_for)}", style="bold yellow")
         if p.diagnosis:
-            t.append(f"\n✗ {p.diagnosis}", style="bold red")
+            warn = p.state == "starting"  # a fatal line while the process lives on
+            t.append(f"\n{'⚠' if warn else '✗'} {p.diagnosis}", style="bold yellow" if warn else "bold red")
             if p.proof:
-                t.append(f"\n  {p.proof}", style="red")
+                t.append(f"\n  {p.proof}", style="yellow" if warn else "red")
         return t
 
     @property

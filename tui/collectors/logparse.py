@@ -70,6 +70,7 @@ class PhaseEvent:
     label: str = ""
     done: bool = False
     event: str = "phase"
+    segment: int | None = None
 
 
 @dataclass(frozen=True)
@@ -86,12 +87,23 @@ class FactEvent:
     line_no: int = 0
     rank: str = ""
     event: str = "fact"
+    segment: int | None = None
 
 
 @dataclass(frozen=True)
 class ErrorEvent:
     """A fatal text. ``cause`` is a one-line explanation, ``line`` the proving
-    log line, ``context`` the lines before it (oldest first)."""
+    log line, ``context`` the lines before it (oldest first).
+
+    ``line_no`` is the physical line in the file (1-based, ``less +N`` lands on
+    it) and ``segment`` the ``\\r``-separated piece within it (1-based) when the
+    line holds several. ``origin`` ranks the proof: ``exception`` (the root
+    exception line of a traceback, or a bare exception line), ``message`` (a
+    fatal log message), ``terminated`` (a termination signal), ``wrapper`` (a
+    line that only reports a failure elsewhere: "See root cause above", "Received
+    sigquit", "Scheduler hit an exception"). ``wrapper`` holds the wrapper line
+    or outer exception seen with a root exception.
+    """
 
     kind: str
     cause: str
@@ -100,6 +112,14 @@ class ErrorEvent:
     line_no: int = 0
     context: tuple[str, ...] = ()
     event: str = "error"
+    segment: int | None = None
+    origin: str = "message"
+    wrapper: str | None = None
+    rank: str = ""
+    attempt: int = 1
+    #: a generic traceback after the ready line (a request that failed): it counts only
+    #: once a wrapper or a termination follows; serving on clears it
+    provisional: bool = False
 
     @property
     def message(self) -> str:
@@ -124,6 +144,7 @@ class StatEvent:
     accept_len: float | None = None
     prefix_hit_rate: float | None = None  # 0..1
     event: str = "stat"
+    segment: int | None = None
 
 
 LogEvent = Union[PhaseEvent, FactEvent, ErrorEvent, StatEvent]
@@ -157,22 +178,30 @@ class ParseState:
     errors: list[ErrorEvent] = field(default_factory=list)
     facts: dict[str, object] = field(default_factory=dict)
     last_stat: StatEvent | None = None
+    #: physical lines read (the whole file, every attempt)
     lines: int = 0
     last_time: str | None = None
+    #: 1 for the first start in the log; a new server start in the same log adds one
+    #: and resets everything above (the latest attempt decides)
+    attempt: int = 1
+    #: physical line where the current attempt began
+    attempt_line: int = 1
 
     @property
     def ready(self) -> bool:
-        """The log says ready and no fatal line has been seen (at any point)."""
-        return self.ready_line is not None and not self.errors
+        """The log says ready and no fatal line has been seen (in this attempt)."""
+        return self.ready_line is not None and self.failure is None
 
     @property
     def failure(self) -> ErrorEvent | None:
-        """The diagnosis: the most specific error kind, its best proving line."""
-        return pick_failure(self.errors)
+        """The diagnosis: the root exception line, else the best fatal line (:func:`pick_failure`)."""
+        if not self.errors:
+            return None
+        return pick_failure(e for e in self.errors if not e.provisional)
 
     @property
     def status(self) -> str:
-        if self.errors:
+        if self.failure is not None:
             return "failed"
         if self.ready_line is not None:
             return "ready"
@@ -209,21 +238,26 @@ class ParseState:
 
 
 _EXC_LINE = re.compile(r"\b\w*(?:Error|Exception)\b: ")
+#: proof ranking: a root exception line, then a fatal message, then a signal, then a wrapper
+_ORIGIN_RANK = {"exception": 0, "message": 1, "terminated": 2, "wrapper": 3}
 
 
 def pick_failure(errors: Iterable[ErrorEvent]) -> ErrorEvent | None:
-    """The diagnosis among the fatal lines: a specific kind (oom, nccl, port, …)
-    beats the generic ``crash``; the first specific kind seen wins; within it an
-    exception line (``FooError: …``) beats a warning line, earliest first."""
-    errs = list(errors)
-    if not errs:
-        return None
-    specific = [e for e in errs if e.kind != "crash"]
-    pool = specific or errs
-    kind = pool[0].kind
-    same = [e for e in pool if e.kind == kind]
-    exc = [e for e in same if _EXC_LINE.search(e.line)]
-    return (exc or same)[0]
+    """The diagnosis among the fatal lines: the earliest root exception line (the
+    innermost exception of the first process that failed); without one, the first
+    fatal message of a specific kind (oom, nccl, port, …), then a termination
+    signal, and only then a wrapper line ("See root cause above", "Received
+    sigquit …"), which never hides the cause it wraps."""
+    best: ErrorEvent | None = None
+    best_key: tuple[int, int] | None = None
+    for i, e in enumerate(errors):
+        r = _ORIGIN_RANK.get(e.origin, 1)
+        if r == 1 and e.kind == "crash":
+            r = 2  # a generic message ranks with the signals
+        key = (r, i)
+        if best_key is None or key < best_key:
+            best, best_key = e, key
+    return best
 
 
 # --------------------------------------------------------------------------- regexes
@@ -257,19 +291,20 @@ SG_KV = re.compile(
     r"KV Cache is allocated\. (?:dtype: [\w.]+, )?(?:#tokens: (\d+), )?"
     r"(?:KV size: ([\d.]+) GB|K size: ([\d.]+) GB, V size: ([\d.]+) GB)"
 )
-SG_GRAPH_BEGIN = re.compile(r"Capture (?:(\w+) (\w+) CUDA|cuda) graph begin\.")
+SG_GRAPH_BEGIN = re.compile(r"Capture (?:([\w -]+?) CUDA|cuda) graph begin\.")
 SG_GRAPH_PROG = re.compile(
     r"Capturing (batches|num tokens) \((?:bs|num_tokens)=(\d+) avail_mem=([\d.]+) GB\):\s+(\d+)%\|[^|]*\| (\d+)/(\d+)"
 )
 SG_GRAPH_END = re.compile(
-    r"Capture (?:(\w+) (\w+) CUDA|cuda) graph end\.(?: bs=\[[^\]]*\],)? (?:elapsed=|Time elapsed: )([\d.]+) s"
-    r"(?:[.,] (?:mem usage=([\d.]+) GB|avail mem=([\d.]+) GB))*"
+    r"Capture (?:([\w -]+?) CUDA|cuda) graph end\.(?:.*?(?:elapsed=|Time elapsed: )([\d.]+) ?s)?"
 )
-SG_LIMITS = re.compile(
-    r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+), max_prefill_tokens=(\d+), "
-    r"max_running_requests=(\d+), context_len=(\d+)"
-)
-SG_HTTP = re.compile(r"Uvicorn running on (\S+)")
+SG_MEM_POOL_END = re.compile(r"Memory pool end\.(?: avail mem=([\d.]+) GB)?")
+#: old and new forms: the fields come and go between versions, so each is read alone
+SG_LIMITS = re.compile(r"max_total_num_tokens=(\d+)")
+SG_MAX_RUNNING = re.compile(r"max_running_requests=(\d+)")
+SG_CONTEXT_LEN = re.compile(r"context_len=(\d+)")
+SG_HTTP = re.compile(r"Uvicorn running on (?:(?:unix )?socket \('([^']*)', (\d+)\)|(\S+))")
+UVICORN_STARTED = re.compile(r"Started server process \[(\d+)\]")
 SG_READY = "The server is fired up and ready to roll!"
 SG_ATTN = re.compile(r"attention_backend='(\w+)'")
 SG_MODEL = re.compile(r"model_path='([^']+)'")
@@ -282,15 +317,21 @@ VL_ATTN = re.compile(
     r"Using (\w+) backend\.?$"
 )
 VL_WEIGHTS_DONE = re.compile(r"Loading weights took ([\d.]+) seconds")
+VL_V0_WEIGHTS = re.compile(r"Loading model weights took ([\d.]+) GB")
+VL_V0_BLOCKS = re.compile(r"# (\w+) blocks: (\d+), # CPU blocks: (\d+)")
 VL_MODEL_LOADED = re.compile(r"Model loading took ([\d.]+) GiB (?:memory )?and ([\d.]+) seconds")
 VL_COMPILE = re.compile(r"Starting torch\.compile|Dynamo bytecode transform time|torch\.compile took ([\d.]+) s in total|Directly load the compiled graph")
 VL_KV_MEM = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
 VL_KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 VL_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
-VL_GRAPH_PROG = re.compile(r"Capturing CUDA graphs(?: \(([^)]*)\))?:\s+(\d+)%\|[^|]*\| (\d+)/(\d+)")
-VL_GRAPH_DONE = re.compile(r"Graph capturing finished in (\d+) secs?, took ([\d.]+) GiB")
+VL_GRAPH_PROG = re.compile(r"Capturing CUDA graph(?:s| shapes)(?: \(([^)]*)\))?:\s+(\d+)%\|[^|]*\| (\d+)/(\d+)")
+VL_GRAPH_DONE = re.compile(r"Graph capturing finished in (\d+) secs?(?:, took ([\d.]+) GiB)?")
 VL_ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 VL_SERVER = re.compile(r"Starting vLLM (?:API )?server (?:\d+ )?on (\S+)")
+#: the API server has come up (old versions print the routes, not the URL)
+VL_ROUTES = re.compile(r"Available routes are:|^Route: /")
+#: lines that open a new server start: a restart in the same log begins a new attempt
+VL_ATTEMPT = re.compile(r"vLLM API server version |non-default args: |^args: Namespace\(")
 VL_READY = "Application startup complete."
 
 SG_STAT_FIELDS = {
@@ -341,17 +382,61 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
     ("watchdog", re.compile(r"watchdog timeout|Health check failed\. Server couldn't get a response"), "watchdog timeout"),
     (
+        "terminated",
+        re.compile(
+            r"^(?:Killed|Terminated)\s*$|KeyboardInterrupt: terminated|[Rr]eceived (?:signal )?SIG(?:TERM|INT|KILL|HUP)\b|"
+            r"\bSIG(?:TERM|INT) received|[Rr]eceived signal (?:15|2|9)\b|[Ss]ignal (?:15|9) received"
+        ),
+        "terminated by a signal",
+    ),
+    (
         "crash",
         re.compile(
             r"Scheduler hit an exception|TokenizerManager hit an exception|Received sigquit from a child process|"
             r"Engine core initialization failed|Initialization failed\. warmup error|EngineCore failed to start|"
-            r"WorkerProc failed to start|EngineDeadError"
+            r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|"
+            r"Segmentation fault|core dumped|Fatal Python error"
         ),
         "engine crashed",
     ),
 )
+#: lines that only report a failure found elsewhere (the cause sits above them)
+WRAPPER_RE = re.compile(
+    r"Scheduler hit an exception|TokenizerManager hit an exception|DetokenizerManager hit an exception|"
+    r"Received sigquit from a child process|Engine core initialization failed|EngineCore failed to start|"
+    r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|Initialization failed\. warmup error|"
+    r"Worker proc \S+ died unexpectedly|Process \S+:$|child process|See root cause above|"
+    r"Exception in worker \S+ while processing method"
+)
+#: a Python exception line: "ValueError: …", "torch.AcceleratorError: …", "KeyboardInterrupt: terminated", "AssertionError"
+EXC_LINE_RE = re.compile(
+    r"^((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)|Exception|KeyboardInterrupt|SystemExit))"
+    r"(?::\s?(.*))?$"
+)
+TB_START = "Traceback (most recent call last)"
+TB_CHAIN = re.compile(
+    r"^(?:During handling of the above exception, another exception occurred:|"
+    r"The above exception was the direct cause of the following exception:)"
+)
+#: a Ray placement group that could not get its GPUs (context for a later termination)
+RAY_PG_WAIT = re.compile(r"placement group|resource request cannot be scheduled|Current node has no GPU available")
 #: one pass over a line decides whether the classifier needs to look at it
 _FATAL_ANY = re.compile("|".join(f"(?:{rx.pattern})" for _, rx, _ in CLASSIFIER))
+#: every fatal text above holds one of these; plain substring tests are much cheaper than the
+#: regex alternation, so most lines never reach it (tests check each classifier example)
+_FATAL_KEYS = (
+    "ailed", "emory", "NCCL", "DistBackend", "in use", "not available", "error: ", "watchdog", "Killed",
+    "Terminated", "KeyboardInterrupt", "SIG", "ignal", "exception", "sigquit", "EngineDead", "fatal", "Fatal",
+    "Segmentation", "core dumped",
+)
+
+
+def might_be_fatal(msg: str) -> bool:
+    """Cheap pre-filter: False means no classifier pattern can match ``msg``."""
+    for k in _FATAL_KEYS:
+        if k in msg:
+            return _FATAL_ANY.search(msg) is not None
+    return False
 
 
 def classify(text: str) -> tuple[str, str] | None:
@@ -387,7 +472,20 @@ def _refine_cause(kind: str, cause: str, text: str) -> str:
     if kind == "capture-failed":
         m = re.search(r"Capture cuda graph failed: (.*)", text)
         return f"CUDA graph capture failed: {m.group(1)[:80]}" if m else cause
+    if kind == "terminated":
+        m = re.search(r"SIG[A-Z]+|signal \d+", text)
+        if m:
+            return f"terminated by {m.group(0)}"
+        if text.strip() == "Killed":
+            return "killed (SIGKILL: the OOM killer or a kill -9)"
+        return cause
     return cause
+
+
+def _exc_cause(exc: str) -> str:
+    """The cause of a generic crash: the exception line itself, shortened."""
+    exc = exc.strip()
+    return exc if len(exc) <= 160 else exc[:157] + "..."
 
 
 # --------------------------------------------------------------------------- line cleaning
@@ -405,19 +503,29 @@ class LogLine:
     rank: str
     level: str
     engine_hint: str | None
+    #: the compose service or pod that wrote the line ('' without such a prefix)
+    source: str = ""
+    #: the pid of a vLLM "(Proc pid=N)" prefix (None without one)
+    pid: int | None = None
 
 
 def clean_line(raw: str) -> LogLine:
     s = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
     s = s.rstrip()
+    source = ""
+    pid: int | None = None
     if s[:1].isdigit():
         s = DOCKER_TS_RE.sub("", s, count=1)
     elif "| " in s[:60]:
         m = COMPOSE_RE.match(s)
         if m and "%|" not in s[: m.end()]:
+            source = s[: m.end()].split("|", 1)[0].strip()
             s = s[m.end() :]
     if s.startswith("[pod/"):
-        s = KUBE_RE.sub("", s, count=1)
+        m = KUBE_RE.match(s)
+        if m:
+            source = s[1 : m.end() - 2]
+            s = s[m.end() :]
     text = s
     msg = s
     ts: str | None = None
@@ -438,6 +546,7 @@ def clean_line(raw: str) -> LogLine:
             proc = m2.group(1)
             if not rank:
                 rank = proc if m2.group(2) is None else f"{proc}{m2.group(2)}"
+                pid = int(m2.group(3))
             msg = msg[m2.end() :]
         m3 = VL_LEVEL.match(msg)
         if m3:
@@ -454,7 +563,7 @@ def clean_line(raw: str) -> LogLine:
             level = "ERROR"
         elif "WARNING" in text[:80] or "WARN " in text:
             level = "WARNING"
-    return LogLine(raw, text, msg, ts, rank, level, hint)
+    return LogLine(raw, text, msg, ts, rank, level, hint, source, pid)
 
 
 def severity(line: str) -> str:
@@ -482,8 +591,34 @@ def _int(s: str) -> int:
 # --------------------------------------------------------------------------- parser
 
 
+class _Traceback:
+    """One process's traceback chain being read (see :meth:`LogParser._traceback`)."""
+
+    __slots__ = ("in_frames", "chain_open", "err_index", "wrapper", "frames")
+
+    def __init__(self) -> None:
+        self.in_frames = False
+        self.chain_open = False  # "During handling …" / "The above exception …" seen
+        self.err_index: int | None = None  # index of the chain's root error in state.errors
+        self.wrapper: str | None = None  # "Scheduler hit an exception: Traceback …"
+        self.frames = 0
+
+
+#: frame lines read before a traceback with no exception line is given up
+_MAX_FRAMES = 5000
+#: exceptions that only say a lookup failed; an outer exception of the chain explains them
+_PLUMBING = frozenset({"KeyError", "IndexError", "StopIteration", "LookupError"})
+
+
+def _strip_prefix(text: str) -> str:
+    return clean_line(text).msg.strip()
+
+
 class LogParser:
-    """Incremental parser. ``feed`` / ``feed_text`` / ``feed_line`` return the new events."""
+    """Incremental parser. ``feed`` / ``feed_text`` / ``feed_line`` return the new events.
+
+    Lines are counted as the file's physical lines (``\\n``); tqdm redraws joined
+    by ``\\r`` are parsed one by one and numbered as segments of their line."""
 
     def __init__(self, engine: str | None = None, *, context_lines: int = 30) -> None:
         if engine is not None and engine not in ENGINES:
@@ -493,11 +628,36 @@ class LogParser:
         self._votes = {"sglang": 0, "vllm": 0}
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._buf = ""
-        self._flushed_tail = ""  # partial line already parsed by flush()
+        self._phys = 0  # complete physical lines read
+        self._seg = 0  # segments of the current physical line already parsed
+        self._flushed: tuple[int, int, str] | None = None  # (line, segment, text) parsed by flush()
+        self._cur_line = 1
+        self._cur_seg: int | None = None
         self._context: deque[str] = deque(maxlen=context_lines)
+        self._engine_sources: set[str] = set()
+        self._engine_pids: set[int] = set()
+        self._reset_attempt()
+
+    def _reset_attempt(self) -> None:
         self._errors_seen: set[tuple[str, str]] = set()
         self._last_progress: tuple[str, str, int, int] | None = None
         self._fact_rank: dict[str, str] = {}
+        self._tbs: dict[str, _Traceback] = {}
+        self._tb_cur: str = ""
+        self._sg_capture_open = False
+        self._server_up = False  # the engine's HTTP server start line was seen
+        self._foreign_uvicorn = False  # bare uvicorn lines now come from another program
+        self._ray_wait: str | None = None
+        self._last_wrapper: dict[str, str] = {}
+
+    def _new_attempt(self, no: int) -> list[LogEvent]:
+        old = self.state
+        self.state = ParseState(
+            engine=old.engine, lines=old.lines, last_time=old.last_time, attempt=old.attempt + 1, attempt_line=no
+        )
+        self._context.clear()
+        self._reset_attempt()
+        return []
 
     # ------------------------------------------------------------------ input
     def feed(self, data: bytes) -> list[LogEvent]:
@@ -507,42 +667,77 @@ class LogParser:
     def feed_text(self, text: str) -> list[LogEvent]:
         if not text:
             return []
-        self._buf += text
-        parts = SPLIT_RE.split(self._buf)
-        self._buf = parts.pop()  # partial tail ('' when the text ended on a separator)
-        if len(self._buf) > MAX_LINE:
-            self._buf = self._buf[:MAX_LINE]
+        buf = self._buf + text
         events: list[LogEvent] = []
-        for i, p in enumerate(parts):
-            if i == 0 and self._flushed_tail:
-                done = self._flushed_tail
-                self._flushed_tail = ""
-                if p == done:
-                    continue
-            if p:
-                events.extend(self.feed_line(p))
+        if "\n" in text:
+            lines = buf.split("\n")
+            buf = lines.pop()  # partial tail ('' when the text ended on a line break)
+            for line in lines:
+                if "\r" in line:
+                    segs = line.split("\r")
+                    if segs[-1] == "":
+                        segs.pop()  # CRLF, or a redraw ending the line
+                    for s in segs:
+                        self._segment(s, True, events)
+                else:
+                    self._segment(line, self._seg > 0, events)
+                self._phys += 1
+                self._seg = 0
+        if "\r" in buf:
+            segs = buf.split("\r")
+            buf = segs.pop()
+            for s in segs:
+                self._segment(s, True, events)
+        if len(buf) > MAX_LINE:
+            buf = buf[:MAX_LINE]
+        self._buf = buf
         return events
 
-    def flush(self) -> list[LogEvent]:
-        """Parse the unterminated tail now (call after ~1 s of silence, or at EOF).
-        It is not parsed a second time when its line ends unchanged."""
+    def _segment(self, s: str, multi: bool, events: list[LogEvent]) -> None:
+        idx = self._seg
+        self._seg += 1
+        if not s:
+            return
+        no = self._phys + 1
+        fl = self._flushed
+        if fl is not None:
+            self._flushed = None
+            if fl == (no, idx, s):
+                return  # parsed by flush() already, and unchanged since
+        self._cur_line = no
+        self._cur_seg = idx + 1 if multi else None
+        events.extend(self.feed_line(s))
+
+    def flush(self, *, everything: bool = False) -> list[LogEvent]:
+        """Parse the unterminated tail now (call after ~1 s of silence): a progress bar
+        that redraws without a line break. Other half-written lines wait for their end
+        (or for :meth:`finish`), so a pause mid-line cannot cut an exception line.
+        The tail is not parsed a second time when its line ends unchanged."""
         tail = self._buf + self._decoder.decode(b"", final=False)
         self._buf = tail
-        if not tail or tail == self._flushed_tail:
+        key = (self._phys + 1, self._seg, tail)
+        if not tail or key == self._flushed:
             return []
-        self._flushed_tail = tail
+        if not everything and "%|" not in tail and "% Completed" not in tail:
+            return []
+        self._flushed = key
+        self._cur_line = self._phys + 1
+        self._cur_seg = self._seg + 1 if self._seg else None
         return self.feed_line(tail)
 
     def finish(self) -> list[LogEvent]:
         """End of input: parse the tail and reset the buffer."""
         self._buf += self._decoder.decode(b"", final=True)
-        ev = self.flush()
+        ev = self.flush(everything=True)
         self._buf = ""
-        self._flushed_tail = ""
+        self._flushed = None
+        if self._seg or ev:
+            self._phys += 1
+            self._seg = 0
         return ev
 
     def feed_line(self, raw: str) -> list[LogEvent]:
-        """Parse one physical line (no \\r or \\n inside)."""
+        """Parse one segment of a physical line (no \\r or \\n inside)."""
         if "]" in raw and "[" in raw and GLUED_RE.search(raw):
             out: list[LogEvent] = []
             for piece in GLUED_RE.split(raw):
@@ -553,16 +748,31 @@ class LogParser:
 
     # ------------------------------------------------------------------ core
     def _line(self, raw: str) -> list[LogEvent]:
-        st = self.state
-        st.lines += 1
-        no = st.lines
+        no = self._cur_line
+        seg = self._cur_seg
+        if self.state.lines < no:
+            self.state.lines = no
         if no == 1 and raw.startswith("# source: "):
             return []  # the provenance header of a stored reference log
         ln = clean_line(raw)
         msg = ln.msg
+        # another program's lines (a compose service or pod that never wrote an engine line)
+        if ln.source:
+            if ln.engine_hint:
+                self._engine_sources.add(ln.source)
+            elif self._engine_sources and ln.source not in self._engine_sources:
+                return []
+        if ln.pid is not None and "API" in ln.rank:
+            self._engine_pids.add(ln.pid)  # the API server runs the engine's uvicorn
+        events: list[LogEvent] = []
+        # a new server start in the same log: the latest attempt decides
+        if ("server_args=" in msg and not ln.rank) or (("args" in msg or "version" in msg) and VL_ATTEMPT.search(msg)):
+            st0 = self.state
+            if st0.errors or st0.ready_line is not None or (st0.phase is not None and PHASE_INDEX[st0.phase] > 0):
+                self._new_attempt(no)
+        st = self.state
         if ln.time:
             st.last_time = ln.time
-        events: list[LogEvent] = []
         self._vote(ln)
         t = ln.time
 
@@ -572,8 +782,10 @@ class LogParser:
                 return  # phases only move forward (other ranks lag behind)
             if cur == p and progress is None and not kw.get("done"):
                 return
+            if p == "ready":
+                self._recovered()
             st.phase = p
-            events.append(PhaseEvent(p, progress, msg.strip() or ln.text, t, no, **kw))  # type: ignore[arg-type]
+            events.append(PhaseEvent(p, progress, msg.strip() or ln.text, t, no, segment=seg, **kw))  # type: ignore[arg-type]
 
         def fact(name: str, value: object) -> None:
             # (all)-rank lines: keep the first value; an explicit rank 0 replaces one from another rank
@@ -583,36 +795,188 @@ class LogParser:
             ):
                 st.facts[name] = value
                 self._fact_rank[name] = ln.rank
-            events.append(FactEvent(name, value, msg.strip(), t, no, ln.rank))
+            events.append(FactEvent(name, value, msg.strip(), t, no, ln.rank, segment=seg))
 
         if st.phase is None and msg.strip():
             phase("process-start")
 
-        # --- fatal texts first (cheap pre-filter)
-        if _FATAL_ANY.search(msg):
-            c = classify(msg)
-            if c is not None:
-                kind, cause = c
-                key = (kind, msg.strip())
-                if key not in self._errors_seen and (
-                    len(st.errors) < MAX_ERRORS or all(e.kind != kind for e in st.errors)
-                ):
-                    self._errors_seen.add(key)
-                    err = ErrorEvent(kind, cause, ln.text.strip(), t, no, tuple(self._context))
-                    st.errors.append(err)
-                    events.append(err)
+        # --- tracebacks: the root exception line of each process's chain
+        in_tb = self._traceback(ln, msg, no, seg, events)
 
-        # --- progress bars
-        if "%|" in msg or "% Completed |" in msg:
-            self._bar(msg, ln, no, phase, events)
-        elif "Capture" in msg or "Capturing" in msg or "Graph capturing" in msg:
-            self._graph_lines(msg, phase, fact)
-        self._startup_lines(msg, ln, phase, fact)
-        if "throughput" in msg:
-            self._stats(msg, ln, no, events)
+        # --- fatal texts (cheap pre-filter); frame lines inside a traceback are code, not messages
+        if not in_tb and might_be_fatal(msg):
+            self._fatal_message(ln, msg, no, seg, events)
+        elif RAY_PG_WAIT.search(msg) if "lacement" in msg or "resource" in msg or "no GPU" in msg else False:
+            self._ray_wait = ln.text.strip()
+
+        if not in_tb:
+            # --- progress bars
+            if "%|" in msg or "% Completed |" in msg:
+                self._bar(msg, ln, no, phase, events)
+            elif "Capture" in msg or "Capturing" in msg or "Graph capturing" in msg:
+                self._graph_lines(msg, phase, fact)
+            self._startup_lines(msg, ln, phase, fact)
+            if "throughput" in msg:
+                self._stats(msg, ln, no, events)
 
         self._context.append(ln.text)
         return events
+
+    def _recovered(self) -> None:
+        """The engine came up (ready line) or serves (stat lines): a generic traceback seen
+        before it was not fatal. (Progress of one rank proves nothing: other ranks go on
+        for a while after the first one died.)"""
+        st = self.state
+        if any(e.kind == "crash" and e.origin == "exception" for e in st.errors):
+            st.errors = [e for e in st.errors if not (e.kind == "crash" and e.origin == "exception")]
+            for tb in self._tbs.values():
+                tb.err_index = None
+
+    def _add_error(self, err: ErrorEvent, events: list[LogEvent]) -> int | None:
+        st = self.state
+        key = (err.kind, err.line)
+        if key in self._errors_seen:
+            return None
+        if len(st.errors) >= MAX_ERRORS and any(e.kind == err.kind for e in st.errors):
+            return None
+        self._errors_seen.add(key)
+        if err.origin in ("wrapper", "terminated") and any(e.provisional for e in st.errors):
+            # the engine went down after that traceback: it was fatal after all
+            st.errors = [replace(e, provisional=False) if e.provisional else e for e in st.errors]
+        st.errors.append(err)
+        events.append(err)
+        return len(st.errors) - 1
+
+    def _fatal_message(self, ln: LogLine, msg: str, no: int, seg: int | None, events: list[LogEvent]) -> None:
+        c = classify(msg)
+        if c is None:
+            return
+        kind, cause = c
+        text = msg.strip()
+        if kind == "terminated":
+            origin = "terminated"
+            if self._ray_wait is not None:
+                cause += " while waiting for GPUs for a Ray placement group"
+        elif WRAPPER_RE.search(text):
+            origin = "wrapper"
+        elif EXC_LINE_RE.match(text):
+            origin = "exception"
+        else:
+            origin = "message"
+        if origin == "wrapper":
+            self._last_wrapper[ln.rank] = text
+            # the wrapper is context for the root exception it reports
+            for i, e in enumerate(self.state.errors):
+                if e.origin == "exception" and e.wrapper is None:
+                    self.state.errors[i] = replace(e, wrapper=text)
+        ctx = tuple(self._context)
+        if origin == "terminated" and self._ray_wait is not None:
+            ctx = ctx + (self._ray_wait,)
+        err = ErrorEvent(kind, cause, ln.text.strip(), ln.time, no, ctx, segment=seg, origin=origin,
+                         rank=ln.rank, attempt=self.state.attempt)
+        self._add_error(err, events)
+
+    def _traceback(self, ln: LogLine, msg: str, no: int, seg: int | None, events: list[LogEvent]) -> bool:
+        """Follow Python tracebacks per process; True when the line belongs to one
+        (a frame, or the exception line, which is handled here)."""
+        if ln.rank:
+            key = ln.rank
+        elif ln.engine_hint or ln.source:
+            key = "<main>" + ln.source
+        else:
+            key = self._tb_cur  # unprefixed lines continue the traceback being printed
+        if TB_START in msg:
+            tb = self._tbs.get(key)
+            if tb is None or not tb.chain_open:
+                tb = self._tbs[key] = _Traceback()
+                head = msg[: msg.index(TB_START)].strip()
+                if head:
+                    tb.wrapper = ln.text.strip()
+            tb.in_frames = True
+            tb.chain_open = False
+            tb.frames = 0
+            self._tb_cur = key
+            return True
+        tb = self._tbs.get(key)
+        if tb is None:
+            return False
+        if not tb.in_frames:
+            if TB_CHAIN.match(msg.strip()):
+                tb.chain_open = True
+                return True
+            return False
+        stripped = msg.strip()
+        if not stripped:
+            return True
+        m = EXC_LINE_RE.match(stripped) if not msg[:1].isspace() and not stripped.startswith("File ") else None
+        if m is None:
+            tb.frames += 1
+            if tb.frames > _MAX_FRAMES:
+                tb.in_frames = False
+            return True
+        tb.in_frames = False
+        self._exception(tb, ln, stripped, m.group(1), no, seg, events)
+        return True
+
+    def _exception(self, tb: _Traceback, ln: LogLine, exc: str, name: str, no: int, seg: int | None,
+                   events: list[LogEvent]) -> None:
+        st = self.state
+        c = classify(exc)
+        if tb.err_index is None or tb.err_index >= len(st.errors):
+            # the root (innermost) exception of this chain
+            if name.endswith(("KeyboardInterrupt", "SystemExit")):
+                kind, cause, origin = "terminated", _refine_cause("terminated", "terminated by a signal", exc), "terminated"
+                if "terminated" in exc:
+                    cause = "terminated by a signal (KeyboardInterrupt: terminated)"
+            elif c is not None and c[0] not in ("crash", "terminated"):
+                kind, cause, origin = c[0], c[1], "exception"
+            elif WRAPPER_RE.search(exc):
+                kind, cause, origin = "crash", "engine crashed (the cause is in an earlier traceback)", "wrapper"
+            else:
+                kind, cause, origin = "crash", _exc_cause(exc), "exception"
+            wrapper = tb.wrapper or self._last_wrapper.get(ln.rank)
+            err = ErrorEvent(kind, cause, ln.text.strip(), ln.time or st.last_time, no, tuple(self._context),
+                             segment=seg, origin=origin, wrapper=wrapper, rank=ln.rank, attempt=st.attempt,
+                             provisional=kind == "crash" and origin == "exception" and st.ready_line is not None)
+            idx = self._add_error(err, events)
+            if idx is None:
+                # the same exception again (another rank, or the traceback printed twice): keep reading it as one
+                for i, e in enumerate(st.errors):
+                    if e.kind == kind and e.line == err.line:
+                        idx = i
+                        break
+            tb.err_index = idx
+            return
+        # an outer exception of the chain: it may name the kind (capture failed …); it is the
+        # proof only when the root is a lookup that the outer one translates ("KeyError: 'x'"
+        # then "ValueError: … model type `x` … not recognized")
+        root = st.errors[tb.err_index]
+        rm = EXC_LINE_RE.match(_strip_prefix(root.line))
+        if (
+            rm is not None
+            and rm.group(1).rsplit(".", 1)[-1] in _PLUMBING
+            and root.origin == "exception"
+            and not WRAPPER_RE.search(exc)
+            and (c is None or c[0] not in ("crash", "terminated", "capture-failed"))
+        ):
+            if c is not None:
+                kind, cause = c
+            else:
+                kind, cause = "crash", _exc_cause(exc)
+            upd = replace(root, kind=kind, cause=cause, line=ln.text.strip(), time=ln.time, line_no=no, segment=seg,
+                          wrapper=root.line, rank=ln.rank or root.rank)
+            st.errors[tb.err_index] = upd
+            events.append(upd)
+            return
+        upd = root
+        if root.wrapper is None or root.wrapper == tb.wrapper:
+            upd = replace(upd, wrapper=exc)
+        if root.kind == "crash" and root.origin == "exception" and c is not None and c[0] not in ("crash", "terminated"):
+            kind, cause = c
+            upd = replace(upd, kind=kind, cause=cause)
+        if upd is not root:
+            st.errors[tb.err_index] = upd
+            events.append(upd)
 
     # ------------------------------------------------------------------ pieces
     def _vote(self, ln: LogLine) -> None:
@@ -649,11 +1013,13 @@ class LogParser:
             label = st.graph_label if st.graph_label not in (None, "") else ("decode" if m.group(1) == "batches" else "prefill")
             self._graph_progress(label, int(m.group(5)), int(m.group(6)), phase)
             return
+        if not self._sg_capture_open or st.engine == "vllm":
+            return  # a bare bar outside SGLang's capture begin/end is someone else's
         m = TQDM.search(msg)
         if m and st.phase == "graph-capture":
             head = msg[: m.start()].strip()
-            if not head or head.endswith(":") and "Capturing" in head:
-                # a bare bar inside a capture phase (the first frame, or old SGLang)
+            if not head:
+                # a bare bar between "Capture … graph begin" and its end (the first frame, or old SGLang)
                 self._graph_progress(st.graph_label or "", int(m.group(2)), int(m.group(3)), phase)
 
     def _progress(self, p: str, label: str, n: int, total: int, phase: Callable[..., None]) -> None:
@@ -682,7 +1048,8 @@ class LogParser:
         st = self.state
         m = SG_GRAPH_BEGIN.search(msg)
         if m:
-            label = f"{m.group(1)} {m.group(2)}" if m.group(1) else ""
+            label = m.group(1) or ""
+            self._sg_capture_open = True
             if st.phase != "graph-capture" or st.graph_label != label or st.graph_done:
                 st.graph_label = label
                 st.graph = None
@@ -693,11 +1060,13 @@ class LogParser:
         m = SG_GRAPH_END.search(msg)
         if m:
             st.graph_seen = True
+            self._sg_capture_open = False
             if not st.graph_done or st.phase != "graph-capture":
                 st.graph_done = True
-                label = f"{m.group(1)} {m.group(2)}" if m.group(1) else (st.graph_label or "")
+                label = m.group(1) or st.graph_label or ""
                 phase("graph-capture", 1.0, label=label, done=True)
-                fact("graph_seconds", float(m.group(3)))
+                if m.group(2):
+                    fact("graph_seconds", float(m.group(2)))
             return
         m = VL_GRAPH_DONE.search(msg)
         if m:
@@ -706,7 +1075,8 @@ class LogParser:
                 st.graph_done = True
                 phase("graph-capture", 1.0, label=st.graph_label or "", done=True)
                 fact("graph_seconds", float(m.group(1)))
-                fact("graph_mem_gb", float(m.group(2)))
+                if m.group(2):
+                    fact("graph_mem_gb", float(m.group(2)))
 
     def _startup_lines(
         self, msg: str, ln: LogLine, phase: Callable[..., None], fact: Callable[[str, object], None]
@@ -755,16 +1125,42 @@ class LogParser:
             if m:
                 st.kv_seen = True
                 fact("max_total_num_tokens", int(m.group(1)))
-                fact("max_running_requests", int(m.group(4)))
-                fact("context_len", int(m.group(5)))
+                m2 = SG_MAX_RUNNING.search(msg)
+                if m2:
+                    fact("max_running_requests", int(m2.group(1)))
+                m2 = SG_CONTEXT_LEN.search(msg)
+                if m2:
+                    fact("context_len", int(m2.group(1)))
                 if st.kv_tokens is None:
                     st.kv_tokens = int(m.group(1))
+                phase("kv-cache")
+            return
+        if msg.startswith("Memory pool end"):
+            m = SG_MEM_POOL_END.match(msg)
+            if m:
+                st.kv_seen = True
+                phase("kv-cache")
+                if m.group(1):
+                    fact("avail_mem_gb", float(m.group(1)))
+            return
+        if "Started server process [" in msg:
+            m = UVICORN_STARTED.search(msg)
+            if m:
+                # a bare uvicorn block whose pid is not one of the engine's belongs to another program
+                if ln.engine_hint is not None:
+                    own = True
+                elif self._engine_pids:
+                    own = int(m.group(1)) in self._engine_pids
+                else:
+                    own = self._server_up or st.kv_seen or st.graph_seen
+                self._foreign_uvicorn = not own
             return
         if "Uvicorn running on" in msg:
             m = SG_HTTP.search(msg)
-            if m:
-                st.http_url = m.group(1)
-                fact("http_url", m.group(1))
+            if m and self._own_server_line(ln):
+                url = f"http://{m.group(1)}:{m.group(2)}" if m.group(2) else m.group(3)
+                st.http_url = url
+                fact("http_url", url)
                 phase("warmup")
             return
         if SG_READY in msg:
@@ -784,6 +1180,7 @@ class LogParser:
                 return
             m = VL_SERVER.search(msg)
             if m:
+                self._server_up = True
                 st.http_url = m.group(1)
                 fact("http_url", m.group(1))
                 phase("warmup")
@@ -795,6 +1192,25 @@ class LogParser:
             m = VL_ATTN.search(msg)
             if m:
                 fact("attention_backend", m.group(1) or m.group(2) or m.group(3))
+            return
+        if msg.startswith(("Available routes", "Route: ")):
+            if VL_ROUTES.search(msg):
+                self._server_up = True
+            return
+        if "Loading model weights took" in msg:
+            m = VL_V0_WEIGHTS.search(msg)
+            if m:
+                fact("weights_mem_gb", float(m.group(1)))
+                if not st.weights_done:
+                    st.weights_done = True
+                    phase("weight-loading", 1.0, done=True, label="weights")
+            return
+        if "blocks: " in msg:
+            m = VL_V0_BLOCKS.search(msg)
+            if m:
+                st.kv_seen = True
+                fact("gpu_blocks", int(m.group(2)))
+                phase("kv-cache")
             return
         if "Loading weights took" in msg:
             m = VL_WEIGHTS_DONE.search(msg)
@@ -847,10 +1263,23 @@ class LogParser:
             if m:
                 fact("engine_init_seconds", float(m.group(1)))
             return
-        if VL_READY in msg and self.state.engine == "vllm":
+        if VL_READY in msg and self.state.engine == "vllm" and self._own_server_line(ln):
             st.ready_line = ln.text.strip()
             phase("ready", 1.0)
             return
+
+    def _own_server_line(self, ln: LogLine) -> bool:
+        """A uvicorn line ("Application startup complete.", "Uvicorn running on …") is the
+        engine's when it carries the engine's prefix, or, bare, when it follows the engine's
+        own server start (or its loaded KV cache) and no other program's uvicorn block."""
+        if ln.engine_hint == "vllm" and ln.pid is not None:
+            return True
+        if self._foreign_uvicorn:
+            return False
+        st = self.state
+        if ln.engine_hint == "sglang":
+            return True
+        return self._server_up or st.kv_seen or st.graph_seen
 
     def _stats(self, msg: str, ln: LogLine, no: int, events: list[LogEvent]) -> None:
         if "Decode batch" in msg or "Prefill batch" in msg:
@@ -881,6 +1310,7 @@ class LogParser:
                 token_usage=float(kv.group(1)) / 100 if kv else None,
                 prefix_hit_rate=float(hit.group(1)) / 100 if hit else None,
             )
+        self._recovered()
         self.state.last_stat = ev
         events.append(ev)
 
@@ -932,6 +1362,8 @@ def event_to_json(ev: LogEvent) -> dict[str, object]:
             "message": ev.message,
             "line": ev.line_no,
         }
+        if ev.segment:
+            d["segment"] = ev.segment
         if ev.total is not None:
             d["n"], d["total"] = ev.n, ev.total
         if ev.label:
@@ -951,6 +1383,10 @@ def event_to_json(ev: LogEvent) -> dict[str, object]:
             "time": ev.time,
             "message": ev.line,
             "line": ev.line_no,
+            "segment": ev.segment,
+            "origin": ev.origin,
+            "wrapper": ev.wrapper,
+            "attempt": ev.attempt,
             "context": list(ev.context[-5:]),
         }
     d = {k: getattr(ev, k) for k in ev.__dataclass_fields__}  # type: ignore[union-attr]

@@ -92,8 +92,10 @@ async def collect_status(
         specs = tuple(s for s in known if s.name not in names) + extra
         if not specs:
             return ()
+        from tui.services.tracker import reconcile_servers
+
         async with ServerCollector(host, specs) as sc:
-            return await sc.sample()
+            return reconcile_servers(await sc.sample())
 
     g, h, s = await asyncio.gather(gpus(), hoststats(), server_stats(), return_exceptions=True)
     host_error = ""

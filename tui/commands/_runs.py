@@ -21,10 +21,26 @@ def err(cmd: str, msg: str) -> int:
 
 
 async def records_for(host: Host, store: RunStore, *, sync: bool = True) -> list[RunRecord]:
-    """Local records for this host, after merging what the host's run folders say."""
+    """Local records for this host, after merging what the host's run folders say.
+    A run whose process is alive is never shown as ended: a record that says
+    "failed" while its process runs on (an older tunedeck wrote it) reads "stalled"."""
     if sync:
-        await reattach(host, store)
+        await live_records(host, store)
     return store.all(target_name(host))
+
+
+async def live_records(host: Host, store: RunStore) -> list[RunRecord]:
+    """The runs whose process is alive on ``host`` now, whatever their recorded state."""
+    from tui.services.tracker import STALLED
+
+    out = []
+    for rec in await reattach(host, store):
+        if rec.ended_:
+            rec.status = STALLED
+            rec.diagnosis = f"{rec.diagnosis or 'no progress'}; the process is still running"
+            store.save(rec)
+        out.append(rec)
+    return out
 
 
 def choose(records: Sequence[RunRecord], run: str | None, *, alive_first: bool = False) -> RunRecord | None:
@@ -46,4 +62,4 @@ def age(seconds: float) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
-__all__ = ["HostError", "UnsafeInput", "age", "choose", "err", "host_from_args", "records_for"]
+__all__ = ["HostError", "UnsafeInput", "age", "choose", "err", "host_from_args", "live_records", "records_for"]

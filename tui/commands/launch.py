@@ -36,12 +36,23 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--wait", action="store_true", help="follow the startup until ready or failed")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="give up waiting after S seconds")
     p.add_argument(
-        "--stall-after", type=float, default=300.0, metavar="S",
-        help="with --wait: fail after S seconds without log output, progress or GPU-memory change (default 300)",
+        "--stall-after", type=_stall_after, default=(300.0, "warn"), metavar="S[:ACTION]",
+        help="with --wait: a live run with no log output, progress or GPU-memory change for S seconds is "
+        "stalled; ACTION warn (default: report it and leave it running) or stop (stop it). "
+        "E.g. 300, stop, 600:stop",
     )
     p.add_argument("--json", action="store_true", help="print the run record (and the final progress) as JSON")
     p.add_argument("--cmd", nargs=argparse.REMAINDER, metavar="ARGV", help="raw command to run (the rest of the line)")
     p.set_defaults(func=run)
+
+
+def _stall_after(text: str) -> tuple[float, str]:
+    from tui.services.tracker import parse_stall_after
+
+    try:
+        return parse_stall_after(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _guess_engine(argv: list[str]) -> str:
@@ -154,7 +165,8 @@ async def run(args: argparse.Namespace) -> int:
                 sys.stderr.write(line + "\n")
                 sys.stderr.flush()
 
-    tracker = StartupTracker(host, rec, store=store, stall_after=args.stall_after)
+    stall_s, stall_action = args.stall_after
+    tracker = StartupTracker(host, rec, store=store, stall_after=stall_s, stall_action=stall_action)
     t0 = time.monotonic()
     try:
         final = await tracker.run(timeout=args.timeout, on_update=show)
@@ -178,6 +190,20 @@ async def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 3
+    if final.state == "stalled":
+        print(
+            f"tunedeck launch: run {rec.run_id} {final.diagnosis}; it keeps running "
+            f"(tunedeck stop {rec.run_id} to end it)",
+            file=sys.stderr,
+        )
+        if final.proof:
+            print(f"  log: {final.proof}", file=sys.stderr)
+        return 4
+    if final.state == "stopped":
+        print(f"tunedeck launch: run {rec.run_id} {final.diagnosis}", file=sys.stderr)
+        if final.proof:
+            print(f"  log: {final.proof}", file=sys.stderr)
+        return 1
     print(f"tunedeck launch: run {rec.run_id} failed: {final.diagnosis}", file=sys.stderr)
     if final.proof:
         print(f"  log: {final.proof}", file=sys.stderr)

@@ -17,6 +17,9 @@ from tui.collectors.logparse import (
 )
 from tui.model import jsonable
 
+#: exit statuses (README "parse-log"): the log's verdict, so scripts can branch on it
+EXIT_READY, EXIT_FAILED, EXIT_UNREADABLE, EXIT_STARTING = 0, 1, 2, 3
+
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
@@ -24,7 +27,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         parents=[common],
         help="parse an SGLang/vLLM server log: phases, progress, failures",
         description="Parse an SGLang or vLLM server log and print the events (phase changes with "
-        "progress 0-1, facts, fatal errors with their kind) and a final summary.",
+        "progress 0-1, facts, fatal errors with their kind) and a final summary. Line numbers are the "
+        "file's physical lines (less +N lands on them); N.S is segment S of a line joined by \\r redraws.",
+        epilog="exit status: 0 ready, 1 failed, 2 unreadable file or bad usage, 3 still starting or unknown. "
+        "When the log holds several starts, the latest one decides.",
     )
     p.add_argument("file", metavar="FILE", help="log file ('-' reads standard input)")
     p.add_argument("--engine", choices=ENGINES, help="engine that wrote the log (default: detected)")
@@ -48,10 +54,26 @@ def _summary(st) -> dict[str, object]:  # type: ignore[no-untyped-def]
         "graph_bars": [list(b) for b in st.graph_bars],
         "graph_done": st.graph_done,
         "ready_line": st.ready_line,
-        "failure": None if f is None else {"kind": f.kind, "cause": f.cause, "line": f.line, "time": f.time},
+        "failure": None
+        if f is None
+        else {
+            "kind": f.kind,
+            "cause": f.cause,
+            "line": f.line,
+            "line_no": f.line_no,
+            "segment": f.segment,
+            "time": f.time,
+            "wrapper": f.wrapper,
+        },
         "facts": jsonable(st.facts),
         "lines": st.lines,
+        "attempt": st.attempt,
+        "attempt_line": st.attempt_line,
     }
+
+
+def _where(ev) -> str:  # type: ignore[no-untyped-def]
+    return f"line {ev.line_no}" + (f".{ev.segment}" if ev.segment else "")
 
 
 def _text(ev) -> str | None:  # type: ignore[no-untyped-def]
@@ -68,7 +90,7 @@ def _text(ev) -> str | None:  # type: ignore[no-untyped-def]
     if isinstance(ev, FactEvent):
         return f"{t}  {ev.name} = {ev.value}"
     if isinstance(ev, ErrorEvent):
-        return f"{t}ERROR {ev.kind}: {ev.cause}\n    {ev.line}"
+        return f"{t}ERROR {ev.kind}: {ev.cause}\n    {_where(ev)}: {ev.line}"
     return None
 
 
@@ -78,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         f = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
     except OSError as e:
         print(f"tunedeck parse-log: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
-        return 2
+        return EXIT_UNREADABLE
     out = sys.stdout
 
     def emit(events) -> None:  # type: ignore[no-untyped-def]
@@ -102,13 +124,20 @@ def run(args: argparse.Namespace) -> int:
             emit(parser.finish())
     except OSError as e:
         print(f"tunedeck parse-log: error reading {args.file}: {e.strerror or e}", file=sys.stderr)
-        return 2
+        return EXIT_UNREADABLE
     st = parser.state
     if args.json:
         out.write(json.dumps(_summary(st), ensure_ascii=False) + "\n")
     else:
-        out.write(f"engine: {st.engine or 'unknown'}; status: {st.status}; {st.describe()}\n")
+        att = f"; attempt {st.attempt} (from line {st.attempt_line})" if st.attempt > 1 else ""
+        out.write(f"engine: {st.engine or 'unknown'}; status: {st.status}; {st.describe()}{att}\n")
         fl = st.failure
         if fl is not None:
-            out.write(f"cause: {fl.cause}\nproof: {fl.line}\n")
-    return 0
+            out.write(f"cause: {fl.cause}\nproof: {_where(fl)}: {fl.line}\n")
+            if fl.wrapper:
+                out.write(f"reported as: {fl.wrapper}\n")
+    if st.status == "ready":
+        return EXIT_READY
+    if st.status == "failed":
+        return EXIT_FAILED
+    return EXIT_STARTING

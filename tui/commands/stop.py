@@ -1,4 +1,7 @@
-"""``tunedeck stop [RUN]``: stop a server tunedeck launched (TERM, grace, KILL, GPU memory freed)."""
+"""``tunedeck stop [RUN]``: stop servers tunedeck launched (TERM, grace, KILL, GPU memory freed).
+
+Without RUN it stops every live run on the target, whatever its recorded state
+(starting, ready, stalled …): a run whose process is alive holds GPUs."""
 
 from __future__ import annotations
 
@@ -6,19 +9,21 @@ import argparse
 import json
 import sys
 
-from tui.commands._runs import choose, err, host_from_args, records_for
+from tui.commands._runs import choose, err, host_from_args, live_records, records_for
 from tui.model import jsonable
 from tui.services.hosts import HostError
-from tui.services.launcher import RunStore, stop_run
+from tui.services.launcher import RunRecord, RunStore, stop_run
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "stop",
         parents=[common],
-        help="stop a server tunedeck launched (default: latest running)",
+        help="stop a server tunedeck launched (default: every live run on the target)",
         description="Stop a run: PID-reuse guard, TERM to its process group, KILL after the grace "
-        "period, then wait until nvidia-smi no longer lists its processes.",
+        "period, then wait until nvidia-smi no longer lists its processes. Without RUN, every run "
+        "whose process is alive on the target is stopped (starting, ready or stalled), after one "
+        "confirmation.",
     )
     p.add_argument("run", nargs="?", metavar="RUN", help="run id (or a unique prefix)")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
@@ -28,34 +33,60 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.set_defaults(func=run)
 
 
+def _confirm(recs: list[RunRecord], target: str) -> bool:
+    if len(recs) == 1:
+        r = recs[0]
+        q = f"Stop run {r.run_id} on {target} ({r.status}, pid {r.pid}: {' '.join(r.argv)[:100]})? [y/N] "
+    else:
+        print(f"{len(recs)} live runs on {target}:", file=sys.stderr)
+        for r in recs:
+            print(f"  {r.run_id} ({r.status}, pid {r.pid}): {' '.join(r.argv)[:90]}", file=sys.stderr)
+        q = f"Stop all {len(recs)}? [y/N] "
+    try:
+        ans = input(q)
+    except EOFError:
+        ans = ""
+    return ans.strip().lower() in ("y", "yes")
+
+
 async def run(args: argparse.Namespace) -> int:
     host = host_from_args(args)
     store = RunStore()
+    results = []
     try:
-        recs = await records_for(host, store)
-        rec = choose(recs, args.run, alive_first=True)
-        if rec is None:
-            what = f"run {args.run!r}" if args.run else "a run"
-            return err("stop", f"{what} not found on {host.target}")
-        if args.run is None and rec.ended_:
-            return err("stop", f"no running server on {host.target} (last run {rec.run_id} is {rec.status})")
+        if args.run is not None:
+            recs = await records_for(host, store)
+            rec = choose(recs, args.run)
+            if rec is None:
+                return err("stop", f"run {args.run!r} not found on {host.target}")
+            targets = [rec]
+        else:
+            targets = await live_records(host, store)
+            if not targets:
+                last = store.all(host.target)
+                tail = f" (last run {last[-1].run_id} is {last[-1].status})" if last else ""
+                return err("stop", f"no running server on {host.target}{tail}")
         if not args.yes and sys.stdin.isatty() and not args.json:
-            desc = " ".join(rec.argv)[:100]
-            ans = input(f"Stop run {rec.run_id} on {rec.target} (pid {rec.pid}: {desc})? [y/N] ")
-            if ans.strip().lower() not in ("y", "yes"):
+            if not _confirm(targets, host.target):
                 print("not stopped", file=sys.stderr)
                 return 1
-        res = await stop_run(host, rec, grace=args.grace, gpu_wait=args.gpu_wait, store=store)
+        for rec in targets:
+            res = await stop_run(host, rec, grace=args.grace, gpu_wait=args.gpu_wait, store=store)
+            results.append((rec, res))
     except HostError as e:
         return err("stop", str(e))
     finally:
         await host.close()
     if args.json:
-        print(json.dumps({"run_id": rec.run_id, **jsonable(res)}))
+        # one object: the first stop's fields (as for a single run) and every stop under "runs"
+        out = [{"run_id": rec.run_id, **jsonable(res)} for rec, res in results]
+        worst = next((o for o in out if o.get("state") not in ("stopped", "exited")), out[0])
+        print(json.dumps({**worst, "runs": out}))
     else:
-        print(res.message)
-        if res.gpu_freed_mib is not None:
-            print(f"GPU memory freed: {res.gpu_freed_mib / 1024:.1f} GiB")
-        if res.gpu_released is False:
-            print("warning: the GPUs still list the run's processes", file=sys.stderr)
-    return 0 if res.state in ("stopped", "exited") else 1
+        for _, res in results:
+            print(res.message)
+            if res.gpu_freed_mib is not None:
+                print(f"GPU memory freed: {res.gpu_freed_mib / 1024:.1f} GiB")
+            if res.gpu_released is False:
+                print("warning: the GPUs still list the run's processes", file=sys.stderr)
+    return 0 if all(res.state in ("stopped", "exited") for _, res in results) else 1

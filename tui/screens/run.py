@@ -229,11 +229,13 @@ class RunScreen(Screen[None]):
         self.query_one("#run-title", Static).update(self._title())
         self._start_following()
 
-    def _title(self) -> str:
+    def _title(self, state: str | None = None) -> str:
         r = self.record
+        shown = {"stopped": "stopped (by you)"}.get(state or "", state)
         return (
             f"run {r.run_id} · {r.engine} · {r.profile or ' '.join(r.argv)[:60]} · {r.target}"
             + (f" · port {r.port}" if r.port else "")
+            + (f" · {shown}" if shown else "")
         )
 
     # ------------------------------------------------------------------ workers
@@ -294,12 +296,20 @@ class RunScreen(Screen[None]):
 
     def _tick(self) -> None:
         snap = self.tracker.snapshot()
-        if snap.state != "starting" and self.tracker.final is None:
+        prev = self.tracker.final
+        changed = (prev is None and snap.state != "starting") or (prev is not None and prev.state != snap.state)
+        if changed and not (prev is not None and prev.state != "stalled" and snap.state == "starting"):
+            # the run record follows every change, so `tunedeck runs` and the status screen agree
             self.tracker.finish(snap)
+            rid = self.record.run_id
             if snap.state == "ready":
-                self.notify(f"run {self.record.run_id} is ready")
-            else:
-                self.notify(f"run {self.record.run_id}: {snap.diagnosis}", severity="error", timeout=10)
+                self.notify(f"run {rid} is ready")
+            elif snap.state == "stopped":
+                self.notify(f"run {rid} stopped (by you)")
+            elif snap.state == "stalled":
+                self.notify(f"run {rid} {snap.diagnosis}", severity="warning", timeout=10)
+            elif snap.state != "starting":
+                self.notify(f"run {rid}: {snap.diagnosis}", severity="error", timeout=10)
         if self.tracker.final is not None and snap.state == "starting":
             snap = self.tracker.final
         self.post_message(self.Progress(snap))
@@ -307,6 +317,7 @@ class RunScreen(Screen[None]):
     @on(Progress)
     def _show_progress(self, message: Progress) -> None:
         self.query_one(StartupProgressView).update(message.snapshot)
+        self.query_one("#run-title", Static).update(self._title(message.snapshot.state))
 
     # ------------------------------------------------------------------ actions
     def action_close(self) -> None:
@@ -331,11 +342,17 @@ class RunScreen(Screen[None]):
     @work(group="run-stop", exclusive=True, exit_on_error=False)
     async def stop_server(self) -> None:
         self.notify(f"stopping run {self.record.run_id} …")
+        self.tracker.mark_stopping()
         try:
             res = await stop_run(self.host, self.record, grace=self.grace, store=self.store)
         except HostError as e:
+            self.tracker.stop_requested = False
             self.notify(f"stop failed: {e}", severity="error")
             return
+        if res.state in ("stopped", "exited"):
+            self.tracker.alive = False  # the next tick shows "stopped (by you)"
+        else:
+            self.tracker.stop_requested = False
         self.stop_result = res
         freed = f"; {res.gpu_freed_mib / 1024:.1f} GiB GPU memory freed" if res.gpu_freed_mib else ""
         self.notify(res.message + freed, severity="information" if res.state == "stopped" else "warning")

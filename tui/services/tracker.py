@@ -1,10 +1,15 @@
 """Startup tracker: log events + ``/health`` probes + process liveness + GPU memory
 → :class:`tui.model.StartupProgress` snapshots.
 
-* ready  = process alive AND (ready line OR ``/health`` 200); a vLLM ready line is
+* ready   = process alive AND (ready line OR ``/health`` 200); a vLLM ready line is
   confirmed with ``/health`` when the port is known;
-* failed = process exited OR fatal line OR stall (no new log bytes, no progress and
-  no GPU-memory change for ``stall_after`` seconds).
+* failed  = the process exited (the log's root exception is the cause when there is one);
+* stalled = the process is alive but nothing moves: no new log bytes, no progress and
+  no GPU-memory change for ``stall_after`` seconds, or a fatal line while the process
+  hangs on. A live process is never "failed": it still holds its GPUs, and
+  ``tunedeck stop`` stops it. ``stall_action`` says what then: ``warn`` (report, leave
+  it running) or ``stop`` (stop it, like ``tunedeck stop``);
+* stopped = the process ended after a stop that tunedeck was asked for.
 
 ETA comes from the shard progress rate and from the phase durations of previous
 loads of the same profile on the same host (``state_dir()/startup-history.json``).
@@ -15,27 +20,34 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
+from dataclasses import replace
 from typing import Awaitable, Callable, Sequence
 
 from tui.collectors.logparse import PHASES, ErrorEvent, LogEvent, LogParser, PhaseEvent
-from tui.model import GpuStatus, StartupProgress
+from tui.model import GpuStatus, ServerStats, StartupProgress
 from tui.services.hosts import Host, HostError
 from tui.services.launcher import (
     EXITED,
     FAILED,
     READY,
     STARTING,
+    STOPPED,
+    STOPPING,
     RunRecord,
     RunStore,
     follow_forever,
     gpu_memory_used,
     process_alive,
     read_rc,
+    stop_run,
 )
 from tui.util import http
 from tui.util.files import atomic_write_json
 from tui.util.paths import state_dir
+
+log = logging.getLogger(__name__)
 
 #: default share of the overall startup per phase (used without history)
 DEFAULT_WEIGHTS: dict[str, float] = {
@@ -48,6 +60,36 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "warmup": 0.05,
 }
 _ORDER = [p for p in PHASES if p != "ready"]
+
+#: a live run that stopped progressing (never "failed": it still holds its GPUs)
+STALLED = "stalled"
+STALL_ACTIONS = ("warn", "stop")
+#: states after which the startup is over (READY too, for the wait loop)
+TERMINAL = frozenset({READY, FAILED, EXITED, STOPPED})
+
+
+def parse_stall_after(text: str) -> tuple[float, str]:
+    """``--stall-after`` value: ``S``, ``ACTION`` or ``S:ACTION`` (ACTION ``warn`` or ``stop``).
+    Raises ValueError with a one-line message."""
+    secs, action = 300.0, "warn"
+    t = str(text).strip().lower()
+    head, _, tail = t.partition(":")
+    for part in (head, tail) if tail else (head,):
+        if part in STALL_ACTIONS:
+            action = part
+            continue
+        try:
+            secs = float(part.rstrip("s"))
+        except ValueError:
+            raise ValueError(f"{text!r}: expected seconds, warn|stop, or seconds:warn|stop (e.g. 300:stop)") from None
+        if not secs > 0 or secs != secs or secs == float("inf"):
+            raise ValueError(f"{text!r}: the seconds must be a positive number")
+    return secs, action
+
+
+def describe_gpu_memory(mem: Sequence[float]) -> str:
+    """'GPU 0: 61.2 GiB, GPU 1: 61.0 GiB' (MiB in)."""
+    return ", ".join(f"GPU {i}: {m / 1024:.1f} GiB" for i, m in enumerate(mem))
 
 
 # ============================================================================ history
@@ -110,6 +152,7 @@ class StartupTracker:
         *,
         store: RunStore | None = None,
         stall_after: float = 300.0,
+        stall_action: str = "warn",
         health_interval: float = 2.0,
         alive_interval: float = 2.0,
         gpu_interval: float = 2.0,
@@ -122,6 +165,12 @@ class StartupTracker:
         self.rec = rec
         self.store = store or RunStore()
         self.stall_after = stall_after
+        if stall_action not in STALL_ACTIONS:
+            raise ValueError(f"stall action {stall_action!r}: expected warn or stop")
+        self.stall_action = stall_action
+        #: a stop was asked for (by this tracker's owner, or seen in the run record)
+        self.stop_requested = False
+        self.stop_message: str | None = None
         self.health_interval = health_interval
         self.alive_interval = alive_interval
         self.gpu_interval = gpu_interval
@@ -179,6 +228,8 @@ class StartupTracker:
         self.alive = alive
         if not alive:
             self.rc = rc
+            # the log will not grow any more: its last, unterminated line counts too
+            self._consume(self.parser.flush(everything=True))
 
     def set_gpu(self, status: GpuStatus | Sequence[float] | dict[int, float] | None) -> None:
         if status is None:
@@ -228,25 +279,43 @@ class StartupTracker:
             self.store.save(rec)
 
     def state(self) -> tuple[str, str | None, str | None]:
-        """(state, diagnosis, proof)."""
+        """(state, diagnosis, proof). The process decides between alive and ended; the
+        log decides why."""
         st = self.parser.state
         f = st.failure
-        if f is not None:
-            return FAILED, f.cause, f.line
         if self.alive is False:
+            if self.stop_requested:
+                return STOPPED, "stopped (by you)", self.stop_message
+            if f is not None:
+                return FAILED, f.cause, f.line
             rc = self.rc
             return (
                 FAILED,
                 f"process exited with rc {rc}" if rc is not None else "process exited without an exit status",
                 self._last_line(),
             )
-        if self.stalled_for() >= self.stall_after:
-            mins = self.stall_after / 60
-            what = f"{mins:g} min" if self.stall_after >= 60 else f"{self.stall_after:g} s"
-            return FAILED, f"stalled: no log output, progress or GPU-memory change for {what} ({st.describe()})", self._last_line()
-        if self.alive is not False and self._is_ready():
+        if f is not None and self.alive is None and self.rec.pid is None:
+            return FAILED, f.cause, f.line  # no process to ask: the log is all there is
+        if f is None and self._is_ready():
             return READY, None, None
+        stalled_for = self.stalled_for()
+        if stalled_for >= self.stall_after:
+            return STALLED, self._stall_diagnosis(f), f.line if f is not None else self._last_line()
+        if f is not None:
+            # the log shows a fatal error but the process lives on (exiting, or hung with its GPUs)
+            return STARTING, f"{f.cause} (the process is still running)", f.line
         return STARTING, None, None
+
+    def _stall_diagnosis(self, f: ErrorEvent | None) -> str:
+        mins = self.stall_after / 60
+        what = f"{mins:g} min" if self.stall_after >= 60 else f"{self.stall_after:g} s"
+        held = f"; holds {describe_gpu_memory(self.gpu_memory)}" if self.gpu_memory and any(self.gpu_memory) else ""
+        if f is not None:
+            return f"stalled after a fatal error: {f.cause}; the process is still running{held}"
+        return (
+            f"stalled: no log output, progress or GPU-memory change for {what} "
+            f"({self.parser.state.describe()}){held}"
+        )
 
     def _is_ready(self) -> bool:
         st = self.parser.state
@@ -305,14 +374,14 @@ class StartupTracker:
             elapsed=max(0.0, now - self.started),
             eta=eta,
             eta_source=src,
-            stalled=state == STARTING and stalled_for >= min(self.stall_after, max(self.stall_after / 2, 30.0))
-            or diag is not None and diag.startswith("stalled"),
+            stalled=state == STALLED
+            or state == STARTING and stalled_for >= min(self.stall_after, max(self.stall_after / 2, 30.0)),
             stalled_for=stalled_for,
             diagnosis=diag,
             proof=proof,
             health=self.health,
             gpu_memory=self.gpu_memory,
-            message="ready" if state == READY else (f"failed: {diag}" if diag else st.describe()),
+            message=_message(state, diag, st.describe()),
             time=now,
         )
 
@@ -395,11 +464,21 @@ class StartupTracker:
         except (http.HttpError, HostError):  # refused, timeout, forward failed: not ready
             self.set_health(None)
 
+    def mark_stopping(self, how: str | None = None) -> None:
+        """A stop was asked for: when the process ends, the run is "stopped (by you)"."""
+        self.stop_requested = True
+        self.stop_message = how
+
     async def check_alive_once(self) -> None:
         rec = self.rec
         if rec.pid is None:
             return
         alive = await process_alive(self.host, rec.pid, rec.starttime)
+        if not alive and not self.stop_requested:
+            # stopped from elsewhere (tunedeck stop in another terminal): the record says so
+            stored = self.store.load(rec.run_id)
+            if stored is not None and stored.status in (STOPPING, STOPPED):
+                self.mark_stopping()
         rc = None
         if not alive and rec.run_dir:
             for _ in range(10):  # the wrapper writes rc right after the server ends
@@ -431,8 +510,9 @@ class StartupTracker:
                 if starting and self.poll_gpu and now >= t_gpu:
                     t_gpu = now + self.gpu_interval
                     await self.poll_gpu_once()
-            except HostError:
-                pass  # link down: the follow loop reconnects; keep the last values
+            except HostError as e:
+                # link down: the follow loop reconnects; keep the last values
+                log.info("run %s: probe failed (%s); keeping the last values", self.rec.run_id, e)
             try:
                 await asyncio.wait_for(stop.wait(), 0.2)
             except asyncio.TimeoutError:
@@ -475,7 +555,7 @@ class StartupTracker:
                     res = on_update(snap)
                     if asyncio.iscoroutine(res):
                         await res
-                if snap.state != STARTING:
+                if snap.state in TERMINAL or snap.state == STALLED:
                     break
                 if deadline is not None and self.clock() >= deadline:
                     break
@@ -485,21 +565,52 @@ class StartupTracker:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         self.finish(snap)
+        if snap.state == STALLED and self.stall_action == "stop":
+            snap = await self.stop_stalled(snap)
         return snap
 
+    async def stop_stalled(self, snap: StartupProgress) -> StartupProgress:
+        """``--stall-after …:stop``: stop the stalled run (TERM, grace, KILL) and say so."""
+        self.mark_stopping("stopped after it stalled")
+        try:
+            res = await stop_run(self.host, self.rec, grace=10.0, store=self.store)
+        except HostError as e:
+            log.warning("run %s: stopping the stalled run failed: %s", self.rec.run_id, e)
+            return snap
+        diag = f"{snap.diagnosis}; {res.message}"
+        if res.state not in ("stopped", "exited"):
+            return replace(snap, diagnosis=diag, message=diag)
+        self.alive = False
+        out = replace(snap, state=STOPPED, diagnosis=diag, message=diag, time=self.clock())
+        rec = self.store.load(self.rec.run_id)
+        if rec is not None:
+            rec.diagnosis, rec.proof = diag, snap.proof
+            self.store.save(rec)
+        self.final = out
+        return out
+
     def finish(self, snap: StartupProgress) -> None:
-        """Store the outcome in the run record (and the phase durations on ready)."""
-        self.final = snap
-        rec = self.store.load(self.rec.run_id) or self.rec
-        if snap.state == STARTING:
+        """Store the state in the run record, so that ``runs``, the status screen and the
+        run view read the same thing (and the phase durations on ready). Called again
+        on every change of state (stalled → starting again, ready → stopped …)."""
+        if snap.state == STARTING and (self.final is None or self.final.state != STALLED):
             return
+        prev = self.final.state if self.final is not None else None
+        self.final = snap if snap.state != STARTING else None
+        if prev == snap.state:
+            return
+        rec = self.store.load(self.rec.run_id) or self.rec
+        if snap.state == STOPPED and rec.status == STOPPED:
+            return  # stop_run wrote it, with how and what it freed
         rec.status = snap.state
         rec.timeline = self.rec.timeline
         rec.timeline.append({"t": snap.time, "event": snap.state, "diagnosis": snap.diagnosis})
-        if snap.state in (FAILED, EXITED):
+        if snap.state in (FAILED, EXITED, STALLED):
             rec.diagnosis, rec.proof = snap.diagnosis, snap.proof
             if self.rc is not None:
                 rec.rc = self.rc
+        elif snap.state == STARTING:
+            rec.diagnosis = rec.proof = None  # it moves again
         self.store.save(rec)
         if snap.state == READY and not (self._phase_seen_at_catchup - {"process-start"}):
             d = self.durations()
@@ -519,6 +630,38 @@ async def wait_ready(
 ) -> StartupProgress:
     tr = StartupTracker(host, rec, store=store, stall_after=stall_after, **kw)  # type: ignore[arg-type]
     return await tr.run(timeout=timeout, on_update=on_update)
+
+
+#: run-record states that say more than a /health probe while the server does not answer 200
+_RECORD_STATES = {"launching": STARTING, STARTING: STARTING, STALLED: STALLED, STOPPING: STOPPING}
+
+
+def reconcile_servers(servers: Sequence[ServerStats], store: RunStore | None = None) -> tuple[ServerStats, ...]:
+    """The status screen's server rows, agreeing with the run view and ``tunedeck runs``:
+    a server tunedeck launched whose ``/health`` does not answer 200 shows its run's
+    state (starting, stalled, stopping) and diagnosis instead of a bare "down"."""
+    store = store or RunStore()
+    out = []
+    for s in servers:
+        rec = store.load(s.run_id) if s.run_id else None
+        state = _RECORD_STATES.get(rec.status) if rec is not None else None
+        if state is None or s.state == READY or rec is None:
+            out.append(s)
+            continue
+        out.append(replace(s, state=state, message=rec.diagnosis or s.message))
+    return tuple(out)
+
+
+def _message(state: str, diag: str | None, describe: str) -> str:
+    if state == READY:
+        return "ready"
+    if state == STOPPED:
+        return "stopped (by you)"
+    if state == STALLED:
+        return diag or "stalled"
+    if state in (FAILED, EXITED):
+        return f"failed: {diag}" if diag else state
+    return diag or describe
 
 
 def format_progress(p: StartupProgress) -> str:
@@ -549,8 +692,13 @@ def format_progress(p: StartupProgress) -> str:
 
 
 __all__ = [
+    "STALLED",
+    "STALL_ACTIONS",
     "StartupTracker",
+    "describe_gpu_memory",
     "expected_durations",
+    "parse_stall_after",
+    "reconcile_servers",
     "format_progress",
     "history_key",
     "load_history",
