@@ -39,9 +39,19 @@ async def run(args: argparse.Namespace) -> int:
             return err("stop", f"{what} not found on {host.target}")
         if args.run is None and rec.ended_:
             return err("stop", f"no running server on {host.target} (last run {rec.run_id} is {rec.status})")
-        if not args.yes and sys.stdin.isatty() and not args.json:
+        if not args.yes:
+            # No terminal and no --yes means no (like `tunedeck ab`); Cancel is the default.
             desc = " ".join(rec.argv)[:100]
-            ans = input(f"Stop run {rec.run_id} on {rec.target} (pid {rec.pid}: {desc})? [y/N] ")
+            question = f"Stop run {rec.run_id} on {rec.target} (pid {rec.pid}: {desc})?"
+            if not sys.stdin.isatty():
+                print(f"tunedeck stop: {question} Not stopped: pass --yes to stop without asking.",
+                      file=sys.stderr)
+                return 1
+            print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+            try:
+                ans = input()
+            except EOFError:
+                ans = ""
             if ans.strip().lower() not in ("y", "yes"):
                 print("not stopped", file=sys.stderr)
                 return 1

@@ -27,8 +27,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Label, Log, OptionList, ProgressBar, Select, Static
+from textual.screen import Screen
+from textual.widgets import Footer, Label, Log, OptionList, ProgressBar, Select, Static
 from textual.widgets.option_list import Option
 
 from tui.ab.compare import Comparison, side_from_dict, compare
@@ -36,6 +36,7 @@ from tui.ab.journal import Journal
 from tui.ab.plans import PlanError, list_plans, load_plan
 from tui.ab.runner import ABEvent, ABReport, ABRunner
 from tui.ab.series import run_series
+from tui.screens.modals import ConfirmModal
 from widgets.compare_chart import CompareChart
 from widgets.compare_table import CompareTable, ConfigDiff
 
@@ -56,37 +57,6 @@ class ABFinished(Message):
         super().__init__()
         self.report = report
         """What the run produced."""
-
-
-class ConfirmStop(ModalScreen[bool]):
-    """Asks before the A/B stops a server that is already running."""
-
-    DEFAULT_CSS = """
-    ConfirmStop { align: center middle; }
-    ConfirmStop > Vertical { width: 70; height: auto; padding: 1 2; border: thick $warning; background: $surface; }
-    ConfirmStop Label { width: 100%; }
-    ConfirmStop Horizontal { height: auto; align: right middle; margin-top: 1; }
-    ConfirmStop Button { margin-left: 2; }
-    """
-    BINDINGS = [Binding("y", "answer(True)", "Stop it"), Binding("n,escape", "answer(False)", "Keep it")]
-
-    def __init__(self, question: str) -> None:
-        super().__init__()
-        self.question = question
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Label(self.question)
-            with Horizontal():
-                yield Button("Keep it (n)", id="no")
-                yield Button("Stop it (y)", id="yes", variant="warning")
-
-    def action_answer(self, value: bool) -> None:
-        self.dismiss(value)
-
-    @on(Button.Pressed)
-    def _pressed(self, ev: Button.Pressed) -> None:
-        self.dismiss(ev.button.id == "yes")
 
 
 class CompareScreen(Screen):
@@ -287,7 +257,7 @@ class CompareScreen(Screen):
         self.post_message(ABFinished(rep))
 
     async def _confirm(self, question: str) -> bool:
-        return bool(await self.app.push_screen_wait(ConfirmStop(question)))
+        return bool(await self.app.push_screen_wait(ConfirmModal(question, title="Stop a running server?", action="Stop it", cancel="Keep it", danger=True)))
 
     def action_cancel_ab(self) -> None:
         if self.runner is not None:
@@ -376,4 +346,4 @@ class CompareScreen(Screen):
             chart.set_series(cmp.a, series[0], cmp.b, series[1], title=title)
 
 
-__all__ = ["ABFinished", "ABProgress", "CompareScreen", "ConfirmStop"]
+__all__ = ["ABFinished", "ABProgress", "CompareScreen"]

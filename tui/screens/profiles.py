@@ -15,45 +15,14 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, DataTable, Footer, Header, Label, Static
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
 
 from tui.profiles.builder import build_command
 from tui.profiles.model import ProfileError, ServerProfile
 from tui.profiles.store import ProfileStore
-
-
-class ConfirmWarnings(ModalScreen[bool]):
-    """Pre-flight found warnings: launch anyway?"""
-
-    DEFAULT_CSS = """
-    ConfirmWarnings { align: center middle; }
-    ConfirmWarnings > Vertical { width: 90; height: auto; border: thick $warning; background: $surface;
-                                 padding: 1 2; }
-    ConfirmWarnings Label { width: 100%; }
-    ConfirmWarnings Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
-    ConfirmWarnings Button { margin-left: 2; }
-    """
-    BINDINGS = [Binding("y", "answer(True)", "Launch"), Binding("n,escape", "answer(False)", "Cancel")]
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Label(self.text)
-            with Horizontal():
-                yield Button("Cancel (n)", id="warn-no")
-                yield Button("Launch anyway (y)", id="warn-yes", variant="warning")
-
-    def action_answer(self, value: bool) -> None:
-        self.dismiss(value)
-
-    @on(Button.Pressed)
-    def _pressed(self, ev: Button.Pressed) -> None:
-        self.dismiss(ev.button.id == "warn-yes")
+from tui.screens.modals import ConfirmModal
 
 
 class ProfileTable(DataTable):
@@ -68,6 +37,13 @@ class ProfileTable(DataTable):
     def on_mount(self) -> None:
         for key, label, width in self.COLUMNS:
             self.add_column(label, key=key, width=width)
+
+
+def warnings_modal(name: str, warnings: list[Any]) -> ConfirmModal:
+    """The question asked when pre-flight warns: Cancel is the default."""
+    text = "\n".join(f"• {f.subject + ': ' if f.subject else ''}{f.message}" for f in warnings)
+    return ConfirmModal(text + "\n\nLaunch anyway?", title=f"Pre-flight of {name} warns",
+                        action="Launch anyway")
 
 
 def _attention(p: ServerProfile) -> str:
@@ -300,9 +276,7 @@ class ProfilesScreen(Screen):
                 return
             warnings = [f for f in report.findings if f.severity == "warning"]
             if warnings:
-                text = f"Pre-flight of {profile.name} warns:\n" + "\n".join(
-                    f"• {f.message}" for f in warnings) + "\n\nLaunch anyway?"
-                if not await self.app.push_screen_wait(ConfirmWarnings(text)):
+                if not await self.app.push_screen_wait(warnings_modal(profile.name, warnings)):
                     return
             from tui.screens.launch import LaunchScreen
 
@@ -333,4 +307,4 @@ class ProfilesScreen(Screen):
         screen.action_start_ab()
 
 
-__all__ = ["ConfirmWarnings", "ProfileTable", "ProfilesScreen"]
+__all__ = ["ProfileTable", "ProfilesScreen", "warnings_modal"]

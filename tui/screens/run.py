@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Label, Static
+from textual.screen import Screen
+from textual.widgets import Footer, Static
 
 from tui.model import StartupProgress
 from tui.services.hosts import Host, HostError
@@ -36,6 +35,7 @@ from tui.services.launcher import (
 )
 from tui.util.safety import UnsafeInput
 from tui.services.tracker import StartupTracker
+from tui.screens.modals import ConfirmModal
 from widgets.server_log import ServerLog
 from widgets.startup_progress import StartupProgressView
 
@@ -86,36 +86,6 @@ class LineSplitter:
             frames = [f for f in line.split("\r") if f.strip()]
             line = frames[-1] if frames else ""
         return _ANSI.sub("", line) if "\x1b" in line else line
-
-
-class ConfirmStop(ModalScreen[bool]):
-    """Asks before stopping a run."""
-
-    DEFAULT_CSS = """
-    ConfirmStop { align: center middle; }
-    ConfirmStop > Vertical { width: 70; height: auto; border: thick $warning; background: $surface; padding: 1 2; }
-    ConfirmStop Horizontal { height: auto; align-horizontal: right; }
-    """
-    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("y", "confirm", "Yes")]
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Label(self.text)
-            with Horizontal():
-                yield Button("Stop", variant="error", id="confirm-stop")
-                yield Button("Cancel", id="cancel-stop")
-
-    @on(Button.Pressed, "#confirm-stop")
-    def action_confirm(self) -> None:
-        self.dismiss(True)
-
-    @on(Button.Pressed, "#cancel-stop")
-    def action_cancel(self) -> None:
-        self.dismiss(False)
 
 
 class RunScreen(Screen[None]):
@@ -324,7 +294,8 @@ class RunScreen(Screen[None]):
                 self.stop_server()
 
         self.app.push_screen(
-            ConfirmStop(f"Stop run {r.run_id} on {r.target} (pid {r.pid})?\nTERM, then KILL after {self.grace:g} s."),
+            ConfirmModal(f"Stop run {r.run_id} on {r.target} (pid {r.pid})?\nTERM, then KILL after {self.grace:g} s.",
+                         title="Stop the server", action="Stop", danger=True),
             done,
         )
 
@@ -345,4 +316,4 @@ class RunScreen(Screen[None]):
         self._save_offset(force=True)
 
 
-__all__ = ["ConfirmStop", "LaunchSpec", "LineSplitter", "RunScreen"]
+__all__ = ["LaunchSpec", "LineSplitter", "RunScreen"]
