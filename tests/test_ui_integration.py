@@ -301,7 +301,7 @@ async def test_bench_setup_runs_against_sim_server_and_chart_fills(tmp_path, mon
             await pilot.pause()
             assert setup.current_args()[:3] == ["--demo", "--port", str(port)]
             setup.query_one("#bs-servers", DataTable).focus()
-            await pilot.press("enter")
+            await pilot.press("enter", "ctrl+r")  # enter picks the server; ctrl+r starts
             await until(pilot, lambda: isinstance(app.screen, BenchScreen), timeout=5)
             bench = app.screen
             assert bench.bench_args == setup.last_args

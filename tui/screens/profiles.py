@@ -46,6 +46,31 @@ def warnings_modal(name: str, warnings: list[Any]) -> ConfirmModal:
                         action="Launch anyway")
 
 
+async def checked_command(screen: Screen, host: Any, profile: ServerProfile, *, demo: bool, store: Any,
+                          on_report: Any, on_failure: Any, launch: bool = True) -> Any:
+    """Pre-flight ``profile`` on ``host``; the command to launch, or None (errors, the user said no,
+    or ``launch`` is False). Every launch goes through here: the list's ``L`` and the form's ``ctrl+l``."""
+    from tui.profiles.preflight import preflight
+
+    try:
+        report = await preflight(host, profile, demo=demo, store=store)
+    except Exception as e:  # noqa: BLE001 - HostError, UnsafeInput: shown, nothing launched
+        on_failure(f"pre-flight failed: {e}")
+        screen.notify(f"pre-flight failed: {e}", severity="error", markup=False)
+        return None
+    on_report(report)
+    if not launch:
+        return None
+    if report.errors or report.command is None:
+        screen.notify(f"{profile.name}: not launched ({len(report.errors)} pre-flight error(s))",
+                      severity="error", timeout=8, markup=False)
+        return None
+    warnings = [f for f in report.findings if f.severity == "warning"]
+    if warnings and not await screen.app.push_screen_wait(warnings_modal(profile.name, warnings)):
+        return None
+    return report.command
+
+
 def _attention(p: ServerProfile) -> str:
     if p.attention_backend:
         return p.attention_backend
@@ -253,34 +278,23 @@ class ProfilesScreen(Screen):
 
     @work(group="profiles-preflight", exclusive=True, exit_on_error=False)
     async def run_preflight(self, profile: ServerProfile, launch: bool) -> None:
-        from tui.profiles.preflight import preflight
-
         self.busy = True
         self.refresh_bindings()
         self._messages(Text(f"pre-flight {profile.name} on {getattr(self.host, 'target', 'host')} …", style="dim"))
         try:
-            try:
-                report = await preflight(self.host, profile, demo=self.demo, store=self.store)
-            except Exception as e:  # noqa: BLE001 - HostError, UnsafeInput: shown, nothing launched
-                self._messages(Text(f"pre-flight failed: {e}", style="bold red"))
-                self.notify(f"pre-flight failed: {e}", severity="error")
+            def shown(report: Any) -> None:
+                self.reports[profile.name] = report
+                if self.highlighted == profile.name:
+                    self._show_report(report)
+
+            command = await checked_command(self, self.host, profile, demo=self.demo, store=self.store,
+                                            on_report=shown, on_failure=lambda msg: self._messages(
+                                                Text(msg, style="bold red")), launch=launch)
+            if command is None:
                 return
-            self.reports[profile.name] = report
-            if self.highlighted == profile.name:
-                self._show_report(report)
-            if not launch:
-                return
-            if report.errors or report.command is None:
-                self.notify(f"{profile.name}: not launched ({len(report.errors)} pre-flight error(s))",
-                            severity="error", timeout=8)
-                return
-            warnings = [f for f in report.findings if f.severity == "warning"]
-            if warnings:
-                if not await self.app.push_screen_wait(warnings_modal(profile.name, warnings)):
-                    return
             from tui.screens.launch import LaunchScreen
 
-            self.post_message(LaunchScreen.LaunchRequested(profile, report.command))
+            self.post_message(LaunchScreen.LaunchRequested(profile, command))
         finally:
             self.busy = False
             self.refresh_bindings()
