@@ -232,7 +232,7 @@ class CompareScreen(Screen):
             self._status(Text(f"cannot start the A/B: {e}", style="bold"))
             return
         self.query_one("#ab-log", Log).clear()
-        self.query_one("#ab-headline", Static).update("")
+        self._clear_results()
         self.runner = ABRunner(
             ops, a, b, plan, repeats=self.repeats, interleave=self.interleave,
             confirm_stop=self._confirm, on_event=lambda ev: self.post_message(ABProgress(ev)),
@@ -317,6 +317,10 @@ class CompareScreen(Screen):
         if rep.comparison is not None:
             a, b = rep.sides.get("A"), rep.sides.get("B")
             self.show_comparison(rep.comparison, self._series_of(a, b) if a and b else None)
+        else:  # cancelled or failed before any result: nothing of an older A/B stays on screen
+            self._clear_results()
+            self.query_one("#ab-headline", Static).update(
+                Text(f"A/B {rep.id} {rep.status}: no results to compare.", style="bold"))
 
     # ------------------------------------------------------------------ view
     def _series_of(self, a, b) -> tuple[list[float], list[float]] | None:
@@ -334,6 +338,13 @@ class CompareScreen(Screen):
         except Exception:  # noqa: BLE001 - a chart is never worth an error
             return None
 
+    def _clear_results(self) -> None:
+        """Drop the table, diff, chart and headline of the previous A/B."""
+        self.query_one("#ab-headline", Static).update("")
+        self.query_one(CompareTable).reset()
+        self.query_one(ConfigDiff).reset()
+        self.query_one(CompareChart).reset()
+
     def show_comparison(self, cmp: Comparison, series: tuple[list[float], list[float]] | None = None) -> None:
         """Show a comparison (table, config diff, warnings, chart)."""
         self.query_one("#ab-headline", Static).update(cmp.headline)
@@ -344,6 +355,8 @@ class CompareScreen(Screen):
         chart = self.query_one(CompareChart)
         if series is not None:
             chart.set_series(cmp.a, series[0], cmp.b, series[1], title=title)
+        else:
+            chart.reset(title)
 
 
 __all__ = ["ABFinished", "ABProgress", "CompareScreen"]

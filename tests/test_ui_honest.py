@@ -1,0 +1,96 @@
+"""Honest screens: what is shown is what is true now (Pilot tests of the real screens)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from textual.app import App
+
+from tests.abfakes import FakeOps
+from tui.ab.compare import LevelResult, Side, SideRun, compare, config_diff
+from tui.ab.render import to_text
+from tui.screens.compare import CompareScreen
+from widgets.compare_chart import CompareChart
+from widgets.compare_table import CompareTable, ConfigDiff
+
+pytestmark = pytest.mark.timeout(60)
+SIZE = (120, 40)
+
+
+class OneScreen(App):
+    def __init__(self, screen) -> None:
+        super().__init__()
+        self._first = screen
+
+    def on_mount(self) -> None:
+        self.push_screen(self._first)
+
+
+async def until(pilot, pred, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met")
+        await pilot.pause(0.05)
+
+
+def summ(c, tput, tpot=10.0, ttft=50.0):
+    return {"max_concurrency": c, "completed": 10, "failed": 0, "output_throughput": tput, "median_tpot_ms": tpot,
+            "median_ttft_ms": ttft, "p99_ttft_ms": ttft * 2, "p99_itl_ms": tpot * 1.5}
+
+
+def side(label, profile, single, peak, ttft16=50.0, argv=("sglang", "--tp", "8")):
+    runs = (SideRun((LevelResult(1, summ(1, single)), LevelResult(16, summ(16, peak, ttft=ttft16))), startup_s=30.0),)
+    return Side(label, profile, "sglang", "m", tuple(argv), {}, {"ignore_eos": True}, runs)
+
+
+# ---------------------------------------------------------------- A/B view
+async def test_new_or_cancelled_ab_clears_the_old_table_and_chart():
+    ops = FakeOps(bench_delay=0.3)
+    old = compare(side("A", "base", 100, 1000), side("B", "tuned", 118, 1200))
+    scr = CompareScreen(ops_factory=lambda: ops, profiles=["base", "tuned"], a="base", b="tuned", comparison=old,
+                        series=([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]))
+    async with OneScreen(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        table, chart = scr.query_one(CompareTable), scr.query_one(CompareChart)
+        assert table.row_count > 0 and chart.series
+        await pilot.press("g")
+        await until(pilot, lambda: "bench base C=1" in ops.log)
+        assert table.row_count == 0 and not chart.series  # not the previous A/B under the new one
+        assert "faster" not in str(scr.query_one("#ab-headline").content)
+        await pilot.press("x")
+        await until(pilot, lambda: scr.report is not None)
+        assert scr.report.status == "cancelled"
+        if scr.report.comparison is None:
+            assert table.row_count == 0 and not chart.series
+            assert "no results" in str(scr.query_one("#ab-headline").content)
+
+
+async def test_headline_says_the_regressions_too():
+    cmp = compare(side("A", "sglang-base", 100, 1000, ttft16=50.0), side("B", "sglang-tuned", 118, 1200, ttft16=71.5))
+    scr = CompareScreen(ops_factory=lambda: FakeOps(), profiles=["sglang-base", "sglang-tuned"], comparison=cmp)
+    async with OneScreen(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        head = str(scr.query_one("#ab-headline").content)
+        assert "is faster" not in head
+        assert "higher throughput" in head and "worse" in head and "TTFT p50 at C=16 +43%" in head, head
+
+
+def test_unrecorded_argv_is_unknown_not_a_false_diff():
+    a = side("A", "base", 100, 1000)
+    b = side("B", "base", 100, 1000, argv=())
+    cmp = compare(a, b)
+    assert [c.kind for c in cmp.config_diff] == ["unknown"]
+    text = to_text(cmp)
+    assert "unknown (not recorded for B)" in text and "{" not in text.split("Configuration")[1]
+    assert config_diff(["sglang", "--tp", "8"], {}, ["sglang", "--tp", "8"], {}) == []
+
+
+async def test_unknown_config_shows_as_unknown_in_the_view():
+    cmp = compare(side("A", "base", 100, 1000), side("B", "base", 100, 1000, argv=()))
+    scr = CompareScreen(ops_factory=lambda: FakeOps(), profiles=["base"], comparison=cmp)
+    async with OneScreen(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        diff = str(scr.query_one(ConfigDiff).content)
+        assert "unknown (not recorded for B)" in diff and "(only" not in diff
