@@ -94,3 +94,84 @@ async def test_unknown_config_shows_as_unknown_in_the_view():
         await pilot.pause()
         diff = str(scr.query_one(ConfigDiff).content)
         assert "unknown (not recorded for B)" in diff and "(only" not in diff
+
+
+# ---------------------------------------------------------------- run view
+class _Tracker:
+    """Stands in for the startup tracker: scripted snapshots, a clock we move."""
+
+    def __init__(self) -> None:
+        from tui.model import StartupProgress
+
+        self.SP = StartupProgress
+        self.now = 0.0
+        self.state = "starting"
+        self.final = None
+        self.catchup = True
+        self.offset = 0
+
+    def snapshot(self):
+        if self.state == "ready":
+            return self.SP("r1", "sglang", "ready", "ready", fraction=1.0, elapsed=self.now, health="ok")
+        if self.state == "exited":
+            return self.SP("r1", "sglang", "exited", "ready", fraction=1.0, elapsed=self.now,
+                           diagnosis="exited rc 0")
+        return self.SP("r1", "sglang", "starting", None, fraction=0.0, elapsed=self.now)
+
+    def finish(self, snap) -> None:
+        self.final = snap
+
+    async def probe_loop(self, stop) -> None:
+        await stop.wait()
+
+    def feed(self, data) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+async def test_run_view_ready_once_clock_stops_and_a_stop_is_not_a_failure(monkeypatch):
+    import tui.screens.run as run_mod
+    from tui.screens.modals import ConfirmModal
+    from tui.services.launcher import RunRecord, StopResult
+    from widgets.startup_progress import StartupProgressView
+
+    class Host:
+        target = "local"
+
+    async def fake_follow(*a, **k):
+        return None
+
+    async def fake_stop(host, rec, grace=30.0, store=None):
+        tracker.state = "exited"
+        return StopResult("stopped", f"run {rec.run_id} stopped (TERM)", gpu_freed_mib=71.0 * 1024)
+
+    monkeypatch.setattr(run_mod, "follow_forever", fake_follow)
+    monkeypatch.setattr(run_mod, "stop_run", fake_stop)
+    tracker = _Tracker()
+    scr = run_mod.RunScreen(Host(), RunRecord("r1", "local", ["x"], pid=123))  # type: ignore[arg-type]
+    monkeypatch.setattr(scr, "_make_tracker", lambda rec: tracker)
+    scr.tracker = tracker
+    async with OneScreen(scr).run_test(size=SIZE) as pilot:
+        view = scr.query_one(StartupProgressView)
+        await pilot.pause(0.1)
+        # reopening a run: no 0% bar while the log is read from the start
+        assert "0%" not in view.text and "reading the run's log" in view.text
+        tracker.catchup = False
+        tracker.state, tracker.now = "ready", 42.0
+        await pilot.pause(0.7)
+        assert view.text.count("ready") == 2 and "✓ ready" in view.text and "ready in 42s" in view.text
+        assert "ready ✓ ready" not in view.text and "elapsed" not in view.text
+        tracker.now = 99.0
+        await pilot.pause(0.7)
+        assert "ready in 42s" in view.text  # the clock stopped at ready
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(scr.app.screen, ConfirmModal))
+        await pilot.press("y")
+        await until(pilot, lambda: scr.stop_result is not None)
+        await pilot.pause(0.7)
+        text = view.text
+        assert "stopped by you" in text and "71.0 GiB" in text
+        assert "health ok" not in text and "exited rc 0" not in text and "✓ ready" not in text
+        assert "stopped" in str(scr.query_one("#run-title").content)

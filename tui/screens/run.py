@@ -12,7 +12,7 @@ import asyncio
 import codecs
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -20,6 +20,8 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
+
+from rich.text import Text
 
 from tui.model import StartupProgress
 from tui.services.hosts import Host, HostError
@@ -148,6 +150,8 @@ class RunScreen(Screen[None]):
         self.reconnects = 0
         self.link_error: str | None = None
         self.stop_result = None
+        #: True from the confirmed stop until its result
+        self.stopping = False
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="run-title")
@@ -199,12 +203,15 @@ class RunScreen(Screen[None]):
         self.query_one("#run-title", Static).update(self._title())
         self._start_following()
 
-    def _title(self) -> str:
+    def _title(self) -> Text:
         r = self.record
-        return (
+        text = (
             f"run {r.run_id} · {r.engine} · {r.profile or ' '.join(r.argv)[:60]} · {r.target}"
             + (f" · port {r.port}" if r.port else "")
         )
+        if getattr(self, "stop_result", None) is not None:
+            text += f" · {self.stop_result.state}"
+        return Text(text)
 
     # ------------------------------------------------------------------ workers
     @work(group="run-follow", exit_on_error=False)
@@ -266,12 +273,20 @@ class RunScreen(Screen[None]):
         snap = self.tracker.snapshot()
         if snap.state != "starting" and self.tracker.final is None:
             self.tracker.finish(snap)
-            if snap.state == "ready":
+            if self.stopping or self.stop_result is not None:
+                pass  # the user stopped it: not a failure
+            elif snap.state == "ready":
                 self.notify(f"run {self.record.run_id} is ready")
             else:
-                self.notify(f"run {self.record.run_id}: {snap.diagnosis}", severity="error", timeout=10)
-        if self.tracker.final is not None and snap.state == "starting":
-            snap = self.tracker.final
+                self.notify(f"run {self.record.run_id}: {snap.diagnosis}", severity="error", timeout=10,
+                            markup=False)
+        final = self.tracker.final
+        if final is not None and snap.state == "starting":
+            snap = final
+        elif final is not None and final.state == "ready" and snap.state == "ready":
+            snap = replace(snap, elapsed=final.elapsed)  # the startup took this long; the clock stops
+        view = self.query_one(StartupProgressView)
+        view.catching_up = bool(self.tracker.catchup) and self.launch_spec is None
         self.post_message(self.Progress(snap))
 
     @on(Progress)
@@ -302,14 +317,24 @@ class RunScreen(Screen[None]):
     @work(group="run-stop", exclusive=True, exit_on_error=False)
     async def stop_server(self) -> None:
         self.notify(f"stopping run {self.record.run_id} …")
+        self.stopping = True
+        view = self.query_one(StartupProgressView)
+        view.set_ended(f"stopping run {self.record.run_id} (TERM, then KILL after {self.grace:g} s) …")
         try:
             res = await stop_run(self.host, self.record, grace=self.grace, store=self.store)
         except HostError as e:
-            self.notify(f"stop failed: {e}", severity="error")
+            self.stopping = False
+            view.set_ended(None)
+            self.notify(f"stop failed: {e}", severity="error", markup=False)
             return
         self.stop_result = res
+        self.stopping = False
+        self._stop.set()  # nothing more to follow or probe: the header must not say "health ok"
         freed = f"; {res.gpu_freed_mib / 1024:.1f} GiB GPU memory freed" if res.gpu_freed_mib else ""
-        self.notify(res.message + freed, severity="information" if res.state == "stopped" else "warning")
+        view.set_ended(f"{res.state} by you: {res.message}{freed}")
+        self.query_one("#run-title", Static).update(self._title())
+        self.notify(res.message + freed, severity="information" if res.state == "stopped" else "warning",
+                    markup=False)
 
     def on_unmount(self) -> None:
         self._stop.set()
