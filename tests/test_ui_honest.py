@@ -175,3 +175,53 @@ async def test_run_view_ready_once_clock_stops_and_a_stop_is_not_a_failure(monke
         assert "stopped by you" in text and "71.0 GiB" in text
         assert "health ok" not in text and "exited rc 0" not in text and "✓ ready" not in text
         assert "stopped" in str(scr.query_one("#run-title").content)
+
+
+# ---------------------------------------------------------------- profiles list and form
+async def test_broken_user_profile_is_listed_not_dropped(tmp_path, monkeypatch):
+    from tui.app import make_app
+    from tui.screens.profiles import ProfilesScreen
+    from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
+
+    user = tmp_path / "user"
+    (user / "servers").mkdir(parents=True)
+    (user / "servers" / "mine.toml").write_text('schema_version = 1\nname = "mine"\nengine = "sglang"\ntp = "eight"\n')
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
+    app = make_app(gpu=FakeGpu([gpu_status(2)]), host_source=FakeHost(), servers=FakeServers(), target="t")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, ProfilesScreen))
+        lst = app.screen
+        assert any(k.startswith("broken:") for k in lst.broken)
+        table = lst.table
+        assert table.row_count == len(lst.profiles) + 1
+        table.move_cursor(row=table.row_count - 1)
+        await pilot.pause()
+        assert lst.highlighted is None and lst.highlighted_broken is not None
+        preview = str(lst.query_one("#profile-preview").content)
+        assert "cannot be read" in preview and "mine.toml" in preview
+        await pilot.press("e")  # editing a broken row says why, no traceback
+        await pilot.pause()
+        assert app.screen is lst
+
+
+async def test_form_hides_backends_for_other_hardware(tmp_path, monkeypatch):
+    from textual.widgets import Select
+
+    from tui.sim.demo import demo_host
+
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "user"))
+    from tui.profiles.store import ProfileStore
+    from tui.screens.launch import LaunchScreen
+
+    store = ProfileStore()
+    scr = LaunchScreen(store.get("sglang-base"), store=store, host=demo_host(), demo=True)
+    app = OneScreen(scr)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        values = [v for _, v in scr.query_one("#backend", Select)._options]
+        assert "flashinfer" in values and "fa3" in values
+        assert "ascend" not in values and "intel_xpu" not in values
+        assert "other hardware hidden" in str(scr.query_one("#backend-source").content)

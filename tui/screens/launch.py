@@ -28,6 +28,24 @@ from tui.screens.modals import ConfirmModal
 from widgets.preset_form import AttentionChoice, FormChoices, FormMessage, FormValues, NcclChoice, PresetForm
 
 
+#: attention backends for hardware other than NVIDIA GPUs: hidden once the host's GPUs are known
+FOREIGN_BACKENDS = {
+    "ascend": "Huawei Ascend NPUs", "intel_xpu": "Intel GPUs", "intel_amx": "Intel CPUs (AMX)",
+    "aiter": "AMD GPUs (ROCm)", "wave": "AMD GPUs (ROCm)", "ROCM_ATTN": "AMD GPUs (ROCm)",
+    "ROCM_AITER_FA": "AMD GPUs (ROCm)", "ROCM_AITER_MLA": "AMD GPUs (ROCm)", "CPU_ATTN": "CPUs",
+}
+
+
+def runnable_backends(names: tuple[str, ...], gpus: tuple[Any, ...] | None) -> tuple[tuple[str, ...], int]:
+    """The backends that can run on ``gpus`` (NVIDIA: the vendor-specific ones of other hardware
+    are dropped) and how many were dropped. Unknown GPUs: every name stays."""
+    if not gpus or not all("nvidia" in str(getattr(g, "name", "")).lower() or getattr(g, "compute_cap", "")
+                           for g in gpus):
+        return names, 0
+    kept = tuple(n for n in names if n not in FOREIGN_BACKENDS)
+    return kept, len(names) - len(kept)
+
+
 def form_values(p: ServerProfile) -> FormValues:
     return FormValues(
         name=p.name, engine=p.engine, model=p.model, tp=str(p.tp), port=str(p.port) if p.port else "",
@@ -122,15 +140,25 @@ class LaunchScreen(Screen):
         #: the profile for the current form values
         self.current: ServerProfile | None = self.profile
         self._host_backends: dict[str, tuple[str, ...]] = {}
+        #: the host's GPUs once read (backends for other hardware are hidden)
+        self._host_gpus: tuple[Any, ...] | None = None
         self._nccl = {p.name: p for p in self.store.nccl_presets()}
         #: True while a launch's pre-flight is under way
         self.launching = False
 
     # ------------------------------------------------------------------ setup
     def _choices(self) -> FormChoices:
-        backends = {e: self._host_backends.get(e, BUILTIN_BACKENDS[e]) for e in BUILTIN_BACKENDS}
+        backends: dict[str, tuple[str, ...]] = {}
+        hidden = 0
+        for e in BUILTIN_BACKENDS:
+            names, dropped = runnable_backends(self._host_backends.get(e, BUILTIN_BACKENDS[e]), self._host_gpus)
+            backends[e] = names
+            hidden += dropped if e == self.profile.engine else 0
         source = (f"{self.host.target if self.host else 'host'}'s {', '.join(self._host_backends)}"
                   if self._host_backends else "tunedeck's built-in list")
+        if hidden and self._host_gpus:
+            gpu = str(getattr(self._host_gpus[0], "name", "GPU"))
+            source += f"; {hidden} for other hardware hidden ({gpu})"
         nccl = tuple(NcclChoice(p.name, p.description, p.warning, p.vars) for p in self._nccl.values())
         attention = tuple(
             AttentionChoice(a.engine, a.name, a.backend, a.prefill, a.decode, a.description)
@@ -212,8 +240,11 @@ class LaunchScreen(Screen):
         except Exception as e:  # the built-in choices stay; say why
             self.notify(f"Could not read the engine's backends: {e}", severity="warning")
             return
+        if facts.gpus:
+            self._host_gpus = tuple(facts.gpus)
         if facts.backends and facts.backends_source != "builtin":
             self._host_backends[profile.engine] = tuple(facts.backends)
+        if facts.gpus or (facts.backends and facts.backends_source != "builtin"):
             self.form.set_choices(self._choices())
 
     @work(group="launch-preflight", exclusive=True, exit_on_error=False)

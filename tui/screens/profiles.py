@@ -9,6 +9,7 @@ pre-flight, ``1``/``2`` mark A and B and ``g`` starts the A/B in the Compare mod
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
@@ -119,6 +120,8 @@ class ProfilesScreen(Screen):
         self.reports: dict[str, Any] = {}
         #: True while a pre-flight / launch is under way
         self.busy = False
+        #: row key → the error of a profile file that cannot be read (shown, never dropped)
+        self.broken: dict[str, ProfileError] = {}
 
     def compose(self) -> ComposeResult:
         yield Header(icon="◆")
@@ -149,16 +152,26 @@ class ProfilesScreen(Screen):
         current = self.highlighted
         profiles = sorted(listing.profiles, key=lambda p: (p.source != "builtin", p.name))
         self.profiles = {p.name: p for p in profiles}
+        self.broken = {}
         table = self.table
         table.clear()
         for p in profiles:
             table.add_row(*self._cells(p), key=p.name)
+        for e in listing.errors:
+            stem = Path(e.path).stem if e.path else "?"
+            key = f"broken:{e.path or stem}"
+            self.broken[key] = e
+            bad = "bold red"
+            table.add_row(Text("!", style=bad), Text(stem, style=bad), "?", Text("cannot be read", style=bad), "",
+                          "", "", Text("broken", style=bad), key=key)
         if current in self.profiles:
             table.move_cursor(row=list(self.profiles).index(current))
         self._show_marks()
         self._show_preview()
         if listing.errors:
-            self._messages(Text("\n".join(f"unreadable profile: {e}" for e in listing.errors), style="bold red"))
+            n = len(listing.errors)
+            self._messages(Text(f"{n} profile file(s) cannot be read (rows marked broken): "
+                                + "; ".join(str(e) for e in listing.errors), style="bold red"))
 
     def _cells(self, p: ServerProfile) -> tuple[str, ...]:
         mark = "".join(s for s in ("A", "B") if self.marked[s] == p.name)
@@ -169,14 +182,27 @@ class ProfilesScreen(Screen):
     def highlighted(self) -> str | None:
         """The name of the highlighted profile (None when the list is empty)."""
         table = self.query_one(ProfileTable)
-        if not self.profiles or table.cursor_row < 0 or table.cursor_row >= table.row_count:
+        if not self.profiles or table.cursor_row < 0 or table.cursor_row >= min(table.row_count, len(self.profiles)):
             return None
         return list(self.profiles)[table.cursor_row]
+
+    @property
+    def highlighted_broken(self) -> ProfileError | None:
+        """The error of the highlighted row when it is a broken file."""
+        table = self.query_one(ProfileTable)
+        i = table.cursor_row - len(self.profiles)
+        if 0 <= i < len(self.broken) and table.cursor_row < table.row_count:
+            return list(self.broken.values())[i]
+        return None
 
     def _profile(self) -> ServerProfile | None:
         name = self.highlighted
         if name is None:
-            self.notify("no profile highlighted", severity="warning")
+            err = self.highlighted_broken
+            if err is not None:
+                self.notify(f"this profile file cannot be read: {err}", severity="error", markup=False)
+            else:
+                self.notify("no profile highlighted", severity="warning")
             return None
         return self.profiles[name]
 
@@ -197,7 +223,12 @@ class ProfilesScreen(Screen):
         name = self.highlighted
         preview = self.query_one("#profile-preview", Static)
         if name is None:
-            preview.update("no profiles: press n for a new one")
+            err = self.highlighted_broken if self.is_mounted else None
+            if err is not None:
+                preview.update(Text(f"cannot be read: {err}\nFix the file (or delete it); "
+                                    "`tunedeck profiles check FILE` shows every problem.", style="bold red"))
+            else:
+                preview.update("no profiles: press n for a new one")
             return
         try:
             cmd = build_command(self.profiles[name], demo=self.demo, store=self.store)
