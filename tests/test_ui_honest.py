@@ -225,3 +225,27 @@ async def test_form_hides_backends_for_other_hardware(tmp_path, monkeypatch):
         assert "flashinfer" in values and "fa3" in values
         assert "ascend" not in values and "intel_xpu" not in values
         assert "other hardware hidden" in str(scr.query_one("#backend-source").content)
+
+
+# ---------------------------------------------------------------- the command line says the same
+def _td(*args: str):
+    import subprocess
+
+    from tests.conftest import REPO, tunedeck_cmd
+
+    return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, capture_output=True, text=True, timeout=90)
+
+
+def test_probe_demo_reads_the_simulated_engine_versions():
+    r = _td("probe", "--demo")
+    assert r.returncode == 0, r.stderr
+    assert "not installed" not in r.stdout
+    assert "0.5.23 (simulated)" in r.stdout
+
+
+def test_unknown_profile_is_exit_1_everywhere_and_json_is_indented():
+    codes = {tuple(a): _td(*a).returncode for a in (["launch", "nope", "--demo"], ["preflight", "nope", "--demo"],
+                                                      ["profiles", "show", "nope"])}
+    assert set(codes.values()) == {1}, codes
+    r = _td("runs", "--json")
+    assert r.returncode == 0 and (r.stdout.strip() == "[]" or "\n  " in r.stdout)

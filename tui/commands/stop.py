@@ -61,7 +61,7 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         await host.close()
     if args.json:
-        print(json.dumps({"run_id": rec.run_id, **jsonable(res)}))
+        print(json.dumps({"run_id": rec.run_id, **jsonable(res)}, indent=2))
     else:
         print(res.message)
         if res.gpu_freed_mib is not None:
