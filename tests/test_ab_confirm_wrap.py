@@ -6,7 +6,7 @@ import pytest
 from textual.app import App
 from textual.widgets import Label
 
-from tui.screens.compare import ConfirmStop
+from tui.screens.modals import ConfirmModal
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -17,9 +17,9 @@ QUESTION = ("Stop what is running on demo (run 6b0d724594df (sglang-base), pid 2
 async def test_long_question_wraps_inside_the_dialog():
     app = App()
     async with app.run_test(size=(140, 42)) as pilot:
-        app.push_screen(ConfirmStop(QUESTION))
+        app.push_screen(ConfirmModal(QUESTION))
         await pilot.pause()
-        label = app.screen.query_one(Label)
+        label = app.screen.query_one("#confirm-question", Label)
         box = label.parent
         assert label.region.right <= box.content_region.right
         assert label.region.height >= 2

@@ -8,7 +8,8 @@ import pytest
 from textual.app import App
 
 from tests.abfakes import FakeOps, fake_campaigns
-from tui.screens.compare import CompareScreen, ConfirmStop
+from tui.screens.compare import CompareScreen
+from tui.screens.modals import ConfirmModal
 from widgets.compare_chart import CompareChart
 from widgets.compare_table import CompareTable
 
@@ -59,7 +60,7 @@ async def test_confirm_modal_before_stopping_a_running_server():
     async with ABApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("g")
-        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmStop))
+        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
         await pilot.press("n")
         await until(pilot, lambda: scr.report is not None)
         assert scr.report.status == "failed" and ops.running == ["old"] and not ops.log

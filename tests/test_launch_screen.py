@@ -81,7 +81,10 @@ async def test_pick_presets_and_preview_changes(store):
 
 
 async def test_inline_validation_and_launch(store):
-    screen = LaunchScreen(store.get("sglang-tuned"), store=store)
+    from tui.screens.modals import ConfirmModal
+    from tui.sim.demo import demo_host
+
+    screen = LaunchScreen(store.get("sglang-tuned"), store=store, host=demo_host(), demo=True)
     app = FormApp(screen)
     async with app.run_test(size=(120, 50)) as pilot:
         await settle(pilot)
@@ -100,8 +103,14 @@ async def test_inline_validation_and_launch(store):
         assert "LD_PRELOAD=/opt/x.so" in form.preview_text
         screen.query_one("#tp", Input).value = "4"
         await settle(pilot)
-        await pilot.click("#launch")
-        await settle(pilot)
+        await pilot.click("#launch")  # pre-flight first; its warnings ask (y launches anyway)
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if isinstance(app.screen, ConfirmModal) or app.launched:
+                break
+        if isinstance(app.screen, ConfirmModal):
+            await pilot.press("y")
+            await settle(pilot)
         assert len(app.launched) == 1
         msg = app.launched[0]
         assert msg.profile.tp == 4 and msg.profile.confirm_dangerous == ("LD_PRELOAD",)

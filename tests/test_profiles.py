@@ -233,12 +233,12 @@ def test_builder_builtins():
     base = cmds["sglang-base"]
     assert base.argv == (
         "python3", "-m", "sglang.launch_server", "--model-path=deepseek-ai/DeepSeek-V2-Lite-Chat",
-        "--tp-size=8", "--host=0.0.0.0", "--port=30000", "--enable-metrics",
+        "--tp-size=8", "--host=127.0.0.1", "--port=30000", "--enable-metrics",
     )
     assert base.env == (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),)
     tuned = cmds["sglang-tuned"]
     assert tuned.argv[3:] == (
-        "--model-path=deepseek-ai/DeepSeek-V2-Lite-Chat", "--tp-size=8", "--host=0.0.0.0", "--port=30000",
+        "--model-path=deepseek-ai/DeepSeek-V2-Lite-Chat", "--tp-size=8", "--host=127.0.0.1", "--port=30000",
         "--attention-backend=flashinfer", "--num-continuous-decode-steps=4", "--disable-custom-all-reduce",
         "--enable-metrics",
     )
@@ -254,7 +254,7 @@ def test_builder_builtins():
     assert {"--speculative-num-steps=5", "--speculative-eagle-topk=8", "--speculative-num-draft-tokens=32"} <= set(eagle.argv)
     vllm = cmds["vllm-baseline"]
     assert vllm.argv == ("vllm", "serve", "deepseek-ai/DeepSeek-V2-Lite-Chat", "--tensor-parallel-size=8",
-                         "--host=0.0.0.0", "--port=8000")
+                         "--host=127.0.0.1", "--port=8000")
 
 
 def test_demo_swaps_only_the_executable():
@@ -429,7 +429,7 @@ def test_diff_against_a_recorded_command():
     old = command_from_argv("vllm", ["vllm", "serve", "m", "--tensor-parallel-size=8", "--max-num-seqs=256"], {})
     new = build_command(store.get("vllm-baseline"), store=store)
     d = diff_commands(old, new)
-    assert d.removed == {"max-num-seqs": "256"} and d.added == {"host": "0.0.0.0", "port": "8000"}
+    assert d.removed == {"max-num-seqs": "256"} and d.added == {"host": "127.0.0.1", "port": "8000"}
     assert d.positional == (("m",), ("deepseek-ai/DeepSeek-V2-Lite-Chat",))
     assert d.env_added == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 

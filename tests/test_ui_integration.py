@@ -142,7 +142,8 @@ async def test_escape_from_form_returns_to_list(tmp_path, monkeypatch):
 
 
 async def test_one_key_launches_highlighted_profile_on_demo(tmp_path, monkeypatch):
-    from tui.screens.profiles import ConfirmWarnings, ProfilesScreen
+    from tui.screens.modals import ConfirmModal
+    from tui.screens.profiles import ProfilesScreen
     from tui.screens.run import RunScreen
 
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
@@ -158,8 +159,8 @@ async def test_one_key_launches_highlighted_profile_on_demo(tmp_path, monkeypatc
             await pilot.pause()
             assert lst.highlighted == prof.name
             await pilot.press("L")
-            await until(pilot, lambda: isinstance(app.screen, (RunScreen, ConfirmWarnings)), timeout=60)
-            if isinstance(app.screen, ConfirmWarnings):
+            await until(pilot, lambda: isinstance(app.screen, (RunScreen, ConfirmModal)), timeout=60)
+            if isinstance(app.screen, ConfirmModal):
                 await pilot.press("y")
                 await until(pilot, lambda: isinstance(app.screen, RunScreen), timeout=10)
             run = app.screen
@@ -204,7 +205,8 @@ async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatc
     """A server launched earlier (CLI) is reattached on start; enter on its row opens its run view."""
     from textual.widgets import DataTable
 
-    from tui.screens.run import ConfirmStop, RunScreen
+    from tui.screens.modals import ConfirmModal
+    from tui.screens.run import RunScreen
     from widgets.server_log import ServerLog
     from widgets.server_panel import ServerPanel
 
@@ -241,7 +243,7 @@ async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatc
             await until(pilot, lambda: run.shown_offset > 0, timeout=20)
             await until(pilot, lambda: run.tracker.snapshot().state == "ready", timeout=60)
             await pilot.press("s")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmStop))
+            await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
             await pilot.press("y")
             await until(pilot, lambda: run.stop_result is not None, timeout=60)
             assert run.stop_result.state == "stopped", run.stop_result
@@ -299,7 +301,7 @@ async def test_bench_setup_runs_against_sim_server_and_chart_fills(tmp_path, mon
             await pilot.pause()
             assert setup.current_args()[:3] == ["--demo", "--port", str(port)]
             setup.query_one("#bs-servers", DataTable).focus()
-            await pilot.press("enter")
+            await pilot.press("enter", "ctrl+r")  # enter picks the server; ctrl+r starts
             await until(pilot, lambda: isinstance(app.screen, BenchScreen), timeout=5)
             bench = app.screen
             assert bench.bench_args == setup.last_args

@@ -34,6 +34,13 @@ class CompareChart(Widget):
             self.title = title
         self.refresh()
 
+    def reset(self, title: str | None = None) -> None:
+        """No series (a new A/B started, or the last one produced none)."""
+        self.series = ()
+        if title:
+            self.title = title
+        self.refresh()
+
     def _color(self, name: str, fallback: str) -> str:
         try:
             v = self.app.theme_variables.get(name, "")

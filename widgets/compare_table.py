@@ -83,6 +83,11 @@ class CompareTable(DataTable):
             "verdict": Text(row.verdict, style=style),
         }
 
+    def reset(self) -> None:
+        """Show nothing (a new A/B started, or the last one ended without a comparison)."""
+        self.comparison = None
+        self.clear()
+
     def show(self, cmp: Comparison) -> None:
         """Show ``cmp``: update changed cells, add new rows, drop rows that went away."""
         labels = (f"A {cmp.a_profile}".strip(), f"B {cmp.b_profile}".strip())
@@ -114,6 +119,9 @@ class ConfigDiff(Static):
     ConfigDiff { height: auto; padding: 0 1; }
     """
 
+    def reset(self) -> None:
+        self.update("")
+
     def show(self, cmp: Comparison) -> None:
         t = Text()
         t.append("Configuration A \u2192 B: ", style="bold")
@@ -121,6 +129,10 @@ class ConfigDiff(Static):
             t.append("no difference in flags or env")
         for c in cmp.config_diff:
             t.append("\n  ")
+            if c.kind == "unknown":
+                t.append("? ", style=_theme(self, "warning", "yellow"))
+                t.append(c.text[2:])
+                continue
             if c.a is None:
                 t.append("+ ", style=_theme(self, "success", "green"))
             elif c.b is None:

@@ -15,7 +15,7 @@ from typing import Iterable
 
 from rich.highlighter import Highlighter
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -40,11 +40,22 @@ def line_severity(line: str) -> str:
     return "info"
 
 
+#: tunedeck's own polling seen in the server's access log (uvicorn / aiohttp style), two lines a second
+_PROBE_RE = re.compile(r'"(?:GET|HEAD) /(?:health|health_generate|metrics|v1/models|get_model_info)(?:[ ?])[^"]*"')
+
+
+def is_probe_line(line: str) -> bool:
+    """True for an access-log line of a ``/health`` or ``/metrics`` poll (hidden by default)."""
+    return '"' in line and _PROBE_RE.search(line[:300]) is not None
+
+
 class _LogHighlighter(Highlighter):
-    """Whole-line severity colour plus the search matches."""
+    """Whole-line severity colour plus the search matches (the current one stands out)."""
 
     def __init__(self) -> None:
         self.pattern: re.Pattern[str] | None = None
+        #: True while the line being highlighted holds the current match
+        self.current = False
 
     def highlight(self, text: Text) -> None:
         sev = line_severity(text.plain)
@@ -53,9 +64,12 @@ class _LogHighlighter(Highlighter):
         elif sev == "warning":
             text.stylize("yellow")
         if self.pattern is not None:
+            style = "bold black on yellow" if self.current else "reverse"
             for m in self.pattern.finditer(text.plain):
                 if m.end() > m.start():
-                    text.stylize("reverse", m.start(), m.end())
+                    text.stylize(style, m.start(), m.end())
+            if self.current:
+                text.stylize("underline")
 
 
 class _SeverityLog(Log):
@@ -64,11 +78,37 @@ class _SeverityLog(Log):
     def __init__(self, *, max_lines: int, id: str | None = None) -> None:  # noqa: A002
         super().__init__(max_lines=max_lines, highlight=True, id=id)
         self.highlighter = _LogHighlighter()
+        #: the line (index in the view) of the current match, or None
+        self.current_line: int | None = None
 
     def set_pattern(self, pattern: re.Pattern[str] | None) -> None:
         self.highlighter.pattern = pattern  # type: ignore[attr-defined]
         self._render_line_cache.clear()
         self.refresh()
+
+    def set_current(self, y: int | None) -> None:
+        if y != self.current_line:
+            self.current_line = y
+            self._render_line_cache.clear()
+            self.refresh()
+
+    def _render_line_strip(self, y: int, rich_style):  # type: ignore[no-untyped-def]
+        # Log caches rendered lines by y; the highlighter needs to know which y is current.
+        self.highlighter.current = y == self.current_line  # type: ignore[attr-defined]
+        try:
+            return super()._render_line_strip(y, rich_style)
+        finally:
+            self.highlighter.current = False  # type: ignore[attr-defined]
+
+
+class _SearchInput(Input):
+    """The search box; remembers the last key it saw itself (see :meth:`ServerLog.on_key`)."""
+
+    last_key: events.Key | None = None
+
+    async def _on_key(self, event: events.Key) -> None:
+        self.last_key = event
+        await super()._on_key(event)
 
 
 class ServerLog(Widget, can_focus=True):
@@ -111,7 +151,12 @@ class ServerLog(Widget, can_focus=True):
         Binding("n", "next_match", "Next", id="log-next-match"),
         Binding("N", "previous_match", "Previous", id="log-previous-match"),
         Binding("f", "toggle_follow", "Follow/Pause", id="log-follow"),
-        Binding("m", "toggle_filter", "Filter", id="log-filter"),
+        Binding("m", "toggle_filter", "Filter", tooltip="Show only the lines matching the search",
+                id="log-filter"),
+        Binding("e", "first_error", "First error", tooltip="Jump to the first ERROR line (again: the next one)",
+                id="log-first-error"),
+        Binding("h", "toggle_probes", "Polls", tooltip="Show or hide the /health and /metrics access lines",
+                id="log-probes"),
         Binding("escape", "clear_search", "Clear search", show=False, id="log-clear-search"),
     ]
 
@@ -148,9 +193,15 @@ class ServerLog(Widget, can_focus=True):
         self.match_index = -1
         self.total_lines = 0
         self.partial = ""
+        #: hide the access-log lines of tunedeck's own /health and /metrics polls
+        self.hide_probes = True
+        #: lines hidden as polls (in the ring buffer)
+        self.hidden_probes = 0
+        #: the view line of the error ``e`` jumped to last
+        self.error_line: int | None = None
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="search (regular expression; Enter to apply, Esc to clear)", id="log-search")
+        yield _SearchInput(placeholder="search (regular expression; Enter to apply, Esc to clear)", id="log-search")
         yield _SeverityLog(max_lines=self.max_lines, id="log-view")
         yield Static("", id="log-partial")
         yield Static("", id="log-status")
@@ -184,9 +235,7 @@ class ServerLog(Widget, can_focus=True):
         batch, self._pending = self._pending, []
         self.ring.extend(batch)
         self.total_lines += len(batch)
-        shown = batch
-        if self.filtering and self.pattern is not None:
-            shown = [ln for ln in batch if self.pattern.search(ln)]
+        shown = self._visible(batch)
         if shown:
             view = self.view
             before = view.line_count
@@ -212,7 +261,34 @@ class ServerLog(Widget, can_focus=True):
         self.add_class("-searching")
         inp = self.query_one("#log-search", Input)
         inp.value = self.query_text
+        inp.cursor_position = len(inp.value)
         inp.focus()
+
+    def on_key(self, event: events.Key) -> None:
+        """Typing goes to the search box from the first key after ``/``.
+
+        Keys typed in one burst after ``/`` are already queued here (the focus moves to the
+        search box a moment later): while the search box is open they are handed to it instead
+        of running as commands (``/Uvicorn`` must not switch to Compare on ``c``)."""
+        if not self.has_class("-searching"):
+            if event.key == "slash" and self.has_focus:
+                event.stop()
+                event.prevent_default()
+                self.action_search()
+            return
+        inp = self.query_one("#log-search", _SearchInput)
+        if event is inp.last_key:
+            return  # typed into the focused search box: its own bindings apply
+        event.stop()
+        event.prevent_default()
+        if event.key == "enter":
+            self._submit_search(inp.value)
+        elif event.key == "escape":
+            self.action_clear_search()
+        elif event.key == "backspace":
+            inp.action_delete_left()
+        elif event.is_printable and event.character:
+            inp.insert_text_at_cursor(event.character)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "clear_search":
@@ -229,8 +305,11 @@ class ServerLog(Widget, can_focus=True):
     @on(Input.Submitted, "#log-search")
     def _on_search_submitted(self, event: Input.Submitted) -> None:
         event.stop()
+        self._submit_search(event.value)
+
+    def _submit_search(self, text: str) -> None:
         self.remove_class("-searching")
-        self.set_search(event.value)
+        self.set_search(text)
         self.focus()
 
     def set_search(self, text: str) -> None:
@@ -238,6 +317,7 @@ class ServerLog(Widget, can_focus=True):
         self.query_text = text
         if not text:
             self.pattern = None
+            self.filtering = False
         else:
             try:
                 self.pattern = re.compile(text, re.IGNORECASE)
@@ -249,18 +329,27 @@ class ServerLog(Widget, can_focus=True):
             self.action_next_match()
         self._update_status()
 
+    def _visible(self, lines: list[str]) -> list[str]:
+        """The lines the view shows: polls hidden (unless ``h``), the filter applied."""
+        out = lines
+        if self.hide_probes:
+            out = [ln for ln in out if not is_probe_line(ln)]
+            self.hidden_probes += len(lines) - len(out)
+        if self.filtering and self.pattern is not None:
+            out = [ln for ln in out if self.pattern.search(ln)]
+        return out
+
     def _rebuild(self) -> None:
         """Rewrite the view from the ring buffer (filter changed) and recompute matches."""
         self.flush_now()
         view = self.view
         view.set_pattern(self.pattern)
-        if self.filtering:
+        view.set_current(None)
+        self.hidden_probes = 0
+        lines = self._visible(list(self.ring))
+        if view.line_count != len(lines) or self.filtering or self.hide_probes:
             view.clear()
-            lines = list(self.ring) if self.pattern is None else [ln for ln in self.ring if self.pattern.search(ln)]
             view.write_lines(lines, scroll_end=self.following)
-        elif view.line_count != len(self.ring):
-            view.clear()
-            view.write_lines(list(self.ring), scroll_end=self.following)
         self.matches = (
             [i for i, ln in enumerate(view.lines) if self.pattern.search(ln)] if self.pattern is not None else []
         )
@@ -283,7 +372,29 @@ class ServerLog(Widget, can_focus=True):
         self.set_following(False)
         y = self.matches[self.match_index]
         view = self.view
+        view.set_current(y)
         view.scroll_to(y=max(0, y - view.size.height // 2), animate=False, immediate=True)
+        self._update_status()
+
+    def action_first_error(self) -> None:
+        """Jump to the first ERROR line; pressed again, to the next one (wraps)."""
+        self.flush_now()
+        view = self.view
+        errors = [i for i, ln in enumerate(view.lines) if line_severity(ln) == "error"]
+        if not errors:
+            self.notify("no error lines in the log", severity="information", timeout=3)
+            return
+        after = [i for i in errors if self.error_line is None or i > self.error_line]
+        y = after[0] if after else errors[0]
+        self.error_line = y
+        self.set_following(False)
+        view.set_current(y)
+        view.scroll_to(y=max(0, y - view.size.height // 2), animate=False, immediate=True)
+        self._update_status()
+
+    def action_toggle_probes(self) -> None:
+        self.hide_probes = not self.hide_probes
+        self._rebuild()
         self._update_status()
 
     @property
@@ -305,6 +416,10 @@ class ServerLog(Widget, can_focus=True):
             self._update_status()
 
     def action_toggle_filter(self) -> None:
+        if not self.filtering and self.pattern is None:
+            self.notify("nothing to filter on: search first (/), then m shows only the matching lines",
+                        severity="warning", timeout=4)
+            return
         self.filtering = not self.filtering
         self._rebuild()
         self._update_status()
@@ -320,8 +435,10 @@ class ServerLog(Widget, can_focus=True):
         if self.pattern is not None:
             pos = f"{self.match_index + 1}/{len(self.matches)}" if self.match_index >= 0 else f"{len(self.matches)}"
             parts.append(f"/{self.query_text}  {pos} matches (n/N)")
-        if self.filtering:
-            parts.append("filter on (m)")
+        if self.filtering and self.pattern is not None:
+            parts.append("only matching lines (m: all)")
+        if self.hide_probes and self.hidden_probes:
+            parts.append(f"{self.hidden_probes} /health, /metrics lines hidden (h)")
         status.update("  ·  ".join(parts))
 
     @property
@@ -329,4 +446,4 @@ class ServerLog(Widget, can_focus=True):
         return str(self.query_one("#log-status", Static).content)
 
 
-__all__ = ["ServerLog", "line_severity"]
+__all__ = ["ServerLog", "is_probe_line", "line_severity"]

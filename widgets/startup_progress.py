@@ -54,14 +54,28 @@ class StartupProgressView(Widget):
     """
 
     progress: reactive[StartupProgress | None] = reactive(None, layout=True)
+    #: set once the user stopped the run: what the stop did ("stopped (TERM) · 70 GiB freed")
+    ended: reactive[str | None] = reactive(None, layout=True)
+    #: True while an existing run's log is being read from the start (no 0% flash on reopen)
+    catching_up: reactive[bool] = reactive(False, layout=True)
 
     def update(self, snapshot: StartupProgress | None) -> None:  # type: ignore[override]
         self.progress = snapshot
 
+    def set_ended(self, text: str | None) -> None:
+        self.ended = text
+
     def render(self) -> Text:
         p = self.progress
+        if self.ended:
+            t = Text()
+            t.append("■ ", style="bold")
+            t.append(self.ended, style="bold")
+            return t
         if p is None:
             return Text("no startup to show", style="dim")
+        if self.catching_up and p.state == "starting" and p.fraction <= 0.0:
+            return Text("reading the run's log from the start…", style="dim")
         width = max(10, self.size.width - 8)
         frac = max(0.0, min(1.0, p.fraction))
         filled = int(round(frac * width))
@@ -72,15 +86,18 @@ class StartupProgressView(Widget):
         t.append("█" * filled, style=style)
         t.append("░" * (width - filled), style="dim")
         t.append(f" {frac * 100:3.0f}%\n")
-        t.append(describe(p), style="bold")
         if p.state == "ready":
-            t.append("  ✓ ready", style="bold green")
+            t.append("✓ ready", style="bold green")
         elif p.state == "stopped":
-            t.append("  ■ stopped (by you)", style="bold blue")
+            t.append("■ stopped (by you)", style="bold blue")
         elif p.state == "stalled":
+            t.append(describe(p), style="bold")
             t.append("  ⚠ stalled (still running)", style="bold yellow")
+        else:
+            t.append(describe(p), style="bold")
         t.append("\n")
-        bits = [f"elapsed {_dur(p.elapsed)}"]
+        # once ready the clock stops: the time it took, not a counter that keeps running
+        bits = [f"ready in {_dur(p.elapsed)}" if p.state == "ready" else f"elapsed {_dur(p.elapsed)}"]
         if p.state == "starting":
             bits.append(f"ETA {_dur(p.eta)}" + (f" ({p.eta_source})" if p.eta_source else ""))
         if p.gpu_memory and p.state != "stopped":

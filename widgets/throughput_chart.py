@@ -51,6 +51,7 @@ class ThroughputChart(Widget):
         kind: str = "line",
         max_points: int = 600,
         refresh_interval: float = 1.0,
+        y_from_zero: bool = True,
         name: str | None = None,
         id: str | None = None,  # noqa: A002 - Textual's signature
         classes: str | None = None,
@@ -64,10 +65,14 @@ class ThroughputChart(Widget):
         self.kind = kind
         self.max_points = max_points
         self.refresh_interval = refresh_interval
+        #: the y axis starts at 0 (throughput): 3% noise must not look like a cliff
+        self.y_from_zero = y_from_zero
         #: name → bounded (x, y) points
         self.series: dict[str, deque[tuple[float, float]]] = {}
         #: how many frames were built (tests read this)
         self.frames = 0
+        #: the y range of the last frame (tests read this)
+        self.y_range: tuple[float, float] | None = None
         self._dirty = False
 
     # ------------------------------------------------------------ data in
@@ -119,7 +124,15 @@ class ThroughputChart(Widget):
         w, h = self.size.width, self.size.height
         if w < 10 or h < 4:
             return Text("")
-        data = {k: list(v) for k, v in self.series.items()}  # a copy: plotext keeps references
+        data = {k: list(v) for k, v in self.series.items() if v}  # a copy: plotext keeps references
+        if not data:
+            # no axes around nothing (plotext would draw a meaningless -1..1 frame)
+            t = Text()
+            if self.title:
+                t.append(self.title + "\n", style="bold")
+            t.append("waiting for data…", style="dim")
+            self.frames += 1
+            return t
         plt.clear_figure()
         plt.limit_size(False, False)  # clear_figure() resets it; without it plotsize is clamped to 80 columns
         plt.plotsize(w, h)
@@ -131,21 +144,31 @@ class ThroughputChart(Widget):
         if self.ylabel:
             plt.ylabel(self.ylabel)
         colors = self._colors()
-        drawn = False
+        all_x: list[float] = []
+        all_y: list[float] = []
+        labelled = len(data) > 1
         for i, (label, pts) in enumerate(data.items()):
-            if not pts:
-                continue
             xs = [p[0] for p in pts]
             ys = [p[1] for p in pts]
+            all_x += xs
+            all_y += ys
             color = colors[i % len(colors)]
-            if self.kind == "scatter":
-                plt.scatter(xs, ys, label=label, color=color, marker="dot")
+            lab = label if labelled else None  # one series: the title says it; no legend over the data
+            if self.kind == "scatter" or len(pts) == 1:
+                plt.scatter(xs, ys, label=lab, color=color, marker="dot" if self.kind == "scatter" else "braille")
             else:
-                plt.plot(xs, ys, label=label, color=color, marker="braille")
-            drawn = True
-        if not drawn:
-            plt.text("waiting for data", 0, 0)
-            plt.xlim(-1, 1)
-            plt.ylim(-1, 1)
+                plt.plot(xs, ys, label=lab, color=color, marker="braille")
+        top = max(all_y)
+        bottom = 0.0 if self.y_from_zero else min(all_y)
+        if self.y_from_zero and bottom > min(all_y):
+            bottom = min(all_y)  # negative values still show
+        # headroom over the highest point: the legend (top left) never covers data
+        span_y = (top - bottom) or abs(top) or 1.0
+        self.y_range = (bottom, top + span_y * (0.35 if labelled else 0.1))
+        plt.ylim(*self.y_range)
+        lo, hi = min(all_x), max(all_x)
+        span_x = (hi - lo) or 1.0
+        # margins so the first point (C=1) is not on the axis or under the legend
+        plt.xlim(lo - span_x * 0.06, hi + span_x * 0.04)
         self.frames += 1
         return Text.from_ansi(plt.build())

@@ -147,6 +147,8 @@ class ConfigChange:
 
     @property
     def text(self) -> str:
+        if self.kind == "unknown":
+            return f"? {self.name}: {self.a if self.a is not None else self.b}"
         if self.a is None:
             return f"+ {self.name}{'' if self.b == '' else '=' + str(self.b)}  (only B)"
         if self.b is None:
@@ -307,8 +309,16 @@ def config_diff(
     b_argv: Sequence[str],
     b_env: Mapping[str, str],
 ) -> list[ConfigChange]:
-    """Flags and environment variables that differ between two server commands."""
+    """Flags and environment variables that differ between two server commands.
+
+    A side whose bench did not record the server's command has an empty ``argv``: its flags and
+    environment are unknown, so nothing is listed as different; one "unknown" entry says so."""
     out: list[ConfigChange] = []
+    missing = [s for s, argv in (("A", a_argv), ("B", b_argv)) if not argv]
+    if missing:
+        who = " and ".join(missing)
+        return [ConfigChange("unknown", "server command", f"unknown (not recorded for {who}): "
+                             "flags and environment cannot be compared", None)]
     pa, fa = parse_flags(a_argv)
     pb, fb = parse_flags(b_argv)
     if pa != pb and (pa or pb):
@@ -546,16 +556,34 @@ def _headline(a: Side, b: Side, rows: list[Row]) -> tuple[str, str | None]:
 
     bname = b.profile or "B"
     aname = a.profile or "A"
+    # Regressions outside the throughput rows (TTFT, TPOT, ITL, failures, startup) are said too:
+    # "B is faster" must not hide a 43% worse TTFT.
+    regress = [r for r in rows if r.key not in _KEY_ROWS and r.outcome == "worse"]
+
+    def reg(r: Row) -> str:
+        c = f" at C={r.concurrency}" if r.concurrency is not None else ""
+        name = r.label.split(" (")[0]
+        if r.delta_pct is None:
+            return f"{name}{c}"
+        return f"{name}{c} {fmt_pct(r.delta_pct)}"
+
+    but = ("; but worse: " + ", ".join(reg(r) for r in regress)) if regress else ""
     if better and not worse:
-        return f"B ({bname}) is faster than A ({aname}): " + ", ".join(short(r) for r in key) + ".", "B"
+        head = "B ({b}) has higher throughput than A ({a})" if regress else "B ({b}) is faster than A ({a})"
+        return head.format(a=aname, b=bname) + ": " + ", ".join(short(r) for r in key) + but + ".", \
+            None if regress else "B"
     if worse and not better:
-        return f"B ({bname}) is slower than A ({aname}): " + ", ".join(short(r) for r in key) + ".", "A"
+        return f"B ({bname}) is slower than A ({aname}): " + ", ".join(short(r) for r in key) + but + ".", "A"
     if better and worse:
         return (
             f"Mixed: B ({bname}) better on " + ", ".join(short(r) for r in better)
-            + "; worse on " + ", ".join(short(r) for r in worse) + ".",
+            + "; worse on " + ", ".join(short(r) for r in worse) + (
+                "; also worse: " + ", ".join(reg(r) for r in regress) if regress else "") + ".",
             None,
         )
+    if regress:
+        return (f"No throughput difference beyond noise between A ({aname}) and B ({bname}); "
+                f"B is worse on " + ", ".join(reg(r) for r in regress) + "."), "A"
     return f"No throughput difference beyond noise between A ({aname}) and B ({bname}).", None
 
 

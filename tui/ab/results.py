@@ -24,6 +24,24 @@ class RefError(ValueError):
     """A reference that names nothing usable (the message says what and where)."""
 
 
+
+def _text(v: Any) -> str:
+    """A recorded name as text; anything else (a dict, a list) is unknown, never its repr."""
+    return v if isinstance(v, str) else ""
+
+
+def _argv(v: Any) -> tuple[str, ...]:
+    """The recorded server argv; () (unknown) unless it is a list of strings."""
+    if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
+        return tuple(v)
+    return ()
+
+
+def _env(v: Any) -> dict[str, str]:
+    if isinstance(v, Mapping):
+        return {str(k): str(x) for k, x in v.items() if isinstance(x, (str, int, float))}
+    return {}
+
 def results_root() -> Path:
     return data_dir() / "results"
 
@@ -108,9 +126,9 @@ def side_from_run_dir(run_dir: Path, label: str) -> Side:
         label=label,
         profile=str(meta.get("profile") or run_dir.name),
         engine=str(server.get("engine") or meta.get("engine") or ""),
-        model=str(meta.get("model") or params.get("model") or (levels[0].summary.get("model_id") if levels else "") or ""),
-        argv=tuple(server.get("argv") or meta.get("server_argv") or ()),
-        env=dict(server.get("env") or meta.get("server_env") or {}),
+        model=_text(meta.get("model") or params.get("model") or (levels[0].summary.get("model_id") if levels else "")),
+        argv=_argv(server.get("argv") or meta.get("server_argv")),
+        env=_env(server.get("env") or meta.get("server_env")),
         params={
             "endpoint": params.get("endpoint"),
             "ignore_eos": params.get("ignore_eos"),

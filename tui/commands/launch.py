@@ -147,7 +147,7 @@ async def run(args: argparse.Namespace) -> int:
         )
     if not args.wait:
         if args.json:
-            print(json.dumps(jsonable(rec.to_json())))
+            print(json.dumps(jsonable(rec.to_json()), indent=2))
         await host.close()
         return 0
     tty = sys.stderr.isatty()
@@ -178,7 +178,7 @@ async def run(args: argparse.Namespace) -> int:
     if final.state != "starting":
         _journal_launch(args, out, final)
     if args.json:
-        print(json.dumps({"run": jsonable(out.to_json()), "progress": jsonable(final)}))
+        print(json.dumps({"run": jsonable(out.to_json()), "progress": jsonable(final)}, indent=2))
     if final.state == "ready":
         if not args.json:
             print(f"run {rec.run_id} ready after {time.monotonic() - t0:.1f} s")

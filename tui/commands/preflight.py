@@ -23,8 +23,8 @@ async def _preflight(args: argparse.Namespace) -> int:
     try:
         profile = load_named(store, args.name)
     except ProfileError as e:
-        print(f"tunedeck: {e}", file=sys.stderr)
-        return 2
+        print(f"tunedeck preflight: {e}", file=sys.stderr)
+        return 1  # like launch and profiles: an unknown or unreadable profile is exit 1
     target = "demo" if args.demo else (args.host or "local")
     try:
         host = get_host(args.host, demo=args.demo)

@@ -62,6 +62,22 @@ def format_table(r: ProbeResult, rt: dict[str, object] | None = None) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+async def _demo_engines(host, result: ProbeResult) -> None:
+    """The demo's engines are the simulator: ask it their versions (as pre-flight does), instead
+    of reporting the real packages as "not installed"."""
+    from tui.profiles.builder import demo_executable
+    from tui.profiles.preflight import parse_version
+
+    for eng in list(result.engines):
+        try:
+            r = await host.run([*demo_executable(eng), "--version"], timeout=30)
+        except HostError:
+            continue
+        v = parse_version(r.stdout) if r.ok else None
+        if v:
+            result.engines[eng] = f"{v} (simulated)"
+
+
 async def run(args: argparse.Namespace) -> int:
     target = args.target or args.host
     where = "demo" if args.demo else (target or "local")
@@ -72,6 +88,8 @@ async def run(args: argparse.Namespace) -> int:
     try:
         async with host:
             result = await probe_host(host)
+            if args.demo:
+                await _demo_engines(host, result)
             rt = await runtime.describe(host)
     except (HostError, UnsafeInput) as e:
         return report_error("probe", where, e, as_json=args.json)

@@ -28,7 +28,7 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         await host.close()
     if args.json:
-        print(json.dumps([jsonable(r.to_json()) for r in recs]))
+        print(json.dumps([jsonable(r.to_json()) for r in recs], indent=2))
         return 0
     if not recs:
         print(f"no runs on {host.target}")

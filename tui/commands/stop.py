@@ -66,7 +66,13 @@ async def run(args: argparse.Namespace) -> int:
                 last = store.all(host.target)
                 tail = f" (last run {last[-1].run_id} is {last[-1].status})" if last else ""
                 return err("stop", f"no running server on {host.target}{tail}")
-        if not args.yes and sys.stdin.isatty() and not args.json:
+        if not args.yes:
+            # No terminal and no --yes means no (like `tunedeck ab`); Cancel is the default.
+            if not sys.stdin.isatty():
+                desc = ", ".join(f"run {r.run_id}" for r in targets)
+                print(f"tunedeck stop: stop {desc} on {host.target}? Not stopped: pass --yes to stop "
+                      "without asking.", file=sys.stderr)
+                return 1
             if not _confirm(targets, host.target):
                 print("not stopped", file=sys.stderr)
                 return 1
@@ -81,7 +87,7 @@ async def run(args: argparse.Namespace) -> int:
         # one object: the first stop's fields (as for a single run) and every stop under "runs"
         out = [{"run_id": rec.run_id, **jsonable(res)} for rec, res in results]
         worst = next((o for o in out if o.get("state") not in ("stopped", "exited")), out[0])
-        print(json.dumps({**worst, "runs": out}))
+        print(json.dumps({**worst, "runs": out}, indent=2))
     else:
         for _, res in results:
             print(res.message)

@@ -6,7 +6,7 @@ A server profile file (``NAME.toml``)::
     engine = "sglang"                  # sglang | vllm
     model = "deepseek-ai/DeepSeek-V2-Lite-Chat"
     tp = 8                             # tensor parallel size
-    host = "0.0.0.0"
+    host = "127.0.0.1"               # loopback; "0.0.0.0" exposes the API (pre-flight warns)
     port = 30000
     python = "python3"                 # interpreter that runs the engine
     extra_args = "--page-size=64"      # free text, shlex-split, checked token by token
@@ -102,7 +102,7 @@ class ServerProfile:
     engine: str
     model: str
     tp: int = 8
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"  # binding wider is an explicit choice (pre-flight warns)
     port: int = 0  # 0 = the engine's default port
     python: str = "python3"
     attention_backend: str = ""

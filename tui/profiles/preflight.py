@@ -427,6 +427,13 @@ def evaluate(profile: ServerProfile, facts: HostFacts, command: Command | None, 
                                        f"--{name} does not exist in {eng} on {where}: the engine exits with an argparse error",
                                        f"--{name}"))
 
+    # -- bind address: loopback is the default; anything wider is a choice the user sees
+    bind = (profile.host or "").strip()
+    if bind and bind not in ("127.0.0.1", "localhost", "::1"):
+        out.append(Finding("warning", "bind-wide",
+                           f"the server binds {bind}: its API (no authentication) is reachable from other "
+                           f"machines; use 127.0.0.1 unless that is intended", "host"))
+
     # -- GPUs
     if facts.gpus is not None:
         n = len(facts.gpus)

@@ -77,6 +77,10 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self._level_info: dict[int, dict[str, Any]] = {}
         #: what a sweep varies: "concurrency" or "request_rate"
         self.sweep_key = "concurrency"
+        #: number of levels the run announced (0 until its start line)
+        self._levels = 0
+        #: the level running now (its level_start seen), -1 before the first
+        self._current_level = -1
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -156,6 +160,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         elif kind == "start":
             self.state = "running"
             levels = m.get("levels") or []
+            self._levels = len(levels)
             if len(levels) > 1:
                 self.query_one("#sweep-row").display = True
                 if len({str(lv.get("request_rate")) for lv in levels}) > 1:
@@ -166,12 +171,14 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         elif kind == "level_start":
             self.state = "running"
             self._level_info[m["level"]] = m
+            self._current_level = m["level"]
+            self.last_tick = {}  # the counts of the previous level are not this level's
             self._level_base = self._level_offset
         elif kind == "tick":
             self.last_tick = m
             chart = self.query_one("#tok-chart", ThroughputChart)
             if m.get("second", -1) >= 0:
-                chart.append(f"level {m['level'] + 1}" if self._sweep else "tok/s",
+                chart.append(self._level_name(m.get("level", -1)) if self._sweep else "tok/s",
                              self._level_base + m["second"] + 1, m["tok_s"])
             self._level_offset = self._level_base + m["t"]
             self._show_latency(m)
@@ -210,22 +217,37 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     def _sweep(self) -> bool:
         return self.query_one("#sweep-row").display
 
+    def _level_name(self, level: int) -> str:
+        """The same name for a level in the legend and the status line: its concurrency
+        (or request rate in a rate sweep), never a 0-based index."""
+        lvl = self._level_info.get(level, {})
+        if self.sweep_key == "request_rate" and lvl.get("request_rate") is not None:
+            return f"{lvl.get('request_rate')} req/s"
+        if lvl.get("concurrency") is not None:
+            return f"C={lvl.get('concurrency')}"
+        return f"level {level + 1}"
+
     def _show_status(self) -> None:
         t = self.last_tick
-        lvl = self._level_info.get(t.get("level", -1), {}) if t else {}
-        text = Text(self.state, style="bold")
+        level = self._current_level if self._current_level >= 0 else (t.get("level", -1) if t else -1)
+        lvl = self._level_info.get(level, {})
+        status = Text()
+        status.append(self.state, style="bold")
         if self.job_id:
-            text.append(f"  on the host (job {self.job_id}; leaving this screen detaches)")
+            status.append(f"  ·  on the host, job {self.job_id} (leaving this screen detaches)", style="dim")
         if lvl:
-            text.append(f"  level {lvl['level'] + 1}: concurrency={lvl.get('concurrency')} "
-                        f"rate={lvl.get('request_rate')} run={lvl.get('run_id')}")
+            n = len(self._level_info) if not self._levels else self._levels
+            status.append(f"  ·  level {lvl['level'] + 1}/{n} ({self._level_name(level)})")
+            status.append(f"  ·  concurrency {lvl.get('concurrency')}  ·  rate {lvl.get('request_rate')}",
+                          style="dim")
+            status.append(f"  ·  run {lvl.get('run_id')}", style="dim")
         if t:
-            text.append(f"\ncompleted {t['completed']}/{t['total']}  failed {t['failed']}  "
-                        f"in-flight {t['in_flight']}  tok/s {t['tok_s']}  client cpu {max(t.get('cpu') or [0]):.2f}")
+            status.append(f"\ncompleted {t['completed']}/{t['total']}  ·  failed {t['failed']}  ·  "
+                          f"in flight {t['in_flight']}  ·  {t['tok_s']} tok/s  ·  "
+                          f"client cpu {max(t.get('cpu') or [0]):.2f}")
         if self.error:
-            text.append("\n")
-            text.append(self.error, style="red")
-        self.query_one("#bench-status", Static).update(text)
+            status.append("\n" + self.error, style="bold red")  # untrusted text: never markup
+        self.query_one("#bench-status", Static).update(status)
 
     def _show_latency(self, m: dict[str, Any]) -> None:
         self.query_one("#bench-latency", Static).update(latency_line(m))

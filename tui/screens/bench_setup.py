@@ -3,7 +3,8 @@
 
 Left: the servers known on the host (the app's server feed) and the form: URL (optional; overrides
 the selected server), endpoint, concurrency list, prompts, input/output length, warmup, ignore_eos.
-``enter`` (on the server list or in a field) starts the benchmark. The bench always runs in its own
+``ctrl+r`` starts the benchmark; ``enter`` only picks a server or moves to the next field (a load
+test on a shared server is never one stray keystroke away). The bench always runs in its own
 local process: for a remote host it reaches the server through ``host.forward_port`` exactly as
 ``tunedeck bench --host H --port P`` does; for the demo it gets ``--demo``.
 Right: the stored results (``tui.bench.store``); ``enter`` on one shows its summary.
@@ -121,9 +122,8 @@ class BenchSetupScreen(Screen):
     """
 
     BINDINGS = [
-        Binding("enter", "start", "Start bench", tooltip="Benchmark the selected server with this form",
-                id="bench-setup-start"),
-        Binding("ctrl+r", "start", "Start bench", show=False, id="bench-setup-start-any"),
+        Binding("ctrl+r", "start", "Start bench", tooltip="Benchmark the selected server with this form",
+                id="bench-setup-start", priority=True),
         Binding("f5", "reload_results", "Reload results", tooltip="Re-read the results store",
                 id="bench-setup-reload"),
     ]
@@ -274,13 +274,15 @@ class BenchSetupScreen(Screen):
 
     @on(Input.Submitted)
     def _submitted(self, ev: Input.Submitted) -> None:
+        """Enter in a field moves on to the next one: a load test starts only on ctrl+r."""
         ev.stop()
-        self.action_start()
+        self.focus_next()
 
     @on(DataTable.RowSelected, "#bs-servers")
     def _server_selected(self, ev: DataTable.RowSelected) -> None:
+        """Enter on a server picks it and moves to the workload form (ctrl+r starts)."""
         ev.stop()
-        self.action_start()
+        self.query_one("#bs-concurrency", Input).focus()
 
     def action_start(self) -> None:
         try:

@@ -32,8 +32,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Label, Log, OptionList, ProgressBar, Select, Static
+from textual.screen import Screen
+from textual.widgets import Footer, Label, Log, OptionList, ProgressBar, Select, Static
 from textual.widgets.option_list import Option
 
 from tui.ab.compare import Comparison, side_from_dict, compare
@@ -41,6 +41,7 @@ from tui.ab.journal import Journal
 from tui.ab.plans import PlanError, list_plans, load_plan
 from tui.ab.runner import ABEvent, ABReport
 from tui.ab.series import run_series
+from tui.screens.modals import ConfirmModal
 from widgets.compare_chart import CompareChart
 from widgets.compare_table import CompareTable, ConfigDiff
 
@@ -63,37 +64,6 @@ class ABFinished(Message):
         super().__init__()
         self.report = report
         """What the run produced."""
-
-
-class ConfirmStop(ModalScreen[bool]):
-    """Asks before the A/B stops a server that is already running."""
-
-    DEFAULT_CSS = """
-    ConfirmStop { align: center middle; }
-    ConfirmStop > Vertical { width: 70; height: auto; padding: 1 2; border: thick $warning; background: $surface; }
-    ConfirmStop Label { width: 100%; }
-    ConfirmStop Horizontal { height: auto; align: right middle; margin-top: 1; }
-    ConfirmStop Button { margin-left: 2; }
-    """
-    BINDINGS = [Binding("y", "answer(True)", "Stop it"), Binding("n,escape", "answer(False)", "Keep it")]
-
-    def __init__(self, question: str) -> None:
-        super().__init__()
-        self.question = question
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Label(self.question)
-            with Horizontal():
-                yield Button("Keep it (n)", id="no")
-                yield Button("Stop it (y)", id="yes", variant="warning")
-
-    def action_answer(self, value: bool) -> None:
-        self.dismiss(value)
-
-    @on(Button.Pressed)
-    def _pressed(self, ev: Button.Pressed) -> None:
-        self.dismiss(ev.button.id == "yes")
 
 
 class CompareScreen(Screen):
@@ -266,7 +236,7 @@ class CompareScreen(Screen):
             self._status(Text(f"plan: {e}", style="bold"))
             return
         self.query_one("#ab-log", Log).clear()
-        self.query_one("#ab-headline", Static).update("")
+        self._clear_results()
         self._status(Text(f"A/B {a} vs {b}, plan {plan.name}: starting…"))
         self.campaign = True  # starting: the keys that need an idle screen are off
         self.refresh_bindings()
@@ -339,7 +309,7 @@ class CompareScreen(Screen):
         self.post_message(ABFinished(rep))
 
     async def _confirm(self, question: str) -> bool:
-        return bool(await self.app.push_screen_wait(ConfirmStop(question)))
+        return bool(await self.app.push_screen_wait(ConfirmModal(question, title="Stop a running server?", action="Stop it", cancel="Keep it", danger=True)))
 
     def action_cancel_ab(self) -> None:
         if self.campaign is not None and self.campaign is not True:
@@ -409,6 +379,10 @@ class CompareScreen(Screen):
         if rep.comparison is not None:
             a, b = rep.sides.get("A"), rep.sides.get("B")
             self.show_comparison(rep.comparison, self._series_of(a, b) if a and b else None)
+        else:  # cancelled or failed before any result: nothing of an older A/B stays on screen
+            self._clear_results()
+            self.query_one("#ab-headline", Static).update(
+                Text(f"A/B {rep.id} {rep.status}: no results to compare.", style="bold"))
 
     # ------------------------------------------------------------------ view
     def _series_of(self, a, b) -> tuple[list[float], list[float]] | None:
@@ -426,6 +400,13 @@ class CompareScreen(Screen):
         except Exception:  # noqa: BLE001 - a chart is never worth an error
             return None
 
+    def _clear_results(self) -> None:
+        """Drop the table, diff, chart and headline of the previous A/B."""
+        self.query_one("#ab-headline", Static).update("")
+        self.query_one(CompareTable).reset()
+        self.query_one(ConfigDiff).reset()
+        self.query_one(CompareChart).reset()
+
     def show_comparison(self, cmp: Comparison, series: tuple[list[float], list[float]] | None = None) -> None:
         """Show a comparison (table, config diff, warnings, chart)."""
         self.query_one("#ab-headline", Static).update(cmp.headline)
@@ -436,6 +417,8 @@ class CompareScreen(Screen):
         chart = self.query_one(CompareChart)
         if series is not None:
             chart.set_series(cmp.a, series[0], cmp.b, series[1], title=title)
+        else:
+            chart.reset(title)
 
 
-__all__ = ["ABFinished", "ABProgress", "CompareScreen", "ConfirmStop"]
+__all__ = ["ABFinished", "ABProgress", "CompareScreen"]

@@ -15,7 +15,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer
+from rich.text import Text
+from textual.widgets import Footer, Static
 
 from tui.profiles.builder import Command, Issue, check_profile
 from tui.profiles.diff import diff_commands
@@ -23,7 +24,26 @@ from tui.profiles.formtext import env_to_text, flags_to_text, text_to_env, text_
 from tui.profiles.model import DEFAULT_PORTS, ProfileError, ServerProfile, dangerous_names
 from tui.profiles.schema import BUILTIN_BACKENDS
 from tui.profiles.store import ProfileStore
+from tui.screens.modals import ConfirmModal
 from widgets.preset_form import AttentionChoice, FormChoices, FormMessage, FormValues, NcclChoice, PresetForm
+
+
+#: attention backends for hardware other than NVIDIA GPUs: hidden once the host's GPUs are known
+FOREIGN_BACKENDS = {
+    "ascend": "Huawei Ascend NPUs", "intel_xpu": "Intel GPUs", "intel_amx": "Intel CPUs (AMX)",
+    "aiter": "AMD GPUs (ROCm)", "wave": "AMD GPUs (ROCm)", "ROCM_ATTN": "AMD GPUs (ROCm)",
+    "ROCM_AITER_FA": "AMD GPUs (ROCm)", "ROCM_AITER_MLA": "AMD GPUs (ROCm)", "CPU_ATTN": "CPUs",
+}
+
+
+def runnable_backends(names: tuple[str, ...], gpus: tuple[Any, ...] | None) -> tuple[tuple[str, ...], int]:
+    """The backends that can run on ``gpus`` (NVIDIA: the vendor-specific ones of other hardware
+    are dropped) and how many were dropped. Unknown GPUs: every name stays."""
+    if not gpus or not all("nvidia" in str(getattr(g, "name", "")).lower() or getattr(g, "compute_cap", "")
+                           for g in gpus):
+        return names, 0
+    kept = tuple(n for n in names if n not in FOREIGN_BACKENDS)
+    return kept, len(names) - len(kept)
 
 
 def form_values(p: ServerProfile) -> FormValues:
@@ -71,11 +91,21 @@ def profile_from_values(base: ServerProfile, v: FormValues) -> tuple[ServerProfi
 
 
 class LaunchScreen(Screen):
-    """Edit, check, save and launch a server profile."""
+    """Edit, check, save and launch a server profile.
+
+    The title line names the profile, says where it lives (a built-in is read-only: *Save as* keeps
+    changes) and whether there are unsaved edits; ``escape`` with unsaved edits asks first. Launching
+    (``ctrl+l`` or the button) runs the same pre-flight as ``L`` in the list: errors stop it,
+    warnings ask (Cancel is the default)."""
+
+    DEFAULT_CSS = """
+    LaunchScreen #launch-title { height: 1; background: $boost; padding: 0 1; }
+    """
 
     BINDINGS = [
         Binding("ctrl+s", "save", "Save", id="profile-save"),
-        Binding("ctrl+l", "launch", "Launch", id="profile-launch"),
+        Binding("ctrl+l", "launch", "Launch", tooltip="Pre-flight, then launch", id="profile-launch"),
+        Binding("ctrl+r", "preflight", "Pre-flight", tooltip="Check the form on the host", id="profile-preflight"),
         Binding("escape", "back", "Back", id="profile-back"),
     ]
 
@@ -110,13 +140,25 @@ class LaunchScreen(Screen):
         #: the profile for the current form values
         self.current: ServerProfile | None = self.profile
         self._host_backends: dict[str, tuple[str, ...]] = {}
+        #: the host's GPUs once read (backends for other hardware are hidden)
+        self._host_gpus: tuple[Any, ...] | None = None
         self._nccl = {p.name: p for p in self.store.nccl_presets()}
+        #: True while a launch's pre-flight is under way
+        self.launching = False
 
     # ------------------------------------------------------------------ setup
     def _choices(self) -> FormChoices:
-        backends = {e: self._host_backends.get(e, BUILTIN_BACKENDS[e]) for e in BUILTIN_BACKENDS}
+        backends: dict[str, tuple[str, ...]] = {}
+        hidden = 0
+        for e in BUILTIN_BACKENDS:
+            names, dropped = runnable_backends(self._host_backends.get(e, BUILTIN_BACKENDS[e]), self._host_gpus)
+            backends[e] = names
+            hidden += dropped if e == self.profile.engine else 0
         source = (f"{self.host.target if self.host else 'host'}'s {', '.join(self._host_backends)}"
                   if self._host_backends else "tunedeck's built-in list")
+        if hidden and self._host_gpus:
+            gpu = str(getattr(self._host_gpus[0], "name", "GPU"))
+            source += f"; {hidden} for other hardware hidden ({gpu})"
         nccl = tuple(NcclChoice(p.name, p.description, p.warning, p.vars) for p in self._nccl.values())
         attention = tuple(
             AttentionChoice(a.engine, a.name, a.backend, a.prefill, a.decode, a.description)
@@ -125,13 +167,64 @@ class LaunchScreen(Screen):
         return FormChoices(backends=tuple(backends.items()), source=source, nccl=nccl, attention=attention)
 
     def compose(self) -> ComposeResult:
+        yield Static(self._title_text(), id="launch-title")
         yield PresetForm(form_values(self.profile), self._choices(), id="form")
         yield Footer()
 
     def on_mount(self) -> None:
         self.title = f"Launch: {self.profile.name}"
+        self._saved_command = self._command_for(self.profile)
         if self.host is not None:
             self.read_host_backends(self.profile)
+
+    # ------------------------------------------------------------------ title / dirty state
+    @property
+    def is_new(self) -> bool:
+        """True for a profile that has no file yet."""
+        return not self.profile.path and self.profile.source != "builtin"
+
+    @property
+    def dirty(self) -> bool:
+        """True when the form differs from the profile it opened with (or was last saved as)."""
+        if not self.is_mounted:
+            return False
+        try:
+            now = self.form.values
+        except Exception:  # noqa: BLE001 - not composed yet
+            return False
+        return replace(now, name="") != replace(form_values(self.profile), name="")
+
+    def _title_text(self) -> Text:
+        p = self.profile
+        t = Text()
+        if self.is_new:
+            t.append("New profile", style="bold")
+        else:
+            t.append("Profile ", style="dim")
+            t.append(p.name, style="bold")
+            if p.source == "builtin" or p.read_only:
+                t.append("  built-in, read-only: Save as keeps your changes", style="yellow")
+            elif p.path:
+                t.append(f"  {p.path}", style="dim")
+        if self.is_mounted and self.dirty:
+            t.append("  ● unsaved changes", style="bold yellow")
+        return t
+
+    def _show_title(self) -> None:
+        try:
+            self.query_one("#launch-title", Static).update(self._title_text())
+        except Exception:  # noqa: BLE001 - not composed yet
+            pass
+
+    def _command_for(self, profile: ServerProfile) -> Command | None:
+        nccl = self._nccl.get(profile.nccl_preset)
+        if nccl is None:
+            return None
+        try:
+            cmd, _ = check_profile(profile, nccl=nccl, demo=self.demo)
+        except ProfileError:
+            return None
+        return cmd
 
     @property
     def form(self) -> PresetForm:
@@ -147,8 +240,11 @@ class LaunchScreen(Screen):
         except Exception as e:  # the built-in choices stay; say why
             self.notify(f"Could not read the engine's backends: {e}", severity="warning")
             return
+        if facts.gpus:
+            self._host_gpus = tuple(facts.gpus)
         if facts.backends and facts.backends_source != "builtin":
             self._host_backends[profile.engine] = tuple(facts.backends)
+        if facts.gpus or (facts.backends and facts.backends_source != "builtin"):
             self.form.set_choices(self._choices())
 
     @work(group="launch-preflight", exclusive=True, exit_on_error=False)
@@ -183,6 +279,11 @@ class LaunchScreen(Screen):
             msgs += [FormMessage("info", "vs running", line) for line in d.lines()] or [
                 FormMessage("info", "vs running", "no change")
             ]
+        saved = getattr(self, "_saved_command", None)
+        if cmd is not None and saved is not None and not self.is_new:
+            d = diff_commands(saved, cmd)
+            if not d.empty:
+                msgs += [FormMessage("info", "vs saved", line) for line in d.lines()]
         if profile is not None and not profile.port:
             msgs.append(FormMessage("info", "port", f"engine default {DEFAULT_PORTS[profile.engine]}"))
         return profile, cmd, msgs
@@ -194,6 +295,7 @@ class LaunchScreen(Screen):
         self.current, self.command = profile, cmd
         self.form.show_preview(cmd.display if cmd else "")
         self.form.show_messages(msgs)
+        self._show_title()
         if engine_switched and self.host is not None and profile is not None:
             self.read_host_backends(profile)
 
@@ -216,7 +318,9 @@ class LaunchScreen(Screen):
             return
         self.profile = saved
         self.title = f"Launch: {saved.name}"
+        self._saved_command = self._command_for(saved)
         self.form.set_values(form_values(saved))
+        self._show_title()
         self.notify(f"Saved {saved.path}", title="Profile saved")
 
     @on(PresetForm.LaunchRequested)
@@ -226,7 +330,32 @@ class LaunchScreen(Screen):
             self.form.show_messages(msgs)
             self.notify("Fix the errors before launching", severity="error")
             return
-        self.post_message(self.LaunchRequested(profile, cmd))
+        if self.host is None:
+            self.notify("No host selected: launching needs a host (or the demo)", severity="warning")
+            return
+        if self.launching:
+            return
+        self.preflight_then_launch(profile)
+
+    @work(group="launch-preflight", exclusive=True, exit_on_error=False)
+    async def preflight_then_launch(self, profile: ServerProfile) -> None:
+        """The same pre-flight as ``L`` in the list: errors stop the launch, warnings ask."""
+        from tui.screens.profiles import checked_command
+
+        self.launching = True
+        self.form.show_messages([FormMessage("info", "pre-flight", f"checking {profile.name} on the host …")])
+        try:
+            def shown(report: Any) -> None:
+                self.form.show_messages([FormMessage(f.severity, f.subject, f.message) for f in report.findings])
+
+            command = await checked_command(
+                self, self.host, profile, demo=self.demo, store=self.store, on_report=shown,
+                on_failure=lambda msg: self.form.show_messages([FormMessage("error", "host", msg)]),
+            )
+            if command is not None:
+                self.post_message(self.LaunchRequested(profile, command))
+        finally:
+            self.launching = False
 
     @on(PresetForm.PreflightRequested)
     def _preflight(self, event: PresetForm.PreflightRequested) -> None:
@@ -245,6 +374,20 @@ class LaunchScreen(Screen):
     def action_launch(self) -> None:
         self.form.post_message(PresetForm.LaunchRequested(self.form.values))
 
+    def action_preflight(self) -> None:
+        self.form.post_message(PresetForm.PreflightRequested(self.form.values))
+
     def action_back(self) -> None:
-        if len(self.app.screen_stack) > 1:
+        if len(self.app.screen_stack) <= 1:
+            return
+        if not self.dirty:
             self.app.pop_screen()
+            return
+
+        def answer(discard: bool | None) -> None:
+            if discard and self.app.screen is self:
+                self.app.pop_screen()
+
+        what = "the new profile" if self.is_new else f"your changes to {self.profile.name}"
+        self.app.push_screen(ConfirmModal(f"Discard {what}? They are not saved.", title="Unsaved changes",
+                                          action="Discard", cancel="Keep editing", danger=True), answer)

@@ -9,51 +9,21 @@ pre-flight, ``1``/``2`` mark A and B and ``g`` starts the A/B in the Compare mod
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, DataTable, Footer, Header, Label, Static
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
 
 from tui.profiles.builder import build_command
 from tui.profiles.model import ProfileError, ServerProfile
 from tui.profiles.store import ProfileStore
-
-
-class ConfirmWarnings(ModalScreen[bool]):
-    """Pre-flight found warnings: launch anyway?"""
-
-    DEFAULT_CSS = """
-    ConfirmWarnings { align: center middle; }
-    ConfirmWarnings > Vertical { width: 90; height: auto; border: thick $warning; background: $surface;
-                                 padding: 1 2; }
-    ConfirmWarnings Label { width: 100%; }
-    ConfirmWarnings Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
-    ConfirmWarnings Button { margin-left: 2; }
-    """
-    BINDINGS = [Binding("y", "answer(True)", "Launch"), Binding("n,escape", "answer(False)", "Cancel")]
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Label(self.text)
-            with Horizontal():
-                yield Button("Cancel (n)", id="warn-no")
-                yield Button("Launch anyway (y)", id="warn-yes", variant="warning")
-
-    def action_answer(self, value: bool) -> None:
-        self.dismiss(value)
-
-    @on(Button.Pressed)
-    def _pressed(self, ev: Button.Pressed) -> None:
-        self.dismiss(ev.button.id == "warn-yes")
+from tui.screens.modals import ConfirmModal
 
 
 class ProfileTable(DataTable):
@@ -68,6 +38,38 @@ class ProfileTable(DataTable):
     def on_mount(self) -> None:
         for key, label, width in self.COLUMNS:
             self.add_column(label, key=key, width=width)
+
+
+def warnings_modal(name: str, warnings: list[Any]) -> ConfirmModal:
+    """The question asked when pre-flight warns: Cancel is the default."""
+    text = "\n".join(f"• {f.subject + ': ' if f.subject else ''}{f.message}" for f in warnings)
+    return ConfirmModal(text + "\n\nLaunch anyway?", title=f"Pre-flight of {name} warns",
+                        action="Launch anyway")
+
+
+async def checked_command(screen: Screen, host: Any, profile: ServerProfile, *, demo: bool, store: Any,
+                          on_report: Any, on_failure: Any, launch: bool = True) -> Any:
+    """Pre-flight ``profile`` on ``host``; the command to launch, or None (errors, the user said no,
+    or ``launch`` is False). Every launch goes through here: the list's ``L`` and the form's ``ctrl+l``."""
+    from tui.profiles.preflight import preflight
+
+    try:
+        report = await preflight(host, profile, demo=demo, store=store)
+    except Exception as e:  # noqa: BLE001 - HostError, UnsafeInput: shown, nothing launched
+        on_failure(f"pre-flight failed: {e}")
+        screen.notify(f"pre-flight failed: {e}", severity="error", markup=False)
+        return None
+    on_report(report)
+    if not launch:
+        return None
+    if report.errors or report.command is None:
+        screen.notify(f"{profile.name}: not launched ({len(report.errors)} pre-flight error(s))",
+                      severity="error", timeout=8, markup=False)
+        return None
+    warnings = [f for f in report.findings if f.severity == "warning"]
+    if warnings and not await screen.app.push_screen_wait(warnings_modal(profile.name, warnings)):
+        return None
+    return report.command
 
 
 def _attention(p: ServerProfile) -> str:
@@ -118,6 +120,8 @@ class ProfilesScreen(Screen):
         self.reports: dict[str, Any] = {}
         #: True while a pre-flight / launch is under way
         self.busy = False
+        #: row key → the error of a profile file that cannot be read (shown, never dropped)
+        self.broken: dict[str, ProfileError] = {}
 
     def compose(self) -> ComposeResult:
         yield Header(icon="◆")
@@ -148,16 +152,26 @@ class ProfilesScreen(Screen):
         current = self.highlighted
         profiles = sorted(listing.profiles, key=lambda p: (p.source != "builtin", p.name))
         self.profiles = {p.name: p for p in profiles}
+        self.broken = {}
         table = self.table
         table.clear()
         for p in profiles:
             table.add_row(*self._cells(p), key=p.name)
+        for e in listing.errors:
+            stem = Path(e.path).stem if e.path else "?"
+            key = f"broken:{e.path or stem}"
+            self.broken[key] = e
+            bad = "bold red"
+            table.add_row(Text("!", style=bad), Text(stem, style=bad), "?", Text("cannot be read", style=bad), "",
+                          "", "", Text("broken", style=bad), key=key)
         if current in self.profiles:
             table.move_cursor(row=list(self.profiles).index(current))
         self._show_marks()
         self._show_preview()
         if listing.errors:
-            self._messages(Text("\n".join(f"unreadable profile: {e}" for e in listing.errors), style="bold red"))
+            n = len(listing.errors)
+            self._messages(Text(f"{n} profile file(s) cannot be read (rows marked broken): "
+                                + "; ".join(str(e) for e in listing.errors), style="bold red"))
 
     def _cells(self, p: ServerProfile) -> tuple[str, ...]:
         mark = "".join(s for s in ("A", "B") if self.marked[s] == p.name)
@@ -168,14 +182,27 @@ class ProfilesScreen(Screen):
     def highlighted(self) -> str | None:
         """The name of the highlighted profile (None when the list is empty)."""
         table = self.query_one(ProfileTable)
-        if not self.profiles or table.cursor_row < 0 or table.cursor_row >= table.row_count:
+        if not self.profiles or table.cursor_row < 0 or table.cursor_row >= min(table.row_count, len(self.profiles)):
             return None
         return list(self.profiles)[table.cursor_row]
+
+    @property
+    def highlighted_broken(self) -> ProfileError | None:
+        """The error of the highlighted row when it is a broken file."""
+        table = self.query_one(ProfileTable)
+        i = table.cursor_row - len(self.profiles)
+        if 0 <= i < len(self.broken) and table.cursor_row < table.row_count:
+            return list(self.broken.values())[i]
+        return None
 
     def _profile(self) -> ServerProfile | None:
         name = self.highlighted
         if name is None:
-            self.notify("no profile highlighted", severity="warning")
+            err = self.highlighted_broken
+            if err is not None:
+                self.notify(f"this profile file cannot be read: {err}", severity="error", markup=False)
+            else:
+                self.notify("no profile highlighted", severity="warning")
             return None
         return self.profiles[name]
 
@@ -196,7 +223,12 @@ class ProfilesScreen(Screen):
         name = self.highlighted
         preview = self.query_one("#profile-preview", Static)
         if name is None:
-            preview.update("no profiles: press n for a new one")
+            err = self.highlighted_broken if self.is_mounted else None
+            if err is not None:
+                preview.update(Text(f"cannot be read: {err}\nFix the file (or delete it); "
+                                    "`tunedeck profiles check FILE` shows every problem.", style="bold red"))
+            else:
+                preview.update("no profiles: press n for a new one")
             return
         try:
             cmd = build_command(self.profiles[name], demo=self.demo, store=self.store)
@@ -277,36 +309,23 @@ class ProfilesScreen(Screen):
 
     @work(group="profiles-preflight", exclusive=True, exit_on_error=False)
     async def run_preflight(self, profile: ServerProfile, launch: bool) -> None:
-        from tui.profiles.preflight import preflight
-
         self.busy = True
         self.refresh_bindings()
         self._messages(Text(f"pre-flight {profile.name} on {getattr(self.host, 'target', 'host')} …", style="dim"))
         try:
-            try:
-                report = await preflight(self.host, profile, demo=self.demo, store=self.store)
-            except Exception as e:  # noqa: BLE001 - HostError, UnsafeInput: shown, nothing launched
-                self._messages(Text(f"pre-flight failed: {e}", style="bold red"))
-                self.notify(f"pre-flight failed: {e}", severity="error")
+            def shown(report: Any) -> None:
+                self.reports[profile.name] = report
+                if self.highlighted == profile.name:
+                    self._show_report(report)
+
+            command = await checked_command(self, self.host, profile, demo=self.demo, store=self.store,
+                                            on_report=shown, on_failure=lambda msg: self._messages(
+                                                Text(msg, style="bold red")), launch=launch)
+            if command is None:
                 return
-            self.reports[profile.name] = report
-            if self.highlighted == profile.name:
-                self._show_report(report)
-            if not launch:
-                return
-            if report.errors or report.command is None:
-                self.notify(f"{profile.name}: not launched ({len(report.errors)} pre-flight error(s))",
-                            severity="error", timeout=8)
-                return
-            warnings = [f for f in report.findings if f.severity == "warning"]
-            if warnings:
-                text = f"Pre-flight of {profile.name} warns:\n" + "\n".join(
-                    f"• {f.message}" for f in warnings) + "\n\nLaunch anyway?"
-                if not await self.app.push_screen_wait(ConfirmWarnings(text)):
-                    return
             from tui.screens.launch import LaunchScreen
 
-            self.post_message(LaunchScreen.LaunchRequested(profile, report.command))
+            self.post_message(LaunchScreen.LaunchRequested(profile, command))
         finally:
             self.busy = False
             self.refresh_bindings()
@@ -333,4 +352,4 @@ class ProfilesScreen(Screen):
         screen.action_start_ab()
 
 
-__all__ = ["ConfirmWarnings", "ProfileTable", "ProfilesScreen"]
+__all__ = ["ProfileTable", "ProfilesScreen", "warnings_modal"]

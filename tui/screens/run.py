@@ -12,15 +12,16 @@ import asyncio
 import codecs
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Label, Static
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from rich.text import Text
 
 from tui.model import StartupProgress
 from tui.services.hosts import Host, HostError
@@ -36,6 +37,7 @@ from tui.services.launcher import (
 )
 from tui.util.safety import UnsafeInput
 from tui.services.tracker import StartupTracker
+from tui.screens.modals import ConfirmModal
 from widgets.server_log import ServerLog
 from widgets.startup_progress import StartupProgressView
 
@@ -86,36 +88,6 @@ class LineSplitter:
             frames = [f for f in line.split("\r") if f.strip()]
             line = frames[-1] if frames else ""
         return _ANSI.sub("", line) if "\x1b" in line else line
-
-
-class ConfirmStop(ModalScreen[bool]):
-    """Asks before stopping a run."""
-
-    DEFAULT_CSS = """
-    ConfirmStop { align: center middle; }
-    ConfirmStop > Vertical { width: 70; height: auto; border: thick $warning; background: $surface; padding: 1 2; }
-    ConfirmStop Horizontal { height: auto; align-horizontal: right; }
-    """
-    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("y", "confirm", "Yes")]
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Label(self.text)
-            with Horizontal():
-                yield Button("Stop", variant="error", id="confirm-stop")
-                yield Button("Cancel", id="cancel-stop")
-
-    @on(Button.Pressed, "#confirm-stop")
-    def action_confirm(self) -> None:
-        self.dismiss(True)
-
-    @on(Button.Pressed, "#cancel-stop")
-    def action_cancel(self) -> None:
-        self.dismiss(False)
 
 
 class RunScreen(Screen[None]):
@@ -178,6 +150,8 @@ class RunScreen(Screen[None]):
         self.reconnects = 0
         self.link_error: str | None = None
         self.stop_result = None
+        #: True from the confirmed stop until its result
+        self.stopping = False
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="run-title")
@@ -229,14 +203,15 @@ class RunScreen(Screen[None]):
         self.query_one("#run-title", Static).update(self._title())
         self._start_following()
 
-    def _title(self, state: str | None = None) -> str:
+    def _title(self, state: str | None = None) -> Text:
         r = self.record
         shown = {"stopped": "stopped (by you)"}.get(state or "", state)
-        return (
+        text = (
             f"run {r.run_id} · {r.engine} · {r.profile or ' '.join(r.argv)[:60]} · {r.target}"
             + (f" · port {r.port}" if r.port else "")
             + (f" · {shown}" if shown else "")
         )
+        return Text(text)
 
     # ------------------------------------------------------------------ workers
     @work(group="run-follow", exit_on_error=False)
@@ -304,14 +279,20 @@ class RunScreen(Screen[None]):
             rid = self.record.run_id
             if snap.state == "ready":
                 self.notify(f"run {rid} is ready")
-            elif snap.state == "stopped":
-                self.notify(f"run {rid} stopped (by you)")
+            elif snap.state == "stopped" or self.stopping or self.stop_result is not None:
+                if snap.state == "stopped":
+                    self.notify(f"run {rid} stopped (by you)")
             elif snap.state == "stalled":
-                self.notify(f"run {rid} {snap.diagnosis}", severity="warning", timeout=10)
+                self.notify(f"run {rid} {snap.diagnosis}", severity="warning", timeout=10, markup=False)
             elif snap.state != "starting":
-                self.notify(f"run {rid}: {snap.diagnosis}", severity="error", timeout=10)
-        if self.tracker.final is not None and snap.state == "starting":
-            snap = self.tracker.final
+                self.notify(f"run {rid}: {snap.diagnosis}", severity="error", timeout=10, markup=False)
+        final = self.tracker.final
+        if final is not None and snap.state == "starting":
+            snap = final
+        elif final is not None and final.state == "ready" and snap.state == "ready":
+            snap = replace(snap, elapsed=final.elapsed)  # the startup took this long; the clock stops
+        view = self.query_one(StartupProgressView)
+        view.catching_up = bool(self.tracker.catchup) and self.launch_spec is None
         self.post_message(self.Progress(snap))
 
     @on(Progress)
@@ -335,7 +316,8 @@ class RunScreen(Screen[None]):
                 self.stop_server()
 
         self.app.push_screen(
-            ConfirmStop(f"Stop run {r.run_id} on {r.target} (pid {r.pid})?\nTERM, then KILL after {self.grace:g} s."),
+            ConfirmModal(f"Stop run {r.run_id} on {r.target} (pid {r.pid})?\nTERM, then KILL after {self.grace:g} s.",
+                         title="Stop the server", action="Stop", danger=True),
             done,
         )
 
@@ -343,23 +325,33 @@ class RunScreen(Screen[None]):
     async def stop_server(self) -> None:
         self.notify(f"stopping run {self.record.run_id} …")
         self.tracker.mark_stopping()
+        self.stopping = True
+        view = self.query_one(StartupProgressView)
+        view.set_ended(f"stopping run {self.record.run_id} (TERM, then KILL after {self.grace:g} s) …")
         try:
             res = await stop_run(self.host, self.record, grace=self.grace, store=self.store)
         except HostError as e:
             self.tracker.stop_requested = False
-            self.notify(f"stop failed: {e}", severity="error")
+            self.stopping = False
+            view.set_ended(None)
+            self.notify(f"stop failed: {e}", severity="error", markup=False)
             return
         if res.state in ("stopped", "exited"):
             self.tracker.alive = False  # the next tick shows "stopped (by you)"
         else:
             self.tracker.stop_requested = False
         self.stop_result = res
+        self.stopping = False
+        self._stop.set()  # nothing more to follow or probe: the header must not say "health ok"
         freed = f"; {res.gpu_freed_mib / 1024:.1f} GiB GPU memory freed" if res.gpu_freed_mib else ""
-        self.notify(res.message + freed, severity="information" if res.state == "stopped" else "warning")
+        view.set_ended(f"{res.state} (by you): {res.message}{freed}")
+        self.query_one("#run-title", Static).update(self._title(res.state if res.state in ("stopped", "exited") else None))
+        self.notify(res.message + freed, severity="information" if res.state == "stopped" else "warning",
+                    markup=False)
 
     def on_unmount(self) -> None:
         self._stop.set()
         self._save_offset(force=True)
 
 
-__all__ = ["ConfirmStop", "LaunchSpec", "LineSplitter", "RunScreen"]
+__all__ = ["LaunchSpec", "LineSplitter", "RunScreen"]

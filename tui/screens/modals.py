@@ -1,0 +1,75 @@
+"""The one yes/no dialog every screen uses.
+
+Cancel is the default: it has the focus when the dialog opens, so ``enter`` (or ``escape``, or
+``n``) never does the dangerous thing. Only ``y`` or a click on the action button confirms.
+The question is plain text (never parsed as markup: it often quotes paths, names and errors).
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Label
+
+
+class ConfirmModal(ModalScreen[bool]):
+    """Ask one question; dismiss with True only when the user confirms.
+
+    ``action`` labels the confirm button ("Stop", "Launch anyway", "Discard"), ``cancel`` the other one.
+    ``danger`` colours the confirm button red instead of yellow."""
+
+    DEFAULT_CSS = """
+    ConfirmModal { align: center middle; }
+    ConfirmModal > Vertical { width: 76; max-width: 100%; height: auto; max-height: 100%;
+                              border: thick $warning; background: $surface; padding: 1 2; }
+    ConfirmModal #confirm-title { width: 100%; text-style: bold; }
+    ConfirmModal #confirm-question { width: 100%; }
+    ConfirmModal Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
+    ConfirmModal Button { margin-left: 2; }
+    """
+    BINDINGS = [
+        Binding("y", "answer(True)", "Confirm", id="confirm-yes"),
+        Binding("n,escape", "answer(False)", "Cancel", id="confirm-no"),
+    ]
+
+    def __init__(self, question: str, *, title: str = "", action: str = "Confirm", cancel: str = "Cancel",
+                 danger: bool = False) -> None:
+        super().__init__()
+        #: the question, shown as plain text
+        self.question = question
+        #: a bold first line (optional)
+        self.title_text = title
+        #: the confirm button's label
+        self.action_label = action
+        #: the cancel button's label
+        self.cancel_label = cancel
+        #: True: the confirm button is red (stopping, discarding)
+        self.danger = danger
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            if self.title_text:
+                yield Label(Text(self.title_text), id="confirm-title")
+            yield Label(Text(self.question), id="confirm-question")
+            with Horizontal():
+                yield Button(f"{self.cancel_label} (n)", id="confirm-cancel")
+                yield Button(f"{self.action_label} (y)", id="confirm-ok",
+                             variant="error" if self.danger else "warning")
+
+    def on_mount(self) -> None:
+        self.query_one("#confirm-cancel", Button).focus()
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+    @on(Button.Pressed)
+    def _pressed(self, ev: Button.Pressed) -> None:
+        ev.stop()
+        self.dismiss(ev.button.id == "confirm-ok")
+
+
+__all__ = ["ConfirmModal"]
