@@ -56,7 +56,7 @@ async def shoot(out: Path, use_journal: bool = False, save_data: bool = False) -
         series = [list(got[0]), list(got[1])] if got else [[], []]
     if save_data:
         DATA.write_text(json.dumps({**e, "series": series}, indent=1) + "\n")
-    scr = CompareScreen(ops_factory=lambda: None, profiles=[a.profile, b.profile, "sglang-eagle3", "vllm-baseline"],
+    scr = CompareScreen(start_campaign=no_campaign, profiles=[a.profile, b.profile, "sglang-eagle3", "vllm-baseline"],
                         a=a.profile, b=b.profile, comparison=cmp, series=(series[0], series[1]))
     app = ShotApp(scr)
     async with app.run_test(size=(120, 44)) as pilot:
@@ -65,6 +65,10 @@ async def shoot(out: Path, use_journal: bool = False, save_data: bool = False) -
         await pilot.pause(0.3)
         app.save_screenshot(filename=out.name, path=str(out.parent))
     return out
+
+
+async def no_campaign(*_args: object) -> None:
+    raise RuntimeError("screenshots never start an A/B")
 
 
 async def main() -> None:

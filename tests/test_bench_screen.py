@@ -7,7 +7,7 @@ from textual.app import App
 
 from tests.fakesrv import FakeServer
 from tui.bench import store
-from tui.screens.bench import BenchScreen, bench_command
+from tui.screens.bench import BenchScreen
 from widgets.throughput_chart import ThroughputChart
 
 
@@ -19,11 +19,6 @@ class BenchApp(App):
 
     def on_mount(self) -> None:
         self.push_screen(BenchScreen(self.args))
-
-
-def test_bench_command_adds_progress():
-    argv = bench_command(["--url", "http://x"])
-    assert argv[1:4] == ["-m", "tui", "bench"] and argv[-1] == "--progress"
 
 
 async def test_chart_widget_bounded_and_throttled():
@@ -79,7 +74,10 @@ async def test_live_chart_updates_during_a_run():
             assert ticks and max(t.data["tok_s"] for t in ticks) > 0
             assert "finished" in str(screen.query_one("#bench-status").content)
             assert "TTFT p50" in str(screen.query_one("#bench-latency").content)
-    assert len(store.list_runs()) == 2
+            # it ran as a host-side job (here: this machine), not in the dashboard's process
+            assert screen.job_id and f"job {screen.job_id}" in str(screen.query_one("#bench-status").content)
+    runs = store.list_runs()  # mirrored into the local store
+    assert len(runs) == 2 and all(r.meta["client"]["where"] == "host" for r in runs)
 
 
 @pytest.mark.timeout(60)

@@ -7,7 +7,7 @@ import time
 import pytest
 from textual.app import App
 
-from tests.abfakes import FakeOps
+from tests.abfakes import FakeOps, fake_campaigns
 from tui.ab.compare import LevelResult, Side, SideRun, compare, config_diff
 from tui.ab.render import to_text
 from tui.screens.compare import CompareScreen
@@ -49,7 +49,7 @@ def side(label, profile, single, peak, ttft16=50.0, argv=("sglang", "--tp", "8")
 async def test_new_or_cancelled_ab_clears_the_old_table_and_chart():
     ops = FakeOps(bench_delay=0.3)
     old = compare(side("A", "base", 100, 1000), side("B", "tuned", 118, 1200))
-    scr = CompareScreen(ops_factory=lambda: ops, profiles=["base", "tuned"], a="base", b="tuned", comparison=old,
+    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned", comparison=old,
                         series=([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]))
     async with OneScreen(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -69,7 +69,7 @@ async def test_new_or_cancelled_ab_clears_the_old_table_and_chart():
 
 async def test_headline_says_the_regressions_too():
     cmp = compare(side("A", "sglang-base", 100, 1000, ttft16=50.0), side("B", "sglang-tuned", 118, 1200, ttft16=71.5))
-    scr = CompareScreen(ops_factory=lambda: FakeOps(), profiles=["sglang-base", "sglang-tuned"], comparison=cmp)
+    scr = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=["sglang-base", "sglang-tuned"], comparison=cmp)
     async with OneScreen(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         head = str(scr.query_one("#ab-headline").content)
@@ -89,7 +89,7 @@ def test_unrecorded_argv_is_unknown_not_a_false_diff():
 
 async def test_unknown_config_shows_as_unknown_in_the_view():
     cmp = compare(side("A", "base", 100, 1000), side("B", "base", 100, 1000, argv=()))
-    scr = CompareScreen(ops_factory=lambda: FakeOps(), profiles=["base"], comparison=cmp)
+    scr = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=["base"], comparison=cmp)
     async with OneScreen(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         diff = str(scr.query_one(ConfigDiff).content)
@@ -109,8 +109,16 @@ class _Tracker:
         self.final = None
         self.catchup = True
         self.offset = 0
+        self.stop_requested = False
+        self.alive = True
+
+    def mark_stopping(self, how=None) -> None:
+        self.stop_requested = True
 
     def snapshot(self):
+        if self.state == "exited" and self.stop_requested:
+            return self.SP("r1", "sglang", "stopped", "ready", fraction=1.0, elapsed=self.now,
+                           diagnosis="stopped (by you)")
         if self.state == "ready":
             return self.SP("r1", "sglang", "ready", "ready", fraction=1.0, elapsed=self.now, health="ok")
         if self.state == "exited":
