@@ -60,9 +60,12 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         summaries: list[dict[str, Any]]
         error: str
 
-    def __init__(self, bench_args: Sequence[str], *, name: str | None = None, id: str | None = None) -> None:  # noqa: A002
+    def __init__(self, bench_args: Sequence[str], *, attach: tuple[Any, str] | None = None,
+                 name: str | None = None, id: str | None = None) -> None:  # noqa: A002
         super().__init__(name=name, id=id)
         self.bench_args = list(bench_args)
+        #: (host, job id) of a host-side benchmark to follow instead of starting one
+        self.attach = attach
         #: summaries of finished levels
         self.summaries: list[dict[str, Any]] = []
         #: last tick
@@ -105,8 +108,13 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         from tui.services import jobs, runtime
         from tui.services.hosts import HostError
 
+        from tui.services.benchrun import BenchRun
+
         try:
-            self._run = await start_run(self.bench_args)
+            if self.attach is not None:
+                self._run = await BenchRun.attach(*self.attach)
+            else:
+                self._run = await start_run(self.bench_args)
         except (ValueError, HostError, jobs.JobError, runtime.RuntimeUnavailable) as e:
             self.post_message(self.Finished(None, [], f"cannot start the benchmark: {e}"))
             return

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
@@ -126,6 +126,8 @@ class BenchSetupScreen(Screen):
                 id="bench-setup-start", priority=True),
         Binding("f5", "reload_results", "Reload results", tooltip="Re-read the results store",
                 id="bench-setup-reload"),
+        Binding("ctrl+a", "attach", "Attach", tooltip="Follow the newest benchmark still running on the host",
+                id="bench-setup-attach", priority=True),
     ]
 
     def __init__(self, *, host: Any = None, demo: bool = False, form: BenchForm | None = None,
@@ -295,6 +297,30 @@ class BenchSetupScreen(Screen):
 
         self.last_args = args
         self.app.push_screen(BenchScreen(args))
+
+    def action_attach(self) -> None:
+        self._attach_worker()
+
+    @work(group="bench-attach", exclusive=True, exit_on_error=False)
+    async def _attach_worker(self) -> None:
+        """Follow a benchmark running on the host (started earlier, here or by `tunedeck bench`)."""
+        from tui.screens.bench import BenchScreen
+        from tui.services import jobs
+        from tui.services.hosts import HostError
+
+        host = self.host or getattr(self.tapp, "host", None)
+        if host is None:
+            self.notify("no host to look on", severity="warning")
+            return
+        try:
+            running = [j for j in await jobs.list_jobs(host, "bench") if j.alive]
+        except HostError as e:
+            self.notify(f"cannot list the host's benchmarks: {e}", severity="error", markup=False)
+            return
+        if not running:
+            self.notify("no benchmark is running on the host")
+            return
+        self.app.push_screen(BenchScreen([], attach=(host, running[-1].job_id)))
 
     # ------------------------------------------------------------------ results
     def action_reload_results(self) -> None:

@@ -106,6 +106,8 @@ class BenchRun:
             if ev.get("type") == "level_done" and isinstance(ev.get("summary"), dict):
                 self.summaries.append(ev["summary"])
                 await self._mirror({str(ev.get("run_id"))})
+            elif ev.get("type") == "level_start" and ev.get("run_id"):
+                await self._mirror({str(ev["run_id"])})  # listed here as running on the host at once
             yield ev
         self.exit = self._follower.exit
         await self._mirror(None)
