@@ -570,8 +570,8 @@ def _headline(a: Side, b: Side, rows: list[Row]) -> tuple[str, str | None]:
     but = ("; but worse: " + ", ".join(reg(r) for r in regress)) if regress else ""
     if better and not worse:
         head = "B ({b}) has higher throughput than A ({a})" if regress else "B ({b}) is faster than A ({a})"
-        return head.format(a=aname, b=bname) + ": " + ", ".join(short(r) for r in key) + but + ".", \
-            None if regress else "B"
+        # the winner is the throughput winner; the headline names what it costs
+        return head.format(a=aname, b=bname) + ": " + ", ".join(short(r) for r in key) + but + ".", "B"
     if worse and not better:
         return f"B ({bname}) is slower than A ({aname}): " + ", ".join(short(r) for r in key) + but + ".", "A"
     if better and worse:

@@ -127,8 +127,8 @@ async def run(args: argparse.Namespace) -> int:
                       f"`tunedeck ab --attach {ab.id}` follows it, `--cancel {ab.id}` stops it",
                       file=sys.stderr, flush=True)
         return await _follow(args, ab, label)
-    except ValueError as e:
-        return _fail(str(e))
+    except ValueError as e:  # a profile that cannot be used: exit 1, as everywhere else
+        return _fail(str(e), 1)
     except (jobs.JobError, runtime.RuntimeUnavailable) as e:
         return _fail(str(e), 1)
     except HostError as e:

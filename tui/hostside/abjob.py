@@ -76,14 +76,27 @@ async def run(job_dir: Path) -> int:
             ab_id=str(spec["ab_id"]),
         )
         loop = asyncio.get_running_loop()
+        cancelled = False
+
+        def cancel() -> None:
+            # once: a stop signals the job's group and its marker, and a second cancel must not
+            # cut the cleanup that stops the server this campaign started
+            nonlocal cancelled
+            if not cancelled:
+                cancelled = True
+                log.info("A/B job %s: cancel requested", job_dir.name)
+                runner.cancel()
+
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.add_signal_handler(sig, runner.cancel)
+            loop.add_signal_handler(sig, cancel)
         rep = await runner.run()
         report: dict[str, Any] = rep.to_dict()
         atomic_write_json(job_dir / REPORT, report)
         events.check()
         if rep.status != "completed":
             rc, error = (130 if rep.status == "cancelled" else 1), rep.error or rep.status
+    except asyncio.CancelledError:
+        rc, error = 130, "cancelled before the campaign could report"
     except Busy as e:
         rc, error = 5, str(e)
     except (KeyError, TypeError, ValueError) as e:

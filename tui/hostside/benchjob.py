@@ -91,8 +91,17 @@ async def run(job_dir: Path) -> int:
         cfg = config_from_spec(spec)
         meta_extra = spec.get("meta_extra") if isinstance(spec.get("meta_extra"), dict) else {}
         loop = asyncio.get_running_loop()
+        stopping = False
+
+        def stop() -> None:
+            # once: a second cancel would cut the partial summary being written
+            nonlocal stopping
+            if not stopping:
+                stopping = True
+                task.cancel()
+
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, stop)
         watcher = asyncio.ensure_future(watch_disk())
 
         def emit(msg: dict[str, Any]) -> None:
