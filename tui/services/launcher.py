@@ -870,6 +870,10 @@ async def follow_forever(
                         on_idle()
                     continue
                 except StopAsyncIteration:
+                    # ``tail -F`` never ends on its own: its stream ending means the link went
+                    if not stop.is_set():
+                        raise HostError("connection-lost", f"following {log_path}: the stream ended",
+                                        target=target_name(host)) from None
                     break
                 offset = f.offset
                 on_chunk(chunk)
