@@ -175,7 +175,7 @@ def make_prompts(n: int, input_len: int, output_len: int, seed: int, *, token_id
 
 
 async def calibrate_chat_prompts(client: HttpClient, base: str, model: str, specs: List[RequestSpec],
-                                 input_len: int, seed: int, *, rounds: int = 4) -> str:
+                                 input_len: int, seed: int, *, rounds: int = 8) -> str:
     """Adjust each chat prompt's word count until the server's ``/tokenize`` counts ``input_len``.
 
     Counts the whole chat request (template included) like the engines do for
@@ -197,33 +197,58 @@ async def calibrate_chat_prompts(client: HttpClient, base: str, model: str, spec
             return None
         return c if isinstance(c, int) and not isinstance(c, bool) else None
 
+    short = [w for w in WORDS if len(w) <= 2]
+
+    async def fit(words: List[str]) -> Tuple[Optional[int], List[str]]:
+        """Add or drop words until the count is ``input_len`` (or ``rounds`` tries); the closest wins."""
+        c = await count(" ".join(words))
+        best: Tuple[Optional[int], List[str]] = (c, list(words))
+        for _ in range(rounds):
+            if c is None or c == input_len:
+                break
+            diff = input_len - c
+            step = diff // 2 if abs(diff) > 3 else diff
+            if step > 0:
+                pool = WORDS if abs(diff) > 3 else short
+                words.extend(rng.choice(pool) for _ in range(step))
+            else:
+                del words[max(1, len(words) + step):]
+            c = await count(" ".join(words))
+            if c is not None and (best[0] is None or abs(c - input_len) < abs(best[0] - input_len)):
+                best = (c, list(words))
+        return best
+
+    if not specs:
+        return "estimate"
     try:
-        first = await count(specs[0].prompt if isinstance(specs[0].prompt, str) else "") if specs else None
+        c0, words0 = await fit(str(specs[0].prompt).split())
     except HTTPError as e:
         log.info("no /tokenize at %s (%s): chat prompt lengths are estimates", url, e)
-        first = None
-    if first is None:
         return "estimate"
+    if c0 is None:
+        log.info("%s does not count chat prompts: their lengths are estimates", url)
+        return "estimate"
+    sp0 = specs[0]
+    specs[0] = RequestSpec(" ".join(words0), c0, sp0.output_len, sp0.index, c0 == input_len)
+    n_words = len(words0)  # a good start for every other prompt
     sem = asyncio.Semaphore(32)
 
-    async def fit(i: int) -> None:
+    async def fit_one(i: int) -> None:
         spec = specs[i]
         words = str(spec.prompt).split()
+        while len(words) < n_words:
+            words.append(rng.choice(WORDS))
+        del words[max(1, n_words):]
         async with sem:
-            c = await count(" ".join(words))
-            for _ in range(rounds):
-                if c is None or c == input_len:
-                    break
-                diff = input_len - c
-                if diff > 0:
-                    words.extend(rng.choice(WORDS) for _ in range(max(1, diff // 2 if diff > 3 else diff)))
-                else:
-                    del words[max(1, len(words) - max(1, (-diff) // 2 if -diff > 3 else -diff)):]
-                c = await count(" ".join(words))
+            try:
+                c, words = await fit(words)
+            except HTTPError as e:
+                log.warning("prompt %d: /tokenize failed (%s); its length is an estimate", spec.index, e)
+                return
         if c is not None:
             specs[i] = RequestSpec(" ".join(words), c, spec.output_len, spec.index, c == input_len)
 
-    await asyncio.gather(*(fit(i) for i in range(len(specs))))
+    await asyncio.gather(*(fit_one(i) for i in range(1, len(specs))))
     return "server-tokenizer"
 
 
