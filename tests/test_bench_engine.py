@@ -167,3 +167,16 @@ async def test_monitor_measures_own_cpu_not_the_machines():
     assert 0.1 < rep["cpu_seconds"] < 1.0
     assert rep["lag_max_ms"] > 150  # the busy loop above stalled the event loop
     assert rep["machine"]["ncpu"] >= 1 and "steal" in rep["machine"]
+
+
+async def test_bad_settings_are_one_clear_error_before_anything_is_sent():
+    from tui.bench.runner import BenchConfig, run_benchmark
+
+    for kw, what in (({"url": "ftp://x"}, "BenchConfig.url"), ({"url": "http://h:99999"}, "BenchConfig.url"),
+                     ({"endpoint": "embed"}, "BenchConfig.endpoint"), ({"input_len": 0}, "BenchConfig.input_len"),
+                     ({"concurrency": [0]}, "BenchConfig.concurrency"), ({"request_rate": [-1.0]}, "request_rate"),
+                     ({"transport": "httpx"}, "transport"), ({"warmup": -1}, "BenchConfig.warmup")):
+        cfg = BenchConfig(**{"url": "http://127.0.0.1:9", **kw})
+        with pytest.raises(ValueError, match=what) as ei:
+            await run_benchmark(cfg, save=False)
+        assert "\n" not in str(ei.value)

@@ -66,7 +66,7 @@ from tui.bench.client import (
     quiet_gc,
     stream_request,
 )
-from tui.bench.http import HttpClient, HTTPError, Request, base_url
+from tui.bench.http import HttpClient, HTTPError, InvalidURL, Request, base_url, split_url
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,36 @@ class BenchConfig:
     preconnect: bool = True
     #: completions prompts as token ids (exact length); False sends text like chat
     token_ids: bool = True
+
+    def validate(self) -> None:
+        """ValueError naming the first bad setting (``BenchConfig.<field>: ...``)."""
+        try:
+            split_url(base_url(self.url))
+        except InvalidURL as e:
+            raise ValueError(f"BenchConfig.url: {e}") from None
+        if self.endpoint not in ("completions", "chat"):
+            raise ValueError(f"BenchConfig.endpoint {self.endpoint!r}: expected 'completions' or 'chat'")
+        for name in ("input_len", "output_len", "workers"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"BenchConfig.{name} {v!r}: expected a whole number >= 1")
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"BenchConfig.warmup {self.warmup!r}: expected a whole number >= 0")
+        if self.num_prompts is not None and (not isinstance(self.num_prompts, int) or self.num_prompts < 1):
+            raise ValueError(f"BenchConfig.num_prompts {self.num_prompts!r}: expected a whole number >= 1")
+        for c in self.concurrency:
+            if not isinstance(c, int) or isinstance(c, bool) or c < 1:
+                raise ValueError(f"BenchConfig.concurrency {c!r}: every value must be a whole number >= 1")
+        for r in self.request_rate:
+            if not isinstance(r, (int, float)) or not r > 0:
+                raise ValueError(f"BenchConfig.request_rate {r!r}: every value must be > 0 (math.inf: all at once)")
+        if not self.burstiness > 0 or math.isinf(self.burstiness):
+            raise ValueError(f"BenchConfig.burstiness {self.burstiness!r}: expected a finite number > 0")
+        for name in ("read_timeout", "ready_timeout"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"BenchConfig.{name} {v!r}: expected seconds > 0")
+        self.levels()
 
     def levels(self) -> List[Tuple[Optional[int], float]]:
         """(max_concurrency, request_rate) per sweep level."""
@@ -902,7 +932,8 @@ async def run_benchmark(
 ) -> List[Dict[str, Any]]:
     """Readiness wait, then every sweep level: meta → warmup → connections → timed run → summary.
 
-    Returns one summary per level (vLLM keys + ours). Cancelling (Ctrl-C)
+    Returns one summary per level (vLLM keys + ours); a bad setting raises
+    ValueError naming it, before anything is sent. Cancelling (Ctrl-C)
     keeps every finished or partial sample and writes a ``partial`` summary.
     ``emit`` receives each progress event as a plain dict (JSON-ready; see
     :class:`tui.bench.records.BenchEvent`). ``results_dir``: where run folders
@@ -910,6 +941,7 @@ async def run_benchmark(
     """
     from tui.bench.store import RunWriter, new_run_id, summarize
 
+    cfg.validate()
     emit = emit or (lambda _m: None)
     levels = cfg.levels()
     summaries: List[Dict[str, Any]] = []
