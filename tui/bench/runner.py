@@ -939,7 +939,7 @@ async def run_benchmark(
     :class:`tui.bench.records.BenchEvent`). ``results_dir``: where run folders
     go (default ``data_dir()/results``).
     """
-    from tui.bench.store import RunWriter, new_run_id, summarize
+    from tui.bench.store import RunWriter, finite, new_run_id, summarize
 
     cfg.validate()
     emit = emit or (lambda _m: None)
@@ -1052,7 +1052,7 @@ async def run_benchmark(
                     writer.write_summary(summary)
                     writer.close()
                 summaries.append(summary)
-                emit({"type": "level_done", "level": li, "run_id": run_id, "summary": summary})
+                emit({"type": "level_done", "level": li, "run_id": run_id, "summary": finite(summary)})
         emit({"type": "done", "run_ids": [s["run_id"] for s in summaries]})
     return summaries
 
