@@ -353,6 +353,10 @@ def format_extras(summary: Mapping[str, Any]) -> str:
                 params.get("output_len"), params.get("seed"), summary.get("endpoint_type"),
             )
         )
+    how = {"token-ids": "token ids, exact length", "server-tokenizer": "text fitted with the server's /tokenize",
+           "estimate": "text, length estimated (the server's count is used)"}.get(params.get("prompt_lengths"))
+    if how:
+        lines.append(f"Prompts: {how}; tokenizer_id={summary.get('tokenizer_id')}")
     counts = error_counts(summary)
     if counts:
         lines.append("Failures by type: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
@@ -387,7 +391,7 @@ def format_extras(summary: Mapping[str, Any]) -> str:
             mach.append("{} connection(s) opened before t0 in {:.2f} ms mean, {:.2f} max".format(
                 cl.get("connections"), cl["connect_ms_mean"], cl["connect_ms_max"]))
         if mach:
-            lines.append("Client: " + ", ".join(mach))
+            lines.append("Client machine: " + ", ".join(mach))
         if summary.get("client_bound") and cl.get("client_bound_reason"):
             lines.append("CLIENT-BOUND: " + str(cl["client_bound_reason"]))
         if summary.get("machine_busy"):
