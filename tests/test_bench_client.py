@@ -213,6 +213,12 @@ async def test_sweep_emits_progress_and_one_run_per_level():
     assert [c["connections"] for c in conn] == [0, 3]  # the readiness probe's connection is reused
     assert out[1]["client"]["connections_opened_timed"] == 0
     json.dumps(msgs, allow_nan=False)
+    # every emitted event parses with the one progress-line parser
+    from tui.bench.records import BenchEvent
+
+    evs = [BenchEvent.from_json(json.dumps(m, allow_nan=False)) for m in msgs]
+    assert [e.summary.completed for e in evs if e.type == "level_done"] == [8, 8]
+    assert all(e.level is not None for e in evs if e.type in ("tick", "level_start", "connected"))
     runs = store.list_runs()
     assert len(runs) == 2 and all(not r.partial for r in runs)
     meta = runs[0].meta
