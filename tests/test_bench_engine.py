@@ -132,3 +132,51 @@ def test_sample_record_round_trip():
     assert Sample.from_json(s.to_json()) == s
     with pytest.raises(RecordError, match="itl"):
         Sample.from_json('{"index": 1, "itl": 5}')
+
+
+def test_client_bound_and_machine_busy_are_told_apart():
+    from tui.bench.runner import client_health
+
+    idle_machine = {"ncpu": 8, "load1_max": 1.0, "steal": 0.0, "busy": 0.2}
+    calm = client_health([{"cpu": [0.2], "cpu_avg": 0.2, "lag_p99_ms": 0.5, "lag_max_ms": 2, "machine": idle_machine}])
+    assert not calm["client_bound"] and not calm["machine_busy"]
+    hot = client_health([{"cpu": [0.97], "cpu_avg": 0.95, "lag_p99_ms": 9, "lag_max_ms": 30, "machine": idle_machine}])
+    assert hot["client_bound"] and "0.95 of a core" in hot["client_bound_reason"] and not hot["machine_busy"]
+    # lag while the client itself was nearly idle: someone else had the CPU
+    starved = client_health([{"cpu": [0.1], "cpu_avg": 0.1, "lag_p99_ms": 12, "lag_max_ms": 80,
+                              "machine": {"ncpu": 2, "load1_max": 5.0, "steal": 0.12, "busy": 1.0}}])
+    assert not starved["client_bound"] and starved["machine_busy"]
+    assert "steal 12 %" in starved["machine_busy_reason"] and "load 5.0 on 2 cores" in starved["machine_busy_reason"]
+    assert starved["loop_lag_max_ms"] == 80
+
+
+async def test_monitor_measures_own_cpu_not_the_machines():
+    import asyncio
+    import time as _t
+
+    from tui.bench.runner import ClientMonitor
+
+    mon = ClientMonitor()
+    mon.start()
+    await asyncio.sleep(0.01)  # the lag probe is now asleep, waiting for its 50 ms tick
+    t = _t.perf_counter()
+    while _t.perf_counter() - t < 0.3:  # burn this process's CPU on the loop: ~0.3 s of CPU, a stalled loop
+        pass
+    await asyncio.sleep(0.3)
+    rep = await mon.stop()
+    assert 0.1 < rep["cpu_seconds"] < 1.0
+    assert rep["lag_max_ms"] > 150  # the busy loop above stalled the event loop
+    assert rep["machine"]["ncpu"] >= 1 and "steal" in rep["machine"]
+
+
+async def test_bad_settings_are_one_clear_error_before_anything_is_sent():
+    from tui.bench.runner import BenchConfig, run_benchmark
+
+    for kw, what in (({"url": "ftp://x"}, "BenchConfig.url"), ({"url": "http://h:99999"}, "BenchConfig.url"),
+                     ({"endpoint": "embed"}, "BenchConfig.endpoint"), ({"input_len": 0}, "BenchConfig.input_len"),
+                     ({"concurrency": [0]}, "BenchConfig.concurrency"), ({"request_rate": [-1.0]}, "request_rate"),
+                     ({"transport": "httpx"}, "transport"), ({"warmup": -1}, "BenchConfig.warmup")):
+        cfg = BenchConfig(**{"url": "http://127.0.0.1:9", **kw})
+        with pytest.raises(ValueError, match=what) as ei:
+            await run_benchmark(cfg, save=False)
+        assert "\n" not in str(ei.value)

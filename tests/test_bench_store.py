@@ -165,3 +165,43 @@ def test_sigint_with_workers_keeps_partial_samples():
     s = json.loads((data_dir() / "results" / run_id / "summary.json").read_text())
     assert s["partial"] is True and s["completed"] + s["failed"] == len(samples)
     assert s["error_counts"].get("Cancelled") == len(cancelled)
+
+
+@pytest.mark.timeout(90)
+def test_kill_9_loses_no_sample_handed_over_a_second_earlier():
+    """Samples go to a writer thread; whatever it got > 1 s before a kill -9 is in samples.jsonl."""
+    with FakeServer("--ttft-ms", "5", "--itl-ms", "2") as srv:
+        proc = subprocess.Popen(
+            [*tunedeck_cmd(), "bench", "--url", srv.url, "--concurrency", "16", "--num-prompts", "100000",
+             "--input-len", "8", "--output-len", "10", "--warmup", "0", "--progress", "--progress-samples"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen: list[tuple[float, int]] = []  # (when this process read it, request index)
+        run_id = None
+        try:
+            start = None
+            while True:
+                line = proc.stdout.readline()
+                assert line, proc.stderr.read()
+                msg = json.loads(line)
+                now = time.monotonic()
+                if msg["type"] == "level_start":
+                    run_id = msg["run_id"]
+                elif msg["type"] == "sample":
+                    seen.append((now, msg["index"]))
+                    start = start or now
+                    if now - start > 2.5:
+                        break
+            os.kill(proc.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            proc.wait(10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+    # the sample event is emitted right after the hand-over, so this is a lower bound on its age
+    old = {i for t, i in seen if killed - t > 1.0}
+    assert len(old) > 100
+    on_disk = {s["index"] for s in store.read_samples(run_id)}
+    assert old <= on_disk, sorted(old - on_disk)[:10]

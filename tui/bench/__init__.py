@@ -4,6 +4,26 @@ The engine (:data:`ENGINE_MODULES`) needs only the standard library and
 Python >= 3.9, so it can run on a GPU host with that host's interpreter
 (uvloop is used when present). The CLI (``tui.commands.bench``) and the
 UI around it run on the laptop.
+
+Running it from other code::
+
+    from tui.bench.runner import BenchConfig, NotReady, run_benchmark
+    from tui.util.aio import run_async
+
+    summaries = run_async(run_benchmark(
+        BenchConfig(url="http://127.0.0.1:8000", concurrency=[1, 32], input_len=512, output_len=256),
+        emit=lambda ev: print(json.dumps(ev), flush=True),   # one JSON object per event
+        meta_extra={"profile": "p1", "server": {"argv": [...], "env": {...}}},
+        client_where="gpu-host",
+        results_dir="/path/results",                          # default: data_dir()/results
+    ))
+
+``run_benchmark`` raises ValueError for a bad setting (one line naming it)
+and :class:`~tui.bench.runner.NotReady` when the server does not answer in
+``ready_timeout``; cancelling it writes a ``partial`` summary. Each level
+writes ``<results_dir>/<run_id>/`` with ``meta.json``, ``samples.jsonl``,
+``summary.json`` and ``.lock``. Events are plain dicts; their typed view and
+the one parser of a progress line is :class:`tui.bench.records.BenchEvent`.
 """
 
 #: The modules a benchmark run imports, relative to the folder holding ``tui`` (standard library only).

@@ -353,6 +353,10 @@ def format_extras(summary: Mapping[str, Any]) -> str:
                 params.get("output_len"), params.get("seed"), summary.get("endpoint_type"),
             )
         )
+    how = {"token-ids": "token ids, exact length", "server-tokenizer": "text fitted with the server's /tokenize",
+           "estimate": "text, length estimated (the server's count is used)"}.get(params.get("prompt_lengths"))
+    if how:
+        lines.append(f"Prompts: {how}; tokenizer_id={summary.get('tokenizer_id')}")
     counts = error_counts(summary)
     if counts:
         lines.append("Failures by type: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
@@ -376,6 +380,20 @@ def format_extras(summary: Mapping[str, Any]) -> str:
                 "  CLIENT-BOUND: numbers may be limited by the client" if summary.get("client_bound") else "",
             )
         )
+        mach = []
+        if cl.get("loop_lag_max_ms") is not None:
+            mach.append("max loop stall {:.1f} ms".format(cl["loop_lag_max_ms"]))
+        if cl.get("machine_load1_max") is not None:
+            mach.append("machine load {:.1f} on {} cores".format(cl["machine_load1_max"], cl.get("machine_ncpu")))
+        if cl.get("machine_steal") is not None:
+            mach.append("steal {:.1f} %".format(cl["machine_steal"] * 100))
+        if cl.get("connect_ms_mean") is not None:
+            mach.append("{} connection(s) opened before t0 in {:.2f} ms mean, {:.2f} max".format(
+                cl.get("connections"), cl["connect_ms_mean"], cl["connect_ms_max"]))
+        if mach:
+            lines.append("Client machine: " + ", ".join(mach))
+        if summary.get("client_bound") and cl.get("client_bound_reason"):
+            lines.append("CLIENT-BOUND: " + str(cl["client_bound_reason"]))
         if summary.get("machine_busy"):
             lines.append("MACHINE BUSY: " + str(cl.get("machine_busy_reason") or "other load on the client machine"))
     if summary.get("partial"):

@@ -66,7 +66,7 @@ from tui.bench.client import (
     quiet_gc,
     stream_request,
 )
-from tui.bench.http import HttpClient, HTTPError, Request, base_url
+from tui.bench.http import HttpClient, HTTPError, InvalidURL, Request, base_url, split_url
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,36 @@ class BenchConfig:
     #: completions prompts as token ids (exact length); False sends text like chat
     token_ids: bool = True
 
+    def validate(self) -> None:
+        """ValueError naming the first bad setting (``BenchConfig.<field>: ...``)."""
+        try:
+            split_url(base_url(self.url))
+        except InvalidURL as e:
+            raise ValueError(f"BenchConfig.url: {e}") from None
+        if self.endpoint not in ("completions", "chat"):
+            raise ValueError(f"BenchConfig.endpoint {self.endpoint!r}: expected 'completions' or 'chat'")
+        for name in ("input_len", "output_len", "workers"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"BenchConfig.{name} {v!r}: expected a whole number >= 1")
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"BenchConfig.warmup {self.warmup!r}: expected a whole number >= 0")
+        if self.num_prompts is not None and (not isinstance(self.num_prompts, int) or self.num_prompts < 1):
+            raise ValueError(f"BenchConfig.num_prompts {self.num_prompts!r}: expected a whole number >= 1")
+        for c in self.concurrency:
+            if not isinstance(c, int) or isinstance(c, bool) or c < 1:
+                raise ValueError(f"BenchConfig.concurrency {c!r}: every value must be a whole number >= 1")
+        for r in self.request_rate:
+            if not isinstance(r, (int, float)) or not r > 0:
+                raise ValueError(f"BenchConfig.request_rate {r!r}: every value must be > 0 (math.inf: all at once)")
+        if not self.burstiness > 0 or math.isinf(self.burstiness):
+            raise ValueError(f"BenchConfig.burstiness {self.burstiness!r}: expected a finite number > 0")
+        for name in ("read_timeout", "ready_timeout"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"BenchConfig.{name} {v!r}: expected seconds > 0")
+        self.levels()
+
     def levels(self) -> List[Tuple[Optional[int], float]]:
         """(max_concurrency, request_rate) per sweep level."""
         cs: List[Optional[int]] = list(self.concurrency) or [None]
@@ -175,7 +205,7 @@ def make_prompts(n: int, input_len: int, output_len: int, seed: int, *, token_id
 
 
 async def calibrate_chat_prompts(client: HttpClient, base: str, model: str, specs: List[RequestSpec],
-                                 input_len: int, seed: int, *, rounds: int = 4) -> str:
+                                 input_len: int, seed: int, *, rounds: int = 8) -> str:
     """Adjust each chat prompt's word count until the server's ``/tokenize`` counts ``input_len``.
 
     Counts the whole chat request (template included) like the engines do for
@@ -197,33 +227,58 @@ async def calibrate_chat_prompts(client: HttpClient, base: str, model: str, spec
             return None
         return c if isinstance(c, int) and not isinstance(c, bool) else None
 
+    short = [w for w in WORDS if len(w) <= 2]
+
+    async def fit(words: List[str]) -> Tuple[Optional[int], List[str]]:
+        """Add or drop words until the count is ``input_len`` (or ``rounds`` tries); the closest wins."""
+        c = await count(" ".join(words))
+        best: Tuple[Optional[int], List[str]] = (c, list(words))
+        for _ in range(rounds):
+            if c is None or c == input_len:
+                break
+            diff = input_len - c
+            step = diff // 2 if abs(diff) > 3 else diff
+            if step > 0:
+                pool = WORDS if abs(diff) > 3 else short
+                words.extend(rng.choice(pool) for _ in range(step))
+            else:
+                del words[max(1, len(words) + step):]
+            c = await count(" ".join(words))
+            if c is not None and (best[0] is None or abs(c - input_len) < abs(best[0] - input_len)):
+                best = (c, list(words))
+        return best
+
+    if not specs:
+        return "estimate"
     try:
-        first = await count(specs[0].prompt if isinstance(specs[0].prompt, str) else "") if specs else None
+        c0, words0 = await fit(str(specs[0].prompt).split())
     except HTTPError as e:
         log.info("no /tokenize at %s (%s): chat prompt lengths are estimates", url, e)
-        first = None
-    if first is None:
         return "estimate"
+    if c0 is None:
+        log.info("%s does not count chat prompts: their lengths are estimates", url)
+        return "estimate"
+    sp0 = specs[0]
+    specs[0] = RequestSpec(" ".join(words0), c0, sp0.output_len, sp0.index, c0 == input_len)
+    n_words = len(words0)  # a good start for every other prompt
     sem = asyncio.Semaphore(32)
 
-    async def fit(i: int) -> None:
+    async def fit_one(i: int) -> None:
         spec = specs[i]
         words = str(spec.prompt).split()
+        while len(words) < n_words:
+            words.append(rng.choice(WORDS))
+        del words[max(1, n_words):]
         async with sem:
-            c = await count(" ".join(words))
-            for _ in range(rounds):
-                if c is None or c == input_len:
-                    break
-                diff = input_len - c
-                if diff > 0:
-                    words.extend(rng.choice(WORDS) for _ in range(max(1, diff // 2 if diff > 3 else diff)))
-                else:
-                    del words[max(1, len(words) - max(1, (-diff) // 2 if -diff > 3 else -diff)):]
-                c = await count(" ".join(words))
+            try:
+                c, words = await fit(words)
+            except HTTPError as e:
+                log.warning("prompt %d: /tokenize failed (%s); its length is an estimate", spec.index, e)
+                return
         if c is not None:
             specs[i] = RequestSpec(" ".join(words), c, spec.output_len, spec.index, c == input_len)
 
-    await asyncio.gather(*(fit(i) for i in range(len(specs))))
+    await asyncio.gather(*(fit_one(i) for i in range(1, len(specs))))
     return "server-tokenizer"
 
 
@@ -586,12 +641,17 @@ class Progress:
             self.completed += 1
             self.output_tokens += int(s.get("output_tokens") or 0)
             self.ttft.append(s["ttft"])
+            if len(self.ttft) > self.WINDOW:
+                del self.ttft[:self.WINDOW // 2]
             itl = s.get("itl") or []
-            self.itl_recent.extend(itl[-256:])
-            if len(self.itl_recent) > 50_000:
-                del self.itl_recent[:25_000]
+            self.itl_recent.extend(itl[-64:])
+            if len(self.itl_recent) > self.WINDOW:
+                del self.itl_recent[:self.WINDOW // 2]
         else:
             self.failed += 1
+
+    #: live percentiles cover the most recent values only: sorting them each second stays well under 1 ms
+    WINDOW = 8192
 
     def tick(self, now: float) -> Dict[str, Any]:
         el = now - self.t0
@@ -872,14 +932,16 @@ async def run_benchmark(
 ) -> List[Dict[str, Any]]:
     """Readiness wait, then every sweep level: meta → warmup → connections → timed run → summary.
 
-    Returns one summary per level (vLLM keys + ours). Cancelling (Ctrl-C)
+    Returns one summary per level (vLLM keys + ours); a bad setting raises
+    ValueError naming it, before anything is sent. Cancelling (Ctrl-C)
     keeps every finished or partial sample and writes a ``partial`` summary.
     ``emit`` receives each progress event as a plain dict (JSON-ready; see
     :class:`tui.bench.records.BenchEvent`). ``results_dir``: where run folders
     go (default ``data_dir()/results``).
     """
-    from tui.bench.store import RunWriter, new_run_id, summarize
+    from tui.bench.store import RunWriter, finite, new_run_id, summarize
 
+    cfg.validate()
     emit = emit or (lambda _m: None)
     levels = cfg.levels()
     summaries: List[Dict[str, Any]] = []
@@ -990,7 +1052,7 @@ async def run_benchmark(
                     writer.write_summary(summary)
                     writer.close()
                 summaries.append(summary)
-                emit({"type": "level_done", "level": li, "run_id": run_id, "summary": summary})
+                emit({"type": "level_done", "level": li, "run_id": run_id, "summary": finite(summary)})
         emit({"type": "done", "run_ids": [s["run_id"] for s in summaries]})
     return summaries
 

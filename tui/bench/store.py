@@ -144,7 +144,7 @@ class RunWriter:
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         self.flush()
-        atomic_write_json(self.dir / "summary.json", _finite(dict(summary)))
+        atomic_write_json(self.dir / "summary.json", finite(dict(summary)))
 
     def close(self) -> None:
         try:
@@ -177,7 +177,7 @@ class RunWriter:
                 kind, item = "sync", None
             try:
                 if kind == "sample":
-                    self.samples.append(_finite(item))
+                    self.samples.append(finite(item))
                     dirty = True
                 elif kind == "meta":
                     atomic_write_json(self.dir / "meta.json", item)
@@ -198,7 +198,7 @@ class RunWriter:
                 return
 
 
-def _finite(obj: Any) -> Any:
+def finite(obj: Any) -> Any:
     """JSON has no NaN/inf: inf becomes the string "inf" (vLLM's request_rate), NaN None."""
     if isinstance(obj, float):
         if math.isnan(obj):
@@ -207,9 +207,9 @@ def _finite(obj: Any) -> Any:
             return "inf" if obj > 0 else "-inf"
         return obj
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [finite(v) for v in obj]
     return obj
 
 
@@ -368,7 +368,7 @@ def rebuild_summary(run_id: str, *, write: bool = True) -> dict[str, Any]:
     if info.live:
         summary["live"] = True
     elif write:
-        atomic_write_json(info.path / "summary.json", _finite(summary))
+        atomic_write_json(info.path / "summary.json", finite(summary))
     return summary
 
 
@@ -431,4 +431,4 @@ def export_vllm_json(run_id: str, dest: Union[str, "os.PathLike[str]"]) -> None:
     """vLLM's result file layout: summary keys plus the per-request arrays."""
     summary = summary_for(run_id)
     data = {**summary, **to_vllm_arrays(read_samples(run_id))}
-    atomic_write_text(dest, json.dumps(_finite(data), indent=2) + "\n")
+    atomic_write_text(dest, json.dumps(finite(data), indent=2) + "\n")

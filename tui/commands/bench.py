@@ -333,6 +333,8 @@ async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, A
         return _fail(f"NOT_READY: {e}", 3)
     except StoreError as e:
         return _fail(str(e), 1)
+    except ValueError as e:  # a setting run_benchmark rejected (it names which)
+        return _fail(str(e))
     except asyncio.CancelledError:
         print("tunedeck bench: interrupted; finished samples were saved (summary marked partial)", file=sys.stderr)
         return 130

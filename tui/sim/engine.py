@@ -1387,12 +1387,13 @@ class Sim:
                 "/freeze_gc": self.r_ok,
             })
         else:
-            routes.update({"/ping": self.r_health, "/version": self.r_version, "/load": self.r_load})
+            routes.update({"/ping": self.r_health, "/version": self.r_version, "/load": self.r_load,
+                           "/tokenize": self.r_tokenize})
         fn = routes.get(p)
         if fn is None:
             conn.send_json(404, {"detail": "Not Found"})
             return
-        post_only = {"/v1/completions", "/v1/chat/completions", "/generate", "/freeze_gc"}
+        post_only = {"/v1/completions", "/v1/chat/completions", "/generate", "/freeze_gc", "/tokenize"}
         if (p in post_only and m != "POST") or (p not in post_only and m not in ("GET", "HEAD") and p not in ("/ping", "/flush_cache")):
             conn.send_json(405, {"detail": "Method Not Allowed"})
             return
@@ -1607,25 +1608,54 @@ class Sim:
                          continuous_usage=cont and stream, conn=conn)
         await self._run(r, conn)
 
+    def _chat_tokens(self, body: dict[str, Any], conn: Conn) -> int | None:
+        """Prompt tokens of a chat request: 3 for the template, 4 per message plus its content."""
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            self._error(conn, 400, "messages must be a non-empty list", param="messages")
+            return None
+        pt = 3
+        for msg in msgs:
+            if not isinstance(msg, dict):
+                self._error(conn, 400, "each message must be an object", param="messages")
+                return None
+            c = msg.get("content")
+            if isinstance(c, list):
+                c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
+            pt += 4 + count_tokens(str(c or ""))
+        return pt
+
+    async def r_tokenize(self, req: Request, conn: Conn) -> None:
+        """vLLM's ``POST /tokenize``: ``prompt`` (text or ids) or ``messages``; counted like a request."""
+        body = self._body(req, conn)
+        if body is None:
+            return
+        if "messages" in body:
+            n = self._chat_tokens(body, conn)
+            if n is None:
+                return
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, str):
+                n = count_tokens(prompt)
+            elif isinstance(prompt, list) and all(isinstance(x, int) for x in prompt):
+                n = len(prompt)
+            else:
+                self._error(conn, 400, "prompt must be a string or a list of token ids", param="prompt")
+                return
+        # stand-in ids: the simulator has no vocabulary
+        conn.send_json(200, {"count": n, "max_model_len": self.context_len, "tokens": [1000 + i % 29000 for i in range(n)],
+                             "token_strs": None})
+
     async def r_chat(self, req: Request, conn: Conn) -> None:
         if not self._auth_ok(req, conn):
             return
         body = self._body(req, conn)
         if body is None or not self._common_checks(body, conn):
             return
-        msgs = body.get("messages")
-        if not isinstance(msgs, list) or not msgs:
-            self._error(conn, 400, "messages must be a non-empty list", param="messages")
+        pt = self._chat_tokens(body, conn)
+        if pt is None:
             return
-        pt = 3
-        for msg in msgs:
-            if not isinstance(msg, dict):
-                self._error(conn, 400, "each message must be an object", param="messages")
-                return
-            c = msg.get("content")
-            if isinstance(c, list):
-                c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
-            pt += 4 + count_tokens(str(c or ""))
         mt = self._max_tokens(body, pt, None, conn)
         if mt is None:
             return

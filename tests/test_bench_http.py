@@ -1,0 +1,149 @@
+"""tui.bench.http against small real servers on loopback."""
+
+import asyncio
+import json
+
+import pytest
+
+from tui.bench.http import (
+    ConnectError,
+    HttpClient,
+    InvalidURL,
+    ReadTimeout,
+    RemoteProtocolError,
+    split_url,
+)
+
+
+class Srv:
+    """A raw asyncio server: ``handler(request_head_bytes, reader, writer)`` answers each request."""
+
+    def __init__(self, handler):
+        self.handler = handler
+        self.heads = []
+        self.conns = 0
+
+    async def __aenter__(self):
+        async def serve(r, w):
+            self.conns += 1
+            try:
+                while True:
+                    head = await r.readuntil(b"\r\n\r\n")
+                    self.heads.append(head)
+                    n = 0
+                    for line in head.split(b"\r\n"):
+                        if line.lower().startswith(b"content-length:"):
+                            n = int(line.split(b":")[1])
+                    body = await r.readexactly(n) if n else b""
+                    if await self.handler(head, body, w) == "close":
+                        break
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                w.close()
+
+        self.server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        self.url = "http://127.0.0.1:%d" % self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+        await self.server.wait_closed()
+
+
+def test_split_url_names_what_is_wrong():
+    o, t = split_url("http://h:81/a?b=1")
+    assert (o.scheme, o.host, o.port, t) == ("http", "h", 81, "/a?b=1")
+    assert split_url("https://[::1]/")[0].host_header() == "[::1]"
+    for bad, word in (("ftp://h", "http"), ("http://", "no host"), ("http://h:0", "outside"), ("http://h:x", "(?i)port")):
+        with pytest.raises(InvalidURL, match=word):
+            split_url(bad)
+
+
+@pytest.mark.timeout(20)
+async def test_keep_alive_lengths_headers_and_json():
+    async def h(head, body, w):
+        if head.startswith(b"POST"):
+            data = json.dumps({"echo": json.loads(body)}).encode()
+        else:
+            data = b'{"ok": true}'
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data))
+
+    async with Srv(h) as srv:
+        async with HttpClient(headers={"x-a": "1"}) as c:
+            for _ in range(3):
+                r = await c.get(srv.url + "/v1/models")
+                assert r.status == 200 and r.json() == {"ok": True} and r.header("Content-Type") == "application/json"
+            r = await c.post_json(srv.url + "/tokenize", {"n": 1})
+            assert r.json() == {"echo": {"n": 1}}
+            assert c.connections_opened == 1 and srv.conns == 1  # one keep-alive connection for all four
+    head = srv.heads[0].decode()
+    assert head.startswith("GET /v1/models HTTP/1.1\r\n") and "host: 127.0.0.1:" in head and "x-a: 1" in head
+
+
+@pytest.mark.timeout(20)
+async def test_stale_connection_is_retried_and_close_delimited_body_is_read():
+    async def h(head, body, w):
+        if b"/close-delimited" in head:
+            w.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it")
+            await w.drain()
+            return "close"
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await w.drain()
+        return "close"  # the server drops the keep-alive connection right after answering
+
+    async with Srv(h) as srv:
+        async with HttpClient() as c:
+            assert (await c.get(srv.url + "/a")).content == b"ok"
+            await asyncio.sleep(0.05)
+            assert (await c.get(srv.url + "/b")).content == b"ok"  # a fresh connection, no error
+            assert (await c.get(srv.url + "/close-delimited")).content == b"all of it"
+
+
+@pytest.mark.timeout(20)
+async def test_chunked_stream_timestamps_and_read_timeout():
+    async def h(head, body, w):
+        w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for piece in (b"abc", b"defg"):
+            w.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await w.drain()
+            await asyncio.sleep(0.05)
+        if b"/hang" in head:
+            await asyncio.sleep(5)
+        w.write(b"0\r\n\r\n")
+
+    async with Srv(h) as srv:
+        async with HttpClient(read_timeout=0.5) as c:
+            r = await c.send(c.build("GET", srv.url + "/ok"))
+            got = []
+            while True:
+                batch = await r.next_batch()
+                if batch is None:
+                    break
+                got.extend(batch)
+            assert b"".join(b for _t, b in got) == b"abcdefg"
+            times = [t for t, _b in got]
+            assert times == sorted(times) and times[-1] - times[0] > 0.03  # stamped on arrival, not at the end
+            r = await c.send(c.build("GET", srv.url + "/hang"))
+            with pytest.raises(ReadTimeout):
+                while await r.next_batch() is not None:
+                    pass
+
+
+@pytest.mark.timeout(20)
+async def test_warm_pool_connect_errors_and_cut_bodies():
+    async def h(head, body, w):
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nshort")
+        await w.drain()
+        return "close"
+
+    async with Srv(h) as srv:
+        async with HttpClient() as c:
+            times = await c.warm(srv.url + "/v1/completions", 5)
+            assert len(times) == 5 and all(t > 0 for t in times) and c.idle_count(srv.url) == 5
+            assert await c.warm(srv.url, 5) == []  # already there
+            with pytest.raises(RemoteProtocolError, match="complete message body"):
+                await c.get(srv.url + "/x")
+    async with HttpClient(connect_timeout=2) as c:
+        with pytest.raises(ConnectError, match="127.0.0.1:9"):
+            await c.get("http://127.0.0.1:9/")
