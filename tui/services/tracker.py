@@ -501,7 +501,8 @@ class StartupTracker:
         async with httpx.AsyncClient(timeout=self.health_timeout, trust_env=False) as client:
             while not stop.is_set():
                 now = self.clock()
-                starting = self.final is None
+                # a stalled run is still watched closely: it may move again, and its GPU memory is the news
+                starting = self.final is None or self.final.state == STALLED
                 try:
                     if now >= t_alive:
                         t_alive = now + (self.alive_interval if starting else max(5.0, self.alive_interval))
