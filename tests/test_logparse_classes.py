@@ -166,6 +166,41 @@ def test_real_wrapper_logs_point_at_the_cause(real_logs):
     assert "ValueError: No available memory for the cache blocks" in st.failure.line
 
 
+def test_ray_worker_traceback_with_ip_prefix():
+    text = "\n".join(
+        [
+            "INFO 09-04 10:00:00 api_server.py:1] vLLM API server version 0.6.0",
+            "(RayWorkerWrapper pid=3031, ip=10.0.0.2) ERROR 09-04 10:00:05 worker_base.py:464] Error executing method "
+            "init_device. This might cause deadlock in distributed execution.",
+            "(RayWorkerWrapper pid=3031, ip=10.0.0.2) ERROR 09-04 10:00:05 worker_base.py:464] Traceback (most recent call last):",
+            '(RayWorkerWrapper pid=3031, ip=10.0.0.2) ERROR 09-04 10:00:05 worker_base.py:464]   File "/x/worker.py", line 1, in f',
+            "(RayWorkerWrapper pid=3031, ip=10.0.0.2) ERROR 09-04 10:00:05 worker_base.py:464] RuntimeError: CUDA error: invalid device ordinal",
+            "ERROR 09-04 10:00:06 multiproc_worker_utils.py:1] Worker proc VllmWorker-1 died unexpectedly, shutting down executor.",
+        ]
+    )
+    st, _ = parse_text(text + "\n")
+    assert st.failure.line_no == 5 and st.failure.cause == "RuntimeError: CUDA error: invalid device ordinal"
+    assert st.failure.rank == "RayWorkerWrapper"
+
+
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        "[2025-01-01 00:00:05] Rank 0 scheduler is dead. Please check if there are relevant logs.",
+        "[2025-01-01 00:00:05] Child process unexpectedly failed with exitcode=1. pid=33",
+        "[2025-01-01 00:00:05] DetokenizerManager hit an exception: boom",
+    ],
+)
+def test_newer_sglang_wrappers_fail_the_run_but_never_prove_it(wrapper):
+    st, _ = parse_text("[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m')\n" + wrapper + "\n")
+    assert st.status == "failed" and st.failure.origin == "wrapper"
+    st, _ = parse_text(
+        "[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m')\nTraceback (most recent call last):\n"
+        '  File "/x.py", line 1, in f\nOSError: libcudart.so.12: cannot open shared object file\n' + wrapper + "\n"
+    )
+    assert st.failure.line == "OSError: libcudart.so.12: cannot open shared object file"
+
+
 # --------------------------------------------------------------------------- 3. other programs' lines
 
 

@@ -275,7 +275,7 @@ COMPOSE_RE = re.compile(r"^[A-Za-z0-9][\w.-]*\s*\| ")
 KUBE_RE = re.compile(r"^\[pod/[^\]]+\] ")
 
 SG_PREFIX = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?)((?: [A-Z_]+\d+)*)\] ?")
-VL_PROC = re.compile(r"^\((\S+)(?: rank=(\d+))? pid=(\d+)\)\s*")
+VL_PROC = re.compile(r"^\(([^\s,()]+)(?: rank=(\d+))? pid=(\d+)(?:, ip=[\w.:-]+)?\)\s*")
 VL_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[?([^\]\s]+)\] ")
 UVICORN = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
 
@@ -392,9 +392,10 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
         "crash",
         re.compile(
-            r"Scheduler hit an exception|TokenizerManager hit an exception|Received sigquit from a child process|"
+            r"Scheduler hit an exception|\w*Manager hit an exception|Received sigquit from a child process|"
             r"Engine core initialization failed|Initialization failed\. warmup error|EngineCore failed to start|"
             r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|"
+            r"scheduler is dead|Child process unexpectedly failed|died unexpectedly|"
             r"Segmentation fault|core dumped|Fatal Python error"
         ),
         "engine crashed",
@@ -402,7 +403,8 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
 )
 #: lines that only report a failure found elsewhere (the cause sits above them)
 WRAPPER_RE = re.compile(
-    r"Scheduler hit an exception|TokenizerManager hit an exception|DetokenizerManager hit an exception|"
+    r"Scheduler hit an exception|\w*Manager hit an exception|scheduler is dead|Child process unexpectedly failed|"
+    r"died unexpectedly|"
     r"Received sigquit from a child process|Engine core initialization failed|EngineCore failed to start|"
     r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|Initialization failed\. warmup error|"
     r"Worker proc \S+ died unexpectedly|Process \S+:$|child process|See root cause above|"
@@ -427,7 +429,7 @@ _FATAL_ANY = re.compile("|".join(f"(?:{rx.pattern})" for _, rx, _ in CLASSIFIER)
 _FATAL_KEYS = (
     "ailed", "emory", "NCCL", "DistBackend", "in use", "not available", "error: ", "watchdog", "Killed",
     "Terminated", "KeyboardInterrupt", "SIG", "ignal", "exception", "sigquit", "EngineDead", "fatal", "Fatal",
-    "Segmentation", "core dumped",
+    "Segmentation", "core dumped", "is dead", "unexpectedly",
 )
 
 
