@@ -74,7 +74,7 @@ def test_a_traceback_the_engine_survives_is_not_a_failure():
             "[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m')",
             "[2025-01-01 00:00:01 TP0] Load weight begin. avail mem=70.00 GB",
             "Traceback (most recent call last):",
-            '  File "/x/hub.py", line 1, in download',
+            '  File "/sgl-workspace/sglang/python/sglang/srt/hf_transformers_utils.py", line 1, in download',
             "ConnectionError: HEAD https://huggingface.co/m/resolve/main/config.json timed out",
             "[2025-01-01 00:00:09 TP0] KV Cache is allocated. #tokens: 1000, KV size: 1.00 GB",
             "[2025-01-01 00:00:12] The server is fired up and ready to roll!",
@@ -196,7 +196,8 @@ def test_newer_sglang_wrappers_fail_the_run_but_never_prove_it(wrapper):
     assert st.status == "failed" and st.failure.origin == "wrapper"
     st, _ = parse_text(
         "[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m')\nTraceback (most recent call last):\n"
-        '  File "/x.py", line 1, in f\nOSError: libcudart.so.12: cannot open shared object file\n' + wrapper + "\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/entrypoints/engine.py", line 1, in f\n'
+        "OSError: libcudart.so.12: cannot open shared object file\n" + wrapper + "\n"
     )
     assert st.failure.line == "OSError: libcudart.so.12: cannot open shared object file"
 
@@ -213,6 +214,7 @@ def test_other_uvicorn_apps_do_not_make_vllm_ready():
     assert ready[0].line_no == _physical_line(name, "Uvicorn running on socket") - 1
     assert st.http_url == "http://0.0.0.0:8000"
     assert st.graph_bars == []  # the app's "Batches" bar is not graph capture
+    assert st.failure is None  # nor is the RAG app's own traceback the engine's
 
 
 def test_other_uvicorn_apps_before_the_engine_loaded():
@@ -399,7 +401,10 @@ def test_an_unterminated_last_line_counts_once_the_process_ended():
 
     rec = RunRecord("abcdef03", "local", ["x"], engine="sglang", pid=4242, started=1.0, created=1.0)
     tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)
-    tr.feed(b"Traceback (most recent call last):\n  File \"x\", line 1\nRuntimeError: No accelerator (CUDA) is available.")
+    tr.feed(
+        b"Traceback (most recent call last):\n  File \"/usr/lib/python3/site-packages/sglang/launch_server.py\", line 1\n"
+        b"RuntimeError: No accelerator (CUDA) is available."
+    )
     tr.flush()  # an idle pause: a half-written exception line is not parsed yet
     assert tr.parser.state.failure is None
     tr.set_alive(False, 1)

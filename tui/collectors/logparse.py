@@ -596,7 +596,7 @@ def _int(s: str) -> int:
 class _Traceback:
     """One process's traceback chain being read (see :meth:`LogParser._traceback`)."""
 
-    __slots__ = ("in_frames", "chain_open", "err_index", "wrapper", "frames")
+    __slots__ = ("in_frames", "chain_open", "err_index", "wrapper", "frames", "engine")
 
     def __init__(self) -> None:
         self.in_frames = False
@@ -604,6 +604,8 @@ class _Traceback:
         self.err_index: int | None = None  # index of the chain's root error in state.errors
         self.wrapper: str | None = None  # "Scheduler hit an exception: Traceback …"
         self.frames = 0
+        #: the engine's own: opened by a line with the engine's prefix, or a frame in its code
+        self.engine = False
 
 
 #: frame lines read before a traceback with no exception line is given up
@@ -894,6 +896,7 @@ class LogParser:
                 head = msg[: msg.index(TB_START)].strip()
                 if head:
                     tb.wrapper = ln.text.strip()
+                tb.engine = ln.engine_hint is not None
             tb.in_frames = True
             tb.chain_open = False
             tb.frames = 0
@@ -913,11 +916,15 @@ class LogParser:
         m = EXC_LINE_RE.match(stripped) if not msg[:1].isspace() and not stripped.startswith("File ") else None
         if m is None:
             tb.frames += 1
+            if not tb.engine and ("vllm" in stripped or "sglang" in stripped):
+                tb.engine = True
             if tb.frames > _MAX_FRAMES:
                 tb.in_frames = False
             return True
         tb.in_frames = False
-        self._exception(tb, ln, stripped, m.group(1), no, seg, events)
+        if tb.engine:
+            self._exception(tb, ln, stripped, m.group(1), no, seg, events)
+        # else: another program's traceback in the same log (no engine prefix, no engine frame)
         return True
 
     def _exception(self, tb: _Traceback, ln: LogLine, exc: str, name: str, no: int, seg: int | None,
