@@ -125,6 +125,39 @@ def test_a_request_traceback_while_serving_is_not_a_failure():
     assert st.status == "failed" and st.failure.line.endswith("KeyError: 'messages'")
 
 
+def test_exception_names_without_error_in_them():
+    text = "\n".join(
+        [
+            "(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.11.0",
+            "(EngineCore_DP0 pid=2) ERROR 01-01 00:00:05 [core.py:1] Traceback (most recent call last):",
+            '(EngineCore_DP0 pid=2) ERROR 01-01 00:00:05 [core.py:1]   File "/x/vllm/compile.py", line 1, in f',
+            "(EngineCore_DP0 pid=2) ERROR 01-01 00:00:05 [core.py:1] triton.runtime.errors.OutOfResources: out of "
+            "resource: shared memory, Required: 131072, Hardware limit: 101376.",
+        ]
+    )
+    st, _ = parse_text(text + "\n")
+    assert st.failure.kind == "crash" and st.failure.line_no == 4
+    assert st.failure.cause.startswith("triton.runtime.errors.OutOfResources: out of resource")
+
+
+def test_exception_group_points_at_the_sub_exception():
+    text = "\n".join(
+        [
+            "[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m')",
+            "  + Exception Group Traceback (most recent call last):",
+            '  |   File "/sgl-workspace/sglang/python/sglang/srt/entrypoints/http_server.py", line 1, in lifespan',
+            "  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)",
+            "  +-+---------------- 1 ----------------",
+            "    | Traceback (most recent call last):",
+            '    |   File "/sgl-workspace/sglang/python/sglang/srt/managers/tokenizer_manager.py", line 1, in f',
+            "    | ValueError: tokenizer has no chat template",
+            "    +------------------------------------",
+        ]
+    )
+    st, _ = parse_text(text + "\n")
+    assert st.failure.line == "ValueError: tokenizer has no chat template" and st.failure.line_no == 8
+
+
 # --------------------------------------------------------------------------- 2. wrapper lines
 
 

@@ -408,13 +408,17 @@ WRAPPER_RE = re.compile(
     r"Received sigquit from a child process|Engine core initialization failed|EngineCore failed to start|"
     r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|Initialization failed\. warmup error|"
     r"Worker proc \S+ died unexpectedly|Process \S+:$|child process|See root cause above|"
-    r"Exception in worker \S+ while processing method"
+    r"Exception in worker \S+ while processing method|^(?:Base)?ExceptionGroup: "
 )
 #: a Python exception line: "ValueError: …", "torch.AcceleratorError: …", "KeyboardInterrupt: terminated", "AssertionError"
 EXC_LINE_RE = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)|Exception|KeyboardInterrupt|SystemExit))"
-    r"(?::\s?(.*))?$"
+    r"(?:\([\w.]+\))?(?::\s?(.*))?$"
 )
+#: the exception line that ends a traceback's frames, in the forms EXC_LINE_RE misses: a dotted
+#: name ("torch._dynamo.exc.Unsupported: …", "triton.runtime.errors.OutOfResources: …") or a
+#: CamelCase name with a message ("OutOfResources: out of resource: shared memory")
+TB_EXC_LINE_RE = re.compile(r"^((?:[A-Za-z_]\w*\.)+[A-Z]\w*|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)(?:\([\w.]+\))?(?::\s(.*)|$)")
 TB_START = "Traceback (most recent call last)"
 TB_CHAIN = re.compile(
     r"^(?:During handling of the above exception, another exception occurred:|"
@@ -609,7 +613,7 @@ class _Traceback:
 
 
 #: frame lines read before a traceback with no exception line is given up
-_MAX_FRAMES = 5000
+_MAX_FRAMES = 400
 #: exceptions that only say a lookup failed; an outer exception of the chain explains them
 _PLUMBING = frozenset({"KeyError", "IndexError", "StopIteration", "LookupError"})
 
@@ -913,7 +917,18 @@ class LogParser:
         stripped = msg.strip()
         if not stripped:
             return True
-        m = EXC_LINE_RE.match(stripped) if not msg[:1].isspace() and not stripped.startswith("File ") else None
+        if stripped[0] in "|+" and msg[:1].isspace():
+            # an exception group's gutter ("  | ValueError: …", "  +---- 1 ----")
+            if stripped[0] == "+":
+                return True
+            msg = stripped[1:]
+            msg = msg[1:] if msg.startswith(" ") else msg
+            stripped = msg.strip()
+            if not stripped:
+                return True
+        m = None
+        if not msg[:1].isspace() and not stripped.startswith("File "):
+            m = EXC_LINE_RE.match(stripped) or TB_EXC_LINE_RE.match(stripped)
         if m is None:
             tb.frames += 1
             if not tb.engine and ("vllm" in stripped or "sglang" in stripped):
@@ -944,7 +959,10 @@ class LogParser:
             else:
                 kind, cause, origin = "crash", _exc_cause(exc), "exception"
             wrapper = tb.wrapper or self._last_wrapper.get(ln.rank)
-            err = ErrorEvent(kind, cause, ln.text.strip(), ln.time or st.last_time, no, tuple(self._context),
+            proof = ln.text.strip()
+            if proof.startswith("| "):
+                proof = proof[2:]  # an exception group's gutter
+            err = ErrorEvent(kind, cause, proof, ln.time or st.last_time, no, tuple(self._context),
                              segment=seg, origin=origin, wrapper=wrapper, rank=ln.rank, attempt=st.attempt,
                              provisional=kind == "crash" and origin == "exception" and st.ready_line is not None)
             idx = self._add_error(err, events)
