@@ -277,6 +277,42 @@ def test_vllm_v0_formats():
     assert st.weights_done and st.facts["weights_mem_gb"] == 14.9888
 
 
+def test_vllm_v0_capture_start_and_compile_forms():
+    st, events = _parse("vllm-v0-with-rag-stack.log")
+    caps = [e for e in events if isinstance(e, PhaseEvent) and e.phase == "graph-capture"]
+    assert caps[0].progress == 0.0 and "Capturing the model for CUDA graphs" in caps[0].message
+    assert caps[-1].done
+    st, _ = parse_text("(VllmWorker rank=1 pid=2) INFO 07-09 14:35:10 [monitor.py:33] torch.compile takes 13.99 s in total\n")
+    assert st.compile_seen and st.phase == "compile"
+
+
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        "RuntimeError: Worker failed with error 'CUDA error: an illegal memory access was encountered', please check "
+        "the stack trace above for the root cause",
+        "Exception: WorkerProc initialization failed due to an exception in a background process. See stack trace "
+        "for root cause.",
+    ],
+)
+def test_vllm_worker_wrappers_are_not_the_cause(wrapper):
+    text = "\n".join(
+        [
+            "(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.11.0",
+            "(Worker_TP1 pid=5) ERROR 01-01 00:00:05 [multiproc_executor.py:1] Traceback (most recent call last):",
+            '(Worker_TP1 pid=5) ERROR 01-01 00:00:05 [multiproc_executor.py:1]   File "/x/vllm/worker.py", line 1, in f',
+            "(Worker_TP1 pid=5) ERROR 01-01 00:00:05 [multiproc_executor.py:1] torch.AcceleratorError: CUDA error: "
+            "an illegal memory access was encountered",
+            "(EngineCore_DP0 pid=3) ERROR 01-01 00:00:06 [core.py:1] Traceback (most recent call last):",
+            '(EngineCore_DP0 pid=3) ERROR 01-01 00:00:06 [core.py:1]   File "/x/vllm/v1/executor.py", line 1, in f',
+            f"(EngineCore_DP0 pid=3) ERROR 01-01 00:00:06 [core.py:1] {wrapper}",
+        ]
+    )
+    st, _ = parse_text(text + "\n")
+    assert st.failure.line_no == 4 and "illegal memory access" in st.failure.line
+    assert any(e.origin == "wrapper" and e.line_no == 7 for e in st.errors)
+
+
 def test_uvicorn_socket_form_gives_the_port():
     st, _ = parse_text(
         "INFO 10-10 12:09:05 gpu_executor.py:122] # GPU blocks: 10, # CPU blocks: 2\n"

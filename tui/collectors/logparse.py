@@ -320,7 +320,12 @@ VL_WEIGHTS_DONE = re.compile(r"Loading weights took ([\d.]+) seconds")
 VL_V0_WEIGHTS = re.compile(r"Loading model weights took ([\d.]+) GB")
 VL_V0_BLOCKS = re.compile(r"# (\w+) blocks: (\d+), # CPU blocks: (\d+)")
 VL_MODEL_LOADED = re.compile(r"Model loading took ([\d.]+) GiB (?:memory )?and ([\d.]+) seconds")
-VL_COMPILE = re.compile(r"Starting torch\.compile|Dynamo bytecode transform time|torch\.compile took ([\d.]+) s in total|Directly load the compiled graph")
+VL_COMPILE = re.compile(
+    r"Starting torch\.compile|Dynamo bytecode transform time|torch\.compile t(?:ook|akes) ([\d.]+) s in total|"
+    r"Directly load the compiled graph"
+)
+#: V0's capture start (no progress bar in the older versions)
+VL_GRAPH_BEGIN = re.compile(r"Capturing the model for CUDA graphs|Capturing cudagraphs for decoding")
 VL_KV_MEM = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
 VL_KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 VL_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
@@ -408,7 +413,8 @@ WRAPPER_RE = re.compile(
     r"Received sigquit from a child process|Engine core initialization failed|EngineCore failed to start|"
     r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|Initialization failed\. warmup error|"
     r"Worker proc \S+ died unexpectedly|Process \S+:$|child process|See root cause above|"
-    r"Exception in worker \S+ while processing method|^(?:Base)?ExceptionGroup: "
+    r"Exception in worker \S+ while processing method|^(?:Base)?ExceptionGroup: |"
+    r"[Ss]ee (?:the )?stack trace (?:above )?for (?:the )?root cause|check the stack trace above"
 )
 #: a Python exception line: "ValueError: …", "torch.AcceleratorError: …", "KeyboardInterrupt: terminated", "AssertionError"
 EXC_LINE_RE = re.compile(
@@ -1094,6 +1100,11 @@ class LogParser:
                 phase("graph-capture", 1.0, label=label, done=True)
                 if m.group(2):
                     fact("graph_seconds", float(m.group(2)))
+            return
+        if st.engine != "sglang" and VL_GRAPH_BEGIN.search(msg):
+            if st.phase != "graph-capture":
+                st.graph_seen = True
+                phase("graph-capture", 0.0)
             return
         m = VL_GRAPH_DONE.search(msg)
         if m:
