@@ -943,9 +943,10 @@ class LogParser:
                 tb.in_frames = False
             return True
         tb.in_frames = False
-        if tb.engine:
+        if tb.engine or tb.frames == 0 or (classify(stripped) or ("crash",))[0] not in ("crash", "terminated"):
             self._exception(tb, ln, stripped, m.group(1), no, seg, events)
-        # else: another program's traceback in the same log (no engine prefix, no engine frame)
+        # else: another program's traceback in the same log (no engine prefix, none of its frames in
+        # the engine's code, nothing an engine failure would say)
         return True
 
     def _exception(self, tb: _Traceback, ln: LogLine, exc: str, name: str, no: int, seg: int | None,

@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p = subparsers.add_parser(
         "stop",
         parents=[common],
-        help="stop a server tunedeck launched (default: every live run on the target)",
+        help="stop servers tunedeck launched (default: every live run)",
         description="Stop a run: PID-reuse guard, TERM to its process group, KILL after the grace "
         "period, then wait until nvidia-smi no longer lists its processes. Without RUN, every run "
         "whose process is alive on the target is stopped (starting, ready or stalled), after one "
