@@ -120,6 +120,9 @@ def test_sim_hang_is_stalled_and_plain_stop_frees_the_gpus(tmp_path):
         rid = out["run"]["run_id"]
         runs = json.loads(td("runs", "--demo", "--json").stdout)
         assert [x["status"] for x in runs if x["run_id"] == rid] == ["stalled"]
+        # a second launch is refused, naming the stalled run and the command that stops it
+        r2 = td("launch", "sglang-base", "--demo", "--port", str(free_port()))
+        assert r2.returncode != 0 and f"tunedeck stop {rid} --demo" in r2.stderr, r2.stderr
         # the status screen's server rows say the same (not a bare "down")
         st = json.loads(td("status", "--demo", "--json").stdout)
         assert [x["state"] for x in st["servers"] if x["run_id"] == rid] == ["stalled"], st["servers"]
