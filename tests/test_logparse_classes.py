@@ -267,6 +267,19 @@ def test_compose_services_other_than_the_engine_are_ignored():
     assert st.status == "ready"
 
 
+def test_ready_texts_quoted_inside_other_lines_do_not_count():
+    text = "\n".join(
+        [
+            "[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m')",
+            "[2025-01-01 00:00:01 TP0] KV Cache is allocated. #tokens: 1000, KV size: 1.00 GB",
+            "waiting for 'The server is fired up and ready to roll!' in the log ...",
+            "healthcheck: grep -q 'Application startup complete.' /var/log/app.log",
+        ]
+    )
+    st, _ = parse_text(text + "\n")
+    assert st.ready_line is None and st.status == "starting"
+
+
 # --------------------------------------------------------------------------- 4. formats
 
 

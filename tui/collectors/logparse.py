@@ -1194,7 +1194,7 @@ class LogParser:
                     own = self._server_up or st.kv_seen or st.graph_seen
                 self._foreign_uvicorn = not own
             return
-        if "Uvicorn running on" in msg:
+        if msg.startswith("Uvicorn running on"):
             m = SG_HTTP.search(msg)
             if m and self._own_server_line(ln):
                 url = f"http://{m.group(1)}:{m.group(2)}" if m.group(2) else m.group(3)
@@ -1202,7 +1202,7 @@ class LogParser:
                 fact("http_url", url)
                 phase("warmup")
             return
-        if SG_READY in msg:
+        if msg.startswith(SG_READY):
             st.ready_line = ln.text.strip()
             phase("ready", 1.0)
             return
@@ -1302,7 +1302,7 @@ class LogParser:
             if m:
                 fact("engine_init_seconds", float(m.group(1)))
             return
-        if VL_READY in msg and self.state.engine == "vllm" and self._own_server_line(ln):
+        if msg.startswith(VL_READY) and self.state.engine == "vllm" and self._own_server_line(ln):
             st.ready_line = ln.text.strip()
             phase("ready", 1.0)
             return
