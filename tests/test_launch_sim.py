@@ -91,7 +91,7 @@ async def test_sim_faults_diagnosed(demo, name, fault, cause):
     if fault == "hang":
         # alive and holding its GPUs: what it holds is in the diagnosis
         assert final.stalled and final.phase == "graph-capture"
-        assert final.gpu_memory and "holds GPU 0:" in final.diagnosis, final
+        assert final.gpu_memory and "holds GPU 0" in final.diagnosis and "GiB" in final.diagnosis, final
     else:
         # the proof is the root exception line (or the fatal message), never a wrapper
         for w in ("Received sigquit", "See root cause above", "Scheduler hit an exception", "failed to start"):
@@ -116,10 +116,14 @@ def test_sim_hang_is_stalled_and_plain_stop_frees_the_gpus(tmp_path):
         assert r.returncode == 4, r.stdout + r.stderr
         out = json.loads(r.stdout)
         assert out["progress"]["state"] == "stalled" and out["run"]["status"] == "stalled"
-        assert "holds GPU 0:" in out["progress"]["diagnosis"] and sum(out["progress"]["gpu_memory"]) > 1024
+        assert "holds GPU 0" in out["progress"]["diagnosis"] and sum(out["progress"]["gpu_memory"]) > 1024
+        assert f"tunedeck stop {out['run']['run_id']} --demo" in r.stderr
         rid = out["run"]["run_id"]
         runs = json.loads(td("runs", "--demo", "--json").stdout)
         assert [x["status"] for x in runs if x["run_id"] == rid] == ["stalled"]
+        # a second launch is refused, naming the stalled run and the command that stops it
+        r2 = td("launch", "sglang-base", "--demo", "--port", str(free_port()))
+        assert r2.returncode != 0 and f"tunedeck stop {rid} --demo" in r2.stderr, r2.stderr
         # the status screen's server rows say the same (not a bare "down")
         st = json.loads(td("status", "--demo", "--json").stdout)
         assert [x["state"] for x in st["servers"] if x["run_id"] == rid] == ["stalled"], st["servers"]

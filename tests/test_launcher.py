@@ -152,6 +152,13 @@ async def test_stall_action_stop_stops_the_run(host):
     assert L.RunStore().load(rec.run_id).status == "stopped"
 
 
+def test_gpu_memory_description():
+    from tui.services.tracker import describe_gpu_memory
+
+    assert describe_gpu_memory([61440.0, 61000.0]) == "GPU 0: 60.0 GiB, GPU 1: 59.6 GiB"
+    assert describe_gpu_memory([1024.0] * 8) == "GPU 0-7: 1.0 GiB each"
+
+
 def test_stall_after_values():
     from tui.services.tracker import parse_stall_after
 

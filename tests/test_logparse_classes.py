@@ -74,7 +74,7 @@ def test_a_traceback_the_engine_survives_is_not_a_failure():
             "[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m')",
             "[2025-01-01 00:00:01 TP0] Load weight begin. avail mem=70.00 GB",
             "Traceback (most recent call last):",
-            '  File "/x/hub.py", line 1, in download',
+            '  File "/sgl-workspace/sglang/python/sglang/srt/hf_transformers_utils.py", line 1, in download',
             "ConnectionError: HEAD https://huggingface.co/m/resolve/main/config.json timed out",
             "[2025-01-01 00:00:09 TP0] KV Cache is allocated. #tokens: 1000, KV size: 1.00 GB",
             "[2025-01-01 00:00:12] The server is fired up and ready to roll!",
@@ -125,6 +125,39 @@ def test_a_request_traceback_while_serving_is_not_a_failure():
     assert st.status == "failed" and st.failure.line.endswith("KeyError: 'messages'")
 
 
+def test_exception_names_without_error_in_them():
+    text = "\n".join(
+        [
+            "(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.11.0",
+            "(EngineCore_DP0 pid=2) ERROR 01-01 00:00:05 [core.py:1] Traceback (most recent call last):",
+            '(EngineCore_DP0 pid=2) ERROR 01-01 00:00:05 [core.py:1]   File "/x/vllm/compile.py", line 1, in f',
+            "(EngineCore_DP0 pid=2) ERROR 01-01 00:00:05 [core.py:1] triton.runtime.errors.OutOfResources: out of "
+            "resource: shared memory, Required: 131072, Hardware limit: 101376.",
+        ]
+    )
+    st, _ = parse_text(text + "\n")
+    assert st.failure.kind == "crash" and st.failure.line_no == 4
+    assert st.failure.cause.startswith("triton.runtime.errors.OutOfResources: out of resource")
+
+
+def test_exception_group_points_at_the_sub_exception():
+    text = "\n".join(
+        [
+            "[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m')",
+            "  + Exception Group Traceback (most recent call last):",
+            '  |   File "/sgl-workspace/sglang/python/sglang/srt/entrypoints/http_server.py", line 1, in lifespan',
+            "  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)",
+            "  +-+---------------- 1 ----------------",
+            "    | Traceback (most recent call last):",
+            '    |   File "/sgl-workspace/sglang/python/sglang/srt/managers/tokenizer_manager.py", line 1, in f',
+            "    | ValueError: tokenizer has no chat template",
+            "    +------------------------------------",
+        ]
+    )
+    st, _ = parse_text(text + "\n")
+    assert st.failure.line == "ValueError: tokenizer has no chat template" and st.failure.line_no == 8
+
+
 # --------------------------------------------------------------------------- 2. wrapper lines
 
 
@@ -166,6 +199,42 @@ def test_real_wrapper_logs_point_at_the_cause(real_logs):
     assert "ValueError: No available memory for the cache blocks" in st.failure.line
 
 
+def test_ray_worker_traceback_with_ip_prefix():
+    text = "\n".join(
+        [
+            "INFO 09-04 10:00:00 api_server.py:1] vLLM API server version 0.6.0",
+            "(RayWorkerWrapper pid=3031, ip=10.0.0.2) ERROR 09-04 10:00:05 worker_base.py:464] Error executing method "
+            "init_device. This might cause deadlock in distributed execution.",
+            "(RayWorkerWrapper pid=3031, ip=10.0.0.2) ERROR 09-04 10:00:05 worker_base.py:464] Traceback (most recent call last):",
+            '(RayWorkerWrapper pid=3031, ip=10.0.0.2) ERROR 09-04 10:00:05 worker_base.py:464]   File "/x/worker.py", line 1, in f',
+            "(RayWorkerWrapper pid=3031, ip=10.0.0.2) ERROR 09-04 10:00:05 worker_base.py:464] RuntimeError: CUDA error: invalid device ordinal",
+            "ERROR 09-04 10:00:06 multiproc_worker_utils.py:1] Worker proc VllmWorker-1 died unexpectedly, shutting down executor.",
+        ]
+    )
+    st, _ = parse_text(text + "\n")
+    assert st.failure.line_no == 5 and st.failure.cause == "RuntimeError: CUDA error: invalid device ordinal"
+    assert st.failure.rank == "RayWorkerWrapper"
+
+
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        "[2025-01-01 00:00:05] Rank 0 scheduler is dead. Please check if there are relevant logs.",
+        "[2025-01-01 00:00:05] Child process unexpectedly failed with exitcode=1. pid=33",
+        "[2025-01-01 00:00:05] DetokenizerManager hit an exception: boom",
+    ],
+)
+def test_newer_sglang_wrappers_fail_the_run_but_never_prove_it(wrapper):
+    st, _ = parse_text("[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m')\n" + wrapper + "\n")
+    assert st.status == "failed" and st.failure.origin == "wrapper"
+    st, _ = parse_text(
+        "[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m')\nTraceback (most recent call last):\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/entrypoints/engine.py", line 1, in f\n'
+        "OSError: libcudart.so.12: cannot open shared object file\n" + wrapper + "\n"
+    )
+    assert st.failure.line == "OSError: libcudart.so.12: cannot open shared object file"
+
+
 # --------------------------------------------------------------------------- 3. other programs' lines
 
 
@@ -178,6 +247,7 @@ def test_other_uvicorn_apps_do_not_make_vllm_ready():
     assert ready[0].line_no == _physical_line(name, "Uvicorn running on socket") - 1
     assert st.http_url == "http://0.0.0.0:8000"
     assert st.graph_bars == []  # the app's "Batches" bar is not graph capture
+    assert st.failure is None  # nor is the RAG app's own traceback the engine's
 
 
 def test_other_uvicorn_apps_before_the_engine_loaded():
@@ -197,6 +267,19 @@ def test_compose_services_other_than_the_engine_are_ignored():
     assert st.status == "ready"
 
 
+def test_ready_texts_quoted_inside_other_lines_do_not_count():
+    text = "\n".join(
+        [
+            "[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m')",
+            "[2025-01-01 00:00:01 TP0] KV Cache is allocated. #tokens: 1000, KV size: 1.00 GB",
+            "waiting for 'The server is fired up and ready to roll!' in the log ...",
+            "healthcheck: grep -q 'Application startup complete.' /var/log/app.log",
+        ]
+    )
+    st, _ = parse_text(text + "\n")
+    assert st.ready_line is None and st.status == "starting"
+
+
 # --------------------------------------------------------------------------- 4. formats
 
 
@@ -205,6 +288,42 @@ def test_vllm_v0_formats():
     assert st.kv_seen and st.facts["gpu_blocks"] == 27913
     assert st.graph_done and st.facts["graph_seconds"] == 13.0
     assert st.weights_done and st.facts["weights_mem_gb"] == 14.9888
+
+
+def test_vllm_v0_capture_start_and_compile_forms():
+    st, events = _parse("vllm-v0-with-rag-stack.log")
+    caps = [e for e in events if isinstance(e, PhaseEvent) and e.phase == "graph-capture"]
+    assert caps[0].progress == 0.0 and "Capturing the model for CUDA graphs" in caps[0].message
+    assert caps[-1].done
+    st, _ = parse_text("(VllmWorker rank=1 pid=2) INFO 07-09 14:35:10 [monitor.py:33] torch.compile takes 13.99 s in total\n")
+    assert st.compile_seen and st.phase == "compile"
+
+
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        "RuntimeError: Worker failed with error 'CUDA error: an illegal memory access was encountered', please check "
+        "the stack trace above for the root cause",
+        "Exception: WorkerProc initialization failed due to an exception in a background process. See stack trace "
+        "for root cause.",
+    ],
+)
+def test_vllm_worker_wrappers_are_not_the_cause(wrapper):
+    text = "\n".join(
+        [
+            "(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.11.0",
+            "(Worker_TP1 pid=5) ERROR 01-01 00:00:05 [multiproc_executor.py:1] Traceback (most recent call last):",
+            '(Worker_TP1 pid=5) ERROR 01-01 00:00:05 [multiproc_executor.py:1]   File "/x/vllm/worker.py", line 1, in f',
+            "(Worker_TP1 pid=5) ERROR 01-01 00:00:05 [multiproc_executor.py:1] torch.AcceleratorError: CUDA error: "
+            "an illegal memory access was encountered",
+            "(EngineCore_DP0 pid=3) ERROR 01-01 00:00:06 [core.py:1] Traceback (most recent call last):",
+            '(EngineCore_DP0 pid=3) ERROR 01-01 00:00:06 [core.py:1]   File "/x/vllm/v1/executor.py", line 1, in f',
+            f"(EngineCore_DP0 pid=3) ERROR 01-01 00:00:06 [core.py:1] {wrapper}",
+        ]
+    )
+    st, _ = parse_text(text + "\n")
+    assert st.failure.line_no == 4 and "illegal memory access" in st.failure.line
+    assert any(e.origin == "wrapper" and e.line_no == 7 for e in st.errors)
 
 
 def test_uvicorn_socket_form_gives_the_port():
@@ -364,7 +483,10 @@ def test_an_unterminated_last_line_counts_once_the_process_ended():
 
     rec = RunRecord("abcdef03", "local", ["x"], engine="sglang", pid=4242, started=1.0, created=1.0)
     tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)
-    tr.feed(b"Traceback (most recent call last):\n  File \"x\", line 1\nRuntimeError: No accelerator (CUDA) is available.")
+    tr.feed(
+        b"Traceback (most recent call last):\n  File \"/usr/lib/python3/site-packages/sglang/launch_server.py\", line 1\n"
+        b"RuntimeError: No accelerator (CUDA) is available."
+    )
     tr.flush()  # an idle pause: a half-written exception line is not parsed yet
     assert tr.parser.state.failure is None
     tr.set_alive(False, 1)

@@ -208,7 +208,9 @@ class StartupProgress:
     """Where a server's startup stands (built by the startup tracker, shown by the
     startup-progress widget and ``tunedeck launch --wait``).
 
-    ``state``: ``starting`` | ``ready`` | ``failed`` | ``exited`` | ``unknown``.
+    ``state``: ``starting`` | ``ready`` | ``stalled`` (alive, not moving: never
+    ``failed`` while the process lives) | ``failed`` | ``stopped`` (by the user) |
+    ``exited`` | ``unknown``.
     ``fraction`` is the overall 0..1 estimate; ``phase_progress`` 0..1 inside the
     phase when the log shows a count (``phase_n``/``phase_total``). ``eta`` is in
     seconds (None when there is no basis yet). ``stalled`` is set after the

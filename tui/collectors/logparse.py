@@ -275,7 +275,7 @@ COMPOSE_RE = re.compile(r"^[A-Za-z0-9][\w.-]*\s*\| ")
 KUBE_RE = re.compile(r"^\[pod/[^\]]+\] ")
 
 SG_PREFIX = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?)((?: [A-Z_]+\d+)*)\] ?")
-VL_PROC = re.compile(r"^\((\S+)(?: rank=(\d+))? pid=(\d+)\)\s*")
+VL_PROC = re.compile(r"^\(([^\s,()]+)(?: rank=(\d+))? pid=(\d+)(?:, ip=[\w.:-]+)?\)\s*")
 VL_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[?([^\]\s]+)\] ")
 UVICORN = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
 
@@ -320,7 +320,12 @@ VL_WEIGHTS_DONE = re.compile(r"Loading weights took ([\d.]+) seconds")
 VL_V0_WEIGHTS = re.compile(r"Loading model weights took ([\d.]+) GB")
 VL_V0_BLOCKS = re.compile(r"# (\w+) blocks: (\d+), # CPU blocks: (\d+)")
 VL_MODEL_LOADED = re.compile(r"Model loading took ([\d.]+) GiB (?:memory )?and ([\d.]+) seconds")
-VL_COMPILE = re.compile(r"Starting torch\.compile|Dynamo bytecode transform time|torch\.compile took ([\d.]+) s in total|Directly load the compiled graph")
+VL_COMPILE = re.compile(
+    r"Starting torch\.compile|Dynamo bytecode transform time|torch\.compile t(?:ook|akes) ([\d.]+) s in total|"
+    r"Directly load the compiled graph"
+)
+#: V0's capture start (no progress bar in the older versions)
+VL_GRAPH_BEGIN = re.compile(r"Capturing the model for CUDA graphs|Capturing cudagraphs for decoding")
 VL_KV_MEM = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
 VL_KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 VL_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
@@ -392,9 +397,10 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
         "crash",
         re.compile(
-            r"Scheduler hit an exception|TokenizerManager hit an exception|Received sigquit from a child process|"
+            r"Scheduler hit an exception|\w*Manager hit an exception|Received sigquit from a child process|"
             r"Engine core initialization failed|Initialization failed\. warmup error|EngineCore failed to start|"
             r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|"
+            r"scheduler is dead|Child process unexpectedly failed|died unexpectedly|"
             r"Segmentation fault|core dumped|Fatal Python error"
         ),
         "engine crashed",
@@ -402,17 +408,23 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
 )
 #: lines that only report a failure found elsewhere (the cause sits above them)
 WRAPPER_RE = re.compile(
-    r"Scheduler hit an exception|TokenizerManager hit an exception|DetokenizerManager hit an exception|"
+    r"Scheduler hit an exception|\w*Manager hit an exception|scheduler is dead|Child process unexpectedly failed|"
+    r"died unexpectedly|"
     r"Received sigquit from a child process|Engine core initialization failed|EngineCore failed to start|"
     r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|Initialization failed\. warmup error|"
     r"Worker proc \S+ died unexpectedly|Process \S+:$|child process|See root cause above|"
-    r"Exception in worker \S+ while processing method"
+    r"Exception in worker \S+ while processing method|^(?:Base)?ExceptionGroup: |"
+    r"[Ss]ee (?:the )?stack trace (?:above )?for (?:the )?root cause|check the stack trace above"
 )
 #: a Python exception line: "ValueError: …", "torch.AcceleratorError: …", "KeyboardInterrupt: terminated", "AssertionError"
 EXC_LINE_RE = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)|Exception|KeyboardInterrupt|SystemExit))"
-    r"(?::\s?(.*))?$"
+    r"(?:\([\w.]+\))?(?::\s?(.*))?$"
 )
+#: the exception line that ends a traceback's frames, in the forms EXC_LINE_RE misses: a dotted
+#: name ("torch._dynamo.exc.Unsupported: …", "triton.runtime.errors.OutOfResources: …") or a
+#: CamelCase name with a message ("OutOfResources: out of resource: shared memory")
+TB_EXC_LINE_RE = re.compile(r"^((?:[A-Za-z_]\w*\.)+[A-Z]\w*|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)(?:\([\w.]+\))?(?::\s(.*)|$)")
 TB_START = "Traceback (most recent call last)"
 TB_CHAIN = re.compile(
     r"^(?:During handling of the above exception, another exception occurred:|"
@@ -427,7 +439,7 @@ _FATAL_ANY = re.compile("|".join(f"(?:{rx.pattern})" for _, rx, _ in CLASSIFIER)
 _FATAL_KEYS = (
     "ailed", "emory", "NCCL", "DistBackend", "in use", "not available", "error: ", "watchdog", "Killed",
     "Terminated", "KeyboardInterrupt", "SIG", "ignal", "exception", "sigquit", "EngineDead", "fatal", "Fatal",
-    "Segmentation", "core dumped",
+    "Segmentation", "core dumped", "is dead", "unexpectedly",
 )
 
 
@@ -594,7 +606,7 @@ def _int(s: str) -> int:
 class _Traceback:
     """One process's traceback chain being read (see :meth:`LogParser._traceback`)."""
 
-    __slots__ = ("in_frames", "chain_open", "err_index", "wrapper", "frames")
+    __slots__ = ("in_frames", "chain_open", "err_index", "wrapper", "frames", "engine")
 
     def __init__(self) -> None:
         self.in_frames = False
@@ -602,10 +614,12 @@ class _Traceback:
         self.err_index: int | None = None  # index of the chain's root error in state.errors
         self.wrapper: str | None = None  # "Scheduler hit an exception: Traceback …"
         self.frames = 0
+        #: the engine's own: opened by a line with the engine's prefix, or a frame in its code
+        self.engine = False
 
 
 #: frame lines read before a traceback with no exception line is given up
-_MAX_FRAMES = 5000
+_MAX_FRAMES = 400
 #: exceptions that only say a lookup failed; an outer exception of the chain explains them
 _PLUMBING = frozenset({"KeyError", "IndexError", "StopIteration", "LookupError"})
 
@@ -892,6 +906,7 @@ class LogParser:
                 head = msg[: msg.index(TB_START)].strip()
                 if head:
                     tb.wrapper = ln.text.strip()
+                tb.engine = ln.engine_hint is not None
             tb.in_frames = True
             tb.chain_open = False
             tb.frames = 0
@@ -908,14 +923,30 @@ class LogParser:
         stripped = msg.strip()
         if not stripped:
             return True
-        m = EXC_LINE_RE.match(stripped) if not msg[:1].isspace() and not stripped.startswith("File ") else None
+        if stripped[0] in "|+" and msg[:1].isspace():
+            # an exception group's gutter ("  | ValueError: …", "  +---- 1 ----")
+            if stripped[0] == "+":
+                return True
+            msg = stripped[1:]
+            msg = msg[1:] if msg.startswith(" ") else msg
+            stripped = msg.strip()
+            if not stripped:
+                return True
+        m = None
+        if not msg[:1].isspace() and not stripped.startswith("File "):
+            m = EXC_LINE_RE.match(stripped) or TB_EXC_LINE_RE.match(stripped)
         if m is None:
             tb.frames += 1
+            if not tb.engine and ("vllm" in stripped or "sglang" in stripped):
+                tb.engine = True
             if tb.frames > _MAX_FRAMES:
                 tb.in_frames = False
             return True
         tb.in_frames = False
-        self._exception(tb, ln, stripped, m.group(1), no, seg, events)
+        if tb.engine or tb.frames == 0 or (classify(stripped) or ("crash",))[0] not in ("crash", "terminated"):
+            self._exception(tb, ln, stripped, m.group(1), no, seg, events)
+        # else: another program's traceback in the same log (no engine prefix, none of its frames in
+        # the engine's code, nothing an engine failure would say)
         return True
 
     def _exception(self, tb: _Traceback, ln: LogLine, exc: str, name: str, no: int, seg: int | None,
@@ -935,7 +966,10 @@ class LogParser:
             else:
                 kind, cause, origin = "crash", _exc_cause(exc), "exception"
             wrapper = tb.wrapper or self._last_wrapper.get(ln.rank)
-            err = ErrorEvent(kind, cause, ln.text.strip(), ln.time or st.last_time, no, tuple(self._context),
+            proof = ln.text.strip()
+            if proof.startswith("| "):
+                proof = proof[2:]  # an exception group's gutter
+            err = ErrorEvent(kind, cause, proof, ln.time or st.last_time, no, tuple(self._context),
                              segment=seg, origin=origin, wrapper=wrapper, rank=ln.rank, attempt=st.attempt,
                              provisional=kind == "crash" and origin == "exception" and st.ready_line is not None)
             idx = self._add_error(err, events)
@@ -1068,6 +1102,11 @@ class LogParser:
                 if m.group(2):
                     fact("graph_seconds", float(m.group(2)))
             return
+        if st.engine != "sglang" and VL_GRAPH_BEGIN.search(msg):
+            if st.phase != "graph-capture":
+                st.graph_seen = True
+                phase("graph-capture", 0.0)
+            return
         m = VL_GRAPH_DONE.search(msg)
         if m:
             st.graph_seen = True
@@ -1155,7 +1194,7 @@ class LogParser:
                     own = self._server_up or st.kv_seen or st.graph_seen
                 self._foreign_uvicorn = not own
             return
-        if "Uvicorn running on" in msg:
+        if msg.startswith("Uvicorn running on"):
             m = SG_HTTP.search(msg)
             if m and self._own_server_line(ln):
                 url = f"http://{m.group(1)}:{m.group(2)}" if m.group(2) else m.group(3)
@@ -1163,7 +1202,7 @@ class LogParser:
                 fact("http_url", url)
                 phase("warmup")
             return
-        if SG_READY in msg:
+        if msg.startswith(SG_READY):
             st.ready_line = ln.text.strip()
             phase("ready", 1.0)
             return
@@ -1263,7 +1302,7 @@ class LogParser:
             if m:
                 fact("engine_init_seconds", float(m.group(1)))
             return
-        if VL_READY in msg and self.state.engine == "vllm" and self._own_server_line(ln):
+        if msg.startswith(VL_READY) and self.state.engine == "vllm" and self._own_server_line(ln):
             st.ready_line = ln.text.strip()
             phase("ready", 1.0)
             return

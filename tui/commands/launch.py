@@ -11,7 +11,7 @@ from tui.commands._runs import err, host_from_args
 from tui.model import jsonable
 from tui.profiles.model import ProfileError
 from tui.services.hosts import HostError
-from tui.services.launcher import ENGINES, LaunchRefused, RunStore, demo_argv, launch
+from tui.services.launcher import ENGINES, LaunchRefused, RunStore, demo_argv, launch, stop_command
 from tui.services.tracker import StartupTracker, format_progress
 from tui.util.safety import UnsafeInput, check_env_name, dangerous_env_names
 
@@ -193,7 +193,7 @@ async def run(args: argparse.Namespace) -> int:
     if final.state == "stalled":
         print(
             f"tunedeck launch: run {rec.run_id} {final.diagnosis}; it keeps running "
-            f"(tunedeck stop {rec.run_id} to end it)",
+            f"({stop_command(host, rec.run_id)} to end it)",
             file=sys.stderr,
         )
         if final.proof:

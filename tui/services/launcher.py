@@ -441,6 +441,13 @@ async def find_host_run(host: Host, run_id: str) -> HostRun | None:
     return None
 
 
+def stop_command(host: Host, run_id: str) -> str:
+    """The command that stops ``run_id`` on ``host``, as a user would type it."""
+    t = target_name(host)
+    where = "" if t == "local" else " --demo" if t == "demo" else f" --host {shlex.quote(t)}"
+    return f"tunedeck stop {run_id}{where}"
+
+
 async def preflight(host: Host, store: RunStore | None = None) -> None:
     """Refuse when a run is alive on the host or a GPU holds an unknown process."""
     runs = await list_host_runs(host)
@@ -449,7 +456,7 @@ async def preflight(host: Host, store: RunStore | None = None) -> None:
         h = alive[0]
         raise LaunchRefused(
             f"{target_name(host)}: run {h.run_id} (pid {h.pid}) is still running; stop it first "
-            f"(tunedeck stop {h.run_id})"
+            f"({stop_command(host, h.run_id)})"
         )
     apps = await compute_apps(host)
     if apps:

@@ -88,8 +88,11 @@ def parse_stall_after(text: str) -> tuple[float, str]:
 
 
 def describe_gpu_memory(mem: Sequence[float]) -> str:
-    """'GPU 0: 61.2 GiB, GPU 1: 61.0 GiB' (MiB in)."""
-    return ", ".join(f"GPU {i}: {m / 1024:.1f} GiB" for i, m in enumerate(mem))
+    """'GPU 0: 61.2 GiB, GPU 1: 61.0 GiB', or 'GPU 0-7: 124.5 GiB each' when they all read the same (MiB in)."""
+    shown = [f"{m / 1024:.1f}" for m in mem]
+    if len(shown) > 2 and len(set(shown)) == 1:
+        return f"GPU 0-{len(shown) - 1}: {shown[0]} GiB each"
+    return ", ".join(f"GPU {i}: {g} GiB" for i, g in enumerate(shown))
 
 
 # ============================================================================ history
@@ -499,7 +502,8 @@ class StartupTracker:
         t_alive = t_health = t_gpu = 0.0
         while not stop.is_set():
             now = self.clock()
-            starting = self.final is None
+            # a stalled run is still watched closely: it may move again, and its GPU memory is the news
+            starting = self.final is None or self.final.state == STALLED
             try:
                 if now >= t_alive:
                     t_alive = now + (self.alive_interval if starting else max(5.0, self.alive_interval))
