@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     parser.add_argument("--version", action="version", version=f"tunedeck {__version__}")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="also print the log on stderr (it always goes to the state dir's tunedeck.log)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     import tui.commands as pkg
 
@@ -76,14 +78,13 @@ def _finish(args: argparse.Namespace) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = _finish(parser.parse_args(argv))
+    from tui.util import logs
+
+    logs.setup(verbose=bool(getattr(args, "verbose", False)))
     func = getattr(args, "func", None)
     if func is None:
-        # No subcommand: the dashboard. Imported lazily so the CLI never loads Textual.
-        try:
-            from tui.commands._dashboard import run_dashboard  # type: ignore[import-not-found]
-        except ImportError:
-            parser.print_help()
-            return 0
+        from tui.commands._dashboard import run_dashboard
+
         return int(run_dashboard(args) or 0)
     try:
         if inspect.iscoroutinefunction(func):

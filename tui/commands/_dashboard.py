@@ -1,13 +1,12 @@
 """``tunedeck`` without a subcommand: open the dashboard on the target host.
 
-The UI (Textual) is loaded here only, through importlib, so that the
-rest of the CLI and the core never import it.
+The UI (Textual) is imported here only, inside the function, so that the rest
+of the CLI and the core never load it (import-linter allows this one edge).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 from tui.services.hosts import HostError, get_host
@@ -22,15 +21,12 @@ def run_dashboard(args: argparse.Namespace) -> int:
     except (UnsafeInput, HostError) as e:
         print(f"tunedeck: {e}", file=sys.stderr)
         return 2
-    except ImportError as e:
-        what = "the simulator (tui.sim.demo)" if demo else "the SSH layer (tui.services.ssh)"
-        print(f"tunedeck: {what} is not available in this build: {e}", file=sys.stderr)
-        return 2
     if not sys.stdout.isatty() and not getattr(args, "force_ui", False):
         print("tunedeck: the dashboard needs a terminal; use `tunedeck status --json` in scripts",
               file=sys.stderr)
         return 2
-    app_module = importlib.import_module("tui.app")
-    app = app_module.make_app(host, target="demo" if demo else host.target, demo=demo)
+    from tui.app import make_app
+
+    app = make_app(host, target="demo" if demo else host.target, demo=demo)
     rc = app.run()
     return int(rc or 0)
