@@ -78,7 +78,7 @@ async def test_launch_ready_stop(host, engine):
     stored = L.RunStore().load(rec.run_id)
     assert stored.status == "ready"
     # history for the ETA of the next load of the same profile
-    assert load_history(f"local|p1")
+    assert load_history("local|p1")
     # a second launch is refused while this run lives
     with pytest.raises(L.LaunchRefused, match=rec.run_id):
         await L.launch(host, argv, engine=engine, port=port)

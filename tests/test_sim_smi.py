@@ -7,12 +7,11 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SHARED, tunedeck_cmd
+from tests.conftest import REPO, tunedeck_cmd
 from tui.sim import gpus as simgpus
 from tui.sim.demo import demo_host, write_shims
 from tui.sim.gpus import ServerRecord

@@ -131,7 +131,7 @@ def test_known_servers_from_run_folders(tmp_path: Path) -> None:
     """Live run folders on the host become servers; the model comes from the local record."""
     from tui.collectors.status import known_servers, model_from_argv
     from tui.services.hosts import LocalHost
-    from tui.services.launcher import RunStore, launch, list_host_runs, stop_run
+    from tui.services.launcher import launch, list_host_runs, stop_run
     from tui.util.aio import run_async
 
     async def scenario() -> tuple:

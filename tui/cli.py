@@ -11,7 +11,6 @@ options so that every subcommand accepts them after its own name too.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import inspect
 import logging

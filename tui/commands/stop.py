@@ -6,6 +6,7 @@ Without RUN it stops every live run on the target, whatever its recorded state
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 
@@ -73,7 +74,7 @@ async def run(args: argparse.Namespace) -> int:
                 print(f"tunedeck stop: stop {desc} on {host.target}? Not stopped: pass --yes to stop "
                       "without asking.", file=sys.stderr)
                 return 1
-            if not _confirm(targets, host.target):
+            if not await asyncio.get_running_loop().run_in_executor(None, _confirm, targets, host.target):
                 print("not stopped", file=sys.stderr)
                 return 1
         for rec in targets:

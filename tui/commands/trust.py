@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 
@@ -92,8 +93,9 @@ async def run(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(out, indent=2))
             return 1
-        try:
-            answer = input(f"Trust this key for {ep.known_hosts_name}? Type 'yes' to confirm: ")
+        question = f"Trust this key for {ep.known_hosts_name}? Type 'yes' to confirm: "
+        try:  # the prompt waits in a thread: the event loop (and the connection) keep running
+            answer = await asyncio.get_running_loop().run_in_executor(None, input, question)
         except EOFError:
             answer = ""
         if answer.strip().lower() not in ("yes", "y"):

@@ -489,7 +489,7 @@ class Sim:
         if self.spec and not a.max_running_requests:
             L.sg("Max running requests is reset to 48 for speculative decoding. You can override this by explicitly setting --max-running-requests.")
         if not self.gpus or len(self.gpus) < self.tp:
-            L.sg(f"Scheduler hit an exception: Traceback (most recent call last):\nRuntimeError: CUDA error: invalid device ordinal\n", rank=len(self.gpus))
+            L.sg("Scheduler hit an exception: Traceback (most recent call last):\nRuntimeError: CUDA error: invalid device ordinal\n", rank=len(self.gpus))
             L.sg("Received sigquit from a child process. It usually means the child failed.")
             raise Fatal(137, kill=True)
         self.set_mem(ctx, 0)

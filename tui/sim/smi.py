@@ -391,10 +391,10 @@ def _main(argv: list[str], out: TextIO, na: bool) -> int:
             v, i = _opt_value(argv, i, "-lms")
             loop_s = _num(v, "-lms") / 1000.0
         else:
-            raise SmiUsage(f"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n")
+            raise SmiUsage("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n")
     cfg = load_config()
     if ids is not None and any(not 0 <= x < cfg.count for x in ids):
-        raise SmiUsage(f"No devices were found matching the given ID(s)\n", 6)
+        raise SmiUsage("No devices were found matching the given ID(s)\n", 6)
     if cfg.count == 0:
         out.write("No devices were found\n")
         return 6
