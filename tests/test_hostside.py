@@ -243,3 +243,44 @@ def test_two_ab_campaigns_on_one_host_are_refused(tmp_path, monkeypatch):
         return [h for h in await launcher.list_host_runs(demo_host()) if h.alive]
 
     assert asyncio.run(alive()) == []
+
+
+async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
+    """A campaign started earlier (elsewhere) is followed when the Compare screen opens."""
+    from textual.app import App
+
+    from tests.abfakes import FakeOps
+    from tui.ab.plans import load_plan
+    from tui.ab.runner import ABEvent, ABRunner
+    from tui.screens.compare import CompareScreen
+    from tui.services import launcher
+    from widgets.compare_table import CompareTable
+
+    host = LocalHost()
+    rep = await ABRunner(FakeOps(), "base", "tuned", load_plan("quick")).run()
+    jid = launcher.new_run_id()
+    started = await launcher.start_detached(host, "ab", jid, ["sleep", "60"], {}, {"kind": "ab", "ab_id": rep.id})
+    assert started.pid is not None
+    jd = Path(started.run_dir)
+    (jd / "report.json").write_text(json.dumps(rep.to_dict()))
+    evs = [ABEvent("start", "A/B started", step=0, steps=8), ABEvent("done", f"A/B {rep.id} completed", step=8, steps=8)]
+    (jd / "events.jsonl").write_text("".join(json.dumps(e.to_json()) + "\n" for e in evs)
+                                     + json.dumps({"type": "exit", "rc": 0, "error": None}) + "\n")
+
+    class Dash(App):
+        def on_mount(self) -> None:
+            self.push_screen(scr)
+
+    Dash.host = host  # type: ignore[attr-defined]
+    Dash.target = "local"  # type: ignore[attr-defined]
+    scr = CompareScreen(profiles=["base", "tuned"])
+    try:
+        async with Dash().run_test(size=(120, 40)) as pilot:
+            for _ in range(200):
+                await pilot.pause(0.1)
+                if scr.report is not None:
+                    break
+            assert scr.report is not None and scr.report.id == rep.id
+            assert scr.query_one(CompareTable).get_cell("peak_output_tok_s", "verdict").plain == "B +18%"
+    finally:
+        await launcher.signal_folder(host, str(jd), jid, 2)
