@@ -105,9 +105,52 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_RE.search(name))
 
 
+#: Flags whose value is a secret: --api-key, --hf-token and anything ending in -key, -token,
+#: -secret or -password (also with '_', and the bare words).
+_SECRET_FLAG_RE = re.compile(
+    r"^--?(?:[A-Za-z0-9_-]*[-_])?(?:key|token|secret|password|passwd)$", re.IGNORECASE
+)
+REDACTED = "<redacted>"
+
+
+def is_secret_flag(flag: str) -> bool:
+    """``--api-key``, ``--hf-token``, ``--db_password``… (the flag alone, without ``=value``)."""
+    return bool(_SECRET_FLAG_RE.match(flag))
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A copy of a command safe to store or show: the value of every secret-bearing flag
+    (``--api-key=V``, ``--api-key V``) and of ``NAME=V`` words with a secret-looking NAME
+    (``env HF_TOKEN=V …``) is replaced by ``<redacted>``."""
+    out: list[str] = []
+    hide_next = False
+    for a in argv:
+        a = str(a)
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if a.startswith("-"):
+            flag, eq, _ = a.partition("=")
+            if is_secret_flag(flag):
+                if eq:
+                    out.append(f"{flag}={REDACTED}")
+                else:
+                    out.append(a)
+                    hide_next = True
+                continue
+        else:
+            name, eq, _ = a.partition("=")
+            if eq and ENV_NAME_RE.match(name) and is_secret_name(name):
+                out.append(f"{name}={REDACTED}")
+                continue
+        out.append(a)
+    return out
+
+
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """A copy safe to store or show: secret-looking values are replaced."""
-    return {k: ("<redacted>" if is_secret_name(k) else v) for k, v in env.items()}
+    return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
 
 
 def env_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
