@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import AsyncIterator, Callable, Mapping, Sequence
 
-from tui.services.hosts import Host, HostError, LocalHost, RunResult, get_host
+from tui.services.hosts import Host, HostError, RunResult, get_host
 from tui.util.files import atomic_write_json
 from tui.util.paths import state_dir
 from tui.util.safety import (
@@ -775,8 +775,11 @@ class LogFollower:
                     self.offset += len(chunk)
                     yield chunk
         finally:
+            # Closing the stream (above) already ended the remote tail, or, when the link is
+            # gone, queued it to be killed once the host reconnects (SshHost reaps stale streams,
+            # guarded by start time). Killing it here would reconnect, with retries, before the
+            # lost link reaches the caller: a dead link must be reported first.
             self._stream = None
-            await self._reap()
             self.save()
 
     def _maybe_save(self) -> None:
@@ -789,14 +792,6 @@ class LogFollower:
         self.store.update(self.run_id, log_offset=self.offset)
         self._saved = self.offset
         self._last_save = time.monotonic()
-
-    async def _reap(self) -> None:
-        # a closed SSH channel may leave tail alive (delay detach): kill it by pid
-        if self.remote_pid and not isinstance(self.host, LocalHost):
-            try:
-                await self.host.run(["kill", str(self.remote_pid)], timeout=10)
-            except Exception:  # noqa: BLE001 - best effort on a possibly dead link
-                pass
 
     async def close(self) -> None:
         s = self._stream
