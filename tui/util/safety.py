@@ -7,7 +7,8 @@ import shlex
 from typing import Iterable, Mapping, Sequence
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: NUL, C0 controls but tab, DEL, C1 controls, line/paragraph separators, bidi overrides.
+_CONTROL_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 #: Variables that change what gets executed; setting them needs explicit confirmation.
 DANGEROUS_ENV = frozenset(
@@ -52,6 +53,17 @@ def visible(text: object) -> str:
     """
     s = text if isinstance(text, str) else str(text)
     return _UNPRINTABLE_RE.sub(_escape_char, s)
+
+
+#: Characters JSON leaves raw (with ``ensure_ascii=False``) that a terminal still acts on.
+_JSON_UNSAFE_RE = re.compile("[\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def terminal_json(text: str) -> str:
+    """JSON text (from ``json.dumps(..., ensure_ascii=False)``) with DEL, C1 controls, line
+    separators and bidi overrides written as ``\\uXXXX`` escapes: the same JSON value, safe to
+    print. (json.dumps already escapes C0 controls; these only ever occur inside strings.)"""
+    return _JSON_UNSAFE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class UnsafeInput(ValueError):
