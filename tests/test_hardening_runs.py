@@ -93,3 +93,15 @@ def test_runs_shows_ready_for_a_run_launched_without_wait() -> None:
     finally:
         subprocess.run([*tunedeck_cmd(), "stop", "--yes", "--json", "--grace", "3"], cwd=REPO,
                        capture_output=True, text=True, timeout=60)
+
+
+def test_shown_commands_redact_secret_flags_and_env(tmp_path: Path) -> None:
+    (tmp_path / "k.toml").write_text('name = "k"\nengine = "vllm"\nmodel = "m"\ntp = 1\n'
+                                     '[flags]\napi-key = "sekrit-9"\n[env]\nHF_TOKEN = "sekrit-8"\n')
+    env = dict(os.environ, TUNEDECK_PROFILES=str(tmp_path))
+    for extra in ([], ["--json"]):
+        r = subprocess.run([*tunedeck_cmd(), "profiles", "command", "k", *extra], capture_output=True, text=True,
+                           env=env, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "sekrit" not in r.stdout + r.stderr
+        assert "--api-key=<redacted>" in r.stdout and "HF_TOKEN=<redacted>" in r.stdout
