@@ -138,3 +138,11 @@ async def test_broken_files_in_the_profiles_folder_never_take_down_the_launch_sc
         assert app.is_running and isinstance(app.screen, ProfilesScreen)
         assert "vllm-baseline" in app.screen.profiles
         assert not RAW_CONTROL.search(str(app.sub_title) + str(app.title))
+
+
+def test_host_errors_quote_the_host_on_one_escaped_line() -> None:
+    from tui.services.hosts import HostError
+
+    e = HostError("error", f"tail: {HOSTILE_KEY}\nsecond line", target="gpu1")
+    assert str(e) == "gpu1: tail: \\x1b]0;PWNED\\x07\\x1b[2J\\nsecond line"
+    assert not RAW_CONTROL.search(str(e) + e.message)

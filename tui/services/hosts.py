@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Mapping, Sequence
 
 from tui.util.aio import terminate_group
-from tui.util.safety import UnsafeInput, check_argv, check_env, check_text, env_command
+from tui.util.safety import UnsafeInput, check_argv, check_env, check_text, env_command, visible
 
 
 class HostError(Exception):
@@ -37,6 +37,9 @@ class HostError(Exception):
     """
 
     def __init__(self, kind: str, message: str, *, target: str = "") -> None:
+        # messages quote what the host said (stderr, paths, reasons): shown on one line, escaped,
+        # wherever they end up (CLI, status bar, banner, notifications)
+        message = visible(message)
         super().__init__(message)
         self.kind = kind
         self.target = target
@@ -47,7 +50,7 @@ class HostError(Exception):
         return self.kind in ("unreachable", "connection-lost", "timeout")
 
     def __str__(self) -> str:
-        where = f"{self.target}: " if self.target else ""
+        where = f"{visible(self.target)}: " if self.target else ""
         return f"{where}{self.message}"
 
 

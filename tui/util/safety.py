@@ -165,8 +165,13 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
 
 
-def env_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
-    """``env K=V … argv`` as one shell-safe string (sshd drops SSH env requests)."""
+def env_argv(argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+    """``["env", "K=V", …, *argv]`` (just ``argv`` without env), every field checked."""
     argv = check_argv(argv)
     pairs = [f"{k}={v}" for k, v in check_env(env or {}).items()]
-    return shlex.join(["env", *pairs, *argv]) if pairs else shlex.join(argv)
+    return ["env", *pairs, *argv] if pairs else list(argv)
+
+
+def env_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """``env K=V … argv`` as one shell-safe string (sshd drops SSH env requests)."""
+    return shlex.join(env_argv(argv, env))
