@@ -83,8 +83,8 @@ def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.Com
 
 
 @pytest.fixture
-def netns() -> Iterator[tuple[str, str, str]]:
-    """(namespace, host-side address, namespace-side address), torn down after the test."""
+def netns() -> Iterator[tuple[str, str, str, str]]:
+    """(namespace, host-side address, namespace-side address, host-side veth), torn down after."""
     tag = f"{os.getpid() % 10000}"
     ns, a, b = f"tdns{tag}", f"tdv{tag}a", f"tdv{tag}b"
     octet = os.getpid() % 200 + 20
@@ -110,7 +110,7 @@ def netns() -> Iterator[tuple[str, str, str]]:
         _ip("ip", "addr", "add", f"{ip_ns}/30", "dev", b, ns=ns)
         _ip("ip", "link", "set", b, "up", ns=ns)
         _ip("ip", "link", "set", "lo", "up", ns=ns)
-        yield ns, ip_host, ip_ns
+        yield ns, ip_host, ip_ns, a
     finally:
         subprocess.run(["ip", "link", "del", a], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
@@ -118,10 +118,11 @@ def netns() -> Iterator[tuple[str, str, str]]:
 
 @pytest.mark.sshd
 @pytest.mark.timeout(150)
+@pytest.mark.parametrize("fault", ["iptables-drop", "link-down"])
 def test_follow_reports_a_dropped_link_within_keepalive_bound_while_still_down(
-    sshd: SshdServer, netns: tuple[str, str, str], tmp_path: Path
+    sshd: SshdServer, netns: tuple[str, str, str, str], tmp_path: Path, fault: str
 ) -> None:
-    ns, _, ip_ns = netns
+    ns, _, ip_ns, veth = netns
     keepalive, count = 1.0, 3
     # a second sshd (same keys, users and remote home) listening inside the namespace
     cfg = tmp_path / "sshd_config"
@@ -171,17 +172,24 @@ def test_follow_reports_a_dropped_link_within_keepalive_bound_while_still_down(
         got = _read_until(follow, "stdout", b"hello from the server\n", 60)
         assert b"hello from the server" in got, (got, follow.stderr.read1() if follow.poll() is not None else b"")  # type: ignore[union-attr]
         time.sleep(1.0)  # the watcher's first check and the keepalive are under way
-        for chain in ("INPUT", "OUTPUT"):
-            _ip("iptables", "-I", chain, "-p", "tcp", "-j", "DROP", ns=ns)
+        if fault == "iptables-drop":  # rules inside the test's namespace only
+            for chain in ("INPUT", "OUTPUT"):
+                _ip("iptables", "-I", chain, "-p", "tcp", "-j", "DROP", ns=ns)
+        else:
+            _ip("ip", "link", "set", veth, "down")
         dropped = time.monotonic()
         err = _read_until(follow, "stderr", b"reconnecting", keepalive * count + 30)
         took = time.monotonic() - dropped
-        link_still_down = _ip("iptables", "-C", "INPUT", "-p", "tcp", "-j", "DROP", ns=ns, check=False).returncode == 0
+        if fault == "iptables-drop":
+            link_still_down = _ip("iptables", "-C", "INPUT", "-p", "tcp", "-j", "DROP", ns=ns,
+                                  check=False).returncode == 0
+        else:
+            link_still_down = "state DOWN" in _ip("ip", "link", "show", veth).stdout
         assert b"reconnecting" in err, err
         assert b"connection lost" in err, err
         assert link_still_down
         bound = keepalive * count + 5
-        print(f"dead link reported after {took:.1f} s (bound {bound:g} s)")
+        print(f"{fault}: dead link reported after {took:.1f} s (bound {bound:g} s)")
         assert took <= bound, f"reported after {took:.1f} s, bound {bound:g} s"
     finally:
         if follow is not None and follow.poll() is None:
