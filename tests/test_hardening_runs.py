@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import REPO, tunedeck_cmd
 from tests.test_launcher import FAKE, free_port
 from tui.services.hosts import LocalHost
