@@ -195,7 +195,7 @@ async def run(args: argparse.Namespace) -> int:
         return await _follow(host, store, rec, log, offset, args, out)
     except HostError as e:
         return _fail(args, host.target, e.kind, str(e))
-    except (BrokenPipeError, KeyboardInterrupt):
-        return 0
+    except KeyboardInterrupt:
+        return 0  # a closed pipe (`logs -f | head`) is handled once, at the entry point
     finally:
         await host.close()
