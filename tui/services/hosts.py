@@ -315,15 +315,25 @@ class _LocalStream(ByteStream):
             if not chunk:
                 break
             yield chunk
+        # stdout is closed: the command is ending. Let the watchdog go now (it ends anything the
+        # command left in its group); Python >= 3.12 only returns from wait() once every pipe,
+        # this one included, is closed.
+        self._release_watchdog()
         self.exit_status = await proc.wait()
-        if proc.stdin is not None:
-            proc.stdin.close()  # the watchdog ends too, with anything the command left in its group
         if proc.stderr is not None:
             self.stderr_tail = (await proc.stderr.read())[-4096:].decode("utf-8", "replace")
 
+    def _release_watchdog(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.stdin is not None and not proc.stdin.is_closing():
+            proc.stdin.close()
+
     async def aclose(self) -> None:
         if self._proc is not None:
+            if self._proc.returncode is not None:
+                self._release_watchdog()
             await terminate_group(self._proc, grace=3)
+            self._release_watchdog()
 
 
 class LocalHost(Host):
