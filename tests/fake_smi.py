@@ -5,7 +5,8 @@
 subprocess env). ``fake.set_mode(...)`` switches behaviour between calls:
 ``ok`` (default), ``na`` ([N/A] cells), ``exit9``/``exit12``/``exit14``/
 ``exit15``/``exit18``, ``hang`` (never answers the GPU query),
-``lostloop`` (keeps running, prints only a 'GPU is lost' line). Each call logs
+``lostloop`` (keeps running, prints only a 'GPU is lost' line). A file ``ignoreterm`` in its
+directory makes it ignore SIGTERM in any mode (``hang`` + ``ignoreterm``: a wedged driver). Each call logs
 ``pid args`` to ``calls``; :meth:`alive_queries` counts running query processes.
 """
 
@@ -20,6 +21,8 @@ mode=$(cat "$d/mode" 2>/dev/null || echo ok)
 n=$(cat "$d/gpus" 2>/dev/null || echo 2)
 echo "$$ $*" >> "$d/calls"
 orig="$*"
+# a file "ignoreterm" next to the script: TERM is ignored (a wedged nvidia-smi), whatever the mode
+[ -f "$d/ignoreterm" ] && trap '' TERM
 case "$mode" in
   exit9) echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."; exit 9;;
   exit12) echo "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure that the NVIDIA Display Driver is properly installed and present in your system."; exit 12;;

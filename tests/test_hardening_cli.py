@@ -115,3 +115,34 @@ def test_closed_pipe_is_quiet(args: list[str]) -> None:
         os.close(w_fd)
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
     assert p.returncode == 141, (p.returncode, p.stderr)
+
+
+async def test_broken_files_in_the_profiles_folder_never_take_down_the_launch_screen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pressing `l` with a 500-deep array and a hostile key in the profiles folder: the
+    profile list opens with the built-ins, the broken files are named, the app keeps running."""
+    from tests.test_ui_status import SIZE, app_with, until
+    from tui.screens.profiles import ProfilesScreen
+
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    _profile(folder, "deep", "x = " + "[" * 500 + "]" * 500)
+    _profile(folder, "evil", f"[flags]\n{_toml_key(HOSTILE_KEY)} = 1\n")
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(folder))
+    app = app_with(demo=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, ProfilesScreen), timeout=10)
+        await pilot.pause(0.3)
+        assert app.is_running and isinstance(app.screen, ProfilesScreen)
+        assert "vllm-baseline" in app.screen.profiles
+        assert not RAW_CONTROL.search(str(app.sub_title) + str(app.title))
+
+
+def test_host_errors_quote_the_host_on_one_escaped_line() -> None:
+    from tui.services.hosts import HostError
+
+    e = HostError("error", f"tail: {HOSTILE_KEY}\nsecond line", target="gpu1")
+    assert str(e) == "gpu1: tail: \\x1b]0;PWNED\\x07\\x1b[2J\\nsecond line"
+    assert not RAW_CONTROL.search(str(e) + e.message)

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.test_gpu_ssh import remote_smi  # noqa: F401  (fixture)
 from tests.test_ui_status import SIZE, until
 from tests.test_ui_sshd import install_fake_smi, remove_fake_smi
 from tui.app import make_app
@@ -97,3 +98,28 @@ async def test_auth_failure_is_remembered_until_retry(sshd: SshdServer) -> None:
         assert time.monotonic() - t0 < 60
     finally:
         await h.close()
+
+
+async def test_closed_streams_leave_no_term_ignoring_nvidia_smi(sshd: SshdServer, remote_smi) -> None:  # type: ignore[no-untyped-def]
+    """Issue item 6 end to end: the host's /bin/sh is dash; a wedged nvidia-smi (silent, ignores
+    TERM) under `timeout`, streamed as the GPU collector does, is ended with its process group
+    when the stream closes: no pile-up across polls."""
+    remote_smi.set_mode("hang")
+    (remote_smi.dir / "ignoreterm").write_text("")
+    host = SshHost(sshd.target(), keepalive_interval=1, keepalive_count_max=2, retry_attempts=1)
+    try:
+        for _ in range(3):
+            s = host.stream(["timeout", "-k", "5", "300", "nvidia-smi", "--query-gpu=index", "--format=csv",
+                             "-lms", "200"])
+            await s.__aenter__()
+            end = time.monotonic() + 15
+            while remote_smi.alive_queries() == 0 and time.monotonic() < end:
+                await asyncio.sleep(0.05)
+            await s.aclose()
+            end = time.monotonic() + 15
+            while remote_smi.alive_queries() and time.monotonic() < end:
+                await asyncio.sleep(0.1)
+            assert remote_smi.alive_queries() == 0, "a TERM-ignoring nvidia-smi outlived its stream"
+    finally:
+        (remote_smi.dir / "ignoreterm").unlink(missing_ok=True)
+        await host.close()

@@ -27,6 +27,14 @@ def mkhost(server: SshdServer) -> SshHost:
     )  # type: ignore[arg-type]
 
 
+def alive(pid: int) -> bool:
+    """Exists and is not a zombie (a zombie has ended; PID 1 may take a while to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def starttime(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19]
 
@@ -65,7 +73,7 @@ async def test_drop_ssh_during_load_follow_resumes_gapless(sshd: SshdServer) -> 
         assert host.connects >= 2
         res = await L.stop_run(host, rec, grace=5, gpu_wait=2)
         assert res.state == "stopped", res
-        assert not Path(f"/proc/{rec.pid}").exists() or starttime(rec.pid) != st0
+        assert not alive(rec.pid) or starttime(rec.pid) != st0
     finally:
         for run in await L.list_host_runs(host):
             if run.alive:

@@ -9,13 +9,22 @@ back until it ends). Errors also print ``{target, error: {kind, message}}``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
+import logging
 import sys
+from typing import BinaryIO
 
 from tui.commands._runs import choose, err, host_from_args, records_for
-from tui.services.hosts import HostError
-from tui.services.launcher import LogFollower, RunStore, read_log
+from tui.services.hosts import Host, HostError
+from tui.services.launcher import LogFollower, RunRecord, RunStore, find_host_run, read_log
+from tui.util.safety import visible
+
+log_ = logging.getLogger(__name__)
+
+#: Seconds between checks that the followed run is still alive (``--follow`` ends with it).
+END_CHECK_INTERVAL = 2.0
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -57,6 +66,96 @@ def _fail(args: argparse.Namespace, target: str, kind: str, message: str) -> int
     return err("logs", message)
 
 
+async def _run_ended(host: Host, rec: RunRecord) -> int | None | bool:
+    """False while the run lives; once it ended, its exit status (None if it wrote none)."""
+    h = await find_host_run(host, rec.run_id)
+    if h is None:
+        return None
+    if h.alive:
+        return False
+    return h.rc
+
+
+async def _watch_end(host: Host, rec: RunRecord, interval: float) -> int | None:
+    """Return (with the exit status) once the run has ended. Link failures are the follower's
+    to report: here they only delay the check."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            ended = await asyncio.wait_for(_run_ended(host, rec), interval * 5 + 10)
+        except (HostError, OSError, asyncio.TimeoutError) as e:
+            log_.info("logs: cannot check whether run %s still runs: %s", rec.run_id, visible(e))
+            continue
+        if ended is not False:
+            return ended  # type: ignore[return-value]
+
+
+async def _follow(
+    host: Host, store: RunStore, rec: RunRecord, log: str, offset: int, args: argparse.Namespace, out: BinaryIO
+) -> int:
+    """Print new log bytes until the run ends; a lost link is reported at once (the remote
+    ``tail`` is reaped in the background once the host is back), then followed again from
+    the exact byte offset."""
+    lines = _JsonLines(rec.run_id, offset) if args.json else None
+
+    def emit(chunk: bytes) -> None:
+        data = lines.feed(chunk) if lines is not None else chunk
+        if data:
+            out.write(data)
+            out.flush()
+
+    async def pump(f: LogFollower) -> None:
+        async with contextlib.aclosing(f.chunks()) as chunks:
+            async for chunk in chunks:
+                emit(chunk)
+                nonlocal backoff
+                backoff = 0.5
+
+    backoff = 0.5
+    watcher = asyncio.ensure_future(_watch_end(host, rec, END_CHECK_INTERVAL)) if rec.pid else None
+    try:
+        while True:
+            f = LogFollower(host, log, offset, run_id=rec.run_id, store=store, persist=args.resume)
+            reader = asyncio.ensure_future(pump(f))
+            waits: set[asyncio.Future[object]] = {reader}  # type: ignore[arg-type]
+            if watcher is not None:
+                waits.add(watcher)  # type: ignore[arg-type]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if watcher is not None and watcher.done() and not reader.done():
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+            error: BaseException | None = None
+            if reader.done() and not reader.cancelled():
+                error = reader.exception()
+            offset = f.offset
+            if watcher is not None and watcher.done():
+                rc = watcher.result()
+                # the rest of the log, from the exact byte the follower stopped at
+                rest = await read_log(host, log, offset)
+                if rest:
+                    emit(rest)
+                    offset += len(rest)
+                if lines is not None and lines._buf:
+                    emit(b"\n")
+                if args.resume:
+                    store.update(rec.run_id, log_offset=offset)
+                how = "exited" if rc is None else f"exited with status {rc}"
+                print(f"tunedeck logs: run {rec.run_id} has {how}; stopped following", file=sys.stderr)
+                return 0
+            if isinstance(error, HostError):
+                # report first; the stream's own cleanup (reaping the remote tail) is not awaited here
+                print(f"tunedeck logs: {visible(error)}; reconnecting", file=sys.stderr, flush=True)
+                log_.warning("logs: %s", visible(error))
+            elif error is not None:
+                raise error
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 10)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+
 async def run(args: argparse.Namespace) -> int:
     host = host_from_args(args)
     store = RunStore()
@@ -93,28 +192,10 @@ async def run(args: argparse.Namespace) -> int:
                 store.update(rec.run_id, log_offset=offset + len(data))
             print(f"tunedeck logs: run {rec.run_id} has ended ({rec.status}); not following", file=sys.stderr)
             return 0
-        import asyncio
-
-        backoff = 0.5
-        lines = _JsonLines(rec.run_id, offset) if args.json else None
-        while True:
-            f = LogFollower(host, log, offset, run_id=rec.run_id, store=store, persist=args.resume)
-            try:
-                async with contextlib.aclosing(f.chunks()) as chunks:
-                    async for chunk in chunks:
-                        data = lines.feed(chunk) if lines is not None else chunk
-                        if data:
-                            out.write(data)
-                            out.flush()
-                        backoff = 0.5
-            except HostError as e:
-                print(f"tunedeck logs: {e}; reconnecting", file=sys.stderr)
-            offset = f.offset
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 10)
+        return await _follow(host, store, rec, log, offset, args, out)
     except HostError as e:
         return _fail(args, host.target, e.kind, str(e))
-    except (BrokenPipeError, KeyboardInterrupt):
-        return 0
+    except KeyboardInterrupt:
+        return 0  # a closed pipe (`logs -f | head`) is handled once, at the entry point
     finally:
         await host.close()

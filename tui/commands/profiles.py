@@ -6,21 +6,30 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from tui.profiles.builder import build_command, check_profile, line_of_key, resolve_nccl
 from tui.profiles.diff import diff_commands
 from tui.profiles.model import ProfileError, ServerProfile, load_profile_file, parse_toml, profile_jsonable, profile_to_toml
 from tui.profiles.presets import load_preset_file, preset_jsonable
 from tui.profiles.store import ProfileStore
+from tui.util.safety import terminal_json, visible
 
 
 def _err(msg: str) -> int:
-    print(f"tunedeck: {msg}", file=sys.stderr)
+    _p(f"tunedeck: {msg}", file=sys.stderr)
     return 1
 
 
+def _p(text: object = "", *, end: str = "\n", file: TextIO | None = None) -> None:
+    """print() for text that may hold untrusted parts (names, models, keys, paths): every line
+    is shown through :func:`visible`, so no control or bidi character reaches the terminal."""
+    lines = str(text).split("\n")
+    print("\n".join(visible(line) for line in lines), end=end, file=file or sys.stdout)
+
+
 def _print_json(obj: object) -> None:
-    print(json.dumps(obj, indent=2, ensure_ascii=False))
+    _p(terminal_json(json.dumps(obj, indent=2, ensure_ascii=False)))
 
 
 def load_named(store: ProfileStore, name: str) -> ServerProfile:
@@ -50,11 +59,11 @@ def _list(args: argparse.Namespace) -> int:
         rows.append((p.name, p.engine, p.source, str(p.tp), att, p.nccl_preset, p.model))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+        _p("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
     for p in listing.shadowed:
-        print(f"note: built-in {p.name!r} is shadowed by the user profile of the same name", file=sys.stderr)
+        _p(f"note: built-in {p.name!r} is shadowed by the user profile of the same name", file=sys.stderr)
     for e in listing.errors + tuple(store.preset_errors()):
-        print(f"tunedeck: broken file skipped: {e}", file=sys.stderr)
+        _p(f"tunedeck: broken file skipped: {e}", file=sys.stderr)
     return 0
 
 
@@ -67,8 +76,8 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(profile_jsonable(p))
         return 0
-    print(f"# {p.name} ({p.source}{', read-only' if p.read_only else ''}) {p.path}")
-    print(profile_to_toml(p), end="")
+    _p(f"# {p.name} ({p.source}{', read-only' if p.read_only else ''}) {p.path}")
+    _p(profile_to_toml(p), end="")
     return 0
 
 
@@ -105,15 +114,15 @@ def _check(args: argparse.Namespace) -> int:
         if args.json:
             _print_json({"ok": False, "file": str(path), "error": e.as_dict()})
         else:
-            print(f"tunedeck: {e}", file=sys.stderr)
+            _p(f"tunedeck: {e}", file=sys.stderr)
         return 1
     if args.json:
         _print_json({"ok": True, "file": str(path), "kind": kind,
                      "warnings": [{"key": i.key, "message": i.message, "severity": i.severity} for i in issues]})
     else:
-        print(f"{path}: ok ({summary})")
+        _p(f"{path}: ok ({summary})")
         for i in issues:
-            print(f"  {i}")
+            _p(f"  {i}")
     return 0
 
 
@@ -130,9 +139,9 @@ def _command(args: argparse.Namespace) -> int:
         out["host"] = "demo" if args.demo else (args.host or "local")
         _print_json(out)
         return 0
-    print(cmd.display)
+    _p(cmd.display)
     for w in cmd.warnings:
-        print(f"# {w}", file=sys.stderr)
+        _p(f"# {w}", file=sys.stderr)
     return 0
 
 
@@ -148,7 +157,7 @@ def _diff(args: argparse.Namespace) -> int:
         _print_json(d.jsonable())
     else:
         for line in d.lines() or ["(no change)"]:
-            print(line)
+            _p(line)
     return 0
 
 
@@ -159,20 +168,20 @@ def _presets(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"nccl": [preset_jsonable(p) for p in nccl], "attention": [preset_jsonable(p) for p in att]})
         return 0
-    print("NCCL presets:")
+    _p("NCCL presets:")
     for p in nccl:
         vars_ = " ".join(f"{k}={v}" for k, v in p.vars) or "(no variables)"
-        print(f"  {p.name:<10} {vars_}")
+        _p(f"  {p.name:<10} {vars_}")
         if p.warning:
-            print(f"  {'':<10} warning: {p.warning}")
-    print("Attention presets:")
+            _p(f"  {'':<10} warning: {p.warning}")
+    _p("Attention presets:")
     for p in att:
         parts = [f"backend={p.backend}" if p.backend else "backend=auto"]
         if p.prefill:
             parts.append(f"prefill={p.prefill}")
         if p.decode:
             parts.append(f"decode={p.decode}")
-        print(f"  {p.engine:<7}{p.name:<28} {' '.join(parts)}")
+        _p(f"  {p.engine:<7}{p.name:<28} {' '.join(parts)}")
     return 0
 
 

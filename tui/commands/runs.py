@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
+from typing import Sequence
 
 from tui.commands._runs import age, err, host_from_args, records_for
 from tui.model import jsonable
-from tui.services.hosts import HostError
-from tui.services.launcher import RunStore
+from tui.services.hosts import Host, HostError
+from tui.services.launcher import LAUNCHING, READY, STARTING, RunRecord, RunStore
+from tui.util.safety import redact_argv, visible
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -23,6 +28,7 @@ async def run(args: argparse.Namespace) -> int:
     store = RunStore()
     try:
         recs = await records_for(host, store)
+        recs = await refresh_readiness(host, store, recs)
     except HostError as e:
         return err("runs", str(e))
     finally:
@@ -36,11 +42,40 @@ async def run(args: argparse.Namespace) -> int:
     now = time.time()
     print(f"{'RUN':14} {'STATUS':9} {'ENGINE':7} {'PORT':>5} {'PID':>8} {'AGE':>7}  PROFILE / COMMAND")
     for r in recs:
-        what = r.profile or " ".join(r.argv)[:60]
+        what = visible(r.profile or " ".join(redact_argv(r.argv))[:60])
         print(
             f"{r.run_id:14} {r.status:9} {r.engine:7} {r.port if r.port else '-':>5} {r.pid or '-':>8} "
             f"{age(now - (r.created or now)):>7}  {what}"
         )
         if r.diagnosis:
-            print(f"{'':14} {r.diagnosis}")
+            print(f"{'':14} {visible(r.diagnosis)}")
     return 0
+
+
+async def refresh_readiness(host: Host, store: RunStore, recs: Sequence[RunRecord]) -> list[RunRecord]:
+    """Runs still ``starting`` (launched without ``--wait``, or whose waiter went away) are asked
+    once over HTTP (``/health``, through the SSH forward on a remote host); a ready answer is
+    saved in the record, so ``runs`` never shows a serving run as starting."""
+    from tui.collectors.servers import ServerCollector, ServerSpec
+
+    pending = [r for r in recs if r.status in (STARTING, LAUNCHING) and r.port and not r.ended_]
+    if not pending:
+        return list(recs)
+    specs = [ServerSpec(r.run_id, r.engine if r.engine in ("sglang", "vllm") else "auto", r.port, run_id=r.run_id)
+             for r in pending]
+    try:
+        async with ServerCollector(host, specs) as sc:
+            stats = await sc.sample()
+    except (HostError, OSError) as e:
+        log.warning("runs: readiness probe on %s failed: %s", host.target, visible(e))
+        return list(recs)
+    ready = {s.name for s in stats if s.state == "ready"}
+    out = []
+    for r in recs:
+        if r.run_id in ready:
+            now = time.time()
+            r.status = READY
+            r.timeline.append({"t": now, "event": "ready", "by": "runs"})
+            store.update(r.run_id, status=READY, timeline=r.timeline)
+        out.append(r)
+    return out

@@ -36,7 +36,7 @@ from tui.profiles.schema import (
     VLLM_SPEC_METHODS,
     FlagSpec,
 )
-from tui.util.safety import DANGEROUS_ENV, ENV_NAME_RE, UnsafeInput, env_command
+from tui.util.safety import DANGEROUS_ENV, ENV_NAME_RE, UnsafeInput, env_command, redact_argv, redact_env
 
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$|^\[[0-9A-Fa-f:.]+\]$")
@@ -83,8 +83,8 @@ class Command:
     def jsonable(self) -> dict:
         return {
             "engine": self.engine,
-            "argv": list(self.argv),
-            "env": dict(self.env),
+            "argv": redact_argv(self.argv),
+            "env": redact_env(dict(self.env)),
             "executable": list(self.executable),
             "command": self.display,
             "demo": self.demo,
@@ -473,7 +473,9 @@ def check_profile(
         return None, b.issues
     argv = prefix + args
     try:
-        display = env_command(argv, dict(env))
+        env_command(argv, dict(env))  # validates every field
+        # what is shown (previews, `profiles command`, JSON): secret values redacted
+        display = env_command(redact_argv(argv), redact_env(dict(env)))
     except UnsafeInput as e:  # pragma: no cover - every field was checked above
         return None, b.issues + [Issue("error", "", str(e))]
     cmd = Command(

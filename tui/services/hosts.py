@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Mapping, Sequence
 
 from tui.util.aio import terminate_group
-from tui.util.safety import UnsafeInput, check_argv, check_env, check_text, env_command
+from tui.util.safety import UnsafeInput, check_argv, check_env, check_text, env_command, visible
 
 
 class HostError(Exception):
@@ -37,6 +37,9 @@ class HostError(Exception):
     """
 
     def __init__(self, kind: str, message: str, *, target: str = "") -> None:
+        # messages quote what the host said (stderr, paths, reasons): shown on one line, escaped,
+        # wherever they end up (CLI, status bar, banner, notifications)
+        message = visible(message)
         super().__init__(message)
         self.kind = kind
         self.target = target
@@ -47,7 +50,7 @@ class HostError(Exception):
         return self.kind in ("unreachable", "connection-lost", "timeout")
 
     def __str__(self) -> str:
-        where = f"{self.target}: " if self.target else ""
+        where = f"{visible(self.target)}: " if self.target else ""
         return f"{where}{self.message}"
 
 
@@ -319,15 +322,25 @@ class _LocalStream(ByteStream):
             if not chunk:
                 break
             yield chunk
+        # stdout is closed: the command is ending. Let the watchdog go now (it ends anything the
+        # command left in its group); Python >= 3.12 only returns from wait() once every pipe,
+        # this one included, is closed.
+        self._release_watchdog()
         self.exit_status = await proc.wait()
-        if proc.stdin is not None:
-            proc.stdin.close()  # the watchdog ends too, with anything the command left in its group
         if proc.stderr is not None:
             self.stderr_tail = (await proc.stderr.read())[-4096:].decode("utf-8", "replace")
 
+    def _release_watchdog(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.stdin is not None and not proc.stdin.is_closing():
+            proc.stdin.close()
+
     async def aclose(self) -> None:
         if self._proc is not None:
+            if self._proc.returncode is not None:
+                self._release_watchdog()
             await terminate_group(self._proc, grace=3)
+            self._release_watchdog()
 
 
 class LocalHost(Host):

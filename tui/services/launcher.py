@@ -5,10 +5,12 @@ Everything runs through :class:`tui.services.hosts.Host` primitives (``run_scrip
 
 On the host each run has a folder ``${TUNEDECK_HOME:-$HOME/.tunedeck}/runs/<run_id>/``::
 
-    run.sh      the wrapper (written through a quoted heredoc with a random delimiter)
+    run.sh      the wrapper (written through a quoted heredoc with a random delimiter); it holds
+                no command: it sources ``cmd.env`` (0600, the exact ``env … argv``) and deletes
+                it before the server starts, so no file there keeps a secret
     pid         the wrapper's pid = the process group / session id
     starttime   field 22 of /proc/<pid>/stat (PID-reuse guard)
-    argv.json   the exact argv;  env.json  the extra environment (secrets redacted)
+    argv.json   the argv, secret flag values redacted;  env.json  the extra environment (secrets redacted)
     meta.json   engine, port, profile, creation time
     log         stdout+stderr of the server
     rc          exit status, written by the wrapper when the server ends
@@ -30,10 +32,19 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import AsyncIterator, Callable, Mapping, Sequence
 
-from tui.services.hosts import Host, HostError, LocalHost, RunResult, get_host
+from tui.services.hosts import Host, HostError, RunResult, get_host
 from tui.util.files import atomic_write_json
 from tui.util.paths import state_dir
-from tui.util.safety import UnsafeInput, check_argv, check_env, check_text, redact_env, visible
+from tui.util.safety import (
+    REDACTED,
+    UnsafeInput,
+    check_argv,
+    check_env,
+    check_text,
+    redact_argv,
+    redact_env,
+    visible,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -187,9 +198,14 @@ echo $$ > pid.tmp && mv pid.tmp pid
 sed 's/.*) //' /proc/$$/stat | cut -d' ' -f20 > starttime.tmp && mv starttime.tmp starttime
 trap true TERM
 run_dir=$(pwd)
+# the command (with any secret) lives in this shell only: its 0600 file is gone before it runs
+. ./cmd.env; rm -f ./cmd.env
 cd -- "$(cat cwd)" 2>/dev/null || cd -- "$HOME" 2>/dev/null || cd /
-{cmd} >> "$run_dir/log" 2>&1 < /dev/null
+"$@" >> "$run_dir/log" 2>&1 < /dev/null
 echo $? > "$run_dir/rc"
+{d}
+cat > cmd.env <<'{d}'
+set -- {cmd}
 {d}
 cat > argv.json <<'{d}'
 {argv_json}
@@ -249,6 +265,7 @@ done
 _STOP_SCRIPT = r"""dir="$1"; grace="$2"; rid="$3"
 pid=$(cat "$dir/pid" 2>/dev/null)
 want=$(cat "$dir/starttime" 2>/dev/null)
+rm -f "$dir/cmd.env"
 markers() {
   grep -lszx "TUNEDECK_RUN_ID=$rid" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 | grep -vx "$$"
 }
@@ -500,7 +517,7 @@ async def launch(
     rec = RunRecord(
         run_id=rid,
         target=target_name(host),
-        argv=list(argv),
+        argv=redact_argv(argv),
         env=redact_env(env),
         engine=engine,
         port=port,
@@ -553,7 +570,7 @@ async def start_detached(
     benchmarks and A/B campaigns alike): it outlives the link, the caller and tunedeck."""
     check_run_id(rid)
     cmd = shlex.join(["env", f"TUNEDECK_RUN_ID={rid}", *(f"{k}={v}" for k, v in env.items()), *argv])
-    argv_json = json.dumps(list(argv))
+    argv_json = json.dumps(redact_argv(argv))
     env_json = json.dumps(redact_env(env))
     meta_json = json.dumps(dict(meta))
     d = _delimiter(cmd, argv_json, env_json, meta_json)
@@ -749,9 +766,9 @@ async def restart_run(host: Host, rec: RunRecord, *, grace: float = 30.0, store:
     """Stop ``rec`` then launch the same command again (env values come from the caller's
     original env when available; a redacted value is refused)."""
     store = store or RunStore()
-    if any(v == "<redacted>" for v in rec.env.values()):
+    if any(v == REDACTED for v in rec.env.values()) or any(REDACTED in a for a in rec.argv):
         raise LaunchRefused(
-            f"run {rec.run_id}: its stored environment holds redacted secrets; relaunch it from the profile"
+            f"run {rec.run_id}: its stored command holds redacted secrets; relaunch it from the profile"
         )
     res = await stop_run(host, rec, grace=grace, store=store)
     if res.state not in ("stopped", "exited", "stale"):
@@ -817,8 +834,11 @@ class LogFollower:
                     self.offset += len(chunk)
                     yield chunk
         finally:
+            # Closing the stream (above) already ended the remote tail, or, when the link is
+            # gone, queued it to be killed once the host reconnects (SshHost reaps stale streams,
+            # guarded by start time). Killing it here would reconnect, with retries, before the
+            # lost link reaches the caller: a dead link must be reported first.
             self._stream = None
-            await self._reap()
             self.save()
 
     def _maybe_save(self) -> None:
@@ -831,14 +851,6 @@ class LogFollower:
         self.store.update(self.run_id, log_offset=self.offset)
         self._saved = self.offset
         self._last_save = time.monotonic()
-
-    async def _reap(self) -> None:
-        # a closed SSH channel may leave tail alive (delay detach): kill it by pid
-        if self.remote_pid and not isinstance(self.host, LocalHost):
-            try:
-                await self.host.run(["kill", str(self.remote_pid)], timeout=10)
-            except Exception:  # noqa: BLE001 - best effort on a possibly dead link
-                pass
 
     async def close(self) -> None:
         s = self._stream

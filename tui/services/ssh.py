@@ -49,7 +49,7 @@ import asyncssh
 
 from tui.services.hosts import ByteStream, Host, HostError, RunResult, Target, parse_target
 from tui.util.paths import known_hosts_file
-from tui.util.safety import UnsafeInput, check_text, env_command, visible
+from tui.util.safety import UnsafeInput, check_text, env_argv, visible
 
 log = logging.getLogger(__name__)
 
@@ -784,12 +784,13 @@ class SshHost(Host):
     def _command(
         self, argv: Sequence[str], env: Mapping[str, str] | None, timeout: float | None
     ) -> str:
-        cmd = env_command(argv, env)
+        words = env_argv(argv, env)
         if timeout is not None:
             if timeout <= 0:
                 raise UnsafeInput(f"timeout must be positive, got {timeout!r}")
             n = max(1, int(timeout + 0.999))
-            cmd = shlex.join(["timeout", "-k", "2", str(n)]) + " " + cmd
+            words = ["timeout", "-k", "2", str(n), *words]
+        cmd = shlex.join(words)
         try:
             cmd.encode("utf-8")
         except UnicodeEncodeError as e:
@@ -862,8 +863,8 @@ class SshHost(Host):
         return RunResult(status, _dec(out), _dec(err))
 
     def stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> ByteStream:
-        inner = env_command(argv, env)  # validates before anything connects
-        command = shlex.join(["sh", "-c", _STREAM_WRAPPER, "sh"]) + " " + inner
+        inner = env_argv(argv, env)  # validates before anything connects
+        command = shlex.join(["sh", "-c", _STREAM_WRAPPER, "sh", *inner])
         return _SshStream(self, command)
 
     async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:

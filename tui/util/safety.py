@@ -7,7 +7,8 @@ import shlex
 from typing import Iterable, Mapping, Sequence
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: NUL, C0 controls but tab, DEL, C1 controls, line/paragraph separators, bidi overrides.
+_CONTROL_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 #: Variables that change what gets executed; setting them needs explicit confirmation.
 DANGEROUS_ENV = frozenset(
@@ -52,6 +53,17 @@ def visible(text: object) -> str:
     """
     s = text if isinstance(text, str) else str(text)
     return _UNPRINTABLE_RE.sub(_escape_char, s)
+
+
+#: Characters JSON leaves raw (with ``ensure_ascii=False``) that a terminal still acts on.
+_JSON_UNSAFE_RE = re.compile("[\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def terminal_json(text: str) -> str:
+    """JSON text (from ``json.dumps(..., ensure_ascii=False)``) with DEL, C1 controls, line
+    separators and bidi overrides written as ``\\uXXXX`` escapes: the same JSON value, safe to
+    print. (json.dumps already escapes C0 controls; these only ever occur inside strings.)"""
+    return _JSON_UNSAFE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class UnsafeInput(ValueError):
@@ -105,13 +117,61 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_RE.search(name))
 
 
+#: Flags whose value is a secret: --api-key, --hf-token and anything ending in -key, -token,
+#: -secret or -password (also with '_', and the bare words).
+_SECRET_FLAG_RE = re.compile(
+    r"^--?(?:[A-Za-z0-9_-]*[-_])?(?:key|token|secret|password|passwd)$", re.IGNORECASE
+)
+REDACTED = "<redacted>"
+
+
+def is_secret_flag(flag: str) -> bool:
+    """``--api-key``, ``--hf-token``, ``--db_password``… (the flag alone, without ``=value``)."""
+    return bool(_SECRET_FLAG_RE.match(flag))
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A copy of a command safe to store or show: the value of every secret-bearing flag
+    (``--api-key=V``, ``--api-key V``) and of ``NAME=V`` words with a secret-looking NAME
+    (``env HF_TOKEN=V …``) is replaced by ``<redacted>``."""
+    out: list[str] = []
+    hide_next = False
+    for a in argv:
+        a = str(a)
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if a.startswith("-"):
+            flag, eq, _ = a.partition("=")
+            if is_secret_flag(flag):
+                if eq:
+                    out.append(f"{flag}={REDACTED}")
+                else:
+                    out.append(a)
+                    hide_next = True
+                continue
+        else:
+            name, eq, _ = a.partition("=")
+            if eq and ENV_NAME_RE.match(name) and is_secret_name(name):
+                out.append(f"{name}={REDACTED}")
+                continue
+        out.append(a)
+    return out
+
+
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """A copy safe to store or show: secret-looking values are replaced."""
-    return {k: ("<redacted>" if is_secret_name(k) else v) for k, v in env.items()}
+    return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
+
+
+def env_argv(argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+    """``["env", "K=V", …, *argv]`` (just ``argv`` without env), every field checked."""
+    argv = check_argv(argv)
+    pairs = [f"{k}={v}" for k, v in check_env(env or {}).items()]
+    return ["env", *pairs, *argv] if pairs else list(argv)
 
 
 def env_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
     """``env K=V … argv`` as one shell-safe string (sshd drops SSH env requests)."""
-    argv = check_argv(argv)
-    pairs = [f"{k}={v}" for k, v in check_env(env or {}).items()]
-    return shlex.join(["env", *pairs, *argv]) if pairs else shlex.join(argv)
+    return shlex.join(env_argv(argv, env))
