@@ -647,11 +647,13 @@ async def read_rc(host: Host, run_dir: str) -> int | None:
 
 
 async def process_alive(host: Host, pid: int, starttime: str | None) -> bool:
-    """True while ``pid`` exists with the recorded start time."""
+    """True while ``pid`` exists with the recorded start time and is not a zombie (an exited
+    wrapper nobody reaped yet is over)."""
     script = (
         'p="$1"; want="$2"; [ -r "/proc/$p/stat" ] || { echo DEAD; exit 0; }\n'
-        "cur=$(sed 's/.*) //' \"/proc/$p/stat\" | cut -d' ' -f20)\n"
-        '[ "$cur" = "$want" ] && echo ALIVE || echo DEAD\n'
+        "rest=$(sed 's/.*) //' \"/proc/$p/stat\")\n"
+        "cur=$(echo \"$rest\" | cut -d' ' -f20); st=$(echo \"$rest\" | cut -d' ' -f1)\n"
+        '[ "$cur" = "$want" ] && [ "$st" != Z ] && echo ALIVE || echo DEAD\n'
     )
     r = await host.run_script(script, [str(int(pid)), starttime or ""], timeout=15)
     if r.lost or r.timed_out:
