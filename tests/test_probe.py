@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import socket
 import subprocess
@@ -48,7 +49,7 @@ def test_parse_probe_output() -> None:
     }
     table = format_table(r)
     assert "nvidia-smi  /usr/bin/nvidia-smi, 2 GPUs (NVIDIA H200)" in table
-    assert "sglang      not installed" in table
+    assert re.search(r"(?m)^sglang +not installed$", table), table
     # a failing nvidia-smi gives no GPU count (N/A), not 0
     r = parse_probe_output("x", "nvidia_smi_path=/usr/bin/nvidia-smi\nnvidia_smi_rc=9\nnvidia_smi_error=NVIDIA-SMI has failed\n")
     assert r.gpu_count is None and r.nvidia_smi_error == "NVIDIA-SMI has failed"
@@ -80,6 +81,7 @@ def test_probe_local_json_and_table(tmp_path: Path) -> None:
     assert all(len(ln) > col and ln[col - 2 : col] == "  " and ln[col] != " " for ln in lines)
     assert [ln.split()[0] for ln in lines] == [
         "target", "hostname", "os", "kernel", "cpus", "memory", "python3", "nvidia-smi", "sglang", "vllm",
+        "runtime",
     ]
 
 
@@ -109,7 +111,8 @@ def test_probe_over_sshd(sshd: SshdServer) -> None:
         # --host works as the default target; the table is printed without --json
         r = _run("probe", "--host", sshd.target(), env=sshd.client_env())
         assert r.returncode == 0, r.stderr
-        assert "2 GPUs (NVIDIA H200)" in r.stdout and "vllm        not installed" in r.stdout
+        assert "2 GPUs (NVIDIA H200)" in r.stdout and re.search(r"(?m)^vllm +not installed$", r.stdout)
+        assert re.search(r"(?m)^runtime +Python 3\.\d+", r.stdout), r.stdout
     finally:
         shim.unlink()
 

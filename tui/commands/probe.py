@@ -55,9 +55,9 @@ def format_table(r: ProbeResult, rt: dict[str, object] | None = None) -> str:
     if rt is not None:
         if rt.get("python"):
             shipped = "shipped" if rt.get("shipped") else "ships on first use"
-            rows.append(("host runtime", f"Python {rt.get('python_version')} ({rt.get('python')}), {shipped}"))
+            rows.append(("runtime", f"Python {rt.get('python_version')} ({rt.get('python')}), {shipped}"))
         else:
-            rows.append(("host runtime", str(rt.get("problem"))))
+            rows.append(("runtime", str(rt.get("problem"))))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 

@@ -109,12 +109,12 @@ class Host(abc.ABC):
     async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
         """Make ``remote_host:remote_port`` on the host reachable from here; return the local port."""
 
-    @abc.abstractmethod
     async def put_file(self, data: bytes, path: str, *, mode: int = 0o600) -> None:
         """Write ``data`` to ``path`` on the host (an absolute path), creating its folder.
 
         Raises ``OSError`` when the host refuses (permissions, disk full) and
-        :class:`HostError` when the link fails."""
+        :class:`HostError` when the link fails. Hosts that cannot take files say so."""
+        raise HostError("error", f"{self.target}: cannot write files on this host", target=self.target)
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
