@@ -46,6 +46,7 @@ from tui.model import GpuStatus, HostStats, ServerStats
 from tui.palette import TunedeckCommands
 from tui.sources import BackoffFn, Sources, backoff as default_backoff
 from widgets.gpu_table import GpuHistory
+from widgets.server_panel import ServerHistory
 
 if TYPE_CHECKING:  # pragma: no cover
     from tui.services.hosts import Host
@@ -204,6 +205,8 @@ class TunedeckApp(App[int]):
         """Runs still alive on the host (run id → RunRecord), found by reattaching on start."""
         self.gpu_history = GpuHistory(maxlen=history)
         """Bounded per-GPU utilization and memory histories (fed while hidden too)."""
+        self.server_history = ServerHistory(maxlen=history)
+        """Bounded per-server running / waiting / KV % / tok/s histories (the status sparklines)."""
         self.gpu_signal: Signal[GpuStatus] = Signal(self, "gpu")
         self.host_signal: Signal[HostStats] = Signal(self, "host")
         self.server_signal: Signal[tuple[ServerStats, ...]] = Signal(self, "servers")
@@ -398,6 +401,7 @@ class TunedeckApp(App[int]):
     def _server_samples(self, message: ServerSamples) -> None:
         if message.host == self.target:
             self.latest.servers = message.servers
+            self.server_history.add(message.servers)
             self.server_signal.publish(message.servers)
 
     @on(HostStateChanged)

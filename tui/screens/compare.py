@@ -157,7 +157,9 @@ class CompareScreen(Screen):
         if names:
             ol.highlighted = 0
         self._show_marks()
-        self.query_one("#ab-progress", ProgressBar).update(total=1, progress=0)
+        bar = self.query_one("#ab-progress", ProgressBar)
+        bar.update(total=1, progress=0)
+        bar.display = False  # shown only while an A/B runs: a finished one is not a 0% bar
         if self._initial is not None:
             self.show_comparison(self._initial, self._initial_series)
         else:
@@ -238,6 +240,9 @@ class CompareScreen(Screen):
             confirm_stop=self._confirm, on_event=lambda ev: self.post_message(ABProgress(ev)),
         )
         self._status(f"A/B {a} vs {b}, plan {plan.name}: starting…")
+        bar = self.query_one("#ab-progress", ProgressBar)
+        bar.update(total=1, progress=0)
+        bar.display = True
         self.refresh_bindings()
         self._run_worker(self.runner)
 
@@ -308,6 +313,7 @@ class CompareScreen(Screen):
         bar = self.query_one("#ab-progress", ProgressBar)
         if rep.status == "completed":
             bar.update(progress=bar.total or 1)
+        bar.display = False
         status = Text(f"A/B {rep.id} {rep.status}", style="bold")
         if rep.error:
             status.append(f": {rep.error}")

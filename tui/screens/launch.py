@@ -202,12 +202,15 @@ class LaunchScreen(Screen):
         else:
             t.append("Profile ", style="dim")
             t.append(p.name, style="bold")
-            if p.source == "builtin" or p.read_only:
-                t.append("  built-in, read-only: Save as keeps your changes", style="yellow")
-            elif p.path:
-                t.append(f"  {p.path}", style="dim")
         if self.is_mounted and self.dirty:
-            t.append("  ● unsaved changes", style="bold yellow")
+            t.append(" · ● unsaved", style="bold yellow")
+        if not self.is_new:
+            if p.source == "builtin" or p.read_only:
+                t.append(" · built-in, read-only: Save as keeps changes", style="yellow")
+            elif p.path:
+                t.append(f" · {p.path}", style="dim")
+        t.no_wrap = True
+        t.overflow = "ellipsis"
         return t
 
     def _show_title(self) -> None:

@@ -35,9 +35,21 @@ class ProfileTable(DataTable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
 
+    #: at 80 columns: narrower Model and Attention, no NCCL column
+    NARROW = (("mark", "", 2), ("name", "Profile", 15), ("engine", "Engine", 6), ("model", "Model", 20),
+              ("tp", "TP", 2), ("attention", "Attention", 10), ("source", "Source", 7))
+
     def on_mount(self) -> None:
-        for key, label, width in self.COLUMNS:
+        self.narrow = self.app.size.width < 100
+        for key, label, width in (self.NARROW if self.narrow else self.COLUMNS):
             self.add_column(label, key=key, width=width)
+
+    def cells(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A full row (COLUMNS order) cut to the columns shown."""
+        if not getattr(self, "narrow", False):
+            return row
+        keep = {k for k, _, _ in self.NARROW}
+        return tuple(v for (k, _, _), v in zip(self.COLUMNS, row) if k in keep)
 
 
 def warnings_modal(name: str, warnings: list[Any]) -> ConfirmModal:
@@ -156,14 +168,15 @@ class ProfilesScreen(Screen):
         table = self.table
         table.clear()
         for p in profiles:
-            table.add_row(*self._cells(p), key=p.name)
+            table.add_row(*table.cells(self._cells(p)), key=p.name)
         for e in listing.errors:
             stem = Path(e.path).stem if e.path else "?"
             key = f"broken:{e.path or stem}"
             self.broken[key] = e
             bad = "bold red"
-            table.add_row(Text("!", style=bad), Text(stem, style=bad), "?", Text("cannot be read", style=bad), "",
-                          "", "", Text("broken", style=bad), key=key)
+            table.add_row(*table.cells((Text("!", style=bad), Text(stem, style=bad), "?",
+                                        Text("cannot be read", style=bad), "", "", "", Text("broken", style=bad))),
+                          key=key)
         if current in self.profiles:
             table.move_cursor(row=list(self.profiles).index(current))
         self._show_marks()
@@ -214,9 +227,10 @@ class ProfilesScreen(Screen):
         t = Text()
         t.append("A: ", style="bold")
         t.append(self.marked["A"] or "(press 1)")
-        t.append("   B: ", style="bold")
+        t.append(" · ")
+        t.append("B: ", style="bold")
         t.append(self.marked["B"] or "(press 2)")
-        t.append("   1/2 mark A/B, g runs the A/B", style="dim")
+        t.append(" · 1/2 mark A/B, g runs the A/B", style="dim")
         self.query_one("#profile-marks", Static).update(t)
 
     def _show_preview(self) -> None:
