@@ -249,3 +249,46 @@ def test_unknown_profile_is_exit_1_everywhere_and_json_is_indented():
     assert set(codes.values()) == {1}, codes
     r = _td("runs", "--json")
     assert r.returncode == 0 and (r.stdout.strip() == "[]" or "\n  " in r.stdout)
+
+
+# ---------------------------------------------------------------- layout and keys
+async def test_80x24_keeps_the_important_columns_and_160_adds_history():
+    from tests.snapshot_app import SCENES
+    from tests.ui_text import screen_text
+    from widgets.gpu_table import GpuTable
+    from widgets.server_panel import ServerTable
+
+    app, run_before = SCENES["status"]()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await run_before(pilot)
+        gpu = [k for k, _, _ in app.screen.query_one(GpuTable).shown_columns]
+        srv = [k for k, _, _ in app.screen.query_one(ServerTable).shown_columns]
+        assert {"temp", "power", "sm"} <= set(gpu) and "mem_hist" not in gpu
+        assert {"waiting", "kv", "gen", "ttft"} <= set(srv)
+        text = screen_text(app)
+        for word in ("Temp", "Power", "SM", "Wait", "KV", "tok/s", "TTFT"):
+            assert word in text, word
+        await pilot.resize_terminal(160, 48)
+        await pilot.pause(0.3)
+        gpu = [k for k, _, _ in app.screen.query_one(GpuTable).shown_columns]
+        srv = [k for k, _, _ in app.screen.query_one(ServerTable).shown_columns]
+        assert "mem_hist" in gpu and {"run_hist", "wait_hist", "kv_hist", "gen_hist"} <= set(srv)
+
+
+async def test_question_mark_lists_the_keys_of_the_screen():
+    from tests.snapshot_app import SCENES
+    from tests.ui_text import screen_text
+    from tui.screens.modals import KeysModal
+
+    app, run_before = SCENES["profiles"]()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await run_before(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, KeysModal)
+        text = screen_text(app)
+        assert "Keys: Profiles" in text and "Launch it" in text and "Pre-flight, then launch" in text
+        assert "Cursor up" not in text  # Textual's own cursor keys are not the screen's keys
+        await pilot.press("question_mark")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, KeysModal)

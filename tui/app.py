@@ -147,6 +147,8 @@ class TunedeckApp(App[int]):
         Binding("b", "mode('bench')", "Bench", tooltip="Benchmarks with live charts", id="mode-bench"),
         Binding("c", "mode('compare')", "Compare", tooltip="A/B comparison", id="mode-compare"),
         Binding("r", "reconnect", "Reconnect", tooltip="Reconnect to the host now", id="reconnect"),
+        Binding("question_mark", "keys", "Keys", tooltip="Every key of this screen, and what it does",
+                id="keys"),
         Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit",
                 priority=True),
     ]
@@ -451,6 +453,47 @@ class TunedeckApp(App[int]):
             except Exception as e:  # noqa: BLE001 - a broken screen must not end the dashboard
                 self.notify(f"cannot open {self.mode_specs[mode].title}: {type(e).__name__}: {e}",
                             severity="error", timeout=8)
+
+    def key_rows(self) -> list[tuple[str, str, str, bool]]:
+        """(keys, description, tooltip, enabled) for the bindings of the current screen, the
+        focused tunedeck widget and the app (Textual's own cursor keys are left out); keys bound
+        to the same action are shown together ("enter, e"), after any keymap remapping."""
+        nodes: list[Any] = []
+        focused = self.screen.focused
+        while focused is not None and focused is not self.screen:
+            if type(focused).__module__.split(".")[0] in ("tui", "widgets"):
+                nodes.append(focused)
+            focused = focused.parent  # type: ignore[assignment]
+        nodes += [self.screen, self]
+        active = self.active_bindings
+        by_action: dict[str, Any] = {}
+        for key, ab in active.items():
+            by_action.setdefault(ab.binding.action, []).append((key, ab))
+        rows: list[tuple[str, str, str, bool]] = []
+        seen: set[str] = set()
+        for node in nodes:
+            own = [b for cls in type(node).__mro__ if cls.__module__.split(".")[0]
+                   in ("tui", "widgets") and "BINDINGS" in cls.__dict__ for b in cls.__dict__["BINDINGS"]]
+            for b in Binding.make_bindings(own):
+                if not b.description or b.action in seen:
+                    continue
+                seen.add(b.action)
+                # the keys that reach this action now (a [keymap] remap included), else the declared ones
+                live = [(k, ab) for k, ab in by_action.get(b.action, []) if ab.node is node]
+                keys = list(dict.fromkeys([k.strip() for k in b.key.split(",")] + [k for k, _ in live]))
+                enabled = bool(live[0][1].enabled) if live else True
+                rows.append((", ".join(self.get_key_display(b.with_key(k)) for k in keys), b.description,
+                             b.tooltip or "", enabled))
+        return rows
+
+    def action_keys(self) -> None:
+        """Show the keys of the current screen (``?``)."""
+        from tui.screens.modals import KeysModal
+
+        if isinstance(self.screen, KeysModal):
+            return
+        name = type(self.screen).__name__.removesuffix("Screen") or "screen"
+        self.push_screen(KeysModal(name, self.key_rows()))
 
     def action_reconnect(self) -> None:
         """Restart every collector now (also retries auth / host-key failures)."""

@@ -72,4 +72,54 @@ class ConfirmModal(ModalScreen[bool]):
         self.dismiss(ev.button.id == "confirm-ok")
 
 
-__all__ = ["ConfirmModal"]
+
+class KeysModal(ModalScreen[None]):
+    """``?``: every key of the screen underneath, what it does, and why (k9s style).
+
+    The rows are computed by the caller from the active bindings before this screen is pushed
+    (once pushed, the active bindings are this modal's own)."""
+
+    DEFAULT_CSS = """
+    KeysModal { align: center middle; }
+    KeysModal > Vertical { width: 90; max-width: 100%; height: auto; max-height: 100%;
+                           border: thick $primary; background: $surface; padding: 0 1; }
+    KeysModal #keys-title { text-style: bold; width: 100%; }
+    KeysModal #keys-body { height: auto; max-height: 100%; }
+    KeysModal #keys-hint { color: $text-muted; }
+    """
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss_keys", "Close", id="keys-close")]
+
+    def __init__(self, title: str, rows: list[tuple[str, str, str, bool]]) -> None:
+        super().__init__()
+        #: the screen the keys belong to
+        self.title_text = title
+        #: (key, description, tooltip, enabled now)
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        from textual.containers import VerticalScroll
+        from textual.widgets import Static
+
+        with Vertical():
+            yield Label(Text(f"Keys: {self.title_text}"), id="keys-title")
+            body = Text()
+            width = max((len(k) for k, _, _, _ in self.rows), default=4) + 2
+            for i, (key, desc, tip, enabled) in enumerate(self.rows):
+                if i:
+                    body.append("\n")
+                style = "" if enabled else "dim"
+                body.append(key.ljust(width), style=f"bold {style}".strip())
+                body.append(desc, style=style)
+                if tip and tip != desc:
+                    body.append(f"  {tip}", style="dim")
+                if not enabled:
+                    body.append("  (not now)", style="dim italic")
+            with VerticalScroll(id="keys-body"):
+                yield Static(body)
+            yield Label("escape or ? closes · ctrl+p lists the same as commands", id="keys-hint")
+
+    def action_dismiss_keys(self) -> None:
+        self.dismiss(None)
+
+
+__all__ = ["ConfirmModal", "KeysModal"]
