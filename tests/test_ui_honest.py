@@ -292,3 +292,67 @@ async def test_question_mark_lists_the_keys_of_the_screen():
         await pilot.press("question_mark")
         await pilot.pause(0.1)
         assert not isinstance(app.screen, KeysModal)
+
+
+async def test_profiles_filter_takes_a_burst_and_headers_sort():
+    from textual import events
+
+    from tests.snapshot_app import base_app
+    from tui.screens.profiles import ProfilesScreen
+    from widgets.filter_table import TableFilter
+
+    app = base_app(ticks=2)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, ProfilesScreen))
+        lst = app.screen
+        for ch in "/vllm":
+            app.post_message(events.Key("slash" if ch == "/" else ch, ch))
+        app.post_message(events.Key("enter", None))
+        for _ in range(5):
+            await pilot.pause()
+        assert app.screen is lst and app.current_mode == "launch"  # 'l' / 'm' ran nothing
+        assert lst.table.shown_keys == ["vllm-baseline"]
+        assert lst.highlighted == "vllm-baseline"
+        assert not lst.query_one(TableFilter).is_open and lst.table.filter_text == "vllm"
+        await pilot.press("slash", "escape")
+        await pilot.pause()
+        assert len(lst.table.shown_keys) == 4
+        lst.table.sort_by("name")
+        lst.table.sort_by("name")  # again: reversed
+        await pilot.pause()
+        assert lst.table.shown_keys == sorted(lst.table.shown_keys, reverse=True)
+        lst.table.move_cursor(row=0)
+        await pilot.pause()
+        assert lst.highlighted == lst.table.shown_keys[0]  # the row, not the position in the file list
+
+
+async def test_results_list_filters_and_sorts():
+    import json as _json
+
+    from tests.snapshot_app import base_app
+    from tui.bench.store import run_dir
+    from tui.screens.bench_setup import BenchSetupScreen
+    from widgets.filter_table import FilterTable
+
+    for rid, prof, tput in (("20260101-000000-aaaaaa", "sglang-base", 61.0), ("20260101-000001-bbbbbb", "vllm-x", 9.5),
+                            ("20260101-000002-cccccc", "sglang-tuned", 120.0)):
+        d = run_dir(rid)
+        d.mkdir(parents=True)
+        (d / "meta.json").write_text(_json.dumps({"run_id": rid, "max_concurrency": 1, "profile": prof}))
+        (d / "summary.json").write_text(_json.dumps({"completed": 5, "failed": 0, "output_throughput": tput,
+                                                     "median_ttft_ms": 7.0}))
+    app = base_app(ticks=2)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("b")
+        await until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
+        scr = app.screen
+        table = scr.query_one("#bs-results", FilterTable)
+        table.focus()
+        await pilot.pause()
+        await pilot.press("slash", "s", "g", "l", "enter")
+        await pilot.pause()
+        assert app.current_mode == "bench" and len(table.shown_keys) == 2
+        table.sort_by("tok")
+        await pilot.pause()
+        assert table.shown_keys == ["20260101-000000-aaaaaa", "20260101-000002-cccccc"]
