@@ -38,12 +38,19 @@ def h200_status(n: int = 8, t: int = 0) -> GpuStatus:
 TICKS = 30
 
 
-def _servers() -> FakeServers:
-    return FakeServers((
-        server("sglang-tuned", "ready"),
+def servers_at(t: int) -> tuple:
+    """The servers at tick ``t``: a ready SGLang under a varying load, a vLLM still starting."""
+    load = (3 * t) % 16
+    return (
+        server("sglang-tuned", "ready", running=float(load), waiting=float(max(0, load - 10)),
+               kv_cache_usage=0.2 + 0.04 * load, gen_throughput=110.0 * load + 40.0),
         server("vllm-baseline", "starting", engine="vllm", model="/models/Llama-3.1-70B-Instruct", port=8000,
                running=NA, waiting=NA, kv_cache_usage=NA, gen_throughput=NA, ttft_p50=NA),
-    ))
+    )
+
+
+def _servers() -> FakeServers:
+    return FakeServers(*[servers_at(t) for t in range(TICKS)])
 
 
 def base_app(ticks: int = TICKS) -> TunedeckApp:
@@ -68,7 +75,15 @@ async def _settled(app: TunedeckApp, pilot: Pilot) -> None:
     """The feeds are exhausted (last GPU tick drawn, servers and host sampled)."""
     await _until(pilot, lambda: app.latest.gpu.time == 1_700_000_000.0 + TICKS - 1
                  and app.latest.servers is not None and app.latest.link.ok)
-    await app.stop_polling()  # nothing changes after this: the frame is the same every run
+    app.interval = 3600.0  # the feeds go quiet (each loop sleeps after its current poll): a still frame
+    await pilot.pause(0.1)
+    # the server feed ran at its own pace: give every run the same history, whatever it was
+    from widgets.server_panel import ServerHistory
+
+    app.server_history = ServerHistory(maxlen=60)
+    for t in range(TICKS):
+        app.server_history.add(servers_at(t))
+    app.latest.servers = servers_at(TICKS - 1)
     await pilot.pause(0.6)  # the status screen draws at most twice a second
 
 
