@@ -356,3 +356,36 @@ async def test_results_list_filters_and_sorts():
         table.sort_by("tok")
         await pilot.pause()
         assert table.shown_keys == ["20260101-000000-aaaaaa", "20260101-000002-cccccc"]
+
+
+async def test_host_switcher_lists_ssh_config_and_switches(tmp_path, monkeypatch):
+    from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats
+    from tui.app import make_app
+    from tui.screens.hosts import HostsModal, recent_hosts
+    from tui.sources import Sources
+
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text("Host gpu-a gpu-b\n  User op\nHost *.internal\n  User x\n")
+    monkeypatch.setenv("HOME", str(home))
+    made: list[str] = []
+
+    def factory(target):
+        made.append(target)
+        return None, Sources(gpu=FakeGpu([gpu_status(2)]), host=FakeHost(host_stats(hostname=target)),
+                             servers=FakeServers(()))
+
+    app = make_app(gpu=FakeGpu([gpu_status(8)]), host_source=FakeHost(host_stats()), servers=FakeServers(),
+                   target="first", host_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.latest.link.ok)
+        await pilot.press("H")
+        await until(pilot, lambda: isinstance(app.screen, HostsModal))
+        ids = [o.id for o in app.screen.query_one("#hosts-list").options]
+        assert ids == ["first", "gpu-a", "gpu-b", "local", "demo"]
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: app.target == "gpu-a" and app.latest.host is not None
+                    and app.latest.host.hostname == "gpu-a")
+        assert made == ["gpu-a"] and app.sub_title.startswith("gpu-a")
+        await until(pilot, lambda: len(app.latest.gpu.gpus) == 2)
+        assert recent_hosts()[0] == "gpu-a"

@@ -149,6 +149,8 @@ class TunedeckApp(App[int]):
         Binding("r", "reconnect", "Reconnect", tooltip="Reconnect to the host now", id="reconnect"),
         Binding("question_mark", "keys", "Keys", tooltip="Every key of this screen, and what it does",
                 id="keys"),
+        Binding("H", "hosts", "Hosts", tooltip="Switch to another host (~/.ssh/config, used before, demo)",
+                id="hosts"),
         Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit",
                 priority=True),
     ]
@@ -169,6 +171,7 @@ class TunedeckApp(App[int]):
         close_host: bool = True,
         demo: bool = False,
         keymap: dict[str, str] | None = None,
+        host_factory: Callable[[str], tuple["Host | None", Sources]] | None = None,
     ) -> None:
         if sources is None:
             if host is None:
@@ -184,6 +187,8 @@ class TunedeckApp(App[int]):
         self.demo = demo
         """True when the host is the built-in simulator (screens swap executables for ``tunedeck sim``)."""
         self._user_keymap = keymap
+        self.host_factory = host_factory
+        """target → (host, sources) for the host switcher (default: the real host and collectors)."""
         self.interval = interval
         self.sample_timeout = sample_timeout
         self.backoff: BackoffFn = backoff or default_backoff
@@ -241,6 +246,9 @@ class TunedeckApp(App[int]):
         self.start_polling()
         if self.host is not None:
             self.run_worker(self._reattach(), name="reattach", group="reattach", exit_on_error=False)
+            from tui.screens.hosts import remember_host
+
+            remember_host(self.target)  # offered by the host switcher next time
 
     async def _reattach(self) -> None:
         """Adopt the runs still alive on the host (launched earlier, from here or elsewhere):
@@ -494,6 +502,83 @@ class TunedeckApp(App[int]):
             return
         name = type(self.screen).__name__.removesuffix("Screen") or "screen"
         self.push_screen(KeysModal(name, self.key_rows()))
+
+    def action_hosts(self) -> None:
+        """Pick another host (k9s contexts): ``~/.ssh/config``, hosts used before, local, demo."""
+        from tui.screens.hosts import HostsModal, host_choices
+
+        if isinstance(self.screen, HostsModal):
+            return
+
+        def chosen(target: str | None) -> None:
+            if target and target != self.target:
+                self.run_worker(self.switch_host(target), name="switch-host", group="switch-host",
+                                exclusive=True, exit_on_error=False)
+
+        self.push_screen(HostsModal(self.target, host_choices(self.target)), chosen)
+
+    def _make_host(self, target: str) -> tuple["Host | None", Sources]:
+        if self.host_factory is not None:
+            return self.host_factory(target)
+        from tui.services.hosts import get_host
+        from tui.sources import default_sources
+
+        host = get_host(None if target == "demo" else target, demo=target == "demo")
+        return host, default_sources(host, interval=self.interval)
+
+    async def switch_host(self, target: str) -> None:
+        """Leave the current host (its collectors end first) and show ``target``."""
+        from tui.screens.hosts import remember_host
+
+        try:
+            host, sources = self._make_host(target)
+        except Exception as e:  # noqa: BLE001 - HostError, UnsafeInput, no simulator: say why, stay
+            self.notify(f"cannot switch to {target}: {e}", severity="error", markup=False, timeout=8)
+            return
+        if self.current_mode != "status" and "status" in self.available_modes:
+            await self.switch_mode("status")
+        await self.stop_polling()
+        old_host, old_sources = self.host, self.sources
+        for source in (old_sources.gpu, old_sources.host, old_sources.servers):
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                try:
+                    await asyncio.wait_for(aclose(), 3)
+                except Exception:  # noqa: BLE001 - leaving it anyway
+                    pass
+        if old_host is not None and self.close_host and old_host is not host:
+            try:
+                await asyncio.wait_for(old_host.close(), 3)
+            except Exception:  # noqa: BLE001 - leaving it anyway
+                pass
+        self.host, self.sources, self.demo = host, sources, target == "demo"
+        self.target = target
+        self.runs = {}
+        self.latest = Latest(link=LinkState(self.target, "connecting"))
+        if sources.gpu is None:
+            self.latest.gpu = GpuStatus(state="no-collector")
+        self.gpu_history = GpuHistory(maxlen=self.gpu_history.maxlen)
+        self.server_history = ServerHistory(maxlen=self.server_history.maxlen)
+        # the other modes were built for the old host: build them again when next opened
+        for mode in list(self.available_modes):
+            if mode == self.current_mode:
+                continue
+            try:
+                await self.remove_mode(mode)
+            except Exception:  # noqa: BLE001 - never opened yet
+                pass
+            factory = _resolve(self, self.mode_specs[mode].screen)
+            if factory is not None:
+                self.add_mode(mode, factory)
+        self._apply_link(self.latest.link)
+        redraw = getattr(self.screen, "redraw", None)
+        if redraw is not None:
+            redraw()
+        self.start_polling()
+        if self.host is not None:
+            self.run_worker(self._reattach(), name="reattach", group="reattach", exit_on_error=False)
+        remember_host(target)
+        self.notify(f"now on {target}", title="Host")
 
     def action_reconnect(self) -> None:
         """Restart every collector now (also retries auth / host-key failures)."""
