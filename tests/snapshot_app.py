@@ -284,9 +284,70 @@ def compare() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     return app, run_before
 
 
+def runs() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.screens.runs import RunsScreen
+        from tui.services.launcher import RunRecord
+
+        recs = [RunRecord(f"7f3a00{i:02d}", TARGET, ["x"], engine=e, port=port, profile=prof, status=st,
+                          created=1_741_436_000.0 + 3600 * i, started=1_741_436_000.0 + 3600 * i, rc=rc)
+                for i, (prof, e, port, st, rc) in enumerate((
+                    ("sglang-base", "sglang", 30000, "stopped", 0), ("sglang-tuned", "sglang", 30000, "failed", 1),
+                    ("vllm-baseline", "vllm", 8000, "ready", None)))]
+        await _settled(app, pilot)
+        await app.push_screen(RunsScreen(records=recs))
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+def keys() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        await _settled(app, pilot)
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+def confirm_stop() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.screens.modals import ConfirmModal
+
+        await _settled(app, pilot)
+        await app.push_screen(ConfirmModal("Stop run 20250308-122905-7f3a on gpuop@gpu-box-01 (pid 48213)?\n"
+                                           "TERM, then KILL after 30 s.", title="Stop the server", action="Stop",
+                                           danger=True))
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+def hosts() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.screens.hosts import HostsModal
+
+        await _settled(app, pilot)
+        await app.push_screen(HostsModal(TARGET, [(TARGET, "current"), ("gpu-box-02", "used before"),
+                                                  ("h200-a", "~/.ssh/config"), ("local", "this machine"),
+                                                  ("demo", "the simulator")]))
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
 SCENES: dict[str, Scene] = {
     "status": status, "profiles": profiles, "launch-form": launch_form, "run": run, "bench": bench,
-    "bench-setup": bench_setup, "compare": compare,
+    "bench-setup": bench_setup, "compare": compare, "runs": runs, "keys": keys, "confirm-stop": confirm_stop,
+    "hosts": hosts,
 }
 
 __all__ = ["SCENES", "Scene", "base_app", "bench_script", "h200_status"]

@@ -389,3 +389,39 @@ async def test_host_switcher_lists_ssh_config_and_switches(tmp_path, monkeypatch
         assert made == ["gpu-a"] and app.sub_title.startswith("gpu-a")
         await until(pilot, lambda: len(app.latest.gpu.gpus) == 2)
         assert recent_hosts()[0] == "gpu-a"
+
+
+async def test_runs_list_filters_sorts_and_opens(monkeypatch):
+    from textual import events
+
+    from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
+    from tui.app import make_app
+    from tui.screens.runs import RunsScreen
+    from tui.services.launcher import RunRecord, RunStore
+
+    store = RunStore()
+    for i, (prof, st, port) in enumerate((("sglang-base", "stopped", 30000), ("vllm-baseline", "ready", 8000),
+                                          ("sglang-tuned", "failed", 30001))):
+        store.save(RunRecord(f"abcdef{i:02d}", "t", ["x"], engine=prof.split("-")[0], port=port,
+                             profile=prof, status=st, created=1_700_000_000.0 + i))
+    app = make_app(gpu=FakeGpu([gpu_status(2)]), host_source=FakeHost(), servers=FakeServers(), target="t")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("R")
+        await until(pilot, lambda: isinstance(app.screen, RunsScreen))
+        scr = app.screen
+        assert [scr.records[k].profile for k in scr.table.shown_keys] == ["sglang-tuned", "vllm-baseline",
+                                                                          "sglang-base"]
+        for ch in "/sglang":
+            app.post_message(events.Key("slash" if ch == "/" else ch, ch))
+        app.post_message(events.Key("enter", None))
+        for _ in range(5):
+            await pilot.pause()
+        assert app.screen is scr and app.current_mode == "status"
+        assert len(scr.table.shown_keys) == 2
+        scr.table.sort_by("port")
+        await pilot.pause()
+        assert [scr.records[k].port for k in scr.table.shown_keys] == [30000, 30001]
+        await pilot.press("enter")  # no host in this app: says so, no traceback
+        await pilot.pause()
+        assert app.screen is scr

@@ -102,18 +102,17 @@ class KeysModal(ModalScreen[None]):
 
         with Vertical():
             yield Label(Text(f"Keys: {self.title_text}"), id="keys-title")
-            body = Text()
-            width = max((len(k) for k, _, _, _ in self.rows), default=4) + 2
-            for i, (key, desc, tip, enabled) in enumerate(self.rows):
-                if i:
-                    body.append("\n")
-                style = "" if enabled else "dim"
-                body.append(key.ljust(width), style=f"bold {style}".strip())
-                body.append(desc, style=style)
-                if tip and tip != desc:
-                    body.append(f"  {tip}", style="dim")
+            from rich.table import Table
+
+            body = Table(box=None, show_header=False, padding=(0, 1), expand=True)
+            body.add_column("key", no_wrap=True, style="bold")
+            body.add_column("what", no_wrap=True)
+            body.add_column("why", ratio=1, style="dim")
+            for key, desc, tip, enabled in self.rows:
+                why = tip if tip and tip != desc else ""
                 if not enabled:
-                    body.append("  (not now)", style="dim italic")
+                    why = f"{why} (not now)".strip()
+                body.add_row(Text(key), Text(desc, style="" if enabled else "dim"), Text(why))
             with VerticalScroll(id="keys-body"):
                 yield Static(body)
             yield Label("escape or ? closes · ctrl+p lists the same as commands", id="keys-hint")

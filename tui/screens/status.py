@@ -41,6 +41,8 @@ class StatusScreen(Screen):
                 id="status-toggle-processes"),
         Binding("g", "focus_gpus", "GPUs", tooltip="Focus the GPU table", id="status-focus-gpus",
                 show=False),
+        Binding("R", "runs", "Runs", tooltip="Every server tunedeck launched on this host (/ filters, "
+                "a header click sorts)", id="status-runs"),
         Binding("o", "open_run", "Open run", tooltip="Log, startup progress and stop for the highlighted server "
                 "(enter on a server row does the same)", id="status-open-run"),
     ]
@@ -189,6 +191,11 @@ class StatusScreen(Screen):
     def action_toggle_processes(self) -> None:
         panel = self.query_one("#procs-panel")
         panel.display = not panel.display
+
+    def action_runs(self) -> None:
+        from tui.screens.runs import RunsScreen
+
+        self.app.push_screen(RunsScreen())
 
     def action_focus_gpus(self) -> None:
         self.query_one(GpuTable).focus()
