@@ -229,7 +229,7 @@ class TunedeckApp(App[int]):
             try:
                 keymap = load_keymap()
             except KeymapError as e:
-                self.notify(f"keymap ignored: {e}", severity="error", timeout=10)
+                self.notify(f"keymap ignored: {e}", severity="error", timeout=10, markup=False)
                 return
         if keymap:
             self.set_keymap(keymap)
@@ -460,7 +460,7 @@ class TunedeckApp(App[int]):
                 await self.switch_mode(mode)
             except Exception as e:  # noqa: BLE001 - a broken screen must not end the dashboard
                 self.notify(f"cannot open {self.mode_specs[mode].title}: {type(e).__name__}: {e}",
-                            severity="error", timeout=8)
+                            severity="error", timeout=8, markup=False)
 
     def key_rows(self) -> list[tuple[str, str, str, bool]]:
         """(keys, description, tooltip, enabled) for the bindings of the current screen, the

@@ -196,7 +196,7 @@ class BenchSetupScreen(Screen):
                            ("tok", "Out tok/s"), ("ttft", "TTFT p50"), ("state", "State")):
             results.add_column(label, key=key)
         target = getattr(self.tapp, "target", "host")
-        self.query_one("#bs-servers-title", Label).update(f"Servers on {target}")
+        self.query_one("#bs-servers-title", Label).update(Text(f"Servers on {target}"))
         latest = getattr(self.tapp, "latest", None)
         if latest is not None and latest.servers is not None:
             self._on_servers(latest.servers)
@@ -264,7 +264,7 @@ class BenchSetupScreen(Screen):
             args = self.current_args()
         except BenchFormError as e:
             self.query_one("#bs-command", Static).update("")
-            self.query_one("#bs-error", Static).update(str(e))
+            self.query_one("#bs-error", Static).update(Text(str(e)))
             return
         self.query_one("#bs-error", Static).update("")
         self.query_one("#bs-command", Static).update(Text("tunedeck bench " + shlex.join(args)))
@@ -296,8 +296,8 @@ class BenchSetupScreen(Screen):
         try:
             args = self.current_args()
         except BenchFormError as e:
-            self.query_one("#bs-error", Static).update(str(e))
-            self.notify(str(e), severity="error")
+            self.query_one("#bs-error", Static).update(Text(str(e)))
+            self.notify(str(e), severity="error", markup=False)
             return
         from tui.screens.bench import BenchScreen
 
@@ -315,7 +315,7 @@ class BenchSetupScreen(Screen):
         try:
             runs = list_runs()
         except OSError as e:
-            self.query_one("#bs-summary", Static).update(f"results unreadable: {e}")
+            self.query_one("#bs-summary", Static).update(Text(f"results unreadable: {e}"))
             return
         runs = sorted(runs, key=lambda r: r.run_id, reverse=True)
         table = self.query_one("#bs-results", FilterTable)
@@ -378,12 +378,12 @@ class BenchSetupScreen(Screen):
         if r is None:
             return
         if not r.summary:
-            out.update(f"{run_id}: no summary (the run was interrupted; `tunedeck results {run_id}` rebuilds it)")
+            out.update(Text(f"{run_id}: no summary (the run was interrupted; `tunedeck results {run_id}` rebuilds it)"))
             return
         try:
             text = format_result(r.summary)
         except (KeyError, TypeError, ValueError) as e:
-            out.update(f"{run_id}: summary unreadable ({e})")
+            out.update(Text(f"{run_id}: summary unreadable ({e})"))
             return
         out.update(Text(f"{run_id}\n{text}"))
 

@@ -176,7 +176,8 @@ class CompareScreen(Screen):
 
     # ------------------------------------------------------------------ actions
     def _status(self, text: str | Text) -> None:
-        self.query_one("#ab-status", Static).update(text)
+        # runner lines and errors quote profile names, paths and messages: never markup
+        self.query_one("#ab-status", Static).update(Text(text) if isinstance(text, str) else text)
 
     def _show_marks(self) -> None:
         t = Text()

@@ -259,7 +259,7 @@ class LaunchScreen(Screen):
         try:
             facts = await probe_host(self.host, profile, demo=self.demo)
         except Exception as e:  # the built-in choices stay; say why
-            self.notify(f"Could not read the engine's backends: {e}", severity="warning")
+            self.notify(f"Could not read the engine's backends: {e}", severity="warning", markup=False)
             return
         if facts.gpus:
             self._host_gpus = tuple(facts.gpus)
