@@ -153,6 +153,10 @@ def launch_form() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
         scr: Any = app.screen
         scr.query_one("#tp", Input).value = "4"  # an unsaved edit: the title and the diff say so
         app.set_focus(None)
+        from widgets.preset_form import PresetForm
+
+        await _until(pilot, lambda: "unsaved" in str(scr.query_one("#launch-title").render())
+                     and any(m.key == "vs saved" for m in scr.query_one(PresetForm).messages))
         await pilot.pause(0.3)
 
     return app, run_before
