@@ -257,3 +257,179 @@ def test_unknown_profile_is_exit_1_everywhere_and_json_is_indented():
     assert set(codes.values()) == {1}, codes
     r = _td("runs", "--json")
     assert r.returncode == 0 and (r.stdout.strip() == "[]" or "\n  " in r.stdout)
+
+
+# ---------------------------------------------------------------- layout and keys
+async def test_80x24_keeps_the_important_columns_and_160_adds_history():
+    from tests.snapshot_app import SCENES
+    from tests.ui_text import screen_text
+    from widgets.gpu_table import GpuTable
+    from widgets.server_panel import ServerTable
+
+    app, run_before = SCENES["status"]()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await run_before(pilot)
+        gpu = [k for k, _, _ in app.screen.query_one(GpuTable).shown_columns]
+        srv = [k for k, _, _ in app.screen.query_one(ServerTable).shown_columns]
+        assert {"temp", "power", "sm"} <= set(gpu) and "mem_hist" not in gpu
+        assert {"waiting", "kv", "gen", "ttft"} <= set(srv)
+        text = screen_text(app)
+        for word in ("Temp", "Power", "SM", "Wait", "KV", "tok/s", "TTFT"):
+            assert word in text, word
+        await pilot.resize_terminal(160, 48)
+        await pilot.pause(0.3)
+        gpu = [k for k, _, _ in app.screen.query_one(GpuTable).shown_columns]
+        srv = [k for k, _, _ in app.screen.query_one(ServerTable).shown_columns]
+        assert "mem_hist" in gpu and {"run_hist", "wait_hist", "kv_hist", "gen_hist"} <= set(srv)
+
+
+async def test_question_mark_lists_the_keys_of_the_screen():
+    from tests.snapshot_app import SCENES
+    from tests.ui_text import screen_text
+    from tui.screens.modals import KeysModal
+
+    app, run_before = SCENES["profiles"]()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await run_before(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, KeysModal)
+        text = screen_text(app)
+        assert "Keys: Profiles" in text and "Launch it" in text and "Pre-flight, then launch" in text
+        assert "Cursor up" not in text  # Textual's own cursor keys are not the screen's keys
+        await pilot.press("question_mark")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, KeysModal)
+
+
+async def test_profiles_filter_takes_a_burst_and_headers_sort():
+    from textual import events
+
+    from tests.snapshot_app import base_app
+    from tui.screens.profiles import ProfilesScreen
+    from widgets.filter_table import TableFilter
+
+    app = base_app(ticks=2)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, ProfilesScreen))
+        lst = app.screen
+        for ch in "/vllm":
+            app.post_message(events.Key("slash" if ch == "/" else ch, ch))
+        app.post_message(events.Key("enter", None))
+        for _ in range(5):
+            await pilot.pause()
+        assert app.screen is lst and app.current_mode == "launch"  # 'l' / 'm' ran nothing
+        assert lst.table.shown_keys == ["vllm-baseline"]
+        assert lst.highlighted == "vllm-baseline"
+        assert not lst.query_one(TableFilter).is_open and lst.table.filter_text == "vllm"
+        await pilot.press("slash", "escape")
+        await pilot.pause()
+        assert len(lst.table.shown_keys) == 4
+        lst.table.sort_by("name")
+        lst.table.sort_by("name")  # again: reversed
+        await pilot.pause()
+        assert lst.table.shown_keys == sorted(lst.table.shown_keys, reverse=True)
+        lst.table.move_cursor(row=0)
+        await pilot.pause()
+        assert lst.highlighted == lst.table.shown_keys[0]  # the row, not the position in the file list
+
+
+async def test_results_list_filters_and_sorts():
+    import json as _json
+
+    from tests.snapshot_app import base_app
+    from tui.bench.store import run_dir
+    from tui.screens.bench_setup import BenchSetupScreen
+    from widgets.filter_table import FilterTable
+
+    for rid, prof, tput in (("20260101-000000-aaaaaa", "sglang-base", 61.0), ("20260101-000001-bbbbbb", "vllm-x", 9.5),
+                            ("20260101-000002-cccccc", "sglang-tuned", 120.0)):
+        d = run_dir(rid)
+        d.mkdir(parents=True)
+        (d / "meta.json").write_text(_json.dumps({"run_id": rid, "max_concurrency": 1, "profile": prof}))
+        (d / "summary.json").write_text(_json.dumps({"completed": 5, "failed": 0, "output_throughput": tput,
+                                                     "median_ttft_ms": 7.0}))
+    app = base_app(ticks=2)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("b")
+        await until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
+        scr = app.screen
+        table = scr.query_one("#bs-results", FilterTable)
+        table.focus()
+        await pilot.pause()
+        await pilot.press("slash", "s", "g", "l", "enter")
+        await pilot.pause()
+        assert app.current_mode == "bench" and len(table.shown_keys) == 2
+        table.sort_by("tok")
+        await pilot.pause()
+        assert table.shown_keys == ["20260101-000000-aaaaaa", "20260101-000002-cccccc"]
+
+
+async def test_host_switcher_lists_ssh_config_and_switches(tmp_path, monkeypatch):
+    from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats
+    from tui.app import make_app
+    from tui.screens.hosts import HostsModal, recent_hosts
+    from tui.sources import Sources
+
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text("Host gpu-a gpu-b\n  User op\nHost *.internal\n  User x\n")
+    monkeypatch.setenv("HOME", str(home))
+    made: list[str] = []
+
+    def factory(target):
+        made.append(target)
+        return None, Sources(gpu=FakeGpu([gpu_status(2)]), host=FakeHost(host_stats(hostname=target)),
+                             servers=FakeServers(()))
+
+    app = make_app(gpu=FakeGpu([gpu_status(8)]), host_source=FakeHost(host_stats()), servers=FakeServers(),
+                   target="first", host_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.latest.link.ok)
+        await pilot.press("H")
+        await until(pilot, lambda: isinstance(app.screen, HostsModal))
+        ids = [o.id for o in app.screen.query_one("#hosts-list").options]
+        assert ids == ["first", "gpu-a", "gpu-b", "local", "demo"]
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: app.target == "gpu-a" and app.latest.host is not None
+                    and app.latest.host.hostname == "gpu-a")
+        assert made == ["gpu-a"] and app.sub_title.startswith("gpu-a")
+        await until(pilot, lambda: len(app.latest.gpu.gpus) == 2)
+        assert recent_hosts()[0] == "gpu-a"
+
+
+async def test_runs_list_filters_sorts_and_opens(monkeypatch):
+    from textual import events
+
+    from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
+    from tui.app import make_app
+    from tui.screens.runs import RunsScreen
+    from tui.services.launcher import RunRecord, RunStore
+
+    store = RunStore()
+    for i, (prof, st, port) in enumerate((("sglang-base", "stopped", 30000), ("vllm-baseline", "ready", 8000),
+                                          ("sglang-tuned", "failed", 30001))):
+        store.save(RunRecord(f"abcdef{i:02d}", "t", ["x"], engine=prof.split("-")[0], port=port,
+                             profile=prof, status=st, created=1_700_000_000.0 + i))
+    app = make_app(gpu=FakeGpu([gpu_status(2)]), host_source=FakeHost(), servers=FakeServers(), target="t")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("R")
+        await until(pilot, lambda: isinstance(app.screen, RunsScreen))
+        scr = app.screen
+        assert [scr.records[k].profile for k in scr.table.shown_keys] == ["sglang-tuned", "vllm-baseline",
+                                                                          "sglang-base"]
+        for ch in "/sglang":
+            app.post_message(events.Key("slash" if ch == "/" else ch, ch))
+        app.post_message(events.Key("enter", None))
+        for _ in range(5):
+            await pilot.pause()
+        assert app.screen is scr and app.current_mode == "status"
+        assert len(scr.table.shown_keys) == 2
+        scr.table.sort_by("port")
+        await pilot.pause()
+        assert [scr.records[k].port for k in scr.table.shown_keys] == [30000, 30001]
+        await pilot.press("enter")  # no host in this app: says so, no traceback
+        await pilot.pause()
+        assert app.screen is scr

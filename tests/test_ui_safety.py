@@ -185,3 +185,24 @@ def test_stop_without_a_terminal_and_without_yes_does_not_stop():
     finally:
         r = td("stop", "--yes", "--grace", "5")
     assert r.returncode == 0, r.stderr
+
+
+async def test_form_edits_speculative_decoding(store):
+    screen = LaunchScreen(store.get("sglang-eagle3"), store=store)
+    app = FormApp(screen)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert screen.query_one("#spec-algorithm", Input).value == "EAGLE3"
+        assert screen.query_one("#spec-num-steps", Input).value == "5"
+        assert not screen.dirty
+        steps = screen.query_one("#spec-num-steps", Input)
+        steps.value = ""
+        steps.focus()
+        await pilot.press("3")
+        await settle(pilot)
+        form = screen.query_one(PresetForm)
+        assert "--speculative-num-steps=3" in form.preview_text and screen.dirty
+        screen.query_one("#spec-algorithm", Input).value = ""
+        screen.query_one("#spec-draft-model", Input).value = ""
+        await settle(pilot)
+        assert "--speculative" not in form.preview_text

@@ -46,6 +46,7 @@ from tui.model import GpuStatus, HostStats, ServerStats
 from tui.palette import TunedeckCommands
 from tui.sources import BackoffFn, Sources, backoff as default_backoff
 from widgets.gpu_table import GpuHistory
+from widgets.server_panel import ServerHistory
 
 if TYPE_CHECKING:  # pragma: no cover
     from tui.services.hosts import Host
@@ -146,6 +147,10 @@ class TunedeckApp(App[int]):
         Binding("b", "mode('bench')", "Bench", tooltip="Benchmarks with live charts", id="mode-bench"),
         Binding("c", "mode('compare')", "Compare", tooltip="A/B comparison", id="mode-compare"),
         Binding("r", "reconnect", "Reconnect", tooltip="Reconnect to the host now", id="reconnect"),
+        Binding("question_mark", "keys", "Keys", tooltip="Every key of this screen, and what it does",
+                id="keys"),
+        Binding("H", "hosts", "Hosts", tooltip="Switch to another host (~/.ssh/config, used before, demo)",
+                id="hosts"),
         Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit",
                 priority=True),
     ]
@@ -166,6 +171,7 @@ class TunedeckApp(App[int]):
         close_host: bool = True,
         demo: bool = False,
         keymap: dict[str, str] | None = None,
+        host_factory: Callable[[str], tuple["Host | None", Sources]] | None = None,
     ) -> None:
         if sources is None:
             if host is None:
@@ -181,6 +187,8 @@ class TunedeckApp(App[int]):
         self.demo = demo
         """True when the host is the built-in simulator (screens swap executables for ``tunedeck sim``)."""
         self._user_keymap = keymap
+        self.host_factory = host_factory
+        """target → (host, sources) for the host switcher (default: the real host and collectors)."""
         self.interval = interval
         self.sample_timeout = sample_timeout
         self.backoff: BackoffFn = backoff or default_backoff
@@ -204,6 +212,8 @@ class TunedeckApp(App[int]):
         """Runs still alive on the host (run id → RunRecord), found by reattaching on start."""
         self.gpu_history = GpuHistory(maxlen=history)
         """Bounded per-GPU utilization and memory histories (fed while hidden too)."""
+        self.server_history = ServerHistory(maxlen=history)
+        """Bounded per-server running / waiting / KV % / tok/s histories (the status sparklines)."""
         self.gpu_signal: Signal[GpuStatus] = Signal(self, "gpu")
         self.host_signal: Signal[HostStats] = Signal(self, "host")
         self.server_signal: Signal[tuple[ServerStats, ...]] = Signal(self, "servers")
@@ -219,7 +229,7 @@ class TunedeckApp(App[int]):
             try:
                 keymap = load_keymap()
             except KeymapError as e:
-                self.notify(f"keymap ignored: {e}", severity="error", timeout=10)
+                self.notify(f"keymap ignored: {e}", severity="error", timeout=10, markup=False)
                 return
         if keymap:
             self.set_keymap(keymap)
@@ -236,6 +246,9 @@ class TunedeckApp(App[int]):
         self.start_polling()
         if self.host is not None:
             self.run_worker(self._reattach(), name="reattach", group="reattach", exit_on_error=False)
+            from tui.screens.hosts import remember_host
+
+            remember_host(self.target)  # offered by the host switcher next time
 
     async def _reattach(self) -> None:
         """Adopt the runs still alive on the host (launched earlier, from here or elsewhere):
@@ -398,6 +411,7 @@ class TunedeckApp(App[int]):
     def _server_samples(self, message: ServerSamples) -> None:
         if message.host == self.target:
             self.latest.servers = message.servers
+            self.server_history.add(message.servers)
             self.server_signal.publish(message.servers)
 
     @on(HostStateChanged)
@@ -446,7 +460,125 @@ class TunedeckApp(App[int]):
                 await self.switch_mode(mode)
             except Exception as e:  # noqa: BLE001 - a broken screen must not end the dashboard
                 self.notify(f"cannot open {self.mode_specs[mode].title}: {type(e).__name__}: {e}",
-                            severity="error", timeout=8)
+                            severity="error", timeout=8, markup=False)
+
+    def key_rows(self) -> list[tuple[str, str, str, bool]]:
+        """(keys, description, tooltip, enabled) for the bindings of the current screen, the
+        focused tunedeck widget and the app (Textual's own cursor keys are left out); keys bound
+        to the same action are shown together ("enter, e"), after any keymap remapping."""
+        nodes: list[Any] = []
+        focused = self.screen.focused
+        while focused is not None and focused is not self.screen:
+            if type(focused).__module__.split(".")[0] in ("tui", "widgets"):
+                nodes.append(focused)
+            focused = focused.parent  # type: ignore[assignment]
+        nodes += [self.screen, self]
+        active = self.active_bindings
+        by_action: dict[str, Any] = {}
+        for key, ab in active.items():
+            by_action.setdefault(ab.binding.action, []).append((key, ab))
+        rows: list[tuple[str, str, str, bool]] = []
+        seen: set[str] = set()
+        for node in nodes:
+            own = [b for cls in type(node).__mro__ if cls.__module__.split(".")[0]
+                   in ("tui", "widgets") and "BINDINGS" in cls.__dict__ for b in cls.__dict__["BINDINGS"]]
+            for b in Binding.make_bindings(own):
+                if not b.description or b.action in seen:
+                    continue
+                seen.add(b.action)
+                # the keys that reach this action now (a [keymap] remap included), else the declared ones
+                live = [(k, ab) for k, ab in by_action.get(b.action, []) if ab.node is node]
+                keys = list(dict.fromkeys([k.strip() for k in b.key.split(",")] + [k for k, _ in live]))
+                enabled = bool(live[0][1].enabled) if live else True
+                rows.append((", ".join(self.get_key_display(b.with_key(k)) for k in keys), b.description,
+                             b.tooltip or "", enabled))
+        return rows
+
+    def action_keys(self) -> None:
+        """Show the keys of the current screen (``?``)."""
+        from tui.screens.modals import KeysModal
+
+        if isinstance(self.screen, KeysModal):
+            return
+        name = type(self.screen).__name__.removesuffix("Screen") or "screen"
+        self.push_screen(KeysModal(name, self.key_rows()))
+
+    def action_hosts(self) -> None:
+        """Pick another host (k9s contexts): ``~/.ssh/config``, hosts used before, local, demo."""
+        from tui.screens.hosts import HostsModal, host_choices
+
+        if isinstance(self.screen, HostsModal):
+            return
+
+        def chosen(target: str | None) -> None:
+            if target and target != self.target:
+                self.run_worker(self.switch_host(target), name="switch-host", group="switch-host",
+                                exclusive=True, exit_on_error=False)
+
+        self.push_screen(HostsModal(self.target, host_choices(self.target)), chosen)
+
+    def _make_host(self, target: str) -> tuple["Host | None", Sources]:
+        if self.host_factory is not None:
+            return self.host_factory(target)
+        from tui.services.hosts import get_host
+        from tui.sources import default_sources
+
+        host = get_host(None if target == "demo" else target, demo=target == "demo")
+        return host, default_sources(host, interval=self.interval)
+
+    async def switch_host(self, target: str) -> None:
+        """Leave the current host (its collectors end first) and show ``target``."""
+        from tui.screens.hosts import remember_host
+
+        try:
+            host, sources = self._make_host(target)
+        except Exception as e:  # noqa: BLE001 - HostError, UnsafeInput, no simulator: say why, stay
+            self.notify(f"cannot switch to {target}: {e}", severity="error", markup=False, timeout=8)
+            return
+        if self.current_mode != "status" and "status" in self.available_modes:
+            await self.switch_mode("status")
+        await self.stop_polling()
+        old_host, old_sources = self.host, self.sources
+        for source in (old_sources.gpu, old_sources.host, old_sources.servers):
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                try:
+                    await asyncio.wait_for(aclose(), 3)
+                except Exception:  # noqa: BLE001 - leaving it anyway
+                    pass
+        if old_host is not None and self.close_host and old_host is not host:
+            try:
+                await asyncio.wait_for(old_host.close(), 3)
+            except Exception:  # noqa: BLE001 - leaving it anyway
+                pass
+        self.host, self.sources, self.demo = host, sources, target == "demo"
+        self.target = target
+        self.runs = {}
+        self.latest = Latest(link=LinkState(self.target, "connecting"))
+        if sources.gpu is None:
+            self.latest.gpu = GpuStatus(state="no-collector")
+        self.gpu_history = GpuHistory(maxlen=self.gpu_history.maxlen)
+        self.server_history = ServerHistory(maxlen=self.server_history.maxlen)
+        # the other modes were built for the old host: build them again when next opened
+        for mode in list(self.available_modes):
+            if mode == self.current_mode:
+                continue
+            try:
+                await self.remove_mode(mode)
+            except Exception:  # noqa: BLE001 - never opened yet
+                pass
+            factory = _resolve(self, self.mode_specs[mode].screen)
+            if factory is not None:
+                self.add_mode(mode, factory)
+        self._apply_link(self.latest.link)
+        redraw = getattr(self.screen, "redraw", None)
+        if redraw is not None:
+            redraw()
+        self.start_polling()
+        if self.host is not None:
+            self.run_worker(self._reattach(), name="reattach", group="reattach", exit_on_error=False)
+        remember_host(target)
+        self.notify(f"now on {target}", title="Host")
 
     def action_reconnect(self) -> None:
         """Restart every collector now (also retries auth / host-key failures)."""

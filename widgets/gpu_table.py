@@ -119,24 +119,66 @@ class GpuHistory:
 
 
 class _KeyedTable(DataTable):
-    """A DataTable updated by row key; writes only cells whose text changed."""
+    """A DataTable updated by row key; writes only cells whose text changed.
+
+    ``COLUMNS`` are every column a row carries; ``LAYOUTS`` say which of them fit a terminal
+    width (first whose minimum width fits wins), with narrower widths and shorter labels, as
+    nvitop does: abbreviations first, then the history columns go. :meth:`fit` switches."""
 
     COLUMNS: Sequence[tuple[str, str, int]] = ()
+    #: (minimum terminal width, column keys (None: all), {key: (label, width)} overrides)
+    LAYOUTS: Sequence[tuple[int, tuple[str, ...] | None, dict[str, tuple[str, int]]]] = ()
 
     def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._cells: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._index = {k: i for i, (k, _, _) in enumerate(self.COLUMNS)}
+        #: the columns shown now (key, label, width)
+        self.shown_columns: list[tuple[str, str, int]] = list(self.COLUMNS)
+        #: index into LAYOUTS of the layout in use (0: the widest)
+        self.layout_index = 0
+
+    def _layout_for(self, width: int) -> tuple[int, list[tuple[str, str, int]]]:
+        base = {k: (label, w) for k, label, w in self.COLUMNS}
+        for i, (min_w, keys, over) in enumerate(self.LAYOUTS):
+            if width >= min_w or i == len(self.LAYOUTS) - 1:
+                spec = {**base, **over}
+                return i, [(k, *spec[k]) for k in (keys or tuple(base))]
+        return 0, list(self.COLUMNS)
+
+    @property
+    def compact(self) -> bool:
+        """True in the narrowest layout (cells use their short forms)."""
+        return bool(self.LAYOUTS) and self.layout_index == len(self.LAYOUTS) - 1
 
     def on_mount(self) -> None:
-        for key, label, width in self.COLUMNS:
+        self.layout_index, self.shown_columns = self._layout_for(self.app.size.width)
+        for key, label, width in self.shown_columns:
             self.add_column(label, key=key, width=width)
         self.app.theme_changed_signal.subscribe(self, self._recolour)
+
+    def fit(self, width: int) -> bool:
+        """Choose the layout for a terminal ``width``; True when it changed (rows redrawn)."""
+        index, cols = self._layout_for(width)
+        if cols == self.shown_columns and index == self.layout_index:
+            return False
+        self.layout_index, self.shown_columns = index, cols
+        self._cells.clear()
+        self.clear(columns=True)
+        for key, label, w in cols:
+            self.add_column(label, key=key, width=w)
+        self._refill()
+        return True
+
+    def _refill(self) -> None:
+        """Rebuild the rows from the last data (subclasses keep it)."""
 
     def _recolour(self, _theme: object = None) -> None:
         """Re-style every cell from the new theme's variables."""
         with self.app.batch_update():
             for key, cells in self._cells.items():
-                for (col, _, _), cell in zip(self.COLUMNS, cells):
+                for col, _, _ in self.shown_columns:
+                    cell = cells[self._index[col]]
                     if cell[1]:
                         self.update_cell(key, col, self._text(cell))
 
@@ -148,16 +190,18 @@ class _KeyedTable(DataTable):
         with self.app.batch_update():
             keep = set()
             added = False
+            cols = [k for k, _, _ in self.shown_columns]
             for key, cells in rows:
                 keep.add(key)
                 old = self._cells.get(key)
                 if old is None:
-                    self.add_row(*(self._text(c) for c in cells), key=key)
+                    self.add_row(*(self._text(cells[self._index[c]]) for c in cols), key=key)
                     added = True
                 else:
-                    for (col, _, _), new, was in zip(self.COLUMNS, cells, old):
-                        if new != was:
-                            self.update_cell(key, col, self._text(new))
+                    for col in cols:
+                        i = self._index[col]
+                        if cells[i] != old[i]:
+                            self.update_cell(key, col, self._text(cells[i]))
                 self._cells[key] = cells
             for key in [k for k in self._cells if k not in keep]:
                 self.remove_row(key)
@@ -187,9 +231,25 @@ class GpuTable(_KeyedTable):
         ("power", "Power", 9),
         ("sm", "SM clock", 8),
     )
+    LAYOUTS = (
+        (118, None, {}),
+        (100, None, {"name": ("Name", 12), "util_hist": ("Util hist", 10), "mem": ("Memory", 20),
+                     "mem_hist": ("Mem hist", 10), "sm": ("SM", 7)}),
+        (0, ("gpu", "name", "util", "util_hist", "mem", "temp", "power", "sm"),
+         {"name": ("Name", 9), "util_hist": ("Util~", 8), "mem": ("Memory", 16), "power": ("Power", 8),
+          "sm": ("SM", 7)}),
+    )
     SPARK_WIDTH = 16
 
+    def _refill(self) -> None:
+        last = getattr(self, "_last", None)
+        if last is not None:
+            self.update_gpus(*last)
+
     def update_gpus(self, gpus: Sequence[GpuSnapshot], history: GpuHistory | None = None) -> None:
+        self._last = (gpus, history)
+        spark_w = {k: w for k, _, w in self.shown_columns}.get("util_hist", self.SPARK_WIDTH)
+        bar_w = 4 if self.compact else 8
         rows = []
         for g in sorted(gpus, key=lambda g: g.index):
             key = _gpu_key(g)
@@ -197,10 +257,10 @@ class GpuTable(_KeyedTable):
             memr = ratio(g.memory_used, g.memory_total)
             temp = num(g.temperature)
             name = g.name.removeprefix("NVIDIA ").strip() or "N/A"
-            uh = sparkline(history.util(key), self.SPARK_WIDTH) if history else ""
-            mh = sparkline(history.mem(key), self.SPARK_WIDTH) if history else ""
+            uh = sparkline(history.util(key), spark_w) if history else ""
+            mh = sparkline(history.mem(key), spark_w) if history else ""
             mem_text = gib_pair(g.memory_used, g.memory_total)
-            mem_cell = f"{bar(memr, 8)} {mem_text}" if memr is not None else mem_text
+            mem_cell = f"{bar(memr, bar_w)} {mem_text}" if memr is not None else mem_text
             power = f"{fmt(g.power_draw)}/{fmt(g.power_limit)}W"
             if num(g.power_draw) is None and num(g.power_limit) is None:
                 power = "N/A"

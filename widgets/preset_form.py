@@ -30,7 +30,7 @@ class FormValues:
     model: str = ""
     tp: str = "8"
     port: str = ""
-    bind: str = "0.0.0.0"
+    bind: str = "127.0.0.1"
     backend: str = AUTO
     prefill: str = AUTO
     decode: str = AUTO
@@ -44,6 +44,12 @@ class FormValues:
     env: str = ""
     confirm_dangerous: bool = False
     read_only: bool = False
+    #: speculative decoding ('' algorithm: off); numbers stay text until validated
+    spec_algorithm: str = ""
+    spec_draft_model: str = ""
+    spec_num_steps: str = ""
+    spec_eagle_topk: str = ""
+    spec_num_draft_tokens: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +239,19 @@ class PresetForm(Widget):
             with Horizontal(classes="row"):
                 yield Label("Environment")
                 yield Input(v.env, id="env", placeholder="NAME=value NAME2='with spaces'")
+            with Horizontal(classes="row"):
+                yield Label("Speculative")
+                yield Input(v.spec_algorithm, id="spec-algorithm", placeholder="off, or EAGLE3 / NGRAM / eagle3 …")
+                yield Label("Draft model")
+                yield Input(v.spec_draft_model, id="spec-draft-model", placeholder="org/draft-model")
+            with Horizontal(classes="row"):
+                yield Label("Spec steps")
+                yield Input(v.spec_num_steps, id="spec-num-steps", type="integer", placeholder="engine default")
+                yield Label("Top-k")
+                yield Input(v.spec_eagle_topk, id="spec-eagle-topk", type="integer", placeholder="default")
+                yield Label("Draft tokens")
+                yield Input(v.spec_num_draft_tokens, id="spec-num-draft-tokens", type="integer",
+                            placeholder="default")
             yield Checkbox("Allow dangerous variables (LD_PRELOAD, PATH, PYTHONPATH…)", v.confirm_dangerous,
                            id="confirm-dangerous")
         yield Static("", id="preview", markup=False)
@@ -279,6 +298,11 @@ class PresetForm(Widget):
             extra_args=inp("extra-args"),
             env=inp("env"),
             confirm_dangerous=self.query_one("#confirm-dangerous", Checkbox).value,
+            spec_algorithm=inp("spec-algorithm"),
+            spec_draft_model=inp("spec-draft-model"),
+            spec_num_steps=inp("spec-num-steps"),
+            spec_eagle_topk=inp("spec-eagle-topk"),
+            spec_num_draft_tokens=inp("spec-num-draft-tokens"),
         )
 
     def set_values(self, values: FormValues) -> None:
@@ -296,7 +320,11 @@ class PresetForm(Widget):
             for id_, text in (("model", values.model), ("tp", values.tp), ("port", values.port),
                               ("bind", values.bind), ("nccl-overrides", values.nccl_overrides),
                               ("flags", values.flags), ("extra-args", values.extra_args), ("env", values.env),
-                              ("save-as-name", values.name)):
+                              ("save-as-name", values.name), ("spec-algorithm", values.spec_algorithm),
+                              ("spec-draft-model", values.spec_draft_model),
+                              ("spec-num-steps", values.spec_num_steps),
+                              ("spec-eagle-topk", values.spec_eagle_topk),
+                              ("spec-num-draft-tokens", values.spec_num_draft_tokens)):
                 self.query_one(f"#{id_}", Input).value = text
             self.query_one("#confirm-dangerous", Checkbox).value = values.confirm_dangerous
         self.query_one("#save", Button).disabled = values.read_only

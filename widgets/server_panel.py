@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from typing import Sequence
 
 from rich.text import Text
@@ -10,7 +12,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from tui.model import ServerStats
-from widgets._fmt import fmt, num, theme_color
+from widgets._fmt import fmt, num, sparkline, theme_color
 from widgets.gpu_table import _KeyedTable
 
 #: server state → theme variable used to colour it.
@@ -39,6 +41,38 @@ def server_note(s: ServerStats) -> str:
     return "; ".join(dict.fromkeys(p for p in parts if p))
 
 
+def server_key(s: ServerStats) -> str:
+    return f"srv-{s.name}-{s.port}"
+
+
+class ServerHistory:
+    """Bounded histories per server of running, waiting, KV-cache % and generation tok/s
+    (fed while hidden too, so the sparklines have no gaps)."""
+
+    METRICS = ("running", "waiting", "kv", "gen")
+
+    def __init__(self, maxlen: int = 60) -> None:
+        self.maxlen = maxlen
+        self._h: dict[str, dict[str, deque[float]]] = {}
+
+    def add(self, servers: Sequence[ServerStats]) -> None:
+        for s in servers:
+            h = self._h.setdefault(server_key(s), {m: deque(maxlen=self.maxlen) for m in self.METRICS})
+            kv = num(s.kv_cache_usage)
+            for m, v in (("running", num(s.running)), ("waiting", num(s.waiting)),
+                         ("kv", None if kv is None else kv * 100), ("gen", num(s.gen_throughput))):
+                h[m].append(math.nan if v is None else float(v))
+
+    def get(self, key: str, metric: str) -> Sequence[float]:
+        return self._h.get(key, {}).get(metric, ())
+
+
+def _spark(values: Sequence[float], width: int, hi: float | None = None) -> str:
+    vals = [v for v in values if not math.isnan(v)]
+    top = hi if hi is not None else (max(vals) if vals else 1.0)
+    return sparkline(values, width, 0.0, top or 1.0) if values else ""
+
+
 class ServerTable(_KeyedTable):
     COLUMNS = (
         ("name", "Server", 16),
@@ -47,24 +81,51 @@ class ServerTable(_KeyedTable):
         ("port", "Port", 5),
         ("state", "State", 9),
         ("running", "Run", 4),
+        ("run_hist", "Run hist", 8),
         ("waiting", "Wait", 4),
+        ("wait_hist", "Wait hist", 9),
         ("kv", "KV", 5),
+        ("kv_hist", "KV hist", 8),
         ("gen", "Gen tok/s", 9),
+        ("gen_hist", "tok/s hist", 10),
         ("ttft", "TTFT p50", 8),
+    )
+    LAYOUTS = (
+        (150, None, {}),
+        (118, ("name", "engine", "model", "port", "state", "running", "waiting", "kv", "gen", "gen_hist", "ttft"),
+         {"model": ("Model", 18)}),
+        (100, ("name", "engine", "model", "port", "state", "running", "waiting", "kv", "gen", "ttft"),
+         {"name": ("Server", 14), "model": ("Model", 14), "kv": ("KV", 4), "gen": ("tok/s", 9),
+          "ttft": ("TTFT", 6)}),
+        (0, ("name", "engine", "port", "state", "running", "waiting", "kv", "gen", "ttft"),
+         {"name": ("Server", 14), "engine": ("Eng", 6), "state": ("State", 8), "running": ("Run", 3),
+          "kv": ("KV", 4), "gen": ("tok/s", 7), "ttft": ("TTFT", 6)}),
     )
 
     DEFAULT_CSS = """
     ServerTable { height: auto; max-height: 8; }
     """
 
-    def update_servers(self, servers: Sequence[ServerStats]) -> None:
+    def _refill(self) -> None:
+        last = getattr(self, "_last", None)
+        if last is not None:
+            self.update_servers(*last)
+
+    def update_servers(self, servers: Sequence[ServerStats], history: ServerHistory | None = None) -> None:
+        self._last = (servers, history)
         rows = []
         for s in servers:
+            key = server_key(s)
+            h = history.get if history is not None else (lambda _k, _m: ())
             kv = num(s.kv_cache_usage)
             ttft = num(s.ttft_p50)
             if ttft is None:
                 ttft = num(s.ttft_mean)
             model = s.model.rsplit("/", 1)[-1] if s.model else "N/A"
+            gen = num(s.gen_throughput)
+            gen_text = fmt(s.gen_throughput, ".1f")
+            if self.compact and gen is not None and gen >= 1000:
+                gen_text = f"{gen / 1000:.1f}k"
             cells = (
                 (s.name, ""),
                 (s.engine or "N/A", ""),
@@ -72,12 +133,16 @@ class ServerTable(_KeyedTable):
                 ("N/A" if s.port is None else str(s.port), ""),
                 (s.state, STATE_COLOURS.get(s.state, "")),
                 (fmt(s.running), ""),
+                (_spark(h(key, "running"), 8), "accent"),
                 (fmt(s.waiting), ""),
+                (_spark(h(key, "waiting"), 9), "warning"),
                 ("N/A" if kv is None else f"{kv * 100:.0f}%", ""),
-                (fmt(s.gen_throughput, ".1f"), ""),
+                (_spark(h(key, "kv"), 8, 100.0), "secondary"),
+                (gen_text, ""),
+                (_spark(h(key, "gen"), 10), "accent"),
                 ("N/A" if ttft is None else f"{ttft * 1000:.0f}ms", ""),
             )
-            rows.append((f"srv-{s.name}-{s.port}", cells))
+            rows.append((key, cells))
         self._apply(rows)
 
 
@@ -110,14 +175,14 @@ class ServerPanel(Vertical):
         notes.update(text)
         self.refresh(layout=True)  # the panel's height follows the number of note lines
 
-    def update_servers(self, servers: Sequence[ServerStats]) -> None:
+    def update_servers(self, servers: Sequence[ServerStats], history: ServerHistory | None = None) -> None:
         servers = tuple(servers)
-        if servers == self.servers:
+        if servers == self.servers and history is None:
             return
         self.servers = servers
         table = self.query_one(ServerTable)
         table.display = bool(servers)
-        table.update_servers(servers)
+        table.update_servers(servers, history)
         if not servers:
             self._notes(Text("no servers known on this host", style=theme_color(self, "text-muted")))
             return

@@ -167,8 +167,11 @@ class ThroughputChart(Widget):
         self.y_range = (bottom, top + span_y * (0.35 if labelled else 0.1))
         plt.ylim(*self.y_range)
         lo, hi = min(all_x), max(all_x)
-        span_x = (hi - lo) or 1.0
-        # margins so the first point (C=1) is not on the axis or under the legend
-        plt.xlim(lo - span_x * 0.06, hi + span_x * 0.04)
+        if lo >= 0:
+            # from 0 (seconds, concurrency, tok/s): the first point (C=1) sits inside the frame
+            plt.xlim(0, (hi or 1.0) * (2.0 if hi == lo else 1.06))
+        else:
+            span_x = (hi - lo) or 1.0
+            plt.xlim(lo - span_x * 0.06, hi + span_x * 0.06)
         self.frames += 1
         return Text.from_ansi(plt.build())

@@ -570,7 +570,7 @@ def _headline(a: Side, b: Side, rows: list[Row]) -> tuple[str, str | None]:
     but = ("; but worse: " + ", ".join(reg(r) for r in regress)) if regress else ""
     if better and not worse:
         head = "B ({b}) has higher throughput than A ({a})" if regress else "B ({b}) is faster than A ({a})"
-        # the winner is the throughput winner; the headline names what it costs
+        # the winner is still judged on throughput (the headline rows); the text says the regressions
         return head.format(a=aname, b=bname) + ": " + ", ".join(short(r) for r in key) + but + ".", "B"
     if worse and not better:
         return f"B ({bname}) is slower than A ({aname}): " + ", ".join(short(r) for r in key) + but + ".", "A"
@@ -583,7 +583,7 @@ def _headline(a: Side, b: Side, rows: list[Row]) -> tuple[str, str | None]:
         )
     if regress:
         return (f"No throughput difference beyond noise between A ({aname}) and B ({bname}); "
-                f"B is worse on " + ", ".join(reg(r) for r in regress) + "."), "A"
+                f"B is worse on " + ", ".join(reg(r) for r in regress) + "."), None
     return f"No throughput difference beyond noise between A ({aname}) and B ({bname}).", None
 
 

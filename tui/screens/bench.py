@@ -39,7 +39,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     ]
 
     DEFAULT_CSS = """
-    BenchScreen #bench-status { height: 3; padding: 0 1; }
+    BenchScreen #bench-status { height: auto; max-height: 4; padding: 0 1; }
     BenchScreen #bench-latency { height: 3; padding: 0 1; }
     BenchScreen #tok-chart { height: 1fr; min-height: 8; }
     BenchScreen #sweep-row { height: 1fr; min-height: 8; }
@@ -245,13 +245,14 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             status.append(f"  ·  on the host, job {self.job_id} (leaving this screen detaches)", style="dim")
         if lvl:
             n = len(self._level_info) if not self._levels else self._levels
-            status.append(f"  ·  level {lvl['level'] + 1}/{n} ({self._level_name(level)})")
-            status.append(f"  ·  concurrency {lvl.get('concurrency')}  ·  rate {lvl.get('request_rate')}",
-                          style="dim")
-            status.append(f"  ·  run {lvl.get('run_id')}", style="dim")
+            status.append(f" · level {lvl['level'] + 1}/{n} ({self._level_name(level)})")
+            rate = lvl.get("request_rate")
+            if rate not in (None, "inf") and self.sweep_key != "request_rate":
+                status.append(f" · {rate} req/s", style="dim")
+            status.append(f" · run {lvl.get('run_id')}", style="dim")
         if t:
-            status.append(f"\ncompleted {t['completed']}/{t['total']}  ·  failed {t['failed']}  ·  "
-                          f"in flight {t['in_flight']}  ·  {t['tok_s']} tok/s  ·  "
+            status.append(f"\ncompleted {t['completed']}/{t['total']} · failed {t['failed']} · "
+                          f"in flight {t['in_flight']} · {t['tok_s']} tok/s · "
                           f"client cpu {max(t.get('cpu') or [0]):.2f}")
         if self.error:
             status.append("\n" + self.error, style="bold red")  # untrusted text: never markup

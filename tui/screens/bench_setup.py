@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
@@ -25,6 +25,7 @@ from textual.screen import Screen
 from textual.widgets import Checkbox, DataTable, Footer, Header, Input, Label, Select, Static
 
 from tui.model import ServerStats
+from widgets.filter_table import FilterTable, TableFilter
 
 if TYPE_CHECKING:  # pragma: no cover
     from tui.app import TunedeckApp
@@ -128,6 +129,8 @@ class BenchSetupScreen(Screen):
                 id="bench-setup-reload"),
         Binding("ctrl+a", "attach", "Attach", tooltip="Follow the newest benchmark still running on the host",
                 id="bench-setup-attach", priority=True),
+        Binding("slash", "filter_results", "Filter results", tooltip="Show only the stored results matching "
+                "some text (a header click sorts)", id="bench-setup-filter"),
     ]
 
     def __init__(self, *, host: Any = None, demo: bool = False, form: BenchForm | None = None,
@@ -181,7 +184,8 @@ class BenchSetupScreen(Screen):
                 yield Static(id="bs-error")
             with Vertical(id="bs-right"):
                 yield Label("Stored results  [dim]enter: summary[/]", classes="bs-title")
-                yield DataTable(id="bs-results", cursor_type="row")
+                yield TableFilter(id="bs-results-filter")
+                yield FilterTable(id="bs-results", cursor_type="row")
                 yield Static(id="bs-summary")
         yield Footer()
 
@@ -194,7 +198,7 @@ class BenchSetupScreen(Screen):
                            ("tok", "Out tok/s"), ("ttft", "TTFT p50"), ("state", "State"), ("where", "Client")):
             results.add_column(label, key=key)
         target = getattr(self.tapp, "target", "host")
-        self.query_one("#bs-servers-title", Label).update(f"Servers on {target}")
+        self.query_one("#bs-servers-title", Label).update(Text(f"Servers on {target}"))
         latest = getattr(self.tapp, "latest", None)
         if latest is not None and latest.servers is not None:
             self._on_servers(latest.servers)
@@ -262,7 +266,7 @@ class BenchSetupScreen(Screen):
             args = self.current_args()
         except BenchFormError as e:
             self.query_one("#bs-command", Static).update("")
-            self.query_one("#bs-error", Static).update(str(e))
+            self.query_one("#bs-error", Static).update(Text(str(e)))
             return
         self.query_one("#bs-error", Static).update("")
         self.query_one("#bs-command", Static).update(Text("tunedeck bench " + shlex.join(args)))
@@ -278,6 +282,10 @@ class BenchSetupScreen(Screen):
     def _submitted(self, ev: Input.Submitted) -> None:
         """Enter in a field moves on to the next one: a load test starts only on ctrl+r."""
         ev.stop()
+        if ev.input.id == "bs-results-filter":
+            self.query_one("#bs-results-filter", TableFilter).close(clear=False)
+            self.query_one("#bs-results", FilterTable).focus()
+            return
         self.focus_next()
 
     @on(DataTable.RowSelected, "#bs-servers")
@@ -290,8 +298,8 @@ class BenchSetupScreen(Screen):
         try:
             args = self.current_args()
         except BenchFormError as e:
-            self.query_one("#bs-error", Static).update(str(e))
-            self.notify(str(e), severity="error")
+            self.query_one("#bs-error", Static).update(Text(str(e)))
+            self.notify(str(e), severity="error", markup=False)
             return
         from tui.screens.bench import BenchScreen
 
@@ -335,11 +343,11 @@ class BenchSetupScreen(Screen):
         try:
             runs = list_runs()
         except OSError as e:
-            self.query_one("#bs-summary", Static).update(f"results unreadable: {e}")
+            self.query_one("#bs-summary", Static).update(Text(f"results unreadable: {e}"))
             return
         runs = sorted(runs, key=lambda r: r.run_id, reverse=True)
-        table = self.query_one("#bs-results", DataTable)
-        table.clear()
+        table = self.query_one("#bs-results", FilterTable)
+        rows: list[tuple[str, tuple[str, ...]]] = []
         self.results = {}
         for r in runs:
             s = r.summary or {}
@@ -358,11 +366,36 @@ class BenchSetupScreen(Screen):
                 return format(v, fmt) if isinstance(v, (int, float)) else "N/A"
 
             conc = meta.get("max_concurrency", s.get("max_concurrency"))
-            table.add_row(r.run_id, str(meta.get("profile") or meta.get("label") or "-"),
-                          "N/A" if conc is None else str(conc), num("completed", "d"),
-                          num("output_throughput", ".1f"), num("median_ttft_ms", ".1f"), state, where,
-                          key=r.run_id)
+            rows.append((r.run_id, (r.run_id, str(meta.get("profile") or meta.get("label") or "-"),
+                                    "N/A" if conc is None else str(conc), num("completed", "d"),
+                                    num("output_throughput", ".1f"), num("median_ttft_ms", ".1f"), state, where)))
             self.results[r.run_id] = r
+        table.set_rows(rows)
+
+    # ------------------------------------------------------------------ results filter
+    def action_filter_results(self) -> None:
+        self.query_one("#bs-results-filter", TableFilter).open()
+
+    def on_key(self, event: events.Key) -> None:
+        box = self.query_one("#bs-results-filter", TableFilter)
+        table = self.query_one("#bs-results", FilterTable)
+        if event.key == "slash" and not box.is_open and self.focused is table:
+            event.stop()
+            event.prevent_default()
+            box.open()  # now: the keys typed after / are already queued for the table
+            return
+        if box.route(event):
+            return
+        if event.key == "escape" and box.is_open:
+            event.stop()
+            box.close(clear=True)
+            table.set_filter("")
+            table.focus()
+
+    @on(Input.Changed, "#bs-results-filter")
+    def _results_filter(self, event: Input.Changed) -> None:
+        event.stop()
+        self.query_one("#bs-results", FilterTable).set_filter(event.value)
 
     @on(DataTable.RowSelected, "#bs-results")
     def _result_selected(self, ev: DataTable.RowSelected) -> None:
@@ -378,12 +411,12 @@ class BenchSetupScreen(Screen):
         if r is None:
             return
         if not r.summary:
-            out.update(f"{run_id}: no summary (the run was interrupted; `tunedeck results {run_id}` rebuilds it)")
+            out.update(Text(f"{run_id}: no summary (the run was interrupted; `tunedeck results {run_id}` rebuilds it)"))
             return
         try:
             text = format_result(r.summary)
         except (KeyError, TypeError, ValueError) as e:
-            out.update(f"{run_id}: summary unreadable ({e})")
+            out.update(Text(f"{run_id}: summary unreadable ({e})"))
             return
         from tui.services.benchrun import TUNNEL_NOTE, measured_through_tunnel
 

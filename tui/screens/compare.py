@@ -164,7 +164,9 @@ class CompareScreen(Screen):
         if names:
             ol.highlighted = 0
         self._show_marks()
-        self.query_one("#ab-progress", ProgressBar).update(total=1, progress=0)
+        bar = self.query_one("#ab-progress", ProgressBar)
+        bar.update(total=1, progress=0)
+        bar.display = False  # shown only while an A/B runs: a finished one is not a 0% bar
         if self._initial is not None:
             self.show_comparison(self._initial, self._initial_series)
         else:
@@ -183,7 +185,8 @@ class CompareScreen(Screen):
 
     # ------------------------------------------------------------------ actions
     def _status(self, text: str | Text) -> None:
-        self.query_one("#ab-status", Static).update(text)
+        # runner lines and errors quote profile names, paths and messages: never markup
+        self.query_one("#ab-status", Static).update(Text(text) if isinstance(text, str) else text)
 
     def _show_marks(self) -> None:
         t = Text()
@@ -239,6 +242,9 @@ class CompareScreen(Screen):
         self._clear_results()
         self._status(Text(f"A/B {a} vs {b}, plan {plan.name}: starting…"))
         self.campaign = True  # starting: the keys that need an idle screen are off
+        bar = self.query_one("#ab-progress", ProgressBar)
+        bar.update(total=1, progress=0)
+        bar.display = True
         self.refresh_bindings()
         self._start_worker(a, b, plan)
 
@@ -370,6 +376,7 @@ class CompareScreen(Screen):
         bar = self.query_one("#ab-progress", ProgressBar)
         if rep.status == "completed":
             bar.update(progress=bar.total or 1)
+        bar.display = False
         status = Text(f"A/B {rep.id} {rep.status}", style="bold")
         if rep.error:
             status.append(f": {rep.error}")

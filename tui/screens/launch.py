@@ -21,7 +21,7 @@ from textual.widgets import Footer, Static
 from tui.profiles.builder import Command, Issue, check_profile
 from tui.profiles.diff import diff_commands
 from tui.profiles.formtext import env_to_text, flags_to_text, text_to_env, text_to_flags
-from tui.profiles.model import DEFAULT_PORTS, ProfileError, ServerProfile, dangerous_names
+from tui.profiles.model import DEFAULT_PORTS, ProfileError, ServerProfile, Speculative, dangerous_names
 from tui.profiles.schema import BUILTIN_BACKENDS
 from tui.profiles.store import ProfileStore
 from tui.screens.modals import ConfirmModal
@@ -52,8 +52,17 @@ def form_values(p: ServerProfile) -> FormValues:
         bind=p.host, backend=p.attention_backend, prefill=p.prefill_backend, decode=p.decode_backend,
         nccl_preset=p.nccl_preset, nccl_overrides=env_to_text(p.nccl_overrides), flags=flags_to_text(p.flags),
         extra_args=p.extra_args, env=env_to_text(p.env), confirm_dangerous=bool(p.confirm_dangerous),
-        read_only=p.read_only,
+        read_only=p.read_only, **_spec_values(p.speculative),
     )
+
+
+def _spec_values(s: Speculative | None) -> dict[str, str]:
+    if s is None:
+        return {}
+    return {"spec_algorithm": s.algorithm, "spec_draft_model": s.draft_model,
+            "spec_num_steps": "" if s.num_steps is None else str(s.num_steps),
+            "spec_eagle_topk": "" if s.eagle_topk is None else str(s.eagle_topk),
+            "spec_num_draft_tokens": "" if s.num_draft_tokens is None else str(s.num_draft_tokens)}
 
 
 def profile_from_values(base: ServerProfile, v: FormValues) -> tuple[ServerProfile | None, list[Issue]]:
@@ -72,19 +81,28 @@ def profile_from_values(base: ServerProfile, v: FormValues) -> tuple[ServerProfi
 
     tp = intval(v.tp, "tp", 0)
     port = intval(v.port, "port", 0)
+
+    def optint(text: str, key: str) -> int | None:
+        return intval(text, key, 0) or None if text.strip() else None
+
+    spec = None
+    if v.spec_algorithm.strip() or v.spec_draft_model.strip():
+        spec = Speculative(algorithm=v.spec_algorithm.strip(), draft_model=v.spec_draft_model.strip(),
+                           num_steps=optint(v.spec_num_steps, "speculative.num_steps"),
+                           eagle_topk=optint(v.spec_eagle_topk, "speculative.eagle_topk"),
+                           num_draft_tokens=optint(v.spec_num_draft_tokens, "speculative.num_draft_tokens"))
     env, p1 = text_to_env(v.env, "env")
     over, p2 = text_to_env(v.nccl_overrides, "nccl.overrides")
     flags, p3 = text_to_flags(v.flags, v.engine)
     issues += [Issue("error", k, m) for k, m in p1 + p2 + p3]
     if issues:
         return None, issues
-    engine_changed = v.engine != base.engine
     p = replace(
         base, engine=v.engine, model=v.model.strip(), tp=tp, port=port, host=v.bind.strip(),
         attention_backend=v.backend, prefill_backend=v.prefill if v.engine == "sglang" else "",
         decode_backend=v.decode if v.engine == "sglang" else "", nccl_preset=v.nccl_preset,
         nccl_overrides=over, flags=flags, extra_args=v.extra_args, env=env,
-        speculative=None if engine_changed else base.speculative,
+        speculative=spec,
     )
     p = replace(p, confirm_dangerous=tuple(dangerous_names(p)) if v.confirm_dangerous else ())
     return p, []
@@ -202,12 +220,15 @@ class LaunchScreen(Screen):
         else:
             t.append("Profile ", style="dim")
             t.append(p.name, style="bold")
-            if p.source == "builtin" or p.read_only:
-                t.append("  built-in, read-only: Save as keeps your changes", style="yellow")
-            elif p.path:
-                t.append(f"  {p.path}", style="dim")
         if self.is_mounted and self.dirty:
-            t.append("  ● unsaved changes", style="bold yellow")
+            t.append(" · ● unsaved", style="bold yellow")
+        if not self.is_new:
+            if p.source == "builtin" or p.read_only:
+                t.append(" · built-in, read-only: Save as keeps changes", style="yellow")
+            elif p.path:
+                t.append(f" · {p.path}", style="dim")
+        t.no_wrap = True
+        t.overflow = "ellipsis"
         return t
 
     def _show_title(self) -> None:
@@ -238,7 +259,7 @@ class LaunchScreen(Screen):
         try:
             facts = await probe_host(self.host, profile, demo=self.demo)
         except Exception as e:  # the built-in choices stay; say why
-            self.notify(f"Could not read the engine's backends: {e}", severity="warning")
+            self.notify(f"Could not read the engine's backends: {e}", severity="warning", markup=False)
             return
         if facts.gpus:
             self._host_gpus = tuple(facts.gpus)

@@ -72,4 +72,53 @@ class ConfirmModal(ModalScreen[bool]):
         self.dismiss(ev.button.id == "confirm-ok")
 
 
-__all__ = ["ConfirmModal"]
+
+class KeysModal(ModalScreen[None]):
+    """``?``: every key of the screen underneath, what it does, and why (k9s style).
+
+    The rows are computed by the caller from the active bindings before this screen is pushed
+    (once pushed, the active bindings are this modal's own)."""
+
+    DEFAULT_CSS = """
+    KeysModal { align: center middle; }
+    KeysModal > Vertical { width: 90; max-width: 100%; height: auto; max-height: 100%;
+                           border: thick $primary; background: $surface; padding: 0 1; }
+    KeysModal #keys-title { text-style: bold; width: 100%; }
+    KeysModal #keys-body { height: auto; max-height: 100%; }
+    KeysModal #keys-hint { color: $text-muted; }
+    """
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss_keys", "Close", id="keys-close")]
+
+    def __init__(self, title: str, rows: list[tuple[str, str, str, bool]]) -> None:
+        super().__init__()
+        #: the screen the keys belong to
+        self.title_text = title
+        #: (key, description, tooltip, enabled now)
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        from textual.containers import VerticalScroll
+        from textual.widgets import Static
+
+        with Vertical():
+            yield Label(Text(f"Keys: {self.title_text}"), id="keys-title")
+            from rich.table import Table
+
+            body = Table(box=None, show_header=False, padding=(0, 1), expand=True)
+            body.add_column("key", no_wrap=True, style="bold")
+            body.add_column("what", no_wrap=True)
+            body.add_column("why", ratio=1, style="dim")
+            for key, desc, tip, enabled in self.rows:
+                why = tip if tip and tip != desc else ""
+                if not enabled:
+                    why = f"{why} (not now)".strip()
+                body.add_row(Text(key), Text(desc, style="" if enabled else "dim"), Text(why))
+            with VerticalScroll(id="keys-body"):
+                yield Static(body)
+            yield Label("escape or ? closes · ctrl+p lists the same as commands", id="keys-hint")
+
+    def action_dismiss_keys(self) -> None:
+        self.dismiss(None)
+
+
+__all__ = ["ConfirmModal", "KeysModal"]

@@ -13,21 +13,22 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from tui.profiles.builder import build_command
 from tui.profiles.model import ProfileError, ServerProfile
 from tui.profiles.store import ProfileStore
 from tui.screens.modals import ConfirmModal
+from widgets.filter_table import FilterTable, TableFilter
 
 
-class ProfileTable(DataTable):
-    """The profiles, one row each, keyed by name."""
+class ProfileTable(FilterTable):
+    """The profiles, one row each, keyed by name (``/`` filters, a header click sorts)."""
 
     COLUMNS = (("mark", "", 3), ("name", "Profile", 18), ("engine", "Engine", 7), ("model", "Model", 34),
                ("tp", "TP", 3), ("attention", "Attention", 12), ("nccl", "NCCL", 12), ("source", "Source", 7))
@@ -35,9 +36,26 @@ class ProfileTable(DataTable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
 
+    #: at 80 columns: narrower Model and Attention, no NCCL column
+    NARROW = (("mark", "", 2), ("name", "Profile", 15), ("engine", "Engine", 6), ("model", "Model", 20),
+              ("tp", "TP", 2), ("attention", "Attention", 10), ("source", "Source", 7))
+
     def on_mount(self) -> None:
-        for key, label, width in self.COLUMNS:
+        self.narrow = self.app.size.width < 100
+        for key, label, width in (self.NARROW if self.narrow else self.COLUMNS):
             self.add_column(label, key=key, width=width)
+
+    def cells(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A full row (COLUMNS order) cut to the columns shown."""
+        if not getattr(self, "narrow", False):
+            return row
+        keep = {k for k, _, _ in self.NARROW}
+        return tuple(v for (k, _, _), v in zip(self.COLUMNS, row) if k in keep)
+
+
+def e_key(e: ProfileError) -> str:
+    """The row key of a broken profile file."""
+    return f"broken:{e.path or '?'}"
 
 
 def warnings_modal(name: str, warnings: list[Any]) -> ConfirmModal:
@@ -104,6 +122,8 @@ class ProfilesScreen(Screen):
         Binding("2", "mark('B')", "Mark B", tooltip="Mark the highlighted profile as B (candidate)",
                 id="profiles-mark-b", show=False),
         Binding("g", "start_ab", "Run A/B", tooltip="Compare A and B (opens the Compare mode)", id="profiles-ab"),
+        Binding("slash", "filter", "Filter", tooltip="Show only the profiles matching some text (a header "
+                "click sorts)", id="profiles-filter"),
     ]
 
     def __init__(self, *, host: Any = None, demo: bool = False, store: ProfileStore | None = None,
@@ -126,6 +146,7 @@ class ProfilesScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header(icon="◆")
         with Vertical(id="profiles-panel"):
+            yield TableFilter(id="profiles-filter")
             yield ProfileTable(id="profiles")
         yield Static(id="profile-marks")
         yield Static(id="profile-preview")
@@ -152,26 +173,36 @@ class ProfilesScreen(Screen):
         current = self.highlighted
         profiles = sorted(listing.profiles, key=lambda p: (p.source != "builtin", p.name))
         self.profiles = {p.name: p for p in profiles}
-        self.broken = {}
+        self.broken = {e_key(e): e for e in listing.errors}
+        self._fill()
         table = self.table
-        table.clear()
-        for p in profiles:
-            table.add_row(*self._cells(p), key=p.name)
-        for e in listing.errors:
-            stem = Path(e.path).stem if e.path else "?"
-            key = f"broken:{e.path or stem}"
-            self.broken[key] = e
-            bad = "bold red"
-            table.add_row(Text("!", style=bad), Text(stem, style=bad), "?", Text("cannot be read", style=bad), "",
-                          "", "", Text("broken", style=bad), key=key)
-        if current in self.profiles:
-            table.move_cursor(row=list(self.profiles).index(current))
+        if current in table.shown_keys:
+            table.move_cursor(row=table.shown_keys.index(current))
         self._show_marks()
         self._show_preview()
         if listing.errors:
             n = len(listing.errors)
             self._messages(Text(f"{n} profile file(s) cannot be read (rows marked broken): "
                                 + "; ".join(str(e) for e in listing.errors), style="bold red"))
+
+    def _fill(self) -> None:
+        """Hand every row (profiles, then broken files) to the table; it filters and sorts."""
+        table = self.table
+        rows: list[tuple[str, tuple[Any, ...]]] = [(p.name, table.cells(self._cells(p)))
+                                                   for p in self.profiles.values()]
+        bad = "bold red"
+        for key, e in self.broken.items():
+            stem = Path(e.path).stem if e.path else "?"
+            rows.append((key, table.cells((Text("!", style=bad), Text(stem, style=bad), "?",
+                                           Text("cannot be read", style=bad), "", "", "",
+                                           Text("broken", style=bad)))))
+        table.set_rows(rows)
+
+    def _row_key(self) -> str | None:
+        table = self.query_one(ProfileTable)
+        if table.row_count == 0 or not 0 <= table.cursor_row < table.row_count:
+            return None
+        return str(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
 
     def _cells(self, p: ServerProfile) -> tuple[str, ...]:
         mark = "".join(s for s in ("A", "B") if self.marked[s] == p.name)
@@ -181,19 +212,14 @@ class ProfilesScreen(Screen):
     @property
     def highlighted(self) -> str | None:
         """The name of the highlighted profile (None when the list is empty)."""
-        table = self.query_one(ProfileTable)
-        if not self.profiles or table.cursor_row < 0 or table.cursor_row >= min(table.row_count, len(self.profiles)):
-            return None
-        return list(self.profiles)[table.cursor_row]
+        key = self._row_key()
+        return key if key in self.profiles else None
 
     @property
     def highlighted_broken(self) -> ProfileError | None:
         """The error of the highlighted row when it is a broken file."""
-        table = self.query_one(ProfileTable)
-        i = table.cursor_row - len(self.profiles)
-        if 0 <= i < len(self.broken) and table.cursor_row < table.row_count:
-            return list(self.broken.values())[i]
-        return None
+        key = self._row_key()
+        return self.broken.get(key) if key else None
 
     def _profile(self) -> ServerProfile | None:
         name = self.highlighted
@@ -214,9 +240,10 @@ class ProfilesScreen(Screen):
         t = Text()
         t.append("A: ", style="bold")
         t.append(self.marked["A"] or "(press 1)")
-        t.append("   B: ", style="bold")
+        t.append(" · ")
+        t.append("B: ", style="bold")
         t.append(self.marked["B"] or "(press 2)")
-        t.append("   1/2 mark A/B, g runs the A/B", style="dim")
+        t.append(" · 1/2 mark A/B, g runs the A/B", style="dim")
         self.query_one("#profile-marks", Static).update(t)
 
     def _show_preview(self) -> None:
@@ -246,6 +273,39 @@ class ProfilesScreen(Screen):
             self._show_report(report)
         else:
             self._messages("")
+
+    # ------------------------------------------------------------------ filter
+    def action_filter(self) -> None:
+        self.query_one(TableFilter).open()
+
+    def on_key(self, event: events.Key) -> None:
+        box = self.query_one(TableFilter)
+        if event.key == "slash" and not box.is_open and self.focused is self.table:
+            # open now, not when the binding runs: the keys after it are already queued
+            event.stop()
+            event.prevent_default()
+            box.open()
+            return
+        if box.route(event):  # typed right after / (queued for the table): into the box
+            return
+        if event.key == "escape" and box.is_open:
+            event.stop()
+            box.close(clear=True)
+            self.table.set_filter("")
+            self.table.focus()
+
+    @on(Input.Changed, "#profiles-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.table.set_filter(event.value)
+        self._show_preview()
+
+    @on(Input.Submitted, "#profiles-filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        box = self.query_one(TableFilter)
+        box.close(clear=False)
+        self.table.focus()
 
     @on(DataTable.RowSelected, "#profiles")
     def _selected(self, ev: DataTable.RowSelected) -> None:
@@ -292,8 +352,7 @@ class ProfilesScreen(Screen):
         if name is None:
             return
         self.marked[side] = name
-        for n, p in self.profiles.items():
-            self.table.update_cell(n, "mark", self._cells(p)[0])
+        self._fill()
         self._show_marks()
         self.refresh_bindings()
 

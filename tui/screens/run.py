@@ -196,7 +196,7 @@ class RunScreen(Screen[None]):
             self.query_one(StartupProgressView).update(
                 StartupProgress("", spec.engine, "failed", diagnosis=f"not launched: {e}")
             )
-            self.notify(f"not launched: {e}", severity="error", timeout=10)
+            self.notify(f"not launched: {e}", severity="error", timeout=10, markup=False)
             return
         self.record = rec
         self.tracker = self._make_tracker(rec)

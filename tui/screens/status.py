@@ -41,6 +41,8 @@ class StatusScreen(Screen):
                 id="status-toggle-processes"),
         Binding("g", "focus_gpus", "GPUs", tooltip="Focus the GPU table", id="status-focus-gpus",
                 show=False),
+        Binding("R", "runs", "Runs", tooltip="Every server tunedeck launched on this host (/ filters, "
+                "a header click sorts)", id="status-runs"),
         Binding("o", "open_run", "Open run", tooltip="Log, startup progress and stop for the highlighted server "
                 "(enter on a server row does the same)", id="status-open-run"),
     ]
@@ -88,8 +90,18 @@ class StatusScreen(Screen):
         self.call_after_refresh(self.redraw)
 
     def on_screen_resume(self) -> None:
+        self._fit(self.app.size.width)
         if self._dirty:
             self.redraw()
+
+    def on_resize(self, event) -> None:  # type: ignore[no-untyped-def]
+        self._fit(event.size.width)
+
+    def _fit(self, width: int) -> None:
+        """Tables pick the columns that fit (80×24 keeps Temp/Power/Clock and Wait/KV/tok/s/TTFT)."""
+        for table in (self.query_one(GpuTable), self.query_one(ServerPanel).table):
+            if table.is_mounted:
+                table.fit(width)
 
     # ---------------------------------------------------------------- signals
     def _visible(self) -> bool:
@@ -136,7 +148,7 @@ class StatusScreen(Screen):
         if self._gpu_heartbeat():
             self._pending_servers = True
         else:
-            self.query_one(ServerPanel).update_servers(servers)
+            self.query_one(ServerPanel).update_servers(servers, self.tapp.server_history)
 
     def _on_link(self, link: LinkState) -> None:
         # The banner is cheap and must be right when the user comes back: always update.
@@ -153,7 +165,7 @@ class StatusScreen(Screen):
         self._show_gpu(latest.gpu)
         self._show_host(latest.host)
         if latest.servers is not None:
-            self.query_one(ServerPanel).update_servers(latest.servers)
+            self.query_one(ServerPanel).update_servers(latest.servers, self.tapp.server_history)
 
     def _show_gpu(self, status: GpuStatus) -> None:
         self._last_gpu_draw = time.monotonic()
@@ -163,7 +175,7 @@ class StatusScreen(Screen):
             self._show_host(latest.host)
         if self._pending_servers and latest.servers is not None:
             self._pending_servers = False
-            self.query_one(ServerPanel).update_servers(latest.servers)
+            self.query_one(ServerPanel).update_servers(latest.servers, self.tapp.server_history)
         self.query_one(GpuStateLine).set_status(status)
         if status.gpus:
             self.query_one(GpuTable).update_gpus(status.gpus, self.tapp.gpu_history)
@@ -179,6 +191,11 @@ class StatusScreen(Screen):
     def action_toggle_processes(self) -> None:
         panel = self.query_one("#procs-panel")
         panel.display = not panel.display
+
+    def action_runs(self) -> None:
+        from tui.screens.runs import RunsScreen
+
+        self.app.push_screen(RunsScreen())
 
     def action_focus_gpus(self) -> None:
         self.query_one(GpuTable).focus()

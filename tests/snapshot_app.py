@@ -1,0 +1,357 @@
+"""Deterministic scenes of every screen: the SVG snapshot tests and ``scripts/screenshots.py``
+build the same apps from here (posting's ``snapshot_app`` pattern).
+
+A scene is ``build() -> (app, run_before)``: ``app`` is the real :class:`~tui.app.TunedeckApp`
+on fake collectors (fixed data, fixed clocks: nothing live, nothing launched), ``run_before``
+drives it with a Pilot to the state to capture. The profile / results / state folders must point
+at empty temporary directories (the tests' conftest does it; the screenshot script too).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Awaitable, Callable
+
+from textual.pilot import Pilot
+
+from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_snapshot, host_stats, server
+from tui.app import TunedeckApp, make_app
+from tui.model import NA, GpuProcess, GpuStatus
+
+REPO = Path(__file__).resolve().parent.parent
+TARGET = "gpuop@gpu-box-01"
+GPU = {"name": "NVIDIA H200", "memory_total": 143771.0}  # the same GPU in every shot
+
+Scene = Callable[[], tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]]
+
+
+def h200_status(n: int = 8, t: int = 0) -> GpuStatus:
+    gpus = tuple(gpu_snapshot(i, t, **GPU, memory_used=float(30000 + 9000 * i + 100 * (t % 10)))
+                 for i in range(n))
+    procs = tuple(GpuProcess(pid=4000 + i, name="sglang::scheduler_TP" + str(i), gpu_uuid=g.uuid, gpu_index=i,
+                             used_memory=float(g.memory_used) - 500) for i, g in enumerate(gpus) if i < 4)
+    return GpuStatus(state="ok", gpus=gpus, processes=procs, time=1_700_000_000.0 + t)
+
+
+TICKS = 30
+
+
+def servers_at(t: int) -> tuple:
+    """The servers at tick ``t``: a ready SGLang under a varying load, a vLLM still starting."""
+    load = (3 * t) % 16
+    return (
+        server("sglang-tuned", "ready", running=float(load), waiting=float(max(0, load - 10)),
+               kv_cache_usage=0.2 + 0.04 * load, gen_throughput=110.0 * load + 40.0),
+        server("vllm-baseline", "starting", engine="vllm", model="/models/Llama-3.1-70B-Instruct", port=8000,
+               running=NA, waiting=NA, kv_cache_usage=NA, gen_throughput=NA, ttft_p50=NA),
+    )
+
+
+def _servers() -> FakeServers:
+    return FakeServers(*[servers_at(t) for t in range(TICKS)])
+
+
+def base_app(ticks: int = TICKS) -> TunedeckApp:
+    gpu = FakeGpu([h200_status(8, t) for t in range(ticks)], interval=0.001)
+    app = make_app(gpu=gpu, host_source=FakeHost(host_stats()), servers=_servers(), target=TARGET,
+                   interval=0.01, keymap={})
+    return app
+
+
+async def _until(pilot: Pilot, pred: Callable[[], bool], timeout: float = 10.0) -> None:
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not pred():
+        if loop.time() > end:
+            raise AssertionError("the scene did not reach its state")
+        await pilot.pause(0.02)
+
+
+async def _settled(app: TunedeckApp, pilot: Pilot) -> None:
+    """The feeds are exhausted (last GPU tick drawn, servers and host sampled)."""
+    await _until(pilot, lambda: app.latest.gpu.time == 1_700_000_000.0 + TICKS - 1
+                 and app.latest.servers is not None and app.latest.link.ok)
+    app.interval = 3600.0  # the feeds go quiet (each loop sleeps after its current poll): a still frame
+    await pilot.pause(0.1)
+    # the server feed ran at its own pace: give every run the same history, whatever it was
+    from widgets.server_panel import ServerHistory
+
+    app.server_history = ServerHistory(maxlen=60)
+    for t in range(TICKS):
+        app.server_history.add(servers_at(t))
+    app.latest.servers = servers_at(TICKS - 1)
+    await pilot.pause(0.6)  # the status screen draws at most twice a second
+
+
+class _Target:
+    """Stands for the host on screens that only need one to offer their keys (nothing runs)."""
+
+    target = TARGET
+
+
+# ---------------------------------------------------------------------------------------- scenes
+def status() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        await _settled(app, pilot)
+        app.screen.redraw()  # type: ignore[attr-defined]
+        await pilot.pause(0.1)
+
+    return app, run_before
+
+
+def profiles() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.profiles.preflight import Finding
+        from tui.screens.profiles import ProfilesScreen
+
+        await _settled(app, pilot)
+        await pilot.press("l")
+        await _until(pilot, lambda: isinstance(app.screen, ProfilesScreen))
+        scr: Any = app.screen
+        scr.host = _Target()
+        names = list(scr.profiles)
+        scr.table.move_cursor(row=names.index("sglang-base"))
+        await pilot.press("1")
+        scr.table.move_cursor(row=names.index("sglang-tuned"))
+        await pilot.press("2")
+        report = SimpleNamespace(profile="sglang-tuned", findings=(
+            Finding("info", "gpus", "8 × NVIDIA H200 (SM90)"),
+            Finding("info", "engine", "sglang 0.5.23 (read from host); 25 backends from help"),
+            Finding("warning", "backend-arch-unverified",
+                    "'flashinfer' passes argument checks on SM90 for MLA models but is unverified there; "
+                    "verify on the host", "attention_backend"),
+        ))
+        scr.reports["sglang-tuned"] = report
+        scr._show_report(report)
+        scr.refresh_bindings()
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+def launch_form() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from textual.widgets import Input
+
+        from tui.profiles.store import ProfileStore
+        from tui.screens.launch import LaunchScreen
+
+        await _settled(app, pilot)
+        await app.push_screen(LaunchScreen(ProfileStore().get("sglang-tuned")))
+        await _until(pilot, lambda: isinstance(app.screen, LaunchScreen))
+        await pilot.pause(0.2)
+        scr: Any = app.screen
+        scr.query_one("#tp", Input).value = "4"  # an unsaved edit: the title and the diff say so
+        app.set_focus(None)
+        from widgets.preset_form import PresetForm
+
+        await _until(pilot, lambda: "unsaved" in str(scr.query_one("#launch-title").render())
+                     and any(m.key == "vs saved" for m in scr.query_one(PresetForm).messages))
+        await pilot.pause(0.3)
+
+    return app, run_before
+
+
+def run() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.model import StartupProgress
+        from tui.screens.run import RunScreen
+        from tui.services.launcher import RunRecord
+        from widgets.server_log import ServerLog
+        from widgets.startup_progress import StartupProgressView
+
+        log = REPO / "tests" / "data" / "sglang-start-1.log"
+        lines = log.read_text(errors="replace").splitlines()
+        cut = next(i for i, ln in enumerate(lines) if "| 8/14" in ln) + 1
+
+        class ShotRun(RunScreen):
+            def _start_following(self) -> None:  # nothing to follow: the log is fed below
+                pass
+
+        rec = RunRecord(run_id="20250308-122905-7f3a", target=TARGET,
+                        argv=["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-32B-Instruct",
+                              "--tp-size", "4", "--port", "30000", "--enable-metrics"],
+                        engine="sglang", port=30000, profile="sglang-tuned", pid=48213, status="starting")
+        scr = ShotRun(_Target(), rec)  # type: ignore[arg-type]
+        await _settled(app, pilot)
+        await app.push_screen(scr)
+        await pilot.pause(0.1)
+        view = scr.query_one(ServerLog)
+        view.append_lines(lines[:cut])
+        view.flush_now()
+        scr.query_one(StartupProgressView).update(StartupProgress(
+            run_id=rec.run_id, engine="sglang", state="starting", phase="weight-loading",
+            phase_label="safetensors shards", phase_progress=8 / 14, phase_n=8, phase_total=14, fraction=0.41,
+            elapsed=23.0, eta=34.0, eta_source="history", health="down",
+            gpu_memory=(9120.0, 9120.0, 9118.0, 9118.0), time=1_741_436_958.0))
+        await pilot.pause(0.3)
+
+    return app, run_before
+
+
+def bench_script() -> list[dict]:
+    """Progress lines of a 2-level sweep (C=1 done, C=16 running), as ``tunedeck bench --progress`` prints."""
+    levels = [{"level": 0, "concurrency": 1, "request_rate": "inf"}, {"level": 1, "concurrency": 16,
+                                                                       "request_rate": "inf"}]
+    msgs: list[dict] = [{"type": "start", "levels": levels}]
+    for level, conc, secs, base in ((0, 1, 10, 88.0), (1, 16, 9, 1190.0)):
+        msgs.append({"type": "level_start", "level": level, "concurrency": conc, "request_rate": "inf",
+                     "run_id": f"20250308-1240{level}0-c{conc}"})
+        total = 10 if conc == 1 else 80
+        for sec in range(secs):
+            ramp = min(1.0, (sec + 1) / 3)
+            tok = round(base * ramp + (sec * 37 % 11) * (conc / 4), 1)
+            done = min(total, (sec + 1) * (1 if conc == 1 else 7))
+            msgs.append({"type": "tick", "level": level, "second": sec, "t": sec + 1.0, "tok_s": tok,
+                         "completed": done, "total": total, "failed": 0, "in_flight": 0 if done >= total else conc,
+                         "cpu": [0.21 + 0.01 * (sec % 3)], "ttft_p50_ms": 41.0 + 6 * level,
+                         "ttft_p99_ms": 58.0 + 40 * level, "itl_p50_ms": 11.2 + 2.5 * level,
+                         "itl_p99_ms": 14.9 + 4 * level})
+        if level == 0:
+            msgs.append({"type": "level_done", "level": 0, "summary": {
+                "completed": 10, "failed": 0, "duration": 10.2, "output_throughput": 86.4,
+                "per_user_output_throughput": 86.4, "max_concurrency": 1, "median_ttft_ms": 41.3,
+                "p99_ttft_ms": 57.8, "median_itl_ms": 11.2, "p99_itl_ms": 14.8}})
+    return msgs
+
+
+def bench() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.screens.bench import BenchScreen
+        from widgets.throughput_chart import ThroughputChart
+
+        class ShotBench(BenchScreen):
+            def run_bench(self) -> None:  # type: ignore[override]  # scripted, nothing runs
+                for m in bench_script():
+                    self.post_message(self.Progress(m))
+
+        scr = ShotBench(["--host", TARGET, "--port", "30000", "--concurrency", "1,16"])
+        await _settled(app, pilot)
+        await app.push_screen(scr)
+        await _until(pilot, lambda: len(scr._level_info) == 2 and scr.last_tick.get("second") == 8)
+        for chart in scr.query(ThroughputChart):
+            chart.refresh()  # draw the final data now, not at the next 1 s tick
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+def bench_setup() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.screens.bench_setup import BenchSetupScreen
+
+        await _settled(app, pilot)
+        await pilot.press("b")
+        await _until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+def compare() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    """The Compare screen after an A/B (the recorded demo A/B in screenshots/compare-ab.json)."""
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.ab.compare import compare as compare_sides, side_from_dict
+        from tui.screens.compare import CompareScreen
+
+        e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
+        a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
+        cmp = compare_sides(a, b)
+        series = e.get("series") or [[], []]
+        scr = CompareScreen(ops_factory=lambda: None, profiles=[a.profile, b.profile, "sglang-eagle3",
+                                                                "vllm-baseline"],
+                            a=a.profile, b=b.profile, comparison=cmp, series=(series[0], series[1]))
+        await _settled(app, pilot)
+        await app.push_screen(scr)
+        await pilot.pause(0.2)
+        scr._status(f"A/B {e.get('id')} {e.get('status')} on {e.get('host')}, plan {e.get('plan')}")
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+def runs() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.screens.runs import RunsScreen
+        from tui.services.launcher import RunRecord
+
+        recs = [RunRecord(f"7f3a00{i:02d}", TARGET, ["x"], engine=e, port=port, profile=prof, status=st,
+                          created=1_741_436_000.0 + 3600 * i, started=1_741_436_000.0 + 3600 * i, rc=rc)
+                for i, (prof, e, port, st, rc) in enumerate((
+                    ("sglang-base", "sglang", 30000, "stopped", 0), ("sglang-tuned", "sglang", 30000, "failed", 1),
+                    ("vllm-baseline", "vllm", 8000, "ready", None)))]
+        await _settled(app, pilot)
+        await app.push_screen(RunsScreen(records=recs))
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+def keys() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        await _settled(app, pilot)
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+def confirm_stop() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.screens.modals import ConfirmModal
+
+        await _settled(app, pilot)
+        await app.push_screen(ConfirmModal("Stop run 20250308-122905-7f3a on gpuop@gpu-box-01 (pid 48213)?\n"
+                                           "TERM, then KILL after 30 s.", title="Stop the server", action="Stop",
+                                           danger=True))
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+def hosts() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.screens.hosts import HostsModal
+
+        await _settled(app, pilot)
+        await app.push_screen(HostsModal(TARGET, [(TARGET, "current"), ("gpu-box-02", "used before"),
+                                                  ("h200-a", "~/.ssh/config"), ("local", "this machine"),
+                                                  ("demo", "the simulator")]))
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+SCENES: dict[str, Scene] = {
+    "status": status, "profiles": profiles, "launch-form": launch_form, "run": run, "bench": bench,
+    "bench-setup": bench_setup, "compare": compare, "runs": runs, "keys": keys, "confirm-stop": confirm_stop,
+    "hosts": hosts,
+}
+
+__all__ = ["SCENES", "Scene", "base_app", "bench_script", "h200_status"]

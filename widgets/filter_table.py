@@ -1,0 +1,143 @@
+"""A list with ``/`` filter and column sort (k9s style), for the profiles and results lists.
+
+:class:`FilterTable` keeps every row it was given and shows those matching the filter text
+(case-insensitive, any cell), sorted by the column whose header was clicked (again: reversed).
+:class:`TableFilter` is the search box that opens on ``/``: keys typed in the same burst as the
+``/`` land in it (they are queued for the table before the box has the focus), never as commands.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Sequence
+
+from rich.text import Text
+from textual import events, on
+from textual.widgets import DataTable, Input
+
+_NUM = re.compile(r"^-?\d+(?:\.\d+)?")
+
+
+def sort_value(cell: Any) -> tuple[int, float, str]:
+    """Numbers sort as numbers (N/A last), text as text."""
+    plain = cell.plain if isinstance(cell, Text) else str(cell)
+    m = _NUM.match(plain.strip())
+    if m:
+        return (0, float(m.group()), plain)
+    return (1 if plain.strip() and plain.strip() != "N/A" else 2, 0.0, plain.lower())
+
+
+class FilterTable(DataTable):
+    """A DataTable over a list of rows: ``set_rows``, ``set_filter``, header click sorts."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("cursor_type", "row")
+        super().__init__(**kwargs)
+        #: every row, in the given order: (key, cells)
+        self.all_rows: list[tuple[str, tuple[Any, ...]]] = []
+        #: the filter text ('' shows every row)
+        self.filter_text = ""
+        #: the column key sorted by (None: the given order) and the direction
+        self.sort_column: str | None = None
+        self.sort_reverse = False
+
+    def set_rows(self, rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
+        self.all_rows = [(k, tuple(c)) for k, c in rows]
+        self._show()
+
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text
+        self._show()
+
+    @property
+    def shown_keys(self) -> list[str]:
+        return [str(rk.value) for rk in self.rows]
+
+    def _matches(self, cells: Sequence[Any]) -> bool:
+        if not self.filter_text:
+            return True
+        needle = self.filter_text.lower()
+        return any(needle in (c.plain if isinstance(c, Text) else str(c)).lower() for c in cells)
+
+    def _show(self) -> None:
+        keep = None
+        if self.row_count and 0 <= self.cursor_row < self.row_count:
+            keep = str(self.coordinate_to_cell_key((self.cursor_row, 0)).row_key.value)
+        rows = [(k, c) for k, c in self.all_rows if self._matches(c)]
+        if self.sort_column is not None:
+            idx = [str(col.value) for col in self.columns].index(self.sort_column)
+            rows.sort(key=lambda r: sort_value(r[1][idx]), reverse=self.sort_reverse)
+        with self.app.batch_update():
+            self.clear()
+            for k, c in rows:
+                self.add_row(*c, key=k)
+            keys = [k for k, _ in rows]
+            if keep in keys:
+                self.move_cursor(row=keys.index(keep))
+
+    def sort_by(self, column: str) -> None:
+        """Sort by ``column``; the same column again reverses."""
+        if self.sort_column == column:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_column, self.sort_reverse = column, False
+        self._show()
+
+    @on(DataTable.HeaderSelected)
+    def _header(self, event: DataTable.HeaderSelected) -> None:
+        event.stop()
+        self.sort_by(str(event.column_key.value))
+
+
+class TableFilter(Input):
+    """The ``/`` box above a :class:`FilterTable`: hidden until :meth:`open`."""
+
+    DEFAULT_CSS = """
+    TableFilter { display: none; }
+    TableFilter.-open { display: block; }
+    """
+
+    last_key: events.Key | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("placeholder", "filter (Enter keeps it, Esc clears)")
+        kwargs.setdefault("compact", True)
+        super().__init__(**kwargs)
+
+    @property
+    def is_open(self) -> bool:
+        return self.has_class("-open")
+
+    async def _on_key(self, event: events.Key) -> None:
+        self.last_key = event
+        await super()._on_key(event)
+
+    def open(self) -> None:
+        self.add_class("-open")
+        self.cursor_position = len(self.value)
+        self.focus()
+
+    def close(self, clear: bool) -> None:
+        if clear:
+            self.value = ""
+        self.remove_class("-open")
+
+    def route(self, event: events.Key) -> bool:
+        """Called by the screen's ``on_key``: a key queued for the table while the box is open
+        goes into the box. True when it was taken."""
+        if not self.is_open or event is self.last_key:
+            return False
+        event.stop()
+        event.prevent_default()
+        if event.key == "enter":
+            self.post_message(self.Submitted(self, self.value))
+        elif event.key == "escape":
+            self.close(clear=True)
+        elif event.key == "backspace":
+            self.action_delete_left()
+        elif event.is_printable and event.character:
+            self.insert_text_at_cursor(event.character)
+        return True
+
+
+__all__ = ["FilterTable", "TableFilter", "sort_value"]
