@@ -162,6 +162,10 @@ def launch_form() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     return app, run_before
 
 
+async def _no_campaign(*_args: object) -> None:
+    raise RuntimeError("snapshots never start an A/B")
+
+
 def run() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
@@ -172,9 +176,10 @@ def run() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
         from widgets.server_log import ServerLog
         from widgets.startup_progress import StartupProgressView
 
-        log = REPO / "tests" / "data" / "sglang-start-1.log"
+        # the simulator's own SGLang start-up (timestamps fixed), cut mid weight-loading
+        log = REPO / "tests" / "data" / "logs" / "sglang-start-snapshot.log"
         lines = log.read_text(errors="replace").splitlines()
-        cut = next(i for i, ln in enumerate(lines) if "| 8/14" in ln) + 1
+        cut = next(i for i, ln in enumerate(lines) if "| 8/13" in ln) + 1
 
         class ShotRun(RunScreen):
             def _start_following(self) -> None:  # nothing to follow: the log is fed below
@@ -193,7 +198,7 @@ def run() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
         view.flush_now()
         scr.query_one(StartupProgressView).update(StartupProgress(
             run_id=rec.run_id, engine="sglang", state="starting", phase="weight-loading",
-            phase_label="safetensors shards", phase_progress=8 / 14, phase_n=8, phase_total=14, fraction=0.41,
+            phase_label="safetensors shards", phase_progress=8 / 13, phase_n=8, phase_total=13, fraction=0.41,
             elapsed=23.0, eta=34.0, eta_source="history", health="down",
             gpu_memory=(9120.0, 9120.0, 9118.0, 9118.0), time=1_741_436_958.0))
         await pilot.pause(0.3)
@@ -276,7 +281,7 @@ def compare() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
         a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
         cmp = compare_sides(a, b)
         series = e.get("series") or [[], []]
-        scr = CompareScreen(ops_factory=lambda: None, profiles=[a.profile, b.profile, "sglang-eagle3",
+        scr = CompareScreen(start_campaign=_no_campaign, profiles=[a.profile, b.profile, "sglang-eagle3",
                                                                 "vllm-baseline"],
                             a=a.profile, b=b.profile, comparison=cmp, series=(series[0], series[1]))
         await _settled(app, pilot)
