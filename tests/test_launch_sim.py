@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -156,3 +159,31 @@ def test_cli_done_when(tmp_path):
     assert "stopped" in r.stdout and "GPU memory freed" in r.stdout
     after = td("sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
     assert after == idle
+
+
+async def test_runs_finds_a_stall_nobody_watched(demo, monkeypatch):
+    """Launched without --wait and hung: `runs` alone says stalled, with what the GPUs hold."""
+    from tui.commands import runs as runs_cmd
+
+    argv, env, engine, port = sim_command("sglang-base", "--sim-load-seconds", "1", "--sim-fault", "hang")
+    rec = await L.launch(demo, argv, env, engine=engine, port=port, profile="unwatched-hang")
+    try:
+        log = Path(rec.run_dir) / "log"
+        for _ in range(100):  # until the hang: graph capture begun, then silence
+            if "CUDA graph begin" in log.read_text(errors="replace"):
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+        store = L.RunStore()
+        monkeypatch.setattr(runs_cmd, "STALL_AFTER", 600.0)
+        recs = await runs_cmd.refresh_readiness(demo, store, [store.load(rec.run_id)])
+        assert recs[0].status == "starting"  # quiet for less than the window: not judged yet
+        old = time.time() - 700
+        os.utime(log, (old, old))
+        recs = await runs_cmd.refresh_readiness(demo, store, [store.load(rec.run_id)])
+        assert recs[0].status == "stalled", recs[0]
+        assert re.search(r"no log output for 1[12] min", recs[0].diagnosis) and "holds GPU" in recs[0].diagnosis
+        assert store.load(rec.run_id).status == "stalled"
+    finally:
+        res = await L.stop_run(demo, L.RunStore().load(rec.run_id), grace=5, gpu_wait=20)
+        assert res.state == "stopped"

@@ -11,10 +11,14 @@ from typing import Sequence
 from tui.commands._runs import age, err, host_from_args, records_for
 from tui.model import jsonable
 from tui.services.hosts import Host, HostError
-from tui.services.launcher import LAUNCHING, READY, STARTING, RunRecord, RunStore
+from tui.services.launcher import LAUNCHING, READY, STARTING, RunRecord, RunStore, gpu_memory_used, process_alive
+from tui.services.tracker import STALLED, describe_gpu_memory
 from tui.util.safety import redact_argv, visible
 
 log = logging.getLogger(__name__)
+
+#: a live run whose log has not changed this long is stalled (the tracker's default window)
+STALL_AFTER = 300.0
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -52,10 +56,41 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# $1.. run folders: prints "<folder> <seconds since the log last changed>"
+_LOG_AGE = r"""now=$(date +%s)
+for d in "$@"; do
+  m=$(stat -c %Y "$d/log" 2>/dev/null) && echo "$d $((now - m))"
+done
+exit 0
+"""
+
+
+async def _quiet_logs(host: Host, recs: Sequence[RunRecord], after: float = STALL_AFTER) -> dict[str, float]:
+    """Run ids (of live runs) whose log has not changed for ``after`` seconds, with that age."""
+    dirs = {r.run_dir: r.run_id for r in recs if r.run_dir and r.pid}
+    if not dirs:
+        return {}
+    r = await host.run_script(_LOG_AGE, list(dirs), timeout=30)
+    out: dict[str, float] = {}
+    for line in r.stdout.splitlines():
+        d, _, age_s = line.rpartition(" ")
+        if d in dirs and age_s.isdigit() and int(age_s) >= after:
+            out[dirs[d]] = float(age_s)
+    if not out:
+        return out
+    live: dict[str, float] = {}
+    for rec in recs:
+        if rec.run_id in out and rec.pid and await process_alive(host, rec.pid, rec.starttime):
+            live[rec.run_id] = out[rec.run_id]
+    return live
+
+
 async def refresh_readiness(host: Host, store: RunStore, recs: Sequence[RunRecord]) -> list[RunRecord]:
     """Runs still ``starting`` (launched without ``--wait``, or whose waiter went away) are asked
     once over HTTP (``/health``, through the SSH forward on a remote host); a ready answer is
-    saved in the record, so ``runs`` never shows a serving run as starting."""
+    saved in the record, so ``runs`` never shows a serving run as starting. A live one whose log
+    has not moved for the stall window is saved as ``stalled`` with the GPU memory held, even
+    when nobody was watching it."""
     from tui.collectors.servers import ServerCollector, ServerSpec
 
     pending = [r for r in recs if r.status in (STARTING, LAUNCHING) and r.port and not r.ended_]
@@ -70,12 +105,22 @@ async def refresh_readiness(host: Host, store: RunStore, recs: Sequence[RunRecor
         log.warning("runs: readiness probe on %s failed: %s", host.target, visible(e))
         return list(recs)
     ready = {s.name for s in stats if s.state == "ready"}
+    quiet = await _quiet_logs(host, [r for r in pending if r.run_id not in ready])
+    held = await gpu_memory_used(host) if quiet else None
     out = []
     for r in recs:
+        now = time.time()
         if r.run_id in ready:
-            now = time.time()
             r.status = READY
             r.timeline.append({"t": now, "event": "ready", "by": "runs"})
             store.update(r.run_id, status=READY, timeline=r.timeline)
+        elif r.run_id in quiet and r.status != STALLED:
+            # nobody watched it stall: a live process whose log has not moved for the stall window
+            mins = quiet[r.run_id] / 60
+            holds = f"; holds {describe_gpu_memory([held[i] for i in sorted(held)])}" if held else ""
+            r.status = STALLED
+            r.diagnosis = f"stalled: no log output for {mins:.0f} min, the process is still running{holds}"
+            r.timeline.append({"t": now, "event": STALLED, "by": "runs", "diagnosis": r.diagnosis})
+            store.update(r.run_id, status=STALLED, diagnosis=r.diagnosis, timeline=r.timeline)
         out.append(r)
     return out
