@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.simfix import SimProc, free_port  # noqa: E402
-from tests.sshd import TEST_USER, SshdServer, _ensure_root_alias, _ensure_user  # noqa: E402
+from tests.sshd import ROOT_USER, TEST_USER, SshdServer, _ensure_root_alias, _ensure_user  # noqa: E402
 
 TTFT_MS, ITL_MS, IN_LEN, OUT_LEN = 50.0, 10.0, 128, 64
 
@@ -42,11 +42,13 @@ def truth(records: list[dict]) -> dict[str, float]:
     return {"ttft_ms": statistics.fmean(ttft), "tok_s": toks / (end - start), "n": len(records)}
 
 
-def one(sshd: SshdServer, port: int, rec: Path, conc: int, where: str, env: dict[str, str]) -> dict[str, float]:
+def one(sshd: SshdServer, port: int, rec: Path, conc: int, where: str, env: dict[str, str],
+        user: str = TEST_USER, python: str | None = None) -> dict[str, float]:
     n = 20 if conc == 1 else 5 * conc
     before = rec.stat().st_size if rec.exists() else 0
     r = subprocess.run(
-        [sys.executable, "-m", "tui", "bench", "--host", sshd.target(TEST_USER), "--port", str(port),
+        [sys.executable, "-m", "tui", "bench", "--host", sshd.target(user), "--port", str(port),
+         *(["--python", python] if python and where == "host" else []),
          "--concurrency", str(conc), "--num-prompts", str(n), "--input-len", str(IN_LEN),
          "--output-len", str(OUT_LEN), "--warmup", str(min(conc, 32)), "--client-where", where, "--json", "-"],
         capture_output=True, text=True, cwd=REPO, env=env, timeout=900,
@@ -75,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--conc", default="1,128,256")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "host_vs_tunnel.json")
+    ap.add_argument("--itl-ms", type=float, default=ITL_MS,
+                    help=f"the simulator's fixed inter-token delay (default {ITL_MS:g}; larger = a lighter server)")
+    ap.add_argument("--python", default=None,
+                    help="the host's interpreter for the host-side client (default: the plain user's python3, "
+                    "no uvloop); a root-readable one runs as the uid-0 test user")
     a = ap.parse_args(argv)
     concs = [int(x) for x in a.conc.split(",")]
     _ensure_user(TEST_USER)
@@ -88,14 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     port = free_port()
     rows: dict[tuple[int, str], list[dict[str, float]]] = {}
     sim = SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "0.5",
-                  "--sim-fixed-ttft-ms", str(TTFT_MS), "--sim-fixed-itl-ms", str(ITL_MS),
+                  "--sim-fixed-ttft-ms", str(TTFT_MS), "--sim-fixed-itl-ms", str(a.itl_ms),
                   "--sim-record-timestamps", str(rec), "--max-num-seqs", "1024")
     try:
         sim.wait_ready(60)
         for rep in range(a.repeats):
             for c in concs:
                 for where in (("host", "local") if rep % 2 == 0 else ("local", "host")):
-                    res = one(sshd, port, rec, c, where, env)
+                    res = one(sshd, port, rec, c, where, env, ROOT_USER if a.python else TEST_USER, a.python)
                     rows.setdefault((c, where), []).append(res)
                     print(f"repeat {rep + 1} C={c:<4} {where:<5} TTFT {res['ttft_ms']:8.1f} ms "
                           f"(truth {res['true_ttft_ms']:6.1f}, {res['ttft_err_ms']:+7.1f})  "
@@ -109,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         return statistics.median(x[k] for x in rows[(c, w)])
 
     lines = [
-        f"Medians of {a.repeats} interleaved repeats; simulator at fixed TTFT {TTFT_MS:g} ms / ITL {ITL_MS:g} ms, "
+        f"Medians of {a.repeats} interleaved repeats; simulator at fixed TTFT {TTFT_MS:g} ms / ITL {a.itl_ms:g} ms, "
         f"input {IN_LEN}, output {OUT_LEN} tokens; truth = the server's own timestamps.",
         "",
         "| C | client | mean TTFT (ms) | truth (ms) | error (ms) | p99 TTFT (ms) | output tok/s | truth tok/s | error |",
