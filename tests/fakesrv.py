@@ -243,12 +243,9 @@ async def serve(sock: socket.socket) -> None:
 
 
 def _run(sock: socket.socket) -> None:
-    try:
-        import uvloop
+    import uvloop  # a dependency of tunedeck on POSIX, so always here for the tests
 
-        uvloop.run(serve(sock))
-    except ImportError:  # pragma: no cover
-        asyncio.run(serve(sock))
+    uvloop.run(serve(sock))
 
 
 def main(argv: list[str] | None = None) -> int:

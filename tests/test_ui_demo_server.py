@@ -52,7 +52,6 @@ async def test_demo_status_shows_launched_server(monkeypatch):
 
 async def test_launch_form_request_opens_the_run_view_and_launches(monkeypatch, tmp_path):
     """LaunchScreen.LaunchRequested reaching the app launches the profile on the host (demo) in a RunScreen."""
-    pytest.importorskip("tui.screens.run")
     from dataclasses import replace
 
     from tui.profiles.builder import build_command

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("tui.collectors.gpu")
-fake_smi = pytest.importorskip("tests.fake_smi")
-
-from tests.test_ui_status import SIZE, cell, until  # noqa: E402
-from tests.ui_text import screen_text  # noqa: E402
-from tui.app import make_app  # noqa: E402
-from tui.services.hosts import LocalHost  # noqa: E402
-from widgets.gpu_table import GpuStateLine, GpuTable  # noqa: E402
-from widgets.host_panel import HostPanel  # noqa: E402
+from tests import fake_smi
+from tests.test_ui_status import SIZE, cell, until
+from tests.ui_text import screen_text
+from tui.app import make_app
+from tui.services.hosts import LocalHost
+from widgets.gpu_table import GpuStateLine, GpuTable
+from widgets.host_panel import HostPanel
 
 pytestmark = pytest.mark.timeout(60)
 

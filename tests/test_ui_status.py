@@ -408,7 +408,6 @@ async def test_gpu_feed_drives_the_link_without_a_host_sampler():
 
 
 async def test_launch_mode_opens_the_profile_list():
-    pytest.importorskip("tui.screens.profiles")
     from tui.screens.profiles import ProfilesScreen
 
     app = app_with()

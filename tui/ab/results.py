@@ -12,12 +12,15 @@ A reference (``tunedeck compare REF [REF]``) is one of:
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Mapping
 
 from tui.ab.compare import Side, SideRun, side_from_dict, summaries_to_levels
 from tui.ab.journal import Journal
 from tui.util.paths import data_dir
+
+log = logging.getLogger(__name__)
 
 
 class RefError(ValueError):
@@ -143,15 +146,14 @@ def side_from_run_dir(run_dir: Path, label: str) -> Side:
 def _rebuild_summary(run_dir: Path) -> Any:
     if not (run_dir / "samples.jsonl").exists():
         return None
-    try:
-        from tui.bench import store  # type: ignore[attr-defined]
-    except ImportError:
-        return None
+    from tui.bench import store
+
     if run_dir.parent.resolve() != store.results_dir().resolve():
         return None
     try:
         return store.rebuild_summary(run_dir.name)
-    except Exception:  # noqa: BLE001 - unreadable run: report as missing summary
+    except (store.StoreError, OSError, ValueError) as e:  # unreadable run: reported as a missing summary
+        log.warning("%s: no summary could be rebuilt: %s", run_dir, e)
         return None
 
 

@@ -28,9 +28,6 @@ async def _preflight(args: argparse.Namespace) -> int:
     target = "demo" if args.demo else (args.host or "local")
     try:
         host = get_host(args.host, demo=args.demo)
-    except ImportError:
-        print("tunedeck preflight: the simulator (--demo) is not available in this build", file=sys.stderr)
-        return 2
     except (UnsafeInput, HostError) as e:
         return report_error("preflight", target, e, as_json=args.json)
     try:

@@ -68,10 +68,6 @@ async def run_status(args: argparse.Namespace) -> int:
     except UnsafeInput as exc:
         print(f"tunedeck status: --host: {exc}", file=sys.stderr)
         return 2
-    except ImportError as exc:
-        what = "the simulator (--demo)" if args.demo else f"remote hosts ({args.host})"
-        print(f"tunedeck status: {what} is not available in this build: {exc}", file=sys.stderr)
-        return 2
     except HostError as exc:
         print(f"tunedeck status: {exc}", file=sys.stderr)
         return 1
