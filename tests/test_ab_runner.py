@@ -120,3 +120,26 @@ async def test_unknown_profile_fails_before_anything_runs(plan):
     rep = await ABRunner(ops, "base", "missing", plan).run()
     assert rep.status == "failed" and "B (missing): no profile named 'missing'" in rep.error
     assert ops.log == []
+
+
+async def test_cancel_during_the_launch_still_stops_the_server_it_started():
+    """A cancel that lands while the launch script runs must not leave that server behind."""
+    import asyncio
+
+    from tests.abfakes import FakeOps
+    from tui.ab.plans import load_plan
+    from tui.ab.runner import ABRunner
+
+    class SlowLaunch(FakeOps):
+        async def launch(self, info):
+            await asyncio.sleep(0.3)
+            return await super().launch(info)
+
+    ops = SlowLaunch()
+    runner = ABRunner(ops, "base", "tuned", load_plan("quick"))
+    task = asyncio.create_task(runner.run())
+    await asyncio.sleep(0.1)  # inside the launch
+    runner.cancel()
+    rep = await task
+    assert rep.status == "cancelled"
+    assert ops.log == ["launch base", "stop base"] and not ops.live

@@ -429,9 +429,17 @@ class ABRunner:
         info = self._infos[label]
         first = repeats[0]
         self._emit("launch", f"launching {info.name} ({info.engine})", label, first, advance=True)
+        launching = asyncio.ensure_future(self.ops.launch(info))
         try:
-            handle = await self.ops.launch(info)
-        except (asyncio.CancelledError, ABFailed):
+            handle = await asyncio.shield(launching)
+        except asyncio.CancelledError:
+            # cancelled while the launch ran: let it finish, so the cleanup stops what it started
+            try:
+                self._live = (info, await launching)
+            except Exception:  # noqa: BLE001 - the launch failed: nothing runs to stop
+                pass
+            raise
+        except ABFailed:
             raise
         except Exception as e:  # noqa: BLE001 - refused (something holds the GPUs), host error
             raise ABFailed(f"{label} ({info.name}) could not be launched: {e}") from None
