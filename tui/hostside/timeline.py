@@ -1,0 +1,253 @@
+"""A benchmark's timeline: the GPUs and the server, second by second, next to the client.
+
+While a host-side benchmark level runs, :class:`Timeline` writes one line a second
+to ``timeline.jsonl`` in the level's result folder::
+
+    {"second": 3, "t": 4.001, "wall": …,
+     "client": {"tok_s", "in_flight", "completed", "failed"},
+     "gpu": {"util": [..], "mem_used": [..], "sm_clock": [..], "power": [..], "power_limit": [..],
+             "temp": [..]},
+     "server": {"running", "waiting", "kv", "preemptions", "gen_tok_s"}}
+
+GPU figures come from one ``nvidia-smi --query-gpu … -lms 1000`` process for the whole
+job; server figures from the server's ``/metrics`` on the host's loopback (the
+engine's own names: ``../shared/docs/serving-engines.md``). A value the driver or
+server does not give is ``null``. ``preemptions`` counts since the level started
+(vLLM's ``num_preemptions_total`` delta; SGLang's ``num_retracted_reqs``, the most seen).
+Standard library only, Python >= 3.9; the file is written by a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from tui.hostside.jobfiles import EventLog
+
+log = logging.getLogger(__name__)
+
+TIMELINE = "timeline.jsonl"
+
+#: the columns asked of nvidia-smi (the sampler's, in the same order)
+GPU_FIELDS = ("index", "utilization.gpu", "memory.used", "clocks.sm", "power.draw", "power.limit",
+              "temperature.gpu", "clocks.max.sm")
+_KEYS = ("util", "mem_used", "sm_clock", "power", "power_limit", "temp", "sm_clock_max")
+
+
+def _num(cell: str) -> Optional[float]:
+    try:
+        v = float(cell.strip())
+    except ValueError:
+        return None  # [N/A], [Not Supported], …
+    return v if v == v else None
+
+
+def parse_gpu_rows(rows: List[str]) -> Dict[str, List[Optional[float]]]:
+    """Rows of ``--query-gpu=GPU_FIELDS`` (noheader, nounits) -> one list per figure, by index."""
+    cells = sorted((r.split(",") for r in rows if r.split(",")[0].strip().isdigit()),
+                   key=lambda c: int(c[0]))
+    out: Dict[str, List[Optional[float]]] = {k: [] for k in _KEYS}
+    for c in cells:
+        for i, k in enumerate(_KEYS, start=1):
+            out[k].append(_num(c[i]) if i < len(c) else None)
+    return out
+
+
+def server_figures(text: str, prev: Optional[Dict[str, Any]], now: float) -> Dict[str, Any]:
+    """The timeline's server figures from one ``/metrics`` page (``prev``: the previous raw counters)."""
+    from tui.collectors import prom
+
+    m = prom.parse(text)
+    eng = "vllm" if any(s.name.startswith("vllm:") for s in m.samples) else "sglang"
+    if eng == "sglang":
+        gen_total = m.sum("sglang:generation_tokens_total")
+        fig = {"running": m.sum("sglang:num_running_reqs"), "waiting": m.sum("sglang:num_queue_reqs"),
+               "kv": m.mean("sglang:token_usage"), "gen_tok_s": m.sum("sglang:gen_throughput"),
+               "preempt_raw": m.sum("sglang:num_retracted_reqs")}
+    else:
+        gen_total = m.sum("vllm:generation_tokens_total")
+        fig = {"running": m.sum("vllm:num_requests_running"), "waiting": m.sum("vllm:num_requests_waiting"),
+               "kv": m.first("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", agg="mean"),
+               "gen_tok_s": None, "preempt_raw": m.sum("vllm:num_preemptions_total")}
+        if prev and gen_total is not None and prev.get("gen_total") is not None and now > prev["t"]:
+            d = gen_total - prev["gen_total"]
+            fig["gen_tok_s"] = d / (now - prev["t"]) if d >= 0 else None
+    fig.update(engine=eng, gen_total=gen_total, t=now)
+    return fig
+
+
+class Timeline:
+    """Samples GPUs and the server once a second and writes a line per client tick."""
+
+    def __init__(self, url: str, *, smi: str = "nvidia-smi", interval: float = 1.0) -> None:
+        self.url = url.rstrip("/")
+        self.smi = smi
+        self.interval = interval
+        self.gpu: Dict[str, List[Optional[float]]] = {}
+        self.server: Dict[str, Any] = {}
+        self._raw: Optional[Dict[str, Any]] = None
+        self._base_preempt: Optional[float] = None
+        self._log: Optional[EventLog] = None
+        self._level: Optional[int] = None
+        self._tasks: List["asyncio.Task[None]"] = []
+        self._proc: Optional[asyncio.subprocess.Process] = None
+        self.lines = 0
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.ensure_future(self._gpu_loop()), asyncio.ensure_future(self._server_loop())]
+
+    async def _gpu_loop(self) -> None:
+        ms = str(max(100, int(self.interval * 1000)))
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                self.smi, "--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits", "-lms", ms,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL)
+        except OSError as e:
+            log.warning("timeline: no GPU figures (%s: %s)", self.smi, e.strerror or e)
+            return
+        assert self._proc.stdout is not None
+        block: List[str] = []
+        while True:
+            try:
+                raw = await asyncio.wait_for(self._proc.stdout.readline(), 0.2 if block else None)
+            except asyncio.TimeoutError:
+                self.gpu, block = parse_gpu_rows(block), []
+                continue
+            if not raw:
+                if block:
+                    self.gpu = parse_gpu_rows(block)
+                log.warning("timeline: nvidia-smi ended (status %s); no more GPU figures", await self._proc.wait())
+                return
+            block.append(raw.decode("utf-8", "replace").strip())
+
+    async def _server_loop(self) -> None:
+        from tui.util.http import HttpError, request
+
+        failed = False
+        while True:
+            t0 = time.monotonic()
+            try:
+                r = await request("GET", self.url + "/metrics", timeout=max(0.5, self.interval))
+                if r.status == 200:
+                    fig = server_figures(r.text, self._raw, time.monotonic())
+                    self._raw = fig
+                    self.server = fig
+                    failed = False
+                elif not failed:
+                    failed = True
+                    log.warning("timeline: %s/metrics answered HTTP %s; no server figures", self.url, r.status)
+            except HttpError as e:
+                if not failed:
+                    failed = True
+                    log.warning("timeline: %s", e)
+                self.server = {}
+            await asyncio.sleep(max(0.05, self.interval - (time.monotonic() - t0)))
+
+    def on_event(self, ev: Dict[str, Any]) -> None:
+        kind = ev.get("type")
+        if kind == "level_start" and ev.get("run_dir"):
+            self._close_level()
+            try:
+                self._log = EventLog(Path(str(ev["run_dir"])) / TIMELINE)
+            except OSError as e:
+                log.error("timeline: cannot open %s: %s", ev["run_dir"], e)
+                return
+            self._level = ev.get("level")
+            self._base_preempt = self.server.get("preempt_raw")
+        elif kind == "tick" and self._log is not None and ev.get("level") == self._level:
+            self._log.write(self._line(ev))
+            self.lines += 1
+        elif kind == "level_done" and ev.get("level") == self._level:
+            self._close_level()
+
+    def _line(self, ev: Dict[str, Any]) -> Dict[str, Any]:
+        srv = self.server
+        pre = srv.get("preempt_raw")
+        if pre is not None and srv.get("engine") == "vllm":
+            base = self._base_preempt if self._base_preempt is not None else pre
+            if self._base_preempt is None:
+                self._base_preempt = pre
+            pre = max(0.0, pre - base)
+        return {
+            "second": ev.get("second"), "t": ev.get("t"), "wall": round(time.time(), 3),
+            "client": {k: ev.get(k) for k in ("tok_s", "in_flight", "completed", "failed")},
+            "gpu": dict(self.gpu),
+            "server": {"running": srv.get("running"), "waiting": srv.get("waiting"), "kv": srv.get("kv"),
+                       "preemptions": pre, "gen_tok_s": srv.get("gen_tok_s")},
+        }
+
+    def _close_level(self) -> None:
+        lg, self._log = self._log, None
+        if lg is not None:
+            try:
+                lg.close()
+            except OSError as e:
+                log.error("timeline: writing %s failed: %s", lg.path, e)
+
+    async def stop(self) -> None:
+        self._close_level()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        if self._proc is not None and self._proc.returncode is None:
+            self._proc.terminate()
+            try:
+                await asyncio.wait_for(self._proc.wait(), 3)
+            except asyncio.TimeoutError:
+                self._proc.kill()
+                await self._proc.wait()
+
+
+def read_timeline(run_dir: Path) -> List[Dict[str, Any]]:
+    """The lines of ``run_dir/timeline.jsonl`` (a torn last line is skipped)."""
+    out = []
+    try:
+        text = (run_dir / TIMELINE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def _mean(xs: Any) -> Optional[float]:
+    vals = [x for x in (xs or []) if isinstance(x, (int, float))]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _cell(v: Any, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def format_timeline(lines: List[Dict[str, Any]]) -> str:
+    """The timeline as a table: one row a second, GPU figures averaged over the GPUs."""
+    head = ("s", "client tok/s", "engine tok/s", "running", "waiting", "KV %", "preempt", "GPU util %",
+            "SM MHz", "power W", "cap W", "temp C")
+    rows = [head]
+    for ln in lines:
+        c, g, v = ln.get("client") or {}, ln.get("gpu") or {}, ln.get("server") or {}
+        kv = v.get("kv")
+        temps = [x for x in (g.get("temp") or []) if isinstance(x, (int, float))]
+        rows.append((
+            str(ln.get("second")), _cell(c.get("tok_s"), ".0f"), _cell(v.get("gen_tok_s"), ".0f"),
+            _cell(v.get("running"), ".0f"), _cell(v.get("waiting"), ".0f"),
+            _cell(None if kv is None else 100 * kv, ".1f"), _cell(v.get("preemptions"), ".0f"),
+            _cell(_mean(g.get("util")), ".0f"), _cell(_mean(g.get("sm_clock")), ".0f"),
+            _cell(_mean(g.get("power")), ".0f"), _cell(_mean(g.get("power_limit")), ".0f"),
+            _cell(max(temps) if temps else None, ".0f"),
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return "\n".join("  ".join(x.rjust(w) for x, w in zip(r, widths)) for r in rows)
