@@ -58,22 +58,52 @@ def parse_gpu_rows(rows: List[str]) -> Dict[str, List[Optional[float]]]:
     return out
 
 
+def parse_metrics(text: str) -> Dict[str, List[float]]:
+    """Prometheus text -> the values of each series name (labels dropped); enough for gauges
+    and counters summed or averaged over their label sets."""
+    out: Dict[str, List[float]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        brace = line.find("{")
+        if brace >= 0:
+            name, rest = line[:brace], line[line.rfind("}") + 1:]
+        else:
+            name, _, rest = line.partition(" ")
+        fields = rest.split()
+        if not fields:
+            continue
+        try:
+            v = float(fields[0])
+        except ValueError:
+            continue
+        if v == v:
+            out.setdefault(name.strip(), []).append(v)
+    return out
+
+
 def server_figures(text: str, prev: Optional[Dict[str, Any]], now: float) -> Dict[str, Any]:
     """The timeline's server figures from one ``/metrics`` page (``prev``: the previous raw counters)."""
-    from tui.collectors import prom
+    m = parse_metrics(text)
 
-    m = prom.parse(text)
-    eng = "vllm" if any(s.name.startswith("vllm:") for s in m.samples) else "sglang"
+    def total(name: str) -> Optional[float]:
+        return sum(m[name]) if name in m else None
+
+    def mean(name: str) -> Optional[float]:
+        return sum(m[name]) / len(m[name]) if name in m else None
+
+    eng = "vllm" if any(k.startswith("vllm:") for k in m) else "sglang"
     if eng == "sglang":
-        gen_total = m.sum("sglang:generation_tokens_total")
-        fig = {"running": m.sum("sglang:num_running_reqs"), "waiting": m.sum("sglang:num_queue_reqs"),
-               "kv": m.mean("sglang:token_usage"), "gen_tok_s": m.sum("sglang:gen_throughput"),
-               "preempt_raw": m.sum("sglang:num_retracted_reqs")}
+        gen_total = total("sglang:generation_tokens_total")
+        fig = {"running": total("sglang:num_running_reqs"), "waiting": total("sglang:num_queue_reqs"),
+               "kv": mean("sglang:token_usage"), "gen_tok_s": total("sglang:gen_throughput"),
+               "preempt_raw": total("sglang:num_retracted_reqs")}
     else:
-        gen_total = m.sum("vllm:generation_tokens_total")
-        fig = {"running": m.sum("vllm:num_requests_running"), "waiting": m.sum("vllm:num_requests_waiting"),
-               "kv": m.first("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", agg="mean"),
-               "gen_tok_s": None, "preempt_raw": m.sum("vllm:num_preemptions_total")}
+        gen_total = total("vllm:generation_tokens_total")
+        kv = mean("vllm:kv_cache_usage_perc")
+        fig = {"running": total("vllm:num_requests_running"), "waiting": total("vllm:num_requests_waiting"),
+               "kv": kv if kv is not None else mean("vllm:gpu_cache_usage_perc"),
+               "gen_tok_s": None, "preempt_raw": total("vllm:num_preemptions_total")}
         if prev and gen_total is not None and prev.get("gen_total") is not None and now > prev["t"]:
             d = gen_total - prev["gen_total"]
             fig["gen_tok_s"] = d / (now - prev["t"]) if d >= 0 else None

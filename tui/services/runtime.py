@@ -53,7 +53,6 @@ SHIPPED: tuple[str, ...] = (
     "tui/ab/runner.py",
     "tui/collectors/__init__.py",
     "tui/collectors/logparse.py",
-    "tui/collectors/prom.py",
     "tui/model.py",
     "tui/services/__init__.py",
     "tui/services/hosts.py",
