@@ -106,13 +106,14 @@ async def run(job_dir: Path) -> int:
             loop.add_signal_handler(sig, stop)
         watcher = asyncio.ensure_future(watch_disk())
         timeline = Timeline(cfg.url, smi=os.environ.get("TUNEDECK_NVIDIA_SMI", "nvidia-smi"))
-        await timeline.start()
 
         def emit(msg: dict[str, Any]) -> None:
+            timeline.on_event(msg)  # first: a level's summary gets its validity findings
             events.write(msg)
-            timeline.on_event(msg)
 
         try:
+            await timeline.start()
+            await timeline.check_start()  # the GPUs before the first request (validity)
             summaries = await run_benchmark(cfg, emit=emit, meta_extra=meta_extra, client_where=WHERE)
         finally:
             await timeline.stop()

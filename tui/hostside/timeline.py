@@ -126,6 +126,11 @@ class Timeline:
         self._level: Optional[int] = None
         self._tasks: List["asyncio.Task[None]"] = []
         self._proc: Optional[asyncio.subprocess.Process] = None
+        self._first_block = asyncio.Event()
+        self._run_dir: Optional[Path] = None
+        self.level_lines: List[Dict[str, Any]] = []
+        #: what was on the GPUs before the job's first request (:meth:`check_start`)
+        self.start_info: Dict[str, Any] = {}
         self.lines = 0
 
     async def start(self) -> None:
@@ -148,10 +153,12 @@ class Timeline:
                 raw = await asyncio.wait_for(self._proc.stdout.readline(), 0.2 if block else None)
             except asyncio.TimeoutError:
                 self.gpu, block = parse_gpu_rows(block), []
+                self._first_block.set()
                 continue
             if not raw:
                 if block:
                     self.gpu = parse_gpu_rows(block)
+                self._first_block.set()
                 log.warning("timeline: nvidia-smi ended (status %s); no more GPU figures", await self._proc.wait())
                 return
             block.append(raw.decode("utf-8", "replace").strip())
@@ -189,12 +196,63 @@ class Timeline:
                 log.error("timeline: cannot open %s: %s", ev["run_dir"], e)
                 return
             self._level = ev.get("level")
+            self._run_dir = Path(str(ev["run_dir"]))
+            self.level_lines = []
             self._base_preempt = self.server.get("preempt_raw")
         elif kind == "tick" and self._log is not None and ev.get("level") == self._level:
-            self._log.write(self._line(ev))
+            line = self._line(ev)
+            self._log.write(line)
+            self.level_lines.append(line)
             self.lines += 1
         elif kind == "level_done" and ev.get("level") == self._level:
             self._close_level()
+            if isinstance(ev.get("summary"), dict):
+                self._add_validity(ev["summary"])
+
+    def _add_validity(self, summary: Dict[str, Any]) -> None:
+        """The level's validity findings, into its summary (the event's and summary.json)."""
+        from tui.hostside.validity import findings
+        from tui.util.files import atomic_write_json
+
+        found = findings(self.level_lines, summary, self.start_info)
+        summary["validity"] = found
+        for f in found:
+            log.warning("level %s: %s: %s", self._level, f["rule"], f["evidence"])
+        path = self._run_dir / "summary.json" if self._run_dir is not None else None
+        if path is None or not path.is_file():
+            return
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            stored["validity"] = found
+            atomic_write_json(path, stored)
+        except (OSError, ValueError) as e:
+            log.error("validity: cannot update %s: %s", path, e)
+
+    async def check_start(self, *, wait: float = 5.0) -> Dict[str, Any]:
+        """Before the first request: the GPUs' utilization and the compute processes that are not
+        the server's (by session: the server is the process listening on the URL's port)."""
+        try:
+            await asyncio.wait_for(self._first_block.wait(), wait)
+        except asyncio.TimeoutError:
+            log.warning("validity: no GPU reading within %g s of the start; GPU checks skipped", wait)
+        info: Dict[str, Any] = {"gpu": dict(self.gpu)}
+        apps = await _compute_apps(self.smi)
+        if apps is None:
+            info["others_unknown"] = "the compute processes could not be listed"
+        else:
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(self.url)
+            sid = None
+            if parts.hostname in ("127.0.0.1", "localhost", "::1") and parts.port:
+                pid = listener_pid(parts.port)
+                sid = session_of(pid) if pid is not None else None
+            if sid is None:
+                info["others_unknown"] = "the server's process was not found on this host"
+            else:
+                info["others"] = [a for a in apps if session_of(a["pid"]) != sid]
+        self.start_info = info
+        return info
 
     def _line(self, ev: Dict[str, Any]) -> Dict[str, Any]:
         srv = self.server
@@ -234,6 +292,78 @@ class Timeline:
             except asyncio.TimeoutError:
                 self._proc.kill()
                 await self._proc.wait()
+
+
+async def _compute_apps(smi: str) -> Optional[List[Dict[str, Any]]]:
+    """One ``--query-compute-apps`` listing: [{pid, gpu_uuid, used_mib, name}], None when it failed."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            smi, "--query-compute-apps=pid,gpu_uuid,used_memory,process_name", "--format=csv,noheader,nounits",
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    except OSError as e:
+        log.warning("validity: %s: %s", smi, e.strerror or e)
+        return None
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), 15)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        log.warning("validity: %s --query-compute-apps did not answer in 15 s", smi)
+        return None
+    if proc.returncode != 0:
+        log.warning("validity: %s --query-compute-apps exited %s", smi, proc.returncode)
+        return None
+    apps = []
+    for line in out.decode("utf-8", "replace").splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) >= 4 and cells[0].isdigit():
+            apps.append({"pid": int(cells[0]), "gpu_uuid": cells[1], "used_mib": _num(cells[2]),
+                         "name": ",".join(cells[3:])})
+    return apps
+
+
+def session_of(pid: int) -> Optional[int]:
+    """The session id of ``pid`` (None when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return int(rest[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def listener_pid(port: int) -> Optional[int]:
+    """The process listening on TCP ``port`` (from /proc/net/tcp{,6} and the processes' fds)."""
+    import os
+
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                next(f, None)
+                for line in f:
+                    c = line.split()
+                    if len(c) > 9 and c[3] == "0A" and int(c[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(c[9])
+        except OSError:
+            continue
+    if not inodes:
+        return None
+    wanted = {f"socket:[{i}]" for i in inodes}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{entry}/fd/{fd}") in wanted:
+                    return int(entry)
+            except OSError:
+                continue
+    return None
 
 
 def read_timeline(run_dir: Path) -> List[Dict[str, Any]]:

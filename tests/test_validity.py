@@ -1,0 +1,135 @@
+"""Validity findings on every result: each rule triggered and not triggered.
+
+The rules are checked on the timelines and summaries they are given (one case that
+triggers, one that does not, per rule), and end to end on the demo host: a clean run
+is valid; the simulator's power-cap fault makes the GPUs draw at their cap and
+throttle (``power_at_cap``, ``sm_clock_low``); another process holding the GPUs
+before the run is named (``other_gpu_processes``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO, tunedeck_cmd
+from tests.simfix import SimProc, free_port
+from tui.hostside import validity as v
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def line(second, tok=100.0, util=90.0, sm=1980.0, power=600.0, limit=700.0, kv=0.5, pre=0, waiting=0):
+    return {"second": second, "client": {"tok_s": tok},
+            "gpu": {"util": [util] * 2, "sm_clock": [sm] * 2, "sm_clock_max": [1980.0] * 2,
+                    "power": [power] * 2, "power_limit": [limit] * 2},
+            "server": {"kv": kv, "preemptions": pre, "waiting": waiting, "running": 8}}
+
+
+CLEAN = [line(i) for i in range(10)]
+SUMMARY = {"completed": 100, "failed": 0, "request_rate": "inf", "client_bound": False}
+
+
+def rules(found):
+    return [f["rule"] for f in found]
+
+
+@pytest.mark.parametrize("rule,lines,summary,start", [
+    ("gpu_busy_at_start", CLEAN, SUMMARY, {"gpu": {"util": [0, 55.0]}}),
+    ("other_gpu_processes", CLEAN, SUMMARY, {"others": [{"pid": 7, "name": "python", "used_mib": 2000}]}),
+    ("sm_clock_low", [line(i, sm=1200 if i < 5 else 1980) for i in range(10)], SUMMARY, {}),
+    ("power_at_cap", [line(i, power=695 if i < 4 else 600) for i in range(10)], SUMMARY, {}),
+    ("kv_cache_full", [line(i, kv=0.96 if i == 7 else 0.5) for i in range(10)], SUMMARY, {}),
+    ("preemptions", [line(i, pre=3 if i > 5 else 0) for i in range(10)], SUMMARY, {}),
+    ("queue_growing", [line(i, waiting=i * 2) for i in range(12)], SUMMARY, {}),
+    ("client_bound", CLEAN, {**SUMMARY, "client_bound": True, "client": {"client_bound_reason": "cpu 98%"}}, {}),
+    ("failed_requests", CLEAN, {**SUMMARY, "failed": 3, "error_counts": {"http_500": 3}}, {}),
+])
+def test_each_rule_triggers_with_its_evidence(rule, lines, summary, start):
+    found = v.findings(lines, summary, start)
+    assert rules(found) == [rule]
+    assert found[0]["evidence"]
+
+
+@pytest.mark.parametrize("rule,lines,summary,start", [
+    ("gpu_busy_at_start", CLEAN, SUMMARY, {"gpu": {"util": [0, 5.0]}}),
+    ("other_gpu_processes", CLEAN, SUMMARY, {"others": [], "gpu": {"util": [0, 0]}}),
+    ("sm_clock_low", [line(i, sm=1200 if i < 2 else 1980) for i in range(10)], SUMMARY, {}),  # 20%: not more
+    ("power_at_cap", [line(i, power=650) for i in range(10)], SUMMARY, {}),
+    ("kv_cache_full", [line(i, kv=0.94) for i in range(10)], SUMMARY, {}),
+    ("preemptions", [line(i, pre=0) for i in range(10)], SUMMARY, {}),
+    # the same growth with a fixed request rate: an open loop may queue by design
+    ("queue_growing", [line(i, waiting=i * 2) for i in range(12)], {**SUMMARY, "request_rate": 4.0}, {}),
+    ("client_bound", CLEAN, {**SUMMARY, "client_bound": False}, {}),
+    ("failed_requests", CLEAN, {**SUMMARY, "failed": 0}, {}),
+])
+def test_each_rule_stays_quiet_on_a_clean_case(rule, lines, summary, start):
+    assert v.findings(lines, summary, start) == []
+
+
+def test_seconds_without_tokens_do_not_count_as_throttled():
+    ramp = [line(i, tok=0, sm=345, power=80) for i in range(5)] + CLEAN
+    assert v.findings(ramp, SUMMARY, {}) == []
+
+
+def test_label():
+    assert v.label(None) == "not checked" and v.label([]) == "valid"
+    assert v.label([{"rule": "preemptions", "evidence": "x"}]) == "preemptions"
+
+
+# ---------------------------------------------------------------------- end to end
+
+
+def bench(port: int, *extra_env: tuple[str, str]) -> dict:
+    env = dict(os.environ, **dict(extra_env))
+    r = subprocess.run([*tunedeck_cmd(), "bench", "--demo", "--port", str(port), "--concurrency", "8",
+                        "--num-prompts", "16", "--input-len", "8", "--output-len", "120", "--warmup", "0",
+                        "--json", "-"], capture_output=True, text=True, cwd=REPO, timeout=180, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout)
+    stored = json.loads(subprocess.run([*tunedeck_cmd(), "results", "show", s["run_id"], "--json"],
+                                       capture_output=True, text=True, cwd=REPO, timeout=60).stdout)
+    assert stored["validity"] == s["validity"]  # mirrored with the summary
+    return s
+
+
+def server(port: int, *extra: str) -> SimProc:
+    return SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "0.3",
+                   "--sim-fixed-ttft-ms", "50", "--sim-fixed-itl-ms", "20", *extra)
+
+
+def test_a_clean_run_on_the_simulator_is_valid():
+    port = free_port()
+    with server(port):
+        s = bench(port)
+    assert s["validity"] == [], s["validity"]
+    shown = subprocess.run([*tunedeck_cmd(), "results", "show", s["run_id"]], capture_output=True, text=True,
+                           cwd=REPO, timeout=60)
+    assert "validity: valid" in shown.stdout
+
+
+def test_a_power_cap_makes_the_run_invalid_with_its_evidence():
+    port = free_port()
+    with server(port):
+        s = bench(port, ("TUNEDECK_SIM_GPU_FAULT", "power-cap"))
+    found = {f["rule"]: f["evidence"] for f in s["validity"]}
+    assert set(found) == {"power_at_cap", "sm_clock_low"}, found
+    assert "315 W" in found["power_at_cap"]  # 45% of the H200's 700 W
+    shown = subprocess.run([*tunedeck_cmd(), "results", "show", s["run_id"]], capture_output=True, text=True,
+                           cwd=REPO, timeout=60)
+    assert "validity: [power_at_cap, sm_clock_low]" in shown.stdout or \
+        "validity: [sm_clock_low, power_at_cap]" in shown.stdout, shown.stdout
+
+
+def test_another_process_on_the_gpus_is_named():
+    port, other = free_port(), free_port()
+    with server(other, "--gpu-memory-utilization", "0.3") as o:
+        o.wait_ready()
+        with server(port, "--gpu-memory-utilization", "0.5"):
+            s = bench(port)
+    found = {f["rule"]: f["evidence"] for f in s["validity"]}
+    assert list(found) == ["other_gpu_processes"], found
+    assert f"pid {o.proc.pid}" in found["other_gpu_processes"]
