@@ -133,3 +133,109 @@ def test_another_process_on_the_gpus_is_named():
     found = {f["rule"]: f["evidence"] for f in s["validity"]}
     assert list(found) == ["other_gpu_processes"], found
     assert f"pid {o.proc.pid}" in found["other_gpu_processes"]
+
+
+def _load(port: int, n: int, stop) -> list:
+    """``n`` long streaming requests against the sim on ``port``, each in its own thread."""
+    import http.client
+    import threading
+
+    def one() -> None:
+        while not stop.is_set():
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            try:
+                body = json.dumps({"model": "m", "prompt": [1, 2, 3], "max_tokens": 400, "ignore_eos": True,
+                                   "stream": True})
+                conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+                r = conn.getresponse()
+                while not stop.is_set() and r.read(4096):
+                    pass
+            except OSError:
+                stop.wait(0.2)
+            finally:
+                conn.close()
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_gpus_busy_with_another_server_at_the_start_are_named():
+    import threading
+
+    port, other = free_port(), free_port()
+    stop = threading.Event()
+    with server(other, "--gpu-memory-utilization", "0.3") as o:
+        o.wait_ready()
+        threads = _load(other, 4, stop)
+        try:
+            with server(port, "--gpu-memory-utilization", "0.5"):
+                s = bench(port)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(10)
+    found = {f["rule"]: f["evidence"] for f in s["validity"]}
+    assert {"gpu_busy_at_start", "other_gpu_processes"} <= set(found), found
+    assert "GPU 0 at " in found["gpu_busy_at_start"]
+
+
+# ---------------------------------------------------------------------- A/B
+
+
+def _side(label, found):
+    from tui.ab.compare import LevelResult, Side, SideRun
+
+    summ = {"max_concurrency": 16, "completed": 10, "failed": 0, "output_throughput": 100.0,
+            "median_tpot_ms": 10.0, "median_ttft_ms": 50.0}
+    if found is not None:
+        summ["validity"] = found
+    return Side(label, label.lower(), "sglang", "m", (), {}, {"ignore_eos": True},
+                (SideRun((LevelResult(16, summ),)),))
+
+
+def test_the_ab_headline_and_warnings_say_when_validity_differs():
+    from tui.ab.compare import compare
+
+    cap = [{"rule": "power_at_cap", "evidence": "power at its 315 W limit in 9 of 10 s"}]
+    c = compare(_side("A", []), _side("B", cap))
+    assert "Validity differs: C=16: A valid, B [power_at_cap]." in c.headline
+    assert any("A and B differ in validity" in w for w in c.warnings)
+
+
+@pytest.mark.parametrize("a,b", [([], []), (None, []), (None, None)])
+def test_the_ab_headline_is_quiet_when_validity_agrees_or_is_unknown(a, b):
+    from tui.ab.compare import compare
+
+    c = compare(_side("A", a), _side("B", b))
+    assert "Validity" not in c.headline and not any("validity" in w for w in c.warnings)
+
+
+@pytest.mark.slow
+def test_every_ab_level_carries_its_validity_and_timeline(tmp_path, monkeypatch):
+    import re
+
+    from tests.test_ab_demo import free_port as ab_port
+    from tui.bench.store import run_dir
+
+    user = tmp_path / "profiles"
+    user.mkdir()
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
+    monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
+    port = ab_port()
+    for src, dst in (("sglang-base", "v-base"), ("sglang-tuned", "v-tuned")):
+        text = (REPO / "profiles" / "servers" / f"{src}.toml").read_text()
+        text = re.sub(r'(?m)^name = ".*"$', f'name = "{dst}"', text)
+        (user / f"{dst}.toml").write_text(re.sub(r"(?m)^port = \d+$", f"port = {port}", text))
+    r = subprocess.run([*tunedeck_cmd(), "ab", "v-base", "v-tuned", "--demo", "--plan", "quick", "--json", "--yes"],
+                       capture_output=True, text=True, cwd=REPO, timeout=240, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    levels = [lv for side in ("a", "b") for lv in rep[side]["runs"][0]["levels"]]
+    assert len(levels) == 4
+    for lv in levels:
+        assert lv["summary"]["validity"] == [], lv["summary"]["validity"]
+        lines = [json.loads(x) for x in (run_dir(lv["run_id"]) / "timeline.jsonl").read_text().splitlines()]
+        assert lines and all(len(x["gpu"]["util"]) == 8 for x in lines)
+    assert "Validity" not in rep["comparison"]["headline"]

@@ -127,10 +127,14 @@ class Timeline:
         self._tasks: List["asyncio.Task[None]"] = []
         self._proc: Optional[asyncio.subprocess.Process] = None
         self._first_block = asyncio.Event()
+        self._new_block = asyncio.Event()
         self._run_dir: Optional[Path] = None
         self.level_lines: List[Dict[str, Any]] = []
         #: what was on the GPUs before the job's first request (:meth:`check_start`)
         self.start_info: Dict[str, Any] = {}
+        #: run id -> the level's validity findings
+        self.validity: Dict[str, List[Dict[str, str]]] = {}
+        self._run_id: Optional[str] = None
         self.lines = 0
 
     async def start(self) -> None:
@@ -154,6 +158,7 @@ class Timeline:
             except asyncio.TimeoutError:
                 self.gpu, block = parse_gpu_rows(block), []
                 self._first_block.set()
+                self._new_block.set()
                 continue
             if not raw:
                 if block:
@@ -197,6 +202,7 @@ class Timeline:
                 return
             self._level = ev.get("level")
             self._run_dir = Path(str(ev["run_dir"]))
+            self._run_id = str(ev.get("run_id") or "")
             self.level_lines = []
             self._base_preempt = self.server.get("preempt_raw")
         elif kind == "tick" and self._log is not None and ev.get("level") == self._level:
@@ -216,6 +222,8 @@ class Timeline:
 
         found = findings(self.level_lines, summary, self.start_info)
         summary["validity"] = found
+        if self._run_id:
+            self.validity[self._run_id] = found
         for f in found:
             log.warning("level %s: %s: %s", self._level, f["rule"], f["evidence"])
         path = self._run_dir / "summary.json" if self._run_dir is not None else None
@@ -228,13 +236,29 @@ class Timeline:
         except (OSError, ValueError) as e:
             log.error("validity: cannot update %s: %s", path, e)
 
-    async def check_start(self, *, wait: float = 5.0) -> Dict[str, Any]:
+    async def check_start(self, *, wait: float = 5.0, settle: float = 5.0) -> Dict[str, Any]:
         """Before the first request: the GPUs' utilization and the compute processes that are not
-        the server's (by session: the server is the process listening on the URL's port)."""
+        the server's (by session: the server is the process listening on the URL's port).
+
+        A reading still busy with the previous level's last requests (utilization is an average
+        over the last sample period) is read again, for up to ``settle`` seconds: GPUs busy
+        with something else stay busy."""
+        from tui.hostside.validity import BUSY_UTIL
+
         try:
             await asyncio.wait_for(self._first_block.wait(), wait)
         except asyncio.TimeoutError:
             log.warning("validity: no GPU reading within %g s of the start; GPU checks skipped", wait)
+        deadline = time.monotonic() + settle
+        while any(isinstance(u, float) and u >= BUSY_UTIL for u in self.gpu.get("util", [])):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._new_block.clear()
+            try:
+                await asyncio.wait_for(self._new_block.wait(), left)
+            except asyncio.TimeoutError:
+                break
         info: Dict[str, Any] = {"gpu": dict(self.gpu)}
         apps = await _compute_apps(self.smi)
         if apps is None:
