@@ -181,6 +181,26 @@ def test_gpus_busy_with_another_server_at_the_start_are_named():
     assert "GPU 0 at " in found["gpu_busy_at_start"]
 
 
+def test_a_full_kv_cache_is_named():
+    port = free_port()
+    with SimProc("sglang", "--model-path", "m", "--tp-size", "8", "--port", str(port), "--enable-metrics",
+                 "--max-total-tokens", "500", "--sim-load-seconds", "0.3"):
+        s = bench(port)
+    found = {f["rule"]: f["evidence"] for f in s["validity"]}
+    assert list(found) == ["kv_cache_full"], found
+    assert found["kv_cache_full"].startswith("KV cache at 100%")
+
+
+def test_failed_requests_are_named_by_type():
+    from tests.fakesrv import FakeServer
+
+    with FakeServer("--port", "0", "--ttft-ms", "20", "--itl-ms", "5", "--pattern", "ok,ok,ok,e500") as srv:
+        s = bench(srv.port)
+    found = {f["rule"]: f["evidence"] for f in s["validity"]}
+    assert list(found) == ["failed_requests"], found
+    assert found["failed_requests"].startswith("4 of 16 failed (")
+
+
 # ---------------------------------------------------------------------- A/B
 
 

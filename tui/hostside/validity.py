@@ -6,8 +6,8 @@ and what was on the GPUs when it started, and returns a list of
 
 ``gpu_busy_at_start``     a GPU was at >= ``BUSY_UTIL`` % before the first request
 ``other_gpu_processes``   a process that is not the server's held a GPU at the start
-``sm_clock_low``          the SM clock was below ``CLOCK_FRACTION`` of its maximum in more
-                          than ``SHARE`` of the busy seconds
+``sm_clock_low``          a working GPU's SM clock (utilization >= ``BUSY_UTIL`` %) was below
+                          ``CLOCK_FRACTION`` of its maximum in more than ``SHARE`` of the busy seconds
 ``power_at_cap``          a GPU drew >= ``CAP_FRACTION`` of its power limit in more than
                           ``SHARE`` of the busy seconds
 ``kv_cache_full``         the server's KV cache reached ``KV_FULL``
@@ -74,16 +74,20 @@ def run_findings(lines: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         for ln in busy:
             g = ln.get("gpu") or {}
             top = max([top, *_nums(g.get("sm_clock_max")), *_nums(g.get("sm_clock"))])
+        working = 0
         for ln in busy:
             g = ln.get("gpu") or {}
-            sm = _nums(g.get("sm_clock"))
+            # an idle GPU clocks down by design: only GPUs at work count
+            sm = [float(c) for c, u in zip(g.get("sm_clock") or [], g.get("util") or [])
+                  if isinstance(c, (int, float)) and isinstance(u, (int, float)) and u >= BUSY_UTIL]
             if sm and top:
+                working += 1
                 clocks.append(sum(sm) / len(sm))
                 if min(sm) < CLOCK_FRACTION * top:
                     low += 1
-        if low > SHARE * n:
+        if low > SHARE * working:
             out.append(_finding("sm_clock_low", f"SM clock below {CLOCK_FRACTION:.0%} of {top:.0f} MHz in {low} of "
-                                                f"{n} s (mean {sum(clocks) / len(clocks):.0f} MHz)"))
+                                                f"{working} s at work (mean {sum(clocks) / len(clocks):.0f} MHz)"))
         capped, watts, limit = 0, [], 0.0
         for ln in busy:
             g = ln.get("gpu") or {}
