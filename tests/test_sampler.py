@@ -155,6 +155,23 @@ def test_sampler_ends_with_its_children_when_nobody_reads_it(tmp_path):
     assert not [p for p, st in kids if _alive(p, st)]
 
 
+def test_a_host_without_nvidia_smi_gets_a_gpu_error_and_no_process(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "tui.hostside", "sample", "--home", str(tmp_path),
+                             "--smi", "nvidia-smi-not-here", "--interval", "0.2"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        got = _read_lines(proc, time.monotonic() + 30, {"gpu_error", "host"})
+        err = got["gpu_error"][0]
+        assert err["status"] is None and "not found" in err["text"]
+        from tui.collectors.sampled import gpu_status
+
+        assert gpu_status(err, None).state == "no-nvidia-smi"
+        assert not _children(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 @pytest.mark.parametrize("bad", [["--interval", "0"], ["--keepalive", "-1"]])
 def test_a_bad_option_is_one_line(tmp_path, bad):
     r = subprocess.run([sys.executable, "-m", "tui.hostside", "sample", "--home", str(tmp_path), *bad],

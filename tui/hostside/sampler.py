@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,6 +59,9 @@ KINDS = ("runs", "bench", "ab")
 
 #: /metrics lines kept (the rest of an engine's exposition is dropped on the host)
 METRIC_PREFIXES = ("sglang:", "vllm:")
+
+#: seconds between two reads of the bench/ab job folders (the servers' run folders: every sample)
+JOBS_EVERY = 5.0
 
 #: a line of rows from nvidia-smi within this many seconds of the previous one is the same block
 BLOCK_GAP = 0.2
@@ -284,6 +288,9 @@ class SmiLoop:
             backoff = min(30.0, backoff * 2)
 
     def _once(self) -> bool:
+        if shutil.which(self.argv[0]) is None:  # not even a fork while it is missing
+            self.on_error(None, f"{self.argv[0]}: not found (No such file or directory)")
+            return False
         try:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, close_fds=True)
@@ -373,6 +380,7 @@ class Sampler:
         self.interval = max(0.1, float(args.interval))
         self._runs_sent: Dict[str, Any] = {}
         self._runs_at: Dict[str, float] = {}
+        self._scanned_at: Dict[str, float] = {}
         self._models: Dict[int, str] = {}
         self._servers: "queue.Queue[Optional[List[Dict[str, Any]]]]" = queue.Queue(maxsize=1)
         ms = str(max(100, int(round(self.interval * 1000))))
@@ -403,6 +411,8 @@ class Sampler:
     def _scan_runs(self, now: float) -> List[Dict[str, Any]]:
         servers: List[Dict[str, Any]] = []
         for kind in KINDS:
+            if kind != "runs" and now - self._runs_at.get(kind, -1e9) < JOBS_EVERY:
+                continue  # job folders pile up: read them less often than the servers
             try:
                 runs = list_runs(os.path.join(self.args.home, kind))
             except OSError as e:
