@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -199,6 +200,107 @@ def test_failed_requests_are_named_by_type():
     found = {f["rule"]: f["evidence"] for f in s["validity"]}
     assert list(found) == ["failed_requests"], found
     assert found["failed_requests"].startswith("4 of 16 failed (")
+
+
+class _EngineStub:
+    """An OpenAI-compatible streaming server on loopback whose vLLM-named ``/metrics`` report what a
+    test asks for: preemptions after the first request, or a waiting queue that grows with time."""
+
+    def __init__(self, *, itl: float, preempt: bool = False, grow: bool = False) -> None:
+        import http.server
+        import threading
+
+        stub = self
+        self.first: float | None = None
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _send(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                if self.path == "/health":
+                    return self._send(200, b"", "text/plain")
+                if self.path == "/v1/models":
+                    return self._send(200, json.dumps({"data": [{"id": "m"}]}).encode(), "application/json")
+                if self.path == "/metrics":
+                    t = time.monotonic() - stub.first if stub.first is not None else 0.0
+                    waiting = int(2 * t) if grow else 0
+                    pre = 2 if (preempt and stub.first is not None) else 0
+                    text = (f'vllm:num_requests_running{{engine="0"}} 8\n'
+                            f'vllm:num_requests_waiting{{engine="0"}} {waiting}\n'
+                            f'vllm:kv_cache_usage_perc{{engine="0"}} 0.4\n'
+                            f'vllm:num_preemptions_total{{engine="0"}} {pre}\n')
+                    return self._send(200, text.encode(), "text/plain; version=0.0.4")
+                self._send(404, b"{}", "application/json")
+
+            def do_POST(self) -> None:
+                req = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                if stub.first is None:
+                    stub.first = time.monotonic()
+                n = int(req.get("max_tokens") or 16)
+                plen = len(req["prompt"]) if isinstance(req.get("prompt"), list) else 1
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+
+                def chunk(obj) -> None:
+                    data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+
+                for k in range(n):
+                    time.sleep(itl)
+                    chunk({"id": "c", "object": "text_completion", "model": "m",
+                           "choices": [{"index": 0, "text": " t", "finish_reason": "length" if k == n - 1 else None}]})
+                chunk({"id": "c", "object": "text_completion", "model": "m", "choices": [],
+                       "usage": {"prompt_tokens": plen, "completion_tokens": n, "total_tokens": plen + n}})
+                chunk(b"[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "_EngineStub":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_preemptions_are_named():
+    with _EngineStub(itl=0.01, preempt=True) as srv:
+        s = bench(srv.port)
+    found = {f["rule"]: f["evidence"] for f in s["validity"]}
+    assert list(found) == ["preemptions"], found
+    assert found["preemptions"] == "2 requests preempted by the server"
+
+
+def test_a_waiting_queue_growing_through_a_closed_loop_level_is_named():
+    with _EngineStub(itl=0.04, grow=True) as srv:
+        s = bench(srv.port)
+    found = {f["rule"]: f["evidence"] for f in s["validity"]}
+    assert list(found) == ["queue_growing"], found
+    assert "closed-loop" in found["queue_growing"]
+
+
+def test_a_flat_queue_and_no_preemption_from_the_same_server_are_not_named():
+    with _EngineStub(itl=0.04) as srv:
+        s = bench(srv.port)
+    assert s["validity"] == [], s["validity"]
 
 
 # ---------------------------------------------------------------------- A/B
