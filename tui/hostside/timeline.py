@@ -149,6 +149,7 @@ class Timeline:
                 stderr=asyncio.subprocess.DEVNULL)
         except OSError as e:
             log.warning("timeline: no GPU figures (%s: %s)", self.smi, e.strerror or e)
+            self._first_block.set()  # nothing to wait for
             return
         assert self._proc.stdout is not None
         block: List[str] = []
