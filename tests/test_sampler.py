@@ -305,3 +305,23 @@ def test_kill_9_of_the_laptop_leaves_no_sampler_on_the_host(sshd: SshdServer, tm
         time.sleep(0.5)
     assert not _sampler_procs(sshd), _sampler_procs(sshd)
     assert not [c for _, c in sshd.processes_matching(str(tmp_path / "remote-sim"))]  # its nvidia-smi too
+
+
+async def test_a_sampler_at_the_end_of_its_lifetime_is_followed_by_the_next_without_a_gap(tmp_path):
+    from tui.services.sampler import HostSampler
+
+    shim = _shims(tmp_path)
+    host = LocalHost(env_overlay={"PATH": f"{shim.parent}:/usr/bin:/bin"})
+    host.is_local = False
+    s = HostSampler(host, interval=0.5, lifetime=2, smi=str(shim))
+    states = []
+    try:
+        assert await s.wait_settled(60) == "running"
+        deadline = time.monotonic() + 30
+        while s.starts < 3 and time.monotonic() < deadline:
+            await s.wait_change(1.0)
+            states.append(s.state)
+        assert s.starts >= 3 and s.seq.get("bye", 0) >= 2
+        assert set(states) == {"running"}, states  # never "lost" in between
+    finally:
+        await s.aclose()

@@ -15,6 +15,8 @@ on stdout:
             ``load`` [1, 5, 15], ``uptime`` (read from ``/proc``)
 ``runs``    ``kind`` (runs, bench, ab) and ``runs``: the folders under ``HOME/<kind>`` with
             pid, start time, alive, rc and meta; sent when something other than a log size changed
+``bye``     ``why``: ``lifetime``: it ends as planned (``--lifetime``, default an hour); the laptop
+            starts the next one at once
 ``server``  ``port``, ``run_id``, ``health``/``metrics``/``models``: ``{status, error, body}`` of
             ``/health``, ``/metrics`` (only the engine's own ``sglang:``/``vllm:`` lines) and,
             until a model is known, ``/v1/models``, read on the host's own loopback
@@ -25,8 +27,10 @@ started once (again only after one of them ends).
 
 It ends when the laptop is gone: a write to stdout fails (the SSH channel
 closed), its parent changed (the session ended), or one line could not be
-written for ``--keepalive`` seconds (nobody reads: a dead link). Its nvidia-smi
-children end with it. Standard library only, Python >= 3.9.
+written for ``--keepalive`` seconds (nobody reads: a dead link). A link that dies
+without a FIN or RST reaching the host is noticed by sshd only (ClientAliveInterval,
+TCP keepalive), so ``--lifetime`` bounds such an orphan as the per-command
+collector's ``timeout 3600`` did. Its nvidia-smi children end with it. Standard library only, Python >= 3.9.
 """
 
 from __future__ import annotations
@@ -119,6 +123,14 @@ class Output:
                 return
             finally:
                 self._writing_since = 0.0
+                self._q.task_done()
+
+    def drain(self, timeout: float) -> None:
+        """Wait until every queued line was written (or the reader is gone), at most ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while (self._q.unfinished_tasks or self._writing_since) and not self.gone.is_set() \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def close(self) -> None:
         try:
@@ -470,6 +482,7 @@ class Sampler:
         self.out.emit({"t": "hello", "time": time.time(), "pid": os.getpid(), "interval": self.interval,
                        "python": "%d.%d.%d" % sys.version_info[:3], "home": self.args.home})
         parent = os.getppid()
+        started = time.monotonic()
         if not self.args.no_gpu:
             self.gpu.start()
             self.apps.start()
@@ -491,6 +504,13 @@ class Sampler:
                 why = "stopped by a signal"
                 break
             now = time.monotonic()
+            if now - started >= self.args.lifetime:
+                # planned: the laptop starts the next one at once; bounds a sampler orphaned by a
+                # link that died without a word (no FIN or RST reached this host)
+                why = f"lifetime of {self.args.lifetime:g} s reached"
+                self.out.emit({"t": "bye", "time": time.time(), "why": "lifetime"})
+                self.out.drain(5.0)
+                break
             if now >= next_tick:
                 next_tick = now + self.interval
                 try:
@@ -522,9 +542,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--probe-timeout", type=float, default=2.0)
     p.add_argument("--keepalive", type=float, default=45.0,
                    help="end when a line could not be written for this many seconds")
+    p.add_argument("--lifetime", type=float, default=3600.0,
+                   help="end (with a 'bye' line) after this many seconds; the laptop starts the next")
     args = p.parse_args(argv)
-    if args.interval <= 0 or args.keepalive <= 0 or args.apps_interval <= 0:
-        p.error("--interval, --apps-interval and --keepalive must be positive")
+    if min(args.interval, args.keepalive, args.apps_interval, args.lifetime) <= 0:
+        p.error("--interval, --apps-interval, --keepalive and --lifetime must be positive")
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a closed channel is an EPIPE on write
     out = Output(sys.stdout.fileno(), args.keepalive)
     sampler = Sampler(args, out)

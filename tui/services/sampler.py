@@ -40,6 +40,7 @@ class HostSampler:
         interval: float = 1.0,
         apps_interval: float = 5.0,
         keepalive: float = 45.0,
+        lifetime: float = 3600.0,
         python: str | None = None,
         smi: str = "nvidia-smi",
         max_backoff: float = 30.0,
@@ -48,6 +49,7 @@ class HostSampler:
         self.interval = interval
         self.apps_interval = apps_interval
         self.keepalive = keepalive
+        self.lifetime = lifetime
         self.python = python
         self.smi = smi
         self.max_backoff = max_backoff
@@ -104,7 +106,7 @@ class HostSampler:
         return rt.argv(
             "sample", "--home", rt.home, "--interval", f"{self.interval:g}",
             "--apps-interval", f"{self.apps_interval:g}", "--keepalive", f"{self.keepalive:g}",
-            "--smi", self.smi,
+            "--lifetime", f"{self.lifetime:g}", "--smi", self.smi,
         )
 
     async def _run(self) -> None:
@@ -124,7 +126,11 @@ class HostSampler:
                 backoff = min(self.max_backoff, backoff * 2)
                 continue
             before = self.seq.get("hello", 0)
+            byes = self.seq.get("bye", 0)
             why = await self._follow(rt)
+            if self.seq.get("bye", 0) != byes:
+                log.info("%s: host sampler reached its lifetime; starting the next", target)
+                continue  # planned: no "lost" state, no wait
             if self.seq.get("hello", 0) != before:
                 backoff = 1.0  # it ran: the next failure starts the backoff again
             log.warning("%s: host sampler ended: %s; restarting in %.0f s", target, why, backoff)
