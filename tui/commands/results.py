@@ -126,22 +126,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"note: {TUNNEL_NOTE}; the link's latency and buffering are in these numbers")
     print(metrics.format_result(s, (s.get("params") or {}).get("percentiles") or metrics.DEFAULT_PERCENTILES))
     print(metrics.format_extras(s))
-    _print_validity(s)
+    if not isinstance(s.get("validity"), list):
+        print("validity: not checked (no host-side timeline for this result)")
     return 0
-
-
-def _print_validity(s: dict) -> None:
-    """``validity: [...]``: each finding with its evidence (results from older versions: not checked)."""
-    found = s.get("validity")
-    if not isinstance(found, list):
-        print("validity: not checked (no timeline)")
-    elif not found:
-        print("validity: valid (GPUs idle at start, clocks and power normal, no KV pressure or preemption, "
-              "no growing queue, not client-bound, no failures)")
-    else:
-        print(f"validity: [{', '.join(str(f.get('rule')) for f in found)}]")
-        for f in found:
-            print(f"  {f.get('rule')}: {f.get('evidence')}")
 
 
 def _show_timeline(run: str, *, as_json: bool) -> int:
