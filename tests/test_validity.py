@@ -84,10 +84,10 @@ def test_label():
 # ---------------------------------------------------------------------- end to end
 
 
-def bench(port: int, *extra_env: tuple[str, str]) -> dict:
+def bench(port: int, *extra_env: tuple[str, str], conc: int = 8, n: int = 16, out: int = 120) -> dict:
     env = dict(os.environ, **dict(extra_env))
-    r = subprocess.run([*tunedeck_cmd(), "bench", "--demo", "--port", str(port), "--concurrency", "8",
-                        "--num-prompts", "16", "--input-len", "8", "--output-len", "120", "--warmup", "0",
+    r = subprocess.run([*tunedeck_cmd(), "bench", "--demo", "--port", str(port), "--concurrency", str(conc),
+                        "--num-prompts", str(n), "--input-len", "8", "--output-len", str(out), "--warmup", "0",
                         "--json", "-"], capture_output=True, text=True, cwd=REPO, timeout=180, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(r.stdout)
@@ -279,6 +279,17 @@ class _EngineStub:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def test_a_client_that_is_the_limit_is_named():
+    from tests.fakesrv import FakeServer
+
+    # tokens back to back, in bursts: the client, not the server, is what limits the rate
+    with FakeServer("--port", "0", "--ttft-ms", "1", "--itl-ms", "0") as srv:
+        s = bench(srv.port, conc=64, n=384, out=2000)
+    found = {f["rule"]: f["evidence"] for f in s["validity"]}
+    assert list(found) == ["client_bound"], found
+    assert found["client_bound"] == s["client"]["client_bound_reason"]
 
 
 def test_preemptions_are_named():

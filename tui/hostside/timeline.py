@@ -127,6 +127,7 @@ class Timeline:
         self._tasks: List["asyncio.Task[None]"] = []
         self._proc: Optional[asyncio.subprocess.Process] = None
         self._first_block = asyncio.Event()
+        self._stopping = False
         self._new_block = asyncio.Event()
         self._run_dir: Optional[Path] = None
         self.level_lines: List[Dict[str, Any]] = []
@@ -153,7 +154,7 @@ class Timeline:
             return
         assert self._proc.stdout is not None
         block: List[str] = []
-        while True:
+        while not self._stopping:
             try:
                 raw = await asyncio.wait_for(self._proc.stdout.readline(), 0.2 if block else None)
             except asyncio.TimeoutError:
@@ -173,7 +174,7 @@ class Timeline:
         from tui.util.http import HttpError, request
 
         failed = False
-        while True:
+        while not self._stopping:
             t0 = time.monotonic()
             try:
                 r = await request("GET", self.url + "/metrics", timeout=max(0.5, self.interval))
@@ -304,19 +305,25 @@ class Timeline:
                 log.error("timeline: writing %s failed: %s", lg.path, e)
 
     async def stop(self) -> None:
+        """End the loops and the nvidia-smi process. The loops also stop on a flag: on Python < 3.12
+        ``asyncio.wait_for`` can swallow a cancellation, which would leave a loop running."""
         self._close_level()
+        self._stopping = True
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            proc.terminate()  # its readline sees the end at once
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        if self._proc is not None and self._proc.returncode is None:
-            self._proc.terminate()
+        if self._tasks:
+            done, pending = await asyncio.wait(self._tasks, timeout=5)
+            for t in pending:
+                log.error("timeline: a sampling loop did not stop within 5 s (%s)", t.get_coro())
+        if proc is not None and proc.returncode is None:
             try:
-                await asyncio.wait_for(self._proc.wait(), 3)
+                await asyncio.wait_for(proc.wait(), 3)
             except asyncio.TimeoutError:
-                self._proc.kill()
-                await self._proc.wait()
+                proc.kill()
+                await proc.wait()
 
 
 async def _compute_apps(smi: str) -> Optional[List[Dict[str, Any]]]:

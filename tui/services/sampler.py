@@ -15,7 +15,6 @@ one command per poll) or ``closed``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -97,6 +96,8 @@ class HostSampler:
         ev.set()
 
     def _set_state(self, state: str, reason: str = "") -> None:
+        if self.state == "closed":
+            return
         if state != self.state or reason != self.reason:
             self.state, self.reason = state, reason
             self._notify()
@@ -112,7 +113,7 @@ class HostSampler:
     async def _run(self) -> None:
         backoff = 1.0
         target = getattr(self.host, "target", "local")
-        while True:
+        while self.state != "closed":  # a flag too: wait_for can swallow a cancellation (< 3.12)
             try:
                 rt = await runtime.ensure(self.host, python=self.python)
             except runtime.RuntimeUnavailable as e:
@@ -128,6 +129,8 @@ class HostSampler:
             before = self.seq.get("hello", 0)
             byes = self.seq.get("bye", 0)
             why = await self._follow(rt)
+            if self.state == "closed":
+                return
             if self.seq.get("bye", 0) != byes:
                 log.info("%s: host sampler reached its lifetime; starting the next", target)
                 continue  # planned: no "lost" state, no wait
@@ -154,6 +157,8 @@ class HostSampler:
         return f"exit status {status}" + (f": {last}" if last else "")
 
     def _on_line(self, line: str) -> None:
+        if self.state == "closed":
+            return
         try:
             msg = json.loads(line)
             kind = msg["t"]
@@ -183,7 +188,11 @@ class HostSampler:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            done, _ = await asyncio.wait({task}, timeout=10)
+            if not done:
+                log.error("%s: the host sampler's reader did not stop within 10 s",
+                          getattr(self.host, "target", "local"))
+            elif not task.cancelled() and task.exception() is not None:
+                log.error("host sampler reader failed: %r", task.exception())
         self._notify()
 
