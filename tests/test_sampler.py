@@ -325,3 +325,25 @@ async def test_a_sampler_at_the_end_of_its_lifetime_is_followed_by_the_next_with
         assert set(states) == {"running"}, states  # never "lost" in between
     finally:
         await s.aclose()
+
+
+def test_ended_runs_are_read_once_live_ones_every_sample(tmp_path, live_run):
+    home, port = live_run
+    old = home / "runs" / "r0"
+    old.mkdir()
+    for name, text in (("run.sh", "true\n"), ("pid", "999999999\n"), ("starttime", "1\n"), ("rc", "0\n"),
+                       ("meta.json", json.dumps({"port": 1, "profile": "old"}))):
+        (old / name).write_text(text)
+    cache: dict = {}
+    first = hs.list_runs(str(home / "runs"), cache)
+    assert [(r["id"], r["alive"], r["rc"]) for r in first] == [("r0", False, 0), ("r1", True, None)]
+    assert set(cache) == {"r0"}
+    (old / "meta.json").write_text(json.dumps({"port": 1, "profile": "changed"}))
+    (home / "runs" / "r1" / "meta.json").write_text(json.dumps({"port": port, "profile": "s1-renamed"}))
+    second = {r["id"]: r for r in hs.list_runs(str(home / "runs"), cache)}
+    assert second["r0"]["meta"]["profile"] == "old"  # not read again
+    assert second["r1"]["meta"]["profile"] == "s1-renamed"  # a live run is
+    import shutil
+
+    shutil.rmtree(old)
+    assert [r["id"] for r in hs.list_runs(str(home / "runs"), cache)] == ["r1"] and cache == {}

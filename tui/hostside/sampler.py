@@ -196,14 +196,20 @@ def proc_starttime(pid: int) -> Optional[str]:
     return rest[19]
 
 
-def list_runs(base: str) -> List[Dict[str, Any]]:
-    """The run folders under ``base`` like ``tui.services.launcher.list_host_runs`` sees them."""
+def list_runs(base: str, cache: Optional[Dict[str, Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
+    """The run folders under ``base`` like ``tui.services.launcher.list_host_runs`` sees them.
+
+    ``cache``: entries of runs that ended (an ``rc`` and no live process) are kept there and not
+    read again, so a folder full of old runs costs one ``listdir`` a sample."""
     try:
         names = sorted(os.listdir(base))
     except FileNotFoundError:
         return []
     out = []
     for rid in names:
+        if cache is not None and rid in cache:
+            out.append(cache[rid])
+            continue
         d = os.path.join(base, rid)
         if not os.path.isfile(os.path.join(d, "run.sh")):
             continue
@@ -223,11 +229,17 @@ def list_runs(base: str) -> List[Dict[str, Any]]:
                 meta = json.loads(raw)
             except ValueError:
                 meta = {}
-        out.append({
+        entry = {
             "id": rid, "pid": pid, "starttime": st or None, "alive": alive,
             "rc": int(rc_text) if rc_text.lstrip("-").isdigit() else None,
             "log_size": size, "dir": d, "meta": meta if isinstance(meta, dict) else {},
-        })
+        }
+        out.append(entry)
+        if cache is not None and not alive and entry["rc"] is not None:
+            cache[rid] = entry
+    if cache is not None:
+        for gone in set(cache) - set(names):
+            del cache[gone]
     return out
 
 
@@ -393,6 +405,7 @@ class Sampler:
         self._runs_sent: Dict[str, Any] = {}
         self._runs_at: Dict[str, float] = {}
         self._scanned_at: Dict[str, float] = {}
+        self._ended: Dict[str, Dict[str, Dict[str, Any]]] = {k: {} for k in KINDS}
         self._models: Dict[int, str] = {}
         self._servers: "queue.Queue[Optional[List[Dict[str, Any]]]]" = queue.Queue(maxsize=1)
         ms = str(max(100, int(round(self.interval * 1000))))
@@ -426,7 +439,7 @@ class Sampler:
             if kind != "runs" and now - self._runs_at.get(kind, -1e9) < JOBS_EVERY:
                 continue  # job folders pile up: read them less often than the servers
             try:
-                runs = list_runs(os.path.join(self.args.home, kind))
+                runs = list_runs(os.path.join(self.args.home, kind), self._ended[kind])
             except OSError as e:
                 log.error("listing %s/%s: %s", self.args.home, kind, e)
                 continue
