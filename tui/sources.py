@@ -108,11 +108,21 @@ def default_sources(host: "Host", *, interval: float = 1.0, servers: Iterable[An
     """The real collectors for ``host``: one ``nvidia-smi -lms`` stream, host figures
     (psutil locally, ``/proc`` over SSH) and the servers tunedeck knows there.
 
+    On a remote host all three read the host sampler (:mod:`tui.collectors.sampled`), unless
+    ``TUNEDECK_HOST_SAMPLER=off`` (the per-command collectors, e.g. to measure them).
+
     ``servers``: extra ``ServerSpec`` values to watch besides the ones tunedeck launched.
     """
+    import os
+
     from tui.collectors.gpu import GpuCollector
     from tui.collectors.hoststats import HostCollector
 
+    if not host.is_local and os.environ.get("TUNEDECK_HOST_SAMPLER", "on") != "off":
+        # one sampler process on the host, one channel; per-command polling only as its fallback
+        from tui.collectors.sampled import sampled_sources
+
+        return sampled_sources(host, interval=interval, servers=servers)
     return Sources(
         gpu=GpuCollector(host, interval=interval),
         host=HostCollector(host),

@@ -372,8 +372,45 @@ def tunnel_levels(side: Side) -> list[int]:
     return sorted(out)
 
 
+def _validity_by_level(side: Side) -> dict[int, set[str] | None]:
+    """Concurrency -> the validity rules found over the side's repeats (None: not checked)."""
+    out: dict[int, set[str] | None] = {}
+    for run in side.runs:
+        for lv in run.levels:
+            found = lv.summary.get("validity")
+            if not isinstance(found, list):
+                out.setdefault(lv.concurrency, None)
+                continue
+            rules = {str(f.get("rule")) for f in found if isinstance(f, dict)}
+            out[lv.concurrency] = (out.get(lv.concurrency) or set()) | rules
+    return out
+
+
+def _rules_text(rules: set[str]) -> str:
+    return "valid" if not rules else "[" + ", ".join(sorted(rules)) + "]"
+
+
+def validity_differences(a: Side, b: Side) -> list[str]:
+    """``C=16: A valid, B [power_at_cap]`` for each level where A's and B's validity findings differ."""
+    va, vb = _validity_by_level(a), _validity_by_level(b)
+    out = []
+    for c in sorted(set(va) & set(vb)):
+        ra, rb = va[c], vb[c]
+        if ra is not None and rb is not None and ra != rb:
+            out.append(f"C={c}: A {_rules_text(ra)}, B {_rules_text(rb)}")
+    return out
+
+
 def comparison_warnings(a: Side, b: Side) -> list[str]:
     w: list[str] = []
+    va, vb = _validity_by_level(a), _validity_by_level(b)
+    for c in sorted(set(va) & set(vb)):
+        ra, rb = va[c], vb[c]
+        if ra is not None and rb is not None and ra != rb:
+            w.append(f"C={c}: A and B differ in validity: A {_rules_text(ra)}, B {_rules_text(rb)} "
+                     "(see `tunedeck results show RUN`)")
+        elif ra and rb:
+            w.append(f"C={c}: both A and B are invalid: {_rules_text(ra)}")
     for side in (a, b):
         cs = tunnel_levels(side)
         if cs:
@@ -513,6 +550,9 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
     warnings = comparison_warnings(a, b)
     diff = config_diff(a.argv, a.env, b.argv, b.env)
     headline, winner = _headline(a, b, rows)
+    differs = validity_differences(a, b)
+    if differs:
+        headline += " Validity differs: " + "; ".join(differs) + "."
     multi = len(a.runs) >= 2 and len(b.runs) >= 2
     method = (
         f"noise band: 2 x standard error of the difference over {len(a.runs)}+{len(b.runs)} repeats "
@@ -628,6 +668,7 @@ __all__ = [
     "Stat",
     "compare",
     "comparison_warnings",
+    "validity_differences",
     "config_diff",
     "judge",
     "noise_band",

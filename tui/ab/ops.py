@@ -198,18 +198,30 @@ class LocalOps:
             "profile": info.name,
         }
 
+        # the level's GPU and server timeline, and its validity findings (tui.hostside.timeline)
+        from tui.hostside.timeline import Timeline
+
+        timeline = Timeline(cfg.url)
+
         def emit(ev: dict[str, Any]) -> None:
+            timeline.on_event(ev)
             msg, frac = progress_text(ev, level)
             if msg:
                 on_progress(msg, frac)
 
         try:
+            await timeline.start()
+            await timeline.check_start()
             summaries = await run_benchmark(cfg, emit=emit, meta_extra=meta, client_where="host")
         except (NotReady, StoreError, OSError) as e:
             return BenchResult(None, {}, None, f"benchmark failed: {e}")
+        finally:
+            await timeline.stop()
         if not summaries:
             return BenchResult(None, {}, None, "benchmark failed: no level ran")
         s = summaries[0]
+        if s.get("run_id") in timeline.validity:
+            s = {**s, "validity": timeline.validity[s["run_id"]]}
         return BenchResult(s.get("run_id"), s, None)
 
     # ------------------------------------------------------------------ stop

@@ -398,4 +398,18 @@ def format_extras(summary: Mapping[str, Any]) -> str:
             lines.append("MACHINE BUSY: " + str(cl.get("machine_busy_reason") or "other load on the client machine"))
     if summary.get("partial"):
         lines.append("PARTIAL: the run did not finish; statistics cover the finished requests only")
+    lines.extend(format_validity(summary.get("validity")))
     return "\n".join(lines)
+
+
+def format_validity(found: Any) -> List[str]:
+    """``validity: valid`` or ``validity: [rules]`` and one line per finding with its evidence
+    (:mod:`tui.hostside.validity`); nothing for a result that was not checked."""
+    if not isinstance(found, list):
+        return []
+    if not found:
+        return ["validity: valid (GPUs idle at start, clocks and power normal, no KV pressure or preemption, "
+                "no growing queue, not client-bound, no failures)"]
+    rules = [f for f in found if isinstance(f, dict)]
+    return ([f"validity: [{', '.join(str(f.get('rule')) for f in rules)}]"]
+            + [f"  {f.get('rule')}: {f.get('evidence')}" for f in rules])

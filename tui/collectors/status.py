@@ -18,11 +18,18 @@ async def known_servers(host: Host) -> tuple[ServerSpec, ...]:
     dashboard are found too). The model comes from the local run record when
     there is one.
     """
-    from tui.services.launcher import RunStore, list_host_runs, target_name
+    from tui.services.launcher import list_host_runs
+
+    return servers_of_runs(host, await list_host_runs(host))
+
+
+def servers_of_runs(host: Host, runs: Iterable[Any]) -> tuple[ServerSpec, ...]:
+    """ServerSpecs of the live runs among ``runs`` (``HostRun`` values) that have a port."""
+    from tui.services.launcher import RunStore, target_name
 
     local = {rec.run_id: rec for rec in RunStore().all(target_name(host))}
     specs: list[ServerSpec] = []
-    for run in await list_host_runs(host):
+    for run in runs:
         port = run.meta.get("port")
         if not run.alive or not isinstance(port, int):
             continue

@@ -18,6 +18,8 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     sh = sub.add_parser("show", help="a run's summary (rebuilt from samples if missing or partial)")
     sh.add_argument("run", metavar="RUN", help="run id (or a unique prefix)")
     sh.add_argument("--json", action="store_true", help="print the summary JSON")
+    sh.add_argument("--timeline", action="store_true",
+                    help="the GPUs and the server second by second while it ran (timeline.jsonl)")
     sh.set_defaults(func=cmd_show)
     ex = sub.add_parser("export", help="export a run's per-request records")
     ex.add_argument("run", metavar="RUN")
@@ -111,6 +113,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         s = summary_for(run)
     except StoreError as e:
         return _err(str(e))
+    if getattr(args, "timeline", False):
+        return _show_timeline(run, as_json=args.json)
     if args.json:
         print(json.dumps(s, indent=2))
         return 0
@@ -122,6 +126,22 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"note: {TUNNEL_NOTE}; the link's latency and buffering are in these numbers")
     print(metrics.format_result(s, (s.get("params") or {}).get("percentiles") or metrics.DEFAULT_PERCENTILES))
     print(metrics.format_extras(s))
+    if not isinstance(s.get("validity"), list):
+        print("validity: not checked (no host-side timeline for this result)")
+    return 0
+
+
+def _show_timeline(run: str, *, as_json: bool) -> int:
+    from tui.bench.store import run_dir
+    from tui.hostside.timeline import TIMELINE, format_timeline, read_timeline
+
+    lines = read_timeline(run_dir(run))
+    if not lines:
+        return _err(f"run {run}: no {TIMELINE} (recorded for benchmarks run by this version on a host)")
+    if as_json:
+        print(json.dumps(lines, indent=1))
+    else:
+        print(format_timeline(lines))
     return 0
 
 

@@ -3,6 +3,7 @@
     python3 tunedeck-host-<hash>.pyz info          what will run here, as JSON
     python3 tunedeck-host-<hash>.pyz bench DIR     a benchmark job (DIR/spec.json)
     python3 tunedeck-host-<hash>.pyz ab DIR        an A/B campaign job
+    python3 tunedeck-host-<hash>.pyz sample --home HOME …   the host's status as JSON lines
 
 Exit status: 0 done, 1 nothing completed / the A/B failed, 2 bad spec, 3 server not
 ready, 4 disk (full) error, 5 another A/B holds the host, 130 stopped.
@@ -46,6 +47,15 @@ def _job_dir(text: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["sample"]:
+        # long-lived, threads only (no event loop): its own options and log lines
+        from tui.hostside import sampler
+
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return sampler.main(argv[1:])
     p = argparse.ArgumentParser(prog="tunedeck-host", description="tunedeck's host-side runtime")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("info", help="what will run here, as JSON")

@@ -2,7 +2,8 @@
 
 The spec is ``{"config": {BenchConfig fields}, "meta_extra": {...}}``; the client
 reaches the server on the host's own loopback, so what it measures is the
-server, not the link to the laptop.
+server, not the link to the laptop. Each level's result folder also gets
+``timeline.jsonl``: the GPUs and the server second by second (:mod:`tui.hostside.timeline`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tui.hostside.jobfiles import EVENTS, EventLog, read_spec
+from tui.hostside.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +105,18 @@ async def run(job_dir: Path) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, stop)
         watcher = asyncio.ensure_future(watch_disk())
+        timeline = Timeline(cfg.url, smi=os.environ.get("TUNEDECK_NVIDIA_SMI", "nvidia-smi"))
 
         def emit(msg: dict[str, Any]) -> None:
+            timeline.on_event(msg)  # first: a level's summary gets its validity findings
             events.write(msg)
 
-        summaries = await run_benchmark(cfg, emit=emit, meta_extra=meta_extra, client_where=WHERE)
+        try:
+            await timeline.start()
+            await timeline.check_start()  # the GPUs before the first request (validity)
+            summaries = await run_benchmark(cfg, emit=emit, meta_extra=meta_extra, client_where=WHERE)
+        finally:
+            await timeline.stop()
         events.check()
         if summaries and all(s.get("completed") == 0 for s in summaries):
             rc, error = 1, "no request completed"

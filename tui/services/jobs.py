@@ -239,7 +239,7 @@ class JobFollower:
 _LIST_RESULTS = r"""cd "$1/data/results" 2>/dev/null || exit 0
 for d in */; do
   d=${d%/}
-  for f in meta.json samples.jsonl summary.json; do
+  for f in meta.json samples.jsonl summary.json timeline.jsonl; do
     [ -f "$d/$f" ] && printf 'F\t%s\t%s\t%s\n' "$d" "$f" "$(wc -c < "$d/$f" | tr -d ' ')"
   done
 done
@@ -266,8 +266,9 @@ async def mirror_results(host: Host, job: Job, *, only: set[str] | None = None) 
         local = root / run_id
         local.mkdir(parents=True, exist_ok=True)
         remote = f"{job.dir}/{jobfiles.RESULTS}/{run_id}"
-        if "samples.jsonl" in have:
-            await _append_samples(host, f"{remote}/samples.jsonl", local / "samples.jsonl", have["samples.jsonl"])
+        for name in ("samples.jsonl", "timeline.jsonl"):  # append-only: copied from the local size on
+            if name in have:
+                await _append_samples(host, f"{remote}/{name}", local / name, have[name])
         for name in ("meta.json", "summary.json"):
             if name in have:
                 text = (await launcher.read_log(host, f"{remote}/{name}")).decode("utf-8", "replace")

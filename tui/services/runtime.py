@@ -42,7 +42,7 @@ MIN_PYTHON = (3, 9)
 #: minimum version with vermin, so a missing or too-new module fails there.
 SHIPPED: tuple[str, ...] = (
     "tui/__init__.py",
-    "tui/hostside/",
+    "tui/hostside/",  # bench and A/B jobs, the status sampler
     "tui/bench/",
     "tui/ab/__init__.py",
     "tui/ab/compare.py",

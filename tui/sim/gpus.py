@@ -216,6 +216,7 @@ class GpuReading:
     temp_c: int = 34
     sm_clock: int = 345
     mem_clock: int = 3201
+    power_limit_w: float = 0.0  # the enforced limit (0: the board's, from the config)
     procs: list[tuple[int, str, int]] = field(default_factory=list)  # (pid, name, used_mib)
 
 
@@ -243,16 +244,43 @@ def read_gpus(cfg: GpuConfig | None = None, root: Path | None = None) -> list[Gp
                     r.procs.append((pid, str(p["name"]), int(p["used_mib"])))
                 except (KeyError, TypeError, ValueError):
                     continue
+    capped = power_cap_fault()
     for r in gpus:
         r.used_mib = min(r.used_mib, cfg.memory_total_mib - RESERVED_MIB)
         busy = r.util > 0
         # deterministic wobble so streams look alive without randomness
         wob = ((int(time.time() * 2) * 7919 + r.index * 104729) % 1000) / 1000.0
         idle = IDLE_POWER_W + (40.0 if r.procs else 0.0)
-        r.power_w = round(min(cfg.power_limit_w * 0.98, idle + (cfg.power_limit_w * 0.9 - idle) * r.util / 100.0) + wob * 3.0, 2)
+        limit = cfg.power_limit_w * POWER_CAP_FRACTION if capped else cfg.power_limit_w
+        r.power_limit_w = limit
+        # what the load would draw unhindered; the SM clock boosts as soon as a context holds the GPU
+        want = idle + (cfg.power_limit_w * 0.9 - idle) * r.util / 100.0
+        clock = MAX_SM_CLOCK if (busy or r.procs) else 345
+        if want > limit * 0.99:
+            # the power limit holds the draw at the cap and throttles the clock to fit under it
+            clock = max(345, int(clock * (limit * 0.99 - idle) / max(1.0, want - idle)))
+            want = limit * 0.99 - wob * 0.5
+            r.power_w = round(want, 2)
+        else:
+            r.power_w = round(min(limit * 0.98, want) + wob * 3.0, 2)
         r.temp_c = int(34 + r.util * 0.28 + (3 if r.procs else 0) + wob)
-        r.sm_clock = 1980 if (busy or r.procs) else 345
+        r.sm_clock = clock
     return gpus
+
+
+#: the highest SM clock of the simulated boards (``clocks.max.sm``)
+MAX_SM_CLOCK = 1980
+#: ``TUNEDECK_SIM_GPU_FAULT=power-cap``: the enforced power limit drops to this share of the board's
+POWER_CAP_FRACTION = 0.45
+
+
+def power_cap_fault() -> bool:
+    """``TUNEDECK_SIM_GPU_FAULT=power-cap``: a power limit set too low (e.g. ``nvidia-smi -pl``), so
+    under load the GPUs draw at the cap and throttle their SM clock."""
+    fault = os.environ.get("TUNEDECK_SIM_GPU_FAULT", "").strip()
+    if fault not in ("", "power-cap"):
+        raise ConfigError(f"TUNEDECK_SIM_GPU_FAULT={fault!r}: expected power-cap")
+    return fault == "power-cap"
 
 
 def used_by_others(indices: list[int], exclude_pid: int, root: Path | None = None) -> int:

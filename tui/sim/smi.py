@@ -19,6 +19,7 @@ from tui.sim.gpus import (
     CUDA_VERSION,
     DRIVER_VERSION,
     RESERVED_MIB,
+    MAX_SM_CLOCK,
     ConfigError,
     GpuConfig,
     GpuReading,
@@ -82,12 +83,13 @@ GPU_FIELDS: dict[str, tuple[str, str, Getter, bool]] = {
     "temperature.gpu": ("temperature.gpu", "", lambda c, r: str(r.temp_c), True),
     "temperature.memory": ("temperature.memory", "", lambda c, r: str(r.temp_c + 8), True),
     "power.draw": ("power.draw", "W", lambda c, r: _f(r.power_w), True),
-    "power.limit": ("power.limit", "W", lambda c, r: _f(c.power_limit_w), False),
-    "enforced.power.limit": ("enforced.power.limit", "W", lambda c, r: _f(c.power_limit_w), False),
+    "power.limit": ("power.limit", "W", lambda c, r: _f(r.power_limit_w or c.power_limit_w), False),
+    "enforced.power.limit": ("enforced.power.limit", "W", lambda c, r: _f(r.power_limit_w or c.power_limit_w),
+                             False),
     "clocks.sm": ("clocks.current.sm", "MHz", lambda c, r: str(r.sm_clock), True),
     "clocks.mem": ("clocks.current.memory", "MHz", lambda c, r: str(r.mem_clock), True),
     "clocks.gr": ("clocks.current.graphics", "MHz", lambda c, r: str(r.sm_clock), True),
-    "clocks.max.sm": ("clocks.max.sm", "MHz", lambda c, r: "1980", False),
+    "clocks.max.sm": ("clocks.max.sm", "MHz", lambda c, r: str(MAX_SM_CLOCK), False),
     "mig.mode.current": ("mig.mode.current", "", lambda c, r: "Disabled", False),
     "ecc.errors.uncorrected.volatile.total": (
         "ecc.errors.uncorrected.volatile.total",
@@ -215,7 +217,7 @@ def table(cfg: GpuConfig, gpus: list[GpuReading], *, na: bool = False) -> str:
         temp = "N/A" if na else f"{r.temp_c}C"
         pwr = "N/A" if na else f"{int(round(r.power_w))}W"
         util = "N/A" if na else f"{r.util}%"
-        cap = f"{int(cfg.power_limit_w)}W"
+        cap = f"{int(r.power_limit_w or cfg.power_limit_w)}W"
         out.append(
             f"| N/A  {temp:>4}    P0 {pwr:>15} / {cap:>5} | {r.used_mib:>7}MiB / {cfg.memory_total_mib:>6}MiB "
             f"| {util:>7}      Default |"

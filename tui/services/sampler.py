@@ -1,0 +1,198 @@
+"""The laptop's end of the host sampler (:mod:`tui.hostside.sampler`): one channel per host.
+
+:class:`HostSampler` ships the runtime (:func:`tui.services.runtime.ensure`),
+starts ``python -I tunedeck-host-….pyz sample …`` with ``host.stream`` and keeps
+the newest message of each kind. Readers (:mod:`tui.collectors.sampled`) wait on
+:meth:`HostSampler.wait_change` and read the fields; nothing here parses GPU rows
+or metrics.
+
+``state``: ``starting``, ``running`` (lines arrive), ``lost`` (the channel
+ended; restarted with backoff), ``unavailable`` (the host has no usable Python:
+:class:`~tui.services.runtime.RuntimeUnavailable`; the collectors fall back to
+one command per poll) or ``closed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from tui.services import runtime
+from tui.services.hosts import Host, HostError
+
+log = logging.getLogger(__name__)
+
+#: states in which a reader should stop waiting for the first lines
+SETTLED = ("running", "lost", "unavailable", "closed")
+
+
+class HostSampler:
+    """The sampler of one host. :meth:`start` is idempotent; :meth:`aclose` ends it on the host."""
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        interval: float = 1.0,
+        apps_interval: float = 5.0,
+        keepalive: float = 45.0,
+        lifetime: float = 3600.0,
+        python: str | None = None,
+        smi: str = "nvidia-smi",
+        max_backoff: float = 30.0,
+    ) -> None:
+        self.host = host
+        self.interval = interval
+        self.apps_interval = apps_interval
+        self.keepalive = keepalive
+        self.lifetime = lifetime
+        self.python = python
+        self.smi = smi
+        self.max_backoff = max_backoff
+        self.state = "starting"
+        self.reason = ""
+        #: newest message of each kind (``gpu``/``gpu_error`` share ``gpu``), and a counter per kind
+        self.latest: dict[str, dict[str, Any]] = {}
+        self.seq: dict[str, int] = {}
+        self.runs: dict[str, list[dict[str, Any]]] = {}
+        self.servers: dict[int, dict[str, Any]] = {}
+        self.hello: dict[str, Any] | None = None
+        #: how many times the sampler process was started (tests, diagnostics)
+        self.starts = 0
+        self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self._bad_lines = 0
+
+    # ------------------------------------------------------------------ readers
+    def start(self) -> None:
+        if self._task is None and self.state != "closed":
+            self._task = asyncio.ensure_future(self._run())
+
+    async def wait_settled(self, timeout: float | None = None) -> str:
+        """Wait until the sampler runs, failed or is unavailable; returns the state."""
+        self.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.state not in SETTLED:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            await self.wait_change(left)
+        return self.state
+
+    async def wait_change(self, timeout: float | None) -> bool:
+        """Wait for the next message or state change; False on timeout."""
+        ev = self._changed
+        try:
+            await asyncio.wait_for(ev.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def _notify(self) -> None:
+        ev, self._changed = self._changed, asyncio.Event()
+        ev.set()
+
+    def _set_state(self, state: str, reason: str = "") -> None:
+        if self.state == "closed":
+            return
+        if state != self.state or reason != self.reason:
+            self.state, self.reason = state, reason
+            self._notify()
+
+    # ------------------------------------------------------------------ the channel
+    def argv(self, rt: runtime.Runtime) -> list[str]:
+        return rt.argv(
+            "sample", "--home", rt.home, "--interval", f"{self.interval:g}",
+            "--apps-interval", f"{self.apps_interval:g}", "--keepalive", f"{self.keepalive:g}",
+            "--lifetime", f"{self.lifetime:g}", "--smi", self.smi,
+        )
+
+    async def _run(self) -> None:
+        backoff = 1.0
+        target = getattr(self.host, "target", "local")
+        while self.state != "closed":  # a flag too: wait_for can swallow a cancellation (< 3.12)
+            try:
+                rt = await runtime.ensure(self.host, python=self.python)
+            except runtime.RuntimeUnavailable as e:
+                log.warning("%s: no host sampler, polling with one command each: %s", target, e)
+                self._set_state("unavailable", str(e))
+                return
+            except (HostError, OSError) as e:
+                log.warning("%s: cannot start the host sampler: %s", target, e)
+                self._set_state("lost", str(e))
+                await asyncio.sleep(backoff)
+                backoff = min(self.max_backoff, backoff * 2)
+                continue
+            before = self.seq.get("hello", 0)
+            byes = self.seq.get("bye", 0)
+            why = await self._follow(rt)
+            if self.state == "closed":
+                return
+            if self.seq.get("bye", 0) != byes:
+                log.info("%s: host sampler reached its lifetime; starting the next", target)
+                continue  # planned: no "lost" state, no wait
+            if self.seq.get("hello", 0) != before:
+                backoff = 1.0  # it ran: the next failure starts the backoff again
+            log.warning("%s: host sampler ended: %s; restarting in %.0f s", target, why, backoff)
+            self._set_state("lost", why)
+            await asyncio.sleep(backoff)
+            backoff = min(self.max_backoff, backoff * 2)
+
+    async def _follow(self, rt: runtime.Runtime) -> str:
+        """Read one sampler process until it ends; returns why it ended."""
+        self.starts += 1
+        try:
+            async with self.host.stream_lines(self.argv(rt)) as lines:
+                async for line in lines:
+                    self._on_line(line)
+                status, tail = lines.exit_status, lines.stderr_tail.strip()
+        except HostError as e:
+            return e.message
+        except OSError as e:
+            return f"{type(e).__name__}: {e}"
+        last = tail.splitlines()[-1] if tail else ""
+        return f"exit status {status}" + (f": {last}" if last else "")
+
+    def _on_line(self, line: str) -> None:
+        if self.state == "closed":
+            return
+        try:
+            msg = json.loads(line)
+            kind = msg["t"]
+        except (ValueError, KeyError, TypeError):
+            self._bad_lines += 1
+            if self._bad_lines <= 3:
+                log.warning("host sampler: not a sample line: %r", line[:200])
+            return
+        if kind == "runs":
+            self.runs[str(msg.get("kind"))] = list(msg.get("runs") or [])
+        elif kind == "server":
+            port = msg.get("port")
+            if isinstance(port, int):
+                self.servers[port] = msg
+        elif kind == "hello":
+            self.hello = msg
+        key = "gpu" if kind == "gpu_error" else kind
+        self.latest[key] = msg
+        self.seq[key] = self.seq.get(key, 0) + 1
+        if self.state != "running":
+            self.state, self.reason = "running", ""
+        self._notify()
+
+    async def aclose(self) -> None:
+        """End the sampler on the host (the stream's close kills it) and stop restarting it."""
+        self.state = "closed"
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=10)
+            if not done:
+                log.error("%s: the host sampler's reader did not stop within 10 s",
+                          getattr(self.host, "target", "local"))
+            elif not task.cancelled() and task.exception() is not None:
+                log.error("host sampler reader failed: %r", task.exception())
+        self._notify()
+
