@@ -20,7 +20,6 @@ Standard library only, Python >= 3.9; the file is written by a thread.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
