@@ -77,7 +77,7 @@ class SampledGpu:
                 seen = seq
                 told = ""
                 yield gpu_status(s.latest["gpu"], s.latest.get("apps"))
-            elif s.state == "lost" and told != s.reason:
+            elif s.state in ("lost", "refused") and told != s.reason:
                 told = s.reason
                 yield GpuStatus("host-unreachable", message=f"host sampler: {s.reason}", time=time.time())
             if not await s.wait_change(self.watchdog) and s.state == "running":
@@ -115,7 +115,7 @@ class SampledHost:
             if left <= 0 or not await s.wait_change(left):
                 raise HostError("timeout", f"no host figures from the sampler for {self.timeout:g} s", target=target)
         if s.state != "running":
-            raise HostError("connection-lost", f"host sampler: {s.reason or s.state}", target=target)
+            raise s.error or HostError("connection-lost", f"host sampler: {s.reason or s.state}", target=target)
         err = s.latest.get("host_error")
         msg = s.latest.get("host")
         if msg is None or (err is not None and float(err.get("time", 0)) > float(msg.get("time", 0))):
@@ -206,7 +206,8 @@ class SampledServers:
                 self.fallback = self._fallback_factory()
             return await self.fallback.sample()
         if state != "running":
-            raise HostError("connection-lost", f"host sampler: {s.reason or state}", target=self.host.target)
+            raise s.error or HostError("connection-lost", f"host sampler: {s.reason or state}",
+                                       target=self.host.target)
         seq = s.seq.get("runs", 0)
         if seq != self._runs_seq and "runs" in s.runs:
             self._runs_seq = seq

@@ -26,7 +26,7 @@ from tui.services.hosts import Host, HostError
 log = logging.getLogger(__name__)
 
 #: states in which a reader should stop waiting for the first lines
-SETTLED = ("running", "lost", "unavailable", "closed")
+SETTLED = ("running", "lost", "refused", "unavailable", "closed")
 
 
 class HostSampler:
@@ -65,10 +65,17 @@ class HostSampler:
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self._bad_lines = 0
+        #: the last link error; a refusal (host key, auth) stops the restarts until :meth:`start` again
+        self.error: HostError | None = None
 
     # ------------------------------------------------------------------ readers
     def start(self) -> None:
-        if self._task is None and self.state != "closed":
+        """Start reading (again after a refusal: the user acted, one new attempt)."""
+        if self.state == "closed":
+            return
+        if self._task is None or self._task.done():
+            if self.state == "refused":
+                self.state, self.reason, self.error = "starting", "", None
             self._task = asyncio.ensure_future(self._run())
 
     async def wait_settled(self, timeout: float | None = None) -> str:
@@ -120,7 +127,18 @@ class HostSampler:
                 log.warning("%s: no host sampler, polling with one command each: %s", target, e)
                 self._set_state("unavailable", str(e))
                 return
-            except (HostError, OSError) as e:
+            except HostError as e:
+                self.error = e
+                if not e.retryable:  # host key or auth: nothing connects again until the user acts
+                    log.warning("%s: host sampler refused: %s", target, e)
+                    self._set_state("refused", str(e))
+                    return
+                log.warning("%s: cannot start the host sampler: %s", target, e)
+                self._set_state("lost", str(e))
+                await asyncio.sleep(backoff)
+                backoff = min(self.max_backoff, backoff * 2)
+                continue
+            except OSError as e:
                 log.warning("%s: cannot start the host sampler: %s", target, e)
                 self._set_state("lost", str(e))
                 await asyncio.sleep(backoff)
@@ -134,6 +152,10 @@ class HostSampler:
             if self.seq.get("bye", 0) != byes:
                 log.info("%s: host sampler reached its lifetime; starting the next", target)
                 continue  # planned: no "lost" state, no wait
+            if self.error is not None and not self.error.retryable:
+                log.warning("%s: host sampler refused: %s", target, self.error)
+                self._set_state("refused", str(self.error))
+                return
             if self.seq.get("hello", 0) != before:
                 backoff = 1.0  # it ran: the next failure starts the backoff again
             log.warning("%s: host sampler ended: %s; restarting in %.0f s", target, why, backoff)
@@ -150,6 +172,7 @@ class HostSampler:
                     self._on_line(line)
                 status, tail = lines.exit_status, lines.stderr_tail.strip()
         except HostError as e:
+            self.error = e
             return e.message
         except OSError as e:
             return f"{type(e).__name__}: {e}"
@@ -179,7 +202,7 @@ class HostSampler:
         self.latest[key] = msg
         self.seq[key] = self.seq.get(key, 0) + 1
         if self.state != "running":
-            self.state, self.reason = "running", ""
+            self.state, self.reason, self.error = "running", "", None
         self._notify()
 
     async def aclose(self) -> None:
