@@ -15,11 +15,10 @@ import asyncio
 import fcntl
 import logging
 import os
-import signal
 from pathlib import Path
 from typing import Any
 
-from tui.hostside.jobfiles import EVENTS, REPORT, SPEC, EventLog, read_spec
+from tui.hostside.jobfiles import EVENTS, REPORT, SPEC, EventLog, on_stop_signal, read_spec
 from tui.util.files import atomic_write_json
 from tui.util.safety import redact_env
 
@@ -75,20 +74,7 @@ async def run(job_dir: Path) -> int:
             noise_pct=spec.get("noise_pct") if isinstance(spec.get("noise_pct"), (int, float)) else None,
             ab_id=str(spec["ab_id"]),
         )
-        loop = asyncio.get_running_loop()
-        cancelled = False
-
-        def cancel() -> None:
-            # once: a stop signals the job's group and its marker, and a second cancel must not
-            # cut the cleanup that stops the server this campaign started
-            nonlocal cancelled
-            if not cancelled:
-                cancelled = True
-                log.info("A/B job %s: cancel requested", job_dir.name)
-                runner.cancel()
-
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.add_signal_handler(sig, cancel)
+        on_stop_signal(runner.cancel)  # the server this campaign started is stopped, results kept
         rep = await runner.run()
         report: dict[str, Any] = rep.to_dict()
         atomic_write_json(job_dir / REPORT, report)

@@ -12,11 +12,10 @@ import asyncio
 import errno
 import logging
 import os
-import signal
 from pathlib import Path
 from typing import Any
 
-from tui.hostside.jobfiles import EVENTS, EventLog, read_spec
+from tui.hostside.jobfiles import EVENTS, EventLog, on_stop_signal, read_spec
 from tui.hostside.timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -92,18 +91,7 @@ async def run(job_dir: Path) -> int:
         spec = read_spec(job_dir)
         cfg = config_from_spec(spec)
         meta_extra = spec.get("meta_extra") if isinstance(spec.get("meta_extra"), dict) else {}
-        loop = asyncio.get_running_loop()
-        stopping = False
-
-        def stop() -> None:
-            # once: a second cancel would cut the partial summary being written
-            nonlocal stopping
-            if not stopping:
-                stopping = True
-                task.cancel()
-
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.add_signal_handler(sig, stop)
+        on_stop_signal(task.cancel)  # finished samples are kept, the summary marked partial
         watcher = asyncio.ensure_future(watch_disk())
         timeline = Timeline(cfg.url, smi=os.environ.get("TUNEDECK_NVIDIA_SMI", "nvidia-smi"))
 

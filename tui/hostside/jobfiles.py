@@ -15,14 +15,16 @@ without one is known by its ``rc`` file or by its process being gone.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import queue
+import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 SPEC = "spec.json"
 EVENTS = "events.jsonl"
@@ -100,6 +102,24 @@ class EventLog:
         os.close(self._fd)
         self._fd = -1
         self.check()
+
+
+def on_stop_signal(action: Callable[[], None]) -> None:
+    """Run ``action`` on the first SIGTERM, SIGINT or SIGHUP only: a stop signals the job's process
+    group and its environment marker, and a second cancel must not cut the cleanup (a partial
+    summary being written, the server an A/B started being stopped)."""
+    loop = asyncio.get_running_loop()
+    fired = False
+
+    def handler() -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            log.info("stop requested")
+            action()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, handler)
 
 
 def read_spec(job_dir: Path) -> dict[str, Any]:
