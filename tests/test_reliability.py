@@ -302,7 +302,7 @@ def test_r25_asyncssh_floor_declared_and_installed() -> None:
 
 @pytest.mark.sshd
 @pytest.mark.timeout(60)
-async def test_r23_ui_answers_keys_within_200ms_while_the_link_is_blackholed(sshd: SshdServer) -> None:
+async def test_r23_ui_answers_keys_while_the_link_is_blackholed(sshd: SshdServer) -> None:
     from tests.test_ui_status import SIZE, until
     from tests.test_ui_sshd import install_fake_smi, remove_fake_smi
     from tui.app import make_app
