@@ -363,7 +363,7 @@ async def _host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | 
         if args.stop:
             run = await BenchRun.attach(host, args.stop)
             print(await run.stop(), file=sys.stderr)
-            await _mirror_quietly(run)
+            await run.mirror()
             return 0
         if args.attach:
             run = await BenchRun.attach(host, args.attach)
@@ -391,15 +391,6 @@ async def _host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | 
         return _fail(f"{target}: {e}", 1)
     finally:
         await host.close()
-
-
-async def _mirror_quietly(run: Any) -> None:
-    from tui.services.hosts import HostError
-
-    try:
-        await run._mirror(None)
-    except HostError as e:
-        log.warning("mirroring after stop: %s", e)
 
 
 async def _follow(args: argparse.Namespace, run: Any) -> int:

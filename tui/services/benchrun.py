@@ -105,12 +105,12 @@ class BenchRun:
         async for ev in self._follower.events():
             if ev.get("type") == "level_done" and isinstance(ev.get("summary"), dict):
                 self.summaries.append(ev["summary"])
-                await self._mirror({str(ev.get("run_id"))})
+                await self.mirror({str(ev.get("run_id"))})
             elif ev.get("type") == "level_start" and ev.get("run_id"):
-                await self._mirror({str(ev["run_id"])})  # listed here as running on the host at once
+                await self.mirror({str(ev["run_id"])})  # listed here as running on the host at once
             yield ev
         self.exit = self._follower.exit
-        await self._mirror(None)
+        await self.mirror(None)
 
     async def _local_events(self) -> AsyncIterator[dict[str, Any]]:
         assert self._task is not None
@@ -131,7 +131,8 @@ class BenchRun:
             log.exception("local bench failed")
             self.exit = {"type": "exit", "rc": 1, "error": f"{type(e).__name__}: {e}"}
 
-    async def _mirror(self, only: set[str] | None) -> None:
+    async def mirror(self, only: set[str] | None = None) -> None:
+        """Copy the job's result folders here (incremental); a link error is logged, not raised."""
         assert self.job is not None
         try:
             got = await jobs.mirror_results(self.host, self.job, only=only)

@@ -25,7 +25,6 @@ import tempfile
 import zipapp
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import tui
 from tui.services.hosts import Host, HostError
@@ -189,9 +188,24 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
 
 
-async def ensure(host: Host, *, python: str | None = None) -> Runtime:
-    """Make the runtime runnable on ``host``; raises :class:`RuntimeUnavailable` with one clear line."""
-    payload = build()
+@dataclass(frozen=True)
+class _Found:
+    """What :data:`_FIND_SCRIPT` reported: ``${TUNEDECK_HOME}``, the first usable Python, what was
+    tried before it, and whether this archive is already there."""
+
+    home: str | None
+    python: tuple[str, str] | None  # (path, version)
+    tried: tuple[str, ...]
+    shipped: bool
+
+    def problem(self) -> str:
+        return (f"no Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]} to run tunedeck's host-side runtime "
+                f"({'; '.join(self.tried) or 'none tried'}); install one, name it with --python, or run the "
+                "client here with --client-where local")
+
+
+async def _find(host: Host, payload: Payload, python: str | None) -> _Found:
+    """One round trip: the host's ``${TUNEDECK_HOME}``, a Python >= 3.9, and the archive's presence."""
     candidates = [c for c in (python, "python3") if c]
     for c in candidates:
         check_text(c, "python")
@@ -207,11 +221,11 @@ async def ensure(host: Host, *, python: str | None = None) -> Runtime:
     for line in r.stdout.splitlines():
         if line.startswith("HOME "):
             home = line[5:]
-        elif line.startswith("PY "):
+        elif line.startswith("PY ") and chosen is None:
             _, exe, ver = line.split(" ", 2)
-            if chosen is None and _version_tuple(ver) >= MIN_PYTHON:
+            if _version_tuple(ver) >= MIN_PYTHON:
                 chosen = (exe, ver)
-            elif chosen is None:
+            else:
                 tried.append(f"{exe} is Python {ver}")
         elif line.startswith("NOPY "):
             tried.append(f"{line[5:]}: not found")
@@ -221,16 +235,21 @@ async def ensure(host: Host, *, python: str | None = None) -> Runtime:
             have = True
     if home is None:
         raise RuntimeUnavailable(f"{target}: the host's shell did not answer ({r.stderr.strip()[:200]})")
-    if chosen is None:
-        raise RuntimeUnavailable(
-            f"{target}: no Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]} to run tunedeck's host-side runtime "
-            f"({'; '.join(tried) or 'none tried'}); install one, name it with --python, or run the client "
-            "here with --client-where local"
-        )
-    exe, ver = chosen
+    return _Found(home, chosen, tuple(tried), have)
+
+
+async def ensure(host: Host, *, python: str | None = None) -> Runtime:
+    """Make the runtime runnable on ``host``; raises :class:`RuntimeUnavailable` with one clear line."""
+    payload = build()
+    target = getattr(host, "target", "local")
+    found = await _find(host, payload, python)
+    if found.python is None or found.home is None:
+        raise RuntimeUnavailable(f"{target}: {found.problem()}")
+    home = found.home
+    exe, ver = found.python
     final = f"{home}/lib/{payload.name}"
     uploaded = False
-    if not have:
+    if not found.shipped:
         staged = f"{home}/lib/.{payload.name}.{os.getpid()}.tmp"
         try:
             await host.put_file(payload.path.read_bytes(), staged)
@@ -247,32 +266,19 @@ async def ensure(host: Host, *, python: str | None = None) -> Runtime:
 
 async def describe(host: Host, *, python: str | None = None) -> dict[str, object]:
     """For ``tunedeck probe``: which interpreter will run the host-side runtime (nothing is shipped)."""
-    payload = build()
-    candidates = [c for c in (python, "python3") if c]
-    r = await host.run_script(_FIND_SCRIPT, [payload.name, *dict.fromkeys(candidates)], timeout=60)
-    out: dict[str, object] = {"python": None, "python_version": None, "shipped": False, "problem": None}
-    tried = []
-    for line in r.stdout.splitlines():
-        if line.startswith("PY ") and out["python"] is None:
-            _, exe, ver = line.split(" ", 2)
-            if _version_tuple(ver) >= MIN_PYTHON:
-                out["python"], out["python_version"] = exe, ver
-            else:
-                tried.append(f"{exe} is Python {ver}")
-        elif line.startswith(("NOPY ", "BADPY ")):
-            tried.append(line.split(" ", 1)[1] + (": not found" if line.startswith("NOPY") else ": does not run"))
-        elif line == "HAVE":
-            out["shipped"] = True
-    if out["python"] is None:
-        out["problem"] = (f"no Python >= 3.9 ({'; '.join(tried) or 'none found'}); benchmarks need "
-                          "--client-where local")
-    return out
+    try:
+        found = await _find(host, build(), python)
+    except RuntimeUnavailable as e:
+        return {"python": None, "python_version": None, "shipped": False, "problem": str(e)}
+    exe, ver = found.python or (None, None)
+    return {"python": exe, "python_version": ver, "shipped": found.shipped,
+            "problem": None if found.python else found.problem()}
 
 
-def runtime_modules(names: Sequence[str] | None = None) -> list[str]:
+def runtime_modules() -> list[str]:
     """Dotted module names in the archive (for the import check in the tests)."""
     out = []
     for name, _ in source_files():
         mod = name[:-3].replace("/", ".")
         out.append(mod[: -len(".__init__")] if mod.endswith(".__init__") else mod)
-    return [m for m in out if names is None or m in names]
+    return out
