@@ -61,9 +61,13 @@ def test_vermin_confirms_python_3_9_for_every_shipped_module():
 
 
 def test_an_old_python_gets_one_clear_line(tmp_path):
-    old = [p for v, p in (((3, 8), "/root/.pyenv/versions/3.8.18/bin/python3.8"),) if os.path.exists(p)]
+    import glob
+
+    old = sorted(glob.glob("/root/.pyenv/versions/3.[5-8].*/bin/python3.[5-8]") + glob.glob("/usr/bin/python3.[5-8]"))
+    if not old:
+        pytest.skip("no Python older than 3.9 on this machine (the fake-python cases below still run)")
     pyz = runtime.build(tmp_path).path
-    for py in old:  # a real old interpreter, when the machine has one
+    for py in old:
         r = subprocess.run([py, "-I", str(pyz), "info"], capture_output=True, text=True, timeout=30)
         assert r.returncode == 70 and r.stderr.count("\n") == 1 and "too old" in r.stderr, r.stderr
 
