@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 import signal as _signal
+import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Mapping, Sequence
 
@@ -296,6 +297,11 @@ def watchdog_argv(argv: Sequence[str]) -> list[str]:
     return ["/bin/sh", "-c", _WATCHDOG, "sh", *argv]
 
 
+#: How long a local stream's command may keep running after it closed its stdout before the
+#: watchdog is released (which ends its process group).
+_EXIT_AFTER_EOF_S = 2.0
+
+
 class _LocalStream(ByteStream):
     def __init__(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
         self._argv = list(argv)
@@ -322,9 +328,14 @@ class _LocalStream(ByteStream):
             if not chunk:
                 break
             yield chunk
-        # stdout is closed: the command is ending. Let the watchdog go now (it ends anything the
-        # command left in its group); Python >= 3.12 only returns from wait() once every pipe,
-        # this one included, is closed.
+        # stdout is closed: the command is ending, but may not have exited yet (coreutils close
+        # stdout in an atexit hook). Wait for its exit status first, then let the watchdog go (it
+        # ends anything the command left in its group): released earlier, its TERM could land on
+        # the command itself. Python >= 3.12 only returns from wait() once every pipe, the
+        # watchdog's included, is closed, so the status is read from returncode here.
+        deadline = time.monotonic() + _EXIT_AFTER_EOF_S
+        while proc.returncode is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
         self._release_watchdog()
         self.exit_status = await proc.wait()
         if proc.stderr is not None:
