@@ -198,7 +198,8 @@ class _DeadHost(Host):
                   input: str | None = None, timeout: float | None = 30.0) -> RunResult:
         raise HostError("unreachable", "connection refused", target=self.target)
 
-    def stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> ByteStream:
+    def stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+               heartbeat: float | None = None) -> ByteStream:
         raise HostError("unreachable", "connection refused", target=self.target)
 
     async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:

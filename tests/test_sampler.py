@@ -171,7 +171,33 @@ def test_a_host_without_nvidia_smi_gets_a_gpu_error_and_no_process(tmp_path):
         proc.wait(10)
 
 
-@pytest.mark.parametrize("bad", [["--interval", "0"], ["--keepalive", "-1"]])
+@pytest.mark.parametrize("how", ["quiet", "closed"])
+def test_with_a_heartbeat_the_sampler_ends_when_stdin_goes_quiet_or_closes(tmp_path, how):
+    proc = subprocess.Popen([sys.executable, "-m", "tui.hostside", "sample", "--home", str(tmp_path),
+                             "--no-gpu", "--interval", "0.2", "--heartbeat", "2"],
+                            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        assert b'"hello"' in proc.stdout.readline()
+        for _ in range(8):  # beats keep it going past the limit
+            proc.stdin.write(b"\n")
+            proc.stdin.flush()
+            time.sleep(0.5)
+        assert proc.poll() is None
+        if how == "closed":
+            proc.stdin.close()
+        while proc.stdout.read(65536):  # drain until it ends
+            pass
+        assert proc.wait(20) == 0
+        err = proc.stderr.read().decode()
+        assert ("stdin closed" if how == "closed" else "no heartbeat from the laptop") in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("bad", [["--interval", "0"], ["--keepalive", "-1"], ["--heartbeat", "0"]])
 def test_a_bad_option_is_one_line(tmp_path, bad):
     r = subprocess.run([sys.executable, "-m", "tui.hostside", "sample", "--home", str(tmp_path), *bad],
                        cwd=REPO, capture_output=True, text=True, timeout=30)
@@ -304,6 +330,49 @@ def test_kill_9_of_the_laptop_leaves_no_sampler_on_the_host(sshd: SshdServer, tm
         time.sleep(0.5)
     assert not _sampler_procs(sshd), _sampler_procs(sshd)
     assert not [c for _, c in sshd.processes_matching(str(tmp_path / "remote-sim"))]  # its nvidia-smi too
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+def test_a_frozen_laptop_leaves_no_sampler_after_the_keepalive_window(sshd: SshdServer, tmp_path):
+    """SIGSTOP is a laptop that sleeps or a link that died without a word: no FIN, no RST,
+    the TCP connection and the channel stay open on the host. Only the missing heartbeat tells."""
+    remote_shims(sshd, tmp_path / "remote-sim")
+    keepalive = 4.0
+    code = textwrap.dedent(f"""
+        import asyncio, sys
+        from tui.services.sampler import HostSampler
+        from tui.services.ssh import SshHost
+
+        async def main():
+            s = HostSampler(SshHost(sys.argv[1]), interval=0.5, keepalive={keepalive})
+            s.start()
+            while s.seq.get("gpu", 0) < 1:
+                await s.wait_change(30)
+            print("ok", flush=True)
+            await asyncio.sleep(3600)
+        asyncio.run(main())
+    """)
+    laptop = subprocess.Popen([sys.executable, "-c", code, sshd.target(ROOT_USER)], cwd=REPO,
+                              env=sshd.client_env(PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert laptop.stdout is not None
+        line = laptop.stdout.readline()
+        assert line.strip() == "ok", laptop.stderr.read() if laptop.stderr else ""
+        assert len(_sampler_procs(sshd)) == 1
+        time.sleep(2 * keepalive)  # heartbeats flow: a quiet but live laptop keeps its sampler
+        assert len(_sampler_procs(sshd)) == 1
+        laptop.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        assert len(sshd.session_pids(ROOT_USER)) == 1  # the link is still up on the host's side
+        while _sampler_procs(sshd) and time.monotonic() - frozen < keepalive + 10:
+            time.sleep(0.25)
+        assert not _sampler_procs(sshd), _sampler_procs(sshd)
+        assert not [c for _, c in sshd.processes_matching(str(tmp_path / "remote-sim"))]  # its nvidia-smi too
+    finally:
+        laptop.send_signal(signal.SIGKILL)
+        laptop.wait()
 
 
 async def test_a_sampler_at_the_end_of_its_lifetime_is_followed_by_the_next_without_a_gap(tmp_path):

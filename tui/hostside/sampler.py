@@ -28,9 +28,12 @@ started once (again only after one of them ends).
 It ends when the laptop is gone: a write to stdout fails (the SSH channel
 closed), its parent changed (the session ended), or one line could not be
 written for ``--keepalive`` seconds (nobody reads: a dead link). A link that dies
-without a FIN or RST reaching the host is noticed by sshd only (ClientAliveInterval,
-TCP keepalive), so ``--lifetime`` bounds such an orphan as the per-command
-collector's ``timeout 3600`` did. Its nvidia-smi children end with it. Standard library only, Python >= 3.9.
+without a FIN or RST reaching the host (a laptop that sleeps, a cable pulled on the
+way) is seen by neither: with ``--heartbeat S`` the laptop writes a newline to
+stdin every few seconds, and the sampler ends when stdin closes or brings nothing
+for S seconds. ``--lifetime`` bounds anything else, as the per-command collector's
+``timeout 3600`` did. Its nvidia-smi children end with it. Standard library only,
+Python >= 3.9.
 """
 
 from __future__ import annotations
@@ -137,6 +140,41 @@ class Output:
             self._q.put_nowait(None)
         except queue.Full:
             pass
+
+
+class Heartbeat:
+    """Reads the laptop's heartbeat (any bytes) from a file descriptor in a thread.
+
+    :meth:`lost` says why the laptop counts as gone: stdin closed, or nothing came
+    for ``timeout`` seconds (a link that died without a word)."""
+
+    def __init__(self, fd: int, timeout: float) -> None:
+        self.fd = fd
+        self.timeout = timeout
+        self.last = time.monotonic()
+        self.closed = ""
+        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                data = os.read(self.fd, 4096)
+            except OSError as e:
+                self.closed = f"stdin unreadable ({e.strerror or e})"
+                return
+            if not data:
+                self.closed = "stdin closed (the laptop ended the channel)"
+                return
+            self.last = time.monotonic()
+
+    def lost(self) -> str:
+        if self.closed:
+            return self.closed
+        quiet = time.monotonic() - self.last
+        if quiet > self.timeout:
+            return f"no heartbeat from the laptop for {quiet:.0f} s (limit {self.timeout:g} s)"
+        return ""
 
 
 # ---------------------------------------------------------------------- /proc
@@ -496,6 +534,7 @@ class Sampler:
                        "python": "%d.%d.%d" % sys.version_info[:3], "home": self.args.home})
         parent = os.getppid()
         started = time.monotonic()
+        beat = Heartbeat(sys.stdin.fileno(), self.args.heartbeat) if self.args.heartbeat else None
         if not self.args.no_gpu:
             self.gpu.start()
             self.apps.start()
@@ -509,6 +548,10 @@ class Sampler:
                 break
             if self.out.stalled():
                 why = f"no line could be written for {self.args.keepalive:g} s"
+                break
+            lost = beat.lost() if beat is not None else ""
+            if lost:
+                why = lost
                 break
             if os.getppid() != parent:
                 why = "the SSH session ended (parent process gone)"
@@ -555,11 +598,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--probe-timeout", type=float, default=2.0)
     p.add_argument("--keepalive", type=float, default=45.0,
                    help="end when a line could not be written for this many seconds")
+    p.add_argument("--heartbeat", type=float, default=None, metavar="S",
+                   help="end when stdin closes or brings nothing for S seconds (the laptop writes to it)")
     p.add_argument("--lifetime", type=float, default=3600.0,
                    help="end (with a 'bye' line) after this many seconds; the laptop starts the next")
     args = p.parse_args(argv)
     if min(args.interval, args.keepalive, args.apps_interval, args.lifetime) <= 0:
         p.error("--interval, --apps-interval, --keepalive and --lifetime must be positive")
+    if args.heartbeat is not None and not args.heartbeat > 0:
+        p.error("--heartbeat must be positive")
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a closed channel is an EPIPE on write
     out = Output(sys.stdout.fileno(), args.keepalive)
     sampler = Sampler(args, out)

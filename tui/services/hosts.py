@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 import os
 import re
 import shlex
 import signal as _signal
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Mapping, Sequence
+from typing import AsyncIterator, Callable, Mapping, Sequence
 
 from tui.util.aio import terminate_group
 from tui.util.safety import UnsafeInput, check_argv, check_env, check_text, env_command, visible
+
+log = logging.getLogger(__name__)
 
 
 class HostError(Exception):
@@ -98,12 +101,18 @@ class Host(abc.ABC):
 
     @abc.abstractmethod
     def stream(
-        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+        heartbeat: float | None = None,
     ) -> "ByteStream":
         """Start a long-running command and stream its stdout in chunks.
 
         Closing the stream (``aclose`` / leaving ``async with``) ends the
         process on the host, not only the channel.
+
+        Without ``heartbeat`` the command's stdin is empty. With it, stdin stays
+        open and gets one newline every ``heartbeat`` seconds while the stream is
+        open: a command that ends when its stdin closes or goes quiet cannot
+        outlive this process, even over a link that died without a word.
         """
 
     @abc.abstractmethod
@@ -129,7 +138,8 @@ class Host(abc.ABC):
         return await self.run(["/bin/sh", "-s", "--", *args], input=script, timeout=timeout)
 
     def stream_lines(
-        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+        heartbeat: float | None = None,
     ) -> "LineStream":
         """Decoded lines (without the newline) of a long-running command.
 
@@ -137,7 +147,7 @@ class Host(abc.ABC):
         leaving the ``async with`` (also by ``break`` or an exception) ends the
         process on the host at once, not when the garbage collector runs.
         """
-        return LineStream(self.stream(argv, env=env))
+        return LineStream(self.stream(argv, env=env, heartbeat=heartbeat))
 
     async def __aenter__(self) -> "Host":
         return self
@@ -302,22 +312,49 @@ def watchdog_argv(argv: Sequence[str]) -> list[str]:
 _EXIT_AFTER_EOF_S = 2.0
 
 
+def check_heartbeat(heartbeat: float | None) -> float | None:
+    """A stream's heartbeat interval: None, or a positive finite number of seconds."""
+    if heartbeat is None:
+        return None
+    if not isinstance(heartbeat, (int, float)) or not 0 < heartbeat < float("inf"):
+        raise UnsafeInput(f"heartbeat {heartbeat!r}: must be a positive number of seconds")
+    return float(heartbeat)
+
+
+async def beat_stdin(write: Callable[[bytes], object], interval: float) -> None:
+    """Write one newline every ``interval`` seconds until cancelled or the pipe breaks."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            write(b"\n")
+        except (OSError, RuntimeError) as e:  # the command closed its stdin, or the channel is gone
+            log.info("stream heartbeat ends: %s", e)
+            return
+
+
 class _LocalStream(ByteStream):
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], *, heartbeat: float | None = None) -> None:
         self._argv = list(argv)
         self._env = dict(env)
+        self._heartbeat = heartbeat
+        self._beat: asyncio.Task[None] | None = None
         self._proc: asyncio.subprocess.Process | None = None
 
     async def _start(self) -> asyncio.subprocess.Process:
         if self._proc is None:
+            # With a heartbeat the command reads the pipe itself and ends when it closes (it asked
+            # for it), so it needs no watchdog; without one the watchdog holds the pipe.
+            argv = self._argv if self._heartbeat else watchdog_argv(self._argv)
             self._proc = await asyncio.create_subprocess_exec(
-                *watchdog_argv(self._argv),
-                stdin=asyncio.subprocess.PIPE,  # the watchdog's lifeline: never written, never closed early
+                *argv,
+                stdin=asyncio.subprocess.PIPE,  # the lifeline: closed only when the stream ends
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env,
                 **_spawn_options(),  # type: ignore[arg-type]
             )
+            if self._heartbeat and self._proc.stdin is not None:
+                self._beat = asyncio.ensure_future(beat_stdin(self._proc.stdin.write, self._heartbeat))
         return self._proc
 
     async def _chunks(self) -> AsyncIterator[bytes]:
@@ -334,7 +371,8 @@ class _LocalStream(ByteStream):
         # the command itself. Python >= 3.12 only returns from wait() once every pipe, the
         # watchdog's included, is closed, so the status is read from returncode here.
         deadline = time.monotonic() + _EXIT_AFTER_EOF_S
-        while proc.returncode is None and time.monotonic() < deadline:
+        # (asyncio has no event for "exit status known, pipes still open": a short poll)
+        while proc.returncode is None and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.005)
         self._release_watchdog()
         self.exit_status = await proc.wait()
@@ -342,6 +380,8 @@ class _LocalStream(ByteStream):
             self.stderr_tail = (await proc.stderr.read())[-4096:].decode("utf-8", "replace")
 
     def _release_watchdog(self) -> None:
+        if self._beat is not None:
+            self._beat.cancel()
         proc = self._proc
         if proc is not None and proc.stdin is not None and not proc.stdin.is_closing():
             proc.stdin.close()
@@ -419,8 +459,10 @@ class LocalHost(Host):
             rc = None
         return RunResult(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), exit_signal=sig)
 
-    def stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> ByteStream:
-        return _LocalStream(check_argv(argv), self._env(env))
+    def stream(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, heartbeat: float | None = None
+    ) -> ByteStream:
+        return _LocalStream(check_argv(argv), self._env(env), heartbeat=check_heartbeat(heartbeat))
 
     async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
         return remote_port

@@ -110,10 +110,18 @@ class HostSampler:
             self._notify()
 
     # ------------------------------------------------------------------ the channel
+    @property
+    def heartbeat(self) -> float:
+        """Seconds between two heartbeats on the sampler's stdin: it ends after ``keepalive``
+        seconds without one (or when stdin closes), so a link that died without a word, or a
+        laptop that froze, leaves no sampler behind."""
+        return self.keepalive / 3
+
     def argv(self, rt: runtime.Runtime) -> list[str]:
         return rt.argv(
             "sample", "--home", rt.home, "--interval", f"{self.interval:g}",
             "--apps-interval", f"{self.apps_interval:g}", "--keepalive", f"{self.keepalive:g}",
+            "--heartbeat", f"{self.keepalive:g}",
             "--lifetime", f"{self.lifetime:g}", "--smi", self.smi,
         )
 
@@ -167,7 +175,7 @@ class HostSampler:
         """Read one sampler process until it ends; returns why it ended."""
         self.starts += 1
         try:
-            async with self.host.stream_lines(self.argv(rt)) as lines:
+            async with self.host.stream_lines(self.argv(rt), heartbeat=self.heartbeat) as lines:
                 async for line in lines:
                     self._on_line(line)
                 status, tail = lines.exit_status, lines.stderr_tail.strip()

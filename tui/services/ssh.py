@@ -47,7 +47,7 @@ from typing import AsyncIterator, Mapping, Sequence
 
 import asyncssh
 
-from tui.services.hosts import ByteStream, Host, HostError, RunResult, Target, parse_target
+from tui.services.hosts import ByteStream, Host, HostError, RunResult, Target, beat_stdin, check_heartbeat, parse_target
 from tui.util.paths import known_hosts_file
 from tui.util.safety import UnsafeInput, check_text, env_argv, visible
 
@@ -862,10 +862,12 @@ class SshHost(Host):
             return RunResult(None, _dec(out), _timed_out_msg(err, timeout), timed_out=True)
         return RunResult(status, _dec(out), _dec(err))
 
-    def stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> ByteStream:
+    def stream(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, heartbeat: float | None = None
+    ) -> ByteStream:
         inner = env_argv(argv, env)  # validates before anything connects
         command = shlex.join(["sh", "-c", _STREAM_WRAPPER, "sh", *inner])
-        return _SshStream(self, command)
+        return _SshStream(self, command, heartbeat=check_heartbeat(heartbeat))
 
     async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
         if not isinstance(remote_port, int) or not (0 < remote_port < 65536):
@@ -976,9 +978,11 @@ def _dec(b: bytes | str | None) -> str:
 
 
 class _SshStream(ByteStream):
-    def __init__(self, host: SshHost, command: str) -> None:
+    def __init__(self, host: SshHost, command: str, *, heartbeat: float | None = None) -> None:
         self._host = host
         self._command = command
+        self._heartbeat = heartbeat
+        self._beat: asyncio.Task[None] | None = None
         self._proc: asyncssh.SSHClientProcess | None = None
         self._conn: asyncssh.SSHClientConnection | None = None
         self._slots = 0
@@ -1014,7 +1018,10 @@ class _SshStream(ByteStream):
                 await host._channels.acquire()
                 self._slots = 2
                 self._conn, self._proc = await host._open_process(self._command)
-                self._proc.stdin.write_eof()
+                if self._heartbeat:
+                    self._beat = asyncio.ensure_future(beat_stdin(self._proc.stdin.write, self._heartbeat))
+                else:
+                    self._proc.stdin.write_eof()
                 self._stderr_task = asyncio.ensure_future(self._drain_stderr(self._proc))
                 try:
                     line = await asyncio.wait_for(self._proc.stdout.readline(), START_TIMEOUT)
@@ -1093,6 +1100,8 @@ class _SshStream(ByteStream):
         self.exit_status = None if sig else proc.exit_status
 
     async def _release(self) -> None:
+        if self._beat is not None:
+            self._beat.cancel()
         host = self._host
         if self._slots >= 2 and host._channels is not None:
             host._channels.release()
