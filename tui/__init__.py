@@ -8,4 +8,4 @@ __version__ = "0.1.0"
 import sys as _sys
 
 if "httpx" not in _sys.modules:
-    _sys.modules.setdefault("httpx._main", None)  # type: ignore[assignment]
+    _sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None masks a module (importlib)

@@ -12,6 +12,7 @@ import re
 from typing import Any, Iterable, Sequence
 
 from rich.text import Text
+from textual.coordinate import Coordinate
 from textual import events, on
 from textual.widgets import DataTable, Input
 
@@ -62,7 +63,7 @@ class FilterTable(DataTable):
     def _show(self) -> None:
         keep = None
         if self.row_count and 0 <= self.cursor_row < self.row_count:
-            keep = str(self.coordinate_to_cell_key((self.cursor_row, 0)).row_key.value)
+            keep = str(self.coordinate_to_cell_key(Coordinate(self.cursor_row, 0)).row_key.value)
         rows = [(k, c) for k, c in self.all_rows if self._matches(c)]
         if self.sort_column is not None:
             idx = [str(col.value) for col in self.columns].index(self.sort_column)

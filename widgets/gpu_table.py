@@ -186,7 +186,7 @@ class _KeyedTable(DataTable):
         plain, color = cell
         return Text(plain, style=theme_color(self, color) if color else "", no_wrap=True, end="")
 
-    def _apply(self, rows: list[tuple[str, tuple[tuple[str, str], ...]]]) -> None:
+    def _apply(self, rows: Sequence[tuple[str, Sequence[tuple[str, str]]]]) -> None:
         with self.app.batch_update():
             keep = set()
             added = False
@@ -202,7 +202,7 @@ class _KeyedTable(DataTable):
                         i = self._index[col]
                         if cells[i] != old[i]:
                             self.update_cell(key, col, self._text(cells[i]))
-                self._cells[key] = cells
+                self._cells[key] = tuple(cells)
             for key in [k for k in self._cells if k not in keep]:
                 self.remove_row(key)
                 del self._cells[key]

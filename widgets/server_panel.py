@@ -6,10 +6,10 @@ import math
 from collections import deque
 from typing import Sequence
 
-from rich.text import Text
+from rich.text import Span, Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from tui.model import ServerStats
 from widgets._fmt import fmt, num, sparkline, theme_color
@@ -157,6 +157,9 @@ class ServerPanel(Vertical):
     servers: tuple[ServerStats, ...] | None = None
     """The snapshots shown (None before the first sample)."""
 
+    #: the notes text and styles on screen (an unchanged text is not written again)
+    _notes_shown: tuple[str, tuple[Span, ...]] | None = None
+
     def compose(self) -> ComposeResult:
         yield ServerTable(id="server-table")
         yield Static(id="server-notes")
@@ -167,9 +170,9 @@ class ServerPanel(Vertical):
         self._notes(Text("waiting for server figures…", style=theme_color(self, "text-muted")))
 
     def _notes(self, text: Text) -> None:
-        if text.plain == getattr(self, "_notes_plain", None) and text.spans == self._notes_spans:
+        if (text.plain, tuple(text.spans)) == self._notes_shown:
             return  # unchanged: no layout pass
-        self._notes_plain, self._notes_spans = text.plain, list(text.spans)
+        self._notes_shown = (text.plain, tuple(text.spans))
         notes = self.query_one("#server-notes", Static)
         notes.display = bool(text.plain)
         notes.update(text)
@@ -198,5 +201,5 @@ class ServerPanel(Vertical):
         self._notes(notes)
 
     @property
-    def table(self) -> DataTable:
+    def table(self) -> ServerTable:
         return self.query_one(ServerTable)

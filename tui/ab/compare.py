@@ -403,9 +403,9 @@ def validity_differences(a: Side, b: Side) -> list[str]:
 
 def comparison_warnings(a: Side, b: Side) -> list[str]:
     w: list[str] = []
-    va, vb = _validity_by_level(a), _validity_by_level(b)
-    for c in sorted(set(va) & set(vb)):
-        ra, rb = va[c], vb[c]
+    vla, vlb = _validity_by_level(a), _validity_by_level(b)
+    for c in sorted(set(vla) & set(vlb)):
+        ra, rb = vla[c], vlb[c]
         if ra is not None and rb is not None and ra != rb:
             w.append(f"C={c}: A and B differ in validity: A {_rules_text(ra)}, B {_rules_text(rb)} "
                      "(see `tunedeck results show RUN`)")

@@ -29,7 +29,7 @@ import secrets
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from tui.util.files import JsonlAppender, read_jsonl
 from tui.util.paths import data_dir
@@ -201,11 +201,11 @@ def results_entries(known: set[str]) -> list[dict[str, Any]]:
             summary = {}
         if not isinstance(meta, dict) or not isinstance(summary, dict):
             continue
-        params = meta.get("params") if isinstance(meta.get("params"), dict) else {}
+        params = prm if isinstance(prm := meta.get("params"), dict) else {}
         created = meta.get("created")
         when = (datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
                 if isinstance(created, (int, float)) else "")
-        server = meta.get("server") if isinstance(meta.get("server"), dict) else {}
+        server = srv if isinstance(srv := meta.get("server"), dict) else {}
         out.append({
             "v": VERSION, "kind": "bench", "id": d.name, "time": when, "started": when,
             "status": "partial" if summary.get("partial") or not summary else "completed",
@@ -279,7 +279,7 @@ def _flat(e: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-def export(entries: list[Mapping[str, Any]], fmt: str) -> str:
+def export(entries: Sequence[Mapping[str, Any]], fmt: str) -> str:
     fmt = fmt.lower()
     if fmt == "json":
         return json.dumps(list(entries), indent=2, ensure_ascii=False) + "\n"
@@ -299,7 +299,7 @@ def _esc(v: Any) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
-def _markdown(entries: list[Mapping[str, Any]]) -> str:
+def _markdown(entries: Sequence[Mapping[str, Any]]) -> str:
     out = ["# tunedeck tuning journal", ""]
     if not entries:
         return "\n".join(out + ["(empty)", ""])

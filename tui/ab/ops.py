@@ -115,7 +115,7 @@ class LocalOps:
         saved = launcher.RunStore().load(rec.run_id) or rec
         t0 = saved.started or saved.created or 0.0
         timeline = tuple(
-            {**e, "t": round(float(e["t"]) - t0, 3)} if isinstance(e.get("t"), (int, float)) and t0 else dict(e)
+            {**e, "t": round(float(t) - t0, 3)} if isinstance(t := e.get("t"), (int, float)) and t0 else dict(e)
             for e in (saved.timeline or ())
         )
         if snap.state == "ready":

@@ -112,7 +112,7 @@ def side_from_run_dir(run_dir: Path, label: str) -> Side:
             c = c[0]
         if isinstance(c, int):
             levels = [type(levels[0])(c, levels[0].summary, levels[0].run_id)]
-    server = meta.get("server") if isinstance(meta.get("server"), Mapping) else {}
+    server: Mapping[str, Any] = srv if isinstance(srv := meta.get("server"), Mapping) else {}
     raw_params = meta.get("params") if isinstance(meta.get("params"), Mapping) else meta.get("parameters")
     params = dict(raw_params) if isinstance(raw_params, Mapping) else {}
     lvl_params = []

@@ -536,6 +536,7 @@ class HttpClient:
                 self._release(conn, reuse=False)
                 raise
             break
+        assert conn is not None  # the loop ends only by ``break`` with a connection, or raises
         chunked = False
         length: Optional[int] = None
         keepalive = True

@@ -354,7 +354,7 @@ def format_extras(summary: Mapping[str, Any]) -> str:
             )
         )
     how = {"token-ids": "token ids, exact length", "server-tokenizer": "text fitted with the server's /tokenize",
-           "estimate": "text, length estimated (the server's count is used)"}.get(params.get("prompt_lengths"))
+           "estimate": "text, length estimated (the server's count is used)"}.get(str(params.get("prompt_lengths")))
     if how:
         lines.append(f"Prompts: {how}; tokenizer_id={summary.get('tokenizer_id')}")
     counts = error_counts(summary)

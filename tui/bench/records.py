@@ -47,9 +47,11 @@ def _load(obj: JsonIn, what: str) -> Dict[str, Any]:
         return dict(obj)
     try:
         v = json.loads(obj)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         text = obj if isinstance(obj, str) else bytes(obj).decode("utf-8", "replace")
         raise RecordError(f"{what}: not JSON ({e.msg} at column {e.colno}): {text[:80]!r}") from None
+    except ValueError as e:  # bytes that are not UTF-8
+        raise RecordError(f"{what}: not JSON ({e})") from None
     if not isinstance(v, dict):
         raise RecordError(f"{what}: expected a JSON object, got {type(v).__name__}")
     return v

@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from tui.bench import metrics
 from tui.util.files import JsonlAppender, atomic_write_json, atomic_write_text, read_jsonl, remove_stale_temps
@@ -271,7 +271,7 @@ def load_run(run_id: str) -> RunInfo:
 
 def list_runs() -> list[RunInfo]:
     base = results_dir()
-    out = []
+    out: list[RunInfo] = []
     if not base.is_dir():
         return out
     for d in sorted(base.iterdir()):
@@ -292,7 +292,7 @@ def read_samples(run_id: str) -> list[dict[str, Any]]:
 
 
 def summarize(
-    samples: list[Mapping[str, Any]],
+    samples: Sequence[Mapping[str, Any]],
     meta: Mapping[str, Any],
     *,
     duration: Optional[float] = None,
@@ -343,7 +343,7 @@ def summarize(
     return res
 
 
-def _duration_from_samples(samples: list[Mapping[str, Any]], meta: Mapping[str, Any]) -> float:
+def _duration_from_samples(samples: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> float:
     if not samples:
         return 0.0
     start = meta.get("bench_start")

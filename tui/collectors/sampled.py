@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable, Iterable
 
 from tui.collectors.servers import ServerCollector, ServerSpec, _Probe
 from tui.collectors.smi import classify_failure, join_processes, parse_compute_apps, parse_gpu_line
-from tui.model import NA, GpuStatus, HostStats, ServerStats
+from tui.model import NA, GpuProcess, GpuStatus, HostStats, ServerStats
 from tui.services.hosts import Host, HostError
 from tui.services.sampler import HostSampler
 
@@ -39,7 +39,7 @@ def gpu_status(msg: dict[str, Any], apps: dict[str, Any] | None) -> GpuStatus:
         state = "unresponsive" if status is None and text.startswith("no output from nvidia-smi") else f[0]
         return GpuStatus(state, message=f[1], time=t)
     gpus = tuple(g for g in (parse_gpu_line(str(r)) for r in msg.get("rows") or ()) if g is not None)
-    procs = ()
+    procs: tuple[GpuProcess, ...] = ()
     if apps is not None:
         procs = join_processes(parse_compute_apps("\n".join(str(r) for r in apps.get("rows") or ())), gpus)
     return GpuStatus("ok", gpus, procs, time=t)
@@ -125,7 +125,8 @@ class SampledHost:
         cur = (int(cpu[0]), int(cpu[1])) if isinstance(cpu, list) and len(cpu) == 2 else None
         pct = cpu_percent(self._prev, cur)
         self._prev = cur
-        load = msg.get("load") if isinstance(msg.get("load"), list) and len(msg["load"]) == 3 else [NA, NA, NA]
+        raw_load = msg.get("load")
+        load: list[Any] = raw_load if isinstance(raw_load, list) and len(raw_load) == 3 else [NA, NA, NA]
 
         def num(v: Any) -> Any:
             return v if isinstance(v, (int, float)) and not isinstance(v, bool) else NA
@@ -213,7 +214,7 @@ class SampledServers:
             self._runs_seq = seq
             runs = [HostRun(str(r.get("id")), r.get("pid"), r.get("starttime"), bool(r.get("alive")), r.get("rc"),
                             int(r.get("log_size") or 0), str(r.get("dir") or ""),
-                            r.get("meta") if isinstance(r.get("meta"), dict) else {})
+                            dict(meta) if isinstance(meta := r.get("meta"), dict) else {})
                     for r in s.runs["runs"]]
             names = {x.name for x in self.extra}
             known = tuple(x for x in servers_of_runs(self.host, runs) if x.name not in names)

@@ -240,7 +240,7 @@ class ServerCollector:
         now = time.time()
         shown_url = spec.url or f"http://127.0.0.1:{spec.port}"
         engine = spec.engine if spec.engine != "auto" else (st.engine or "auto")
-        base = dict(name=spec.name, url=shown_url, port=spec.port, run_id=spec.run_id, time=now)
+        base: dict[str, Any] = dict(name=spec.name, url=shown_url, port=spec.port, run_id=spec.run_id, time=now)
         try:
             root = await self._base_url(spec)
         except (HostError, OSError, ValueError) as exc:

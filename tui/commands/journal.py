@@ -49,19 +49,19 @@ def run(args: argparse.Namespace) -> int:
     if not ents:
         print(f"journal is empty ({j.path})")
         return 0
-    for e in ents:
-        kind = e.get("kind")
+    for ent in ents:
+        kind = ent.get("kind")
         if kind == "ab":
-            what = f"{(e.get('a') or {}).get('profile')} vs {(e.get('b') or {}).get('profile')} plan={e.get('plan')}"
-            res = (e.get("comparison") or {}).get("headline") or e.get("error") or ""
+            what = f"{(ent.get('a') or {}).get('profile')} vs {(ent.get('b') or {}).get('profile')} plan={ent.get('plan')}"
+            res = (ent.get("comparison") or {}).get("headline") or ent.get("error") or ""
         elif kind == "bench":
-            n = e.get("numbers") or {}
-            what = f"{e.get('profile')} C={e.get('concurrency')}"
+            n = ent.get("numbers") or {}
+            what = f"{ent.get('profile')} C={ent.get('concurrency')}"
             t = n.get("output_throughput")
             res = f"{t:.1f} tok/s" if isinstance(t, (int, float)) else ""
         else:
-            what = f"{e.get('profile')}"
-            res = (f"ready in {e['startup_s']:.1f} s" if e.get("status") == "ready" and e.get("startup_s") is not None
-                   else e.get("diagnosis") or "")
-        print(f"{e.get('started', '')[:19]}  {kind:<6} {e.get('id'):<28} {e.get('status', ''):<11} {what}  {res}")
+            what = f"{ent.get('profile')}"
+            res = (f"ready in {ent['startup_s']:.1f} s" if ent.get("status") == "ready" and ent.get("startup_s") is not None
+                   else ent.get("diagnosis") or "")
+        print(f"{ent.get('started', '')[:19]}  {kind:<6} {ent.get('id'):<28} {ent.get('status', ''):<11} {what}  {res}")
     return 0

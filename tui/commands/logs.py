@@ -104,14 +104,14 @@ async def _follow(
             out.write(data)
             out.flush()
 
+    backoff = 0.5
+
     async def pump(f: LogFollower) -> None:
+        nonlocal backoff
         async with contextlib.aclosing(f.chunks()) as chunks:
             async for chunk in chunks:
                 emit(chunk)
-                nonlocal backoff
                 backoff = 0.5
-
-    backoff = 0.5
     watcher = asyncio.ensure_future(_watch_end(host, rec, END_CHECK_INTERVAL)) if rec.pid else None
     try:
         while True:

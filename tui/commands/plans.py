@@ -39,9 +39,9 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(rows, indent=2))
             else:
-                for r in rows:
-                    cs = ",".join(map(str, r["concurrency"]))
-                    print(f"{r['name']:<12} C={cs:<14} {r['error'] or r['description']}")
+                for row in rows:
+                    cs = ",".join(map(str, row["concurrency"] or ()))
+                    print(f"{row['name']:<12} C={cs:<14} {row['error'] or row['description']}")
             return 0
         plan = load_plan(args.name) if cmd == "show" else parse_plan_file(args.file)
     except PlanError as e:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from tui.profiles.builder import build_command, check_profile, line_of_key, resolve_nccl
+from tui.profiles.builder import Issue, build_command, check_profile, line_of_key, resolve_nccl
 from tui.profiles.diff import diff_commands
 from tui.profiles.model import ProfileError, ServerProfile, load_profile_file, parse_toml, profile_jsonable, profile_to_toml
 from tui.profiles.presets import load_preset_file, preset_jsonable
@@ -95,7 +95,7 @@ def _check(args: argparse.Namespace) -> int:
             kind = "presets"
             nccl, att = load_preset_file(path, source="file")
             summary = f"{len(nccl)} NCCL and {len(att)} attention presets"
-            issues = []
+            issues: list[Issue] = []
         else:
             prof = load_profile_file(path, source="file")
             nccl_p = resolve_nccl(prof, store)
@@ -175,13 +175,13 @@ def _presets(args: argparse.Namespace) -> int:
         if p.warning:
             _p(f"  {'':<10} warning: {p.warning}")
     _p("Attention presets:")
-    for p in att:
-        parts = [f"backend={p.backend}" if p.backend else "backend=auto"]
-        if p.prefill:
-            parts.append(f"prefill={p.prefill}")
-        if p.decode:
-            parts.append(f"decode={p.decode}")
-        _p(f"  {p.engine:<7}{p.name:<28} {' '.join(parts)}")
+    for ap in att:
+        parts = [f"backend={ap.backend}" if ap.backend else "backend=auto"]
+        if ap.prefill:
+            parts.append(f"prefill={ap.prefill}")
+        if ap.decode:
+            parts.append(f"decode={ap.decode}")
+        _p(f"  {ap.engine:<7}{ap.name:<28} {' '.join(parts)}")
     return 0
 
 

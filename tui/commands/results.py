@@ -90,12 +90,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     fmt = "{:<28} {:<8} {:<6} {:<24} {:>5} {:>6} {:>6} {:>6} {:>10}"
     print(fmt.format("RUN", "STATUS", "CLIENT", "MODEL", "C", "RATE", "OK", "FAIL", "OUT tok/s"))
-    for r in rows:
-        tput = r["output_throughput"]
+    for row in rows:
+        tput = row["output_throughput"]
         print(fmt.format(
-            r["run_id"], r["status"], r["where"], str(r["model"] or "")[:24], str(r["concurrency"] or "-"),
-            str(r["request_rate"]), "?" if r["completed"] is None else r["completed"],
-            "?" if r["failed"] is None else r["failed"], "?" if tput is None else f"{tput:.1f}",
+            row["run_id"], row["status"], row["where"], str(row["model"] or "")[:24], str(row["concurrency"] or "-"),
+            str(row["request_rate"]), "?" if row["completed"] is None else row["completed"],
+            "?" if row["failed"] is None else row["failed"], "?" if tput is None else f"{tput:.1f}",
         ))
     if any(r["measured_through_tunnel"] for r in rows):
         print("CLIENT tunnel: measured through an SSH tunnel (the link is in the numbers, not the server's truth)")

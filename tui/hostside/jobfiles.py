@@ -104,7 +104,7 @@ class EventLog:
         self.check()
 
 
-def on_stop_signal(action: Callable[[], None]) -> None:
+def on_stop_signal(action: Callable[[], object]) -> None:
     """Run ``action`` on the first SIGTERM, SIGINT or SIGHUP only: a stop signals the job's process
     group and its environment marker, and a second cancel must not cut the cleanup (a partial
     summary being written, the server an A/B started being stopped)."""

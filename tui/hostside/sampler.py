@@ -361,11 +361,12 @@ class SmiLoop:
             return False
         self.starts += 1
         proc = self.proc
-        assert proc.stdout is not None
+        stdout = proc.stdout
+        assert stdout is not None
         lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
 
         def pump() -> None:
-            for raw in iter(proc.stdout.readline, b""):
+            for raw in iter(stdout.readline, b""):
                 lines.put(raw)
             lines.put(None)
 

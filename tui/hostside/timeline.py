@@ -94,9 +94,10 @@ def server_figures(text: str, prev: Optional[Dict[str, Any]], now: float) -> Dic
     eng = "vllm" if any(k.startswith("vllm:") for k in m) else "sglang"
     if eng == "sglang":
         gen_total = total("sglang:generation_tokens_total")
-        fig = {"running": total("sglang:num_running_reqs"), "waiting": total("sglang:num_queue_reqs"),
-               "kv": mean("sglang:token_usage"), "gen_tok_s": total("sglang:gen_throughput"),
-               "preempt_raw": total("sglang:num_retracted_reqs")}
+        fig: Dict[str, Any] = {
+            "running": total("sglang:num_running_reqs"), "waiting": total("sglang:num_queue_reqs"),
+            "kv": mean("sglang:token_usage"), "gen_tok_s": total("sglang:gen_throughput"),
+            "preempt_raw": total("sglang:num_retracted_reqs")}
     else:
         gen_total = total("vllm:generation_tokens_total")
         kv = mean("vllm:kv_cache_usage_perc")

@@ -102,8 +102,8 @@ def run_findings(lines: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         if capped > SHARE * n:
             out.append(_finding("power_at_cap", f"power at its {limit:.0f} W limit in {capped} of {n} s "
                                                 f"(peak {max(watts):.0f} W)"))
-    kv = [(float((ln.get("server") or {}).get("kv")), ln.get("second")) for ln in lines
-          if isinstance((ln.get("server") or {}).get("kv"), (int, float))]
+    kv = [(float(v), ln.get("second")) for ln in lines
+          for v in ((ln.get("server") or {}).get("kv"),) if isinstance(v, (int, float))]
     if kv:
         top_kv, at = max(kv)
         if top_kv >= KV_FULL:

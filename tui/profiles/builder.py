@@ -217,9 +217,9 @@ class _Build:
                        ("nccl.preset", p.nccl_preset)):
             if not isinstance(v, str):
                 self.error(key, f"expected text, got {type(v).__name__}")
-        for key, v in (("tp", p.tp), ("port", p.port)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                self.error(key, f"expected an integer, got {type(v).__name__}")
+        for key, n_ in (("tp", p.tp), ("port", p.port)):
+            if isinstance(n_, bool) or not isinstance(n_, int):
+                self.error(key, f"expected an integer, got {type(n_).__name__}")
         for table, items in (("env", p.env), ("nccl.overrides", p.nccl_overrides), ("flags", p.flags)):
             for item in items:
                 if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):

@@ -78,14 +78,14 @@ def parse_preset_text(
         if engine not in ENGINES:
             raise r.err(("attention", engine), f"unknown engine {engine!r} (expected sglang or vllm)")
         for name, body in r.table(presets, ("attention", engine)).items():
-            kp = ("attention", engine, name)
+            ap = ("attention", engine, name)
             if not NAME_RE.match(name):
-                raise r.err(kp, f"invalid preset name {name!r}")
-            body = r.table(body, kp)
-            r.unknown(body, {"backend", "prefill", "decode", "description"}, kp)
-            vals = {k: r.text_value(body.get(k, ""), kp + (k,)) for k in ("backend", "prefill", "decode", "description")}
+                raise r.err(ap, f"invalid preset name {name!r}")
+            body = r.table(body, ap)
+            r.unknown(body, {"backend", "prefill", "decode", "description"}, ap)
+            vals = {k: r.text_value(body.get(k, ""), ap + (k,)) for k in ("backend", "prefill", "decode", "description")}
             if engine == "vllm" and (vals["prefill"] or vals["decode"]):
-                raise r.err(kp + ("prefill" if vals["prefill"] else "decode",), "per-phase backends exist only on SGLang")
+                raise r.err(ap + ("prefill" if vals["prefill"] else "decode",), "per-phase backends exist only on SGLang")
             att.append(AttentionPreset(name=name, engine=engine, source=source, **vals))
     return nccl, att
 

@@ -238,10 +238,10 @@ class ProfileStore:
                 except (RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as e:
                     errors.append(_broken(f, e))
                     continue
-                for p in n:
-                    nccl.setdefault(p.name, p)
-                for p in a:
-                    att.setdefault((p.engine, p.name), p)
+                for np_ in n:
+                    nccl.setdefault(np_.name, np_)
+                for ap in a:
+                    att.setdefault((ap.engine, ap.name), ap)
         nccl.setdefault("default", DEFAULT_NCCL)
         order = ["default", "pcie", "nvlink", "debug"]
         nl = sorted(nccl.values(), key=lambda p: (order.index(p.name) if p.name in order else 99, p.name))

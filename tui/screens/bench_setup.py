@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from rich.text import Text
+from textual.coordinate import Coordinate
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -239,7 +240,7 @@ class BenchSetupScreen(Screen):
         table = self.query_one("#bs-servers", DataTable)
         if not self.servers or table.cursor_row < 0 or table.cursor_row >= table.row_count:
             return None
-        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
         return self.servers.get(str(key))
 
     # ------------------------------------------------------------------ form

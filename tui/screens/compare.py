@@ -315,7 +315,9 @@ class CompareScreen(Screen):
         self.post_message(ABFinished(rep))
 
     async def _confirm(self, question: str) -> bool:
-        return bool(await self.app.push_screen_wait(ConfirmModal(question, title="Stop a running server?", action="Stop it", cancel="Keep it", danger=True)))
+        modal = ConfirmModal(question, title="Stop a running server?", action="Stop it", cancel="Keep it", danger=True)
+        answer: bool | None = await self.app.push_screen_wait(modal)  # type: ignore[arg-type]  # App[object] is invariant
+        return bool(answer)
 
     def action_cancel_ab(self) -> None:
         if self.campaign is not None and self.campaign is not True:
@@ -360,7 +362,7 @@ class CompareScreen(Screen):
         self.query_one("#ab-log", Log).write_line(f"[{ev.step}/{ev.steps}] {ev.line()}")
         bar = self.query_one("#ab-progress", ProgressBar)
         total = max(1, ev.steps)
-        done = ev.step
+        done: float = ev.step
         if ev.kind in ("progress", "bench-progress") and ev.fraction is not None:
             done = min(total, ev.step + ev.fraction)
         bar.update(total=total, progress=done)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
+from textual.coordinate import Coordinate
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -202,7 +203,7 @@ class ProfilesScreen(Screen):
         table = self.query_one(ProfileTable)
         if table.row_count == 0 or not 0 <= table.cursor_row < table.row_count:
             return None
-        return str(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
+        return str(table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value)
 
     def _cells(self, p: ServerProfile) -> tuple[str, ...]:
         mark = "".join(s for s in ("A", "B") if self.marked[s] == p.name)

@@ -29,6 +29,7 @@ from tui.services.launcher import (
     LaunchRefused,
     RunRecord,
     RunStore,
+    StopResult,
     demo_argv,
     follow_forever,
     launch,
@@ -149,7 +150,7 @@ class RunScreen(Screen[None]):
         self._stop = asyncio.Event()
         self.reconnects = 0
         self.link_error: str | None = None
-        self.stop_result = None
+        self.stop_result: StopResult | None = None
         #: True from the confirmed stop until its result
         self.stopping = False
 

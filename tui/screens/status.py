@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, cast
 
+from textual.coordinate import Coordinate
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -216,7 +217,7 @@ class StatusScreen(Screen):
             return
         table = panel.table
         row = table.cursor_row if 0 <= table.cursor_row < table.row_count else 0
-        key = table.coordinate_to_cell_key((row, 0)).row_key.value
+        key = table.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value
         server = self.server_for_row(str(key))
         if server is not None:
             self.open_run(server)

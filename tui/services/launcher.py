@@ -30,9 +30,9 @@ import shlex
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import AsyncIterator, Callable, Mapping, Sequence
+from typing import AsyncGenerator, Callable, Mapping, Sequence
 
-from tui.services.hosts import Host, HostError, RunResult, get_host
+from tui.services.hosts import ByteStream, Host, HostError, RunResult, get_host
 from tui.util.files import atomic_write_json
 from tui.util.paths import state_dir
 from tui.util.safety import (
@@ -810,11 +810,11 @@ class LogFollower:
         self.persist = persist and run_id is not None
         self.persist_every = persist_every
         self.remote_pid: int | None = None
-        self._stream = None
+        self._stream: ByteStream | None = None
         self._saved = self.offset
         self._last_save = 0.0
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def chunks(self) -> AsyncGenerator[bytes, None]:
         argv = ["/bin/sh", "-c", 'echo $$; exec tail -c +"$1" -F -- "$2" 2>/dev/null', "sh", str(self.offset + 1), self.log_path]
         stream = self.host.stream(argv)
         self._stream = stream
@@ -868,7 +868,7 @@ async def follow_forever(
     stop: asyncio.Event,
     *,
     idle: float = 1.0,
-    on_idle: Callable[[], None] | None = None,
+    on_idle: Callable[[], object] | None = None,
     on_error: Callable[[Exception, int], None] | None = None,
     run_id: str | None = None,
     store: RunStore | None = None,

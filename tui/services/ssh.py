@@ -225,7 +225,8 @@ def resolve_endpoint(target: Target | str) -> Endpoint:
     if not (0 < port < 65536):
         raise UnsafeInput(f"~/.ssh/config: Port {port} for {t.host!r} is out of range")
     files: list[str] = []
-    for f in cfg.get("identityfile", []) or []:  # type: ignore[union-attr]
+    identity = cfg.get("identityfile")
+    for f in identity if isinstance(identity, list) else ():
         files.append(_expand_tokens(str(f), alias=t.host, host=host, user=user, port=port))
     for name in DEFAULT_KEY_NAMES:
         files.append(str(Path.home() / ".ssh" / name))
