@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from tests.conftest import REPO, tunedeck_cmd
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tui.services.hosts import HostError, get_host
-from tui.services.ssh import SshHost, read_ssh_config, resolve_endpoint
+from tui.services.ssh import SshHost
+from tui.services.sshconfig import read_ssh_config, resolve_endpoint
 from tui.util.paths import known_hosts_file
 from tui.util.safety import UnsafeInput
 

@@ -482,8 +482,8 @@ class LocalHost(Host):
 
 # ====================================================================== targets
 
-_USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*$", re.IGNORECASE)
-_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
+USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*$", re.IGNORECASE)
+HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
 
 
 @dataclass(frozen=True)
@@ -518,7 +518,7 @@ def parse_target(text: str) -> Target:
     rest = text
     if "@" in rest:
         user, rest = rest.rsplit("@", 1)
-        if not _USER_RE.match(user):
+        if not USER_RE.match(user):
             raise UnsafeInput(f"target {text!r}: invalid user name {user!r}")
     port: int | None = None
     if rest.startswith("["):
@@ -539,7 +539,7 @@ def parse_target(text: str) -> Target:
         host = rest
     if not host or host.startswith("-"):
         raise UnsafeInput(f"target {text!r}: invalid host name")
-    if ":" not in host and not _HOSTNAME_RE.match(host):
+    if ":" not in host and not HOSTNAME_RE.match(host):
         raise UnsafeInput(f"target {text!r}: invalid host name {host!r}")
     return Target(host, user, port)
 

@@ -28,15 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import fnmatch
-import getpass
-import glob
 import hashlib
-import ipaddress
 import logging
 import os
 import random
-import re
 import shlex
 import socket
 import time
@@ -47,13 +42,29 @@ from typing import AsyncIterator, Mapping, Sequence
 
 import asyncssh
 
-from tui.services.hosts import ByteStream, Host, HostError, RunResult, Target, beat_stdin, check_heartbeat, parse_target
+from tui.services.hosts import (
+    HOSTNAME_RE,
+    ByteStream,
+    Host,
+    HostError,
+    RunResult,
+    Target,
+    beat_stdin,
+    check_heartbeat,
+    parse_target,
+)
+from tui.services.knownhosts import (
+    fingerprint,
+    key_type_label,
+    known_keys_for,
+    load_known_hosts,
+)
+from tui.services.sshconfig import Endpoint, is_ip, resolve_endpoint
 from tui.util.paths import known_hosts_file
 from tui.util.safety import UnsafeInput, check_text, env_argv, visible
 
 log = logging.getLogger(__name__)
 
-DEFAULT_KEY_NAMES = ("id_ed25519", "id_rsa", "id_ecdsa")
 #: Concurrent SSH handshakes per event loop (sshd MaxStartups resets beyond 10).
 MAX_HANDSHAKES = 3
 #: Extra seconds the local deadline allows beyond the remote ``timeout``.
@@ -61,8 +72,6 @@ LOCAL_GRACE = 5.0
 #: Seconds a stream may take to print its PID line.
 START_TIMEOUT = 30.0
 
-_USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*$", re.IGNORECASE)
-_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
 
 
 # ====================================================================== options
@@ -84,222 +93,8 @@ class SshOptions:
     max_streams: int = 6
 
 
-# ====================================================================== ssh_config (subset)
 
-
-def _config_tokens(value: str) -> list[str]:
-    try:
-        return shlex.split(value, comments=False, posix=True)
-    except ValueError:
-        return value.split()
-
-
-def _host_matches(name: str, patterns: Sequence[str]) -> bool:
-    name = name.lower()
-    matched = False
-    for pat in patterns:
-        neg = pat.startswith("!")
-        p = pat[1:] if neg else pat
-        if fnmatch.fnmatchcase(name, p.lower()):
-            if neg:
-                return False
-            matched = True
-    return matched
-
-
-def read_ssh_config(alias: str, path: Path | None = None) -> dict[str, object]:
-    """HostName, User, Port and IdentityFile for ``alias`` from an OpenSSH client config.
-
-    Only these four keywords are read: options that change host key checking
-    (UserKnownHostsFile, StrictHostKeyChecking, ...) or forwarding are ignored
-    on purpose. ``Match`` blocks are skipped (except ``Match all``); ``Include``
-    is followed. First value wins, as in ssh(1). Keys are lower-case; the value
-    of ``identityfile`` is a list.
-    """
-    home = Path.home()
-    path = path or home / ".ssh" / "config"
-    result: dict[str, object] = {}
-
-    def parse(p: Path, depth: int) -> None:
-        if depth > 8:
-            return
-        try:
-            lines = p.read_text(errors="replace").splitlines()
-        except OSError:
-            return
-        active = True
-        for raw in lines:
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            m = re.match(r"^(\S+?)(?:\s*=\s*|\s+)(.*)$", line)
-            if not m:
-                continue
-            key, value = m.group(1).lower(), m.group(2).strip()
-            if key == "host":
-                active = _host_matches(alias, _config_tokens(value))
-                continue
-            if key == "match":
-                active = value.strip().lower() == "all"
-                continue
-            if not active:
-                continue
-            if key == "include":
-                for pat in _config_tokens(value):
-                    pat = os.path.expanduser(pat)
-                    if not os.path.isabs(pat):
-                        pat = str(home / ".ssh" / pat)
-                    for inc in sorted(glob.glob(pat)):
-                        parse(Path(inc), depth + 1)
-                continue
-            toks = _config_tokens(value)
-            if not toks:
-                continue
-            if key == "identityfile":
-                result.setdefault("identityfile", [])
-                assert isinstance(result["identityfile"], list)
-                result["identityfile"].append(toks[0])
-            elif key in ("hostname", "user", "port") and key not in result:
-                result[key] = toks[0]
-
-    parse(path, 0)
-    return result
-
-
-def _expand_tokens(value: str, *, alias: str, host: str, user: str, port: int) -> str:
-    local_user = _local_user()
-    repl = {
-        "%%": "%",
-        "%h": host,
-        "%n": alias,
-        "%r": user,
-        "%u": local_user,
-        "%p": str(port),
-        "%d": str(Path.home()),
-    }
-    out = re.sub(r"%[%hnrupd]", lambda m: repl[m.group()], value)
-    return os.path.expanduser(out)
-
-
-def _local_user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # pragma: no cover - no passwd entry and no LOGNAME
-        return "root" if os.geteuid() == 0 else "user"
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where a TARGET really connects: host name/address, port, user, key files."""
-
-    alias: str
-    host: str
-    port: int
-    user: str
-    identity_files: tuple[str, ...] = ()
-
-    @property
-    def known_hosts_name(self) -> str:
-        """The host field of a known_hosts line for this endpoint."""
-        h = self.host
-        return h if self.port == 22 else f"[{h}]:{self.port}"
-
-    def __str__(self) -> str:
-        h = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.user}@{h}:{self.port}"
-
-
-def resolve_endpoint(target: Target | str) -> Endpoint:
-    """Apply ``~/.ssh/config`` (HostName/User/Port/IdentityFile only) to a TARGET."""
-    t = parse_target(target) if isinstance(target, str) else target
-    cfg = read_ssh_config(t.host)
-    host = str(cfg.get("hostname") or t.host)
-    port_s = cfg.get("port")
-    port = t.port or (int(port_s) if isinstance(port_s, str) and port_s.isdigit() else 22)
-    user = t.user or str(cfg.get("user") or _local_user())
-    host = _expand_tokens(host, alias=t.host, host=t.host, user=user, port=port)
-    if host.startswith("-") or not (_HOSTNAME_RE.match(host) or _is_ip(host)):
-        raise UnsafeInput(f"~/.ssh/config: HostName {host!r} for {t.host!r} is not a valid host name")
-    if not _USER_RE.match(user):
-        raise UnsafeInput(f"~/.ssh/config: User {user!r} for {t.host!r} is not a valid user name")
-    if not (0 < port < 65536):
-        raise UnsafeInput(f"~/.ssh/config: Port {port} for {t.host!r} is out of range")
-    files: list[str] = []
-    identity = cfg.get("identityfile")
-    for f in identity if isinstance(identity, list) else ():
-        files.append(_expand_tokens(str(f), alias=t.host, host=host, user=user, port=port))
-    for name in DEFAULT_KEY_NAMES:
-        files.append(str(Path.home() / ".ssh" / name))
-    seen: list[str] = []
-    for f in files:
-        if f not in seen and os.path.isfile(f):
-            seen.append(f)
-    return Endpoint(alias=str(t), host=host, port=port, user=user, identity_files=tuple(seen))
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
-# ====================================================================== known hosts
-
-
-def known_hosts_files() -> list[Path]:
-    """tunedeck's own known_hosts, then the user's; only files that exist."""
-    files = [known_hosts_file(), Path.home() / ".ssh" / "known_hosts"]
-    return [f for f in files if f.is_file()]
-
-
-def load_known_hosts(files: Sequence[Path] | None = None) -> asyncssh.SSHKnownHosts:
-    """One SSHKnownHosts from all files (an empty object still means 'verify')."""
-    files = known_hosts_files() if files is None else files
-    parts = []
-    for f in files:
-        try:
-            parts.append(f.read_text(errors="replace"))
-        except OSError as e:
-            raise HostError("error", f"cannot read known_hosts file {f}: {e.strerror}") from None
-    try:
-        return asyncssh.import_known_hosts("\n".join(parts))
-    except (ValueError, asyncssh.KeyImportError) as e:
-        raise HostError("error", f"cannot parse known_hosts ({', '.join(map(str, files))}): {e}") from None
-
-
-async def _peer_addr(host: str, port: int) -> str:
-    if _is_ip(host):
-        return host
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError:
-        return ""
-    return str(infos[0][4][0]) if infos else ""
-
-
-async def known_keys_for(ep: Endpoint, files: Sequence[Path] | None = None) -> list[tuple[Path, asyncssh.SSHKey]]:
-    """(file, key) for every trusted key recorded for ``ep`` (hashed names included)."""
-    files = known_hosts_files() if files is None else files
-    addr = await _peer_addr(ep.host, ep.port)
-    out: list[tuple[Path, asyncssh.SSHKey]] = []
-    for f in files:
-        kh = load_known_hosts([f])
-        keys = kh.match(ep.host, addr, ep.port if ep.port != 22 else None)[0]
-        for k in keys:
-            if not any(f2 == f and k2.public_data == k.public_data for f2, k2 in out):
-                out.append((f, k))
-    return out
-
-
-def fingerprint(key: asyncssh.SSHKey) -> str:
-    return key.get_fingerprint("sha256")
-
-
-def key_type_label(key: asyncssh.SSHKey) -> str:
-    alg = key.get_algorithm()
-    return {"ssh-ed25519": "ED25519", "ssh-rsa": "RSA"}.get(alg, alg.upper())
+# ====================================================================== host keys
 
 
 async def fetch_host_key(ep: Endpoint, *, timeout: float = 20.0) -> asyncssh.SSHKey:
@@ -874,7 +669,7 @@ class SshHost(Host):
         if not isinstance(remote_port, int) or not (0 < remote_port < 65536):
             raise UnsafeInput(f"remote port {remote_port!r} is out of range")
         check_text(remote_host, "remote host")
-        if remote_host.startswith("-") or not (_HOSTNAME_RE.match(remote_host) or _is_ip(remote_host)):
+        if remote_host.startswith("-") or not (HOSTNAME_RE.match(remote_host) or is_ip(remote_host)):
             raise UnsafeInput(f"remote host {remote_host!r} is not a valid host name")
         key = (remote_host, remote_port)
         conn = await self._connection()
@@ -1148,15 +943,8 @@ class _SshStream(ByteStream):
 
 __all__ = [
     "PERMANENT_KINDS",
-    "Endpoint",
     "clear_block",
     "SshHost",
     "SshOptions",
     "fetch_host_key",
-    "fingerprint",
-    "known_hosts_files",
-    "known_keys_for",
-    "load_known_hosts",
-    "read_ssh_config",
-    "resolve_endpoint",
 ]

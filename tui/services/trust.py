@@ -17,14 +17,9 @@ from pathlib import Path
 import asyncssh
 
 from tui.services.hosts import HostError, Target
-from tui.services.ssh import (
-    Endpoint,
-    fetch_host_key,
-    fingerprint,
-    key_type_label,
-    known_keys_for,
-    resolve_endpoint,
-)
+from tui.services.knownhosts import fingerprint, key_type_label, known_keys_for
+from tui.services.ssh import fetch_host_key
+from tui.services.sshconfig import Endpoint, resolve_endpoint
 from tui.util.files import atomic_write_text
 from tui.util.paths import known_hosts_file
 
