@@ -172,7 +172,7 @@ def run() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     async def run_before(pilot: Pilot) -> None:
         from tui.model import StartupProgress
         from tui.screens.run import RunScreen
-        from tui.services.launcher import RunRecord
+        from tui.services.runstore import RunRecord
         from widgets.server_log import ServerLog
         from widgets.startup_progress import StartupProgressView
 
@@ -298,7 +298,7 @@ def runs() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
 
     async def run_before(pilot: Pilot) -> None:
         from tui.screens.runs import RunsScreen
-        from tui.services.launcher import RunRecord
+        from tui.services.runstore import RunRecord
 
         recs = [RunRecord(f"7f3a00{i:02d}", TARGET, ["x"], engine=e, port=port, profile=prof, status=st,
                           created=1_741_436_000.0 + 3600 * i, started=1_741_436_000.0 + 3600 * i, rc=rc)

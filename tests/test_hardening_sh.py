@@ -18,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from tui.services.launcher import _LIST_SCRIPT, _STOP_SCRIPT
+from tui.services.hostscripts import LIST_SCRIPT, STOP_SCRIPT
 from tui.services.ssh import _KILL_SCRIPT
 
 
@@ -141,7 +141,7 @@ def test_stop_terms_the_group_under_every_shell(shell: list[str], tmp_path: Path
     group.append(leader)
     assert _wait_until(lambda: len(_group(leader.pid)) == 3, 10)
     d = _run_dir(tmp_path, "abc123", leader.pid)
-    r = _sh(shell, _STOP_SCRIPT, str(d), "3", "abc123")
+    r = _sh(shell, STOP_SCRIPT, str(d), "3", "abc123")
     assert "STATE STOPPED TERM" in r.stdout, (r.stdout, r.stderr)
     assert "WARN" not in r.stdout
     leader.wait(10)
@@ -157,7 +157,7 @@ def test_list_does_not_count_a_zombie_wrapper_as_alive(shell: list[str], tmp_pat
         live = subprocess.Popen(["sleep", "300"])
         try:
             _run_dir(tmp_path, "live22", live.pid)
-            r = _sh(shell, _LIST_SCRIPT, env=dict(os.environ, TUNEDECK_HOME=str(tmp_path)))
+            r = _sh(shell, LIST_SCRIPT, env=dict(os.environ, TUNEDECK_HOME=str(tmp_path)))
             rows = {f[1]: f for f in (line.split("\t") for line in r.stdout.splitlines()) if f[0] == "RUN"}
             assert rows["zzz111"][4] == "0", r.stdout  # alive column
             assert rows["live22"][4] == "1", r.stdout

@@ -257,12 +257,12 @@ async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
     from tui.ab.plans import load_plan
     from tui.ab.runner import ABEvent, ABRunner
     from tui.screens.compare import CompareScreen
-    from tui.services import launcher
+    from tui.services import launcher, runstore
     from widgets.compare_table import CompareTable
 
     host = LocalHost()
     rep = await ABRunner(FakeOps(), "base", "tuned", load_plan("quick")).run()
-    jid = launcher.new_run_id()
+    jid = runstore.new_run_id()
     started = await launcher.start_detached(host, "ab", jid, ["sleep", "60"], {}, {"kind": "ab", "ab_id": rep.id})
     assert started.pid is not None
     jd = Path(started.run_dir)

@@ -16,7 +16,7 @@ from tests.conftest import REPO, tunedeck_cmd
 from tests.test_launcher import free_port
 from tui.profiles.builder import build_command
 from tui.profiles.store import ProfileStore
-from tui.services import launcher as L
+from tui.services import launcher as L, runstore
 from tui.services.launcher import demo_argv
 from tui.services.hosts import get_host
 from tui.services.tracker import wait_ready
@@ -36,7 +36,7 @@ async def demo():
     yield host
     for run in await L.list_host_runs(host):
         if run.alive:
-            rec = L.RunStore().load(run.run_id)
+            rec = runstore.RunStore().load(run.run_id)
             await L.stop_run(host, rec, grace=2, gpu_wait=5)
 
 
@@ -61,7 +61,7 @@ async def test_sim_ready_then_stop_frees_gpu(demo, name):
     loaded = await gpu_used(demo)
     assert sum(loaded) > sum(idle) + 1024  # weights, KV cache and graphs are resident
     assert any(m and sum(m) > sum(idle) for m in [*seen_mem, final.gpu_memory]), seen_mem  # memory climbed
-    tl = L.RunStore().load(rec.run_id).timeline
+    tl = runstore.RunStore().load(rec.run_id).timeline
     phases = [e["phase"] for e in tl if "phase" in e]
     assert {"weight-loading", "kv-cache", "graph-capture", "ready"} <= set(phases)
     res = await L.stop_run(demo, rec, grace=10, gpu_wait=20)
@@ -99,7 +99,7 @@ async def test_sim_faults_diagnosed(demo, name, fault, cause):
         # the proof is the root exception line (or the fatal message), never a wrapper
         for w in ("Received sigquit", "See root cause above", "Scheduler hit an exception", "failed to start"):
             assert w not in final.proof, final.proof
-    stored = L.RunStore().load(rec.run_id)
+    stored = runstore.RunStore().load(rec.run_id)
     assert stored.status == want and stored.diagnosis == final.diagnosis
 
 
@@ -174,7 +174,7 @@ async def test_runs_finds_a_stall_nobody_watched(demo, monkeypatch):
                 break
             await asyncio.sleep(0.1)
         await asyncio.sleep(1.0)
-        store = L.RunStore()
+        store = runstore.RunStore()
         monkeypatch.setattr(runs_cmd, "STALL_AFTER", 600.0)
         recs = await runs_cmd.refresh_readiness(demo, store, [store.load(rec.run_id)])
         assert recs[0].status == "starting"  # quiet for less than the window: not judged yet
@@ -185,5 +185,5 @@ async def test_runs_finds_a_stall_nobody_watched(demo, monkeypatch):
         assert re.search(r"no log output for 1[12] min", recs[0].diagnosis) and "holds GPU" in recs[0].diagnosis
         assert store.load(rec.run_id).status == "stalled"
     finally:
-        res = await L.stop_run(demo, L.RunStore().load(rec.run_id), grace=5, gpu_wait=20)
+        res = await L.stop_run(demo, runstore.RunStore().load(rec.run_id), grace=5, gpu_wait=20)
         assert res.state == "stopped"

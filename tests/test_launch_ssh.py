@@ -12,7 +12,7 @@ import pytest
 
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.test_launcher import FAKE, free_port
-from tui.services import launcher as L
+from tui.services import launcher as L, runstore
 from tui.services.ssh import SshHost
 from tui.services.tracker import StartupTracker
 
@@ -77,5 +77,5 @@ async def test_drop_ssh_during_load_follow_resumes_gapless(sshd: SshdServer) -> 
     finally:
         for run in await L.list_host_runs(host):
             if run.alive:
-                await L.stop_run(host, L.RunStore().load(run.run_id), grace=1, gpu_wait=1)
+                await L.stop_run(host, runstore.RunStore().load(run.run_id), grace=1, gpu_wait=1)
         await host.close()

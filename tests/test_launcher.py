@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tui.services import launcher as L
+from tui.services import launcher as L, logfollow, runstore
 from tui.services.hosts import LocalHost
 from tui.services.tracker import StartupTracker, format_progress, load_history, wait_ready
 
@@ -52,7 +52,7 @@ async def host():
     # never leave a server behind
     for run in await L.list_host_runs(h):
         if run.alive:
-            rec = L.RunStore().load(run.run_id) or L.RunRecord(run.run_id, "local", [], run_dir=run.run_dir)
+            rec = runstore.RunStore().load(run.run_id) or runstore.RunRecord(run.run_id, "local", [], run_dir=run.run_dir)
             rec.run_dir = run.run_dir
             await L.stop_run(h, rec, grace=1, gpu_wait=1)
 
@@ -61,7 +61,7 @@ async def host():
 async def test_launch_ready_stop(host, engine):
     argv, port = fake(engine, None, "--load-seconds", "1.5")
     rec = await L.launch(host, argv, {"HF_TOKEN": "sekrit-123", "FOO": "a b"}, engine=engine, port=port, profile="p1")
-    assert rec.status == L.STARTING and rec.pid and rec.run_dir
+    assert rec.status == runstore.STARTING and rec.pid and rec.run_dir
     run_dir = Path(rec.run_dir)
     for name in ("pid", "starttime", "argv.json", "env.json", "meta.json", "run.sh", "log"):
         assert (run_dir / name).exists(), name
@@ -72,10 +72,10 @@ async def test_launch_ready_stop(host, engine):
     assert final.fraction == 1.0
     if engine == "vllm":  # the vLLM ready line is confirmed with /health
         assert final.health == "ok"
-    phases = [e.get("phase") for e in L.RunStore().load(rec.run_id).timeline if e.get("phase")]
+    phases = [e.get("phase") for e in runstore.RunStore().load(rec.run_id).timeline if e.get("phase")]
     assert phases[:1] == ["process-start"] and "weight-loading" in phases and "graph-capture" in phases
     assert any(s.phase == "weight-loading" and s.phase_total == 8 for s in snaps) or "weight-loading" in phases
-    stored = L.RunStore().load(rec.run_id)
+    stored = runstore.RunStore().load(rec.run_id)
     assert stored.status == "ready"
     # history for the ETA of the next load of the same profile
     assert load_history("local|p1")
@@ -89,7 +89,7 @@ async def test_launch_ready_stop(host, engine):
     assert res.state == "stopped" and not res.escalated
     assert not any(pid_alive(p) for p in res.pids)
     assert (run_dir / "rc").read_text().strip() == "143"
-    assert L.RunStore().load(rec.run_id).status == "stopped"
+    assert runstore.RunStore().load(rec.run_id).status == "stopped"
     # no secret in local app dirs
     for d in ("XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME"):
         for p in Path(os.environ[d]).rglob("*"):
@@ -124,7 +124,7 @@ async def test_fault_diagnosis(host, fault, cause):
     assert final.state == "failed", final
     assert re.search(cause, final.diagnosis), final.diagnosis
     assert final.proof
-    stored = L.RunStore().load(rec.run_id)
+    stored = runstore.RunStore().load(rec.run_id)
     assert stored.status == "failed" and stored.diagnosis == final.diagnosis
 
 
@@ -137,7 +137,7 @@ async def test_hang_is_stalled(host):
     assert final.state == "stalled" and final.diagnosis.startswith("stalled"), final
     assert final.stalled and time.monotonic() - t0 < 15
     assert "8/8" in final.diagnosis or "loading weights" in final.diagnosis
-    stored = L.RunStore().load(rec.run_id)
+    stored = runstore.RunStore().load(rec.run_id)
     assert stored.status == "stalled" and not stored.ended_ and stored.diagnosis == final.diagnosis
     res = await L.stop_run(host, rec, grace=2)
     assert res.state == "stopped"
@@ -149,7 +149,7 @@ async def test_stall_action_stop_stops_the_run(host):
     final = await wait_ready(host, rec, timeout=30, stall_after=2.0, stall_action="stop", poll_gpu=False)
     assert final.state == "stopped" and "stalled" in final.diagnosis and "stopped" in final.diagnosis, final
     assert not pid_alive(rec.pid)
-    assert L.RunStore().load(rec.run_id).status == "stopped"
+    assert runstore.RunStore().load(rec.run_id).status == "stopped"
 
 
 def test_gpu_memory_description():
@@ -174,7 +174,7 @@ def test_stall_after_values():
 async def test_fatal_line_while_alive_is_not_failed(host):
     """The log says the engine crashed but the process hangs on: starting (with the cause),
     then stalled, never failed; once the process ends it is failed with the root cause."""
-    from tui.services.launcher import RunRecord
+    from tui.services.runstore import RunRecord
 
     clock = [1000.0]
     rec = RunRecord("abcdef01", "local", ["x"], engine="sglang", pid=12345, started=1000.0, created=1000.0)
@@ -245,15 +245,15 @@ async def test_follow_resumes_from_offset_without_gaps(host):
     rec = await L.launch(host, argv, engine="sglang", port=port)
     log = f"{rec.run_dir}/log"
     got = b""
-    f = L.LogFollower(host, log, 0, run_id=rec.run_id, persist=True)
+    f = logfollow.LogFollower(host, log, 0, run_id=rec.run_id, persist=True)
     async with contextlib.aclosing(f.chunks()) as chunks:
         async for chunk in chunks:
             got += chunk
             if got.count(b"\n") > 50:
                 break
     # the follower stopped (as on a lost link or an app restart): resume from the persisted offset
-    assert L.RunStore().load(rec.run_id).log_offset == f.offset == len(got)
-    f2 = L.LogFollower(host, log, L.RunStore().load(rec.run_id).log_offset, run_id=rec.run_id, persist=True)
+    assert runstore.RunStore().load(rec.run_id).log_offset == f.offset == len(got)
+    f2 = logfollow.LogFollower(host, log, runstore.RunStore().load(rec.run_id).log_offset, run_id=rec.run_id, persist=True)
     async with contextlib.aclosing(f2.chunks()) as chunks:
         async for chunk in chunks:
             got += chunk
@@ -266,10 +266,10 @@ async def test_follow_resumes_from_offset_without_gaps(host):
 
 async def test_reattach_finds_runs(host):
     rec = await L.launch(host, ["sleep", "30"], engine="other", profile="x")
-    os.unlink(L.RunStore().path(rec.run_id))  # the local record is gone (another machine, or lost)
+    os.unlink(runstore.RunStore().path(rec.run_id))  # the local record is gone (another machine, or lost)
     alive = await L.reattach(host)
     assert [r.run_id for r in alive] == [rec.run_id]
-    again = L.RunStore().load(rec.run_id)
+    again = runstore.RunStore().load(rec.run_id)
     assert again.profile == "x" and again.pid == rec.pid
     await L.stop_run(host, again, grace=2)
     assert await L.reattach(host) == []
@@ -283,7 +283,7 @@ async def test_refuses_unknown_gpu_process(host, tmp_path, monkeypatch):
     h = LocalHost(env_overlay={"PATH": f"{smi.parent}:{os.environ['PATH']}"})
     with pytest.raises(L.LaunchRefused, match="4242"):
         await L.launch(h, ["sleep", "1"])
-    assert L.RunStore().all() == []
+    assert runstore.RunStore().all() == []
 
 
 def test_format_progress_line():
@@ -300,7 +300,7 @@ async def test_eta_from_history(host):
 
     for _ in range(2):
         save_history("local|prof", {"process-start": 1, "weight-loading": 10, "kv-cache": 1, "graph-capture": 4})
-    rec = L.RunRecord("abcdef01", "local", ["x"], engine="sglang", profile="prof", started=time.time())
+    rec = runstore.RunRecord("abcdef01", "local", ["x"], engine="sglang", profile="prof", started=time.time())
     now = [time.time()]
     tr = StartupTracker(host, rec, clock=lambda: now[0])
     tr.feed(b"[2026-01-01 00:00:00] Load weight begin. avail mem=1.00 GB\n")
@@ -324,7 +324,7 @@ async def test_restart_is_stop_then_launch(host):
     assert first.state == "ready"
     new = await L.restart_run(host, rec, grace=5)
     assert new.run_id != rec.run_id and new.argv == rec.argv and new.env == {"FOO": "1"}
-    assert L.RunStore().load(rec.run_id).status == "stopped"
+    assert runstore.RunStore().load(rec.run_id).status == "stopped"
     assert not pid_alive(rec.pid)
     second = await wait_ready(host, new, timeout=30, poll_gpu=False)
     assert second.state == "ready"

@@ -171,7 +171,7 @@ async def test_startup_progress_widget():
 async def test_run_screen_attaches_shows_progress_and_stops():
     from tests.test_launcher import fake
     from tui.screens.run import RunScreen
-    from tui.services import launcher as L
+    from tui.services import launcher as L, runstore
     from tui.services.hosts import LocalHost
 
     host = LocalHost()
@@ -218,18 +218,18 @@ async def test_run_screen_attaches_shows_progress_and_stops():
             assert p.state == "stopped" and "stopped (by you)" in view, view
             assert "exited" not in view and "rc 0" not in view and "✗" not in view
             assert "stopped (by you)" in str(screen.query_one("#run-title").content)
-            assert L.RunStore().load(rec.run_id).status == "stopped"
+            assert runstore.RunStore().load(rec.run_id).status == "stopped"
     finally:
         for run in await L.list_host_runs(host):
             if run.alive:
-                await L.stop_run(host, L.RunStore().load(run.run_id), grace=1)
-    assert L.RunStore().load(rec.run_id).status == "stopped"
+                await L.stop_run(host, runstore.RunStore().load(run.run_id), grace=1)
+    assert runstore.RunStore().load(rec.run_id).status == "stopped"
 
 
 async def test_run_screen_launches_then_attaches_or_shows_refusal():
     from tests.test_launcher import fake
     from tui.screens.run import RunScreen
-    from tui.services import launcher as L
+    from tui.services import launcher as L, runstore
     from tui.services.hosts import LocalHost
 
     host = LocalHost()
@@ -265,7 +265,7 @@ async def test_run_screen_launches_then_attaches_or_shows_refusal():
     finally:
         for run in await L.list_host_runs(host):
             if run.alive:
-                await L.stop_run(host, L.RunStore().load(run.run_id), grace=2)
+                await L.stop_run(host, runstore.RunStore().load(run.run_id), grace=2)
 
 
 async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
@@ -274,7 +274,7 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
 
     from tests.test_launcher import fake
     from tui.screens.run import RunScreen
-    from tui.services import launcher as L
+    from tui.services import launcher as L, runstore
     from tui.services.hosts import LocalHost
 
     host = LocalHost()
@@ -302,9 +302,9 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
             await pilot.pause(0.3)
             log.flush_now()
             shown += list(log.ring)
-        saved = L.RunStore().load(rec.run_id).log_offset
+        saved = runstore.RunStore().load(rec.run_id).log_offset
         assert saved > 0
-        again = L.RunStore().load(rec.run_id)
+        again = runstore.RunStore().load(rec.run_id)
         second = RunScreen(host, again, resume=True, tracker_options={"poll_gpu": False})
         async with RunApp(second).run_test(size=(120, 40)) as pilot:
             for _ in range(150):
@@ -323,7 +323,7 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
     finally:
         for run in await L.list_host_runs(host):
             if run.alive:
-                await L.stop_run(host, L.RunStore().load(run.run_id), grace=2)
+                await L.stop_run(host, runstore.RunStore().load(run.run_id), grace=2)
 
 
 async def test_startup_progress_hides_stale_health_after_ready():

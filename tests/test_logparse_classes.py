@@ -463,7 +463,7 @@ WRAPPERS = ("See root cause above", "Received sigquit", "Scheduler hit an except
 )
 def test_run_view_cause_is_the_root_exception_of_real_logs(real_logs, name, root):
     from tui.services.hosts import LocalHost
-    from tui.services.launcher import RunRecord
+    from tui.services.runstore import RunRecord
     from tui.services.tracker import StartupTracker
 
     rec = RunRecord("abcdef02", "local", ["x"], engine=name.split("-")[0], pid=4242, started=1.0, created=1.0)
@@ -478,7 +478,7 @@ def test_run_view_cause_is_the_root_exception_of_real_logs(real_logs, name, root
 
 def test_an_unterminated_last_line_counts_once_the_process_ended():
     from tui.services.hosts import LocalHost
-    from tui.services.launcher import RunRecord
+    from tui.services.runstore import RunRecord
     from tui.services.tracker import StartupTracker
 
     rec = RunRecord("abcdef03", "local", ["x"], engine="sglang", pid=4242, started=1.0, created=1.0)

@@ -26,7 +26,7 @@ from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.test_launcher import FAKE, free_port, pid_alive
 from tui.profiles.model import load_profile_file, load_profile_text
 from tui.profiles.store import ProfileStore
-from tui.services import launcher as L
+from tui.services import runstore
 from tui.services.hosts import HostError
 from tui.services.ssh import SshHost
 
@@ -145,7 +145,7 @@ def test_r13_kill_9_after_launch_then_restart_rediscovers_and_refuses_a_second()
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            recs = [r for r in L.RunStore().all() if r.pid]
+            recs = [r for r in runstore.RunStore().all() if r.pid]
             if recs and Path(recs[0].run_dir, "log").exists():
                 rec = recs[0]
                 break
@@ -162,7 +162,7 @@ def test_r13_kill_9_after_launch_then_restart_rediscovers_and_refuses_a_second()
         # ... and refuses to start a duplicate next to it
         r = td("launch", "--cmd", sys.executable, FAKE, "--engine", "sglang", "--port", str(free_port()))
         assert r.returncode != 0 and "refused" in r.stderr and rec.run_id in r.stderr, r.stderr
-        assert len([x for x in L.RunStore().all() if x.status not in ("stopped", "failed")]) == 1
+        assert len([x for x in runstore.RunStore().all() if x.status not in ("stopped", "failed")]) == 1
     finally:
         if cli.poll() is None:
             cli.kill()

@@ -142,7 +142,8 @@ class _Tracker:
 async def test_run_view_ready_once_clock_stops_and_a_stop_is_not_a_failure(monkeypatch):
     import tui.screens.run as run_mod
     from tui.screens.modals import ConfirmModal
-    from tui.services.launcher import RunRecord, StopResult
+    from tui.services.launcher import StopResult
+    from tui.services.runstore import RunRecord
     from widgets.startup_progress import StartupProgressView
 
     class Host:
@@ -405,7 +406,7 @@ async def test_runs_list_filters_sorts_and_opens(monkeypatch):
     from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
     from tui.app import make_app
     from tui.screens.runs import RunsScreen
-    from tui.services.launcher import RunRecord, RunStore
+    from tui.services.runstore import RunRecord, RunStore
 
     store = RunStore()
     for i, (prof, st, port) in enumerate((("sglang-base", "stopped", 30000), ("vllm-baseline", "ready", 8000),

@@ -178,7 +178,7 @@ async def test_run_log_escape_clears_search_first(tmp_path, monkeypatch):
     from textual.app import App
 
     from tui.screens.run import RunScreen
-    from tui.services.launcher import RunRecord
+    from tui.services.runstore import RunRecord
     from widgets.server_log import ServerLog
 
     class Host:
@@ -217,7 +217,7 @@ async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatc
     assert r.returncode == 0, r.stdout + r.stderr
     try:
         # the CLI's local record is gone: only the host knows the run (reattach must find it)
-        from tui.services.launcher import RunStore
+        from tui.services.runstore import RunStore
 
         for rec in RunStore().all():
             RunStore().path(rec.run_id).unlink()

@@ -8,7 +8,7 @@ from textual import events
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
 from tui.app import make_app
 from tui.screens.run import RunScreen
-from tui.services.launcher import RunRecord
+from tui.services.runstore import RunRecord
 from widgets.server_log import ServerLog, is_probe_line
 
 pytestmark = pytest.mark.timeout(60)

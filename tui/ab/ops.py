@@ -27,7 +27,7 @@ from tui.ab.runner import (
     RunningServer,
     StopResult,
 )
-from tui.services import launcher, tracker
+from tui.services import launcher, runstore, tracker
 from tui.services.hosts import Host, LocalHost
 from tui.util import http
 from tui.util.safety import redact_env
@@ -77,7 +77,7 @@ class LocalOps:
 
     async def stop_running(self, server: RunningServer) -> StopResult:
         recs = await launcher.reattach(self.host)
-        rec = next((r for r in recs if r.run_id == server.id), None) or launcher.RunStore().load(server.id)
+        rec = next((r for r in recs if r.run_id == server.id), None) or runstore.RunStore().load(server.id)
         if rec is None:
             return StopResult(False, None, f"run {server.id}: no record")
         return self._stop_result(await launcher.stop_run(self.host, rec, grace=self.stop_grace,
@@ -112,7 +112,7 @@ class LocalOps:
             on_progress(" ".join(text.split()), p.fraction)
 
         snap = await tracker.wait_ready(self.host, rec, timeout=self.ready_timeout, on_update=cb)
-        saved = launcher.RunStore().load(rec.run_id) or rec
+        saved = runstore.RunStore().load(rec.run_id) or rec
         t0 = saved.started or saved.created or 0.0
         timeline = tuple(
             {**e, "t": round(float(t) - t0, 3)} if isinstance(t := e.get("t"), (int, float)) and t0 else dict(e)

@@ -25,7 +25,8 @@ async def known_servers(host: Host) -> tuple[ServerSpec, ...]:
 
 def servers_of_runs(host: Host, runs: Iterable[Any]) -> tuple[ServerSpec, ...]:
     """ServerSpecs of the live runs among ``runs`` (``HostRun`` values) that have a port."""
-    from tui.services.launcher import RunStore, target_name
+    from tui.services.hosts import target_name
+    from tui.services.runstore import RunStore
 
     local = {rec.run_id: rec for rec in RunStore().all(target_name(host))}
     specs: list[ServerSpec] = []

@@ -7,7 +7,9 @@ import sys
 from typing import Sequence
 
 from tui.services.hosts import Host, HostError, get_host
-from tui.services.launcher import RunRecord, RunStore, pick_run, reattach, target_name
+from tui.services.hosts import target_name
+from tui.services.launcher import pick_run, reattach
+from tui.services.runstore import RunRecord, RunStore
 from tui.util.safety import UnsafeInput, visible
 
 

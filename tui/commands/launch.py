@@ -11,7 +11,8 @@ from tui.commands._runs import err, host_from_args
 from tui.model import jsonable
 from tui.profiles.model import ProfileError
 from tui.services.hosts import HostError
-from tui.services.launcher import ENGINES, LaunchRefused, RunStore, demo_argv, launch, stop_command
+from tui.services.launcher import LaunchRefused, demo_argv, launch, stop_command
+from tui.services.runstore import ENGINES, RunStore
 from tui.services.tracker import StartupTracker, format_progress
 from tui.util.safety import UnsafeInput, check_env_name, dangerous_env_names
 

@@ -25,17 +25,9 @@ from rich.text import Text
 
 from tui.model import StartupProgress
 from tui.services.hosts import Host, HostError
-from tui.services.launcher import (
-    LaunchRefused,
-    RunRecord,
-    RunStore,
-    StopResult,
-    demo_argv,
-    follow_forever,
-    launch,
-    read_log,
-    stop_run,
-)
+from tui.services.launcher import LaunchRefused, StopResult, demo_argv, launch, stop_run
+from tui.services.runstore import RunRecord, RunStore
+from tui.services.logfollow import follow_forever, read_log
 from tui.util.safety import UnsafeInput
 from tui.services.tracker import StartupTracker
 from tui.screens.modals import ConfirmModal

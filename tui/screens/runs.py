@@ -64,7 +64,7 @@ class RunsScreen(Screen[None]):
         if self._given is not None:
             recs = list(self._given)
         else:
-            from tui.services.launcher import RunStore
+            from tui.services.runstore import RunStore
 
             try:
                 recs = RunStore().all(target)

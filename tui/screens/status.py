@@ -238,7 +238,7 @@ class StatusScreen(Screen):
         if app.host is None:
             self.notify("no host to follow the run on", severity="error")
             return
-        from tui.services.launcher import RunStore
+        from tui.services.runstore import RunStore
 
         rec = app.runs.get(server.run_id) or RunStore().load(server.run_id)
         if rec is None or rec.run_dir is None:

@@ -20,7 +20,7 @@ from tui.ab.journal import Journal, new_id
 from tui.ab.plan import Plan
 from tui.ab.runner import ABEvent, ABReport, ProfileInfo, report_from_dict
 from tui.hostside import jobfiles
-from tui.services import jobs, launcher
+from tui.services import jobs, launcher, logfollow
 from tui.services.hosts import Host, HostError
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class ABRun:
     async def finish(self) -> ABReport | None:
         """Read the report, mirror the results and journal it here (idempotent)."""
         try:
-            raw = await launcher.read_log(self.host, f"{self.job.dir}/{jobfiles.REPORT}")
+            raw = await logfollow.read_log(self.host, f"{self.job.dir}/{jobfiles.REPORT}")
         except HostError as e:
             log.warning("A/B %s: report not read: %s", self.id, e)
             raw = b""

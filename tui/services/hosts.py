@@ -480,6 +480,11 @@ class LocalHost(Host):
             os.close(fd)
 
 
+def target_name(host: Host) -> str:
+    """How the user named ``host``; ``local`` for a host with no name."""
+    return getattr(host, "target", "local") or "local"
+
+
 # ====================================================================== targets
 
 USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*$", re.IGNORECASE)

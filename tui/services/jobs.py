@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Mapping
 
 from tui.hostside import jobfiles
-from tui.services import launcher, runtime
+from tui.services import launcher, logfollow, runstore, runtime
 from tui.services.hosts import Host, HostError
 from tui.util.files import atomic_write_json, atomic_write_text
 from tui.util.paths import data_dir
@@ -62,7 +62,7 @@ async def start(host: Host, kind: str, spec: Mapping[str, Any], *, python: str |
                 meta: Mapping[str, Any] | None = None) -> Job:
     """Ship the runtime if needed, write the spec (0600) and start the job detached."""
     rt = await runtime.ensure(host, python=python)
-    jid = launcher.new_run_id()
+    jid = runstore.new_run_id()
     jdir = f"{rt.home}/{kind}/{jid}"
     try:
         await host.put_file(json.dumps(spec, default=str).encode("utf-8"), f"{jdir}/{jobfiles.SPEC}")
@@ -172,7 +172,7 @@ class JobFollower:
                 self.on_link_error(e, attempt)
 
         async def follow() -> None:
-            await launcher.follow_forever(self.host, self.job.events_path, self.offset, on_chunk, stop,
+            await logfollow.follow_forever(self.host, self.job.events_path, self.offset, on_chunk, stop,
                                           on_error=on_error)
 
         async def watch() -> None:
@@ -195,7 +195,7 @@ class JobFollower:
                     if rc is None:
                         # the follow may still be catching up: read the tail once, directly
                         try:
-                            rest = await launcher.read_log(self.host, self.job.events_path, consumed)
+                            rest = await logfollow.read_log(self.host, self.job.events_path, consumed)
                             on_chunk(rest)
                         except HostError:
                             continue
@@ -271,7 +271,7 @@ async def mirror_results(host: Host, job: Job, *, only: set[str] | None = None) 
                 await _append_samples(host, f"{remote}/{name}", local / name, have[name])
         for name in ("meta.json", "summary.json"):
             if name in have:
-                text = (await launcher.read_log(host, f"{remote}/{name}")).decode("utf-8", "replace")
+                text = (await logfollow.read_log(host, f"{remote}/{name}")).decode("utf-8", "replace")
                 try:
                     json.loads(text)
                 except ValueError:
@@ -293,7 +293,7 @@ async def _append_samples(host: Host, remote: str, local: Path, remote_size: int
         return
     if remote_size == have:
         return
-    data = await launcher.read_log(host, remote, have)
+    data = await logfollow.read_log(host, remote, have)
     cut = data.rfind(b"\n")
     if cut < 0:
         return

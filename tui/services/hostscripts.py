@@ -1,0 +1,182 @@
+"""The shell scripts that launch, list and stop detached things on a host.
+
+Each is POSIX sh (dash, bash and busybox sh are tested), takes its inputs as
+arguments, never by string concatenation, and lives under ``${TUNEDECK_HOME}``
+(default ``$HOME/.tunedeck``): a folder per run, benchmark or A/B.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from tui.util.safety import UnsafeInput
+
+
+#: the kinds of detached things with a folder each under ``${TUNEDECK_HOME}``: servers,
+#: host-side benchmarks and host-side A/B campaigns
+KINDS = ("runs", "bench", "ab")
+
+
+def base_line(kind: str) -> str:
+    """The script line that sets ``$base`` to the folder of ``kind`` under ``${TUNEDECK_HOME}``."""
+    if kind not in KINDS:
+        raise UnsafeInput(f"folder kind {kind!r}: expected one of {', '.join(KINDS)}")
+    return f'base="${{TUNEDECK_HOME:-$HOME/.tunedeck}}/{kind}"\n'
+
+
+RUNS_BASE = base_line("runs")
+
+# $1 = run id. Prints DIR <dir>, then PID <pid> <starttime> once the wrapper started.
+LAUNCH_SCRIPT = r"""set -u
+rid="$1"
+{base}umask 077
+dir="$base/$rid"
+start_cwd=$(pwd)
+mkdir -p "$dir" || {{ echo "ERR cannot create $dir"; exit 3; }}
+cd "$dir" || exit 3
+printf '%s\n' "$start_cwd" > cwd
+cat > run.sh <<'{d}'
+cd "$(dirname -- "$0")" || exit 1
+echo $$ > pid.tmp && mv pid.tmp pid
+sed 's/.*) //' /proc/$$/stat | cut -d' ' -f20 > starttime.tmp && mv starttime.tmp starttime
+trap true TERM
+run_dir=$(pwd)
+# the command (with any secret) lives in this shell only: its 0600 file is gone before it runs
+. ./cmd.env; rm -f ./cmd.env
+cd -- "$(cat cwd)" 2>/dev/null || cd -- "$HOME" 2>/dev/null || cd /
+"$@" >> "$run_dir/log" 2>&1 < /dev/null
+echo $? > "$run_dir/rc"
+{d}
+cat > cmd.env <<'{d}'
+set -- {cmd}
+{d}
+cat > argv.json <<'{d}'
+{argv_json}
+{d}
+cat > env.json <<'{d}'
+{env_json}
+{d}
+cat > meta.json <<'{d}'
+{meta_json}
+{d}
+: > log
+echo "DIR $dir"
+# setsid -f: the server in its own session, not a child of this shell; LocalHost and sshd give
+# this shell only 0/1/2, so the server holds none of the caller's pipes. Without setsid -f
+# (busybox, old util-linux): python3 forks, closes any other descriptor and detaches.
+if setsid -f true >/dev/null 2>&1; then
+  setsid -f sh "$dir/run.sh" >/dev/null 2>&1 < /dev/null
+elif command -v python3 >/dev/null 2>&1; then
+  python3 -c 'import os,sys
+if os.fork() == 0:
+    os.setsid()
+    os.closerange(3, 65536)
+    os.execvp("sh", ["sh", sys.argv[1]])' "$dir/run.sh" >/dev/null 2>&1 < /dev/null
+else
+  echo "ERR neither setsid -f nor python3 is available to detach the server"; exit 4
+fi
+i=0
+while [ ! -s starttime ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+if [ -s starttime ]; then echo "PID $(cat pid) $(cat starttime)"; else echo "ERR the server wrapper did not start"; exit 5; fi
+"""
+
+LIST_SCRIPT = (
+    RUNS_BASE
+    + r"""[ -d "$base" ] || exit 0
+for d in "$base"/*/; do
+  [ -f "$d/run.sh" ] || continue
+  d=${d%/}
+  id=${d##*/}
+  pid=$(cat "$d/pid" 2>/dev/null)
+  st=$(cat "$d/starttime" 2>/dev/null)
+  rc=$(cat "$d/rc" 2>/dev/null)
+  alive=0
+  if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then
+    set -- $(sed 's/.*) //' "/proc/$pid/stat")
+    # a zombie (Z) or dead (X) wrapper has ended, even before its parent reaps it
+    [ "${20}" = "$st" ] && [ "$1" != Z ] && [ "$1" != X ] && alive=1
+  fi
+  size=$(wc -c < "$d/log" 2>/dev/null | tr -d ' ')
+  meta=$(tr -d '\n\t' < "$d/meta.json" 2>/dev/null)
+  [ -n "$meta" ] || meta='{}'
+  printf 'RUN\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$pid" "$st" "$alive" "$rc" "${size:-0}" "$d" "$meta"
+done
+"""
+)
+
+# $1 run dir, $2 grace seconds, $3 run id.
+STOP_SCRIPT = r"""dir="$1"; grace="$2"; rid="$3"
+pid=$(cat "$dir/pid" 2>/dev/null)
+want=$(cat "$dir/starttime" 2>/dev/null)
+rm -f "$dir/cmd.env"
+markers() {
+  grep -lszx "TUNEDECK_RUN_ID=$rid" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 | grep -vx "$$"
+}
+group() {
+  [ -n "$pid" ] || return 0
+  if command -v ps >/dev/null 2>&1; then
+    ps -e -o pid= -o pgid= -o stat= 2>/dev/null | awk -v g="$pid" '$2 == g && $3 !~ /^Z/ { print $1 }'
+  else
+    for s in /proc/[0-9]*/stat; do
+      g=$(sed 's/.*) //' "$s" 2>/dev/null | cut -d' ' -f3)
+      [ "$g" = "$pid" ] && { p=${s#/proc/}; echo "${p%/stat}"; }
+    done
+  fi
+}
+members() { { group; markers; } | sort -u; }
+# kill -s SIG -- TARGETS (dash rejects kill -TERM -- -PGID: "Illegal number"); busybox sh
+# rejects the '--' and gets kill -SIG TARGETS. A failure whose target still exists is reported.
+sig() {
+  sg=$1; shift
+  e=$(kill -s "$sg" -- "$@" 2>&1) || e=$(kill -"$sg" "$@" 2>&1) || case $e in
+    *[Nn]o\ such\ process*) ;; *) echo "WARN kill -s $sg -- $* failed: $e" | tr '\n' ' '; echo;; esac
+}
+zombie() { [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" = Z ]; }
+if [ -z "$pid" ] || [ ! -r "/proc/$pid/stat" ] || zombie "$pid"; then
+  if [ -f "$dir/rc" ]; then
+    left=$(markers)
+    if [ -n "$left" ]; then sig KILL $left; echo "PIDS $left"; fi
+    echo "STATE EXITED $(cat "$dir/rc")"
+  else
+    echo "STATE STALE process $pid is gone and wrote no exit status"
+  fi
+  exit 0
+fi
+cur=$(sed 's/.*) //' "/proc/$pid/stat" | cut -d' ' -f20)
+if [ "$cur" != "$want" ]; then
+  echo "STATE STALE pid $pid now belongs to another process (start time $cur, recorded $want)"
+  exit 0
+fi
+all=$(members)
+echo "PIDS" $all
+sig TERM "-$pid"
+for p in $(markers); do sig TERM "$p"; done
+end=$(( $(date +%s) + grace ))
+left=$(members)
+while [ -n "$left" ] && [ "$(date +%s)" -lt "$end" ]; do
+  sleep 0.2
+  left=$(members)
+done
+if [ -z "$left" ]; then echo "STATE STOPPED TERM"; exit 0; fi
+sig KILL "-$pid"
+sig KILL $left
+i=0
+while [ $i -lt 20 ]; do
+  left=$(members)
+  [ -z "$left" ] && break
+  sleep 0.1; i=$((i+1))
+done
+if [ -z "$left" ]; then echo "STATE STOPPED KILL"; exit 0; fi
+for p in $left; do
+  echo "REMAIN $p $(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1)"
+done
+echo "STATE STUCK"
+"""
+
+
+def delimiter(*texts: str) -> str:
+    while True:
+        d = f"TUNEDECK_EOF_{secrets.token_hex(8)}"
+        if not any(d in t for t in texts):
+            return d
+

@@ -1,0 +1,131 @@
+"""The local run records: ``state_dir()/runs/<run_id>.json`` (:class:`RunRecord`), written
+*before* a launch, and the run ids and states they use."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Mapping
+
+from tui.util.files import atomic_write_json
+from tui.util.paths import state_dir
+from tui.util.safety import UnsafeInput
+
+_log = logging.getLogger(__name__)
+
+RUN_ID_RE = re.compile(r"^[0-9a-f]{6,32}$")
+ENGINES = ("sglang", "vllm", "other")
+
+#: statuses of a run record
+LAUNCHING, STARTING, READY, FAILED, EXITED, STOPPING, STOPPED, STALE, UNKNOWN = (
+    "launching",
+    "starting",
+    "ready",
+    "failed",
+    "exited",
+    "stopping",
+    "stopped",
+    "stale",
+    "unknown",
+)
+ENDED = frozenset({FAILED, EXITED, STOPPED, STALE})
+
+
+
+def new_run_id() -> str:
+    """A local hex id that sorts by creation time: 8 hex digits of seconds + 4 random."""
+    return f"{int(time.time()):08x}{secrets.token_hex(2)}"
+
+
+def check_run_id(run_id: str) -> str:
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        raise UnsafeInput(f"run id {run_id!r}: expected 6-32 lowercase hex digits")
+    return run_id
+
+
+
+
+@dataclass
+class RunRecord:
+    """The local record of a run (JSON in ``state_dir()/runs/<run_id>.json``)."""
+
+    run_id: str
+    target: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # redacted
+    engine: str = "other"
+    port: int | None = None
+    profile: str | None = None
+    run_dir: str | None = None  # on the host, known after the launch script ran
+    status: str = LAUNCHING
+    created: float = 0.0
+    started: float | None = None
+    ended: float | None = None
+    pid: int | None = None
+    starttime: str | None = None
+    rc: int | None = None
+    log_offset: int = 0
+    diagnosis: str | None = None
+    proof: str | None = None
+    timeline: list[dict[str, object]] = field(default_factory=list)
+    gpu_pids: list[int] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, object]) -> "RunRecord":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})  # type: ignore[arg-type]
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @property
+    def ended_(self) -> bool:
+        return self.status in ENDED
+
+
+class RunStore:
+    """Local run records."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or (state_dir() / "runs")
+
+    def path(self, run_id: str) -> Path:
+        return self.root / f"{check_run_id(run_id)}.json"
+
+    def save(self, rec: RunRecord) -> None:
+        atomic_write_json(self.path(rec.run_id), rec.to_json(), mode=0o600)
+
+    def load(self, run_id: str) -> RunRecord | None:
+        try:
+            return RunRecord.from_json(json.loads(self.path(run_id).read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def all(self, target: str | None = None) -> list[RunRecord]:
+        out: list[RunRecord] = []
+        if not self.root.is_dir():
+            return out
+        for p in sorted(self.root.glob("*.json")):
+            try:
+                rec = RunRecord.from_json(json.loads(p.read_text()))
+            except (OSError, ValueError, TypeError):
+                continue
+            if target is None or rec.target == target:
+                out.append(rec)
+        out.sort(key=lambda r: (r.created, r.run_id))
+        return out
+
+    def update(self, run_id: str, **changes: object) -> RunRecord | None:
+        rec = self.load(run_id)
+        if rec is None:
+            return None
+        for k, v in changes.items():
+            setattr(rec, k, v)
+        self.save(rec)
+        return rec
+
