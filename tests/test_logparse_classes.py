@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tui.collectors.logparse import ErrorEvent, LogParser, PhaseEvent, parse_file, parse_text
+from tui.logparse import ErrorEvent, LogParser, PhaseEvent, parse_file, parse_text
 
 DATA = Path(__file__).parent / "data" / "logs"
 

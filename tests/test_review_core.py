@@ -84,7 +84,7 @@ def test_launch_env_that_changes_what_runs_needs_confirmation() -> None:
 
 
 def test_log_parser_keeps_a_bounded_number_of_distinct_errors() -> None:
-    from tui.collectors.logparse import LogParser
+    from tui.logparse import LogParser
 
     p = LogParser("vllm")
     for i in range(3000):
@@ -97,7 +97,7 @@ def test_log_parser_keeps_a_bounded_number_of_distinct_errors() -> None:
 
 
 def test_log_parser_partial_line_buffer_is_bounded() -> None:
-    from tui.collectors.logparse import LogParser
+    from tui.logparse import LogParser
 
     p = LogParser()
     chunk = "x" * 65536

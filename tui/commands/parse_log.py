@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from tui.collectors.logparse import (
+from tui.logparse import (
     ENGINES,
     ErrorEvent,
     FactEvent,

@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 from typing import Awaitable, Callable, Sequence
 
-from tui.collectors.logparse import PHASES, ErrorEvent, LogEvent, LogParser, PhaseEvent
+from tui.logparse import PHASES, ErrorEvent, LogEvent, LogParser, PhaseEvent
 from tui.model import GpuStatus, ServerStats, StartupProgress
 from tui.services.hosts import Host, HostError
 from tui.services.launcher import gpu_memory_used, process_alive, read_rc, stop_run

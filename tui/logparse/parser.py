@@ -1,603 +1,83 @@
-"""The SGLang / vLLM server log parser (incremental).
-
-Feed it bytes as they arrive (``feed``), or whole text; it buffers partial
-reads, decodes UTF-8 with ``errors="replace"``, splits on ``[\\r\\n]+`` (tqdm
-redraws with ``\\r``), strips ANSI colour, Docker/compose prefixes and the
-engines' own prefixes, and turns recognised lines into events:
-
-* :class:`PhaseEvent`: startup phase changes and progress inside a phase
-  (weight shards n/N, CUDA-graph capture n/N per capture phase);
-* :class:`FactEvent`: facts such as KV-cache tokens, memory, HTTP URL,
-  attention backend;
-* :class:`ErrorEvent`: a fatal text with its ``kind`` (oom, nccl, port,
-  argparse, watchdog, capture-failed, crash), the proving line and the
-  lines before it;
-* :class:`StatEvent`: runtime stat lines (SGLang ``Decode batch`` /
-  ``Prefill batch``, vLLM ``Avg prompt throughput``).
-
-:attr:`LogParser.state` is the running summary (:class:`ParseState`). The log
-alone never proves readiness (the tracker confirms with ``/health`` and the
-process); a fatal line after the ready line revokes it (``failure`` wins).
-Reference: docs/serving-engines.md section 4.
-"""
+"""The incremental parser: bytes in, :mod:`tui.logparse.events` out."""
 
 from __future__ import annotations
 
 import codecs
 import re
 from collections import deque
-from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Iterator, Union
+from dataclasses import replace
+from typing import Callable, Iterable, Iterator
 
-# --------------------------------------------------------------------------- phases
-
-PHASES: tuple[str, ...] = (
-    "process-start",
-    "distributed-init",
-    "weight-loading",
-    "compile",
-    "kv-cache",
-    "graph-capture",
-    "warmup",
-    "ready",
+from tui.logparse.events import (
+    ENGINES,
+    ErrorEvent,
+    FactEvent,
+    LogEvent,
+    PHASE_INDEX,
+    ParseState,
+    PhaseEvent,
+    StatEvent,
 )
-PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
-
-ENGINES = ("sglang", "vllm")
-
-
-# --------------------------------------------------------------------------- events
-
-
-@dataclass(frozen=True)
-class PhaseEvent:
-    """The startup moved to ``phase`` or made progress inside it.
-
-    ``progress`` is 0..1 inside the phase when known (None otherwise);
-    ``n``/``total`` the tqdm counts; ``label`` the capture phase or bar name
-    (``weights``, ``target decode``, ``PIECEWISE``, ``FULL``, ``""`` for a bare
-    bar); ``done`` marks the end of a sub-step (e.g. "Graph capturing finished"
-    with no n/m count).
-    """
-
-    phase: str
-    progress: float | None
-    message: str
-    time: str | None = None
-    line_no: int = 0
-    n: int | None = None
-    total: int | None = None
-    label: str = ""
-    done: bool = False
-    event: str = "phase"
-    segment: int | None = None
-
-
-@dataclass(frozen=True)
-class FactEvent:
-    """A fact the log states: ``name`` is one of kv_tokens, kv_size_gb,
-    kv_mem_gib, weights_mem_gb, weights_seconds, avail_mem_gb, graph_mem_gb,
-    max_total_num_tokens, max_concurrency, context_len, http_url,
-    attention_backend, engine_version, nccl_version, model."""
-
-    name: str
-    value: object
-    message: str
-    time: str | None = None
-    line_no: int = 0
-    rank: str = ""
-    event: str = "fact"
-    segment: int | None = None
-
-
-@dataclass(frozen=True)
-class ErrorEvent:
-    """A fatal text. ``cause`` is a one-line explanation, ``line`` the proving
-    log line, ``context`` the lines before it (oldest first).
-
-    ``line_no`` is the physical line in the file (1-based, ``less +N`` lands on
-    it) and ``segment`` the ``\\r``-separated piece within it (1-based) when the
-    line holds several. ``origin`` ranks the proof: ``exception`` (the root
-    exception line of a traceback, or a bare exception line), ``message`` (a
-    fatal log message), ``terminated`` (a termination signal), ``wrapper`` (a
-    line that only reports a failure elsewhere: "See root cause above", "Received
-    sigquit", "Scheduler hit an exception"). ``wrapper`` holds the wrapper line
-    or outer exception seen with a root exception.
-    """
-
-    kind: str
-    cause: str
-    line: str
-    time: str | None = None
-    line_no: int = 0
-    context: tuple[str, ...] = ()
-    event: str = "error"
-    segment: int | None = None
-    origin: str = "message"
-    wrapper: str | None = None
-    rank: str = ""
-    attempt: int = 1
-    #: a generic traceback after the ready line (a request that failed): it counts only
-    #: once a wrapper or a termination follows; serving on clears it
-    provisional: bool = False
-
-    @property
-    def message(self) -> str:
-        return self.line
-
-
-@dataclass(frozen=True)
-class StatEvent:
-    """One runtime stat line. Fields a line does not carry are None."""
-
-    engine: str
-    message: str
-    time: str | None = None
-    line_no: int = 0
-    kind: str = ""  # decode | prefill | engine
-    running: int | None = None
-    queued: int | None = None
-    token_usage: float | None = None  # 0..1
-    gen_throughput: float | None = None  # tokens/s
-    prompt_throughput: float | None = None  # tokens/s
-    input_throughput: float | None = None  # tokens/s (SGLang prefill)
-    accept_len: float | None = None
-    prefix_hit_rate: float | None = None  # 0..1
-    event: str = "stat"
-    segment: int | None = None
-
-
-LogEvent = Union[PhaseEvent, FactEvent, ErrorEvent, StatEvent]
-
-
-# --------------------------------------------------------------------------- state
-
-
-@dataclass
-class ParseState:
-    """Running summary of what the log has shown so far."""
-
-    engine: str | None = None
-    phase: str | None = None
-    #: (n, total) of the current/last weight bar, and every completed bar.
-    weights: tuple[int, int] | None = None
-    weight_bars: list[tuple[int, int]] = field(default_factory=list)
-    weights_done: bool = False
-    kv_tokens: int | None = None
-    kv_seen: bool = False
-    #: current capture bar: label, n, total
-    graph_label: str | None = None
-    graph: tuple[int, int] | None = None
-    graph_bars: list[tuple[str, int, int]] = field(default_factory=list)
-    graph_seen: bool = False
-    graph_done: bool = False
-    compile_seen: bool = False
-    http_url: str | None = None
-    ready_line: str | None = None
-    #: every fatal line seen
-    errors: list[ErrorEvent] = field(default_factory=list)
-    facts: dict[str, object] = field(default_factory=dict)
-    last_stat: StatEvent | None = None
-    #: physical lines read (the whole file, every attempt)
-    lines: int = 0
-    last_time: str | None = None
-    #: 1 for the first start in the log; a new server start in the same log adds one
-    #: and resets everything above (the latest attempt decides)
-    attempt: int = 1
-    #: physical line where the current attempt began
-    attempt_line: int = 1
-
-    @property
-    def ready(self) -> bool:
-        """The log says ready and no fatal line has been seen (in this attempt)."""
-        return self.ready_line is not None and self.failure is None
-
-    @property
-    def failure(self) -> ErrorEvent | None:
-        """The diagnosis: the root exception line, else the best fatal line (:func:`pick_failure`)."""
-        if not self.errors:
-            return None
-        return pick_failure(e for e in self.errors if not e.provisional)
-
-    @property
-    def status(self) -> str:
-        if self.failure is not None:
-            return "failed"
-        if self.ready_line is not None:
-            return "ready"
-        return "starting" if self.phase else "unknown"
-
-    def phase_progress(self) -> float | None:
-        if self.phase == "weight-loading" and self.weights and self.weights[1]:
-            return self.weights[0] / self.weights[1]
-        if self.phase == "graph-capture":
-            if self.graph_done:
-                return 1.0
-            if self.graph and self.graph[1]:
-                return self.graph[0] / self.graph[1]
-        return None
-
-    def describe(self) -> str:
-        """One line: 'capturing 0/1 (bs=1)', 'loading weights 14/163', 'ready' …"""
-        f = self.failure
-        if f is not None:
-            return f"failed: {f.cause}"
-        if self.ready_line is not None:
-            return "ready"
-        p = self.phase
-        if p == "weight-loading":
-            if self.weights:
-                return f"loading weights {self.weights[0]}/{self.weights[1]}"
-            return "loading weights"
-        if p == "graph-capture":
-            if self.graph and not self.graph_done:
-                lab = f" ({self.graph_label})" if self.graph_label else ""
-                return f"capturing {self.graph[0]}/{self.graph[1]}{lab}"
-            return "capturing CUDA graphs" + (" (done)" if self.graph_done else "")
-        return p or "no startup lines yet"
-
-
-_EXC_LINE = re.compile(r"\b\w*(?:Error|Exception)\b: ")
-#: proof ranking: a root exception line, then a fatal message, then a signal, then a wrapper
-_ORIGIN_RANK = {"exception": 0, "message": 1, "terminated": 2, "wrapper": 3}
-
-
-def pick_failure(errors: Iterable[ErrorEvent]) -> ErrorEvent | None:
-    """The diagnosis among the fatal lines: the earliest root exception line (the
-    innermost exception of the first process that failed); without one, the first
-    fatal message of a specific kind (oom, nccl, port, …), then a termination
-    signal, and only then a wrapper line ("See root cause above", "Received
-    sigquit …"), which never hides the cause it wraps."""
-    best: ErrorEvent | None = None
-    best_key: tuple[int, int] | None = None
-    for i, e in enumerate(errors):
-        r = _ORIGIN_RANK.get(e.origin, 1)
-        if r == 1 and e.kind == "crash":
-            r = 2  # a generic message ranks with the signals
-        key = (r, i)
-        if best_key is None or key < best_key:
-            best, best_key = e, key
-    return best
-
-
-# --------------------------------------------------------------------------- regexes
-
-ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-SPLIT_RE = re.compile(r"[\r\n]+")
-#: a line longer than this is cut (the rest up to its line break is dropped)
-MAX_LINE = 256 * 1024
-#: distinct fatal lines kept; past it only an error of a kind not yet seen is added
-MAX_ERRORS = 200
-# tqdm frame glued to the next SGLang line: "...it/s][2026-02-27 14:33:48 TP0] msg"
-GLUED_RE = re.compile(r"(?<=\])(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: [A-Z_]+\d+)*\] )")
-DOCKER_TS_RE = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? (?=\S)")
-COMPOSE_RE = re.compile(r"^[A-Za-z0-9][\w.-]*\s*\| ")
-KUBE_RE = re.compile(r"^\[pod/[^\]]+\] ")
-
-SG_PREFIX = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?)((?: [A-Z_]+\d+)*)\] ?")
-VL_PROC = re.compile(r"^\(([^\s,()]+)(?: rank=(\d+))? pid=(\d+)(?:, ip=[\w.:-]+)?\)\s*")
-VL_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[?([^\]\s]+)\] ")
-UVICORN = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
-
-TQDM = re.compile(r"(\d+)%\|[^|]*\| (\d+)/(\d+) \[")
-SHARDS = re.compile(
-    r"((?:Loading safetensors|Loading pt|Loading npcache|Loading gguf|Multi-thread loading)"
-    r"[\w ]*? shards(?: \(eager\))?):\s+(\d+)% Completed \| (\d+)/(\d+)"
+from tui.logparse.patterns import (
+    EXC_LINE_RE,
+    GLUED_RE,
+    LogLine,
+    MAX_ERRORS,
+    MAX_LINE,
+    RAY_PG_WAIT,
+    SG_ATTN,
+    SG_CONTEXT_LEN,
+    SG_GRAPH_BEGIN,
+    SG_GRAPH_END,
+    SG_GRAPH_PROG,
+    SG_HTTP,
+    SG_INIT,
+    SG_KV,
+    SG_LIMITS,
+    SG_MAX_RUNNING,
+    SG_MEM_POOL_END,
+    SG_MODEL,
+    SG_READY,
+    SG_STAT_FIELDS,
+    SG_WEIGHTS_BEGIN,
+    SG_WEIGHTS_END,
+    SHARDS,
+    TB_CHAIN,
+    TB_EXC_LINE_RE,
+    TB_START,
+    TQDM,
+    UVICORN_STARTED,
+    VL_ATTEMPT,
+    VL_ATTN,
+    VL_COMPILE,
+    VL_ENGINE_INIT,
+    VL_GRAPH_BEGIN,
+    VL_GRAPH_DONE,
+    VL_GRAPH_PROG,
+    VL_KV_MEM,
+    VL_KV_TOKENS,
+    VL_KV_USAGE,
+    VL_LOAD_BEGIN,
+    VL_MAX_CONC,
+    VL_MODEL_LOADED,
+    VL_NCCL,
+    VL_PREFIX_HIT,
+    VL_READY,
+    VL_ROUTES,
+    VL_SERVER,
+    VL_STATS,
+    VL_V0_BLOCKS,
+    VL_V0_WEIGHTS,
+    VL_VERSION,
+    VL_WEIGHTS_DONE,
+    WRAPPER_RE,
+    classify,
+    clean_line,
+    exc_cause,
+    might_be_fatal,
+    refine_cause,
+    to_int,
 )
-SG_INIT = re.compile(r"Init (?:parallel|torch distributed) (begin|ends)\.")
-SG_WEIGHTS_BEGIN = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")
-SG_WEIGHTS_END = re.compile(r"Load weight end\. .*?avail mem=([\d.]+) GB, mem usage=([\d.]+) GB")
-SG_KV = re.compile(
-    r"KV Cache is allocated\. (?:dtype: [\w.]+, )?(?:#tokens: (\d+), )?"
-    r"(?:KV size: ([\d.]+) GB|K size: ([\d.]+) GB, V size: ([\d.]+) GB)"
-)
-SG_GRAPH_BEGIN = re.compile(r"Capture (?:([\w -]+?) CUDA|cuda) graph begin\.")
-SG_GRAPH_PROG = re.compile(
-    r"Capturing (batches|num tokens) \((?:bs|num_tokens)=(\d+) avail_mem=([\d.]+) GB\):\s+(\d+)%\|[^|]*\| (\d+)/(\d+)"
-)
-SG_GRAPH_END = re.compile(
-    r"Capture (?:([\w -]+?) CUDA|cuda) graph end\.(?:.*?(?:elapsed=|Time elapsed: )([\d.]+) ?s)?"
-)
-SG_MEM_POOL_END = re.compile(r"Memory pool end\.(?: avail mem=([\d.]+) GB)?")
-#: old and new forms: the fields come and go between versions, so each is read alone
-SG_LIMITS = re.compile(r"max_total_num_tokens=(\d+)")
-SG_MAX_RUNNING = re.compile(r"max_running_requests=(\d+)")
-SG_CONTEXT_LEN = re.compile(r"context_len=(\d+)")
-SG_HTTP = re.compile(r"Uvicorn running on (?:(?:unix )?socket \('([^']*)', (\d+)\)|(\S+))")
-UVICORN_STARTED = re.compile(r"Started server process \[(\d+)\]")
-SG_READY = "The server is fired up and ready to roll!"
-SG_ATTN = re.compile(r"attention_backend='(\w+)'")
-SG_MODEL = re.compile(r"model_path='([^']+)'")
-
-VL_VERSION = re.compile(r"(?:Initializing a V1 LLM engine \(v([^)]+)\)|vLLM API server version ([\w.+-]+))")
-VL_NCCL = re.compile(r"vLLM is using nccl==([\w.+-]+)")
-VL_LOAD_BEGIN = re.compile(r"Loading model from scratch|Starting to load model")
-VL_ATTN = re.compile(
-    r"Using (\S+) attention backend out of potential backends|Using AttentionBackendEnum\.(\w+) backend|"
-    r"Using (\w+) backend\.?$"
-)
-VL_WEIGHTS_DONE = re.compile(r"Loading weights took ([\d.]+) seconds")
-VL_V0_WEIGHTS = re.compile(r"Loading model weights took ([\d.]+) GB")
-VL_V0_BLOCKS = re.compile(r"# (\w+) blocks: (\d+), # CPU blocks: (\d+)")
-VL_MODEL_LOADED = re.compile(r"Model loading took ([\d.]+) GiB (?:memory )?and ([\d.]+) seconds")
-VL_COMPILE = re.compile(
-    r"Starting torch\.compile|Dynamo bytecode transform time|torch\.compile t(?:ook|akes) ([\d.]+) s in total|"
-    r"Directly load the compiled graph"
-)
-#: V0's capture start (no progress bar in the older versions)
-VL_GRAPH_BEGIN = re.compile(r"Capturing the model for CUDA graphs|Capturing cudagraphs for decoding")
-VL_KV_MEM = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
-VL_KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
-VL_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
-VL_GRAPH_PROG = re.compile(r"Capturing CUDA graph(?:s| shapes)(?: \(([^)]*)\))?:\s+(\d+)%\|[^|]*\| (\d+)/(\d+)")
-VL_GRAPH_DONE = re.compile(r"Graph capturing finished in (\d+) secs?(?:, took ([\d.]+) GiB)?")
-VL_ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
-VL_SERVER = re.compile(r"Starting vLLM (?:API )?server (?:\d+ )?on (\S+)")
-#: the API server has come up (old versions print the routes, not the URL)
-VL_ROUTES = re.compile(r"Available routes are:|^Route: /")
-#: lines that open a new server start: a restart in the same log begins a new attempt
-VL_ATTEMPT = re.compile(r"vLLM API server version |non-default args: |^args: Namespace\(")
-VL_READY = "Application startup complete."
-
-SG_STAT_FIELDS = {
-    "running": re.compile(r"#running-req: (\d+)"),
-    "queued": re.compile(r"#queue-req: (\d+)"),
-    "token_usage": re.compile(r"(?<![\w ])token usage: ([\d.]+)|^.*?, (?:full )?token usage: ([\d.]+)"),
-    "gen_throughput": re.compile(r"gen throughput \(token/s\): ([\d.]+)"),
-    "input_throughput": re.compile(r"input throughput \(token/s\): ([\d.]+)"),
-    "accept_len": re.compile(r"accept len: ([\d.]+)"),
-}
-VL_STATS = re.compile(
-    r"Avg prompt throughput: ([\d.]+) tokens/s, Avg generation throughput: ([\d.]+) tokens/s, "
-    r"Running: (\d+) reqs, (?:Swapped: \d+ reqs, )?(?:Pending|Waiting): (\d+) reqs"
-)
-VL_KV_USAGE = re.compile(r"GPU KV cache usage: ([\d.]+)%")
-VL_PREFIX_HIT = re.compile(r"Prefix cache hit rate: ([\d.]+)%")
-
-# Fatal texts (section 4.6) plus the cases the real logs show.
-CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
-    (
-        "capture-failed",
-        re.compile(r"Capture cuda graph failed|CUDA graph capture failed"),
-        "CUDA graph capture failed",
-    ),
-    (
-        "oom",
-        re.compile(
-            r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
-            r"Not enough memory\. Please try to increase --mem-fraction-static|"
-            r"No available memory for the cache blocks|larger than the available KV cache memory|"
-            r"less than desired GPU memory utilization|Failed to load model - not enough GPU memory"
-        ),
-        "CUDA out of memory",
-    ),
-    ("nccl", re.compile(r"NCCL error|NCCL WARN|DistBackendError"), "NCCL error"),
-    (
-        "port",
-        re.compile(r"[Aa]ddress already in use|is not available in \d+ seconds|port \d+ is in use"),
-        "port already in use",
-    ),
-    (
-        "argparse",
-        re.compile(
-            r"\S: error: (?:unrecognized arguments|argument \S+: |the following arguments are required|"
-            r"ambiguous option|invalid choice)"
-        ),
-        "unknown flag or invalid value",
-    ),
-    ("watchdog", re.compile(r"watchdog timeout|Health check failed\. Server couldn't get a response"), "watchdog timeout"),
-    (
-        "terminated",
-        re.compile(
-            r"^(?:Killed|Terminated)\s*$|KeyboardInterrupt: terminated|[Rr]eceived (?:signal )?SIG(?:TERM|INT|KILL|HUP)\b|"
-            r"\bSIG(?:TERM|INT) received|[Rr]eceived signal (?:15|2|9)\b|[Ss]ignal (?:15|9) received"
-        ),
-        "terminated by a signal",
-    ),
-    (
-        "crash",
-        re.compile(
-            r"Scheduler hit an exception|\w*Manager hit an exception|Received sigquit from a child process|"
-            r"Engine core initialization failed|Initialization failed\. warmup error|EngineCore failed to start|"
-            r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|"
-            r"scheduler is dead|Child process unexpectedly failed|died unexpectedly|"
-            r"Segmentation fault|core dumped|Fatal Python error"
-        ),
-        "engine crashed",
-    ),
-)
-#: lines that only report a failure found elsewhere (the cause sits above them)
-WRAPPER_RE = re.compile(
-    r"Scheduler hit an exception|\w*Manager hit an exception|scheduler is dead|Child process unexpectedly failed|"
-    r"died unexpectedly|"
-    r"Received sigquit from a child process|Engine core initialization failed|EngineCore failed to start|"
-    r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|Initialization failed\. warmup error|"
-    r"Worker proc \S+ died unexpectedly|Process \S+:$|child process|See root cause above|"
-    r"Exception in worker \S+ while processing method|^(?:Base)?ExceptionGroup: |"
-    r"[Ss]ee (?:the )?stack trace (?:above )?for (?:the )?root cause|check the stack trace above"
-)
-#: a Python exception line: "ValueError: …", "torch.AcceleratorError: …", "KeyboardInterrupt: terminated", "AssertionError"
-EXC_LINE_RE = re.compile(
-    r"^((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)|Exception|KeyboardInterrupt|SystemExit))"
-    r"(?:\([\w.]+\))?(?::\s?(.*))?$"
-)
-#: the exception line that ends a traceback's frames, in the forms EXC_LINE_RE misses: a dotted
-#: name ("torch._dynamo.exc.Unsupported: …", "triton.runtime.errors.OutOfResources: …") or a
-#: CamelCase name with a message ("OutOfResources: out of resource: shared memory")
-TB_EXC_LINE_RE = re.compile(r"^((?:[A-Za-z_]\w*\.)+[A-Z]\w*|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)(?:\([\w.]+\))?(?::\s(.*)|$)")
-TB_START = "Traceback (most recent call last)"
-TB_CHAIN = re.compile(
-    r"^(?:During handling of the above exception, another exception occurred:|"
-    r"The above exception was the direct cause of the following exception:)"
-)
-#: a Ray placement group that could not get its GPUs (context for a later termination)
-RAY_PG_WAIT = re.compile(r"placement group|resource request cannot be scheduled|Current node has no GPU available")
-#: one pass over a line decides whether the classifier needs to look at it
-_FATAL_ANY = re.compile("|".join(f"(?:{rx.pattern})" for _, rx, _ in CLASSIFIER))
-#: every fatal text above holds one of these; plain substring tests are much cheaper than the
-#: regex alternation, so most lines never reach it (tests check each classifier example)
-_FATAL_KEYS = (
-    "ailed", "emory", "NCCL", "DistBackend", "in use", "not available", "error: ", "watchdog", "Killed",
-    "Terminated", "KeyboardInterrupt", "SIG", "ignal", "exception", "sigquit", "EngineDead", "fatal", "Fatal",
-    "Segmentation", "core dumped", "is dead", "unexpectedly",
-)
-
-
-def might_be_fatal(msg: str) -> bool:
-    """Cheap pre-filter: False means no classifier pattern can match ``msg``."""
-    for k in _FATAL_KEYS:
-        if k in msg:
-            return _FATAL_ANY.search(msg) is not None
-    return False
-
-
-def classify(text: str) -> tuple[str, str] | None:
-    """(kind, cause) for a fatal text, or None."""
-    for kind, rx, cause in CLASSIFIER:
-        m = rx.search(text)
-        if m:
-            return kind, _refine_cause(kind, cause, text)
-    return None
-
-
-def _refine_cause(kind: str, cause: str, text: str) -> str:
-    if kind == "oom":
-        if "larger than the available KV cache memory" in text:
-            return "KV cache too small for max model length (lower --max-model-len or raise memory use)"
-        if "No available memory for the cache blocks" in text:
-            return "no GPU memory left for the KV cache (raise --gpu-memory-utilization or shrink the model)"
-        if "mem-fraction-static" in text:
-            return "not enough memory (adjust --mem-fraction-static)"
-        if "less than desired GPU memory utilization" in text:
-            return "GPU memory already in use (free memory below --gpu-memory-utilization)"
-        return "CUDA out of memory"
-    if kind == "argparse":
-        m = re.search(r"error: (unrecognized arguments: \S+|argument \S+: invalid choice: '[^']*'|argument \S+|.*)", text)
-        return f"unknown flag or invalid value ({m.group(1)[:80]})" if m else cause
-    if kind == "port":
-        m = re.search(r"\('[^']*', (\d+)\)|port (\d+)|at (\d+) is not", text)
-        port = next((g for g in (m.groups() if m else ()) if g), None)
-        return f"port {port} already in use" if port else cause
-    if kind == "nccl":
-        m = re.search(r"NCCL error:? (?:in: \S+ )?(.*)", text)
-        return f"NCCL error: {m.group(1)[:80]}" if m and m.group(1) else cause
-    if kind == "capture-failed":
-        m = re.search(r"Capture cuda graph failed: (.*)", text)
-        return f"CUDA graph capture failed: {m.group(1)[:80]}" if m else cause
-    if kind == "terminated":
-        m = re.search(r"SIG[A-Z]+|signal \d+", text)
-        if m:
-            return f"terminated by {m.group(0)}"
-        if text.strip() == "Killed":
-            return "killed (SIGKILL: the OOM killer or a kill -9)"
-        return cause
-    return cause
-
-
-def _exc_cause(exc: str) -> str:
-    """The cause of a generic crash: the exception line itself, shortened."""
-    exc = exc.strip()
-    return exc if len(exc) <= 160 else exc[:157] + "..."
-
-
-# --------------------------------------------------------------------------- line cleaning
-
-
-@dataclass(frozen=True)
-class LogLine:
-    """A cleaned line: ``text`` without ANSI and outer prefixes; ``msg`` the message
-    without the engine prefix; ``rank`` e.g. 'TP0' or 'Worker_TP0'; ``level``."""
-
-    raw: str
-    text: str
-    msg: str
-    time: str | None
-    rank: str
-    level: str
-    engine_hint: str | None
-    #: the compose service or pod that wrote the line ('' without such a prefix)
-    source: str = ""
-    #: the pid of a vLLM "(Proc pid=N)" prefix (None without one)
-    pid: int | None = None
-
-
-def clean_line(raw: str) -> LogLine:
-    s = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
-    s = s.rstrip()
-    source = ""
-    pid: int | None = None
-    if s[:1].isdigit():
-        s = DOCKER_TS_RE.sub("", s, count=1)
-    elif "| " in s[:60]:
-        m = COMPOSE_RE.match(s)
-        if m and "%|" not in s[: m.end()]:
-            source = s[: m.end()].split("|", 1)[0].strip()
-            s = s[m.end() :]
-    if s.startswith("[pod/"):
-        m = KUBE_RE.match(s)
-        if m:
-            source = s[1 : m.end() - 2]
-            s = s[m.end() :]
-    text = s
-    msg = s
-    ts: str | None = None
-    rank = ""
-    level = ""
-    hint: str | None = None
-    m = SG_PREFIX.match(s) if s.startswith("[") else None
-    if m:
-        ts, rank, msg = m.group(1), m.group(2).strip(), s[m.end() :]
-        hint = "sglang"
-    else:
-        # vLLM: one or more "(Proc pid=N) " prefixes, then LEVEL date [file:line]
-        while True:
-            m2 = VL_PROC.match(msg)
-            if not m2:
-                break
-            hint = "vllm"
-            proc = m2.group(1)
-            if not rank:
-                rank = proc if m2.group(2) is None else f"{proc}{m2.group(2)}"
-                pid = int(m2.group(3))
-            msg = msg[m2.end() :]
-        m3 = VL_LEVEL.match(msg)
-        if m3:
-            level, ts = m3.group(1), m3.group(2)
-            msg = msg[m3.end() :]
-            hint = "vllm"
-    if msg.startswith(("INFO:", "WARNING:", "ERROR:", "DEBUG:", "CRITICAL:")):
-        m4 = UVICORN.match(msg)
-        if m4:
-            level = level or m4.group(1)
-            msg = msg[m4.end() :]
-    if not level:
-        if "ERROR" in text[:80] or "Traceback" in msg[:10]:
-            level = "ERROR"
-        elif "WARNING" in text[:80] or "WARN " in text:
-            level = "WARNING"
-    return LogLine(raw, text, msg, ts, rank, level, hint, source, pid)
-
-
-def severity(line: str) -> str:
-    """'error' | 'warning' | 'info' for colouring a (raw or cleaned) line."""
-    s = ANSI_RE.sub("", line) if "\x1b" in line else line
-    head = s[:160]
-    if (
-        "ERROR" in head
-        or "CRITICAL" in head
-        or "Traceback (most recent call last)" in s
-        or re.search(r"^\w*(?:Error|Exception)\b|\b\w+(?:Error|Exception): ", s)
-        or "NCCL WARN" in s
-        or "Killed" == s.strip()
-    ):
-        return "error"
-    if "WARNING" in head or "WARN " in head or "Warning:" in head or "warnings.warn" in s:
-        return "warning"
-    return "info"
-
-
-def _int(s: str) -> int:
-    return int(s.replace(",", ""))
 
 
 # --------------------------------------------------------------------------- parser
@@ -956,7 +436,7 @@ class LogParser:
         if tb.err_index is None or tb.err_index >= len(st.errors):
             # the root (innermost) exception of this chain
             if name.endswith(("KeyboardInterrupt", "SystemExit")):
-                kind, cause, origin = "terminated", _refine_cause("terminated", "terminated by a signal", exc), "terminated"
+                kind, cause, origin = "terminated", refine_cause("terminated", "terminated by a signal", exc), "terminated"
                 if "terminated" in exc:
                     cause = "terminated by a signal (KeyboardInterrupt: terminated)"
             elif c is not None and c[0] not in ("crash", "terminated"):
@@ -964,7 +444,7 @@ class LogParser:
             elif WRAPPER_RE.search(exc):
                 kind, cause, origin = "crash", "engine crashed (the cause is in an earlier traceback)", "wrapper"
             else:
-                kind, cause, origin = "crash", _exc_cause(exc), "exception"
+                kind, cause, origin = "crash", exc_cause(exc), "exception"
             wrapper = tb.wrapper or self._last_wrapper.get(ln.rank)
             proof = ln.text.strip()
             if proof.startswith("| "):
@@ -996,7 +476,7 @@ class LogParser:
             if c is not None:
                 kind, cause = c
             else:
-                kind, cause = "crash", _exc_cause(exc)
+                kind, cause = "crash", exc_cause(exc)
             upd = replace(root, kind=kind, cause=cause, line=ln.text.strip(), time=ln.time, line_no=no, segment=seg,
                           wrapper=root.line, rank=ln.rank or root.rank)
             st.errors[tb.err_index] = upd
@@ -1283,7 +763,7 @@ class LogParser:
             m = VL_KV_TOKENS.search(msg)
             if m:
                 st.kv_seen = True
-                tokens = _int(m.group(1))
+                tokens = to_int(m.group(1))
                 if st.kv_tokens is None:
                     st.kv_tokens = tokens
                 fact("kv_tokens", tokens)
@@ -1430,25 +910,3 @@ def event_to_json(ev: LogEvent) -> dict[str, object]:
         }
     d = {k: getattr(ev, k) for k in ev.__dataclass_fields__}  # type: ignore[union-attr]
     return d
-
-
-__all__ = [
-    "ENGINES",
-    "ErrorEvent",
-    "FactEvent",
-    "LogEvent",
-    "LogLine",
-    "LogParser",
-    "PHASES",
-    "ParseState",
-    "PhaseEvent",
-    "StatEvent",
-    "classify",
-    "clean_line",
-    "event_to_json",
-    "parse_file",
-    "parse_text",
-    "pick_failure",
-    "replace",
-    "severity",
-]

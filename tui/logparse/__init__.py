@@ -1,0 +1,62 @@
+"""The SGLang / vLLM server log parser (incremental).
+
+Feed it bytes as they arrive (``feed``), or whole text; it buffers partial
+reads, decodes UTF-8 with ``errors="replace"``, splits on ``[\\r\\n]+`` (tqdm
+redraws with ``\\r``), strips ANSI colour, Docker/compose prefixes and the
+engines' own prefixes, and turns recognised lines into events:
+
+* :class:`PhaseEvent`: startup phase changes and progress inside a phase
+  (weight shards n/N, CUDA-graph capture n/N per capture phase);
+* :class:`FactEvent`: facts such as KV-cache tokens, memory, HTTP URL,
+  attention backend;
+* :class:`ErrorEvent`: a fatal text with its ``kind`` (oom, nccl, port,
+  argparse, watchdog, capture-failed, crash), the proving line and the
+  lines before it;
+* :class:`StatEvent`: runtime stat lines (SGLang ``Decode batch`` /
+  ``Prefill batch``, vLLM ``Avg prompt throughput``).
+
+:attr:`LogParser.state` is the running summary (:class:`ParseState`). The log
+alone never proves readiness (the tracker confirms with ``/health`` and the
+process); a fatal line after the ready line revokes it (``failure`` wins).
+Reference: docs/serving-engines.md section 4.
+
+The package's API is below: import it from ``tui.logparse``. Inside, ``events`` holds
+what the parser reports, ``patterns`` the engines' line formats and fatal texts by
+class, ``parser`` the incremental parser itself.
+"""
+
+from tui.logparse.events import (
+    ENGINES,
+    PHASES,
+    ErrorEvent,
+    FactEvent,
+    LogEvent,
+    ParseState,
+    PhaseEvent,
+    StatEvent,
+    pick_failure,
+)
+from tui.logparse.parser import LogParser, event_to_json, iter_events, parse_file, parse_text
+from tui.logparse.patterns import LogLine, classify, clean_line, might_be_fatal, severity
+
+__all__ = [
+    "ENGINES",
+    "ErrorEvent",
+    "FactEvent",
+    "LogEvent",
+    "LogLine",
+    "LogParser",
+    "PHASES",
+    "ParseState",
+    "PhaseEvent",
+    "StatEvent",
+    "classify",
+    "clean_line",
+    "event_to_json",
+    "iter_events",
+    "might_be_fatal",
+    "parse_file",
+    "parse_text",
+    "pick_failure",
+    "severity",
+]
