@@ -53,7 +53,7 @@ def run_child(port: int, interval: float) -> int:
     from tui.collectors.history import GpuHistory
     from tui.collectors.hoststats import HostCollector
     from tui.collectors.servers import ServerCollector, ServerSpec
-    from tui.services.hosts import get_host
+    from tui.services.targets import get_host
     from tui.util.aio import run_async
 
     counts = {"gpu_blocks": 0, "gpu_errors": 0, "host_samples": 0, "server_samples": 0, "server_ready": 0}

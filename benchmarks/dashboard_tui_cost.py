@@ -43,7 +43,7 @@ def _child_fake() -> int:
     """The app on scripted collectors (8 GPUs at 1 Hz, host, one server), in this terminal."""
     sys.path.insert(0, str(REPO))
     from tests.ui_fakes import FakeHost, FakeServers, TickingGpu, host_stats, server
-    from tui.app import make_app
+    from tui.ui.app import make_app
 
     app = make_app(gpu=TickingGpu(8, 1.0), host_source=FakeHost(host_stats()),
                    servers=FakeServers((server(),)), target="fake", interval=1.0)

@@ -23,7 +23,7 @@ from textual.app import App  # noqa: E402
 
 from tui.ab.compare import compare, side_from_dict  # noqa: E402
 from tui.ab.journal import Journal  # noqa: E402
-from tui.screens.compare import CompareScreen  # noqa: E402
+from tui.ui.screens.compare import CompareScreen  # noqa: E402
 
 DATA = ROOT / "screenshots" / "compare-ab.json"
 

@@ -1,7 +1,7 @@
 """Deterministic scenes of every screen: the SVG snapshot tests and ``scripts/screenshots.py``
 build the same apps from here (posting's ``snapshot_app`` pattern).
 
-A scene is ``build() -> (app, run_before)``: ``app`` is the real :class:`~tui.app.TunedeckApp`
+A scene is ``build() -> (app, run_before)``: ``app`` is the real :class:`~tui.ui.app.TunedeckApp`
 on fake collectors (fixed data, fixed clocks: nothing live, nothing launched), ``run_before``
 drives it with a Pilot to the state to capture. The profile / results / state folders must point
 at empty temporary directories (the tests' conftest does it; the screenshot script too).
@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 from textual.pilot import Pilot
 
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_snapshot, host_stats, server
-from tui.app import TunedeckApp, make_app
+from tui.ui.app import TunedeckApp, make_app
 from tui.model import NA, GpuProcess, GpuStatus
 
 REPO = Path(__file__).resolve().parent.parent
@@ -110,7 +110,7 @@ def profiles() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
 
     async def run_before(pilot: Pilot) -> None:
         from tui.profiles.preflight import Finding
-        from tui.screens.profiles import ProfilesScreen
+        from tui.ui.screens.profiles import ProfilesScreen
 
         await _settled(app, pilot)
         await pilot.press("l")
@@ -144,7 +144,7 @@ def launch_form() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
         from textual.widgets import Input
 
         from tui.profiles.store import ProfileStore
-        from tui.screens.launch import LaunchScreen
+        from tui.ui.screens.launch import LaunchScreen
 
         await _settled(app, pilot)
         await app.push_screen(LaunchScreen(ProfileStore().get("sglang-tuned")))
@@ -171,8 +171,8 @@ def run() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
 
     async def run_before(pilot: Pilot) -> None:
         from tui.model import StartupProgress
-        from tui.screens.run import RunScreen
-        from tui.services.runstore import RunRecord
+        from tui.ui.screens.run import RunScreen
+        from tui.hostops.runstore import RunRecord
         from widgets.server_log import ServerLog
         from widgets.startup_progress import StartupProgressView
 
@@ -236,7 +236,7 @@ def bench() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.screens.bench import BenchScreen
+        from tui.ui.screens.bench import BenchScreen
         from widgets.throughput_chart import ThroughputChart
 
         class ShotBench(BenchScreen):
@@ -259,7 +259,7 @@ def bench_setup() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.screens.bench_setup import BenchSetupScreen
+        from tui.ui.screens.bench_setup import BenchSetupScreen
 
         await _settled(app, pilot)
         await pilot.press("b")
@@ -275,7 +275,7 @@ def compare() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
 
     async def run_before(pilot: Pilot) -> None:
         from tui.ab.compare import compare as compare_sides, side_from_dict
-        from tui.screens.compare import CompareScreen
+        from tui.ui.screens.compare import CompareScreen
 
         e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
         a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
@@ -297,8 +297,8 @@ def runs() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.screens.runs import RunsScreen
-        from tui.services.runstore import RunRecord
+        from tui.ui.screens.runs import RunsScreen
+        from tui.hostops.runstore import RunRecord
 
         recs = [RunRecord(f"7f3a00{i:02d}", TARGET, ["x"], engine=e, port=port, profile=prof, status=st,
                           created=1_741_436_000.0 + 3600 * i, started=1_741_436_000.0 + 3600 * i, rc=rc)
@@ -327,7 +327,7 @@ def confirm_stop() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.screens.modals import ConfirmModal
+        from tui.ui.screens.modals import ConfirmModal
 
         await _settled(app, pilot)
         await app.push_screen(ConfirmModal("Stop run 20250308-122905-7f3a on gpuop@gpu-box-01 (pid 48213)?\n"
@@ -342,7 +342,7 @@ def hosts() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.screens.hosts import HostsModal
+        from tui.ui.screens.hosts import HostsModal
 
         await _settled(app, pilot)
         await app.push_screen(HostsModal(TARGET, [(TARGET, "current"), ("gpu-box-02", "used before"),

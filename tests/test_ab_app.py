@@ -14,8 +14,8 @@ async def test_compare_mode_opens_with_last_ab_and_demo_ops():
     from tests.abfakes import FakeOps
     from tui.ab.plans import load_plan
     from tui.ab.runner import ABRunner
-    from tui.app import make_app
-    from tui.screens.compare import CompareScreen
+    from tui.ui.app import make_app
+    from tui.ui.screens.compare import CompareScreen
     from tui.sim.demo import demo_host
     from widgets.compare_table import CompareTable
 

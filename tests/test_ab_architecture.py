@@ -8,7 +8,7 @@ def test_ab_core_imports_no_ui():
     code = (
         "import sys\n"
         "import tui.ab.plans, tui.ab.compare, tui.ab.render, tui.ab.journal, tui.ab.runner\n"
-        "import tui.ab.ops, tui.ab.results, tui.ab.series\n"
+        "import tui.hostside.abops, tui.ab.results, tui.ab.series\n"
         "import tui.commands.ab, tui.commands.compare, tui.commands.journal, tui.commands.plans\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich', 'widgets')]\n"
         "assert not bad, bad\n"

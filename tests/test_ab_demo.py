@@ -62,8 +62,8 @@ def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 
 async def nothing_running() -> tuple[list, list | None]:
-    from tui.services import launcher
-    from tui.services.hosts import get_host
+    from tui.hostops import launcher
+    from tui.services.targets import get_host
 
     host = get_host(None, demo=True)
     alive = [h for h in await launcher.list_host_runs(host) if h.alive]
@@ -130,7 +130,7 @@ async def test_pilot_one_key_runs_demo_ab_and_shows_comparison(profiles):
     """In the TUI: mark A and B, press g; the real A/B runs over the simulator and the view appears."""
     from textual.app import App
 
-    from tui.screens.compare import CompareScreen
+    from tui.ui.screens.compare import CompareScreen
     from tui.sim.demo import demo_host
     from widgets.compare_chart import CompareChart
     from widgets.compare_table import CompareTable

@@ -8,8 +8,8 @@ import pytest
 from textual.app import App
 
 from tests.abfakes import FakeOps, fake_campaigns
-from tui.screens.compare import CompareScreen
-from tui.screens.modals import ConfirmModal
+from tui.ui.screens.compare import CompareScreen
+from tui.ui.screens.modals import ConfirmModal
 from widgets.compare_chart import CompareChart
 from widgets.compare_table import CompareTable
 

@@ -1,35 +1,103 @@
-"""The core must run without the UI: importing it never loads Textual."""
+"""The layers: the core runs without the UI, every package sits in one layer, and the
+headless commands never load Textual or rich (checked on real runs, not on imports alone)."""
 
+from __future__ import annotations
+
+import re
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
-CORE = [
-    "tui.model",
-    "tui.cli",
-    "tui.services.hosts",
-    "tui.util.safety",
-    "tui.util.files",
-]
+from tests.conftest import REPO
+from tests.simfix import SimProc, free_port
+
+#: the packages (and top-level modules) under ``tui`` that make up the core: everything but the UI
+UI = {"ui"}
+
+
+def _layers() -> list[list[str]]:
+    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())
+    contracts = [c for c in cfg["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    assert len(contracts) == 1, "one layers contract covers every module"
+    return [[m.strip() for m in re.split(r"[|:]", layer)] for layer in contracts[0]["layers"]]
+
+
+def _top_level() -> set[str]:
+    """``tui.X`` for every package and module directly under ``tui/`` (but ``__init__``)."""
+    out = set()
+    for p in (REPO / "tui").iterdir():
+        if p.name.startswith(("_", ".")) and p.name != "__main__.py":
+            continue
+        if p.is_dir() and (p / "__init__.py").exists():
+            out.add(f"tui.{p.name}")
+        elif p.suffix == ".py":
+            out.add(f"tui.{p.stem}")
+    return out
+
+
+def test_every_package_sits_in_exactly_one_layer():
+    names = [m for layer in _layers() for m in layer]
+    assert len(names) == len(set(names)), "a package is in two layers"
+    assert set(names) == _top_level() | {"widgets"}
 
 
 def test_core_imports_no_textual():
+    core = sorted(m for m in _top_level() if m.split(".")[1] not in UI)
     code = (
         "import importlib, pkgutil, sys\n"
-        "import tui, tui.services, tui.collectors, tui.sim, tui.bench, tui.util, tui.commands\n"
-        "mods = []\n"
-        "for pkg in (tui.services, tui.collectors, tui.sim, tui.bench, tui.util, tui.commands):\n"
-        "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+        f"mods = []\n"
+        f"for name in {core!r}:\n"
+        "    if name == 'tui.__main__':\n"
+        "        continue\n"
+        "    mod = importlib.import_module(name)\n"
+        "    mods.append(name)\n"
+        "    for m in pkgutil.walk_packages(getattr(mod, '__path__', []), name + '.'):\n"
+        "        if m.name.endswith('.__main__'):\n"
+        "            continue\n"
+        "        importlib.import_module(m.name)\n"
         "        mods.append(m.name)\n"
-        f"mods += {CORE!r} + ['tui.profiles'] if importlib.util.find_spec('tui.profiles') else {CORE!r}\n"
-        "for m in mods:\n"
-        "    importlib.import_module(m)\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich', 'widgets')]\n"
         "assert not bad, bad\n"
         "print(len(mods))\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
-    assert int(r.stdout.strip()) >= len(CORE)
+    assert int(r.stdout.strip()) > 80  # every core module, not a handful
+
+
+def _imported(argv: list[str], env_extra: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """Run ``tunedeck ARGV`` with ``-X importtime`` and return the top-level packages it loaded."""
+    import os
+
+    env = dict(os.environ, **(env_extra or {}))
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "tui", *argv], capture_output=True, text=True,
+                       cwd=REPO, env=env, timeout=120)
+    mods = set()
+    for line in r.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            mods.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    return r, mods
+
+
+def test_status_json_never_loads_textual_or_rich(tmp_path: Path):
+    r, mods = _imported(["status", "--demo", "--json"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert '"gpus"' in r.stdout or '"gpu"' in r.stdout
+    assert "tui" in mods  # the importtime log was read
+    assert not mods & {"textual", "rich", "widgets", "plotext"}, sorted(mods & {"textual", "rich", "widgets"})
+
+
+def test_a_real_benchmark_never_loads_textual_or_rich(tmp_path: Path):
+    port = free_port()
+    with SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "0.2") as sim:
+        sim.wait_ready()
+        r, mods = _imported(["bench", "--url", f"http://127.0.0.1:{port}", "--num-prompts", "4", "--concurrency",
+                             "2", "--input-len", "8", "--output-len", "4", "--json", "-"],
+                            )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert '"completed": 4' in r.stdout
+    assert not mods & {"textual", "rich", "widgets", "plotext"}, sorted(mods & {"textual", "rich", "widgets"})
 
 
 def test_cli_help_and_version():

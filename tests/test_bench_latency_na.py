@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tui.bench.runner import Progress
-from tui.screens.bench import latency_line
+from tui.ui.screens.bench import latency_line
 
 
 def test_tick_before_first_sample_has_no_latency_numbers():

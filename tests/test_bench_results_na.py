@@ -9,7 +9,7 @@ from textual.app import App
 from textual.widgets import DataTable
 
 from tui.bench.store import run_dir
-from tui.screens.bench_setup import BenchSetupScreen
+from tui.ui.screens.bench_setup import BenchSetupScreen
 
 pytestmark = pytest.mark.timeout(60)
 

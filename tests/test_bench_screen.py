@@ -7,7 +7,7 @@ from textual.app import App
 
 from tests.fakesrv import FakeServer
 from tui.bench import store
-from tui.screens.bench import BenchScreen
+from tui.ui.screens.bench import BenchScreen
 from widgets.throughput_chart import ThroughputChart
 
 

@@ -13,7 +13,7 @@ import pytest
 from tests.fake_smi import FakeSmi
 from tui.collectors.gpu import GpuCollector
 from tui.model import NA, GpuStatus
-from tui.services.hosts import ByteStream, Host, HostError, LocalHost, RunResult
+from tui.hostops.hosts import ByteStream, Host, HostError, LocalHost, RunResult
 
 pytestmark = pytest.mark.timeout(40)
 

@@ -21,7 +21,7 @@ from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tui.collectors.gpu import GpuCollector
 from tui.collectors.hoststats import HostCollector
 from tui.model import GpuStatus
-from tui.services.ssh import SshHost
+from tui.hostops.ssh import SshHost
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(90)]
 

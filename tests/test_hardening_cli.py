@@ -123,7 +123,7 @@ async def test_broken_files_in_the_profiles_folder_never_take_down_the_launch_sc
     """Pressing `l` with a 500-deep array and a hostile key in the profiles folder: the
     profile list opens with the built-ins, the broken files are named, the app keeps running."""
     from tests.test_ui_status import SIZE, app_with, until
-    from tui.screens.profiles import ProfilesScreen
+    from tui.ui.screens.profiles import ProfilesScreen
 
     folder = tmp_path / "profiles"
     folder.mkdir()
@@ -141,7 +141,7 @@ async def test_broken_files_in_the_profiles_folder_never_take_down_the_launch_sc
 
 
 def test_host_errors_quote_the_host_on_one_escaped_line() -> None:
-    from tui.services.hosts import HostError
+    from tui.hostops.hosts import HostError
 
     e = HostError("error", f"tail: {HOSTILE_KEY}\nsecond line", target="gpu1")
     assert str(e) == "gpu1: tail: \\x1b]0;PWNED\\x07\\x1b[2J\\nsecond line"

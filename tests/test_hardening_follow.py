@@ -155,7 +155,7 @@ def test_follow_reports_a_dropped_link_within_keepalive_bound_while_still_down(
         driver = (
             "import sys\n"
             "import tui.commands.logs as L\n"
-            "from tui.services.ssh import SshHost\n"
+            "from tui.hostops.ssh import SshHost\n"
             f"L.host_from_args = lambda a: SshHost(a.host, keepalive_interval={keepalive}, "
             f"keepalive_count_max={count}, connect_timeout=5, retry_attempts=3, backoff_base=0.5)\n"
             "from tui.cli import main\n"

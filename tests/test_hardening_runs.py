@@ -13,9 +13,9 @@ from pathlib import Path
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.test_launcher import FAKE, free_port
-from tui.services.hosts import LocalHost
-from tui.services.launcher import launch, stop_run
-from tui.services.runstore import RunStore
+from tui.hostops.hosts import LocalHost
+from tui.hostops.launcher import launch, stop_run
+from tui.hostops.runstore import RunStore
 from tui.util.safety import redact_argv
 
 

@@ -18,8 +18,8 @@ from typing import Iterator
 
 import pytest
 
-from tui.services.hostscripts import LIST_SCRIPT, STOP_SCRIPT
-from tui.services.ssh import _KILL_SCRIPT
+from tui.hostops.hostscripts import LIST_SCRIPT, STOP_SCRIPT
+from tui.hostops.ssh import _KILL_SCRIPT
 
 
 def _shells() -> list[object]:

@@ -13,9 +13,9 @@ from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.test_gpu_ssh import remote_smi  # noqa: F401  (fixture)
 from tests.test_ui_status import SIZE, until
 from tests.test_ui_sshd import install_fake_smi, remove_fake_smi
-from tui.app import make_app
-from tui.services.hosts import HostError
-from tui.services.ssh import SshHost
+from tui.ui.app import make_app
+from tui.hostops.hosts import HostError
+from tui.hostops.ssh import SshHost
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(120)]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tui.services.hosts import LineStream, LocalHost
+from tui.hostops.hosts import LineStream, LocalHost
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -18,7 +18,7 @@ from tests.conftest import REPO, tunedeck_cmd
 from tests.hostfix import fake_python, pythons
 from tests.simfix import SimProc, free_port
 from tui.services import runtime
-from tui.services.hosts import LocalHost
+from tui.hostops.hosts import LocalHost
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -33,7 +33,7 @@ def test_zipapp_is_reproducible_and_named_by_its_content(tmp_path):
     names = set(zipfile.ZipFile(a.path).namelist())
     assert "__main__.py" in names and "tui/hostside/__main__.py" in names and "tui/bench/runner.py" in names
     # nothing of the UI, the SSH client or the simulator travels
-    assert not any(n.startswith(("tui/screens/", "tui/sim/", "widgets/")) or n.endswith("ssh.py") for n in names)
+    assert not any(n.startswith(("tui/ui/screens/", "tui/sim/", "widgets/")) or n.endswith("ssh.py") for n in names)
 
 
 def test_every_module_imports_under_the_oldest_python_with_the_stdlib_only(tmp_path):
@@ -241,7 +241,7 @@ def test_two_ab_campaigns_on_one_host_are_refused(tmp_path, monkeypatch):
     assert "cancelled" in c.stderr
 
     async def alive() -> list:
-        from tui.services import launcher
+        from tui.hostops import launcher
         from tui.sim.demo import demo_host
 
         return [h for h in await launcher.list_host_runs(demo_host()) if h.alive]
@@ -256,8 +256,8 @@ async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
     from tests.abfakes import FakeOps
     from tui.ab.plans import load_plan
     from tui.ab.runner import ABEvent, ABRunner
-    from tui.screens.compare import CompareScreen
-    from tui.services import launcher, runstore
+    from tui.ui.screens.compare import CompareScreen
+    from tui.hostops import launcher, runstore
     from widgets.compare_table import CompareTable
 
     host = LocalHost()

@@ -11,7 +11,7 @@ import pytest
 from tui.collectors.history import GpuHistory
 from tui.collectors.hoststats import HostCollector, cpu_percent, parse_proc
 from tui.model import NA, GpuSnapshot, GpuStatus
-from tui.services.hosts import ByteStream, Host, HostError, LocalHost, RunResult
+from tui.hostops.hosts import ByteStream, Host, HostError, LocalHost, RunResult
 
 pytestmark = pytest.mark.timeout(30)
 

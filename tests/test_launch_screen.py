@@ -11,7 +11,7 @@ from textual.widgets import Button, Checkbox, Input, Select
 from tests.profilefix import fake_host
 from tui.profiles.builder import build_command
 from tui.profiles.store import ProfileStore
-from tui.screens.launch import LaunchScreen
+from tui.ui.screens.launch import LaunchScreen
 from widgets.preset_form import PresetForm
 
 pytestmark = pytest.mark.timeout(60)
@@ -81,7 +81,7 @@ async def test_pick_presets_and_preview_changes(store):
 
 
 async def test_inline_validation_and_launch(store):
-    from tui.screens.modals import ConfirmModal
+    from tui.ui.screens.modals import ConfirmModal
     from tui.sim.demo import demo_host
 
     screen = LaunchScreen(store.get("sglang-tuned"), store=store, host=demo_host(), demo=True)

@@ -16,10 +16,10 @@ from tests.conftest import REPO, tunedeck_cmd
 from tests.test_launcher import free_port
 from tui.profiles.builder import build_command
 from tui.profiles.store import ProfileStore
-from tui.services import launcher as L, runstore
-from tui.services.launcher import demo_argv
-from tui.services.hosts import get_host
-from tui.services.tracker import wait_ready
+from tui.hostops import launcher as L, runstore
+from tui.hostops.launcher import demo_argv
+from tui.services.targets import get_host
+from tui.hostops.tracker import wait_ready
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -12,9 +12,9 @@ import pytest
 
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.test_launcher import FAKE, free_port
-from tui.services import launcher as L, runstore
-from tui.services.ssh import SshHost
-from tui.services.tracker import StartupTracker
+from tui.hostops import launcher as L, runstore
+from tui.hostops.ssh import SshHost
+from tui.hostops.tracker import StartupTracker
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(90)]
 

@@ -170,9 +170,9 @@ async def test_startup_progress_widget():
 
 async def test_run_screen_attaches_shows_progress_and_stops():
     from tests.test_launcher import fake
-    from tui.screens.run import RunScreen
-    from tui.services import launcher as L, runstore
-    from tui.services.hosts import LocalHost
+    from tui.ui.screens.run import RunScreen
+    from tui.hostops import launcher as L, runstore
+    from tui.hostops.hosts import LocalHost
 
     host = LocalHost()
     argv, port = fake("vllm", None, "--load-seconds", "1.5")
@@ -228,9 +228,9 @@ async def test_run_screen_attaches_shows_progress_and_stops():
 
 async def test_run_screen_launches_then_attaches_or_shows_refusal():
     from tests.test_launcher import fake
-    from tui.screens.run import RunScreen
-    from tui.services import launcher as L, runstore
-    from tui.services.hosts import LocalHost
+    from tui.ui.screens.run import RunScreen
+    from tui.hostops import launcher as L, runstore
+    from tui.hostops.hosts import LocalHost
 
     host = LocalHost()
     argv, port = fake("sglang", None, "--load-seconds", "1")
@@ -273,9 +273,9 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
     import re as _re
 
     from tests.test_launcher import fake
-    from tui.screens.run import RunScreen
-    from tui.services import launcher as L, runstore
-    from tui.services.hosts import LocalHost
+    from tui.ui.screens.run import RunScreen
+    from tui.hostops import launcher as L, runstore
+    from tui.hostops.hosts import LocalHost
 
     host = LocalHost()
     argv, port = fake("sglang", None, "--numbered", "300", "--load-seconds", "0.5")

@@ -462,9 +462,9 @@ WRAPPERS = ("See root cause above", "Received sigquit", "Scheduler hit an except
     ],
 )
 def test_run_view_cause_is_the_root_exception_of_real_logs(real_logs, name, root):
-    from tui.services.hosts import LocalHost
-    from tui.services.runstore import RunRecord
-    from tui.services.tracker import StartupTracker
+    from tui.hostops.hosts import LocalHost
+    from tui.hostops.runstore import RunRecord
+    from tui.hostops.tracker import StartupTracker
 
     rec = RunRecord("abcdef02", "local", ["x"], engine=name.split("-")[0], pid=4242, started=1.0, created=1.0)
     tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)
@@ -477,9 +477,9 @@ def test_run_view_cause_is_the_root_exception_of_real_logs(real_logs, name, root
 
 
 def test_an_unterminated_last_line_counts_once_the_process_ended():
-    from tui.services.hosts import LocalHost
-    from tui.services.runstore import RunRecord
-    from tui.services.tracker import StartupTracker
+    from tui.hostops.hosts import LocalHost
+    from tui.hostops.runstore import RunRecord
+    from tui.hostops.tracker import StartupTracker
 
     rec = RunRecord("abcdef03", "local", ["x"], engine="sglang", pid=4242, started=1.0, created=1.0)
     tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)

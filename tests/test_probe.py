@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tui.commands.probe import format_table
-from tui.services.probe import parse_probe_output
+from tui.hostops.probe import parse_probe_output
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,7 @@ from tui.profiles.builder import Command, check_profile
 from tui.profiles.model import ServerProfile, Speculative
 from tui.profiles.schema import FLAGS
 from tui.profiles.store import ProfileStore
-from tui.services.hosts import LocalHost
+from tui.hostops.hosts import LocalHost
 from tui.util.safety import UnsafeInput
 
 # no shell variables of its own: a loop variable would clobber an exported one of the same name

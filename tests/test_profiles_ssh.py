@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
 
 @pytest.fixture
 def remote(sshd: SshdServer):  # noqa: F811
-    from tui.services.ssh import SshHost
+    from tui.hostops.ssh import SshHost
 
     exe = sshd.shim_dir / f"dump argv {os.getpid()}"
     exe.write_text(DUMP.format(env=shutil.which("env")))

@@ -26,9 +26,9 @@ from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.test_launcher import FAKE, free_port, pid_alive
 from tui.profiles.model import load_profile_file, load_profile_text
 from tui.profiles.store import ProfileStore
-from tui.services import runstore
-from tui.services.hosts import HostError
-from tui.services.ssh import SshHost
+from tui.hostops import runstore
+from tui.hostops.hosts import HostError
+from tui.hostops.ssh import SshHost
 
 
 def td(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -305,7 +305,7 @@ def test_r25_asyncssh_floor_declared_and_installed() -> None:
 async def test_r23_ui_answers_keys_while_the_link_is_blackholed(sshd: SshdServer) -> None:
     from tests.test_ui_status import SIZE, until
     from tests.test_ui_sshd import install_fake_smi, remove_fake_smi
-    from tui.app import make_app
+    from tui.ui.app import make_app
     from widgets.gpu_table import GpuTable
 
     install_fake_smi(sshd, gpus=2)
@@ -364,7 +364,7 @@ def strict_sshd(sshd_server: SshdServer, monkeypatch: pytest.MonkeyPatch):  # no
 @pytest.mark.timeout(60)
 async def test_r7_capped_handshakes_survive_maxstartups(strict_sshd: SshdServer,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    import tui.services.ssh as sshmod
+    import tui.hostops.ssh as sshmod
 
     async def storm(limit: int) -> list[BaseException | None]:
         monkeypatch.setattr(sshmod, "MAX_HANDSHAKES", limit)  # read when this loop's semaphore is made

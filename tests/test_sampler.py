@@ -29,7 +29,7 @@ from tests.test_ab_ssh import remote_shims
 from tui.collectors.sampled import SampledGpu, sampled_sources
 from tui.collectors.smi import QUERY_APPS_FIELDS, QUERY_GPU_FIELDS
 from tui.hostside import sampler as hs
-from tui.services.hosts import LocalHost
+from tui.hostops.hosts import LocalHost
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -231,7 +231,7 @@ def _sampler_procs(sshd: SshdServer) -> list[tuple[int, str]]:
 
 
 def _host(server: SshdServer):
-    from tui.services.ssh import SshHost
+    from tui.hostops.ssh import SshHost
 
     return SshHost(server.target(ROOT_USER), keepalive_interval=1, keepalive_count_max=2, backoff_base=0.05,
                    backoff_cap=0.5, retry_attempts=1, connect_timeout=5)
@@ -295,7 +295,7 @@ async def test_dashboard_sources_over_sshd_share_one_sampler_and_one_connection(
 _DASHBOARD = textwrap.dedent("""
     import asyncio, sys
     from tui.collectors.sampled import sampled_sources
-    from tui.services.ssh import SshHost
+    from tui.hostops.ssh import SshHost
 
     async def main():
         src = sampled_sources(SshHost(sys.argv[1]), interval=0.5)
@@ -309,7 +309,7 @@ _DASHBOARD = textwrap.dedent("""
 @pytest.mark.sshd
 @pytest.mark.slow
 def test_kill_9_of_the_laptop_leaves_no_sampler_on_the_host(sshd: SshdServer, tmp_path):
-    from tui.services.ssh import SshOptions
+    from tui.hostops.ssh import SshOptions
 
     remote_shims(sshd, tmp_path / "remote-sim")
     laptop = subprocess.Popen([sys.executable, "-c", _DASHBOARD, sshd.target(ROOT_USER)], cwd=REPO,
@@ -342,7 +342,7 @@ def test_a_frozen_laptop_leaves_no_sampler_after_the_keepalive_window(sshd: Sshd
     code = textwrap.dedent(f"""
         import asyncio, sys
         from tui.services.sampler import HostSampler
-        from tui.services.ssh import SshHost
+        from tui.hostops.ssh import SshHost
 
         async def main():
             s = HostSampler(SshHost(sys.argv[1]), interval=0.5, keepalive={keepalive})

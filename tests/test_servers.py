@@ -10,7 +10,7 @@ import pytest
 from tests.fake_engines import SGLANG_METRICS, VLLM_METRICS, FakeEngine, fill
 from tui.collectors.servers import ServerCollector, ServerSpec
 from tui.model import NA
-from tui.services.hosts import LocalHost
+from tui.hostops.hosts import LocalHost
 
 pytestmark = pytest.mark.timeout(30)
 

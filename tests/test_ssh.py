@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
-from tui.services.hosts import HostError, get_host
-from tui.services.ssh import SshHost
-from tui.services.sshconfig import read_ssh_config, resolve_endpoint
+from tui.hostops.hosts import HostError
+from tui.services.targets import get_host
+from tui.hostops.ssh import SshHost
+from tui.hostops.sshconfig import read_ssh_config, resolve_endpoint
 from tui.util.paths import known_hosts_file
 from tui.util.safety import UnsafeInput
 
@@ -498,7 +499,7 @@ async def test_forward_port_reaches_a_remote_loopback_service(sshd: SshdServer) 
 
 
 async def test_handshakes_are_capped(sshd: SshdServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tui.services.ssh as sshmod
+    import tui.hostops.ssh as sshmod
 
     real = sshmod.asyncssh.connect
     inflight = peak = 0

@@ -130,8 +130,8 @@ def test_status_demo_shows_eight_gpus() -> None:
 def test_known_servers_from_run_folders(tmp_path: Path) -> None:
     """Live run folders on the host become servers; the model comes from the local record."""
     from tui.collectors.status import known_servers, model_from_argv
-    from tui.services.hosts import LocalHost
-    from tui.services.launcher import launch, list_host_runs, stop_run
+    from tui.hostops.hosts import LocalHost
+    from tui.hostops.launcher import launch, list_host_runs, stop_run
     from tui.util.aio import run_async
 
     async def scenario() -> tuple:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from textual.app import App
 
-from tui.screens.bench import BenchScreen
+from tui.ui.screens.bench import BenchScreen
 from widgets.throughput_chart import ThroughputChart
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,8 +10,8 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.simfix import free_port
 from tests.test_ui_status import SIZE, cell, until
-from tui.app import make_app
-from tui.services.hosts import get_host
+from tui.ui.app import make_app
+from tui.services.targets import get_host
 from widgets.gpu_table import GpuProcessTable, GpuTable
 from widgets.server_panel import ServerPanel
 
@@ -56,8 +56,8 @@ async def test_launch_form_request_opens_the_run_view_and_launches(monkeypatch, 
 
     from tui.profiles.builder import build_command
     from tui.profiles.store import ProfileStore
-    from tui.screens.launch import LaunchScreen
-    from tui.screens.run import RunScreen
+    from tui.ui.screens.launch import LaunchScreen
+    from tui.ui.screens.run import RunScreen
 
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
     monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "profiles"))

@@ -10,7 +10,7 @@ from textual.app import App
 from tests.abfakes import FakeOps, fake_campaigns
 from tui.ab.compare import LevelResult, Side, SideRun, compare, config_diff
 from tui.ab.render import to_text
-from tui.screens.compare import CompareScreen
+from tui.ui.screens.compare import CompareScreen
 from widgets.compare_chart import CompareChart
 from widgets.compare_table import CompareTable, ConfigDiff
 
@@ -140,10 +140,10 @@ class _Tracker:
 
 
 async def test_run_view_ready_once_clock_stops_and_a_stop_is_not_a_failure(monkeypatch):
-    import tui.screens.run as run_mod
-    from tui.screens.modals import ConfirmModal
-    from tui.services.launcher import StopResult
-    from tui.services.runstore import RunRecord
+    import tui.ui.screens.run as run_mod
+    from tui.ui.screens.modals import ConfirmModal
+    from tui.hostops.launcher import StopResult
+    from tui.hostops.runstore import RunRecord
     from widgets.startup_progress import StartupProgressView
 
     class Host:
@@ -188,8 +188,8 @@ async def test_run_view_ready_once_clock_stops_and_a_stop_is_not_a_failure(monke
 
 # ---------------------------------------------------------------- profiles list and form
 async def test_broken_user_profile_is_listed_not_dropped(tmp_path, monkeypatch):
-    from tui.app import make_app
-    from tui.screens.profiles import ProfilesScreen
+    from tui.ui.app import make_app
+    from tui.ui.screens.profiles import ProfilesScreen
     from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
 
     user = tmp_path / "user"
@@ -221,7 +221,7 @@ async def test_form_hides_backends_for_other_hardware(tmp_path, monkeypatch):
 
     monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "user"))
     from tui.profiles.store import ProfileStore
-    from tui.screens.launch import LaunchScreen
+    from tui.ui.screens.launch import LaunchScreen
 
     store = ProfileStore()
     scr = LaunchScreen(store.get("sglang-base"), store=store, host=demo_host(), demo=True)
@@ -287,7 +287,7 @@ async def test_80x24_keeps_the_important_columns_and_160_adds_history():
 async def test_question_mark_lists_the_keys_of_the_screen():
     from tests.snapshot_app import SCENES
     from tests.ui_text import screen_text
-    from tui.screens.modals import KeysModal
+    from tui.ui.screens.modals import KeysModal
 
     app, run_before = SCENES["profiles"]()
     async with app.run_test(size=(100, 40)) as pilot:
@@ -307,7 +307,7 @@ async def test_profiles_filter_takes_a_burst_and_headers_sort():
     from textual import events
 
     from tests.snapshot_app import base_app
-    from tui.screens.profiles import ProfilesScreen
+    from tui.ui.screens.profiles import ProfilesScreen
     from widgets.filter_table import TableFilter
 
     app = base_app(ticks=2)
@@ -341,7 +341,7 @@ async def test_results_list_filters_and_sorts():
 
     from tests.snapshot_app import base_app
     from tui.bench.store import run_dir
-    from tui.screens.bench_setup import BenchSetupScreen
+    from tui.ui.screens.bench_setup import BenchSetupScreen
     from widgets.filter_table import FilterTable
 
     for rid, prof, tput in (("20260101-000000-aaaaaa", "sglang-base", 61.0), ("20260101-000001-bbbbbb", "vllm-x", 9.5),
@@ -369,9 +369,9 @@ async def test_results_list_filters_and_sorts():
 
 async def test_host_switcher_lists_ssh_config_and_switches(tmp_path, monkeypatch):
     from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats
-    from tui.app import make_app
-    from tui.screens.hosts import HostsModal, recent_hosts
-    from tui.sources import Sources
+    from tui.ui.app import make_app
+    from tui.ui.screens.hosts import HostsModal, recent_hosts
+    from tui.collectors.sources import Sources
 
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
@@ -404,9 +404,9 @@ async def test_runs_list_filters_sorts_and_opens(monkeypatch):
     from textual import events
 
     from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
-    from tui.app import make_app
-    from tui.screens.runs import RunsScreen
-    from tui.services.runstore import RunRecord, RunStore
+    from tui.ui.app import make_app
+    from tui.ui.screens.runs import RunsScreen
+    from tui.hostops.runstore import RunRecord, RunStore
 
     store = RunStore()
     for i, (prof, st, port) in enumerate((("sglang-base", "stopped", 30000), ("vllm-baseline", "ready", 8000),

@@ -7,8 +7,8 @@ import pytest
 from tests import fake_smi
 from tests.test_ui_status import SIZE, cell, until
 from tests.ui_text import screen_text
-from tui.app import make_app
-from tui.services.hosts import LocalHost
+from tui.ui.app import make_app
+from tui.hostops.hosts import LocalHost
 from widgets.gpu_table import GpuStateLine, GpuTable
 from widgets.host_panel import HostPanel
 
@@ -60,7 +60,7 @@ async def test_real_server_collector_states(tmp_path):
     """A real sim SGLang without --enable-metrics says so; a server on a closed port is down/refused."""
     from tests.simfix import SimProc, free_port
     from tui.collectors.servers import ServerSpec
-    from tui.sources import default_sources
+    from tui.collectors.sources import default_sources
     from widgets.server_panel import METRICS_DISABLED, ServerPanel
 
     fake = fake_smi.FakeSmi(tmp_path, gpus=1)

@@ -11,8 +11,8 @@ from textual.widgets import Input
 
 from tests.conftest import REPO, tunedeck_cmd
 from tui.profiles.store import ProfileStore
-from tui.screens.launch import LaunchScreen
-from tui.screens.modals import ConfirmModal
+from tui.ui.screens.launch import LaunchScreen
+from tui.ui.screens.modals import ConfirmModal
 from widgets.preset_form import PresetForm
 
 pytestmark = pytest.mark.timeout(90)
@@ -133,7 +133,7 @@ async def test_form_shows_diff_against_the_saved_file(store):
 
 # ---------------------------------------------------------------- bench setup
 async def test_bench_setup_enter_in_a_field_does_not_start_a_load_test():
-    from tui.screens.bench_setup import BenchSetupScreen
+    from tui.ui.screens.bench_setup import BenchSetupScreen
 
     app = App()
     async with app.run_test(size=SIZE) as pilot:

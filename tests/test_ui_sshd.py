@@ -9,8 +9,8 @@ from tests.fake_smi import SCRIPT
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.test_ui_status import SIZE, cell, until
 from tests.ui_text import screen_text
-from tui.app import make_app
-from tui.services.ssh import SshHost
+from tui.ui.app import make_app
+from tui.hostops.ssh import SshHost
 from widgets.gpu_table import GpuTable
 from widgets.host_banner import HostBanner
 from widgets.host_panel import HostPanel

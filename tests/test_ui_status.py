@@ -20,10 +20,11 @@ from tests.ui_fakes import (
     unreachable,
 )
 from tests.ui_text import screen_text
-from tui.app import MODE_REGISTRY, ModeSpec, TunedeckApp, make_app
-from tui.messages import GpuSamples, HostSamples, HostStateChanged, LinkState
+from tui.ui.app import MODE_REGISTRY, ModeSpec, TunedeckApp, make_app
+from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged
+from tui.model import LinkState
 from tui.model import NA, GpuStatus
-from tui.services.hosts import HostError
+from tui.hostops.hosts import HostError
 from widgets.gpu_table import GpuProcessTable, GpuTable
 from widgets.host_banner import HostBanner
 from widgets.server_panel import METRICS_DISABLED, ServerPanel
@@ -293,7 +294,7 @@ async def test_registry_hook_and_hidden_status_skips_drawing():
     modes = {
         "status": MODE_REGISTRY["status"],
         "launch": ModeSpec("Launch", "l", _OtherScreen),
-        "bench": ModeSpec("Bench", "b", "tui.screens.not_written_yet:BenchScreen"),
+        "bench": ModeSpec("Bench", "b", "tui.ui.screens.not_written_yet:BenchScreen"),
         "needs-args": ModeSpec("Args", "x", _ArgsScreen),
         "compare": ModeSpec("Compare", "c", _HostScreen),
         "broken": ModeSpec("Broken", "y", _BrokenScreen),
@@ -336,7 +337,7 @@ async def test_palette_runs_screen_and_app_commands():
         await pilot.pause(0.3)
         await pilot.press("enter")
         await until(pilot, lambda: not panel.display)
-        from tui.palette import TunedeckCommands
+        from tui.ui.palette import TunedeckCommands
 
         names = [name for name, _, _ in TunedeckCommands(app.screen)._commands()]
         assert {"Go to Status", "Processes", "Reconnect", "Quit"} <= set(names)
@@ -352,7 +353,7 @@ def test_state_messages_coalesce_per_host():
 
 
 def test_binding_ids_are_unique_and_present():
-    from tui.screens.status import StatusScreen
+    from tui.ui.screens.status import StatusScreen
 
     ids = [b.id for b in TunedeckApp.BINDINGS + StatusScreen.BINDINGS]
     assert all(ids) and len(set(ids)) == len(ids)
@@ -408,7 +409,7 @@ async def test_gpu_feed_drives_the_link_without_a_host_sampler():
 
 
 async def test_launch_mode_opens_the_profile_list():
-    from tui.screens.profiles import ProfilesScreen
+    from tui.ui.screens.profiles import ProfilesScreen
 
     app = app_with()
     async with app.run_test(size=SIZE) as pilot:

@@ -1,6 +1,6 @@
 """Scripted collectors for UI tests, the screenshot script and the cost benchmark.
 
-They follow the protocols in :mod:`tui.sources`; nothing here touches SSH.
+They follow the protocols in :mod:`tui.collectors.sources`; nothing here touches SSH.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from typing import AsyncIterator, Callable, Iterable
 
 from tui.model import NA, GpuProcess, GpuSnapshot, GpuStatus, HostStats, ServerStats
-from tui.services.hosts import HostError
+from tui.hostops.hosts import HostError
 
 
 def gpu_snapshot(i: int, t: int = 0, **over: object) -> GpuSnapshot:

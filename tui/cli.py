@@ -20,28 +20,11 @@ import sys
 from typing import Sequence
 
 from tui import __version__
-
-
-def _common_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    g = common.add_argument_group("target")
-    g.add_argument(
-        "--host",
-        metavar="TARGET",
-        default=argparse.SUPPRESS,
-        help="target host: 'local', [user@]host[:port] or a Host alias from ~/.ssh/config",
-    )
-    g.add_argument(
-        "--demo",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="use the built-in simulator (simulated GPUs and engines) on this machine",
-    )
-    return common
+from tui.commands import common_parser, finish_args
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = _common_parser()
+    common = common_parser()
     parser = argparse.ArgumentParser(
         prog="tunedeck",
         description="Dashboard for tuning SGLang and vLLM inference servers on multi-GPU hosts. "
@@ -64,25 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _finish(args: argparse.Namespace) -> argparse.Namespace:
-    if not hasattr(args, "host"):
-        args.host = None
-    if not hasattr(args, "demo"):
-        args.demo = False
-    if args.demo and args.host not in (None, "local"):
-        raise SystemExit("tunedeck: --demo runs on this machine; it cannot be combined with --host")
-    return args
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = _finish(parser.parse_args(argv))
+    args = finish_args(parser.parse_args(argv))
     from tui.util import logs
 
     logs.setup(verbose=bool(getattr(args, "verbose", False)))
     func = getattr(args, "func", None)
     if func is None:
-        from tui.commands._dashboard import run_dashboard
+        from tui.ui.dashboard import run_dashboard  # the one door into the UI
 
         return int(run_dashboard(args) or 0)
     try:

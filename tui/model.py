@@ -238,3 +238,26 @@ class StartupProgress:
     gpu_memory: tuple[float, ...] = ()  # MiB per GPU
     message: str = ""
     time: float = 0.0
+
+
+@dataclass(frozen=True)
+class LinkState:
+    """The connection state of one target host, as the banner and header show it."""
+
+    target: str
+    """The host as the user named it."""
+    state: str
+    """``connecting`` | ``connected`` | ``unreachable`` (retrying) | ``failed`` (not retried:
+    auth or host-key errors) | ``error`` (a collector crashed; restarted)."""
+    attempt: int = 0
+    """Failed attempts in a row (0 while connected)."""
+    retry_at: float | None = None
+    """``time.monotonic()`` of the next attempt, or None when none is scheduled."""
+    last_error: str = ""
+    """The last error's message."""
+    kind: str = ""
+    """The :class:`tui.hostops.hosts.HostError` kind of the last error, if any."""
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "connected"

@@ -6,7 +6,7 @@ import math
 import time
 
 
-from tui.messages import LinkState
+from tui.model import LinkState
 from widgets._countdown import CountdownStatic
 
 _LABELS = {

@@ -17,7 +17,7 @@ B fails to start, the run stops with the tracker's diagnosis, keeps what it
 has, and leaves nothing running.
 
 What the runner does on the host goes through :class:`ServerOps` (see
-:mod:`tui.ab.ops` for the implementation over the launcher, tracker and
+:mod:`tui.hostside.abops` for the implementation over the launcher, tracker and
 ``tunedeck bench``), so the same code drives the CLI and the TUI.
 Progress is reported as :class:`ABEvent` objects to an ``on_event`` callback.
 """

@@ -32,7 +32,7 @@ from tui.collectors.smi import (
     parse_query_gpu,
 )
 from tui.model import GpuProcess, GpuSnapshot, GpuStatus
-from tui.services.hosts import ByteStream, Host, HostError
+from tui.hostops.hosts import ByteStream, Host, HostError
 
 NVIDIA_SMI = "nvidia-smi"
 

@@ -4,7 +4,7 @@
 the one sampler process of a host (:class:`tui.services.sampler.HostSampler`)
 streams, and turn it into the same snapshots as the per-command collectors
 (:class:`~tui.collectors.gpu.GpuCollector`, :class:`~tui.collectors.hoststats.HostCollector`,
-:class:`~tui.sources.WatchedServers`), with the same parsers. On a host without a
+:class:`~tui.collectors.sources.WatchedServers`), with the same parsers. On a host without a
 usable Python (``state == "unavailable"``) each falls back to its per-command
 collector, built only then.
 """
@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Callable, Iterable
 from tui.collectors.servers import ServerCollector, ServerSpec, _Probe
 from tui.collectors.smi import classify_failure, join_processes, parse_compute_apps, parse_gpu_line
 from tui.model import NA, GpuProcess, GpuStatus, HostStats, ServerStats
-from tui.services.hosts import Host, HostError
+from tui.hostops.hosts import Host, HostError
 from tui.services.sampler import HostSampler
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def gpu_status(msg: dict[str, Any], apps: dict[str, Any] | None) -> GpuStatus:
 
 
 class SampledGpu:
-    """A :class:`~tui.sources.GpuSource` over the sampler's GPU lines."""
+    """A :class:`~tui.collectors.sources.GpuSource` over the sampler's GPU lines."""
 
     def __init__(self, sampler: HostSampler, fallback: Callable[[], Any], *, watchdog: float = 15.0) -> None:
         self.sampler = sampler
@@ -89,7 +89,7 @@ class SampledGpu:
 
 
 class SampledHost:
-    """A :class:`~tui.sources.HostSource` over the sampler's ``/proc`` lines."""
+    """A :class:`~tui.collectors.sources.HostSource` over the sampler's ``/proc`` lines."""
 
     def __init__(self, sampler: HostSampler, fallback: Callable[[], Any], *, timeout: float = 8.0) -> None:
         self.sampler = sampler
@@ -180,7 +180,7 @@ class _SampledServerCollector(ServerCollector):
 
 
 class SampledServers:
-    """A :class:`~tui.sources.ServerSource`: the servers of the live runs the sampler lists,
+    """A :class:`~tui.collectors.sources.ServerSource`: the servers of the live runs the sampler lists,
     read on the host's loopback by the sampler, plus ``extra`` specs (given by URL, probed
     from here as before)."""
 
@@ -197,8 +197,8 @@ class SampledServers:
 
     async def sample(self) -> tuple[ServerStats, ...]:
         from tui.collectors.status import servers_of_runs
-        from tui.services.launcher import HostRun
-        from tui.services.tracker import reconcile_servers
+        from tui.hostops.launcher import HostRun
+        from tui.hostops.tracker import reconcile_servers
 
         s = self.sampler
         state = await s.wait_settled(self.timeout)
@@ -235,7 +235,7 @@ def sampled_sources(host: Host, *, interval: float = 1.0, servers: Iterable[Any]
     its per-command collector when the host cannot run the sampler."""
     from tui.collectors.gpu import GpuCollector
     from tui.collectors.hoststats import HostCollector
-    from tui.sources import Sources, WatchedServers
+    from tui.collectors.sources import Sources, WatchedServers
 
     sampler = HostSampler(host, interval=interval)
     extra = tuple(servers)

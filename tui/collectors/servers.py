@@ -31,7 +31,7 @@ import httpx
 
 from tui.collectors import prom
 from tui.model import NA, Num, ServerStats
-from tui.services.hosts import Host, HostError
+from tui.hostops.hosts import Host, HostError
 
 ENGINES = ("sglang", "vllm", "auto")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")

@@ -9,7 +9,7 @@ from tui.collectors.gpu import GpuCollector
 from tui.collectors.hoststats import HostCollector
 from tui.collectors.servers import ServerCollector, ServerSpec
 from tui.model import GpuStatus, HostStats, StatusSnapshot, jsonable
-from tui.services.hosts import Host, HostError
+from tui.hostops.hosts import Host, HostError
 
 
 async def known_servers(host: Host) -> tuple[ServerSpec, ...]:
@@ -18,15 +18,15 @@ async def known_servers(host: Host) -> tuple[ServerSpec, ...]:
     dashboard are found too). The model comes from the local run record when
     there is one.
     """
-    from tui.services.launcher import list_host_runs
+    from tui.hostops.launcher import list_host_runs
 
     return servers_of_runs(host, await list_host_runs(host))
 
 
 def servers_of_runs(host: Host, runs: Iterable[Any]) -> tuple[ServerSpec, ...]:
     """ServerSpecs of the live runs among ``runs`` (``HostRun`` values) that have a port."""
-    from tui.services.hosts import target_name
-    from tui.services.runstore import RunStore
+    from tui.hostops.hosts import target_name
+    from tui.hostops.runstore import RunStore
 
     local = {rec.run_id: rec for rec in RunStore().all(target_name(host))}
     specs: list[ServerSpec] = []
@@ -100,7 +100,7 @@ async def collect_status(
         specs = tuple(s for s in known if s.name not in names) + extra
         if not specs:
             return ()
-        from tui.services.tracker import reconcile_servers
+        from tui.hostops.tracker import reconcile_servers
 
         async with ServerCollector(host, specs) as sc:
             return reconcile_servers(await sc.sample())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tui.services.hosts import HostError
+from tui.hostops.hosts import HostError
 from tui.util.safety import UnsafeInput
 
 

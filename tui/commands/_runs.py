@@ -6,10 +6,11 @@ import argparse
 import sys
 from typing import Sequence
 
-from tui.services.hosts import Host, HostError, get_host
-from tui.services.hosts import target_name
-from tui.services.launcher import pick_run, reattach
-from tui.services.runstore import RunRecord, RunStore
+from tui.hostops.hosts import Host, HostError
+from tui.services.targets import get_host
+from tui.hostops.hosts import target_name
+from tui.hostops.launcher import pick_run, reattach
+from tui.hostops.runstore import RunRecord, RunStore
 from tui.util.safety import UnsafeInput, visible
 
 
@@ -33,7 +34,7 @@ async def records_for(host: Host, store: RunStore, *, sync: bool = True) -> list
 
 async def live_records(host: Host, store: RunStore) -> list[RunRecord]:
     """The runs whose process is alive on ``host`` now, whatever their recorded state."""
-    from tui.services.tracker import STALLED
+    from tui.hostops.tracker import STALLED
 
     out = []
     for rec in await reattach(host, store):

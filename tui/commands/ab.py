@@ -89,7 +89,8 @@ async def run(args: argparse.Namespace) -> int:
         return _fail("--noise must be between 0 and 100")
     from tui.services import jobs, runtime
     from tui.services.abrun import ABRun
-    from tui.services.hosts import HostError, get_host
+    from tui.hostops.hosts import HostError
+    from tui.services.targets import get_host
 
     ref = args.attach or args.cancel
     if ref is None:

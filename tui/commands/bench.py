@@ -190,7 +190,7 @@ def _check_url(url: str) -> None:
 
 
 async def _host_gpus(host: Any) -> list[str]:
-    from tui.services.hosts import HostError
+    from tui.hostops.hosts import HostError
 
     try:
         r = await host.run(["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader"],
@@ -313,7 +313,7 @@ async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, A
 
     u = cfg.url
     if any(h in u for h in ("//127.0.0.1", "//localhost", "//[::1]")):
-        from tui.services.hosts import LocalHost
+        from tui.hostops.hosts import LocalHost
 
         if shutil.which("nvidia-smi"):
             gpus = await _host_gpus(LocalHost())
@@ -351,7 +351,8 @@ async def _host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | 
     """A benchmark on --host/--demo: start (or attach to / stop) it and follow it here."""
     from tui.services import jobs, runtime
     from tui.services.benchrun import HOST, BenchRun
-    from tui.services.hosts import HostError, get_host
+    from tui.hostops.hosts import HostError
+    from tui.services.targets import get_host
     from tui.util.safety import UnsafeInput
 
     try:
@@ -442,13 +443,13 @@ async def _follow(args: argparse.Namespace, run: Any) -> int:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """``tunedeck bench`` arguments, parsed as the command line parses them."""
-    from tui.cli import _common_parser, _finish
+    from tui.commands import common_parser, finish_args
 
     parser = argparse.ArgumentParser(prog="tunedeck", add_help=False, exit_on_error=False)
     sub = parser.add_subparsers(dest="command")
-    register(sub, _common_parser())
+    register(sub, common_parser())
     try:
-        return _finish(parser.parse_args(["bench", *argv]))
+        return finish_args(parser.parse_args(["bench", *argv]))
     except SystemExit:
         raise ValueError(f"invalid bench arguments: {' '.join(argv)}") from None
 
@@ -459,7 +460,8 @@ async def start_run(argv: list[str]) -> Any:
     and closing the dashboard does not cut it. Returns a :class:`tui.services.benchrun.BenchRun`."""
     from tui.bench import metrics
     from tui.services.benchrun import BenchRun
-    from tui.services.hosts import LocalHost, get_host
+    from tui.hostops.hosts import LocalHost
+    from tui.services.targets import get_host
 
     args = parse_args(argv)
     goodput = metrics.parse_goodput(args.goodput)

@@ -10,10 +10,10 @@ import time
 from tui.commands._runs import err, host_from_args
 from tui.model import jsonable
 from tui.profiles.model import ProfileError
-from tui.services.hosts import HostError
-from tui.services.launcher import LaunchRefused, demo_argv, launch, stop_command
-from tui.services.runstore import ENGINES, RunStore
-from tui.services.tracker import StartupTracker, format_progress
+from tui.hostops.hosts import HostError
+from tui.hostops.launcher import LaunchRefused, demo_argv, launch, stop_command
+from tui.hostops.runstore import ENGINES, RunStore
+from tui.hostops.tracker import StartupTracker, format_progress
 from tui.util.safety import UnsafeInput, check_env_name, dangerous_env_names
 
 
@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
 
 def _stall_after(text: str) -> tuple[float, str]:
-    from tui.services.tracker import parse_stall_after
+    from tui.hostops.tracker import parse_stall_after
 
     try:
         return parse_stall_after(text)

@@ -17,10 +17,10 @@ import sys
 from typing import BinaryIO
 
 from tui.commands._runs import choose, err, host_from_args, records_for
-from tui.services.hosts import Host, HostError
-from tui.services.launcher import find_host_run
-from tui.services.logfollow import LogFollower, read_log
-from tui.services.runstore import RunRecord, RunStore
+from tui.hostops.hosts import Host, HostError
+from tui.hostops.launcher import find_host_run
+from tui.hostops.logfollow import LogFollower, read_log
+from tui.hostops.runstore import RunRecord, RunStore
 from tui.util.safety import visible
 
 log_ = logging.getLogger(__name__)

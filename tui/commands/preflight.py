@@ -16,7 +16,8 @@ async def _preflight(args: argparse.Namespace) -> int:
     from tui.commands._hosterr import report_error
     from tui.commands.profiles import load_named
     from tui.profiles.preflight import preflight
-    from tui.services.hosts import HostError, get_host
+    from tui.hostops.hosts import HostError
+    from tui.services.targets import get_host
     from tui.util.safety import UnsafeInput
 
     store = ProfileStore()

@@ -7,8 +7,9 @@ import json
 
 from tui.commands._hosterr import report_error
 from tui.services import runtime
-from tui.services.hosts import HostError, get_host
-from tui.services.probe import ProbeResult, probe_host
+from tui.hostops.hosts import HostError
+from tui.services.targets import get_host
+from tui.hostops.probe import ProbeResult, probe_host
 from tui.util.safety import UnsafeInput
 
 

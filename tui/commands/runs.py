@@ -10,10 +10,10 @@ from typing import Sequence
 
 from tui.commands._runs import age, err, host_from_args, records_for
 from tui.model import jsonable
-from tui.services.hosts import Host, HostError
-from tui.services.launcher import gpu_memory_used, process_alive
-from tui.services.runstore import LAUNCHING, READY, STARTING, RunRecord, RunStore
-from tui.services.tracker import STALLED, describe_gpu_memory
+from tui.hostops.hosts import Host, HostError
+from tui.hostops.launcher import gpu_memory_used, process_alive
+from tui.hostops.runstore import LAUNCHING, READY, STARTING, RunRecord, RunStore
+from tui.hostops.tracker import STALLED, describe_gpu_memory
 from tui.util.safety import redact_argv, visible
 
 log = logging.getLogger(__name__)

@@ -55,7 +55,8 @@ def _parse_servers(items: Sequence[str]) -> list[Any]:
 
 async def run_status(args: argparse.Namespace) -> int:
     from tui.collectors.status import collect_status, status_json
-    from tui.services.hosts import HostError, get_host
+    from tui.hostops.hosts import HostError
+    from tui.services.targets import get_host
     from tui.util.safety import UnsafeInput
 
     try:

@@ -12,9 +12,9 @@ import sys
 
 from tui.commands._runs import choose, err, host_from_args, live_records, records_for
 from tui.model import jsonable
-from tui.services.hosts import HostError
-from tui.services.launcher import stop_run
-from tui.services.runstore import RunRecord, RunStore
+from tui.hostops.hosts import HostError
+from tui.hostops.launcher import stop_run
+from tui.hostops.runstore import RunRecord, RunStore
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

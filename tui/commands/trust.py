@@ -8,7 +8,7 @@ import json
 import sys
 
 from tui.commands._hosterr import report_error
-from tui.services.hosts import HostError, parse_target
+from tui.hostops.hosts import HostError, parse_target
 from tui.util.paths import known_hosts_file
 from tui.util.safety import UnsafeInput
 
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
 
 async def run(args: argparse.Namespace) -> int:
-    from tui.services.trust import add_trusted, check_host
+    from tui.hostops.trust import add_trusted, check_host
 
     target = args.target or args.host
     if not target or target == "local" or args.demo:

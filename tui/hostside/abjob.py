@@ -42,7 +42,7 @@ def take_lock(ab_root: Path) -> int:
 
 
 async def run(job_dir: Path) -> int:
-    from tui.ab.ops import LocalOps
+    from tui.hostside.abops import LocalOps
     from tui.ab.plan import Plan
     from tui.ab.runner import ABEvent, ABRunner, ProfileInfo
 

@@ -1,6 +1,6 @@
 """Pre-flight check: before a ~10-minute launch, ask the host whether the profile can work there.
 
-On the target :class:`~tui.services.hosts.Host` it reads
+On the target :class:`~tui.hostops.hosts.Host` it reads
 
 * the engine version (SGLang: ``python3 -c 'import sglang; print(sglang.__version__)'``;
   vLLM: ``vllm --version``; the demo: ``tunedeck sim <engine> --version``),
@@ -235,7 +235,7 @@ def _store_cache(key: str, entry: dict[str, Any]) -> None:
 
 
 async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, use_cache: bool = True) -> HostFacts:
-    """Read version, help, backend list and GPUs from ``host`` (a tui.services.hosts.Host)."""
+    """Read version, help, backend list and GPUs from ``host`` (a tui.hostops.hosts.Host)."""
     cmds = probe_commands(profile, demo=demo)
     exe = tuple(cmds["help"][:-1])
     target = getattr(host, "target", "?")

@@ -20,8 +20,9 @@ from tui.ab.journal import Journal, new_id
 from tui.ab.plan import Plan
 from tui.ab.runner import ABEvent, ABReport, ProfileInfo, report_from_dict
 from tui.hostside import jobfiles
-from tui.services import jobs, launcher, logfollow
-from tui.services.hosts import Host, HostError
+from tui.services import jobs
+from tui.hostops import launcher, logfollow
+from tui.hostops.hosts import Host, HostError
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Mapping
 
 from tui.ab.compare import VIA_SSH
 from tui.services import jobs
-from tui.services.hosts import Host, HostError
+from tui.hostops.hosts import Host, HostError
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Mapping
 
 from tui.hostside import jobfiles
-from tui.services import launcher, logfollow, runstore, runtime
-from tui.services.hosts import Host, HostError
+from tui.hostops import launcher, logfollow, runstore
+from tui.services import runtime
+from tui.hostops.hosts import Host, HostError
 from tui.util.files import atomic_write_json, atomic_write_text
 from tui.util.paths import data_dir
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tui
-from tui.services.hosts import Host, HostError
+from tui.hostops.hosts import Host, HostError
 from tui.util.paths import state_dir
 from tui.util.safety import check_text
 
@@ -46,19 +46,18 @@ SHIPPED: tuple[str, ...] = (
     "tui/ab/__init__.py",
     "tui/ab/compare.py",
     "tui/ab/journal.py",
-    "tui/ab/ops.py",
     "tui/ab/plan.py",
     "tui/ab/render.py",
     "tui/ab/runner.py",
     "tui/logparse/",
     "tui/model.py",
-    "tui/services/__init__.py",
-    "tui/services/hosts.py",
-    "tui/services/hostscripts.py",
-    "tui/services/launcher.py",
-    "tui/services/logfollow.py",
-    "tui/services/runstore.py",
-    "tui/services/tracker.py",
+    "tui/hostops/__init__.py",
+    "tui/hostops/hosts.py",
+    "tui/hostops/hostscripts.py",
+    "tui/hostops/launcher.py",
+    "tui/hostops/logfollow.py",
+    "tui/hostops/runstore.py",
+    "tui/hostops/tracker.py",
     "tui/util/__init__.py",
     "tui/util/aio.py",
     "tui/util/files.py",

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from tui.services import runtime
-from tui.services.hosts import Host, HostError
+from tui.hostops.hosts import Host, HostError
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tui.services.hosts import HostError, get_host
+from tui.hostops.hosts import HostError
+from tui.services.targets import get_host
 from tui.util.safety import UnsafeInput
 
 
@@ -25,7 +26,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
         print("tunedeck: the dashboard needs a terminal; use `tunedeck status --json` in scripts",
               file=sys.stderr)
         return 2
-    from tui.app import make_app
+    from tui.ui.app import make_app
 
     app = make_app(host, target="demo" if demo else host.target, demo=demo)
     rc = app.run()

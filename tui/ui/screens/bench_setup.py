@@ -1,5 +1,5 @@
 """Bench mode: pick a server, set the workload, start ``tunedeck bench`` (live charts in
-:class:`~tui.screens.bench.BenchScreen`), and read stored results.
+:class:`~tui.ui.screens.bench.BenchScreen`), and read stored results.
 
 Left: the servers known on the host (the app's server feed) and the form: URL (optional; overrides
 the selected server), endpoint, concurrency list, prompts, input/output length, warmup, ignore_eos.
@@ -29,7 +29,7 @@ from tui.model import ServerStats
 from widgets.filter_table import FilterTable, TableFilter
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tui.app import TunedeckApp
+    from tui.ui.app import TunedeckApp
 
 
 class BenchFormError(ValueError):
@@ -302,7 +302,7 @@ class BenchSetupScreen(Screen):
             self.query_one("#bs-error", Static).update(Text(str(e)))
             self.notify(str(e), severity="error", markup=False)
             return
-        from tui.screens.bench import BenchScreen
+        from tui.ui.screens.bench import BenchScreen
 
         self.last_args = args
         self.app.push_screen(BenchScreen(args))
@@ -313,9 +313,9 @@ class BenchSetupScreen(Screen):
     @work(group="bench-attach", exclusive=True, exit_on_error=False)
     async def _attach_worker(self) -> None:
         """Follow a benchmark running on the host (started earlier, here or by `tunedeck bench`)."""
-        from tui.screens.bench import BenchScreen
+        from tui.ui.screens.bench import BenchScreen
         from tui.services import jobs
-        from tui.services.hosts import HostError
+        from tui.hostops.hosts import HostError
 
         host = self.host or getattr(self.tapp, "host", None)
         if host is None:

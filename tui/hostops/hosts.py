@@ -1,7 +1,7 @@
 """The host layer: one async interface for a target host.
 
 Two implementations: :class:`LocalHost` (asyncio subprocesses) and
-``SshHost`` (asyncssh, in :mod:`tui.services.ssh`). Every higher layer
+``SshHost`` (asyncssh, in :mod:`tui.hostops.ssh`). Every higher layer
 (collectors, launcher, pre-flight, bench) talks to a :class:`Host` and
 never to asyncssh or subprocess directly, so the demo (a ``LocalHost``
 whose PATH starts with the simulator's shims) and a real remote box run
@@ -555,22 +555,6 @@ def _port(p: str, text: str) -> int:
     return int(p)
 
 
-def get_host(target: str | None = None, *, demo: bool = False) -> Host:
-    """The Host for a CLI ``--host``/``--demo`` pair. No connection is made yet."""
-    if demo:
-        from tui.sim.demo import demo_host
-
-        return demo_host()
-    if target is None or target == "local":
-        return LocalHost()
-    t = parse_target(target)
-    if t.is_local:
-        return LocalHost()
-    from tui.services.ssh import SshHost
-
-    return SshHost(t)
-
-
 def quote(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
     """The exact command as a user would type it (shell-quoted, env first)."""
     return env_command(argv, env)
@@ -584,7 +568,6 @@ __all__ = [
     "LocalHost",
     "RunResult",
     "Target",
-    "get_host",
     "parse_target",
     "quote",
     "shlex",

@@ -24,7 +24,7 @@ from tui.profiles.formtext import env_to_text, flags_to_text, text_to_env, text_
 from tui.profiles.model import DEFAULT_PORTS, ProfileError, ServerProfile, Speculative, dangerous_names
 from tui.profiles.schema import BUILTIN_BACKENDS
 from tui.profiles.store import ProfileStore
-from tui.screens.modals import ConfirmModal
+from tui.ui.screens.modals import ConfirmModal
 from widgets.preset_form import AttentionChoice, FormChoices, FormMessage, FormValues, NcclChoice, PresetForm
 
 
@@ -361,7 +361,7 @@ class LaunchScreen(Screen):
     @work(group="launch-preflight", exclusive=True, exit_on_error=False)
     async def preflight_then_launch(self, profile: ServerProfile) -> None:
         """The same pre-flight as ``L`` in the list: errors stop the launch, warnings ask."""
-        from tui.screens.profiles import checked_command
+        from tui.ui.screens.profiles import checked_command
 
         self.launching = True
         self.form.show_messages([FormMessage("info", "pre-flight", f"checking {profile.name} on the host …")])

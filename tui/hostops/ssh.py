@@ -1,4 +1,4 @@
-"""``SshHost``: the :class:`~tui.services.hosts.Host` primitives over asyncssh.
+"""``SshHost``: the :class:`~tui.hostops.hosts.Host` primitives over asyncssh.
 
 Behaviour (see docs/reliability.md S1-S10):
 
@@ -42,7 +42,7 @@ from typing import AsyncIterator, Mapping, Sequence
 
 import asyncssh
 
-from tui.services.hosts import (
+from tui.hostops.hosts import (
     HOSTNAME_RE,
     ByteStream,
     Host,
@@ -53,13 +53,13 @@ from tui.services.hosts import (
     check_heartbeat,
     parse_target,
 )
-from tui.services.knownhosts import (
+from tui.hostops.knownhosts import (
     fingerprint,
     key_type_label,
     known_keys_for,
     load_known_hosts,
 )
-from tui.services.sshconfig import Endpoint, is_ip, resolve_endpoint
+from tui.hostops.sshconfig import Endpoint, is_ip, resolve_endpoint
 from tui.util.paths import known_hosts_file
 from tui.util.safety import UnsafeInput, check_text, env_argv, visible
 

@@ -1,6 +1,6 @@
 """Detached server launch, run discovery and stop (docs/reliability.md section 2).
 
-Everything runs through :class:`tui.services.hosts.Host` primitives (``run_script``,
+Everything runs through :class:`tui.hostops.hosts.Host` primitives (``run_script``,
 ``run``, ``stream``), so a LocalHost, the demo host and an SSH host behave alike.
 
 On the host each run has a folder ``${TUNEDECK_HOME:-$HOME/.tunedeck}/runs/<run_id>/``::
@@ -16,9 +16,9 @@ On the host each run has a folder ``${TUNEDECK_HOME:-$HOME/.tunedeck}/runs/<run_
     rc          exit status, written by the wrapper when the server ends
 
 Locally each run has a record ``state_dir()/runs/<run_id>.json``
-(:class:`tui.services.runstore.RunRecord`), written *before* the launch. The host
-scripts are in :mod:`tui.services.hostscripts`, log reading and following in
-:mod:`tui.services.logfollow`.
+(:class:`tui.hostops.runstore.RunRecord`), written *before* the launch. The host
+scripts are in :mod:`tui.hostops.hostscripts`, log reading and following in
+:mod:`tui.hostops.logfollow`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from tui.services.hosts import Host, HostError, RunResult, get_host, target_name
-from tui.services.hostscripts import LAUNCH_SCRIPT, LIST_SCRIPT, RUNS_BASE, STOP_SCRIPT, base_line, delimiter
-from tui.services.runstore import (
+from tui.hostops.hosts import Host, HostError, RunResult, target_name
+from tui.hostops.hostscripts import LAUNCH_SCRIPT, LIST_SCRIPT, RUNS_BASE, STOP_SCRIPT, base_line, delimiter
+from tui.hostops.runstore import (
     ENGINES,
     EXITED,
     FAILED,
@@ -520,12 +520,6 @@ def demo_argv(argv: Sequence[str]) -> list[str]:
         return ["tunedeck", *argv[3:]]
     return argv
 
-
-
-def host_for_record(rec: RunRecord) -> Host:
-    if rec.target == "demo":
-        return get_host(None, demo=True)
-    return get_host(None if rec.target == "local" else rec.target)
 
 
 def pick_run(records: Sequence[RunRecord], run: str | None) -> RunRecord | None:

@@ -3,9 +3,9 @@
 :class:`LocalOps` implements :class:`tui.ab.runner.ServerOps` next to the GPUs:
 
 * the profiles arrive resolved (argv, env, port) from the laptop, which read them;
-* :mod:`tui.services.launcher` launches detached, finds and stops runs (PID-reuse
+* :mod:`tui.hostops.launcher` launches detached, finds and stops runs (PID-reuse
   guard, wait for the GPUs to release the run's processes);
-* :mod:`tui.services.tracker` follows the startup (log phases, ``/health``,
+* :mod:`tui.hostops.tracker` follows the startup (log phases, ``/health``,
   liveness, stall, diagnosis);
 * the benchmark runs in this process (:func:`tui.bench.runner.run_benchmark`)
   against the server's own loopback; its results land in this job's results store.
@@ -27,8 +27,8 @@ from tui.ab.runner import (
     RunningServer,
     StopResult,
 )
-from tui.services import launcher, runstore, tracker
-from tui.services.hosts import Host, LocalHost
+from tui.hostops import launcher, runstore, tracker
+from tui.hostops.hosts import Host, LocalHost
 from tui.util import http
 from tui.util.safety import redact_env
 

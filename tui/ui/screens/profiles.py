@@ -24,7 +24,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from tui.profiles.builder import build_command
 from tui.profiles.model import ProfileError, ServerProfile
 from tui.profiles.store import ProfileStore
-from tui.screens.modals import ConfirmModal
+from tui.ui.screens.modals import ConfirmModal
 from widgets.filter_table import FilterTable, TableFilter
 
 
@@ -336,7 +336,7 @@ class ProfilesScreen(Screen):
         return True
 
     def _push_form(self, profile: ServerProfile | None) -> None:
-        from tui.screens.launch import LaunchScreen
+        from tui.ui.screens.launch import LaunchScreen
 
         self.app.push_screen(LaunchScreen(profile, store=self.store, host=self.host, demo=self.demo))
 
@@ -383,7 +383,7 @@ class ProfilesScreen(Screen):
                                                 Text(msg, style="bold red")), launch=launch)
             if command is None:
                 return
-            from tui.screens.launch import LaunchScreen
+            from tui.ui.screens.launch import LaunchScreen
 
             self.post_message(LaunchScreen.LaunchRequested(profile, command))
         finally:

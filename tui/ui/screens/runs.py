@@ -64,7 +64,7 @@ class RunsScreen(Screen[None]):
         if self._given is not None:
             recs = list(self._given)
         else:
-            from tui.services.runstore import RunStore
+            from tui.hostops.runstore import RunStore
 
             try:
                 recs = RunStore().all(target)
@@ -123,7 +123,7 @@ class RunsScreen(Screen[None]):
         if host is None or rec.run_dir is None:
             self.notify(f"run {rec.run_id}: no host or no run folder to follow", severity="warning", markup=False)
             return
-        from tui.screens.run import RunScreen
+        from tui.ui.screens.run import RunScreen
 
         self.app.push_screen(RunScreen(host, rec))
 

@@ -27,10 +27,10 @@ from typing import Awaitable, Callable, Sequence
 
 from tui.logparse import PHASES, ErrorEvent, LogEvent, LogParser, PhaseEvent
 from tui.model import GpuStatus, ServerStats, StartupProgress
-from tui.services.hosts import Host, HostError
-from tui.services.launcher import gpu_memory_used, process_alive, read_rc, stop_run
-from tui.services.runstore import EXITED, FAILED, READY, STARTING, STOPPED, STOPPING, RunRecord, RunStore
-from tui.services.logfollow import follow_forever
+from tui.hostops.hosts import Host, HostError
+from tui.hostops.launcher import gpu_memory_used, process_alive, read_rc, stop_run
+from tui.hostops.runstore import EXITED, FAILED, READY, STARTING, STOPPED, STOPPING, RunRecord, RunStore
+from tui.hostops.logfollow import follow_forever
 from tui.util import http
 from tui.util.files import atomic_write_json
 from tui.util.paths import state_dir

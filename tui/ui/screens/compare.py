@@ -41,7 +41,7 @@ from tui.ab.journal import Journal
 from tui.ab.plans import PlanError, list_plans, load_plan
 from tui.ab.runner import ABEvent, ABReport
 from tui.ab.series import run_series
-from tui.screens.modals import ConfirmModal
+from tui.ui.screens.modals import ConfirmModal
 from widgets.compare_chart import CompareChart
 from widgets.compare_table import CompareTable, ConfigDiff
 
@@ -278,7 +278,7 @@ class CompareScreen(Screen):
         """Follow a campaign still running on the app's host (started earlier, maybe elsewhere)."""
         from tui.services import jobs
         from tui.services.abrun import ABRun
-        from tui.services.hosts import HostError
+        from tui.hostops.hosts import HostError
 
         host = getattr(self.app, "host", None)
         if host is None or self.campaign is not None:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import asyncssh
 
-from tui.services.hosts import HostError, Target
-from tui.services.knownhosts import fingerprint, key_type_label, known_keys_for
-from tui.services.ssh import fetch_host_key
-from tui.services.sshconfig import Endpoint, resolve_endpoint
+from tui.hostops.hosts import HostError, Target
+from tui.hostops.knownhosts import fingerprint, key_type_label, known_keys_for
+from tui.hostops.ssh import fetch_host_key
+from tui.hostops.sshconfig import Endpoint, resolve_endpoint
 from tui.util.files import atomic_write_text
 from tui.util.paths import known_hosts_file
 

@@ -20,7 +20,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
-from tui.messages import LinkState
+from tui.model import LinkState
 from tui.model import GpuStatus, HostStats, ServerStats
 from widgets.gpu_table import GpuProcessTable, GpuStateLine, GpuTable
 from widgets.host_banner import HostBanner
@@ -28,7 +28,7 @@ from widgets.host_panel import HostPanel
 from widgets.server_panel import ServerPanel
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tui.app import TunedeckApp
+    from tui.ui.app import TunedeckApp
 
 
 class StatusScreen(Screen):
@@ -194,7 +194,7 @@ class StatusScreen(Screen):
         panel.display = not panel.display
 
     def action_runs(self) -> None:
-        from tui.screens.runs import RunsScreen
+        from tui.ui.screens.runs import RunsScreen
 
         self.app.push_screen(RunsScreen())
 
@@ -238,13 +238,13 @@ class StatusScreen(Screen):
         if app.host is None:
             self.notify("no host to follow the run on", severity="error")
             return
-        from tui.services.runstore import RunStore
+        from tui.hostops.runstore import RunStore
 
         rec = app.runs.get(server.run_id) or RunStore().load(server.run_id)
         if rec is None or rec.run_dir is None:
             self.notify(f"run {server.run_id}: no local record yet (press r to reconnect and reattach)",
                         severity="warning")
             return
-        from tui.screens.run import RunScreen
+        from tui.ui.screens.run import RunScreen
 
         self.app.push_screen(RunScreen(app.host, rec))

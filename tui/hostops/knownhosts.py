@@ -9,8 +9,8 @@ from typing import Sequence
 
 import asyncssh
 
-from tui.services.hosts import HostError
-from tui.services.sshconfig import Endpoint, is_ip
+from tui.hostops.hosts import HostError
+from tui.hostops.sshconfig import Endpoint, is_ip
 from tui.util.paths import known_hosts_file
 
 

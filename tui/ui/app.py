@@ -5,7 +5,7 @@ Data path: one worker per collector in the group ``poll-<target>``
 (``exit_on_error=False``), each a chained loop (the next poll starts only
 after the previous one ended; never ``set_interval`` + ``exclusive``),
 posts a message carrying an immutable snapshot to the app
-(:mod:`tui.messages`; state messages coalesce). The app keeps the latest
+(:mod:`tui.ui.messages`; state messages coalesce). The app keeps the latest
 snapshots (``app.latest``) and the GPU histories (``app.gpu_history``),
 and republishes each snapshot on a signal that screens subscribe to:
 ``gpu_signal`` (GpuStatus), ``host_signal`` (HostStats), ``server_signal``
@@ -20,8 +20,8 @@ or only with the keywords ``host`` / ``demo``, which the app fills in
 (``app.host``, ``app.demo``); otherwise its key is hidden. Screens read
 ``app.latest`` (newest GpuStatus / HostStats / servers / LinkState) and
 subscribe to the signals above; bindings carry ids, so ``[keymap]`` in
-the config file remaps them (:mod:`tui.keymap`), and every binding of the
-current screen is also a command-palette entry (:mod:`tui.palette`).
+the config file remaps them (:mod:`tui.ui.keymap`), and every binding of the
+current screen is also a command-palette entry (:mod:`tui.ui.palette`).
 """
 
 from __future__ import annotations
@@ -41,15 +41,16 @@ from textual.screen import Screen
 from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
-from tui.messages import GpuSamples, HostSamples, HostStateChanged, LinkState, ServerSamples
+from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
+from tui.model import LinkState
 from tui.model import GpuStatus, HostStats, ServerStats
-from tui.palette import TunedeckCommands
-from tui.sources import BackoffFn, Sources, backoff as default_backoff
+from tui.ui.palette import TunedeckCommands
+from tui.collectors.sources import BackoffFn, Sources, backoff as default_backoff
 from widgets.gpu_table import GpuHistory
 from widgets.server_panel import ServerHistory
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tui.services.hosts import Host
+    from tui.hostops.hosts import Host
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,10 @@ class ModeSpec:
 #: mode name → how to build its screen. Other screens plug in with one line here;
 #: a ``module:Class`` whose module does not exist yet is simply not offered.
 MODE_REGISTRY: dict[str, ModeSpec] = {
-    "status": ModeSpec("Status", "s", "tui.screens.status:StatusScreen"),
-    "launch": ModeSpec("Launch", "l", "tui.screens.profiles:ProfilesScreen"),
-    "bench": ModeSpec("Bench", "b", "tui.screens.bench_setup:BenchSetupScreen"),
-    "compare": ModeSpec("Compare", "c", "tui.screens.compare:CompareScreen"),
+    "status": ModeSpec("Status", "s", "tui.ui.screens.status:StatusScreen"),
+    "launch": ModeSpec("Launch", "l", "tui.ui.screens.profiles:ProfilesScreen"),
+    "bench": ModeSpec("Bench", "b", "tui.ui.screens.bench_setup:BenchSetupScreen"),
+    "compare": ModeSpec("Compare", "c", "tui.ui.screens.compare:CompareScreen"),
 }
 
 
@@ -176,7 +177,7 @@ class TunedeckApp(App[int]):
         if sources is None:
             if host is None:
                 raise ValueError("TunedeckApp needs a host or sources")
-            from tui.sources import default_sources
+            from tui.collectors.sources import default_sources
 
             sources = default_sources(host, interval=interval)
         self.host = host
@@ -221,8 +222,8 @@ class TunedeckApp(App[int]):
         self._update_subtitle()
 
     def _apply_keymap(self) -> None:
-        """Remap bindings by id from the config file's ``[keymap]`` (see :mod:`tui.keymap`)."""
-        from tui.keymap import KeymapError, load_keymap
+        """Remap bindings by id from the config file's ``[keymap]`` (see :mod:`tui.ui.keymap`)."""
+        from tui.ui.keymap import KeymapError, load_keymap
 
         keymap = self._user_keymap
         if keymap is None:
@@ -246,15 +247,15 @@ class TunedeckApp(App[int]):
         self.start_polling()
         if self.host is not None:
             self.run_worker(self._reattach(), name="reattach", group="reattach", exit_on_error=False)
-            from tui.screens.hosts import remember_host
+            from tui.ui.screens.hosts import remember_host
 
             remember_host(self.target)  # offered by the host switcher next time
 
     async def _reattach(self) -> None:
         """Adopt the runs still alive on the host (launched earlier, from here or elsewhere):
         their local records are merged so the server panel can open them."""
-        from tui.services.hosts import HostError
-        from tui.services.launcher import reattach
+        from tui.hostops.hosts import HostError
+        from tui.hostops.launcher import reattach
 
         try:
             recs = await asyncio.wait_for(reattach(self.host), self.sample_timeout * 3)  # type: ignore[arg-type]
@@ -309,7 +310,7 @@ class TunedeckApp(App[int]):
         return self.run_worker(loop(source), name=name, group=self.poll_group, exit_on_error=False)
 
     async def _gpu_loop(self, source: Any) -> None:
-        from tui.services.hosts import HostError
+        from tui.hostops.hosts import HostError
 
         attempt = 0
         while True:
@@ -329,7 +330,7 @@ class TunedeckApp(App[int]):
             await asyncio.sleep(min(self.backoff(attempt), 30.0))
 
     async def _host_loop(self, source: Any) -> None:
-        from tui.services.hosts import HostError
+        from tui.hostops.hosts import HostError
 
         attempt = 0
         while True:
@@ -356,7 +357,7 @@ class TunedeckApp(App[int]):
             await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
 
     async def _servers_loop(self, source: Any) -> None:
-        from tui.services.hosts import HostError
+        from tui.hostops.hosts import HostError
 
         while True:
             t0 = time.monotonic()
@@ -436,7 +437,7 @@ class TunedeckApp(App[int]):
         if self.host is None:
             self.notify("no target host to launch on", severity="error")
             return
-        from tui.screens.run import RunScreen
+        from tui.ui.screens.run import RunScreen
 
         cmd, profile = message.command, message.profile
         self.push_screen(RunScreen.for_launch(
@@ -496,7 +497,7 @@ class TunedeckApp(App[int]):
 
     def action_keys(self) -> None:
         """Show the keys of the current screen (``?``)."""
-        from tui.screens.modals import KeysModal
+        from tui.ui.screens.modals import KeysModal
 
         if isinstance(self.screen, KeysModal):
             return
@@ -505,7 +506,7 @@ class TunedeckApp(App[int]):
 
     def action_hosts(self) -> None:
         """Pick another host (k9s contexts): ``~/.ssh/config``, hosts used before, local, demo."""
-        from tui.screens.hosts import HostsModal, host_choices
+        from tui.ui.screens.hosts import HostsModal, host_choices
 
         if isinstance(self.screen, HostsModal):
             return
@@ -520,15 +521,15 @@ class TunedeckApp(App[int]):
     def _make_host(self, target: str) -> tuple["Host | None", Sources]:
         if self.host_factory is not None:
             return self.host_factory(target)
-        from tui.services.hosts import get_host
-        from tui.sources import default_sources
+        from tui.services.targets import get_host
+        from tui.collectors.sources import default_sources
 
         host = get_host(None if target == "demo" else target, demo=target == "demo")
         return host, default_sources(host, interval=self.interval)
 
     async def switch_host(self, target: str) -> None:
         """Leave the current host (its collectors end first) and show ``target``."""
-        from tui.screens.hosts import remember_host
+        from tui.ui.screens.hosts import remember_host
 
         try:
             host, sources = self._make_host(target)

@@ -7,8 +7,8 @@ import logging
 import time
 from typing import AsyncGenerator, Callable
 
-from tui.services.hosts import ByteStream, Host, HostError, target_name
-from tui.services.runstore import RunStore
+from tui.hostops.hosts import ByteStream, Host, HostError, target_name
+from tui.hostops.runstore import RunStore
 from tui.util.safety import check_text
 
 _log = logging.getLogger(__name__)

@@ -1,8 +1,8 @@
 """Cross-cutting messages of the dashboard.
 
-The poll workers of :class:`tui.app.TunedeckApp` post these to the app;
+The poll workers of :class:`tui.ui.app.TunedeckApp` post these to the app;
 each carries an immutable snapshot from :mod:`tui.model` (or a
-:class:`LinkState`). They describe *state*, so a newer message for the
+:class:`tui.model.LinkState`). They describe *state*, so a newer message for the
 same host supersedes an older one still waiting in the queue
 (``can_replace``): a slow UI skips stale frames instead of falling
 behind. Never use ``can_replace`` for events (log lines, bench samples).
@@ -14,30 +14,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from tui.model import GpuStatus, HostStats, ServerStats
-
-
-@dataclass(frozen=True, slots=True)
-class LinkState:
-    """The connection state of one target host, as the banner and header show it."""
-
-    target: str
-    """The host as the user named it."""
-    state: str
-    """``connecting`` | ``connected`` | ``unreachable`` (retrying) | ``failed`` (not retried:
-    auth or host-key errors) | ``error`` (a collector crashed; restarted)."""
-    attempt: int = 0
-    """Failed attempts in a row (0 while connected)."""
-    retry_at: float | None = None
-    """``time.monotonic()`` of the next attempt, or None when none is scheduled."""
-    last_error: str = ""
-    """The last error's message."""
-    kind: str = ""
-    """The :class:`tui.services.hosts.HostError` kind of the last error, if any."""
-
-    @property
-    def ok(self) -> bool:
-        return self.state == "connected"
+from tui.model import GpuStatus, HostStats, LinkState, ServerStats
 
 
 @dataclass

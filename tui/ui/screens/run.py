@@ -24,13 +24,13 @@ from textual.widgets import Footer, Static
 from rich.text import Text
 
 from tui.model import StartupProgress
-from tui.services.hosts import Host, HostError
-from tui.services.launcher import LaunchRefused, StopResult, demo_argv, launch, stop_run
-from tui.services.runstore import RunRecord, RunStore
-from tui.services.logfollow import follow_forever, read_log
+from tui.hostops.hosts import Host, HostError
+from tui.hostops.launcher import LaunchRefused, StopResult, demo_argv, launch, stop_run
+from tui.hostops.runstore import RunRecord, RunStore
+from tui.hostops.logfollow import follow_forever, read_log
 from tui.util.safety import UnsafeInput
-from tui.services.tracker import StartupTracker
-from tui.screens.modals import ConfirmModal
+from tui.hostops.tracker import StartupTracker
+from tui.ui.screens.modals import ConfirmModal
 from widgets.server_log import ServerLog
 from widgets.startup_progress import StartupProgressView
 

@@ -2,7 +2,7 @@
 
 The real implementations are the collectors in :mod:`tui.collectors`
 (``GpuCollector``, ``HostCollector``, ``ServerCollector``); tests and the
-screenshot script inject scripted fakes through :func:`tui.app.make_app`.
+screenshot script inject scripted fakes through :func:`tui.ui.app.make_app`.
 No Textual here.
 """
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Protoc
 from tui.model import GpuStatus, HostStats, ServerStats
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tui.services.hosts import Host
+    from tui.hostops.hosts import Host
 
 
 @runtime_checkable
@@ -80,7 +80,7 @@ class WatchedServers:
 
     async def _known(self) -> tuple[Any, ...]:
         from tui.collectors.status import known_servers
-        from tui.services.hosts import HostError
+        from tui.hostops.hosts import HostError
 
         try:
             return tuple(await known_servers(self.host))
@@ -96,7 +96,7 @@ class WatchedServers:
             self.collector.set_specs(tuple(s for s in known if s.name not in names) + self.extra)
         if not self.collector.specs:
             return ()
-        from tui.services.tracker import reconcile_servers
+        from tui.hostops.tracker import reconcile_servers
 
         return reconcile_servers(await self.collector.sample())
 

@@ -106,7 +106,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     async def run_bench(self) -> None:
         from tui.commands.bench import start_run
         from tui.services import jobs, runtime
-        from tui.services.hosts import HostError
+        from tui.hostops.hosts import HostError
 
         from tui.services.benchrun import BenchRun
 
@@ -133,7 +133,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     @work(group="bench-stop", exit_on_error=False)
     async def _stop_run(self) -> None:
         from tui.services import jobs
-        from tui.services.hosts import HostError
+        from tui.hostops.hosts import HostError
 
         run = self._run
         if run is None:

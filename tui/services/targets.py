@@ -1,0 +1,32 @@
+"""From what the user typed to a :class:`~tui.hostops.hosts.Host`: ``--host``/``--demo``, a run record.
+
+Here, above both the host primitives and the simulator, because ``--demo`` is a
+:class:`~tui.hostops.hosts.LocalHost` dressed by :mod:`tui.sim.demo`.
+"""
+
+from __future__ import annotations
+
+from tui.hostops.hosts import Host, LocalHost, parse_target
+from tui.hostops.runstore import RunRecord
+
+
+def get_host(target: str | None = None, *, demo: bool = False) -> Host:
+    """The Host for a CLI ``--host``/``--demo`` pair. No connection is made yet."""
+    if demo:
+        from tui.sim.demo import demo_host
+
+        return demo_host()
+    if target is None or target == "local":
+        return LocalHost()
+    t = parse_target(target)
+    if t.is_local:
+        return LocalHost()
+    from tui.hostops.ssh import SshHost
+
+    return SshHost(t)
+
+
+def host_for_record(rec: RunRecord) -> Host:
+    if rec.target == "demo":
+        return get_host(None, demo=True)
+    return get_host(None if rec.target == "local" else rec.target)
