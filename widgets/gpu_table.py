@@ -129,7 +129,7 @@ class _KeyedTable(DataTable):
     #: (minimum terminal width, column keys (None: all), {key: (label, width)} overrides)
     LAYOUTS: Sequence[tuple[int, tuple[str, ...] | None, dict[str, tuple[str, int]]]] = ()
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._cells: dict[str, tuple[tuple[str, str], ...]] = {}
         self._index = {k: i for i, (k, _, _) in enumerate(self.COLUMNS)}

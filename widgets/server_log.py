@@ -91,7 +91,7 @@ class _SeverityLog(Log):
             self._render_line_cache.clear()
             self.refresh()
 
-    def _render_line_strip(self, y: int, rich_style):  # type: ignore[no-untyped-def]
+    def _render_line_strip(self, y: int, rich_style):
         # Log caches rendered lines by y; the highlighter needs to know which y is current.
         self.highlighter.current = y == self.current_line  # type: ignore[attr-defined]
         try:

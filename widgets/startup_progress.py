@@ -59,7 +59,7 @@ class StartupProgressView(Widget):
     #: True while an existing run's log is being read from the start (no 0% flash on reopen)
     catching_up: reactive[bool] = reactive(False, layout=True)
 
-    def update(self, snapshot: StartupProgress | None) -> None:  # type: ignore[override]
+    def update(self, snapshot: StartupProgress | None) -> None:
         self.progress = snapshot
 
     def set_ended(self, text: str | None) -> None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from tui.util.safety import redact_env
 
@@ -477,8 +477,12 @@ def comparison_warnings(a: Side, b: Side) -> list[str]:
 # ---------------------------------------------------------------------- rows
 
 
-def _collect(side: Side, c: int | None, fn) -> Stat | None:
-    vals = []
+#: a row's figure from one level's summary (None for run-wide rows) and its run
+StatFn = Callable[[Optional[Mapping[str, Any]], "SideRun"], Optional[float]]
+
+
+def _collect(side: Side, c: int | None, fn: StatFn) -> Stat | None:
+    vals: list[float] = []
     for run in side.runs:
         if c is None:
             v = fn(None, run)
@@ -500,7 +504,8 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
     cs = sorted(set(a.concurrencies()) | set(b.concurrencies()))
     rows: list[Row] = []
 
-    def add(key, label, unit, better, c, fn, noise, group, count=False):
+    def add(key: str, label: str, unit: str, better: str, c: int | None, fn: StatFn, noise: float, group: str,
+            count: bool = False) -> None:
         sa, sb = _collect(a, c, fn), _collect(b, c, fn)
         if sa is None and sb is None:
             return
@@ -510,7 +515,7 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
             delta, band, outcome, verdict = judge(sa, sb, better, noise)
         rows.append(Row(key, label, unit, better, sa, sb, delta, band, outcome, verdict, c, group))
 
-    def metric(key):
+    def metric(key: str) -> StatFn:
         return lambda s, run: _num(s, key)
 
     if cs:
@@ -539,7 +544,7 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
     add("startup_s", "Startup time (s)", "s", "lower", None,
         lambda s, run: run.startup_s, startup_noise, "server")
 
-    def failed_total(_s, run: SideRun):
+    def failed_total(_s: Mapping[str, Any] | None, run: SideRun) -> float | None:
         if not run.levels:
             return None
         return sum(_num(lv.summary, "failed") or 0 for lv in run.levels)

@@ -345,7 +345,7 @@ class ABRunner:
             self._task.cancel()
 
     async def run(self) -> ABReport:
-        self._task = asyncio.current_task()  # type: ignore[assignment]
+        self._task = asyncio.current_task()
         rep = self.report
         self._journal({**rep.to_dict(), "status": "running"})
         try:
@@ -374,7 +374,7 @@ class ABRunner:
         if rep.status == "cancelled" and self._task is not None:
             # swallow our own cancellation so callers get the report
             try:
-                self._task.uncancel()  # type: ignore[attr-defined]
+                self._task.uncancel()
             except AttributeError:
                 pass
         return rep

@@ -175,7 +175,7 @@ class _Deadline:
     def __init__(self, seconds: Optional[float]) -> None:
         self.fired = False
         self.handle: Optional[asyncio.TimerHandle] = None
-        self.task: Optional[asyncio.Task] = None
+        self.task: "Optional[asyncio.Task[None]]" = None
         if seconds is not None:
             self.task = asyncio.current_task()
             self.handle = asyncio.get_running_loop().call_later(seconds, self._fire)

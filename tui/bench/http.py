@@ -25,7 +25,7 @@ import asyncio
 import json
 import ssl
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
 _pc = time.perf_counter
@@ -76,7 +76,7 @@ class WriteTimeout(TimeoutException):
 # ====================================================================== URLs
 
 
-class Origin(tuple):
+class Origin(Tuple[str, str, int]):
     """``(scheme, host, port)``."""
 
     __slots__ = ()
@@ -86,15 +86,15 @@ class Origin(tuple):
 
     @property
     def scheme(self) -> str:
-        return self[0]
+        return str(self[0])
 
     @property
     def host(self) -> str:
-        return self[1]
+        return str(self[1])
 
     @property
     def port(self) -> int:
-        return self[2]
+        return int(self[2])
 
     def host_header(self) -> str:
         h = f"[{self.host}]" if ":" in self.host else self.host
@@ -143,12 +143,12 @@ class _Conn(asyncio.Protocol):
     def __init__(self, origin: Origin) -> None:
         self.transport: Optional[asyncio.Transport] = None
         self.rx: List[Piece] = []
-        self.waiter: Optional[asyncio.Future] = None
+        self.waiter: "Optional[asyncio.Future[None]]" = None
         self.last = _pc()
         self.eof = False
         self.exc: Optional[BaseException] = None
         self.paused = False
-        self.drain_waiter: Optional[asyncio.Future] = None
+        self.drain_waiter: "Optional[asyncio.Future[None]]" = None
         self.origin = origin
         self.uses = 0
         self.read_timeout: Optional[float] = None
@@ -472,8 +472,8 @@ class HttpClient:
         self.write_timeout = write_timeout
         self.headers: Dict[str, str] = dict(headers or {})
         self._idle: Dict[Origin, List[_Conn]] = {}
-        self._busy: set = set()
-        self._watchdog: Optional[asyncio.Task] = None
+        self._busy: Set[_Conn] = set()
+        self._watchdog: "Optional[asyncio.Task[None]]" = None
         self._ssl: Optional[ssl.SSLContext] = None
         self.connections_opened = 0
         #: seconds each new connection took to open (TCP, plus TLS for https)

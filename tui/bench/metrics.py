@@ -120,7 +120,7 @@ def output_len(s: Mapping[str, Any]) -> int:
 def tpot(s: Mapping[str, Any]) -> Optional[float]:
     n = output_len(s)
     if n > 1:
-        return (s["latency"] - s["ttft"]) / (n - 1)
+        return float(s["latency"] - s["ttft"]) / (n - 1)
     return None
 
 

@@ -388,7 +388,7 @@ class ClientMonitor:
         self.cpu: List[float] = []
         self.lag: List[float] = []
         self.load1: List[float] = []
-        self._tasks: List[asyncio.Task] = []
+        self._tasks: "List[asyncio.Task[Any]]" = []
         self.last_cpu = 0.0
         self.last_lag_ms = 0.0
         self.last_load1: Optional[float] = None
@@ -552,7 +552,7 @@ async def drive(
         return start
     offsets = arrival_offsets(len(specs), rate, burstiness, seed)
     sem = asyncio.Semaphore(concurrency) if concurrency else None
-    tasks: List[asyncio.Future] = []
+    tasks: "List[asyncio.Future[Any]]" = []
 
     async def one(spec: RequestSpec, req: Optional[Request], due: float) -> None:
         if sem is None:
@@ -579,7 +579,7 @@ async def drive(
     return start
 
 
-async def _gather_cancel(tasks: List[asyncio.Future]) -> None:
+async def _gather_cancel(tasks: "List[asyncio.Future[Any]]") -> None:
     try:
         await asyncio.gather(*tasks)
     except BaseException:

@@ -350,7 +350,7 @@ def _duration_from_samples(samples: Sequence[Mapping[str, Any]], meta: Mapping[s
     ends = [s.get("start_time", 0.0) + max(s.get("elapsed") or 0.0, s.get("latency") or 0.0) for s in samples]
     if not isinstance(start, (int, float)):
         start = min(s.get("start_time", 0.0) - (s.get("client_queue_time") or 0.0) for s in samples)
-    return max(0.0, max(ends) - start)
+    return max(0.0, float(max(ends) - start))
 
 
 def rebuild_summary(run_id: str, *, write: bool = True) -> dict[str, Any]:

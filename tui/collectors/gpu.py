@@ -19,7 +19,7 @@ import asyncio
 import collections
 import contextlib
 import time
-from typing import AsyncIterator, Sequence
+from typing import Any, AsyncGenerator, Sequence
 
 from tui.collectors.smi import (
     QUERY_APPS_FIELDS,
@@ -174,7 +174,7 @@ class GpuCollector:
         return join_processes(parse_compute_apps(out[1]), gpus)
 
     # ------------------------------------------------------------------ stream
-    async def stream(self) -> AsyncIterator[GpuStatus]:
+    async def stream(self) -> AsyncGenerator[GpuStatus, None]:
         """Yield a GpuStatus per block, and error states between retries. Runs until closed."""
         backoff = 1.0
         stream: ByteStream | None = None
@@ -185,7 +185,7 @@ class GpuCollector:
                 failure: GpuStatus | None = None
                 stream = None
                 reader = None
-                q: asyncio.Queue[tuple] = asyncio.Queue()
+                q: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
                 rotated = False
                 try:
                     stream = self.host.stream(query_argv(self.interval, lifetime=self.lifetime))
@@ -318,7 +318,7 @@ class GpuCollector:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    async def _read(self, stream: ByteStream, q: asyncio.Queue[tuple]) -> None:
+    async def _read(self, stream: ByteStream, q: asyncio.Queue[tuple[Any, ...]]) -> None:
         buf = b""
         # The caller closes the stream (and waits for its process to exit).
         try:

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, AsyncIterator, Callable, Iterable
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Callable, Iterable
 
 from tui.collectors.servers import ServerCollector, ServerSpec, _Probe
 from tui.collectors.smi import classify_failure, join_processes, parse_compute_apps, parse_gpu_line
 from tui.model import NA, GpuProcess, GpuStatus, HostStats, ServerStats
 from tui.hostops.hosts import Host, HostError
 from tui.services.sampler import HostSampler
+
+if TYPE_CHECKING:
+    from tui.collectors.sources import GpuSource, HostSource, Sources, WatchedServers
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +51,13 @@ def gpu_status(msg: dict[str, Any], apps: dict[str, Any] | None) -> GpuStatus:
 class SampledGpu:
     """A :class:`~tui.collectors.sources.GpuSource` over the sampler's GPU lines."""
 
-    def __init__(self, sampler: HostSampler, fallback: Callable[[], Any], *, watchdog: float = 15.0) -> None:
+    def __init__(self, sampler: HostSampler, fallback: Callable[[], GpuSource], *, watchdog: float = 15.0) -> None:
         self.sampler = sampler
         self._fallback_factory = fallback
-        self.fallback: Any = None
+        self.fallback: GpuSource | None = None
         self.watchdog = watchdog
 
-    async def stream(self) -> AsyncIterator[GpuStatus]:
+    async def stream(self) -> AsyncGenerator[GpuStatus, None]:
         s = self.sampler
         await s.wait_settled()
         seen = 0
@@ -91,10 +94,10 @@ class SampledGpu:
 class SampledHost:
     """A :class:`~tui.collectors.sources.HostSource` over the sampler's ``/proc`` lines."""
 
-    def __init__(self, sampler: HostSampler, fallback: Callable[[], Any], *, timeout: float = 8.0) -> None:
+    def __init__(self, sampler: HostSampler, fallback: Callable[[], HostSource], *, timeout: float = 8.0) -> None:
         self.sampler = sampler
         self._fallback_factory = fallback
-        self.fallback: Any = None
+        self.fallback: HostSource | None = None
         self.timeout = timeout
         self._seen = 0
         self._prev: tuple[int, int] | None = None
@@ -184,13 +187,13 @@ class SampledServers:
     read on the host's loopback by the sampler, plus ``extra`` specs (given by URL, probed
     from here as before)."""
 
-    def __init__(self, host: Host, sampler: HostSampler, fallback: Callable[[], Any],
+    def __init__(self, host: Host, sampler: HostSampler, fallback: Callable[[], WatchedServers],
                  extra: Iterable[ServerSpec] = (), *, timeout: float = 8.0) -> None:
         self.host = host
         self.sampler = sampler
         self.extra = tuple(extra)
         self._fallback_factory = fallback
-        self.fallback: Any = None
+        self.fallback: WatchedServers | None = None
         self.timeout = timeout
         self.collector = _SampledServerCollector(host, sampler, self.extra)
         self._runs_seq = -1
@@ -230,7 +233,7 @@ class SampledServers:
         await self.sampler.aclose()
 
 
-def sampled_sources(host: Host, *, interval: float = 1.0, servers: Iterable[Any] = ()) -> Any:
+def sampled_sources(host: Host, *, interval: float = 1.0, servers: Iterable[Any] = ()) -> Sources:
     """The dashboard's sources for ``host`` over one :class:`HostSampler`; each falls back to
     its per-command collector when the host cannot run the sampler."""
     from tui.collectors.gpu import GpuCollector

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Callable, Iterable, Protocol, runtime_checkable
 
 from tui.model import GpuStatus, HostStats, ServerStats
 
@@ -24,7 +24,7 @@ class GpuSource(Protocol):
     """A long-lived stream of GPU snapshots. Host and driver failures arrive as
     ``GpuStatus(state != "ok")``; the iterator may end (the app restarts it)."""
 
-    def stream(self) -> AsyncIterator[GpuStatus]: ...
+    def stream(self) -> AsyncGenerator[GpuStatus, None]: ...
 
 
 @runtime_checkable
@@ -55,7 +55,7 @@ def backoff(attempt: int, *, base: float = 1.0, cap: float = 60.0) -> float:
     (half fixed, half random), so a countdown never reads 0 s and many dashboards
     don't reconnect in lockstep."""
     d = min(cap, base * 2 ** max(0, attempt - 1))
-    return d / 2 + random.uniform(0, d / 2)
+    return float(d / 2 + random.uniform(0, d / 2))
 
 
 BackoffFn = Callable[[int], float]
@@ -122,7 +122,8 @@ def default_sources(host: "Host", *, interval: float = 1.0, servers: Iterable[An
         # one sampler process on the host, one channel; per-command polling only as its fallback
         from tui.collectors.sampled import sampled_sources
 
-        return sampled_sources(host, interval=interval, servers=servers)
+        sources: Sources = sampled_sources(host, interval=interval, servers=servers)
+        return sources
     return Sources(
         gpu=GpuCollector(host, interval=interval),
         host=HostCollector(host),

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Sequence
 from tui.collectors.gpu import GpuCollector
 from tui.collectors.hoststats import HostCollector
 from tui.collectors.servers import ServerCollector, ServerSpec
-from tui.model import GpuStatus, HostStats, StatusSnapshot, jsonable
+from tui.model import GpuStatus, HostStats, ServerStats, StatusSnapshot, jsonable
 from tui.hostops.hosts import Host, HostError
 
 
@@ -91,7 +91,7 @@ async def collect_status(
             stats = await c.sample()
         return stats
 
-    async def server_stats() -> tuple:
+    async def server_stats() -> tuple[ServerStats, ...]:
         try:
             known = await known_servers(host)
         except (HostError, OSError):
@@ -107,14 +107,16 @@ async def collect_status(
 
     g, h, s = await asyncio.gather(gpus(), hoststats(), server_stats(), return_exceptions=True)
     host_error = ""
+    stats: HostStats | None = None
     if isinstance(h, BaseException):
         host_error = str(h) if isinstance(h, HostError) else f"{type(h).__name__}: {h}"
-        h = None
+    else:
+        stats = h
     if isinstance(g, BaseException):
         g = GpuStatus("error", message=f"{type(g).__name__}: {g}")
     if isinstance(s, BaseException):
         s = ()
-    return StatusSnapshot(target=host.target, gpus=g, host=h, servers=tuple(s), host_error=host_error)
+    return StatusSnapshot(target=host.target, gpus=g, host=stats, servers=tuple(s), host_error=host_error)
 
 
 def status_json(snap: StatusSnapshot) -> dict[str, Any]:

@@ -8,15 +8,19 @@ import json
 import re
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from tui.ab.compare import DEFAULT_NOISE_PCT
 from tui.ab.plans import PlanError, load_plan
 from tui.ab.render import to_text
 from tui.util.safety import UnsafeInput
 
+if TYPE_CHECKING:
+    from tui.ab.runner import ABEvent
+    from tui.commands import Subparsers
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "ab", parents=[common],
         help="A/B two profiles: launch, benchmark, stop each, then compare",
@@ -48,18 +52,18 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.set_defaults(func=run)
 
 
-def _progress_printer(quiet: bool, every: float = 5.0):
+def _progress_printer(quiet: bool, every: float = 5.0) -> Callable[[ABEvent], None]:
     """Event lines on stderr; startup/bench progress only when its shape changes or every few seconds."""
-    last = {"key": "", "t": 0.0}
+    last_key, last_t = [""], [0.0]
 
-    def on_event(ev) -> None:
+    def on_event(ev: ABEvent) -> None:
         if quiet:
             return
         if ev.kind in ("progress", "bench-progress"):
             key = ev.kind + re.sub(r"[\d.]+", "#", ev.message)
-            if key == last["key"] and ev.time - last["t"] < every:
+            if key == last_key[0] and ev.time - last_t[0] < every:
                 return
-            last["key"], last["t"] = key, ev.time
+            last_key[0], last_t[0] = key, ev.time
         print(f"[{ev.step}/{ev.steps}] {ev.line()}", file=sys.stderr, flush=True)
 
     return on_event

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import argparse
 import sys
 from pathlib import Path
 
-from tui.ab.compare import DEFAULT_NOISE_PCT, compare
+from tui.ab.compare import DEFAULT_NOISE_PCT, Comparison, compare
 from tui.ab.render import to_csv, to_json, to_markdown, to_text
 from tui.ab.results import RefError, resolve_sides
 from tui.util.files import atomic_write_text
 
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "compare", parents=[common],
         help="compare two runs (or an A/B's sides): deltas and verdicts",
@@ -29,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.set_defaults(func=run)
 
 
-def write_export(cmp, args: argparse.Namespace) -> int:
+def write_export(cmp: Comparison, args: argparse.Namespace) -> int:
     for attr, fn in (("markdown", to_markdown), ("csv", to_csv)):
         dest = getattr(args, attr, None)
         if not dest:

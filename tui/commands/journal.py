@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import argparse
 import json
 import sys
@@ -10,8 +12,11 @@ from pathlib import Path
 from tui.ab.journal import Journal, export
 from tui.util.files import atomic_write_text
 
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser("journal", parents=[common],
                               help="the tuning journal: every A/B, launch and benchmark run")
     sub = p.add_subparsers(dest="journal_cmd", metavar="ACTION")

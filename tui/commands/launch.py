@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import argparse
 import json
 import sys
@@ -16,8 +18,11 @@ from tui.hostops.runstore import ENGINES, RunStore
 from tui.hostops.tracker import StartupTracker, format_progress
 from tui.util.safety import UnsafeInput, check_env_name, dangerous_env_names
 
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "launch",
         parents=[common],

@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import sys
-from typing import BinaryIO
+from typing import BinaryIO, TYPE_CHECKING
 
 from tui.commands._runs import choose, err, host_from_args, records_for
 from tui.hostops.hosts import Host, HostError
@@ -23,13 +23,16 @@ from tui.hostops.logfollow import LogFollower, read_log
 from tui.hostops.runstore import RunRecord, RunStore
 from tui.util.safety import visible
 
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
+
 log_ = logging.getLogger(__name__)
 
 #: Seconds between checks that the followed run is still alive (``--follow`` ends with it).
 END_CHECK_INTERVAL = 2.0
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser("logs", parents=[common], help="print (and follow) a run's server log")
     p.add_argument("run", nargs="?", metavar="RUN", help="run id or unique prefix (default: the most recent run)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines (reconnects on link loss)")
@@ -89,7 +92,7 @@ async def _watch_end(host: Host, rec: RunRecord, interval: float) -> int | None:
             log_.info("logs: cannot check whether run %s still runs: %s", rec.run_id, visible(e))
             continue
         if ended is not False:
-            return ended  # type: ignore[return-value]
+            return ended
 
 
 async def _follow(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import argparse
 import json
 import sys
@@ -17,11 +19,14 @@ from tui.logparse import (
 )
 from tui.model import jsonable
 
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
+
 #: exit statuses (README "parse-log"): the log's verdict, so scripts can branch on it
 EXIT_READY, EXIT_FAILED, EXIT_UNREADABLE, EXIT_STARTING = 0, 1, 2, 3
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "parse-log",
         parents=[common],

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import argparse
 import json
 import sys
 
 from tui.ab.plans import PlanError, list_plans, load_plan, parse_plan_file
 
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser("plans", parents=[common], help="list, show or check A/B benchmark plans (TOML)")
     sub = p.add_subparsers(dest="plans_cmd", metavar="ACTION")
     jp = argparse.ArgumentParser(add_help=False)

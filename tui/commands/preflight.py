@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import argparse
 import json
 import sys
 
 from tui.profiles.model import ProfileError
 from tui.profiles.store import ProfileStore
+
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
 
 _MARK = {"error": "✗", "warning": "!", "info": "·"}
 
@@ -54,7 +59,7 @@ async def _preflight(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "preflight", parents=[common],
         help="check a profile against the host's engine and GPUs",

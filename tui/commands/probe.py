@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import argparse
 import json
 
 from tui.commands._hosterr import report_error
 from tui.services import runtime
-from tui.hostops.hosts import HostError
+from tui.hostops.hosts import Host, HostError
 from tui.services.targets import get_host
 from tui.hostops.probe import ProbeResult, probe_host
 from tui.util.safety import UnsafeInput
 
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "probe",
         parents=[common],
@@ -63,7 +68,7 @@ def format_table(r: ProbeResult, rt: dict[str, object] | None = None) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-async def _demo_engines(host, result: ProbeResult) -> None:
+async def _demo_engines(host: Host, result: ProbeResult) -> None:
     """The demo's engines are the simulator: ask it their versions (as pre-flight does), instead
     of reporting the real packages as "not installed"."""
     from tui.profiles.builder import demo_executable

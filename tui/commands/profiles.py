@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from tui.profiles.builder import Issue, build_command, check_profile, line_of_key, resolve_nccl
 from tui.profiles.diff import diff_commands
@@ -14,6 +14,9 @@ from tui.profiles.model import ProfileError, ServerProfile, load_profile_file, p
 from tui.profiles.presets import load_preset_file, preset_jsonable
 from tui.profiles.store import ProfileStore
 from tui.util.safety import terminal_json, visible
+
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
 
 
 def _err(msg: str) -> int:
@@ -185,11 +188,11 @@ def _presets(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser("profiles", parents=[common], help="server profiles: list, show, check, command, diff, presets")
     sub = p.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
 
-    def add(name: str, func, help: str) -> argparse.ArgumentParser:
+    def add(name: str, func: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, parents=[common], help=help)
         sp.add_argument("--json", action="store_true", help="machine-readable output")
         sp.set_defaults(func=func)

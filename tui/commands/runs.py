@@ -6,7 +6,7 @@ import argparse
 import json
 import logging
 import time
-from typing import Sequence
+from typing import Sequence, TYPE_CHECKING
 
 from tui.commands._runs import age, err, host_from_args, records_for
 from tui.model import jsonable
@@ -16,13 +16,16 @@ from tui.hostops.runstore import LAUNCHING, READY, STARTING, RunRecord, RunStore
 from tui.hostops.tracker import STALLED, describe_gpu_memory
 from tui.util.safety import redact_argv, visible
 
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
+
 log = logging.getLogger(__name__)
 
 #: a live run whose log has not changed this long is stalled (the tracker's default window)
 STALL_AFTER = 300.0
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser("runs", parents=[common], help="list the servers tunedeck launched on the host")
     p.add_argument("--json", action="store_true", help="print the run records as JSON")
     p.set_defaults(func=run)

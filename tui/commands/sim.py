@@ -10,15 +10,20 @@ own (its help, choices and argparse errors), so it is passed through untouched.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import argparse
 import sys
+
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
 
 # The engine parsers see every argument as a positional: their own argparse
 # (built to look like the engine's) parses them later.
 _RAW = "\x00"
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "sim",
         parents=[common],

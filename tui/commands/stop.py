@@ -5,6 +5,8 @@ Without RUN it stops every live run on the target, whatever its recorded state
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import argparse
 import asyncio
 import json
@@ -16,8 +18,11 @@ from tui.hostops.hosts import HostError
 from tui.hostops.launcher import stop_run
 from tui.hostops.runstore import RunRecord, RunStore
 
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "stop",
         parents=[common],

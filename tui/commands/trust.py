@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import argparse
 import asyncio
 import json
@@ -12,8 +14,11 @@ from tui.hostops.hosts import HostError, parse_target
 from tui.util.paths import known_hosts_file
 from tui.util.safety import UnsafeInput
 
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "trust",
         parents=[common],

@@ -237,7 +237,7 @@ class LineStream:
         it, self._it = self._it, None
         if it is not None and hasattr(it, "aclose"):
             try:
-                await it.aclose()  # type: ignore[attr-defined]
+                await it.aclose()
             except Exception:  # noqa: BLE001 - already closed
                 pass
 

@@ -500,7 +500,7 @@ class SshHost(Host):
             self.attempts += 1
             try:
                 conn = await asyncio.wait_for(
-                    asyncssh.connect(ep.host, **kwargs),  # type: ignore[arg-type]
+                    asyncssh.connect(ep.host, **kwargs),
                     opts.connect_timeout + opts.login_timeout + 5,
                 )
             except asyncssh.HostKeyNotVerifiable:
@@ -593,7 +593,7 @@ class SshHost(Host):
             raise UnsafeInput(f"command: cannot be encoded as UTF-8 ({e.reason})") from None
         return cmd
 
-    async def _open_process(self, command: str) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess]:
+    async def _open_process(self, command: str) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess[bytes]]:
         """Open a channel running ``command``; reconnects once if the connection turned out dead.
 
         The caller must hold a channel slot."""
@@ -779,7 +779,7 @@ class _SshStream(ByteStream):
         self._command = command
         self._heartbeat = heartbeat
         self._beat: asyncio.Task[None] | None = None
-        self._proc: asyncssh.SSHClientProcess | None = None
+        self._proc: asyncssh.SSHClientProcess[bytes] | None = None
         self._conn: asyncssh.SSHClientConnection | None = None
         self._slots = 0
         self._closing = False
@@ -843,7 +843,7 @@ class _SshStream(ByteStream):
             self.pid = int(parts[0])
             self.starttime = parts[1].decode() if len(parts) > 1 and parts[1].isdigit() else "-"
 
-    async def _drain_stderr(self, proc: asyncssh.SSHClientProcess) -> None:
+    async def _drain_stderr(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
         try:
             while True:
                 chunk = await proc.stderr.read(65536)

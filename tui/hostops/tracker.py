@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import time
+from pathlib import Path
 from dataclasses import replace
 from typing import Awaitable, Callable, Sequence
 
@@ -86,7 +87,7 @@ def describe_gpu_memory(mem: Sequence[float]) -> str:
 # ============================================================================ history
 
 
-def history_path():  # type: ignore[no-untyped-def]
+def history_path() -> Path:
     return state_dir() / "startup-history.json"
 
 
@@ -437,7 +438,7 @@ class StartupTracker:
         for (t, p), nxt in zip(pts, pts[1:] + [(None, None)]):
             if p == "ready" or nxt[0] is None:
                 continue
-            out[p] = max(0.0, float(nxt[0]) - float(t))  # type: ignore[arg-type]
+            out[p] = max(0.0, float(nxt[0]) - float(t))
         return out
 
     def on_update(self, cb: Callable[[StartupProgress], None]) -> None:

@@ -331,7 +331,7 @@ class SmiLoop:
         self.on_error = on_error
         self.quiet = quiet
         self.stop = stop
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: "Optional[subprocess.Popen[bytes]]" = None
         self.starts = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -409,7 +409,7 @@ class SmiLoop:
         return got
 
     @staticmethod
-    def _end(proc: subprocess.Popen) -> None:
+    def _end(proc: "subprocess.Popen[bytes]") -> None:
         if proc.poll() is None:
             proc.terminate()
             try:

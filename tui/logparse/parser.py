@@ -908,5 +908,5 @@ def event_to_json(ev: LogEvent) -> dict[str, object]:
             "attempt": ev.attempt,
             "context": list(ev.context[-5:]),
         }
-    d = {k: getattr(ev, k) for k in ev.__dataclass_fields__}  # type: ignore[union-attr]
+    d = {k: getattr(ev, k) for k in ev.__dataclass_fields__}
     return d

@@ -25,7 +25,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tui.profiles.model import NcclPreset, ProfileError, ServerProfile
 from tui.profiles.presets import DEFAULT_NCCL, merge_nccl
@@ -37,6 +37,9 @@ from tui.profiles.schema import (
     FlagSpec,
 )
 from tui.util.safety import DANGEROUS_ENV, ENV_NAME_RE, UnsafeInput, env_command, redact_argv, redact_env
+
+if TYPE_CHECKING:
+    from tui.profiles.store import ProfileStore
 
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$|^\[[0-9A-Fa-f:.]+\]$")
@@ -80,7 +83,7 @@ class Command:
     def args(self) -> tuple[str, ...]:
         return self.argv[self.prefix_len :]
 
-    def jsonable(self) -> dict:
+    def jsonable(self) -> dict[str, Any]:
         return {
             "engine": self.engine,
             "argv": redact_argv(self.argv),
@@ -490,7 +493,7 @@ def build_command(
     *,
     demo: bool = False,
     nccl: NcclPreset | None = None,
-    store: object | None = None,
+    store: ProfileStore | None = None,
     allow_dangerous: bool = False,
     executable: Sequence[str] | None = None,
 ) -> Command:
@@ -513,14 +516,14 @@ def build_command(
     return cmd
 
 
-def resolve_nccl(profile: ServerProfile, store: object | None = None) -> NcclPreset:
+def resolve_nccl(profile: ServerProfile, store: ProfileStore | None = None) -> NcclPreset:
     if profile.nccl_preset == "default":
         return DEFAULT_NCCL
     if store is None:
         from tui.profiles.store import ProfileStore
 
         store = ProfileStore()
-    return store.nccl_preset(profile.nccl_preset)  # type: ignore[attr-defined]
+    return store.nccl_preset(profile.nccl_preset)
 
 
 def line_of_key(profile: ServerProfile, key: str) -> int | None:

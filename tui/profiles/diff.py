@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from tui.profiles.builder import Command
 
@@ -57,7 +58,7 @@ class CommandDiff:
         out += [f"~ env {k}: {a} → {b}" for k, (a, b) in self.env_changed.items()]
         return out
 
-    def jsonable(self) -> dict:
+    def jsonable(self) -> dict[str, Any]:
         return {
             "executable": [list(x) for x in self.executable] if self.executable else None,
             "positional": [list(x) for x in self.positional] if self.positional else None,

@@ -342,7 +342,9 @@ def evaluate(profile: ServerProfile, facts: HostFacts, command: Command | None, 
         out.append(Finding("warning", "probe", p))
 
     # -- backends offered by this engine version
-    norm = (lambda s: s.upper()) if profile.engine == "vllm" else (lambda s: s)
+    def norm(s: str) -> str:
+        return s.upper() if profile.engine == "vllm" else s
+
     offered = {norm(b) for b in facts.backends or ()}
     for key, b in _chosen_backends(profile):
         if norm(b) in offered or (profile.engine == "vllm" and b.lower() == "auto"):

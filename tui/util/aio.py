@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Coroutine, Optional, TypeVar
+from typing import Any, Coroutine, Optional, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -12,13 +12,13 @@ def run_async(coro: Coroutine[Any, Any, T], *, fast: bool = True) -> T:
     """Run a coroutine on a fresh event loop, on uvloop when available and ``fast``."""
     if fast:
         try:
-            import uvloop  # type: ignore[import-not-found]
+            import uvloop
         except ImportError:  # the one optional module: a host interpreter may not have it
             pass
         else:
             run = getattr(uvloop, "run", None)  # uvloop >= 0.18
             if run is not None:
-                return run(coro)
+                return cast(T, run(coro))
             loop = uvloop.new_event_loop()
             try:
                 asyncio.set_event_loop(loop)

@@ -316,7 +316,7 @@ class CompareScreen(Screen):
 
     async def _confirm(self, question: str) -> bool:
         modal = ConfirmModal(question, title="Stop a running server?", action="Stop it", cancel="Keep it", danger=True)
-        answer: bool | None = await self.app.push_screen_wait(modal)  # type: ignore[arg-type]  # App[object] is invariant
+        answer: bool | None = await self.app.push_screen_wait(modal)  # App[object] is invariant
         return bool(answer)
 
     def action_cancel_ab(self) -> None:

@@ -55,7 +55,7 @@ class StatusScreen(Screen):
     StatusScreen #procs-panel { width: 1fr; height: 100%; border: round $primary 50%; }
     """
 
-    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._dirty = False
         self._last_gpu_draw = 0.0
@@ -95,7 +95,7 @@ class StatusScreen(Screen):
         if self._dirty:
             self.redraw()
 
-    def on_resize(self, event) -> None:  # type: ignore[no-untyped-def]
+    def on_resize(self, event) -> None:
         self._fit(event.size.width)
 
     def _fit(self, width: int) -> None:
