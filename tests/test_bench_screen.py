@@ -102,3 +102,38 @@ async def test_stop_key_interrupts_and_keeps_partial_results():
     assert run.summary is not None and run.summary["partial"] is True
     assert 4 <= run.summary["completed"] < 400
     await asyncio.sleep(0)
+
+
+# ---------------------------------------------------------------- goodput targets in the bench form
+async def test_form_slo_fields_become_goodput_and_a_bad_value_names_its_field():
+    from textual.widgets import Input
+
+    from tui.ui.screens.bench_setup import BenchSetupScreen
+
+    app = App()
+    async with app.run_test(size=(120, 48)) as pilot:
+        setup = BenchSetupScreen()
+        app.push_screen(setup)
+        await pilot.pause()
+        setup.query_one("#bs-url", Input).value = "http://127.0.0.1:9"
+        setup.query_one("#bs-slo-ttft", Input).focus()
+        await pilot.press(*"20O")  # a typo: letter O for zero
+        await pilot.pause()
+        error = str(setup.query_one("#bs-error").content)
+        assert error == "TTFT SLO: '20O' is not a number of milliseconds"
+        assert str(setup.query_one("#bs-command").content) == ""
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert app.screen is setup and setup.last_args is None  # nothing started
+        await pilot.press("backspace", "0")
+        setup.query_one("#bs-slo-tpot", Input).value = "-5"
+        await pilot.pause()
+        assert str(setup.query_one("#bs-error").content) == "TPOT SLO: must be a finite number >= 0"
+        setup.query_one("#bs-slo-tpot", Input).value = ""
+        setup.query_one("#bs-slo-itl", Input).value = "80"
+        setup.query_one("#bs-slo-e2el", Input).value = "2500.5"
+        await pilot.pause()
+        assert str(setup.query_one("#bs-error").content) == ""
+        command = str(setup.query_one("#bs-command").content)
+        assert command.endswith("--goodput ttft:200 itl:80 e2el:2500.5"), command
+        assert setup.current_args()[-4:] == ["--goodput", "ttft:200", "itl:80", "e2el:2500.5"]
