@@ -154,7 +154,7 @@ def _rendered(widget) -> str:
 async def test_live_goodput_then_the_per_level_table_after_a_sweep():
     """Every second request's first token comes late (--pattern ok,slowfirst): half meet ttft:200."""
     from widgets.goodput_panel import GoodputPanel
-    from widgets.sweep_table import SweepTable
+    from widgets.sweep_table import SweepTable, health_cell
 
     with FakeServer("--ttft-ms", "20", "--itl-ms", "20", "--pattern", "ok,slowfirst", "--slowfirst-s", "0.4") as srv:
         app = BenchApp(["--url", srv.url, "--concurrency", "2,4", "--num-prompts", "8", "--input-len", "8",
@@ -181,8 +181,8 @@ async def test_live_goodput_then_the_per_level_table_after_a_sweep():
             assert final.final and final.level == "C=4" and (final.good, final.completed) == (4, 8)
             assert final.share == 0.5
             text = str(panel.content)
-            assert "Goodput C=4 (level summary): 4/8 completed within every target (50.0 %)" in text
-            assert "targets: TTFT \u2264 200 ms" in text
+            assert "Goodput C=4 (final): 4/8 within every target (50.0 %) \u00b7 " in text
+            assert "targets TTFT \u2264 200 ms" in text
             # the end report: one row per level, with goodput and a client-health mark
             table = screen.query_one("#sweep-table", SweepTable)
             assert table.display
@@ -195,8 +195,8 @@ async def test_live_goodput_then_the_per_level_table_after_a_sweep():
             out = _rendered(table)
             for lv in report.levels:  # the machine may be busy here (2 cores, other tests): whatever it was
                 row = next(ln for ln in out.splitlines() if ln.lstrip().startswith(lv.label))
-                assert row.rstrip().endswith(lv.health.mark)
-            assert "Sweep: 2 levels" in out and "Good req/s" in out and "C=2" in out and "C=4" in out
+                assert row.rstrip().endswith(health_cell(lv.health))
+            assert "Sweep: 2 levels" in out and "Good" in out and "C=2" in out and "C=4" in out
             assert ("Client health: ok at every level" in out) == all(lv.health.ok for lv in report.levels)
 
 
@@ -253,7 +253,7 @@ async def test_no_goodput_targets_is_said_not_shown_as_zero_and_client_health_is
         assert [lv.health.mark for lv in table.report.levels] == ["ok", "machine busy", "client-bound, machine busy"]
         assert not table.report.has_goodput
         out = _rendered(table)
-        assert "Good req/s" not in out  # no targets: no goodput column
+        assert "Good" not in out  # no targets: no goodput column
         assert "C=64 machine busy: steal 12 %" in out
         assert "C=256 client-bound: a client process used 0.97 of a core" in out
         assert "C=256 machine busy: load 9.0 on 8 cores" in out

@@ -33,18 +33,18 @@ def goodput_text(view: GoodputView | None) -> Text:
     t.append("Goodput", style="bold")
     if view.level:
         t.append(f" {view.level}")
-    t.append(" (level summary): " if view.final else " so far: ")
+    t.append(" (final): " if view.final else " so far: ")
     if not view.completed:
         t.append("no completed request yet" if not view.final else "no request completed")
     elif view.good is None:
         t.append(f"{view.completed} completed; counted in the level's summary")
     else:
         t.append(f"{view.good}/{view.completed}", style="bold")
-        t.append(" completed within every target (")
+        t.append(" within every target (")
         t.append(fmt((view.share or 0.0) * 100, ".1f", " %"), style="bold")
         t.append(") \u00b7 ")
         t.append(fmt(view.req_s, ".2f", " req/s"), style="bold")
-    t.append("\ntargets: " + targets_text(view), style="dim")
+    t.append(" \u00b7 targets " + targets_text(view), style="dim")
     return t
 
 

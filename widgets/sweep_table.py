@@ -13,17 +13,26 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from tui.model import SweepLevel, SweepReport
+from tui.model import ClientHealth, SweepLevel, SweepReport
 from widgets._fmt import fmt, theme_color
 
-#: (header, cell) per column; the goodput column only when the run had targets
+#: (header, cell) per column, headers on two lines (80 columns hold the table); the goodput
+#: column only when the run had targets
 COLUMNS: tuple[tuple[str, str], ...] = (
-    ("Level", "label"), ("Done/fail", "counts"), ("Req/s", "request_throughput"),
-    ("Out tok/s", "output_throughput"), ("TTFT mean", "mean_ttft_ms"), ("TTFT p99", "p99_ttft_ms"),
-    ("TPOT mean", "mean_tpot_ms"), ("ITL p99", "p99_itl_ms"), ("Good req/s", "goodput"), ("Client", "health"),
+    ("\nLevel", "label"), ("Done/\nfail", "counts"), ("\nReq/s", "request_throughput"),
+    ("Out\ntok/s", "output_throughput"), ("TTFT\nmean", "mean_ttft_ms"), ("TTFT\np99", "p99_ttft_ms"),
+    ("TPOT\nmean", "mean_tpot_ms"), ("ITL\np99", "p99_itl_ms"), ("Good\nreq/s", "goodput"),
+    ("\nClient", "health"),
 )
 SPECS = {"request_throughput": ".2f", "output_throughput": ".1f", "mean_ttft_ms": ".1f", "p99_ttft_ms": ".1f",
          "mean_tpot_ms": ".2f", "p99_itl_ms": ".2f", "goodput": ".2f"}
+
+
+def health_cell(health: ClientHealth) -> str:
+    """The Client column: ``ok``, ``client-bound``, ``machine busy`` or ``client-bound, busy``."""
+    if health.client_bound and health.machine_busy:
+        return "client-bound, busy"
+    return health.mark
 
 
 def title(report: SweepReport) -> str:
@@ -49,7 +58,7 @@ class SweepTable(Static):
 
     def _cell(self, lv: SweepLevel, key: str) -> Text:
         if key == "label":
-            return Text(lv.label + (" (partial)" if lv.partial else ""))
+            return Text(lv.label + (" partial" if lv.partial else ""))
         if key == "counts":
             return Text(f"{lv.completed}/{lv.failed}", justify="right",
                         style=theme_color(self, "error", "red") if lv.failed else "")
@@ -57,16 +66,16 @@ class SweepTable(Static):
             if lv.health.ok:
                 return Text("ok", style="dim")
             colour = theme_color(self, "error" if lv.health.client_bound else "warning", "yellow")
-            return Text(lv.health.mark, style=f"bold {colour}")
+            return Text(health_cell(lv.health), style=f"bold {colour}")
         return Text(fmt(getattr(lv, key), SPECS[key]), justify="right")
 
     def render_report(self, report: SweepReport) -> Group:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), expand=False,
-                      title=title(report), title_justify="left", title_style="bold")
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0,
+                      expand=False, title=title(report), title_justify="left", title_style="bold")
         cols = [(h, k) for h, k in COLUMNS if k != "goodput" or report.has_goodput]
         for header, key in cols:
             table.add_column(header, justify="left" if key in ("label", "health") else "right",
-                             no_wrap=key in ("label", "health"))
+                             no_wrap=key == "health")
         for lv in report.levels:
             table.add_row(*(self._cell(lv, key) for _h, key in cols))
         notes = Text()
@@ -85,4 +94,4 @@ class SweepTable(Static):
         self.update(self.render_report(report) if report.levels else "")
 
 
-__all__ = ["COLUMNS", "SweepTable", "title"]
+__all__ = ["COLUMNS", "SweepTable", "health_cell", "title"]
