@@ -210,7 +210,7 @@ def bench_script() -> list[dict]:
     """Progress lines of a 2-level sweep (C=1 done, C=16 running), as ``tunedeck bench --progress`` prints."""
     levels = [{"level": 0, "concurrency": 1, "request_rate": "inf"}, {"level": 1, "concurrency": 16,
                                                                        "request_rate": "inf"}]
-    msgs: list[dict] = [{"type": "start", "levels": levels}]
+    msgs: list[dict] = [{"type": "start", "levels": levels, "goodput": {"ttft": 200.0, "tpot": 50.0}}]
     for level, conc, secs, base in ((0, 1, 10, 88.0), (1, 16, 9, 1190.0)):
         msgs.append({"type": "level_start", "level": level, "concurrency": conc, "request_rate": "inf",
                      "run_id": f"20250308-1240{level}0-c{conc}"})
@@ -221,6 +221,7 @@ def bench_script() -> list[dict]:
             done = min(total, (sec + 1) * (1 if conc == 1 else 7))
             msgs.append({"type": "tick", "level": level, "second": sec, "t": sec + 1.0, "tok_s": tok,
                          "completed": done, "total": total, "failed": 0, "in_flight": 0 if done >= total else conc,
+                         "good": done - done // 9,
                          "cpu": [0.21 + 0.01 * (sec % 3)], "ttft_p50_ms": 41.0 + 6 * level,
                          "ttft_p99_ms": 58.0 + 40 * level, "itl_p50_ms": 11.2 + 2.5 * level,
                          "itl_p99_ms": 14.9 + 4 * level})
@@ -228,7 +229,48 @@ def bench_script() -> list[dict]:
             msgs.append({"type": "level_done", "level": 0, "summary": {
                 "completed": 10, "failed": 0, "duration": 10.2, "output_throughput": 86.4,
                 "per_user_output_throughput": 86.4, "max_concurrency": 1, "median_ttft_ms": 41.3,
-                "p99_ttft_ms": 57.8, "median_itl_ms": 11.2, "p99_itl_ms": 14.8}})
+                "p99_ttft_ms": 57.8, "median_itl_ms": 11.2, "p99_itl_ms": 14.8, "request_throughput": 0.98,
+                "mean_ttft_ms": 42.0, "mean_tpot_ms": 11.31, "request_goodput": 0.98, "client_bound": False,
+                "machine_busy": False}})
+    return msgs
+
+
+def bench_sweep_script() -> list[dict]:
+    """Progress lines of a finished 3-level sweep with goodput targets; the client is the limit at C=128."""
+    concs = (1, 32, 128)
+    msgs: list[dict] = [{"type": "start", "levels": [{"concurrency": c, "request_rate": "inf"} for c in concs],
+                         "goodput": {"ttft": 500.0, "tpot": 50.0, "itl": 120.0}}]
+    results = (  # completed, failed, duration, req/s, tok/s, TTFT mean/p99, TPOT mean, ITL p99, goodput req/s
+        (10, 0, 11.6, 0.86, 110.3, 38.2, 51.0, 8.92, 11.40, 0.86),
+        (160, 0, 14.9, 10.74, 1374.6, 121.5, 402.7, 22.31, 61.85, 10.07),
+        (637, 3, 19.8, 32.17, 4117.9, 688.0, 2310.4, 29.64, 140.22, 12.42),
+    )
+    health = (
+        {}, {},
+        {"client_bound": True, "machine_busy": True, "client": {
+            "client_bound_reason": "a client process used 0.96 of a core",
+            "machine_busy_reason": "load 9.4 on 8 cores"}},
+    )
+    for level, (conc, r, h) in enumerate(zip(concs, results, health)):
+        done, failed, dur, rps, tok, ttft, ttft99, tpot, itl99, good = r
+        msgs.append({"type": "level_start", "level": level, "concurrency": conc, "request_rate": "inf",
+                     "run_id": f"20250308-1310{level}0-c{conc}"})
+        secs = int(dur)
+        for sec in range(secs):
+            ramp = min(1.0, (sec + 1) / 3)
+            msgs.append({"type": "tick", "level": level, "second": sec, "t": sec + 1.0,
+                         "tok_s": round(tok * ramp + (sec * 37 % 11) * (conc / 8), 1),
+                         "completed": done * (sec + 1) // (secs + 1), "total": done + failed, "failed": 0,
+                         "in_flight": conc, "cpu": [min(0.97, 0.05 + 0.0075 * conc)],
+                         "good": int(good * (sec + 1)), "ttft_p50_ms": ttft * 0.9, "ttft_p99_ms": ttft99,
+                         "itl_p50_ms": tpot * 0.95, "itl_p99_ms": itl99})
+        msgs.append({"type": "level_done", "level": level, "summary": {
+            "completed": done, "failed": failed, "duration": dur, "request_throughput": rps,
+            "output_throughput": tok, "per_user_output_throughput": tok / conc, "max_concurrency": conc,
+            "mean_ttft_ms": ttft, "median_ttft_ms": ttft * 0.9, "p99_ttft_ms": ttft99, "mean_tpot_ms": tpot,
+            "median_itl_ms": tpot * 0.95, "p99_itl_ms": itl99, "request_goodput": good,
+            "client_bound": False, "machine_busy": False, **h}})
+    msgs.append({"type": "done", "run_ids": [f"20250308-1310{i}0-c{c}" for i, c in enumerate(concs)]})
     return msgs
 
 
@@ -255,6 +297,54 @@ def bench() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     return app, run_before
 
 
+def bench_sweep() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    """The end of a finished sweep: the per-level table with goodput and client-health marks."""
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.ui.screens.bench import BenchScreen
+        from widgets.throughput_chart import ThroughputChart
+
+        class ShotSweep(BenchScreen):
+            def run_bench(self) -> None:  # type: ignore[override]  # scripted, nothing runs
+                for m in bench_sweep_script():
+                    self.post_message(self.Progress(m))
+                self.post_message(self.Finished(0, [], ""))
+
+        scr = ShotSweep(["--host", TARGET, "--port", "30000", "--concurrency", "1,32,128"])
+        await _settled(app, pilot)
+        await app.push_screen(scr)
+        await _until(pilot, lambda: scr.rc == 0 and len(scr.sweep_levels) == 3)
+        for chart in scr.query(ThroughputChart):
+            chart.refresh()
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+def bench_setup_slo() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    """The bench form with goodput targets, one of them mistyped: the error line names the field."""
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from textual.widgets import Input
+
+        from tui.ui.screens.bench_setup import BenchSetupScreen
+
+        await _settled(app, pilot)
+        await pilot.press("b")
+        await _until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
+        scr: Any = app.screen
+        for key, value in (("ttft", "500"), ("tpot", "50"), ("itl", "12O")):
+            scr.query_one(f"#bs-slo-{key}", Input).value = value
+        app.set_focus(None)
+        await _until(pilot, lambda: "ITL SLO" in str(scr.query_one("#bs-error").content))
+        scr.query_one("#bs-left").scroll_end(animate=False)  # the SLO fields and the error line in view
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
 def bench_setup() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
@@ -269,8 +359,23 @@ def bench_setup() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     return app, run_before
 
 
-def compare() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
-    """The Compare screen after an A/B (the recorded demo A/B in screenshots/compare-ab.json)."""
+def _client_health_at_peak(e: dict) -> dict:
+    """The recorded A/B with its C=16 client-health verdicts given their reasons, B's machine busy too."""
+    why = {"a": {"client_bound_reason": "a client process used 0.93 of a core"},
+           "b": {"client_bound_reason": "loop lag p99 7.9 ms with the client at 0.71 of a core",
+                 "machine_busy": True, "machine_busy_reason": "steal 9 %"}}
+    for side, extra in why.items():
+        for run in e[side]["runs"]:
+            for lv in run["levels"]:
+                if lv["concurrency"] == 16:
+                    lv["summary"]["client"].update(extra)
+                    lv["summary"]["machine_busy"] = bool(extra.get("machine_busy"))
+    return e
+
+
+def compare(health: bool = False) -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    """The Compare screen after an A/B (the recorded demo A/B in screenshots/compare-ab.json);
+    ``health``: with the reasons of its client-health verdicts (and a busy machine on B)."""
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
@@ -278,6 +383,8 @@ def compare() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
         from tui.ui.screens.compare import CompareScreen
 
         e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
+        if health:
+            e = _client_health_at_peak(e)
         a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
         cmp = compare_sides(a, b)
         series = e.get("series") or [[], []]
@@ -355,8 +462,9 @@ def hosts() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
 
 SCENES: dict[str, Scene] = {
     "status": status, "profiles": profiles, "launch-form": launch_form, "run": run, "bench": bench,
-    "bench-setup": bench_setup, "compare": compare, "runs": runs, "keys": keys, "confirm-stop": confirm_stop,
+    "bench-sweep": bench_sweep, "bench-setup": bench_setup, "bench-setup-slo": bench_setup_slo, "compare": compare,
+    "compare-client-health": lambda: compare(health=True), "runs": runs, "keys": keys, "confirm-stop": confirm_stop,
     "hosts": hosts,
 }
 
-__all__ = ["SCENES", "Scene", "base_app", "bench_script", "h200_status"]
+__all__ = ["SCENES", "Scene", "base_app", "bench_script", "bench_sweep_script", "h200_status"]

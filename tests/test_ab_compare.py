@@ -137,6 +137,21 @@ def test_warnings_model_lengths_ignore_eos_failures():
     assert compare(a, b).row("failed_requests").verdict == "B +3 (worse)"
 
 
+def test_warnings_give_the_client_health_verdicts_with_their_reasons():
+    client = {"client_bound": True, "client_bound_reason": "a client process used 0.97 of a core",
+              "machine_busy": True, "machine_busy_reason": "steal 12 %"}
+    a = side("A", "base", [run(100, 5000, client_bound=True, machine_busy=True, client=client)])
+    b = side("B", "tuned", [run(110, 5100, machine_busy=True, client={"machine_busy": True})])
+    cmp = compare(a, b)
+    w = "\n".join(cmp.warnings)
+    assert ("A: the benchmark client was saturated at C=128 (a client process used 0.97 of a core); "
+            "throughput may be understated") in w
+    assert "A: the benchmark client's machine was busy at C=128 (steal 12 %); its timestamps may be late" in w
+    assert "B: the benchmark client's machine was busy at C=128; its timestamps may be late" in w  # no reason
+    assert "B: the benchmark client was saturated" not in w and "C=1 " not in w
+    assert "machine was busy at C=128 (steal 12 %)" in to_text(cmp) and "(steal 12 %)" in to_markdown(cmp)
+
+
 def test_missing_values_are_na_not_zero():
     a = side("A", "base", [SideRun((LevelResult(1, {"max_concurrency": 1, "output_throughput": 50.0}),))])
     b = side("B", "tuned", [SideRun((LevelResult(1, {"max_concurrency": 1, "output_throughput": 60.0,

@@ -175,8 +175,48 @@ async def test_bad_settings_are_one_clear_error_before_anything_is_sent():
     for kw, what in (({"url": "ftp://x"}, "BenchConfig.url"), ({"url": "http://h:99999"}, "BenchConfig.url"),
                      ({"endpoint": "embed"}, "BenchConfig.endpoint"), ({"input_len": 0}, "BenchConfig.input_len"),
                      ({"concurrency": [0]}, "BenchConfig.concurrency"), ({"request_rate": [-1.0]}, "request_rate"),
-                     ({"transport": "httpx"}, "transport"), ({"warmup": -1}, "BenchConfig.warmup")):
+                     ({"transport": "httpx"}, "transport"), ({"warmup": -1}, "BenchConfig.warmup"),
+                     ({"goodput": {"tbt": 5.0}}, "BenchConfig.goodput"),
+                     ({"goodput": {"ttft": -1.0}}, "BenchConfig.goodput")):
         cfg = BenchConfig(**{"url": "http://127.0.0.1:9", **kw})
         with pytest.raises(ValueError, match=what) as ei:
             await run_benchmark(cfg, save=False)
         assert "\n" not in str(ei.value)
+
+
+async def test_the_start_event_carries_the_goodput_targets_and_the_summary_applies_them():
+    """What the live view needs to know up front (the targets; {} for none) and the summary's count."""
+    from tui.bench.runner import BenchConfig, run_benchmark
+
+    with FakeServer("--ttft-ms", "5", "--itl-ms", "2") as srv:
+        events: list = []
+        cfg = BenchConfig(url=srv.url, concurrency=[4], num_prompts=24, input_len=8, output_len=12, warmup=0,
+                          goodput={"ttft": 60000.0, "tpot": 60000.0, "itl": 60000.0})
+        [summary] = await run_benchmark(cfg, emit=events.append, save=False)
+        start = next(e for e in events if e["type"] == "start")
+        assert start["goodput"] == {"ttft": 60000.0, "tpot": 60000.0, "itl": 60000.0}
+        assert summary["request_goodput"] * summary["duration"] == pytest.approx(24)  # every one is good
+        events.clear()
+        cfg = BenchConfig(url=srv.url, concurrency=[4], num_prompts=24, input_len=8, output_len=12, warmup=0,
+                          goodput={"ttft": 0.0})
+        [summary] = await run_benchmark(cfg, emit=events.append, save=False)
+        assert summary["request_goodput"] == 0.0  # no TTFT is 0
+        events.clear()
+        cfg = BenchConfig(url=srv.url, concurrency=[4], num_prompts=8, input_len=8, output_len=12, warmup=0)
+        [summary] = await run_benchmark(cfg, emit=events.append, save=False)
+        assert summary["request_goodput"] is None
+        assert next(e for e in events if e["type"] == "start")["goodput"] == {}
+
+
+def test_progress_good_count_follows_the_slo_rule():
+    from tui.bench.runner import Progress
+
+    fast = {"success": True, "output_tokens": 3, "ttft": 0.05, "itl": [0.01, 0.02], "latency": 0.08}
+    slow = {"success": True, "output_tokens": 3, "ttft": 0.5, "itl": [0.01, 0.02], "latency": 0.53}
+    stall = {"success": True, "output_tokens": 3, "ttft": 0.05, "itl": [0.01, 0.3], "latency": 0.36}
+    p = Progress(level=0, t0=0.0, total=10, goodput={"ttft": 100.0, "itl": 100.0})
+    for s in (fast, slow, stall, {"success": False, "error_type": "HTTPStatus"}):
+        p.add_sample(s)
+    t = p.tick(2.0)
+    assert (t["completed"], t["failed"], t["good"]) == (3, 1, 1)
+    assert Progress(level=0, t0=0.0, total=1).tick(1.0)["good"] is None

@@ -89,6 +89,24 @@ def test_goodput():
     assert r["request_goodput"] == approx(1.0)  # value <= SLO is good
 
 
+def test_goodput_itl_target_is_the_largest_gap_of_a_request():
+    # A's gaps 50, 50, 100 ms; B's 100 ms; D has a single event (no gap: counts as 0)
+    r = metrics.calculate_metrics([A, B, C, D], 2.0, goodput={"itl": 99})
+    assert r["request_goodput"] == approx(0.5)  # D only
+    r = metrics.calculate_metrics([A, B, C, D], 2.0, goodput={"itl": 100})
+    assert r["request_goodput"] == approx(1.5)  # A, B and D: value <= SLO is good
+    r = metrics.calculate_metrics([A, B, C, D], 2.0, goodput={"itl": 100, "ttft": 150})
+    assert r["request_goodput"] == approx(0.5)  # A only: every target at once
+
+
+def test_meets_slo_is_the_summary_rule():
+    slo = metrics.slo_seconds({"ttft": 250, "tpot": 70})
+    assert [metrics.meets_slo(s, slo) for s in (A, B, D)] == [True, False, False]
+    assert metrics.slo_value(D, "tpot") == 0.0 and metrics.slo_value(A, "itl") == 0.1
+    with pytest.raises(ValueError):
+        metrics.slo_value(A, "tbt")
+
+
 def test_max_concurrent_is_vllms_per_second_count_and_overlap_is_sweep_line():
     def s(start, lat):
         return {"success": True, "start_time": start, "ttft": lat, "itl": [], "latency": lat, "output_tokens": 1}
@@ -119,7 +137,8 @@ def test_empty_gives_zero_like_vllm():
 
 def test_parse_goodput_errors():
     assert metrics.parse_goodput(["ttft:200", "tpot:50 e2el:1000"]) == {"ttft": 200, "tpot": 50, "e2el": 1000}
-    for bad in ("ttft", "itl:5", "ttft:abc", "ttft:-1"):
+    assert metrics.parse_goodput(["itl:80"]) == {"itl": 80.0}
+    for bad in ("ttft", "tbt:5", "ttft:abc", "ttft:-1", "e2el:inf"):
         with pytest.raises(ValueError) as ei:
             metrics.parse_goodput([bad])
         assert bad in str(ei.value)

@@ -58,7 +58,7 @@ def test_bad_run_ids_and_missing_runs():
 
 def test_cli_bad_input_is_one_line():
     for args, word in (
-        (["bench", "--url", "http://127.0.0.1:9", "--goodput", "itl:5"], "--goodput"),
+        (["bench", "--url", "http://127.0.0.1:9", "--goodput", "tbt:5"], "--goodput"),
         (["bench", "--url", "http://127.0.0.1:9", "--concurrency", "0"], "--concurrency"),
         (["bench"], "--url"),
         (["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1,2", "--request-rate", "1,2"], "not both"),

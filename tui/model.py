@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Mapping, Union
 
 
 class NAType:
@@ -261,3 +261,146 @@ class LinkState:
     @property
     def ok(self) -> bool:
         return self.state == "connected"
+
+
+# --------------------------------------------------------------------------- benchmarks
+
+#: goodput target keys in the order they are shown, with their names
+SLO_NAMES: tuple[tuple[str, str], ...] = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
+
+
+def _finite(summary: Mapping[str, Any], key: str) -> float | None:
+    v = summary.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+@dataclass(frozen=True)
+class ClientHealth:
+    """The benchmark client's verdict on one level (from its summary).
+
+    ``client_bound``: the client itself was the limit (its numbers understate the server);
+    ``machine_busy``: other load on the client's machine delayed it. Each with its reason.
+    """
+
+    client_bound: bool = False
+    client_bound_reason: str = ""
+    machine_busy: bool = False
+    machine_busy_reason: str = ""
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any]) -> "ClientHealth":
+        client = summary.get("client")
+        cl: Mapping[str, Any] = client if isinstance(client, Mapping) else {}
+        return cls(bool(summary.get("client_bound")), str(cl.get("client_bound_reason") or ""),
+                   bool(summary.get("machine_busy")), str(cl.get("machine_busy_reason") or ""))
+
+    @property
+    def ok(self) -> bool:
+        return not (self.client_bound or self.machine_busy)
+
+    @property
+    def mark(self) -> str:
+        """``ok``, ``client-bound``, ``machine busy`` or both."""
+        on = [m for m, flag in (("client-bound", self.client_bound), ("machine busy", self.machine_busy)) if flag]
+        return ", ".join(on) or "ok"
+
+    def reasons(self) -> list[str]:
+        """One line per verdict that holds: what it is and why."""
+        out = []
+        if self.client_bound:
+            out.append("client-bound: " + (self.client_bound_reason or "the client was the limit"))
+        if self.machine_busy:
+            out.append("machine busy: " + (self.machine_busy_reason or "other load on the client machine"))
+        return out
+
+
+@dataclass(frozen=True)
+class GoodputView:
+    """Goodput of one benchmark level: live (``final`` False, so far) or from its summary.
+
+    ``targets``: (key, ms) pairs in :data:`SLO_NAMES` order, empty when the run has no
+    goodput targets. ``good``: completed requests within every target (None: not known).
+    ``elapsed``: seconds the level has run (its duration when final).
+    """
+
+    targets: tuple[tuple[str, float], ...] = ()
+    level: str = ""
+    completed: int = 0
+    good: int | None = None
+    elapsed: float = 0.0
+    final: bool = False
+
+    @staticmethod
+    def order(targets: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
+        known = [(k, float(targets[k])) for k, _ in SLO_NAMES if k in targets]
+        return tuple(known + sorted((str(k), float(v)) for k, v in targets.items() if k not in dict(SLO_NAMES)))
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any], targets: Mapping[str, float], level: str = "") -> "GoodputView":
+        """A finished level: ``request_goodput`` × ``duration`` is its count of good requests."""
+        rate, dur = _finite(summary, "request_goodput"), _finite(summary, "duration") or 0.0
+        good = None if rate is None or not targets else int(round(rate * dur))
+        return cls(cls.order(targets), level, int(_finite(summary, "completed") or 0), good, dur, True)
+
+    @property
+    def share(self) -> float | None:
+        """Good / completed (0..1); None before a request completed."""
+        return self.good / self.completed if self.good is not None and self.completed else None
+
+    @property
+    def req_s(self) -> float | None:
+        """Good requests per second of the level."""
+        return self.good / self.elapsed if self.good is not None and self.elapsed > 0 else None
+
+
+@dataclass(frozen=True)
+class SweepLevel:
+    """One finished level of a benchmark, as ``vllm bench serve``'s end report shows it.
+
+    Latencies are ms; a level in which no request completed has None (N/A), never 0.
+    ``goodput`` is req/s, None without targets.
+    """
+
+    label: str
+    completed: int
+    failed: int
+    request_throughput: float | None = None
+    output_throughput: float | None = None
+    mean_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    mean_tpot_ms: float | None = None
+    p99_itl_ms: float | None = None
+    goodput: float | None = None
+    partial: bool = False
+    health: ClientHealth = field(default_factory=ClientHealth)
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any], label: str) -> "SweepLevel":
+        done = int(_finite(summary, "completed") or 0)
+
+        def lat(key: str) -> float | None:
+            return _finite(summary, key) if done else None
+
+        return cls(label, done, int(_finite(summary, "failed") or 0), _finite(summary, "request_throughput"),
+                   _finite(summary, "output_throughput"), lat("mean_ttft_ms"), lat("p99_ttft_ms"),
+                   lat("mean_tpot_ms"), lat("p99_itl_ms"), _finite(summary, "request_goodput"),
+                   bool(summary.get("partial")), ClientHealth.from_summary(summary))
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """The finished levels of a run (``planned``: how many it announced)."""
+
+    levels: tuple[SweepLevel, ...] = ()
+    planned: int = 0
+
+    @property
+    def has_goodput(self) -> bool:
+        return any(lv.goodput is not None for lv in self.levels)
+
+    @property
+    def done(self) -> bool:
+        return bool(self.levels) and len(self.levels) >= self.planned

@@ -463,8 +463,13 @@ def comparison_warnings(a: Side, b: Side) -> list[str]:
                     )
                 if s.get("client_bound"):
                     w.append(
-                        f"{side.label}{rep}: the benchmark client was saturated at C={lv.concurrency}; "
-                        "throughput may be understated"
+                        f"{side.label}{rep}: the benchmark client was saturated at C={lv.concurrency}"
+                        f"{_client_reason(s, 'client_bound_reason')}; throughput may be understated"
+                    )
+                if s.get("machine_busy"):
+                    w.append(
+                        f"{side.label}{rep}: the benchmark client's machine was busy at C={lv.concurrency}"
+                        f"{_client_reason(s, 'machine_busy_reason')}; its timestamps may be late"
                     )
                 if s.get("usage_missing") or s.get("usage_present") is False:
                     w.append(
@@ -472,6 +477,13 @@ def comparison_warnings(a: Side, b: Side) -> list[str]:
                         "token counts are estimates"
                     )
     return w
+
+
+def _client_reason(summary: Mapping[str, Any], key: str) -> str:
+    """`` (why)`` from the summary's client-health record, or nothing when it gives no reason."""
+    client = summary.get("client")
+    why = client.get(key) if isinstance(client, Mapping) else None
+    return f" ({why})" if why else ""
 
 
 # ---------------------------------------------------------------------- rows

@@ -23,7 +23,8 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("itl", "ITL", "Inter-token Latency"),
     ("e2el", "E2EL", "End-to-end Latency"),
 )
-GOODPUT_KEYS = ("ttft", "tpot", "e2el")
+#: SLO keys of ``--goodput``: vLLM's ttft, tpot and e2el, plus tunedeck's itl (see :func:`slo_value`)
+GOODPUT_KEYS = ("ttft", "tpot", "itl", "e2el")
 DEFAULT_PERCENTILES: tuple[float, ...] = (90.0, 99.0)
 
 
@@ -89,6 +90,17 @@ def stats_ms(name: str, xs: Sequence[float], percentiles: Sequence[float]) -> di
 # ---------------------------------------------------------------- helpers
 
 
+def parse_slo_ms(text: str) -> float:
+    """One SLO value in ms (a finite number >= 0); ValueError says what is wrong with it."""
+    try:
+        ms = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number of milliseconds") from None
+    if not ms >= 0 or math.isinf(ms):
+        raise ValueError("must be a finite number >= 0")
+    return ms
+
+
 def parse_goodput(items: Iterable[str]) -> dict[str, float]:
     """``["ttft:200", "tpot:50"]`` → ``{"ttft": 200.0, "tpot": 50.0}`` (ms); ValueError names the bad item."""
     out: dict[str, float] = {}
@@ -100,13 +112,44 @@ def parse_goodput(items: Iterable[str]) -> dict[str, float]:
             if k not in GOODPUT_KEYS:
                 raise ValueError(f"--goodput {part!r}: key must be one of {', '.join(GOODPUT_KEYS)}")
             try:
-                ms = float(v)
-            except ValueError:
-                raise ValueError(f"--goodput {part!r}: {v!r} is not a number of milliseconds") from None
-            if not ms >= 0 or math.isinf(ms):
-                raise ValueError(f"--goodput {part!r}: must be a finite number >= 0")
-            out[k] = ms
+                out[k] = parse_slo_ms(v)
+            except ValueError as e:
+                raise ValueError(f"--goodput {part!r}: {e}") from None
     return out
+
+
+def slo_value(s: Mapping[str, Any], key: str) -> float:
+    """A successful request's value (seconds) for the SLO ``key``, as goodput judges it.
+
+    ``ttft``, ``e2el``: the request's TTFT and latency. ``tpot``: its TPOT, 0 when it had at
+    most one output token (vLLM's rule). ``itl`` (tunedeck's, vLLM has no ITL SLO): the
+    request's largest gap between two output events, 0 with a single event; a request
+    meets it when it never stalled longer than the target.
+    """
+    if key == "ttft":
+        return float(s["ttft"])
+    if key == "e2el":
+        return float(s["latency"])
+    if key == "tpot":
+        tp = tpot(s)
+        return tp if tp is not None else 0.0
+    if key == "itl":
+        itl = s.get("itl") or ()
+        return float(max(itl)) if itl else 0.0
+    raise ValueError(f"goodput key {key!r}: must be one of {', '.join(GOODPUT_KEYS)}")
+
+
+def slo_seconds(goodput_ms: Mapping[str, float]) -> dict[str, float]:
+    """``--goodput`` targets (ms) in seconds, the unit :func:`meets_slo` compares in."""
+    return {k: float(v) / 1000.0 for k, v in goodput_ms.items()}
+
+
+def meets_slo(s: Mapping[str, Any], slo_s: Mapping[str, float]) -> bool:
+    """True when a successful request is within every target (``value <= SLO``, seconds).
+
+    The one rule behind ``request_goodput`` and the live goodput count in progress ticks.
+    """
+    return all(slo_value(s, k) <= lim for k, lim in slo_s.items())
 
 
 def output_len(s: Mapping[str, Any]) -> int:
@@ -222,7 +265,6 @@ def calculate_metrics(
     failed = len(samples) - len(ok)
     ttfts: list[float] = []
     tpots: list[float] = []
-    all_tpots: list[float] = []
     itls: list[float] = []
     e2els: list[float] = []
     out_lens: list[int] = []
@@ -236,18 +278,14 @@ def calculate_metrics(
         tp = tpot(s)
         if tp is not None:
             tpots.append(tp)
-        all_tpots.append(tp if tp is not None else 0.0)
         itl = s.get("itl") or []
         itls.extend(itl)
         events += 1 + len(itl)
         ttfts.append(s["ttft"])
         e2els.append(s["latency"])
     if goodput:
-        slo = {k: v / 1000.0 for k, v in goodput.items()}
-        for i, s in enumerate(ok):
-            vals = {"ttft": ttfts[i], "tpot": all_tpots[i], "e2el": e2els[i]}
-            if all(vals[k] <= lim for k, lim in slo.items()):
-                good += 1
+        slo = slo_seconds(goodput)
+        good = sum(1 for s in ok if meets_slo(s, slo))
     total_output = sum(out_lens)
     dur = duration if duration > 0 else math.nan
 

@@ -15,10 +15,11 @@ records are the typed view at the boundaries, each with ``to_json()`` /
 Event types (``BenchEvent.type``) and their fields:
 
 ``waiting``      url, timeout
-``start``        levels [{concurrency, request_rate}], model, sweep_id
+``start``        levels [{concurrency, request_rate}], model, sweep_id, goodput ({key: ms}, {} for none)
 ``level_start``  level, run_id, run_dir, concurrency, request_rate, num_prompts, warmup
 ``connected``    level, connections, connect_ms_mean, connect_ms_max (pool opened before t0)
 ``tick``         level, t, second, completed, failed, in_flight, total, tok_s, output_tokens,
+                 good (completed requests within every goodput target so far; None without targets),
                  ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms (None until seen), cpu, lag_ms,
                  load1, steal
 ``sample``       level, index, success, error_type, ttft, latency, output_tokens

@@ -158,6 +158,11 @@ class BenchConfig:
         for r in self.request_rate:
             if not isinstance(r, (int, float)) or not r > 0:
                 raise ValueError(f"BenchConfig.request_rate {r!r}: every value must be > 0 (math.inf: all at once)")
+        for k, v in self.goodput.items():
+            if k not in metrics.GOODPUT_KEYS:
+                raise ValueError(f"BenchConfig.goodput {k!r}: key must be one of {', '.join(metrics.GOODPUT_KEYS)}")
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0 or math.isinf(v):
+                raise ValueError(f"BenchConfig.goodput {k}={v!r}: expected a finite number of ms >= 0")
         if not self.burstiness > 0 or math.isinf(self.burstiness):
             raise ValueError(f"BenchConfig.burstiness {self.burstiness!r}: expected a finite number > 0")
         for name in ("read_timeout", "ready_timeout"):
@@ -620,12 +625,16 @@ def preconnect_count(n: int, conc: Optional[int]) -> int:
 class Progress:
     """Per-level live state: finished samples and the 1-s event bins."""
 
-    def __init__(self, level: int, t0: float, total: int) -> None:
+    def __init__(self, level: int, t0: float, total: int, goodput: Optional[Mapping[str, float]] = None) -> None:
         self.level = level
         self.t0 = t0
         self.total = total
         self.completed = 0
         self.failed = 0
+        #: the SLO targets in seconds; None: no goodput asked for
+        self.slo = metrics.slo_seconds(goodput) if goodput else None
+        #: successful requests within every target (the summary's request_goodput × duration)
+        self.good = 0
         self.output_tokens = 0
         self.ttft: List[float] = []
         self.itl_recent: List[float] = []
@@ -640,6 +649,8 @@ class Progress:
         if s.get("success"):
             self.completed += 1
             self.output_tokens += int(s.get("output_tokens") or 0)
+            if self.slo is not None and metrics.meets_slo(s, self.slo):
+                self.good += 1
             self.ttft.append(s["ttft"])
             if len(self.ttft) > self.WINDOW:
                 del self.ttft[:self.WINDOW // 2]
@@ -669,6 +680,8 @@ class Progress:
             "second": last,
             "tok_s": self.bins.get(last, 0) if last >= 0 else 0,
             "output_tokens": self.output_tokens,
+            # None without targets: "no goodput asked for" is not "no request was good"
+            "good": self.good if self.slo is not None else None,
             # None (not 0) until a first token / gap was seen: a missing value is never 0
             "ttft_p50_ms": metrics.percentile_sorted(tt, 50) * 1000 if tt else None,
             "ttft_p99_ms": metrics.percentile_sorted(tt, 99) * 1000 if tt else None,
@@ -959,7 +972,7 @@ async def run_benchmark(
         token_ids = cfg.token_ids and not chat
         sweep_id = new_run_id("sweep-") if len(levels) > 1 else None
         emit({"type": "start", "levels": [{"concurrency": c, "request_rate": _rate_json(r)} for c, r in levels],
-              "model": cfg.model, "sweep_id": sweep_id})
+              "model": cfg.model, "sweep_id": sweep_id, "goodput": dict(cfg.goodput)})
         for li, (conc, rate) in enumerate(levels):
             n = cfg.prompts_for(conc)
             specs = make_prompts(n, cfg.input_len, cfg.output_len, cfg.seed, token_ids=token_ids)
@@ -1002,7 +1015,7 @@ async def run_benchmark(
             run_id = new_run_id()
             writer = RunWriter(run_id, meta, base=results_dir) if save else None
             samples: List[Dict[str, Any]] = []
-            prog = Progress(li, _pc(), n)
+            prog = Progress(li, _pc(), n, cfg.goodput)
 
             def on_sample(s: Dict[str, Any], *, _w: Any = writer, _p: Progress = prog) -> None:
                 s.pop("_events", None)

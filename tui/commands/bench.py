@@ -136,7 +136,8 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     w.add_argument("--seed", type=int, default=0)
     m = p.add_argument_group("metrics")
     m.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
-                   help="SLOs for goodput: ttft:MS tpot:MS e2el:MS")
+                   help="SLOs for goodput: ttft:MS tpot:MS e2el:MS as vLLM, and itl:MS (tunedeck's: the "
+                   "largest gap between a request's output events)")
     m.add_argument("--metric-percentiles", type=_percentiles, default=[90.0, 99.0], metavar="P[,P...]",
                    help="percentiles to report (default 90,99)")
     c = p.add_argument_group("client")

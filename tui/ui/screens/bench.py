@@ -6,7 +6,10 @@ skewed by rendering): it runs detached on the host next to the server (with
 the same driver as ``tunedeck bench``; a worker follows its events. Leaving the
 screen detaches; ``s`` stops the run (finished samples are kept). Shown: output tok/s per 1-s
 bucket, TTFT/ITL percentiles, completed/failed/in-flight; for sweeps,
-throughput vs concurrency and per-user tok/s vs total tok/s.
+throughput vs concurrency and per-user tok/s vs total tok/s. Goodput (the share of completed
+requests within every SLO target, and good req/s) live from the ticks, then from each level's
+summary; as levels finish, a per-level table (``vllm bench serve``'s end report) with each
+level's client-health mark and its reasons.
 
 Works standalone: ``app.push_screen(BenchScreen(["--url", URL, "--concurrency", "1,8"]))``.
 """
@@ -26,6 +29,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from tui.model import GoodputView, SweepLevel, SweepReport
+from widgets.goodput_panel import GoodputPanel
+from widgets.sweep_table import SweepTable
 from widgets.throughput_chart import ThroughputChart
 
 
@@ -44,6 +50,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     BenchScreen #tok-chart { height: 1fr; min-height: 8; }
     BenchScreen #sweep-row { height: 1fr; min-height: 8; }
     BenchScreen #sweep-row ThroughputChart { width: 1fr; height: 100%; }
+    BenchScreen #bench-goodput { height: auto; max-height: 2; }
+    BenchScreen #sweep-table { display: none; height: auto; max-height: 16; }
     """
 
     @dataclass
@@ -84,11 +92,17 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self._levels = 0
         #: the level running now (its level_start seen), -1 before the first
         self._current_level = -1
+        #: the run's goodput targets in ms ({}: none), from its start event; None before it
+        self.goodput_targets: dict[str, float] | None = None
+        #: one row per finished level, for the end report
+        self.sweep_levels: list[SweepLevel] = []
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static("starting benchmark...", id="bench-status")
             yield Static("", id="bench-latency")
+            yield GoodputPanel(id="bench-goodput")
+            yield SweepTable(id="sweep-table")
             yield ThroughputChart("output tok/s (1 s buckets)", xlabel="s", ylabel="tok/s", id="tok-chart")
             with Horizontal(id="sweep-row"):
                 yield ThroughputChart("throughput vs concurrency", xlabel="concurrency", ylabel="tok/s",
@@ -211,6 +225,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             })
         elif kind == "error":
             self.error = m.get("message", "")
+        self._show_goodput_and_levels(m)
         self._show_status()
 
     def on_bench_screen_finished(self, event: "BenchScreen.Finished") -> None:
@@ -260,6 +275,30 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
 
     def _show_latency(self, m: dict[str, Any]) -> None:
         self.query_one("#bench-latency", Static).update(latency_line(m))
+
+    def _show_goodput_and_levels(self, m: dict[str, Any]) -> None:
+        """Goodput (live from a tick, final from a level's summary) and the per-level table."""
+        kind = m.get("type")
+        panel = self.query_one("#bench-goodput", GoodputPanel)
+        if kind == "start":
+            self.goodput_targets = {str(k): float(v) for k, v in dict(m.get("goodput") or {}).items()}
+            panel.show(GoodputView(GoodputView.order(self.goodput_targets)))
+        elif kind == "level_start" and self.goodput_targets is not None:
+            panel.show(GoodputView(GoodputView.order(self.goodput_targets), self._level_name(m["level"])))
+        elif kind == "tick" and self.goodput_targets is not None:
+            good = m.get("good")
+            panel.show(GoodputView(GoodputView.order(self.goodput_targets), self._level_name(m.get("level", -1)),
+                                   int(m.get("completed") or 0), good if isinstance(good, int) else None,
+                                   float(m.get("t") or 0.0)))
+        elif kind == "level_done":
+            s = m["summary"]
+            name = self._level_name(m.get("level", -1))
+            if self.goodput_targets is not None:
+                panel.show(GoodputView.from_summary(s, self.goodput_targets, name))
+            self.sweep_levels.append(SweepLevel.from_summary(s, name))
+            table = self.query_one("#sweep-table", SweepTable)
+            table.show(SweepReport(tuple(self.sweep_levels), self._levels or len(self._level_info)))
+            table.display = True
 
 
 def _ms(v: Any, digits: int) -> str:

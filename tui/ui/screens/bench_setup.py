@@ -2,7 +2,8 @@
 :class:`~tui.ui.screens.bench.BenchScreen`), and read stored results.
 
 Left: the servers known on the host (the app's server feed) and the form: URL (optional; overrides
-the selected server), endpoint, concurrency list, prompts, input/output length, warmup, ignore_eos.
+the selected server), endpoint, concurrency list, prompts, input/output length, warmup, ignore_eos,
+and goodput targets (TTFT / TPOT / ITL / E2EL in ms, each optional: ``--goodput``).
 ``ctrl+r`` starts the benchmark; ``enter`` only picks a server or moves to the next field (a load
 test on a shared server is never one stray keystroke away). The bench always runs in its own
 local process: for a remote host it reaches the server through ``host.forward_port`` exactly as
@@ -25,6 +26,7 @@ from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Checkbox, DataTable, Footer, Header, Input, Label, Select, Static
 
+from tui.bench.metrics import parse_slo_ms
 from tui.model import ServerStats
 from widgets.filter_table import FilterTable, TableFilter
 
@@ -52,6 +54,32 @@ class BenchForm:
     output_len: str = "128"
     warmup: str = "1"
     ignore_eos: bool = True
+    #: goodput targets in ms, as typed ("" = no target on that metric)
+    slo_ttft: str = ""
+    slo_tpot: str = ""
+    slo_itl: str = ""
+    slo_e2el: str = ""
+
+
+#: (goodput key, form field, the field's name in messages) of the SLO fields, in form order
+SLO_FIELDS = (("ttft", "slo_ttft", "TTFT SLO"), ("tpot", "slo_tpot", "TPOT SLO"),
+              ("itl", "slo_itl", "ITL SLO"), ("e2el", "slo_e2el", "E2EL SLO"))
+
+
+def goodput_items(form: BenchForm) -> list[str]:
+    """The ``--goodput`` items (``ttft:200``) of the form's SLO fields, checked by the parser the
+    ``--goodput`` option uses; a bad value raises :class:`BenchFormError` naming its field."""
+    items = []
+    for key, attr, name in SLO_FIELDS:
+        text = str(getattr(form, attr)).strip()
+        if not text:
+            continue
+        try:
+            ms = parse_slo_ms(text)
+        except ValueError as e:
+            raise BenchFormError(name, str(e)) from None
+        items.append(f"{key}:{int(ms) if ms.is_integer() else ms!r}")
+    return items
 
 
 def _int(field: str, text: str, minimum: int) -> int:
@@ -102,6 +130,9 @@ def bench_args(form: BenchForm, server: ServerStats | None, *, target: str | Non
     args += ["--output-len", str(_int("output len", form.output_len, 1))]
     args += ["--warmup", str(_int("warmup", form.warmup, 0))]
     args.append("--ignore-eos" if form.ignore_eos else "--no-ignore-eos")
+    slo = goodput_items(form)
+    if slo:
+        args += ["--goodput", *slo]
     return args
 
 
@@ -181,6 +212,10 @@ class BenchSetupScreen(Screen):
                     yield Input(f.warmup, id="bs-warmup", compact=True)
                     yield Label("")
                     yield Checkbox("ignore_eos", f.ignore_eos, id="bs-ignore-eos")
+                    for key, attr, name in SLO_FIELDS:
+                        yield Label(f"{name} ms")
+                        yield Input(getattr(f, attr), placeholder="none (goodput: a request within every target)",
+                                    id=f"bs-slo-{key}", compact=True)
                 yield Static(id="bs-command")
                 yield Static(id="bs-error")
             with Vertical(id="bs-right"):
@@ -253,6 +288,7 @@ class BenchSetupScreen(Screen):
             concurrency=q("#bs-concurrency", Input).value, num_prompts=q("#bs-num-prompts", Input).value,
             input_len=q("#bs-input-len", Input).value, output_len=q("#bs-output-len", Input).value,
             warmup=q("#bs-warmup", Input).value, ignore_eos=q("#bs-ignore-eos", Checkbox).value,
+            **{attr: q(f"#bs-slo-{key}", Input).value for key, attr, _name in SLO_FIELDS},
         )
 
     def current_args(self) -> list[str]:
@@ -425,4 +461,4 @@ class BenchSetupScreen(Screen):
         out.update(Text(f"{head}\n{text}"))
 
 
-__all__ = ["BenchForm", "BenchFormError", "BenchSetupScreen", "bench_args"]
+__all__ = ["BenchForm", "BenchFormError", "BenchSetupScreen", "SLO_FIELDS", "bench_args", "goodput_items"]
