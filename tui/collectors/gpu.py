@@ -33,6 +33,7 @@ from tui.collectors.smi import (
 )
 from tui.model import GpuProcess, GpuSnapshot, GpuStatus
 from tui.hostops.hosts import ByteStream, Host, HostError
+from tui.util.retry import Backoff
 
 NVIDIA_SMI = "nvidia-smi"
 
@@ -176,7 +177,7 @@ class GpuCollector:
     # ------------------------------------------------------------------ stream
     async def stream(self) -> AsyncGenerator[GpuStatus, None]:
         """Yield a GpuStatus per block, and error states between retries. Runs until closed."""
-        backoff = 1.0
+        backoff = Backoff(1.0, self.max_backoff)
         stream: ByteStream | None = None
         reader: asyncio.Task[None] | None = None
         try:
@@ -202,7 +203,7 @@ class GpuCollector:
                                 item = await asyncio.wait_for(q.get(), min(0.25, self.interval / 2))
                             except asyncio.TimeoutError:
                                 got_block = True
-                                backoff = 1.0
+                                backoff.reset()
                                 yield self._on_block(blocks.flush())
                                 continue
                         else:
@@ -236,7 +237,7 @@ class GpuCollector:
                             progress = time.monotonic()
                             for block in blocks.feed(gpu):
                                 got_block = True
-                                backoff = 1.0
+                                backoff.reset()
                                 yield self._on_block(block)
                             continue
                         if kind == "end":
@@ -289,8 +290,7 @@ class GpuCollector:
                     failure = GpuStatus("error", message="nvidia-smi stream ended", time=time.time())
                 await self._stop_proc_poll()
                 self._procs = ()
-                delay = backoff
-                backoff = min(self.max_backoff, backoff * 2)
+                delay = backoff.next()
                 retry_at = time.time() + delay
                 msg = failure.message
                 yield GpuStatus(failure.state, message=msg, time=failure.time, retry_at=retry_at)

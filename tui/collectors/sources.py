@@ -8,7 +8,6 @@ No Textual here.
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncGenerator, Callable, Iterable, Protocol, runtime_checkable
@@ -48,14 +47,6 @@ class Sources:
     gpu: GpuSource | None = None
     host: HostSource | None = None
     servers: ServerSource | None = None
-
-
-def backoff(attempt: int, *, base: float = 1.0, cap: float = 60.0) -> float:
-    """Delay before retry ``attempt`` (1-based): exponential, capped, with equal jitter
-    (half fixed, half random), so a countdown never reads 0 s and many dashboards
-    don't reconnect in lockstep."""
-    d = min(cap, base * 2 ** max(0, attempt - 1))
-    return float(d / 2 + random.uniform(0, d / 2))
 
 
 BackoffFn = Callable[[int], float]

@@ -9,6 +9,7 @@ from typing import AsyncGenerator, Callable
 
 from tui.hostops.hosts import ByteStream, Host, HostError, target_name
 from tui.hostops.runstore import RunStore
+from tui.util import retry
 from tui.util.safety import check_text
 
 _log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ async def follow_forever(
     """Follow ``log_path`` from ``offset`` until ``stop`` is set, reconnecting with
     backoff after a lost link (resuming at the consumed offset, so nothing is lost or
     repeated). ``on_idle`` runs after ``idle`` seconds without data. Returns the offset."""
-    backoff = 0.5
+    backoff = retry.Backoff(0.5, 10.0)
     attempt = 0
     while not stop.is_set():
         f = LogFollower(host, log_path, offset, run_id=run_id, store=store, persist=persist)
@@ -131,7 +132,8 @@ async def follow_forever(
                     break
                 offset = f.offset
                 on_chunk(chunk)
-                backoff, attempt = 0.5, 0
+                backoff.reset()
+                attempt = 0
         except (HostError, OSError) as e:
             attempt += 1
             if on_error is not None:
@@ -145,10 +147,9 @@ async def follow_forever(
             await f.close()
         if not stop.is_set():
             try:
-                await asyncio.wait_for(stop.wait(), backoff)
+                await asyncio.wait_for(stop.wait(), backoff.next())
             except asyncio.TimeoutError:
                 pass
-            backoff = min(backoff * 2, 10.0)
     return offset
 
 

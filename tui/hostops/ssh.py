@@ -31,7 +31,6 @@ import dataclasses
 import hashlib
 import logging
 import os
-import random
 import shlex
 import socket
 import time
@@ -60,6 +59,7 @@ from tui.hostops.knownhosts import (
     load_known_hosts,
 )
 from tui.hostops.sshconfig import Endpoint, is_ip, resolve_endpoint
+from tui.util import retry
 from tui.util.paths import known_hosts_file
 from tui.util.safety import UnsafeInput, check_text, env_argv, visible
 
@@ -454,7 +454,7 @@ class SshHost(Host):
                 ):
                     self.state = "failed" if e.kind != "unreachable" else "disconnected"
                     raise
-                delay = random.uniform(0, min(opts.backoff_cap, opts.backoff_base * 2 ** self.attempt))
+                delay = retry.delay(self.attempt + 1, base=opts.backoff_base, cap=opts.backoff_cap, jitter="full")
                 self.state = "reconnecting"
                 self.next_retry_at = time.monotonic() + delay
                 await asyncio.sleep(delay)

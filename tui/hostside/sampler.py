@@ -53,6 +53,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from tui.util.retry import Backoff
+
 log = logging.getLogger("tunedeck.sampler")
 
 #: same fields, same order as ``tui.collectors.smi.QUERY_GPU_FIELDS`` (tests check it)
@@ -339,15 +341,14 @@ class SmiLoop:
         self._thread.start()
 
     def _run(self) -> None:
-        backoff = 1.0
+        backoff = Backoff(1.0, 30.0)
         while not self.stop.is_set():
             ok = self._once()
             if self.stop.is_set():
                 return
             if ok:
-                backoff = 1.0
-            self.stop.wait(backoff)
-            backoff = min(30.0, backoff * 2)
+                backoff.reset()
+            self.stop.wait(backoff.next())
 
     def _once(self) -> bool:
         if shutil.which(self.argv[0]) is None:  # not even a fork while it is missing

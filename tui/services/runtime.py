@@ -63,6 +63,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/util/files.py",
     "tui/util/http.py",
     "tui/util/paths.py",
+    "tui/util/retry.py",
     "tui/util/safety.py",
 )
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from tui.services import runtime
 from tui.hostops.hosts import Host, HostError
+from tui.util.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ class HostSampler:
         )
 
     async def _run(self) -> None:
-        backoff = 1.0
+        backoff = Backoff(1.0, self.max_backoff)
         target = getattr(self.host, "target", "local")
         while self.state != "closed":  # a flag too: wait_for can swallow a cancellation (< 3.12)
             try:
@@ -143,14 +144,12 @@ class HostSampler:
                     return
                 log.warning("%s: cannot start the host sampler: %s", target, e)
                 self._set_state("lost", str(e))
-                await asyncio.sleep(backoff)
-                backoff = min(self.max_backoff, backoff * 2)
+                await asyncio.sleep(backoff.next())
                 continue
             except OSError as e:
                 log.warning("%s: cannot start the host sampler: %s", target, e)
                 self._set_state("lost", str(e))
-                await asyncio.sleep(backoff)
-                backoff = min(self.max_backoff, backoff * 2)
+                await asyncio.sleep(backoff.next())
                 continue
             before = self.seq.get("hello", 0)
             byes = self.seq.get("bye", 0)
@@ -165,11 +164,11 @@ class HostSampler:
                 self._set_state("refused", str(self.error))
                 return
             if self.seq.get("hello", 0) != before:
-                backoff = 1.0  # it ran: the next failure starts the backoff again
-            log.warning("%s: host sampler ended: %s; restarting in %.0f s", target, why, backoff)
+                backoff.reset()  # it ran: the next failure starts the backoff again
+            wait = backoff.next()
+            log.warning("%s: host sampler ended: %s; restarting in %.0f s", target, why, wait)
             self._set_state("lost", why)
-            await asyncio.sleep(backoff)
-            backoff = min(self.max_backoff, backoff * 2)
+            await asyncio.sleep(wait)
 
     async def _follow(self, rt: runtime.Runtime) -> str:
         """Read one sampler process until it ends; returns why it ended."""

@@ -45,7 +45,8 @@ from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSam
 from tui.model import LinkState
 from tui.model import GpuStatus, HostStats, ServerStats
 from tui.ui.palette import TunedeckCommands
-from tui.collectors.sources import BackoffFn, Sources, backoff as default_backoff
+from tui.collectors.sources import BackoffFn, Sources
+from tui.util.retry import delay as default_backoff
 from widgets.gpu_table import GpuHistory
 from widgets.server_panel import ServerHistory
 
