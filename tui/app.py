@@ -612,3 +612,10 @@ def make_app(
     if sources is None and (gpu is not None or host_source is not None or servers is not None):
         sources = Sources(gpu=gpu, host=host_source, servers=servers)
     return TunedeckApp(host, sources=sources, **kwargs)
+
+
+def make_fleet_app(members: Any, **kwargs: Any) -> Any:
+    """The dashboard over several hosts (:class:`tui.fleet_app.FleetApp`): a row group per host."""
+    from tui.fleet_app import make_fleet_app as make
+
+    return make(members, **kwargs)

@@ -22,14 +22,30 @@ from typing import Sequence
 from tui import __version__
 
 
+class _HostAction(argparse.Action):
+    """``--host`` keeps its last value in ``host`` (as before) and every value in ``hosts``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        namespace.hosts = [*(getattr(namespace, "hosts", None) or []), values]
+        namespace.host = values
+
+
+#: commands that take several ``--host`` values and ``@GROUP`` names (None: the dashboard)
+FLEET_COMMANDS = (None, "status")
+
+
 def _common_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     g = common.add_argument_group("target")
     g.add_argument(
         "--host",
         metavar="TARGET",
+        action=_HostAction,
         default=argparse.SUPPRESS,
-        help="target host: 'local', [user@]host[:port] or a Host alias from ~/.ssh/config",
+        help="target host: 'local', [user@]host[:port] or a Host alias from ~/.ssh/config. "
+        "The dashboard and `status` take it several times, and @GROUP for a [groups] entry "
+        "of the config file (one row group per host)",
     )
     g.add_argument(
         "--demo",
@@ -69,7 +85,16 @@ def _finish(args: argparse.Namespace) -> argparse.Namespace:
         args.host = None
     if not hasattr(args, "demo"):
         args.demo = False
-    if args.demo and args.host not in (None, "local"):
+    hosts = list(getattr(args, "hosts", None) or ([] if args.host is None else [args.host]))
+    args.hosts = hosts
+    #: several hosts, or a group: the fleet form (one row group per host, {"hosts": [...]})
+    args.fleet = len(hosts) > 1 or any(h.startswith("@") for h in hosts)
+    command = getattr(args, "command", None)
+    if args.fleet and command not in FLEET_COMMANDS:
+        print(f"tunedeck {command}: one --host only (several hosts and @GROUP: the dashboard and "
+              "`tunedeck status`)", file=sys.stderr)
+        raise SystemExit(2)
+    if args.demo and (args.fleet or args.host not in (None, "local")):
         raise SystemExit("tunedeck: --demo runs on this machine; it cannot be combined with --host")
     return args
 
