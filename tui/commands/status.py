@@ -31,7 +31,9 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="print GPUs, host load and servers once",
         description="Print the GPUs (nvidia-smi), host CPU/memory/load and inference servers "
         "of the target host once. Servers tunedeck launched are listed automatically; "
-        "add others with --server.",
+        "add others with --server. Several --host values (or --host @GROUP, a [groups] entry "
+        "of the config file) read every host at once: --json then prints {\"hosts\": [...]}, and "
+        "the exit status is 3 when a host did not answer.",
     )
     p.add_argument(
         "--server",
