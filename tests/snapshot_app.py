@@ -460,11 +460,54 @@ def hosts() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     return app, run_before
 
 
+def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
+    """Five hosts: two busy 8-GPU boxes (the first expanded), a 4-GPU box with a server, one
+    refusing the login and one unreachable (its next try an hour away, so the frame is still)."""
+    from tui.ui.fleet_app import FleetApp
+    from tui.collectors.fleet import FleetMember
+    from tui.hostops.hosts import HostError
+    from tui.collectors.sources import Sources
+
+    def member(target: str, gpu: GpuStatus, host: Any, servers: tuple = ()) -> FleetMember:
+        return FleetMember(target, None, Sources(gpu=FakeGpu([gpu]), host=FakeHost(host),
+                                                 servers=FakeServers(servers)))
+
+    down = GpuStatus("host-unreachable", message="connection refused")
+    members = [
+        member("gpu-box-01", h200_status(8, 3), host_stats(hostname="gpu-box-01"), servers_at(TICKS - 1)[:1]),
+        member("gpu-box-02", h200_status(8, 7), host_stats(hostname="gpu-box-02")),
+        member("gpuop@gpu-box-03", h200_status(4, 11), host_stats(hostname="gpu-box-03"),
+               (server("vllm-baseline", "ready", engine="vllm", model="/models/Llama-3.1-8B-Instruct", port=8000,
+                       running=4.0, waiting=0.0, kv_cache_usage=0.12, gen_throughput=402.5, ttft_p50=0.048),)),
+        member("gpu-box-04", down, HostError("auth-failed", "Permission denied (publickey)", target="gpu-box-04")),
+        member("10.0.0.7:2222", down, HostError("unreachable", "connection refused", target="10.0.0.7:2222")),
+    ]
+    app = FleetApp(members, interval=0.01, backoff=lambda attempt: 3600.0, keymap={})
+
+    async def run_before(pilot: Pilot) -> None:
+        from widgets.fleet_table import FleetTable
+
+        await _until(pilot, lambda: sum(1 for x in app.latest.values() if x.link.ok) == 3
+                     and all(x.servers is not None for t, x in app.latest.items() if x.link.ok)
+                     and {x.link.state for x in app.latest.values()} == {"connected", "failed", "unreachable"})
+        app.interval = 3600.0  # the feeds go quiet: a still frame
+        from dataclasses import replace
+
+        down = app.latest["10.0.0.7:2222"]
+        down.link = replace(down.link, retry_at=None, attempt=3)  # no live countdown in a still frame
+        table = app.screen.query_one(FleetTable)
+        table.focus()
+        await pilot.press("e")  # the first host, expanded
+        await pilot.pause(0.6)
+
+    return app, run_before
+
+
 SCENES: dict[str, Scene] = {
     "status": status, "profiles": profiles, "launch-form": launch_form, "run": run, "bench": bench,
     "bench-sweep": bench_sweep, "bench-setup": bench_setup, "bench-setup-slo": bench_setup_slo, "compare": compare,
     "compare-client-health": lambda: compare(health=True), "runs": runs, "keys": keys, "confirm-stop": confirm_stop,
-    "hosts": hosts,
+    "hosts": hosts, "fleet": fleet,
 }
 
 __all__ = ["SCENES", "Scene", "base_app", "bench_script", "bench_sweep_script", "h200_status"]

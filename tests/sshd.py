@@ -233,6 +233,19 @@ class SshdServer:
         env.update(extra)
         return env
 
+    def admit(self, client: "SshdServer") -> None:
+        """Let ``client``'s home (its key, its known_hosts) log in here too: several "hosts"
+        (sshd instances on different ports) for one client, as the fleet tests need."""
+        auth = self.base / "authorized_keys"
+        pub = client.client_key.with_suffix(".pub").read_text()
+        if pub not in auth.read_text():
+            with auth.open("a") as f:
+                f.write(pub)
+        known = client.known_hosts_path.read_text() if client.known_hosts_path.exists() else ""
+        if self.host_key_line not in known:
+            with client.known_hosts_path.open("a") as f:
+                f.write(self.host_key_line + "\n")
+
     # ------------------------------------------------------------------ server
     @property
     def running(self) -> bool:

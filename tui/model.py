@@ -139,6 +139,67 @@ class GpuStatus:
     retry_at: float = 0.0
 
 
+@dataclass(frozen=True)
+class GpuSummary:
+    """The GPUs of one host in one line (the fleet view's host row, ``tunedeck status`` with
+    several hosts). Sums are NA unless every GPU reports the field: a partial sum would
+    read as the whole; the mean and the maximum use the GPUs that report."""
+
+    state: str
+    """The :class:`GpuStatus` state (``ok`` or why the GPUs could not be read)."""
+    count: int = 0
+    model: str = ""
+    """The most common GPU name (``NVIDIA `` removed); ``""`` without GPUs."""
+    models: int = 0
+    """How many different GPU names the host has (> 1: a mixed host)."""
+    util_mean: Num = NA  # percent
+    mem_used: Num = NA  # MiB, all GPUs
+    mem_total: Num = NA  # MiB, all GPUs
+    power_draw: Num = NA  # W, all GPUs
+    power_limit: Num = NA  # W, all GPUs
+    temp_max: Num = NA  # degrees C, the hottest GPU
+
+
+def _reported(values: "list[Any]") -> "list[float]":
+    out = []
+    for v in values:
+        if v is NA or v is None or isinstance(v, bool):
+            continue
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            continue
+        if not math.isnan(f):
+            out.append(f)
+    return out
+
+
+def summarise_gpus(status: GpuStatus) -> GpuSummary:
+    """One :class:`GpuSummary` for ``status`` (NA where the GPUs do not tell)."""
+    gpus = status.gpus
+    if not gpus:
+        return GpuSummary(status.state)
+    names: dict[str, int] = {}
+    for g in gpus:
+        name = g.name.removeprefix("NVIDIA ").strip() or "N/A"
+        names[name] = names.get(name, 0) + 1
+    model = max(names, key=lambda k: names[k])
+
+    def total(field_name: str) -> Num:
+        vals = _reported([getattr(g, field_name) for g in gpus])
+        return sum(vals) if len(vals) == len(gpus) else NA
+
+    util = _reported([g.utilization for g in gpus])
+    temps = _reported([g.temperature for g in gpus])
+    return GpuSummary(
+        status.state, len(gpus), model, len(names),
+        util_mean=sum(util) / len(util) if util else NA,
+        mem_used=total("memory_used"), mem_total=total("memory_total"),
+        power_draw=total("power_draw"), power_limit=total("power_limit"),
+        temp_max=max(temps) if temps else NA,
+    )
+
+
 # --------------------------------------------------------------------------- host
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -12,6 +13,19 @@ if TYPE_CHECKING:
     Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
+class _HostAction(argparse.Action):
+    """``--host`` keeps its last value in ``host`` (as before) and every value in ``hosts``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        namespace.hosts = [*(getattr(namespace, "hosts", None) or []), values]
+        namespace.host = values
+
+
+#: commands that take several ``--host`` values and ``@GROUP`` names (None: the dashboard)
+FLEET_COMMANDS = (None, "status")
+
+
 def common_parser() -> argparse.ArgumentParser:
     """The global ``--host``/``--demo`` options, a parent of every subcommand's parser."""
     common = argparse.ArgumentParser(add_help=False)
@@ -19,8 +33,11 @@ def common_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--host",
         metavar="TARGET",
+        action=_HostAction,
         default=argparse.SUPPRESS,
-        help="target host: 'local', [user@]host[:port] or a Host alias from ~/.ssh/config",
+        help="target host: 'local', [user@]host[:port] or a Host alias from ~/.ssh/config. "
+        "The dashboard and `status` take it several times, and @GROUP for a [groups] entry "
+        "of the config file (one row group per host)",
     )
     g.add_argument(
         "--demo",
@@ -32,11 +49,21 @@ def common_parser() -> argparse.ArgumentParser:
 
 
 def finish_args(args: argparse.Namespace) -> argparse.Namespace:
-    """Defaults for the global options, and their one rule (``--demo`` is this machine)."""
+    """Defaults for the global options, and their rules: several hosts only where a fleet makes
+    sense, ``--demo`` is this machine."""
     if not hasattr(args, "host"):
         args.host = None
     if not hasattr(args, "demo"):
         args.demo = False
-    if args.demo and args.host not in (None, "local"):
+    hosts = list(getattr(args, "hosts", None) or ([] if args.host is None else [args.host]))
+    args.hosts = hosts
+    #: several hosts, or a group: the fleet form (one row group per host, {"hosts": [...]})
+    args.fleet = len(hosts) > 1 or any(h.startswith("@") for h in hosts)
+    command = getattr(args, "command", None)
+    if args.fleet and command not in FLEET_COMMANDS:
+        print(f"tunedeck {command}: one --host only (several hosts and @GROUP: the dashboard and "
+              "`tunedeck status`)", file=sys.stderr)
+        raise SystemExit(2)
+    if args.demo and (args.fleet or args.host not in (None, "local")):
         raise SystemExit("tunedeck: --demo runs on this machine; it cannot be combined with --host")
     return args

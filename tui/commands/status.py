@@ -3,6 +3,13 @@
 Exit status: 0 when everything was read and the GPUs are ok, 1 when part of
 it failed (GPU state not ok, host figures unreadable; the rest is still
 printed), 2 for bad input.
+
+With several hosts (``--host A --host B``, ``--host @GROUP``) every host is read at
+once, one connection each: ``--json`` prints ``{"hosts": [...]}`` (each host's usual
+object, or ``{"target", "error": {"kind", "message"}}`` for a host that did not
+answer). Exit status: 0 every host answered and all is ok, 1 every host answered
+but part of one failed, 3 at least one host did not answer (unreachable, refused,
+no answer in time: the others are still printed), 2 bad input.
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="print GPUs, host load and servers once",
         description="Print the GPUs (nvidia-smi), host CPU/memory/load and inference servers "
         "of the target host once. Servers tunedeck launched are listed automatically; "
-        "add others with --server.",
+        "add others with --server. Several --host values (or --host @GROUP, a [groups] entry "
+        "of the config file) read every host at once: --json then prints {\"hosts\": [...]}, and "
+        "the exit status is 3 when a host did not answer.",
     )
     p.add_argument(
         "--server",
@@ -64,6 +73,8 @@ async def run_status(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"tunedeck status: --server: {exc}", file=sys.stderr)
         return 2
+    if getattr(args, "fleet", False):
+        return await run_fleet_status(args, servers)
     try:
         host = get_host(args.host, demo=args.demo)
     except UnsafeInput as exc:
@@ -85,6 +96,90 @@ async def run_status(args: argparse.Namespace) -> int:
         print(format_status(snap))
     failed = snap.gpus.state != "ok" or bool(snap.host_error)
     return 1 if failed else 0
+
+
+#: exit status when at least one host of several did not answer
+NOT_ALL_ANSWERED = 3
+
+
+async def run_fleet_status(args: argparse.Namespace, servers: Sequence[Any] = ()) -> int:
+    """``status`` with several hosts: every host at once, ``{"hosts": [...]}`` with ``--json``."""
+    from tui.collectors.fleet import GroupError, expand_targets, fleet_json, fleet_status
+    from tui.util.safety import UnsafeInput
+
+    try:
+        targets = expand_targets(args.hosts)
+    except (GroupError, UnsafeInput) as exc:
+        print(f"tunedeck status: --host: {exc}", file=sys.stderr)
+        return 2
+    entries = await fleet_status(targets, servers)
+    if args.json:
+        print(json.dumps(fleet_json(entries), indent=2))
+    else:
+        print(format_fleet(entries))
+    if not all(e.answered for e in entries):
+        return NOT_ALL_ANSWERED
+    partial = any(e.snapshot is not None and (e.snapshot.gpus.state != "ok" or e.snapshot.host_error)
+                  for e in entries)
+    return 1 if partial else 0
+
+
+def _pair(a: str, b: str) -> str:
+    return "N/A" if a == b == "N/A" else f"{a}/{b}"
+
+
+def format_fleet(entries: Sequence[Any]) -> str:
+    """One row per host (GPUs summarised), then the servers of every host with a host column."""
+    from tui.collectors.smi import STATE_LABELS
+    from tui.model import summarise_gpus
+
+    lines: list[str] = []
+    rows = []
+    for e in entries:
+        if e.snapshot is None:
+            err = e.error
+            kind = err.kind if err is not None else "error"
+            rows.append([e.target, "failed", "", "", "", "", "", "", "",
+                         f"{kind}: {err.message if err is not None else 'no answer'}"])
+            continue
+        snap = e.snapshot
+        s = summarise_gpus(snap.gpus)
+        ready = sum(1 for x in snap.servers if x.state == "ready")
+        note = ""
+        if snap.gpus.state != "ok":
+            label = STATE_LABELS.get(snap.gpus.state, snap.gpus.state)
+            note = label + (f": {snap.gpus.message}" if snap.gpus.message and snap.gpus.message != label else "")
+        elif snap.host_error:
+            note = f"host figures: {snap.host_error}"
+        rows.append([
+            snap.target,
+            "ok" if snap.gpus.state == "ok" and not snap.host_error else "partial",
+            str(s.count),
+            s.model + (f" +{s.models - 1}" if s.models > 1 else "") or "N/A",
+            _f(s.util_mean, suffix="%"),
+            _pair(_bytes(s.mem_used * 2**20 if not is_na(s.mem_used) else NA),
+                  _bytes(s.mem_total * 2**20 if not is_na(s.mem_total) else NA)),
+            _pair(_f(s.power_draw), _f(s.power_limit)),
+            _f(s.temp_max, suffix="C"),
+            f"{ready}/{len(snap.servers)}",
+            note,
+        ])
+    answered = sum(1 for e in entries if e.answered)
+    lines.append(f"Hosts: {len(entries)} ({answered} answered)")
+    lines += _table(["HOST", "STATE", "GPUS", "MODEL", "UTIL", "MEM GiB", "POWER W", "MAX TEMP", "SERVERS",
+                     "NOTE"], rows)
+    srows = []
+    for e in entries:
+        for x in (e.snapshot.servers if e.snapshot is not None else ()):
+            srows.append([
+                e.snapshot.target, x.name, x.engine, x.state, x.model or "N/A", _f(x.running), _f(x.waiting),
+                _f(x.kv_cache_usage * 100 if not is_na(x.kv_cache_usage) else NA, suffix="%"),
+                _f(x.gen_throughput, "{:.1f}"),
+            ])
+    if srows:
+        lines.append("Servers:")
+        lines += _table(["HOST", "NAME", "ENGINE", "STATE", "MODEL", "RUN", "WAIT", "KV", "GEN tok/s"], srows)
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------- human output

@@ -223,18 +223,9 @@ class TunedeckApp(App[int]):
         self._update_subtitle()
 
     def _apply_keymap(self) -> None:
-        """Remap bindings by id from the config file's ``[keymap]`` (see :mod:`tui.ui.keymap`)."""
-        from tui.ui.keymap import KeymapError, load_keymap
+        from tui.ui.keymap import apply_keymap
 
-        keymap = self._user_keymap
-        if keymap is None:
-            try:
-                keymap = load_keymap()
-            except KeymapError as e:
-                self.notify(f"keymap ignored: {e}", severity="error", timeout=10, markup=False)
-                return
-        if keymap:
-            self.set_keymap(keymap)
+        apply_keymap(self, self._user_keymap)
 
     @property
     def poll_group(self) -> str:
@@ -614,3 +605,10 @@ def make_app(
     if sources is None and (gpu is not None or host_source is not None or servers is not None):
         sources = Sources(gpu=gpu, host=host_source, servers=servers)
     return TunedeckApp(host, sources=sources, **kwargs)
+
+
+def make_fleet_app(members: Any, **kwargs: Any) -> Any:
+    """The dashboard over several hosts (:class:`tui.ui.fleet_app.FleetApp`): a row group per host."""
+    from tui.ui.fleet_app import make_fleet_app as make
+
+    return make(members, **kwargs)

@@ -15,6 +15,8 @@ from tui.util.safety import UnsafeInput
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
+    if getattr(args, "fleet", False):
+        return run_fleet_dashboard(args)
     target = getattr(args, "host", None)
     demo = bool(getattr(args, "demo", False))
     try:
@@ -30,4 +32,23 @@ def run_dashboard(args: argparse.Namespace) -> int:
 
     app = make_app(host, target="demo" if demo else host.target, demo=demo)
     rc = app.run()
+    return int(rc or 0)
+
+
+def run_fleet_dashboard(args: argparse.Namespace) -> int:
+    """Several hosts (``--host A --host B``, ``--host @GROUP``): one row group per host."""
+    from tui.collectors.fleet import GroupError, expand_targets, fleet_members
+
+    try:
+        members = fleet_members(expand_targets(args.hosts))
+    except (UnsafeInput, HostError, GroupError) as e:
+        print(f"tunedeck: --host: {e}", file=sys.stderr)
+        return 2
+    if not sys.stdout.isatty() and not getattr(args, "force_ui", False):
+        print("tunedeck: the dashboard needs a terminal; use `tunedeck status --host … --json` in scripts",
+              file=sys.stderr)
+        return 2
+    from tui.ui.app import make_fleet_app
+
+    rc = make_fleet_app(members).run()
     return int(rc or 0)

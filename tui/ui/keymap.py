@@ -12,12 +12,15 @@ in the README. No Textual here: the app applies the result with ``App.set_keymap
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from tui.util.paths import config_dir
+from tui.util.paths import config_file
+
+if TYPE_CHECKING:
+    from textual.app import App
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _KEYS = re.compile(r"^[a-z0-9_+,\- ]+$", re.IGNORECASE)
@@ -25,16 +28,6 @@ _KEYS = re.compile(r"^[a-z0-9_+,\- ]+$", re.IGNORECASE)
 
 class KeymapError(ValueError):
     """The keymap table is malformed (message names the file and key)."""
-
-
-def config_file() -> Path | None:
-    env = os.environ.get("TUNEDECK_CONFIG")
-    if env:
-        return Path(env)
-    for p in (Path("tunedeck.toml"), config_dir() / "config.toml"):
-        if p.is_file():
-            return p
-    return None
 
 
 def load_keymap(path: Path | None = None) -> dict[str, str]:
@@ -59,3 +52,16 @@ def load_keymap(path: Path | None = None) -> dict[str, str]:
             raise KeymapError(f"{path}: keymap.{key}: expected keys like \"f2\" or \"ctrl+l,l\", got {value!r}")
         out[key] = ",".join(k.strip() for k in value.split(",") if k.strip())
     return out
+
+
+def apply_keymap(app: "App[Any]", keymap: dict[str, str] | None) -> None:
+    """Remap ``app``'s bindings by id: ``keymap``, else the config file's ``[keymap]``; a broken
+    one is reported in the app and ignored."""
+    if keymap is None:
+        try:
+            keymap = load_keymap()
+        except KeymapError as e:
+            app.notify(f"keymap ignored: {e}", severity="error", timeout=10, markup=False)
+            return
+    if keymap:
+        app.set_keymap(keymap)

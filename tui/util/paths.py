@@ -46,3 +46,14 @@ def state_dir() -> Path:
 def known_hosts_file() -> Path:
     """tunedeck's own known_hosts (hosts trusted with ``tunedeck trust``)."""
     return config_dir() / "known_hosts"
+
+
+def config_file() -> Path | None:
+    """The config file: ``$TUNEDECK_CONFIG``, else ``./tunedeck.toml``, else the config dir's ``config.toml``."""
+    env = os.environ.get("TUNEDECK_CONFIG")
+    if env:
+        return Path(env)
+    for p in (Path("tunedeck.toml"), config_dir() / "config.toml"):
+        if p.is_file():
+            return p
+    return None

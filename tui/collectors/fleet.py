@@ -1,0 +1,206 @@
+"""Several hosts at once: named groups of the config file, the fleet's members and a
+one-shot status of every host (``tunedeck status --host A --host B``, ``--host @GROUP``).
+
+Groups live in tunedeck's config file (the one that holds ``[keymap]``: ``$TUNEDECK_CONFIG``,
+``./tunedeck.toml`` or ``<config dir>/config.toml``)::
+
+    [groups]
+    lab = ["gpu-a", "gpuop@gpu-b:2222", "local"]
+
+and are named on the command line as ``--host @lab`` (repeatable, mixed with plain targets).
+Each member is a TARGET as ``--host`` takes it. No Textual here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from tui.model import StatusSnapshot
+from tui.hostops.hosts import Host, HostError, parse_target
+from tui.services.targets import get_host
+from tui.util.safety import UnsafeInput
+
+log = logging.getLogger(__name__)
+
+_GROUP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+#: the one-shot status of one host may take this long before it counts as not answering
+STATUS_TIMEOUT = 60.0
+
+
+class GroupError(ValueError):
+    """A ``[groups]`` table or an ``@GROUP`` name is wrong (the message names file and key)."""
+
+
+def is_group(item: str) -> bool:
+    """True for ``@NAME`` (a group of the config file), False for a plain target."""
+    return item.startswith("@")
+
+
+def load_groups(path: Path | None = None) -> dict[str, tuple[str, ...]]:
+    """``{name: (target, …)}`` from the config file's ``[groups]`` ({} when there is none)."""
+    from tui.util.paths import config_file
+
+    path = path or config_file()
+    if path is None or not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise GroupError(f"{path}: cannot read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise GroupError(f"{path}: {e}") from None
+    table = data.get("groups", {})
+    if not isinstance(table, dict):
+        raise GroupError(f'{path}: [groups] must be a table of name = ["target", …]')
+    out: dict[str, tuple[str, ...]] = {}
+    for name, members in table.items():
+        if not _GROUP.match(name):
+            raise GroupError(f"{path}: groups.{name}: not a group name (letters, digits, '.', '_', '-')")
+        if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
+            raise GroupError(f'{path}: groups.{name}: expected a list of targets like ["gpu-a", "gpu-b"]')
+        for m in members:
+            try:
+                parse_target(m)
+            except UnsafeInput as e:
+                raise GroupError(f"{path}: groups.{name}: {e}") from None
+        out[name] = tuple(members)
+    return out
+
+
+def expand_targets(items: Sequence[str], groups: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """The targets named by ``items`` (plain targets and ``@GROUP`` names), in order, each once.
+
+    Raises :class:`GroupError` for an unknown group and ``UnsafeInput`` for a bad target."""
+    out: list[str] = []
+    for item in items:
+        if is_group(item):
+            if groups is None:
+                groups = load_groups()
+            name = item[1:]
+            if name not in groups:
+                from tui.util.paths import config_file
+
+                where = config_file()
+                known = ", ".join(sorted(groups)) or "none"
+                raise GroupError(f"no group {name!r} in {where or 'the config file (there is none)'} "
+                                 f"([groups]; known: {known})")
+            members: Sequence[str] = groups[name]
+        else:
+            parse_target(item)
+            members = (item,)
+        for m in members:
+            if m not in out:
+                out.append(m)
+    return out
+
+
+# ---------------------------------------------------------------------- members
+
+
+@dataclass(frozen=True)
+class FleetMember:
+    """One host of the fleet view: its target, its Host (one SSH connection) and its sources
+    (one host sampler), built like the single-host dashboard's."""
+
+    target: str
+    host: Host | None
+    sources: Any  # tui.collectors.sources.Sources
+
+
+def fleet_members(targets: Iterable[str], *, interval: float = 1.0,
+                  make_host: Callable[[str], Host] | None = None) -> list[FleetMember]:
+    """A member per target: no connection is made yet (each connects in its own poll loop)."""
+    from tui.collectors.sources import default_sources
+
+    out = []
+    for t in targets:
+        host = (make_host or get_host)(t)
+        out.append(FleetMember(t, host, default_sources(host, interval=interval)))
+    return out
+
+
+# ---------------------------------------------------------------------- one-shot status
+
+
+@dataclass(frozen=True)
+class FleetStatus:
+    """One host's answer to ``tunedeck status``: its snapshot, or why it did not answer."""
+
+    target: str
+    snapshot: StatusSnapshot | None = None
+    error: HostError | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self.snapshot is not None
+
+
+async def host_status(target: str, servers: Iterable[Any] = (), *, timeout: float = STATUS_TIMEOUT,
+                      make_host: Callable[[str], Host] | None = None) -> FleetStatus:
+    """Connect to ``target`` (one connection) and read its status once; never raises.
+
+    A host that refuses or cannot be reached (unreachable, auth, host key) is an entry with
+    its error, as is one that does not answer within ``timeout`` seconds."""
+    from tui.collectors.status import collect_status
+
+    try:
+        host = (make_host or get_host)(target)
+    except UnsafeInput as e:
+        return FleetStatus(target, error=HostError("invalid-input", str(e), target=target))
+    except HostError as e:
+        return FleetStatus(target, error=e)
+    try:
+        connect = getattr(host, "connect", None)
+        if connect is not None:
+            await asyncio.wait_for(connect(), timeout)
+        snap = await asyncio.wait_for(collect_status(host, servers), timeout)
+        return FleetStatus(target, snapshot=snap)
+    except HostError as e:
+        log.warning("%s: status: %s", target, e)
+        return FleetStatus(target, error=e)
+    except (asyncio.TimeoutError, TimeoutError):
+        log.warning("%s: status: no answer in %g s", target, timeout)
+        return FleetStatus(target, error=HostError("timeout", f"no answer in {timeout:g} s", target=target))
+    except OSError as e:
+        log.warning("%s: status: %s", target, e)
+        return FleetStatus(target, error=HostError("unreachable", f"{type(e).__name__}: {e}", target=target))
+    finally:
+        try:
+            await asyncio.wait_for(host.close(), 5)
+        except Exception as e:  # noqa: BLE001 - the answer is in; closing must not hide it
+            log.warning("%s: closing the connection failed: %r", target, e)
+
+
+async def fleet_status(targets: Sequence[str], servers: Iterable[Any] = (), *,
+                       timeout: float = STATUS_TIMEOUT,
+                       make_host: Callable[[str], Host] | None = None) -> list[FleetStatus]:
+    """:func:`host_status` of every target at once (one connection each), in the given order."""
+    extra = tuple(servers)
+    return list(await asyncio.gather(*(host_status(t, extra, timeout=timeout, make_host=make_host)
+                                       for t in targets)))
+
+
+def fleet_json(entries: Sequence[FleetStatus]) -> dict[str, Any]:
+    """``{"hosts": [...]}``: each host's usual ``status --json`` object, or
+    ``{"target": T, "error": {"kind": K, "message": M}}`` for a host that did not answer."""
+    from tui.collectors.status import status_json
+
+    hosts: list[dict[str, Any]] = []
+    for e in entries:
+        if e.snapshot is not None:
+            hosts.append(status_json(e.snapshot))
+        else:
+            err = e.error or HostError("error", "no answer", target=e.target)
+            hosts.append({"target": e.target, "error": {"kind": err.kind, "message": err.message}})
+    return {"hosts": hosts}
+
+
+__all__ = ["FleetMember", "FleetStatus", "GroupError", "expand_targets", "fleet_json", "fleet_members",
+           "fleet_status", "host_status", "is_group", "load_groups"]

@@ -1,0 +1,313 @@
+"""The dashboard on several hosts at once (``tunedeck --host A --host B``, ``--host @GROUP``).
+
+Each host is a :class:`~tui.collectors.fleet.FleetMember`: its own Host (one SSH connection)
+and its own sources (one host sampler), polled by its own three chained worker loops in the
+group ``poll-<target>`` (``exit_on_error=False``), exactly as the single-host dashboard polls
+its one host. The loops post the same messages (:mod:`tui.ui.messages`, keyed by host, so a
+newer one replaces an older one of the same host still queued); the app keeps the newest
+snapshots of every host and names the host that changed on ``fleet_signal``. A host that
+fails shows its state and reason while the others go on; an unreachable one is retried with
+backoff and recovers by itself; a refused one (host key, auth) waits for ``r``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+from textual import on
+from textual.app import App
+from textual.binding import Binding
+from textual.signal import Signal
+from textual.worker import Worker, WorkerState
+
+from tui.ui.app import TunedeckApp
+from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
+from tui.model import GpuStatus, HostStats, LinkState, ServerStats
+from tui.ui.keymap import apply_keymap
+from tui.ui.palette import TunedeckCommands
+from tui.collectors.sources import BackoffFn
+from tui.util.retry import delay as default_backoff
+from widgets.fleet_table import FleetHost
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tui.collectors.fleet import FleetMember
+
+
+@dataclass
+class HostLatest:
+    """The newest snapshots of one host of the fleet."""
+
+    link: LinkState
+    gpu: GpuStatus = field(default_factory=lambda: GpuStatus(state="waiting"))
+    host: HostStats | None = None
+    servers: tuple[ServerStats, ...] | None = None
+
+
+class FleetApp(App[int]):
+    """tunedeck's dashboard over several hosts."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "tunedeck"
+    COMMANDS = App.COMMANDS | {TunedeckCommands}
+    BINDINGS = [
+        Binding("r", "reconnect", "Reconnect", tooltip="Try again now on every host that is down "
+                "(also after a host-key or authentication refusal)", id="reconnect"),
+        Binding("question_mark", "keys", "Keys", tooltip="Every key of this screen, and what it does", id="keys"),
+        Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit",
+                priority=True),
+    ]
+
+    # the single-host app's keymap, keys list and keys modal work unchanged here
+    key_rows = TunedeckApp.key_rows
+    action_keys = TunedeckApp.action_keys
+
+    def __init__(
+        self,
+        members: Sequence["FleetMember"],
+        *,
+        interval: float = 1.0,
+        sample_timeout: float = 10.0,
+        backoff: BackoffFn | None = None,
+        restart_delay: float = 5.0,
+        close_host: bool = True,
+        keymap: dict[str, str] | None = None,
+    ) -> None:
+        if not members:
+            raise ValueError("FleetApp needs at least one host")
+        self.members = {m.target: m for m in members}
+        """target → member, in the order given."""
+        self.interval = interval
+        self.sample_timeout = sample_timeout
+        self.backoff: BackoffFn = backoff or default_backoff
+        self.restart_delay = restart_delay
+        self.close_host = close_host
+        self._user_keymap = keymap
+        self.mode_specs: dict[str, Any] = {}
+        """No modes: the palette offers the bindings only."""
+        self.available_modes: list[str] = []
+        super().__init__()
+        self.latest: dict[str, HostLatest] = {}
+        """target → the newest snapshots of that host."""
+        for t, m in self.members.items():
+            self.latest[t] = HostLatest(LinkState(t, "connecting"))
+            if m.sources.gpu is None:
+                self.latest[t].gpu = GpuStatus(state="no-collector")
+        self.fleet_signal: Signal[str] = Signal(self, "fleet")
+        """Publishes the target of a host whose snapshots changed."""
+        self.sub_title = f"{len(self.members)} hosts"
+
+    def get_default_screen(self):
+        from tui.ui.screens.fleet import FleetScreen
+
+        return FleetScreen()
+
+    def fleet_hosts(self) -> tuple[FleetHost, ...]:
+        """Every host's newest snapshots, in the order given (what the fleet screen draws)."""
+        return tuple(FleetHost(t, x.link, x.gpu, x.servers) for t, x in self.latest.items())
+
+    # ------------------------------------------------------------------ lifecycle
+    def on_mount(self) -> None:
+        apply_keymap(self, self._user_keymap)
+        for t in self.members:
+            self.start_polling(t)
+
+    async def on_unmount(self) -> None:
+        await asyncio.gather(*(self.stop_polling(t) for t in self.members), return_exceptions=True)
+        await asyncio.gather(*(self._close(m) for m in self.members.values()), return_exceptions=True)
+
+    async def _close(self, m: "FleetMember") -> None:
+        for source in (m.sources.gpu, m.sources.host, m.sources.servers):
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                try:
+                    await asyncio.wait_for(aclose(), 3)
+                except Exception as e:  # noqa: BLE001 - leaving anyway
+                    self.log.warning(f"{m.target}: closing a collector failed: {e!r}")
+        if m.host is not None and self.close_host:
+            try:
+                await asyncio.wait_for(m.host.close(), 3)
+            except Exception as e:  # noqa: BLE001 - leaving anyway
+                self.log.warning(f"{m.target}: closing the connection failed: {e!r}")
+
+    # ------------------------------------------------------------------ workers
+    @staticmethod
+    def poll_group(target: str) -> str:
+        return f"poll-{target}"
+
+    def start_polling(self, target: str) -> None:
+        for name in ("gpu", "host", "servers"):
+            self._start_worker(target, name)
+
+    async def stop_polling(self, target: str, timeout: float = 5.0) -> None:
+        """Cancel the host's poll workers and wait until they (and what they hold) ended."""
+        workers = [w for w in self.workers if w.group == self.poll_group(target)]
+        for w in workers:
+            w.cancel()
+        if workers:
+            try:
+                await asyncio.wait_for(asyncio.gather(*(w.wait() for w in workers), return_exceptions=True),
+                                       timeout)
+            except (asyncio.TimeoutError, TimeoutError):
+                self.log.warning(f"{target}: poll workers still running after {timeout:g} s")
+
+    def _start_worker(self, target: str, name: str) -> Worker | None:
+        sources = self.members[target].sources
+        source = {"gpu": sources.gpu, "host": sources.host, "servers": sources.servers}[name]
+        if source is None:
+            return None
+        loop = getattr(self, f"_{name}_loop")
+        return self.run_worker(loop(target, source), name=name, group=self.poll_group(target),
+                               exit_on_error=False)
+
+    async def _gpu_loop(self, target: str, source: Any) -> None:
+        from tui.hostops.hosts import HostError
+
+        attempt = 0
+        while True:
+            stream = source.stream()
+            try:
+                async for status in stream:
+                    attempt = 0
+                    self.post_message(GpuSamples(target, status))
+            except HostError as e:  # the protocol says it doesn't raise; be safe anyway
+                self.post_message(GpuSamples(target, GpuStatus("host-unreachable", message=str(e),
+                                                               time=time.time())))
+            finally:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()  # ends the nvidia-smi process now, even when cancelled
+            attempt += 1
+            await asyncio.sleep(min(self.backoff(attempt), 30.0))
+
+    async def _host_loop(self, target: str, source: Any) -> None:
+        from tui.hostops.hosts import HostError
+
+        attempt = 0
+        while True:
+            t0 = time.monotonic()
+            try:
+                stats = await asyncio.wait_for(source.sample(), self.sample_timeout)
+            except (HostError, asyncio.TimeoutError, TimeoutError) as e:
+                if isinstance(e, HostError):
+                    kind, msg, retry = e.kind, e.message, e.retryable
+                else:
+                    kind, msg, retry = "timeout", f"no answer in {self.sample_timeout:g} s", True
+                attempt += 1
+                if not retry:
+                    self._set_link(LinkState(target, "failed", attempt, None, msg, kind))
+                    return
+                delay = self.backoff(attempt)
+                self._set_link(LinkState(target, "unreachable", attempt, time.monotonic() + delay, msg, kind))
+                await asyncio.sleep(delay)
+                continue
+            attempt = 0
+            if not self.latest[target].link.ok:
+                self._set_link(LinkState(target, "connected"))
+            self.post_message(HostSamples(target, stats))
+            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
+
+    async def _servers_loop(self, target: str, source: Any) -> None:
+        from tui.hostops.hosts import HostError
+
+        while True:
+            t0 = time.monotonic()
+            try:
+                servers = await asyncio.wait_for(source.sample(), self.sample_timeout)
+            except (HostError, asyncio.TimeoutError, TimeoutError):
+                pass  # the host loop shows the link state; keep the last figures
+            else:
+                self.post_message(ServerSamples(target, tuple(servers)))
+            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
+
+    def _set_link(self, link: LinkState) -> None:
+        self.post_message(HostStateChanged(link.target, link))
+
+    @on(Worker.StateChanged)
+    def _worker_state(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        group = worker.group or ""
+        target = group[len("poll-"):]
+        if not group.startswith("poll-") or target not in self.members or event.state != WorkerState.ERROR:
+            return
+        err = worker.error
+        self.log.error(f"{target}: {worker.name} collector crashed: {err!r}")
+        self._set_link(LinkState(target, "error", last_error=f"{worker.name} collector crashed: "
+                                 f"{type(err).__name__}: {err}"))
+        name = worker.name
+        self.set_timer(self.restart_delay, lambda: self._start_worker(target, name))
+
+    # ------------------------------------------------------------------ messages
+    @on(GpuSamples)
+    def _gpu_samples(self, message: GpuSamples) -> None:
+        latest = self.latest.get(message.host)
+        if latest is None:
+            return
+        status = message.status
+        latest.gpu = status
+        if self.members[message.host].sources.host is None:  # no host source: the GPU feed tells the link
+            if status.state == "ok" and not latest.link.ok:
+                latest.link = LinkState(message.host, "connected")
+            elif status.state == "host-unreachable":
+                latest.link = LinkState(message.host, "unreachable", latest.link.attempt + 1, None,
+                                        status.message, "unreachable")
+        self.fleet_signal.publish(message.host)
+
+    @on(HostSamples)
+    def _host_samples(self, message: HostSamples) -> None:
+        latest = self.latest.get(message.host)
+        if latest is not None:
+            latest.host = message.stats
+            self.fleet_signal.publish(message.host)
+
+    @on(ServerSamples)
+    def _server_samples(self, message: ServerSamples) -> None:
+        latest = self.latest.get(message.host)
+        if latest is not None:
+            latest.servers = message.servers
+            self.fleet_signal.publish(message.host)
+
+    @on(HostStateChanged)
+    def _host_state(self, message: HostStateChanged) -> None:
+        latest = self.latest.get(message.host)
+        if latest is not None:
+            latest.link = message.link
+            self.fleet_signal.publish(message.host)
+
+    # ------------------------------------------------------------------ actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "reconnect":
+            return True if any(not x.link.ok for x in self.latest.values()) else None
+        return True
+
+    def action_reconnect(self) -> None:
+        """Restart the collectors of every host that is not connected (also retries auth and
+        host-key refusals); hosts that are up are left alone."""
+        down = [t for t, x in self.latest.items() if not x.link.ok]
+        if not down:
+            self.notify("every host is connected")
+            return
+        for t in down:
+            if any(w.group == f"reconnect-{t}" and not w.is_finished for w in self.workers):
+                continue  # one already under way
+            self.latest[t].link = replace(self.latest[t].link, state="connecting", retry_at=None)
+            retry = getattr(self.members[t].host, "retry", None)
+            if callable(retry):
+                retry()  # the user acted: lift a host-key / auth refusal for one new attempt
+            self.run_worker(self._restart(t), name="reconnect", group=f"reconnect-{t}")
+            self.fleet_signal.publish(t)
+
+    async def _restart(self, target: str) -> None:
+        # the old loops end first (their nvidia-smi included): never two per host
+        await self.stop_polling(target)
+        self.start_polling(target)
+
+
+def make_fleet_app(members: Sequence["FleetMember"], **kwargs: Any) -> FleetApp:
+    """The fleet dashboard over ``members`` (real hosts and collectors, or injected sources)."""
+    return FleetApp(members, **kwargs)
+
+
+__all__ = ["FleetApp", "HostLatest", "make_fleet_app"]

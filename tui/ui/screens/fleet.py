@@ -1,0 +1,157 @@
+"""The fleet view: several hosts on one screen.
+
+A row group per host (its GPUs summarised: count, model, mean util, memory used/total,
+power, hottest GPU, servers ready, state; under the table, one line per host that does not
+answer with its reason and retry countdown), ``enter`` / ``e``
+expands a host to a row per GPU and collapses it again, ``E`` expands or collapses every
+host; below, the servers of every host with a host column.
+
+It draws from the app's newest snapshots (``app.hosts``) when the app's ``fleet_signal``
+names a host that changed, at most every :attr:`FleetScreen.MIN_REDRAW` seconds whatever
+the number of hosts (a redraw writes only the cells that changed).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, cast
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header
+
+from widgets.fleet_table import FleetNotes, FleetServerTable, FleetTable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tui.ui.fleet_app import FleetApp
+
+
+class FleetScreen(Screen):
+    """Hosts (expandable to GPUs) and the servers of every host."""
+
+    MIN_REDRAW = 0.5
+    """Seconds between two redraws (the feeds of every host are coalesced into one)."""
+
+    BINDINGS = [
+        Binding("e", "toggle_host", "Expand", tooltip="Show or hide the GPUs of the highlighted host "
+                "(enter on a host row does the same)", id="fleet-toggle-host"),
+        Binding("E", "toggle_all", "Expand all", tooltip="Show or hide the GPUs of every host",
+                id="fleet-toggle-all"),
+        Binding("g", "focus_hosts", "Hosts", tooltip="Focus the host table", id="fleet-focus-hosts", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    FleetScreen #hosts-panel { height: auto; max-height: 3fr; border: round $primary 50%; }
+    FleetScreen #servers-panel { height: auto; max-height: 1fr; border: round $primary 50%; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.expanded: set[str] = set()
+        """Targets whose GPU rows are shown."""
+        self._last_draw = 0.0
+        self._draw_pending = False
+        self._dirty = False
+
+    @property
+    def fapp(self) -> "FleetApp":
+        return cast("FleetApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="◆")
+        with Vertical(id="hosts-panel"):
+            yield FleetTable(id="fleet-table")
+            yield FleetNotes(id="fleet-notes")
+        with Vertical(id="servers-panel"):
+            yield FleetServerTable(id="fleet-servers")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#servers-panel").border_title = "Servers"
+        self.fapp.fleet_signal.subscribe(self, self._on_host)
+        self.set_interval(1.0, self._tick)  # retry countdowns of hosts that are down
+        self.call_after_refresh(self.redraw)
+
+    def on_screen_resume(self) -> None:
+        self._fit(self.app.size.width)
+        if self._dirty:
+            self.redraw()
+
+    def on_resize(self, event) -> None:
+        self._fit(event.size.width)
+
+    def _fit(self, width: int) -> None:
+        for table in (self.query_one(FleetTable), self.query_one(FleetServerTable)):
+            if table.is_mounted:
+                table.fit(width)
+
+    # ---------------------------------------------------------------- signals
+    def _on_host(self, _target: str) -> None:
+        if not self.is_current:
+            self._dirty = True
+            return
+        wait = self._last_draw + self.MIN_REDRAW - time.monotonic()
+        if wait <= 0:
+            self.redraw()
+        elif not self._draw_pending:
+            self._draw_pending = True
+            self.set_timer(wait, self._draw_pending_now)
+
+    def _draw_pending_now(self) -> None:
+        self._draw_pending = False
+        if self.is_current:
+            self.redraw()
+        else:
+            self._dirty = True
+
+    def _tick(self) -> None:
+        if self.is_current and any(h.link.state == "unreachable" for h in self.fapp.fleet_hosts()):
+            self._on_host("")
+
+    # ---------------------------------------------------------------- drawing
+    def redraw(self) -> None:
+        """Draw every host from the app's newest snapshots."""
+        self._dirty = False
+        self._last_draw = time.monotonic()
+        hosts = self.fapp.fleet_hosts()
+        table = self.query_one(FleetTable)
+        table.update_fleet(hosts, self.expanded)
+        self.query_one(FleetNotes).update_notes(hosts)
+        self.query_one(FleetServerTable).update_servers(hosts)
+        up = sum(1 for h in hosts if h.link.ok)
+        gpus = sum(len(h.gpu.gpus) for h in hosts)
+        self.query_one("#hosts-panel").border_title = f"Hosts ({up}/{len(hosts)} up, {gpus} GPUs)"
+
+    # ---------------------------------------------------------------- actions
+    def toggle(self, target: str) -> None:
+        """Show or hide the GPU rows of ``target``."""
+        if target in self.expanded:
+            self.expanded.discard(target)
+        else:
+            self.expanded.add(target)
+        self.redraw()
+
+    def action_toggle_host(self) -> None:
+        target = self.query_one(FleetTable).target_at_cursor()
+        if target is None:
+            self.notify("no host highlighted", severity="warning")
+            return
+        self.toggle(target)
+
+    def action_toggle_all(self) -> None:
+        targets = [h.target for h in self.fapp.fleet_hosts()]
+        self.expanded = set() if self.expanded >= set(targets) else set(targets)
+        self.redraw()
+
+    def action_focus_hosts(self) -> None:
+        self.query_one(FleetTable).focus()
+
+    @on(DataTable.RowSelected, "#fleet-table")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        key = str(event.row_key.value)
+        if key.startswith("host:"):
+            self.toggle(key[len("host:"):])
