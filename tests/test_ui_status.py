@@ -363,7 +363,7 @@ def test_app_css_uses_theme_variables_only():
     import re
     from pathlib import Path
 
-    css = (Path(__file__).parent.parent / "tui" / "app.tcss").read_text()
+    css = (Path(__file__).parent.parent / "tui" / "ui" / "app.tcss").read_text()
     assert not re.search(r"#[0-9a-fA-F]{3,8}\b|rgb\(|\b(red|green|blue|white|black)\b", css)
 
 
