@@ -1,31 +1,13 @@
-"""Formatting helpers shared by the widgets: NA-aware numbers, bars, text sparklines."""
+"""What only the widgets draw: bars, text sparklines, theme colours (numbers as text: :mod:`tui.fmt`)."""
 
 from __future__ import annotations
 
 import math
 from typing import Iterable
 
-from tui.model import NA
+from tui.fmt import NA_TEXT, num
 
 SPARK = "▁▂▃▄▅▆▇█"
-NA_TEXT = "N/A"
-
-
-def num(value: object) -> float | None:
-    """A finite float, or None for NA / nan / non-numbers."""
-    if value is NA or value is None or isinstance(value, bool):
-        return None
-    try:
-        f = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) or math.isinf(f) else f
-
-
-def fmt(value: object, spec: str = ".0f", unit: str = "") -> str:
-    """``value`` formatted with ``spec`` and ``unit``; N/A when not reported (never 0)."""
-    f = num(value)
-    return NA_TEXT if f is None else f"{f:{spec}}{unit}"
 
 
 def ratio(used: object, total: object) -> float | None:
@@ -66,32 +48,6 @@ def gib_pair(used_mib: object, total_mib: object) -> str:
     us = NA_TEXT if u is None else f"{u / 1024:.1f}"
     ts = NA_TEXT if t is None else f"{t / 1024:.1f}"
     return f"{us}/{ts}G"
-
-
-def human_bytes(value: object) -> str:
-    f = num(value)
-    if f is None:
-        return NA_TEXT
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(f) < 1024 or unit == "TiB":
-            return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
-        f /= 1024
-    return NA_TEXT  # pragma: no cover
-
-
-def duration(seconds: object) -> str:
-    f = num(seconds)
-    if f is None:
-        return NA_TEXT
-    s = int(f)
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    if d:
-        return f"{d}d {h}h {m}m"
-    if h:
-        return f"{h}h {m}m"
-    return f"{m}m {s}s"
 
 
 def theme_color(widget: object, name: str, fallback: str = "") -> str:

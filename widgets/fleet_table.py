@@ -19,7 +19,8 @@ from textual.coordinate import Coordinate
 from textual.widgets import Static
 
 from tui.model import GpuSnapshot, GpuStatus, LinkState, ServerStats, summarise_gpus
-from widgets._fmt import bar, fmt, gib_pair, num, ratio, theme_color
+from widgets._fmt import bar, gib_pair, ratio, theme_color
+from tui.fmt import fmt, num
 from widgets.gpu_table import GPU_STATE_TEXT, _KeyedTable, _level
 from widgets.server_panel import STATE_COLOURS, server_key
 

@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tui.model import SLO_NAMES, GoodputView
-from widgets._fmt import fmt
+from tui.fmt import fmt
 
 NO_TARGETS = ("Goodput: no SLO targets for this run (set TTFT / TPOT / ITL / E2EL in the bench form, "
               "or --goodput ttft:MS …)")

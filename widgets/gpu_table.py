@@ -17,7 +17,8 @@ from textual.widgets import DataTable
 
 from tui.model import GpuProcess, GpuSnapshot, GpuStatus
 from widgets._countdown import CountdownStatic
-from widgets._fmt import bar, fmt, gib_pair, num, ratio, sparkline, theme_color
+from widgets._fmt import bar, gib_pair, ratio, sparkline, theme_color
+from tui.fmt import fmt, num
 
 #: GpuStatus.state → what the operator reads (nvidia-smi exit codes named).
 GPU_STATE_TEXT: Mapping[str, str] = {

@@ -6,7 +6,8 @@ from rich.text import Text
 from textual.widget import Widget
 
 from tui.model import HostStats
-from widgets._fmt import bar, duration, fmt, human_bytes, num, ratio, theme_color
+from widgets._fmt import bar, ratio, theme_color
+from tui.fmt import fmt, human_bytes, num, uptime
 
 
 def mem_pair(used: object, total: object) -> str:
@@ -68,7 +69,7 @@ class HostPanel(Widget):
         t.append("Load  ", style="bold")
         t.append(f"{fmt(stats.load1, '.2f')}  {fmt(stats.load5, '.2f')}  {fmt(stats.load15, '.2f')}\n")
         t.append("Up    ", style="bold")
-        t.append(duration(stats.uptime))
+        t.append(uptime(stats.uptime))
         if stale:
             t.append("\n(stale: host not answering)", style=theme_color(self, "warning"))
         self.update(t)

@@ -12,7 +12,8 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from tui.model import ServerStats
-from widgets._fmt import fmt, num, sparkline, theme_color
+from widgets._fmt import sparkline, theme_color
+from tui.fmt import fmt, num
 from widgets.gpu_table import _KeyedTable
 
 #: server state → theme variable used to colour it.

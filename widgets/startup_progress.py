@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from tui.fmt import eta
 from tui.model import StartupProgress
 
 PHASE_NAMES = {
@@ -19,15 +20,6 @@ PHASE_NAMES = {
     "warmup": "warming up",
     "ready": "ready",
 }
-
-
-def _dur(s: float | None) -> str:
-    if s is None:
-        return "?"
-    s = int(round(max(0.0, s)))
-    if s >= 3600:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 def describe(p: StartupProgress) -> str:
@@ -97,9 +89,9 @@ class StartupProgressView(Widget):
             t.append(describe(p), style="bold")
         t.append("\n")
         # once ready the clock stops: the time it took, not a counter that keeps running
-        bits = [f"ready in {_dur(p.elapsed)}" if p.state == "ready" else f"elapsed {_dur(p.elapsed)}"]
+        bits = [f"ready in {eta(p.elapsed)}" if p.state == "ready" else f"elapsed {eta(p.elapsed)}"]
         if p.state == "starting":
-            bits.append(f"ETA {_dur(p.eta)}" + (f" ({p.eta_source})" if p.eta_source else ""))
+            bits.append(f"ETA {eta(p.eta)}" + (f" ({p.eta_source})" if p.eta_source else ""))
         if p.gpu_memory and p.state != "stopped":
             bits.append("GPU " + " ".join(f"{m / 1024:.1f}" for m in p.gpu_memory) + " GiB")
         if p.state == "starting" or p.health == "ok":
@@ -117,7 +109,7 @@ class StartupProgressView(Widget):
             t.append("\n  still running and holding its GPUs: s stops it (or tunedeck stop)", style="dim")
             return t
         if p.stalled:
-            t.append(f"\n⚠ STALLED: no progress for {_dur(p.stalled_for)}", style="bold yellow")
+            t.append(f"\n⚠ STALLED: no progress for {eta(p.stalled_for)}", style="bold yellow")
         if p.diagnosis:
             warn = p.state == "starting"  # a fatal line while the process lives on
             t.append(f"\n{'⚠' if warn else '✗'} {p.diagnosis}", style="bold yellow" if warn else "bold red")

@@ -14,7 +14,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tui.model import ClientHealth, SweepLevel, SweepReport
-from widgets._fmt import fmt, theme_color
+from widgets._fmt import theme_color
+from tui.fmt import fmt
 
 #: (header, cell) per column, headers on two lines (80 columns hold the table); the goodput
 #: column only when the run had targets

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import argparse
 import json
 
+from tui.fmt import gib
 from tui.commands._hosterr import report_error
 from tui.services import runtime
 from tui.hostops.hosts import Host, HostError
@@ -32,10 +33,6 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
-def _gib(n: int | None) -> str:
-    return "N/A" if n is None else f"{n / 2**30:.1f} GiB"
-
-
 def format_table(r: ProbeResult, rt: dict[str, object] | None = None) -> str:
     smi = "not found"
     if r.nvidia_smi:
@@ -52,7 +49,7 @@ def format_table(r: ProbeResult, rt: dict[str, object] | None = None) -> str:
         ("os", r.os or "N/A"),
         ("kernel", f"{r.kernel or 'N/A'}" + (f" ({r.arch})" if r.arch else "")),
         ("cpus", "N/A" if r.cpus is None else str(r.cpus)),
-        ("memory", _gib(r.memory_bytes)),
+        ("memory", gib(r.memory_bytes, " GiB")),
         ("python3", f"{r.python_version or 'unknown version'} ({r.python_path})" if r.python_path else "not found"),
         ("nvidia-smi", smi),
     ]

@@ -19,6 +19,7 @@ import json
 import sys
 from typing import Any, Sequence
 
+from tui.fmt import gib, uptime
 from tui.model import NA, StatusSnapshot, is_na
 
 _ENGINES = ("auto", "sglang", "vllm")
@@ -157,8 +158,8 @@ def format_fleet(entries: Sequence[Any]) -> str:
             str(s.count),
             s.model + (f" +{s.models - 1}" if s.models > 1 else "") or "N/A",
             _f(s.util_mean, suffix="%"),
-            _pair(_bytes(s.mem_used * 2**20 if not is_na(s.mem_used) else NA),
-                  _bytes(s.mem_total * 2**20 if not is_na(s.mem_total) else NA)),
+            _pair(gib(s.mem_used * 2**20 if not is_na(s.mem_used) else NA),
+                  gib(s.mem_total * 2**20 if not is_na(s.mem_total) else NA)),
             _pair(_f(s.power_draw), _f(s.power_limit)),
             _f(s.temp_max, suffix="C"),
             f"{ready}/{len(snap.servers)}",
@@ -206,22 +207,6 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = 
     return out
 
 
-def _bytes(v: Any) -> str:
-    if is_na(v) or v is None:
-        return "N/A"
-    return f"{v / 2**30:.1f}"
-
-
-def _duration(sec: Any) -> str:
-    if is_na(sec) or sec is None:
-        return "N/A"
-    s = int(sec)
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, _ = divmod(s, 60)
-    return f"{d}d {h}h" if d else (f"{h}h {m}m" if h else f"{m}m")
-
-
 def format_status(snap: StatusSnapshot) -> str:
     from tui.collectors.history import memory_percent
     from tui.collectors.smi import STATE_LABELS
@@ -264,9 +249,9 @@ def format_status(snap: StatusSnapshot) -> str:
     if h is not None:
         lines.append(
             f"Host: CPU {_f(h.cpu_percent, suffix='%')} of {_f(h.cpu_count)} cores, "
-            f"memory {_bytes(h.mem_used)}/{_bytes(h.mem_total)} GiB, "
+            f"memory {gib(h.mem_used)}/{gib(h.mem_total)} GiB, "
             f"load {_f(h.load1, '{:.2f}')} {_f(h.load5, '{:.2f}')} {_f(h.load15, '{:.2f}')}, "
-            f"up {_duration(h.uptime)}"
+            f"up {uptime(h.uptime)}"
         )
     else:
         lines.append(f"Host: unavailable: {snap.host_error or 'unknown error'}")

@@ -1,0 +1,78 @@
+"""The one way numbers become text, in the CLI and the dashboard alike.
+
+A value that was not reported (:data:`tui.model.NA`, None, NaN, not a number) reads
+``N/A``, never 0. Sizes: :func:`human_bytes` (auto unit) and :func:`gib`; durations:
+:func:`uptime` (how long something has run) and :func:`eta` (a countdown or estimate).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tui.model import NA
+
+NA_TEXT = "N/A"
+
+
+def num(value: object) -> float | None:
+    """A finite float, or None for NA / None / NaN / infinities / non-numbers."""
+    if value is NA or value is None or isinstance(value, bool):
+        return None
+    if not isinstance(value, (int, float, str)):
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) or math.isinf(f) else f
+
+
+def fmt(value: object, spec: str = ".0f", unit: str = "") -> str:
+    """``value`` formatted with ``spec`` and ``unit``; ``N/A`` when not reported."""
+    f = num(value)
+    return NA_TEXT if f is None else f"{f:{spec}}{unit}"
+
+
+def human_bytes(value: object) -> str:
+    """Bytes in the largest binary unit below 1024: ``512 B``, ``1.5 GiB``."""
+    f = num(value)
+    if f is None:
+        return NA_TEXT
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(f) < 1024 or unit == "TiB":
+            return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
+        f /= 1024
+    return NA_TEXT  # pragma: no cover
+
+
+def gib(value: object, unit: str = "") -> str:
+    """Bytes as GiB with one decimal (``12.3``), ``unit`` appended."""
+    f = num(value)
+    return NA_TEXT if f is None else f"{f / 2**30:.1f}{unit}"
+
+
+def uptime(seconds: object) -> str:
+    """How long something has run: ``3d 4h 5m``, ``4h 5m``, ``5m 6s``."""
+    f = num(seconds)
+    if f is None:
+        return NA_TEXT
+    s = int(f)
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}d {h}h {m}m"
+    if h:
+        return f"{h}h {m}m"
+    return f"{m}m {s}s"
+
+
+def eta(seconds: object) -> str:
+    """A countdown or estimate, compact: ``1h02m``, ``3m04s``, ``42s``; ``?`` when unknown."""
+    f = num(seconds)
+    if f is None:
+        return "?"
+    s = int(round(max(0.0, f)))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
