@@ -254,6 +254,16 @@ async def test_run_screen_launches_then_attaches_or_shows_refusal():
                     break
             assert p is not None and p.state == "ready" and s.record.pid
             assert s.record.run_id in str(s.query_one("#run-title").content)
+            # launched from the dashboard: its startup is in the tuning journal, as from the CLI
+            from tui.ab.journal import Journal
+
+            for _ in range(50):
+                entries = [e for e in Journal().entries() if e.get("id") == s.record.run_id]
+                if entries:
+                    break
+                await pilot.pause(0.1)
+            assert entries and entries[0]["kind"] == "launch" and entries[0]["status"] == "ready"
+            assert entries[0]["profile"] == "fake" and entries[0]["startup_s"] > 0
             # a second launch on the same host is refused and shown, nothing runs
             app.push_screen(screens[1])
             for _ in range(50):

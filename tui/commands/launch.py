@@ -16,6 +16,7 @@ from tui.hostops.hosts import HostError
 from tui.hostops.launcher import LaunchRefused, demo_argv, launch, stop_command
 from tui.hostops.runstore import ENGINES, RunStore
 from tui.hostops.tracker import StartupTracker, format_progress
+from tui.services.journal import journal_launch
 from tui.util.safety import UnsafeInput, check_env_name, dangerous_env_names
 
 if TYPE_CHECKING:
@@ -182,7 +183,9 @@ async def run(args: argparse.Namespace) -> int:
         sys.stderr.write("\n")
     out = store.load(rec.run_id) or rec
     if final.state != "starting":
-        _journal_launch(args, out, final)
+        warning = journal_launch(out, final, profile=args.name)
+        if warning:
+            print(f"tunedeck launch: warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps({"run": jsonable(out.to_json()), "progress": jsonable(final)}, indent=2))
     if final.state == "ready":
@@ -214,23 +217,3 @@ async def run(args: argparse.Namespace) -> int:
     if final.proof:
         print(f"  log: {final.proof}", file=sys.stderr)
     return 1
-
-
-def _journal_launch(args: argparse.Namespace, rec, final) -> None:  # type: ignore[no-untyped-def]
-    """Record the finished startup in the tuning journal (a failure to write only warns)."""
-    from tui.ab.journal import Journal
-
-    try:
-        j = Journal()
-        j.record_launch(
-            rec.run_id,
-            profile=args.name or "",
-            host=rec.target,
-            ready=final.state == "ready",
-            startup_s=final.elapsed if final.state == "ready" else None,
-            server_log=f"{rec.run_dir}/log" if rec.run_dir else None,
-            timeline=[dict(t) for t in (rec.timeline or [])],
-            diagnosis=final.diagnosis,
-        )
-    except (OSError, ValueError) as e:
-        print(f"tunedeck launch: warning: journal not written ({e})", file=sys.stderr)

@@ -30,6 +30,7 @@ from tui.hostops.runstore import RunRecord, RunStore
 from tui.hostops.logfollow import follow_forever, read_log
 from tui.util.safety import UnsafeInput
 from tui.hostops.tracker import StartupTracker
+from tui.services.journal import journal_launch
 from tui.ui.screens.modals import ConfirmModal
 from widgets.server_log import ServerLog
 from widgets.startup_progress import StartupProgressView
@@ -196,6 +197,13 @@ class RunScreen(Screen[None]):
         self.query_one("#run-title", Static).update(self._title())
         self._start_following()
 
+    @work(group="run-journal", thread=True, exit_on_error=False)
+    def _journal(self, final: StartupProgress) -> None:
+        rec = self.store.load(self.record.run_id) or self.record
+        warning = journal_launch(rec, final, profile=self.launch_spec.profile if self.launch_spec else None)
+        if warning:
+            self.app.call_from_thread(self.notify, warning, severity="warning", markup=False)
+
     def _title(self, state: str | None = None) -> Text:
         r = self.record
         shown = {"stopped": "stopped (by you)"}.get(state or "", state)
@@ -270,6 +278,8 @@ class RunScreen(Screen[None]):
             # the run record follows every change, so `tunedeck runs` and the status screen agree
             self.tracker.finish(snap)
             rid = self.record.run_id
+            if self.launch_spec is not None and prev is None and snap.state != "starting":
+                self._journal(snap)  # launched here: its startup goes into the journal, as from the CLI
             if snap.state == "ready":
                 self.notify(f"run {rid} is ready")
             elif snap.state == "stopped" or self.stopping or self.stop_result is not None:
