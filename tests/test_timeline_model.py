@@ -250,7 +250,7 @@ def test_stored_timeline_reads_the_result_folder():
     import pytest
 
     from tui.bench.store import StoreError, run_dir
-    from tui.bench.timelines import stored_timeline
+    from tui.services.timelines import stored_timeline
 
     d = run_dir("20250308-124010-c16")
     d.mkdir(parents=True)

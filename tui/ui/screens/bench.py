@@ -327,7 +327,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     @work(group="bench-timeline", thread=True, exit_on_error=False)
     def _read_stored_timelines(self, ids: dict[int, str]) -> None:
         from tui.bench.store import StoreError
-        from tui.bench.timelines import stored_timeline
+        from tui.services.timelines import stored_timeline
 
         for level, run_id in sorted(ids.items()):
             try:

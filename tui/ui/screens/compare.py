@@ -494,7 +494,7 @@ class CompareScreen(Screen):
     def _load_timelines(self, a: Any, b: Any, level: int, levels: list[int]) -> None:
         """Read both sides' stored timelines at ``level`` (the first repeat that ran it)."""
         from tui.bench.store import StoreError
-        from tui.bench.timelines import stored_timeline
+        from tui.services.timelines import stored_timeline
 
         snaps, runs = [], []
         for side in (a, b):

@@ -57,7 +57,7 @@ class TimelineScreen(Screen):
     @work(group="timeline-load", thread=True, exit_on_error=False)
     def _load(self) -> None:
         from tui.bench.store import StoreError
-        from tui.bench.timelines import stored_timeline
+        from tui.services.timelines import stored_timeline
 
         try:
             snap = stored_timeline(self.run_id)

@@ -1,8 +1,9 @@
 """The stored timeline of a result (``timeline.jsonl`` and the summary's validity findings)
 as a :class:`tui.timeline_model.TimelineSnapshot`, for the screens that chart it.
 
-Laptop side only (not an engine module): it reads the local results store, where a
-host-side run's folders are mirrored.
+Laptop side only (not shipped in the host runtime, whose ``tui/bench`` must import under the
+standard library alone): it reads the local results store, where a host-side run's folders
+are mirrored.
 """
 
 from __future__ import annotations
