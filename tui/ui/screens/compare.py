@@ -255,6 +255,8 @@ class CompareScreen(Screen):
             return True if running else None
         if action in ("start_ab", "mark", "repeats", "toggle_interleave"):
             return None if running else True
+        if action == "timeline_level":
+            return True if self.timeline_sides is not None else None
         return True
 
     def action_start_ab(self) -> None:
@@ -450,6 +452,7 @@ class CompareScreen(Screen):
         self.query_one(ConfigDiff).reset()
         self.query_one(CompareChart).reset()
         self.timeline_sides = None
+        self.refresh_bindings()
         panel = self.query_one("#ab-timeline", TimelinePanel)
         panel.show(None)
         panel.add_class("-empty")
@@ -471,6 +474,7 @@ class CompareScreen(Screen):
     def show_timelines(self, a: Any, b: Any, level: int | None = None) -> None:
         """Overlay A's and B's timelines at ``level`` (a concurrency; default: the peak, the highest)."""
         self.timeline_sides = (a, b)
+        self.refresh_bindings()
         levels = sorted(set(a.concurrencies()) | set(b.concurrencies()))
         if not levels:
             panel = self.query_one("#ab-timeline", TimelinePanel)
