@@ -272,14 +272,16 @@ def bench(keys: tuple[str, ...] = ()) -> tuple[TunedeckApp, Callable[[Pilot], Aw
         scr = ShotBench(["--host", TARGET, "--port", "30000", "--concurrency", "1,16"])
         await _settled(app, pilot)
         await app.push_screen(scr)
+        panel = scr.query_one(TimelinePanel)
         await _until(pilot, lambda: len(scr._level_info) == 2 and scr.last_tick.get("second") == 8
-                     and len(scr.timelines.get(1, TimelineSnapshot()).rows) == 9)
+                     and len(scr.timelines.get(1, TimelineSnapshot()).rows) == 9
+                     and panel.figure is not None and panel.figure.seconds == 9)
         for key in keys:
             await pilot.press(key)
         await pilot.pause(0.1)
         for chart in scr.query(ThroughputChart):
             chart.refresh()  # draw the final data now, not at the next 1 s tick
-        scr.query_one(TimelinePanel).redraw()
+        panel.redraw()
         await pilot.pause(0.2)
 
     return app, run_before

@@ -247,6 +247,35 @@ async def test_timeline_layout_side_by_side_or_switched_with_t(monkeypatch):
             await pilot.press("t")
             await pilot.pause()
             assert panel.display == wide and live.display
+            await pilot.resize_terminal(200 if not wide else 80, 40)  # the layout follows the terminal
+            await pilot.pause()
+            assert panel.display == (not wide) and live.display
+
+
+async def test_a_replayed_level_builds_few_figures(monkeypatch):
+    """A follower that catches up replays a whole level at once: every row arrives, and the charts'
+    figure is rebuilt a few times, not once per row."""
+    import tui.screens.bench as bench_screen
+
+    builds = []
+
+    def counting_figure(snap, *a, **kw):
+        builds.append(len(snap.rows))
+        return figure(snap, *a, **kw)
+
+    monkeypatch.setattr(bench_screen, "timeline_figure", counting_figure)
+
+    async def fake_start(args):
+        return FakeRun(script(levels=((0, 16, 600),)))
+
+    monkeypatch.setattr("tui.commands.bench.start_run", fake_start)
+    scr = BenchScreen(["--url", "http://127.0.0.1:9"])
+    async with BenchApp(scr).run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: scr.rc == 0 and scr.timelines and len(scr.timelines[0].rows) == 600)
+        await pilot.pause(0.6)
+        panel = scr.query_one("#bench-timeline", TimelinePanel)
+        assert panel.figure is not None and panel.figure.seconds == 600
+        assert builds[-1] == 600 and len(builds) < 60  # 1200 events, a handful of figures
 
 
 @pytest.mark.timeout(180)

@@ -127,6 +127,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self.timeline_level: int | None = None
         self.timeline_only = False
         self._timeline_feed = TimelineFeed()
+        self._timeline_due = False  # a redraw of the shown level is scheduled
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -345,8 +346,13 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             snap = TimelineSnapshot.from_rows(old.rows + snap.rows, label=old.label, run_id=old.run_id,
                                               validity=snap.validity if snap.validity is not None else old.validity)
         self.timelines[event.level] = snap
-        if self._timeline_shown_level() == event.level:
+        if self._timeline_shown_level() != event.level:
+            return
+        if event.stored:
             self._show_timeline()
+        elif not self._timeline_due:  # live rows: the figure is built at most twice a second, however fast
+            self._timeline_due = True  # they come (a follower catching up replays a whole level at once)
+            self.set_timer(0.5, self._show_timeline)
 
     def _timeline_shown_level(self) -> int | None:
         if self.timeline_level in self.timelines:
@@ -354,6 +360,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         return max(self.timelines) if self.timelines else None
 
     def _show_timeline(self) -> None:
+        self._timeline_due = False
         level = self._timeline_shown_level()
         if level is None:
             return
