@@ -47,6 +47,12 @@ def _mean(xs: Any) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _section(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``obj[key]`` when it is an object, else an empty one."""
+    v = obj.get(key)
+    return v if isinstance(v, Mapping) else {}
+
+
 def _second(obj: Mapping[str, Any]) -> int | None:
     """The row's second (its 1-s bucket since the timed phase began): ``second`` when given,
     else from ``t`` (a tick at ``t`` = 4.001 closes bucket 3)."""
@@ -91,7 +97,7 @@ class TimelineRow:
         second = _second(obj)
         if second is None or not 0 <= second <= MAX_SECOND:
             return None
-        c, g, v = (obj.get(k) if isinstance(obj.get(k), Mapping) else {} for k in ("client", "gpu", "server"))
+        c, g, v = (_section(obj, k) for k in ("client", "gpu", "server"))
         kv = _num(v.get("kv"))
         return cls(second, tok_s=_num(c.get("tok_s")), running=_num(v.get("running")),
                    waiting=_num(v.get("waiting")), kv_pct=None if kv is None else 100.0 * kv,
@@ -267,7 +273,7 @@ class TimelineFeed:
         elif kind == "timeline":
             row = TimelineRow.from_json(ev.get("row"))
         else:
-            summary = ev.get("summary") if isinstance(ev.get("summary"), Mapping) else {}
+            summary = _section(ev, "summary")
             lv.validity = _validity(summary.get("validity"))
             lv.live = False
             if not lv.run_id and (ev.get("run_id") or summary.get("run_id")):
@@ -385,8 +391,11 @@ def _cap_line(label: str, snaps: Sequence[TimelineSnapshot], n: int) -> Line | N
     caps = [s.values("power_cap", n) for s in snaps if s.has("power_cap")]
     if not caps:
         return None
-    vals = tuple(max((c[i] for c in caps if c[i] is not None), default=None) for i in range(n))
-    return Line(label, vals, "limit")
+    vals: list[float | None] = []
+    for i in range(n):
+        known = [x for x in (c[i] for c in caps) if x is not None]
+        vals.append(max(known) if known else None)
+    return Line(label, tuple(vals), "limit")
 
 
 def figure(snap: TimelineSnapshot, title: str | None = None) -> TimelineFigure:
@@ -394,6 +403,7 @@ def figure(snap: TimelineSnapshot, title: str | None = None) -> TimelineFigure:
     n = snap.seconds
     panels = []
     for key, name, unit, zero, top in PANELS:
+        lines: tuple[Line, ...]
         if key == "queue":
             lines = (Line("running", snap.values("running", n), "a"), Line("waiting", snap.values("waiting", n), "b"))
         elif key == "power":

@@ -202,7 +202,7 @@ class Timeline:
                 self._log = EventLog(Path(str(ev["run_dir"])) / TIMELINE)
             except OSError as e:
                 log.error("timeline: cannot open %s: %s", ev["run_dir"], e)
-                return
+                return None
             self._level = ev.get("level")
             self._run_dir = Path(str(ev["run_dir"]))
             self._run_id = str(ev.get("run_id") or "")

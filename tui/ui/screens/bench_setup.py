@@ -409,7 +409,7 @@ class BenchSetupScreen(Screen):
         if table.row_count == 0 or not 0 <= table.cursor_row < table.row_count:
             self.notify("no stored result highlighted")
             return
-        run_id = str(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
+        run_id = str(table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value)
         self.app.push_screen(TimelineScreen(run_id))
 
     @on(DataTable.RowSelected, "#bs-results")
