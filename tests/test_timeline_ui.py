@@ -15,8 +15,8 @@ from textual.widgets import DataTable
 
 from tests.snapshot_app import REPO, timeline_row, write_ab_timelines
 from tui.bench.store import run_dir
-from tui.screens.bench import TIMELINE_SIDE_BY_SIDE, BenchScreen
-from tui.screens.compare import ABTimeline, CompareScreen
+from tui.ui.screens.bench import TIMELINE_SIDE_BY_SIDE, BenchScreen
+from tui.ui.screens.compare import ABTimeline, CompareScreen
 from tui.timeline_model import TimelineSnapshot, figure, overlay
 from widgets.timeline_charts import (LABEL_W, TimelineCharts, TimelinePanel, nice_ceil, segments, short_number,
                                      validity_lines, x_step, y_range)
@@ -255,7 +255,7 @@ async def test_timeline_layout_side_by_side_or_switched_with_t(monkeypatch):
 async def test_a_replayed_level_builds_few_figures(monkeypatch):
     """A follower that catches up replays a whole level at once: every row arrives, and the charts'
     figure is rebuilt a few times, not once per row."""
-    import tui.screens.bench as bench_screen
+    import tui.ui.screens.bench as bench_screen
 
     builds = []
 
@@ -308,8 +308,8 @@ async def test_a_host_side_run_draws_its_gpu_and_server_timeline_live():
 
 
 async def test_a_stored_result_opens_on_its_timeline():
-    from tui.screens.bench_setup import BenchSetupScreen
-    from tui.screens.timeline import TimelineScreen
+    from tui.ui.screens.bench_setup import BenchSetupScreen
+    from tui.ui.screens.timeline import TimelineScreen
 
     rid = "20260101-000001-bbbbbb"
     d = run_dir(rid)
