@@ -225,13 +225,15 @@ def bench_script() -> list[dict]:
                          "cpu": [0.21 + 0.01 * (sec % 3)], "ttft_p50_ms": 41.0 + 6 * level,
                          "ttft_p99_ms": 58.0 + 40 * level, "itl_p50_ms": 11.2 + 2.5 * level,
                          "itl_p99_ms": 14.9 + 4 * level})
+            msgs.append({"type": "timeline", "level": level, "run_id": f"20250308-1240{level}0-c{conc}",
+                         "row": timeline_row(sec, tok, conc)})
         if level == 0:
             msgs.append({"type": "level_done", "level": 0, "summary": {
                 "completed": 10, "failed": 0, "duration": 10.2, "output_throughput": 86.4,
                 "per_user_output_throughput": 86.4, "max_concurrency": 1, "median_ttft_ms": 41.3,
                 "p99_ttft_ms": 57.8, "median_itl_ms": 11.2, "p99_itl_ms": 14.8, "request_throughput": 0.98,
                 "mean_ttft_ms": 42.0, "mean_tpot_ms": 11.31, "request_goodput": 0.98, "client_bound": False,
-                "machine_busy": False}})
+                "machine_busy": False, "validity": []}})
     return msgs
 
 
@@ -274,24 +276,54 @@ def bench_sweep_script() -> list[dict]:
     return msgs
 
 
-def bench() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+def timeline_row(sec: int, tok_s: float, conc: int, *, gpus: int = 8, cap: float = 700.0,
+                 throttle_at: int = 6) -> dict:
+    """One ``timeline.jsonl`` line of a level at concurrency ``conc`` (fixed, made-up figures): the
+    queue fills, the KV cache grows, power climbs to the cap and the SM clock drops from
+    second ``throttle_at``."""
+    ramp = min(1.0, (sec + 1) / 3)
+    load = conc / 16
+    running = float(min(conc, round(conc * ramp)))
+    waiting = float(max(0, sec - 4) if conc > 1 else 0)
+    power = 90.0 + (cap - 90.0) * min(1.0, 0.35 + 0.6 * load * ramp + 0.02 * sec)
+    clock = 1980.0 if sec < throttle_at or conc == 1 else 1755.0 - 15 * (sec % 2)
+    return {"second": sec, "t": sec + 1.0, "wall": 1_741_437_600.0 + sec,
+            "client": {"tok_s": tok_s, "in_flight": conc, "completed": None, "failed": 0},
+            "gpu": {"util": [92.0 * load * ramp] * gpus, "mem_used": [130000.0] * gpus,
+                    "sm_clock": [clock] * gpus, "power": [round(power, 1)] * gpus, "power_limit": [cap] * gpus,
+                    "temp": [55.0 + 10 * load] * gpus, "sm_clock_max": [1980.0] * gpus},
+            "server": {"running": running, "waiting": waiting, "kv": round(0.02 + 0.5 * load * ramp + 0.03 * sec, 3),
+                       "preemptions": 0.0, "gen_tok_s": tok_s}}
+
+
+def bench(keys: tuple[str, ...] = ()) -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
         from tui.ui.screens.bench import BenchScreen
+        from tui.timeline_model import TimelineSnapshot
         from widgets.throughput_chart import ThroughputChart
+        from widgets.timeline_charts import TimelinePanel
 
         class ShotBench(BenchScreen):
             def run_bench(self) -> None:  # type: ignore[override]  # scripted, nothing runs
                 for m in bench_script():
+                    self._feed_timeline(m)  # what the run worker does with each event
                     self.post_message(self.Progress(m))
 
         scr = ShotBench(["--host", TARGET, "--port", "30000", "--concurrency", "1,16"])
         await _settled(app, pilot)
         await app.push_screen(scr)
-        await _until(pilot, lambda: len(scr._level_info) == 2 and scr.last_tick.get("second") == 8)
+        panel = scr.query_one(TimelinePanel)
+        await _until(pilot, lambda: len(scr._level_info) == 2 and scr.last_tick.get("second") == 8
+                     and len(scr.timelines.get(1, TimelineSnapshot()).rows) == 9
+                     and panel.figure is not None and panel.figure.seconds == 9)
+        for key in keys:
+            await pilot.press(key)
+        await pilot.pause(0.1)
         for chart in scr.query(ThroughputChart):
             chart.refresh()  # draw the final data now, not at the next 1 s tick
+        panel.redraw()
         await pilot.pause(0.2)
 
     return app, run_before
@@ -345,6 +377,11 @@ def bench_setup_slo() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     return app, run_before
 
 
+def bench_timeline() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    """The Bench screen's timeline alone (``t``): the running level's charts on one time axis."""
+    return bench(keys=("t",))
+
+
 def bench_setup() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
@@ -395,6 +432,60 @@ def compare(health: bool = False) -> tuple[TunedeckApp, Callable[[Pilot], Awaita
         await app.push_screen(scr)
         await pilot.pause(0.2)
         scr._status(f"A/B {e.get('id')} {e.get('status')} on {e.get('host')}, plan {e.get('plan')}")
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+def write_ab_timelines(e: dict) -> None:
+    """Timelines (made up, fixed) for the recorded A/B's peak level in the results store: A's SM clock
+    drops from its third second (a finding), B runs at its power cap."""
+    from tui.bench.store import run_dir
+    from tui.util.files import atomic_write_json
+
+    for side, throttle, base, secs, validity in (
+            ("a", 3, 784.0, 7, [{"rule": "sm_clock_low", "evidence": "SM clock below 90% of 1980 MHz in 4 of "
+                                                                     "6 s at work (mean 1762 MHz)"}]),
+            ("b", 99, 887.0, 6, [])):
+        lv = next(lv for lv in e[side]["runs"][0]["levels"] if lv["concurrency"] == 16)
+        d = run_dir(lv["run_id"])
+        d.mkdir(parents=True, exist_ok=True)
+        rows = [timeline_row(sec, round(base * min(1.0, (sec + 1) / 2) + (sec * 37 % 11), 1), 16,
+                             throttle_at=throttle) for sec in range(secs)]
+        for r in rows if side == "a" else ():  # A: more KV cache in use, a longer queue, less power once slowed
+            r["server"]["kv"] = round(min(0.97, r["server"]["kv"] * 1.3), 3)
+            r["server"]["waiting"] = r["server"]["waiting"] * 2
+            if r["second"] >= throttle:
+                r["gpu"]["power"] = [round(p * 0.85, 1) for p in r["gpu"]["power"]]
+        (d / "timeline.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        atomic_write_json(d / "summary.json", {**lv["summary"], "validity": validity})
+
+
+def compare_timeline() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    """The Compare screen's timeline overlay: A's and B's peak level on one time axis."""
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.ab.compare import compare as compare_sides, side_from_dict
+        from tui.ui.screens.compare import CompareScreen
+        from widgets.timeline_charts import TimelinePanel
+
+        e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
+        write_ab_timelines(e)
+        a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
+        series = e.get("series") or [[], []]
+        scr = CompareScreen(start_campaign=_no_campaign, profiles=[a.profile, b.profile], a=a.profile,
+                            b=b.profile, comparison=compare_sides(a, b), series=(series[0], series[1]),
+                            sides=(a, b))
+        await _settled(app, pilot)
+        await app.push_screen(scr)
+        panel = scr.query_one("#ab-timeline", TimelinePanel)
+        await _until(pilot, lambda: panel.figure is not None and not panel.has_class("-empty"))
+        scr._status(f"A/B {e.get('id')} {e.get('status')} on {e.get('host')}, plan {e.get('plan')}")
+        await pilot.pause(0.2)  # the panel's full height is laid out
+        scr.query_one("#ab-main").scroll_to_widget(panel, animate=False, top=True)
+        await pilot.pause(0.2)
+        panel.redraw()
         await pilot.pause(0.2)
 
     return app, run_before
@@ -505,8 +596,9 @@ def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
 
 SCENES: dict[str, Scene] = {
     "status": status, "profiles": profiles, "launch-form": launch_form, "run": run, "bench": bench,
-    "bench-sweep": bench_sweep, "bench-setup": bench_setup, "bench-setup-slo": bench_setup_slo, "compare": compare,
-    "compare-client-health": lambda: compare(health=True), "runs": runs, "keys": keys, "confirm-stop": confirm_stop,
+    "bench-sweep": bench_sweep, "bench-timeline": bench_timeline, "bench-setup": bench_setup,
+    "bench-setup-slo": bench_setup_slo, "compare": compare, "compare-client-health": lambda: compare(health=True),
+    "compare-timeline": compare_timeline, "runs": runs, "keys": keys, "confirm-stop": confirm_stop,
     "hosts": hosts, "fleet": fleet,
 }
 

@@ -24,6 +24,7 @@ Event types (``BenchEvent.type``) and their fields:
                  load1, steal
 ``sample``       level, index, success, error_type, ttft, latency, output_tokens
 ``level_done``   level, run_id, summary (a LevelSummary's data)
+``timeline``     level, run_id, row (a host-side job only: the ``timeline.jsonl`` line of the tick before)
 ``done``         run_ids
 ``error``        kind, message
 """
@@ -34,7 +35,8 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-EVENT_TYPES = ("waiting", "start", "level_start", "connected", "tick", "sample", "level_done", "done", "error")
+EVENT_TYPES = ("waiting", "start", "level_start", "connected", "tick", "sample", "level_done", "timeline", "done",
+               "error")
 
 JsonIn = Union[str, bytes, bytearray, Mapping[str, Any]]
 

@@ -3,7 +3,9 @@
 The spec is ``{"config": {BenchConfig fields}, "meta_extra": {...}}``; the client
 reaches the server on the host's own loopback, so what it measures is the
 server, not the link to the laptop. Each level's result folder also gets
-``timeline.jsonl``: the GPUs and the server second by second (:mod:`tui.hostside.timeline`).
+``timeline.jsonl``: the GPUs and the server second by second (:mod:`tui.hostside.timeline`);
+each of its lines also goes into the events, right after its tick, as a ``timeline``
+event (``level``, ``run_id``, ``row``), so a follower draws it live.
 """
 
 from __future__ import annotations
@@ -96,8 +98,10 @@ async def run(job_dir: Path) -> int:
         timeline = Timeline(cfg.url, smi=os.environ.get("TUNEDECK_NVIDIA_SMI", "nvidia-smi"))
 
         def emit(msg: dict[str, Any]) -> None:
-            timeline.on_event(msg)  # first: a level's summary gets its validity findings
+            line = timeline.on_event(msg)  # first: a level's summary gets its validity findings
             events.write(msg)
+            if line is not None:  # the second's GPU and server figures, for a follower's live charts
+                events.write({"type": "timeline", "level": msg.get("level"), "run_id": timeline.run_id, "row": line})
 
         try:
             await timeline.start()

@@ -193,7 +193,8 @@ class Timeline:
                 self.server = {}
             await asyncio.sleep(max(0.05, self.interval - (time.monotonic() - t0)))
 
-    def on_event(self, ev: Dict[str, Any]) -> None:
+    def on_event(self, ev: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """Take one bench event; returns the timeline line a tick wrote (None for other events)."""
         kind = ev.get("type")
         if kind == "level_start" and ev.get("run_dir"):
             self._close_level()
@@ -201,7 +202,7 @@ class Timeline:
                 self._log = EventLog(Path(str(ev["run_dir"])) / TIMELINE)
             except OSError as e:
                 log.error("timeline: cannot open %s: %s", ev["run_dir"], e)
-                return
+                return None
             self._level = ev.get("level")
             self._run_dir = Path(str(ev["run_dir"]))
             self._run_id = str(ev.get("run_id") or "")
@@ -212,10 +213,17 @@ class Timeline:
             self._log.write(line)
             self.level_lines.append(line)
             self.lines += 1
+            return line
         elif kind == "level_done" and ev.get("level") == self._level:
             self._close_level()
             if isinstance(ev.get("summary"), dict):
                 self._add_validity(ev["summary"])
+        return None
+
+    @property
+    def run_id(self) -> Optional[str]:
+        """The run id of the level being recorded (None between levels)."""
+        return self._run_id if self._log is not None else None
 
     def _add_validity(self, summary: Dict[str, Any]) -> None:
         """The level's validity findings, into its summary (the event's and summary.json)."""

@@ -11,7 +11,9 @@ else that shows a running benchmark use:
   ``client.where = "local-via-ssh"`` and shown as "measured through an SSH tunnel".
 
 Both yield the same event dicts (``waiting``, ``start``, ``level_start``, ``tick``,
-``sample``, ``level_done``, ``done``) from :meth:`BenchRun.events`.
+``sample``, ``level_done``, ``done``) from :meth:`BenchRun.events`; a host-side run also
+yields a ``timeline`` event after each tick (the GPUs and the server in that second,
+the level's ``timeline.jsonl`` line), read from the same followed file.
 """
 
 from __future__ import annotations

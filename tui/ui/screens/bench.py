@@ -9,19 +9,23 @@ bucket, TTFT/ITL percentiles, completed/failed/in-flight; for sweeps,
 throughput vs concurrency and per-user tok/s vs total tok/s. Goodput (the share of completed
 requests within every SLO target, and good req/s) live from the ticks, then from each level's
 summary; as levels finish, a per-level table (``vllm bench serve``'s end report) with each
-level's client-health mark and its reasons.
+level's client-health mark and its reasons. Next to it (alone with ``t``, and
+on a narrow terminal only so), the level's timeline: client tok/s, KV cache, queue, SM clock
+and power stacked on one time axis, live from the run's ``timeline`` events, then read back
+from the stored ``timeline.jsonl``, with the level's validity findings.
 
 Works standalone: ``app.push_screen(BenchScreen(["--url", URL, "--concurrency", "1,8"]))``.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -32,7 +36,14 @@ from textual.widgets import Footer, Static
 from tui.model import GoodputView, SweepLevel, SweepReport
 from widgets.goodput_panel import GoodputPanel
 from widgets.sweep_table import SweepTable
+from tui.timeline_model import TimelineFeed, TimelineSnapshot, figure as timeline_figure
 from widgets.throughput_chart import ThroughputChart
+from widgets.timeline_charts import TimelinePanel
+
+#: from this many columns the timeline charts stand next to the live view; below, ``t`` switches
+TIMELINE_SIDE_BY_SIDE = 120
+
+log = logging.getLogger(__name__)
 
 
 class BenchScreen(Screen[list[dict[str, Any]]]):
@@ -42,6 +53,12 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         Binding("s", "stop", "Stop run", id="bench-stop",
                 tooltip="Interrupt the benchmark; finished requests are kept (summary marked partial)"),
         Binding("escape", "close", "Back", id="bench-back"),
+        Binding("t", "toggle_timeline", "Timeline", id="bench-timeline",
+                tooltip="The level's timeline charts alone, or back to the live view"),
+        Binding("left_square_bracket", "timeline_level(-1)", "Prev level", id="bench-timeline-prev", show=False,
+                tooltip="The timeline of the previous level"),
+        Binding("right_square_bracket", "timeline_level(1)", "Next level", id="bench-timeline-next", show=False,
+                tooltip="The timeline of the next level"),
     ]
 
     DEFAULT_CSS = """
@@ -52,6 +69,11 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     BenchScreen #sweep-row ThroughputChart { width: 1fr; height: 100%; }
     BenchScreen #bench-goodput { height: auto; max-height: 2; }
     BenchScreen #sweep-table { display: none; height: auto; max-height: 16; }
+    BenchScreen { layout: horizontal; }
+    BenchScreen > TimelinePanel { width: 1fr; padding: 0 1; border-left: solid $panel; }
+    BenchScreen.-narrow > TimelinePanel { display: none; }
+    BenchScreen.-timeline-only > Vertical { display: none; }
+    BenchScreen.-timeline-only > TimelinePanel { display: block; border-left: none; }
     """
 
     @dataclass
@@ -67,6 +89,21 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         rc: int | None
         summaries: list[dict[str, Any]]
         error: str
+
+    @dataclass
+    class TimelineChanged(Message):
+        """A level's timeline, as it is now (live rows, or merged with the stored file)."""
+
+        level: int
+        """The level (0-based)."""
+        snapshot: TimelineSnapshot
+        """Its rows and validity findings."""
+        stored: bool = False
+        """Read back from the result folder: merged over the live rows."""
+
+        def can_replace(self, message: Message) -> bool:
+            return (isinstance(message, BenchScreen.TimelineChanged) and message.level == self.level
+                    and not message.stored and not self.stored)
 
     def __init__(self, bench_args: Sequence[str], *, attach: tuple[Any, str] | None = None,
                  name: str | None = None, id: str | None = None) -> None:  # noqa: A002
@@ -96,6 +133,13 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self.goodput_targets: dict[str, float] | None = None
         #: one row per finished level, for the end report
         self.sweep_levels: list[SweepLevel] = []
+        #: level -> its timeline as last shown; the worker's feed makes them from the run's events
+        self.timelines: dict[int, TimelineSnapshot] = {}
+        #: the level whose timeline is shown (None: the newest)
+        self.timeline_level: int | None = None
+        self.timeline_only = False
+        self._timeline_feed = TimelineFeed()
+        self._timeline_due = False  # a redraw of the shown level is scheduled
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -109,9 +153,11 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
                                       kind="line", id="sweep-chart")
                 yield ThroughputChart("per-user vs total tok/s", xlabel="total tok/s", ylabel="tok/s/user",
                                       kind="scatter", id="pareto-chart")
+        yield TimelinePanel("the timeline appears when the first level starts", id="bench-timeline")
         yield Footer()
 
     def on_mount(self) -> None:
+        self._timeline_layout()
         self.query_one("#sweep-row").display = False
         self.run_bench()
 
@@ -136,6 +182,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self.job_id = run.job_id
         try:
             async for msg in run.events():
+                self._feed_timeline(msg)
                 self.post_message(self.Progress(msg))
         except HostError as e:
             self.post_message(self.Finished(None, run.summaries, f"lost the benchmark: {e}"))
@@ -235,6 +282,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self.state = "finished" if event.rc == 0 else (
             "interrupted (partial results saved)" if event.rc == 130 else f"failed (exit {event.rc})")
         self._show_status()
+        self._stored_timelines()
 
     @property
     def _sweep(self) -> bool:
@@ -299,6 +347,99 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             table = self.query_one("#sweep-table", SweepTable)
             table.show(SweepReport(tuple(self.sweep_levels), self._levels or len(self._level_info)))
             table.display = True
+
+    # ------------------------------------------------------------ timeline
+    def _feed_timeline(self, msg: dict[str, Any]) -> None:
+        """In the run worker: one event into the feed; a level it changed goes out as a snapshot."""
+        level = self._timeline_feed.on_event(msg)
+        if level is not None:
+            self.post_message(self.TimelineChanged(level, self._timeline_feed.snapshot(level)))
+
+    def _stored_timelines(self) -> None:
+        """The run ended: no level is live; each level's stored timeline (mirrored into the results
+        store) is read back, complete where the live feed may have missed lines."""
+        self.timelines = {k: replace(v, live=False) for k, v in self.timelines.items()}
+        self._show_timeline()
+        ids = {k: v.run_id for k, v in self.timelines.items() if v.run_id}
+        if ids:
+            self._read_stored_timelines(ids)
+
+    @work(group="bench-timeline", thread=True, exit_on_error=False)
+    def _read_stored_timelines(self, ids: dict[int, str]) -> None:
+        from tui.bench.store import StoreError
+        from tui.services.timelines import stored_timeline
+
+        for level, run_id in sorted(ids.items()):
+            try:
+                snap = stored_timeline(run_id)
+            except (StoreError, OSError) as e:
+                log.warning("timeline of %s unreadable: %s", run_id, e)
+                continue
+            if snap.rows or snap.validity is not None:
+                self.post_message(self.TimelineChanged(level, snap, stored=True))
+
+    def on_bench_screen_timeline_changed(self, event: "BenchScreen.TimelineChanged") -> None:
+        snap = event.snapshot
+        old = self.timelines.get(event.level)
+        if event.stored and old is not None:  # the file over the live rows; the live label
+            snap = TimelineSnapshot.from_rows(old.rows + snap.rows, label=old.label, run_id=old.run_id,
+                                              validity=snap.validity if snap.validity is not None else old.validity)
+        self.timelines[event.level] = snap
+        if self._timeline_shown_level() != event.level:
+            return
+        if event.stored:
+            self._show_timeline()
+        elif not self._timeline_due:  # live rows: the figure is built at most twice a second, however fast
+            self._timeline_due = True  # they come (a follower catching up replays a whole level at once)
+            self.set_timer(0.5, self._show_timeline)
+
+    def _timeline_shown_level(self) -> int | None:
+        if self.timeline_level in self.timelines:
+            return self.timeline_level
+        return max(self.timelines) if self.timelines else None
+
+    def _show_timeline(self) -> None:
+        self._timeline_due = False
+        level = self._timeline_shown_level()
+        if level is None:
+            return
+        snap = self.timelines[level]
+        n = max(self._levels, len(self.timelines))
+        cap = Text()
+        cap.append("timeline ", style="bold")
+        cap.append(snap.label or f"level {level + 1}")
+        if n > 1:
+            cap.append(f" · level {level + 1}/{n}")
+        if snap.live:
+            cap.append(" · live", style="bold")
+        cap.append(" · x: s into the timed phase", style="dim")
+        if n > 1:
+            cap.append(" · [ ]: level", style="dim")
+        self.query_one("#bench-timeline", TimelinePanel).show(timeline_figure(snap), cap)
+
+    def action_toggle_timeline(self) -> None:
+        self.timeline_only = not self.timeline_only
+        self._timeline_layout()
+
+    def action_timeline_level(self, step: int) -> None:
+        levels = sorted(self.timelines)
+        cur = self._timeline_shown_level()
+        if cur is None:
+            return
+        i = max(0, min(len(levels) - 1, levels.index(cur) + step))
+        self.timeline_level = None if i == len(levels) - 1 else levels[i]  # the newest: follow it again
+        self._show_timeline()
+        self.query_one("#bench-timeline", TimelinePanel).redraw()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._timeline_layout()
+
+    def _timeline_layout(self) -> None:
+        """Side by side from :data:`TIMELINE_SIDE_BY_SIDE` columns; below, the live view or (``t``)
+        the timeline alone."""
+        narrow = self.app.size.width < TIMELINE_SIDE_BY_SIDE
+        self.set_class(self.timeline_only, "-timeline-only")
+        self.set_class(narrow and not self.timeline_only, "-narrow")
 
 
 def _ms(v: Any, digits: int) -> str:

@@ -8,7 +8,8 @@ and goodput targets (TTFT / TPOT / ITL / E2EL in ms, each optional: ``--goodput`
 test on a shared server is never one stray keystroke away). The bench always runs in its own
 local process: for a remote host it reaches the server through ``host.forward_port`` exactly as
 ``tunedeck bench --host H --port P`` does; for the demo it gets ``--demo``.
-Right: the stored results (``tui.bench.store``); ``enter`` on one shows its summary.
+Right: the stored results (``tui.bench.store``); ``enter`` on one shows its summary, ``t`` its
+timeline (:class:`~tui.ui.screens.timeline.TimelineScreen`).
 """
 
 from __future__ import annotations
@@ -163,6 +164,8 @@ class BenchSetupScreen(Screen):
                 id="bench-setup-attach", priority=True),
         Binding("slash", "filter_results", "Filter results", tooltip="Show only the stored results matching "
                 "some text (a header click sorts)", id="bench-setup-filter"),
+        Binding("t", "timeline", "Timeline", tooltip="The highlighted result's GPU and server timeline, "
+                "with its validity findings", id="bench-setup-timeline"),
     ]
 
     def __init__(self, *, host: Any = None, demo: bool = False, form: BenchForm | None = None,
@@ -433,6 +436,17 @@ class BenchSetupScreen(Screen):
     def _results_filter(self, event: Input.Changed) -> None:
         event.stop()
         self.query_one("#bs-results", FilterTable).set_filter(event.value)
+
+    def action_timeline(self) -> None:
+        """Open the highlighted stored result's timeline."""
+        from tui.ui.screens.timeline import TimelineScreen
+
+        table = self.query_one("#bs-results", FilterTable)
+        if table.row_count == 0 or not 0 <= table.cursor_row < table.row_count:
+            self.notify("no stored result highlighted")
+            return
+        run_id = str(table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value)
+        self.app.push_screen(TimelineScreen(run_id))
 
     @on(DataTable.RowSelected, "#bs-results")
     def _result_selected(self, ev: DataTable.RowSelected) -> None:

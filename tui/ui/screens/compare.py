@@ -7,9 +7,11 @@ neither the UI nor a lost link skews or cuts it; a worker follows its events), `
 it (the server it started is stopped, finished results are kept). Leaving the screen or the
 dashboard detaches; on opening, the screen follows a campaign still running on the host. While it runs: the step, a progress
 bar and the event log. At the end: the comparison table (deltas, coloured
-verdicts), the configuration difference, warnings, and an overlay chart of
-A's and B's output tok/s at the peak level. On opening, the screen shows
-the last A/B from the tuning journal.
+verdicts), the configuration difference, warnings, an overlay chart of
+A's and B's output tok/s at the peak level, and under it A's and B's timelines
+overlaid (client tok/s, KV cache, queue, SM clock, power on one time axis) for a
+level (the peak first; ``t`` the next one), read from the stored result folders of
+each side's first repeat. On opening, the screen shows the last A/B from the tuning journal.
 
 Standalone use (tests, other apps)::
 
@@ -42,8 +44,10 @@ from tui.ab.plans import PlanError, list_plans, load_plan
 from tui.ab.runner import ABEvent, ABReport
 from tui.ab.series import run_series
 from tui.ui.screens.modals import ConfirmModal
+from tui.timeline_model import TimelineFigure, TimelineSnapshot, overlay
 from widgets.compare_chart import CompareChart
 from widgets.compare_table import CompareTable, ConfigDiff
+from widgets.timeline_charts import TimelinePanel
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,19 @@ class ABFinished(Message):
         """What the run produced."""
 
 
+class ABTimeline(Message):
+    """A's and B's timelines at one level, read from their result folders."""
+
+    def __init__(self, level: int, figure: TimelineFigure, caption: Text) -> None:
+        super().__init__()
+        self.level = level
+        """The concurrency charted."""
+        self.figure = figure
+        """The overlay."""
+        self.caption = caption
+        """What the panel says above it."""
+
+
 class CompareScreen(Screen):
     """A/B: mark A and B, one key to run, and the comparison view."""
 
@@ -78,6 +95,9 @@ class CompareScreen(Screen):
     CompareScreen #ab-progress { margin: 0 0 1 0; }
     CompareScreen #ab-headline { height: auto; text-style: bold; margin: 1 0 0 0; }
     CompareScreen #ab-log { height: 8; border-top: solid $panel; }
+    CompareScreen #ab-timeline { height: 44; border-top: solid $panel; }
+    CompareScreen #ab-timeline.-empty { height: 3; }
+    CompareScreen #ab-timeline.-empty TimelineCharts { min-height: 1; }
     """
     BINDINGS = [
         Binding("1", "mark('A')", "Mark A", tooltip="Mark the highlighted profile as A (baseline)", id="ab-mark-a"),
@@ -91,6 +111,8 @@ class CompareScreen(Screen):
                 show=False),
         Binding("i", "toggle_interleave", "Interleave", tooltip="Relaunch per repeat, A B A B", id="ab-interleave",
                 show=False),
+        Binding("t", "timeline_level", "Timeline level", id="ab-timeline-level",
+                tooltip="Overlay A's and B's timelines at the next concurrency level"),
     ]
 
     def __init__(
@@ -105,6 +127,7 @@ class CompareScreen(Screen):
         b: str | None = None,
         comparison: Comparison | None = None,
         series: tuple[list[float], list[float]] | None = None,
+        sides: tuple[Any, Any] | None = None,
         name: str | None = None,
         id: str | None = None,
     ) -> None:
@@ -124,6 +147,10 @@ class CompareScreen(Screen):
         """The last finished A/B of this screen."""
         self._initial = comparison
         self._initial_series = series
+        self.timeline_sides: tuple[Any, Any] | None = sides
+        """The A and B (:class:`tui.ab.compare.Side`) whose timelines are overlaid."""
+        self.timeline_level: int | None = None
+        """The concurrency whose timelines are shown (None: the peak)."""
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -147,6 +174,8 @@ class CompareScreen(Screen):
                 yield CompareTable(id="ab-table")
                 yield ConfigDiff(id="ab-diff")
                 yield CompareChart(id="ab-chart")
+                yield TimelinePanel("A's and B's timelines appear here after an A/B", id="ab-timeline",
+                                    classes="-empty")
                 yield Log(id="ab-log", max_lines=2000)
         yield Footer()
 
@@ -171,6 +200,8 @@ class CompareScreen(Screen):
             self.show_comparison(self._initial, self._initial_series)
         else:
             self.action_load_last(quiet=True)
+        if self._initial is not None and self.timeline_sides is not None:
+            self.show_timelines(*self.timeline_sides)
         if self.start_campaign is None:
             self._reattach()
 
@@ -224,6 +255,8 @@ class CompareScreen(Screen):
             return True if running else None
         if action in ("start_ab", "mark", "repeats", "toggle_interleave"):
             return None if running else True
+        if action == "timeline_level":
+            return True if self.timeline_sides is not None else None
         return True
 
     def action_start_ab(self) -> None:
@@ -354,6 +387,7 @@ class CompareScreen(Screen):
         if self.campaign is None:  # a finished A/B: not the bar of whatever ran last
             self.query_one("#ab-progress", ProgressBar).update(total=1, progress=1)
         self.show_comparison(cmp, self._series_of(a, b))
+        self.show_timelines(a, b)
 
     # ------------------------------------------------------------------ progress
     @on(ABProgress)
@@ -388,6 +422,8 @@ class CompareScreen(Screen):
         if rep.comparison is not None:
             a, b = rep.sides.get("A"), rep.sides.get("B")
             self.show_comparison(rep.comparison, self._series_of(a, b) if a and b else None)
+            if a and b:
+                self.show_timelines(a, b)
         else:  # cancelled or failed before any result: nothing of an older A/B stays on screen
             self._clear_results()
             self.query_one("#ab-headline", Static).update(
@@ -415,6 +451,11 @@ class CompareScreen(Screen):
         self.query_one(CompareTable).reset()
         self.query_one(ConfigDiff).reset()
         self.query_one(CompareChart).reset()
+        self.timeline_sides = None
+        self.refresh_bindings()
+        panel = self.query_one("#ab-timeline", TimelinePanel)
+        panel.show(None)
+        panel.add_class("-empty")
 
     def show_comparison(self, cmp: Comparison, series: tuple[list[float], list[float]] | None = None) -> None:
         """Show a comparison (table, config diff, warnings, chart)."""
@@ -429,5 +470,69 @@ class CompareScreen(Screen):
         else:
             chart.reset(title)
 
+    # ------------------------------------------------------------------ timelines
+    def show_timelines(self, a: Any, b: Any, level: int | None = None) -> None:
+        """Overlay A's and B's timelines at ``level`` (a concurrency; default: the peak, the highest)."""
+        self.timeline_sides = (a, b)
+        self.refresh_bindings()
+        levels = sorted(set(a.concurrencies()) | set(b.concurrencies()))
+        if not levels:
+            panel = self.query_one("#ab-timeline", TimelinePanel)
+            panel.show(None, Text("no levels to chart a timeline of"))
+            panel.add_class("-empty")
+            return
+        self.timeline_level = level if level in levels else levels[-1]
+        self._load_timelines(a, b, self.timeline_level, levels)
 
-__all__ = ["ABFinished", "ABProgress", "CompareScreen"]
+    def action_timeline_level(self) -> None:
+        if self.timeline_sides is None:
+            return
+        a, b = self.timeline_sides
+        levels = sorted(set(a.concurrencies()) | set(b.concurrencies()))
+        if not levels:
+            return
+        cur = self.timeline_level if self.timeline_level in levels else levels[-1]
+        self.show_timelines(a, b, levels[(levels.index(cur) + 1) % len(levels)])
+
+    @work(group="ab-timeline", thread=True, exclusive=True, exit_on_error=False)
+    def _load_timelines(self, a: Any, b: Any, level: int, levels: list[int]) -> None:
+        """Read both sides' stored timelines at ``level`` (the first repeat that ran it)."""
+        from tui.bench.store import StoreError
+        from tui.services.timelines import stored_timeline
+
+        snaps, runs = [], []
+        for side in (a, b):
+            lv = next((r.level(level) for r in side.runs if r.level(level) is not None), None)
+            runs.append(len(side.runs))
+            snap = TimelineSnapshot(label=side.name)
+            if lv is not None and lv.run_id:
+                try:
+                    snap = stored_timeline(lv.run_id, label=side.name)
+                except (StoreError, OSError) as e:
+                    log.info("timeline of %s unreadable: %s", lv.run_id, e)
+            if snap.validity is None and lv is not None and isinstance(lv.summary.get("validity"), list):
+                snap = TimelineSnapshot.from_rows(snap.rows, label=snap.label, run_id=snap.run_id,
+                                                  validity=lv.summary["validity"])
+            snaps.append(snap)
+        cap = Text()
+        cap.append("timelines ", style="bold")
+        cap.append(f"at C={level}" + (" (peak)" if level == levels[-1] else ""))
+        if max(runs) > 1:
+            cap.append(" · repeat 1 of each side")
+        cap.append(" · x: s into the timed phase", style="dim")
+        if len(levels) > 1:
+            cap.append(" · t: next level", style="dim")
+        fig = overlay(snaps[0], snaps[1], a.name, b.name, f"C={level}")
+        self.post_message(ABTimeline(level, fig, cap))
+
+    @on(ABTimeline)
+    def _timeline_loaded(self, msg: ABTimeline) -> None:
+        if msg.level != self.timeline_level or self.timeline_sides is None:
+            return  # a level the user moved past, or an A/B cleared meanwhile
+        panel = self.query_one("#ab-timeline", TimelinePanel)
+        panel.remove_class("-empty")
+        panel.show(msg.figure, msg.caption)
+        panel.redraw()
+
+
+__all__ = ["ABFinished", "ABProgress", "ABTimeline", "CompareScreen"]
