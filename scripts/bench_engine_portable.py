@@ -28,7 +28,8 @@ FORBIDDEN = ("httpx", "psutil", "platformdirs", "textual", "rich", "uvloop")
 DRIVER = r'''
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
-from tui.bench.runner import BenchConfig, run_benchmark
+from tui.bench.config import BenchConfig
+from tui.bench.runner import run_benchmark
 from tui.util.aio import run_async
 
 url, results = sys.argv[2], sys.argv[3]

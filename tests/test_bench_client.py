@@ -14,7 +14,8 @@ from tui.bench import store
 from tui.bench.client import EndpointConfig, RequestSpec, make_client, stream_request
 from tui.bench.http import Dechunk as _Dechunk
 from tui.bench.sse import SSEParser as _SSE
-from tui.bench.runner import BenchConfig, NotReady, run_benchmark, wait_ready
+from tui.bench.runner import run_benchmark, wait_ready
+from tui.bench.config import BenchConfig, NotReady
 
 
 def test_dechunk_split_anywhere():

@@ -135,7 +135,7 @@ def test_sample_record_round_trip():
 
 
 def test_client_bound_and_machine_busy_are_told_apart():
-    from tui.bench.runner import client_health
+    from tui.bench.health import client_health
 
     idle_machine = {"ncpu": 8, "load1_max": 1.0, "steal": 0.0, "busy": 0.2}
     calm = client_health([{"cpu": [0.2], "cpu_avg": 0.2, "lag_p99_ms": 0.5, "lag_max_ms": 2, "machine": idle_machine}])
@@ -154,7 +154,7 @@ async def test_monitor_measures_own_cpu_not_the_machines():
     import asyncio
     import time as _t
 
-    from tui.bench.runner import ClientMonitor
+    from tui.bench.health import ClientMonitor
 
     mon = ClientMonitor()
     mon.start()
@@ -170,7 +170,8 @@ async def test_monitor_measures_own_cpu_not_the_machines():
 
 
 async def test_bad_settings_are_one_clear_error_before_anything_is_sent():
-    from tui.bench.runner import BenchConfig, run_benchmark
+    from tui.bench.runner import run_benchmark
+    from tui.bench.config import BenchConfig
 
     for kw, what in (({"url": "ftp://x"}, "BenchConfig.url"), ({"url": "http://h:99999"}, "BenchConfig.url"),
                      ({"endpoint": "embed"}, "BenchConfig.endpoint"), ({"input_len": 0}, "BenchConfig.input_len"),
@@ -186,7 +187,8 @@ async def test_bad_settings_are_one_clear_error_before_anything_is_sent():
 
 async def test_the_start_event_carries_the_goodput_targets_and_the_summary_applies_them():
     """What the live view needs to know up front (the targets; {} for none) and the summary's count."""
-    from tui.bench.runner import BenchConfig, run_benchmark
+    from tui.bench.runner import run_benchmark
+    from tui.bench.config import BenchConfig
 
     with FakeServer("--ttft-ms", "5", "--itl-ms", "2") as srv:
         events: list = []
@@ -209,7 +211,7 @@ async def test_the_start_event_carries_the_goodput_targets_and_the_summary_appli
 
 
 def test_progress_good_count_follows_the_slo_rule():
-    from tui.bench.runner import Progress
+    from tui.bench.levels import Progress
 
     fast = {"success": True, "output_tokens": 3, "ttft": 0.05, "itl": [0.01, 0.02], "latency": 0.08}
     slow = {"success": True, "output_tokens": 3, "ttft": 0.5, "itl": [0.01, 0.02], "latency": 0.53}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tui.bench.runner import Progress
+from tui.bench.levels import Progress
 from tui.ui.screens.bench import latency_line
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from tui.bench import metrics
-from tui.bench.runner import arrival_offsets, make_prompts
+from tui.bench.prompts import arrival_offsets, make_prompts
 
 A = {"success": True, "start_time": 0.0, "ttft": 0.1, "itl": [0.05, 0.05, 0.1], "latency": 0.3,
      "output_tokens": 4, "prompt_len": 10, "usage_present": True, "client_queue_time": 0.0}

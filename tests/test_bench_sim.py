@@ -64,7 +64,8 @@ def test_bench_reports_sim_timing(tmp_path, conc):
 @pytest.mark.timeout(120)
 async def test_input_lengths_are_exact_and_checked():
     """Completions send exactly --input-len token ids; chat prompts are fitted with /tokenize."""
-    from tui.bench.runner import BenchConfig, run_benchmark
+    from tui.bench.runner import run_benchmark
+    from tui.bench.config import BenchConfig
 
     port = free_port()
     with SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "1",
@@ -92,7 +93,8 @@ async def test_input_lengths_are_exact_and_checked():
 async def test_a_length_the_server_disagrees_with_is_reported():
     """Text prompts without /tokenize are estimates: the server's count wins and the difference is shown."""
     from tui.bench import metrics
-    from tui.bench.runner import BenchConfig, run_benchmark
+    from tui.bench.runner import run_benchmark
+    from tui.bench.config import BenchConfig
 
     port = free_port()
     with SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "1",

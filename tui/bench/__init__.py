@@ -19,7 +19,7 @@ Running it from other code::
     ))
 
 ``run_benchmark`` raises ValueError for a bad setting (one line naming it)
-and :class:`~tui.bench.runner.NotReady` when the server does not answer in
+and :class:`~tui.bench.config.NotReady` when the server does not answer in
 ``ready_timeout``; cancelling it writes a ``partial`` summary. Each level
 writes ``<results_dir>/<run_id>/`` with ``meta.json``, ``samples.jsonl``,
 ``summary.json`` and ``.lock``. Events are plain dicts; their typed view and
@@ -35,6 +35,10 @@ ENGINE_MODULES = (
     "tui/bench/records.py",
     "tui/bench/client.py",
     "tui/bench/metrics.py",
+    "tui/bench/config.py",
+    "tui/bench/prompts.py",
+    "tui/bench/health.py",
+    "tui/bench/levels.py",
     "tui/bench/runner.py",
     "tui/bench/store.py",
     "tui/bench/worker.py",

@@ -28,7 +28,9 @@ import time
 from typing import Any, Dict, Optional
 
 from tui.bench.client import EndpointConfig, Live, RequestSpec, make_client, prepare, quiet_gc
-from tui.bench.runner import BenchConfig, ClientMonitor, drive, warmup
+from tui.bench.config import BenchConfig
+from tui.bench.health import ClientMonitor
+from tui.bench.levels import drive, warmup
 from tui.util.aio import run_async
 
 _pc = time.perf_counter

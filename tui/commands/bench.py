@@ -203,7 +203,7 @@ async def _host_gpus(host: Any) -> list[str]:
 
 
 def _config(args: argparse.Namespace, url: str, goodput: dict[str, float]) -> Any:
-    from tui.bench.runner import BenchConfig
+    from tui.bench.config import BenchConfig
 
     return BenchConfig(
         url=url,
@@ -309,7 +309,8 @@ async def run_bench(args: argparse.Namespace) -> int:
 
 async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, Any]) -> int:
     """The client here, against --url (the engine in this process)."""
-    from tui.bench.runner import NotReady, run_benchmark
+    from tui.bench.runner import run_benchmark
+    from tui.bench.config import NotReady
     from tui.bench.store import StoreError
 
     u = cfg.url

@@ -173,7 +173,8 @@ class LocalOps:
         on_progress: Callable[[str, float | None], None],
         labels: Mapping[str, str],
     ) -> BenchResult:
-        from tui.bench.runner import BenchConfig, NotReady, run_benchmark
+        from tui.bench.runner import run_benchmark
+        from tui.bench.config import BenchConfig, NotReady
         from tui.bench.store import StoreError
 
         cfg = BenchConfig(

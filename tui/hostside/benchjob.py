@@ -29,7 +29,7 @@ WHERE = "host"
 def config_from_spec(spec: dict[str, Any]) -> Any:
     from dataclasses import fields
 
-    from tui.bench.runner import BenchConfig
+    from tui.bench.config import BenchConfig
 
     raw = spec.get("config")
     if not isinstance(raw, dict):
@@ -58,7 +58,8 @@ def _disk_full_message(job_dir: Path) -> str:
 
 
 async def run(job_dir: Path) -> int:
-    from tui.bench.runner import NotReady, run_benchmark
+    from tui.bench.runner import run_benchmark
+    from tui.bench.config import NotReady
     from tui.bench.store import StoreError
 
     events = EventLog(job_dir / EVENTS)

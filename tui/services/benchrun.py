@@ -62,7 +62,7 @@ class BenchRun:
     @classmethod
     async def start(cls, host: Host, cfg: Any, *, meta_extra: Mapping[str, Any] | None = None,
                     where: str = HOST, python: str | None = None) -> "BenchRun":
-        """Start ``cfg`` (a :class:`tui.bench.runner.BenchConfig` whose URL is the server's
+        """Start ``cfg`` (a :class:`tui.bench.config.BenchConfig` whose URL is the server's
         loopback address on the host, ``http://127.0.0.1:PORT``)."""
         meta = dict(meta_extra or {})
         if where == HOST:

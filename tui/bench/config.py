@@ -1,0 +1,108 @@
+"""What a benchmark is asked to do (:class:`BenchConfig`), and the error for a server that never became ready."""
+
+from __future__ import annotations
+
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from tui.bench import metrics
+from tui.bench.client import (
+    DEFAULT_READ_TIMEOUT,
+)
+from tui.bench.http import InvalidURL, base_url, split_url
+
+
+log = logging.getLogger(__name__)
+
+_pc = time.perf_counter
+
+
+class NotReady(Exception):
+    """The server did not become ready within the bounded wait (error kind NOT_READY)."""
+
+    kind = "NOT_READY"
+
+
+@dataclass
+class BenchConfig:
+    url: str
+    model: Optional[str] = None
+    endpoint: str = "completions"
+    num_prompts: Optional[int] = None  # None: max(5 × C, 10)
+    input_len: int = 128
+    output_len: int = 128
+    concurrency: List[int] = field(default_factory=lambda: [1])
+    request_rate: List[float] = field(default_factory=lambda: [math.inf])
+    burstiness: float = 1.0
+    warmup: int = 1
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    seed: int = 0
+    goodput: Dict[str, float] = field(default_factory=dict)
+    percentiles: List[float] = field(default_factory=lambda: list(metrics.DEFAULT_PERCENTILES))
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    request_deadline: Optional[float] = None
+    ready_timeout: float = 120.0
+    workers: int = 1
+    #: the HTTP client (one: tui.bench.http); kept so older callers passing "lean" still work
+    transport: str = "lean"
+    label: Optional[str] = None
+    progress_samples: bool = False
+    #: open one connection per concurrent request before t0 (vLLM's warm pool)
+    preconnect: bool = True
+    #: completions prompts as token ids (exact length); False sends text like chat
+    token_ids: bool = True
+
+    def validate(self) -> None:
+        """ValueError naming the first bad setting (``BenchConfig.<field>: ...``)."""
+        try:
+            split_url(base_url(self.url))
+        except InvalidURL as e:
+            raise ValueError(f"BenchConfig.url: {e}") from None
+        if self.endpoint not in ("completions", "chat"):
+            raise ValueError(f"BenchConfig.endpoint {self.endpoint!r}: expected 'completions' or 'chat'")
+        for name in ("input_len", "output_len", "workers"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"BenchConfig.{name} {v!r}: expected a whole number >= 1")
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"BenchConfig.warmup {self.warmup!r}: expected a whole number >= 0")
+        if self.num_prompts is not None and (not isinstance(self.num_prompts, int) or self.num_prompts < 1):
+            raise ValueError(f"BenchConfig.num_prompts {self.num_prompts!r}: expected a whole number >= 1")
+        for c in self.concurrency:
+            if not isinstance(c, int) or isinstance(c, bool) or c < 1:
+                raise ValueError(f"BenchConfig.concurrency {c!r}: every value must be a whole number >= 1")
+        for r in self.request_rate:
+            if not isinstance(r, (int, float)) or not r > 0:
+                raise ValueError(f"BenchConfig.request_rate {r!r}: every value must be > 0 (math.inf: all at once)")
+        for k, v in self.goodput.items():
+            if k not in metrics.GOODPUT_KEYS:
+                raise ValueError(f"BenchConfig.goodput {k!r}: key must be one of {', '.join(metrics.GOODPUT_KEYS)}")
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0 or math.isinf(v):
+                raise ValueError(f"BenchConfig.goodput {k}={v!r}: expected a finite number of ms >= 0")
+        if not self.burstiness > 0 or math.isinf(self.burstiness):
+            raise ValueError(f"BenchConfig.burstiness {self.burstiness!r}: expected a finite number > 0")
+        for name in ("read_timeout", "ready_timeout"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"BenchConfig.{name} {v!r}: expected seconds > 0")
+        self.levels()
+
+    def levels(self) -> List[Tuple[Optional[int], float]]:
+        """(max_concurrency, request_rate) per sweep level."""
+        cs: List[Optional[int]] = list(self.concurrency) or [None]
+        rs = list(self.request_rate) or [math.inf]
+        if len(rs) > 1 and len(cs) > 1:
+            raise ValueError("sweep over concurrency or over request rate, not both")
+        if self.transport != "lean":
+            raise ValueError(f"transport {self.transport!r}: the benchmark has one HTTP client ('lean')")
+        return [(c, r) for c in cs for r in rs]
+
+    def prompts_for(self, c: Optional[int]) -> int:
+        if self.num_prompts:
+            return self.num_prompts
+        return max(5 * (c or 1), 10)

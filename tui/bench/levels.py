@@ -1,0 +1,425 @@
+"""Driving one level of a benchmark: warmup, the closed or open loop, progress ticks, in this
+process or fanned out over worker processes (``python -m tui.bench.worker``)."""
+
+from __future__ import annotations
+
+
+import asyncio
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from tui.bench import metrics
+from tui.bench.client import (
+    EndpointConfig,
+    Live,
+    RequestSpec,
+    quiet_gc,
+    stream_request,
+)
+from tui.bench.http import HttpClient, Request
+from tui.bench.config import BenchConfig
+from tui.bench.health import ClientMonitor, client_health
+from tui.bench.prompts import arrival_offsets, make_prompts
+
+
+log = logging.getLogger(__name__)
+
+_pc = time.perf_counter
+
+
+async def drive(
+    client: HttpClient,
+    ep: EndpointConfig,
+    specs: Sequence[RequestSpec],
+    *,
+    concurrency: Optional[int],
+    rate: float,
+    burstiness: float,
+    seed: int,
+    t0: Optional[float],
+    live: Live,
+    on_sample: Callable[[Dict[str, Any]], None],
+    prepared: Optional[Sequence[Request]] = None,
+    started: Optional[Callable[[float], None]] = None,
+) -> float:
+    """Send ``specs`` with the given load shape; returns t0 (when the first request was dispatched).
+
+    ``t0``: a ``perf_counter`` time to start at (workers share one), or None
+    for now. ``on_sample`` gets every record (also partial ones on cancel).
+    ``prepared``: the requests built beforehand with :func:`prepare`.
+    ``started(t0)`` is called right before the first dispatch.
+    """
+    reqs: Sequence[Optional[Request]] = prepared if prepared is not None else [None] * len(specs)
+    if t0 is not None:
+        delay = t0 - _pc()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    start = _pc()
+    live.t0 = start
+    if started is not None:
+        started(start)
+    if not math.isfinite(rate) and concurrency:
+        it = iter(zip(specs, reqs))
+
+        async def lane() -> None:
+            for spec, req in it:
+                on_sample(await stream_request(client, ep, spec, request=req, queued_at=start, live=live,
+                                               on_partial=on_sample))
+
+        await _gather_cancel([asyncio.ensure_future(lane()) for _ in range(min(concurrency, len(specs)))])
+        return start
+    offsets = arrival_offsets(len(specs), rate, burstiness, seed)
+    sem = asyncio.Semaphore(concurrency) if concurrency else None
+    tasks: "List[asyncio.Future[Any]]" = []
+
+    async def one(spec: RequestSpec, req: Optional[Request], due: float) -> None:
+        if sem is None:
+            on_sample(await stream_request(client, ep, spec, request=req, queued_at=due, live=live,
+                                           on_partial=on_sample))
+            return
+        async with sem:
+            on_sample(await stream_request(client, ep, spec, request=req, queued_at=due, live=live,
+                                           on_partial=on_sample))
+
+    try:
+        for spec, req, off in zip(specs, reqs, offsets):
+            due = start + off
+            delay = due - _pc()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(one(spec, req, due)))
+    except asyncio.CancelledError:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    await _gather_cancel(tasks)
+    return start
+
+
+async def _gather_cancel(tasks: "List[asyncio.Future[Any]]") -> None:
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def warmup(client: HttpClient, ep: EndpointConfig, n: int, cfg: BenchConfig, conc: Optional[int]) -> int:
+    """``n`` requests (not recorded) at up to the level's concurrency; returns how many succeeded."""
+    if n <= 0:
+        return 0
+    specs = make_prompts(n, cfg.input_len, cfg.output_len, cfg.seed + 7919,
+                         token_ids=cfg.token_ids and ep.endpoint != "chat")
+    lanes = max(1, min(n, conc or n))
+    ok = 0
+    it = iter(specs)
+
+    async def lane() -> None:
+        nonlocal ok
+        for s in it:
+            r = await stream_request(client, ep, s)
+            ok += bool(r["success"])
+
+    await asyncio.gather(*(lane() for _ in range(lanes)))
+    return ok
+
+
+def preconnect_count(n: int, conc: Optional[int]) -> int:
+    """Connections opened before t0: one per concurrent request (at most 64 without a cap)."""
+    return max(0, min(n, conc if conc else 64))
+
+
+class Progress:
+    """Per-level live state: finished samples and the 1-s event bins."""
+
+    def __init__(self, level: int, t0: float, total: int, goodput: Optional[Mapping[str, float]] = None) -> None:
+        self.level = level
+        self.t0 = t0
+        self.total = total
+        self.completed = 0
+        self.failed = 0
+        #: the SLO targets in seconds; None: no goodput asked for
+        self.slo = metrics.slo_seconds(goodput) if goodput else None
+        #: successful requests within every target (the summary's request_goodput × duration)
+        self.good = 0
+        self.output_tokens = 0
+        self.ttft: List[float] = []
+        self.itl_recent: List[float] = []
+        self.bins: Dict[int, int] = {}
+        self.in_flight = 0
+        self.cpu: List[float] = []
+        self.lag_ms = 0.0
+        self.load1: Optional[float] = None
+        self.steal = 0.0
+
+    def add_sample(self, s: Mapping[str, Any]) -> None:
+        if s.get("success"):
+            self.completed += 1
+            self.output_tokens += int(s.get("output_tokens") or 0)
+            if self.slo is not None and metrics.meets_slo(s, self.slo):
+                self.good += 1
+            self.ttft.append(s["ttft"])
+            if len(self.ttft) > self.WINDOW:
+                del self.ttft[:self.WINDOW // 2]
+            itl = s.get("itl") or []
+            self.itl_recent.extend(itl[-64:])
+            if len(self.itl_recent) > self.WINDOW:
+                del self.itl_recent[:self.WINDOW // 2]
+        else:
+            self.failed += 1
+
+    #: live percentiles cover the most recent values only: sorting them each second stays well under 1 ms
+    WINDOW = 8192
+
+    def tick(self, now: float) -> Dict[str, Any]:
+        el = now - self.t0
+        last = int(el) - 1
+        tt = sorted(self.ttft)
+        it = sorted(self.itl_recent)
+        return {
+            "type": "tick",
+            "level": self.level,
+            "t": round(el, 3),
+            "completed": self.completed,
+            "failed": self.failed,
+            "in_flight": self.in_flight,
+            "total": self.total,
+            "second": last,
+            "tok_s": self.bins.get(last, 0) if last >= 0 else 0,
+            "output_tokens": self.output_tokens,
+            # None without targets: "no goodput asked for" is not "no request was good"
+            "good": self.good if self.slo is not None else None,
+            # None (not 0) until a first token / gap was seen: a missing value is never 0
+            "ttft_p50_ms": metrics.percentile_sorted(tt, 50) * 1000 if tt else None,
+            "ttft_p99_ms": metrics.percentile_sorted(tt, 99) * 1000 if tt else None,
+            "itl_p50_ms": metrics.percentile_sorted(it, 50) * 1000 if it else None,
+            "itl_p99_ms": metrics.percentile_sorted(it, 99) * 1000 if it else None,
+            "cpu": [round(c, 3) for c in self.cpu],
+            "lag_ms": round(self.lag_ms, 2),
+            "load1": self.load1,
+            "steal": round(self.steal, 4),
+        }
+
+
+def connect_stats(times: Sequence[float]) -> Dict[str, Any]:
+    return {"connections": len(times),
+            "connect_ms_mean": metrics.mean(times) * 1000 if times else None,
+            "connect_ms_max": max(times) * 1000 if times else None}
+
+
+async def run_level_inproc(
+    client: HttpClient,
+    ep: EndpointConfig,
+    cfg: BenchConfig,
+    specs: List[RequestSpec],
+    conc: Optional[int],
+    rate: float,
+    prog: Progress,
+    on_sample: Callable[[Dict[str, Any]], None],
+    emit: Callable[[Dict[str, Any]], None],
+    prepared: Optional[Sequence[Request]],
+    set_t0: Callable[[float], None],
+) -> Tuple[float, Dict[str, Any], bool]:
+    """Returns (duration, client health, finished)."""
+    live = Live()
+    prog.bins = live.bins
+    mon = ClientMonitor()
+    mon.start()
+    started = asyncio.get_running_loop().create_future()
+
+    def on_start(t0: float) -> None:
+        prog.t0 = t0
+        set_t0(t0)
+        if not started.done():
+            started.set_result(t0)
+
+    async def ticker() -> None:
+        await started
+        while True:
+            await asyncio.sleep(1.0 - ((_pc() - prog.t0) % 1.0) + 0.001)
+            prog.in_flight = live.in_flight
+            prog.cpu = [mon.last_cpu]
+            prog.lag_ms = mon.last_lag_ms
+            prog.load1 = mon.last_load1
+            prog.steal = mon.last_steal
+            emit(prog.tick(_pc()))
+
+    tk = asyncio.ensure_future(ticker())
+    finished = False
+    end: Optional[float] = None
+    try:
+        with quiet_gc():
+            await drive(client, ep, specs, concurrency=conc, rate=rate, burstiness=cfg.burstiness,
+                        seed=cfg.seed, t0=None, live=live, on_sample=on_sample, prepared=prepared,
+                        started=on_start)
+            end = _pc()
+        finished = True
+    finally:
+        duration = (end if end is not None else _pc()) - prog.t0
+        tk.cancel()
+        await asyncio.gather(tk, return_exceptions=True)
+        rep = await mon.stop()
+    return duration, client_health([rep]), finished
+
+
+def _package_root() -> str:
+    """The folder (or zip archive) that holds the ``tui`` package."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def worker_argv() -> List[str]:
+    """How to start a worker: this interpreter (isolated if this one is), the package root put on sys.path.
+
+    No PYTHONPATH needed, so it works from a zip archive and under ``python -I``.
+    """
+    code = ("import sys; sys.path.insert(0, %r); from tui.bench.worker import main; raise SystemExit(main())"
+            % _package_root())
+    return [sys.executable] + (["-I"] if sys.flags.isolated else []) + ["-c", code]
+
+
+async def run_level_workers(
+    cfg: BenchConfig,
+    ep: EndpointConfig,
+    specs: List[RequestSpec],
+    conc: Optional[int],
+    rate: float,
+    prog: Progress,
+    on_sample: Callable[[Dict[str, Any]], None],
+    emit: Callable[[Dict[str, Any]], None],
+    set_t0: Callable[[float], None],
+) -> Tuple[float, Dict[str, Any], bool]:
+    n = max(1, cfg.workers)
+    procs = []
+    argv = worker_argv()
+    for w in range(n):
+        wc = None if conc is None else conc // n + (1 if w < conc % n else 0)
+        if wc == 0:
+            continue
+        mine = [asdict(s) for i, s in enumerate(specs) if i % n == w]
+        job = {
+            "worker": w,
+            "endpoint": asdict(ep),
+            "specs": mine,
+            "concurrency": wc,
+            "rate": rate / n if math.isfinite(rate) else "inf",
+            "burstiness": cfg.burstiness,
+            "seed": cfg.seed + w,
+            "warmup": (cfg.warmup // n) + (1 if w < cfg.warmup % n else 0),
+            "read_timeout": cfg.read_timeout,
+            "input_len": cfg.input_len,
+            "output_len": cfg.output_len,
+            "token_ids": cfg.token_ids,
+            "preconnect": preconnect_count(len(mine), wc) if cfg.preconnect else 0,
+        }
+        p = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 26,
+        )
+        assert p.stdin is not None
+        p.stdin.write(json.dumps(job).encode() + b"\n")
+        await p.stdin.drain()
+        procs.append(p)
+    try:
+        connect: List[float] = []
+        for p in procs:
+            assert p.stdout is not None
+            line = await p.stdout.readline()
+            if not line.startswith(b'{"ready"'):
+                raise RuntimeError(f"bench worker failed to start: {line[:300]!r}")
+            connect.extend(json.loads(line).get("connect_times") or [])
+        if cfg.preconnect:
+            emit({"type": "connected", "level": prog.level, **connect_stats(connect)})
+        t0 = _pc() + 0.05
+        prog.t0 = t0
+        set_t0(t0)
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write(f"go {t0!r}\n".encode())
+            await p.stdin.drain()
+        reports: List[Dict[str, Any]] = []
+        inflight = [0] * len(procs)
+        cpu = [0.0] * len(procs)
+        lag = [0.0] * len(procs)
+        ends: List[float] = []
+
+        async def reader(k: int, p: "asyncio.subprocess.Process") -> None:
+            assert p.stdout is not None
+            while True:
+                line = await p.stdout.readline()
+                if not line:
+                    return
+                msg = json.loads(line)
+                if "s" in msg:
+                    on_sample(msg["s"])
+                elif "tick" in msg:
+                    tk = msg["tick"]
+                    for b, c in tk["bins"].items():
+                        prog.bins[int(b)] = prog.bins.get(int(b), 0) + c
+                    inflight[k] = tk["in_flight"]
+                    cpu[k] = tk["cpu"]
+                    lag[k] = tk["lag_ms"]
+                    prog.load1 = tk.get("load1")
+                    prog.steal = tk.get("steal") or 0.0
+                elif "end" in msg:
+                    reports.append(msg["end"])
+                    if isinstance(msg["end"].get("t_end"), float):
+                        ends.append(msg["end"]["t_end"])
+
+        async def ticker() -> None:
+            while True:
+                await asyncio.sleep(1.0 - ((_pc() - prog.t0) % 1.0) + 0.02)
+                prog.in_flight = sum(inflight)
+                prog.cpu = list(cpu)
+                prog.lag_ms = max(lag) if lag else 0.0
+                emit(prog.tick(_pc()))
+
+        tk = asyncio.ensure_future(ticker())
+        readers = [asyncio.ensure_future(reader(k, p)) for k, p in enumerate(procs)]
+        try:
+            await asyncio.wait(readers)
+        except asyncio.CancelledError:
+            # Interrupted: let the workers hand over their partial samples before they go.
+            for p in procs:
+                if p.returncode is None:
+                    try:
+                        p.send_signal(signal.SIGINT)
+                    except ProcessLookupError:
+                        pass
+            await asyncio.wait(readers, timeout=5)
+            for r in readers:
+                r.cancel()
+            raise
+        finally:
+            duration = (max(ends) if len(ends) == len(procs) and ends else _pc()) - t0
+            tk.cancel()
+        for r in readers:
+            r.result()  # a broken worker line is an error, not a silent loss
+        rcs = [await p.wait() for p in procs]
+        finished = all(rc == 0 for rc in rcs) and len(reports) == len(procs)
+        health = client_health(reports)
+        if cfg.preconnect:
+            health.update(connect_stats(connect))
+        return duration, health, finished
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                try:
+                    p.terminate()
+                except ProcessLookupError:
+                    pass
+        for p in procs:
+            if p.returncode is None:
+                try:
+                    await asyncio.wait_for(p.wait(), 5)
+                except asyncio.TimeoutError:
+                    p.kill()
+                    await p.wait()

@@ -1,0 +1,154 @@
+"""Prompts of exact lengths (token ids, or words calibrated with the server's ``/tokenize``) and arrival times (Gamma / Poisson, seeded)."""
+
+from __future__ import annotations
+
+
+import asyncio
+import logging
+import math
+import random
+import time
+from typing import List, Optional, Tuple
+
+from tui.bench.client import (
+    RequestSpec,
+)
+from tui.bench.http import HttpClient, HTTPError, base_url
+
+
+log = logging.getLogger(__name__)
+
+_pc = time.perf_counter
+
+
+#: token ids drawn for synthetic prompts: above the special tokens, below 32000 (every common vocab is larger)
+TOKEN_ID_RANGE = (1000, 30000)
+
+
+WORDS = (
+    "the of and to in is it you that he was for on are as with his they at be this have from or one had by "
+    "word but not what all were we when your can said there use an each which she do how their if will up "
+    "other about out many then them these so some her would make like him into time has look two more write "
+    "go see number no way could people my than first water been call who oil its now find long down day did "
+    "get come made may part over new sound take only little work know place year live me back give most very "
+    "after thing our just name good sentence man think say great where help through much before line right "
+    "too mean old any same tell boy follow came want show also around form three small set put end does "
+    "another well large must big even such because turn here why ask went men read need land different home "
+    "us move try kind hand picture again change off play spell air away animal house point page letter mother "
+    "answer found study still learn should world high every near add food between own below country plant "
+    "last school father keep tree never start city earth eye light thought head under story saw left few "
+    "while along might close something seem next hard open example begin life always those both paper together"
+).split()
+
+
+def make_prompts(n: int, input_len: int, output_len: int, seed: int, *, token_ids: bool = False
+                 ) -> List[RequestSpec]:
+    """Seeded synthetic prompts: ``input_len`` token ids (exact) or words (an estimate)."""
+    rng = random.Random(seed)
+    out = []
+    n_tok = max(1, input_len)
+    if token_ids:
+        lo, hi = TOKEN_ID_RANGE
+        rr = rng.randrange
+        for i in range(n):
+            out.append(RequestSpec([rr(lo, hi) for _ in range(n_tok)], n_tok, output_len, i, True))
+        return out
+    choice = rng.choice
+    for i in range(n):
+        words = [choice(WORDS) for _ in range(n_tok)]
+        out.append(RequestSpec(" ".join(words), len(words), output_len, i, False))
+    return out
+
+
+async def calibrate_chat_prompts(client: HttpClient, base: str, model: str, specs: List[RequestSpec],
+                                 input_len: int, seed: int, *, rounds: int = 8) -> str:
+    """Adjust each chat prompt's word count until the server's ``/tokenize`` counts ``input_len``.
+
+    Counts the whole chat request (template included) like the engines do for
+    usage.prompt_tokens. Returns how lengths are known: ``"server-tokenizer"``
+    (every prompt counted; ``exact`` set where the count matched) or
+    ``"estimate"`` when the server has no usable ``/tokenize``.
+    """
+    url = base_url(base) + "/tokenize"
+    rng = random.Random(seed + 104729)
+
+    async def count(text: str) -> Optional[int]:
+        r = await client.post_json(url, {"model": model, "messages": [{"role": "user", "content": text}]},
+                                   timeout=10.0)
+        if r.status != 200:
+            return None
+        try:
+            c = r.json().get("count")
+        except (ValueError, AttributeError):
+            return None
+        return c if isinstance(c, int) and not isinstance(c, bool) else None
+
+    short = [w for w in WORDS if len(w) <= 2]
+
+    async def fit(words: List[str]) -> Tuple[Optional[int], List[str]]:
+        """Add or drop words until the count is ``input_len`` (or ``rounds`` tries); the closest wins."""
+        c = await count(" ".join(words))
+        best: Tuple[Optional[int], List[str]] = (c, list(words))
+        for _ in range(rounds):
+            if c is None or c == input_len:
+                break
+            diff = input_len - c
+            step = diff // 2 if abs(diff) > 3 else diff
+            if step > 0:
+                pool = WORDS if abs(diff) > 3 else short
+                words.extend(rng.choice(pool) for _ in range(step))
+            else:
+                del words[max(1, len(words) + step):]
+            c = await count(" ".join(words))
+            if c is not None and (best[0] is None or abs(c - input_len) < abs(best[0] - input_len)):
+                best = (c, list(words))
+        return best
+
+    if not specs:
+        return "estimate"
+    try:
+        c0, words0 = await fit(str(specs[0].prompt).split())
+    except HTTPError as e:
+        log.info("no /tokenize at %s (%s): chat prompt lengths are estimates", url, e)
+        return "estimate"
+    if c0 is None:
+        log.info("%s does not count chat prompts: their lengths are estimates", url)
+        return "estimate"
+    sp0 = specs[0]
+    specs[0] = RequestSpec(" ".join(words0), c0, sp0.output_len, sp0.index, c0 == input_len)
+    n_words = len(words0)  # a good start for every other prompt
+    sem = asyncio.Semaphore(32)
+
+    async def fit_one(i: int) -> None:
+        spec = specs[i]
+        words = str(spec.prompt).split()
+        while len(words) < n_words:
+            words.append(rng.choice(WORDS))
+        del words[max(1, n_words):]
+        async with sem:
+            try:
+                c, words = await fit(words)
+            except HTTPError as e:
+                log.warning("prompt %d: /tokenize failed (%s); its length is an estimate", spec.index, e)
+                return
+        if c is not None:
+            specs[i] = RequestSpec(" ".join(words), c, spec.output_len, spec.index, c == input_len)
+
+    await asyncio.gather(*(fit_one(i) for i in range(1, len(specs))))
+    return "server-tokenizer"
+
+
+def arrival_offsets(n: int, rate: float, burstiness: float, seed: int) -> List[float]:
+    """Seconds after t0 at which each request is due (first at 0, then Gamma gaps)."""
+    if not math.isfinite(rate):
+        return [0.0] * n
+    if rate <= 0 or burstiness <= 0:
+        raise ValueError("request rate and burstiness must be > 0")
+    rng = random.Random(seed + 1_000_003)
+    theta = 1.0 / (rate * burstiness)
+    t = 0.0
+    out = []
+    for _ in range(n):
+        out.append(t)
+        t += rng.gammavariate(burstiness, theta)
+    return out
