@@ -21,7 +21,8 @@ sys.path.insert(0, str(ROOT))
 
 from textual.app import App  # noqa: E402
 
-from tui.ab.compare import compare, side_from_dict  # noqa: E402
+from tui.ab.compare import compare
+from tui.ab.sides import side_from_dict
 from tui.ab.journal import Journal  # noqa: E402
 from tui.ui.screens.compare import CompareScreen  # noqa: E402
 

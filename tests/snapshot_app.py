@@ -416,7 +416,8 @@ def compare(health: bool = False) -> tuple[TunedeckApp, Callable[[Pilot], Awaita
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.ab.compare import compare as compare_sides, side_from_dict
+        from tui.ab.compare import compare as compare_sides
+        from tui.ab.sides import side_from_dict
         from tui.ui.screens.compare import CompareScreen
 
         e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
@@ -466,7 +467,8 @@ def compare_timeline() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.ab.compare import compare as compare_sides, side_from_dict
+        from tui.ab.compare import compare as compare_sides
+        from tui.ab.sides import side_from_dict
         from tui.ui.screens.compare import CompareScreen
         from widgets.timeline_charts import TimelinePanel
 

@@ -8,20 +8,9 @@ import json
 
 import pytest
 
-from tui.ab.compare import (
-    DEFAULT_NOISE_PCT,
-    LevelResult,
-    Side,
-    SideRun,
-    Stat,
-    compare,
-    config_diff,
-    judge,
-    noise_band,
-    side_from_dict,
-    side_to_dict,
-    summaries_to_levels,
-)
+from tui.ab.compare import DEFAULT_NOISE_PCT, Stat, compare, judge, noise_band
+from tui.ab.sides import LevelResult, Side, SideRun, side_from_dict, side_to_dict, summaries_to_levels
+from tui.ab.confdiff import config_diff
 from tui.ab.render import render, to_csv, to_dict, to_markdown, to_text
 
 

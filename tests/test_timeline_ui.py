@@ -354,7 +354,8 @@ async def _no_campaign(*_a):
 
 
 async def test_compare_overlays_a_and_b_timelines_at_the_peak_then_other_levels():
-    from tui.ab.compare import compare, side_from_dict
+    from tui.ab.compare import compare
+    from tui.ab.sides import side_from_dict
 
     e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
     write_ab_timelines(e)

@@ -8,7 +8,9 @@ import pytest
 from textual.app import App
 
 from tests.abfakes import FakeOps, fake_campaigns
-from tui.ab.compare import LevelResult, Side, SideRun, compare, config_diff
+from tui.ab.compare import compare
+from tui.ab.sides import LevelResult, Side, SideRun
+from tui.ab.confdiff import config_diff
 from tui.ab.render import to_text
 from tui.ui.screens.compare import CompareScreen
 from widgets.compare_chart import CompareChart

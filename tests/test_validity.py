@@ -318,7 +318,7 @@ def test_a_flat_queue_and_no_preemption_from_the_same_server_are_not_named():
 
 
 def _side(label, found):
-    from tui.ab.compare import LevelResult, Side, SideRun
+    from tui.ab.sides import LevelResult, Side, SideRun
 
     summ = {"max_concurrency": 16, "completed": 10, "failed": 0, "output_throughput": 100.0,
             "median_tpot_ms": 10.0, "median_ttft_ms": 50.0}

@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping
 
-from tui.ab.compare import Side, SideRun, side_from_dict, summaries_to_levels
+from tui.ab.sides import Side, SideRun, side_from_dict, summaries_to_levels
 from tui.ab.journal import Journal
 from tui.util.paths import data_dir
 

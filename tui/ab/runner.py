@@ -30,7 +30,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
-from tui.ab.compare import Comparison, LevelResult, Side, SideRun, compare, side_from_dict, side_to_dict
+from tui.ab.compare import Comparison, compare
+from tui.ab.sides import LevelResult, Side, SideRun, side_from_dict, side_to_dict
 from tui.ab.journal import Journal, new_id
 from tui.ab.plan import Plan, PlanLevel
 from tui.ab.render import to_dict

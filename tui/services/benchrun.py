@@ -23,7 +23,7 @@ import dataclasses
 import logging
 from typing import Any, AsyncIterator, Mapping
 
-from tui.ab.compare import VIA_SSH
+from tui.ab.sides import VIA_SSH
 from tui.services import jobs
 from tui.hostops.hosts import Host, HostError
 

@@ -38,7 +38,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Log, OptionList, ProgressBar, Select, Static
 from textual.widgets.option_list import Option
 
-from tui.ab.compare import Comparison, side_from_dict, compare
+from tui.ab.compare import Comparison, compare
+from tui.ab.sides import side_from_dict
 from tui.ab.journal import Journal
 from tui.ab.plans import PlanError, list_plans, load_plan
 from tui.ab.runner import ABEvent, ABReport
@@ -148,7 +149,7 @@ class CompareScreen(Screen):
         self._initial = comparison
         self._initial_series = series
         self.timeline_sides: tuple[Any, Any] | None = sides
-        """The A and B (:class:`tui.ab.compare.Side`) whose timelines are overlaid."""
+        """The A and B (:class:`tui.ab.sides.Side`) whose timelines are overlaid."""
         self.timeline_level: int | None = None
         """The concurrency whose timelines are shown (None: the peak)."""
 

@@ -1,0 +1,152 @@
+"""What makes a comparison unfair or suspect: different models, engines or parameters, a client
+measured through an SSH tunnel, client-bound or busy levels, and validity findings that differ."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from tui.ab.sides import VIA_SSH, Side, summary_number
+
+
+def _level_params(side: Side) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for lv in side.params.get("levels", ()) or ():
+        try:
+            out[int(lv["concurrency"])] = dict(lv)
+        except (KeyError, TypeError, ValueError):
+            continue
+    # fall back to what the summaries say
+    for run in side.runs:
+        for lv in run.levels:
+            d = out.setdefault(lv.concurrency, {})
+            sp = lv.summary.get("params") or lv.summary.get("parameters") or {}
+            if isinstance(sp, Mapping):
+                for k in ("input_len", "output_len", "ignore_eos", "num_prompts"):
+                    if k not in d and k in sp:
+                        d[k] = sp[k]
+    return out
+
+
+def tunnel_levels(side: Side) -> list[int]:
+    """Concurrencies of ``side`` measured through an SSH tunnel (not the server's truth)."""
+    out = set()
+    for run in side.runs:
+        for lv in run.levels:
+            client = lv.summary.get("client")
+            if isinstance(client, Mapping) and client.get("where") == VIA_SSH:
+                out.add(lv.concurrency)
+    return sorted(out)
+
+
+def _validity_by_level(side: Side) -> dict[int, set[str] | None]:
+    """Concurrency -> the validity rules found over the side's repeats (None: not checked)."""
+    out: dict[int, set[str] | None] = {}
+    for run in side.runs:
+        for lv in run.levels:
+            found = lv.summary.get("validity")
+            if not isinstance(found, list):
+                out.setdefault(lv.concurrency, None)
+                continue
+            rules = {str(f.get("rule")) for f in found if isinstance(f, dict)}
+            out[lv.concurrency] = (out.get(lv.concurrency) or set()) | rules
+    return out
+
+
+def _rules_text(rules: set[str]) -> str:
+    return "valid" if not rules else "[" + ", ".join(sorted(rules)) + "]"
+
+
+def validity_differences(a: Side, b: Side) -> list[str]:
+    """``C=16: A valid, B [power_at_cap]`` for each level where A's and B's validity findings differ."""
+    va, vb = _validity_by_level(a), _validity_by_level(b)
+    out = []
+    for c in sorted(set(va) & set(vb)):
+        ra, rb = va[c], vb[c]
+        if ra is not None and rb is not None and ra != rb:
+            out.append(f"C={c}: A {_rules_text(ra)}, B {_rules_text(rb)}")
+    return out
+
+
+def comparison_warnings(a: Side, b: Side) -> list[str]:
+    w: list[str] = []
+    vla, vlb = _validity_by_level(a), _validity_by_level(b)
+    for c in sorted(set(vla) & set(vlb)):
+        ra, rb = vla[c], vlb[c]
+        if ra is not None and rb is not None and ra != rb:
+            w.append(f"C={c}: A and B differ in validity: A {_rules_text(ra)}, B {_rules_text(rb)} "
+                     "(see `tunedeck results show RUN`)")
+        elif ra and rb:
+            w.append(f"C={c}: both A and B are invalid: {_rules_text(ra)}")
+    for side in (a, b):
+        cs = tunnel_levels(side)
+        if cs:
+            w.append(f"{side.label}: measured through an SSH tunnel at C={','.join(map(str, cs))}: the link's "
+                     "latency and buffering are in these numbers, not the server's truth")
+    if a.model and b.model and a.model != b.model:
+        w.append(f"A and B serve different models: {a.model!r} vs {b.model!r}")
+    if a.engine and b.engine and a.engine != b.engine:
+        w.append(f"A and B use different engines: {a.engine} vs {b.engine}")
+    for key, what in (
+        ("ignore_eos", "ignore_eos"),
+        ("endpoint", "endpoint"),
+        ("temperature", "temperature"),
+    ):
+        va, vb = a.params.get(key), b.params.get(key)
+        if va is not None and vb is not None and va != vb:
+            w.append(f"A and B were benchmarked with different {what}: {va!r} vs {vb!r}")
+    for side in (a, b):
+        if side.params.get("ignore_eos") is False:
+            w.append(
+                f"{side.label}: ignore_eos is off, so output lengths vary with the model's "
+                "stopping and throughput is not comparable"
+            )
+    la, lb = _level_params(a), _level_params(b)
+    for c in sorted(set(la) & set(lb)):
+        for key, what in (("input_len", "prompt length"), ("output_len", "output length")):
+            va, vb = la[c].get(key), lb[c].get(key)
+            if va is not None and vb is not None and va != vb:
+                w.append(f"C={c}: A and B differ in {what}: {va} vs {vb}")
+        va, vb = la[c].get("ignore_eos"), lb[c].get("ignore_eos")
+        if va is not None and vb is not None and va != vb and a.params.get("ignore_eos") is None:
+            w.append(f"C={c}: A and B differ in ignore_eos: {va} vs {vb}")
+    ca, cb = set(a.concurrencies()), set(b.concurrencies())
+    if ca != cb and ca and cb:
+        w.append(
+            "A and B were run at different concurrencies: "
+            f"{sorted(ca)} vs {sorted(cb)}; rows for the others show n/a"
+        )
+    for side in (a, b):
+        for i, run in enumerate(side.runs):
+            rep = f" (repeat {i + 1})" if len(side.runs) > 1 else ""
+            for lv in run.levels:
+                s = lv.summary
+                failed = summary_number(s, "failed") or 0
+                if failed:
+                    done = summary_number(s, "completed") or 0
+                    w.append(
+                        f"{side.label}{rep}: {int(failed)} of {int(failed + done)} requests failed "
+                        f"at C={lv.concurrency}"
+                    )
+                if s.get("client_bound"):
+                    w.append(
+                        f"{side.label}{rep}: the benchmark client was saturated at C={lv.concurrency}"
+                        f"{_client_reason(s, 'client_bound_reason')}; throughput may be understated"
+                    )
+                if s.get("machine_busy"):
+                    w.append(
+                        f"{side.label}{rep}: the benchmark client's machine was busy at C={lv.concurrency}"
+                        f"{_client_reason(s, 'machine_busy_reason')}; its timestamps may be late"
+                    )
+                if s.get("usage_missing") or s.get("usage_present") is False:
+                    w.append(
+                        f"{side.label}{rep}: the server sent no usage at C={lv.concurrency}; "
+                        "token counts are estimates"
+                    )
+    return w
+
+
+def _client_reason(summary: Mapping[str, Any], key: str) -> str:
+    """`` (why)`` from the summary's client-health record, or nothing when it gives no reason."""
+    client = summary.get("client")
+    why = client.get(key) if isinstance(client, Mapping) else None
+    return f" ({why})" if why else ""
