@@ -470,9 +470,12 @@ def triage(members: Sequence[MemberState], nodes: Sequence[str]) -> Verdict:
         if first.kind == "rendezvous":
             late = [m for m in members if m.node != first.node and m not in failed]
             m = _JOINED_RE.search(first.proof or "")
-            missing = (int(m.group(2)) - int(m.group(1))) if m else len(late)
+            missing = len(late)
+            if m and int(m.group(2)) >= len(nodes):  # ranks joined / all ranks: nodes = ranks / ranks per node
+                per = int(m.group(2)) / len(nodes)
+                missing = round((int(m.group(2)) - int(m.group(1))) / per)
             names = tuple(x.node for x in late)
-            if names and (missing == len(names) or missing <= 0):
+            if names and missing >= len(names):
                 who = ", ".join(_node_label(n, nodes) for n in names)
                 verb = "never joined" if len(names) == 1 else "never joined (all of them)"
                 return Verdict(FAILED, f"{who} {verb}: {first.node} {first.diagnosis}", first.proof, names[0], names)
