@@ -538,6 +538,19 @@ def member_state(m: Member, t: StartupTracker, snap: StartupProgress, ended: flo
                        at if kind else None, t.alive, m.serves, snap)
 
 
+async def _catch_up(t: StartupTracker, host: Host) -> bool:
+    """The rest of an ended run's log, which its tracker stopped following when the process ended
+    (its last words, e.g. the exception, may have come after the last read)."""
+    if not t.rec.run_dir:
+        return False
+    r = await host.run(["tail", "-c", f"+{t.offset + 1}", "--", f"{t.rec.run_dir}/log"], timeout=60)
+    if not r.ok or not r.stdout:
+        return False
+    t.feed(r.stdout.encode("utf-8", "surrogateescape"))
+    t.set_alive(False, t.rc)
+    return True
+
+
 async def watch(
     rec: DeploymentRecord,
     hosts: Mapping[str, Host],
@@ -576,6 +589,8 @@ async def watch(
                 snap = t.snapshot()
                 if snap.state in (FAILED, "exited") and m.run_id not in ended:
                     ended[m.run_id] = await ended_at(host, t.rec.run_dir)
+                    if await _catch_up(t, host):
+                        snap = t.snapshot()
                 states.append(member_state(m, t, snap, ended.get(m.run_id)))
             verdict = triage(states, rec.nodes)
             if on_update is not None:
