@@ -45,6 +45,13 @@ def common_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="use the built-in simulator (simulated GPUs and engines) on this machine",
     )
+    g.add_argument(
+        "--sim",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="on any target: run the simulator in place of the engine (PYTHON -m tui sim ENGINE, with the "
+        "profile's python; the host needs the tunedeck package and simulated GPUs)",
+    )
     return common
 
 
@@ -55,6 +62,8 @@ def finish_args(args: argparse.Namespace) -> argparse.Namespace:
         args.host = None
     if not hasattr(args, "demo"):
         args.demo = False
+    if not hasattr(args, "sim"):
+        args.sim = False
     hosts = list(getattr(args, "hosts", None) or ([] if args.host is None else [args.host]))
     args.hosts = hosts
     #: several hosts, or a group: the fleet form (one row group per host, {"hosts": [...]})

@@ -11,7 +11,7 @@ import time
 
 from tui.commands._runs import err, host_from_args
 from tui.model import jsonable
-from tui.profiles.model import ProfileError
+from tui.profiles.model import ProfileError, ServerProfile
 from tui.hostops.hosts import HostError
 from tui.hostops.launcher import LaunchRefused, demo_argv, launch, stop_command
 from tui.hostops.runstore import ENGINES, RunStore
@@ -49,6 +49,8 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         "E.g. 300, stop, 600:stop",
     )
     p.add_argument("--json", action="store_true", help="print the run record (and the final progress) as JSON")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="multi-node profiles: skip the checks on every node (versions, GPUs, port, reachability)")
     p.add_argument("--cmd", nargs=argparse.REMAINDER, metavar="ARGV", help="raw command to run (the rest of the line)")
     p.set_defaults(func=run)
 
@@ -81,8 +83,14 @@ def _guess_port(argv: list[str], engine: str) -> int | None:
     return {"sglang": 30000, "vllm": 8000}.get(engine)
 
 
+def _sim_exe(prof: ServerProfile) -> list[str]:
+    from tui.profiles.deploy import sim_executable
+
+    return sim_executable(prof)
+
+
 def _from_profile(
-    name: str, demo: bool, port: int | None = None
+    name: str, demo: bool, port: int | None = None, sim: bool = False
 ) -> tuple[list[str], dict[str, str], str, int | None]:
     """(argv, env, engine, port) for a saved profile (the demo swaps in the simulator);
     ``port`` overrides the profile's port."""
@@ -92,7 +100,7 @@ def _from_profile(
     prof = ProfileStore().get(name)
     if port is not None:
         prof = prof.with_(port=port)
-    cmd = build_command(prof, demo=demo)
+    cmd = build_command(prof, demo=demo, executable=_sim_exe(prof) if sim else None)
     argv = list(cmd.argv)
     if demo:
         argv = demo_argv(argv)
@@ -102,6 +110,19 @@ def _from_profile(
 async def run(args: argparse.Namespace) -> int:
     if bool(args.name) == bool(args.cmd):
         return err("launch", "give a profile NAME or --cmd ARGV… (one of them)")
+    if args.name:
+        from tui.profiles.store import ProfileStore
+
+        try:
+            prof = ProfileStore().get(args.name)
+        except ProfileError as e:
+            return err("launch", str(e))
+        except (OSError, ValueError, KeyError, LookupError):
+            prof = None  # reported below, as before
+        if prof is not None and prof.multi_node:
+            from tui.commands import _deploy
+
+            return await _deploy.launch(args, prof)
     try:
         env: dict[str, str] = {}
         for item in args.env:
@@ -124,7 +145,7 @@ async def run(args: argparse.Namespace) -> int:
             port = args.port if args.port is not None else _guess_port(argv, engine)
             profile = None
         else:
-            argv, penv, engine, port = _from_profile(args.name, args.demo, args.port)
+            argv, penv, engine, port = _from_profile(args.name, args.demo, args.port, args.sim)
             env = {**penv, **env}
             if args.engine:
                 engine = args.engine

@@ -44,6 +44,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         "--json", action="store_true",
         help="one JSON object with the log text; with --follow, one JSON object per log line",
     )
+    p.add_argument("--node", metavar="NODE", help="a deployment's log: only this node's lines")
     p.set_defaults(func=run)
 
 
@@ -162,6 +163,15 @@ async def _follow(
 
 
 async def run(args: argparse.Namespace) -> int:
+    from tui.commands import _deploy
+
+    dep = _deploy.find(args.run)
+    if dep is not None:
+        if args.follow or args.resume:
+            return err("logs", "a deployment's merged log is read once (--follow and --resume: one node's run id)")
+        return await _deploy.logs(args, dep)
+    if args.node is not None:
+        return err("logs", "--node needs a deployment id")
     host = host_from_args(args)
     store = RunStore()
     out = sys.stdout.buffer

@@ -133,6 +133,8 @@ def _command(args: argparse.Namespace) -> int:
     store = ProfileStore()
     try:
         p = load_named(store, args.name)
+        if p.multi_node:
+            return _deployment_command(args, store, p)
         cmd = build_command(p, demo=args.demo, store=store, allow_dangerous=args.allow_dangerous_env)
     except ProfileError as e:
         return _err(str(e))
@@ -144,6 +146,29 @@ def _command(args: argparse.Namespace) -> int:
         return 0
     _p(cmd.display)
     for w in cmd.warnings:
+        _p(f"# {w}", file=sys.stderr)
+    return 0
+
+
+def _deployment_command(args: argparse.Namespace, store: ProfileStore, p: ServerProfile) -> int:
+    """Every node's command of a multi-node profile, in launch order."""
+    from tui.profiles.deploy import RAY_WAIT, build_deployment
+    from tui.services.deploy import resolve_head_address
+
+    plan = build_deployment(p, head_address=resolve_head_address(p), sim=args.sim, demo=args.demo, store=store,
+                            allow_dangerous=args.allow_dangerous_env)
+    if args.json:
+        _print_json(plan.jsonable())
+        return 0
+    _p(f"# {p.name}: {plan.engine} {plan.mode} over {len(plan.nodes)} nodes, rendezvous {plan.rendezvous}, "
+       f"{plan.gpus_needed} GPUs")
+    for s in plan.steps:
+        _p(f"# {s.label}")
+        if s.kind == RAY_WAIT:
+            _p(f"#   until `{' '.join(s.check)}` shows {s.gpus} GPUs")
+        elif s.command is not None:
+            _p(s.command.display)
+    for w in plan.warnings:
         _p(f"# {w}", file=sys.stderr)
     return 0
 

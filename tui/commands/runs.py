@@ -27,11 +27,28 @@ STALL_AFTER = 300.0
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser("runs", parents=[common], help="list the servers tunedeck launched on the host")
+    p.add_argument("id", nargs="?", metavar="DEPLOYMENT", help="a multi-node deployment: its nodes and their runs")
     p.add_argument("--json", action="store_true", help="print the run records as JSON")
+    p.add_argument("--deployments", action="store_true", help="list the multi-node deployments (local records)")
     p.set_defaults(func=run)
 
 
 async def run(args: argparse.Namespace) -> int:
+    from tui.commands import _deploy
+    from tui.services.deploy import DeploymentStore
+
+    if args.id is not None:
+        dep = _deploy.find(args.id)
+        if dep is None:
+            return err("runs", f"no deployment {args.id!r} (tunedeck runs --deployments lists them)")
+        return await _deploy.show_deployment(args, dep)
+    if args.deployments:
+        deps = _deploy.list_deployments(args.json)
+        if args.json:
+            print(json.dumps(deps, indent=2))
+        elif deps is None and not DeploymentStore().all():
+            print("no deployments")
+        return 0
     host = host_from_args(args)
     store = RunStore()
     try:
@@ -41,11 +58,19 @@ async def run(args: argparse.Namespace) -> int:
         return err("runs", str(e))
     finally:
         await host.close()
+    members = {m.run_id: (d.deploy_id, m.node) for d in DeploymentStore().all() for m in d.members}
     if args.json:
-        print(json.dumps([jsonable(r.to_json()) for r in recs], indent=2))
+        out = []
+        for r in recs:
+            d = jsonable(r.to_json())
+            if r.run_id in members:
+                d["deployment"], d["node"] = members[r.run_id]
+            out.append(d)
+        print(json.dumps(out, indent=2))
         return 0
     if not recs:
         print(f"no runs on {host.target}")
+        _deploy.list_deployments(False)
         return 0
     now = time.time()
     print(f"{'RUN':14} {'STATUS':9} {'ENGINE':7} {'PORT':>5} {'PID':>8} {'AGE':>7}  PROFILE / COMMAND")
@@ -57,6 +82,9 @@ async def run(args: argparse.Namespace) -> int:
         )
         if r.diagnosis:
             print(f"{'':14} {visible(r.diagnosis)}")
+        if r.run_id in members:
+            print(f"{'':14} part of deployment {members[r.run_id][0]} (node {visible(members[r.run_id][1])})")
+    _deploy.list_deployments(False)
     return 0
 
 

@@ -57,6 +57,11 @@ def _confirm(recs: list[RunRecord], target: str) -> bool:
 
 
 async def run(args: argparse.Namespace) -> int:
+    from tui.commands import _deploy
+
+    dep = _deploy.find(args.run)
+    if dep is not None:
+        return await _deploy.stop(args, dep)
     host = host_from_args(args)
     store = RunStore()
     results = []

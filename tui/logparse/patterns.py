@@ -117,6 +117,14 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
         ),
         "CUDA out of memory",
     ),
+    (
+        "rendezvous",
+        re.compile(
+            r"Timed out after \d+ seconds waiting for clients|"
+            r"client socket has timed out after \d+ms while trying to connect to"
+        ),
+        "distributed rendezvous timed out",
+    ),
     ("nccl", re.compile(r"NCCL error|NCCL WARN|DistBackendError"), "NCCL error"),
     (
         "port",
@@ -185,7 +193,7 @@ _FATAL_ANY = re.compile("|".join(f"(?:{rx.pattern})" for _, rx, _ in CLASSIFIER)
 _FATAL_KEYS = (
     "ailed", "emory", "NCCL", "DistBackend", "in use", "not available", "error: ", "watchdog", "Killed",
     "Terminated", "KeyboardInterrupt", "SIG", "ignal", "exception", "sigquit", "EngineDead", "fatal", "Fatal",
-    "Segmentation", "core dumped", "is dead", "unexpectedly",
+    "Segmentation", "core dumped", "is dead", "unexpectedly", "waiting for clients", "has timed out after",
 )
 
 
@@ -224,6 +232,14 @@ def refine_cause(kind: str, cause: str, text: str) -> str:
         m = re.search(r"\('[^']*', (\d+)\)|port (\d+)|at (\d+) is not", text)
         port = next((g for g in (m.groups() if m else ()) if g), None)
         return f"port {port} already in use" if port else cause
+    if kind == "rendezvous":
+        m = re.search(r"Timed out after (\d+) seconds waiting for clients\. (\d+/\d+) clients joined", text)
+        if m:
+            return f"distributed rendezvous timed out after {m.group(1)} s: {m.group(2)} ranks joined"
+        m = re.search(r"timed out after (\d+)ms while trying to connect to \(([^)]*)\)", text)
+        if m:
+            return f"could not reach the rendezvous at {m.group(2)} for {int(m.group(1)) // 1000} s"
+        return cause
     if kind == "nccl":
         m = re.search(r"NCCL error:? (?:in: \S+ )?(.*)", text)
         return f"NCCL error: {m.group(1)[:80]}" if m and m.group(1) else cause

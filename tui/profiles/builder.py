@@ -283,6 +283,15 @@ class _Build:
             out.append(f"--{flag}={value}")
         return out
 
+    def managed(self, items: Sequence[tuple[str, object]], key: str) -> list[str]:
+        """Flags a multi-node deployment sets for each node (``key`` names where they come from)."""
+        out = []
+        for name, value in items:
+            tok = self.flag(name, value, key, managed_ok=True)
+            if tok:
+                out.append(tok)
+        return out
+
     def speculative(self) -> list[str]:
         s = self.p.speculative
         if s is None or not (s.algorithm or s.draft_model):
@@ -449,8 +458,14 @@ def check_profile(
     demo: bool = False,
     allow_dangerous: bool = False,
     executable: Sequence[str] | None = None,
+    managed_args: Sequence[tuple[str, object]] = (),
+    managed_key: str = "nodes",
 ) -> tuple[Command | None, list[Issue]]:
-    """Build the command and collect every validation message; the command is None on errors."""
+    """Build the command and collect every validation message; the command is None on errors.
+
+    ``managed_args`` are flags set for this command by someone else (a multi-node deployment:
+    ``--nnodes``, ``--node-rank``, …); the same flag in ``[flags]`` or ``extra_args`` is an error
+    naming ``managed_key``."""
     if profile.engine not in FLAGS:
         return None, [Issue("error", "engine", f"unknown engine {profile.engine!r} (sglang or vllm)")]
     b = _Build(profile)
@@ -470,7 +485,7 @@ def check_profile(
             b.error("python", f"invalid interpreter {profile.python!r} (a path or command name without '=')")
     if not b.types_ok():
         return None, b.issues
-    args = b.core() + b.speculative() + b.table_flags() + b.extra()
+    args = b.core() + b.managed(managed_args, managed_key) + b.speculative() + b.table_flags() + b.extra()
     env = b.environment(nccl, allow_dangerous)
     if any(i.severity == "error" for i in b.issues):
         return None, b.issues

@@ -37,6 +37,20 @@ A server profile file (``NAME.toml``)::
     eagle_topk = 1
     num_draft_tokens = 4
 
+A multi-node profile names its hosts (any TARGET form; the first is the head)::
+
+    nodes = ["gpu-a", "gpuop@gpu-b:2222"]
+
+    [deploy]                           # optional, only with nodes
+    mode = "ray"                       # SGLang: "tp"; vLLM: "ray" (default) or "dp"
+    head_address = "10.0.0.1"          # what the workers dial (default: the head's host name)
+    port = 6379                        # the rendezvous port (SGLang 5000, Ray 6379, vLLM DP 13345)
+    gpus_per_node = 8
+    pp = 2                             # vLLM on Ray: --pipeline-parallel-size
+    dp = 16                            # vLLM data parallel: --data-parallel-size
+    ray = "ray"                        # the ray executable on the nodes
+    ray_wait = 180                     # seconds to wait for `ray status` to show the GPUs
+
 Every error is a :class:`ProfileError` naming the file, the line and the key.
 """
 
@@ -96,6 +110,29 @@ class Speculative:
     num_draft_tokens: int | None = None
 
 
+#: deployment modes per engine; the first is the default
+DEPLOY_MODES = {"sglang": ("tp",), "vllm": ("ray", "dp")}
+#: the default rendezvous port per mode: SGLang --dist-init-addr, Ray's GCS, vLLM's DP RPC port
+DEFAULT_RENDEZVOUS_PORTS = {"tp": 5000, "ray": 6379, "dp": 13345}
+MAX_NODES = 64
+#: a TARGET as a profile may name it: ``local``, ``[user@]host[:port]``, ``[user@][v6]:port`` or an alias
+NODE_RE = re.compile(r"^(?:[a-z_][a-z0-9_-]*@)?(?:[A-Za-z0-9][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$")
+
+
+@dataclass(frozen=True, slots=True)
+class Deploy:
+    """How a multi-node profile spreads over its nodes (``[deploy]``)."""
+
+    mode: str = ""  # "" = the engine's default (sglang: tp, vllm: ray)
+    head_address: str = ""  # "" = the head node's host name
+    port: int = 0  # 0 = the mode's default rendezvous port
+    gpus_per_node: int = 8
+    pp: int = 0  # vLLM on Ray: 0 = the node count
+    dp: int = 0  # vLLM data parallel: 0 = nodes × gpus_per_node / tp
+    ray: str = "ray"
+    ray_wait: int = 180
+
+
 @dataclass(frozen=True, slots=True)
 class ServerProfile:
     name: str
@@ -118,6 +155,9 @@ class ServerProfile:
     confirm_dangerous: tuple[str, ...] = ()
     allow_unlisted_flags: bool = False
     mla: bool | None = None  # None: guessed from the model name
+    #: the hosts of a multi-node deployment (the first is the head); () = one host, the --host one
+    nodes: tuple[str, ...] = ()
+    deploy: Deploy = Deploy()
     #: where it came from: "builtin", "user" or "" (not saved yet)
     source: str = ""
     path: str = ""
@@ -126,6 +166,14 @@ class ServerProfile:
     @property
     def effective_port(self) -> int:
         return self.port or DEFAULT_PORTS.get(self.engine, 30000)
+
+    @property
+    def multi_node(self) -> bool:
+        return len(self.nodes) > 1
+
+    @property
+    def deploy_mode(self) -> str:
+        return self.deploy.mode or DEPLOY_MODES.get(self.engine, ("tp",))[0]
 
     @property
     def read_only(self) -> bool:
@@ -347,8 +395,9 @@ class _Reader:
 _TOP_KEYS = {
     "schema_version", "name", "engine", "model", "tp", "host", "port", "python", "extra_args",
     "notes", "confirm_dangerous", "allow_unlisted_flags", "mla", "attention", "nccl", "flags",
-    "env", "speculative",
+    "env", "speculative", "nodes", "deploy",
 }
+_DEPLOY_KEYS = {"mode", "head_address", "port", "gpus_per_node", "pp", "dp", "ray", "ray_wait"}
 
 
 def profile_from_dict(
@@ -459,10 +508,66 @@ def profile_from_dict(
             if k in sp:
                 skw[k] = r.int_value(sp[k], ("speculative", k), 1, 4096)
         kw["speculative"] = Speculative(**skw)
+    if "nodes" in data:
+        kw["nodes"] = _nodes(r, data["nodes"])
+    if "deploy" in data:
+        if not kw.get("nodes"):
+            raise r.err(("deploy",), "[deploy] needs nodes = [\"host-a\", \"host-b\", …] (two or more)")
+        kw["deploy"] = _deploy(r, data["deploy"], engine)
     return ServerProfile(
         name=name, engine=engine, model=model, source=source, path=str(path) if path else "",
         schema_version=sv, **kw,
     )
+
+
+def _nodes(r: _Reader, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise r.err(("nodes",), "expected a list of hosts, e.g. [\"gpu-a\", \"gpu-b\"]")
+    out: list[str] = []
+    for i, v in enumerate(value, 1):
+        v = r.text_value(v, ("nodes",), allow_empty=False)
+        if not NODE_RE.match(v):
+            raise r.err(("nodes",), f"entry {i}: {v!r} is not a host ([user@]host[:port] or an ssh alias)")
+        if v in out:
+            raise r.err(("nodes",), f"entry {i}: {v!r} is listed twice (also entry {out.index(v) + 1})")
+        out.append(v)
+    if len(out) < 2:
+        raise r.err(("nodes",), "a multi-node profile needs two or more nodes (leave nodes out for one host)")
+    if len(out) > MAX_NODES:
+        raise r.err(("nodes",), f"{len(out)} nodes: at most {MAX_NODES}")
+    return tuple(out)
+
+
+def _deploy(r: _Reader, value: Any, engine: str) -> Deploy:
+    d = r.table(value, ("deploy",))
+    r.unknown(d, _DEPLOY_KEYS, ("deploy",))
+    kw: dict[str, Any] = {}
+    if "mode" in d:
+        mode = r.text_value(d["mode"], ("deploy", "mode"))
+        modes = DEPLOY_MODES.get(engine, ())
+        if mode not in modes:
+            raise r.err(("deploy", "mode"), f"{mode!r} is not a {engine} mode (one of: {', '.join(modes)})")
+        kw["mode"] = mode
+    if "head_address" in d:
+        ha = r.text_value(d["head_address"], ("deploy", "head_address"))
+        if ha and not re.match(r"^[A-Za-z0-9][A-Za-z0-9.-]*$|^[0-9A-Fa-f:.]+$", ha):
+            raise r.err(("deploy", "head_address"), f"{ha!r} is not a host name or IP address")
+        kw["head_address"] = ha
+    if "port" in d:
+        kw["port"] = r.int_value(d["port"], ("deploy", "port"), 1, 65535)
+    if "gpus_per_node" in d:
+        kw["gpus_per_node"] = r.int_value(d["gpus_per_node"], ("deploy", "gpus_per_node"), 1, 64)
+    for k in ("pp", "dp"):
+        if k in d:
+            kw[k] = r.int_value(d[k], ("deploy", k), 1, 4096)
+    if "ray" in d:
+        ray = r.text_value(d["ray"], ("deploy", "ray"), allow_empty=False)
+        if ray.startswith("-") or ray.strip() != ray or "=" in ray:
+            raise r.err(("deploy", "ray"), f"invalid executable {ray!r}")
+        kw["ray"] = ray
+    if "ray_wait" in d:
+        kw["ray_wait"] = r.int_value(d["ray_wait"], ("deploy", "ray_wait"), 1, 86400)
+    return Deploy(**kw)
 
 
 def load_profile_text(text: str, *, name: str, path: str | Path | None = None, source: str = "") -> ServerProfile:
@@ -513,6 +618,11 @@ def profile_to_dict(p: ServerProfile) -> dict[str, Any]:
         d["flags"] = dict(p.flags)
     if p.env:
         d["env"] = dict(p.env)
+    if p.nodes:
+        d["nodes"] = list(p.nodes)
+        dep = {k: getattr(p.deploy, k) for k in sorted(_DEPLOY_KEYS) if getattr(p.deploy, k) != getattr(Deploy(), k)}
+        if dep:
+            d["deploy"] = dep
     if p.speculative is not None:
         s = p.speculative
         sd: dict[str, Any] = {}
@@ -548,7 +658,7 @@ def dangerous_names(p: ServerProfile) -> list[str]:
 
 
 __all__ = [
-    "AttentionPreset", "ENGINES", "NcclPreset", "ProfileError", "SCHEMA_VERSION", "ServerProfile",
+    "AttentionPreset", "DEPLOY_MODES", "Deploy", "ENGINES", "NcclPreset", "ProfileError", "SCHEMA_VERSION", "ServerProfile",
     "Speculative", "dangerous_names", "guess_mla", "key_line", "load_profile_file", "load_profile_text",
     "parse_toml", "profile_from_dict", "profile_jsonable", "profile_to_dict", "profile_to_toml",
 ]

@@ -25,7 +25,7 @@ import uuid
 from collections import deque
 from typing import Any, Callable
 
-from tui.sim import perf
+from tui.sim import perf, rendezvous
 from tui.sim.engine_args import (
     SGLANG_ALIASES,
     SGLANG_VERSION,
@@ -234,7 +234,7 @@ class Sim:
         if engine == "sglang":
             self.model = args.model_path
             self.served = args.served_model_name or args.model_path
-            self.tp = max(1, args.tp_size) * max(1, args.pp_size)
+            self.tp = rendezvous.local_ranks(args, max(1, args.tp_size) * max(1, args.pp_size))
             self.host = args.host
             self.port = args.port
             self.context_len = args.context_length or 131072
@@ -496,6 +496,7 @@ class Sim:
         await self.at(0.02)
         for r in self._ranks():
             L.sg("Init parallel begin.", rank=r)
+        await rendezvous.join(self)
         await self.at(0.05)
         if a.sim_fault == "nccl":
             self.sglang_nccl_failure()
@@ -600,6 +601,7 @@ class Sim:
         )
         self.set_mem(ctx + baseline + self.weights_gib + kv + self.graph_gib, 0)
         await self.at(0.94)
+        await rendezvous.wait_headless(self)
         L.uvicorn(f"Started server process [{self.pid}]")
         L.uvicorn("Waiting for application startup.")
         L.uvicorn("Application startup complete.")

@@ -1,0 +1,235 @@
+"""The multi-node paths of ``launch``, ``runs``, ``logs`` and ``stop``: a deployment is one unit."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from tui.commands._runs import age, err
+from tui.hostops.hosts import HostError
+from tui.hostops.launcher import process_alive
+from tui.hostops.runstore import RunStore
+from tui.model import jsonable
+from tui.profiles.model import ProfileError, ServerProfile
+from tui.services import deploy as D
+from tui.util.safety import visible
+
+
+def _print(obj: Any) -> None:
+    print(json.dumps(jsonable(obj), indent=2))
+
+
+# ============================================================================ launch
+
+
+async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
+    """``tunedeck launch NAME`` for a multi-node profile: pre-flight on every node, then every node
+    started detached in the engine's order; ``--wait`` follows them all until ready or the first
+    failure."""
+    from tui.profiles.deploy import build_deployment
+
+    if args.demo:
+        return err("launch", f"profile {profile.name!r} runs on its nodes ({', '.join(profile.nodes)}); "
+                   "--demo is one machine: use --sim to run the simulator on the nodes")
+    if args.host not in (None, "local"):
+        return err("launch", f"profile {profile.name!r} names its nodes ({', '.join(profile.nodes)}); drop --host")
+    if args.cmd or args.env or args.port is not None:
+        return err("launch", "a multi-node profile takes no --cmd, --env or --port: set them in the profile")
+    try:
+        plan = build_deployment(profile, head_address=D.resolve_head_address(profile), sim=args.sim,
+                                allow_dangerous=args.allow_dangerous_env)
+    except ProfileError as e:
+        return err("launch", str(e))
+    hosts = await D.open_hosts(plan.nodes)
+    try:
+        quiet = args.json
+        if not args.no_preflight:
+            py = next((s.command.executable[0] for s in plan.steps if s.command is not None and s.kind == "server"
+                       and "python" in s.command.executable[0]), "python3")
+            findings = await D.preflight(plan, hosts, python=py if not plan.sim else profile.python)
+            errors = [f for f in findings if f.severity == "error"]
+            for f in findings:
+                if not quiet or f.severity == "error":
+                    print(f"pre-flight: {visible(str(f))}", file=sys.stderr)
+            if errors:
+                if args.json:
+                    _print({"launched": False, "preflight": [f.__dict__ for f in findings]})
+                return err("launch", f"refused: pre-flight found {len(errors)} problem(s) "
+                           f"(first: {errors[0].node}: {errors[0].message})")
+
+        def say(msg: str) -> None:
+            if not quiet:
+                print(visible(msg), file=sys.stderr)
+
+        rec = await D.launch(plan, hosts, on_event=say, ray_wait=float(profile.deploy.ray_wait))
+        if rec.status == "failed":
+            if args.json:
+                _print({"deployment": rec.to_json()})
+            return err("launch", rec.diagnosis or "the deployment did not start")
+        if not args.json:
+            print(f"launched deployment {rec.deploy_id}: {len(rec.members)} processes on {len(rec.nodes)} nodes "
+                  f"(head {rec.head}, rendezvous {rec.rendezvous})", file=sys.stderr if args.wait else sys.stdout)
+        if not args.wait:
+            if args.json:
+                _print({"deployment": rec.to_json()})
+            return 0
+        last = [""]
+
+        def show(states: list[D.MemberState], v: D.Verdict) -> None:
+            line = "  ".join(f"{s.node}: {s.progress.phase or s.state if s.progress else s.state}"
+                             for s in states)
+            if line != last[0] and not quiet:
+                last[0] = line
+                print(line, file=sys.stderr)
+
+        stall_s, _ = args.stall_after
+        verdict, states = await D.watch(rec, hosts, timeout=args.timeout, stall_after=stall_s, on_update=show)
+    except HostError as e:
+        return err("launch", str(e))
+    finally:
+        await D.close_hosts(hosts)
+    rec = D.DeploymentStore().load(rec.deploy_id) or rec
+    if args.json:
+        _print({"deployment": rec.to_json(), "state": verdict.state, "diagnosis": verdict.diagnosis,
+                "proof": verdict.proof, "first_failed": verdict.first_failed,
+                "never_joined": list(verdict.never_joined), "members": [s.jsonable() for s in states]})
+    if verdict.state == "ready":
+        if not args.json:
+            print(f"deployment {rec.deploy_id} ready (serving on {rec.head}, port {rec.http_port})")
+        return 0
+    if verdict.state == "starting":
+        print(f"tunedeck launch: deployment {rec.deploy_id} not ready after {args.timeout:g} s; it keeps "
+              f"running (tunedeck stop {rec.deploy_id} to end it)", file=sys.stderr)
+        return 3
+    print(f"tunedeck launch: deployment {rec.deploy_id} {verdict.state}: {visible(verdict.diagnosis or '')}",
+          file=sys.stderr)
+    if verdict.proof:
+        print(f"  log: {visible(verdict.proof)}", file=sys.stderr)
+    print(f"  (tunedeck stop {rec.deploy_id} stops every node)", file=sys.stderr)
+    return 4 if verdict.state == "stalled" else 1
+
+
+# ============================================================================ runs
+
+
+async def member_rows(rec: D.DeploymentRecord, runstore: RunStore) -> list[dict[str, Any]]:
+    """Each member with its run's recorded state and whether its process is alive now."""
+    hosts = await D.open_hosts(rec.nodes)
+    rows = []
+    try:
+        for m, run in D.member_records(rec, runstore):
+            alive = None
+            if run is not None and run.pid:
+                try:
+                    alive = await process_alive(hosts[m.node], run.pid, run.starttime)
+                except HostError:
+                    alive = None
+            rows.append({"node": m.node, "rank": m.rank, "role": m.role, "kind": m.kind, "run_id": m.run_id,
+                         "status": run.status if run else "unknown", "pid": run.pid if run else None,
+                         "alive": alive, "diagnosis": run.diagnosis if run else None})
+    finally:
+        await D.close_hosts(hosts)
+    return rows
+
+
+async def show_deployment(args: argparse.Namespace, rec: D.DeploymentRecord) -> int:
+    rows = await member_rows(rec, RunStore())
+    if args.json:
+        _print({**rec.to_json(), "members": rows})
+        return 0
+    print(f"deployment {rec.deploy_id}  {rec.status}  {rec.engine} {rec.mode}  profile {rec.profile}  "
+          f"rendezvous {rec.rendezvous}  age {age(time.time() - rec.created)}")
+    if rec.diagnosis:
+        print(f"  {visible(rec.diagnosis)}")
+    print(f"  {'NODE':28} {'ROLE':8} {'KIND':10} {'RUN':14} {'STATUS':9} {'PID':>8} ALIVE")
+    for r in rows:
+        print(f"  {visible(r['node'])[:28]:28} {r['role']:8} {r['kind']:10} {r['run_id']:14} {r['status']:9} "
+              f"{r['pid'] or '-':>8} {'yes' if r['alive'] else 'no' if r['alive'] is False else '?'}")
+    return 0
+
+
+def list_deployments(json_out: bool) -> list[dict[str, Any]] | None:
+    recs = D.DeploymentStore().all()
+    if json_out:
+        return [r.to_json() for r in recs]
+    if recs:
+        print("\nDEPLOYMENTS")
+        for r in recs:
+            nodes = ", ".join(f"{m.node} ({m.role} {m.kind} {m.run_id})" for m in r.members)
+            print(f"{r.deploy_id:14} {r.status:9} {r.engine:7} {r.mode:4} {visible(r.profile)}: {visible(nodes)}")
+            if r.diagnosis:
+                print(f"{'':14} {visible(r.diagnosis)}")
+    return None
+
+
+# ============================================================================ logs
+
+
+async def logs(args: argparse.Namespace, rec: D.DeploymentRecord) -> int:
+    node = getattr(args, "node", None)
+    if node is not None and node not in rec.nodes and node not in [m.tag for m in rec.members]:
+        return err("logs", f"deployment {rec.deploy_id} has no node {node!r} (nodes: {', '.join(rec.nodes)})")
+    hosts = await D.open_hosts(rec.nodes)
+    try:
+        lines = await D.merged_log(rec, hosts, node=node)
+    except HostError as e:
+        return err("logs", str(e))
+    finally:
+        await D.close_hosts(hosts)
+    if args.json:
+        _print({"deployment": rec.deploy_id, "node": node, "lines": [{"node": t, "line": ln} for t, ln in lines]})
+        return 0
+    width = max((len(t) for t, _ in lines), default=0)
+    out = sys.stdout
+    for tag, line in lines:
+        out.write(f"[{tag:<{width}}] {visible(line)}\n")
+    out.flush()
+    return 0
+
+
+# ============================================================================ stop
+
+
+async def stop(args: argparse.Namespace, rec: D.DeploymentRecord) -> int:
+    order = rec.stop_order()
+    desc = ", ".join(f"{m.node} ({m.kind})" for m in order)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print(f"tunedeck stop: stop deployment {rec.deploy_id} ({desc})? Not stopped: pass --yes to stop "
+                  "without asking.", file=sys.stderr)
+            return 1
+
+        def ask() -> bool:
+            try:
+                ans = input(f"Stop deployment {rec.deploy_id} ({rec.profile}) on {len(rec.nodes)} nodes, in this "
+                            f"order: {desc}? [y/N] ")
+            except EOFError:
+                ans = ""
+            return ans.strip().lower() in ("y", "yes")
+
+        if not await asyncio.get_running_loop().run_in_executor(None, ask):
+            print("not stopped", file=sys.stderr)
+            return 1
+    hosts = await D.open_hosts(rec.nodes)
+    try:
+        results, free = await D.stop(rec, hosts, grace=args.grace, gpu_wait=args.gpu_wait)
+    finally:
+        await D.close_hosts(hosts)
+    ok = all(r.state in ("stopped", "exited", "stale") for r in results) and all(v is not False for v in free.values())
+    if args.json:
+        _print({"deployment": rec.deploy_id, "state": "stopped" if ok else "partial",
+                "members": [r.__dict__ for r in results], "gpus_free": free})
+    else:
+        for r in results:
+            print(f"{r.node} ({r.kind}): {visible(r.message)}")
+        for node, v in free.items():
+            print(f"{node}: GPUs {'free' if v else 'still list its processes' if v is False else 'unknown (no nvidia-smi)'}")
+    return 0 if ok else 1
+
+
+def find(ident: str | None) -> D.DeploymentRecord | None:
+    return D.DeploymentStore().find(ident) if ident else None

@@ -1,0 +1,330 @@
+"""A multi-node profile → what each node runs, in the order the engine needs.
+
+A profile with ``nodes = ["gpu-a", "gpu-b", …]`` describes one deployment; the first node is the
+head (rank 0). tunedeck schedules nothing itself: it drives the engines' own distributed runtimes.
+
+- **SGLang** (``mode = "tp"``): every node runs the same server command with
+  ``--nnodes=N --node-rank=i --dist-init-addr=HEAD:PORT``; ``tp`` spans the nodes (``tp / N`` GPUs
+  on each). Only the head serves HTTP.
+- **vLLM on Ray** (``mode = "ray"``): the head runs ``ray start --head --port=PORT --block``, each
+  worker ``ray start --address=HEAD:PORT --block``; then ``ray status`` on the head must show the
+  GPUs the placement needs (``tp × pp``), and only then does the head run ``vllm serve …
+  --tensor-parallel-size=TP --pipeline-parallel-size=PP --distributed-executor-backend=ray``.
+- **vLLM multi-node data parallel** (``mode = "dp"``): the head runs ``vllm serve …
+  --data-parallel-size=DP --data-parallel-size-local=L --data-parallel-address=HEAD
+  --data-parallel-rpc-port=PORT``, each worker the same with ``--headless
+  --data-parallel-start-rank=i×L``.
+
+Each detached process is a :class:`Step` (one run folder on its node); a ``ray-wait`` step is a
+check run between two of them. ``plan.steps`` is the launch order; :meth:`DeploymentPlan.stop_order`
+the order that stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+from tui.profiles.builder import Command, Issue, check_profile, demo_executable, line_of_key, resolve_nccl
+from tui.profiles.model import DEFAULT_RENDEZVOUS_PORTS, DEPLOY_MODES, NODE_RE, NcclPreset, ProfileError, ServerProfile
+from tui.util.safety import UnsafeInput, env_command, redact_env
+
+if TYPE_CHECKING:
+    from tui.profiles.store import ProfileStore
+
+HEAD, WORKER = "head", "worker"
+#: step kinds: a server process, a Ray node, the wait for Ray's GPUs
+SERVER, RAY_HEAD, RAY_WORKER, RAY_WAIT = "server", "ray-head", "ray-worker", "ray-wait"
+_ADDR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$|^[0-9A-Fa-f:.]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One thing a node does. ``command`` runs detached in its own run folder (server and Ray
+    nodes); a ``ray-wait`` step has ``check`` instead, run on the node until ``ray status``
+    shows ``gpus`` GPUs."""
+
+    node: str
+    rank: int
+    role: str  # head | worker
+    kind: str  # server | ray-head | ray-worker | ray-wait
+    command: Command | None = None
+    check: tuple[str, ...] = ()
+    gpus: int = 0  # GPUs this step's process uses on its node (ray-wait: GPUs the cluster must show)
+    port: int | None = None  # the HTTP port to probe (the serving process only)
+    serves: bool = False  # this step's process answers the API
+
+    @property
+    def label(self) -> str:
+        return f"{self.node} ({self.role}{'' if self.role == HEAD else f' {self.rank}'}, {self.kind})"
+
+    def jsonable(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"node": self.node, "rank": self.rank, "role": self.role, "kind": self.kind,
+                             "gpus": self.gpus, "port": self.port, "serves": self.serves}
+        if self.command is not None:
+            d.update(self.command.jsonable())
+        if self.check:
+            d["check"] = list(self.check)
+            d["command"] = env_command(list(self.check), {})
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentPlan:
+    """Everything a multi-node profile launches, in launch order (``steps``)."""
+
+    profile: str
+    engine: str
+    mode: str
+    nodes: tuple[str, ...]
+    head_address: str
+    rendezvous_port: int
+    gpus_per_node: int
+    tp: int
+    pp: int
+    dp: int
+    http_port: int
+    steps: tuple[Step, ...]
+    warnings: tuple[Issue, ...] = ()
+    sim: bool = False
+
+    @property
+    def head(self) -> str:
+        return self.nodes[0]
+
+    @property
+    def rendezvous(self) -> str:
+        host = f"[{self.head_address}]" if ":" in self.head_address else self.head_address
+        return f"{host}:{self.rendezvous_port}"
+
+    @property
+    def gpus_needed(self) -> int:
+        """GPUs the engine uses over all nodes: tp (SGLang), tp × pp (Ray), dp × tp (vLLM DP)."""
+        return {"tp": self.tp, "ray": self.tp * self.pp}.get(self.mode, self.dp * self.tp)
+
+    def node_steps(self, node: str) -> list[Step]:
+        return [s for s in self.steps if s.node == node]
+
+    def detached(self) -> list[Step]:
+        return [s for s in self.steps if s.command is not None]
+
+    def stop_order(self) -> list[Step]:
+        """The serving process first (the API goes away before what it depends on), then the
+        workers, then the rest of the head: SGLang and vLLM DP stop the head's server and then
+        the workers' ranks; on Ray, vLLM first, then the Ray workers, then the Ray head."""
+        det = self.detached()
+        first = [s for s in det if s.serves]
+        workers = [s for s in det if not s.serves and s.role == WORKER]
+        rest = [s for s in det if not s.serves and s.role == HEAD]
+        return first + workers + rest
+
+    def jsonable(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile, "engine": self.engine, "mode": self.mode, "nodes": list(self.nodes),
+            "head": self.head, "head_address": self.head_address, "rendezvous": self.rendezvous,
+            "gpus_per_node": self.gpus_per_node, "tp": self.tp, "pp": self.pp, "dp": self.dp,
+            "gpus_needed": self.gpus_needed, "http_port": self.http_port, "sim": self.sim,
+            "steps": [s.jsonable() for s in self.steps],
+            "stop_order": [s.label for s in self.stop_order()],
+            "warnings": [{"severity": w.severity, "key": w.key, "message": w.message} for w in self.warnings],
+        }
+
+
+def node_host(node: str) -> str:
+    """The host part of a TARGET as a profile names it (``user@host:port`` → ``host``); for an ssh
+    alias that is the alias: the caller resolves it (ssh config ``HostName``) where it can."""
+    n = node.rsplit("@", 1)[-1]
+    if n.startswith("["):
+        return n[1 : n.index("]")]
+    return n.split(":", 1)[0]
+
+
+def sim_executable(profile: ServerProfile) -> list[str]:
+    """The simulator in place of the engine on any host: ``PYTHON -m tui sim ENGINE`` with the
+    profile's interpreter (the host has the tunedeck package)."""
+    return [profile.python, "-m", "tui", "sim", profile.engine]
+
+
+def _err(issues: list[Issue], key: str, message: str) -> None:
+    issues.append(Issue("error", key, message))
+
+
+def check_deployment(
+    profile: ServerProfile,
+    *,
+    nccl: NcclPreset | None = None,
+    head_address: str | None = None,
+    sim: bool = False,
+    demo: bool = False,
+    allow_dangerous: bool = False,
+) -> tuple[DeploymentPlan | None, list[Issue]]:
+    """The plan for a multi-node ``profile`` and every validation message (the plan is None on
+    errors). ``head_address`` is what the workers dial (default: ``[deploy] head_address``, else
+    the head's host name); ``sim`` swaps the engine for the simulator on every node (``demo``: the
+    demo host's ``tunedeck`` shim)."""
+    issues: list[Issue] = []
+    nodes = tuple(profile.nodes)
+    if len(nodes) < 2:
+        return None, [Issue("error", "nodes", "not a multi-node profile (nodes names fewer than two hosts)")]
+    dep = profile.deploy
+    mode = profile.deploy_mode
+    if mode not in DEPLOY_MODES.get(profile.engine, ()):
+        _err(issues, "deploy.mode", f"{mode!r} is not a {profile.engine} mode "
+             f"(one of: {', '.join(DEPLOY_MODES.get(profile.engine, ()))})")
+        return None, issues
+    seen: dict[str, int] = {}
+    for i, n in enumerate(nodes, 1):
+        if not isinstance(n, str) or not NODE_RE.match(n):
+            _err(issues, "nodes", f"entry {i}: {n!r} is not a host ([user@]host[:port] or an ssh alias)")
+        elif n in seen:
+            _err(issues, "nodes", f"entry {i}: {n!r} is listed twice (also entry {seen[n]})")
+        else:
+            seen[n] = i
+    n_nodes = len(nodes)
+    g = dep.gpus_per_node
+    tp = profile.tp
+    port = dep.port or DEFAULT_RENDEZVOUS_PORTS[mode]
+    http_port = profile.effective_port
+    if not 1 <= port <= 65535:
+        _err(issues, "deploy.port", f"rendezvous port {port} is out of range 1..65535")
+    elif port == http_port:
+        _err(issues, "deploy.port", f"rendezvous port {port} is also the server's HTTP port (port)")
+    addr = head_address or dep.head_address or (node_host(nodes[0]) if isinstance(nodes[0], str) else "")
+    if addr == "local":
+        addr = "127.0.0.1"
+    if not addr or not _ADDR_RE.match(addr):
+        _err(issues, "deploy.head_address", f"{addr!r} is not an address the workers can dial")
+    pp = dp = 1
+    per_node_gpus: list[int] = []
+    if mode == "tp":
+        if tp % n_nodes:
+            _err(issues, "tp", f"tp = {tp} is not divisible by the {n_nodes} nodes (each node runs tp / nodes ranks)")
+        elif tp // n_nodes > g:
+            _err(issues, "tp", f"tp = {tp} over {n_nodes} nodes is {tp // n_nodes} GPUs per node; "
+                 f"deploy.gpus_per_node is {g}")
+        per_node_gpus = [tp // n_nodes] * n_nodes
+    elif mode == "ray":
+        pp = dep.pp or n_nodes
+        need = tp * pp
+        if need > n_nodes * g:
+            _err(issues, "deploy.pp", f"tp × pp = {tp} × {pp} = {need} GPUs, but {n_nodes} nodes × {g} = {n_nodes * g}")
+        elif need <= (n_nodes - 1) * g:
+            issues.append(Issue("warning", "nodes", f"tp × pp = {need} GPUs fit on fewer than {n_nodes} nodes; "
+                                "Ray may leave a node idle"))
+        per_node_gpus = [g] * n_nodes
+    else:  # dp
+        dp = dep.dp or (n_nodes * g) // max(1, tp)
+        if dp % n_nodes:
+            _err(issues, "deploy.dp", f"dp = {dp} is not divisible by the {n_nodes} nodes (each runs dp / nodes ranks)")
+        elif (dp // n_nodes) * tp > g:
+            _err(issues, "deploy.dp", f"dp / nodes × tp = {dp // n_nodes} × {tp} GPUs per node; "
+                 f"deploy.gpus_per_node is {g}")
+        elif dp < n_nodes:
+            _err(issues, "deploy.dp", f"dp = {dp} is fewer than the {n_nodes} nodes")
+        per_node_gpus = [(dp // n_nodes) * tp] * n_nodes
+    if any(i.severity == "error" for i in issues):
+        return None, issues
+
+    if demo:
+        exe: list[str] | None = demo_executable(profile.engine)
+    elif sim:
+        exe = sim_executable(profile)
+    else:
+        exe = None
+
+    def server(managed: Sequence[tuple[str, object]], p: ServerProfile = profile) -> Command | None:
+        cmd, iss = check_profile(p, nccl=nccl, demo=False, allow_dangerous=allow_dangerous, executable=exe,
+                                 managed_args=managed, managed_key=f"deploy ({mode})")
+        for i in iss:
+            if i not in issues:
+                issues.append(i)
+        return cmd
+
+    steps: list[Step] = []
+    if mode == "tp":
+        for rank, node in enumerate(nodes):
+            managed: list[tuple[str, object]] = [("nnodes", n_nodes), ("node-rank", rank),
+                                                 ("dist-init-addr", f"{_bracket(addr)}:{port}")]
+            cmd = server(managed)
+            role = HEAD if rank == 0 else WORKER
+            steps.append(Step(node, rank, role, SERVER, cmd, gpus=per_node_gpus[rank],
+                              port=http_port if rank == 0 else None, serves=rank == 0))
+    elif mode == "dp":
+        local = dp // n_nodes
+        for rank, node in enumerate(nodes):
+            managed = [("data-parallel-size", dp), ("data-parallel-size-local", local),
+                       ("data-parallel-address", addr), ("data-parallel-rpc-port", port)]
+            if rank:
+                managed = [("headless", True), *managed, ("data-parallel-start-rank", rank * local)]
+            cmd = server(managed)
+            role = HEAD if rank == 0 else WORKER
+            steps.append(Step(node, rank, role, SERVER, cmd, gpus=per_node_gpus[rank],
+                              port=http_port if rank == 0 else None, serves=rank == 0))
+    else:  # ray
+        base = server([("pipeline-parallel-size", pp), ("distributed-executor-backend", "ray")])
+        env = base.env if base is not None else ()
+        ray = dep.ray
+        head_args = [ray, "start", "--head", f"--port={port}", f"--num-gpus={g}", "--block"]
+        if dep.head_address or head_address:
+            head_args.insert(4, f"--node-ip-address={addr}")
+        steps.append(Step(nodes[0], 0, HEAD, RAY_HEAD, _plain(profile.engine, head_args, env), gpus=g))
+        for rank, node in enumerate(nodes[1:], 1):
+            args = [ray, "start", f"--address={_bracket(addr)}:{port}", f"--num-gpus={g}", "--block"]
+            steps.append(Step(node, rank, WORKER, RAY_WORKER, _plain(profile.engine, args, env), gpus=g))
+        steps.append(Step(nodes[0], 0, HEAD, RAY_WAIT, check=(ray, "status", f"--address={_bracket(addr)}:{port}"),
+                          gpus=tp * pp))
+        steps.append(Step(nodes[0], 0, HEAD, SERVER, base, gpus=0, port=http_port, serves=True))
+    if any(i.severity == "error" for i in issues) or any(s.kind != RAY_WAIT and s.command is None for s in steps):
+        return None, issues
+    plan = DeploymentPlan(
+        profile=profile.name, engine=profile.engine, mode=mode, nodes=nodes, head_address=addr,
+        rendezvous_port=port, gpus_per_node=g, tp=tp, pp=pp, dp=dp, http_port=http_port, steps=tuple(steps),
+        warnings=tuple(i for i in issues if i.severity != "error"), sim=sim or demo,
+    )
+    return plan, issues
+
+
+def _bracket(addr: str) -> str:
+    return f"[{addr}]" if ":" in addr else addr
+
+
+def _plain(engine: str, argv: list[str], env: tuple[tuple[str, str], ...]) -> Command | None:
+    try:
+        display = env_command(argv, redact_env(dict(env)))
+    except UnsafeInput:
+        return None
+    return Command(engine=engine, argv=tuple(argv), env=env, prefix_len=2, display=display)
+
+
+def build_deployment(
+    profile: ServerProfile,
+    *,
+    head_address: str | None = None,
+    sim: bool = False,
+    demo: bool = False,
+    nccl: NcclPreset | None = None,
+    store: ProfileStore | None = None,
+    allow_dangerous: bool = False,
+) -> DeploymentPlan:
+    """The plan for a multi-node profile; raises :class:`ProfileError` naming the first bad key
+    and the file (one line)."""
+    if nccl is None:
+        nccl = resolve_nccl(profile, store)
+    plan, issues = check_deployment(profile, nccl=nccl, head_address=head_address, sim=sim, demo=demo,
+                                    allow_dangerous=allow_dangerous)
+    if plan is None:
+        errors = [i for i in issues if i.severity == "error"] or [Issue("error", "", "cannot build the deployment")]
+        first = errors[0]
+        more = len(errors) - 1
+        msg = first.message + (f" (and {more} more problem{'s' if more > 1 else ''})" if more > 0 else "")
+        key = first.key if not first.key.startswith("deploy (") else "flags"
+        raise ProfileError(msg, path=profile.path or f"profile {profile.name}", key=first.key,
+                           line=line_of_key(profile, key))
+    return plan
+
+
+__all__ = [
+    "DeploymentPlan", "HEAD", "RAY_HEAD", "RAY_WAIT", "RAY_WORKER", "SERVER", "Step", "WORKER", "build_deployment",
+    "check_deployment", "node_host", "sim_executable",
+]
