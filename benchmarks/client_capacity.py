@@ -86,8 +86,15 @@ MODEL = "fake-model"
 
 
 def _body(i: int, out_len: int) -> dict[str, Any]:
-    return {"model": MODEL, "prompt": f"p {i} a b c d", "max_tokens": out_len, "stream": True,
-            "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0.0}
+    return {
+        "model": MODEL,
+        "prompt": f"p {i} a b c d",
+        "max_tokens": out_len,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+        "temperature": 0.0,
+    }
 
 
 # ---------------------------------------------------------------- child: one client, one process
@@ -163,8 +170,13 @@ async def _child_aiohttp(url: str, conc: int, n: int, out_len: int) -> dict[str,
         cpu0, s0, t0 = _cpu(), server_cpu(), _pc()
         res = await run(n, True)
         cpu, wall, scpu = _cpu() - cpu0, _pc() - t0, server_cpu() - s0
-    return {"cpu": cpu, "wall": wall, "server_cpu": scpu, "wall_offset": WALL_OFFSET,
-            "requests": [_lines_to_req(r) for r in res]}
+    return {
+        "cpu": cpu,
+        "wall": wall,
+        "server_cpu": scpu,
+        "wall_offset": WALL_OFFSET,
+        "requests": [_lines_to_req(r) for r in res],
+    }
 
 
 async def _child_httpx_plain(url: str, conc: int, n: int, out_len: int) -> dict[str, Any]:
@@ -198,8 +210,13 @@ async def _child_httpx_plain(url: str, conc: int, n: int, out_len: int) -> dict[
         cpu0, s0, t0 = _cpu(), server_cpu(), _pc()
         res = await run(n, True)
         cpu, wall, scpu = _cpu() - cpu0, _pc() - t0, server_cpu() - s0
-    return {"cpu": cpu, "wall": wall, "server_cpu": scpu, "wall_offset": WALL_OFFSET,
-            "requests": [_lines_to_req(r) for r in res]}
+    return {
+        "cpu": cpu,
+        "wall": wall,
+        "server_cpu": scpu,
+        "wall_offset": WALL_OFFSET,
+        "requests": [_lines_to_req(r) for r in res],
+    }
 
 
 def _lines_to_req(r: dict[str, Any]) -> dict[str, Any]:
@@ -293,8 +310,12 @@ def analyse(res: dict[str, Any], records: dict[str, Any] | None = None) -> dict[
 
 class Server:
     def __init__(self, *args: str) -> None:
-        self.p = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fakesrv.py"), *args],
-                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.p = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "fakesrv.py"), *args],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         line = self.p.stdout.readline()  # type: ignore[union-attr]
         self.url = f"http://127.0.0.1:{int(line.split()[1])}"
 
@@ -321,10 +342,30 @@ class SimServer:
             port = sk.getsockname()[1]
         self.rec = Path(tempfile.mkdtemp()) / "times.jsonl"
         self.p = subprocess.Popen(
-            [sys.executable, "-m", "tui", "sim", "vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "0.5",
-             "--sim-fixed-ttft-ms", str(ttft_ms), "--sim-fixed-itl-ms", str(itl_ms),
-             "--sim-record-timestamps", str(self.rec)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "tui",
+                "sim",
+                "vllm",
+                "m",
+                "-tp",
+                "8",
+                "--port",
+                str(port),
+                "--sim-load-seconds",
+                "0.5",
+                "--sim-fixed-ttft-ms",
+                str(ttft_ms),
+                "--sim-fixed-itl-ms",
+                str(itl_ms),
+                "--sim-record-timestamps",
+                str(self.rec),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+            start_new_session=True,
             env=dict(os.environ, PYTHONPATH=str(ROOT)),
         )
         self.url = f"http://127.0.0.1:{port}"
@@ -363,10 +404,30 @@ def run_client(kind: str, srv: Any, c: int, n: int, out_len: int) -> dict[str, f
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     r = subprocess.run(
-        [sys.executable, __file__, "--child", kind, "--url", url, "--c", str(c), "--n", str(n), "--out", out,
-         "--out-len", str(out_len), "--server-pid", str(srv.p.pid),
-         "--model", "m" if isinstance(srv, SimServer) else "fake-model"],
-        capture_output=True, text=True, env=env, timeout=600,
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            kind,
+            "--url",
+            url,
+            "--c",
+            str(c),
+            "--n",
+            str(n),
+            "--out",
+            out,
+            "--out-len",
+            str(out_len),
+            "--server-pid",
+            str(srv.p.pid),
+            "--model",
+            "m" if isinstance(srv, SimServer) else "fake-model",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     if r.returncode != 0:
         raise RuntimeError(f"{kind} client failed: {r.stderr[-2000:]}")
@@ -402,8 +463,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-requests", type=int, default=8, help="at least this many timed requests per run")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--server-procs", type=int, default=1)
-    ap.add_argument("--server", choices=("fakesrv", "sim"), default="fakesrv",
-                    help="fixed-timing server: tests/fakesrv.py (stamps tokens in the payload) or `tunedeck sim`")
+    ap.add_argument(
+        "--server",
+        choices=("fakesrv", "sim"),
+        default="fakesrv",
+        help="fixed-timing server: tests/fakesrv.py (stamps tokens in the payload) or `tunedeck sim`",
+    )
     ap.add_argument("--zero-delay", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--zero-conc", type=int, default=32)
     ap.add_argument("--zero-out-len", type=int, default=4000)
@@ -418,11 +483,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         srv = Server("--ttft-ms", str(a.ttft_ms), "--itl-ms", str(a.itl_ms), "--procs", str(a.server_procs))
     try:
-        print(f"server: {a.server}; fixed timing: TTFT {a.ttft_ms:g} ms, {a.itl_ms:g} ms between tokens, {a.out_len} tokens/request, "
-              f"median of {a.repeats} interleaved runs; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+        print(
+            f"server: {a.server}; fixed timing: TTFT {a.ttft_ms:g} ms, {a.itl_ms:g} ms between tokens, {a.out_len} tokens/request, "
+            f"median of {a.repeats} interleaved runs; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
+        )
         hdr = "{:>4} {:<13} {:>9} {:>8} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9}"
-        print(hdr.format("C", "client", "tok/s", "cores", "µs/token", "TTFT err", "ITL err", "lag mean", "lag p99",
-                         "srv cores"))
+        print(
+            hdr.format(
+                "C", "client", "tok/s", "cores", "µs/token", "TTFT err", "ITL err", "lag mean", "lag p99", "srv cores"
+            )
+        )
         for c in [int(x) for x in a.conc.split(",")]:
             runs: dict[str, list[dict[str, float]]] = {k: [] for k in clients}
             for _ in range(a.repeats):  # interleaved, so load changes hit every client alike
@@ -431,19 +501,30 @@ def main(argv: list[str] | None = None) -> int:
             for kind in clients:
                 m = _median_runs(runs[kind])
                 results["timed"].append({"c": c, "client": kind, **m, "runs": runs[kind]})
-                print(hdr.format(c, kind, f"{m['tok_s']:.0f}", f"{m['cpu_cores']:.2f}",
-                                 f"{m['cpu_us_per_token']:.1f}", f"{m['ttft_err_ms']:+.2f}ms",
-                                 f"{m['itl_err_ms']:+.3f}ms", f"{m['lag_mean_ms']:.2f}ms", f"{m['lag_p99_ms']:.2f}ms",
-                                 f"{m['server_cores']:.2f}"),
-                      flush=True)
+                print(
+                    hdr.format(
+                        c,
+                        kind,
+                        f"{m['tok_s']:.0f}",
+                        f"{m['cpu_cores']:.2f}",
+                        f"{m['cpu_us_per_token']:.1f}",
+                        f"{m['ttft_err_ms']:+.2f}ms",
+                        f"{m['itl_err_ms']:+.3f}ms",
+                        f"{m['lag_mean_ms']:.2f}ms",
+                        f"{m['lag_p99_ms']:.2f}ms",
+                        f"{m['server_cores']:.2f}",
+                    ),
+                    flush=True,
+                )
     finally:
         srv.close()
     if a.zero_delay:
         srv = Server("--ttft-ms", "0", "--itl-ms", "0", "--procs", str(a.server_procs), "--burst", "64")
         try:
             print(f"\nzero delay: C={a.zero_conc}, {a.zero_out_len} tokens/request, tokens written back to back")
-            print("{:<13} {:>10} {:>14} {:>9} {:>9}".format("client", "tok/s", "tok/s per core", "µs/token",
-                                                             "srv cores"))
+            print(
+                "{:<13} {:>10} {:>14} {:>9} {:>9}".format("client", "tok/s", "tok/s per core", "µs/token", "srv cores")
+            )
             zruns: dict[str, list[dict[str, float]]] = {k: [] for k in clients}
             for _ in range(a.repeats):
                 for kind in clients:
@@ -451,8 +532,12 @@ def main(argv: list[str] | None = None) -> int:
             for kind in clients:
                 m = _median_runs(zruns[kind])
                 results["zero"].append({"client": kind, **m, "runs": zruns[kind]})
-                print("{:<13} {:>10.0f} {:>14.0f} {:>9.2f} {:>9.2f}".format(
-                    kind, m["tok_s"], m["tok_s_per_core"], m["cpu_us_per_token"], m["server_cores"]), flush=True)
+                print(
+                    "{:<13} {:>10.0f} {:>14.0f} {:>9.2f} {:>9.2f}".format(
+                        kind, m["tok_s"], m["tok_s_per_core"], m["cpu_us_per_token"], m["server_cores"]
+                    ),
+                    flush=True,
+                )
         finally:
             srv.close()
     if a.json:

@@ -63,8 +63,11 @@ def wait_port(port: int, timeout: float) -> None:
 
 def truth(records: List[Dict[str, Any]]) -> Dict[str, float]:
     ttft = [r["times"][0] - r["arrival"] for r in records if r["times"]]
-    tpot = [(r["times"][-1] - r["times"][0]) / (r["completion_tokens"] - 1)
-            for r in records if r["completion_tokens"] > 1 and len(r["times"]) > 1]
+    tpot = [
+        (r["times"][-1] - r["times"][0]) / (r["completion_tokens"] - 1)
+        for r in records
+        if r["completion_tokens"] > 1 and len(r["times"]) > 1
+    ]
     gaps = [b - a for r in records for a, b in zip(r["times"], r["times"][1:])]
     span = max(r["times"][-1] for r in records if r["times"]) - min(r["arrival"] for r in records)
     return {
@@ -82,10 +85,34 @@ def one_run(url: str, conc: int, args: argparse.Namespace, rec: Path, data_home:
     offset = rec.stat().st_size if rec.exists() else 0
     env = dict(os.environ, XDG_DATA_HOME=str(data_home))
     r = subprocess.run(
-        [sys.executable, "-m", "tui", "bench", "--url", url, "--concurrency", str(conc), "--num-prompts", str(n),
-         "--input-len", str(args.input_len), "--output-len", str(args.output_len), "--warmup", str(conc),
-         "--ready-timeout", "60", "--json", "-"],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "tui",
+            "bench",
+            "--url",
+            url,
+            "--concurrency",
+            str(conc),
+            "--num-prompts",
+            str(n),
+            "--input-len",
+            str(args.input_len),
+            "--output-len",
+            str(args.output_len),
+            "--warmup",
+            str(conc),
+            "--ready-timeout",
+            "60",
+            "--json",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
     if r.returncode != 0:
         raise SystemExit(f"client_truth: tunedeck bench failed at C={conc}: {r.stderr.strip().splitlines()[-1:]}")
     s = json.loads(r.stdout)
@@ -96,12 +123,13 @@ def one_run(url: str, conc: int, args: argparse.Namespace, rec: Path, data_home:
         new = [json.loads(x) for x in f.read().splitlines() if x.strip()]
     timed = [x for x in new if x["arrival"] >= meta["bench_start_wall"] - 0.005]
     if len(timed) != n:
-        raise SystemExit(f"client_truth: C={conc}: {len(timed)} timed requests recorded by the simulator, "
-                         f"expected {n}")
+        raise SystemExit(f"client_truth: C={conc}: {len(timed)} timed requests recorded by the simulator, expected {n}")
     t = truth(timed)
     cl = s.get("client") or {}
-    samples = [json.loads(x) for x in
-               (data_home / "tunedeck" / "results" / s["run_id"] / "samples.jsonl").read_text().splitlines()]
+    samples = [
+        json.loads(x)
+        for x in (data_home / "tunedeck" / "results" / s["run_id"] / "samples.jsonl").read_text().splitlines()
+    ]
     # where a TTFT difference comes from (means over the timed requests, wall clock):
     # ingest = the simulator had read the request − the client had written it;
     # receive lag = the client saw the first token − the simulator had written it
@@ -110,16 +138,26 @@ def one_run(url: str, conc: int, args: argparse.Namespace, rec: Path, data_home:
     ingest_ms = (statistics.fmean(x["arrival"] for x in timed) - sent) * 1000
     recv_lag_ms = (first_seen - statistics.fmean(x["times"][0] for x in timed)) * 1000
     return {
-        "conc": conc, "n": n,
-        "ttft": s["mean_ttft_ms"], "ttft_true": t["mean_ttft_ms"],
-        "tpot": s["mean_tpot_ms"], "tpot_true": t["mean_tpot_ms"],
-        "itl": s["mean_itl_ms"], "itl_true": t["mean_itl_ms"],
-        "tok_s": s["output_throughput"], "tok_s_true": t["output_throughput"],
-        "input_tokens": s["total_input_tokens"], "input_asked": n * args.input_len,
+        "conc": conc,
+        "n": n,
+        "ttft": s["mean_ttft_ms"],
+        "ttft_true": t["mean_ttft_ms"],
+        "tpot": s["mean_tpot_ms"],
+        "tpot_true": t["mean_tpot_ms"],
+        "itl": s["mean_itl_ms"],
+        "itl_true": t["mean_itl_ms"],
+        "tok_s": s["output_throughput"],
+        "tok_s_true": t["output_throughput"],
+        "input_tokens": s["total_input_tokens"],
+        "input_asked": n * args.input_len,
         "input_sim": t["prompt_tokens"],
-        "ingest_ms": ingest_ms, "recv_lag_ms": recv_lag_ms,
-        "stall_ms": cl.get("loop_lag_max_ms"), "lag_p99_ms": cl.get("loop_lag_p99_ms"),
-        "cpu": cl.get("cpu_mean"), "client_bound": s.get("client_bound"), "machine_busy": s.get("machine_busy"),
+        "ingest_ms": ingest_ms,
+        "recv_lag_ms": recv_lag_ms,
+        "stall_ms": cl.get("loop_lag_max_ms"),
+        "lag_p99_ms": cl.get("loop_lag_p99_ms"),
+        "cpu": cl.get("cpu_mean"),
+        "client_bound": s.get("client_bound"),
+        "machine_busy": s.get("machine_busy"),
         "failed": s["failed"],
     }
 
@@ -141,11 +179,32 @@ def main() -> int:
         rec = tmpd / "times.jsonl"
         port = free_port()
         sim = subprocess.Popen(
-            [sys.executable, "-m", "tui", "sim", "vllm", "m", "-tp", "8", "--port", str(port),
-             "--sim-load-seconds", "1", "--sim-fixed-ttft-ms", str(args.ttft_ms),
-             "--sim-fixed-itl-ms", str(args.itl_ms), "--sim-record-timestamps", str(rec)],
-            cwd=ROOT, env=dict(os.environ, TUNEDECK_SIM_STATE=str(tmpd / "sim")),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "tui",
+                "sim",
+                "vllm",
+                "m",
+                "-tp",
+                "8",
+                "--port",
+                str(port),
+                "--sim-load-seconds",
+                "1",
+                "--sim-fixed-ttft-ms",
+                str(args.ttft_ms),
+                "--sim-fixed-itl-ms",
+                str(args.itl_ms),
+                "--sim-record-timestamps",
+                str(rec),
+            ],
+            cwd=ROOT,
+            env=dict(os.environ, TUNEDECK_SIM_STATE=str(tmpd / "sim")),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             wait_port(port, 60)
             for rep in range(args.repeats):
@@ -153,19 +212,26 @@ def main() -> int:
                     res = one_run(f"http://127.0.0.1:{port}", c, args, rec, tmpd / "data")
                     res["repeat"] = rep
                     runs.append(res)
-                    print(f"# C={c} repeat {rep + 1}: ttft {res['ttft']:.2f}/{res['ttft_true']:.2f} ms, "
-                          f"itl {res['itl']:.3f}/{res['itl_true']:.3f} ms, stall {res['stall_ms']:.1f} ms",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"# C={c} repeat {rep + 1}: ttft {res['ttft']:.2f}/{res['ttft_true']:.2f} ms, "
+                        f"itl {res['itl']:.3f}/{res['itl_true']:.3f} ms, stall {res['stall_ms']:.1f} ms",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         finally:
             os.killpg(sim.pid, signal.SIGTERM)
             sim.wait(15)
     if args.json:
         args.json.write_text(json.dumps(runs, indent=1) + "\n")
-    print(f"fixed TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, input {args.input_len}, output "
-          f"{args.output_len}; medians of {args.repeats}; tunedeck / simulator's record")
+    print(
+        f"fixed TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, input {args.input_len}, output "
+        f"{args.output_len}; medians of {args.repeats}; tunedeck / simulator's record"
+    )
     print()
-    print("| C | N | mean TTFT ms | mean TPOT ms | mean ITL ms | output tok/s | input tokens (asked) "
-          "| max loop stall ms | server ingest ms | receive lag ms |")
+    print(
+        "| C | N | mean TTFT ms | mean TPOT ms | mean ITL ms | output tok/s | input tokens (asked) "
+        "| max loop stall ms | server ingest ms | receive lag ms |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for c in concs:
         rs = [r for r in runs if r["conc"] == c]
@@ -173,10 +239,12 @@ def main() -> int:
         def med(k: str) -> float:
             return statistics.median(r[k] for r in rs)
 
-        print(f"| {c} | {rs[0]['n']} | {med('ttft'):.2f} / {med('ttft_true'):.2f} | {med('tpot'):.3f} / "
-              f"{med('tpot_true'):.3f} | {med('itl'):.3f} / {med('itl_true'):.3f} | {med('tok_s'):,.0f} / "
-              f"{med('tok_s_true'):,.0f} | {med('input_tokens'):,.0f} ({rs[0]['input_asked']:,}) "
-              f"| {med('stall_ms'):.1f} | {med('ingest_ms'):.2f} | {med('recv_lag_ms'):.2f} |")
+        print(
+            f"| {c} | {rs[0]['n']} | {med('ttft'):.2f} / {med('ttft_true'):.2f} | {med('tpot'):.3f} / "
+            f"{med('tpot_true'):.3f} | {med('itl'):.3f} / {med('itl_true'):.3f} | {med('tok_s'):,.0f} / "
+            f"{med('tok_s_true'):,.0f} | {med('input_tokens'):,.0f} ({rs[0]['input_asked']:,}) "
+            f"| {med('stall_ms'):.1f} | {med('ingest_ms'):.2f} | {med('recv_lag_ms'):.2f} |"
+        )
     bad = [r for r in runs if r["failed"] or r["input_tokens"] != r["input_asked"]]
     return 1 if bad else 0
 

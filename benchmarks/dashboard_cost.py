@@ -144,7 +144,11 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "tui", "sim", "vllm", "serve", "Qwen/Qwen3-0.6B", "--port", str(port)],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     watcher: subprocess.Popen[str] | None = None
     try:
@@ -153,10 +157,22 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
         if args.cmd:
             argv = [a.replace("{port}", str(port)) for a in args.cmd]
         else:
-            argv = [sys.executable, str(Path(__file__).resolve()), "--child", "--port", str(port),
-                    "--interval", str(args.interval)]
+            argv = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--child",
+                "--port",
+                str(port),
+                "--interval",
+                str(args.interval),
+            ]
         watcher = subprocess.Popen(
-            argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            argv,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
             start_new_session=True,
         )
         p = psutil.Process(watcher.pid)
@@ -226,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--watch", nargs=argparse.REMAINDER, default=None,
-                    help="'collectors' (default) or '-- CMD ...' to measure another watcher")
+    ap.add_argument(
+        "--watch",
+        nargs=argparse.REMAINDER,
+        default=None,
+        help="'collectors' (default) or '-- CMD ...' to measure another watcher",
+    )
     args = ap.parse_args(argv)
     if args.child:
         return run_child(args.port, args.interval)

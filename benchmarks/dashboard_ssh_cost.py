@@ -56,16 +56,24 @@ from tests.sshd import SshdServer, _cmdline, _descendants, sshd_missing_reason  
 USER = "tdslow"
 USER_HOME = "/var/tmp/tunedeck-bench-slow"
 SERVER_PORT = 30377
-GOALS = {"local_cpu_percent": 3.0, "local_rss_mb": 150.0, "host_cpu_percent": 1.0,
-         "spawns_per_min": 0.0, "ssh_connections": 2}
+GOALS = {
+    "local_cpu_percent": 3.0,
+    "local_rss_mb": 150.0,
+    "host_cpu_percent": 1.0,
+    "spawns_per_min": 0.0,
+    "ssh_connections": 2,
+}
 
 
 def ensure_user() -> None:
     """A uid-0 alias whose login shell is bash (so BASH_ENV, the slow start-up file, applies)."""
     os.makedirs(USER_HOME, mode=0o700, exist_ok=True)
     if subprocess.run(["id", "-u", USER], capture_output=True).returncode != 0:
-        r = subprocess.run(["useradd", "-o", "-u", "0", "-g", "0", "-M", "-d", USER_HOME, "-s", "/bin/bash", USER],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["useradd", "-o", "-u", "0", "-g", "0", "-M", "-d", USER_HOME, "-s", "/bin/bash", USER],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode not in (0, 9):
             raise SystemExit(f"useradd {USER} failed: {r.stderr.strip()}")
     subprocess.run(["usermod", "-p", "*", USER], capture_output=True, check=True)
@@ -79,17 +87,20 @@ def setup(base: Path, shell_delay: float) -> tuple[SshdServer, Path]:
     counter.write_text("")
     counter.chmod(0o666)
     rc = Path(USER_HOME) / ".bashrc"  # bash run by sshd reads it for every command
-    rc.write_text(f"# a login shell's start-up file, like a conda or pyenv init\n"
-                  f"echo x >> {counter}\n"
-                  f"/usr/bin/python3 -c 'import json, sqlite3' 2>/dev/null\n"
-                  f"sleep {shell_delay:g}\n")
+    rc.write_text(
+        f"# a login shell's start-up file, like a conda or pyenv init\n"
+        f"echo x >> {counter}\n"
+        f"/usr/bin/python3 -c 'import json, sqlite3' 2>/dev/null\n"
+        f"sleep {shell_delay:g}\n"
+    )
     rc.chmod(0o644)
     sim_state = base / "sim"
     write_shims(server.shim_dir, sys.executable)
     cfg = server.config_path.read_text()
-    cfg = cfg.replace(f"TUNEDECK_HOME={server.remote_home}",
-                      f"TUNEDECK_HOME={server.remote_home} TUNEDECK_SIM_STATE={sim_state} "
-                      "TUNEDECK_SIM_LOAD_S=2")
+    cfg = cfg.replace(
+        f"TUNEDECK_HOME={server.remote_home}",
+        f"TUNEDECK_HOME={server.remote_home} TUNEDECK_SIM_STATE={sim_state} TUNEDECK_SIM_LOAD_S=2",
+    )
     server.config_path.write_text(cfg)
     server.start()
     return server, counter
@@ -97,8 +108,9 @@ def setup(base: Path, shell_delay: float) -> tuple[SshdServer, Path]:
 
 def cli(server: SshdServer, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     env = server.client_env(PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "tui", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tui", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 class HostWatch:
@@ -234,16 +246,40 @@ def main() -> int:
         raise SystemExit(f"cannot run: {why}")
     ensure_user()
     base = Path(tempfile.mkdtemp(prefix="tunedeck-sshcost-"))
-    for var, sub in (("XDG_STATE_HOME", "state"), ("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config"),
-                     ("XDG_CACHE_HOME", "cache")):
+    for var, sub in (
+        ("XDG_STATE_HOME", "state"),
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_CACHE_HOME", "cache"),
+    ):
         os.environ[var] = str(base / sub)
     server, counter = setup(base, args.shell_delay)
     target = server.target(USER)
     results = []
     try:
-        r = cli(server, "launch", "--host", target, "--engine", "sglang", "--port", str(SERVER_PORT), "--wait",
-                "--timeout", "120", "--cmd", "sglang", "serve", "--model-path", "/models/DeepSeek-V3", "--tp", "8",
-                "--port", str(SERVER_PORT), "--enable-metrics")
+        r = cli(
+            server,
+            "launch",
+            "--host",
+            target,
+            "--engine",
+            "sglang",
+            "--port",
+            str(SERVER_PORT),
+            "--wait",
+            "--timeout",
+            "120",
+            "--cmd",
+            "sglang",
+            "serve",
+            "--model-path",
+            "/models/DeepSeek-V3",
+            "--tp",
+            "8",
+            "--port",
+            str(SERVER_PORT),
+            "--enable-metrics",
+        )
         if r.returncode != 0:
             raise SystemExit(f"could not start the simulated server:\n{r.stdout[-1500:]}{r.stderr[-1500:]}")
         modes = ["legacy", "sampler"] if args.mode == "both" else [args.mode]
@@ -275,9 +311,13 @@ def main() -> int:
     s = next((x for x in results if x["mode"] == "sampler"), None)
     if s is None:
         return 0
-    ok = (s["local_cpu_percent"] <= GOALS["local_cpu_percent"] and s["local_rss_mb"] <= GOALS["local_rss_mb"]
-          and s["host_cpu_percent_without_sim_smi"] <= GOALS["host_cpu_percent"] and s["spawns_per_min"] == 0
-          and s["ssh_connections"] <= GOALS["ssh_connections"])
+    ok = (
+        s["local_cpu_percent"] <= GOALS["local_cpu_percent"]
+        and s["local_rss_mb"] <= GOALS["local_rss_mb"]
+        and s["host_cpu_percent_without_sim_smi"] <= GOALS["host_cpu_percent"]
+        and s["spawns_per_min"] == 0
+        and s["ssh_connections"] <= GOALS["ssh_connections"]
+    )
     return 0 if ok else 1
 
 

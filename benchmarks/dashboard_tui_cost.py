@@ -45,8 +45,13 @@ def _child_fake() -> int:
     from tests.ui_fakes import FakeHost, FakeServers, TickingGpu, host_stats, server
     from tui.ui.app import make_app
 
-    app = make_app(gpu=TickingGpu(8, 1.0), host_source=FakeHost(host_stats()),
-                   servers=FakeServers((server(),)), target="fake", interval=1.0)
+    app = make_app(
+        gpu=TickingGpu(8, 1.0),
+        host_source=FakeHost(host_stats()),
+        servers=FakeServers((server(),)),
+        target="fake",
+        interval=1.0,
+    )
     app.run()
     return 0
 
@@ -54,11 +59,17 @@ def _child_fake() -> int:
 def _spawn(argv: list[str], cols: int, rows: int) -> tuple[subprocess.Popen, int]:
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows),
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        TERM="xterm-256color",
+        COLUMNS=str(cols),
+        LINES=str(rows),
+        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     env.pop("TEXTUAL", None)
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=REPO, env=env,
-                            start_new_session=True, close_fds=True)
+    proc = subprocess.Popen(
+        argv, stdin=slave, stdout=slave, stderr=slave, cwd=REPO, env=env, start_new_session=True, close_fds=True
+    )
     os.close(slave)
     return proc, master
 
@@ -101,14 +112,33 @@ SERVER_PORT = 30299
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "tui", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tui", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def start_sim_server() -> None:
-    r = _cli("launch", "--demo", "--engine", "sglang", "--port", str(SERVER_PORT), "--wait", "--timeout", "90",
-             "--cmd", "sglang", "serve", "--model-path", "/models/DeepSeek-V3", "--tp", "8",
-             "--port", str(SERVER_PORT), "--enable-metrics")
+    r = _cli(
+        "launch",
+        "--demo",
+        "--engine",
+        "sglang",
+        "--port",
+        str(SERVER_PORT),
+        "--wait",
+        "--timeout",
+        "90",
+        "--cmd",
+        "sglang",
+        "serve",
+        "--model-path",
+        "/models/DeepSeek-V3",
+        "--tp",
+        "8",
+        "--port",
+        str(SERVER_PORT),
+        "--enable-metrics",
+    )
     if r.returncode != 0:
         raise SystemExit(f"could not start the simulated server:\n{r.stdout[-1000:]}{r.stderr[-1000:]}")
 
@@ -122,8 +152,13 @@ def isolate() -> str:
     import tempfile
 
     base = tempfile.mkdtemp(prefix="tunedeck-cost-")
-    for var, sub in (("TUNEDECK_SIM_STATE", "sim"), ("XDG_STATE_HOME", "state"), ("XDG_DATA_HOME", "data"),
-                     ("XDG_CONFIG_HOME", "config"), ("TUNEDECK_HOME", "home")):
+    for var, sub in (
+        ("TUNEDECK_SIM_STATE", "sim"),
+        ("XDG_STATE_HOME", "state"),
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_CONFIG_HOME", "config"),
+        ("TUNEDECK_HOME", "home"),
+    ):
         os.environ[var] = os.path.join(base, sub)
     os.environ.setdefault("TUNEDECK_SIM_LOAD_S", "2")
     return base
@@ -140,8 +175,9 @@ def measure(source: str, seconds: float, warmup: float, cols: int = 120, rows: i
     try:
         _drain(master, time.monotonic() + warmup, out)
         if proc.poll() is not None:
-            raise SystemExit(f"dashboard exited during warm-up (rc {proc.returncode}):\n"
-                             + out.decode("utf-8", "replace")[-2000:])
+            raise SystemExit(
+                f"dashboard exited during warm-up (rc {proc.returncode}):\n" + out.decode("utf-8", "replace")[-2000:]
+            )
         t0 = time.monotonic()
         c0 = ps.cpu_times()
         k0, _ = _tree_cpu(ps)
@@ -221,8 +257,10 @@ def main() -> int:
             ("source", r["source"] + (" + 1 simulated SGLang server" if r["server"] else "")),
             ("duration", f"{r['seconds']} s (after {args.warmup:g} s warm-up), terminal {r['terminal']}"),
             ("dashboard CPU", f"{r['dashboard_cpu_percent']} % of one core (target <= {CPU_TARGET:g} %)"),
-            ("dashboard RSS", f"{r['dashboard_rss_mb']} MB, peak {r['dashboard_rss_peak_mb']} MB "
-                              f"(target <= {RSS_TARGET_MB:g} MB)"),
+            (
+                "dashboard RSS",
+                f"{r['dashboard_rss_mb']} MB, peak {r['dashboard_rss_peak_mb']} MB (target <= {RSS_TARGET_MB:g} MB)",
+            ),
             ("simulator CPU", f"{r['simulator_cpu_percent']} % ({r['simulator_processes']} processes, not counted)"),
         ]
         w = max(len(k) for k, _ in rows)

@@ -42,7 +42,12 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from dashboard_tui_cost import _drain, _spawn  # noqa: E402
 
 from tests.sshd import (  # noqa: E402
-    ROOT_USER, TEST_USER, SshdServer, _ensure_root_alias, _ensure_user, sshd_missing_reason,
+    ROOT_USER,
+    TEST_USER,
+    SshdServer,
+    _ensure_root_alias,
+    _ensure_user,
+    sshd_missing_reason,
 )
 
 GOAL_PER_8_GPUS = 3.0
@@ -63,7 +68,8 @@ def start_hosts(base: Path, n: int) -> list[SshdServer]:
         sim = d / "sim"
         cfg = s.config_path.read_text().replace(
             f"TUNEDECK_HOME={s.remote_home}",
-            f"TUNEDECK_HOME={s.remote_home} TUNEDECK_SIM_STATE={sim} TUNEDECK_SIM_GPUS={GPUS_PER_HOST}")
+            f"TUNEDECK_HOME={s.remote_home} TUNEDECK_SIM_STATE={sim} TUNEDECK_SIM_GPUS={GPUS_PER_HOST}",
+        )
         s.config_path.write_text(cfg)
         s.start()
         if servers:
@@ -103,9 +109,12 @@ def measure(servers: list[SshdServer], group: str, config: Path, seconds: float,
         wall = time.monotonic() - t0
         c1 = ps.cpu_times()
         cpu = 100 * ((c1.user - c0.user) + (c1.system - c0.system)) / wall
-        return {"seconds": round(wall, 1), "local_cpu_percent": round(cpu, 2),
-                "local_rss_mb": round(max(rss) / 2**20, 1),
-                "ssh_connections": sum(len(s.session_pids(ROOT_USER)) for s in servers)}
+        return {
+            "seconds": round(wall, 1),
+            "local_cpu_percent": round(cpu, 2),
+            "local_rss_mb": round(max(rss) / 2**20, 1),
+            "ssh_connections": sum(len(s.session_pids(ROOT_USER)) for s in servers),
+        }
     finally:
         try:
             os.write(master, b"\x11")  # ctrl+q
@@ -140,13 +149,18 @@ def main() -> int:
     _ensure_user(TEST_USER)
     _ensure_root_alias()
     base = Path(tempfile.mkdtemp(prefix="tunedeck-fleetcost-"))
-    for var, sub in (("XDG_STATE_HOME", "state"), ("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config"),
-                     ("XDG_CACHE_HOME", "cache")):
+    for var, sub in (
+        ("XDG_STATE_HOME", "state"),
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_CACHE_HOME", "cache"),
+    ):
         os.environ[var] = str(base / sub)
     servers = start_hosts(base, max(counts))
     config = base / "config.toml"
-    config.write_text("[groups]\n" + "".join(
-        f"fleet{n} = {json.dumps([s.target(ROOT_USER) for s in servers[:n]])}\n" for n in counts))
+    config.write_text(
+        "[groups]\n" + "".join(f"fleet{n} = {json.dumps([s.target(ROOT_USER) for s in servers[:n]])}\n" for n in counts)
+    )
     runs: list[dict] = []
     try:
         for rep in range(args.repeats):
@@ -163,8 +177,10 @@ def main() -> int:
         for s in servers:
             s.stop()
         shutil.rmtree(base, ignore_errors=True)
-    print(f"{'hosts':>5} {'GPUs':>5} {'CPU % of a core':>16} {'per 8 GPUs':>11} {'RSS MB':>7}  (medians of "
-          f"{args.repeats}, {args.seconds:g} s after {args.warmup:g} s)")
+    print(
+        f"{'hosts':>5} {'GPUs':>5} {'CPU % of a core':>16} {'per 8 GPUs':>11} {'RSS MB':>7}  (medians of "
+        f"{args.repeats}, {args.seconds:g} s after {args.warmup:g} s)"
+    )
     ok = True
     for n in counts:
         mine = [r for r in runs if r["hosts"] == n]

@@ -50,14 +50,22 @@ def build_log(lines: int) -> bytes:
         "(APIServer pid=100) INFO 03-01 10:03:00 [loggers.py:1] Engine 000: Avg prompt throughput: 1200.5 tokens/s, "
         "Avg generation throughput: 880.2 tokens/s, Running: 5 reqs, Waiting: 1 reqs, GPU KV cache usage: 12.5%, "
         "Prefix cache hit rate: 40.0%",
-        "(APIServer pid=100) INFO:     127.0.0.1:40000 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK",
+        '(APIServer pid=100) INFO:     127.0.0.1:40000 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
         "[2026-03-01 10:03:01 TP0] Decode batch, #running-req: 12, #token: 3456, token usage: 0.42, cuda graph: True, "
         "gen throughput (token/s): 1234.56, #queue-req: 3",
         "(Worker_TP1 pid=301) WARNING 03-01 10:03:02 [custom_all_reduce.py:1] Custom allreduce is disabled",
     ]
-    block = head + [shards] + tail + [capture, "(EngineCore_DP0 pid=200) INFO 03-01 10:02:00 [gpu_model_runner.py:1] Graph capturing finished in 20 secs, took 1.20 GiB",
-                                      "(APIServer pid=100) INFO 03-01 10:02:10 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000",
-                                      "(APIServer pid=100) INFO:     Application startup complete."]
+    block = (
+        head
+        + [shards]
+        + tail
+        + [
+            capture,
+            "(EngineCore_DP0 pid=200) INFO 03-01 10:02:00 [gpu_model_runner.py:1] Graph capturing finished in 20 secs, took 1.20 GiB",
+            "(APIServer pid=100) INFO 03-01 10:02:10 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000",
+            "(APIServer pid=100) INFO:     Application startup complete.",
+        ]
+    )
     out = list(block)
     while len(out) < lines - 30:
         out.extend(serving)
@@ -67,7 +75,9 @@ def build_log(lines: int) -> bytes:
     for i in range(12):
         out.append(f'(EngineCore_DP0 pid=200) ERROR 03-01 11:00:00 [core.py:1]   File "/x/y{i}.py", line {i}, in f{i}')
         out.append(f"(EngineCore_DP0 pid=200) ERROR 03-01 11:00:00 [core.py:1]     g{i}()")
-    out.append("(EngineCore_DP0 pid=200) ERROR 03-01 11:00:00 [core.py:1] RuntimeError: CUDA error: an illegal memory access was encountered")
+    out.append(
+        "(EngineCore_DP0 pid=200) ERROR 03-01 11:00:00 [core.py:1] RuntimeError: CUDA error: an illegal memory access was encountered"
+    )
     while len(out) < lines:
         out.append("(APIServer pid=100) INFO:     Shutting down")
     return ("\n".join(out) + "\n").encode()

@@ -36,8 +36,17 @@ CONFIGS = {
     "sglang-base": ("sglang", ["--model-path", "m", "--tp-size", "8"], {}),
     "sglang-tuned": (
         "sglang",
-        ["--model-path", "m", "--tp-size", "8", "--attention-backend", "flashinfer", "--num-continuous-decode-steps", "4",
-         "--disable-custom-all-reduce"],
+        [
+            "--model-path",
+            "m",
+            "--tp-size",
+            "8",
+            "--attention-backend",
+            "flashinfer",
+            "--num-continuous-decode-steps",
+            "4",
+            "--disable-custom-all-reduce",
+        ],
         PCIE_NCCL,
     ),
     "vllm-base": ("vllm", ["m", "--tensor-parallel-size", "8"], {}),
@@ -61,10 +70,16 @@ def free_port() -> int:
 
 
 async def one_request(port: int, max_tokens: int) -> int:
-    body = json.dumps({
-        "model": "m", "messages": [{"role": "user", "content": "Write a long story about GPUs. " * 8}],
-        "max_tokens": max_tokens, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
-    }).encode()
+    body = json.dumps(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "Write a long story about GPUs. " * 8}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
@@ -100,7 +115,11 @@ def start(name: str) -> tuple[subprocess.Popen, int]:
     e.setdefault("TUNEDECK_SIM_STATE", f"/tmp/tunedeck-sim-calibration-{os.getpid()}")
     p = subprocess.Popen(
         [sys.executable, "-m", "tui", "sim", engine, *argv, "--port", str(port), "--sim-load-seconds", "1"],
-        cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=REPO,
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     ready = "The server is fired up and ready to roll!" if engine == "sglang" else "Application startup complete."
     assert p.stdout is not None
@@ -138,7 +157,12 @@ def main() -> int:
     args = ap.parse_args()
     concs = [int(x) for x in args.conc.split(",")]
     names = args.only or list(CONFIGS)
-    targets = {("sglang-base", 1): 64.0, ("sglang-base", 128): 2370.0, ("vllm-base", 1): 82.5, ("vllm-base", 128): 1536.0}
+    targets = {
+        ("sglang-base", 1): 64.0,
+        ("sglang-base", 128): 2370.0,
+        ("vllm-base", 1): 82.5,
+        ("vllm-base", 128): 1536.0,
+    }
     rows = []
     for name in names:
         p, port = start(name)

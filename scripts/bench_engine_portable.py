@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PYTHON = "/root/.pyenv/versions/3.9.18/bin/python3.9"
 FORBIDDEN = ("httpx", "psutil", "platformdirs", "textual", "rich", "uvloop")
 
-DRIVER = r'''
+DRIVER = r"""
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
 from tui.bench.config import BenchConfig
@@ -50,7 +50,7 @@ run_async(main())
 out["event_types"] = sorted({e["type"] for e in events})
 out["forbidden_loaded"] = [m for m in FORBIDDEN if m in sys.modules]
 print(json.dumps(out))
-'''.replace("FORBIDDEN", repr(FORBIDDEN))
+""".replace("FORBIDDEN", repr(FORBIDDEN))
 
 
 def free_port() -> int:
@@ -79,13 +79,38 @@ def run(python: str, *, timeout: float = 120.0) -> dict:
         port = free_port()
         env = dict(os.environ, TUNEDECK_SIM_STATE=str(Path(tmp) / "sim-state"))
         sim = subprocess.Popen(
-            [sys.executable, "-m", "tui", "sim", "vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "1",
-             "--sim-fixed-ttft-ms", "50", "--sim-fixed-itl-ms", "10"],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "tui",
+                "sim",
+                "vllm",
+                "m",
+                "-tp",
+                "8",
+                "--port",
+                str(port),
+                "--sim-load-seconds",
+                "1",
+                "--sim-fixed-ttft-ms",
+                "50",
+                "--sim-fixed-itl-ms",
+                "10",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
-            r = subprocess.run([python, "-I", "-S", "-c", DRIVER, str(root), f"http://127.0.0.1:{port}",
-                                str(Path(tmp) / "results")],
-                               capture_output=True, text=True, timeout=timeout, cwd=tmp)
+            r = subprocess.run(
+                [python, "-I", "-S", "-c", DRIVER, str(root), f"http://127.0.0.1:{port}", str(Path(tmp) / "results")],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=tmp,
+            )
         finally:
             os.killpg(sim.pid, 15)
             sim.wait(10)

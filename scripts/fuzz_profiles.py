@@ -34,8 +34,10 @@ def main() -> int:
         t = fuzz(Path(d) / "profiles", hostile=a.hostile, malformed=a.malformed, seed=a.seed)
         took = time.monotonic() - t0
     print(f"files: {a.hostile} hostile + {a.malformed} malformed (seed {a.seed}); command runs: {t.runs}; {took:.0f} s")
-    print(f"injections: {t.injections}  tracebacks: {t.tracebacks}  raw control characters: {t.raw_controls}  "
-          f"multi-line errors: {t.multi_line_errors}")
+    print(
+        f"injections: {t.injections}  tracebacks: {t.tracebacks}  raw control characters: {t.raw_controls}  "
+        f"multi-line errors: {t.multi_line_errors}"
+    )
     for e in t.examples:
         print("  " + e)
     return 0 if t.clean else 1

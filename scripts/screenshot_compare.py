@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 from textual.app import App  # noqa: E402
 
 from tui.ab.compare import compare
-from tui.ab.sides import side_from_dict
 from tui.ab.journal import Journal  # noqa: E402
+from tui.ab.sides import side_from_dict
 from tui.ui.screens.compare import CompareScreen  # noqa: E402
 
 DATA = ROOT / "screenshots" / "compare-ab.json"
@@ -57,12 +57,20 @@ async def shoot(out: Path, use_journal: bool = False, save_data: bool = False) -
         series = [list(got[0]), list(got[1])] if got else [[], []]
     if save_data:
         DATA.write_text(json.dumps({**e, "series": series}, indent=1) + "\n")
-    scr = CompareScreen(start_campaign=no_campaign, profiles=[a.profile, b.profile, "sglang-eagle3", "vllm-baseline"],
-                        a=a.profile, b=b.profile, comparison=cmp, series=(series[0], series[1]))
+    scr = CompareScreen(
+        start_campaign=no_campaign,
+        profiles=[a.profile, b.profile, "sglang-eagle3", "vllm-baseline"],
+        a=a.profile,
+        b=b.profile,
+        comparison=cmp,
+        series=(series[0], series[1]),
+    )
     app = ShotApp(scr)
     async with app.run_test(size=(120, 44)) as pilot:
         await pilot.pause(0.3)
-        scr.query_one("#ab-status").update(f"A/B {e.get('id')} {e.get('status')} on {e.get('host')}, plan {e.get('plan')}")
+        scr.query_one("#ab-status").update(
+            f"A/B {e.get('id')} {e.get('status')} on {e.get('host')}, plan {e.get('plan')}"
+        )
         await pilot.pause(0.3)
         app.save_screenshot(filename=out.name, path=str(out.parent))
     return out
@@ -75,8 +83,11 @@ async def no_campaign(*_args: object) -> None:
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--journal", action="store_true")
-    ap.add_argument("--save-data", action="store_true",
-                    help="with --journal: also write the entry and its chart series to screenshots/compare-ab.json")
+    ap.add_argument(
+        "--save-data",
+        action="store_true",
+        help="with --journal: also write the entry and its chart series to screenshots/compare-ab.json",
+    )
     ap.add_argument("--out", default=str(ROOT / "screenshots" / "compare.svg"))
     args = ap.parse_args()
     await shoot(Path(args.out), args.journal, args.save_data)

@@ -54,10 +54,16 @@ class FakeOps:
         on_progress("running", 0.5)
         await asyncio.sleep(self.bench_delay)
         v = self.speed[info.name] * level.concurrency
-        return BenchResult(f"b{self.n}-{level.concurrency}-{len(self.log)}",
-                           {"max_concurrency": level.concurrency, "output_throughput": v,
-                            "median_tpot_ms": 1000.0 / self.speed[info.name], "completed": level.num_prompts,
-                            "failed": 0})
+        return BenchResult(
+            f"b{self.n}-{level.concurrency}-{len(self.log)}",
+            {
+                "max_concurrency": level.concurrency,
+                "output_throughput": v,
+                "median_tpot_ms": 1000.0 / self.speed[info.name],
+                "completed": level.num_prompts,
+                "failed": 0,
+            },
+        )
 
     async def acceptance_rate(self, info, handle):
         return None
@@ -102,7 +108,8 @@ def fake_campaigns(ops: FakeOps):
     from tui.ab.runner import ABRunner
 
     async def start(a, b, plan, repeats, interleave, confirm):
-        return InProcessCampaign(ABRunner(ops, a, b, plan, repeats=repeats, interleave=interleave,
-                                          confirm_stop=confirm))
+        return InProcessCampaign(
+            ABRunner(ops, a, b, plan, repeats=repeats, interleave=interleave, confirm_stop=confirm)
+        )
 
     return start

@@ -85,7 +85,9 @@ class FakeEngine:
 
     async def _models(self, request: web.Request) -> web.Response:
         self.hits["/v1/models"] = self.hits.get("/v1/models", 0) + 1
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model", "root": self.model}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.model, "object": "model", "root": self.model}]}
+        )
 
     async def _metrics(self, request: web.Request) -> web.Response:
         self.hits["/metrics"] = self.hits.get("/metrics", 0) + 1

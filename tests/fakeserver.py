@@ -70,7 +70,9 @@ def main() -> int:
     if sg:
         log("Load weight begin. avail mem=70.00 GB", "TP0")
     for n in range(0, a.shards + 1):
-        out.write(f"\rLoading safetensors checkpoint shards: {n * 100 // a.shards:3d}% Completed | {n}/{a.shards} [00:00<00:00,  1.00it/s]")
+        out.write(
+            f"\rLoading safetensors checkpoint shards: {n * 100 // a.shards:3d}% Completed | {n}/{a.shards} [00:00<00:00,  1.00it/s]"
+        )
         if not sg:
             out.write("\n")
         out.flush()
@@ -97,7 +99,9 @@ def main() -> int:
         log("GPU KV cache size: 1,000 tokens")
     for n in range(0, 5):
         if sg:
-            out.write(f"\rCapturing batches (bs={5 - n} avail_mem=5.00 GB): {n * 25:3d}%|##   | {n}/4 [00:00<00:00,  1.00it/s]")
+            out.write(
+                f"\rCapturing batches (bs={5 - n} avail_mem=5.00 GB): {n * 25:3d}%|##   | {n}/4 [00:00<00:00,  1.00it/s]"
+            )
         else:
             out.write(f"Capturing CUDA graphs (decode, FULL): {n * 25:3d}%|##   | {n}/4 [00:00<00:00,  1.00it/s]\n")
         out.flush()
@@ -112,7 +116,9 @@ def main() -> int:
     try:
         srv.bind(("127.0.0.1", a.port))
     except OSError:
-        p(f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', {a.port}): address already in use")
+        p(
+            f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', {a.port}): address already in use"
+        )
         return 1
     srv.listen(16)
 
@@ -131,7 +137,9 @@ def main() -> int:
         log(f"INFO:     Uvicorn running on http://127.0.0.1:{a.port} (Press CTRL+C to quit)")
         log("The server is fired up and ready to roll!")
     else:
-        p(f"(APIServer pid=1) INFO {time.strftime('%m-%d %H:%M:%S')} [api_server.py:1] Starting vLLM API server 0 on http://127.0.0.1:{a.port}")
+        p(
+            f"(APIServer pid=1) INFO {time.strftime('%m-%d %H:%M:%S')} [api_server.py:1] Starting vLLM API server 0 on http://127.0.0.1:{a.port}"
+        )
         p("(APIServer pid=1) INFO:     Application startup complete.")
     while True:
         time.sleep(1)

@@ -129,9 +129,15 @@ class Handler(asyncio.Protocol):
         if method == "GET" and path == "/stats":
             st = Cfg.stats
             tot = [sum(st[i] for i in range(k, len(st), NSTAT)) for k in range(NSTAT)]
-            return self.simple(200, {"requests": tot[0], "tokens": tot[1],
-                                     "mean_ttft_ms": tot[2] / tot[3] * 1000 if tot[3] else None,
-                                     "mean_itl_ms": tot[4] / tot[5] * 1000 if tot[5] else None})
+            return self.simple(
+                200,
+                {
+                    "requests": tot[0],
+                    "tokens": tot[1],
+                    "mean_ttft_ms": tot[2] / tot[3] * 1000 if tot[3] else None,
+                    "mean_itl_ms": tot[4] / tot[5] * 1000 if tot[5] else None,
+                },
+            )
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             try:
                 req = json.loads(body)
@@ -146,8 +152,9 @@ class Handler(asyncio.Protocol):
         assert self.t is not None
         t_rx = _pc()
         if mode == "e500":
-            return self.simple(500, {"error": {"message": "injected failure", "type": "InternalServerError"}},
-                               "Internal Server Error")
+            return self.simple(
+                500, {"error": {"message": "injected failure", "type": "InternalServerError"}}, "Internal Server Error"
+            )
         n = int(req.get("max_completion_tokens") or req.get("max_tokens") or 16)
         prompt = req.get("prompt") if not chat else " ".join(m.get("content", "") for m in req.get("messages", []))
         plen = len(str(prompt).split())
@@ -155,14 +162,20 @@ class Handler(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         model = json.dumps(Cfg.model)
         if chat:
-            pre = ('{"id":"chatcmpl-1","object":"chat.completion.chunk","created":0,"model":%s,'
-                   '"choices":[{"index":0,"delta":{"content":" tok"},"logprobs":null,"finish_reason":' % model)
+            pre = (
+                '{"id":"chatcmpl-1","object":"chat.completion.chunk","created":0,"model":%s,'
+                '"choices":[{"index":0,"delta":{"content":" tok"},"logprobs":null,"finish_reason":' % model
+            )
         else:
-            pre = ('{"id":"cmpl-1","object":"text_completion","created":0,"model":%s,'
-                   '"choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":' % model)
+            pre = (
+                '{"id":"cmpl-1","object":"text_completion","created":0,"model":%s,'
+                '"choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":' % model
+            )
         tail_fmt = '}],"tr":%.7f,"tw":%%.7f}' % t_rx
-        usage = ('data: {"id":"x","object":"x","created":0,"model":%s,"choices":[],'
-                 '"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}\n\n' % (model, plen, plen + n, n)).encode()
+        usage = (
+            'data: {"id":"x","object":"x","created":0,"model":%s,"choices":[],'
+            '"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}\n\n' % (model, plen, plen + n, n)
+        ).encode()
         cut_at = n // 2 if mode == "cut" else -1
         bad_at = n // 2 if mode == "malformed" else -1
         ttft = Cfg.slowfirst if mode == "slowfirst" else Cfg.ttft
@@ -175,9 +188,13 @@ class Handler(asyncio.Protocol):
 
         if chat:
             # role-only opening chunk, sent at once like vLLM
-            write(_chunk(b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":0,"model":%s,'
-                         b'"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
-                         % model.encode()))
+            write(
+                _chunk(
+                    b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":0,"model":%s,'
+                    b'"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+                    % model.encode()
+                )
+            )
 
         def token(k: int) -> bytes:
             fr = '"length"' if k == n - 1 else "null"

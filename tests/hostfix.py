@@ -17,14 +17,19 @@ def pythons() -> list[tuple[tuple[int, int], str]]:
         p = shutil.which(name)
         if p:
             cands.add(os.path.realpath(p))
-    for pat in ("/usr/bin/python3.*", "/usr/local/bin/python3.*", "/root/.pyenv/versions/3.*/bin/python3.*",
-                "/opt/python/*/bin/python3*"):
+    for pat in (
+        "/usr/bin/python3.*",
+        "/usr/local/bin/python3.*",
+        "/root/.pyenv/versions/3.*/bin/python3.*",
+        "/opt/python/*/bin/python3*",
+    ):
         cands.update(p for p in glob.glob(pat) if re.search(r"python3\.\d+$", p))
     out = []
     for p in sorted(cands):
         try:
-            v = subprocess.run([p, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
-                               text=True, timeout=20).stdout.split()
+            v = subprocess.run(
+                [p, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True, timeout=20
+            ).stdout.split()
         except (OSError, subprocess.TimeoutExpired):
             continue
         if len(v) == 2 and (int(v[0]), int(v[1])) >= (3, 9):

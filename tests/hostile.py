@@ -63,8 +63,12 @@ def hostile_profile(rng: random.Random, i: int) -> str:
     p = lambda: rng.choice(PAYLOADS)  # noqa: E731
     name = f"h{i}" if rng.random() < 0.7 else p()
     engine = rng.choice(["vllm", "sglang", "vllm", p()])
-    lines = [f"name = {_tq(name)}", f"engine = {_tq(engine)}", f"model = {_tq(rng.choice(['m/x', p()]))}",
-             f"tp = {rng.choice(['1', '8', _tq(p())])}"]
+    lines = [
+        f"name = {_tq(name)}",
+        f"engine = {_tq(engine)}",
+        f"model = {_tq(rng.choice(['m/x', p()]))}",
+        f"tp = {rng.choice(['1', '8', _tq(p())])}",
+    ]
     if rng.random() < 0.3:
         lines.append(f"extra_args = {_tq(p())}")
     if rng.random() < 0.3:
@@ -110,19 +114,36 @@ def malformed_file(rng: random.Random, i: int) -> bytes:
         return base[:pos] + bytes([rng.choice([0xFF, 0xC0, 0x80, 0xFE])]) + base[pos:]
     if kind == 4:  # raw control characters (not escaped) in a key or value
         c = rng.choice([b"\x1b", b"\x07", b"\x00", b"\x9b", b"\r", b"\x7f"])
-        return base.replace(b"[flags]", b"[flags]\n\"k" + c + b"\" = \"v" + c + b"\"", 1)
+        return base.replace(b"[flags]", b'[flags]\n"k' + c + b'" = "v' + c + b'"', 1)
     if kind == 5:  # duplicate keys / tables
         return base + b"[flags]\n" + rng.choice([b"name = 1\n", b'"dup" = 1\n"dup" = 2\n'])
     if kind == 6:  # unterminated strings and brackets
         return base + rng.choice([b'x = "abc\n', b"x = [1, 2\n", b"[table\n", b"x = '''open\n", b"x = {a = 1\n"])
     if kind == 7:  # odd numbers and dates
-        return base + rng.choice([b"n = 1" + b"0" * 5000 + b"\n", b"d = 1979-13-45\n", b"f = 1e99999\n",
-                                  b"t = 25:61:00\n", b"n = 0x\n", b"n = 1__0\n"])
+        return base + rng.choice(
+            [
+                b"n = 1" + b"0" * 5000 + b"\n",
+                b"d = 1979-13-45\n",
+                b"f = 1e99999\n",
+                b"t = 25:61:00\n",
+                b"n = 0x\n",
+                b"n = 1__0\n",
+            ]
+        )
     if kind == 8:  # random bytes
         return bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 400)))
     # 9: structural nonsense
-    return rng.choice([b"\xef\xbb\xbfname = 1\n", b"= = =\n", b"[[flags]]\n[flags]\n", b"a.b = 1\na = 2\n",
-                       b"[a]\n[a.b]\n[a]\n", b"\x00" * 10, b"[" * 100 + b"\n"])
+    return rng.choice(
+        [
+            b"\xef\xbb\xbfname = 1\n",
+            b"= = =\n",
+            b"[[flags]]\n[flags]\n",
+            b"a.b = 1\na = 2\n",
+            b"[a]\n[a.b]\n[a]\n",
+            b"\x00" * 10,
+            b"[" * 100 + b"\n",
+        ]
+    )
 
 
 # ---------------------------------------------------------------------------- harness

@@ -51,7 +51,7 @@ def make_fake_bin(
         py += f'  *"import vllm"*) echo {shlex.quote(vllm_version)}; exit 0;;\n'
     py += (
         '  *"import sglang"*|*"-m sglang"*) echo "ModuleNotFoundError: No module named \'sglang\'" >&2; exit 1;;\n'
-        '  *vllm*) echo "ModuleNotFoundError: No module named \'vllm\'" >&2; exit 1;;\n'
+        "  *vllm*) echo \"ModuleNotFoundError: No module named 'vllm'\" >&2; exit 1;;\n"
         'esac\necho "fake python3: unexpected arguments: $*" >&2; exit 2\n'
     )
     _script(bin_ / "python3", py)
@@ -59,8 +59,7 @@ def make_fake_bin(
         help_all = DATA / "vllm-0.33.0-help-all.txt"
         _script(
             bin_ / "vllm",
-            logline
-            + 'case "$*" in\n'
+            logline + 'case "$*" in\n'
             f'  "--version") echo {shlex.quote(vllm_version)}; exit 0;;\n'
             f'  "serve --help=all") cat {shlex.quote(str(help_all))}; exit 0;;\n'
             '  "serve --help") echo "usage: vllm serve [model_tag] [options]"; '
@@ -70,8 +69,7 @@ def make_fake_bin(
     rows = "".join(f"{i}, {gpu_name}, {compute_cap}\\n" for i in range(gpus))
     _script(
         bin_ / "nvidia-smi",
-        logline
-        + 'if [ "$*" = "--query-gpu=index,name,compute_cap --format=csv,noheader" ]; then\n'
+        logline + 'if [ "$*" = "--query-gpu=index,name,compute_cap --format=csv,noheader" ]; then\n'
         f'  printf "{rows}"; exit 0\nfi\n'
         'echo "fake nvidia-smi: unexpected arguments: $*" >&2; exit 2\n',
     )

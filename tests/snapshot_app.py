@@ -17,8 +17,8 @@ from typing import Any, Awaitable, Callable
 from textual.pilot import Pilot
 
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_snapshot, host_stats, server
-from tui.ui.app import TunedeckApp, make_app
 from tui.model import NA, GpuProcess, GpuStatus
+from tui.ui.app import TunedeckApp, make_app
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = "gpuop@gpu-box-01"
@@ -28,10 +28,18 @@ Scene = Callable[[], tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]]
 
 
 def h200_status(n: int = 8, t: int = 0) -> GpuStatus:
-    gpus = tuple(gpu_snapshot(i, t, **GPU, memory_used=float(30000 + 9000 * i + 100 * (t % 10)))
-                 for i in range(n))
-    procs = tuple(GpuProcess(pid=4000 + i, name="sglang::scheduler_TP" + str(i), gpu_uuid=g.uuid, gpu_index=i,
-                             used_memory=float(g.memory_used) - 500) for i, g in enumerate(gpus) if i < 4)
+    gpus = tuple(gpu_snapshot(i, t, **GPU, memory_used=float(30000 + 9000 * i + 100 * (t % 10))) for i in range(n))
+    procs = tuple(
+        GpuProcess(
+            pid=4000 + i,
+            name="sglang::scheduler_TP" + str(i),
+            gpu_uuid=g.uuid,
+            gpu_index=i,
+            used_memory=float(g.memory_used) - 500,
+        )
+        for i, g in enumerate(gpus)
+        if i < 4
+    )
     return GpuStatus(state="ok", gpus=gpus, processes=procs, time=1_700_000_000.0 + t)
 
 
@@ -42,10 +50,26 @@ def servers_at(t: int) -> tuple:
     """The servers at tick ``t``: a ready SGLang under a varying load, a vLLM still starting."""
     load = (3 * t) % 16
     return (
-        server("sglang-tuned", "ready", running=float(load), waiting=float(max(0, load - 10)),
-               kv_cache_usage=0.2 + 0.04 * load, gen_throughput=110.0 * load + 40.0),
-        server("vllm-baseline", "starting", engine="vllm", model="/models/Llama-3.1-70B-Instruct", port=8000,
-               running=NA, waiting=NA, kv_cache_usage=NA, gen_throughput=NA, ttft_p50=NA),
+        server(
+            "sglang-tuned",
+            "ready",
+            running=float(load),
+            waiting=float(max(0, load - 10)),
+            kv_cache_usage=0.2 + 0.04 * load,
+            gen_throughput=110.0 * load + 40.0,
+        ),
+        server(
+            "vllm-baseline",
+            "starting",
+            engine="vllm",
+            model="/models/Llama-3.1-70B-Instruct",
+            port=8000,
+            running=NA,
+            waiting=NA,
+            kv_cache_usage=NA,
+            gen_throughput=NA,
+            ttft_p50=NA,
+        ),
     )
 
 
@@ -55,8 +79,9 @@ def _servers() -> FakeServers:
 
 def base_app(ticks: int = TICKS) -> TunedeckApp:
     gpu = FakeGpu([h200_status(8, t) for t in range(ticks)], interval=0.001)
-    app = make_app(gpu=gpu, host_source=FakeHost(host_stats()), servers=_servers(), target=TARGET,
-                   interval=0.01, keymap={})
+    app = make_app(
+        gpu=gpu, host_source=FakeHost(host_stats()), servers=_servers(), target=TARGET, interval=0.01, keymap={}
+    )
     return app
 
 
@@ -73,8 +98,12 @@ async def _until(pilot: Pilot, pred: Callable[[], bool], timeout: float = 10.0) 
 
 async def _settled(app: TunedeckApp, pilot: Pilot) -> None:
     """The feeds are exhausted (last GPU tick drawn, servers and host sampled)."""
-    await _until(pilot, lambda: app.latest.gpu.time == 1_700_000_000.0 + TICKS - 1
-                 and app.latest.servers is not None and app.latest.link.ok)
+    await _until(
+        pilot,
+        lambda: (
+            app.latest.gpu.time == 1_700_000_000.0 + TICKS - 1 and app.latest.servers is not None and app.latest.link.ok
+        ),
+    )
     app.interval = 3600.0  # the feeds go quiet (each loop sleeps after its current poll): a still frame
     await pilot.pause(0.1)
     # the server feed ran at its own pace: give every run the same history, whatever it was
@@ -122,13 +151,20 @@ def profiles() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
         await pilot.press("1")
         scr.table.move_cursor(row=names.index("sglang-tuned"))
         await pilot.press("2")
-        report = SimpleNamespace(profile="sglang-tuned", findings=(
-            Finding("info", "gpus", "8 × NVIDIA H200 (SM90)"),
-            Finding("info", "engine", "sglang 0.5.23 (read from host); 25 backends from help"),
-            Finding("warning", "backend-arch-unverified",
+        report = SimpleNamespace(
+            profile="sglang-tuned",
+            findings=(
+                Finding("info", "gpus", "8 × NVIDIA H200 (SM90)"),
+                Finding("info", "engine", "sglang 0.5.23 (read from host); 25 backends from help"),
+                Finding(
+                    "warning",
+                    "backend-arch-unverified",
                     "'flashinfer' passes argument checks on SM90 for MLA models but is unverified there; "
-                    "verify on the host", "attention_backend"),
-        ))
+                    "verify on the host",
+                    "attention_backend",
+                ),
+            ),
+        )
         scr.reports["sglang-tuned"] = report
         scr._show_report(report)
         scr.refresh_bindings()
@@ -155,8 +191,13 @@ def launch_form() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
         app.set_focus(None)
         from widgets.preset_form import PresetForm
 
-        await _until(pilot, lambda: "unsaved" in str(scr.query_one("#launch-title").render())
-                     and any(m.key == "vs saved" for m in scr.query_one(PresetForm).messages))
+        await _until(
+            pilot,
+            lambda: (
+                "unsaved" in str(scr.query_one("#launch-title").render())
+                and any(m.key == "vs saved" for m in scr.query_one(PresetForm).messages)
+            ),
+        )
         await pilot.pause(0.3)
 
     return app, run_before
@@ -170,9 +211,9 @@ def run() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
+        from tui.hostops.runstore import RunRecord
         from tui.model import StartupProgress
         from tui.ui.screens.run import RunScreen
-        from tui.hostops.runstore import RunRecord
         from widgets.server_log import ServerLog
         from widgets.startup_progress import StartupProgressView
 
@@ -185,10 +226,27 @@ def run() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
             def _start_following(self) -> None:  # nothing to follow: the log is fed below
                 pass
 
-        rec = RunRecord(run_id="20250308-122905-7f3a", target=TARGET,
-                        argv=["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-32B-Instruct",
-                              "--tp-size", "4", "--port", "30000", "--enable-metrics"],
-                        engine="sglang", port=30000, profile="sglang-tuned", pid=48213, status="starting")
+        rec = RunRecord(
+            run_id="20250308-122905-7f3a",
+            target=TARGET,
+            argv=[
+                "python3",
+                "-m",
+                "sglang.launch_server",
+                "--model-path",
+                "Qwen/Qwen2.5-32B-Instruct",
+                "--tp-size",
+                "4",
+                "--port",
+                "30000",
+                "--enable-metrics",
+            ],
+            engine="sglang",
+            port=30000,
+            profile="sglang-tuned",
+            pid=48213,
+            status="starting",
+        )
         scr = ShotRun(_Target(), rec)  # type: ignore[arg-type]
         await _settled(app, pilot)
         await app.push_screen(scr)
@@ -196,11 +254,25 @@ def run() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
         view = scr.query_one(ServerLog)
         view.append_lines(lines[:cut])
         view.flush_now()
-        scr.query_one(StartupProgressView).update(StartupProgress(
-            run_id=rec.run_id, engine="sglang", state="starting", phase="weight-loading",
-            phase_label="safetensors shards", phase_progress=8 / 13, phase_n=8, phase_total=13, fraction=0.41,
-            elapsed=23.0, eta=34.0, eta_source="history", health="down",
-            gpu_memory=(9120.0, 9120.0, 9118.0, 9118.0), time=1_741_436_958.0))
+        scr.query_one(StartupProgressView).update(
+            StartupProgress(
+                run_id=rec.run_id,
+                engine="sglang",
+                state="starting",
+                phase="weight-loading",
+                phase_label="safetensors shards",
+                phase_progress=8 / 13,
+                phase_n=8,
+                phase_total=13,
+                fraction=0.41,
+                elapsed=23.0,
+                eta=34.0,
+                eta_source="history",
+                health="down",
+                gpu_memory=(9120.0, 9120.0, 9118.0, 9118.0),
+                time=1_741_436_958.0,
+            )
+        )
         await pilot.pause(0.3)
 
     return app, run_before
@@ -208,76 +280,172 @@ def run() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
 
 def bench_script() -> list[dict]:
     """Progress lines of a 2-level sweep (C=1 done, C=16 running), as ``tunedeck bench --progress`` prints."""
-    levels = [{"level": 0, "concurrency": 1, "request_rate": "inf"}, {"level": 1, "concurrency": 16,
-                                                                       "request_rate": "inf"}]
+    levels = [
+        {"level": 0, "concurrency": 1, "request_rate": "inf"},
+        {"level": 1, "concurrency": 16, "request_rate": "inf"},
+    ]
     msgs: list[dict] = [{"type": "start", "levels": levels, "goodput": {"ttft": 200.0, "tpot": 50.0}}]
     for level, conc, secs, base in ((0, 1, 10, 88.0), (1, 16, 9, 1190.0)):
-        msgs.append({"type": "level_start", "level": level, "concurrency": conc, "request_rate": "inf",
-                     "run_id": f"20250308-1240{level}0-c{conc}"})
+        msgs.append(
+            {
+                "type": "level_start",
+                "level": level,
+                "concurrency": conc,
+                "request_rate": "inf",
+                "run_id": f"20250308-1240{level}0-c{conc}",
+            }
+        )
         total = 10 if conc == 1 else 80
         for sec in range(secs):
             ramp = min(1.0, (sec + 1) / 3)
             tok = round(base * ramp + (sec * 37 % 11) * (conc / 4), 1)
             done = min(total, (sec + 1) * (1 if conc == 1 else 7))
-            msgs.append({"type": "tick", "level": level, "second": sec, "t": sec + 1.0, "tok_s": tok,
-                         "completed": done, "total": total, "failed": 0, "in_flight": 0 if done >= total else conc,
-                         "good": done - done // 9,
-                         "cpu": [0.21 + 0.01 * (sec % 3)], "ttft_p50_ms": 41.0 + 6 * level,
-                         "ttft_p99_ms": 58.0 + 40 * level, "itl_p50_ms": 11.2 + 2.5 * level,
-                         "itl_p99_ms": 14.9 + 4 * level})
-            msgs.append({"type": "timeline", "level": level, "run_id": f"20250308-1240{level}0-c{conc}",
-                         "row": timeline_row(sec, tok, conc)})
+            msgs.append(
+                {
+                    "type": "tick",
+                    "level": level,
+                    "second": sec,
+                    "t": sec + 1.0,
+                    "tok_s": tok,
+                    "completed": done,
+                    "total": total,
+                    "failed": 0,
+                    "in_flight": 0 if done >= total else conc,
+                    "good": done - done // 9,
+                    "cpu": [0.21 + 0.01 * (sec % 3)],
+                    "ttft_p50_ms": 41.0 + 6 * level,
+                    "ttft_p99_ms": 58.0 + 40 * level,
+                    "itl_p50_ms": 11.2 + 2.5 * level,
+                    "itl_p99_ms": 14.9 + 4 * level,
+                }
+            )
+            msgs.append(
+                {
+                    "type": "timeline",
+                    "level": level,
+                    "run_id": f"20250308-1240{level}0-c{conc}",
+                    "row": timeline_row(sec, tok, conc),
+                }
+            )
         if level == 0:
-            msgs.append({"type": "level_done", "level": 0, "summary": {
-                "completed": 10, "failed": 0, "duration": 10.2, "output_throughput": 86.4,
-                "per_user_output_throughput": 86.4, "max_concurrency": 1, "median_ttft_ms": 41.3,
-                "p99_ttft_ms": 57.8, "median_itl_ms": 11.2, "p99_itl_ms": 14.8, "request_throughput": 0.98,
-                "mean_ttft_ms": 42.0, "mean_tpot_ms": 11.31, "request_goodput": 0.98, "client_bound": False,
-                "machine_busy": False, "validity": []}})
+            msgs.append(
+                {
+                    "type": "level_done",
+                    "level": 0,
+                    "summary": {
+                        "completed": 10,
+                        "failed": 0,
+                        "duration": 10.2,
+                        "output_throughput": 86.4,
+                        "per_user_output_throughput": 86.4,
+                        "max_concurrency": 1,
+                        "median_ttft_ms": 41.3,
+                        "p99_ttft_ms": 57.8,
+                        "median_itl_ms": 11.2,
+                        "p99_itl_ms": 14.8,
+                        "request_throughput": 0.98,
+                        "mean_ttft_ms": 42.0,
+                        "mean_tpot_ms": 11.31,
+                        "request_goodput": 0.98,
+                        "client_bound": False,
+                        "machine_busy": False,
+                        "validity": [],
+                    },
+                }
+            )
     return msgs
 
 
 def bench_sweep_script() -> list[dict]:
     """Progress lines of a finished 3-level sweep with goodput targets; the client is the limit at C=128."""
     concs = (1, 32, 128)
-    msgs: list[dict] = [{"type": "start", "levels": [{"concurrency": c, "request_rate": "inf"} for c in concs],
-                         "goodput": {"ttft": 500.0, "tpot": 50.0, "itl": 120.0}}]
+    msgs: list[dict] = [
+        {
+            "type": "start",
+            "levels": [{"concurrency": c, "request_rate": "inf"} for c in concs],
+            "goodput": {"ttft": 500.0, "tpot": 50.0, "itl": 120.0},
+        }
+    ]
     results = (  # completed, failed, duration, req/s, tok/s, TTFT mean/p99, TPOT mean, ITL p99, goodput req/s
         (10, 0, 11.6, 0.86, 110.3, 38.2, 51.0, 8.92, 11.40, 0.86),
         (160, 0, 14.9, 10.74, 1374.6, 121.5, 402.7, 22.31, 61.85, 10.07),
         (637, 3, 19.8, 32.17, 4117.9, 688.0, 2310.4, 29.64, 140.22, 12.42),
     )
     health = (
-        {}, {},
-        {"client_bound": True, "machine_busy": True, "client": {
-            "client_bound_reason": "a client process used 0.96 of a core",
-            "machine_busy_reason": "load 9.4 on 8 cores"}},
+        {},
+        {},
+        {
+            "client_bound": True,
+            "machine_busy": True,
+            "client": {
+                "client_bound_reason": "a client process used 0.96 of a core",
+                "machine_busy_reason": "load 9.4 on 8 cores",
+            },
+        },
     )
     for level, (conc, r, h) in enumerate(zip(concs, results, health)):
         done, failed, dur, rps, tok, ttft, ttft99, tpot, itl99, good = r
-        msgs.append({"type": "level_start", "level": level, "concurrency": conc, "request_rate": "inf",
-                     "run_id": f"20250308-1310{level}0-c{conc}"})
+        msgs.append(
+            {
+                "type": "level_start",
+                "level": level,
+                "concurrency": conc,
+                "request_rate": "inf",
+                "run_id": f"20250308-1310{level}0-c{conc}",
+            }
+        )
         secs = int(dur)
         for sec in range(secs):
             ramp = min(1.0, (sec + 1) / 3)
-            msgs.append({"type": "tick", "level": level, "second": sec, "t": sec + 1.0,
-                         "tok_s": round(tok * ramp + (sec * 37 % 11) * (conc / 8), 1),
-                         "completed": done * (sec + 1) // (secs + 1), "total": done + failed, "failed": 0,
-                         "in_flight": conc, "cpu": [min(0.97, 0.05 + 0.0075 * conc)],
-                         "good": int(good * (sec + 1)), "ttft_p50_ms": ttft * 0.9, "ttft_p99_ms": ttft99,
-                         "itl_p50_ms": tpot * 0.95, "itl_p99_ms": itl99})
-        msgs.append({"type": "level_done", "level": level, "summary": {
-            "completed": done, "failed": failed, "duration": dur, "request_throughput": rps,
-            "output_throughput": tok, "per_user_output_throughput": tok / conc, "max_concurrency": conc,
-            "mean_ttft_ms": ttft, "median_ttft_ms": ttft * 0.9, "p99_ttft_ms": ttft99, "mean_tpot_ms": tpot,
-            "median_itl_ms": tpot * 0.95, "p99_itl_ms": itl99, "request_goodput": good,
-            "client_bound": False, "machine_busy": False, **h}})
+            msgs.append(
+                {
+                    "type": "tick",
+                    "level": level,
+                    "second": sec,
+                    "t": sec + 1.0,
+                    "tok_s": round(tok * ramp + (sec * 37 % 11) * (conc / 8), 1),
+                    "completed": done * (sec + 1) // (secs + 1),
+                    "total": done + failed,
+                    "failed": 0,
+                    "in_flight": conc,
+                    "cpu": [min(0.97, 0.05 + 0.0075 * conc)],
+                    "good": int(good * (sec + 1)),
+                    "ttft_p50_ms": ttft * 0.9,
+                    "ttft_p99_ms": ttft99,
+                    "itl_p50_ms": tpot * 0.95,
+                    "itl_p99_ms": itl99,
+                }
+            )
+        msgs.append(
+            {
+                "type": "level_done",
+                "level": level,
+                "summary": {
+                    "completed": done,
+                    "failed": failed,
+                    "duration": dur,
+                    "request_throughput": rps,
+                    "output_throughput": tok,
+                    "per_user_output_throughput": tok / conc,
+                    "max_concurrency": conc,
+                    "mean_ttft_ms": ttft,
+                    "median_ttft_ms": ttft * 0.9,
+                    "p99_ttft_ms": ttft99,
+                    "mean_tpot_ms": tpot,
+                    "median_itl_ms": tpot * 0.95,
+                    "p99_itl_ms": itl99,
+                    "request_goodput": good,
+                    "client_bound": False,
+                    "machine_busy": False,
+                    **h,
+                },
+            }
+        )
     msgs.append({"type": "done", "run_ids": [f"20250308-1310{i}0-c{c}" for i, c in enumerate(concs)]})
     return msgs
 
 
-def timeline_row(sec: int, tok_s: float, conc: int, *, gpus: int = 8, cap: float = 700.0,
-                 throttle_at: int = 6) -> dict:
+def timeline_row(sec: int, tok_s: float, conc: int, *, gpus: int = 8, cap: float = 700.0, throttle_at: int = 6) -> dict:
     """One ``timeline.jsonl`` line of a level at concurrency ``conc`` (fixed, made-up figures): the
     queue fills, the KV cache grows, power climbs to the cap and the SM clock drops from
     second ``throttle_at``."""
@@ -287,21 +455,36 @@ def timeline_row(sec: int, tok_s: float, conc: int, *, gpus: int = 8, cap: float
     waiting = float(max(0, sec - 4) if conc > 1 else 0)
     power = 90.0 + (cap - 90.0) * min(1.0, 0.35 + 0.6 * load * ramp + 0.02 * sec)
     clock = 1980.0 if sec < throttle_at or conc == 1 else 1755.0 - 15 * (sec % 2)
-    return {"second": sec, "t": sec + 1.0, "wall": 1_741_437_600.0 + sec,
-            "client": {"tok_s": tok_s, "in_flight": conc, "completed": None, "failed": 0},
-            "gpu": {"util": [92.0 * load * ramp] * gpus, "mem_used": [130000.0] * gpus,
-                    "sm_clock": [clock] * gpus, "power": [round(power, 1)] * gpus, "power_limit": [cap] * gpus,
-                    "temp": [55.0 + 10 * load] * gpus, "sm_clock_max": [1980.0] * gpus},
-            "server": {"running": running, "waiting": waiting, "kv": round(0.02 + 0.5 * load * ramp + 0.03 * sec, 3),
-                       "preemptions": 0.0, "gen_tok_s": tok_s}}
+    return {
+        "second": sec,
+        "t": sec + 1.0,
+        "wall": 1_741_437_600.0 + sec,
+        "client": {"tok_s": tok_s, "in_flight": conc, "completed": None, "failed": 0},
+        "gpu": {
+            "util": [92.0 * load * ramp] * gpus,
+            "mem_used": [130000.0] * gpus,
+            "sm_clock": [clock] * gpus,
+            "power": [round(power, 1)] * gpus,
+            "power_limit": [cap] * gpus,
+            "temp": [55.0 + 10 * load] * gpus,
+            "sm_clock_max": [1980.0] * gpus,
+        },
+        "server": {
+            "running": running,
+            "waiting": waiting,
+            "kv": round(0.02 + 0.5 * load * ramp + 0.03 * sec, 3),
+            "preemptions": 0.0,
+            "gen_tok_s": tok_s,
+        },
+    }
 
 
 def bench(keys: tuple[str, ...] = ()) -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.ui.screens.bench import BenchScreen
         from tui.timeline_model import TimelineSnapshot
+        from tui.ui.screens.bench import BenchScreen
         from widgets.throughput_chart import ThroughputChart
         from widgets.timeline_charts import TimelinePanel
 
@@ -315,9 +498,16 @@ def bench(keys: tuple[str, ...] = ()) -> tuple[TunedeckApp, Callable[[Pilot], Aw
         await _settled(app, pilot)
         await app.push_screen(scr)
         panel = scr.query_one(TimelinePanel)
-        await _until(pilot, lambda: len(scr._level_info) == 2 and scr.last_tick.get("second") == 8
-                     and len(scr.timelines.get(1, TimelineSnapshot()).rows) == 9
-                     and panel.figure is not None and panel.figure.seconds == 9)
+        await _until(
+            pilot,
+            lambda: (
+                len(scr._level_info) == 2
+                and scr.last_tick.get("second") == 8
+                and len(scr.timelines.get(1, TimelineSnapshot()).rows) == 9
+                and panel.figure is not None
+                and panel.figure.seconds == 9
+            ),
+        )
         for key in keys:
             await pilot.press(key)
         await pilot.pause(0.1)
@@ -398,9 +588,14 @@ def bench_setup() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
 
 def _client_health_at_peak(e: dict) -> dict:
     """The recorded A/B with its C=16 client-health verdicts given their reasons, B's machine busy too."""
-    why = {"a": {"client_bound_reason": "a client process used 0.93 of a core"},
-           "b": {"client_bound_reason": "loop lag p99 7.9 ms with the client at 0.71 of a core",
-                 "machine_busy": True, "machine_busy_reason": "steal 9 %"}}
+    why = {
+        "a": {"client_bound_reason": "a client process used 0.93 of a core"},
+        "b": {
+            "client_bound_reason": "loop lag p99 7.9 ms with the client at 0.71 of a core",
+            "machine_busy": True,
+            "machine_busy_reason": "steal 9 %",
+        },
+    }
     for side, extra in why.items():
         for run in e[side]["runs"]:
             for lv in run["levels"]:
@@ -426,9 +621,14 @@ def compare(health: bool = False) -> tuple[TunedeckApp, Callable[[Pilot], Awaita
         a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
         cmp = compare_sides(a, b)
         series = e.get("series") or [[], []]
-        scr = CompareScreen(start_campaign=_no_campaign, profiles=[a.profile, b.profile, "sglang-eagle3",
-                                                                "vllm-baseline"],
-                            a=a.profile, b=b.profile, comparison=cmp, series=(series[0], series[1]))
+        scr = CompareScreen(
+            start_campaign=_no_campaign,
+            profiles=[a.profile, b.profile, "sglang-eagle3", "vllm-baseline"],
+            a=a.profile,
+            b=b.profile,
+            comparison=cmp,
+            series=(series[0], series[1]),
+        )
         await _settled(app, pilot)
         await app.push_screen(scr)
         await pilot.pause(0.2)
@@ -445,14 +645,27 @@ def write_ab_timelines(e: dict) -> None:
     from tui.util.files import atomic_write_json
 
     for side, throttle, base, secs, validity in (
-            ("a", 3, 784.0, 7, [{"rule": "sm_clock_low", "evidence": "SM clock below 90% of 1980 MHz in 4 of "
-                                                                     "6 s at work (mean 1762 MHz)"}]),
-            ("b", 99, 887.0, 6, [])):
+        (
+            "a",
+            3,
+            784.0,
+            7,
+            [
+                {
+                    "rule": "sm_clock_low",
+                    "evidence": "SM clock below 90% of 1980 MHz in 4 of 6 s at work (mean 1762 MHz)",
+                }
+            ],
+        ),
+        ("b", 99, 887.0, 6, []),
+    ):
         lv = next(lv for lv in e[side]["runs"][0]["levels"] if lv["concurrency"] == 16)
         d = run_dir(lv["run_id"])
         d.mkdir(parents=True, exist_ok=True)
-        rows = [timeline_row(sec, round(base * min(1.0, (sec + 1) / 2) + (sec * 37 % 11), 1), 16,
-                             throttle_at=throttle) for sec in range(secs)]
+        rows = [
+            timeline_row(sec, round(base * min(1.0, (sec + 1) / 2) + (sec * 37 % 11), 1), 16, throttle_at=throttle)
+            for sec in range(secs)
+        ]
         for r in rows if side == "a" else ():  # A: more KV cache in use, a longer queue, less power once slowed
             r["server"]["kv"] = round(min(0.97, r["server"]["kv"] * 1.3), 3)
             r["server"]["waiting"] = r["server"]["waiting"] * 2
@@ -476,9 +689,15 @@ def compare_timeline() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]
         write_ab_timelines(e)
         a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
         series = e.get("series") or [[], []]
-        scr = CompareScreen(start_campaign=_no_campaign, profiles=[a.profile, b.profile], a=a.profile,
-                            b=b.profile, comparison=compare_sides(a, b), series=(series[0], series[1]),
-                            sides=(a, b))
+        scr = CompareScreen(
+            start_campaign=_no_campaign,
+            profiles=[a.profile, b.profile],
+            a=a.profile,
+            b=b.profile,
+            comparison=compare_sides(a, b),
+            series=(series[0], series[1]),
+            sides=(a, b),
+        )
         await _settled(app, pilot)
         await app.push_screen(scr)
         panel = scr.query_one("#ab-timeline", TimelinePanel)
@@ -497,14 +716,30 @@ def runs() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.ui.screens.runs import RunsScreen
         from tui.hostops.runstore import RunRecord
+        from tui.ui.screens.runs import RunsScreen
 
-        recs = [RunRecord(f"7f3a00{i:02d}", TARGET, ["x"], engine=e, port=port, profile=prof, status=st,
-                          created=1_741_436_000.0 + 3600 * i, started=1_741_436_000.0 + 3600 * i, rc=rc)
-                for i, (prof, e, port, st, rc) in enumerate((
-                    ("sglang-base", "sglang", 30000, "stopped", 0), ("sglang-tuned", "sglang", 30000, "failed", 1),
-                    ("vllm-baseline", "vllm", 8000, "ready", None)))]
+        recs = [
+            RunRecord(
+                f"7f3a00{i:02d}",
+                TARGET,
+                ["x"],
+                engine=e,
+                port=port,
+                profile=prof,
+                status=st,
+                created=1_741_436_000.0 + 3600 * i,
+                started=1_741_436_000.0 + 3600 * i,
+                rc=rc,
+            )
+            for i, (prof, e, port, st, rc) in enumerate(
+                (
+                    ("sglang-base", "sglang", 30000, "stopped", 0),
+                    ("sglang-tuned", "sglang", 30000, "failed", 1),
+                    ("vllm-baseline", "vllm", 8000, "ready", None),
+                )
+            )
+        ]
         await _settled(app, pilot)
         await app.push_screen(RunsScreen(records=recs))
         await pilot.pause(0.2)
@@ -530,9 +765,14 @@ def confirm_stop() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
         from tui.ui.screens.modals import ConfirmModal
 
         await _settled(app, pilot)
-        await app.push_screen(ConfirmModal("Stop run 20250308-122905-7f3a on gpuop@gpu-box-01 (pid 48213)?\n"
-                                           "TERM, then KILL after 30 s.", title="Stop the server", action="Stop",
-                                           danger=True))
+        await app.push_screen(
+            ConfirmModal(
+                "Stop run 20250308-122905-7f3a on gpuop@gpu-box-01 (pid 48213)?\nTERM, then KILL after 30 s.",
+                title="Stop the server",
+                action="Stop",
+                danger=True,
+            )
+        )
         await pilot.pause(0.2)
 
     return app, run_before
@@ -545,9 +785,18 @@ def hosts() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
         from tui.ui.screens.hosts import HostsModal
 
         await _settled(app, pilot)
-        await app.push_screen(HostsModal(TARGET, [(TARGET, "current"), ("gpu-box-02", "used before"),
-                                                  ("h200-a", "~/.ssh/config"), ("local", "this machine"),
-                                                  ("demo", "the simulator")]))
+        await app.push_screen(
+            HostsModal(
+                TARGET,
+                [
+                    (TARGET, "current"),
+                    ("gpu-box-02", "used before"),
+                    ("h200-a", "~/.ssh/config"),
+                    ("local", "this machine"),
+                    ("demo", "the simulator"),
+                ],
+            )
+        )
         await pilot.pause(0.2)
 
     return app, run_before
@@ -556,22 +805,37 @@ def hosts() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
 def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
     """Five hosts: two busy 8-GPU boxes (the first expanded), a 4-GPU box with a server, one
     refusing the login and one unreachable (its next try an hour away, so the frame is still)."""
-    from tui.ui.fleet_app import FleetApp
     from tui.collectors.fleet import FleetMember
-    from tui.hostops.hosts import HostError
     from tui.collectors.sources import Sources
+    from tui.hostops.hosts import HostError
+    from tui.ui.fleet_app import FleetApp
 
     def member(target: str, gpu: GpuStatus, host: Any, servers: tuple = ()) -> FleetMember:
-        return FleetMember(target, None, Sources(gpu=FakeGpu([gpu]), host=FakeHost(host),
-                                                 servers=FakeServers(servers)))
+        return FleetMember(target, None, Sources(gpu=FakeGpu([gpu]), host=FakeHost(host), servers=FakeServers(servers)))
 
     down = GpuStatus("host-unreachable", message="connection refused")
     members = [
         member("gpu-box-01", h200_status(8, 3), host_stats(hostname="gpu-box-01"), servers_at(TICKS - 1)[:1]),
         member("gpu-box-02", h200_status(8, 7), host_stats(hostname="gpu-box-02")),
-        member("gpuop@gpu-box-03", h200_status(4, 11), host_stats(hostname="gpu-box-03"),
-               (server("vllm-baseline", "ready", engine="vllm", model="/models/Llama-3.1-8B-Instruct", port=8000,
-                       running=4.0, waiting=0.0, kv_cache_usage=0.12, gen_throughput=402.5, ttft_p50=0.048),)),
+        member(
+            "gpuop@gpu-box-03",
+            h200_status(4, 11),
+            host_stats(hostname="gpu-box-03"),
+            (
+                server(
+                    "vllm-baseline",
+                    "ready",
+                    engine="vllm",
+                    model="/models/Llama-3.1-8B-Instruct",
+                    port=8000,
+                    running=4.0,
+                    waiting=0.0,
+                    kv_cache_usage=0.12,
+                    gen_throughput=402.5,
+                    ttft_p50=0.048,
+                ),
+            ),
+        ),
         member("gpu-box-04", down, HostError("auth-failed", "Permission denied (publickey)", target="gpu-box-04")),
         member("10.0.0.7:2222", down, HostError("unreachable", "connection refused", target="10.0.0.7:2222")),
     ]
@@ -580,9 +844,14 @@ def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
     async def run_before(pilot: Pilot) -> None:
         from widgets.fleet_table import FleetTable
 
-        await _until(pilot, lambda: sum(1 for x in app.latest.values() if x.link.ok) == 3
-                     and all(x.servers is not None for t, x in app.latest.items() if x.link.ok)
-                     and {x.link.state for x in app.latest.values()} == {"connected", "failed", "unreachable"})
+        await _until(
+            pilot,
+            lambda: (
+                sum(1 for x in app.latest.values() if x.link.ok) == 3
+                and all(x.servers is not None for t, x in app.latest.items() if x.link.ok)
+                and {x.link.state for x in app.latest.values()} == {"connected", "failed", "unreachable"}
+            ),
+        )
         app.interval = 3600.0  # the feeds go quiet: a still frame
         from dataclasses import replace
 
@@ -597,11 +866,23 @@ def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
 
 
 SCENES: dict[str, Scene] = {
-    "status": status, "profiles": profiles, "launch-form": launch_form, "run": run, "bench": bench,
-    "bench-sweep": bench_sweep, "bench-timeline": bench_timeline, "bench-setup": bench_setup,
-    "bench-setup-slo": bench_setup_slo, "compare": compare, "compare-client-health": lambda: compare(health=True),
-    "compare-timeline": compare_timeline, "runs": runs, "keys": keys, "confirm-stop": confirm_stop,
-    "hosts": hosts, "fleet": fleet,
+    "status": status,
+    "profiles": profiles,
+    "launch-form": launch_form,
+    "run": run,
+    "bench": bench,
+    "bench-sweep": bench_sweep,
+    "bench-timeline": bench_timeline,
+    "bench-setup": bench_setup,
+    "bench-setup-slo": bench_setup_slo,
+    "compare": compare,
+    "compare-client-health": lambda: compare(health=True),
+    "compare-timeline": compare_timeline,
+    "runs": runs,
+    "keys": keys,
+    "confirm-stop": confirm_stop,
+    "hosts": hosts,
+    "fleet": fleet,
 }
 
 __all__ = ["SCENES", "Scene", "base_app", "bench_script", "bench_sweep_script", "h200_status"]

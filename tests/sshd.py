@@ -302,11 +302,7 @@ class SshdServer:
             return []
         assert self.proc is not None
         prefix = f"sshd: {user}@notty" if user else "sshd: "
-        return [
-            p
-            for p in _descendants(self.proc.pid)
-            if _cmdline(p).startswith(prefix) and "@notty" in _cmdline(p)
-        ]
+        return [p for p in _descendants(self.proc.pid) if _cmdline(p).startswith(prefix) and "@notty" in _cmdline(p)]
 
     def kill_sessions(self, user: str | None = None) -> int:
         """Drop connections (kill ``sshd: USER@notty``) while sshd keeps listening."""

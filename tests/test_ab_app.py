@@ -14,14 +14,20 @@ async def test_compare_mode_opens_with_last_ab_and_demo_ops():
     from tests.abfakes import FakeOps
     from tui.ab.plans import load_plan
     from tui.ab.runner import ABRunner
+    from tui.sim.demo import demo_host
     from tui.ui.app import make_app
     from tui.ui.screens.compare import CompareScreen
-    from tui.sim.demo import demo_host
     from widgets.compare_table import CompareTable
 
     rep = await ABRunner(FakeOps(), "base", "tuned", load_plan("quick")).run()  # a journal entry
-    app = make_app(demo_host(), gpu=ui_fakes.FakeGpu(), host_source=ui_fakes.FakeHost(),
-                   servers=ui_fakes.FakeServers(), target="demo", interval=0.2)
+    app = make_app(
+        demo_host(),
+        gpu=ui_fakes.FakeGpu(),
+        host_source=ui_fakes.FakeHost(),
+        servers=ui_fakes.FakeServers(),
+        target="demo",
+        interval=0.2,
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         await pilot.press("c")

@@ -25,18 +25,57 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=60)
 
 
-def write_run(run_id: str, c: int, tput: float, tpot: float, *, profile: str, argv, env, in_len=128,
-              ignore_eos=True, sweep_id=None, level=0) -> None:
+def write_run(
+    run_id: str,
+    c: int,
+    tput: float,
+    tpot: float,
+    *,
+    profile: str,
+    argv,
+    env,
+    in_len=128,
+    ignore_eos=True,
+    sweep_id=None,
+    level=0,
+) -> None:
     d = data_dir() / "results" / run_id
-    params = {"max_concurrency": c, "input_len": in_len, "output_len": 64, "ignore_eos": ignore_eos,
-              "endpoint": "completions", "temperature": 0.0, "num_prompts": 10}
-    atomic_write_json(d / "meta.json", {"run_id": run_id, "model": "m", "profile": profile, "params": params,
-                                        "server": {"argv": argv, "env": env, "engine": "sglang"},
-                                        "sweep_id": sweep_id, "level": level})
-    atomic_write_json(d / "summary.json", {"run_id": run_id, "max_concurrency": c, "completed": 10, "failed": 0,
-                                           "output_throughput": tput, "median_tpot_ms": tpot,
-                                           "median_ttft_ms": 40.0, "p99_ttft_ms": 80.0, "p99_itl_ms": tpot * 2,
-                                           "params": params})
+    params = {
+        "max_concurrency": c,
+        "input_len": in_len,
+        "output_len": 64,
+        "ignore_eos": ignore_eos,
+        "endpoint": "completions",
+        "temperature": 0.0,
+        "num_prompts": 10,
+    }
+    atomic_write_json(
+        d / "meta.json",
+        {
+            "run_id": run_id,
+            "model": "m",
+            "profile": profile,
+            "params": params,
+            "server": {"argv": argv, "env": env, "engine": "sglang"},
+            "sweep_id": sweep_id,
+            "level": level,
+        },
+    )
+    atomic_write_json(
+        d / "summary.json",
+        {
+            "run_id": run_id,
+            "max_concurrency": c,
+            "completed": 10,
+            "failed": 0,
+            "output_throughput": tput,
+            "median_tpot_ms": tpot,
+            "median_ttft_ms": 40.0,
+            "p99_ttft_ms": 80.0,
+            "p99_itl_ms": tpot * 2,
+            "params": params,
+        },
+    )
 
 
 async def test_compare_journal_ab_and_sides():
@@ -52,10 +91,25 @@ async def test_compare_journal_ab_and_sides():
 
 
 def test_compare_two_stored_runs_with_exports(tmp_path: Path):
-    write_run("20261130-100000-aaaaaa", 16, 1000.0, 10.0, profile="sglang-base",
-              argv=["sglang", "serve", "--attention-backend=triton"], env={})
-    write_run("20261130-100100-bbbbbb", 16, 1200.0, 8.0, profile="sglang-tuned",
-              argv=["sglang", "serve", "--attention-backend=flashinfer"], env={"NCCL_PROTO": "LL"}, in_len=256)
+    write_run(
+        "20261130-100000-aaaaaa",
+        16,
+        1000.0,
+        10.0,
+        profile="sglang-base",
+        argv=["sglang", "serve", "--attention-backend=triton"],
+        env={},
+    )
+    write_run(
+        "20261130-100100-bbbbbb",
+        16,
+        1200.0,
+        8.0,
+        profile="sglang-tuned",
+        argv=["sglang", "serve", "--attention-backend=flashinfer"],
+        env={"NCCL_PROTO": "LL"},
+        in_len=256,
+    )
     md = tmp_path / "cmp.md"
     r = cli("compare", "20261130-100000", "20261130-100100-bbbbbb", "--markdown", str(md))
     assert r.returncode == 0, r.stderr
@@ -102,10 +156,28 @@ def test_plans_command():
 
 def test_compare_two_sweeps():
     for i, c in enumerate((1, 8, 32)):
-        write_run(f"20261130-1000{i}0-aaaaa{i}", c, 100.0 * c, 10.0, profile="a", argv=["s"], env={},
-                  sweep_id="sweep-A", level=i)
-        write_run(f"20261130-1001{i}0-bbbbb{i}", c, 110.0 * c, 9.0, profile="b", argv=["s"], env={},
-                  sweep_id="sweep-B", level=i)
+        write_run(
+            f"20261130-1000{i}0-aaaaa{i}",
+            c,
+            100.0 * c,
+            10.0,
+            profile="a",
+            argv=["s"],
+            env={},
+            sweep_id="sweep-A",
+            level=i,
+        )
+        write_run(
+            f"20261130-1001{i}0-bbbbb{i}",
+            c,
+            110.0 * c,
+            9.0,
+            profile="b",
+            argv=["s"],
+            env={},
+            sweep_id="sweep-B",
+            level=i,
+        )
     r = cli("compare", "sweep-A", "sweep-B", "--json")
     assert r.returncode == 0, r.stderr
     rows = {row["key"]: row for row in json.loads(r.stdout)["rows"]}

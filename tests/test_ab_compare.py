@@ -9,9 +9,9 @@ import json
 import pytest
 
 from tui.ab.compare import DEFAULT_NOISE_PCT, Stat, compare, judge, noise_band
-from tui.ab.sides import LevelResult, Side, SideRun, side_from_dict, side_to_dict, summaries_to_levels
 from tui.ab.confdiff import config_diff
 from tui.ab.render import render, to_csv, to_dict, to_markdown, to_text
+from tui.ab.sides import LevelResult, Side, SideRun, side_from_dict, side_to_dict, summaries_to_levels
 
 
 def summ(c, tput, tpot, ttft=50.0, failed=0, **kw):
@@ -31,15 +31,21 @@ def summ(c, tput, tpot, ttft=50.0, failed=0, **kw):
 
 def side(label, profile, runs, argv=("sglang", "--tp", "8"), env=None, params=None, model="m"):
     return Side(
-        label, profile, "sglang", model, tuple(argv), env or {},
+        label,
+        profile,
+        "sglang",
+        model,
+        tuple(argv),
+        env or {},
         params or {"ignore_eos": True, "levels": [{"concurrency": 1, "input_len": 128, "output_len": 64}]},
         tuple(runs),
     )
 
 
 def run(single, peak, tpot1=10.0, tpot_p=25.0, startup=30.0, **kw):
-    return SideRun((LevelResult(1, summ(1, single, tpot1)), LevelResult(128, summ(128, peak, tpot_p, **kw))),
-                   startup_s=startup)
+    return SideRun(
+        (LevelResult(1, summ(1, single, tpot1)), LevelResult(128, summ(128, peak, tpot_p, **kw))), startup_s=startup
+    )
 
 
 def test_better_worse_noise_verdicts_and_direction():
@@ -100,8 +106,16 @@ def test_repeats_mean_and_spread_in_rows():
 
 def test_config_diff_flags_and_env():
     a = ["python", "-m", "sglang.launch_server", "--tp=8", "--attention-backend", "triton", "--x"]
-    b = ["python", "-m", "sglang.launch_server", "--tp", "8", "--attention-backend=flashinfer",
-         "--disable-custom-all-reduce", "--num-continuous-decode-steps=4"]
+    b = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--tp",
+        "8",
+        "--attention-backend=flashinfer",
+        "--disable-custom-all-reduce",
+        "--num-continuous-decode-steps=4",
+    ]
     d = config_diff(a, {"A": "1", "HF_TOKEN": "s1"}, b, {"A": "1", "NCCL_PROTO": "LL", "HF_TOKEN": "s2"})
     got = {(c.kind, c.name): (c.a, c.b) for c in d}
     assert got == {
@@ -127,14 +141,20 @@ def test_warnings_model_lengths_ignore_eos_failures():
 
 
 def test_warnings_give_the_client_health_verdicts_with_their_reasons():
-    client = {"client_bound": True, "client_bound_reason": "a client process used 0.97 of a core",
-              "machine_busy": True, "machine_busy_reason": "steal 12 %"}
+    client = {
+        "client_bound": True,
+        "client_bound_reason": "a client process used 0.97 of a core",
+        "machine_busy": True,
+        "machine_busy_reason": "steal 12 %",
+    }
     a = side("A", "base", [run(100, 5000, client_bound=True, machine_busy=True, client=client)])
     b = side("B", "tuned", [run(110, 5100, machine_busy=True, client={"machine_busy": True})])
     cmp = compare(a, b)
     w = "\n".join(cmp.warnings)
-    assert ("A: the benchmark client was saturated at C=128 (a client process used 0.97 of a core); "
-            "throughput may be understated") in w
+    assert (
+        "A: the benchmark client was saturated at C=128 (a client process used 0.97 of a core); "
+        "throughput may be understated"
+    ) in w
     assert "A: the benchmark client's machine was busy at C=128 (steal 12 %); its timestamps may be late" in w
     assert "B: the benchmark client's machine was busy at C=128; its timestamps may be late" in w  # no reason
     assert "B: the benchmark client was saturated" not in w and "C=1 " not in w
@@ -143,8 +163,11 @@ def test_warnings_give_the_client_health_verdicts_with_their_reasons():
 
 def test_missing_values_are_na_not_zero():
     a = side("A", "base", [SideRun((LevelResult(1, {"max_concurrency": 1, "output_throughput": 50.0}),))])
-    b = side("B", "tuned", [SideRun((LevelResult(1, {"max_concurrency": 1, "output_throughput": 60.0,
-                                                        "median_tpot_ms": 9.0}),))])
+    b = side(
+        "B",
+        "tuned",
+        [SideRun((LevelResult(1, {"max_concurrency": 1, "output_throughput": 60.0, "median_tpot_ms": 9.0}),))],
+    )
     cmp = compare(a, b)
     r = cmp.row("single_decode_tok_s")
     assert r.a is None and r.outcome == "na" and r.verdict.startswith("n/a")
@@ -163,6 +186,7 @@ def test_spec_acceptance_row_only_when_present():
 def test_sweep_intermediate_levels():
     def sw(k):
         return SideRun(tuple(LevelResult(c, summ(c, c * 10.0 * k, 10.0)) for c in (1, 8, 32, 128)))
+
     cmp = compare(side("A", "a", [sw(1.0)]), side("B", "b", [sw(1.1)]))
     keys = [r.key for r in cmp.rows]
     assert "output_tok_s_c8" in keys and "output_tok_s_c32" in keys

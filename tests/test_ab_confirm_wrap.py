@@ -10,8 +10,7 @@ from tui.ui.screens.modals import ConfirmModal
 
 pytestmark = pytest.mark.timeout(60)
 
-QUESTION = ("Stop what is running on demo (run 6b0d724594df (sglang-base), pid 29237) "
-            "to start the A/B?")
+QUESTION = "Stop what is running on demo (run 6b0d724594df (sglang-base), pid 29237) to start the A/B?"
 
 
 async def test_long_question_wraps_inside_the_dialog():

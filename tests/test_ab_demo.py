@@ -46,8 +46,9 @@ def profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         names[src] = dst
     bad = (user / "t-base.toml").read_text().replace('name = "t-base"', 'name = "t-oom"')
     typo = bad.replace('name = "t-oom"', 'name = "t-typo"')
-    bad = bad.replace("schema_version = 1",
-                      'schema_version = 1\nextra_args = "--sim-fault oom"\nallow_unlisted_flags = true', 1)
+    bad = bad.replace(
+        "schema_version = 1", 'schema_version = 1\nextra_args = "--sim-fault oom"\nallow_unlisted_flags = true', 1
+    )
     (user / "t-oom.toml").write_text(bad)
     names["oom"] = "t-oom"
     typo = typo.replace("schema_version = 1", 'schema_version = 1\nextra_args = "--attention-backnd triton"', 1)
@@ -57,8 +58,9 @@ def profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=timeout, env=dict(os.environ))
+    return subprocess.run(
+        [*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout, env=dict(os.environ)
+    )
 
 
 async def nothing_running() -> tuple[list, list | None]:
@@ -72,8 +74,7 @@ async def nothing_running() -> tuple[list, list | None]:
 
 
 def test_ab_demo_tuned_wins_and_nothing_left_running(profiles):
-    r = run_cli("ab", profiles["sglang-base"], profiles["sglang-tuned"], "--demo", "--plan", "quick",
-                "--json", "--yes")
+    r = run_cli("ab", profiles["sglang-base"], profiles["sglang-tuned"], "--demo", "--plan", "quick", "--json", "--yes")
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(r.stdout)
     assert rep["status"] == "completed"
@@ -90,8 +91,12 @@ def test_ab_demo_tuned_wins_and_nothing_left_running(profiles):
     assert single["outcome"] == "better" and peak["outcome"] == "better", peak
     assert abs(peak["delta_pct"] - expected_gain_pct(16)) <= 6.0, (peak, expected_gain_pct(16))
     names = {c["name"] for c in cmp["config_diff"]}
-    assert {"--attention-backend", "--num-continuous-decode-steps", "--disable-custom-all-reduce",
-            "NCCL_PROTO"} <= names
+    assert {
+        "--attention-backend",
+        "--num-continuous-decode-steps",
+        "--disable-custom-all-reduce",
+        "NCCL_PROTO",
+    } <= names
     for side in ("a", "b"):
         run = rep[side]["runs"][0]
         assert run["startup_s"] and run["server_log"]
@@ -130,8 +135,8 @@ async def test_pilot_one_key_runs_demo_ab_and_shows_comparison(profiles):
     """In the TUI: mark A and B, press g; the real A/B runs over the simulator and the view appears."""
     from textual.app import App
 
-    from tui.ui.screens.compare import CompareScreen
     from tui.sim.demo import demo_host
+    from tui.ui.screens.compare import CompareScreen
     from widgets.compare_chart import CompareChart
     from widgets.compare_table import CompareTable
 
@@ -168,9 +173,23 @@ def test_ab_detaches_on_sigterm_and_cancel_stops_the_server_keeping_results(prof
     import signal
     import time
 
-    proc = subprocess.Popen([*tunedeck_cmd(), "ab", profiles["sglang-base"], profiles["sglang-tuned"], "--demo",
-                             "--plan", "quick", "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=REPO, env=dict(os.environ))
+    proc = subprocess.Popen(
+        [
+            *tunedeck_cmd(),
+            "ab",
+            profiles["sglang-base"],
+            profiles["sglang-tuned"],
+            "--demo",
+            "--plan",
+            "quick",
+            "--yes",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ),
+    )
     seen = []
     deadline = time.monotonic() + 200
     assert proc.stderr is not None

@@ -13,11 +13,25 @@ from tui.util.paths import data_dir
 def test_journal_lives_in_data_dir_and_appends():
     j = Journal()
     assert j.path == data_dir() / "journal.jsonl" == journal_path()
-    j.record_launch("run-1", profile="sglang-base", host="demo", ready=True, startup_s=12.5,
-                    server_log="/h/runs/run-1/server.log", timeline=[{"phase": "ready", "t": 12.5}])
-    j.record_bench("bench-1", profile="sglang-base", host="demo", concurrency=1,
-                   summary={"output_throughput": 99.5, "median_tpot_ms": 10.0, "junk": 1},
-                   ab_id="ab-1", side="A", launch_run_id="run-1")
+    j.record_launch(
+        "run-1",
+        profile="sglang-base",
+        host="demo",
+        ready=True,
+        startup_s=12.5,
+        server_log="/h/runs/run-1/server.log",
+        timeline=[{"phase": "ready", "t": 12.5}],
+    )
+    j.record_bench(
+        "bench-1",
+        profile="sglang-base",
+        host="demo",
+        concurrency=1,
+        summary={"output_throughput": 99.5, "median_tpot_ms": 10.0, "junk": 1},
+        ab_id="ab-1",
+        side="A",
+        launch_run_id="run-1",
+    )
     lines = j.path.read_text().splitlines()
     assert len(lines) == 2
     assert json.loads(lines[1])["numbers"] == {"output_throughput": 99.5, "median_tpot_ms": 10.0}
@@ -27,8 +41,16 @@ def test_ab_start_then_end_latest_wins_and_interrupted():
     j = Journal()
     j.append({"kind": "ab", "id": "ab-x", "status": "running", "a": {"profile": "p1"}, "b": {"profile": "p2"}})
     assert j.entries("ab")[0]["status"] == "interrupted"
-    j.append({"kind": "ab", "id": "ab-x", "status": "completed", "a": {"profile": "p1"}, "b": {"profile": "p2"},
-              "comparison": {"headline": "B is faster", "rows": []}})
+    j.append(
+        {
+            "kind": "ab",
+            "id": "ab-x",
+            "status": "completed",
+            "a": {"profile": "p1"},
+            "b": {"profile": "p2"},
+            "comparison": {"headline": "B is faster", "rows": []},
+        }
+    )
     ents = j.entries("ab")
     assert len(ents) == 1 and ents[0]["status"] == "completed"
     assert j.find("ab-") is ents[0] or j.find("ab-")["id"] == "ab-x"
@@ -55,16 +77,39 @@ def test_nan_is_stored_as_null():
 
 def test_exports():
     j = Journal()
-    j.record_launch("run-1", profile="sglang-base", host="demo", ready=False, diagnosis="CUDA out of memory",
-                    server_log="/l/server.log")
+    j.record_launch(
+        "run-1",
+        profile="sglang-base",
+        host="demo",
+        ready=False,
+        diagnosis="CUDA out of memory",
+        server_log="/l/server.log",
+    )
     j.record_bench("bench-1", profile="sglang-base", concurrency=16, summary={"output_throughput": 1234.5})
-    j.append({"kind": "ab", "id": "ab-1", "status": "completed", "host": "demo", "plan": "quick",
-              "a": {"profile": "sglang-base", "runs": [{"startup_s": 3.0, "server_log": "/a.log",
-                                                         "levels": [{"run_id": "bench-1", "concurrency": 1}]}]},
-              "b": {"profile": "sglang-tuned", "runs": []},
-              "comparison": {"headline": "B (sglang-tuned) is faster", "a": "A", "b": "B",
-                             "rows": [{"metric": "Peak", "a": {"mean": 10.0}, "b": {"mean": 12.0},
-                                       "delta_pct": 20.0, "verdict": "B +20%"}]}})
+    j.append(
+        {
+            "kind": "ab",
+            "id": "ab-1",
+            "status": "completed",
+            "host": "demo",
+            "plan": "quick",
+            "a": {
+                "profile": "sglang-base",
+                "runs": [
+                    {"startup_s": 3.0, "server_log": "/a.log", "levels": [{"run_id": "bench-1", "concurrency": 1}]}
+                ],
+            },
+            "b": {"profile": "sglang-tuned", "runs": []},
+            "comparison": {
+                "headline": "B (sglang-tuned) is faster",
+                "a": "A",
+                "b": "B",
+                "rows": [
+                    {"metric": "Peak", "a": {"mean": 10.0}, "b": {"mean": 12.0}, "delta_pct": 20.0, "verdict": "B +20%"}
+                ],
+            },
+        }
+    )
     ents = j.entries()
     md = export(ents, "md")
     assert "CUDA out of memory" in md and "`bench-1`" in md

@@ -108,8 +108,13 @@ def test_cli_plans_check_reports_error(tmp_path: Path):
 
     f = tmp_path / "broken.toml"
     f.write_text(GOOD.replace("warmup = 1", "warmup = -1"))
-    r = subprocess.run([*tunedeck_cmd(), "plans", "check", str(f)], capture_output=True, text=True,
-                       cwd=Path(__file__).parent.parent, timeout=60)
+    r = subprocess.run(
+        [*tunedeck_cmd(), "plans", "check", str(f)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+        timeout=60,
+    )
     assert r.returncode == 2, r.stderr
     assert "broken.toml:6: warmup: must be >= 0" in r.stderr
     assert "Traceback" not in r.stderr

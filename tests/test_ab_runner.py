@@ -10,9 +10,9 @@ import asyncio
 
 import pytest
 
+from tests.abfakes import FakeOps
 from tui.ab.journal import Journal
 from tui.ab.plans import load_plan
-from tests.abfakes import FakeOps
 from tui.ab.runner import ABRunner
 
 
@@ -27,8 +27,16 @@ async def test_sequence_and_comparison(plan):
     rep = await ABRunner(ops, "base", "tuned", plan, on_event=events.append).run()
     assert rep.status == "completed", rep.error
     assert ops.log == [
-        "launch base", "flush base", "bench base C=1", "bench base C=16", "stop base",
-        "launch tuned", "flush tuned", "bench tuned C=1", "bench tuned C=16", "stop tuned",
+        "launch base",
+        "flush base",
+        "bench base C=1",
+        "bench base C=16",
+        "stop base",
+        "launch tuned",
+        "flush tuned",
+        "bench tuned C=1",
+        "bench tuned C=16",
+        "stop tuned",
     ]
     assert not ops.live
     r = rep.comparison.row("peak_output_tok_s")

@@ -78,8 +78,14 @@ def test_ab_over_ssh(sshd: SshdServer, tmp_path: Path, monkeypatch: pytest.Monke
         (user / f"{dst}.toml").write_text(text)
     env = sshd.client_env(TUNEDECK_PROFILES=str(user))
     target = sshd.target(ROOT_USER)  # uid 0: the remote side runs this machine's Python
-    r = subprocess.run([*tunedeck_cmd(), "ab", "s-base", "s-tuned", "--host", target, "--plan", "quick",
-                        "--yes", "--json"], capture_output=True, text=True, cwd=REPO, env=env, timeout=280)
+    r = subprocess.run(
+        [*tunedeck_cmd(), "ab", "s-base", "s-tuned", "--host", target, "--plan", "quick", "--yes", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=280,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(r.stdout)
     assert rep["status"] == "completed" and rep["host"] == target
@@ -91,4 +97,3 @@ def test_ab_over_ssh(sshd: SshdServer, tmp_path: Path, monkeypatch: pytest.Monke
     assert "GPU memory freed" in r.stderr
     alive, apps = asyncio.run(remote_state(sshd))
     assert alive == [] and apps == []
-

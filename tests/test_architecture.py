@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from tests.conftest import REPO
 from tests.simfix import SimProc, free_port
@@ -71,8 +72,14 @@ def _imported(argv: list[str], env_extra: dict[str, str] | None = None) -> tuple
     import os
 
     env = dict(os.environ, **(env_extra or {}))
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "tui", *argv], capture_output=True, text=True,
-                       cwd=REPO, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "tui", *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
     mods = set()
     for line in r.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:
@@ -92,9 +99,23 @@ def test_a_real_benchmark_never_loads_textual_or_rich(tmp_path: Path):
     port = free_port()
     with SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "0.2") as sim:
         sim.wait_ready()
-        r, mods = _imported(["bench", "--url", f"http://127.0.0.1:{port}", "--num-prompts", "4", "--concurrency",
-                             "2", "--input-len", "8", "--output-len", "4", "--json", "-"],
-                            )
+        r, mods = _imported(
+            [
+                "bench",
+                "--url",
+                f"http://127.0.0.1:{port}",
+                "--num-prompts",
+                "4",
+                "--concurrency",
+                "2",
+                "--input-len",
+                "8",
+                "--output-len",
+                "4",
+                "--json",
+                "-",
+            ],
+        )
     assert r.returncode == 0, r.stderr[-2000:]
     assert '"completed": 4' in r.stdout
     assert not mods & {"textual", "rich", "widgets", "plotext"}, sorted(mods & {"textual", "rich", "widgets"})

@@ -12,10 +12,10 @@ from tests.conftest import tunedeck_cmd
 from tests.fakesrv import FakeServer
 from tui.bench import store
 from tui.bench.client import EndpointConfig, RequestSpec, make_client, stream_request
-from tui.bench.http import Dechunk as _Dechunk
-from tui.bench.sse import SSEParser as _SSE
-from tui.bench.runner import run_benchmark, wait_ready
 from tui.bench.config import BenchConfig, NotReady
+from tui.bench.http import Dechunk as _Dechunk
+from tui.bench.runner import run_benchmark, wait_ready
+from tui.bench.sse import SSEParser as _SSE
 
 
 def test_dechunk_split_anywhere():
@@ -40,8 +40,7 @@ def test_sse_split_keeps_arrival_time():
 
 async def _one(url, mode, *, chat=False, n=8, read_timeout=600.0, deadline=None):
     async with make_client(read_timeout=read_timeout) as c:
-        ep = EndpointConfig(url, "fake-model", endpoint="chat" if chat else "completions",
-                            request_deadline=deadline)
+        ep = EndpointConfig(url, "fake-model", endpoint="chat" if chat else "completions", request_deadline=deadline)
         c.headers["x-fake-mode"] = mode
         return await stream_request(c, ep, RequestSpec("a b c", 3, n, 0))
 
@@ -99,8 +98,9 @@ async def test_refused_connection_and_cancel_keeps_partial():
 async def test_r19_one_failure_never_aborts_the_run():
     pattern = "ok,e500,ok,cut,ok,malformed,ok,slowfirst,ok,ok"
     with FakeServer("--ttft-ms", "10", "--itl-ms", "3", "--slowfirst-s", "2", "--pattern", pattern) as srv:
-        cfg = BenchConfig(url=srv.url, concurrency=[8], num_prompts=40, input_len=4, output_len=10,
-                          warmup=0, read_timeout=0.6)
+        cfg = BenchConfig(
+            url=srv.url, concurrency=[8], num_prompts=40, input_len=4, output_len=10, warmup=0, read_timeout=0.6
+        )
         [s] = await run_benchmark(cfg)
     assert s["completed"] == 24 and s["failed"] == 16
     assert s["error_counts"] == {"HTTPStatus": 4, "IncompleteStream": 4, "MalformedSSE": 4, "ReadTimeout": 4}
@@ -114,8 +114,7 @@ async def test_r19_one_failure_never_aborts_the_run():
 @pytest.mark.slow
 async def test_r20_c128_eight_second_streams():
     with FakeServer("--ttft-ms", "1000", "--itl-ms", "100") as srv:
-        cfg = BenchConfig(url=srv.url, concurrency=[128], num_prompts=128, input_len=4, output_len=71,
-                          warmup=0)
+        cfg = BenchConfig(url=srv.url, concurrency=[128], num_prompts=128, input_len=4, output_len=71, warmup=0)
         [s] = await run_benchmark(cfg)
     assert s["completed"] == 128 and s["failed"] == 0, s["error_counts"]
     assert s["max_concurrent_requests"] == 128
@@ -141,8 +140,12 @@ async def test_r21_readiness_wait_is_bounded():
 @pytest.mark.timeout(30)
 def test_r21_cli_not_ready_exit_code():
     with FakeServer("--refuse-until", "5") as srv:
-        r = subprocess.run([*tunedeck_cmd(), "bench", "--url", srv.url, "--ready-timeout", "1", "--num-prompts", "2"],
-                           capture_output=True, text=True, timeout=20)
+        r = subprocess.run(
+            [*tunedeck_cmd(), "bench", "--url", srv.url, "--ready-timeout", "1", "--num-prompts", "2"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     assert r.returncode == 3 and "NOT_READY" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -157,9 +160,28 @@ def test_timing_agrees_with_the_server(conc):
     n = max(6, conc)
     with FakeServer("--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)) as srv:
         r = subprocess.run(
-            [*tunedeck_cmd(), "bench", "--url", srv.url, "--concurrency", str(conc), "--num-prompts", str(n),
-             "--input-len", "8", "--output-len", str(n_out), "--warmup", str(conc), "--json", "-"],
-            capture_output=True, text=True, timeout=60)
+            [
+                *tunedeck_cmd(),
+                "bench",
+                "--url",
+                srv.url,
+                "--concurrency",
+                str(conc),
+                "--num-prompts",
+                str(n),
+                "--input-len",
+                "8",
+                "--output-len",
+                str(n_out),
+                "--warmup",
+                str(conc),
+                "--json",
+                "-",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         served = srv.stats()
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
@@ -181,13 +203,13 @@ def test_timing_agrees_with_the_server(conc):
 @pytest.mark.timeout(60)
 async def test_open_loop_and_workers():
     with FakeServer("--ttft-ms", "10", "--itl-ms", "2") as srv:
-        cfg = BenchConfig(url=srv.url, concurrency=[], request_rate=[40.0], num_prompts=20, input_len=4,
-                          output_len=5, warmup=0)
+        cfg = BenchConfig(
+            url=srv.url, concurrency=[], request_rate=[40.0], num_prompts=20, input_len=4, output_len=5, warmup=0
+        )
         [s] = await run_benchmark(cfg)
         assert s["completed"] == 20 and s["request_rate"] == 40.0 and s["max_concurrency"] is None
         assert "mean_e2el_including_client_queue_ms" in s
-        cfg = BenchConfig(url=srv.url, concurrency=[4], num_prompts=16, input_len=4, output_len=5,
-                          warmup=2, workers=2)
+        cfg = BenchConfig(url=srv.url, concurrency=[4], num_prompts=16, input_len=4, output_len=5, warmup=2, workers=2)
         [s] = await run_benchmark(cfg)
         assert s["completed"] == 16 and s["client"]["workers"] == 2
         samples = store.read_samples(s["run_id"])
@@ -207,8 +229,16 @@ async def test_sweep_emits_progress_and_one_run_per_level():
     assert len(ticks) >= 3 and any(t["tok_s"] > 0 for t in ticks)
     assert any(t["in_flight"] > 0 for t in ticks)
     assert [m["type"] for m in msgs if m["type"] != "tick"] == [
-        "waiting", "start", "level_start", "connected", "level_done", "level_start", "connected", "level_done",
-        "done"]
+        "waiting",
+        "start",
+        "level_start",
+        "connected",
+        "level_done",
+        "level_start",
+        "connected",
+        "level_done",
+        "done",
+    ]
     # connections are opened before t0 (one per concurrent request) and none during the timed phase
     conn = [m for m in msgs if m["type"] == "connected"]
     assert [c["connections"] for c in conn] == [0, 3]  # the readiness probe's connection is reused

@@ -59,10 +59,12 @@ def test_engine_runs_alone_on_python39_stdlib_only():
 
 
 def test_engine_imports_nothing_outside_the_standard_library():
-    code = ("import sys\n"
-            "import tui.bench.runner, tui.bench.worker, tui.bench.store, tui.bench.records\n"
-            "bad = [m for m in ('httpx', 'psutil', 'platformdirs', 'textual', 'rich') if m in sys.modules]\n"
-            "print(bad)\n")
+    code = (
+        "import sys\n"
+        "import tui.bench.runner, tui.bench.worker, tui.bench.store, tui.bench.records\n"
+        "bad = [m for m in ('httpx', 'psutil', 'platformdirs', 'textual', 'rich') if m in sys.modules]\n"
+        "print(bad)\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
@@ -72,9 +74,29 @@ def test_engine_imports_nothing_outside_the_standard_library():
 def test_kill_9_leaves_no_worker_behind():
     with FakeServer("--ttft-ms", "20", "--itl-ms", "50") as srv:
         proc = subprocess.Popen(
-            [*tunedeck_cmd(), "bench", "--url", srv.url, "--concurrency", "8", "--num-prompts", "400",
-             "--input-len", "8", "--output-len", "200", "--warmup", "0", "--workers", "3", "--progress"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                *tunedeck_cmd(),
+                "bench",
+                "--url",
+                srv.url,
+                "--concurrency",
+                "8",
+                "--num-prompts",
+                "400",
+                "--input-len",
+                "8",
+                "--output-len",
+                "200",
+                "--warmup",
+                "0",
+                "--workers",
+                "3",
+                "--progress",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             while True:
                 line = proc.stdout.readline()
@@ -104,29 +126,68 @@ def test_bench_event_is_the_one_progress_parser():
     ev = BenchEvent.from_json('{"type":"tick","level":0,"t":1.0,"completed":3,"tok_s":40,"ttft_p50_ms":null}\n')
     assert ev.type == "tick" and ev.level == 0 and ev["tok_s"] == 40 and ev.get("ttft_p50_ms") is None
     assert BenchEvent.from_json(ev.to_json()) == ev and json.loads(ev.to_json()) == ev.to_dict()
-    done = BenchEvent.from_json(json.dumps({"type": "level_done", "level": 1, "run_id": "r1", "summary": {
-        "run_id": "r1", "completed": 9, "failed": 1, "duration": 2.5, "output_throughput": 100.0,
-        "max_concurrency": 4, "request_rate": "inf", "partial": False, "client_bound": False, "mean_ttft_ms": 5}}))
+    done = BenchEvent.from_json(
+        json.dumps(
+            {
+                "type": "level_done",
+                "level": 1,
+                "run_id": "r1",
+                "summary": {
+                    "run_id": "r1",
+                    "completed": 9,
+                    "failed": 1,
+                    "duration": 2.5,
+                    "output_throughput": 100.0,
+                    "max_concurrency": 4,
+                    "request_rate": "inf",
+                    "partial": False,
+                    "client_bound": False,
+                    "mean_ttft_ms": 5,
+                },
+            }
+        )
+    )
     assert isinstance(done.summary, LevelSummary) and done.summary.completed == 9
     assert done.summary.get("mean_ttft_ms") == 5 and done.run_id == "r1"
     assert LevelSummary.from_json(done.summary.to_json()) == done.summary
-    for bad, what in (("not json", "not JSON"), ("[1]", "JSON object"), ('{"level":1}', "type"),
-                      ('{"type":"tick"}', "no level"), ('{"type":"tick","level":"x"}', "integer"),
-                      ('{"type":"level_done","level":0}', "summary"),
-                      ('{"type":"level_done","level":0,"summary":{"completed":"x"}}', "completed")):
+    for bad, what in (
+        ("not json", "not JSON"),
+        ("[1]", "JSON object"),
+        ('{"level":1}', "type"),
+        ('{"type":"tick"}', "no level"),
+        ('{"type":"tick","level":"x"}', "integer"),
+        ('{"type":"level_done","level":0}', "summary"),
+        ('{"type":"level_done","level":0,"summary":{"completed":"x"}}', "completed"),
+    ):
         with pytest.raises(RecordError, match=what):
             BenchEvent.from_json(bad)
     assert BenchEvent.from_json('{"type":"future_kind","x":1}').type == "future_kind"
     evs = parse_progress('{"type":"waiting","url":"u","timeout":1}\nnoise\n\n{"type":"done","run_ids":[]}\n')
     assert [e.type for e in evs] == ["waiting", "done"]
     assert BenchEvent.make("error", kind="NOT_READY", message="m").to_dict() == {
-        "type": "error", "kind": "NOT_READY", "message": "m"}
+        "type": "error",
+        "kind": "NOT_READY",
+        "message": "m",
+    }
 
 
 def test_sample_record_round_trip():
-    line = json.dumps({"index": 3, "success": True, "ttft": 0.1, "itl": [0.01, 0.02], "latency": 0.13,
-                       "prompt_len": 64, "prompt_len_sent": 64, "prompt_len_exact": True, "output_tokens": 3,
-                       "start_time": 1.0, "usage_present": True, "unknown_future_field": 1})
+    line = json.dumps(
+        {
+            "index": 3,
+            "success": True,
+            "ttft": 0.1,
+            "itl": [0.01, 0.02],
+            "latency": 0.13,
+            "prompt_len": 64,
+            "prompt_len_sent": 64,
+            "prompt_len_exact": True,
+            "output_tokens": 3,
+            "start_time": 1.0,
+            "usage_present": True,
+            "unknown_future_field": 1,
+        }
+    )
     s = Sample.from_json(line)
     assert s.itl == (0.01, 0.02) and s.prompt_len_exact and s.index == 3
     assert Sample.from_json(s.to_json()) == s
@@ -143,8 +204,17 @@ def test_client_bound_and_machine_busy_are_told_apart():
     hot = client_health([{"cpu": [0.97], "cpu_avg": 0.95, "lag_p99_ms": 9, "lag_max_ms": 30, "machine": idle_machine}])
     assert hot["client_bound"] and "0.95 of a core" in hot["client_bound_reason"] and not hot["machine_busy"]
     # lag while the client itself was nearly idle: someone else had the CPU
-    starved = client_health([{"cpu": [0.1], "cpu_avg": 0.1, "lag_p99_ms": 12, "lag_max_ms": 80,
-                              "machine": {"ncpu": 2, "load1_max": 5.0, "steal": 0.12, "busy": 1.0}}])
+    starved = client_health(
+        [
+            {
+                "cpu": [0.1],
+                "cpu_avg": 0.1,
+                "lag_p99_ms": 12,
+                "lag_max_ms": 80,
+                "machine": {"ncpu": 2, "load1_max": 5.0, "steal": 0.12, "busy": 1.0},
+            }
+        ]
+    )
     assert not starved["client_bound"] and starved["machine_busy"]
     assert "steal 12 %" in starved["machine_busy_reason"] and "load 5.0 on 2 cores" in starved["machine_busy_reason"]
     assert starved["loop_lag_max_ms"] == 80
@@ -170,15 +240,21 @@ async def test_monitor_measures_own_cpu_not_the_machines():
 
 
 async def test_bad_settings_are_one_clear_error_before_anything_is_sent():
-    from tui.bench.runner import run_benchmark
     from tui.bench.config import BenchConfig
+    from tui.bench.runner import run_benchmark
 
-    for kw, what in (({"url": "ftp://x"}, "BenchConfig.url"), ({"url": "http://h:99999"}, "BenchConfig.url"),
-                     ({"endpoint": "embed"}, "BenchConfig.endpoint"), ({"input_len": 0}, "BenchConfig.input_len"),
-                     ({"concurrency": [0]}, "BenchConfig.concurrency"), ({"request_rate": [-1.0]}, "request_rate"),
-                     ({"transport": "httpx"}, "transport"), ({"warmup": -1}, "BenchConfig.warmup"),
-                     ({"goodput": {"tbt": 5.0}}, "BenchConfig.goodput"),
-                     ({"goodput": {"ttft": -1.0}}, "BenchConfig.goodput")):
+    for kw, what in (
+        ({"url": "ftp://x"}, "BenchConfig.url"),
+        ({"url": "http://h:99999"}, "BenchConfig.url"),
+        ({"endpoint": "embed"}, "BenchConfig.endpoint"),
+        ({"input_len": 0}, "BenchConfig.input_len"),
+        ({"concurrency": [0]}, "BenchConfig.concurrency"),
+        ({"request_rate": [-1.0]}, "request_rate"),
+        ({"transport": "httpx"}, "transport"),
+        ({"warmup": -1}, "BenchConfig.warmup"),
+        ({"goodput": {"tbt": 5.0}}, "BenchConfig.goodput"),
+        ({"goodput": {"ttft": -1.0}}, "BenchConfig.goodput"),
+    ):
         cfg = BenchConfig(**{"url": "http://127.0.0.1:9", **kw})
         with pytest.raises(ValueError, match=what) as ei:
             await run_benchmark(cfg, save=False)
@@ -187,20 +263,28 @@ async def test_bad_settings_are_one_clear_error_before_anything_is_sent():
 
 async def test_the_start_event_carries_the_goodput_targets_and_the_summary_applies_them():
     """What the live view needs to know up front (the targets; {} for none) and the summary's count."""
-    from tui.bench.runner import run_benchmark
     from tui.bench.config import BenchConfig
+    from tui.bench.runner import run_benchmark
 
     with FakeServer("--ttft-ms", "5", "--itl-ms", "2") as srv:
         events: list = []
-        cfg = BenchConfig(url=srv.url, concurrency=[4], num_prompts=24, input_len=8, output_len=12, warmup=0,
-                          goodput={"ttft": 60000.0, "tpot": 60000.0, "itl": 60000.0})
+        cfg = BenchConfig(
+            url=srv.url,
+            concurrency=[4],
+            num_prompts=24,
+            input_len=8,
+            output_len=12,
+            warmup=0,
+            goodput={"ttft": 60000.0, "tpot": 60000.0, "itl": 60000.0},
+        )
         [summary] = await run_benchmark(cfg, emit=events.append, save=False)
         start = next(e for e in events if e["type"] == "start")
         assert start["goodput"] == {"ttft": 60000.0, "tpot": 60000.0, "itl": 60000.0}
         assert summary["request_goodput"] * summary["duration"] == pytest.approx(24)  # every one is good
         events.clear()
-        cfg = BenchConfig(url=srv.url, concurrency=[4], num_prompts=24, input_len=8, output_len=12, warmup=0,
-                          goodput={"ttft": 0.0})
+        cfg = BenchConfig(
+            url=srv.url, concurrency=[4], num_prompts=24, input_len=8, output_len=12, warmup=0, goodput={"ttft": 0.0}
+        )
         [summary] = await run_benchmark(cfg, emit=events.append, save=False)
         assert summary["request_goodput"] == 0.0  # no TTFT is 0
         events.clear()

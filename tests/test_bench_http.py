@@ -55,7 +55,12 @@ def test_split_url_names_what_is_wrong():
     o, t = split_url("http://h:81/a?b=1")
     assert (o.scheme, o.host, o.port, t) == ("http", "h", 81, "/a?b=1")
     assert split_url("https://[::1]/")[0].host_header() == "[::1]"
-    for bad, word in (("ftp://h", "http"), ("http://", "no host"), ("http://h:0", "outside"), ("http://h:x", "(?i)port")):
+    for bad, word in (
+        ("ftp://h", "http"),
+        ("http://", "no host"),
+        ("http://h:0", "outside"),
+        ("http://h:x", "(?i)port"),
+    ):
         with pytest.raises(InvalidURL, match=word):
             split_url(bad)
 
@@ -67,7 +72,9 @@ async def test_keep_alive_lengths_headers_and_json():
             data = json.dumps({"echo": json.loads(body)}).encode()
         else:
             data = b'{"ok": true}'
-        w.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data))
+        w.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data)
+        )
 
     async with Srv(h) as srv:
         async with HttpClient(headers={"x-a": "1"}) as c:

@@ -7,14 +7,49 @@ import pytest
 from tui.bench import metrics
 from tui.bench.prompts import arrival_offsets, make_prompts
 
-A = {"success": True, "start_time": 0.0, "ttft": 0.1, "itl": [0.05, 0.05, 0.1], "latency": 0.3,
-     "output_tokens": 4, "prompt_len": 10, "usage_present": True, "client_queue_time": 0.0}
-B = {"success": True, "start_time": 0.5, "ttft": 0.2, "itl": [0.1], "latency": 0.3,
-     "output_tokens": 2, "prompt_len": 20, "usage_present": True, "client_queue_time": 0.1}
-C = {"success": False, "error_type": "HTTPStatus", "start_time": 0.6, "ttft": 0.0, "itl": [], "latency": 0.0,
-     "output_tokens": 0, "prompt_len": 7}
-D = {"success": True, "start_time": 1.0, "ttft": 0.4, "itl": [], "latency": 0.4,
-     "output_tokens": 1, "prompt_len": 5, "usage_present": False, "client_queue_time": 0.2}
+A = {
+    "success": True,
+    "start_time": 0.0,
+    "ttft": 0.1,
+    "itl": [0.05, 0.05, 0.1],
+    "latency": 0.3,
+    "output_tokens": 4,
+    "prompt_len": 10,
+    "usage_present": True,
+    "client_queue_time": 0.0,
+}
+B = {
+    "success": True,
+    "start_time": 0.5,
+    "ttft": 0.2,
+    "itl": [0.1],
+    "latency": 0.3,
+    "output_tokens": 2,
+    "prompt_len": 20,
+    "usage_present": True,
+    "client_queue_time": 0.1,
+}
+C = {
+    "success": False,
+    "error_type": "HTTPStatus",
+    "start_time": 0.6,
+    "ttft": 0.0,
+    "itl": [],
+    "latency": 0.0,
+    "output_tokens": 0,
+    "prompt_len": 7,
+}
+D = {
+    "success": True,
+    "start_time": 1.0,
+    "ttft": 0.4,
+    "itl": [],
+    "latency": 0.4,
+    "output_tokens": 1,
+    "prompt_len": 5,
+    "usage_present": False,
+    "client_queue_time": 0.2,
+}
 
 
 def approx(x):
@@ -123,8 +158,14 @@ def test_max_concurrent_is_vllms_per_second_count_and_overlap_is_sweep_line():
 
 
 def test_peak_counts_events_not_tokens():
-    s = {"success": True, "start_time": 10.0, "ttft": 0.5, "itl": [0.2, 0.2, 0.2, 0.2], "latency": 1.3,
-         "output_tokens": 40}
+    s = {
+        "success": True,
+        "start_time": 10.0,
+        "ttft": 0.5,
+        "itl": [0.2, 0.2, 0.2, 0.2],
+        "latency": 1.3,
+        "output_tokens": 40,
+    }
     # events at 10.5 10.7 10.9 | 11.1 11.3 → bins from t0=10: [3, 2]
     assert metrics.peak_output_per_s([s]) == 3.0
 

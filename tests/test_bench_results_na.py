@@ -22,10 +22,11 @@ def _write(run_id: str, summary: dict) -> None:
 
 
 async def test_zero_completed_run_shows_na_ttft():
-    _write("20260101-000000-aaaaaa", {"completed": 0, "failed": 1, "output_throughput": 0.0,
-                                      "median_ttft_ms": 0.0, "partial": True})
-    _write("20260101-000001-bbbbbb", {"completed": 5, "failed": 0, "output_throughput": 64.2,
-                                      "median_ttft_ms": 6.9})
+    _write(
+        "20260101-000000-aaaaaa",
+        {"completed": 0, "failed": 1, "output_throughput": 0.0, "median_ttft_ms": 0.0, "partial": True},
+    )
+    _write("20260101-000001-bbbbbb", {"completed": 5, "failed": 0, "output_throughput": 64.2, "median_ttft_ms": 6.9})
     app = App()
     async with app.run_test(size=(140, 42)) as pilot:
         app.push_screen(BenchSetupScreen())

@@ -44,8 +44,22 @@ async def test_chart_widget_bounded_and_throttled():
 @pytest.mark.timeout(90)
 async def test_live_chart_updates_during_a_run():
     with FakeServer("--ttft-ms", "20", "--itl-ms", "25") as srv:
-        app = BenchApp(["--url", srv.url, "--concurrency", "2,8", "--num-prompts", "16", "--input-len", "8",
-                        "--output-len", "100", "--warmup", "0"])
+        app = BenchApp(
+            [
+                "--url",
+                srv.url,
+                "--concurrency",
+                "2,8",
+                "--num-prompts",
+                "16",
+                "--input-len",
+                "8",
+                "--output-len",
+                "100",
+                "--warmup",
+                "0",
+            ]
+        )
         async with app.run_test(size=(120, 48), message_hook=app.messages.append) as pilot:
             screen = app.screen
             assert isinstance(screen, BenchScreen)
@@ -83,8 +97,22 @@ async def test_live_chart_updates_during_a_run():
 @pytest.mark.timeout(60)
 async def test_stop_key_interrupts_and_keeps_partial_results():
     with FakeServer("--ttft-ms", "20", "--itl-ms", "20") as srv:
-        app = BenchApp(["--url", srv.url, "--concurrency", "4", "--num-prompts", "400", "--input-len", "8",
-                        "--output-len", "50", "--warmup", "0"])
+        app = BenchApp(
+            [
+                "--url",
+                srv.url,
+                "--concurrency",
+                "4",
+                "--num-prompts",
+                "400",
+                "--input-len",
+                "8",
+                "--output-len",
+                "50",
+                "--warmup",
+                "0",
+            ]
+        )
         async with app.run_test(size=(120, 40)) as pilot:
             screen = app.screen
             for _ in range(100):
@@ -157,8 +185,24 @@ async def test_live_goodput_then_the_per_level_table_after_a_sweep():
     from widgets.sweep_table import SweepTable, health_cell
 
     with FakeServer("--ttft-ms", "20", "--itl-ms", "20", "--pattern", "ok,slowfirst", "--slowfirst-s", "0.4") as srv:
-        app = BenchApp(["--url", srv.url, "--concurrency", "2,4", "--num-prompts", "8", "--input-len", "8",
-                        "--output-len", "30", "--warmup", "0", "--goodput", "ttft:200"])
+        app = BenchApp(
+            [
+                "--url",
+                srv.url,
+                "--concurrency",
+                "2,4",
+                "--num-prompts",
+                "8",
+                "--input-len",
+                "8",
+                "--output-len",
+                "30",
+                "--warmup",
+                "0",
+                "--goodput",
+                "ttft:200",
+            ]
+        )
         async with app.run_test(size=(120, 48)) as pilot:
             screen = app.screen
             panel = screen.query_one("#bench-goodput", GoodputPanel)
@@ -213,12 +257,22 @@ class ScriptedBench(BenchScreen):
 
 
 def _summary(c, *, bound="", busy="", completed=20, goodput=None):
-    return {"completed": completed, "failed": 0 if completed else 3, "duration": 4.0, "max_concurrency": c,
-            "request_throughput": completed / 4.0, "output_throughput": 100.0 * c,
-            "mean_ttft_ms": 40.0 if completed else 0.0,
-            "p99_ttft_ms": 60.0, "mean_tpot_ms": 11.0, "p99_itl_ms": 15.0, "request_goodput": goodput,
-            "client_bound": bool(bound), "machine_busy": bool(busy),
-            "client": {"client_bound_reason": bound, "machine_busy_reason": busy}}
+    return {
+        "completed": completed,
+        "failed": 0 if completed else 3,
+        "duration": 4.0,
+        "max_concurrency": c,
+        "request_throughput": completed / 4.0,
+        "output_throughput": 100.0 * c,
+        "mean_ttft_ms": 40.0 if completed else 0.0,
+        "p99_ttft_ms": 60.0,
+        "mean_tpot_ms": 11.0,
+        "p99_itl_ms": 15.0,
+        "request_goodput": goodput,
+        "client_bound": bool(bound),
+        "machine_busy": bool(busy),
+        "client": {"client_bound_reason": bound, "machine_busy_reason": busy},
+    }
 
 
 async def test_no_goodput_targets_is_said_not_shown_as_zero_and_client_health_is_marked_per_level():
@@ -229,8 +283,21 @@ async def test_no_goodput_targets_is_said_not_shown_as_zero_and_client_health_is
     script = [{"type": "start", "levels": levels, "goodput": {}}]
     for i, c in enumerate((1, 64, 256)):
         script.append({"type": "level_start", "level": i, "concurrency": c, "request_rate": "inf", "run_id": f"r{i}"})
-        script.append({"type": "tick", "level": i, "second": 0, "t": 1.0, "tok_s": 10, "completed": 3, "total": 20,
-                       "failed": 0, "in_flight": c, "cpu": [0.5], "good": None})
+        script.append(
+            {
+                "type": "tick",
+                "level": i,
+                "second": 0,
+                "t": 1.0,
+                "tok_s": 10,
+                "completed": 3,
+                "total": 20,
+                "failed": 0,
+                "in_flight": c,
+                "cpu": [0.5],
+                "good": None,
+            }
+        )
     app = App()
     async with app.run_test(size=(120, 48)) as pilot:
         screen = ScriptedBench(script[:4])  # start, C=1 running
@@ -239,13 +306,19 @@ async def test_no_goodput_targets_is_said_not_shown_as_zero_and_client_health_is
         panel = screen.query_one("#bench-goodput", GoodputPanel)
         assert str(panel.content) == NO_TARGETS and "0" not in str(panel.content)
         assert not screen.query_one("#sweep-table", SweepTable).display
-        for m in ({"type": "level_done", "level": 0, "summary": _summary(1)},
-                  *script[4:6],
-                  {"type": "level_done", "level": 1, "summary": _summary(64, busy="steal 12 %")},
-                  *script[6:8],
-                  {"type": "level_done", "level": 2, "summary": _summary(
-                      256, bound="a client process used 0.97 of a core", busy="load 9.0 on 8 cores",
-                      completed=0)}):
+        for m in (
+            {"type": "level_done", "level": 0, "summary": _summary(1)},
+            *script[4:6],
+            {"type": "level_done", "level": 1, "summary": _summary(64, busy="steal 12 %")},
+            *script[6:8],
+            {
+                "type": "level_done",
+                "level": 2,
+                "summary": _summary(
+                    256, bound="a client process used 0.97 of a core", busy="load 9.0 on 8 cores", completed=0
+                ),
+            },
+        ):
             screen.post_message(screen.Progress(m))
         await pilot.pause(0.3)
         assert str(panel.content) == NO_TARGETS

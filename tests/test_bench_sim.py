@@ -20,15 +20,47 @@ def test_bench_reports_sim_timing(tmp_path, conc):
     rec = tmp_path / "times.jsonl"
     port = free_port()
     n = max(6, conc)
-    with SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "1",
-                 "--sim-fixed-ttft-ms", str(TTFT_MS), "--sim-fixed-itl-ms", str(ITL_MS),
-                 "--sim-record-timestamps", str(rec)):
+    with SimProc(
+        "vllm",
+        "m",
+        "-tp",
+        "8",
+        "--port",
+        str(port),
+        "--sim-load-seconds",
+        "1",
+        "--sim-fixed-ttft-ms",
+        str(TTFT_MS),
+        "--sim-fixed-itl-ms",
+        str(ITL_MS),
+        "--sim-record-timestamps",
+        str(rec),
+    ):
         # no wait here: the bench's own readiness wait covers the simulated start-up
         target = ["--demo", "--port", str(port)] if conc == 1 else ["--url", f"http://127.0.0.1:{port}"]
         r = subprocess.run(
-            [*tunedeck_cmd(), "bench", *target, "--concurrency", str(conc), "--num-prompts", str(n),
-             "--input-len", "8", "--output-len", str(OUT), "--warmup", str(conc), "--ready-timeout", "30", "--json", "-"],
-            capture_output=True, text=True, timeout=90,
+            [
+                *tunedeck_cmd(),
+                "bench",
+                *target,
+                "--concurrency",
+                str(conc),
+                "--num-prompts",
+                str(n),
+                "--input-len",
+                "8",
+                "--output-len",
+                str(OUT),
+                "--warmup",
+                str(conc),
+                "--ready-timeout",
+                "30",
+                "--json",
+                "-",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
         )
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(r.stdout)
@@ -64,18 +96,31 @@ def test_bench_reports_sim_timing(tmp_path, conc):
 @pytest.mark.timeout(120)
 async def test_input_lengths_are_exact_and_checked():
     """Completions send exactly --input-len token ids; chat prompts are fitted with /tokenize."""
-    from tui.bench.runner import run_benchmark
     from tui.bench.config import BenchConfig
+    from tui.bench.runner import run_benchmark
 
     port = free_port()
-    with SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "1",
-                 "--sim-fixed-ttft-ms", "20", "--sim-fixed-itl-ms", "2") as sim:
+    with SimProc(
+        "vllm",
+        "m",
+        "-tp",
+        "8",
+        "--port",
+        str(port),
+        "--sim-load-seconds",
+        "1",
+        "--sim-fixed-ttft-ms",
+        "20",
+        "--sim-fixed-itl-ms",
+        "2",
+    ) as sim:
         sim.wait_ready(30)
         url = f"http://127.0.0.1:{port}"
         out = {}
         for endpoint in ("completions", "chat"):
-            cfg = BenchConfig(url=url, endpoint=endpoint, concurrency=[4], num_prompts=12, input_len=137,
-                              output_len=4, warmup=0)
+            cfg = BenchConfig(
+                url=url, endpoint=endpoint, concurrency=[4], num_prompts=12, input_len=137, output_len=4, warmup=0
+            )
             [out[endpoint]] = await run_benchmark(cfg)
     for endpoint, s in out.items():
         assert s["completed"] == 12 and s["failed"] == 0, (endpoint, s["error_counts"])
@@ -93,15 +138,34 @@ async def test_input_lengths_are_exact_and_checked():
 async def test_a_length_the_server_disagrees_with_is_reported():
     """Text prompts without /tokenize are estimates: the server's count wins and the difference is shown."""
     from tui.bench import metrics
-    from tui.bench.runner import run_benchmark
     from tui.bench.config import BenchConfig
+    from tui.bench.runner import run_benchmark
 
     port = free_port()
-    with SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "1",
-                 "--sim-fixed-ttft-ms", "10", "--sim-fixed-itl-ms", "2") as sim:
+    with SimProc(
+        "vllm",
+        "m",
+        "-tp",
+        "8",
+        "--port",
+        str(port),
+        "--sim-load-seconds",
+        "1",
+        "--sim-fixed-ttft-ms",
+        "10",
+        "--sim-fixed-itl-ms",
+        "2",
+    ) as sim:
         sim.wait_ready(30)
-        cfg = BenchConfig(url=f"http://127.0.0.1:{port}", concurrency=[2], num_prompts=6, input_len=40,
-                          output_len=3, warmup=0, token_ids=False)
+        cfg = BenchConfig(
+            url=f"http://127.0.0.1:{port}",
+            concurrency=[2],
+            num_prompts=6,
+            input_len=40,
+            output_len=3,
+            warmup=0,
+            token_ids=False,
+        )
         [s] = await run_benchmark(cfg)
     assert s["params"]["prompt_lengths"] == "estimate" and s["tokenizer_id"] is None
     samples = store.read_samples(s["run_id"])

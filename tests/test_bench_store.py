@@ -20,8 +20,11 @@ def _cli(*args, timeout=30):
 
 
 def test_writer_meta_first_lock_and_torn_tail():
-    meta = {"model": "m", "params": {"endpoint": "completions", "max_concurrency": 2, "request_rate": "inf"},
-            "server": {"argv": ["vllm", "serve", "m"], "env": {"HF_TOKEN": "sekrit-123", "NCCL_DEBUG": "WARN"}}}
+    meta = {
+        "model": "m",
+        "params": {"endpoint": "completions", "max_concurrency": 2, "request_rate": "inf"},
+        "server": {"argv": ["vllm", "serve", "m"], "env": {"HF_TOKEN": "sekrit-123", "NCCL_DEBUG": "WARN"}},
+    }
     w = store.RunWriter("r1", meta)
     d = data_dir() / "results" / "r1"
     m = json.loads((d / "meta.json").read_text())
@@ -29,8 +32,18 @@ def test_writer_meta_first_lock_and_torn_tail():
     assert store.is_live(d)
     with pytest.raises(store.StoreError, match="another process"):
         store.RunWriter("r1", meta)
-    s = {"index": 0, "success": True, "ttft": 0.1, "itl": [0.01], "latency": 0.11, "output_tokens": 2,
-         "prompt_len": 3, "start_time": 5.0, "elapsed": 0.12, "_events": "dropped"}
+    s = {
+        "index": 0,
+        "success": True,
+        "ttft": 0.1,
+        "itl": [0.01],
+        "latency": 0.11,
+        "output_tokens": 2,
+        "prompt_len": 3,
+        "start_time": 5.0,
+        "elapsed": 0.12,
+        "_events": "dropped",
+    }
     w.append(s)
     w.append({**s, "index": 1, "start_time": 5.2})
     w.close()
@@ -72,9 +85,26 @@ def test_cli_bad_input_is_one_line():
 def test_kill_9_mid_run_keeps_every_sample_and_show_rebuilds(tmp_path):
     with FakeServer("--ttft-ms", "20", "--itl-ms", "10") as srv:
         proc = subprocess.Popen(
-            [*tunedeck_cmd(), "bench", "--url", srv.url, "--concurrency", "32", "--num-prompts", "5000",
-             "--input-len", "8", "--output-len", "20", "--warmup", "0", "--progress"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                *tunedeck_cmd(),
+                "bench",
+                "--url",
+                srv.url,
+                "--concurrency",
+                "32",
+                "--num-prompts",
+                "5000",
+                "--input-len",
+                "8",
+                "--output-len",
+                "20",
+                "--warmup",
+                "0",
+                "--progress",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             first = json.loads(proc.stdout.readline())
@@ -135,9 +165,28 @@ def test_kill_9_mid_run_keeps_every_sample_and_show_rebuilds(tmp_path):
 def test_sigint_with_workers_keeps_partial_samples():
     with FakeServer("--ttft-ms", "20", "--itl-ms", "20") as srv:
         proc = subprocess.Popen(
-            [*tunedeck_cmd(), "bench", "--url", srv.url, "--concurrency", "8", "--num-prompts", "400",
-             "--input-len", "8", "--output-len", "40", "--warmup", "2", "--workers", "2", "--progress"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                *tunedeck_cmd(),
+                "bench",
+                "--url",
+                srv.url,
+                "--concurrency",
+                "8",
+                "--num-prompts",
+                "400",
+                "--input-len",
+                "8",
+                "--output-len",
+                "40",
+                "--warmup",
+                "2",
+                "--workers",
+                "2",
+                "--progress",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             run_id = None
@@ -172,9 +221,28 @@ def test_kill_9_loses_no_sample_handed_over_a_second_earlier():
     """Samples go to a writer thread; whatever it got > 1 s before a kill -9 is in samples.jsonl."""
     with FakeServer("--ttft-ms", "5", "--itl-ms", "2") as srv:
         proc = subprocess.Popen(
-            [*tunedeck_cmd(), "bench", "--url", srv.url, "--concurrency", "16", "--num-prompts", "100000",
-             "--input-len", "8", "--output-len", "10", "--warmup", "0", "--progress", "--progress-samples"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                *tunedeck_cmd(),
+                "bench",
+                "--url",
+                srv.url,
+                "--concurrency",
+                "16",
+                "--num-prompts",
+                "100000",
+                "--input-len",
+                "8",
+                "--output-len",
+                "10",
+                "--warmup",
+                "0",
+                "--progress",
+                "--progress-samples",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         seen: list[tuple[float, int]] = []  # (when this process read it, request index)
         run_id = None
         try:

@@ -91,14 +91,37 @@ def test_json_and_vllm_export_match_vllms_metrics(tmp_path):
     pattern = "ok,ok,e500,ok,cut,ok,ok"
     with FakeServer("--ttft-ms", "15", "--itl-ms", "4", "--pattern", pattern) as srv:
         r = subprocess.run(
-            [*tunedeck_cmd(), "bench", "--url", srv.url, "--concurrency", "6", "--num-prompts", "42",
-             "--input-len", "9", "--output-len", "12", "--warmup", "0", "--json", "-"],
-            capture_output=True, text=True, timeout=60)
+            [
+                *tunedeck_cmd(),
+                "bench",
+                "--url",
+                srv.url,
+                "--concurrency",
+                "6",
+                "--num-prompts",
+                "42",
+                "--input-len",
+                "9",
+                "--output-len",
+                "12",
+                "--warmup",
+                "0",
+                "--json",
+                "-",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     out = tmp_path / "v.json"
-    e = subprocess.run([*tunedeck_cmd(), "results", "export", summary["run_id"], "--vllm-json", str(out)],
-                       capture_output=True, text=True, timeout=30)
+    e = subprocess.run(
+        [*tunedeck_cmd(), "results", "export", summary["run_id"], "--vllm-json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert e.returncode == 0, e.stderr
     v = json.loads(out.read_text())
     assert len(v["errors"]) == 42 and v["errors"] == summary["errors"]

@@ -53,11 +53,13 @@ def test_every_subcommand_has_a_one_line_help(path, help_):
     assert help_ and help_ is not argparse.SUPPRESS and "\n" not in help_, path
 
 
-@pytest.mark.parametrize("parent", [()] + sorted({p[:-1] for p, _, _ in ALL if len(p) > 1}),
-                         ids=lambda p: " ".join(p) or "tunedeck")
+@pytest.mark.parametrize(
+    "parent", [()] + sorted({p[:-1] for p, _, _ in ALL if len(p) > 1}), ids=lambda p: " ".join(p) or "tunedeck"
+)
 def test_help_lists_each_subcommand_on_one_line_at_80_columns(parent):
-    r = subprocess.run([*tunedeck_cmd(), *parent, "--help"], capture_output=True, text=True, cwd=REPO,
-                       env=_env(), timeout=30)
+    r = subprocess.run(
+        [*tunedeck_cmd(), *parent, "--help"], capture_output=True, text=True, cwd=REPO, env=_env(), timeout=30
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     for path, _, help_ in ALL:
@@ -70,16 +72,20 @@ def test_help_lists_each_subcommand_on_one_line_at_80_columns(parent):
 
 @pytest.mark.parametrize("path", [p for p, _, _ in ALL], ids=[" ".join(p) for p, _, _ in ALL])
 def test_every_subcommand_help_exits_0(path):
-    r = subprocess.run([*tunedeck_cmd(), *path, "--help"], capture_output=True, text=True, cwd=REPO,
-                       env=_env(), timeout=30)
+    r = subprocess.run(
+        [*tunedeck_cmd(), *path, "--help"], capture_output=True, text=True, cwd=REPO, env=_env(), timeout=30
+    )
     assert r.returncode == 0, (path, r.stderr)
     assert not r.stderr and r.stdout.strip()
     if path[0] not in NOT_HEADLESS:  # `sim smi --help` answers like nvidia-smi does
         assert r.stdout.startswith("usage:"), r.stdout[:200]
 
 
-@pytest.mark.parametrize("path,parser", [lp for lp in LEAVES if lp[0][0] not in NOT_HEADLESS],
-                         ids=[" ".join(p) for p, _ in LEAVES if p[0] not in NOT_HEADLESS])
+@pytest.mark.parametrize(
+    "path,parser",
+    [lp for lp in LEAVES if lp[0][0] not in NOT_HEADLESS],
+    ids=[" ".join(p) for p, _ in LEAVES if p[0] not in NOT_HEADLESS],
+)
 def test_every_headless_subcommand_accepts_json(path, parser):
     opts = {o for a in parser._actions for o in a.option_strings}
     assert "--json" in opts, f"tunedeck {' '.join(path)} has no --json"
@@ -102,16 +108,28 @@ def _tails(path: str) -> list[int]:
 def test_logs_json_is_json():
     """`logs --json`: one object with the log text; `--follow --json`: one JSON object per log line;
     not found: a JSON error object on stdout too."""
+
     def td(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
     r = td("logs", "nope", "--json")
     assert r.returncode == 1 and "not found" in r.stderr
     assert json.loads(r.stdout)["error"]["kind"] == "not-found"
     port = free_port()
-    r = td("launch", "--wait", "--json", "--cmd", sys.executable, FAKE, "--engine", "sglang", "--port", str(port),
-           "--load-seconds", "0.5")
+    r = td(
+        "launch",
+        "--wait",
+        "--json",
+        "--cmd",
+        sys.executable,
+        FAKE,
+        "--engine",
+        "sglang",
+        "--port",
+        str(port),
+        "--load-seconds",
+        "0.5",
+    )
     try:
         assert r.returncode == 0, r.stderr
         rid = json.loads(r.stdout)["run"]["run_id"]
@@ -123,8 +141,13 @@ def test_logs_json_is_json():
         assert out["end_offset"] == len(out["text"].encode())
         assert out["path"].endswith(f"/{rid}/log")
         # --follow --json: JSON lines until interrupted
-        p = subprocess.Popen([*tunedeck_cmd(), "logs", rid[:6], "--follow", "--json"], cwd=REPO,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [*tunedeck_cmd(), "logs", rid[:6], "--follow", "--json"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             first = [json.loads(p.stdout.readline()) for _ in range(3)]
         finally:

@@ -71,10 +71,15 @@ def test_vllm_on_ray_head_workers_wait_then_serve():
     assert wait.kind == RAY_WAIT and wait.check == ("ray", "status", "--address=gpu-a:6379") and wait.gpus == 16
     serve = plan.steps[3].command
     assert serve.argv[:3] == ("vllm", "serve", "m")
-    assert {"--tensor-parallel-size=8", "--pipeline-parallel-size=2", "--distributed-executor-backend=ray"} <= set(serve.args)
+    assert {"--tensor-parallel-size=8", "--pipeline-parallel-size=2", "--distributed-executor-backend=ray"} <= set(
+        serve.args
+    )
     # the API first, then the Ray workers, then the Ray head
     assert [(s.node, s.kind) for s in plan.stop_order()] == [
-        ("gpu-a", "server"), ("gpu-b", "ray-worker"), ("gpu-a", "ray-head")]
+        ("gpu-a", "server"),
+        ("gpu-b", "ray-worker"),
+        ("gpu-a", "ray-head"),
+    ]
     assert plan.steps[0].command.env_dict["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
@@ -82,8 +87,12 @@ def test_vllm_data_parallel_headless_workers():
     plan = build_deployment(prof(VLLM.replace("tp = 8", "tp = 4") + '[deploy]\nmode = "dp"\n'))
     assert plan.dp == 4
     head, worker = (s.command.args for s in plan.steps)
-    assert {"--data-parallel-size=4", "--data-parallel-size-local=2", "--data-parallel-address=gpu-a",
-            "--data-parallel-rpc-port=13345"} <= set(head)
+    assert {
+        "--data-parallel-size=4",
+        "--data-parallel-size-local=2",
+        "--data-parallel-address=gpu-a",
+        "--data-parallel-rpc-port=13345",
+    } <= set(head)
     assert "--headless" not in head and "--headless" in worker and "--data-parallel-start-rank=2" in worker
 
 
@@ -94,21 +103,32 @@ def test_sim_swaps_only_the_engine():
     assert "--node-rank=0" in plan.steps[0].command.args
 
 
-@pytest.mark.parametrize("text, key, words", [
-    (SGL.replace('"gpu-a", ', '"gpu-a", "gpu-c", '), "tp", "not divisible by the 3 nodes"),
-    (SGL.replace("tp = 16", "tp = 32"), "tp", "16 GPUs per node"),
-    (SGL.replace('"gpuop@gpu-b:2222"', '"gpu-a"'), "nodes", "listed twice"),
-    (SGL.replace('"gpuop@gpu-b:2222"', '"-oProxyCommand=x"'), "nodes", "is not a host"),
-    (SGL.replace(', "gpuop@gpu-b:2222"', ""), "nodes", "two or more"),
-    (SGL + "\n[deploy]\nport = 70000\n", "deploy.port", "out of range 1..65535"),
-    (SGL + "\n[deploy]\nport = 30000\n", "deploy.port", "also the server's HTTP port"),
-    (SGL + '\n[deploy]\nmode = "ray"\n', "deploy.mode", "not a sglang mode"),
-    (VLLM + "\n[deploy]\npp = 4\n", "deploy.pp", "8 × 4 = 32 GPUs"),
-    (VLLM + '\n[deploy]\nmode = "dp"\ndp = 3\n', "deploy.dp", "not divisible"),
-    (SGL + "\nnnodes = 2\n", "flags.nnodes", "given twice (also in deploy (tp))"),
-    (SGL.replace("enable-metrics = true", "enable-metrics = true\nnode-rank = 1"), "flags.node-rank", "given twice"),
-    (SGL.replace('nodes = ["gpu-a", "gpuop@gpu-b:2222"]\n', "") + "\n[deploy]\nport = 5000\n", "deploy", "needs nodes"),
-])
+@pytest.mark.parametrize(
+    "text, key, words",
+    [
+        (SGL.replace('"gpu-a", ', '"gpu-a", "gpu-c", '), "tp", "not divisible by the 3 nodes"),
+        (SGL.replace("tp = 16", "tp = 32"), "tp", "16 GPUs per node"),
+        (SGL.replace('"gpuop@gpu-b:2222"', '"gpu-a"'), "nodes", "listed twice"),
+        (SGL.replace('"gpuop@gpu-b:2222"', '"-oProxyCommand=x"'), "nodes", "is not a host"),
+        (SGL.replace(', "gpuop@gpu-b:2222"', ""), "nodes", "two or more"),
+        (SGL + "\n[deploy]\nport = 70000\n", "deploy.port", "out of range 1..65535"),
+        (SGL + "\n[deploy]\nport = 30000\n", "deploy.port", "also the server's HTTP port"),
+        (SGL + '\n[deploy]\nmode = "ray"\n', "deploy.mode", "not a sglang mode"),
+        (VLLM + "\n[deploy]\npp = 4\n", "deploy.pp", "8 × 4 = 32 GPUs"),
+        (VLLM + '\n[deploy]\nmode = "dp"\ndp = 3\n', "deploy.dp", "not divisible"),
+        (SGL + "\nnnodes = 2\n", "flags.nnodes", "given twice (also in deploy (tp))"),
+        (
+            SGL.replace("enable-metrics = true", "enable-metrics = true\nnode-rank = 1"),
+            "flags.node-rank",
+            "given twice",
+        ),
+        (
+            SGL.replace('nodes = ["gpu-a", "gpuop@gpu-b:2222"]\n', "") + "\n[deploy]\nport = 5000\n",
+            "deploy",
+            "needs nodes",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_naming_the_key_and_the_file(tmp_path: Path, text: str, key: str, words: str):
     with pytest.raises(ProfileError) as ei:
         build_deployment(prof(text, tmp_path))
@@ -135,16 +155,28 @@ def test_profiles_command_json_shows_every_node(tmp_path: Path):
     user = tmp_path / "profiles"
     user.mkdir()
     (user / "r1.toml").write_text(SGL)
-    r = subprocess.run([*tunedeck_cmd(), "profiles", "command", "r1", "--json"], capture_output=True, text=True,
-                       cwd=REPO, timeout=60, env={**os.environ, "TUNEDECK_PROFILES": str(user)})
+    r = subprocess.run(
+        [*tunedeck_cmd(), "profiles", "command", "r1", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={**os.environ, "TUNEDECK_PROFILES": str(user)},
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["nodes"] == ["gpu-a", "gpuop@gpu-b:2222"] and out["mode"] == "tp"
     assert [s["node"] for s in out["steps"]] == out["nodes"]
     assert "--node-rank=1" in out["steps"][1]["argv"] and out["steps"][1]["command"].endswith("--enable-metrics")
     (user / "bad.toml").write_text(SGL.replace("tp = 16", "tp = 15"))
-    r = subprocess.run([*tunedeck_cmd(), "profiles", "command", "bad"], capture_output=True, text=True,
-                       cwd=REPO, timeout=60, env={**os.environ, "TUNEDECK_PROFILES": str(user)})
+    r = subprocess.run(
+        [*tunedeck_cmd(), "profiles", "command", "bad"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={**os.environ, "TUNEDECK_PROFILES": str(user)},
+    )
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1
     assert "bad.toml:4: tp: tp = 15 is not divisible by the 2 nodes" in r.stderr
 
@@ -153,14 +185,27 @@ def test_profiles_command_json_shows_every_node(tmp_path: Path):
 
 
 def ms(node, rank, state, kind=None, at=None, diag=None, proof=None, alive=None, serves=False):
-    return MemberState(node, rank, "head" if rank == 0 else "worker", f"r{rank}", state, diag, proof, kind, at,
-                       alive, serves)
+    return MemberState(
+        node, rank, "head" if rank == 0 else "worker", f"r{rank}", state, diag, proof, kind, at, alive, serves
+    )
 
 
 def test_triage_names_the_node_that_failed_first_not_the_one_that_timed_out_last():
     nodes = ["a", "b"]
-    m = [ms("a", 0, "failed", "nccl", 110.0, "NCCL error: remote process exited", "RuntimeError: NCCL error", False, True),
-         ms("b", 1, "failed", "exited", 100.0, "process exited with rc 137", None, False)]
+    m = [
+        ms(
+            "a",
+            0,
+            "failed",
+            "nccl",
+            110.0,
+            "NCCL error: remote process exited",
+            "RuntimeError: NCCL error",
+            False,
+            True,
+        ),
+        ms("b", 1, "failed", "exited", 100.0, "process exited with rc 137", None, False),
+    ]
     v = triage(m, nodes)
     assert v.state == "failed" and v.first_failed == "b" and v.diagnosis.startswith("node B (b) failed first")
     # a tie: the NCCL symptom loses against the real cause
@@ -170,8 +215,10 @@ def test_triage_names_the_node_that_failed_first_not_the_one_that_timed_out_last
 
 def test_triage_a_worker_that_never_joined():
     proof = "torch.distributed.DistStoreError: Timed out after 31 seconds waiting for clients. 1/2 clients joined."
-    m = [ms("a", 0, "failed", "rendezvous", 130.0, "rendezvous timed out", proof, False, True),
-         ms("b", 1, "starting", alive=True)]
+    m = [
+        ms("a", 0, "failed", "rendezvous", 130.0, "rendezvous timed out", proof, False, True),
+        ms("b", 1, "starting", alive=True),
+    ]
     v = triage(m, ["a", "b"])
     assert v.state == "failed" and v.never_joined == ("b",) and v.diagnosis.startswith("node B (b) never joined")
     assert v.proof == proof
@@ -190,5 +237,11 @@ def test_merged_log_keeps_each_nodes_order_and_sorts_by_time():
     a = "[2026-01-01 10:00:01] a1\n[2026-01-01 10:00:05 TP0] a2\ncontinued\n"
     b = "[2026-01-01 10:00:03] b1\nLoading 1/2\rLoading 2/2\n[2026-01-01 10:00:09] b2\n"
     out = merge_logs([("a", a), ("b", b)])
-    assert out == [("a", "[2026-01-01 10:00:01] a1"), ("b", "[2026-01-01 10:00:03] b1"), ("b", "Loading 2/2"),
-                   ("a", "[2026-01-01 10:00:05 TP0] a2"), ("a", "continued"), ("b", "[2026-01-01 10:00:09] b2")]
+    assert out == [
+        ("a", "[2026-01-01 10:00:01] a1"),
+        ("b", "[2026-01-01 10:00:03] b1"),
+        ("b", "Loading 2/2"),
+        ("a", "[2026-01-01 10:00:05 TP0] a2"),
+        ("a", "continued"),
+        ("b", "[2026-01-01 10:00:09] b2"),
+    ]

@@ -111,15 +111,26 @@ def write_profile(tmp_path: Path, a: SshdServer, b: SshdServer, *, dist_timeout:
 
 
 def cli(a: SshdServer, user: Path, *args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tui", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL,
-                          env=a.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)))
+    return subprocess.run(
+        [sys.executable, "-m", "tui", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env=a.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
+    )
 
 
 def gpus_used(state: Path) -> list[int]:
-    r = subprocess.run([sys.executable, "-m", "tui", "sim", "smi", "--query-gpu=index,memory.used",
-                        "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=60, cwd=REPO,
-                       env={**os.environ, "TUNEDECK_SIM_STATE": str(state), "PYTHONPATH": str(REPO)})
+    r = subprocess.run(
+        [sys.executable, "-m", "tui", "sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "TUNEDECK_SIM_STATE": str(state), "PYTHONPATH": str(REPO)},
+    )
     return [int(line.split(",")[1]) for line in r.stdout.splitlines() if line.strip()]
 
 

@@ -34,22 +34,34 @@ def _run(args: list[str], fake: FakeSmi | None, **env: str) -> subprocess.Comple
 
 
 def test_groups_expand_in_order_each_target_once(tmp_path, monkeypatch):
-    _config(tmp_path, '[keymap]\nmode-launch = "f2"\n\n[groups]\nlab = ["gpu-a", "gpuop@gpu-b:2222"]\n'
-                      'all = ["gpu-b", "gpu-a", "gpu-c"]\n', monkeypatch)
+    _config(
+        tmp_path,
+        '[keymap]\nmode-launch = "f2"\n\n[groups]\nlab = ["gpu-a", "gpuop@gpu-b:2222"]\n'
+        'all = ["gpu-b", "gpu-a", "gpu-c"]\n',
+        monkeypatch,
+    )
     assert load_groups() == {"lab": ("gpu-a", "gpuop@gpu-b:2222"), "all": ("gpu-b", "gpu-a", "gpu-c")}
     assert expand_targets(["@lab"]) == ["gpu-a", "gpuop@gpu-b:2222"]
-    assert expand_targets(["local", "@all", "@lab", "gpu-a"]) == ["local", "gpu-b", "gpu-a", "gpu-c",
-                                                                   "gpuop@gpu-b:2222"]
+    assert expand_targets(["local", "@all", "@lab", "gpu-a"]) == [
+        "local",
+        "gpu-b",
+        "gpu-a",
+        "gpu-c",
+        "gpuop@gpu-b:2222",
+    ]
 
 
-@pytest.mark.parametrize("text,words", [
-    ('[groups]\nlab = "gpu-a"\n', "groups.lab: expected a list"),
-    ('[groups]\nlab = []\n', "groups.lab: expected a list"),
-    ('[groups]\nlab = ["-oProxyCommand=x"]\n', "groups.lab: target"),
-    ('[groups]\n"l b" = ["gpu-a"]\n', "not a group name"),
-    ('groups = 3\n', "[groups] must be a table"),
-    ('[groups\n', "config.toml"),
-])
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ('[groups]\nlab = "gpu-a"\n', "groups.lab: expected a list"),
+        ("[groups]\nlab = []\n", "groups.lab: expected a list"),
+        ('[groups]\nlab = ["-oProxyCommand=x"]\n', "groups.lab: target"),
+        ('[groups]\n"l b" = ["gpu-a"]\n', "not a group name"),
+        ("groups = 3\n", "[groups] must be a table"),
+        ("[groups\n", "config.toml"),
+    ],
+)
 def test_a_bad_groups_table_names_the_file_and_key(tmp_path, text, words):
     p = _config(tmp_path, text)
     with pytest.raises(GroupError) as e:
@@ -102,12 +114,15 @@ def test_a_single_host_keeps_its_usual_object(tmp_path):
     assert "hosts" not in data and data["target"] == "local"
 
 
-@pytest.mark.parametrize("args,words", [
-    (["status", "--host", "@nope"], "no group 'nope'"),
-    (["status", "--host", "local", "--host", "a b"], "--host"),
-    (["runs", "--host", "a", "--host", "b"], "one --host only"),
-    (["stop", "--host", "@lab"], "one --host only"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["status", "--host", "@nope"], "no group 'nope'"),
+        (["status", "--host", "local", "--host", "a b"], "--host"),
+        (["runs", "--host", "a", "--host", "b"], "one --host only"),
+        (["stop", "--host", "@lab"], "one --host only"),
+    ],
+)
 def test_bad_fleet_input_is_one_line_and_exit_2(args, words, tmp_path):
     r = _run(args, None, TUNEDECK_CONFIG=str(_config(tmp_path, "")))
     assert r.returncode == 2, (r.stdout, r.stderr)

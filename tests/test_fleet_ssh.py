@@ -24,8 +24,8 @@ from tests.test_ab_ssh import remote_shims
 from tests.test_sampler import _sampler_procs
 from tests.test_ui_fleet import cell
 from tests.test_ui_status import until
-from tui.ui.fleet_app import FleetApp
 from tui.collectors.fleet import fleet_members
+from tui.ui.fleet_app import FleetApp
 from widgets.fleet_table import FleetNotes, FleetTable
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(240)]
@@ -61,8 +61,9 @@ def test_status_of_two_hosts_and_a_closed_port(hosts: tuple[SshdServer, SshdServ
     nokey = f"nosuchuser@127.0.0.1:{a.port}"
     targets = [a.target(ROOT_USER), b.target(ROOT_USER), closed, nokey]
     argv = [sys.executable, "-m", "tui", "status", "--json"] + [x for t in targets for x in ("--host", t)]
-    r = subprocess.run(argv, cwd=REPO, env=a.client_env(PYTHONPATH=str(REPO)), capture_output=True, text=True,
-                       timeout=180)
+    r = subprocess.run(
+        argv, cwd=REPO, env=a.client_env(PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=180
+    )
     assert r.returncode == 3, r.stderr
     out = json.loads(r.stdout)["hosts"]
     assert [h["target"] for h in out] == targets
@@ -74,7 +75,8 @@ def test_status_of_two_hosts_and_a_closed_port(hosts: tuple[SshdServer, SshdServ
 
 
 async def test_fleet_dashboard_over_sshd_one_connection_and_sampler_per_host_failed_host_and_recovery(
-        hosts: tuple[SshdServer, SshdServer]):
+    hosts: tuple[SshdServer, SshdServer],
+):
     from tui.hostops.ssh import SshHost
 
     a, b = hosts
@@ -82,8 +84,15 @@ async def test_fleet_dashboard_over_sshd_one_connection_and_sampler_per_host_fai
     tc = f"{ROOT_USER}@127.0.0.1:{free_port()}"
 
     def make_host(t: str) -> SshHost:
-        return SshHost(t, keepalive_interval=1, keepalive_count_max=2, backoff_base=0.1, backoff_cap=0.5,
-                       retry_attempts=1, connect_timeout=5)
+        return SshHost(
+            t,
+            keepalive_interval=1,
+            keepalive_count_max=2,
+            backoff_base=0.1,
+            backoff_cap=0.5,
+            retry_attempts=1,
+            connect_timeout=5,
+        )
 
     members = fleet_members([ta, tb, tc], interval=0.5, make_host=make_host)
     for m in members:
@@ -93,8 +102,11 @@ async def test_fleet_dashboard_over_sshd_one_connection_and_sampler_per_host_fai
         async with app.run_test(size=(120, 40)) as pilot:
             table = app.screen.query_one(FleetTable)
             notes = app.screen.query_one(FleetNotes)
-            await until(pilot, lambda: cell(table, f"host:{ta}", "gpus") == "8"
-                        and cell(table, f"host:{tb}", "gpus") == "8", timeout=120)
+            await until(
+                pilot,
+                lambda: cell(table, f"host:{ta}", "gpus") == "8" and cell(table, f"host:{tb}", "gpus") == "8",
+                timeout=120,
+            )
             assert cell(table, f"host:{ta}", "state") == "ok" and cell(table, f"host:{tb}", "state") == "ok"
             await until(pilot, lambda: cell(table, f"host:{tc}", "state") == "unreachable", timeout=30)
             assert f"{tc}: unreachable: " in str(notes.content) and "refused" in str(notes.content)

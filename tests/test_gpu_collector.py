@@ -12,8 +12,8 @@ import pytest
 
 from tests.fake_smi import FakeSmi
 from tui.collectors.gpu import GpuCollector
-from tui.model import NA, GpuStatus
 from tui.hostops.hosts import ByteStream, Host, HostError, LocalHost, RunResult
+from tui.model import NA, GpuStatus
 
 pytestmark = pytest.mark.timeout(40)
 
@@ -149,6 +149,7 @@ async def test_mode_change_mid_stream_then_recovery(fake: FakeSmi) -> None:
     agen = c.stream()
     states: list[str] = []
     try:
+
         async def run() -> None:
             async for st in agen:
                 states.append(st.state)
@@ -194,12 +195,19 @@ class _DeadHost(Host):
 
     target = "gpu-box"
 
-    async def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                  input: str | None = None, timeout: float | None = 30.0) -> RunResult:
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+        timeout: float | None = 30.0,
+    ) -> RunResult:
         raise HostError("unreachable", "connection refused", target=self.target)
 
-    def stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-               heartbeat: float | None = None) -> ByteStream:
+    def stream(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, heartbeat: float | None = None
+    ) -> ByteStream:
         raise HostError("unreachable", "connection refused", target=self.target)
 
     async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:

@@ -20,8 +20,8 @@ from tests.fake_smi import FakeSmi
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tui.collectors.gpu import GpuCollector
 from tui.collectors.hoststats import HostCollector
-from tui.model import GpuStatus
 from tui.hostops.ssh import SshHost
+from tui.model import GpuStatus
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(90)]
 
@@ -38,7 +38,7 @@ def remote_smi(sshd: SshdServer) -> Iterator[FakeSmi]:
     fake = FakeSmi(base, gpus=8)
     fake.dir.chmod(0o777)  # the remote user logs its calls there
     exe = sshd.shim_dir / "nvidia-smi"
-    exe.write_text(f"#!/bin/sh\nexec {shlex.quote(str(fake.dir / 'nvidia-smi'))} \"$@\"\n")
+    exe.write_text(f'#!/bin/sh\nexec {shlex.quote(str(fake.dir / "nvidia-smi"))} "$@"\n')
     exe.chmod(0o755)
     try:
         yield fake
@@ -51,8 +51,12 @@ def remote_smi(sshd: SshdServer) -> Iterator[FakeSmi]:
 def _host(server: SshdServer) -> SshHost:
     return SshHost(
         server.target(),
-        keepalive_interval=1, keepalive_count_max=2, backoff_base=0.05, backoff_cap=0.5,
-        retry_attempts=1, connect_timeout=3,
+        keepalive_interval=1,
+        keepalive_count_max=2,
+        backoff_base=0.05,
+        backoff_cap=0.5,
+        retry_attempts=1,
+        connect_timeout=3,
     )
 
 

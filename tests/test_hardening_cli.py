@@ -51,7 +51,7 @@ def test_visible_escapes_what_a_terminal_acts_on() -> None:
 
 def test_hostile_key_names_are_escaped_on_one_line(tmp_path: Path) -> None:
     _profile(tmp_path, "evil", f"[flags]\n{_toml_key(HOSTILE_KEY)} = 1\n")
-    _profile(tmp_path, "nl", f"[env]\n{_toml_key('A' + chr(10) + 'B')} = \"x\"\n")
+    _profile(tmp_path, "nl", f'[env]\n{_toml_key("A" + chr(10) + "B")} = "x"\n')
     for args in (["profiles", "list"], ["profiles", "show", "evil"], ["profiles", "show", "nl"]):
         r = _cli(args, tmp_path)
         assert "Traceback" not in r.stderr, r.stderr

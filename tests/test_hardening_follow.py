@@ -44,17 +44,28 @@ def _read_until(proc: subprocess.Popen[bytes], stream: str, needle: bytes, timeo
 @pytest.mark.timeout(120)
 def test_follow_ends_when_the_run_is_stopped() -> None:
     script = 'i=0; while :; do i=$((i+1)); echo "line $i"; sleep 0.05; done'
-    r = subprocess.run([*tunedeck_cmd(), "launch", "--json", "--cmd", "sh", "-c", script], cwd=REPO,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [*tunedeck_cmd(), "launch", "--json", "--cmd", "sh", "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     rid = json.loads(r.stdout)["run_id"]
-    follow = subprocess.Popen([*tunedeck_cmd(), "logs", rid, "--follow"], cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
+    follow = subprocess.Popen(
+        [*tunedeck_cmd(), "logs", rid, "--follow"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         first = _read_until(follow, "stdout", b"line 3\n", 30)
         assert b"line 3\n" in first
-        s = subprocess.run([*tunedeck_cmd(), "stop", rid, "--yes", "--grace", "3", "--gpu-wait", "0"], cwd=REPO,
-                           capture_output=True, text=True, timeout=60)
+        s = subprocess.run(
+            [*tunedeck_cmd(), "stop", rid, "--yes", "--grace", "3", "--gpu-wait", "0"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert s.returncode == 0, s.stderr
         stopped = time.monotonic()
         try:
@@ -132,8 +143,12 @@ def test_follow_reports_a_dropped_link_within_keepalive_bound_while_still_down(
         .replace(f"PidFile {sshd.base / 'sshd.pid'}", f"PidFile {tmp_path / 'sshd.pid'}")
     )
     sshd_log = open(tmp_path / "sshd.log", "wb")
-    server = subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(cfg)],
-                              stdout=sshd_log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(cfg)],
+        stdout=sshd_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     sshd_log.close()
     follow: subprocess.Popen[bytes] | None = None
     server_proc: subprocess.Popen[bytes] | None = None
@@ -146,8 +161,13 @@ def test_follow_reports_a_dropped_link_within_keepalive_bound_while_still_down(
         run_dir.mkdir(parents=True, exist_ok=True)
         server_proc = subprocess.Popen(["sleep", "600"])
         st = Path(f"/proc/{server_proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-        for name, text in (("run.sh", ": wrapper\n"), ("pid", f"{server_proc.pid}\n"), ("starttime", f"{st}\n"),
-                           ("log", "hello from the server\n"), ("meta.json", '{"engine": "other"}')):
+        for name, text in (
+            ("run.sh", ": wrapper\n"),
+            ("pid", f"{server_proc.pid}\n"),
+            ("starttime", f"{st}\n"),
+            ("log", "hello from the server\n"),
+            ("meta.json", '{"engine": "other"}'),
+        ):
             (run_dir / name).write_text(text)
             (run_dir / name).chmod(0o644)
         for d in (run_dir.parent, run_dir):
@@ -167,8 +187,13 @@ def test_follow_reports_a_dropped_link_within_keepalive_bound_while_still_down(
             if b"Server listening" in (tmp_path / "sshd.log").read_bytes():
                 break
             time.sleep(0.05)
-        follow = subprocess.Popen([sys.executable, "-c", driver, "logs", rid, "--follow", "--host", target],
-                                  cwd=REPO, env=sshd.client_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        follow = subprocess.Popen(
+            [sys.executable, "-c", driver, "logs", rid, "--follow", "--host", target],
+            cwd=REPO,
+            env=sshd.client_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         got = _read_until(follow, "stdout", b"hello from the server\n", 60)
         assert b"hello from the server" in got, (got, follow.stderr.read1() if follow.poll() is not None else b"")  # type: ignore[union-attr]
         time.sleep(1.0)  # the watcher's first check and the keepalive are under way
@@ -181,8 +206,9 @@ def test_follow_reports_a_dropped_link_within_keepalive_bound_while_still_down(
         err = _read_until(follow, "stderr", b"reconnecting", keepalive * count + 30)
         took = time.monotonic() - dropped
         if fault == "iptables-drop":
-            link_still_down = _ip("iptables", "-C", "INPUT", "-p", "tcp", "-j", "DROP", ns=ns,
-                                  check=False).returncode == 0
+            link_still_down = (
+                _ip("iptables", "-C", "INPUT", "-p", "tcp", "-j", "DROP", ns=ns, check=False).returncode == 0
+            )
         else:
             link_still_down = "state DOWN" in _ip("ip", "link", "show", veth).stdout
         assert b"reconnecting" in err, err

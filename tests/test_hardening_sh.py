@@ -73,9 +73,12 @@ def _wait_until(cond, timeout: float = 20.0) -> bool:  # type: ignore[no-untyped
     return cond()
 
 
-def _sh(shell: list[str], script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*shell, "-s", "--", *args], input=script, capture_output=True, text=True,
-                          timeout=120, env=env)
+def _sh(
+    shell: list[str], script: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*shell, "-s", "--", *args], input=script, capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 @pytest.fixture
@@ -96,16 +99,21 @@ def test_dash_rejects_the_old_form() -> None:
     """The fact behind item 6, so a future dash that accepts it is noticed."""
     if not shutil.which("dash"):
         pytest.skip("dash is not installed")
-    r = subprocess.run(["dash", "-c", 'setsid sleep 77 & sleep .3; kill -KILL -- -$!; echo rc=$?; kill -s KILL -- -$!'],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["dash", "-c", "setsid sleep 77 & sleep .3; kill -KILL -- -$!; echo rc=$?; kill -s KILL -- -$!"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert "rc=2" in r.stdout or "Illegal number" in r.stderr
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-def test_stream_kill_reaches_a_term_ignoring_group_member(shell: list[str], group: list[subprocess.Popen[bytes]]) -> None:
+def test_stream_kill_reaches_a_term_ignoring_group_member(
+    shell: list[str], group: list[subprocess.Popen[bytes]]
+) -> None:
     # leader: TERM ends it; its child ignores TERM (an nvidia-smi wedged under `timeout`)
-    leader = subprocess.Popen(["sh", "-c", '(trap "" TERM; exec sleep 300) & exec sleep 301'],
-                              start_new_session=True)
+    leader = subprocess.Popen(["sh", "-c", '(trap "" TERM; exec sleep 300) & exec sleep 301'], start_new_session=True)
     group.append(leader)
     assert _wait_until(lambda: len(_group(leader.pid)) == 2, 10)
     r = _sh(shell, _KILL_SCRIPT, str(leader.pid), _starttime(leader.pid))
@@ -116,7 +124,9 @@ def test_stream_kill_reaches_a_term_ignoring_group_member(shell: list[str], grou
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-def test_stream_kill_guard_kills_nothing_on_a_wrong_starttime(shell: list[str], group: list[subprocess.Popen[bytes]]) -> None:
+def test_stream_kill_guard_kills_nothing_on_a_wrong_starttime(
+    shell: list[str], group: list[subprocess.Popen[bytes]]
+) -> None:
     p = subprocess.Popen(["sleep", "300"], start_new_session=True)
     group.append(p)
     r = _sh(shell, _KILL_SCRIPT, str(p.pid), "1")
@@ -135,7 +145,9 @@ def _run_dir(tmp_path: Path, rid: str, pid: int) -> Path:
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-def test_stop_terms_the_group_under_every_shell(shell: list[str], tmp_path: Path, group: list[subprocess.Popen[bytes]]) -> None:
+def test_stop_terms_the_group_under_every_shell(
+    shell: list[str], tmp_path: Path, group: list[subprocess.Popen[bytes]]
+) -> None:
     # a server group that obeys TERM: stop must end it with TERM, not wait out the grace and KILL
     leader = subprocess.Popen(["sh", "-c", "sleep 300 & sleep 301 & wait"], start_new_session=True)
     group.append(leader)

@@ -11,11 +11,11 @@ import pytest
 
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.test_gpu_ssh import remote_smi  # noqa: F401  (fixture)
-from tests.test_ui_status import SIZE, until
 from tests.test_ui_sshd import install_fake_smi, remove_fake_smi
-from tui.ui.app import make_app
+from tests.test_ui_status import SIZE, until
 from tui.hostops.hosts import HostError
 from tui.hostops.ssh import SshHost
+from tui.ui.app import make_app
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(120)]
 
@@ -33,8 +33,9 @@ async def test_dashboard_makes_one_attempt_per_user_action(sshd: SshdServer, kno
     backoff for 6 s: one handshake in all. Pressing ``r`` allows exactly one more."""
     install_fake_smi(sshd, gpus=2)
     sshd.write_known_hosts(known)
-    host = SshHost(sshd.target(), keepalive_interval=1, keepalive_count_max=2, backoff_base=0.05,
-                   backoff_cap=0.2, retry_attempts=4)
+    host = SshHost(
+        sshd.target(), keepalive_interval=1, keepalive_count_max=2, backoff_base=0.05, backoff_cap=0.2, retry_attempts=4
+    )
     app = make_app(host, interval=0.2, sample_timeout=5, backoff=lambda attempt: 0.2)
     kind = "hostkey-mismatch" if known == "wrong" else "hostkey-unknown"
     before = connections(sshd)
@@ -109,8 +110,9 @@ async def test_closed_streams_leave_no_term_ignoring_nvidia_smi(sshd: SshdServer
     host = SshHost(sshd.target(), keepalive_interval=1, keepalive_count_max=2, retry_attempts=1)
     try:
         for _ in range(3):
-            s = host.stream(["timeout", "-k", "5", "300", "nvidia-smi", "--query-gpu=index", "--format=csv",
-                             "-lms", "200"])
+            s = host.stream(
+                ["timeout", "-k", "5", "300", "nvidia-smi", "--query-gpu=index", "--format=csv", "-lms", "200"]
+            )
             await s.__aenter__()
             end = time.monotonic() + 15
             while remote_smi.alive_queries() == 0 and time.monotonic() < end:

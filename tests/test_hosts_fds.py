@@ -54,16 +54,39 @@ def test_detached_launch_then_wait_finishes_promptly() -> None:
     """The detached server must not hold the launching command's pipes: `launch --wait` returns once ready."""
     port = free_port()
     t0 = time.monotonic()
-    r = subprocess.run([*tunedeck_cmd(), "launch", "--wait", "--json", "--cmd", sys.executable, FAKE,
-                        "--engine", "sglang", "--port", str(port), "--load-seconds", "0.5"],
-                       cwd=REPO, capture_output=True, text=True, timeout=40)
+    r = subprocess.run(
+        [
+            *tunedeck_cmd(),
+            "launch",
+            "--wait",
+            "--json",
+            "--cmd",
+            sys.executable,
+            FAKE,
+            "--engine",
+            "sglang",
+            "--port",
+            str(port),
+            "--load-seconds",
+            "0.5",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=40,
+    )
     try:
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["progress"]["state"] == "ready"
         assert time.monotonic() - t0 < 20
     finally:
-        s = subprocess.run([*tunedeck_cmd(), "stop", "--yes", "--json", "--grace", "3"], cwd=REPO,
-                           capture_output=True, text=True, timeout=30)
+        s = subprocess.run(
+            [*tunedeck_cmd(), "stop", "--yes", "--json", "--grace", "3"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     assert s.returncode == 0, s.stderr
 
 
@@ -90,8 +113,9 @@ def test_local_stream_dies_with_tunedeck_even_on_kill_9(tmp_path: Path) -> None:
         "        await asyncio.sleep(3600)\n"
         "run_async(main())\n"
     )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                         cwd=str(Path(__file__).resolve().parent.parent))
+    p = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parent.parent)
+    )
     try:
         assert p.stdout is not None and p.stdout.readline().strip() == "got"
 

@@ -17,8 +17,8 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.hostfix import fake_python, pythons
 from tests.simfix import SimProc, free_port
-from tui.services import runtime
 from tui.hostops.hosts import LocalHost
+from tui.services import runtime
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -42,8 +42,11 @@ def test_every_module_imports_under_the_oldest_python_with_the_stdlib_only(tmp_p
     (ver, py) = found[0]
     pyz = runtime.build(tmp_path).path
     mods = runtime.runtime_modules()
-    code = "import importlib, sys\nsys.path.insert(0, sys.argv[1])\n" + "".join(
-        f"importlib.import_module({m!r})\n" for m in mods) + "print('ok', sys.version_info[:2])"
+    code = (
+        "import importlib, sys\nsys.path.insert(0, sys.argv[1])\n"
+        + "".join(f"importlib.import_module({m!r})\n" for m in mods)
+        + "print('ok', sys.version_info[:2])"
+    )
     # -I: no user site, no PYTHONPATH; -S: no site-packages at all, so nothing but the stdlib
     r = subprocess.run([py, "-I", "-S", "-c", code, str(pyz)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "ok" in r.stdout, f"Python {ver} ({py}):\n{r.stderr[-3000:]}"
@@ -55,8 +58,12 @@ def test_every_module_imports_under_the_oldest_python_with_the_stdlib_only(tmp_p
 def test_vermin_confirms_python_3_9_for_every_shipped_module():
     files = [str(p) for _, p in runtime.source_files()]
     vermin = Path(sys.executable).parent / "vermin"
-    r = subprocess.run([str(vermin), "-t=3.9-", "--violations", "--no-tips",
-                        "--eval-annotations", *files], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [str(vermin), "-t=3.9-", "--violations", "--no-tips", "--eval-annotations", *files],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
 
@@ -72,10 +79,13 @@ def test_an_old_python_gets_one_clear_line(tmp_path):
         assert r.returncode == 70 and r.stderr.count("\n") == 1 and "too old" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("script,why", [
-    ('echo 3.8.10\n', "is Python 3.8.10"),
-    ('echo "Segmentation fault" >&2; exit 139\n', "does not run"),
-])
+@pytest.mark.parametrize(
+    "script,why",
+    [
+        ("echo 3.8.10\n", "is Python 3.8.10"),
+        ('echo "Segmentation fault" >&2; exit 139\n', "does not run"),
+    ],
+)
 async def test_a_host_without_a_usable_python_names_the_way_out(tmp_path, script, why):
     fake = fake_python(tmp_path / "bin", script)
     host = LocalHost(env_overlay={"PATH": f"{fake.parent}:/usr/bin:/bin"})
@@ -96,13 +106,27 @@ async def test_ensure_ships_once_and_checks_the_hash(tmp_path):
 
 
 def run_cli(*args: str, timeout: float = 180, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout,
-                          env=env or dict(os.environ))
+    return subprocess.run(
+        [*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout, env=env or dict(os.environ)
+    )
 
 
 def sim(port: int, *extra: str) -> SimProc:
-    return SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "0.5",
-                   "--sim-fixed-ttft-ms", "50", "--sim-fixed-itl-ms", "10", *extra)
+    return SimProc(
+        "vllm",
+        "m",
+        "-tp",
+        "8",
+        "--port",
+        str(port),
+        "--sim-load-seconds",
+        "0.5",
+        "--sim-fixed-ttft-ms",
+        "50",
+        "--sim-fixed-itl-ms",
+        "10",
+        *extra,
+    )
 
 
 def test_bench_on_the_demo_host_runs_there_and_is_mirrored_here(tmp_path):
@@ -111,8 +135,22 @@ def test_bench_on_the_demo_host_runs_there_and_is_mirrored_here(tmp_path):
     port = free_port()
     rec = tmp_path / "truth.jsonl"
     with sim(port, "--sim-record-timestamps", str(rec)):
-        r = run_cli("bench", "--demo", "--port", str(port), "--concurrency", "1,8", "--num-prompts", "16",
-                    "--input-len", "8", "--output-len", "16", "--json", "-")
+        r = run_cli(
+            "bench",
+            "--demo",
+            "--port",
+            str(port),
+            "--concurrency",
+            "1,8",
+            "--num-prompts",
+            "16",
+            "--input-len",
+            "8",
+            "--output-len",
+            "16",
+            "--json",
+            "-",
+        )
     assert r.returncode == 0, r.stderr[-3000:]
     sums = json.loads(r.stdout)
     assert [s["completed"] for s in sums] == [16, 16]
@@ -150,8 +188,22 @@ def test_bench_attach_and_stop_name_an_unknown_id_in_one_line():
 def test_client_where_local_is_marked_as_measured_through_a_tunnel():
     port = free_port()
     with sim(port):
-        r = run_cli("bench", "--demo", "--port", str(port), "--client-where", "local", "--num-prompts", "4",
-                    "--output-len", "8", "--input-len", "8", "--json", "-")
+        r = run_cli(
+            "bench",
+            "--demo",
+            "--port",
+            str(port),
+            "--client-where",
+            "local",
+            "--num-prompts",
+            "4",
+            "--output-len",
+            "8",
+            "--input-len",
+            "8",
+            "--json",
+            "-",
+        )
     assert r.returncode == 0, r.stderr[-2000:]
     s = json.loads(r.stdout)
     assert s["client"]["where"] == "local-via-ssh"
@@ -164,9 +216,29 @@ def test_stop_keeps_the_finished_samples(tmp_path):
 
     port = free_port()
     with sim(port):
-        p = subprocess.Popen([*tunedeck_cmd(), "bench", "--demo", "--port", str(port), "--concurrency", "2",
-                              "--num-prompts", "400", "--output-len", "50", "--input-len", "8", "--json", "-"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        p = subprocess.Popen(
+            [
+                *tunedeck_cmd(),
+                "bench",
+                "--demo",
+                "--port",
+                str(port),
+                "--concurrency",
+                "2",
+                "--num-prompts",
+                "400",
+                "--output-len",
+                "50",
+                "--input-len",
+                "8",
+                "--json",
+                "-",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
         assert p.stderr is not None
         line = p.stderr.readline()
         job = line.split("job ", 1)[1].split()[0]
@@ -200,8 +272,24 @@ def test_a_full_disk_on_the_host_stops_the_bench_with_a_clear_error_and_keeps_sa
         port = free_port()
         with sim(port):
             # the runtime (~110 kB) and a spec fit; ~1 kB per sample fills the rest within the run
-            r = run_cli("bench", "--demo", "--port", str(port), "--concurrency", "16", "--num-prompts", "3000",
-                        "--output-len", "64", "--input-len", "8", "--json", "-", env=env, timeout=200)
+            r = run_cli(
+                "bench",
+                "--demo",
+                "--port",
+                str(port),
+                "--concurrency",
+                "16",
+                "--num-prompts",
+                "3000",
+                "--output-len",
+                "64",
+                "--input-len",
+                "8",
+                "--json",
+                "-",
+                env=env,
+                timeout=200,
+            )
         assert r.returncode == 4, r.stderr[-3000:]
         last = r.stderr.strip().splitlines()[-1]
         assert "disk is full" in last and "samples written so far are kept" in last, r.stderr[-2000:]
@@ -224,8 +312,13 @@ def test_two_ab_campaigns_on_one_host_are_refused(tmp_path, monkeypatch):
         text = re.sub(r'(?m)^name = ".*"$', f'name = "{dst}"', text)
         text = re.sub(r"(?m)^port = \d+$", f"port = {port}", text)
         (user / f"{dst}.toml").write_text(text)
-    first = subprocess.Popen([*tunedeck_cmd(), "ab", "h-base", "h-tuned", "--demo", "--plan", "quick", "--yes"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    first = subprocess.Popen(
+        [*tunedeck_cmd(), "ab", "h-base", "h-tuned", "--demo", "--plan", "quick", "--yes"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     assert first.stderr is not None
     line = first.stderr.readline()
     job = line.split("A/B job ", 1)[1].split()[0]
@@ -256,8 +349,8 @@ async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
     from tests.abfakes import FakeOps
     from tui.ab.plans import load_plan
     from tui.ab.runner import ABEvent, ABRunner
-    from tui.ui.screens.compare import CompareScreen
     from tui.hostops import launcher, runstore
+    from tui.ui.screens.compare import CompareScreen
     from widgets.compare_table import CompareTable
 
     host = LocalHost()
@@ -267,9 +360,15 @@ async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
     assert started.pid is not None
     jd = Path(started.run_dir)
     (jd / "report.json").write_text(json.dumps(rep.to_dict()))
-    evs = [ABEvent("start", "A/B started", step=0, steps=8), ABEvent("done", f"A/B {rep.id} completed", step=8, steps=8)]
-    (jd / "events.jsonl").write_text("".join(json.dumps(e.to_json()) + "\n" for e in evs)
-                                     + json.dumps({"type": "exit", "rc": 0, "error": None}) + "\n")
+    evs = [
+        ABEvent("start", "A/B started", step=0, steps=8),
+        ABEvent("done", f"A/B {rep.id} completed", step=8, steps=8),
+    ]
+    (jd / "events.jsonl").write_text(
+        "".join(json.dumps(e.to_json()) + "\n" for e in evs)
+        + json.dumps({"type": "exit", "rc": 0, "error": None})
+        + "\n"
+    )
 
     class Dash(App):
         def on_mount(self) -> None:

@@ -24,13 +24,29 @@ pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(420)]
 
 
 def cli(sshd: SshdServer, *args: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout,
-                          env=sshd.client_env(**env))
+    return subprocess.run(
+        [*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout, env=sshd.client_env(**env)
+    )
 
 
 def bench_args(port: int, conc: int, n: int, out: int) -> list[str]:
-    return ["bench", "--port", str(port), "--concurrency", str(conc), "--num-prompts", str(n),
-            "--input-len", "8", "--output-len", str(out), "--warmup", "0", "--json", "-"]
+    return [
+        "bench",
+        "--port",
+        str(port),
+        "--concurrency",
+        str(conc),
+        "--num-prompts",
+        str(n),
+        "--input-len",
+        "8",
+        "--output-len",
+        str(out),
+        "--warmup",
+        "0",
+        "--json",
+        "-",
+    ]
 
 
 def test_bench_on_a_host_with_no_tunedeck_and_a_python_without_httpx(sshd: SshdServer, tmp_path: Path):
@@ -43,8 +59,22 @@ def test_bench_on_a_host_with_no_tunedeck_and_a_python_without_httpx(sshd: SshdS
     assert rt["python"] and not rt["python"].startswith("/root") and rt["problem"] is None, rt
     port = free_port()
     rec = tmp_path / "truth.jsonl"
-    with SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "0.5",
-                 "--sim-fixed-ttft-ms", "50", "--sim-fixed-itl-ms", "10", "--sim-record-timestamps", str(rec)):
+    with SimProc(
+        "vllm",
+        "m",
+        "-tp",
+        "8",
+        "--port",
+        str(port),
+        "--sim-load-seconds",
+        "0.5",
+        "--sim-fixed-ttft-ms",
+        "50",
+        "--sim-fixed-itl-ms",
+        "10",
+        "--sim-record-timestamps",
+        str(rec),
+    ):
         r = cli(sshd, "--host", target, *bench_args(port, 4, 16, 16))
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(r.stdout)
@@ -62,14 +92,31 @@ def test_bench_survives_sshd_killed_five_times_with_nothing_lost_or_repeated(ssh
     target = sshd.target(TEST_USER)
     port = free_port()
     conc, n, out = 64, 1024, 100  # ~16 s at a fixed 50 ms TTFT and 10 ms ITL
-    with SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "0.5",
-                 "--sim-fixed-ttft-ms", "50", "--sim-fixed-itl-ms", "10"):
+    with SimProc(
+        "vllm",
+        "m",
+        "-tp",
+        "8",
+        "--port",
+        str(port),
+        "--sim-load-seconds",
+        "0.5",
+        "--sim-fixed-ttft-ms",
+        "50",
+        "--sim-fixed-itl-ms",
+        "10",
+    ):
         uncut = cli(sshd, "--host", target, *bench_args(port, conc, n, out))
         assert uncut.returncode == 0, uncut.stderr[-3000:]
         ref = json.loads(uncut.stdout)
-        proc = subprocess.Popen([*tunedeck_cmd(), "--host", target, *bench_args(port, conc, n, out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                                env=sshd.client_env())
+        proc = subprocess.Popen(
+            [*tunedeck_cmd(), "--host", target, *bench_args(port, conc, n, out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=sshd.client_env(),
+        )
         err: list[str] = []
         started = threading.Event()
 
@@ -120,9 +167,15 @@ def test_ab_goes_on_through_two_sshd_kills_and_a_killed_laptop(sshd: SshdServer,
     user = _ab_profiles(sshd, tmp_path)
     target = sshd.target(ROOT_USER)
     env = sshd.client_env(TUNEDECK_PROFILES=str(user))
-    proc = subprocess.Popen([*tunedeck_cmd(), "ab", "k-base", "k-tuned", "--host", target, "--plan", "quick",
-                             "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [*tunedeck_cmd(), "ab", "k-base", "k-tuned", "--host", target, "--plan", "quick", "--yes"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+    )
     assert proc.stderr is not None
     seen: list[str] = []
     kills = 0
@@ -133,8 +186,12 @@ def test_ab_goes_on_through_two_sshd_kills_and_a_killed_laptop(sshd: SshdServer,
         m = re.search(r"A/B job (\S+) runs on", line)
         if m:
             job = m.group(1)
-        if kills < 2 and ("[A] benchmark" in line or "[B] launching" in line or "[B #1] launching" in line
-                          or "[A #1] benchmark" in line):
+        if kills < 2 and (
+            "[A] benchmark" in line
+            or "[B] launching" in line
+            or "[B #1] launching" in line
+            or "[A #1] benchmark" in line
+        ):
             sshd.stop()
             time.sleep(1.0)
             sshd.start()
@@ -147,8 +204,7 @@ def test_ab_goes_on_through_two_sshd_kills_and_a_killed_laptop(sshd: SshdServer,
     assert job, "".join(seen)
     assert kills == 2, "".join(seen)
     # attach: follows it to the end (it went on without the laptop) and shows the comparison
-    r = cli(sshd, "ab", "--attach", job, "--host", target, "--json", timeout=240,
-            TUNEDECK_PROFILES=str(user))
+    r = cli(sshd, "ab", "--attach", job, "--host", target, "--json", timeout=240, TUNEDECK_PROFILES=str(user))
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(r.stdout)
     assert rep["status"] == "completed" and rep["comparison"]["winner"] == "B", rep.get("error")

@@ -10,8 +10,8 @@ import pytest
 
 from tui.collectors.history import GpuHistory
 from tui.collectors.hoststats import HostCollector, cpu_percent, parse_proc
-from tui.model import NA, GpuSnapshot, GpuStatus
 from tui.hostops.hosts import ByteStream, Host, HostError, LocalHost, RunResult
+from tui.model import NA, GpuSnapshot, GpuStatus
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -63,12 +63,19 @@ async def test_local_samples(use_psutil: bool) -> None:
 class _DeadHost(Host):
     target = "gpu-box"
 
-    async def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                  input: str | None = None, timeout: float | None = 30.0) -> RunResult:
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+        timeout: float | None = 30.0,
+    ) -> RunResult:
         raise HostError("unreachable", "connection refused", target=self.target)
 
-    def stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-               heartbeat: float | None = None) -> ByteStream:
+    def stream(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, heartbeat: float | None = None
+    ) -> ByteStream:
         raise HostError("unreachable", "connection refused", target=self.target)
 
     async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
@@ -91,8 +98,10 @@ async def test_remote_failures_raise_host_error() -> None:
 
 
 def _status(utils: list, used: int = 40960) -> GpuStatus:
-    gpus = tuple(GpuSnapshot(i, f"GPU-{i}", "G", utilization=u, memory_used=used, memory_total=81920)
-                 for i, u in enumerate(utils))
+    gpus = tuple(
+        GpuSnapshot(i, f"GPU-{i}", "G", utilization=u, memory_used=used, memory_total=81920)
+        for i, u in enumerate(utils)
+    )
     return GpuStatus("ok", gpus)
 
 

@@ -18,8 +18,9 @@ def test_launch_wait_is_recorded_in_the_journal(tmp_path):
     env = {**os.environ, "TUNEDECK_SIM_LOAD_S": "1", "PYTHONPATH": str(REPO)}
 
     def td(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*tunedeck_cmd(), *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=90)
+        return subprocess.run(
+            [*tunedeck_cmd(), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90
+        )
 
     r = td("launch", "sglang-base", "--demo", "--wait", "--port", str(free_port()))
     try:

@@ -81,8 +81,8 @@ async def test_pick_presets_and_preview_changes(store):
 
 
 async def test_inline_validation_and_launch(store):
-    from tui.ui.screens.modals import ConfirmModal
     from tui.sim.demo import demo_host
+    from tui.ui.screens.modals import ConfirmModal
 
     screen = LaunchScreen(store.get("sglang-tuned"), store=store, host=demo_host(), demo=True)
     app = FormApp(screen)
@@ -174,7 +174,9 @@ async def test_backend_choices_come_from_the_host(store, tmp_path):
         await app.workers.wait_for_complete()
         await settle(pilot)
         form = screen.query_one(PresetForm)
-        assert any(m.severity == "error" and "--attn-dp-size does not exist" in m.text for m in form.messages), form.messages
+        assert any(m.severity == "error" and "--attn-dp-size does not exist" in m.text for m in form.messages), (
+            form.messages
+        )
 
 
 async def test_running_server_diff_is_shown(store):

@@ -14,12 +14,13 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.test_launcher import free_port
+from tui.hostops import launcher as L
+from tui.hostops import runstore
+from tui.hostops.launcher import demo_argv
+from tui.hostops.tracker import wait_ready
 from tui.profiles.builder import build_command
 from tui.profiles.store import ProfileStore
-from tui.hostops import launcher as L, runstore
-from tui.hostops.launcher import demo_argv
 from tui.services.targets import get_host
-from tui.hostops.tracker import wait_ready
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,7 +55,11 @@ async def test_sim_ready_then_stop_frees_gpu(demo, name):
     rec = await L.launch(demo, argv, env, engine=engine, port=port, profile=name)
     seen_mem: list[tuple[float, ...]] = []
     final = await wait_ready(
-        demo, rec, timeout=60, stall_after=30, gpu_interval=0.5,
+        demo,
+        rec,
+        timeout=60,
+        stall_after=30,
+        gpu_interval=0.5,
         on_update=lambda s: seen_mem.append(s.gpu_memory),
     )
     assert final.state == "ready", final
@@ -109,8 +114,9 @@ def test_sim_hang_is_stalled_and_plain_stop_frees_the_gpus(tmp_path):
     env = dict(os.environ, TUNEDECK_SIM_LOAD_S="2", PYTHONPATH=str(REPO))
 
     def td(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*tunedeck_cmd(), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=90)
+        return subprocess.run(
+            [*tunedeck_cmd(), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90
+        )
 
     idle = td("sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
     argv, _, _, port = sim_command("sglang-base", "--sim-load-seconds", "2", "--sim-fault", "hang")
@@ -143,8 +149,14 @@ def test_cli_done_when(tmp_path):
     env = dict(os.environ, TUNEDECK_SIM_LOAD_S="2")
 
     def td(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*tunedeck_cmd(), *args], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
-                              capture_output=True, text=True, timeout=90)
+        return subprocess.run(
+            [*tunedeck_cmd(), *args],
+            cwd=tmp_path,
+            env={**env, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
 
     idle = td("sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
     r = td("launch", "sglang-base", "--demo", "--wait", "--port", str(free_port()))

@@ -12,7 +12,8 @@ import pytest
 
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.test_launcher import FAKE, free_port
-from tui.hostops import launcher as L, runstore
+from tui.hostops import launcher as L
+from tui.hostops import runstore
 from tui.hostops.ssh import SshHost
 from tui.hostops.tracker import StartupTracker
 
@@ -22,8 +23,12 @@ pytestmark = [pytest.mark.sshd, pytest.mark.timeout(90)]
 def mkhost(server: SshdServer) -> SshHost:
     # root: the remote side runs this machine's Python (the fake server)
     return SshHost(
-        server.target(ROOT_USER), keepalive_interval=1, keepalive_count_max=3, backoff_base=0.05,
-        backoff_cap=0.5, retry_attempts=5,
+        server.target(ROOT_USER),
+        keepalive_interval=1,
+        keepalive_count_max=3,
+        backoff_base=0.05,
+        backoff_cap=0.5,
+        retry_attempts=5,
     )  # type: ignore[arg-type]
 
 
@@ -41,8 +46,7 @@ def starttime(pid: int) -> str:
 
 async def test_drop_ssh_during_load_follow_resumes_gapless(sshd: SshdServer) -> None:
     port = free_port()
-    argv = [sys.executable, FAKE, "--engine", "sglang", "--port", str(port), "--numbered", "500",
-            "--load-seconds", "2"]
+    argv = [sys.executable, FAKE, "--engine", "sglang", "--port", str(port), "--numbered", "500", "--load-seconds", "2"]
     host = mkhost(sshd)
     got = bytearray()
     try:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tui.hostops import launcher as L, logfollow, runstore
+from tui.hostops import launcher as L
+from tui.hostops import logfollow, runstore
 from tui.hostops.hosts import LocalHost
 from tui.hostops.tracker import StartupTracker, format_progress, load_history, wait_ready
 
@@ -52,7 +53,9 @@ async def host():
     # never leave a server behind
     for run in await L.list_host_runs(h):
         if run.alive:
-            rec = runstore.RunStore().load(run.run_id) or runstore.RunRecord(run.run_id, "local", [], run_dir=run.run_dir)
+            rec = runstore.RunStore().load(run.run_id) or runstore.RunRecord(
+                run.run_id, "local", [], run_dir=run.run_dir
+            )
             rec.run_dir = run.run_dir
             await L.stop_run(h, rec, grace=1, gpu_wait=1)
 
@@ -253,7 +256,9 @@ async def test_follow_resumes_from_offset_without_gaps(host):
                 break
     # the follower stopped (as on a lost link or an app restart): resume from the persisted offset
     assert runstore.RunStore().load(rec.run_id).log_offset == f.offset == len(got)
-    f2 = logfollow.LogFollower(host, log, runstore.RunStore().load(rec.run_id).log_offset, run_id=rec.run_id, persist=True)
+    f2 = logfollow.LogFollower(
+        host, log, runstore.RunStore().load(rec.run_id).log_offset, run_id=rec.run_id, persist=True
+    )
     async with contextlib.aclosing(f2.chunks()) as chunks:
         async for chunk in chunks:
             got += chunk
@@ -290,7 +295,9 @@ def test_format_progress_line():
     from tui.model import StartupProgress
 
     s = format_progress(
-        StartupProgress("r", "sglang", "starting", "weight-loading", phase_n=3, phase_total=8, fraction=0.3, elapsed=65, eta=90)
+        StartupProgress(
+            "r", "sglang", "starting", "weight-loading", phase_n=3, phase_total=8, fraction=0.3, elapsed=65, eta=90
+        )
     )
     assert "3/8" in s and "1m05s" in s and "ETA 1m30s" in s
 

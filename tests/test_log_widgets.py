@@ -132,8 +132,18 @@ async def test_startup_progress_widget():
         assert "no startup" in w.text
         w.update(
             StartupProgress(
-                "abc", "sglang", "starting", "weight-loading", phase_n=14, phase_total=37, fraction=0.42,
-                elapsed=62, eta=90, eta_source="history", gpu_memory=(12288.0, 12288.0), health="down",
+                "abc",
+                "sglang",
+                "starting",
+                "weight-loading",
+                phase_n=14,
+                phase_total=37,
+                fraction=0.42,
+                elapsed=62,
+                eta=90,
+                eta_source="history",
+                gpu_memory=(12288.0, 12288.0),
+                health="down",
             )
         )
         await pilot.pause()
@@ -142,9 +152,19 @@ async def test_startup_progress_widget():
         assert "GPU 12.0 12.0 GiB" in t and "STALLED" not in t
         w.update(
             StartupProgress(
-                "abc", "sglang", "failed", "graph-capture", phase_label="decode", phase_n=0, phase_total=1,
-                fraction=0.8, elapsed=600, stalled=True, stalled_for=300,
-                diagnosis="stalled: no log output for 5 min", proof="Capturing batches (bs=1 ...): 0%",
+                "abc",
+                "sglang",
+                "failed",
+                "graph-capture",
+                phase_label="decode",
+                phase_n=0,
+                phase_total=1,
+                fraction=0.8,
+                elapsed=600,
+                stalled=True,
+                stalled_for=300,
+                diagnosis="stalled: no log output for 5 min",
+                proof="Capturing batches (bs=1 ...): 0%",
             )
         )
         await pilot.pause()
@@ -153,8 +173,18 @@ async def test_startup_progress_widget():
         assert "✗ stalled" in t and "Capturing batches" in t
         w.update(
             StartupProgress(
-                "abc", "sglang", "stalled", "graph-capture", phase_label="decode", phase_n=0, phase_total=1,
-                fraction=0.8, elapsed=600, stalled=True, stalled_for=300, gpu_memory=(61440.0, 61440.0),
+                "abc",
+                "sglang",
+                "stalled",
+                "graph-capture",
+                phase_label="decode",
+                phase_n=0,
+                phase_total=1,
+                fraction=0.8,
+                elapsed=600,
+                stalled=True,
+                stalled_for=300,
+                gpu_memory=(61440.0, 61440.0),
                 diagnosis="stalled: no log output for 5 min (capturing 0/1); holds GPU 0: 60.0 GiB, GPU 1: 60.0 GiB",
                 proof="Capturing batches (bs=1 ...): 0%",
             )
@@ -170,9 +200,10 @@ async def test_startup_progress_widget():
 
 async def test_run_screen_attaches_shows_progress_and_stops():
     from tests.test_launcher import fake
-    from tui.ui.screens.run import RunScreen
-    from tui.hostops import launcher as L, runstore
+    from tui.hostops import launcher as L
+    from tui.hostops import runstore
     from tui.hostops.hosts import LocalHost
+    from tui.ui.screens.run import RunScreen
 
     host = LocalHost()
     argv, port = fake("vllm", None, "--load-seconds", "1.5")
@@ -228,14 +259,17 @@ async def test_run_screen_attaches_shows_progress_and_stops():
 
 async def test_run_screen_launches_then_attaches_or_shows_refusal():
     from tests.test_launcher import fake
-    from tui.ui.screens.run import RunScreen
-    from tui.hostops import launcher as L, runstore
+    from tui.hostops import launcher as L
+    from tui.hostops import runstore
     from tui.hostops.hosts import LocalHost
+    from tui.ui.screens.run import RunScreen
 
     host = LocalHost()
     argv, port = fake("sglang", None, "--load-seconds", "1")
     screens = [
-        RunScreen.for_launch(host, argv, engine="sglang", port=port, profile="fake", tracker_options={"poll_gpu": False}),
+        RunScreen.for_launch(
+            host, argv, engine="sglang", port=port, profile="fake", tracker_options={"poll_gpu": False}
+        ),
         RunScreen.for_launch(host, ["sleep", "1"], tracker_options={"poll_gpu": False}),
     ]
 
@@ -283,9 +317,10 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
     import re as _re
 
     from tests.test_launcher import fake
-    from tui.ui.screens.run import RunScreen
-    from tui.hostops import launcher as L, runstore
+    from tui.hostops import launcher as L
+    from tui.hostops import runstore
     from tui.hostops.hosts import LocalHost
+    from tui.ui.screens.run import RunScreen
 
     host = LocalHost()
     argv, port = fake("sglang", None, "--numbered", "300", "--load-seconds", "0.5")

@@ -195,7 +195,9 @@ def test_unterminated_tail_parsed_on_flush():
 
 
 def test_prefix_cleaning():
-    ln = clean_line("\x1b[1;36m(VllmWorker rank=0 pid=1)\x1b[0;0m \x1b[1;36m(VllmWorker rank=1 pid=2)\x1b[0;0m INFO 07-09 14:34:25 [x.py:1] hello")
+    ln = clean_line(
+        "\x1b[1;36m(VllmWorker rank=0 pid=1)\x1b[0;0m \x1b[1;36m(VllmWorker rank=1 pid=2)\x1b[0;0m INFO 07-09 14:34:25 [x.py:1] hello"
+    )
     assert ln.msg == "hello" and ln.time == "07-09 14:34:25" and ln.level == "INFO"
     ln = clean_line("2025-02-04 21:21:33 [2025-02-04 05:21:33 TP0] Load weight begin. avail mem=1.00 GB")
     assert ln.msg.startswith("Load weight begin") and ln.rank == "TP0" and ln.time == "2025-02-04 05:21:33"
@@ -227,7 +229,12 @@ def test_compose_and_docker_prefixed_startup():
     phases = [e.phase for e in events if isinstance(e, PhaseEvent)]
     for p in ("process-start", "weight-loading", "kv-cache", "graph-capture", "warmup", "ready"):
         assert p in phases
-    assert phases.index("weight-loading") < phases.index("kv-cache") < phases.index("graph-capture") < phases.index("ready")
+    assert (
+        phases.index("weight-loading")
+        < phases.index("kv-cache")
+        < phases.index("graph-capture")
+        < phases.index("ready")
+    )
 
 
 def test_sglang_application_startup_complete_is_not_ready():
@@ -264,8 +271,14 @@ def test_runtime_stat_lines():
     "text,kind",
     [
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "oom"),
-        ("Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.5", "oom"),
-        ("ValueError: Free memory on device (1.0/80 GiB) on startup is less than desired GPU memory utilization (0.92, 73 GiB).", "oom"),
+        (
+            "Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.5",
+            "oom",
+        ),
+        (
+            "ValueError: Free memory on device (1.0/80 GiB) on startup is less than desired GPU memory utilization (0.92, 73 GiB).",
+            "oom",
+        ),
         ("Failed to load model - not enough GPU memory.", "oom"),
         ("torch.distributed.DistBackendError: NCCL error in: x.cpp:1, unhandled system error", "nccl"),
         ("OSError: [Errno 98] Address already in use", "port"),
@@ -353,19 +366,28 @@ def test_parse_log_cli_json(real_logs):
 def test_parse_log_cli_failure_and_errors(real_logs, tmp_path):
     r = subprocess.run(
         [*tunedeck_cmd(), "parse-log", str(real_logs / "sglang-fail-oom-1.log"), "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     objs = [json.loads(x) for x in r.stdout.splitlines()]
     assert any(o.get("event") == "error" and o["kind"] == "oom" for o in objs)
     assert objs[-1]["status"] == "failed" and objs[-1]["failure"]["kind"] == "oom"
     r = subprocess.run(
         [*tunedeck_cmd(), "parse-log", str(real_logs / "sglang-start-1.log")],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert r.returncode == 0 and "ready" in r.stdout and "14/14" in r.stdout
     r = subprocess.run(
         [*tunedeck_cmd(), "parse-log", str(tmp_path / "missing.log")],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert r.returncode != 0 and "missing.log" in r.stderr and "Traceback" not in r.stderr
 

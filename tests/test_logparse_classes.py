@@ -120,7 +120,10 @@ def test_a_request_traceback_while_serving_is_not_a_failure():
     st, _ = parse_text(text + "\n")
     assert st.status == "ready" and st.failure is None
     # the same traceback followed by the engine's death is a failure
-    dead = "\n".join(lines[:-1]) + "\n(APIServer pid=1) ERROR 01-01 00:00:11 [async_llm.py:1] EngineDeadError: EngineCore encountered an issue.\n"
+    dead = (
+        "\n".join(lines[:-1])
+        + "\n(APIServer pid=1) ERROR 01-01 00:00:11 [async_llm.py:1] EngineDeadError: EngineCore encountered an issue.\n"
+    )
     st, _ = parse_text(dead)
     assert st.status == "failed" and st.failure.line.endswith("KeyError: 'messages'")
 
@@ -164,8 +167,16 @@ def test_exception_group_points_at_the_sub_exception():
 @pytest.mark.parametrize(
     "name,proof,wrapper",
     [
-        ("vllm-importerror-wrapper.log", "ImportError: /usr/local/lib/python3.12/dist-packages/vllm/_C.abi3.so: undefined symbol", "EngineCore failed to start."),
-        ("vllm-memory-profiling-wrapper.log", "AssertionError: Error in memory profiling.", "EngineCore failed to start."),
+        (
+            "vllm-importerror-wrapper.log",
+            "ImportError: /usr/local/lib/python3.12/dist-packages/vllm/_C.abi3.so: undefined symbol",
+            "EngineCore failed to start.",
+        ),
+        (
+            "vllm-memory-profiling-wrapper.log",
+            "AssertionError: Error in memory profiling.",
+            "EngineCore failed to start.",
+        ),
         ("sglang-fp8-sigquit.log", "ValueError: Unsupported fp8 type", "Scheduler hit an exception"),
         ("sglang-invalid-ordinal.log", "torch.AcceleratorError: CUDA error: invalid device ordinal", "RuntimeError"),
     ],
@@ -261,7 +272,9 @@ def test_compose_services_other_than_the_engine_are_ignored():
     st, events = _parse("compose-rag-stack.log")
     ready = [e for e in events if isinstance(e, PhaseEvent) and e.phase == "ready"]
     assert len(ready) == 1
-    assert ready[0].line_no == _physical_line("compose-rag-stack.log", "(APIServer pid=1) INFO:     Application startup complete.")
+    assert ready[0].line_no == _physical_line(
+        "compose-rag-stack.log", "(APIServer pid=1) INFO:     Application startup complete."
+    )
     assert st.http_url == "http://0.0.0.0:8000"
     assert st.failure is None  # the RAG app's own traceback is not the engine's
     assert st.status == "ready"
@@ -295,7 +308,9 @@ def test_vllm_v0_capture_start_and_compile_forms():
     caps = [e for e in events if isinstance(e, PhaseEvent) and e.phase == "graph-capture"]
     assert caps[0].progress == 0.0 and "Capturing the model for CUDA graphs" in caps[0].message
     assert caps[-1].done
-    st, _ = parse_text("(VllmWorker rank=1 pid=2) INFO 07-09 14:35:10 [monitor.py:33] torch.compile takes 13.99 s in total\n")
+    st, _ = parse_text(
+        "(VllmWorker rank=1 pid=2) INFO 07-09 14:35:10 [monitor.py:33] torch.compile takes 13.99 s in total\n"
+    )
     assert st.compile_seen and st.phase == "compile"
 
 
@@ -387,7 +402,12 @@ def test_line_numbers_do_not_depend_on_chunking():
 
 
 def test_real_log_line_numbers_land_on_the_proof(real_logs):
-    for name in ("sglang-fail-capture-1.log", "sglang-fail-oom-1.log", "vllm-fail-kvcache-1.log", "vllm-fail-port-1.log"):
+    for name in (
+        "sglang-fail-capture-1.log",
+        "sglang-fail-oom-1.log",
+        "vllm-fail-kvcache-1.log",
+        "vllm-fail-port-1.log",
+    ):
         st, _ = parse_file(str(real_logs / name))
         lines = (real_logs / name).read_bytes().decode("utf-8", "replace").split("\n")
         assert st.failure.line in lines[st.failure.line_no - 1].replace("\x1b[0;0m", ""), name
@@ -434,14 +454,22 @@ def test_parse_log_exit_status_starting_and_json_lines(tmp_path):
     assert r.returncode == 3 and "status: starting" in r.stdout
     r = subprocess.run(
         [*tunedeck_cmd(), "parse-log", str(DATA / "sglang-fp8-sigquit.log"), "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert r.returncode == 1
     summary = json.loads(r.stdout.splitlines()[-1])
     assert summary["failure"]["line_no"] == 13 and "fp8" in summary["failure"]["line"]
     assert "Scheduler hit an exception" in summary["failure"]["wrapper"]
-    r = subprocess.run([*tunedeck_cmd(), "parse-log", str(DATA / "sglang-fp8-sigquit.log")], cwd=REPO,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [*tunedeck_cmd(), "parse-log", str(DATA / "sglang-fp8-sigquit.log")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "proof: line 13: ValueError: Unsupported fp8 type" in r.stdout
 
 
@@ -484,7 +512,7 @@ def test_an_unterminated_last_line_counts_once_the_process_ended():
     rec = RunRecord("abcdef03", "local", ["x"], engine="sglang", pid=4242, started=1.0, created=1.0)
     tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)
     tr.feed(
-        b"Traceback (most recent call last):\n  File \"/usr/lib/python3/site-packages/sglang/launch_server.py\", line 1\n"
+        b'Traceback (most recent call last):\n  File "/usr/lib/python3/site-packages/sglang/launch_server.py", line 1\n'
         b"RuntimeError: No accelerator (CUDA) is available."
     )
     tr.flush()  # an idle pause: a half-written exception line is not parsed yet

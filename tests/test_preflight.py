@@ -88,7 +88,10 @@ async def test_mla_backend_by_architecture(tmp_path):
 async def test_flags_unknown_ambiguous_and_tp(tmp_path):
     host = fake_host(tmp_path, gpus=4)
     p = ServerProfile(
-        name="t", engine="sglang", model="Qwen/Qwen3-32B", tp=8,
+        name="t",
+        engine="sglang",
+        model="Qwen/Qwen3-32B",
+        tp=8,
         flags=(("cuda-graph-max-bs", 256), ("enable-metrics", True)),
     )
     r = await preflight(host, p)
@@ -106,8 +109,13 @@ async def test_flags_unknown_ambiguous_and_tp(tmp_path):
 
 async def test_vllm_backends_from_registry(tmp_path):
     host = fake_host(tmp_path)
-    p = ServerProfile(name="v", engine="vllm", model="deepseek-ai/DeepSeek-V3", attention_backend="flashmla",
-                      flags=(("max-num-seqs", 256),))
+    p = ServerProfile(
+        name="v",
+        engine="vllm",
+        model="deepseek-ai/DeepSeek-V3",
+        attention_backend="flashmla",
+        flags=(("max-num-seqs", 256),),
+    )
     r = await preflight(host, p)
     assert r.facts.backends_source == "registry" and "FLASHMLA" in r.facts.backends
     assert r.facts.version == "0.33.0"
@@ -150,12 +158,24 @@ def test_cli_preflight_warns_before_launch(tmp_path):
     f = tmp_path / "cut.toml"
     f.write_text('engine = "sglang"\nmodel = "deepseek-ai/DeepSeek-V3"\n[attention]\nbackend = "cutlass_mla"\n')
     env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}"}
-    r = subprocess.run([*tunedeck_cmd(), "preflight", str(f), "--host", "local"], capture_output=True, text=True,
-                       cwd=REPO, env=env, timeout=60)
+    r = subprocess.run(
+        [*tunedeck_cmd(), "preflight", str(f), "--host", "local"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     assert "'cutlass_mla' is not offered by sglang 0.5.23" in r.stdout
-    r = subprocess.run([*tunedeck_cmd(), "preflight", "sglang-tuned", "--json"], capture_output=True, text=True,
-                       cwd=REPO, env=env, timeout=60)
+    r = subprocess.run(
+        [*tunedeck_cmd(), "preflight", "sglang-tuned", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=60,
+    )
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["ok"] is True and out["host"]["version"] == "0.5.23"
     assert any(x["code"] == "nccl-debug-knobs" for x in out["findings"])
@@ -171,8 +191,9 @@ def test_demo_preflight_uses_the_simulators_help(tmp_path):
         'engine = "sglang"\nmodel = "deepseek-ai/DeepSeek-V3"\ntp = 8\n'
         '[attention]\nbackend = "cutlass_mla"\n[flags]\ncuda-graph-max-bs = 256\n'
     )
-    r = subprocess.run([*tunedeck_cmd(), "preflight", str(f), "--demo", "--json"], capture_output=True,
-                       text=True, cwd=REPO, timeout=90)
+    r = subprocess.run(
+        [*tunedeck_cmd(), "preflight", str(f), "--demo", "--json"], capture_output=True, text=True, cwd=REPO, timeout=90
+    )
     out = json.loads(r.stdout)
     assert r.returncode == 1, r.stderr
     assert out["host"]["version"] == "0.5.23" and out["host"]["backends_source"] == "help"
@@ -182,16 +203,22 @@ def test_demo_preflight_uses_the_simulators_help(tmp_path):
     assert found["flag-ambiguous"]["subject"] == "--cuda-graph-max-bs"
     assert len(out["host"]["gpus"]) == 8
     for name in ("sglang-tuned", "sglang-base", "sglang-eagle3", "vllm-baseline"):
-        r = subprocess.run([*tunedeck_cmd(), "preflight", name, "--demo"], capture_output=True, text=True,
-                           cwd=REPO, timeout=90)
+        r = subprocess.run(
+            [*tunedeck_cmd(), "preflight", name, "--demo"], capture_output=True, text=True, cwd=REPO, timeout=90
+        )
         assert r.returncode == 0, (name, r.stdout, r.stderr)
 
 
 def test_demo_vllm_preflight_reads_the_sims_backend_registry(tmp_path):
     """The demo swaps the engine for `tunedeck sim vllm`: its registry probe is
     `tunedeck sim vllm --sim-list-backends`, so the choices come from the host, not tunedeck's list."""
-    r = subprocess.run([*tunedeck_cmd(), "preflight", "vllm-baseline", "--demo", "--json"], capture_output=True,
-                       text=True, cwd=REPO, timeout=90)
+    r = subprocess.run(
+        [*tunedeck_cmd(), "preflight", "vllm-baseline", "--demo", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=90,
+    )
     out = json.loads(r.stdout)
     assert r.returncode == 0, r.stderr
     assert out["host"]["backends_source"] == "registry"
@@ -199,8 +226,9 @@ def test_demo_vllm_preflight_reads_the_sims_backend_registry(tmp_path):
     assert not any("backend registry" in p for p in out["host"]["problems"]), out["host"]["problems"]
     f = tmp_path / "vllm-odd.toml"
     f.write_text('engine = "vllm"\nmodel = "Qwen/Qwen3-32B"\n[attention]\nbackend = "PAGED_MAGIC"\n')
-    r = subprocess.run([*tunedeck_cmd(), "preflight", str(f), "--demo", "--json"], capture_output=True,
-                       text=True, cwd=REPO, timeout=90)
+    r = subprocess.run(
+        [*tunedeck_cmd(), "preflight", str(f), "--demo", "--json"], capture_output=True, text=True, cwd=REPO, timeout=90
+    )
     out = json.loads(r.stdout)
     assert r.returncode == 1, r.stderr
     found = {x["code"]: x for x in out["findings"]}
@@ -208,7 +236,8 @@ def test_demo_vllm_preflight_reads_the_sims_backend_registry(tmp_path):
     assert "'PAGED_MAGIC' is not offered by vllm 0.33.0 on demo" in found["backend-not-offered"]["message"]
     # a backend only the sim's registry lists is accepted
     f.write_text('engine = "vllm"\nmodel = "Qwen/Qwen3-32B"\n[attention]\nbackend = "ROCM_ATTN"\n')
-    r = subprocess.run([*tunedeck_cmd(), "preflight", str(f), "--demo", "--json"], capture_output=True,
-                       text=True, cwd=REPO, timeout=90)
+    r = subprocess.run(
+        [*tunedeck_cmd(), "preflight", str(f), "--demo", "--json"], capture_output=True, text=True, cwd=REPO, timeout=90
+    )
     out = json.loads(r.stdout)
     assert not any(x["code"].startswith("backend-") for x in out["findings"]), out["findings"]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -18,9 +18,7 @@ from tui.hostops.probe import parse_probe_output
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*tunedeck_cmd(), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
-    )
+    return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
 
 
 SMI_L = (
@@ -40,8 +38,11 @@ def test_parse_probe_output() -> None:
     d = r.as_dict()
     assert d["cpus"] == 224 and d["memory_bytes"] == 2113929216 * 1024
     assert d["nvidia_smi"] == {
-        "present": True, "path": "/usr/bin/nvidia-smi", "gpu_count": 2,
-        "gpus": ["NVIDIA H200", "NVIDIA H200"], "error": None,
+        "present": True,
+        "path": "/usr/bin/nvidia-smi",
+        "gpu_count": 2,
+        "gpus": ["NVIDIA H200", "NVIDIA H200"],
+        "error": None,
     }
     assert d["engines"] == {
         "sglang": {"installed": False, "version": None},
@@ -51,7 +52,9 @@ def test_parse_probe_output() -> None:
     assert "nvidia-smi  /usr/bin/nvidia-smi, 2 GPUs (NVIDIA H200)" in table
     assert re.search(r"(?m)^sglang +not installed$", table), table
     # a failing nvidia-smi gives no GPU count (N/A), not 0
-    r = parse_probe_output("x", "nvidia_smi_path=/usr/bin/nvidia-smi\nnvidia_smi_rc=9\nnvidia_smi_error=NVIDIA-SMI has failed\n")
+    r = parse_probe_output(
+        "x", "nvidia_smi_path=/usr/bin/nvidia-smi\nnvidia_smi_rc=9\nnvidia_smi_error=NVIDIA-SMI has failed\n"
+    )
     assert r.gpu_count is None and r.nvidia_smi_error == "NVIDIA-SMI has failed"
     assert "error: NVIDIA-SMI has failed" in format_table(r)
 
@@ -80,7 +83,16 @@ def test_probe_local_json_and_table(tmp_path: Path) -> None:
     col = lines[0].index("local")
     assert all(len(ln) > col and ln[col - 2 : col] == "  " and ln[col] != " " for ln in lines)
     assert [ln.split()[0] for ln in lines] == [
-        "target", "hostname", "os", "kernel", "cpus", "memory", "python3", "nvidia-smi", "sglang", "vllm",
+        "target",
+        "hostname",
+        "os",
+        "kernel",
+        "cpus",
+        "memory",
+        "python3",
+        "nvidia-smi",
+        "sglang",
+        "vllm",
         "runtime",
     ]
 

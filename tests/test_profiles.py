@@ -52,7 +52,11 @@ def user_dir(tmp_path, monkeypatch) -> Path:
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=60,
+        [*tunedeck_cmd(), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
         env={**os.environ, **(env or {})},
     )
 
@@ -65,7 +69,13 @@ def test_good_profile_parses(tmp_path):
     f.write_text(GOOD)
     p = load_profile_file(f)
     assert (p.name, p.engine, p.tp, p.port, p.attention_backend, p.nccl_preset) == (
-        "mine", "sglang", 8, 30001, "fa3", "pcie")
+        "mine",
+        "sglang",
+        8,
+        30001,
+        "fa3",
+        "pcie",
+    )
     assert dict(p.flags) == {"enable-metrics": True, "mem-fraction-static": 0.85}
     assert p.is_mla
 
@@ -74,13 +84,25 @@ def test_good_profile_parses(tmp_path):
     "text, line, key, words",
     [
         ('engine = "sglang"\nmodel = "m"\ntp = = 8\n', 3, "tp", "TOML syntax error"),
-        ('engine = "sglang"\nmodel = "m"\n\n[flags]\nenable-metrics = true\n\n[attention]\nbakend = "fa3"\n', 8,
-         "attention.bakend", "unknown key"),
+        (
+            'engine = "sglang"\nmodel = "m"\n\n[flags]\nenable-metrics = true\n\n[attention]\nbakend = "fa3"\n',
+            8,
+            "attention.bakend",
+            "unknown key",
+        ),
         ('engine = "sglang"\nmodel = "m"\ntensor_parallel = 8\n', 3, "tensor_parallel", "unknown key"),
-        ('engine = "sglang"\nmodel = "m"\n[env]\nOK = "1"\n"BAD-NAME" = "x"\n', 5, "env.BAD-NAME",
-         "invalid environment variable name"),
-        ('engine = "sglang"\nmodel = "m"\n[nccl.overrides]\n"1NCCL" = "x"\n', 4, "nccl.overrides.1NCCL",
-         "invalid environment variable name"),
+        (
+            'engine = "sglang"\nmodel = "m"\n[env]\nOK = "1"\n"BAD-NAME" = "x"\n',
+            5,
+            "env.BAD-NAME",
+            "invalid environment variable name",
+        ),
+        (
+            'engine = "sglang"\nmodel = "m"\n[nccl.overrides]\n"1NCCL" = "x"\n',
+            4,
+            "nccl.overrides.1NCCL",
+            "invalid environment variable name",
+        ),
         ('engine = "sglang"\nmodel = "m"\n[env]\nX = "a\\nb"\n', 4, "env.X", "control character"),
         ('engine = "sglang"\nmodel = "m"\ntp = "8"\n', 3, "tp", "expected an integer"),
         ('engine = "tgi"\nmodel = "m"\n', 1, "engine", "unknown engine"),
@@ -211,8 +233,12 @@ def test_presets():
     assert names[:4] == ["default", "pcie", "nvlink", "debug"]
     pcie = store.nccl_preset("pcie")
     assert dict(pcie.vars) == {
-        "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
-        "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512",
+        "NCCL_PROTO": "LL",
+        "NCCL_ALGO": "Ring",
+        "NCCL_P2P_LEVEL": "SYS",
+        "NCCL_MAX_NCHANNELS": "16",
+        "NCCL_BUFFSIZE": "16777216",
+        "NCCL_NTHREADS": "512",
     }
     assert "not for production" in pcie.warning
     assert dict(store.nccl_preset("debug").vars)["NCCL_DEBUG"] == "INFO"
@@ -232,29 +258,53 @@ def test_builder_builtins():
     cmds = {n: build_command(store.get(n), store=store) for n in store.names()}
     base = cmds["sglang-base"]
     assert base.argv == (
-        "python3", "-m", "sglang.launch_server", "--model-path=deepseek-ai/DeepSeek-V2-Lite-Chat",
-        "--tp-size=8", "--host=127.0.0.1", "--port=30000", "--enable-metrics",
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path=deepseek-ai/DeepSeek-V2-Lite-Chat",
+        "--tp-size=8",
+        "--host=127.0.0.1",
+        "--port=30000",
+        "--enable-metrics",
     )
     assert base.env == (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),)
     tuned = cmds["sglang-tuned"]
     assert tuned.argv[3:] == (
-        "--model-path=deepseek-ai/DeepSeek-V2-Lite-Chat", "--tp-size=8", "--host=127.0.0.1", "--port=30000",
-        "--attention-backend=flashinfer", "--num-continuous-decode-steps=4", "--disable-custom-all-reduce",
+        "--model-path=deepseek-ai/DeepSeek-V2-Lite-Chat",
+        "--tp-size=8",
+        "--host=127.0.0.1",
+        "--port=30000",
+        "--attention-backend=flashinfer",
+        "--num-continuous-decode-steps=4",
+        "--disable-custom-all-reduce",
         "--enable-metrics",
     )
     assert tuned.env_dict == {
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
-        "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "NCCL_PROTO": "LL",
+        "NCCL_ALGO": "Ring",
+        "NCCL_P2P_LEVEL": "SYS",
+        "NCCL_MAX_NCHANNELS": "16",
+        "NCCL_BUFFSIZE": "16777216",
+        "NCCL_NTHREADS": "512",
     }
     assert any("not for production" in w.message for w in tuned.warnings)
     assert tuned.display.startswith("env CUDA_DEVICE_ORDER=PCI_BUS_ID NCCL_PROTO=LL NCCL_ALGO=Ring ")
     eagle = cmds["sglang-eagle3"]
     assert "--speculative-algorithm=EAGLE3" in eagle.argv
     assert "--speculative-draft-model-path=jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B" in eagle.argv
-    assert {"--speculative-num-steps=5", "--speculative-eagle-topk=8", "--speculative-num-draft-tokens=32"} <= set(eagle.argv)
+    assert {"--speculative-num-steps=5", "--speculative-eagle-topk=8", "--speculative-num-draft-tokens=32"} <= set(
+        eagle.argv
+    )
     vllm = cmds["vllm-baseline"]
-    assert vllm.argv == ("vllm", "serve", "deepseek-ai/DeepSeek-V2-Lite-Chat", "--tensor-parallel-size=8",
-                         "--host=127.0.0.1", "--port=8000")
+    assert vllm.argv == (
+        "vllm",
+        "serve",
+        "deepseek-ai/DeepSeek-V2-Lite-Chat",
+        "--tensor-parallel-size=8",
+        "--host=127.0.0.1",
+        "--port=8000",
+    )
 
 
 def test_demo_swaps_only_the_executable():
@@ -271,9 +321,19 @@ def test_cli_command_demo_prints_nccl_and_flags():
     r = run_cli("profiles", "command", "sglang-tuned", "--demo")
     assert r.returncode == 0, r.stderr
     line = r.stdout.strip()
-    for part in ("NCCL_PROTO=LL", "NCCL_ALGO=Ring", "NCCL_P2P_LEVEL=SYS", "NCCL_MAX_NCHANNELS=16",
-                 "NCCL_BUFFSIZE=16777216", "NCCL_NTHREADS=512", " sim sglang ", "--attention-backend=flashinfer",
-                 "--num-continuous-decode-steps=4", "--disable-custom-all-reduce", "--enable-metrics"):
+    for part in (
+        "NCCL_PROTO=LL",
+        "NCCL_ALGO=Ring",
+        "NCCL_P2P_LEVEL=SYS",
+        "NCCL_MAX_NCHANNELS=16",
+        "NCCL_BUFFSIZE=16777216",
+        "NCCL_NTHREADS=512",
+        " sim sglang ",
+        "--attention-backend=flashinfer",
+        "--num-continuous-decode-steps=4",
+        "--disable-custom-all-reduce",
+        "--enable-metrics",
+    ):
         assert part in line, part
     out = json.loads(run_cli("profiles", "command", "vllm-baseline", "--json").stdout)
     assert out["argv"][:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-V2-Lite-Chat"]
@@ -293,7 +353,11 @@ def test_vllm_speculative_config_json():
     cmd = build_command(_p(engine="vllm", speculative=Speculative("EAGLE3", "org/draft", num_steps=3)))
     tok = [a for a in cmd.argv if a.startswith("--speculative-config=")]
     assert len(tok) == 1
-    assert json.loads(tok[0].split("=", 1)[1]) == {"method": "eagle3", "model": "org/draft", "num_speculative_tokens": 3}
+    assert json.loads(tok[0].split("=", 1)[1]) == {
+        "method": "eagle3",
+        "model": "org/draft",
+        "num_speculative_tokens": 3,
+    }
 
 
 @pytest.mark.parametrize(
@@ -327,9 +391,11 @@ def test_builder_refuses_with_key(kw, key, words):
 
 
 def test_extra_args_token_by_token():
-    cmd = build_command(_p(extra_args="--page-size 64 --chunked-prefill-size=-1 --enable-torch-compile --tp 2".replace(" --tp 2", "")))
+    cmd = build_command(
+        _p(extra_args="--page-size 64 --chunked-prefill-size=-1 --enable-torch-compile --tp 2".replace(" --tp 2", ""))
+    )
     assert cmd.args[-3:] == ("--page-size=64", "--chunked-prefill-size=-1", "--enable-torch-compile")
-    v = build_command(_p(engine="vllm", extra_args="--max-num-seqs 256 -cc '{\"cudagraph_mode\": \"FULL\"}'"))
+    v = build_command(_p(engine="vllm", extra_args='--max-num-seqs 256 -cc \'{"cudagraph_mode": "FULL"}\''))
     assert v.args[-2:] == ("--max-num-seqs=256", '--compilation-config={"cudagraph_mode": "FULL"}')
     # short aliases are emitted as full names; a flag set by a field cannot come in twice
     cmd, issues = check_profile(_p(extra_args="--tp 2"))
@@ -363,8 +429,11 @@ def test_diff_commands():
     base = build_command(store.get("sglang-base"), store=store)
     tuned = build_command(store.get("sglang-tuned"), store=store)
     d = diff_commands(base, tuned)
-    assert d.added == {"attention-backend": "flashinfer", "num-continuous-decode-steps": "4",
-                       "disable-custom-all-reduce": None}
+    assert d.added == {
+        "attention-backend": "flashinfer",
+        "num-continuous-decode-steps": "4",
+        "disable-custom-all-reduce": None,
+    }
     assert not d.removed and not d.changed and not d.executable
     assert d.env_added["NCCL_PROTO"] == "LL" and len(d.env_added) == 6
     back = diff_commands(tuned, base)
@@ -435,7 +504,8 @@ def test_diff_against_a_recorded_command():
 
 
 def test_package_entry_points(tmp_path):
-    from tui.profiles import build_command as bc, load_profile
+    from tui.profiles import build_command as bc
+    from tui.profiles import load_profile
 
     cmd = bc(load_profile("sglang-tuned"), demo=True)
     assert cmd.argv[:3] == ("tunedeck", "sim", "sglang") and cmd.env_dict["NCCL_ALGO"] == "Ring"

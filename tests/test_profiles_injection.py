@@ -8,19 +8,19 @@ NUL-separated. The same check over SSH uses the lead's sshd fixture with ``SshHo
 from __future__ import annotations
 
 import asyncio
-import shutil
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tui.hostops.hosts import LocalHost
 from tui.profiles.builder import Command, check_profile
 from tui.profiles.model import ServerProfile, Speculative
 from tui.profiles.schema import FLAGS
 from tui.profiles.store import ProfileStore
-from tui.hostops.hosts import LocalHost
 from tui.util.safety import UnsafeInput
 
 # no shell variables of its own: a loop variable would clobber an exported one of the same name
@@ -30,8 +30,37 @@ printf '\\001ENV\\0'
 exec {env} -0
 """
 
-NASTY = ["", " ", "a b", "$(id)", "`id`", "'", '"', "\\", ";", "|", "&&", "*", "~", "$HOME", "\t", "=", "-x",
-         "--y", "é", "日本", "a\nb", "\x00", "\x1b[31m", "%s", "!!", "#", "{a,b}", ">", "<(x)"]
+NASTY = [
+    "",
+    " ",
+    "a b",
+    "$(id)",
+    "`id`",
+    "'",
+    '"',
+    "\\",
+    ";",
+    "|",
+    "&&",
+    "*",
+    "~",
+    "$HOME",
+    "\t",
+    "=",
+    "-x",
+    "--y",
+    "é",
+    "日本",
+    "a\nb",
+    "\x00",
+    "\x1b[31m",
+    "%s",
+    "!!",
+    "#",
+    "{a,b}",
+    ">",
+    "<(x)",
+]
 
 texts = st.one_of(
     st.sampled_from(NASTY),
@@ -40,25 +69,32 @@ texts = st.one_of(
 )
 #: variables /bin/sh itself rewrites at start-up (not something the builder controls)
 SH_OWN = {"PWD", "OLDPWD", "IFS", "PS1", "PS2", "PS4", "OPTIND", "SHLVL", "_", "ENV", "LINENO", "PPID"}
-env_names = st.one_of(st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,8}\Z"), texts,
-                      st.sampled_from(["PATH", "LD_PRELOAD", "NCCL_PROTO", "PYTHONPATH"])).filter(
-    lambda k: k not in SH_OWN)
+env_names = st.one_of(
+    st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,8}\Z"),
+    texts,
+    st.sampled_from(["PATH", "LD_PRELOAD", "NCCL_PROTO", "PYTHONPATH"]),
+).filter(lambda k: k not in SH_OWN)
 
 
 #: printable text with shell metacharacters, quotes and unicode, never a control character
-safe_text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs", "Cc"), whitelist_characters="\t"), max_size=16
+safe_text = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc"), whitelist_characters="\t"), max_size=16)
+safe_value = st.one_of(
+    st.sampled_from([n for n in NASTY if n and n[0] != "-" and n.isprintable() or n == "\t"]),
+    safe_text.map(lambda t: "v" + t),
 )
-safe_value = st.one_of(st.sampled_from([n for n in NASTY if n and n[0] != "-" and n.isprintable() or n == "\t"]),
-                       safe_text.map(lambda t: "v" + t))
 safe_path = safe_value.filter(lambda t: ".." not in t.split("/"))
 
 
 @st.composite
 def valid_flags(draw, engine: str):
     out = []
-    for spec in draw(st.lists(st.sampled_from([s for s in FLAGS[engine].values() if not s.managed]),
-                              max_size=4, unique_by=lambda s: s.name)):
+    for spec in draw(
+        st.lists(
+            st.sampled_from([s for s in FLAGS[engine].values() if not s.managed]),
+            max_size=4,
+            unique_by=lambda s: s.name,
+        )
+    ):
         if spec.type == "bool":
             v = draw(st.booleans())
         elif spec.type == "int":
@@ -76,8 +112,19 @@ def valid_flags(draw, engine: str):
 
 
 anything = st.one_of(texts, st.integers(-10, 10**6), st.booleans(), st.floats(allow_nan=True))
-FIELDS = ("model", "tp", "host", "port", "python", "attention_backend", "flags", "extra_args", "env",
-          "nccl_overrides", "speculative")
+FIELDS = (
+    "model",
+    "tp",
+    "host",
+    "port",
+    "python",
+    "attention_backend",
+    "flags",
+    "extra_args",
+    "env",
+    "nccl_overrides",
+    "speculative",
+)
 
 
 @st.composite
@@ -85,7 +132,8 @@ def profiles(draw) -> tuple[ServerProfile, bool]:
     """Mostly valid but shell-hostile values, with 0-2 fields replaced by arbitrary input."""
     engine = draw(st.sampled_from(["sglang", "vllm"]))
     env_items = st.dictionaries(
-        st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,8}\Z").filter(lambda k: k not in SH_OWN), safe_value, max_size=4)
+        st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,8}\Z").filter(lambda k: k not in SH_OWN), safe_value, max_size=4
+    )
     spec = None
     if draw(st.booleans()):
         spec = Speculative(
@@ -101,10 +149,19 @@ def profiles(draw) -> tuple[ServerProfile, bool]:
         python=draw(st.sampled_from(["python3", "/opt/venv a/bin/python3"])),
         attention_backend=draw(st.one_of(st.just(""), st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,10}\Z"))),
         flags=draw(valid_flags(engine)),
-        extra_args=draw(st.sampled_from([
-            "", "--page-size 64", "--served-model-name 'a b $x'", '--chat-template "{{ x }}"',
-            "--max-num-seqs=8 --enforce-eager", "--chunked-prefill-size -1", "-q fp8",
-        ])),
+        extra_args=draw(
+            st.sampled_from(
+                [
+                    "",
+                    "--page-size 64",
+                    "--served-model-name 'a b $x'",
+                    '--chat-template "{{ x }}"',
+                    "--max-num-seqs=8 --enforce-eager",
+                    "--chunked-prefill-size -1",
+                    "-q fp8",
+                ]
+            )
+        ),
         env=tuple(draw(env_items).items()),
         nccl_overrides=tuple(draw(env_items).items()),
         speculative=spec,
@@ -113,16 +170,27 @@ def profiles(draw) -> tuple[ServerProfile, bool]:
         if name in ("env", "nccl_overrides"):
             kw[name] = tuple(draw(st.dictionaries(env_names, texts, min_size=1, max_size=3)).items())
         elif name == "flags":
-            kw[name] = tuple(draw(st.lists(st.tuples(st.one_of(st.sampled_from(sorted(FLAGS[engine])), texts),
-                                                     anything), min_size=1, max_size=3)))
+            kw[name] = tuple(
+                draw(
+                    st.lists(
+                        st.tuples(st.one_of(st.sampled_from(sorted(FLAGS[engine])), texts), anything),
+                        min_size=1,
+                        max_size=3,
+                    )
+                )
+            )
         elif name == "speculative":
-            kw[name] = Speculative(algorithm=draw(texts), draft_model=draw(texts),
-                                   num_steps=draw(st.one_of(st.none(), st.integers(1, 8))),
-                                   eagle_topk=draw(st.one_of(st.none(), st.integers(1, 8))))
+            kw[name] = Speculative(
+                algorithm=draw(texts),
+                draft_model=draw(texts),
+                num_steps=draw(st.one_of(st.none(), st.integers(1, 8))),
+                eagle_topk=draw(st.one_of(st.none(), st.integers(1, 8))),
+            )
         else:
             kw[name] = draw(anything)
     p = ServerProfile(
-        name="h", engine=engine,
+        name="h",
+        engine=engine,
         nccl_preset=draw(st.sampled_from(["default", "pcie", "nvlink", "debug"])),
         allow_unlisted_flags=draw(st.booleans()),
         **kw,
@@ -167,8 +235,7 @@ def presets():
 
 def check_roundtrip(profile: ServerProfile, allow: bool, exe: str, presets) -> bool:
     try:
-        cmd, issues = check_profile(profile, nccl=presets[profile.nccl_preset], allow_dangerous=allow,
-                                    executable=[exe])
+        cmd, issues = check_profile(profile, nccl=presets[profile.nccl_preset], allow_dangerous=allow, executable=[exe])
     except UnsafeInput:  # pragma: no cover - the builder reports through issues
         return False
     if cmd is None:
@@ -190,8 +257,9 @@ def check_roundtrip(profile: ServerProfile, allow: bool, exe: str, presets) -> b
 
 
 @pytest.mark.timeout(600)
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(profiles())
 def test_any_form_values_are_refused_or_exact(dump_exe, presets, case):
     profile, allow = case
@@ -200,13 +268,16 @@ def test_any_form_values_are_refused_or_exact(dump_exe, presets, case):
 
 def test_nasty_but_allowed_values_arrive_exactly(dump_exe, presets):
     p = ServerProfile(
-        name="n", engine="sglang", model="/models/a b;$(id)`id`'\"\\*~é",
-        attention_backend="fa3", nccl_preset="pcie",
+        name="n",
+        engine="sglang",
+        model="/models/a b;$(id)`id`'\"\\*~é",
+        attention_backend="fa3",
+        nccl_preset="pcie",
         nccl_overrides=(("NCCL_DEBUG_FILE", "/tmp/nccl.%h.%p $x"),),
         flags=(("served-model-name", "x' ; echo pwned; '"), ("chat-template", "{{ a }} $(b) \t|")),
         extra_args="--page-size 64 --tokenizer-path '/t/a b' --chunked-prefill-size -1",
         env=(("HF_HOME", "$HOME/`x`"), ("A", "=b=c"), ("U", "日本\tz")),
     )
     assert check_roundtrip(p, False, dump_exe, presets)
-    v = p.with_(engine="vllm", flags=(("served-model-name", "y z"),), extra_args="-cc '{\"a\": [1, \"$x\"]}'")
+    v = p.with_(engine="vllm", flags=(("served-model-name", "y z"),), extra_args='-cc \'{"a": [1, "$x"]}\'')
     assert check_roundtrip(v, False, dump_exe, presets)

@@ -36,8 +36,9 @@ def remote(sshd: SshdServer):  # noqa: F811
         exe.unlink(missing_ok=True)
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(case=profiles())
 def test_over_ssh_refused_or_exact(remote, case):
     loop, host, exe = remote

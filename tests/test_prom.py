@@ -37,8 +37,8 @@ def test_label_escapes_and_special_values() -> None:
         'x{path="C:\\\\dir",q="say \\"hi\\"",nl="a\\nb",e=""} 1\n'
         "y +Inf\n"
         "z NaN 1700000000000\n"
-        "w{a=\"1\",} -2.5e-3\n"
-        "broken{a=\"1\" 3\n"
+        'w{a="1",} -2.5e-3\n'
+        'broken{a="1" 3\n'
         "novalue\n"
     )
     m = prom.parse(text)

@@ -15,25 +15,31 @@ import statistics
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tests.chaos import ChaosProxy
 from tests.conftest import REPO, tunedeck_cmd
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.test_launcher import FAKE, free_port, pid_alive
-from tui.profiles.model import load_profile_file, load_profile_text
-from tui.profiles.store import ProfileStore
 from tui.hostops import runstore
 from tui.hostops.hosts import HostError
 from tui.hostops.ssh import SshHost
+from tui.profiles.model import load_profile_file, load_profile_text
+from tui.profiles.store import ProfileStore
 
 
 def td(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*tunedeck_cmd(), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 # ---------------------------------------------------------------------------- R5, R6: chaos proxy before sshd
@@ -42,8 +48,9 @@ def td(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> su
 def proxied(server: SshdServer, px: ChaosProxy, **kw: object) -> SshHost:
     """An SshHost that reaches the fixture's sshd through the proxy (known_hosts names the proxy port)."""
     server.known_hosts_path.write_text(px.known_hosts_line(server.host_key_type, server.host_key_b64) + "\n")
-    opts: dict[str, object] = dict(keepalive_interval=1, keepalive_count_max=3, backoff_base=0.05,
-                                   backoff_cap=0.4, retry_attempts=3)
+    opts: dict[str, object] = dict(
+        keepalive_interval=1, keepalive_count_max=3, backoff_base=0.05, backoff_cap=0.4, retry_attempts=3
+    )
     opts.update(kw)
     return SshHost(f"gpuop@127.0.0.1:{px.port}", **opts)  # type: ignore[arg-type]
 
@@ -110,8 +117,9 @@ async def test_r6_resets_give_growing_capped_jittered_gaps_then_recovery(sshd: S
 
 @pytest.mark.sshd
 @pytest.mark.timeout(30)
-async def test_r6_wrong_key_is_exactly_one_attempt(sshd: SshdServer, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_r6_wrong_key_is_exactly_one_attempt(
+    sshd: SshdServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home = tmp_path / "wrongkey"
     (home / ".ssh").mkdir(parents=True)
     shutil.copy(sshd.base / "otherkey", home / ".ssh" / "id_ed25519")  # a key sshd does not authorise
@@ -137,9 +145,23 @@ async def test_r6_wrong_key_is_exactly_one_attempt(sshd: SshdServer, tmp_path: P
 def test_r13_kill_9_after_launch_then_restart_rediscovers_and_refuses_a_second() -> None:
     port = free_port()
     cli = subprocess.Popen(
-        [*tunedeck_cmd(), "launch", "--wait", "--cmd", sys.executable, FAKE, "--engine", "sglang",
-         "--port", str(port), "--load-seconds", "60"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            *tunedeck_cmd(),
+            "launch",
+            "--wait",
+            "--cmd",
+            sys.executable,
+            FAKE,
+            "--engine",
+            "sglang",
+            "--port",
+            str(port),
+            "--load-seconds",
+            "60",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     rec = None
     try:
@@ -193,8 +215,9 @@ PAD = "{pad}"
 
 
 @pytest.mark.timeout(90)
-def test_r17_kill_9_during_saves_never_leaves_a_torn_profile_or_temp(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_r17_kill_9_during_saves_never_leaves_a_torn_profile_or_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     user = tmp_path / "profiles"
     monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
     base = load_profile_text(PROFILE.format(pad="x" * 20000), name="hot")
@@ -245,8 +268,26 @@ def test_r24_no_secret_in_local_dirs_after_launch_bench_status(tmp_path: Path) -
         assert r.returncode == 0, r.stderr
         rid = json.loads(r.stdout)["run"]["run_id"]
         assert "sekrit" not in r.stdout + r.stderr
-        b = td("bench", "--demo", "--port", str(port), "--profile", "secret-demo", "--concurrency", "2",
-               "--num-prompts", "4", "--input-len", "4", "--output-len", "4", "--warmup", "0", "--json", env=env)
+        b = td(
+            "bench",
+            "--demo",
+            "--port",
+            str(port),
+            "--profile",
+            "secret-demo",
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "4",
+            "--input-len",
+            "4",
+            "--output-len",
+            "4",
+            "--warmup",
+            "0",
+            "--json",
+            env=env,
+        )
         assert b.returncode == 0, b.stderr
         assert "sekrit" not in b.stdout + b.stderr
         s = td("status", "--demo", "--json", env=env)
@@ -303,8 +344,8 @@ def test_r25_asyncssh_floor_declared_and_installed() -> None:
 @pytest.mark.sshd
 @pytest.mark.timeout(60)
 async def test_r23_ui_answers_keys_while_the_link_is_blackholed(sshd: SshdServer) -> None:
-    from tests.test_ui_status import SIZE, until
     from tests.test_ui_sshd import install_fake_smi, remove_fake_smi
+    from tests.test_ui_status import SIZE, until
     from tui.ui.app import make_app
     from widgets.gpu_table import GpuTable
 
@@ -362,8 +403,9 @@ def strict_sshd(sshd_server: SshdServer, monkeypatch: pytest.MonkeyPatch):  # no
 
 @pytest.mark.sshd
 @pytest.mark.timeout(60)
-async def test_r7_capped_handshakes_survive_maxstartups(strict_sshd: SshdServer,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_r7_capped_handshakes_survive_maxstartups(
+    strict_sshd: SshdServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import tui.hostops.ssh as sshmod
 
     async def storm(limit: int) -> list[BaseException | None]:

@@ -48,8 +48,16 @@ def _stored_run(run_id: str) -> None:
     from tui.bench import store
 
     w = store.RunWriter(run_id, {"model": "m", "params": {"endpoint": "completions"}})
-    s = {"index": 0, "success": True, "ttft": 0.1, "itl": [0.01], "latency": 0.11, "output_tokens": 2,
-         "prompt_len": 3, "start_time": 5.0}
+    s = {
+        "index": 0,
+        "success": True,
+        "ttft": 0.1,
+        "itl": [0.01],
+        "latency": 0.11,
+        "output_tokens": 2,
+        "prompt_len": 3,
+        "start_time": 5.0,
+    }
     w.append(s)
     w.append({**s, "index": 1})
     w.close()
@@ -128,8 +136,9 @@ def test_trust_with_a_pinned_fingerprint_refuses_any_other_key(sshd: SshdServer)
     sshd.write_known_hosts("empty")
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, env=sshd.client_env(),
-                              capture_output=True, text=True, timeout=45)
+        return subprocess.run(
+            [*tunedeck_cmd(), *args], cwd=REPO, env=sshd.client_env(), capture_output=True, text=True, timeout=45
+        )
 
     r = cli("trust", sshd.target(), "--fingerprint", "SHA256:AAAAnotthekey")
     assert r.returncode == 1 and "not the expected" in r.stderr, r

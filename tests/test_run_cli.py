@@ -20,8 +20,20 @@ def td(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 def test_launch_wait_runs_logs_stop():
     port = free_port()
-    r = td("launch", "--wait", "--json", "--cmd", sys.executable, FAKE, "--engine", "sglang", "--port", str(port),
-           "--load-seconds", "1")
+    r = td(
+        "launch",
+        "--wait",
+        "--json",
+        "--cmd",
+        sys.executable,
+        FAKE,
+        "--engine",
+        "sglang",
+        "--port",
+        str(port),
+        "--load-seconds",
+        "1",
+    )
     try:
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
@@ -48,8 +60,21 @@ def test_launch_wait_runs_logs_stop():
 
 def test_launch_wait_failure_exit_code():
     port = free_port()
-    r = td("launch", "--wait", "--cmd", sys.executable, FAKE, "--port", str(port), "--engine", "sglang",
-           "--load-seconds", "0.3", "--fault", "oom")
+    r = td(
+        "launch",
+        "--wait",
+        "--cmd",
+        sys.executable,
+        FAKE,
+        "--port",
+        str(port),
+        "--engine",
+        "sglang",
+        "--load-seconds",
+        "0.3",
+        "--fault",
+        "oom",
+    )
     assert r.returncode == 1
     assert "failed: CUDA out of memory" in r.stderr and "OutOfMemoryError" in r.stderr
 
@@ -75,8 +100,9 @@ def test_bad_input(args, msg):
 
 def test_logs_follow_of_an_ended_run_prints_and_exits():
     port = free_port()
-    r = td("launch", "--wait", "--timeout", "30", "--cmd", sys.executable, FAKE, "--engine", "sglang",
-           "--port", str(port))
+    r = td(
+        "launch", "--wait", "--timeout", "30", "--cmd", sys.executable, FAKE, "--engine", "sglang", "--port", str(port)
+    )
     assert r.returncode == 0, r.stderr
     r = td("stop", "--yes", "--grace", "5")
     assert r.returncode == 0, r.stderr
@@ -97,8 +123,21 @@ def test_plain_stop_stops_a_live_run_whatever_its_record_says():
     from tui.hostops.runstore import RunStore
 
     port = free_port()
-    r = td("launch", "--json", "--cmd", sys.executable, FAKE, "--engine", "sglang", "--port", str(port),
-           "--load-seconds", "0.3", "--fault", "hang")
+    r = td(
+        "launch",
+        "--json",
+        "--cmd",
+        sys.executable,
+        FAKE,
+        "--engine",
+        "sglang",
+        "--port",
+        str(port),
+        "--load-seconds",
+        "0.3",
+        "--fault",
+        "hang",
+    )
     assert r.returncode == 0, r.stderr
     rid = json.loads(r.stdout)["run_id"]
     try:

@@ -28,8 +28,8 @@ from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (
 from tests.test_ab_ssh import remote_shims
 from tui.collectors.sampled import SampledGpu, sampled_sources
 from tui.collectors.smi import QUERY_APPS_FIELDS, QUERY_GPU_FIELDS
-from tui.hostside import sampler as hs
 from tui.hostops.hosts import LocalHost
+from tui.hostside import sampler as hs
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -104,12 +104,39 @@ def _read_lines(proc: subprocess.Popen, until: float, want: set[str]) -> dict[st
 def test_sampler_streams_gpus_host_runs_and_servers_and_starts_nothing_once_running(tmp_path, live_run):
     home, port = live_run
     smi = _shims(tmp_path)
-    with SimProc("sglang", "--model-path", "m", "--tp-size", "8", "--port", str(port), "--enable-metrics",
-                 "--sim-load-seconds", "0.3") as server:
+    with SimProc(
+        "sglang",
+        "--model-path",
+        "m",
+        "--tp-size",
+        "8",
+        "--port",
+        str(port),
+        "--enable-metrics",
+        "--sim-load-seconds",
+        "0.3",
+    ) as server:
         server.wait_ready()
-        proc = subprocess.Popen([sys.executable, "-m", "tui.hostside", "sample", "--home", str(home),
-                                 "--smi", str(smi), "--interval", "0.5", "--apps-interval", "1"],
-                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tui.hostside",
+                "sample",
+                "--home",
+                str(home),
+                "--smi",
+                str(smi),
+                "--interval",
+                "0.5",
+                "--apps-interval",
+                "1",
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             got = _read_lines(proc, time.monotonic() + 60, {"hello", "gpu", "apps", "host", "runs", "server"})
             assert {"hello", "gpu", "apps", "host", "runs", "server"} <= set(got), (set(got), proc.stderr)
@@ -122,7 +149,8 @@ def test_sampler_streams_gpus_host_runs_and_servers_and_starts_nothing_once_runn
             assert srv["port"] == port and srv["run_id"] == "r1" and srv["health"]["status"] == 200
             body = srv["metrics"]["body"]
             assert "sglang:num_running_reqs" in body and all(
-                ln.startswith(("sglang:", "# HELP sglang:", "# TYPE sglang:")) for ln in body.splitlines())
+                ln.startswith(("sglang:", "# HELP sglang:", "# TYPE sglang:")) for ln in body.splitlines()
+            )
             # steady state: the same two nvidia-smi loops, nothing started since
             before = _children(proc.pid)
             _read_lines(proc, time.monotonic() + 4, {"never"})
@@ -137,9 +165,23 @@ def test_sampler_streams_gpus_host_runs_and_servers_and_starts_nothing_once_runn
 def test_sampler_ends_with_its_children_when_nobody_reads_it(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "tui.hostside", "sample", "--home", str(home),
-                             "--smi", str(_shims(tmp_path)), "--interval", "0.2"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tui.hostside",
+            "sample",
+            "--home",
+            str(home),
+            "--smi",
+            str(_shims(tmp_path)),
+            "--interval",
+            "0.2",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     assert b'"hello"' in proc.stdout.readline()
     deadline = time.monotonic() + 30
@@ -155,9 +197,24 @@ def test_sampler_ends_with_its_children_when_nobody_reads_it(tmp_path):
 
 
 def test_a_host_without_nvidia_smi_gets_a_gpu_error_and_no_process(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "tui.hostside", "sample", "--home", str(tmp_path),
-                             "--smi", "nvidia-smi-not-here", "--interval", "0.2"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tui.hostside",
+            "sample",
+            "--home",
+            str(tmp_path),
+            "--smi",
+            "nvidia-smi-not-here",
+            "--interval",
+            "0.2",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         got = _read_lines(proc, time.monotonic() + 30, {"gpu_error", "host"})
         err = got["gpu_error"][0]
@@ -173,9 +230,25 @@ def test_a_host_without_nvidia_smi_gets_a_gpu_error_and_no_process(tmp_path):
 
 @pytest.mark.parametrize("how", ["quiet", "closed"])
 def test_with_a_heartbeat_the_sampler_ends_when_stdin_goes_quiet_or_closes(tmp_path, how):
-    proc = subprocess.Popen([sys.executable, "-m", "tui.hostside", "sample", "--home", str(tmp_path),
-                             "--no-gpu", "--interval", "0.2", "--heartbeat", "2"],
-                            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tui.hostside",
+            "sample",
+            "--home",
+            str(tmp_path),
+            "--no-gpu",
+            "--interval",
+            "0.2",
+            "--heartbeat",
+            "2",
+        ],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     try:
         assert b'"hello"' in proc.stdout.readline()
@@ -199,8 +272,13 @@ def test_with_a_heartbeat_the_sampler_ends_when_stdin_goes_quiet_or_closes(tmp_p
 
 @pytest.mark.parametrize("bad", [["--interval", "0"], ["--keepalive", "-1"], ["--heartbeat", "0"]])
 def test_a_bad_option_is_one_line(tmp_path, bad):
-    r = subprocess.run([sys.executable, "-m", "tui.hostside", "sample", "--home", str(tmp_path), *bad],
-                       cwd=REPO, capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, "-m", "tui.hostside", "sample", "--home", str(tmp_path), *bad],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2 and "must be positive" in r.stderr.splitlines()[-1]
 
 
@@ -226,15 +304,25 @@ async def test_a_host_without_python_falls_back_to_one_command_per_poll(tmp_path
 
 
 def _sampler_procs(sshd: SshdServer) -> list[tuple[int, str]]:
-    return [(p, c) for p, c in sshd.processes_matching(str(sshd.remote_home))
-            if " sample --home " in c and "tunedeck-host-" in c and not c.startswith("sh ")]
+    return [
+        (p, c)
+        for p, c in sshd.processes_matching(str(sshd.remote_home))
+        if " sample --home " in c and "tunedeck-host-" in c and not c.startswith("sh ")
+    ]
 
 
 def _host(server: SshdServer):
     from tui.hostops.ssh import SshHost
 
-    return SshHost(server.target(ROOT_USER), keepalive_interval=1, keepalive_count_max=2, backoff_base=0.05,
-                   backoff_cap=0.5, retry_attempts=1, connect_timeout=5)
+    return SshHost(
+        server.target(ROOT_USER),
+        keepalive_interval=1,
+        keepalive_count_max=2,
+        backoff_base=0.05,
+        backoff_cap=0.5,
+        retry_attempts=1,
+        connect_timeout=5,
+    )
 
 
 @pytest.mark.sshd
@@ -244,15 +332,30 @@ async def test_dashboard_sources_over_sshd_share_one_sampler_and_one_connection(
     run = sshd.remote_home / "runs" / "r1"
     run.mkdir(parents=True)
     keeper = subprocess.Popen(["sleep", "600"])
-    for name, text in (("run.sh", "true\n"), ("pid", f"{keeper.pid}\n"), ("starttime", _starttime(keeper.pid)),
-                       ("log", ""), ("meta.json", json.dumps({"port": port, "engine": "sglang", "profile": "s1"}))):
+    for name, text in (
+        ("run.sh", "true\n"),
+        ("pid", f"{keeper.pid}\n"),
+        ("starttime", _starttime(keeper.pid)),
+        ("log", ""),
+        ("meta.json", json.dumps({"port": port, "engine": "sglang", "profile": "s1"})),
+    ):
         (run / name).write_text(text)
     host = _host(sshd)
     src = sampled_sources(host, interval=0.5)
     agen = src.gpu.stream()
     try:
-        with SimProc("sglang", "--model-path", "m", "--tp-size", "8", "--port", str(port), "--enable-metrics",
-                     "--sim-load-seconds", "0.3") as server:
+        with SimProc(
+            "sglang",
+            "--model-path",
+            "m",
+            "--tp-size",
+            "8",
+            "--port",
+            str(port),
+            "--enable-metrics",
+            "--sim-load-seconds",
+            "0.3",
+        ) as server:
             server.wait_ready()
             st = await asyncio.wait_for(agen.__anext__(), 90)
             while st.state != "ok":
@@ -312,9 +415,14 @@ def test_kill_9_of_the_laptop_leaves_no_sampler_on_the_host(sshd: SshdServer, tm
     from tui.hostops.ssh import SshOptions
 
     remote_shims(sshd, tmp_path / "remote-sim")
-    laptop = subprocess.Popen([sys.executable, "-c", _DASHBOARD, sshd.target(ROOT_USER)], cwd=REPO,
-                              env=sshd.client_env(PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    laptop = subprocess.Popen(
+        [sys.executable, "-c", _DASHBOARD, sshd.target(ROOT_USER)],
+        cwd=REPO,
+        env=sshd.client_env(PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert laptop.stdout is not None
         line = laptop.stdout.readline()
@@ -353,9 +461,14 @@ def test_a_frozen_laptop_leaves_no_sampler_after_the_keepalive_window(sshd: Sshd
             await asyncio.sleep(3600)
         asyncio.run(main())
     """)
-    laptop = subprocess.Popen([sys.executable, "-c", code, sshd.target(ROOT_USER)], cwd=REPO,
-                              env=sshd.client_env(PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    laptop = subprocess.Popen(
+        [sys.executable, "-c", code, sshd.target(ROOT_USER)],
+        cwd=REPO,
+        env=sshd.client_env(PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert laptop.stdout is not None
         line = laptop.stdout.readline()
@@ -399,8 +512,13 @@ def test_ended_runs_are_read_once_live_ones_every_sample(tmp_path, live_run):
     home, port = live_run
     old = home / "runs" / "r0"
     old.mkdir()
-    for name, text in (("run.sh", "true\n"), ("pid", "999999999\n"), ("starttime", "1\n"), ("rc", "0\n"),
-                       ("meta.json", json.dumps({"port": 1, "profile": "old"}))):
+    for name, text in (
+        ("run.sh", "true\n"),
+        ("pid", "999999999\n"),
+        ("starttime", "1\n"),
+        ("rc", "0\n"),
+        ("meta.json", json.dumps({"port": 1, "profile": "old"})),
+    ):
         (old / name).write_text(text)
     cache: dict = {}
     first = hs.list_runs(str(home / "runs"), cache)

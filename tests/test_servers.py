@@ -9,8 +9,8 @@ import pytest
 
 from tests.fake_engines import SGLANG_METRICS, VLLM_METRICS, FakeEngine, fill
 from tui.collectors.servers import ServerCollector, ServerSpec
-from tui.model import NA
 from tui.hostops.hosts import LocalHost
+from tui.model import NA
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -33,8 +33,15 @@ def test_sglang_help_lists_backends_like_the_engine():
     m = re.search(r"--attention-backend \{([^}]*)\}", joined)
     assert m and m.group(1).split(",") == SGLANG_ATTENTION
     assert "cutlass_mla" not in m.group(1)
-    for flag in ("--tp-size", "--num-continuous-decode-steps", "--disable-custom-all-reduce", "--enable-metrics",
-                 "--speculative-algorithm", "--cuda-graph-max-bs-decode", "--mem-fraction-static"):
+    for flag in (
+        "--tp-size",
+        "--num-continuous-decode-steps",
+        "--disable-custom-all-reduce",
+        "--enable-metrics",
+        "--speculative-algorithm",
+        "--cuda-graph-max-bs-decode",
+        "--mem-fraction-static",
+    ):
         assert flag in r.stdout
     assert r.stdout.startswith("usage: launch_server.py")
 
@@ -44,14 +51,20 @@ def test_sglang_invalid_backend_fails_like_argparse():
     assert r.returncode == 2
     assert r.stderr.startswith("usage: launch_server.py")
     # Python < 3.12.8 quotes the choices, newer releases do not: accept both
-    assert re.search(r"launch_server.py: error: argument --attention-backend: invalid choice: 'cutlass_mla' "
-                     r"\(choose from '?triton'?, '?torch_native'?,", r.stderr)
+    assert re.search(
+        r"launch_server.py: error: argument --attention-backend: invalid choice: 'cutlass_mla' "
+        r"\(choose from '?triton'?, '?torch_native'?,",
+        r.stderr,
+    )
     assert r.stdout == ""
 
 
 def test_sglang_unknown_flag_and_ambiguous_old_spelling():
     r = run("sglang", "--model-path", "m", "--disaggregation-decode-url", "http://x")
-    assert r.returncode == 2 and "launch_server.py: error: unrecognized arguments: --disaggregation-decode-url http://x" in r.stderr
+    assert (
+        r.returncode == 2
+        and "launch_server.py: error: unrecognized arguments: --disaggregation-decode-url http://x" in r.stderr
+    )
     r = run("sglang", "--model-path", "m", "--cuda-graph-max-bs", "256")
     assert r.returncode == 2 and "ambiguous option: --cuda-graph-max-bs could match" in r.stderr
     r = run("sglang", "--model-path", "m", "--speculative-num-steps", "3", "--sim-load-seconds", "0")
@@ -71,8 +84,11 @@ def test_vllm_backend_case_insensitive_and_invalid():
     r = run("vllm", "serve", "m", "--attention-backend", "nope")
     assert r.returncode == 2
     assert r.stderr.startswith("usage: vllm serve [model_tag] [options]\n")
-    assert re.search(r"vllm serve: error: argument --attention-backend: invalid choice: 'nope' "
-                     r"\(choose from '?FLASH_ATTN'?, '?FLASHINFER'?,", r.stderr)
+    assert re.search(
+        r"vllm serve: error: argument --attention-backend: invalid choice: 'nope' "
+        r"\(choose from '?FLASH_ATTN'?, '?FLASHINFER'?,",
+        r.stderr,
+    )
     # enum-typed: --help names the flag but lists no choices
     h = run("vllm", "--help").stdout
     assert "--attention-backend ATTENTION_BACKEND" in h and "{FLASH_ATTN" not in h
@@ -88,7 +104,9 @@ def test_vllm_registry_probe_version_and_help_search():
 
 
 def test_vllm_flexible_argv():
-    argv = preprocess_vllm_argv(["serve", "m", "--tensor_parallel_size", "2", "-cc.cudagraph_mode=FULL_DECODE_ONLY", "-O3"])
+    argv = preprocess_vllm_argv(
+        ["serve", "m", "--tensor_parallel_size", "2", "-cc.cudagraph_mode=FULL_DECODE_ONLY", "-O3"]
+    )
     a = vllm_parser().parse_args(argv)
     assert a.model_tag == "m" and a.tensor_parallel_size == 2
     assert a.compilation_config == {"cudagraph_mode": "FULL_DECODE_ONLY"}
@@ -102,7 +120,9 @@ def test_sim_options_and_env_default(monkeypatch):
     a = sglang_parser().parse_args(["--model-path", "m"])
     assert a.sim_load_seconds == 3.5 and a.sim_speed == 1.0 and a.sim_fault is None
     r = run("sglang", "--model-path", "m", "--sim-fault", "segv")
-    assert r.returncode == 2 and re.search(r"argument --sim-fault: invalid choice: 'segv' \(choose from '?oom'?, '?nccl'?, '?port'?, '?hang'?\)", r.stderr)
+    assert r.returncode == 2 and re.search(
+        r"argument --sim-fault: invalid choice: 'segv' \(choose from '?oom'?, '?nccl'?, '?port'?, '?hang'?\)", r.stderr
+    )
 
 
 # ---------------------------------------------------------------------- perf model
@@ -120,8 +140,16 @@ def test_defaults_reproduce_targets():
 
 def test_tuned_sglang_is_faster_at_128():
     base = perf.PerfConfig("sglang", 8)
-    tuned = perf.PerfConfig("sglang", 8, "flashinfer", None, None, 4, True,
-                            (("NCCL_ALGO", "Ring"), ("NCCL_P2P_LEVEL", "SYS"), ("NCCL_PROTO", "LL")))
+    tuned = perf.PerfConfig(
+        "sglang",
+        8,
+        "flashinfer",
+        None,
+        None,
+        4,
+        True,
+        (("NCCL_ALGO", "Ring"), ("NCCL_P2P_LEVEL", "SYS"), ("NCCL_PROTO", "LL")),
+    )
     gain = perf.throughput(tuned, 128)[1] / perf.throughput(base, 128)[1] - 1
     assert 0.15 <= gain <= 0.22
 
@@ -178,10 +206,14 @@ def test_prefill_grows_with_prompt_and_seed_offset_small():
 
 def test_tqdm_frames_match_real_shapes():
     assert tqdm_frame("Loading safetensors checkpoint shards", 0, 37, 0, shards=True) == (
-        "Loading safetensors checkpoint shards:   0% Completed | 0/37 [00:00<?, ?it/s]")
+        "Loading safetensors checkpoint shards:   0% Completed | 0/37 [00:00<?, ?it/s]"
+    )
     assert tqdm_frame("Loading safetensors checkpoint shards", 37, 37, 10.48, shards=True).endswith(
-        "100% Completed | 37/37 [00:10<00:00,  3.53it/s]")
-    assert tqdm_frame("Loading safetensors checkpoint shards", 1, 1, 36.34, shards=True).endswith("[00:36<00:00, 36.34s/it]")
+        "100% Completed | 37/37 [00:10<00:00,  3.53it/s]"
+    )
+    assert tqdm_frame("Loading safetensors checkpoint shards", 1, 1, 36.34, shards=True).endswith(
+        "[00:36<00:00, 36.34s/it]"
+    )
     assert tqdm_frame("", 0, 8, 0) == "  0%|          | 0/8 [00:00<?, ?it/s]"
     assert tqdm_bar(1 / 8) == "█▎        "
     assert tqdm_bar(1.0) == "█" * 10

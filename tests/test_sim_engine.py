@@ -85,8 +85,19 @@ def test_sglang_startup_lines_in_order_and_format():
         p.wait_ready()
         raw = p.raw
     lines = [x for x in re.split(r"[\r\n]+", ANSI.sub("", raw)) if x]
-    order = ["sg.init", "sg.weights_begin", "any.shards", "sg.weights_end", "sg.kv_alloc", "sg.graph_begin",
-             "sg.graph_prog", "sg.graph_end", "sg.limits", "sg.http_up", "sg.ready"]
+    order = [
+        "sg.init",
+        "sg.weights_begin",
+        "any.shards",
+        "sg.weights_end",
+        "sg.kv_alloc",
+        "sg.graph_begin",
+        "sg.graph_prog",
+        "sg.graph_end",
+        "sg.limits",
+        "sg.http_up",
+        "sg.ready",
+    ]
     idx = [first_index(lines, k) for k in order]
     assert idx == sorted(idx), dict(zip(order, idx))
     # every logger line carries the real prefix; (all)-rank lines appear for TP0..TP7
@@ -109,8 +120,11 @@ def test_sglang_startup_lines_in_order_and_format():
     assert int(m.group(1)) > 100000 and m.group(5) == "131072"
     assert re.search(R["sg.http_up"], raw).group(1) == f"http://127.0.0.1:{port}"
     # warmup requests come before the ready line
-    assert raw.index('"GET /model_info HTTP/1.1" 200 OK') < raw.index('"POST /generate HTTP/1.1" 200 OK') < raw.index(
-        "The server is fired up")
+    assert (
+        raw.index('"GET /model_info HTTP/1.1" 200 OK')
+        < raw.index('"POST /generate HTTP/1.1" 200 OK')
+        < raw.index("The server is fired up")
+    )
 
 
 def test_vllm_startup_lines_in_order_and_format():
@@ -119,8 +133,22 @@ def test_vllm_startup_lines_in_order_and_format():
         p.wait_ready()
         raw = p.raw
     lines = [x for x in re.split(r"[\r\n]+", raw) if x]
-    order = ["vl.engine", "vl.nccl", "vl.attn", "any.shards", "vl.weights_done", "vl.model_loaded", "vl.compile_done",
-             "vl.kv_mem", "vl.kv_tokens", "vl.max_conc", "vl.graph_prog", "vl.graph_done", "vl.engine_init", "vl.ready"]
+    order = [
+        "vl.engine",
+        "vl.nccl",
+        "vl.attn",
+        "any.shards",
+        "vl.weights_done",
+        "vl.model_loaded",
+        "vl.compile_done",
+        "vl.kv_mem",
+        "vl.kv_tokens",
+        "vl.max_conc",
+        "vl.graph_prog",
+        "vl.graph_done",
+        "vl.engine_init",
+        "vl.ready",
+    ]
     idx = [first_index(lines, k) for k in order]
     assert idx == sorted(idx), dict(zip(order, idx))
     assert re.search(R["vl.engine"], raw).group(1) == "0.33.0"
@@ -134,7 +162,12 @@ def test_vllm_startup_lines_in_order_and_format():
     kv = int(re.search(R["vl.kv_tokens"], raw).group(1).replace(",", ""))
     assert kv > 100000
     caps = re.findall(R["vl.graph_prog"], raw)
-    assert ("mixed prefill-decode, PIECEWISE", "100", "51", "51") in caps and ("decode, FULL", "100", "35", "35") in caps
+    assert ("mixed prefill-decode, PIECEWISE", "100", "51", "51") in caps and (
+        "decode, FULL",
+        "100",
+        "35",
+        "35",
+    ) in caps
 
 
 # ---------------------------------------------------------------------- readiness
@@ -190,10 +223,18 @@ def test_chat_stream_exact_sse_and_metrics_count_it(engine):
         p.wait_ready()
         base = f"http://127.0.0.1:{port}"
         before = httpx.get(f"{base}/metrics").text
-        status, headers, text = _stream(port, "/v1/chat/completions", {
-            "model": "m", "messages": [{"role": "user", "content": "Say hello to the simulator"}],
-            "max_tokens": 12, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
-        })
+        status, headers, text = _stream(
+            port,
+            "/v1/chat/completions",
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "Say hello to the simulator"}],
+                "max_tokens": 12,
+                "ignore_eos": True,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
         after = httpx.get(f"{base}/metrics").text
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
     assert text.endswith("data: [DONE]\n\n")
@@ -203,7 +244,9 @@ def test_chat_stream_exact_sse_and_metrics_count_it(engine):
     chunks = [json.loads(e) for e in events[:-1]]
     ids = {c["id"] for c in chunks}
     assert len(ids) == 1
-    assert all(c["object"] == "chat.completion.chunk" and c["model"] == "m" and isinstance(c["created"], int) for c in chunks)
+    assert all(
+        c["object"] == "chat.completion.chunk" and c["model"] == "m" and isinstance(c["created"], int) for c in chunks
+    )
     usage = chunks[-1]
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 12
     assert usage["usage"]["total_tokens"] == usage["usage"]["prompt_tokens"] + 12
@@ -232,7 +275,11 @@ def test_chat_stream_exact_sse_and_metrics_count_it(engine):
     if engine == "sglang":
         assert val(after, "sglang:num_requests_total") - val(before, "sglang:num_requests_total") == 1
         assert val(after, "sglang:generation_tokens_total") - val(before, "sglang:generation_tokens_total") == 12
-        assert val(after, "sglang:time_to_first_token_seconds_count") - val(before, "sglang:time_to_first_token_seconds_count") == 1
+        assert (
+            val(after, "sglang:time_to_first_token_seconds_count")
+            - val(before, "sglang:time_to_first_token_seconds_count")
+            == 1
+        )
         assert "# TYPE sglang:e2e_request_latency_seconds histogram" in after
         assert "# TYPE sglang:prompt_tokens_total counter" in after
         assert "_created" not in after
@@ -252,21 +299,43 @@ def test_completions_stream_nonstream_and_limits(engine):
     with p:
         p.wait_ready()
         base = f"http://127.0.0.1:{port}"
-        st, _h, text = _stream(port, "/v1/completions", {"model": "m", "prompt": [1, 2, 3, 4, 5], "max_tokens": 4, "stream": True,
-                                                          "ignore_eos": True, "stream_options": {"include_usage": True}})
+        st, _h, text = _stream(
+            port,
+            "/v1/completions",
+            {
+                "model": "m",
+                "prompt": [1, 2, 3, 4, 5],
+                "max_tokens": 4,
+                "stream": True,
+                "ignore_eos": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
         chunks = [json.loads(e) for e in sse_events(text) if e != "[DONE]"]
         assert chunks[-1]["usage"] == {"prompt_tokens": 5, "total_tokens": 9, "completion_tokens": 4} or (
-            chunks[-1]["usage"]["prompt_tokens"] == 5 and chunks[-1]["usage"]["completion_tokens"] == 4)
+            chunks[-1]["usage"]["prompt_tokens"] == 5 and chunks[-1]["usage"]["completion_tokens"] == 4
+        )
         assert [c["object"] for c in chunks] == ["text_completion"] * 5
         assert chunks[-2]["choices"][0]["finish_reason"] == "length"
-        r = httpx.post(f"{base}/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 7, "ignore_eos": True}, timeout=20)
+        r = httpx.post(
+            f"{base}/v1/completions",
+            json={"model": "m", "prompt": "hi", "max_tokens": 7, "ignore_eos": True},
+            timeout=20,
+        )
         body = r.json()
-        assert r.status_code == 200 and body["usage"]["completion_tokens"] == 7 and body["choices"][0]["finish_reason"] == "length"
+        assert (
+            r.status_code == 200
+            and body["usage"]["completion_tokens"] == 7
+            and body["choices"][0]["finish_reason"] == "length"
+        )
         # without ignore_eos a seeded pseudo-EOS can end it early (never later than max_tokens)
         lens = []
         for _ in range(6):
-            b = httpx.post(f"{base}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
-                                                                  "max_completion_tokens": 150}, timeout=30).json()
+            b = httpx.post(
+                f"{base}/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 150},
+                timeout=30,
+            ).json()
             lens.append((b["usage"]["completion_tokens"], b["choices"][0]["finish_reason"]))
         assert all(n <= 150 for n, _ in lens)
         assert all((fr == "length") == (n == 150) for n, fr in lens)
@@ -274,7 +343,11 @@ def test_completions_stream_nonstream_and_limits(engine):
         bad = httpx.post(f"{base}/v1/completions", json={"prompt": "x", "max_tokens": 3, "n": 2})
         assert bad.status_code == 400
         models = httpx.get(f"{base}/v1/models").json()
-        assert models["object"] == "list" and models["data"][0]["id"] == "m" and models["data"][0]["max_model_len"] == 131072
+        assert (
+            models["object"] == "list"
+            and models["data"][0]["id"] == "m"
+            and models["data"][0]["max_model_len"] == 131072
+        )
 
 
 def test_sglang_info_flush_cache_and_metrics_off():
@@ -284,11 +357,17 @@ def test_sglang_info_flush_cache_and_metrics_off():
         base = f"http://127.0.0.1:{port}"
         assert httpx.get(f"{base}/metrics").status_code == 404
         info = httpx.get(f"{base}/server_info").json()
-        assert info["version"] == "0.5.23" and info["tp_size"] == 8 and "last_gen_throughput" in info["internal_states"][0]
+        assert (
+            info["version"] == "0.5.23" and info["tp_size"] == 8 and "last_gen_throughput" in info["internal_states"][0]
+        )
         assert httpx.get(f"{base}/model_info").json()["architectures"] == ["LlamaForCausalLM"]
         assert httpx.post(f"{base}/flush_cache").status_code == 200
         with httpx.Client(timeout=30) as c:
-            with c.stream("POST", f"{base}/v1/completions", json={"prompt": "x", "max_tokens": 100, "ignore_eos": True, "stream": True}) as r:
+            with c.stream(
+                "POST",
+                f"{base}/v1/completions",
+                json={"prompt": "x", "max_tokens": 100, "ignore_eos": True, "stream": True},
+            ) as r:
                 it = r.iter_lines()
                 next(it)
                 assert httpx.post(f"{base}/flush_cache").status_code == 400
@@ -305,13 +384,23 @@ def test_decode_stat_lines_and_vllm_engine_stats():
         p.wait_ready()
         v.wait_ready()
         for prt in (port, vport):
-            httpx.post(f"http://127.0.0.1:{prt}/v1/completions", json={"prompt": "x", "max_tokens": 30, "ignore_eos": True}, timeout=30)
+            httpx.post(
+                f"http://127.0.0.1:{prt}/v1/completions",
+                json={"prompt": "x", "max_tokens": 30, "ignore_eos": True},
+                timeout=30,
+            )
         time.sleep(1.2)
         sg, vl = p.raw, v.raw
     decode = [x for x in sg.splitlines() if "Decode batch" in x]
     assert decode and re.search(R["sg.gen_tput"], decode[0]) and re.search(R["sg.running"], decode[0])
-    assert re.search(r"Decode batch, #running-req: \d+, #token: \d+, token usage: [\d.]+, cuda graph: True, gen throughput \(token/s\): [\d.]+, #queue-req: \d+$", decode[0])
-    assert re.search(r"Prefill batch, #new-seq: 1, #new-token: \d+, #cached-token: 0, token usage: [\d.]+, #running-req: \d+, #queue-req: \d+, #pending-token: 0, cuda graph: \w+, input throughput \(token/s\): [\d.]+", sg)
+    assert re.search(
+        r"Decode batch, #running-req: \d+, #token: \d+, token usage: [\d.]+, cuda graph: True, gen throughput \(token/s\): [\d.]+, #queue-req: \d+$",
+        decode[0],
+    )
+    assert re.search(
+        r"Prefill batch, #new-seq: 1, #new-token: \d+, #cached-token: 0, token usage: [\d.]+, #running-req: \d+, #queue-req: \d+, #pending-token: 0, cuda graph: \w+, input throughput \(token/s\): [\d.]+",
+        sg,
+    )
     stats = [x for x in vl.splitlines() if "Engine 000:" in x]
     assert stats and re.search(R["vl.stats"], stats[0]) and re.search(R["vl.kv_usage"], stats[0])
     assert float(re.search(R["vl.stats"], stats[0]).group(2)) > 0
@@ -331,7 +420,9 @@ def test_fixed_timing_and_recorded_timestamps(tmp_path):
     with p:
         p.wait_ready()
         t0 = time.time()
-        st, _h, text = _stream(port, "/v1/completions", {"prompt": "x", "max_tokens": 10, "ignore_eos": True, "stream": True})
+        st, _h, text = _stream(
+            port, "/v1/completions", {"prompt": "x", "max_tokens": 10, "ignore_eos": True, "stream": True}
+        )
         assert st == 200
         time.sleep(0.2)
     line = json.loads(rec.read_text().splitlines()[-1])
@@ -362,14 +453,21 @@ def test_fault_oom_nccl(engine, fault):
     assert "ready to roll" not in raw and "Application startup complete" not in raw
     if fault == "oom":
         assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in raw
-        assert raw.index("Load weight end." if engine == "sglang" else "Model loading took") < raw.index("OutOfMemoryError")
+        assert raw.index("Load weight end." if engine == "sglang" else "Model loading took") < raw.index(
+            "OutOfMemoryError"
+        )
     else:
         assert "Load weight begin" not in raw and "Loading safetensors" not in raw
     if engine == "sglang":
         assert rc == -9  # SGLang kills its own process tree ("Killed" in a shell)
     # the GPUs are free again
-    smi = subprocess.run([*tunedeck_cmd(), "sim", "smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, cwd=REPO, timeout=20)
+    smi = subprocess.run(
+        [*tunedeck_cmd(), "sim", "smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=20,
+    )
     assert set(smi.stdout.split()) == {"0"}
 
 
@@ -417,8 +515,13 @@ def test_fault_hang_in_graph_capture(engine):
 
 def test_smi_memory_follows_the_server():
     def mem() -> list[int]:
-        r = subprocess.run([*tunedeck_cmd(), "sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-                           capture_output=True, text=True, cwd=REPO, timeout=20)
+        r = subprocess.run(
+            [*tunedeck_cmd(), "sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=20,
+        )
         rows = r.stdout.splitlines()
         assert len(rows) == 8
         return [int(x.split(", ")[1]) for x in rows]
@@ -433,8 +536,19 @@ def test_smi_memory_follows_the_server():
             time.sleep(0.15)
         p.wait_ready()
         ready = mem()
-        apps = subprocess.run([*tunedeck_cmd(), "sim", "smi", "--query-compute-apps=pid,gpu_uuid,used_memory,process_name",
-                               "--format=csv,noheader,nounits"], capture_output=True, text=True, cwd=REPO, timeout=20).stdout
+        apps = subprocess.run(
+            [
+                *tunedeck_cmd(),
+                "sim",
+                "smi",
+                "--query-compute-apps=pid,gpu_uuid,used_memory,process_name",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=20,
+        ).stdout
     assert all(m > 100000 for m in ready)
     assert samples == sorted(samples) and samples[0] < ready[0] and len(set(samples)) >= 3
     names = sorted(line.split(", ")[3] for line in apps.splitlines())
@@ -447,8 +561,13 @@ def test_cuda_visible_devices_picks_gpus():
     p, port = sim("vllm", "--tensor-parallel-size", "2", load=1.0, env={"CUDA_VISIBLE_DEVICES": "4,5"})
     with p:
         p.wait_ready()
-        r = subprocess.run([*tunedeck_cmd(), "sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-                           capture_output=True, text=True, cwd=REPO, timeout=20)
+        r = subprocess.run(
+            [*tunedeck_cmd(), "sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=20,
+        )
     used = [int(x.split(", ")[1]) for x in r.stdout.splitlines()]
     assert [i for i, u in enumerate(used) if u > 0] == [4, 5]
 
@@ -464,15 +583,29 @@ def test_util_and_power_rise_under_load_and_speculative_metrics():
         p.wait_ready()
 
         def load() -> None:
-            httpx.post(f"http://127.0.0.1:{port}/v1/completions",
-                       json={"prompt": "x", "max_tokens": 120, "ignore_eos": True}, timeout=30)
+            httpx.post(
+                f"http://127.0.0.1:{port}/v1/completions",
+                json={"prompt": "x", "max_tokens": 120, "ignore_eos": True},
+                timeout=30,
+            )
 
         ts = [threading.Thread(target=load) for _ in range(8)]
         for t in ts:
             t.start()
         time.sleep(1.0)
-        r = subprocess.run([*tunedeck_cmd(), "sim", "smi", "--query-gpu=utilization.gpu,power.draw,clocks.sm",
-                            "--format=csv,noheader,nounits"], capture_output=True, text=True, cwd=REPO, timeout=20)
+        r = subprocess.run(
+            [
+                *tunedeck_cmd(),
+                "sim",
+                "smi",
+                "--query-gpu=utilization.gpu,power.draw,clocks.sm",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=20,
+        )
         for t in ts:
             t.join()
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
@@ -492,16 +625,23 @@ def test_vllm_spec_counters_and_client_abort():
         base = f"http://127.0.0.1:{port}"
         httpx.post(f"{base}/v1/completions", json={"prompt": "x", "max_tokens": 60, "ignore_eos": True}, timeout=30)
         with httpx.Client(timeout=10) as c:
-            with c.stream("POST", f"{base}/v1/completions",
-                          json={"prompt": "x", "max_tokens": 2000, "ignore_eos": True, "stream": True}) as r:
+            with c.stream(
+                "POST",
+                f"{base}/v1/completions",
+                json={"prompt": "x", "max_tokens": 2000, "ignore_eos": True, "stream": True},
+            ) as r:
                 next(r.iter_lines())
         time.sleep(0.5)
         m = httpx.get(f"{base}/metrics").text
-    acc = float(re.search(r'^vllm:spec_decode_num_accepted_tokens_total\{[^}]*\} ([\d.]+)$', m, re.M).group(1))
-    drafts = float(re.search(r'^vllm:spec_decode_num_drafts_total\{[^}]*\} ([\d.]+)$', m, re.M).group(1))
+    acc = float(re.search(r"^vllm:spec_decode_num_accepted_tokens_total\{[^}]*\} ([\d.]+)$", m, re.M).group(1))
+    drafts = float(re.search(r"^vllm:spec_decode_num_drafts_total\{[^}]*\} ([\d.]+)$", m, re.M).group(1))
     assert drafts > 0 and 1.0 < 1 + acc / drafts < 3.5
     assert 'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"}' in m
-    aborted = float(re.search(r'^vllm:request_success_total\{engine="0",finished_reason="abort",model_name="m"\} ([\d.]+)$', m, re.M).group(1))
+    aborted = float(
+        re.search(
+            r'^vllm:request_success_total\{engine="0",finished_reason="abort",model_name="m"\} ([\d.]+)$', m, re.M
+        ).group(1)
+    )
     assert aborted == 1
 
 
@@ -528,8 +668,17 @@ def test_second_server_on_the_same_gpus_runs_out_of_memory():
             assert s.wait_exit(20) != 0
         assert re.search(CLASSIFIER["oom"], s.raw)  # the weights no longer fit: OOM while loading
         # on other GPUs it fits
-        ok = SimProc("vllm", "meta-llama/Llama-3.1-8B-Instruct", "--port", str(free_port()), "--sim-gpu-start", "8",
-                     "--sim-load-seconds", "1", env={"TUNEDECK_SIM_GPUS": "9"})
+        ok = SimProc(
+            "vllm",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--port",
+            str(free_port()),
+            "--sim-gpu-start",
+            "8",
+            "--sim-load-seconds",
+            "1",
+            env={"TUNEDECK_SIM_GPUS": "9"},
+        )
         with ok:
             ok.wait_ready()
             # the first server still runs undisturbed

@@ -70,14 +70,21 @@ def test_matches_real_h200_capture_shape():
 
 
 def test_extra_fields_and_na():
-    r = smi("--query-gpu=index,name,compute_cap,driver_version,pci.bus_id,memory.free,fan.speed", "--format=csv,noheader,nounits")
+    r = smi(
+        "--query-gpu=index,name,compute_cap,driver_version,pci.bus_id,memory.free,fan.speed",
+        "--format=csv,noheader,nounits",
+    )
     first = r.stdout.splitlines()[0].split(", ")
     assert first[:3] == ["0", "NVIDIA H200", "9.0"]
     assert re.fullmatch(r"\d+\.\d+\.\d+", first[3])
     assert re.fullmatch(r"00000000:[0-9A-F]{2}:00\.0", first[4])
     assert int(first[5]) == 143771 - 615
     assert first[6] == "[N/A]"
-    na = smi("--query-gpu=index,utilization.gpu,power.draw,memory.used", "--format=csv,noheader", env={"TUNEDECK_SIM_SMI_FAULT": "na"})
+    na = smi(
+        "--query-gpu=index,utilization.gpu,power.draw,memory.used",
+        "--format=csv,noheader",
+        env={"TUNEDECK_SIM_SMI_FAULT": "na"},
+    )
     assert na.stdout.splitlines()[0] == "0, [N/A], [N/A], 0 MiB"
 
 
@@ -125,7 +132,11 @@ def test_list_topo_table():
 
 
 def test_config_env_and_file(tmp_path, monkeypatch):
-    r = smi("--query-gpu=index,name,memory.total", "--format=csv,noheader", env={"TUNEDECK_SIM_GPUS": "2", "TUNEDECK_SIM_GPU_NAME": "NVIDIA H100 80GB HBM3"})
+    r = smi(
+        "--query-gpu=index,name,memory.total",
+        "--format=csv,noheader",
+        env={"TUNEDECK_SIM_GPUS": "2", "TUNEDECK_SIM_GPU_NAME": "NVIDIA H100 80GB HBM3"},
+    )
     assert r.stdout.splitlines() == ["0, NVIDIA H100 80GB HBM3, 81559 MiB", "1, NVIDIA H100 80GB HBM3, 81559 MiB"]
     state = Path(os.environ["TUNEDECK_SIM_STATE"])
     state.mkdir(parents=True, exist_ok=True)
@@ -138,19 +149,27 @@ def test_config_env_and_file(tmp_path, monkeypatch):
 
 def test_server_records_show_up_and_dead_pids_are_ignored():
     rec = ServerRecord("sglang", [0, 1])
-    rec.publish({0: {"used_mib": 120000, "util": 90, "procs": [{"name": "sglang::scheduler_TP0", "used_mib": 120000}]},
-                 1: {"used_mib": 1000, "util": 0, "procs": [{"name": "sglang::scheduler_TP1", "used_mib": 1000}]}})
+    rec.publish(
+        {
+            0: {"used_mib": 120000, "util": 90, "procs": [{"name": "sglang::scheduler_TP0", "used_mib": 120000}]},
+            1: {"used_mib": 1000, "util": 0, "procs": [{"name": "sglang::scheduler_TP1", "used_mib": 1000}]},
+        }
+    )
     # a record of a dead process
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     p = simgpus.servers_dir() / f"{dead.pid}.json"
-    p.write_text(json.dumps({"pid": dead.pid, "create_time": 0, "gpus": {"2": {"used_mib": 5000, "util": 50, "procs": []}}}))
+    p.write_text(
+        json.dumps({"pid": dead.pid, "create_time": 0, "gpus": {"2": {"used_mib": 5000, "util": 50, "procs": []}}})
+    )
     try:
         rows = smi("--query-gpu=index,memory.used,utilization.gpu", "--format=csv,noheader,nounits").stdout.splitlines()
         assert rows[0] == "0, 120000, 90"
         assert rows[1] == "1, 1000, 0"
         assert rows[2] == "2, 0, 0"
-        apps = smi("--query-compute-apps=pid,gpu_uuid,used_memory,process_name", "--format=csv,noheader,nounits").stdout.splitlines()
+        apps = smi(
+            "--query-compute-apps=pid,gpu_uuid,used_memory,process_name", "--format=csv,noheader,nounits"
+        ).stdout.splitlines()
         assert len(apps) == 2
         assert apps[0].startswith(f"{os.getpid()}, GPU-") and apps[0].endswith(", 120000, sglang::scheduler_TP0")
         table = smi().stdout
@@ -162,8 +181,18 @@ def test_server_records_show_up_and_dead_pids_are_ignored():
 
 def test_loop_prints_blocks_and_flushes():
     proc = subprocess.Popen(
-        [*tunedeck_cmd(), "sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits", "-lms", "200"],
-        stdout=subprocess.PIPE, text=True, cwd=REPO,
+        [
+            *tunedeck_cmd(),
+            "sim",
+            "smi",
+            "--query-gpu=index,memory.used",
+            "--format=csv,noheader,nounits",
+            "-lms",
+            "200",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
     )
     try:
         lines = [proc.stdout.readline() for _ in range(16)]

@@ -125,8 +125,15 @@ def test_failure_nvml_mismatch(real_logs: Path) -> None:
 
 @pytest.mark.parametrize(
     "code,state",
-    [(9, "driver-not-loaded"), (12, "nvml-not-found"), (14, "inforom-corrupt"), (15, "gpu-lost"),
-     (18, "nvml-mismatch"), (124, "unresponsive"), (127, "no-nvidia-smi")],
+    [
+        (9, "driver-not-loaded"),
+        (12, "nvml-not-found"),
+        (14, "inforom-corrupt"),
+        (15, "gpu-lost"),
+        (18, "nvml-mismatch"),
+        (124, "unresponsive"),
+        (127, "no-nvidia-smi"),
+    ],
 )
 def test_exit_codes(code: int, state: str) -> None:
     got, msg = smi.classify_failure(code, "")

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from tests.conftest import REPO, tunedeck_cmd
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tui.hostops.hosts import HostError
-from tui.services.targets import get_host
 from tui.hostops.ssh import SshHost
 from tui.hostops.sshconfig import read_ssh_config, resolve_endpoint
+from tui.services.targets import get_host
 from tui.util.paths import known_hosts_file
 from tui.util.safety import UnsafeInput
 
@@ -276,7 +276,12 @@ def test_trust_asks_on_a_terminal(sshd: SshdServer) -> None:
             os.write(master, f"{answer}\n".encode())
             r = subprocess.run(
                 [*tunedeck_cmd(), "trust", sshd.target()],
-                cwd=REPO, env=sshd.client_env(), stdin=slave, capture_output=True, text=True, timeout=45,
+                cwd=REPO,
+                env=sshd.client_env(),
+                stdin=slave,
+                capture_output=True,
+                text=True,
+                timeout=45,
             )
         finally:
             os.close(master)
@@ -556,9 +561,7 @@ class _LoopThread:
         self.loop.close()
 
 
-_TEXT = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs", "Cc"), whitelist_characters="\t"), max_size=24
-)
+_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc"), whitelist_characters="\t"), max_size=24)
 
 
 def test_argv_round_trips_byte_exact(sshd: SshdServer) -> None:

@@ -94,9 +94,17 @@ async def test_status_with_servers(tmp_path: Path) -> None:
     async with FakeEngine("sglang", model="Qwen/Qwen3-8B") as e:
         e.metrics = fill(SGLANG_METRICS, b1=1, b2=1, b3=1, s=0.05)
         proc = await asyncio.create_subprocess_exec(
-            *tunedeck_cmd(), "status", "--json", "--server", f"http://127.0.0.1:{e.port}",
-            "--server", "vllm=127.0.0.1:1",
-            cwd=REPO, env=_env(fake), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            *tunedeck_cmd(),
+            "status",
+            "--json",
+            "--server",
+            f"http://127.0.0.1:{e.port}",
+            "--server",
+            "vllm=127.0.0.1:1",
+            cwd=REPO,
+            env=_env(fake),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         out, err = await asyncio.wait_for(proc.communicate(), 40)
     assert proc.returncode == 0, err.decode()
@@ -136,8 +144,14 @@ def test_known_servers_from_run_folders(tmp_path: Path) -> None:
 
     async def scenario() -> tuple:
         host = LocalHost()
-        live = await launch(host, ["sh", "-c", "sleep 30", "--model-path", "Qwen/Qwen3-8B"], engine="sglang",
-                            port=30000, profile="qwen-fast", check=False)
+        live = await launch(
+            host,
+            ["sh", "-c", "sleep 30", "--model-path", "Qwen/Qwen3-8B"],
+            engine="sglang",
+            port=30000,
+            profile="qwen-fast",
+            check=False,
+        )
         gone = await launch(host, ["true"], engine="vllm", port=8000, check=False)
         for _ in range(50):
             runs = {r.run_id: r for r in await list_host_runs(host)}

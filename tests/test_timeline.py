@@ -17,8 +17,9 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout,
-                          env=dict(os.environ))
+    return subprocess.run(
+        [*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout, env=dict(os.environ)
+    )
 
 
 def test_gpu_rows_keep_not_available_as_null():
@@ -27,9 +28,11 @@ def test_gpu_rows_keep_not_available_as_null():
 
 
 def test_server_figures_from_vllm_counters_are_rates_and_deltas():
-    page = ("vllm:num_requests_running{engine=\"0\"} 3\nvllm:num_requests_waiting{engine=\"0\"} 1\n"
-            "vllm:kv_cache_usage_perc{engine=\"0\"} 0.5\nvllm:num_preemptions_total{engine=\"0\"} %d\n"
-            "vllm:generation_tokens_total{engine=\"0\"} %d\n")
+    page = (
+        'vllm:num_requests_running{engine="0"} 3\nvllm:num_requests_waiting{engine="0"} 1\n'
+        'vllm:kv_cache_usage_perc{engine="0"} 0.5\nvllm:num_preemptions_total{engine="0"} %d\n'
+        'vllm:generation_tokens_total{engine="0"} %d\n'
+    )
     first = server_figures(page % (2, 1000), None, 10.0)
     second = server_figures(page % (2, 1500), first, 12.0)
     assert first["gen_tok_s"] is None and second["gen_tok_s"] == 250.0
@@ -38,10 +41,38 @@ def test_server_figures_from_vllm_counters_are_rates_and_deltas():
 
 def test_a_host_side_benchmark_records_its_timeline_and_results_show_prints_it():
     port = free_port()
-    with SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "0.5",
-                 "--sim-fixed-ttft-ms", "50", "--sim-fixed-itl-ms", "20"):
-        r = run_cli("bench", "--demo", "--port", str(port), "--concurrency", "4", "--num-prompts", "12",
-                    "--input-len", "8", "--output-len", "120", "--warmup", "0", "--json", "-")
+    with SimProc(
+        "vllm",
+        "m",
+        "-tp",
+        "8",
+        "--port",
+        str(port),
+        "--sim-load-seconds",
+        "0.5",
+        "--sim-fixed-ttft-ms",
+        "50",
+        "--sim-fixed-itl-ms",
+        "20",
+    ):
+        r = run_cli(
+            "bench",
+            "--demo",
+            "--port",
+            str(port),
+            "--concurrency",
+            "4",
+            "--num-prompts",
+            "12",
+            "--input-len",
+            "8",
+            "--output-len",
+            "120",
+            "--warmup",
+            "0",
+            "--json",
+            "-",
+        )
     assert r.returncode == 0, r.stderr[-3000:]
     run_id = json.loads(r.stdout)["run_id"]
     show = run_cli("results", "show", run_id, "--timeline", "--json")

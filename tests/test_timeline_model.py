@@ -8,22 +8,39 @@ import json
 import math
 
 from tui.hostside.timeline import Timeline
-from tui.timeline_model import (MAX_SECOND, TimelineFeed, TimelineRow, TimelineSnapshot, figure, overlay,
-                                validity_text)
+from tui.timeline_model import MAX_SECOND, TimelineFeed, TimelineRow, TimelineSnapshot, figure, overlay, validity_text
 
 
-def row(second=None, *, t=None, tok=100.0, gpus=2, clock=1980.0, power=400.0, cap=700.0, kv=0.5, running=4.0,
-        waiting=0.0, gpu=True, server=True) -> dict:
+def row(
+    second=None,
+    *,
+    t=None,
+    tok=100.0,
+    gpus=2,
+    clock=1980.0,
+    power=400.0,
+    cap=700.0,
+    kv=0.5,
+    running=4.0,
+    waiting=0.0,
+    gpu=True,
+    server=True,
+) -> dict:
     r: dict = {"client": {"tok_s": tok, "in_flight": 4, "completed": 1, "failed": 0}}
     if second is not None:
         r["second"] = second
     if t is not None:
         r["t"] = t
-    r["gpu"] = {"util": [90.0] * gpus, "sm_clock": [clock] * gpus, "power": [power] * gpus,
-                "power_limit": [cap] * gpus} if gpu else {}
-    r["server"] = ({"running": running, "waiting": waiting, "kv": kv, "preemptions": 0, "gen_tok_s": tok}
-                   if server else {"running": None, "waiting": None, "kv": None, "preemptions": None,
-                                   "gen_tok_s": None})
+    r["gpu"] = (
+        {"util": [90.0] * gpus, "sm_clock": [clock] * gpus, "power": [power] * gpus, "power_limit": [cap] * gpus}
+        if gpu
+        else {}
+    )
+    r["server"] = (
+        {"running": running, "waiting": waiting, "kv": kv, "preemptions": 0, "gen_tok_s": tok}
+        if server
+        else {"running": None, "waiting": None, "kv": None, "preemptions": None, "gen_tok_s": None}
+    )
     return r
 
 
@@ -31,12 +48,17 @@ def row(second=None, *, t=None, tok=100.0, gpus=2, clock=1980.0, power=400.0, ca
 
 
 def test_a_row_takes_the_means_over_the_gpus_and_kv_as_percent():
-    r = TimelineRow.from_json({"second": 3, "client": {"tok_s": 1200},
-                               "gpu": {"sm_clock": [1980, None, 1500, "[N/A]"], "power": [600, 700],
-                                       "power_limit": [700, 700]},
-                               "server": {"running": 16, "waiting": 2, "kv": 0.425}})
-    assert r == TimelineRow(3, tok_s=1200.0, running=16.0, waiting=2.0, kv_pct=42.5, sm_clock=1740.0, power=650.0,
-                            power_cap=700.0)
+    r = TimelineRow.from_json(
+        {
+            "second": 3,
+            "client": {"tok_s": 1200},
+            "gpu": {"sm_clock": [1980, None, 1500, "[N/A]"], "power": [600, 700], "power_limit": [700, 700]},
+            "server": {"running": 16, "waiting": 2, "kv": 0.425},
+        }
+    )
+    assert r == TimelineRow(
+        3, tok_s=1200.0, running=16.0, waiting=2.0, kv_pct=42.5, sm_clock=1740.0, power=650.0, power_cap=700.0
+    )
 
 
 def test_a_row_without_a_second_takes_it_from_its_time():
@@ -52,8 +74,14 @@ def test_a_row_without_a_second_takes_it_from_its_time():
 
 
 def test_unknown_values_stay_none_never_zero():
-    r = TimelineRow.from_json({"second": 0, "client": {"tok_s": None}, "gpu": {"sm_clock": [], "power": [None]},
-                               "server": {"running": True, "kv": float("nan"), "waiting": "3"}})
+    r = TimelineRow.from_json(
+        {
+            "second": 0,
+            "client": {"tok_s": None},
+            "gpu": {"sm_clock": [], "power": [None]},
+            "server": {"running": True, "kv": float("nan"), "waiting": "3"},
+        }
+    )
     assert r == TimelineRow(0)
     assert TimelineRow.from_json(json.loads('{"second": 1, "server": {"kv": NaN}}')).kv_pct is None
 
@@ -104,8 +132,13 @@ def test_snapshots_are_immutable():
 
 
 def level_start(level, c=16, run_id=None):
-    return {"type": "level_start", "level": level, "concurrency": c, "request_rate": "inf",
-            "run_id": run_id or f"run-{level}"}
+    return {
+        "type": "level_start",
+        "level": level,
+        "concurrency": c,
+        "request_rate": "inf",
+        "run_id": run_id or f"run-{level}",
+    }
 
 
 def tick(level, second, tok):
@@ -162,8 +195,11 @@ def test_feed_merges_the_stored_file_over_the_live_rows():
     f.on_event(level_start(0))
     f.on_event(tick(0, 0, 10.0))
     f.on_event(tick(0, 2, 30.0))  # second 1's events never arrived
-    assert f.merge_rows(0, [row(0, tok=10.0), row(1, tok=20.0), row(2, tok=30.0)],
-                        validity=[{"rule": "kv_cache_full", "evidence": "KV cache at 97%"}])
+    assert f.merge_rows(
+        0,
+        [row(0, tok=10.0), row(1, tok=20.0), row(2, tok=30.0)],
+        validity=[{"rule": "kv_cache_full", "evidence": "KV cache at 97%"}],
+    )
     s = f.snapshot(0)
     assert s.values("tok_s") == (10.0, 20.0, 30.0) and s.has("sm_clock")
     assert s.validity == (("kv_cache_full", "KV cache at 97%"),)
@@ -204,8 +240,7 @@ def test_missing_metrics_are_no_data_and_zeros_are_data():
 
 
 def test_overlay_aligns_a_and_b_on_one_axis():
-    a = TimelineSnapshot.from_rows([row(t=s + 1.004, tok=100.0 + s) for s in range(6)], label="A",
-                                   validity=[])
+    a = TimelineSnapshot.from_rows([row(t=s + 1.004, tok=100.0 + s) for s in range(6)], label="A", validity=[])
     b = TimelineSnapshot.from_rows([row(t=s + 1.31, tok=200.0 + s, gpu=False) for s in range(4)], label="B")
     fig = overlay(a, b, "A (base)", "B (tuned)", "C=16")
     assert fig.seconds == 6 and fig.title == "C=16"
@@ -256,8 +291,14 @@ def test_stored_timeline_reads_the_result_folder():
     d.mkdir(parents=True)
     lines = [json.dumps(row(s, tok=10.0 * s)) for s in (1, 0, 3)]
     (d / "timeline.jsonl").write_text("\n".join(lines) + '\n{"second": 4, "cli')  # a torn last line
-    (d / "summary.json").write_text(json.dumps({"max_concurrency": 16, "validity": [
-        {"rule": "queue_growing", "evidence": "waiting requests rose from 1.0 to 9.0"}]}))
+    (d / "summary.json").write_text(
+        json.dumps(
+            {
+                "max_concurrency": 16,
+                "validity": [{"rule": "queue_growing", "evidence": "waiting requests rose from 1.0 to 9.0"}],
+            }
+        )
+    )
     s = stored_timeline("20250308-124010-c16")
     assert s.label == "C=16" and s.run_id == "20250308-124010-c16" and not s.live
     assert s.values("tok_s") == (0.0, 10.0, None, 30.0)

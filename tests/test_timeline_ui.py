@@ -15,11 +15,20 @@ from textual.widgets import DataTable
 
 from tests.snapshot_app import REPO, timeline_row, write_ab_timelines
 from tui.bench.store import run_dir
+from tui.timeline_model import TimelineSnapshot, figure, overlay
 from tui.ui.screens.bench import TIMELINE_SIDE_BY_SIDE, BenchScreen
 from tui.ui.screens.compare import ABTimeline, CompareScreen
-from tui.timeline_model import TimelineSnapshot, figure, overlay
-from widgets.timeline_charts import (LABEL_W, TimelineCharts, TimelinePanel, nice_ceil, segments, short_number,
-                                     validity_lines, x_step, y_range)
+from widgets.timeline_charts import (
+    LABEL_W,
+    TimelineCharts,
+    TimelinePanel,
+    nice_ceil,
+    segments,
+    short_number,
+    validity_lines,
+    x_step,
+    y_range,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -123,8 +132,11 @@ def test_validity_lines_say_not_checked_valid_or_the_findings():
     snap = TimelineSnapshot.from_rows(rows(3), label="C=16")
     assert "checked when the level ends" in validity_lines(figure(TimelineSnapshot(label="x", live=True))).plain
     assert "not checked" in validity_lines(figure(snap)).plain
-    bad = TimelineSnapshot.from_rows(rows(3), label="C=16", validity=[
-        {"rule": "power_at_cap", "evidence": "power at its 700 W limit in 9 of 12 s [bold]x[/]"}])
+    bad = TimelineSnapshot.from_rows(
+        rows(3),
+        label="C=16",
+        validity=[{"rule": "power_at_cap", "evidence": "power at its 700 W limit in 9 of 12 s [bold]x[/]"}],
+    )
     text = validity_lines(overlay(bad, snap, "A (base)", "B (tuned)")).plain
     assert "A (base): 1 validity finding" in text and "power_at_cap: power at its 700 W limit" in text
     assert "[bold]x[/]" in text  # evidence is shown as text, never as markup
@@ -160,14 +172,39 @@ def script(levels=((0, 1, 4), (1, 16, 6)), *, missing: tuple[tuple[int, int], ..
         evs.append({"type": "level_start", "level": lv, "concurrency": c, "request_rate": "inf", "run_id": rid})
         for s in range(secs):
             tok = 50.0 * c * min(1.0, (s + 1) / 2)
-            evs.append({"type": "tick", "level": lv, "second": s, "t": s + 1.0, "tok_s": tok, "completed": s,
-                        "total": secs, "failed": 0, "in_flight": c})
+            evs.append(
+                {
+                    "type": "tick",
+                    "level": lv,
+                    "second": s,
+                    "t": s + 1.0,
+                    "tok_s": tok,
+                    "completed": s,
+                    "total": secs,
+                    "failed": 0,
+                    "in_flight": c,
+                }
+            )
             if (lv, s) not in missing:
                 evs.append({"type": "timeline", "level": lv, "run_id": rid, "row": timeline_row(s, tok, c)})
-        evs.append({"type": "level_done", "level": lv, "run_id": rid, "summary": {
-            "run_id": rid, "completed": secs, "failed": 0, "duration": float(secs), "output_throughput": 10.0 * c,
-            "max_concurrency": c, "validity": [] if lv == 0 else [
-                {"rule": "sm_clock_low", "evidence": "SM clock below 90% of 1980 MHz in 2 of 6 s at work"}]}})
+        evs.append(
+            {
+                "type": "level_done",
+                "level": lv,
+                "run_id": rid,
+                "summary": {
+                    "run_id": rid,
+                    "completed": secs,
+                    "failed": 0,
+                    "duration": float(secs),
+                    "output_throughput": 10.0 * c,
+                    "max_concurrency": c,
+                    "validity": []
+                    if lv == 0
+                    else [{"rule": "sm_clock_low", "evidence": "SM clock below 90% of 1980 MHz in 2 of 6 s at work"}],
+                },
+            }
+        )
     return evs
 
 
@@ -192,13 +229,23 @@ async def test_run_timeline_rows_reach_the_charts_as_messages(monkeypatch):
     d = run_dir("20250308-124010-c16")
     d.mkdir(parents=True)
     (d / "timeline.jsonl").write_text("".join(json.dumps(timeline_row(s, 800.0, 16)) + "\n" for s in range(6)))
-    (d / "summary.json").write_text(json.dumps({"max_concurrency": 16, "validity": [
-        {"rule": "sm_clock_low", "evidence": "SM clock below 90% of 1980 MHz in 2 of 6 s at work"}]}))
+    (d / "summary.json").write_text(
+        json.dumps(
+            {
+                "max_concurrency": 16,
+                "validity": [
+                    {"rule": "sm_clock_low", "evidence": "SM clock below 90% of 1980 MHz in 2 of 6 s at work"}
+                ],
+            }
+        )
+    )
     scr = BenchScreen(["--url", "http://127.0.0.1:9"])
     app = BenchApp(scr)
     async with app.run_test(size=(160, 48), message_hook=app.messages.append) as pilot:
-        await until(pilot, lambda: scr.rc == 0 and any(
-            isinstance(m, BenchScreen.TimelineChanged) and m.stored for m in app.messages))
+        await until(
+            pilot,
+            lambda: scr.rc == 0 and any(isinstance(m, BenchScreen.TimelineChanged) and m.stored for m in app.messages),
+        )
         await pilot.pause(0.1)
         changed = [m for m in app.messages if isinstance(m, BenchScreen.TimelineChanged)]
         finished = next(i for i, m in enumerate(app.messages) if isinstance(m, BenchScreen.Finished))
@@ -285,16 +332,44 @@ async def test_a_host_side_run_draws_its_gpu_and_server_timeline_live():
     from tests.simfix import SimProc, free_port
 
     port = free_port()
-    with SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "0.5",
-                 "--sim-fixed-ttft-ms", "50", "--sim-fixed-itl-ms", "20"):
-        scr = BenchScreen(["--demo", "--port", str(port), "--concurrency", "4", "--num-prompts", "12",
-                           "--input-len", "8", "--output-len", "120", "--warmup", "0"])
+    with SimProc(
+        "vllm",
+        "m",
+        "-tp",
+        "8",
+        "--port",
+        str(port),
+        "--sim-load-seconds",
+        "0.5",
+        "--sim-fixed-ttft-ms",
+        "50",
+        "--sim-fixed-itl-ms",
+        "20",
+    ):
+        scr = BenchScreen(
+            [
+                "--demo",
+                "--port",
+                str(port),
+                "--concurrency",
+                "4",
+                "--num-prompts",
+                "12",
+                "--input-len",
+                "8",
+                "--output-len",
+                "120",
+                "--warmup",
+                "0",
+            ]
+        )
         app = BenchApp(scr)
         async with app.run_test(size=(160, 48), message_hook=app.messages.append) as pilot:
             await until(pilot, lambda: scr.rc is not None, timeout=150)
             assert scr.rc == 0, scr.error
-            await until(pilot, lambda: any(isinstance(m, BenchScreen.TimelineChanged) and m.stored
-                                           for m in app.messages))
+            await until(
+                pilot, lambda: any(isinstance(m, BenchScreen.TimelineChanged) and m.stored for m in app.messages)
+            )
             await pilot.pause(0.1)
     finished = next(i for i, m in enumerate(app.messages) if isinstance(m, BenchScreen.Finished))
     live = [m for i, m in enumerate(app.messages[:finished]) if isinstance(m, BenchScreen.TimelineChanged)]
@@ -315,8 +390,18 @@ async def test_a_stored_result_opens_on_its_timeline():
     d = run_dir(rid)
     d.mkdir(parents=True)
     (d / "meta.json").write_text(json.dumps({"run_id": rid, "max_concurrency": 16, "profile": "p"}))
-    (d / "summary.json").write_text(json.dumps({"completed": 5, "failed": 0, "output_throughput": 64.2,
-                                                "median_ttft_ms": 6.9, "max_concurrency": 16, "validity": []}))
+    (d / "summary.json").write_text(
+        json.dumps(
+            {
+                "completed": 5,
+                "failed": 0,
+                "output_throughput": 64.2,
+                "median_ttft_ms": 6.9,
+                "max_concurrency": 16,
+                "validity": [],
+            }
+        )
+    )
     (d / "timeline.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(8, gpu=False)))
     app = App()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -360,8 +445,9 @@ async def test_compare_overlays_a_and_b_timelines_at_the_peak_then_other_levels(
     e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
     write_ab_timelines(e)
     a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
-    scr = CompareScreen(start_campaign=_no_campaign, profiles=[a.profile, b.profile], comparison=compare(a, b),
-                        sides=(a, b))
+    scr = CompareScreen(
+        start_campaign=_no_campaign, profiles=[a.profile, b.profile], comparison=compare(a, b), sides=(a, b)
+    )
     app = ABApp(scr)
     async with app.run_test(size=(120, 40), message_hook=app.messages.append) as pilot:
         panel = scr.query_one("#ab-timeline", TimelinePanel)

@@ -39,11 +39,34 @@ def sweep_lines() -> list[dict]:
     for i, c in enumerate((1, 16)):
         out.append({"type": "level_start", **lv[i]})
         for sec in range(4):
-            out.append({"type": "tick", "level": i, "second": sec, "t": sec + 1.0, "tok_s": 61.0 + sec + 100 * i,
-                        "completed": sec, "total": 8, "failed": 0, "in_flight": c, "cpu": [0.1]})
-        out.append({"type": "level_done", "level": i, "summary": {
-            "completed": 8, "failed": 0, "max_concurrency": c, "output_throughput": 63.0 + 100 * i,
-            "per_user_output_throughput": 63.0 / c, "duration": 4.0}})
+            out.append(
+                {
+                    "type": "tick",
+                    "level": i,
+                    "second": sec,
+                    "t": sec + 1.0,
+                    "tok_s": 61.0 + sec + 100 * i,
+                    "completed": sec,
+                    "total": 8,
+                    "failed": 0,
+                    "in_flight": c,
+                    "cpu": [0.1],
+                }
+            )
+        out.append(
+            {
+                "type": "level_done",
+                "level": i,
+                "summary": {
+                    "completed": 8,
+                    "failed": 0,
+                    "max_concurrency": c,
+                    "output_throughput": 63.0 + 100 * i,
+                    "per_user_output_throughput": 63.0 / c,
+                    "duration": 4.0,
+                },
+            }
+        )
     return out
 
 
@@ -57,10 +80,26 @@ async def test_throughput_starts_at_zero_and_empty_charts_have_no_axes():
         await pilot.pause()
         empty = chart.render().plain
         assert "waiting for data" in empty and "-1" not in empty and "─" not in empty
-        feed(scr, {"type": "start", "levels": [{"level": 0, "concurrency": 4}]},
-             {"type": "level_start", "level": 0, "concurrency": 4, "request_rate": "inf", "run_id": "r0"},
-             *[{"type": "tick", "level": 0, "second": s, "t": s + 1.0, "tok_s": v, "completed": s, "total": 9,
-                "failed": 0, "in_flight": 4, "cpu": [0.1]} for s, v in enumerate((61.0, 65.0, 62.0, 64.0))])
+        feed(
+            scr,
+            {"type": "start", "levels": [{"level": 0, "concurrency": 4}]},
+            {"type": "level_start", "level": 0, "concurrency": 4, "request_rate": "inf", "run_id": "r0"},
+            *[
+                {
+                    "type": "tick",
+                    "level": 0,
+                    "second": s,
+                    "t": s + 1.0,
+                    "tok_s": v,
+                    "completed": s,
+                    "total": 9,
+                    "failed": 0,
+                    "in_flight": 4,
+                    "cpu": [0.1],
+                }
+                for s, v in enumerate((61.0, 65.0, 62.0, 64.0))
+            ],
+        )
         await pilot.pause()
         chart.render()
         assert chart.y_range is not None and chart.y_range[0] == 0.0 and chart.y_range[1] >= 65.0

@@ -18,16 +18,21 @@ from tests.conftest import REPO, tunedeck_cmd
 
 
 def test_bad_target_is_one_line_error():
-    r = subprocess.run([*tunedeck_cmd(), "--host", "bad host"], capture_output=True, text=True, cwd=REPO,
-                       timeout=30)
+    r = subprocess.run([*tunedeck_cmd(), "--host", "bad host"], capture_output=True, text=True, cwd=REPO, timeout=30)
     assert r.returncode == 2
     assert r.stderr.strip() == "tunedeck: target 'bad host': invalid host name 'bad host'"
     assert "Traceback" not in r.stderr
 
 
 def test_no_terminal_says_so():
-    r = subprocess.run([*tunedeck_cmd(), "--host", "local"], capture_output=True, text=True, cwd=REPO,
-                       timeout=30, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [*tunedeck_cmd(), "--host", "local"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 2
     assert "needs a terminal" in r.stderr and "status --json" in r.stderr
 
@@ -40,14 +45,16 @@ def _screen_bytes(out: bytes) -> bytes:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("args,expect", [(["--host", "local"], [b"local"]),
-                                         (["--demo"], [b"GPUs (8)", b"H200", b"demo \xc2\xb7 connected"])])
+@pytest.mark.parametrize(
+    "args,expect", [(["--host", "local"], [b"local"]), (["--demo"], [b"GPUs (8)", b"H200", b"demo \xc2\xb7 connected"])]
+)
 def test_dashboard_starts_in_a_pty_and_quits_on_ctrl_q(args, expect):
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 36, 120, 0, 0))
     env = dict(os.environ, TERM="xterm-256color", COLUMNS="120", LINES="36")
-    proc = subprocess.Popen([*tunedeck_cmd(), *args], stdin=slave, stdout=slave, stderr=slave,
-                            cwd=REPO, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [*tunedeck_cmd(), *args], stdin=slave, stdout=slave, stderr=slave, cwd=REPO, env=env, start_new_session=True
+    )
     os.close(slave)
     out = b""
     try:

@@ -10,8 +10,8 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.simfix import free_port
 from tests.test_ui_status import SIZE, cell, until
-from tui.ui.app import make_app
 from tui.services.targets import get_host
+from tui.ui.app import make_app
 from widgets.gpu_table import GpuProcessTable, GpuTable
 from widgets.server_panel import ServerPanel
 
@@ -25,9 +25,27 @@ def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
 async def test_demo_status_shows_launched_server(monkeypatch):
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
     port = free_port()
-    r = cli("launch", "--demo", "--engine", "sglang", "--port", str(port), "--wait", "--timeout", "60",
-            "--cmd", "sglang", "serve", "--model-path", "/models/Qwen3-8B", "--tp", "2", "--port", str(port),
-            "--enable-metrics")
+    r = cli(
+        "launch",
+        "--demo",
+        "--engine",
+        "sglang",
+        "--port",
+        str(port),
+        "--wait",
+        "--timeout",
+        "60",
+        "--cmd",
+        "sglang",
+        "serve",
+        "--model-path",
+        "/models/Qwen3-8B",
+        "--tp",
+        "2",
+        "--port",
+        str(port),
+        "--enable-metrics",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     try:
         app = make_app(get_host(None, demo=True), target="demo", demo=True, interval=0.5)
@@ -74,15 +92,19 @@ async def test_launch_form_request_opens_the_run_view_and_launches(monkeypatch, 
             app.screen.post_message(LaunchScreen.LaunchRequested(profile, cmd))
             await until(pilot, lambda: isinstance(app.screen, RunScreen), timeout=10)
             run = app.screen
-            await until(pilot, lambda: run.record.run_id != "(launching)" and run.record.port == profile.port,
-                        timeout=30)
+            await until(
+                pilot, lambda: run.record.run_id != "(launching)" and run.record.port == profile.port, timeout=30
+            )
             await until(pilot, lambda: run.tracker.snapshot().state == "ready", timeout=60)
             await app.run_action("close", run)  # back to the launch form; the server keeps running
             await until(pilot, lambda: isinstance(app.screen, LaunchScreen))
             await pilot.press("s")
             panel = app.screen.query_one(ServerPanel)
-            await until(pilot, lambda: any(s.name == "sglang-base" and s.state == "ready"
-                                           for s in panel.servers or ()), timeout=30)
+            await until(
+                pilot,
+                lambda: any(s.name == "sglang-base" and s.state == "ready" for s in panel.servers or ()),
+                timeout=30,
+            )
     finally:
         r = cli("stop", "--demo", "--yes", timeout=90)
         assert r.returncode == 0 or "no run" in (r.stdout + r.stderr).lower(), r.stdout + r.stderr

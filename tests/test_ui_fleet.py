@@ -7,24 +7,33 @@ import pytest
 from tests.test_ui_status import until
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats, server, unreachable
 from tests.ui_text import screen_text
-from tui.ui.fleet_app import FleetApp
-from tui.model import NA, GpuStatus, summarise_gpus
 from tui.collectors.fleet import FleetMember
-from tui.hostops.hosts import HostError
 from tui.collectors.sources import Sources
+from tui.hostops.hosts import HostError
+from tui.model import NA, GpuStatus, summarise_gpus
+from tui.ui.fleet_app import FleetApp
 from widgets.fleet_table import FleetNotes, FleetServerTable, FleetTable
 
 pytestmark = pytest.mark.timeout(30)
 SIZE = (120, 40)
 
 
-def member(target: str, gpus: int = 8, host: FakeHost | None = None, servers: FakeServers | None = None,
-           gpu: FakeGpu | None = None) -> FleetMember:
-    return FleetMember(target, None, Sources(
-        gpu=gpu or FakeGpu([gpu_status(gpus, t=0)]),
-        host=host or FakeHost(host_stats(hostname=target)),
-        servers=servers or FakeServers(()),
-    ))
+def member(
+    target: str,
+    gpus: int = 8,
+    host: FakeHost | None = None,
+    servers: FakeServers | None = None,
+    gpu: FakeGpu | None = None,
+) -> FleetMember:
+    return FleetMember(
+        target,
+        None,
+        Sources(
+            gpu=gpu or FakeGpu([gpu_status(gpus, t=0)]),
+            host=host or FakeHost(host_stats(hostname=target)),
+            servers=servers or FakeServers(()),
+        ),
+    )
 
 
 def fleet(*members: FleetMember, **kw) -> FleetApp:
@@ -46,8 +55,11 @@ def three_hosts() -> FleetApp:
     return fleet(
         member("gpu-a", 8, servers=FakeServers((server("sglang-tuned"),))),
         member("gpu-b", 4, servers=FakeServers((server("vllm-base", engine="vllm", port=8000, state="starting"),))),
-        member("gpu-c", host=FakeHost(unreachable("connect to 10.0.0.9 port 22: Connection refused")),
-               gpu=FakeGpu([GpuStatus("host-unreachable", message="connection refused")])),
+        member(
+            "gpu-c",
+            host=FakeHost(unreachable("connect to 10.0.0.9 port 22: Connection refused")),
+            gpu=FakeGpu([GpuStatus("host-unreachable", message="connection refused")]),
+        ),
     )
 
 
@@ -55,9 +67,14 @@ async def test_a_row_group_per_host_with_gpus_summarised_and_servers_across_host
     app = three_hosts()
     async with app.run_test(size=SIZE) as pilot:
         table = app.screen.query_one(FleetTable)
-        await until(pilot, lambda: cell(table, "host:gpu-a", "state") == "ok"
-                    and cell(table, "host:gpu-b", "state") == "ok"
-                    and cell(table, "host:gpu-c", "state") == "unreachable")
+        await until(
+            pilot,
+            lambda: (
+                cell(table, "host:gpu-a", "state") == "ok"
+                and cell(table, "host:gpu-b", "state") == "ok"
+                and cell(table, "host:gpu-c", "state") == "unreachable"
+            ),
+        )
         assert [str(k.value) for k in table.rows] == ["host:gpu-a", "host:gpu-b", "host:gpu-c"]
         a = summarise_gpus(gpu_status(8, t=0))
         assert cell(table, "host:gpu-a", "gpus") == "8" and cell(table, "host:gpu-b", "gpus") == "4"
@@ -89,8 +106,15 @@ async def test_e_and_enter_expand_a_host_to_its_gpus_and_collapse_it_again():
         table.move_cursor(row=1)  # gpu-b
         await pilot.press("e")
         keys = [str(k.value) for k in table.rows]
-        assert keys == ["host:gpu-a", "host:gpu-b", "gpu:gpu-b:0", "gpu:gpu-b:1", "gpu:gpu-b:2", "gpu:gpu-b:3",
-                        "host:gpu-c"]
+        assert keys == [
+            "host:gpu-a",
+            "host:gpu-b",
+            "gpu:gpu-b:0",
+            "gpu:gpu-b:1",
+            "gpu:gpu-b:2",
+            "gpu:gpu-b:3",
+            "host:gpu-c",
+        ]
         assert cell(table, "host:gpu-b", "host").startswith("▾ ")
         assert cell(table, "gpu:gpu-b:3", "host") == "  └ GPU 3"
         assert cell(table, "gpu:gpu-b:2", "util") == f"{gpu_status(4).gpus[2].utilization:.0f}%"
@@ -119,8 +143,9 @@ async def test_a_refused_host_is_failed_until_r_and_an_unreachable_one_recovers_
         table = app.screen.query_one(FleetTable)
         notes = app.screen.query_one(FleetNotes)
         await until(pilot, lambda: cell(table, "host:gpu-x", "state") == "auth failed")
-        assert ("gpu-x: authentication failed: Permission denied (publickey) — not retrying; press r"
-                in str(notes.content))
+        assert "gpu-x: authentication failed: Permission denied (publickey) — not retrying; press r" in str(
+            notes.content
+        )
         # the unreachable host comes back without anyone acting; the refused one stays failed
         await until(pilot, lambda: cell(table, "host:gpu-y", "state") == "ok", timeout=5)
         assert "gpu-y" not in str(notes.content)

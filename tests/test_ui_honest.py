@@ -9,9 +9,9 @@ from textual.app import App
 
 from tests.abfakes import FakeOps, fake_campaigns
 from tui.ab.compare import compare
-from tui.ab.sides import LevelResult, Side, SideRun
 from tui.ab.confdiff import config_diff
 from tui.ab.render import to_text
+from tui.ab.sides import LevelResult, Side, SideRun
 from tui.ui.screens.compare import CompareScreen
 from widgets.compare_chart import CompareChart
 from widgets.compare_table import CompareTable, ConfigDiff
@@ -38,8 +38,16 @@ async def until(pilot, pred, timeout: float = 10.0) -> None:
 
 
 def summ(c, tput, tpot=10.0, ttft=50.0):
-    return {"max_concurrency": c, "completed": 10, "failed": 0, "output_throughput": tput, "median_tpot_ms": tpot,
-            "median_ttft_ms": ttft, "p99_ttft_ms": ttft * 2, "p99_itl_ms": tpot * 1.5}
+    return {
+        "max_concurrency": c,
+        "completed": 10,
+        "failed": 0,
+        "output_throughput": tput,
+        "median_tpot_ms": tpot,
+        "median_ttft_ms": ttft,
+        "p99_ttft_ms": ttft * 2,
+        "p99_itl_ms": tpot * 1.5,
+    }
 
 
 def side(label, profile, single, peak, ttft16=50.0, argv=("sglang", "--tp", "8")):
@@ -51,8 +59,14 @@ def side(label, profile, single, peak, ttft16=50.0, argv=("sglang", "--tp", "8")
 async def test_new_or_cancelled_ab_clears_the_old_table_and_chart():
     ops = FakeOps(bench_delay=0.3)
     old = compare(side("A", "base", 100, 1000), side("B", "tuned", 118, 1200))
-    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned", comparison=old,
-                        series=([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]))
+    scr = CompareScreen(
+        start_campaign=fake_campaigns(ops),
+        profiles=["base", "tuned"],
+        a="base",
+        b="tuned",
+        comparison=old,
+        series=([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]),
+    )
     async with OneScreen(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         table, chart = scr.query_one(CompareTable), scr.query_one(CompareChart)
@@ -71,7 +85,9 @@ async def test_new_or_cancelled_ab_clears_the_old_table_and_chart():
 
 async def test_headline_says_the_regressions_too():
     cmp = compare(side("A", "sglang-base", 100, 1000, ttft16=50.0), side("B", "sglang-tuned", 118, 1200, ttft16=71.5))
-    scr = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=["sglang-base", "sglang-tuned"], comparison=cmp)
+    scr = CompareScreen(
+        start_campaign=fake_campaigns(FakeOps()), profiles=["sglang-base", "sglang-tuned"], comparison=cmp
+    )
     async with OneScreen(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         head = str(scr.query_one("#ab-headline").content)
@@ -119,13 +135,13 @@ class _Tracker:
 
     def snapshot(self):
         if self.state == "exited" and self.stop_requested:
-            return self.SP("r1", "sglang", "stopped", "ready", fraction=1.0, elapsed=self.now,
-                           diagnosis="stopped (by you)")
+            return self.SP(
+                "r1", "sglang", "stopped", "ready", fraction=1.0, elapsed=self.now, diagnosis="stopped (by you)"
+            )
         if self.state == "ready":
             return self.SP("r1", "sglang", "ready", "ready", fraction=1.0, elapsed=self.now, health="ok")
         if self.state == "exited":
-            return self.SP("r1", "sglang", "exited", "ready", fraction=1.0, elapsed=self.now,
-                           diagnosis="exited rc 0")
+            return self.SP("r1", "sglang", "exited", "ready", fraction=1.0, elapsed=self.now, diagnosis="exited rc 0")
         return self.SP("r1", "sglang", "starting", None, fraction=0.0, elapsed=self.now)
 
     def finish(self, snap) -> None:
@@ -143,9 +159,9 @@ class _Tracker:
 
 async def test_run_view_ready_once_clock_stops_and_a_stop_is_not_a_failure(monkeypatch):
     import tui.ui.screens.run as run_mod
-    from tui.ui.screens.modals import ConfirmModal
     from tui.hostops.launcher import StopResult
     from tui.hostops.runstore import RunRecord
+    from tui.ui.screens.modals import ConfirmModal
     from widgets.startup_progress import StartupProgressView
 
     class Host:
@@ -190,9 +206,9 @@ async def test_run_view_ready_once_clock_stops_and_a_stop_is_not_a_failure(monke
 
 # ---------------------------------------------------------------- profiles list and form
 async def test_broken_user_profile_is_listed_not_dropped(tmp_path, monkeypatch):
+    from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
     from tui.ui.app import make_app
     from tui.ui.screens.profiles import ProfilesScreen
-    from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
 
     user = tmp_path / "user"
     (user / "servers").mkdir(parents=True)
@@ -255,8 +271,10 @@ def test_probe_demo_reads_the_simulated_engine_versions():
 
 
 def test_unknown_profile_is_exit_1_everywhere_and_json_is_indented():
-    codes = {tuple(a): _td(*a).returncode for a in (["launch", "nope", "--demo"], ["preflight", "nope", "--demo"],
-                                                      ["profiles", "show", "nope"])}
+    codes = {
+        tuple(a): _td(*a).returncode
+        for a in (["launch", "nope", "--demo"], ["preflight", "nope", "--demo"], ["profiles", "show", "nope"])
+    }
     assert set(codes.values()) == {1}, codes
     r = _td("runs", "--json")
     assert r.returncode == 0 and (r.stdout.strip() == "[]" or "\n  " in r.stdout)
@@ -346,13 +364,17 @@ async def test_results_list_filters_and_sorts():
     from tui.ui.screens.bench_setup import BenchSetupScreen
     from widgets.filter_table import FilterTable
 
-    for rid, prof, tput in (("20260101-000000-aaaaaa", "sglang-base", 61.0), ("20260101-000001-bbbbbb", "vllm-x", 9.5),
-                            ("20260101-000002-cccccc", "sglang-tuned", 120.0)):
+    for rid, prof, tput in (
+        ("20260101-000000-aaaaaa", "sglang-base", 61.0),
+        ("20260101-000001-bbbbbb", "vllm-x", 9.5),
+        ("20260101-000002-cccccc", "sglang-tuned", 120.0),
+    ):
         d = run_dir(rid)
         d.mkdir(parents=True)
         (d / "meta.json").write_text(_json.dumps({"run_id": rid, "max_concurrency": 1, "profile": prof}))
-        (d / "summary.json").write_text(_json.dumps({"completed": 5, "failed": 0, "output_throughput": tput,
-                                                     "median_ttft_ms": 7.0}))
+        (d / "summary.json").write_text(
+            _json.dumps({"completed": 5, "failed": 0, "output_throughput": tput, "median_ttft_ms": 7.0})
+        )
     app = base_app(ticks=2)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("b")
@@ -371,9 +393,9 @@ async def test_results_list_filters_and_sorts():
 
 async def test_host_switcher_lists_ssh_config_and_switches(tmp_path, monkeypatch):
     from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats
+    from tui.collectors.sources import Sources
     from tui.ui.app import make_app
     from tui.ui.screens.hosts import HostsModal, recent_hosts
-    from tui.collectors.sources import Sources
 
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
@@ -383,11 +405,17 @@ async def test_host_switcher_lists_ssh_config_and_switches(tmp_path, monkeypatch
 
     def factory(target):
         made.append(target)
-        return None, Sources(gpu=FakeGpu([gpu_status(2)]), host=FakeHost(host_stats(hostname=target)),
-                             servers=FakeServers(()))
+        return None, Sources(
+            gpu=FakeGpu([gpu_status(2)]), host=FakeHost(host_stats(hostname=target)), servers=FakeServers(())
+        )
 
-    app = make_app(gpu=FakeGpu([gpu_status(8)]), host_source=FakeHost(host_stats()), servers=FakeServers(),
-                   target="first", host_factory=factory)
+    app = make_app(
+        gpu=FakeGpu([gpu_status(8)]),
+        host_source=FakeHost(host_stats()),
+        servers=FakeServers(),
+        target="first",
+        host_factory=factory,
+    )
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.latest.link.ok)
         await pilot.press("H")
@@ -395,8 +423,9 @@ async def test_host_switcher_lists_ssh_config_and_switches(tmp_path, monkeypatch
         ids = [o.id for o in app.screen.query_one("#hosts-list").options]
         assert ids == ["first", "gpu-a", "gpu-b", "local", "demo"]
         await pilot.press("down", "enter")
-        await until(pilot, lambda: app.target == "gpu-a" and app.latest.host is not None
-                    and app.latest.host.hostname == "gpu-a")
+        await until(
+            pilot, lambda: app.target == "gpu-a" and app.latest.host is not None and app.latest.host.hostname == "gpu-a"
+        )
         assert made == ["gpu-a"] and app.sub_title.startswith("gpu-a")
         await until(pilot, lambda: len(app.latest.gpu.gpus) == 2)
         assert recent_hosts()[0] == "gpu-a"
@@ -406,23 +435,37 @@ async def test_runs_list_filters_sorts_and_opens(monkeypatch):
     from textual import events
 
     from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
+    from tui.hostops.runstore import RunRecord, RunStore
     from tui.ui.app import make_app
     from tui.ui.screens.runs import RunsScreen
-    from tui.hostops.runstore import RunRecord, RunStore
 
     store = RunStore()
-    for i, (prof, st, port) in enumerate((("sglang-base", "stopped", 30000), ("vllm-baseline", "ready", 8000),
-                                          ("sglang-tuned", "failed", 30001))):
-        store.save(RunRecord(f"abcdef{i:02d}", "t", ["x"], engine=prof.split("-")[0], port=port,
-                             profile=prof, status=st, created=1_700_000_000.0 + i))
+    for i, (prof, st, port) in enumerate(
+        (("sglang-base", "stopped", 30000), ("vllm-baseline", "ready", 8000), ("sglang-tuned", "failed", 30001))
+    ):
+        store.save(
+            RunRecord(
+                f"abcdef{i:02d}",
+                "t",
+                ["x"],
+                engine=prof.split("-")[0],
+                port=port,
+                profile=prof,
+                status=st,
+                created=1_700_000_000.0 + i,
+            )
+        )
     app = make_app(gpu=FakeGpu([gpu_status(2)]), host_source=FakeHost(), servers=FakeServers(), target="t")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("R")
         await until(pilot, lambda: isinstance(app.screen, RunsScreen))
         scr = app.screen
-        assert [scr.records[k].profile for k in scr.table.shown_keys] == ["sglang-tuned", "vllm-baseline",
-                                                                          "sglang-base"]
+        assert [scr.records[k].profile for k in scr.table.shown_keys] == [
+            "sglang-tuned",
+            "vllm-baseline",
+            "sglang-base",
+        ]
         for ch in "/sglang":
             app.post_message(events.Key("slash" if ch == "/" else ch, ch))
         app.post_message(events.Key("enter", None))

@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.simfix import free_port
 from tests.test_ui_status import SIZE, app_with, until
-from tui.ui.app import make_app
 from tui.services.targets import get_host
+from tui.ui.app import make_app
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,7 +71,8 @@ async def test_profile_list_shows_builtins_and_preview(tmp_path, monkeypatch):
         await pilot.pause()
         assert scr.highlighted != name
         assert "sglang" in str(scr.query_one("#profile-preview").content) or "vllm" in str(
-            scr.query_one("#profile-preview").content)
+            scr.query_one("#profile-preview").content
+        )
         # marks
         await pilot.press("1")
         await pilot.press("up", "2")
@@ -177,8 +178,8 @@ async def test_one_key_launches_highlighted_profile_on_demo(tmp_path, monkeypatc
 async def test_run_log_escape_clears_search_first(tmp_path, monkeypatch):
     from textual.app import App
 
-    from tui.ui.screens.run import RunScreen
     from tui.hostops.runstore import RunRecord
+    from tui.ui.screens.run import RunScreen
     from widgets.server_log import ServerLog
 
     class Host:
@@ -212,8 +213,21 @@ async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatc
 
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
     port = free_port()
-    r = cli("launch", "--demo", "--engine", "sglang", "--port", str(port),
-            "--cmd", "sglang", "serve", "--model-path", "/models/Qwen3-8B", "--port", str(port))
+    r = cli(
+        "launch",
+        "--demo",
+        "--engine",
+        "sglang",
+        "--port",
+        str(port),
+        "--cmd",
+        "sglang",
+        "serve",
+        "--model-path",
+        "/models/Qwen3-8B",
+        "--port",
+        str(port),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     try:
         # the CLI's local record is gone: only the host knows the run (reattach must find it)
@@ -259,16 +273,33 @@ def test_bench_args_for_demo_remote_and_url():
     from tui.ui.screens.bench_setup import BenchForm, BenchFormError, bench_args
 
     s = server("sglang-tuned", "ready", port=30001)
-    f = BenchForm(concurrency="1, 16", num_prompts="20", input_len="64", output_len="32", warmup="0",
-                  ignore_eos=False)
+    f = BenchForm(concurrency="1, 16", num_prompts="20", input_len="64", output_len="32", warmup="0", ignore_eos=False)
     assert bench_args(f, s, target="demo", demo=True) == [
-        "--demo", "--port", "30001", "--profile", "sglang-tuned", "--endpoint", "completions",
-        "--concurrency", "1,16", "--num-prompts", "20", "--input-len", "64", "--output-len", "32",
-        "--warmup", "0", "--no-ignore-eos"]
+        "--demo",
+        "--port",
+        "30001",
+        "--profile",
+        "sglang-tuned",
+        "--endpoint",
+        "completions",
+        "--concurrency",
+        "1,16",
+        "--num-prompts",
+        "20",
+        "--input-len",
+        "64",
+        "--output-len",
+        "32",
+        "--warmup",
+        "0",
+        "--no-ignore-eos",
+    ]
     remote = bench_args(BenchForm(), s, target="gpuop@box", demo=False)
     assert remote[:4] == ["--host", "gpuop@box", "--port", "30001"] and "--ignore-eos" in remote
     assert bench_args(BenchForm(url="http://10.0.0.7:8000"), None, target="x", demo=False)[:2] == [
-        "--url", "http://10.0.0.7:8000"]
+        "--url",
+        "http://10.0.0.7:8000",
+    ]
     with pytest.raises(BenchFormError, match="concurrency"):
         bench_args(BenchForm(concurrency="1,x"), s, target=None, demo=False)
     with pytest.raises(BenchFormError, match="server"):
@@ -284,8 +315,24 @@ async def test_bench_setup_runs_against_sim_server_and_chart_fills(tmp_path, mon
 
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
     port = free_port()
-    r = cli("launch", "--demo", "--engine", "sglang", "--port", str(port), "--wait", "--timeout", "60",
-            "--cmd", "sglang", "serve", "--model-path", "/models/Qwen3-8B", "--port", str(port))
+    r = cli(
+        "launch",
+        "--demo",
+        "--engine",
+        "sglang",
+        "--port",
+        str(port),
+        "--wait",
+        "--timeout",
+        "60",
+        "--cmd",
+        "sglang",
+        "serve",
+        "--model-path",
+        "/models/Qwen3-8B",
+        "--port",
+        str(port),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     try:
         app = make_app(get_host(None, demo=True), target="demo", demo=True, interval=0.5)
@@ -293,10 +340,16 @@ async def test_bench_setup_runs_against_sim_server_and_chart_fills(tmp_path, mon
             await pilot.press("b")
             await until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
             setup = app.screen
-            await until(pilot, lambda: any(s.port == port and s.state == "ready" for s in setup.servers.values()),
-                        timeout=30)
-            for wid, val in (("#bs-concurrency", "2"), ("#bs-num-prompts", "6"), ("#bs-input-len", "16"),
-                             ("#bs-output-len", "24"), ("#bs-warmup", "0")):
+            await until(
+                pilot, lambda: any(s.port == port and s.state == "ready" for s in setup.servers.values()), timeout=30
+            )
+            for wid, val in (
+                ("#bs-concurrency", "2"),
+                ("#bs-num-prompts", "6"),
+                ("#bs-input-len", "16"),
+                ("#bs-output-len", "24"),
+                ("#bs-warmup", "0"),
+            ):
                 setup.query_one(wid, Input).value = val
             await pilot.pause()
             assert setup.current_args()[:3] == ["--demo", "--port", str(port)]

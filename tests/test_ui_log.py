@@ -6,9 +6,9 @@ import pytest
 from textual import events
 
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
+from tui.hostops.runstore import RunRecord
 from tui.ui.app import make_app
 from tui.ui.screens.run import RunScreen
-from tui.hostops.runstore import RunRecord
 from widgets.server_log import ServerLog, is_probe_line
 
 pytestmark = pytest.mark.timeout(60)

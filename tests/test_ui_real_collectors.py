@@ -7,8 +7,8 @@ import pytest
 from tests import fake_smi
 from tests.test_ui_status import SIZE, cell, until
 from tests.ui_text import screen_text
-from tui.ui.app import make_app
 from tui.hostops.hosts import LocalHost
+from tui.ui.app import make_app
 from widgets.gpu_table import GpuStateLine, GpuTable
 from widgets.host_panel import HostPanel
 
@@ -66,16 +66,18 @@ async def test_real_server_collector_states(tmp_path):
     fake = fake_smi.FakeSmi(tmp_path, gpus=1)
     host = LocalHost("local", env_overlay={"PATH": fake.path_env()})
     port, closed = free_port(), free_port()
-    with SimProc("sglang", "--model-path", "m", "--tp", "8", "--port", str(port),
-                 "--sim-load-seconds", "0.2") as sim:
+    with SimProc("sglang", "--model-path", "m", "--tp", "8", "--port", str(port), "--sim-load-seconds", "0.2") as sim:
         sim.wait_ready(30)
         specs = [ServerSpec("nometrics", "sglang", port), ServerSpec("gone", "vllm", closed)]
         app = make_app(host, sources=default_sources(host, interval=0.3, servers=specs), interval=0.3)
         try:
             async with app.run_test(size=SIZE) as pilot:
                 panel = app.screen.query_one(ServerPanel)
-                await until(pilot, lambda: panel.servers is not None and len(panel.servers) == 2
-                            and panel.servers[0].state == "ready", timeout=20)
+                await until(
+                    pilot,
+                    lambda: panel.servers is not None and len(panel.servers) == 2 and panel.servers[0].state == "ready",
+                    timeout=20,
+                )
                 assert cell(panel.table, f"srv-nometrics-{port}", "state") == "ready"
                 assert cell(panel.table, f"srv-gone-{closed}", "state") == "down"
                 text = screen_text(app)

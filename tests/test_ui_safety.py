@@ -84,8 +84,9 @@ async def test_form_ctrl_l_runs_preflight_tp16_on_8_gpus_is_not_launched(store):
         await settle(pilot)
         form = screen.query_one(PresetForm)
         assert not app.launched
-        assert any(m.severity == "error" and "tensor parallel size 16 > 8" in m.text for m in form.messages), \
+        assert any(m.severity == "error" and "tensor parallel size 16 > 8" in m.text for m in form.messages), (
             form.messages
+        )
         assert app.screen is screen
 
 
@@ -159,8 +160,7 @@ async def test_builtin_profiles_bind_loopback_and_wider_binds_warn():
     rep = await preflight(host, base, demo=True, store=store)
     assert not any(f.code == "bind-wide" for f in rep.findings)
     rep = await preflight(host, base.with_(host="0.0.0.0"), demo=True, store=store)
-    assert any(f.code == "bind-wide" and f.severity == "warning" and "0.0.0.0" in f.message
-               for f in rep.findings)
+    assert any(f.code == "bind-wide" and f.severity == "warning" and "0.0.0.0" in f.message for f in rep.findings)
 
 
 # ---------------------------------------------------------------- tunedeck stop
@@ -168,12 +168,25 @@ def test_stop_without_a_terminal_and_without_yes_does_not_stop():
     from tests.test_launcher import FAKE, free_port
 
     def td(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, capture_output=True, text=True, timeout=60,
-                              input=stdin)
+        return subprocess.run(
+            [*tunedeck_cmd(), *args], cwd=REPO, capture_output=True, text=True, timeout=60, input=stdin
+        )
 
     port = free_port()
-    r = td("launch", "--wait", "--json", "--cmd", sys.executable, FAKE, "--engine", "sglang", "--port", str(port),
-           "--load-seconds", "0.3")
+    r = td(
+        "launch",
+        "--wait",
+        "--json",
+        "--cmd",
+        sys.executable,
+        FAKE,
+        "--engine",
+        "sglang",
+        "--port",
+        str(port),
+        "--load-seconds",
+        "0.3",
+    )
     assert r.returncode == 0, r.stderr
     try:
         r = td("stop", stdin="n\n")

@@ -9,8 +9,8 @@ from tests.fake_smi import SCRIPT
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.test_ui_status import SIZE, cell, until
 from tests.ui_text import screen_text
-from tui.ui.app import make_app
 from tui.hostops.ssh import SshHost
+from tui.ui.app import make_app
 from widgets.gpu_table import GpuTable
 from widgets.host_banner import HostBanner
 from widgets.host_panel import HostPanel
@@ -35,8 +35,9 @@ def remove_fake_smi(server: SshdServer) -> None:
 
 async def test_gpu_panel_fills_over_ssh_then_shows_lost_link_and_recovers(sshd: SshdServer) -> None:
     install_fake_smi(sshd, gpus=4)
-    host = SshHost(sshd.target(), keepalive_interval=1, keepalive_count_max=2, backoff_base=0.1,
-                   backoff_cap=0.5, retry_attempts=1)
+    host = SshHost(
+        sshd.target(), keepalive_interval=1, keepalive_count_max=2, backoff_base=0.1, backoff_cap=0.5, retry_attempts=1
+    )
     app = make_app(host, interval=0.5, sample_timeout=5, backoff=lambda attempt: 1.5)
     try:
         async with app.run_test(size=SIZE) as pilot:

@@ -20,11 +20,10 @@ from tests.ui_fakes import (
     unreachable,
 )
 from tests.ui_text import screen_text
+from tui.hostops.hosts import HostError
+from tui.model import NA, GpuStatus, LinkState
 from tui.ui.app import MODE_REGISTRY, ModeSpec, TunedeckApp, make_app
 from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged
-from tui.model import LinkState
-from tui.model import NA, GpuStatus
-from tui.hostops.hosts import HostError
 from widgets.gpu_table import GpuProcessTable, GpuTable
 from widgets.host_banner import HostBanner
 from widgets.server_panel import METRICS_DISABLED, ServerPanel
@@ -36,8 +35,13 @@ SIZE = (120, 40)
 def app_with(gpu=None, host=None, servers=None, **kw) -> TunedeckApp:
     kw.setdefault("interval", 0.05)
     kw.setdefault("backoff", lambda attempt: 0.2)
-    return make_app(gpu=gpu or FakeGpu(), host_source=host or FakeHost(), servers=servers or FakeServers(),
-                    target="gpu-box-01", **kw)
+    return make_app(
+        gpu=gpu or FakeGpu(),
+        host_source=host or FakeHost(),
+        servers=servers or FakeServers(),
+        target="gpu-box-01",
+        **kw,
+    )
 
 
 async def until(pilot, pred, timeout: float = 3.0, step: float = 0.02) -> None:
@@ -77,8 +81,7 @@ async def test_eight_gpus_render_and_update():
 
 
 async def test_na_values_render_as_na_never_zero():
-    g = gpu_snapshot(0, utilization=NA, temperature=NA, power_draw=NA, power_limit=NA, clock_sm=NA,
-                     memory_used=NA)
+    g = gpu_snapshot(0, utilization=NA, temperature=NA, power_draw=NA, power_limit=NA, clock_sm=NA, memory_used=NA)
     app = app_with(FakeGpu([GpuStatus("ok", (g,))]))
     async with app.run_test(size=SIZE) as pilot:
         table = app.screen.query_one(GpuTable)
@@ -171,8 +174,16 @@ async def test_nvidia_smi_failures_are_named(state, expected):
 async def test_server_states_are_visible():
     servers = (
         server("sglang-tuned", "ready"),
-        server("sglang-base", "starting", running=NA, waiting=NA, kv_cache_usage=NA, gen_throughput=NA,
-               ttft_p50=NA, port=30001),
+        server(
+            "sglang-base",
+            "starting",
+            running=NA,
+            waiting=NA,
+            kv_cache_usage=NA,
+            gen_throughput=NA,
+            ttft_p50=NA,
+            port=30001,
+        ),
         server("sglang-nometrics", "ready", metrics_state="disabled", running=NA, port=30002),
         server("vllm-old", "down", engine="vllm", port=8000, message="connection refused"),
         server("vllm-sick", "unhealthy", engine="vllm", port=8001, message="/health returned 503"),
@@ -309,8 +320,8 @@ async def test_registry_hook_and_hidden_status_skips_drawing():
         await app.run_action("mode('broken')")  # a screen that fails to build is an error note, not a crash
         await pilot.pause(0.1)
         assert app.screen is status and app.current_mode == "status"
-        assert app.check_action("mode", ("bench",)) is False   # hidden: no screen yet
-        assert app.check_action("mode", ("status",)) is None   # current: dimmed
+        assert app.check_action("mode", ("bench",)) is False  # hidden: no screen yet
+        assert app.check_action("mode", ("status",)) is None  # current: dimmed
         await pilot.press("l")
         await until(pilot, lambda: isinstance(app.screen, _OtherScreen))
         gpu.push(gpu_status(8, 1))
@@ -427,8 +438,7 @@ async def test_gpu_retry_countdown_ticks():
     async with app.run_test(size=SIZE) as pilot:
         line = app.screen.query_one(GpuStateLine)
         await until(pilot, lambda: app.screen.query_one(GpuTable).row_count == 2)
-        gpu.push(GpuStatus("host-unreachable", message="connection-lost: link dropped",
-                           retry_at=time.time() + 4.5))
+        gpu.push(GpuStatus("host-unreachable", message="connection-lost: link dropped", retry_at=time.time() + 4.5))
         await until(pilot, lambda: "retrying in 5s" in str(line.content))
         assert "host unreachable — GPU data stale: connection-lost: link dropped" in str(line.content)
         await until(pilot, lambda: "retrying in 4s" in str(line.content), timeout=1.5)
@@ -450,7 +460,7 @@ async def test_keymap_from_config_remaps_binding_ids(tmp_path, monkeypatch):
 
 async def test_bad_keymap_is_reported_not_fatal(tmp_path, monkeypatch):
     cfg = tmp_path / "config.toml"
-    cfg.write_text('[keymap]\nmode-launch = 3\n')
+    cfg.write_text("[keymap]\nmode-launch = 3\n")
     monkeypatch.setenv("TUNEDECK_CONFIG", str(cfg))
     app = app_with()
     async with app.run_test(size=SIZE) as pilot:

@@ -24,10 +24,18 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def line(second, tok=100.0, util=90.0, sm=1980.0, power=600.0, limit=700.0, kv=0.5, pre=0, waiting=0):
-    return {"second": second, "client": {"tok_s": tok},
-            "gpu": {"util": [util] * 2, "sm_clock": [sm] * 2, "sm_clock_max": [1980.0] * 2,
-                    "power": [power] * 2, "power_limit": [limit] * 2},
-            "server": {"kv": kv, "preemptions": pre, "waiting": waiting, "running": 8}}
+    return {
+        "second": second,
+        "client": {"tok_s": tok},
+        "gpu": {
+            "util": [util] * 2,
+            "sm_clock": [sm] * 2,
+            "sm_clock_max": [1980.0] * 2,
+            "power": [power] * 2,
+            "power_limit": [limit] * 2,
+        },
+        "server": {"kv": kv, "preemptions": pre, "waiting": waiting, "running": 8},
+    }
 
 
 CLEAN = [line(i) for i in range(10)]
@@ -38,35 +46,41 @@ def rules(found):
     return [f["rule"] for f in found]
 
 
-@pytest.mark.parametrize("rule,lines,summary,start", [
-    ("gpu_busy_at_start", CLEAN, SUMMARY, {"gpu": {"util": [0, 55.0]}}),
-    ("other_gpu_processes", CLEAN, SUMMARY, {"others": [{"pid": 7, "name": "python", "used_mib": 2000}]}),
-    ("sm_clock_low", [line(i, sm=1200 if i < 5 else 1980) for i in range(10)], SUMMARY, {}),
-    ("power_at_cap", [line(i, power=695 if i < 4 else 600) for i in range(10)], SUMMARY, {}),
-    ("kv_cache_full", [line(i, kv=0.96 if i == 7 else 0.5) for i in range(10)], SUMMARY, {}),
-    ("preemptions", [line(i, pre=3 if i > 5 else 0) for i in range(10)], SUMMARY, {}),
-    ("queue_growing", [line(i, waiting=i * 2) for i in range(12)], SUMMARY, {}),
-    ("client_bound", CLEAN, {**SUMMARY, "client_bound": True, "client": {"client_bound_reason": "cpu 98%"}}, {}),
-    ("failed_requests", CLEAN, {**SUMMARY, "failed": 3, "error_counts": {"http_500": 3}}, {}),
-])
+@pytest.mark.parametrize(
+    "rule,lines,summary,start",
+    [
+        ("gpu_busy_at_start", CLEAN, SUMMARY, {"gpu": {"util": [0, 55.0]}}),
+        ("other_gpu_processes", CLEAN, SUMMARY, {"others": [{"pid": 7, "name": "python", "used_mib": 2000}]}),
+        ("sm_clock_low", [line(i, sm=1200 if i < 5 else 1980) for i in range(10)], SUMMARY, {}),
+        ("power_at_cap", [line(i, power=695 if i < 4 else 600) for i in range(10)], SUMMARY, {}),
+        ("kv_cache_full", [line(i, kv=0.96 if i == 7 else 0.5) for i in range(10)], SUMMARY, {}),
+        ("preemptions", [line(i, pre=3 if i > 5 else 0) for i in range(10)], SUMMARY, {}),
+        ("queue_growing", [line(i, waiting=i * 2) for i in range(12)], SUMMARY, {}),
+        ("client_bound", CLEAN, {**SUMMARY, "client_bound": True, "client": {"client_bound_reason": "cpu 98%"}}, {}),
+        ("failed_requests", CLEAN, {**SUMMARY, "failed": 3, "error_counts": {"http_500": 3}}, {}),
+    ],
+)
 def test_each_rule_triggers_with_its_evidence(rule, lines, summary, start):
     found = v.findings(lines, summary, start)
     assert rules(found) == [rule]
     assert found[0]["evidence"]
 
 
-@pytest.mark.parametrize("rule,lines,summary,start", [
-    ("gpu_busy_at_start", CLEAN, SUMMARY, {"gpu": {"util": [0, 5.0]}}),
-    ("other_gpu_processes", CLEAN, SUMMARY, {"others": [], "gpu": {"util": [0, 0]}}),
-    ("sm_clock_low", [line(i, sm=1200 if i < 2 else 1980) for i in range(10)], SUMMARY, {}),  # 20%: not more
-    ("power_at_cap", [line(i, power=650) for i in range(10)], SUMMARY, {}),
-    ("kv_cache_full", [line(i, kv=0.94) for i in range(10)], SUMMARY, {}),
-    ("preemptions", [line(i, pre=0) for i in range(10)], SUMMARY, {}),
-    # the same growth with a fixed request rate: an open loop may queue by design
-    ("queue_growing", [line(i, waiting=i * 2) for i in range(12)], {**SUMMARY, "request_rate": 4.0}, {}),
-    ("client_bound", CLEAN, {**SUMMARY, "client_bound": False}, {}),
-    ("failed_requests", CLEAN, {**SUMMARY, "failed": 0}, {}),
-])
+@pytest.mark.parametrize(
+    "rule,lines,summary,start",
+    [
+        ("gpu_busy_at_start", CLEAN, SUMMARY, {"gpu": {"util": [0, 5.0]}}),
+        ("other_gpu_processes", CLEAN, SUMMARY, {"others": [], "gpu": {"util": [0, 0]}}),
+        ("sm_clock_low", [line(i, sm=1200 if i < 2 else 1980) for i in range(10)], SUMMARY, {}),  # 20%: not more
+        ("power_at_cap", [line(i, power=650) for i in range(10)], SUMMARY, {}),
+        ("kv_cache_full", [line(i, kv=0.94) for i in range(10)], SUMMARY, {}),
+        ("preemptions", [line(i, pre=0) for i in range(10)], SUMMARY, {}),
+        # the same growth with a fixed request rate: an open loop may queue by design
+        ("queue_growing", [line(i, waiting=i * 2) for i in range(12)], {**SUMMARY, "request_rate": 4.0}, {}),
+        ("client_bound", CLEAN, {**SUMMARY, "client_bound": False}, {}),
+        ("failed_requests", CLEAN, {**SUMMARY, "failed": 0}, {}),
+    ],
+)
 def test_each_rule_stays_quiet_on_a_clean_case(rule, lines, summary, start):
     assert v.findings(lines, summary, start) == []
 
@@ -86,20 +100,63 @@ def test_label():
 
 def bench(port: int, *extra_env: tuple[str, str], conc: int = 8, n: int = 16, out: int = 120) -> dict:
     env = dict(os.environ, **dict(extra_env))
-    r = subprocess.run([*tunedeck_cmd(), "bench", "--demo", "--port", str(port), "--concurrency", str(conc),
-                        "--num-prompts", str(n), "--input-len", "8", "--output-len", str(out), "--warmup", "0",
-                        "--json", "-"], capture_output=True, text=True, cwd=REPO, timeout=180, env=env)
+    r = subprocess.run(
+        [
+            *tunedeck_cmd(),
+            "bench",
+            "--demo",
+            "--port",
+            str(port),
+            "--concurrency",
+            str(conc),
+            "--num-prompts",
+            str(n),
+            "--input-len",
+            "8",
+            "--output-len",
+            str(out),
+            "--warmup",
+            "0",
+            "--json",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=180,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(r.stdout)
-    stored = json.loads(subprocess.run([*tunedeck_cmd(), "results", "show", s["run_id"], "--json"],
-                                       capture_output=True, text=True, cwd=REPO, timeout=60).stdout)
+    stored = json.loads(
+        subprocess.run(
+            [*tunedeck_cmd(), "results", "show", s["run_id"], "--json"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        ).stdout
+    )
     assert stored["validity"] == s["validity"]  # mirrored with the summary
     return s
 
 
 def server(port: int, *extra: str) -> SimProc:
-    return SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "0.3",
-                   "--sim-fixed-ttft-ms", "50", "--sim-fixed-itl-ms", "20", *extra)
+    return SimProc(
+        "vllm",
+        "m",
+        "-tp",
+        "8",
+        "--port",
+        str(port),
+        "--sim-load-seconds",
+        "0.3",
+        "--sim-fixed-ttft-ms",
+        "50",
+        "--sim-fixed-itl-ms",
+        "20",
+        *extra,
+    )
 
 
 def test_a_clean_run_on_the_simulator_is_valid():
@@ -107,8 +164,9 @@ def test_a_clean_run_on_the_simulator_is_valid():
     with server(port):
         s = bench(port)
     assert s["validity"] == [], s["validity"]
-    shown = subprocess.run([*tunedeck_cmd(), "results", "show", s["run_id"]], capture_output=True, text=True,
-                           cwd=REPO, timeout=60)
+    shown = subprocess.run(
+        [*tunedeck_cmd(), "results", "show", s["run_id"]], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert "validity: valid" in shown.stdout
 
 
@@ -119,10 +177,13 @@ def test_a_power_cap_makes_the_run_invalid_with_its_evidence():
     found = {f["rule"]: f["evidence"] for f in s["validity"]}
     assert set(found) == {"power_at_cap", "sm_clock_low"}, found
     assert "315 W" in found["power_at_cap"]  # 45% of the H200's 700 W
-    shown = subprocess.run([*tunedeck_cmd(), "results", "show", s["run_id"]], capture_output=True, text=True,
-                           cwd=REPO, timeout=60)
-    assert "validity: [power_at_cap, sm_clock_low]" in shown.stdout or \
-        "validity: [sm_clock_low, power_at_cap]" in shown.stdout, shown.stdout
+    shown = subprocess.run(
+        [*tunedeck_cmd(), "results", "show", s["run_id"]], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert (
+        "validity: [power_at_cap, sm_clock_low]" in shown.stdout
+        or "validity: [sm_clock_low, power_at_cap]" in shown.stdout
+    ), shown.stdout
 
 
 def test_another_process_on_the_gpus_is_named():
@@ -145,8 +206,9 @@ def _load(port: int, n: int, stop) -> list:
         while not stop.is_set():
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             try:
-                body = json.dumps({"model": "m", "prompt": [1, 2, 3], "max_tokens": 400, "ignore_eos": True,
-                                   "stream": True})
+                body = json.dumps(
+                    {"model": "m", "prompt": [1, 2, 3], "max_tokens": 400, "ignore_eos": True, "stream": True}
+                )
                 conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
                 r = conn.getresponse()
                 while not stop.is_set() and r.read(4096):
@@ -184,8 +246,20 @@ def test_gpus_busy_with_another_server_at_the_start_are_named():
 
 def test_a_full_kv_cache_is_named():
     port = free_port()
-    with SimProc("sglang", "--model-path", "m", "--tp-size", "8", "--port", str(port), "--enable-metrics",
-                 "--max-total-tokens", "500", "--sim-load-seconds", "0.3"):
+    with SimProc(
+        "sglang",
+        "--model-path",
+        "m",
+        "--tp-size",
+        "8",
+        "--port",
+        str(port),
+        "--enable-metrics",
+        "--max-total-tokens",
+        "500",
+        "--sim-load-seconds",
+        "0.3",
+    ):
         s = bench(port)
     found = {f["rule"]: f["evidence"] for f in s["validity"]}
     assert list(found) == ["kv_cache_full"], found
@@ -235,10 +309,12 @@ class _EngineStub:
                     t = time.monotonic() - stub.first if stub.first is not None else 0.0
                     waiting = int(2 * t) if grow else 0
                     pre = 2 if (preempt and stub.first is not None) else 0
-                    text = (f'vllm:num_requests_running{{engine="0"}} 8\n'
-                            f'vllm:num_requests_waiting{{engine="0"}} {waiting}\n'
-                            f'vllm:kv_cache_usage_perc{{engine="0"}} 0.4\n'
-                            f'vllm:num_preemptions_total{{engine="0"}} {pre}\n')
+                    text = (
+                        f'vllm:num_requests_running{{engine="0"}} 8\n'
+                        f'vllm:num_requests_waiting{{engine="0"}} {waiting}\n'
+                        f'vllm:kv_cache_usage_perc{{engine="0"}} 0.4\n'
+                        f'vllm:num_preemptions_total{{engine="0"}} {pre}\n'
+                    )
                     return self._send(200, text.encode(), "text/plain; version=0.0.4")
                 self._send(404, b"{}", "application/json")
 
@@ -260,10 +336,23 @@ class _EngineStub:
 
                 for k in range(n):
                     time.sleep(itl)
-                    chunk({"id": "c", "object": "text_completion", "model": "m",
-                           "choices": [{"index": 0, "text": " t", "finish_reason": "length" if k == n - 1 else None}]})
-                chunk({"id": "c", "object": "text_completion", "model": "m", "choices": [],
-                       "usage": {"prompt_tokens": plen, "completion_tokens": n, "total_tokens": plen + n}})
+                    chunk(
+                        {
+                            "id": "c",
+                            "object": "text_completion",
+                            "model": "m",
+                            "choices": [{"index": 0, "text": " t", "finish_reason": "length" if k == n - 1 else None}],
+                        }
+                    )
+                chunk(
+                    {
+                        "id": "c",
+                        "object": "text_completion",
+                        "model": "m",
+                        "choices": [],
+                        "usage": {"prompt_tokens": plen, "completion_tokens": n, "total_tokens": plen + n},
+                    }
+                )
                 chunk(b"[DONE]")
                 self.wfile.write(b"0\r\n\r\n")
 
@@ -320,12 +409,17 @@ def test_a_flat_queue_and_no_preemption_from_the_same_server_are_not_named():
 def _side(label, found):
     from tui.ab.sides import LevelResult, Side, SideRun
 
-    summ = {"max_concurrency": 16, "completed": 10, "failed": 0, "output_throughput": 100.0,
-            "median_tpot_ms": 10.0, "median_ttft_ms": 50.0}
+    summ = {
+        "max_concurrency": 16,
+        "completed": 10,
+        "failed": 0,
+        "output_throughput": 100.0,
+        "median_tpot_ms": 10.0,
+        "median_ttft_ms": 50.0,
+    }
     if found is not None:
         summ["validity"] = found
-    return Side(label, label.lower(), "sglang", "m", (), {}, {"ignore_eos": True},
-                (SideRun((LevelResult(16, summ),)),))
+    return Side(label, label.lower(), "sglang", "m", (), {}, {"ignore_eos": True}, (SideRun((LevelResult(16, summ),)),))
 
 
 def test_the_ab_headline_and_warnings_say_when_validity_differs():
@@ -361,8 +455,14 @@ def test_every_ab_level_carries_its_validity_and_timeline(tmp_path, monkeypatch)
         text = (REPO / "profiles" / "servers" / f"{src}.toml").read_text()
         text = re.sub(r'(?m)^name = ".*"$', f'name = "{dst}"', text)
         (user / f"{dst}.toml").write_text(re.sub(r"(?m)^port = \d+$", f"port = {port}", text))
-    r = subprocess.run([*tunedeck_cmd(), "ab", "v-base", "v-tuned", "--demo", "--plan", "quick", "--json", "--yes"],
-                       capture_output=True, text=True, cwd=REPO, timeout=240, env=dict(os.environ))
+    r = subprocess.run(
+        [*tunedeck_cmd(), "ab", "v-base", "v-tuned", "--demo", "--plan", "quick", "--json", "--yes"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=240,
+        env=dict(os.environ),
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(r.stdout)
     levels = [lv for side in ("a", "b") for lv in rep[side]["runs"][0]["levels"]]

@@ -10,8 +10,8 @@ import math
 import time
 from typing import AsyncIterator, Callable, Iterable
 
-from tui.model import NA, GpuProcess, GpuSnapshot, GpuStatus, HostStats, ServerStats
 from tui.hostops.hosts import HostError
+from tui.model import NA, GpuProcess, GpuSnapshot, GpuStatus, HostStats, ServerStats
 
 
 def gpu_snapshot(i: int, t: int = 0, **over: object) -> GpuSnapshot:
@@ -37,8 +37,13 @@ def gpu_snapshot(i: int, t: int = 0, **over: object) -> GpuSnapshot:
 def gpu_status(n: int = 8, t: int = 0, **over: object) -> GpuStatus:
     gpus = tuple(gpu_snapshot(i, t) for i in range(n))
     procs = tuple(
-        GpuProcess(pid=4000 + i, name="python3 -m sglang.launch_server", gpu_uuid=g.uuid, gpu_index=i,
-                   used_memory=float(g.memory_used) - 500)
+        GpuProcess(
+            pid=4000 + i,
+            name="python3 -m sglang.launch_server",
+            gpu_uuid=g.uuid,
+            gpu_index=i,
+            used_memory=float(g.memory_used) - 500,
+        )
         for i, g in enumerate(gpus)
         if i < 4
     )
@@ -46,17 +51,36 @@ def gpu_status(n: int = 8, t: int = 0, **over: object) -> GpuStatus:
 
 
 def host_stats(t: int = 0, **over: object) -> HostStats:
-    fields = dict(hostname="gpu-box-01", cpu_percent=12.5 + t % 3, cpu_count=64, mem_used=123.4 * 2**30,
-                  mem_total=503.8 * 2**30, load1=3.21, load5=2.80, load15=2.55, uptime=1_052_460.0,
-                  time=1_700_000_000.0 + t)
+    fields = dict(
+        hostname="gpu-box-01",
+        cpu_percent=12.5 + t % 3,
+        cpu_count=64,
+        mem_used=123.4 * 2**30,
+        mem_total=503.8 * 2**30,
+        load1=3.21,
+        load5=2.80,
+        load15=2.55,
+        uptime=1_052_460.0,
+        time=1_700_000_000.0 + t,
+    )
     fields.update(over)
     return HostStats(**fields)  # type: ignore[arg-type]
 
 
 def server(name: str = "sglang-tuned", state: str = "ready", **over: object) -> ServerStats:
-    fields = dict(name=name, engine="sglang", url="http://127.0.0.1:30000", state=state,
-                  model="/models/DeepSeek-V3", port=30000, running=12.0, waiting=3.0, kv_cache_usage=0.41,
-                  gen_throughput=1843.2, ttft_p50=0.231)
+    fields = dict(
+        name=name,
+        engine="sglang",
+        url="http://127.0.0.1:30000",
+        state=state,
+        model="/models/DeepSeek-V3",
+        port=30000,
+        running=12.0,
+        waiting=3.0,
+        kv_cache_usage=0.41,
+        gen_throughput=1843.2,
+        ttft_p50=0.231,
+    )
     fields.update(over)
     return ServerStats(**fields)  # type: ignore[arg-type]
 
@@ -143,5 +167,18 @@ def unreachable(msg: str = "connect to 10.0.0.7 port 22: Connection refused") ->
     return HostError("unreachable", msg, target="gpu-box-01")
 
 
-__all__ = ["FakeGpu", "FakeHost", "FakeServers", "TickingGpu", "gpu_snapshot", "gpu_status", "host_stats",
-           "server", "unreachable", "NA", "math", "time", "Callable"]
+__all__ = [
+    "FakeGpu",
+    "FakeHost",
+    "FakeServers",
+    "TickingGpu",
+    "gpu_snapshot",
+    "gpu_status",
+    "host_stats",
+    "server",
+    "unreachable",
+    "NA",
+    "math",
+    "time",
+    "Callable",
+]

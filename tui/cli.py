@@ -32,8 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     parser.add_argument("--version", action="version", version=f"tunedeck {__version__}")
-    parser.add_argument("--verbose", "-v", action="store_true",
-                        help="also print the log on stderr (it always goes to the state dir's tunedeck.log)")
+    parser.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="also print the log on stderr (it always goes to the state dir's tunedeck.log)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     import tui.commands as pkg
 

@@ -192,10 +192,15 @@ def summarise_gpus(status: GpuStatus) -> GpuSummary:
     util = _reported([g.utilization for g in gpus])
     temps = _reported([g.temperature for g in gpus])
     return GpuSummary(
-        status.state, len(gpus), model, len(names),
+        status.state,
+        len(gpus),
+        model,
+        len(names),
         util_mean=sum(util) / len(util) if util else NA,
-        mem_used=total("memory_used"), mem_total=total("memory_total"),
-        power_draw=total("power_draw"), power_limit=total("power_limit"),
+        mem_used=total("memory_used"),
+        mem_total=total("memory_total"),
+        power_draw=total("power_draw"),
+        power_limit=total("power_limit"),
         temp_max=max(temps) if temps else NA,
     )
 
@@ -355,8 +360,12 @@ class ClientHealth:
     def from_summary(cls, summary: Mapping[str, Any]) -> "ClientHealth":
         client = summary.get("client")
         cl: Mapping[str, Any] = client if isinstance(client, Mapping) else {}
-        return cls(bool(summary.get("client_bound")), str(cl.get("client_bound_reason") or ""),
-                   bool(summary.get("machine_busy")), str(cl.get("machine_busy_reason") or ""))
+        return cls(
+            bool(summary.get("client_bound")),
+            str(cl.get("client_bound_reason") or ""),
+            bool(summary.get("machine_busy")),
+            str(cl.get("machine_busy_reason") or ""),
+        )
 
     @property
     def ok(self) -> bool:
@@ -445,10 +454,20 @@ class SweepLevel:
         def lat(key: str) -> float | None:
             return _finite(summary, key) if done else None
 
-        return cls(label, done, int(_finite(summary, "failed") or 0), _finite(summary, "request_throughput"),
-                   _finite(summary, "output_throughput"), lat("mean_ttft_ms"), lat("p99_ttft_ms"),
-                   lat("mean_tpot_ms"), lat("p99_itl_ms"), _finite(summary, "request_goodput"),
-                   bool(summary.get("partial")), ClientHealth.from_summary(summary))
+        return cls(
+            label,
+            done,
+            int(_finite(summary, "failed") or 0),
+            _finite(summary, "request_throughput"),
+            _finite(summary, "output_throughput"),
+            lat("mean_ttft_ms"),
+            lat("p99_ttft_ms"),
+            lat("mean_tpot_ms"),
+            lat("p99_itl_ms"),
+            _finite(summary, "request_goodput"),
+            bool(summary.get("partial")),
+            ClientHealth.from_summary(summary),
+        )
 
 
 @dataclass(frozen=True)

@@ -99,10 +99,16 @@ class TimelineRow:
             return None
         c, g, v = (_section(obj, k) for k in ("client", "gpu", "server"))
         kv = _num(v.get("kv"))
-        return cls(second, tok_s=_num(c.get("tok_s")), running=_num(v.get("running")),
-                   waiting=_num(v.get("waiting")), kv_pct=None if kv is None else 100.0 * kv,
-                   sm_clock=_mean(g.get("sm_clock")), power=_mean(g.get("power")),
-                   power_cap=_mean(g.get("power_limit")))
+        return cls(
+            second,
+            tok_s=_num(c.get("tok_s")),
+            running=_num(v.get("running")),
+            waiting=_num(v.get("waiting")),
+            kv_pct=None if kv is None else 100.0 * kv,
+            sm_clock=_mean(g.get("sm_clock")),
+            power=_mean(g.get("power")),
+            power_cap=_mean(g.get("power_limit")),
+        )
 
     @classmethod
     def from_tick(cls, ev: Mapping[str, Any]) -> "TimelineRow | None":
@@ -163,8 +169,16 @@ class TimelineSnapshot:
         return any(getattr(r, name) is not None for r in self.rows)
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Any], *, label: str = "", validity: Any = None, run_id: str | None = None,
-                  live: bool = False, max_rows: int = MAX_ROWS) -> "TimelineSnapshot":
+    def from_rows(
+        cls,
+        rows: Iterable[Any],
+        *,
+        label: str = "",
+        validity: Any = None,
+        run_id: str | None = None,
+        live: bool = False,
+        max_rows: int = MAX_ROWS,
+    ) -> "TimelineSnapshot":
         """Rows (``timeline.jsonl`` objects or :class:`TimelineRow`) in any order, with gaps or
         repeated seconds: one row a second (a repeated second merges, the later value wins),
         sorted, the last ``max_rows`` seconds kept. ``validity``: a summary's ``validity`` list."""
@@ -420,16 +434,16 @@ def _short(label: str) -> str:
     return label.split(" (", 1)[0] if " (" in label else ""
 
 
-def overlay(a: TimelineSnapshot, b: TimelineSnapshot, a_label: str = "A", b_label: str = "B",
-            title: str = "") -> TimelineFigure:
+def overlay(
+    a: TimelineSnapshot, b: TimelineSnapshot, a_label: str = "A", b_label: str = "B", title: str = ""
+) -> TimelineFigure:
     """A's and B's timelines on one axis (second ``i`` of both is ``i`` s after each one's
     timed phase began), each panel with an A and a B line. The queue becomes two panels
     (running, waiting): four lines in one strip would not read."""
     n = max(a.seconds, b.seconds)
     panels = []
     for key, name, unit, zero, top in PANELS:
-        keys = ((("running", "queue: running"), ("waiting", "queue: waiting")) if key == "queue"
-                else ((key, name),))
+        keys = (("running", "queue: running"), ("waiting", "queue: waiting")) if key == "queue" else ((key, name),)
         for field_, title_ in keys:
             la = Line(a_label, a.values(field_, n), "a", _short(a_label))
             lb = Line(b_label, b.values(field_, n), "b", _short(b_label))
@@ -438,8 +452,17 @@ def overlay(a: TimelineSnapshot, b: TimelineSnapshot, a_label: str = "A", b_labe
                 cap = _cap_line("cap", [a, b], n)
                 lines += (cap,) if cap else ()
             missing = tuple(ln.short or ln.label for ln in (la, lb) if not ln.has_data)
-            panels.append(Panel(field_, title_, "requests" if key == "queue" else unit, lines, zero, top,
-                                missing if len(missing) == 1 else ()))
+            panels.append(
+                Panel(
+                    field_,
+                    title_,
+                    "requests" if key == "queue" else unit,
+                    lines,
+                    zero,
+                    top,
+                    missing if len(missing) == 1 else (),
+                )
+            )
     notes = (ValidityNote(a_label, a.validity), ValidityNote(b_label, b.validity))
     return TimelineFigure(title, n, tuple(panels), notes, a.live or b.live)
 
@@ -452,7 +475,18 @@ def validity_text(findings: tuple[Finding, ...] | None) -> str:
 
 
 __all__ = [
-    "Line", "MAX_LEVELS", "MAX_ROWS", "PANELS", "Panel", "TimelineFeed", "TimelineFigure", "TimelineRow",
-    "TimelineSnapshot", "ValidityNote", "figure", "level_label", "overlay", "validity_text",
+    "Line",
+    "MAX_LEVELS",
+    "MAX_ROWS",
+    "PANELS",
+    "Panel",
+    "TimelineFeed",
+    "TimelineFigure",
+    "TimelineRow",
+    "TimelineSnapshot",
+    "ValidityNote",
+    "figure",
+    "level_label",
+    "overlay",
+    "validity_text",
 ]
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+
 from textual.timer import Timer
 from textual.widgets import Static
 

@@ -27,8 +27,9 @@ class CompareChart(Widget):
         self.series: tuple[tuple[str, tuple[float, ...]], ...] = ()
         """(label, values) per side, as last set."""
 
-    def set_series(self, a_label: str, a: Sequence[float], b_label: str, b: Sequence[float],
-                   title: str | None = None) -> None:
+    def set_series(
+        self, a_label: str, a: Sequence[float], b_label: str, b: Sequence[float], title: str | None = None
+    ) -> None:
         self.series = ((a_label, tuple(a)), (b_label, tuple(b)))
         if title:
             self.title = title

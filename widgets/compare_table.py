@@ -60,8 +60,12 @@ class CompareTable(DataTable):
             return f"Peak output tok/s{c}"
         if k.startswith("output_tok_s_c"):
             return f"Output tok/s{c}"
-        for pre, name in (("ttft_p50", "TTFT p50 ms"), ("ttft_p99", "TTFT p99 ms"),
-                          ("tpot_median", "TPOT median ms"), ("itl_p99", "ITL p99 ms")):
+        for pre, name in (
+            ("ttft_p50", "TTFT p50 ms"),
+            ("ttft_p99", "TTFT p99 ms"),
+            ("tpot_median", "TPOT median ms"),
+            ("itl_p99", "ITL p99 ms"),
+        ):
             if k.startswith(pre):
                 return f"{name}{c}"
         if k == "spec_acceptance_pct":

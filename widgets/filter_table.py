@@ -12,8 +12,8 @@ import re
 from typing import Any, Iterable, Sequence
 
 from rich.text import Text
-from textual.coordinate import Coordinate
 from textual import events, on
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Input
 
 _NUM = re.compile(r"^-?\d+(?:\.\d+)?")

@@ -18,9 +18,9 @@ from rich.text import Span, Text
 from textual.coordinate import Coordinate
 from textual.widgets import Static
 
+from tui.fmt import fmt, num
 from tui.model import GpuSnapshot, GpuStatus, LinkState, ServerStats, summarise_gpus
 from widgets._fmt import bar, gib_pair, ratio, theme_color
-from tui.fmt import fmt, num
 from widgets.gpu_table import GPU_STATE_TEXT, _KeyedTable, _level
 from widgets.server_panel import STATE_COLOURS, server_key
 
@@ -135,8 +135,11 @@ class FleetTable(_OrderedTable):
     )
     LAYOUTS = (
         (118, None, {}),
-        (0, ("host", "state", "gpus", "util", "mem", "temp", "servers"),
-         {"host": ("Host", 18), "mem": ("Memory", 12), "servers": ("Srv", 3)}),
+        (
+            0,
+            ("host", "state", "gpus", "util", "mem", "temp", "servers"),
+            {"host": ("Host", 18), "mem": ("Memory", 12), "servers": ("Srv", 3)},
+        ),
     )
 
     hosts: tuple[FleetHost, ...] = ()
@@ -163,22 +166,26 @@ class FleetTable(_OrderedTable):
             servers = h.servers or ()
             ready = sum(1 for x in servers if x.state == "ready")
             model = s.model + (f"+{s.models - 1}" if s.models > 1 else "") if s.count else ""
-            rows.append((f"host:{h.target}", (
-                (("▾ " if open_ else "▸ ") + h.target, ""),
-                (word, colour),
-                (str(s.count) if s.count else "", ""),
-                (model, ""),
-                (fmt(s.util_mean, ".0f", "%") if s.count else "", _level(num(s.util_mean), 50, 90)),
-                (mem if s.count else "", _level(None if memr is None else memr * 100, 80, 95)),
-                (_power(s.power_draw, s.power_limit) if s.count else "", ""),
-                (fmt(s.temp_max, ".0f", "°") if s.count else "", _level(num(s.temp_max), 80, 90, good="")),
-                (f"{ready}/{len(servers)}" if servers else "", ""),
-            )))
+            rows.append(
+                (
+                    f"host:{h.target}",
+                    (
+                        (("▾ " if open_ else "▸ ") + h.target, ""),
+                        (word, colour),
+                        (str(s.count) if s.count else "", ""),
+                        (model, ""),
+                        (fmt(s.util_mean, ".0f", "%") if s.count else "", _level(num(s.util_mean), 50, 90)),
+                        (mem if s.count else "", _level(None if memr is None else memr * 100, 80, 95)),
+                        (_power(s.power_draw, s.power_limit) if s.count else "", ""),
+                        (fmt(s.temp_max, ".0f", "°") if s.count else "", _level(num(s.temp_max), 80, 90, good="")),
+                        (f"{ready}/{len(servers)}" if servers else "", ""),
+                    ),
+                )
+            )
             if open_:
                 gpus = sorted(h.gpu.gpus, key=lambda g: g.index)
                 for n, g in enumerate(gpus):
-                    rows.append((f"gpu:{h.target}:{g.index}", self._gpu_cells(g, last=n == len(gpus) - 1,
-                                                                             bar_w=bar_w)))
+                    rows.append((f"gpu:{h.target}:{g.index}", self._gpu_cells(g, last=n == len(gpus) - 1, bar_w=bar_w)))
         self.show_rows(rows)
 
     @staticmethod
@@ -205,8 +212,8 @@ class FleetTable(_OrderedTable):
         if key is None:
             return None
         if key.startswith("host:"):
-            return key[len("host:"):]
-        return key[len("gpu:"):].rsplit(":", 1)[0]
+            return key[len("host:") :]
+        return key[len("gpu:") :].rsplit(":", 1)[0]
 
 
 def _power(draw: object, limit: object) -> str:
@@ -237,8 +244,11 @@ class FleetServerTable(_OrderedTable):
     LAYOUTS = (
         (150, None, {}),
         (118, None, {"host": ("Host", 16), "model": ("Model", 14)}),
-        (0, ("host", "name", "state", "running", "waiting", "kv", "gen"),
-         {"host": ("Host", 14), "name": ("Server", 14), "gen": ("tok/s", 7)}),
+        (
+            0,
+            ("host", "name", "state", "running", "waiting", "kv", "gen"),
+            {"host": ("Host", 14), "name": ("Server", 14), "gen": ("tok/s", 7)},
+        ),
     )
 
     shown: tuple[FleetHost, ...] = ()
@@ -257,19 +267,24 @@ class FleetServerTable(_OrderedTable):
                 if ttft is None:
                     ttft = num(s.ttft_mean)
                 state = "no link" if stale else s.state
-                rows.append((f"srv:{h.target}:{server_key(s)}", (
-                    (h.target, ""),
-                    (s.name, ""),
-                    (s.engine or "N/A", ""),
-                    (s.model.rsplit("/", 1)[-1] if s.model else "N/A", ""),
-                    ("N/A" if s.port is None else str(s.port), ""),
-                    (state, "text-muted" if stale else STATE_COLOURS.get(s.state, "")),
-                    (fmt(s.running), ""),
-                    (fmt(s.waiting), ""),
-                    ("N/A" if kv is None else f"{kv * 100:.0f}%", ""),
-                    (fmt(s.gen_throughput, ".1f"), ""),
-                    ("N/A" if ttft is None else f"{ttft * 1000:.0f}ms", ""),
-                )))
+                rows.append(
+                    (
+                        f"srv:{h.target}:{server_key(s)}",
+                        (
+                            (h.target, ""),
+                            (s.name, ""),
+                            (s.engine or "N/A", ""),
+                            (s.model.rsplit("/", 1)[-1] if s.model else "N/A", ""),
+                            ("N/A" if s.port is None else str(s.port), ""),
+                            (state, "text-muted" if stale else STATE_COLOURS.get(s.state, "")),
+                            (fmt(s.running), ""),
+                            (fmt(s.waiting), ""),
+                            ("N/A" if kv is None else f"{kv * 100:.0f}%", ""),
+                            (fmt(s.gen_throughput, ".1f"), ""),
+                            ("N/A" if ttft is None else f"{ttft * 1000:.0f}ms", ""),
+                        ),
+                    )
+                )
         self.display = bool(rows)
         self.show_rows(rows)
 

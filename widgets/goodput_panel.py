@@ -10,11 +10,12 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from tui.model import SLO_NAMES, GoodputView
 from tui.fmt import fmt
+from tui.model import SLO_NAMES, GoodputView
 
-NO_TARGETS = ("Goodput: no SLO targets for this run (set TTFT / TPOT / ITL / E2EL in the bench form, "
-              "or --goodput ttft:MS …)")
+NO_TARGETS = (
+    "Goodput: no SLO targets for this run (set TTFT / TPOT / ITL / E2EL in the bench form, or --goodput ttft:MS …)"
+)
 
 
 def targets_text(view: GoodputView) -> str:

@@ -15,10 +15,10 @@ from typing import Mapping, Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
+from tui.fmt import fmt, num
 from tui.model import GpuProcess, GpuSnapshot, GpuStatus
 from widgets._countdown import CountdownStatic
 from widgets._fmt import bar, gib_pair, ratio, sparkline, theme_color
-from tui.fmt import fmt, num
 
 #: GpuStatus.state → what the operator reads (nvidia-smi exit codes named).
 GPU_STATE_TEXT: Mapping[str, str] = {
@@ -234,11 +234,28 @@ class GpuTable(_KeyedTable):
     )
     LAYOUTS = (
         (118, None, {}),
-        (100, None, {"name": ("Name", 12), "util_hist": ("Util hist", 10), "mem": ("Memory", 20),
-                     "mem_hist": ("Mem hist", 10), "sm": ("SM", 7)}),
-        (0, ("gpu", "name", "util", "util_hist", "mem", "temp", "power", "sm"),
-         {"name": ("Name", 9), "util_hist": ("Util~", 8), "mem": ("Memory", 16), "power": ("Power", 8),
-          "sm": ("SM", 7)}),
+        (
+            100,
+            None,
+            {
+                "name": ("Name", 12),
+                "util_hist": ("Util hist", 10),
+                "mem": ("Memory", 20),
+                "mem_hist": ("Mem hist", 10),
+                "sm": ("SM", 7),
+            },
+        ),
+        (
+            0,
+            ("gpu", "name", "util", "util_hist", "mem", "temp", "power", "sm"),
+            {
+                "name": ("Name", 9),
+                "util_hist": ("Util~", 8),
+                "mem": ("Memory", 16),
+                "power": ("Power", 8),
+                "sm": ("SM", 7),
+            },
+        ),
     )
     SPARK_WIDTH = 16
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import time
 
-
 from tui.model import LinkState
 from widgets._countdown import CountdownStatic
 

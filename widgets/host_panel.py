@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
+from tui.fmt import fmt, human_bytes, num, uptime
 from tui.model import HostStats
 from widgets._fmt import bar, ratio, theme_color
-from tui.fmt import fmt, human_bytes, num, uptime
 
 
 def mem_pair(used: object, total: object) -> str:

@@ -217,10 +217,14 @@ class PresetForm(Widget):
                 yield Select(self._attention_options(v.engine), value="", allow_blank=False, id="attention-preset")
             with Horizontal(classes="row"):
                 yield Label("Attention")
-                yield Select(self._backend_options(v.engine, v.backend), value=v.backend, allow_blank=False, id="backend")
+                yield Select(
+                    self._backend_options(v.engine, v.backend), value=v.backend, allow_blank=False, id="backend"
+                )
             with Horizontal(classes="row", id="phase-row"):
                 yield Label("Prefill / decode")
-                yield Select(self._backend_options(v.engine, v.prefill), value=v.prefill, allow_blank=False, id="prefill")
+                yield Select(
+                    self._backend_options(v.engine, v.prefill), value=v.prefill, allow_blank=False, id="prefill"
+                )
                 yield Select(self._backend_options(v.engine, v.decode), value=v.decode, allow_blank=False, id="decode")
             yield Static("", id="backend-source", classes="row")
             with Horizontal(classes="row"):
@@ -250,10 +254,10 @@ class PresetForm(Widget):
                 yield Label("Top-k")
                 yield Input(v.spec_eagle_topk, id="spec-eagle-topk", type="integer", placeholder="default")
                 yield Label("Draft tokens")
-                yield Input(v.spec_num_draft_tokens, id="spec-num-draft-tokens", type="integer",
-                            placeholder="default")
-            yield Checkbox("Allow dangerous variables (LD_PRELOAD, PATH, PYTHONPATH…)", v.confirm_dangerous,
-                           id="confirm-dangerous")
+                yield Input(v.spec_num_draft_tokens, id="spec-num-draft-tokens", type="integer", placeholder="default")
+            yield Checkbox(
+                "Allow dangerous variables (LD_PRELOAD, PATH, PYTHONPATH…)", v.confirm_dangerous, id="confirm-dangerous"
+            )
         yield Static("", id="preview", markup=False)
         with VerticalScroll(id="messages-box"):
             yield Static("", id="messages", markup=False)
@@ -317,14 +321,22 @@ class PresetForm(Widget):
             self._reset_attention_presets(values.engine)
             self.query_one("#nccl", Select).set_options(self._nccl_options(values.nccl_preset))
             self.query_one("#nccl", Select).value = values.nccl_preset
-            for id_, text in (("model", values.model), ("tp", values.tp), ("port", values.port),
-                              ("bind", values.bind), ("nccl-overrides", values.nccl_overrides),
-                              ("flags", values.flags), ("extra-args", values.extra_args), ("env", values.env),
-                              ("save-as-name", values.name), ("spec-algorithm", values.spec_algorithm),
-                              ("spec-draft-model", values.spec_draft_model),
-                              ("spec-num-steps", values.spec_num_steps),
-                              ("spec-eagle-topk", values.spec_eagle_topk),
-                              ("spec-num-draft-tokens", values.spec_num_draft_tokens)):
+            for id_, text in (
+                ("model", values.model),
+                ("tp", values.tp),
+                ("port", values.port),
+                ("bind", values.bind),
+                ("nccl-overrides", values.nccl_overrides),
+                ("flags", values.flags),
+                ("extra-args", values.extra_args),
+                ("env", values.env),
+                ("save-as-name", values.name),
+                ("spec-algorithm", values.spec_algorithm),
+                ("spec-draft-model", values.spec_draft_model),
+                ("spec-num-steps", values.spec_num_steps),
+                ("spec-eagle-topk", values.spec_eagle_topk),
+                ("spec-num-draft-tokens", values.spec_num_draft_tokens),
+            ):
                 self.query_one(f"#{id_}", Input).value = text
             self.query_one("#confirm-dangerous", Checkbox).value = values.confirm_dangerous
         self.query_one("#save", Button).disabled = values.read_only
@@ -384,9 +396,7 @@ class PresetForm(Widget):
             if nccl.warning:
                 info += f"\n⚠ {nccl.warning}"
         self.query_one("#nccl-info", Static).update(info)
-        self.query_one("#backend-source", Static).update(
-            f"                  backends from {self._choices.source}"
-        )
+        self.query_one("#backend-source", Static).update(f"                  backends from {self._choices.source}")
 
     # ------------------------------------------------------------------ events
     @on(Select.Changed, "#engine")

@@ -150,12 +150,17 @@ class ServerLog(Widget, can_focus=True):
         Binding("n", "next_match", "Next", id="log-next-match"),
         Binding("N", "previous_match", "Previous", id="log-previous-match"),
         Binding("f", "toggle_follow", "Follow/Pause", id="log-follow"),
-        Binding("m", "toggle_filter", "Filter", tooltip="Show only the lines matching the search",
-                id="log-filter"),
-        Binding("e", "first_error", "First error", tooltip="Jump to the first ERROR line (again: the next one)",
-                id="log-first-error"),
-        Binding("h", "toggle_probes", "Polls", tooltip="Show or hide the /health and /metrics access lines",
-                id="log-probes"),
+        Binding("m", "toggle_filter", "Filter", tooltip="Show only the lines matching the search", id="log-filter"),
+        Binding(
+            "e",
+            "first_error",
+            "First error",
+            tooltip="Jump to the first ERROR line (again: the next one)",
+            id="log-first-error",
+        ),
+        Binding(
+            "h", "toggle_probes", "Polls", tooltip="Show or hide the /health and /metrics access lines", id="log-probes"
+        ),
         Binding("escape", "clear_search", "Clear search", show=False, id="log-clear-search"),
     ]
 
@@ -416,8 +421,11 @@ class ServerLog(Widget, can_focus=True):
 
     def action_toggle_filter(self) -> None:
         if not self.filtering and self.pattern is None:
-            self.notify("nothing to filter on: search first (/), then m shows only the matching lines",
-                        severity="warning", timeout=4)
+            self.notify(
+                "nothing to filter on: search first (/), then m shows only the matching lines",
+                severity="warning",
+                timeout=4,
+            )
             return
         self.filtering = not self.filtering
         self._rebuild()
@@ -430,7 +438,9 @@ class ServerLog(Widget, can_focus=True):
         except Exception:  # noqa: BLE001 - not composed yet
             return
         parts = ["following" if self.following else "paused (f: follow)"]
-        parts.append(f"{len(self.ring)} lines" + (f" of {self.total_lines}" if self.total_lines > len(self.ring) else ""))
+        parts.append(
+            f"{len(self.ring)} lines" + (f" of {self.total_lines}" if self.total_lines > len(self.ring) else "")
+        )
         if self.pattern is not None:
             pos = f"{self.match_index + 1}/{len(self.matches)}" if self.match_index >= 0 else f"{len(self.matches)}"
             parts.append(f"/{self.query_text}  {pos} matches (n/N)")

@@ -11,15 +11,19 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from tui.fmt import fmt, num
 from tui.model import ServerStats
 from widgets._fmt import sparkline, theme_color
-from tui.fmt import fmt, num
 from widgets.gpu_table import _KeyedTable
 
 #: server state → theme variable used to colour it.
 STATE_COLOURS = {
-    "starting": "accent", "ready": "success", "unhealthy": "warning", "down": "error",
-    "stalled": "warning", "stopping": "warning",
+    "starting": "accent",
+    "ready": "success",
+    "unhealthy": "warning",
+    "down": "error",
+    "stalled": "warning",
+    "stopping": "warning",
 }
 METRICS_DISABLED = "metrics disabled (start SGLang with --enable-metrics)"
 
@@ -60,8 +64,12 @@ class ServerHistory:
         for s in servers:
             h = self._h.setdefault(server_key(s), {m: deque(maxlen=self.maxlen) for m in self.METRICS})
             kv = num(s.kv_cache_usage)
-            for m, v in (("running", num(s.running)), ("waiting", num(s.waiting)),
-                         ("kv", None if kv is None else kv * 100), ("gen", num(s.gen_throughput))):
+            for m, v in (
+                ("running", num(s.running)),
+                ("waiting", num(s.waiting)),
+                ("kv", None if kv is None else kv * 100),
+                ("gen", num(s.gen_throughput)),
+            ):
                 h[m].append(math.nan if v is None else float(v))
 
     def get(self, key: str, metric: str) -> Sequence[float]:
@@ -93,14 +101,29 @@ class ServerTable(_KeyedTable):
     )
     LAYOUTS = (
         (150, None, {}),
-        (118, ("name", "engine", "model", "port", "state", "running", "waiting", "kv", "gen", "gen_hist", "ttft"),
-         {"model": ("Model", 18)}),
-        (100, ("name", "engine", "model", "port", "state", "running", "waiting", "kv", "gen", "ttft"),
-         {"name": ("Server", 14), "model": ("Model", 14), "kv": ("KV", 4), "gen": ("tok/s", 9),
-          "ttft": ("TTFT", 6)}),
-        (0, ("name", "engine", "port", "state", "running", "waiting", "kv", "gen", "ttft"),
-         {"name": ("Server", 14), "engine": ("Eng", 6), "state": ("State", 8), "running": ("Run", 3),
-          "kv": ("KV", 4), "gen": ("tok/s", 7), "ttft": ("TTFT", 6)}),
+        (
+            118,
+            ("name", "engine", "model", "port", "state", "running", "waiting", "kv", "gen", "gen_hist", "ttft"),
+            {"model": ("Model", 18)},
+        ),
+        (
+            100,
+            ("name", "engine", "model", "port", "state", "running", "waiting", "kv", "gen", "ttft"),
+            {"name": ("Server", 14), "model": ("Model", 14), "kv": ("KV", 4), "gen": ("tok/s", 9), "ttft": ("TTFT", 6)},
+        ),
+        (
+            0,
+            ("name", "engine", "port", "state", "running", "waiting", "kv", "gen", "ttft"),
+            {
+                "name": ("Server", 14),
+                "engine": ("Eng", 6),
+                "state": ("State", 8),
+                "running": ("Run", 3),
+                "kv": ("KV", 4),
+                "gen": ("tok/s", 7),
+                "ttft": ("TTFT", 6),
+            },
+        ),
     )
 
     DEFAULT_CSS = """

@@ -13,20 +13,33 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from tui.fmt import fmt
 from tui.model import ClientHealth, SweepLevel, SweepReport
 from widgets._fmt import theme_color
-from tui.fmt import fmt
 
 #: (header, cell) per column, headers on two lines (80 columns hold the table); the goodput
 #: column only when the run had targets
 COLUMNS: tuple[tuple[str, str], ...] = (
-    ("\nLevel", "label"), ("Done/\nfail", "counts"), ("\nReq/s", "request_throughput"),
-    ("Out\ntok/s", "output_throughput"), ("TTFT\nmean", "mean_ttft_ms"), ("TTFT\np99", "p99_ttft_ms"),
-    ("TPOT\nmean", "mean_tpot_ms"), ("ITL\np99", "p99_itl_ms"), ("Good\nreq/s", "goodput"),
+    ("\nLevel", "label"),
+    ("Done/\nfail", "counts"),
+    ("\nReq/s", "request_throughput"),
+    ("Out\ntok/s", "output_throughput"),
+    ("TTFT\nmean", "mean_ttft_ms"),
+    ("TTFT\np99", "p99_ttft_ms"),
+    ("TPOT\nmean", "mean_tpot_ms"),
+    ("ITL\np99", "p99_itl_ms"),
+    ("Good\nreq/s", "goodput"),
     ("\nClient", "health"),
 )
-SPECS = {"request_throughput": ".2f", "output_throughput": ".1f", "mean_ttft_ms": ".1f", "p99_ttft_ms": ".1f",
-         "mean_tpot_ms": ".2f", "p99_itl_ms": ".2f", "goodput": ".2f"}
+SPECS = {
+    "request_throughput": ".2f",
+    "output_throughput": ".1f",
+    "mean_ttft_ms": ".1f",
+    "p99_ttft_ms": ".1f",
+    "mean_tpot_ms": ".2f",
+    "p99_itl_ms": ".2f",
+    "goodput": ".2f",
+}
 
 
 def health_cell(health: ClientHealth) -> str:
@@ -61,8 +74,11 @@ class SweepTable(Static):
         if key == "label":
             return Text(lv.label + (" partial" if lv.partial else ""))
         if key == "counts":
-            return Text(f"{lv.completed}/{lv.failed}", justify="right",
-                        style=theme_color(self, "error", "red") if lv.failed else "")
+            return Text(
+                f"{lv.completed}/{lv.failed}",
+                justify="right",
+                style=theme_color(self, "error", "red") if lv.failed else "",
+            )
         if key == "health":
             if lv.health.ok:
                 return Text("ok", style="dim")
@@ -71,12 +87,19 @@ class SweepTable(Static):
         return Text(fmt(getattr(lv, key), SPECS[key]), justify="right")
 
     def render_report(self, report: SweepReport) -> Group:
-        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0,
-                      expand=False, title=title(report), title_justify="left", title_style="bold")
+        table = Table(
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            padding=0,
+            expand=False,
+            title=title(report),
+            title_justify="left",
+            title_style="bold",
+        )
         cols = [(h, k) for h, k in COLUMNS if k != "goodput" or report.has_goodput]
         for header, key in cols:
-            table.add_column(header, justify="left" if key in ("label", "health") else "right",
-                             no_wrap=key == "health")
+            table.add_column(header, justify="left" if key in ("label", "health") else "right", no_wrap=key == "health")
         for lv in report.levels:
             table.add_row(*(self._cell(lv, key) for _h, key in cols))
         notes = Text()

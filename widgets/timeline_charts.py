@@ -138,9 +138,15 @@ class TimelineCharts(Widget):
     TimelineCharts { height: 1fr; min-height: 8; }
     """
 
-    def __init__(self, placeholder: str = "no timeline yet", *, refresh_interval: float = 1.0,
-                 name: str | None = None, id: str | None = None,  # noqa: A002 - Textual's signature
-                 classes: str | None = None) -> None:
+    def __init__(
+        self,
+        placeholder: str = "no timeline yet",
+        *,
+        refresh_interval: float = 1.0,
+        name: str | None = None,
+        id: str | None = None,  # noqa: A002 - Textual's signature
+        classes: str | None = None,
+    ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.placeholder = placeholder
         """What an empty widget says."""
@@ -192,13 +198,16 @@ class TimelineCharts(Widget):
         self.layout_rows = {p.key: 0 for p in panels}
         self.frames += 1
         if not data:
-            return self._text([self._header(p, colors, w) for p in panels] + [
-                Text("no timeline data yet" if fig.live else "no timeline recorded for this run", style="dim")])
+            return self._text(
+                [self._header(p, colors, w) for p in panels]
+                + [Text("no timeline data yet" if fig.live else "no timeline recorded for this run", style="dim")]
+            )
         budget = h - len(panels) - 2  # a header line a panel, the x axis and its labels
         k, extra = divmod(budget, len(data)) if budget > 0 else (0, 0)
         if k < 1:
-            return self._text([Text(f"timeline: {len(panels)} charts need at least "
-                                    f"{len(panels) + len(data) + 2} rows", style="dim")])
+            return self._text(
+                [Text(f"timeline: {len(panels)} charts need at least {len(panels) + len(data) + 2} rows", style="dim")]
+            )
         xmax = float(max(fig.seconds, 10))
         pw = w - PLOT_X0
         bottom = data[-1]
@@ -243,8 +252,16 @@ class TimelineCharts(Widget):
         t.truncate(w)
         return t
 
-    def _strip(self, p: Panel, colors: dict[str, tuple[int, int, int] | str], w: int, rows: int, xmax: float,
-               pw: int, bottom: bool) -> list[Text]:
+    def _strip(
+        self,
+        p: Panel,
+        colors: dict[str, tuple[int, int, int] | str],
+        w: int,
+        rows: int,
+        xmax: float,
+        pw: int,
+        bottom: bool,
+    ) -> list[Text]:
         lo, hi = y_range(p)
         plt.clear_figure()
         plt.limit_size(False, False)  # clear_figure() resets it; without it plotsize is clamped to 80 columns
@@ -289,14 +306,19 @@ def validity_lines(figure: TimelineFigure | None) -> Text:
             t.append("\n")
         t.append(f"{note.side}: ", style="bold")
         if note.findings is None:
-            t.append("validity checked when the level ends" if figure.live else "validity not checked "
-                     "(no host-side timeline for this result)", style="dim")
+            t.append(
+                "validity checked when the level ends"
+                if figure.live
+                else "validity not checked (no host-side timeline for this result)",
+                style="dim",
+            )
         elif not note.findings:
             t.append("valid", style="bold green")
             t.append(" (no finding)", style="dim")
         else:
-            t.append(f"{len(note.findings)} validity finding{'s' if len(note.findings) > 1 else ''}",
-                     style="bold yellow")
+            t.append(
+                f"{len(note.findings)} validity finding{'s' if len(note.findings) > 1 else ''}", style="bold yellow"
+            )
             for rule, evidence in note.findings:
                 t.append("\n  ⚠ ", style="yellow")
                 t.append(rule, style="bold")
@@ -315,8 +337,14 @@ class TimelinePanel(Widget):
     TimelinePanel > .tl-validity { height: auto; max-height: 6; }
     """
 
-    def __init__(self, placeholder: str = "no timeline yet", *, name: str | None = None,
-                 id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
+    def __init__(
+        self,
+        placeholder: str = "no timeline yet",
+        *,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:  # noqa: A002
         super().__init__(name=name, id=id, classes=classes)
         self._placeholder = placeholder
 

@@ -146,9 +146,7 @@ def noise_band(a: Stat, b: Stat, default_pct: float) -> float:
     return default_pct
 
 
-def judge(
-    a: Stat | None, b: Stat | None, better: str, default_noise: float
-) -> tuple[float | None, float, str, str]:
+def judge(a: Stat | None, b: Stat | None, better: str, default_noise: float) -> tuple[float | None, float, str, str]:
     """(delta %, noise %, outcome, verdict text) for one row."""
     if a is None or b is None:
         which = "A" if a is None and b is not None else "B" if b is None and a is not None else ""
@@ -220,8 +218,17 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
     cs = sorted(set(a.concurrencies()) | set(b.concurrencies()))
     rows: list[Row] = []
 
-    def add(key: str, label: str, unit: str, better: str, c: int | None, fn: StatFn, noise: float, group: str,
-            count: bool = False) -> None:
+    def add(
+        key: str,
+        label: str,
+        unit: str,
+        better: str,
+        c: int | None,
+        fn: StatFn,
+        noise: float,
+        group: str,
+        count: bool = False,
+    ) -> None:
         sa, sb = _collect(a, c, fn), _collect(b, c, fn)
         if sa is None and sb is None:
             return
@@ -236,37 +243,98 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
 
     if cs:
         lo, hi = cs[0], cs[-1]
-        add("single_output_tok_s", f"Single-stream output tok/s (C={lo})", "tok/s", "higher", lo,
-            metric("output_throughput"), noise_pct, "throughput")
-        add("single_decode_tok_s", f"Single-stream decode tok/s (1000/median TPOT, C={lo})", "tok/s",
-            "higher", lo, lambda s, run: _decode_tok_s(s), noise_pct, "throughput")
+        add(
+            "single_output_tok_s",
+            f"Single-stream output tok/s (C={lo})",
+            "tok/s",
+            "higher",
+            lo,
+            metric("output_throughput"),
+            noise_pct,
+            "throughput",
+        )
+        add(
+            "single_decode_tok_s",
+            f"Single-stream decode tok/s (1000/median TPOT, C={lo})",
+            "tok/s",
+            "higher",
+            lo,
+            lambda s, run: _decode_tok_s(s),
+            noise_pct,
+            "throughput",
+        )
         for c in cs[1:-1]:
-            add(f"output_tok_s_c{c}", f"Output tok/s (C={c})", "tok/s", "higher", c,
-                metric("output_throughput"), noise_pct, "throughput")
+            add(
+                f"output_tok_s_c{c}",
+                f"Output tok/s (C={c})",
+                "tok/s",
+                "higher",
+                c,
+                metric("output_throughput"),
+                noise_pct,
+                "throughput",
+            )
         if hi != lo:
-            add("peak_output_tok_s", f"Peak output tok/s (C={hi})", "tok/s", "higher", hi,
-                metric("output_throughput"), noise_pct, "throughput")
-        for c in ([lo, hi] if hi != lo else [lo]):
-            add(f"ttft_p50_ms_c{c}", f"TTFT p50 (ms, C={c})", "ms", "lower", c,
-                metric("median_ttft_ms"), noise_pct, "latency")
-            add(f"ttft_p99_ms_c{c}", f"TTFT p99 (ms, C={c})", "ms", "lower", c,
-                metric("p99_ttft_ms"), tail, "latency")
-            add(f"tpot_median_ms_c{c}", f"TPOT median (ms, C={c})", "ms", "lower", c,
-                metric("median_tpot_ms"), noise_pct, "latency")
-            add(f"itl_p99_ms_c{c}", f"ITL p99 (ms, per event, C={c})", "ms", "lower", c,
-                metric("p99_itl_ms"), tail, "latency")
-        add("spec_acceptance_pct", f"Spec acceptance rate (%, C={hi})", "%", "higher", hi,
-            _acceptance, noise_pct, "speculative")
-    add("startup_s", "Startup time (s)", "s", "lower", None,
-        lambda s, run: run.startup_s, startup_noise, "server")
+            add(
+                "peak_output_tok_s",
+                f"Peak output tok/s (C={hi})",
+                "tok/s",
+                "higher",
+                hi,
+                metric("output_throughput"),
+                noise_pct,
+                "throughput",
+            )
+        for c in [lo, hi] if hi != lo else [lo]:
+            add(
+                f"ttft_p50_ms_c{c}",
+                f"TTFT p50 (ms, C={c})",
+                "ms",
+                "lower",
+                c,
+                metric("median_ttft_ms"),
+                noise_pct,
+                "latency",
+            )
+            add(f"ttft_p99_ms_c{c}", f"TTFT p99 (ms, C={c})", "ms", "lower", c, metric("p99_ttft_ms"), tail, "latency")
+            add(
+                f"tpot_median_ms_c{c}",
+                f"TPOT median (ms, C={c})",
+                "ms",
+                "lower",
+                c,
+                metric("median_tpot_ms"),
+                noise_pct,
+                "latency",
+            )
+            add(
+                f"itl_p99_ms_c{c}",
+                f"ITL p99 (ms, per event, C={c})",
+                "ms",
+                "lower",
+                c,
+                metric("p99_itl_ms"),
+                tail,
+                "latency",
+            )
+        add(
+            "spec_acceptance_pct",
+            f"Spec acceptance rate (%, C={hi})",
+            "%",
+            "higher",
+            hi,
+            _acceptance,
+            noise_pct,
+            "speculative",
+        )
+    add("startup_s", "Startup time (s)", "s", "lower", None, lambda s, run: run.startup_s, startup_noise, "server")
 
     def failed_total(_s: Mapping[str, Any] | None, run: SideRun) -> float | None:
         if not run.levels:
             return None
         return sum(summary_number(lv.summary, "failed") or 0 for lv in run.levels)
 
-    add("failed_requests", "Failed requests (all levels)", "", "lower", None, failed_total, 0.0, "server",
-        count=True)
+    add("failed_requests", "Failed requests (all levels)", "", "lower", None, failed_total, 0.0, "server", count=True)
 
     warnings = comparison_warnings(a, b)
     diff = config_diff(a.argv, a.env, b.argv, b.env)
@@ -337,14 +405,19 @@ def _headline(a: Side, b: Side, rows: list[Row]) -> tuple[str, str | None]:
         return f"B ({bname}) is slower than A ({aname}): " + ", ".join(short(r) for r in key) + but + ".", "A"
     if better and worse:
         return (
-            f"Mixed: B ({bname}) better on " + ", ".join(short(r) for r in better)
-            + "; worse on " + ", ".join(short(r) for r in worse) + (
-                "; also worse: " + ", ".join(reg(r) for r in regress) if regress else "") + ".",
+            f"Mixed: B ({bname}) better on "
+            + ", ".join(short(r) for r in better)
+            + "; worse on "
+            + ", ".join(short(r) for r in worse)
+            + ("; also worse: " + ", ".join(reg(r) for r in regress) if regress else "")
+            + ".",
             None,
         )
     if regress:
-        return (f"No throughput difference beyond noise between A ({aname}) and B ({bname}); "
-                f"B is worse on " + ", ".join(reg(r) for r in regress) + "."), None
+        return (
+            f"No throughput difference beyond noise between A ({aname}) and B ({bname}); "
+            f"B is worse on " + ", ".join(reg(r) for r in regress) + "."
+        ), None
     return f"No throughput difference beyond noise between A ({aname}) and B ({bname}).", None
 
 
@@ -363,5 +436,3 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------- (de)serialise
-
-

@@ -7,7 +7,6 @@ from typing import Mapping, Sequence
 
 from tui.util.safety import redact_env
 
-
 MINUS = "\u2212"
 
 
@@ -82,8 +81,14 @@ def config_diff(
     missing = [s for s, argv in (("A", a_argv), ("B", b_argv)) if not argv]
     if missing:
         who = " and ".join(missing)
-        return [ConfigChange("unknown", "server command", f"unknown (not recorded for {who}): "
-                             "flags and environment cannot be compared", None)]
+        return [
+            ConfigChange(
+                "unknown",
+                "server command",
+                f"unknown (not recorded for {who}): flags and environment cannot be compared",
+                None,
+            )
+        ]
     pa, fa = parse_flags(a_argv)
     pb, fb = parse_flags(b_argv)
     if pa != pb and (pa or pb):

@@ -203,18 +203,30 @@ def results_entries(known: set[str]) -> list[dict[str, Any]]:
             continue
         params = prm if isinstance(prm := meta.get("params"), dict) else {}
         created = meta.get("created")
-        when = (datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-                if isinstance(created, (int, float)) else "")
+        when = (
+            datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+            if isinstance(created, (int, float))
+            else ""
+        )
         server = srv if isinstance(srv := meta.get("server"), dict) else {}
-        out.append({
-            "v": VERSION, "kind": "bench", "id": d.name, "time": when, "started": when,
-            "status": "partial" if summary.get("partial") or not summary else "completed",
-            "profile": meta.get("profile") or "", "host": meta.get("target") or "",
-            "concurrency": params.get("max_concurrency"),
-            "numbers": {k: summary[k] for k in BENCH_KEYS if k in summary},
-            "result_dir": str(d), "server_log": server.get("server_log"),
-            "launch_run_id": server.get("launch_run_id"), "source": "results",
-        })
+        out.append(
+            {
+                "v": VERSION,
+                "kind": "bench",
+                "id": d.name,
+                "time": when,
+                "started": when,
+                "status": "partial" if summary.get("partial") or not summary else "completed",
+                "profile": meta.get("profile") or "",
+                "host": meta.get("target") or "",
+                "concurrency": params.get("max_concurrency"),
+                "numbers": {k: summary[k] for k in BENCH_KEYS if k in summary},
+                "result_dir": str(d),
+                "server_log": server.get("server_log"),
+                "launch_run_id": server.get("launch_run_id"),
+                "source": "results",
+            }
+        )
     return out
 
 
@@ -234,16 +246,33 @@ def _clean(obj: Any) -> Any:
 # ---------------------------------------------------------------------- export
 
 EXPORT_FIELDS = [
-    "time", "kind", "id", "status", "profile", "host", "plan", "concurrency",
-    "output_throughput", "median_tpot_ms", "startup_s", "headline", "server_log", "links",
+    "time",
+    "kind",
+    "id",
+    "status",
+    "profile",
+    "host",
+    "plan",
+    "concurrency",
+    "output_throughput",
+    "median_tpot_ms",
+    "startup_s",
+    "headline",
+    "server_log",
+    "links",
 ]
 
 
 def _flat(e: Mapping[str, Any]) -> dict[str, Any]:
     kind = e.get("kind")
     row: dict[str, Any] = {k: "" for k in EXPORT_FIELDS}
-    row.update(time=e.get("started") or e.get("time", ""), kind=kind, id=e.get("id", ""),
-               status=e.get("status", ""), host=e.get("host", ""))
+    row.update(
+        time=e.get("started") or e.get("time", ""),
+        kind=kind,
+        id=e.get("id", ""),
+        status=e.get("status", ""),
+        host=e.get("host", ""),
+    )
     if kind == "ab":
         a, b = e.get("a") or {}, e.get("b") or {}
         row["profile"] = f"{a.get('profile', '?')} vs {b.get('profile', '?')}"
@@ -261,16 +290,23 @@ def _flat(e: Mapping[str, Any]) -> dict[str, Any]:
         row["links"] = " ".join(ids)
     elif kind == "bench":
         n = e.get("numbers") or {}
-        row.update(profile=e.get("profile", ""), concurrency=e.get("concurrency", ""),
-                   output_throughput=n.get("output_throughput", ""),
-                   median_tpot_ms=n.get("median_tpot_ms", ""),
-                   server_log=e.get("server_log") or "",
-                   links=" ".join(x for x in (e.get("ab_id"), e.get("launch_run_id")) if x))
+        row.update(
+            profile=e.get("profile", ""),
+            concurrency=e.get("concurrency", ""),
+            output_throughput=n.get("output_throughput", ""),
+            median_tpot_ms=n.get("median_tpot_ms", ""),
+            server_log=e.get("server_log") or "",
+            links=" ".join(x for x in (e.get("ab_id"), e.get("launch_run_id")) if x),
+        )
     elif kind == "launch":
         st = e.get("startup_s")
-        row.update(profile=e.get("profile", ""), startup_s=round(st, 2) if isinstance(st, float) else st,
-                   server_log=e.get("server_log") or "", headline=e.get("diagnosis") or "",
-                   links=e.get("ab_id") or "")
+        row.update(
+            profile=e.get("profile", ""),
+            startup_s=round(st, 2) if isinstance(st, float) else st,
+            server_log=e.get("server_log") or "",
+            headline=e.get("diagnosis") or "",
+            links=e.get("ab_id") or "",
+        )
     for k, v in list(row.items()):
         if v is None:
             row[k] = ""
@@ -319,10 +355,16 @@ def _markdown(entries: Sequence[Mapping[str, Any]]) -> str:
     for e in entries:
         if e.get("kind") != "ab":
             continue
-        out += ["", f"## A/B {e.get('id')}: {(e.get('a') or {}).get('profile')} vs "
-                f"{(e.get('b') or {}).get('profile')} ({e.get('status')})", ""]
-        out.append(f"Host `{e.get('host')}`, plan `{e.get('plan')}`, repeats {e.get('repeats')}"
-                   f"{', interleaved' if e.get('interleave') else ''}.")
+        out += [
+            "",
+            f"## A/B {e.get('id')}: {(e.get('a') or {}).get('profile')} vs "
+            f"{(e.get('b') or {}).get('profile')} ({e.get('status')})",
+            "",
+        ]
+        out.append(
+            f"Host `{e.get('host')}`, plan `{e.get('plan')}`, repeats {e.get('repeats')}"
+            f"{', interleaved' if e.get('interleave') else ''}."
+        )
         if e.get("error"):
             out += ["", f"Stopped: {_esc(e['error'])}"]
         cmp = e.get("comparison")
@@ -339,8 +381,11 @@ def _markdown(entries: Sequence[Mapping[str, Any]]) -> str:
                 )
             diff = cmp.get("config_diff") or ()
             if diff:
-                out += ["", "Configuration difference (A \u2192 B): " + "; ".join(
-                    f"`{d['name']}` {_cfg_val(d.get('a'))} \u2192 {_cfg_val(d.get('b'))}" for d in diff)]
+                out += [
+                    "",
+                    "Configuration difference (A \u2192 B): "
+                    + "; ".join(f"`{d['name']}` {_cfg_val(d.get('a'))} \u2192 {_cfg_val(d.get('b'))}" for d in diff),
+                ]
         for side in ("a", "b"):
             s = e.get(side) or {}
             for i, r in enumerate(s.get("runs") or ()):

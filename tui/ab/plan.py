@@ -126,8 +126,5 @@ class Plan:
     def scaled(self, *, num_prompts_factor: float | None = None) -> "Plan":
         if not num_prompts_factor:
             return self
-        lv = tuple(
-            replace(x, num_prompts=max(1, math.ceil(x.num_prompts * num_prompts_factor)))
-            for x in self.levels
-        )
+        lv = tuple(replace(x, num_prompts=max(1, math.ceil(x.num_prompts * num_prompts_factor))) for x in self.levels)
         return replace(self, levels=lv)

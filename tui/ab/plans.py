@@ -31,9 +31,10 @@ from __future__ import annotations
 import math
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from tui.ab.plan import Plan, PlanError, PlanLevel
 from tui.util.paths import config_dir
@@ -178,9 +179,7 @@ def _check_type(value: Any, typ: type, src: str, key: str, line: int | None) -> 
             raise PlanError(src, f"expected an integer, got {value!r}", key=key, line=line)
         return value
     if not isinstance(value, typ):
-        raise PlanError(
-            src, f"expected {typ.__name__}, got {type(value).__name__} {value!r}", key=key, line=line
-        )
+        raise PlanError(src, f"expected {typ.__name__}, got {type(value).__name__} {value!r}", key=key, line=line)
     return value
 
 
@@ -201,9 +200,7 @@ def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "p
     for key in data:
         if key not in _TOP_KEYS:
             allowed = ", ".join(sorted(_TOP_KEYS))
-            raise PlanError(
-                source, f"unknown key (allowed: {allowed})", key=key, line=_line_of(text, key)
-            )
+            raise PlanError(source, f"unknown key (allowed: {allowed})", key=key, line=_line_of(text, key))
     top: dict[str, Any] = {}
     for key, typ in _TOP_KEYS.items():
         if key in data:
@@ -253,16 +250,12 @@ def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "p
         vals: dict[str, Any] = {}
         for key, typ in _LEVEL_KEYS.items():
             if key in raw:
-                vals[key] = _check_type(
-                    raw[key], typ, source, f"{where}.{key}", _key_line_in_level(text, i, key)
-                )
+                vals[key] = _check_type(raw[key], typ, source, f"{where}.{key}", _key_line_in_level(text, i, key))
         for key in ("concurrency", "num_prompts"):
             if key not in vals:
                 raise PlanError(source, "required key missing", key=f"{where}.{key}", line=_level_line(text, i))
             if vals[key] < 1:
-                raise PlanError(
-                    source, "must be >= 1", key=f"{where}.{key}", line=_key_line_in_level(text, i, key)
-                )
+                raise PlanError(source, "must be >= 1", key=f"{where}.{key}", line=_key_line_in_level(text, i, key))
         rate = vals.get("request_rate", top.get("request_rate"))
         if rate is not None and rate <= 0:
             raise PlanError(source, "must be > 0", key=f"{where}.request_rate")
@@ -316,4 +309,3 @@ __all__ = [
     "parse_plan_text",
     "user_plans_dir",
 ]
-

@@ -90,9 +90,21 @@ def to_markdown(cmp: Comparison, *, title: str | None = None) -> str:
 
 
 CSV_FIELDS = [
-    "key", "metric", "unit", "better", "concurrency",
-    "a_mean", "a_spread", "a_n", "b_mean", "b_spread", "b_n",
-    "delta_pct", "noise_pct", "outcome", "verdict",
+    "key",
+    "metric",
+    "unit",
+    "better",
+    "concurrency",
+    "a_mean",
+    "a_spread",
+    "a_n",
+    "b_mean",
+    "b_spread",
+    "b_n",
+    "delta_pct",
+    "noise_pct",
+    "outcome",
+    "verdict",
 ]
 
 
@@ -103,10 +115,21 @@ def to_csv(cmp: Comparison) -> str:
     for r in cmp.rows:
         w.writerow(
             [
-                r.key, r.label, r.unit, r.better, "" if r.concurrency is None else r.concurrency,
-                _n(r.a and r.a.mean), _n(r.a and r.a.spread), r.a.n if r.a else 0,
-                _n(r.b and r.b.mean), _n(r.b and r.b.spread), r.b.n if r.b else 0,
-                _n(r.delta_pct), _n(r.noise_pct), r.outcome, r.verdict,
+                r.key,
+                r.label,
+                r.unit,
+                r.better,
+                "" if r.concurrency is None else r.concurrency,
+                _n(r.a and r.a.mean),
+                _n(r.a and r.a.spread),
+                r.a.n if r.a else 0,
+                _n(r.b and r.b.mean),
+                _n(r.b and r.b.spread),
+                r.b.n if r.b else 0,
+                _n(r.delta_pct),
+                _n(r.noise_pct),
+                r.outcome,
+                r.verdict,
             ]
         )
     return buf.getvalue()
@@ -151,9 +174,7 @@ def to_dict(cmp: Comparison) -> dict[str, Any]:
             }
             for r in cmp.rows
         ],
-        "config_diff": [
-            {"kind": c.kind, "name": c.name, "a": c.a, "b": c.b} for c in cmp.config_diff
-        ],
+        "config_diff": [{"kind": c.kind, "name": c.name, "a": c.a, "b": c.b} for c in cmp.config_diff],
         "warnings": list(cmp.warnings),
     }
 

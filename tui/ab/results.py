@@ -16,8 +16,8 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping
 
-from tui.ab.sides import Side, SideRun, side_from_dict, summaries_to_levels
 from tui.ab.journal import Journal
+from tui.ab.sides import Side, SideRun, side_from_dict, summaries_to_levels
 from tui.util.paths import data_dir
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 
 class RefError(ValueError):
     """A reference that names nothing usable (the message says what and where)."""
-
 
 
 def _text(v: Any) -> str:
@@ -44,6 +43,7 @@ def _env(v: Any) -> dict[str, str]:
     if isinstance(v, Mapping):
         return {str(k): str(x) for k, x in v.items() if isinstance(x, (str, int, float))}
     return {}
+
 
 def results_root() -> Path:
     return data_dir() / "results"
@@ -138,8 +138,14 @@ def side_from_run_dir(run_dir: Path, label: str) -> Side:
             "temperature": params.get("temperature"),
             "levels": lvl_params,
         },
-        runs=(SideRun(levels=tuple(levels), startup_s=meta.get("startup_s"),
-                      launch_run_id=server.get("launch_run_id"), server_log=server.get("server_log")),),
+        runs=(
+            SideRun(
+                levels=tuple(levels),
+                startup_s=meta.get("startup_s"),
+                launch_run_id=server.get("launch_run_id"),
+                server_log=server.get("server_log"),
+            ),
+        ),
     )
 
 
@@ -163,12 +169,16 @@ def resolve_sides(refs: list[str], journal: Journal | None = None) -> tuple[Side
     if len(refs) == 1:
         ent = journal.find(refs[0], "ab")
         if ent is None:
-            raise RefError(f"{refs[0]}: no A/B with this id in the journal ({journal.path}); "
-                           "give two run ids to compare benchmark runs")
+            raise RefError(
+                f"{refs[0]}: no A/B with this id in the journal ({journal.path}); "
+                "give two run ids to compare benchmark runs"
+            )
         a, b = ent.get("a") or {}, ent.get("b") or {}
         if not (a.get("runs") and b.get("runs")):
-            raise RefError(f"{refs[0]}: this A/B has results for only one side ({ent.get('status')}: "
-                           f"{ent.get('error') or 'no error recorded'})")
+            raise RefError(
+                f"{refs[0]}: this A/B has results for only one side ({ent.get('status')}: "
+                f"{ent.get('error') or 'no error recorded'})"
+            )
         return side_from_dict(a), side_from_dict(b), {"ab": ent.get("id")}
     if len(refs) != 2:
         raise RefError("give one A/B id, or two run ids")
@@ -202,10 +212,23 @@ def _one(ref: str, label: str, journal: Journal) -> Side:
         first = sides[0]
         merged_params = dict(first.params)
         merged_params["levels"] = [lp for sd in sides for lp in sd.params.get("levels", [])]
-        return Side(first.label, first.profile, first.engine, first.model, first.argv, first.env,
-                    merged_params, (SideRun(levels=levels, startup_s=first.runs[0].startup_s,
-                                            launch_run_id=first.runs[0].launch_run_id,
-                                            server_log=first.runs[0].server_log),))
+        return Side(
+            first.label,
+            first.profile,
+            first.engine,
+            first.model,
+            first.argv,
+            first.env,
+            merged_params,
+            (
+                SideRun(
+                    levels=levels,
+                    startup_s=first.runs[0].startup_s,
+                    launch_run_id=first.runs[0].launch_run_id,
+                    server_log=first.runs[0].server_log,
+                ),
+            ),
+        )
     ent = journal.find(ref, "ab")
     if ent is not None:
         raise RefError(f"{ref}: is an A/B; use '{ref}' alone, or '{ref}:A' / '{ref}:B'")

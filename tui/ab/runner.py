@@ -31,10 +31,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
 from tui.ab.compare import Comparison, compare
-from tui.ab.sides import LevelResult, Side, SideRun, side_from_dict, side_to_dict
 from tui.ab.journal import Journal, new_id
 from tui.ab.plan import Plan, PlanLevel
 from tui.ab.render import to_dict
+from tui.ab.sides import LevelResult, Side, SideRun, side_from_dict, side_to_dict
 
 # ---------------------------------------------------------------------- data
 
@@ -61,9 +61,18 @@ class ABEvent:
     time: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": "ab", "kind": self.kind, "message": self.message, "side": self.side,
-                "repeat": self.repeat, "step": self.step, "steps": self.steps, "fraction": self.fraction,
-                "data": dict(self.data), "time": self.time}
+        return {
+            "type": "ab",
+            "kind": self.kind,
+            "message": self.message,
+            "side": self.side,
+            "repeat": self.repeat,
+            "step": self.step,
+            "steps": self.steps,
+            "fraction": self.fraction,
+            "data": dict(self.data),
+            "time": self.time,
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ABEvent":
@@ -105,8 +114,15 @@ class ProfileInfo:
 
     def to_json(self) -> dict[str, Any]:
         """Everything the host needs to launch this side (``env`` holds the values, secrets too)."""
-        return {"name": self.name, "engine": self.engine, "model": self.model, "argv": list(self.argv),
-                "env": dict(self.env), "port": self.port, "served_model": self.served_model}
+        return {
+            "name": self.name,
+            "engine": self.engine,
+            "model": self.model,
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "port": self.port,
+            "served_model": self.served_model,
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ProfileInfo":
@@ -327,8 +343,16 @@ class ABRunner:
         benches = 2 * self.repeats * len(self.plan.levels)
         return launches * 2 + benches  # launch+stop per launch, one per bench
 
-    def _emit(self, kind: str, message: str, side: str | None = None, repeat: int | None = None,
-              fraction: float | None = None, advance: bool = False, **data: Any) -> None:
+    def _emit(
+        self,
+        kind: str,
+        message: str,
+        side: str | None = None,
+        repeat: int | None = None,
+        fraction: float | None = None,
+        advance: bool = False,
+        **data: Any,
+    ) -> None:
         if advance:
             self._step += 1
         ev = ABEvent(kind, message, side, repeat, self._step, self._steps, fraction, data)
@@ -383,8 +407,11 @@ class ABRunner:
     # -------------------------------------------------------------- internals
     async def _run(self) -> None:
         rep = self.report
-        self._emit("start", f"A/B {rep.id}: A={rep.a} vs B={rep.b} on {rep.host}, plan {self.plan.name}, "
-                   f"{self.repeats} repeat(s){', interleaved' if self.interleave else ''}")
+        self._emit(
+            "start",
+            f"A/B {rep.id}: A={rep.a} vs B={rep.b} on {rep.host}, plan {self.plan.name}, "
+            f"{self.repeats} repeat(s){', interleaved' if self.interleave else ''}",
+        )
         for w in self.plan.warnings():
             rep.warnings.append(w)
             self._emit("info", f"warning: {w}")
@@ -416,15 +443,18 @@ class ABRunner:
         if self.confirm_stop is not None:
             ok = bool(await _maybe_await(self.confirm_stop(question)))
         if not ok:
-            raise ABFailed(f"not started: a server is running on {self.ops.host_label} ({desc}) "
-                           "and stopping it was not confirmed")
+            raise ABFailed(
+                f"not started: a server is running on {self.ops.host_label} ({desc}) and stopping it was not confirmed"
+            )
         for s in running:
             self._emit("stop-existing", f"stopping {s.description}")
             res = await self.ops.stop_running(s)
             if not res.stopped:
                 raise ABFailed(f"could not stop {s.description}: {res.message}")
-            self._emit("gpu-freed" if res.gpu_freed else "info",
-                       "GPU memory freed" if res.gpu_freed else f"stopped ({res.message or 'GPU memory not confirmed'})")
+            self._emit(
+                "gpu-freed" if res.gpu_freed else "info",
+                "GPU memory freed" if res.gpu_freed else f"stopped ({res.message or 'GPU memory not confirmed'})",
+            )
 
     async def _side(self, label: str, repeats: Sequence[int]) -> None:
         info = self._infos[label]
@@ -480,12 +510,23 @@ class ABRunner:
             why = ready.diagnosis or "the server did not become ready"
             if ready.evidence:
                 why += f" (log: {ready.evidence.strip()})"
-            self._emit("failed", f"{info.name} failed to start: {why}", label, first,
-                       diagnosis=ready.diagnosis, evidence=ready.evidence)
+            self._emit(
+                "failed",
+                f"{info.name} failed to start: {why}",
+                label,
+                first,
+                diagnosis=ready.diagnosis,
+                evidence=ready.evidence,
+            )
             await self._stop_live(label, first)
             raise ABFailed(f"{label} ({info.name}) failed to start: {why}")
-        self._emit("ready", f"{info.name} ready in {ready.startup_s:.1f} s" if ready.startup_s is not None
-                   else f"{info.name} ready", label, first, startup_s=ready.startup_s)
+        self._emit(
+            "ready",
+            f"{info.name} ready in {ready.startup_s:.1f} s" if ready.startup_s is not None else f"{info.name} ready",
+            label,
+            first,
+            startup_s=ready.startup_s,
+        )
         for i, r in enumerate(repeats):
             msg = await self.ops.flush_cache(info, handle)
             self._emit("flush", msg, label, r)
@@ -501,14 +542,24 @@ class ABRunner:
             for lv in self.plan.levels:
                 if lv.warmup:
                     self._emit("warmup", f"{lv.warmup} warmup request(s) at C={lv.concurrency}", label, r)
-                self._emit("bench-start", f"benchmark {lv.title}: C={lv.concurrency}, {lv.num_prompts} prompts, "
-                           f"{lv.input_len} in / {lv.output_len} out", label, r, concurrency=lv.concurrency)
+                self._emit(
+                    "bench-start",
+                    f"benchmark {lv.title}: C={lv.concurrency}, {lv.num_prompts} prompts, "
+                    f"{lv.input_len} in / {lv.output_len} out",
+                    label,
+                    r,
+                    concurrency=lv.concurrency,
+                )
 
                 def bprog(msg: str, frac: float | None, _r: int = r) -> None:
                     self._emit("bench-progress", msg, label, _r, fraction=frac)
 
                 res = await self.ops.bench(
-                    info, handle, self.plan, lv, bprog,
+                    info,
+                    handle,
+                    self.plan,
+                    lv,
+                    bprog,
                     {"ab_id": self.report.id, "side": label, "repeat": str(r + 1), "profile": info.name},
                 )
                 if res.error and not res.summary:
@@ -517,15 +568,30 @@ class ABRunner:
                 self._runs[label][idx] = run = replace(run, levels=tuple(levels))
                 self._sync_side(label)
                 tput = res.summary.get("output_throughput")
-                self._emit("bench-done", f"C={lv.concurrency}: "
-                           + (f"{tput:.1f} output tok/s" if isinstance(tput, (int, float)) else "done")
-                           + (f", {res.summary.get('failed')} failed" if res.summary.get("failed") else ""),
-                           label, r, advance=True, run_id=res.run_id, concurrency=lv.concurrency,
-                           summary=dict(res.summary))
+                self._emit(
+                    "bench-done",
+                    f"C={lv.concurrency}: "
+                    + (f"{tput:.1f} output tok/s" if isinstance(tput, (int, float)) else "done")
+                    + (f", {res.summary.get('failed')} failed" if res.summary.get("failed") else ""),
+                    label,
+                    r,
+                    advance=True,
+                    run_id=res.run_id,
+                    concurrency=lv.concurrency,
+                    summary=dict(res.summary),
+                )
                 self.journal_safe(
-                    "record_bench", res.run_id or new_id("bench"), profile=info.name, host=self.ops.host_label,
-                    concurrency=lv.concurrency, summary=res.summary, result_dir=res.result_dir,
-                    ab_id=self.report.id, side=label, repeat=r + 1, server_log=handle.server_log,
+                    "record_bench",
+                    res.run_id or new_id("bench"),
+                    profile=info.name,
+                    host=self.ops.host_label,
+                    concurrency=lv.concurrency,
+                    summary=res.summary,
+                    result_dir=res.result_dir,
+                    ab_id=self.report.id,
+                    side=label,
+                    repeat=r + 1,
+                    server_log=handle.server_log,
                     launch_run_id=handle.run_id,
                 )
             try:
@@ -554,8 +620,7 @@ class ABRunner:
             self.report.left_running.append(f"{info.name}: GPU memory not freed ({res.message})")
             self._emit("error", f"{info.name} stopped but GPU memory is still in use: {res.message}", label, repeat)
         else:
-            self._emit("gpu-freed", "GPU memory freed" if res.gpu_freed else f"stopped ({res.message})",
-                       label, repeat)
+            self._emit("gpu-freed", "GPU memory freed" if res.gpu_freed else f"stopped ({res.message})", label, repeat)
         self._live = None
 
     async def _cleanup(self) -> None:
@@ -579,8 +644,12 @@ class ABRunner:
                 "temperature": plan.temperature,
                 "seed": plan.seed,
                 "levels": [
-                    {"concurrency": lv.concurrency, "input_len": lv.input_len, "output_len": lv.output_len,
-                     "num_prompts": lv.num_prompts}
+                    {
+                        "concurrency": lv.concurrency,
+                        "input_len": lv.input_len,
+                        "output_len": lv.output_len,
+                        "num_prompts": lv.num_prompts,
+                    }
                     for lv in plan.levels
                 ],
             },

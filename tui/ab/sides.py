@@ -9,7 +9,6 @@ from typing import Any, Mapping
 
 from tui.util.safety import redact_env
 
-
 #: ``client.where`` of a result whose client reached the server through an SSH port forward
 VIA_SSH = "local-via-ssh"
 
@@ -119,8 +118,7 @@ def side_to_dict(side: Side) -> dict[str, Any]:
                 "server_log": r.server_log,
                 "acceptance_rate": r.acceptance_rate,
                 "levels": [
-                    {"concurrency": lv.concurrency, "run_id": lv.run_id, "summary": dict(lv.summary)}
-                    for lv in r.levels
+                    {"concurrency": lv.concurrency, "run_id": lv.run_id, "summary": dict(lv.summary)} for lv in r.levels
                 ],
             }
             for r in side.runs

@@ -73,15 +73,19 @@ def comparison_warnings(a: Side, b: Side) -> list[str]:
     for c in sorted(set(vla) & set(vlb)):
         ra, rb = vla[c], vlb[c]
         if ra is not None and rb is not None and ra != rb:
-            w.append(f"C={c}: A and B differ in validity: A {_rules_text(ra)}, B {_rules_text(rb)} "
-                     "(see `tunedeck results show RUN`)")
+            w.append(
+                f"C={c}: A and B differ in validity: A {_rules_text(ra)}, B {_rules_text(rb)} "
+                "(see `tunedeck results show RUN`)"
+            )
         elif ra and rb:
             w.append(f"C={c}: both A and B are invalid: {_rules_text(ra)}")
     for side in (a, b):
         cs = tunnel_levels(side)
         if cs:
-            w.append(f"{side.label}: measured through an SSH tunnel at C={','.join(map(str, cs))}: the link's "
-                     "latency and buffering are in these numbers, not the server's truth")
+            w.append(
+                f"{side.label}: measured through an SSH tunnel at C={','.join(map(str, cs))}: the link's "
+                "latency and buffering are in these numbers, not the server's truth"
+            )
     if a.model and b.model and a.model != b.model:
         w.append(f"A and B serve different models: {a.model!r} vs {b.model!r}")
     if a.engine and b.engine and a.engine != b.engine:
@@ -112,8 +116,7 @@ def comparison_warnings(a: Side, b: Side) -> list[str]:
     ca, cb = set(a.concurrencies()), set(b.concurrencies())
     if ca != cb and ca and cb:
         w.append(
-            "A and B were run at different concurrencies: "
-            f"{sorted(ca)} vs {sorted(cb)}; rows for the others show n/a"
+            f"A and B were run at different concurrencies: {sorted(ca)} vs {sorted(cb)}; rows for the others show n/a"
         )
     for side in (a, b):
         for i, run in enumerate(side.runs):
@@ -139,8 +142,7 @@ def comparison_warnings(a: Side, b: Side) -> list[str]:
                     )
                 if s.get("usage_missing") or s.get("usage_present") is False:
                     w.append(
-                        f"{side.label}{rep}: the server sent no usage at C={lv.concurrency}; "
-                        "token counts are estimates"
+                        f"{side.label}{rep}: the server sent no usage at C={lv.concurrency}; token counts are estimates"
                     )
     return w
 

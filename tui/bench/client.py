@@ -18,8 +18,16 @@ from tui.bench.http import DEFAULT_READ_TIMEOUT, HttpClient, HTTPError, RemotePr
 from tui.bench.sse import SSEParser
 
 __all__ = [
-    "DEFAULT_READ_TIMEOUT", "ERROR_BODY_LIMIT", "EndpointConfig", "Live", "RequestSpec", "make_client",
-    "new_sample", "prepare", "quiet_gc", "stream_request",
+    "DEFAULT_READ_TIMEOUT",
+    "ERROR_BODY_LIMIT",
+    "EndpointConfig",
+    "Live",
+    "RequestSpec",
+    "make_client",
+    "new_sample",
+    "prepare",
+    "quiet_gc",
+    "stream_request",
 ]
 
 _pc = time.perf_counter
@@ -62,8 +70,9 @@ class quiet_gc:
 # ====================================================================== requests
 
 
-def make_client(*, read_timeout: Optional[float] = DEFAULT_READ_TIMEOUT,
-                headers: Optional[Dict[str, str]] = None) -> HttpClient:
+def make_client(
+    *, read_timeout: Optional[float] = DEFAULT_READ_TIMEOUT, headers: Optional[Dict[str, str]] = None
+) -> HttpClient:
     """An :class:`HttpClient` sized for benchmarks (no pool limit, long read timeout)."""
     return HttpClient(read_timeout=read_timeout, connect_timeout=10.0, write_timeout=30.0, headers=headers)
 
@@ -103,9 +112,12 @@ class EndpointConfig:
         return base + path
 
     def body(self, spec: RequestSpec) -> bytes:
-        payload: Dict[str, Any] = {"model": self.model, "stream": True,
-                                   "stream_options": {"include_usage": True},
-                                   "temperature": self.temperature}
+        payload: Dict[str, Any] = {
+            "model": self.model,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": self.temperature,
+        }
         if self.endpoint == "chat":
             text = spec.prompt if isinstance(spec.prompt, str) else " ".join(map(str, spec.prompt))
             payload["messages"] = [{"role": "user", "content": text}]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import logging
 import math
 import time
@@ -14,7 +13,6 @@ from tui.bench.client import (
     DEFAULT_READ_TIMEOUT,
 )
 from tui.bench.http import InvalidURL, base_url, split_url
-
 
 log = logging.getLogger(__name__)
 

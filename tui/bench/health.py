@@ -6,7 +6,6 @@ machine delayed it. Standard library only, Python >= 3.9.
 
 from __future__ import annotations
 
-
 import asyncio
 import logging
 import os
@@ -14,7 +13,6 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tui.bench import metrics
-
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +122,10 @@ class ClientMonitor:
         c0, t0 = self._cpu0
         wall = t1 - t0
         st1 = read_cpu_times()
-        machine: Dict[str, Any] = {"ncpu": os.cpu_count() or 1,
-                                   "load1_max": max(self.load1) if self.load1 else read_load1()}
+        machine: Dict[str, Any] = {
+            "ncpu": os.cpu_count() or 1,
+            "load1_max": max(self.load1) if self.load1 else read_load1(),
+        }
         if st1 is not None and self._stat0 is not None and st1[0] > self._stat0[0]:
             dt = st1[0] - self._stat0[0]
             machine["busy"] = 1.0 - (st1[1] - self._stat0[1]) / dt

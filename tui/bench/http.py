@@ -137,8 +137,19 @@ def base_url(url: str) -> str:
 class _Conn(asyncio.Protocol):
     """One keep-alive connection. ``data_received`` only timestamps and stores."""
 
-    __slots__ = ("transport", "rx", "waiter", "last", "eof", "exc", "paused", "drain_waiter", "origin",
-                 "uses", "read_timeout")
+    __slots__ = (
+        "transport",
+        "rx",
+        "waiter",
+        "last",
+        "eof",
+        "exc",
+        "paused",
+        "drain_waiter",
+        "origin",
+        "uses",
+        "read_timeout",
+    )
 
     def __init__(self, origin: Origin) -> None:
         self.transport: Optional[asyncio.Transport] = None
@@ -251,7 +262,7 @@ class Dechunk:
             st = self.state
             if st == 1:
                 take = self.need if self.need < n - pos else n - pos
-                out.append(data[pos:pos + take])
+                out.append(data[pos : pos + take])
                 pos += take
                 self.need -= take
                 if self.need == 0:
@@ -277,7 +288,7 @@ class Dechunk:
                 if n - pos < 2:
                     self.buf = data[pos:]
                     break
-                if data[pos:pos + 2] != b"\r\n":
+                if data[pos : pos + 2] != b"\r\n":
                     raise RemoteProtocolError("missing CRLF after chunk data")
                 pos += 2
                 self.state = 0
@@ -325,9 +336,20 @@ class Response:
     ``written``: ``perf_counter`` right after the request was handed to the socket.
     """
 
-    def __init__(self, client: "HttpClient", conn: _Conn, status: int, reason: str,
-                 headers: List[Tuple[bytes, bytes]], first: List[Piece], *, chunked: bool,
-                 length: Optional[int], keepalive: bool, written: float) -> None:
+    def __init__(
+        self,
+        client: "HttpClient",
+        conn: _Conn,
+        status: int,
+        reason: str,
+        headers: List[Tuple[bytes, bytes]],
+        first: List[Piece],
+        *,
+        chunked: bool,
+        length: Optional[int],
+        keepalive: bool,
+        written: float,
+    ) -> None:
         self._client = client
         self._conn = conn
         self.status = status
@@ -408,7 +430,7 @@ class Response:
                 if len(data) >= self._remaining:
                     if len(data) > self._remaining:
                         self._keepalive = False
-                    data = data[:self._remaining]
+                    data = data[: self._remaining]
                     self._remaining = 0
                     if data:
                         out.append((t, data))
@@ -465,8 +487,14 @@ class HttpClient:
     ``headers``: sent with every request (a request's own headers win).
     """
 
-    def __init__(self, *, read_timeout: Optional[float] = DEFAULT_READ_TIMEOUT, connect_timeout: float = 10.0,
-                 write_timeout: float = 30.0, headers: Optional[Mapping[str, str]] = None) -> None:
+    def __init__(
+        self,
+        *,
+        read_timeout: Optional[float] = DEFAULT_READ_TIMEOUT,
+        connect_timeout: float = 10.0,
+        write_timeout: float = 30.0,
+        headers: Optional[Mapping[str, str]] = None,
+    ) -> None:
         self.read_timeout = read_timeout
         self.connect_timeout = connect_timeout
         self.write_timeout = write_timeout
@@ -487,8 +515,7 @@ class HttpClient:
         await self.aclose()
 
     # ---------------------------------------------------------------- building
-    def build(self, method: str, url: str, body: bytes = b"",
-              headers: Optional[Mapping[str, str]] = None) -> Request:
+    def build(self, method: str, url: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None) -> Request:
         origin, target = split_url(url)
         hdrs: Dict[str, str] = {"host": origin.host_header(), "user-agent": USER_AGENT, "accept": "*/*"}
         for src in (self.headers, headers or {}):
@@ -559,12 +586,29 @@ class HttpClient:
             length = None
         elif length is None:
             keepalive = False
-        return Response(self, conn, status, reason, headers, first, chunked=chunked, length=length,
-                        keepalive=keepalive, written=written)
+        return Response(
+            self,
+            conn,
+            status,
+            reason,
+            headers,
+            first,
+            chunked=chunked,
+            length=length,
+            keepalive=keepalive,
+            written=written,
+        )
 
-    async def request(self, method: str, url: str, *, body: bytes = b"",
-                      headers: Optional[Mapping[str, str]] = None, timeout: float = 10.0,
-                      limit: int = 1 << 24) -> Response:
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: bytes = b"",
+        headers: Optional[Mapping[str, str]] = None,
+        timeout: float = 10.0,
+        limit: int = 1 << 24,
+    ) -> Response:
         """A whole request (body read, at most ``limit`` bytes) within ``timeout`` seconds overall."""
         req = self.build(method, url, body, headers)
 
@@ -583,8 +627,7 @@ class HttpClient:
 
     async def post_json(self, url: str, obj: Any, *, timeout: float = 10.0) -> Response:
         body = json.dumps(obj, separators=(",", ":")).encode()
-        return await self.request("POST", url, body=body, headers={"content-type": "application/json"},
-                                  timeout=timeout)
+        return await self.request("POST", url, body=body, headers={"content-type": "application/json"}, timeout=timeout)
 
     async def warm(self, url: str, n: int) -> List[float]:
         """Open connections to ``url``'s origin until ``n`` are idle in the pool; their connect times (s).
@@ -642,11 +685,12 @@ class HttpClient:
         t = _pc()
         try:
             _tr, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Conn(origin), origin.host, origin.port, ssl=ctx),
-                self.connect_timeout)
+                loop.create_connection(lambda: _Conn(origin), origin.host, origin.port, ssl=ctx), self.connect_timeout
+            )
         except asyncio.TimeoutError:
-            raise ConnectTimeout(f"connect to {origin.host}:{origin.port} timed out after "
-                                 f"{self.connect_timeout:g} s") from None
+            raise ConnectTimeout(
+                f"connect to {origin.host}:{origin.port} timed out after {self.connect_timeout:g} s"
+            ) from None
         except ssl.SSLError as e:
             raise ConnectError(f"{origin.host}:{origin.port}: TLS: {e.reason or e}") from None
         except OSError as e:
@@ -678,9 +722,9 @@ class HttpClient:
                 if end < 0:
                     continue
                 head = buf[:end]
-                rest = buf[end + 4:]
+                rest = buf[end + 4 :]
                 first: List[Piece] = [(t, rest)] if rest else []
-                first.extend(raw[i + 1:])
+                first.extend(raw[i + 1 :])
                 lines = head.split(b"\r\n")
                 parts = lines[0].split(b" ", 2)
                 if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):

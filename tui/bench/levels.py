@@ -3,7 +3,6 @@ process or fanned out over worker processes (``python -m tui.bench.worker``)."""
 
 from __future__ import annotations
 
-
 import asyncio
 import json
 import logging
@@ -23,11 +22,10 @@ from tui.bench.client import (
     quiet_gc,
     stream_request,
 )
-from tui.bench.http import HttpClient, Request
 from tui.bench.config import BenchConfig
 from tui.bench.health import ClientMonitor, client_health
+from tui.bench.http import HttpClient, Request
 from tui.bench.prompts import arrival_offsets, make_prompts
-
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +68,11 @@ async def drive(
 
         async def lane() -> None:
             for spec, req in it:
-                on_sample(await stream_request(client, ep, spec, request=req, queued_at=start, live=live,
-                                               on_partial=on_sample))
+                on_sample(
+                    await stream_request(
+                        client, ep, spec, request=req, queued_at=start, live=live, on_partial=on_sample
+                    )
+                )
 
         await _gather_cancel([asyncio.ensure_future(lane()) for _ in range(min(concurrency, len(specs)))])
         return start
@@ -81,12 +82,14 @@ async def drive(
 
     async def one(spec: RequestSpec, req: Optional[Request], due: float) -> None:
         if sem is None:
-            on_sample(await stream_request(client, ep, spec, request=req, queued_at=due, live=live,
-                                           on_partial=on_sample))
+            on_sample(
+                await stream_request(client, ep, spec, request=req, queued_at=due, live=live, on_partial=on_sample)
+            )
             return
         async with sem:
-            on_sample(await stream_request(client, ep, spec, request=req, queued_at=due, live=live,
-                                           on_partial=on_sample))
+            on_sample(
+                await stream_request(client, ep, spec, request=req, queued_at=due, live=live, on_partial=on_sample)
+            )
 
     try:
         for spec, req, off in zip(specs, reqs, offsets):
@@ -118,8 +121,9 @@ async def warmup(client: HttpClient, ep: EndpointConfig, n: int, cfg: BenchConfi
     """``n`` requests (not recorded) at up to the level's concurrency; returns how many succeeded."""
     if n <= 0:
         return 0
-    specs = make_prompts(n, cfg.input_len, cfg.output_len, cfg.seed + 7919,
-                         token_ids=cfg.token_ids and ep.endpoint != "chat")
+    specs = make_prompts(
+        n, cfg.input_len, cfg.output_len, cfg.seed + 7919, token_ids=cfg.token_ids and ep.endpoint != "chat"
+    )
     lanes = max(1, min(n, conc or n))
     ok = 0
     it = iter(specs)
@@ -170,11 +174,11 @@ class Progress:
                 self.good += 1
             self.ttft.append(s["ttft"])
             if len(self.ttft) > self.WINDOW:
-                del self.ttft[:self.WINDOW // 2]
+                del self.ttft[: self.WINDOW // 2]
             itl = s.get("itl") or []
             self.itl_recent.extend(itl[-64:])
             if len(self.itl_recent) > self.WINDOW:
-                del self.itl_recent[:self.WINDOW // 2]
+                del self.itl_recent[: self.WINDOW // 2]
         else:
             self.failed += 1
 
@@ -212,9 +216,11 @@ class Progress:
 
 
 def connect_stats(times: Sequence[float]) -> Dict[str, Any]:
-    return {"connections": len(times),
-            "connect_ms_mean": metrics.mean(times) * 1000 if times else None,
-            "connect_ms_max": max(times) * 1000 if times else None}
+    return {
+        "connections": len(times),
+        "connect_ms_mean": metrics.mean(times) * 1000 if times else None,
+        "connect_ms_max": max(times) * 1000 if times else None,
+    }
 
 
 async def run_level_inproc(
@@ -259,9 +265,20 @@ async def run_level_inproc(
     end: Optional[float] = None
     try:
         with quiet_gc():
-            await drive(client, ep, specs, concurrency=conc, rate=rate, burstiness=cfg.burstiness,
-                        seed=cfg.seed, t0=None, live=live, on_sample=on_sample, prepared=prepared,
-                        started=on_start)
+            await drive(
+                client,
+                ep,
+                specs,
+                concurrency=conc,
+                rate=rate,
+                burstiness=cfg.burstiness,
+                seed=cfg.seed,
+                t0=None,
+                live=live,
+                on_sample=on_sample,
+                prepared=prepared,
+                started=on_start,
+            )
             end = _pc()
         finished = True
     finally:
@@ -282,8 +299,10 @@ def worker_argv() -> List[str]:
 
     No PYTHONPATH needed, so it works from a zip archive and under ``python -I``.
     """
-    code = ("import sys; sys.path.insert(0, %r); from tui.bench.worker import main; raise SystemExit(main())"
-            % _package_root())
+    code = (
+        "import sys; sys.path.insert(0, %r); from tui.bench.worker import main; raise SystemExit(main())"
+        % _package_root()
+    )
     return [sys.executable] + (["-I"] if sys.flags.isolated else []) + ["-c", code]
 
 
@@ -322,7 +341,10 @@ async def run_level_workers(
             "preconnect": preconnect_count(len(mine), wc) if cfg.preconnect else 0,
         }
         p = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 26,
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            limit=1 << 26,
         )
         assert p.stdin is not None
         p.stdin.write(json.dumps(job).encode() + b"\n")

@@ -239,7 +239,7 @@ def input_len_check(samples: Sequence[Mapping[str, Any]], requested: Optional[in
         "input_len_reported_mean": mean(reported) if reported else None,
         "input_len_unverified": len(ok) - len(reported),
     }
-    out["input_len_mismatch"] = (sum(1 for n in reported if n != requested) if requested else 0)
+    out["input_len_mismatch"] = sum(1 for n in reported if n != requested) if requested else 0
     return out
 
 
@@ -318,8 +318,7 @@ def calculate_metrics(
     res.update(stats_ms("send_time", [float(s.get("send_time") or 0.0) for s in ok], percentiles))
     # vLLM: one entry per request in request order ("" for a success); ours: counts by type
     ordered = sorted(samples, key=lambda s: s.get("index", 0))
-    res["errors"] = ["" if s.get("success") else str(s.get("error") or s.get("error_type") or "error")
-                     for s in ordered]
+    res["errors"] = ["" if s.get("success") else str(s.get("error") or s.get("error_type") or "error") for s in ordered]
     res["error_counts"] = dict(Counter(s.get("error_type") or "Unknown" for s in samples if not s.get("success")))
     res["max_overlap_requests"] = max_overlap(ok)
     res.update(input_len_check(samples, input_len))
@@ -387,12 +386,19 @@ def format_extras(summary: Mapping[str, Any]) -> str:
     if params:
         lines.append(
             "ignore_eos={} temperature={} input_len={} output_len={} seed={} endpoint={}".format(
-                params.get("ignore_eos"), params.get("temperature"), params.get("input_len"),
-                params.get("output_len"), params.get("seed"), summary.get("endpoint_type"),
+                params.get("ignore_eos"),
+                params.get("temperature"),
+                params.get("input_len"),
+                params.get("output_len"),
+                params.get("seed"),
+                summary.get("endpoint_type"),
             )
         )
-    how = {"token-ids": "token ids, exact length", "server-tokenizer": "text fitted with the server's /tokenize",
-           "estimate": "text, length estimated (the server's count is used)"}.get(str(params.get("prompt_lengths")))
+    how = {
+        "token-ids": "token ids, exact length",
+        "server-tokenizer": "text fitted with the server's /tokenize",
+        "estimate": "text, length estimated (the server's count is used)",
+    }.get(str(params.get("prompt_lengths")))
     if how:
         lines.append(f"Prompts: {how}; tokenizer_id={summary.get('tokenizer_id')}")
     counts = error_counts(summary)
@@ -400,21 +406,32 @@ def format_extras(summary: Mapping[str, Any]) -> str:
         lines.append("Failures by type: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
     req = summary.get("input_len_requested")
     if req and summary.get("input_len_mismatch"):
-        lines.append("Input length: {} request(s) not {} tokens (server counted {}..{})".format(
-            summary["input_len_mismatch"], req, summary.get("input_len_reported_min"),
-            summary.get("input_len_reported_max")))
+        lines.append(
+            "Input length: {} request(s) not {} tokens (server counted {}..{})".format(
+                summary["input_len_mismatch"],
+                req,
+                summary.get("input_len_reported_min"),
+                summary.get("input_len_reported_max"),
+            )
+        )
     if summary.get("input_len_unverified"):
         lines.append(f"Input length: {summary['input_len_unverified']} request(s) without usage.prompt_tokens")
     tpe = summary.get("mean_tokens_per_event") or 0.0
-    lines.append(f"Tokens per event (mean): {tpe:.2f}" + ("  (>1: ITL is per event, not per token)" if tpe > 1.01 else ""))
+    lines.append(
+        f"Tokens per event (mean): {tpe:.2f}" + ("  (>1: ITL is per event, not per token)" if tpe > 1.01 else "")
+    )
     if summary.get("usage_missing"):
         lines.append(f"Warning: {summary['usage_missing']} request(s) without usage; output counted per event")
     cl = summary.get("client") or {}
     if cl:
         lines.append(
             "Client: {} ({}) workers={} cpu/worker mean={:.2f} max={:.2f} loop lag p99={:.1f} ms{}".format(
-                cl.get("hostname"), cl.get("where"), cl.get("workers"), cl.get("cpu_mean", 0.0),
-                cl.get("cpu_max", 0.0), cl.get("loop_lag_p99_ms", 0.0),
+                cl.get("hostname"),
+                cl.get("where"),
+                cl.get("workers"),
+                cl.get("cpu_mean", 0.0),
+                cl.get("cpu_max", 0.0),
+                cl.get("loop_lag_p99_ms", 0.0),
                 "  CLIENT-BOUND: numbers may be limited by the client" if summary.get("client_bound") else "",
             )
         )
@@ -426,8 +443,11 @@ def format_extras(summary: Mapping[str, Any]) -> str:
         if cl.get("machine_steal") is not None:
             mach.append("steal {:.1f} %".format(cl["machine_steal"] * 100))
         if cl.get("connect_ms_mean") is not None:
-            mach.append("{} connection(s) opened before t0 in {:.2f} ms mean, {:.2f} max".format(
-                cl.get("connections"), cl["connect_ms_mean"], cl["connect_ms_max"]))
+            mach.append(
+                "{} connection(s) opened before t0 in {:.2f} ms mean, {:.2f} max".format(
+                    cl.get("connections"), cl["connect_ms_mean"], cl["connect_ms_max"]
+                )
+            )
         if mach:
             lines.append("Client machine: " + ", ".join(mach))
         if summary.get("client_bound") and cl.get("client_bound_reason"):
@@ -446,8 +466,11 @@ def format_validity(found: Any) -> List[str]:
     if not isinstance(found, list):
         return []
     if not found:
-        return ["validity: valid (GPUs idle at start, clocks and power normal, no KV pressure or preemption, "
-                "no growing queue, not client-bound, no failures)"]
+        return [
+            "validity: valid (GPUs idle at start, clocks and power normal, no KV pressure or preemption, "
+            "no growing queue, not client-bound, no failures)"
+        ]
     rules = [f for f in found if isinstance(f, dict)]
-    return ([f"validity: [{', '.join(str(f.get('rule')) for f in rules)}]"]
-            + [f"  {f.get('rule')}: {f.get('evidence')}" for f in rules])
+    return [f"validity: [{', '.join(str(f.get('rule')) for f in rules)}]"] + [
+        f"  {f.get('rule')}: {f.get('evidence')}" for f in rules
+    ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import asyncio
 import logging
 import math
@@ -14,7 +13,6 @@ from tui.bench.client import (
     RequestSpec,
 )
 from tui.bench.http import HttpClient, HTTPError, base_url
-
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +39,7 @@ WORDS = (
 ).split()
 
 
-def make_prompts(n: int, input_len: int, output_len: int, seed: int, *, token_ids: bool = False
-                 ) -> List[RequestSpec]:
+def make_prompts(n: int, input_len: int, output_len: int, seed: int, *, token_ids: bool = False) -> List[RequestSpec]:
     """Seeded synthetic prompts: ``input_len`` token ids (exact) or words (an estimate)."""
     rng = random.Random(seed)
     out = []
@@ -60,8 +57,9 @@ def make_prompts(n: int, input_len: int, output_len: int, seed: int, *, token_id
     return out
 
 
-async def calibrate_chat_prompts(client: HttpClient, base: str, model: str, specs: List[RequestSpec],
-                                 input_len: int, seed: int, *, rounds: int = 8) -> str:
+async def calibrate_chat_prompts(
+    client: HttpClient, base: str, model: str, specs: List[RequestSpec], input_len: int, seed: int, *, rounds: int = 8
+) -> str:
     """Adjust each chat prompt's word count until the server's ``/tokenize`` counts ``input_len``.
 
     Counts the whole chat request (template included) like the engines do for
@@ -73,8 +71,7 @@ async def calibrate_chat_prompts(client: HttpClient, base: str, model: str, spec
     rng = random.Random(seed + 104729)
 
     async def count(text: str) -> Optional[int]:
-        r = await client.post_json(url, {"model": model, "messages": [{"role": "user", "content": text}]},
-                                   timeout=10.0)
+        r = await client.post_json(url, {"model": model, "messages": [{"role": "user", "content": text}]}, timeout=10.0)
         if r.status != 200:
             return None
         try:
@@ -98,7 +95,7 @@ async def calibrate_chat_prompts(client: HttpClient, base: str, model: str, spec
                 pool = WORDS if abs(diff) > 3 else short
                 words.extend(rng.choice(pool) for _ in range(step))
             else:
-                del words[max(1, len(words) + step):]
+                del words[max(1, len(words) + step) :]
             c = await count(" ".join(words))
             if c is not None and (best[0] is None or abs(c - input_len) < abs(best[0] - input_len)):
                 best = (c, list(words))
@@ -124,7 +121,7 @@ async def calibrate_chat_prompts(client: HttpClient, base: str, model: str, spec
         words = str(spec.prompt).split()
         while len(words) < n_words:
             words.append(rng.choice(WORDS))
-        del words[max(1, n_words):]
+        del words[max(1, n_words) :]
         async with sem:
             try:
                 c, words = await fit(words)

@@ -35,8 +35,18 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-EVENT_TYPES = ("waiting", "start", "level_start", "connected", "tick", "sample", "level_done", "timeline", "done",
-               "error")
+EVENT_TYPES = (
+    "waiting",
+    "start",
+    "level_start",
+    "connected",
+    "tick",
+    "sample",
+    "level_done",
+    "timeline",
+    "done",
+    "error",
+)
 
 JsonIn = Union[str, bytes, bytearray, Mapping[str, Any]]
 
@@ -150,10 +160,16 @@ class LevelSummary:
             if not isinstance(d.get(k), (int, float)) or isinstance(d.get(k), bool):
                 raise RecordError(f"summary {d.get('run_id')}: {k!r} missing or not a number")
         return cls(
-            run_id=d.get("run_id"), completed=int(d["completed"]), failed=int(d["failed"]),
-            duration=float(d["duration"]), output_throughput=float(d.get("output_throughput") or 0.0),
-            max_concurrency=d.get("max_concurrency"), request_rate=d.get("request_rate"),
-            partial=bool(d.get("partial")), client_bound=bool(d.get("client_bound")), data=d,
+            run_id=d.get("run_id"),
+            completed=int(d["completed"]),
+            failed=int(d["failed"]),
+            duration=float(d["duration"]),
+            output_throughput=float(d.get("output_throughput") or 0.0),
+            max_concurrency=d.get("max_concurrency"),
+            request_rate=d.get("request_rate"),
+            partial=bool(d.get("partial")),
+            client_bound=bool(d.get("client_bound")),
+            data=d,
         )
 
 
@@ -198,7 +214,7 @@ class BenchEvent:
         d = _load(obj, "progress line")
         kind = d.get("type")
         if not isinstance(kind, str) or not kind:
-            raise RecordError(f"progress line: no \"type\" field: {str(d)[:80]}")
+            raise RecordError(f'progress line: no "type" field: {str(d)[:80]}')
         level = d.get("level")
         if level is not None and (not isinstance(level, int) or isinstance(level, bool)):
             raise RecordError(f"{kind} event: level must be an integer, got {level!r}")

@@ -56,14 +56,14 @@ from tui.bench.client import (
     make_client,
     prepare,
 )
-from tui.bench.http import HttpClient, HTTPError, base_url
 from tui.bench.config import BenchConfig, NotReady
+from tui.bench.http import HttpClient, HTTPError, base_url
 from tui.bench.levels import (
     Progress,
     connect_stats,
+    preconnect_count,
     run_level_inproc,
     run_level_workers,
-    preconnect_count,
     warmup,
 )
 from tui.bench.prompts import calibrate_chat_prompts, make_prompts
@@ -126,8 +126,11 @@ async def engine_info(client: HttpClient, base: str) -> Dict[str, Any]:
             except ValueError:
                 continue
             if isinstance(j, dict) and j.get("version"):
-                return {"version": str(j["version"]), "source": path,
-                        "engine": "vllm" if path == "/version" else "sglang"}
+                return {
+                    "version": str(j["version"]),
+                    "source": path,
+                    "engine": "vllm" if path == "/version" else "sglang",
+                }
     return {"version": None, "source": None, "engine": None}
 
 
@@ -198,34 +201,52 @@ async def run_benchmark(
                 raise NotReady(f"{cfg.url}: /v1/models lists no model; pass --model")
             cfg.model = models[0]
         engine = await engine_info(client, cfg.url)
-        ep = EndpointConfig(cfg.url, cfg.model, cfg.endpoint, cfg.ignore_eos, cfg.temperature,
-                            request_deadline=cfg.request_deadline)
+        ep = EndpointConfig(
+            cfg.url, cfg.model, cfg.endpoint, cfg.ignore_eos, cfg.temperature, request_deadline=cfg.request_deadline
+        )
         chat = cfg.endpoint == "chat"
         token_ids = cfg.token_ids and not chat
         sweep_id = new_run_id("sweep-") if len(levels) > 1 else None
-        emit({"type": "start", "levels": [{"concurrency": c, "request_rate": _rate_json(r)} for c, r in levels],
-              "model": cfg.model, "sweep_id": sweep_id, "goodput": dict(cfg.goodput)})
+        emit(
+            {
+                "type": "start",
+                "levels": [{"concurrency": c, "request_rate": _rate_json(r)} for c, r in levels],
+                "model": cfg.model,
+                "sweep_id": sweep_id,
+                "goodput": dict(cfg.goodput),
+            }
+        )
         for li, (conc, rate) in enumerate(levels):
             n = cfg.prompts_for(conc)
             specs = make_prompts(n, cfg.input_len, cfg.output_len, cfg.seed, token_ids=token_ids)
             if token_ids:
                 prompt_source = "token-ids"
             elif chat:
-                prompt_source = await calibrate_chat_prompts(client, cfg.url, cfg.model, specs, cfg.input_len,
-                                                             cfg.seed)
+                prompt_source = await calibrate_chat_prompts(client, cfg.url, cfg.model, specs, cfg.input_len, cfg.seed)
             else:
                 prompt_source = "estimate"
             params = {
-                "endpoint": cfg.endpoint, "num_prompts": n, "input_len": cfg.input_len,
-                "output_len": cfg.output_len, "max_concurrency": conc, "request_rate": _rate_json(rate),
-                "burstiness": cfg.burstiness, "warmup": cfg.warmup, "ignore_eos": cfg.ignore_eos,
-                "temperature": cfg.temperature, "seed": cfg.seed, "goodput": dict(cfg.goodput),
-                "percentiles": list(cfg.percentiles), "read_timeout": cfg.read_timeout,
+                "endpoint": cfg.endpoint,
+                "num_prompts": n,
+                "input_len": cfg.input_len,
+                "output_len": cfg.output_len,
+                "max_concurrency": conc,
+                "request_rate": _rate_json(rate),
+                "burstiness": cfg.burstiness,
+                "warmup": cfg.warmup,
+                "ignore_eos": cfg.ignore_eos,
+                "temperature": cfg.temperature,
+                "seed": cfg.seed,
+                "goodput": dict(cfg.goodput),
+                "percentiles": list(cfg.percentiles),
+                "read_timeout": cfg.read_timeout,
                 "request_deadline": cfg.request_deadline,
                 "dataset": "random-token-ids" if token_ids else "synthetic-words",
                 "prompt_lengths": prompt_source,
                 "tokenizer": cfg.model if prompt_source in ("token-ids", "server-tokenizer") else None,
-                "workers": cfg.workers, "transport": "lean", "preconnect": cfg.preconnect,
+                "workers": cfg.workers,
+                "transport": "lean",
+                "preconnect": cfg.preconnect,
             }
             meta: Dict[str, Any] = {
                 "date": time.strftime("%Y%m%d-%H%M%S"),
@@ -256,18 +277,36 @@ async def run_benchmark(
                 if _w is not None:
                     _w.append(s)
                 if cfg.progress_samples:
-                    emit({"type": "sample", "level": _p.level, "index": s.get("index"),
-                          "success": s["success"], "error_type": s["error_type"], "ttft": s["ttft"],
-                          "latency": s["latency"], "output_tokens": s["output_tokens"]})
+                    emit(
+                        {
+                            "type": "sample",
+                            "level": _p.level,
+                            "index": s.get("index"),
+                            "success": s["success"],
+                            "error_type": s["error_type"],
+                            "ttft": s["ttft"],
+                            "latency": s["latency"],
+                            "output_tokens": s["output_tokens"],
+                        }
+                    )
 
             def set_t0(t: float, _w: Any = writer) -> None:
                 # handed to the writer thread: no file I/O here, the timed phase has begun
                 if _w is not None:
                     _w.update_meta(bench_start=t, bench_start_wall=time.time())
 
-            emit({"type": "level_start", "level": li, "run_id": run_id, "concurrency": conc,
-                  "request_rate": _rate_json(rate), "num_prompts": n, "warmup": cfg.warmup,
-                  "run_dir": str(writer.dir) if writer is not None else None})
+            emit(
+                {
+                    "type": "level_start",
+                    "level": li,
+                    "run_id": run_id,
+                    "concurrency": conc,
+                    "request_rate": _rate_json(rate),
+                    "num_prompts": n,
+                    "warmup": cfg.warmup,
+                    "run_dir": str(writer.dir) if writer is not None else None,
+                }
+            )
             finished = False
             duration = 0.0
             health: Dict[str, Any] = {}
@@ -275,7 +314,8 @@ async def run_benchmark(
             try:
                 if cfg.workers > 1:
                     duration, health, finished = await run_level_workers(
-                        cfg, ep, specs, conc, rate, prog, on_sample, emit, set_t0)
+                        cfg, ep, specs, conc, rate, prog, on_sample, emit, set_t0
+                    )
                 else:
                     await warmup(client, ep, cfg.warmup, cfg, conc)
                     prepared = [prepare(client, ep, sp) for sp in specs]
@@ -285,7 +325,8 @@ async def run_benchmark(
                         emit({"type": "connected", "level": li, **connect})
                     opened = client.connections_opened
                     duration, health, finished = await run_level_inproc(
-                        client, ep, cfg, specs, conc, rate, prog, on_sample, emit, prepared, set_t0)
+                        client, ep, cfg, specs, conc, rate, prog, on_sample, emit, prepared, set_t0
+                    )
                     connect["connections_opened_timed"] = client.connections_opened - opened
             finally:
                 if not duration:

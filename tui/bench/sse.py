@@ -108,9 +108,14 @@ class SSEParser:
             if self.chat and not self.times:
                 delta = c0.get("delta") or {}
                 # vLLM 0.33.0 skips the role-only opening chunk (no content of any kind yet).
-                if delta.get("role") and not fr and not delta.get("content") \
-                        and not delta.get("reasoning_content") and not delta.get("reasoning") \
-                        and not delta.get("tool_calls"):
+                if (
+                    delta.get("role")
+                    and not fr
+                    and not delta.get("content")
+                    and not delta.get("reasoning_content")
+                    and not delta.get("reasoning")
+                    and not delta.get("tool_calls")
+                ):
                     return
             self.times.append(t)
         elif obj.get("error") is not None:

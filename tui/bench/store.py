@@ -24,11 +24,11 @@ import csv
 import fcntl
 import io
 import json
+import logging
 import math
 import os
-import re
-import logging
 import queue
+import re
 import secrets
 import threading
 import time
@@ -50,9 +50,27 @@ _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 #: Per-request fields written to samples.jsonl (vLLM's names first, then ours).
 SAMPLE_FIELDS = (
-    "index", "success", "error_type", "error", "ttft", "itl", "latency", "prompt_len", "output_tokens",
-    "start_time", "wall_start", "client_queue_time", "send_time", "elapsed", "tokens_per_event",
-    "usage_present", "bad_lines", "finish_reason", "worker", "prompt_len_sent", "prompt_len_exact",
+    "index",
+    "success",
+    "error_type",
+    "error",
+    "ttft",
+    "itl",
+    "latency",
+    "prompt_len",
+    "output_tokens",
+    "start_time",
+    "wall_start",
+    "client_queue_time",
+    "send_time",
+    "elapsed",
+    "tokens_per_event",
+    "usage_present",
+    "bad_lines",
+    "finish_reason",
+    "worker",
+    "prompt_len_sent",
+    "prompt_len_exact",
 )
 
 
@@ -99,8 +117,9 @@ class RunWriter:
     ``data_dir()/results``).
     """
 
-    def __init__(self, run_id: str, meta: Mapping[str, Any], *,
-                 base: Union[str, "os.PathLike[str]", None] = None) -> None:
+    def __init__(
+        self, run_id: str, meta: Mapping[str, Any], *, base: Union[str, "os.PathLike[str]", None] = None
+    ) -> None:
         self.run_id = run_id
         self.dir = run_dir(run_id, base)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -181,8 +200,7 @@ class RunWriter:
                     dirty = True
                 elif kind == "meta":
                     atomic_write_json(self.dir / "meta.json", item)
-                if dirty and (kind in ("sync", "flush", "stop")
-                              or time.monotonic() - last_sync >= SYNC_INTERVAL):
+                if dirty and (kind in ("sync", "flush", "stop") or time.monotonic() - last_sync >= SYNC_INTERVAL):
                     self.samples.sync()
                     dirty = False
                     last_sync = time.monotonic()
@@ -363,8 +381,9 @@ def rebuild_summary(run_id: str, *, write: bool = True) -> dict[str, Any]:
     old = info.summary or {}
     finished = bool(old) and not old.get("partial")
     duration = old.get("duration") if finished else None
-    summary = summarize(samples, info.meta, duration=duration, partial=not finished or info.live,
-                        client=old.get("client"))
+    summary = summarize(
+        samples, info.meta, duration=duration, partial=not finished or info.live, client=old.get("client")
+    )
     if info.live:
         summary["live"] = True
     elif write:
@@ -384,9 +403,25 @@ def summary_for(run_id: str) -> dict[str, Any]:
 
 
 CSV_FIELDS = (
-    "index", "success", "error_type", "ttft", "latency", "prompt_len", "output_tokens", "n_itl",
-    "mean_itl", "tpot", "start_time", "wall_start", "client_queue_time", "send_time", "tokens_per_event",
-    "usage_present", "bad_lines", "worker", "error",
+    "index",
+    "success",
+    "error_type",
+    "ttft",
+    "latency",
+    "prompt_len",
+    "output_tokens",
+    "n_itl",
+    "mean_itl",
+    "tpot",
+    "start_time",
+    "wall_start",
+    "client_queue_time",
+    "send_time",
+    "tokens_per_event",
+    "usage_present",
+    "bad_lines",
+    "worker",
+    "error",
 )
 
 
@@ -400,8 +435,15 @@ def export_csv(run_id: str, dest: Union[str, "os.PathLike[str]"]) -> int:
     for s in rows:
         itl = s.get("itl") or []
         tp = metrics.tpot(s) if s.get("success") else None
-        w.writerow({**s, "n_itl": len(itl), "mean_itl": metrics.mean(itl) if itl else "",
-                    "tpot": "" if tp is None else tp, "itl": None})
+        w.writerow(
+            {
+                **s,
+                "n_itl": len(itl),
+                "mean_itl": metrics.mean(itl) if itl else "",
+                "tpot": "" if tp is None else tp,
+                "itl": None,
+            }
+        )
     atomic_write_text(dest, f.getvalue())
     return len(rows)
 
@@ -410,8 +452,15 @@ def to_vllm_arrays(samples: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]
     """vLLM's per-request array layout (request order); failed requests: ttft 0, itls [], output 0."""
     s_sorted = sorted(samples, key=lambda s: s.get("index", 0))
     out: dict[str, list[Any]] = {
-        "input_lens": [], "output_lens": [], "ttfts": [], "itls": [], "latencies": [],
-        "start_times": [], "errors": [], "queue_times": [], "generated_texts": [],
+        "input_lens": [],
+        "output_lens": [],
+        "ttfts": [],
+        "itls": [],
+        "latencies": [],
+        "start_times": [],
+        "errors": [],
+        "queue_times": [],
+        "generated_texts": [],
     }
     for s in s_sorted:
         ok = bool(s.get("success"))

@@ -85,8 +85,13 @@ async def _main() -> int:
 
     try:
         async with make_client(read_timeout=job["read_timeout"]) as client:
-            cfg = BenchConfig(url=ep.base_url, input_len=job["input_len"], output_len=job["output_len"],
-                              seed=job["seed"], token_ids=bool(job.get("token_ids", True)))
+            cfg = BenchConfig(
+                url=ep.base_url,
+                input_len=job["input_len"],
+                output_len=job["output_len"],
+                seed=job["seed"],
+                token_ids=bool(job.get("token_ids", True)),
+            )
             await warmup(client, ep, job["warmup"], cfg, job["concurrency"])
             prepared = [prepare(client, ep, sp) for sp in specs]
             connect = await client.warm(ep.url, int(job.get("preconnect") or 0))
@@ -112,8 +117,18 @@ async def _main() -> int:
                     if d:
                         new[k] = d
                         sent_bins[k] = v
-                send({"tick": {"bins": new, "in_flight": live.in_flight, "cpu": mon.last_cpu,
-                               "lag_ms": mon.last_lag_ms, "load1": mon.last_load1, "steal": mon.last_steal}})
+                send(
+                    {
+                        "tick": {
+                            "bins": new,
+                            "in_flight": live.in_flight,
+                            "cpu": mon.last_cpu,
+                            "lag_ms": mon.last_lag_ms,
+                            "load1": mon.last_load1,
+                            "steal": mon.last_steal,
+                        }
+                    }
+                )
 
             async def ticker() -> None:
                 while True:
@@ -123,9 +138,19 @@ async def _main() -> int:
             tk = asyncio.ensure_future(ticker())
             try:
                 with quiet_gc():
-                    await drive(client, ep, specs, concurrency=job["concurrency"], rate=rate,
-                                burstiness=job["burstiness"], seed=job["seed"], t0=t0, live=live,
-                                on_sample=on_sample, prepared=prepared)
+                    await drive(
+                        client,
+                        ep,
+                        specs,
+                        concurrency=job["concurrency"],
+                        rate=rate,
+                        burstiness=job["burstiness"],
+                        seed=job["seed"],
+                        t0=t0,
+                        live=live,
+                        on_sample=on_sample,
+                        prepared=prepared,
+                    )
                     t_end = _pc()
             finally:
                 tk.cancel()

@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from tui.model import StatusSnapshot
+import tomllib
+
 from tui.hostops.hosts import Host, HostError, parse_target
+from tui.model import StatusSnapshot
 from tui.services.targets import get_host
 from tui.util.safety import UnsafeInput
 
@@ -89,8 +90,9 @@ def expand_targets(items: Sequence[str], groups: Mapping[str, Sequence[str]] | N
 
                 where = config_file()
                 known = ", ".join(sorted(groups)) or "none"
-                raise GroupError(f"no group {name!r} in {where or 'the config file (there is none)'} "
-                                 f"([groups]; known: {known})")
+                raise GroupError(
+                    f"no group {name!r} in {where or 'the config file (there is none)'} ([groups]; known: {known})"
+                )
             members: Sequence[str] = groups[name]
         else:
             parse_target(item)
@@ -114,8 +116,9 @@ class FleetMember:
     sources: Any  # tui.collectors.sources.Sources
 
 
-def fleet_members(targets: Iterable[str], *, interval: float = 1.0,
-                  make_host: Callable[[str], Host] | None = None) -> list[FleetMember]:
+def fleet_members(
+    targets: Iterable[str], *, interval: float = 1.0, make_host: Callable[[str], Host] | None = None
+) -> list[FleetMember]:
     """A member per target: no connection is made yet (each connects in its own poll loop)."""
     from tui.collectors.sources import default_sources
 
@@ -142,8 +145,13 @@ class FleetStatus:
         return self.snapshot is not None
 
 
-async def host_status(target: str, servers: Iterable[Any] = (), *, timeout: float = STATUS_TIMEOUT,
-                      make_host: Callable[[str], Host] | None = None) -> FleetStatus:
+async def host_status(
+    target: str,
+    servers: Iterable[Any] = (),
+    *,
+    timeout: float = STATUS_TIMEOUT,
+    make_host: Callable[[str], Host] | None = None,
+) -> FleetStatus:
     """Connect to ``target`` (one connection) and read its status once; never raises.
 
     A host that refuses or cannot be reached (unreachable, auth, host key) is an entry with
@@ -178,13 +186,16 @@ async def host_status(target: str, servers: Iterable[Any] = (), *, timeout: floa
             log.warning("%s: closing the connection failed: %r", target, e)
 
 
-async def fleet_status(targets: Sequence[str], servers: Iterable[Any] = (), *,
-                       timeout: float = STATUS_TIMEOUT,
-                       make_host: Callable[[str], Host] | None = None) -> list[FleetStatus]:
+async def fleet_status(
+    targets: Sequence[str],
+    servers: Iterable[Any] = (),
+    *,
+    timeout: float = STATUS_TIMEOUT,
+    make_host: Callable[[str], Host] | None = None,
+) -> list[FleetStatus]:
     """:func:`host_status` of every target at once (one connection each), in the given order."""
     extra = tuple(servers)
-    return list(await asyncio.gather(*(host_status(t, extra, timeout=timeout, make_host=make_host)
-                                       for t in targets)))
+    return list(await asyncio.gather(*(host_status(t, extra, timeout=timeout, make_host=make_host) for t in targets)))
 
 
 def fleet_json(entries: Sequence[FleetStatus]) -> dict[str, Any]:
@@ -202,5 +213,15 @@ def fleet_json(entries: Sequence[FleetStatus]) -> dict[str, Any]:
     return {"hosts": hosts}
 
 
-__all__ = ["FleetMember", "FleetStatus", "GroupError", "expand_targets", "fleet_json", "fleet_members",
-           "fleet_status", "host_status", "is_group", "load_groups"]
+__all__ = [
+    "FleetMember",
+    "FleetStatus",
+    "GroupError",
+    "expand_targets",
+    "fleet_json",
+    "fleet_members",
+    "fleet_status",
+    "host_status",
+    "is_group",
+    "load_groups",
+]

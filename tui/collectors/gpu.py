@@ -31,8 +31,8 @@ from tui.collectors.smi import (
     parse_gpu_line,
     parse_query_gpu,
 )
-from tui.model import GpuProcess, GpuSnapshot, GpuStatus
 from tui.hostops.hosts import ByteStream, Host, HostError
+from tui.model import GpuProcess, GpuSnapshot, GpuStatus
 from tui.util.retry import Backoff
 
 NVIDIA_SMI = "nvidia-smi"

@@ -17,8 +17,8 @@ import socket
 import time
 from typing import Any
 
-from tui.model import NA, HostStats, Num
 from tui.hostops.hosts import Host, HostError
+from tui.model import NA, HostStats, Num
 
 #: The remote probe (constant text, sent on stdin).
 PROC_SCRIPT = r"""
@@ -119,9 +119,7 @@ class HostCollector:
 
         t = psutil.cpu_times()
         idle = t.idle + getattr(t, "iowait", 0.0)
-        total = sum(
-            getattr(t, f, 0.0) for f in ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
-        )
+        total = sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"))
         # scale to integer centiseconds so the same delta arithmetic applies
         cur = (int(total * 100), int(idle * 100))
         pct = cpu_percent(self._prev, cur)

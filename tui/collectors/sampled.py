@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, AsyncGenerator, Callable, Iterable
 
 from tui.collectors.servers import ServerCollector, ServerSpec, _Probe
 from tui.collectors.smi import classify_failure, join_processes, parse_compute_apps, parse_gpu_line
-from tui.model import NA, GpuProcess, GpuStatus, HostStats, ServerStats
 from tui.hostops.hosts import Host, HostError
+from tui.model import NA, GpuProcess, GpuStatus, HostStats, ServerStats
 from tui.services.sampler import HostSampler
 
 if TYPE_CHECKING:
@@ -84,8 +84,9 @@ class SampledGpu:
                 told = s.reason
                 yield GpuStatus("host-unreachable", message=f"host sampler: {s.reason}", time=time.time())
             if not await s.wait_change(self.watchdog) and s.state == "running":
-                yield GpuStatus("unresponsive", message=f"no line from the host sampler for {self.watchdog:g} s",
-                                time=time.time())
+                yield GpuStatus(
+                    "unresponsive", message=f"no line from the host sampler for {self.watchdog:g} s", time=time.time()
+                )
 
     async def aclose(self) -> None:
         await self.sampler.aclose()
@@ -135,9 +136,15 @@ class SampledHost:
             return v if isinstance(v, (int, float)) and not isinstance(v, bool) else NA
 
         return HostStats(
-            hostname=str(msg.get("hostname") or target), cpu_percent=pct, cpu_count=num(msg.get("cpus")),
-            mem_used=num(msg.get("mem_used")), mem_total=num(msg.get("mem_total")),
-            load1=num(load[0]), load5=num(load[1]), load15=num(load[2]), uptime=num(msg.get("uptime")),
+            hostname=str(msg.get("hostname") or target),
+            cpu_percent=pct,
+            cpu_count=num(msg.get("cpus")),
+            mem_used=num(msg.get("mem_used")),
+            mem_total=num(msg.get("mem_total")),
+            load1=num(load[0]),
+            load5=num(load[1]),
+            load15=num(load[2]),
+            uptime=num(msg.get("uptime")),
             time=float(msg.get("time") or time.time()),
         )
 
@@ -163,7 +170,7 @@ class _SampledServerCollector(ServerCollector):
     async def _get(self, url: str, *, want_json: bool = False) -> _Probe:
         if not url.startswith(_SCHEME):
             return await super()._get(url, want_json=want_json)
-        port_text, _, path = url[len(_SCHEME):].partition("/")
+        port_text, _, path = url[len(_SCHEME) :].partition("/")
         msg = self.sampler.servers.get(int(port_text))
         stale = self.probe_timeout * 2 + 3 * self.sampler.interval
         if msg is None or time.time() - float(msg.get("time", 0)) > stale:
@@ -187,8 +194,15 @@ class SampledServers:
     read on the host's loopback by the sampler, plus ``extra`` specs (given by URL, probed
     from here as before)."""
 
-    def __init__(self, host: Host, sampler: HostSampler, fallback: Callable[[], WatchedServers],
-                 extra: Iterable[ServerSpec] = (), *, timeout: float = 8.0) -> None:
+    def __init__(
+        self,
+        host: Host,
+        sampler: HostSampler,
+        fallback: Callable[[], WatchedServers],
+        extra: Iterable[ServerSpec] = (),
+        *,
+        timeout: float = 8.0,
+    ) -> None:
         self.host = host
         self.sampler = sampler
         self.extra = tuple(extra)
@@ -210,15 +224,23 @@ class SampledServers:
                 self.fallback = self._fallback_factory()
             return await self.fallback.sample()
         if state != "running":
-            raise s.error or HostError("connection-lost", f"host sampler: {s.reason or state}",
-                                       target=self.host.target)
+            raise s.error or HostError("connection-lost", f"host sampler: {s.reason or state}", target=self.host.target)
         seq = s.seq.get("runs", 0)
         if seq != self._runs_seq and "runs" in s.runs:
             self._runs_seq = seq
-            runs = [HostRun(str(r.get("id")), r.get("pid"), r.get("starttime"), bool(r.get("alive")), r.get("rc"),
-                            int(r.get("log_size") or 0), str(r.get("dir") or ""),
-                            dict(meta) if isinstance(meta := r.get("meta"), dict) else {})
-                    for r in s.runs["runs"]]
+            runs = [
+                HostRun(
+                    str(r.get("id")),
+                    r.get("pid"),
+                    r.get("starttime"),
+                    bool(r.get("alive")),
+                    r.get("rc"),
+                    int(r.get("log_size") or 0),
+                    str(r.get("dir") or ""),
+                    dict(meta) if isinstance(meta := r.get("meta"), dict) else {},
+                )
+                for r in s.runs["runs"]
+            ]
             names = {x.name for x in self.extra}
             known = tuple(x for x in servers_of_runs(self.host, runs) if x.name not in names)
             self.collector.set_specs(known + self.extra)

@@ -30,8 +30,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from tui.collectors import prom
-from tui.model import NA, Num, ServerStats
 from tui.hostops.hosts import Host, HostError
+from tui.model import NA, Num, ServerStats
 
 ENGINES = ("sglang", "vllm", "auto")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
@@ -245,8 +245,12 @@ class ServerCollector:
             root = await self._base_url(spec)
         except (HostError, OSError, ValueError) as exc:
             return ServerStats(
-                engine=engine, state="down", model=st.model or spec.model,
-                metrics_state="none", message=f"port forward failed: {exc}", **base,
+                engine=engine,
+                state="down",
+                model=st.model or spec.model,
+                metrics_state="none",
+                message=f"port forward failed: {exc}",
+                **base,
             )
         want_models = not (st.model or spec.model)
         health_p, metrics_p, models_p = await asyncio.gather(
@@ -301,7 +305,11 @@ class ServerCollector:
             figures = self._figures(m, engine, st, time.monotonic())
         elif metrics_p.status == 404:
             metrics_state = "disabled"
-            note = "no /metrics: start SGLang with --enable-metrics" if engine in ("sglang", "auto") else "/metrics not found"
+            note = (
+                "no /metrics: start SGLang with --enable-metrics"
+                if engine in ("sglang", "auto")
+                else "/metrics not found"
+            )
             message = f"{message}; {note}" if message else note
         else:
             metrics_state = "error"
@@ -311,8 +319,13 @@ class ServerCollector:
         if engine == "auto":
             engine = "unknown"
         return ServerStats(
-            engine=engine, state=state, model=model, metrics_state=metrics_state, message=message,
-            **figures, **base,  # type: ignore[arg-type]
+            engine=engine,
+            state=state,
+            model=model,
+            metrics_state=metrics_state,
+            message=message,
+            **figures,  # type: ignore[arg-type]  # the figures' names are ServerStats fields
+            **base,
         )
 
     @staticmethod

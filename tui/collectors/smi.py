@@ -77,7 +77,19 @@ TEXT_FIELDS = frozenset(
     }
 )
 
-_NA_TEXTS = frozenset({"[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", "[GPU is lost]", "[Requested functionality has been deprecated]", "[Insufficient Permissions]", ""})
+_NA_TEXTS = frozenset(
+    {
+        "[N/A]",
+        "N/A",
+        "[Not Supported]",
+        "Not Supported",
+        "[Unknown Error]",
+        "[GPU is lost]",
+        "[Requested functionality has been deprecated]",
+        "[Insufficient Permissions]",
+        "",
+    }
+)
 _UNIT_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(?:%|MiB|GiB|KiB|W|MHz|C|°C|s|ms|mW)?$")
 _HEADER_CELL_RE = re.compile(r"^[a-z][a-z0-9_.]*(?: \[[^\]]*\])?$")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -202,9 +214,7 @@ def _header_name(cell: str) -> str:
 
 
 def _looks_like_header(cells: Sequence[str]) -> bool:
-    return bool(cells) and all(_HEADER_CELL_RE.match(c) for c in cells) and not all(
-        c.isdigit() for c in cells
-    )
+    return bool(cells) and all(_HEADER_CELL_RE.match(c) for c in cells) and not all(c.isdigit() for c in cells)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,9 +331,7 @@ def parse_compute_apps(
     return tuple(procs)
 
 
-def join_processes(
-    procs: Iterable[GpuProcess], gpus: Iterable[GpuSnapshot]
-) -> tuple[GpuProcess, ...]:
+def join_processes(procs: Iterable[GpuProcess], gpus: Iterable[GpuSnapshot]) -> tuple[GpuProcess, ...]:
     """Fill ``gpu_index`` from the GPUs' uuids."""
     idx = {g.uuid: g.index for g in gpus if g.uuid}
     out = []
@@ -451,9 +459,7 @@ _TABLE_GPU2 = re.compile(
     r"^\|\s*(\S+)\s+(\S+?)C?\s+(P\d+|\S+)\s+(\S+?)W?\s*/\s*(\S+?)W?\s+\|"
     r"\s+(\S+?)MiB\s*/\s*(\S+?)MiB\s+\|\s+(\S+?)%?\s+"
 )
-_TABLE_PROC = re.compile(
-    r"^\|\s+(\d+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\S+)\s+(.+?)\s+(\S+?)(?:MiB)?\s*\|$"
-)
+_TABLE_PROC = re.compile(r"^\|\s+(\d+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\S+)\s+(.+?)\s+(\S+?)(?:MiB)?\s*\|$")
 _TABLE_VERS = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s+(\S+)\s+CUDA Version:\s+(\S+)")
 
 

@@ -8,8 +8,8 @@ from typing import Any, Iterable, Sequence
 from tui.collectors.gpu import GpuCollector
 from tui.collectors.hoststats import HostCollector
 from tui.collectors.servers import ServerCollector, ServerSpec
-from tui.model import GpuStatus, HostStats, ServerStats, StatusSnapshot, jsonable
 from tui.hostops.hosts import Host, HostError
+from tui.model import GpuStatus, HostStats, ServerStats, StatusSnapshot, jsonable
 
 
 async def known_servers(host: Host) -> tuple[ServerSpec, ...]:
@@ -70,9 +70,7 @@ def model_from_argv(argv: Sequence[str]) -> str:
     return ""
 
 
-async def collect_status(
-    host: Host, servers: Iterable[ServerSpec] = (), *, cpu_window: float = 0.3
-) -> StatusSnapshot:
+async def collect_status(host: Host, servers: Iterable[ServerSpec] = (), *, cpu_window: float = 0.3) -> StatusSnapshot:
     """GPUs, host stats and servers once, concurrently. Failures become states, never raise.
 
     ``cpu_window``: seconds between the two host samples that give CPU %

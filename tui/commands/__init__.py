@@ -16,8 +16,13 @@ if TYPE_CHECKING:
 class _HostAction(argparse.Action):
     """``--host`` keeps its last value in ``host`` (as before) and every value in ``hosts``."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
         namespace.hosts = [*(getattr(namespace, "hosts", None) or []), values]
         namespace.host = values
 
@@ -70,8 +75,10 @@ def finish_args(args: argparse.Namespace) -> argparse.Namespace:
     args.fleet = len(hosts) > 1 or any(h.startswith("@") for h in hosts)
     command = getattr(args, "command", None)
     if args.fleet and command not in FLEET_COMMANDS:
-        print(f"tunedeck {command}: one --host only (several hosts and @GROUP: the dashboard and "
-              "`tunedeck status`)", file=sys.stderr)
+        print(
+            f"tunedeck {command}: one --host only (several hosts and @GROUP: the dashboard and `tunedeck status`)",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     if args.demo and (args.fleet or args.host not in (None, "local")):
         raise SystemExit("tunedeck: --demo runs on this machine; it cannot be combined with --host")

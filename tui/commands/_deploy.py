@@ -33,23 +33,36 @@ async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
     from tui.profiles.deploy import build_deployment
 
     if args.demo:
-        return err("launch", f"profile {profile.name!r} runs on its nodes ({', '.join(profile.nodes)}); "
-                   "--demo is one machine: use --sim to run the simulator on the nodes")
+        return err(
+            "launch",
+            f"profile {profile.name!r} runs on its nodes ({', '.join(profile.nodes)}); "
+            "--demo is one machine: use --sim to run the simulator on the nodes",
+        )
     if args.host not in (None, "local"):
         return err("launch", f"profile {profile.name!r} names its nodes ({', '.join(profile.nodes)}); drop --host")
     if args.cmd or args.env or args.port is not None:
         return err("launch", "a multi-node profile takes no --cmd, --env or --port: set them in the profile")
     try:
-        plan = build_deployment(profile, head_address=D.resolve_head_address(profile), sim=args.sim,
-                                allow_dangerous=args.allow_dangerous_env)
+        plan = build_deployment(
+            profile,
+            head_address=D.resolve_head_address(profile),
+            sim=args.sim,
+            allow_dangerous=args.allow_dangerous_env,
+        )
     except ProfileError as e:
         return err("launch", str(e))
     hosts = await D.open_hosts(plan.nodes)
     try:
         quiet = args.json
         if not args.no_preflight:
-            py = next((s.command.executable[0] for s in plan.steps if s.command is not None and s.kind == "server"
-                       and "python" in s.command.executable[0]), "python3")
+            py = next(
+                (
+                    s.command.executable[0]
+                    for s in plan.steps
+                    if s.command is not None and s.kind == "server" and "python" in s.command.executable[0]
+                ),
+                "python3",
+            )
             findings = await D.preflight(plan, hosts, python=py if not plan.sim else profile.python)
             errors = [f for f in findings if f.severity == "error"]
             for f in findings:
@@ -58,8 +71,11 @@ async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
             if errors:
                 if args.json:
                     _print({"launched": False, "preflight": [f.__dict__ for f in findings]})
-                return err("launch", f"refused: pre-flight found {len(errors)} problem(s) "
-                           f"(first: {errors[0].node}: {errors[0].message})")
+                return err(
+                    "launch",
+                    f"refused: pre-flight found {len(errors)} problem(s) "
+                    f"(first: {errors[0].node}: {errors[0].message})",
+                )
 
         def say(msg: str) -> None:
             if not quiet:
@@ -71,8 +87,11 @@ async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
                 _print({"deployment": rec.to_json()})
             return err("launch", rec.diagnosis or "the deployment did not start")
         if not args.json:
-            print(f"launched deployment {rec.deploy_id}: {len(rec.members)} processes on {len(rec.nodes)} nodes "
-                  f"(head {rec.head}, rendezvous {rec.rendezvous})", file=sys.stderr if args.wait else sys.stdout)
+            print(
+                f"launched deployment {rec.deploy_id}: {len(rec.members)} processes on {len(rec.nodes)} nodes "
+                f"(head {rec.head}, rendezvous {rec.rendezvous})",
+                file=sys.stderr if args.wait else sys.stdout,
+            )
         if not args.wait:
             if args.json:
                 _print({"deployment": rec.to_json()})
@@ -80,8 +99,7 @@ async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
         last = [""]
 
         def show(states: list[D.MemberState], v: D.Verdict) -> None:
-            line = "  ".join(f"{s.node}: {s.progress.phase or s.state if s.progress else s.state}"
-                             for s in states)
+            line = "  ".join(f"{s.node}: {s.progress.phase or s.state if s.progress else s.state}" for s in states)
             if line != last[0] and not quiet:
                 last[0] = line
                 print(line, file=sys.stderr)
@@ -94,19 +112,32 @@ async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
         await D.close_hosts(hosts)
     rec = D.DeploymentStore().load(rec.deploy_id) or rec
     if args.json:
-        _print({"deployment": rec.to_json(), "state": verdict.state, "diagnosis": verdict.diagnosis,
-                "proof": verdict.proof, "first_failed": verdict.first_failed,
-                "never_joined": list(verdict.never_joined), "members": [s.jsonable() for s in states]})
+        _print(
+            {
+                "deployment": rec.to_json(),
+                "state": verdict.state,
+                "diagnosis": verdict.diagnosis,
+                "proof": verdict.proof,
+                "first_failed": verdict.first_failed,
+                "never_joined": list(verdict.never_joined),
+                "members": [s.jsonable() for s in states],
+            }
+        )
     if verdict.state == "ready":
         if not args.json:
             print(f"deployment {rec.deploy_id} ready (serving on {rec.head}, port {rec.http_port})")
         return 0
     if verdict.state == "starting":
-        print(f"tunedeck launch: deployment {rec.deploy_id} not ready after {args.timeout:g} s; it keeps "
-              f"running (tunedeck stop {rec.deploy_id} to end it)", file=sys.stderr)
+        print(
+            f"tunedeck launch: deployment {rec.deploy_id} not ready after {args.timeout:g} s; it keeps "
+            f"running (tunedeck stop {rec.deploy_id} to end it)",
+            file=sys.stderr,
+        )
         return 3
-    print(f"tunedeck launch: deployment {rec.deploy_id} {verdict.state}: {visible(verdict.diagnosis or '')}",
-          file=sys.stderr)
+    print(
+        f"tunedeck launch: deployment {rec.deploy_id} {verdict.state}: {visible(verdict.diagnosis or '')}",
+        file=sys.stderr,
+    )
     if verdict.proof:
         print(f"  log: {visible(verdict.proof)}", file=sys.stderr)
     print(f"  (tunedeck stop {rec.deploy_id} stops every node)", file=sys.stderr)
@@ -128,9 +159,19 @@ async def member_rows(rec: D.DeploymentRecord, runstore: RunStore) -> list[dict[
                     alive = await process_alive(hosts[m.node], run.pid, run.starttime)
                 except HostError:
                     alive = None
-            rows.append({"node": m.node, "rank": m.rank, "role": m.role, "kind": m.kind, "run_id": m.run_id,
-                         "status": run.status if run else "unknown", "pid": run.pid if run else None,
-                         "alive": alive, "diagnosis": run.diagnosis if run else None})
+            rows.append(
+                {
+                    "node": m.node,
+                    "rank": m.rank,
+                    "role": m.role,
+                    "kind": m.kind,
+                    "run_id": m.run_id,
+                    "status": run.status if run else "unknown",
+                    "pid": run.pid if run else None,
+                    "alive": alive,
+                    "diagnosis": run.diagnosis if run else None,
+                }
+            )
     finally:
         await D.close_hosts(hosts)
     return rows
@@ -141,14 +182,18 @@ async def show_deployment(args: argparse.Namespace, rec: D.DeploymentRecord) -> 
     if args.json:
         _print({**rec.to_json(), "members": rows})
         return 0
-    print(f"deployment {rec.deploy_id}  {rec.status}  {rec.engine} {rec.mode}  profile {rec.profile}  "
-          f"rendezvous {rec.rendezvous}  age {age(time.time() - rec.created)}")
+    print(
+        f"deployment {rec.deploy_id}  {rec.status}  {rec.engine} {rec.mode}  profile {rec.profile}  "
+        f"rendezvous {rec.rendezvous}  age {age(time.time() - rec.created)}"
+    )
     if rec.diagnosis:
         print(f"  {visible(rec.diagnosis)}")
     print(f"  {'NODE':28} {'ROLE':8} {'KIND':10} {'RUN':14} {'STATUS':9} {'PID':>8} ALIVE")
     for r in rows:
-        print(f"  {visible(r['node'])[:28]:28} {r['role']:8} {r['kind']:10} {r['run_id']:14} {r['status']:9} "
-              f"{r['pid'] or '-':>8} {'yes' if r['alive'] else 'no' if r['alive'] is False else '?'}")
+        print(
+            f"  {visible(r['node'])[:28]:28} {r['role']:8} {r['kind']:10} {r['run_id']:14} {r['status']:9} "
+            f"{r['pid'] or '-':>8} {'yes' if r['alive'] else 'no' if r['alive'] is False else '?'}"
+        )
     return 0
 
 
@@ -199,14 +244,19 @@ async def stop(args: argparse.Namespace, rec: D.DeploymentRecord) -> int:
     desc = ", ".join(f"{m.node} ({m.kind})" for m in order)
     if not args.yes:
         if not sys.stdin.isatty():
-            print(f"tunedeck stop: stop deployment {rec.deploy_id} ({desc})? Not stopped: pass --yes to stop "
-                  "without asking.", file=sys.stderr)
+            print(
+                f"tunedeck stop: stop deployment {rec.deploy_id} ({desc})? Not stopped: pass --yes to stop "
+                "without asking.",
+                file=sys.stderr,
+            )
             return 1
 
         def ask() -> bool:
             try:
-                ans = input(f"Stop deployment {rec.deploy_id} ({rec.profile}) on {len(rec.nodes)} nodes, in this "
-                            f"order: {desc}? [y/N] ")
+                ans = input(
+                    f"Stop deployment {rec.deploy_id} ({rec.profile}) on {len(rec.nodes)} nodes, in this "
+                    f"order: {desc}? [y/N] "
+                )
             except EOFError:
                 ans = ""
             return ans.strip().lower() in ("y", "yes")
@@ -221,13 +271,21 @@ async def stop(args: argparse.Namespace, rec: D.DeploymentRecord) -> int:
         await D.close_hosts(hosts)
     ok = all(r.state in ("stopped", "exited", "stale") for r in results) and all(v is not False for v in free.values())
     if args.json:
-        _print({"deployment": rec.deploy_id, "state": "stopped" if ok else "partial",
-                "members": [r.__dict__ for r in results], "gpus_free": free})
+        _print(
+            {
+                "deployment": rec.deploy_id,
+                "state": "stopped" if ok else "partial",
+                "members": [r.__dict__ for r in results],
+                "gpus_free": free,
+            }
+        )
     else:
         for r in results:
             print(f"{r.node} ({r.kind}): {visible(r.message)}")
         for node, v in free.items():
-            print(f"{node}: GPUs {'free' if v else 'still list its processes' if v is False else 'unknown (no nvidia-smi)'}")
+            print(
+                f"{node}: GPUs {'free' if v else 'still list its processes' if v is False else 'unknown (no nvidia-smi)'}"
+            )
     return 0 if ok else 1
 
 

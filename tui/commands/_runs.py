@@ -6,11 +6,10 @@ import argparse
 import sys
 from typing import Sequence
 
-from tui.hostops.hosts import Host, HostError
-from tui.services.targets import get_host
-from tui.hostops.hosts import target_name
+from tui.hostops.hosts import Host, HostError, target_name
 from tui.hostops.launcher import pick_run, reattach
 from tui.hostops.runstore import RunRecord, RunStore
+from tui.services.targets import get_host
 from tui.util.safety import UnsafeInput, visible
 
 

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
-        "ab", parents=[common],
+        "ab",
+        parents=[common],
         help="A/B two profiles: launch, benchmark, stop each, then compare",
         description="Runs ON the host, detached: stops what is running (asks first), then for A and for "
         "B: launch, wait ready, flush the prefix cache, run the plan's benchmarks next to the server, "
@@ -34,17 +35,38 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("b", metavar="B", nargs="?", help="profile name for B (the candidate)")
     p.add_argument("--attach", metavar="ID", help="follow an A/B running (or ended) on --host/--demo")
     p.add_argument("--cancel", metavar="ID", help="cancel an A/B on --host/--demo (asks first; results kept)")
-    p.add_argument("--python", metavar="PATH", default=None,
-                   help="the host's Python (>= 3.9) for the campaign (default: A's profile python, else python3)")
-    p.add_argument("--plan", default="default", metavar="NAME",
-                   help="benchmark plan: quick, default, sweep, a user plan or a .toml path (default: default)")
-    p.add_argument("--repeats", type=int, default=1, metavar="N",
-                   help="run the plan N times per side for a mean and a noise band (default 1)")
-    p.add_argument("--interleave", action="store_true",
-                   help="relaunch for every repeat, alternating A B A B (catches drift; costs a load each)")
+    p.add_argument(
+        "--python",
+        metavar="PATH",
+        default=None,
+        help="the host's Python (>= 3.9) for the campaign (default: A's profile python, else python3)",
+    )
+    p.add_argument(
+        "--plan",
+        default="default",
+        metavar="NAME",
+        help="benchmark plan: quick, default, sweep, a user plan or a .toml path (default: default)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the plan N times per side for a mean and a noise band (default 1)",
+    )
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="relaunch for every repeat, alternating A B A B (catches drift; costs a load each)",
+    )
     p.add_argument("--yes", "-y", action="store_true", help="stop a running server without asking")
-    p.add_argument("--noise", type=float, default=DEFAULT_NOISE_PCT, metavar="PCT",
-                   help=f"noise threshold for single runs, in %% (default {DEFAULT_NOISE_PCT:g})")
+    p.add_argument(
+        "--noise",
+        type=float,
+        default=DEFAULT_NOISE_PCT,
+        metavar="PCT",
+        help=f"noise threshold for single runs, in %% (default {DEFAULT_NOISE_PCT:g})",
+    )
     p.add_argument("--json", action="store_true", help="print the report (sides, comparison, journal id) as JSON")
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown")
     p.add_argument("--csv", metavar="FILE", help="also write the comparison as CSV")
@@ -91,9 +113,9 @@ async def run(args: argparse.Namespace) -> int:
         return _fail("--repeats must be between 1 and 100")
     if not (0 <= args.noise <= 100):
         return _fail("--noise must be between 0 and 100")
+    from tui.hostops.hosts import HostError
     from tui.services import jobs, runtime
     from tui.services.abrun import ABRun
-    from tui.hostops.hosts import HostError
     from tui.services.targets import get_host
 
     ref = args.attach or args.cancel
@@ -124,13 +146,25 @@ async def run(args: argparse.Namespace) -> int:
                 print(await ab.cancel(), file=sys.stderr)
         else:
             ab = await ABRun.start(
-                host, args.a, args.b, plan, demo=args.demo, repeats=args.repeats, interleave=args.interleave,
-                noise_pct=noise, confirm_stop=lambda q: _ask(args, q), python=args.python, host_label=label,
+                host,
+                args.a,
+                args.b,
+                plan,
+                demo=args.demo,
+                repeats=args.repeats,
+                interleave=args.interleave,
+                noise_pct=noise,
+                confirm_stop=lambda q: _ask(args, q),
+                python=args.python,
+                host_label=label,
             )
             if not args.quiet:
-                print(f"tunedeck ab: A/B job {ab.id} runs on {label}; Ctrl-C detaches (it goes on); "
-                      f"`tunedeck ab --attach {ab.id}` follows it, `--cancel {ab.id}` stops it",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"tunedeck ab: A/B job {ab.id} runs on {label}; Ctrl-C detaches (it goes on); "
+                    f"`tunedeck ab --attach {ab.id}` follows it, `--cancel {ab.id}` stops it",
+                    file=sys.stderr,
+                    flush=True,
+                )
         return await _follow(args, ab, label)
     except ValueError as e:  # a profile that cannot be used: exit 1, as everywhere else
         return _fail(str(e), 1)
@@ -150,8 +184,11 @@ async def _follow(args: argparse.Namespace, ab: Any, label: str) -> int:
 
     def on_link(e: Exception, attempt: int) -> None:
         if not args.quiet:
-            print(f"tunedeck ab: link to {label} lost ({e}); the A/B goes on there, reconnecting "
-                  f"(attempt {attempt})", file=sys.stderr, flush=True)
+            print(
+                f"tunedeck ab: link to {label} lost ({e}); the A/B goes on there, reconnecting (attempt {attempt})",
+                file=sys.stderr,
+                flush=True,
+            )
 
     ab.on_link_error = on_link
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -160,8 +197,10 @@ async def _follow(args: argparse.Namespace, ab: Any, label: str) -> int:
         async for ev in ab.events():
             printer(ev)
     except asyncio.CancelledError:
-        print(f"tunedeck ab: detached; A/B {ab.id} goes on on {label}; `tunedeck ab --attach {ab.id}` "
-              "follows it again", file=sys.stderr)
+        print(
+            f"tunedeck ab: detached; A/B {ab.id} goes on on {label}; `tunedeck ab --attach {ab.id}` follows it again",
+            file=sys.stderr,
+        )
         return 130
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

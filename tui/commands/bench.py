@@ -116,59 +116,132 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     g.add_argument("--port", type=_port, help="server port on --host/--demo (reached through a port forward)")
     g.add_argument("--model", help="model name (default: the first one /v1/models lists)")
     g.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
-    g.add_argument("--ready-timeout", type=_pos_float, default=120.0, metavar="S",
-                   help="seconds to wait for the server to answer /v1/models (default 120)")
+    g.add_argument(
+        "--ready-timeout",
+        type=_pos_float,
+        default=120.0,
+        metavar="S",
+        help="seconds to wait for the server to answer /v1/models (default 120)",
+    )
     w = p.add_argument_group("workload")
-    w.add_argument("--concurrency", type=_int_list, default=None, metavar="C[,C...]",
-                   help="max concurrency; a list sweeps (default 1 with an infinite rate)")
-    w.add_argument("--request-rate", type=_rate_list, default=None, metavar="R[,R...]",
-                   help="requests/s (Gamma arrivals; 'inf' = all at once, gated by --concurrency); a list sweeps")
+    w.add_argument(
+        "--concurrency",
+        type=_int_list,
+        default=None,
+        metavar="C[,C...]",
+        help="max concurrency; a list sweeps (default 1 with an infinite rate)",
+    )
+    w.add_argument(
+        "--request-rate",
+        type=_rate_list,
+        default=None,
+        metavar="R[,R...]",
+        help="requests/s (Gamma arrivals; 'inf' = all at once, gated by --concurrency); a list sweeps",
+    )
     w.add_argument("--burstiness", type=_pos_float, default=1.0, help="Gamma shape (1 = Poisson)")
     w.add_argument("--num-prompts", type=_pos_int, default=None, help="requests per level (default 5 x C, >= 10)")
-    w.add_argument("--input-len", type=_pos_int, default=128,
-                   help="prompt length in tokens (completions: exactly, as token ids; chat: fitted with the "
-                   "server's /tokenize where it has one)")
+    w.add_argument(
+        "--input-len",
+        type=_pos_int,
+        default=128,
+        help="prompt length in tokens (completions: exactly, as token ids; chat: fitted with the "
+        "server's /tokenize where it has one)",
+    )
     w.add_argument("--output-len", type=_pos_int, default=128, help="max_tokens per request")
     w.add_argument("--warmup", type=_nonneg_int, default=1, help="warmup requests per level (not recorded)")
-    w.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
-                   help="send ignore_eos so every request generates --output-len tokens (default on)")
+    w.add_argument(
+        "--ignore-eos",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="send ignore_eos so every request generates --output-len tokens (default on)",
+    )
     w.add_argument("--temperature", type=_temperature, default=0.0, help="sampling temperature (default 0)")
     w.add_argument("--seed", type=int, default=0)
     m = p.add_argument_group("metrics")
-    m.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
-                   help="SLOs for goodput: ttft:MS tpot:MS e2el:MS as vLLM, and itl:MS (tunedeck's: the "
-                   "largest gap between a request's output events)")
-    m.add_argument("--metric-percentiles", type=_percentiles, default=[90.0, 99.0], metavar="P[,P...]",
-                   help="percentiles to report (default 90,99)")
+    m.add_argument(
+        "--goodput",
+        nargs="+",
+        default=[],
+        metavar="KEY:MS",
+        help="SLOs for goodput: ttft:MS tpot:MS e2el:MS as vLLM, and itl:MS (tunedeck's: the "
+        "largest gap between a request's output events)",
+    )
+    m.add_argument(
+        "--metric-percentiles",
+        type=_percentiles,
+        default=[90.0, 99.0],
+        metavar="P[,P...]",
+        help="percentiles to report (default 90,99)",
+    )
     c = p.add_argument_group("client")
     c.add_argument("--workers", type=_pos_int, default=1, help="client processes (when one core is not enough)")
-    c.add_argument("--no-preconnect", dest="preconnect", action="store_false",
-                   help="open connections during the timed phase instead of before it")
-    c.add_argument("--read-timeout", type=_pos_float, default=600.0, metavar="S",
-                   help="largest gap allowed between two reads of a response (default 600)")
-    c.add_argument("--request-timeout", type=_pos_float, default=None, metavar="S",
-                   help="per-request deadline (default none)")
-    c.add_argument("--client-where", choices=("host", "local"), default=None,
-                   help="with --host/--demo: run the client on the host next to the server (default; it "
-                   "survives a lost link), or here through an SSH port forward ('local': the numbers "
-                   "include the tunnel and are marked so)")
-    c.add_argument("--python", metavar="PATH", default=None,
-                   help="the host's Python (>= 3.9) for the host-side client (default: python3 on its PATH)")
+    c.add_argument(
+        "--no-preconnect",
+        dest="preconnect",
+        action="store_false",
+        help="open connections during the timed phase instead of before it",
+    )
+    c.add_argument(
+        "--read-timeout",
+        type=_pos_float,
+        default=600.0,
+        metavar="S",
+        help="largest gap allowed between two reads of a response (default 600)",
+    )
+    c.add_argument(
+        "--request-timeout", type=_pos_float, default=None, metavar="S", help="per-request deadline (default none)"
+    )
+    c.add_argument(
+        "--client-where",
+        choices=("host", "local"),
+        default=None,
+        help="with --host/--demo: run the client on the host next to the server (default; it "
+        "survives a lost link), or here through an SSH port forward ('local': the numbers "
+        "include the tunnel and are marked so)",
+    )
+    c.add_argument(
+        "--python",
+        metavar="PATH",
+        default=None,
+        help="the host's Python (>= 3.9) for the host-side client (default: python3 on its PATH)",
+    )
     j = p.add_argument_group("host-side runs")
-    j.add_argument("--attach", metavar="ID", default=None,
-                   help="follow a benchmark running on --host/--demo again (its results are mirrored here)")
-    j.add_argument("--stop", metavar="ID", default=None,
-                   help="stop a benchmark running on --host/--demo (finished samples are kept)")
+    j.add_argument(
+        "--attach",
+        metavar="ID",
+        default=None,
+        help="follow a benchmark running on --host/--demo again (its results are mirrored here)",
+    )
+    j.add_argument(
+        "--stop",
+        metavar="ID",
+        default=None,
+        help="stop a benchmark running on --host/--demo (finished samples are kept)",
+    )
     o = p.add_argument_group("output")
     o.add_argument("--label", default=None)
     o.add_argument("--profile", default=None, help="profile name to record with the run")
-    o.add_argument("--meta-json", type=Path, default=None, metavar="FILE",
-                   help="JSON object merged into meta.json (server argv/env, gpus, ...; secrets redacted)")
-    o.add_argument("--progress", action="store_true",
-                   help="JSON progress lines on stdout (one per second); the result block goes to stderr")
+    o.add_argument(
+        "--meta-json",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="JSON object merged into meta.json (server argv/env, gpus, ...; secrets redacted)",
+    )
+    o.add_argument(
+        "--progress",
+        action="store_true",
+        help="JSON progress lines on stdout (one per second); the result block goes to stderr",
+    )
     o.add_argument("--progress-samples", action="store_true", help="with --progress: one line per request too")
-    o.add_argument("--json", nargs="?", const="-", default=None, metavar="OUT",
-                   help="write the summary JSON to OUT ('-' or no value: stdout)")
+    o.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="OUT",
+        help="write the summary JSON to OUT ('-' or no value: stdout)",
+    )
     p.set_defaults(func=run_bench)
 
 
@@ -194,8 +267,7 @@ async def _host_gpus(host: Any) -> list[str]:
     from tui.hostops.hosts import HostError
 
     try:
-        r = await host.run(["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader"],
-                           timeout=10)
+        r = await host.run(["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader"], timeout=10)
     except HostError as e:
         log.info("GPU names not recorded: %s", e)
         return []
@@ -309,8 +381,8 @@ async def run_bench(args: argparse.Namespace) -> int:
 
 async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, Any]) -> int:
     """The client here, against --url (the engine in this process)."""
-    from tui.bench.runner import run_benchmark
     from tui.bench.config import NotReady
+    from tui.bench.runner import run_benchmark
     from tui.bench.store import StoreError
 
     u = cfg.url
@@ -351,9 +423,9 @@ async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, A
 
 async def _host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | None) -> int:
     """A benchmark on --host/--demo: start (or attach to / stop) it and follow it here."""
+    from tui.hostops.hosts import HostError
     from tui.services import jobs, runtime
     from tui.services.benchrun import HOST, BenchRun
-    from tui.hostops.hosts import HostError
     from tui.services.targets import get_host
     from tui.util.safety import UnsafeInput
 
@@ -371,8 +443,7 @@ async def _host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | 
         if args.attach:
             run = await BenchRun.attach(host, args.attach)
             if not run.job or not run.job.alive:
-                print(f"tunedeck bench: job {run.job_id} has ended; its results are mirrored here",
-                      file=sys.stderr)
+                print(f"tunedeck bench: job {run.job_id} has ended; its results are mirrored here", file=sys.stderr)
         else:
             assert new is not None
             cfg, meta_extra = new
@@ -381,12 +452,17 @@ async def _host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | 
             if gpus:
                 meta_extra.setdefault("gpus", gpus)
             where = args.client_where or "host"
-            run = await BenchRun.start(host, cfg, meta_extra=meta_extra,
-                                       where=HOST if where == "host" else "local", python=args.python)
+            run = await BenchRun.start(
+                host, cfg, meta_extra=meta_extra, where=HOST if where == "host" else "local", python=args.python
+            )
         if run.job is not None and run.job.alive:
-            print(f"tunedeck bench: job {run.job_id} runs on {target} next to the server; Ctrl-C detaches "
-                  f"(it goes on); follow it with `tunedeck bench --attach {run.job_id}`, stop it with "
-                  f"`--stop {run.job_id}`", file=sys.stderr, flush=True)
+            print(
+                f"tunedeck bench: job {run.job_id} runs on {target} next to the server; Ctrl-C detaches "
+                f"(it goes on); follow it with `tunedeck bench --attach {run.job_id}`, stop it with "
+                f"`--stop {run.job_id}`",
+                file=sys.stderr,
+                flush=True,
+            )
         return await _follow(args, run)
     except (jobs.JobError, runtime.RuntimeUnavailable, ValueError) as e:
         return _fail(str(e), 1)
@@ -409,8 +485,12 @@ async def _follow(args: argparse.Namespace, run: Any) -> int:
         task.cancel()
 
     def on_link(e: Exception, attempt: int) -> None:
-        print(f"tunedeck bench: link to the host lost ({e}); the benchmark goes on there, reconnecting "
-              f"(attempt {attempt})", file=sys.stderr, flush=True)
+        print(
+            f"tunedeck bench: link to the host lost ({e}); the benchmark goes on there, reconnecting "
+            f"(attempt {attempt})",
+            file=sys.stderr,
+            flush=True,
+        )
 
     run.on_link_error = on_link
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -421,11 +501,13 @@ async def _follow(args: argparse.Namespace, run: Any) -> int:
     except asyncio.CancelledError:
         if run.job is None:
             await run.stop()
-            print("tunedeck bench: interrupted; finished samples were saved (summary marked partial)",
-                  file=sys.stderr)
+            print("tunedeck bench: interrupted; finished samples were saved (summary marked partial)", file=sys.stderr)
             return 130
-        print(f"tunedeck bench: detached; job {run.job_id} goes on; `tunedeck bench --attach {run.job_id}` "
-              "follows it again", file=sys.stderr)
+        print(
+            f"tunedeck bench: detached; job {run.job_id} goes on; `tunedeck bench --attach {run.job_id}` "
+            "follows it again",
+            file=sys.stderr,
+        )
         return 130 if detached else 1
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -461,8 +543,8 @@ async def start_run(argv: list[str]) -> Any:
     runs on this machine as a host-side job too, so the dashboard's own event loop never skews it
     and closing the dashboard does not cut it. Returns a :class:`tui.services.benchrun.BenchRun`."""
     from tui.bench import metrics
-    from tui.services.benchrun import BenchRun
     from tui.hostops.hosts import LocalHost
+    from tui.services.benchrun import BenchRun
     from tui.services.targets import get_host
 
     args = parse_args(argv)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tui.ab.compare import DEFAULT_NOISE_PCT, Comparison, compare
 from tui.ab.render import to_csv, to_json, to_markdown, to_text
@@ -19,7 +18,8 @@ if TYPE_CHECKING:
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
-        "compare", parents=[common],
+        "compare",
+        parents=[common],
         help="compare two runs (or an A/B's sides): deltas and verdicts",
         description="REF is a benchmark run id (or prefix, or its folder), an A/B id from the journal "
         "(alone: compares its A and B), or ABID:A / ABID:B.",
@@ -29,8 +29,13 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown to FILE ('-': stdout)")
     g.add_argument("--csv", metavar="FILE", help="also write the comparison as CSV to FILE ('-': stdout)")
-    p.add_argument("--noise", type=float, default=DEFAULT_NOISE_PCT, metavar="PCT",
-                   help=f"noise threshold for single runs, in %% (default {DEFAULT_NOISE_PCT:g})")
+    p.add_argument(
+        "--noise",
+        type=float,
+        default=DEFAULT_NOISE_PCT,
+        metavar="PCT",
+        help=f"noise threshold for single runs, in %% (default {DEFAULT_NOISE_PCT:g})",
+    )
     p.set_defaults(func=run)
 
 

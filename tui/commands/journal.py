@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tui.ab.journal import Journal, export
 from tui.util.files import atomic_write_text
@@ -17,8 +16,9 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser("journal", parents=[common],
-                              help="the tuning journal: every A/B, launch and benchmark run")
+    p = subparsers.add_parser(
+        "journal", parents=[common], help="the tuning journal: every A/B, launch and benchmark run"
+    )
     sub = p.add_subparsers(dest="journal_cmd", metavar="ACTION")
     jp = argparse.ArgumentParser(add_help=False)
     jp.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
     for ent in ents:
         kind = ent.get("kind")
         if kind == "ab":
-            what = f"{(ent.get('a') or {}).get('profile')} vs {(ent.get('b') or {}).get('profile')} plan={ent.get('plan')}"
+            what = (
+                f"{(ent.get('a') or {}).get('profile')} vs {(ent.get('b') or {}).get('profile')} plan={ent.get('plan')}"
+            )
             res = (ent.get("comparison") or {}).get("headline") or ent.get("error") or ""
         elif kind == "bench":
             n = ent.get("numbers") or {}
@@ -66,7 +68,10 @@ def run(args: argparse.Namespace) -> int:
             res = f"{t:.1f} tok/s" if isinstance(t, (int, float)) else ""
         else:
             what = f"{ent.get('profile')}"
-            res = (f"ready in {ent['startup_s']:.1f} s" if ent.get("status") == "ready" and ent.get("startup_s") is not None
-                   else ent.get("diagnosis") or "")
+            res = (
+                f"ready in {ent['startup_s']:.1f} s"
+                if ent.get("status") == "ready" and ent.get("startup_s") is not None
+                else ent.get("diagnosis") or ""
+            )
         print(f"{ent.get('started', '')[:19]}  {kind:<6} {ent.get('id'):<28} {ent.get('status', ''):<11} {what}  {res}")
     return 0

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from tui.commands._runs import err, host_from_args
-from tui.model import jsonable
-from tui.profiles.model import ProfileError, ServerProfile
 from tui.hostops.hosts import HostError
 from tui.hostops.launcher import LaunchRefused, demo_argv, launch, stop_command
 from tui.hostops.runstore import ENGINES, RunStore
 from tui.hostops.tracker import StartupTracker, format_progress
+from tui.model import jsonable
+from tui.profiles.model import ProfileError, ServerProfile
 from tui.services.journal import journal_launch
 from tui.util.safety import UnsafeInput, check_env_name, dangerous_env_names
 
@@ -37,20 +36,27 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, help="HTTP port (overrides the profile's; for a raw --cmd: where /health is)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra environment (repeatable)")
     p.add_argument(
-        "--allow-dangerous-env", action="store_true",
+        "--allow-dangerous-env",
+        action="store_true",
         help="accept --env LD_PRELOAD, PATH, PYTHONPATH, … (they change what gets executed)",
     )
     p.add_argument("--wait", action="store_true", help="follow the startup until ready or failed")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="give up waiting after S seconds")
     p.add_argument(
-        "--stall-after", type=_stall_after, default=(300.0, "warn"), metavar="S[:ACTION]",
+        "--stall-after",
+        type=_stall_after,
+        default=(300.0, "warn"),
+        metavar="S[:ACTION]",
         help="with --wait: a live run with no log output, progress or GPU-memory change for S seconds is "
         "stalled; ACTION warn (default: report it and leave it running) or stop (stop it). "
         "E.g. 300, stop, 600:stop",
     )
     p.add_argument("--json", action="store_true", help="print the run record (and the final progress) as JSON")
-    p.add_argument("--no-preflight", action="store_true",
-                   help="multi-node profiles: skip the checks on every node (versions, GPUs, port, reachability)")
+    p.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="multi-node profiles: skip the checks on every node (versions, GPUs, port, reachability)",
+    )
     p.add_argument("--cmd", nargs=argparse.REMAINDER, metavar="ARGV", help="raw command to run (the rest of the line)")
     p.set_defaults(func=run)
 

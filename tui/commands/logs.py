@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import sys
-from typing import BinaryIO, TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from tui.commands._runs import choose, err, host_from_args, records_for
 from tui.hostops.hosts import Host, HostError
@@ -37,11 +37,13 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("run", nargs="?", metavar="RUN", help="run id or unique prefix (default: the most recent run)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines (reconnects on link loss)")
     p.add_argument(
-        "--resume", action="store_true",
+        "--resume",
+        action="store_true",
         help="start where the last --resume left off (byte offset kept in the run record)",
     )
     p.add_argument(
-        "--json", action="store_true",
+        "--json",
+        action="store_true",
         help="one JSON object with the log text; with --follow, one JSON object per log line",
     )
     p.add_argument("--node", metavar="NODE", help="a deployment's log: only this node's lines")
@@ -118,6 +120,7 @@ async def _follow(
             async for chunk in chunks:
                 emit(chunk)
                 backoff = 0.5
+
     watcher = asyncio.ensure_future(_watch_end(host, rec, END_CHECK_INTERVAL)) if rec.pid else None
     try:
         while True:
@@ -186,10 +189,20 @@ async def run(args: argparse.Namespace) -> int:
         if not args.follow:
             data = await read_log(host, log, offset)
             if args.json:
-                out.write(json.dumps({
-                    "run_id": rec.run_id, "target": host.target, "path": log, "offset": offset,
-                    "end_offset": offset + len(data), "text": data.decode("utf-8", "replace"),
-                }, ensure_ascii=False).encode() + b"\n")
+                out.write(
+                    json.dumps(
+                        {
+                            "run_id": rec.run_id,
+                            "target": host.target,
+                            "path": log,
+                            "offset": offset,
+                            "end_offset": offset + len(data),
+                            "text": data.decode("utf-8", "replace"),
+                        },
+                        ensure_ascii=False,
+                    ).encode()
+                    + b"\n"
+                )
             else:
                 out.write(data)
             out.flush()
@@ -200,8 +213,9 @@ async def run(args: argparse.Namespace) -> int:
             # nothing more will be written: print what is there (as --follow would) and end
             data = await read_log(host, log, offset)
             lines0 = _JsonLines(rec.run_id, offset) if args.json else None
-            out.write(lines0.feed(data + (b"" if not data or data.endswith(b"\n") else b"\n"))
-                      if lines0 is not None else data)
+            out.write(
+                lines0.feed(data + (b"" if not data or data.endswith(b"\n") else b"\n")) if lines0 is not None else data
+            )
             out.flush()
             if args.resume:
                 store.update(rec.run_id, log_offset=offset + len(data))

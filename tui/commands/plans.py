@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from tui.ab.plans import PlanError, list_plans, load_plan, parse_plan_file
 
@@ -36,11 +35,19 @@ def run(args: argparse.Namespace) -> int:
             for name, path in list_plans():
                 try:
                     pl = parse_plan_file(path)
-                    rows.append({"name": name, "path": str(path), "concurrency": list(pl.concurrencies),
-                                 "description": pl.description, "error": None})
+                    rows.append(
+                        {
+                            "name": name,
+                            "path": str(path),
+                            "concurrency": list(pl.concurrencies),
+                            "description": pl.description,
+                            "error": None,
+                        }
+                    )
                 except PlanError as e:
-                    rows.append({"name": name, "path": str(path), "concurrency": [], "description": "",
-                                 "error": str(e)})
+                    rows.append(
+                        {"name": name, "path": str(path), "concurrency": [], "description": "", "error": str(e)}
+                    )
             if args.json:
                 print(json.dumps(rows, indent=2))
             else:
@@ -59,12 +66,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"{plan.source}: ok ({len(plan.levels)} levels: C={','.join(map(str, plan.concurrencies))})")
     else:
         print(f"{plan.name}: {plan.description}  [{plan.source}]")
-        print(f"  endpoint={plan.endpoint} ignore_eos={str(plan.ignore_eos).lower()} "
-              f"temperature={plan.temperature:g} seed={plan.seed}")
+        print(
+            f"  endpoint={plan.endpoint} ignore_eos={str(plan.ignore_eos).lower()} "
+            f"temperature={plan.temperature:g} seed={plan.seed}"
+        )
         for lv in plan.levels:
             rate = f" rate={lv.request_rate:g}/s" if lv.request_rate else ""
-            print(f"  {lv.title:<14} C={lv.concurrency:<4} prompts={lv.num_prompts:<5} "
-                  f"in={lv.input_len} out={lv.output_len} warmup={lv.warmup}{rate}")
+            print(
+                f"  {lv.title:<14} C={lv.concurrency:<4} prompts={lv.num_prompts:<5} "
+                f"in={lv.input_len} out={lv.output_len} warmup={lv.warmup}{rate}"
+            )
     for w in plan.warnings():
         print(f"warning: {w}", file=sys.stderr)
     return 0

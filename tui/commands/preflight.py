@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from tui.profiles.model import ProfileError
 from tui.profiles.store import ProfileStore
@@ -20,8 +19,8 @@ _MARK = {"error": "✗", "warning": "!", "info": "·"}
 async def _preflight(args: argparse.Namespace) -> int:
     from tui.commands._hosterr import report_error
     from tui.commands.profiles import load_named
-    from tui.profiles.preflight import preflight
     from tui.hostops.hosts import HostError
+    from tui.profiles.preflight import preflight
     from tui.services.targets import get_host
     from tui.util.safety import UnsafeInput
 
@@ -38,8 +37,12 @@ async def _preflight(args: argparse.Namespace) -> int:
         return report_error("preflight", target, e, as_json=args.json)
     try:
         report = await preflight(
-            host, profile, demo=args.demo, store=store,
-            allow_dangerous=args.allow_dangerous_env, use_cache=not args.no_cache,
+            host,
+            profile,
+            demo=args.demo,
+            store=store,
+            allow_dangerous=args.allow_dangerous_env,
+            use_cache=not args.no_cache,
         )
     except (UnsafeInput, HostError) as e:
         return report_error("preflight", target, e, as_json=args.json)
@@ -54,14 +57,17 @@ async def _preflight(args: argparse.Namespace) -> int:
         for f in report.findings:
             print(f"  {_MARK.get(f.severity, '?')} {f.severity}: {f.message}")
         n = len(report.errors)
-        print(f"{'OK' if report.ok else 'FAILED'}: {n} error(s), "
-              f"{sum(1 for f in report.findings if f.severity == 'warning')} warning(s)")
+        print(
+            f"{'OK' if report.ok else 'FAILED'}: {n} error(s), "
+            f"{sum(1 for f in report.findings if f.severity == 'warning')} warning(s)"
+        )
     return 0 if report.ok else 1
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
-        "preflight", parents=[common],
+        "preflight",
+        parents=[common],
         help="check a profile against the host's engine and GPUs",
         description="Check a profile against the host's engine version, its --help and the GPUs "
         "before a launch; nothing is launched.",

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from tui.fmt import gib
 from tui.commands._hosterr import report_error
-from tui.services import runtime
+from tui.fmt import gib
 from tui.hostops.hosts import Host, HostError
-from tui.services.targets import get_host
 from tui.hostops.probe import ProbeResult, probe_host
+from tui.services import runtime
+from tui.services.targets import get_host
 from tui.util.safety import UnsafeInput
 
 if TYPE_CHECKING:

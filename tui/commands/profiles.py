@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Callable, TextIO
 
 from tui.profiles.builder import Issue, build_command, check_profile, line_of_key, resolve_nccl
 from tui.profiles.diff import diff_commands
-from tui.profiles.model import ProfileError, ServerProfile, load_profile_file, parse_toml, profile_jsonable, profile_to_toml
+from tui.profiles.model import (
+    ProfileError,
+    ServerProfile,
+    load_profile_file,
+    parse_toml,
+    profile_jsonable,
+    profile_to_toml,
+)
 from tui.profiles.presets import load_preset_file, preset_jsonable
 from tui.profiles.store import ProfileStore
 from tui.util.safety import terminal_json, visible
@@ -47,12 +54,15 @@ def _list(args: argparse.Namespace) -> int:
     store = ProfileStore()
     listing = store.listing()
     if args.json:
-        _print_json({
-            "user_folder": str(store.user), "builtin_folder": str(store.builtin),
-            "profiles": [profile_jsonable(p) for p in listing.profiles],
-            "shadowed": [{"name": p.name, "path": p.path} for p in listing.shadowed],
-            "errors": [e.as_dict() for e in listing.errors + tuple(store.preset_errors())],
-        })
+        _print_json(
+            {
+                "user_folder": str(store.user),
+                "builtin_folder": str(store.builtin),
+                "profiles": [profile_jsonable(p) for p in listing.profiles],
+                "shadowed": [{"name": p.name, "path": p.path} for p in listing.shadowed],
+                "errors": [e.as_dict() for e in listing.errors + tuple(store.preset_errors())],
+            }
+        )
         return 0
     rows = [("NAME", "ENGINE", "SOURCE", "TP", "ATTENTION", "NCCL", "MODEL")]
     for p in sorted(listing.profiles, key=lambda p: p.name):
@@ -120,8 +130,14 @@ def _check(args: argparse.Namespace) -> int:
             _p(f"tunedeck: {e}", file=sys.stderr)
         return 1
     if args.json:
-        _print_json({"ok": True, "file": str(path), "kind": kind,
-                     "warnings": [{"key": i.key, "message": i.message, "severity": i.severity} for i in issues]})
+        _print_json(
+            {
+                "ok": True,
+                "file": str(path),
+                "kind": kind,
+                "warnings": [{"key": i.key, "message": i.message, "severity": i.severity} for i in issues],
+            }
+        )
     else:
         _p(f"{path}: ok ({summary})")
         for i in issues:
@@ -155,13 +171,21 @@ def _deployment_command(args: argparse.Namespace, store: ProfileStore, p: Server
     from tui.profiles.deploy import RAY_WAIT, build_deployment
     from tui.services.deploy import resolve_head_address
 
-    plan = build_deployment(p, head_address=resolve_head_address(p), sim=args.sim, demo=args.demo, store=store,
-                            allow_dangerous=args.allow_dangerous_env)
+    plan = build_deployment(
+        p,
+        head_address=resolve_head_address(p),
+        sim=args.sim,
+        demo=args.demo,
+        store=store,
+        allow_dangerous=args.allow_dangerous_env,
+    )
     if args.json:
         _print_json(plan.jsonable())
         return 0
-    _p(f"# {p.name}: {plan.engine} {plan.mode} over {len(plan.nodes)} nodes, rendezvous {plan.rendezvous}, "
-       f"{plan.gpus_needed} GPUs")
+    _p(
+        f"# {p.name}: {plan.engine} {plan.mode} over {len(plan.nodes)} nodes, rendezvous {plan.rendezvous}, "
+        f"{plan.gpus_needed} GPUs"
+    )
     for s in plan.steps:
         _p(f"# {s.label}")
         if s.kind == RAY_WAIT:
@@ -214,7 +238,9 @@ def _presets(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser("profiles", parents=[common], help="server profiles: list, show, check, command, diff, presets")
+    p = subparsers.add_parser(
+        "profiles", parents=[common], help="server profiles: list, show, check, command, diff, presets"
+    )
     sub = p.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
 
     def add(name: str, func: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:

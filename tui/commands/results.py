@@ -18,8 +18,9 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     sh = sub.add_parser("show", help="a run's summary (rebuilt from samples if missing or partial)")
     sh.add_argument("run", metavar="RUN", help="run id (or a unique prefix)")
     sh.add_argument("--json", action="store_true", help="print the summary JSON")
-    sh.add_argument("--timeline", action="store_true",
-                    help="the GPUs and the server second by second while it ran (timeline.jsonl)")
+    sh.add_argument(
+        "--timeline", action="store_true", help="the GPUs and the server second by second while it ran (timeline.jsonl)"
+    )
     sh.set_defaults(func=cmd_show)
     ex = sub.add_parser("export", help="export a run's per-request records")
     ex.add_argument("run", metavar="RUN")
@@ -65,22 +66,24 @@ def cmd_list(args: argparse.Namespace) -> int:
             status = "on-host"  # a host-side run not finished when last mirrored
         else:
             status = "partial" if r.partial else "done"
-        rows.append({
-            "run_id": r.run_id,
-            "date": r.meta.get("date"),
-            "model": r.meta.get("model"),
-            "target": r.meta.get("target"),
-            "concurrency": p.get("max_concurrency"),
-            "request_rate": p.get("request_rate"),
-            "completed": s.get("completed"),
-            "failed": s.get("failed"),
-            "output_throughput": s.get("output_throughput"),
-            "status": status,
-            "sweep_id": r.meta.get("sweep_id"),
-            "client_where": (r.meta.get("client") or {}).get("where"),
-            "measured_through_tunnel": measured_through_tunnel(r.meta),
-            "host_job": src.get("job_id") if src else None,
-        })
+        rows.append(
+            {
+                "run_id": r.run_id,
+                "date": r.meta.get("date"),
+                "model": r.meta.get("model"),
+                "target": r.meta.get("target"),
+                "concurrency": p.get("max_concurrency"),
+                "request_rate": p.get("request_rate"),
+                "completed": s.get("completed"),
+                "failed": s.get("failed"),
+                "output_throughput": s.get("output_throughput"),
+                "status": status,
+                "sweep_id": r.meta.get("sweep_id"),
+                "client_where": (r.meta.get("client") or {}).get("where"),
+                "measured_through_tunnel": measured_through_tunnel(r.meta),
+                "host_job": src.get("job_id") if src else None,
+            }
+        )
         rows[-1]["where"] = where_label(r.meta)
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -92,11 +95,19 @@ def cmd_list(args: argparse.Namespace) -> int:
     print(fmt.format("RUN", "STATUS", "CLIENT", "MODEL", "C", "RATE", "OK", "FAIL", "OUT tok/s"))
     for row in rows:
         tput = row["output_throughput"]
-        print(fmt.format(
-            row["run_id"], row["status"], row["where"], str(row["model"] or "")[:24], str(row["concurrency"] or "-"),
-            str(row["request_rate"]), "?" if row["completed"] is None else row["completed"],
-            "?" if row["failed"] is None else row["failed"], "?" if tput is None else f"{tput:.1f}",
-        ))
+        print(
+            fmt.format(
+                row["run_id"],
+                row["status"],
+                row["where"],
+                str(row["model"] or "")[:24],
+                str(row["concurrency"] or "-"),
+                str(row["request_rate"]),
+                "?" if row["completed"] is None else row["completed"],
+                "?" if row["failed"] is None else row["failed"],
+                "?" if tput is None else f"{tput:.1f}",
+            )
+        )
     if any(r["measured_through_tunnel"] for r in rows):
         print("CLIENT tunnel: measured through an SSH tunnel (the link is in the numbers, not the server's truth)")
     if any(r["status"] == "on-host" for r in rows):
@@ -120,8 +131,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     from tui.services.benchrun import TUNNEL_NOTE, measured_through_tunnel, where_label
 
-    print(f"run {run}  model={s.get('model_id')}  concurrency={s.get('max_concurrency')} "
-          f"request_rate={s.get('request_rate')}  client={where_label(s)}")
+    print(
+        f"run {run}  model={s.get('model_id')}  concurrency={s.get('max_concurrency')} "
+        f"request_rate={s.get('request_rate')}  client={where_label(s)}"
+    )
     if measured_through_tunnel(s):
         print(f"note: {TUNNEL_NOTE}; the link's latency and buffering are in these numbers")
     print(metrics.format_result(s, (s.get("params") or {}).get("percentiles") or metrics.DEFAULT_PERCENTILES))

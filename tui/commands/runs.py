@@ -6,14 +6,14 @@ import argparse
 import json
 import logging
 import time
-from typing import Sequence, TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from tui.commands._runs import age, err, host_from_args, records_for
-from tui.model import jsonable
 from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import gpu_memory_used, process_alive
 from tui.hostops.runstore import LAUNCHING, READY, STARTING, RunRecord, RunStore
 from tui.hostops.tracker import STALLED, describe_gpu_memory
+from tui.model import jsonable
 from tui.util.safety import redact_argv, visible
 
 if TYPE_CHECKING:
@@ -128,8 +128,10 @@ async def refresh_readiness(host: Host, store: RunStore, recs: Sequence[RunRecor
     pending = [r for r in recs if r.status in (STARTING, LAUNCHING) and r.port and not r.ended_]
     if not pending:
         return list(recs)
-    specs = [ServerSpec(r.run_id, r.engine if r.engine in ("sglang", "vllm") else "auto", r.port, run_id=r.run_id)
-             for r in pending]
+    specs = [
+        ServerSpec(r.run_id, r.engine if r.engine in ("sglang", "vllm") else "auto", r.port, run_id=r.run_id)
+        for r in pending
+    ]
     try:
         async with ServerCollector(host, specs) as sc:
             stats = await sc.sample()

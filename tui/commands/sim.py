@@ -10,10 +10,9 @@ own (its help, choices and argparse errors), so it is passed through untouched.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tui.commands import Subparsers

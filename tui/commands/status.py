@@ -33,7 +33,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         description="Print the GPUs (nvidia-smi), host CPU/memory/load and inference servers "
         "of the target host once. Servers tunedeck launched are listed automatically; "
         "add others with --server. Several --host values (or --host @GROUP, a [groups] entry "
-        "of the config file) read every host at once: --json then prints {\"hosts\": [...]}, and "
+        'of the config file) read every host at once: --json then prints {"hosts": [...]}, and '
         "the exit status is 3 when a host did not answer.",
     )
     p.add_argument(
@@ -120,8 +120,7 @@ async def run_fleet_status(args: argparse.Namespace, servers: Sequence[Any] = ()
         print(format_fleet(entries))
     if not all(e.answered for e in entries):
         return NOT_ALL_ANSWERED
-    partial = any(e.snapshot is not None and (e.snapshot.gpus.state != "ok" or e.snapshot.host_error)
-                  for e in entries)
+    partial = any(e.snapshot is not None and (e.snapshot.gpus.state != "ok" or e.snapshot.host_error) for e in entries)
     return 1 if partial else 0
 
 
@@ -140,8 +139,20 @@ def format_fleet(entries: Sequence[Any]) -> str:
         if e.snapshot is None:
             err = e.error
             kind = err.kind if err is not None else "error"
-            rows.append([e.target, "failed", "", "", "", "", "", "", "",
-                         f"{kind}: {err.message if err is not None else 'no answer'}"])
+            rows.append(
+                [
+                    e.target,
+                    "failed",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    f"{kind}: {err.message if err is not None else 'no answer'}",
+                ]
+            )
             continue
         snap = e.snapshot
         s = summarise_gpus(snap.gpus)
@@ -152,31 +163,44 @@ def format_fleet(entries: Sequence[Any]) -> str:
             note = label + (f": {snap.gpus.message}" if snap.gpus.message and snap.gpus.message != label else "")
         elif snap.host_error:
             note = f"host figures: {snap.host_error}"
-        rows.append([
-            snap.target,
-            "ok" if snap.gpus.state == "ok" and not snap.host_error else "partial",
-            str(s.count),
-            s.model + (f" +{s.models - 1}" if s.models > 1 else "") or "N/A",
-            _f(s.util_mean, suffix="%"),
-            _pair(gib(s.mem_used * 2**20 if not is_na(s.mem_used) else NA),
-                  gib(s.mem_total * 2**20 if not is_na(s.mem_total) else NA)),
-            _pair(_f(s.power_draw), _f(s.power_limit)),
-            _f(s.temp_max, suffix="C"),
-            f"{ready}/{len(snap.servers)}",
-            note,
-        ])
+        rows.append(
+            [
+                snap.target,
+                "ok" if snap.gpus.state == "ok" and not snap.host_error else "partial",
+                str(s.count),
+                s.model + (f" +{s.models - 1}" if s.models > 1 else "") or "N/A",
+                _f(s.util_mean, suffix="%"),
+                _pair(
+                    gib(s.mem_used * 2**20 if not is_na(s.mem_used) else NA),
+                    gib(s.mem_total * 2**20 if not is_na(s.mem_total) else NA),
+                ),
+                _pair(_f(s.power_draw), _f(s.power_limit)),
+                _f(s.temp_max, suffix="C"),
+                f"{ready}/{len(snap.servers)}",
+                note,
+            ]
+        )
     answered = sum(1 for e in entries if e.answered)
     lines.append(f"Hosts: {len(entries)} ({answered} answered)")
-    lines += _table(["HOST", "STATE", "GPUS", "MODEL", "UTIL", "MEM GiB", "POWER W", "MAX TEMP", "SERVERS",
-                     "NOTE"], rows)
+    lines += _table(
+        ["HOST", "STATE", "GPUS", "MODEL", "UTIL", "MEM GiB", "POWER W", "MAX TEMP", "SERVERS", "NOTE"], rows
+    )
     srows = []
     for e in entries:
-        for x in (e.snapshot.servers if e.snapshot is not None else ()):
-            srows.append([
-                e.snapshot.target, x.name, x.engine, x.state, x.model or "N/A", _f(x.running), _f(x.waiting),
-                _f(x.kv_cache_usage * 100 if not is_na(x.kv_cache_usage) else NA, suffix="%"),
-                _f(x.gen_throughput, "{:.1f}"),
-            ])
+        for x in e.snapshot.servers if e.snapshot is not None else ():
+            srows.append(
+                [
+                    e.snapshot.target,
+                    x.name,
+                    x.engine,
+                    x.state,
+                    x.model or "N/A",
+                    _f(x.running),
+                    _f(x.waiting),
+                    _f(x.kv_cache_usage * 100 if not is_na(x.kv_cache_usage) else NA, suffix="%"),
+                    _f(x.gen_throughput, "{:.1f}"),
+                ]
+            )
     if srows:
         lines.append("Servers:")
         lines += _table(["HOST", "NAME", "ENGINE", "STATE", "MODEL", "RUN", "WAIT", "KV", "GEN tok/s"], srows)

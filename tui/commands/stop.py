@@ -5,18 +5,17 @@ Without RUN it stops every live run on the target, whatever its recorded state
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import argparse
 import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from tui.commands._runs import choose, err, host_from_args, live_records, records_for
-from tui.model import jsonable
 from tui.hostops.hosts import HostError
 from tui.hostops.launcher import stop_run
 from tui.hostops.runstore import RunRecord, RunStore
+from tui.model import jsonable
 
 if TYPE_CHECKING:
     from tui.commands import Subparsers
@@ -35,7 +34,9 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("run", nargs="?", metavar="RUN", help="run id (or a unique prefix)")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.add_argument("--grace", type=float, default=30.0, metavar="S", help="seconds between TERM and KILL (default 30)")
-    p.add_argument("--gpu-wait", type=float, default=60.0, metavar="S", help="max seconds to wait for GPU memory release")
+    p.add_argument(
+        "--gpu-wait", type=float, default=60.0, metavar="S", help="max seconds to wait for GPU memory release"
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
@@ -82,8 +83,10 @@ async def run(args: argparse.Namespace) -> int:
             # No terminal and no --yes means no (like `tunedeck ab`); Cancel is the default.
             if not sys.stdin.isatty():
                 desc = ", ".join(f"run {r.run_id}" for r in targets)
-                print(f"tunedeck stop: stop {desc} on {host.target}? Not stopped: pass --yes to stop "
-                      "without asking.", file=sys.stderr)
+                print(
+                    f"tunedeck stop: stop {desc} on {host.target}? Not stopped: pass --yes to stop without asking.",
+                    file=sys.stderr,
+                )
                 return 1
             if not await asyncio.get_running_loop().run_in_executor(None, _confirm, targets, host.target):
                 print("not stopped", file=sys.stderr)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import argparse
 import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from tui.commands._hosterr import report_error
 from tui.hostops.hosts import HostError, parse_target
@@ -31,7 +30,8 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("target", nargs="?", metavar="TARGET", help="[user@]host[:port] or an ssh alias")
     p.add_argument("--yes", "-y", action="store_true", help="trust without asking (after comparing)")
     p.add_argument(
-        "--fingerprint", metavar="SHA256:…",
+        "--fingerprint",
+        metavar="SHA256:…",
         help="trust only a key with this fingerprint (got from the host's console); no question asked",
     )
     p.add_argument("--json", action="store_true", help="print the result as a JSON object")

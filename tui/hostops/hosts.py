@@ -101,7 +101,10 @@ class Host(abc.ABC):
 
     @abc.abstractmethod
     def stream(
-        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
         heartbeat: float | None = None,
     ) -> "ByteStream":
         """Start a long-running command and stream its stdout in chunks.
@@ -130,15 +133,16 @@ class Host(abc.ABC):
         """Release connections."""
 
     # ------------------------------------------------------------------ derived
-    async def run_script(
-        self, script: str, args: Sequence[str] = (), *, timeout: float | None = 30.0
-    ) -> RunResult:
+    async def run_script(self, script: str, args: Sequence[str] = (), *, timeout: float | None = 30.0) -> RunResult:
         """Run a POSIX sh script sent on stdin: the command line stays the constant ``/bin/sh -s``."""
         check_argv(["sh", *args], "script arguments")
         return await self.run(["/bin/sh", "-s", "--", *args], input=script, timeout=timeout)
 
     def stream_lines(
-        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
         heartbeat: float | None = None,
     ) -> "LineStream":
         """Decoded lines (without the newline) of a long-running command.
@@ -297,8 +301,7 @@ def _spawn_options() -> dict[str, object]:
 #: orphaned. No Python runs in the forked child (a ``preexec_fn`` PR_SET_PDEATHSIG hook did, and
 #: hung CI). The command gets /dev/null as stdin; the watchdog holds no stdout/stderr.
 _WATCHDOG = (
-    'exec 3<&0; { while read -r _; do :; done; kill -s TERM 0; } <&3 3<&- >/dev/null 2>&1 & '
-    'exec "$@" 3<&- </dev/null'
+    'exec 3<&0; { while read -r _; do :; done; kill -s TERM 0; } <&3 3<&- >/dev/null 2>&1 & exec "$@" 3<&- </dev/null'
 )
 
 
@@ -434,9 +437,7 @@ class LocalHost(Host):
         except PermissionError as e:
             return RunResult(126, "", f"{argv[0]}: {e.strerror}")
         try:
-            out, err = await asyncio.wait_for(
-                proc.communicate(input.encode() if input is not None else None), timeout
-            )
+            out, err = await asyncio.wait_for(proc.communicate(input.encode() if input is not None else None), timeout)
         except asyncio.TimeoutError:
             try:
                 os.killpg(proc.pid, _signal.SIGKILL)
@@ -475,7 +476,7 @@ class LocalHost(Host):
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
 

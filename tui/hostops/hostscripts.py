@@ -11,7 +11,6 @@ import secrets
 
 from tui.util.safety import UnsafeInput
 
-
 #: the kinds of detached things with a folder each under ``${TUNEDECK_HOME}``: servers,
 #: host-side benchmarks and host-side A/B campaigns
 KINDS = ("runs", "bench", "ab")
@@ -179,4 +178,3 @@ def delimiter(*texts: str) -> str:
         d = f"TUNEDECK_EOF_{secrets.token_hex(8)}"
         if not any(d in t for t in texts):
             return d
-

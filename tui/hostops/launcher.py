@@ -521,7 +521,6 @@ def demo_argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
-
 def pick_run(records: Sequence[RunRecord], run: str | None) -> RunRecord | None:
     """A run by id or unique id prefix; without ``run`` the most recent one."""
     if run is None:

@@ -49,7 +49,14 @@ class LogFollower:
         self._last_save = 0.0
 
     async def chunks(self) -> AsyncGenerator[bytes, None]:
-        argv = ["/bin/sh", "-c", 'echo $$; exec tail -c +"$1" -F -- "$2" 2>/dev/null', "sh", str(self.offset + 1), self.log_path]
+        argv = [
+            "/bin/sh",
+            "-c",
+            'echo $$; exec tail -c +"$1" -F -- "$2" 2>/dev/null',
+            "sh",
+            str(self.offset + 1),
+            self.log_path,
+        ]
         stream = self.host.stream(argv)
         self._stream = stream
         head = b""
@@ -127,8 +134,9 @@ async def follow_forever(
                 except StopAsyncIteration:
                     # ``tail -F`` never ends on its own: its stream ending means the link went
                     if not stop.is_set():
-                        raise HostError("connection-lost", f"following {log_path}: the stream ended",
-                                        target=target_name(host)) from None
+                        raise HostError(
+                            "connection-lost", f"following {log_path}: the stream ended", target=target_name(host)
+                        ) from None
                     break
                 offset = f.offset
                 on_chunk(chunk)
@@ -162,4 +170,3 @@ async def read_log(host: Host, log_path: str, offset: int = 0, limit: int | None
     if r.lost or r.timed_out:
         raise HostError("connection-lost" if r.lost else "timeout", f"reading {log_path} failed")
     return r.stdout.encode("utf-8")
-

@@ -76,9 +76,7 @@ class ProbeResult:
             "arch": self.arch,
             "cpus": self.cpus,
             "memory_bytes": self.memory_bytes,
-            "python": {"version": self.python_version, "path": self.python_path}
-            if self.python_path
-            else None,
+            "python": {"version": self.python_version, "path": self.python_path} if self.python_path else None,
             "nvidia_smi": {
                 "present": self.nvidia_smi is not None,
                 "path": self.nvidia_smi,
@@ -86,9 +84,7 @@ class ProbeResult:
                 "gpus": list(self.gpus),
                 "error": self.nvidia_smi_error,
             },
-            "engines": {
-                name: {"installed": v is not None, "version": v} for name, v in self.engines.items()
-            },
+            "engines": {name: {"installed": v is not None, "version": v} for name, v in self.engines.items()},
         }
 
 

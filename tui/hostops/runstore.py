@@ -36,7 +36,6 @@ LAUNCHING, STARTING, READY, FAILED, EXITED, STOPPING, STOPPED, STALE, UNKNOWN = 
 ENDED = frozenset({FAILED, EXITED, STOPPED, STALE})
 
 
-
 def new_run_id() -> str:
     """A local hex id that sorts by creation time: 8 hex digits of seconds + 4 random."""
     return f"{int(time.time()):08x}{secrets.token_hex(2)}"
@@ -46,8 +45,6 @@ def check_run_id(run_id: str) -> str:
     if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
         raise UnsafeInput(f"run id {run_id!r}: expected 6-32 lowercase hex digits")
     return run_id
-
-
 
 
 @dataclass
@@ -128,4 +125,3 @@ class RunStore:
             setattr(rec, k, v)
         self.save(rec)
         return rec
-

@@ -73,7 +73,6 @@ LOCAL_GRACE = 5.0
 START_TIMEOUT = 30.0
 
 
-
 # ====================================================================== options
 
 
@@ -91,7 +90,6 @@ class SshOptions:
     backoff_cap: float = 60.0
     max_channels: int = 8
     max_streams: int = 6
-
 
 
 # ====================================================================== host keys
@@ -116,9 +114,7 @@ async def fetch_host_key(ep: Endpoint, *, timeout: float = 20.0) -> asyncssh.SSH
 
 # ====================================================================== handshakes
 
-_HANDSHAKES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = (
-    weakref.WeakKeyDictionary()
-)
+_HANDSHAKES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = weakref.WeakKeyDictionary()
 
 
 def _handshake_slot() -> asyncio.Semaphore:
@@ -147,7 +143,7 @@ def _describe(e: BaseException) -> str:
 
 #: Stream wrapper: print "PID STARTTIME" then become argv (same pid).
 _STREAM_WRAPPER = (
-    'st=-; f() { set -- ${1##*) }; st=${20:--}; }; '
+    "st=-; f() { set -- ${1##*) }; st=${20:--}; }; "
     'if read -r s 2>/dev/null < /proc/$$/stat; then f "$s"; fi; '
     'echo "$$ $st"; exec "$@"'
 )
@@ -386,7 +382,9 @@ class SshHost(Host):
             if not self._closed:
                 self.state = "disconnected"
                 if exc is not None:
-                    self.last_error = HostError("connection-lost", f"connection lost: {_describe(exc)}", target=self.target)
+                    self.last_error = HostError(
+                        "connection-lost", f"connection lost: {_describe(exc)}", target=self.target
+                    )
 
     async def _connection(self) -> asyncssh.SSHClientConnection:
         if self._closed:
@@ -449,9 +447,7 @@ class SshHost(Host):
             except HostError as e:
                 e.target = e.target or self.target
                 self.last_error = e
-                if e.kind != "unreachable" or (
-                    opts.retry_attempts is not None and self.attempt >= opts.retry_attempts
-                ):
+                if e.kind != "unreachable" or (opts.retry_attempts is not None and self.attempt >= opts.retry_attempts):
                     self.state = "failed" if e.kind != "unreachable" else "disconnected"
                     raise
                 delay = retry.delay(self.attempt + 1, base=opts.backoff_base, cap=opts.backoff_cap, jitter="full")
@@ -577,9 +573,7 @@ class SshHost(Host):
                 self._orphans.append(o)
 
     # ------------------------------------------------------------------ commands
-    def _command(
-        self, argv: Sequence[str], env: Mapping[str, str] | None, timeout: float | None
-    ) -> str:
+    def _command(self, argv: Sequence[str], env: Mapping[str, str] | None, timeout: float | None) -> str:
         words = env_argv(argv, env)
         if timeout is not None:
             if timeout <= 0:
@@ -593,7 +587,9 @@ class SshHost(Host):
             raise UnsafeInput(f"command: cannot be encoded as UTF-8 ({e.reason})") from None
         return cmd
 
-    async def _open_process(self, command: str) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess[bytes]]:
+    async def _open_process(
+        self, command: str
+    ) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess[bytes]]:
         """Open a channel running ``command``; reconnects once if the connection turned out dead.
 
         The caller must hold a channel slot."""
@@ -613,7 +609,9 @@ class SshHost(Host):
                 self._on_lost(conn, e)
             else:
                 return conn, proc
-        raise HostError("connection-lost", f"cannot open an SSH channel: {_describe(last or Exception())}", target=self.target)
+        raise HostError(
+            "connection-lost", f"cannot open an SSH channel: {_describe(last or Exception())}", target=self.target
+        )
 
     async def run(
         self,
@@ -641,9 +639,7 @@ class SshHost(Host):
                     out, err = await asyncio.wait_for(fut, timeout + LOCAL_GRACE)
             except asyncio.TimeoutError:
                 out, err = proc.collect_output()
-                return RunResult(
-                    None, _dec(out), _timed_out_msg(err, timeout), timed_out=True
-                )
+                return RunResult(None, _dec(out), _timed_out_msg(err, timeout), timed_out=True)
             except (asyncssh.Error, OSError) as e:
                 self._on_lost(conn, e)
                 return RunResult(None, "", f"connection lost: {_describe(e)}", lost=True)
@@ -715,7 +711,9 @@ class SshHost(Host):
             try:
                 listener = await conn.forward_local_port("127.0.0.1", 0, key[0], key[1])
             except (OSError, asyncssh.Error) as e:
-                raise HostError("error", f"cannot forward {key[0]}:{key[1]}: {_describe(e)}", target=self.target) from None
+                raise HostError(
+                    "error", f"cannot forward {key[0]}:{key[1]}: {_describe(e)}", target=self.target
+                ) from None
         if fw.listener is not None and fw.listener is not listener:
             fw.listener.close()
         fw.listener, fw.conn, fw.local_port = listener, conn, listener.get_port()
@@ -725,8 +723,12 @@ class SshHost(Host):
         if r.lost or r.timed_out:
             raise HostError("connection-lost", "could not stop the streamed command", target=self.target)
         if r.exit_status != 0:
-            log.warning("%s: stopping streamed pid %s: %s", self.target, pid,
-                        visible(r.stderr.strip() or f"exit status {r.exit_status}"))
+            log.warning(
+                "%s: stopping streamed pid %s: %s",
+                self.target,
+                pid,
+                visible(r.stderr.strip() or f"exit status {r.exit_status}"),
+            )
 
     async def close(self) -> None:
         self._closed = True
@@ -823,7 +825,8 @@ class _SshStream(ByteStream):
                     line = await asyncio.wait_for(self._proc.stdout.readline(), START_TIMEOUT)
                 except asyncio.TimeoutError:
                     raise HostError(
-                        "timeout", f"the streamed command did not start within {START_TIMEOUT:g} s",
+                        "timeout",
+                        f"the streamed command did not start within {START_TIMEOUT:g} s",
                         target=host.target,
                     ) from None
             except BaseException:
@@ -873,7 +876,8 @@ class _SshStream(ByteStream):
         await self._release()
         if self.exit_status is None and self.exit_signal is None:
             raise HostError(
-                "connection-lost", "connection lost while streaming (the command may still run)",
+                "connection-lost",
+                "connection lost while streaming (the command may still run)",
                 target=self._host.target,
             )
 

@@ -22,16 +22,16 @@ import asyncio
 import json
 import logging
 import time
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 from typing import Awaitable, Callable, Sequence
 
-from tui.logparse import PHASES, ErrorEvent, LogEvent, LogParser, PhaseEvent
-from tui.model import GpuStatus, ServerStats, StartupProgress
 from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import gpu_memory_used, process_alive, read_rc, stop_run
-from tui.hostops.runstore import EXITED, FAILED, READY, STARTING, STOPPED, STOPPING, RunRecord, RunStore
 from tui.hostops.logfollow import follow_forever
+from tui.hostops.runstore import EXITED, FAILED, READY, STARTING, STOPPED, STOPPING, RunRecord, RunStore
+from tui.logparse import PHASES, ErrorEvent, LogEvent, LogParser, PhaseEvent
+from tui.model import GpuStatus, ServerStats, StartupProgress
 from tui.util import http
 from tui.util.files import atomic_write_json
 from tui.util.paths import state_dir
@@ -305,8 +305,7 @@ class StartupTracker:
         if f is not None:
             return f"stalled after a fatal error: {f.cause}; the process is still running{held}"
         return (
-            f"stalled: no log output, progress or GPU-memory change for {what} "
-            f"({self.parser.state.describe()}){held}"
+            f"stalled: no log output, progress or GPU-memory change for {what} ({self.parser.state.describe()}){held}"
         )
 
     def _is_ready(self) -> bool:
@@ -367,7 +366,8 @@ class StartupTracker:
             eta=eta,
             eta_source=src,
             stalled=state == STALLED
-            or state == STARTING and stalled_for >= min(self.stall_after, max(self.stall_after / 2, 30.0)),
+            or state == STARTING
+            and stalled_for >= min(self.stall_after, max(self.stall_after / 2, 30.0)),
             stalled_for=stalled_for,
             diagnosis=diag,
             proof=proof,
@@ -659,6 +659,7 @@ def _message(state: str, diag: str | None, describe: str) -> str:
 
 def format_progress(p: StartupProgress) -> str:
     """One line for a terminal: '[ 42%] weight-loading 14/37  elapsed 1m02s  ETA 1m30s'."""
+
     def dur(s: float | None) -> str:
         if s is None:
             return "?"

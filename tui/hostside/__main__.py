@@ -53,8 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         # long-lived, threads only (no event loop): its own options and log lines
         from tui.hostside import sampler
 
-        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(
+            level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
         return sampler.main(argv[1:])
     p = argparse.ArgumentParser(prog="tunedeck-host", description="tunedeck's host-side runtime")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -63,9 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         sp = sub.add_parser(name, help=f"run a {name} job")
         sp.add_argument("job_dir", type=_job_dir)
     args = p.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.cmd == "info":
         print(json.dumps(info()))
         return 0

@@ -42,9 +42,9 @@ def take_lock(ab_root: Path) -> int:
 
 
 async def run(job_dir: Path) -> int:
-    from tui.hostside.abops import LocalOps
     from tui.ab.plan import Plan
     from tui.ab.runner import ABEvent, ABRunner, ProfileInfo
+    from tui.hostside.abops import LocalOps
 
     events = EventLog(job_dir / EVENTS)
     rc, error = 0, None
@@ -68,9 +68,14 @@ async def run(job_dir: Path) -> int:
             events.write(ev.to_json())
 
         runner = ABRunner(
-            ops, infos["a"].name, infos["b"].name, plan,
-            repeats=int(spec.get("repeats") or 1), interleave=bool(spec.get("interleave")),
-            confirm_stop=confirm, on_event=on_event,
+            ops,
+            infos["a"].name,
+            infos["b"].name,
+            plan,
+            repeats=int(spec.get("repeats") or 1),
+            interleave=bool(spec.get("interleave")),
+            confirm_stop=confirm,
+            on_event=on_event,
             noise_pct=spec.get("noise_pct") if isinstance(spec.get("noise_pct"), (int, float)) else None,
             ab_id=str(spec["ab_id"]),
         )

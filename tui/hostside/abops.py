@@ -71,8 +71,13 @@ class LocalOps:
         for h in await launcher.list_host_runs(self.host):
             if h.alive:
                 prof = h.meta.get("profile") if isinstance(h.meta, Mapping) else None
-                out.append(RunningServer(h.run_id, f"run {h.run_id}" + (f" ({prof})" if prof else "")
-                                         + (f", pid {h.pid}" if h.pid else ""), h))
+                out.append(
+                    RunningServer(
+                        h.run_id,
+                        f"run {h.run_id}" + (f" ({prof})" if prof else "") + (f", pid {h.pid}" if h.pid else ""),
+                        h,
+                    )
+                )
         return out
 
     async def stop_running(self, server: RunningServer) -> StopResult:
@@ -80,8 +85,7 @@ class LocalOps:
         rec = next((r for r in recs if r.run_id == server.id), None) or runstore.RunStore().load(server.id)
         if rec is None:
             return StopResult(False, None, f"run {server.id}: no record")
-        return self._stop_result(await launcher.stop_run(self.host, rec, grace=self.stop_grace,
-                                                         gpu_wait=self.gpu_wait))
+        return self._stop_result(await launcher.stop_run(self.host, rec, grace=self.stop_grace, gpu_wait=self.gpu_wait))
 
     @staticmethod
     def _stop_result(res: launcher.StopResult) -> StopResult:
@@ -92,7 +96,11 @@ class LocalOps:
     async def launch(self, info: ProfileInfo) -> LaunchHandle:
         try:
             rec = await launcher.launch(
-                self.host, list(info.argv), dict(info.env), engine=info.engine, port=info.port,
+                self.host,
+                list(info.argv),
+                dict(info.env),
+                engine=info.engine,
+                port=info.port,
                 profile=info.name,
             )
         except launcher.LaunchRefused as e:
@@ -120,8 +128,9 @@ class LocalOps:
         )
         if snap.state == "ready":
             return ReadyResult(True, snap.elapsed, timeline=timeline)
-        diag = snap.diagnosis or (f"not ready after {self.ready_timeout:g} s" if snap.state == "starting"
-                                  else f"server {snap.state}")
+        diag = snap.diagnosis or (
+            f"not ready after {self.ready_timeout:g} s" if snap.state == "starting" else f"server {snap.state}"
+        )
         return ReadyResult(False, snap.elapsed, diag, snap.proof, timeline)
 
     # ------------------------------------------------------------------ cache, metrics
@@ -173,8 +182,8 @@ class LocalOps:
         on_progress: Callable[[str, float | None], None],
         labels: Mapping[str, str],
     ) -> BenchResult:
-        from tui.bench.runner import run_benchmark
         from tui.bench.config import BenchConfig, NotReady
+        from tui.bench.runner import run_benchmark
         from tui.bench.store import StoreError
 
         cfg = BenchConfig(
@@ -193,8 +202,13 @@ class LocalOps:
             label=f"ab-{labels.get('side', '')}-{info.name}",
         )
         meta = {
-            "server": {"argv": list(info.argv), "env": redact_env(info.env), "engine": info.engine,
-                       "launch_run_id": handle.run_id, "server_log": handle.server_log},
+            "server": {
+                "argv": list(info.argv),
+                "env": redact_env(info.env),
+                "engine": info.engine,
+                "launch_run_id": handle.run_id,
+                "server_log": handle.server_log,
+            },
             "ab": dict(labels),
             "profile": info.name,
         }

@@ -53,13 +53,15 @@ def _free_bytes(path: Path) -> int:
 
 
 def _disk_full_message(job_dir: Path) -> str:
-    return (f"the host's disk is full ({job_dir}: {_free_bytes(job_dir) // 1024} kB free); stopped, "
-            "samples written so far are kept")
+    return (
+        f"the host's disk is full ({job_dir}: {_free_bytes(job_dir) // 1024} kB free); stopped, "
+        "samples written so far are kept"
+    )
 
 
 async def run(job_dir: Path) -> int:
-    from tui.bench.runner import run_benchmark
     from tui.bench.config import NotReady
+    from tui.bench.runner import run_benchmark
     from tui.bench.store import StoreError
 
     events = EventLog(job_dir / EVENTS)
@@ -131,8 +133,11 @@ async def run(job_dir: Path) -> int:
     except OSError as e:
         release_reserve()
         rc = 4
-        error = _disk_full_message(job_dir) if e.errno == errno.ENOSPC else \
-            f"{e.strerror or e} ({e.filename or job_dir}); samples written so far are kept"
+        error = (
+            _disk_full_message(job_dir)
+            if e.errno == errno.ENOSPC
+            else f"{e.strerror or e} ({e.filename or job_dir}); samples written so far are kept"
+        )
     finally:
         if watcher is not None:
             watcher.cancel()

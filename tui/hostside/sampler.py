@@ -58,8 +58,19 @@ from tui.util.retry import Backoff
 log = logging.getLogger("tunedeck.sampler")
 
 #: same fields, same order as ``tui.collectors.smi.QUERY_GPU_FIELDS`` (tests check it)
-GPU_FIELDS = ("index", "uuid", "name", "utilization.gpu", "memory.used", "memory.total",
-              "temperature.gpu", "power.draw", "power.limit", "clocks.sm", "clocks.mem")
+GPU_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "utilization.gpu",
+    "memory.used",
+    "memory.total",
+    "temperature.gpu",
+    "power.draw",
+    "power.limit",
+    "clocks.sm",
+    "clocks.mem",
+)
 #: same as ``tui.collectors.smi.QUERY_APPS_FIELDS``
 APPS_FIELDS = ("pid", "gpu_uuid", "used_memory", "process_name")
 
@@ -133,8 +144,9 @@ class Output:
     def drain(self, timeout: float) -> None:
         """Wait until every queued line was written (or the reader is gone), at most ``timeout`` s."""
         deadline = time.monotonic() + timeout
-        while (self._q.unfinished_tasks or self._writing_since) and not self.gone.is_set() \
-                and time.monotonic() < deadline:
+        while (
+            (self._q.unfinished_tasks or self._writing_since) and not self.gone.is_set() and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
 
     def close(self) -> None:
@@ -270,9 +282,14 @@ def list_runs(base: str, cache: Optional[Dict[str, Dict[str, Any]]] = None) -> L
             except ValueError:
                 meta = {}
         entry = {
-            "id": rid, "pid": pid, "starttime": st or None, "alive": alive,
+            "id": rid,
+            "pid": pid,
+            "starttime": st or None,
+            "alive": alive,
             "rc": int(rc_text) if rc_text.lstrip("-").isdigit() else None,
-            "log_size": size, "dir": d, "meta": meta if isinstance(meta, dict) else {},
+            "log_size": size,
+            "dir": d,
+            "meta": meta if isinstance(meta, dict) else {},
         }
         out.append(entry)
         if cache is not None and not alive and entry["rc"] is not None:
@@ -324,9 +341,17 @@ class SmiLoop:
     each failure. ``quiet`` seconds without any row count as a failure (the process is
     ended and started again)."""
 
-    def __init__(self, argv: List[str], on_block: Callable[[List[str]], None],
-                 on_error: Callable[[Optional[int], str], None], *, quiet: Optional[float],
-                 stop: threading.Event, name: str, idle_block: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        argv: List[str],
+        on_block: Callable[[List[str]], None],
+        on_error: Callable[[Optional[int], str], None],
+        *,
+        quiet: Optional[float],
+        stop: threading.Event,
+        name: str,
+        idle_block: Optional[float] = None,
+    ) -> None:
         self.argv = argv
         self.idle_block = idle_block
         self.on_block = on_block
@@ -355,8 +380,9 @@ class SmiLoop:
             self.on_error(None, f"{self.argv[0]}: not found (No such file or directory)")
             return False
         try:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, close_fds=True)
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, close_fds=True
+            )
         except OSError as e:
             self.on_error(None, f"{self.argv[0]}: {e.strerror or e}")
             return False
@@ -450,13 +476,24 @@ class Sampler:
         self._servers: "queue.Queue[Optional[List[Dict[str, Any]]]]" = queue.Queue(maxsize=1)
         ms = str(max(100, int(round(self.interval * 1000))))
         fmt = "--format=csv,noheader,nounits"
-        self.gpu = SmiLoop([args.smi, "--query-gpu=" + ",".join(GPU_FIELDS), fmt, "-lms", ms],
-                           self._gpu_block, self._gpu_error, quiet=max(10.0, 5 * self.interval),
-                           stop=self.stop, name="smi-gpu")
+        self.gpu = SmiLoop(
+            [args.smi, "--query-gpu=" + ",".join(GPU_FIELDS), fmt, "-lms", ms],
+            self._gpu_block,
+            self._gpu_error,
+            quiet=max(10.0, 5 * self.interval),
+            stop=self.stop,
+            name="smi-gpu",
+        )
         apps_ms = str(max(1000, int(round(args.apps_interval * 1000))))
-        self.apps = SmiLoop([args.smi, "--query-compute-apps=" + ",".join(APPS_FIELDS), fmt, "-lms", apps_ms],
-                            self._apps_block, self._apps_error, quiet=None, stop=self.stop, name="smi-apps",
-                            idle_block=1.5 * max(1.0, args.apps_interval))
+        self.apps = SmiLoop(
+            [args.smi, "--query-compute-apps=" + ",".join(APPS_FIELDS), fmt, "-lms", apps_ms],
+            self._apps_block,
+            self._apps_error,
+            quiet=None,
+            stop=self.stop,
+            name="smi-apps",
+            idle_block=1.5 * max(1.0, args.apps_interval),
+        )
 
     def _gpu_block(self, rows: List[str]) -> None:
         self.out.emit({"t": "gpu", "time": time.time(), "rows": rows})
@@ -483,8 +520,9 @@ class Sampler:
             except OSError as e:
                 log.error("listing %s/%s: %s", self.args.home, kind, e)
                 continue
-            key = json.dumps([{k: v for k, v in r.items() if k != "log_size"} for r in runs], sort_keys=True,
-                             default=str)
+            key = json.dumps(
+                [{k: v for k, v in r.items() if k != "log_size"} for r in runs], sort_keys=True, default=str
+            )
             if key != self._runs_sent.get(kind) or now - self._runs_at.get(kind, 0.0) >= 10.0:
                 self._runs_sent[kind] = key
                 self._runs_at[kind] = now
@@ -507,9 +545,13 @@ class Sampler:
             for r in runs:
                 port = int(r["meta"]["port"])
                 health = http_get(port, "/health", timeout)
-                msg: Dict[str, Any] = {"t": "server", "time": time.time(), "port": port, "run_id": r["id"],
-                                       "health": {"status": health["status"], "error": health["error"],
-                                                  "body": health["body"][:300]}}
+                msg: Dict[str, Any] = {
+                    "t": "server",
+                    "time": time.time(),
+                    "port": port,
+                    "run_id": r["id"],
+                    "health": {"status": health["status"], "error": health["error"], "body": health["body"][:300]},
+                }
                 if health["error"] != "refused":
                     metrics = http_get(port, "/metrics", timeout)
                     if metrics["status"] == 200:
@@ -532,8 +574,16 @@ class Sampler:
 
     def run(self) -> str:
         """Sample until the reader is gone or a signal arrives; returns why it stopped."""
-        self.out.emit({"t": "hello", "time": time.time(), "pid": os.getpid(), "interval": self.interval,
-                       "python": "%d.%d.%d" % sys.version_info[:3], "home": self.args.home})
+        self.out.emit(
+            {
+                "t": "hello",
+                "time": time.time(),
+                "pid": os.getpid(),
+                "interval": self.interval,
+                "python": "%d.%d.%d" % sys.version_info[:3],
+                "home": self.args.home,
+            }
+        )
         parent = os.getppid()
         started = time.monotonic()
         beat = Heartbeat(sys.stdin.fileno(), self.args.heartbeat) if self.args.heartbeat else None
@@ -598,12 +648,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--smi", default="nvidia-smi", help="the nvidia-smi executable")
     p.add_argument("--no-gpu", action="store_true", help="do not run nvidia-smi")
     p.add_argument("--probe-timeout", type=float, default=2.0)
-    p.add_argument("--keepalive", type=float, default=45.0,
-                   help="end when a line could not be written for this many seconds")
-    p.add_argument("--heartbeat", type=float, default=None, metavar="S",
-                   help="end when stdin closes or brings nothing for S seconds (the laptop writes to it)")
-    p.add_argument("--lifetime", type=float, default=3600.0,
-                   help="end (with a 'bye' line) after this many seconds; the laptop starts the next")
+    p.add_argument(
+        "--keepalive", type=float, default=45.0, help="end when a line could not be written for this many seconds"
+    )
+    p.add_argument(
+        "--heartbeat",
+        type=float,
+        default=None,
+        metavar="S",
+        help="end when stdin closes or brings nothing for S seconds (the laptop writes to it)",
+    )
+    p.add_argument(
+        "--lifetime",
+        type=float,
+        default=3600.0,
+        help="end (with a 'bye' line) after this many seconds; the laptop starts the next",
+    )
     args = p.parse_args(argv)
     if min(args.interval, args.keepalive, args.apps_interval, args.lifetime) <= 0:
         p.error("--interval, --apps-interval, --keepalive and --lifetime must be positive")

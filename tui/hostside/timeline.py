@@ -33,8 +33,16 @@ log = logging.getLogger(__name__)
 TIMELINE = "timeline.jsonl"
 
 #: the columns asked of nvidia-smi (the sampler's, in the same order)
-GPU_FIELDS = ("index", "utilization.gpu", "memory.used", "clocks.sm", "power.draw", "power.limit",
-              "temperature.gpu", "clocks.max.sm")
+GPU_FIELDS = (
+    "index",
+    "utilization.gpu",
+    "memory.used",
+    "clocks.sm",
+    "power.draw",
+    "power.limit",
+    "temperature.gpu",
+    "clocks.max.sm",
+)
 _KEYS = ("util", "mem_used", "sm_clock", "power", "power_limit", "temp", "sm_clock_max")
 
 
@@ -48,8 +56,7 @@ def _num(cell: str) -> Optional[float]:
 
 def parse_gpu_rows(rows: List[str]) -> Dict[str, List[Optional[float]]]:
     """Rows of ``--query-gpu=GPU_FIELDS`` (noheader, nounits) -> one list per figure, by index."""
-    cells = sorted((r.split(",") for r in rows if r.split(",")[0].strip().isdigit()),
-                   key=lambda c: int(c[0]))
+    cells = sorted((r.split(",") for r in rows if r.split(",")[0].strip().isdigit()), key=lambda c: int(c[0]))
     out: Dict[str, List[Optional[float]]] = {k: [] for k in _KEYS}
     for c in cells:
         for i, k in enumerate(_KEYS, start=1):
@@ -66,7 +73,7 @@ def parse_metrics(text: str) -> Dict[str, List[float]]:
             continue
         brace = line.find("{")
         if brace >= 0:
-            name, rest = line[:brace], line[line.rfind("}") + 1:]
+            name, rest = line[:brace], line[line.rfind("}") + 1 :]
         else:
             name, _, rest = line.partition(" ")
         fields = rest.split()
@@ -95,15 +102,22 @@ def server_figures(text: str, prev: Optional[Dict[str, Any]], now: float) -> Dic
     if eng == "sglang":
         gen_total = total("sglang:generation_tokens_total")
         fig: Dict[str, Any] = {
-            "running": total("sglang:num_running_reqs"), "waiting": total("sglang:num_queue_reqs"),
-            "kv": mean("sglang:token_usage"), "gen_tok_s": total("sglang:gen_throughput"),
-            "preempt_raw": total("sglang:num_retracted_reqs")}
+            "running": total("sglang:num_running_reqs"),
+            "waiting": total("sglang:num_queue_reqs"),
+            "kv": mean("sglang:token_usage"),
+            "gen_tok_s": total("sglang:gen_throughput"),
+            "preempt_raw": total("sglang:num_retracted_reqs"),
+        }
     else:
         gen_total = total("vllm:generation_tokens_total")
         kv = mean("vllm:kv_cache_usage_perc")
-        fig = {"running": total("vllm:num_requests_running"), "waiting": total("vllm:num_requests_waiting"),
-               "kv": kv if kv is not None else mean("vllm:gpu_cache_usage_perc"),
-               "gen_tok_s": None, "preempt_raw": total("vllm:num_preemptions_total")}
+        fig = {
+            "running": total("vllm:num_requests_running"),
+            "waiting": total("vllm:num_requests_waiting"),
+            "kv": kv if kv is not None else mean("vllm:gpu_cache_usage_perc"),
+            "gen_tok_s": None,
+            "preempt_raw": total("vllm:num_preemptions_total"),
+        }
         if prev and gen_total is not None and prev.get("gen_total") is not None and now > prev["t"]:
             d = gen_total - prev["gen_total"]
             fig["gen_tok_s"] = d / (now - prev["t"]) if d >= 0 else None
@@ -145,9 +159,15 @@ class Timeline:
         ms = str(max(100, int(self.interval * 1000)))
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                self.smi, "--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits", "-lms", ms,
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL)
+                self.smi,
+                "--query-gpu=" + ",".join(GPU_FIELDS),
+                "--format=csv,noheader,nounits",
+                "-lms",
+                ms,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
         except OSError as e:
             log.warning("timeline: no GPU figures (%s: %s)", self.smi, e.strerror or e)
             self._first_block.set()  # nothing to wait for
@@ -297,11 +317,18 @@ class Timeline:
                 self._base_preempt = pre
             pre = max(0.0, pre - base)
         return {
-            "second": ev.get("second"), "t": ev.get("t"), "wall": round(time.time(), 3),
+            "second": ev.get("second"),
+            "t": ev.get("t"),
+            "wall": round(time.time(), 3),
             "client": {k: ev.get(k) for k in ("tok_s", "in_flight", "completed", "failed")},
             "gpu": dict(self.gpu),
-            "server": {"running": srv.get("running"), "waiting": srv.get("waiting"), "kv": srv.get("kv"),
-                       "preemptions": pre, "gen_tok_s": srv.get("gen_tok_s")},
+            "server": {
+                "running": srv.get("running"),
+                "waiting": srv.get("waiting"),
+                "kv": srv.get("kv"),
+                "preemptions": pre,
+                "gen_tok_s": srv.get("gen_tok_s"),
+            },
         }
 
     def _close_level(self) -> None:
@@ -338,8 +365,13 @@ async def _compute_apps(smi: str) -> Optional[List[Dict[str, Any]]]:
     """One ``--query-compute-apps`` listing: [{pid, gpu_uuid, used_mib, name}], None when it failed."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            smi, "--query-compute-apps=pid,gpu_uuid,used_memory,process_name", "--format=csv,noheader,nounits",
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+            smi,
+            "--query-compute-apps=pid,gpu_uuid,used_memory,process_name",
+            "--format=csv,noheader,nounits",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
     except OSError as e:
         log.warning("validity: %s: %s", smi, e.strerror or e)
         return None
@@ -357,8 +389,9 @@ async def _compute_apps(smi: str) -> Optional[List[Dict[str, Any]]]:
     for line in out.decode("utf-8", "replace").splitlines():
         cells = [c.strip() for c in line.split(",")]
         if len(cells) >= 4 and cells[0].isdigit():
-            apps.append({"pid": int(cells[0]), "gpu_uuid": cells[1], "used_mib": _num(cells[2]),
-                         "name": ",".join(cells[3:])})
+            apps.append(
+                {"pid": int(cells[0]), "gpu_uuid": cells[1], "used_mib": _num(cells[2]), "name": ",".join(cells[3:])}
+            )
     return apps
 
 
@@ -434,20 +467,40 @@ def _cell(v: Any, fmt: str) -> str:
 
 def format_timeline(lines: List[Dict[str, Any]]) -> str:
     """The timeline as a table: one row a second, GPU figures averaged over the GPUs."""
-    head = ("s", "client tok/s", "engine tok/s", "running", "waiting", "KV %", "preempt", "GPU util %",
-            "SM MHz", "power W", "cap W", "temp C")
+    head = (
+        "s",
+        "client tok/s",
+        "engine tok/s",
+        "running",
+        "waiting",
+        "KV %",
+        "preempt",
+        "GPU util %",
+        "SM MHz",
+        "power W",
+        "cap W",
+        "temp C",
+    )
     rows = [head]
     for ln in lines:
         c, g, v = ln.get("client") or {}, ln.get("gpu") or {}, ln.get("server") or {}
         kv = v.get("kv")
         temps = [x for x in (g.get("temp") or []) if isinstance(x, (int, float))]
-        rows.append((
-            str(ln.get("second")), _cell(c.get("tok_s"), ".0f"), _cell(v.get("gen_tok_s"), ".0f"),
-            _cell(v.get("running"), ".0f"), _cell(v.get("waiting"), ".0f"),
-            _cell(None if kv is None else 100 * kv, ".1f"), _cell(v.get("preemptions"), ".0f"),
-            _cell(_mean(g.get("util")), ".0f"), _cell(_mean(g.get("sm_clock")), ".0f"),
-            _cell(_mean(g.get("power")), ".0f"), _cell(_mean(g.get("power_limit")), ".0f"),
-            _cell(max(temps) if temps else None, ".0f"),
-        ))
+        rows.append(
+            (
+                str(ln.get("second")),
+                _cell(c.get("tok_s"), ".0f"),
+                _cell(v.get("gen_tok_s"), ".0f"),
+                _cell(v.get("running"), ".0f"),
+                _cell(v.get("waiting"), ".0f"),
+                _cell(None if kv is None else 100 * kv, ".1f"),
+                _cell(v.get("preemptions"), ".0f"),
+                _cell(_mean(g.get("util")), ".0f"),
+                _cell(_mean(g.get("sm_clock")), ".0f"),
+                _cell(_mean(g.get("power")), ".0f"),
+                _cell(_mean(g.get("power_limit")), ".0f"),
+                _cell(max(temps) if temps else None, ".0f"),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(x.rjust(w) for x, w in zip(r, widths)) for r in rows)

@@ -32,8 +32,17 @@ KV_FULL = 0.95
 #: a queue "grows" when its last third averages this many more requests than its first
 GROWTH_MIN = 1.0
 
-RULES = ("gpu_busy_at_start", "other_gpu_processes", "sm_clock_low", "power_at_cap", "kv_cache_full",
-         "preemptions", "queue_growing", "client_bound", "failed_requests")
+RULES = (
+    "gpu_busy_at_start",
+    "other_gpu_processes",
+    "sm_clock_low",
+    "power_at_cap",
+    "kv_cache_full",
+    "preemptions",
+    "queue_growing",
+    "client_bound",
+    "failed_requests",
+)
 
 
 def _nums(xs: Any) -> List[float]:
@@ -59,8 +68,9 @@ def start_findings(start: Mapping[str, Any]) -> List[Dict[str, str]]:
         out.append(_finding("gpu_busy_at_start", f"{desc} before the first request"))
     others = start.get("others") or []
     if others:
-        desc = ", ".join(f"pid {p.get('pid')} ({p.get('name') or '?'}, {p.get('used_mib') or '?'} MiB)"
-                         for p in others[:4])
+        desc = ", ".join(
+            f"pid {p.get('pid')} ({p.get('name') or '?'}, {p.get('used_mib') or '?'} MiB)" for p in others[:4]
+        )
         out.append(_finding("other_gpu_processes", f"{desc} on the GPUs, not the server's"))
     return out
 
@@ -78,32 +88,50 @@ def run_findings(lines: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         for ln in busy:
             g = ln.get("gpu") or {}
             # an idle GPU clocks down by design: only GPUs at work count
-            sm = [float(c) for c, u in zip(g.get("sm_clock") or [], g.get("util") or [])
-                  if isinstance(c, (int, float)) and isinstance(u, (int, float)) and u >= BUSY_UTIL]
+            sm = [
+                float(c)
+                for c, u in zip(g.get("sm_clock") or [], g.get("util") or [])
+                if isinstance(c, (int, float)) and isinstance(u, (int, float)) and u >= BUSY_UTIL
+            ]
             if sm and top:
                 working += 1
                 clocks.append(sum(sm) / len(sm))
                 if min(sm) < CLOCK_FRACTION * top:
                     low += 1
         if low > SHARE * working:
-            out.append(_finding("sm_clock_low", f"SM clock below {CLOCK_FRACTION:.0%} of {top:.0f} MHz in {low} of "
-                                                f"{working} s at work (mean {sum(clocks) / len(clocks):.0f} MHz)"))
+            out.append(
+                _finding(
+                    "sm_clock_low",
+                    f"SM clock below {CLOCK_FRACTION:.0%} of {top:.0f} MHz in {low} of "
+                    f"{working} s at work (mean {sum(clocks) / len(clocks):.0f} MHz)",
+                )
+            )
         capped, watts, limit = 0, [], 0.0
         for ln in busy:
             g = ln.get("gpu") or {}
             pw, lim = g.get("power") or [], g.get("power_limit") or []
-            pairs = [(float(p), float(q)) for p, q in zip(pw, lim) if isinstance(p, (int, float))
-                     and isinstance(q, (int, float)) and q > 0]
+            pairs = [
+                (float(p), float(q))
+                for p, q in zip(pw, lim)
+                if isinstance(p, (int, float)) and isinstance(q, (int, float)) and q > 0
+            ]
             if pairs:
                 watts.append(max(p for p, _ in pairs))
                 limit = max(q for _, q in pairs)
                 if any(p >= CAP_FRACTION * q for p, q in pairs):
                     capped += 1
         if capped > SHARE * n:
-            out.append(_finding("power_at_cap", f"power at its {limit:.0f} W limit in {capped} of {n} s "
-                                                f"(peak {max(watts):.0f} W)"))
-    kv = [(float(v), ln.get("second")) for ln in lines
-          for v in ((ln.get("server") or {}).get("kv"),) if isinstance(v, (int, float))]
+            out.append(
+                _finding(
+                    "power_at_cap", f"power at its {limit:.0f} W limit in {capped} of {n} s (peak {max(watts):.0f} W)"
+                )
+            )
+    kv = [
+        (float(v), ln.get("second"))
+        for ln in lines
+        for v in ((ln.get("server") or {}).get("kv"),)
+        if isinstance(v, (int, float))
+    ]
     if kv:
         top_kv, at = max(kv)
         if top_kv >= KV_FULL:
@@ -119,8 +147,13 @@ def run_findings(lines: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         third = len(w) // 3
         first, last = sum(w[:third]) / third, sum(w[-third:]) / third
         if last >= first + GROWTH_MIN and last > 1.1 * first:
-            out.append(_finding("queue_growing", f"waiting requests rose from {first:.1f} to {last:.1f} "
-                                                 f"(first and last thirds) in a closed-loop level"))
+            out.append(
+                _finding(
+                    "queue_growing",
+                    f"waiting requests rose from {first:.1f} to {last:.1f} "
+                    f"(first and last thirds) in a closed-loop level",
+                )
+            )
     if summary.get("client_bound"):
         why = (summary.get("client") or {}).get("client_bound_reason") or "the client was the limit"
         out.append(_finding("client_bound", str(why)))
@@ -133,8 +166,9 @@ def run_findings(lines: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
     return out
 
 
-def findings(lines: Sequence[Mapping[str, Any]], summary: Mapping[str, Any],
-             start: Optional[Mapping[str, Any]] = None) -> List[Dict[str, str]]:
+def findings(
+    lines: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], start: Optional[Mapping[str, Any]] = None
+) -> List[Dict[str, str]]:
     return start_findings(start or {}) + run_findings(lines, summary)
 
 

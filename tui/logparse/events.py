@@ -6,7 +6,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Union
 
-
 # --------------------------------------------------------------------------- phases
 
 PHASES: tuple[str, ...] = (

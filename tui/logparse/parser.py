@@ -10,10 +10,10 @@ from typing import Callable, Iterable, Iterator
 
 from tui.logparse.events import (
     ENGINES,
+    PHASE_INDEX,
     ErrorEvent,
     FactEvent,
     LogEvent,
-    PHASE_INDEX,
     ParseState,
     PhaseEvent,
     StatEvent,
@@ -21,7 +21,6 @@ from tui.logparse.events import (
 from tui.logparse.patterns import (
     EXC_LINE_RE,
     GLUED_RE,
-    LogLine,
     MAX_ERRORS,
     MAX_LINE,
     RAY_PG_WAIT,
@@ -71,6 +70,7 @@ from tui.logparse.patterns import (
     VL_VERSION,
     VL_WEIGHTS_DONE,
     WRAPPER_RE,
+    LogLine,
     classify,
     clean_line,
     exc_cause,
@@ -78,7 +78,6 @@ from tui.logparse.patterns import (
     refine_cause,
     to_int,
 )
-
 
 # --------------------------------------------------------------------------- parser
 
@@ -284,8 +283,10 @@ class LogParser:
         def fact(name: str, value: object) -> None:
             # (all)-rank lines: keep the first value; an explicit rank 0 replaces one from another rank
             prev_rank = self._fact_rank.get(name)
-            if name not in st.facts or name not in _RANKED_FACTS or (
-                prev_rank is not None and not _rank_zero(prev_rank) and _rank_zero(ln.rank)
+            if (
+                name not in st.facts
+                or name not in _RANKED_FACTS
+                or (prev_rank is not None and not _rank_zero(prev_rank) and _rank_zero(ln.rank))
             ):
                 st.facts[name] = value
                 self._fact_rank[name] = ln.rank
@@ -366,8 +367,18 @@ class LogParser:
         ctx = tuple(self._context)
         if origin == "terminated" and self._ray_wait is not None:
             ctx = ctx + (self._ray_wait,)
-        err = ErrorEvent(kind, cause, ln.text.strip(), ln.time, no, ctx, segment=seg, origin=origin,
-                         rank=ln.rank, attempt=self.state.attempt)
+        err = ErrorEvent(
+            kind,
+            cause,
+            ln.text.strip(),
+            ln.time,
+            no,
+            ctx,
+            segment=seg,
+            origin=origin,
+            rank=ln.rank,
+            attempt=self.state.attempt,
+        )
         self._add_error(err, events)
 
     def _traceback(self, ln: LogLine, msg: str, no: int, seg: int | None, events: list[LogEvent]) -> bool:
@@ -429,14 +440,19 @@ class LogParser:
         # the engine's code, nothing an engine failure would say)
         return True
 
-    def _exception(self, tb: _Traceback, ln: LogLine, exc: str, name: str, no: int, seg: int | None,
-                   events: list[LogEvent]) -> None:
+    def _exception(
+        self, tb: _Traceback, ln: LogLine, exc: str, name: str, no: int, seg: int | None, events: list[LogEvent]
+    ) -> None:
         st = self.state
         c = classify(exc)
         if tb.err_index is None or tb.err_index >= len(st.errors):
             # the root (innermost) exception of this chain
             if name.endswith(("KeyboardInterrupt", "SystemExit")):
-                kind, cause, origin = "terminated", refine_cause("terminated", "terminated by a signal", exc), "terminated"
+                kind, cause, origin = (
+                    "terminated",
+                    refine_cause("terminated", "terminated by a signal", exc),
+                    "terminated",
+                )
                 if "terminated" in exc:
                     cause = "terminated by a signal (KeyboardInterrupt: terminated)"
             elif c is not None and c[0] not in ("crash", "terminated"):
@@ -449,9 +465,20 @@ class LogParser:
             proof = ln.text.strip()
             if proof.startswith("| "):
                 proof = proof[2:]  # an exception group's gutter
-            err = ErrorEvent(kind, cause, proof, ln.time or st.last_time, no, tuple(self._context),
-                             segment=seg, origin=origin, wrapper=wrapper, rank=ln.rank, attempt=st.attempt,
-                             provisional=kind == "crash" and origin == "exception" and st.ready_line is not None)
+            err = ErrorEvent(
+                kind,
+                cause,
+                proof,
+                ln.time or st.last_time,
+                no,
+                tuple(self._context),
+                segment=seg,
+                origin=origin,
+                wrapper=wrapper,
+                rank=ln.rank,
+                attempt=st.attempt,
+                provisional=kind == "crash" and origin == "exception" and st.ready_line is not None,
+            )
             idx = self._add_error(err, events)
             if idx is None:
                 # the same exception again (another rank, or the traceback printed twice): keep reading it as one
@@ -477,15 +504,29 @@ class LogParser:
                 kind, cause = c
             else:
                 kind, cause = "crash", exc_cause(exc)
-            upd = replace(root, kind=kind, cause=cause, line=ln.text.strip(), time=ln.time, line_no=no, segment=seg,
-                          wrapper=root.line, rank=ln.rank or root.rank)
+            upd = replace(
+                root,
+                kind=kind,
+                cause=cause,
+                line=ln.text.strip(),
+                time=ln.time,
+                line_no=no,
+                segment=seg,
+                wrapper=root.line,
+                rank=ln.rank or root.rank,
+            )
             st.errors[tb.err_index] = upd
             events.append(upd)
             return
         upd = root
         if root.wrapper is None or root.wrapper == tb.wrapper:
             upd = replace(upd, wrapper=exc)
-        if root.kind == "crash" and root.origin == "exception" and c is not None and c[0] not in ("crash", "terminated"):
+        if (
+            root.kind == "crash"
+            and root.origin == "exception"
+            and c is not None
+            and c[0] not in ("crash", "terminated")
+        ):
             kind, cause = c
             upd = replace(upd, kind=kind, cause=cause)
         if upd is not root:
@@ -524,7 +565,11 @@ class LogParser:
             return
         m = SG_GRAPH_PROG.search(msg)
         if m:
-            label = st.graph_label if st.graph_label not in (None, "") else ("decode" if m.group(1) == "batches" else "prefill")
+            label = (
+                st.graph_label
+                if st.graph_label not in (None, "")
+                else ("decode" if m.group(1) == "batches" else "prefill")
+            )
             self._graph_progress(label, int(m.group(5)), int(m.group(6)), phase)
             return
         if not self._sg_capture_open or st.engine == "vllm":
@@ -850,7 +895,9 @@ def parse_text(text: str, engine: str | None = None) -> tuple[ParseState, list[L
     return p.state, events
 
 
-def parse_file(path: str, engine: str | None = None, *, skip_source_header: bool = True) -> tuple[ParseState, list[LogEvent]]:
+def parse_file(
+    path: str, engine: str | None = None, *, skip_source_header: bool = True
+) -> tuple[ParseState, list[LogEvent]]:
     p = LogParser(engine)
     events: list[LogEvent] = []
     with open(path, "rb") as f:
@@ -891,7 +938,14 @@ def event_to_json(ev: LogEvent) -> dict[str, object]:
             d["done"] = True
         return d
     if isinstance(ev, FactEvent):
-        return {"event": "fact", "name": ev.name, "value": ev.value, "time": ev.time, "message": ev.message, "line": ev.line_no}
+        return {
+            "event": "fact",
+            "name": ev.name,
+            "value": ev.value,
+            "time": ev.time,
+            "message": ev.message,
+            "line": ev.line_no,
+        }
     if isinstance(ev, ErrorEvent):
         return {
             "event": "error",

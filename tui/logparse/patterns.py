@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-
 # --------------------------------------------------------------------------- regexes
 
 ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
@@ -41,9 +40,7 @@ SG_GRAPH_BEGIN = re.compile(r"Capture (?:([\w -]+?) CUDA|cuda) graph begin\.")
 SG_GRAPH_PROG = re.compile(
     r"Capturing (batches|num tokens) \((?:bs|num_tokens)=(\d+) avail_mem=([\d.]+) GB\):\s+(\d+)%\|[^|]*\| (\d+)/(\d+)"
 )
-SG_GRAPH_END = re.compile(
-    r"Capture (?:([\w -]+?) CUDA|cuda) graph end\.(?:.*?(?:elapsed=|Time elapsed: )([\d.]+) ?s)?"
-)
+SG_GRAPH_END = re.compile(r"Capture (?:([\w -]+?) CUDA|cuda) graph end\.(?:.*?(?:elapsed=|Time elapsed: )([\d.]+) ?s)?")
 SG_MEM_POOL_END = re.compile(r"Memory pool end\.(?: avail mem=([\d.]+) GB)?")
 #: old and new forms: the fields come and go between versions, so each is read alone
 SG_LIMITS = re.compile(r"max_total_num_tokens=(\d+)")
@@ -139,7 +136,11 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
         ),
         "unknown flag or invalid value",
     ),
-    ("watchdog", re.compile(r"watchdog timeout|Health check failed\. Server couldn't get a response"), "watchdog timeout"),
+    (
+        "watchdog",
+        re.compile(r"watchdog timeout|Health check failed\. Server couldn't get a response"),
+        "watchdog timeout",
+    ),
     (
         "terminated",
         re.compile(
@@ -178,7 +179,9 @@ EXC_LINE_RE = re.compile(
 #: the exception line that ends a traceback's frames, in the forms EXC_LINE_RE misses: a dotted
 #: name ("torch._dynamo.exc.Unsupported: …", "triton.runtime.errors.OutOfResources: …") or a
 #: CamelCase name with a message ("OutOfResources: out of resource: shared memory")
-TB_EXC_LINE_RE = re.compile(r"^((?:[A-Za-z_]\w*\.)+[A-Z]\w*|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)(?:\([\w.]+\))?(?::\s(.*)|$)")
+TB_EXC_LINE_RE = re.compile(
+    r"^((?:[A-Za-z_]\w*\.)+[A-Z]\w*|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)(?:\([\w.]+\))?(?::\s(.*)|$)"
+)
 TB_START = "Traceback (most recent call last)"
 TB_CHAIN = re.compile(
     r"^(?:During handling of the above exception, another exception occurred:|"
@@ -191,9 +194,30 @@ _FATAL_ANY = re.compile("|".join(f"(?:{rx.pattern})" for _, rx, _ in CLASSIFIER)
 #: every fatal text above holds one of these; plain substring tests are much cheaper than the
 #: regex alternation, so most lines never reach it (tests check each classifier example)
 _FATAL_KEYS = (
-    "ailed", "emory", "NCCL", "DistBackend", "in use", "not available", "error: ", "watchdog", "Killed",
-    "Terminated", "KeyboardInterrupt", "SIG", "ignal", "exception", "sigquit", "EngineDead", "fatal", "Fatal",
-    "Segmentation", "core dumped", "is dead", "unexpectedly", "waiting for clients", "has timed out after",
+    "ailed",
+    "emory",
+    "NCCL",
+    "DistBackend",
+    "in use",
+    "not available",
+    "error: ",
+    "watchdog",
+    "Killed",
+    "Terminated",
+    "KeyboardInterrupt",
+    "SIG",
+    "ignal",
+    "exception",
+    "sigquit",
+    "EngineDead",
+    "fatal",
+    "Fatal",
+    "Segmentation",
+    "core dumped",
+    "is dead",
+    "unexpectedly",
+    "waiting for clients",
+    "has timed out after",
 )
 
 
@@ -226,7 +250,9 @@ def refine_cause(kind: str, cause: str, text: str) -> str:
             return "GPU memory already in use (free memory below --gpu-memory-utilization)"
         return "CUDA out of memory"
     if kind == "argparse":
-        m = re.search(r"error: (unrecognized arguments: \S+|argument \S+: invalid choice: '[^']*'|argument \S+|.*)", text)
+        m = re.search(
+            r"error: (unrecognized arguments: \S+|argument \S+: invalid choice: '[^']*'|argument \S+|.*)", text
+        )
         return f"unknown flag or invalid value ({m.group(1)[:80]})" if m else cause
     if kind == "port":
         m = re.search(r"\('[^']*', (\d+)\)|port (\d+)|at (\d+) is not", text)

@@ -29,6 +29,12 @@ def load_profile(name: str) -> ServerProfile:
 
 
 __all__ = [
-    "Command", "Issue", "ProfileError", "ServerProfile", "Speculative", "build_command", "check_profile",
+    "Command",
+    "Issue",
+    "ProfileError",
+    "ServerProfile",
+    "Speculative",
+    "build_command",
+    "check_profile",
     "load_profile",
 ]

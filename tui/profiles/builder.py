@@ -214,10 +214,16 @@ class _Build:
         """Form input arrives untyped: every text field must be text before anything else."""
         p = self.p
         n = len(self.issues)
-        for key, v in (("model", p.model), ("host", p.host), ("python", p.python),
-                       ("attention.backend", p.attention_backend), ("attention.prefill", p.prefill_backend),
-                       ("attention.decode", p.decode_backend), ("extra_args", p.extra_args),
-                       ("nccl.preset", p.nccl_preset)):
+        for key, v in (
+            ("model", p.model),
+            ("host", p.host),
+            ("python", p.python),
+            ("attention.backend", p.attention_backend),
+            ("attention.prefill", p.prefill_backend),
+            ("attention.decode", p.decode_backend),
+            ("extra_args", p.extra_args),
+            ("nccl.preset", p.nccl_preset),
+        ):
             if not isinstance(v, str):
                 self.error(key, f"expected text, got {type(v).__name__}")
         for key, n_ in (("tp", p.tp), ("port", p.port)):
@@ -230,7 +236,9 @@ class _Build:
                 elif table != "flags" and not isinstance(item[1], str):
                     self.error(f"{table}.{item[0]}", f"expected text, got {type(item[1]).__name__}")
                 elif table == "flags" and not isinstance(item[1], (bool, int, float, str)):
-                    self.error(f"flags.{item[0]}", f"expected true/false, a number or text, got {type(item[1]).__name__}")
+                    self.error(
+                        f"flags.{item[0]}", f"expected true/false, a number or text, got {type(item[1]).__name__}"
+                    )
         sp = p.speculative
         if sp is not None:
             for key in ("algorithm", "draft_model"):
@@ -327,8 +335,13 @@ class _Build:
             for flag, v in zip(("num-steps", "eagle-topk", "num-draft-tokens"), nums):
                 if v is not None:
                     out.append(f"--speculative-{flag}={v}")
-            for f in ("speculative-algorithm", "speculative-draft-model-path", "speculative-num-steps",
-                      "speculative-eagle-topk", "speculative-num-draft-tokens"):
+            for f in (
+                "speculative-algorithm",
+                "speculative-draft-model-path",
+                "speculative-num-steps",
+                "speculative-eagle-topk",
+                "speculative-num-draft-tokens",
+            ):
                 self.seen[f] = "speculative"
             return out
         method = s.algorithm.lower()
@@ -339,7 +352,10 @@ class _Build:
             )
             return []
         if s.eagle_topk is not None or s.num_draft_tokens is not None:
-            self.error("speculative", "vLLM takes only num_steps (num_speculative_tokens); unset eagle_topk and num_draft_tokens")
+            self.error(
+                "speculative",
+                "vLLM takes only num_steps (num_speculative_tokens); unset eagle_topk and num_draft_tokens",
+            )
         cfg: dict[str, object] = {"method": method}
         if s.draft_model:
             cfg["model"] = s.draft_model
@@ -445,7 +461,7 @@ class _Build:
                 else:
                     self.error(
                         f"{where}.{k}",
-                        f"{k} changes what gets executed; confirm it (confirm_dangerous = [\"{k}\"] "
+                        f'{k} changes what gets executed; confirm it (confirm_dangerous = ["{k}"] '
                         "or --allow-dangerous-env)",
                     )
         return list(env.items())
@@ -479,8 +495,10 @@ def check_profile(
         prefix = demo_executable(profile.engine)
     else:
         prefix = engine_executable(profile)
-        if isinstance(profile.python, str) and b.text(profile.python, "python") and (
-            not profile.python or profile.python.strip() != profile.python or "=" in profile.python
+        if (
+            isinstance(profile.python, str)
+            and b.text(profile.python, "python")
+            and (not profile.python or profile.python.strip() != profile.python or "=" in profile.python)
         ):
             b.error("python", f"invalid interpreter {profile.python!r} (a path or command name without '=')")
     if not b.types_ok():
@@ -497,8 +515,13 @@ def check_profile(
     except UnsafeInput as e:  # pragma: no cover - every field was checked above
         return None, b.issues + [Issue("error", "", str(e))]
     cmd = Command(
-        engine=profile.engine, argv=tuple(argv), env=tuple(env), prefix_len=len(prefix),
-        display=display, warnings=tuple(b.issues), demo=demo and executable is None,
+        engine=profile.engine,
+        argv=tuple(argv),
+        env=tuple(env),
+        prefix_len=len(prefix),
+        display=display,
+        warnings=tuple(b.issues),
+        demo=demo and executable is None,
     )
     return cmd, b.issues
 
@@ -519,15 +542,14 @@ def build_command(
     """
     if nccl is None:
         nccl = resolve_nccl(profile, store)
-    cmd, issues = check_profile(
-        profile, nccl=nccl, demo=demo, allow_dangerous=allow_dangerous, executable=executable
-    )
+    cmd, issues = check_profile(profile, nccl=nccl, demo=demo, allow_dangerous=allow_dangerous, executable=executable)
     if cmd is None:
         first = next(i for i in issues if i.severity == "error")
         more = sum(1 for i in issues if i.severity == "error") - 1
         msg = first.message + (f" (and {more} more problem{'s' if more > 1 else ''})" if more > 0 else "")
-        raise ProfileError(msg, path=profile.path or f"profile {profile.name}", key=first.key,
-                           line=line_of_key(profile, first.key))
+        raise ProfileError(
+            msg, path=profile.path or f"profile {profile.name}", key=first.key, line=line_of_key(profile, first.key)
+        )
     return cmd
 
 
@@ -556,4 +578,3 @@ def line_of_key(profile: ServerProfile, key: str) -> int | None:
     if key.startswith("extra_args"):
         parts = ["extra_args"]
     return key_line(text, tuple(parts))
-

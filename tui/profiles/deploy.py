@@ -60,8 +60,15 @@ class Step:
         return f"{self.node} ({self.role}{'' if self.role == HEAD else f' {self.rank}'}, {self.kind})"
 
     def jsonable(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"node": self.node, "rank": self.rank, "role": self.role, "kind": self.kind,
-                             "gpus": self.gpus, "port": self.port, "serves": self.serves}
+        d: dict[str, Any] = {
+            "node": self.node,
+            "rank": self.rank,
+            "role": self.role,
+            "kind": self.kind,
+            "gpus": self.gpus,
+            "port": self.port,
+            "serves": self.serves,
+        }
         if self.command is not None:
             d.update(self.command.jsonable())
         if self.check:
@@ -121,10 +128,20 @@ class DeploymentPlan:
 
     def jsonable(self) -> dict[str, Any]:
         return {
-            "profile": self.profile, "engine": self.engine, "mode": self.mode, "nodes": list(self.nodes),
-            "head": self.head, "head_address": self.head_address, "rendezvous": self.rendezvous,
-            "gpus_per_node": self.gpus_per_node, "tp": self.tp, "pp": self.pp, "dp": self.dp,
-            "gpus_needed": self.gpus_needed, "http_port": self.http_port, "sim": self.sim,
+            "profile": self.profile,
+            "engine": self.engine,
+            "mode": self.mode,
+            "nodes": list(self.nodes),
+            "head": self.head,
+            "head_address": self.head_address,
+            "rendezvous": self.rendezvous,
+            "gpus_per_node": self.gpus_per_node,
+            "tp": self.tp,
+            "pp": self.pp,
+            "dp": self.dp,
+            "gpus_needed": self.gpus_needed,
+            "http_port": self.http_port,
+            "sim": self.sim,
             "steps": [s.jsonable() for s in self.steps],
             "stop_order": [s.label for s in self.stop_order()],
             "warnings": [{"severity": w.severity, "key": w.key, "message": w.message} for w in self.warnings],
@@ -170,8 +187,11 @@ def check_deployment(
     dep = profile.deploy
     mode = profile.deploy_mode
     if mode not in DEPLOY_MODES.get(profile.engine, ()):
-        _err(issues, "deploy.mode", f"{mode!r} is not a {profile.engine} mode "
-             f"(one of: {', '.join(DEPLOY_MODES.get(profile.engine, ()))})")
+        _err(
+            issues,
+            "deploy.mode",
+            f"{mode!r} is not a {profile.engine} mode (one of: {', '.join(DEPLOY_MODES.get(profile.engine, ()))})",
+        )
         return None, issues
     seen: dict[str, int] = {}
     for i, n in enumerate(nodes, 1):
@@ -201,8 +221,11 @@ def check_deployment(
         if tp % n_nodes:
             _err(issues, "tp", f"tp = {tp} is not divisible by the {n_nodes} nodes (each node runs tp / nodes ranks)")
         elif tp // n_nodes > g:
-            _err(issues, "tp", f"tp = {tp} over {n_nodes} nodes is {tp // n_nodes} GPUs per node; "
-                 f"deploy.gpus_per_node is {g}")
+            _err(
+                issues,
+                "tp",
+                f"tp = {tp} over {n_nodes} nodes is {tp // n_nodes} GPUs per node; deploy.gpus_per_node is {g}",
+            )
         per_node_gpus = [tp // n_nodes] * n_nodes
     elif mode == "ray":
         pp = dep.pp or n_nodes
@@ -210,16 +233,24 @@ def check_deployment(
         if need > n_nodes * g:
             _err(issues, "deploy.pp", f"tp × pp = {tp} × {pp} = {need} GPUs, but {n_nodes} nodes × {g} = {n_nodes * g}")
         elif need <= (n_nodes - 1) * g:
-            issues.append(Issue("warning", "nodes", f"tp × pp = {need} GPUs fit on fewer than {n_nodes} nodes; "
-                                "Ray may leave a node idle"))
+            issues.append(
+                Issue(
+                    "warning",
+                    "nodes",
+                    f"tp × pp = {need} GPUs fit on fewer than {n_nodes} nodes; Ray may leave a node idle",
+                )
+            )
         per_node_gpus = [g] * n_nodes
     else:  # dp
         dp = dep.dp or (n_nodes * g) // max(1, tp)
         if dp % n_nodes:
             _err(issues, "deploy.dp", f"dp = {dp} is not divisible by the {n_nodes} nodes (each runs dp / nodes ranks)")
         elif (dp // n_nodes) * tp > g:
-            _err(issues, "deploy.dp", f"dp / nodes × tp = {dp // n_nodes} × {tp} GPUs per node; "
-                 f"deploy.gpus_per_node is {g}")
+            _err(
+                issues,
+                "deploy.dp",
+                f"dp / nodes × tp = {dp // n_nodes} × {tp} GPUs per node; deploy.gpus_per_node is {g}",
+            )
         elif dp < n_nodes:
             _err(issues, "deploy.dp", f"dp = {dp} is fewer than the {n_nodes} nodes")
         per_node_gpus = [(dp // n_nodes) * tp] * n_nodes
@@ -234,8 +265,15 @@ def check_deployment(
         exe = None
 
     def server(managed: Sequence[tuple[str, object]], p: ServerProfile = profile) -> Command | None:
-        cmd, iss = check_profile(p, nccl=nccl, demo=False, allow_dangerous=allow_dangerous, executable=exe,
-                                 managed_args=managed, managed_key=f"deploy ({mode})")
+        cmd, iss = check_profile(
+            p,
+            nccl=nccl,
+            demo=False,
+            allow_dangerous=allow_dangerous,
+            executable=exe,
+            managed_args=managed,
+            managed_key=f"deploy ({mode})",
+        )
         for i in iss:
             if i not in issues:
                 issues.append(i)
@@ -244,23 +282,50 @@ def check_deployment(
     steps: list[Step] = []
     if mode == "tp":
         for rank, node in enumerate(nodes):
-            managed: list[tuple[str, object]] = [("nnodes", n_nodes), ("node-rank", rank),
-                                                 ("dist-init-addr", f"{_bracket(addr)}:{port}")]
+            managed: list[tuple[str, object]] = [
+                ("nnodes", n_nodes),
+                ("node-rank", rank),
+                ("dist-init-addr", f"{_bracket(addr)}:{port}"),
+            ]
             cmd = server(managed)
             role = HEAD if rank == 0 else WORKER
-            steps.append(Step(node, rank, role, SERVER, cmd, gpus=per_node_gpus[rank],
-                              port=http_port if rank == 0 else None, serves=rank == 0))
+            steps.append(
+                Step(
+                    node,
+                    rank,
+                    role,
+                    SERVER,
+                    cmd,
+                    gpus=per_node_gpus[rank],
+                    port=http_port if rank == 0 else None,
+                    serves=rank == 0,
+                )
+            )
     elif mode == "dp":
         local = dp // n_nodes
         for rank, node in enumerate(nodes):
-            managed = [("data-parallel-size", dp), ("data-parallel-size-local", local),
-                       ("data-parallel-address", addr), ("data-parallel-rpc-port", port)]
+            managed = [
+                ("data-parallel-size", dp),
+                ("data-parallel-size-local", local),
+                ("data-parallel-address", addr),
+                ("data-parallel-rpc-port", port),
+            ]
             if rank:
                 managed = [("headless", True), *managed, ("data-parallel-start-rank", rank * local)]
             cmd = server(managed)
             role = HEAD if rank == 0 else WORKER
-            steps.append(Step(node, rank, role, SERVER, cmd, gpus=per_node_gpus[rank],
-                              port=http_port if rank == 0 else None, serves=rank == 0))
+            steps.append(
+                Step(
+                    node,
+                    rank,
+                    role,
+                    SERVER,
+                    cmd,
+                    gpus=per_node_gpus[rank],
+                    port=http_port if rank == 0 else None,
+                    serves=rank == 0,
+                )
+            )
     else:  # ray
         base = server([("pipeline-parallel-size", pp), ("distributed-executor-backend", "ray")])
         env = base.env if base is not None else ()
@@ -272,15 +337,27 @@ def check_deployment(
         for rank, node in enumerate(nodes[1:], 1):
             args = [ray, "start", f"--address={_bracket(addr)}:{port}", f"--num-gpus={g}", "--block"]
             steps.append(Step(node, rank, WORKER, RAY_WORKER, _plain(profile.engine, args, env), gpus=g))
-        steps.append(Step(nodes[0], 0, HEAD, RAY_WAIT, check=(ray, "status", f"--address={_bracket(addr)}:{port}"),
-                          gpus=tp * pp))
+        steps.append(
+            Step(nodes[0], 0, HEAD, RAY_WAIT, check=(ray, "status", f"--address={_bracket(addr)}:{port}"), gpus=tp * pp)
+        )
         steps.append(Step(nodes[0], 0, HEAD, SERVER, base, gpus=0, port=http_port, serves=True))
     if any(i.severity == "error" for i in issues) or any(s.kind != RAY_WAIT and s.command is None for s in steps):
         return None, issues
     plan = DeploymentPlan(
-        profile=profile.name, engine=profile.engine, mode=mode, nodes=nodes, head_address=addr,
-        rendezvous_port=port, gpus_per_node=g, tp=tp, pp=pp, dp=dp, http_port=http_port, steps=tuple(steps),
-        warnings=tuple(i for i in issues if i.severity != "error"), sim=sim or demo,
+        profile=profile.name,
+        engine=profile.engine,
+        mode=mode,
+        nodes=nodes,
+        head_address=addr,
+        rendezvous_port=port,
+        gpus_per_node=g,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        http_port=http_port,
+        steps=tuple(steps),
+        warnings=tuple(i for i in issues if i.severity != "error"),
+        sim=sim or demo,
     )
     return plan, issues
 
@@ -311,20 +388,32 @@ def build_deployment(
     and the file (one line)."""
     if nccl is None:
         nccl = resolve_nccl(profile, store)
-    plan, issues = check_deployment(profile, nccl=nccl, head_address=head_address, sim=sim, demo=demo,
-                                    allow_dangerous=allow_dangerous)
+    plan, issues = check_deployment(
+        profile, nccl=nccl, head_address=head_address, sim=sim, demo=demo, allow_dangerous=allow_dangerous
+    )
     if plan is None:
         errors = [i for i in issues if i.severity == "error"] or [Issue("error", "", "cannot build the deployment")]
         first = errors[0]
         more = len(errors) - 1
         msg = first.message + (f" (and {more} more problem{'s' if more > 1 else ''})" if more > 0 else "")
         key = first.key if not first.key.startswith("deploy (") else "flags"
-        raise ProfileError(msg, path=profile.path or f"profile {profile.name}", key=first.key,
-                           line=line_of_key(profile, key))
+        raise ProfileError(
+            msg, path=profile.path or f"profile {profile.name}", key=first.key, line=line_of_key(profile, key)
+        )
     return plan
 
 
 __all__ = [
-    "DeploymentPlan", "HEAD", "RAY_HEAD", "RAY_WAIT", "RAY_WORKER", "SERVER", "Step", "WORKER", "build_deployment",
-    "check_deployment", "node_host", "sim_executable",
+    "DeploymentPlan",
+    "HEAD",
+    "RAY_HEAD",
+    "RAY_WAIT",
+    "RAY_WORKER",
+    "SERVER",
+    "Step",
+    "WORKER",
+    "build_deployment",
+    "check_deployment",
+    "node_host",
+    "sim_executable",
 ]

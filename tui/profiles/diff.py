@@ -35,8 +35,14 @@ class CommandDiff:
     @property
     def empty(self) -> bool:
         return not (
-            self.executable or self.positional or self.added or self.removed or self.changed
-            or self.env_added or self.env_removed or self.env_changed
+            self.executable
+            or self.positional
+            or self.added
+            or self.removed
+            or self.changed
+            or self.env_added
+            or self.env_removed
+            or self.env_changed
         )
 
     def lines(self) -> list[str]:
@@ -52,7 +58,10 @@ class CommandDiff:
             out.append(f"~ arguments: {' '.join(self.positional[0])} → {' '.join(self.positional[1])}")
         out += [f"+ {f(k, v)}" for k, v in self.added.items()]
         out += [f"- {f(k, v)}" for k, v in self.removed.items()]
-        out += [f"~ --{k}: {a if a is not None else '(switch)'} → {b if b is not None else '(switch)'}" for k, (a, b) in self.changed.items()]
+        out += [
+            f"~ --{k}: {a if a is not None else '(switch)'} → {b if b is not None else '(switch)'}"
+            for k, (a, b) in self.changed.items()
+        ]
         out += [f"+ env {k}={v}" for k, v in self.env_added.items()]
         out += [f"- env {k}={v}" for k, v in self.env_removed.items()]
         out += [f"~ env {k}: {a} → {b}" for k, (a, b) in self.env_changed.items()]
@@ -62,9 +71,11 @@ class CommandDiff:
         return {
             "executable": [list(x) for x in self.executable] if self.executable else None,
             "positional": [list(x) for x in self.positional] if self.positional else None,
-            "added": self.added, "removed": self.removed,
+            "added": self.added,
+            "removed": self.removed,
             "changed": {k: list(v) for k, v in self.changed.items()},
-            "env_added": self.env_added, "env_removed": self.env_removed,
+            "env_added": self.env_added,
+            "env_removed": self.env_removed,
             "env_changed": {k: list(v) for k, v in self.env_changed.items()},
         }
 
@@ -85,9 +96,7 @@ def diff_commands(running: Command, new: Command) -> CommandDiff:
     )
 
 
-def command_from_argv(
-    engine: str, argv: list[str], env: dict[str, str], prefix_len: int | None = None
-) -> Command:
+def command_from_argv(engine: str, argv: list[str], env: dict[str, str], prefix_len: int | None = None) -> Command:
     """A Command for a server that is already running (argv and env as recorded at launch).
 
     Without ``prefix_len`` the executable part is everything before the first ``--flag``
@@ -100,5 +109,6 @@ def command_from_argv(
         if engine == "vllm" and first > 0 and argv[first - 1] != "serve":
             first -= 1
         prefix_len = first
-    return Command(engine=engine, argv=tuple(argv), env=tuple(env.items()), prefix_len=prefix_len,
-                   display=env_command(argv, env))
+    return Command(
+        engine=engine, argv=tuple(argv), env=tuple(env.items()), prefix_len=prefix_len, display=env_command(argv, env)
+    )

@@ -29,7 +29,9 @@ def text_to_env(text: str, key: str) -> tuple[tuple[tuple[str, str], ...], list[
         if not eq:
             problems.append((key, f"{t!r} is not NAME=VALUE"))
         elif not ENV_NAME_RE.match(name):
-            problems.append((f"{key}.{name}", f"invalid environment variable name {name!r} (must match [A-Za-z_][A-Za-z0-9_]*)"))
+            problems.append(
+                (f"{key}.{name}", f"invalid environment variable name {name!r} (must match [A-Za-z_][A-Za-z0-9_]*)")
+            )
         else:
             out.append((name, value))
     return tuple(out), problems
@@ -47,7 +49,9 @@ def flags_to_text(flags: tuple[tuple[str, bool | int | float | str], ...]) -> st
     return shlex.join(toks)
 
 
-def text_to_flags(text: str, engine: str) -> tuple[tuple[tuple[str, bool | int | float | str], ...], list[tuple[str, str]]]:
+def text_to_flags(
+    text: str, engine: str
+) -> tuple[tuple[tuple[str, bool | int | float | str], ...], list[tuple[str, str]]]:
     """``--flag=value`` / ``--switch`` tokens → typed pairs (types from the engine's schema)."""
     try:
         toks = shlex.split(text)

@@ -57,10 +57,11 @@ Every error is a :class:`ProfileError` naming the file, the line and the key.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
+
+import tomllib
 
 from tui.util.safety import DANGEROUS_ENV, ENV_NAME_RE, visible
 
@@ -75,9 +76,7 @@ _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 class ProfileError(ValueError):
     """A profile or preset that cannot be used. ``str()`` reads ``file:line: key: message``."""
 
-    def __init__(
-        self, message: str, *, path: str | Path | None = None, line: int | None = None, key: str = ""
-    ) -> None:
+    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None, key: str = "") -> None:
         self.message = message
         self.path = str(path) if path is not None else None
         self.line = line
@@ -307,9 +306,7 @@ def parse_toml(text: str, path: str | Path | None) -> dict[str, Any]:
     """The TOML document in ``text``; any failure is a ProfileError naming the file and line."""
     deep = _too_deep(text)
     if deep is not None:
-        raise ProfileError(
-            f"TOML nested deeper than {MAX_TOML_DEPTH} levels", path=path, line=deep
-        )
+        raise ProfileError(f"TOML nested deeper than {MAX_TOML_DEPTH} levels", path=path, line=deep)
     try:
         return tomllib.loads(text)
     except RecursionError:
@@ -342,9 +339,7 @@ class _Reader:
         self.path = path
 
     def err(self, keypath: tuple[str, ...], message: str) -> ProfileError:
-        return ProfileError(
-            message, path=self.path, line=key_line(self.text, keypath), key=".".join(keypath)
-        )
+        return ProfileError(message, path=self.path, line=key_line(self.text, keypath), key=".".join(keypath))
 
     def unknown(self, table: Mapping[str, Any], allowed: set[str], prefix: tuple[str, ...]) -> None:
         for k in table:
@@ -374,7 +369,9 @@ class _Reader:
             raise self.err(keypath, f"expected a table, got {type(value).__name__}")
         return value
 
-    def env_table(self, value: Any, keypath: tuple[str, ...], *, allow_empty: bool = True) -> tuple[tuple[str, str], ...]:
+    def env_table(
+        self, value: Any, keypath: tuple[str, ...], *, allow_empty: bool = True
+    ) -> tuple[tuple[str, str], ...]:
         out = []
         for k, v in self.table(value, keypath).items():
             if not ENV_NAME_RE.match(k):
@@ -393,9 +390,26 @@ class _Reader:
 
 
 _TOP_KEYS = {
-    "schema_version", "name", "engine", "model", "tp", "host", "port", "python", "extra_args",
-    "notes", "confirm_dangerous", "allow_unlisted_flags", "mla", "attention", "nccl", "flags",
-    "env", "speculative", "nodes", "deploy",
+    "schema_version",
+    "name",
+    "engine",
+    "model",
+    "tp",
+    "host",
+    "port",
+    "python",
+    "extra_args",
+    "notes",
+    "confirm_dangerous",
+    "allow_unlisted_flags",
+    "mla",
+    "attention",
+    "nccl",
+    "flags",
+    "env",
+    "speculative",
+    "nodes",
+    "deploy",
 }
 _DEPLOY_KEYS = {"mode", "head_address", "port", "gpus_per_node", "pp", "dp", "ray", "ray_wait"}
 
@@ -425,7 +439,8 @@ def profile_from_dict(
     if not NAME_RE.match(name):
         raise ProfileError(
             f"invalid profile name {name!r} (letters, digits, '.', '_', '-'; at most 64)",
-            path=path, key="name",
+            path=path,
+            key="name",
         )
     if "engine" not in data:
         raise ProfileError("missing required key (sglang or vllm)", path=path, key="engine")
@@ -465,7 +480,11 @@ def profile_from_dict(
     if "attention" in data:
         att = r.table(data["attention"], ("attention",))
         r.unknown(att, {"backend", "prefill", "decode"}, ("attention",))
-        for src, dst in (("backend", "attention_backend"), ("prefill", "prefill_backend"), ("decode", "decode_backend")):
+        for src, dst in (
+            ("backend", "attention_backend"),
+            ("prefill", "prefill_backend"),
+            ("decode", "decode_backend"),
+        ):
             if src in att:
                 kw[dst] = r.text_value(att[src], ("attention", src))
         if engine == "vllm" and (kw.get("prefill_backend") or kw.get("decode_backend")):
@@ -512,17 +531,22 @@ def profile_from_dict(
         kw["nodes"] = _nodes(r, data["nodes"])
     if "deploy" in data:
         if not kw.get("nodes"):
-            raise r.err(("deploy",), "[deploy] needs nodes = [\"host-a\", \"host-b\", …] (two or more)")
+            raise r.err(("deploy",), '[deploy] needs nodes = ["host-a", "host-b", …] (two or more)')
         kw["deploy"] = _deploy(r, data["deploy"], engine)
     return ServerProfile(
-        name=name, engine=engine, model=model, source=source, path=str(path) if path else "",
-        schema_version=sv, **kw,
+        name=name,
+        engine=engine,
+        model=model,
+        source=source,
+        path=str(path) if path else "",
+        schema_version=sv,
+        **kw,
     )
 
 
 def _nodes(r: _Reader, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list):
-        raise r.err(("nodes",), "expected a list of hosts, e.g. [\"gpu-a\", \"gpu-b\"]")
+        raise r.err(("nodes",), 'expected a list of hosts, e.g. ["gpu-a", "gpu-b"]')
     out: list[str] = []
     for i, v in enumerate(value, 1):
         v = r.text_value(v, ("nodes",), allow_empty=False)
@@ -590,7 +614,13 @@ def load_profile_file(path: str | Path, *, source: str = "user") -> ServerProfil
 
 def profile_to_dict(p: ServerProfile) -> dict[str, Any]:
     """The TOML document for ``p`` (defaults left out, ``name`` kept for readability)."""
-    d: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "name": p.name, "engine": p.engine, "model": p.model, "tp": p.tp}
+    d: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "name": p.name,
+        "engine": p.engine,
+        "model": p.model,
+        "tp": p.tp,
+    }
     if p.host:
         d["host"] = p.host
     if p.port:
@@ -607,7 +637,11 @@ def profile_to_dict(p: ServerProfile) -> dict[str, Any]:
         d["allow_unlisted_flags"] = True
     if p.mla is not None:
         d["mla"] = p.mla
-    att = {k: v for k, v in (("backend", p.attention_backend), ("prefill", p.prefill_backend), ("decode", p.decode_backend)) if v}
+    att = {
+        k: v
+        for k, v in (("backend", p.attention_backend), ("prefill", p.prefill_backend), ("decode", p.decode_backend))
+        if v
+    }
     if att:
         d["attention"] = att
     nccl: dict[str, Any] = {"preset": p.nccl_preset}
@@ -658,8 +692,23 @@ def dangerous_names(p: ServerProfile) -> list[str]:
 
 
 __all__ = [
-    "AttentionPreset", "DEPLOY_MODES", "Deploy", "ENGINES", "NcclPreset", "ProfileError", "SCHEMA_VERSION", "ServerProfile",
-    "Speculative", "dangerous_names", "guess_mla", "key_line", "load_profile_file", "load_profile_text",
-    "parse_toml", "profile_from_dict", "profile_jsonable", "profile_to_dict", "profile_to_toml",
+    "AttentionPreset",
+    "DEPLOY_MODES",
+    "Deploy",
+    "ENGINES",
+    "NcclPreset",
+    "ProfileError",
+    "SCHEMA_VERSION",
+    "ServerProfile",
+    "Speculative",
+    "dangerous_names",
+    "guess_mla",
+    "key_line",
+    "load_profile_file",
+    "load_profile_text",
+    "parse_toml",
+    "profile_from_dict",
+    "profile_jsonable",
+    "profile_to_dict",
+    "profile_to_toml",
 ]
-

@@ -38,8 +38,7 @@ from tui.util.files import atomic_write_json
 from tui.util.paths import state_dir
 
 VLLM_REGISTRY_ONELINER = (
-    "from vllm.v1.attention.backends.registry import AttentionBackendEnum as E; "
-    "print(' '.join(m.name for m in E))"
+    "from vllm.v1.attention.backends.registry import AttentionBackendEnum as E; print(' '.join(m.name for m in E))"
 )
 GPU_QUERY = ["nvidia-smi", "--query-gpu=index,name,compute_cap", "--format=csv,noheader"]
 HELP_TIMEOUT = 180.0
@@ -79,14 +78,18 @@ class HostFacts:
 
     def jsonable(self) -> dict[str, Any]:
         return {
-            "target": self.target, "engine": self.engine, "executable": list(self.executable),
+            "target": self.target,
+            "engine": self.engine,
+            "executable": list(self.executable),
             "version": self.version,
             "backends": list(self.backends) if self.backends is not None else None,
             "backends_source": self.backends_source,
             "flags": len(self.flags) if self.flags is not None else None,
             "gpus": [{"index": g.index, "name": g.name, "compute_cap": g.compute_cap} for g in self.gpus]
-            if self.gpus is not None else None,
-            "problems": list(self.problems), "cached": self.cached,
+            if self.gpus is not None
+            else None,
+            "problems": list(self.problems),
+            "cached": self.cached,
         }
 
 
@@ -202,9 +205,7 @@ def probe_commands(profile: ServerProfile, *, demo: bool) -> dict[str, list[str]
         cmds["help_all"] = [*prefix, "--help=all"]
         # The demo's engine is the simulator (no vllm package to import): it answers the
         # registry probe itself, in the same one-line format.
-        cmds["registry"] = (
-            [*prefix, "--sim-list-backends"] if demo else [profile.python, "-c", VLLM_REGISTRY_ONELINER]
-        )
+        cmds["registry"] = [*prefix, "--sim-list-backends"] if demo else [profile.python, "-c", VLLM_REGISTRY_ONELINER]
     return cmds
 
 
@@ -264,14 +265,23 @@ async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, u
     if use_cache and key:
         hit = _load_cache().get(key)
         # An entry whose backend list could not be read from the host ("builtin") is asked again.
-        if (isinstance(hit, dict) and isinstance(hit.get("flags"), list)
-                and hit.get("backends_source", "builtin") != "builtin"):
+        if (
+            isinstance(hit, dict)
+            and isinstance(hit.get("flags"), list)
+            and hit.get("backends_source", "builtin") != "builtin"
+        ):
             return HostFacts(
-                target=target, engine=profile.engine, executable=exe, version=version,
+                target=target,
+                engine=profile.engine,
+                executable=exe,
+                version=version,
                 backends=tuple(hit["backends"]) if hit.get("backends") else BUILTIN_BACKENDS[profile.engine],
                 backends_source=hit.get("backends_source", "builtin"),
                 spec_algorithms=tuple(hit["spec"]) if hit.get("spec") else None,
-                flags=tuple(hit["flags"]), gpus=gpus, problems=tuple(problems), cached=True,
+                flags=tuple(hit["flags"]),
+                gpus=gpus,
+                problems=tuple(problems),
+                cached=True,
             )
 
     # vLLM >= 0.9 prints only a summary for --help and everything for --help=all: read both.
@@ -285,8 +295,7 @@ async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, u
         help_text = f"{help_text}\n{hres.stdout}" if help_text else hres.stdout
     elif not help_text:
         problems.append(
-            f"engine help: `{shlex.join(cmds['help'])}` failed: "
-            f"{_first_line(hres.stderr) or hres.exit_status}"
+            f"engine help: `{shlex.join(cmds['help'])}` failed: {_first_line(hres.stderr) or hres.exit_status}"
         )
     flags = help_flags(help_text) if help_text else None
     if flags is not None and len(flags) < 3:
@@ -306,14 +315,27 @@ async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, u
         source = "builtin"
     spec = help_choices(help_text, "--speculative-algorithm") if help_text else None
     facts = HostFacts(
-        target=target, engine=profile.engine, executable=exe, version=version, backends=backends,
-        backends_source=source, spec_algorithms=spec, flags=flags, gpus=gpus, problems=tuple(problems),
+        target=target,
+        engine=profile.engine,
+        executable=exe,
+        version=version,
+        backends=backends,
+        backends_source=source,
+        spec_algorithms=spec,
+        flags=flags,
+        gpus=gpus,
+        problems=tuple(problems),
     )
     if key and flags is not None:
-        _store_cache(key, {
-            "backends": list(backends) if source != "builtin" else None,
-            "backends_source": source, "spec": list(spec) if spec else None, "flags": list(flags),
-        })
+        _store_cache(
+            key,
+            {
+                "backends": list(backends) if source != "builtin" else None,
+                "backends_source": source,
+                "spec": list(spec) if spec else None,
+                "flags": list(flags),
+            },
+        )
     return facts
 
 
@@ -321,23 +343,40 @@ async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, u
 
 
 def _chosen_backends(p: ServerProfile) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in (("attention.backend", p.attention_backend), ("attention.prefill", p.prefill_backend),
-                                ("attention.decode", p.decode_backend)) if v]
+    return [
+        (k, v)
+        for k, v in (
+            ("attention.backend", p.attention_backend),
+            ("attention.prefill", p.prefill_backend),
+            ("attention.decode", p.decode_backend),
+        )
+        if v
+    ]
 
 
-def evaluate(profile: ServerProfile, facts: HostFacts, command: Command | None, issues: Sequence[Issue] = ()) -> list[Finding]:
+def evaluate(
+    profile: ServerProfile, facts: HostFacts, command: Command | None, issues: Sequence[Issue] = ()
+) -> list[Finding]:
     out: list[Finding] = []
     eng = f"{profile.engine} {facts.version}" if facts.version else profile.engine
     where = facts.target
     for i in issues:
-        code = "nccl-debug-knobs" if i.key == "nccl.preset" else (
-            "dangerous-env" if "changes what gets executed" in i.message else "profile")
+        code = (
+            "nccl-debug-knobs"
+            if i.key == "nccl.preset"
+            else ("dangerous-env" if "changes what gets executed" in i.message else "profile")
+        )
         out.append(Finding(i.severity, code, f"{i.key}: {i.message}" if i.key else i.message, i.key))
     if facts.version is None and facts.flags is None:
-        out.append(Finding(
-            "error", "engine-missing",
-            f"{profile.engine} does not run on {where} with `{shlex.join(facts.executable)}` "
-            "(neither its version nor its --help could be read): the launch would fail", "python"))
+        out.append(
+            Finding(
+                "error",
+                "engine-missing",
+                f"{profile.engine} does not run on {where} with `{shlex.join(facts.executable)}` "
+                "(neither its version nor its --help could be read): the launch would fail",
+                "python",
+            )
+        )
     for p in facts.problems:
         out.append(Finding("warning", "probe", p))
 
@@ -350,15 +389,25 @@ def evaluate(profile: ServerProfile, facts: HostFacts, command: Command | None, 
         if norm(b) in offered or (profile.engine == "vllm" and b.lower() == "auto"):
             continue
         if facts.backends_source == "builtin":
-            out.append(Finding(
-                "warning", "backend-unverified",
-                f"attention backend {b!r} is not in tunedeck's list for {profile.engine} and the host's "
-                "list could not be read: unverified", key))
+            out.append(
+                Finding(
+                    "warning",
+                    "backend-unverified",
+                    f"attention backend {b!r} is not in tunedeck's list for {profile.engine} and the host's "
+                    "list could not be read: unverified",
+                    key,
+                )
+            )
         else:
-            out.append(Finding(
-                "error", "backend-not-offered",
-                f"attention backend {b!r} is not offered by {eng} on {where} "
-                f"(choices: {', '.join(facts.backends or ())})", key))
+            out.append(
+                Finding(
+                    "error",
+                    "backend-not-offered",
+                    f"attention backend {b!r} is not offered by {eng} on {where} "
+                    f"(choices: {', '.join(facts.backends or ())})",
+                    key,
+                )
+            )
 
     # -- MLA × architecture
     majors = sorted({g.major for g in facts.gpus or () if g.major is not None})
@@ -373,39 +422,87 @@ def evaluate(profile: ServerProfile, facts: HostFacts, command: Command | None, 
                 sm = f"SM{major}0"
                 row = table.get(major)
                 if nb in {norm(x) for x in NOT_MLA[profile.engine]}:
-                    out.append(Finding("error", "backend-arch", f"{b!r} does not run MLA models ({profile.model})", key))
+                    out.append(
+                        Finding("error", "backend-arch", f"{b!r} does not run MLA models ({profile.model})", key)
+                    )
                     break
                 if row is None:
-                    out.append(Finding("warning", "backend-arch-unverified",
-                                       f"{b!r} for MLA models on {sm} (compute capability {major}.x): unverified", key))
+                    out.append(
+                        Finding(
+                            "warning",
+                            "backend-arch-unverified",
+                            f"{b!r} for MLA models on {sm} (compute capability {major}.x): unverified",
+                            key,
+                        )
+                    )
                 elif nb in {norm(x) for x in row["valid"]}:
                     continue
                 elif nb in {norm(x) for x in row["verify"]}:
-                    out.append(Finding("warning", "backend-arch-unverified",
-                                       f"{b!r} passes argument checks on {sm} for MLA models but is unverified there; verify on the host", key))
+                    out.append(
+                        Finding(
+                            "warning",
+                            "backend-arch-unverified",
+                            f"{b!r} passes argument checks on {sm} for MLA models but is unverified there; verify on the host",
+                            key,
+                        )
+                    )
                 else:
                     valid = ", ".join(sorted(row["valid"]))
-                    out.append(Finding("error", "backend-arch",
-                                       f"{b!r} is not supported for MLA models on {sm} (valid there: {valid})", key))
+                    out.append(
+                        Finding(
+                            "error",
+                            "backend-arch",
+                            f"{b!r} is not supported for MLA models on {sm} (valid there: {valid})",
+                            key,
+                        )
+                    )
     elif profile.is_mla and facts.gpus is None and _chosen_backends(profile):
-        out.append(Finding("warning", "backend-arch-unverified",
-                           "GPU architecture unknown: the MLA backend choice is unverified"))
+        out.append(
+            Finding(
+                "warning", "backend-arch-unverified", "GPU architecture unknown: the MLA backend choice is unverified"
+            )
+        )
 
     # -- speculative
     s = profile.speculative
-    if s and s.algorithm and facts.spec_algorithms and profile.engine == "sglang" and s.algorithm not in facts.spec_algorithms:
-        out.append(Finding("error", "spec-not-offered",
-                           f"speculative algorithm {s.algorithm!r} is not offered by {eng} "
-                           f"(choices: {', '.join(facts.spec_algorithms)})", "speculative.algorithm"))
-    if s and profile.engine == "sglang" and (s.eagle_topk or 1) > 1 and profile.attention_backend not in ("", "fa3", "triton"):
-        out.append(Finding("warning", "spec-topk",
-                           f"speculative eagle_topk > 1 works only with fa3 or triton at page size 1 "
-                           f"(SGLang docs); {profile.attention_backend!r} is chosen", "speculative.eagle_topk"))
+    if (
+        s
+        and s.algorithm
+        and facts.spec_algorithms
+        and profile.engine == "sglang"
+        and s.algorithm not in facts.spec_algorithms
+    ):
+        out.append(
+            Finding(
+                "error",
+                "spec-not-offered",
+                f"speculative algorithm {s.algorithm!r} is not offered by {eng} "
+                f"(choices: {', '.join(facts.spec_algorithms)})",
+                "speculative.algorithm",
+            )
+        )
+    if (
+        s
+        and profile.engine == "sglang"
+        and (s.eagle_topk or 1) > 1
+        and profile.attention_backend not in ("", "fa3", "triton")
+    ):
+        out.append(
+            Finding(
+                "warning",
+                "spec-topk",
+                f"speculative eagle_topk > 1 works only with fa3 or triton at page size 1 "
+                f"(SGLang docs); {profile.attention_backend!r} is chosen",
+                "speculative.eagle_topk",
+            )
+        )
 
     # -- flags
     if command is not None:
         if facts.flags is None:
-            out.append(Finding("warning", "flags-unchecked", f"could not read {profile.engine}'s --help: flags unchecked"))
+            out.append(
+                Finding("warning", "flags-unchecked", f"could not read {profile.engine}'s --help: flags unchecked")
+            )
         else:
             known = set(facts.flags)
             for tok in command.args:
@@ -416,25 +513,46 @@ def evaluate(profile: ServerProfile, facts: HostFacts, command: Command | None, 
                     continue
                 cands = sorted(f for f in known if f.startswith(name))
                 if len(cands) > 1:
-                    out.append(Finding("error", "flag-ambiguous",
-                                       f"--{name} is an ambiguous prefix on {eng} (could be "
-                                       f"{', '.join('--' + c for c in cands)}): the engine exits with an argparse error",
-                                       f"--{name}"))
+                    out.append(
+                        Finding(
+                            "error",
+                            "flag-ambiguous",
+                            f"--{name} is an ambiguous prefix on {eng} (could be "
+                            f"{', '.join('--' + c for c in cands)}): the engine exits with an argparse error",
+                            f"--{name}",
+                        )
+                    )
                 elif len(cands) == 1:
-                    out.append(Finding("warning", "flag-prefix",
-                                       f"--{name} is only a prefix of --{cands[0]} on {eng}; use the full name",
-                                       f"--{name}"))
+                    out.append(
+                        Finding(
+                            "warning",
+                            "flag-prefix",
+                            f"--{name} is only a prefix of --{cands[0]} on {eng}; use the full name",
+                            f"--{name}",
+                        )
+                    )
                 else:
-                    out.append(Finding("error", "flag-unknown",
-                                       f"--{name} does not exist in {eng} on {where}: the engine exits with an argparse error",
-                                       f"--{name}"))
+                    out.append(
+                        Finding(
+                            "error",
+                            "flag-unknown",
+                            f"--{name} does not exist in {eng} on {where}: the engine exits with an argparse error",
+                            f"--{name}",
+                        )
+                    )
 
     # -- bind address: loopback is the default; anything wider is a choice the user sees
     bind = (profile.host or "").strip()
     if bind and bind not in ("127.0.0.1", "localhost", "::1"):
-        out.append(Finding("warning", "bind-wide",
-                           f"the server binds {bind}: its API (no authentication) is reachable from other "
-                           f"machines; use 127.0.0.1 unless that is intended", "host"))
+        out.append(
+            Finding(
+                "warning",
+                "bind-wide",
+                f"the server binds {bind}: its API (no authentication) is reachable from other "
+                f"machines; use 127.0.0.1 unless that is intended",
+                "host",
+            )
+        )
 
     # -- GPUs
     if facts.gpus is not None:
@@ -445,8 +563,14 @@ def evaluate(profile: ServerProfile, facts: HostFacts, command: Command | None, 
         caps = ", ".join(f"SM{m}0" for m in majors) or "unknown compute capability"
         out.append(Finding("info", "gpus", f"{n} × {' / '.join(names)} ({caps})"))
     if facts.version:
-        out.append(Finding("info", "engine", f"{eng} ({'cached' if facts.cached else 'read from host'}); "
-                                             f"{len(facts.backends or ())} backends from {facts.backends_source}"))
+        out.append(
+            Finding(
+                "info",
+                "engine",
+                f"{eng} ({'cached' if facts.cached else 'read from host'}); "
+                f"{len(facts.backends or ())} backends from {facts.backends_source}",
+            )
+        )
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(out, key=lambda f: order.get(f.severity, 3))
 
@@ -477,6 +601,17 @@ async def preflight(
 
 
 __all__ = [
-    "Finding", "GpuInfo", "HostFacts", "PreflightReport", "evaluate", "help_choices", "help_flags",
-    "join_help", "parse_gpus", "parse_version", "preflight", "probe_commands", "probe_host",
+    "Finding",
+    "GpuInfo",
+    "HostFacts",
+    "PreflightReport",
+    "evaluate",
+    "help_choices",
+    "help_flags",
+    "join_help",
+    "parse_gpus",
+    "parse_version",
+    "preflight",
+    "probe_commands",
+    "probe_host",
 ]

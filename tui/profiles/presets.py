@@ -83,9 +83,13 @@ def parse_preset_text(
                 raise r.err(ap, f"invalid preset name {name!r}")
             body = r.table(body, ap)
             r.unknown(body, {"backend", "prefill", "decode", "description"}, ap)
-            vals = {k: r.text_value(body.get(k, ""), ap + (k,)) for k in ("backend", "prefill", "decode", "description")}
+            vals = {
+                k: r.text_value(body.get(k, ""), ap + (k,)) for k in ("backend", "prefill", "decode", "description")
+            }
             if engine == "vllm" and (vals["prefill"] or vals["decode"]):
-                raise r.err(ap + ("prefill" if vals["prefill"] else "decode",), "per-phase backends exist only on SGLang")
+                raise r.err(
+                    ap + ("prefill" if vals["prefill"] else "decode",), "per-phase backends exist only on SGLang"
+                )
             att.append(AttentionPreset(name=name, engine=engine, source=source, **vals))
     return nccl, att
 
@@ -101,10 +105,21 @@ def load_preset_file(path: str | Path, *, source: str) -> tuple[list[NcclPreset]
 
 def preset_jsonable(p: NcclPreset | AttentionPreset) -> dict[str, Any]:
     if isinstance(p, NcclPreset):
-        return {"name": p.name, "description": p.description, "warning": p.warning, "vars": dict(p.vars), "source": p.source}
+        return {
+            "name": p.name,
+            "description": p.description,
+            "warning": p.warning,
+            "vars": dict(p.vars),
+            "source": p.source,
+        }
     return {
-        "name": p.name, "engine": p.engine, "backend": p.backend, "prefill": p.prefill,
-        "decode": p.decode, "description": p.description, "source": p.source,
+        "name": p.name,
+        "engine": p.engine,
+        "backend": p.backend,
+        "prefill": p.prefill,
+        "decode": p.decode,
+        "description": p.description,
+        "source": p.source,
     }
 
 

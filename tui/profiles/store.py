@@ -138,8 +138,7 @@ class ProfileStore:
         hit = self._find_file(name)
         if hit is None:
             raise ProfileError(
-                f"no profile named {name!r} (looked in {self.user} and {self.builtin}; "
-                "see `tunedeck profiles list`)",
+                f"no profile named {name!r} (looked in {self.user} and {self.builtin}; see `tunedeck profiles list`)",
                 key="name",
             )
         try:
@@ -172,7 +171,8 @@ class ProfileStore:
         if name is None and profile.source == "builtin":
             raise ProfileError(
                 f"built-in profile {profile.name!r} is read-only; use save as to write a user copy",
-                path=profile.path or None, key="name",
+                path=profile.path or None,
+                key="name",
             )
         if target_name in self.builtin_names() and not shadow_builtin:
             raise ProfileError(
@@ -189,14 +189,17 @@ class ProfileStore:
             if not (own or overwrite):
                 raise ProfileError(
                     f"a user profile named {target_name!r} already exists; choose another name or overwrite it",
-                    path=target, key="name",
+                    path=target,
+                    key="name",
                 )
             try:
                 load_profile_file(target)
             except ProfileError as e:
                 raise ProfileError(
                     f"refusing to overwrite a file that does not parse ({e}); fix or move it first",
-                    path=target, line=e.line, key=e.key,
+                    path=target,
+                    line=e.line,
+                    key=e.key,
                 ) from None
         new = profile.with_(name=target_name, source="user", path=str(target))
         text = profile_to_toml(new)

@@ -19,10 +19,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from tui.ab.journal import Journal, new_id
 from tui.ab.plan import Plan
 from tui.ab.runner import ABEvent, ABReport, ProfileInfo, report_from_dict
-from tui.hostside import jobfiles
-from tui.services import jobs
 from tui.hostops import launcher, logfollow
 from tui.hostops.hosts import Host, HostError
+from tui.hostside import jobfiles
+from tui.services import jobs
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,13 @@ def resolve_profile(name: str, *, demo: bool) -> tuple[ProfileInfo, str]:
         if k in ("served-model-name", "served_model_name") and isinstance(v, str):
             served = v
     info = ProfileInfo(
-        name=prof.name, engine=prof.engine, model=prof.model, argv=tuple(argv), env=dict(cmd.env_dict),
-        port=int(prof.effective_port), served_model=served,
+        name=prof.name,
+        engine=prof.engine,
+        model=prof.model,
+        argv=tuple(argv),
+        env=dict(cmd.env_dict),
+        port=int(prof.effective_port),
+        served_model=served,
     )
     return info, prof.python
 
@@ -104,12 +109,14 @@ class ABRun:
             if j.alive:
                 raise jobs.JobError(
                     f"{host.target}: A/B {j.job_id} is running there; follow it with `tunedeck ab --attach "
-                    f"{j.job_id}` or cancel it with `tunedeck ab --cancel {j.job_id}` first")
+                    f"{j.job_id}` or cancel it with `tunedeck ab --cancel {j.job_id}` first"
+                )
         running = [h for h in await launcher.list_host_runs(host) if h.alive]
         stop_existing = False
         if running:
-            desc = ", ".join(f"run {h.run_id}" + (f" ({h.meta.get('profile')})" if h.meta.get("profile") else "")
-                             for h in running)
+            desc = ", ".join(
+                f"run {h.run_id}" + (f" ({h.meta.get('profile')})" if h.meta.get("profile") else "") for h in running
+            )
             question = f"{desc} is running on {host_label or host.target}; stop it for the A/B?"
             if confirm_stop is None or not await confirm_stop(question):
                 raise jobs.JobError(f"{host.target}: not started: {desc} is running (stop it, or confirm)")
@@ -126,12 +133,22 @@ class ABRun:
             "stop_existing": stop_existing,
             "host_label": host_label or host.target,
         }
-        job = await jobs.start(host, "ab", spec, python=py,
-                               meta={"ab_id": ab_id, "a": a, "b": b, "plan": plan.name})
+        job = await jobs.start(host, "ab", spec, python=py, meta={"ab_id": ab_id, "a": a, "b": b, "plan": plan.name})
         run = cls(host, job, noise_pct=noise_pct)
-        _journal({"kind": "ab", "id": ab_id, "status": "running", "host": host_label or host.target,
-                  "plan": plan.name, "a": {"profile": a}, "b": {"profile": b}, "job_id": job.job_id,
-                  "repeats": repeats, "interleave": interleave})
+        _journal(
+            {
+                "kind": "ab",
+                "id": ab_id,
+                "status": "running",
+                "host": host_label or host.target,
+                "plan": plan.name,
+                "a": {"profile": a},
+                "b": {"profile": b},
+                "job_id": job.job_id,
+                "repeats": repeats,
+                "interleave": interleave,
+            }
+        )
         return run
 
     @classmethod

@@ -24,8 +24,8 @@ import logging
 from typing import Any, AsyncIterator, Mapping
 
 from tui.ab.sides import VIA_SSH
-from tui.services import jobs
 from tui.hostops.hosts import Host, HostError
+from tui.services import jobs
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +60,28 @@ class BenchRun:
 
     # ------------------------------------------------------------------ start / attach
     @classmethod
-    async def start(cls, host: Host, cfg: Any, *, meta_extra: Mapping[str, Any] | None = None,
-                    where: str = HOST, python: str | None = None) -> "BenchRun":
+    async def start(
+        cls,
+        host: Host,
+        cfg: Any,
+        *,
+        meta_extra: Mapping[str, Any] | None = None,
+        where: str = HOST,
+        python: str | None = None,
+    ) -> "BenchRun":
         """Start ``cfg`` (a :class:`tui.bench.config.BenchConfig` whose URL is the server's
         loopback address on the host, ``http://127.0.0.1:PORT``)."""
         meta = dict(meta_extra or {})
         if where == HOST:
             meta["client"] = {**dict(meta.get("client") or {}), "where": HOST, "via": "host loopback"}
             spec = {"config": dataclasses.asdict(cfg), "meta_extra": meta}
-            job = await jobs.start(host, "bench", spec, python=python,
-                                   meta={"label": cfg.label, "url": cfg.url, "profile": meta.get("profile")})
+            job = await jobs.start(
+                host,
+                "bench",
+                spec,
+                python=python,
+                meta={"label": cfg.label, "url": cfg.url, "profile": meta.get("profile")},
+            )
             return cls(host, HOST, job)
         run = cls(host, VIA_SSH)
         port = _port_of(cfg.url)
@@ -125,8 +137,11 @@ class BenchRun:
             yield ev
         try:
             await self._task
-            self.exit = {"type": "exit", "rc": 0 if any(s.get("completed") for s in self.summaries) else 1,
-                         "error": None}
+            self.exit = {
+                "type": "exit",
+                "rc": 0 if any(s.get("completed") for s in self.summaries) else 1,
+                "error": None,
+            }
         except asyncio.CancelledError:
             self.exit = {"type": "exit", "rc": 130, "error": "stopped; finished samples were kept"}
         except Exception as e:  # the CLI prints it as one line; the traceback goes to the log

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from tui.hostops.hosts import Host, HostError, parse_target, target_name
-from tui.hostops.launcher import LaunchRefused, compute_apps, launch as launch_run, list_host_runs, stop_run
+from tui.hostops.launcher import LaunchRefused, compute_apps, list_host_runs, stop_run
+from tui.hostops.launcher import launch as launch_run
 from tui.hostops.runstore import FAILED, READY, STARTING, STOPPED, RunRecord, RunStore, check_run_id, new_run_id
 from tui.hostops.tracker import STALLED, StartupTracker
 from tui.model import StartupProgress
@@ -250,13 +251,15 @@ async def _engine_version(host: Host, plan: DeploymentPlan, step: Step) -> str |
         r = await host.run([*cmd.executable, "--version"], timeout=60)
         return r.stdout.strip().splitlines()[-1] if r.ok and r.stdout.strip() else None
     py = cmd.executable[0] if cmd.executable and "python" in cmd.executable[0] else "python3"
-    r = await host.run([py, "-c", "import importlib.metadata as m,sys; print(m.version(sys.argv[1]))", plan.engine],
-                       timeout=60)
+    r = await host.run(
+        [py, "-c", "import importlib.metadata as m,sys; print(m.version(sys.argv[1]))", plan.engine], timeout=60
+    )
     return r.stdout.strip() if r.ok else None
 
 
-async def preflight(plan: DeploymentPlan, hosts: Mapping[str, Host], *, reach_timeout: float = 10.0,
-                    python: str = "python3") -> list[Finding]:
+async def preflight(
+    plan: DeploymentPlan, hosts: Mapping[str, Host], *, reach_timeout: float = 10.0, python: str = "python3"
+) -> list[Finding]:
     """Checks on every node before anything starts (errors mean: do not launch)."""
     findings: list[Finding] = []
     head = plan.head
@@ -267,12 +270,25 @@ async def preflight(plan: DeploymentPlan, hosts: Mapping[str, Host], *, reach_ti
         try:
             runs = [h for h in await list_host_runs(host) if h.alive]
             if runs:
-                findings.append(Finding("error", node, "runs", f"run {runs[0].run_id} (pid {runs[0].pid}) is still "
-                                        "running there; stop it first"))
+                findings.append(
+                    Finding(
+                        "error",
+                        node,
+                        "runs",
+                        f"run {runs[0].run_id} (pid {runs[0].pid}) is still running there; stop it first",
+                    )
+                )
             apps = await compute_apps(host)
             if apps:
-                findings.append(Finding("error", node, "gpus", "the GPUs hold processes tunedeck did not start: "
-                                        + ", ".join(f"pid {p}" for p, _, _ in apps[:4])))
+                findings.append(
+                    Finding(
+                        "error",
+                        node,
+                        "gpus",
+                        "the GPUs hold processes tunedeck did not start: "
+                        + ", ".join(f"pid {p}" for p, _, _ in apps[:4]),
+                    )
+                )
             gpus = await _gpus(host)
             need = max((s.gpus for s in plan.steps if s.node == node and s.kind != RAY_WAIT), default=0)
             if gpus is None:
@@ -287,8 +303,14 @@ async def preflight(plan: DeploymentPlan, hosts: Mapping[str, Host], *, reach_ti
             if node == head:
                 r = await host.run_script(_PORT_SCRIPT, [str(plan.rendezvous_port)], timeout=20)
                 if "LISTEN" in r.stdout:
-                    findings.append(Finding("error", node, "rendezvous port",
-                                            f"port {plan.rendezvous_port} is already in use on the head"))
+                    findings.append(
+                        Finding(
+                            "error",
+                            node,
+                            "rendezvous port",
+                            f"port {plan.rendezvous_port} is already in use on the head",
+                        )
+                    )
         except HostError as e:
             findings.append(Finding("error", node, "connect", str(e)))
 
@@ -312,26 +334,48 @@ async def preflight(plan: DeploymentPlan, hosts: Mapping[str, Host], *, reach_ti
     # the head is reachable from every worker, on the rendezvous port, checked from the workers
     workers = [n for n in plan.nodes if n != head]
     bind = "::" if ":" in plan.head_address else "0.0.0.0"
-    listener = asyncio.create_task(hosts[head].run(
-        [python, "-c", _LISTENER, bind, str(plan.rendezvous_port), str(reach_timeout + 2), str(len(workers))],
-        timeout=reach_timeout + 10))
+    listener = asyncio.create_task(
+        hosts[head].run(
+            [python, "-c", _LISTENER, bind, str(plan.rendezvous_port), str(reach_timeout + 2), str(len(workers))],
+            timeout=reach_timeout + 10,
+        )
+    )
     await asyncio.sleep(0.5)
-    results = await asyncio.gather(*(hosts[w].run(
-        [python, "-c", _CONNECT, plan.head_address, str(plan.rendezvous_port), str(reach_timeout)],
-        timeout=reach_timeout + 10) for w in workers), return_exceptions=True)
+    results = await asyncio.gather(
+        *(
+            hosts[w].run(
+                [python, "-c", _CONNECT, plan.head_address, str(plan.rendezvous_port), str(reach_timeout)],
+                timeout=reach_timeout + 10,
+            )
+            for w in workers
+        ),
+        return_exceptions=True,
+    )
     lr = await asyncio.gather(listener, return_exceptions=True)
     if isinstance(lr[0], BaseException) or "LISTENING" not in lr[0].stdout:
         why = lr[0] if isinstance(lr[0], BaseException) else (lr[0].stderr.strip().splitlines() or ["?"])[-1]
-        findings.append(Finding("warning", head, "reachability",
-                                f"could not listen on port {plan.rendezvous_port} to test it ({visible(str(why))})"))
+        findings.append(
+            Finding(
+                "warning",
+                head,
+                "reachability",
+                f"could not listen on port {plan.rendezvous_port} to test it ({visible(str(why))})",
+            )
+        )
         return findings
     for w, res in zip(workers, results):
         if isinstance(res, BaseException):
             findings.append(Finding("error", w, "reachability", f"cannot test the head from here: {res}"))
         elif "OK" not in res.stdout:
             why = res.stdout.strip().removeprefix("FAIL ").strip() or res.stderr.strip()[-200:]
-            findings.append(Finding("error", w, "reachability",
-                                    f"cannot reach the head at {plan.rendezvous} from this node ({visible(why)})"))
+            findings.append(
+                Finding(
+                    "error",
+                    w,
+                    "reachability",
+                    f"cannot reach the head at {plan.rendezvous} from this node ({visible(why)})",
+                )
+            )
     return findings
 
 
@@ -354,8 +398,15 @@ async def launch(
     runstore = runstore or RunStore()
     say = on_event or (lambda _m: None)
     rec = DeploymentRecord(
-        deploy_id=new_run_id(), profile=plan.profile, engine=plan.engine, mode=plan.mode, nodes=list(plan.nodes),
-        rendezvous=plan.rendezvous, http_port=plan.http_port, created=time.time(), sim=plan.sim,
+        deploy_id=new_run_id(),
+        profile=plan.profile,
+        engine=plan.engine,
+        mode=plan.mode,
+        nodes=list(plan.nodes),
+        rendezvous=plan.rendezvous,
+        http_port=plan.http_port,
+        created=time.time(),
+        sim=plan.sim,
     )
     rec.timeline.append({"t": rec.created, "event": "launching"})
     store.save(rec)  # the deployment exists locally before anything runs
@@ -366,13 +417,22 @@ async def launch(
                 say(f"waiting for `ray status` on {step.node} to show {step.gpus} GPUs")
                 have = await wait_ray_gpus(host, step.check, step.gpus, timeout=ray_wait, poll=ray_poll)
                 if have < step.gpus:
-                    raise LaunchRefused(f"Ray shows {have:g} of the {step.gpus} GPUs the placement needs "
-                                        f"after {ray_wait:g} s")
+                    raise LaunchRefused(
+                        f"Ray shows {have:g} of the {step.gpus} GPUs the placement needs after {ray_wait:g} s"
+                    )
                 continue
             cmd = step.command
             assert cmd is not None
-            run = await launch_run(host, list(cmd.argv), cmd.env_dict, engine=plan.engine if step.kind == "server"
-                                   else "other", port=step.port, profile=plan.profile, store=runstore, check=False)
+            run = await launch_run(
+                host,
+                list(cmd.argv),
+                cmd.env_dict,
+                engine=plan.engine if step.kind == "server" else "other",
+                port=step.port,
+                profile=plan.profile,
+                store=runstore,
+                check=False,
+            )
         except (LaunchRefused, HostError, OSError, ValueError) as e:
             rec.status = FAILED
             rec.first_failed = step.node
@@ -387,8 +447,9 @@ async def launch(
                 store.save(rec)
             return rec
         rec.members.append(Member(step.node, step.rank, step.role, step.kind, run.run_id, step.serves, step.port))
-        rec.timeline.append({"t": time.time(), "event": "started", "node": step.node, "kind": step.kind,
-                             "run_id": run.run_id})
+        rec.timeline.append(
+            {"t": time.time(), "event": "started", "node": step.node, "kind": step.kind, "run_id": run.run_id}
+        )
         store.save(rec)
         say(f"{step.label}: run {run.run_id} (pid {run.pid})")
     rec.status = STARTING
@@ -462,6 +523,7 @@ def triage(members: Sequence[MemberState], nodes: Sequence[str]) -> Verdict:
     came names the worker: "node B never joined"."""
     failed = [m for m in members if m.state in (FAILED, "exited") or (m.kind and m.failed_at is not None)]
     if failed:
+
         def key(m: MemberState) -> tuple[float, int, int]:
             t = m.failed_at if m.failed_at is not None else float("inf")
             return (round(t), 1 if (m.kind in SECONDARY_KINDS) else 0, m.rank)
@@ -481,10 +543,16 @@ def triage(members: Sequence[MemberState], nodes: Sequence[str]) -> Verdict:
                 return Verdict(FAILED, f"{who} {verb}: {first.node} {first.diagnosis}", first.proof, names[0], names)
             if names:
                 who = " or ".join(_node_label(n, nodes) for n in names)
-                return Verdict(FAILED, f"{missing} node(s) never joined ({who}): {first.node} {first.diagnosis}",
-                               first.proof, names[0], names)
-        return Verdict(FAILED, f"{_node_label(first.node, nodes)} failed first: {first.diagnosis}", first.proof,
-                       first.node)
+                return Verdict(
+                    FAILED,
+                    f"{missing} node(s) never joined ({who}): {first.node} {first.diagnosis}",
+                    first.proof,
+                    names[0],
+                    names,
+                )
+        return Verdict(
+            FAILED, f"{_node_label(first.node, nodes)} failed first: {first.diagnosis}", first.proof, first.node
+        )
     if any(m.state == STALLED for m in members):
         s = next(m for m in members if m.state == STALLED)
         return Verdict(STALLED, f"{_node_label(s.node, nodes)} {s.diagnosis}", s.proof, None)
@@ -534,8 +602,20 @@ def member_state(m: Member, t: StartupTracker, snap: StartupProgress, ended: flo
         at = ended or snap.time
     if snap.state in (FAILED, "exited") and kind is None:
         kind = "exited"
-    return MemberState(m.node, m.rank, m.role, m.run_id, snap.state, snap.diagnosis, snap.proof, kind,
-                       at if kind else None, t.alive, m.serves, snap)
+    return MemberState(
+        m.node,
+        m.rank,
+        m.role,
+        m.run_id,
+        snap.state,
+        snap.diagnosis,
+        snap.proof,
+        kind,
+        at if kind else None,
+        t.alive,
+        m.serves,
+        snap,
+    )
 
 
 async def _catch_up(t: StartupTracker, host: Host) -> bool:
@@ -573,8 +653,15 @@ async def watch(
         if run is None:
             continue
         host = hosts[m.node]
-        trackers.append((m, StartupTracker(host, run, store=runstore, stall_after=stall_after,
-                                           probe_health=m.serves, poll_gpu=False), host))
+        trackers.append(
+            (
+                m,
+                StartupTracker(
+                    host, run, store=runstore, stall_after=stall_after, probe_health=m.serves, poll_gpu=False
+                ),
+                host,
+            )
+        )
     tasks = [asyncio.create_task(t.run(timeout=None)) for _, t, _ in trackers]
     deadline = None if timeout is None else time.monotonic() + timeout
     failing_since: float | None = None
@@ -672,8 +759,7 @@ async def stop(
     ok = all(s.state in ("stopped", "exited", "stale") for s in out)
     cur.status = STOPPED if ok else PARTIAL
     cur.ended = cur.ended or time.time()
-    cur.timeline.append({"t": time.time(), "event": "stopped" if ok else "stop-incomplete",
-                         "gpus_free": free})
+    cur.timeline.append({"t": time.time(), "event": "stopped" if ok else "stop-incomplete", "gpus_free": free})
     store.save(cur)
     rec.status = cur.status
     return out, free
@@ -709,8 +795,9 @@ def merge_logs(logs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(tag, line) for _, _, _, tag, line in keyed]
 
 
-async def merged_log(rec: DeploymentRecord, hosts: Mapping[str, Host], *, node: str | None = None,
-                     runstore: RunStore | None = None) -> list[tuple[str, str]]:
+async def merged_log(
+    rec: DeploymentRecord, hosts: Mapping[str, Host], *, node: str | None = None, runstore: RunStore | None = None
+) -> list[tuple[str, str]]:
     runstore = runstore or RunStore()
     logs: list[tuple[str, str]] = []
     for m in rec.members:
@@ -738,7 +825,24 @@ async def close_hosts(hosts: Mapping[str, Host]) -> None:
 
 
 __all__ = [
-    "DeploymentRecord", "DeploymentStore", "Finding", "Member", "MemberState", "MemberStop", "Verdict",
-    "close_hosts", "launch", "log_time", "merge_logs", "merged_log", "open_hosts", "preflight",
-    "resolve_head_address", "stop", "target_name", "triage", "wait_ray_gpus", "watch",
+    "DeploymentRecord",
+    "DeploymentStore",
+    "Finding",
+    "Member",
+    "MemberState",
+    "MemberStop",
+    "Verdict",
+    "close_hosts",
+    "launch",
+    "log_time",
+    "merge_logs",
+    "merged_log",
+    "open_hosts",
+    "preflight",
+    "resolve_head_address",
+    "stop",
+    "target_name",
+    "triage",
+    "wait_ray_gpus",
+    "watch",
 ]

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping
 
-from tui.hostside import jobfiles
 from tui.hostops import launcher, logfollow, runstore
-from tui.services import runtime
 from tui.hostops.hosts import Host, HostError
+from tui.hostside import jobfiles
+from tui.services import runtime
 from tui.util.files import atomic_write_json, atomic_write_text
 from tui.util.paths import data_dir
 
@@ -59,8 +59,9 @@ def results_root() -> Path:
     return data_dir() / "results"
 
 
-async def start(host: Host, kind: str, spec: Mapping[str, Any], *, python: str | None = None,
-                meta: Mapping[str, Any] | None = None) -> Job:
+async def start(
+    host: Host, kind: str, spec: Mapping[str, Any], *, python: str | None = None, meta: Mapping[str, Any] | None = None
+) -> Job:
     """Ship the runtime if needed, write the spec (0600) and start the job detached."""
     rt = await runtime.ensure(host, python=python)
     jid = runstore.new_run_id()
@@ -69,8 +70,15 @@ async def start(host: Host, kind: str, spec: Mapping[str, Any], *, python: str |
         await host.put_file(json.dumps(spec, default=str).encode("utf-8"), f"{jdir}/{jobfiles.SPEC}")
     except OSError as e:
         raise JobError(f"{host.target}: writing the {kind} job's spec failed: {e}") from None
-    info = {"kind": kind, "created": time.time(), "run_id": jid, "python": rt.python,
-            "python_version": rt.python_version, "runtime": os.path.basename(rt.archive), **dict(meta or {})}
+    info = {
+        "kind": kind,
+        "created": time.time(),
+        "run_id": jid,
+        "python": rt.python,
+        "python_version": rt.python_version,
+        "runtime": os.path.basename(rt.archive),
+        **dict(meta or {}),
+    }
     started = await launcher.start_detached(host, kind, jid, rt.argv(kind, jdir), {}, info)
     if started.pid is None:
         raise JobError(f"{host.target}: the {kind} job did not start: {started.error}")
@@ -94,8 +102,9 @@ async def find(host: Host, kind: str, job_id: str) -> Job:
     if len(pref) == 1:
         return pref[0]
     if len(pref) > 1:
-        raise JobError(f"{host.target}: {kind} job id {job_id!r} is ambiguous "
-                       f"({', '.join(j.job_id for j in pref[:5])})")
+        raise JobError(
+            f"{host.target}: {kind} job id {job_id!r} is ambiguous ({', '.join(j.job_id for j in pref[:5])})"
+        )
     known = ", ".join(j.job_id for j in jobs[-5:]) or "none"
     raise JobError(f"{host.target}: no {kind} job {job_id!r} (latest: {known})")
 
@@ -110,13 +119,16 @@ async def stop(host: Host, job: Job, *, grace: float = 30.0) -> str:
     """TERM the job (it writes partial results / stops its server), KILL after ``grace``."""
     state, message, r = await launcher.signal_folder(host, job.dir, job.job_id, grace)
     if state == "stopped":
-        return f"{job.kind} job {job.job_id} stopped" + (" (killed after the grace period)" if message == "KILL" else "")
+        return f"{job.kind} job {job.job_id} stopped" + (
+            " (killed after the grace period)" if message == "KILL" else ""
+        )
     if state == "exited":
         return f"{job.kind} job {job.job_id} had already ended (rc {message or '?'})"
     if state == "stale":
         return f"{job.kind} job {job.job_id}: {message}"
-    raise JobError(f"{host.target}: stopping {job.kind} job {job.job_id} failed: "
-                   f"{r.stderr.strip() or r.stdout.strip() or state}")
+    raise JobError(
+        f"{host.target}: stopping {job.kind} job {job.job_id} failed: {r.stderr.strip() or r.stdout.strip() or state}"
+    )
 
 
 # ---------------------------------------------------------------------- follow
@@ -160,8 +172,12 @@ class JobFollower:
                 try:
                     ev = json.loads(line)
                 except ValueError:
-                    log.warning("%s: unreadable event line at byte %d of %s", self.host.target,
-                                consumed - len(line), self.job.events_path)
+                    log.warning(
+                        "%s: unreadable event line at byte %d of %s",
+                        self.host.target,
+                        consumed - len(line),
+                        self.job.events_path,
+                    )
                     continue
                 if isinstance(ev, dict):
                     q.put_nowait(ev)
@@ -173,8 +189,9 @@ class JobFollower:
                 self.on_link_error(e, attempt)
 
         async def follow() -> None:
-            await logfollow.follow_forever(self.host, self.job.events_path, self.offset, on_chunk, stop,
-                                          on_error=on_error)
+            await logfollow.follow_forever(
+                self.host, self.job.events_path, self.offset, on_chunk, stop, on_error=on_error
+            )
 
         async def watch() -> None:
             # a job killed without its exit event: its process is gone
@@ -201,10 +218,15 @@ class JobFollower:
                         except HostError:
                             continue
                     last = await self._last_log_line()
-                    q.put_nowait({"type": "exit", "rc": rc, "synthetic": True,
-                                  "error": f"the {self.job.kind} job ended without a final report"
-                                           f" (rc {rc if rc is not None else 'unknown'}"
-                                           + (f"): {last}" if last else "; killed?)")})
+                    q.put_nowait(
+                        {
+                            "type": "exit",
+                            "rc": rc,
+                            "synthetic": True,
+                            "error": f"the {self.job.kind} job ended without a final report"
+                            f" (rc {rc if rc is not None else 'unknown'}" + (f"): {last}" if last else "; killed?)"),
+                        }
+                    )
                     return
 
         tasks = [asyncio.create_task(follow()), asyncio.create_task(watch())]
@@ -223,7 +245,6 @@ class JobFollower:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-
 
     async def _last_log_line(self) -> str:
         """The job's last stderr line (its own error when it died before reporting)."""
@@ -280,8 +301,16 @@ async def mirror_results(host: Host, job: Job, *, only: set[str] | None = None) 
                     continue
                 if not (local / name).exists() or (local / name).read_text(encoding="utf-8") != text:
                     atomic_write_text(local / name, text)
-        atomic_write_json(local / ORIGIN, {"target": host.target, "kind": job.kind, "job_id": job.job_id,
-                                           "job_dir": job.dir, "mirrored": time.time()})
+        atomic_write_json(
+            local / ORIGIN,
+            {
+                "target": host.target,
+                "kind": job.kind,
+                "job_id": job.job_id,
+                "job_dir": job.dir,
+                "mirrored": time.time(),
+            },
+        )
         done.append(run_id)
     return done
 
@@ -289,8 +318,9 @@ async def mirror_results(host: Host, job: Job, *, only: set[str] | None = None) 
 async def _append_samples(host: Host, remote: str, local: Path, remote_size: int) -> None:
     have = local.stat().st_size if local.exists() else 0
     if remote_size < have:
-        log.warning("%s: %s is shorter than the local copy (%d < %d bytes); not touched",
-                    host.target, remote, remote_size, have)
+        log.warning(
+            "%s: %s is shorter than the local copy (%d < %d bytes); not touched", host.target, remote, remote_size, have
+        )
         return
     if remote_size == have:
         return

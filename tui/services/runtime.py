@@ -71,14 +71,14 @@ SHIPPED: tuple[str, ...] = (
 )
 
 #: the archive's own ``__main__``: readable by any Python, so an old one gets one clear line
-_BOOT = '''import sys
+_BOOT = """import sys
 if sys.version_info < (3, 9):
     sys.stderr.write("tunedeck host runtime: Python %d.%d at %s is too old (3.9 or newer is needed)\\n"
                      % (sys.version_info[0], sys.version_info[1], sys.executable))
     sys.exit(70)
 from tui.hostside.__main__ import main
 sys.exit(main())
-'''
+"""
 
 _FIXED_MTIME = 315532800  # 1980-01-01, the oldest time a zip entry can hold
 
@@ -204,9 +204,11 @@ class _Found:
     shipped: bool
 
     def problem(self) -> str:
-        return (f"no Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]} to run tunedeck's host-side runtime "
-                f"({'; '.join(self.tried) or 'none tried'}); install one, name it with --python, or run the "
-                "client here with --client-where local")
+        return (
+            f"no Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]} to run tunedeck's host-side runtime "
+            f"({'; '.join(self.tried) or 'none tried'}); install one, name it with --python, or run the "
+            "client here with --client-where local"
+        )
 
 
 async def _find(host: Host, payload: Payload, python: str | None) -> _Found:
@@ -217,8 +219,11 @@ async def _find(host: Host, payload: Payload, python: str | None) -> _Found:
     target = getattr(host, "target", "local")
     r = await host.run_script(_FIND_SCRIPT, [payload.name, *dict.fromkeys(candidates)], timeout=60)
     if r.lost or r.timed_out:
-        raise HostError("connection-lost" if r.lost else "timeout",
-                        f"looking for Python on the host failed: {r.stderr.strip()}", target=target)
+        raise HostError(
+            "connection-lost" if r.lost else "timeout",
+            f"looking for Python on the host failed: {r.stderr.strip()}",
+            target=target,
+        )
     home = None
     tried: list[str] = []
     chosen: tuple[str, str] | None = None
@@ -276,8 +281,12 @@ async def describe(host: Host, *, python: str | None = None) -> dict[str, object
     except RuntimeUnavailable as e:
         return {"python": None, "python_version": None, "shipped": False, "problem": str(e)}
     exe, ver = found.python or (None, None)
-    return {"python": exe, "python_version": ver, "shipped": found.shipped,
-            "problem": None if found.python else found.problem()}
+    return {
+        "python": exe,
+        "python_version": ver,
+        "shipped": found.shipped,
+        "problem": None if found.python else found.problem(),
+    }
 
 
 def runtime_modules() -> list[str]:

@@ -20,8 +20,8 @@ import logging
 import time
 from typing import Any
 
-from tui.services import runtime
 from tui.hostops.hosts import Host, HostError
+from tui.services import runtime
 from tui.util.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -120,10 +120,21 @@ class HostSampler:
 
     def argv(self, rt: runtime.Runtime) -> list[str]:
         return rt.argv(
-            "sample", "--home", rt.home, "--interval", f"{self.interval:g}",
-            "--apps-interval", f"{self.apps_interval:g}", "--keepalive", f"{self.keepalive:g}",
-            "--heartbeat", f"{self.keepalive:g}",
-            "--lifetime", f"{self.lifetime:g}", "--smi", self.smi,
+            "sample",
+            "--home",
+            rt.home,
+            "--interval",
+            f"{self.interval:g}",
+            "--apps-interval",
+            f"{self.apps_interval:g}",
+            "--keepalive",
+            f"{self.keepalive:g}",
+            "--heartbeat",
+            f"{self.keepalive:g}",
+            "--lifetime",
+            f"{self.lifetime:g}",
+            "--smi",
+            self.smi,
         )
 
     async def _run(self) -> None:
@@ -220,9 +231,9 @@ class HostSampler:
             task.cancel()
             done, _ = await asyncio.wait({task}, timeout=10)
             if not done:
-                log.error("%s: the host sampler's reader did not stop within 10 s",
-                          getattr(self.host, "target", "local"))
+                log.error(
+                    "%s: the host sampler's reader did not stop within 10 s", getattr(self.host, "target", "local")
+                )
             elif not task.cancelled() and task.exception() is not None:
                 log.error("host sampler reader failed: %r", task.exception())
         self._notify()
-

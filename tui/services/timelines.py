@@ -26,8 +26,9 @@ def stored_timeline(run_id: str, *, label: str | None = None, max_rows: int = MA
         if c is None:
             c = (_read_json(d / "meta.json") or {}).get("max_concurrency")
         label = f"C={c}" if c is not None else run_id
-    return TimelineSnapshot.from_rows(read_timeline(d), label=label, validity=summary.get("validity"),
-                                      run_id=run_id, max_rows=max_rows)
+    return TimelineSnapshot.from_rows(
+        read_timeline(d), label=label, validity=summary.get("validity"), run_id=run_id, max_rows=max_rows
+    )
 
 
 __all__ = ["stored_timeline"]

@@ -41,11 +41,10 @@ from textual.screen import Screen
 from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
-from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
-from tui.model import LinkState
-from tui.model import GpuStatus, HostStats, ServerStats
-from tui.ui.palette import TunedeckCommands
 from tui.collectors.sources import BackoffFn, Sources
+from tui.model import GpuStatus, HostStats, LinkState, ServerStats
+from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
+from tui.ui.palette import TunedeckCommands
 from tui.util.retry import delay as default_backoff
 from widgets.gpu_table import GpuHistory
 from widgets.server_panel import ServerHistory
@@ -149,12 +148,9 @@ class TunedeckApp(App[int]):
         Binding("b", "mode('bench')", "Bench", tooltip="Benchmarks with live charts", id="mode-bench"),
         Binding("c", "mode('compare')", "Compare", tooltip="A/B comparison", id="mode-compare"),
         Binding("r", "reconnect", "Reconnect", tooltip="Reconnect to the host now", id="reconnect"),
-        Binding("question_mark", "keys", "Keys", tooltip="Every key of this screen, and what it does",
-                id="keys"),
-        Binding("H", "hosts", "Hosts", tooltip="Switch to another host (~/.ssh/config, used before, demo)",
-                id="hosts"),
-        Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit",
-                priority=True),
+        Binding("question_mark", "keys", "Keys", tooltip="Every key of this screen, and what it does", id="keys"),
+        Binding("H", "hosts", "Hosts", tooltip="Switch to another host (~/.ssh/config, used before, demo)", id="hosts"),
+        Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit", priority=True),
     ]
 
     def __init__(
@@ -288,9 +284,7 @@ class TunedeckApp(App[int]):
             w.cancel()
         if workers:
             try:
-                await asyncio.wait_for(
-                    asyncio.gather(*(w.wait() for w in workers), return_exceptions=True), timeout
-                )
+                await asyncio.wait_for(asyncio.gather(*(w.wait() for w in workers), return_exceptions=True), timeout)
             except Exception:  # noqa: BLE001 - leaving anyway
                 pass
 
@@ -312,8 +306,9 @@ class TunedeckApp(App[int]):
                     attempt = 0
                     self.post_message(GpuSamples(self.target, status))
             except HostError as e:  # the protocol says it doesn't raise; be safe anyway
-                self.post_message(GpuSamples(self.target, GpuStatus("host-unreachable", message=str(e),
-                                                                    time=time.time())))
+                self.post_message(
+                    GpuSamples(self.target, GpuStatus("host-unreachable", message=str(e), time=time.time()))
+                )
             finally:
                 aclose = getattr(stream, "aclose", None)
                 if aclose is not None:
@@ -370,8 +365,9 @@ class TunedeckApp(App[int]):
         if worker.group != self.poll_group or event.state != WorkerState.ERROR:
             return
         err = worker.error
-        self._set_link(LinkState(self.target, "error", last_error=f"{worker.name} collector crashed: "
-                                 f"{type(err).__name__}: {err}"))
+        self._set_link(
+            LinkState(self.target, "error", last_error=f"{worker.name} collector crashed: {type(err).__name__}: {err}")
+        )
         name = worker.name
         self.set_timer(self.restart_delay, lambda: self._start_worker(name))
 
@@ -390,8 +386,9 @@ class TunedeckApp(App[int]):
                 wall = getattr(status, "retry_at", 0.0) or 0.0
                 retry_at = time.monotonic() + max(0.0, wall - time.time()) if wall else None
                 attempt = self.latest.link.attempt + 1
-                self._apply_link(LinkState(self.target, "unreachable", attempt, retry_at, status.message,
-                                           "unreachable"))
+                self._apply_link(
+                    LinkState(self.target, "unreachable", attempt, retry_at, status.message, "unreachable")
+                )
         self.gpu_signal.publish(status)
 
     @on(HostSamples)
@@ -419,8 +416,13 @@ class TunedeckApp(App[int]):
 
     def _update_subtitle(self) -> None:
         link = self.latest.link
-        word = {"connected": "connected", "connecting": "connecting…", "unreachable": "unreachable",
-                "failed": "failed", "error": "collector error"}.get(link.state, link.state)
+        word = {
+            "connected": "connected",
+            "connecting": "connecting…",
+            "unreachable": "unreachable",
+            "failed": "failed",
+            "error": "collector error",
+        }.get(link.state, link.state)
         self.sub_title = f"{self.target} · {word}"
 
     def on_launch_screen_launch_requested(self, message: Any) -> None:
@@ -432,10 +434,17 @@ class TunedeckApp(App[int]):
         from tui.ui.screens.run import RunScreen
 
         cmd, profile = message.command, message.profile
-        self.push_screen(RunScreen.for_launch(
-            self.host, list(cmd.argv), cmd.env_dict, engine=cmd.engine, port=profile.port or None,
-            profile=profile.name, demo=self.demo,
-        ))
+        self.push_screen(
+            RunScreen.for_launch(
+                self.host,
+                list(cmd.argv),
+                cmd.env_dict,
+                engine=cmd.engine,
+                port=profile.port or None,
+                profile=profile.name,
+                demo=self.demo,
+            )
+        )
 
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -452,8 +461,12 @@ class TunedeckApp(App[int]):
             try:
                 await self.switch_mode(mode)
             except Exception as e:  # noqa: BLE001 - a broken screen must not end the dashboard
-                self.notify(f"cannot open {self.mode_specs[mode].title}: {type(e).__name__}: {e}",
-                            severity="error", timeout=8, markup=False)
+                self.notify(
+                    f"cannot open {self.mode_specs[mode].title}: {type(e).__name__}: {e}",
+                    severity="error",
+                    timeout=8,
+                    markup=False,
+                )
 
     def key_rows(self) -> list[tuple[str, str, str, bool]]:
         """(keys, description, tooltip, enabled) for the bindings of the current screen, the
@@ -473,8 +486,12 @@ class TunedeckApp(App[int]):
         rows: list[tuple[str, str, str, bool]] = []
         seen: set[str] = set()
         for node in nodes:
-            own = [b for cls in type(node).__mro__ if cls.__module__.split(".")[0]
-                   in ("tui", "widgets") and "BINDINGS" in cls.__dict__ for b in cls.__dict__["BINDINGS"]]
+            own = [
+                b
+                for cls in type(node).__mro__
+                if cls.__module__.split(".")[0] in ("tui", "widgets") and "BINDINGS" in cls.__dict__
+                for b in cls.__dict__["BINDINGS"]
+            ]
             for b in Binding.make_bindings(own):
                 if not b.description or b.action in seen:
                     continue
@@ -483,8 +500,14 @@ class TunedeckApp(App[int]):
                 live = [(k, ab) for k, ab in by_action.get(b.action, []) if ab.node is node]
                 keys = list(dict.fromkeys([k.strip() for k in b.key.split(",")] + [k for k, _ in live]))
                 enabled = bool(live[0][1].enabled) if live else True
-                rows.append((", ".join(self.get_key_display(b.with_key(k)) for k in keys), b.description,
-                             b.tooltip or "", enabled))
+                rows.append(
+                    (
+                        ", ".join(self.get_key_display(b.with_key(k)) for k in keys),
+                        b.description,
+                        b.tooltip or "",
+                        enabled,
+                    )
+                )
         return rows
 
     def action_keys(self) -> None:
@@ -505,16 +528,21 @@ class TunedeckApp(App[int]):
 
         def chosen(target: str | None) -> None:
             if target and target != self.target:
-                self.run_worker(self.switch_host(target), name="switch-host", group="switch-host",
-                                exclusive=True, exit_on_error=False)
+                self.run_worker(
+                    self.switch_host(target),
+                    name="switch-host",
+                    group="switch-host",
+                    exclusive=True,
+                    exit_on_error=False,
+                )
 
         self.push_screen(HostsModal(self.target, host_choices(self.target)), chosen)
 
     def _make_host(self, target: str) -> tuple["Host | None", Sources]:
         if self.host_factory is not None:
             return self.host_factory(target)
-        from tui.services.targets import get_host
         from tui.collectors.sources import default_sources
+        from tui.services.targets import get_host
 
         host = get_host(None if target == "demo" else target, demo=target == "demo")
         return host, default_sources(host, interval=self.interval)

@@ -25,8 +25,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
         print(f"tunedeck: {e}", file=sys.stderr)
         return 2
     if not sys.stdout.isatty() and not getattr(args, "force_ui", False):
-        print("tunedeck: the dashboard needs a terminal; use `tunedeck status --json` in scripts",
-              file=sys.stderr)
+        print("tunedeck: the dashboard needs a terminal; use `tunedeck status --json` in scripts", file=sys.stderr)
         return 2
     from tui.ui.app import make_app
 
@@ -45,8 +44,10 @@ def run_fleet_dashboard(args: argparse.Namespace) -> int:
         print(f"tunedeck: --host: {e}", file=sys.stderr)
         return 2
     if not sys.stdout.isatty() and not getattr(args, "force_ui", False):
-        print("tunedeck: the dashboard needs a terminal; use `tunedeck status --host … --json` in scripts",
-              file=sys.stderr)
+        print(
+            "tunedeck: the dashboard needs a terminal; use `tunedeck status --host … --json` in scripts",
+            file=sys.stderr,
+        )
         return 2
     from tui.ui.app import make_fleet_app
 

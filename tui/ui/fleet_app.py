@@ -23,12 +23,12 @@ from textual.binding import Binding
 from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
-from tui.ui.app import TunedeckApp
-from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
-from tui.model import GpuStatus, HostStats, LinkState, ServerStats
-from tui.ui.keymap import apply_keymap
-from tui.ui.palette import TunedeckCommands
 from tui.collectors.sources import BackoffFn
+from tui.model import GpuStatus, HostStats, LinkState, ServerStats
+from tui.ui.app import TunedeckApp
+from tui.ui.keymap import apply_keymap
+from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
+from tui.ui.palette import TunedeckCommands
 from tui.util.retry import delay as default_backoff
 from widgets.fleet_table import FleetHost
 
@@ -53,11 +53,15 @@ class FleetApp(App[int]):
     TITLE = "tunedeck"
     COMMANDS = App.COMMANDS | {TunedeckCommands}
     BINDINGS = [
-        Binding("r", "reconnect", "Reconnect", tooltip="Try again now on every host that is down "
-                "(also after a host-key or authentication refusal)", id="reconnect"),
+        Binding(
+            "r",
+            "reconnect",
+            "Reconnect",
+            tooltip="Try again now on every host that is down (also after a host-key or authentication refusal)",
+            id="reconnect",
+        ),
         Binding("question_mark", "keys", "Keys", tooltip="Every key of this screen, and what it does", id="keys"),
-        Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit",
-                priority=True),
+        Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit", priority=True),
     ]
 
     # the single-host app's keymap, keys list and keys modal work unchanged here
@@ -148,8 +152,7 @@ class FleetApp(App[int]):
             w.cancel()
         if workers:
             try:
-                await asyncio.wait_for(asyncio.gather(*(w.wait() for w in workers), return_exceptions=True),
-                                       timeout)
+                await asyncio.wait_for(asyncio.gather(*(w.wait() for w in workers), return_exceptions=True), timeout)
             except (asyncio.TimeoutError, TimeoutError):
                 self.log.warning(f"{target}: poll workers still running after {timeout:g} s")
 
@@ -159,8 +162,7 @@ class FleetApp(App[int]):
         if source is None:
             return None
         loop = getattr(self, f"_{name}_loop")
-        return self.run_worker(loop(target, source), name=name, group=self.poll_group(target),
-                               exit_on_error=False)
+        return self.run_worker(loop(target, source), name=name, group=self.poll_group(target), exit_on_error=False)
 
     async def _gpu_loop(self, target: str, source: Any) -> None:
         from tui.hostops.hosts import HostError
@@ -173,8 +175,7 @@ class FleetApp(App[int]):
                     attempt = 0
                     self.post_message(GpuSamples(target, status))
             except HostError as e:  # the protocol says it doesn't raise; be safe anyway
-                self.post_message(GpuSamples(target, GpuStatus("host-unreachable", message=str(e),
-                                                               time=time.time())))
+                self.post_message(GpuSamples(target, GpuStatus("host-unreachable", message=str(e), time=time.time())))
             finally:
                 aclose = getattr(stream, "aclose", None)
                 if aclose is not None:
@@ -229,13 +230,14 @@ class FleetApp(App[int]):
     def _worker_state(self, event: Worker.StateChanged) -> None:
         worker = event.worker
         group = worker.group or ""
-        target = group[len("poll-"):]
+        target = group[len("poll-") :]
         if not group.startswith("poll-") or target not in self.members or event.state != WorkerState.ERROR:
             return
         err = worker.error
         self.log.error(f"{target}: {worker.name} collector crashed: {err!r}")
-        self._set_link(LinkState(target, "error", last_error=f"{worker.name} collector crashed: "
-                                 f"{type(err).__name__}: {err}"))
+        self._set_link(
+            LinkState(target, "error", last_error=f"{worker.name} collector crashed: {type(err).__name__}: {err}")
+        )
         name = worker.name
         self.set_timer(self.restart_delay, lambda: self._start_worker(target, name))
 
@@ -251,8 +253,9 @@ class FleetApp(App[int]):
             if status.state == "ok" and not latest.link.ok:
                 latest.link = LinkState(message.host, "connected")
             elif status.state == "host-unreachable":
-                latest.link = LinkState(message.host, "unreachable", latest.link.attempt + 1, None,
-                                        status.message, "unreachable")
+                latest.link = LinkState(
+                    message.host, "unreachable", latest.link.attempt + 1, None, status.message, "unreachable"
+                )
         self.fleet_signal.publish(message.host)
 
     @on(HostSamples)

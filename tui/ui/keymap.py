@@ -13,9 +13,10 @@ in the README. No Textual here: the app applies the result with ``App.set_keymap
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import tomllib
 
 from tui.util.paths import config_file
 
@@ -43,13 +44,13 @@ def load_keymap(path: Path | None = None) -> dict[str, str]:
         raise KeymapError(f"{path}: {e}") from None
     table = data.get("keymap", {})
     if not isinstance(table, dict):
-        raise KeymapError(f"{path}: [keymap] must be a table of binding-id = \"keys\"")
+        raise KeymapError(f'{path}: [keymap] must be a table of binding-id = "keys"')
     out: dict[str, str] = {}
     for key, value in table.items():
         if not _ID.match(key):
             raise KeymapError(f"{path}: keymap.{key}: not a binding id")
         if not isinstance(value, str) or not value.strip() or not _KEYS.match(value):
-            raise KeymapError(f"{path}: keymap.{key}: expected keys like \"f2\" or \"ctrl+l,l\", got {value!r}")
+            raise KeymapError(f'{path}: keymap.{key}: expected keys like "f2" or "ctrl+l,l", got {value!r}')
         out[key] = ",".join(k.strip() for k in value.split(",") if k.strip())
     return out
 

@@ -21,8 +21,11 @@ class TunedeckCommands(Provider):
         seen: set[str] = set()
         for mode, spec in app.mode_specs.items():
             if mode in app.available_modes:
-                yield (f"Go to {spec.title}", f"Switch to the {spec.title} screen ({spec.key})",
-                       partial(app.run_action, f"mode({mode!r})"))
+                yield (
+                    f"Go to {spec.title}",
+                    f"Switch to the {spec.title} screen ({spec.key})",
+                    partial(app.run_action, f"mode({mode!r})"),
+                )
                 seen.add(f"mode('{mode}')")
         for owner in (self.screen, app):
             for binding in Binding.make_bindings(getattr(type(owner), "BINDINGS", [])):
@@ -32,8 +35,7 @@ class TunedeckCommands(Provider):
                 help_text = binding.tooltip or binding.description
                 if binding.key:
                     help_text = f"{help_text} ({binding.key})"
-                yield (binding.description, help_text,
-                       partial(app.run_action, binding.action, owner))
+                yield (binding.description, help_text, partial(app.run_action, binding.action, owner))
 
     async def discover(self) -> Hits:
         for name, help_text, run in self._commands():

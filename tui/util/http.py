@@ -75,9 +75,7 @@ def _parse(raw: bytes, url: str) -> Response:
     status_line = lines[0].split(None, 2)
     if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/") or not status_line[1].isdigit():
         raise HttpError(f"{url}: not an HTTP answer ({lines[0][:60]!r})")
-    chunked = any(
-        ln.lower().startswith(b"transfer-encoding:") and b"chunked" in ln.lower() for ln in lines[1:]
-    )
+    chunked = any(ln.lower().startswith(b"transfer-encoding:") and b"chunked" in ln.lower() for ln in lines[1:])
     return Response(int(status_line[1]), _dechunk(rest) if chunked else rest)
 
 

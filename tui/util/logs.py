@@ -27,8 +27,9 @@ def setup(*, verbose: bool = False) -> None:
     try:
         d = state_dir()
         d.mkdir(parents=True, exist_ok=True)
-        fh = logging.handlers.RotatingFileHandler(d / LOG_NAME, maxBytes=MAX_BYTES, backupCount=BACKUPS,
-                                                  encoding="utf-8")
+        fh = logging.handlers.RotatingFileHandler(
+            d / LOG_NAME, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8"
+        )
     except OSError as e:  # a read-only home must not stop the command; say so once
         print(f"tunedeck: not logging to {state_dir() / LOG_NAME}: {e.strerror or e}", file=sys.stderr)
     else:

@@ -76,18 +76,13 @@ def check_text(value: str, where: str) -> str:
         raise UnsafeInput(f"{where}: expected text, got {type(value).__name__}")
     m = _CONTROL_RE.search(value)
     if m:
-        raise UnsafeInput(
-            f"{where}: contains a control character {m.group()!r} at position {m.start()}"
-        )
+        raise UnsafeInput(f"{where}: contains a control character {m.group()!r} at position {m.start()}")
     return value
 
 
 def check_env_name(name: str, where: str = "env") -> str:
     if not isinstance(name, str) or not ENV_NAME_RE.match(name):
-        raise UnsafeInput(
-            f"{where}: invalid environment variable name {name!r} "
-            "(must match [A-Za-z_][A-Za-z0-9_]*)"
-        )
+        raise UnsafeInput(f"{where}: invalid environment variable name {name!r} (must match [A-Za-z_][A-Za-z0-9_]*)")
     return name
 
 
@@ -119,9 +114,7 @@ def is_secret_name(name: str) -> bool:
 
 #: Flags whose value is a secret: --api-key, --hf-token and anything ending in -key, -token,
 #: -secret or -password (also with '_', and the bare words).
-_SECRET_FLAG_RE = re.compile(
-    r"^--?(?:[A-Za-z0-9_-]*[-_])?(?:key|token|secret|password|passwd)$", re.IGNORECASE
-)
+_SECRET_FLAG_RE = re.compile(r"^--?(?:[A-Za-z0-9_-]*[-_])?(?:key|token|secret|password|passwd)$", re.IGNORECASE)
 REDACTED = "<redacted>"
 
 

@@ -34,9 +34,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tui.model import GoodputView, SweepLevel, SweepReport
+from tui.timeline_model import TimelineFeed, TimelineSnapshot
+from tui.timeline_model import figure as timeline_figure
 from widgets.goodput_panel import GoodputPanel
 from widgets.sweep_table import SweepTable
-from tui.timeline_model import TimelineFeed, TimelineSnapshot, figure as timeline_figure
 from widgets.throughput_chart import ThroughputChart
 from widgets.timeline_charts import TimelinePanel
 
@@ -50,15 +51,37 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     """Live view of one ``tunedeck bench`` run (or sweep)."""
 
     BINDINGS = [
-        Binding("s", "stop", "Stop run", id="bench-stop",
-                tooltip="Interrupt the benchmark; finished requests are kept (summary marked partial)"),
+        Binding(
+            "s",
+            "stop",
+            "Stop run",
+            id="bench-stop",
+            tooltip="Interrupt the benchmark; finished requests are kept (summary marked partial)",
+        ),
         Binding("escape", "close", "Back", id="bench-back"),
-        Binding("t", "toggle_timeline", "Timeline", id="bench-timeline",
-                tooltip="The level's timeline charts alone, or back to the live view"),
-        Binding("left_square_bracket", "timeline_level(-1)", "Prev level", id="bench-timeline-prev", show=False,
-                tooltip="The timeline of the previous level"),
-        Binding("right_square_bracket", "timeline_level(1)", "Next level", id="bench-timeline-next", show=False,
-                tooltip="The timeline of the next level"),
+        Binding(
+            "t",
+            "toggle_timeline",
+            "Timeline",
+            id="bench-timeline",
+            tooltip="The level's timeline charts alone, or back to the live view",
+        ),
+        Binding(
+            "left_square_bracket",
+            "timeline_level(-1)",
+            "Prev level",
+            id="bench-timeline-prev",
+            show=False,
+            tooltip="The timeline of the previous level",
+        ),
+        Binding(
+            "right_square_bracket",
+            "timeline_level(1)",
+            "Next level",
+            id="bench-timeline-next",
+            show=False,
+            tooltip="The timeline of the next level",
+        ),
     ]
 
     DEFAULT_CSS = """
@@ -102,11 +125,21 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         """Read back from the result folder: merged over the live rows."""
 
         def can_replace(self, message: Message) -> bool:
-            return (isinstance(message, BenchScreen.TimelineChanged) and message.level == self.level
-                    and not message.stored and not self.stored)
+            return (
+                isinstance(message, BenchScreen.TimelineChanged)
+                and message.level == self.level
+                and not message.stored
+                and not self.stored
+            )
 
-    def __init__(self, bench_args: Sequence[str], *, attach: tuple[Any, str] | None = None,
-                 name: str | None = None, id: str | None = None) -> None:  # noqa: A002
+    def __init__(
+        self,
+        bench_args: Sequence[str],
+        *,
+        attach: tuple[Any, str] | None = None,
+        name: str | None = None,
+        id: str | None = None,
+    ) -> None:  # noqa: A002
         super().__init__(name=name, id=id)
         self.bench_args = list(bench_args)
         #: (host, job id) of a host-side benchmark to follow instead of starting one
@@ -149,10 +182,16 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             yield SweepTable(id="sweep-table")
             yield ThroughputChart("output tok/s (1 s buckets)", xlabel="s", ylabel="tok/s", id="tok-chart")
             with Horizontal(id="sweep-row"):
-                yield ThroughputChart("throughput vs concurrency", xlabel="concurrency", ylabel="tok/s",
-                                      kind="line", id="sweep-chart")
-                yield ThroughputChart("per-user vs total tok/s", xlabel="total tok/s", ylabel="tok/s/user",
-                                      kind="scatter", id="pareto-chart")
+                yield ThroughputChart(
+                    "throughput vs concurrency", xlabel="concurrency", ylabel="tok/s", kind="line", id="sweep-chart"
+                )
+                yield ThroughputChart(
+                    "per-user vs total tok/s",
+                    xlabel="total tok/s",
+                    ylabel="tok/s/user",
+                    kind="scatter",
+                    id="pareto-chart",
+                )
         yield TimelinePanel("the timeline appears when the first level starts", id="bench-timeline")
         yield Footer()
 
@@ -165,9 +204,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     @work(group="bench", exit_on_error=False)
     async def run_bench(self) -> None:
         from tui.commands.bench import start_run
-        from tui.services import jobs, runtime
         from tui.hostops.hosts import HostError
-
+        from tui.services import jobs, runtime
         from tui.services.benchrun import BenchRun
 
         try:
@@ -193,8 +231,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
 
     @work(group="bench-stop", exit_on_error=False)
     async def _stop_run(self) -> None:
-        from tui.services import jobs
         from tui.hostops.hosts import HostError
+        from tui.services import jobs
 
         run = self._run
         if run is None:
@@ -247,16 +285,18 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             self.last_tick = m
             chart = self.query_one("#tok-chart", ThroughputChart)
             if m.get("second", -1) >= 0:
-                chart.append(self._level_name(m.get("level", -1)) if self._sweep else "tok/s",
-                             self._level_base + m["second"] + 1, m["tok_s"])
+                chart.append(
+                    self._level_name(m.get("level", -1)) if self._sweep else "tok/s",
+                    self._level_base + m["second"] + 1,
+                    m["tok_s"],
+                )
             self._level_offset = self._level_base + m["t"]
             self._show_latency(m)
         elif kind == "level_done":
             s = m["summary"]
             self.summaries.append(s)
             if self.last_tick:
-                self.last_tick = {**self.last_tick, "completed": s["completed"], "failed": s["failed"],
-                                  "in_flight": 0}
+                self.last_tick = {**self.last_tick, "completed": s["completed"], "failed": s["failed"], "in_flight": 0}
             if self.sweep_key == "request_rate":
                 x = float(s.get("request_rate") or 0.0)
             else:
@@ -264,12 +304,17 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             if math.isfinite(x):  # an 'inf' rate level has no place on a rate axis
                 self.query_one("#sweep-chart", ThroughputChart).append("output tok/s", x, s["output_throughput"])
             self.query_one("#pareto-chart", ThroughputChart).append(
-                "levels", s["output_throughput"], s.get("per_user_output_throughput") or 0.0)
+                "levels", s["output_throughput"], s.get("per_user_output_throughput") or 0.0
+            )
             self._level_offset = self._level_base + float(s.get("duration") or 0.0)
-            self._show_latency({
-                "ttft_p50_ms": s.get("median_ttft_ms"), "ttft_p99_ms": s.get("p99_ttft_ms"),
-                "itl_p50_ms": s.get("median_itl_ms"), "itl_p99_ms": s.get("p99_itl_ms"),
-            })
+            self._show_latency(
+                {
+                    "ttft_p50_ms": s.get("median_ttft_ms"),
+                    "ttft_p99_ms": s.get("p99_ttft_ms"),
+                    "itl_p50_ms": s.get("median_itl_ms"),
+                    "itl_p99_ms": s.get("p99_itl_ms"),
+                }
+            )
         elif kind == "error":
             self.error = m.get("message", "")
         self._show_goodput_and_levels(m)
@@ -279,8 +324,11 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self.rc = event.rc
         if event.error:
             self.error = event.error
-        self.state = "finished" if event.rc == 0 else (
-            "interrupted (partial results saved)" if event.rc == 130 else f"failed (exit {event.rc})")
+        self.state = (
+            "finished"
+            if event.rc == 0
+            else ("interrupted (partial results saved)" if event.rc == 130 else f"failed (exit {event.rc})")
+        )
         self._show_status()
         self._stored_timelines()
 
@@ -314,9 +362,11 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
                 status.append(f" · {rate} req/s", style="dim")
             status.append(f" · run {lvl.get('run_id')}", style="dim")
         if t:
-            status.append(f"\ncompleted {t['completed']}/{t['total']} · failed {t['failed']} · "
-                          f"in flight {t['in_flight']} · {t['tok_s']} tok/s · "
-                          f"client cpu {max(t.get('cpu') or [0]):.2f}")
+            status.append(
+                f"\ncompleted {t['completed']}/{t['total']} · failed {t['failed']} · "
+                f"in flight {t['in_flight']} · {t['tok_s']} tok/s · "
+                f"client cpu {max(t.get('cpu') or [0]):.2f}"
+            )
         if self.error:
             status.append("\n" + self.error, style="bold red")  # untrusted text: never markup
         self.query_one("#bench-status", Static).update(status)
@@ -335,9 +385,15 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             panel.show(GoodputView(GoodputView.order(self.goodput_targets), self._level_name(m["level"])))
         elif kind == "tick" and self.goodput_targets is not None:
             good = m.get("good")
-            panel.show(GoodputView(GoodputView.order(self.goodput_targets), self._level_name(m.get("level", -1)),
-                                   int(m.get("completed") or 0), good if isinstance(good, int) else None,
-                                   float(m.get("t") or 0.0)))
+            panel.show(
+                GoodputView(
+                    GoodputView.order(self.goodput_targets),
+                    self._level_name(m.get("level", -1)),
+                    int(m.get("completed") or 0),
+                    good if isinstance(good, int) else None,
+                    float(m.get("t") or 0.0),
+                )
+            )
         elif kind == "level_done":
             s = m["summary"]
             name = self._level_name(m.get("level", -1))
@@ -382,8 +438,12 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         snap = event.snapshot
         old = self.timelines.get(event.level)
         if event.stored and old is not None:  # the file over the live rows; the live label
-            snap = TimelineSnapshot.from_rows(old.rows + snap.rows, label=old.label, run_id=old.run_id,
-                                              validity=snap.validity if snap.validity is not None else old.validity)
+            snap = TimelineSnapshot.from_rows(
+                old.rows + snap.rows,
+                label=old.label,
+                run_id=old.run_id,
+                validity=snap.validity if snap.validity is not None else old.validity,
+            )
         self.timelines[event.level] = snap
         if self._timeline_shown_level() != event.level:
             return
@@ -450,5 +510,7 @@ def _ms(v: Any, digits: int) -> str:
 
 def latency_line(m: dict[str, Any]) -> str:
     """TTFT/ITL percentiles of a progress tick or level summary; N/A (never 0) when missing."""
-    return (f"TTFT p50 {_ms(m.get('ttft_p50_ms'), 1)}  p99 {_ms(m.get('ttft_p99_ms'), 1)}    "
-            f"ITL p50 {_ms(m.get('itl_p50_ms'), 2)}  p99 {_ms(m.get('itl_p99_ms'), 2)}")
+    return (
+        f"TTFT p50 {_ms(m.get('ttft_p50_ms'), 1)}  p99 {_ms(m.get('ttft_p99_ms'), 1)}    "
+        f"ITL p50 {_ms(m.get('itl_p50_ms'), 2)}  p99 {_ms(m.get('itl_p99_ms'), 2)}"
+    )

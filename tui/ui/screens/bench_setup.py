@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from rich.text import Text
-from textual.coordinate import Coordinate
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
+from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import Checkbox, DataTable, Footer, Header, Input, Label, Select, Static
 
@@ -63,8 +63,12 @@ class BenchForm:
 
 
 #: (goodput key, form field, the field's name in messages) of the SLO fields, in form order
-SLO_FIELDS = (("ttft", "slo_ttft", "TTFT SLO"), ("tpot", "slo_tpot", "TPOT SLO"),
-              ("itl", "slo_itl", "ITL SLO"), ("e2el", "slo_e2el", "E2EL SLO"))
+SLO_FIELDS = (
+    ("ttft", "slo_ttft", "TTFT SLO"),
+    ("tpot", "slo_tpot", "TPOT SLO"),
+    ("itl", "slo_itl", "ITL SLO"),
+    ("e2el", "slo_e2el", "E2EL SLO"),
+)
 
 
 def goodput_items(form: BenchForm) -> list[str]:
@@ -156,20 +160,48 @@ class BenchSetupScreen(Screen):
     """
 
     BINDINGS = [
-        Binding("ctrl+r", "start", "Start bench", tooltip="Benchmark the selected server with this form",
-                id="bench-setup-start", priority=True),
-        Binding("f5", "reload_results", "Reload results", tooltip="Re-read the results store",
-                id="bench-setup-reload"),
-        Binding("ctrl+a", "attach", "Attach", tooltip="Follow the newest benchmark still running on the host",
-                id="bench-setup-attach", priority=True),
-        Binding("slash", "filter_results", "Filter results", tooltip="Show only the stored results matching "
-                "some text (a header click sorts)", id="bench-setup-filter"),
-        Binding("t", "timeline", "Timeline", tooltip="The highlighted result's GPU and server timeline, "
-                "with its validity findings", id="bench-setup-timeline"),
+        Binding(
+            "ctrl+r",
+            "start",
+            "Start bench",
+            tooltip="Benchmark the selected server with this form",
+            id="bench-setup-start",
+            priority=True,
+        ),
+        Binding("f5", "reload_results", "Reload results", tooltip="Re-read the results store", id="bench-setup-reload"),
+        Binding(
+            "ctrl+a",
+            "attach",
+            "Attach",
+            tooltip="Follow the newest benchmark still running on the host",
+            id="bench-setup-attach",
+            priority=True,
+        ),
+        Binding(
+            "slash",
+            "filter_results",
+            "Filter results",
+            tooltip="Show only the stored results matching some text (a header click sorts)",
+            id="bench-setup-filter",
+        ),
+        Binding(
+            "t",
+            "timeline",
+            "Timeline",
+            tooltip="The highlighted result's GPU and server timeline, with its validity findings",
+            id="bench-setup-timeline",
+        ),
     ]
 
-    def __init__(self, *, host: Any = None, demo: bool = False, form: BenchForm | None = None,
-                 name: str | None = None, id: str | None = None) -> None:  # noqa: A002
+    def __init__(
+        self,
+        *,
+        host: Any = None,
+        demo: bool = False,
+        form: BenchForm | None = None,
+        name: str | None = None,
+        id: str | None = None,
+    ) -> None:  # noqa: A002
         super().__init__(name=name, id=id)
         self.host = host
         self.demo = demo
@@ -197,16 +229,24 @@ class BenchSetupScreen(Screen):
                 yield Label("Workload", classes="bs-title")
                 with Grid(id="bs-form"):
                     yield Label("URL")
-                    yield Input(f.url, placeholder="optional: http://HOST:PORT (else the selected server)",
-                                id="bs-url", compact=True)
+                    yield Input(
+                        f.url,
+                        placeholder="optional: http://HOST:PORT (else the selected server)",
+                        id="bs-url",
+                        compact=True,
+                    )
                     yield Label("Endpoint")
-                    yield Select([("completions", "completions"), ("chat", "chat")], value=f.endpoint,
-                                 allow_blank=False, id="bs-endpoint", compact=True)
+                    yield Select(
+                        [("completions", "completions"), ("chat", "chat")],
+                        value=f.endpoint,
+                        allow_blank=False,
+                        id="bs-endpoint",
+                        compact=True,
+                    )
                     yield Label("Concurrency")
                     yield Input(f.concurrency, placeholder="1,16", id="bs-concurrency", compact=True)
                     yield Label("Num prompts")
-                    yield Input(f.num_prompts, placeholder="default 5 x C, >= 10", id="bs-num-prompts",
-                                compact=True)
+                    yield Input(f.num_prompts, placeholder="default 5 x C, >= 10", id="bs-num-prompts", compact=True)
                     yield Label("Input len")
                     yield Input(f.input_len, id="bs-input-len", compact=True)
                     yield Label("Output len")
@@ -217,8 +257,12 @@ class BenchSetupScreen(Screen):
                     yield Checkbox("ignore_eos", f.ignore_eos, id="bs-ignore-eos")
                     for key, attr, name in SLO_FIELDS:
                         yield Label(f"{name} ms")
-                        yield Input(getattr(f, attr), placeholder="none (goodput: a request within every target)",
-                                    id=f"bs-slo-{key}", compact=True)
+                        yield Input(
+                            getattr(f, attr),
+                            placeholder="none (goodput: a request within every target)",
+                            id=f"bs-slo-{key}",
+                            compact=True,
+                        )
                 yield Static(id="bs-command")
                 yield Static(id="bs-error")
             with Vertical(id="bs-right"):
@@ -233,8 +277,16 @@ class BenchSetupScreen(Screen):
         for key, label in (("name", "Server"), ("engine", "Engine"), ("port", "Port"), ("state", "State")):
             servers.add_column(label, key=key)
         results = self.query_one("#bs-results", DataTable)
-        for key, label in (("run", "Run"), ("profile", "Profile"), ("c", "C"), ("done", "Done"),
-                           ("tok", "Out tok/s"), ("ttft", "TTFT p50"), ("state", "State"), ("where", "Client")):
+        for key, label in (
+            ("run", "Run"),
+            ("profile", "Profile"),
+            ("c", "C"),
+            ("done", "Done"),
+            ("tok", "Out tok/s"),
+            ("ttft", "TTFT p50"),
+            ("state", "State"),
+            ("where", "Client"),
+        ):
             results.add_column(label, key=key)
         target = getattr(self.tapp, "target", "host")
         self.query_one("#bs-servers-title", Label).update(Text(f"Servers on {target}"))
@@ -256,7 +308,8 @@ class BenchSetupScreen(Screen):
         table = self.query_one("#bs-servers", DataTable)
         new = {f"{s.name}-{s.port}": s for s in servers}
         self.query_one("#bs-servers-note", Static).update(
-            "" if new else "no servers on the host: launch one from the Launch mode (l), or type a URL")
+            "" if new else "no servers on the host: launch one from the Launch mode (l), or type a URL"
+        )
         if new == self.servers:
             return
         with self.app.batch_update():
@@ -287,17 +340,20 @@ class BenchSetupScreen(Screen):
         q = self.query_one
         endpoint = q("#bs-endpoint", Select).value
         return BenchForm(
-            url=q("#bs-url", Input).value, endpoint=endpoint if isinstance(endpoint, str) else "completions",
-            concurrency=q("#bs-concurrency", Input).value, num_prompts=q("#bs-num-prompts", Input).value,
-            input_len=q("#bs-input-len", Input).value, output_len=q("#bs-output-len", Input).value,
-            warmup=q("#bs-warmup", Input).value, ignore_eos=q("#bs-ignore-eos", Checkbox).value,
+            url=q("#bs-url", Input).value,
+            endpoint=endpoint if isinstance(endpoint, str) else "completions",
+            concurrency=q("#bs-concurrency", Input).value,
+            num_prompts=q("#bs-num-prompts", Input).value,
+            input_len=q("#bs-input-len", Input).value,
+            output_len=q("#bs-output-len", Input).value,
+            warmup=q("#bs-warmup", Input).value,
+            ignore_eos=q("#bs-ignore-eos", Checkbox).value,
             **{attr: q(f"#bs-slo-{key}", Input).value for key, attr, _name in SLO_FIELDS},
         )
 
     def current_args(self) -> list[str]:
         """The ``tunedeck bench`` arguments for the form now (BenchFormError when a field is wrong)."""
-        return bench_args(self.form(), self.selected_server, target=getattr(self.tapp, "target", None),
-                          demo=self.demo)
+        return bench_args(self.form(), self.selected_server, target=getattr(self.tapp, "target", None), demo=self.demo)
 
     def _show_command(self) -> None:
         import shlex
@@ -352,9 +408,9 @@ class BenchSetupScreen(Screen):
     @work(group="bench-attach", exclusive=True, exit_on_error=False)
     async def _attach_worker(self) -> None:
         """Follow a benchmark running on the host (started earlier, here or by `tunedeck bench`)."""
-        from tui.ui.screens.bench import BenchScreen
-        from tui.services import jobs
         from tui.hostops.hosts import HostError
+        from tui.services import jobs
+        from tui.ui.screens.bench import BenchScreen
 
         host = self.host or getattr(self.tapp, "host", None)
         if host is None:
@@ -406,9 +462,21 @@ class BenchSetupScreen(Screen):
                 return format(v, fmt) if isinstance(v, (int, float)) else "N/A"
 
             conc = meta.get("max_concurrency", s.get("max_concurrency"))
-            rows.append((r.run_id, (r.run_id, str(meta.get("profile") or meta.get("label") or "-"),
-                                    "N/A" if conc is None else str(conc), num("completed", "d"),
-                                    num("output_throughput", ".1f"), num("median_ttft_ms", ".1f"), state, where)))
+            rows.append(
+                (
+                    r.run_id,
+                    (
+                        r.run_id,
+                        str(meta.get("profile") or meta.get("label") or "-"),
+                        "N/A" if conc is None else str(conc),
+                        num("completed", "d"),
+                        num("output_throughput", ".1f"),
+                        num("median_ttft_ms", ".1f"),
+                        state,
+                        where,
+                    ),
+                )
+            )
             self.results[r.run_id] = r
         table.set_rows(rows)
 

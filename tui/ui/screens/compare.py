@@ -39,13 +39,13 @@ from textual.widgets import Footer, Label, Log, OptionList, ProgressBar, Select,
 from textual.widgets.option_list import Option
 
 from tui.ab.compare import Comparison, compare
-from tui.ab.sides import side_from_dict
 from tui.ab.journal import Journal
 from tui.ab.plans import PlanError, list_plans, load_plan
 from tui.ab.runner import ABEvent, ABReport
 from tui.ab.series import run_series
-from tui.ui.screens.modals import ConfirmModal
+from tui.ab.sides import side_from_dict
 from tui.timeline_model import TimelineFigure, TimelineSnapshot, overlay
+from tui.ui.screens.modals import ConfirmModal
 from widgets.compare_chart import CompareChart
 from widgets.compare_table import CompareTable, ConfigDiff
 from widgets.timeline_charts import TimelinePanel
@@ -106,14 +106,32 @@ class CompareScreen(Screen):
         Binding("g", "start_ab", "Run A/B", tooltip="Launch, benchmark and compare A and B", id="ab-start"),
         Binding("x", "cancel_ab", "Cancel A/B", tooltip="Stop the A/B; finished results are kept", id="ab-cancel"),
         Binding("j", "load_last", "Last A/B", tooltip="Show the last A/B from the journal", id="ab-last"),
-        Binding("plus,equals_sign", "repeats(1)", "Repeats+", tooltip="One more repeat per side", id="ab-repeats-up",
-                show=False),
-        Binding("minus", "repeats(-1)", "Repeats-", tooltip="One repeat fewer per side", id="ab-repeats-down",
-                show=False),
-        Binding("i", "toggle_interleave", "Interleave", tooltip="Relaunch per repeat, A B A B", id="ab-interleave",
-                show=False),
-        Binding("t", "timeline_level", "Timeline level", id="ab-timeline-level",
-                tooltip="Overlay A's and B's timelines at the next concurrency level"),
+        Binding(
+            "plus,equals_sign",
+            "repeats(1)",
+            "Repeats+",
+            tooltip="One more repeat per side",
+            id="ab-repeats-up",
+            show=False,
+        ),
+        Binding(
+            "minus", "repeats(-1)", "Repeats-", tooltip="One repeat fewer per side", id="ab-repeats-down", show=False
+        ),
+        Binding(
+            "i",
+            "toggle_interleave",
+            "Interleave",
+            tooltip="Relaunch per repeat, A B A B",
+            id="ab-interleave",
+            show=False,
+        ),
+        Binding(
+            "t",
+            "timeline_level",
+            "Timeline level",
+            id="ab-timeline-level",
+            tooltip="Overlay A's and B's timelines at the next concurrency level",
+        ),
     ]
 
     def __init__(
@@ -175,8 +193,9 @@ class CompareScreen(Screen):
                 yield CompareTable(id="ab-table")
                 yield ConfigDiff(id="ab-diff")
                 yield CompareChart(id="ab-chart")
-                yield TimelinePanel("A's and B's timelines appear here after an A/B", id="ab-timeline",
-                                    classes="-empty")
+                yield TimelinePanel(
+                    "A's and B's timelines appear here after an A/B", id="ab-timeline", classes="-empty"
+                )
                 yield Log(id="ab-log", max_lines=2000)
         yield Footer()
 
@@ -282,16 +301,26 @@ class CompareScreen(Screen):
         self.refresh_bindings()
         self._start_worker(a, b, plan)
 
-    async def _default_start(self, a: str, b: str, plan: Any, repeats: int, interleave: bool,
-                             confirm: Callable[[str], Awaitable[bool]]) -> Any:
+    async def _default_start(
+        self, a: str, b: str, plan: Any, repeats: int, interleave: bool, confirm: Callable[[str], Awaitable[bool]]
+    ) -> Any:
         from tui.services.abrun import ABRun
 
         host = getattr(self.app, "host", None)
         if host is None:
             raise RuntimeError("the dashboard has no host to run on")
         target = getattr(self.app, "target", "") or host.target
-        return await ABRun.start(host, a, b, plan, demo=target == "demo", repeats=repeats,
-                                 interleave=interleave, confirm_stop=confirm, host_label=target)
+        return await ABRun.start(
+            host,
+            a,
+            b,
+            plan,
+            demo=target == "demo",
+            repeats=repeats,
+            interleave=interleave,
+            confirm_stop=confirm,
+            host_label=target,
+        )
 
     @work(group="ab", exit_on_error=False)
     async def _start_worker(self, a: str, b: str, plan: Any) -> None:
@@ -310,9 +339,9 @@ class CompareScreen(Screen):
     @work(group="ab", exit_on_error=False)
     async def _reattach(self) -> None:
         """Follow a campaign still running on the app's host (started earlier, maybe elsewhere)."""
+        from tui.hostops.hosts import HostError
         from tui.services import jobs
         from tui.services.abrun import ABRun
-        from tui.hostops.hosts import HostError
 
         host = getattr(self.app, "host", None)
         if host is None or self.campaign is not None:
@@ -428,7 +457,8 @@ class CompareScreen(Screen):
         else:  # cancelled or failed before any result: nothing of an older A/B stays on screen
             self._clear_results()
             self.query_one("#ab-headline", Static).update(
-                Text(f"A/B {rep.id} {rep.status}: no results to compare.", style="bold"))
+                Text(f"A/B {rep.id} {rep.status}: no results to compare.", style="bold")
+            )
 
     # ------------------------------------------------------------------ view
     def _series_of(self, a, b) -> tuple[list[float], list[float]] | None:
@@ -512,8 +542,9 @@ class CompareScreen(Screen):
                 except (StoreError, OSError) as e:
                     log.info("timeline of %s unreadable: %s", lv.run_id, e)
             if snap.validity is None and lv is not None and isinstance(lv.summary.get("validity"), list):
-                snap = TimelineSnapshot.from_rows(snap.rows, label=snap.label, run_id=snap.run_id,
-                                                  validity=lv.summary["validity"])
+                snap = TimelineSnapshot.from_rows(
+                    snap.rows, label=snap.label, run_id=snap.run_id, validity=lv.summary["validity"]
+                )
             snaps.append(snap)
         cap = Text()
         cap.append("timelines ", style="bold")

@@ -36,10 +36,14 @@ class FleetScreen(Screen):
     """Seconds between two redraws (the feeds of every host are coalesced into one)."""
 
     BINDINGS = [
-        Binding("e", "toggle_host", "Expand", tooltip="Show or hide the GPUs of the highlighted host "
-                "(enter on a host row does the same)", id="fleet-toggle-host"),
-        Binding("E", "toggle_all", "Expand all", tooltip="Show or hide the GPUs of every host",
-                id="fleet-toggle-all"),
+        Binding(
+            "e",
+            "toggle_host",
+            "Expand",
+            tooltip="Show or hide the GPUs of the highlighted host (enter on a host row does the same)",
+            id="fleet-toggle-host",
+        ),
+        Binding("E", "toggle_all", "Expand all", tooltip="Show or hide the GPUs of every host", id="fleet-toggle-all"),
         Binding("g", "focus_hosts", "Hosts", tooltip="Focus the host table", id="fleet-focus-hosts", show=False),
     ]
 
@@ -154,4 +158,4 @@ class FleetScreen(Screen):
         event.stop()
         key = str(event.row_key.value)
         if key.startswith("host:"):
-            self.toggle(key[len("host:"):])
+            self.toggle(key[len("host:") :])

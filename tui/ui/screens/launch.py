@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from rich.text import Text
 from textual.widgets import Footer, Static
 
 from tui.profiles.builder import Command, Issue, check_profile
@@ -27,20 +27,26 @@ from tui.profiles.store import ProfileStore
 from tui.ui.screens.modals import ConfirmModal
 from widgets.preset_form import AttentionChoice, FormChoices, FormMessage, FormValues, NcclChoice, PresetForm
 
-
 #: attention backends for hardware other than NVIDIA GPUs: hidden once the host's GPUs are known
 FOREIGN_BACKENDS = {
-    "ascend": "Huawei Ascend NPUs", "intel_xpu": "Intel GPUs", "intel_amx": "Intel CPUs (AMX)",
-    "aiter": "AMD GPUs (ROCm)", "wave": "AMD GPUs (ROCm)", "ROCM_ATTN": "AMD GPUs (ROCm)",
-    "ROCM_AITER_FA": "AMD GPUs (ROCm)", "ROCM_AITER_MLA": "AMD GPUs (ROCm)", "CPU_ATTN": "CPUs",
+    "ascend": "Huawei Ascend NPUs",
+    "intel_xpu": "Intel GPUs",
+    "intel_amx": "Intel CPUs (AMX)",
+    "aiter": "AMD GPUs (ROCm)",
+    "wave": "AMD GPUs (ROCm)",
+    "ROCM_ATTN": "AMD GPUs (ROCm)",
+    "ROCM_AITER_FA": "AMD GPUs (ROCm)",
+    "ROCM_AITER_MLA": "AMD GPUs (ROCm)",
+    "CPU_ATTN": "CPUs",
 }
 
 
 def runnable_backends(names: tuple[str, ...], gpus: tuple[Any, ...] | None) -> tuple[tuple[str, ...], int]:
     """The backends that can run on ``gpus`` (NVIDIA: the vendor-specific ones of other hardware
     are dropped) and how many were dropped. Unknown GPUs: every name stays."""
-    if not gpus or not all("nvidia" in str(getattr(g, "name", "")).lower() or getattr(g, "compute_cap", "")
-                           for g in gpus):
+    if not gpus or not all(
+        "nvidia" in str(getattr(g, "name", "")).lower() or getattr(g, "compute_cap", "") for g in gpus
+    ):
         return names, 0
     kept = tuple(n for n in names if n not in FOREIGN_BACKENDS)
     return kept, len(names) - len(kept)
@@ -48,21 +54,36 @@ def runnable_backends(names: tuple[str, ...], gpus: tuple[Any, ...] | None) -> t
 
 def form_values(p: ServerProfile) -> FormValues:
     return FormValues(
-        name=p.name, engine=p.engine, model=p.model, tp=str(p.tp), port=str(p.port) if p.port else "",
-        bind=p.host, backend=p.attention_backend, prefill=p.prefill_backend, decode=p.decode_backend,
-        nccl_preset=p.nccl_preset, nccl_overrides=env_to_text(p.nccl_overrides), flags=flags_to_text(p.flags),
-        extra_args=p.extra_args, env=env_to_text(p.env), confirm_dangerous=bool(p.confirm_dangerous),
-        read_only=p.read_only, **_spec_values(p.speculative),
+        name=p.name,
+        engine=p.engine,
+        model=p.model,
+        tp=str(p.tp),
+        port=str(p.port) if p.port else "",
+        bind=p.host,
+        backend=p.attention_backend,
+        prefill=p.prefill_backend,
+        decode=p.decode_backend,
+        nccl_preset=p.nccl_preset,
+        nccl_overrides=env_to_text(p.nccl_overrides),
+        flags=flags_to_text(p.flags),
+        extra_args=p.extra_args,
+        env=env_to_text(p.env),
+        confirm_dangerous=bool(p.confirm_dangerous),
+        read_only=p.read_only,
+        **_spec_values(p.speculative),
     )
 
 
 def _spec_values(s: Speculative | None) -> dict[str, str]:
     if s is None:
         return {}
-    return {"spec_algorithm": s.algorithm, "spec_draft_model": s.draft_model,
-            "spec_num_steps": "" if s.num_steps is None else str(s.num_steps),
-            "spec_eagle_topk": "" if s.eagle_topk is None else str(s.eagle_topk),
-            "spec_num_draft_tokens": "" if s.num_draft_tokens is None else str(s.num_draft_tokens)}
+    return {
+        "spec_algorithm": s.algorithm,
+        "spec_draft_model": s.draft_model,
+        "spec_num_steps": "" if s.num_steps is None else str(s.num_steps),
+        "spec_eagle_topk": "" if s.eagle_topk is None else str(s.eagle_topk),
+        "spec_num_draft_tokens": "" if s.num_draft_tokens is None else str(s.num_draft_tokens),
+    }
 
 
 def profile_from_values(base: ServerProfile, v: FormValues) -> tuple[ServerProfile | None, list[Issue]]:
@@ -87,10 +108,13 @@ def profile_from_values(base: ServerProfile, v: FormValues) -> tuple[ServerProfi
 
     spec = None
     if v.spec_algorithm.strip() or v.spec_draft_model.strip():
-        spec = Speculative(algorithm=v.spec_algorithm.strip(), draft_model=v.spec_draft_model.strip(),
-                           num_steps=optint(v.spec_num_steps, "speculative.num_steps"),
-                           eagle_topk=optint(v.spec_eagle_topk, "speculative.eagle_topk"),
-                           num_draft_tokens=optint(v.spec_num_draft_tokens, "speculative.num_draft_tokens"))
+        spec = Speculative(
+            algorithm=v.spec_algorithm.strip(),
+            draft_model=v.spec_draft_model.strip(),
+            num_steps=optint(v.spec_num_steps, "speculative.num_steps"),
+            eagle_topk=optint(v.spec_eagle_topk, "speculative.eagle_topk"),
+            num_draft_tokens=optint(v.spec_num_draft_tokens, "speculative.num_draft_tokens"),
+        )
     env, p1 = text_to_env(v.env, "env")
     over, p2 = text_to_env(v.nccl_overrides, "nccl.overrides")
     flags, p3 = text_to_flags(v.flags, v.engine)
@@ -98,10 +122,20 @@ def profile_from_values(base: ServerProfile, v: FormValues) -> tuple[ServerProfi
     if issues:
         return None, issues
     p = replace(
-        base, engine=v.engine, model=v.model.strip(), tp=tp, port=port, host=v.bind.strip(),
-        attention_backend=v.backend, prefill_backend=v.prefill if v.engine == "sglang" else "",
-        decode_backend=v.decode if v.engine == "sglang" else "", nccl_preset=v.nccl_preset,
-        nccl_overrides=over, flags=flags, extra_args=v.extra_args, env=env,
+        base,
+        engine=v.engine,
+        model=v.model.strip(),
+        tp=tp,
+        port=port,
+        host=v.bind.strip(),
+        attention_backend=v.backend,
+        prefill_backend=v.prefill if v.engine == "sglang" else "",
+        decode_backend=v.decode if v.engine == "sglang" else "",
+        nccl_preset=v.nccl_preset,
+        nccl_overrides=over,
+        flags=flags,
+        extra_args=v.extra_args,
+        env=env,
         speculative=spec,
     )
     p = replace(p, confirm_dangerous=tuple(dangerous_names(p)) if v.confirm_dangerous else ())
@@ -172,8 +206,11 @@ class LaunchScreen(Screen):
             names, dropped = runnable_backends(self._host_backends.get(e, BUILTIN_BACKENDS[e]), self._host_gpus)
             backends[e] = names
             hidden += dropped if e == self.profile.engine else 0
-        source = (f"{self.host.target if self.host else 'host'}'s {', '.join(self._host_backends)}"
-                  if self._host_backends else "tunedeck's built-in list")
+        source = (
+            f"{self.host.target if self.host else 'host'}'s {', '.join(self._host_backends)}"
+            if self._host_backends
+            else "tunedeck's built-in list"
+        )
         if hidden and self._host_gpus:
             gpu = str(getattr(self._host_gpus[0], "name", "GPU"))
             source += f"; {hidden} for other hardware hidden ({gpu})"
@@ -290,7 +327,9 @@ class LaunchScreen(Screen):
             nccl = self._nccl.get(profile.nccl_preset)
             if nccl is None:
                 known = ", ".join(self._nccl)
-                issues.append(Issue("error", "nccl.preset", f"unknown NCCL preset {profile.nccl_preset!r} (known: {known})"))
+                issues.append(
+                    Issue("error", "nccl.preset", f"unknown NCCL preset {profile.nccl_preset!r} (known: {known})")
+                )
             else:
                 cmd, more = check_profile(profile, nccl=nccl, demo=self.demo)
                 issues += more
@@ -366,11 +405,17 @@ class LaunchScreen(Screen):
         self.launching = True
         self.form.show_messages([FormMessage("info", "pre-flight", f"checking {profile.name} on the host …")])
         try:
+
             def shown(report: Any) -> None:
                 self.form.show_messages([FormMessage(f.severity, f.subject, f.message) for f in report.findings])
 
             command = await checked_command(
-                self, self.host, profile, demo=self.demo, store=self.store, on_report=shown,
+                self,
+                self.host,
+                profile,
+                demo=self.demo,
+                store=self.store,
+                on_report=shown,
                 on_failure=lambda msg: self.form.show_messages([FormMessage("error", "host", msg)]),
             )
             if command is not None:
@@ -410,5 +455,13 @@ class LaunchScreen(Screen):
                 self.app.pop_screen()
 
         what = "the new profile" if self.is_new else f"your changes to {self.profile.name}"
-        self.app.push_screen(ConfirmModal(f"Discard {what}? They are not saved.", title="Unsaved changes",
-                                          action="Discard", cancel="Keep editing", danger=True), answer)
+        self.app.push_screen(
+            ConfirmModal(
+                f"Discard {what}? They are not saved.",
+                title="Unsaved changes",
+                action="Discard",
+                cancel="Keep editing",
+                danger=True,
+            ),
+            answer,
+        )

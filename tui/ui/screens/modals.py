@@ -36,8 +36,9 @@ class ConfirmModal(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "Cancel", id="confirm-no"),
     ]
 
-    def __init__(self, question: str, *, title: str = "", action: str = "Confirm", cancel: str = "Cancel",
-                 danger: bool = False) -> None:
+    def __init__(
+        self, question: str, *, title: str = "", action: str = "Confirm", cancel: str = "Cancel", danger: bool = False
+    ) -> None:
         super().__init__()
         #: the question, shown as plain text
         self.question = question
@@ -57,8 +58,7 @@ class ConfirmModal(ModalScreen[bool]):
             yield Label(Text(self.question), id="confirm-question")
             with Horizontal():
                 yield Button(f"{self.cancel_label} (n)", id="confirm-cancel")
-                yield Button(f"{self.action_label} (y)", id="confirm-ok",
-                             variant="error" if self.danger else "warning")
+                yield Button(f"{self.action_label} (y)", id="confirm-ok", variant="error" if self.danger else "warning")
 
     def on_mount(self) -> None:
         self.query_one("#confirm-cancel", Button).focus()
@@ -70,7 +70,6 @@ class ConfirmModal(ModalScreen[bool]):
     def _pressed(self, ev: Button.Pressed) -> None:
         ev.stop()
         self.dismiss(ev.button.id == "confirm-ok")
-
 
 
 class KeysModal(ModalScreen[None]):

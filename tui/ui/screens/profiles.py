@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
-from textual.coordinate import Coordinate
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
@@ -31,19 +31,34 @@ from widgets.filter_table import FilterTable, TableFilter
 class ProfileTable(FilterTable):
     """The profiles, one row each, keyed by name (``/`` filters, a header click sorts)."""
 
-    COLUMNS = (("mark", "", 3), ("name", "Profile", 18), ("engine", "Engine", 7), ("model", "Model", 34),
-               ("tp", "TP", 3), ("attention", "Attention", 12), ("nccl", "NCCL", 12), ("source", "Source", 7))
+    COLUMNS = (
+        ("mark", "", 3),
+        ("name", "Profile", 18),
+        ("engine", "Engine", 7),
+        ("model", "Model", 34),
+        ("tp", "TP", 3),
+        ("attention", "Attention", 12),
+        ("nccl", "NCCL", 12),
+        ("source", "Source", 7),
+    )
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
 
     #: at 80 columns: narrower Model and Attention, no NCCL column
-    NARROW = (("mark", "", 2), ("name", "Profile", 15), ("engine", "Engine", 6), ("model", "Model", 20),
-              ("tp", "TP", 2), ("attention", "Attention", 10), ("source", "Source", 7))
+    NARROW = (
+        ("mark", "", 2),
+        ("name", "Profile", 15),
+        ("engine", "Engine", 6),
+        ("model", "Model", 20),
+        ("tp", "TP", 2),
+        ("attention", "Attention", 10),
+        ("source", "Source", 7),
+    )
 
     def on_mount(self) -> None:
         self.narrow = self.app.size.width < 100
-        for key, label, width in (self.NARROW if self.narrow else self.COLUMNS):
+        for key, label, width in self.NARROW if self.narrow else self.COLUMNS:
             self.add_column(label, key=key, width=width)
 
     def cells(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -62,12 +77,20 @@ def e_key(e: ProfileError) -> str:
 def warnings_modal(name: str, warnings: list[Any]) -> ConfirmModal:
     """The question asked when pre-flight warns: Cancel is the default."""
     text = "\n".join(f"• {f.subject + ': ' if f.subject else ''}{f.message}" for f in warnings)
-    return ConfirmModal(text + "\n\nLaunch anyway?", title=f"Pre-flight of {name} warns",
-                        action="Launch anyway")
+    return ConfirmModal(text + "\n\nLaunch anyway?", title=f"Pre-flight of {name} warns", action="Launch anyway")
 
 
-async def checked_command(screen: Screen, host: Any, profile: ServerProfile, *, demo: bool, store: Any,
-                          on_report: Any, on_failure: Any, launch: bool = True) -> Any:
+async def checked_command(
+    screen: Screen,
+    host: Any,
+    profile: ServerProfile,
+    *,
+    demo: bool,
+    store: Any,
+    on_report: Any,
+    on_failure: Any,
+    launch: bool = True,
+) -> Any:
     """Pre-flight ``profile`` on ``host``; the command to launch, or None (errors, the user said no,
     or ``launch`` is False). Every launch goes through here: the list's ``L`` and the form's ``ctrl+l``."""
     from tui.profiles.preflight import preflight
@@ -82,8 +105,12 @@ async def checked_command(screen: Screen, host: Any, profile: ServerProfile, *, 
     if not launch:
         return None
     if report.errors or report.command is None:
-        screen.notify(f"{profile.name}: not launched ({len(report.errors)} pre-flight error(s))",
-                      severity="error", timeout=8, markup=False)
+        screen.notify(
+            f"{profile.name}: not launched ({len(report.errors)} pre-flight error(s))",
+            severity="error",
+            timeout=8,
+            markup=False,
+        )
         return None
     warnings = [f for f in report.findings if f.severity == "warning"]
     if warnings and not await screen.app.push_screen_wait(warnings_modal(profile.name, warnings)):
@@ -111,24 +138,55 @@ class ProfilesScreen(Screen):
     """
 
     BINDINGS = [
-        Binding("enter,e", "edit", "Edit", tooltip="Open the highlighted profile in the launch form",
-                id="profiles-edit"),
+        Binding(
+            "enter,e", "edit", "Edit", tooltip="Open the highlighted profile in the launch form", id="profiles-edit"
+        ),
         Binding("n", "new", "New", tooltip="A new profile in the launch form", id="profiles-new"),
-        Binding("L,ctrl+l", "launch", "Launch it", tooltip="Pre-flight, then launch the highlighted profile",
-                id="profiles-launch"),
-        Binding("p", "preflight", "Pre-flight", tooltip="Check the highlighted profile on the host",
-                id="profiles-preflight"),
-        Binding("1", "mark('A')", "Mark A", tooltip="Mark the highlighted profile as A (baseline)",
-                id="profiles-mark-a", show=False),
-        Binding("2", "mark('B')", "Mark B", tooltip="Mark the highlighted profile as B (candidate)",
-                id="profiles-mark-b", show=False),
+        Binding(
+            "L,ctrl+l",
+            "launch",
+            "Launch it",
+            tooltip="Pre-flight, then launch the highlighted profile",
+            id="profiles-launch",
+        ),
+        Binding(
+            "p", "preflight", "Pre-flight", tooltip="Check the highlighted profile on the host", id="profiles-preflight"
+        ),
+        Binding(
+            "1",
+            "mark('A')",
+            "Mark A",
+            tooltip="Mark the highlighted profile as A (baseline)",
+            id="profiles-mark-a",
+            show=False,
+        ),
+        Binding(
+            "2",
+            "mark('B')",
+            "Mark B",
+            tooltip="Mark the highlighted profile as B (candidate)",
+            id="profiles-mark-b",
+            show=False,
+        ),
         Binding("g", "start_ab", "Run A/B", tooltip="Compare A and B (opens the Compare mode)", id="profiles-ab"),
-        Binding("slash", "filter", "Filter", tooltip="Show only the profiles matching some text (a header "
-                "click sorts)", id="profiles-filter"),
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            tooltip="Show only the profiles matching some text (a header click sorts)",
+            id="profiles-filter",
+        ),
     ]
 
-    def __init__(self, *, host: Any = None, demo: bool = False, store: ProfileStore | None = None,
-                 name: str | None = None, id: str | None = None) -> None:  # noqa: A002
+    def __init__(
+        self,
+        *,
+        host: Any = None,
+        demo: bool = False,
+        store: ProfileStore | None = None,
+        name: str | None = None,
+        id: str | None = None,
+    ) -> None:  # noqa: A002
         super().__init__(name=name, id=id)
         self.host = host
         self.demo = demo
@@ -183,20 +241,40 @@ class ProfilesScreen(Screen):
         self._show_preview()
         if listing.errors:
             n = len(listing.errors)
-            self._messages(Text(f"{n} profile file(s) cannot be read (rows marked broken): "
-                                + "; ".join(str(e) for e in listing.errors), style="bold red"))
+            self._messages(
+                Text(
+                    f"{n} profile file(s) cannot be read (rows marked broken): "
+                    + "; ".join(str(e) for e in listing.errors),
+                    style="bold red",
+                )
+            )
 
     def _fill(self) -> None:
         """Hand every row (profiles, then broken files) to the table; it filters and sorts."""
         table = self.table
-        rows: list[tuple[str, tuple[Any, ...]]] = [(p.name, table.cells(self._cells(p)))
-                                                   for p in self.profiles.values()]
+        rows: list[tuple[str, tuple[Any, ...]]] = [
+            (p.name, table.cells(self._cells(p))) for p in self.profiles.values()
+        ]
         bad = "bold red"
         for key, e in self.broken.items():
             stem = Path(e.path).stem if e.path else "?"
-            rows.append((key, table.cells((Text("!", style=bad), Text(stem, style=bad), "?",
-                                           Text("cannot be read", style=bad), "", "", "",
-                                           Text("broken", style=bad)))))
+            rows.append(
+                (
+                    key,
+                    table.cells(
+                        (
+                            Text("!", style=bad),
+                            Text(stem, style=bad),
+                            "?",
+                            Text("cannot be read", style=bad),
+                            "",
+                            "",
+                            "",
+                            Text("broken", style=bad),
+                        )
+                    ),
+                )
+            )
         table.set_rows(rows)
 
     def _row_key(self) -> str | None:
@@ -207,8 +285,16 @@ class ProfilesScreen(Screen):
 
     def _cells(self, p: ServerProfile) -> tuple[str, ...]:
         mark = "".join(s for s in ("A", "B") if self.marked[s] == p.name)
-        return (mark, p.name, p.engine, p.model or "(none)", str(p.tp), _attention(p), p.nccl_preset or "-",
-                p.source or "user")
+        return (
+            mark,
+            p.name,
+            p.engine,
+            p.model or "(none)",
+            str(p.tp),
+            _attention(p),
+            p.nccl_preset or "-",
+            p.source or "user",
+        )
 
     @property
     def highlighted(self) -> str | None:
@@ -253,8 +339,13 @@ class ProfilesScreen(Screen):
         if name is None:
             err = self.highlighted_broken if self.is_mounted else None
             if err is not None:
-                preview.update(Text(f"cannot be read: {err}\nFix the file (or delete it); "
-                                    "`tunedeck profiles check FILE` shows every problem.", style="bold red"))
+                preview.update(
+                    Text(
+                        f"cannot be read: {err}\nFix the file (or delete it); "
+                        "`tunedeck profiles check FILE` shows every problem.",
+                        style="bold red",
+                    )
+                )
             else:
                 preview.update("no profiles: press n for a new one")
             return
@@ -373,14 +464,22 @@ class ProfilesScreen(Screen):
         self.refresh_bindings()
         self._messages(Text(f"pre-flight {profile.name} on {getattr(self.host, 'target', 'host')} …", style="dim"))
         try:
+
             def shown(report: Any) -> None:
                 self.reports[profile.name] = report
                 if self.highlighted == profile.name:
                     self._show_report(report)
 
-            command = await checked_command(self, self.host, profile, demo=self.demo, store=self.store,
-                                            on_report=shown, on_failure=lambda msg: self._messages(
-                                                Text(msg, style="bold red")), launch=launch)
+            command = await checked_command(
+                self,
+                self.host,
+                profile,
+                demo=self.demo,
+                store=self.store,
+                on_report=shown,
+                on_failure=lambda msg: self._messages(Text(msg, style="bold red")),
+                launch=launch,
+            )
             if command is None:
                 return
             from tui.ui.screens.launch import LaunchScreen

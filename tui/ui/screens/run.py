@@ -14,6 +14,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -21,17 +22,15 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from rich.text import Text
-
-from tui.model import StartupProgress
 from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import LaunchRefused, StopResult, demo_argv, launch, stop_run
-from tui.hostops.runstore import RunRecord, RunStore
 from tui.hostops.logfollow import follow_forever, read_log
-from tui.util.safety import UnsafeInput
+from tui.hostops.runstore import RunRecord, RunStore
 from tui.hostops.tracker import StartupTracker
+from tui.model import StartupProgress
 from tui.services.journal import journal_launch
 from tui.ui.screens.modals import ConfirmModal
+from tui.util.safety import UnsafeInput
 from widgets.server_log import ServerLog
 from widgets.startup_progress import StartupProgressView
 
@@ -131,8 +130,11 @@ class RunScreen(Screen[None]):
         self.max_lines = max_lines
         self.stall_after = stall_after
         self.tracker_options = dict(tracker_options or {})
-        self.record = record or RunRecord(run_id="(launching)", target=getattr(host, "target", "local"),
-                                          argv=list(launch_spec.argv) if launch_spec else [])
+        self.record = record or RunRecord(
+            run_id="(launching)",
+            target=getattr(host, "target", "local"),
+            argv=list(launch_spec.argv) if launch_spec else [],
+        )
         self.tracker = self._make_tracker(self.record)
         self.launch_error: str | None = None
         self.resume = resume
@@ -158,8 +160,16 @@ class RunScreen(Screen[None]):
 
     @classmethod
     def for_launch(
-        cls, host: Host, argv: list[str], env: dict[str, str] | None = None, *, engine: str = "other",
-        port: int | None = None, profile: str | None = None, demo: bool = False, **kw: object,
+        cls,
+        host: Host,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        *,
+        engine: str = "other",
+        port: int | None = None,
+        profile: str | None = None,
+        demo: bool = False,
+        **kw: object,
     ) -> "RunScreen":
         """A screen that launches first (refusals are shown, nothing runs), then attaches."""
         spec = LaunchSpec(demo_argv(argv) if demo else list(argv), dict(env or {}), engine, port, profile)
@@ -183,8 +193,15 @@ class RunScreen(Screen[None]):
         spec = self.launch_spec
         assert spec is not None
         try:
-            rec = await launch(self.host, spec.argv, spec.env, engine=spec.engine, port=spec.port,
-                               profile=spec.profile, store=self.store)
+            rec = await launch(
+                self.host,
+                spec.argv,
+                spec.env,
+                engine=spec.engine,
+                port=spec.port,
+                profile=spec.profile,
+                store=self.store,
+            )
         except (LaunchRefused, HostError, UnsafeInput) as e:
             self.launch_error = str(e)
             self.query_one(StartupProgressView).update(
@@ -319,8 +336,12 @@ class RunScreen(Screen[None]):
                 self.stop_server()
 
         self.app.push_screen(
-            ConfirmModal(f"Stop run {r.run_id} on {r.target} (pid {r.pid})?\nTERM, then KILL after {self.grace:g} s.",
-                         title="Stop the server", action="Stop", danger=True),
+            ConfirmModal(
+                f"Stop run {r.run_id} on {r.target} (pid {r.pid})?\nTERM, then KILL after {self.grace:g} s.",
+                title="Stop the server",
+                action="Stop",
+                danger=True,
+            ),
             done,
         )
 
@@ -348,9 +369,10 @@ class RunScreen(Screen[None]):
         self._stop.set()  # nothing more to follow or probe: the header must not say "health ok"
         freed = f"; {res.gpu_freed_mib / 1024:.1f} GiB GPU memory freed" if res.gpu_freed_mib else ""
         view.set_ended(f"{res.state} (by you): {res.message}{freed}")
-        self.query_one("#run-title", Static).update(self._title(res.state if res.state in ("stopped", "exited") else None))
-        self.notify(res.message + freed, severity="information" if res.state == "stopped" else "warning",
-                    markup=False)
+        self.query_one("#run-title", Static).update(
+            self._title(res.state if res.state in ("stopped", "exited") else None)
+        )
+        self.notify(res.message + freed, severity="information" if res.state == "stopped" else "warning", markup=False)
 
     def on_unmount(self) -> None:
         self._stop.set()

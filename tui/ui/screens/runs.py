@@ -16,8 +16,15 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from widgets.filter_table import FilterTable, TableFilter
 
-_COLUMNS = (("run", "Run", 12), ("profile", "Profile", 15), ("engine", "Engine", 6), ("port", "Port", 5),
-            ("status", "Status", 8), ("started", "Started", 17), ("rc", "rc", 3))
+_COLUMNS = (
+    ("run", "Run", 12),
+    ("profile", "Profile", 15),
+    ("engine", "Engine", 6),
+    ("port", "Port", 5),
+    ("status", "Status", 8),
+    ("started", "Started", 17),
+    ("rc", "rc", 3),
+)
 _STATUS_STYLE = {"ready": "green", "failed": "bold red", "starting": "yellow", "stopped": "dim", "exited": "dim"}
 
 
@@ -29,8 +36,13 @@ class RunsScreen(Screen[None]):
     RunsScreen #runs { height: 1fr; }
     """
     BINDINGS = [
-        Binding("slash", "filter", "Filter", tooltip="Show only the runs matching some text (a header click "
-                "sorts)", id="runs-filter"),
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            tooltip="Show only the runs matching some text (a header click sorts)",
+            id="runs-filter",
+        ),
         Binding("f5", "reload", "Reload", tooltip="Read the run records again", id="runs-reload"),
         Binding("escape", "close", "Back", id="runs-back"),
     ]
@@ -77,12 +89,24 @@ class RunsScreen(Screen[None]):
         for r in recs:
             when = r.started or r.created
             started = time.strftime("%Y-%m-%d %H:%MZ", time.gmtime(when)) if when else "N/A"  # UTC, like the logs
-            rows.append((r.run_id, (r.run_id, r.profile or "-", r.engine, "N/A" if r.port is None else str(r.port),
-                                    Text(r.status, style=_STATUS_STYLE.get(r.status, "")), started,
-                                    "" if r.rc is None else str(r.rc))))
+            rows.append(
+                (
+                    r.run_id,
+                    (
+                        r.run_id,
+                        r.profile or "-",
+                        r.engine,
+                        "N/A" if r.port is None else str(r.port),
+                        Text(r.status, style=_STATUS_STYLE.get(r.status, "")),
+                        started,
+                        "" if r.rc is None else str(r.rc),
+                    ),
+                )
+            )
         self.table.set_rows(rows)
         self.query_one("#runs-title", Static).update(
-            Text(f"Runs on {target or 'this host'} ({len(recs)}) · enter opens · / filters · header sorts"))
+            Text(f"Runs on {target or 'this host'} ({len(recs)}) · enter opens · / filters · header sorts")
+        )
 
     def action_filter(self) -> None:
         self.query_one(TableFilter).open()

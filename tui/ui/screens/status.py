@@ -12,16 +12,15 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, cast
 
-from textual.coordinate import Coordinate
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
-from tui.model import LinkState
-from tui.model import GpuStatus, HostStats, ServerStats
+from tui.model import GpuStatus, HostStats, LinkState, ServerStats
 from widgets.gpu_table import GpuProcessTable, GpuStateLine, GpuTable
 from widgets.host_banner import HostBanner
 from widgets.host_panel import HostPanel
@@ -38,14 +37,28 @@ class StatusScreen(Screen):
     """Seconds between two redraws of the GPU tables (a faster feed is coalesced)."""
 
     BINDINGS = [
-        Binding("p", "toggle_processes", "Processes", tooltip="Show or hide the GPU process table",
-                id="status-toggle-processes"),
-        Binding("g", "focus_gpus", "GPUs", tooltip="Focus the GPU table", id="status-focus-gpus",
-                show=False),
-        Binding("R", "runs", "Runs", tooltip="Every server tunedeck launched on this host (/ filters, "
-                "a header click sorts)", id="status-runs"),
-        Binding("o", "open_run", "Open run", tooltip="Log, startup progress and stop for the highlighted server "
-                "(enter on a server row does the same)", id="status-open-run"),
+        Binding(
+            "p",
+            "toggle_processes",
+            "Processes",
+            tooltip="Show or hide the GPU process table",
+            id="status-toggle-processes",
+        ),
+        Binding("g", "focus_gpus", "GPUs", tooltip="Focus the GPU table", id="status-focus-gpus", show=False),
+        Binding(
+            "R",
+            "runs",
+            "Runs",
+            tooltip="Every server tunedeck launched on this host (/ filters, a header click sorts)",
+            id="status-runs",
+        ),
+        Binding(
+            "o",
+            "open_run",
+            "Open run",
+            tooltip="Log, startup progress and stop for the highlighted server (enter on a server row does the same)",
+            id="status-open-run",
+        ),
     ]
 
     DEFAULT_CSS = """
@@ -242,8 +255,9 @@ class StatusScreen(Screen):
 
         rec = app.runs.get(server.run_id) or RunStore().load(server.run_id)
         if rec is None or rec.run_dir is None:
-            self.notify(f"run {server.run_id}: no local record yet (press r to reconnect and reattach)",
-                        severity="warning")
+            self.notify(
+                f"run {server.run_id}: no local record yet (press r to reconnect and reattach)", severity="warning"
+            )
             return
         from tui.ui.screens.run import RunScreen
 
