@@ -38,6 +38,7 @@ from tui.sim.engine_args import (
 )
 from tui.sim.gpus import ServerRecord, load_config, used_by_others
 from tui.sim.api import Api, Req
+from tui.sim.clock import FixedClock
 from tui.sim.httpd import HttpServer
 from tui.sim.metrics import Metrics
 
@@ -256,6 +257,7 @@ class Sim(Api):
         self.metrics.gpu_memory_utilization = getattr(args, "gpu_memory_utilization", 0.92)
         self.stats_interval = args.sim_stats_interval or float(os.environ.get("VLLM_LOG_STATS_INTERVAL", "10") or 10)
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.clock: FixedClock | None = None
         self.fixed_ttft = (args.sim_fixed_ttft_ms if args.sim_fixed_ttft_ms is not None else 50.0) / 1000.0 / self.speed
         self.fixed_itl = (args.sim_fixed_itl_ms if args.sim_fixed_itl_ms is not None else 20.0) / 1000.0 / self.speed
         self.init_api()
@@ -954,26 +956,19 @@ class Sim(Api):
             assert self.wake is not None
             self.wake.set()
 
-    # ---- fixed timing (bypasses the model: exact TTFT and inter-token delay, on an absolute schedule)
+    # ---- fixed timing (bypasses the model: exact TTFT and inter-token delay, see tui.sim.clock)
     def _fixed_start(self, r: Req) -> None:
-        assert self.loop is not None
+        if self.clock is None:
+            self.clock = FixedClock(self.loop, self.fixed_ttft, self.fixed_itl, self._fixed_emit)
         r.admitted = r.arrival
         self.running.append(r)
         self.metrics.running = len(self.running)
-        r.due = r.arrival + self.fixed_ttft
-        self.loop.call_at(r.due, self._fixed_tick, r)
+        self.clock.add(r)
 
-    def _fixed_tick(self, r: Req) -> None:
-        if r.finish is not None:
-            return
-        loop = self.loop
-        assert loop is not None
+    def _fixed_emit(self, r: Req, now: float) -> None:
         if r.out == 0:
             self.metrics.prompt_tokens += r.prompt_tokens
-        self.emit(r, 1, time.monotonic())
-        if r.finish is None:
-            r.due = r.arrival + self.fixed_ttft + r.out * self.fixed_itl
-            loop.call_at(r.due, self._fixed_tick, r)
+        self.emit(r, 1, now)
 
     # ---- continuous batching
     async def scheduler(self) -> None:
