@@ -12,6 +12,7 @@ stdout, flushed per line, so a log tail sees progress live.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import math
 import os
@@ -433,6 +434,8 @@ class Sim(Api):
         if self.e == "sglang" and not self.a.skip_server_warmup:
             await self.sglang_warmup()
         self.phase = "ready"
+        gc.collect()
+        gc.freeze()  # as vLLM does once started: the start-up heap stays out of every later collection
         if self.e == "sglang":
             self.log.sg("The server is fired up and ready to roll!")
         await asyncio.Event().wait()  # until cancelled by shutdown
