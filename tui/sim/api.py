@@ -36,6 +36,7 @@ WORD_TABLE_SIZE = 4096
 _ID_MIX = 0x9E3779B97F4A7C15F39CC0605CEDC835  # odd: counter -> id is a bijection mod 2**128
 _ID_MASK = (1 << 128) - 1
 DONE = b"data: [DONE]\n\n"
+_INT_TYPES = frozenset((int, bool))  # what JSON decodes a token id list into (bool: isinstance(True, int))
 
 
 def _splitmix64(x: int) -> int:
@@ -480,7 +481,7 @@ class Api:
             prompt = prompt[0]
         if isinstance(prompt, str):
             pt = count_tokens(prompt)
-        elif isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
+        elif isinstance(prompt, list) and prompt and _INT_TYPES.issuperset(map(type, prompt)):
             pt = len(prompt)
         else:
             self._error(conn, 400, "prompt must be a string or a list of token ids (one prompt per request)", param="prompt")

@@ -4,7 +4,8 @@ No framework and no coroutine per connection or request. The transport hands the
 it read to :meth:`HttpProtocol.data_received`, which notes the time (the request's
 *arrival*: when the server read it) and queues each complete request; the queue is
 routed in one pass once the loop has read every socket that was ready, so a burst of
-requests is stamped as it is read, not as each one gets its turn. Handlers answer at
+requests is stamped as it is read, not as each one gets its turn (and a long queue is
+routed a slice at a time, with a loop turn in between). Handlers answer at
 once or later (from a timer or the scheduler) by writing straight to the transport;
 the next request on a keep-alive connection is read when the response has ended.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import deque
 from email.utils import formatdate
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
@@ -25,6 +27,8 @@ REASONS = {
 }
 MAX_HEAD = 1 << 20
 MAX_BODY = 64 << 20
+#: requests routed in one turn of the event loop before it reads its sockets again
+ROUTE_SLICE = 16
 _STATUS_LINES = {s: f"HTTP/1.1 {s} {r}\r\n".encode("latin-1") for s, r in REASONS.items()}
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 _TOO_LARGE = b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -312,7 +316,7 @@ class HttpServer:
         self.server: asyncio.base_events.Server | None = None
         self.conns: set[HttpProtocol] = set()
         self.loop: Any = None
-        self.ready: list[tuple[HttpProtocol, Request, bool]] = []
+        self.ready: deque[tuple[HttpProtocol, Request, bool]] = deque()
 
     async def start(self, sock: Any) -> None:
         self.loop = asyncio.get_running_loop()
@@ -337,8 +341,10 @@ class HttpServer:
         self.ready.append((proto, req, keep_alive))
 
     def _dispatch(self) -> None:
-        ready, self.ready = self.ready, []
-        for proto, req, keep in ready:
+        """Route up to ``ROUTE_SLICE`` queued requests, then give the loop a turn (it reads and stamps more)."""
+        ready = self.ready
+        for _ in range(min(ROUTE_SLICE, len(ready))):
+            proto, req, keep = ready.popleft()
             if proto.transport.is_closing():
                 continue  # the client left before its request was routed
             conn = Conn(proto, req, keep, self.on_start)
@@ -350,3 +356,5 @@ class HttpServer:
                                                    "code": 500}})
                 else:
                     conn.abort()
+        if ready:
+            self.loop.call_soon(self._dispatch)
