@@ -4,9 +4,9 @@ A request's first token is due at arrival + TTFT, its k-th at arrival + TTFT + k
 (an absolute schedule: lateness never adds up). With one TTFT and one ITL for all,
 requests stay in due order in two FIFO queues (waiting for the first token, decoding),
 so one timer serves them all: each time it fires, every chunk that is due is written in
-one pass, in due order. A long pass is cut into slices of ``SLICE`` chunks with a turn
-of the event loop in between, so requests that arrive meanwhile are read (and stamped)
-at once instead of after the whole pass.
+one pass, in due order. A long pass is cut into slices of ``SLICE_S`` seconds with a
+turn of the event loop in between, so requests that arrive meanwhile are read (and
+stamped) at once instead of after the whole pass.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-#: chunks written before the loop gets a turn to read its sockets
-SLICE = 32
+#: seconds of writing before the loop gets a turn to read its sockets
+SLICE_S = 0.0003
 #: event-loop timers fire on whole milliseconds: a chunk due within half of one is written now
 EARLY = 0.0005
 
@@ -76,7 +76,8 @@ class FixedClock:
         first, decode, itl, emit = self.first, self.decode, self.itl, self.emit
         now = time.monotonic()
         horizon = now + EARLY
-        for _ in range(SLICE):
+        until = now + SLICE_S
+        while True:
             if first and (not decode or first[0].due <= decode[0].due):
                 q = first
             elif decode:
@@ -94,4 +95,6 @@ class FixedClock:
             if r.finish is None:
                 r.due = r.arrival + self.ttft + r.out * itl
                 decode.append(r)
+            if time.monotonic() >= until:
+                break
         self._arm()

@@ -27,8 +27,8 @@ REASONS = {
 }
 MAX_HEAD = 1 << 20
 MAX_BODY = 64 << 20
-#: requests routed in one turn of the event loop before it reads its sockets again
-ROUTE_SLICE = 16
+#: seconds of routing queued requests before the loop gets a turn to read its sockets again
+ROUTE_SLICE_S = 0.0003
 _STATUS_LINES = {s: f"HTTP/1.1 {s} {r}\r\n".encode("latin-1") for s, r in REASONS.items()}
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 _TOO_LARGE = b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -341,20 +341,25 @@ class HttpServer:
         self.ready.append((proto, req, keep_alive))
 
     def _dispatch(self) -> None:
-        """Route up to ``ROUTE_SLICE`` queued requests, then give the loop a turn (it reads and stamps more)."""
+        """Route queued requests for ``ROUTE_SLICE_S``, then give the loop a turn (it reads and stamps more)."""
         ready = self.ready
-        for _ in range(min(ROUTE_SLICE, len(ready))):
+        until = time.monotonic() + ROUTE_SLICE_S
+        while ready:
             proto, req, keep = ready.popleft()
-            if proto.transport.is_closing():
-                continue  # the client left before its request was routed
-            conn = Conn(proto, req, keep, self.on_start)
-            try:
-                self.handler(req, conn)
-            except Exception as e:  # a bug in a route: answer 500, keep serving
-                if not conn.started:
-                    conn.send_json(500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "InternalServerError",
-                                                   "code": 500}})
-                else:
-                    conn.abort()
+            if not proto.transport.is_closing():  # else the client left before its request was routed
+                self._route(proto, req, keep)
+            if time.monotonic() >= until:
+                break
         if ready:
             self.loop.call_soon(self._dispatch)
+
+    def _route(self, proto: HttpProtocol, req: Request, keep_alive: bool) -> None:
+        conn = Conn(proto, req, keep_alive, self.on_start)
+        try:
+            self.handler(req, conn)
+        except Exception as e:  # a bug in a route: answer 500, keep serving
+            if not conn.started:
+                conn.send_json(500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "InternalServerError",
+                                               "code": 500}})
+            else:
+                conn.abort()
