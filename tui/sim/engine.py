@@ -12,6 +12,7 @@ stdout, flushed per line, so a log tail sees progress live.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import math
 import os
@@ -28,7 +29,6 @@ from typing import Any, Callable
 from tui.sim import perf, rendezvous
 from tui.sim.engine_args import (
     SGLANG_ALIASES,
-    SGLANG_VERSION,
     VLLM_BACKENDS,
     VLLM_SPEC_METHODS,
     VLLM_VERSION,
@@ -38,14 +38,11 @@ from tui.sim.engine_args import (
     vllm_parser,
 )
 from tui.sim.gpus import ServerRecord, load_config, used_by_others
-from tui.sim.httpd import Conn, HttpServer, Request
+from tui.sim.api import Api, Req
+from tui.sim.clock import FixedClock
+from tui.sim.httpd import HttpServer
 from tui.sim.metrics import Metrics
 
-WORDS = (
-    " the", " model", " server", " token", " is", " a", " fast", " and", " of", " to", " in", " GPU", " batch",
-    " cache", " that", " with", " on", " for", " it", " as", " memory", " we", " can", " run", " more", " data",
-    " time", " each", " step", " high", " low", " will", " not", " this", " by", " at", ".", ",", " per", " value",
-)
 VLLM_ROUTES = [
     ("/openapi.json", "HEAD, GET"), ("/docs", "HEAD, GET"), ("/docs/oauth2-redirect", "HEAD, GET"),
     ("/redoc", "HEAD, GET"), ("/load", "GET"), ("/version", "GET"), ("/health", "GET"), ("/metrics", "GET"),
@@ -63,11 +60,6 @@ VLLM_LOGO = [
 
 
 # ====================================================================== helpers
-
-
-def count_tokens(text: str) -> int:
-    """Prompt length estimate without a tokenizer: one token per 4 UTF-8 bytes (at least 1)."""
-    return max(1, math.ceil(len(text.encode("utf-8")) / 4))
 
 
 def fmt_interval(s: float) -> str:
@@ -187,27 +179,6 @@ class Log:
             self.raw(f"(APIServer pid={self.pid}) {pad} {msg}\n")
 
 
-class Req:
-    __slots__ = (
-        "rid", "kind", "stream", "prompt_tokens", "max_tokens", "eos_at", "include_usage", "continuous_usage",
-        "conn", "created", "arrival", "arrival_wall", "admitted", "first", "last", "out", "text", "finish",
-        "done", "rng", "times", "counts", "prefix", "suffix", "internal", "aborted", "fixed_handle",
-    )
-
-    def __init__(self) -> None:
-        self.out = 0
-        self.text: list[str] = []
-        self.finish: str | None = None
-        self.admitted = 0.0
-        self.first = 0.0
-        self.last = 0.0
-        self.times: list[float] = []
-        self.counts: list[int] = []
-        self.internal = False
-        self.aborted = False
-        self.fixed_handle: asyncio.TimerHandle | None = None
-
-
 class Fatal(Exception):
     """Start-up ends like a real failure: the text is already printed; ``code`` is the exit."""
 
@@ -220,7 +191,7 @@ class Fatal(Exception):
 # ====================================================================== the simulator
 
 
-class Sim:
+class Sim(Api):
     def __init__(self, engine: str, args: Any) -> None:
         self.e = engine
         self.a = args
@@ -229,8 +200,6 @@ class Sim:
         self.speed = args.sim_speed
         self.load_s = args.sim_load_seconds
         self.seed = args.sim_seed
-        self.rng = random.Random(self.seed)
-        self.req_counter = 0
         if engine == "sglang":
             self.model = args.model_path
             self.served = args.served_model_name or args.model_path
@@ -258,7 +227,7 @@ class Sim:
         self.running: list[Req] = []
         self.wake: asyncio.Event | None = None
         self.stop_event: asyncio.Event | None = None
-        self.step_waiters: list[asyncio.Future] = []
+        self.step_waiters: list[Callable[[], None]] = []
         self.mem_used_gib = 0.0
         self.util = 0
         self.kv_tokens = 0
@@ -288,6 +257,11 @@ class Sim:
         self.metrics = Metrics(engine, self.served, tp=self.tp, spec_positions=self.spec.num_steps if self.spec else 0)
         self.metrics.gpu_memory_utilization = getattr(args, "gpu_memory_utilization", 0.92)
         self.stats_interval = args.sim_stats_interval or float(os.environ.get("VLLM_LOG_STATS_INTERVAL", "10") or 10)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.clock: FixedClock | None = None
+        self.fixed_ttft = (args.sim_fixed_ttft_ms if args.sim_fixed_ttft_ms is not None else 50.0) / 1000.0 / self.speed
+        self.fixed_itl = (args.sim_fixed_itl_ms if args.sim_fixed_itl_ms is not None else 20.0) / 1000.0 / self.speed
+        self.init_api()
 
     # ------------------------------------------------------------------ config
     def _gpu_indices(self) -> list[int]:
@@ -382,7 +356,7 @@ class Sim:
 
     # ------------------------------------------------------------------ run
     async def run(self) -> int:
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         self.t0 = loop.time()
         self.wake = asyncio.Event()
         self.stop_event = asyncio.Event()
@@ -460,6 +434,8 @@ class Sim:
         if self.e == "sglang" and not self.a.skip_server_warmup:
             await self.sglang_warmup()
         self.phase = "ready"
+        gc.collect()
+        gc.freeze()  # as vLLM does once started: the start-up heap stays out of every later collection
         if self.e == "sglang":
             self.log.sg("The server is fired up and ready to roll!")
         await asyncio.Event().wait()  # until cancelled by shutdown
@@ -673,7 +649,9 @@ class Sim:
         self.log.uvicorn(f'{peer} - "GET /model_info HTTP/1.1" 200 OK')
         req = self.new_req("generate", stream=False, prompt_tokens=7, max_tokens=8, ignore_eos=True)
         req.internal = True
-        await self.submit(req)
+        req.done = asyncio.get_running_loop().create_future()
+        self.submit(req)
+        await req.done
         self.log.uvicorn(f'{peer.rsplit(":", 1)[0]}:{int(peer.rsplit(":", 1)[1]) + 2} - "POST /generate HTTP/1.1" 200 OK')
         await self.at(1.0)
 
@@ -973,36 +951,8 @@ class Sim:
             last_acc, last_drafts, last_dt = m.spec_accepted, m.spec_drafts, m.spec_draft_tokens
 
     # ------------------------------------------------------------------ requests
-    def new_req(self, kind: str, *, stream: bool, prompt_tokens: int, max_tokens: int, ignore_eos: bool,
-                include_usage: bool = False, continuous_usage: bool = False, conn: Conn | None = None) -> Req:
-        r = Req()
-        self.req_counter += 1
-        r.rng = random.Random((self.seed << 32) ^ (self.req_counter * 2654435761))
-        hexid = uuid.uuid4().hex
-        if self.e == "vllm":
-            r.rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + hexid
-        else:
-            r.rid = hexid
-        r.kind = kind
-        r.stream = stream
-        r.prompt_tokens = prompt_tokens
-        r.max_tokens = max_tokens
-        if ignore_eos:
-            r.eos_at = 1 << 60
-        else:
-            # pseudo-EOS: log-normal around 200 tokens, seeded per request
-            r.eos_at = max(1, int(r.rng.lognormvariate(math.log(200), 0.8)))
-        r.include_usage = include_usage
-        r.continuous_usage = continuous_usage
-        r.conn = conn
-        r.created = int(time.time())
-        r.arrival = asyncio.get_running_loop().time()
-        r.arrival_wall = time.time()
-        r.done = asyncio.get_running_loop().create_future()
-        self._prepare_templates(r)
-        return r
-
-    async def submit(self, r: Req) -> None:
+    def submit(self, r: Req) -> None:
+        """Hand a new request to the fixed clock or the scheduler; its chunks follow from there."""
         if self.fixed:
             self._fixed_start(r)
         else:
@@ -1010,28 +960,20 @@ class Sim:
             self.metrics.waiting = len(self.waiting)
             assert self.wake is not None
             self.wake.set()
-        await r.done
 
-    # ---- fixed timing (bypasses the model: exact TTFT and inter-token delay)
+    # ---- fixed timing (bypasses the model: exact TTFT and inter-token delay, see tui.sim.clock)
     def _fixed_start(self, r: Req) -> None:
-        loop = asyncio.get_running_loop()
-        ttft = (self.a.sim_fixed_ttft_ms if self.a.sim_fixed_ttft_ms is not None else 50.0) / 1000.0 / self.speed
-        itl = (self.a.sim_fixed_itl_ms if self.a.sim_fixed_itl_ms is not None else 20.0) / 1000.0 / self.speed
+        if self.clock is None:
+            self.clock = FixedClock(self.loop, self.fixed_ttft, self.fixed_itl, self._fixed_emit)
         r.admitted = r.arrival
         self.running.append(r)
         self.metrics.running = len(self.running)
-        t_first = r.arrival + ttft
+        self.clock.add(r)
 
-        def tick(k: int) -> None:
-            if r.finish is not None:
-                return
-            if k == 0:
-                self.metrics.prompt_tokens += r.prompt_tokens
-            self.emit(r, 1, loop.time())
-            if r.finish is None:
-                r.fixed_handle = loop.call_at(t_first + (k + 1) * itl, tick, k + 1)
-
-        r.fixed_handle = loop.call_at(t_first, tick, 0)
+    def _fixed_emit(self, r: Req, now: float) -> None:
+        if r.out == 0:
+            self.metrics.prompt_tokens += r.prompt_tokens
+        self.emit(r, 1, now)
 
     # ---- continuous batching
     async def scheduler(self) -> None:
@@ -1046,7 +988,7 @@ class Sim:
         while True:
             if not self.running and not self.waiting:
                 self.wake.clear()
-                self._update_gauges()
+                self.update_gauges()
                 await self.wake.wait()
                 t_next = loop.time()
             now = loop.time()
@@ -1075,7 +1017,7 @@ class Sim:
                 self.metrics.prompt_tokens += toks
                 self.prompt_since_log += toks
                 self.running.extend(new)
-                self._update_gauges()
+                self.update_gauges()
                 self.log.sg(
                     f"Prefill batch, #new-seq: {len(new)}, #new-token: {toks}, #cached-token: 0, token usage: {self.metrics.token_usage:.2f}, "
                     f"#running-req: {len(self.running) - len(new)}, #queue-req: {len(self.waiting)}, #pending-token: 0, "
@@ -1121,7 +1063,7 @@ class Sim:
                 gen += self.emit(r, n, tnow)
             self.metrics.iteration.observe(gen + newtoks)
             self._finish_done()
-            self._update_gauges()
+            self.update_gauges()
             self._step_done()
             step += 1
             if self.e == "sglang":
@@ -1163,11 +1105,10 @@ class Sim:
     def _step_done(self) -> None:
         if self.step_waiters:
             ws, self.step_waiters = self.step_waiters, []
-            for f in ws:
-                if not f.done():
-                    f.set_result(None)
+            for answer in ws:
+                answer()
 
-    def _update_gauges(self) -> None:
+    def update_gauges(self) -> None:
         m = self.metrics
         m.running = len(self.running)
         m.waiting = len(self.waiting)
@@ -1181,15 +1122,20 @@ class Sim:
 
     # ---- token emission: writes straight to the client's transport
     def emit(self, r: Req, n: int, now: float) -> int:
-        """Produce ``n`` tokens for ``r`` at loop time ``now``; returns tokens produced."""
+        """Produce ``n`` tokens for ``r`` at loop time ``now``; returns tokens produced.
+
+        A stream's chunk is written at once; its last chunk goes out in the same write as
+        the finish, usage and ``[DONE]`` events and the end of the body.
+        """
         if r.finish is not None:
             return 0
-        if r.conn is not None and r.conn.closed:
+        conn = r.conn
+        if conn is not None and conn.closed:
             self._abort(r)
             return 0
         n = min(n, r.max_tokens - r.out, max(1, r.eos_at - r.out))
-        words = [WORDS[r.rng.randrange(len(WORDS))] for _ in range(n)]
         first = r.out == 0
+        pos = r.out
         r.out += n
         m = self.metrics
         m.generation_tokens += n
@@ -1203,10 +1149,14 @@ class Sim:
             r.finish = "length"
         elif r.out >= r.eos_at:
             r.finish = "stop"
-        text = "".join(words)
-        r.text.append(text)
-        if r.stream and r.conn is not None:
-            self._write_stream(r, text, first)
+        if r.text is not None:
+            r.text.append(self.words(r.wpos + pos, n))
+        if r.stream and conn is not None:
+            frames = self.token_frames(r, r.wpos + pos, n, first)
+            if r.finish is None:
+                conn.write_frames(frames)
+            else:
+                conn.end_stream(frames + self.end_frames(r))
         if self.rec_file is not None and not r.internal:
             r.times.append(time.time())
             r.counts.append(n)
@@ -1219,15 +1169,15 @@ class Sim:
             return
         r.finish = "abort"
         r.aborted = True
-        if r.fixed_handle is not None:
-            r.fixed_handle.cancel()
         if self.e == "sglang":
             self.metrics.aborted += 1
         else:
             self.metrics.finished["abort"] += 1
         if r in self.running and self.fixed:
             self.running.remove(r)
-        if not r.done.done():
+        if r.conn is not None:
+            r.conn.abort()  # the client has gone, or the server stops: the response ends unfinished
+        if r.done is not None and not r.done.done():
             r.done.set_result(None)
 
     def _complete(self, r: Req, now: float) -> None:
@@ -1243,8 +1193,8 @@ class Sim:
         if self.fixed and r in self.running:
             self.running.remove(r)
             m.running = len(self.running)
-        if r.stream and r.conn is not None and not r.conn.closed:
-            self._write_stream_end(r)
+        if not r.stream:
+            self.respond(r)
         if self.rec_file is not None and not r.internal:
             rec = {
                 "id": r.rid, "engine": self.e, "kind": r.kind, "stream": r.stream, "arrival": r.arrival_wall,
@@ -1255,435 +1205,8 @@ class Sim:
                 self.rec_file.write(json.dumps(rec, separators=(",", ":")) + "\n")
             except (OSError, ValueError):
                 pass
-        if not r.done.done():
+        if r.done is not None and not r.done.done():
             r.done.set_result(None)
-
-    # ---- SSE formats
-    def _usage(self, r: Req) -> dict[str, Any]:
-        u: dict[str, Any] = {"prompt_tokens": r.prompt_tokens, "total_tokens": r.prompt_tokens + r.out, "completion_tokens": r.out}
-        if self.e == "sglang":
-            u["prompt_tokens_details"] = None
-            u["reasoning_tokens"] = 0
-        return u
-
-    def _prepare_templates(self, r: Req) -> None:
-        model = json.dumps(self.served)
-        if r.kind == "chat":
-            head = f'{{"id":"{r.rid}","object":"chat.completion.chunk","created":{r.created},"model":{model},"choices":[{{"index":0,"delta":'
-            if self.e == "vllm":
-                r.prefix = head + '{"content":'
-                r.suffix = '},"logprobs":null,"finish_reason":null}]}'
-            else:
-                r.prefix = head + '{"role":null,"content":'
-                r.suffix = ',"reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}'
-        else:
-            head = f'{{"id":"{r.rid}","object":"text_completion","created":{r.created},"model":{model},"choices":[{{"index":0,"text":'
-            r.prefix = head
-            if self.e == "vllm":
-                r.suffix = ',"logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}'
-            else:
-                r.suffix = ',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}'
-
-    def _chunk_obj(self, r: Req, text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
-        obj: dict[str, Any] = {"id": r.rid, "object": "chat.completion.chunk" if r.kind == "chat" else "text_completion",
-                               "created": r.created, "model": self.served}
-        if r.kind == "chat":
-            if self.e == "vllm":
-                delta: dict[str, Any] = {}
-                if role:
-                    delta["role"] = "assistant"
-                if text is not None:
-                    delta["content"] = text
-                ch: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-                if finish is not None:
-                    ch["stop_reason"] = None
-            else:
-                delta = {"role": "assistant" if role else None, "content": text, "reasoning_content": None, "tool_calls": None}
-                ch = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": None}
-        else:
-            ch = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-            if self.e == "vllm":
-                ch["stop_reason"] = None
-            else:
-                ch["matched_stop"] = None
-        obj["choices"] = [ch]
-        if self.e == "sglang" or (r.kind != "chat"):
-            obj["usage"] = None
-        if r.continuous_usage:
-            obj["usage"] = self._usage(r)
-        return obj
-
-    @staticmethod
-    def _sse(obj: Any) -> bytes:
-        return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n\n"
-
-    def _write_stream(self, r: Req, text: str, first: bool) -> None:
-        conn = r.conn
-        assert conn is not None
-        if r.kind == "generate":
-            obj = {"text": "".join(r.text), "output_ids": [], "meta_info": self._meta(r)}
-            conn.write_chunk(self._sse(obj))
-            return
-        parts: list[bytes] = []
-        if first and r.kind == "chat":
-            parts.append(self._sse(self._chunk_obj(r, "", None, role=True)))
-        last_with_finish = r.finish is not None and (self.e == "vllm" or r.kind != "chat")
-        if last_with_finish or r.continuous_usage:
-            parts.append(self._sse(self._chunk_obj(r, text, r.finish if last_with_finish else None)))
-        else:
-            parts.append(b"data: " + (r.prefix + json.dumps(text, ensure_ascii=False) + r.suffix).encode("utf-8") + b"\n\n")
-        conn.write_chunk(b"".join(parts))
-
-    def _write_stream_end(self, r: Req) -> None:
-        conn = r.conn
-        assert conn is not None
-        parts: list[bytes] = []
-        if r.kind == "chat" and self.e == "sglang":
-            parts.append(self._sse(self._chunk_obj(r, None, r.finish)))
-        if r.kind in ("chat", "completion") and r.include_usage:
-            obj = {"id": r.rid, "object": "chat.completion.chunk" if r.kind == "chat" else "text_completion",
-                   "created": r.created, "model": self.served, "choices": [], "usage": self._usage(r)}
-            parts.append(self._sse(obj))
-        parts.append(b"data: [DONE]\n\n")
-        conn.write_chunk(b"".join(parts))
-        conn.end_stream()
-
-    def _meta(self, r: Req) -> dict[str, Any]:
-        fr: Any = None
-        if r.finish == "length":
-            fr = {"type": "length", "length": r.out}
-        elif r.finish == "stop":
-            fr = {"type": "stop", "matched": 2}
-        return {"id": r.rid, "finish_reason": fr, "prompt_tokens": r.prompt_tokens, "completion_tokens": r.out,
-                "cached_tokens": 0, "e2e_latency": round(r.last - r.arrival, 6) if r.last else 0.0}
-
-    # ------------------------------------------------------------------ HTTP
-    def access_log(self, req: Request, status: int) -> None:
-        if self.e == "vllm" and self.a.disable_uvicorn_access_log:
-            return
-        from tui.sim.httpd import REASONS
-
-        self.log.uvicorn(f'{req.peer} - "{req.method} {req.target} {req.version}" {status} {REASONS.get(status, "")}'.rstrip())
-
-    def _error(self, conn: Conn, status: int, message: str, etype: str = "BadRequestError", param: str | None = None) -> None:
-        if self.e == "vllm":
-            conn.send_json(status, {"error": {"message": message, "type": etype, "param": param, "code": status}})
-        else:
-            conn.send_json(status, {"object": "error", "message": message, "type": etype, "param": param, "code": status})
-
-    async def handle(self, req: Request, conn: Conn) -> None:
-        p = req.path
-        m = req.method
-        routes: dict[str, Callable[[Request, Conn], Any]] = {
-            "/health": self.r_health,
-            "/v1/models": self.r_models,
-            "/v1/completions": self.r_completions,
-            "/v1/chat/completions": self.r_chat,
-            "/metrics": self.r_metrics,
-        }
-        if self.e == "sglang":
-            routes.update({
-                "/health_generate": self.r_health, "/ready": self.r_health, "/model_info": self.r_model_info,
-                "/get_model_info": self.r_model_info, "/server_info": self.r_server_info,
-                "/get_server_info": self.r_server_info, "/flush_cache": self.r_flush, "/generate": self.r_generate,
-                "/freeze_gc": self.r_ok,
-            })
-        else:
-            routes.update({"/ping": self.r_health, "/version": self.r_version, "/load": self.r_load,
-                           "/tokenize": self.r_tokenize})
-        fn = routes.get(p)
-        if fn is None:
-            conn.send_json(404, {"detail": "Not Found"})
-            return
-        post_only = {"/v1/completions", "/v1/chat/completions", "/generate", "/freeze_gc", "/tokenize"}
-        if (p in post_only and m != "POST") or (p not in post_only and m not in ("GET", "HEAD") and p not in ("/ping", "/flush_cache")):
-            conn.send_json(405, {"detail": "Method Not Allowed"})
-            return
-        await fn(req, conn)
-
-    def _auth_ok(self, req: Request, conn: Conn) -> bool:
-        key = self.a.api_key
-        if not key:
-            return True
-        if req.headers.get("authorization", "") == f"Bearer {key}":
-            return True
-        if self.e == "vllm":
-            conn.send_json(401, {"error": "Unauthorized"})
-        else:
-            conn.send_json(401, {"error": "Unauthorized"})
-        return False
-
-    async def r_ok(self, req: Request, conn: Conn) -> None:
-        conn.send(200, b"")
-
-    async def r_health(self, req: Request, conn: Conn) -> None:
-        if self.phase not in ("ready",):
-            conn.send(503, b"")
-            return
-        if self.e == "sglang" and (self.running or self.waiting):
-            fut = asyncio.get_running_loop().create_future()
-            self.step_waiters.append(fut)
-            try:
-                await asyncio.wait_for(fut, 20.0 / self.speed)
-            except asyncio.TimeoutError:
-                conn.send(503, b"")
-                return
-        conn.send(200, b"")
-
-    async def r_version(self, req: Request, conn: Conn) -> None:
-        conn.send_json(200, {"version": VLLM_VERSION})
-
-    async def r_load(self, req: Request, conn: Conn) -> None:
-        conn.send_json(200, {"server_load": len(self.running) + len(self.waiting)})
-
-    async def r_models(self, req: Request, conn: Conn) -> None:
-        if not self._auth_ok(req, conn):
-            return
-        card: dict[str, Any] = {"id": self.served, "object": "model", "created": int(time.time()),
-                                "owned_by": self.e, "root": self.model, "parent": None, "max_model_len": self.context_len}
-        if self.e == "vllm":
-            card["permission"] = [{
-                "id": "modelperm-" + uuid.uuid5(uuid.NAMESPACE_DNS, self.served).hex, "object": "model_permission",
-                "created": int(time.time()), "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-                "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False, "organization": "*",
-                "group": None, "is_blocking": False,
-            }]
-        conn.send_json(200, {"object": "list", "data": [card]})
-
-    async def r_metrics(self, req: Request, conn: Conn) -> None:
-        if self.e == "sglang" and not self.a.enable_metrics:
-            conn.send_json(404, {"detail": "Not Found"})
-            return
-        self._update_gauges()
-        conn.send(200, self.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
-
-    async def r_model_info(self, req: Request, conn: Conn) -> None:
-        conn.send_json(200, {
-            "model_path": self.model, "tokenizer_path": self.a.tokenizer_path or self.model, "is_generation": True,
-            "preferred_sampling_params": None, "weight_version": "default", "has_image_understanding": False,
-            "has_audio_understanding": False, "model_type": self.facts["model_type"],
-            "architectures": [self.facts["arch"]], "served_model_name": self.served,
-        })
-
-    async def r_server_info(self, req: Request, conn: Conn) -> None:
-        info = {k: v for k, v in vars(self.a).items() if not k.startswith("sim_")}
-        info["served_model_name"] = self.served
-        info.update({
-            "version": SGLANG_VERSION,
-            "max_total_num_tokens": self.kv_tokens,
-            "internal_states": [{
-                "last_gen_throughput": round(self.last_gen_tput, 2),
-                "memory_usage": {"weight": round(self.weights_gib, 2), "kvcache": round(self.kv_gib, 2),
-                                 "token_capacity": self.kv_tokens, "graph": round(self.graph_gib, 2)},
-                "avg_spec_accept_length": round(self.metrics.spec_accept_length, 2) if self.spec else None,
-            }],
-        })
-        conn.send_json(200, info)
-
-    async def r_flush(self, req: Request, conn: Conn) -> None:
-        body = (b"Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
-                b"requests, the operation will not be performed.)\n")
-        if self.running or self.waiting:
-            self.log.sg(f"Cache not flushed because there are pending requests. #queue-req: {len(self.waiting)}, "
-                        f"#running-req: {len(self.running)}")
-            conn.send(400, body, "text/plain; charset=utf-8")
-            return
-        self.log.sg("Cache flushed successfully!")
-        conn.send(200, body, "text/plain; charset=utf-8")
-
-    # ---- generation endpoints
-    def _body(self, req: Request, conn: Conn) -> dict[str, Any] | None:
-        try:
-            body = req.json()
-        except (ValueError, UnicodeDecodeError) as e:
-            self._error(conn, 400, f"Invalid JSON body: {e}")
-            return None
-        if not isinstance(body, dict):
-            self._error(conn, 400, "Request body must be a JSON object")
-            return None
-        return body
-
-    def _common_checks(self, body: dict[str, Any], conn: Conn) -> bool:
-        if self.phase not in ("ready", "warmup"):
-            self._error(conn, 503, "The server is shutting down", "ServiceUnavailableError")
-            return False
-        model = body.get("model")
-        if self.e == "vllm" and model is not None and model not in (self.served, self.model):
-            self._error(conn, 404, f"The model `{model}` does not exist.", "NotFoundError", "model")
-            return False
-        n = body.get("n", 1)
-        if n not in (None, 1):
-            self._error(conn, 400, "n must be 1 in the simulator (tunedeck sim serves one choice per request)", param="n")
-            return False
-        return True
-
-    def _max_tokens(self, body: dict[str, Any], prompt: int, default: int | None, conn: Conn) -> int | None:
-        mt = body.get("max_completion_tokens", body.get("max_tokens"))
-        if mt is None:
-            mt = default if default is not None else self.context_len - prompt
-        if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
-            self._error(conn, 400, f"max_tokens must be at least 1, got {mt}.", param="max_tokens")
-            return None
-        if prompt + mt > self.context_len:
-            self._error(conn, 400, f"This model's maximum context length is {self.context_len} tokens. However, you requested "
-                        f"{prompt + mt} tokens ({prompt} in the messages, {mt} in the completion). Please reduce the length "
-                        "of the messages or completion.")
-            return None
-        return mt
-
-    def _stream_opts(self, body: dict[str, Any]) -> tuple[bool, bool, bool]:
-        stream = bool(body.get("stream", False))
-        so = body.get("stream_options") or {}
-        inc = bool(so.get("include_usage", False)) if isinstance(so, dict) else False
-        cont = bool(so.get("continuous_usage_stats", False)) if isinstance(so, dict) else False
-        if self.e == "sglang" and self.a.stream_response_default_include_usage:
-            inc = True
-        if self.e == "vllm" and self.a.enable_force_include_usage:
-            inc = True
-        return stream, inc, cont
-
-    async def _run(self, r: Req, conn: Conn) -> None:
-        if r.stream:
-            conn.start_stream()
-        await self.submit(r)
-        if r.stream:
-            try:
-                await conn.writer.drain()
-            except ConnectionError:
-                pass
-            return
-        if r.aborted:
-            return
-        text = "".join(r.text)
-        usage = self._usage(r)
-        if r.kind == "chat":
-            if self.e == "vllm":
-                msg = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
-                       "function_call": None, "tool_calls": [], "reasoning": None}
-                obj = {"id": r.rid, "object": "chat.completion", "created": r.created, "model": self.served,
-                       "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": r.finish,
-                                    "stop_reason": None, "token_ids": None}],
-                       "service_tier": None, "system_fingerprint": None, "usage": {**usage, "prompt_tokens_details": None},
-                       "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None}
-            else:
-                msg = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
-                obj = {"id": r.rid, "object": "chat.completion", "created": r.created, "model": self.served,
-                       "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": r.finish, "matched_stop": None}],
-                       "usage": usage}
-        elif r.kind == "completion":
-            ch: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": r.finish}
-            if self.e == "vllm":
-                ch.update({"stop_reason": None, "token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None})
-                obj = {"id": r.rid, "object": "text_completion", "created": r.created, "model": self.served, "choices": [ch],
-                       "service_tier": None, "system_fingerprint": None, "usage": {**usage, "prompt_tokens_details": None},
-                       "kv_transfer_params": None}
-            else:
-                ch["matched_stop"] = None
-                obj = {"id": r.rid, "object": "text_completion", "created": r.created, "model": self.served, "choices": [ch],
-                       "usage": usage}
-        else:
-            obj = {"text": text, "output_ids": [], "meta_info": self._meta(r)}
-        conn.send_json(200, obj)
-
-    async def r_completions(self, req: Request, conn: Conn) -> None:
-        if not self._auth_ok(req, conn):
-            return
-        body = self._body(req, conn)
-        if body is None or not self._common_checks(body, conn):
-            return
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]
-        if isinstance(prompt, str):
-            pt = count_tokens(prompt)
-        elif isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
-            pt = len(prompt)
-        else:
-            self._error(conn, 400, "prompt must be a string or a list of token ids (one prompt per request)", param="prompt")
-            return
-        mt = self._max_tokens(body, pt, 16, conn)
-        if mt is None:
-            return
-        stream, inc, cont = self._stream_opts(body)
-        r = self.new_req("completion", stream=stream, prompt_tokens=pt, max_tokens=mt,
-                         ignore_eos=bool(body.get("ignore_eos", False)), include_usage=inc and stream,
-                         continuous_usage=cont and stream, conn=conn)
-        await self._run(r, conn)
-
-    def _chat_tokens(self, body: dict[str, Any], conn: Conn) -> int | None:
-        """Prompt tokens of a chat request: 3 for the template, 4 per message plus its content."""
-        msgs = body.get("messages")
-        if not isinstance(msgs, list) or not msgs:
-            self._error(conn, 400, "messages must be a non-empty list", param="messages")
-            return None
-        pt = 3
-        for msg in msgs:
-            if not isinstance(msg, dict):
-                self._error(conn, 400, "each message must be an object", param="messages")
-                return None
-            c = msg.get("content")
-            if isinstance(c, list):
-                c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
-            pt += 4 + count_tokens(str(c or ""))
-        return pt
-
-    async def r_tokenize(self, req: Request, conn: Conn) -> None:
-        """vLLM's ``POST /tokenize``: ``prompt`` (text or ids) or ``messages``; counted like a request."""
-        body = self._body(req, conn)
-        if body is None:
-            return
-        if "messages" in body:
-            n = self._chat_tokens(body, conn)
-            if n is None:
-                return
-        else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, str):
-                n = count_tokens(prompt)
-            elif isinstance(prompt, list) and all(isinstance(x, int) for x in prompt):
-                n = len(prompt)
-            else:
-                self._error(conn, 400, "prompt must be a string or a list of token ids", param="prompt")
-                return
-        # stand-in ids: the simulator has no vocabulary
-        conn.send_json(200, {"count": n, "max_model_len": self.context_len, "tokens": [1000 + i % 29000 for i in range(n)],
-                             "token_strs": None})
-
-    async def r_chat(self, req: Request, conn: Conn) -> None:
-        if not self._auth_ok(req, conn):
-            return
-        body = self._body(req, conn)
-        if body is None or not self._common_checks(body, conn):
-            return
-        pt = self._chat_tokens(body, conn)
-        if pt is None:
-            return
-        mt = self._max_tokens(body, pt, None, conn)
-        if mt is None:
-            return
-        stream, inc, cont = self._stream_opts(body)
-        r = self.new_req("chat", stream=stream, prompt_tokens=pt, max_tokens=mt,
-                         ignore_eos=bool(body.get("ignore_eos", False)), include_usage=inc and stream,
-                         continuous_usage=cont and stream, conn=conn)
-        await self._run(r, conn)
-
-    async def r_generate(self, req: Request, conn: Conn) -> None:
-        body = self._body(req, conn)
-        if body is None or not self._common_checks(body, conn):
-            return
-        sp = body.get("sampling_params") or {}
-        if body.get("input_ids") is not None:
-            ids = body["input_ids"]
-            pt = len(ids) if isinstance(ids, list) else 1
-        else:
-            pt = count_tokens(str(body.get("text", "")))
-        mt = sp.get("max_new_tokens", 128) if isinstance(sp, dict) else 128
-        if not isinstance(mt, int) or mt < 1:
-            self._error(conn, 400, "max_new_tokens must be a positive integer")
-            return
-        r = self.new_req("generate", stream=bool(body.get("stream", False)), prompt_tokens=pt, max_tokens=mt,
-                         ignore_eos=bool(sp.get("ignore_eos", False)) if isinstance(sp, dict) else False, conn=conn)
-        await self._run(r, conn)
 
 
 def _parse_len(v: Any) -> int | None:
