@@ -60,13 +60,15 @@ def echo(req: Request, conn: Conn) -> None:
 async def test_keep_alive_pipelined_requests_answered_in_order():
     async with Server(echo) as s:
         reader, writer = await asyncio.open_connection("127.0.0.1", s.port)
-        writer.write(b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n\r\none"
-                     b"GET /b?x=1&x=2 HTTP/1.1\r\nhost: x\r\n\r\n"
-                     b"POST /c HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3\r\ntwo\r\n2\r\n!!\r\n0\r\n\r\n")
+        writer.write(
+            b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n\r\none"
+            b"GET /b?x=1&x=2 HTTP/1.1\r\nhost: x\r\n\r\n"
+            b"POST /c HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3\r\ntwo\r\n2\r\n!!\r\n0\r\n\r\n"
+        )
         data = await read_until(reader, 3, b"HTTP/1.1 200 OK")
         data += await read_until(reader, 1, b'"/c"') if b'"/c"' not in data else b""
         writer.close()
-    bodies = [json.loads(x[x.index(b"{"):]) for x in data.split(b"HTTP/1.1 ")[1:]]
+    bodies = [json.loads(x[x.index(b"{") :]) for x in data.split(b"HTTP/1.1 ")[1:]]
     assert [b["path"] for b in bodies] == ["/a", "/b", "/c"]
     assert bodies[0]["body"] == "one" and bodies[1]["query"] == {"x": "2"} and bodies[2]["body"] == "two!!"
     assert b"server: uvicorn" in data and b"content-type: application/json" in data
@@ -75,6 +77,7 @@ async def test_keep_alive_pipelined_requests_answered_in_order():
 
 async def test_a_burst_is_stamped_as_read_not_as_routed():
     """Requests read in one loop turn get their arrival then, however long routing the others takes."""
+
     def slow(req: Request, conn: Conn) -> None:
         end = time.monotonic() + 0.02  # a route that holds the loop for 20 ms
         while time.monotonic() < end:
@@ -100,7 +103,10 @@ async def test_a_burst_is_stamped_as_read_not_as_routed():
 
 async def test_bad_requests_and_connection_close():
     async with Server(echo) as s:
-        for raw, status in ((b"garbage\r\n\r\n", b"400"), (b"POST / HTTP/1.1\r\ncontent-length: 999999999999\r\n\r\n", b"413")):
+        for raw, status in (
+            (b"garbage\r\n\r\n", b"400"),
+            (b"POST / HTTP/1.1\r\ncontent-length: 999999999999\r\n\r\n", b"413"),
+        ):
             reader, writer = await asyncio.open_connection("127.0.0.1", s.port)
             writer.write(raw)
             data = await asyncio.wait_for(reader.read(), 5)  # answered, then closed
@@ -130,7 +136,11 @@ async def test_stream_chunks_end_and_client_gone():
         reader, writer = await asyncio.open_connection("127.0.0.1", s.port)
         writer.write(b"POST /s HTTP/1.1\r\ncontent-length: 0\r\n\r\n")
         head = await read_until(reader, 1, b"data: 1\n\n\r\n")
-        assert b"transfer-encoding: chunked" in head and b"text/event-stream" in head and head.endswith(b"9\r\ndata: 1\n\n\r\n")
+        assert (
+            b"transfer-encoding: chunked" in head
+            and b"text/event-stream" in head
+            and head.endswith(b"9\r\ndata: 1\n\n\r\n")
+        )
         conns[0].end_stream(b"%x\r\n%b\r\n" % (len(b"data: [DONE]\n\n"), b"data: [DONE]\n\n"))
         tail = await read_until(reader, 1, b"0\r\n\r\n")
         assert tail == b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"

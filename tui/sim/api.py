@@ -25,9 +25,46 @@ from tui.sim.engine_args import SGLANG_VERSION, VLLM_VERSION
 from tui.sim.httpd import REASONS, Conn, Request, frame
 
 WORDS = (
-    " the", " model", " server", " token", " is", " a", " fast", " and", " of", " to", " in", " GPU", " batch",
-    " cache", " that", " with", " on", " for", " it", " as", " memory", " we", " can", " run", " more", " data",
-    " time", " each", " step", " high", " low", " will", " not", " this", " by", " at", ".", ",", " per", " value",
+    " the",
+    " model",
+    " server",
+    " token",
+    " is",
+    " a",
+    " fast",
+    " and",
+    " of",
+    " to",
+    " in",
+    " GPU",
+    " batch",
+    " cache",
+    " that",
+    " with",
+    " on",
+    " for",
+    " it",
+    " as",
+    " memory",
+    " we",
+    " can",
+    " run",
+    " more",
+    " data",
+    " time",
+    " each",
+    " step",
+    " high",
+    " low",
+    " will",
+    " not",
+    " this",
+    " by",
+    " at",
+    ".",
+    ",",
+    " per",
+    " value",
 )
 #: each word as a JSON string, UTF-8
 WORDS_JSON = tuple(json.dumps(w, ensure_ascii=False).encode("utf-8") for w in WORDS)
@@ -60,10 +97,52 @@ class Req:
     """One generation request, from arrival (when the server read it) to its last chunk."""
 
     __slots__ = (
-        "rid", "kind", "stream", "prompt_tokens", "max_tokens", "eos_at", "include_usage", "continuous_usage",
-        "conn", "created", "arrival", "arrival_wall", "admitted", "first", "last", "out", "text", "finish",
-        "done", "wpos", "times", "counts", "pre", "suf", "fixlen", "internal", "aborted", "due",
+        "rid",
+        "kind",
+        "stream",
+        "prompt_tokens",
+        "max_tokens",
+        "eos_at",
+        "include_usage",
+        "continuous_usage",
+        "conn",
+        "created",
+        "arrival",
+        "arrival_wall",
+        "admitted",
+        "first",
+        "last",
+        "out",
+        "text",
+        "finish",
+        "done",
+        "wpos",
+        "times",
+        "counts",
+        "pre",
+        "suf",
+        "fixlen",
+        "internal",
+        "aborted",
+        "due",
     )
+
+    rid: str
+    kind: str
+    stream: bool
+    prompt_tokens: int
+    max_tokens: int
+    eos_at: int
+    include_usage: bool
+    continuous_usage: bool
+    conn: Any
+    created: int
+    arrival: float
+    arrival_wall: float
+    wpos: int
+    pre: bytes
+    suf: bytes
+    fixlen: int
 
     def __init__(self) -> None:
         self.out = 0
@@ -77,7 +156,7 @@ class Req:
         self.internal = False
         self.aborted = False
         self.due = 0.0  # fixed timing: when the next token is due
-        self.done: asyncio.Future | None = None  # set for requests the engine itself awaits (warmup)
+        self.done: asyncio.Future[None] | None = None  # set for requests the engine itself awaits (warmup)
         self.conn: Conn | None = None
 
 
@@ -110,27 +189,46 @@ class Api:
         head = b'data: {"id":"%b","object":"%b","created":%d,"model":' + model + b',"choices":[{"index":0,'
         if self.e == "vllm":
             chat = (head + b'"delta":{"content":', b'},"logprobs":null,"finish_reason":null}]}\n\n')
-            completion = (head + b'"text":', b',"logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}\n\n')
+            completion = (
+                head + b'"text":',
+                b',"logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}\n\n',
+            )
         else:
-            chat = (head + b'"delta":{"role":null,"content":',
-                    b',"reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":null,'
-                    b'"matched_stop":null}],"usage":null}\n\n')
-            completion = (head + b'"text":', b',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n')
+            chat = (
+                head + b'"delta":{"role":null,"content":',
+                b',"reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":null,'
+                b'"matched_stop":null}],"usage":null}\n\n',
+            )
+            completion = (
+                head + b'"text":',
+                b',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n',
+            )
         self.templates = {"chat": chat, "completion": completion}
         self.routes: dict[str, Callable[[Request, Conn], None]] = {
-            "/health": self.r_health, "/v1/models": self.r_models, "/v1/completions": self.r_completions,
-            "/v1/chat/completions": self.r_chat, "/metrics": self.r_metrics,
+            "/health": self.r_health,
+            "/v1/models": self.r_models,
+            "/v1/completions": self.r_completions,
+            "/v1/chat/completions": self.r_chat,
+            "/metrics": self.r_metrics,
         }
         if self.e == "sglang":
-            self.routes.update({
-                "/health_generate": self.r_health, "/ready": self.r_health, "/model_info": self.r_model_info,
-                "/get_model_info": self.r_model_info, "/server_info": self.r_server_info,
-                "/get_server_info": self.r_server_info, "/flush_cache": self.r_flush, "/generate": self.r_generate,
-                "/freeze_gc": self.r_ok,
-            })
+            self.routes.update(
+                {
+                    "/health_generate": self.r_health,
+                    "/ready": self.r_health,
+                    "/model_info": self.r_model_info,
+                    "/get_model_info": self.r_model_info,
+                    "/server_info": self.r_server_info,
+                    "/get_server_info": self.r_server_info,
+                    "/flush_cache": self.r_flush,
+                    "/generate": self.r_generate,
+                    "/freeze_gc": self.r_ok,
+                }
+            )
         else:
-            self.routes.update({"/ping": self.r_health, "/version": self.r_version, "/load": self.r_load,
-                                "/tokenize": self.r_tokenize})
+            self.routes.update(
+                {"/ping": self.r_health, "/version": self.r_version, "/load": self.r_load, "/tokenize": self.r_tokenize}
+            )
 
     # ------------------------------------------------------------------ engine hooks
     def submit(self, r: Req) -> None:  # the engine's
@@ -140,9 +238,20 @@ class Api:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ requests
-    def new_req(self, kind: str, *, stream: bool, prompt_tokens: int, max_tokens: int, ignore_eos: bool,
-                include_usage: bool = False, continuous_usage: bool = False, conn: Conn | None = None,
-                arrival: float | None = None, arrival_wall: float | None = None) -> Req:
+    def new_req(
+        self,
+        kind: str,
+        *,
+        stream: bool,
+        prompt_tokens: int,
+        max_tokens: int,
+        ignore_eos: bool,
+        include_usage: bool = False,
+        continuous_usage: bool = False,
+        conn: Conn | None = None,
+        arrival: float | None = None,
+        arrival_wall: float | None = None,
+    ) -> Req:
         """A request read at ``arrival`` (``time.monotonic()``) / ``arrival_wall``; now when not given."""
         r = Req()
         self.req_counter += 1
@@ -176,8 +285,8 @@ class Api:
 
     def _pseudo_eos(self, n: int) -> int:
         """Request ``n``'s pseudo-EOS: log-normal around 200 tokens, seeded by (seed, n) (Box-Muller on splitmix64)."""
-        u1 = (_splitmix64(self.seed * 0x100000001B3 + 2 * n) >> 11) * 2.0 ** -53
-        u2 = (_splitmix64(self.seed * 0x100000001B3 + 2 * n + 1) >> 11) * 2.0 ** -53
+        u1 = (_splitmix64(self.seed * 0x100000001B3 + 2 * n) >> 11) * 2.0**-53
+        u2 = (_splitmix64(self.seed * 0x100000001B3 + 2 * n + 1) >> 11) * 2.0**-53
         z = math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
         return max(1, int(math.exp(math.log(200) + 0.8 * z)))
 
@@ -187,15 +296,23 @@ class Api:
 
     # ------------------------------------------------------------------ SSE formats
     def usage(self, r: Req) -> dict[str, Any]:
-        u: dict[str, Any] = {"prompt_tokens": r.prompt_tokens, "total_tokens": r.prompt_tokens + r.out, "completion_tokens": r.out}
+        u: dict[str, Any] = {
+            "prompt_tokens": r.prompt_tokens,
+            "total_tokens": r.prompt_tokens + r.out,
+            "completion_tokens": r.out,
+        }
         if self.e == "sglang":
             u["prompt_tokens_details"] = None
             u["reasoning_tokens"] = 0
         return u
 
     def _chunk_obj(self, r: Req, text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
-        obj: dict[str, Any] = {"id": r.rid, "object": "chat.completion.chunk" if r.kind == "chat" else "text_completion",
-                               "created": r.created, "model": self.served}
+        obj: dict[str, Any] = {
+            "id": r.rid,
+            "object": "chat.completion.chunk" if r.kind == "chat" else "text_completion",
+            "created": r.created,
+            "model": self.served,
+        }
         if r.kind == "chat":
             if self.e == "vllm":
                 delta: dict[str, Any] = {}
@@ -207,7 +324,12 @@ class Api:
                 if finish is not None:
                     ch["stop_reason"] = None
             else:
-                delta = {"role": "assistant" if role else None, "content": text, "reasoning_content": None, "tool_calls": None}
+                delta = {
+                    "role": "assistant" if role else None,
+                    "content": text,
+                    "reasoning_content": None,
+                    "tool_calls": None,
+                }
                 ch = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": None}
         else:
             ch = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
@@ -247,8 +369,14 @@ class Api:
         if r.kind == "chat" and self.e == "sglang":
             parts.append(sse(self._chunk_obj(r, None, r.finish)))
         if r.kind in ("chat", "completion") and r.include_usage:
-            obj = {"id": r.rid, "object": "chat.completion.chunk" if r.kind == "chat" else "text_completion",
-                   "created": r.created, "model": self.served, "choices": [], "usage": self.usage(r)}
+            obj: dict[str, Any] = {
+                "id": r.rid,
+                "object": "chat.completion.chunk" if r.kind == "chat" else "text_completion",
+                "created": r.created,
+                "model": self.served,
+                "choices": [],
+                "usage": self.usage(r),
+            }
             parts.append(sse(obj))
         parts.append(DONE)
         return frame(b"".join(parts))
@@ -259,8 +387,14 @@ class Api:
             fr = {"type": "length", "length": r.out}
         elif r.finish == "stop":
             fr = {"type": "stop", "matched": 2}
-        return {"id": r.rid, "finish_reason": fr, "prompt_tokens": r.prompt_tokens, "completion_tokens": r.out,
-                "cached_tokens": 0, "e2e_latency": round(r.last - r.arrival, 6) if r.last else 0.0}
+        return {
+            "id": r.rid,
+            "finish_reason": fr,
+            "prompt_tokens": r.prompt_tokens,
+            "completion_tokens": r.out,
+            "cached_tokens": 0,
+            "e2e_latency": round(r.last - r.arrival, 6) if r.last else 0.0,
+        }
 
     def respond(self, r: Req) -> None:
         """The whole (non-stream) response of a finished request."""
@@ -270,29 +404,75 @@ class Api:
         usage = self.usage(r)
         if r.kind == "chat":
             if self.e == "vllm":
-                msg = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
-                       "function_call": None, "tool_calls": [], "reasoning": None}
-                obj = {"id": r.rid, "object": "chat.completion", "created": r.created, "model": self.served,
-                       "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": r.finish,
-                                    "stop_reason": None, "token_ids": None}],
-                       "service_tier": None, "system_fingerprint": None, "usage": {**usage, "prompt_tokens_details": None},
-                       "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None}
+                msg: dict[str, Any] = {
+                    "role": "assistant",
+                    "content": text,
+                    "refusal": None,
+                    "annotations": None,
+                    "audio": None,
+                    "function_call": None,
+                    "tool_calls": [],
+                    "reasoning": None,
+                }
+                obj = {
+                    "id": r.rid,
+                    "object": "chat.completion",
+                    "created": r.created,
+                    "model": self.served,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": msg,
+                            "logprobs": None,
+                            "finish_reason": r.finish,
+                            "stop_reason": None,
+                            "token_ids": None,
+                        }
+                    ],
+                    "service_tier": None,
+                    "system_fingerprint": None,
+                    "usage": {**usage, "prompt_tokens_details": None},
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": None,
+                    "kv_transfer_params": None,
+                }
             else:
                 msg = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
-                obj = {"id": r.rid, "object": "chat.completion", "created": r.created, "model": self.served,
-                       "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": r.finish, "matched_stop": None}],
-                       "usage": usage}
+                obj = {
+                    "id": r.rid,
+                    "object": "chat.completion",
+                    "created": r.created,
+                    "model": self.served,
+                    "choices": [
+                        {"index": 0, "message": msg, "logprobs": None, "finish_reason": r.finish, "matched_stop": None}
+                    ],
+                    "usage": usage,
+                }
         elif r.kind == "completion":
             ch: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": r.finish}
             if self.e == "vllm":
                 ch.update({"stop_reason": None, "token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None})
-                obj = {"id": r.rid, "object": "text_completion", "created": r.created, "model": self.served, "choices": [ch],
-                       "service_tier": None, "system_fingerprint": None, "usage": {**usage, "prompt_tokens_details": None},
-                       "kv_transfer_params": None}
+                obj = {
+                    "id": r.rid,
+                    "object": "text_completion",
+                    "created": r.created,
+                    "model": self.served,
+                    "choices": [ch],
+                    "service_tier": None,
+                    "system_fingerprint": None,
+                    "usage": {**usage, "prompt_tokens_details": None},
+                    "kv_transfer_params": None,
+                }
             else:
                 ch["matched_stop"] = None
-                obj = {"id": r.rid, "object": "text_completion", "created": r.created, "model": self.served, "choices": [ch],
-                       "usage": usage}
+                obj = {
+                    "id": r.rid,
+                    "object": "text_completion",
+                    "created": r.created,
+                    "model": self.served,
+                    "choices": [ch],
+                    "usage": usage,
+                }
         else:
             obj = {"text": text, "output_ids": [], "meta_info": self.meta(r)}
         r.conn.send_json(200, obj)
@@ -301,13 +481,19 @@ class Api:
     def access_log(self, req: Request, status: int) -> None:
         if self.e == "vllm" and self.a.disable_uvicorn_access_log:
             return
-        self.log.uvicorn(f'{req.peer} - "{req.method} {req.target} {req.version}" {status} {REASONS.get(status, "")}'.rstrip())
+        self.log.uvicorn(
+            f'{req.peer} - "{req.method} {req.target} {req.version}" {status} {REASONS.get(status, "")}'.rstrip()
+        )
 
-    def _error(self, conn: Conn, status: int, message: str, etype: str = "BadRequestError", param: str | None = None) -> None:
+    def _error(
+        self, conn: Conn, status: int, message: str, etype: str = "BadRequestError", param: str | None = None
+    ) -> None:
         if self.e == "vllm":
             conn.send_json(status, {"error": {"message": message, "type": etype, "param": param, "code": status}})
         else:
-            conn.send_json(status, {"object": "error", "message": message, "type": etype, "param": param, "code": status})
+            conn.send_json(
+                status, {"object": "error", "message": message, "type": etype, "param": param, "code": status}
+            )
 
     def handle(self, req: Request, conn: Conn) -> None:
         p = req.path
@@ -317,7 +503,9 @@ class Api:
             conn.send_json(404, {"detail": "Not Found"})
             return
         post_only = ("/v1/completions", "/v1/chat/completions", "/generate", "/freeze_gc", "/tokenize")
-        if (p in post_only and m != "POST") or (p not in post_only and m not in ("GET", "HEAD") and p not in ("/ping", "/flush_cache")):
+        if (p in post_only and m != "POST") or (
+            p not in post_only and m not in ("GET", "HEAD") and p not in ("/ping", "/flush_cache")
+        ):
             conn.send_json(405, {"detail": "Method Not Allowed"})
             return
         fn(req, conn)
@@ -359,15 +547,32 @@ class Api:
     def r_models(self, req: Request, conn: Conn) -> None:
         if not self._auth_ok(req, conn):
             return
-        card: dict[str, Any] = {"id": self.served, "object": "model", "created": int(time.time()),
-                                "owned_by": self.e, "root": self.model, "parent": None, "max_model_len": self.context_len}
+        card: dict[str, Any] = {
+            "id": self.served,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": self.e,
+            "root": self.model,
+            "parent": None,
+            "max_model_len": self.context_len,
+        }
         if self.e == "vllm":
-            card["permission"] = [{
-                "id": "modelperm-" + uuid.uuid5(uuid.NAMESPACE_DNS, self.served).hex, "object": "model_permission",
-                "created": int(time.time()), "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-                "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False, "organization": "*",
-                "group": None, "is_blocking": False,
-            }]
+            card["permission"] = [
+                {
+                    "id": "modelperm-" + uuid.uuid5(uuid.NAMESPACE_DNS, self.served).hex,
+                    "object": "model_permission",
+                    "created": int(time.time()),
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ]
         conn.send_json(200, {"object": "list", "data": [card]})
 
     def r_metrics(self, req: Request, conn: Conn) -> None:
@@ -379,35 +584,56 @@ class Api:
 
     def r_model_info(self, req: Request, conn: Conn) -> None:
         facts = self.facts  # type: ignore[attr-defined]
-        conn.send_json(200, {
-            "model_path": self.model, "tokenizer_path": self.a.tokenizer_path or self.model, "is_generation": True,
-            "preferred_sampling_params": None, "weight_version": "default", "has_image_understanding": False,
-            "has_audio_understanding": False, "model_type": facts["model_type"],
-            "architectures": [facts["arch"]], "served_model_name": self.served,
-        })
+        conn.send_json(
+            200,
+            {
+                "model_path": self.model,
+                "tokenizer_path": self.a.tokenizer_path or self.model,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": facts["model_type"],
+                "architectures": [facts["arch"]],
+                "served_model_name": self.served,
+            },
+        )
 
     def r_server_info(self, req: Request, conn: Conn) -> None:
         s: Any = self
         info = {k: v for k, v in vars(self.a).items() if not k.startswith("sim_")}
         info["served_model_name"] = self.served
-        info.update({
-            "version": SGLANG_VERSION,
-            "max_total_num_tokens": s.kv_tokens,
-            "internal_states": [{
-                "last_gen_throughput": round(s.last_gen_tput, 2),
-                "memory_usage": {"weight": round(s.weights_gib, 2), "kvcache": round(s.kv_gib, 2),
-                                 "token_capacity": s.kv_tokens, "graph": round(s.graph_gib, 2)},
-                "avg_spec_accept_length": round(self.metrics.spec_accept_length, 2) if s.spec else None,
-            }],
-        })
+        info.update(
+            {
+                "version": SGLANG_VERSION,
+                "max_total_num_tokens": s.kv_tokens,
+                "internal_states": [
+                    {
+                        "last_gen_throughput": round(s.last_gen_tput, 2),
+                        "memory_usage": {
+                            "weight": round(s.weights_gib, 2),
+                            "kvcache": round(s.kv_gib, 2),
+                            "token_capacity": s.kv_tokens,
+                            "graph": round(s.graph_gib, 2),
+                        },
+                        "avg_spec_accept_length": round(self.metrics.spec_accept_length, 2) if s.spec else None,
+                    }
+                ],
+            }
+        )
         conn.send_json(200, info)
 
     def r_flush(self, req: Request, conn: Conn) -> None:
-        body = (b"Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
-                b"requests, the operation will not be performed.)\n")
+        body = (
+            b"Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
+            b"requests, the operation will not be performed.)\n"
+        )
         if self.running or self.waiting:
-            self.log.sg(f"Cache not flushed because there are pending requests. #queue-req: {len(self.waiting)}, "
-                        f"#running-req: {len(self.running)}")
+            self.log.sg(
+                f"Cache not flushed because there are pending requests. #queue-req: {len(self.waiting)}, "
+                f"#running-req: {len(self.running)}"
+            )
             conn.send(400, body, "text/plain; charset=utf-8")
             return
         self.log.sg("Cache flushed successfully!")
@@ -435,7 +661,9 @@ class Api:
             return False
         n = body.get("n", 1)
         if n not in (None, 1):
-            self._error(conn, 400, "n must be 1 in the simulator (tunedeck sim serves one choice per request)", param="n")
+            self._error(
+                conn, 400, "n must be 1 in the simulator (tunedeck sim serves one choice per request)", param="n"
+            )
             return False
         return True
 
@@ -447,9 +675,13 @@ class Api:
             self._error(conn, 400, f"max_tokens must be at least 1, got {mt}.", param="max_tokens")
             return None
         if prompt + mt > self.context_len:
-            self._error(conn, 400, f"This model's maximum context length is {self.context_len} tokens. However, you requested "
-                        f"{prompt + mt} tokens ({prompt} in the messages, {mt} in the completion). Please reduce the length "
-                        "of the messages or completion.")
+            self._error(
+                conn,
+                400,
+                f"This model's maximum context length is {self.context_len} tokens. However, you requested "
+                f"{prompt + mt} tokens ({prompt} in the messages, {mt} in the completion). Please reduce the length "
+                "of the messages or completion.",
+            )
             return None
         return mt
 
@@ -484,15 +716,26 @@ class Api:
         elif isinstance(prompt, list) and prompt and _INT_TYPES.issuperset(map(type, prompt)):
             pt = len(prompt)
         else:
-            self._error(conn, 400, "prompt must be a string or a list of token ids (one prompt per request)", param="prompt")
+            self._error(
+                conn, 400, "prompt must be a string or a list of token ids (one prompt per request)", param="prompt"
+            )
             return
         mt = self._max_tokens(body, pt, 16, conn)
         if mt is None:
             return
         stream, inc, cont = self._stream_opts(body)
-        r = self.new_req("completion", stream=stream, prompt_tokens=pt, max_tokens=mt,
-                         ignore_eos=bool(body.get("ignore_eos", False)), include_usage=inc and stream,
-                         continuous_usage=cont and stream, conn=conn, arrival=req.arrival, arrival_wall=req.arrival_wall)
+        r = self.new_req(
+            "completion",
+            stream=stream,
+            prompt_tokens=pt,
+            max_tokens=mt,
+            ignore_eos=bool(body.get("ignore_eos", False)),
+            include_usage=inc and stream,
+            continuous_usage=cont and stream,
+            conn=conn,
+            arrival=req.arrival,
+            arrival_wall=req.arrival_wall,
+        )
         self._run(r, conn)
 
     def _chat_tokens(self, body: dict[str, Any], conn: Conn) -> int | None:
@@ -531,8 +774,15 @@ class Api:
                 self._error(conn, 400, "prompt must be a string or a list of token ids", param="prompt")
                 return
         # stand-in ids: the simulator has no vocabulary
-        conn.send_json(200, {"count": n, "max_model_len": self.context_len, "tokens": [1000 + i % 29000 for i in range(n)],
-                             "token_strs": None})
+        conn.send_json(
+            200,
+            {
+                "count": n,
+                "max_model_len": self.context_len,
+                "tokens": [1000 + i % 29000 for i in range(n)],
+                "token_strs": None,
+            },
+        )
 
     def r_chat(self, req: Request, conn: Conn) -> None:
         if not self._auth_ok(req, conn):
@@ -547,9 +797,18 @@ class Api:
         if mt is None:
             return
         stream, inc, cont = self._stream_opts(body)
-        r = self.new_req("chat", stream=stream, prompt_tokens=pt, max_tokens=mt,
-                         ignore_eos=bool(body.get("ignore_eos", False)), include_usage=inc and stream,
-                         continuous_usage=cont and stream, conn=conn, arrival=req.arrival, arrival_wall=req.arrival_wall)
+        r = self.new_req(
+            "chat",
+            stream=stream,
+            prompt_tokens=pt,
+            max_tokens=mt,
+            ignore_eos=bool(body.get("ignore_eos", False)),
+            include_usage=inc and stream,
+            continuous_usage=cont and stream,
+            conn=conn,
+            arrival=req.arrival,
+            arrival_wall=req.arrival_wall,
+        )
         self._run(r, conn)
 
     def r_generate(self, req: Request, conn: Conn) -> None:
@@ -566,7 +825,14 @@ class Api:
         if not isinstance(mt, int) or mt < 1:
             self._error(conn, 400, "max_new_tokens must be a positive integer")
             return
-        r = self.new_req("generate", stream=bool(body.get("stream", False)), prompt_tokens=pt, max_tokens=mt,
-                         ignore_eos=bool(sp.get("ignore_eos", False)) if isinstance(sp, dict) else False, conn=conn,
-                         arrival=req.arrival, arrival_wall=req.arrival_wall)
+        r = self.new_req(
+            "generate",
+            stream=bool(body.get("stream", False)),
+            prompt_tokens=pt,
+            max_tokens=mt,
+            ignore_eos=bool(sp.get("ignore_eos", False)) if isinstance(sp, dict) else False,
+            conn=conn,
+            arrival=req.arrival,
+            arrival_wall=req.arrival_wall,
+        )
         self._run(r, conn)

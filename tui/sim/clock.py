@@ -49,11 +49,11 @@ class FixedClock:
         while d and d[0].finish is not None:
             d.popleft()
         if f and d:
-            return min(f[0].due, d[0].due)
+            return float(min(f[0].due, d[0].due))
         if f:
-            return f[0].due
+            return float(f[0].due)
         if d:
-            return d[0].due
+            return float(d[0].due)
         return None
 
     def _arm(self) -> None:

@@ -27,6 +27,8 @@ from collections import deque
 from typing import Any, Callable
 
 from tui.sim import perf, rendezvous
+from tui.sim.api import Api, Req
+from tui.sim.clock import FixedClock
 from tui.sim.engine_args import (
     SGLANG_ALIASES,
     VLLM_BACKENDS,
@@ -38,16 +40,26 @@ from tui.sim.engine_args import (
     vllm_parser,
 )
 from tui.sim.gpus import ServerRecord, load_config, used_by_others
-from tui.sim.api import Api, Req
-from tui.sim.clock import FixedClock
 from tui.sim.httpd import HttpServer
 from tui.sim.metrics import Metrics
 
 VLLM_ROUTES = [
-    ("/openapi.json", "HEAD, GET"), ("/docs", "HEAD, GET"), ("/docs/oauth2-redirect", "HEAD, GET"),
-    ("/redoc", "HEAD, GET"), ("/load", "GET"), ("/version", "GET"), ("/health", "GET"), ("/metrics", "GET"),
-    ("/tokenize", "POST"), ("/detokenize", "POST"), ("/v1/models", "GET"), ("/ping", "GET"), ("/ping", "POST"),
-    ("/invocations", "POST"), ("/v1/chat/completions", "POST"), ("/v1/completions", "POST"),
+    ("/openapi.json", "HEAD, GET"),
+    ("/docs", "HEAD, GET"),
+    ("/docs/oauth2-redirect", "HEAD, GET"),
+    ("/redoc", "HEAD, GET"),
+    ("/load", "GET"),
+    ("/version", "GET"),
+    ("/health", "GET"),
+    ("/metrics", "GET"),
+    ("/tokenize", "POST"),
+    ("/detokenize", "POST"),
+    ("/v1/models", "GET"),
+    ("/ping", "GET"),
+    ("/ping", "POST"),
+    ("/invocations", "POST"),
+    ("/v1/chat/completions", "POST"),
+    ("/v1/completions", "POST"),
 ]
 VLLM_LOGO = [
     "",
@@ -135,8 +147,14 @@ def model_facts(model: str, tp: int) -> dict[str, Any]:
         per_token = 2 * layers * max(1, kv_heads // max(1, tp)) * 128 * 2
     weights_gib = params * 1e9 * bpp / (1 << 30)
     return {
-        "params_b": params, "bytes_per_param": bpp, "mla": mla, "arch": arch, "model_type": mtype,
-        "kv_bytes_per_token": per_token, "weights_gib_total": weights_gib, "layers": layers,
+        "params_b": params,
+        "bytes_per_param": bpp,
+        "mla": mla,
+        "arch": arch,
+        "model_type": mtype,
+        "kv_bytes_per_token": per_token,
+        "weights_gib_total": weights_gib,
+        "layers": layers,
         "shards": max(1, min(163, math.ceil(weights_gib / 4.6))),
     }
 
@@ -166,8 +184,15 @@ class Log:
         r = f" TP{rank}" if rank is not None else ""
         self.raw(f"[{self.ts()}{r}] {msg}\n")
 
-    def vl(self, msg: str, *, proc: str = "APIServer", pid: int | None = None, level: str = "INFO",
-           where: str = "api_server.py:1") -> None:
+    def vl(
+        self,
+        msg: str,
+        *,
+        proc: str = "APIServer",
+        pid: int | None = None,
+        level: str = "INFO",
+        where: str = "api_server.py:1",
+    ) -> None:
         stamp = time.strftime("%m-%d %H:%M:%S")
         self.raw(f"({proc} pid={pid or self.pid}) {level} {stamp} [{where}] {msg}\n")
 
@@ -210,7 +235,11 @@ class Sim(Api):
         else:
             self.model = args.model_tag or args.model
             self.served = (args.served_model_name or [self.model])[0]
-            self.tp = max(1, args.tensor_parallel_size) * max(1, args.pipeline_parallel_size) * max(1, args.data_parallel_size)
+            self.tp = (
+                max(1, args.tensor_parallel_size)
+                * max(1, args.pipeline_parallel_size)
+                * max(1, args.data_parallel_size)
+            )
             self.host = args.host or "0.0.0.0"
             self.port = args.port
             self.context_len = _parse_len(args.max_model_len) or 131072
@@ -308,9 +337,18 @@ class Sim(Api):
             max_bs = a.cuda_graph_max_bs_decode or 512
             eager = a.disable_cuda_graph or a.cuda_graph_backend_decode == "disabled"
             return perf.PerfConfig(
-                "sglang", self.tp, attn, a.decode_attention_backend, a.prefill_attention_backend,
-                max(1, a.num_continuous_decode_steps), a.disable_custom_all_reduce, nccl, self.spec,
-                max_bs, eager, self.seed,
+                "sglang",
+                self.tp,
+                attn,
+                a.decode_attention_backend,
+                a.prefill_attention_backend,
+                max(1, a.num_continuous_decode_steps),
+                a.disable_custom_all_reduce,
+                nccl,
+                self.spec,
+                max_bs,
+                eager,
+                self.seed,
             )
         attn = (a.attention_backend or "").upper() or None
         if attn is None and a.attention_config and a.attention_config.get("backend"):
@@ -319,7 +357,18 @@ class Sim(Api):
         eager = a.enforce_eager or str(cc.get("cudagraph_mode", "")).upper() == "NONE"
         max_bs = a.max_cudagraph_capture_size or 512
         return perf.PerfConfig(
-            "vllm", self.tp, attn, None, None, 1, a.disable_custom_all_reduce, nccl, self.spec, max_bs, eager, self.seed,
+            "vllm",
+            self.tp,
+            attn,
+            None,
+            None,
+            1,
+            a.disable_custom_all_reduce,
+            nccl,
+            self.spec,
+            max_bs,
+            eager,
+            self.seed,
         )
 
     # ------------------------------------------------------------------ time
@@ -331,7 +380,7 @@ class Sim(Api):
             await asyncio.sleep(delay)
 
     def sim_elapsed(self, f0: float, f1: float) -> float:
-        return max(0.01, (f1 - f0) * self.load_s)
+        return float(max(0.01, (f1 - f0) * self.load_s))
 
     # ------------------------------------------------------------------ gpu state
     def publish(self, force: bool = True) -> None:
@@ -463,9 +512,14 @@ class Sim(Api):
         if not a.attention_backend:
             L.sg(f"Attention backend not specified. Use {'fa3'} backend by default.")
         if self.spec and not a.max_running_requests:
-            L.sg("Max running requests is reset to 48 for speculative decoding. You can override this by explicitly setting --max-running-requests.")
+            L.sg(
+                "Max running requests is reset to 48 for speculative decoding. You can override this by explicitly setting --max-running-requests."
+            )
         if not self.gpus or len(self.gpus) < self.tp:
-            L.sg("Scheduler hit an exception: Traceback (most recent call last):\nRuntimeError: CUDA error: invalid device ordinal\n", rank=len(self.gpus))
+            L.sg(
+                "Scheduler hit an exception: Traceback (most recent call last):\nRuntimeError: CUDA error: invalid device ordinal\n",
+                rank=len(self.gpus),
+            )
             L.sg("Received sigquit from a child process. It usually means the child failed.")
             raise Fatal(137, kill=True)
         self.set_mem(ctx, 0)
@@ -495,7 +549,11 @@ class Sim(Api):
             el = self.sim_elapsed(f0, f0 + (f1 - f0) * i / n_sh)
             L.raw("\r" + tqdm_frame("Loading safetensors checkpoint shards", i, n_sh, el, shards=True))
             self.set_mem(ctx + baseline + self.weights_gib * i / n_sh, 3)
-        L.raw("\r" + tqdm_frame("Loading safetensors checkpoint shards", n_sh, n_sh, self.sim_elapsed(f0, f1), shards=True) + "\n")
+        L.raw(
+            "\r"
+            + tqdm_frame("Loading safetensors checkpoint shards", n_sh, n_sh, self.sim_elapsed(f0, f1), shards=True)
+            + "\n"
+        )
         await self.at(0.52)
         avail1 = avail0 - self.weights_gib
         quant = ", quant=fp8" if f["bytes_per_param"] == 1.0 else ""
@@ -511,11 +569,13 @@ class Sim(Api):
             self.sglang_oom(f"Tried to allocate {max(kv, 1.0) / 2:.2f} GiB", during="kv")
         if kv < 1.0:
             for r in self._ranks():
-                L.sg("Scheduler hit an exception: Traceback (most recent call last):\n"
-                     '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor/model_runner.py", line 1712, in init_memory_pool\n'
-                     "    raise RuntimeError(\n"
-                     f"RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static={mfs}\n",
-                     rank=r)
+                L.sg(
+                    "Scheduler hit an exception: Traceback (most recent call last):\n"
+                    '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor/model_runner.py", line 1712, in init_memory_pool\n'
+                    "    raise RuntimeError(\n"
+                    f"RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static={mfs}\n",
+                    rank=r,
+                )
             L.sg("Received sigquit from a child process. It usually means the child failed.")
             raise Fatal(137, kill=True)
         self.kv_gib = kv
@@ -528,7 +588,10 @@ class Sim(Api):
             if f["mla"]:
                 L.sg(f"KV Cache is allocated. dtype: {dtype}, #tokens: {self.kv_tokens}, KV size: {kv:.2f} GB", rank=r)
             else:
-                L.sg(f"KV Cache is allocated. dtype: {dtype}, #tokens: {self.kv_tokens}, K size: {kv / 2:.2f} GB, V size: {kv / 2:.2f} GB", rank=r)
+                L.sg(
+                    f"KV Cache is allocated. dtype: {dtype}, #tokens: {self.kv_tokens}, K size: {kv / 2:.2f} GB, V size: {kv / 2:.2f} GB",
+                    rank=r,
+                )
             L.sg(f"Memory pool end. avail mem={avail2:.2f} GB", rank=r)
         self.set_mem(ctx + baseline + self.weights_gib + kv, 0)
         self.metrics.max_total_tokens = self.kv_tokens
@@ -542,7 +605,10 @@ class Sim(Api):
             target = "target verify" if self.spec else "target decode"
             k = self.spec.draft_tokens if self.spec else 1
             for r in self._ranks():
-                L.sg(f"Capture {target} CUDA graph begin. backend=full, num_tokens_per_req={k}, avail mem={avail2:.2f} GB", rank=r)
+                L.sg(
+                    f"Capture {target} CUDA graph begin. backend=full, num_tokens_per_req={k}, avail mem={avail2:.2f} GB",
+                    rank=r,
+                )
             f0, f1 = 0.60, 0.90
             n = len(bs_list)
             graph_total = 0.82
@@ -586,8 +652,11 @@ class Sim(Api):
                 raise OSError(98, "address already in use")
             self.sock = bind_socket(self.host, self.port)
         except OSError as e:
-            L.uvicorn(f"[Errno {e.errno}] error while attempting to bind on address ('{self.host}', {self.port}): "
-                      f"{(e.strerror or str(e)).lower()}", level="ERROR")
+            L.uvicorn(
+                f"[Errno {e.errno}] error while attempting to bind on address ('{self.host}', {self.port}): "
+                f"{(e.strerror or str(e)).lower()}",
+                level="ERROR",
+            )
             L.uvicorn("Waiting for application shutdown.")
             L.uvicorn("Application shutdown complete.")
             raise Fatal(1) from None
@@ -652,7 +721,9 @@ class Sim(Api):
         req.done = asyncio.get_running_loop().create_future()
         self.submit(req)
         await req.done
-        self.log.uvicorn(f'{peer.rsplit(":", 1)[0]}:{int(peer.rsplit(":", 1)[1]) + 2} - "POST /generate HTTP/1.1" 200 OK')
+        self.log.uvicorn(
+            f'{peer.rsplit(":", 1)[0]}:{int(peer.rsplit(":", 1)[1]) + 2} - "POST /generate HTTP/1.1" 200 OK'
+        )
         await self.at(1.0)
 
     # ------------------------------------------------------------------ vLLM start-up
@@ -680,7 +751,11 @@ class Sim(Api):
             nd["model"] = a.model_tag
         L.vl(f"non-default args: {nd!r}", where="utils.py:233")
         if "VLLM_ATTENTION_BACKEND" in os.environ:
-            L.vl("Unknown vLLM environment variable detected: VLLM_ATTENTION_BACKEND", level="WARNING", where="envs.py:1744")
+            L.vl(
+                "Unknown vLLM environment variable detected: VLLM_ATTENTION_BACKEND",
+                level="WARNING",
+                where="envs.py:1744",
+            )
         # the API server binds its socket before the engine starts
         try:
             if a.sim_fault == "port":
@@ -717,11 +792,18 @@ class Sim(Api):
             f"quantization={a.quantization}, enforce_eager={a.enforce_eager}, kv_cache_dtype={a.kv_cache_dtype}, "
             f"device_config=cuda, seed={a.seed}, served_model_name={self.served}, enable_prefix_caching=True, "
             f"enable_chunked_prefill=True, pooler_config=None, compilation_config={json.dumps(a.compilation_config or {})}",
-            proc="EngineCore", pid=ec, where="core.py:105",
+            proc="EngineCore",
+            pid=ec,
+            where="core.py:105",
         )
         if not self.gpus or len(self.gpus) < self.tp:
-            L.vl(f"ValueError: World size ({self.tp}) is larger than the number of available GPUs ({len(self.gpus)}) in this node.",
-                 proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
+            L.vl(
+                f"ValueError: World size ({self.tp}) is larger than the number of available GPUs ({len(self.gpus)}) in this node.",
+                proc="EngineCore",
+                pid=ec,
+                level="ERROR",
+                where="core.py:866",
+            )
             self._vllm_engine_failed(ec)
         self.set_mem(0.52, 0)
         await self.at(0.05)
@@ -732,13 +814,20 @@ class Sim(Api):
                 f"ValueError: Free memory on device cuda:0 ({free:.2f}/{total:.2f} GiB) on startup is less than desired GPU "
                 f"memory utilization ({a.gpu_memory_utilization}, {total * a.gpu_memory_utilization:.2f} GiB). Decrease GPU memory "
                 "utilization or reduce GPU memory used by other processes.",
-                proc="Worker_TP0", pid=self.w(0), level="ERROR", where="multiproc_executor.py:759",
+                proc="Worker_TP0",
+                pid=self.w(0),
+                level="ERROR",
+                where="multiproc_executor.py:759",
             )
             self._vllm_engine_failed(ec)
         port = 30000 + (self.pid % 20000)
         for r in self._ranks():
-            L.vl(f"world_size={self.tp} rank={r} local_rank={r} distributed_init_method=tcp://127.0.0.1:{port} backend=nccl",
-                 proc="Worker", pid=self.w(r), where="parallel_state.py:1400")
+            L.vl(
+                f"world_size={self.tp} rank={r} local_rank={r} distributed_init_method=tcp://127.0.0.1:{port} backend=nccl",
+                proc="Worker",
+                pid=self.w(r),
+                where="parallel_state.py:1400",
+            )
         if a.sim_fault == "nccl":
             for r in self._ranks()[:2]:
                 for line in [
@@ -755,8 +844,12 @@ class Sim(Api):
             self._vllm_engine_failed(ec)
         L.vl("vLLM is using nccl==2.28.3", proc="Worker", pid=self.w(0), where="pynccl.py:111")
         for r in range(len(self.gpus)):
-            L.vl(f"rank {r} in world size {self.tp} is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank {r}, EP rank N/A, EPLB rank N/A",
-                 proc="Worker", pid=self.w(r), where="parallel_state.py:1716")
+            L.vl(
+                f"rank {r} in world size {self.tp} is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank {r}, EP rank N/A, EPLB rank N/A",
+                proc="Worker",
+                pid=self.w(r),
+                where="parallel_state.py:1716",
+            )
         self.set_mem(1.1, 0)
         await self.at(0.07)
         t0 = "Worker_TP0"
@@ -767,16 +860,29 @@ class Sim(Api):
             is_mla = "MLA" in forced
             if is_mla != mla:
                 reason = "['MLA not supported']" if not mla else "['non-MLA not supported']"
-                L.vl(f"ValueError: Selected backend AttentionBackendEnum.{forced} is not valid for this configuration. Reason: {reason}",
-                     proc=t0, pid=self.w(0), level="ERROR", where="multiproc_executor.py:759")
+                L.vl(
+                    f"ValueError: Selected backend AttentionBackendEnum.{forced} is not valid for this configuration. Reason: {reason}",
+                    proc=t0,
+                    pid=self.w(0),
+                    level="ERROR",
+                    where="multiproc_executor.py:759",
+                )
                 self._vllm_engine_failed(ec)
             L.vl(f"Using AttentionBackendEnum.{forced} backend.", proc=t0, pid=self.w(0), where="cuda.py:416")
         elif mla:
-            L.vl("Using FLASH_ATTN_MLA attention backend out of potential backends: ['FLASH_ATTN_MLA', 'FLASHMLA', 'TRITON_MLA'].",
-                 proc=t0, pid=self.w(0), where="cuda.py:334")
+            L.vl(
+                "Using FLASH_ATTN_MLA attention backend out of potential backends: ['FLASH_ATTN_MLA', 'FLASHMLA', 'TRITON_MLA'].",
+                proc=t0,
+                pid=self.w(0),
+                where="cuda.py:334",
+            )
         else:
-            L.vl("Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].",
-                 proc=t0, pid=self.w(0), where="cuda.py:334")
+            L.vl(
+                "Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].",
+                proc=t0,
+                pid=self.w(0),
+                where="cuda.py:334",
+            )
         self.weights_gib = f["weights_gib_total"] / self.tp
         n_sh = f["shards"]
         f0, f1 = 0.08, 0.40
@@ -788,19 +894,41 @@ class Sim(Api):
             self.set_mem(1.1 + self.weights_gib * i / n_sh, 3)
         L.raw(tqdm_frame(label, n_sh, n_sh, self.sim_elapsed(f0, f1), shards=True) + "\n")
         L.raw(f"({t0} pid={self.w(0)}) \n")
-        L.vl(f"Loading weights took {self.sim_elapsed(f0, f1):.2f} seconds", proc=t0, pid=self.w(0), where="default_loader.py:384")
+        L.vl(
+            f"Loading weights took {self.sim_elapsed(f0, f1):.2f} seconds",
+            proc=t0,
+            pid=self.w(0),
+            where="default_loader.py:384",
+        )
         for r in self._ranks():
-            L.vl(f"Model loading took {self.weights_gib:.2f} GiB memory and {self.sim_elapsed(0.07, 0.41):.6f} seconds",
-                 proc=f"Worker_TP{r}", pid=self.w(r), where="gpu_model_runner.py:4820")
+            L.vl(
+                f"Model loading took {self.weights_gib:.2f} GiB memory and {self.sim_elapsed(0.07, 0.41):.6f} seconds",
+                proc=f"Worker_TP{r}",
+                pid=self.w(r),
+                where="gpu_model_runner.py:4820",
+            )
         compile_s = 0.0
         if not self.perf.enforce_eager:
             await self.at(0.45)
-            L.vl(f"Using cache directory: /root/.cache/vllm/torch_compile_cache/{uuid.uuid5(uuid.NAMESPACE_DNS, self.model).hex[:10]}/rank_0_0/backbone for vLLM's torch.compile",
-                 proc=t0, pid=self.w(0), where="backends.py:1051")
-            L.vl(f"Dynamo bytecode transform time: {self.sim_elapsed(0.41, 0.45):.2f} s", proc=t0, pid=self.w(0), where="backends.py:1111")
+            L.vl(
+                f"Using cache directory: /root/.cache/vllm/torch_compile_cache/{uuid.uuid5(uuid.NAMESPACE_DNS, self.model).hex[:10]}/rank_0_0/backbone for vLLM's torch.compile",
+                proc=t0,
+                pid=self.w(0),
+                where="backends.py:1051",
+            )
+            L.vl(
+                f"Dynamo bytecode transform time: {self.sim_elapsed(0.41, 0.45):.2f} s",
+                proc=t0,
+                pid=self.w(0),
+                where="backends.py:1111",
+            )
             await self.at(0.58)
-            L.vl(f"Compiling a graph for compile range (1, {self.prefill_budget}) takes {self.sim_elapsed(0.45, 0.58):.2f} s",
-                 proc=t0, pid=self.w(0), where="backends.py:390")
+            L.vl(
+                f"Compiling a graph for compile range (1, {self.prefill_budget}) takes {self.sim_elapsed(0.45, 0.58):.2f} s",
+                proc=t0,
+                pid=self.w(0),
+                where="backends.py:390",
+            )
             compile_s = self.sim_elapsed(0.41, 0.60)
             await self.at(0.60)
             L.vl(f"torch.compile took {compile_s:.2f} s in total", proc=t0, pid=self.w(0), where="monitor.py:48")
@@ -809,7 +937,9 @@ class Sim(Api):
         activation = 1.6
         kv = total * gmu - self.weights_gib - activation - 0.6
         if a.sim_fault == "oom":
-            L.vl(f"Available KV cache memory: {max(kv, 0.5):.2f} GiB", proc=t0, pid=self.w(0), where="gpu_worker.py:436")
+            L.vl(
+                f"Available KV cache memory: {max(kv, 0.5):.2f} GiB", proc=t0, pid=self.w(0), where="gpu_worker.py:436"
+            )
             for r in self._ranks()[:1]:
                 for line in [
                     "WorkerProc hit an exception.",
@@ -828,24 +958,38 @@ class Sim(Api):
         if kv <= 0:
             L.vl(f"Available KV cache memory: {kv:.2f} GiB", proc=t0, pid=self.w(0), where="gpu_worker.py:436")
             L.vl("EngineCore failed to start.", proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
-            L.vl("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine. "
-                 "See https://docs.vllm.ai/en/latest/configuration/conserving_memory.html for more details.",
-                 proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
+            L.vl(
+                "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine. "
+                "See https://docs.vllm.ai/en/latest/configuration/conserving_memory.html for more details.",
+                proc="EngineCore",
+                pid=ec,
+                level="ERROR",
+                where="core.py:866",
+            )
             self._vllm_engine_failed(ec, printed=True)
         self.kv_gib = kv
         self.kv_tokens = int(kv * (1 << 30) / f["kv_bytes_per_token"])
         if self.kv_tokens < self.context_len:
             need = self.context_len * f["kv_bytes_per_token"] / (1 << 30)
             L.vl("EngineCore failed to start.", proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
-            L.vl(f"ValueError: To serve at least one request with the models's max seq len ({self.context_len}), ({need:.2f} GiB KV cache is needed, "
-                 f"which is larger than the available KV cache memory ({kv:.2f} GiB). Based on the available memory, the estimated maximum model "
-                 f"length is {self.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
-                 proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
+            L.vl(
+                f"ValueError: To serve at least one request with the models's max seq len ({self.context_len}), ({need:.2f} GiB KV cache is needed, "
+                f"which is larger than the available KV cache memory ({kv:.2f} GiB). Based on the available memory, the estimated maximum model "
+                f"length is {self.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+                proc="EngineCore",
+                pid=ec,
+                level="ERROR",
+                where="core.py:866",
+            )
             self._vllm_engine_failed(ec, printed=True)
         L.vl(f"Available KV cache memory: {kv:.2f} GiB", proc=t0, pid=self.w(0), where="gpu_worker.py:436")
         L.vl(f"GPU KV cache size: {self.kv_tokens:,} tokens", proc="EngineCore", pid=ec, where="kv_cache_utils.py:1319")
-        L.vl(f"Maximum concurrency for {self.context_len:,} tokens per request: {self.kv_tokens / self.context_len:.2f}x",
-             proc="EngineCore", pid=ec, where="kv_cache_utils.py:1324")
+        L.vl(
+            f"Maximum concurrency for {self.context_len:,} tokens per request: {self.kv_tokens / self.context_len:.2f}x",
+            proc="EngineCore",
+            pid=ec,
+            where="kv_cache_utils.py:1324",
+        )
         self.metrics.max_total_tokens = self.kv_tokens
         self.metrics.block_size = a.block_size or 16
         self.set_mem(1.1 + self.weights_gib + kv, 0)
@@ -873,12 +1017,20 @@ class Sim(Api):
             self.set_mem(1.1 + self.weights_gib + kv + self.graph_gib * (pi + 1) / len(phases), 40)
         await self.at(0.89)
         if phases:
-            L.vl(f"Graph capturing finished in {round(self.sim_elapsed(0.64, 0.88))} secs, took {self.graph_gib:.2f} GiB",
-                 proc=t0, pid=self.w(0), where="gpu_model_runner.py:6046")
+            L.vl(
+                f"Graph capturing finished in {round(self.sim_elapsed(0.64, 0.88))} secs, took {self.graph_gib:.2f} GiB",
+                proc=t0,
+                pid=self.w(0),
+                where="gpu_model_runner.py:6046",
+            )
         await self.at(0.90)
         comp = f" (compilation: {compile_s:.2f} s)" if compile_s else ""
-        L.vl(f"init engine (profile, create kv cache, warmup model) took {self.sim_elapsed(0.41, 0.90):.2f} s{comp}",
-             proc="EngineCore", pid=ec, where="core.py:283")
+        L.vl(
+            f"init engine (profile, create kv cache, warmup model) took {self.sim_elapsed(0.41, 0.90):.2f} s{comp}",
+            proc="EngineCore",
+            pid=ec,
+            where="core.py:283",
+        )
         self.set_mem(1.1 + self.weights_gib + kv + self.graph_gib, 0)
         await self.at(0.93)
         L.vl("Supported tasks: ['generate']", where="api_server.py:590")
@@ -1197,9 +1349,17 @@ class Sim(Api):
             self.respond(r)
         if self.rec_file is not None and not r.internal:
             rec = {
-                "id": r.rid, "engine": self.e, "kind": r.kind, "stream": r.stream, "arrival": r.arrival_wall,
-                "times": r.times, "tokens": r.counts, "ttft": (r.times[0] - r.arrival_wall) if r.times else None,
-                "prompt_tokens": r.prompt_tokens, "completion_tokens": r.out, "finish_reason": r.finish,
+                "id": r.rid,
+                "engine": self.e,
+                "kind": r.kind,
+                "stream": r.stream,
+                "arrival": r.arrival_wall,
+                "times": r.times,
+                "tokens": r.counts,
+                "ttft": (r.times[0] - r.arrival_wall) if r.times else None,
+                "prompt_tokens": r.prompt_tokens,
+                "completion_tokens": r.out,
+                "finish_reason": r.finish,
             }
             try:
                 self.rec_file.write(json.dumps(rec, separators=(",", ":")) + "\n")
@@ -1263,13 +1423,18 @@ def main(engine: str, argv: list[str]) -> int:
     if engine == "vllm" and args.speculative_config:
         method = str(args.speculative_config.get("method") or "")
         if method and method not in VLLM_SPEC_METHODS:
-            parser.error(f"argument --speculative-config/-sc: invalid speculative method {method!r} "
-                         f"(choose from {', '.join(VLLM_SPEC_METHODS)})")
+            parser.error(
+                f"argument --speculative-config/-sc: invalid speculative method {method!r} "
+                f"(choose from {', '.join(VLLM_SPEC_METHODS)})"
+            )
     if engine == "sglang":
         trio = [args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens]
         if any(x is not None for x in trio) and not all(x is not None for x in trio):
-            print("ValueError: --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens "
-                  "must be set together (all three or none).", file=sys.stderr)
+            print(
+                "ValueError: --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens "
+                "must be set together (all three or none).",
+                file=sys.stderr,
+            )
             return 1
     try:
         sim = Sim(engine, args)

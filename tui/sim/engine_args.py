@@ -17,37 +17,91 @@ import argparse
 import json
 import os
 import re
-from typing import Sequence
+from typing import Any, Sequence
 
 SGLANG_VERSION = "0.5.23"
 VLLM_VERSION = "0.33.0"
 
 SGLANG_ATTENTION = [
-    "triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed", "fa3", "fa4",
-    "flashinfer", "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla",
-    "trtllm_mha", "hpc_ops", "minicpm_flashattn", "minicpm_flashinfer", "aiter", "wave", "intel_amx",
-    "ascend", "intel_xpu",
+    "triton",
+    "torch_native",
+    "flex_attention",
+    "dsa",
+    "nsa",
+    "qsa",
+    "dsv4",
+    "compressed",
+    "fa3",
+    "fa4",
+    "flashinfer",
+    "llada2_cfg_flashinfer",
+    "flashmla",
+    "trtllm_mla",
+    "cutedsl_mla",
+    "tokenspeed_mla",
+    "trtllm_mha",
+    "hpc_ops",
+    "minicpm_flashattn",
+    "minicpm_flashinfer",
+    "aiter",
+    "wave",
+    "intel_amx",
+    "ascend",
+    "intel_xpu",
 ]
 SGLANG_ALIASES = {"nsa": "dsa", "compressed": "dsv4", "tokenspeed_mla": "cutedsl_mla"}
 SGLANG_SPEC = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO"]
 
 VLLM_BACKENDS = [
-    "FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "TURBOQUANT",
-    "FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TOKENSPEED_MLA", "CUTLASS_MLA", "TRITON_MLA",
-    "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "TRITON_MLA_SPARSE",
-    "ROCM_ATTN", "ROCM_AITER_MLA", "ROCM_AITER_FA", "ROCM_AITER_UNIFIED_ATTN", "TORCH_SDPA", "CPU_ATTN",
-    "XFORMERS", "NO_ATTENTION", "CUSTOM",
+    "FLASH_ATTN",
+    "FLASHINFER",
+    "TRITON_ATTN",
+    "FLEX_ATTENTION",
+    "TURBOQUANT",
+    "FLASH_ATTN_MLA",
+    "FLASHMLA",
+    "FLASHINFER_MLA",
+    "TOKENSPEED_MLA",
+    "CUTLASS_MLA",
+    "TRITON_MLA",
+    "FLASHMLA_SPARSE",
+    "FLASHINFER_MLA_SPARSE",
+    "TRITON_MLA_SPARSE",
+    "ROCM_ATTN",
+    "ROCM_AITER_MLA",
+    "ROCM_AITER_FA",
+    "ROCM_AITER_UNIFIED_ATTN",
+    "TORCH_SDPA",
+    "CPU_ATTN",
+    "XFORMERS",
+    "NO_ATTENTION",
+    "CUSTOM",
 ]
 VLLM_SPEC_METHODS = [
-    "ngram", "draft_model", "suffix", "eagle", "eagle3", "dflash", "ngram_gpu", "dspark", "medusa", "mlp_speculator",
-    "deepseek_mtp", "mtp", "qwen3_next_mtp", "glm4_moe_mtp", "ernie_mtp", "mimo_mtp", "longcat_flash_mtp",
+    "ngram",
+    "draft_model",
+    "suffix",
+    "eagle",
+    "eagle3",
+    "dflash",
+    "ngram_gpu",
+    "dspark",
+    "medusa",
+    "mlp_speculator",
+    "deepseek_mtp",
+    "mtp",
+    "qwen3_next_mtp",
+    "glm4_moe_mtp",
+    "ernie_mtp",
+    "mimo_mtp",
+    "longcat_flash_mtp",
 ]
 VLLM_CUDAGRAPH_MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 
 SIM_FAULTS = ["oom", "nccl", "port", "hang"]
 
 
-class _CaseInsensitiveChoices(list):
+class _CaseInsensitiveChoices(list[str]):
     """Choices that match any case (vLLM parses AttentionBackendEnum names case-insensitively)."""
 
     def __contains__(self, item: object) -> bool:
@@ -117,47 +171,126 @@ def sglang_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="launch_server.py")
     p.add_argument("--version", action="version", version=SGLANG_VERSION)
     a = p.add_argument
-    a("--model-path", "--model", dest="model_path", type=str, required=True,
-      help="The path of the model weights. This can be a local folder or a Hugging Face repo ID.")
+    a(
+        "--model-path",
+        "--model",
+        dest="model_path",
+        type=str,
+        required=True,
+        help="The path of the model weights. This can be a local folder or a Hugging Face repo ID.",
+    )
     a("--tokenizer-path", type=str, default=None, help="The path of the tokenizer.")
     a("--tokenizer-mode", type=str, default="auto", choices=["auto", "slow"], help="Tokenizer mode.")
     a("--tokenizer-worker-num", type=int, default=1, help="The worker num of the tokenizer manager.")
-    a("--skip-tokenizer-init", action="store_true", help="If set, skip init tokenizer and pass input_ids in generate request.")
-    a("--load-format", type=str, default="auto",
-      choices=["auto", "pt", "safetensors", "npcache", "dummy", "sharded_state", "gguf", "bitsandbytes", "layered", "remote"],
-      help="The format of the model weights to load.")
+    a(
+        "--skip-tokenizer-init",
+        action="store_true",
+        help="If set, skip init tokenizer and pass input_ids in generate request.",
+    )
+    a(
+        "--load-format",
+        type=str,
+        default="auto",
+        choices=[
+            "auto",
+            "pt",
+            "safetensors",
+            "npcache",
+            "dummy",
+            "sharded_state",
+            "gguf",
+            "bitsandbytes",
+            "layered",
+            "remote",
+        ],
+        help="The format of the model weights to load.",
+    )
     a("--trust-remote-code", action="store_true", help="Whether or not to allow for custom models defined on the Hub.")
     a("--context-length", type=int, default=None, help="The model's maximum context length.")
-    a("--dtype", type=str, default="auto", choices=["auto", "half", "float16", "bfloat16", "float", "float32"],
-      help="Data type for model weights and activations.")
-    a("--quantization", type=str, default=None,
-      choices=["awq", "fp8", "gptq", "marlin", "gptq_marlin", "awq_marlin", "bitsandbytes", "gguf", "modelopt",
-               "modelopt_fp4", "petit_nvfp4", "w8a8_int8", "w8a8_fp8", "moe_wna16", "qoq", "w4afp8", "mxfp4",
-               "compressed-tensors"],
-      help="The quantization method.")
-    a("--kv-cache-dtype", type=str, default="auto", choices=["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"],
-      help="Data type for kv cache storage.")
+    a(
+        "--dtype",
+        type=str,
+        default="auto",
+        choices=["auto", "half", "float16", "bfloat16", "float", "float32"],
+        help="Data type for model weights and activations.",
+    )
+    a(
+        "--quantization",
+        type=str,
+        default=None,
+        choices=[
+            "awq",
+            "fp8",
+            "gptq",
+            "marlin",
+            "gptq_marlin",
+            "awq_marlin",
+            "bitsandbytes",
+            "gguf",
+            "modelopt",
+            "modelopt_fp4",
+            "petit_nvfp4",
+            "w8a8_int8",
+            "w8a8_fp8",
+            "moe_wna16",
+            "qoq",
+            "w4afp8",
+            "mxfp4",
+            "compressed-tensors",
+        ],
+        help="The quantization method.",
+    )
+    a(
+        "--kv-cache-dtype",
+        type=str,
+        default="auto",
+        choices=["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"],
+        help="Data type for kv cache storage.",
+    )
     a("--served-model-name", type=str, default=None, help="Override the model name returned by the v1/models endpoint.")
-    a("--chat-template", type=str, default=None, help="The builtin chat template name or the path of the chat template file.")
+    a(
+        "--chat-template",
+        type=str,
+        default=None,
+        help="The builtin chat template name or the path of the chat template file.",
+    )
     a("--revision", type=str, default=None, help="The specific model version to use.")
     a("--host", type=str, default="127.0.0.1", help="The host of the HTTP server.")
     a("--port", type=int, default=30000, help="The port of the HTTP server.")
     a("--skip-server-warmup", action="store_true", help="If set, skip warmup.")
     a("--warmups", type=str, default=None, help="Warmup configurations to run before the server is ready.")
     a("--nccl-port", type=int, default=None, help="The port for NCCL distributed environment setup.")
-    a("--mem-fraction-static", type=float, default=None,
-      help="The fraction of the memory used for static allocation (model weights and KV cache memory pool).")
+    a(
+        "--mem-fraction-static",
+        type=float,
+        default=None,
+        help="The fraction of the memory used for static allocation (model weights and KV cache memory pool).",
+    )
     a("--max-running-requests", type=int, default=None, help="The maximum number of running requests.")
     a("--max-queued-requests", type=int, default=None, help="The maximum number of queued requests.")
     a("--max-total-tokens", type=int, default=None, help="The maximum number of tokens in the memory pool.")
-    a("--chunked-prefill-size", type=int, default=None, help="The maximum number of tokens in a chunk for the chunked prefill. -1 disables it.")
+    a(
+        "--chunked-prefill-size",
+        type=int,
+        default=None,
+        help="The maximum number of tokens in a chunk for the chunked prefill. -1 disables it.",
+    )
     a("--max-prefill-tokens", type=int, default=16384, help="The maximum number of tokens in a prefill batch.")
-    a("--schedule-policy", type=str, default="fcfs", choices=["lpm", "random", "fcfs", "dfs-weight", "lof", "priority"],
-      help="The scheduling policy of the requests.")
+    a(
+        "--schedule-policy",
+        type=str,
+        default="fcfs",
+        choices=["lpm", "random", "fcfs", "dfs-weight", "lof", "priority"],
+        help="The scheduling policy of the requests.",
+    )
     a("--schedule-conservativeness", type=float, default=1.0, help="How conservative the schedule policy is.")
     a("--page-size", type=int, default=None, help="The number of tokens in a page.")
-    a("--num-continuous-decode-steps", type=int, default=1,
-      help="Run multiple continuous decoding steps to reduce scheduling overhead.")
+    a(
+        "--num-continuous-decode-steps",
+        type=int,
+        default=1,
+        help="Run multiple continuous decoding steps to reduce scheduling overhead.",
+    )
     a("--tp-size", dest="tp_size", type=int, default=1, help="The tensor parallelism size.")
     a("--dp-size", type=int, default=1, help="The data parallelism size.")
     a("--attn-dp-size", type=int, default=1, help="The attention data parallelism size.")
@@ -170,7 +303,12 @@ def sglang_parser() -> argparse.ArgumentParser:
     a("--base-gpu-id", type=int, default=0, help="The base GPU ID to start allocating GPUs from.")
     a("--gpu-id-step", type=int, default=1, help="The delta between consecutive GPU IDs that are used.")
     a("--random-seed", type=int, default=None, help="The random seed.")
-    a("--stream-interval", type=int, default=1, help="The interval (or buffer size) for streaming in terms of the token length.")
+    a(
+        "--stream-interval",
+        type=int,
+        default=1,
+        help="The interval (or buffer size) for streaming in terms of the token length.",
+    )
     a("--stream-output", action="store_true", help="Whether to output as a sequence of disjoint segments.")
     a("--watchdog-timeout", type=float, default=300, help="Set watchdog timeout in seconds.")
     a("--download-dir", type=str, default=None, help="Model download directory for huggingface.")
@@ -181,57 +319,173 @@ def sglang_parser() -> argparse.ArgumentParser:
     a("--enable-metrics", action="store_true", help="Enable log prometheus metrics.")
     a("--enable-metrics-for-all-schedulers", action="store_true", help="Enable metrics for all schedulers.")
     a("--decode-log-interval", type=int, default=40, help="The log interval of decode batch.")
-    a("--enable-cache-report", action="store_true", help="Return number of cached tokens in usage.prompt_tokens_details.")
+    a(
+        "--enable-cache-report",
+        action="store_true",
+        help="Return number of cached tokens in usage.prompt_tokens_details.",
+    )
     a("--api-key", type=str, default=None, help="Set API key of the server.")
-    a("--stream-response-default-include-usage", action="store_true",
-      help="Include usage in the final streaming chunk even if the request did not ask for it.")
-    a("--incremental-streaming-output", action="store_true", help="Stream deltas from /generate instead of cumulative text.")
+    a(
+        "--stream-response-default-include-usage",
+        action="store_true",
+        help="Include usage in the final streaming chunk even if the request did not ask for it.",
+    )
+    a(
+        "--incremental-streaming-output",
+        action="store_true",
+        help="Stream deltas from /generate instead of cumulative text.",
+    )
     a("--reasoning-parser", type=str, default=None, help="Specify the parser for reasoning models.")
     a("--tool-call-parser", type=str, default=None, help="Specify the parser for handling tool-call interactions.")
-    a("--attention-backend", type=str, choices=SGLANG_ATTENTION, default=None, help="Choose the kernels for attention layers.")
-    a("--prefill-attention-backend", type=str, choices=SGLANG_ATTENTION, default=None,
-      help="Choose the kernels for prefill attention layers (have priority over --attention-backend).")
-    a("--decode-attention-backend", type=str, choices=SGLANG_ATTENTION, default=None,
-      help="Choose the kernels for decode attention layers (have priority over --attention-backend).")
-    a("--sampling-backend", type=str, choices=["flashinfer", "pytorch", "ascend"], default=None,
-      help="Choose the kernels for sampling layers.")
-    a("--grammar-backend", type=str, choices=["xgrammar", "outlines", "llguidance", "none"], default=None,
-      help="Choose the backend for grammar-guided decoding.")
-    a("--mm-attention-backend", type=str, choices=["sdpa", "fa3", "fa4", "triton_attn", "ascend_attn", "aiter_attn"],
-      default=None, help="Set multimodal attention backend.")
+    a(
+        "--attention-backend",
+        type=str,
+        choices=SGLANG_ATTENTION,
+        default=None,
+        help="Choose the kernels for attention layers.",
+    )
+    a(
+        "--prefill-attention-backend",
+        type=str,
+        choices=SGLANG_ATTENTION,
+        default=None,
+        help="Choose the kernels for prefill attention layers (have priority over --attention-backend).",
+    )
+    a(
+        "--decode-attention-backend",
+        type=str,
+        choices=SGLANG_ATTENTION,
+        default=None,
+        help="Choose the kernels for decode attention layers (have priority over --attention-backend).",
+    )
+    a(
+        "--sampling-backend",
+        type=str,
+        choices=["flashinfer", "pytorch", "ascend"],
+        default=None,
+        help="Choose the kernels for sampling layers.",
+    )
+    a(
+        "--grammar-backend",
+        type=str,
+        choices=["xgrammar", "outlines", "llguidance", "none"],
+        default=None,
+        help="Choose the backend for grammar-guided decoding.",
+    )
+    a(
+        "--mm-attention-backend",
+        type=str,
+        choices=["sdpa", "fa3", "fa4", "triton_attn", "ascend_attn", "aiter_attn"],
+        default=None,
+        help="Set multimodal attention backend.",
+    )
     a("--speculative-algorithm", type=str, choices=SGLANG_SPEC, default=None, help="Speculative algorithm.")
-    a("--speculative-draft-model-path", "--speculative-draft-model", type=str, default=None,
-      help="The path of the draft model weights.")
-    a("--speculative-num-steps", type=int, default=None, help="The number of steps sampled from draft model in Speculative Decoding.")
-    a("--speculative-eagle-topk", type=int, default=None, help="The number of tokens sampled from the draft model in eagle2 each step.")
-    a("--speculative-num-draft-tokens", type=int, default=None, help="The number of tokens sampled from the draft model in Speculative Decoding.")
-    a("--speculative-accept-threshold-single", type=float, default=1.0, help="Accept a draft token if its probability in the target model is greater than this threshold.")
-    a("--speculative-attention-mode", type=str, choices=["prefill", "decode"], default="prefill",
-      help="Attention backend for speculative decoding operations (both target verify and draft extend).")
+    a(
+        "--speculative-draft-model-path",
+        "--speculative-draft-model",
+        type=str,
+        default=None,
+        help="The path of the draft model weights.",
+    )
+    a(
+        "--speculative-num-steps",
+        type=int,
+        default=None,
+        help="The number of steps sampled from draft model in Speculative Decoding.",
+    )
+    a(
+        "--speculative-eagle-topk",
+        type=int,
+        default=None,
+        help="The number of tokens sampled from the draft model in eagle2 each step.",
+    )
+    a(
+        "--speculative-num-draft-tokens",
+        type=int,
+        default=None,
+        help="The number of tokens sampled from the draft model in Speculative Decoding.",
+    )
+    a(
+        "--speculative-accept-threshold-single",
+        type=float,
+        default=1.0,
+        help="Accept a draft token if its probability in the target model is greater than this threshold.",
+    )
+    a(
+        "--speculative-attention-mode",
+        type=str,
+        choices=["prefill", "decode"],
+        default="prefill",
+        help="Attention backend for speculative decoding operations (both target verify and draft extend).",
+    )
     a("--speculative-draft-attention-backend", type=str, default=None, help="Attention backend for the draft model.")
     a("--speculative-token-map", type=str, default=None, help="The path of the draft model's small vocab table.")
     a("--disable-radix-cache", action="store_true", help="Disable RadixAttention for prefix caching.")
     a("--cuda-graph-max-bs-decode", type=int, default=None, help="Set the maximum batch size for decode cuda graph.")
-    a("--cuda-graph-max-bs-prefill", type=int, default=None, help="Set the maximum number of tokens for prefill cuda graph.")
+    a(
+        "--cuda-graph-max-bs-prefill",
+        type=int,
+        default=None,
+        help="Set the maximum number of tokens for prefill cuda graph.",
+    )
     a("--cuda-graph-bs", type=int, nargs="+", default=None, help="Set the list of batch sizes for cuda graph.")
-    a("--cuda-graph-backend-decode", type=str, choices=["full", "breakable", "disabled"], default="full",
-      help="CUDA graph backend for decode.")
-    a("--cuda-graph-backend-prefill", type=str, choices=["full", "breakable", "disabled"], default="disabled",
-      help="CUDA graph backend for prefill.")
-    a("--disable-cuda-graph", action="store_true", help="Disable cuda graph (deprecated: use --cuda-graph-backend-decode=disabled).")
+    a(
+        "--cuda-graph-backend-decode",
+        type=str,
+        choices=["full", "breakable", "disabled"],
+        default="full",
+        help="CUDA graph backend for decode.",
+    )
+    a(
+        "--cuda-graph-backend-prefill",
+        type=str,
+        choices=["full", "breakable", "disabled"],
+        default="disabled",
+        help="CUDA graph backend for prefill.",
+    )
+    a(
+        "--disable-cuda-graph",
+        action="store_true",
+        help="Disable cuda graph (deprecated: use --cuda-graph-backend-decode=disabled).",
+    )
     a("--disable-cuda-graph-padding", action="store_true", help="Disable cuda graph when padding is needed.")
     a("--enable-torch-compile", action="store_true", help="Optimize the model with torch.compile.")
     a("--torch-compile-max-bs", type=int, default=32, help="Set the maximum batch size when using torch compile.")
-    a("--disable-custom-all-reduce", action="store_true", help="Disable the custom all-reduce kernel and fall back to NCCL.")
+    a(
+        "--disable-custom-all-reduce",
+        action="store_true",
+        help="Disable the custom all-reduce kernel and fall back to NCCL.",
+    )
     a("--enable-nccl-nvls", action="store_true", help="Enable NCCL NVLS for prefill heavy requests when available.")
     a("--enable-symm-mem", action="store_true", help="Enable NCCL symmetric memory for fast collectives.")
-    a("--enable-dp-attention", action="store_true", help="Enable data parallelism for attention (deprecated: use --attn-dp-size).")
-    a("--enable-mixed-chunk", action="store_true", help="Enabling mixing prefill and decode in a batch when using chunked prefill.")
+    a(
+        "--enable-dp-attention",
+        action="store_true",
+        help="Enable data parallelism for attention (deprecated: use --attn-dp-size).",
+    )
+    a(
+        "--enable-mixed-chunk",
+        action="store_true",
+        help="Enabling mixing prefill and decode in a batch when using chunked prefill.",
+    )
     a("--disable-overlap-schedule", action="store_true", help="Disable the overlap scheduler.")
     a("--enable-two-batch-overlap", action="store_true", help="Enabling two micro batches to overlap.")
-    a("--moe-runner-backend", type=str, default="auto",
-      choices=["auto", "deep_gemm", "triton", "triton_kernel", "flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_mxfp4", "cutlass"],
-      help="Choose the runner backend for MoE.")
+    a(
+        "--moe-runner-backend",
+        type=str,
+        default="auto",
+        choices=[
+            "auto",
+            "deep_gemm",
+            "triton",
+            "triton_kernel",
+            "flashinfer_trtllm",
+            "flashinfer_cutlass",
+            "flashinfer_mxfp4",
+            "cutlass",
+        ],
+        help="Choose the runner backend for MoE.",
+    )
     a("--enable-hierarchical-cache", action="store_true", help="Enable hierarchical cache.")
     a("--enable-deterministic-inference", action="store_true", help="Enable deterministic inference mode.")
     _add_sim_args(p, "sglang")
@@ -250,7 +504,7 @@ _JSON_FLAGS = {
 }
 
 
-def _json_arg(s: str) -> dict:
+def _json_arg(s: str) -> dict[str, Any]:
     try:
         v = json.loads(s)
     except ValueError as e:
@@ -270,24 +524,51 @@ def vllm_parser() -> argparse.ArgumentParser:
         "Use `--help=all` to show all available flags at once.",
     )
     p.add_argument("--version", action="version", version=VLLM_VERSION)
-    p.add_argument("model_tag", nargs="?", default=None, help="The model tag to serve (optional if specified in config)")
+    p.add_argument(
+        "model_tag", nargs="?", default=None, help="The model tag to serve (optional if specified in config)"
+    )
     fe = p.add_argument_group("Frontend", "Arguments for the OpenAI-compatible frontend server.")
     fe.add_argument("--host", type=str, default=None, help="Host name.")
     fe.add_argument("--port", type=int, default=8000, help="Port number.")
-    fe.add_argument("--uvicorn-log-level", type=str, default="info", choices=["critical", "debug", "error", "info", "trace", "warning"], help="Log level for uvicorn.")
+    fe.add_argument(
+        "--uvicorn-log-level",
+        type=str,
+        default="info",
+        choices=["critical", "debug", "error", "info", "trace", "warning"],
+        help="Log level for uvicorn.",
+    )
     fe.add_argument("--disable-uvicorn-access-log", action="store_true", help="Disable uvicorn access log.")
-    fe.add_argument("--api-key", type=str, default=None, help="If provided, the server will require one of these keys to be presented in the header.")
+    fe.add_argument(
+        "--api-key",
+        type=str,
+        default=None,
+        help="If provided, the server will require one of these keys to be presented in the header.",
+    )
     fe.add_argument("--served-model-name", nargs="+", type=str, default=None, help="The model name(s) used in the API.")
     fe.add_argument("--chat-template", type=str, default=None, help="The file path to the chat template.")
-    fe.add_argument("--enable-force-include-usage", action="store_true", help="If set to True, including usage on every request.")
+    fe.add_argument(
+        "--enable-force-include-usage", action="store_true", help="If set to True, including usage on every request."
+    )
     fe.add_argument("--enable-log-requests", action="store_true", help="Enable logging requests.")
     fe.add_argument("--disable-log-stats", action="store_true", help="Disable logging statistics.")
-    fe.add_argument("--disable-fastapi-docs", action="store_true", help="Disable FastAPI's OpenAPI schema, Swagger UI, and ReDoc endpoint.")
+    fe.add_argument(
+        "--disable-fastapi-docs",
+        action="store_true",
+        help="Disable FastAPI's OpenAPI schema, Swagger UI, and ReDoc endpoint.",
+    )
     mc = p.add_argument_group("ModelConfig", "Configuration for the model.")
-    mc.add_argument("--model", type=str, default="Qwen/Qwen3-0.6B", help="Name or path of the Hugging Face model to use.")
+    mc.add_argument(
+        "--model", type=str, default="Qwen/Qwen3-0.6B", help="Name or path of the Hugging Face model to use."
+    )
     mc.add_argument("--tokenizer", type=str, default=None, help="Name or path of the Hugging Face tokenizer to use.")
     mc.add_argument("--trust-remote-code", action="store_true", help="Trust remote code.")
-    mc.add_argument("--dtype", type=str, default="auto", choices=["auto", "bfloat16", "float", "float16", "float32", "half"], help="Data type for model weights and activations.")
+    mc.add_argument(
+        "--dtype",
+        type=str,
+        default="auto",
+        choices=["auto", "bfloat16", "float", "float16", "float32", "half"],
+        help="Data type for model weights and activations.",
+    )
     mc.add_argument("--seed", type=int, default=0, help="Random seed for reproducibility.")
     mc.add_argument("--max-model-len", type=str, default=None, help="Model context length (prompt and output).")
     mc.add_argument("--quantization", "-q", type=str, default=None, help="Method used to quantize the weights.")
@@ -301,34 +582,107 @@ def vllm_parser() -> argparse.ArgumentParser:
     pc.add_argument("--tensor-parallel-size", "-tp", type=int, default=1, help="Number of tensor parallel groups.")
     pc.add_argument("--data-parallel-size", "-dp", type=int, default=1, help="Number of data parallel groups.")
     pc.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1, help="Number of pipeline parallel groups.")
-    pc.add_argument("--enable-expert-parallel", action="store_true", help="Use expert parallelism instead of tensor parallelism for MoE layers.")
-    pc.add_argument("--disable-custom-all-reduce", action="store_true", help="Disable the custom all-reduce kernel and fall back to NCCL.")
-    pc.add_argument("--distributed-executor-backend", type=str, default=None, choices=["external_launcher", "mp", "ray", "uni"], help="Backend to use for distributed model workers.")
+    pc.add_argument(
+        "--enable-expert-parallel",
+        action="store_true",
+        help="Use expert parallelism instead of tensor parallelism for MoE layers.",
+    )
+    pc.add_argument(
+        "--disable-custom-all-reduce",
+        action="store_true",
+        help="Disable the custom all-reduce kernel and fall back to NCCL.",
+    )
+    pc.add_argument(
+        "--distributed-executor-backend",
+        type=str,
+        default=None,
+        choices=["external_launcher", "mp", "ray", "uni"],
+        help="Backend to use for distributed model workers.",
+    )
     cc = p.add_argument_group("CacheConfig", "Configuration for the KV cache.")
-    cc.add_argument("--gpu-memory-utilization", type=float, default=0.92, help="The fraction of GPU memory to be used for the model executor.")
-    cc.add_argument("--block-size", type=int, default=None, choices=[1, 8, 16, 32, 64, 128, 256], help="Size of a contiguous cache block in number of tokens.")
-    cc.add_argument("--kv-cache-dtype", type=str, default="auto", choices=["auto", "bfloat16", "fp8", "fp8_ds_mla", "fp8_e4m3", "fp8_e5m2", "fp8_inc"], help="Data type for kv cache storage.")
-    cc.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None, help="Whether to enable prefix caching.")
+    cc.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.92,
+        help="The fraction of GPU memory to be used for the model executor.",
+    )
+    cc.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        choices=[1, 8, 16, 32, 64, 128, 256],
+        help="Size of a contiguous cache block in number of tokens.",
+    )
+    cc.add_argument(
+        "--kv-cache-dtype",
+        type=str,
+        default="auto",
+        choices=["auto", "bfloat16", "fp8", "fp8_ds_mla", "fp8_e4m3", "fp8_e5m2", "fp8_inc"],
+        help="Data type for kv cache storage.",
+    )
+    cc.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Whether to enable prefix caching.",
+    )
     cc.add_argument("--swap-space", type=float, default=4, help="Size of the CPU swap space per GPU (in GiB).")
     sc = p.add_argument_group("SchedulerConfig", "Scheduler configuration.")
-    sc.add_argument("--max-num-seqs", type=int, default=None, help="Maximum number of sequences to be processed in a single iteration.")
-    sc.add_argument("--max-num-batched-tokens", type=int, default=None, help="Maximum number of tokens to be processed in a single iteration.")
-    sc.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None, help="Perform async scheduling.")
+    sc.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        help="Maximum number of sequences to be processed in a single iteration.",
+    )
+    sc.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="Maximum number of tokens to be processed in a single iteration.",
+    )
+    sc.add_argument(
+        "--async-scheduling", action=argparse.BooleanOptionalAction, default=None, help="Perform async scheduling."
+    )
     ac = p.add_argument_group("AttentionConfig", "Configuration for attention mechanisms in vLLM.")
-    ac.add_argument("--attention-backend", type=str, choices=_CaseInsensitiveChoices(VLLM_BACKENDS), metavar="ATTENTION_BACKEND",
-                    default=None, help="Attention backend to use. Use 'auto' or None for automatic selection.")
-    ac.add_argument("--attention-config", "-ac", type=_json_arg, default=None, help="Configuration for attention (JSON).")
+    ac.add_argument(
+        "--attention-backend",
+        type=str,
+        choices=_CaseInsensitiveChoices(VLLM_BACKENDS),
+        metavar="ATTENTION_BACKEND",
+        default=None,
+        help="Attention backend to use. Use 'auto' or None for automatic selection.",
+    )
+    ac.add_argument(
+        "--attention-config", "-ac", type=_json_arg, default=None, help="Configuration for attention (JSON)."
+    )
     vc = p.add_argument_group("VllmConfig", "Dataclass which contains all vllm-related configuration.")
-    vc.add_argument("--speculative-config", "-sc", type=_json_arg, default=None, help="Speculative decoding configuration (JSON).")
-    vc.add_argument("--compilation-config", "-cc", type=_json_arg, default=None, help="torch.compile and cudagraph capture configuration (JSON).")
-    vc.add_argument("-O", dest="optimization_level", type=int, choices=[0, 1, 2, 3], default=2, help="The optimization level (-O0 ... -O3).")
+    vc.add_argument(
+        "--speculative-config", "-sc", type=_json_arg, default=None, help="Speculative decoding configuration (JSON)."
+    )
+    vc.add_argument(
+        "--compilation-config",
+        "-cc",
+        type=_json_arg,
+        default=None,
+        help="torch.compile and cudagraph capture configuration (JSON).",
+    )
+    vc.add_argument(
+        "-O",
+        dest="optimization_level",
+        type=int,
+        choices=[0, 1, 2, 3],
+        default=2,
+        help="The optimization level (-O0 ... -O3).",
+    )
     vc.add_argument("--max-cudagraph-capture-size", type=int, default=None, help="Maximum cudagraph capture size.")
     vc.add_argument("--cudagraph-capture-sizes", type=int, nargs="+", default=None, help="Cudagraph capture sizes.")
     _add_sim_args(p, "vllm")
     return p
 
 
-_DOT_RE = re.compile(r"^(-cc|-ac|-sc|--compilation-config|--attention-config|--speculative-config)\.([\w.]+)(?:=(.*))?$")
+_DOT_RE = re.compile(
+    r"^(-cc|-ac|-sc|--compilation-config|--attention-config|--speculative-config)\.([\w.]+)(?:=(.*))?$"
+)
 
 
 def preprocess_vllm_argv(argv: Sequence[str]) -> list[str]:
@@ -338,7 +692,7 @@ def preprocess_vllm_argv(argv: Sequence[str]) -> list[str]:
     if argv[:1] == ["serve"]:
         argv = argv[1:]
     out: list[str] = []
-    dotted: dict[str, dict] = {}
+    dotted: dict[str, dict[str, Any]] = {}
     i = 0
     while i < len(argv):
         a = argv[i]

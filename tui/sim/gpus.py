@@ -192,7 +192,7 @@ def _alive(rec: dict[str, Any]) -> bool:
 
 def live_servers(root: Path | None = None) -> list[dict[str, Any]]:
     d = servers_dir(root)
-    out = []
+    out: list[dict[str, Any]] = []
     try:
         files = sorted(d.glob("*.json"))
     except OSError:

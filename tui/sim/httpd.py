@@ -21,8 +21,15 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 REASONS = {
-    200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-    411: "Length Required", 413: "Payload Too Large", 422: "Unprocessable Entity", 500: "Internal Server Error",
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Payload Too Large",
+    422: "Unprocessable Entity",
+    500: "Internal Server Error",
     503: "Service Unavailable",
 }
 MAX_HEAD = 1 << 20
@@ -40,8 +47,17 @@ class Request:
 
     __slots__ = ("method", "target", "path", "version", "headers", "body", "peer", "arrival", "arrival_wall", "_query")
 
-    def __init__(self, method: str, target: str, version: str, headers: dict[str, str], body: bytes, peer: str,
-                 arrival: float = 0.0, arrival_wall: float = 0.0) -> None:
+    def __init__(
+        self,
+        method: str,
+        target: str,
+        version: str,
+        headers: dict[str, str],
+        body: bytes,
+        peer: str,
+        arrival: float = 0.0,
+        arrival_wall: float = 0.0,
+    ) -> None:
         self.method = method
         self.target = target
         plain = target[:1] == "/" and target[:2] != "//" and "?" not in target and "#" not in target
@@ -95,8 +111,9 @@ class Conn:
 
     __slots__ = ("proto", "transport", "req", "status", "started", "chunked", "keep_alive", "finished", "on_start")
 
-    def __init__(self, proto: "HttpProtocol", req: Request, keep_alive: bool,
-                 on_start: Callable[[Request, int], None]) -> None:
+    def __init__(
+        self, proto: "HttpProtocol", req: Request, keep_alive: bool, on_start: Callable[[Request, int], None]
+    ) -> None:
         self.proto = proto
         self.transport = proto.transport
         self.req = req
@@ -109,7 +126,7 @@ class Conn:
 
     @property
     def closed(self) -> bool:
-        return self.transport.is_closing()
+        return bool(self.transport.is_closing())
 
     def _head(self, status: int, headers: bytes) -> bytes:
         self.status = status
@@ -121,7 +138,9 @@ class Conn:
 
     def send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         """A whole response with a ``content-length``; the connection is free again after it."""
-        head = self._head(status, b"content-length: %d\r\ncontent-type: %b\r\n" % (len(body), content_type.encode("latin-1")))
+        head = self._head(
+            status, b"content-length: %d\r\ncontent-type: %b\r\n" % (len(body), content_type.encode("latin-1"))
+        )
         if self.req.method == "HEAD":
             body = b""
         if not self.transport.is_closing():
@@ -133,7 +152,9 @@ class Conn:
 
     def start_stream(self, status: int = 200, content_type: str = "text/event-stream; charset=utf-8") -> None:
         self.chunked = True
-        head = self._head(status, b"content-type: %b\r\ntransfer-encoding: chunked\r\n" % content_type.encode("latin-1"))
+        head = self._head(
+            status, b"content-type: %b\r\ntransfer-encoding: chunked\r\n" % content_type.encode("latin-1")
+        )
         if not self.transport.is_closing():
             self.transport.write(head)
 
@@ -278,7 +299,7 @@ class HttpProtocol(asyncio.Protocol):
             if len(buf) < start + size:
                 self.need = start + size
                 return
-            body = bytes(buf[start:start + size])
+            body = bytes(buf[start : start + size])
             used = start + size
         del buf[:used]
         self.need = 0
@@ -301,7 +322,7 @@ def _dechunk(buf: bytearray, pos: int) -> tuple[bytes, int] | None:
             return None if eol < 0 else (bytes(out), eol + 2)
         if len(buf) < pos + size + 2:
             return None
-        out += buf[pos:pos + size]
+        out += buf[pos : pos + size]
         pos += size + 2
         if len(out) > MAX_BODY:
             raise ValueError("chunked body too large")
@@ -359,7 +380,8 @@ class HttpServer:
             self.handler(req, conn)
         except Exception as e:  # a bug in a route: answer 500, keep serving
             if not conn.started:
-                conn.send_json(500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "InternalServerError",
-                                               "code": 500}})
+                conn.send_json(
+                    500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "InternalServerError", "code": 500}}
+                )
             else:
                 conn.abort()

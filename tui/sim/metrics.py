@@ -9,20 +9,122 @@ from __future__ import annotations
 
 import bisect
 import time
-from typing import Iterable
+from typing import Iterable, Sequence
 
 SG_TTFT = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400]
-SG_ITL = [0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080, 0.100,
-          0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0]
+SG_ITL = [
+    0.002,
+    0.004,
+    0.006,
+    0.008,
+    0.010,
+    0.015,
+    0.020,
+    0.025,
+    0.030,
+    0.035,
+    0.040,
+    0.060,
+    0.080,
+    0.100,
+    0.200,
+    0.400,
+    0.600,
+    0.800,
+    1.0,
+    2.0,
+    4.0,
+    6.0,
+    8.0,
+]
 SG_E2E = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 800]
-SG_QUEUE = [0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300, 400, 500,
-            600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000]
-VL_TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-           80.0, 160.0, 640.0, 2560.0]
+SG_QUEUE = [
+    0.0,
+    0.1,
+    0.2,
+    0.5,
+    1,
+    2,
+    3,
+    4,
+    5,
+    10,
+    15,
+    20,
+    30,
+    40,
+    50,
+    60,
+    70,
+    80,
+    90,
+    100,
+    200,
+    300,
+    400,
+    500,
+    600,
+    700,
+    800,
+    900,
+    1000,
+    1200,
+    1400,
+    1600,
+    1800,
+    2000,
+    2500,
+    3000,
+]
+VL_TTFT = [
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+]
 VL_ITL = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
 VL_TPOT = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
-VL_LAT = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
-          960.0, 1920.0, 7680.0]
+VL_LAT = [
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+]
 VL_ITER = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 
 
@@ -39,7 +141,7 @@ def _num(v: float) -> str:
 class Histogram:
     __slots__ = ("buckets", "counts", "sum", "count", "created")
 
-    def __init__(self, buckets: list[float]) -> None:
+    def __init__(self, buckets: Sequence[float]) -> None:
         self.buckets = list(buckets)
         self.counts = [0] * (len(self.buckets) + 1)
         self.sum = 0.0
@@ -180,8 +282,13 @@ class Metrics:
         gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", self.token_usage)
         out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
         out.append("# TYPE vllm:cache_config_info gauge")
-        info = {"block_size": str(self.block_size), "cache_dtype": "auto", "enable_prefix_caching": "True",
-                "gpu_memory_utilization": str(self.gpu_memory_utilization), "num_gpu_blocks": str(self.max_total_tokens // self.block_size)}
+        info = {
+            "block_size": str(self.block_size),
+            "cache_dtype": "auto",
+            "enable_prefix_caching": "True",
+            "gpu_memory_utilization": str(self.gpu_memory_utilization),
+            "num_gpu_blocks": str(self.max_total_tokens // self.block_size),
+        }
         out.append(f"vllm:cache_config_info{_labels({**base, **info})} 1.0")
         counter("num_preemptions", "Cumulative number of preemption from the engine.", [({}, self.preemptions)])
         counter("prompt_tokens", "Number of prefill tokens processed.", [({}, self.prompt_tokens)])
@@ -191,7 +298,11 @@ class Metrics:
             "Count of successfully processed requests.",
             [({"finished_reason": r}, float(self.finished.get(r, 0))) for r in ("stop", "length", "abort")],
         )
-        counter("prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", [({}, self.prompt_tokens)])
+        counter(
+            "prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            [({}, self.prompt_tokens)],
+        )
         counter("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", [({}, 0.0)])
         if self.spec_per_pos:
             counter("spec_decode_num_drafts", "Number of spec decoding drafts.", [({}, self.spec_drafts)])
@@ -205,7 +316,11 @@ class Metrics:
         hist("iteration_tokens_total", "Histogram of number of tokens per engine_step.", self.iteration)
         hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft)
         hist("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl)
-        hist("request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", self.tpot)
+        hist(
+            "request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            self.tpot,
+        )
         hist("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self.e2e)
         hist("request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", self.queue)
         hist("request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", self.prefill)

@@ -75,7 +75,15 @@ NCCL_SHARE_WITH_CAR = 0.30
 #: NCCL variable -> value -> factor on NCCL all-reduce time
 NCCL_FACTORS: dict[str, dict[str, float]] = {
     "NCCL_PROTO": {"LL": 0.85, "LL128": 0.93, "SIMPLE": 1.08},
-    "NCCL_ALGO": {"RING": 0.97, "TREE": 1.03, "NVLS": 0.92, "NVLSTREE": 0.95, "COLLNETCHAIN": 1.05, "COLLNETDIRECT": 1.05, "PAT": 1.05},
+    "NCCL_ALGO": {
+        "RING": 0.97,
+        "TREE": 1.03,
+        "NVLS": 0.92,
+        "NVLSTREE": 0.95,
+        "COLLNETCHAIN": 1.05,
+        "COLLNETDIRECT": 1.05,
+        "PAT": 1.05,
+    },
     "NCCL_P2P_DISABLE": {"1": 1.80},
     "NCCL_SHM_DISABLE": {"1": 1.05},
     "NCCL_P2P_LEVEL": {"LOC": 1.80},

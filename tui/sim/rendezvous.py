@@ -99,8 +99,10 @@ class Rendezvous:
         except asyncio.TimeoutError:
             total = self.n * self.ranks_per_node
             came = (1 + len(self.peers)) * self.ranks_per_node
-            self._fail(f"torch.distributed.DistStoreError: Timed out after {int(self.timeout) + 1} seconds waiting "
-                       f"for clients. {came}/{total} clients joined.")
+            self._fail(
+                f"torch.distributed.DistStoreError: Timed out after {int(self.timeout) + 1} seconds waiting "
+                f"for clients. {came}/{total} clients joined."
+            )
         for _, w in self.peers:
             w.write(b"go\n")
             await w.drain()
@@ -118,8 +120,10 @@ class Rendezvous:
             except (OSError, asyncio.TimeoutError):
                 pass
             if time.monotonic() >= deadline:
-                self._fail(f"torch.distributed.DistNetworkError: The client socket has timed out after "
-                           f"{int(self.timeout * 1000)}ms while trying to connect to ({self.host}, {self.port}).")
+                self._fail(
+                    f"torch.distributed.DistNetworkError: The client socket has timed out after "
+                    f"{int(self.timeout * 1000)}ms while trying to connect to ({self.host}, {self.port})."
+                )
             await asyncio.sleep(0.2)
 
     # ------------------------------------------------------------------ a peer that dies

@@ -18,8 +18,8 @@ from typing import Callable, Sequence, TextIO
 from tui.sim.gpus import (
     CUDA_VERSION,
     DRIVER_VERSION,
-    RESERVED_MIB,
     MAX_SM_CLOCK,
+    RESERVED_MIB,
     ConfigError,
     GpuConfig,
     GpuReading,
@@ -84,8 +84,7 @@ GPU_FIELDS: dict[str, tuple[str, str, Getter, bool]] = {
     "temperature.memory": ("temperature.memory", "", lambda c, r: str(r.temp_c + 8), True),
     "power.draw": ("power.draw", "W", lambda c, r: _f(r.power_w), True),
     "power.limit": ("power.limit", "W", lambda c, r: _f(r.power_limit_w or c.power_limit_w), False),
-    "enforced.power.limit": ("enforced.power.limit", "W", lambda c, r: _f(r.power_limit_w or c.power_limit_w),
-                             False),
+    "enforced.power.limit": ("enforced.power.limit", "W", lambda c, r: _f(r.power_limit_w or c.power_limit_w), False),
     "clocks.sm": ("clocks.current.sm", "MHz", lambda c, r: str(r.sm_clock), True),
     "clocks.mem": ("clocks.current.memory", "MHz", lambda c, r: str(r.mem_clock), True),
     "clocks.gr": ("clocks.current.graphics", "MHz", lambda c, r: str(r.sm_clock), True),
@@ -401,7 +400,9 @@ def _main(argv: list[str], out: TextIO, na: bool) -> int:
         out.write("No devices were found\n")
         return 6
     if (query_gpu is not None or query_apps is not None) and (fmt is None or "csv" not in fmt):
-        raise SmiUsage("'--format' option is required when using '--query-*' options.\n\nPlease run 'nvidia-smi -h' for help.\n")
+        raise SmiUsage(
+            "'--format' option is required when using '--query-*' options.\n\nPlease run 'nvidia-smi -h' for help.\n"
+        )
     noheader = bool(fmt and "noheader" in fmt)
     nounits = bool(fmt and "nounits" in fmt)
 
