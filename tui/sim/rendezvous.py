@@ -87,10 +87,26 @@ class Rendezvous:
 
     async def _serve(self) -> None:
         joined = asyncio.Event()
+        by_rank: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
 
         async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self.peers.append((reader, writer))
-            if len(self.peers) >= self.n - 1:
+            # a node introduces itself ("rank N") once its connect succeeded on its side: a connection
+            # it gave up on (a connect that timed out under load) says nothing and is not a peer,
+            # and a node that connects again replaces its earlier connection
+            try:
+                line = await asyncio.wait_for(reader.readline(), 30)
+            except (OSError, asyncio.TimeoutError):
+                line = b""
+            parts = line.split()
+            if len(parts) != 2 or parts[0] != b"rank" or not parts[1].isdigit() or joined.is_set():
+                writer.close()
+                return
+            old = by_rank.pop(int(parts[1]), None)
+            if old is not None:
+                old[1].close()
+            by_rank[int(parts[1])] = (reader, writer)
+            if len(by_rank) >= self.n - 1:
+                self.peers = list(by_rank.values())
                 joined.set()
 
         self.server = await asyncio.start_server(on_client, host=None, port=self.port, reuse_address=True)
@@ -98,7 +114,7 @@ class Rendezvous:
             await asyncio.wait_for(joined.wait(), self.timeout)
         except asyncio.TimeoutError:
             total = self.n * self.ranks_per_node
-            came = (1 + len(self.peers)) * self.ranks_per_node
+            came = (1 + len(by_rank)) * self.ranks_per_node
             self._fail(
                 f"torch.distributed.DistStoreError: Timed out after {int(self.timeout) + 1} seconds waiting "
                 f"for clients. {came}/{total} clients joined."
@@ -112,6 +128,8 @@ class Rendezvous:
         while True:
             try:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), 5)
+                writer.write(b"rank %d\n" % self.rank)
+                await writer.drain()
                 line = await asyncio.wait_for(reader.readline(), max(1.0, deadline - time.monotonic()))
                 if line == b"go\n":
                     self.peers.append((reader, writer))
