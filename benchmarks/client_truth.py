@@ -17,10 +17,18 @@ record of the same timed requests (warmups excluded by time):
   client had written it, mean) and *receive lag* (the client saw the first token − the simulator
   had written it, mean).
 
+When ``vllm`` is on PATH (or ``--vllm CMD``; the optional extra ``pip install 'tunedeck[vllm]'``,
+never needed by the tests), ``vllm bench serve`` runs right after each tunedeck run, same load
+(random dataset, same lengths, ``--ignore-eos``, same concurrency and N), against the same
+simulator, and is set against the simulator's record the same way; a last table says, per metric
+and concurrency, whether tunedeck was at least as close to the truth as vLLM's client. vLLM needs a
+tokenizer: a small local word-level one is written (nothing is downloaded).
+
 Medians over the repeats. Usage::
 
     python benchmarks/client_truth.py [--conc 1,32,128,256] [--repeats 3] [--ttft-ms 50] [--itl-ms 10]
                                       [--input-len 128] [--output-len 64] [--json OUT]
+                                      [--vllm CMD | --no-vllm]
 
 Timing agreement is checked here, on purpose not in unit tests (which must hold
 on a loaded machine).
@@ -31,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -162,6 +171,117 @@ def one_run(url: str, conc: int, args: argparse.Namespace, rec: Path, data_home:
     }
 
 
+#: the figures compared with the simulator's truth, for both clients
+METRICS = (("ttft", "mean TTFT"), ("tpot", "mean TPOT"), ("itl", "mean ITL"), ("tok_s", "output tok/s"))
+
+
+def write_tokenizer(folder: Path, vocab: int = 32000) -> Path:
+    """A word-level tokenizer (``tokenizer.json``, loadable by ``transformers``) with ``vocab``
+    tokens: vLLM's random dataset only samples token ids and decodes them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    words = {"<unk>": 0, **{f"w{i}": i for i in range(1, vocab)}}
+    tok = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": 0,
+                "content": "<unk>",
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": words, "unk_token": "<unk>"},
+    }
+    (folder / "tokenizer.json").write_text(json.dumps(tok))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "model_max_length": 1 << 20})
+    )
+    return folder
+
+
+def vllm_run(vllm: str, url: str, conc: int, args: argparse.Namespace, rec: Path, tmpd: Path) -> Dict[str, Any]:
+    """``vllm bench serve`` with the same load as :func:`one_run`, set against the simulator's record."""
+    n = max(10, 5 * conc)
+    offset = rec.stat().st_size if rec.exists() else 0
+    out = tmpd / f"vllm-c{conc}-{time.monotonic_ns()}"
+    out.mkdir()
+    cmd = [
+        *vllm.split(),
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        "m",
+        "--tokenizer",
+        str(tmpd / "tokenizer"),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(args.input_len),
+        "--random-output-len",
+        str(args.output_len),
+        "--num-prompts",
+        str(n),
+        "--max-concurrency",
+        str(conc),
+        "--request-rate",
+        "inf",
+        "--ignore-eos",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--save-result",
+        "--result-dir",
+        str(out),
+        "--result-filename",
+        "result.json",
+        "--disable-tqdm",
+        "--seed",
+        "0",
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmpd, timeout=900)
+    if r.returncode != 0:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
+        raise SystemExit(f"client_truth: vllm bench serve failed at C={conc}: {tail}")
+    s = json.loads((out / "result.json").read_text())
+    time.sleep(0.2)
+    with open(rec, "rb") as f:
+        f.seek(offset)
+        new = [json.loads(x) for x in f.read().splitlines() if x.strip()]
+    # vLLM sends a test prompt (and any warmups) first: the timed requests are the last n to arrive
+    timed = sorted(new, key=lambda x: x["arrival"])[-n:]
+    if len(timed) != n:
+        raise SystemExit(f"client_truth: C={conc}: {len(timed)} vLLM requests recorded by the simulator, expected {n}")
+    t = truth(timed)
+    return {
+        "conc": conc,
+        "n": n,
+        "ttft": s["mean_ttft_ms"],
+        "ttft_true": t["mean_ttft_ms"],
+        "tpot": s["mean_tpot_ms"],
+        "tpot_true": t["mean_tpot_ms"],
+        "itl": s["mean_itl_ms"],
+        "itl_true": t["mean_itl_ms"],
+        "tok_s": s["output_throughput"],
+        "tok_s_true": t["output_throughput"],
+        "input_tokens": s.get("total_input"),
+        "failed": int(s.get("num_prompts", n)) - int(s.get("completed", n)),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--conc", default="1,32,128,256")
@@ -171,7 +291,18 @@ def main() -> int:
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--json", type=Path, default=None, help="write every run's figures here")
+    ap.add_argument(
+        "--vllm",
+        default=shutil.which("vllm"),
+        metavar="CMD",
+        help="vLLM's CLI, run as CMD bench serve (default: vllm on PATH, if any)",
+    )
+    ap.add_argument("--no-vllm", action="store_true", help="do not run vllm bench serve")
     args = ap.parse_args()
+    vllm = None if args.no_vllm else args.vllm
+    if vllm is None and not args.no_vllm:
+        print("# vllm is not installed here: tunedeck alone (pip install 'tunedeck[vllm]' to compare)", file=sys.stderr)
+    vruns: List[Dict[str, Any]] = []
     concs = [int(c) for c in args.conc.split(",")]
     runs: List[Dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="client-truth-") as tmp:
@@ -207,11 +338,23 @@ def main() -> int:
         )
         try:
             wait_port(port, 60)
+            if vllm:
+                write_tokenizer(tmpd / "tokenizer")
             for rep in range(args.repeats):
                 for c in concs:
                     res = one_run(f"http://127.0.0.1:{port}", c, args, rec, tmpd / "data")
                     res["repeat"] = rep
                     runs.append(res)
+                    if vllm:  # interleaved: the same load right after, against the same simulator
+                        v = vllm_run(vllm, f"http://127.0.0.1:{port}", c, args, rec, tmpd)
+                        v["repeat"] = rep
+                        vruns.append(v)
+                        print(
+                            f"# C={c} repeat {rep + 1}: vllm ttft {v['ttft']:.2f}/{v['ttft_true']:.2f} ms, "
+                            f"itl {v['itl']:.3f}/{v['itl_true']:.3f} ms",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                     print(
                         f"# C={c} repeat {rep + 1}: ttft {res['ttft']:.2f}/{res['ttft_true']:.2f} ms, "
                         f"itl {res['itl']:.3f}/{res['itl_true']:.3f} ms, stall {res['stall_ms']:.1f} ms",
@@ -222,7 +365,7 @@ def main() -> int:
             os.killpg(sim.pid, signal.SIGTERM)
             sim.wait(15)
     if args.json:
-        args.json.write_text(json.dumps(runs, indent=1) + "\n")
+        args.json.write_text(json.dumps(runs + [{**v, "client": "vllm"} for v in vruns], indent=1) + "\n")
     print(
         f"fixed TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, input {args.input_len}, output "
         f"{args.output_len}; medians of {args.repeats}; tunedeck / simulator's record"
@@ -245,8 +388,49 @@ def main() -> int:
             f"{med('tok_s_true'):,.0f} | {med('input_tokens'):,.0f} ({rs[0]['input_asked']:,}) "
             f"| {med('stall_ms'):.1f} | {med('ingest_ms'):.2f} | {med('recv_lag_ms'):.2f} |"
         )
+    if vruns:
+        print_vllm(concs, runs, vruns)
     bad = [r for r in runs if r["failed"] or r["input_tokens"] != r["input_asked"]]
     return 1 if bad else 0
+
+
+def print_vllm(concs: List[int], runs: List[Dict[str, Any]], vruns: List[Dict[str, Any]]) -> None:
+    """vLLM's client against the same truth, and who was closer (medians of the absolute errors)."""
+
+    def err(rs: List[Dict[str, Any]], k: str) -> float:
+        if k == "tok_s":
+            return statistics.median(abs(r[k] / r[k + "_true"] - 1) * 100 for r in rs)
+        return statistics.median(abs(r[k] - r[k + "_true"]) for r in rs)
+
+    print()
+    print("vllm bench serve / simulator, same load, interleaved (medians):")
+    print()
+    print("| C | mean TTFT ms | mean TPOT ms | mean ITL ms | output tok/s |")
+    print("|---|---|---|---|---|")
+    for c in concs:
+        vs = [r for r in vruns if r["conc"] == c]
+
+        def med(k: str) -> float:
+            return statistics.median(r[k] for r in vs)
+
+        print(
+            f"| {c} | {med('ttft'):.2f} / {med('ttft_true'):.2f} | {med('tpot'):.3f} / {med('tpot_true'):.3f} "
+            f"| {med('itl'):.3f} / {med('itl_true'):.3f} | {med('tok_s'):,.0f} / {med('tok_s_true'):,.0f} |"
+        )
+    print()
+    print("|error| from the truth, tunedeck vs vllm bench serve (ms; tok/s in %); = / < : tunedeck as close or closer")
+    print()
+    print("| C | " + " | ".join(label for _, label in METRICS) + " |")
+    print("|---|" + "---|" * len(METRICS))
+    for c in concs:
+        ts = [r for r in runs if r["conc"] == c]
+        vs = [r for r in vruns if r["conc"] == c]
+        cells = []
+        for k, _ in METRICS:
+            a, b = err(ts, k), err(vs, k)
+            d = 2 if k in ("ttft", "tok_s") else 3
+            cells.append(f"{a:.{d}f} {'<' if a < b else '=' if a == b else '>'} {b:.{d}f}")
+        print(f"| {c} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
