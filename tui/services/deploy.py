@@ -336,7 +336,9 @@ async def preflight(
     bind = "::" if ":" in plan.head_address else "0.0.0.0"
     listener = asyncio.create_task(
         hosts[head].run(
-            [python, "-c", _LISTENER, bind, str(plan.rendezvous_port), str(reach_timeout + 2), str(len(workers))],
+            # the script goes on stdin (``python -``): a command line holds no newline
+            [python, "-", bind, str(plan.rendezvous_port), str(reach_timeout + 2), str(len(workers))],
+            input=_LISTENER,
             timeout=reach_timeout + 10,
         )
     )
@@ -344,7 +346,8 @@ async def preflight(
     results = await asyncio.gather(
         *(
             hosts[w].run(
-                [python, "-c", _CONNECT, plan.head_address, str(plan.rendezvous_port), str(reach_timeout)],
+                [python, "-", plan.head_address, str(plan.rendezvous_port), str(reach_timeout)],
+                input=_CONNECT,
                 timeout=reach_timeout + 10,
             )
             for w in workers
