@@ -11,6 +11,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tests.sshd import SSHD, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshd import SSHD, SshdServer, _descendants, sshd, sshd_server  # noqa: F401  (fixtures)
 
 
 def _read_until(proc: subprocess.Popen[bytes], stream: str, needle: bytes, timeout: float) -> bytes:
@@ -224,6 +225,13 @@ def test_follow_reports_a_dropped_link_within_keepalive_bound_while_still_down(
         if server_proc is not None:
             server_proc.kill()
             server_proc.wait()
+        # the link died without a word, so the session on the "host" (and its remote tail) would wait
+        # for sshd's own keepalive: end this sshd's sessions with it, so the test leaves nothing behind
+        for pid in _descendants(server.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         server.terminate()
         try:
             server.wait(10)
