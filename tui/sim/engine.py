@@ -22,9 +22,10 @@ import signal
 import socket
 import sys
 import time
+import traceback
 import uuid
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 from tui.sim import perf, rendezvous
 from tui.sim.api import Api, Req
@@ -251,6 +252,9 @@ class Sim(Api):
         self.perf = self._perf_config()
         self.phase = "starting"
         self.http: HttpServer | None = None
+        #: the tasks that live as long as the server (scheduler, metrics publisher, …): referenced
+        #: here, and a crash of one ends the server loudly instead of leaving it hung
+        self._background_tasks: set[asyncio.Task[None]] = set()
         self.sock: socket.socket | None = None
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
@@ -439,6 +443,26 @@ class Sim(Api):
                 self.rec_file.close()
         return code
 
+    def background(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run ``coro`` for the life of the server (see :attr:`_background_tasks`)."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background_tasks.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        self._background_tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        if isinstance(exc, Fatal):  # already said in the engine's words
+            self._die(exc)
+            return
+        sys.stderr.write(f"simulator task {task.get_name()} crashed:\n")
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        self._die(Fatal(1, kill=True))
+
     def _die(self, f: Fatal) -> int:
         self.record.remove()
         if self.rec_file:
@@ -476,10 +500,10 @@ class Sim(Api):
         else:
             await self.startup_vllm()
         self.phase = "warmup"
-        asyncio.create_task(self.publisher())
-        asyncio.create_task(self.scheduler())
+        self.background(self.publisher(), "publisher")
+        self.background(self.scheduler(), "scheduler")
         if self.e == "vllm" and not self.a.disable_log_stats:
-            asyncio.create_task(self.vllm_stats())
+            self.background(self.vllm_stats(), "vllm-stats")
         if self.e == "sglang" and not self.a.skip_server_warmup:
             await self.sglang_warmup()
         self.phase = "ready"

@@ -83,7 +83,7 @@ class Rendezvous:
             await self._serve()
         else:
             await self._connect()
-        asyncio.get_running_loop().create_task(self._watch())
+        self.sim.background(self._watch(), "rendezvous-watch")
 
     async def _serve(self) -> None:
         joined = asyncio.Event()
@@ -152,12 +152,7 @@ class Rendezvous:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         # the collective hangs until NCCL gives up, then every rank fails
         await asyncio.sleep(float(os.environ.get("TUNEDECK_SIM_NCCL_TIMEOUT_S", "10") or 10))
-        from tui.sim.engine import Fatal
-
-        try:
-            self._fail("RuntimeError: NCCL error: remote process exited or there was a network error")
-        except Fatal as f:
-            self.sim._die(f)
+        self._fail("RuntimeError: NCCL error: remote process exited or there was a network error")
 
 
 async def join(sim: Any) -> Rendezvous | None:
