@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_ui_status import until
+from tests.test_ui_status import until, until_shown
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats, server, unreachable
 from tests.ui_text import screen_text
 from tui.collectors.fleet import FleetMember
@@ -93,8 +93,7 @@ async def test_a_row_group_per_host_with_gpus_summarised_and_servers_across_host
         await until(pilot, lambda: srv.row_count == 2)
         assert [cell(srv, str(k.value), "host") for k in srv.rows] == ["gpu-a", "gpu-b"]
         assert cell(srv, "srv:gpu-b:srv-vllm-base-8000", "state") == "starting"
-        text = screen_text(app)
-        assert "Hosts (2/3 up, 12 GPUs)" in text
+        await until_shown(pilot, "Hosts (2/3 up, 12 GPUs)")
 
 
 async def test_e_and_enter_expand_a_host_to_its_gpus_and_collapse_it_again():

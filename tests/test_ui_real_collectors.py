@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests import fake_smi
-from tests.test_ui_status import SIZE, cell, until
-from tests.ui_text import screen_text
+from tests.test_ui_status import SIZE, cell, until, until_shown
 from tui.hostops.hosts import LocalHost
 from tui.ui.app import make_app
 from widgets.gpu_table import GpuStateLine, GpuTable
@@ -80,9 +79,7 @@ async def test_real_server_collector_states(tmp_path):
                 )
                 assert cell(panel.table, f"srv-nometrics-{port}", "state") == "ready"
                 assert cell(panel.table, f"srv-gone-{closed}", "state") == "down"
-                text = screen_text(app)
-                assert f"nometrics: {METRICS_DISABLED}" in text
-                assert "gone: connection refused" in text
+                await until_shown(pilot, f"nometrics: {METRICS_DISABLED}", "gone: connection refused")
                 notes = panel.query_one("#server-notes")
                 assert panel.region.contains_region(notes.region)  # the panel grew with its notes
                 assert notes.region.height == 2

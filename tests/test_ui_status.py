@@ -52,6 +52,11 @@ async def until(pilot, pred, timeout: float = 3.0, step: float = 0.02) -> None:
         await pilot.pause(step)
 
 
+async def until_shown(pilot, *parts: str, timeout: float = 5.0) -> None:
+    """Wait until every part is on the screen: a widget's state changes one frame before it is drawn."""
+    await until(pilot, lambda: all(part in screen_text(pilot.app) for part in parts), timeout=timeout)
+
+
 def cell(table, row: str, col: str) -> str:
     return table.get_cell(row, col).plain
 
@@ -203,10 +208,12 @@ async def test_server_states_are_visible():
         # state colours come from the theme
         assert t.get_cell("srv-sglang-tuned-30000", "state").style == app.theme_variables["success"]
         assert t.get_cell("srv-vllm-old-8000", "state").style == app.theme_variables["error"]
-        text = screen_text(app)
-        assert f"sglang-nometrics: {METRICS_DISABLED}" in text
-        assert "vllm-old: connection refused" in text
-        assert "vllm-sick: /health returned 503" in text
+        await until_shown(
+            pilot,
+            f"sglang-nometrics: {METRICS_DISABLED}",
+            "vllm-old: connection refused",
+            "vllm-sick: /health returned 503",
+        )
 
 
 async def test_no_servers_says_so():
