@@ -164,6 +164,24 @@ def test_two_node_sglang_launches_ready_and_stops_with_all_16_gpus_freed(nodes, 
     got = json.loads(r.stdout)["lines"]
     assert got and {x["node"] for x in got} == {tb}
 
+    # a benchmark on the deployment runs on its head node, against the port the head serves
+    r = cli(a, user, "bench", "--deployment", "nope")
+    assert r.returncode == 2 and "--deployment nope: no such deployment" in r.stderr, r.stderr
+    r = cli(a, user, "bench", "--deployment", dep["deploy_id"][:8], "--host", tb)
+    assert r.returncode == 2 and "drop --url/--host/--demo" in r.stderr, r.stderr
+    bench = ("--concurrency", "2", "--num-prompts", "6", "--input-len", "32", "--output-len", "8", "--warmup", "0")
+    r = cli(a, user, "bench", "--deployment", dep["deploy_id"][:8], *bench, "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads(r.stdout)
+    assert summary["completed"] == 6 and summary["failed"] == 0, summary
+    assert summary["client"]["where"] == "host"
+    r = cli(a, user, "results", "list", "--json")
+    row = next(x for x in json.loads(r.stdout) if x["run_id"] == summary["run_id"])
+    assert row["deployment"] == dep["deploy_id"] and row["target"] == ta and row["client_where"] == "host", row
+    assert summary["deployment"]["nodes"] == [ta, tb]
+    r = cli(a, user, "results", "show", summary["run_id"])
+    assert f"deployment {dep['deploy_id']} (r1-2n): 2 nodes, the client ran on {ta}" in r.stdout, r.stdout
+
     # no terminal and no --yes: nothing is stopped
     r = cli(a, user, "stop", dep["deploy_id"])
     assert r.returncode == 1 and "Not stopped" in r.stderr

@@ -355,6 +355,8 @@ def summarize(
     if client:
         cl.update(client)
     res["client"] = cl
+    if isinstance(meta.get("deployment"), Mapping):
+        res["deployment"] = dict(meta["deployment"])  # a multi-node deployment, benchmarked on its head
     res["client_bound"] = bool(cl.get("client_bound"))
     res["machine_busy"] = bool(cl.get("machine_busy"))
     res["schema_version"] = SCHEMA_VERSION

@@ -113,7 +113,19 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     )
     g = p.add_argument_group("server")
     g.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000")
-    g.add_argument("--port", type=_port, help="server port on --host/--demo (reached through a port forward)")
+    g.add_argument(
+        "--port",
+        type=_port,
+        help="server port on --host/--demo (the client runs next to it; with --client-where local, "
+        "through a port forward)",
+    )
+    g.add_argument(
+        "--deployment",
+        metavar="ID",
+        default=None,
+        help="a multi-node deployment (id or prefix, see `tunedeck runs --deployments`): the benchmark "
+        "runs on its head node against the port the head serves; the result records the deployment",
+    )
     g.add_argument("--model", help="model name (default: the first one /v1/models lists)")
     g.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     g.add_argument(
@@ -341,9 +353,48 @@ def _write_json(args: argparse.Namespace, summaries: list[dict[str, Any]]) -> in
     return 0
 
 
+def use_deployment(args: argparse.Namespace) -> dict[str, Any]:
+    """Point ``args`` at a deployment's head node and serving port (``--deployment ID``) and return
+    what the result records of it; ValueError, naming the deployment, when it cannot be benchmarked."""
+    from tui.hostops.runstore import FAILED, STOPPED
+    from tui.services.deploy import DeploymentStore
+
+    if args.url or args.demo or args.host is not None:
+        raise ValueError("--deployment names the host and port itself; drop --url/--host/--demo")
+    rec = DeploymentStore().find(args.deployment)
+    if rec is None:
+        raise ValueError(f"--deployment {args.deployment}: no such deployment here (see `tunedeck runs --deployments`)")
+    if rec.status in (STOPPED, FAILED):
+        raise ValueError(f"deployment {rec.deploy_id} ({rec.profile}) is {rec.status}; launch it again first")
+    if args.port is not None and args.port != rec.http_port:
+        raise ValueError(f"deployment {rec.deploy_id} serves on port {rec.http_port}, not --port {args.port}")
+    args.host, args.port = rec.head, rec.http_port
+    if not args.profile:
+        args.profile = rec.profile
+    return {
+        "deployment": {
+            "id": rec.deploy_id,
+            "profile": rec.profile,
+            "engine": rec.engine,
+            "mode": rec.mode,
+            "nodes": list(rec.nodes),
+            "head": rec.head,
+            "sim": rec.sim,
+        }
+    }
+
+
 async def run_bench(args: argparse.Namespace) -> int:
     from tui.bench import metrics
 
+    deployment: dict[str, Any] = {}
+    if args.deployment:
+        if args.attach or args.stop:
+            return _fail("--attach/--stop take a job id with --host; --deployment starts a new benchmark")
+        try:
+            deployment = use_deployment(args)
+        except ValueError as e:
+            return _fail(str(e))
     if args.attach or args.stop:
         if args.url:
             return _fail("--attach/--stop name a benchmark on --host/--demo, not on --url")
@@ -362,6 +413,7 @@ async def run_bench(args: argparse.Namespace) -> int:
                 raise ValueError("not a JSON object")
         except (OSError, ValueError) as e:
             return _fail(f"--meta-json {args.meta_json}: {e}")
+    meta_extra.update(deployment)
     if args.profile:
         meta_extra["profile"] = args.profile
     if args.url:
@@ -549,6 +601,7 @@ async def start_run(argv: list[str]) -> Any:
 
     args = parse_args(argv)
     goodput = metrics.parse_goodput(args.goodput)
+    deployment = use_deployment(args) if args.deployment else {}
     if args.url:
         _check_url(args.url)
         host: Any = LocalHost()
@@ -560,6 +613,7 @@ async def start_run(argv: list[str]) -> Any:
         meta = {"target": "demo" if args.demo else (args.host or "local"), "server_port": args.port}
     else:
         raise ValueError("need --url URL, or --port P with --host/--demo")
+    meta.update(deployment)
     if args.profile:
         meta["profile"] = args.profile
     return await BenchRun.start(host, cfg, meta_extra=meta, python=args.python)

@@ -80,6 +80,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "status": status,
                 "sweep_id": r.meta.get("sweep_id"),
                 "client_where": (r.meta.get("client") or {}).get("where"),
+                "deployment": (r.meta.get("deployment") or {}).get("id"),
                 "measured_through_tunnel": measured_through_tunnel(r.meta),
                 "host_job": src.get("job_id") if src else None,
             }
@@ -135,6 +136,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         f"run {run}  model={s.get('model_id')}  concurrency={s.get('max_concurrency')} "
         f"request_rate={s.get('request_rate')}  client={where_label(s)}"
     )
+    dep = s.get("deployment")
+    if isinstance(dep, dict):
+        nodes = dep.get("nodes") or []
+        print(
+            f"deployment {dep.get('id')} ({dep.get('profile')}): {len(nodes)} nodes, the client ran on {dep.get('head')}"
+        )
     if measured_through_tunnel(s):
         print(f"note: {TUNNEL_NOTE}; the link's latency and buffering are in these numbers")
     print(metrics.format_result(s, (s.get("params") or {}).get("percentiles") or metrics.DEFAULT_PERCENTILES))
