@@ -89,10 +89,12 @@ def nodes(sshd: SshdServer, second_sshd: SshdServer, tmp_path: Path) -> Iterator
     second_sshd.kill_sessions()
 
 
-def write_profile(tmp_path: Path, a: SshdServer, b: SshdServer, *, dist_timeout: int = 60) -> Path:
+def write_profile(
+    tmp_path: Path, a: SshdServer, b: SshdServer, *, dist_timeout: int = 60, name: str = "r1-2n", extra: str = ""
+) -> Path:
     user = tmp_path / "profiles"
     user.mkdir(exist_ok=True)
-    (user / "r1-2n.toml").write_text(
+    (user / f"{name}.toml").write_text(
         "schema_version = 1\n"
         'engine = "sglang"\n'
         'model = "deepseek-ai/DeepSeek-V2-Lite-Chat"\n'
@@ -105,7 +107,7 @@ def write_profile(tmp_path: Path, a: SshdServer, b: SshdServer, *, dist_timeout:
         f"port = {free_port()}\n"
         "\n[flags]\n"
         "enable-metrics = true\n"
-        f"dist-timeout = {dist_timeout}\n"
+        f"dist-timeout = {dist_timeout}\n" + extra
     )
     return user
 
@@ -265,3 +267,36 @@ async def test_a_worker_that_never_joins_is_diagnosed_by_name(nodes, tmp_path: P
         assert all(v is True for v in free.values()), free
     finally:
         await D.close_hosts(hosts)
+
+
+def test_ab_of_two_deployments_each_benchmark_on_the_head_then_both_stopped(nodes, tmp_path: Path):
+    """`tunedeck ab A B` with two multi-node profiles: the campaign runs detached here (it reaches
+    both nodes), each side is a deployment launched and stopped as one unit, each benchmark runs
+    host-side on the head, and the comparison shows the flag that differs."""
+    a, b = nodes
+    user = write_profile(tmp_path, a, b)
+    write_profile(tmp_path, a, b, name="r1-2n-steps", extra="num-continuous-decode-steps = 4\n")
+    plan = tmp_path / "tiny.toml"
+    plan.write_text(
+        'name = "tiny"\nendpoint = "completions"\ninput_len = 32\noutput_len = 8\nignore_eos = true\n'
+        "temperature = 0.0\nseed = 1\nwarmup = 1\n\n[[level]]\nconcurrency = 2\nnum_prompts = 6\n"
+    )
+    r = cli(a, user, "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), "--json", timeout=280)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "runs detached on this machine" in r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["status"] == "completed", rep.get("error")
+    assert [x["side"] for x in rep["launches"]] == ["A", "B"] and all(x["ready"] for x in rep["launches"])
+    ta, tb = a.target(ROOT_USER), b.target(ROOT_USER)
+    results = json.loads(cli(a, user, "results", "list", "--json").stdout)
+    ab_runs = [x for x in results if x["deployment"]]
+    assert len(ab_runs) == 2 and {x["target"] for x in ab_runs} == {ta}
+    assert all(x["client_where"] == "host" and x["completed"] == 6 for x in ab_runs), ab_runs
+    assert not rep["left_running"]
+    # both deployments stopped, all 16 GPUs free, nothing of theirs alive on either node
+    deps = json.loads(cli(a, user, "runs", "--deployments", "--json").stdout)
+    assert len(deps) == 2 and all(d["status"] == "stopped" for d in deps), deps
+    assert gpus_used(tmp_path / "sim-a") == [0] * 8 and gpus_used(tmp_path / "sim-b") == [0] * 8
+    text = cli(a, user, "compare", rep["id"]).stdout
+    assert "num-continuous-decode-steps" in text, text
+    assert tb

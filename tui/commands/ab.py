@@ -131,6 +131,8 @@ async def run(args: argparse.Namespace) -> int:
             plan = load_plan(args.plan)
         except PlanError as e:
             return _fail(f"plan {e}")
+    if ref is None and _multi_node(args.a, args.b):
+        return await _deployments(args, plan)
     try:
         host = get_host(args.host, demo=args.demo)
     except (UnsafeInput, HostError) as e:
@@ -172,6 +174,63 @@ async def run(args: argparse.Namespace) -> int:
         return _fail(str(e), 1)
     except HostError as e:
         return _fail(f"{label}: {e}", 1)
+    finally:
+        await host.close()
+
+
+def _multi_node(*names: str) -> bool:
+    """Whether a side names several nodes (an unreadable profile is reported by the A/B itself)."""
+    from tui.profiles.model import ProfileError
+    from tui.profiles.store import ProfileStore
+
+    store = ProfileStore()
+    for name in names:
+        try:
+            if len(store.get(name).nodes) > 1:
+                return True
+        except ProfileError:
+            continue
+    return False
+
+
+async def _deployments(args: argparse.Namespace, plan: Any) -> int:
+    """An A/B of two multi-node profiles: the campaign runs detached on this machine (only it
+    reaches every node); each side is a deployment, each benchmark runs on the side's head node."""
+    from tui.hostops.hosts import HostError
+    from tui.services import deployab, jobs
+    from tui.services.abrun import ABRun
+
+    if args.demo or args.host not in (None, "local"):
+        return _fail("multi-node profiles name their nodes; drop --host/--demo (use --sim for the simulator)")
+    noise = args.noise if args.noise != DEFAULT_NOISE_PCT else None
+    try:
+        host, job = await deployab.start(
+            args.a,
+            args.b,
+            plan,
+            sim=args.sim,
+            repeats=args.repeats,
+            interleave=args.interleave,
+            noise_pct=noise,
+            confirm_stop=lambda q: _ask(args, q),
+            python=args.python,
+        )
+    except ValueError as e:
+        return _fail(str(e), 1)
+    except (jobs.JobError, HostError) as e:
+        return _fail(str(e), 1)
+    ab = ABRun(host, job, noise_pct=noise)
+    label = str((job.meta or {}).get("host_label") or "this machine")
+    if not args.quiet:
+        print(
+            f"tunedeck ab: A/B job {ab.id} of two deployments runs detached on this machine (it reaches every "
+            f"node; each benchmark runs on the head node); Ctrl-C detaches (it goes on); "
+            f"`tunedeck ab --attach {ab.id}` follows it, `--cancel {ab.id}` stops it",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        return await _follow(args, ab, label)
     finally:
         await host.close()
 

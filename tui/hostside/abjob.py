@@ -16,8 +16,9 @@ import fcntl
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
+from tui.ab.runner import ProfileInfo, ServerOps
 from tui.hostside.jobfiles import EVENTS, REPORT, SPEC, EventLog, on_stop_signal, read_spec
 from tui.util.files import atomic_write_json
 from tui.util.safety import redact_env
@@ -41,10 +42,20 @@ def take_lock(ab_root: Path) -> int:
     return fd
 
 
-async def run(job_dir: Path) -> int:
-    from tui.ab.plan import Plan
-    from tui.ab.runner import ABEvent, ABRunner, ProfileInfo
+def local_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> ServerOps:
+    """The campaign's operations on this host (the launcher, tracker and benchmark engine here)."""
     from tui.hostside.abops import LocalOps
+
+    return LocalOps({i.name: i for i in infos.values()}, host_label=str(spec.get("host_label") or "local"))
+
+
+async def run(
+    job_dir: Path, make_ops: Callable[[Mapping[str, Any], Mapping[str, ProfileInfo]], ServerOps] = local_ops
+) -> int:
+    """Run the campaign in ``job_dir`` (its spec.json), writing events and the report there.
+    ``make_ops`` gives the runner its operations (a multi-node deployment's come from the laptop)."""
+    from tui.ab.plan import Plan
+    from tui.ab.runner import ABEvent, ABRunner
 
     events = EventLog(job_dir / EVENTS)
     rc, error = 0, None
@@ -58,7 +69,7 @@ async def run(job_dir: Path) -> int:
             redacted[k] = {**spec[k], "env": redact_env(spec[k].get("env") or {})}
         atomic_write_json(job_dir / SPEC, redacted, mode=0o600)
         plan = Plan.from_dict(spec["plan"])
-        ops = LocalOps({i.name: i for i in infos.values()}, host_label=str(spec.get("host_label") or "local"))
+        ops = make_ops(spec, infos)
         stop_existing = bool(spec.get("stop_existing"))
 
         async def confirm(_question: str) -> bool:
