@@ -300,3 +300,55 @@ def test_ab_of_two_deployments_each_benchmark_on_the_head_then_both_stopped(node
     text = cli(a, user, "compare", rep["id"]).stdout
     assert "num-continuous-decode-steps" in text, text
     assert tb
+
+
+def test_ab_of_deployments_survives_its_terminal_and_cancel_stops_the_live_side(nodes, tmp_path: Path):
+    """The foreground detaches (SIGINT) while A benchmarks; the campaign goes on; `--cancel --yes`
+    stops it, and the deployment it had launched is stopped with its GPUs freed."""
+    import re
+
+    a, b = nodes
+    user = write_profile(tmp_path, a, b)
+    write_profile(tmp_path, a, b, name="r1-2n-steps", extra="num-continuous-decode-steps = 4\n")
+    plan = tmp_path / "long.toml"
+    plan.write_text(
+        'name = "long"\nendpoint = "completions"\ninput_len = 32\noutput_len = 400\nignore_eos = true\n'
+        "temperature = 0.0\nseed = 1\nwarmup = 0\n\n[[level]]\nconcurrency = 1\nnum_prompts = 400\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tui", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan)],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=a.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
+    )
+    seen = []
+    job = None
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 200
+        for line in proc.stderr:
+            seen.append(line)
+            m = re.search(r"A/B job (\S+) of two deployments", line)
+            job = job or (m.group(1) if m else None)
+            if "benchmark C=1" in line or "requests" in line:
+                break
+            assert time.monotonic() < deadline, "".join(seen)
+        assert job is not None, "".join(seen)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "detached" in err, "".join(seen) + err
+    # the campaign goes on without its terminal
+    r = cli(a, user, "runs", "--deployments", "--json")
+    deps = json.loads(r.stdout)
+    assert len(deps) == 1 and deps[0]["status"] == "ready", deps
+    r = cli(a, user, "ab", "--cancel", job)
+    assert r.returncode == 1 and "not cancelled" in r.stderr  # no terminal, no --yes: no
+    r = cli(a, user, "ab", "--cancel", job, "--yes", "--quiet", "--json", timeout=280)
+    deps = json.loads(cli(a, user, "runs", "--deployments", "--json").stdout)
+    assert [d["status"] for d in deps] == ["stopped"], (deps, r.stderr[-3000:])
+    assert gpus_used(tmp_path / "sim-a") == [0] * 8 and gpus_used(tmp_path / "sim-b") == [0] * 8
