@@ -165,6 +165,9 @@ def test_two_node_sglang_launches_ready_and_stops_with_all_16_gpus_freed(nodes, 
     r = cli(a, user, "logs", dep["deploy_id"], "--node", tb, "--json")
     got = json.loads(r.stdout)["lines"]
     assert got and {x["node"] for x in got} == {tb}
+    # the second node's schedulers are the global ranks TP8..TP15, as SGLang names them
+    worker = "\n".join(x["line"] for x in got)
+    assert " TP8]" in worker and " TP15]" in worker and " TP0]" not in worker, worker[-2000:]
 
     # a benchmark on the deployment runs on its head node, against the port the head serves
     r = cli(a, user, "bench", "--deployment", "nope")

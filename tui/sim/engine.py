@@ -168,6 +168,8 @@ class Log:
         self.pid = pid
         self.ms = os.environ.get("SGLANG_LOG_MS", "") not in ("", "0")
         self.out = sys.stdout
+        #: the first global rank on this node: a second node's schedulers are TP8..TP15 at tp 16
+        self.rank_base = 0
 
     def raw(self, text: str) -> None:
         try:
@@ -182,7 +184,7 @@ class Log:
         return f"{s}.{int(t * 1000) % 1000:03d}" if self.ms else s
 
     def sg(self, msg: str, rank: int | None = None) -> None:
-        r = f" TP{rank}" if rank is not None else ""
+        r = f" TP{rank + self.rank_base}" if rank is not None else ""
         self.raw(f"[{self.ts()}{r}] {msg}\n")
 
     def vl(
@@ -230,6 +232,7 @@ class Sim(Api):
             self.model = args.model_path
             self.served = args.served_model_name or args.model_path
             self.tp = rendezvous.local_ranks(args, max(1, args.tp_size) * max(1, args.pp_size))
+            self.log.rank_base = rendezvous.first_rank(args, max(1, args.tp_size) * max(1, args.pp_size))
             self.host = args.host
             self.port = args.port
             self.context_len = args.context_length or 131072
@@ -390,7 +393,7 @@ class Sim(Api):
     def publish(self, force: bool = True) -> None:
         used_mib = int(self.mem_used_gib * 1024)
         names = (
-            [f"sglang::scheduler_TP{i}" for i in range(len(self.gpus))]
+            [f"sglang::scheduler_TP{i + self.log.rank_base}" for i in range(len(self.gpus))]
             if self.e == "sglang"
             else [f"VLLM::Worker_TP{i}" for i in range(len(self.gpus))]
         )
