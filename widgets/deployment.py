@@ -62,6 +62,8 @@ class NodeProgressList(Widget):
     NodeProgressList {
         height: auto;
         padding: 0 1;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
     }
     """
 
@@ -93,7 +95,7 @@ class NodeProgressList(Widget):
             out.append("░" * (bar_w - filled), style="dim")
             out.append(f" {frac * 100:3.0f}%  ")
             state_text = {"stopped": "stopped (by you)"}.get(r.state, r.state)
-            out.append(f"{state_text:<8}", style=_STATE_STYLE.get(r.state, "yellow"))
+            out.append(state_text, style=_STATE_STYLE.get(r.state, "yellow"))
             if p is None:
                 out.append("  waiting for the log", style="dim")
             elif r.state == "ready":
@@ -108,8 +110,6 @@ class NodeProgressList(Widget):
                     out.append(f"  ⚠ {p.diagnosis}", style="bold yellow")
             if r.link_error:
                 out.append(f"  ⚠ {r.link_error}", style="yellow")
-        out.no_wrap = True
-        out.overflow = "ellipsis"
         return out
 
     @property
