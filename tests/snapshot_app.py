@@ -747,6 +747,114 @@ def runs() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     return app, run_before
 
 
+def deployment() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    """A 2-node SGLang deployment whose worker ran out of memory: a bar per node, the verdict
+    naming the node that failed first, and the merged log with a node tag on every line."""
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from tui.collectors.deployment import DeploymentSnapshot
+        from tui.model import StartupProgress
+        from tui.services import deploy as D
+        from tui.ui.screens.deployment import DeploymentScreen
+        from widgets.deployment import MergedLog
+
+        nodes = ["gpuop@gpu-box-01", "gpuop@gpu-box-02"]
+        rec = D.DeploymentRecord(
+            deploy_id="d20250308a7f3",
+            profile="r1-2n",
+            engine="sglang",
+            mode="tp",
+            nodes=nodes,
+            rendezvous="10.0.0.11:5000",
+            http_port=30000,
+            created=1_741_436_000.0,
+            members=[
+                D.Member(nodes[0], 0, "head", "server", "20250308-122905-7f3a", serves=True, port=30000),
+                D.Member(nodes[1], 1, "worker", "server", "20250308-122906-91c2"),
+            ],
+        )
+        oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+        head = StartupProgress(
+            rec.members[0].run_id,
+            "sglang",
+            "starting",
+            "weight-loading",
+            phase_label="safetensors shards",
+            phase_progress=8 / 13,
+            phase_n=8,
+            phase_total=13,
+            fraction=0.41,
+            elapsed=23.0,
+            eta=34.0,
+            eta_source="history",
+        )
+        worker = StartupProgress(
+            rec.members[1].run_id,
+            "sglang",
+            "failed",
+            "weight-loading",
+            fraction=0.38,
+            elapsed=21.0,
+            diagnosis="CUDA out of memory while loading weights",
+            proof=oom,
+        )
+        states = (
+            D.MemberState(nodes[0], 0, "head", head.run_id, "starting", serves=True, progress=head),
+            D.MemberState(
+                nodes[1], 1, "worker", worker.run_id, "failed", worker.diagnosis, oom, "oom", 1.0, False, False, worker
+            ),
+        )
+        verdict = D.Verdict(
+            "failed",
+            f"node B ({nodes[1]}) failed first: CUDA out of memory while loading weights",
+            oom,
+            nodes[1],
+        )
+        ts = "[2025-03-08 12:29:{:02d}{}]"
+        lines = (
+            (nodes[0], ts.format(5, "") + " server_args=ServerArgs(model_path='deepseek-ai/DeepSeek-R1', tp_size=16)"),
+            (nodes[1], ts.format(6, " TP8") + " Init torch distributed begin."),
+            (nodes[0], ts.format(7, " TP0") + " Init torch distributed ends. mem usage=0.42 GB"),
+            (nodes[1], ts.format(7, " TP8") + " Init torch distributed ends. mem usage=0.42 GB"),
+            (nodes[0], ts.format(8, " TP0") + " Load weight begin. avail mem=139.20 GB"),
+            (nodes[1], ts.format(8, " TP8") + " Load weight begin. avail mem=4.10 GB"),
+            (nodes[0], "Loading safetensors checkpoint shards:  62% Completed | 8/13 [00:15<00:09]"),
+            (nodes[1], ts.format(27, " TP8") + " Scheduler hit an exception: Traceback (most recent call last):"),
+            (nodes[1], oom),
+        )
+        snap = DeploymentSnapshot(rec.deploy_id, tuple(nodes), states, verdict, lines=lines)
+
+        class Still:
+            """One sample, then nothing new (a still frame)."""
+
+            async def start(self) -> None:
+                pass
+
+            async def sample(self) -> DeploymentSnapshot:
+                nonlocal snap
+                out, snap = snap, DeploymentSnapshot(rec.deploy_id, tuple(nodes), states, verdict)
+                return out
+
+            async def stop(self, **kw: object) -> tuple[list[object], dict[str, object]]:
+                return [], {}
+
+            async def aclose(self) -> None:
+                pass
+
+        await _settled(app, pilot)
+        scr = DeploymentScreen(rec, collector=Still(), interval=3600.0)
+        await app.push_screen(scr)
+        view = scr.query_one(MergedLog)
+        await _until(pilot, lambda: scr.snapshot is not None)
+        view.flush_now()
+        await _until(pilot, lambda: bool(app._notifications))  # the verdict's toast: not part of the frame
+        app.clear_notifications()
+        await pilot.pause(0.3)
+
+    return app, run_before
+
+
 def keys() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
@@ -879,6 +987,7 @@ SCENES: dict[str, Scene] = {
     "compare-client-health": lambda: compare(health=True),
     "compare-timeline": compare_timeline,
     "runs": runs,
+    "deployment": deployment,
     "keys": keys,
     "confirm-stop": confirm_stop,
     "hosts": hosts,

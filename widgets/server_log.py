@@ -55,13 +55,21 @@ class _LogHighlighter(Highlighter):
         self.pattern: re.Pattern[str] | None = None
         #: True while the line being highlighted holds the current match
         self.current = False
+        #: a leading ``[tag]`` → its style (a merged log's node tags)
+        self.tag_styles: dict[str, str] = {}
 
     def highlight(self, text: Text) -> None:
-        sev = line_severity(text.plain)
+        plain = text.plain
+        end = plain.find("]") if self.tag_styles and plain.startswith("[") else -1
+        sev = line_severity(plain[end + 2 :] if end > 0 else plain)
         if sev == "error":
             text.stylize("bold red")
         elif sev == "warning":
             text.stylize("yellow")
+        if end > 0:
+            style = self.tag_styles.get(plain[1:end].strip().split(":", 1)[0])
+            if style:
+                text.stylize(style, 0, end + 1)
         if self.pattern is not None:
             style = "bold black on yellow" if self.current else "reverse"
             for m in self.pattern.finditer(text.plain):

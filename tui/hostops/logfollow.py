@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import logging
+import re
 import time
 from typing import AsyncGenerator, Callable
 
@@ -13,6 +15,43 @@ from tui.util import retry
 from tui.util.safety import check_text
 
 _log = logging.getLogger(__name__)
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+class LineSplitter:
+    """Bytes → display lines: UTF-8 (replace), ANSI stripped, a ``\\r`` redraw keeps the last frame."""
+
+    def __init__(self) -> None:
+        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buf = ""
+
+    def feed(self, data: bytes) -> list[str]:
+        self._buf += self._dec.decode(data)
+        *lines, self._buf = self._buf.split("\n")
+        return [self._clean(x) for x in lines]
+
+    def partial(self) -> str:
+        """The unterminated tail as it would look now (last \r frame)."""
+        return self._clean(self._buf) if self._buf else ""
+
+    def pending_bytes(self) -> int:
+        """Bytes received but not yet shown (an unterminated line)."""
+        return len(self._buf.encode("utf-8", "surrogatepass")) + len(self._dec.getstate()[0])
+
+    def flush(self) -> list[str]:
+        if not self._buf:
+            return []
+        line, self._buf = self._buf, ""
+        return [self._clean(line)]
+
+    @staticmethod
+    def _clean(line: str) -> str:
+        line = line.rstrip("\r")
+        if "\r" in line:
+            frames = [f for f in line.split("\r") if f.strip()]
+            line = frames[-1] if frames else ""
+        return _ANSI.sub("", line) if "\x1b" in line else line
 
 
 class LogFollower:

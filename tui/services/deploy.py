@@ -779,6 +779,12 @@ async def read_log(host: Host, run_dir: str, max_bytes: int = 4 << 20) -> str:
     return r.stdout if r.ok else ""
 
 
+def line_time(line: str) -> float | None:
+    """Epoch seconds of the engine timestamp in a log line (None when it shows none)."""
+    m = _TS_RE.search(line)
+    return log_time(m.group(1) or m.group(2)) if m else None
+
+
 def merge_logs(logs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """(tag, log text) per member → (tag, line) in time order: each line sorts by the last
     timestamp its own log showed (lines without one follow the line before them), so each
@@ -788,11 +794,9 @@ def merge_logs(logs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
         last = 0.0
         for li, raw in enumerate(text.rstrip("\n").split("\n") if text else ()):
             line = raw.rsplit("\r", 1)[-1] if "\r" in raw else raw
-            m = _TS_RE.search(line)
-            if m:
-                t = log_time(m.group(1) or m.group(2))
-                if t is not None:
-                    last = t
+            t = line_time(line)
+            if t is not None:
+                last = t
             keyed.append((last, mi, li, tag, line))
     keyed.sort(key=lambda k: (k[0], k[1], k[2]))
     return [(tag, line) for _, _, _, tag, line in keyed]
@@ -837,6 +841,7 @@ __all__ = [
     "Verdict",
     "close_hosts",
     "launch",
+    "line_time",
     "log_time",
     "merge_logs",
     "merged_log",

@@ -9,8 +9,6 @@ tracker, whose snapshot the progress widget renders twice a second.
 from __future__ import annotations
 
 import asyncio
-import codecs
-import re
 import time
 from dataclasses import dataclass, field, replace
 
@@ -24,7 +22,7 @@ from textual.widgets import Footer, Static
 
 from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import LaunchRefused, StopResult, demo_argv, launch, stop_run
-from tui.hostops.logfollow import follow_forever, read_log
+from tui.hostops.logfollow import LineSplitter, follow_forever, read_log
 from tui.hostops.runstore import RunRecord, RunStore
 from tui.hostops.tracker import StartupTracker
 from tui.model import StartupProgress
@@ -33,8 +31,6 @@ from tui.ui.screens.modals import ConfirmModal
 from tui.util.safety import UnsafeInput
 from widgets.server_log import ServerLog
 from widgets.startup_progress import StartupProgressView
-
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 
 @dataclass(frozen=True)
@@ -46,41 +42,6 @@ class LaunchSpec:
     engine: str = "other"
     port: int | None = None
     profile: str | None = None
-
-
-class LineSplitter:
-    """Bytes → display lines: UTF-8 (replace), ANSI stripped, a ``\\r`` redraw keeps the last frame."""
-
-    def __init__(self) -> None:
-        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buf = ""
-
-    def feed(self, data: bytes) -> list[str]:
-        self._buf += self._dec.decode(data)
-        *lines, self._buf = self._buf.split("\n")
-        return [self._clean(x) for x in lines]
-
-    def partial(self) -> str:
-        """The unterminated tail as it would look now (last \r frame)."""
-        return self._clean(self._buf) if self._buf else ""
-
-    def pending_bytes(self) -> int:
-        """Bytes received but not yet shown (an unterminated line)."""
-        return len(self._buf.encode("utf-8", "surrogatepass")) + len(self._dec.getstate()[0])
-
-    def flush(self) -> list[str]:
-        if not self._buf:
-            return []
-        line, self._buf = self._buf, ""
-        return [self._clean(line)]
-
-    @staticmethod
-    def _clean(line: str) -> str:
-        line = line.rstrip("\r")
-        if "\r" in line:
-            frames = [f for f in line.split("\r") if f.strip()]
-            line = frames[-1] if frames else ""
-        return _ANSI.sub("", line) if "\x1b" in line else line
 
 
 class RunScreen(Screen[None]):

@@ -1,5 +1,7 @@
-"""The runs list: every server tunedeck launched on this host (local records), newest first;
-``/`` filters, a header click sorts, ``enter`` opens the run view (log, progress, stop)."""
+"""The runs list: every server tunedeck launched on this host (local records), newest first,
+and every multi-node deployment as one row (its member runs are not listed apart);
+``/`` filters, a header click sorts, ``enter`` opens the run view (log, progress, stop) or the
+deployment view (a bar per node, the merged log, stop as a unit)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,19 @@ _COLUMNS = (
     ("started", "Started", 17),
     ("rc", "rc", 3),
 )
-_STATUS_STYLE = {"ready": "green", "failed": "bold red", "starting": "yellow", "stopped": "dim", "exited": "dim"}
+#: shown only when there are deployments
+_NODES_COLUMN = ("nodes", "Nodes", 24)
+#: row-key prefix of a deployment's row
+_DEPLOY = "deploy:"
+_STATUS_STYLE = {
+    "ready": "green",
+    "failed": "bold red",
+    "starting": "yellow",
+    "stopped": "dim",
+    "exited": "dim",
+    "stalled": "bold yellow",
+    "partial": "bold yellow",
+}
 
 
 class RunsScreen(Screen[None]):
@@ -47,11 +61,23 @@ class RunsScreen(Screen[None]):
         Binding("escape", "close", "Back", id="runs-back"),
     ]
 
-    def __init__(self, records: list[Any] | None = None) -> None:
+    def __init__(
+        self,
+        records: list[Any] | None = None,
+        *,
+        deployments: list[Any] | None = None,
+        host_factory: Any = None,
+    ) -> None:
         super().__init__()
         self._given = records
+        self._given_deployments = deployments
+        #: node → Host for the deployment view (default: tui.services.targets)
+        self.host_factory = host_factory
         #: run id → record
         self.records: dict[str, Any] = {}
+        #: deployment id → record
+        self.deployments: dict[str, Any] = {}
+        self._columns: tuple[tuple[str, str, int], ...] = ()
 
     def compose(self) -> ComposeResult:
         yield Static(id="runs-title")
@@ -61,11 +87,30 @@ class RunsScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#runs", FilterTable)
-        for key, label, width in _COLUMNS:
-            table.add_column(label, key=key, width=width)
         self.action_reload()
-        table.focus()
+        self.table.focus()
+
+    def _set_columns(self, columns: tuple[tuple[str, str, int], ...]) -> None:
+        if columns == self._columns:
+            return
+        table = self.table
+        table.clear(columns=True)
+        if table.sort_column not in (None, *(key for key, _, _ in columns)):
+            table.sort_column = None
+        for key, label, width in columns:
+            table.add_column(label, key=key, width=width)
+        self._columns = columns
+
+    def _load_deployments(self) -> list[Any]:
+        if self._given_deployments is not None:
+            return list(self._given_deployments)
+        from tui.services.deploy import DeploymentStore
+
+        try:
+            return DeploymentStore().all()
+        except OSError as e:
+            self.notify(f"deployment records unreadable: {e}", severity="error", markup=False)
+            return []
 
     @property
     def table(self) -> FilterTable:
@@ -83,12 +128,33 @@ class RunsScreen(Screen[None]):
             except OSError as e:
                 self.notify(f"run records unreadable: {e}", severity="error", markup=False)
                 recs = []
+        deps = self._load_deployments()
+        members = {m.run_id for d in deps for m in d.members}
+        recs = [r for r in recs if r.run_id not in members]  # shown as their deployment's row
         recs.sort(key=lambda r: r.created or 0.0, reverse=True)
+        deps.sort(key=lambda d: d.created or 0.0, reverse=True)
         self.records = {r.run_id: r for r in recs}
+        self.deployments = {d.deploy_id: d for d in deps}
+        self._set_columns(_COLUMNS + ((_NODES_COLUMN,) if deps else ()))
+        extra: tuple[str, ...] = ("",) if deps else ()
         rows = []
+        for d in deps:
+            rows.append(
+                (
+                    _DEPLOY + d.deploy_id,
+                    (
+                        d.deploy_id,
+                        d.profile or "-",
+                        d.engine,
+                        "N/A" if not d.http_port else str(d.http_port),
+                        Text(d.status, style=_STATUS_STYLE.get(d.status, "")),
+                        _when(d.created),
+                        "",
+                        Text(f"{len(d.nodes)}: " + ", ".join(d.nodes)),
+                    ),
+                )
+            )
         for r in recs:
-            when = r.started or r.created
-            started = time.strftime("%Y-%m-%d %H:%MZ", time.gmtime(when)) if when else "N/A"  # UTC, like the logs
             rows.append(
                 (
                     r.run_id,
@@ -98,14 +164,16 @@ class RunsScreen(Screen[None]):
                         r.engine,
                         "N/A" if r.port is None else str(r.port),
                         Text(r.status, style=_STATUS_STYLE.get(r.status, "")),
-                        started,
+                        _when(r.started or r.created),
                         "" if r.rc is None else str(r.rc),
+                        *extra,
                     ),
                 )
             )
         self.table.set_rows(rows)
+        what = f"({len(recs)})" if not deps else f"({len(recs)}, {len(deps)} multi-node)"
         self.query_one("#runs-title", Static).update(
-            Text(f"Runs on {target or 'this host'} ({len(recs)}) · enter opens · / filters · header sorts")
+            Text(f"Runs on {target or 'this host'} {what} · enter opens · / filters · header sorts")
         )
 
     def action_filter(self) -> None:
@@ -140,7 +208,15 @@ class RunsScreen(Screen[None]):
     @on(DataTable.RowSelected, "#runs")
     def _open(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        rec = self.records.get(str(event.row_key.value))
+        key = str(event.row_key.value)
+        if key.startswith(_DEPLOY):
+            dep = self.deployments.get(key.removeprefix(_DEPLOY))
+            if dep is not None:
+                from tui.ui.screens.deployment import DeploymentScreen
+
+                self.app.push_screen(DeploymentScreen(dep, host_factory=self.host_factory))
+            return
+        rec = self.records.get(key)
         host = getattr(self.app, "host", None)
         if rec is None:
             return
@@ -154,6 +230,10 @@ class RunsScreen(Screen[None]):
     def action_close(self) -> None:
         if len(self.app.screen_stack) > 1:
             self.app.pop_screen()
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%MZ", time.gmtime(t)) if t else "N/A"  # UTC, like the logs
 
 
 __all__ = ["RunsScreen"]
