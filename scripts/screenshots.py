@@ -27,7 +27,7 @@ from tests.snapshot_app import SCENES  # noqa: E402  - the snapshot tests' scene
 
 SIZE = (120, 36)
 #: the README shows these
-SHOTS = ("status", "profiles", "launch-form", "run", "bench", "compare", "fleet")
+SHOTS = ("status", "profiles", "launch-form", "run", "bench", "compare", "fleet", "deployment")
 
 
 async def shoot(name: str, out: Path) -> Path:
