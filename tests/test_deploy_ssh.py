@@ -187,12 +187,31 @@ def test_two_node_sglang_launches_ready_and_stops_with_all_16_gpus_freed(nodes, 
     r = cli(a, user, "results", "show", summary["run_id"])
     assert f"deployment {dep['deploy_id']} (r1-2n): 2 nodes, the client ran on {ta}" in r.stdout, r.stdout
 
+    # `logs --follow`: every node's log from its start, then live, until the deployment ends
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "tui", "logs", dep["deploy_id"], "--follow", "--json"],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=a.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
+    )
+
     # no terminal and no --yes: nothing is stopped
     r = cli(a, user, "stop", dep["deploy_id"])
     assert r.returncode == 1 and "Not stopped" in r.stderr
     assert all(u > 0 for u in gpus_used(tmp_path / "sim-b"))
     r = cli(a, user, "stop", dep["deploy_id"], "--yes", "--grace", "5", "--json")
     assert r.returncode == 0, r.stderr + r.stdout
+    try:
+        fout, ferr = follow.communicate(timeout=90)
+    finally:
+        follow.kill()
+    assert follow.returncode == 0 and f"deployment {dep['deploy_id']} has ended" in ferr, ferr[-3000:]
+    followed = [json.loads(x) for x in fout.splitlines()]
+    assert {x["node"] for x in followed} == {ta, tb}
+    assert any("The server is fired up and ready to roll!" in x["line"] for x in followed if x["node"] == ta)
     res = json.loads(r.stdout)
     assert res["state"] == "stopped" and res["gpus_free"] == {ta: True, tb: True}
     assert [m["node"] for m in res["members"]] == [ta, tb]  # the head first, then the worker

@@ -214,10 +214,16 @@ def list_deployments(json_out: bool) -> list[dict[str, Any]] | None:
 # ============================================================================ logs
 
 
+#: seconds between two samples of a followed deployment's logs
+FOLLOW_EVERY = 0.5
+
+
 async def logs(args: argparse.Namespace, rec: D.DeploymentRecord) -> int:
     node = getattr(args, "node", None)
     if node is not None and node not in rec.nodes and node not in [m.tag for m in rec.members]:
         return err("logs", f"deployment {rec.deploy_id} has no node {node!r} (nodes: {', '.join(rec.nodes)})")
+    if getattr(args, "follow", False):
+        return await follow_logs(args, rec, node)
     hosts = await D.open_hosts(rec.nodes)
     try:
         lines = await D.merged_log(rec, hosts, node=node)
@@ -234,6 +240,55 @@ async def logs(args: argparse.Namespace, rec: D.DeploymentRecord) -> int:
         out.write(f"[{tag:<{width}}] {visible(line)}\n")
     out.flush()
     return 0
+
+
+async def follow_logs(args: argparse.Namespace, rec: D.DeploymentRecord, node: str | None) -> int:
+    """Every member's log from its start, then as it grows (each followed from its byte offset,
+    one connection per node, a lost link resumed where it stopped), a node tag on every line;
+    ends when every member has ended, or at Ctrl-C."""
+    from tui.collectors.deployment import DeploymentCollector
+
+    ended = {"failed", "exited", "stopped"}
+    width = max((len(m.tag) for m in rec.members), default=0)
+    node_of = {m.tag: m.node for m in rec.members}  # a tag is the node, or "node:kind"
+    shown = None if node is None else node_of.get(node, node)
+    out = sys.stdout
+    collector = DeploymentCollector(rec)
+    told: set[str] = set()
+    try:
+        await collector.start()
+        while True:
+            snap = await collector.sample()
+            for tag, line in snap.lines:
+                if node is not None and node not in (tag, node_of.get(tag)):
+                    continue
+                if args.json:
+                    out.write(json.dumps({"deployment": rec.deploy_id, "node": tag, "line": line}, ensure_ascii=False))
+                    out.write("\n")
+                else:
+                    out.write(f"[{tag:<{width}}] {visible(line)}\n")
+            out.flush()
+            if snap.dropped:
+                print(f"tunedeck logs: {snap.dropped} lines dropped (they came faster than printed)", file=sys.stderr)
+            for tag, why in snap.link_errors:
+                if tag not in told:
+                    told.add(tag)
+                    print(f"tunedeck logs: {tag}: {visible(why)}", file=sys.stderr)
+            told &= {tag for tag, _ in snap.link_errors}
+            states = [m for m in snap.members if shown is None or m.node == shown]
+            if states and all(m.state in ended and not m.alive for m in states) and not snap.lines:
+                v = snap.verdict
+                print(
+                    f"tunedeck logs: deployment {rec.deploy_id} has ended ({v.state})"
+                    + (f": {visible(v.diagnosis)}" if v.diagnosis else ""),
+                    file=sys.stderr,
+                )
+                return 0
+            await asyncio.sleep(FOLLOW_EVERY)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        await collector.aclose()
 
 
 # ============================================================================ stop

@@ -170,8 +170,8 @@ async def run(args: argparse.Namespace) -> int:
 
     dep = _deploy.find(args.run)
     if dep is not None:
-        if args.follow or args.resume:
-            return err("logs", "a deployment's merged log is read once (--follow and --resume: one node's run id)")
+        if args.resume:
+            return err("logs", "--resume takes one run's id (a deployment's merged log: --follow)")
         return await _deploy.logs(args, dep)
     if args.node is not None:
         return err("logs", "--node needs a deployment id")
