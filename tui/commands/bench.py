@@ -371,17 +371,7 @@ def use_deployment(args: argparse.Namespace) -> dict[str, Any]:
     args.host, args.port = rec.head, rec.http_port
     if not args.profile:
         args.profile = rec.profile
-    return {
-        "deployment": {
-            "id": rec.deploy_id,
-            "profile": rec.profile,
-            "engine": rec.engine,
-            "mode": rec.mode,
-            "nodes": list(rec.nodes),
-            "head": rec.head,
-            "sim": rec.sim,
-        }
-    }
+    return {"deployment": rec.result_meta()}
 
 
 async def run_bench(args: argparse.Namespace) -> int:

@@ -135,23 +135,7 @@ class LocalOps:
 
     # ------------------------------------------------------------------ cache, metrics
     async def flush_cache(self, info: ProfileInfo, handle: LaunchHandle) -> str:
-        """SGLang ``/flush_cache`` (retried while requests drain: 400), vLLM ``/reset_prefix_cache``."""
-        path = "/flush_cache" if info.engine == "sglang" else "/reset_prefix_cache"
-        status = 0
-        try:
-            for attempt in range(10):
-                r = await http.request("POST", f"{handle.url}{path}", timeout=10.0)
-                status = r.status
-                if status == 200:
-                    return f"prefix cache flushed ({path})"
-                if status == 400 and info.engine == "sglang" and attempt < 9:
-                    await asyncio.sleep(0.5)
-                    continue
-                break
-        except http.HttpError as e:
-            return f"cache not flushed: {e}"
-        hint = " (vLLM needs VLLM_SERVER_DEV_MODE=1)" if info.engine == "vllm" else ""
-        return f"cache not flushed: {path} answered HTTP {status}{hint}"
+        return await flush_prefix_cache(info.engine, handle.url)
 
     async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> float | None:
         """SGLang's ``sglang:spec_accept_rate`` gauge (0-1) as %, when the server exports it."""
@@ -182,25 +166,11 @@ class LocalOps:
         on_progress: Callable[[str, float | None], None],
         labels: Mapping[str, str],
     ) -> BenchResult:
-        from tui.bench.config import BenchConfig, NotReady
+        from tui.bench.config import NotReady
         from tui.bench.runner import run_benchmark
         from tui.bench.store import StoreError
 
-        cfg = BenchConfig(
-            url=handle.url,
-            model=info.served_model or info.model,
-            endpoint=plan.endpoint,
-            num_prompts=level.num_prompts,
-            input_len=level.input_len,
-            output_len=level.output_len,
-            concurrency=[level.concurrency],
-            request_rate=[level.request_rate] if level.request_rate else [float("inf")],
-            warmup=level.warmup,
-            ignore_eos=plan.ignore_eos,
-            temperature=plan.temperature,
-            seed=plan.seed,
-            label=f"ab-{labels.get('side', '')}-{info.name}",
-        )
+        cfg = level_config(info, handle.url, plan, level, labels)
         meta = {
             "server": {
                 "argv": list(info.argv),
@@ -245,6 +215,48 @@ class LocalOps:
         return self._stop_result(res)
 
 
+async def flush_prefix_cache(engine: str, base_url: str) -> str:
+    """SGLang ``/flush_cache`` (retried while requests drain: 400), vLLM ``/reset_prefix_cache``;
+    the result as one line."""
+    path = "/flush_cache" if engine == "sglang" else "/reset_prefix_cache"
+    status = 0
+    try:
+        for attempt in range(10):
+            r = await http.request("POST", f"{base_url}{path}", timeout=10.0)
+            status = r.status
+            if status == 200:
+                return f"prefix cache flushed ({path})"
+            if status == 400 and engine == "sglang" and attempt < 9:
+                await asyncio.sleep(0.5)
+                continue
+            break
+    except http.HttpError as e:
+        return f"cache not flushed: {e}"
+    hint = " (vLLM needs VLLM_SERVER_DEV_MODE=1)" if engine == "vllm" else ""
+    return f"cache not flushed: {path} answered HTTP {status}{hint}"
+
+
+def level_config(info: ProfileInfo, url: str, plan: Plan, level: PlanLevel, labels: Mapping[str, str]) -> Any:
+    """The :class:`tui.bench.config.BenchConfig` of one plan level against ``url``."""
+    from tui.bench.config import BenchConfig
+
+    return BenchConfig(
+        url=url,
+        model=info.served_model or info.model,
+        endpoint=plan.endpoint,
+        num_prompts=level.num_prompts,
+        input_len=level.input_len,
+        output_len=level.output_len,
+        concurrency=[level.concurrency],
+        request_rate=[level.request_rate] if level.request_rate else [float("inf")],
+        warmup=level.warmup,
+        ignore_eos=plan.ignore_eos,
+        temperature=plan.temperature,
+        seed=plan.seed,
+        label=f"ab-{labels.get('side', '')}-{info.name}",
+    )
+
+
 def _num_or_none(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
@@ -273,4 +285,4 @@ def progress_text(ev: Mapping[str, Any], level: PlanLevel) -> tuple[str, float |
     return msg, frac
 
 
-__all__ = ["LocalOps", "progress_text"]
+__all__ = ["LocalOps", "flush_prefix_cache", "level_config", "progress_text"]

@@ -105,12 +105,7 @@ class ABRun:
                 raise ValueError(f"{label} ({name}): {e}") from None
             infos[label] = info
             py = py or (prof_python if prof_python != "python3" else None)
-        for j in await jobs.list_jobs(host, "ab"):
-            if j.alive:
-                raise jobs.JobError(
-                    f"{host.target}: A/B {j.job_id} is running there; follow it with `tunedeck ab --attach "
-                    f"{j.job_id}` or cancel it with `tunedeck ab --cancel {j.job_id}` first"
-                )
+        await refuse_while_running(host)
         running = [h for h in await launcher.list_host_runs(host) if h.alive]
         stop_existing = False
         if running:
@@ -197,6 +192,16 @@ class ABRun:
     async def cancel(self) -> str:
         """Cancel on the host: the server it started is stopped, every result is kept."""
         return await jobs.stop(self.host, self.job, grace=CANCEL_GRACE)
+
+
+async def refuse_while_running(host: Host) -> None:
+    """One campaign per host at a time: :class:`jobs.JobError` naming the one that runs."""
+    for j in await jobs.list_jobs(host, "ab"):
+        if j.alive:
+            raise jobs.JobError(
+                f"{host.target}: A/B {j.job_id} is running there; follow it with `tunedeck ab --attach "
+                f"{j.job_id}` or cancel it with `tunedeck ab --cancel {j.job_id}` first"
+            )
 
 
 def _journal(record: dict[str, Any]) -> None:

@@ -98,6 +98,18 @@ class DeploymentRecord:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def result_meta(self) -> dict[str, Any]:
+        """What a benchmark result records of the deployment it measured."""
+        return {
+            "id": self.deploy_id,
+            "profile": self.profile,
+            "engine": self.engine,
+            "mode": self.mode,
+            "nodes": list(self.nodes),
+            "head": self.head,
+            "sim": self.sim,
+        }
+
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "DeploymentRecord":
         data = dict(d)

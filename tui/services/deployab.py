@@ -31,13 +31,13 @@ from tui.ab.runner import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, R
 from tui.hostops import launcher
 from tui.hostops.hosts import Host, HostError, LocalHost
 from tui.hostops.runstore import FAILED, READY, RunStore, new_run_id
-from tui.hostside.abops import DEFAULT_READY_TIMEOUT, progress_text
+from tui.hostside.abops import DEFAULT_READY_TIMEOUT, flush_prefix_cache, level_config, progress_text
 from tui.hostside.jobfiles import SPEC
 from tui.profiles.deploy import DeploymentPlan, build_deployment
 from tui.profiles.model import ServerProfile
 from tui.services import deploy, jobs
+from tui.services.abrun import refuse_while_running
 from tui.services.benchrun import HOST, BenchRun
-from tui.util import http
 
 log = logging.getLogger(__name__)
 
@@ -199,23 +199,12 @@ class DeploymentOps:
         return f"http://127.0.0.1:{local}"
 
     async def flush_cache(self, info: ProfileInfo, handle: LaunchHandle) -> str:
-        path = "/flush_cache" if info.engine == "sglang" else "/reset_prefix_cache"
+        rec: deploy.DeploymentRecord = handle.handle
         try:
-            base = await self._head_url(handle.handle)
-            status = 0
-            for attempt in range(10):
-                r = await http.request("POST", f"{base}{path}", timeout=10.0)
-                status = r.status
-                if status == 200:
-                    return f"prefix cache flushed ({path} on {handle.handle.head})"
-                if status == 400 and info.engine == "sglang" and attempt < 9:
-                    await asyncio.sleep(0.5)
-                    continue
-                break
-        except (http.HttpError, HostError) as e:
+            base = await self._head_url(rec)
+        except HostError as e:
             return f"cache not flushed: {e}"
-        hint = " (vLLM needs VLLM_SERVER_DEV_MODE=1)" if info.engine == "vllm" else ""
-        return f"cache not flushed: {path} answered HTTP {status}{hint}"
+        return f"{await flush_prefix_cache(info.engine, base)} on {rec.head}"
 
     async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> float | None:
         return None  # speculative decoding's rate is read on single hosts only
@@ -230,37 +219,13 @@ class DeploymentOps:
         on_progress: Callable[[str, float | None], None],
         labels: Mapping[str, str],
     ) -> BenchResult:
-        from tui.bench.config import BenchConfig
-
         rec: deploy.DeploymentRecord = handle.handle
-        cfg = BenchConfig(
-            url=handle.url,
-            model=info.served_model or info.model,
-            endpoint=plan.endpoint,
-            num_prompts=level.num_prompts,
-            input_len=level.input_len,
-            output_len=level.output_len,
-            concurrency=[level.concurrency],
-            request_rate=[level.request_rate] if level.request_rate else [float("inf")],
-            warmup=level.warmup,
-            ignore_eos=plan.ignore_eos,
-            temperature=plan.temperature,
-            seed=plan.seed,
-            label=f"ab-{labels.get('side', '')}-{info.name}",
-        )
+        cfg = level_config(info, handle.url, plan, level, labels)
         meta = {
             "target": rec.head,
             "server_port": rec.http_port,
             "server": {"argv": list(info.argv), "engine": info.engine, "launch_run_id": handle.run_id},
-            "deployment": {
-                "id": rec.deploy_id,
-                "profile": rec.profile,
-                "engine": rec.engine,
-                "mode": rec.mode,
-                "nodes": list(rec.nodes),
-                "head": rec.head,
-                "sim": rec.sim,
-            },
+            "deployment": rec.result_meta(),
             "ab": dict(labels),
             "profile": info.name,
         }
@@ -333,12 +298,7 @@ async def start(
             raise ValueError(f"{side} ({name}): {e}") from None
         sides[side] = side_info(*planned[name])
     host = LocalHost()
-    for j in await jobs.list_jobs(host, "ab"):
-        if j.alive:
-            raise jobs.JobError(
-                f"A/B {j.job_id} is running here; follow it with `tunedeck ab --attach {j.job_id}` or cancel it "
-                f"with `tunedeck ab --cancel {j.job_id}` first"
-            )
+    await refuse_while_running(host)
     label = f"deployments on {', '.join(sorted({n for _, p in planned.values() for n in p.nodes}))}"
     # what runs on the nodes now is asked about here, where the user is; the campaign gets the answer
     ops = DeploymentOps(planned, host_label=label)
