@@ -17,7 +17,7 @@ from textual.app import App
 
 from tests.test_launcher import fake
 from tests.test_ui_status import until, until_shown
-from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
+from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, server
 from tui.collectors.deployment import DeploymentSnapshot
 from tui.hostops import launcher as L
 from tui.hostops.hosts import LocalHost
@@ -203,3 +203,38 @@ async def test_lines_keep_arriving_and_closing_ends_the_collector():
         await pilot.press("escape")
         await pilot.press("escape")
         await until(pilot, lambda: col.closed)
+
+
+async def test_a_deployment_member_on_status_opens_the_deployment_view():
+    """enter on a server that is one node of a deployment opens the deployment's view (every
+    node), not that one run's log."""
+    from tests.test_ui_status import app_with
+
+    local = LocalHost()
+    argv_a, port = fake("sglang", None, "--load-seconds", "0.3")
+    argv_b, _ = fake("sglang", None, "--load-seconds", "0.3")
+    run_a = await L.launch(local, argv_a, engine="sglang", port=port)
+    run_b = await L.launch(local, argv_b, engine="sglang", check=False)
+    rec = record([run_a, run_b], port)
+    rec.nodes = ["local", "127.0.0.1"]  # loopback only: the view opens one host per node
+    rec.members[0].node, rec.members[1].node = rec.nodes
+    D.DeploymentStore().save(rec)
+    servers = FakeServers((server("sglang-r1-2n", port=port, run_id=run_a.run_id),))
+    app = app_with(servers=servers)
+    try:
+        async with app.run_test(size=(140, 40)) as pilot:
+            from widgets.server_panel import ServerPanel
+
+            panel = app.screen.query_one(ServerPanel)
+            await until(pilot, lambda: panel.table.row_count == 1)
+            panel.table.focus()
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
+            assert app.screen.record.deploy_id == rec.deploy_id
+            await until_shown(pilot, f"deployment {rec.deploy_id}")
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, DeploymentScreen))
+    finally:
+        for run in await L.list_host_runs(local):
+            if run.alive:
+                await L.stop_run(local, RunStore().load(run.run_id), grace=1)

@@ -248,11 +248,18 @@ class StatusScreen(Screen):
         if server.run_id is None:
             self.notify(f"{server.name} was not launched by tunedeck: no log to show", severity="warning")
             return
+        from tui.hostops.runstore import RunStore
+        from tui.services.deploy import DeploymentStore
+
+        dep = DeploymentStore().for_run(server.run_id)
+        if dep is not None:  # one node of a deployment: the deployment's view, every node at once
+            from tui.ui.screens.deployment import DeploymentScreen
+
+            self.app.push_screen(DeploymentScreen(dep))
+            return
         if app.host is None:
             self.notify("no host to follow the run on", severity="error")
             return
-        from tui.hostops.runstore import RunStore
-
         rec = app.runs.get(server.run_id) or RunStore().load(server.run_id)
         if rec is None or rec.run_dir is None:
             self.notify(
