@@ -61,6 +61,19 @@ SHIPPED: tuple[str, ...] = (
     "tui/hostops/logfollow.py",
     "tui/hostops/runstore.py",
     "tui/hostops/tracker.py",
+    # the simulator (`sim ENGINE …`, `smi …`): every module but the laptop's demo host
+    "tui/sim/__init__.py",
+    "tui/sim/api.py",
+    "tui/sim/clock.py",
+    "tui/sim/engine.py",
+    "tui/sim/engine_args.py",
+    "tui/sim/entry.py",
+    "tui/sim/gpus.py",
+    "tui/sim/httpd.py",
+    "tui/sim/metrics.py",
+    "tui/sim/perf.py",
+    "tui/sim/rendezvous.py",
+    "tui/sim/smi.py",
     "tui/util/__init__.py",
     "tui/util/aio.py",
     "tui/util/files.py",
@@ -76,7 +89,10 @@ if sys.version_info < (3, 9):
     sys.stderr.write("tunedeck host runtime: Python %d.%d at %s is too old (3.9 or newer is needed)\\n"
                      % (sys.version_info[0], sys.version_info[1], sys.executable))
     sys.exit(70)
-from tui.hostside.__main__ import main
+if sys.argv[1:2] in (["sim"], ["smi"]):
+    from tui.sim.entry import main  # the simulated engines and nvidia-smi
+else:
+    from tui.hostside.__main__ import main
 sys.exit(main())
 """
 
