@@ -99,7 +99,9 @@ def test_vllm_data_parallel_headless_workers():
 def test_sim_swaps_only_the_engine():
     p = prof(SGL.replace("tp = 16", 'tp = 16\npython = "/opt/py/bin/python3"'))
     plan = build_deployment(p, sim=True)
-    assert plan.sim and plan.steps[0].command.argv[:5] == ("/opt/py/bin/python3", "-m", "tui", "sim", "sglang")
+    # the host-side runtime's `sim ENGINE`, run at launch by the profile's python on each node
+    assert plan.sim and plan.steps[0].command.executable == ("tunedeck-host", "sim", "sglang")
+    assert plan.on_runtime and plan.python == "/opt/py/bin/python3"
     assert "--node-rank=0" in plan.steps[0].command.args
 
 

@@ -31,6 +31,9 @@ from tests.conftest import REPO
 from tests.simfix import free_port
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 
+#: what a node runs tunedeck's host-side runtime with: a bare Python, no tunedeck package
+SYSTEM_PYTHON = "/usr/bin/python3"
+
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
 
 
@@ -46,42 +49,42 @@ def second_sshd(sshd_server: SshdServer) -> Iterator[SshdServer]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def node_shims(server: SshdServer, state: Path, *, load_s: float = 2.0) -> None:
-    """``tdpython`` (this machine's Python with the tunedeck package and this host's simulated GPUs)
-    and ``nvidia-smi`` (those GPUs). A ``nojoin`` file next to the shims makes the engine never
-    start (a node stuck before its ranks come up)."""
-    state.mkdir(parents=True, exist_ok=True)
+def node_shims(server: SshdServer, *, load_s: float = 2.0) -> None:
+    """``tdpython``: the system Python, nothing installed (the simulator comes in tunedeck's
+    host-side runtime, its GPUs in the node's ``${TUNEDECK_HOME}/sim``), with the simulator's
+    timings. No ``nvidia-smi`` on the node: ``--sim`` gives it the simulated one. A ``nojoin`` file
+    next to the shims makes the engine never start (a node stuck before its ranks come up)."""
     q = shlex.quote
-    head = (
+    nojoin = q(str(server.shim_dir / "nojoin"))
+    text = (
         "#!/bin/sh\n"
-        f"PYTHONPATH={q(str(REPO))}; export PYTHONPATH\n"
-        f"TUNEDECK_SIM_STATE={q(str(state))}; export TUNEDECK_SIM_STATE\n"
         f"TUNEDECK_SIM_LOAD_S={load_s}; export TUNEDECK_SIM_LOAD_S\n"
         "TUNEDECK_SIM_NCCL_TIMEOUT_S=3; export TUNEDECK_SIM_NCCL_TIMEOUT_S\n"
+        f'case "$*" in *" sim sglang "*) [ -e {nojoin} ] && exec sleep 300;; esac\n'
+        f'exec {q(SYSTEM_PYTHON)} "$@"\n'
     )
-    py = q(sys.executable)
-    nojoin = q(str(server.shim_dir / "nojoin"))
-    files = {
-        "nvidia-smi": head + f'exec {py} -m tui sim smi "$@"\n',
-        "tdpython": head + f'case "$*" in *" sim sglang "*) [ -e {nojoin} ] && exec sleep 300;; esac\nexec {py} "$@"\n',
-    }
-    for name, text in files.items():
-        p = server.shim_dir / name
-        p.write_text(text)
-        p.chmod(0o755)
-    (server.shim_dir / "nojoin").unlink(missing_ok=True)
+    p = server.shim_dir / "tdpython"
+    p.write_text(text)
+    p.chmod(0o755)
+    for gone in ("nojoin", "nvidia-smi"):
+        (server.shim_dir / gone).unlink(missing_ok=True)
+
+
+def sim_state(server: SshdServer) -> Path:
+    """The node's simulated GPUs: ``${TUNEDECK_HOME}/sim`` there."""
+    return server.remote_home / "sim"
 
 
 @pytest.fixture
 def nodes(sshd: SshdServer, second_sshd: SshdServer, tmp_path: Path) -> Iterator[tuple[SshdServer, SshdServer]]:
     second_sshd.start()
     second_sshd.admit(sshd)
-    node_shims(sshd, tmp_path / "sim-a")
-    node_shims(second_sshd, tmp_path / "sim-b")
+    node_shims(sshd)
+    node_shims(second_sshd)
     yield sshd, second_sshd
     (second_sshd.shim_dir / "nojoin").unlink(missing_ok=True)
     for s in (sshd, second_sshd):
-        for pid, _ in s.processes_matching(str(tmp_path)):
+        for pid, _ in s.processes_matching(str(s.remote_home / "lib")):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -147,8 +150,8 @@ def test_two_node_sglang_launches_ready_and_stops_with_all_16_gpus_freed(nodes, 
     ta, tb = a.target(ROOT_USER), b.target(ROOT_USER)
     assert [(m["node"], m["role"]) for m in dep["members"]] == [(ta, "head"), (tb, "worker")]
     # each node's run folder is on its own host, each host's 8 GPUs are held
-    assert all(u > 0 for u in gpus_used(tmp_path / "sim-a")) and len(gpus_used(tmp_path / "sim-a")) == 8
-    assert all(u > 0 for u in gpus_used(tmp_path / "sim-b")) and len(gpus_used(tmp_path / "sim-b")) == 8
+    assert all(u > 0 for u in gpus_used(sim_state(a))) and len(gpus_used(sim_state(a))) == 8
+    assert all(u > 0 for u in gpus_used(sim_state(b))) and len(gpus_used(sim_state(b))) == 8
 
     r = cli(a, user, "runs", dep["deploy_id"], "--json")
     assert r.returncode == 0, r.stderr
@@ -201,7 +204,7 @@ def test_two_node_sglang_launches_ready_and_stops_with_all_16_gpus_freed(nodes, 
     # no terminal and no --yes: nothing is stopped
     r = cli(a, user, "stop", dep["deploy_id"])
     assert r.returncode == 1 and "Not stopped" in r.stderr
-    assert all(u > 0 for u in gpus_used(tmp_path / "sim-b"))
+    assert all(u > 0 for u in gpus_used(sim_state(b)))
     r = cli(a, user, "stop", dep["deploy_id"], "--yes", "--grace", "5", "--json")
     assert r.returncode == 0, r.stderr + r.stdout
     try:
@@ -215,7 +218,7 @@ def test_two_node_sglang_launches_ready_and_stops_with_all_16_gpus_freed(nodes, 
     res = json.loads(r.stdout)
     assert res["state"] == "stopped" and res["gpus_free"] == {ta: True, tb: True}
     assert [m["node"] for m in res["members"]] == [ta, tb]  # the head first, then the worker
-    assert gpus_used(tmp_path / "sim-a") == [0] * 8 and gpus_used(tmp_path / "sim-b") == [0] * 8
+    assert gpus_used(sim_state(a)) == [0] * 8 and gpus_used(sim_state(b)) == [0] * 8
 
 
 def _plan_and_hosts(a: SshdServer, b: SshdServer, user: Path):
@@ -234,8 +237,8 @@ async def test_a_rank_killed_mid_load_is_named_as_the_first_failure(nodes, tmp_p
     from tui.services import deploy as D
 
     a, b = nodes
-    node_shims(a, tmp_path / "sim-a", load_s=20)
-    node_shims(b, tmp_path / "sim-b", load_s=20)
+    node_shims(a, load_s=20)
+    node_shims(b, load_s=20)
     user = write_profile(tmp_path, a, b)
     monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
     plan, hosts = _plan_and_hosts(a, b, user)
@@ -251,7 +254,7 @@ async def test_a_rank_killed_mid_load_is_named_as_the_first_failure(nodes, tmp_p
         while b"Load weight begin" not in (worker_log.read_bytes() if worker_log.exists() else b""):
             assert time.monotonic() < deadline, "the worker never began to load"
             await asyncio.sleep(0.2)
-        victims = [pid for pid, cl in b.processes_matching("--node-rank=1") if "tui sim sglang" in cl]
+        victims = [pid for pid, cl in b.processes_matching("--node-rank=1") if " sim sglang " in cl]
         assert victims
         for pid in victims:
             os.kill(pid, signal.SIGKILL)

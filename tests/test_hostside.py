@@ -32,8 +32,10 @@ def test_zipapp_is_reproducible_and_named_by_its_content(tmp_path):
 
     names = set(zipfile.ZipFile(a.path).namelist())
     assert "__main__.py" in names and "tui/hostside/__main__.py" in names and "tui/bench/runner.py" in names
-    # nothing of the UI, the SSH client or the simulator travels
-    assert not any(n.startswith(("tui/ui/screens/", "tui/sim/", "widgets/")) or n.endswith("ssh.py") for n in names)
+    # the simulator travels (`sim ENGINE …`, `smi …`); nothing of the UI, the SSH client or the demo host
+    assert "tui/sim/engine.py" in names and "tui/sim/smi.py" in names and "tui/sim/entry.py" in names
+    assert "tui/sim/demo.py" not in names
+    assert not any(n.startswith(("tui/ui/screens/", "widgets/")) or n.endswith("ssh.py") for n in names)
 
 
 def test_every_module_imports_under_the_oldest_python_with_the_stdlib_only(tmp_path):
@@ -53,6 +55,43 @@ def test_every_module_imports_under_the_oldest_python_with_the_stdlib_only(tmp_p
     info = subprocess.run([py, "-I", str(pyz), "info"], capture_output=True, text=True, timeout=60)
     assert info.returncode == 0, info.stderr
     assert json.loads(info.stdout)["python"].startswith("%d.%d." % ver)
+
+
+def test_the_simulator_serves_from_the_archive_under_the_oldest_python(tmp_path):
+    """`sim ENGINE …` and `smi …` from the archive alone: its GPUs are ${TUNEDECK_HOME}/sim's."""
+    (_, py) = pythons()[0]
+    pyz = str(runtime.build(tmp_path / "lib").path)
+    home = tmp_path / "home"
+    env = {"PATH": "/usr/bin:/bin", "TUNEDECK_HOME": str(home), "TUNEDECK_SIM_LOAD_S": "0.5"}
+    port = free_port()
+    smi = [py, "-I", pyz, "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
+    proc = subprocess.Popen(
+        [py, "-I", pyz, "sim", "sglang", "--model-path", "Qwen/Qwen3-8B", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        import urllib.request
+
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the archive's simulator never became healthy"
+                time.sleep(0.2)
+        used = subprocess.run(smi, capture_output=True, text=True, env=env, timeout=60).stdout
+        assert used.splitlines()[0].split(", ")[0] == "0" and int(used.splitlines()[0].split(", ")[1]) > 0, used
+        assert (home / "sim" / "servers").is_dir()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    bad = subprocess.run([py, "-I", pyz, "sim", "llamacpp"], capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "'sim llamacpp': not a simulator command" in bad.stderr
 
 
 def test_vermin_confirms_python_3_9_for_every_shipped_module():

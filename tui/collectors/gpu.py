@@ -44,10 +44,10 @@ _MAX_QUEUED_LINES = 4096
 ONESHOT_TIMEOUT = 10
 
 
-def query_argv(interval: float | None = None, *, lifetime: int = 3600) -> list[str]:
+def query_argv(interval: float | None = None, *, lifetime: int = 3600, smi: str = NVIDIA_SMI) -> list[str]:
     """The query command; with ``interval`` it loops (``-lms``) for at most ``lifetime`` s."""
     base = [
-        NVIDIA_SMI,
+        smi,
         "--query-gpu=" + ",".join(QUERY_GPU_FIELDS),
         "--format=csv,noheader,nounits",
     ]
@@ -57,13 +57,13 @@ def query_argv(interval: float | None = None, *, lifetime: int = 3600) -> list[s
     return ["timeout", "-k", "5", str(int(lifetime)), *base, "-lms", str(ms)]
 
 
-def apps_argv() -> list[str]:
+def apps_argv(smi: str = NVIDIA_SMI) -> list[str]:
     return [
         "timeout",
         "-k",
         "2",
         str(ONESHOT_TIMEOUT),
-        NVIDIA_SMI,
+        smi,
         "--query-compute-apps=" + ",".join(QUERY_APPS_FIELDS),
         "--format=csv,noheader,nounits",
     ]
@@ -148,7 +148,7 @@ class GpuCollector:
     async def sample_once(self) -> GpuStatus:
         """One query and one process listing (for ``tunedeck status``)."""
         try:
-            r = await self.host.run(query_argv(), timeout=ONESHOT_TIMEOUT + 5)
+            r = await self.host.run(query_argv(smi=self.host.nvidia_smi), timeout=ONESHOT_TIMEOUT + 5)
         except HostError as exc:
             return host_error_status(exc)
         except OSError as exc:
@@ -169,7 +169,7 @@ class GpuCollector:
         Runs as a stream so that cancelling the poll (the collector closing)
         always ends and reaps the process.
         """
-        out = await _collect(self.host, apps_argv(), ONESHOT_TIMEOUT + 5)
+        out = await _collect(self.host, apps_argv(self.host.nvidia_smi), ONESHOT_TIMEOUT + 5)
         if out is None or out[0] != 0:
             return None
         return join_processes(parse_compute_apps(out[1]), gpus)
@@ -189,7 +189,9 @@ class GpuCollector:
                 q: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
                 rotated = False
                 try:
-                    stream = self.host.stream(query_argv(self.interval, lifetime=self.lifetime))
+                    stream = self.host.stream(
+                        query_argv(self.interval, lifetime=self.lifetime, smi=self.host.nvidia_smi)
+                    )
                     self.starts += 1
                     reader = asyncio.create_task(self._read(stream, q))
                     blocks = _Blocks()

@@ -54,8 +54,9 @@ def common_parser() -> argparse.ArgumentParser:
         "--sim",
         action="store_true",
         default=argparse.SUPPRESS,
-        help="on any target: run the simulator in place of the engine (PYTHON -m tui sim ENGINE, with the "
-        "profile's python; the host needs the tunedeck package and simulated GPUs)",
+        help="on any target: run the simulator in place of the engine, from tunedeck's host-side runtime "
+        "(shipped to ${TUNEDECK_HOME}/lib, run by the profile's python; nothing installed there); a host "
+        "without nvidia-smi gets simulated GPUs under ${TUNEDECK_HOME}/sim, which `status --sim` shows",
     )
     return common
 

@@ -15,6 +15,7 @@ from tui.hostops.runstore import ENGINES, RunStore
 from tui.hostops.tracker import StartupTracker, format_progress
 from tui.model import jsonable
 from tui.profiles.model import ProfileError, ServerProfile
+from tui.services import runtime
 from tui.services.journal import journal_launch
 from tui.util.safety import UnsafeInput, check_env_name, dangerous_env_names
 
@@ -116,6 +117,7 @@ def _from_profile(
 async def run(args: argparse.Namespace) -> int:
     if bool(args.name) == bool(args.cmd):
         return err("launch", "give a profile NAME or --cmd ARGV… (one of them)")
+    prof: ServerProfile | None = None
     if args.name:
         from tui.profiles.store import ProfileStore
 
@@ -165,6 +167,9 @@ async def run(args: argparse.Namespace) -> int:
     host = host_from_args(args)
     store = RunStore()
     try:
+        if args.sim and prof is not None:
+            # the simulator from the host-side runtime (shipped if needed, the profile's python first)
+            argv = await runtime.sim_argv(host, argv, python=prof.python)
         rec = await launch(host, argv, env, engine=engine, port=port, profile=profile, store=store)
     except LaunchRefused as e:
         return err("launch", f"refused: {e}")
@@ -172,8 +177,8 @@ async def run(args: argparse.Namespace) -> int:
         return err("launch", str(e))
     except HostError as e:
         return err("launch", str(e))
-    finally:
-        pass
+    except runtime.RuntimeUnavailable as e:
+        return err("launch", str(e))
     if not args.json:
         print(
             f"launched run {rec.run_id} on {rec.target} (pid {rec.pid}); log: {rec.run_dir}/log",

@@ -85,6 +85,15 @@ async def run_status(args: argparse.Namespace) -> int:
         print(f"tunedeck status: {exc}", file=sys.stderr)
         return 1
     try:
+        if args.sim:
+            from tui.services import runtime
+
+            try:
+                # the host's simulated GPUs (${TUNEDECK_HOME}/sim) where it has no nvidia-smi of its own
+                await runtime.ensure_sim(host)
+            except (runtime.RuntimeUnavailable, HostError) as exc:
+                print(f"tunedeck status: --sim: {exc}", file=sys.stderr)
+                return 1
         snap = await collect_status(host, servers)
     finally:
         try:

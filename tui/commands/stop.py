@@ -91,6 +91,14 @@ async def run(args: argparse.Namespace) -> int:
             if not await asyncio.get_running_loop().run_in_executor(None, _confirm, targets, host.target):
                 print("not stopped", file=sys.stderr)
                 return 1
+        if args.sim:
+            from tui.services import runtime
+
+            try:
+                # the GPU release is confirmed on the host's simulated GPUs
+                await runtime.ensure_sim(host)
+            except runtime.RuntimeUnavailable as e:
+                print(f"tunedeck stop: --sim: {e}; the GPU release cannot be confirmed", file=sys.stderr)
         for rec in targets:
             res = await stop_run(host, rec, grace=args.grace, gpu_wait=args.gpu_wait, store=store)
             results.append((rec, res))

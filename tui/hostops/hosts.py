@@ -86,6 +86,10 @@ class Host(abc.ABC):
     target: str
     #: True when commands run on this machine (no port forward needed).
     is_local: bool = False
+    #: The nvidia-smi that GPU queries on this host run: a ``--sim`` target without one of its own
+    #: gets the simulated one (``${TUNEDECK_HOME}/sim/bin/nvidia-smi``, see
+    #: :func:`tui.services.runtime.ensure_sim`).
+    nvidia_smi: str = "nvidia-smi"
 
     # ------------------------------------------------------------------ primitives
     @abc.abstractmethod

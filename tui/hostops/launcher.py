@@ -107,7 +107,7 @@ async def compute_apps(host: Host, timeout: float = 10.0) -> list[tuple[int, str
     """``nvidia-smi --query-compute-apps`` as (pid, gpu_uuid, used MiB); None when nvidia-smi
     is missing or failed (no GPU information)."""
     r = await host.run(
-        ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"],
+        [host.nvidia_smi, "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"],
         timeout=timeout,
     )
     if not r.ok:
@@ -128,7 +128,7 @@ async def compute_apps(host: Host, timeout: float = 10.0) -> list[tuple[int, str
 
 async def gpu_memory_used(host: Host, timeout: float = 10.0) -> dict[int, float] | None:
     r = await host.run(
-        ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"], timeout=timeout
+        [host.nvidia_smi, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"], timeout=timeout
     )
     if not r.ok:
         return None

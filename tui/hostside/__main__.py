@@ -4,6 +4,11 @@
     python3 tunedeck-host-<hash>.pyz bench DIR     a benchmark job (DIR/spec.json)
     python3 tunedeck-host-<hash>.pyz ab DIR        an A/B campaign job
     python3 tunedeck-host-<hash>.pyz sample --home HOME …   the host's status as JSON lines
+    python3 tunedeck-host-<hash>.pyz sim ENGINE …  a simulated engine (:mod:`tui.sim.entry`)
+    python3 tunedeck-host-<hash>.pyz smi …         nvidia-smi over the simulated GPUs
+
+The archive's own ``__main__`` sends ``sim`` and ``smi`` to :mod:`tui.sim.entry` (the runtime
+and the simulator are sibling layers that do not import each other); the rest comes here.
 
 Exit status: 0 done, 1 nothing completed / the A/B failed, 2 bad spec, 3 server not
 ready, 4 disk (full) error, 5 another A/B holds the host, 130 stopped.

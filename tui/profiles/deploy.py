@@ -77,6 +77,12 @@ class Step:
         return d
 
 
+#: how a command names tunedeck's host-side runtime before it is on the host: at launch,
+#: :func:`tui.services.runtime.sim_argv` puts ``PYTHON -I ${TUNEDECK_HOME}/lib/tunedeck-host-<hash>.pyz``
+#: (that host's, the profile's ``python`` first) in its place
+HOST_RUNTIME = "tunedeck-host"
+
+
 @dataclass(frozen=True, slots=True)
 class DeploymentPlan:
     """Everything a multi-node profile launches, in launch order (``steps``)."""
@@ -95,10 +101,17 @@ class DeploymentPlan:
     steps: tuple[Step, ...]
     warnings: tuple[Issue, ...] = ()
     sim: bool = False
+    #: the profile's interpreter: what runs the host-side runtime (and the simulator) on ``sim``
+    python: str = "python3"
 
     @property
     def head(self) -> str:
         return self.nodes[0]
+
+    @property
+    def on_runtime(self) -> bool:
+        """Some step runs the host-side runtime (``--sim``: the simulator in place of the engine)."""
+        return any(s.command is not None and s.command.argv[:1] == (HOST_RUNTIME,) for s in self.steps)
 
     @property
     def rendezvous(self) -> str:
@@ -158,9 +171,9 @@ def node_host(node: str) -> str:
 
 
 def sim_executable(profile: ServerProfile) -> list[str]:
-    """The simulator in place of the engine on any host: ``PYTHON -m tui sim ENGINE`` with the
-    profile's interpreter (the host has the tunedeck package)."""
-    return [profile.python, "-m", "tui", "sim", profile.engine]
+    """The simulator in place of the engine on any host (``--sim``): the host-side runtime's
+    ``sim ENGINE``; nothing needs to be installed there but a Python >= 3.9."""
+    return [HOST_RUNTIME, "sim", profile.engine]
 
 
 def _err(issues: list[Issue], key: str, message: str) -> None:
@@ -358,6 +371,7 @@ def check_deployment(
         steps=tuple(steps),
         warnings=tuple(i for i in issues if i.severity != "error"),
         sim=sim or demo,
+        python=profile.python,
     )
     return plan, issues
 
@@ -406,6 +420,7 @@ def build_deployment(
 __all__ = [
     "DeploymentPlan",
     "HEAD",
+    "HOST_RUNTIME",
     "RAY_HEAD",
     "RAY_WAIT",
     "RAY_WORKER",

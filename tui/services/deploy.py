@@ -38,6 +38,7 @@ from tui.hostops.tracker import STALLED, StartupTracker
 from tui.model import StartupProgress
 from tui.profiles.deploy import RAY_WAIT, DeploymentPlan, Step, node_host
 from tui.profiles.model import ServerProfile
+from tui.services import runtime
 from tui.util.files import atomic_write_json
 from tui.util.paths import state_dir
 from tui.util.safety import visible
@@ -210,7 +211,7 @@ class Finding:
         return f"{self.severity}: {self.node}: {self.check}: {self.message}"
 
 
-_GPU_Q = ["nvidia-smi", "--query-gpu=index,name,compute_cap", "--format=csv,noheader"]
+_GPU_Q = ["--query-gpu=index,name,compute_cap", "--format=csv,noheader"]
 #: $1 port: prints LISTEN when something listens on it (IPv4 or IPv6), from /proc (no ss/netstat needed)
 _PORT_SCRIPT = r"""hex=$(printf '%04X' "$1")
 for f in /proc/net/tcp /proc/net/tcp6; do
@@ -244,7 +245,7 @@ _CONNECT = (
 
 
 async def _gpus(host: Host) -> list[tuple[str, str]] | None:
-    r = await host.run(_GPU_Q, timeout=20)
+    r = await host.run([host.nvidia_smi, *_GPU_Q], timeout=20)
     if not r.ok:
         return None
     out = []
@@ -260,7 +261,7 @@ async def _engine_version(host: Host, plan: DeploymentPlan, step: Step) -> str |
     if cmd is None:
         return None
     if plan.sim:
-        r = await host.run([*cmd.executable, "--version"], timeout=60)
+        r = await host.run(await runtime.sim_argv(host, [*cmd.executable, "--version"], python=plan.python), timeout=60)
         return r.stdout.strip().splitlines()[-1] if r.ok and r.stdout.strip() else None
     py = cmd.executable[0] if cmd.executable and "python" in cmd.executable[0] else "python3"
     r = await host.run(
@@ -276,6 +277,10 @@ async def preflight(
     findings: list[Finding] = []
     head = plan.head
     serving = {s.node: s for s in plan.steps if s.kind == "server"}
+    if plan.on_runtime:
+        # the simulator runs from the host-side runtime; its GPUs are what the checks below see
+        for node, problem in (await dress_sim(hosts, python=plan.python)).items():
+            findings.append(Finding("error", node, "runtime", problem))
 
     async def node_checks(node: str) -> None:
         host = hosts[node]
@@ -325,6 +330,9 @@ async def preflight(
                     )
         except HostError as e:
             findings.append(Finding("error", node, "connect", str(e)))
+        except runtime.RuntimeUnavailable as e:
+            if not any(f.node == node and f.check == "runtime" for f in findings):
+                findings.append(Finding("error", node, "runtime", str(e)))
 
     gpu_info: dict[str, list[tuple[str, str]]] = {}
     versions: dict[str, str | None] = {}
@@ -440,7 +448,7 @@ async def launch(
             assert cmd is not None
             run = await launch_run(
                 host,
-                list(cmd.argv),
+                await runtime.sim_argv(host, cmd.argv, python=plan.python),
                 cmd.env_dict,
                 engine=plan.engine if step.kind == "server" else "other",
                 port=step.port,
@@ -448,7 +456,7 @@ async def launch(
                 store=runstore,
                 check=False,
             )
-        except (LaunchRefused, HostError, OSError, ValueError) as e:
+        except (LaunchRefused, HostError, OSError, ValueError, runtime.RuntimeUnavailable) as e:
             rec.status = FAILED
             rec.first_failed = step.node
             rec.diagnosis = f"{step.node} ({step.kind}) did not start: {e}"
@@ -746,6 +754,8 @@ async def stop(
     process of the deployment's (node → True: free, False: not, None: no nvidia-smi)."""
     store = store or DeploymentStore()
     runstore = runstore or RunStore()
+    if rec.sim:
+        await dress_sim(hosts)
     out: list[MemberStop] = []
     pids: dict[str, set[int]] = {}
     for m in rec.stop_order():
@@ -839,6 +849,23 @@ async def open_hosts(nodes: Sequence[str], factory: HostFactory | None = None) -
     return {n: factory(n) for n in nodes}
 
 
+async def dress_sim(hosts: Mapping[str, Host], *, python: str | None = None) -> dict[str, str]:
+    """Give each node of a ``--sim`` deployment the simulated nvidia-smi where it has none of its
+    own (:func:`tui.services.runtime.ensure_sim`); node → why not, for the nodes where that failed
+    (their GPU queries then find no nvidia-smi)."""
+
+    async def one(node: str, host: Host) -> tuple[str, str | None]:
+        try:
+            await runtime.ensure_sim(host, python=python)
+        except (runtime.RuntimeUnavailable, HostError, OSError) as e:
+            log.warning("%s: no simulated GPUs: %s", node, e)
+            return node, str(e)
+        return node, None
+
+    done = await asyncio.gather(*(one(n, h) for n, h in hosts.items()))
+    return {n: why for n, why in done if why is not None}
+
+
 async def close_hosts(hosts: Mapping[str, Host]) -> None:
     await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)
 
@@ -857,6 +884,7 @@ __all__ = [
     "log_time",
     "merge_logs",
     "merged_log",
+    "dress_sim",
     "open_hosts",
     "preflight",
     "resolve_head_address",

@@ -79,7 +79,9 @@ async def start(
         "runtime": os.path.basename(rt.archive),
         **dict(meta or {}),
     }
-    started = await launcher.start_detached(host, kind, jid, rt.argv(kind, jdir), {}, info)
+    # the job's GPU timeline queries the host's nvidia-smi (the simulated one on a --sim target)
+    env = {} if host.nvidia_smi == "nvidia-smi" else {"TUNEDECK_NVIDIA_SMI": host.nvidia_smi}
+    started = await launcher.start_detached(host, kind, jid, rt.argv(kind, jdir), env, info)
     if started.pid is None:
         raise JobError(f"{host.target}: the {kind} job did not start: {started.error}")
     return Job(kind, jid, started.run_dir or jdir, host.target, started.pid, started.starttime, True, None, info)

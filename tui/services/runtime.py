@@ -12,6 +12,12 @@ first, e.g. the profile's ``python``, then ``python3`` on PATH), and tells wheth
 the archive is already in ``${TUNEDECK_HOME}/lib/``; if not, it is uploaded (SFTP on
 SSH hosts) to a temporary name, its hash is checked on the host, and it is renamed
 into place. Nothing is written outside ``${TUNEDECK_HOME}``.
+
+The archive carries the simulator too: :func:`sim_argv` turns a ``--sim`` command
+(``tunedeck-host sim ENGINE …``, see :func:`tui.profiles.deploy.sim_executable`) into the
+runtime's ``sim ENGINE …`` on the host, and :func:`ensure_sim` gives a host with no nvidia-smi
+of its own the simulated one, ``${TUNEDECK_HOME}/sim/bin/nvidia-smi`` (the runtime's ``smi``
+over ``${TUNEDECK_HOME}/sim``), as :attr:`~tui.hostops.hosts.Host.nvidia_smi`.
 """
 
 from __future__ import annotations
@@ -20,14 +26,17 @@ import hashlib
 import logging
 import os
 import re
+import shlex
 import shutil
 import tempfile
 import zipapp
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import tui
 from tui.hostops.hosts import Host, HostError
+from tui.profiles.deploy import HOST_RUNTIME
 from tui.util.paths import state_dir
 from tui.util.safety import check_text
 
@@ -61,6 +70,19 @@ SHIPPED: tuple[str, ...] = (
     "tui/hostops/logfollow.py",
     "tui/hostops/runstore.py",
     "tui/hostops/tracker.py",
+    # the simulator (`sim ENGINE …`, `smi …`): every module but the laptop's demo host
+    "tui/sim/__init__.py",
+    "tui/sim/api.py",
+    "tui/sim/clock.py",
+    "tui/sim/engine.py",
+    "tui/sim/engine_args.py",
+    "tui/sim/entry.py",
+    "tui/sim/gpus.py",
+    "tui/sim/httpd.py",
+    "tui/sim/metrics.py",
+    "tui/sim/perf.py",
+    "tui/sim/rendezvous.py",
+    "tui/sim/smi.py",
     "tui/util/__init__.py",
     "tui/util/aio.py",
     "tui/util/files.py",
@@ -76,7 +98,10 @@ if sys.version_info < (3, 9):
     sys.stderr.write("tunedeck host runtime: Python %d.%d at %s is too old (3.9 or newer is needed)\\n"
                      % (sys.version_info[0], sys.version_info[1], sys.executable))
     sys.exit(70)
-from tui.hostside.__main__ import main
+if sys.argv[1:2] in (["sim"], ["smi"]):
+    from tui.sim.entry import main  # the simulated engines and nvidia-smi
+else:
+    from tui.hostside.__main__ import main
 sys.exit(main())
 """
 
@@ -106,6 +131,7 @@ class Runtime:
     python_version: str
     archive: str  # absolute path of the zipapp on the host
     uploaded: bool  # True when this call shipped it
+    has_nvidia_smi: bool = False  # the host has an nvidia-smi of its own on PATH
 
     def argv(self, *args: str) -> list[str]:
         return [self.python, "-I", self.archive, *args]
@@ -173,6 +199,7 @@ for py in "$@"; do
   echo "PY $exe $v"
 done
 [ -f "$home/lib/$name" ] && echo "HAVE"
+command -v nvidia-smi >/dev/null 2>&1 && echo "SMI"
 exit 0
 """
 
@@ -202,6 +229,7 @@ class _Found:
     python: tuple[str, str] | None  # (path, version)
     tried: tuple[str, ...]
     shipped: bool
+    smi: bool = False
 
     def problem(self) -> str:
         return (
@@ -227,7 +255,7 @@ async def _find(host: Host, payload: Payload, python: str | None) -> _Found:
     home = None
     tried: list[str] = []
     chosen: tuple[str, str] | None = None
-    have = False
+    have = smi = False
     for line in r.stdout.splitlines():
         if line.startswith("HOME "):
             home = line[5:]
@@ -243,9 +271,11 @@ async def _find(host: Host, payload: Payload, python: str | None) -> _Found:
             tried.append(f"{line[6:]}: does not run")
         elif line == "HAVE":
             have = True
+        elif line == "SMI":
+            smi = True
     if home is None:
         raise RuntimeUnavailable(f"{target}: the host's shell did not answer ({r.stderr.strip()[:200]})")
-    return _Found(home, chosen, tuple(tried), have)
+    return _Found(home, chosen, tuple(tried), have, smi)
 
 
 async def ensure(host: Host, *, python: str | None = None) -> Runtime:
@@ -271,7 +301,58 @@ async def ensure(host: Host, *, python: str | None = None) -> Runtime:
             raise RuntimeUnavailable(f"{target}: placing the runtime at {final} failed: {why}")
         uploaded = True
         log.info("%s: runtime %s uploaded to %s", target, payload.name, final)
-    return Runtime(home=home, python=exe, python_version=ver, archive=final, uploaded=uploaded)
+    return Runtime(
+        home=home, python=exe, python_version=ver, archive=final, uploaded=uploaded, has_nvidia_smi=found.smi
+    )
+
+
+#: the simulated nvidia-smi, relative to ``${TUNEDECK_HOME}``
+SIM_SMI = "sim/bin/nvidia-smi"
+
+_SMI_SHIM = """#!/bin/sh
+# nvidia-smi over tunedeck's simulated GPUs (${{TUNEDECK_HOME}}/sim), for --sim on this host
+exec {python} -I {archive} smi "$@"
+"""
+
+# $1 staged shim, $2 its place
+_PLACE_SHIM = r"""set -u
+chmod 755 -- "$1" && mv -f -- "$1" "$2" && echo OK
+"""
+
+
+async def ensure_sim(host: Host, *, python: str | None = None) -> Runtime:
+    """:func:`ensure`, for a ``--sim`` target: a host with no nvidia-smi of its own gets the
+    simulated one (``${TUNEDECK_HOME}/sim/bin/nvidia-smi``) as its :attr:`~Host.nvidia_smi`, so
+    every GPU query of tunedeck's (status, pre-flight, stop, the sampler, a benchmark's timeline)
+    sees the GPUs the sim servers hold there."""
+    rt = await ensure(host, python=python)
+    if rt.has_nvidia_smi:
+        return rt  # the host's own GPUs (a real nvidia-smi, or the demo host's)
+    target = getattr(host, "target", "local")
+    shim = f"{rt.home}/{SIM_SMI}"
+    text = _SMI_SHIM.format(python=shlex.quote(rt.python), archive=shlex.quote(rt.archive))
+    staged = f"{shim}.{os.getpid()}.tmp"
+    try:
+        await host.put_file(text.encode("utf-8"), staged, mode=0o755)
+    except OSError as e:
+        raise RuntimeUnavailable(f"{target}: writing the simulated nvidia-smi to {staged} failed: {e}") from None
+    r = await host.run_script(_PLACE_SHIM, [staged, shim], timeout=30)
+    if "OK" not in r.stdout.split():
+        why = r.stderr.strip() or r.stdout.strip() or "no answer"
+        raise RuntimeUnavailable(f"{target}: placing the simulated nvidia-smi at {shim} failed: {why}")
+    host.nvidia_smi = shim
+    return rt
+
+
+async def sim_argv(host: Host, argv: Sequence[str], *, python: str | None = None) -> list[str]:
+    """A ``--sim`` command as it runs on ``host``: ``tunedeck-host sim ENGINE …`` (what
+    :func:`tui.profiles.deploy.sim_executable` puts in plans and profiles' commands) becomes
+    ``PYTHON -I ${TUNEDECK_HOME}/lib/tunedeck-host-<hash>.pyz sim ENGINE …``, the runtime ensured
+    there with ``python`` first (the profile's). Any other command is returned as it is."""
+    if not argv or argv[0] != HOST_RUNTIME:
+        return list(argv)
+    rt = await ensure_sim(host, python=python)
+    return rt.argv(*argv[1:])
 
 
 async def describe(host: Host, *, python: str | None = None) -> dict[str, object]:

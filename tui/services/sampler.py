@@ -42,7 +42,7 @@ class HostSampler:
         keepalive: float = 45.0,
         lifetime: float = 3600.0,
         python: str | None = None,
-        smi: str = "nvidia-smi",
+        smi: str | None = None,
         max_backoff: float = 30.0,
     ) -> None:
         self.host = host
@@ -51,6 +51,7 @@ class HostSampler:
         self.keepalive = keepalive
         self.lifetime = lifetime
         self.python = python
+        #: None: the host's own (:attr:`~tui.hostops.hosts.Host.nvidia_smi`, when the sampler starts)
         self.smi = smi
         self.max_backoff = max_backoff
         self.state = "starting"
@@ -134,7 +135,7 @@ class HostSampler:
             "--lifetime",
             f"{self.lifetime:g}",
             "--smi",
-            self.smi,
+            self.smi or self.host.nvidia_smi,
         )
 
     async def _run(self) -> None:

@@ -19,12 +19,16 @@ SIGKILLed server never leaves a GPU "busy".
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: name -> (memory.total MiB, compute capability, power limit W)
 KNOWN_GPUS: dict[str, tuple[int, str, float]] = {
@@ -56,7 +60,7 @@ def state_root() -> Path:
     return state_dir() / "sim"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class GpuConfig:
     count: int = DEFAULT_COUNT
     name: str = DEFAULT_GPU
@@ -114,13 +118,45 @@ def load_config(root: Path | None = None) -> GpuConfig:
 # ---------------------------------------------------------------------- server records
 
 
-def _proc_create_time(pid: int) -> float | None:
+def _boot_time() -> float | None:
     try:
-        import psutil
+        with open("/proc/stat", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
 
-        return psutil.Process(pid).create_time()
-    except Exception:
+
+def _proc_stat(pid: int) -> tuple[str, float] | None:
+    """(state letter, start time as seconds since the epoch) of ``pid``: Linux's ``/proc``
+    (the standard library only, so the simulator runs in the host-side runtime); elsewhere
+    (a laptop's demo) psutil. None when the process is gone."""
+    if sys.platform.startswith("linux"):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+            state, ticks = rest[0], int(rest[19])
+        except FileNotFoundError:
+            return None
+        except (OSError, IndexError, ValueError) as e:
+            log.warning("sim: cannot read /proc/%d/stat: %s", pid, e)
+            return None
+        boot = _boot_time()
+        return state, (boot + ticks / os.sysconf("SC_CLK_TCK")) if boot is not None else 0.0
+    import psutil  # a laptop dependency; no GPU host runs the demo off Linux
+
+    try:
+        p = psutil.Process(pid)
+        return ("Z" if p.status() == psutil.STATUS_ZOMBIE else "R"), p.create_time()
+    except psutil.Error:
         return None
+
+
+def _proc_create_time(pid: int) -> float | None:
+    st = _proc_stat(pid)
+    return st[1] if st is not None and st[1] > 0 else None
 
 
 def servers_dir(root: Path | None = None) -> Path:
@@ -176,18 +212,14 @@ def _alive(rec: dict[str, Any]) -> bool:
         return False
     except PermissionError:
         pass
-    ct = _proc_create_time(pid)
+    st = _proc_stat(pid)
+    if st is None:
+        return False
+    state, ct = st
     want = rec.get("create_time")
-    if ct is not None and isinstance(want, (int, float)) and abs(ct - want) > 2.0:
+    if ct > 0 and isinstance(want, (int, float)) and abs(ct - want) > 2.0:
         return False  # pid reused by another process
-    try:
-        import psutil
-
-        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-            return False
-    except Exception:
-        pass
-    return True
+    return state not in ("Z", "X")  # a zombie holds no GPU
 
 
 def live_servers(root: Path | None = None) -> list[dict[str, Any]]:
@@ -207,7 +239,7 @@ def live_servers(root: Path | None = None) -> list[dict[str, Any]]:
     return out
 
 
-@dataclass(slots=True)
+@dataclass
 class GpuReading:
     index: int
     used_mib: int = 0

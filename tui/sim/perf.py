@@ -124,7 +124,7 @@ JITTER_SD = 0.015
 RUN_OFFSET = 0.01
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SpecConfig:
     method: str  # upper case
     num_steps: int = 3
@@ -136,7 +136,7 @@ class SpecConfig:
         return SPEC_ALPHA.get(self.method.upper(), 0.6)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PerfConfig:
     engine: str = "sglang"
     tp: int = 8
@@ -279,7 +279,7 @@ def throughput(cfg: PerfConfig, concurrency: int) -> tuple[float, float]:
     return per, per * concurrency
 
 
-@dataclass(slots=True)
+@dataclass
 class Estimate:
     engine: str
     label: str

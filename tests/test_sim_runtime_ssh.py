@@ -1,0 +1,85 @@
+"""`--sim` on an SSH target with nothing installed but the system Python: the simulator comes
+in tunedeck's host-side runtime, its GPUs live in the host's ${TUNEDECK_HOME}/sim and its
+simulated nvidia-smi is what `status --sim` and `stop --sim` query."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.simfix import free_port
+from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+
+pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
+
+
+def cli(server: SshdServer, user: Path, *args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tui", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env=server.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
+    )
+
+
+def test_sim_on_a_bare_ssh_host_launches_serves_shows_its_gpus_and_stops(sshd: SshdServer, tmp_path: Path):
+    for name in ("nvidia-smi", "tdpython"):  # nothing of tunedeck's, no nvidia-smi on the host
+        (sshd.shim_dir / name).unlink(missing_ok=True)
+    port = free_port()
+    user = tmp_path / "profiles"
+    user.mkdir()
+    (user / "one.toml").write_text(
+        "schema_version = 1\n"
+        'engine = "sglang"\n'
+        'model = "Qwen/Qwen3-8B"\n'
+        "tp = 2\n"
+        f"port = {port}\n"
+        "\n[flags]\n"
+        "enable-metrics = true\n"
+    )
+    target = sshd.target(ROOT_USER)
+    r = cli(
+        sshd, user, "launch", "one", "--host", target, "--sim", "--env", "TUNEDECK_SIM_LOAD_S=1", "--wait",
+        "--timeout", "120", "--json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["progress"]["state"] == "ready", out
+    argv = out["run"]["argv"]
+    home = str(sshd.remote_home)
+    # the runtime's `sim sglang`, run by the host's own python3
+    assert argv[1] == "-I" and argv[2].startswith(f"{home}/lib/tunedeck-host-") and argv[3:5] == ["sim", "sglang"]
+    run_id = out["run"]["run_id"]
+    try:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/completions",
+            data=json.dumps({"model": "Qwen/Qwen3-8B", "prompt": "hello", "max_tokens": 4}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            done = json.loads(resp.read())
+        assert done["usage"]["completion_tokens"] == 4 and done["choices"][0]["text"]
+
+        r = cli(sshd, user, "status", "--host", target, "--sim", "--json")
+        assert r.returncode == 0, r.stderr[-2000:]
+        st = json.loads(r.stdout)
+        assert st["gpu_state"] == "ok" and len(st["gpus"]) == 8, st
+        used = [g["memory_used"] for g in st["gpus"]]
+        assert all(u > 0 for u in used[:2]) and used[2:] == [0] * 6, used
+        assert (sshd.remote_home / "sim" / "bin" / "nvidia-smi").is_file()
+        assert list((sshd.remote_home / "sim" / "servers").glob("*.json"))
+    finally:
+        r = cli(sshd, user, "stop", run_id, "--host", target, "--sim", "--yes", "--grace", "5", "--json")
+    assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
+    r = cli(sshd, user, "status", "--host", target, "--sim", "--json")
+    st = json.loads(r.stdout)
+    assert [g["memory_used"] for g in st["gpus"]] == [0] * 8, st
