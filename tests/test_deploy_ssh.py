@@ -321,7 +321,7 @@ def test_ab_of_two_deployments_each_benchmark_on_the_head_then_both_stopped(node
     # both deployments stopped, all 16 GPUs free, nothing of theirs alive on either node
     deps = json.loads(cli(a, user, "runs", "--deployments", "--json").stdout)
     assert len(deps) == 2 and all(d["status"] == "stopped" for d in deps), deps
-    assert gpus_used(tmp_path / "sim-a") == [0] * 8 and gpus_used(tmp_path / "sim-b") == [0] * 8
+    assert gpus_used(sim_state(a)) == [0] * 8 and gpus_used(sim_state(b)) == [0] * 8
     text = cli(a, user, "compare", rep["id"]).stdout
     assert "num-continuous-decode-steps" in text, text
     assert tb
@@ -376,4 +376,4 @@ def test_ab_of_deployments_survives_its_terminal_and_cancel_stops_the_live_side(
     r = cli(a, user, "ab", "--cancel", job, "--yes", "--quiet", "--json", timeout=280)
     deps = json.loads(cli(a, user, "runs", "--deployments", "--json").stdout)
     assert [d["status"] for d in deps] == ["stopped"], (deps, r.stderr[-3000:])
-    assert gpus_used(tmp_path / "sim-a") == [0] * 8 and gpus_used(tmp_path / "sim-b") == [0] * 8
+    assert gpus_used(sim_state(a)) == [0] * 8 and gpus_used(sim_state(b)) == [0] * 8
