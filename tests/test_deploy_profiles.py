@@ -93,6 +93,9 @@ def test_vllm_on_ray_node_options_pin_each_node_and_the_engine_joins_that_cluste
     )
     plan = build_deployment(prof(text), sim=True)
     assert plan.head_address == "10.9.0.2" and plan.rendezvous == "10.9.0.2:6379"
+    from tui.services.deploy import resolve_head_address
+
+    assert resolve_head_address(prof(text)) is None  # the pinned address, not the head's host name
     head, worker, wait, serve = plan.steps
     assert list(head.command.argv) == [
         "ray",
