@@ -129,10 +129,13 @@ def _cmdline(pid: int) -> str:
 
 
 class SshdServer:
-    """One sshd process (restartable on the same port) and its client-side home."""
+    """One sshd process (restartable on the same port) and its client-side home. ``listen`` is its
+    address; with ``netns`` it runs inside that network namespace (``ip netns exec``)."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, *, listen: str = "127.0.0.1", netns: str | None = None) -> None:
         self.base = base
+        self.listen = listen
+        self.netns = netns
         self.port = _free_port()
         self.user = TEST_USER
         self.shim_dir = base / "shims"
@@ -171,7 +174,7 @@ class SshdServer:
         self.config_path.write_text(
             "\n".join(
                 [
-                    "ListenAddress 127.0.0.1",
+                    f"ListenAddress {self.listen}",
                     f"Port {self.port}",
                     f"HostKey {base / 'hostkey'}",
                     f"PidFile {base / 'sshd.pid'}",
@@ -196,10 +199,10 @@ class SshdServer:
     # ------------------------------------------------------------------ client side
     @property
     def host_key_line(self) -> str:
-        return f"[127.0.0.1]:{self.port} {self.host_key_type} {self.host_key_b64}"
+        return f"[{self.listen}]:{self.port} {self.host_key_type} {self.host_key_b64}"
 
     def target(self, user: str | None = None) -> str:
-        return f"{user or self.user}@127.0.0.1:{self.port}"
+        return f"{user or self.user}@{self.listen}:{self.port}"
 
     def write_known_hosts(self, kind: str = "right") -> Path:
         """``right`` (the server's key), ``empty``, ``wrong`` (another key for this host) or ``missing``."""
@@ -210,7 +213,7 @@ class SshdServer:
         text = {
             "right": self.host_key_line + "\n",
             "empty": "",
-            "wrong": f"[127.0.0.1]:{self.port} ssh-ed25519 {self.other_key_b64}\n",
+            "wrong": f"[{self.listen}]:{self.port} ssh-ed25519 {self.other_key_b64}\n",
         }[kind]
         p.write_text(text)
         return p
@@ -259,8 +262,9 @@ class SshdServer:
         if t.returncode != 0:
             raise RuntimeError(f"sshd config rejected: {t.stderr.strip()}")
         log = open(self.log_path, "ab")
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
         self.proc = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(self.config_path)],
+            [*prefix, SSHD, "-D", "-e", "-f", str(self.config_path)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -273,7 +277,7 @@ class SshdServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"sshd exited ({self.proc.returncode}): {self.log_tail()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                with socket.create_connection((self.listen, self.port), timeout=1) as s:
                     if s.recv(64).startswith(b"SSH-2.0"):
                         return
             except OSError:

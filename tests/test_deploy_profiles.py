@@ -83,6 +83,63 @@ def test_vllm_on_ray_head_workers_wait_then_serve():
     assert plan.steps[0].command.env_dict["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
+def test_vllm_on_ray_node_options_pin_each_node_and_the_engine_joins_that_cluster():
+    text = VLLM + (
+        "\n[deploy]\n"
+        'node_addresses = ["10.9.0.2", "10.9.0.3"]\n'
+        "ray_num_cpus = 2\n"
+        "ray_dashboard = false\n"
+        'ray_temp_dir = ["/tmp/td-a", "/tmp/td-b"]\n'
+    )
+    plan = build_deployment(prof(text), sim=True)
+    assert plan.head_address == "10.9.0.2" and plan.rendezvous == "10.9.0.2:6379"
+    from tui.services.deploy import resolve_head_address
+
+    assert resolve_head_address(prof(text)) is None  # the pinned address, not the head's host name
+    head, worker, wait, serve = plan.steps
+    assert list(head.command.argv) == [
+        "ray",
+        "start",
+        "--head",
+        "--port=6379",
+        "--num-gpus=8",
+        "--node-ip-address=10.9.0.2",
+        "--num-cpus=2",
+        "--include-dashboard=false",
+        "--temp-dir=/tmp/td-a",
+        "--block",
+    ]
+    assert list(worker.command.argv) == [
+        "ray",
+        "start",
+        "--address=10.9.0.2:6379",
+        "--num-gpus=8",
+        "--node-ip-address=10.9.0.3",
+        "--num-cpus=2",
+        "--temp-dir=/tmp/td-b",
+        "--block",
+    ]
+    assert wait.check == ("ray", "status", "--address=10.9.0.2:6379")
+    env = serve.command.env_dict
+    assert env["RAY_ADDRESS"] == "10.9.0.2:6379" and env["VLLM_HOST_IP"] == "10.9.0.2"
+    assert env["TUNEDECK_SIM_RAY"] == "ray"  # only with --sim
+    assert "TUNEDECK_SIM_RAY" not in build_deployment(prof(text)).steps[3].command.env_dict
+    # one temp dir for every node (real hosts each have their own /tmp)
+    one = build_deployment(prof(VLLM + '\n[deploy]\nray_temp_dir = "/tmp/ray-td"\n'))
+    assert all("--temp-dir=/tmp/ray-td" in s.command.argv for s in one.steps if s.kind.startswith("ray-") and s.command)
+    # and the same profile written back reads the same
+    from tui.profiles.model import profile_to_dict
+
+    d = profile_to_dict(prof(text))
+    assert d["deploy"]["node_addresses"] == ["10.9.0.2", "10.9.0.3"] and d["deploy"]["ray_dashboard"] is False
+
+
+def test_ray_options_on_another_mode_are_a_warning():
+    plan, issues = check_deployment(prof(SGL + "\n[deploy]\nray_num_cpus = 2\n"))
+    assert plan is not None
+    assert [(i.severity, i.key) for i in issues if "Ray" in i.message] == [("warning", "deploy.ray_num_cpus")]
+
+
 def test_vllm_data_parallel_headless_workers():
     plan = build_deployment(prof(VLLM.replace("tp = 8", "tp = 4") + '[deploy]\nmode = "dp"\n'))
     assert plan.dp == 4
@@ -118,6 +175,18 @@ def test_sim_swaps_only_the_engine():
         (SGL + '\n[deploy]\nmode = "ray"\n', "deploy.mode", "not a sglang mode"),
         (VLLM + "\n[deploy]\npp = 4\n", "deploy.pp", "8 × 4 = 32 GPUs"),
         (VLLM + '\n[deploy]\nmode = "dp"\ndp = 3\n', "deploy.dp", "not divisible"),
+        (VLLM + '\n[deploy]\nnode_addresses = ["10.0.0.1"]\n', "deploy.node_addresses", "1 entries for 2 nodes"),
+        (VLLM + '\n[deploy]\nnode_addresses = "10.0.0.1"\n', "deploy.node_addresses", "expected a list"),
+        (
+            VLLM + '\n[deploy]\nnode_addresses = ["10.0.0.1", "-x"]\n',
+            "deploy.node_addresses",
+            "entry 2: '-x' is not a host name",
+        ),
+        (VLLM + '\n[deploy]\nray_temp_dir = "tmp/ray"\n', "deploy.ray_temp_dir", "not an absolute path"),
+        (VLLM + '\n[deploy]\nray_temp_dir = "/tmp/../ray"\n', "deploy.ray_temp_dir", "contains '..'"),
+        (VLLM + f'\n[deploy]\nray_temp_dir = "/{"x" * 50}"\n', "deploy.ray_temp_dir", "longer than 40 bytes"),
+        (VLLM + "\n[deploy]\nray_num_cpus = -1\n", "deploy.ray_num_cpus", ""),
+        (VLLM + '\n[deploy]\nray_dashboard = "no"\n', "deploy.ray_dashboard", "expected true or false"),
         (SGL + "\nnnodes = 2\n", "flags.nnodes", "given twice (also in deploy (tp))"),
         (
             SGL.replace("enable-metrics = true", "enable-metrics = true\nnode-rank = 1"),

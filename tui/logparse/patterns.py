@@ -150,6 +150,15 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "terminated by a signal",
     ),
     (
+        "ray-gpus",
+        re.compile(
+            r"Cannot provide a placement group requiring|Cannot provide a placement group of|"
+            r"Current node has no GPU available|"
+            r"number of required GPUs exceeds the total number of available GPUs in the placement group\. Required"
+        ),
+        "the Ray cluster has too few GPUs for the placement group",
+    ),
+    (
         "crash",
         re.compile(
             r"Scheduler hit an exception|\w*Manager hit an exception|Received sigquit from a child process|"
@@ -218,6 +227,8 @@ _FATAL_KEYS = (
     "unexpectedly",
     "waiting for clients",
     "has timed out after",
+    "placement group",
+    "no GPU available",
 )
 
 
@@ -272,6 +283,13 @@ def refine_cause(kind: str, cause: str, text: str) -> str:
     if kind == "capture-failed":
         m = re.search(r"Capture cuda graph failed: (.*)", text)
         return f"CUDA graph capture failed: {m.group(1)[:80]}" if m else cause
+    if kind == "ray-gpus":
+        m = re.search(r"placement group requiring ([\d.]+) GPUs", text)
+        if m:
+            return f"the Ray cluster cannot provide the {float(m.group(1)):g} GPUs (tp × pp) of the placement group"
+        if "Current node has no GPU" in text:
+            return "the engine's Ray node has no GPU"
+        return cause
     if kind == "terminated":
         m = re.search(r"SIG[A-Z]+|signal \d+", text)
         if m:

@@ -23,11 +23,19 @@ the order that stops it cleanly.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tui.profiles.builder import Command, Issue, check_profile, demo_executable, line_of_key, resolve_nccl
-from tui.profiles.model import DEFAULT_RENDEZVOUS_PORTS, DEPLOY_MODES, NODE_RE, NcclPreset, ProfileError, ServerProfile
+from tui.profiles.model import (
+    DEFAULT_RENDEZVOUS_PORTS,
+    DEPLOY_MODES,
+    NODE_RE,
+    Deploy,
+    NcclPreset,
+    ProfileError,
+    ServerProfile,
+)
 from tui.util.safety import UnsafeInput, env_command, redact_env
 
 if TYPE_CHECKING:
@@ -223,11 +231,23 @@ def check_deployment(
         _err(issues, "deploy.port", f"rendezvous port {port} is out of range 1..65535")
     elif port == http_port:
         _err(issues, "deploy.port", f"rendezvous port {port} is also the server's HTTP port (port)")
-    addr = head_address or dep.head_address or (node_host(nodes[0]) if isinstance(nodes[0], str) else "")
+    addr = (
+        head_address
+        or dep.head_address
+        or (dep.node_addresses[0] if dep.node_addresses else "")
+        or (node_host(nodes[0]) if isinstance(nodes[0], str) else "")
+    )
     if addr == "local":
         addr = "127.0.0.1"
     if not addr or not _ADDR_RE.match(addr):
         _err(issues, "deploy.head_address", f"{addr!r} is not an address the workers can dial")
+    if mode != "ray":
+        ray_only = Deploy(mode=dep.mode)
+        for key in ("ray_num_cpus", "ray_dashboard", "ray_temp_dir", "node_addresses"):
+            if getattr(dep, key) != getattr(ray_only, key):
+                issues.append(
+                    Issue("warning", f"deploy.{key}", f'only vLLM on Ray (mode = "ray") uses it, not mode {mode!r}')
+                )
     pp = dp = 1
     per_node_gpus: list[int] = []
     if mode == "tp":
@@ -343,16 +363,25 @@ def check_deployment(
         base = server([("pipeline-parallel-size", pp), ("distributed-executor-backend", "ray")])
         env = base.env if base is not None else ()
         ray = dep.ray
-        head_args = [ray, "start", "--head", f"--port={port}", f"--num-gpus={g}", "--block"]
-        if dep.head_address or head_address:
-            head_args.insert(4, f"--node-ip-address={addr}")
-        steps.append(Step(nodes[0], 0, HEAD, RAY_HEAD, _plain(profile.engine, head_args, env), gpus=g))
-        for rank, node in enumerate(nodes[1:], 1):
-            args = [ray, "start", f"--address={_bracket(addr)}:{port}", f"--num-gpus={g}", "--block"]
-            steps.append(Step(node, rank, WORKER, RAY_WORKER, _plain(profile.engine, args, env), gpus=g))
-        steps.append(
-            Step(nodes[0], 0, HEAD, RAY_WAIT, check=(ray, "status", f"--address={_bracket(addr)}:{port}"), gpus=tp * pp)
-        )
+        rdv = f"{_bracket(addr)}:{port}"
+        for rank, node in enumerate(nodes):
+            if rank == 0:
+                args = [ray, "start", "--head", f"--port={port}", f"--num-gpus={g}"]
+            else:
+                args = [ray, "start", f"--address={rdv}", f"--num-gpus={g}"]
+            args += _ray_node_options(dep, rank, addr if rank == 0 and (dep.head_address or head_address) else "")
+            args.append("--block")
+            kind, role = (RAY_HEAD, HEAD) if rank == 0 else (RAY_WORKER, WORKER)
+            steps.append(Step(node, rank, role, kind, _plain(profile.engine, args, env), gpus=g))
+        steps.append(Step(nodes[0], 0, HEAD, RAY_WAIT, check=(ray, "status", f"--address={rdv}"), gpus=tp * pp))
+        if base is not None:
+            # the engine joins this cluster, not one it finds in the default temp dir or starts itself
+            extra = [("RAY_ADDRESS", rdv)]
+            if dep.node_addresses:
+                extra.append(("VLLM_HOST_IP", dep.node_addresses[0]))  # the head's Ray node, as pinned
+            if sim or demo:
+                extra.append(("TUNEDECK_SIM_RAY", ray))  # the simulator asks this cluster for its GPUs
+            base = _with_env(base, extra)
         steps.append(Step(nodes[0], 0, HEAD, SERVER, base, gpus=0, port=http_port, serves=True))
     if any(i.severity == "error" for i in issues) or any(s.kind != RAY_WAIT and s.command is None for s in steps):
         return None, issues
@@ -378,6 +407,34 @@ def check_deployment(
 
 def _bracket(addr: str) -> str:
     return f"[{addr}]" if ":" in addr else addr
+
+
+def _ray_node_options(dep: Any, rank: int, pinned_head: str) -> list[str]:
+    """``ray start`` options from ``[deploy]`` for the node of ``rank``: its address
+    (``node_addresses``, else the head's ``head_address`` when one was given), CPUs, dashboard
+    (the head only) and temp dir."""
+    out: list[str] = []
+    ip = dep.node_addresses[rank] if dep.node_addresses else pinned_head
+    if ip:
+        out.append(f"--node-ip-address={ip}")
+    if dep.ray_num_cpus >= 0:
+        out.append(f"--num-cpus={dep.ray_num_cpus}")
+    if rank == 0 and not dep.ray_dashboard:
+        out.append("--include-dashboard=false")
+    if dep.ray_temp_dir:
+        out.append(f"--temp-dir={dep.ray_temp_dir[rank] if len(dep.ray_temp_dir) > 1 else dep.ray_temp_dir[0]}")
+    return out
+
+
+def _with_env(cmd: Command, extra: Sequence[tuple[str, str]]) -> Command | None:
+    """``cmd`` with ``extra`` added to its environment (a name the profile sets itself wins)."""
+    have = {k for k, _ in cmd.env}
+    env = cmd.env + tuple((k, v) for k, v in extra if k not in have)
+    try:
+        display = env_command(list(cmd.argv), redact_env(dict(env)))
+    except UnsafeInput:
+        return None
+    return replace(cmd, env=env, display=display)
 
 
 def _plain(engine: str, argv: list[str], env: tuple[tuple[str, str], ...]) -> Command | None:

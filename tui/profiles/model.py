@@ -50,6 +50,10 @@ A multi-node profile names its hosts (any TARGET form; the first is the head)::
     dp = 16                            # vLLM data parallel: --data-parallel-size
     ray = "ray"                        # the ray executable on the nodes
     ray_wait = 180                     # seconds to wait for `ray status` to show the GPUs
+    ray_num_cpus = 2                   # Ray: --num-cpus on every node (default: Ray's, all cores)
+    ray_dashboard = false              # Ray: --include-dashboard=false on the head
+    ray_temp_dir = "/tmp/ray-td"       # Ray: --temp-dir, one for all nodes or a list, one per node
+    node_addresses = ["10.0.0.1", "10.0.0.2"]   # Ray: --node-ip-address, one per node
 
 Every error is a :class:`ProfileError` naming the file, the line and the key.
 """
@@ -130,6 +134,10 @@ class Deploy:
     dp: int = 0  # vLLM data parallel: 0 = nodes × gpus_per_node / tp
     ray: str = "ray"
     ray_wait: int = 180
+    ray_num_cpus: int = -1  # -1 = Ray's default (every core)
+    ray_dashboard: bool = True  # False = --include-dashboard=false (True leaves Ray's default)
+    ray_temp_dir: tuple[str, ...] = ()  # one path for every node, or one per node
+    node_addresses: tuple[str, ...] = ()  # one per node: Ray's --node-ip-address
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,7 +419,22 @@ _TOP_KEYS = {
     "nodes",
     "deploy",
 }
-_DEPLOY_KEYS = {"mode", "head_address", "port", "gpus_per_node", "pp", "dp", "ray", "ray_wait"}
+_DEPLOY_KEYS = {
+    "mode",
+    "head_address",
+    "port",
+    "gpus_per_node",
+    "pp",
+    "dp",
+    "ray",
+    "ray_wait",
+    "ray_num_cpus",
+    "ray_dashboard",
+    "ray_temp_dir",
+    "node_addresses",
+}
+#: an address a node can be reached at (host name, IPv4 or IPv6 literal)
+_ADDRESS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$|^[0-9A-Fa-f:.]+$")
 
 
 def profile_from_dict(
@@ -532,7 +555,7 @@ def profile_from_dict(
     if "deploy" in data:
         if not kw.get("nodes"):
             raise r.err(("deploy",), '[deploy] needs nodes = ["host-a", "host-b", …] (two or more)')
-        kw["deploy"] = _deploy(r, data["deploy"], engine)
+        kw["deploy"] = _deploy(r, data["deploy"], engine, len(kw["nodes"]))
     return ServerProfile(
         name=name,
         engine=engine,
@@ -562,7 +585,7 @@ def _nodes(r: _Reader, value: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _deploy(r: _Reader, value: Any, engine: str) -> Deploy:
+def _deploy(r: _Reader, value: Any, engine: str, n_nodes: int) -> Deploy:
     d = r.table(value, ("deploy",))
     r.unknown(d, _DEPLOY_KEYS, ("deploy",))
     kw: dict[str, Any] = {}
@@ -574,7 +597,7 @@ def _deploy(r: _Reader, value: Any, engine: str) -> Deploy:
         kw["mode"] = mode
     if "head_address" in d:
         ha = r.text_value(d["head_address"], ("deploy", "head_address"))
-        if ha and not re.match(r"^[A-Za-z0-9][A-Za-z0-9.-]*$|^[0-9A-Fa-f:.]+$", ha):
+        if ha and not _ADDRESS_RE.match(ha):
             raise r.err(("deploy", "head_address"), f"{ha!r} is not a host name or IP address")
         kw["head_address"] = ha
     if "port" in d:
@@ -591,7 +614,61 @@ def _deploy(r: _Reader, value: Any, engine: str) -> Deploy:
         kw["ray"] = ray
     if "ray_wait" in d:
         kw["ray_wait"] = r.int_value(d["ray_wait"], ("deploy", "ray_wait"), 1, 86400)
+    if "ray_num_cpus" in d:
+        kw["ray_num_cpus"] = r.int_value(d["ray_num_cpus"], ("deploy", "ray_num_cpus"), 0, 65536)
+    if "ray_dashboard" in d:
+        if not isinstance(d["ray_dashboard"], bool):
+            raise r.err(("deploy", "ray_dashboard"), f"expected true or false, got {type(d['ray_dashboard']).__name__}")
+        kw["ray_dashboard"] = d["ray_dashboard"]
+    if "ray_temp_dir" in d:
+        kw["ray_temp_dir"] = _per_node(r, d["ray_temp_dir"], "ray_temp_dir", n_nodes, _temp_dir)
+    if "node_addresses" in d:
+        addrs = _per_node(r, d["node_addresses"], "node_addresses", n_nodes, _address, one_for_all=False)
+        kw["node_addresses"] = addrs
     return Deploy(**kw)
+
+
+def _temp_dir(v: str) -> str | None:
+    """Why ``v`` is not a usable ``--temp-dir`` (None: it is)."""
+    if not v.startswith("/"):
+        return f"{v!r} is not an absolute path"
+    if ".." in v.split("/"):
+        return f"{v!r} contains '..'"
+    if any(c.isspace() for c in v):
+        return f"{v!r} contains white space"
+    # Ray puts Unix sockets under it (…/session_<date>_<pid>/sockets/plasma_store: ~60 characters
+    # more) and a socket path is at most 107 bytes
+    if len(v.encode()) > 40:
+        return f"{v!r} is longer than 40 bytes (Ray's socket paths under it must fit in 107)"
+    return None
+
+
+def _address(v: str) -> str | None:
+    return None if _ADDRESS_RE.match(v) else f"{v!r} is not a host name or IP address"
+
+
+def _per_node(
+    r: _Reader, value: Any, key: str, n_nodes: int, why_bad: Any, *, one_for_all: bool = True
+) -> tuple[str, ...]:
+    """A value per node: a list as long as ``nodes`` (or one string for all nodes)."""
+    kp = ("deploy", key)
+    if isinstance(value, str) and one_for_all:
+        values = [value]
+    elif isinstance(value, list):
+        if len(value) != n_nodes:
+            raise r.err(kp, f"{len(value)} entries for {n_nodes} nodes (one per node, in the order of nodes)")
+        values = value
+    else:
+        shape = "a string or a list, one per node" if one_for_all else "a list, one per node"
+        raise r.err(kp, f"expected {shape}, got {type(value).__name__}")
+    out: list[str] = []
+    for i, v in enumerate(values, 1):
+        v = r.text_value(v, kp, allow_empty=False)
+        bad = why_bad(v)
+        if bad:
+            raise r.err(kp, f"entry {i}: {bad}" if len(values) > 1 else bad)
+        out.append(v)
+    return tuple(out)
 
 
 def load_profile_text(text: str, *, name: str, path: str | Path | None = None, source: str = "") -> ServerProfile:
@@ -654,7 +731,11 @@ def profile_to_dict(p: ServerProfile) -> dict[str, Any]:
         d["env"] = dict(p.env)
     if p.nodes:
         d["nodes"] = list(p.nodes)
-        dep = {k: getattr(p.deploy, k) for k in sorted(_DEPLOY_KEYS) if getattr(p.deploy, k) != getattr(Deploy(), k)}
+        dep = {
+            k: (v[0] if len(v) == 1 else list(v)) if isinstance(v, tuple) else v
+            for k in sorted(_DEPLOY_KEYS)
+            if (v := getattr(p.deploy, k)) != getattr(Deploy(), k)
+        }
         if dep:
             d["deploy"] = dep
     if p.speculative is not None:

@@ -173,9 +173,10 @@ class DeploymentStore:
 
 
 def resolve_head_address(profile: ServerProfile) -> str | None:
-    """What the workers dial: ``[deploy] head_address``, else the head's host name after
-    ``~/.ssh/config`` (an alias's ``HostName``); None leaves it to the plan builder."""
-    if profile.deploy.head_address or not profile.nodes:
+    """What the workers dial: ``[deploy] head_address`` (else the first of ``node_addresses``),
+    else the head's host name after ``~/.ssh/config`` (an alias's ``HostName``); None leaves it to
+    the plan builder."""
+    if profile.deploy.head_address or profile.deploy.node_addresses or not profile.nodes:
         return None
     head = profile.nodes[0]
     if head == "local":

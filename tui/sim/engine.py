@@ -27,7 +27,7 @@ import uuid
 from collections import deque
 from typing import Any, Callable, Coroutine
 
-from tui.sim import perf, rendezvous
+from tui.sim import perf, raycluster, rendezvous
 from tui.sim.api import Api, Req
 from tui.sim.clock import FixedClock
 from tui.sim.engine_args import (
@@ -823,7 +823,9 @@ class Sim(Api):
             pid=ec,
             where="core.py:105",
         )
-        if not self.gpus or len(self.gpus) < self.tp:
+        if a.distributed_executor_backend == "ray":
+            await self.ray_placement(ec)
+        elif not self.gpus or len(self.gpus) < self.tp:
             L.vl(
                 f"ValueError: World size ({self.tp}) is larger than the number of available GPUs ({len(self.gpus)}) in this node.",
                 proc="EngineCore",
@@ -1073,6 +1075,129 @@ class Sim(Api):
         await self.at(1.0)
         await self.http.start(self.sock)
         L.uvicorn("Application startup complete.")
+
+    async def ray_placement(self, ec: int) -> None:
+        """vLLM's ``initialize_ray_cluster`` against the real Ray cluster (see :mod:`raycluster`):
+        this node runs the ranks its own GPUs hold, the cluster must hold ``tp × pp``."""
+        a = self.a
+        L = self.log
+        world = max(1, a.tensor_parallel_size) * max(1, a.pipeline_parallel_size)
+
+        def vl(msg: str, level: str = "INFO", where: str = "ray_utils.py:398") -> None:
+            L.vl(msg, proc="EngineCore", pid=ec, level=level, where=where)
+
+        def fail(exc_line: str, frames: list[str]) -> None:
+            vl("EngineCore failed to start.", level="ERROR", where="core.py:866")
+            tb = [
+                "Traceback (most recent call last):",
+                '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/ray_executor.py", line 96, in _init_executor',
+                "    initialize_ray_cluster(self.parallel_config)",
+                *frames,
+                *exc_line.split("\n"),
+            ]
+            for line in tb:
+                vl(line, level="ERROR", where="core.py:866")
+            self._vllm_engine_failed(ec, printed=True)
+
+        if world > self.gpu_cfg.count:
+            vl(
+                f"Total GPU requirement (world_size={world}) exceeds locally visible GPUs ({self.gpu_cfg.count}). "
+                "For multi-node Ray clusters, this may be expected if the total cluster has enough GPUs. "
+                f"If running single-node, consider reducing tensor_parallel_size ({a.tensor_parallel_size}) "
+                f"or pipeline_parallel_size ({a.pipeline_parallel_size}).",
+                level="WARNING",
+                where="ray_utils.py:345",
+            )
+        address = raycluster.cluster_address()
+        ray = raycluster.ray_executable()
+        if address is None:  # ray.init() starts a local instance with this node's GPUs
+            L.raw(
+                f"(EngineCore pid={ec}) {raycluster.ray_stamp()}\tINFO worker.py:2007 -- Started a local Ray instance.\n"
+            )
+            view = raycluster.ClusterView("", float(self.gpu_cfg.count), {}, "", {"GPU": float(self.gpu_cfg.count)})
+        else:
+            L.raw(
+                f"(EngineCore pid={ec}) {raycluster.ray_stamp()}\tINFO worker.py:1832 -- "
+                f"Connecting to existing Ray cluster at address: {address}...\n"
+            )
+            try:
+                if ray is None:
+                    raise raycluster.RayUnavailable("no `ray` command (TUNEDECK_SIM_RAY, beside python, PATH)")
+                view = await raycluster.ask_cluster(ray, address)
+            except raycluster.RayUnavailable as e:
+                said = str(e)
+                fail(
+                    said if re.match(r"^[\w.]+(?:Error|Exception): ", said) else f"ConnectionError: {said}",
+                    ['  File "/usr/local/lib/python3.12/dist-packages/ray/_private/worker.py", line 1843, in init'],
+                )
+                return
+            L.raw(f"(EngineCore pid={ec}) {raycluster.ray_stamp()}\tINFO worker.py:2003 -- Connected to Ray cluster.\n")
+        vl("No current placement group found. Creating a new placement group.", where="ray_utils.py:379")
+        if world > view.gpus:
+            vl(
+                "The number of required GPUs exceeds the total number of available GPUs in the placement group.",
+                level="WARNING",
+                where="ray_utils.py:384",
+            )
+        host_ip = os.environ.get("VLLM_HOST_IP") or (address or "127.0.0.1").rsplit(":", 1)[0].strip("[]")
+        if view.gpus < 1:
+            node = view.first_node or uuid.uuid4().hex + uuid.uuid4().hex[:24]
+            fail(
+                f"ValueError: Current node has no GPU available. current_node_resource={raycluster.fmt_resources(view.first_node_resources)}. "
+                f"vLLM engine cannot start without GPU. Make sure you have at least 1 GPU available in a node "
+                f"current_node_id={node!r} current_ip={host_ip!r}.",
+                [
+                    '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/ray_utils.py", line 401, in initialize_ray_cluster',
+                    "    raise ValueError(",
+                ],
+            )
+            return
+        specs = [{"GPU": 1.0} for _ in range(world)]
+        specs[0] = {"GPU": 1.0, f"node:{host_ip}": 0.001}
+        specs_s = "[" + ", ".join(raycluster.fmt_resources(x) for x in specs) + "]"
+        limit = raycluster.pg_timeout()
+        t0 = time.monotonic()
+        interval = min(10.0, max(0.5, limit / 4))
+        while view.gpus < world:
+            left = limit - (time.monotonic() - t0)
+            if left <= 0:
+                fail(
+                    f"ValueError: Cannot provide a placement group requiring {float(world)} GPUs "
+                    f"(placement_group_specs={specs_s}) within {limit:g} seconds.\n"
+                    "Tensor parallel size may exceed available GPUs in your cluster. Check resources with `ray status` "
+                    "and `ray list nodes`.\n"
+                    "If running on K8s with limited GPUs, consider reducing --tensor-parallel-size to match available "
+                    "GPU resources.",
+                    [
+                        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/ray_utils.py", line 300, in _wait_until_pg_ready',
+                        "    raise ValueError(",
+                    ],
+                )
+                return
+            await asyncio.sleep(min(interval, left))
+            interval *= 2
+            vl(
+                f"Waiting for creating a placement group of specs for {int(time.monotonic() - t0)} seconds. "
+                f"specs={specs_s}. Check `ray status` and `ray list nodes` to see if you have enough resources, "
+                "and make sure the IP addresses used by ray cluster are the same as VLLM_HOST_IP environment "
+                "variable specified in each node if you are running on a multi-node.",
+                where="ray_utils.py:270",
+            )
+            if address is not None and ray is not None:
+                try:
+                    view = await raycluster.ask_cluster(ray, address)
+                except raycluster.RayUnavailable as e:  # as Ray's own client would, say so and go on waiting
+                    print(f"ray status failed while waiting for the placement group: {e}", file=sys.stderr, flush=True)
+        if len(self.gpus) < a.tensor_parallel_size:
+            vl(
+                f"tensor_parallel_size={a.tensor_parallel_size} is bigger than a reserved number of GPUs "
+                f"({len(self.gpus)} GPUs) in a node {view.first_node or 'head'}. Tensor parallel workers can be "
+                "spread out to 2+ nodes which can degrade the performance unless you have fast interconnect "
+                "across nodes, like Infiniband. To resolve this issue, make sure you have more than "
+                f"{a.tensor_parallel_size} GPUs available at each node.",
+                level="WARNING",
+                where="ray_utils.py:218",
+            )
 
     def _vllm_engine_failed(self, ec: int, printed: bool = False) -> None:
         L = self.log
