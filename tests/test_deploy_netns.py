@@ -233,7 +233,7 @@ async def test_sglang_link_cut_to_one_node_leaves_it_running_and_the_view_reconn
             # ... and the deployment goes on on both nodes
             log = Path(worker.run_dir) / "log"
             tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
-            assert ours(a, "tui sim sglang") and ours(b, "tui sim sglang"), tail
+            assert ours(a, " sim sglang ") and ours(b, " sim sglang "), tail
         finally:
             b.restore()
         end = time.monotonic() + 90

@@ -71,18 +71,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/hostops/runstore.py",
     "tui/hostops/tracker.py",
     # the simulator (`sim ENGINE …`, `smi …`): every module but the laptop's demo host
-    "tui/sim/__init__.py",
-    "tui/sim/api.py",
-    "tui/sim/clock.py",
-    "tui/sim/engine.py",
-    "tui/sim/engine_args.py",
-    "tui/sim/entry.py",
-    "tui/sim/gpus.py",
-    "tui/sim/httpd.py",
-    "tui/sim/metrics.py",
-    "tui/sim/perf.py",
-    "tui/sim/rendezvous.py",
-    "tui/sim/smi.py",
+    "tui/sim/",
     "tui/util/__init__.py",
     "tui/util/aio.py",
     "tui/util/files.py",
@@ -104,6 +93,9 @@ else:
     from tui.hostside.__main__ import main
 sys.exit(main())
 """
+
+#: never shipped although their folder is: laptop-only (the import contracts say the same)
+NOT_SHIPPED: frozenset[str] = frozenset({"tui/sim/demo.py"})
 
 _FIXED_MTIME = 315532800  # 1980-01-01, the oldest time a zip entry can hold
 
@@ -145,7 +137,8 @@ def source_files(root: Path | None = None) -> list[tuple[str, Path]]:
         p = root / entry
         if entry.endswith("/"):
             for f in sorted(p.glob("*.py")):
-                out[f"{entry}{f.name}"] = f
+                if f"{entry}{f.name}" not in NOT_SHIPPED:
+                    out[f"{entry}{f.name}"] = f
         else:
             out[entry] = p
     missing = [n for n, p in out.items() if not p.is_file()]
