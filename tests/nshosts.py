@@ -6,7 +6,7 @@ reaches every host through the same bridge, as a laptop reaches a cluster.
     from tests.nshosts import ns_hosts  # noqa: F401  (fixture)
 
     def test_x(ns_hosts):
-        a, b = ns_hosts(2)           # NsHost: .sshd (SshdServer), .ip, .state, .cut(), .restore()
+        a, b = ns_hosts(2)  # NsHost: .sshd, .ip, .state, .cut()/.restore() (the link), .cut_operator() (SSH only)
 
 Each host's sshd runs under ``ip netns exec``, listens on the host's address, and gives its
 sessions ``PATH=<shims>:…`` and ``TUNEDECK_HOME=<its own remote home>``. The shims put the host's
@@ -85,6 +85,24 @@ class NsHost:
 
     def restore(self) -> None:
         _ip("-n", self.switch_ns, "link", "set", self.switch_port, "up")
+
+    def _ssh_rules(self, op: str) -> None:
+        port = str(self.sshd.port)
+        for chain, way in (("INPUT", "--dport"), ("OUTPUT", "--sport")):
+            subprocess.run(
+                ["ip", "netns", "exec", self.name, "iptables", op, chain, "-p", "tcp", way, port, "-j", "DROP"],
+                check=True,
+                capture_output=True,
+                timeout=30,
+            )
+
+    def cut_operator(self) -> None:
+        """Cut the operator's link only (its SSH traffic dropped silently, inside this host's
+        namespace): the cluster network between the nodes stays up, as when a laptop's link drops."""
+        self._ssh_rules("-I")
+
+    def restore_operator(self) -> None:
+        self._ssh_rules("-D")
 
     def pids(self) -> list[int]:
         return ns_pids(self.name)

@@ -7,8 +7,9 @@ namespace with its own address, sshd and 8 simulated GPUs, joined by veth to one
   on the head, and ``tunedeck stop`` leaves all 16 GPUs free and no Ray process behind;
 - a worker whose Ray declares no GPU: the launch stops at the wait for Ray's GPUs; without the wait,
   vLLM fails with its own placement-group text and triage names it;
-- SGLang on the same hosts: a cut link to the worker leaves both nodes running, and the view of
-  the deployment comes back once the link does.
+- SGLang on the same hosts: the operator's link to the worker cut for longer than the NCCL watchdog
+  (its SSH traffic dropped; the network between the nodes stays up, as when a laptop's link drops)
+  leaves both nodes running, and the view of the deployment comes back once the link does.
 """
 
 from __future__ import annotations
@@ -225,17 +226,20 @@ async def test_sglang_link_cut_to_one_node_leaves_it_running_and_the_view_reconn
     view = SshHost(tb, keepalive_interval=1, keepalive_count_max=3, connect_timeout=5, retry_attempts=None)
     try:
         assert await process_alive(view, worker.pid, worker.starttime)
-        b.cut()
+        b.cut_operator()  # the operator's link to node B; the nodes still reach each other
         try:
             # the view notices (keepalive) while the link is down ...
+            cut_at = time.monotonic()
             with pytest.raises(Exception):  # noqa: B017 - any failure of the dead link will do
                 await asyncio.wait_for(view.run(["true"], timeout=5), timeout=12)
+            # a drop longer than the simulator's NCCL watchdog: the ranks must not notice it
+            await asyncio.sleep(max(0.0, 15 - (time.monotonic() - cut_at)))
             # ... and the deployment goes on on both nodes
             log = Path(worker.run_dir) / "log"
             tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
             assert ours(a, " sim sglang ") and ours(b, " sim sglang "), tail
         finally:
-            b.restore()
+            b.restore_operator()
         end = time.monotonic() + 90
         while True:  # the same view reconnects once the link is back
             try:
