@@ -912,7 +912,8 @@ def hosts() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
 
 def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
     """Five hosts: two busy 8-GPU boxes (the first expanded), a 4-GPU box with a server, one
-    refusing the login and one unreachable (its next try an hour away, so the frame is still)."""
+    refusing the login and one unreachable (its next try an hour away, so the frame is still),
+    and a 2-node deployment over the two 8-GPU boxes."""
     from tui.collectors.fleet import FleetMember
     from tui.collectors.sources import Sources
     from tui.hostops.hosts import HostError
@@ -947,7 +948,27 @@ def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
         member("gpu-box-04", down, HostError("auth-failed", "Permission denied (publickey)", target="gpu-box-04")),
         member("10.0.0.7:2222", down, HostError("unreachable", "connection refused", target="10.0.0.7:2222")),
     ]
-    app = FleetApp(members, interval=0.01, backoff=lambda attempt: 3600.0, keymap={})
+    from tui.services.deploy import DeploymentRecord, DeploymentStore, Member
+
+    # a 2-node deployment over the first two boxes (this machine's record of it)
+    DeploymentStore().save(
+        DeploymentRecord(
+            deploy_id="d20250308a7f3",
+            profile="r1-2n",
+            engine="sglang",
+            mode="tp",
+            nodes=["gpu-box-01", "gpu-box-02"],
+            rendezvous="gpu-box-01:5000",
+            http_port=30000,
+            created=1741436945.0,
+            members=[
+                Member("gpu-box-01", 0, "head", "server", "6a1f0c2e9b01", serves=True, port=30000),
+                Member("gpu-box-02", 1, "worker", "server", "6a1f0c2e9b02"),
+            ],
+            status="ready",
+        )
+    )
+    app = FleetApp(members, interval=0.01, backoff=lambda attempt: 3600.0, keymap={}, deployments_interval=0.05)
 
     async def run_before(pilot: Pilot) -> None:
         from widgets.fleet_table import FleetTable
@@ -958,9 +979,10 @@ def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
                 sum(1 for x in app.latest.values() if x.link.ok) == 3
                 and all(x.servers is not None for t, x in app.latest.items() if x.link.ok)
                 and {x.link.state for x in app.latest.values()} == {"connected", "failed", "unreachable"}
+                and bool(app.deployments)
             ),
         )
-        app.interval = 3600.0  # the feeds go quiet: a still frame
+        app.interval = app.deployments_interval = 3600.0  # the feeds go quiet: a still frame
         from dataclasses import replace
 
         down = app.latest["10.0.0.7:2222"]

@@ -179,3 +179,56 @@ def test_summary_sums_only_what_every_gpu_reports():
     p = summarise_gpus(partial)
     assert p.power_draw is NA and p.util_mean == sum(g.utilization for g in st.gpus[1:]) / 3
     assert summarise_gpus(GpuStatus("gpu-lost")).count == 0
+
+
+async def test_deployments_across_the_fleet_with_each_nodes_link_and_enter_opens_one():
+    """The deployments of this machine's records with a node in the fleet (stopped ones left out),
+    each node marked with its host's link: ✓ up, ✗ down, ? not watched here; enter opens its view."""
+    import time as _time
+
+    from tui.services.deploy import DeploymentRecord, DeploymentStore, Member
+    from tui.ui.screens.deployment import DeploymentScreen
+    from widgets.fleet_table import FleetDeploymentTable
+
+    store = DeploymentStore()
+
+    def rec(dep_id: str, nodes: list[str], status: str, age: float, diagnosis: str | None = None) -> None:
+        members = [Member(n, i, "head" if i == 0 else "worker", "server", f"{dep_id}{i:02d}") for i, n in enumerate(nodes)]
+        store.save(
+            DeploymentRecord(
+                deploy_id=dep_id,
+                profile=f"p-{dep_id}",
+                engine="sglang",
+                mode="tp",
+                nodes=nodes,
+                rendezvous=f"{nodes[0]}:5000",
+                http_port=30000,
+                created=_time.time() - age,
+                members=members,
+                status=status,
+                diagnosis=diagnosis,
+            )
+        )
+
+    rec("aa0100", ["local", "gpu-c"], "ready", 60)
+    rec("bb0200", ["gpu-x", "gpu-c"], "failed", 30, "[rank8]: CUDA out of memory on gpu-c")
+    rec("cc0300", ["local", "gpu-c"], "stopped", 10)  # stopped: not listed
+    rec("dd0400", ["gpu-x", "gpu-y"], "ready", 5)  # no node in the fleet: not listed
+    app = fleet(
+        member("local"),
+        member("gpu-c", host=FakeHost(unreachable("connect to 10.0.0.9 port 22: Connection refused"))),
+        deployments_interval=0.1,
+    )
+    async with app.run_test(size=(160, 44)) as pilot:
+        table = app.screen.query_one(FleetDeploymentTable)
+        await until(pilot, lambda: table.row_count == 2, timeout=10)
+        assert [str(k.value) for k in table.rows] == ["dep:bb0200", "dep:aa0100"]  # newest first
+        await until(pilot, lambda: cell(table, "dep:aa0100", "nodes") == "local ✓, gpu-c ✗", timeout=10)
+        assert cell(table, "dep:bb0200", "nodes") == "gpu-x ?, gpu-c ✗"
+        assert cell(table, "dep:bb0200", "status") == "failed"
+        await until_shown(pilot, "Deployments", "[rank8]")  # log text stays text, never markup
+        table.focus()
+        table.move_cursor(row=1)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
+        assert app.screen.record.deploy_id == "aa0100"

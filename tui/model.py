@@ -329,6 +329,26 @@ class LinkState:
         return self.state == "connected"
 
 
+@dataclass(frozen=True)
+class DeploymentSummary:
+    """One multi-node deployment as the fleet view lists it (from its local record)."""
+
+    deploy_id: str
+    profile: str
+    engine: str
+    mode: str
+    nodes: tuple[str, ...]
+    """Its nodes as the profile names them, the head first."""
+    status: str
+    """``launching`` | ``starting`` | ``ready`` | ``failed`` | ``stalled`` | ``partial`` | ``stopped``."""
+    http_port: int
+    diagnosis: str | None = None
+    first_failed: str | None = None
+    created: float = 0.0
+    targets: tuple[str | None, ...] = ()
+    """For each node, the watched host it is (its target as the fleet names it), or None."""
+
+
 # --------------------------------------------------------------------------- benchmarks
 
 #: goodput target keys in the order they are shown, with their names

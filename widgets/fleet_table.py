@@ -19,7 +19,7 @@ from textual.coordinate import Coordinate
 from textual.widgets import Static
 
 from tui.fmt import fmt, num
-from tui.model import GpuSnapshot, GpuStatus, LinkState, ServerStats, summarise_gpus
+from tui.model import DeploymentSummary, GpuSnapshot, GpuStatus, LinkState, ServerStats, summarise_gpus
 from widgets._fmt import bar, gib_pair, ratio, theme_color
 from widgets.gpu_table import GPU_STATE_TEXT, _KeyedTable, _level
 from widgets.server_panel import STATE_COLOURS, server_key
@@ -289,6 +289,69 @@ class FleetServerTable(_OrderedTable):
         self.show_rows(rows)
 
 
+#: a deployment's status → its colour
+DEPLOY_COLOURS = {
+    "launching": "accent",
+    "starting": "accent",
+    "ready": "success",
+    "failed": "error",
+    "stalled": "warning",
+    "partial": "warning",
+}
+
+
+class FleetDeploymentTable(_OrderedTable):
+    """The multi-node deployments across the fleet's hosts (``dep:ID``), each node marked with
+    its host's link (✓ up, ✗ down, ? not watched here)."""
+
+    DEFAULT_CSS = """
+    FleetDeploymentTable { height: auto; max-height: 8; }
+    """
+    COLUMNS = (
+        ("id", "Deployment", 14),
+        ("profile", "Profile", 16),
+        ("engine", "Engine", 10),
+        ("nodes", "Nodes", 44),
+        ("status", "Status", 9),
+        ("note", "", 40),
+    )
+    LAYOUTS = (
+        (150, None, {}),
+        (0, ("id", "profile", "nodes", "status"), {"profile": ("Profile", 12), "nodes": ("Nodes", 36)}),
+    )
+
+    shown: tuple[tuple[DeploymentSummary, ...], tuple[FleetHost, ...]] = ((), ())
+
+    def _refill(self) -> None:
+        self.update_deployments(*self.shown)
+
+    def update_deployments(self, deployments: Sequence[DeploymentSummary], hosts: Sequence[FleetHost]) -> None:
+        self.shown = (tuple(deployments), tuple(hosts))
+        links = {h.target: h.link.ok for h in hosts}
+        rows = []
+        for d in deployments:
+            marks = []
+            for node, target in zip(d.nodes, d.targets or (None,) * len(d.nodes)):
+                up = links.get(target) if target is not None else None
+                marks.append(f"{node} {'?' if up is None else '✓' if up else '✗'}")
+            note = d.diagnosis or ""
+            rows.append(
+                (
+                    f"dep:{d.deploy_id}",
+                    (
+                        (d.deploy_id, ""),
+                        (d.profile, ""),
+                        (f"{d.engine} {d.mode}", ""),
+                        (", ".join(marks), ""),
+                        (d.status, DEPLOY_COLOURS.get(d.status, "")),
+                        (note.splitlines()[0] if note else "", "text-muted"),
+                    ),
+                )
+            )
+        self.display = bool(rows)
+        self.show_rows(rows)
+
+
 class FleetNotes(Static):
     """One line per host that needs one: why it does not answer (with the retry countdown),
     or what is wrong with its GPUs. Hidden when every host is fine."""
@@ -317,4 +380,13 @@ class FleetNotes(Static):
         self.update(text)
 
 
-__all__ = ["FAILURE_TEXT", "FleetHost", "FleetNotes", "FleetServerTable", "FleetTable", "gib_short", "host_state"]
+__all__ = [
+    "FAILURE_TEXT",
+    "FleetDeploymentTable",
+    "FleetHost",
+    "FleetNotes",
+    "FleetServerTable",
+    "FleetTable",
+    "gib_short",
+    "host_state",
+]

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import tomllib
 
 from tui.hostops.hosts import Host, HostError, parse_target
-from tui.model import StatusSnapshot
+from tui.model import DeploymentSummary, StatusSnapshot
 from tui.services.targets import get_host
 from tui.util.safety import UnsafeInput
 
@@ -213,7 +213,47 @@ def fleet_json(entries: Sequence[FleetStatus]) -> dict[str, Any]:
     return {"hosts": hosts}
 
 
+def _same_host(a: str, b: str) -> bool:
+    """Two TARGETs naming the same host (``gpu-a`` and ``gpuop@gpu-a:22`` do not: the user and
+    port are part of the target)."""
+    if a == b:
+        return True
+    try:
+        return parse_target(a) == parse_target(b)
+    except UnsafeInput:
+        return False
+
+
+def deployments_on(targets: Sequence[str], store: Any = None) -> tuple[DeploymentSummary, ...]:
+    """The deployments of this machine's records (not stopped) with a node among ``targets``,
+    newest first. Reads local files: call it off the event loop."""
+    from tui.services.deploy import DeploymentStore
+
+    out = []
+    for rec in (store or DeploymentStore()).all():
+        if rec.status == "stopped" or not any(_same_host(n, t) for n in rec.nodes for t in targets):
+            continue
+        out.append(
+            DeploymentSummary(
+                deploy_id=rec.deploy_id,
+                profile=rec.profile,
+                engine=rec.engine,
+                mode=rec.mode,
+                nodes=tuple(rec.nodes),
+                status=rec.status,
+                http_port=rec.http_port,
+                diagnosis=rec.diagnosis,
+                first_failed=rec.first_failed,
+                created=rec.created,
+                targets=tuple(next((t for t in targets if _same_host(n, t)), None) for n in rec.nodes),
+            )
+        )
+    out.sort(key=lambda d: d.created, reverse=True)
+    return tuple(out)
+
+
 __all__ = [
+    "deployments_on",
     "FleetMember",
     "FleetStatus",
     "GroupError",

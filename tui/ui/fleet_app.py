@@ -13,6 +13,7 @@ backoff and recovers by itself; a refused one (host key, auth) waits for ``r``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Sequence
@@ -24,16 +25,18 @@ from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
 from tui.collectors.sources import BackoffFn
-from tui.model import GpuStatus, HostStats, LinkState, ServerStats
+from tui.model import DeploymentSummary, GpuStatus, HostStats, LinkState, ServerStats
 from tui.ui.app import TunedeckApp
 from tui.ui.keymap import apply_keymap
-from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
+from tui.ui.messages import DeploymentSamples, GpuSamples, HostSamples, HostStateChanged, ServerSamples
 from tui.ui.palette import TunedeckCommands
 from tui.util.retry import delay as default_backoff
 from widgets.fleet_table import FleetHost
 
 if TYPE_CHECKING:  # pragma: no cover
     from tui.collectors.fleet import FleetMember
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -78,6 +81,7 @@ class FleetApp(App[int]):
         restart_delay: float = 5.0,
         close_host: bool = True,
         keymap: dict[str, str] | None = None,
+        deployments_interval: float = 5.0,
     ) -> None:
         if not members:
             raise ValueError("FleetApp needs at least one host")
@@ -88,6 +92,7 @@ class FleetApp(App[int]):
         self.backoff: BackoffFn = backoff or default_backoff
         self.restart_delay = restart_delay
         self.close_host = close_host
+        self.deployments_interval = deployments_interval
         self._user_keymap = keymap
         self.mode_specs: dict[str, Any] = {}
         """No modes: the palette offers the bindings only."""
@@ -99,6 +104,8 @@ class FleetApp(App[int]):
             self.latest[t] = HostLatest(LinkState(t, "connecting"))
             if m.sources.gpu is None:
                 self.latest[t].gpu = GpuStatus(state="no-collector")
+        self.deployments: tuple[DeploymentSummary, ...] = ()
+        """The deployments (this machine's records, not stopped) with a node in the fleet."""
         self.fleet_signal: Signal[str] = Signal(self, "fleet")
         """Publishes the target of a host whose snapshots changed."""
         self.sub_title = f"{len(self.members)} hosts"
@@ -117,6 +124,7 @@ class FleetApp(App[int]):
         apply_keymap(self, self._user_keymap)
         for t in self.members:
             self.start_polling(t)
+        self.run_worker(self._deployments_loop(), name="deployments", group="deployments", exit_on_error=False)
 
     async def on_unmount(self) -> None:
         await asyncio.gather(*(self.stop_polling(t) for t in self.members), return_exceptions=True)
@@ -223,6 +231,21 @@ class FleetApp(App[int]):
                 self.post_message(ServerSamples(target, tuple(servers)))
             await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
 
+    async def _deployments_loop(self) -> None:
+        """The deployments touching the fleet's hosts, from the local records (read in a thread:
+        no disk I/O on the event loop), every ``deployments_interval`` seconds."""
+        from tui.collectors.fleet import deployments_on
+
+        targets = list(self.members)
+        while True:
+            try:
+                found = await asyncio.to_thread(deployments_on, targets)
+            except Exception:  # noqa: BLE001 - a bad record must not end the fleet view: logged, retried
+                log.exception("deployment records not read")
+            else:
+                self.post_message(DeploymentSamples(found))
+            await asyncio.sleep(self.deployments_interval)
+
     def _set_link(self, link: LinkState) -> None:
         self.post_message(HostStateChanged(link.target, link))
 
@@ -271,6 +294,12 @@ class FleetApp(App[int]):
         if latest is not None:
             latest.servers = message.servers
             self.fleet_signal.publish(message.host)
+
+    @on(DeploymentSamples)
+    def _deployment_samples(self, message: DeploymentSamples) -> None:
+        if message.deployments != self.deployments:
+            self.deployments = message.deployments
+            self.fleet_signal.publish("")
 
     @on(HostStateChanged)
     def _host_state(self, message: HostStateChanged) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from tui.model import GpuStatus, HostStats, LinkState, ServerStats
+from tui.model import DeploymentSummary, GpuStatus, HostStats, LinkState, ServerStats
 
 
 @dataclass
@@ -58,4 +58,15 @@ class HostStateChanged(_HostMessage):
     """The new state."""
 
 
-__all__ = ["GpuSamples", "HostSamples", "HostStateChanged", "LinkState", "ServerSamples"]
+@dataclass
+class DeploymentSamples(Message):
+    """The multi-node deployments on this machine's records that touch the hosts shown."""
+
+    deployments: tuple[DeploymentSummary, ...]
+    """Newest first."""
+
+    def can_replace(self, message: Message) -> bool:
+        return type(message) is type(self)
+
+
+__all__ = ["DeploymentSamples", "GpuSamples", "HostSamples", "HostStateChanged", "LinkState", "ServerSamples"]

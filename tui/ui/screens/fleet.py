@@ -4,7 +4,9 @@ A row group per host (its GPUs summarised: count, model, mean util, memory used/
 power, hottest GPU, servers ready, state; under the table, one line per host that does not
 answer with its reason and retry countdown), ``enter`` / ``e``
 expands a host to a row per GPU and collapses it again, ``E`` expands or collapses every
-host; below, the servers of every host with a host column.
+host; below, the servers of every host with a host column, and the multi-node deployments
+(this machine's records) with a node among the hosts, each node marked up or down; ``enter``
+on one opens its view.
 
 It draws from the app's newest snapshots (``app.hosts``) when the app's ``fleet_signal``
 names a host that changed, at most every :attr:`FleetScreen.MIN_REDRAW` seconds whatever
@@ -23,7 +25,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
-from widgets.fleet_table import FleetNotes, FleetServerTable, FleetTable
+from widgets.fleet_table import FleetDeploymentTable, FleetNotes, FleetServerTable, FleetTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from tui.ui.fleet_app import FleetApp
@@ -50,6 +52,8 @@ class FleetScreen(Screen):
     DEFAULT_CSS = """
     FleetScreen #hosts-panel { height: auto; max-height: 3fr; border: round $primary 50%; }
     FleetScreen #servers-panel { height: auto; max-height: 1fr; border: round $primary 50%; }
+    FleetScreen #deployments-panel { height: auto; max-height: 10; border: round $primary 50%; display: none; }
+    FleetScreen #deployments-panel.-shown { display: block; }
     """
 
     def __init__(self, **kwargs) -> None:
@@ -71,10 +75,13 @@ class FleetScreen(Screen):
             yield FleetNotes(id="fleet-notes")
         with Vertical(id="servers-panel"):
             yield FleetServerTable(id="fleet-servers")
+        with Vertical(id="deployments-panel"):
+            yield FleetDeploymentTable(id="fleet-deployments")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#servers-panel").border_title = "Servers"
+        self.query_one("#deployments-panel").border_title = "Deployments"
         self.fapp.fleet_signal.subscribe(self, self._on_host)
         self.set_interval(1.0, self._tick)  # retry countdowns of hosts that are down
         self.call_after_refresh(self.redraw)
@@ -88,7 +95,11 @@ class FleetScreen(Screen):
         self._fit(event.size.width)
 
     def _fit(self, width: int) -> None:
-        for table in (self.query_one(FleetTable), self.query_one(FleetServerTable)):
+        for table in (
+            self.query_one(FleetTable),
+            self.query_one(FleetServerTable),
+            self.query_one(FleetDeploymentTable),
+        ):
             if table.is_mounted:
                 table.fit(width)
 
@@ -125,6 +136,9 @@ class FleetScreen(Screen):
         table.update_fleet(hosts, self.expanded)
         self.query_one(FleetNotes).update_notes(hosts)
         self.query_one(FleetServerTable).update_servers(hosts)
+        deployments = self.fapp.deployments
+        self.query_one(FleetDeploymentTable).update_deployments(deployments, hosts)
+        self.query_one("#deployments-panel").set_class(bool(deployments), "-shown")
         up = sum(1 for h in hosts if h.link.ok)
         gpus = sum(len(h.gpu.gpus) for h in hosts)
         self.query_one("#hosts-panel").border_title = f"Hosts ({up}/{len(hosts)} up, {gpus} GPUs)"
@@ -152,6 +166,20 @@ class FleetScreen(Screen):
 
     def action_focus_hosts(self) -> None:
         self.query_one(FleetTable).focus()
+
+    @on(DataTable.RowSelected, "#fleet-deployments")
+    def _deployment_selected(self, event: DataTable.RowSelected) -> None:
+        """The deployment's view: a bar per node, the verdict, the merged log, stop."""
+        event.stop()
+        from tui.services.deploy import DeploymentStore
+        from tui.ui.screens.deployment import DeploymentScreen
+
+        deploy_id = str(event.row_key.value).removeprefix("dep:")
+        rec = DeploymentStore().load(deploy_id)
+        if rec is None:
+            self.notify(f"deployment {deploy_id}: no local record", severity="warning", markup=False)
+            return
+        self.app.push_screen(DeploymentScreen(rec))
 
     @on(DataTable.RowSelected, "#fleet-table")
     def _row_selected(self, event: DataTable.RowSelected) -> None:
