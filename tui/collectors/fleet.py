@@ -24,6 +24,7 @@ import tomllib
 
 from tui.hostops.hosts import Host, HostError, parse_target
 from tui.model import DeploymentSummary, StatusSnapshot
+from tui.services.runtime import RuntimeUnavailable
 from tui.services.targets import get_host
 from tui.util.safety import UnsafeInput
 
@@ -117,7 +118,11 @@ class FleetMember:
 
 
 def fleet_members(
-    targets: Iterable[str], *, interval: float = 1.0, make_host: Callable[[str], Host] | None = None
+    targets: Iterable[str],
+    *,
+    interval: float = 1.0,
+    make_host: Callable[[str], Host] | None = None,
+    sim: bool = False,
 ) -> list[FleetMember]:
     """A member per target: no connection is made yet (each connects in its own poll loop)."""
     from tui.collectors.sources import default_sources
@@ -125,7 +130,7 @@ def fleet_members(
     out = []
     for t in targets:
         host = (make_host or get_host)(t)
-        out.append(FleetMember(t, host, default_sources(host, interval=interval)))
+        out.append(FleetMember(t, host, default_sources(host, interval=interval, sim=sim)))
     return out
 
 
@@ -151,6 +156,7 @@ async def host_status(
     *,
     timeout: float = STATUS_TIMEOUT,
     make_host: Callable[[str], Host] | None = None,
+    sim: bool = False,
 ) -> FleetStatus:
     """Connect to ``target`` (one connection) and read its status once; never raises.
 
@@ -168,6 +174,10 @@ async def host_status(
         connect = getattr(host, "connect", None)
         if connect is not None:
             await asyncio.wait_for(connect(), timeout)
+        if sim:
+            from tui.services import runtime
+
+            await asyncio.wait_for(runtime.ensure_sim(host), timeout)  # its simulated GPUs
         snap = await asyncio.wait_for(collect_status(host, servers), timeout)
         return FleetStatus(target, snapshot=snap)
     except HostError as e:
@@ -176,6 +186,9 @@ async def host_status(
     except (asyncio.TimeoutError, TimeoutError):
         log.warning("%s: status: no answer in %g s", target, timeout)
         return FleetStatus(target, error=HostError("timeout", f"no answer in {timeout:g} s", target=target))
+    except RuntimeUnavailable as e:
+        log.warning("%s: status: --sim: %s", target, e)
+        return FleetStatus(target, error=HostError("error", f"--sim: {e}", target=target))
     except OSError as e:
         log.warning("%s: status: %s", target, e)
         return FleetStatus(target, error=HostError("unreachable", f"{type(e).__name__}: {e}", target=target))
@@ -192,10 +205,13 @@ async def fleet_status(
     *,
     timeout: float = STATUS_TIMEOUT,
     make_host: Callable[[str], Host] | None = None,
+    sim: bool = False,
 ) -> list[FleetStatus]:
     """:func:`host_status` of every target at once (one connection each), in the given order."""
     extra = tuple(servers)
-    return list(await asyncio.gather(*(host_status(t, extra, timeout=timeout, make_host=make_host) for t in targets)))
+    return list(
+        await asyncio.gather(*(host_status(t, extra, timeout=timeout, make_host=make_host, sim=sim) for t in targets))
+    )
 
 
 def fleet_json(entries: Sequence[FleetStatus]) -> dict[str, Any]:

@@ -255,14 +255,15 @@ class SampledServers:
         await self.sampler.aclose()
 
 
-def sampled_sources(host: Host, *, interval: float = 1.0, servers: Iterable[Any] = ()) -> Sources:
+def sampled_sources(host: Host, *, interval: float = 1.0, servers: Iterable[Any] = (), sim: bool = False) -> Sources:
     """The dashboard's sources for ``host`` over one :class:`HostSampler`; each falls back to
-    its per-command collector when the host cannot run the sampler."""
+    its per-command collector when the host cannot run the sampler. ``sim``: a ``--sim``
+    target (the sampler reads the simulated GPUs where the host has no nvidia-smi)."""
     from tui.collectors.gpu import GpuCollector
     from tui.collectors.hoststats import HostCollector
     from tui.collectors.sources import Sources, WatchedServers
 
-    sampler = HostSampler(host, interval=interval)
+    sampler = HostSampler(host, interval=interval, sim=sim)
     extra = tuple(servers)
     return Sources(
         gpu=SampledGpu(sampler, lambda: GpuCollector(host, interval=interval)),

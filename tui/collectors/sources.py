@@ -95,7 +95,7 @@ class WatchedServers:
         await self.collector.aclose()
 
 
-def default_sources(host: "Host", *, interval: float = 1.0, servers: Iterable[Any] = ()) -> Sources:
+def default_sources(host: "Host", *, interval: float = 1.0, servers: Iterable[Any] = (), sim: bool = False) -> Sources:
     """The real collectors for ``host``: one ``nvidia-smi -lms`` stream, host figures
     (psutil locally, ``/proc`` over SSH) and the servers tunedeck knows there.
 
@@ -103,17 +103,19 @@ def default_sources(host: "Host", *, interval: float = 1.0, servers: Iterable[An
     ``TUNEDECK_HOST_SAMPLER=off`` (the per-command collectors, e.g. to measure them).
 
     ``servers``: extra ``ServerSpec`` values to watch besides the ones tunedeck launched.
+    ``sim``: a ``--sim`` target, read through the sampler (local too), which gives a host with no
+    nvidia-smi of its own the simulated one (the GPUs its sim servers hold).
     """
     import os
 
     from tui.collectors.gpu import GpuCollector
     from tui.collectors.hoststats import HostCollector
 
-    if not host.is_local and os.environ.get("TUNEDECK_HOST_SAMPLER", "on") != "off":
+    if (sim or not host.is_local) and os.environ.get("TUNEDECK_HOST_SAMPLER", "on") != "off":
         # one sampler process on the host, one channel; per-command polling only as its fallback
         from tui.collectors.sampled import sampled_sources
 
-        sources: Sources = sampled_sources(host, interval=interval, servers=servers)
+        sources: Sources = sampled_sources(host, interval=interval, servers=servers, sim=sim)
         return sources
     return Sources(
         gpu=GpuCollector(host, interval=interval),

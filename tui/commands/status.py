@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Any, Sequence
 
 from tui.fmt import gib, uptime
 from tui.model import NA, StatusSnapshot, is_na
+
+log = logging.getLogger(__name__)
 
 _ENGINES = ("auto", "sglang", "vllm")
 
@@ -98,8 +101,8 @@ async def run_status(args: argparse.Namespace) -> int:
     finally:
         try:
             await host.close()
-        except Exception:  # noqa: BLE001 - closing must not hide the result
-            pass
+        except Exception as exc:  # noqa: BLE001 - closing must not hide the result
+            log.warning("%s: closing the connection failed: %r", host.target, exc)
     if args.json:
         print(json.dumps(status_json(snap), indent=2))
     else:
@@ -122,7 +125,7 @@ async def run_fleet_status(args: argparse.Namespace, servers: Sequence[Any] = ()
     except (GroupError, UnsafeInput) as exc:
         print(f"tunedeck status: --host: {exc}", file=sys.stderr)
         return 2
-    entries = await fleet_status(targets, servers)
+    entries = await fleet_status(targets, servers, sim=args.sim)
     if args.json:
         print(json.dumps(fleet_json(entries), indent=2))
     else:

@@ -44,8 +44,11 @@ class HostSampler:
         python: str | None = None,
         smi: str | None = None,
         max_backoff: float = 30.0,
+        sim: bool = False,
     ) -> None:
         self.host = host
+        #: a ``--sim`` target: where the host has no nvidia-smi, the simulated one (its sim GPUs)
+        self.sim = sim
         self.interval = interval
         self.apps_interval = apps_interval
         self.keepalive = keepalive
@@ -143,7 +146,8 @@ class HostSampler:
         target = getattr(self.host, "target", "local")
         while self.state != "closed":  # a flag too: wait_for can swallow a cancellation (< 3.12)
             try:
-                rt = await runtime.ensure(self.host, python=self.python)
+                ensure = runtime.ensure_sim if self.sim else runtime.ensure
+                rt = await ensure(self.host, python=self.python)
             except runtime.RuntimeUnavailable as e:
                 log.warning("%s: no host sampler, polling with one command each: %s", target, e)
                 self._set_state("unavailable", str(e))

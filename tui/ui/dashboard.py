@@ -27,9 +27,12 @@ def run_dashboard(args: argparse.Namespace) -> int:
     if not sys.stdout.isatty() and not getattr(args, "force_ui", False):
         print("tunedeck: the dashboard needs a terminal; use `tunedeck status --json` in scripts", file=sys.stderr)
         return 2
+    from tui.collectors.sources import default_sources
     from tui.ui.app import make_app
 
-    app = make_app(host, target="demo" if demo else host.target, demo=demo)
+    # --sim: the host's simulated GPUs (the sampler gives it the simulated nvidia-smi)
+    sources = default_sources(host, sim=True) if getattr(args, "sim", False) and not demo else None
+    app = make_app(host, sources=sources, target="demo" if demo else host.target, demo=demo)
     rc = app.run()
     return int(rc or 0)
 
@@ -39,7 +42,7 @@ def run_fleet_dashboard(args: argparse.Namespace) -> int:
     from tui.collectors.fleet import GroupError, expand_targets, fleet_members
 
     try:
-        members = fleet_members(expand_targets(args.hosts))
+        members = fleet_members(expand_targets(args.hosts), sim=bool(getattr(args, "sim", False)))
     except (UnsafeInput, HostError, GroupError) as e:
         print(f"tunedeck: --host: {e}", file=sys.stderr)
         return 2
