@@ -2,12 +2,13 @@
 """What the fleet view costs locally: CPU (% of one core) and RSS watching 1, 4 and 16 hosts.
 
     sudo python benchmarks/fleet_cost.py [--hosts 1,4,16] [--seconds 30] [--warmup 15] [--repeats 3]
-                                         [--json FILE]
+                                         [--net netns|loopback] [--json FILE]
 
-Each "GPU host" is its own OpenSSH sshd on 127.0.0.1 (the test fixture ``tests/sshd.py``,
-one instance per host on its own port; needs root), logged into as the uid-0 alias
-``tdroot``, with 8 simulated H200 GPUs behind the simulator's ``nvidia-smi`` (its own
-simulator state per host). The dashboard is the real ``python -m tui --host @fleetN`` (a
+Each "GPU host" is a network namespace with its own address, its own OpenSSH sshd and 8
+simulated GPUs behind the simulator's ``nvidia-smi`` (its own simulator state), all joined by
+veth to one bridge (the test fixture ``tests/nshosts.py``; needs root and iproute2); with
+``--net loopback``, an sshd on 127.0.0.1 per host instead (``tests/sshd.py``). Logged into as
+the uid-0 alias ``tdroot``. The dashboard is the real ``python -m tui --host @fleetN`` (a
 ``[groups]`` entry of a temporary config file) in a 120×36 pseudo-terminal, fleet view
 open, 1 Hz: one SSH connection and one host sampler per host.
 
@@ -138,6 +139,13 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--warmup", type=float, default=15.0)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--net",
+        choices=("netns", "loopback"),
+        default="netns",
+        help="each host a network namespace with its own address, joined by a bridge (default), "
+        "or every sshd on 127.0.0.1",
+    )
     ap.add_argument("--json", type=Path, help="also write every run here")
     args = ap.parse_args()
     counts = [int(x) for x in args.hosts.split(",") if x.strip()]
@@ -156,7 +164,19 @@ def main() -> int:
         ("XDG_CACHE_HOME", "cache"),
     ):
         os.environ[var] = str(base / sub)
-    servers = start_hosts(base, max(counts))
+    cluster = None
+    if args.net == "netns":
+        from tests.nshosts import NsCluster
+
+        cluster = NsCluster()
+        try:
+            cluster.up()
+            servers = [cluster.add_host().sshd for _ in range(max(counts))]
+        except BaseException:
+            cluster.down()
+            raise
+    else:
+        servers = start_hosts(base, max(counts))
     config = base / "config.toml"
     config.write_text(
         "[groups]\n" + "".join(f"fleet{n} = {json.dumps([s.target(ROOT_USER) for s in servers[:n]])}\n" for n in counts)
@@ -174,8 +194,11 @@ def main() -> int:
                 while connected(servers) and time.monotonic() < deadline:  # the last run's links gone
                     time.sleep(0.2)
     finally:
-        for s in servers:
-            s.stop()
+        if cluster is not None:
+            cluster.down()  # every process inside the hosts, their links and namespaces
+        else:
+            for s in servers:
+                s.stop()
         shutil.rmtree(base, ignore_errors=True)
     print(
         f"{'hosts':>5} {'GPUs':>5} {'CPU % of a core':>16} {'per 8 GPUs':>11} {'RSS MB':>7}  (medians of "
