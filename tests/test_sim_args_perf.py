@@ -9,7 +9,6 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tui.sim import perf
-from tui.sim.engine import model_facts, sglang_capture_bs, tqdm_bar, tqdm_frame
 from tui.sim.engine_args import (
     SGLANG_ATTENTION,
     VLLM_BACKENDS,
@@ -17,6 +16,7 @@ from tui.sim.engine_args import (
     sglang_parser,
     vllm_parser,
 )
+from tui.sim.simlog import model_facts, sglang_capture_bs, tqdm_bar, tqdm_frame
 
 
 def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:

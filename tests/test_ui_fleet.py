@@ -193,7 +193,9 @@ async def test_deployments_across_the_fleet_with_each_nodes_link_and_enter_opens
     store = DeploymentStore()
 
     def rec(dep_id: str, nodes: list[str], status: str, age: float, diagnosis: str | None = None) -> None:
-        members = [Member(n, i, "head" if i == 0 else "worker", "server", f"{dep_id}{i:02d}") for i, n in enumerate(nodes)]
+        members = [
+            Member(n, i, "head" if i == 0 else "worker", "server", f"{dep_id}{i:02d}") for i, n in enumerate(nodes)
+        ]
         store.save(
             DeploymentRecord(
                 deploy_id=dep_id,

@@ -23,6 +23,8 @@ import os
 import time
 from typing import Any
 
+from tui.sim.simlog import Fatal
+
 DEFAULT_DIST_TIMEOUT = 600
 _TB = (
     "Scheduler hit an exception: Traceback (most recent call last):\n"
@@ -70,8 +72,6 @@ class Rendezvous:
 
     # ------------------------------------------------------------------ failures, in the engine's words
     def _fail(self, exc_line: str) -> None:
-        from tui.sim.engine import Fatal
-
         L = self.sim.log
         L.sg(_TB + exc_line + "\n", rank=first_rank(self.a, self.ranks_per_node * self.n))
         L.sg("Received sigquit from a child process. It usually means the child failed.")
