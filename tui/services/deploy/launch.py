@@ -1,0 +1,111 @@
+"""Starting a deployment's steps in the engine's order."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Callable, Mapping, Sequence
+
+from tui.hostops.hosts import Host, HostError
+from tui.hostops.launcher import LaunchRefused
+from tui.hostops.launcher import launch as launch_run
+from tui.hostops.runstore import FAILED, STARTING, RunStore, new_run_id
+from tui.profiles.deploy import RAY_WAIT, DeploymentPlan
+from tui.services import runtime
+from tui.services.deploy.records import DeploymentRecord, DeploymentStore, Member
+from tui.services.deploy.stop import stop
+
+
+async def launch(
+    plan: DeploymentPlan,
+    hosts: Mapping[str, Host],
+    *,
+    store: DeploymentStore | None = None,
+    runstore: RunStore | None = None,
+    on_event: Callable[[str], None] | None = None,
+    ray_poll: float = 1.0,
+    ray_wait: float = 180.0,
+) -> DeploymentRecord:
+    """Start every step in the plan's order; returns the saved record. A node that cannot start
+    ends the launch: what already started is stopped again, the record says which node and why."""
+    store = store or DeploymentStore()
+    runstore = runstore or RunStore()
+    say = on_event or (lambda _m: None)
+    rec = DeploymentRecord(
+        deploy_id=new_run_id(),
+        profile=plan.profile,
+        engine=plan.engine,
+        mode=plan.mode,
+        nodes=list(plan.nodes),
+        rendezvous=plan.rendezvous,
+        http_port=plan.http_port,
+        created=time.time(),
+        sim=plan.sim,
+    )
+    rec.timeline.append({"t": rec.created, "event": "launching"})
+    store.save(rec)  # the deployment exists locally before anything runs
+    for step in plan.steps:
+        host = hosts[step.node]
+        try:
+            if step.kind == RAY_WAIT:
+                say(f"waiting for `ray status` on {step.node} to show {step.gpus} GPUs")
+                have = await wait_ray_gpus(host, step.check, step.gpus, timeout=ray_wait, poll=ray_poll)
+                if have < step.gpus:
+                    raise LaunchRefused(
+                        f"Ray shows {have:g} of the {step.gpus} GPUs the placement needs after {ray_wait:g} s"
+                    )
+                continue
+            cmd = step.command
+            assert cmd is not None
+            run = await launch_run(
+                host,
+                await runtime.sim_argv(host, cmd.argv, python=plan.python),
+                cmd.env_dict,
+                engine=plan.engine if step.kind == "server" else "other",
+                port=step.port,
+                profile=plan.profile,
+                store=runstore,
+                check=False,
+            )
+        except (LaunchRefused, HostError, OSError, ValueError, runtime.RuntimeUnavailable) as e:
+            rec.status = FAILED
+            rec.first_failed = step.node
+            rec.diagnosis = f"{step.node} ({step.kind}) did not start: {e}"
+            rec.ended = time.time()
+            rec.timeline.append({"t": rec.ended, "event": "launch-failed", "node": step.node, "message": str(e)})
+            store.save(rec)
+            say(rec.diagnosis)
+            if rec.members:
+                await stop(rec, hosts, store=store, runstore=runstore, grace=10, gpu_wait=30)
+                rec.status = FAILED
+                store.save(rec)
+            return rec
+        rec.members.append(Member(step.node, step.rank, step.role, step.kind, run.run_id, step.serves, step.port))
+        rec.timeline.append(
+            {"t": time.time(), "event": "started", "node": step.node, "kind": step.kind, "run_id": run.run_id}
+        )
+        store.save(rec)
+        say(f"{step.label}: run {run.run_id} (pid {run.pid})")
+    rec.status = STARTING
+    store.save(rec)
+    return rec
+
+
+_RAY_GPU_RE = re.compile(r"([\d.]+)/([\d.]+) GPU")
+
+
+async def wait_ray_gpus(host: Host, check: Sequence[str], need: int, *, timeout: float, poll: float = 1.0) -> float:
+    """Poll ``ray status`` until the cluster shows ``need`` GPUs (returns how many it showed last)."""
+    deadline = time.monotonic() + timeout
+    have = 0.0
+    while True:
+        r = await host.run(list(check), timeout=60)
+        m = _RAY_GPU_RE.search(r.stdout)
+        if m:
+            have = float(m.group(2))
+            if have >= need:
+                return have
+        if time.monotonic() >= deadline:
+            return have
+        await asyncio.sleep(poll)

@@ -1,0 +1,199 @@
+"""A deployment's local record (its members, one run each on its node), the store of records, and
+the nodes' hosts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from tui.hostops.hosts import Host, HostError, parse_target
+from tui.hostops.runstore import RunRecord, RunStore, check_run_id
+from tui.profiles.deploy import node_host
+from tui.profiles.model import ServerProfile
+from tui.services import runtime
+from tui.util.files import atomic_write_json
+from tui.util.paths import state_dir
+
+log = logging.getLogger(__name__)
+
+LAUNCHING, PARTIAL = "launching", "partial"
+#: failure kinds that are symptoms of a peer's failure (a rank that hangs in NCCL or waits at the
+#: rendezvous until its timeout): on a tie, a node with another kind failed first
+SECONDARY_KINDS = frozenset({"nccl", "rendezvous", "terminated", "watchdog"})
+
+HostFactory = Callable[[str], Host]
+
+
+@dataclass
+class Member:
+    """One detached process of a deployment: its node, its place, its run."""
+
+    node: str
+    rank: int
+    role: str
+    kind: str
+    run_id: str
+    serves: bool = False
+    port: int | None = None
+
+    @property
+    def tag(self) -> str:
+        return self.node if self.kind == "server" else f"{self.node}:{self.kind}"
+
+
+@dataclass
+class DeploymentRecord:
+    deploy_id: str
+    profile: str
+    engine: str
+    mode: str
+    nodes: list[str]
+    rendezvous: str
+    http_port: int
+    created: float
+    sim: bool = False
+    members: list[Member] = field(default_factory=list)
+    status: str = LAUNCHING
+    diagnosis: str | None = None
+    proof: str | None = None
+    first_failed: str | None = None
+    ended: float | None = None
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def head(self) -> str:
+        return self.nodes[0]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def result_meta(self) -> dict[str, Any]:
+        """What a benchmark result records of the deployment it measured."""
+        return {
+            "id": self.deploy_id,
+            "profile": self.profile,
+            "engine": self.engine,
+            "mode": self.mode,
+            "nodes": list(self.nodes),
+            "head": self.head,
+            "sim": self.sim,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "DeploymentRecord":
+        data = dict(d)
+        data["members"] = [Member(**m) for m in data.get("members", [])]
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def stop_order(self) -> list[Member]:
+        """The serving process, then the workers, then the rest of the head (see the plan)."""
+        first = [m for m in self.members if m.serves]
+        workers = [m for m in self.members if not m.serves and m.role == "worker"]
+        rest = [m for m in self.members if not m.serves and m.role == "head"]
+        return first + workers + rest
+
+
+class DeploymentStore:
+    """Local deployment records, one JSON file each, written atomically."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or state_dir() / "deployments"
+
+    def path(self, deploy_id: str) -> Path:
+        return self.root / f"{check_run_id(deploy_id)}.json"
+
+    def save(self, rec: DeploymentRecord) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.path(rec.deploy_id), rec.to_json(), mode=0o600)
+
+    def load(self, deploy_id: str) -> DeploymentRecord | None:
+        try:
+            return DeploymentRecord.from_json(json.loads(self.path(deploy_id).read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def all(self) -> list[DeploymentRecord]:
+        out = []
+        for p in sorted(self.root.glob("*.json")) if self.root.is_dir() else ():
+            rec = self.load(p.stem)
+            if rec is not None:
+                out.append(rec)
+        out.sort(key=lambda r: r.created)
+        return out
+
+    def find(self, ident: str) -> DeploymentRecord | None:
+        """A deployment by id or unique prefix."""
+        if not re.match(r"^[0-9a-f]{1,32}$", ident or ""):
+            return None
+        hits = [r for r in self.all() if r.deploy_id.startswith(ident)]
+        exact = [r for r in hits if r.deploy_id == ident]
+        return exact[0] if exact else hits[-1] if len(hits) == 1 else None
+
+    def for_run(self, run_id: str) -> DeploymentRecord | None:
+        for r in self.all():
+            if any(m.run_id == run_id for m in r.members):
+                return r
+        return None
+
+
+def resolve_head_address(profile: ServerProfile) -> str | None:
+    """What the workers dial: ``[deploy] head_address`` (else the first of ``node_addresses``),
+    else the head's host name after ``~/.ssh/config`` (an alias's ``HostName``); None leaves it to
+    the plan builder."""
+    if profile.deploy.head_address or profile.deploy.node_addresses or not profile.nodes:
+        return None
+    head = profile.nodes[0]
+    if head == "local":
+        return "127.0.0.1"
+    try:
+        from tui.hostops.sshconfig import resolve_endpoint
+
+        return resolve_endpoint(parse_target(head)).host
+    except Exception:  # noqa: BLE001 - a bad alias is reported when connecting; keep the plain name
+        return node_host(head)
+
+
+def default_host_factory(sim: bool = False) -> HostFactory:
+    from tui.services.targets import get_host
+
+    def make(node: str) -> Host:
+        return get_host(node)
+
+    return make
+
+
+def member_records(rec: DeploymentRecord, runstore: RunStore | None = None) -> list[tuple[Member, RunRecord | None]]:
+    runstore = runstore or RunStore()
+    return [(m, runstore.load(m.run_id)) for m in rec.members]
+
+
+async def open_hosts(nodes: Sequence[str], factory: HostFactory | None = None) -> dict[str, Host]:
+    factory = factory or default_host_factory()
+    return {n: factory(n) for n in nodes}
+
+
+async def dress_sim(hosts: Mapping[str, Host], *, python: str | None = None) -> dict[str, str]:
+    """Give each node of a ``--sim`` deployment the simulated nvidia-smi where it has none of its
+    own (:func:`tui.services.runtime.ensure_sim`); node → why not, for the nodes where that failed
+    (their GPU queries then find no nvidia-smi)."""
+
+    async def one(node: str, host: Host) -> tuple[str, str | None]:
+        try:
+            await runtime.ensure_sim(host, python=python)
+        except (runtime.RuntimeUnavailable, HostError, OSError) as e:
+            log.warning("%s: no simulated GPUs: %s", node, e)
+            return node, str(e)
+        return node, None
+
+    done = await asyncio.gather(*(one(n, h) for n, h in hosts.items()))
+    return {n: why for n, why in done if why is not None}
+
+
+async def close_hosts(hosts: Mapping[str, Host]) -> None:
+    await asyncio.gather(*(h.close() for h in hosts.values()), return_exceptions=True)
