@@ -27,7 +27,7 @@ import uuid
 from collections import deque
 from typing import Any, Callable, Coroutine
 
-from tui.sim import perf, raycluster, rendezvous
+from tui.sim import perf, raycluster, raynode, rendezvous
 from tui.sim.api import Api, Req
 from tui.sim.clock import FixedClock
 from tui.sim.engine_args import (
@@ -195,9 +195,11 @@ class Log:
         pid: int | None = None,
         level: str = "INFO",
         where: str = "api_server.py:1",
+        ip: str | None = None,
     ) -> None:
         stamp = time.strftime("%m-%d %H:%M:%S")
-        self.raw(f"({proc} pid={pid or self.pid}) {level} {stamp} [{where}] {msg}\n")
+        at = f", ip={ip}" if ip else ""  # a Ray actor's line, as Ray prefixes it on the driver
+        self.raw(f"({proc} pid={pid or self.pid}{at}) {level} {stamp} [{where}] {msg}\n")
 
     def uvicorn(self, msg: str, level: str = "INFO") -> None:
         pad = f"{level}:".ljust(9)
@@ -251,6 +253,10 @@ class Sim(Api):
         self.gpu_cfg = load_config()
         self.gpus = self._gpu_indices()
         self.record = ServerRecord(engine, self.gpus)
+        #: vLLM on Ray: the other Ray nodes (their simulated workers hold the bundles placed there)
+        self.ray_nodes: raynode.WorkerNodes | None = None
+        #: (pid, ip, rank) of each Ray worker on another node
+        self.ray_workers: list[tuple[int, str, int]] = []
         self.spec = self._spec()
         self.perf = self._perf_config()
         self.phase = "starting"
@@ -403,6 +409,8 @@ class Sim(Api):
             u = used_mib + (wob if used_mib else 0)
             per[g] = {"used_mib": u, "util": self.util, "procs": [{"name": names[rank], "used_mib": u}] if u else []}
         self.record.publish(per, force=force)
+        if self.ray_nodes is not None:
+            self.ray_nodes.use(used_mib, self.util)
 
     def set_mem(self, gib: float, util: int | None = None) -> None:
         self.mem_used_gib = gib
@@ -442,6 +450,8 @@ class Sim(Api):
             await self.shutdown()
         finally:
             self.record.remove()
+            if self.ray_nodes is not None:
+                self.ray_nodes.close()
             if self.rec_file:
                 self.rec_file.close()
         return code
@@ -468,6 +478,8 @@ class Sim(Api):
 
     def _die(self, f: Fatal) -> int:
         self.record.remove()
+        if self.ray_nodes is not None:
+            self.ray_nodes.close()
         if self.rec_file:
             self.rec_file.close()
         if self.sock:
@@ -936,6 +948,14 @@ class Sim(Api):
                 pid=self.w(r),
                 where="gpu_model_runner.py:4820",
             )
+        for pid, ip, _ in self.ray_workers:
+            L.vl(
+                f"Model loading took {self.weights_gib:.2f} GiB memory and {self.sim_elapsed(0.07, 0.41):.6f} seconds",
+                proc="RayWorkerWrapper",
+                pid=pid,
+                ip=ip,
+                where="gpu_model_runner.py:4820",
+            )
         compile_s = 0.0
         if not self.perf.enforce_eager:
             await self.at(0.45)
@@ -1110,6 +1130,8 @@ class Sim(Api):
             )
         address = raycluster.cluster_address()
         ray = raycluster.ray_executable()
+        if address is not None:
+            await self._open_ray_channel(address)
         if address is None:  # ray.init() starts a local instance with this node's GPUs
             L.raw(
                 f"(EngineCore pid={ec}) {raycluster.ray_stamp()}\tINFO worker.py:2007 -- Started a local Ray instance.\n"
@@ -1188,6 +1210,9 @@ class Sim(Api):
                     view = await raycluster.ask_cluster(ray, address)
                 except raycluster.RayUnavailable as e:  # as Ray's own client would, say so and go on waiting
                     print(f"ray status failed while waiting for the placement group: {e}", file=sys.stderr, flush=True)
+        remote = world - len(self.gpus)
+        if remote > 0 and view.nodes > 1 and self.ray_nodes is not None:
+            await self._place_on_ray_nodes(remote, world, host_ip)
         if len(self.gpus) < a.tensor_parallel_size:
             vl(
                 f"tensor_parallel_size={a.tensor_parallel_size} is bigger than a reserved number of GPUs "
@@ -1198,6 +1223,48 @@ class Sim(Api):
                 level="WARNING",
                 where="ray_utils.py:218",
             )
+
+    async def _open_ray_channel(self, address: str) -> None:
+        """Listen for the other Ray nodes (see :mod:`raynode`); without it their GPUs look idle."""
+        try:
+            _, port = raynode.channel_address(address)
+        except ValueError:
+            print(f"simulator: RAY_ADDRESS {address!r} has no port; no other Ray node will hold GPUs", file=sys.stderr)
+            return
+        nodes = raynode.WorkerNodes(port)
+        why = await nodes.listen()
+        if why is not None:
+            print(
+                f"simulator: the other Ray nodes cannot reach this driver ({why}); their GPUs stay idle",
+                file=sys.stderr,
+            )
+            return
+        self.ray_nodes = nodes
+
+    async def _place_on_ray_nodes(self, bundles: int, world: int, host_ip: str) -> None:
+        """The bundles this node's GPUs do not hold go to the other nodes' simulated Ray workers."""
+        assert self.ray_nodes is not None
+        placed = await self.ray_nodes.place(bundles, len(self.gpus), raynode.node_wait())
+        got = sum(len(n.pids) for n in placed)
+        if got < bundles:
+            print(
+                f"simulator: {bundles - got} of the placement group's {world} bundles are on Ray nodes that do not run "
+                "under `tunedeck-host sim ray-node`; their GPUs are not shown as used",
+                file=sys.stderr,
+                flush=True,
+            )
+        port = 30000 + (self.pid % 20000)
+        for n in placed:
+            for i, pid in enumerate(n.pids):
+                self.ray_workers.append((pid, n.ip, n.first_rank + i))
+                self.log.vl(
+                    f"world_size={world} rank={n.first_rank + i} local_rank={i} "
+                    f"distributed_init_method=tcp://{host_ip}:{port} backend=nccl",
+                    proc="RayWorkerWrapper",
+                    pid=pid,
+                    ip=n.ip,
+                    where="parallel_state.py:1400",
+                )
 
     def _vllm_engine_failed(self, ec: int, printed: bool = False) -> None:
         L = self.log
