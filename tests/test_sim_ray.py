@@ -206,7 +206,7 @@ def test_stopping_the_ray_node_ends_its_workers_and_frees_its_gpus(tmp_path: Pat
             p.wait_ready(60)
             assert all(g.used_mib > 0 for g in read_gpus(root=b))
             os.kill(node.pid, signal.SIGTERM)  # the wrapper alone: it passes the stop on to Ray
-            assert node.wait(20) is not None
+            assert node.wait(40) is not None
             assert all(g.used_mib == 0 for g in read_gpus(root=b)), holders(b)
             assert p.proc.poll() is None
     finally:

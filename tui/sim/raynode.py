@@ -48,6 +48,9 @@ _WORKER_CODE = (
 )
 #: seconds between two dials of the head while no driver listens
 DIAL_INTERVAL = 0.5
+#: seconds a stop signal leaves ``ray start`` to end its node before it is passed on: a stop
+#: signals the run's whole process group, and a second TERM would cut short Ray's own clean-up
+PASS_ON_AFTER = 15.0
 
 
 def channel_address(address: str) -> tuple[str, int]:
@@ -252,8 +255,9 @@ class RayNode:
             # a stop signals the whole run (this process group): Ray got it too and ends its node;
             # one sent to this process alone is passed on
             try:
-                await asyncio.wait_for(asyncio.shield(ended), 2)
+                await asyncio.wait_for(asyncio.shield(ended), PASS_ON_AFTER)
             except asyncio.TimeoutError:
+                self.say(f"{self.argv[0]} still runs {PASS_ON_AFTER:g} s after the stop signal: passing it on")
                 self.ray.send_signal(signal.SIGTERM)
         stop.cancel()
         return await ended
