@@ -3,8 +3,10 @@ namespace with its own address, sshd and 8 simulated GPUs, joined by veth to one
 
 - vLLM on a real Ray cluster (``ray`` from PyPI): ``tunedeck launch NAME --sim --wait`` starts the
   Ray head and worker (each pinned to its host's address, its own temp dir), waits for Ray to show
-  the 16 GPUs, starts the simulated vLLM (which asks that cluster for its GPUs), serves a benchmark
-  on the head, and ``tunedeck stop`` leaves all 16 GPUs free and no Ray process behind;
+  the 16 GPUs, starts the simulated vLLM (which asks that cluster for its GPUs, holds the head's 8
+  and has node B's Ray node start the workers that hold node B's 8), serves a benchmark on the head,
+  and ``tunedeck stop`` leaves all 16 GPUs free and no Ray or simulator process behind;
+- the head's vLLM killed: node B's workers end and its GPUs are free, its Ray node lives on;
 - a worker whose Ray declares no GPU: the launch stops at the wait for Ray's GPUs; without the wait,
   vLLM fails with its own placement-group text and triage names it;
 - SGLang on the same hosts: the operator's link to the worker cut for longer than the NCCL watchdog
@@ -17,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +32,7 @@ from tests.conftest import REPO
 from tests.nshosts import NsHost, ns_hosts  # noqa: F401  (fixture)
 from tests.simfix import free_port
 from tests.sshd import ROOT_USER
+from tui.hostops.runstore import RunStore
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(420)]
 
@@ -101,6 +106,12 @@ def test_vllm_on_a_real_ray_cluster_launches_serves_a_benchmark_and_stops_with_1
     assert "Connected to Ray cluster." in r.stdout and "No current placement group found." in r.stdout, r.stdout[-3000:]
     assert "exceeds the total number of available GPUs" not in r.stdout
     assert all(u > 0 for u in a.gpus_used()) and len(a.gpus_used()) == 8
+    # the other 8 bundles are on node B, held by worker processes of node B's Ray node (as Ray's
+    # RayWorkerWrapper actors are), which the driver's log shows with Ray's prefix
+    assert all(u > 0 for u in b.gpus_used()) and len(b.gpus_used()) == 8
+    workers = ray_workers(b)
+    assert len(workers) == 8, ours(b, "ray")
+    assert all(f"(RayWorkerWrapper pid={p}, ip={b.ip})" in r.stdout for p in workers), r.stdout[-3000:]
 
     bench = cli(
         a,
@@ -136,7 +147,52 @@ def test_vllm_on_a_real_ray_cluster_launches_serves_a_benchmark_and_stops_with_1
     # vLLM first, then the Ray worker, then the Ray head
     assert [(m["node"], m["kind"]) for m in res["members"]] == [(ta, "server"), (tb, "ray-worker"), (ta, "ray-head")]
     assert a.gpus_used() == [0] * 8 and b.gpus_used() == [0] * 8
-    assert wait_gone([a, b], "ray") == []  # no Ray process of ours on either host
+    assert wait_gone([a, b], "ray") == []  # no Ray process of ours on either host (nor its workers)
+    assert wait_gone([a, b], " sim ") == []  # nor the simulator's
+
+
+def ray_workers(h: NsHost) -> list[int]:
+    """The simulated Ray workers holding GPUs on ``h``, as its nvidia-smi lists them."""
+    r = subprocess.run(
+        [sys.executable, "-m", "tui", "sim", "smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "TUNEDECK_SIM_STATE": str(h.state), "PYTHONPATH": str(REPO)},
+    )
+    rows = [[x.strip() for x in line.split(",")] for line in r.stdout.splitlines() if line.strip()]
+    return [int(p) for p, name in rows if name == "ray::RayWorkerWrapper"]
+
+
+def test_vllm_on_ray_killed_frees_the_worker_nodes_gpus_while_its_ray_node_lives_on(ns_hosts, tmp_path: Path):
+    a, b = ns_hosts(2)
+    user, _ = ray_profile(tmp_path, a, b)
+    r = cli(a, user, "launch", "ray-2n", "--sim", "--wait", "--timeout", "240", "--json")
+    assert r.returncode == 0, r.stderr[-4000:] + r.stdout[-2000:]
+    dep = json.loads(r.stdout)["deployment"]
+    assert all(u > 0 for u in b.gpus_used())
+    workers = ray_workers(b)
+    assert len(workers) == 8
+    # the workers live in node B's Ray node run (its process group), as the raylet's children do
+    node_b = RunStore().load(dep["members"][1]["run_id"])
+    assert node_b is not None and node_b.pid
+    assert all(os.getpgid(p) == node_b.pid for p in workers)
+    for pid, _ in ours(a, " sim vllm "):
+        os.kill(pid, signal.SIGKILL)  # the driver crashes
+    end = time.monotonic() + 30
+    while any(b.gpus_used()) and time.monotonic() < end:
+        time.sleep(0.5)
+    assert b.gpus_used() == [0] * 8 and ray_workers(b) == []
+    assert wait_gone([b], "RayWorkerWrapper", timeout=10) == []
+    # node B's Ray node is still there
+    assert ours(b, "raylet") and ours(b, " sim ray-node ")
+    r = cli(a, user, "stop", dep["deploy_id"], "--yes", "--grace", "10", "--json")
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
+    res = json.loads(r.stdout)
+    assert res["state"] == "stopped", res
+    assert a.gpus_used() == [0] * 8 and b.gpus_used() == [0] * 8
+    assert wait_gone([a, b], "ray") == [] and wait_gone([a, b], " sim ") == []
 
 
 async def test_too_few_gpus_in_the_ray_cluster_stop_the_launch_and_vllm_names_its_placement_group(

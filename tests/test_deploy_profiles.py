@@ -109,7 +109,13 @@ def test_vllm_on_ray_node_options_pin_each_node_and_the_engine_joins_that_cluste
         "--temp-dir=/tmp/td-a",
         "--block",
     ]
+    # with --sim the worker's Ray node runs under the runtime's `sim ray-node`, whose stand-ins for
+    # Ray's worker processes hold that node's simulated GPUs (the head's vLLM holds the head's)
     assert list(worker.command.argv) == [
+        "tunedeck-host",
+        "sim",
+        "ray-node",
+        "--",
         "ray",
         "start",
         "--address=10.9.0.2:6379",
@@ -120,6 +126,9 @@ def test_vllm_on_ray_node_options_pin_each_node_and_the_engine_joins_that_cluste
         "--block",
     ]
     assert wait.check == ("ray", "status", "--address=10.9.0.2:6379")
+    assert worker.command.executable == ("tunedeck-host", "sim", "ray-node", "--", "ray", "start")
+    assert "PCI_BUS_ID tunedeck-host sim ray-node -- ray start --address=10.9.0.2:6379 " in worker.command.display
+    assert build_deployment(prof(text)).steps[1].command.argv[:2] == ("ray", "start")  # without --sim: Ray alone
     env = serve.command.env_dict
     assert env["RAY_ADDRESS"] == "10.9.0.2:6379" and env["VLLM_HOST_IP"] == "10.9.0.2"
     assert env["TUNEDECK_SIM_RAY"] == "ray"  # only with --sim

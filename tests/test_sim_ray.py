@@ -7,12 +7,20 @@ chooses; tests/test_deploy_netns.py runs the same against a real Ray cluster of 
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
+from tests.conftest import REPO
 from tests.simfix import SimProc, free_port
 from tui.logparse import parse_text
+from tui.sim.gpus import read_gpus
 from tui.sim.raycluster import cluster_address, parse_status
 
 pytestmark = pytest.mark.timeout(90)
@@ -110,3 +118,98 @@ def test_unreachable_cluster_fails_with_what_ray_said(tmp_path: Path):
     assert "] ConnectionError: GCS at 10.0.0.5:6379 is not reachable" in raw
     st, _ = parse_text(raw, "vllm")
     assert st.status == "failed" and st.failure is not None
+
+
+def two_node_ray(tmp_path: Path) -> Path:
+    """A ``ray`` for a cluster of two 8-GPU nodes: ``status -v`` shows both; ``start`` runs until
+    it is signalled (as ``ray start --block`` does)."""
+    node = STATUS[STATUS.index("Node: ") :]
+    text = STATUS.replace("0.0/8.0 GPU", "0.0/16.0 GPU", 1) + "\n" + node.replace("a8942ace", "b7731bdf")
+    (tmp_path / "status.txt").write_text(text)
+    p = tmp_path / "ray"
+    p.write_text(
+        "#!/bin/sh\n"
+        f'[ "$1" = status ] && exec cat {tmp_path / "status.txt"}\n'
+        '[ "$1" = start ] && exec sleep 600\n'
+        "exit 2\n"
+    )
+    p.chmod(0o755)
+    return p
+
+
+def ray_node(ray: Path, state: Path, address: str) -> subprocess.Popen[bytes]:
+    """Node B's Ray node as a ``--sim`` deployment runs it: ``sim ray-node -- ray start …``."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import sys; from tui.sim.entry import main; sys.exit(main())", "sim", "ray-node"]
+        + ["--", str(ray), "start", f"--address={address}", "--num-gpus=8", "--node-ip-address=127.0.0.1", "--block"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "TUNEDECK_SIM_STATE": str(state)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def holders(state: Path) -> dict[int, list[tuple[int, str, int]]]:
+    return {g.index: g.procs for g in read_gpus(root=state)}
+
+
+def wait_until(cond: Callable[[], bool], timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.2)
+    return cond()
+
+
+def test_the_other_nodes_gpus_are_held_by_ray_workers_of_that_node_until_the_driver_dies(tmp_path: Path):
+    ray = two_node_ray(tmp_path)
+    gcs = free_port()
+    a, b = tmp_path / "a", tmp_path / "b"
+    node = ray_node(ray, b, f"127.0.0.1:{gcs}")
+    try:
+        env = {"RAY_ADDRESS": f"127.0.0.1:{gcs}", "TUNEDECK_SIM_RAY": str(ray), "TUNEDECK_SIM_STATE": str(a)}
+        args = ["m", "-tp", "8", "-pp", "2", "--distributed-executor-backend", "ray", "--port", str(free_port())]
+        with SimProc("vllm", *args, "--sim-load-seconds", "1", env=env) as p:
+            p.wait_ready(60)
+            # node B's 8 GPUs are held by 8 worker processes of node B's Ray node, as Ray's are
+            procs = holders(b)
+            assert len(procs) == 8 and all(len(v) == 1 and v[0][1] == "ray::RayWorkerWrapper" for v in procs.values())
+            assert all(g.used_mib > 0 for g in read_gpus(root=b)), procs
+            pids = {v[0][0] for v in procs.values()}
+            assert len(pids) == 8 and all(os.getpgid(x) == node.pid for x in pids)  # in the Ray node's run
+            # the driver's log shows them as Ray prefixes its actors' lines
+            for pid in pids:
+                assert f"(RayWorkerWrapper pid={pid}, ip=127.0.0.1) INFO" in p.raw, p.raw[-3000:]
+            st, _ = parse_text(p.raw, "vllm")
+            assert st.status == "ready", st.describe()
+            os.killpg(p.proc.pid, signal.SIGKILL)  # the driver crashes
+            assert wait_until(lambda: all(g.used_mib == 0 for g in read_gpus(root=b)), 15), holders(b)
+            assert wait_until(lambda: not any(os.path.exists(f"/proc/{x}") for x in pids), 10)
+        assert node.poll() is None  # node B's Ray node lives on
+    finally:
+        os.killpg(node.pid, signal.SIGTERM)
+        out, _ = node.communicate(timeout=20)
+    assert b"released 8 worker(s)" in out, out
+
+
+def test_stopping_the_ray_node_ends_its_workers_and_frees_its_gpus(tmp_path: Path):
+    ray = two_node_ray(tmp_path)
+    gcs = free_port()
+    a, b = tmp_path / "a", tmp_path / "b"
+    node = ray_node(ray, b, f"127.0.0.1:{gcs}")
+    env = {"RAY_ADDRESS": f"127.0.0.1:{gcs}", "TUNEDECK_SIM_RAY": str(ray), "TUNEDECK_SIM_STATE": str(a)}
+    args = ["m", "-tp", "8", "-pp", "2", "--distributed-executor-backend", "ray", "--port", str(free_port())]
+    try:
+        with SimProc("vllm", *args, "--sim-load-seconds", "1", env=env) as p:
+            p.wait_ready(60)
+            assert all(g.used_mib > 0 for g in read_gpus(root=b))
+            os.kill(node.pid, signal.SIGTERM)  # the wrapper alone: it passes the stop on to Ray
+            assert node.wait(40) is not None
+            assert all(g.used_mib == 0 for g in read_gpus(root=b)), holders(b)
+            assert p.proc.poll() is None
+    finally:
+        if node.poll() is None:
+            os.killpg(node.pid, signal.SIGKILL)
+        node.communicate(timeout=20)

@@ -10,6 +10,8 @@ head (rank 0). tunedeck schedules nothing itself: it drives the engines' own dis
   worker ``ray start --address=HEAD:PORT --block``; then ``ray status`` on the head must show the
   GPUs the placement needs (``tp × pp``), and only then does the head run ``vllm serve …
   --tensor-parallel-size=TP --pipeline-parallel-size=PP --distributed-executor-backend=ray``.
+  With ``--sim`` each worker's ``ray start`` runs under the host-side runtime's ``sim ray-node
+  --``, which plays the Ray worker processes that hold that node's GPUs for the simulated vLLM.
 - **vLLM multi-node data parallel** (``mode = "dp"``): the head runs ``vllm serve …
   --data-parallel-size=DP --data-parallel-size-local=L --data-parallel-address=HEAD
   --data-parallel-rpc-port=PORT``, each worker the same with ``--headless
@@ -182,6 +184,12 @@ def sim_executable(profile: ServerProfile) -> list[str]:
     """The simulator in place of the engine on any host (``--sim``): the host-side runtime's
     ``sim ENGINE``; nothing needs to be installed there but a Python >= 3.9."""
     return [HOST_RUNTIME, "sim", profile.engine]
+
+
+def sim_ray_node() -> list[str]:
+    """What a worker node's ``ray start`` runs under with ``--sim``: the host-side runtime's
+    ``sim ray-node --`` (the real Ray node as its child; see :mod:`tui.sim.raynode`)."""
+    return [HOST_RUNTIME, "sim", "ray-node", "--"]
 
 
 def _err(issues: list[Issue], key: str, message: str) -> None:
@@ -372,7 +380,13 @@ def check_deployment(
             args += _ray_node_options(dep, rank, addr if rank == 0 and (dep.head_address or head_address) else "")
             args.append("--block")
             kind, role = (RAY_HEAD, HEAD) if rank == 0 else (RAY_WORKER, WORKER)
-            steps.append(Step(node, rank, role, kind, _plain(profile.engine, args, env), gpus=g))
+            prefix = 2
+            if sim and not demo and rank > 0:
+                # the real `ray start` under the runtime's `sim ray-node`, whose stand-ins for Ray's
+                # worker processes hold the GPUs the simulated vLLM places on this node
+                args = [*sim_ray_node(), *args]
+                prefix += len(sim_ray_node())
+            steps.append(Step(node, rank, role, kind, _plain(profile.engine, args, env, prefix), gpus=g))
         steps.append(Step(nodes[0], 0, HEAD, RAY_WAIT, check=(ray, "status", f"--address={rdv}"), gpus=tp * pp))
         if base is not None:
             # the engine joins this cluster, not one it finds in the default temp dir or starts itself
@@ -437,12 +451,12 @@ def _with_env(cmd: Command, extra: Sequence[tuple[str, str]]) -> Command | None:
     return replace(cmd, env=env, display=display)
 
 
-def _plain(engine: str, argv: list[str], env: tuple[tuple[str, str], ...]) -> Command | None:
+def _plain(engine: str, argv: list[str], env: tuple[tuple[str, str], ...], prefix_len: int = 2) -> Command | None:
     try:
         display = env_command(argv, redact_env(dict(env)))
     except UnsafeInput:
         return None
-    return Command(engine=engine, argv=tuple(argv), env=env, prefix_len=2, display=display)
+    return Command(engine=engine, argv=tuple(argv), env=env, prefix_len=prefix_len, display=display)
 
 
 def build_deployment(
@@ -488,4 +502,5 @@ __all__ = [
     "check_deployment",
     "node_host",
     "sim_executable",
+    "sim_ray_node",
 ]

@@ -14,7 +14,7 @@ import traceback
 from collections import deque
 from typing import Any, Callable, Coroutine
 
-from tui.sim import perf, rendezvous
+from tui.sim import perf, raynode, rendezvous
 from tui.sim.api import Api, Req
 from tui.sim.clock import FixedClock
 from tui.sim.engine_args import (
@@ -63,6 +63,10 @@ class SimCore(Api):
         self.gpu_cfg = load_config()
         self.gpus = self._gpu_indices()
         self.record = ServerRecord(engine, self.gpus)
+        #: vLLM on Ray: the other Ray nodes (their simulated workers hold the bundles placed there)
+        self.ray_nodes: raynode.WorkerNodes | None = None
+        #: (pid, ip, rank) of each Ray worker on another node
+        self.ray_workers: list[tuple[int, str, int]] = []
         self.spec = self._spec()
         self.perf = self._perf_config()
         self.phase = "starting"
@@ -215,6 +219,8 @@ class SimCore(Api):
             u = used_mib + (wob if used_mib else 0)
             per[g] = {"used_mib": u, "util": self.util, "procs": [{"name": names[rank], "used_mib": u}] if u else []}
         self.record.publish(per, force=force)
+        if self.ray_nodes is not None:
+            self.ray_nodes.use(used_mib, self.util)
 
     def set_mem(self, gib: float, util: int | None = None) -> None:
         self.mem_used_gib = gib
@@ -244,6 +250,8 @@ class SimCore(Api):
 
     def _die(self, f: Fatal) -> int:
         self.record.remove()
+        if self.ray_nodes is not None:
+            self.ray_nodes.close()
         if self.rec_file:
             self.rec_file.close()
         if self.sock:

@@ -63,6 +63,8 @@ class Sim(VllmStartup):
             await self.shutdown()
         finally:
             self.record.remove()
+            if self.ray_nodes is not None:
+                self.ray_nodes.close()
             if self.rec_file:
                 self.rec_file.close()
         return code

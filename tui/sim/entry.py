@@ -2,6 +2,7 @@
 
     python3 tunedeck-host-<hash>.pyz sim sglang [SGLang launch flags] [--sim-* flags]
     python3 tunedeck-host-<hash>.pyz sim vllm [serve] MODEL [vLLM flags] [--sim-* flags]
+    python3 tunedeck-host-<hash>.pyz sim ray-node -- ray start [ray start options] --block
     python3 tunedeck-host-<hash>.pyz smi [nvidia-smi options]
 
 The same simulator as ``tunedeck sim …`` on the laptop, with nothing installed on the host.
@@ -18,7 +19,10 @@ from pathlib import Path
 
 ENGINES = ("sglang", "vllm")
 
-USAGE = "usage: tunedeck-host sim {sglang,vllm} [ENGINE ARGS...] | tunedeck-host smi [NVIDIA-SMI OPTIONS...]\n"
+USAGE = (
+    "usage: tunedeck-host sim {sglang,vllm} [ENGINE ARGS...] | tunedeck-host sim ray-node -- RAY start [OPTIONS...]"
+    " | tunedeck-host smi [NVIDIA-SMI OPTIONS...]\n"
+)
 
 
 def default_state() -> Path:
@@ -39,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         from tui.sim.engine import main as engine_main
 
         return engine_main(argv[1], argv[2:])
+    if argv[:2] == ["sim", "ray-node"]:
+        # a Ray node of a simulated vLLM-on-Ray deployment: the real `ray start`, and the Ray
+        # workers the simulated vLLM places on this node's simulated GPUs
+        from tui.sim.raynode import main as ray_node_main
+
+        return ray_node_main(argv[2:])
     what = " ".join(argv[:2]) or "nothing"
     sys.stderr.write(f"tunedeck-host: {what!r}: not a simulator command\n{USAGE}")
     return 2

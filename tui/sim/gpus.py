@@ -164,10 +164,13 @@ def servers_dir(root: Path | None = None) -> Path:
 
 
 class ServerRecord:
-    """Writer side: a sim server publishes what it holds on its GPUs."""
+    """Writer side: a sim server publishes what it holds on its GPUs (``pid``: on behalf of
+    another process of its own, e.g. a simulated Ray worker; default this one)."""
 
-    def __init__(self, engine: str, gpu_indices: list[int], root: Path | None = None) -> None:
-        self.pid = os.getpid()
+    def __init__(
+        self, engine: str, gpu_indices: list[int], root: Path | None = None, *, pid: int | None = None
+    ) -> None:
+        self.pid = pid or os.getpid()
         self.engine = engine
         self.gpus = list(gpu_indices)
         self.path = servers_dir(root) / f"{self.pid}.json"

@@ -41,13 +41,15 @@ class RayUnavailable(Exception):
 
 @dataclass(frozen=True)
 class ClusterView:
-    """What ``ray status -v`` showed: resource totals of the cluster and of its first node."""
+    """What ``ray status -v`` showed: resource totals of the cluster and of its first node, and
+    how many nodes it has."""
 
     address: str
     gpus: float
     resources: dict[str, float]
     first_node: str
     first_node_resources: dict[str, float]
+    nodes: int = 1
 
 
 def ray_executable() -> Optional[str]:
@@ -91,6 +93,7 @@ def parse_status(text: str, address: str) -> ClusterView:
     first: dict[str, float] = {}
     first_node = ""
     section = ""
+    nodes = 0
     for raw in text.splitlines():
         line = raw.rstrip()
         if line.startswith("Total Usage:"):
@@ -99,6 +102,7 @@ def parse_status(text: str, address: str) -> ClusterView:
         m = _NODE_RE.match(line)
         if m:
             section = "node" if not first_node else "other"
+            nodes += 1
             first_node = first_node or m.group(1)
             continue
         if not line.startswith(" "):
@@ -116,7 +120,7 @@ def parse_status(text: str, address: str) -> ClusterView:
                 totals[key] = value
             elif section == "node":
                 first[key] = value
-    return ClusterView(address, totals.get("GPU", 0.0), totals, first_node, first)
+    return ClusterView(address, totals.get("GPU", 0.0), totals, first_node, first, max(1, nodes))
 
 
 async def ask_cluster(ray: str, address: str, timeout: float = 60.0) -> ClusterView:

@@ -131,9 +131,11 @@ class Log:
         pid: int | None = None,
         level: str = "INFO",
         where: str = "api_server.py:1",
+        ip: str | None = None,
     ) -> None:
         stamp = time.strftime("%m-%d %H:%M:%S")
-        self.raw(f"({proc} pid={pid or self.pid}) {level} {stamp} [{where}] {msg}\n")
+        at = f", ip={ip}" if ip else ""  # a Ray actor's line, as Ray prefixes it on the driver
+        self.raw(f"({proc} pid={pid or self.pid}{at}) {level} {stamp} [{where}] {msg}\n")
 
     def uvicorn(self, msg: str, level: str = "INFO") -> None:
         pad = f"{level}:".ljust(9)

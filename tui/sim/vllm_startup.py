@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any
 
-from tui.sim import raycluster
+from tui.sim import raycluster, raynode
 from tui.sim.core import bind_socket
 from tui.sim.engine_args import (
     VLLM_VERSION,
@@ -234,6 +234,14 @@ class VllmStartup(SglangStartup):
                 pid=self.w(r),
                 where="gpu_model_runner.py:4820",
             )
+        for pid, ip, _ in self.ray_workers:
+            L.vl(
+                f"Model loading took {self.weights_gib:.2f} GiB memory and {self.sim_elapsed(0.07, 0.41):.6f} seconds",
+                proc="RayWorkerWrapper",
+                pid=pid,
+                ip=ip,
+                where="gpu_model_runner.py:4820",
+            )
         compile_s = 0.0
         if not self.perf.enforce_eager:
             await self.at(0.45)
@@ -408,6 +416,8 @@ class VllmStartup(SglangStartup):
             )
         address = raycluster.cluster_address()
         ray = raycluster.ray_executable()
+        if address is not None:
+            await self._open_ray_channel(address)
         if address is None:  # ray.init() starts a local instance with this node's GPUs
             L.raw(
                 f"(EngineCore pid={ec}) {raycluster.ray_stamp()}\tINFO worker.py:2007 -- Started a local Ray instance.\n"
@@ -486,6 +496,9 @@ class VllmStartup(SglangStartup):
                     view = await raycluster.ask_cluster(ray, address)
                 except raycluster.RayUnavailable as e:  # as Ray's own client would, say so and go on waiting
                     print(f"ray status failed while waiting for the placement group: {e}", file=sys.stderr, flush=True)
+        remote = world - len(self.gpus)
+        if remote > 0 and view.nodes > 1 and self.ray_nodes is not None:
+            await self._place_on_ray_nodes(remote, world, host_ip)
         if len(self.gpus) < a.tensor_parallel_size:
             vl(
                 f"tensor_parallel_size={a.tensor_parallel_size} is bigger than a reserved number of GPUs "
@@ -496,6 +509,48 @@ class VllmStartup(SglangStartup):
                 level="WARNING",
                 where="ray_utils.py:218",
             )
+
+    async def _open_ray_channel(self, address: str) -> None:
+        """Listen for the other Ray nodes (see :mod:`raynode`); without it their GPUs look idle."""
+        try:
+            _, port = raynode.channel_address(address)
+        except ValueError:
+            print(f"simulator: RAY_ADDRESS {address!r} has no port; no other Ray node will hold GPUs", file=sys.stderr)
+            return
+        nodes = raynode.WorkerNodes(port)
+        why = await nodes.listen()
+        if why is not None:
+            print(
+                f"simulator: the other Ray nodes cannot reach this driver ({why}); their GPUs stay idle",
+                file=sys.stderr,
+            )
+            return
+        self.ray_nodes = nodes
+
+    async def _place_on_ray_nodes(self, bundles: int, world: int, host_ip: str) -> None:
+        """The bundles this node's GPUs do not hold go to the other nodes' simulated Ray workers."""
+        assert self.ray_nodes is not None
+        placed = await self.ray_nodes.place(bundles, len(self.gpus), raynode.node_wait())
+        got = sum(len(n.pids) for n in placed)
+        if got < bundles:
+            print(
+                f"simulator: {bundles - got} of the placement group's {world} bundles are on Ray nodes that do not run "
+                "under `tunedeck-host sim ray-node`; their GPUs are not shown as used",
+                file=sys.stderr,
+                flush=True,
+            )
+        port = 30000 + (self.pid % 20000)
+        for n in placed:
+            for i, pid in enumerate(n.pids):
+                self.ray_workers.append((pid, n.ip, n.first_rank + i))
+                self.log.vl(
+                    f"world_size={world} rank={n.first_rank + i} local_rank={i} "
+                    f"distributed_init_method=tcp://{host_ip}:{port} backend=nccl",
+                    proc="RayWorkerWrapper",
+                    pid=pid,
+                    ip=n.ip,
+                    where="parallel_state.py:1400",
+                )
 
     def _vllm_engine_failed(self, ec: int, printed: bool = False) -> None:
         L = self.log
