@@ -164,15 +164,22 @@ class DeploymentCollector:
             self._seq += 1
             self._pending.append((f.last_time, f.index, self._seq, f.member.tag, line))
 
-    async def aclose(self) -> None:
-        """Stop following and close the nodes' connections."""
+    async def aclose(self, timeout: float = 10.0) -> None:
+        """Stop following and close the nodes' connections (each step bounded by ``timeout``:
+        a link that hangs must not hold the caller; what did not end is logged)."""
         self._stop.set()
-        for t in self._tasks:
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            for t in pending:
+                log.warning("deployment %s: %s did not end within %g s of its cancel", self.rec.deploy_id, t, timeout)
         hosts, self.hosts = self.hosts, {}
-        await D.close_hosts(hosts)
+        try:
+            await asyncio.wait_for(D.close_hosts(hosts), timeout)
+        except (asyncio.TimeoutError, TimeoutError):
+            log.warning("deployment %s: closing the nodes' connections took over %g s", self.rec.deploy_id, timeout)
 
     # ------------------------------------------------------------------ samples
     async def sample(self) -> DeploymentSnapshot:

@@ -254,6 +254,7 @@ async def follow_logs(args: argparse.Namespace, rec: D.DeploymentRecord, node: s
     shown = None if node is None else node_of.get(node, node)
     out = sys.stdout
     collector = DeploymentCollector(rec)
+    store = D.DeploymentStore()
     told: set[str] = set()
     try:
         await collector.start()
@@ -276,10 +277,16 @@ async def follow_logs(args: argparse.Namespace, rec: D.DeploymentRecord, node: s
                     print(f"tunedeck logs: {tag}: {visible(why)}", file=sys.stderr)
             told &= {tag for tag, _ in snap.link_errors}
             states = [m for m in snap.members if shown is None or m.node == shown]
-            if states and all(m.state in ended and not m.alive for m in states) and not snap.lines:
+            over = bool(states) and all(m.state in ended and not m.alive for m in states)
+            # a stop from anywhere (another terminal, the dashboard) is in the local record at once
+            cur = await asyncio.to_thread(store.load, rec.deploy_id)
+            if cur is not None and cur.status == "stopped":
+                over = True
+            if over and not snap.lines:
                 v = snap.verdict
+                state = cur.status if cur is not None and cur.status in ("stopped", "failed") else v.state
                 print(
-                    f"tunedeck logs: deployment {rec.deploy_id} has ended ({v.state})"
+                    f"tunedeck logs: deployment {rec.deploy_id} has ended ({state})"
                     + (f": {visible(v.diagnosis)}" if v.diagnosis else ""),
                     file=sys.stderr,
                 )
