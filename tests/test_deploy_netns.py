@@ -309,6 +309,13 @@ async def test_sglang_link_cut_to_one_node_leaves_it_running_and_the_view_reconn
     r = cli(a, user, "runs", dep["deploy_id"], "--json")
     assert r.returncode == 0, r.stderr
     assert [m["alive"] for m in json.loads(r.stdout)["members"]] == [True, True]
+    # after the cut it still serves: a benchmark on the deployment runs on its head
+    load = ("--concurrency", "2", "--num-prompts", "6", "--input-len", "32", "--output-len", "8", "--warmup", "0")
+    r = cli(a, user, "bench", "--deployment", dep["deploy_id"], *load, "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads(r.stdout)
+    assert summary["completed"] == 6 and summary["client"]["where"] == "host", summary
+    assert summary["deployment"]["id"] == dep["deploy_id"]
     r = cli(a, user, "stop", dep["deploy_id"], "--yes", "--grace", "5", "--json")
     assert r.returncode == 0, r.stderr + r.stdout
     assert json.loads(r.stdout)["state"] == "stopped"
