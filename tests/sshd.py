@@ -30,6 +30,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -390,3 +391,19 @@ def sshd(sshd_server: SshdServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[S
     sshd_server.start()
     sshd_server.kill_sessions()
     (sshd_server.ssh_dir / "config").unlink(missing_ok=True)
+
+
+def cli(server: SshdServer, profiles: Path, *args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
+    """``tunedeck ARGS`` as its own process, logging in as ``server``'s client (its home, key and
+    known_hosts), with the profiles in ``profiles`` and no terminal."""
+    from tests.conftest import REPO
+
+    return subprocess.run(
+        [sys.executable, "-m", "tui", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env=server.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(profiles)),
+    )

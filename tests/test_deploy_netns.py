@@ -32,21 +32,14 @@ from tests.conftest import REPO
 from tests.nshosts import NsHost, ns_hosts  # noqa: F401  (fixture)
 from tests.simfix import free_port
 from tests.sshd import ROOT_USER
+from tests.sshd import cli as sshd_cli
 from tui.hostops.runstore import RunStore
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(420)]
 
 
 def cli(a: NsHost, user: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tui", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env=a.sshd.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
-    )
+    return sshd_cli(a.sshd, user, *args, timeout=timeout)
 
 
 def ray_profile(tmp_path: Path, a: NsHost, b: NsHost, *, ray_wait: int = 150) -> tuple[Path, int]:

@@ -29,7 +29,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.simfix import free_port
-from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshd import ROOT_USER, SshdServer, cli, sshd, sshd_server  # noqa: F401  (fixtures)
 
 #: what a node runs tunedeck's host-side runtime with: a bare Python, no tunedeck package
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -113,18 +113,6 @@ def write_profile(
         f"dist-timeout = {dist_timeout}\n" + extra
     )
     return user
-
-
-def cli(a: SshdServer, user: Path, *args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tui", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env=a.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
-    )
 
 
 def gpus_used(state: Path) -> list[int]:

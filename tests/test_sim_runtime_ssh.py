@@ -5,30 +5,15 @@ simulated nvidia-smi is what `status --sim` and `stop --sim` query."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
 from tests.simfix import free_port
-from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshd import ROOT_USER, SshdServer, cli, sshd, sshd_server  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
-
-
-def cli(server: SshdServer, user: Path, *args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tui", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env=server.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
-    )
 
 
 def test_sim_on_a_bare_ssh_host_launches_serves_shows_its_gpus_and_stops(sshd: SshdServer, tmp_path: Path):
