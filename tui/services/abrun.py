@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 from tui.ab.journal import Journal, new_id
 from tui.ab.plan import Plan
@@ -107,15 +107,12 @@ class ABRun:
             py = py or (prof_python if prof_python != "python3" else None)
         await refuse_while_running(host)
         running = [h for h in await launcher.list_host_runs(host) if h.alive]
-        stop_existing = False
-        if running:
-            desc = ", ".join(
-                f"run {h.run_id}" + (f" ({h.meta.get('profile')})" if h.meta.get("profile") else "") for h in running
-            )
-            question = f"{desc} is running on {host_label or host.target}; stop it for the A/B?"
-            if confirm_stop is None or not await confirm_stop(question):
-                raise jobs.JobError(f"{host.target}: not started: {desc} is running (stop it, or confirm)")
-            stop_existing = True
+        stop_existing = await ask_to_stop(
+            [f"run {h.run_id}" + (f" ({h.meta.get('profile')})" if h.meta.get("profile") else "") for h in running],
+            f" on {host_label or host.target}",
+            confirm_stop,
+            refused=f"{host.target}: ",
+        )
         ab_id = new_id("ab")
         spec = {
             "ab_id": ab_id,
@@ -192,6 +189,23 @@ class ABRun:
     async def cancel(self) -> str:
         """Cancel on the host: the server it started is stopped, every result is kept."""
         return await jobs.stop(self.host, self.job, grace=CANCEL_GRACE)
+
+
+async def ask_to_stop(
+    running: Sequence[str],
+    where: str,
+    confirm_stop: Callable[[str], Awaitable[bool]] | None,
+    *,
+    refused: str = "",
+) -> bool:
+    """Whether the campaign stops what runs (``running``: a description each; ``where``: e.g.
+    " on gpu-a"); asks ``confirm_stop`` first, :class:`jobs.JobError` when the answer is no."""
+    if not running:
+        return False
+    desc = ", ".join(running)
+    if confirm_stop is None or not await confirm_stop(f"{desc} is running{where}; stop it for the A/B?"):
+        raise jobs.JobError(f"{refused}not started: {desc} is running (stop it, or confirm)")
+    return True
 
 
 async def refuse_while_running(host: Host) -> None:

@@ -36,7 +36,7 @@ from tui.hostside.jobfiles import SPEC
 from tui.profiles.deploy import DeploymentPlan, build_deployment
 from tui.profiles.model import ServerProfile
 from tui.services import deploy, jobs
-from tui.services.abrun import refuse_while_running
+from tui.services.abrun import ask_to_stop, refuse_while_running
 from tui.services.benchrun import HOST, BenchRun
 
 log = logging.getLogger(__name__)
@@ -306,12 +306,7 @@ async def start(
         running = await ops.running_servers()
     finally:
         await ops.close()
-    stop_existing = False
-    if running:
-        desc = ", ".join(r.description for r in running)
-        if confirm_stop is None or not await confirm_stop(f"{desc} is running; stop it for the A/B?"):
-            raise jobs.JobError(f"not started: {desc} is running (stop it, or confirm)")
-        stop_existing = True
+    stop_existing = await ask_to_stop([r.description for r in running], "", confirm_stop)
     ab_id = new_id("ab")
     spec = {
         "ab_id": ab_id,
