@@ -18,8 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from tui.hostops.hostscripts import LIST_SCRIPT, STOP_SCRIPT
-from tui.hostops.ssh import _KILL_SCRIPT
+from tui.hostops.hostscripts import KILL_SCRIPT, LIST_SCRIPT, STOP_SCRIPT
 
 
 def _shells() -> list[object]:
@@ -116,7 +115,7 @@ def test_stream_kill_reaches_a_term_ignoring_group_member(
     leader = subprocess.Popen(["sh", "-c", '(trap "" TERM; exec sleep 300) & exec sleep 301'], start_new_session=True)
     group.append(leader)
     assert _wait_until(lambda: len(_group(leader.pid)) == 2, 10)
-    r = _sh(shell, _KILL_SCRIPT, str(leader.pid), _starttime(leader.pid))
+    r = _sh(shell, KILL_SCRIPT, str(leader.pid), _starttime(leader.pid))
     assert r.returncode == 0, r.stderr
     assert "Illegal number" not in r.stderr
     leader.wait(10)
@@ -129,7 +128,7 @@ def test_stream_kill_guard_kills_nothing_on_a_wrong_starttime(
 ) -> None:
     p = subprocess.Popen(["sleep", "300"], start_new_session=True)
     group.append(p)
-    r = _sh(shell, _KILL_SCRIPT, str(p.pid), "1")
+    r = _sh(shell, KILL_SCRIPT, str(p.pid), "1")
     assert r.returncode == 0 and _live(p.pid)
 
 

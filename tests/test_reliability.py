@@ -406,11 +406,11 @@ def strict_sshd(sshd_server: SshdServer, monkeypatch: pytest.MonkeyPatch):  # no
 async def test_r7_capped_handshakes_survive_maxstartups(
     strict_sshd: SshdServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tui.hostops.ssh as sshmod
+    import tui.hostops.sshgate as sshgate
 
     async def storm(limit: int) -> list[BaseException | None]:
-        monkeypatch.setattr(sshmod, "MAX_HANDSHAKES", limit)  # read when this loop's semaphore is made
-        sshmod._HANDSHAKES.clear()
+        monkeypatch.setattr(sshgate, "MAX_HANDSHAKES", limit)  # read when this loop's semaphore is made
+        sshgate._HANDSHAKES.clear()
         # ten "aliases" of one host, no retries: a reset handshake shows up as an error
         hosts = [SshHost(strict_sshd.target(), retry_attempts=1, keepalive_interval=1) for _ in range(10)]
         try:

@@ -505,6 +505,7 @@ async def test_forward_port_reaches_a_remote_loopback_service(sshd: SshdServer) 
 
 async def test_handshakes_are_capped(sshd: SshdServer, monkeypatch: pytest.MonkeyPatch) -> None:
     import tui.hostops.ssh as sshmod
+    import tui.hostops.sshgate as sshgate
 
     real = sshmod.asyncssh.connect
     inflight = peak = 0
@@ -523,7 +524,7 @@ async def test_handshakes_are_capped(sshd: SshdServer, monkeypatch: pytest.Monke
     try:
         results = await asyncio.gather(*(h.run(["true"]) for h in hosts))
         assert all(r.ok for r in results)
-        assert peak == sshmod.MAX_HANDSHAKES == 3
+        assert peak == sshgate.MAX_HANDSHAKES == 3
     finally:
         for h in hosts:
             await h.close()

@@ -1,4 +1,5 @@
-"""The shell scripts that launch, list and stop detached things on a host.
+"""The shell scripts that launch, list and stop detached things on a host, and that start and
+kill a command streamed over SSH.
 
 Each is POSIX sh (dash, bash and busybox sh are tested), takes its inputs as
 arguments, never by string concatenation, and lives under ``${TUNEDECK_HOME}``
@@ -170,6 +171,55 @@ for p in $left; do
   echo "REMAIN $p $(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1)"
 done
 echo "STATE STUCK"
+"""
+
+
+# ---------------------------------------------------------------- streamed commands (SshHost.stream)
+#: Stream wrapper: print "PID STARTTIME" then become argv (same pid).
+STREAM_WRAPPER = (
+    "st=-; f() { set -- ${1##*) }; st=${20:--}; }; "
+    'if read -r s 2>/dev/null < /proc/$$/stat; then f "$s"; fi; '
+    'echo "$$ $st"; exec "$@"'
+)
+
+#: Guarded kill of a stream's process (and its process group): $1 pid, $2 start time or '-'.
+#: Signals are sent as ``kill -s SIG -- -PGID``: dash (Debian's /bin/sh) rejects
+#: ``kill -TERM -- -PGID`` ("Illegal number"), which would leave the group alive; busybox sh
+#: rejects the ``--`` and gets ``kill -SIG -PGID`` instead. A failed kill
+#: whose target still exists is reported on stderr and in the exit status (3), never discarded.
+KILL_SCRIPT = r"""
+pid=$1 st=$2 rc=0
+case $pid in ''|*[!0-9]*) exit 2;; esac
+if [ ! -r /proc/self/stat ]; then kill -s TERM "$pid" 2>/dev/null; exit 0; fi
+read -r s 2>/dev/null < /proc/$pid/stat || exit 0
+g() { set -- ${1##*) }; cur=${20}; pg=$3; }
+g "$s"
+if [ "$st" != "-" ] && [ "$cur" != "$st" ]; then exit 0; fi
+case $pg in ''|*[!0-9]*|0|1) pg=;; *) [ "$pg" -eq "$$" ] && pg=;; esac
+sig() {
+  # busybox sh does not take '--' (it says "invalid number"): then its own form -SIG TARGET
+  e=$(kill -s "$1" -- "$2" 2>&1) || e=$(kill -"$1" "$2" 2>&1) || case $e in
+    *[Nn]o\ such\ process*) ;; *) echo "kill -s $1 -- $2 failed: $e" >&2; rc=3;; esac
+}
+alive() { read -r s 2>/dev/null < /proc/$1/stat || return 1; set -- ${s##*) }; [ "$1" != Z ] && [ "$1" != X ]; }
+members() {
+  for f in /proc/[0-9]*/stat; do
+    read -r s 2>/dev/null < "$f" || continue
+    set -- ${s##*) }
+    [ "$3" = "$pg" ] && [ "$1" != Z ] && [ "$1" != X ] && return 0
+  done
+  return 1
+}
+sig TERM "$pid"
+[ -n "$pg" ] && sig TERM "-$pg"
+i=0
+while alive "$pid" && [ $i -lt 150 ]; do sleep 0.02; i=$((i+1)); done
+alive "$pid" && sig KILL "$pid"
+if [ -n "$pg" ] && members; then
+  sleep 0.1
+  members && sig KILL "-$pg"
+fi
+exit $rc
 """
 
 

@@ -5,7 +5,9 @@ Behaviour (see docs/reliability.md S1-S10):
 * one connection per host, reused by every channel; at most ``max_channels``
   (8, under sshd's default ``MaxSessions`` 10) channels at once, of which
   streams may hold at most ``max_streams`` so short commands always get a slot;
-* at most 3 SSH handshakes in flight per process (sshd ``MaxStartups``);
+* at most 3 SSH handshakes in flight per event loop (sshd ``MaxStartups``), and no attempt
+  at an endpoint whose key or credentials were refused until the user acts: both in
+  :mod:`tui.hostops.sshgate`;
 * keepalive 15 s x 3, connect timeout 20 s, login timeout 30 s;
 * agent and X11 forwarding off; the agent is only used to authenticate;
 * host keys are ALWAYS checked against tunedeck's own known_hosts and
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import logging
 import os
 import shlex
@@ -36,7 +37,6 @@ import socket
 import time
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from typing import AsyncIterator, Mapping, Sequence
 
 import asyncssh
@@ -52,6 +52,7 @@ from tui.hostops.hosts import (
     check_heartbeat,
     parse_target,
 )
+from tui.hostops.hostscripts import KILL_SCRIPT, STREAM_WRAPPER
 from tui.hostops.knownhosts import (
     fingerprint,
     key_type_label,
@@ -59,14 +60,19 @@ from tui.hostops.knownhosts import (
     load_known_hosts,
 )
 from tui.hostops.sshconfig import Endpoint, is_ip, resolve_endpoint
+from tui.hostops.sshgate import (
+    clear_block,
+    describe,
+    fetch_host_key,
+    handshake_slot,
+    remember_refusal,
+    remembered_refusal,
+)
 from tui.util import retry
-from tui.util.paths import known_hosts_file
 from tui.util.safety import UnsafeInput, check_text, env_argv, visible
 
 log = logging.getLogger(__name__)
 
-#: Concurrent SSH handshakes per event loop (sshd MaxStartups resets beyond 10).
-MAX_HANDSHAKES = 3
 #: Extra seconds the local deadline allows beyond the remote ``timeout``.
 LOCAL_GRACE = 5.0
 #: Seconds a stream may take to print its PID line.
@@ -90,151 +96,6 @@ class SshOptions:
     backoff_cap: float = 60.0
     max_channels: int = 8
     max_streams: int = 6
-
-
-# ====================================================================== host keys
-
-
-async def fetch_host_key(ep: Endpoint, *, timeout: float = 20.0) -> asyncssh.SSHKey:
-    """The key the server presents (no authentication, no trust decision)."""
-    async with _handshake_slot():
-        try:
-            key = await asyncio.wait_for(
-                asyncssh.get_server_host_key(ep.host, ep.port, config=[]),
-                timeout + 2,
-            )
-        except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
-            raise HostError(
-                "unreachable", f"cannot fetch the host key of {ep.host}:{ep.port}: {_describe(e)}"
-            ) from None
-    if key is None:
-        raise HostError("error", f"{ep.host}:{ep.port} presented no host key")
-    return key
-
-
-# ====================================================================== handshakes
-
-_HANDSHAKES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = weakref.WeakKeyDictionary()
-
-
-def _handshake_slot() -> asyncio.Semaphore:
-    loop = asyncio.get_running_loop()
-    sem = _HANDSHAKES.get(loop)
-    if sem is None:
-        sem = _HANDSHAKES[loop] = asyncio.Semaphore(MAX_HANDSHAKES)
-    return sem
-
-
-def _describe(e: BaseException) -> str:
-    if isinstance(e, asyncssh.DisconnectError):
-        return e.reason or type(e).__name__
-    if isinstance(e, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(e, socket.gaierror):
-        return f"name lookup failed ({e.strerror or e})"
-    if isinstance(e, (TimeoutError, asyncio.TimeoutError)):
-        return "timed out"
-    if isinstance(e, OSError) and e.strerror:
-        return e.strerror
-    return str(e) or type(e).__name__
-
-
-# ====================================================================== remote snippets
-
-#: Stream wrapper: print "PID STARTTIME" then become argv (same pid).
-_STREAM_WRAPPER = (
-    "st=-; f() { set -- ${1##*) }; st=${20:--}; }; "
-    'if read -r s 2>/dev/null < /proc/$$/stat; then f "$s"; fi; '
-    'echo "$$ $st"; exec "$@"'
-)
-
-#: Guarded kill of a stream's process (and its process group): $1 pid, $2 start time or '-'.
-#: Signals are sent as ``kill -s SIG -- -PGID``: dash (Debian's /bin/sh) rejects
-#: ``kill -TERM -- -PGID`` ("Illegal number"), which would leave the group alive; busybox sh
-#: rejects the ``--`` and gets ``kill -SIG -PGID`` instead. A failed kill
-#: whose target still exists is reported on stderr and in the exit status (3), never discarded.
-_KILL_SCRIPT = r"""
-pid=$1 st=$2 rc=0
-case $pid in ''|*[!0-9]*) exit 2;; esac
-if [ ! -r /proc/self/stat ]; then kill -s TERM "$pid" 2>/dev/null; exit 0; fi
-read -r s 2>/dev/null < /proc/$pid/stat || exit 0
-g() { set -- ${1##*) }; cur=${20}; pg=$3; }
-g "$s"
-if [ "$st" != "-" ] && [ "$cur" != "$st" ]; then exit 0; fi
-case $pg in ''|*[!0-9]*|0|1) pg=;; *) [ "$pg" -eq "$$" ] && pg=;; esac
-sig() {
-  # busybox sh does not take '--' (it says "invalid number"): then its own form -SIG TARGET
-  e=$(kill -s "$1" -- "$2" 2>&1) || e=$(kill -"$1" "$2" 2>&1) || case $e in
-    *[Nn]o\ such\ process*) ;; *) echo "kill -s $1 -- $2 failed: $e" >&2; rc=3;; esac
-}
-alive() { read -r s 2>/dev/null < /proc/$1/stat || return 1; set -- ${s##*) }; [ "$1" != Z ] && [ "$1" != X ]; }
-members() {
-  for f in /proc/[0-9]*/stat; do
-    read -r s 2>/dev/null < "$f" || continue
-    set -- ${s##*) }
-    [ "$3" = "$pg" ] && [ "$1" != Z ] && [ "$1" != X ] && return 0
-  done
-  return 1
-}
-sig TERM "$pid"
-[ -n "$pg" ] && sig TERM "-$pg"
-i=0
-while alive "$pid" && [ $i -lt 150 ]; do sleep 0.02; i=$((i+1)); done
-alive "$pid" && sig KILL "$pid"
-if [ -n "$pg" ] && members; then
-  sleep 0.1
-  members && sig KILL "-$pg"
-fi
-exit $rc
-"""
-
-
-def _signal_name(sig: object) -> str | None:
-    if not sig:
-        return None
-    if isinstance(sig, tuple):
-        sig = sig[0]
-    return str(sig)
-
-
-# ====================================================================== permanent failures
-
-#: Errors no retry can fix: only the user can (trust the key, fix the credentials, press ``r``).
-PERMANENT_KINDS = ("hostkey-unknown", "hostkey-mismatch", "auth-failed")
-
-
-@dataclass
-class _Block:
-    error: HostError
-    signature: tuple[tuple[str, str], ...]
-
-
-#: (host, port, user) -> the permanent failure that stops every connection attempt to it in this
-#: process, whichever SshHost (GPU poller, host stats, run list, log tail) asks.
-_BLOCKED: dict[tuple[str, int, str], _Block] = {}
-
-
-def _signature(ep: Endpoint) -> tuple[tuple[str, str], ...]:
-    """What the user changes to fix a permanent failure: the known_hosts files (``tunedeck
-    trust``, an edit) and the key files (by content: small files, and an mtime can repeat).
-    A change lifts the block without pressing ``r``."""
-    out = []
-    for f in [known_hosts_file(), Path.home() / ".ssh" / "known_hosts", *map(Path, ep.identity_files)]:
-        try:
-            digest = hashlib.sha256(f.read_bytes()).hexdigest()
-        except OSError:
-            digest = "-"
-        out.append((str(f), digest))
-    return tuple(out)
-
-
-def _block_key(ep: Endpoint) -> tuple[str, int, str]:
-    return (ep.host, ep.port, ep.user)
-
-
-def clear_block(ep: Endpoint) -> None:
-    """The user acted (``r``, ``tunedeck trust``): allow one new attempt to this endpoint."""
-    _BLOCKED.pop(_block_key(ep), None)
 
 
 # ====================================================================== the host
@@ -383,7 +244,7 @@ class SshHost(Host):
                 self.state = "disconnected"
                 if exc is not None:
                     self.last_error = HostError(
-                        "connection-lost", f"connection lost: {_describe(exc)}", target=self.target
+                        "connection-lost", f"connection lost: {describe(exc)}", target=self.target
                     )
 
     async def _connection(self) -> asyncssh.SSHClientConnection:
@@ -406,12 +267,11 @@ class SshHost(Host):
                 conn = await self._connect_with_retry()
             except HostError as e:
                 self._failures += 1
-                if e.kind in PERMANENT_KINDS:
-                    try:
-                        ep = self.endpoint
-                        _BLOCKED[_block_key(ep)] = _Block(e, _signature(ep))
-                    except UnsafeInput:
-                        pass
+                try:
+                    remembered = remember_refusal(self.endpoint, e)
+                except UnsafeInput:
+                    remembered = False
+                if remembered:
                     log.warning("%s: %s; not retrying until the user acts", self.target, visible(e.message))
                 raise
             self._conn = conn
@@ -424,16 +284,12 @@ class SshHost(Host):
             ep = self.endpoint
         except UnsafeInput:
             return
-        block = _BLOCKED.get(_block_key(ep))
-        if block is None:
-            return
-        if block.signature != _signature(ep):
-            log.info("%s: known_hosts or key files changed; trying again", self.target)
-            _BLOCKED.pop(_block_key(ep), None)
+        error = remembered_refusal(ep)
+        if error is None:
             return
         self.state = "failed"
-        self.last_error = block.error
-        raise HostError(block.error.kind, block.error.message, target=self.target)
+        self.last_error = error
+        raise HostError(error.kind, error.message, target=self.target)
 
     async def _connect_with_retry(self) -> asyncssh.SSHClientConnection:
         opts = self.options
@@ -492,7 +348,7 @@ class SshHost(Host):
             kwargs["client_keys"] = list(ep.identity_files)
             kwargs["ignore_encrypted"] = True
         self._presented_key = None
-        async with _handshake_slot():
+        async with handshake_slot():
             self.attempts += 1
             try:
                 conn = await asyncio.wait_for(
@@ -509,15 +365,15 @@ class SshHost(Host):
                     + (" and the ssh agent" if os.environ.get("SSH_AUTH_SOCK") else ""),
                 ) from None
             except (ConnectionRefusedError, socket.gaierror, TimeoutError, asyncio.TimeoutError) as e:
-                raise HostError("unreachable", f"{ep.host}:{ep.port}: {_describe(e)}") from None
+                raise HostError("unreachable", f"{ep.host}:{ep.port}: {describe(e)}") from None
             except (asyncssh.ConnectionLost, asyncssh.ServiceNotAvailable, ConnectionError) as e:
-                raise HostError("unreachable", f"{ep.host}:{ep.port}: {_describe(e)}") from None
+                raise HostError("unreachable", f"{ep.host}:{ep.port}: {describe(e)}") from None
             except OSError as e:
-                raise HostError("unreachable", f"{ep.host}:{ep.port}: {_describe(e)}") from None
+                raise HostError("unreachable", f"{ep.host}:{ep.port}: {describe(e)}") from None
             except asyncssh.KeyImportError as e:
                 raise HostError("error", f"{ep}: cannot load a client key: {e}") from None
             except asyncssh.Error as e:
-                raise HostError("error", f"{ep}: SSH error: {_describe(e)}") from None
+                raise HostError("error", f"{ep}: SSH error: {describe(e)}") from None
             else:
                 return conn
         raise await self._hostkey_error(ep)
@@ -568,7 +424,7 @@ class SshHost(Host):
         orphans, self._orphans = self._orphans, []
         for o in orphans:
             try:
-                await self.run_script(_KILL_SCRIPT, [str(o.pid), o.starttime], timeout=15)
+                await self.run_script(KILL_SCRIPT, [str(o.pid), o.starttime], timeout=15)
             except HostError:
                 self._orphans.append(o)
 
@@ -610,7 +466,7 @@ class SshHost(Host):
             else:
                 return conn, proc
         raise HostError(
-            "connection-lost", f"cannot open an SSH channel: {_describe(last or Exception())}", target=self.target
+            "connection-lost", f"cannot open an SSH channel: {describe(last or Exception())}", target=self.target
         )
 
     async def run(
@@ -642,7 +498,7 @@ class SshHost(Host):
                 return RunResult(None, _dec(out), _timed_out_msg(err, timeout), timed_out=True)
             except (asyncssh.Error, OSError) as e:
                 self._on_lost(conn, e)
-                return RunResult(None, "", f"connection lost: {_describe(e)}", lost=True)
+                return RunResult(None, "", f"connection lost: {describe(e)}", lost=True)
             finally:
                 proc.close()
         status, sig = proc.exit_status, _signal_name(proc.exit_signal)
@@ -658,7 +514,7 @@ class SshHost(Host):
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, heartbeat: float | None = None
     ) -> ByteStream:
         inner = env_argv(argv, env)  # validates before anything connects
-        command = shlex.join(["sh", "-c", _STREAM_WRAPPER, "sh", *inner])
+        command = shlex.join(["sh", "-c", STREAM_WRAPPER, "sh", *inner])
         return _SshStream(self, command, heartbeat=check_heartbeat(heartbeat))
 
     async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
@@ -698,7 +554,7 @@ class SshHost(Host):
                 if isinstance(e, OSError) and not isinstance(e, ConnectionError):
                     raise
                 self._on_lost(conn, e)
-                raise HostError("connection-lost", f"upload of {path}: {_describe(e)}", target=self.target) from None
+                raise HostError("connection-lost", f"upload of {path}: {describe(e)}", target=self.target) from None
 
     async def _listen(self, conn: asyncssh.SSHClientConnection, key: tuple[str, int], fw: _Forward) -> None:
         listener = None
@@ -712,14 +568,14 @@ class SshHost(Host):
                 listener = await conn.forward_local_port("127.0.0.1", 0, key[0], key[1])
             except (OSError, asyncssh.Error) as e:
                 raise HostError(
-                    "error", f"cannot forward {key[0]}:{key[1]}: {_describe(e)}", target=self.target
+                    "error", f"cannot forward {key[0]}:{key[1]}: {describe(e)}", target=self.target
                 ) from None
         if fw.listener is not None and fw.listener is not listener:
             fw.listener.close()
         fw.listener, fw.conn, fw.local_port = listener, conn, listener.get_port()
 
     async def _kill_remote(self, pid: int, starttime: str) -> None:
-        r = await self.run_script(_KILL_SCRIPT, [str(pid), starttime], timeout=15)
+        r = await self.run_script(KILL_SCRIPT, [str(pid), starttime], timeout=15)
         if r.lost or r.timed_out:
             raise HostError("connection-lost", "could not stop the streamed command", target=self.target)
         if r.exit_status != 0:
@@ -762,6 +618,14 @@ class SshHost(Host):
 def _timed_out_msg(err: bytes | str | None, timeout: float | None) -> str:
     e = _dec(err).rstrip("\n")
     return (e + "\n" if e else "") + f"timed out after {timeout:g} s"
+
+
+def _signal_name(sig: object) -> str | None:
+    if not sig:
+        return None
+    if isinstance(sig, tuple):
+        sig = sig[0]
+    return str(sig)
 
 
 def _dec(b: bytes | str | None) -> str:
@@ -946,9 +810,6 @@ class _SshStream(ByteStream):
 
 
 __all__ = [
-    "PERMANENT_KINDS",
-    "clear_block",
     "SshHost",
     "SshOptions",
-    "fetch_host_key",
 ]

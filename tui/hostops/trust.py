@@ -18,8 +18,8 @@ import asyncssh
 
 from tui.hostops.hosts import HostError, Target
 from tui.hostops.knownhosts import fingerprint, key_type_label, known_keys_for
-from tui.hostops.ssh import fetch_host_key
 from tui.hostops.sshconfig import Endpoint, resolve_endpoint
+from tui.hostops.sshgate import fetch_host_key
 from tui.util.files import atomic_write_text
 from tui.util.paths import known_hosts_file
 
