@@ -361,6 +361,41 @@ def test_vllm_speculative_config_json():
 
 
 @pytest.mark.parametrize(
+    "method, accepted",
+    [
+        ("deepseek_mtp", True),
+        ("glm4_moe_mtp", True),
+        ("qwen3_5_mtp", True),
+        ("extract_hidden_states", True),
+        ("medusa", False),
+        ("mlp_speculator", False),
+    ],
+)
+def test_vllm_speculative_methods_are_the_releases(method, accepted):
+    """vLLM 0.33's ``SpeculativeMethod`` (its MTP model types included) decides, before launch and
+    in the simulated engine alike: a method it has passes the check, one it dropped is refused."""
+    from tui.profiles.model import Speculative
+
+    cmd, issues = check_profile(_p(engine="vllm", speculative=Speculative(method, num_steps=1)))
+    errs = [i for i in issues if i.severity == "error"]
+    if accepted:
+        assert cmd is not None and not errs, issues
+        (sc,) = [a for a in cmd.argv if a.startswith("--speculative-config=")]
+        assert json.loads(sc.split("=", 1)[1])["method"] == method
+        return
+    assert (
+        cmd is None and errs[0].key == "speculative.algorithm" and f"unknown vLLM method {method!r}" in errs[0].message
+    )
+    r = subprocess.run(
+        [*tunedeck_cmd(), "sim", "vllm", "m", "-sc", json.dumps({"method": method, "num_speculative_tokens": 1})],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and f"invalid speculative method {method!r}" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
     "kw, key, words",
     [
         (dict(model="--evil"), "model", "starts with '-'"),

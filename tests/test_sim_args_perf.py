@@ -8,9 +8,9 @@ import subprocess
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
+from tui.engines import SGLANG_ATTENTION_BACKENDS
 from tui.sim import perf
 from tui.sim.engine_args import (
-    SGLANG_ATTENTION,
     VLLM_BACKENDS,
     preprocess_vllm_argv,
     sglang_parser,
@@ -31,7 +31,7 @@ def test_sglang_help_lists_backends_like_the_engine():
     assert r.returncode == 0
     joined = re.sub(r"\s*\n\s*", " ", r.stdout)
     m = re.search(r"--attention-backend \{([^}]*)\}", joined)
-    assert m and m.group(1).split(",") == SGLANG_ATTENTION
+    assert m and m.group(1).split(",") == list(SGLANG_ATTENTION_BACKENDS)
     assert "cutlass_mla" not in m.group(1)
     for flag in (
         "--tp-size",

@@ -10,16 +10,10 @@ from typing import TYPE_CHECKING, Callable, TextIO
 
 from tui.profiles.builder import Issue, build_command, check_profile, line_of_key, resolve_nccl
 from tui.profiles.diff import diff_commands
-from tui.profiles.model import (
-    ProfileError,
-    ServerProfile,
-    load_profile_file,
-    parse_toml,
-    profile_jsonable,
-    profile_to_toml,
-)
+from tui.profiles.model import ServerProfile, load_profile_file, profile_jsonable, profile_to_toml
 from tui.profiles.presets import load_preset_file, preset_jsonable
 from tui.profiles.store import ProfileStore
+from tui.profiles.tomlread import ProfileError, parse_toml
 from tui.util.safety import terminal_json, visible
 
 if TYPE_CHECKING:
@@ -120,7 +114,7 @@ def _check(args: argparse.Namespace) -> int:
             summary = f"{prof.engine} profile {prof.name!r}"
     except ProfileError as e:
         if not e.path:
-            from tui.profiles.model import key_line
+            from tui.profiles.tomlread import key_line
 
             line = key_line(text, tuple(e.key.split("."))) if e.key else None
             e = ProfileError(e.message, path=path, line=line, key=e.key)

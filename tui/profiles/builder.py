@@ -27,21 +27,20 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
+from tui.engines import SGLANG_SPEC_ALGORITHMS, VLLM_SPEC_METHODS
 from tui.profiles.model import NcclPreset, ProfileError, ServerProfile
 from tui.profiles.presets import DEFAULT_NCCL, merge_nccl
 from tui.profiles.schema import (
     ALIASES,
     FLAGS,
-    SGLANG_SPEC_ALGORITHMS,
-    VLLM_SPEC_METHODS,
     FlagSpec,
 )
+from tui.profiles.tomlread import CONTROL_RE
 from tui.util.safety import DANGEROUS_ENV, ENV_NAME_RE, UnsafeInput, env_command, redact_argv, redact_env
 
 if TYPE_CHECKING:
     from tui.profiles.store import ProfileStore
 
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$|^\[[0-9A-Fa-f:.]+\]$")
 _BACKEND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _NUM_RE = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
@@ -123,7 +122,7 @@ class _Build:
         self.issues.append(Issue(severity, key, message))
 
     def text(self, value: str, key: str, *, dash_ok: bool = False) -> bool:
-        m = _CONTROL_RE.search(value)
+        m = CONTROL_RE.search(value)
         if m:
             self.error(key, f"contains a control character {m.group()!r}")
             return False
@@ -380,7 +379,7 @@ class _Build:
         text = self.p.extra_args
         if not text.strip():
             return []
-        m = _CONTROL_RE.search(text)
+        m = CONTROL_RE.search(text)
         if m:
             self.error("extra_args", f"contains a control character {m.group()!r}")
             return []
@@ -448,7 +447,7 @@ class _Build:
                 continue
             env[k] = v
         for k, v in list(env.items()):
-            m = _CONTROL_RE.search(v)
+            m = CONTROL_RE.search(v)
             if m:
                 where = "env" if any(k == n for n, _ in p.env) else "nccl.overrides"
                 self.error(f"{where}.{k}", f"contains a control character {m.group()!r}")
@@ -568,7 +567,7 @@ def line_of_key(profile: ServerProfile, key: str) -> int | None:
         return None
     from pathlib import Path
 
-    from tui.profiles.model import key_line
+    from tui.profiles.tomlread import key_line
 
     try:
         text = Path(profile.path).read_text(encoding="utf-8")

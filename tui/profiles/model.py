@@ -65,38 +65,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-import tomllib
-
-from tui.util.safety import DANGEROUS_ENV, ENV_NAME_RE, visible
+from tui.profiles.tomlread import ProfileError, TomlReader, parse_toml
+from tui.util.safety import DANGEROUS_ENV, ENV_NAME_RE
 
 SCHEMA_VERSION = 1
 ENGINES = ("sglang", "vllm")
 DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 FLAG_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-
-
-class ProfileError(ValueError):
-    """A profile or preset that cannot be used. ``str()`` reads ``file:line: key: message``."""
-
-    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None, key: str = "") -> None:
-        self.message = message
-        self.path = str(path) if path is not None else None
-        self.line = line
-        self.key = key
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        # file names, keys and messages echo untrusted text: shown escaped, on one line
-        where = visible(self.path or "<profile>")
-        if self.line:
-            where += f":{self.line}"
-        key = f" {visible(self.key)}:" if self.key else ""
-        return f"{where}:{key} {visible(self.message)}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"file": self.path, "line": self.line, "key": self.key, "message": self.message}
 
 
 # ---------------------------------------------------------------------------- dataclasses
@@ -224,179 +200,6 @@ def guess_mla(model: str) -> bool:
     return "kimi-k2" in m
 
 
-# ---------------------------------------------------------------------------- TOML helpers
-
-
-def key_line(text: str, path: tuple[str, ...]) -> int | None:
-    """The 1-based line where the dotted key ``path`` is defined in TOML ``text`` (best effort).
-
-    Tracks ``[table]`` headers; a bare table header counts for a table path.
-    """
-    want = tuple(path)
-    table: tuple[str, ...] = ()
-    fallback = None
-    for no, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", line)
-        if m:
-            table = _split_key(m.group(1))
-            if table == want:
-                return no
-            continue
-        m = re.match(r"""^((?:"[^"]*"|'[^']*'|[A-Za-z0-9_.\- ]+?))\s*=""", line)
-        if m:
-            full = table + _split_key(m.group(1))
-            if full == want:
-                return no
-            if want and full[: len(want)] == want and fallback is None:
-                fallback = no
-            if want and full and full[-1] == want[-1] and fallback is None:
-                fallback = no
-    return fallback
-
-
-def _split_key(k: str) -> tuple[str, ...]:
-    parts = []
-    for m in re.finditer(r'"([^"]*)"|\'([^\']*)\'|([^.\s]+)', k):
-        parts.append(next(g for g in m.groups() if g is not None))
-    return tuple(parts)
-
-
-_TOML_POS_RE = re.compile(r"\(at line (\d+), column (\d+)\)")
-
-
-#: Arrays / inline tables nested deeper than this are refused before tomllib sees them
-#: (tomllib recurses per level: ~500 levels raise RecursionError, deeper in a busy stack).
-MAX_TOML_DEPTH = 64
-
-
-def _too_deep(text: str) -> int | None:
-    """The line where ``[``/``{`` nesting inside values first exceeds MAX_TOML_DEPTH, else None.
-
-    A tolerant scan (strings and comments skipped); tomllib still does the real parsing."""
-    depth = 0
-    line = 1
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\n":
-            line += 1
-        elif c == "#":
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        elif c in "\"'":
-            q = text[i : i + 3] if text[i : i + 3] in ('"""', "'''") else c
-            j = i + len(q)
-            while j < n and not text.startswith(q, j):
-                if c == '"' and text[j] == "\\":
-                    j += 1
-                elif text[j] == "\n":
-                    if len(q) == 1:
-                        break
-                    line += 1
-                j += 1
-            i = j + len(q)
-            continue
-        elif c in "[{":
-            depth += 1
-            if depth > MAX_TOML_DEPTH:
-                return line
-        elif c in "]}":
-            depth = max(0, depth - 1)
-        i += 1
-    return None
-
-
-def parse_toml(text: str, path: str | Path | None) -> dict[str, Any]:
-    """The TOML document in ``text``; any failure is a ProfileError naming the file and line."""
-    deep = _too_deep(text)
-    if deep is not None:
-        raise ProfileError(f"TOML nested deeper than {MAX_TOML_DEPTH} levels", path=path, line=deep)
-    try:
-        return tomllib.loads(text)
-    except RecursionError:
-        raise ProfileError("TOML nested too deeply to parse", path=path) from None
-    except tomllib.TOMLDecodeError as e:
-        msg = str(e)
-        m = _TOML_POS_RE.search(msg)
-        line = int(m.group(1)) if m else None
-        key = ""
-        if line:
-            lines = text.splitlines()
-            if 0 < line <= len(lines):
-                km = re.match(r"^\s*([^=\[]+?)\s*=", lines[line - 1])
-                if km:
-                    key = km.group(1).strip()
-                else:
-                    hm = re.match(r"^\s*\[+([^\]]*)", lines[line - 1])
-                    if hm:
-                        key = f"[{hm.group(1).strip()}]"
-        raise ProfileError(f"TOML syntax error: {msg}", path=path, line=line, key=key) from None
-    except (ValueError, OverflowError, MemoryError) as e:  # anything else tomllib lets escape
-        raise ProfileError(f"cannot parse TOML: {type(e).__name__}: {e}", path=path) from None
-
-
-class _Reader:
-    """Validates a parsed TOML document key by key, raising ProfileError with file+line+key."""
-
-    def __init__(self, text: str, path: str | Path | None) -> None:
-        self.text = text
-        self.path = path
-
-    def err(self, keypath: tuple[str, ...], message: str) -> ProfileError:
-        return ProfileError(message, path=self.path, line=key_line(self.text, keypath), key=".".join(keypath))
-
-    def unknown(self, table: Mapping[str, Any], allowed: set[str], prefix: tuple[str, ...]) -> None:
-        for k in table:
-            if k not in allowed:
-                hint = ", ".join(sorted(allowed))
-                raise self.err(prefix + (k,), f"unknown key (expected one of: {hint})")
-
-    def text_value(self, value: Any, keypath: tuple[str, ...], *, allow_empty: bool = True) -> str:
-        if not isinstance(value, str):
-            raise self.err(keypath, f"expected a string, got {type(value).__name__}")
-        m = _CONTROL_RE.search(value)
-        if m:
-            raise self.err(keypath, f"control character {m.group()!r} is not allowed")
-        if not allow_empty and not value:
-            raise self.err(keypath, "must not be empty")
-        return value
-
-    def int_value(self, value: Any, keypath: tuple[str, ...], lo: int, hi: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.err(keypath, f"expected an integer, got {type(value).__name__}")
-        if not lo <= value <= hi:
-            raise self.err(keypath, f"{value} is out of range {lo}..{hi}")
-        return value
-
-    def table(self, value: Any, keypath: tuple[str, ...]) -> Mapping[str, Any]:
-        if not isinstance(value, dict):
-            raise self.err(keypath, f"expected a table, got {type(value).__name__}")
-        return value
-
-    def env_table(
-        self, value: Any, keypath: tuple[str, ...], *, allow_empty: bool = True
-    ) -> tuple[tuple[str, str], ...]:
-        out = []
-        for k, v in self.table(value, keypath).items():
-            if not ENV_NAME_RE.match(k):
-                raise self.err(
-                    keypath + (k,),
-                    f"invalid environment variable name {k!r} (must match [A-Za-z_][A-Za-z0-9_]*)",
-                )
-            if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-                raise self.err(keypath + (k,), f"expected a string or number, got {type(v).__name__}")
-            sv = v if isinstance(v, str) else str(v)
-            self.text_value(sv, keypath + (k,))
-            if "\x00" in sv:
-                raise self.err(keypath + (k,), "NUL is not allowed")
-            out.append((k, sv))
-        return tuple(out)
-
-
 _TOP_KEYS = {
     "schema_version",
     "name",
@@ -445,7 +248,7 @@ def profile_from_dict(
     path: str | Path | None = None,
     source: str = "",
 ) -> ServerProfile:
-    r = _Reader(text, path)
+    r = TomlReader(text, path)
     r.unknown(data, _TOP_KEYS, ())
     sv = data.get("schema_version", SCHEMA_VERSION)
     if isinstance(sv, bool) or not isinstance(sv, int) or sv < 1:
@@ -567,7 +370,7 @@ def profile_from_dict(
     )
 
 
-def _nodes(r: _Reader, value: Any) -> tuple[str, ...]:
+def _nodes(r: TomlReader, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise r.err(("nodes",), 'expected a list of hosts, e.g. ["gpu-a", "gpu-b"]')
     out: list[str] = []
@@ -585,7 +388,7 @@ def _nodes(r: _Reader, value: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _deploy(r: _Reader, value: Any, engine: str, n_nodes: int) -> Deploy:
+def _deploy(r: TomlReader, value: Any, engine: str, n_nodes: int) -> Deploy:
     d = r.table(value, ("deploy",))
     r.unknown(d, _DEPLOY_KEYS, ("deploy",))
     kw: dict[str, Any] = {}
@@ -648,7 +451,7 @@ def _address(v: str) -> str | None:
 
 
 def _per_node(
-    r: _Reader, value: Any, key: str, n_nodes: int, why_bad: Any, *, one_for_all: bool = True
+    r: TomlReader, value: Any, key: str, n_nodes: int, why_bad: Any, *, one_for_all: bool = True
 ) -> tuple[str, ...]:
     """A value per node: a list as long as ``nodes`` (or one string for all nodes)."""
     kp = ("deploy", key)
@@ -784,10 +587,8 @@ __all__ = [
     "Speculative",
     "dangerous_names",
     "guess_mla",
-    "key_line",
     "load_profile_file",
     "load_profile_text",
-    "parse_toml",
     "profile_from_dict",
     "profile_jsonable",
     "profile_to_dict",

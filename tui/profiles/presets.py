@@ -30,10 +30,8 @@ from tui.profiles.model import (
     SCHEMA_VERSION,
     AttentionPreset,
     NcclPreset,
-    ProfileError,
-    _Reader,
-    parse_toml,
 )
+from tui.profiles.tomlread import ProfileError, TomlReader, parse_toml
 
 DEFAULT_NCCL = NcclPreset(
     name="default",
@@ -52,7 +50,7 @@ def parse_preset_text(
     text: str, *, path: str | Path | None = None, source: str = ""
 ) -> tuple[list[NcclPreset], list[AttentionPreset]]:
     data = parse_toml(text, path)
-    r = _Reader(text, path)
+    r = TomlReader(text, path)
     r.unknown(data, {"schema_version", "nccl", "attention"}, ())
     sv = data.get("schema_version", SCHEMA_VERSION)
     if isinstance(sv, bool) or not isinstance(sv, int) or not 1 <= sv <= SCHEMA_VERSION:

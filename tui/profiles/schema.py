@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tui.engines import SGLANG_ATTENTION_BACKENDS
+
 
 @dataclass(frozen=True, slots=True)
 class FlagSpec:
@@ -167,33 +169,7 @@ ALIASES = {
 }
 
 #: Attention backends when the host cannot be asked (serving-engines.md §2.1).
-SGLANG_BACKENDS_0_5_23 = (
-    "triton",
-    "torch_native",
-    "flex_attention",
-    "dsa",
-    "nsa",
-    "qsa",
-    "dsv4",
-    "compressed",
-    "fa3",
-    "fa4",
-    "flashinfer",
-    "llada2_cfg_flashinfer",
-    "flashmla",
-    "trtllm_mla",
-    "cutedsl_mla",
-    "tokenspeed_mla",
-    "trtllm_mha",
-    "hpc_ops",
-    "minicpm_flashattn",
-    "minicpm_flashinfer",
-    "aiter",
-    "wave",
-    "intel_amx",
-    "ascend",
-    "intel_xpu",
-)
+SGLANG_BACKENDS_0_5_23 = SGLANG_ATTENTION_BACKENDS
 SGLANG_BACKENDS_0_5_5 = (
     "triton",
     "torch_native",
@@ -230,20 +206,6 @@ VLLM_BACKENDS_0_33 = (
 )
 BUILTIN_BACKENDS = {"sglang": SGLANG_BACKENDS_0_5_23, "vllm": VLLM_BACKENDS_0_33}
 
-SGLANG_SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
-VLLM_SPEC_METHODS = (
-    "ngram",
-    "draft_model",
-    "suffix",
-    "eagle",
-    "eagle3",
-    "dflash",
-    "ngram_gpu",
-    "dspark",
-    "deepseek_mtp",
-    "mtp",
-    "qwen3_next_mtp",
-)
 
 # ----------------------------------------------------------------------- MLA × architecture
 #: SGLang backends valid for MLA models per compute-capability major (serving-engines.md §2.2).

@@ -62,6 +62,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/ab/sides.py",
     "tui/ab/warnings.py",
     "tui/logparse/",
+    "tui/engines.py",
     "tui/model.py",
     "tui/hostops/__init__.py",
     "tui/hostops/hosts.py",

@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import Any, Callable
 
-from tui.sim.engine_args import SGLANG_VERSION, VLLM_VERSION
+from tui.engines import SGLANG_VERSION, VLLM_VERSION
 from tui.sim.httpd import REASONS, Conn, Request, frame
 
 WORDS = (

@@ -16,9 +16,9 @@ import gc
 import signal
 import sys
 
+from tui.engines import VLLM_SPEC_METHODS
 from tui.sim.engine_args import (
     VLLM_BACKENDS,
-    VLLM_SPEC_METHODS,
     help_search,
     preprocess_vllm_argv,
     sglang_parser,

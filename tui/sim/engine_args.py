@@ -19,38 +19,9 @@ import os
 import re
 from typing import Any, Sequence
 
-SGLANG_VERSION = "0.5.23"
-VLLM_VERSION = "0.33.0"
+from tui.engines import SGLANG_ATTENTION_BACKENDS, SGLANG_SPEC_ALGORITHMS, SGLANG_VERSION, VLLM_VERSION
 
-SGLANG_ATTENTION = [
-    "triton",
-    "torch_native",
-    "flex_attention",
-    "dsa",
-    "nsa",
-    "qsa",
-    "dsv4",
-    "compressed",
-    "fa3",
-    "fa4",
-    "flashinfer",
-    "llada2_cfg_flashinfer",
-    "flashmla",
-    "trtllm_mla",
-    "cutedsl_mla",
-    "tokenspeed_mla",
-    "trtllm_mha",
-    "hpc_ops",
-    "minicpm_flashattn",
-    "minicpm_flashinfer",
-    "aiter",
-    "wave",
-    "intel_amx",
-    "ascend",
-    "intel_xpu",
-]
 SGLANG_ALIASES = {"nsa": "dsa", "compressed": "dsv4", "tokenspeed_mla": "cutedsl_mla"}
-SGLANG_SPEC = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO"]
 
 VLLM_BACKENDS = [
     "FLASH_ATTN",
@@ -76,25 +47,6 @@ VLLM_BACKENDS = [
     "XFORMERS",
     "NO_ATTENTION",
     "CUSTOM",
-]
-VLLM_SPEC_METHODS = [
-    "ngram",
-    "draft_model",
-    "suffix",
-    "eagle",
-    "eagle3",
-    "dflash",
-    "ngram_gpu",
-    "dspark",
-    "medusa",
-    "mlp_speculator",
-    "deepseek_mtp",
-    "mtp",
-    "qwen3_next_mtp",
-    "glm4_moe_mtp",
-    "ernie_mtp",
-    "mimo_mtp",
-    "longcat_flash_mtp",
 ]
 VLLM_CUDAGRAPH_MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 
@@ -340,21 +292,21 @@ def sglang_parser() -> argparse.ArgumentParser:
     a(
         "--attention-backend",
         type=str,
-        choices=SGLANG_ATTENTION,
+        choices=SGLANG_ATTENTION_BACKENDS,
         default=None,
         help="Choose the kernels for attention layers.",
     )
     a(
         "--prefill-attention-backend",
         type=str,
-        choices=SGLANG_ATTENTION,
+        choices=SGLANG_ATTENTION_BACKENDS,
         default=None,
         help="Choose the kernels for prefill attention layers (have priority over --attention-backend).",
     )
     a(
         "--decode-attention-backend",
         type=str,
-        choices=SGLANG_ATTENTION,
+        choices=SGLANG_ATTENTION_BACKENDS,
         default=None,
         help="Choose the kernels for decode attention layers (have priority over --attention-backend).",
     )
@@ -379,7 +331,7 @@ def sglang_parser() -> argparse.ArgumentParser:
         default=None,
         help="Set multimodal attention backend.",
     )
-    a("--speculative-algorithm", type=str, choices=SGLANG_SPEC, default=None, help="Speculative algorithm.")
+    a("--speculative-algorithm", type=str, choices=SGLANG_SPEC_ALGORITHMS, default=None, help="Speculative algorithm.")
     a(
         "--speculative-draft-model-path",
         "--speculative-draft-model",

@@ -13,12 +13,10 @@ import time
 import uuid
 from typing import Any
 
+from tui.engines import VLLM_VERSION
 from tui.sim import raycluster, raynode
 from tui.sim.core import bind_socket
-from tui.sim.engine_args import (
-    VLLM_VERSION,
-    vllm_parser,
-)
+from tui.sim.engine_args import vllm_parser
 from tui.sim.gpus import used_by_others
 from tui.sim.httpd import HttpServer
 from tui.sim.sglang_startup import SglangStartup

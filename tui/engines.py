@@ -1,0 +1,93 @@
+"""The engines' own names for the releases tunedeck follows: SGLang 0.5.23 and vLLM 0.33.
+
+One table for both sides that must agree: what a profile may ask for before anything is launched
+(``tui.profiles``) and what the simulated engine accepts (``tui.sim``, which travels in the
+host-side runtime: constants only, Python 3.9+). Taken from the releases themselves: SGLang's
+``--attention-backend`` and ``--speculative-algorithm`` choices, vLLM's ``SpeculativeMethod``
+(``vllm/config/speculative.py``, its MTP model types included).
+"""
+
+SGLANG_VERSION = "0.5.23"
+VLLM_VERSION = "0.33.0"
+
+#: SGLang 0.5.23 ``--attention-backend`` (and ``--prefill-``/``--decode-attention-backend``) choices
+SGLANG_ATTENTION_BACKENDS = (
+    "triton",
+    "torch_native",
+    "flex_attention",
+    "dsa",
+    "nsa",
+    "qsa",
+    "dsv4",
+    "compressed",
+    "fa3",
+    "fa4",
+    "flashinfer",
+    "llada2_cfg_flashinfer",
+    "flashmla",
+    "trtllm_mla",
+    "cutedsl_mla",
+    "tokenspeed_mla",
+    "trtllm_mha",
+    "hpc_ops",
+    "minicpm_flashattn",
+    "minicpm_flashinfer",
+    "aiter",
+    "wave",
+    "intel_amx",
+    "ascend",
+    "intel_xpu",
+)
+
+#: SGLang 0.5.23 ``--speculative-algorithm`` choices
+SGLANG_SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+
+#: vLLM 0.33 ``--speculative-config`` ``method`` values (``SpeculativeMethod``, flattened)
+VLLM_SPEC_METHODS = (
+    "ngram",
+    "draft_model",
+    "suffix",
+    "custom_class",
+    "eagle",
+    "eagle3",
+    "extract_hidden_states",
+    "deepseek_mtp",
+    "dots3_note_mtp",
+    "mimo_mtp",
+    "mimo_v2_mtp",
+    "glm4_moe_mtp",
+    "glm4_moe_lite_mtp",
+    "glm_ocr_mtp",
+    "ernie_mtp",
+    "nemotron_h_mtp",
+    "exaone_moe_mtp",
+    "exaone4_5_mtp",
+    "qwen3_next_mtp",
+    "qwen4_exp_mtp",
+    "qwen3_5_mtp",
+    "longcat_flash_mtp",
+    "bailing_hybrid_v3_mtp",
+    "minimax_m3_mtp",
+    "bailing_hybrid_mtp",
+    "mtp",
+    "kimi_k3_mtp",
+    "pangu_ultra_moe_mtp",
+    "step3p5_mtp",
+    "step5_mtp",
+    "hy_v3_mtp",
+    "hy_v4_mtp",
+    "gemma4_mtp",
+    "inkling_mtp",
+    "glm5_next_mtp",
+    "dflash",
+    "ngram_gpu",
+    "dspark",
+)
+
+__all__ = [
+    "SGLANG_ATTENTION_BACKENDS",
+    "SGLANG_SPEC_ALGORITHMS",
+    "SGLANG_VERSION",
+    "VLLM_SPEC_METHODS",
+    "VLLM_VERSION",
+]
