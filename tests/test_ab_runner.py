@@ -151,3 +151,32 @@ async def test_cancel_during_the_launch_still_stops_the_server_it_started():
     rep = await task
     assert rep.status == "cancelled"
     assert ops.log == ["launch base", "stop base"] and not ops.live
+
+
+async def test_a_failed_comparison_is_said_and_the_measurements_kept(plan, monkeypatch, caplog):
+    """Comparing the sides can fail (bad partial data, a bug): the report keeps every measured
+    level and says why it has no comparison, in its warnings, its events and the log."""
+    import tui.ab.runner as runner_mod
+
+    def broken(a, b, **kw):
+        raise ValueError("levels do not line up")
+
+    monkeypatch.setattr(runner_mod, "compare", broken)
+    events = []
+    with caplog.at_level("ERROR", logger="tui.ab.runner"):
+        rep = await ABRunner(FakeOps(), "base", "tuned", plan, on_event=events.append).run()
+    assert rep.status == "completed" and rep.comparison is None
+    assert all(rep.sides[s].runs and rep.sides[s].runs[0].levels for s in ("A", "B"))
+    assert rep.warnings.count("no comparison: ValueError: levels do not line up") == 1
+    assert any(e.kind == "error" and "no comparison" in e.message for e in events)
+    assert "comparing the sides failed" in caplog.text and "levels do not line up" in caplog.text
+
+
+async def test_a_failing_event_callback_is_logged_and_the_run_goes_on(plan, caplog):
+    def bad(ev):
+        raise RuntimeError("widget gone")
+
+    with caplog.at_level("ERROR", logger="tui.ab.runner"):
+        rep = await ABRunner(FakeOps(), "base", "tuned", plan, on_event=bad).run()
+    assert rep.status == "completed" and rep.comparison is not None
+    assert "the event callback failed" in caplog.text and "widget gone" in caplog.text

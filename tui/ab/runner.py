@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
@@ -35,6 +36,8 @@ from tui.ab.journal import Journal, new_id
 from tui.ab.plan import Plan, PlanLevel
 from tui.ab.render import to_dict
 from tui.ab.sides import LevelResult, Side, SideRun, side_from_dict, side_to_dict
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------- data
 
@@ -359,8 +362,8 @@ class ABRunner:
         if self.on_event is not None:
             try:
                 self.on_event(ev)
-            except Exception:  # a UI callback must never break the run
-                pass
+            except Exception:  # noqa: BLE001 - a UI callback must never break the run
+                log.exception("A/B %s: the event callback failed on %r", self.report.id, kind)
 
     # -------------------------------------------------------------- control
     def cancel(self) -> None:
@@ -661,16 +664,19 @@ class ABRunner:
         if not a or not b or not a.runs or not b.runs:
             return
         kw = {"noise_pct": self.noise_pct} if self.noise_pct else {}
-        self.report.comparison = compare(a, b, **kw)
+        try:
+            self.report.comparison = compare(a, b, **kw)
+        except Exception as e:  # noqa: BLE001 - the measurements stay; the report says why no comparison
+            log.exception("A/B %s: comparing the sides failed", self.report.id)
+            self.report.warnings.append(f"no comparison: {type(e).__name__}: {e}")
+            self._emit("error", f"no comparison: {type(e).__name__}: {e}")
+            return
         self._emit("comparison", self.report.comparison.headline)
 
     def _finish(self) -> None:
         rep = self.report
-        if rep.comparison is None:
-            try:
-                self._compare()  # partial results still compare when both sides have some
-            except Exception:  # noqa: BLE001
-                pass
+        if rep.comparison is None and not any(w.startswith("no comparison:") for w in rep.warnings):
+            self._compare()  # partial results still compare when both sides have some
         self._journal(rep.to_dict())
         self._emit("done", f"A/B {rep.id} {rep.status}" + (f": {rep.error}" if rep.error else ""))
 
