@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from rich.text import Text
+from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -156,7 +157,7 @@ class MergedLog(ServerLog):
             return
         try:
             status = self.query_one("#log-status")
-        except Exception:  # noqa: BLE001 - not composed yet
+        except NoMatches:  # not composed yet
             return
         status.update(Text(f"{self.status_text}  ·  node {self.node} only (t: next node)"))  # type: ignore[attr-defined]
 

@@ -18,6 +18,7 @@ from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input, Log, Static
@@ -443,7 +444,7 @@ class ServerLog(Widget, can_focus=True):
     def _update_status(self) -> None:
         try:
             status = self.query_one("#log-status", Static)
-        except Exception:  # noqa: BLE001 - not composed yet
+        except NoMatches:  # not composed yet
             return
         parts = ["following" if self.following else "paused (f: follow)"]
         parts.append(

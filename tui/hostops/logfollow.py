@@ -189,8 +189,8 @@ async def follow_forever(
             offset = f.offset
             try:
                 await it.aclose()  # type: ignore[attr-defined]
-            except Exception:  # noqa: BLE001
-                pass
+            except Exception:  # noqa: BLE001 - the stream is given up anyway; f.close() below ends it
+                _log.debug("closing the log stream of %s failed", log_path, exc_info=True)
             await f.close()
         if not stop.is_set():
             try:

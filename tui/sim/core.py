@@ -259,7 +259,7 @@ class SimCore(Api):
         if f.kill:
             try:
                 sys.stdout.flush()
-            except Exception:
+            except (OSError, ValueError):  # the reader is gone or stdout is closed: dying anyway
                 pass
             os.kill(os.getpid(), signal.SIGKILL)
         return f.code

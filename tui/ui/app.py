@@ -30,12 +30,13 @@ import asyncio
 import importlib
 import importlib.util
 import inspect
+import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from textual import on
-from textual.app import App
+from textual.app import App, UnknownModeError
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.signal import Signal
@@ -51,6 +52,20 @@ from widgets.server_panel import ServerHistory
 
 if TYPE_CHECKING:  # pragma: no cover
     from tui.hostops.hosts import Host
+
+
+log = logging.getLogger(__name__)
+
+
+async def _close_logged(what: str, aw: Awaitable[Any], timeout: float = 3.0) -> None:
+    """Close something on the way out (leaving the app, switching hosts): a close that fails or
+    hangs past ``timeout`` is logged and left behind, never raised into the exit."""
+    try:
+        await asyncio.wait_for(aw, timeout)
+    except asyncio.TimeoutError:
+        log.warning("%s did not close within %g s", what, timeout)
+    except Exception:  # noqa: BLE001 - leaving anyway; the log says what stayed open
+        log.warning("closing %s failed", what, exc_info=True)
 
 
 @dataclass(frozen=True)
@@ -260,15 +275,9 @@ class TunedeckApp(App[int]):
         for source in (self.sources.gpu, self.sources.host, self.sources.servers):
             aclose = getattr(source, "aclose", None)
             if aclose is not None:
-                try:
-                    await asyncio.wait_for(aclose(), 3)
-                except Exception:  # noqa: BLE001 - leaving anyway
-                    pass
+                await _close_logged(f"the {type(source).__name__}", aclose())
         if self.host is not None and self.close_host:
-            try:
-                await asyncio.wait_for(self.host.close(), 3)
-            except Exception:  # noqa: BLE001 - leaving anyway
-                pass
+            await _close_logged(f"the connection to {self.target}", self.host.close())
 
     # ------------------------------------------------------------------ workers
     _LOOPS = ("gpu", "host", "servers")
@@ -283,10 +292,9 @@ class TunedeckApp(App[int]):
         for w in workers:
             w.cancel()
         if workers:
-            try:
-                await asyncio.wait_for(asyncio.gather(*(w.wait() for w in workers), return_exceptions=True), timeout)
-            except Exception:  # noqa: BLE001 - leaving anyway
-                pass
+            await _close_logged(
+                "the poll workers", asyncio.gather(*(w.wait() for w in workers), return_exceptions=True), timeout
+            )
 
     def _start_worker(self, name: str) -> Worker | None:
         source = {"gpu": self.sources.gpu, "host": self.sources.host, "servers": self.sources.servers}[name]
@@ -563,15 +571,9 @@ class TunedeckApp(App[int]):
         for source in (old_sources.gpu, old_sources.host, old_sources.servers):
             aclose = getattr(source, "aclose", None)
             if aclose is not None:
-                try:
-                    await asyncio.wait_for(aclose(), 3)
-                except Exception:  # noqa: BLE001 - leaving it anyway
-                    pass
+                await _close_logged(f"the {type(source).__name__}", aclose())
         if old_host is not None and self.close_host and old_host is not host:
-            try:
-                await asyncio.wait_for(old_host.close(), 3)
-            except Exception:  # noqa: BLE001 - leaving it anyway
-                pass
+            await _close_logged(f"the connection to {old_host!r}", old_host.close())
         self.host, self.sources, self.demo = host, sources, target == "demo"
         self.target = target
         self.runs = {}
@@ -586,7 +588,7 @@ class TunedeckApp(App[int]):
                 continue
             try:
                 await self.remove_mode(mode)
-            except Exception:  # noqa: BLE001 - never opened yet
+            except UnknownModeError:  # never opened yet
                 pass
             factory = _resolve(self, self.mode_specs[mode].screen)
             if factory is not None:

@@ -14,6 +14,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
@@ -245,7 +246,7 @@ class LaunchScreen(Screen):
             return False
         try:
             now = self.form.values
-        except Exception:  # noqa: BLE001 - not composed yet
+        except NoMatches:  # not composed yet
             return False
         return replace(now, name="") != replace(form_values(self.profile), name="")
 
@@ -271,7 +272,7 @@ class LaunchScreen(Screen):
     def _show_title(self) -> None:
         try:
             self.query_one("#launch-title", Static).update(self._title_text())
-        except Exception:  # noqa: BLE001 - not composed yet
+        except NoMatches:  # not composed yet
             pass
 
     def _command_for(self, profile: ServerProfile) -> Command | None:
