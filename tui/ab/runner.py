@@ -323,6 +323,7 @@ class ABRunner:
         self.on_event = on_event
         self.journal = journal if journal is not None else Journal()
         self.noise_pct = noise_pct
+        self._compare_failed = False  # said once in the report; not tried again when it ends
         self.report = ABReport(
             id=ab_id or new_id("ab"),
             a=a,
@@ -668,6 +669,7 @@ class ABRunner:
             self.report.comparison = compare(a, b, **kw)
         except Exception as e:  # noqa: BLE001 - the measurements stay; the report says why no comparison
             log.exception("A/B %s: comparing the sides failed", self.report.id)
+            self._compare_failed = True
             self.report.warnings.append(f"no comparison: {type(e).__name__}: {e}")
             self._emit("error", f"no comparison: {type(e).__name__}: {e}")
             return
@@ -675,7 +677,7 @@ class ABRunner:
 
     def _finish(self) -> None:
         rep = self.report
-        if rep.comparison is None and not any(w.startswith("no comparison:") for w in rep.warnings):
+        if rep.comparison is None and not self._compare_failed:
             self._compare()  # partial results still compare when both sides have some
         self._journal(rep.to_dict())
         self._emit("done", f"A/B {rep.id} {rep.status}" + (f": {rep.error}" if rep.error else ""))

@@ -168,8 +168,8 @@ ALIASES = {
     },
 }
 
-#: Attention backends when the host cannot be asked (serving-engines.md §2.1).
-SGLANG_BACKENDS_0_5_23 = SGLANG_ATTENTION_BACKENDS
+#: Attention backends when the host cannot be asked (serving-engines.md §2.1); SGLang 0.5.23's are
+#: ``tui.engines.SGLANG_ATTENTION_BACKENDS``.
 SGLANG_BACKENDS_0_5_5 = (
     "triton",
     "torch_native",
@@ -204,7 +204,7 @@ VLLM_BACKENDS_0_33 = (
     "FLASHMLA_SPARSE",
     "FLASHINFER_MLA_SPARSE",
 )
-BUILTIN_BACKENDS = {"sglang": SGLANG_BACKENDS_0_5_23, "vllm": VLLM_BACKENDS_0_33}
+BUILTIN_BACKENDS = {"sglang": SGLANG_ATTENTION_BACKENDS, "vllm": VLLM_BACKENDS_0_33}
 
 
 # ----------------------------------------------------------------------- MLA × architecture
