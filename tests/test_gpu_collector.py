@@ -237,3 +237,31 @@ async def test_running_but_only_error_lines_names_the_state(fake: FakeSmi) -> No
     assert st.state == "gpu-lost" and "GPU is lost" in st.message
     await asyncio.sleep(0.2)
     assert fake.alive_queries() == 0
+
+
+async def test_close_ends_a_process_poll_that_shrugged_off_its_cancel(
+    fake: FakeSmi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On Python 3.11, asyncio.wait_for returns a result that lands together with a
+    # cancel instead of raising; the process poll then went on and the close hung.
+    shrugged = asyncio.Event()
+
+    async def shrugging_poll(self: GpuCollector, gpus: object) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            shrugged.set()
+            return None  # what a swallowed cancel looks like to the poll loop
+
+    monkeypatch.setattr(GpuCollector, "_poll_processes_once", shrugging_poll)
+    c = GpuCollector(_host(fake), 0.2, proc_interval=30)
+    agen = c.stream()
+    try:
+        await _take(agen, 2)
+    finally:
+        t0 = time.monotonic()
+        await asyncio.wait_for(agen.aclose(), 15)
+    assert shrugged.is_set()
+    assert time.monotonic() - t0 < 15
+    await asyncio.sleep(0.2)
+    assert fake.alive_queries() == 0

@@ -13,6 +13,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tui.bench import metrics
+from tui.util.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +113,7 @@ class ClientMonitor:
 
     async def stop(self) -> Dict[str, Any]:
         self._stopped = (time.process_time(), _pc())
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks, "client monitor")
         return self.report()
 
     def report(self) -> Dict[str, Any]:

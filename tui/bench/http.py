@@ -28,6 +28,8 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
+from tui.util.aio import cancel_and_wait
+
 _pc = time.perf_counter
 
 DEFAULT_READ_TIMEOUT = 600.0
@@ -778,11 +780,7 @@ class HttpClient:
     async def aclose(self) -> None:
         self._closed = True
         if self._watchdog is not None:
-            self._watchdog.cancel()
-            try:
-                await self._watchdog
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait([self._watchdog], "HTTP client watchdog")
             self._watchdog = None
         for pool in self._idle.values():
             for c in pool:

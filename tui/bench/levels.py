@@ -26,6 +26,7 @@ from tui.bench.config import BenchConfig
 from tui.bench.health import ClientMonitor, client_health
 from tui.bench.http import HttpClient, Request
 from tui.bench.prompts import arrival_offsets, make_prompts
+from tui.util.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +100,7 @@ async def drive(
                 await asyncio.sleep(delay)
             tasks.append(asyncio.ensure_future(one(spec, req, due)))
     except asyncio.CancelledError:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks, "benchmark requests")
         raise
     await _gather_cancel(tasks)
     return start
@@ -111,9 +110,7 @@ async def _gather_cancel(tasks: "List[asyncio.Future[Any]]") -> None:
     try:
         await asyncio.gather(*tasks)
     except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks, "benchmark requests")
         raise
 
 
@@ -283,8 +280,7 @@ async def run_level_inproc(
         finished = True
     finally:
         duration = (end if end is not None else _pc()) - prog.t0
-        tk.cancel()
-        await asyncio.gather(tk, return_exceptions=True)
+        await cancel_and_wait([tk], "benchmark progress ticker")
         rep = await mon.stop()
     return duration, client_health([rep]), finished
 

@@ -33,6 +33,7 @@ from tui.collectors.smi import (
 )
 from tui.hostops.hosts import ByteStream, Host, HostError
 from tui.model import GpuProcess, GpuSnapshot, GpuStatus
+from tui.util.aio import cancel_and_wait
 from tui.util.retry import Backoff
 
 NVIDIA_SMI = "nvidia-smi"
@@ -272,9 +273,7 @@ class GpuCollector:
                     failure = GpuStatus("error", message=f"{type(exc).__name__}: {exc}", time=time.time())
                 # ---- the stream ended: make sure its process is gone before any restart
                 if reader is not None:
-                    reader.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await reader
+                    await cancel_and_wait([reader], f"{self.host.target}: nvidia-smi reader")
                 if stream is not None:
                     closing = asyncio.create_task(_close_quietly(stream))
                     stream = None
@@ -298,10 +297,8 @@ class GpuCollector:
                 yield GpuStatus(failure.state, message=msg, time=failure.time, retry_at=retry_at)
                 await asyncio.sleep(delay)
         finally:
-            if reader is not None and not reader.done():
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await reader
+            if reader is not None:
+                await cancel_and_wait([reader], f"{self.host.target}: nvidia-smi reader")
             if stream is not None:
                 await _close_quietly(stream)
             await self._stop_proc_poll()
@@ -316,9 +313,7 @@ class GpuCollector:
     async def _stop_proc_poll(self) -> None:
         task, self._proc_task = self._proc_task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_and_wait([task], f"{self.host.target}: GPU process poll")
 
     async def _read(self, stream: ByteStream, q: asyncio.Queue[tuple[Any, ...]]) -> None:
         buf = b""
@@ -367,7 +362,10 @@ async def _collect(host: Host, argv: Sequence[str], timeout: float) -> tuple[int
             chunks.append(chunk)
 
     try:
-        await asyncio.wait_for(read(), timeout)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns a result that
+        # arrives together with a cancel instead of raising, and the poll would go on
+        async with asyncio.timeout(timeout):
+            await read()
     except (HostError, OSError, asyncio.TimeoutError):
         return None
     finally:

@@ -21,6 +21,7 @@ from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import find_host_run
 from tui.hostops.logfollow import LogFollower, read_log
 from tui.hostops.runstore import RunRecord, RunStore
+from tui.util.aio import cancel_and_wait
 from tui.util.safety import visible
 
 if TYPE_CHECKING:
@@ -131,8 +132,7 @@ async def _follow(
                 waits.add(watcher)  # type: ignore[arg-type]
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             if watcher is not None and watcher.done() and not reader.done():
-                reader.cancel()
-                await asyncio.gather(reader, return_exceptions=True)
+                await cancel_and_wait([reader], f"logs {rec.run_id}: reader")
             error: BaseException | None = None
             if reader.done() and not reader.cancelled():
                 error = reader.exception()
@@ -161,8 +161,7 @@ async def _follow(
             backoff = min(backoff * 2, 10)
     finally:
         if watcher is not None:
-            watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
+            await cancel_and_wait([watcher], f"logs {rec.run_id}: exit watcher")
 
 
 async def run(args: argparse.Namespace) -> int:

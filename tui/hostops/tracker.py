@@ -33,6 +33,7 @@ from tui.hostops.runstore import EXITED, FAILED, READY, STARTING, STOPPED, STOPP
 from tui.logparse import PHASES, ErrorEvent, LogEvent, LogParser, PhaseEvent
 from tui.model import GpuStatus, ServerStats, StartupProgress
 from tui.util import http
+from tui.util.aio import cancel_and_wait
 from tui.util.files import atomic_write_json
 from tui.util.paths import state_dir
 
@@ -554,9 +555,7 @@ class StartupTracker:
                     break
         finally:
             stop.set()
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(tasks, f"startup tracker {self.rec.run_id}")
         self.finish(snap)
         if snap.state == STALLED and self.stall_action == "stop":
             snap = await self.stop_stalled(snap)

@@ -26,6 +26,7 @@ from tui.hostops import launcher, logfollow, runstore
 from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles
 from tui.services import runtime
+from tui.util.aio import cancel_and_wait
 from tui.util.files import atomic_write_json, atomic_write_text
 from tui.util.paths import data_dir
 
@@ -244,9 +245,7 @@ class JobFollower:
                 yield ev
         finally:
             stop.set()
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(tasks, f"job {self.job}")
 
     async def _last_log_line(self) -> str:
         """The job's last stderr line (its own error when it died before reporting)."""

@@ -26,6 +26,7 @@ from tui.sim.engine_args import (
 )
 from tui.sim.simlog import Fatal
 from tui.sim.vllm_startup import VllmStartup
+from tui.util.aio import cancel_and_wait
 
 
 class Sim(VllmStartup):
@@ -55,11 +56,7 @@ class Sim(VllmStartup):
                     raise exc
                 await stopper
             else:
-                start.cancel()
-                try:
-                    await start
-                except (asyncio.CancelledError, Fatal):
-                    pass
+                await cancel_and_wait([start], "simulated start-up")
             await self.shutdown()
         finally:
             self.record.remove()

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from tui.sim.gpus import ServerRecord, load_config
+from tui.util.aio import cancel_and_wait
 
 GREETING = b"tunedeck-sim-ray 1\n"
 #: the name Ray gives a vLLM worker actor's process (its ``setproctitle``), as nvidia-smi lists it
@@ -245,11 +246,7 @@ class RayNode:
         stop = loop.create_task(stopping.wait())
         await asyncio.wait({ended, stop}, return_when=asyncio.FIRST_COMPLETED)
         if dial is not None:
-            dial.cancel()
-            try:
-                await dial
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait([dial], "ray node: dialing the head")
         await self.release()
         if not ended.done():
             # a stop signals the whole run (this process group): Ray got it too and ends its node;

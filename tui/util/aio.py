@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Coroutine, Optional, TypeVar, cast
+import logging
+from typing import Any, Coroutine, Iterable, Optional, TypeVar, cast
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+#: seconds a cancelled task gets to end before it is cancelled again
+CANCEL_GRACE = 2.0
 
 
 def run_async(coro: Coroutine[Any, Any, T], *, fast: bool = True) -> T:
@@ -55,3 +61,32 @@ async def terminate_group(
         except ProcessLookupError:
             pass
         await proc.wait()
+
+
+async def cancel_and_wait(tasks: "Iterable[asyncio.Future[Any]]", what: str, *, grace: float = CANCEL_GRACE) -> None:
+    """Cancel ``tasks`` and wait until every one of them has ended.
+
+    A task can shrug off a cancel: on Python < 3.12, ``asyncio.wait_for``
+    returns the awaited result instead of raising when that result arrives
+    together with the cancel, and the task goes on. Each task still running
+    ``grace`` seconds after its cancel is logged and cancelled again, so a
+    close never hangs on it. The caller's own cancellation is never swallowed
+    (it cancels what is left once more and propagates). An exception a task
+    ended with, other than its cancel, is logged, never raised.
+    """
+    tasks = list(tasks)
+    pending = {t for t in tasks if not t.done()}
+    try:
+        while pending:
+            for t in pending:
+                t.cancel()
+            _, pending = await asyncio.wait(pending, timeout=grace)
+            for t in pending:
+                log.warning("%s: %r still running %g s after its cancel; cancelling it again", what, t, grace)
+    except asyncio.CancelledError:
+        for t in pending:
+            t.cancel()
+        raise
+    for t in tasks:
+        if not t.cancelled() and t.exception() is not None:
+            log.warning("%s: a task ended with %r", what, t.exception(), exc_info=t.exception())

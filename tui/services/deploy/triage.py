@@ -14,6 +14,7 @@ from tui.hostops.tracker import STALLED, StartupTracker
 from tui.model import StartupProgress
 from tui.services.deploy.logs import log_time
 from tui.services.deploy.records import SECONDARY_KINDS, DeploymentRecord, DeploymentStore, Member
+from tui.util.aio import cancel_and_wait
 
 
 @dataclass(frozen=True)
@@ -213,9 +214,7 @@ async def watch(
             if deadline is not None and time.monotonic() >= deadline:
                 break
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks, f"deployment {rec.deploy_id}: startup watch")
     cur = store.load(rec.deploy_id) or rec
     if verdict.state != STARTING or cur.status != verdict.state:
         cur.status = verdict.state
