@@ -177,3 +177,48 @@ def test_list_does_not_count_a_zombie_wrapper_as_alive(shell: list[str], tmp_pat
             live.wait()
     finally:
         z.wait()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_stop_of_a_wrapper_that_ends_as_it_is_read_says_exited(shell: list[str], tmp_path: Path) -> None:
+    """The wrapper writes its rc and ends just as stop reads its /proc entry (a server that failed
+    a moment before the stop): that is an exit, not a pid taken over by another process."""
+    wrapper = subprocess.Popen(["sleep", "300"])
+    d = _run_dir(tmp_path, "race01", wrapper.pid)
+    (d / "rc").write_text("1\n")
+    flag = tmp_path / "reading"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    real_sed = shutil.which("sed")
+    assert real_sed
+    # the first read of the wrapper's stat waits until the wrapper has ended and been reaped
+    (bindir / "sed").write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *"/proc/{wrapper.pid}/stat"*)\n'
+        f"  if [ ! -e {flag} ]; then : > {flag}; while [ -e /proc/{wrapper.pid} ]; do sleep 0.01; done; fi;;\n"
+        "esac\n"
+        f'exec {real_sed} "$@"\n'
+    )
+    (bindir / "sed").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
+    script = tmp_path / "stop.sh"
+    script.write_text(STOP_SCRIPT)
+    with script.open() as stdin:
+        stop = subprocess.Popen(
+            [*shell, "-s", "--", str(d), "2", "race01"],
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+    try:
+        assert _wait_until(flag.exists, 30)
+        wrapper.kill()
+        wrapper.wait(10)  # reaped: its /proc entry is gone
+        out, err = stop.communicate(timeout=60)
+    finally:
+        wrapper.kill()
+        stop.kill()
+    assert "STATE EXITED 1" in out, (out, err)
+    assert "STALE" not in out

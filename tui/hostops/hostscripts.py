@@ -131,8 +131,14 @@ sig() {
   e=$(kill -s "$sg" -- "$@" 2>&1) || e=$(kill -"$sg" "$@" 2>&1) || case $e in
     *[Nn]o\ such\ process*) ;; *) echo "WARN kill -s $sg -- $* failed: $e" | tr '\n' ' '; echo;; esac
 }
-zombie() { [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" = Z ]; }
-if [ -z "$pid" ] || [ ! -r "/proc/$pid/stat" ] || zombie "$pid"; then
+# One read of the wrapper's stat gives its state and start time: with two reads, a wrapper that
+# ended between them looked like a pid taken over by another process.
+stat=
+[ -n "$pid" ] && stat=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null)
+set -- $stat
+cur=${20:-}
+# gone, or a zombie (Z) / dead (X) wrapper: it has ended, even before its parent reaps it
+if [ -z "$stat" ] || [ "$1" = Z ] || [ "$1" = X ]; then
   if [ -f "$dir/rc" ]; then
     left=$(markers)
     if [ -n "$left" ]; then sig KILL $left; echo "PIDS $left"; fi
@@ -142,7 +148,6 @@ if [ -z "$pid" ] || [ ! -r "/proc/$pid/stat" ] || zombie "$pid"; then
   fi
   exit 0
 fi
-cur=$(sed 's/.*) //' "/proc/$pid/stat" | cut -d' ' -f20)
 if [ "$cur" != "$want" ]; then
   echo "STATE STALE pid $pid now belongs to another process (start time $cur, recorded $want)"
   exit 0
