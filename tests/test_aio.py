@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 
 import pytest
 
-from tui.util.aio import cancel_and_wait
+from tui.util.aio import cancel_and_wait, terminate_group
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -71,3 +72,38 @@ async def test_an_error_a_task_ends_with_is_logged_not_raised(caplog: pytest.Log
         await cancel_and_wait([task, done_early], "reader")
     assert "reader: a task ended with ValueError('cleanup failed: /tmp/x')" in caplog.text
     await cancel_and_wait([], "nothing")  # nothing to wait for is fine
+
+
+async def test_terminate_group_cancelled_in_its_grace_kills_the_group() -> None:
+    # a group that ignores TERM, and a closer cancelled (again) before the grace ran out
+    proc = await asyncio.create_subprocess_exec("sh", "-c", 'trap "" TERM; sleep 300 & wait', start_new_session=True)
+    try:
+        await asyncio.sleep(0.3)
+        closer = asyncio.ensure_future(terminate_group(proc, grace=60))
+        await asyncio.sleep(0.5)
+        assert proc.returncode is None  # TERM was ignored
+        closer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closer
+        await asyncio.wait_for(proc.wait(), 5)
+        assert proc.returncode == -9
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _group_alive(proc.pid):
+            await asyncio.sleep(0.05)
+        assert not _group_alive(proc.pid)  # the sleep went with it
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+                return True
+    return False

@@ -42,6 +42,8 @@ async def terminate_group(
 
     Sends ``first`` (default SIGTERM) to the group, waits up to ``grace`` seconds,
     then SIGKILL, and always reaps the child (no transport outlives the loop).
+    Cancelled during the grace, it sends SIGKILL at once and lets the cancel through:
+    a closer that cannot wait any longer never leaves the group running.
     """
     import os
     import signal
@@ -61,6 +63,16 @@ async def terminate_group(
         except ProcessLookupError:
             pass
         await proc.wait()
+    except asyncio.CancelledError:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), 1.0)
+        except asyncio.TimeoutError:
+            log.warning("process group %s: not reaped 1 s after SIGKILL", proc.pid)
+        raise
 
 
 async def cancel_and_wait(tasks: "Iterable[asyncio.Future[Any]]", what: str, *, grace: float = CANCEL_GRACE) -> None:
