@@ -48,3 +48,22 @@ def real_logs() -> Path:
 def tunedeck_cmd() -> list[str]:
     """How tests invoke the CLI as a subprocess (works without an installed script)."""
     return [sys.executable, "-m", "tui"]
+
+
+TIERS = ("unit", "ui", "integration")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier (the folder it lives in) and keep apart what must not overlap.
+
+    Under ``pytest-xdist --dist loadgroup`` tests of one ``xdist_group`` run on one worker, one at a
+    time: the namespaced hosts (each cluster adds a bridge, veths and a /24 in the root namespace,
+    and runs a real Ray cluster for the vLLM-on-Ray tests) form one group. sshd instances, the
+    simulator and fake servers take free ports and private folders and may run side by side.
+    """
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
+        if parts and parts[0] in TIERS:
+            item.add_marker(getattr(pytest.mark, parts[0]))
+        if "ns_hosts" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("netns"))

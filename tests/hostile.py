@@ -1,7 +1,7 @@
 """Hostile profiles and malformed TOML files, and a harness that runs the profile commands on
 them in-process and checks what reaches the terminal.
 
-Used by ``tests/test_hardening_fuzz.py`` (a seeded subset) and ``scripts/fuzz_profiles.py`` (the
+Used by ``tests/unit/test_hardening_fuzz.py`` (a seeded subset) and ``scripts/fuzz_profiles.py`` (the
 full 1,000 hostile profiles + 400 malformed files). Deterministic for a given seed.
 """
 

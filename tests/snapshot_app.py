@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable
 from textual.pilot import Pilot
 
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_snapshot, host_stats, server
+from tests.waits import until_async
 from tui.model import NA, GpuProcess, GpuStatus
 from tui.ui.app import TunedeckApp, make_app
 
@@ -86,14 +87,7 @@ def base_app(ticks: int = TICKS) -> TunedeckApp:
 
 
 async def _until(pilot: Pilot, pred: Callable[[], bool], timeout: float = 10.0) -> None:
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        if loop.time() > end:
-            raise AssertionError("the scene did not reach its state")
-        await pilot.pause(0.02)
+    await until_async(pred, timeout, pilot=pilot, step=0.02, what="the scene did not reach its state")
 
 
 async def _settled(app: TunedeckApp, pilot: Pilot) -> None:

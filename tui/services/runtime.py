@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 MIN_PYTHON = (3, 9)
 
 #: what goes into the zipapp, relative to the folder holding the ``tui`` package;
-#: a folder means every ``.py`` file in it. tests/test_runtime.py imports every
+#: a folder means every ``.py`` file in it. tests/integration/test_hostside.py imports every
 #: module of the built archive under the oldest Python available and checks the
 #: minimum version with vermin, so a missing or too-new module fails there.
 SHIPPED: tuple[str, ...] = (

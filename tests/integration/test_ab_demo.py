@@ -1,0 +1,218 @@
+"""End to end over the simulator: `tunedeck ab` launches, benchmarks and stops both sides.
+
+Each test uses copies of the built-in profiles on a free port (parallel test
+runs on one machine must not fight over the engines' default ports); the
+copies differ from the built-ins only in name and port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tunedeck_cmd
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """User copies of sglang-base / sglang-tuned on a free port, plus a B that fails with OOM."""
+    user = tmp_path / "profiles"
+    user.mkdir()
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
+    monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
+    port = free_port()
+    names = {}
+    for src, dst in (("sglang-base", "t-base"), ("sglang-tuned", "t-tuned")):
+        text = (REPO / "profiles" / "servers" / f"{src}.toml").read_text()
+        text = re.sub(r'(?m)^name = ".*"$', f'name = "{dst}"', text)
+        text = re.sub(r"(?m)^port = \d+$", f"port = {port}", text)
+        (user / f"{dst}.toml").write_text(text)
+        names[src] = dst
+    bad = (user / "t-base.toml").read_text().replace('name = "t-base"', 'name = "t-oom"')
+    typo = bad.replace('name = "t-oom"', 'name = "t-typo"')
+    bad = bad.replace(
+        "schema_version = 1", 'schema_version = 1\nextra_args = "--sim-fault oom"\nallow_unlisted_flags = true', 1
+    )
+    (user / "t-oom.toml").write_text(bad)
+    names["oom"] = "t-oom"
+    typo = typo.replace("schema_version = 1", 'schema_version = 1\nextra_args = "--attention-backnd triton"', 1)
+    (user / "t-typo.toml").write_text(typo)
+    names["typo"] = "t-typo"
+    return names
+
+
+def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout, env=dict(os.environ)
+    )
+
+
+async def nothing_running() -> tuple[list, list | None]:
+    from tui.hostops import launcher
+    from tui.services.targets import get_host
+
+    host = get_host(None, demo=True)
+    alive = [h for h in await launcher.list_host_runs(host) if h.alive]
+    apps = await launcher.compute_apps(host)
+    return alive, apps
+
+
+def test_ab_demo_tuned_wins_and_nothing_left_running(profiles):
+    r = run_cli("ab", profiles["sglang-base"], profiles["sglang-tuned"], "--demo", "--plan", "quick", "--json", "--yes")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["status"] == "completed"
+    cmp = rep["comparison"]
+    assert cmp["winner"] == "B", cmp["headline"]
+    rows = {row["key"]: row for row in cmp["rows"]}
+    peak = rows["peak_output_tok_s"]
+    single = rows["single_decode_tok_s"]
+    # the sim's perf model (docs/sim-model.md): flashinfer 0.97, 4 decode steps, NCCL all-reduce
+    # with the PCIe preset -> about +9.4% at C=1 and +15% at C=16
+    from tests.simfix_ab import expected_gain_pct
+
+    assert abs(single["delta_pct"] - expected_gain_pct(1)) <= 3.0, (single, expected_gain_pct(1))
+    assert single["outcome"] == "better" and peak["outcome"] == "better", peak
+    assert abs(peak["delta_pct"] - expected_gain_pct(16)) <= 6.0, (peak, expected_gain_pct(16))
+    names = {c["name"] for c in cmp["config_diff"]}
+    assert {
+        "--attention-backend",
+        "--num-continuous-decode-steps",
+        "--disable-custom-all-reduce",
+        "NCCL_PROTO",
+    } <= names
+    for side in ("a", "b"):
+        run = rep[side]["runs"][0]
+        assert run["startup_s"] and run["server_log"]
+        assert [lv["concurrency"] for lv in run["levels"]] == [1, 16]
+    assert "[" in r.stderr and "ready" in r.stderr and "GPU memory freed" in r.stderr
+    alive, apps = asyncio.run(nothing_running())
+    assert alive == [] and not apps
+    # the journal links it all; compare re-shows it
+    r2 = run_cli("compare", rep["id"])
+    assert r2.returncode == 0 and "Peak output tok/s (C=16)" in r2.stdout
+
+
+def test_ab_demo_b_fails_to_start(profiles):
+    r = run_cli("ab", profiles["sglang-base"], profiles["oom"], "--demo", "--plan", "quick", "--yes")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "B (t-oom) failed to start" in r.stderr
+    assert re.search(r"out of memory|OOM", r.stderr, re.IGNORECASE), r.stderr[-2000:]
+    alive, apps = asyncio.run(nothing_running())
+    assert alive == [] and not apps
+    r2 = run_cli("journal", "list", "--kind", "ab", "--json")
+    ent = json.loads(r2.stdout)[-1]
+    assert ent["status"] == "failed" and ent["a"]["runs"][0]["levels"]  # A's results kept
+
+
+def test_ab_refuses_a_bad_profile_before_launching_anything(profiles):
+    r = run_cli("ab", profiles["sglang-base"], profiles["typo"], "--demo", "--plan", "quick", "--yes")
+    assert r.returncode == 1
+    assert "B (t-typo):" in r.stderr and "--attention-backnd" in r.stderr
+    assert "launching" not in r.stderr
+    alive, apps = asyncio.run(nothing_running())
+    assert alive == [] and not apps
+
+
+@pytest.mark.timeout(300)
+async def test_pilot_one_key_runs_demo_ab_and_shows_comparison(profiles):
+    """In the TUI: mark A and B, press g; the real A/B runs over the simulator and the view appears."""
+    from textual.app import App
+
+    from tui.sim.demo import demo_host
+    from tui.ui.screens.compare import CompareScreen
+    from widgets.compare_chart import CompareChart
+    from widgets.compare_table import CompareTable
+
+    scr = CompareScreen(profiles=[profiles["sglang-base"], profiles["sglang-tuned"]], plan="quick")
+
+    class Demo(App):
+        host = demo_host()
+        target = "demo"
+
+        def on_mount(self) -> None:
+            self.push_screen(scr)
+
+    app = Demo()
+    async with app.run_test(size=(120, 44)) as pilot:
+        await pilot.pause()
+        await pilot.press("1", "down", "2", "g")
+        assert scr.campaign is not None
+        for _ in range(2400):
+            if scr.report is not None:
+                break
+            await pilot.pause(0.1)
+        assert scr.report is not None and scr.report.status == "completed", scr.report and scr.report.error
+        table = scr.query_one(CompareTable)
+        assert table.get_cell("peak_output_tok_s", "verdict").plain.startswith("B +")
+        chart = scr.query_one(CompareChart)
+        assert chart.series and all(vals for _, vals in chart.series)  # both runs' tok/s over time
+    alive, apps = await nothing_running()
+    assert alive == [] and not apps
+
+
+def test_ab_detaches_on_sigterm_and_cancel_stops_the_server_keeping_results(profiles):
+    """SIGTERM (as a closing terminal sends) while B benchmarks only detaches: the A/B goes on
+    on the host. ``ab --cancel`` then stops it: B's server is stopped, A's results are kept."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [
+            *tunedeck_cmd(),
+            "ab",
+            profiles["sglang-base"],
+            profiles["sglang-tuned"],
+            "--demo",
+            "--plan",
+            "quick",
+            "--yes",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ),
+    )
+    seen = []
+    deadline = time.monotonic() + 200
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if "[B #1] benchmark single-stream" in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+            assert time.monotonic() < deadline, "".join(seen)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, "".join(seen) + err
+    assert "detached" in err
+    job = re.search(r"A/B job (\S+) runs on demo", "".join(seen)).group(1)
+    r = run_cli("ab", "--cancel", job, "--demo", "--yes")
+    assert r.returncode == 130, r.stderr
+    assert "cancelled" in r.stderr and "stopping t-tuned" in r.stderr
+    alive, apps = asyncio.run(nothing_running())
+    assert alive == [] and not apps
+    r = run_cli("journal", "list", "--kind", "ab", "--json")
+    ent = json.loads(r.stdout)[-1]
+    assert ent["status"] == "cancelled"
+    assert [lv["concurrency"] for lv in ent["a"]["runs"][0]["levels"]] == [1, 16]

@@ -1,0 +1,216 @@
+"""The host-side runtime over a real sshd: a host with no tunedeck and a bare python3, a link
+that drops (sshd killed, listener and sessions) while a benchmark or an A/B runs there, and a
+laptop killed with kill -9 in the middle of an A/B."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, tunedeck_cmd
+from tests.integration.test_ab_ssh import remote_shims, remote_state
+from tests.simfix import SimProc, free_port
+from tests.sshd import ROOT_USER, TEST_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+
+pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(420)]
+
+
+def cli(sshd: SshdServer, *args: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout, env=sshd.client_env(**env)
+    )
+
+
+def bench_args(port: int, conc: int, n: int, out: int) -> list[str]:
+    return [
+        "bench",
+        "--port",
+        str(port),
+        "--concurrency",
+        str(conc),
+        "--num-prompts",
+        str(n),
+        "--input-len",
+        "8",
+        "--output-len",
+        str(out),
+        "--warmup",
+        "0",
+        "--json",
+        "-",
+    ]
+
+
+def test_bench_on_a_host_with_no_tunedeck_and_a_python_without_httpx(sshd: SshdServer, tmp_path: Path):
+    from tui.bench import store
+
+    target = sshd.target(TEST_USER)  # a plain user: only /usr/bin/python3, nothing installed
+    probe = cli(sshd, "probe", target, "--json")
+    assert probe.returncode == 0, probe.stderr
+    rt = json.loads(probe.stdout)["runtime"]
+    assert rt["python"] and not rt["python"].startswith("/root") and rt["problem"] is None, rt
+    port = free_port()
+    rec = tmp_path / "truth.jsonl"
+    with SimProc(
+        "vllm",
+        "m",
+        "-tp",
+        "8",
+        "--port",
+        str(port),
+        "--sim-load-seconds",
+        "0.5",
+        "--sim-fixed-ttft-ms",
+        "50",
+        "--sim-fixed-itl-ms",
+        "10",
+        "--sim-record-timestamps",
+        str(rec),
+    ):
+        r = cli(sshd, "--host", target, *bench_args(port, 4, 16, 16))
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout)
+    assert s["completed"] == 16 and s["client"]["where"] == "host"
+    assert 45 <= s["mean_ttft_ms"] <= 90, s["mean_ttft_ms"]  # the server's loopback, not the tunnel
+    assert len(store.read_samples(s["run_id"])) == 16
+    home = sshd.remote_home
+    assert list((home / "lib").glob("tunedeck-host-*.pyz"))
+    assert not list(Path("/tmp").glob("tunedeck-host-*"))  # nothing written outside TUNEDECK_HOME
+
+
+def test_bench_survives_sshd_killed_five_times_with_nothing_lost_or_repeated(sshd: SshdServer):
+    from tui.bench import store
+
+    target = sshd.target(TEST_USER)
+    port = free_port()
+    conc, n, out = 64, 1024, 100  # ~16 s at a fixed 50 ms TTFT and 10 ms ITL
+    with SimProc(
+        "vllm",
+        "m",
+        "-tp",
+        "8",
+        "--port",
+        str(port),
+        "--sim-load-seconds",
+        "0.5",
+        "--sim-fixed-ttft-ms",
+        "50",
+        "--sim-fixed-itl-ms",
+        "10",
+    ):
+        uncut = cli(sshd, "--host", target, *bench_args(port, conc, n, out))
+        assert uncut.returncode == 0, uncut.stderr[-3000:]
+        ref = json.loads(uncut.stdout)
+        proc = subprocess.Popen(
+            [*tunedeck_cmd(), "--host", target, *bench_args(port, conc, n, out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=sshd.client_env(),
+        )
+        err: list[str] = []
+        started = threading.Event()
+
+        def read_err() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                err.append(line)
+                if "waiting for" in line or "runs on" in line:
+                    started.set()
+
+        t = threading.Thread(target=read_err, daemon=True)
+        t.start()
+        assert started.wait(60), "".join(err)
+        for _ in range(5):
+            time.sleep(1.5)
+            sshd.stop()  # listener and every session: the host "goes away"
+            time.sleep(1.0)
+            sshd.start()
+        out_text, _ = proc.communicate(timeout=240)
+        t.join(5)
+    assert proc.returncode == 0, "".join(err)[-3000:]
+    assert "link to the host lost" in "".join(err)
+    s = json.loads(out_text)
+    for key in ("completed", "failed", "num_prompts", "total_output_tokens"):
+        assert s[key] == ref[key], (key, s[key], ref[key])
+    samples = store.read_samples(s["run_id"])
+    idx = [x["index"] for x in samples]
+    assert len(idx) == n and len(set(idx)) == n  # none lost, none repeated
+
+
+def _ab_profiles(sshd: SshdServer, tmp_path: Path) -> Path:
+    simpython = remote_shims(sshd, tmp_path / "remote-sim")
+    user = tmp_path / "profiles"
+    user.mkdir()
+    port = free_port()
+    for src, dst in (("sglang-base", "k-base"), ("sglang-tuned", "k-tuned")):
+        text = (REPO / "profiles" / "servers" / f"{src}.toml").read_text()
+        text = re.sub(r'(?m)^name = ".*"$', f'name = "{dst}"', text)
+        text = re.sub(r"(?m)^port = \d+$", f"port = {port}", text)
+        text = text.replace("schema_version = 1", f"schema_version = 1\npython = {json.dumps(str(simpython))}", 1)
+        (user / f"{dst}.toml").write_text(text)
+    return user
+
+
+def test_ab_goes_on_through_two_sshd_kills_and_a_killed_laptop(sshd: SshdServer, tmp_path: Path):
+    import asyncio
+
+    user = _ab_profiles(sshd, tmp_path)
+    target = sshd.target(ROOT_USER)
+    env = sshd.client_env(TUNEDECK_PROFILES=str(user))
+    proc = subprocess.Popen(
+        [*tunedeck_cmd(), "ab", "k-base", "k-tuned", "--host", target, "--plan", "quick", "--yes"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+    )
+    assert proc.stderr is not None
+    seen: list[str] = []
+    kills = 0
+    job = None
+    deadline = time.monotonic() + 200
+    for line in proc.stderr:
+        seen.append(line)
+        m = re.search(r"A/B job (\S+) runs on", line)
+        if m:
+            job = m.group(1)
+        if kills < 2 and (
+            "[A] benchmark" in line
+            or "[B] launching" in line
+            or "[B #1] launching" in line
+            or "[A #1] benchmark" in line
+        ):
+            sshd.stop()
+            time.sleep(1.0)
+            sshd.start()
+            kills += 1
+        if "[B #1] benchmark" in line or "[B] benchmark" in line:
+            os.killpg(proc.pid, signal.SIGKILL)  # the laptop dies mid-A/B
+            break
+        assert time.monotonic() < deadline, "".join(seen)
+    proc.wait(10)
+    assert job, "".join(seen)
+    assert kills == 2, "".join(seen)
+    # attach: follows it to the end (it went on without the laptop) and shows the comparison
+    r = cli(sshd, "ab", "--attach", job, "--host", target, "--json", timeout=240, TUNEDECK_PROFILES=str(user))
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["status"] == "completed" and rep["comparison"]["winner"] == "B", rep.get("error")
+    for side in ("a", "b"):
+        assert [lv["concurrency"] for lv in rep[side]["runs"][0]["levels"]] == [1, 16]
+    jr = cli(sshd, "journal", "list", "--kind", "ab", "--json")
+    assert any(e["id"] == rep["id"] and e["status"] == "completed" for e in json.loads(jr.stdout))
+    alive, apps = asyncio.run(remote_state(sshd))
+    assert alive == [] and apps == []

@@ -1,0 +1,127 @@
+"""Pilot tests of the Compare screen: mark A and B, one key runs the A/B, the comparison appears."""
+
+from __future__ import annotations
+
+import pytest
+from textual.app import App
+
+from tests.abfakes import FakeOps, fake_campaigns
+from tests.waits import until_async
+from tui.ui.screens.compare import CompareScreen
+from tui.ui.screens.modals import ConfirmModal
+from widgets.compare_chart import CompareChart
+from widgets.compare_table import CompareTable
+
+pytestmark = pytest.mark.timeout(60)
+SIZE = (120, 40)
+
+
+class ABApp(App):
+    def __init__(self, screen: CompareScreen) -> None:
+        super().__init__()
+        self._screen = screen
+
+    def on_mount(self) -> None:
+        self.push_screen(self._screen)
+
+
+async def until(pilot, pred, timeout: float = 10.0) -> None:
+    await until_async(pred, timeout, pilot=pilot)
+
+
+async def test_mark_and_one_key_runs_ab_then_comparison_shows():
+    ops = FakeOps(bench_delay=0.05)
+    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], plan="quick")
+    app = ABApp(scr)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("1")  # base is highlighted: A
+        await pilot.press("down", "2")  # tuned: B
+        assert scr.marked == {"A": "base", "B": "tuned"}
+        table = scr.query_one(CompareTable)
+        assert table.row_count == 0
+        await pilot.press("g")
+        await until(pilot, lambda: scr.report is not None)
+        assert scr.report.status == "completed"
+        assert table.row_count >= 6
+        assert table.get_cell("peak_output_tok_s", "verdict").plain == "B +18%"
+        assert "faster" in str(scr.query_one("#ab-headline").content)
+        assert ops.log[0] == "launch base" and not ops.live
+
+
+async def test_confirm_modal_before_stopping_a_running_server():
+    ops = FakeOps(running=["old"])
+    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
+    async with ABApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        await pilot.press("n")
+        await until(pilot, lambda: scr.report is not None)
+        assert scr.report.status == "failed" and ops.running == ["old"] and not ops.log
+
+
+async def test_cancel_key_stops_and_keeps_results():
+    ops = FakeOps(bench_delay=0.3)
+    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
+    async with ABApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("g")
+        await until(pilot, lambda: "bench base C=1" in ops.log)
+        await pilot.press("x")
+        await until(pilot, lambda: scr.report is not None)
+        assert scr.report.status == "cancelled" and not ops.live
+
+
+async def test_needs_two_marks():
+    scr = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=["base", "tuned"])
+    async with ABApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("g")
+        await pilot.pause()
+        assert scr.campaign is None
+        assert "Mark two profiles" in str(scr.query_one("#ab-status").content)
+
+
+async def test_chart_draws_two_series():
+    scr = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=[])
+    async with ABApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        chart = scr.query_one(CompareChart)
+        chart.set_series("A", [10, 20, 30], "B", [12, 24, 36])
+        await pilot.pause()
+        out = chart.render().plain
+        assert "A" in out and "B" in out and "seconds" in out
+
+
+async def test_repeats_and_interleave_keys():
+    ops = FakeOps()
+    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
+    async with ABApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("plus", "i", "g")
+        await until(pilot, lambda: scr.report is not None)
+        assert scr.repeats == 2 and scr.interleave
+        assert [x for x in ops.log if x.startswith("launch")] == ["launch base", "launch tuned"] * 2
+        assert scr.report.comparison.repeats == (2, 2)
+
+
+async def test_last_ab_shows_a_full_progress_bar():
+    # j (or opening the screen) shows the last finished A/B: its bar must not keep the
+    # 0% / 25% of whatever ran (or was cancelled) before
+    ops = FakeOps(bench_delay=0.01)
+    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], plan="quick")
+    async with ABApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("1", "down", "2", "g")
+        await until(pilot, lambda: scr.report is not None)
+        bar = scr.query_one("#ab-progress")
+        bar.update(total=8, progress=2)
+        await pilot.press("j")
+        await pilot.pause()
+        assert bar.percentage == 1.0
+    scr2 = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=["base", "tuned"])
+    async with ABApp(scr2).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert "completed" in str(scr2.query_one("#ab-status").content)
+        assert scr2.query_one("#ab-progress").percentage == 1.0

@@ -1,0 +1,388 @@
+"""Pilot tests: the server log view, the startup progress widget and RunScreen."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from textual.app import App, ComposeResult
+
+from tui.model import StartupProgress
+from widgets.server_log import ServerLog, line_severity
+from widgets.startup_progress import StartupProgressView
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class LogApp(App[None]):
+    def __init__(self, max_lines: int = 1000) -> None:
+        super().__init__()
+        self.max_lines = max_lines
+
+    def compose(self) -> ComposeResult:
+        yield ServerLog(max_lines=self.max_lines, id="log")
+
+    def on_mount(self) -> None:
+        self.query_one(ServerLog).focus()
+
+
+def sample_lines(n: int, start: int = 0) -> list[str]:
+    out = []
+    for i in range(start, start + n):
+        if i % 10 == 3:
+            out.append(f"[2026-01-01 00:00:00] ERROR line {i} boom")
+        elif i % 10 == 5:
+            out.append(f"[2026-01-01 00:00:00] WARNING line {i}")
+        else:
+            out.append(f"[2026-01-01 00:00:00] line {i}")
+    return out
+
+
+async def test_ring_buffer_and_batches():
+    app = LogApp(max_lines=500)
+    async with app.run_test(size=(100, 30)) as pilot:
+        log = app.query_one(ServerLog)
+        t0 = time.monotonic()
+        for k in range(20):  # 20 000 lines in bursts
+            log.append_lines(sample_lines(1000, k * 1000))
+            await pilot.pause(0.01)
+        await pilot.pause(0.3)
+        assert time.monotonic() - t0 < 10
+        assert len(log.ring) == 500 and log.view.line_count == 500
+        assert log.total_lines == 20000
+        assert log.view.lines[-1].endswith("line 19999")
+        assert log.following and log.view.is_vertical_scroll_end
+        assert "500 lines of 20000" in log.status_text
+
+
+async def test_search_next_previous_and_filter():
+    app = LogApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        log = app.query_one(ServerLog)
+        log.append_lines(sample_lines(200))
+        await pilot.pause(0.3)
+        await pilot.press("slash")
+        for ch in "boom":
+            await pilot.press(ch)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert log.query_text == "boom"
+        assert len(log.matches) == 20
+        assert log.current_match_line == 3 and not log.following
+        await pilot.press("n")
+        assert log.current_match_line == 13
+        await pilot.press("N")
+        await pilot.press("N")
+        assert log.current_match_line == 193  # wraps around
+        assert "20/20 matches" in log.status_text
+        # new matching lines extend the match list
+        log.append_lines(["late boom"])
+        await pilot.pause(0.3)
+        assert len(log.matches) == 21
+        # filter to matching lines and back
+        await pilot.press("m")
+        await pilot.pause()
+        assert log.filtering and log.view.line_count == 21
+        assert all("boom" in ln for ln in log.view.lines)
+        log.append_lines(["no match here", "another boom"])
+        await pilot.pause(0.3)
+        assert log.view.line_count == 22
+        await pilot.press("m")
+        await pilot.pause()
+        assert log.view.line_count == 203
+        await pilot.press("escape")
+        await pilot.pause()
+        assert log.pattern is None and log.matches == []
+
+
+async def test_follow_and_pause():
+    app = LogApp()
+    async with app.run_test(size=(100, 20)) as pilot:
+        log = app.query_one(ServerLog)
+        log.append_lines(sample_lines(100))
+        await pilot.pause(0.3)
+        assert log.view.is_vertical_scroll_end
+        await pilot.press("f")
+        assert not log.following and "paused" in log.status_text
+        log.view.scroll_home(animate=False, immediate=True)
+        log.append_lines(sample_lines(100, 100))
+        await pilot.pause(0.3)
+        assert log.view.scroll_y == 0 and log.view.line_count == 200  # lines arrive, view stays
+        await pilot.press("f")
+        await pilot.pause()
+        assert log.following and log.view.is_vertical_scroll_end
+
+
+def test_line_severity():
+    assert line_severity("(EngineCore pid=1) ERROR 01-01 00:00:00 [core.py:1] x") == "error"
+    assert line_severity("RuntimeError: NCCL error: boom") == "error"
+    assert line_severity("[2026-01-01 00:00:00] WARNING: slow") == "warning"
+    assert line_severity("[2026-01-01 00:00:00] Load weight begin.") == "info"
+
+
+class ProgressApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield StartupProgressView(id="p")
+
+
+async def test_startup_progress_widget():
+    app = ProgressApp()
+    async with app.run_test(size=(80, 10)) as pilot:
+        w = app.query_one(StartupProgressView)
+        assert "no startup" in w.text
+        w.update(
+            StartupProgress(
+                "abc",
+                "sglang",
+                "starting",
+                "weight-loading",
+                phase_n=14,
+                phase_total=37,
+                fraction=0.42,
+                elapsed=62,
+                eta=90,
+                eta_source="history",
+                gpu_memory=(12288.0, 12288.0),
+                health="down",
+            )
+        )
+        await pilot.pause()
+        t = w.text
+        assert "42%" in t and "loading weights 14/37" in t and "elapsed 1m02s" in t and "ETA 1m30s" in t
+        assert "GPU 12.0 12.0 GiB" in t and "STALLED" not in t
+        w.update(
+            StartupProgress(
+                "abc",
+                "sglang",
+                "failed",
+                "graph-capture",
+                phase_label="decode",
+                phase_n=0,
+                phase_total=1,
+                fraction=0.8,
+                elapsed=600,
+                stalled=True,
+                stalled_for=300,
+                diagnosis="stalled: no log output for 5 min",
+                proof="Capturing batches (bs=1 ...): 0%",
+            )
+        )
+        await pilot.pause()
+        t = w.text
+        assert "capturing CUDA graphs (decode) 0/1" in t and "STALLED" in t and "5m00s" in t
+        assert "✗ stalled" in t and "Capturing batches" in t
+        w.update(
+            StartupProgress(
+                "abc",
+                "sglang",
+                "stalled",
+                "graph-capture",
+                phase_label="decode",
+                phase_n=0,
+                phase_total=1,
+                fraction=0.8,
+                elapsed=600,
+                stalled=True,
+                stalled_for=300,
+                gpu_memory=(61440.0, 61440.0),
+                diagnosis="stalled: no log output for 5 min (capturing 0/1); holds GPU 0: 60.0 GiB, GPU 1: 60.0 GiB",
+                proof="Capturing batches (bs=1 ...): 0%",
+            )
+        )
+        await pilot.pause()
+        t = w.text
+        assert "stalled (still running)" in t and "holds GPU 0: 60.0 GiB" in t and "✗" not in t
+        assert "tunedeck stop" in t
+        w.update(StartupProgress("abc", "vllm", "ready", "ready", fraction=1.0, elapsed=30))
+        await pilot.pause()
+        assert "100%" in w.text and "ready" in w.text and "ETA" not in w.text
+
+
+async def test_run_screen_attaches_shows_progress_and_stops():
+    from tests.integration.test_launcher import fake
+    from tui.hostops import launcher as L
+    from tui.hostops import runstore
+    from tui.hostops.hosts import LocalHost
+    from tui.ui.screens.run import RunScreen
+
+    host = LocalHost()
+    argv, port = fake("vllm", None, "--load-seconds", "1.5")
+    rec = await L.launch(host, argv, engine="vllm", port=port)
+
+    class RunApp(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(RunScreen(host, rec, grace=5, tracker_options={"poll_gpu": False}))
+
+    app = RunApp()
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(0.2)
+            screen = app.screen
+            assert isinstance(screen, RunScreen)
+            for _ in range(100):
+                await pilot.pause(0.1)
+                p = screen.query_one(StartupProgressView).progress
+                if p is not None and p.state == "ready":
+                    break
+            assert p is not None and p.state == "ready", p
+            log = screen.query_one(ServerLog)
+            await pilot.pause(0.3)
+            assert any("Application startup complete." in ln for ln in log.view.lines)
+            # a progress bar's \r frames collapse to the last one
+            assert any("8/8" in ln for ln in log.view.lines)
+            assert not any("\r" in ln for ln in log.view.lines)
+            await pilot.press("s")
+            await pilot.pause()
+            await pilot.press("y")
+            for _ in range(100):
+                await pilot.pause(0.1)
+                if screen.stop_result is not None:
+                    break
+            assert screen.stop_result is not None and screen.stop_result.state == "stopped"
+            # the header says what happened: stopped by you, not a red "exited rc 0"
+            for _ in range(30):
+                await pilot.pause(0.1)
+                p = screen.query_one(StartupProgressView).progress
+                if p is not None and p.state == "stopped":
+                    break
+            view = screen.query_one(StartupProgressView).text
+            assert p.state == "stopped" and "stopped (by you)" in view, view
+            assert "exited" not in view and "rc 0" not in view and "✗" not in view
+            assert "stopped (by you)" in str(screen.query_one("#run-title").content)
+            assert runstore.RunStore().load(rec.run_id).status == "stopped"
+    finally:
+        for run in await L.list_host_runs(host):
+            if run.alive:
+                await L.stop_run(host, runstore.RunStore().load(run.run_id), grace=1)
+    assert runstore.RunStore().load(rec.run_id).status == "stopped"
+
+
+async def test_run_screen_launches_then_attaches_or_shows_refusal():
+    from tests.integration.test_launcher import fake
+    from tui.hostops import launcher as L
+    from tui.hostops import runstore
+    from tui.hostops.hosts import LocalHost
+    from tui.ui.screens.run import RunScreen
+
+    host = LocalHost()
+    argv, port = fake("sglang", None, "--load-seconds", "1")
+    screens = [
+        RunScreen.for_launch(
+            host, argv, engine="sglang", port=port, profile="fake", tracker_options={"poll_gpu": False}
+        ),
+        RunScreen.for_launch(host, ["sleep", "1"], tracker_options={"poll_gpu": False}),
+    ]
+
+    class RunApp(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(screens[0])
+
+    app = RunApp()
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            s = screens[0]
+            for _ in range(100):
+                await pilot.pause(0.1)
+                p = s.query_one(StartupProgressView).progress
+                if p is not None and p.state == "ready":
+                    break
+            assert p is not None and p.state == "ready" and s.record.pid
+            assert s.record.run_id in str(s.query_one("#run-title").content)
+            # launched from the dashboard: its startup is in the tuning journal, as from the CLI
+            from tui.ab.journal import Journal
+
+            for _ in range(50):
+                entries = [e for e in Journal().entries() if e.get("id") == s.record.run_id]
+                if entries:
+                    break
+                await pilot.pause(0.1)
+            assert entries and entries[0]["kind"] == "launch" and entries[0]["status"] == "ready"
+            assert entries[0]["profile"] == "fake" and entries[0]["startup_s"] > 0
+            # a second launch on the same host is refused and shown, nothing runs
+            app.push_screen(screens[1])
+            for _ in range(50):
+                await pilot.pause(0.1)
+                if screens[1].launch_error:
+                    break
+            assert screens[1].launch_error and s.record.run_id in screens[1].launch_error
+            assert "not launched" in screens[1].query_one(StartupProgressView).text
+    finally:
+        for run in await L.list_host_runs(host):
+            if run.alive:
+                await L.stop_run(host, runstore.RunStore().load(run.run_id), grace=2)
+
+
+async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
+    """Close the view mid-log and open it again with resume: no line lost or shown twice."""
+    import re as _re
+
+    from tests.integration.test_launcher import fake
+    from tui.hostops import launcher as L
+    from tui.hostops import runstore
+    from tui.hostops.hosts import LocalHost
+    from tui.ui.screens.run import RunScreen
+
+    host = LocalHost()
+    argv, port = fake("sglang", None, "--numbered", "300", "--load-seconds", "0.5")
+    rec = await L.launch(host, argv, engine="sglang", port=port)
+    shown: list[str] = []
+
+    class RunApp(App[None]):
+        def __init__(self, screen: RunScreen) -> None:
+            super().__init__()
+            self.s = screen
+
+        def on_mount(self) -> None:
+            self.push_screen(self.s)
+
+    try:
+        first = RunScreen(host, rec, tracker_options={"poll_gpu": False})
+        async with RunApp(first).run_test(size=(120, 40)) as pilot:
+            for _ in range(100):
+                await pilot.pause(0.05)
+                log = first.query_one(ServerLog)
+                if sum(1 for ln in log.ring if ln.startswith("line ")) >= 60:
+                    break
+            first._stop.set()
+            await pilot.pause(0.3)
+            log.flush_now()
+            shown += list(log.ring)
+        saved = runstore.RunStore().load(rec.run_id).log_offset
+        assert saved > 0
+        again = runstore.RunStore().load(rec.run_id)
+        second = RunScreen(host, again, resume=True, tracker_options={"poll_gpu": False})
+        async with RunApp(second).run_test(size=(120, 40)) as pilot:
+            for _ in range(150):
+                await pilot.pause(0.1)
+                log = second.query_one(ServerLog)
+                log.flush_now()
+                if any("ready to roll" in ln for ln in log.ring):
+                    break
+            shown2 = list(log.ring)
+            assert shown2[0].startswith("── resumed at byte")
+            # the tracker still knows the whole startup (parsed the earlier bytes)
+            assert second.tracker.parser.state.weights == (8, 8)
+            shown += shown2[1:]
+        nums = [int(m.group(1)) for ln in shown if (m := _re.fullmatch(r"line (\d+)", ln))]
+        assert nums == list(range(1, 301))
+    finally:
+        for run in await L.list_host_runs(host):
+            if run.alive:
+                await L.stop_run(host, runstore.RunStore().load(run.run_id), grace=2)
+
+
+async def test_startup_progress_hides_stale_health_after_ready():
+    # a run made ready by its log line before /health answered: health is no longer
+    # polled, so its last "down" must not be shown next to "ready"
+    app = ProgressApp()
+    async with app.run_test(size=(100, 10)) as pilot:
+        w = app.query_one(StartupProgressView)
+        w.update(StartupProgress("abc", "sglang", "starting", "weight-loading", fraction=0.4, health="down"))
+        await pilot.pause()
+        assert "health down" in w.text
+        w.update(StartupProgress("abc", "sglang", "ready", "ready", fraction=1.0, elapsed=6, health="down"))
+        await pilot.pause()
+        assert "ready" in w.text and "health down" not in w.text
+        w.update(StartupProgress("abc", "vllm", "ready", "ready", fraction=1.0, elapsed=6, health="ok"))
+        await pilot.pause()
+        assert "health ok" in w.text

@@ -1,0 +1,473 @@
+"""Pilot tests of the dashboard shell and the status screen, on scripted collectors."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from textual.screen import Screen
+from textual.widgets import Static
+
+from tests.ui_fakes import (
+    FakeGpu,
+    FakeHost,
+    FakeServers,
+    gpu_snapshot,
+    gpu_status,
+    host_stats,
+    server,
+    unreachable,
+)
+from tests.ui_text import screen_text
+from tests.waits import until_async
+from tui.hostops.hosts import HostError
+from tui.model import NA, GpuStatus, LinkState
+from tui.ui.app import MODE_REGISTRY, ModeSpec, TunedeckApp, make_app
+from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged
+from widgets.gpu_table import GpuProcessTable, GpuTable
+from widgets.host_banner import HostBanner
+from widgets.server_panel import METRICS_DISABLED, ServerPanel
+
+pytestmark = pytest.mark.timeout(30)
+SIZE = (120, 40)
+
+
+def app_with(gpu=None, host=None, servers=None, **kw) -> TunedeckApp:
+    kw.setdefault("interval", 0.05)
+    kw.setdefault("backoff", lambda attempt: 0.2)
+    return make_app(
+        gpu=gpu or FakeGpu(),
+        host_source=host or FakeHost(),
+        servers=servers or FakeServers(),
+        target="gpu-box-01",
+        **kw,
+    )
+
+
+async def until(pilot, pred, timeout: float = 3.0, step: float = 0.02) -> None:
+    await until_async(pred, timeout, pilot=pilot, step=step, what=lambda: "screen:\n" + screen_text(pilot.app))
+
+
+async def until_shown(pilot, *parts: str, timeout: float = 5.0) -> None:
+    """Wait until every part is on the screen: a widget's state changes one frame before it is drawn."""
+    await until(pilot, lambda: all(part in screen_text(pilot.app) for part in parts), timeout=timeout)
+
+
+def cell(table, row: str, col: str) -> str:
+    return table.get_cell(row, col).plain
+
+
+async def test_eight_gpus_render_and_update():
+    gpu = FakeGpu([gpu_status(8, t=0)])
+    app = app_with(gpu)
+    seen: list = []
+    async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
+        table = app.screen.query_one(GpuTable)
+        await until(pilot, lambda: table.row_count == 8)
+        assert [cell(table, f"gpu-{i}", "gpu") for i in range(8)] == [str(i) for i in range(8)]
+        assert cell(table, "gpu-3", "name") == "H100 80GB HBM3"
+        assert cell(table, "gpu-1", "util") == "37%"
+        assert "26.4/79.6G" in cell(table, "gpu-1", "mem")
+        assert cell(table, "gpu-1", "power") == "170/700W"
+        assert cell(table, "gpu-1", "sm") == "1970MHz"
+        gpu.push(gpu_status(8, t=1))
+        await until(pilot, lambda: cell(table, "gpu-1", "util") == "48%")
+        assert table.row_count == 8
+        # the sparkline shows both samples, newest last
+        assert cell(table, "gpu-1", "util_hist").strip() and len(cell(table, "gpu-1", "util_hist").strip()) == 2
+        procs = app.screen.query_one(GpuProcessTable)
+        assert procs.row_count == 4
+        assert any(isinstance(m, GpuSamples) for m in seen)
+        assert "GPUs (8)" in screen_text(app)
+
+
+async def test_na_values_render_as_na_never_zero():
+    g = gpu_snapshot(0, utilization=NA, temperature=NA, power_draw=NA, power_limit=NA, clock_sm=NA, memory_used=NA)
+    app = app_with(FakeGpu([GpuStatus("ok", (g,))]))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.screen.query_one(GpuTable)
+        await until(pilot, lambda: table.row_count == 1)
+        for col in ("util", "temp", "power", "sm"):
+            assert cell(table, "gpu-0", col) == "N/A", col
+        assert cell(table, "gpu-0", "mem") == "N/A/79.6G"
+        assert "0%" not in cell(table, "gpu-0", "util")
+
+
+async def test_host_panel_and_header_show_target_and_state():
+    app = app_with(host=FakeHost(host_stats()))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "gpu-box-01 · connected" in screen_text(app))
+        text = screen_text(app)
+        assert "12.5% of 64 cores" in text
+        assert "123.4/503.8 GiB" in text
+        assert "3.21  2.80  2.55" in text
+        assert "12d 4h 21m" in text
+
+
+async def test_host_unreachable_shows_live_countdown_then_recovers():
+    host = FakeHost(unreachable(), unreachable(), host_stats())
+    delays = iter([7.0, 0.3])
+    app = app_with(host=host, backoff=lambda attempt: next(delays))
+    async with app.run_test(size=SIZE) as pilot:
+        banner = app.screen.query_one(HostBanner)
+        await until(pilot, lambda: "retrying in 7s" in str(banner.content))
+        text = str(banner.content)
+        assert "host unreachable" in text and "attempt 1" in text and "Connection refused" in text
+        assert banner.display and "gpu-box-01 · unreachable" in app.sub_title
+        await until(pilot, lambda: "retrying in 6s" in str(banner.content), timeout=2.5)  # live countdown
+        assert host.calls == 1
+        # skip the long wait: the reconnect key retries at once, then the second failure backs off 0.3 s
+        await pilot.press("r")
+        await until(pilot, lambda: app.latest.link.ok, timeout=3)
+        await until(pilot, lambda: not banner.has_class("-shown"))
+        assert "gpu-box-01 · connected" in screen_text(app)
+
+
+async def test_hung_host_sample_times_out_into_state():
+    app = app_with(host=FakeHost("hang"), sample_timeout=0.3, backoff=lambda a: 5.0)
+    async with app.run_test(size=SIZE) as pilot:
+        banner = app.screen.query_one(HostBanner)
+        await until(pilot, lambda: "host not responding" in str(banner.content))
+        assert "no answer in 0.3 s" in str(banner.content)
+
+
+async def test_auth_failure_is_not_retried_until_asked():
+    host = FakeHost(HostError("auth-failed", "Permission denied (publickey)"), host_stats())
+    app = app_with(host=host)
+    async with app.run_test(size=SIZE) as pilot:
+        banner = app.screen.query_one(HostBanner)
+        await until(pilot, lambda: "authentication failed" in str(banner.content))
+        assert "not retrying" in str(banner.content) and banner.has_class("-failed")
+        await pilot.pause(0.5)
+        assert host.calls == 1
+        await pilot.press("r")
+        await until(pilot, lambda: app.latest.link.ok)
+        assert host.calls >= 2
+
+
+@pytest.mark.parametrize(
+    "state,expected",
+    [
+        ("driver-not-loaded", "NVIDIA driver not loaded (nvidia-smi exit 9)"),
+        ("nvml-not-found", "NVML library missing (nvidia-smi exit 12)"),
+        ("gpu-lost", "GPU lost — fell off the bus (nvidia-smi exit 15)"),
+        ("nvml-mismatch", "driver/library version mismatch (nvidia-smi exit 18)"),
+        ("unresponsive", "nvidia-smi unresponsive"),
+        ("no-nvidia-smi", "nvidia-smi not found on the host"),
+    ],
+)
+async def test_nvidia_smi_failures_are_named(state, expected):
+    gpu = FakeGpu([gpu_status(2)])
+    app = app_with(gpu)
+    async with app.run_test(size=SIZE) as pilot:
+        line = app.screen.query_one("#gpu-state", Static)
+        await until(pilot, lambda: app.screen.query_one(GpuTable).row_count == 2)
+        assert not line.display
+        msg = "Failed to initialize NVML: Driver/library version mismatch" if state == "nvml-mismatch" else ""
+        gpu.push(GpuStatus(state, message=msg))
+        await until(pilot, lambda: expected in str(line.content))
+        assert line.display
+        assert expected in screen_text(app)
+        # last known rows stay on screen under the state line
+        assert app.screen.query_one(GpuTable).row_count == 2
+
+
+async def test_server_states_are_visible():
+    servers = (
+        server("sglang-tuned", "ready"),
+        server(
+            "sglang-base",
+            "starting",
+            running=NA,
+            waiting=NA,
+            kv_cache_usage=NA,
+            gen_throughput=NA,
+            ttft_p50=NA,
+            port=30001,
+        ),
+        server("sglang-nometrics", "ready", metrics_state="disabled", running=NA, port=30002),
+        server("vllm-old", "down", engine="vllm", port=8000, message="connection refused"),
+        server("vllm-sick", "unhealthy", engine="vllm", port=8001, message="/health returned 503"),
+    )
+    app = app_with(servers=FakeServers(servers))
+    async with app.run_test(size=SIZE) as pilot:
+        panel = app.screen.query_one(ServerPanel)
+        await until(pilot, lambda: panel.servers is not None and panel.table.row_count == 5)
+        t = panel.table
+        assert cell(t, "srv-sglang-tuned-30000", "state") == "ready"
+        assert cell(t, "srv-sglang-tuned-30000", "gen") == "1843.2"
+        assert cell(t, "srv-sglang-tuned-30000", "ttft") == "231ms"
+        assert cell(t, "srv-sglang-tuned-30000", "kv") == "41%"
+        assert cell(t, "srv-sglang-base-30001", "state") == "starting"
+        assert cell(t, "srv-sglang-base-30001", "gen") == "N/A"
+        assert cell(t, "srv-vllm-old-8000", "state") == "down"
+        # state colours come from the theme
+        assert t.get_cell("srv-sglang-tuned-30000", "state").style == app.theme_variables["success"]
+        assert t.get_cell("srv-vllm-old-8000", "state").style == app.theme_variables["error"]
+        await until_shown(
+            pilot,
+            f"sglang-nometrics: {METRICS_DISABLED}",
+            "vllm-old: connection refused",
+            "vllm-sick: /health returned 503",
+        )
+
+
+async def test_no_servers_says_so():
+    app = app_with(servers=FakeServers(()))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "no servers known on this host" in screen_text(app))
+
+
+async def test_hung_collectors_do_not_block_keys():
+    app = app_with(FakeGpu(), FakeHost("hang"), FakeServers("hang"), sample_timeout=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        panel = app.screen.query_one("#procs-panel")
+        assert panel.display
+        t0 = time.perf_counter()
+        await pilot.press("p")
+        elapsed = time.perf_counter() - t0
+        assert not panel.display
+        assert elapsed < 0.2, elapsed
+        t0 = time.perf_counter()
+        await pilot.press("p")
+        assert panel.display and time.perf_counter() - t0 < 0.2
+
+
+async def test_polls_are_chained_never_overlapping():
+    active = 0
+    peak = 0
+
+    class Slow:
+        calls = 0
+
+        async def sample(self):
+            nonlocal active, peak
+            active += 1
+            peak = max(peak, active)
+            Slow.calls += 1
+            await asyncio.sleep(0.15)
+            active -= 1
+            return host_stats()
+
+    app = app_with(host=Slow(), interval=0.01)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(1.0)
+        workers = [w for w in app.workers if w.group == "poll-gpu-box-01"]
+        assert {w.name for w in workers} == {"gpu", "host", "servers"}
+    assert peak == 1
+    assert 4 <= Slow.calls <= 8  # every poll completes: ~1 s / 0.15 s
+
+
+async def test_histories_are_bounded():
+    gpu = FakeGpu([gpu_status(8, t) for t in range(50)], interval=0.02)
+    app = app_with(gpu, history=10)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.latest.gpu.time == 1_700_000_049.0)
+        assert len(app.gpu_history) == 8
+        for i in range(8):
+            assert len(app.gpu_history.util(f"gpu-{i}")) <= 10
+            assert len(app.gpu_history.mem(f"gpu-{i}")) <= 10
+        table = app.screen.query_one(GpuTable)
+        await until(pilot, lambda: len(cell(table, "gpu-0", "util_hist").strip()) == 10)
+
+
+async def test_crashed_collector_becomes_a_state_and_restarts():
+    host = FakeHost(RuntimeError("parser bug"), host_stats())
+    app = app_with(host=host, restart_delay=0.3)
+    async with app.run_test(size=SIZE) as pilot:
+        banner = app.screen.query_one(HostBanner)
+        await until(pilot, lambda: "collector crashed" in str(banner.content))
+        assert "RuntimeError: parser bug" in str(banner.content)
+        await until(pilot, lambda: app.latest.link.ok)
+        assert host.calls >= 2
+
+
+class _OtherScreen(Screen):
+    def compose(self):
+        yield Static("other")
+
+
+class _ArgsScreen(Screen):
+    def __init__(self, bench_args):
+        super().__init__()
+
+
+class _BrokenScreen(Screen):
+    def __init__(self):
+        raise RuntimeError("half-written screen")
+
+
+class _HostScreen(Screen):
+    def __init__(self, host=None, demo=False):
+        super().__init__()
+        self.host, self.demo = host, demo
+
+
+async def test_registry_hook_and_hidden_status_skips_drawing():
+    modes = {
+        "status": MODE_REGISTRY["status"],
+        "launch": ModeSpec("Launch", "l", _OtherScreen),
+        "bench": ModeSpec("Bench", "b", "tui.ui.screens.not_written_yet:BenchScreen"),
+        "needs-args": ModeSpec("Args", "x", _ArgsScreen),
+        "compare": ModeSpec("Compare", "c", _HostScreen),
+        "broken": ModeSpec("Broken", "y", _BrokenScreen),
+    }
+    gpu = FakeGpu([gpu_status(8, 0)])
+    app = app_with(gpu, modes=modes, demo=True)
+    async with app.run_test(size=SIZE) as pilot:
+        status = app.screen
+        table = status.query_one(GpuTable)
+        await until(pilot, lambda: table.row_count == 8)
+        assert app.available_modes == ["status", "launch", "compare", "broken"]
+        await app.run_action("mode('broken')")  # a screen that fails to build is an error note, not a crash
+        await pilot.pause(0.1)
+        assert app.screen is status and app.current_mode == "status"
+        assert app.check_action("mode", ("bench",)) is False  # hidden: no screen yet
+        assert app.check_action("mode", ("status",)) is None  # current: dimmed
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, _OtherScreen))
+        gpu.push(gpu_status(8, 1))
+        await until(pilot, lambda: app.latest.gpu.time == 1_700_000_001.0)
+        await pilot.pause(0.1)
+        assert cell(table, "gpu-1", "util") == "37%"  # not redrawn while hidden
+        assert len(app.gpu_history.util("gpu-1")) == 2  # but still collected
+        await pilot.press("s")
+        await until(pilot, lambda: app.screen is status)
+        await until(pilot, lambda: cell(table, "gpu-1", "util") == "48%")
+        await pilot.press("c")  # a screen that takes host/demo gets the app's
+        await until(pilot, lambda: isinstance(app.screen, _HostScreen))
+        assert app.screen.demo is True and app.screen.host is app.host
+
+
+async def test_palette_runs_screen_and_app_commands():
+    app = app_with()
+    async with app.run_test(size=SIZE) as pilot:
+        panel = app.screen.query_one("#procs-panel")
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.1)
+        for ch in "Processes":
+            await pilot.press(ch)
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await until(pilot, lambda: not panel.display)
+        from tui.ui.palette import TunedeckCommands
+
+        names = [name for name, _, _ in TunedeckCommands(app.screen)._commands()]
+        assert {"Go to Status", "Processes", "Reconnect", "Quit"} <= set(names)
+
+
+def test_state_messages_coalesce_per_host():
+    a = GpuSamples("h1", gpu_status(1))
+    assert a.can_replace(GpuSamples("h1", gpu_status(1, 1)))
+    assert not a.can_replace(GpuSamples("h2", gpu_status(1)))
+    assert not a.can_replace(HostSamples("h1", host_stats()))
+    s = HostStateChanged("h1", LinkState("h1", "connected"))
+    assert s.can_replace(HostStateChanged("h1", LinkState("h1", "unreachable")))
+
+
+def test_binding_ids_are_unique_and_present():
+    from tui.ui.screens.status import StatusScreen
+
+    ids = [b.id for b in TunedeckApp.BINDINGS + StatusScreen.BINDINGS]
+    assert all(ids) and len(set(ids)) == len(ids)
+
+
+def test_app_css_uses_theme_variables_only():
+    import re
+    from pathlib import Path
+
+    css = (Path(__file__).resolve().parents[2] / "tui" / "ui" / "app.tcss").read_text()
+    assert not re.search(r"#[0-9a-fA-F]{3,8}\b|rgb\(|\b(red|green|blue|white|black)\b", css)
+
+
+async def test_theme_change_recolours_cells():
+    app = app_with(servers=FakeServers((server("a", "ready"),)))
+    async with app.run_test(size=SIZE) as pilot:
+        panel = app.screen.query_one(ServerPanel)
+        await until(pilot, lambda: panel.table.row_count == 1)
+        app.theme = "textual-light"
+        await pilot.pause(0.1)
+        assert panel.table.get_cell("srv-a-30000", "state").style == app.theme_variables["success"]
+
+
+async def test_fast_feed_is_drawn_at_most_twice_a_second():
+    gpu = FakeGpu([gpu_status(8, t) for t in range(40)], interval=0.02)
+    app = app_with(gpu)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.screen.query_one(GpuTable)
+        draws = 0
+        orig = table.update_gpus
+
+        def counting(*a, **k):
+            nonlocal draws
+            draws += 1
+            return orig(*a, **k)
+
+        table.update_gpus = counting  # type: ignore[method-assign]
+        await until(pilot, lambda: app.latest.gpu.time == 1_700_000_039.0)
+        await pilot.pause(0.6)
+        assert draws <= 5  # ~0.8 s of feed at 50 Hz
+        assert cell(table, "gpu-1", "util") == f"{(37 + 11 * 39) % 101}%"  # the newest one is shown
+
+
+async def test_gpu_feed_drives_the_link_without_a_host_sampler():
+    gpu = FakeGpu([GpuStatus("host-unreachable", message="unreachable: Connection refused")])
+    app = make_app(gpu=gpu, target="gpu-box-01")
+    async with app.run_test(size=SIZE) as pilot:
+        banner = app.screen.query_one(HostBanner)
+        await until(pilot, lambda: "host unreachable" in str(banner.content))
+        assert "Connection refused" in str(banner.content)
+        gpu.push(gpu_status(8))
+        await until(pilot, lambda: app.latest.link.ok and not banner.has_class("-shown"))
+
+
+async def test_launch_mode_opens_the_profile_list():
+    from tui.ui.screens.profiles import ProfilesScreen
+
+    app = app_with()
+    async with app.run_test(size=SIZE) as pilot:
+        assert "launch" in app.available_modes
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, ProfilesScreen))
+        assert app.current_mode == "launch"
+
+
+async def test_gpu_retry_countdown_ticks():
+    from widgets.gpu_table import GpuStateLine
+
+    gpu = FakeGpu([gpu_status(2)])
+    app = app_with(gpu)
+    async with app.run_test(size=SIZE) as pilot:
+        line = app.screen.query_one(GpuStateLine)
+        await until(pilot, lambda: app.screen.query_one(GpuTable).row_count == 2)
+        gpu.push(GpuStatus("host-unreachable", message="connection-lost: link dropped", retry_at=time.time() + 4.5))
+        await until(pilot, lambda: "retrying in 5s" in str(line.content))
+        assert "host unreachable — GPU data stale: connection-lost: link dropped" in str(line.content)
+        await until(pilot, lambda: "retrying in 4s" in str(line.content), timeout=1.5)
+        await until(pilot, lambda: "retrying in 3s" in str(line.content), timeout=1.5)
+
+
+async def test_keymap_from_config_remaps_binding_ids(tmp_path, monkeypatch):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[keymap]\nstatus-toggle-processes = "x"\n')
+    monkeypatch.setenv("TUNEDECK_CONFIG", str(cfg))
+    app = app_with()
+    async with app.run_test(size=SIZE) as pilot:
+        panel = app.screen.query_one("#procs-panel")
+        await pilot.press("p")
+        assert panel.display
+        await pilot.press("x")
+        assert not panel.display
+
+
+async def test_bad_keymap_is_reported_not_fatal(tmp_path, monkeypatch):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[keymap]\nmode-launch = 3\n")
+    monkeypatch.setenv("TUNEDECK_CONFIG", str(cfg))
+    app = app_with()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.1)
+        notes = [n.message for n in app._notifications]
+        assert any("keymap.mode-launch" in m and str(cfg) in m for m in notes), notes
