@@ -1,9 +1,10 @@
 """The ``tunedeck`` command line.
 
-Each subcommand lives in its own module under :mod:`tui.commands` and is
-discovered at start-up: a module defines ``register(subparsers, common)``
-which adds its parser and sets ``func`` (a callable taking the parsed
-namespace and returning an exit code; it may be a coroutine function).
+Each subcommand lives in its own module under :mod:`tui.commands`, listed in
+``tui.commands.COMMANDS``; only the module of the command a line names is
+imported. A module defines ``register(subparsers, common)`` which adds its
+parser and sets ``func`` (a callable taking the parsed namespace and returning
+an exit code; it may be a coroutine function).
 ``common`` is a parent parser carrying the global ``--host``/``--demo``
 options so that every subcommand accepts them after its own name too.
 """
@@ -15,15 +16,17 @@ import importlib
 import inspect
 import logging
 import os
-import pkgutil
 import sys
-from typing import Sequence
+from typing import Collection, Sequence
 
 from tui import __version__
-from tui.commands import common_parser, finish_args
+from tui.commands import COMMANDS, common_parser, finish_args
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line: every subcommand registered, or with ``only`` just those (their
+    modules imported) and the others listed by name and help alone (``tui.commands.COMMANDS``), so
+    ``tunedeck --help``, ``--version`` and a single command load no module they do not need."""
     common = common_parser()
     parser = argparse.ArgumentParser(
         prog="tunedeck",
@@ -39,20 +42,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="also print the log on stderr (it always goes to the state dir's tunedeck.log)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    import tui.commands as pkg
-
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"tui.commands.{info.name}")
-        register = getattr(mod, "register", None)
-        if register is not None:
-            register(sub, common)
+    for name, (module, help_text) in COMMANDS.items():
+        if only is None or name in only:
+            importlib.import_module(f"tui.commands.{module}").register(sub, common)
+        else:
+            sub.add_parser(name, help=help_text)
     return parser
 
 
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The subcommand an argument list names (None: the dashboard, or a name that is no command)."""
+    pre = argparse.ArgumentParser(add_help=False, parents=[common_parser()], exit_on_error=False)
+    pre.add_argument("--version", action="store_true")
+    pre.add_argument("--verbose", "-v", action="store_true")
+    pre.add_argument("command", nargs="?")
+    try:
+        ns, _rest = pre.parse_known_args(list(argv))
+    except (argparse.ArgumentError, SystemExit):
+        return None  # the full parser says what is wrong
+    name = getattr(ns, "command", None)
+    return name if name in COMMANDS else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:
+        print(f"tunedeck {__version__}")
+        return 0
+    command = _command_named(argv)
+    parser = build_parser([command] if command else [])
     args = finish_args(parser.parse_args(argv))
     from tui.util import logs
 

@@ -27,6 +27,31 @@ class _HostAction(argparse.Action):
         namespace.host = values
 
 
+#: every subcommand: its name -> (its module under ``tui.commands``, its one-line help). ``tunedeck
+#: --help`` lists these without importing any command, and a command line imports only the module
+#: of the command it names (tests/unit/test_cli_lazy.py checks that each module registers exactly
+#: this name and help).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "ab": ("ab", "A/B two profiles: launch, benchmark, stop each, then compare"),
+    "bench": ("bench", "streaming serving benchmark with vLLM-compatible metrics"),
+    "compare": ("compare", "compare two runs (or an A/B's sides): deltas and verdicts"),
+    "journal": ("journal", "the tuning journal: every A/B, launch and benchmark run"),
+    "launch": ("launch", "launch a profile (or a raw command) detached on the host"),
+    "logs": ("logs", "print (and follow) a run's server log"),
+    "parse-log": ("parse_log", "parse an SGLang/vLLM server log: phases, progress, failures"),
+    "plans": ("plans", "list, show or check A/B benchmark plans (TOML)"),
+    "preflight": ("preflight", "check a profile against the host's engine and GPUs"),
+    "probe": ("probe", "report a host's OS, CPUs, memory, Python, GPUs and engines"),
+    "profiles": ("profiles", "server profiles: list, show, check, command, diff, presets"),
+    "results": ("results", "list, show and export benchmark results"),
+    "runs": ("runs", "list the servers tunedeck launched on the host"),
+    "sim": ("sim", "simulated SGLang/vLLM servers and nvidia-smi (for --demo)"),
+    "status": ("status", "print GPUs, host load and servers once"),
+    "stop": ("stop", "stop servers tunedeck launched (default: every live one)"),
+    "trust": ("trust", "show a host's SSH key fingerprint; trust it once confirmed"),
+}
+
+
 #: commands that take several ``--host`` values and ``@GROUP`` names (None: the dashboard)
 FLEET_COMMANDS = (None, "status")
 
