@@ -320,11 +320,12 @@ async def test_registry_hook_and_hidden_status_skips_drawing():
         status = app.screen
         table = status.query_one(GpuTable)
         await until(pilot, lambda: table.row_count == 8)
-        assert app.available_modes == ["status", "launch", "compare", "broken"]
+        # a screen whose module is missing is offered: its key says why it cannot open
+        assert app.available_modes == ["status", "launch", "bench", "compare", "broken"]
         await app.run_action("mode('broken')")  # a screen that fails to build is an error note, not a crash
         await pilot.pause(0.1)
         assert app.screen is status and app.current_mode == "status"
-        assert app.check_action("mode", ("bench",)) is False  # hidden: no screen yet
+        assert app.check_action("mode", ("needs-args",)) is False  # hidden: a mode cannot give its arguments
         assert app.check_action("mode", ("status",)) is None  # current: dimmed
         await pilot.press("l")
         await until(pilot, lambda: isinstance(app.screen, _OtherScreen))
@@ -471,3 +472,33 @@ async def test_bad_keymap_is_reported_not_fatal(tmp_path, monkeypatch):
         await pilot.pause(0.1)
         notes = [n.message for n in app._notifications]
         assert any("keymap.mode-launch" in m and str(cfg) in m for m in notes), notes
+
+
+async def test_a_screen_that_fails_to_import_says_so_and_logs_its_traceback(tmp_path, monkeypatch, caplog):
+    """A broken screen module is neither dropped silently nor fatal: its key opens a screen naming the
+    failure and the log file, and tunedeck.log gets the traceback."""
+    import logging
+    import sys
+
+    from tui.ui.screens.failed import ScreenFailed
+
+    pkg = tmp_path / "brokenscreens"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "compare.py").write_text("import no_such_module_anywhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "brokenscreens.compare", raising=False)
+    modes = {
+        "status": MODE_REGISTRY["status"],
+        "compare": ModeSpec("Compare", "c", "brokenscreens.compare:CompareScreen"),
+    }
+    caplog.set_level(logging.ERROR, logger="tui.ui.app")
+    app = app_with(FakeGpu([gpu_status(2, 0)]), modes=modes, demo=True)
+    records = [r for r in caplog.records if r.name == "tui.ui.app" and r.exc_info]
+    assert records and "brokenscreens.compare" in records[0].getMessage()
+    assert records[0].exc_info[0] is ModuleNotFoundError
+    async with app.run_test(size=SIZE) as pilot:
+        assert "compare" in app.available_modes
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ScreenFailed))
+        await until_shown(pilot, "could not be loaded", "No module named 'no_such_module_anywhere'", "tunedeck.log")

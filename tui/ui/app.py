@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import importlib.util
 import inspect
 import logging
 import time
@@ -46,6 +45,7 @@ from tui.collectors.sources import BackoffFn, Sources
 from tui.model import GpuStatus, HostStats, LinkState, ServerStats
 from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
 from tui.ui.palette import TunedeckCommands
+from tui.ui.screens.failed import ScreenFailed
 from tui.util.retry import delay as default_backoff
 from widgets.gpu_table import GpuHistory
 from widgets.server_panel import ServerHistory
@@ -105,24 +105,25 @@ def _constructible(cls: Callable[..., Screen]) -> bool:
 
 
 def _resolve(app: "TunedeckApp", spec: str | Callable[..., Screen]) -> Callable[[], Screen] | None:
-    """A no-argument factory for a mode's screen, or None when the screen isn't there yet
-    (its module doesn't exist or fails to import) or needs arguments a mode can't give.
+    """A no-argument factory for a mode's screen, or None when the screen needs arguments a mode
+    can't give (a wiring mistake, logged).
 
-    A screen whose constructor takes ``host`` and/or ``demo`` gets the app's target host
-    and demo flag."""
+    A screen whose module fails to import is not dropped: the failure is logged with its traceback
+    (``tunedeck.log``) and the mode opens a :class:`ScreenFailed` that says what broke and where the
+    traceback is, so the key still answers. A screen whose constructor takes ``host`` and/or
+    ``demo`` gets the app's target host and demo flag."""
     if isinstance(spec, str):
         module, _, name = spec.partition(":")
         try:
-            if importlib.util.find_spec(module) is None:
-                return None
             cls = getattr(importlib.import_module(module), name)
-        except Exception as e:  # noqa: BLE001 - a broken screen must not stop the dashboard
-            app.log.warning(f"mode screen {spec} unavailable: {type(e).__name__}: {e}")
-            return None
+        except Exception as e:  # noqa: BLE001 - any import failure of one screen; the rest of the dashboard stays
+            log.error("the %s screen (%s) failed to load", module, spec, exc_info=True)
+            failure = f"{type(e).__name__}: {e}"
+            return lambda: ScreenFailed(spec, failure)
     else:
         cls = spec
     if not _constructible(cls):
-        app.log.warning(f"mode screen {spec} needs constructor arguments; not offered as a mode")
+        log.error("mode screen %s needs constructor arguments; not offered as a mode", spec)
         return None
     try:
         params = inspect.signature(cls).parameters
@@ -263,7 +264,7 @@ class TunedeckApp(App[int]):
         try:
             recs = await asyncio.wait_for(reattach(self.host), self.sample_timeout * 3)  # type: ignore[arg-type]
         except (HostError, OSError, asyncio.TimeoutError, TimeoutError) as e:
-            self.log.warning(f"reattach failed: {e}")
+            log.warning("reattach failed: %s", e)
             return
         self.runs = {r.run_id: r for r in recs}
         if recs:
@@ -373,6 +374,7 @@ class TunedeckApp(App[int]):
         if worker.group != self.poll_group or event.state != WorkerState.ERROR:
             return
         err = worker.error
+        log.error("the %s collector crashed; restarting it in %g s", worker.name, self.restart_delay, exc_info=err)
         self._set_link(
             LinkState(self.target, "error", last_error=f"{worker.name} collector crashed: {type(err).__name__}: {err}")
         )
@@ -469,6 +471,7 @@ class TunedeckApp(App[int]):
             try:
                 await self.switch_mode(mode)
             except Exception as e:  # noqa: BLE001 - a broken screen must not end the dashboard
+                log.error("opening the %s screen failed", mode, exc_info=True)
                 self.notify(
                     f"cannot open {self.mode_specs[mode].title}: {type(e).__name__}: {e}",
                     severity="error",

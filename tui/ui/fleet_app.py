@@ -137,12 +137,12 @@ class FleetApp(App[int]):
                 try:
                     await asyncio.wait_for(aclose(), 3)
                 except Exception as e:  # noqa: BLE001 - leaving anyway
-                    self.log.warning(f"{m.target}: closing a collector failed: {e!r}")
+                    log.warning("%s: closing a collector failed: %r", m.target, e, exc_info=e)
         if m.host is not None and self.close_host:
             try:
                 await asyncio.wait_for(m.host.close(), 3)
             except Exception as e:  # noqa: BLE001 - leaving anyway
-                self.log.warning(f"{m.target}: closing the connection failed: {e!r}")
+                log.warning("%s: closing the connection failed: %r", m.target, e, exc_info=e)
 
     # ------------------------------------------------------------------ workers
     @staticmethod
@@ -162,7 +162,7 @@ class FleetApp(App[int]):
             try:
                 await asyncio.wait_for(asyncio.gather(*(w.wait() for w in workers), return_exceptions=True), timeout)
             except (asyncio.TimeoutError, TimeoutError):
-                self.log.warning(f"{target}: poll workers still running after {timeout:g} s")
+                log.warning("%s: poll workers still running after %g s", target, timeout)
 
     def _start_worker(self, target: str, name: str) -> Worker | None:
         sources = self.members[target].sources
@@ -257,7 +257,7 @@ class FleetApp(App[int]):
         if not group.startswith("poll-") or target not in self.members or event.state != WorkerState.ERROR:
             return
         err = worker.error
-        self.log.error(f"{target}: {worker.name} collector crashed: {err!r}")
+        log.error("%s: the %s collector crashed; restarting it", target, worker.name, exc_info=err)
         self._set_link(
             LinkState(target, "error", last_error=f"{worker.name} collector crashed: {type(err).__name__}: {err}")
         )
