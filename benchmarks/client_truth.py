@@ -379,7 +379,7 @@ def main() -> int:
     for c in concs:
         rs = [r for r in runs if r["conc"] == c]
 
-        def med(k: str) -> float:
+        def med(k: str, rs: list = rs) -> float:
             return statistics.median(r[k] for r in rs)
 
         print(
@@ -410,7 +410,7 @@ def print_vllm(concs: List[int], runs: List[Dict[str, Any]], vruns: List[Dict[st
     for c in concs:
         vs = [r for r in vruns if r["conc"] == c]
 
-        def med(k: str) -> float:
+        def med(k: str, vs: list = vs) -> float:
             return statistics.median(r[k] for r in vs)
 
         print(

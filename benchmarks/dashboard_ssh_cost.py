@@ -49,9 +49,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from dashboard_tui_cost import _drain, _spawn  # noqa: E402
+from dashboard_tui_cost import _drain, _spawn
 
-from tests.sshd import SshdServer, _cmdline, _descendants, sshd_missing_reason  # noqa: E402
+from tests.sshd import SshdServer, _cmdline, _descendants, sshd_missing_reason
 
 USER = "tdslow"
 USER_HOME = "/var/tmp/tunedeck-bench-slow"

@@ -40,9 +40,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from dashboard_tui_cost import _drain, _spawn  # noqa: E402
+from dashboard_tui_cost import _drain, _spawn
 
-from tests.sshd import (  # noqa: E402
+from tests.sshd import (
     ROOT_USER,
     TEST_USER,
     SshdServer,

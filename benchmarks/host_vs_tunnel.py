@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.simfix import SimProc, free_port  # noqa: E402
-from tests.sshd import ROOT_USER, TEST_USER, SshdServer, _ensure_root_alias, _ensure_user  # noqa: E402
+from tests.simfix import SimProc, free_port
+from tests.sshd import ROOT_USER, TEST_USER, SshdServer, _ensure_root_alias, _ensure_user
 
 TTFT_MS, ITL_MS, IN_LEN, OUT_LEN = 50.0, 10.0, 128, 64
 

@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tui.logparse import LogParser  # noqa: E402
+from tui.logparse import LogParser
 
 
 def build_log(lines: int) -> bytes:

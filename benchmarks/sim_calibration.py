@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tui.sim import perf  # noqa: E402
+from tui.sim import perf
 
 PCIE_NCCL = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"}
 CONFIGS = {
@@ -54,7 +54,7 @@ CONFIGS = {
 
 
 def model_estimate(name: str, conc: int) -> float:
-    engine, argv, env = CONFIGS[name]
+    engine, _argv, env = CONFIGS[name]
     if name == "sglang-tuned":
         cfg = perf.PerfConfig("sglang", 8, "flashinfer", None, None, 4, True, perf.PerfConfig.nccl_from_env(env))
     else:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.hostile import fuzz  # noqa: E402
+from tests.hostile import fuzz
 
 
 def main() -> int:

@@ -19,12 +19,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from textual.app import App  # noqa: E402
+from textual.app import App
 
 from tui.ab.compare import compare
-from tui.ab.journal import Journal  # noqa: E402
+from tui.ab.journal import Journal
 from tui.ab.sides import side_from_dict
-from tui.ui.screens.compare import CompareScreen  # noqa: E402
+from tui.ui.screens.compare import CompareScreen
 
 DATA = ROOT / "screenshots" / "compare-ab.json"
 

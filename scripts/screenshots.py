@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.snapshot_app import SCENES  # noqa: E402  - the snapshot tests' scenes: same fixtures
+from tests.snapshot_app import SCENES
 
 SIZE = (120, 36)
 #: the README shows these

@@ -123,7 +123,7 @@ def main() -> int:
     srv.listen(16)
 
     class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self.send_response(200 if self.path == "/health" else 404)
             self.end_headers()
 

@@ -60,7 +60,7 @@ def _tq(s: str) -> str:
 
 def hostile_profile(rng: random.Random, i: int) -> str:
     """A profile file with hostile text in one or more places (keys, values, names, headers)."""
-    p = lambda: rng.choice(PAYLOADS)  # noqa: E731
+    p = lambda: rng.choice(PAYLOADS)
     name = f"h{i}" if rng.random() < 0.7 else p()
     engine = rng.choice(["vllm", "sglang", "vllm", p()])
     lines = [

@@ -262,7 +262,7 @@ class SshdServer:
         t = subprocess.run([SSHD, "-t", "-f", str(self.config_path)], capture_output=True, text=True)
         if t.returncode != 0:
             raise RuntimeError(f"sshd config rejected: {t.stderr.strip()}")
-        log = open(self.log_path, "ab")
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to sshd, closed here right after
         prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
         self.proc = subprocess.Popen(
             [*prefix, SSHD, "-D", "-e", "-f", str(self.config_path)],

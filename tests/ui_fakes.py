@@ -168,6 +168,8 @@ def unreachable(msg: str = "connect to 10.0.0.7 port 22: Connection refused") ->
 
 
 __all__ = [
+    "NA",
+    "Callable",
     "FakeGpu",
     "FakeHost",
     "FakeServers",
@@ -175,10 +177,8 @@ __all__ = [
     "gpu_snapshot",
     "gpu_status",
     "host_stats",
-    "server",
-    "unreachable",
-    "NA",
     "math",
+    "server",
     "time",
-    "Callable",
+    "unreachable",
 ]

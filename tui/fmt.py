@@ -72,7 +72,7 @@ def eta(seconds: object) -> str:
     f = num(seconds)
     if f is None:
         return "?"
-    s = int(round(max(0.0, f)))
+    s = round(max(0.0, f))
     if s >= 3600:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"

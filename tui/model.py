@@ -31,7 +31,7 @@ class NAType:
         return "N/A"
 
     def __format__(self, spec: str) -> str:
-        return format("N/A", spec if spec and spec[-1] in "<>^" or not spec else "")
+        return format("N/A", spec if (spec and spec[-1] in "<>^") or not spec else "")
 
     def __bool__(self) -> bool:
         return False
@@ -432,7 +432,7 @@ class GoodputView:
     def from_summary(cls, summary: Mapping[str, Any], targets: Mapping[str, float], level: str = "") -> "GoodputView":
         """A finished level: ``request_goodput`` × ``duration`` is its count of good requests."""
         rate, dur = _finite(summary, "request_goodput"), _finite(summary, "duration") or 0.0
-        good = None if rate is None or not targets else int(round(rate * dur))
+        good = None if rate is None or not targets else round(rate * dur)
         return cls(cls.order(targets), level, int(_finite(summary, "completed") or 0), good, dur, True)
 
     @property

@@ -64,7 +64,7 @@ def _second(obj: Mapping[str, Any]) -> int | None:
         return int(f)
     t = _num(obj.get("t"))
     if t is not None and t > 0:
-        return max(0, int(round(t)) - 1)
+        return max(0, round(t) - 1)
     return None
 
 
@@ -198,7 +198,7 @@ class TimelineSnapshot:
 
 
 class _Level:
-    __slots__ = ("label", "run_id", "rows", "validity", "live")
+    __slots__ = ("label", "live", "rows", "run_id", "validity")
 
     def __init__(self, label: str, run_id: str | None) -> None:
         self.label = label
@@ -475,10 +475,10 @@ def validity_text(findings: tuple[Finding, ...] | None) -> str:
 
 
 __all__ = [
-    "Line",
     "MAX_LEVELS",
     "MAX_ROWS",
     "PANELS",
+    "Line",
     "Panel",
     "TimelineFeed",
     "TimelineFigure",

@@ -53,6 +53,6 @@ def gib_pair(used_mib: object, total_mib: object) -> str:
 def theme_color(widget: object, name: str, fallback: str = "") -> str:
     """A colour from the running app's theme variables (``success``, ``error``, ...)."""
     try:
-        return widget.app.theme_variables.get(name, fallback)  # type: ignore[attr-defined]
+        return str(widget.app.theme_variables.get(name, fallback))  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - not mounted yet
         return fallback

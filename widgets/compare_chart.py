@@ -7,7 +7,7 @@ size trap), and takes its colours from the app theme.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import plotext as plt
 from rich.text import Text
@@ -21,7 +21,7 @@ class CompareChart(Widget):
     CompareChart { height: 14; min-height: 8; }
     """
 
-    def __init__(self, title: str = "output tok/s over time", **kw) -> None:
+    def __init__(self, title: str = "output tok/s over time", **kw: Any) -> None:
         super().__init__(**kw)
         self.title = title
         self.series: tuple[tuple[str, tuple[float, ...]], ...] = ()

@@ -6,7 +6,10 @@ metric so a refreshed comparison updates cells in place.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
+from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from tui.ab.compare import Comparison, Row, fmt_pct
@@ -15,21 +18,21 @@ from tui.ab.render import fmt_value
 COLUMNS = (("metric", "Metric"), ("a", "A"), ("b", "B"), ("delta", "\u0394"), ("verdict", "Verdict"))
 
 
-def _theme(widget, name: str, fallback: str) -> str:
+def _theme(widget: Widget, name: str, fallback: str) -> str:
     try:
         return widget.app.theme_variables.get(name, fallback) or fallback
     except Exception:  # noqa: BLE001 - not mounted yet
         return fallback
 
 
-class CompareTable(DataTable):
+class CompareTable(DataTable[Any]):
     """One keyed row per comparison metric; verdicts coloured by outcome."""
 
     DEFAULT_CSS = """
     CompareTable { height: auto; max-height: 24; }
     """
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(zebra_stripes=True, cursor_type="row", **kw)
         self.comparison: Comparison | None = None
         """The comparison shown (None before the first one)."""

@@ -7,7 +7,7 @@ one node's lines only)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from rich.text import Text
 from textual.css.query import NoMatches
@@ -90,7 +90,7 @@ class NodeProgressList(Widget):
             out.append(f"{r.tag:<{tag_w}} ", style=self.node_styles.get(tag_node(r.tag), "bold"))
             out.append(f"{r.role:<6} ", style="dim")
             frac = max(0.0, min(1.0, p.fraction)) if p is not None else 0.0
-            filled = int(round(frac * bar_w))
+            filled = round(frac * bar_w)
             bar_style = {"ready": "green", "failed": "red", "exited": "red", "stalled": "yellow", "stopped": "blue"}
             out.append("█" * filled, style=bar_style.get(r.state, "cyan"))
             out.append("░" * (bar_w - filled), style="dim")
@@ -123,7 +123,7 @@ class MergedLog(ServerLog):
     """Every member's log in one view, each line ``[tag] text``; :meth:`set_node` shows one
     node's lines only (None: all)."""
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         #: the node whose lines are shown (None: every node's)
         self.node: str | None = None
@@ -162,4 +162,4 @@ class MergedLog(ServerLog):
         status.update(Text(f"{self.status_text}  ·  node {self.node} only (t: next node)"))  # type: ignore[attr-defined]
 
 
-__all__ = ["MergedLog", "NODE_STYLES", "NodeProgressList", "NodeRow", "node_styles", "tag_node"]
+__all__ = ["NODE_STYLES", "MergedLog", "NodeProgressList", "NodeRow", "node_styles", "tag_node"]

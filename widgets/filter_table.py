@@ -28,7 +28,7 @@ def sort_value(cell: Any) -> tuple[int, float, str]:
     return (1 if plain.strip() and plain.strip() != "N/A" else 2, 0.0, plain.lower())
 
 
-class FilterTable(DataTable):
+class FilterTable(DataTable[Any]):
     """A DataTable over a list of rows: ``set_rows``, ``set_filter``, header click sorts."""
 
     def __init__(self, **kwargs: Any) -> None:

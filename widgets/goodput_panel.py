@@ -7,6 +7,8 @@ within every SLO target and good requests per second. A run without targets says
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.widgets import Static
 
@@ -56,7 +58,7 @@ class GoodputPanel(Static):
     GoodputPanel { height: auto; padding: 0 1; }
     """
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__("", **kw)
         self.view: GoodputView | None = None
         """The view shown (None before the run's start event)."""
@@ -66,4 +68,4 @@ class GoodputPanel(Static):
         self.update(goodput_text(view))
 
 
-__all__ = ["GoodputPanel", "NO_TARGETS", "goodput_text", "targets_text"]
+__all__ = ["NO_TARGETS", "GoodputPanel", "goodput_text", "targets_text"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from rich.text import Text
 from textual.widgets import DataTable
@@ -119,7 +119,7 @@ class GpuHistory:
         return len(self._util)
 
 
-class _KeyedTable(DataTable):
+class _KeyedTable(DataTable[Any]):
     """A DataTable updated by row key; writes only cells whose text changed.
 
     ``COLUMNS`` are every column a row carries; ``LAYOUTS`` say which of them fit a terminal
@@ -130,7 +130,7 @@ class _KeyedTable(DataTable):
     #: (minimum terminal width, column keys (None: all), {key: (label, width)} overrides)
     LAYOUTS: Sequence[tuple[int, tuple[str, ...] | None, dict[str, tuple[str, int]]]] = ()
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._cells: dict[str, tuple[tuple[str, str], ...]] = {}
         self._index = {k: i for i, (k, _, _) in enumerate(self.COLUMNS)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from typing import Iterable
+from typing import Any, Iterable
 
 from rich.highlighter import Highlighter
 from rich.text import Text
@@ -20,6 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.message import Message
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input, Log, Static
 
@@ -83,7 +84,7 @@ class _LogHighlighter(Highlighter):
 class _SeverityLog(Log):
     """A ``Log`` that colours lines by severity and marks search matches."""
 
-    def __init__(self, *, max_lines: int, id: str | None = None) -> None:  # noqa: A002
+    def __init__(self, *, max_lines: int, id: str | None = None) -> None:
         super().__init__(max_lines=max_lines, highlight=True, id=id)
         self.highlighter = _LogHighlighter()
         #: the line (index in the view) of the current match, or None
@@ -100,7 +101,7 @@ class _SeverityLog(Log):
             self._render_line_cache.clear()
             self.refresh()
 
-    def _render_line_strip(self, y: int, rich_style):
+    def _render_line_strip(self, y: int, rich_style: Any) -> Strip:
         # Log caches rendered lines by y; the highlighter needs to know which y is current.
         self.highlighter.current = y == self.current_line  # type: ignore[attr-defined]
         try:
@@ -189,7 +190,7 @@ class ServerLog(Widget, can_focus=True):
         max_lines: int = 10_000,
         flush_interval: float = 0.1,
         name: str | None = None,
-        id: str | None = None,  # noqa: A002
+        id: str | None = None,
         classes: str | None = None,
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)

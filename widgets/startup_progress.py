@@ -70,7 +70,7 @@ class StartupProgressView(Widget):
             return Text("reading the run's log from the start…", style="dim")
         width = max(10, self.size.width - 8)
         frac = max(0.0, min(1.0, p.fraction))
-        filled = int(round(frac * width))
+        filled = round(frac * width)
         style = {"ready": "green", "failed": "red", "stalled": "yellow", "stopped": "blue"}.get(
             p.state, "yellow" if p.stalled else "cyan"
         )

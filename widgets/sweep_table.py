@@ -7,6 +7,8 @@ Latencies in ms; N/A where a level has no value (never 0).
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich import box
 from rich.console import Group
 from rich.table import Table
@@ -65,7 +67,7 @@ class SweepTable(Static):
     SweepTable { height: auto; padding: 0 1; }
     """
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__("", **kw)
         self.report: SweepReport = SweepReport()
         """The report shown."""

@@ -53,7 +53,7 @@ class ThroughputChart(Widget):
         refresh_interval: float = 1.0,
         y_from_zero: bool = True,
         name: str | None = None,
-        id: str | None = None,  # noqa: A002 - Textual's signature
+        id: str | None = None,
         classes: str | None = None,
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)

@@ -144,7 +144,7 @@ class TimelineCharts(Widget):
         *,
         refresh_interval: float = 1.0,
         name: str | None = None,
-        id: str | None = None,  # noqa: A002 - Textual's signature
+        id: str | None = None,
         classes: str | None = None,
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
@@ -344,7 +344,7 @@ class TimelinePanel(Widget):
         name: str | None = None,
         id: str | None = None,
         classes: str | None = None,
-    ) -> None:  # noqa: A002
+    ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self._placeholder = placeholder
 
@@ -372,4 +372,4 @@ class TimelinePanel(Widget):
         self.charts.redraw()
 
 
-__all__ = ["TimelineCharts", "TimelinePanel", "short_number", "segments", "validity_lines", "x_step", "y_range"]
+__all__ = ["TimelineCharts", "TimelinePanel", "segments", "short_number", "validity_lines", "x_step", "y_range"]

@@ -200,7 +200,7 @@ def test_ab_detaches_on_sigterm_and_cancel_stops_the_server_keeping_results(prof
                 proc.send_signal(signal.SIGTERM)
                 break
             assert time.monotonic() < deadline, "".join(seen)
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()

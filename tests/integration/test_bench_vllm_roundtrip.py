@@ -62,7 +62,7 @@ def vllm_calculate_metrics(v, duration, percentiles=(90, 99)):
     # peak output events per 1-s bucket and requests active per bucket
     t0 = min(v["start_times"][i] for i in ok)
     t_end = max(v["start_times"][i] + v["latencies"][i] for i in ok)
-    nb = int(math.ceil(t_end - t0)) + 1
+    nb = math.ceil(t_end - t0) + 1
     tok, conc = [0] * nb, [0] * nb
     for i in ok:
         t = v["start_times"][i] + v["ttfts"][i]

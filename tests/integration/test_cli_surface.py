@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -97,7 +98,7 @@ def _tails(path: str) -> list[int]:
     out = []
     for e in os.listdir("/proc"):
         try:
-            cl = open(f"/proc/{e}/cmdline", "rb").read().split(b"\0")
+            cl = Path(f"/proc/{e}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
         if cl[:1] == [b"tail"] and path.encode() in cl:

@@ -351,7 +351,7 @@ def test_ab_of_deployments_survives_its_terminal_and_cancel_stops_the_live_side(
             assert time.monotonic() < deadline, "".join(seen)
         assert job is not None, "".join(seen)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 130 and "detached" in err, "".join(seen) + err

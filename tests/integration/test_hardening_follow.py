@@ -143,7 +143,7 @@ def test_follow_reports_a_dropped_link_within_keepalive_bound_while_still_down(
         .replace("ListenAddress 127.0.0.1", f"ListenAddress {ip_ns}")
         .replace(f"PidFile {sshd.base / 'sshd.pid'}", f"PidFile {tmp_path / 'sshd.pid'}")
     )
-    sshd_log = open(tmp_path / "sshd.log", "wb")
+    sshd_log = open(tmp_path / "sshd.log", "wb")  # noqa: SIM115 - handed to sshd for its lifetime
     server = subprocess.Popen(
         ["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(cfg)],
         stdout=sshd_log,

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
 
 
 @pytest.fixture
-def remote(sshd: SshdServer):  # noqa: F811
+def remote(sshd: SshdServer):
     from tui.hostops.ssh import SshHost
 
     exe = sshd.shim_dir / f"dump argv {os.getpid()}"

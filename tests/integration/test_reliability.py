@@ -389,7 +389,7 @@ async def test_r23_ui_answers_keys_while_the_link_is_blackholed(sshd: SshdServer
 
 
 @pytest.fixture
-def strict_sshd(sshd_server: SshdServer, monkeypatch: pytest.MonkeyPatch):  # noqa: F811
+def strict_sshd(sshd_server: SshdServer, monkeypatch: pytest.MonkeyPatch):
     """A second sshd like the fixture's, but with ``MaxStartups 3`` (the users exist already)."""
     import tempfile
 

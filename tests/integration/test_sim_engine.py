@@ -210,10 +210,9 @@ def test_vllm_port_bound_before_loading_probes_hang():
 
 
 def _stream(port: int, path: str, body: dict) -> tuple[int, dict, str]:
-    with httpx.Client(timeout=20) as c:
-        with c.stream("POST", f"http://127.0.0.1:{port}{path}", json=body) as r:
-            text = "".join(r.iter_text())
-            return r.status_code, dict(r.headers), text
+    with httpx.Client(timeout=20) as c, c.stream("POST", f"http://127.0.0.1:{port}{path}", json=body) as r:
+        text = "".join(r.iter_text())
+        return r.status_code, dict(r.headers), text
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
@@ -299,7 +298,7 @@ def test_completions_stream_nonstream_and_limits(engine):
     with p:
         p.wait_ready()
         base = f"http://127.0.0.1:{port}"
-        st, _h, text = _stream(
+        _st, _h, text = _stream(
             port,
             "/v1/completions",
             {
@@ -362,17 +361,19 @@ def test_sglang_info_flush_cache_and_metrics_off():
         )
         assert httpx.get(f"{base}/model_info").json()["architectures"] == ["LlamaForCausalLM"]
         assert httpx.post(f"{base}/flush_cache").status_code == 200
-        with httpx.Client(timeout=30) as c:
-            with c.stream(
+        with (
+            httpx.Client(timeout=30) as c,
+            c.stream(
                 "POST",
                 f"{base}/v1/completions",
                 json={"prompt": "x", "max_tokens": 100, "ignore_eos": True, "stream": True},
-            ) as r:
-                it = r.iter_lines()
-                next(it)
-                assert httpx.post(f"{base}/flush_cache").status_code == 400
-                for _ in it:
-                    pass
+            ) as r,
+        ):
+            it = r.iter_lines()
+            next(it)
+            assert httpx.post(f"{base}/flush_cache").status_code == 400
+            for _ in it:
+                pass
         assert httpx.post(f"{base}/flush_cache").status_code == 200
         assert "Cache not flushed because there are pending requests" in p.raw
 
@@ -407,7 +408,7 @@ def test_decode_stat_lines_and_vllm_engine_stats():
 
 
 def test_sigterm_clean_shutdown():
-    p, port = sim("vllm")
+    p, _port = sim("vllm")
     p.wait_ready()
     rc = p.stop()
     assert rc == 0
@@ -443,7 +444,7 @@ def test_fixed_timing_and_recorded_timestamps(tmp_path):
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 @pytest.mark.parametrize("fault", ["oom", "nccl"])
 def test_fault_oom_nccl(engine, fault):
-    p, port = sim(engine, "--sim-fault", fault, load=1.0)
+    p, _port = sim(engine, "--sim-fault", fault, load=1.0)
     with p:
         rc = p.wait_exit(20)
         raw = p.raw
@@ -496,7 +497,7 @@ def test_fault_port_sglang_after_loading_vllm_at_once():
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_fault_hang_in_graph_capture(engine):
-    p, port = sim(engine, "--sim-fault", "hang", load=1.0)
+    p, _port = sim(engine, "--sim-fault", "hang", load=1.0)
     with p:
         assert p.wait_for("Capturing", 10)
         time.sleep(1.5)
@@ -527,7 +528,7 @@ def test_smi_memory_follows_the_server():
         return [int(x.split(", ")[1]) for x in rows]
 
     assert mem() == [0] * 8
-    p, port = sim("sglang", load=4)
+    p, _port = sim("sglang", load=4)
     with p:
         assert p.wait_for("Loading safetensors", 10)
         samples = []
@@ -558,7 +559,7 @@ def test_smi_memory_follows_the_server():
 
 
 def test_cuda_visible_devices_picks_gpus():
-    p, port = sim("vllm", "--tensor-parallel-size", "2", load=1.0, env={"CUDA_VISIBLE_DEVICES": "4,5"})
+    p, _port = sim("vllm", "--tensor-parallel-size", "2", load=1.0, env={"CUDA_VISIBLE_DEVICES": "4,5"})
     with p:
         p.wait_ready()
         r = subprocess.run(
@@ -640,13 +641,15 @@ def test_vllm_spec_counters_and_client_abort():
         p.wait_ready()
         base = f"http://127.0.0.1:{port}"
         httpx.post(f"{base}/v1/completions", json={"prompt": "x", "max_tokens": 60, "ignore_eos": True}, timeout=30)
-        with httpx.Client(timeout=10) as c:
-            with c.stream(
+        with (
+            httpx.Client(timeout=10) as c,
+            c.stream(
                 "POST",
                 f"{base}/v1/completions",
                 json={"prompt": "x", "max_tokens": 2000, "ignore_eos": True, "stream": True},
-            ) as r:
-                next(r.iter_lines())
+            ) as r,
+        ):
+            next(r.iter_lines())
         time.sleep(0.5)
         m = httpx.get(f"{base}/metrics").text
     acc = float(re.search(r"^vllm:spec_decode_num_accepted_tokens_total\{[^}]*\} ([\d.]+)$", m, re.M).group(1))
@@ -662,7 +665,7 @@ def test_vllm_spec_counters_and_client_abort():
 
 
 def test_sim_speed_scales_startup():
-    p, port = sim("sglang", "--sim-speed", "10", load=20)
+    p, _port = sim("sglang", "--sim-speed", "10", load=20)
     with p:
         t0 = time.monotonic()
         p.wait_ready(15)

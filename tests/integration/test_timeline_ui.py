@@ -70,7 +70,7 @@ def test_axis_helpers_give_round_short_labels():
     assert short_number(1500) == "1500" and short_number(15000) == "15k" and short_number(2.5) == "2.5"
     assert x_step(10, 80) == 1 and x_step(300, 80) == 30 and x_step(3600, 60) == 600
     fig = figure(TimelineSnapshot.from_rows(rows(10)))
-    tok, kv, _, clock, power = fig.panels
+    _tok, kv, _, clock, power = fig.panels
     assert y_range(kv) == (0.0, 100.0)
     lo, hi = y_range(clock)
     assert 0 < lo < 1755 and hi > 1980  # clocks: their own range, not from 0
@@ -279,7 +279,7 @@ async def test_timeline_layout_side_by_side_or_switched_with_t(monkeypatch):
         scr = BenchScreen(["--url", "http://127.0.0.1:9"])
         app = BenchApp(scr)
         async with app.run_test(size=(width, 40)) as pilot:
-            await until(pilot, lambda: scr.rc == 0)
+            await until(pilot, lambda scr=scr: scr.rc == 0)
             panel = scr.query_one("#bench-timeline", TimelinePanel)
             live = scr.query_one("#tok-chart").parent
             wide = width >= TIMELINE_SIDE_BY_SIDE

@@ -73,7 +73,7 @@ async def test_keys_typed_right_after_slash_go_to_the_search_box():
 async def test_polls_hidden_by_default_and_h_shows_them():
     app = app_with_run()
     async with app.run_test(size=SIZE) as pilot:
-        run, log = await open_run(app, pilot)
+        _run, log = await open_run(app, pilot)
         shown = list(log.view.lines)
         assert not any("/health" in ln or "/metrics" in ln for ln in shown)
         assert any("/v1/completions" in ln for ln in shown)
@@ -87,7 +87,7 @@ async def test_polls_hidden_by_default_and_h_shows_them():
 async def test_e_jumps_to_the_first_error_then_the_next():
     app = app_with_run()
     async with app.run_test(size=SIZE) as pilot:
-        run, log = await open_run(app, pilot)
+        _run, log = await open_run(app, pilot)
         await pilot.press("e")
         await pilot.pause()
         assert "NCCL timeout" in log.view.lines[log.error_line]
@@ -100,7 +100,7 @@ async def test_e_jumps_to_the_first_error_then_the_next():
 async def test_current_match_is_distinct_and_m_without_search_says_so():
     app = app_with_run()
     async with app.run_test(size=SIZE) as pilot:
-        run, log = await open_run(app, pilot)
+        _run, log = await open_run(app, pilot)
         await pilot.press("m")
         await pilot.pause()
         assert not log.filtering and "filter on" not in log.status_text

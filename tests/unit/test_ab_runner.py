@@ -77,7 +77,7 @@ async def test_b_fails_to_start_keeps_a_and_stops_everything(plan):
     ops = FakeOps(fail={"tuned": "CUDA out of memory"})
     rep = await ABRunner(ops, "base", "tuned", plan).run()
     assert rep.status == "failed"
-    assert "B (tuned) failed to start: CUDA out of memory (log: E: boom)" == rep.error
+    assert rep.error == "B (tuned) failed to start: CUDA out of memory (log: E: boom)"
     assert not ops.live and ops.log[-1] == "stop tuned"
     assert rep.sides["A"].runs and not rep.sides["B"].runs
     assert rep.comparison is None

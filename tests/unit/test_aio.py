@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -101,7 +102,7 @@ def _group_alive(pgid: int) -> bool:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
             if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):

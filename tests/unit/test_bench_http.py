@@ -76,14 +76,13 @@ async def test_keep_alive_lengths_headers_and_json():
             b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data)
         )
 
-    async with Srv(h) as srv:
-        async with HttpClient(headers={"x-a": "1"}) as c:
-            for _ in range(3):
-                r = await c.get(srv.url + "/v1/models")
-                assert r.status == 200 and r.json() == {"ok": True} and r.header("Content-Type") == "application/json"
-            r = await c.post_json(srv.url + "/tokenize", {"n": 1})
-            assert r.json() == {"echo": {"n": 1}}
-            assert c.connections_opened == 1 and srv.conns == 1  # one keep-alive connection for all four
+    async with Srv(h) as srv, HttpClient(headers={"x-a": "1"}) as c:
+        for _ in range(3):
+            r = await c.get(srv.url + "/v1/models")
+            assert r.status == 200 and r.json() == {"ok": True} and r.header("Content-Type") == "application/json"
+        r = await c.post_json(srv.url + "/tokenize", {"n": 1})
+        assert r.json() == {"echo": {"n": 1}}
+        assert c.connections_opened == 1 and srv.conns == 1  # one keep-alive connection for all four
     head = srv.heads[0].decode()
     assert head.startswith("GET /v1/models HTTP/1.1\r\n") and "host: 127.0.0.1:" in head and "x-a: 1" in head
 
@@ -99,12 +98,11 @@ async def test_stale_connection_is_retried_and_close_delimited_body_is_read():
         await w.drain()
         return "close"  # the server drops the keep-alive connection right after answering
 
-    async with Srv(h) as srv:
-        async with HttpClient() as c:
-            assert (await c.get(srv.url + "/a")).content == b"ok"
-            await asyncio.sleep(0.05)
-            assert (await c.get(srv.url + "/b")).content == b"ok"  # a fresh connection, no error
-            assert (await c.get(srv.url + "/close-delimited")).content == b"all of it"
+    async with Srv(h) as srv, HttpClient() as c:
+        assert (await c.get(srv.url + "/a")).content == b"ok"
+        await asyncio.sleep(0.05)
+        assert (await c.get(srv.url + "/b")).content == b"ok"  # a fresh connection, no error
+        assert (await c.get(srv.url + "/close-delimited")).content == b"all of it"
 
 
 @pytest.mark.timeout(20)
@@ -119,22 +117,21 @@ async def test_chunked_stream_timestamps_and_read_timeout():
             await asyncio.sleep(5)
         w.write(b"0\r\n\r\n")
 
-    async with Srv(h) as srv:
-        async with HttpClient(read_timeout=0.5) as c:
-            r = await c.send(c.build("GET", srv.url + "/ok"))
-            got = []
-            while True:
-                batch = await r.next_batch()
-                if batch is None:
-                    break
-                got.extend(batch)
-            assert b"".join(b for _t, b in got) == b"abcdefg"
-            times = [t for t, _b in got]
-            assert times == sorted(times) and times[-1] - times[0] > 0.03  # stamped on arrival, not at the end
-            r = await c.send(c.build("GET", srv.url + "/hang"))
-            with pytest.raises(ReadTimeout):
-                while await r.next_batch() is not None:
-                    pass
+    async with Srv(h) as srv, HttpClient(read_timeout=0.5) as c:
+        r = await c.send(c.build("GET", srv.url + "/ok"))
+        got = []
+        while True:
+            batch = await r.next_batch()
+            if batch is None:
+                break
+            got.extend(batch)
+        assert b"".join(b for _t, b in got) == b"abcdefg"
+        times = [t for t, _b in got]
+        assert times == sorted(times) and times[-1] - times[0] > 0.03  # stamped on arrival, not at the end
+        r = await c.send(c.build("GET", srv.url + "/hang"))
+        with pytest.raises(ReadTimeout):
+            while await r.next_batch() is not None:
+                pass
 
 
 @pytest.mark.timeout(20)
@@ -144,13 +141,12 @@ async def test_warm_pool_connect_errors_and_cut_bodies():
         await w.drain()
         return "close"
 
-    async with Srv(h) as srv:
-        async with HttpClient() as c:
-            times = await c.warm(srv.url + "/v1/completions", 5)
-            assert len(times) == 5 and all(t > 0 for t in times) and c.idle_count(srv.url) == 5
-            assert await c.warm(srv.url, 5) == []  # already there
-            with pytest.raises(RemoteProtocolError, match="complete message body"):
-                await c.get(srv.url + "/x")
+    async with Srv(h) as srv, HttpClient() as c:
+        times = await c.warm(srv.url + "/v1/completions", 5)
+        assert len(times) == 5 and all(t > 0 for t in times) and c.idle_count(srv.url) == 5
+        assert await c.warm(srv.url, 5) == []  # already there
+        with pytest.raises(RemoteProtocolError, match="complete message body"):
+            await c.get(srv.url + "/x")
     async with HttpClient(connect_timeout=2) as c:
-        with pytest.raises(ConnectError, match="127.0.0.1:9"):
+        with pytest.raises(ConnectError, match=r"127\.0\.0\.1:9"):
             await c.get("http://127.0.0.1:9/")

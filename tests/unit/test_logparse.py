@@ -337,7 +337,7 @@ def test_severity():
 
 def test_errors_carry_context():
     lines = [f"[2026-01-01 00:00:00] line {i}" for i in range(40)] + ["RuntimeError: NCCL error: boom"]
-    st, ev = parse_text("\n".join(lines) + "\n")
+    _st, ev = parse_text("\n".join(lines) + "\n")
     (err,) = [e for e in ev if isinstance(e, ErrorEvent)]
     assert len(err.context) == 30 and err.context[-1].endswith("line 39")
 

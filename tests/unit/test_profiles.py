@@ -456,7 +456,7 @@ def test_nccl_overrides_and_env_merge(tmp_path):
     assert env["NCCL_BUFFSIZE"] == "8388608"  # override
     assert "NCCL_NTHREADS" not in env  # "" removes a preset variable
     assert env["NCCL_PROTO"] == "LL" and env["SGLANG_ENABLE_JIT_DEEPGEMM"] == "0"
-    assert list(env)[0] == "CUDA_DEVICE_ORDER"
+    assert next(iter(env)) == "CUDA_DEVICE_ORDER"
 
 
 def test_diff_commands():

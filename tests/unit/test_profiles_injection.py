@@ -79,7 +79,7 @@ env_names = st.one_of(
 #: printable text with shell metacharacters, quotes and unicode, never a control character
 safe_text = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc"), whitelist_characters="\t"), max_size=16)
 safe_value = st.one_of(
-    st.sampled_from([n for n in NASTY if n and n[0] != "-" and n.isprintable() or n == "\t"]),
+    st.sampled_from([n for n in NASTY if (n and n[0] != "-" and n.isprintable()) or n == "\t"]),
     safe_text.map(lambda t: "v" + t),
 )
 safe_path = safe_value.filter(lambda t: ".." not in t.split("/"))

@@ -425,8 +425,8 @@ def _headline(a: Side, b: Side, rows: list[Row]) -> tuple[str, str | None]:
 
 
 __all__ = [
-    "Comparison",
     "DEFAULT_NOISE_PCT",
+    "Comparison",
     "Row",
     "Stat",
     "compare",

@@ -363,7 +363,7 @@ class ABRunner:
         if self.on_event is not None:
             try:
                 self.on_event(ev)
-            except Exception:  # noqa: BLE001 - a UI callback must never break the run
+            except Exception:
                 log.exception("A/B %s: the event callback failed on %r", self.report.id, kind)
 
     # -------------------------------------------------------------- control
@@ -423,7 +423,7 @@ class ABRunner:
             try:
                 self._infos[label] = await self.ops.resolve(name)
             except Exception as e:  # profile errors name the file and key
-                raise ABFailed(f"{label} ({name}): {e}") from None
+                raise ABFailed(f"{label} ({name}): {e}") from e
             self._sync_side(label)
         await self._stop_existing()
         if self.interleave:
@@ -667,7 +667,7 @@ class ABRunner:
         kw = {"noise_pct": self.noise_pct} if self.noise_pct else {}
         try:
             self.report.comparison = compare(a, b, **kw)
-        except Exception as e:  # noqa: BLE001 - the measurements stay; the report says why no comparison
+        except Exception as e:
             log.exception("A/B %s: comparing the sides failed", self.report.id)
             self._compare_failed = True
             self.report.warnings.append(f"no comparison: {type(e).__name__}: {e}")

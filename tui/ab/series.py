@@ -43,7 +43,7 @@ def throughput_series(samples: Iterable[Mapping[str, Any]], bucket_s: float = 1.
             events.append((t, k))
     if not events:
         return []
-    n = max(1, int(math.floor((max(t for t, _ in events) - t0) / bucket_s)) + 1)
+    n = max(1, math.floor((max(t for t, _ in events) - t0) / bucket_s) + 1)
     bins = [0.0] * n
     for t, k in events:
         i = min(n - 1, int((t - t0) / bucket_s))

@@ -134,7 +134,7 @@ class EndpointConfig:
 class Live:
     """Running counters shared by the request tasks of one process (for progress lines)."""
 
-    __slots__ = ("t0", "bins", "in_flight")
+    __slots__ = ("bins", "in_flight", "t0")
 
     def __init__(self, t0: Optional[float] = None) -> None:
         self.t0 = _pc() if t0 is None else t0
@@ -182,7 +182,7 @@ def prepare(client: HttpClient, ep: EndpointConfig, spec: RequestSpec) -> Reques
 class _Deadline:
     """Cancels the running task after ``seconds``; tells a deadline apart from an outside cancel."""
 
-    __slots__ = ("handle", "fired", "task")
+    __slots__ = ("fired", "handle", "task")
 
     def __init__(self, seconds: Optional[float]) -> None:
         self.fired = False

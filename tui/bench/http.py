@@ -140,17 +140,17 @@ class _Conn(asyncio.Protocol):
     """One keep-alive connection. ``data_received`` only timestamps and stores."""
 
     __slots__ = (
-        "transport",
-        "rx",
-        "waiter",
-        "last",
+        "drain_waiter",
         "eof",
         "exc",
-        "paused",
-        "drain_waiter",
+        "last",
         "origin",
-        "uses",
+        "paused",
         "read_timeout",
+        "rx",
+        "transport",
+        "uses",
+        "waiter",
     )
 
     def __init__(self, origin: Origin) -> None:
@@ -245,7 +245,7 @@ class _Conn(asyncio.Protocol):
 class Dechunk:
     """Incremental decoder of ``Transfer-Encoding: chunked``."""
 
-    __slots__ = ("state", "need", "buf", "extra")
+    __slots__ = ("buf", "extra", "need", "state")
 
     def __init__(self) -> None:
         self.state = 0  # 0 size line, 1 data, 2 CRLF after data, 3 trailers, 4 done
@@ -320,7 +320,7 @@ class Dechunk:
 class Request:
     """A request serialized ahead of time (building costs nothing during the timed phase)."""
 
-    __slots__ = ("method", "origin", "target", "data", "url")
+    __slots__ = ("data", "method", "origin", "target", "url")
 
     def __init__(self, method: str, url: str, origin: Origin, target: str, data: bytes) -> None:
         self.method = method

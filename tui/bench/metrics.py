@@ -183,7 +183,7 @@ def peak_output_per_s(ok: Sequence[Mapping[str, Any]]) -> float:
         return 0.0
     t0 = min(s["start_time"] for s in ok)
     t_end = max(s["start_time"] + s["latency"] for s in ok)
-    nbins = int(math.ceil(t_end - t0)) + 1
+    nbins = math.ceil(t_end - t0) + 1
     bins = [0] * nbins
     for s in ok:
         for t in event_times(s):
@@ -203,7 +203,7 @@ def max_concurrent(ok: Sequence[Mapping[str, Any]]) -> int:
         return 0
     t0 = min(s["start_time"] for s in ok)
     t_end = max(s["start_time"] + s["latency"] for s in ok)
-    nbins = int(math.ceil(t_end - t0)) + 1
+    nbins = math.ceil(t_end - t0) + 1
     bins = [0] * nbins
     for s in ok:
         a = int(s["start_time"] - t0)

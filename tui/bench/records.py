@@ -200,7 +200,7 @@ class BenchEvent:
         return _dumps(self.data)
 
     @classmethod
-    def make(cls, type: str, **fields_: Any) -> "BenchEvent":  # noqa: A002 - the event's own key
+    def make(cls, type: str, **fields_: Any) -> "BenchEvent":
         return cls.from_json({"type": type, **fields_})
 
     @classmethod

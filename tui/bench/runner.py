@@ -270,9 +270,11 @@ async def run_benchmark(
             samples: List[Dict[str, Any]] = []
             prog = Progress(li, _pc(), n, cfg.goodput)
 
-            def on_sample(s: Dict[str, Any], *, _w: Any = writer, _p: Progress = prog) -> None:
+            def on_sample(
+                s: Dict[str, Any], *, _w: Any = writer, _p: Progress = prog, _all: List[Dict[str, Any]] = samples
+            ) -> None:
                 s.pop("_events", None)
-                samples.append(s)
+                _all.append(s)
                 _p.add_sample(s)
                 if _w is not None:
                     _w.append(s)

@@ -24,7 +24,7 @@ class SSEParser:
     (non-empty ``choices``), its time is appended to ``times``.
     """
 
-    __slots__ = ("buf", "sep", "times", "usage", "done", "finish", "bad", "error", "chat", "events")
+    __slots__ = ("bad", "buf", "chat", "done", "error", "events", "finish", "sep", "times", "usage")
 
     def __init__(self, chat: bool = False, keep: bool = False) -> None:
         self.buf = b""
@@ -76,9 +76,7 @@ class SSEParser:
                 if line.startswith(b"data:"):
                     v = line[5:]
                     parts.append(v[1:] if v.startswith(b" ") else v)
-                elif not line or line.startswith(b":"):
-                    continue
-                elif line.startswith((b"event:", b"id:", b"retry:")):
+                elif not line or line.startswith(b":") or line.startswith((b"event:", b"id:", b"retry:")):
                     continue
                 else:
                     self.bad += 1

@@ -269,10 +269,10 @@ def deployments_on(targets: Sequence[str], store: Any = None) -> tuple[Deploymen
 
 
 __all__ = [
-    "deployments_on",
     "FleetMember",
     "FleetStatus",
     "GroupError",
+    "deployments_on",
     "expand_targets",
     "fleet_json",
     "fleet_members",

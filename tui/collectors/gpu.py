@@ -54,7 +54,7 @@ def query_argv(interval: float | None = None, *, lifetime: int = 3600, smi: str 
     ]
     if interval is None:
         return ["timeout", "-k", "2", str(ONESHOT_TIMEOUT), *base]
-    ms = max(100, int(round(interval * 1000)))
+    ms = max(100, round(interval * 1000))
     return ["timeout", "-k", "5", str(int(lifetime)), *base, "-lms", str(ms)]
 
 

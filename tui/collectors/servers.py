@@ -71,7 +71,7 @@ class ServerSpec:
 
     @classmethod
     def from_url(cls, url: str, engine: str = "auto", name: str | None = None) -> "ServerSpec":
-        scheme, host, port, _ = split_url(url)
+        _scheme, host, port, _ = split_url(url)
         return cls(name or f"{host}:{port}", engine, None, url=url)
 
 

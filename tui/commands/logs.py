@@ -75,7 +75,7 @@ def _fail(args: argparse.Namespace, target: str, kind: str, message: str) -> int
     return err("logs", message)
 
 
-async def _run_ended(host: Host, rec: RunRecord) -> int | None | bool:
+async def _run_ended(host: Host, rec: RunRecord) -> int | bool | None:
     """False while the run lives; once it ended, its exit status (None if it wrote none)."""
     h = await find_host_run(host, rec.run_id)
     if h is None:

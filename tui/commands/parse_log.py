@@ -101,7 +101,7 @@ def _text(ev) -> str | None:  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     parser = LogParser(args.engine)
     try:
-        f = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
+        f = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115 - closed below
     except OSError as e:
         print(f"tunedeck parse-log: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
         return EXIT_UNREADABLE

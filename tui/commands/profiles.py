@@ -106,7 +106,7 @@ def _check(args: argparse.Namespace) -> int:
         else:
             prof = load_profile_file(path, source="file")
             nccl_p = resolve_nccl(prof, store)
-            cmd, issues = check_profile(prof, nccl=nccl_p, allow_dangerous=args.allow_dangerous_env)
+            _cmd, issues = check_profile(prof, nccl=nccl_p, allow_dangerous=args.allow_dangerous_env)
             errors = [i for i in issues if i.severity == "error"]
             if errors:
                 first = errors[0]

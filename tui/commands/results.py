@@ -185,6 +185,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        for k, v in out.items():
+        for v in out.values():
             print(f"wrote {v['path']}" + (f" ({v['rows']} rows)" if "rows" in v else ""))
     return 0

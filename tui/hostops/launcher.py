@@ -392,7 +392,7 @@ async def process_alive(host: Host, pid: int, starttime: str | None) -> bool:
 async def signal_folder(host: Host, run_dir: str, rid: str, grace: float) -> tuple[str, str, RunResult]:
     """TERM the process group of a run folder's wrapper (and its environ-marker matches), KILL
     after ``grace`` s; returns (state, message, raw result) with state stopped|exited|stale|stuck."""
-    g = max(0, int(round(grace)))
+    g = max(0, round(grace))
     r = await host.run_script(STOP_SCRIPT, [run_dir, str(g), rid], timeout=g + 30)
     state, message = "error", ""
     for line in r.stdout.splitlines():
@@ -423,9 +423,9 @@ async def stop_run(
         rec.run_dir = h.run_dir
     store.update(rec.run_id, status=STOPPING) if store.load(rec.run_id) else None
     before = await gpu_memory_used(host)
-    g = max(0, int(round(grace)))
+    g = max(0, round(grace))
     r = await host.run_script(STOP_SCRIPT, [rec.run_dir, str(g), rec.run_id], timeout=g + 30)
-    if r.lost or r.timed_out or r.exit_status not in (0, None) and "STATE" not in r.stdout:
+    if r.lost or r.timed_out or (r.exit_status not in (0, None) and "STATE" not in r.stdout):
         msg = r.stderr.strip() or ("connection lost" if r.lost else "timed out" if r.timed_out else "stop failed")
         store.update(rec.run_id, status=UNKNOWN) if store.load(rec.run_id) else None
         return StopResult("error", f"run {rec.run_id}: {msg}")

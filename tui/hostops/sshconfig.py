@@ -122,7 +122,7 @@ def _expand_tokens(value: str, *, alias: str, host: str, user: str, port: int) -
 def _local_user() -> str:
     try:
         return getpass.getuser()
-    except Exception:  # pragma: no cover - no passwd entry and no LOGNAME
+    except (KeyError, OSError):  # pragma: no cover - no passwd entry and no LOGNAME
         return "root" if os.geteuid() == 0 else "user"
 
 

@@ -324,7 +324,7 @@ class StartupTracker:
         return False
 
     def _last_line(self) -> str | None:
-        ctx = self.parser._context  # noqa: SLF001 - the parser's recent lines
+        ctx = self.parser._context
         for line in reversed(ctx):
             if line.strip():
                 return line.strip()
@@ -367,8 +367,7 @@ class StartupTracker:
             eta=eta,
             eta_source=src,
             stalled=state == STALLED
-            or state == STARTING
-            and stalled_for >= min(self.stall_after, max(self.stall_after / 2, 30.0)),
+            or (state == STARTING and stalled_for >= min(self.stall_after, max(self.stall_after / 2, 30.0))),
             stalled_for=stalled_for,
             diagnosis=diag,
             proof=proof,
@@ -662,7 +661,7 @@ def format_progress(p: StartupProgress) -> str:
     def dur(s: float | None) -> str:
         if s is None:
             return "?"
-        s = int(round(s))
+        s = round(s)
         return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
     parts = [f"[{p.fraction * 100:3.0f}%]", p.phase or "starting"]
@@ -690,11 +689,11 @@ __all__ = [
     "StartupTracker",
     "describe_gpu_memory",
     "expected_durations",
-    "parse_stall_after",
-    "reconcile_servers",
     "format_progress",
     "history_key",
     "load_history",
+    "parse_stall_after",
+    "reconcile_servers",
     "save_history",
     "wait_ready",
 ]

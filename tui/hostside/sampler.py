@@ -474,7 +474,7 @@ class Sampler:
         self._ended: Dict[str, Dict[str, Dict[str, Any]]] = {k: {} for k in KINDS}
         self._models: Dict[int, str] = {}
         self._servers: "queue.Queue[Optional[List[Dict[str, Any]]]]" = queue.Queue(maxsize=1)
-        ms = str(max(100, int(round(self.interval * 1000))))
+        ms = str(max(100, round(self.interval * 1000)))
         fmt = "--format=csv,noheader,nounits"
         self.gpu = SmiLoop(
             [args.smi, "--query-gpu=" + ",".join(GPU_FIELDS), fmt, "-lms", ms],
@@ -484,7 +484,7 @@ class Sampler:
             stop=self.stop,
             name="smi-gpu",
         )
-        apps_ms = str(max(1000, int(round(args.apps_interval * 1000))))
+        apps_ms = str(max(1000, round(args.apps_interval * 1000)))
         self.apps = SmiLoop(
             [args.smi, "--query-compute-apps=" + ",".join(APPS_FIELDS), fmt, "-lms", apps_ms],
             self._apps_block,

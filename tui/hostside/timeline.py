@@ -350,7 +350,7 @@ class Timeline:
         for t in self._tasks:
             t.cancel()
         if self._tasks:
-            done, pending = await asyncio.wait(self._tasks, timeout=5)
+            _done, pending = await asyncio.wait(self._tasks, timeout=5)
             for t in pending:
                 log.error("timeline: a sampling loop did not stop within 5 s (%s)", t.get_coro())
         if proc is not None and proc.returncode is None:

@@ -41,12 +41,12 @@ from tui.logparse.patterns import LogLine, classify, clean_line, might_be_fatal,
 
 __all__ = [
     "ENGINES",
+    "PHASES",
     "ErrorEvent",
     "FactEvent",
     "LogEvent",
     "LogLine",
     "LogParser",
-    "PHASES",
     "ParseState",
     "PhaseEvent",
     "StatEvent",

@@ -394,7 +394,7 @@ def severity(line: str) -> str:
         or "Traceback (most recent call last)" in s
         or re.search(r"^\w*(?:Error|Exception)\b|\b\w+(?:Error|Exception): ", s)
         or "NCCL WARN" in s
-        or "Killed" == s.strip()
+        or s.strip() == "Killed"
     ):
         return "error"
     if "WARNING" in head or "WARN " in head or "Warning:" in head or "warnings.warn" in s:

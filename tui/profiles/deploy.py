@@ -489,15 +489,15 @@ def build_deployment(
 
 
 __all__ = [
-    "DeploymentPlan",
     "HEAD",
     "HOST_RUNTIME",
     "RAY_HEAD",
     "RAY_WAIT",
     "RAY_WORKER",
     "SERVER",
-    "Step",
     "WORKER",
+    "DeploymentPlan",
+    "Step",
     "build_deployment",
     "check_deployment",
     "node_host",

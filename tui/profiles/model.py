@@ -330,9 +330,7 @@ def profile_from_dict(
             fk = k[2:] if k.startswith("--") else k
             if not FLAG_NAME_RE.match(fk):
                 raise r.err(("flags", k), f"invalid flag name {k!r} (lower-case words joined by '-')")
-            if isinstance(v, bool):
-                pass
-            elif isinstance(v, (int, float)):
+            if isinstance(v, (bool, int, float)):
                 pass
             elif isinstance(v, str):
                 r.text_value(v, ("flags", k))
@@ -576,13 +574,13 @@ def dangerous_names(p: ServerProfile) -> list[str]:
 
 
 __all__ = [
-    "AttentionPreset",
     "DEPLOY_MODES",
-    "Deploy",
     "ENGINES",
+    "SCHEMA_VERSION",
+    "AttentionPreset",
+    "Deploy",
     "NcclPreset",
     "ProfileError",
-    "SCHEMA_VERSION",
     "ServerProfile",
     "Speculative",
     "dangerous_names",

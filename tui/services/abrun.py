@@ -102,7 +102,7 @@ class ABRun:
             try:
                 info, prof_python = resolve_profile(name, demo=demo)
             except Exception as e:  # profile errors name the file and the key
-                raise ValueError(f"{label} ({name}): {e}") from None
+                raise ValueError(f"{label} ({name}): {e}") from e
             infos[label] = info
             py = py or (prof_python if prof_python != "python3" else None)
         await refuse_while_running(host)

@@ -295,7 +295,7 @@ async def start(
         try:
             planned[name] = plan_side(name, sim=sim)
         except Exception as e:  # profile errors name the file and the key
-            raise ValueError(f"{side} ({name}): {e}") from None
+            raise ValueError(f"{side} ({name}): {e}") from e
         sides[side] = side_info(*planned[name])
     host = LocalHost()
     await refuse_while_running(host)

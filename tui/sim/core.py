@@ -96,7 +96,9 @@ class SimCore(Api):
         self.last_gen_tput = 0.0
         self.rec_file = None
         if args.sim_record_timestamps:
-            self.rec_file = open(args.sim_record_timestamps, "a", buffering=1, encoding="utf-8")
+            self.rec_file = open(  # noqa: SIM115 - open for the server's lifetime, closed on its last flush
+                args.sim_record_timestamps, "a", buffering=1, encoding="utf-8"
+            )
         self.fixed = args.sim_fixed_ttft_ms is not None or args.sim_fixed_itl_ms is not None
         if engine == "sglang":
             self.max_running = args.max_running_requests or (48 if self.spec else 2048)

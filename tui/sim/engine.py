@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import signal
 import sys
 
@@ -27,6 +28,8 @@ from tui.sim.engine_args import (
 from tui.sim.simlog import Fatal
 from tui.sim.vllm_startup import VllmStartup
 from tui.util.aio import cancel_and_wait
+
+log = logging.getLogger(__name__)
 
 
 class Sim(VllmStartup):
@@ -143,6 +146,7 @@ def main(engine: str, argv: list[str]) -> int:
     try:
         sim = Sim(engine, args)
     except Exception as e:  # bad simulator config (gpus.json, record path)
+        log.error("the simulated %s could not start", engine, exc_info=True)
         print(f"tunedeck sim {engine}: {e}", file=sys.stderr)
         return 2
     from tui.util.aio import run_async

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections import deque
 from email.utils import formatdate
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
+
+log = logging.getLogger(__name__)
 
 REASONS = {
     200: "OK",
@@ -45,7 +48,7 @@ _END = b"0\r\n\r\n"
 class Request:
     """One parsed request; ``arrival`` (``time.monotonic()``) and ``arrival_wall`` say when it was read."""
 
-    __slots__ = ("method", "target", "path", "version", "headers", "body", "peer", "arrival", "arrival_wall", "_query")
+    __slots__ = ("_query", "arrival", "arrival_wall", "body", "headers", "method", "path", "peer", "target", "version")
 
     def __init__(
         self,
@@ -109,7 +112,7 @@ def frame(data: bytes) -> bytes:
 class Conn:
     """The response side of one request: writes go straight to the transport."""
 
-    __slots__ = ("proto", "transport", "req", "status", "started", "chunked", "keep_alive", "finished", "on_start")
+    __slots__ = ("chunked", "finished", "keep_alive", "on_start", "proto", "req", "started", "status", "transport")
 
     def __init__(
         self, proto: "HttpProtocol", req: Request, keep_alive: bool, on_start: Callable[[Request, int], None]
@@ -352,8 +355,8 @@ class HttpServer:
         if self.server is not None:
             try:
                 await asyncio.wait_for(self.server.wait_closed(), 2)
-            except (asyncio.TimeoutError, Exception):
-                pass
+            except asyncio.TimeoutError:
+                log.warning("the simulator's listener did not close within 2 s")
 
     def queue(self, proto: HttpProtocol, req: Request, keep_alive: bool) -> None:
         """Route ``req`` soon: after the loop has read every socket that was ready with it."""
@@ -379,6 +382,7 @@ class HttpServer:
         try:
             self.handler(req, conn)
         except Exception as e:  # a bug in a route: answer 500, keep serving
+            log.error("route %s %s failed", req.method, req.path, exc_info=True)
             if not conn.started:
                 conn.send_json(
                     500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "InternalServerError", "code": 500}}

@@ -139,7 +139,7 @@ def _num(v: float) -> str:
 
 
 class Histogram:
-    __slots__ = ("buckets", "counts", "sum", "count", "created")
+    __slots__ = ("buckets", "count", "counts", "created", "sum")
 
     def __init__(self, buckets: Sequence[float]) -> None:
         self.buckets = list(buckets)

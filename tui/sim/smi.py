@@ -214,7 +214,7 @@ def table(cfg: GpuConfig, gpus: list[GpuReading], *, na: bool = False) -> str:
         name = cfg.name if len(cfg.name) <= 29 else cfg.name[:26] + "..."
         out.append(f"| {r.index:>3}  {name:<31}On  |   {cfg.bus_id(r.index)} Off |                    0 |")
         temp = "N/A" if na else f"{r.temp_c}C"
-        pwr = "N/A" if na else f"{int(round(r.power_w))}W"
+        pwr = "N/A" if na else f"{round(r.power_w)}W"
         util = "N/A" if na else f"{r.util}%"
         cap = f"{int(r.power_limit_w or cfg.power_limit_w)}W"
         out.append(

@@ -64,7 +64,7 @@ async def _close_logged(what: str, aw: Awaitable[Any], timeout: float = 3.0) -> 
         await asyncio.wait_for(aw, timeout)
     except asyncio.TimeoutError:
         log.warning("%s did not close within %g s", what, timeout)
-    except Exception:  # noqa: BLE001 - leaving anyway; the log says what stayed open
+    except Exception:
         log.warning("closing %s failed", what, exc_info=True)
 
 
@@ -74,7 +74,7 @@ class ModeSpec:
 
     title: str
     key: str
-    screen: str | Callable[..., Screen]
+    screen: str | Callable[..., Screen[Any]]
 
 
 #: mode name → how to build its screen. Other screens plug in with one line here;
@@ -90,7 +90,7 @@ MODE_REGISTRY: dict[str, ModeSpec] = {
 _INJECTED = ("host", "demo")
 
 
-def _constructible(cls: Callable[..., Screen]) -> bool:
+def _constructible(cls: Callable[..., Screen[Any]]) -> bool:
     """True when ``cls`` can be built with no arguments besides the injected host/demo."""
     try:
         params = inspect.signature(cls).parameters.values()
@@ -104,7 +104,7 @@ def _constructible(cls: Callable[..., Screen]) -> bool:
     return True
 
 
-def _resolve(app: "TunedeckApp", spec: str | Callable[..., Screen]) -> Callable[[], Screen] | None:
+def _resolve(app: "TunedeckApp", spec: str | Callable[..., Screen[Any]]) -> Callable[[], Screen[Any]] | None:
     """A no-argument factory for a mode's screen, or None when the screen needs arguments a mode
     can't give (a wiring mistake, logged).
 
@@ -116,7 +116,7 @@ def _resolve(app: "TunedeckApp", spec: str | Callable[..., Screen]) -> Callable[
         module, _, name = spec.partition(":")
         try:
             cls = getattr(importlib.import_module(module), name)
-        except Exception as e:  # noqa: BLE001 - any import failure of one screen; the rest of the dashboard stays
+        except Exception as e:
             log.error("the %s screen (%s) failed to load", module, spec, exc_info=True)
             failure = f"{type(e).__name__}: {e}"
             return lambda: ScreenFailed(spec, failure)
@@ -130,13 +130,14 @@ def _resolve(app: "TunedeckApp", spec: str | Callable[..., Screen]) -> Callable[
     except (TypeError, ValueError):
         params = {}  # type: ignore[assignment]
 
-    def factory() -> Screen:
+    def factory() -> Screen[Any]:
         kwargs: dict[str, Any] = {}
         if "host" in params:
             kwargs["host"] = app.host
         if "demo" in params:
             kwargs["demo"] = app.demo
-        return cls(**kwargs)
+        screen: Screen[Any] = cls(**kwargs)
+        return screen
 
     return factory
 
@@ -297,7 +298,7 @@ class TunedeckApp(App[int]):
                 "the poll workers", asyncio.gather(*(w.wait() for w in workers), return_exceptions=True), timeout
             )
 
-    def _start_worker(self, name: str) -> Worker | None:
+    def _start_worker(self, name: str) -> Worker[None] | None:
         source = {"gpu": self.sources.gpu, "host": self.sources.host, "servers": self.sources.servers}[name]
         if source is None:
             return None
@@ -470,7 +471,7 @@ class TunedeckApp(App[int]):
         if mode in self.available_modes and mode != self.current_mode:
             try:
                 await self.switch_mode(mode)
-            except Exception as e:  # noqa: BLE001 - a broken screen must not end the dashboard
+            except Exception as e:
                 log.error("opening the %s screen failed", mode, exc_info=True)
                 self.notify(
                     f"cannot open {self.mode_specs[mode].title}: {type(e).__name__}: {e}",

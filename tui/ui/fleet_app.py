@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from textual import on
 from textual.app import App
 from textual.binding import Binding
+from textual.screen import Screen
 from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
@@ -110,7 +111,7 @@ class FleetApp(App[int]):
         """Publishes the target of a host whose snapshots changed."""
         self.sub_title = f"{len(self.members)} hosts"
 
-    def get_default_screen(self):
+    def get_default_screen(self) -> Screen[Any]:
         from tui.ui.screens.fleet import FleetScreen
 
         return FleetScreen()
@@ -136,12 +137,12 @@ class FleetApp(App[int]):
             if aclose is not None:
                 try:
                     await asyncio.wait_for(aclose(), 3)
-                except Exception as e:  # noqa: BLE001 - leaving anyway
+                except Exception as e:
                     log.warning("%s: closing a collector failed: %r", m.target, e, exc_info=e)
         if m.host is not None and self.close_host:
             try:
                 await asyncio.wait_for(m.host.close(), 3)
-            except Exception as e:  # noqa: BLE001 - leaving anyway
+            except Exception as e:
                 log.warning("%s: closing the connection failed: %r", m.target, e, exc_info=e)
 
     # ------------------------------------------------------------------ workers
@@ -164,7 +165,7 @@ class FleetApp(App[int]):
             except (asyncio.TimeoutError, TimeoutError):
                 log.warning("%s: poll workers still running after %g s", target, timeout)
 
-    def _start_worker(self, target: str, name: str) -> Worker | None:
+    def _start_worker(self, target: str, name: str) -> Worker[None] | None:
         sources = self.members[target].sources
         source = {"gpu": sources.gpu, "host": sources.host, "servers": sources.servers}[name]
         if source is None:
@@ -240,7 +241,7 @@ class FleetApp(App[int]):
         while True:
             try:
                 found = await asyncio.to_thread(deployments_on, targets)
-            except Exception:  # noqa: BLE001 - a bad record must not end the fleet view: logged, retried
+            except Exception:
                 log.exception("deployment records not read")
             else:
                 self.post_message(DeploymentSamples(found))

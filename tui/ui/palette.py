@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Iterator, cast
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
@@ -16,7 +16,7 @@ class TunedeckCommands(Provider):
     """Exposes mode switches, app actions (reconnect, quit, ...) and the current
     screen's bindings (with their descriptions and tooltips) as palette commands."""
 
-    def _commands(self) -> Iterator[tuple[str, str, partial]]:
+    def _commands(self) -> Iterator[tuple[str, str, partial[Any]]]:
         app = cast("TunedeckApp", self.app)
         seen: set[str] = set()
         for mode, spec in app.mode_specs.items():

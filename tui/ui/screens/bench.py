@@ -139,7 +139,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         attach: tuple[Any, str] | None = None,
         name: str | None = None,
         id: str | None = None,
-    ) -> None:  # noqa: A002
+    ) -> None:
         super().__init__(name=name, id=id)
         self.bench_args = list(bench_args)
         #: (host, job id) of a host-side benchmark to follow instead of starting one
@@ -503,7 +503,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
 
 
 def _ms(v: Any, digits: int) -> str:
-    if v is None or isinstance(v, float) and not math.isfinite(v):
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "N/A"
     return f"{float(v):.{digits}f} ms"
 

@@ -120,7 +120,7 @@ def bench_args(form: BenchForm, server: ServerStats | None, *, target: str | Non
         elif target and target != "local":
             args += ["--host", target]
         args += ["--port", str(server.port)]
-        if server.name and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", server.name) and not server.run_id == server.name:
+        if server.name and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", server.name) and server.run_id != server.name:
             args += ["--profile", server.name]
     if form.endpoint not in ("completions", "chat"):
         raise BenchFormError("endpoint", f"{form.endpoint!r}: expected completions or chat")
@@ -141,7 +141,7 @@ def bench_args(form: BenchForm, server: ServerStats | None, *, target: str | Non
     return args
 
 
-class BenchSetupScreen(Screen):
+class BenchSetupScreen(Screen[None]):
     """Servers + benchmark form + stored results."""
 
     DEFAULT_CSS = """
@@ -201,7 +201,7 @@ class BenchSetupScreen(Screen):
         form: BenchForm | None = None,
         name: str | None = None,
         id: str | None = None,
-    ) -> None:  # noqa: A002
+    ) -> None:
         super().__init__(name=name, id=id)
         self.host = host
         self.demo = demo
@@ -455,7 +455,7 @@ class BenchSetupScreen(Screen):
             if where == "tunnel":
                 where = "SSH tunnel"  # measured through an SSH tunnel: the link is in the numbers
 
-            def num(key: str, fmt: str) -> str:
+            def num(key: str, fmt: str, s: dict[str, Any] = s) -> str:
                 v = s.get(key)
                 if key == "median_ttft_ms" and s.get("completed") == 0:
                     return "N/A"  # the vLLM-style summary writes 0 when no request finished
@@ -543,4 +543,4 @@ class BenchSetupScreen(Screen):
         out.update(Text(f"{head}\n{text}"))
 
 
-__all__ = ["BenchForm", "BenchFormError", "BenchSetupScreen", "SLO_FIELDS", "bench_args", "goodput_items"]
+__all__ = ["SLO_FIELDS", "BenchForm", "BenchFormError", "BenchSetupScreen", "bench_args", "goodput_items"]

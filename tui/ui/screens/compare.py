@@ -84,7 +84,7 @@ class ABTimeline(Message):
         """What the panel says above it."""
 
 
-class CompareScreen(Screen):
+class CompareScreen(Screen[None]):
     """A/B: mark A and B, one key to run, and the comparison view."""
 
     DEFAULT_CSS = """
@@ -363,7 +363,7 @@ class CompareScreen(Screen):
             async for ev in campaign.events():
                 self.post_message(ABProgress(ev))
         except Exception as e:  # the link died for good, or the job folder went away
-            log.warning("A/B follow ended: %s", e)
+            log.warning("A/B follow ended: %s", e, exc_info=True)
             self.campaign = None
             self.refresh_bindings()
             self._status(Text(f"lost the A/B: {e}; it goes on on the host (c reopens this screen)"))
@@ -461,8 +461,8 @@ class CompareScreen(Screen):
             )
 
     # ------------------------------------------------------------------ view
-    def _series_of(self, a, b) -> tuple[list[float], list[float]] | None:
-        def peak_run(side) -> str | None:
+    def _series_of(self, a: Any, b: Any) -> tuple[list[float], list[float]] | None:
+        def peak_run(side: Any) -> str | None:
             if not side.runs:
                 return None
             cs = side.concurrencies()

@@ -16,9 +16,9 @@ the number of hosts (a redraw writes only the cells that changed).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tui.ui.fleet_app import FleetApp
 
 
-class FleetScreen(Screen):
+class FleetScreen(Screen[None]):
     """Hosts (expandable to GPUs) and the servers of every host."""
 
     MIN_REDRAW = 0.5
@@ -56,7 +56,7 @@ class FleetScreen(Screen):
     FleetScreen #deployments-panel.-shown { display: block; }
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.expanded: set[str] = set()
         """Targets whose GPU rows are shown."""
@@ -91,7 +91,7 @@ class FleetScreen(Screen):
         if self._dirty:
             self.redraw()
 
-    def on_resize(self, event) -> None:
+    def on_resize(self, event: events.Resize) -> None:
         self._fit(event.size.width)
 
     def _fit(self, width: int) -> None:

@@ -7,6 +7,7 @@ Launching itself belongs to the launcher: this screen posts :class:`LaunchScreen
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +28,8 @@ from tui.profiles.schema import BUILTIN_BACKENDS
 from tui.profiles.store import ProfileStore
 from tui.ui.screens.modals import ConfirmModal
 from widgets.preset_form import AttentionChoice, FormChoices, FormMessage, FormValues, NcclChoice, PresetForm
+
+log = logging.getLogger(__name__)
 
 #: attention backends for hardware other than NVIDIA GPUs: hidden once the host's GPUs are known
 FOREIGN_BACKENDS = {
@@ -143,7 +146,7 @@ def profile_from_values(base: ServerProfile, v: FormValues) -> tuple[ServerProfi
     return p, []
 
 
-class LaunchScreen(Screen):
+class LaunchScreen(Screen[None]):
     """Edit, check, save and launch a server profile.
 
     The title line names the profile, says where it lives (a built-in is read-only: *Save as* keeps
@@ -297,6 +300,7 @@ class LaunchScreen(Screen):
         try:
             facts = await probe_host(self.host, profile, demo=self.demo)
         except Exception as e:  # the built-in choices stay; say why
+            log.warning("reading the engine's backends on %s failed", self.host, exc_info=True)
             self.notify(f"Could not read the engine's backends: {e}", severity="warning", markup=False)
             return
         if facts.gpus:
@@ -313,6 +317,7 @@ class LaunchScreen(Screen):
         try:
             report = await preflight(self.host, profile, demo=self.demo, store=self.store)
         except Exception as e:  # HostError, UnsafeInput: the host's state, shown inline
+            log.warning("pre-flight on %s failed", self.host, exc_info=True)
             self.form.show_messages([FormMessage("error", "host", f"pre-flight failed: {e}")])
             return
         if report.facts.backends and report.facts.backends_source != "builtin":
@@ -363,7 +368,7 @@ class LaunchScreen(Screen):
     # ------------------------------------------------------------------ actions
     @on(PresetForm.SaveRequested)
     def _save(self, event: PresetForm.SaveRequested) -> None:
-        profile, cmd, msgs = self._evaluate(event.values)
+        profile, _cmd, msgs = self._evaluate(event.values)
         if profile is None:
             self.form.show_messages(msgs)
             self.notify("Fix the errors before saving", severity="error")

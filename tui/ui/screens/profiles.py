@@ -81,7 +81,7 @@ def warnings_modal(name: str, warnings: list[Any]) -> ConfirmModal:
 
 
 async def checked_command(
-    screen: Screen,
+    screen: Screen[Any],
     host: Any,
     profile: ServerProfile,
     *,
@@ -126,7 +126,7 @@ def _attention(p: ServerProfile) -> str:
     return "default"
 
 
-class ProfilesScreen(Screen):
+class ProfilesScreen(Screen[None]):
     """Built-in and user profiles, the command preview, and one-key launch / edit / A/B."""
 
     DEFAULT_CSS = """
@@ -186,7 +186,7 @@ class ProfilesScreen(Screen):
         store: ProfileStore | None = None,
         name: str | None = None,
         id: str | None = None,
-    ) -> None:  # noqa: A002
+    ) -> None:
         super().__init__(name=name, id=id)
         self.host = host
         self.demo = demo

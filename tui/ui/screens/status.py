@@ -10,9 +10,9 @@ histories are kept by the app, so sparklines have no gaps.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tui.ui.app import TunedeckApp
 
 
-class StatusScreen(Screen):
+class StatusScreen(Screen[None]):
     """GPU table and process table, host panel, server panel, link banner."""
 
     MIN_GPU_REDRAW = 0.5
@@ -68,7 +68,7 @@ class StatusScreen(Screen):
     StatusScreen #procs-panel { width: 1fr; height: 100%; border: round $primary 50%; }
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._dirty = False
         self._last_gpu_draw = 0.0
@@ -108,7 +108,7 @@ class StatusScreen(Screen):
         if self._dirty:
             self.redraw()
 
-    def on_resize(self, event) -> None:
+    def on_resize(self, event: events.Resize) -> None:
         self._fit(event.size.width)
 
     def _fit(self, width: int) -> None:

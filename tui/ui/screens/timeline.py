@@ -22,7 +22,7 @@ from tui.timeline_model import TimelineSnapshot, figure
 from widgets.timeline_charts import TimelinePanel
 
 
-class TimelineScreen(Screen):
+class TimelineScreen(Screen[None]):
     """The timeline of the stored result ``run_id``."""
 
     BINDINGS = [Binding("escape", "close", "Back", id="timeline-back")]
@@ -40,7 +40,7 @@ class TimelineScreen(Screen):
         error: str = ""
         """Why nothing was read."""
 
-    def __init__(self, run_id: str, *, name: str | None = None, id: str | None = None) -> None:  # noqa: A002
+    def __init__(self, run_id: str, *, name: str | None = None, id: str | None = None) -> None:
         super().__init__(name=name, id=id)
         self.run_id = run_id
         """The result shown."""
