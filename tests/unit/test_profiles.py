@@ -213,6 +213,35 @@ def test_atomic_save_and_reload(user_dir):
         store.save(p.with_(source="", path=""), name="mine")
 
 
+def test_saving_a_hand_edited_profile_keeps_its_comments_order_and_formatting(user_dir):
+    """Only what changed is rewritten: the operator's notes, layout and key order survive a save."""
+    user_dir.mkdir()
+    f = user_dir / "notes.toml"
+    hand = (
+        "# DeepSeek on the 8×H200 box: keep tp at 8, the 4-GPU run OOMed on 2026-11-02\n"
+        'engine = "sglang"\n'
+        'model   = "deepseek-ai/DeepSeek-V3"   # the FP8 checkpoint\n'
+        "port = 30001\n"
+        "tp = 8\n"
+        "\n"
+        "[flags]\n"
+        "# tried 2 and 8; 4 was best\n"
+        "num-continuous-decode-steps = 4\n"
+    )
+    f.write_text(hand)
+    store = ProfileStore()
+    p = store.get("notes")
+    store.save(p.with_(port=30002))
+    text = f.read_text()
+    assert text == hand.replace("port = 30001", "port = 30002")
+    # a flag removed in the form goes, its neighbours' comments stay
+    store.save(store.get("notes").with_(flags=()))
+    text = f.read_text()
+    assert "num-continuous-decode-steps" not in text
+    assert text.startswith("# DeepSeek on the 8×H200 box") and "# the FP8 checkpoint" in text
+    assert store.get("notes").port == 30002 and store.get("notes").flags == ()
+
+
 def test_never_overwrites_a_file_that_does_not_parse(user_dir):
     user_dir.mkdir()
     f = user_dir / "hand.toml"

@@ -14,9 +14,11 @@ In each folder a server profile is ``NAME.toml`` directly in it or in ``servers/
 built-in shadows it. Built-ins are read-only: saving one is refused, "save as" writes a user copy
 (to keep the built-in's name it must be asked for explicitly: ``shadow_builtin=True``).
 
-Saving writes TOML with tomli-w through :func:`tui.util.files.atomic_write_text` (temp file in
-the same folder, fsync, atomic replace), keeps the previous version as ``NAME.toml.bak``, and
-never replaces a file that does not parse (the user's hand edits would be lost).
+Saving writes TOML through :func:`tui.util.files.atomic_write_text` (temp file in the same
+folder, fsync, atomic replace), keeps the previous version as ``NAME.toml.bak``, and never
+replaces a file that does not parse (the user's hand edits would be lost). A new file is written
+with tomli-w; an existing one is updated in place (:func:`tui.util.tomledit.updated_toml`), so the
+user's comments, key order and formatting survive a save from the form.
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ from tui.profiles.model import (
     ProfileError,
     ServerProfile,
     load_profile_file,
+    profile_to_dict,
     profile_to_toml,
 )
 from tui.profiles.presets import DEFAULT_NCCL, load_preset_file
 from tui.util.files import atomic_write_text, remove_stale_temps
 from tui.util.paths import config_dir
 from tui.util.safety import is_secret_name
+from tui.util.tomledit import updated_toml
 
 ENV_VAR = "TUNEDECK_PROFILES"
 
@@ -202,7 +206,12 @@ class ProfileStore:
                     key=e.key,
                 ) from None
         new = profile.with_(name=target_name, source="user", path=str(target))
-        text = profile_to_toml(new)
+        # a file the user wrote keeps its comments, order and formatting: only what changed is rewritten
+        if target.exists():
+            before = profile_to_dict(load_profile_file(target, source="user"))
+            text = updated_toml(target.read_text(encoding="utf-8"), before, profile_to_dict(new))
+        else:
+            text = profile_to_toml(new)
         target.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temps(target.parent)
         # anything that looks like a secret (HF_TOKEN, --api-key, …) is readable by the owner only
