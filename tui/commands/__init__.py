@@ -21,7 +21,7 @@ class _HostAction(argparse.Action):
         parser: argparse.ArgumentParser,
         namespace: argparse.Namespace,
         values: object,
-        option_string: str | None = None,
+        _option_string: str | None = None,
     ) -> None:
         namespace.hosts = [*(getattr(namespace, "hosts", None) or []), values]
         namespace.host = values

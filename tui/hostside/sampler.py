@@ -673,7 +673,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     out = Output(sys.stdout.fileno(), args.keepalive)
     sampler = Sampler(args, out)
 
-    def on_signal(signum: int, frame: Any) -> None:
+    def on_signal(_signum: int, _frame: Any) -> None:
         sampler.stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

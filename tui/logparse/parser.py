@@ -895,9 +895,7 @@ def parse_text(text: str, engine: str | None = None) -> tuple[ParseState, list[L
     return p.state, events
 
 
-def parse_file(
-    path: str, engine: str | None = None, *, skip_source_header: bool = True
-) -> tuple[ParseState, list[LogEvent]]:
+def parse_file(path: str, engine: str | None = None) -> tuple[ParseState, list[LogEvent]]:
     p = LogParser(engine)
     events: list[LogEvent] = []
     with open(path, "rb") as f:
