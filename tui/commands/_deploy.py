@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+from tui.commands._ask import confirm
 from tui.commands._runs import age, err
 from tui.hostops.hosts import HostError
 from tui.hostops.launcher import process_alive
@@ -304,28 +305,9 @@ async def follow_logs(args: argparse.Namespace, rec: D.DeploymentRecord, node: s
 async def stop(args: argparse.Namespace, rec: D.DeploymentRecord) -> int:
     order = rec.stop_order()
     desc = ", ".join(f"{m.node} ({m.kind})" for m in order)
-    if not args.yes:
-        if not sys.stdin.isatty():
-            print(
-                f"tunedeck stop: stop deployment {rec.deploy_id} ({desc})? Not stopped: pass --yes to stop "
-                "without asking.",
-                file=sys.stderr,
-            )
-            return 1
-
-        def ask() -> bool:
-            try:
-                ans = input(
-                    f"Stop deployment {rec.deploy_id} ({rec.profile}) on {len(rec.nodes)} nodes, in this "
-                    f"order: {desc}? [y/N] "
-                )
-            except EOFError:
-                ans = ""
-            return ans.strip().lower() in ("y", "yes")
-
-        if not await asyncio.get_running_loop().run_in_executor(None, ask):
-            print("not stopped", file=sys.stderr)
-            return 1
+    question = f"Stop deployment {rec.deploy_id} ({rec.profile}) on {len(rec.nodes)} nodes, in this order: {desc}?"
+    if not await confirm(question, prog="stop", yes=args.yes, refused="not stopped"):
+        return 1
     hosts = await D.open_hosts(rec.nodes)
     try:
         results, free = await D.stop(rec, hosts, grace=args.grace, gpu_wait=args.gpu_wait)

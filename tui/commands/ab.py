@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from tui.ab.compare import DEFAULT_NOISE_PCT
 from tui.ab.plans import PlanError, load_plan
 from tui.ab.render import to_text
+from tui.commands._ask import confirm
 from tui.util.safety import UnsafeInput
 
 if TYPE_CHECKING:
@@ -98,14 +99,7 @@ def _fail(msg: str, code: int = 2) -> int:
 
 async def _ask(args: argparse.Namespace, question: str) -> bool:
     """``--yes``, or y at a terminal; no terminal and no --yes means no (Cancel is the default)."""
-    if args.yes:
-        return True
-    if not sys.stdin.isatty():
-        print(f"tunedeck ab: {question} Pass --yes to do it without asking.", file=sys.stderr)
-        return False
-    loop = asyncio.get_running_loop()
-    ans = await loop.run_in_executor(None, lambda: input(f"{question} [y/N] "))
-    return ans.strip().lower() in ("y", "yes")
+    return await confirm(question, prog="ab", yes=args.yes)
 
 
 async def run(args: argparse.Namespace) -> int:

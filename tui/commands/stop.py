@@ -6,11 +6,11 @@ Without RUN it stops every live run on the target, whatever its recorded state
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from typing import TYPE_CHECKING
 
+from tui.commands._ask import confirm
 from tui.commands._runs import choose, err, host_from_args, live_records, records_for
 from tui.hostops.hosts import HostError
 from tui.hostops.launcher import stop_run
@@ -41,20 +41,14 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
-def _confirm(recs: list[RunRecord], target: str) -> bool:
+def _question(recs: list[RunRecord], target: str) -> tuple[str, list[str]]:
+    """The question to ask before stopping ``recs``, and the lines that list them."""
     if len(recs) == 1:
         r = recs[0]
-        q = f"Stop run {r.run_id} on {target} ({r.status}, pid {r.pid}: {' '.join(r.argv)[:100]})? [y/N] "
-    else:
-        print(f"{len(recs)} live runs on {target}:", file=sys.stderr)
-        for r in recs:
-            print(f"  {r.run_id} ({r.status}, pid {r.pid}): {' '.join(r.argv)[:90]}", file=sys.stderr)
-        q = f"Stop all {len(recs)}? [y/N] "
-    try:
-        ans = input(q)
-    except EOFError:
-        ans = ""
-    return ans.strip().lower() in ("y", "yes")
+        return f"Stop run {r.run_id} on {target} ({r.status}, pid {r.pid}: {' '.join(r.argv)[:100]})?", []
+    lines = [f"{len(recs)} live runs on {target}:"]
+    lines += [f"  {r.run_id} ({r.status}, pid {r.pid}): {' '.join(r.argv)[:90]}" for r in recs]
+    return f"Stop all {len(recs)} ({', '.join(f'run {r.run_id}' for r in recs)}) on {target}?", lines
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -79,18 +73,9 @@ async def run(args: argparse.Namespace) -> int:
                 last = store.all(host.target)
                 tail = f" (last run {last[-1].run_id} is {last[-1].status})" if last else ""
                 return err("stop", f"no running server on {host.target}{tail}")
-        if not args.yes:
-            # No terminal and no --yes means no (like `tunedeck ab`); Cancel is the default.
-            if not sys.stdin.isatty():
-                desc = ", ".join(f"run {r.run_id}" for r in targets)
-                print(
-                    f"tunedeck stop: stop {desc} on {host.target}? Not stopped: pass --yes to stop without asking.",
-                    file=sys.stderr,
-                )
-                return 1
-            if not await asyncio.get_running_loop().run_in_executor(None, _confirm, targets, host.target):
-                print("not stopped", file=sys.stderr)
-                return 1
+        question, details = _question(targets, host.target)
+        if not await confirm(question, prog="stop", yes=args.yes, details=details, refused="not stopped"):
+            return 1
         if args.sim:
             from tui.services import runtime
 
