@@ -2,12 +2,14 @@
 
 A value that was not reported (:data:`tui.model.NA`, None, NaN, not a number) reads
 ``N/A``, never 0. Sizes: :func:`human_bytes` (auto unit) and :func:`gib`; durations:
-:func:`uptime` (how long something has run) and :func:`eta` (a countdown or estimate).
+:func:`uptime` (how long something has run) and :func:`eta` (a countdown or estimate). Tables of
+text: :func:`text_table`.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Collection, Iterable, Sequence
 
 from tui.model import NA
 
@@ -76,3 +78,38 @@ def eta(seconds: object) -> str:
     if s >= 3600:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def text_table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    *,
+    indent: str = "",
+    right: Collection[int] = (),
+    rule: bool = False,
+) -> list[str]:
+    """Rows of plain text in aligned columns: the one table printer of the command line.
+
+    Columns are as wide as their widest cell and two spaces apart; the last column is not padded
+    (a long command or path runs on), trailing spaces are dropped. ``right`` holds the indexes of
+    right-aligned (numeric) columns; ``rule`` puts a line of dashes under the headers. Cells are
+    shown with ``str``; text of host origin must be made safe before it gets here."""
+    body = [[str(c) for c in r] for r in rows]
+    head = [str(h) for h in headers]
+    n = len(head)
+    widths = [max([len(head[i])] + [len(r[i]) for r in body if i < len(r)]) for i in range(n)]
+
+    def line(cells: Sequence[str]) -> str:
+        out = []
+        for i, c in enumerate(cells):
+            if i == len(cells) - 1 and i not in right:
+                out.append(c)
+            else:
+                out.append(c.rjust(widths[i]) if i in right else c.ljust(widths[i]))
+        return (indent + "  ".join(out)).rstrip()
+
+    lines = [line(head)]
+    if rule:
+        lines.append(indent + "  ".join("-" * w for w in widths))
+    lines += [line(r) for r in body]
+    return lines

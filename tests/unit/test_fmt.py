@@ -25,3 +25,19 @@ def test_durations():
     assert fmt.uptime(4 * 3600 + 5 * 60) == "4h 5m"
     assert fmt.uptime(306) == "5m 6s"
     assert fmt.eta(3720) == "1h02m" and fmt.eta(184) == "3m04s" and fmt.eta(42) == "42s" and fmt.eta(-3) == "0s"
+
+
+def test_text_table_aligns_columns_and_leaves_the_last_one_unpadded():
+    from tui.fmt import text_table
+
+    lines = text_table(
+        ("NAME", "TP", "MODEL"), [("a", 8, "deepseek-ai/DeepSeek-V3"), ("longer-name", 16, "m")], right=(1,)
+    )
+    assert lines == [
+        "NAME         TP  MODEL",
+        "a             8  deepseek-ai/DeepSeek-V3",
+        "longer-name  16  m",
+    ]
+    ruled = text_table(("A", "B"), [("x", "yy")], indent="  ", rule=True)
+    assert ruled == ["  A  B", "  -  --", "  x  yy"]
+    assert text_table(("ONLY",), []) == ["ONLY"]

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from tui.ab.compare import Comparison, Row, Stat
+from tui.fmt import text_table
 
 
 def fmt_value(stat: Stat | None, unit: str) -> str:
@@ -36,14 +37,7 @@ def _cells(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
 
 def to_text(cmp: Comparison) -> str:
     head, body = _cells(cmp)
-    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
-    aligns = ["<", ">", ">", ">", "<"]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(f"{c:{a}{w}}" for c, a, w in zip(cells, aligns, widths)).rstrip()
-
-    out = [cmp.headline, "", line(head), "  ".join("-" * w for w in widths)]
-    out += [line(r) for r in body]
+    out = [cmp.headline, "", *text_table(head, body, right=(1, 2, 3), rule=True)]
     out.append("")
     out.append(cmp.noise_method)
     if cmp.config_diff:

@@ -11,6 +11,7 @@ from typing import Any
 
 from tui.commands._ask import confirm
 from tui.commands._runs import age, err
+from tui.fmt import text_table
 from tui.hostops.hosts import HostError
 from tui.hostops.launcher import process_alive
 from tui.hostops.runstore import RunStore
@@ -189,12 +190,20 @@ async def show_deployment(args: argparse.Namespace, rec: D.DeploymentRecord) -> 
     )
     if rec.diagnosis:
         print(f"  {visible(rec.diagnosis)}")
-    print(f"  {'NODE':28} {'ROLE':8} {'KIND':10} {'RUN':14} {'STATUS':9} {'PID':>8} ALIVE")
-    for r in rows:
-        print(
-            f"  {visible(r['node'])[:28]:28} {r['role']:8} {r['kind']:10} {r['run_id']:14} {r['status']:9} "
-            f"{r['pid'] or '-':>8} {'yes' if r['alive'] else 'no' if r['alive'] is False else '?'}"
+    table = [
+        (
+            visible(r["node"])[:28],
+            r["role"],
+            r["kind"],
+            r["run_id"],
+            r["status"],
+            r["pid"] or "-",
+            "yes" if r["alive"] else "no" if r["alive"] is False else "?",
         )
+        for r in rows
+    ]
+    for line in text_table(("NODE", "ROLE", "KIND", "RUN", "STATUS", "PID", "ALIVE"), table, indent="  ", right=(5,)):
+        print(line)
     return 0
 
 

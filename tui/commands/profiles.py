@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TextIO
 
+from tui.fmt import text_table
 from tui.profiles.builder import Issue, build_command, check_profile, line_of_key, resolve_nccl
 from tui.profiles.diff import diff_commands
 from tui.profiles.model import ServerProfile, load_profile_file, profile_jsonable, profile_to_toml
@@ -58,15 +59,14 @@ def _list(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    rows = [("NAME", "ENGINE", "SOURCE", "TP", "ATTENTION", "NCCL", "MODEL")]
+    rows = []
     for p in sorted(listing.profiles, key=lambda p: p.name):
         att = p.attention_backend or "auto"
         if p.prefill_backend or p.decode_backend:
             att += f" (prefill {p.prefill_backend or '-'}, decode {p.decode_backend or '-'})"
         rows.append((p.name, p.engine, p.source, str(p.tp), att, p.nccl_preset, p.model))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    for r in rows:
-        _p("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    for line in text_table(("NAME", "ENGINE", "SOURCE", "TP", "ATTENTION", "NCCL", "MODEL"), rows):
+        _p(line)
     for p in listing.shadowed:
         _p(f"note: built-in {p.name!r} is shadowed by the user profile of the same name", file=sys.stderr)
     for e in listing.errors + tuple(store.preset_errors()):

@@ -20,7 +20,7 @@ import logging
 import sys
 from typing import Any, Sequence
 
-from tui.fmt import gib, uptime
+from tui.fmt import gib, text_table, uptime
 from tui.model import NA, StatusSnapshot, is_na
 
 log = logging.getLogger(__name__)
@@ -232,15 +232,7 @@ def _f(v: Any, fmt: str = "{:.0f}", suffix: str = "") -> str:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
-    widths = [len(h) for h in headers]
-    for r in rows:
-        for i, c in enumerate(r):
-            widths[i] = max(widths[i], len(c))
-    out = []
-    for r in [list(headers), *rows]:
-        cells = [c.ljust(widths[i]) if i < len(r) - 1 else c for i, c in enumerate(r)]
-        out.append(indent + "  ".join(cells).rstrip())
-    return out
+    return text_table(headers, rows, indent=indent)
 
 
 def format_status(snap: StatusSnapshot) -> str:
