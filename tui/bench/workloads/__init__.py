@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from tui.bench.workloads.base import (
+    MOONCAKE_BLOCK,
     Workload,
     WorkloadError,
     WorkloadSpec,
@@ -22,6 +23,7 @@ from tui.bench.workloads.synthetic import conversation, prefix_repetition, rando
 
 __all__ = [
     "FILE_SOURCES",
+    "MOONCAKE_BLOCK",
     "OPTIONS",
     "SIZED_SOURCES",
     "SOURCES",
