@@ -19,11 +19,16 @@ prompts, serializing the requests, GC settings and opening the connections
 reported separately). Samples go to a writer thread, so no disk I/O runs on
 the event loop while timing.
 
-Prompts: for ``/v1/completions``, exactly ``input_len`` token ids (seeded;
-vLLM and SGLang accept ``prompt: [ids]``). For chat, seeded common words,
-calibrated with the server's ``/tokenize`` where it exists (else an
-estimate, flagged). Each response's ``usage.prompt_tokens`` is checked
-against the length sent; differences are counted in the summary.
+Prompts come from the workload source (:mod:`tui.bench.workloads`, chosen by
+``cfg.workload``; docs/workloads.md), built for every level before anything is
+sent, so a bad workload stops the run with one line. The default, ``random``:
+for ``/v1/completions``, exactly ``input_len`` token ids (seeded; vLLM and
+SGLang accept ``prompt: [ids]``); for chat, seeded common words. Text prompts
+with target lengths (random on chat, ``text``) are fitted with the server's
+``/tokenize`` where it exists (else an estimate, flagged). Each response's
+``usage.prompt_tokens`` is checked against the length sent; differences are
+counted in the summary. Each level's meta and summary record the workload
+(name, options, sha256 of the prompt set) and the lengths sent.
 
 Progress: ``emit`` receives plain dicts (the JSON shape of
 :class:`tui.bench.records.BenchEvent`): ``waiting``, ``start``,
