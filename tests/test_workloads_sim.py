@@ -90,3 +90,19 @@ def test_sharegpt_on_the_host_sends_the_files_prompts_and_lengths(tmp_path):
     samples = store.read_samples(s["run_id"])
     assert sorted((x["prompt_len"], x["output_tokens"]) for x in samples) == want
     assert s["workload_lengths"]["output"]["max"] == max(o for _, o in want)
+
+
+@pytest.mark.timeout(200)
+def test_text_prompts_are_fitted_to_exact_lengths_with_the_servers_tokenize():
+    port = free_port()
+    with _sim(port):
+        r = _bench(
+            "--url", f"http://127.0.0.1:{port}", "--dataset-name", "text", "--input-len", "60",
+            "--output-len", "3", "--num-prompts", "6", "--concurrency", "3",
+        )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout)
+    assert s["completed"] == 6 and s["params"]["prompt_lengths"] == "server-tokenizer"
+    assert s["workload"]["name"] == "text" and s["params"]["input_len"] == 60
+    samples = store.read_samples(s["run_id"])
+    assert [x["prompt_len"] for x in samples] == [60] * 6 and all(x["prompt_len_exact"] for x in samples)

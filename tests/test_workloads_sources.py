@@ -243,3 +243,19 @@ def test_results_without_a_workload_read_as_random():
     assert workload_of(old) == {"name": "random", "params": {"input_len": 128, "output_len": 64}, "sha256": None}
     new = {"workload": {"name": "text", "params": {"input_len": 9}, "sha256": "ab"}}
     assert workload_of(new)["name"] == "text"
+
+
+def test_the_workload_lines_of_a_result_cannot_act_on_the_terminal():
+    from tui.bench.metrics import format_extras
+
+    summary = {
+        "params": {"ignore_eos": True},
+        "workload": {"name": "evil\x1b[2J", "params": {"note": "\u202ex\x07"}, "sha256": "0" * 64},
+        "workload_lengths": {"input": {"count": 2, "min": 3, "mean": 4.5, "p50": 3, "p90": 6, "max": 6}},
+        "workload_skipped": {"too_long": 2},
+    }
+    text = format_extras(summary)
+    assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+    assert "Workload: evil\\x1b[2J (note=\\u202ex\\x07)  prompt set 000000000000" in text
+    assert "Lengths sent: input min/mean/p50/p90/max 3/4.5/3/6/6" in text
+    assert "Skipped: too_long=2" in text

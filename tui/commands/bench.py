@@ -474,6 +474,7 @@ def _printer(args: argparse.Namespace) -> Any:
     from tui.bench import metrics
     from tui.bench.workloads import workload_of
     from tui.services.benchrun import TUNNEL_NOTE, measured_through_tunnel
+    from tui.util.safety import visible
 
     human = sys.stderr if (args.progress or args.json == "-") else sys.stdout
 
@@ -485,8 +486,8 @@ def _printer(args: argparse.Namespace) -> Any:
             s = msg["summary"]
             c, r = s.get("max_concurrency"), s.get("request_rate")
             where = f"  ({TUNNEL_NOTE})" if measured_through_tunnel(s) else ""
-            wl = workload_of(s)
-            print(f"run {s.get('run_id')}  concurrency={c} request_rate={r} workload={wl['name']}{where}", file=human)
+            wl = visible(workload_of(s)["name"])
+            print(f"run {s.get('run_id')}  concurrency={c} request_rate={r} workload={wl}{where}", file=human)
             print(metrics.format_result(s, args.metric_percentiles), file=human)
             print(metrics.format_extras(s), file=human, flush=True)
         elif msg.get("type") == "waiting" and not args.progress:

@@ -20,6 +20,7 @@ from tui.bench.workloads.base import (
 )
 from tui.bench.workloads.datasets import burstgpt, custom, mooncake, sharegpt
 from tui.bench.workloads.synthetic import conversation, prefix_repetition, random_source, shared_prefix, text_source
+from tui.util.safety import visible
 
 __all__ = [
     "FILE_SOURCES",
@@ -174,4 +175,5 @@ def describe(wl: Mapping[str, Any]) -> str:
     params: Optional[Mapping[str, Any]] = wl.get("params")
     opts = ", ".join(f"{k}={v}" for k, v in sorted((params or {}).items()) if k != "file_sha256")
     sha = wl.get("sha256")
-    return f"{wl.get('name')}" + (f" ({opts})" if opts else "") + (f"  prompt set {str(sha)[:12]}" if sha else "")
+    line = f"{wl.get('name')}" + (f" ({opts})" if opts else "") + (f"  prompt set {str(sha)[:12]}" if sha else "")
+    return visible(line)  # a result may come from a host: nothing in it may act on the terminal
