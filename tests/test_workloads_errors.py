@@ -187,3 +187,29 @@ async def test_a_data_file_is_placed_on_the_host_once_per_content(tmp_path):
     assert await runtime.ensure_data(host, data) == first  # already there: not written again
     assert Path(first).stat().st_mtime_ns == mtime
     assert not [p for p in (home / "data").iterdir() if p.name.startswith(".")]  # no staged leftovers
+
+
+def _cfg(*argv: str):
+    from tui.bench import metrics
+    from tui.commands.bench import _config, parse_args
+
+    args = parse_args(["--url", "http://127.0.0.1:9", *argv])
+    return _config(args, args.url, metrics.parse_goodput(args.goodput))
+
+
+def test_vllm_option_names_reach_the_config(tmp_path):
+    cfg = _cfg("--random-input-len", "64", "--random-output-len", "9", "--random-range-ratio", "0.5")
+    assert (cfg.input_len, cfg.output_len, cfg.ignore_eos) == (64, 9, True)
+    assert cfg.workload.name == "random" and cfg.workload.params == {"range_ratio": 0.5}
+    assert cfg.workload_spec().params == {"input_len": 64, "output_len": 9, "range_ratio": 0.5}
+    f = tmp_path / "sg.json"
+    f.write_text(json.dumps([{"conversations": GOOD_TURNS}]))
+    sg = _cfg("--dataset-name", "sharegpt", "--dataset-path", str(f), "--sharegpt-output-len", "5")
+    assert sg.ignore_eos is False and sg.workload.path == str(f) and sg.workload.params == {"output_len": 5}
+    assert _cfg("--dataset-name", "sharegpt", "--dataset-path", str(f), "--ignore-eos").ignore_eos is True
+    trace = tmp_path / "t.csv"
+    trace.write_text("Timestamp,Request tokens,Response tokens\n0,5,5\n")
+    bg = _cfg("--dataset-name", "burstgpt", "--dataset-path", str(trace), "--trace-speed", "4")
+    assert bg.workload.params == {"trace_speed": 4.0} and bg.ignore_eos is True
+    with pytest.raises(ValueError, match="--input-len does not apply to --dataset-name burstgpt"):
+        _cfg("--dataset-name", "burstgpt", "--dataset-path", str(trace), "--input-len", "5")

@@ -361,7 +361,8 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
         help="skip (and count) requests whose prompt + output exceed N tokens",
     )
     for flag, _source, _key, typ, text in WORKLOAD_OPTIONS:
-        d.add_argument(flag, type=typ, default=None, help=text)
+        metavar = {_ratio: "R", _pos_float: "X", _nonneg_float_arg: "S"}.get(typ, "N")
+        d.add_argument(flag, type=typ, default=None, metavar=metavar, help=text)
 
 
 def workload_from_args(args: argparse.Namespace) -> Any:
