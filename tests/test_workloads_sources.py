@@ -259,3 +259,16 @@ def test_the_workload_lines_of_a_result_cannot_act_on_the_terminal():
     assert "Workload: evil\\x1b[2J (note=\\u202ex\\x07)  prompt set 000000000000" in text
     assert "Lengths sent: input min/mean/p50/p90/max 3/4.5/3/6/6" in text
     assert "Skipped: too_long=2" in text
+
+
+def test_builds_for_a_sweep_are_independent_and_see_a_changed_file(tmp_path):
+    import os
+
+    p = write_sharegpt(tmp_path / "sg.json", [(f"question number {i}", "an answer here") for i in range(8)])
+    small, big = build("sharegpt", n=3, path=p), build("sharegpt", n=8, path=p)
+    assert [s.index for s in small.specs] == [0, 1, 2] and len(big.specs) == 8
+    assert {s.prompt for s in small.specs} <= {s.prompt for s in big.specs}
+    write_sharegpt(p, [(f"another question {i}", "an answer here") for i in range(8)])
+    st = p.stat()
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert all(s.prompt.startswith("another") for s in build("sharegpt", n=3, path=p).specs)

@@ -12,8 +12,9 @@ import hashlib
 import io
 import json
 import math
+import os
 import random
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from tui.bench.client import RequestSpec
 from tui.bench.workloads.base import (
@@ -79,9 +80,31 @@ def _sample(rows: List[RequestSpec], n: int, seed: int) -> List[RequestSpec]:
     rng.shuffle(order)
     out = order[:n]
     while order and len(out) < n:
-        src = rng.choice(order)
-        out.append(RequestSpec(src.prompt, src.prompt_len, src.output_len, 0, src.exact))
-    return out
+        out.append(rng.choice(order))
+    return [RequestSpec(s.prompt, s.prompt_len, s.output_len, 0, s.exact) for s in out]  # the rows stay as read
+
+
+#: the last dataset read: (its key, (rows, skipped, sha256)); a sweep builds each level from it
+_last_read: Optional[Tuple[Tuple[Any, ...], Tuple[List[RequestSpec], Dict[str, int], str]]] = None
+
+
+_Rows = Tuple[List[RequestSpec], Dict[str, int], str]
+
+
+def _rows_cached(kind: str, path: Optional[str], args: Tuple[Any, ...], read: Callable[..., _Rows]) -> _Rows:
+    """``read(path, *args)``, once per file content (size and mtime) and options."""
+    global _last_read
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        st = None  # read() names the problem
+    key = (kind, path, args, st.st_size if st else None, st.st_mtime_ns if st else None)
+    if st is not None and _last_read is not None and _last_read[0] == key:
+        return _last_read[1]
+    got = read(path, *args)
+    if st is not None:
+        _last_read = (key, got)
+    return got
 
 
 def _over(limit: Optional[int], prompt_len: int, output_len: int) -> bool:
@@ -92,6 +115,20 @@ def sharegpt(params: Mapping[str, Any], path: Optional[str], n: int, seed: int, 
     out_len = check_int(params, "output_len", None)
     max_prompt = check_int(params, "max_prompt_len", 1024)
     max_total = check_int(params, "max_total_len", 2048)
+    rows, skipped, sha = _rows_cached("sharegpt", path, (out_len, max_prompt, max_total, limit), _sharegpt_rows)
+    assert path is not None
+    eff: Dict[str, Any] = {"output_len": out_len, "max_prompt_len": max_prompt, "max_total_len": max_total}
+    eff["file_sha256"] = sha
+    return finish("sharegpt", eff, _sample(rows, n, seed) if rows else [], skipped, path, lengths="estimate")
+
+
+def _sharegpt_rows(
+    path: Optional[str],
+    out_len: Optional[int],
+    max_prompt: Optional[int],
+    max_total: Optional[int],
+    limit: Optional[int],
+) -> Tuple[List[RequestSpec], Dict[str, int], str]:
     text, sha = read_text(path, "sharegpt")
     assert path is not None
     try:
@@ -133,13 +170,20 @@ def sharegpt(params: Mapping[str, Any], path: Optional[str], n: int, seed: int, 
             _count(skipped, "over_context_limit")
             continue
         rows.append(RequestSpec(prompt, plen, olen, 0, False))
-    eff: Dict[str, Any] = {"output_len": out_len, "max_prompt_len": max_prompt, "max_total_len": max_total}
-    eff["file_sha256"] = sha
-    return finish("sharegpt", eff, _sample(rows, n, seed) if rows else [], skipped, path, lengths="estimate")
+    return rows, skipped, sha
 
 
 def custom(params: Mapping[str, Any], path: Optional[str], n: int, seed: int, limit: Optional[int]) -> Workload:
     out_len = check_int(params, "output_len", None)
+    rows, skipped, sha = _rows_cached("custom", path, (out_len, limit), _custom_rows)
+    assert path is not None
+    eff = {"output_len": out_len, "file_sha256": sha}
+    return finish("custom", eff, _sample(rows, n, seed) if rows else [], skipped, path, lengths="estimate")
+
+
+def _custom_rows(
+    path: Optional[str], out_len: Optional[int], limit: Optional[int]
+) -> Tuple[List[RequestSpec], Dict[str, int], str]:
     text, sha = read_text(path, "custom")
     assert path is not None
     skipped: Dict[str, int] = {}
@@ -160,8 +204,7 @@ def custom(params: Mapping[str, Any], path: Optional[str], n: int, seed: int, li
             _count(skipped, "over_context_limit")
             continue
         rows.append(RequestSpec(prompt, plen, olen, 0, False))
-    eff = {"output_len": out_len, "file_sha256": sha}
-    return finish("custom", eff, _sample(rows, n, seed) if rows else [], skipped, path, lengths="estimate")
+    return rows, skipped, sha
 
 
 def _speed(params: Mapping[str, Any]) -> float:
