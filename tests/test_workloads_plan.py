@@ -73,3 +73,12 @@ def test_ab_cli_refuses_an_unknown_workload_in_one_line():
         "tunedeck ab: --workload 'sharegtp': expected one of random, sharegpt, custom, prefix_repetition, "
         "shared_prefix, text, conversation, mooncake, burstgpt"
     ]
+
+
+@pytest.mark.timeout(60)
+def test_plans_show_names_the_workload(tmp_path):
+    f = tmp_path / "wl.toml"
+    f.write_text(BASE + '\n[workload]\nname = "prefix_repetition"\nnum_prefixes = 3\n')
+    r = subprocess.run([*tunedeck_cmd(), "plans", "show", str(f)], capture_output=True, text=True, timeout=50)
+    assert r.returncode == 0, r.stderr
+    assert "  workload: prefix_repetition (num_prefixes=3)" in r.stdout.splitlines()
