@@ -4,8 +4,10 @@ so the host-side runtime can carry it; TOML files are read by :mod:`tui.ab.plans
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
+
+from tui.bench.workloads import WorkloadSpec
 
 
 class PlanError(ValueError):
@@ -50,6 +52,8 @@ class Plan:
     seed: int = 1
     description: str = ""
     source: str = ""
+    #: the ``[workload]`` table (random token ids when absent)
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
 
     @property
     def concurrencies(self) -> tuple[int, ...]:
@@ -72,6 +76,7 @@ class Plan:
             "ignore_eos": self.ignore_eos,
             "temperature": self.temperature,
             "seed": self.seed,
+            "workload": self.workload.to_json(),
             "levels": [
                 {
                     "label": lv.label,
@@ -110,6 +115,7 @@ class Plan:
             seed=int(d.get("seed") or 0),
             description=str(d.get("description") or ""),
             source=str(d.get("source") or ""),
+            workload=WorkloadSpec.from_json(d.get("workload") or {}),
         )
 
     def warnings(self) -> list[str]:

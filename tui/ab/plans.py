@@ -18,6 +18,11 @@ A plan is a small TOML file::
     num_prompts = 4
     # any of input_len/output_len/warmup/request_rate may be overridden per level
 
+    [workload]                      # optional: which requests (docs/workloads.md); random token ids if absent
+    name = "shared_prefix"          # a --dataset-name
+    num_groups = 8                  # that source's options, by their plain names
+    # path = "conversations.json"   # a file source's file (relative to the plan's folder)
+
 Where plans come from, first match wins: a path to a ``.toml`` file; the
 user's ``<config>/tunedeck/plans/NAME.toml``; ``$TUNEDECK_PLANS_DIR/NAME.toml``;
 the shipped ``profiles/plans/NAME.toml`` (``quick``, ``default``, ``sweep``).
@@ -37,6 +42,7 @@ from typing import Any
 import tomllib
 
 from tui.ab.plan import Plan, PlanError, PlanLevel
+from tui.bench.workloads import FILE_SOURCES, OPTIONS, SOURCES, WorkloadSpec
 from tui.util.paths import config_dir
 
 BUILTIN_PLANS = ("quick", "default", "sweep")
@@ -54,6 +60,7 @@ _TOP_KEYS = {
     "warmup": int,
     "request_rate": float,
     "level": list,
+    "workload": dict,
 }
 _LEVEL_KEYS = {
     "label": str,
@@ -285,6 +292,7 @@ def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "p
             )
         )
     return Plan(
+        workload=_workload(top.get("workload"), text, source),
         name=name,
         levels=tuple(levels),
         endpoint=endpoint,
@@ -294,6 +302,56 @@ def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "p
         description=top.get("description", ""),
         source=source,
     )
+
+
+def _table_line(text: str, table: str, key: str) -> int | None:
+    """Line of ``key =`` inside ``[table]`` (else of the table's header)."""
+    m = re.search(rf"^[ \t]*\[[ \t]*{re.escape(table)}[ \t]*\]", text, re.MULTILINE)
+    if m is None:
+        return None
+    start = text.count("\n", 0, m.start())
+    lines = text.splitlines()
+    for n in range(start + 1, len(lines)):
+        s = lines[n].strip()
+        if s.startswith("["):
+            break
+        if re.match(rf"{re.escape(key)}\s*=", s):
+            return n + 1
+    return start + 1
+
+
+def _workload(raw: dict[str, Any] | None, text: str, source: str) -> WorkloadSpec:
+    """The ``[workload]`` table: ``name``, a file source's ``path`` (relative to the plan's folder),
+    the source's options by their plain names."""
+    if raw is None:
+        return WorkloadSpec()
+    params = dict(raw)
+    name = params.pop("name", None)
+    if not isinstance(name, str) or name not in SOURCES:
+        raise PlanError(
+            source,
+            f"expected one of {', '.join(SOURCES)}, got {name!r}",
+            key="workload.name",
+            line=_table_line(text, "workload", "name"),
+        )
+    path = params.pop("path", None)
+    if path is not None and not isinstance(path, str):
+        raise PlanError(source, "expected a file path", key="workload.path", line=_table_line(text, "workload", "path"))
+    if (path is None) == (name in FILE_SOURCES):
+        why = "needs a file: path = FILE" if path is None else "reads no file; drop path"
+        raise PlanError(source, f"{name} {why}", key="workload", line=_table_line(text, "workload", "name"))
+    if path is not None and not os.path.isabs(os.path.expanduser(path)):
+        folder = Path(source).parent if Path(source).is_file() else Path.cwd()
+        path = str(folder / path)
+    for key in params:
+        if key not in OPTIONS[name] and key != "context_limit":
+            raise PlanError(
+                source,
+                f"not an option of {name} (its options: {', '.join(OPTIONS[name] + ('context_limit',))})",
+                key=f"workload.{key}",
+                line=_table_line(text, "workload", key),
+            )
+    return WorkloadSpec(name, None if path is None else os.path.expanduser(path), params)
 
 
 __all__ = [

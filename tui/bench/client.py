@@ -89,6 +89,14 @@ class RequestSpec:
     index: int = 0
     #: True when ``prompt_len`` is an exact token count (token ids, or text counted by the server)
     exact: bool = False
+    #: scheduled send time in seconds after the level's start (trace replay); None: the load shape decides
+    at_s: Optional[float] = None
+    #: conversation id; None: a request on its own
+    session: Optional[int] = None
+    #: turn number within the session (``prompt`` holds only that turn's new user message)
+    turn: int = 0
+    #: seconds after the previous turn's answer before this turn is sent
+    think_s: float = 0.0
 
 
 @dataclass

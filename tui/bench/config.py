@@ -13,6 +13,7 @@ from tui.bench.client import (
     DEFAULT_READ_TIMEOUT,
 )
 from tui.bench.http import InvalidURL, base_url, split_url
+from tui.bench.workloads import SIZED_SOURCES, SOURCES, WorkloadSpec, with_lengths
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,16 @@ class BenchConfig:
     preconnect: bool = True
     #: completions prompts as token ids (exact length); False sends text like chat
     token_ids: bool = True
+    #: which requests are sent (``--dataset-name`` and its options); random token ids by default
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workload, WorkloadSpec):  # from a job's spec.json (dataclasses.asdict)
+            self.workload = WorkloadSpec.from_json(self.workload)
+
+    def workload_spec(self) -> WorkloadSpec:
+        """The workload with the length options filled in from ``input_len``/``output_len`` where it takes them."""
+        return with_lengths(self.workload, self.input_len, self.output_len)
 
     def validate(self) -> None:
         """ValueError naming the first bad setting (``BenchConfig.<field>: ...``)."""
@@ -63,6 +74,8 @@ class BenchConfig:
             raise ValueError(f"BenchConfig.url: {e}") from None
         if self.endpoint not in ("completions", "chat"):
             raise ValueError(f"BenchConfig.endpoint {self.endpoint!r}: expected 'completions' or 'chat'")
+        if self.workload.name not in SOURCES:
+            raise ValueError(f"BenchConfig.workload {self.workload.name!r}: expected one of {', '.join(SOURCES)}")
         for name in ("input_len", "output_len", "workers"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -101,6 +114,14 @@ class BenchConfig:
         return [(c, r) for c in cs for r in rs]
 
     def prompts_for(self, c: Optional[int]) -> int:
+        """Requests asked of the workload per level: ``num_prompts``, else max(5 x C, 10); a source
+        that sizes itself (shared_prefix, traces) is asked for as many as it has."""
         if self.num_prompts:
             return self.num_prompts
+        if self.workload.name in SIZED_SOURCES:
+            return SIZED_ALL
         return max(5 * (c or 1), 10)
+
+
+#: "every request it has", asked of a source that sizes itself
+SIZED_ALL = 1 << 40

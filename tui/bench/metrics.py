@@ -16,6 +16,8 @@ import math
 from collections import Counter
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from tui.bench.workloads import describe as describe_workload
+
 #: Latency metrics with their printed names and section headers (vLLM's order).
 METRICS: tuple[tuple[str, str, str], ...] = (
     ("ttft", "TTFT", "Time to First Token"),
@@ -239,7 +241,14 @@ def input_len_check(samples: Sequence[Mapping[str, Any]], requested: Optional[in
         "input_len_reported_mean": mean(reported) if reported else None,
         "input_len_unverified": len(ok) - len(reported),
     }
-    out["input_len_mismatch"] = sum(1 for n in reported if n != requested) if requested else 0
+    if requested:
+        out["input_len_mismatch"] = sum(1 for n in reported if n != requested)
+    else:  # lengths differ per request: each exact one is checked against what was sent
+        out["input_len_mismatch"] = sum(
+            1
+            for s in ok
+            if s.get("usage_present") and s.get("prompt_len_exact") and s.get("prompt_len") != s.get("prompt_len_sent")
+        )
     return out
 
 
@@ -379,6 +388,20 @@ def format_result(summary: Mapping[str, Any], percentiles: Sequence[float] = DEF
     return "\n".join(lines)
 
 
+def format_lengths(lens: Mapping[str, Any]) -> str:
+    """``input min/mean/p50/p90/max 12/40.5/38/70/90, output ...`` (the lengths a workload sent)."""
+    parts = []
+    for key in ("input", "output"):
+        d = lens.get(key)
+        if isinstance(d, Mapping) and d.get("count"):
+            vals = "/".join(f"{d.get(k):g}" if isinstance(d.get(k), (int, float)) else "-" for k in _LEN_KEYS)
+            parts.append(f"{key} {'/'.join(_LEN_KEYS)} {vals}")
+    return ", ".join(parts) or "-"
+
+
+_LEN_KEYS = ("min", "mean", "p50", "p90", "max")
+
+
 def format_extras(summary: Mapping[str, Any]) -> str:
     """tunedeck's lines under the vLLM block: settings, failures, client health."""
     lines = []
@@ -394,6 +417,15 @@ def format_extras(summary: Mapping[str, Any]) -> str:
                 summary.get("endpoint_type"),
             )
         )
+    wl = summary.get("workload")
+    if isinstance(wl, Mapping):
+        lines.append("Workload: " + describe_workload(wl))
+        lens = summary.get("workload_lengths")
+        if isinstance(lens, Mapping):
+            lines.append("Lengths sent: " + format_lengths(lens))
+        skipped = summary.get("workload_skipped")
+        if skipped:
+            lines.append("Skipped: " + ", ".join(f"{k}={v}" for k, v in sorted(skipped.items())))
     how = {
         "token-ids": "token ids, exact length",
         "server-tokenizer": "text fitted with the server's /tokenize",
@@ -414,6 +446,8 @@ def format_extras(summary: Mapping[str, Any]) -> str:
                 summary.get("input_len_reported_max"),
             )
         )
+    elif not req and summary.get("input_len_mismatch"):
+        lines.append(f"Input length: {summary['input_len_mismatch']} request(s) not the exact length sent")
     if summary.get("input_len_unverified"):
         lines.append(f"Input length: {summary['input_len_unverified']} request(s) without usage.prompt_tokens")
     tpe = summary.get("mean_tokens_per_event") or 0.0

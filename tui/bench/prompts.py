@@ -1,13 +1,14 @@
-"""Prompts of exact lengths (token ids, or words calibrated with the server's ``/tokenize``) and arrival times (Gamma / Poisson, seeded)."""
+"""Prompts of exact lengths (token ids, or text calibrated with the server's ``/tokenize``) and arrival times (Gamma / Poisson, seeded)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import random
 import time
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from tui.bench.client import (
     RequestSpec,
@@ -287,21 +288,34 @@ def make_prompts(n: int, input_len: int, output_len: int, seed: int, *, token_id
     return out
 
 
-async def calibrate_chat_prompts(
-    client: HttpClient, base: str, model: str, specs: List[RequestSpec], input_len: int, seed: int, *, rounds: int = 8
+async def calibrate_prompts(
+    client: HttpClient,
+    base: str,
+    model: str,
+    specs: List[RequestSpec],
+    seed: int,
+    *,
+    chat: bool = True,
+    rounds: int = 8,
 ) -> str:
-    """Adjust each chat prompt's word count until the server's ``/tokenize`` counts ``input_len``.
+    """Adjust each text prompt's word count until the server's ``/tokenize`` counts its ``prompt_len``.
 
-    Counts the whole chat request (template included) like the engines do for
-    usage.prompt_tokens. Returns how lengths are known: ``"server-tokenizer"``
-    (every prompt counted; ``exact`` set where the count matched) or
-    ``"estimate"`` when the server has no usable ``/tokenize``.
+    Chat prompts are counted as the whole chat request (template included) like
+    the engines do for usage.prompt_tokens; completions prompts as the text
+    alone. Words are added or dropped at the end only. Returns how lengths are
+    known: ``"server-tokenizer"`` (every prompt counted; ``exact`` set where the
+    count matched) or ``"estimate"`` when the server has no usable ``/tokenize``.
     """
     url = base_url(base) + "/tokenize"
     rng = random.Random(seed + 104729)
 
     async def count(text: str) -> Optional[int]:
-        r = await client.post_json(url, {"model": model, "messages": [{"role": "user", "content": text}]}, timeout=10.0)
+        body: Dict[str, Any] = {"model": model}
+        if chat:
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
+        r = await client.post_json(url, body, timeout=10.0)
         if r.status != 200:
             return None
         try:
@@ -312,14 +326,14 @@ async def calibrate_chat_prompts(
 
     short = [w for w in WORDS if len(w) <= 2]
 
-    async def fit(words: List[str]) -> Tuple[Optional[int], List[str]]:
-        """Add or drop words until the count is ``input_len`` (or ``rounds`` tries); the closest wins."""
+    async def fit(words: List[str], target: int) -> Tuple[Optional[int], List[str]]:
+        """Add or drop words until the count is ``target`` (or ``rounds`` tries); the closest wins."""
         c = await count(" ".join(words))
         best: Tuple[Optional[int], List[str]] = (c, list(words))
         for _ in range(rounds):
-            if c is None or c == input_len:
+            if c is None or c == target:
                 break
-            diff = input_len - c
+            diff = target - c
             step = diff // 2 if abs(diff) > 3 else diff
             if step > 0:
                 pool = WORDS if abs(diff) > 3 else short
@@ -327,39 +341,43 @@ async def calibrate_chat_prompts(
             else:
                 del words[max(1, len(words) + step) :]
             c = await count(" ".join(words))
-            if c is not None and (best[0] is None or abs(c - input_len) < abs(best[0] - input_len)):
+            if c is not None and (best[0] is None or abs(c - target) < abs(best[0] - target)):
                 best = (c, list(words))
         return best
 
+    def fitted(spec: RequestSpec, words: List[str], c: int) -> RequestSpec:
+        return dataclasses.replace(spec, prompt=" ".join(words), prompt_len=c, exact=c == spec.prompt_len)
+
     if not specs:
         return "estimate"
+    sp0 = specs[0]
     try:
-        c0, words0 = await fit(str(specs[0].prompt).split())
+        c0, words0 = await fit(str(sp0.prompt).split(), sp0.prompt_len)
     except HTTPError as e:
-        log.info("no /tokenize at %s (%s): chat prompt lengths are estimates", url, e)
+        log.info("no /tokenize at %s (%s): prompt lengths are estimates", url, e)
         return "estimate"
     if c0 is None:
-        log.info("%s does not count chat prompts: their lengths are estimates", url)
+        log.info("%s does not count prompts: their lengths are estimates", url)
         return "estimate"
-    sp0 = specs[0]
-    specs[0] = RequestSpec(" ".join(words0), c0, sp0.output_len, sp0.index, c0 == input_len)
-    n_words = len(words0)  # a good start for every other prompt
+    specs[0] = fitted(sp0, words0, c0)
+    per_token = len(words0) / max(1, c0)  # a good start for every other prompt
     sem = asyncio.Semaphore(32)
 
     async def fit_one(i: int) -> None:
         spec = specs[i]
         words = str(spec.prompt).split()
+        n_words = max(1, round(spec.prompt_len * per_token))
         while len(words) < n_words:
             words.append(rng.choice(WORDS))
-        del words[max(1, n_words) :]
+        del words[n_words:]
         async with sem:
             try:
-                c, words = await fit(words)
+                c, words = await fit(words, spec.prompt_len)
             except HTTPError as e:
                 log.warning("prompt %d: /tokenize failed (%s); its length is an estimate", spec.index, e)
                 return
         if c is not None:
-            specs[i] = RequestSpec(" ".join(words), c, spec.output_len, spec.index, c == input_len)
+            specs[i] = fitted(spec, words, c)
 
     await asyncio.gather(*(fit_one(i) for i in range(1, len(specs))))
     return "server-tokenizer"

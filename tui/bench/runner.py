@@ -19,11 +19,16 @@ prompts, serializing the requests, GC settings and opening the connections
 reported separately). Samples go to a writer thread, so no disk I/O runs on
 the event loop while timing.
 
-Prompts: for ``/v1/completions``, exactly ``input_len`` token ids (seeded;
-vLLM and SGLang accept ``prompt: [ids]``). For chat, seeded common words,
-calibrated with the server's ``/tokenize`` where it exists (else an
-estimate, flagged). Each response's ``usage.prompt_tokens`` is checked
-against the length sent; differences are counted in the summary.
+Prompts come from the workload source (:mod:`tui.bench.workloads`, chosen by
+``cfg.workload``; docs/workloads.md), built for every level before anything is
+sent, so a bad workload stops the run with one line. The default, ``random``:
+for ``/v1/completions``, exactly ``input_len`` token ids (seeded; vLLM and
+SGLang accept ``prompt: [ids]``); for chat, seeded common words. Text prompts
+with target lengths (random on chat, ``text``) are fitted with the server's
+``/tokenize`` where it exists (else an estimate, flagged). Each response's
+``usage.prompt_tokens`` is checked against the length sent; differences are
+counted in the summary. Each level's meta and summary record the workload
+(name, options, sha256 of the prompt set) and the lengths sent.
 
 Progress: ``emit`` receives plain dicts (the JSON shape of
 :class:`tui.bench.records.BenchEvent`): ``waiting``, ``start``,
@@ -42,13 +47,14 @@ Linux, so their timestamps share one clock.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import os
 import socket
 import sys
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Union
 from urllib.parse import urlsplit
 
 from tui.bench.client import (
@@ -66,7 +72,8 @@ from tui.bench.levels import (
     run_level_workers,
     warmup,
 )
-from tui.bench.prompts import calibrate_chat_prompts, make_prompts
+from tui.bench.prompts import calibrate_prompts
+from tui.bench.workloads import Workload, build_workload, length_distributions, prompt_set_sha256
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +199,15 @@ async def run_benchmark(
     cfg.validate()
     emit = emit or (lambda _m: None)
     levels = cfg.levels()
+    chat = cfg.endpoint == "chat"
+    token_ids = cfg.token_ids and not chat
+    wspec = cfg.workload_spec()
+    # every level's requests before anything is sent: a bad workload stops here, with one line
+    built: Dict[int, Workload] = {}
+    for conc, _rate in levels:
+        n = cfg.prompts_for(conc)
+        if n not in built:
+            built[n] = build_workload(wspec, n, cfg.seed, token_ids=token_ids)
     summaries: List[Dict[str, Any]] = []
     async with make_client(read_timeout=cfg.read_timeout) as client:
         emit({"type": "waiting", "url": cfg.url, "timeout": cfg.ready_timeout})
@@ -204,8 +220,6 @@ async def run_benchmark(
         ep = EndpointConfig(
             cfg.url, cfg.model, cfg.endpoint, cfg.ignore_eos, cfg.temperature, request_deadline=cfg.request_deadline
         )
-        chat = cfg.endpoint == "chat"
-        token_ids = cfg.token_ids and not chat
         sweep_id = new_run_id("sweep-") if len(levels) > 1 else None
         emit(
             {
@@ -217,19 +231,21 @@ async def run_benchmark(
             }
         )
         for li, (conc, rate) in enumerate(levels):
-            n = cfg.prompts_for(conc)
-            specs = make_prompts(n, cfg.input_len, cfg.output_len, cfg.seed, token_ids=token_ids)
-            if token_ids:
+            wl = built[cfg.prompts_for(conc)]
+            specs = [dataclasses.replace(sp) for sp in wl.specs]
+            n = len(specs)
+            if wl.lengths == "token-ids":
                 prompt_source = "token-ids"
-            elif chat:
-                prompt_source = await calibrate_chat_prompts(client, cfg.url, cfg.model, specs, cfg.input_len, cfg.seed)
+            elif _fits_with_tokenize(wl) and (chat or wl.name == "text"):
+                prompt_source = await calibrate_prompts(client, cfg.url, cfg.model, specs, cfg.seed, chat=chat)
             else:
                 prompt_source = "estimate"
+            workload = {**wl.record(), "sha256": prompt_set_sha256(specs)}
             params = {
                 "endpoint": cfg.endpoint,
                 "num_prompts": n,
-                "input_len": cfg.input_len,
-                "output_len": cfg.output_len,
+                "input_len": _common({sp.prompt_len for sp in wl.specs}),
+                "output_len": _common({sp.output_len for sp in wl.specs}),
                 "max_concurrency": conc,
                 "request_rate": _rate_json(rate),
                 "burstiness": cfg.burstiness,
@@ -241,7 +257,7 @@ async def run_benchmark(
                 "percentiles": list(cfg.percentiles),
                 "read_timeout": cfg.read_timeout,
                 "request_deadline": cfg.request_deadline,
-                "dataset": "random-token-ids" if token_ids else "synthetic-words",
+                "dataset": wl.name if wl.name != "random" else ("random-token-ids" if token_ids else "synthetic-words"),
                 "prompt_lengths": prompt_source,
                 "tokenizer": cfg.model if prompt_source in ("token-ids", "server-tokenizer") else None,
                 "workers": cfg.workers,
@@ -260,6 +276,9 @@ async def run_benchmark(
                 "params": params,
                 "sweep_id": sweep_id,
                 "level": li,
+                "workload": workload,
+                "workload_lengths": length_distributions(specs),
+                "workload_skipped": dict(wl.skipped),
             }
             if meta_extra:
                 meta.update({k: v for k, v in meta_extra.items() if k not in ("params", "client")})
@@ -343,6 +362,16 @@ async def run_benchmark(
                 emit({"type": "level_done", "level": li, "run_id": run_id, "summary": finite(summary)})
         emit({"type": "done", "run_ids": [s["run_id"] for s in summaries]})
     return summaries
+
+
+def _common(values: Set[int]) -> Optional[int]:
+    """The one length every request has, or None when they differ."""
+    return next(iter(values)) if len(values) == 1 else None
+
+
+def _fits_with_tokenize(wl: Workload) -> bool:
+    """Text prompts of a source whose lengths are targets (fitting them keeps nothing shared apart)."""
+    return wl.name == "text" or (wl.name == "random" and not wl.params.get("prefix_len"))
 
 
 def _rate_json(r: float) -> Union[float, str]:

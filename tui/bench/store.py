@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from tui.bench import metrics
+from tui.bench.workloads import workload_of
 from tui.util.files import JsonlAppender, atomic_write_json, atomic_write_text, read_jsonl, remove_stale_temps
 from tui.util.safety import redact_env
 
@@ -355,6 +356,10 @@ def summarize(
     if client:
         cl.update(client)
     res["client"] = cl
+    res["workload"] = workload_of(meta)
+    for key in ("workload_lengths", "workload_skipped"):
+        if isinstance(meta.get(key), Mapping):
+            res[key] = dict(meta[key])
     if isinstance(meta.get("deployment"), Mapping):
         res["deployment"] = dict(meta["deployment"])  # a multi-node deployment, benchmarked on its head
     res["client_bound"] = bool(cl.get("client_bound"))

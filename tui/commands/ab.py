@@ -49,6 +49,13 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         help="benchmark plan: quick, default, sweep, a user plan or a .toml path (default: default)",
     )
     p.add_argument(
+        "--workload",
+        metavar="NAME",
+        default=None,
+        help="send this workload source with its defaults instead of the plan's (a --dataset-name of "
+        "`tunedeck bench` that reads no file, e.g. shared_prefix, prefix_repetition, text; docs/workloads.md)",
+    )
+    p.add_argument(
         "--repeats",
         type=int,
         default=1,
@@ -92,6 +99,29 @@ def _progress_printer(quiet: bool, every: float = 5.0) -> Callable[[ABEvent], No
     return on_event
 
 
+def with_workload(plan: Any, name: str | None) -> Any:
+    """``plan`` with ``--workload NAME`` (that source's defaults), its workload checked here (the file
+    read, every level's requests built): ValueError with one line, before anything starts."""
+    import dataclasses
+
+    from tui.bench.workloads import FILE_SOURCES, SOURCES, WorkloadSpec, build_workload, with_lengths
+
+    if name is not None:
+        if name not in SOURCES:
+            raise ValueError(f"--workload {name!r}: expected one of {', '.join(SOURCES)}")
+        if name in FILE_SOURCES:
+            raise ValueError(f"--workload {name} needs a file: name it in a plan's [workload] table (path = FILE)")
+        plan = dataclasses.replace(plan, workload=WorkloadSpec(name))
+    token_ids = plan.endpoint != "chat"
+    for lv in plan.levels:
+        spec = with_lengths(plan.workload, lv.input_len, lv.output_len)
+        try:
+            build_workload(spec, lv.num_prompts, plan.seed, token_ids=token_ids)
+        except ValueError as e:
+            raise ValueError(f"plan {plan.name}, level {lv.title}: {e}") from None
+    return plan
+
+
 def _fail(msg: str, code: int = 2) -> int:
     print(f"tunedeck ab: {msg}", file=sys.stderr)
     return code
@@ -125,6 +155,10 @@ async def run(args: argparse.Namespace) -> int:
             plan = load_plan(args.plan)
         except PlanError as e:
             return _fail(f"plan {e}")
+        try:
+            plan = with_workload(plan, args.workload)
+        except ValueError as e:
+            return _fail(str(e))
     if ref is None and _multi_node(args.a, args.b):
         return await _deployments(args, plan)
     try:

@@ -83,6 +83,16 @@ def _pos_float(text: str) -> float:
     return v
 
 
+def _nonneg_float_arg(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number") from None
+    if not 0 <= v < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number >= 0")
+    return v
+
+
 def _temperature(text: str) -> float:
     try:
         v = float(text)
@@ -154,19 +164,30 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     w.add_argument("--num-prompts", type=_pos_int, default=None, help="requests per level (default 5 x C, >= 10)")
     w.add_argument(
         "--input-len",
+        "--random-input-len",
+        dest="input_len",
         type=_pos_int,
-        default=128,
-        help="prompt length in tokens (completions: exactly, as token ids; chat: fitted with the "
-        "server's /tokenize where it has one)",
+        default=None,
+        help="prompt length in tokens (default 128; completions: exactly, as token ids; chat: fitted with "
+        "the server's /tokenize where it has one); also the text and conversation sources' length",
     )
-    w.add_argument("--output-len", type=_pos_int, default=128, help="max_tokens per request")
+    w.add_argument(
+        "--output-len",
+        "--random-output-len",
+        dest="output_len",
+        type=_pos_int,
+        default=None,
+        help="max_tokens per request (default 128); also the text and conversation sources' length",
+    )
     w.add_argument("--warmup", type=_nonneg_int, default=1, help="warmup requests per level (not recorded)")
     w.add_argument(
         "--ignore-eos",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="send ignore_eos so every request generates --output-len tokens (default on)",
+        default=None,
+        help="send ignore_eos so every request generates its full output length (default: on, except "
+        "for sharegpt and custom, whose prompts have real answers of their own length)",
     )
+    add_workload_options(p)
     w.add_argument("--temperature", type=_temperature, default=0.0, help="sampling temperature (default 0)")
     w.add_argument("--seed", type=int, default=0)
     m = p.add_argument_group("metrics")
@@ -257,6 +278,133 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_bench)
 
 
+def _ratio(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number") from None
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be within 0 (fixed lengths) and 1 (excluded)")
+    return v
+
+
+#: workload options: (flag, source, option key, type, help); vLLM's and SGLang's names
+WORKLOAD_OPTIONS: tuple[tuple[str, str, str, Any, str], ...] = (
+    ("--random-range-ratio", "random", "range_ratio", _ratio, "lengths uniform in [L*(1-r), L*(1+r)] (vLLM)"),
+    ("--random-prefix-len", "random", "prefix_len", _nonneg_int, "one fixed prefix of N tokens before every prompt"),
+    (
+        "--sharegpt-output-len",
+        "sharegpt",
+        "output_len",
+        _pos_int,
+        "output length for every request (default: the answer's length in the file)",
+    ),
+    (
+        "--custom-output-len",
+        "custom",
+        "output_len",
+        _pos_int,
+        "output length for every request (default: each line's output_len)",
+    ),
+    ("--prefix-repetition-prefix-len", "prefix_repetition", "prefix_len", _pos_int, "prefix tokens (default 256)"),
+    ("--prefix-repetition-suffix-len", "prefix_repetition", "suffix_len", _pos_int, "suffix tokens (default 256)"),
+    (
+        "--prefix-repetition-num-prefixes",
+        "prefix_repetition",
+        "num_prefixes",
+        _pos_int,
+        "distinct prefixes (default 10)",
+    ),
+    ("--prefix-repetition-output-len", "prefix_repetition", "output_len", _pos_int, "output tokens (default 128)"),
+    ("--gsp-num-groups", "shared_prefix", "num_groups", _pos_int, "groups sharing a system prompt (default 64)"),
+    ("--gsp-prompts-per-group", "shared_prefix", "prompts_per_group", _pos_int, "prompts per group (default 16)"),
+    ("--gsp-system-prompt-len", "shared_prefix", "system_prompt_len", _pos_int, "system prompt tokens (default 2048)"),
+    ("--gsp-question-len", "shared_prefix", "question_len", _pos_int, "question tokens (default 128)"),
+    ("--gsp-output-len", "shared_prefix", "output_len", _pos_int, "output tokens (default 256)"),
+    (
+        "--conversation-sessions",
+        "conversation",
+        "sessions",
+        _pos_int,
+        "sessions (default: enough for --num-prompts turns)",
+    ),
+    ("--conversation-turns", "conversation", "turns", _pos_int, "turns per session (default 4)"),
+    (
+        "--conversation-think-s",
+        "conversation",
+        "think_s",
+        _nonneg_float_arg,
+        "seconds between an answer and the next turn (default 1)",
+    ),
+    ("--trace-speed", "mooncake,burstgpt", "trace_speed", _pos_float, "replay a trace X times faster (default 1)"),
+)
+
+
+def add_workload_options(p: argparse.ArgumentParser) -> None:
+    """``--dataset-name`` and every source's options (docs/workloads.md)."""
+    from tui.bench.workloads import SOURCES
+
+    d = p.add_argument_group("workload source (docs/workloads.md)")
+    d.add_argument("--dataset-name", choices=SOURCES, default="random", help="where the requests come from")
+    d.add_argument(
+        "--dataset-path",
+        metavar="FILE",
+        default=None,
+        help="the file of sharegpt, custom, mooncake, "
+        "burstgpt (read and checked here; uploaded once to a host-side run)",
+    )
+    d.add_argument(
+        "--context-limit",
+        type=_pos_int,
+        default=None,
+        metavar="N",
+        help="skip (and count) requests whose prompt + output exceed N tokens",
+    )
+    for flag, _source, _key, typ, text in WORKLOAD_OPTIONS:
+        metavar = {_ratio: "R", _pos_float: "X", _nonneg_float_arg: "S"}.get(typ, "N")
+        d.add_argument(flag, type=typ, default=None, metavar=metavar, help=text)
+
+
+def workload_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~tui.bench.workloads.WorkloadSpec` the options ask for; ValueError naming an option
+    given for another source."""
+    from tui.bench.workloads import WorkloadSpec
+
+    name = args.dataset_name
+    params: dict[str, Any] = {}
+    for flag, sources, key, _typ, _text in WORKLOAD_OPTIONS:
+        v = getattr(args, flag[2:].replace("-", "_"))
+        if v is None:
+            continue
+        if name not in sources.split(","):
+            raise ValueError(f"{flag} applies to --dataset-name {sources.replace(',', '/')}, not {name}")
+        params[key] = v
+    if name == "conversation":
+        for key in ("input_len", "output_len"):
+            if getattr(args, key) is not None:
+                params[key] = getattr(args, key)
+    elif name not in ("random", "text"):
+        for key in ("input_len", "output_len"):
+            if getattr(args, key) is not None:
+                raise ValueError(f"--{key.replace('_', '-')} does not apply to --dataset-name {name} (see its options)")
+    if args.context_limit is not None:
+        params["context_limit"] = args.context_limit
+    path = args.dataset_path
+    if path is not None:
+        path = str(Path(path).expanduser().absolute())
+    return WorkloadSpec(name, path, params)
+
+
+def check_workload(cfg: Any) -> None:
+    """Build every level's requests here (reads and checks the file); WorkloadError with one line."""
+    from tui.bench.workloads import build_workload
+
+    spec = cfg.workload_spec()
+    token_ids = cfg.token_ids and cfg.endpoint != "chat"
+    for n in sorted({cfg.prompts_for(c) for c, _r in cfg.levels()}):
+        build_workload(spec, n, cfg.seed, token_ids=token_ids)
+
+
 def _fail(msg: str, code: int = 2) -> int:
     print(f"tunedeck bench: {msg}", file=sys.stderr)
     return code
@@ -287,20 +435,24 @@ async def _host_gpus(host: Any) -> list[str]:
 
 
 def _config(args: argparse.Namespace, url: str, goodput: dict[str, float]) -> Any:
+    """The :class:`BenchConfig` the options ask for; ValueError naming a bad workload option or file."""
     from tui.bench.config import BenchConfig
+    from tui.bench.workloads import default_ignore_eos
 
-    return BenchConfig(
+    workload = workload_from_args(args)
+    ignore_eos = args.ignore_eos if args.ignore_eos is not None else default_ignore_eos(workload.name)
+    cfg = BenchConfig(
         url=url,
         model=args.model,
         endpoint=args.endpoint,
         num_prompts=args.num_prompts,
-        input_len=args.input_len,
-        output_len=args.output_len,
+        input_len=args.input_len or 128,
+        output_len=args.output_len or 128,
         concurrency=args.concurrency or ([] if args.request_rate else [1]),
         request_rate=args.request_rate or [math.inf],
         burstiness=args.burstiness,
         warmup=args.warmup,
-        ignore_eos=args.ignore_eos,
+        ignore_eos=ignore_eos,
         temperature=args.temperature,
         seed=args.seed,
         goodput=goodput,
@@ -312,12 +464,18 @@ def _config(args: argparse.Namespace, url: str, goodput: dict[str, float]) -> An
         preconnect=args.preconnect,
         label=args.label,
         progress_samples=args.progress and args.progress_samples,
+        workload=workload,
     )
+    cfg.validate()
+    check_workload(cfg)
+    return cfg
 
 
 def _printer(args: argparse.Namespace) -> Any:
     from tui.bench import metrics
+    from tui.bench.workloads import workload_of
     from tui.services.benchrun import TUNNEL_NOTE, measured_through_tunnel
+    from tui.util.safety import visible
 
     human = sys.stderr if (args.progress or args.json == "-") else sys.stdout
 
@@ -329,7 +487,8 @@ def _printer(args: argparse.Namespace) -> Any:
             s = msg["summary"]
             c, r = s.get("max_concurrency"), s.get("request_rate")
             where = f"  ({TUNNEL_NOTE})" if measured_through_tunnel(s) else ""
-            print(f"run {s.get('run_id')}  concurrency={c} request_rate={r}{where}", file=human)
+            wl = visible(workload_of(s)["name"])
+            print(f"run {s.get('run_id')}  concurrency={c} request_rate={r} workload={wl}{where}", file=human)
             print(metrics.format_result(s, args.metric_percentiles), file=human)
             print(metrics.format_extras(s), file=human, flush=True)
         elif msg.get("type") == "waiting" and not args.progress:
@@ -415,10 +574,18 @@ async def run_bench(args: argparse.Namespace) -> int:
             _check_url(args.url)
         except ValueError as e:
             return _fail(str(e))
-        return await _local_run(args, _config(args, args.url, goodput), meta_extra)
+        try:
+            cfg = _config(args, args.url, goodput)
+        except ValueError as e:
+            return _fail(str(e))
+        return await _local_run(args, cfg, meta_extra)
     if args.port is None:
         return _fail("need --url URL, or --port P with --host/--demo")
-    return await _host_run(args, (_config(args, f"http://127.0.0.1:{args.port}", goodput), meta_extra))
+    try:
+        cfg = _config(args, f"http://127.0.0.1:{args.port}", goodput)
+    except ValueError as e:
+        return _fail(str(e))
+    return await _host_run(args, (cfg, meta_extra))
 
 
 async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, Any]) -> int:

@@ -8,6 +8,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from tui.ab.plans import PlanError, list_plans, load_plan, parse_plan_file
+from tui.bench.workloads import describe as describe_workload
+from tui.util.safety import visible
 
 if TYPE_CHECKING:
     from tui.commands import Subparsers
@@ -70,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
             f"  endpoint={plan.endpoint} ignore_eos={str(plan.ignore_eos).lower()} "
             f"temperature={plan.temperature:g} seed={plan.seed}"
         )
+        wl = plan.workload
+        print(f"  workload: {describe_workload(wl.to_json())}" + (f"  file={visible(wl.path)}" if wl.path else ""))
         for lv in plan.levels:
             rate = f" rate={lv.request_rate:g}/s" if lv.request_rate else ""
             print(

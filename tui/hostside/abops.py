@@ -254,6 +254,7 @@ def level_config(info: ProfileInfo, url: str, plan: Plan, level: PlanLevel, labe
         temperature=plan.temperature,
         seed=plan.seed,
         label=f"ab-{labels.get('side', '')}-{info.name}",
+        workload=plan.workload,
     )
 
 

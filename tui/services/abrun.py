@@ -11,6 +11,7 @@ comparison is recomputed from the mirrored sides with the same code.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -23,6 +24,7 @@ from tui.hostops import launcher, logfollow
 from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles
 from tui.services import jobs
+from tui.services.benchrun import ship_data_file
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +115,11 @@ class ABRun:
             confirm_stop,
             refused=f"{host.target}: ",
         )
+        if plan.workload.path:  # the host-side runs read the plan's dataset there, placed once per content
+            plan = dataclasses.replace(
+                plan,
+                workload=dataclasses.replace(plan.workload, path=await ship_data_file(host, plan.workload.path, py)),
+            )
         ab_id = new_id("ab")
         spec = {
             "ab_id": ab_id,

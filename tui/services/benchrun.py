@@ -72,6 +72,8 @@ class BenchRun:
         """Start ``cfg`` (a :class:`tui.bench.config.BenchConfig` whose URL is the server's
         loopback address on the host, ``http://127.0.0.1:PORT``)."""
         meta = dict(meta_extra or {})
+        if where == HOST and cfg.workload.path:
+            cfg = await _ship_workload_file(host, cfg, python)
         if where == HOST:
             meta["client"] = {**dict(meta.get("client") or {}), "where": HOST, "via": "host loopback"}
             spec = {"config": dataclasses.asdict(cfg), "meta_extra": meta}
@@ -168,6 +170,27 @@ class BenchRun:
                 self._task.cancel()
             return "benchmark stopped"
         return await jobs.stop(self.host, self.job)
+
+
+async def _ship_workload_file(host: Host, cfg: Any, python: str | None) -> Any:
+    """``cfg`` with its dataset file placed on the host, so the host-side client reads it there."""
+    on_host = await ship_data_file(host, cfg.workload.path, python)
+    return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, path=on_host))
+
+
+async def ship_data_file(host: Host, path: str, python: str | None) -> str:
+    """A dataset file read here and placed on the host once per content
+    (``${TUNEDECK_HOME}/data/<sha256>``); returns its path there. The file was checked here before
+    (the CLI builds the workload before it starts anything)."""
+    from tui.bench.workloads import WorkloadError
+    from tui.services import runtime
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise WorkloadError(f"{path}: cannot read it ({e.strerror or e})") from None
+    return await runtime.ensure_data(host, data, python=python)
 
 
 def _port_of(url: str) -> int:

@@ -52,6 +52,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/__init__.py",
     "tui/hostside/",  # bench and A/B jobs, the status sampler
     "tui/bench/",
+    "tui/bench/workloads/",
     "tui/ab/__init__.py",
     "tui/ab/compare.py",
     "tui/ab/confdiff.py",
@@ -284,20 +285,55 @@ async def ensure(host: Host, *, python: str | None = None) -> Runtime:
     final = f"{home}/lib/{payload.name}"
     uploaded = False
     if not found.shipped:
-        staged = f"{home}/lib/.{payload.name}.{os.getpid()}.tmp"
-        try:
-            await host.put_file(payload.path.read_bytes(), staged)
-        except OSError as e:
-            raise RuntimeUnavailable(f"{target}: uploading the runtime to {staged} failed: {e}") from None
-        r = await host.run_script(_PLACE_SCRIPT, [exe, staged, final, payload.sha256], timeout=60)
-        if "OK" not in r.stdout.split():
-            why = (r.stdout.strip() or r.stderr.strip() or "no answer").replace("ERR ", "")
-            raise RuntimeUnavailable(f"{target}: placing the runtime at {final} failed: {why}")
+        await _place(host, payload.path.read_bytes(), payload.sha256, final, exe, "the runtime")
         uploaded = True
         log.info("%s: runtime %s uploaded to %s", target, payload.name, final)
     return Runtime(
         home=home, python=exe, python_version=ver, archive=final, uploaded=uploaded, has_nvidia_smi=found.smi
     )
+
+
+async def _place(host: Host, data: bytes, sha256: str, final: str, python: str, what: str) -> None:
+    """Upload ``data`` next to ``final`` under a temporary name, check its hash there with the host's
+    ``python``, and rename it into place (a half-written or corrupted file is never used)."""
+    target = getattr(host, "target", "local")
+    folder, name = final.rsplit("/", 1)
+    staged = f"{folder}/.{name}.{os.getpid()}.tmp"
+    try:
+        await host.put_file(data, staged)
+    except OSError as e:
+        raise RuntimeUnavailable(f"{target}: uploading {what} to {staged} failed: {e}") from None
+    r = await host.run_script(_PLACE_SCRIPT, [python, staged, final, sha256], timeout=60)
+    if "OK" not in r.stdout.split():
+        why = (r.stdout.strip() or r.stderr.strip() or "no answer").replace("ERR ", "")
+        raise RuntimeUnavailable(f"{target}: placing {what} at {final} failed: {why}")
+
+
+#: where uploaded data files live, relative to ``${TUNEDECK_HOME}``: ``data/<sha256>``
+DATA_DIR = "data"
+
+_HAVE_SCRIPT = r"""[ -f "$1" ] && echo HAVE
+exit 0
+"""
+
+
+async def ensure_data(host: Host, data: bytes, *, python: str | None = None) -> str:
+    """A data file (a benchmark's dataset or trace) on ``host`` at ``${TUNEDECK_HOME}/data/<sha256>``:
+    uploaded once per content, hash-checked there like the runtime. Returns its path on the host."""
+    rt = await ensure(host, python=python)
+    sha = hashlib.sha256(data).hexdigest()
+    final = f"{rt.home}/{DATA_DIR}/{sha}"
+    r = await host.run_script(_HAVE_SCRIPT, [final], timeout=30)
+    if r.lost or r.timed_out:
+        raise HostError(
+            "connection-lost" if r.lost else "timeout",
+            f"looking for {final} on the host failed: {r.stderr.strip()}",
+            target=getattr(host, "target", "local"),
+        )
+    if "HAVE" not in r.stdout.split():
+        await _place(host, data, sha, final, rt.python, f"the data file ({len(data)} bytes)")
+        log.info("%s: data file %s uploaded", getattr(host, "target", "local"), final)
+    return final
 
 
 #: the simulated nvidia-smi, relative to ``${TUNEDECK_HOME}``

@@ -1,0 +1,108 @@
+"""`tunedeck bench` with workload sources against the simulator (a real process on loopback)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tunedeck_cmd
+from tests.simfix import SimProc, free_port
+from tui.bench import store
+from tui.bench.workloads.base import estimate_tokens
+
+
+def _sim(port: int) -> SimProc:
+    return SimProc(
+        "vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "1",
+        "--sim-fixed-ttft-ms", "20", "--sim-fixed-itl-ms", "2",
+    )  # fmt: skip
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*tunedeck_cmd(), "bench", "--ready-timeout", "30", "--warmup", "0", "--json", "-", *args],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+
+
+@pytest.mark.timeout(200)
+def test_shared_prefix_run_completes_with_the_workload_recorded():
+    port = free_port()
+    with _sim(port):
+        r = _bench(
+            "--url", f"http://127.0.0.1:{port}", "--dataset-name", "shared_prefix", "--gsp-num-groups", "3",
+            "--gsp-prompts-per-group", "4", "--gsp-system-prompt-len", "64", "--gsp-question-len", "8",
+            "--gsp-output-len", "5", "--concurrency", "4",
+        )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout)
+    assert s["completed"] == 12 == s["num_prompts"] and s["failed"] == 0
+    wl = s["workload"]
+    assert wl["name"] == "shared_prefix" and len(wl["sha256"]) == 64
+    assert wl["params"] == {
+        "num_groups": 3,
+        "prompts_per_group": 4,
+        "system_prompt_len": 64,
+        "question_len": 8,
+        "output_len": 5,
+    }
+    assert s["workload_lengths"]["input"]["min"] == s["workload_lengths"]["input"]["max"] == 72
+    assert s["params"]["ignore_eos"] is True and s["input_len_mismatch"] == 0
+    assert store.load_run(s["run_id"]).meta["workload"] == wl
+    samples = store.read_samples(s["run_id"])
+    assert sorted(x["prompt_len"] for x in samples) == [72] * 12  # the server counted what was sent
+    assert all(x["output_tokens"] == 5 for x in samples)
+
+
+@pytest.mark.timeout(240)
+def test_sharegpt_on_the_host_sends_the_files_prompts_and_lengths(tmp_path):
+    pairs = [(f"question {i}: " + "why " * (5 + 7 * i), "because " * (3 + 5 * i)) for i in range(8)]
+    data = json.dumps(
+        [
+            {"id": str(i), "conversations": [{"from": "human", "value": q}, {"from": "gpt", "value": a}]}
+            for i, (q, a) in enumerate(pairs)
+        ]
+    ).encode()
+    f = tmp_path / "sharegpt.json"
+    f.write_bytes(data)
+    port = free_port()
+    with _sim(port):
+        # --demo: the client runs as a host-side job, reading the file placed there
+        r = _bench(
+            "--demo", "--port", str(port), "--dataset-name", "sharegpt", "--dataset-path", str(f),
+            "--num-prompts", "8", "--concurrency", "2", "--ignore-eos",
+        )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout)
+    assert s["completed"] == 8 and s["workload"]["name"] == "sharegpt"
+    assert s["workload"]["params"]["file_sha256"] == hashlib.sha256(data).hexdigest()
+    placed = Path(os.environ["TUNEDECK_HOME"]) / "data" / hashlib.sha256(data).hexdigest()
+    assert placed.read_bytes() == data
+    # the simulator counts a text prompt as one token per 4 bytes and, with ignore_eos, answers max_tokens
+    want = sorted((estimate_tokens(q), estimate_tokens(a)) for q, a in pairs)
+    samples = store.read_samples(s["run_id"])
+    assert sorted((x["prompt_len"], x["output_tokens"]) for x in samples) == want
+    assert s["workload_lengths"]["output"]["max"] == max(o for _, o in want)
+
+
+@pytest.mark.timeout(200)
+def test_text_prompts_are_fitted_to_exact_lengths_with_the_servers_tokenize():
+    port = free_port()
+    with _sim(port):
+        r = _bench(
+            "--url", f"http://127.0.0.1:{port}", "--dataset-name", "text", "--input-len", "60",
+            "--output-len", "3", "--num-prompts", "6", "--concurrency", "3",
+        )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout)
+    assert s["completed"] == 6 and s["params"]["prompt_lengths"] == "server-tokenizer"
+    assert s["workload"]["name"] == "text" and s["params"]["input_len"] == 60
+    samples = store.read_samples(s["run_id"])
+    assert [x["prompt_len"] for x in samples] == [60] * 6 and all(x["prompt_len_exact"] for x in samples)
