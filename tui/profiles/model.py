@@ -248,8 +248,42 @@ def profile_from_dict(
     path: str | Path | None = None,
     source: str = "",
 ) -> ServerProfile:
+    """A profile from its TOML data, checked section by section; every error names the file, the
+    line and the key (``ProfileError``)."""
     r = TomlReader(text, path)
     r.unknown(data, _TOP_KEYS, ())
+    sv, engine, model = _header(r, data, name, path)
+    kw: dict[str, Any] = {}
+    _scalars(r, data, kw)
+    if "attention" in data:
+        kw.update(_attention(r, data["attention"], engine))
+    if "nccl" in data:
+        kw.update(_nccl(r, data["nccl"]))
+    if "flags" in data:
+        kw["flags"] = _flags(r, data["flags"])
+    if "env" in data:
+        kw["env"] = r.env_table(data["env"], ("env",))
+    if "speculative" in data:
+        kw["speculative"] = _speculative(r, data["speculative"])
+    if "nodes" in data:
+        kw["nodes"] = _nodes(r, data["nodes"])
+    if "deploy" in data:
+        if not kw.get("nodes"):
+            raise r.err(("deploy",), '[deploy] needs nodes = ["host-a", "host-b", …] (two or more)')
+        kw["deploy"] = _deploy(r, data["deploy"], engine, len(kw["nodes"]))
+    return ServerProfile(
+        name=name,
+        engine=engine,
+        model=model,
+        source=source,
+        path=str(path) if path else "",
+        schema_version=sv,
+        **kw,
+    )
+
+
+def _header(r: TomlReader, data: Mapping[str, Any], name: str, path: str | Path | None) -> tuple[int, str, str]:
+    """``schema_version``, the name (it must match the file's), ``engine`` and ``model``."""
     sv = data.get("schema_version", SCHEMA_VERSION)
     if isinstance(sv, bool) or not isinstance(sv, int) or sv < 1:
         raise r.err(("schema_version",), "expected a positive integer")
@@ -275,8 +309,11 @@ def profile_from_dict(
         raise r.err(("engine",), f"unknown engine {engine!r} (expected sglang or vllm)")
     if "model" not in data:
         raise ProfileError("missing required key (model path or id)", path=path, key="model")
-    model = r.text_value(data["model"], ("model",), allow_empty=False)
-    kw: dict[str, Any] = {}
+    return sv, engine, r.text_value(data["model"], ("model",), allow_empty=False)
+
+
+def _scalars(r: TomlReader, data: Mapping[str, Any], kw: dict[str, Any]) -> None:
+    """The top-level numbers, texts and switches."""
     if "tp" in data:
         kw["tp"] = r.int_value(data["tp"], ("tp",), 1, 1024)
     if "port" in data:
@@ -284,14 +321,11 @@ def profile_from_dict(
     for k in ("host", "python", "extra_args", "notes"):
         if k in data:
             kw[k] = r.text_value(data[k], (k,))
-    if "allow_unlisted_flags" in data:
-        if not isinstance(data["allow_unlisted_flags"], bool):
-            raise r.err(("allow_unlisted_flags",), "expected true or false")
-        kw["allow_unlisted_flags"] = data["allow_unlisted_flags"]
-    if "mla" in data:
-        if not isinstance(data["mla"], bool):
-            raise r.err(("mla",), "expected true or false")
-        kw["mla"] = data["mla"]
+    for k in ("allow_unlisted_flags", "mla"):
+        if k in data:
+            if not isinstance(data[k], bool):
+                raise r.err((k,), "expected true or false")
+            kw[k] = data[k]
     if "confirm_dangerous" in data:
         cd = data["confirm_dangerous"]
         if not isinstance(cd, list):
@@ -303,69 +337,58 @@ def profile_from_dict(
                 raise r.err(("confirm_dangerous",), f"invalid environment variable name {v!r}")
             names.append(v)
         kw["confirm_dangerous"] = tuple(names)
-    if "attention" in data:
-        att = r.table(data["attention"], ("attention",))
-        r.unknown(att, {"backend", "prefill", "decode"}, ("attention",))
-        for src, dst in (
-            ("backend", "attention_backend"),
-            ("prefill", "prefill_backend"),
-            ("decode", "decode_backend"),
-        ):
-            if src in att:
-                kw[dst] = r.text_value(att[src], ("attention", src))
-        if engine == "vllm" and (kw.get("prefill_backend") or kw.get("decode_backend")):
-            which = "prefill" if kw.get("prefill_backend") else "decode"
-            raise r.err(("attention", which), "per-phase attention backends exist only on SGLang")
-    if "nccl" in data:
-        nc = r.table(data["nccl"], ("nccl",))
-        r.unknown(nc, {"preset", "overrides"}, ("nccl",))
-        if "preset" in nc:
-            kw["nccl_preset"] = r.text_value(nc["preset"], ("nccl", "preset"), allow_empty=False)
-        if "overrides" in nc:
-            kw["nccl_overrides"] = r.env_table(nc["overrides"], ("nccl", "overrides"))
-    if "flags" in data:
-        fl = r.table(data["flags"], ("flags",))
-        flags = []
-        for k, v in fl.items():
-            fk = k[2:] if k.startswith("--") else k
-            if not FLAG_NAME_RE.match(fk):
-                raise r.err(("flags", k), f"invalid flag name {k!r} (lower-case words joined by '-')")
-            if isinstance(v, (bool, int, float)):
-                pass
-            elif isinstance(v, str):
-                r.text_value(v, ("flags", k))
-            else:
-                raise r.err(("flags", k), f"expected true/false, a number or a string, got {type(v).__name__}")
-            flags.append((fk, v))
-        kw["flags"] = tuple(flags)
-    if "env" in data:
-        kw["env"] = r.env_table(data["env"], ("env",))
-    if "speculative" in data:
-        sp = r.table(data["speculative"], ("speculative",))
-        r.unknown(sp, {"algorithm", "draft_model", "num_steps", "eagle_topk", "num_draft_tokens"}, ("speculative",))
-        skw: dict[str, Any] = {}
-        for k in ("algorithm", "draft_model"):
-            if k in sp:
-                skw[k] = r.text_value(sp[k], ("speculative", k))
-        for k in ("num_steps", "eagle_topk", "num_draft_tokens"):
-            if k in sp:
-                skw[k] = r.int_value(sp[k], ("speculative", k), 1, 4096)
-        kw["speculative"] = Speculative(**skw)
-    if "nodes" in data:
-        kw["nodes"] = _nodes(r, data["nodes"])
-    if "deploy" in data:
-        if not kw.get("nodes"):
-            raise r.err(("deploy",), '[deploy] needs nodes = ["host-a", "host-b", …] (two or more)')
-        kw["deploy"] = _deploy(r, data["deploy"], engine, len(kw["nodes"]))
-    return ServerProfile(
-        name=name,
-        engine=engine,
-        model=model,
-        source=source,
-        path=str(path) if path else "",
-        schema_version=sv,
-        **kw,
-    )
+
+
+def _attention(r: TomlReader, value: Any, engine: str) -> dict[str, Any]:
+    att = r.table(value, ("attention",))
+    r.unknown(att, {"backend", "prefill", "decode"}, ("attention",))
+    kw: dict[str, Any] = {}
+    for src, dst in (("backend", "attention_backend"), ("prefill", "prefill_backend"), ("decode", "decode_backend")):
+        if src in att:
+            kw[dst] = r.text_value(att[src], ("attention", src))
+    if engine == "vllm" and (kw.get("prefill_backend") or kw.get("decode_backend")):
+        which = "prefill" if kw.get("prefill_backend") else "decode"
+        raise r.err(("attention", which), "per-phase attention backends exist only on SGLang")
+    return kw
+
+
+def _nccl(r: TomlReader, value: Any) -> dict[str, Any]:
+    nc = r.table(value, ("nccl",))
+    r.unknown(nc, {"preset", "overrides"}, ("nccl",))
+    kw: dict[str, Any] = {}
+    if "preset" in nc:
+        kw["nccl_preset"] = r.text_value(nc["preset"], ("nccl", "preset"), allow_empty=False)
+    if "overrides" in nc:
+        kw["nccl_overrides"] = r.env_table(nc["overrides"], ("nccl", "overrides"))
+    return kw
+
+
+def _flags(r: TomlReader, value: Any) -> tuple[tuple[str, Any], ...]:
+    fl = r.table(value, ("flags",))
+    flags = []
+    for k, v in fl.items():
+        fk = k[2:] if k.startswith("--") else k
+        if not FLAG_NAME_RE.match(fk):
+            raise r.err(("flags", k), f"invalid flag name {k!r} (lower-case words joined by '-')")
+        if isinstance(v, str):
+            r.text_value(v, ("flags", k))
+        elif not isinstance(v, (bool, int, float)):
+            raise r.err(("flags", k), f"expected true/false, a number or a string, got {type(v).__name__}")
+        flags.append((fk, v))
+    return tuple(flags)
+
+
+def _speculative(r: TomlReader, value: Any) -> Speculative:
+    sp = r.table(value, ("speculative",))
+    r.unknown(sp, {"algorithm", "draft_model", "num_steps", "eagle_topk", "num_draft_tokens"}, ("speculative",))
+    skw: dict[str, Any] = {}
+    for k in ("algorithm", "draft_model"):
+        if k in sp:
+            skw[k] = r.text_value(sp[k], ("speculative", k))
+    for k in ("num_steps", "eagle_topk", "num_draft_tokens"):
+        if k in sp:
+            skw[k] = r.int_value(sp[k], ("speculative", k), 1, 4096)
+    return Speculative(**skw)
 
 
 def _nodes(r: TomlReader, value: Any) -> tuple[str, ...]:
