@@ -54,6 +54,8 @@ class BenchConfig:
     preconnect: bool = True
     #: completions prompts as token ids (exact length); False sends text like chat
     token_ids: bool = True
+    #: read the server's /metrics before and after each level (prefix cache, speculative acceptance)
+    server_counters: bool = True
 
     def validate(self) -> None:
         """ValueError naming the first bad setting (``BenchConfig.<field>: ...``)."""
