@@ -50,6 +50,8 @@ class Plan:
     seed: int = 1
     description: str = ""
     source: str = ""
+    #: the plan's ``[workload]`` table: ``{"name", "path", "params"}`` (None: random token ids)
+    workload: Mapping[str, Any] | None = None
 
     @property
     def concurrencies(self) -> tuple[int, ...]:
@@ -72,6 +74,7 @@ class Plan:
             "ignore_eos": self.ignore_eos,
             "temperature": self.temperature,
             "seed": self.seed,
+            "workload": None if self.workload is None else dict(self.workload),
             "levels": [
                 {
                     "label": lv.label,
@@ -110,6 +113,7 @@ class Plan:
             seed=int(d.get("seed") or 0),
             description=str(d.get("description") or ""),
             source=str(d.get("source") or ""),
+            workload=dict(d["workload"]) if isinstance(d.get("workload"), Mapping) else None,
         )
 
     def warnings(self) -> list[str]:

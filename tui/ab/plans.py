@@ -12,6 +12,12 @@ A plan is a small TOML file::
     seed = 1
     warmup = 2                      # warmup requests per level, excluded from results
 
+    [workload]                      # optional: what the prompts are (default: random token ids)
+    name = "shared_prefix"          # a source of tui.bench.workloads
+    path = "~/data/x.jsonl"         # optional: its dataset or trace file
+    [workload.params]               # optional: the source's own options
+    num_groups = 8
+
     [[level]]                       # one benchmark per level, in order
     label = "single-stream"         # optional
     concurrency = 1
@@ -20,7 +26,9 @@ A plan is a small TOML file::
 
 Where plans come from, first match wins: a path to a ``.toml`` file; the
 user's ``<config>/tunedeck/plans/NAME.toml``; ``$TUNEDECK_PLANS_DIR/NAME.toml``;
-the shipped ``profiles/plans/NAME.toml`` (``quick``, ``default``, ``sweep``).
+the shipped ``profiles/plans/NAME.toml`` (``quick``, ``default``, ``sweep``, and the
+production-like ``chat`` (conversations), ``rag`` (long prompts sharing prefixes) and
+``spec-check`` (natural text for speculative decoding)).
 
 Errors raise :class:`PlanError` naming the file, the key and (when it can be
 found) the line.
@@ -39,7 +47,7 @@ import tomllib
 from tui.ab.plan import Plan, PlanError, PlanLevel
 from tui.util.paths import config_dir
 
-BUILTIN_PLANS = ("quick", "default", "sweep")
+BUILTIN_PLANS = ("quick", "default", "sweep", "chat", "rag", "spec-check")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 _TOP_KEYS = {
@@ -53,8 +61,10 @@ _TOP_KEYS = {
     "seed": int,
     "warmup": int,
     "request_rate": float,
+    "workload": dict,
     "level": list,
 }
+_WORKLOAD_KEYS = {"name": str, "path": str, "params": dict}
 _LEVEL_KEYS = {
     "label": str,
     "concurrency": int,
@@ -228,6 +238,7 @@ def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "p
     temperature = top.get("temperature", 0.0)
     if temperature < 0:
         raise PlanError(source, "must be >= 0", key="temperature", line=_line_of(text, "temperature"))
+    workload = _parse_workload(top.get("workload"), source, text)
     raw_levels = top.get("level")
     if not raw_levels:
         raise PlanError(source, "a plan needs at least one [[level]] table", key="level")
@@ -293,7 +304,31 @@ def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "p
         seed=top.get("seed", 1),
         description=top.get("description", ""),
         source=source,
+        workload=workload,
     )
+
+
+def _parse_workload(raw: dict[str, Any] | None, source: str, text: str) -> dict[str, Any] | None:
+    """The ``[workload]`` table as ``{"name", "path", "params"}`` (the fields of the workload
+    sources' ``WorkloadSpec``), or None when the plan has none."""
+    if raw is None:
+        return None
+    line = _table_line(text, "workload")
+    for key in raw:
+        if key not in _WORKLOAD_KEYS:
+            allowed = ", ".join(sorted(_WORKLOAD_KEYS))
+            raise PlanError(source, f"unknown key (allowed: {allowed})", key=f"workload.{key}", line=line)
+    vals = {k: _check_type(raw[k], t, source, f"workload.{k}", line) for k, t in _WORKLOAD_KEYS.items() if k in raw}
+    if "name" not in vals:
+        raise PlanError(source, "required key missing", key="workload.name", line=line)
+    if not NAME_RE.match(vals["name"]):
+        raise PlanError(source, f"invalid workload name {vals['name']!r}", key="workload.name", line=line)
+    return {"name": vals["name"], "path": vals.get("path"), "params": dict(vals.get("params") or {})}
+
+
+def _table_line(text: str, table: str) -> int | None:
+    m = re.search(rf"^[ \t]*\[[ \t]*{re.escape(table)}[ \t]*\]", text, re.MULTILINE)
+    return text.count("\n", 0, m.start()) + 1 if m else None
 
 
 __all__ = [

@@ -647,6 +647,8 @@ class ABRunner:
                 "ignore_eos": plan.ignore_eos,
                 "temperature": plan.temperature,
                 "seed": plan.seed,
+                # the plan's workload (None: random token ids); the results name the one they ran
+                "workload": None if plan.workload is None else dict(plan.workload),
                 "levels": [
                     {
                         "concurrency": lv.concurrency,
