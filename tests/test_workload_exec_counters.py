@@ -55,7 +55,7 @@ def test_counters_are_summed_over_label_sets_and_differenced():
     assert f["prefix_cache_hit_rate"] == pytest.approx(0.75)
     assert f["spec_decode_num_drafts"] == 10 and f["spec_decode_draft_tokens"] == 30
     assert f["spec_decode_accepted_tokens"] == 15
-    assert f["spec_decode_acceptance_rate"] == pytest.approx(0.5)
+    assert f["spec_decode_acceptance_rate"] == pytest.approx(50.0)  # %, as vllm bench serve reports it
     assert f["spec_decode_acceptance_length"] == pytest.approx(2.5)
     assert f["spec_decode_per_position_acceptance_rates"] == pytest.approx([1.0, 0.5, 0.0])
     assert f["server_counters_note"] is None
@@ -77,6 +77,7 @@ def test_sglang_counters_come_first_and_gauges_are_named_lifetime():
     gauges = "sglang:cache_hit_rate 0.6\nsglang:spec_accept_length 2.75\nsglang:spec_accept_rate 0.58\n"
     g = level_figures(parse_counters(gauges), parse_counters(gauges))
     assert g["prefix_cache_hit_rate"] == 0.6 and g["spec_decode_acceptance_length"] == 2.75
+    assert g["spec_decode_acceptance_rate"] == pytest.approx(58.0)
     assert "lifetime gauge sglang:cache_hit_rate" in g["server_counters_note"]
     assert "lifetime gauge sglang:spec_accept_length" in g["server_counters_note"]
     none = level_figures(None, parse_counters(gauges))
@@ -100,7 +101,7 @@ def test_level_summary_has_this_levels_counters_only(tmp_path, monkeypatch):
     assert s["spec_decode_num_drafts"] == 10 * 8
     assert s["spec_decode_draft_tokens"] == 10 * 8 * 3
     assert s["spec_decode_accepted_tokens"] == 10 * 8 * 3 // 2
-    assert s["spec_decode_acceptance_rate"] == pytest.approx(0.5)
+    assert s["spec_decode_acceptance_rate"] == pytest.approx(50.0)
     assert s["spec_decode_acceptance_length"] == pytest.approx(2.5)
     assert s["spec_decode_per_position_acceptance_rates"] == pytest.approx([1.0, 0.5, 0.0])
     text = metrics.format_extras(s)
@@ -147,3 +148,33 @@ def test_simulator_speculative_counters(tmp_path):
     assert 1.0 <= s["spec_decode_acceptance_length"] <= 4.0
     assert len(s["spec_decode_per_position_acceptance_rates"]) == 3
     assert s["prefix_cache_hit_rate"] is not None  # the simulator serves both prefix-cache counters
+
+
+def test_level_table_shows_the_counters_and_the_schedule_only_when_there():
+    from rich.console import Console
+
+    from tui.model import SweepLevel, SweepReport
+    from widgets.sweep_table import SweepTable
+
+    def render(*summaries: dict) -> str:
+        report = SweepReport(tuple(SweepLevel.from_summary(s, f"C={i}") for i, s in enumerate(summaries)), 2)
+        con = Console(width=160, record=True, color_system=None)
+        con.print(SweepTable().render_report(report))
+        return con.export_text()
+
+    plain = {"completed": 10, "failed": 0, "output_throughput": 100.0}
+    text = render(plain)
+    assert "Cache" not in text and "Spec" not in text and "Disp" not in text
+    counted = dict(
+        plain,
+        prefix_cache_hit_rate=0.625,
+        spec_decode_acceptance_length=2.5,
+        dispatch_lag_p99_ms=180.0,
+        dispatch_lag_max_ms=240.0,
+        dispatch_behind=True,
+        server_counters_note="speculative acceptance is SGLang's lifetime gauge sglang:spec_accept_length",
+    )
+    text = render(plain, counted)
+    assert "Cache" in text and "62.5" in text and "2.50" in text and "180.0" in text
+    assert "C=1 dispatch fell behind its schedule (p99 180.0 ms, max 240.0 ms)" in text
+    assert "C=1 server counters: speculative acceptance is SGLang's lifetime gauge" in text

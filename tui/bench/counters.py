@@ -8,8 +8,9 @@ in earlier traffic). The engines' names (docs/workloads.md, serving-engines.md):
   (tokens; hit rate = Δhits / Δqueries); ``vllm:spec_decode_num_drafts_total``,
   ``…_num_draft_tokens_total``, ``…_num_accepted_tokens_total``,
   ``…_num_accepted_tokens_per_pos_total{position}`` (acceptance rate =
-  Δaccepted / Δdraft tokens, acceptance length = 1 + Δaccepted / Δdrafts,
-  per position = Δaccepted at that position / Δdrafts), like ``vllm bench serve``.
+  Δaccepted / Δdraft tokens × 100 in %, acceptance length = 1 + Δaccepted / Δdrafts,
+  per position = Δaccepted at that position / Δdrafts, 0-1), like ``vllm bench serve``.
+  ``prefix_cache_hit_rate`` is a 0-1 fraction.
 * SGLang: ``sglang:cached_tokens_total`` / ``sglang:prompt_tokens_total``. Where
   a server has no counter, the gauges ``sglang:cache_hit_rate`` and
   ``sglang:spec_accept_length`` / ``spec_accept_rate`` are used as read after the
@@ -171,7 +172,8 @@ def level_figures(before: Optional[Snapshot], after: Optional[Snapshot]) -> Dict
         out["spec_decode_num_drafts"] = int(drafts)
         out["spec_decode_draft_tokens"] = None if draft_tok is None else int(draft_tok)
         out["spec_decode_accepted_tokens"] = None if acc is None else int(acc)
-        out["spec_decode_acceptance_rate"] = _ratio(acc, draft_tok)
+        rate = _ratio(acc, draft_tok)
+        out["spec_decode_acceptance_rate"] = None if rate is None else rate * 100.0
         per_acc = _ratio(acc, drafts)
         out["spec_decode_acceptance_length"] = None if per_acc is None else 1.0 + per_acc
         pos: List[Tuple[int, Optional[float]]] = []
@@ -185,7 +187,7 @@ def level_figures(before: Optional[Snapshot], after: Optional[Snapshot]) -> Dict
         if length is not None and length > 0:
             out["spec_decode_acceptance_length"] = length
             rate = after.get("sglang:spec_accept_rate")
-            out["spec_decode_acceptance_rate"] = rate if rate is not None and rate > 0 else None
+            out["spec_decode_acceptance_rate"] = rate * 100.0 if rate is not None and rate > 0 else None
             notes.append(
                 "speculative acceptance is SGLang's lifetime gauge sglang:spec_accept_length, not this level's"
             )
@@ -208,7 +210,7 @@ def format_server_counters(summary: Mapping[str, Any]) -> List[str]:
     if isinstance(ln, (int, float)):
         txt = f"acceptance length {ln:.2f}"
         if isinstance(acc, (int, float)):
-            txt += f", rate {acc * 100:.1f} %"
+            txt += f", rate {acc:.1f} %"
         nd = summary.get("spec_decode_num_drafts")
         if isinstance(nd, int):
             txt += f" ({nd} drafts, {summary.get('spec_decode_accepted_tokens')} of "
