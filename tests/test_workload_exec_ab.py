@@ -90,6 +90,7 @@ def test_a_p99_verdict_over_too_few_requests_is_replaced():
     cmp = compare(a, b)
     r1 = cmp.row("ttft_p99_ms_c1")
     assert r1.outcome == "na" and r1.verdict == "p99 needs >= 100 requests at this level; 40 measured"
+    assert r1.delta_pct is None  # no Δ either: it would read as a verdict
     assert "TTFT p99 at C=1" not in cmp.headline  # not counted as a regression
     r64 = cmp.row("ttft_p99_ms_c64")
     assert r64.outcome == "worse" and r64.verdict.startswith("B +")

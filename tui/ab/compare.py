@@ -269,7 +269,7 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
             # a per-request percentile over fewer requests than it needs is the run's few largest values
             need, have = percentile_needs(pct), fewest_requests(a, b, c)
             if have is not None and have < need:
-                outcome = "na"
+                outcome, delta = "na", None
                 verdict = f"p{pct:g} needs >= {need} requests at this level; {have} measured"
         rows.append(Row(key, label, unit, better, sa, sb, delta, band, outcome, verdict, c, group))
 
