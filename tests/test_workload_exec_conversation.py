@@ -134,3 +134,33 @@ def test_sessions_are_grouped_and_checked():
         sessions_of(specs + [RequestSpec("x", 1, 1, 3, session=7, turn=0)])
     with pytest.raises(ValueError, match="RequestSpec 4: session missing"):
         sessions_of(specs + [RequestSpec("x", 1, 1, 4)])
+
+
+@pytest.mark.timeout(120)
+def test_worker_processes_keep_each_conversation_in_one_worker(tmp_path):
+    from tui.bench.config import BenchConfig
+    from tui.bench.levels import Progress, run_level_workers
+
+    rec = tmp_path / "received.jsonl"
+    specs = _conversations(4, 3, 0.05)
+    samples: list[dict] = []
+    with FakeServer("--ttft-ms", "5", "--itl-ms", "2", "--tag-tokens", "--record", str(rec)) as srv:
+        cfg = BenchConfig(url=srv.url, endpoint="chat", workers=2, warmup=0, preconnect=False)
+        ep = EndpointConfig(srv.url, "fake-model", "chat")
+        _dur, _health, finished = run_async(
+            run_level_workers(
+                cfg, ep, specs, 2, float("inf"), Progress(0, 0.0, 12), samples.append, lambda m: None, lambda t: None
+            )
+        )
+    assert finished and len(samples) == 12 and all(s["success"] for s in samples)
+    # each session's turns came from one worker, and each turn carried the answers before it
+    workers = {}
+    for s in samples:
+        workers.setdefault(s["session"], set()).add(s["worker"])
+    assert all(len(w) == 1 for w in workers.values()) and {w for ws in workers.values() for w in ws} == {0, 1}
+    got = _received(rec)
+    for r in got:
+        msgs = r["body"]["messages"]
+        assert len(msgs) % 2 == 1
+        for k in range(len(msgs) // 2):
+            assert re.fullmatch(r"( r\d+t\d)+", msgs[2 * k + 1]["content"])

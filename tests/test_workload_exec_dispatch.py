@@ -131,3 +131,33 @@ def test_a_schedule_on_only_some_requests_is_refused():
     with pytest.raises(ValueError, match=r"at_s -1"):
         schedule_of([RequestSpec("a", 1, 1, 0, at_s=-1.0)])
     assert schedule_of([RequestSpec("a", 1, 1, 0)]) is None
+
+
+@pytest.mark.timeout(120)
+def test_trace_replay_with_worker_processes_keeps_the_schedule():
+    from tui.bench.config import BenchConfig
+    from tui.bench.levels import Progress, run_level_workers
+
+    specs = _trace(60, 1.5)
+    samples: list[dict] = []
+    with FakeServer("--ttft-ms", "3", "--itl-ms", "1") as srv:
+        cfg = BenchConfig(url=srv.url, workers=2, warmup=0, preconnect=False)
+        _d, _h, finished = run_async(
+            run_level_workers(
+                cfg,
+                EndpointConfig(srv.url, "fake-model"),
+                specs,
+                None,
+                math.inf,
+                Progress(0, 0.0, 60),
+                samples.append,
+                lambda m: None,
+                lambda t: None,
+            )
+        )
+    assert finished and len(samples) == 60 and {s["worker"] for s in samples} == {0, 1}
+    by_index = {sp.index: sp for sp in specs}
+    for s in samples:
+        assert s["scheduled_at"] == pytest.approx(by_index[s["index"]].at_s, abs=1e-9)
+        assert s["sent_at"] >= s["scheduled_at"] - 1e-6
+    assert metrics.dispatch_lag(samples)["dispatch_lag_p99_ms"] <= 50.0

@@ -116,10 +116,9 @@ async def drive(
     conversation = is_conversation(specs)
     reqs: Sequence[Optional[Request]] = prepared if prepared is not None else [None] * len(specs)
     if t0 is not None:
-        delay = t0 - _pc()
-        if delay > 0:
-            await asyncio.sleep(delay)
-    start = _pc()
+        await sleep_until(t0)
+    # a shared t0 anchors the schedule (workers replaying one trace keep one clock), even when woken late
+    start = t0 if t0 is not None else _pc()
     live.t0 = start
     if started is not None:
         started(start)
