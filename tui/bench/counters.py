@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from tui.bench.http import HttpClient, HTTPError, base_url
 
@@ -71,24 +71,22 @@ def _position(labels: str) -> Optional[str]:
     return labels[i + 10 : j] if j > 0 else None
 
 
-def parse_counters(text: str) -> Snapshot:
-    """The :data:`WANTED` series of a Prometheus text page, summed over label sets (NaN skipped);
-    the per-position acceptance counter also as ``name{N}`` per position. Bad lines are skipped."""
-    out: Snapshot = {}
+def iter_series(text: str) -> Iterator[Tuple[str, str, float]]:
+    """(name, label text without braces, value) per sample line of a Prometheus text page;
+    comments, NaN values and malformed lines are skipped."""
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
         brace = line.find("{")
         space = line.find(" ")
         if brace >= 0 and (space < 0 or brace < space):
-            name = line[:brace]
             close = line.rfind("}")
             if close < brace:
                 continue
-            labels, rest = line[brace + 1 : close], line[close + 1 :]
+            name, labels, rest = line[:brace], line[brace + 1 : close], line[close + 1 :]
+        elif space > 0:
+            name, labels, rest = line[:space], "", line[space + 1 :]
         else:
-            name, labels, rest = line[:space] if space > 0 else line, "", line[space + 1 :] if space > 0 else ""
-        if name not in WANTED:
             continue
         fields = rest.split()
         if not fields:
@@ -97,7 +95,16 @@ def parse_counters(text: str) -> Snapshot:
             v = float(fields[0])
         except ValueError:
             continue
-        if v != v:
+        if v == v:
+            yield name.strip(), labels, v
+
+
+def parse_counters(text: str) -> Snapshot:
+    """The :data:`WANTED` series of a Prometheus text page, summed over label sets (NaN skipped);
+    the per-position acceptance counter also as ``name{N}`` per position. Bad lines are skipped."""
+    out: Snapshot = {}
+    for name, labels, v in iter_series(text):
+        if name not in WANTED:
             continue
         out[name] = out.get(name, 0.0) + v
         if name == _PER_POS:
