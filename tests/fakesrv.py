@@ -18,6 +18,13 @@ header ``x-fake-mode`` overrides it. Modes:
 * ``malformed``: a ``data: {not json`` line in the middle of a normal stream.
 * ``slowfirst``: the first token after ``--slowfirst-s`` seconds.
 
+``--record FILE`` appends every completion request (arrival time, path, body)
+to FILE; ``--tag-tokens`` makes token texts `` r<request>t<k>``;
+``--counters vllm|sglang|sglang-gauges`` serves ``/metrics`` with prefix-cache
+and speculative counters that start at lifetime values and move with each
+request (per request: queries += 2 × prompt words, hits += prompt words;
+drafts += n, draft tokens += 3n, accepted at positions 0/1/2 += n, n/2, 0).
+
 Every token chunk carries ``"tw"``: ``time.perf_counter()`` just before its
 write and ``"tr"``: when the request was parsed (CLOCK_MONOTONIC, comparable across processes on Linux), so a client
 can measure its timestamp lag. ``GET /stats`` returns request and token
@@ -53,6 +60,14 @@ class Cfg:
     burst = 32
     stats: Any = None  # RawArray: [requests, tokens] per process
     slot = 0
+    #: --record: each request body with its arrival time appended here (JSON lines)
+    record: Any = None
+    #: --tag-tokens: token texts name the request and position (" r<req>t<k>"), so answers are told apart
+    tag_tokens = False
+    #: --counters: the /metrics counter set served (none, vllm, sglang, sglang-gauges), moved by each request
+    counters = "none"
+    #: the counters' values (lifetime values before the first request, so a difference is needed)
+    cnt: dict[str, float] = {}
 
 
 def _chunk(data: bytes) -> bytes:
@@ -126,6 +141,8 @@ class Handler(asyncio.Protocol):
             return self.simple(200, {})
         if method == "GET" and path == "/v1/models":
             return self.simple(200, {"object": "list", "data": [{"id": Cfg.model, "object": "model"}]})
+        if method == "GET" and path == "/metrics" and Cfg.counters != "none":
+            return self.metrics()
         if method == "GET" and path == "/stats":
             st = Cfg.stats
             tot = [sum(st[i] for i in range(k, len(st), NSTAT)) for k in range(NSTAT)]
@@ -144,9 +161,42 @@ class Handler(asyncio.Protocol):
             except ValueError:
                 return self.simple(400, {"error": {"message": "bad json"}}, "Bad Request")
             Cfg.stats[Cfg.slot * NSTAT] += 1
+            if Cfg.record is not None:
+                Cfg.record.write(json.dumps({"t": _pc(), "path": path, "body": req}) + "\n")
+                Cfg.record.flush()
             mode = headers.get("x-fake-mode") or Cfg.pattern[int(Cfg.stats[Cfg.slot * NSTAT] - 1) % len(Cfg.pattern)]
             return self.stream(req, mode, chat=path.endswith("chat/completions"))
         return self.simple(404, {"error": {"message": "not found"}}, "Not Found")
+
+    def metrics(self) -> None:
+        c = Cfg.cnt
+        lab = '{model_name="%s",engine="0"}' % Cfg.model
+        if Cfg.counters == "vllm":
+            lines = [
+                "# TYPE vllm:prefix_cache_queries_total counter",
+                f"vllm:prefix_cache_queries_total{lab} {c['queries']}",
+                f"vllm:prefix_cache_hits_total{lab} {c['hits']}",
+                f"vllm:spec_decode_num_drafts_total{lab} {c['drafts']}",
+                f"vllm:spec_decode_num_draft_tokens_total{lab} {c['draft_tokens']}",
+                f"vllm:spec_decode_num_accepted_tokens_total{lab} {c['pos0'] + c['pos1'] + c['pos2']}",
+            ] + [
+                'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="%s",position="%d"} %s'
+                % (Cfg.model, i, c[f"pos{i}"])
+                for i in range(3)
+            ]
+        elif Cfg.counters == "sglang":
+            lines = [
+                f"sglang:prompt_tokens_total{lab} {c['queries']}",
+                f"sglang:cached_tokens_total{lab} {c['hits']}",
+                f"sglang:cache_hit_rate{lab} 0.9",
+                f"sglang:spec_accept_length{lab} 3.25",
+            ]
+        else:  # sglang-gauges: an SGLang without the counters
+            lines = [f"sglang:cache_hit_rate{lab} 0.75", f"sglang:spec_accept_length{lab} 2.5"]
+        data = ("\n".join(lines) + "\n").encode()
+        assert self.t is not None
+        self.t.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data))
+        self.done()
 
     def stream(self, req: dict[str, Any], mode: str, *, chat: bool) -> None:
         assert self.t is not None
@@ -158,6 +208,16 @@ class Handler(asyncio.Protocol):
         n = int(req.get("max_completion_tokens") or req.get("max_tokens") or 16)
         prompt = req.get("prompt") if not chat else " ".join(m.get("content", "") for m in req.get("messages", []))
         plen = len(str(prompt).split())
+        reqno = int(Cfg.stats[Cfg.slot * NSTAT])
+        c = Cfg.cnt
+        if c:
+            # per request: half of the prompt tokens hit the cache; n drafts of 3 tokens, 1.5 accepted each
+            c["queries"] += 2 * plen
+            c["hits"] += plen
+            c["drafts"] += n
+            c["draft_tokens"] += 3 * n
+            c["pos0"] += n
+            c["pos1"] += n / 2
         self.t.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
         loop = asyncio.get_running_loop()
         model = json.dumps(Cfg.model)
@@ -199,6 +259,8 @@ class Handler(asyncio.Protocol):
         def token(k: int) -> bytes:
             fr = '"length"' if k == n - 1 else "null"
             tw = _pc()
+            if Cfg.tag_tokens:
+                return ("data: " + (pre + fr).replace(" tok", f" r{reqno}t{k}") + tail_fmt % tw + "\n\n").encode()
             if k == 0:
                 stats[slot1 + 1] += tw - t_rx
                 stats[slot1 + 2] += 1
@@ -276,7 +338,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--refuse-until", type=float, default=0.0, help="seconds before the port listens")
     ap.add_argument("--procs", type=int, default=1)
     ap.add_argument("--burst", type=int, default=32)
+    ap.add_argument("--record", default=None, help="append each request body to this JSONL file")
+    ap.add_argument("--tag-tokens", action="store_true")
+    ap.add_argument("--counters", default="none", choices=["none", "vllm", "sglang", "sglang-gauges"])
     a = ap.parse_args(argv)
+    Cfg.record = open(a.record, "a", encoding="utf-8") if a.record else None  # noqa: SIM115 - open for the life of the server
+    Cfg.tag_tokens = a.tag_tokens
+    Cfg.counters = a.counters
+    if a.counters in ("vllm", "sglang"):
+        Cfg.cnt = {"queries": 100.0, "hits": 100.0, "drafts": 40.0, "draft_tokens": 120.0}
+        Cfg.cnt.update(pos0=40.0, pos1=40.0, pos2=40.0)
     Cfg.ttft = a.ttft_ms / 1000
     Cfg.itl = a.itl_ms / 1000
     Cfg.slowfirst = a.slowfirst_s

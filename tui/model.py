@@ -466,6 +466,13 @@ class SweepLevel:
     goodput: float | None = None
     partial: bool = False
     health: ClientHealth = field(default_factory=ClientHealth)
+    #: the server's counters over the level: prefix cache hits (%), speculative acceptance length
+    prefix_cache_hit_pct: float | None = None
+    spec_accept_length: float | None = None
+    #: how late scheduled requests were sent (open loop, trace replay); None for a closed loop
+    dispatch_lag_p99_ms: float | None = None
+    #: the level's warnings about its own load and figures (dispatch behind, lifetime gauges)
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any], label: str) -> "SweepLevel":
@@ -473,6 +480,8 @@ class SweepLevel:
 
         def lat(key: str) -> float | None:
             return _finite(summary, key) if done else None
+
+        hit = _finite(summary, "prefix_cache_hit_rate")
 
         return cls(
             label,
@@ -487,7 +496,25 @@ class SweepLevel:
             _finite(summary, "request_goodput"),
             bool(summary.get("partial")),
             ClientHealth.from_summary(summary),
+            None if hit is None else hit * 100.0,
+            _finite(summary, "spec_decode_acceptance_length"),
+            _finite(summary, "dispatch_lag_p99_ms"),
+            tuple(_level_notes(summary)),
         )
+
+
+def _level_notes(summary: Mapping[str, Any]) -> list[str]:
+    out = []
+    if summary.get("dispatch_behind"):
+        p99 = _finite(summary, "dispatch_lag_p99_ms") or 0.0
+        mx = _finite(summary, "dispatch_lag_max_ms") or 0.0
+        out.append(
+            f"dispatch fell behind its schedule (p99 {p99:.1f} ms, max {mx:.1f} ms): the load was lighter than asked"
+        )
+    note = summary.get("server_counters_note")
+    if isinstance(note, str) and note and "not read" not in note:
+        out.append("server counters: " + note)
+    return out
 
 
 @dataclass(frozen=True)
@@ -500,6 +527,10 @@ class SweepReport:
     @property
     def has_goodput(self) -> bool:
         return any(lv.goodput is not None for lv in self.levels)
+
+    def has(self, key: str) -> bool:
+        """Some level has a value for the optional column ``key`` (a SweepLevel field)."""
+        return any(getattr(lv, key) is not None for lv in self.levels)
 
     @property
     def done(self) -> bool:

@@ -73,6 +73,10 @@ class CompareTable(DataTable[Any]):
                 return f"{name}{c}"
         if k == "spec_acceptance_pct":
             return f"Spec acceptance %{c}"
+        if k == "spec_accept_length":
+            return f"Spec accept length{c}"
+        if k == "prefix_cache_hit_pct":
+            return f"Prefix cache hit %{c}"
         if k == "startup_s":
             return "Startup s"
         if k == "failed_requests":

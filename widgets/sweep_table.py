@@ -31,8 +31,13 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("TPOT\nmean", "mean_tpot_ms"),
     ("ITL\np99", "p99_itl_ms"),
     ("Good\nreq/s", "goodput"),
+    ("Cache\nhit %", "prefix_cache_hit_pct"),
+    ("Spec\nacc len", "spec_accept_length"),
+    ("Disp\np99", "dispatch_lag_p99_ms"),
     ("\nClient", "health"),
 )
+#: columns shown only when some level has a value (the goodput targets, the server's counters, a schedule)
+OPTIONAL = ("goodput", "prefix_cache_hit_pct", "spec_accept_length", "dispatch_lag_p99_ms")
 SPECS = {
     "request_throughput": ".2f",
     "output_throughput": ".1f",
@@ -41,6 +46,9 @@ SPECS = {
     "mean_tpot_ms": ".2f",
     "p99_itl_ms": ".2f",
     "goodput": ".2f",
+    "prefix_cache_hit_pct": ".1f",
+    "spec_accept_length": ".2f",
+    "dispatch_lag_p99_ms": ".1f",
 }
 
 
@@ -99,7 +107,7 @@ class SweepTable(Static):
             title_justify="left",
             title_style="bold",
         )
-        cols = [(h, k) for h, k in COLUMNS if k != "goodput" or report.has_goodput]
+        cols = [(h, k) for h, k in COLUMNS if k not in OPTIONAL or report.has(k)]
         for header, key in cols:
             table.add_column(header, justify="left" if key in ("label", "health") else "right", no_wrap=key == "health")
         for lv in report.levels:
@@ -113,6 +121,11 @@ class SweepTable(Static):
             notes.append(line)  # untrusted text: never markup
         if report.levels and not flagged:
             notes.append("Client health: ok at every level (not client-bound, machine not busy)", style="dim")
+        for lv in report.levels:
+            for line in lv.notes:
+                notes.append("\n")
+                notes.append(f"{lv.label} ", style="bold")
+                notes.append(line)  # untrusted text: never markup
         return Group(table, notes)
 
     def show(self, report: SweepReport) -> None:
@@ -120,4 +133,4 @@ class SweepTable(Static):
         self.update(self.render_report(report) if report.levels else "")
 
 
-__all__ = ["COLUMNS", "SweepTable", "health_cell", "title"]
+__all__ = ["COLUMNS", "OPTIONAL", "SweepTable", "health_cell", "title"]

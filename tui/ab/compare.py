@@ -15,7 +15,9 @@ highest, normally C=128):
 * peak output tok/s (``output_throughput`` at p), higher is better;
 * TTFT p50/p99, TPOT median and ITL p99 at s and at p, lower is better;
 * server startup time (launch to ready), lower is better;
-* speculative acceptance rate (``spec_decode_acceptance_rate``) where present;
+* speculative acceptance rate (``spec_decode_acceptance_rate``) and length
+  (``spec_decode_acceptance_length``), and the prefix cache hit rate
+  (``prefix_cache_hit_rate``), from the server's counters over the level, where present;
 * failed requests (all levels), lower is better.
 
 Delta = (mean B - mean A) / |mean A| x 100.
@@ -32,7 +34,9 @@ Noise band (when a difference is called "within noise"):
 
 Verdicts read as an operator writes them: ``B +18%`` (better),
 ``B −7% (worse)``, ``B −20% (better)`` for a lower-is-better metric,
-``within noise``, ``n/a`` when either side lacks the number.
+``within noise``, ``n/a`` when either side lacks the number. A per-request
+percentile row over fewer requests than it needs (p99: 100, p90: 10) gives no
+verdict: ``p99 needs >= 100 requests at this level; N measured``.
 """
 
 from __future__ import annotations
@@ -126,10 +130,15 @@ def _decode_tok_s(summary: Mapping[str, Any] | None) -> float | None:
 
 
 def _acceptance(summary: Mapping[str, Any] | None, run: SideRun) -> float | None:
+    # the level's counters (%, like vllm bench serve); else the % read after the side's run
     v = summary_number(summary, "spec_decode_acceptance_rate")
     if v is None:
         v = run.acceptance_rate
     return v
+
+
+def _pct(rate: float | None) -> float | None:
+    return None if rate is None else rate * 100.0
 
 
 def fmt_pct(delta: float) -> str:
@@ -182,6 +191,25 @@ def judge_count(a: Stat | None, b: Stat | None) -> tuple[float | None, float, st
     return delta, 0.0, "better", f"B {MINUS}{n} (better)"
 
 
+def percentile_needs(p: float) -> int:
+    """Requests a p-th percentile needs before it says anything of its own: 100 for p99, 10 for p90
+    (fewer, and p99 is just the largest value measured)."""
+    return math.ceil(100.0 / (100.0 - p) - 1e-9)
+
+
+def fewest_requests(a: Side, b: Side, c: int) -> int | None:
+    """The fewest successful requests behind any repeat's level ``c`` on either side (None: unknown)."""
+    counts = []
+    for side in (a, b):
+        for run in side.runs:
+            lv = run.level(c)
+            if lv is not None:
+                n = summary_number(lv.summary, "completed")
+                if n is not None:
+                    counts.append(int(n))
+    return min(counts) if counts else None
+
+
 # ---------------------------------------------------------------------- config diff
 
 
@@ -228,6 +256,7 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
         noise: float,
         group: str,
         count: bool = False,
+        pct: float | None = None,
     ) -> None:
         sa, sb = _collect(a, c, fn), _collect(b, c, fn)
         if sa is None and sb is None:
@@ -236,6 +265,12 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
             delta, band, outcome, verdict = judge_count(sa, sb)
         else:
             delta, band, outcome, verdict = judge(sa, sb, better, noise)
+        if pct is not None and c is not None and outcome != "na":
+            # a per-request percentile over fewer requests than it needs is the run's few largest values
+            need, have = percentile_needs(pct), fewest_requests(a, b, c)
+            if have is not None and have < need:
+                outcome, delta = "na", None
+                verdict = f"p{pct:g} needs >= {need} requests at this level; {have} measured"
         rows.append(Row(key, label, unit, better, sa, sb, delta, band, outcome, verdict, c, group))
 
     def metric(key: str) -> StatFn:
@@ -296,7 +331,17 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
                 noise_pct,
                 "latency",
             )
-            add(f"ttft_p99_ms_c{c}", f"TTFT p99 (ms, C={c})", "ms", "lower", c, metric("p99_ttft_ms"), tail, "latency")
+            add(
+                f"ttft_p99_ms_c{c}",
+                f"TTFT p99 (ms, C={c})",
+                "ms",
+                "lower",
+                c,
+                metric("p99_ttft_ms"),
+                tail,
+                "latency",
+                pct=99.0,
+            )
             add(
                 f"tpot_median_ms_c{c}",
                 f"TPOT median (ms, C={c})",
@@ -324,6 +369,26 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
             "higher",
             hi,
             _acceptance,
+            noise_pct,
+            "speculative",
+        )
+        add(
+            "prefix_cache_hit_pct",
+            f"Prefix cache hit rate (%, C={hi})",
+            "%",
+            "higher",
+            hi,
+            lambda s, run: _pct(summary_number(s, "prefix_cache_hit_rate")),
+            noise_pct,
+            "server counters",
+        )
+        add(
+            "spec_accept_length",
+            f"Spec acceptance length (tokens per step, C={hi})",
+            "tok/step",
+            "higher",
+            hi,
+            metric("spec_decode_acceptance_length"),
             noise_pct,
             "speculative",
         )

@@ -25,7 +25,9 @@ A plan is a small TOML file::
 
 Where plans come from, first match wins: a path to a ``.toml`` file; the
 user's ``<config>/tunedeck/plans/NAME.toml``; ``$TUNEDECK_PLANS_DIR/NAME.toml``;
-the shipped ``profiles/plans/NAME.toml`` (``quick``, ``default``, ``sweep``).
+the shipped ``profiles/plans/NAME.toml`` (``quick``, ``default``, ``sweep``, and the
+production-like ``chat`` (conversations), ``rag`` (long prompts sharing prefixes) and
+``spec-check`` (natural text for speculative decoding)).
 
 Errors raise :class:`PlanError` naming the file, the key and (when it can be
 found) the line.
@@ -45,7 +47,7 @@ from tui.ab.plan import Plan, PlanError, PlanLevel
 from tui.bench.workloads import FILE_SOURCES, OPTIONS, SOURCES, WorkloadSpec
 from tui.util.paths import config_dir
 
-BUILTIN_PLANS = ("quick", "default", "sweep")
+BUILTIN_PLANS = ("quick", "default", "sweep", "chat", "rag", "spec-check")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 _TOP_KEYS = {
@@ -59,8 +61,8 @@ _TOP_KEYS = {
     "seed": int,
     "warmup": int,
     "request_rate": float,
-    "level": list,
     "workload": dict,
+    "level": list,
 }
 _LEVEL_KEYS = {
     "label": str,
@@ -235,6 +237,7 @@ def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "p
     temperature = top.get("temperature", 0.0)
     if temperature < 0:
         raise PlanError(source, "must be >= 0", key="temperature", line=_line_of(text, "temperature"))
+    workload = _workload(top.get("workload"), text, source)
     raw_levels = top.get("level")
     if not raw_levels:
         raise PlanError(source, "a plan needs at least one [[level]] table", key="level")
@@ -292,7 +295,7 @@ def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "p
             )
         )
     return Plan(
-        workload=_workload(top.get("workload"), text, source),
+        workload=workload,
         name=name,
         levels=tuple(levels),
         endpoint=endpoint,

@@ -647,6 +647,8 @@ class ABRunner:
                 "ignore_eos": plan.ignore_eos,
                 "temperature": plan.temperature,
                 "seed": plan.seed,
+                # the plan's workload (None: random token ids); the results name the one they ran
+                "workload": plan.workload.to_json(),
                 "levels": [
                     {
                         "concurrency": lv.concurrency,

@@ -3,9 +3,74 @@ measured through an SSH tunnel, client-bound or busy levels, and validity findin
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
+from tui.ab.confdiff import parse_flags
 from tui.ab.sides import VIA_SSH, Side, summary_number
+
+#: the workload a result without a ``workload`` key ran (every result before workloads existed)
+DEFAULT_WORKLOAD = "random"
+
+
+def side_workloads(side: Side) -> set[str]:
+    """The workload names ``side``'s level summaries ran (``random`` where a summary names none)."""
+    out = set()
+    for run in side.runs:
+        for lv in run.levels:
+            wl = lv.summary.get("workload")
+            name = wl.get("name") if isinstance(wl, Mapping) else None
+            out.add(str(name) if name else DEFAULT_WORKLOAD)
+    return out
+
+
+def _is_spec_flag(name: str) -> bool:
+    n = name.lstrip("-").replace("_", "-")
+    return n.startswith("speculative") or n == "sc" or n.startswith("sc.")
+
+
+def _is_prefix_flag(name: str) -> bool:
+    n = name.lstrip("-").replace("_", "-")
+    return "prefix-caching" in n or "radix-cache" in n
+
+
+def _flags_about(argv: Sequence[str], pred: Callable[[str], bool]) -> dict[str, str]:
+    _prefix, flags = parse_flags(list(argv or ()))
+    return {k: v for k, v in flags.items() if pred(k)}
+
+
+def workload_warnings(a: Side, b: Side) -> list[str]:
+    """Verdicts that would not transfer to production: speculative or prefix-cache settings compared on
+    random token ids (nothing to accept, nothing shared), and speculative acceptance under ignore_eos."""
+    w: list[str] = []
+    spec_a, spec_b = _flags_about(a.argv, _is_spec_flag), _flags_about(b.argv, _is_spec_flag)
+    pre_a, pre_b = _flags_about(a.argv, _is_prefix_flag), _flags_about(b.argv, _is_prefix_flag)
+    random = sorted(n for n in side_workloads(a) | side_workloads(b) if n == DEFAULT_WORKLOAD)
+    known = bool(a.argv) and bool(b.argv)
+    if random and known and spec_a != spec_b:
+        w.append(
+            "A and B differ in speculative decoding but were measured on random token ids: acceptance depends "
+            "on what is generated, so this verdict does not transfer to real text (use a text workload)"
+        )
+    if random and known and pre_a != pre_b:
+        w.append(
+            "A and B differ in prefix caching but were measured on random token ids: random prompts share "
+            "no prefix, so the cache cannot show its effect (use a shared-prefix or conversation workload)"
+        )
+    if (spec_a or spec_b) and (a.params.get("ignore_eos") or b.params.get("ignore_eos") or _any_ignore_eos(a, b)):
+        w.append(
+            "speculative decoding compared with ignore_eos: generation is forced past the end of the answer "
+            "into text the model would not write, where drafts are accepted differently; published "
+            "speculative comparisons end at EOS"
+        )
+    return w
+
+
+def _any_ignore_eos(a: Side, b: Side) -> bool:
+    for side in (a, b):
+        for lv in _level_params(side).values():
+            if lv.get("ignore_eos"):
+                return True
+    return False
 
 
 def _level_params(side: Side) -> dict[int, dict[str, Any]]:
@@ -86,6 +151,7 @@ def comparison_warnings(a: Side, b: Side) -> list[str]:
                 f"{side.label}: measured through an SSH tunnel at C={','.join(map(str, cs))}: the link's "
                 "latency and buffering are in these numbers, not the server's truth"
             )
+    w.extend(workload_warnings(a, b))
     if a.model and b.model and a.model != b.model:
         w.append(f"A and B serve different models: {a.model!r} vs {b.model!r}")
     if a.engine and b.engine and a.engine != b.engine:

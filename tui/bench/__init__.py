@@ -34,6 +34,7 @@ ENGINE_MODULES = (
     "tui/bench/sse.py",
     "tui/bench/records.py",
     "tui/bench/client.py",
+    "tui/bench/counters.py",
     "tui/bench/metrics.py",
     "tui/bench/config.py",
     "tui/bench/prompts.py",

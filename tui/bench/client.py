@@ -12,7 +12,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from tui.bench.http import DEFAULT_READ_TIMEOUT, HttpClient, HTTPError, RemoteProtocolError, Request, Response
 from tui.bench.sse import SSEParser
@@ -21,11 +21,13 @@ __all__ = [
     "DEFAULT_READ_TIMEOUT",
     "ERROR_BODY_LIMIT",
     "EndpointConfig",
+    "History",
     "Live",
     "RequestSpec",
     "make_client",
     "new_sample",
     "prepare",
+    "prompt_text",
     "quiet_gc",
     "stream_request",
 ]
@@ -89,14 +91,23 @@ class RequestSpec:
     index: int = 0
     #: True when ``prompt_len`` is an exact token count (token ids, or text counted by the server)
     exact: bool = False
-    #: scheduled send time in seconds after the level's start (trace replay); None: the load shape decides
+    #: scheduled send time in seconds after the level's start (trace replay); None: by the load shape
     at_s: Optional[float] = None
-    #: conversation id; None: a request on its own
+    #: conversation id; None: a single-turn request
     session: Optional[int] = None
-    #: turn number within the session (``prompt`` holds only that turn's new user message)
+    #: turn number within the session (turns are sent in this order)
     turn: int = 0
-    #: seconds after the previous turn's answer before this turn is sent
+    #: seconds to wait after the previous turn's answer before this turn is sent
     think_s: float = 0.0
+
+
+#: a conversation's earlier turns: (user prompt, assistant answer as received)
+History = Sequence[Tuple[str, str]]
+
+
+def prompt_text(prompt: Union[str, List[int]]) -> str:
+    """A prompt as text (token ids joined by spaces, as the chat endpoint gets them)."""
+    return prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
 
 
 @dataclass
@@ -119,7 +130,9 @@ class EndpointConfig:
         path = "/v1/chat/completions" if self.endpoint == "chat" else "/v1/completions"
         return base + path
 
-    def body(self, spec: RequestSpec) -> bytes:
+    def body(self, spec: RequestSpec, history: Optional[History] = None) -> bytes:
+        """The JSON body; ``history`` (a conversation's earlier turns) goes before this turn's prompt:
+        as user/assistant messages for chat, as the concatenated text for completions."""
         payload: Dict[str, Any] = {
             "model": self.model,
             "stream": True,
@@ -127,11 +140,18 @@ class EndpointConfig:
             "temperature": self.temperature,
         }
         if self.endpoint == "chat":
-            text = spec.prompt if isinstance(spec.prompt, str) else " ".join(map(str, spec.prompt))
-            payload["messages"] = [{"role": "user", "content": text}]
+            messages: List[Dict[str, str]] = []
+            for user, answer in history or ():
+                messages.append({"role": "user", "content": user})
+                messages.append({"role": "assistant", "content": answer})
+            messages.append({"role": "user", "content": prompt_text(spec.prompt)})
+            payload["messages"] = messages
             payload["max_completion_tokens"] = spec.output_len
         else:
-            payload["prompt"] = spec.prompt
+            if history:
+                payload["prompt"] = "".join(u + a for u, a in history) + prompt_text(spec.prompt)
+            else:
+                payload["prompt"] = spec.prompt
             payload["max_tokens"] = spec.output_len
         if self.ignore_eos:
             payload["ignore_eos"] = True
@@ -176,15 +196,20 @@ def new_sample(spec: RequestSpec) -> Dict[str, Any]:
         "elapsed": 0.0,
         "bad_lines": 0,
         "finish_reason": None,
+        "session": spec.session,
+        "turn": spec.turn if spec.session is not None else None,
+        "scheduled_at": None,
+        "sent_at": None,
+        "dispatch_lag": None,
     }
 
 
 _HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
 
 
-def prepare(client: HttpClient, ep: EndpointConfig, spec: RequestSpec) -> Request:
+def prepare(client: HttpClient, ep: EndpointConfig, spec: RequestSpec, history: Optional[History] = None) -> Request:
     """Serialize the request ahead of time (so building costs nothing during the timed phase)."""
-    return client.build("POST", ep.url, ep.body(spec), _HEADERS)
+    return client.build("POST", ep.url, ep.body(spec, history), _HEADERS)
 
 
 class _Deadline:
@@ -234,6 +259,9 @@ async def stream_request(
     live: Optional[Live] = None,
     keep_events: bool = False,
     on_partial: Optional[Callable[[Dict[str, Any]], None]] = None,
+    level_start: Optional[float] = None,
+    dispatched_at: Optional[float] = None,
+    keep_text: bool = False,
 ) -> Dict[str, Any]:
     """Send one streaming request and return its record. Never raises except on cancel.
 
@@ -242,9 +270,14 @@ async def stream_request(
     ``client_queue_time``). With ``keep_events`` the record also holds
     ``_events``: ``[(perf_counter, SSE block bytes), ...]`` for precision checks.
     ``on_partial`` receives the partial record when the request is cancelled.
+    ``level_start`` (the level's t0) makes the record say when the request was
+    due (``scheduled_at``) and sent (``sent_at``), in seconds after it;
+    ``dispatched_at``: when the dispatcher got to it (``dispatch_lag`` =
+    dispatched_at - queued_at, the client's own lateness, slot waits excluded).
+    With ``keep_text`` the record holds ``_answer``: the text received.
     """
     s = new_sample(spec)
-    sse = SSEParser(ep.endpoint == "chat", keep_events)
+    sse = SSEParser(ep.endpoint == "chat", keep_events, keep_text)
     status = 0
     resp: Optional[Response] = None
     req = request if request is not None else prepare(client, ep, spec)
@@ -255,6 +288,12 @@ async def stream_request(
     s["wall_start"] = time.time()
     if queued_at is not None:
         s["client_queue_time"] = max(0.0, st - queued_at)
+        if dispatched_at is not None:
+            s["dispatch_lag"] = max(0.0, dispatched_at - queued_at)
+    if level_start is not None:
+        s["sent_at"] = st - level_start
+        if queued_at is not None:
+            s["scheduled_at"] = queued_at - level_start
     deadline = _Deadline(ep.request_deadline)
     try:
         try:
@@ -320,6 +359,8 @@ def _finish(s: Dict[str, Any], sse: SSEParser, st: float, status: int) -> None:
     times = sse.times
     if sse.events is not None:
         s["_events"] = sse.events
+    if sse.text is not None:
+        s["_answer"] = "".join(sse.text)
     s["bad_lines"] = sse.bad
     s["finish_reason"] = sse.finish
     usage = sse.usage

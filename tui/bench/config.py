@@ -66,6 +66,9 @@ class BenchConfig:
         """The workload with the length options filled in from ``input_len``/``output_len`` where it takes them."""
         return with_lengths(self.workload, self.input_len, self.output_len)
 
+    #: read the server's /metrics before and after each level (prefix cache, speculative acceptance)
+    server_counters: bool = True
+
     def validate(self) -> None:
         """ValueError naming the first bad setting (``BenchConfig.<field>: ...``)."""
         try:

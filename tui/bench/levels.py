@@ -12,13 +12,16 @@ import signal
 import sys
 import time
 from dataclasses import asdict
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tui.bench import metrics
 from tui.bench.client import (
     EndpointConfig,
     Live,
     RequestSpec,
+    new_sample,
+    prepare,
+    prompt_text,
     quiet_gc,
     stream_request,
 )
@@ -31,6 +34,54 @@ from tui.util.aio import cancel_and_wait
 log = logging.getLogger(__name__)
 
 _pc = time.perf_counter
+
+
+async def sleep_until(due: float) -> None:
+    """Sleep until ``perf_counter() >= due``; never returns early (uvloop's millisecond timers
+    can fire up to a millisecond before their time, so short remainders are slept again)."""
+    while True:
+        delay = due - _pc()
+        if delay <= 0:
+            return
+        await asyncio.sleep(delay)
+
+
+def schedule_of(specs: Sequence[RequestSpec]) -> Optional[List[float]]:
+    """Each request's ``at_s`` when the level replays a schedule (a trace), else None.
+
+    ValueError when only some requests carry one: a schedule covers every request.
+    """
+    have = sum(1 for sp in specs if sp.at_s is not None)
+    if not have:
+        return None
+    if have != len(specs):
+        raise ValueError(f"RequestSpec.at_s: set on {have} of {len(specs)} requests; a replay needs it on every one")
+    out = [float(sp.at_s) for sp in specs if sp.at_s is not None]
+    bad = next((x for x in out if not (x >= 0 and math.isfinite(x))), None)
+    if bad is not None:
+        raise ValueError(f"RequestSpec.at_s {bad!r}: expected finite seconds >= 0")
+    return out
+
+
+def is_conversation(specs: Sequence[RequestSpec]) -> bool:
+    return any(sp.session is not None for sp in specs)
+
+
+def sessions_of(specs: Sequence[RequestSpec]) -> List[List[RequestSpec]]:
+    """The conversations, each in turn order, ordered by first appearance in ``specs``."""
+    by: Dict[int, List[RequestSpec]] = {}
+    for sp in specs:
+        if sp.session is None:
+            raise ValueError(f"RequestSpec {sp.index}: session missing; a conversation level needs it on every request")
+        by.setdefault(sp.session, []).append(sp)
+    out = []
+    for turns in by.values():
+        turns.sort(key=lambda t: t.turn)
+        for a, b in zip(turns, turns[1:]):
+            if a.turn == b.turn:
+                raise ValueError(f"session {a.session}: turn {a.turn} appears twice")
+        out.append(turns)
+    return out
 
 
 async def drive(
@@ -54,17 +105,27 @@ async def drive(
     for now. ``on_sample`` gets every record (also partial ones on cancel).
     ``prepared``: the requests built beforehand with :func:`prepare`.
     ``started(t0)`` is called right before the first dispatch.
+
+    Specs carrying ``at_s`` are sent at t0 + at_s (no cap unless
+    ``concurrency`` is given), on the same path as the Gamma arrivals of a
+    finite ``rate``; both record each request's scheduled and actual send
+    time and the dispatcher's lateness. Specs carrying ``session`` are
+    conversations (:func:`_converse`).
     """
+    at = schedule_of(specs)
+    conversation = is_conversation(specs)
     reqs: Sequence[Optional[Request]] = prepared if prepared is not None else [None] * len(specs)
     if t0 is not None:
-        delay = t0 - _pc()
-        if delay > 0:
-            await asyncio.sleep(delay)
-    start = _pc()
+        await sleep_until(t0)
+    # a shared t0 anchors the schedule (workers replaying one trace keep one clock), even when woken late
+    start = t0 if t0 is not None else _pc()
     live.t0 = start
     if started is not None:
         started(start)
-    if not math.isfinite(rate) and concurrency:
+    if conversation:
+        await _converse(client, ep, specs, concurrency, rate, burstiness, seed, start, live, on_sample)
+        return start
+    if at is None and not math.isfinite(rate) and concurrency:
         it = iter(zip(specs, reqs))
 
         async def lane() -> None:
@@ -77,33 +138,132 @@ async def drive(
 
         await _gather_cancel([asyncio.ensure_future(lane()) for _ in range(min(concurrency, len(specs)))])
         return start
-    offsets = arrival_offsets(len(specs), rate, burstiness, seed)
+    # a schedule: the trace's times, or Gamma arrivals (all at t0 for an uncapped closed loop)
+    timed = at is not None or math.isfinite(rate)
+    offsets = at if at is not None else arrival_offsets(len(specs), rate, burstiness, seed)
+    order = sorted(range(len(specs)), key=offsets.__getitem__) if at is not None else range(len(specs))
     sem = asyncio.Semaphore(concurrency) if concurrency else None
     tasks: "List[asyncio.Future[Any]]" = []
 
     async def one(spec: RequestSpec, req: Optional[Request], due: float) -> None:
+        disp = _pc() if timed else None
         if sem is None:
             on_sample(
-                await stream_request(client, ep, spec, request=req, queued_at=due, live=live, on_partial=on_sample)
+                await stream_request(
+                    client,
+                    ep,
+                    spec,
+                    request=req,
+                    queued_at=due,
+                    live=live,
+                    on_partial=on_sample,
+                    level_start=start,
+                    dispatched_at=disp,
+                )
             )
             return
         async with sem:
             on_sample(
-                await stream_request(client, ep, spec, request=req, queued_at=due, live=live, on_partial=on_sample)
+                await stream_request(
+                    client,
+                    ep,
+                    spec,
+                    request=req,
+                    queued_at=due,
+                    live=live,
+                    on_partial=on_sample,
+                    level_start=start,
+                    dispatched_at=disp,
+                )
             )
 
     try:
-        for spec, req, off in zip(specs, reqs, offsets):
-            due = start + off
-            delay = due - _pc()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one(spec, req, due)))
+        for i in order:
+            due = start + offsets[i]
+            await sleep_until(due)
+            tasks.append(asyncio.ensure_future(one(specs[i], reqs[i], due)))
     except asyncio.CancelledError:
         await cancel_and_wait(tasks, "benchmark requests")
         raise
     await _gather_cancel(tasks)
     return start
+
+
+async def _converse(
+    client: HttpClient,
+    ep: EndpointConfig,
+    specs: Sequence[RequestSpec],
+    concurrency: Optional[int],
+    rate: float,
+    burstiness: float,
+    seed: int,
+    start: float,
+    live: Live,
+    on_sample: Callable[[Dict[str, Any]], None],
+) -> None:
+    """Conversations: each session's turns in order, up to ``concurrency`` sessions at once.
+
+    Turn k carries the session's earlier prompts and the answers actually
+    received, and is due ``think_s`` after turn k-1's answer ended. A session
+    starts at its first turn's ``at_s``, else at the Gamma arrival of a finite
+    ``rate``, else at once (then waits for a slot). A failed turn ends its
+    session: the turns after it are recorded as failed (``SessionAborted``),
+    never sent without the context they need.
+    """
+    sessions = sessions_of(specs)
+    firsts = [t[0].at_s for t in sessions]
+    if all(a is not None for a in firsts):
+        starts = [float(a) for a in firsts if a is not None]
+    else:
+        starts = arrival_offsets(len(sessions), rate, burstiness, seed)
+    sem = asyncio.Semaphore(concurrency) if concurrency else None
+
+    def drop_text(s: Dict[str, Any]) -> None:
+        s.pop("_answer", None)
+        on_sample(s)
+
+    async def turns_of(turns: List[RequestSpec], due: float, disp: float) -> None:
+        history: List[Tuple[str, str]] = []
+        for k, sp in enumerate(turns):
+            req = prepare(client, ep, sp, history)
+            if k:
+                await sleep_until(due)
+                disp = _pc()
+            s = await stream_request(
+                client,
+                ep,
+                sp,
+                request=req,
+                queued_at=due,
+                live=live,
+                on_partial=drop_text,
+                level_start=start,
+                dispatched_at=disp,
+                keep_text=True,
+            )
+            answer = s.pop("_answer", "")
+            on_sample(s)
+            if not s["success"]:
+                for rest in turns[k + 1 :]:
+                    r = new_sample(rest)
+                    r["error_type"] = "SessionAborted"
+                    r["error"] = f"session {sp.session}: turn {sp.turn} failed ({s['error_type']}); not sent"
+                    on_sample(r)
+                return
+            history.append((prompt_text(sp.prompt), answer))
+            if k + 1 < len(turns):
+                due = _pc() + max(0.0, turns[k + 1].think_s)
+
+    async def session(turns: List[RequestSpec], due: float) -> None:
+        await sleep_until(due)
+        disp = _pc()
+        if sem is None:
+            await turns_of(turns, due, disp)
+            return
+        async with sem:
+            await turns_of(turns, due, disp)
+
+    await _gather_cancel([asyncio.ensure_future(session(t, start + off)) for t, off in zip(sessions, starts)])
 
 
 async def _gather_cancel(tasks: "List[asyncio.Future[Any]]") -> None:
@@ -312,7 +472,10 @@ async def run_level_workers(
     on_sample: Callable[[Dict[str, Any]], None],
     emit: Callable[[Dict[str, Any]], None],
     set_t0: Callable[[float], None],
+    before_go: Optional[Callable[[], Awaitable[None]]] = None,
 ) -> Tuple[float, Dict[str, Any], bool]:
+    """The level in ``cfg.workers`` processes; ``before_go`` is awaited once every worker is ready,
+    right before t0. Returns (duration, client health, finished)."""
     n = max(1, cfg.workers)
     procs = []
     argv = worker_argv()
@@ -320,7 +483,8 @@ async def run_level_workers(
         wc = None if conc is None else conc // n + (1 if w < conc % n else 0)
         if wc == 0:
             continue
-        mine = [asdict(s) for i, s in enumerate(specs) if i % n == w]
+        # a conversation stays in one worker (its turns need the answers before them)
+        mine = [asdict(s) for i, s in enumerate(specs) if (i if s.session is None else s.session) % n == w]
         job = {
             "worker": w,
             "endpoint": asdict(ep),
@@ -356,6 +520,8 @@ async def run_level_workers(
             connect.extend(json.loads(line).get("connect_times") or [])
         if cfg.preconnect:
             emit({"type": "connected", "level": prog.level, **connect_stats(connect)})
+        if before_go is not None:
+            await before_go()
         t0 = _pc() + 0.05
         prog.t0 = t0
         set_t0(t0)

@@ -16,6 +16,7 @@ import math
 from collections import Counter
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from tui.bench.counters import format_server_counters
 from tui.bench.workloads import describe as describe_workload
 
 #: Latency metrics with their printed names and section headers (vLLM's order).
@@ -338,7 +339,57 @@ def calculate_metrics(
     res["per_user_output_throughput"] = res["output_throughput"] / conc if conc else 0.0
     med_tpot = res["median_tpot_ms"]
     res["decode_tok_s_per_user"] = 1000.0 / med_tpot if med_tpot > 0 else 0.0
+    res.update(dispatch_lag(samples))
     return res
+
+
+#: dispatch fell behind its schedule when p99 lateness exceeds this (ms) ...
+DISPATCH_LAG_P99_WARN_MS = 10.0
+#: ... or any request was this late (ms)
+DISPATCH_LAG_MAX_WARN_MS = 100.0
+
+
+def dispatch_lag(samples: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """How late the client sent scheduled requests (open loop, trace replay, think times).
+
+    ``dispatch_lag_*_ms`` are None for a level without a schedule (closed
+    loop); ``dispatch_behind`` says the schedule was not kept (p99 over
+    :data:`DISPATCH_LAG_P99_WARN_MS` or any request over
+    :data:`DISPATCH_LAG_MAX_WARN_MS`), so the load was not the one asked for.
+    """
+    lags = sorted(float(s["dispatch_lag"]) for s in samples if isinstance(s.get("dispatch_lag"), (int, float)))
+    if not lags:
+        return {
+            "dispatch_lag_p50_ms": None,
+            "dispatch_lag_p99_ms": None,
+            "dispatch_lag_max_ms": None,
+            "dispatch_late_requests": 0,
+            "dispatch_behind": False,
+        }
+    p99 = percentile_sorted(lags, 99) * 1000
+    mx = lags[-1] * 1000
+    return {
+        "dispatch_lag_p50_ms": percentile_sorted(lags, 50) * 1000,
+        "dispatch_lag_p99_ms": p99,
+        "dispatch_lag_max_ms": mx,
+        "dispatch_late_requests": sum(1 for x in lags if x * 1000 > DISPATCH_LAG_MAX_WARN_MS),
+        "dispatch_behind": p99 > DISPATCH_LAG_P99_WARN_MS or mx > DISPATCH_LAG_MAX_WARN_MS,
+    }
+
+
+def dispatch_warning(summary: Mapping[str, Any]) -> Optional[str]:
+    """One line when the level's dispatch fell behind its schedule, else None."""
+    if not summary.get("dispatch_behind"):
+        return None
+    return (
+        "DISPATCH BEHIND: requests were sent late for their schedule (p99 {:.1f} ms, max {:.1f} ms, "
+        "{} over {:.0f} ms); the load was lighter than asked".format(
+            summary.get("dispatch_lag_p99_ms") or 0.0,
+            summary.get("dispatch_lag_max_ms") or 0.0,
+            summary.get("dispatch_late_requests") or 0,
+            DISPATCH_LAG_MAX_WARN_MS,
+        )
+    )
 
 
 def error_counts(summary: Mapping[str, Any]) -> Dict[str, int]:
@@ -488,6 +539,18 @@ def format_extras(summary: Mapping[str, Any]) -> str:
             lines.append("CLIENT-BOUND: " + str(cl["client_bound_reason"]))
         if summary.get("machine_busy"):
             lines.append("MACHINE BUSY: " + str(cl.get("machine_busy_reason") or "other load on the client machine"))
+    if summary.get("dispatch_lag_p99_ms") is not None:
+        lines.append(
+            "Dispatch lag: p50 {:.2f} ms, p99 {:.2f} ms, max {:.2f} ms".format(
+                summary.get("dispatch_lag_p50_ms") or 0.0,
+                summary["dispatch_lag_p99_ms"],
+                summary.get("dispatch_lag_max_ms") or 0.0,
+            )
+        )
+    behind = dispatch_warning(summary)
+    if behind:
+        lines.append(behind)
+    lines.extend(format_server_counters(summary))
     if summary.get("partial"):
         lines.append("PARTIAL: the run did not finish; statistics cover the finished requests only")
     lines.extend(format_validity(summary.get("validity")))

@@ -105,6 +105,14 @@ class Sample:
     prompt_len_sent: Optional[int] = None
     #: True when ``prompt_len_sent`` is an exact token count
     prompt_len_exact: bool = False
+    #: conversation id and turn (None: a single-turn request)
+    session: Optional[int] = None
+    turn: Optional[int] = None
+    #: seconds after the level's start: when the request was due, when it was sent (None: not recorded)
+    scheduled_at: Optional[float] = None
+    sent_at: Optional[float] = None
+    #: seconds the dispatcher was late for its scheduled time (open loop and trace replay)
+    dispatch_lag: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -63,6 +63,7 @@ from tui.bench.client import (
     prepare,
 )
 from tui.bench.config import BenchConfig, NotReady
+from tui.bench.counters import Snapshot, level_figures, read_counters
 from tui.bench.http import HttpClient, HTTPError, base_url
 from tui.bench.levels import (
     Progress,
@@ -332,10 +333,16 @@ async def run_benchmark(
             duration = 0.0
             health: Dict[str, Any] = {}
             connect: Dict[str, Any] = {}
+            counters: List[Optional[Snapshot]] = []
+
+            async def counters_before(_c: List[Optional[Snapshot]] = counters) -> None:
+                # after warmup, right before t0: the level's own traffic only
+                _c.append(await read_counters(client, cfg.url) if cfg.server_counters else None)
+
             try:
                 if cfg.workers > 1:
                     duration, health, finished = await run_level_workers(
-                        cfg, ep, specs, conc, rate, prog, on_sample, emit, set_t0
+                        cfg, ep, specs, conc, rate, prog, on_sample, emit, set_t0, before_go=counters_before
                     )
                 else:
                     await warmup(client, ep, cfg.warmup, cfg, conc)
@@ -344,15 +351,24 @@ async def run_benchmark(
                         times = await client.warm(ep.url, preconnect_count(n, conc))
                         connect = connect_stats(times)
                         emit({"type": "connected", "level": li, **connect})
+                    await counters_before()
                     opened = client.connections_opened
                     duration, health, finished = await run_level_inproc(
                         client, ep, cfg, specs, conc, rate, prog, on_sample, emit, prepared, set_t0
                     )
                     connect["connections_opened_timed"] = client.connections_opened - opened
+                if cfg.server_counters:
+                    counters.append(await read_counters(client, cfg.url))
             finally:
                 if not duration:
                     duration = _pc() - prog.t0
                 health = {**health, **{k: v for k, v in connect.items()}}
+                if cfg.server_counters:
+                    figures = level_figures(*(counters + [None, None])[:2])
+                    if writer is not None:
+                        writer.update_meta(server_counters=figures)
+                    else:
+                        meta["server_counters"] = figures
                 meta_now = writer.meta if writer else {**meta, "run_id": run_id}
                 summary = summarize(samples, meta_now, duration=duration, partial=not finished, client=health)
                 if writer is not None:

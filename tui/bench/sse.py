@@ -24,9 +24,9 @@ class SSEParser:
     (non-empty ``choices``), its time is appended to ``times``.
     """
 
-    __slots__ = ("bad", "buf", "chat", "done", "error", "events", "finish", "sep", "times", "usage")
+    __slots__ = ("bad", "buf", "chat", "done", "error", "events", "finish", "sep", "text", "times", "usage")
 
-    def __init__(self, chat: bool = False, keep: bool = False) -> None:
+    def __init__(self, chat: bool = False, keep: bool = False, keep_text: bool = False) -> None:
         self.buf = b""
         self.sep = b""
         self.times: List[float] = []
@@ -38,6 +38,8 @@ class SSEParser:
         self.chat = chat
         #: raw (time, block) pairs, kept only on request (precision checks)
         self.events: Optional[List[Tuple[float, bytes]]] = [] if keep else None
+        #: the answer's text pieces, kept only on request (a conversation's next turn carries it)
+        self.text: Optional[List[str]] = [] if keep_text else None
 
     def feed(self, t: float, data: bytes) -> None:
         if self.buf:
@@ -116,6 +118,10 @@ class SSEParser:
                 ):
                     return
             self.times.append(t)
+            if self.text is not None:
+                piece = (c0.get("delta") or {}).get("content") if self.chat else c0.get("text")
+                if isinstance(piece, str):
+                    self.text.append(piece)
         elif obj.get("error") is not None:
             err = obj["error"]
             self.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)

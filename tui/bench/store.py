@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from tui.bench import metrics
+from tui.bench.counters import FIGURE_KEYS
 from tui.bench.workloads import workload_of
 from tui.util.files import JsonlAppender, atomic_write_json, atomic_write_text, read_jsonl, remove_stale_temps
 from tui.util.safety import redact_env
@@ -72,6 +73,11 @@ SAMPLE_FIELDS = (
     "worker",
     "prompt_len_sent",
     "prompt_len_exact",
+    "session",
+    "turn",
+    "scheduled_at",
+    "sent_at",
+    "dispatch_lag",
 )
 
 
@@ -352,6 +358,12 @@ def summarize(
     res["sweep_id"] = meta.get("sweep_id")
     res["partial"] = partial
     res["params"] = dict(p)
+    # the server's own counters over the level (tui.bench.counters); null where it did not say
+    sc = meta.get("server_counters")
+    sc = sc if isinstance(sc, Mapping) else {}
+    for k in FIGURE_KEYS:
+        res[k] = sc.get(k)
+    res["server_counters_note"] = sc.get("server_counters_note")
     cl = dict(meta.get("client") or {})
     if client:
         cl.update(client)

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from tui.bench.counters import iter_series
 from tui.hostside.jobfiles import EventLog
 
 log = logging.getLogger(__name__)
@@ -68,23 +69,8 @@ def parse_metrics(text: str) -> Dict[str, List[float]]:
     """Prometheus text -> the values of each series name (labels dropped); enough for gauges
     and counters summed or averaged over their label sets."""
     out: Dict[str, List[float]] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        brace = line.find("{")
-        if brace >= 0:
-            name, rest = line[:brace], line[line.rfind("}") + 1 :]
-        else:
-            name, _, rest = line.partition(" ")
-        fields = rest.split()
-        if not fields:
-            continue
-        try:
-            v = float(fields[0])
-        except ValueError:
-            continue
-        if v == v:
-            out.setdefault(name.strip(), []).append(v)
+    for name, _labels, v in iter_series(text):
+        out.setdefault(name, []).append(v)
     return out
 
 
