@@ -25,8 +25,8 @@ the order that stops it cleanly.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tui.profiles.builder import Command, Issue, check_profile, demo_executable, line_of_key, resolve_nccl
 from tui.profiles.model import (
@@ -196,6 +196,22 @@ def _err(issues: list[Issue], key: str, message: str) -> None:
     issues.append(Issue("error", key, message))
 
 
+@dataclass
+class _Layout:
+    """What the checks of a multi-node profile found: the rendezvous, the parallel sizes, the GPUs
+    each node runs, and how to build one node's server command."""
+
+    profile: ServerProfile
+    mode: str
+    nodes: tuple[str, ...]
+    addr: str
+    port: int
+    http_port: int
+    pp: int = 1
+    dp: int = 1
+    per_node_gpus: list[int] = field(default_factory=list)
+
+
 def check_deployment(
     profile: ServerProfile,
     *,
@@ -213,15 +229,59 @@ def check_deployment(
     nodes = tuple(profile.nodes)
     if len(nodes) < 2:
         return None, [Issue("error", "nodes", "not a multi-node profile (nodes names fewer than two hosts)")]
-    dep = profile.deploy
     mode = profile.deploy_mode
     if mode not in DEPLOY_MODES.get(profile.engine, ()):
-        _err(
-            issues,
-            "deploy.mode",
-            f"{mode!r} is not a {profile.engine} mode (one of: {', '.join(DEPLOY_MODES.get(profile.engine, ()))})",
-        )
+        modes = ", ".join(DEPLOY_MODES.get(profile.engine, ()))
+        _err(issues, "deploy.mode", f"{mode!r} is not a {profile.engine} mode (one of: {modes})")
         return None, issues
+    _check_nodes(nodes, issues)
+    lay = _rendezvous(profile, mode, nodes, head_address, issues)
+    _SIZES[mode](lay, issues)
+    if any(i.severity == "error" for i in issues):
+        return None, issues
+
+    exe: list[str] | None = demo_executable(profile.engine) if demo else sim_executable(profile) if sim else None
+
+    def server(managed: Sequence[tuple[str, object]]) -> Command | None:
+        cmd, iss = check_profile(
+            profile,
+            nccl=nccl,
+            demo=False,
+            allow_dangerous=allow_dangerous,
+            executable=exe,
+            managed_args=managed,
+            managed_key=f"deploy ({mode})",
+        )
+        issues.extend(i for i in iss if i not in issues)
+        return cmd
+
+    if mode == "ray":
+        steps = _ray_steps(lay, server, head_address, sim=sim, demo=demo)
+    else:
+        steps = _server_steps(lay, server)
+    if any(i.severity == "error" for i in issues) or any(s.kind != RAY_WAIT and s.command is None for s in steps):
+        return None, issues
+    plan = DeploymentPlan(
+        profile=profile.name,
+        engine=profile.engine,
+        mode=mode,
+        nodes=nodes,
+        head_address=lay.addr,
+        rendezvous_port=lay.port,
+        gpus_per_node=profile.deploy.gpus_per_node,
+        tp=profile.tp,
+        pp=lay.pp,
+        dp=lay.dp,
+        http_port=lay.http_port,
+        steps=tuple(steps),
+        warnings=tuple(i for i in issues if i.severity != "error"),
+        sim=sim or demo,
+        python=profile.python,
+    )
+    return plan, issues
+
+
+def _check_nodes(nodes: tuple[str, ...], issues: list[Issue]) -> None:
     seen: dict[str, int] = {}
     for i, n in enumerate(nodes, 1):
         if not isinstance(n, str) or not NODE_RE.match(n):
@@ -230,9 +290,13 @@ def check_deployment(
             _err(issues, "nodes", f"entry {i}: {n!r} is listed twice (also entry {seen[n]})")
         else:
             seen[n] = i
-    n_nodes = len(nodes)
-    g = dep.gpus_per_node
-    tp = profile.tp
+
+
+def _rendezvous(
+    profile: ServerProfile, mode: str, nodes: tuple[str, ...], head_address: str | None, issues: list[Issue]
+) -> _Layout:
+    """The address and port the nodes meet at, checked; Ray-only settings outside Ray are warned of."""
+    dep = profile.deploy
     port = dep.port or DEFAULT_RENDEZVOUS_PORTS[mode]
     http_port = profile.effective_port
     if not 1 <= port <= 65535:
@@ -256,167 +320,120 @@ def check_deployment(
                 issues.append(
                     Issue("warning", f"deploy.{key}", f'only vLLM on Ray (mode = "ray") uses it, not mode {mode!r}')
                 )
-    pp = dp = 1
-    per_node_gpus: list[int] = []
-    if mode == "tp":
-        if tp % n_nodes:
-            _err(issues, "tp", f"tp = {tp} is not divisible by the {n_nodes} nodes (each node runs tp / nodes ranks)")
-        elif tp // n_nodes > g:
-            _err(
-                issues,
-                "tp",
-                f"tp = {tp} over {n_nodes} nodes is {tp // n_nodes} GPUs per node; deploy.gpus_per_node is {g}",
-            )
-        per_node_gpus = [tp // n_nodes] * n_nodes
-    elif mode == "ray":
-        pp = dep.pp or n_nodes
-        need = tp * pp
-        if need > n_nodes * g:
-            _err(issues, "deploy.pp", f"tp × pp = {tp} × {pp} = {need} GPUs, but {n_nodes} nodes × {g} = {n_nodes * g}")
-        elif need <= (n_nodes - 1) * g:
-            issues.append(
-                Issue(
-                    "warning",
-                    "nodes",
-                    f"tp × pp = {need} GPUs fit on fewer than {n_nodes} nodes; Ray may leave a node idle",
-                )
-            )
-        per_node_gpus = [g] * n_nodes
-    else:  # dp
-        dp = dep.dp or (n_nodes * g) // max(1, tp)
-        if dp % n_nodes:
-            _err(issues, "deploy.dp", f"dp = {dp} is not divisible by the {n_nodes} nodes (each runs dp / nodes ranks)")
-        elif (dp // n_nodes) * tp > g:
-            _err(
-                issues,
-                "deploy.dp",
-                f"dp / nodes × tp = {dp // n_nodes} × {tp} GPUs per node; deploy.gpus_per_node is {g}",
-            )
-        elif dp < n_nodes:
-            _err(issues, "deploy.dp", f"dp = {dp} is fewer than the {n_nodes} nodes")
-        per_node_gpus = [(dp // n_nodes) * tp] * n_nodes
-    if any(i.severity == "error" for i in issues):
-        return None, issues
+    return _Layout(profile, mode, nodes, addr, port, http_port)
 
-    if demo:
-        exe: list[str] | None = demo_executable(profile.engine)
-    elif sim:
-        exe = sim_executable(profile)
-    else:
-        exe = None
 
-    def server(managed: Sequence[tuple[str, object]], p: ServerProfile = profile) -> Command | None:
-        cmd, iss = check_profile(
-            p,
-            nccl=nccl,
-            demo=False,
-            allow_dangerous=allow_dangerous,
-            executable=exe,
-            managed_args=managed,
-            managed_key=f"deploy ({mode})",
-        )
-        for i in iss:
-            if i not in issues:
-                issues.append(i)
-        return cmd
+def _sizes_tp(lay: _Layout, issues: list[Issue]) -> None:
+    """SGLang multi-node tensor parallelism: tp / nodes ranks on each node."""
+    tp, n, g = lay.profile.tp, len(lay.nodes), lay.profile.deploy.gpus_per_node
+    if tp % n:
+        _err(issues, "tp", f"tp = {tp} is not divisible by the {n} nodes (each node runs tp / nodes ranks)")
+    elif tp // n > g:
+        _err(issues, "tp", f"tp = {tp} over {n} nodes is {tp // n} GPUs per node; deploy.gpus_per_node is {g}")
+    lay.per_node_gpus = [tp // n] * n
 
+
+def _sizes_ray(lay: _Layout, issues: list[Issue]) -> None:
+    """vLLM on Ray: tp × pp GPUs over the cluster (pp defaults to the node count)."""
+    tp, n, g = lay.profile.tp, len(lay.nodes), lay.profile.deploy.gpus_per_node
+    lay.pp = pp = lay.profile.deploy.pp or n
+    need = tp * pp
+    if need > n * g:
+        _err(issues, "deploy.pp", f"tp × pp = {tp} × {pp} = {need} GPUs, but {n} nodes × {g} = {n * g}")
+    elif need <= (n - 1) * g:
+        msg = f"tp × pp = {need} GPUs fit on fewer than {n} nodes; Ray may leave a node idle"
+        issues.append(Issue("warning", "nodes", msg))
+    lay.per_node_gpus = [g] * n
+
+
+def _sizes_dp(lay: _Layout, issues: list[Issue]) -> None:
+    """vLLM data parallelism: dp / nodes ranks of tp GPUs on each node."""
+    tp, n, g = lay.profile.tp, len(lay.nodes), lay.profile.deploy.gpus_per_node
+    lay.dp = dp = lay.profile.deploy.dp or (n * g) // max(1, tp)
+    if dp % n:
+        _err(issues, "deploy.dp", f"dp = {dp} is not divisible by the {n} nodes (each runs dp / nodes ranks)")
+    elif (dp // n) * tp > g:
+        _err(issues, "deploy.dp", f"dp / nodes × tp = {dp // n} × {tp} GPUs per node; deploy.gpus_per_node is {g}")
+    elif dp < n:
+        _err(issues, "deploy.dp", f"dp = {dp} is fewer than the {n} nodes")
+    lay.per_node_gpus = [(dp // n) * tp] * n
+
+
+#: the parallel-size rules of each deployment mode
+_SIZES: dict[str, Callable[[_Layout, list[Issue]], None]] = {"tp": _sizes_tp, "ray": _sizes_ray, "dp": _sizes_dp}
+
+
+def _managed_args(lay: _Layout, rank: int) -> list[tuple[str, object]]:
+    """The flags tunedeck sets on the server of node ``rank`` (SGLang multi-node TP or vLLM DP)."""
+    n = len(lay.nodes)
+    if lay.mode == "tp":
+        return [("nnodes", n), ("node-rank", rank), ("dist-init-addr", f"{_bracket(lay.addr)}:{lay.port}")]
+    local = lay.dp // n
+    managed: list[tuple[str, object]] = [
+        ("data-parallel-size", lay.dp),
+        ("data-parallel-size-local", local),
+        ("data-parallel-address", lay.addr),
+        ("data-parallel-rpc-port", lay.port),
+    ]
+    if rank:
+        managed = [("headless", True), *managed, ("data-parallel-start-rank", rank * local)]
+    return managed
+
+
+def _server_steps(lay: _Layout, server: Callable[[Sequence[tuple[str, object]]], Command | None]) -> list[Step]:
+    """One engine per node, the head serving HTTP (SGLang multi-node TP, vLLM DP)."""
+    steps = []
+    for rank, node in enumerate(lay.nodes):
+        cmd = server(_managed_args(lay, rank))
+        role = HEAD if rank == 0 else WORKER
+        gpus = lay.per_node_gpus[rank]
+        port = lay.http_port if rank == 0 else None
+        steps.append(Step(node, rank, role, SERVER, cmd, gpus=gpus, port=port, serves=rank == 0))
+    return steps
+
+
+def _ray_steps(
+    lay: _Layout,
+    server: Callable[[Sequence[tuple[str, object]]], Command | None],
+    head_address: str | None,
+    *,
+    sim: bool,
+    demo: bool,
+) -> list[Step]:
+    """A Ray node on every host, a wait until the cluster has the GPUs, then vLLM on the head."""
+    profile, dep, nodes = lay.profile, lay.profile.deploy, lay.nodes
+    g = dep.gpus_per_node
+    base = server([("pipeline-parallel-size", lay.pp), ("distributed-executor-backend", "ray")])
+    env = base.env if base is not None else ()
+    ray = dep.ray
+    rdv = f"{_bracket(lay.addr)}:{lay.port}"
     steps: list[Step] = []
-    if mode == "tp":
-        for rank, node in enumerate(nodes):
-            managed: list[tuple[str, object]] = [
-                ("nnodes", n_nodes),
-                ("node-rank", rank),
-                ("dist-init-addr", f"{_bracket(addr)}:{port}"),
-            ]
-            cmd = server(managed)
-            role = HEAD if rank == 0 else WORKER
-            steps.append(
-                Step(
-                    node,
-                    rank,
-                    role,
-                    SERVER,
-                    cmd,
-                    gpus=per_node_gpus[rank],
-                    port=http_port if rank == 0 else None,
-                    serves=rank == 0,
-                )
-            )
-    elif mode == "dp":
-        local = dp // n_nodes
-        for rank, node in enumerate(nodes):
-            managed = [
-                ("data-parallel-size", dp),
-                ("data-parallel-size-local", local),
-                ("data-parallel-address", addr),
-                ("data-parallel-rpc-port", port),
-            ]
-            if rank:
-                managed = [("headless", True), *managed, ("data-parallel-start-rank", rank * local)]
-            cmd = server(managed)
-            role = HEAD if rank == 0 else WORKER
-            steps.append(
-                Step(
-                    node,
-                    rank,
-                    role,
-                    SERVER,
-                    cmd,
-                    gpus=per_node_gpus[rank],
-                    port=http_port if rank == 0 else None,
-                    serves=rank == 0,
-                )
-            )
-    else:  # ray
-        base = server([("pipeline-parallel-size", pp), ("distributed-executor-backend", "ray")])
-        env = base.env if base is not None else ()
-        ray = dep.ray
-        rdv = f"{_bracket(addr)}:{port}"
-        for rank, node in enumerate(nodes):
-            if rank == 0:
-                args = [ray, "start", "--head", f"--port={port}", f"--num-gpus={g}"]
-            else:
-                args = [ray, "start", f"--address={rdv}", f"--num-gpus={g}"]
-            args += _ray_node_options(dep, rank, addr if rank == 0 and (dep.head_address or head_address) else "")
-            args.append("--block")
-            kind, role = (RAY_HEAD, HEAD) if rank == 0 else (RAY_WORKER, WORKER)
-            prefix = 2
-            if sim and not demo and rank > 0:
-                # the real `ray start` under the runtime's `sim ray-node`, whose stand-ins for Ray's
-                # worker processes hold the GPUs the simulated vLLM places on this node
-                args = [*sim_ray_node(), *args]
-                prefix += len(sim_ray_node())
-            steps.append(Step(node, rank, role, kind, _plain(profile.engine, args, env, prefix), gpus=g))
-        steps.append(Step(nodes[0], 0, HEAD, RAY_WAIT, check=(ray, "status", f"--address={rdv}"), gpus=tp * pp))
-        if base is not None:
-            # the engine joins this cluster, not one it finds in the default temp dir or starts itself
-            extra = [("RAY_ADDRESS", rdv)]
-            if dep.node_addresses:
-                extra.append(("VLLM_HOST_IP", dep.node_addresses[0]))  # the head's Ray node, as pinned
-            if sim or demo:
-                extra.append(("TUNEDECK_SIM_RAY", ray))  # the simulator asks this cluster for its GPUs
-            base = _with_env(base, extra)
-        steps.append(Step(nodes[0], 0, HEAD, SERVER, base, gpus=0, port=http_port, serves=True))
-    if any(i.severity == "error" for i in issues) or any(s.kind != RAY_WAIT and s.command is None for s in steps):
-        return None, issues
-    plan = DeploymentPlan(
-        profile=profile.name,
-        engine=profile.engine,
-        mode=mode,
-        nodes=nodes,
-        head_address=addr,
-        rendezvous_port=port,
-        gpus_per_node=g,
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        http_port=http_port,
-        steps=tuple(steps),
-        warnings=tuple(i for i in issues if i.severity != "error"),
-        sim=sim or demo,
-        python=profile.python,
-    )
-    return plan, issues
+    for rank, node in enumerate(nodes):
+        if rank == 0:
+            args = [ray, "start", "--head", f"--port={lay.port}", f"--num-gpus={g}"]
+        else:
+            args = [ray, "start", f"--address={rdv}", f"--num-gpus={g}"]
+        args += _ray_node_options(dep, rank, lay.addr if rank == 0 and (dep.head_address or head_address) else "")
+        args.append("--block")
+        kind, role = (RAY_HEAD, HEAD) if rank == 0 else (RAY_WORKER, WORKER)
+        prefix = 2
+        if sim and not demo and rank > 0:
+            # the real `ray start` under the runtime's `sim ray-node`, whose stand-ins for Ray's
+            # worker processes hold the GPUs the simulated vLLM places on this node
+            args = [*sim_ray_node(), *args]
+            prefix += len(sim_ray_node())
+        steps.append(Step(node, rank, role, kind, _plain(profile.engine, args, env, prefix), gpus=g))
+    steps.append(Step(nodes[0], 0, HEAD, RAY_WAIT, check=(ray, "status", f"--address={rdv}"), gpus=profile.tp * lay.pp))
+    if base is not None:
+        # the engine joins this cluster, not one it finds in the default temp dir or starts itself
+        extra = [("RAY_ADDRESS", rdv)]
+        if dep.node_addresses:
+            extra.append(("VLLM_HOST_IP", dep.node_addresses[0]))  # the head's Ray node, as pinned
+        if sim or demo:
+            extra.append(("TUNEDECK_SIM_RAY", ray))  # the simulator asks this cluster for its GPUs
+        base = _with_env(base, extra)
+    steps.append(Step(nodes[0], 0, HEAD, SERVER, base, gpus=0, port=lay.http_port, serves=True))
+    return steps
 
 
 def _bracket(addr: str) -> str:
