@@ -193,8 +193,45 @@ def _check_type(value: Any, typ: type, src: str, key: str, line: int | None) -> 
 
 
 def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "plan") -> Plan:
+    """A plan from its TOML text; every error names the source, the line and the key (PlanError)."""
+    data = _toml(text, source)
+    top = _top(data, text, source)
+    name = top.get("name", default_name)
+    if not NAME_RE.match(name):
+        raise PlanError(source, f"invalid plan name {name!r}", key="name", line=_line_of(text, "name"))
+    workload = _workload(top.get("workload"), text, source)
+    raw_levels = top.get("level")
+    if not raw_levels:
+        raise PlanError(source, "a plan needs at least one [[level]] table", key="level")
+    levels: list[PlanLevel] = []
+    seen_c: set[int] = set()
+    for i, raw in enumerate(raw_levels):
+        lv = _level(raw, i, top, text, source)
+        if lv.concurrency in seen_c:
+            raise PlanError(
+                source,
+                f"concurrency {lv.concurrency} appears twice",
+                key=f"level[{i}].concurrency",
+                line=_key_line_in_level(text, i, "concurrency"),
+            )
+        seen_c.add(lv.concurrency)
+        levels.append(lv)
+    return Plan(
+        workload=workload,
+        name=name,
+        levels=tuple(levels),
+        endpoint=top.get("endpoint", "completions"),
+        ignore_eos=top["ignore_eos"],
+        temperature=top.get("temperature", 0.0),
+        seed=top.get("seed", 1),
+        description=top.get("description", ""),
+        source=source,
+    )
+
+
+def _toml(text: str, source: str) -> dict[str, Any]:
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         line = getattr(e, "lineno", None)
         msg = getattr(e, "msg", None) or str(e)
@@ -206,6 +243,9 @@ def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "p
             line = line or text.count("\n") + 1
         raise PlanError(source, f"TOML syntax error: {msg}", line=line) from None
 
+
+def _top(data: dict[str, Any], text: str, source: str) -> dict[str, Any]:
+    """The plan's top-level keys, typed and in range."""
     for key in data:
         if key not in _TOP_KEYS:
             allowed = ", ".join(sorted(_TOP_KEYS))
@@ -217,9 +257,6 @@ def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "p
     for key in _REQUIRED_TOP:
         if key not in top:
             raise PlanError(source, "required key missing", key=key)
-    name = top.get("name", default_name)
-    if not NAME_RE.match(name):
-        raise PlanError(source, f"invalid plan name {name!r}", key="name", line=_line_of(text, "name"))
     endpoint = top.get("endpoint", "completions")
     if endpoint not in ENDPOINTS:
         raise PlanError(
@@ -228,82 +265,45 @@ def parse_plan_text(text: str, *, source: str = "<plan>", default_name: str = "p
             key="endpoint",
             line=_line_of(text, "endpoint"),
         )
-    for key in ("input_len", "output_len"):
-        if top[key] < 1:
-            raise PlanError(source, "must be >= 1", key=key, line=_line_of(text, key))
-    for key in ("warmup", "seed"):
-        if top.get(key, 0) < 0:
-            raise PlanError(source, "must be >= 0", key=key, line=_line_of(text, key))
-    temperature = top.get("temperature", 0.0)
-    if temperature < 0:
-        raise PlanError(source, "must be >= 0", key="temperature", line=_line_of(text, "temperature"))
-    workload = _workload(top.get("workload"), text, source)
-    raw_levels = top.get("level")
-    if not raw_levels:
-        raise PlanError(source, "a plan needs at least one [[level]] table", key="level")
+    for key, low in (("input_len", 1), ("output_len", 1), ("warmup", 0), ("seed", 0), ("temperature", 0)):
+        if top.get(key, low) < low:
+            raise PlanError(source, f"must be >= {low}", key=key, line=_line_of(text, key))
+    return top
 
-    levels: list[PlanLevel] = []
-    seen_c: set[int] = set()
-    for i, raw in enumerate(raw_levels):
-        where = f"level[{i}]"
-        if not isinstance(raw, dict):
-            raise PlanError(source, "each level must be a table ([[level]])", key=where)
-        for key in raw:
-            if key not in _LEVEL_KEYS:
-                allowed = ", ".join(sorted(_LEVEL_KEYS))
-                raise PlanError(
-                    source,
-                    f"unknown key (allowed: {allowed})",
-                    key=f"{where}.{key}",
-                    line=_key_line_in_level(text, i, key),
-                )
-        vals: dict[str, Any] = {}
-        for key, typ in _LEVEL_KEYS.items():
-            if key in raw:
-                vals[key] = _check_type(raw[key], typ, source, f"{where}.{key}", _key_line_in_level(text, i, key))
-        for key in ("concurrency", "num_prompts"):
-            if key not in vals:
-                raise PlanError(source, "required key missing", key=f"{where}.{key}", line=_level_line(text, i))
-            if vals[key] < 1:
-                raise PlanError(source, "must be >= 1", key=f"{where}.{key}", line=_key_line_in_level(text, i, key))
-        rate = vals.get("request_rate", top.get("request_rate"))
-        if rate is not None and rate <= 0:
-            raise PlanError(source, "must be > 0", key=f"{where}.request_rate")
-        c = vals["concurrency"]
-        if c in seen_c:
-            raise PlanError(
-                source,
-                f"concurrency {c} appears twice",
-                key=f"{where}.concurrency",
-                line=_key_line_in_level(text, i, "concurrency"),
-            )
-        seen_c.add(c)
-        for key in ("input_len", "output_len"):
-            if key in vals and vals[key] < 1:
-                raise PlanError(source, "must be >= 1", key=f"{where}.{key}")
-        if vals.get("warmup", 0) < 0:
-            raise PlanError(source, "must be >= 0", key=f"{where}.warmup")
-        levels.append(
-            PlanLevel(
-                concurrency=c,
-                num_prompts=vals["num_prompts"],
-                input_len=vals.get("input_len", top["input_len"]),
-                output_len=vals.get("output_len", top["output_len"]),
-                warmup=vals.get("warmup", top.get("warmup", 1)),
-                label=vals.get("label", ""),
-                request_rate=rate,
-            )
-        )
-    return Plan(
-        workload=workload,
-        name=name,
-        levels=tuple(levels),
-        endpoint=endpoint,
-        ignore_eos=top["ignore_eos"],
-        temperature=temperature,
-        seed=top.get("seed", 1),
-        description=top.get("description", ""),
-        source=source,
+
+def _level(raw: Any, i: int, top: dict[str, Any], text: str, source: str) -> PlanLevel:
+    """The ``i``-th ``[[level]]`` table, its missing values taken from the top of the plan."""
+    where = f"level[{i}]"
+    if not isinstance(raw, dict):
+        raise PlanError(source, "each level must be a table ([[level]])", key=where)
+    for key in raw:
+        if key not in _LEVEL_KEYS:
+            allowed = ", ".join(sorted(_LEVEL_KEYS))
+            line = _key_line_in_level(text, i, key)
+            raise PlanError(source, f"unknown key (allowed: {allowed})", key=f"{where}.{key}", line=line)
+    vals: dict[str, Any] = {}
+    for key, typ in _LEVEL_KEYS.items():
+        if key in raw:
+            vals[key] = _check_type(raw[key], typ, source, f"{where}.{key}", _key_line_in_level(text, i, key))
+    for key in ("concurrency", "num_prompts"):
+        if key not in vals:
+            raise PlanError(source, "required key missing", key=f"{where}.{key}", line=_level_line(text, i))
+        if vals[key] < 1:
+            raise PlanError(source, "must be >= 1", key=f"{where}.{key}", line=_key_line_in_level(text, i, key))
+    rate = vals.get("request_rate", top.get("request_rate"))
+    if rate is not None and rate <= 0:
+        raise PlanError(source, "must be > 0", key=f"{where}.request_rate")
+    for key, low in (("input_len", 1), ("output_len", 1), ("warmup", 0)):
+        if vals.get(key, low) < low:
+            raise PlanError(source, f"must be >= {low}", key=f"{where}.{key}")
+    return PlanLevel(
+        concurrency=vals["concurrency"],
+        num_prompts=vals["num_prompts"],
+        input_len=vals.get("input_len", top["input_len"]),
+        output_len=vals.get("output_len", top["output_len"]),
+        warmup=vals.get("warmup", top.get("warmup", 1)),
+        label=vals.get("label", ""),
+        request_rate=rate,
     )
 
 
