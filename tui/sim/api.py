@@ -184,9 +184,9 @@ class Api:
     metrics: Any
     log: Any
     step_waiters: list[Callable[[], None]]
-    spec: perf.SpecConfig | None
-    cache: PrefixCache | None
-    chunked: Req | None
+    spec: perf.SpecConfig | None = None
+    cache: PrefixCache | None = None
+    chunked: Req | None = None
 
     def init_api(self) -> None:
         """Routes, id source, word table and chunk templates (once, at start)."""
