@@ -282,7 +282,7 @@ class Scheduler(SimCore):
             r.cached = 0
             self.waiting.appendleft(r)
             self.metrics.preemptions += 1
-        self.update_gauges()
+            self.update_gauges()
 
     async def _sleep_until(self, t: float) -> None:
         loop = asyncio.get_running_loop()
