@@ -174,9 +174,9 @@ def test_prefix_cache_matches_leading_blocks_and_evicts_least_recent_tails_first
     assert cache.match(h, 4) == 0
 
 
-def test_tokenize_ids_are_the_prompt_and_flush_cache_empties_the_cache():
+def test_tokenize_ids_are_the_prompt_and_the_cache_resets():
     """vLLM's /tokenize gives the ids a text is served as (sent back, they hit the text's blocks);
-    SGLang's /flush_cache empties the radix cache."""
+    vLLM's /reset_prefix_cache (dev mode) and SGLang's /flush_cache empty the cache."""
     port = free_port()
     text = "All work and no play makes a dull server. " * 40
     with SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "1") as p:
@@ -189,8 +189,23 @@ def test_tokenize_ids_are_the_prompt_and_flush_cache_empties_the_cache():
         before = httpx.get(f"{base}/metrics").text
         httpx.post(f"{base}/v1/completions", json={**body, "prompt": tok["tokens"]}, timeout=30).raise_for_status()
         after = httpx.get(f"{base}/metrics").text
+        assert httpx.post(f"{base}/reset_prefix_cache").status_code == 404  # only in vLLM's dev mode
     hits = counter(after, "vllm:prefix_cache_hits_total") - counter(before, "vllm:prefix_cache_hits_total")
     assert hits == (tok["count"] - 1) // BLOCK * BLOCK
+    port = free_port()
+    args = ["m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "1"]
+    with SimProc("vllm", *args, env={"VLLM_SERVER_DEV_MODE": "1"}) as p:
+        p.wait_ready(60)
+        base = f"http://127.0.0.1:{port}"
+        seen = []
+        for reset in (False, True):
+            httpx.post(f"{base}/v1/completions", json={**body, "prompt": text}, timeout=30).raise_for_status()
+            before = counter(httpx.get(f"{base}/metrics").text, "vllm:prefix_cache_hits_total")
+            if reset:
+                assert httpx.post(f"{base}/reset_prefix_cache").status_code == 200
+            httpx.post(f"{base}/v1/completions", json={**body, "prompt": text}, timeout=30).raise_for_status()
+            seen.append(counter(httpx.get(f"{base}/metrics").text, "vllm:prefix_cache_hits_total") - before)
+    assert seen == [hits, 0]
     port = free_port()
     args = ["--model-path", "m", "--tp", "8", "--port", str(port), "--sim-load-seconds", "1", "--enable-metrics"]
     with SimProc("sglang", *args) as p:

@@ -239,6 +239,8 @@ class Api:
             self.routes.update(
                 {"/ping": self.r_health, "/version": self.r_version, "/load": self.r_load, "/tokenize": self.r_tokenize}
             )
+            if os.environ.get("VLLM_SERVER_DEV_MODE") == "1":
+                self.routes["/reset_prefix_cache"] = self.r_reset_prefix_cache
 
     # ------------------------------------------------------------------ engine hooks
     def submit(self, r: Req) -> None:  # the engine's
@@ -521,7 +523,14 @@ class Api:
         if fn is None:
             conn.send_json(404, {"detail": "Not Found"})
             return
-        post_only = ("/v1/completions", "/v1/chat/completions", "/generate", "/freeze_gc", "/tokenize")
+        post_only = (
+            "/v1/completions",
+            "/v1/chat/completions",
+            "/generate",
+            "/freeze_gc",
+            "/tokenize",
+            "/reset_prefix_cache",
+        )
         if (p in post_only and m != "POST") or (
             p not in post_only and m not in ("GET", "HEAD") and p not in ("/ping", "/flush_cache")
         ):
@@ -642,6 +651,13 @@ class Api:
             }
         )
         conn.send_json(200, info)
+
+    def r_reset_prefix_cache(self, req: Request, conn: Conn) -> None:
+        """vLLM's ``POST /reset_prefix_cache`` (``VLLM_SERVER_DEV_MODE=1`` only): 200 without checking;
+        the cache is emptied only when no request holds blocks, as vLLM's reset fails then."""
+        if self.cache is not None and not self.running and not self.waiting:
+            self.cache.clear()
+        conn.send(200, b"")
 
     def r_flush(self, req: Request, conn: Conn) -> None:
         body = (
