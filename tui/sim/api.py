@@ -19,10 +19,12 @@ import os
 import random
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from tui.engines import SGLANG_VERSION, VLLM_VERSION
+from tui.sim import perf
 from tui.sim.httpd import REASONS, Conn, Request, frame
+from tui.sim.prefix import PrefixCache, block_hashes, chat_ids, repetition, text_ids
 
 WORDS = (
     " the",
@@ -83,11 +85,6 @@ def _splitmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def count_tokens(text: str) -> int:
-    """Prompt length estimate without a tokenizer: one token per 4 UTF-8 bytes (at least 1)."""
-    return max(1, math.ceil(len(text.encode("utf-8")) / 4))
-
-
 def sse(obj: Any) -> bytes:
     """One SSE event carrying ``obj`` as compact JSON."""
     return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n\n"
@@ -99,8 +96,10 @@ class Req:
     __slots__ = (
         "aborted",
         "admitted",
+        "alpha",
         "arrival",
         "arrival_wall",
+        "cached",
         "conn",
         "continuous_usage",
         "counts",
@@ -111,6 +110,7 @@ class Req:
         "finish",
         "first",
         "fixlen",
+        "hashes",
         "include_usage",
         "internal",
         "kind",
@@ -124,6 +124,7 @@ class Req:
         "suf",
         "text",
         "times",
+        "todo",
         "wpos",
     )
 
@@ -143,9 +144,15 @@ class Req:
     pre: bytes
     suf: bytes
     fixlen: int
+    #: chained hashes of the prompt's full blocks (empty without a prefix cache)
+    hashes: Sequence[int]
+    #: per-draft-token acceptance under speculative decoding, from the prompt's content
+    alpha: float
 
     def __init__(self) -> None:
         self.out = 0
+        self.cached = 0  # prompt tokens the prefix cache had when the request was admitted
+        self.todo = -1  # prompt tokens still to prefill; -1 until admitted
         self.text: list[str] | None = None  # kept only where a response repeats it (non-stream, /generate)
         self.finish: str | None = None
         self.admitted = 0.0
@@ -177,6 +184,9 @@ class Api:
     metrics: Any
     log: Any
     step_waiters: list[Callable[[], None]]
+    spec: perf.SpecConfig | None = None
+    cache: PrefixCache | None = None
+    chunked: Req | None = None
 
     def init_api(self) -> None:
         """Routes, id source, word table and chunk templates (once, at start)."""
@@ -229,6 +239,8 @@ class Api:
             self.routes.update(
                 {"/ping": self.r_health, "/version": self.r_version, "/load": self.r_load, "/tokenize": self.r_tokenize}
             )
+            if os.environ.get("VLLM_SERVER_DEV_MODE") == "1":
+                self.routes["/reset_prefix_cache"] = self.r_reset_prefix_cache
 
     # ------------------------------------------------------------------ engine hooks
     def submit(self, r: Req) -> None:  # the engine's
@@ -251,8 +263,13 @@ class Api:
         conn: Conn | None = None,
         arrival: float | None = None,
         arrival_wall: float | None = None,
+        ids: Sequence[int] | None = None,
     ) -> Req:
-        """A request read at ``arrival`` (``time.monotonic()``) / ``arrival_wall``; now when not given."""
+        """A request read at ``arrival`` (``time.monotonic()``) / ``arrival_wall``; now when not given.
+
+        ``ids``, the prompt's token ids, give its prefix-cache blocks and speculative acceptance;
+        without them (the warmup) the prompt shares nothing and accepts at the method's rate.
+        """
         r = Req()
         self.req_counter += 1
         n = self.req_counter
@@ -266,6 +283,10 @@ class Api:
         r.prompt_tokens = prompt_tokens
         r.max_tokens = max_tokens
         r.eos_at = 1 << 60 if ignore_eos else self._pseudo_eos(n)
+        r.hashes = block_hashes(ids, self.cache.block) if ids is not None and self.cache is not None else ()
+        r.alpha = 0.0
+        if self.spec is not None:
+            r.alpha = perf.content_alpha(self.spec.alpha, *repetition(ids)) if ids is not None else self.spec.alpha
         r.wpos = (n * 2654435761) % WORD_TABLE_SIZE
         r.include_usage = include_usage
         r.continuous_usage = continuous_usage
@@ -392,7 +413,7 @@ class Api:
             "finish_reason": fr,
             "prompt_tokens": r.prompt_tokens,
             "completion_tokens": r.out,
-            "cached_tokens": 0,
+            "cached_tokens": r.cached,
             "e2e_latency": round(r.last - r.arrival, 6) if r.last else 0.0,
         }
 
@@ -502,7 +523,14 @@ class Api:
         if fn is None:
             conn.send_json(404, {"detail": "Not Found"})
             return
-        post_only = ("/v1/completions", "/v1/chat/completions", "/generate", "/freeze_gc", "/tokenize")
+        post_only = (
+            "/v1/completions",
+            "/v1/chat/completions",
+            "/generate",
+            "/freeze_gc",
+            "/tokenize",
+            "/reset_prefix_cache",
+        )
         if (p in post_only and m != "POST") or (
             p not in post_only and m not in ("GET", "HEAD") and p not in ("/ping", "/flush_cache")
         ):
@@ -624,18 +652,27 @@ class Api:
         )
         conn.send_json(200, info)
 
+    def r_reset_prefix_cache(self, req: Request, conn: Conn) -> None:
+        """vLLM's ``POST /reset_prefix_cache`` (``VLLM_SERVER_DEV_MODE=1`` only): 200 without checking;
+        the cache is emptied only when no request holds blocks, as vLLM's reset fails then."""
+        if self.cache is not None and not self.running and not self.waiting:
+            self.cache.clear()
+        conn.send(200, b"")
+
     def r_flush(self, req: Request, conn: Conn) -> None:
         body = (
             b"Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
             b"requests, the operation will not be performed.)\n"
         )
-        if self.running or self.waiting:
+        if self.running or self.waiting or self.chunked is not None:
             self.log.sg(
                 f"Cache not flushed because there are pending requests. #queue-req: {len(self.waiting)}, "
                 f"#running-req: {len(self.running)}"
             )
             conn.send(400, body, "text/plain; charset=utf-8")
             return
+        if self.cache is not None:
+            self.cache.clear()
         self.log.sg("Cache flushed successfully!")
         conn.send(200, body, "text/plain; charset=utf-8")
 
@@ -712,14 +749,15 @@ class Api:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            pt = count_tokens(prompt)
+            ids = text_ids(prompt)
         elif isinstance(prompt, list) and prompt and _INT_TYPES.issuperset(map(type, prompt)):
-            pt = len(prompt)
+            ids = prompt
         else:
             self._error(
                 conn, 400, "prompt must be a string or a list of token ids (one prompt per request)", param="prompt"
             )
             return
+        pt = len(ids)
         mt = self._max_tokens(body, pt, 16, conn)
         if mt is None:
             return
@@ -735,25 +773,22 @@ class Api:
             conn=conn,
             arrival=req.arrival,
             arrival_wall=req.arrival_wall,
+            ids=ids,
         )
         self._run(r, conn)
 
-    def _chat_tokens(self, body: dict[str, Any], conn: Conn) -> int | None:
-        """Prompt tokens of a chat request: 3 for the template, 4 per message plus its content."""
+    def _chat_tokens(self, body: dict[str, Any], conn: Conn) -> list[int] | None:
+        """Prompt token ids of a chat request (:func:`tui.sim.prefix.chat_ids`): 3 for the template,
+        4 per message plus its content."""
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
             self._error(conn, 400, "messages must be a non-empty list", param="messages")
             return None
-        pt = 3
         for msg in msgs:
             if not isinstance(msg, dict):
                 self._error(conn, 400, "each message must be an object", param="messages")
                 return None
-            c = msg.get("content")
-            if isinstance(c, list):
-                c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
-            pt += 4 + count_tokens(str(c or ""))
-        return pt
+        return chat_ids(msgs)
 
     def r_tokenize(self, req: Request, conn: Conn) -> None:
         """vLLM's ``POST /tokenize``: ``prompt`` (text or ids) or ``messages``; counted like a request."""
@@ -761,28 +796,20 @@ class Api:
         if body is None:
             return
         if "messages" in body:
-            n = self._chat_tokens(body, conn)
-            if n is None:
+            ids = self._chat_tokens(body, conn)
+            if ids is None:
                 return
         else:
             prompt = body.get("prompt")
             if isinstance(prompt, str):
-                n = count_tokens(prompt)
+                ids = text_ids(prompt)
             elif isinstance(prompt, list) and all(isinstance(x, int) for x in prompt):
-                n = len(prompt)
+                ids = prompt
             else:
                 self._error(conn, 400, "prompt must be a string or a list of token ids", param="prompt")
                 return
-        # stand-in ids: the simulator has no vocabulary
-        conn.send_json(
-            200,
-            {
-                "count": n,
-                "max_model_len": self.context_len,
-                "tokens": [1000 + i % 29000 for i in range(n)],
-                "token_strs": None,
-            },
-        )
+        # the stand-in tokenizer's ids (tui.sim.prefix): sent back as a prompt, they are the same prompt
+        conn.send_json(200, {"count": len(ids), "max_model_len": self.context_len, "tokens": ids, "token_strs": None})
 
     def r_chat(self, req: Request, conn: Conn) -> None:
         if not self._auth_ok(req, conn):
@@ -790,9 +817,10 @@ class Api:
         body = self._body(req, conn)
         if body is None or not self._common_checks(body, conn):
             return
-        pt = self._chat_tokens(body, conn)
-        if pt is None:
+        ids = self._chat_tokens(body, conn)
+        if ids is None:
             return
+        pt = len(ids)
         mt = self._max_tokens(body, pt, None, conn)
         if mt is None:
             return
@@ -808,6 +836,7 @@ class Api:
             conn=conn,
             arrival=req.arrival,
             arrival_wall=req.arrival_wall,
+            ids=ids,
         )
         self._run(r, conn)
 
@@ -816,11 +845,15 @@ class Api:
         if body is None or not self._common_checks(body, conn):
             return
         sp = body.get("sampling_params") or {}
+        ids: list[int] | None = None
         if body.get("input_ids") is not None:
-            ids = body["input_ids"]
-            pt = len(ids) if isinstance(ids, list) else 1
+            given = body["input_ids"]
+            if isinstance(given, list) and given and _INT_TYPES.issuperset(map(type, given)):
+                ids = given
+            pt = len(given) if isinstance(given, list) else 1
         else:
-            pt = count_tokens(str(body.get("text", "")))
+            ids = text_ids(str(body.get("text", "")))
+            pt = len(ids)
         mt = sp.get("max_new_tokens", 128) if isinstance(sp, dict) else 128
         if not isinstance(mt, int) or mt < 1:
             self._error(conn, 400, "max_new_tokens must be a positive integer")
@@ -834,5 +867,6 @@ class Api:
             conn=conn,
             arrival=req.arrival,
             arrival_wall=req.arrival_wall,
+            ids=ids,
         )
         self._run(r, conn)

@@ -23,7 +23,11 @@ from tui.sim.engine_args import (
 from tui.sim.gpus import ServerRecord, load_config
 from tui.sim.httpd import HttpServer
 from tui.sim.metrics import Metrics
+from tui.sim.prefix import BLOCK, PrefixCache
 from tui.sim.simlog import Fatal, Log, model_facts
+
+#: SGLang's --chunked-prefill-size when not given (its choice for a GPU of H200's memory)
+SGLANG_CHUNK = 8192
 
 
 class SimCore(Api):
@@ -109,6 +113,24 @@ class SimCore(Api):
             self.prefill_budget = args.max_num_batched_tokens or 8192
             self.decode_log_interval = 0
         self.metrics = Metrics(engine, self.served, tp=self.tp, spec_positions=self.spec.num_steps if self.spec else 0)
+        #: the prefix cache (None where the flags disable it: SGLang --disable-radix-cache, vLLM
+        #: --no-enable-prefix-caching) and the prefill chunk size (None: prompts are not split)
+        self.cache: PrefixCache | None = None
+        self.chunk_size: int | None
+        if engine == "sglang":
+            caching = not args.disable_radix_cache
+            block = args.page_size if args.page_size and args.page_size > BLOCK else BLOCK
+            chunk = args.chunked_prefill_size if args.chunked_prefill_size is not None else SGLANG_CHUNK
+            self.chunk_size = chunk if chunk > 0 else None
+        else:
+            caching = args.enable_prefix_caching is not False
+            block = args.block_size or BLOCK
+            self.chunk_size = self.prefill_budget
+        if caching:
+            self.cache = PrefixCache(block)
+        self.metrics.prefix_caching = caching
+        #: the SGLang request being prefilled chunk by chunk
+        self.chunked: Req | None = None
         self.metrics.gpu_memory_utilization = getattr(args, "gpu_memory_utilization", 0.92)
         self.stats_interval = args.sim_stats_interval or float(os.environ.get("VLLM_LOG_STATS_INTERVAL", "10") or 10)
         self.loop: asyncio.AbstractEventLoop | None = None

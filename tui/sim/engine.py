@@ -75,7 +75,7 @@ class Sim(VllmStartup):
             if self.e == "vllm":
                 self.log.vl("Shutting down FastAPI HTTP server.", where="launcher.py:110")
             self.log.uvicorn("Shutting down")
-            for r in list(self.running) + list(self.waiting):
+            for r in [*self.running, *self.waiting, *([self.chunked] if self.chunked is not None else [])]:
                 self._abort(r)
             await self.http.close()
             self.log.uvicorn("Waiting for application shutdown.")

@@ -178,6 +178,12 @@ class Metrics:
         self.aborted = 0
         self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
         self.preemptions = 0
+        #: prefix cache: prompt tokens looked up and found (vLLM's queries/hits, SGLang's cached tokens)
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        #: SGLang's gauge: cached / (cached + new) tokens of the latest prefill batch
+        self.cache_hit_rate = 0.0
+        self.prefix_caching = True
         self.spec_drafts = 0
         self.spec_draft_tokens = 0
         self.spec_accepted = 0
@@ -233,7 +239,7 @@ class Metrics:
         gauge("token_usage", "The token usage.", self.token_usage)
         gauge("gen_throughput", "The generation throughput (token/s).", self.gen_throughput)
         gauge("num_queue_reqs", "The number of requests in the waiting queue.", self.waiting)
-        gauge("cache_hit_rate", "The prefix cache hit rate.", 0.0)
+        gauge("cache_hit_rate", "The prefix cache hit rate.", self.cache_hit_rate)
         gauge("spec_accept_length", "The average acceptance length of speculative decoding.", self.spec_accept_length)
         gauge("spec_accept_rate", "The average acceptance rate of speculative decoding.", self.spec_accept_rate)
         gauge("num_retracted_reqs", "The number of retracted requests.", 0)
@@ -245,7 +251,7 @@ class Metrics:
             out.append(f"sglang:startup_time_seconds{_labels({**base, 'phase': phase})} {_num(v)}")
         counter("prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens)
         counter("generation_tokens", "Number of generation tokens processed.", self.generation_tokens)
-        counter("cached_tokens", "Number of cached prompt tokens.", 0)
+        counter("cached_tokens", "Number of cached prompt tokens.", self.prefix_hits)
         counter("num_requests", "Number of requests processed.", self.requests)
         counter("num_aborted_requests", "Number of requests aborted.", self.aborted)
         hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft)
@@ -285,7 +291,7 @@ class Metrics:
         info = {
             "block_size": str(self.block_size),
             "cache_dtype": "auto",
-            "enable_prefix_caching": "True",
+            "enable_prefix_caching": str(self.prefix_caching),
             "gpu_memory_utilization": str(self.gpu_memory_utilization),
             "num_gpu_blocks": str(self.max_total_tokens // self.block_size),
         }
@@ -301,9 +307,11 @@ class Metrics:
         counter(
             "prefix_cache_queries",
             "Prefix cache queries, in terms of number of queried tokens.",
-            [({}, self.prompt_tokens)],
+            [({}, self.prefix_queries)],
         )
-        counter("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", [({}, 0.0)])
+        counter(
+            "prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", [({}, self.prefix_hits)]
+        )
         if self.spec_per_pos:
             counter("spec_decode_num_drafts", "Number of spec decoding drafts.", [({}, self.spec_drafts)])
             counter("spec_decode_num_draft_tokens", "Number of draft tokens.", [({}, self.spec_draft_tokens)])

@@ -114,6 +114,13 @@ SPEC_ALPHA: dict[str, float] = {
     "DSPARK": 0.72,
     "UNO": 0.70,
 }
+#: acceptance from the prompt's content (docs/sim-model.md): a prompt whose bigram repetition reaches
+#: SPEC_REP_FULL (natural text) accepts at the method's alpha, one without repetition (random token
+#: ids) at SPEC_ALPHA_FLOOR times it; SPEC_REP_PRIOR pseudo-bigrams at SPEC_REP_FULL keep short prompts
+#: near the method's alpha
+SPEC_REP_FULL = 0.10
+SPEC_ALPHA_FLOOR = 0.5
+SPEC_REP_PRIOR = 256
 #: cost of one draft forward relative to a target step at batch 1
 SPEC_DRAFT_COST = 0.10
 #: extra verify cost per draft token at large batch (scaled by min(1, b/32))
@@ -230,8 +237,7 @@ def expected_accept_length(spec: SpecConfig | None) -> float:
     """Mean tokens emitted per verify step: 1 + a + a^2 + ... + a^n."""
     if spec is None:
         return 1.0
-    a = spec.alpha
-    return sum(a**i for i in range(spec.num_steps + 1))
+    return accept_length(spec.alpha, spec.num_steps)
 
 
 def run_offset(seed: int) -> float:
@@ -261,11 +267,23 @@ def jitter(rng: random.Random) -> float:
     return max(0.9, min(1.1, rng.gauss(1.0, JITTER_SD)))
 
 
-def sample_accepted(spec: SpecConfig, rng: random.Random) -> int:
-    """Draft tokens accepted in one verify step (0..num_steps)."""
+def content_alpha(alpha: float, repeats: int, bigrams: int) -> float:
+    """Per-draft-token acceptance for a prompt with ``repeats`` of its ``bigrams`` seen earlier in it."""
+    r = (repeats + SPEC_REP_FULL * SPEC_REP_PRIOR) / (bigrams + SPEC_REP_PRIOR)
+    return alpha * (SPEC_ALPHA_FLOOR + (1.0 - SPEC_ALPHA_FLOOR) * min(1.0, r / SPEC_REP_FULL))
+
+
+def accept_length(alpha: float, num_steps: int) -> float:
+    """Mean tokens emitted per verify step at acceptance ``alpha``: 1 + a + a^2 + ... + a^n."""
+    return sum(alpha**i for i in range(num_steps + 1))
+
+
+def sample_accepted(spec: SpecConfig, rng: random.Random, alpha: float | None = None) -> int:
+    """Draft tokens accepted in one verify step (0..num_steps), at ``alpha`` (default: the method's)."""
+    a = spec.alpha if alpha is None else alpha
     n = 0
     for _ in range(spec.num_steps):
-        if rng.random() < spec.alpha:
+        if rng.random() < a:
             n += 1
         else:
             break

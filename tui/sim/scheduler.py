@@ -49,11 +49,13 @@ class Scheduler(SimCore):
         rng = random.Random(self.seed * 31 + 7)
         pc = self.perf
         k = pc.decode_steps if self.e == "sglang" else 1
+        if self.cache is not None:
+            self.cache.resize(self.kv_tokens // self.cache.block)
         t_next = loop.time()
         step = 0
         self.log_t = loop.time()
         while True:
-            if not self.running and not self.waiting:
+            if not self.running and not self.waiting and self.chunked is None:
                 self.wake.clear()
                 self.update_gauges()
                 await self.wake.wait()
@@ -61,62 +63,40 @@ class Scheduler(SimCore):
             now = loop.time()
             if t_next < now - 0.05:
                 t_next = now - 0.05  # never burst more than ~50 ms of backlog
-            new: list[Req] = []
-            if step % k == 0 or not self.running:
-                budget = self.prefill_budget
-                while self.waiting and len(self.running) + len(new) < self.max_running:
-                    r = self.waiting[0]
-                    if r.finish is not None:
-                        self.waiting.popleft()
-                        continue
-                    if new and r.prompt_tokens > budget:
-                        break
-                    self.waiting.popleft()
-                    r.admitted = max(now, t_next)
-                    budget -= r.prompt_tokens
-                    new.append(r)
-            if self.e == "sglang" and new:
-                toks = sum(r.prompt_tokens for r in new)
-                dur = perf.prefill_time(pc, toks) * perf.jitter(rng)
-                t_next += dur / self.speed
-                await self._sleep_until(t_next)
-                tnow = loop.time()
-                self.metrics.prompt_tokens += toks
-                self.prompt_since_log += toks
-                self.running.extend(new)
-                self.update_gauges()
-                self.log.sg(
-                    f"Prefill batch, #new-seq: {len(new)}, #new-token: {toks}, #cached-token: 0, token usage: {self.metrics.token_usage:.2f}, "
-                    f"#running-req: {len(self.running) - len(new)}, #queue-req: {len(self.waiting)}, #pending-token: 0, "
-                    f"cuda graph: False, input throughput (token/s): {toks / max(1e-6, dur):.2f}",
-                    rank=0,
-                )
-                for r in new:
-                    self.emit(r, 1, tnow)
-                self._finish_done()
-                self._step_done()
-                continue
-            if self.e == "vllm" and new:
-                self.running.extend(new)
-            b = len(self.running)
-            if b == 0:
+            sched: list[tuple[Req, int]] = []
+            if self.e == "sglang":
+                if self.chunked is not None or step % k == 0 or not self.running:
+                    sched = self._sglang_batch(max(now, t_next))
+                if sched:
+                    t_next = await self._sglang_prefill(sched, rng, t_next)
+                    continue
+            else:
+                self._vllm_preempt()
+                sched = self._vllm_schedule(max(now, t_next))
+            b = sum(1 for r in self.running if r.todo == 0) + sum(1 for r, take in sched if take == r.todo)
+            if b == 0 and not sched:
+                if not self.waiting:
+                    continue
+                await self._sleep_until(t_next + 0.001)  # a prompt that fits nowhere waits for KV to free
+                t_next = loop.time()
                 continue
             dur = perf.decode_step_time(pc, b) * perf.jitter(rng)
-            newtoks = sum(r.prompt_tokens for r in new)
+            newtoks = sum(take for _r, take in sched)
             if newtoks:
                 dur += perf.prefill_time(pc, newtoks)
-                self.metrics.prompt_tokens += newtoks
             t_next += dur / self.speed
             await self._sleep_until(t_next)
             tnow = loop.time()
+            for r, take in sched:
+                self._prefilled(r, take)
             gen = 0
             spec = self.spec
             for r in self.running:
-                if r.finish is not None:
+                if r.finish is not None or r.todo:
                     continue
                 n = 1
                 if spec is not None and r.out > 0:
-                    acc = perf.sample_accepted(spec, rng)
+                    acc = perf.sample_accepted(spec, rng, r.alpha)
                     n = 1 + acc
                     self.accept_sum += n
                     self.accept_n += 1
@@ -138,6 +118,171 @@ class Scheduler(SimCore):
                 self.gen_since_log += gen
                 if self.decode_steps_since_log >= self.decode_log_interval:
                     self._sglang_decode_log(tnow)
+
+    # ---- prefix cache, prefill chunks, KV room
+    def _lookup(self, r: Req) -> None:
+        """How much of ``r``'s prompt the prefix cache holds (``cached``) and what is left to prefill (``todo``).
+
+        At least the last prompt token is always computed, as both engines do; a request preempted
+        after generating recomputes its generated tokens too (they are not in the cache).
+        """
+        cached = 0
+        cache = self.cache
+        if cache is not None and r.hashes:
+            cached = cache.match(r.hashes, (r.prompt_tokens - 1) // cache.block) * cache.block
+        r.cached = cached
+        r.todo = r.prompt_tokens + r.out - cached
+
+    def _admit(self, r: Req, now: float) -> None:
+        """``r`` leaves the queue: its cache lookup counts in the metrics."""
+        self.waiting.popleft()
+        if not r.admitted:
+            r.admitted = now
+        if self.cache is not None:
+            self.metrics.prefix_queries += r.prompt_tokens
+            self.metrics.prefix_hits += r.cached
+
+    def _prefilled(self, r: Req, take: int) -> None:
+        """``take`` more prompt tokens of ``r`` were computed; a finished prompt enters the cache."""
+        r.todo -= take
+        if r.todo == 0:
+            if r.out == 0:
+                self.metrics.prompt_tokens += r.prompt_tokens
+                self.prompt_since_log += r.prompt_tokens
+            if self.cache is not None and r.hashes:
+                self.cache.insert(r.hashes)
+
+    def _kv_room(self, r: Req, extra: int) -> bool:
+        """Whether ``r``'s prompt (and what it generated) fits in the KV cache beside the running
+        requests and ``extra`` tokens admitted this step; with nothing running it always goes."""
+        if not self.kv_tokens or (not self.running and not extra):
+            return True
+        used: int = self.metrics.used_tokens
+        return used + extra + r.prompt_tokens + r.out <= self.kv_tokens
+
+    def _sglang_batch(self, now: float) -> list[tuple[Req, int]]:
+        """The next prefill batch: (request, prompt tokens computed now).
+
+        The request being chunked goes first; new requests follow while the batch stays within
+        ``--max-prefill-tokens`` and the chunk size (``--chunked-prefill-size``); a prompt larger
+        than what is left is cut to it and continued in the next batches (decode waits meanwhile).
+        With chunking off, a prompt over the budget runs alone.
+        """
+        batch: list[tuple[Req, int]] = []
+        budget = self.prefill_budget
+        chunk = self.chunk_size
+        room = budget if chunk is None else min(budget, chunk)
+        c = self.chunked
+        if c is not None:
+            take = min(c.todo, room)
+            batch.append((c, take))
+            if take < c.todo:
+                return batch
+            self.chunked = None
+            room -= take
+        extra = 0
+        while self.waiting and len(self.running) + len(batch) < self.max_running:
+            r = self.waiting[0]
+            if r.finish is not None:
+                self.waiting.popleft()
+                continue
+            self._lookup(r)
+            if not self._kv_room(r, extra):
+                break
+            if r.todo <= room or (not batch and chunk is None):
+                take = r.todo
+            elif chunk is not None and room > 0:
+                take = room
+            else:
+                break
+            self._admit(r, now)
+            batch.append((r, take))
+            extra += r.prompt_tokens
+            room -= take
+            if take < r.todo:
+                self.chunked = r
+                break
+        return batch
+
+    async def _sglang_prefill(self, batch: list[tuple[Req, int]], rng: random.Random, t_next: float) -> float:
+        """Run one SGLang prefill batch; the requests whose prompt is done get their first token."""
+        loop = asyncio.get_running_loop()
+        toks = sum(take for _r, take in batch)
+        # cache hits of the requests starting here (a continued chunk's earlier chunks count as new
+        # tokens, not hits, in SGLang's PrefillAdder)
+        cached = sum(r.cached for r, _take in batch if r.todo == r.prompt_tokens - r.cached)
+        dur = perf.prefill_time(self.perf, toks) * perf.jitter(rng)
+        t_next += dur / self.speed
+        await self._sleep_until(t_next)
+        tnow = loop.time()
+        done = []
+        for r, take in batch:
+            self._prefilled(r, take)
+            if r.todo == 0:
+                done.append(r)
+        self.metrics.cache_hit_rate = cached / max(1, cached + toks)
+        self.running.extend(done)
+        self.update_gauges()
+        self.log.sg(
+            f"Prefill batch, #new-seq: {len(batch)}, #new-token: {toks}, #cached-token: {cached}, token usage: {self.metrics.token_usage:.2f}, "
+            f"#running-req: {len(self.running) - len(done)}, #queue-req: {len(self.waiting)}, #pending-token: 0, "
+            f"cuda graph: False, input throughput (token/s): {toks / max(1e-6, dur):.2f}",
+            rank=0,
+        )
+        for r in done:
+            self.emit(r, 1, tnow)
+        self._finish_done()
+        self._step_done()
+        return t_next
+
+    def _vllm_schedule(self, now: float) -> list[tuple[Req, int]]:
+        """One vLLM step's prefill work within ``--max-num-batched-tokens``: running decodes take
+        1 token each (1 + drafts under speculative decoding), partly prefilled requests continue,
+        then waiting requests start, each prompt cut to the tokens left (chunked prefill)."""
+        per_decode = 1 + (self.spec.num_steps if self.spec is not None else 0)
+        budget = self.prefill_budget
+        sched: list[tuple[Req, int]] = []
+        for r in self.running:
+            if r.todo == 0 and r.finish is None:
+                budget -= per_decode
+        for r in self.running:
+            if r.todo > 0 and budget > 0:
+                take = min(r.todo, budget)
+                sched.append((r, take))
+                budget -= take
+        extra = 0
+        while self.waiting and len(self.running) < self.max_running and budget > 0:
+            r = self.waiting[0]
+            if r.finish is not None:
+                self.waiting.popleft()
+                continue
+            self._lookup(r)
+            if not self._kv_room(r, extra):
+                break
+            self._admit(r, now)
+            take = min(r.todo, budget)
+            self.running.append(r)
+            sched.append((r, take))
+            extra += r.prompt_tokens + r.out
+            budget -= take
+        return sched
+
+    def _vllm_preempt(self) -> None:
+        """A full KV cache preempts the most recently admitted running requests (recompute: back to
+        the front of the queue, their KV freed), as vLLM's scheduler does."""
+        if not self.kv_tokens:
+            return
+        need = sum(r.prompt_tokens + r.out + 1 for r in self.running if r.finish is None)
+        while need > self.kv_tokens and len(self.running) > 1:
+            r = self.running.pop()
+            if r.finish is not None:
+                continue
+            need -= r.prompt_tokens + r.out + 1
+            r.todo = -1
+            r.cached = 0
+            self.waiting.appendleft(r)
+            self.metrics.preemptions += 1
+            self.update_gauges()
 
     async def _sleep_until(self, t: float) -> None:
         loop = asyncio.get_running_loop()

@@ -7,7 +7,7 @@ import asyncio
 import random
 
 from tui.sim import rendezvous
-from tui.sim.core import bind_socket
+from tui.sim.core import SGLANG_CHUNK, bind_socket
 from tui.sim.gpus import used_by_others
 from tui.sim.httpd import HttpServer
 from tui.sim.scheduler import Scheduler
@@ -157,7 +157,7 @@ class SglangStartup(Scheduler):
                     rank=r,
                 )
         await self.at(0.92)
-        chunked = a.chunked_prefill_size if a.chunked_prefill_size is not None else 8192
+        chunked = a.chunked_prefill_size if a.chunked_prefill_size is not None else SGLANG_CHUNK
         L.sg(
             f"max_total_num_tokens={self.kv_tokens}, chunked_prefill_size={chunked}, max_prefill_tokens={a.max_prefill_tokens}, "
             f"max_running_requests={self.max_running}, context_len={self.context_len}, available_gpu_mem={avail2 - self.graph_gib:.2f} GB",

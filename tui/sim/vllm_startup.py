@@ -113,7 +113,7 @@ class VllmStartup(SglangStartup):
             f"tensor_parallel_size={a.tensor_parallel_size}, pipeline_parallel_size={a.pipeline_parallel_size}, "
             f"data_parallel_size={a.data_parallel_size}, disable_custom_all_reduce={a.disable_custom_all_reduce}, "
             f"quantization={a.quantization}, enforce_eager={a.enforce_eager}, kv_cache_dtype={a.kv_cache_dtype}, "
-            f"device_config=cuda, seed={a.seed}, served_model_name={self.served}, enable_prefix_caching=True, "
+            f"device_config=cuda, seed={a.seed}, served_model_name={self.served}, enable_prefix_caching={self.cache is not None}, "
             f"enable_chunked_prefill=True, pooler_config=None, compilation_config={json.dumps(a.compilation_config or {})}",
             proc="EngineCore",
             pid=ec,
@@ -567,6 +567,7 @@ class VllmStartup(SglangStartup):
         m = self.metrics
         last_p, last_g, last_t = m.prompt_tokens, m.generation_tokens, time.monotonic()
         last_acc, last_drafts, last_dt = m.spec_accepted, m.spec_drafts, m.spec_draft_tokens
+        last_q, last_h, last_pre = m.prefix_queries, m.prefix_hits, m.preemptions
         was_active = False
         while True:
             await asyncio.sleep(self.stats_interval)
@@ -576,10 +577,16 @@ class VllmStartup(SglangStartup):
             active = bool(p or g or self.running or self.waiting)
             if active or was_active:
                 usage = 100.0 * m.token_usage
+                pre = m.preemptions - last_pre
+                q, h = m.prefix_queries - last_q, m.prefix_hits - last_h
                 self.log.vl(
                     f"Engine 000: Avg prompt throughput: {p / dt:.1f} tokens/s, Avg generation throughput: {g / dt:.1f} tokens/s, "
-                    f"Running: {len(self.running)} reqs, Waiting: {len(self.waiting)} reqs, GPU KV cache usage: {usage:.1f}%, "
-                    "Prefix cache hit rate: 0.0%",
+                    f"Running: {len(self.running)} reqs, Waiting: {len(self.waiting)} reqs, "
+                    + (f"Preemptions: {pre}, " if pre else "")
+                    + f"GPU KV cache usage: {usage:.1f}%"
+                    + (
+                        f", Prefix cache hit rate: {100.0 * h / q if q else 0.0:.1f}%" if self.cache is not None else ""
+                    ),
                     where="loggers.py:259",
                 )
                 if self.spec and m.spec_drafts > last_drafts:
@@ -596,3 +603,4 @@ class VllmStartup(SglangStartup):
             was_active = active
             last_p, last_g, last_t = m.prompt_tokens, m.generation_tokens, now
             last_acc, last_drafts, last_dt = m.spec_accepted, m.spec_drafts, m.spec_draft_tokens
+            last_q, last_h, last_pre = m.prefix_queries, m.prefix_hits, m.preemptions
