@@ -139,3 +139,11 @@ def test_gpu_names_process_names_and_metric_labels_are_made_safe() -> None:
     m = prom.parse('vllm:num_requests_running{model_name="m\\u\x1b]0;owned\x07"} 1\n')
     ((_, value),) = m.samples[0].labels
     assert "\x1b" not in value and "owned" not in value
+
+
+def test_engine_figures_that_name_tokens_are_left_alone() -> None:
+    line = (
+        "[2026-01-01 00:00:00 TP0] Decode batch. #running-req: 1, #token: 1234, token usage: 0.01, "
+        "gen throughput (token/s): 40.5, #queue-req: 0"
+    )
+    assert redact_text(line) == line
