@@ -16,9 +16,10 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launch_sim import demo, sim_command  # noqa: F401 - the fixture
+from tests.integration.test_launcher import free_port
 from tests.waits import until_async
 from tui.hostops import launcher as L
-from tui.hostops.runstore import RunRecord
+from tui.hostops.runstore import RunRecord, RunStore
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -119,3 +120,42 @@ async def test_the_engines_echo_of_the_api_key_never_shows(demo, name: str, echo
         assert "<redacted>" in line
     stored = (Path(os.environ["XDG_STATE_HOME"]).parent).rglob("*.json")
     assert not any(secret in p.read_text(errors="replace") for p in stored if p.is_file())
+
+
+def _launch_cli(port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [
+            *tunedeck_cmd(),
+            "launch",
+            "--demo",
+            "--json",
+            "--engine",
+            "other",
+            "--port",
+            str(port),
+            "--cmd",
+            "sleep",
+            "300",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+async def test_two_launches_at_once_start_exactly_one_server(demo) -> None:
+    """As reported: two `tunedeck launch` started together both passed the one-run check."""
+    for trial in range(4):
+        procs = [_launch_cli(free_port()) for _ in range(2)]
+        done = [await asyncio.to_thread(p.communicate, timeout=120) for p in procs]
+        codes = sorted(p.returncode for p in procs)
+        assert codes[0] == 0 and codes[1] != 0, (trial, done)
+        ok = next(out for p, (out, _) in zip(procs, done) if p.returncode == 0)
+        first = json.loads(ok)["run_id"]
+        refusal = next(err for p, (_, err) in zip(procs, done) if p.returncode != 0).decode()
+        assert f"run {first}" in refusal, refusal  # the refusal names the run that started
+        alive = [h for h in await L.list_host_runs(demo) if h.alive]
+        assert [h.run_id for h in alive] == [first], (trial, alive)
+        await L.stop_run(demo, RunStore().load(first) or RunRecord(first, "demo"), grace=2, gpu_wait=5)
