@@ -159,3 +159,29 @@ async def test_two_launches_at_once_start_exactly_one_server(demo) -> None:
         alive = [h for h in await L.list_host_runs(demo) if h.alive]
         assert [h.run_id for h in alive] == [first], (trial, alive)
         await L.stop_run(demo, RunStore().load(first) or RunRecord(first, "demo"), grace=2, gpu_wait=5)
+
+
+async def test_the_run_view_shows_neither_sequences_nor_the_key(demo) -> None:
+    """The run view's log widget (widgets/server_log.py) on a run that printed escape sequences
+    and a start-up echo of its --api-key."""
+    from textual.app import App
+
+    from tui.ui.screens.run import RunScreen
+    from widgets.server_log import ServerLog
+
+    src = HOSTILE_SRC + r"\nnon-default args: {'model': 'm', 'api_key': ['sk-view-77']}\n"
+    rec = await _ended_run(demo, [sys.executable, "-c", f'import sys; sys.stdout.write("{src}")'])
+    rec = RunStore().load(rec.run_id) or rec
+
+    class A(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(RunScreen(demo, rec, tracker_options={"poll_gpu": False}))
+
+    app = A()
+    async with app.run_test(size=(120, 40)) as pilot:
+        log = app.screen.query_one(ServerLog)
+        await until_async(lambda: any("sk-" in ln or "<redacted>" in ln for ln in log.view.lines), 30, pilot=pilot)
+        shown = [*log.ring, *log.view.lines, log.partial]
+        assert not any("\x1b" in ln or "\x07" in ln or "\x9b" in ln for ln in shown), shown
+        assert not any("owned" in ln or "sk-view-77" in ln for ln in shown), shown
+        assert any("green end" in ln for ln in log.view.lines)
