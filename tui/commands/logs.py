@@ -204,6 +204,8 @@ async def run(args: argparse.Namespace) -> int:
     if dep is not None:
         if args.resume:
             return err("logs", "--resume takes one run's id (a deployment's merged log: --follow)")
+        if args.raw:
+            return err("logs", "--raw takes one run's id (a deployment's log is merged from its members' lines)")
         return await _deploy.logs(args, dep)
     if args.node is not None:
         return err("logs", "--node needs a deployment id")

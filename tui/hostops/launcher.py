@@ -57,6 +57,7 @@ from tui.util.safety import (
     check_text,
     redact_argv,
     redact_env,
+    safe_line,
     visible,
 )
 
@@ -123,7 +124,7 @@ async def compute_apps(host: Host, timeout: float = 10.0) -> list[tuple[int, str
             mem = float(parts[2]) if len(parts) > 2 else None
         except ValueError:
             mem = None
-        out.append((int(parts[0]), parts[1], mem))
+        out.append((int(parts[0]), safe_line(parts[1]), mem))  # host text: shown in refusals
     return out
 
 
