@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -185,3 +186,26 @@ async def test_the_run_view_shows_neither_sequences_nor_the_key(demo) -> None:
         assert not any("\x1b" in ln or "\x07" in ln or "\x9b" in ln for ln in shown), shown
         assert not any("owned" in ln or "sk-view-77" in ln for ln in shown), shown
         assert any("green end" in ln for ln in log.view.lines)
+
+
+async def test_follow_resume_goes_on_after_the_last_line_printed(demo) -> None:
+    """Lines are printed whole: a partial line held back at Ctrl-C is printed by the next --resume."""
+    script = 'printf "a\\nb\\nhal"; sleep 2; printf "f\\nc\\n"; sleep 300'
+    rec = await L.launch(demo, ["sh", "-c", script], engine="other")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.Popen(
+        [*tunedeck_cmd(), "logs", rec.run_id, "--demo", "--follow", "--resume"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert p.stdout is not None
+    first = await asyncio.to_thread(p.stdout.read, 4)  # "a\nb\n": the partial "hal" is held back
+    assert first == b"a\nb\n"
+    p.send_signal(signal.SIGINT)
+    await asyncio.to_thread(p.wait, 60)
+    assert (RunStore().load(rec.run_id) or rec).log_offset == 4
+    await until_async(lambda: Path(rec.run_dir or "", "log").read_bytes().endswith(b"c\n"), 30, what="the rest")
+    r = await asyncio.to_thread(_cli, "logs", rec.run_id, "--demo", "--resume")
+    assert r.returncode == 0 and r.stdout == b"half\nc\n", r

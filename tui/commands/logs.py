@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import TYPE_CHECKING, BinaryIO
 
 from tui.commands._runs import choose, err, host_from_args, records_for
@@ -69,11 +70,13 @@ class _Printer:
     def __init__(self, offset: int, *, raw: bool = False, run_id: str | None = None, sgr: bool = False) -> None:
         self.raw = raw
         self.run_id = run_id
-        self.offset = offset  # where the held-back partial line starts
+        #: where the held-back partial line starts: the log's bytes printed (where --resume goes on)
+        self.offset = offset
         self.splitter = LineSplitter(sgr=sgr and run_id is None)
 
     def feed(self, chunk: bytes) -> bytes:
         if self.raw:
+            self.offset += len(chunk)
             return chunk
         return self._out(self.splitter.feed_sized(chunk))
 
@@ -137,12 +140,21 @@ async def _follow(
     ``tail`` is reaped in the background once the host is back), then followed again from
     the exact byte offset."""
     printer = _Printer(offset, raw=args.raw, run_id=rec.run_id if args.json else None, sgr=_colour(out))
+    saved = (printer.offset, 0.0)
+
+    def save(force: bool = False) -> None:
+        # --resume goes on after the last line printed: a held-back partial line is read again
+        nonlocal saved
+        if args.resume and printer.offset != saved[0] and (force or time.monotonic() - saved[1] >= 0.25):
+            store.update(rec.run_id, log_offset=printer.offset)
+            saved = (printer.offset, time.monotonic())
 
     def emit(chunk: bytes) -> None:
         data = printer.feed(chunk)
         if data:
             out.write(data)
             out.flush()
+            save()
 
     backoff = 0.5
 
@@ -156,7 +168,7 @@ async def _follow(
     watcher = asyncio.ensure_future(_watch_end(host, rec, END_CHECK_INTERVAL)) if rec.pid else None
     try:
         while True:
-            f = LogFollower(host, log, offset, run_id=rec.run_id, store=store, persist=args.resume)
+            f = LogFollower(host, log, offset, run_id=rec.run_id, store=store)
             reader = asyncio.ensure_future(pump(f))
             waits: set[asyncio.Future[object]] = {reader}  # type: ignore[arg-type]
             if watcher is not None:
@@ -179,8 +191,7 @@ async def _follow(
                 if tail:
                     out.write(tail)
                     out.flush()
-                if args.resume:
-                    store.update(rec.run_id, log_offset=offset)
+                save(force=True)
                 how = "exited" if rc is None else f"exited with status {rc}"
                 print(f"tunedeck logs: run {rec.run_id} has {how}; stopped following", file=sys.stderr)
                 return 0
@@ -193,6 +204,7 @@ async def _follow(
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 10)
     finally:
+        save(force=True)
         if watcher is not None:
             await cancel_and_wait([watcher], f"logs {rec.run_id}: exit watcher")
 
