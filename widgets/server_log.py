@@ -4,14 +4,16 @@ filter to matching lines, severity colouring, bounded memory.
 Feed it text lines with :meth:`ServerLog.append_lines` (any rate): they are
 buffered and written to a ``Log(max_lines=…)`` in batches every ~100 ms, so
 thousands of lines per second cost one refresh per batch. A ring buffer of the
-last ``max_lines`` lines backs search and filter.
+last ``max_lines`` lines backs search and filter. Both the ring buffer and the view
+are bounded in bytes too (``max_bytes`` each): a log of huge lines keeps fewer of them.
+The lines come already made safe to show (``tui.hostops.logfollow.LineSplitter``).
 """
 
 from __future__ import annotations
 
 import re
 from collections import deque
-from typing import Any, Iterable
+from typing import Any, Iterable, Self
 
 from rich.highlighter import Highlighter
 from rich.text import Text
@@ -19,6 +21,7 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
+from textual.geometry import Size
 from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
@@ -29,6 +32,10 @@ _ERROR_RE = re.compile(
     r"\b\w+(?:Error|Exception): |NCCL WARN|^Killed$"
 )
 _WARN_RE = re.compile(r"\bWARNING\b|\bWARN\b|Warning:")
+
+
+#: The most bytes of log lines the ring buffer (and the view) holds.
+MAX_BYTES = 16 * 1024 * 1024
 
 
 def line_severity(line: str) -> str:
@@ -81,14 +88,55 @@ class _LogHighlighter(Highlighter):
                 text.stylize("underline")
 
 
-class _SeverityLog(Log):
-    """A ``Log`` that colours lines by severity and marks search matches."""
+def _size(line: str) -> int:
+    """What a line costs the buffers, in bytes (UTF-8)."""
+    return len(line.encode("utf-8", "surrogatepass"))
 
-    def __init__(self, *, max_lines: int, id: str | None = None) -> None:
+
+class _SeverityLog(Log):
+    """A ``Log`` that colours lines by severity and marks search matches; it holds at most
+    ``max_lines`` lines and ``max_bytes`` bytes of them (the oldest go first)."""
+
+    def __init__(self, *, max_lines: int, max_bytes: int, id: str | None = None) -> None:
         super().__init__(max_lines=max_lines, highlight=True, id=id)
         self.highlighter = _LogHighlighter()
         #: the line (index in the view) of the current match, or None
         self.current_line: int | None = None
+        self.max_bytes = max_bytes
+        #: the size of each line held, oldest first, and their sum
+        self._sizes: deque[int] = deque()
+        self.held_bytes = 0
+
+    def write_lines(self, lines: Iterable[str], scroll_end: bool | None = None) -> Self:
+        lines = list(lines)
+        for line in lines:
+            n = _size(line)
+            self._sizes.append(n)
+            self.held_bytes += n
+        super().write_lines(lines, scroll_end)
+        self._forget(len(self._sizes) - len(self._lines))  # Log pruned to max_lines
+        over, drop = self.held_bytes - self.max_bytes, 0
+        while over > 0 and drop < len(self._sizes) - 1:
+            over -= self._sizes[drop]
+            drop += 1
+        if drop:
+            max_lines, self.max_lines = self.max_lines, len(self._lines) - drop
+            try:
+                self._prune_max_lines()
+            finally:
+                self.max_lines = max_lines
+            self._forget(drop)
+            self.virtual_size = Size(self._width, len(self._lines))
+        return self
+
+    def _forget(self, n: int) -> None:
+        for _ in range(max(0, n)):
+            self.held_bytes -= self._sizes.popleft()
+
+    def clear(self) -> Self:
+        self._sizes.clear()
+        self.held_bytes = 0
+        return super().clear()
 
     def set_pattern(self, pattern: re.Pattern[str] | None) -> None:
         self.highlighter.pattern = pattern  # type: ignore[attr-defined]
@@ -188,6 +236,7 @@ class ServerLog(Widget, can_focus=True):
         self,
         *,
         max_lines: int = 10_000,
+        max_bytes: int = MAX_BYTES,
         flush_interval: float = 0.1,
         name: str | None = None,
         id: str | None = None,
@@ -195,9 +244,13 @@ class ServerLog(Widget, can_focus=True):
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.max_lines = max_lines
+        self.max_bytes = max_bytes
         self.flush_interval = flush_interval
-        #: every line kept (the ring buffer)
-        self.ring: deque[str] = deque(maxlen=max_lines)
+        #: every line kept (the ring buffer): at most ``max_lines`` lines and ``max_bytes`` bytes
+        self.ring: deque[str] = deque()
+        self._ring_sizes: deque[int] = deque()
+        #: the bytes of the lines in the ring buffer
+        self.ring_bytes = 0
         self._pending: list[str] = []
         self.following = True
         self.filtering = False
@@ -216,7 +269,7 @@ class ServerLog(Widget, can_focus=True):
 
     def compose(self) -> ComposeResult:
         yield _SearchInput(placeholder="search (regular expression; Enter to apply, Esc to clear)", id="log-search")
-        yield _SeverityLog(max_lines=self.max_lines, id="log-view")
+        yield _SeverityLog(max_lines=self.max_lines, max_bytes=self.max_bytes, id="log-view")
         yield Static("", id="log-partial")
         yield Static("", id="log-status")
 
@@ -247,7 +300,7 @@ class ServerLog(Widget, can_focus=True):
         if not self._pending:
             return
         batch, self._pending = self._pending, []
-        self.ring.extend(batch)
+        self._keep(batch)
         self.total_lines += len(batch)
         shown = self._visible(batch)
         if shown:
@@ -265,6 +318,18 @@ class ServerLog(Widget, can_focus=True):
                 base = view.line_count - len(shown)
                 self.matches.extend(base + i for i, ln in enumerate(shown) if self.pattern.search(ln))
         self._update_status()
+
+    def _keep(self, batch: list[str]) -> None:
+        """Add ``batch`` to the ring buffer, dropping the oldest lines beyond its bounds."""
+        ring, sizes = self.ring, self._ring_sizes
+        for line in batch:
+            n = _size(line)
+            ring.append(line)
+            sizes.append(n)
+            self.ring_bytes += n
+        while len(ring) > 1 and (len(ring) > self.max_lines or self.ring_bytes > self.max_bytes):
+            ring.popleft()
+            self.ring_bytes -= sizes.popleft()
 
     def flush_now(self) -> None:
         """Write queued lines immediately (tests, shutdown)."""

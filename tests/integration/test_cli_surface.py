@@ -139,7 +139,9 @@ def test_logs_json_is_json():
         out = json.loads(r.stdout)
         assert out["run_id"] == rid and out["target"] == "local" and out["offset"] == 0
         assert "The server is fired up and ready to roll!" in out["text"]
-        assert out["end_offset"] == len(out["text"].encode())
+        # text: the lines as shown (redraws collapsed, made safe); end_offset: where the log read ended
+        raw = Path(out["path"]).read_bytes()[: out["end_offset"]]
+        assert len(raw) == out["end_offset"] and out["text"].count("\n") == raw.count(b"\n")
         assert out["path"].endswith(f"/{rid}/log")
         # --follow --json: JSON lines until interrupted
         p = subprocess.Popen(

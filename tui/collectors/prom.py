@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
+from tui.util.safety import safe_line
+
 Labels = tuple[tuple[str, str], ...]
 
 
@@ -171,7 +173,7 @@ def _parse_labels(text: str, i: int) -> tuple[Labels, int] | None:
             j += 1
         if j >= n:
             return None
-        labels.append((key, "".join(buf)))
+        labels.append((key, safe_line("".join(buf))))  # a label value is host text: shown as is
         i = j + 1
 
 

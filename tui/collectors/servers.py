@@ -32,6 +32,7 @@ import httpx
 from tui.collectors import prom
 from tui.hostops.hosts import Host, HostError
 from tui.model import NA, Num, ServerStats
+from tui.util.safety import safe_line
 
 ENGINES = ("sglang", "vllm", "auto")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
@@ -287,7 +288,7 @@ class ServerCollector:
         if models_p is not None and isinstance(models_p.json, dict):
             data = models_p.json.get("data") or []
             if data and isinstance(data[0], dict) and data[0].get("id"):
-                st.model = str(data[0]["id"])
+                st.model = safe_line(str(data[0]["id"]))
         model = st.model or spec.model
         if state == "down":
             if engine == "auto":

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from tui.model import NA, GpuProcess, GpuSnapshot, Num
+from tui.util.safety import safe_line
 
 #: The fields the GPU collector queries, in order.
 QUERY_GPU_FIELDS: tuple[str, ...] = (
@@ -191,8 +192,9 @@ def strip_source_line(text: str) -> str:
 
 
 def parse_value(cell: str, field_name: str = "") -> Any:
-    """One CSV cell: NA for not-available, number for numeric fields (units stripped)."""
-    cell = cell.strip()
+    """One CSV cell: NA for not-available, number for numeric fields (units stripped), else
+    the text made safe to show (:func:`safe_line`: it came from the host)."""
+    cell = safe_line(cell.strip())
     if cell in _NA_TEXTS or (cell.startswith("[") and cell.endswith("]")):
         return NA
     if field_name in TEXT_FIELDS:
@@ -494,7 +496,7 @@ def parse_table(text: str) -> SmiTable:
                 procs.append(
                     GpuProcess(
                         pid=int(m.group(4)),
-                        name=m.group(6).strip(),
+                        name=safe_line(m.group(6).strip()),
                         gpu_uuid="",
                         gpu_index=gi,
                         used_memory=_num(parse_value(m.group(7))),
@@ -503,7 +505,7 @@ def parse_table(text: str) -> SmiTable:
             continue
         m = _TABLE_GPU1.match(line)
         if m:
-            pending = (int(m.group(1)), m.group(2).strip())
+            pending = (int(m.group(1)), safe_line(m.group(2).strip()))
             continue
         m = _TABLE_GPU2.match(line)
         if m and pending is not None:

@@ -1,4 +1,9 @@
-"""``tunedeck logs [RUN] [--follow] [--json]``: a run's server log (from the host's run folder).
+"""``tunedeck logs [RUN] [--follow] [--json] [--raw]``: a run's server log (from the host's run folder).
+
+The log is printed line by line, each as the run view shows it (``LineSplitter``): escape
+sequences removed (SGR colour kept when the output is a terminal that shows colour, so not
+with ``NO_COLOR``), secret arguments the engine echoes redacted, a line longer than 16 KiB cut
+and marked. ``--raw`` prints the log's exact bytes instead, only to a file or a pipe.
 
 With ``--json`` the log comes as one object ``{run_id, target, path, offset, end_offset, text}``;
 with ``--follow --json`` as JSON lines, one object ``{run_id, offset, line}`` per complete log
@@ -13,13 +18,15 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sys
+import time
 from typing import TYPE_CHECKING, BinaryIO
 
 from tui.commands._runs import choose, err, host_from_args, records_for
 from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import find_host_run
-from tui.hostops.logfollow import LogFollower, read_log
+from tui.hostops.logfollow import LineSplitter, LogFollower, read_log
 from tui.hostops.runstore import RunRecord, RunStore
 from tui.util.aio import cancel_and_wait
 from tui.util.safety import visible
@@ -47,26 +54,53 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="one JSON object with the log text; with --follow, one JSON object per log line",
     )
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="the log's exact bytes, escape sequences and all (to a file or a pipe only, never to a terminal)",
+    )
     p.add_argument("--node", metavar="NODE", help="a deployment's log: only this node's lines")
     p.set_defaults(func=run)
 
 
-class _JsonLines:
-    """Log bytes in, one JSON object per complete line out."""
+class _Printer:
+    """Log bytes in, what ``tunedeck logs`` prints out: the exact bytes (``raw``), one JSON
+    object per complete line (``run_id``: JSON lines), or the lines as shown (safe to print)."""
 
-    def __init__(self, run_id: str, offset: int) -> None:
+    def __init__(self, offset: int, *, raw: bool = False, run_id: str | None = None, sgr: bool = False) -> None:
+        self.raw = raw
         self.run_id = run_id
-        self.offset = offset  # where the held-back partial line starts
-        self._buf = b""
+        #: where the held-back partial line starts: the log's bytes printed (where --resume goes on)
+        self.offset = offset
+        self.splitter = LineSplitter(sgr=sgr and run_id is None)
 
     def feed(self, chunk: bytes) -> bytes:
-        *lines, self._buf = (self._buf + chunk).split(b"\n")
+        if self.raw:
+            self.offset += len(chunk)
+            return chunk
+        return self._out(self.splitter.feed_sized(chunk))
+
+    def end(self) -> bytes:
+        """The unterminated last line, ended (nothing more will come)."""
+        if self.raw:
+            return b""
+        n = self.splitter.pending_bytes()
+        return self._out([(line, n) for line in self.splitter.flush()])
+
+    def _out(self, lines: list[tuple[str, int]]) -> bytes:
         out = []
-        for raw in lines:
-            line = raw.decode("utf-8", "replace")
-            out.append(json.dumps({"run_id": self.run_id, "offset": self.offset, "line": line}, ensure_ascii=False))
-            self.offset += len(raw) + 1
+        for line, size in lines:
+            if self.run_id is None:
+                out.append(line)
+            else:
+                out.append(json.dumps({"run_id": self.run_id, "offset": self.offset, "line": line}, ensure_ascii=False))
+            self.offset += size
         return "".join(f"{x}\n" for x in out).encode()
+
+
+def _colour(out: BinaryIO) -> bool:
+    """Whether ``out`` is a terminal that shows colour (SGR codes are kept there)."""
+    return out.isatty() and not os.environ.get("NO_COLOR")
 
 
 def _fail(args: argparse.Namespace, target: str, kind: str, message: str) -> int:
@@ -105,13 +139,22 @@ async def _follow(
     """Print new log bytes until the run ends; a lost link is reported at once (the remote
     ``tail`` is reaped in the background once the host is back), then followed again from
     the exact byte offset."""
-    lines = _JsonLines(rec.run_id, offset) if args.json else None
+    printer = _Printer(offset, raw=args.raw, run_id=rec.run_id if args.json else None, sgr=_colour(out))
+    saved = (printer.offset, 0.0)
+
+    def save(force: bool = False) -> None:
+        # --resume goes on after the last line printed: a held-back partial line is read again
+        nonlocal saved
+        if args.resume and printer.offset != saved[0] and (force or time.monotonic() - saved[1] >= 0.25):
+            store.update(rec.run_id, log_offset=printer.offset)
+            saved = (printer.offset, time.monotonic())
 
     def emit(chunk: bytes) -> None:
-        data = lines.feed(chunk) if lines is not None else chunk
+        data = printer.feed(chunk)
         if data:
             out.write(data)
             out.flush()
+            save()
 
     backoff = 0.5
 
@@ -125,7 +168,7 @@ async def _follow(
     watcher = asyncio.ensure_future(_watch_end(host, rec, END_CHECK_INTERVAL)) if rec.pid else None
     try:
         while True:
-            f = LogFollower(host, log, offset, run_id=rec.run_id, store=store, persist=args.resume)
+            f = LogFollower(host, log, offset, run_id=rec.run_id, store=store)
             reader = asyncio.ensure_future(pump(f))
             waits: set[asyncio.Future[object]] = {reader}  # type: ignore[arg-type]
             if watcher is not None:
@@ -144,10 +187,11 @@ async def _follow(
                 if rest:
                     emit(rest)
                     offset += len(rest)
-                if lines is not None and lines._buf:
-                    emit(b"\n")
-                if args.resume:
-                    store.update(rec.run_id, log_offset=offset)
+                tail = printer.end()
+                if tail:
+                    out.write(tail)
+                    out.flush()
+                save(force=True)
                 how = "exited" if rc is None else f"exited with status {rc}"
                 print(f"tunedeck logs: run {rec.run_id} has {how}; stopped following", file=sys.stderr)
                 return 0
@@ -160,6 +204,7 @@ async def _follow(
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 10)
     finally:
+        save(force=True)
         if watcher is not None:
             await cancel_and_wait([watcher], f"logs {rec.run_id}: exit watcher")
 
@@ -171,9 +216,19 @@ async def run(args: argparse.Namespace) -> int:
     if dep is not None:
         if args.resume:
             return err("logs", "--resume takes one run's id (a deployment's merged log: --follow)")
+        if args.raw:
+            return err("logs", "--raw takes one run's id (a deployment's log is merged from its members' lines)")
         return await _deploy.logs(args, dep)
     if args.node is not None:
         return err("logs", "--node needs a deployment id")
+    if args.raw and args.json:
+        return err("logs", "--raw prints the log's exact bytes; --json prints its lines as JSON: choose one")
+    if args.raw and sys.stdout.isatty():
+        return err(
+            "logs",
+            "--raw writes the log's exact bytes (escape sequences included) and is refused to a terminal: "
+            "send it to a file or a pipe (tunedeck logs --raw RUN > run.log)",
+        )
     host = host_from_args(args)
     store = RunStore()
     out = sys.stdout.buffer
@@ -187,6 +242,8 @@ async def run(args: argparse.Namespace) -> int:
         offset = rec.log_offset if args.resume else 0
         if not args.follow:
             data = await read_log(host, log, offset)
+            printer = _Printer(offset, raw=args.raw, sgr=_colour(out))
+            shown = printer.feed(data) + printer.end()
             if args.json:
                 out.write(
                     json.dumps(
@@ -196,14 +253,14 @@ async def run(args: argparse.Namespace) -> int:
                             "path": log,
                             "offset": offset,
                             "end_offset": offset + len(data),
-                            "text": data.decode("utf-8", "replace"),
+                            "text": shown.decode(),
                         },
                         ensure_ascii=False,
                     ).encode()
                     + b"\n"
                 )
             else:
-                out.write(data)
+                out.write(shown)
             out.flush()
             if args.resume:
                 store.update(rec.run_id, log_offset=offset + len(data))
@@ -211,10 +268,8 @@ async def run(args: argparse.Namespace) -> int:
         if rec.ended_:
             # nothing more will be written: print what is there (as --follow would) and end
             data = await read_log(host, log, offset)
-            lines0 = _JsonLines(rec.run_id, offset) if args.json else None
-            out.write(
-                lines0.feed(data + (b"" if not data or data.endswith(b"\n") else b"\n")) if lines0 is not None else data
-            )
+            printer = _Printer(offset, raw=args.raw, run_id=rec.run_id if args.json else None, sgr=_colour(out))
+            out.write(printer.feed(data) + printer.end())
             out.flush()
             if args.resume:
                 store.update(rec.run_id, log_offset=offset + len(data))

@@ -26,15 +26,60 @@ def base_line(kind: str) -> str:
 
 RUNS_BASE = base_line("runs")
 
-# $1 = run id. Prints DIR <dir>, then PID <pid> <starttime> once the wrapper started.
+# $1 = run id, $2 = the GPUs it will use ("all", "none" or "0,1,…"; empty: no check). Prints
+# DIR <dir>, then PID <pid> <starttime> once the wrapper started; BUSY <run id> <pid> <gpus> (and
+# nothing runs) when a live run in the folder uses any of those GPUs. One launch at a time per
+# folder: the lock (an atomic mkdir) is held from that check until the wrapper has started, so two
+# launches at once cannot both pass it. A lock whose holder is gone (killed) is taken over.
 LAUNCH_SCRIPT = r"""set -u
 rid="$1"
+want="$2"
 {base}umask 077
 dir="$base/$rid"
 start_cwd=$(pwd)
+mkdir -p "$base" || {{ echo "ERR cannot create $base"; exit 3; }}
+lock="$base/.launch.lock"
+i=0
+while ! mkdir "$lock" 2>/dev/null; do
+  holder=$(cat "$lock/pid" 2>/dev/null || true)
+  if [ -n "$holder" ] && ! kill -0 "$holder" 2>/dev/null; then
+    rm -rf "$lock"
+    continue
+  fi
+  i=$((i+1))
+  [ $i -lt 600 ] || {{ echo "ERR another launch has held $lock for 30 s (its shell: pid ${{holder:-?}})"; exit 6; }}
+  sleep 0.05
+done
+trap 'rm -rf "$lock"' EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+echo $$ > "$lock/pid"
+shares() {{
+  [ "$1" = none ] || [ "$2" = none ] && return 1
+  [ "$1" = all ] || [ "$2" = all ] && return 0
+  for g in $(printf '%s' "$1" | tr ',' ' '); do
+    case ",$2," in *",$g,"*) return 0 ;; esac
+  done
+  return 1
+}}
+if [ -n "$want" ]; then
+  for d in "$base"/*/; do
+    [ -f "$d/run.sh" ] || continue
+    d=${{d%/}}
+    pid=$(cat "$d/pid" 2>/dev/null || true)
+    st=$(cat "$d/starttime" 2>/dev/null || true)
+    [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || continue
+    set -- $(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null)
+    [ "${{20:-}}" = "$st" ] && [ "${{1:-}}" != Z ] && [ "${{1:-}}" != X ] || continue
+    theirs=$(cat "$d/gpus" 2>/dev/null || true)
+    if shares "$want" "${{theirs:-all}}"; then echo "BUSY ${{d##*/}} $pid ${{theirs:-all}}"; exit 7; fi
+  done
+fi
 mkdir -p "$dir" || {{ echo "ERR cannot create $dir"; exit 3; }}
 cd "$dir" || exit 3
 printf '%s\n' "$start_cwd" > cwd
+printf '%s\n' "${{want:-all}}" > gpus
 cat > run.sh <<'{d}'
 cd "$(dirname -- "$0")" || exit 1
 echo $$ > pid.tmp && mv pid.tmp pid

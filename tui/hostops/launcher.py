@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import shlex
 import time
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ from tui.util.safety import (
     check_text,
     redact_argv,
     redact_env,
+    safe_line,
     visible,
 )
 
@@ -122,7 +124,7 @@ async def compute_apps(host: Host, timeout: float = 10.0) -> list[tuple[int, str
             mem = float(parts[2]) if len(parts) > 2 else None
         except ValueError:
             mem = None
-        out.append((int(parts[0]), parts[1], mem))
+        out.append((int(parts[0]), safe_line(parts[1]), mem))  # host text: shown in refusals
     return out
 
 
@@ -212,6 +214,21 @@ async def preflight(host: Host, store: RunStore | None = None) -> None:
         )
 
 
+_GPU_ID_RE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def gpu_set(env: Mapping[str, str]) -> str:
+    """The GPUs a server started with ``env`` uses, as the launch script compares them:
+    ``CUDA_VISIBLE_DEVICES`` (``"0,1"``), ``"none"`` when it is empty, else ``"all"``."""
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return "all"
+    ids = [p.strip() for p in value.split(",") if p.strip()]
+    if not ids:
+        return "none"
+    return ",".join(ids) if all(_GPU_ID_RE.fullmatch(p) for p in ids) else "all"
+
+
 async def launch(
     host: Host,
     argv: Sequence[str],
@@ -226,7 +243,9 @@ async def launch(
 ) -> RunRecord:
     """Launch ``argv`` detached on ``host``; returns the saved local record (status ``starting``).
 
-    Raises :class:`LaunchRefused` (nothing ran) or :class:`HostError`.
+    Raises :class:`LaunchRefused` (nothing ran) or :class:`HostError`. With ``check``, the host
+    refuses atomically (a lock held from its check to the start) when a live run uses any of the
+    same GPUs (:func:`gpu_set`): of two launches at once, one starts.
     """
     store = store or RunStore()
     argv = check_argv(list(argv), "server command")
@@ -255,9 +274,18 @@ async def launch(
         timeline=[{"t": time.time(), "event": "launching"}],
     )
     store.save(rec)  # the local record exists before anything runs on the host
-    meta = {"engine": engine, "port": port, "profile": profile, "created": rec.created, "run_id": rid}
-    started = await start_detached(host, "runs", rid, argv, env, meta)
+    gpus = gpu_set(env)
+    meta = {"engine": engine, "port": port, "profile": profile, "created": rec.created, "run_id": rid, "gpus": gpus}
+    started = await start_detached(host, "runs", rid, argv, env, meta, gpus=gpus if check else None)
     dir_, pid, starttime = started.run_dir, started.pid, started.starttime
+    if started.busy is not None:
+        store.delete(rid)  # nothing ran
+        other, other_pid, other_gpus = started.busy
+        on = "the same GPUs" if "all" in (gpus, other_gpus) else f"GPUs {other_gpus} (this one: {gpus})"
+        raise LaunchRefused(
+            f"{target_name(host)}: run {other} (pid {other_pid}) is starting or running on {on}; "
+            f"stop it first ({stop_command(host, other)})"
+        )
     if pid is None:
         msg = started.error
         rec.status = FAILED
@@ -289,14 +317,23 @@ class Detached:
     starttime: str | None
     error: str = ""
     lost: bool = False
+    #: (run id, pid, its GPUs) of the live run that made the host refuse (nothing started)
+    busy: tuple[str, int, str] | None = None
 
 
-async def start_detached(
-    host: Host, kind: str, rid: str, argv: Sequence[str], env: Mapping[str, str], meta: Mapping[str, object]
-) -> Detached:
-    """Start ``argv`` in its own session under ``${TUNEDECK_HOME}/<kind>/<rid>/`` (servers, host-side
-    benchmarks and A/B campaigns alike): it outlives the link, the caller and tunedeck."""
+def launch_script(
+    kind: str,
+    rid: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    meta: Mapping[str, object],
+    *,
+    gpus: str | None = None,
+) -> tuple[str, list[str]]:
+    """The launch script for :func:`start_detached` and its arguments (``sh -s -- ARGS``)."""
     check_run_id(rid)
+    if gpus is not None and not all(_GPU_ID_RE.fullmatch(g) for g in gpus.split(",")):
+        raise UnsafeInput(f"GPU set {gpus!r}: expected all, none or ids such as 0,1")
     cmd = shlex.join(["env", f"TUNEDECK_RUN_ID={rid}", *(f"{k}={v}" for k, v in env.items()), *argv])
     argv_json = json.dumps(redact_argv(argv))
     env_json = json.dumps(redact_env(env))
@@ -305,11 +342,35 @@ async def start_detached(
     script = LAUNCH_SCRIPT.format(
         base=base_line(kind), d=d, cmd=cmd, argv_json=argv_json, env_json=env_json, meta_json=meta_json
     )
-    r = await host.run_script(script, [rid], timeout=60)
+    return script, [rid, gpus or ""]
+
+
+async def start_detached(
+    host: Host,
+    kind: str,
+    rid: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    meta: Mapping[str, object],
+    *,
+    gpus: str | None = None,
+) -> Detached:
+    """Start ``argv`` in its own session under ``${TUNEDECK_HOME}/<kind>/<rid>/`` (servers, host-side
+    benchmarks and A/B campaigns alike): it outlives the link, the caller and tunedeck. With
+    ``gpus`` (:func:`gpu_set`), nothing starts while a live run of that folder uses any of them
+    (:attr:`Detached.busy`); the check and the start hold one lock on the host."""
+    script, args = launch_script(kind, rid, argv, env, meta, gpus=gpus)
+    r = await host.run_script(script, args, timeout=60)
     dir_ = pid = starttime = None
     err = None
     for line in r.stdout.splitlines():
-        if line.startswith("DIR "):
+        if line.startswith("BUSY "):
+            parts = line.split()
+            if len(parts) == 4 and parts[2].isdigit():
+                return Detached(
+                    None, None, None, f"run {parts[1]} uses the GPUs", busy=(parts[1], int(parts[2]), parts[3])
+                )
+        elif line.startswith("DIR "):
             dir_ = line[4:]
         elif line.startswith("PID "):
             parts = line.split()

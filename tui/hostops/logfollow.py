@@ -3,55 +3,119 @@
 from __future__ import annotations
 
 import asyncio
-import codecs
 import logging
-import re
 import time
 from typing import AsyncGenerator, Callable
 
 from tui.hostops.hosts import ByteStream, Host, HostError, target_name
 from tui.hostops.runstore import RunStore
 from tui.util import retry
-from tui.util.safety import check_text
+from tui.util.safety import check_text, redact_text, safe_line
 
 _log = logging.getLogger(__name__)
 
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+#: The most of one log line shown (and kept): a longer line is cut there, marked with the
+#: number of bytes cut, and the rest of it is only counted.
+LINE_CAP = 16 * 1024
+
+
+def cut_mark(n: int) -> str:
+    """What ends a line cut at :data:`LINE_CAP` (``n``: the bytes cut)."""
+    return f" … {n} bytes cut"
+
+
+def _head(data: bytes, cap: int) -> bytes:
+    """``data`` cut to at most ``cap`` bytes, not inside a UTF-8 character."""
+    if len(data) <= cap:
+        return data
+    end = cap
+    while end > 0 and cap - end < 3 and data[end] & 0xC0 == 0x80:
+        end -= 1
+    return data[:end]
 
 
 class LineSplitter:
-    """Bytes → display lines: UTF-8 (replace), ANSI stripped, a ``\\r`` redraw keeps the last frame."""
+    """Log bytes → display lines, in bounded memory.
 
-    def __init__(self) -> None:
-        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buf = ""
+    Each line is decoded as UTF-8 (invalid bytes replaced), a ``\\r`` redraw keeps its last
+    frame, the secret arguments an engine echoes are redacted (:func:`redact_text`) and the host's
+    escape sequences removed (:func:`safe_line`; SGR colour kept only with ``sgr=True``). A line
+    longer than ``cap`` bytes is cut there and marked (:func:`cut_mark`): however long a line
+    (or an unterminated one) grows, at most ``cap`` bytes of it are held.
+    """
+
+    def __init__(self, *, cap: int = LINE_CAP, sgr: bool = False) -> None:
+        self.cap = cap
+        self.sgr = sgr
+        self._head = bytearray()  # the current line, at most ``cap`` bytes (its last \r frames)
+        self._received = 0  # bytes of the current line received
+        self._cut = 0  # bytes of the current line cut at the cap
 
     def feed(self, data: bytes) -> list[str]:
-        self._buf += self._dec.decode(data)
-        *lines, self._buf = self._buf.split("\n")
-        return [self._clean(x) for x in lines]
+        return [line for line, _ in self.feed_sized(data)]
+
+    def feed_sized(self, data: bytes) -> list[tuple[str, int]]:
+        """The complete lines in ``data``, each with its length in the log (its newline included)."""
+        out: list[tuple[str, int]] = []
+        start = 0
+        while True:
+            i = data.find(b"\n", start)
+            if i < 0:
+                self._add(data[start:])
+                return out
+            self._add(data[start:i])
+            out.append((self._finish(), self._received + 1))
+            self._reset()
+            start = i + 1
+
+    def _add(self, part: bytes) -> None:
+        if not part:
+            return
+        self._received += len(part)
+        if self._cut:
+            self._cut += len(part)
+            return
+        self._head += part
+        if b"\r" in part:
+            # a redraw: only the last non-blank complete frame and the one being drawn matter
+            j = self._head.rfind(b"\r")
+            frames = [f for f in bytes(self._head[:j]).split(b"\r") if f.strip()]
+            self._head[:j] = frames[-1] if frames else b""
+        if len(self._head) > self.cap:
+            keep = _head(bytes(self._head), self.cap)
+            self._cut = len(self._head) - len(keep)
+            del self._head[len(keep) :]
+
+    def _reset(self) -> None:
+        self._head.clear()
+        self._received = 0
+        self._cut = 0
+
+    def _finish(self) -> str:
+        line = self._clean(bytes(self._head).decode("utf-8", "replace"))
+        return line + cut_mark(self._cut) if self._cut else line
 
     def partial(self) -> str:
         """The unterminated tail as it would look now (last \r frame)."""
-        return self._clean(self._buf) if self._buf else ""
+        return self._finish() if self._received else ""
 
     def pending_bytes(self) -> int:
         """Bytes received but not yet shown (an unterminated line)."""
-        return len(self._buf.encode("utf-8", "surrogatepass")) + len(self._dec.getstate()[0])
+        return self._received
 
     def flush(self) -> list[str]:
-        if not self._buf:
+        if not self._received:
             return []
-        line, self._buf = self._buf, ""
-        return [self._clean(line)]
+        line = self._finish()
+        self._reset()
+        return [line]
 
-    @staticmethod
-    def _clean(line: str) -> str:
+    def _clean(self, line: str) -> str:
         line = line.rstrip("\r")
         if "\r" in line:
             frames = [f for f in line.split("\r") if f.strip()]
             line = frames[-1] if frames else ""
-        return _ANSI.sub("", line) if "\x1b" in line else line
+        return safe_line(redact_text(line), sgr=self.sgr)
 
 
 class LogFollower:

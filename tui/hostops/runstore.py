@@ -117,6 +117,10 @@ class RunStore:
         out.sort(key=lambda r: (r.created, r.run_id))
         return out
 
+    def delete(self, run_id: str) -> None:
+        """Forget a record (a launch refused before anything ran)."""
+        self.path(run_id).unlink(missing_ok=True)
+
     def update(self, run_id: str, **changes: object) -> RunRecord | None:
         rec = self.load(run_id)
         if rec is None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tui.util.safety import redact_text, safe_line
+
 # --------------------------------------------------------------------------- regexes
 
 ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
@@ -328,7 +330,9 @@ class LogLine:
 
 
 def clean_line(raw: str) -> LogLine:
-    s = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
+    # host text: an echoed secret is redacted and escape sequences go before anything is kept
+    raw = safe_line(redact_text(raw))
+    s = raw
     s = s.rstrip()
     source = ""
     pid: int | None = None

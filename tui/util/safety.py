@@ -55,6 +55,43 @@ def visible(text: object) -> str:
     return _UNPRINTABLE_RE.sub(_escape_char, s)
 
 
+#: One escape sequence: a CSI (``ESC [`` or the 8-bit ``\x9b``, its parameters and final byte, or
+#: cut short); an OSC, DCS, SOS, PM or APC string up to its BEL or ST; any other ``ESC x``.
+_SEQUENCE_RE = re.compile(
+    r"(?:\x1b\[|\x9b)(?P<params>[0-?]*)[ -/]*(?P<final>[@-~]?)"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])(?:[^\x07\x1b\x9c]|\x1b(?!\\))*(?:\x07|\x1b\\|\x9c)"
+    r"|\x1b[ -/]*[0-~]?"
+)
+_SEQUENCE_START_RE = re.compile("[\x1b\x90-\x9f]")
+_SGR_PARAMS_RE = re.compile(r"[0-9;:]*")
+
+
+def _sequence(m: re.Match[str], sgr: bool) -> str:
+    if sgr and m.group("final") == "m" and _SGR_PARAMS_RE.fullmatch(m.group("params") or ""):
+        return m.group()
+    return ""
+
+
+def safe_line(text: object, *, sgr: bool = False) -> str:
+    """One line of host text (a server log line, a process name, a metric label) made safe to
+    show: every escape sequence is removed (OSC titles, DCS, cursor movement, clears, resets),
+    except SGR colour codes when ``sgr`` is True (only where a terminal shows colour); then
+    :func:`visible` writes any other character a terminal acts on (BEL, CR, lone controls, bidi
+    overrides) as a visible escape. Tabs and printable text are unchanged.
+    """
+    s = text if isinstance(text, str) else str(text)
+    if not _UNPRINTABLE_RE.search(s):
+        return s  # the common case: one scan
+    if _SEQUENCE_START_RE.search(s):
+        s = _SEQUENCE_RE.sub(lambda m: _sequence(m, sgr), s)
+        if not _UNPRINTABLE_RE.search(s):
+            return s
+    if sgr and "\x1b[" in s:
+        # the kept SGR codes: only their ESC stays raw
+        return "\x1b[".join("\t".join(visible(p) for p in part.split("\t")) for part in s.split("\x1b["))
+    return "\t".join(visible(p) for p in s.split("\t"))
+
+
 #: Characters JSON leaves raw (with ``ensure_ascii=False``) that a terminal still acts on.
 _JSON_UNSAFE_RE = re.compile("[\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 
@@ -151,6 +188,47 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
                 continue
         out.append(a)
     return out
+
+
+_SECRET_WORD = r"(?:key|token|secret|password|passwd)"
+#: A secret argument as an engine echoes it: ``--api-key V`` / ``--api-key=V`` (the flags
+#: :func:`is_secret_flag` names), ``api_key='V'`` / ``api_key=V`` (SGLang's ``ServerArgs(...)``), ``'api_key':
+#: ['V']`` (vLLM's "non-default args"), ``HF_TOKEN=V`` (a name :func:`is_secret_name` matches),
+#: ``Bearer V``. The value: a ``[...]`` list, a quoted string or a bare word.
+_SECRET_ARG_RE = re.compile(
+    r"(?<![\w-])(?:"
+    r"(?i:(?P<flag>--?(?:[A-Za-z0-9_-]*[-_])?" + _SECRET_WORD + r")(?:=|[ \t]+))"
+    r"|(?i:(?P<q>['\"])(?:[A-Za-z0-9_]*_)?" + _SECRET_WORD + r"(?P=q)[ \t]*[:=][ \t]*)"
+    r"|(?i:(?:[A-Za-z0-9_]*_)?" + _SECRET_WORD + r"=)"
+    r"|[A-Z0-9_]*(?:TOKEN|KEY|SECRET|PASSWORD)[A-Z0-9_]*="
+    r"|(?i:bearer[ \t]+)"
+    r")(?P<value>\[[^\]]*\]?|'[^']*'?|\"[^\"]*\"?|[^\s,()\[\]{}'\"]+)"
+)
+_NOT_SECRET = frozenset({"None", "''", '""', "[]", "null", "none"})
+
+
+def _redact_value(m: re.Match[str]) -> str:
+    value = m.group("value")
+    if value in _NOT_SECRET or value.startswith("-"):
+        return m.group()  # no value, or the next flag
+    head = m.group()[: m.start("value") - m.start()]
+    if value[0] in "'\"[":
+        close = {"[": "]"}.get(value[0], value[0])
+        return f"{head}{value[0]}{REDACTED}{close}"
+    return head + REDACTED
+
+
+def redact_text(line: str) -> str:
+    """``line`` (a server's log line) with the value of every secret argument it echoes
+    replaced by ``<redacted>``: the engines print their arguments at start-up."""
+    if _SECRET_HINT_RE.search(line.lower()):
+        return _SECRET_ARG_RE.sub(_redact_value, line)
+    return line
+
+
+#: What every line :func:`redact_text` changes holds, lower-cased: a quick test that passes over
+#: most lines (``#token: 12`` and ``tokens`` included) without the full pattern
+_SECRET_HINT_RE = re.compile(r"(?:key|token|secret|password|passwd)(?:['\"]?[ \t]*[:=]|[ \t]+[^ \t-])|bearer")
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

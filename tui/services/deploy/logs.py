@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Mapping, Sequence
 
 from tui.hostops.hosts import Host
+from tui.hostops.logfollow import LineSplitter
 from tui.hostops.runstore import RunStore
 from tui.services.deploy.records import DeploymentRecord
 
@@ -45,12 +46,15 @@ def line_time(line: str) -> float | None:
 def merge_logs(logs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """(tag, log text) per member → (tag, line) in time order: each line sorts by the last
     timestamp its own log showed (lines without one follow the line before them), so each
-    member's lines keep their order; ``\\r`` redraws keep only their last frame."""
+    member's lines keep their order; each line as the run view shows it (:class:`LineSplitter`:
+    ``\\r`` redraws keep only their last frame, secrets redacted, escape sequences removed, cut
+    at 16 KiB)."""
     keyed: list[tuple[float, int, int, str, str]] = []
     for mi, (tag, text) in enumerate(logs):
         last = 0.0
-        for li, raw in enumerate(text.rstrip("\n").split("\n") if text else ()):
-            line = raw.rsplit("\r", 1)[-1] if "\r" in raw else raw
+        splitter = LineSplitter()
+        lines = splitter.feed(text.encode("utf-8", "surrogateescape")) + splitter.flush() if text else []
+        for li, line in enumerate(lines):
             t = line_time(line)
             if t is not None:
                 last = t

@@ -1,0 +1,123 @@
+"""The host-side launch script: its check for a live run on the same GPUs and the start are one
+atomic step (a lock taken with ``mkdir``), under dash, bash and busybox sh (issue "Hardening,
+round three", item 4). The script runs here as ``SHELL -s -- ARGS``, as ``Host.run_script`` sends it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.unit.test_hardening_sh import SHELLS
+from tui.hostops.launcher import gpu_set, launch_script
+from tui.hostops.runstore import new_run_id
+
+pytestmark = pytest.mark.timeout(120)
+
+TRIALS = 5
+
+
+@pytest.fixture
+def started() -> Iterator[list[int]]:
+    """Wrapper pids started by a test (each leads its own session): killed at the end."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _spawn(shell: list[str], home: Path, gpus: str | None) -> tuple[str, subprocess.Popen[str]]:
+    rid = new_run_id()
+    script, args = launch_script("runs", rid, ["sleep", "300"], {}, {"run_id": rid}, gpus=gpus)
+    p = subprocess.Popen(
+        [*shell, "-s", "--", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, TUNEDECK_HOME=str(home)),
+    )
+    assert p.stdin is not None
+    p.stdin.write(script)
+    p.stdin.close()
+    return rid, p
+
+
+def _result(p: subprocess.Popen[str], started: list[int]) -> tuple[str, list[str]]:
+    """('PID', [pid, starttime]) | ('BUSY', [run id, pid, gpus]) | ('ERR', [message])."""
+    assert p.stdout is not None and p.stderr is not None
+    out, err = p.stdout.read(), p.stderr.read()  # the script's shell ends once the wrapper started
+    p.wait(timeout=60)
+    for line in out.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "PID":
+            started.append(int(rest.split()[0]))
+        if kind in ("PID", "BUSY", "ERR"):
+            return kind, rest.split() if kind != "ERR" else [rest]
+    raise AssertionError(f"no result from the launch script: {out!r} {err!r}")
+
+
+def _at_once(
+    shell: list[str], home: Path, gpus: tuple[str, str], started: list[int]
+) -> list[tuple[str, str, list[str]]]:
+    spawned = [_spawn(shell, home, g) for g in gpus]
+    return [(rid, *_result(p, started)) for rid, p in spawned]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_of_two_launches_at_once_on_the_same_gpus_exactly_one_starts(
+    shell: list[str], tmp_path: Path, started: list[int]
+) -> None:
+    for trial in range(TRIALS):
+        home = tmp_path / f"trial{trial}"
+        results = _at_once(shell, home, ("all", "all"), started)
+        kinds = sorted(kind for _, kind, _ in results)
+        assert kinds == ["BUSY", "PID"], results
+        (first,) = [rid for rid, kind, _ in results if kind == "PID"]
+        (busy,) = [rest for _, kind, rest in results if kind == "BUSY"]
+        assert busy[0] == first and int(busy[1]) == started[-1]  # the refusal names the run that started
+        runs = [d.name for d in (home / "runs").iterdir() if d.is_dir() and not d.name.startswith(".")]
+        assert runs == [first]  # the refused launch left no folder
+        assert not (home / "runs" / ".launch.lock").exists()  # the lock is released either way
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_only_shared_gpus_refuse(shell: list[str], tmp_path: Path, started: list[int]) -> None:
+    results = _at_once(shell, tmp_path, ("0,1", "2,3"), started)
+    assert [kind for _, kind, _ in results] == ["PID", "PID"], results
+    # a third on GPU 3 shares with the second; one on no GPU shares with none
+    p3, p4 = _spawn(shell, tmp_path, "3")[1], _spawn(shell, tmp_path, "none")[1]
+    kind3, rest3 = _result(p3, started)
+    assert (kind3, rest3[0], rest3[2]) == ("BUSY", results[1][0], "2,3")
+    assert _result(p4, started)[0] == "PID"
+    # without a GPU set (a deployment member, checked before) nothing is refused
+    assert _result(_spawn(shell, tmp_path, None)[1], started)[0] == "PID"
+    assert (tmp_path / "runs" / results[0][0] / "gpus").read_text() == "0,1\n"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_lock_left_by_a_killed_launch_is_taken_over(shell: list[str], tmp_path: Path, started: list[int]) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    lock = tmp_path / "runs" / ".launch.lock"
+    lock.mkdir(parents=True)
+    (lock / "pid").write_text(f"{gone.pid}\n")
+    kind, _ = _result(_spawn(shell, tmp_path, "all")[1], started)
+    assert kind == "PID"
+    assert not lock.exists()
+
+
+def test_gpu_set_reads_cuda_visible_devices() -> None:
+    assert gpu_set({}) == "all"
+    assert gpu_set({"CUDA_VISIBLE_DEVICES": " 0, 1 ,"}) == "0,1"
+    assert gpu_set({"CUDA_VISIBLE_DEVICES": ""}) == "none"
+    assert gpu_set({"CUDA_VISIBLE_DEVICES": "GPU-8c2f,MIG-1"}) == "GPU-8c2f,MIG-1"
+    assert gpu_set({"CUDA_VISIBLE_DEVICES": "0;rm -rf /"}) == "all"  # not a list of ids: every GPU
