@@ -65,6 +65,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/logparse/",
     "tui/engines.py",
     "tui/model.py",
+    "tui/fmt.py",
     "tui/hostops/__init__.py",
     "tui/hostops/hosts.py",
     "tui/hostops/hostscripts.py",
