@@ -21,6 +21,9 @@ PHASES: tuple[str, ...] = (
 PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
 
 ENGINES = ("sglang", "vllm")
+#: the port each engine serves on when its arguments name none
+DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000}
+_URL_PORT = re.compile(r":(\d+)(?:/|$)")
 
 
 # --------------------------------------------------------------------------- events
@@ -150,6 +153,8 @@ class ParseState:
     graph_done: bool = False
     compile_seen: bool = False
     http_url: str | None = None
+    #: the port the engine's arguments ask for (None: not in the log)
+    declared_port: int | None = None
     ready_line: str | None = None
     #: every fatal line seen
     errors: list[ErrorEvent] = field(default_factory=list)
@@ -163,6 +168,17 @@ class ParseState:
     attempt: int = 1
     #: physical line where the current attempt began
     attempt_line: int = 1
+
+    @property
+    def port(self) -> int | None:
+        """The engine's HTTP port: from the URL it serves on, else its arguments, else its default."""
+        if self.http_url:
+            m = _URL_PORT.search(self.http_url)
+            if m:
+                return int(m.group(1))
+        if self.declared_port is not None:
+            return self.declared_port
+        return DEFAULT_PORTS.get(self.engine or "")
 
     @property
     def ready(self) -> bool:

@@ -8,6 +8,7 @@ from collections import deque
 from dataclasses import replace
 from typing import Callable, Iterable, Iterator
 
+from tui.logparse import sglang, vllm
 from tui.logparse.events import (
     ENGINES,
     PHASE_INDEX,
@@ -24,51 +25,24 @@ from tui.logparse.patterns import (
     MAX_ERRORS,
     MAX_LINE,
     RAY_PG_WAIT,
-    SG_ATTN,
-    SG_CONTEXT_LEN,
     SG_GRAPH_BEGIN,
     SG_GRAPH_END,
     SG_GRAPH_PROG,
-    SG_HTTP,
-    SG_INIT,
-    SG_KV,
-    SG_LIMITS,
-    SG_MAX_RUNNING,
-    SG_MEM_POOL_END,
-    SG_MODEL,
-    SG_READY,
     SG_STAT_FIELDS,
-    SG_WEIGHTS_BEGIN,
-    SG_WEIGHTS_END,
     SHARDS,
     TB_CHAIN,
     TB_EXC_LINE_RE,
     TB_START,
     TQDM,
+    UVICORN_RUNNING,
     UVICORN_STARTED,
     VL_ATTEMPT,
-    VL_ATTN,
-    VL_COMPILE,
-    VL_ENGINE_INIT,
     VL_GRAPH_BEGIN,
     VL_GRAPH_DONE,
     VL_GRAPH_PROG,
-    VL_KV_MEM,
-    VL_KV_TOKENS,
     VL_KV_USAGE,
-    VL_LOAD_BEGIN,
-    VL_MAX_CONC,
-    VL_MODEL_LOADED,
-    VL_NCCL,
     VL_PREFIX_HIT,
-    VL_READY,
-    VL_ROUTES,
-    VL_SERVER,
     VL_STATS,
-    VL_V0_BLOCKS,
-    VL_V0_WEIGHTS,
-    VL_VERSION,
-    VL_WEIGHTS_DONE,
     WRAPPER_RE,
     LogLine,
     classify,
@@ -76,8 +50,8 @@ from tui.logparse.patterns import (
     exc_cause,
     might_be_fatal,
     refine_cause,
-    to_int,
 )
+from tui.logparse.rules import Rule, RuleTable
 
 # --------------------------------------------------------------------------- parser
 
@@ -129,6 +103,11 @@ class LogParser:
         self._context: deque[str] = deque(maxlen=context_lines)
         self._engine_sources: set[str] = set()
         self._engine_pids: set[int] = set()
+        self._rules = _RULES
+        self._ln = clean_line("")
+        self._events: list[LogEvent] = []
+        self._no = 0
+        self._segno: int | None = None
         self._reset_attempt()
 
     def _reset_attempt(self) -> None:
@@ -142,6 +121,7 @@ class LogParser:
         self._foreign_uvicorn = False  # bare uvicorn lines now come from another program
         self._ray_wait: str | None = None
         self._last_wrapper: dict[str, str] = {}
+        self._progress_line = 0  # the last line that moved the startup on
 
     def _new_attempt(self, no: int) -> list[LogEvent]:
         old = self.state
@@ -267,30 +247,9 @@ class LogParser:
         if ln.time:
             st.last_time = ln.time
         self._vote(ln)
-        t = ln.time
 
-        def phase(p: str, progress: float | None = None, **kw: object) -> None:
-            cur = st.phase
-            if cur is not None and PHASE_INDEX[p] < PHASE_INDEX[cur]:
-                return  # phases only move forward (other ranks lag behind)
-            if cur == p and progress is None and not kw.get("done"):
-                return
-            if p == "ready":
-                self._recovered()
-            st.phase = p
-            events.append(PhaseEvent(p, progress, msg.strip() or ln.text, t, no, segment=seg, **kw))  # type: ignore[arg-type]
-
-        def fact(name: str, value: object) -> None:
-            # (all)-rank lines: keep the first value; an explicit rank 0 replaces one from another rank
-            prev_rank = self._fact_rank.get(name)
-            if (
-                name not in st.facts
-                or name not in _RANKED_FACTS
-                or (prev_rank is not None and not _rank_zero(prev_rank) and _rank_zero(ln.rank))
-            ):
-                st.facts[name] = value
-                self._fact_rank[name] = ln.rank
-            events.append(FactEvent(name, value, msg.strip(), t, no, ln.rank, segment=seg))
+        self._ln, self._events, self._no, self._segno = ln, events, no, seg
+        phase, fact = self.phase, self.fact
 
         if st.phase is None and msg.strip():
             phase("process-start")
@@ -310,9 +269,8 @@ class LogParser:
                 self._bar(msg, ln, no, phase, events)
             elif "Capture" in msg or "Capturing" in msg or "Graph capturing" in msg:
                 self._graph_lines(msg, phase, fact)
-            self._startup_lines(msg, ln, phase, fact)
-            if "throughput" in msg:
-                self._stats(msg, ln, no, events)
+            if "throughput" not in msg or not self._stats(msg, ln, no, events):
+                self._rules.run(self, msg, ln)
 
         self._context.append(ln.text)
         return events
@@ -540,7 +498,7 @@ class LogParser:
         m = ln.msg
         if ln.engine_hint:
             self._votes[ln.engine_hint] += 1
-        if "sglang" in m or "server_args=" in m or SG_READY in m or "sgl_kernel" in m:
+        if "sglang" in m or "server_args=" in m or sglang.SG_READY in m or "sgl_kernel" in m:
             self._votes["sglang"] += 3
         if "vllm" in m.lower() or "EngineCore" in ln.text:
             self._votes["vllm"] += 3
@@ -642,197 +600,65 @@ class LogParser:
                 if m.group(2):
                     fact("graph_mem_gb", float(m.group(2)))
 
-    def _startup_lines(
-        self, msg: str, ln: LogLine, phase: Callable[..., None], fact: Callable[[str, object], None]
-    ) -> None:
+    # ------------------------------------------------------------------ what lines mean (the rule tables call these)
+    def phase(self, p: str, progress: float | None = None, **kw: object) -> None:
+        """The startup moved to phase ``p`` (or made progress in it); phases only move forward."""
         st = self.state
-        # SGLang
-        if "server_args=" in msg:
-            m = SG_ATTN.search(msg)
-            if m:
-                fact("attention_backend", m.group(1))
-            m = SG_MODEL.search(msg)
-            if m:
-                fact("model", m.group(1))
+        cur = st.phase
+        if cur is not None and PHASE_INDEX[p] < PHASE_INDEX[cur]:
+            return  # phases only move forward (other ranks lag behind)
+        if cur == p and progress is None and not kw.get("done"):
             return
-        if msg.startswith("Init ") or "Init torch distributed" in msg or "Init parallel" in msg:
-            if SG_INIT.search(msg):
-                phase("distributed-init")
-                return
-        if msg.startswith("Load weight"):
-            m = SG_WEIGHTS_BEGIN.search(msg)
-            if m:
-                phase("weight-loading")
-                return
-            m = SG_WEIGHTS_END.search(msg)
-            if m or msg.startswith("Load weight end"):
-                if not st.weights_done:
-                    st.weights_done = True
-                    phase("weight-loading", 1.0, done=True, label="weights")
-                if m:
-                    fact("weights_mem_gb", float(m.group(2)))
-                return
-        if "KV Cache is allocated" in msg:
-            m = SG_KV.search(msg)
-            st.kv_seen = True
-            phase("kv-cache")
-            if m:
-                if m.group(1):
-                    tokens = int(m.group(1))
-                    fact("kv_tokens", tokens)
-                    st.kv_tokens = st.facts["kv_tokens"]  # type: ignore[assignment]
-                size = float(m.group(2)) if m.group(2) else float(m.group(3)) + float(m.group(4))
-                fact("kv_size_gb", size)
-            return
-        if "max_total_num_tokens=" in msg:
-            m = SG_LIMITS.search(msg)
-            if m:
-                st.kv_seen = True
-                fact("max_total_num_tokens", int(m.group(1)))
-                m2 = SG_MAX_RUNNING.search(msg)
-                if m2:
-                    fact("max_running_requests", int(m2.group(1)))
-                m2 = SG_CONTEXT_LEN.search(msg)
-                if m2:
-                    fact("context_len", int(m2.group(1)))
-                if st.kv_tokens is None:
-                    st.kv_tokens = int(m.group(1))
-                phase("kv-cache")
-            return
-        if msg.startswith("Memory pool end"):
-            m = SG_MEM_POOL_END.match(msg)
-            if m:
-                st.kv_seen = True
-                phase("kv-cache")
-                if m.group(1):
-                    fact("avail_mem_gb", float(m.group(1)))
-            return
-        if "Started server process [" in msg:
-            m = UVICORN_STARTED.search(msg)
-            if m:
-                # a bare uvicorn block whose pid is not one of the engine's belongs to another program
-                if ln.engine_hint is not None:
-                    own = True
-                elif self._engine_pids:
-                    own = int(m.group(1)) in self._engine_pids
-                else:
-                    own = self._server_up or st.kv_seen or st.graph_seen
-                self._foreign_uvicorn = not own
-            return
-        if msg.startswith("Uvicorn running on"):
-            m = SG_HTTP.search(msg)
-            if m and self._own_server_line(ln):
-                url = f"http://{m.group(1)}:{m.group(2)}" if m.group(2) else m.group(3)
-                st.http_url = url
-                fact("http_url", url)
-                phase("warmup")
-            return
-        if msg.startswith(SG_READY):
-            st.ready_line = ln.text.strip()
-            phase("ready", 1.0)
-            return
-        # vLLM
-        if "vLLM" in msg or "V1 LLM engine" in msg:
-            m = VL_VERSION.search(msg)
-            if m:
-                fact("engine_version", m.group(1) or m.group(2))
-                return
-            m = VL_NCCL.search(msg)
-            if m:
-                fact("nccl_version", m.group(1))
-                phase("distributed-init")
-                return
-            m = VL_SERVER.search(msg)
-            if m:
-                self._server_up = True
-                st.http_url = m.group(1)
-                fact("http_url", m.group(1))
-                phase("warmup")
-                return
-        if VL_LOAD_BEGIN.search(msg) if ("load model" in msg or "from scratch" in msg) else False:
-            phase("weight-loading")
-            return
-        if "attention backend" in msg or "AttentionBackendEnum" in msg:
-            m = VL_ATTN.search(msg)
-            if m:
-                fact("attention_backend", m.group(1) or m.group(2) or m.group(3))
-            return
-        if msg.startswith(("Available routes", "Route: ")):
-            if VL_ROUTES.search(msg):
-                self._server_up = True
-            return
-        if "Loading model weights took" in msg:
-            m = VL_V0_WEIGHTS.search(msg)
-            if m:
-                fact("weights_mem_gb", float(m.group(1)))
-                if not st.weights_done:
-                    st.weights_done = True
-                    phase("weight-loading", 1.0, done=True, label="weights")
-            return
-        if "blocks: " in msg:
-            m = VL_V0_BLOCKS.search(msg)
-            if m:
-                st.kv_seen = True
-                fact("gpu_blocks", int(m.group(2)))
-                phase("kv-cache")
-            return
-        if "Loading weights took" in msg:
-            m = VL_WEIGHTS_DONE.search(msg)
-            if m:
-                fact("weights_seconds", float(m.group(1)))
-                if not st.weights_done:
-                    st.weights_done = True
-                    phase("weight-loading", 1.0, done=True, label="weights")
-            return
-        if "Model loading took" in msg:
-            m = VL_MODEL_LOADED.search(msg)
-            if m:
-                fact("weights_mem_gb", float(m.group(1)))
-                if not st.weights_done:
-                    st.weights_done = True
-                    phase("weight-loading", 1.0, done=True, label="weights")
-            return
-        if "torch.compile" in msg or "Dynamo bytecode" in msg or "compiled graph" in msg:
-            m = VL_COMPILE.search(msg)
-            if m:
-                st.compile_seen = True
-                phase("compile", 1.0 if m.group(1) else None, done=bool(m.group(1)))
-            return
-        if "KV cache" in msg:
-            m = VL_KV_MEM.search(msg)
-            if m:
-                st.kv_seen = True
-                fact("kv_mem_gib", float(m.group(1)))
-                phase("kv-cache")
-                return
-            m = VL_KV_TOKENS.search(msg)
-            if m:
-                st.kv_seen = True
-                tokens = to_int(m.group(1))
-                if st.kv_tokens is None:
-                    st.kv_tokens = tokens
-                fact("kv_tokens", tokens)
-                phase("kv-cache")
-                m2 = VL_MAX_CONC.search(msg)
-                if m2:
-                    fact("max_concurrency", float(m2.group(2)))
-                return
-        if "Maximum concurrency for" in msg:
-            m = VL_MAX_CONC.search(msg)
-            if m:
-                fact("max_concurrency", float(m.group(2)))
-            return
-        if "init engine" in msg:
-            m = VL_ENGINE_INIT.search(msg)
-            if m:
-                fact("engine_init_seconds", float(m.group(1)))
-            return
-        if msg.startswith(VL_READY) and self.state.engine == "vllm" and self._own_server_line(ln):
-            st.ready_line = ln.text.strip()
-            phase("ready", 1.0)
-            return
+        if p == "ready":
+            self._recovered()
+        st.phase = p
+        self._progress_line = self._no
+        ln = self._ln
+        self._events.append(
+            PhaseEvent(p, progress, ln.msg.strip() or ln.text, ln.time, self._no, segment=self._segno, **kw)  # type: ignore[arg-type]
+        )
 
-    def _own_server_line(self, ln: LogLine) -> bool:
+    def fact(self, name: str, value: object) -> None:
+        """A fact the log states; (all)-rank lines keep the first value, an explicit rank 0 replaces one
+        from another rank."""
+        st = self.state
+        ln = self._ln
+        prev_rank = self._fact_rank.get(name)
+        if (
+            name not in st.facts
+            or name not in _RANKED_FACTS
+            or (prev_rank is not None and not _rank_zero(prev_rank) and _rank_zero(ln.rank))
+        ):
+            st.facts[name] = value
+            self._fact_rank[name] = ln.rank
+        self._events.append(FactEvent(name, value, ln.msg.strip(), ln.time, self._no, ln.rank, segment=self._segno))
+
+    def weights_loaded(self) -> None:
+        if not self.state.weights_done:
+            self.state.weights_done = True
+            self.phase("weight-loading", 1.0, done=True, label="weights")
+
+    def ready(self, ln: LogLine) -> None:
+        self.state.ready_line = ln.text.strip()
+        self.phase("ready", 1.0)
+
+    def server_up(self) -> None:
+        """The engine's own HTTP server has started (its routes or its start line)."""
+        self._server_up = True
+
+    def server_url(self, url: str, *, announced: bool) -> None:
+        st = self.state
+        if announced:
+            self._server_up = True
+        st.http_url = url
+        self.fact("http_url", url)
+        self.phase("warmup")
+
+    def declare_port(self, port: int) -> None:
+        """The port the engine's arguments ask for."""
+        self.state.declared_port = port
+
+    def own_server_line(self, ln: LogLine) -> bool:
         """A uvicorn line ("Application startup complete.", "Uvicorn running on …") is the
         engine's when it carries the engine's prefix, or, bare, when it follows the engine's
         own server start (or its loaded KV cache) and no other program's uvicorn block."""
@@ -845,7 +671,8 @@ class LogParser:
             return True
         return self._server_up or st.kv_seen or st.graph_seen
 
-    def _stats(self, msg: str, ln: LogLine, no: int, events: list[LogEvent]) -> None:
+    def _stats(self, msg: str, ln: LogLine, no: int, events: list[LogEvent]) -> bool:
+        """A runtime stat line (the engine serves); True when ``msg`` is one."""
         if "Decode batch" in msg or "Prefill batch" in msg:
             vals: dict[str, float | int | None] = {}
             for name, rx in SG_STAT_FIELDS.items():
@@ -858,7 +685,7 @@ class LogParser:
         else:
             m = VL_STATS.search(msg)
             if not m:
-                return
+                return False
             kv = VL_KV_USAGE.search(msg)
             hit = VL_PREFIX_HIT.search(msg)
             ev = StatEvent(
@@ -875,10 +702,47 @@ class LogParser:
                 prefix_hit_rate=float(hit.group(1)) / 100 if hit else None,
             )
         self._recovered()
+        self._progress_line = no
         self.state.last_stat = ev
         events.append(ev)
+        return True
 
 
+def _uvicorn_started(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    """A bare uvicorn block whose pid is not one of the engine's belongs to another program."""
+    assert m is not None
+    if ln.engine_hint is not None:
+        own = True
+    elif p._engine_pids:
+        own = int(m.group(1)) in p._engine_pids
+    else:
+        st = p.state
+        own = p._server_up or st.kv_seen or st.graph_seen
+    p._foreign_uvicorn = not own
+
+
+def _uvicorn_running(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    if not p.own_server_line(ln):
+        return
+    port = m.group(2) or next(iter(_URL_PORT.findall(m.group(3) or "")[-1:]), "")
+    declared = p.state.declared_port
+    if ln.engine_hint is None and declared is not None and port and int(port) != declared:
+        p._foreign_uvicorn = True  # a bare server on a port the engine never asked for: another program's
+        return
+    url = f"http://{m.group(1)}:{m.group(2)}" if m.group(2) else m.group(3)
+    p.server_url(url, announced=False)
+
+
+#: uvicorn's lines, which both engines (and other programs in the same log) print
+SHARED: tuple[Rule, ...] = (
+    Rule("Started server process [", UVICORN_STARTED, _uvicorn_started, claim=True),
+    Rule("Uvicorn running on", UVICORN_RUNNING, _uvicorn_running, start=True, claim=True),
+)
+_RULES = RuleTable(sglang.STARTUP + SHARED + vllm.STARTUP)
+
+
+_URL_PORT = re.compile(r":(\d+)")
 _RANKED_FACTS = frozenset({"kv_tokens", "kv_size_gb", "weights_mem_gb", "kv_mem_gib", "graph_seconds", "graph_mem_gb"})
 
 

@@ -29,58 +29,20 @@ SHARDS = re.compile(
     r"((?:Loading safetensors|Loading pt|Loading npcache|Loading gguf|Multi-thread loading)"
     r"[\w ]*? shards(?: \(eager\))?):\s+(\d+)% Completed \| (\d+)/(\d+)"
 )
-SG_INIT = re.compile(r"Init (?:parallel|torch distributed) (begin|ends)\.")
-SG_WEIGHTS_BEGIN = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")
-SG_WEIGHTS_END = re.compile(r"Load weight end\. .*?avail mem=([\d.]+) GB, mem usage=([\d.]+) GB")
-SG_KV = re.compile(
-    r"KV Cache is allocated\. (?:dtype: [\w.]+, )?(?:#tokens: (\d+), )?"
-    r"(?:KV size: ([\d.]+) GB|K size: ([\d.]+) GB, V size: ([\d.]+) GB)"
-)
 SG_GRAPH_BEGIN = re.compile(r"Capture (?:([\w -]+?) CUDA|cuda) graph begin\.")
 SG_GRAPH_PROG = re.compile(
     r"Capturing (batches|num tokens) \((?:bs|num_tokens)=(\d+) avail_mem=([\d.]+) GB\):\s+(\d+)%\|[^|]*\| (\d+)/(\d+)"
 )
 SG_GRAPH_END = re.compile(r"Capture (?:([\w -]+?) CUDA|cuda) graph end\.(?:.*?(?:elapsed=|Time elapsed: )([\d.]+) ?s)?")
-SG_MEM_POOL_END = re.compile(r"Memory pool end\.(?: avail mem=([\d.]+) GB)?")
-#: old and new forms: the fields come and go between versions, so each is read alone
-SG_LIMITS = re.compile(r"max_total_num_tokens=(\d+)")
-SG_MAX_RUNNING = re.compile(r"max_running_requests=(\d+)")
-SG_CONTEXT_LEN = re.compile(r"context_len=(\d+)")
-SG_HTTP = re.compile(r"Uvicorn running on (?:(?:unix )?socket \('([^']*)', (\d+)\)|(\S+))")
+UVICORN_RUNNING = re.compile(r"Uvicorn running on (?:(?:unix )?socket \('([^']*)', (\d+)\)|(\S+))")
 UVICORN_STARTED = re.compile(r"Started server process \[(\d+)\]")
-SG_READY = "The server is fired up and ready to roll!"
-SG_ATTN = re.compile(r"attention_backend='(\w+)'")
-SG_MODEL = re.compile(r"model_path='([^']+)'")
 
-VL_VERSION = re.compile(r"(?:Initializing a V1 LLM engine \(v([^)]+)\)|vLLM API server version ([\w.+-]+))")
-VL_NCCL = re.compile(r"vLLM is using nccl==([\w.+-]+)")
-VL_LOAD_BEGIN = re.compile(r"Loading model from scratch|Starting to load model")
-VL_ATTN = re.compile(
-    r"Using (\S+) attention backend out of potential backends|Using AttentionBackendEnum\.(\w+) backend|"
-    r"Using (\w+) backend\.?$"
-)
-VL_WEIGHTS_DONE = re.compile(r"Loading weights took ([\d.]+) seconds")
-VL_V0_WEIGHTS = re.compile(r"Loading model weights took ([\d.]+) GB")
-VL_V0_BLOCKS = re.compile(r"# (\w+) blocks: (\d+), # CPU blocks: (\d+)")
-VL_MODEL_LOADED = re.compile(r"Model loading took ([\d.]+) GiB (?:memory )?and ([\d.]+) seconds")
-VL_COMPILE = re.compile(
-    r"Starting torch\.compile|Dynamo bytecode transform time|torch\.compile t(?:ook|akes) ([\d.]+) s in total|"
-    r"Directly load the compiled graph"
-)
 #: V0's capture start (no progress bar in the older versions)
 VL_GRAPH_BEGIN = re.compile(r"Capturing the model for CUDA graphs|Capturing cudagraphs for decoding")
-VL_KV_MEM = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
-VL_KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
-VL_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 VL_GRAPH_PROG = re.compile(r"Capturing CUDA graph(?:s| shapes)(?: \(([^)]*)\))?:\s+(\d+)%\|[^|]*\| (\d+)/(\d+)")
 VL_GRAPH_DONE = re.compile(r"Graph capturing finished in (\d+) secs?(?:, took ([\d.]+) GiB)?")
-VL_ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
-VL_SERVER = re.compile(r"Starting vLLM (?:API )?server (?:\d+ )?on (\S+)")
-#: the API server has come up (old versions print the routes, not the URL)
-VL_ROUTES = re.compile(r"Available routes are:|^Route: /")
 #: lines that open a new server start: a restart in the same log begins a new attempt
 VL_ATTEMPT = re.compile(r"vLLM API server version |non-default args: |^args: Namespace\(")
-VL_READY = "Application startup complete."
 
 SG_STAT_FIELDS = {
     "running": re.compile(r"#running-req: (\d+)"),
