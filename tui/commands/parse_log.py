@@ -33,8 +33,10 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         description="Parse an SGLang or vLLM server log and print the events (phase changes with "
         "progress 0-1, facts, fatal errors with their kind) and a final summary. Line numbers are the "
         "file's physical lines (less +N lands on them); N.S is segment S of a line joined by \\r redraws.",
-        epilog="exit status: 0 ready, 1 failed, 2 unreadable file or bad usage, 3 still starting or unknown. "
-        "When the log holds several starts, the latest one decides.",
+        epilog="exit status: 0 ready, 1 failed, 2 unreadable file (cannot be read, binary, or text "
+        "without a BOM in an encoding other than UTF-8) or bad usage, 3 still starting or unknown. When the "
+        "log holds several starts, the latest one decides. A BOM decides the encoding (UTF-8, UTF-16, "
+        "UTF-32). Failure kinds and their advice: docs/log-diagnosis.md.",
     )
     p.add_argument("file", metavar="FILE", help="log file ('-' reads standard input)")
     p.add_argument("--engine", choices=ENGINES, help="engine that wrote the log (default: detected)")
@@ -58,6 +60,8 @@ def _summary(st) -> dict[str, object]:  # type: ignore[no-untyped-def]
         "graph_bars": [list(b) for b in st.graph_bars],
         "graph_done": st.graph_done,
         "ready_line": st.ready_line,
+        "port": st.port,
+        "unreadable": st.unreadable,
         "failure": None
         if f is None
         else {
@@ -130,6 +134,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"tunedeck parse-log: error reading {args.file}: {e.strerror or e}", file=sys.stderr)
         return EXIT_UNREADABLE
     st = parser.state
+    if st.unreadable is not None:
+        print(f"tunedeck parse-log: {args.file}: unreadable: {st.unreadable}", file=sys.stderr)
+        if args.json:
+            out.write(json.dumps(_summary(st), ensure_ascii=False) + "\n")
+        return EXIT_UNREADABLE
     if args.json:
         out.write(json.dumps(_summary(st), ensure_ascii=False) + "\n")
     else:

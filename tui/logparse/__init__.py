@@ -25,6 +25,7 @@ what the parser reports, ``patterns`` the engines' line formats and fatal texts 
 class, ``parser`` the incremental parser itself.
 """
 
+from tui.logparse.decode import decode_log
 from tui.logparse.events import (
     ENGINES,
     PHASES,
@@ -51,6 +52,7 @@ __all__ = [
     "PhaseEvent",
     "StatEvent",
     "classify",
+    "decode_log",
     "clean_line",
     "event_to_json",
     "iter_events",

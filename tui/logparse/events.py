@@ -168,6 +168,8 @@ class ParseState:
     attempt: int = 1
     #: physical line where the current attempt began
     attempt_line: int = 1
+    #: why the input is not a log at all (binary, undecodable); None for text
+    unreadable: str | None = None
 
     @property
     def port(self) -> int | None:
@@ -194,6 +196,8 @@ class ParseState:
 
     @property
     def status(self) -> str:
+        if self.unreadable is not None:
+            return "unreadable"
         if self.failure is not None:
             return "failed"
         if self.ready_line is not None:
@@ -212,6 +216,8 @@ class ParseState:
 
     def describe(self) -> str:
         """One line: 'capturing 0/1 (bs=1)', 'loading weights 14/163', 'ready' …"""
+        if self.unreadable is not None:
+            return f"unreadable: {self.unreadable}"
         f = self.failure
         if f is not None:
             return f"failed: {f.cause}"

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Callable, Iterable, Iterator
 
 from tui.logparse import sglang, vllm
+from tui.logparse.decode import SNIFF_BYTES, not_text, sniff
 from tui.logparse.events import (
     ENGINES,
     PHASE_INDEX,
@@ -59,7 +60,7 @@ from tui.logparse.rules import Rule, RuleTable
 class _Traceback:
     """One process's traceback chain being read (see :meth:`LogParser._traceback`)."""
 
-    __slots__ = ("in_frames", "chain_open", "err_index", "wrapper", "frames", "engine")
+    __slots__ = ("in_frames", "chain_open", "err_index", "wrapper", "frames", "engine", "program")
 
     def __init__(self) -> None:
         self.in_frames = False
@@ -69,8 +70,12 @@ class _Traceback:
         self.frames = 0
         #: the engine's own: opened by a line with the engine's prefix, or a frame in its code
         self.engine = False
+        #: a frame in a program's own code (neither the engine's nor an installed library's)
+        self.program = False
 
 
+#: where installed libraries' frames live ('File "…/site-packages/requests/models.py"')
+_LIBRARY_DIRS = ("site-packages", "dist-packages", "/lib/python", "<frozen ")
 #: frame lines read before a traceback with no exception line is given up
 _MAX_FRAMES = 400
 #: exceptions that only say a lookup failed; an outer exception of the chain explains them
@@ -93,7 +98,9 @@ class LogParser:
         self.state = ParseState(engine=engine)
         self._engine_fixed = engine is not None
         self._votes = {"sglang": 0, "vllm": 0}
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        #: chosen from the first bytes (a BOM, else UTF-8); None until SNIFF_BYTES arrived or a flush
+        self._decoder: codecs.IncrementalDecoder | None = None
+        self._head = b""
         self._buf = ""
         self._phys = 0  # complete physical lines read
         self._seg = 0  # segments of the current physical line already parsed
@@ -103,6 +110,12 @@ class LogParser:
         self._context: deque[str] = deque(maxlen=context_lines)
         self._engine_sources: set[str] = set()
         self._engine_pids: set[int] = set()
+        #: the processes (prefix pids) of the current start, and of the earlier starts in the log
+        self._pids: set[int] = set()
+        self._old_pids: set[int] = set()
+        #: the file tail's last "==> name <==" header named, and the files that hold the engine's lines
+        self._tail_file: str | None = None
+        self._engine_files: set[str] = set()
         self._rules = _RULES
         self._ln = clean_line("")
         self._events: list[LogEvent] = []
@@ -119,11 +132,36 @@ class LogParser:
         self._sg_capture_open = False
         self._server_up = False  # the engine's HTTP server start line was seen
         self._foreign_uvicorn = False  # bare uvicorn lines now come from another program
+        self._uvicorn_pid: int | None = None  # the engine's uvicorn ("Started server process [N]")
         self._ray_wait: str | None = None
         self._last_wrapper: dict[str, str] = {}
         self._progress_line = 0  # the last line that moved the startup on
 
+    def _other_program(self, ln: LogLine) -> bool:
+        """The line is not the engine's: a compose service or pod, or a file in a ``tail`` of several,
+        that never wrote an engine line; or a process of an earlier start in the same log."""
+        if ln.pid is not None:
+            if ln.pid in self._old_pids:
+                return True
+            if "API" in ln.rank:
+                self._engine_pids.add(ln.pid)  # the API server runs the engine's uvicorn
+        if ln.source:
+            if ln.engine_hint:
+                self._engine_sources.add(ln.source)
+            elif self._engine_sources and ln.source not in self._engine_sources:
+                return True
+        f = self._tail_file
+        if f is None or f in self._engine_files:
+            return False
+        low = ln.msg.lower()
+        if ln.engine_hint or "vllm" in low or "sglang" in low:
+            self._engine_files.add(f)
+            return False
+        return True
+
     def _new_attempt(self, no: int) -> list[LogEvent]:
+        self._old_pids |= self._pids  # an earlier start's processes: their late lines are not this start's
+        self._pids = set()
         old = self.state
         self.state = ParseState(
             engine=old.engine, lines=old.lines, last_time=old.last_time, attempt=old.attempt + 1, attempt_line=no
@@ -135,7 +173,22 @@ class LogParser:
     # ------------------------------------------------------------------ input
     def feed(self, data: bytes) -> list[LogEvent]:
         """Feed raw bytes (any chunking); complete lines are parsed now."""
-        return self.feed_text(self._decoder.decode(data))
+        if self._decoder is not None:
+            return [] if self.state.unreadable else self.feed_text(self._decoder.decode(data))
+        self._head += data
+        return self._sniff() if len(self._head) >= SNIFF_BYTES else []
+
+    def _sniff(self) -> list[LogEvent]:
+        """Decide the encoding from the first bytes, and whether they are text at all."""
+        head, self._head = self._head, b""
+        codec, skip = sniff(head[:4])
+        self._decoder = codecs.getincrementaldecoder(codec)(errors="replace")
+        text = self._decoder.decode(head[skip:])
+        why = not_text(text, codec)
+        if why is not None:
+            self.state.unreadable = why
+            return []
+        return self.feed_text(text)
 
     def feed_text(self, text: str) -> list[LogEvent]:
         if not text:
@@ -186,27 +239,42 @@ class LogParser:
         that redraws without a line break. Other half-written lines wait for their end
         (or for :meth:`finish`), so a pause mid-line cannot cut an exception line.
         The tail is not parsed a second time when its line ends unchanged."""
+        early = self._sniff() if self._decoder is None else []
+        if self.state.unreadable:
+            return early
+        assert self._decoder is not None
         tail = self._buf + self._decoder.decode(b"", final=False)
         self._buf = tail
         key = (self._phys + 1, self._seg, tail)
         if not tail or key == self._flushed:
-            return []
+            return early
         if not everything and "%|" not in tail and "% Completed" not in tail:
-            return []
+            return early
         self._flushed = key
         self._cur_line = self._phys + 1
         self._cur_seg = self._seg + 1 if self._seg else None
-        return self.feed_line(tail)
+        return early + self.feed_line(tail)
 
     def finish(self) -> list[LogEvent]:
-        """End of input: parse the tail and reset the buffer."""
+        """End of input: parse the tail and reset the buffer. An exception the log ends on, with no
+        progress after it and no ready line, ended the engine: it is the failure."""
+        early = self._sniff() if self._decoder is None else []
+        if self.state.unreadable:
+            return early
+        assert self._decoder is not None
         self._buf += self._decoder.decode(b"", final=True)
-        ev = self.flush(everything=True)
+        ev = early + self.flush(everything=True)
         self._buf = ""
         self._flushed = None
         if self._seg or ev:
             self._phys += 1
             self._seg = 0
+        st = self.state
+        if st.ready_line is None and any(e.provisional and e.line_no > self._progress_line for e in st.errors):
+            st.errors = [
+                replace(e, provisional=False) if e.provisional and e.line_no > self._progress_line else e
+                for e in st.errors
+            ]
         return ev
 
     def feed_line(self, raw: str) -> list[LogEvent]:
@@ -227,22 +295,21 @@ class LogParser:
             self.state.lines = no
         if no == 1 and raw.startswith("# source: "):
             return []  # the provenance header of a stored reference log
+        if raw.startswith("==> ") and raw.endswith(" <=="):
+            self._tail_file = raw[4:-4]  # tail's header: the lines below come from this file
+            return []
         ln = clean_line(raw)
         msg = ln.msg
-        # another program's lines (a compose service or pod that never wrote an engine line)
-        if ln.source:
-            if ln.engine_hint:
-                self._engine_sources.add(ln.source)
-            elif self._engine_sources and ln.source not in self._engine_sources:
-                return []
-        if ln.pid is not None and "API" in ln.rank:
-            self._engine_pids.add(ln.pid)  # the API server runs the engine's uvicorn
+        if self._other_program(ln):
+            return []
         events: list[LogEvent] = []
         # a new server start in the same log: the latest attempt decides
         if ("server_args=" in msg and not ln.rank) or (("args" in msg or "version" in msg) and VL_ATTEMPT.search(msg)):
             st0 = self.state
             if st0.errors or st0.ready_line is not None or (st0.phase is not None and PHASE_INDEX[st0.phase] > 0):
                 self._new_attempt(no)
+        if ln.pid is not None:
+            self._pids.add(ln.pid)
         st = self.state
         if ln.time:
             st.last_time = ln.time
@@ -258,8 +325,10 @@ class LogParser:
         in_tb = self._traceback(ln, msg, no, seg, events)
 
         # --- fatal texts (cheap pre-filter); frame lines inside a traceback are code, not messages
-        if not in_tb and might_be_fatal(msg):
-            self._fatal_message(ln, msg, no, seg, events)
+        if not in_tb and might_be_fatal(msg) and self._fatal_message(ln, msg, no, seg, events):
+            pass
+        elif not in_tb and ("Error" in msg or "Exception" in msg) and not msg[:1].isspace():
+            self._bare_exception(ln, msg.strip(), no, seg, events)
         elif RAY_PG_WAIT.search(msg) if "lacement" in msg or "resource" in msg or "no GPU" in msg else False:
             self._ray_wait = ln.text.strip()
 
@@ -300,12 +369,46 @@ class LogParser:
         events.append(err)
         return len(st.errors) - 1
 
-    def _fatal_message(self, ln: LogLine, msg: str, no: int, seg: int | None, events: list[LogEvent]) -> None:
+    def _foreign_port(self, text: str) -> bool:
+        """A bare bind error on a port the engine does not serve on, or after another program's uvicorn."""
+        m = _BIND_PORT.search(text)
+        port = self.state.port
+        if m is not None and port is not None:
+            return int(m.group(1)) != port
+        return self._foreign_uvicorn
+
+    def _bare_exception(self, ln: LogLine, text: str, no: int, seg: int | None, events: list[LogEvent]) -> None:
+        """An exception line outside any traceback we saw begin (an excerpt pasted from the middle of
+        one, or a process that prints only the last line): it is the failure once the engine dies
+        after it (a wrapper, a signal, the file's end with no progress since); until then provisional."""
+        m = EXC_LINE_RE.match(text) or TB_EXC_LINE_RE.match(text)
+        if m is None or not m.group(1).endswith(("Error", "Exception")):
+            return
+        st = self.state
+        err = ErrorEvent(
+            "crash",
+            exc_cause(text),
+            ln.text.strip(),
+            ln.time or st.last_time,
+            no,
+            tuple(self._context),
+            segment=seg,
+            origin="exception",
+            rank=ln.rank,
+            attempt=st.attempt,
+            provisional=True,
+        )
+        self._add_error(err, events)
+
+    def _fatal_message(self, ln: LogLine, msg: str, no: int, seg: int | None, events: list[LogEvent]) -> bool:
+        """A fatal text outside a traceback; True when ``msg`` is one."""
         c = classify(msg)
         if c is None:
-            return
+            return False
         kind, cause = c
         text = msg.strip()
+        if kind == "port" and ln.engine_hint is None and self._foreign_port(text):
+            return True  # another program's server could not bind its own port
         if kind == "terminated":
             origin = "terminated"
             if self._ray_wait is not None:
@@ -338,6 +441,7 @@ class LogParser:
             attempt=self.state.attempt,
         )
         self._add_error(err, events)
+        return True
 
     def _traceback(self, ln: LogLine, msg: str, no: int, seg: int | None, events: list[LogEvent]) -> bool:
         """Follow Python tracebacks per process; True when the line belongs to one
@@ -388,18 +492,33 @@ class LogParser:
             tb.frames += 1
             if not tb.engine and ("vllm" in stripped or "sglang" in stripped):
                 tb.engine = True
+            elif not tb.engine and stripped.startswith('File "') and not any(d in stripped for d in _LIBRARY_DIRS):
+                tb.program = True
             if tb.frames > _MAX_FRAMES:
                 tb.in_frames = False
             return True
         tb.in_frames = False
         if tb.engine or tb.frames == 0 or (classify(stripped) or ("crash",))[0] not in ("crash", "terminated"):
             self._exception(tb, ln, stripped, m.group(1), no, seg, events)
-        # else: another program's traceback in the same log (no engine prefix, none of its frames in
-        # the engine's code, nothing an engine failure would say)
+        elif not tb.program:
+            # every frame in installed libraries (huggingface_hub, requests, safetensors …): the engine
+            # called them; it counts once the engine dies after it
+            self._exception(tb, ln, stripped, m.group(1), no, seg, events, library=True)
+        # else: another program's traceback in the same log (no engine prefix, a frame in its own code,
+        # none in the engine's, nothing an engine failure would say)
         return True
 
     def _exception(
-        self, tb: _Traceback, ln: LogLine, exc: str, name: str, no: int, seg: int | None, events: list[LogEvent]
+        self,
+        tb: _Traceback,
+        ln: LogLine,
+        exc: str,
+        name: str,
+        no: int,
+        seg: int | None,
+        events: list[LogEvent],
+        *,
+        library: bool = False,
     ) -> None:
         st = self.state
         c = classify(exc)
@@ -435,7 +554,11 @@ class LogParser:
                 wrapper=wrapper,
                 rank=ln.rank,
                 attempt=st.attempt,
-                provisional=kind == "crash" and origin == "exception" and st.ready_line is not None,
+                # after ready a traceback is a request's unless the engine says it is going down
+                # ("Scheduler hit an exception: Traceback …"); a library's counts once the engine dies
+                provisional=kind == "crash"
+                and origin == "exception"
+                and (library or (st.ready_line is not None and not _going_down(tb.wrapper))),
             )
             idx = self._add_error(err, events)
             if idx is None:
@@ -718,7 +841,11 @@ def _uvicorn_started(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLin
     else:
         st = p.state
         own = p._server_up or st.kv_seen or st.graph_seen
+        # a second bare uvicorn process in the same start is another program's
+        own = own and p._uvicorn_pid in (None, int(m.group(1)))
     p._foreign_uvicorn = not own
+    if own:
+        p._uvicorn_pid = int(m.group(1))
 
 
 def _uvicorn_running(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
@@ -743,7 +870,14 @@ _RULES = RuleTable(sglang.STARTUP + SHARED + vllm.STARTUP)
 
 
 _URL_PORT = re.compile(r":(\d+)")
+#: the port of a bind error ("bind on address ('0.0.0.0', 8000)")
+_BIND_PORT = re.compile(r"\('[^']*', (\d+)\)")
 _RANKED_FACTS = frozenset({"kv_tokens", "kv_size_gb", "weights_mem_gb", "kv_mem_gib", "graph_seconds", "graph_mem_gb"})
+
+
+def _going_down(wrapper: str | None) -> bool:
+    """The line that opened a traceback says the engine goes down with it ("Scheduler hit an exception")."""
+    return wrapper is not None and WRAPPER_RE.search(wrapper) is not None
 
 
 def _rank_zero(rank: str) -> bool:

@@ -84,6 +84,45 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
         ),
         "distributed rendezvous timed out",
     ),
+    (
+        "nccl-timeout",
+        re.compile(
+            r"Watchdog caught collective operation timeout|[Cc]ollective operation timeout|"
+            r"due to collective timeout|NCCL communicator was aborted on rank"
+        ),
+        "NCCL collective operation timed out (watchdog)",
+    ),
+    (
+        "cuda-driver",
+        re.compile(
+            r"forward compatibility was attempted on non supported HW|Error 804\b|"
+            r"driver version is insufficient for CUDA runtime version|NVIDIA driver on your system is too old|"
+            r"cudaErrorInsufficientDriver|cudaErrorCompatNotSupportedOnDevice|Found no NVIDIA driver on your system"
+        ),
+        "the CUDA driver does not fit the CUDA runtime",
+    ),
+    (
+        "hf-auth",
+        re.compile(
+            r"GatedRepoError|RepositoryNotFoundError|\b40[134] Client Error|access to it and be authenticated|"
+            r"trying to access a gated repo|Cannot access gated repo|Invalid user token|"
+            r"is not a valid model identifier listed on"
+        ),
+        "Hugging Face refused the model download (auth, gated or not found)",
+    ),
+    (
+        "remote-code",
+        re.compile(
+            r"contains custom code which must be executed|requires you to execute the \w+ file in that repo|"
+            r"trust_remote_code=True` to (?:allow|remove)"
+        ),
+        "the model needs its own code (--trust-remote-code)",
+    ),
+    (
+        "disk-full",
+        re.compile(r"No space left on device|\[Errno 28\]|os error 28\b|Disk quota exceeded"),
+        "disk full",
+    ),
     ("nccl", re.compile(r"NCCL error|NCCL WARN|DistBackendError"), "NCCL error"),
     (
         "port",
@@ -127,7 +166,9 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
             r"Engine core initialization failed|Initialization failed\. warmup error|EngineCore failed to start|"
             r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|"
             r"scheduler is dead|Child process unexpectedly failed|died unexpectedly|"
-            r"Segmentation fault|core dumped|Fatal Python error"
+            r"Segmentation fault|core dumped|Fatal Python error|"
+            r"(?:[Mm]ain|[Pp]arent) process (?:has )?(?:disappeared|died)|"
+            r"terminate called (?:after throwing|without an active exception)"
         ),
         "engine crashed",
     ),
@@ -139,6 +180,7 @@ WRAPPER_RE = re.compile(
     r"Received sigquit from a child process|Engine core initialization failed|EngineCore failed to start|"
     r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|Initialization failed\. warmup error|"
     r"Worker proc \S+ died unexpectedly|Process \S+:$|child process|See root cause above|"
+    r"(?:[Mm]ain|[Pp]arent) process (?:has )?(?:disappeared|died)|terminate called |"
     r"Exception in worker \S+ while processing method|^(?:Base)?ExceptionGroup: |"
     r"[Ss]ee (?:the )?stack trace (?:above )?for (?:the )?root cause|check the stack trace above"
 )
@@ -191,6 +233,29 @@ _FATAL_KEYS = (
     "has timed out after",
     "placement group",
     "no GPU available",
+    "ollective",
+    "Error 804",
+    "driver",
+    "Driver",
+    "forward compat",
+    "CompatNotSupported",
+    "GatedRepo",
+    "RepositoryNotFound",
+    "Client Error",
+    "gated repo",
+    "authenticated",
+    "Invalid user token",
+    "model identifier",
+    "custom code",
+    "trust_remote_code",
+    "No space left",
+    "Errno 28",
+    "os error 28",
+    "Disk quota",
+    "disappeared",
+    "process died",
+    "process has",
+    "terminate called",
 )
 
 
@@ -252,6 +317,20 @@ def refine_cause(kind: str, cause: str, text: str) -> str:
         if "Current node has no GPU" in text:
             return "the engine's Ray node has no GPU"
         return cause
+    if kind == "hf-auth":
+        m = re.search(r"\b(40[134]) Client Error", text)
+        code = m.group(1) if m else ""
+        if code == "404" or "NotFound" in text or "Not Found" in text or "not a valid model identifier" in text:
+            return "Hugging Face: model not found (check the model id, or log in for a private repo)"
+        if "gated" in text.lower() or code == "403":
+            return "Hugging Face: gated model (accept its licence and log in: HF_TOKEN)"
+        return "Hugging Face: not authenticated (set HF_TOKEN or huggingface-cli login)"
+    if kind == "cuda-driver":
+        if "804" in text or "forward compatibility" in text or "CompatNotSupported" in text:
+            return "CUDA forward compatibility is not supported on this GPU (error 804: drop the compat libraries)"
+        if "Found no NVIDIA driver" in text:
+            return "no NVIDIA driver found"
+        return "the NVIDIA driver is older than the CUDA runtime (update the driver or use an older image)"
     if kind == "terminated":
         m = re.search(r"SIG[A-Z]+|signal \d+", text)
         if m:
