@@ -17,6 +17,7 @@ from tui.logparse import (
     event_to_json,
 )
 from tui.model import jsonable
+from tui.util.safety import terminal_json, visible
 
 if TYPE_CHECKING:
     from tui.commands import Subparsers
@@ -72,6 +73,7 @@ def _summary(st) -> dict[str, object]:  # type: ignore[no-untyped-def]
             "segment": f.segment,
             "time": f.time,
             "wrapper": f.wrapper,
+            "advice": f.advice,
         },
         "facts": jsonable(st.facts),
         "lines": st.lines,
@@ -94,11 +96,11 @@ def _text(ev) -> str | None:  # type: ignore[no-untyped-def]
             prog += f" {ev.progress * 100:.0f}%"
         lab = f" ({ev.label})" if ev.label and ev.label != "weights" else ""
         done = " done" if ev.done else ""
-        return f"{t}{ev.phase}{lab}{prog}{done}"
+        return visible(f"{t}{ev.phase}{lab}{prog}{done}")
     if isinstance(ev, FactEvent):
-        return f"{t}  {ev.name} = {ev.value}"
+        return visible(f"{t}  {ev.name} = {ev.value}")
     if isinstance(ev, ErrorEvent):
-        return f"{t}ERROR {ev.kind}: {ev.cause}\n    {_where(ev)}: {ev.line}"
+        return visible(f"{t}ERROR {ev.kind}: {ev.cause}") + f"\n    {_where(ev)}: " + visible(ev.line)
     return None
 
 
@@ -116,9 +118,9 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(ev, StatEvent) and not args.stats:
                 continue
             if args.json:
-                out.write(json.dumps(jsonable(event_to_json(ev)), ensure_ascii=False) + "\n")
+                out.write(terminal_json(json.dumps(jsonable(event_to_json(ev)), ensure_ascii=False)) + "\n")
             else:
-                line = _text(ev) if not isinstance(ev, StatEvent) else f"  stat: {ev.message}"
+                line = _text(ev) if not isinstance(ev, StatEvent) else f"  stat: {visible(ev.message)}"
                 if line:
                     out.write(line + "\n")
 
@@ -135,20 +137,21 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     st = parser.state
     if st.unreadable is not None:
-        print(f"tunedeck parse-log: {args.file}: unreadable: {st.unreadable}", file=sys.stderr)
+        print(f"tunedeck parse-log: {visible(args.file)}: unreadable: {st.unreadable}", file=sys.stderr)
         if args.json:
-            out.write(json.dumps(_summary(st), ensure_ascii=False) + "\n")
+            out.write(terminal_json(json.dumps(_summary(st), ensure_ascii=False)) + "\n")
         return EXIT_UNREADABLE
     if args.json:
-        out.write(json.dumps(_summary(st), ensure_ascii=False) + "\n")
+        out.write(terminal_json(json.dumps(_summary(st), ensure_ascii=False)) + "\n")
     else:
         att = f"; attempt {st.attempt} (from line {st.attempt_line})" if st.attempt > 1 else ""
-        out.write(f"engine: {st.engine or 'unknown'}; status: {st.status}; {st.describe()}{att}\n")
+        out.write(visible(f"engine: {st.engine or 'unknown'}; status: {st.status}; {st.describe()}{att}") + "\n")
         fl = st.failure
         if fl is not None:
-            out.write(f"cause: {fl.cause}\nproof: {_where(fl)}: {fl.line}\n")
+            out.write(f"cause: {visible(fl.cause)}\nproof: {_where(fl)}: {visible(fl.line)}\n")
             if fl.wrapper:
-                out.write(f"reported as: {fl.wrapper}\n")
+                out.write(f"reported as: {visible(fl.wrapper)}\n")
+            out.write(f"advice: {fl.advice}\n")
     if st.status == "ready":
         return EXIT_READY
     if st.status == "failed":

@@ -26,6 +26,35 @@ DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000}
 _URL_PORT = re.compile(r":(\d+)(?:/|$)")
 
 
+# --------------------------------------------------------------------------- advice
+
+#: one line of advice per failure kind (docs/log-diagnosis.md lists them; a test keeps both in step)
+ADVICE: dict[str, str] = {
+    "oom": "lower --mem-fraction-static (SGLang) or --gpu-memory-utilization / --max-model-len (vLLM), "
+    "or spread the model over more GPUs",
+    "capture-failed": "read the lines above the proof (a kernel build or link error, or memory); "
+    "--disable-cuda-graph (SGLang) or --enforce-eager (vLLM) confirms it is the capture",
+    "rendezvous": "check that every node started and reaches the head's rendezvous address and port",
+    "nccl": "if another rank or node failed first its error is the cause; else check the interconnect "
+    "(NCCL_DEBUG=INFO names the failing link)",
+    "nccl-timeout": "a collective hung: look for a rank that died or stalled first, then the interconnect; "
+    "a longer timeout only hides it",
+    "port": "another process holds the port: stop it or choose another --port",
+    "argparse": "fix the flag: the engine's --help lists what this version accepts",
+    "watchdog": "the engine stopped making progress: look for a hung rank or kernel",
+    "terminated": "something stopped the process: 'Killed' is usually the OOM killer (dmesg), "
+    "otherwise find who sent the signal",
+    "ray-gpus": "the Ray cluster has fewer GPUs than tp x pp: add nodes or lower the parallelism",
+    "cuda-driver": "match the driver and the CUDA runtime: update the host driver or use an image built "
+    "for its CUDA (error 804: take the forward-compatibility libraries off the library path)",
+    "hf-auth": "check the model id; for a gated or private model accept its licence on huggingface.co "
+    "and give the server a token (HF_TOKEN)",
+    "remote-code": "the model ships its own code: review it, then add --trust-remote-code",
+    "disk-full": "free space where weights and caches go (HF_HOME, the compile cache) or point them at a larger disk",
+    "crash": "read the proving line and the lines above it: the root exception names the failing part",
+}
+
+
 # --------------------------------------------------------------------------- events
 
 
@@ -104,6 +133,11 @@ class ErrorEvent:
     @property
     def message(self) -> str:
         return self.line
+
+    @property
+    def advice(self) -> str:
+        """What to do about this kind of failure, in one line."""
+        return ADVICE.get(self.kind, ADVICE["crash"])
 
 
 @dataclass(frozen=True)

@@ -247,6 +247,7 @@ _FATAL_KEYS = (
     "Invalid user token",
     "model identifier",
     "custom code",
+    "requires you to execute",
     "trust_remote_code",
     "No space left",
     "Errno 28",
