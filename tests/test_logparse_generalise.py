@@ -124,15 +124,18 @@ def test_bom_decoding_does_not_depend_on_chunking(name):
         assert st.lines == whole.lines
 
 
-def test_a_flush_decides_the_encoding_of_a_short_start():
+def test_a_live_start_is_parsed_as_it_arrives_whatever_the_encoding():
     p = LogParser()
-    p.feed(b"\xff\xfe" + (SG_READY.split("\n")[0] + "\n").encode("utf-16-le"))
-    assert p.state.phase is None  # under 8 KiB: waiting to see more
-    p.flush()
+    assert p.feed(b"\xff") == []  # may yet be a BOM
+    p.feed(b"\xfe" + (SG_READY.split("\n")[0] + "\n").encode("utf-16-le"))
     assert p.state.phase == "process-start" and p.state.facts["model"] == "m"
     p.feed((SG_READY.split("\n", 1)[1] + "\n").encode("utf-16-le"))
-    p.finish()
     assert p.state.status == "ready"
+    # a live binary stream is judged at the first pause
+    p = LogParser()
+    p.feed(bytes(range(256)) * 4)
+    p.flush()
+    assert p.state.status == "unreadable"
 
 
 def test_a_hole_of_nuls_at_the_start_is_not_binary():
@@ -146,11 +149,12 @@ def test_a_hole_of_nuls_at_the_start_is_not_binary():
         bytes(range(256)) * 40,  # binary
         SG_READY.encode("utf-16-le"),  # UTF-16 without a BOM
     ],
+    ids=["binary", "utf16-without-bom"],
 )
 def test_binary_content_is_unreadable(data):
     p = _parse_bytes(data, 1000)
     assert p.state.status == "unreadable" and p.state.describe().startswith("unreadable: ")
-    assert p.state.failure is None and p.state.phase is None
+    assert p.state.failure is None
 
 
 @pytest.mark.parametrize("name", ["sglang-utf16-no-bom.log", "vllm-gzipped-binary.log"])
@@ -217,6 +221,23 @@ def test_the_engine_going_down_after_ready_is_final():
     )
     st, _ = parse_text(SG_READY + "\n" + tb)
     assert st.status == "failed" and st.failure.line.startswith("RuntimeError: CUDA error: an illegal")
+
+
+def test_the_tracker_confirms_an_excerpts_exception_once_the_process_ended():
+    from tui.hostops.hosts import LocalHost
+    from tui.hostops.runstore import RunRecord
+    from tui.hostops.tracker import StartupTracker
+
+    rec = RunRecord("abcdef04", "local", ["x"], engine="vllm", pid=4242, started=1.0, created=1.0)
+    tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)
+    tr.feed((HANDMADE / "vllm-library-traceback-then-exit.log").read_bytes())
+    tr.flush()
+    assert tr.parser.state.failure is None  # alive: the library's exception may not be the end
+    tr.set_alive(False, 1)
+    snap = tr.snapshot()
+    assert snap.state == "failed" and snap.proof is not None
+    assert snap.proof.startswith("safetensors_rust.SafetensorError: Error while deserializing header")
+    assert snap.diagnosis is not None and snap.diagnosis.startswith("safetensors_rust.SafetensorError")
 
 
 # --------------------------------------------------------------------------- the terminal

@@ -11,6 +11,7 @@ from tui.logparse import (
     ENGINES,
     ErrorEvent,
     FactEvent,
+    LogEvent,
     LogParser,
     PhaseEvent,
     StatEvent,
@@ -124,14 +125,23 @@ def run(args: argparse.Namespace) -> int:
                 if line:
                     out.write(line + "\n")
 
+    pending: list[LogEvent] = []  # events held until the start of the input is judged text
+
+    def take(events: list[LogEvent]) -> None:
+        pending.extend(events)
+        if parser.judged:
+            if parser.state.unreadable is None:
+                emit(pending)
+            pending.clear()
+
     try:
         with f:
             while True:
                 chunk = f.read(65536)
                 if not chunk:
                     break
-                emit(parser.feed(chunk))
-            emit(parser.finish())
+                take(parser.feed(chunk))
+            take(parser.finish())
     except OSError as e:
         print(f"tunedeck parse-log: error reading {args.file}: {e.strerror or e}", file=sys.stderr)
         return EXIT_UNREADABLE

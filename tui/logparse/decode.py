@@ -13,8 +13,8 @@ _BOMS: tuple[tuple[bytes, str], ...] = (
     (codecs.BOM_UTF16_LE, "utf-16-le"),
     (codecs.BOM_UTF16_BE, "utf-16-be"),
 )
-#: bytes looked at before the encoding and the text-or-not verdict are decided
-SNIFF_BYTES = 8192
+#: decoded characters judged text or not (the start of the log)
+SNIFF_CHARS = 8192
 #: more than this share of the sample not text (NUL, other controls, undecodable bytes): unreadable
 _MAX_NON_TEXT = 0.10
 _TEXT_CONTROLS = frozenset("\t\n\r\x1b\x08\x0c")

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Callable, Iterable, Iterator
 
 from tui.logparse import sglang, vllm
-from tui.logparse.decode import SNIFF_BYTES, not_text, sniff
+from tui.logparse.decode import SNIFF_CHARS, might_be_bom, not_text, sniff
 from tui.logparse.events import (
     ENGINES,
     PHASE_INDEX,
@@ -98,9 +98,12 @@ class LogParser:
         self.state = ParseState(engine=engine)
         self._engine_fixed = engine is not None
         self._votes = {"sglang": 0, "vllm": 0}
-        #: chosen from the first bytes (a BOM, else UTF-8); None until SNIFF_BYTES arrived or a flush
+        #: chosen from the first bytes (a BOM, else UTF-8); None while they may yet be a BOM
         self._decoder: codecs.IncrementalDecoder | None = None
+        self._codec = "utf-8"
         self._head = b""
+        #: the start of the decoded text, until it is judged text or not (None once judged)
+        self._sample: str | None = ""
         self._buf = ""
         self._phys = 0  # complete physical lines read
         self._seg = 0  # segments of the current physical line already parsed
@@ -173,22 +176,45 @@ class LogParser:
     # ------------------------------------------------------------------ input
     def feed(self, data: bytes) -> list[LogEvent]:
         """Feed raw bytes (any chunking); complete lines are parsed now."""
-        if self._decoder is not None:
-            return [] if self.state.unreadable else self.feed_text(self._decoder.decode(data))
-        self._head += data
-        return self._sniff() if len(self._head) >= SNIFF_BYTES else []
+        if self._decoder is None:
+            self._head += data
+            if might_be_bom(self._head):
+                return []  # one to three bytes that may yet be a BOM
+            return self._start_decoding()
+        if self.state.unreadable:
+            return []
+        return self._text_in(self._decoder.decode(data))
 
-    def _sniff(self) -> list[LogEvent]:
-        """Decide the encoding from the first bytes, and whether they are text at all."""
+    def _start_decoding(self) -> list[LogEvent]:
+        """A BOM decides the encoding, else UTF-8."""
         head, self._head = self._head, b""
         codec, skip = sniff(head[:4])
+        self._codec = codec
         self._decoder = codecs.getincrementaldecoder(codec)(errors="replace")
-        text = self._decoder.decode(head[skip:])
-        why = not_text(text, codec)
-        if why is not None:
-            self.state.unreadable = why
-            return []
+        return self._text_in(self._decoder.decode(head[skip:]))
+
+    def _text_in(self, text: str) -> list[LogEvent]:
+        """Decoded text: the first SNIFF_CHARS are also judged text or not (once they are all in, or
+        at a flush), so the verdict never depends on how the bytes were chunked."""
+        if self._sample is not None:
+            self._sample += text[: SNIFF_CHARS - len(self._sample)]
+            if len(self._sample) >= SNIFF_CHARS:
+                self._judge()
+                if self.state.unreadable:
+                    return []
         return self.feed_text(text)
+
+    @property
+    def judged(self) -> bool:
+        """The start of the input has been judged text or not (:attr:`ParseState.unreadable`)."""
+        return self._sample is None
+
+    def _judge(self) -> None:
+        if self._sample is not None:
+            why = not_text(self._sample, self._codec)
+            self._sample = None
+            if why is not None:
+                self.state.unreadable = why
 
     def feed_text(self, text: str) -> list[LogEvent]:
         if not text:
@@ -239,9 +265,10 @@ class LogParser:
         that redraws without a line break. Other half-written lines wait for their end
         (or for :meth:`finish`), so a pause mid-line cannot cut an exception line.
         The tail is not parsed a second time when its line ends unchanged."""
-        early = self._sniff() if self._decoder is None else []
+        early = self._start_decoding() if self._decoder is None else []
+        self._judge()
         if self.state.unreadable:
-            return early
+            return []
         assert self._decoder is not None
         tail = self._buf + self._decoder.decode(b"", final=False)
         self._buf = tail
@@ -258,9 +285,10 @@ class LogParser:
     def finish(self) -> list[LogEvent]:
         """End of input: parse the tail and reset the buffer. An exception the log ends on, with no
         progress after it and no ready line, ended the engine: it is the failure."""
-        early = self._sniff() if self._decoder is None else []
+        early = self._start_decoding() if self._decoder is None else []
+        self._judge()
         if self.state.unreadable:
-            return early
+            return []
         assert self._decoder is not None
         self._buf += self._decoder.decode(b"", final=True)
         ev = early + self.flush(everything=True)
@@ -269,13 +297,23 @@ class LogParser:
         if self._seg or ev:
             self._phys += 1
             self._seg = 0
+        self._confirm_at_end()
+        return ev
+
+    def ended(self) -> list[LogEvent]:
+        """The log's writer is gone (its process ended): the unterminated last line counts, and an
+        exception the log ends on (no progress after it, no ready line) ended the engine."""
+        ev = self.flush(everything=True)
+        self._confirm_at_end()
+        return ev
+
+    def _confirm_at_end(self) -> None:
         st = self.state
         if st.ready_line is None and any(e.provisional and e.line_no > self._progress_line for e in st.errors):
             st.errors = [
                 replace(e, provisional=False) if e.provisional and e.line_no > self._progress_line else e
                 for e in st.errors
             ]
-        return ev
 
     def feed_line(self, raw: str) -> list[LogEvent]:
         """Parse one segment of a physical line (no \\r or \\n inside)."""
@@ -370,9 +408,11 @@ class LogParser:
         return len(st.errors) - 1
 
     def _foreign_port(self, text: str) -> bool:
-        """A bare bind error on a port the engine does not serve on, or after another program's uvicorn."""
+        """A bare bind error on a port the engine does not serve on (its URL or its arguments say which;
+        an engine default proves nothing), or, without one, after another program's uvicorn block."""
         m = _BIND_PORT.search(text)
-        port = self.state.port
+        st = self.state
+        port = st.port if st.http_url or st.declared_port is not None else None  # known, not a default
         if m is not None and port is not None:
             return int(m.group(1)) != port
         return self._foreign_uvicorn
