@@ -142,10 +142,13 @@ class LogParser:
 
     def _other_program(self, ln: LogLine) -> bool:
         """The line is not the engine's: a compose service or pod, or a file in a ``tail`` of several,
-        that never wrote an engine line; or a process of an earlier start in the same log."""
+        that never wrote an engine line; or an error of a process of an earlier start in the same log
+        (an INFO line from such a pid is this start's: pids repeat when a container restarts)."""
         if ln.pid is not None:
             if ln.pid in self._old_pids:
-                return True
+                if ln.level in ("", "ERROR", "CRITICAL"):
+                    return True  # an earlier start's process dying after this start began
+                self._old_pids.discard(ln.pid)  # the pid reused by this start (a restarted container)
             if "API" in ln.rank:
                 self._engine_pids.add(ln.pid)  # the API server runs the engine's uvicorn
         if ln.source:
