@@ -240,6 +240,16 @@ def test_the_tracker_confirms_an_excerpts_exception_once_the_process_ended():
     assert snap.diagnosis is not None and snap.diagnosis.startswith("safetensors_rust.SafetensorError")
 
 
+def test_a_teardown_after_an_orderly_stop_is_not_a_failure():
+    stop = "[2026-03-02 17:00:00] INFO:     Shutting down\n"
+    teardown = "terminate called without an active exception\n"
+    st, _ = parse_text(SG_READY + "\n" + stop + teardown)
+    assert st.status == "ready"
+    # the same text while serving, with no stop before it: the engine died
+    st, _ = parse_text(SG_READY + "\n" + teardown)
+    assert st.status == "failed" and st.failure.kind == "crash"
+
+
 # --------------------------------------------------------------------------- the terminal
 
 

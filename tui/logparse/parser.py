@@ -136,6 +136,7 @@ class LogParser:
         self._server_up = False  # the engine's HTTP server start line was seen
         self._foreign_uvicorn = False  # bare uvicorn lines now come from another program
         self._uvicorn_pid: int | None = None  # the engine's uvicorn ("Started server process [N]")
+        self._stopping = False  # the engine's server began an orderly shutdown after serving
         self._ray_wait: str | None = None
         self._last_wrapper: dict[str, str] = {}
         self._progress_line = 0  # the last line that moved the startup on
@@ -452,6 +453,8 @@ class LogParser:
         text = msg.strip()
         if kind == "port" and ln.engine_hint is None and self._foreign_port(text):
             return True  # another program's server could not bind its own port
+        if kind == "crash" and self._stopping:
+            return True  # a crash text in the teardown of a server that stopped in order
         if kind == "terminated":
             origin = "terminated"
             if self._ray_wait is not None:
@@ -904,8 +907,16 @@ def _uvicorn_running(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLin
     p.server_url(url, announced=False)
 
 
+def _uvicorn_stopping(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    """The engine's server stops in order after serving: what dies after this is its teardown."""
+    if p.state.ready_line is not None and p.own_server_line(ln):
+        p._stopping = True
+
+
 #: uvicorn's lines, which both engines (and other programs in the same log) print
 SHARED: tuple[Rule, ...] = (
+    Rule("Shutting down", None, _uvicorn_stopping, start=True),
+    Rule("Waiting for application shutdown", None, _uvicorn_stopping, start=True),
     Rule("Started server process [", UVICORN_STARTED, _uvicorn_started, claim=True),
     Rule("Uvicorn running on", UVICORN_RUNNING, _uvicorn_running, start=True, claim=True),
 )
