@@ -364,24 +364,26 @@ class LogParser:
             phase("process-start")
 
         # --- tracebacks: the root exception line of each process's chain
-        in_tb = self._traceback(ln, msg, no, seg, events)
-
-        # --- fatal texts (cheap pre-filter); frame lines inside a traceback are code, not messages
-        if not in_tb and might_be_fatal(msg) and self._fatal_message(ln, msg, no, seg, events):
+        if self._traceback(ln, msg, no, seg, events):
+            self._context.append(ln.text)
+            return events  # a frame is code, not a message
+        # --- runtime stat lines (most of a serving log): never a fatal text nor a start-up line
+        if "throughput" in msg and self._stats(msg, ln, no, events):
+            self._context.append(ln.text)
+            return events
+        # --- fatal texts (cheap pre-filter)
+        if might_be_fatal(msg) and self._fatal_message(ln, msg, no, seg, events):
             pass
-        elif not in_tb and ("Error" in msg or "Exception" in msg) and not msg[:1].isspace():
+        elif ("Error" in msg or "Exception" in msg) and not msg[:1].isspace():
             self._bare_exception(ln, msg.strip(), no, seg, events)
         elif RAY_PG_WAIT.search(msg) if "lacement" in msg or "resource" in msg or "no GPU" in msg else False:
             self._ray_wait = ln.text.strip()
-
-        if not in_tb:
-            # --- progress bars
-            if "%|" in msg or "% Completed |" in msg:
-                self._bar(msg, ln, no, phase, events)
-            elif "Capture" in msg or "Capturing" in msg or "Graph capturing" in msg:
-                self._graph_lines(msg, phase, fact)
-            if "throughput" not in msg or not self._stats(msg, ln, no, events):
-                self._rules.run(self, msg, ln)
+        # --- progress bars and start-up lines
+        if "%|" in msg or "% Completed |" in msg:
+            self._bar(msg, ln, no, phase, events)
+        elif "Capture" in msg or "Capturing" in msg or "Graph capturing" in msg:
+            self._graph_lines(msg, phase, fact)
+        self._rules.run(self, msg, ln)
 
         self._context.append(ln.text)
         return events

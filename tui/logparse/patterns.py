@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # --------------------------------------------------------------------------- regexes
 
@@ -351,10 +351,11 @@ def exc_cause(exc: str) -> str:
 # --------------------------------------------------------------------------- line cleaning
 
 
-@dataclass(frozen=True)
-class LogLine:
+class LogLine(NamedTuple):
     """A cleaned line: ``text`` without ANSI and outer prefixes; ``msg`` the message
-    without the engine prefix; ``rank`` e.g. 'TP0' or 'Worker_TP0'; ``level``."""
+    without the engine prefix; ``rank`` e.g. 'TP0' or 'Worker_TP0'; ``level``.
+    (A named tuple: one is made per line, and a tuple is much cheaper to make than a frozen
+    dataclass.)"""
 
     raw: str
     text: str
