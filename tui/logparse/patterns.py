@@ -399,7 +399,7 @@ def clean_line(raw: str) -> LogLine:
         hint = "sglang"
     else:
         # vLLM: one or more "(Proc pid=N) " prefixes, then LEVEL date [file:line]
-        while True:
+        while msg[:1] == "(":
             m2 = VL_PROC.match(msg)
             if not m2:
                 break
@@ -409,7 +409,7 @@ def clean_line(raw: str) -> LogLine:
                 rank = proc if m2.group(2) is None else f"{proc}{m2.group(2)}"
                 pid = int(m2.group(3))
             msg = msg[m2.end() :]
-        m3 = VL_LEVEL.match(msg)
+        m3 = VL_LEVEL.match(msg) if msg[:1] in "DIWEC" else None
         if m3:
             level, ts = m3.group(1), m3.group(2)
             msg = msg[m3.end() :]
