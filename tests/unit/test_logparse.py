@@ -69,6 +69,21 @@ EXPECTED = {
     "vllm-fail-argparse-1.log": dict(W=[], KV=None, G=[], R=False, F="argparse"),
     "vllm-fail-port-1.log": dict(W=[], KV=None, G=[], R=False, F="port"),
     "vllm-fail-nccl-1.log": dict(W=[], KV=None, G=[], R=False, F="nccl"),
+    # the third round
+    "vllm-fail-terminated-1.log": dict(W=[], KV=None, G=[], R=False, F="terminated"),
+    "vllm-offline-done-1.log": dict(W=[(1, 1)], KV=76848, G=[], R=False, F=None),
+    "vllm-offline-fail-arch-1.log": dict(W=[(1, 1)], KV=None, G=[], R=False, F="crash"),
+    "vllm-start-rocm-1.log": dict(
+        W=[(4, 4)],
+        KV=782800,
+        G=[("mixed prefill-decode, PIECEWISE", 51, 51), ("decode, FULL", 35, 35)],
+        R=True,
+        F=None,
+    ),
+    "vllm-fail-oom-rocm-1.log": dict(W=[(4, 4)], KV=None, G=[], R=False, F="oom"),
+    "sglang-fail-2node-worker-1.log": dict(W=[], KV=125440, G=[], R=False, F="crash"),
+    "vllm-fail-oom-capture-1.log": dict(W=[(4, 4)], KV=502656, G=("partial", 12, 35), R=False, F="oom"),
+    "vllm-start-6-tp4-eager.log": dict(W=[(11, 11)], KV=114464, G=[], R=True, F=None),
 }
 
 

@@ -11,12 +11,14 @@ from tui.logparse import (
     ENGINES,
     ErrorEvent,
     FactEvent,
+    LogEvent,
     LogParser,
     PhaseEvent,
     StatEvent,
     event_to_json,
 )
 from tui.model import jsonable
+from tui.util.safety import terminal_json, visible
 
 if TYPE_CHECKING:
     from tui.commands import Subparsers
@@ -33,8 +35,10 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         description="Parse an SGLang or vLLM server log and print the events (phase changes with "
         "progress 0-1, facts, fatal errors with their kind) and a final summary. Line numbers are the "
         "file's physical lines (less +N lands on them); N.S is segment S of a line joined by \\r redraws.",
-        epilog="exit status: 0 ready, 1 failed, 2 unreadable file or bad usage, 3 still starting or unknown. "
-        "When the log holds several starts, the latest one decides.",
+        epilog="exit status: 0 ready, 1 failed, 2 unreadable file (cannot be read, binary, or text "
+        "without a BOM in an encoding other than UTF-8) or bad usage, 3 still starting or unknown. When the "
+        "log holds several starts, the latest one decides. A BOM decides the encoding (UTF-8, UTF-16, "
+        "UTF-32). Failure kinds and their advice: docs/log-diagnosis.md.",
     )
     p.add_argument("file", metavar="FILE", help="log file ('-' reads standard input)")
     p.add_argument("--engine", choices=ENGINES, help="engine that wrote the log (default: detected)")
@@ -58,6 +62,8 @@ def _summary(st) -> dict[str, object]:  # type: ignore[no-untyped-def]
         "graph_bars": [list(b) for b in st.graph_bars],
         "graph_done": st.graph_done,
         "ready_line": st.ready_line,
+        "port": st.port,
+        "unreadable": st.unreadable,
         "failure": None
         if f is None
         else {
@@ -68,6 +74,7 @@ def _summary(st) -> dict[str, object]:  # type: ignore[no-untyped-def]
             "segment": f.segment,
             "time": f.time,
             "wrapper": f.wrapper,
+            "advice": f.advice,
         },
         "facts": jsonable(st.facts),
         "lines": st.lines,
@@ -90,11 +97,11 @@ def _text(ev) -> str | None:  # type: ignore[no-untyped-def]
             prog += f" {ev.progress * 100:.0f}%"
         lab = f" ({ev.label})" if ev.label and ev.label != "weights" else ""
         done = " done" if ev.done else ""
-        return f"{t}{ev.phase}{lab}{prog}{done}"
+        return visible(f"{t}{ev.phase}{lab}{prog}{done}")
     if isinstance(ev, FactEvent):
-        return f"{t}  {ev.name} = {ev.value}"
+        return visible(f"{t}  {ev.name} = {ev.value}")
     if isinstance(ev, ErrorEvent):
-        return f"{t}ERROR {ev.kind}: {ev.cause}\n    {_where(ev)}: {ev.line}"
+        return visible(f"{t}ERROR {ev.kind}: {ev.cause}") + f"\n    {_where(ev)}: " + visible(ev.line)
     return None
 
 
@@ -112,11 +119,20 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(ev, StatEvent) and not args.stats:
                 continue
             if args.json:
-                out.write(json.dumps(jsonable(event_to_json(ev)), ensure_ascii=False) + "\n")
+                out.write(terminal_json(json.dumps(jsonable(event_to_json(ev)), ensure_ascii=False)) + "\n")
             else:
-                line = _text(ev) if not isinstance(ev, StatEvent) else f"  stat: {ev.message}"
+                line = _text(ev) if not isinstance(ev, StatEvent) else f"  stat: {visible(ev.message)}"
                 if line:
                     out.write(line + "\n")
+
+    pending: list[LogEvent] = []  # events held until the start of the input is judged text
+
+    def take(events: list[LogEvent]) -> None:
+        pending.extend(events)
+        if parser.judged:
+            if parser.state.unreadable is None:
+                emit(pending)
+            pending.clear()
 
     try:
         with f:
@@ -124,22 +140,28 @@ def run(args: argparse.Namespace) -> int:
                 chunk = f.read(65536)
                 if not chunk:
                     break
-                emit(parser.feed(chunk))
-            emit(parser.finish())
+                take(parser.feed(chunk))
+            take(parser.finish())
     except OSError as e:
         print(f"tunedeck parse-log: error reading {args.file}: {e.strerror or e}", file=sys.stderr)
         return EXIT_UNREADABLE
     st = parser.state
+    if st.unreadable is not None:
+        print(f"tunedeck parse-log: {visible(args.file)}: unreadable: {st.unreadable}", file=sys.stderr)
+        if args.json:
+            out.write(terminal_json(json.dumps(_summary(st), ensure_ascii=False)) + "\n")
+        return EXIT_UNREADABLE
     if args.json:
-        out.write(json.dumps(_summary(st), ensure_ascii=False) + "\n")
+        out.write(terminal_json(json.dumps(_summary(st), ensure_ascii=False)) + "\n")
     else:
         att = f"; attempt {st.attempt} (from line {st.attempt_line})" if st.attempt > 1 else ""
-        out.write(f"engine: {st.engine or 'unknown'}; status: {st.status}; {st.describe()}{att}\n")
+        out.write(visible(f"engine: {st.engine or 'unknown'}; status: {st.status}; {st.describe()}{att}") + "\n")
         fl = st.failure
         if fl is not None:
-            out.write(f"cause: {fl.cause}\nproof: {_where(fl)}: {fl.line}\n")
+            out.write(f"cause: {visible(fl.cause)}\nproof: {_where(fl)}: {visible(fl.line)}\n")
             if fl.wrapper:
-                out.write(f"reported as: {fl.wrapper}\n")
+                out.write(f"reported as: {visible(fl.wrapper)}\n")
+            out.write(f"advice: {fl.advice}\n")
     if st.status == "ready":
         return EXIT_READY
     if st.status == "failed":

@@ -221,8 +221,9 @@ class StartupTracker:
         self.alive = alive
         if not alive:
             self.rc = rc
-            # the log will not grow any more: its last, unterminated line counts too
-            self._consume(self.parser.flush(everything=True))
+            # the log will not grow any more: its last, unterminated line counts too, and an
+            # exception it ends on (nothing after it) is the failure
+            self._consume(self.parser.ended())
 
     def set_gpu(self, status: GpuStatus | Sequence[float] | dict[int, float] | None) -> None:
         if status is None:

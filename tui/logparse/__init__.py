@@ -1,7 +1,8 @@
 """The SGLang / vLLM server log parser (incremental).
 
 Feed it bytes as they arrive (``feed``), or whole text; it buffers partial
-reads, decodes UTF-8 with ``errors="replace"``, splits on ``[\\r\\n]+`` (tqdm
+reads, decodes by the BOM (UTF-8/16/32; else UTF-8 with ``errors="replace"``;
+binary content makes the state ``unreadable``), splits on ``[\\r\\n]+`` (tqdm
 redraws with ``\\r``), strips ANSI colour, Docker/compose prefixes and the
 engines' own prefixes, and turns recognised lines into events:
 
@@ -10,8 +11,9 @@ engines' own prefixes, and turns recognised lines into events:
 * :class:`FactEvent`: facts such as KV-cache tokens, memory, HTTP URL,
   attention backend;
 * :class:`ErrorEvent`: a fatal text with its ``kind`` (oom, nccl, port,
-  argparse, watchdog, capture-failed, crash), the proving line and the
-  lines before it;
+  argparse, watchdog, capture-failed, nccl-timeout, cuda-driver, hf-auth,
+  remote-code, disk-full, crash), the proving line, the lines before it and
+  one line of advice (docs/log-diagnosis.md);
 * :class:`StatEvent`: runtime stat lines (SGLang ``Decode batch`` /
   ``Prefill batch``, vLLM ``Avg prompt throughput``).
 
@@ -25,7 +27,9 @@ what the parser reports, ``patterns`` the engines' line formats and fatal texts 
 class, ``parser`` the incremental parser itself.
 """
 
+from tui.logparse.decode import decode_log
 from tui.logparse.events import (
+    ADVICE,
     ENGINES,
     PHASES,
     ErrorEvent,
@@ -40,6 +44,7 @@ from tui.logparse.parser import LogParser, event_to_json, iter_events, parse_fil
 from tui.logparse.patterns import LogLine, classify, clean_line, might_be_fatal, severity
 
 __all__ = [
+    "ADVICE",
     "ENGINES",
     "PHASES",
     "ErrorEvent",
@@ -51,6 +56,7 @@ __all__ = [
     "PhaseEvent",
     "StatEvent",
     "classify",
+    "decode_log",
     "clean_line",
     "event_to_json",
     "iter_events",

@@ -21,6 +21,38 @@ PHASES: tuple[str, ...] = (
 PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
 
 ENGINES = ("sglang", "vllm")
+#: the port each engine serves on when its arguments name none
+DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000}
+_URL_PORT = re.compile(r":(\d+)(?:/|$)")
+
+
+# --------------------------------------------------------------------------- advice
+
+#: one line of advice per failure kind (docs/log-diagnosis.md lists them; a test keeps both in step)
+ADVICE: dict[str, str] = {
+    "oom": "lower --mem-fraction-static (SGLang) or --gpu-memory-utilization / --max-model-len (vLLM), "
+    "or spread the model over more GPUs",
+    "capture-failed": "read the lines above the proof (a kernel build or link error, or memory); "
+    "--disable-cuda-graph (SGLang) or --enforce-eager (vLLM) confirms it is the capture",
+    "rendezvous": "check that every node started and reaches the head's rendezvous address and port",
+    "nccl": "if another rank or node failed first its error is the cause; else check the interconnect "
+    "(NCCL_DEBUG=INFO names the failing link)",
+    "nccl-timeout": "a collective hung: look for a rank that died or stalled first, then the interconnect; "
+    "a longer timeout only hides it",
+    "port": "another process holds the port: stop it or choose another --port",
+    "argparse": "fix the flag: the engine's --help lists what this version accepts",
+    "watchdog": "the engine stopped making progress: look for a hung rank or kernel",
+    "terminated": "something stopped the process: 'Killed' is usually the OOM killer (dmesg), "
+    "otherwise find who sent the signal",
+    "ray-gpus": "the Ray cluster has fewer GPUs than tp x pp: add nodes or lower the parallelism",
+    "cuda-driver": "match the driver and the CUDA runtime: update the host driver or use an image built "
+    "for its CUDA (error 804: take the forward-compatibility libraries off the library path)",
+    "hf-auth": "check the model id; for a gated or private model accept its licence on huggingface.co "
+    "and give the server a token (HF_TOKEN)",
+    "remote-code": "the model ships its own code: review it, then add --trust-remote-code",
+    "disk-full": "free space where weights and caches go (HF_HOME, the compile cache) or point them at a larger disk",
+    "crash": "read the proving line and the lines above it: the root exception names the failing part",
+}
 
 
 # --------------------------------------------------------------------------- events
@@ -102,6 +134,11 @@ class ErrorEvent:
     def message(self) -> str:
         return self.line
 
+    @property
+    def advice(self) -> str:
+        """What to do about this kind of failure, in one line."""
+        return ADVICE.get(self.kind, ADVICE["crash"])
+
 
 @dataclass(frozen=True)
 class StatEvent:
@@ -150,6 +187,8 @@ class ParseState:
     graph_done: bool = False
     compile_seen: bool = False
     http_url: str | None = None
+    #: the port the engine's arguments ask for (None: not in the log)
+    declared_port: int | None = None
     ready_line: str | None = None
     #: every fatal line seen
     errors: list[ErrorEvent] = field(default_factory=list)
@@ -163,6 +202,19 @@ class ParseState:
     attempt: int = 1
     #: physical line where the current attempt began
     attempt_line: int = 1
+    #: why the input is not a log at all (binary, undecodable); None for text
+    unreadable: str | None = None
+
+    @property
+    def port(self) -> int | None:
+        """The engine's HTTP port: from the URL it serves on, else its arguments, else its default."""
+        if self.http_url:
+            m = _URL_PORT.search(self.http_url)
+            if m:
+                return int(m.group(1))
+        if self.declared_port is not None:
+            return self.declared_port
+        return DEFAULT_PORTS.get(self.engine or "")
 
     @property
     def ready(self) -> bool:
@@ -178,6 +230,8 @@ class ParseState:
 
     @property
     def status(self) -> str:
+        if self.unreadable is not None:
+            return "unreadable"
         if self.failure is not None:
             return "failed"
         if self.ready_line is not None:
@@ -196,6 +250,8 @@ class ParseState:
 
     def describe(self) -> str:
         """One line: 'capturing 0/1 (bs=1)', 'loading weights 14/163', 'ready' …"""
+        if self.unreadable is not None:
+            return f"unreadable: {self.unreadable}"
         f = self.failure
         if f is not None:
             return f"failed: {f.cause}"

@@ -8,6 +8,8 @@ from collections import deque
 from dataclasses import replace
 from typing import Callable, Iterable, Iterator
 
+from tui.logparse import sglang, vllm
+from tui.logparse.decode import SNIFF_CHARS, might_be_bom, not_text, sniff
 from tui.logparse.events import (
     ENGINES,
     PHASE_INDEX,
@@ -24,51 +26,24 @@ from tui.logparse.patterns import (
     MAX_ERRORS,
     MAX_LINE,
     RAY_PG_WAIT,
-    SG_ATTN,
-    SG_CONTEXT_LEN,
     SG_GRAPH_BEGIN,
     SG_GRAPH_END,
     SG_GRAPH_PROG,
-    SG_HTTP,
-    SG_INIT,
-    SG_KV,
-    SG_LIMITS,
-    SG_MAX_RUNNING,
-    SG_MEM_POOL_END,
-    SG_MODEL,
-    SG_READY,
     SG_STAT_FIELDS,
-    SG_WEIGHTS_BEGIN,
-    SG_WEIGHTS_END,
     SHARDS,
     TB_CHAIN,
     TB_EXC_LINE_RE,
     TB_START,
     TQDM,
+    UVICORN_RUNNING,
     UVICORN_STARTED,
     VL_ATTEMPT,
-    VL_ATTN,
-    VL_COMPILE,
-    VL_ENGINE_INIT,
     VL_GRAPH_BEGIN,
     VL_GRAPH_DONE,
     VL_GRAPH_PROG,
-    VL_KV_MEM,
-    VL_KV_TOKENS,
     VL_KV_USAGE,
-    VL_LOAD_BEGIN,
-    VL_MAX_CONC,
-    VL_MODEL_LOADED,
-    VL_NCCL,
     VL_PREFIX_HIT,
-    VL_READY,
-    VL_ROUTES,
-    VL_SERVER,
     VL_STATS,
-    VL_V0_BLOCKS,
-    VL_V0_WEIGHTS,
-    VL_VERSION,
-    VL_WEIGHTS_DONE,
     WRAPPER_RE,
     LogLine,
     classify,
@@ -76,8 +51,8 @@ from tui.logparse.patterns import (
     exc_cause,
     might_be_fatal,
     refine_cause,
-    to_int,
 )
+from tui.logparse.rules import Rule, RuleTable
 
 # --------------------------------------------------------------------------- parser
 
@@ -85,7 +60,7 @@ from tui.logparse.patterns import (
 class _Traceback:
     """One process's traceback chain being read (see :meth:`LogParser._traceback`)."""
 
-    __slots__ = ("chain_open", "engine", "err_index", "frames", "in_frames", "wrapper")
+    __slots__ = ("in_frames", "chain_open", "err_index", "wrapper", "frames", "engine", "program")
 
     def __init__(self) -> None:
         self.in_frames = False
@@ -95,8 +70,12 @@ class _Traceback:
         self.frames = 0
         #: the engine's own: opened by a line with the engine's prefix, or a frame in its code
         self.engine = False
+        #: a frame in a program's own code (neither the engine's nor an installed library's)
+        self.program = False
 
 
+#: where installed libraries' frames live ('File "…/site-packages/requests/models.py"')
+_LIBRARY_DIRS = ("site-packages", "dist-packages", "/lib/python", "<frozen ")
 #: frame lines read before a traceback with no exception line is given up
 _MAX_FRAMES = 400
 #: exceptions that only say a lookup failed; an outer exception of the chain explains them
@@ -119,7 +98,12 @@ class LogParser:
         self.state = ParseState(engine=engine)
         self._engine_fixed = engine is not None
         self._votes = {"sglang": 0, "vllm": 0}
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        #: chosen from the first bytes (a BOM, else UTF-8); None while they may yet be a BOM
+        self._decoder: codecs.IncrementalDecoder | None = None
+        self._codec = "utf-8"
+        self._head = b""
+        #: the start of the decoded text, until it is judged text or not (None once judged)
+        self._sample: str | None = ""
         self._buf = ""
         self._phys = 0  # complete physical lines read
         self._seg = 0  # segments of the current physical line already parsed
@@ -129,6 +113,17 @@ class LogParser:
         self._context: deque[str] = deque(maxlen=context_lines)
         self._engine_sources: set[str] = set()
         self._engine_pids: set[int] = set()
+        #: the processes (prefix pids) of the current start, and of the earlier starts in the log
+        self._pids: set[int] = set()
+        self._old_pids: set[int] = set()
+        #: the file tail's last "==> name <==" header named, and the files that hold the engine's lines
+        self._tail_file: str | None = None
+        self._engine_files: set[str] = set()
+        self._rules = _RULES
+        self._ln = clean_line("")
+        self._events: list[LogEvent] = []
+        self._no = 0
+        self._segno: int | None = None
         self._reset_attempt()
 
     def _reset_attempt(self) -> None:
@@ -140,10 +135,40 @@ class LogParser:
         self._sg_capture_open = False
         self._server_up = False  # the engine's HTTP server start line was seen
         self._foreign_uvicorn = False  # bare uvicorn lines now come from another program
+        self._uvicorn_pid: int | None = None  # the engine's uvicorn ("Started server process [N]")
+        self._stopping = False  # the engine's server began an orderly shutdown after serving
         self._ray_wait: str | None = None
         self._last_wrapper: dict[str, str] = {}
+        self._progress_line = 0  # the last line that moved the startup on
+
+    def _other_program(self, ln: LogLine) -> bool:
+        """The line is not the engine's: a compose service or pod, or a file in a ``tail`` of several,
+        that never wrote an engine line; or an error of a process of an earlier start in the same log
+        (an INFO line from such a pid is this start's: pids repeat when a container restarts)."""
+        if ln.pid is not None:
+            if ln.pid in self._old_pids:
+                if ln.level in ("", "ERROR", "CRITICAL"):
+                    return True  # an earlier start's process dying after this start began
+                self._old_pids.discard(ln.pid)  # the pid reused by this start (a restarted container)
+            if "API" in ln.rank:
+                self._engine_pids.add(ln.pid)  # the API server runs the engine's uvicorn
+        if ln.source:
+            if ln.engine_hint:
+                self._engine_sources.add(ln.source)
+            elif self._engine_sources and ln.source not in self._engine_sources:
+                return True
+        f = self._tail_file
+        if f is None or f in self._engine_files:
+            return False
+        low = ln.msg.lower()
+        if ln.engine_hint or "vllm" in low or "sglang" in low:
+            self._engine_files.add(f)
+            return False
+        return True
 
     def _new_attempt(self, no: int) -> list[LogEvent]:
+        self._old_pids |= self._pids  # an earlier start's processes: their late lines are not this start's
+        self._pids = set()
         old = self.state
         self.state = ParseState(
             engine=old.engine, lines=old.lines, last_time=old.last_time, attempt=old.attempt + 1, attempt_line=no
@@ -155,7 +180,45 @@ class LogParser:
     # ------------------------------------------------------------------ input
     def feed(self, data: bytes) -> list[LogEvent]:
         """Feed raw bytes (any chunking); complete lines are parsed now."""
-        return self.feed_text(self._decoder.decode(data))
+        if self._decoder is None:
+            self._head += data
+            if might_be_bom(self._head):
+                return []  # one to three bytes that may yet be a BOM
+            return self._start_decoding()
+        if self.state.unreadable:
+            return []
+        return self._text_in(self._decoder.decode(data))
+
+    def _start_decoding(self) -> list[LogEvent]:
+        """A BOM decides the encoding, else UTF-8."""
+        head, self._head = self._head, b""
+        codec, skip = sniff(head[:4])
+        self._codec = codec
+        self._decoder = codecs.getincrementaldecoder(codec)(errors="replace")
+        return self._text_in(self._decoder.decode(head[skip:]))
+
+    def _text_in(self, text: str) -> list[LogEvent]:
+        """Decoded text: the first SNIFF_CHARS are also judged text or not (once they are all in, or
+        at a flush), so the verdict never depends on how the bytes were chunked."""
+        if self._sample is not None:
+            self._sample += text[: SNIFF_CHARS - len(self._sample)]
+            if len(self._sample) >= SNIFF_CHARS:
+                self._judge()
+                if self.state.unreadable:
+                    return []
+        return self.feed_text(text)
+
+    @property
+    def judged(self) -> bool:
+        """The start of the input has been judged text or not (:attr:`ParseState.unreadable`)."""
+        return self._sample is None
+
+    def _judge(self) -> None:
+        if self._sample is not None:
+            why = not_text(self._sample, self._codec)
+            self._sample = None
+            if why is not None:
+                self.state.unreadable = why
 
     def feed_text(self, text: str) -> list[LogEvent]:
         if not text:
@@ -206,28 +269,55 @@ class LogParser:
         that redraws without a line break. Other half-written lines wait for their end
         (or for :meth:`finish`), so a pause mid-line cannot cut an exception line.
         The tail is not parsed a second time when its line ends unchanged."""
+        early = self._start_decoding() if self._decoder is None else []
+        self._judge()
+        if self.state.unreadable:
+            return []
+        assert self._decoder is not None
         tail = self._buf + self._decoder.decode(b"", final=False)
         self._buf = tail
         key = (self._phys + 1, self._seg, tail)
         if not tail or key == self._flushed:
-            return []
+            return early
         if not everything and "%|" not in tail and "% Completed" not in tail:
-            return []
+            return early
         self._flushed = key
         self._cur_line = self._phys + 1
         self._cur_seg = self._seg + 1 if self._seg else None
-        return self.feed_line(tail)
+        return early + self.feed_line(tail)
 
     def finish(self) -> list[LogEvent]:
-        """End of input: parse the tail and reset the buffer."""
+        """End of input: parse the tail and reset the buffer. An exception the log ends on, with no
+        progress after it and no ready line, ended the engine: it is the failure."""
+        early = self._start_decoding() if self._decoder is None else []
+        self._judge()
+        if self.state.unreadable:
+            return []
+        assert self._decoder is not None
         self._buf += self._decoder.decode(b"", final=True)
-        ev = self.flush(everything=True)
+        ev = early + self.flush(everything=True)
         self._buf = ""
         self._flushed = None
         if self._seg or ev:
             self._phys += 1
             self._seg = 0
+        self._confirm_at_end()
         return ev
+
+    def ended(self) -> list[LogEvent]:
+        """The log's writer is gone (its process ended): the unterminated last line counts, and an
+        exception the log ends on (no progress after it, no ready line) ended the engine."""
+        ev = self.flush(everything=True)
+        self._confirm_at_end()
+        return ev
+
+    def _confirm_at_end(self) -> None:
+        st = self.state
+        if st.ready_line is None and any(e.provisional and e.line_no > self._progress_line for e in st.errors):
+            st.errors = [
+                replace(e, provisional=False) if e.provisional and e.line_no > self._progress_line else e
+                for e in st.errors
+            ]
 
     def feed_line(self, raw: str) -> list[LogEvent]:
         """Parse one segment of a physical line (no \\r or \\n inside)."""
@@ -247,72 +337,53 @@ class LogParser:
             self.state.lines = no
         if no == 1 and raw.startswith("# source: "):
             return []  # the provenance header of a stored reference log
+        if raw.startswith("==> ") and raw.endswith(" <=="):
+            self._tail_file = raw[4:-4]  # tail's header: the lines below come from this file
+            return []
         ln = clean_line(raw)
         msg = ln.msg
-        # another program's lines (a compose service or pod that never wrote an engine line)
-        if ln.source:
-            if ln.engine_hint:
-                self._engine_sources.add(ln.source)
-            elif self._engine_sources and ln.source not in self._engine_sources:
-                return []
-        if ln.pid is not None and "API" in ln.rank:
-            self._engine_pids.add(ln.pid)  # the API server runs the engine's uvicorn
+        if self._other_program(ln):
+            return []
         events: list[LogEvent] = []
         # a new server start in the same log: the latest attempt decides
         if ("server_args=" in msg and not ln.rank) or (("args" in msg or "version" in msg) and VL_ATTEMPT.search(msg)):
             st0 = self.state
             if st0.errors or st0.ready_line is not None or (st0.phase is not None and PHASE_INDEX[st0.phase] > 0):
                 self._new_attempt(no)
+        if ln.pid is not None:
+            self._pids.add(ln.pid)
         st = self.state
         if ln.time:
             st.last_time = ln.time
         self._vote(ln)
-        t = ln.time
 
-        def phase(p: str, progress: float | None = None, **kw: object) -> None:
-            cur = st.phase
-            if cur is not None and PHASE_INDEX[p] < PHASE_INDEX[cur]:
-                return  # phases only move forward (other ranks lag behind)
-            if cur == p and progress is None and not kw.get("done"):
-                return
-            if p == "ready":
-                self._recovered()
-            st.phase = p
-            events.append(PhaseEvent(p, progress, msg.strip() or ln.text, t, no, segment=seg, **kw))  # type: ignore[arg-type]
-
-        def fact(name: str, value: object) -> None:
-            # (all)-rank lines: keep the first value; an explicit rank 0 replaces one from another rank
-            prev_rank = self._fact_rank.get(name)
-            if (
-                name not in st.facts
-                or name not in _RANKED_FACTS
-                or (prev_rank is not None and not _rank_zero(prev_rank) and _rank_zero(ln.rank))
-            ):
-                st.facts[name] = value
-                self._fact_rank[name] = ln.rank
-            events.append(FactEvent(name, value, msg.strip(), t, no, ln.rank, segment=seg))
+        self._ln, self._events, self._no, self._segno = ln, events, no, seg
+        phase, fact = self.phase, self.fact
 
         if st.phase is None and msg.strip():
             phase("process-start")
 
         # --- tracebacks: the root exception line of each process's chain
-        in_tb = self._traceback(ln, msg, no, seg, events)
-
-        # --- fatal texts (cheap pre-filter); frame lines inside a traceback are code, not messages
-        if not in_tb and might_be_fatal(msg):
-            self._fatal_message(ln, msg, no, seg, events)
+        if self._traceback(ln, msg, no, seg, events):
+            self._context.append(ln.text)
+            return events  # a frame is code, not a message
+        # --- runtime stat lines (most of a serving log): never a fatal text nor a start-up line
+        if "throughput" in msg and self._stats(msg, ln, no, events):
+            self._context.append(ln.text)
+            return events
+        # --- fatal texts (cheap pre-filter)
+        if might_be_fatal(msg) and self._fatal_message(ln, msg, no, seg, events):
+            pass
+        elif ("Error" in msg or "Exception" in msg) and not msg[:1].isspace():
+            self._bare_exception(ln, msg.strip(), no, seg, events)
         elif RAY_PG_WAIT.search(msg) if "lacement" in msg or "resource" in msg or "no GPU" in msg else False:
             self._ray_wait = ln.text.strip()
-
-        if not in_tb:
-            # --- progress bars
-            if "%|" in msg or "% Completed |" in msg:
-                self._bar(msg, ln, no, phase, events)
-            elif "Capture" in msg or "Capturing" in msg or "Graph capturing" in msg:
-                self._graph_lines(msg, phase, fact)
-            self._startup_lines(msg, ln, phase, fact)
-            if "throughput" in msg:
-                self._stats(msg, ln, no, events)
+        # --- progress bars and start-up lines
+        if "%|" in msg or "% Completed |" in msg:
+            self._bar(msg, ln, no, phase, events)
+        elif "Capture" in msg or "Capturing" in msg or "Graph capturing" in msg:
+            self._graph_lines(msg, phase, fact)
+        self._rules.run(self, msg, ln)
 
         self._context.append(ln.text)
         return events
@@ -342,12 +413,50 @@ class LogParser:
         events.append(err)
         return len(st.errors) - 1
 
-    def _fatal_message(self, ln: LogLine, msg: str, no: int, seg: int | None, events: list[LogEvent]) -> None:
+    def _foreign_port(self, text: str) -> bool:
+        """A bare bind error on a port the engine does not serve on (its URL or its arguments say which;
+        an engine default proves nothing), or, without one, after another program's uvicorn block."""
+        m = _BIND_PORT.search(text)
+        st = self.state
+        port = st.port if st.http_url or st.declared_port is not None else None  # known, not a default
+        if m is not None and port is not None:
+            return int(m.group(1)) != port
+        return self._foreign_uvicorn
+
+    def _bare_exception(self, ln: LogLine, text: str, no: int, seg: int | None, events: list[LogEvent]) -> None:
+        """An exception line outside any traceback we saw begin (an excerpt pasted from the middle of
+        one, or a process that prints only the last line): it is the failure once the engine dies
+        after it (a wrapper, a signal, the file's end with no progress since); until then provisional."""
+        m = EXC_LINE_RE.match(text) or TB_EXC_LINE_RE.match(text)
+        if m is None or not m.group(1).endswith(("Error", "Exception")):
+            return
+        st = self.state
+        err = ErrorEvent(
+            "crash",
+            exc_cause(text),
+            ln.text.strip(),
+            ln.time or st.last_time,
+            no,
+            tuple(self._context),
+            segment=seg,
+            origin="exception",
+            rank=ln.rank,
+            attempt=st.attempt,
+            provisional=True,
+        )
+        self._add_error(err, events)
+
+    def _fatal_message(self, ln: LogLine, msg: str, no: int, seg: int | None, events: list[LogEvent]) -> bool:
+        """A fatal text outside a traceback; True when ``msg`` is one."""
         c = classify(msg)
         if c is None:
-            return
+            return False
         kind, cause = c
         text = msg.strip()
+        if kind == "port" and ln.engine_hint is None and self._foreign_port(text):
+            return True  # another program's server could not bind its own port
+        if kind == "crash" and self._stopping:
+            return True  # a crash text in the teardown of a server that stopped in order
         if kind == "terminated":
             origin = "terminated"
             if self._ray_wait is not None:
@@ -380,6 +489,7 @@ class LogParser:
             attempt=self.state.attempt,
         )
         self._add_error(err, events)
+        return True
 
     def _traceback(self, ln: LogLine, msg: str, no: int, seg: int | None, events: list[LogEvent]) -> bool:
         """Follow Python tracebacks per process; True when the line belongs to one
@@ -430,18 +540,33 @@ class LogParser:
             tb.frames += 1
             if not tb.engine and ("vllm" in stripped or "sglang" in stripped):
                 tb.engine = True
+            elif not tb.engine and stripped.startswith('File "') and not any(d in stripped for d in _LIBRARY_DIRS):
+                tb.program = True
             if tb.frames > _MAX_FRAMES:
                 tb.in_frames = False
             return True
         tb.in_frames = False
         if tb.engine or tb.frames == 0 or (classify(stripped) or ("crash",))[0] not in ("crash", "terminated"):
             self._exception(tb, ln, stripped, m.group(1), no, seg, events)
-        # else: another program's traceback in the same log (no engine prefix, none of its frames in
-        # the engine's code, nothing an engine failure would say)
+        elif not tb.program:
+            # every frame in installed libraries (huggingface_hub, requests, safetensors …): the engine
+            # called them; it counts once the engine dies after it
+            self._exception(tb, ln, stripped, m.group(1), no, seg, events, library=True)
+        # else: another program's traceback in the same log (no engine prefix, a frame in its own code,
+        # none in the engine's, nothing an engine failure would say)
         return True
 
     def _exception(
-        self, tb: _Traceback, ln: LogLine, exc: str, name: str, no: int, seg: int | None, events: list[LogEvent]
+        self,
+        tb: _Traceback,
+        ln: LogLine,
+        exc: str,
+        name: str,
+        no: int,
+        seg: int | None,
+        events: list[LogEvent],
+        *,
+        library: bool = False,
     ) -> None:
         st = self.state
         c = classify(exc)
@@ -477,7 +602,11 @@ class LogParser:
                 wrapper=wrapper,
                 rank=ln.rank,
                 attempt=st.attempt,
-                provisional=kind == "crash" and origin == "exception" and st.ready_line is not None,
+                # after ready a traceback is a request's unless the engine says it is going down
+                # ("Scheduler hit an exception: Traceback …"); a library's counts once the engine dies
+                provisional=kind == "crash"
+                and origin == "exception"
+                and (library or (st.ready_line is not None and not _going_down(tb.wrapper))),
             )
             idx = self._add_error(err, events)
             if idx is None:
@@ -540,7 +669,7 @@ class LogParser:
         m = ln.msg
         if ln.engine_hint:
             self._votes[ln.engine_hint] += 1
-        if "sglang" in m or "server_args=" in m or SG_READY in m or "sgl_kernel" in m:
+        if "sglang" in m or "server_args=" in m or sglang.SG_READY in m or "sgl_kernel" in m:
             self._votes["sglang"] += 3
         if "vllm" in m.lower() or "EngineCore" in ln.text:
             self._votes["vllm"] += 3
@@ -642,197 +771,65 @@ class LogParser:
                 if m.group(2):
                     fact("graph_mem_gb", float(m.group(2)))
 
-    def _startup_lines(
-        self, msg: str, ln: LogLine, phase: Callable[..., None], fact: Callable[[str, object], None]
-    ) -> None:
+    # ------------------------------------------------------------------ what lines mean (the rule tables call these)
+    def phase(self, p: str, progress: float | None = None, **kw: object) -> None:
+        """The startup moved to phase ``p`` (or made progress in it); phases only move forward."""
         st = self.state
-        # SGLang
-        if "server_args=" in msg:
-            m = SG_ATTN.search(msg)
-            if m:
-                fact("attention_backend", m.group(1))
-            m = SG_MODEL.search(msg)
-            if m:
-                fact("model", m.group(1))
+        cur = st.phase
+        if cur is not None and PHASE_INDEX[p] < PHASE_INDEX[cur]:
+            return  # phases only move forward (other ranks lag behind)
+        if cur == p and progress is None and not kw.get("done"):
             return
-        if msg.startswith("Init ") or "Init torch distributed" in msg or "Init parallel" in msg:
-            if SG_INIT.search(msg):
-                phase("distributed-init")
-                return
-        if msg.startswith("Load weight"):
-            m = SG_WEIGHTS_BEGIN.search(msg)
-            if m:
-                phase("weight-loading")
-                return
-            m = SG_WEIGHTS_END.search(msg)
-            if m or msg.startswith("Load weight end"):
-                if not st.weights_done:
-                    st.weights_done = True
-                    phase("weight-loading", 1.0, done=True, label="weights")
-                if m:
-                    fact("weights_mem_gb", float(m.group(2)))
-                return
-        if "KV Cache is allocated" in msg:
-            m = SG_KV.search(msg)
-            st.kv_seen = True
-            phase("kv-cache")
-            if m:
-                if m.group(1):
-                    tokens = int(m.group(1))
-                    fact("kv_tokens", tokens)
-                    st.kv_tokens = st.facts["kv_tokens"]  # type: ignore[assignment]
-                size = float(m.group(2)) if m.group(2) else float(m.group(3)) + float(m.group(4))
-                fact("kv_size_gb", size)
-            return
-        if "max_total_num_tokens=" in msg:
-            m = SG_LIMITS.search(msg)
-            if m:
-                st.kv_seen = True
-                fact("max_total_num_tokens", int(m.group(1)))
-                m2 = SG_MAX_RUNNING.search(msg)
-                if m2:
-                    fact("max_running_requests", int(m2.group(1)))
-                m2 = SG_CONTEXT_LEN.search(msg)
-                if m2:
-                    fact("context_len", int(m2.group(1)))
-                if st.kv_tokens is None:
-                    st.kv_tokens = int(m.group(1))
-                phase("kv-cache")
-            return
-        if msg.startswith("Memory pool end"):
-            m = SG_MEM_POOL_END.match(msg)
-            if m:
-                st.kv_seen = True
-                phase("kv-cache")
-                if m.group(1):
-                    fact("avail_mem_gb", float(m.group(1)))
-            return
-        if "Started server process [" in msg:
-            m = UVICORN_STARTED.search(msg)
-            if m:
-                # a bare uvicorn block whose pid is not one of the engine's belongs to another program
-                if ln.engine_hint is not None:
-                    own = True
-                elif self._engine_pids:
-                    own = int(m.group(1)) in self._engine_pids
-                else:
-                    own = self._server_up or st.kv_seen or st.graph_seen
-                self._foreign_uvicorn = not own
-            return
-        if msg.startswith("Uvicorn running on"):
-            m = SG_HTTP.search(msg)
-            if m and self._own_server_line(ln):
-                url = f"http://{m.group(1)}:{m.group(2)}" if m.group(2) else m.group(3)
-                st.http_url = url
-                fact("http_url", url)
-                phase("warmup")
-            return
-        if msg.startswith(SG_READY):
-            st.ready_line = ln.text.strip()
-            phase("ready", 1.0)
-            return
-        # vLLM
-        if "vLLM" in msg or "V1 LLM engine" in msg:
-            m = VL_VERSION.search(msg)
-            if m:
-                fact("engine_version", m.group(1) or m.group(2))
-                return
-            m = VL_NCCL.search(msg)
-            if m:
-                fact("nccl_version", m.group(1))
-                phase("distributed-init")
-                return
-            m = VL_SERVER.search(msg)
-            if m:
-                self._server_up = True
-                st.http_url = m.group(1)
-                fact("http_url", m.group(1))
-                phase("warmup")
-                return
-        if VL_LOAD_BEGIN.search(msg) if ("load model" in msg or "from scratch" in msg) else False:
-            phase("weight-loading")
-            return
-        if "attention backend" in msg or "AttentionBackendEnum" in msg:
-            m = VL_ATTN.search(msg)
-            if m:
-                fact("attention_backend", m.group(1) or m.group(2) or m.group(3))
-            return
-        if msg.startswith(("Available routes", "Route: ")):
-            if VL_ROUTES.search(msg):
-                self._server_up = True
-            return
-        if "Loading model weights took" in msg:
-            m = VL_V0_WEIGHTS.search(msg)
-            if m:
-                fact("weights_mem_gb", float(m.group(1)))
-                if not st.weights_done:
-                    st.weights_done = True
-                    phase("weight-loading", 1.0, done=True, label="weights")
-            return
-        if "blocks: " in msg:
-            m = VL_V0_BLOCKS.search(msg)
-            if m:
-                st.kv_seen = True
-                fact("gpu_blocks", int(m.group(2)))
-                phase("kv-cache")
-            return
-        if "Loading weights took" in msg:
-            m = VL_WEIGHTS_DONE.search(msg)
-            if m:
-                fact("weights_seconds", float(m.group(1)))
-                if not st.weights_done:
-                    st.weights_done = True
-                    phase("weight-loading", 1.0, done=True, label="weights")
-            return
-        if "Model loading took" in msg:
-            m = VL_MODEL_LOADED.search(msg)
-            if m:
-                fact("weights_mem_gb", float(m.group(1)))
-                if not st.weights_done:
-                    st.weights_done = True
-                    phase("weight-loading", 1.0, done=True, label="weights")
-            return
-        if "torch.compile" in msg or "Dynamo bytecode" in msg or "compiled graph" in msg:
-            m = VL_COMPILE.search(msg)
-            if m:
-                st.compile_seen = True
-                phase("compile", 1.0 if m.group(1) else None, done=bool(m.group(1)))
-            return
-        if "KV cache" in msg:
-            m = VL_KV_MEM.search(msg)
-            if m:
-                st.kv_seen = True
-                fact("kv_mem_gib", float(m.group(1)))
-                phase("kv-cache")
-                return
-            m = VL_KV_TOKENS.search(msg)
-            if m:
-                st.kv_seen = True
-                tokens = to_int(m.group(1))
-                if st.kv_tokens is None:
-                    st.kv_tokens = tokens
-                fact("kv_tokens", tokens)
-                phase("kv-cache")
-                m2 = VL_MAX_CONC.search(msg)
-                if m2:
-                    fact("max_concurrency", float(m2.group(2)))
-                return
-        if "Maximum concurrency for" in msg:
-            m = VL_MAX_CONC.search(msg)
-            if m:
-                fact("max_concurrency", float(m.group(2)))
-            return
-        if "init engine" in msg:
-            m = VL_ENGINE_INIT.search(msg)
-            if m:
-                fact("engine_init_seconds", float(m.group(1)))
-            return
-        if msg.startswith(VL_READY) and self.state.engine == "vllm" and self._own_server_line(ln):
-            st.ready_line = ln.text.strip()
-            phase("ready", 1.0)
-            return
+        if p == "ready":
+            self._recovered()
+        st.phase = p
+        self._progress_line = self._no
+        ln = self._ln
+        self._events.append(
+            PhaseEvent(p, progress, ln.msg.strip() or ln.text, ln.time, self._no, segment=self._segno, **kw)  # type: ignore[arg-type]
+        )
 
-    def _own_server_line(self, ln: LogLine) -> bool:
+    def fact(self, name: str, value: object) -> None:
+        """A fact the log states; (all)-rank lines keep the first value, an explicit rank 0 replaces one
+        from another rank."""
+        st = self.state
+        ln = self._ln
+        prev_rank = self._fact_rank.get(name)
+        if (
+            name not in st.facts
+            or name not in _RANKED_FACTS
+            or (prev_rank is not None and not _rank_zero(prev_rank) and _rank_zero(ln.rank))
+        ):
+            st.facts[name] = value
+            self._fact_rank[name] = ln.rank
+        self._events.append(FactEvent(name, value, ln.msg.strip(), ln.time, self._no, ln.rank, segment=self._segno))
+
+    def weights_loaded(self) -> None:
+        if not self.state.weights_done:
+            self.state.weights_done = True
+            self.phase("weight-loading", 1.0, done=True, label="weights")
+
+    def ready(self, ln: LogLine) -> None:
+        self.state.ready_line = ln.text.strip()
+        self.phase("ready", 1.0)
+
+    def server_up(self) -> None:
+        """The engine's own HTTP server has started (its routes or its start line)."""
+        self._server_up = True
+
+    def server_url(self, url: str, *, announced: bool) -> None:
+        st = self.state
+        if announced:
+            self._server_up = True
+        st.http_url = url
+        self.fact("http_url", url)
+        self.phase("warmup")
+
+    def declare_port(self, port: int) -> None:
+        """The port the engine's arguments ask for."""
+        self.state.declared_port = port
+
+    def own_server_line(self, ln: LogLine) -> bool:
         """A uvicorn line ("Application startup complete.", "Uvicorn running on …") is the
         engine's when it carries the engine's prefix, or, bare, when it follows the engine's
         own server start (or its loaded KV cache) and no other program's uvicorn block."""
@@ -845,7 +842,8 @@ class LogParser:
             return True
         return self._server_up or st.kv_seen or st.graph_seen
 
-    def _stats(self, msg: str, ln: LogLine, no: int, events: list[LogEvent]) -> None:
+    def _stats(self, msg: str, ln: LogLine, no: int, events: list[LogEvent]) -> bool:
+        """A runtime stat line (the engine serves); True when ``msg`` is one."""
         if "Decode batch" in msg or "Prefill batch" in msg:
             vals: dict[str, float | int | None] = {}
             for name, rx in SG_STAT_FIELDS.items():
@@ -858,7 +856,7 @@ class LogParser:
         else:
             m = VL_STATS.search(msg)
             if not m:
-                return
+                return False
             kv = VL_KV_USAGE.search(msg)
             hit = VL_PREFIX_HIT.search(msg)
             ev = StatEvent(
@@ -875,11 +873,67 @@ class LogParser:
                 prefix_hit_rate=float(hit.group(1)) / 100 if hit else None,
             )
         self._recovered()
+        self._progress_line = no
         self.state.last_stat = ev
         events.append(ev)
+        return True
 
 
+def _uvicorn_started(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    """A bare uvicorn block whose pid is not one of the engine's belongs to another program."""
+    assert m is not None
+    if ln.engine_hint is not None:
+        own = True
+    elif p._engine_pids:
+        own = int(m.group(1)) in p._engine_pids
+    else:
+        st = p.state
+        own = p._server_up or st.kv_seen or st.graph_seen
+        # a second bare uvicorn process in the same start is another program's
+        own = own and p._uvicorn_pid in (None, int(m.group(1)))
+    p._foreign_uvicorn = not own
+    if own:
+        p._uvicorn_pid = int(m.group(1))
+
+
+def _uvicorn_running(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    if not p.own_server_line(ln):
+        return
+    port = m.group(2) or next(iter(_URL_PORT.findall(m.group(3) or "")[-1:]), "")
+    declared = p.state.declared_port
+    if ln.engine_hint is None and declared is not None and port and int(port) != declared:
+        p._foreign_uvicorn = True  # a bare server on a port the engine never asked for: another program's
+        return
+    url = f"http://{m.group(1)}:{m.group(2)}" if m.group(2) else m.group(3)
+    p.server_url(url, announced=False)
+
+
+def _uvicorn_stopping(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    """The engine's server stops in order after serving: what dies after this is its teardown."""
+    if p.state.ready_line is not None and p.own_server_line(ln):
+        p._stopping = True
+
+
+#: uvicorn's lines, which both engines (and other programs in the same log) print
+SHARED: tuple[Rule, ...] = (
+    Rule("Shutting down", None, _uvicorn_stopping, start=True),
+    Rule("Waiting for application shutdown", None, _uvicorn_stopping, start=True),
+    Rule("Started server process [", UVICORN_STARTED, _uvicorn_started, claim=True),
+    Rule("Uvicorn running on", UVICORN_RUNNING, _uvicorn_running, start=True, claim=True),
+)
+_RULES = RuleTable(sglang.STARTUP + SHARED + vllm.STARTUP)
+
+
+_URL_PORT = re.compile(r":(\d+)")
+#: the port of a bind error ("bind on address ('0.0.0.0', 8000)")
+_BIND_PORT = re.compile(r"\('[^']*', (\d+)\)")
 _RANKED_FACTS = frozenset({"kv_tokens", "kv_size_gb", "weights_mem_gb", "kv_mem_gib", "graph_seconds", "graph_mem_gb"})
+
+
+def _going_down(wrapper: str | None) -> bool:
+    """The line that opened a traceback says the engine goes down with it ("Scheduler hit an exception")."""
+    return wrapper is not None and WRAPPER_RE.search(wrapper) is not None
 
 
 def _rank_zero(rank: str) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tui.util.safety import redact_text, safe_line
 
@@ -31,58 +31,20 @@ SHARDS = re.compile(
     r"((?:Loading safetensors|Loading pt|Loading npcache|Loading gguf|Multi-thread loading)"
     r"[\w ]*? shards(?: \(eager\))?):\s+(\d+)% Completed \| (\d+)/(\d+)"
 )
-SG_INIT = re.compile(r"Init (?:parallel|torch distributed) (begin|ends)\.")
-SG_WEIGHTS_BEGIN = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")
-SG_WEIGHTS_END = re.compile(r"Load weight end\. .*?avail mem=([\d.]+) GB, mem usage=([\d.]+) GB")
-SG_KV = re.compile(
-    r"KV Cache is allocated\. (?:dtype: [\w.]+, )?(?:#tokens: (\d+), )?"
-    r"(?:KV size: ([\d.]+) GB|K size: ([\d.]+) GB, V size: ([\d.]+) GB)"
-)
 SG_GRAPH_BEGIN = re.compile(r"Capture (?:([\w -]+?) CUDA|cuda) graph begin\.")
 SG_GRAPH_PROG = re.compile(
     r"Capturing (batches|num tokens) \((?:bs|num_tokens)=(\d+) avail_mem=([\d.]+) GB\):\s+(\d+)%\|[^|]*\| (\d+)/(\d+)"
 )
 SG_GRAPH_END = re.compile(r"Capture (?:([\w -]+?) CUDA|cuda) graph end\.(?:.*?(?:elapsed=|Time elapsed: )([\d.]+) ?s)?")
-SG_MEM_POOL_END = re.compile(r"Memory pool end\.(?: avail mem=([\d.]+) GB)?")
-#: old and new forms: the fields come and go between versions, so each is read alone
-SG_LIMITS = re.compile(r"max_total_num_tokens=(\d+)")
-SG_MAX_RUNNING = re.compile(r"max_running_requests=(\d+)")
-SG_CONTEXT_LEN = re.compile(r"context_len=(\d+)")
-SG_HTTP = re.compile(r"Uvicorn running on (?:(?:unix )?socket \('([^']*)', (\d+)\)|(\S+))")
+UVICORN_RUNNING = re.compile(r"Uvicorn running on (?:(?:unix )?socket \('([^']*)', (\d+)\)|(\S+))")
 UVICORN_STARTED = re.compile(r"Started server process \[(\d+)\]")
-SG_READY = "The server is fired up and ready to roll!"
-SG_ATTN = re.compile(r"attention_backend='(\w+)'")
-SG_MODEL = re.compile(r"model_path='([^']+)'")
 
-VL_VERSION = re.compile(r"(?:Initializing a V1 LLM engine \(v([^)]+)\)|vLLM API server version ([\w.+-]+))")
-VL_NCCL = re.compile(r"vLLM is using nccl==([\w.+-]+)")
-VL_LOAD_BEGIN = re.compile(r"Loading model from scratch|Starting to load model")
-VL_ATTN = re.compile(
-    r"Using (\S+) attention backend out of potential backends|Using AttentionBackendEnum\.(\w+) backend|"
-    r"Using (\w+) backend\.?$"
-)
-VL_WEIGHTS_DONE = re.compile(r"Loading weights took ([\d.]+) seconds")
-VL_V0_WEIGHTS = re.compile(r"Loading model weights took ([\d.]+) GB")
-VL_V0_BLOCKS = re.compile(r"# (\w+) blocks: (\d+), # CPU blocks: (\d+)")
-VL_MODEL_LOADED = re.compile(r"Model loading took ([\d.]+) GiB (?:memory )?and ([\d.]+) seconds")
-VL_COMPILE = re.compile(
-    r"Starting torch\.compile|Dynamo bytecode transform time|torch\.compile t(?:ook|akes) ([\d.]+) s in total|"
-    r"Directly load the compiled graph"
-)
 #: V0's capture start (no progress bar in the older versions)
 VL_GRAPH_BEGIN = re.compile(r"Capturing the model for CUDA graphs|Capturing cudagraphs for decoding")
-VL_KV_MEM = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
-VL_KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
-VL_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 VL_GRAPH_PROG = re.compile(r"Capturing CUDA graph(?:s| shapes)(?: \(([^)]*)\))?:\s+(\d+)%\|[^|]*\| (\d+)/(\d+)")
 VL_GRAPH_DONE = re.compile(r"Graph capturing finished in (\d+) secs?(?:, took ([\d.]+) GiB)?")
-VL_ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
-VL_SERVER = re.compile(r"Starting vLLM (?:API )?server (?:\d+ )?on (\S+)")
-#: the API server has come up (old versions print the routes, not the URL)
-VL_ROUTES = re.compile(r"Available routes are:|^Route: /")
 #: lines that open a new server start: a restart in the same log begins a new attempt
 VL_ATTEMPT = re.compile(r"vLLM API server version |non-default args: |^args: Namespace\(")
-VL_READY = "Application startup complete."
 
 SG_STAT_FIELDS = {
     "running": re.compile(r"#running-req: (\d+)"),
@@ -123,6 +85,45 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
             r"client socket has timed out after \d+ms while trying to connect to"
         ),
         "distributed rendezvous timed out",
+    ),
+    (
+        "nccl-timeout",
+        re.compile(
+            r"Watchdog caught collective operation timeout|[Cc]ollective operation timeout|"
+            r"due to collective timeout|NCCL communicator was aborted on rank"
+        ),
+        "NCCL collective operation timed out (watchdog)",
+    ),
+    (
+        "cuda-driver",
+        re.compile(
+            r"forward compatibility was attempted on non supported HW|Error 804\b|"
+            r"driver version is insufficient for CUDA runtime version|NVIDIA driver on your system is too old|"
+            r"cudaErrorInsufficientDriver|cudaErrorCompatNotSupportedOnDevice|Found no NVIDIA driver on your system"
+        ),
+        "the CUDA driver does not fit the CUDA runtime",
+    ),
+    (
+        "hf-auth",
+        re.compile(
+            r"GatedRepoError|RepositoryNotFoundError|\b40[134] Client Error|access to it and be authenticated|"
+            r"trying to access a gated repo|Cannot access gated repo|Invalid user token|"
+            r"is not a valid model identifier listed on"
+        ),
+        "Hugging Face refused the model download (auth, gated or not found)",
+    ),
+    (
+        "remote-code",
+        re.compile(
+            r"contains custom code which must be executed|requires you to execute the \w+ file in that repo|"
+            r"trust_remote_code=True` to (?:allow|remove)"
+        ),
+        "the model needs its own code (--trust-remote-code)",
+    ),
+    (
+        "disk-full",
+        re.compile(r"No space left on device|\[Errno 28\]|os error 28\b|Disk quota exceeded"),
+        "disk full",
     ),
     ("nccl", re.compile(r"NCCL error|NCCL WARN|DistBackendError"), "NCCL error"),
     (
@@ -167,7 +168,9 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
             r"Engine core initialization failed|Initialization failed\. warmup error|EngineCore failed to start|"
             r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|"
             r"scheduler is dead|Child process unexpectedly failed|died unexpectedly|"
-            r"Segmentation fault|core dumped|Fatal Python error"
+            r"Segmentation fault|core dumped|Fatal Python error|"
+            r"(?:[Mm]ain|[Pp]arent) process (?:has )?(?:disappeared|died)|"
+            r"terminate called (?:after throwing|without an active exception)"
         ),
         "engine crashed",
     ),
@@ -179,6 +182,7 @@ WRAPPER_RE = re.compile(
     r"Received sigquit from a child process|Engine core initialization failed|EngineCore failed to start|"
     r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|Initialization failed\. warmup error|"
     r"Worker proc \S+ died unexpectedly|Process \S+:$|child process|See root cause above|"
+    r"(?:[Mm]ain|[Pp]arent) process (?:has )?(?:disappeared|died)|terminate called |"
     r"Exception in worker \S+ while processing method|^(?:Base)?ExceptionGroup: |"
     r"[Ss]ee (?:the )?stack trace (?:above )?for (?:the )?root cause|check the stack trace above"
 )
@@ -231,6 +235,30 @@ _FATAL_KEYS = (
     "has timed out after",
     "placement group",
     "no GPU available",
+    "ollective",
+    "Error 804",
+    "driver",
+    "Driver",
+    "forward compat",
+    "CompatNotSupported",
+    "GatedRepo",
+    "RepositoryNotFound",
+    "Client Error",
+    "gated repo",
+    "authenticated",
+    "Invalid user token",
+    "model identifier",
+    "custom code",
+    "requires you to execute",
+    "trust_remote_code",
+    "No space left",
+    "Errno 28",
+    "os error 28",
+    "Disk quota",
+    "disappeared",
+    "process died",
+    "process has",
+    "terminate called",
 )
 
 
@@ -292,6 +320,20 @@ def refine_cause(kind: str, cause: str, text: str) -> str:
         if "Current node has no GPU" in text:
             return "the engine's Ray node has no GPU"
         return cause
+    if kind == "hf-auth":
+        m = re.search(r"\b(40[134]) Client Error", text)
+        code = m.group(1) if m else ""
+        if code == "404" or "NotFound" in text or "Not Found" in text or "not a valid model identifier" in text:
+            return "Hugging Face: model not found (check the model id, or log in for a private repo)"
+        if "gated" in text.lower() or code == "403":
+            return "Hugging Face: gated model (accept its licence and log in: HF_TOKEN)"
+        return "Hugging Face: not authenticated (set HF_TOKEN or huggingface-cli login)"
+    if kind == "cuda-driver":
+        if "804" in text or "forward compatibility" in text or "CompatNotSupported" in text:
+            return "CUDA forward compatibility is not supported on this GPU (error 804: drop the compat libraries)"
+        if "Found no NVIDIA driver" in text:
+            return "no NVIDIA driver found"
+        return "the NVIDIA driver is older than the CUDA runtime (update the driver or use an older image)"
     if kind == "terminated":
         m = re.search(r"SIG[A-Z]+|signal \d+", text)
         if m:
@@ -311,10 +353,11 @@ def exc_cause(exc: str) -> str:
 # --------------------------------------------------------------------------- line cleaning
 
 
-@dataclass(frozen=True)
-class LogLine:
+class LogLine(NamedTuple):
     """A cleaned line: ``text`` without ANSI and outer prefixes; ``msg`` the message
-    without the engine prefix; ``rank`` e.g. 'TP0' or 'Worker_TP0'; ``level``."""
+    without the engine prefix; ``rank`` e.g. 'TP0' or 'Worker_TP0'; ``level``.
+    (A named tuple: one is made per line, and a tuple is much cheaper to make than a frozen
+    dataclass.)"""
 
     raw: str
     text: str
@@ -360,7 +403,7 @@ def clean_line(raw: str) -> LogLine:
         hint = "sglang"
     else:
         # vLLM: one or more "(Proc pid=N) " prefixes, then LEVEL date [file:line]
-        while True:
+        while msg[:1] == "(":
             m2 = VL_PROC.match(msg)
             if not m2:
                 break
@@ -370,7 +413,7 @@ def clean_line(raw: str) -> LogLine:
                 rank = proc if m2.group(2) is None else f"{proc}{m2.group(2)}"
                 pid = int(m2.group(3))
             msg = msg[m2.end() :]
-        m3 = VL_LEVEL.match(msg)
+        m3 = VL_LEVEL.match(msg) if msg[:1] in "DIWEC" else None
         if m3:
             level, ts = m3.group(1), m3.group(2)
             msg = msg[m3.end() :]

@@ -1,0 +1,169 @@
+"""vLLM's own startup lines: one :class:`~tui.logparse.rules.Rule` per line format.
+
+A new vLLM line is one entry in :data:`STARTUP` (a key, a regex, what it means)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from tui.logparse.rules import Rule
+
+if TYPE_CHECKING:
+    from tui.logparse.parser import LogParser
+    from tui.logparse.patterns import LogLine
+
+VL_VERSION = re.compile(r"(?:Initializing a V1 LLM engine \(v([^)]+)\)|vLLM API server version ([\w.+-]+))")
+VL_NCCL = re.compile(r"vLLM is using nccl==([\w.+-]+)")
+VL_LOAD_BEGIN = re.compile(r"Loading model from scratch|Starting to load model")
+VL_ATTN = re.compile(
+    r"Using (\S+) attention backend out of potential backends|Using AttentionBackendEnum\.(\w+) backend|"
+    r"Using (\w+) backend\.?$"
+)
+VL_WEIGHTS_DONE = re.compile(r"Loading weights took ([\d.]+) seconds")
+VL_V0_WEIGHTS = re.compile(r"Loading model weights took ([\d.]+) GB")
+VL_V0_BLOCKS = re.compile(r"# (\w+) blocks: (\d+), # CPU blocks: (\d+)")
+VL_MODEL_LOADED = re.compile(r"Model loading took ([\d.]+) GiB (?:memory )?and ([\d.]+) seconds")
+VL_COMPILE = re.compile(
+    r"Starting torch\.compile|Dynamo bytecode transform time|torch\.compile t(?:ook|akes) ([\d.]+) s in total|"
+    r"Directly load the compiled graph"
+)
+VL_KV_MEM = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
+VL_KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+VL_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+VL_ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
+VL_SERVER = re.compile(r"Starting vLLM (?:API )?server (?:\d+ )?on (\S+)")
+#: the API server has come up (old versions print the routes, not the URL)
+VL_ROUTES = re.compile(r"Available routes are:|^Route: /")
+#: the port in the arguments: "non-default args: {… 'port': 8001 …}", "args: Namespace(… port=8000 …)"
+VL_PORT = re.compile(r"'port': (\d+)|\bport=(\d+)")
+VL_READY = "Application startup complete."
+
+
+def _version(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    p.fact("engine_version", m.group(1) or m.group(2))
+
+
+def _nccl(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    p.fact("nccl_version", m.group(1))
+    p.phase("distributed-init")
+
+
+def _server(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    p.server_url(m.group(1), announced=True)
+
+
+def _args(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    p.declare_port(int(m.group(1) or m.group(2)))
+
+
+def _load_begin(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    p.phase("weight-loading")
+
+
+def _attn(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    p.fact("attention_backend", m.group(1) or m.group(2) or m.group(3))
+
+
+def _routes(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    p.server_up()
+
+
+def _v0_weights(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    p.fact("weights_mem_gb", float(m.group(1)))
+    p.weights_loaded()
+
+
+def _v0_blocks(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    p.state.kv_seen = True
+    p.fact("gpu_blocks", int(m.group(2)))
+    p.phase("kv-cache")
+
+
+def _weights_done(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    p.fact("weights_seconds", float(m.group(1)))
+    p.weights_loaded()
+
+
+def _model_loaded(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    p.fact("weights_mem_gb", float(m.group(1)))
+    p.weights_loaded()
+
+
+def _compile(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    p.state.compile_seen = True
+    p.phase("compile", 1.0 if m.group(1) else None, done=bool(m.group(1)))
+
+
+def _kv_mem(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    p.state.kv_seen = True
+    p.fact("kv_mem_gib", float(m.group(1)))
+    p.phase("kv-cache")
+
+
+def _kv_tokens(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    st = p.state
+    st.kv_seen = True
+    tokens = int(m.group(1).replace(",", ""))
+    if st.kv_tokens is None:
+        st.kv_tokens = tokens
+    p.fact("kv_tokens", tokens)
+    p.phase("kv-cache")
+    m2 = VL_MAX_CONC.search(msg)
+    if m2:
+        p.fact("max_concurrency", float(m2.group(2)))
+
+
+def _max_conc(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    p.fact("max_concurrency", float(m.group(2)))
+
+
+def _engine_init(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    assert m is not None
+    p.fact("engine_init_seconds", float(m.group(1)))
+
+
+def _ready(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+    if p.state.engine == "vllm" and p.own_server_line(ln):
+        p.ready(ln)
+
+
+STARTUP: tuple[Rule, ...] = (
+    Rule("vLLM API server version", VL_VERSION, _version),
+    Rule("V1 LLM engine", VL_VERSION, _version),
+    Rule("vLLM is using nccl", VL_NCCL, _nccl),
+    Rule("Starting vLLM", VL_SERVER, _server),
+    Rule("non-default args", VL_PORT, _args),
+    Rule("args: Namespace(", VL_PORT, _args),
+    Rule("load model", VL_LOAD_BEGIN, _load_begin),
+    Rule("from scratch", VL_LOAD_BEGIN, _load_begin),
+    Rule("attention backend", VL_ATTN, _attn, claim=True),
+    Rule("AttentionBackendEnum", VL_ATTN, _attn, claim=True),
+    Rule("Available routes", VL_ROUTES, _routes, start=True, claim=True),
+    Rule("Route: ", VL_ROUTES, _routes, start=True, claim=True),
+    Rule("Loading model weights took", VL_V0_WEIGHTS, _v0_weights, claim=True),
+    Rule("blocks: ", VL_V0_BLOCKS, _v0_blocks, claim=True),
+    Rule("Loading weights took", VL_WEIGHTS_DONE, _weights_done, claim=True),
+    Rule("Model loading took", VL_MODEL_LOADED, _model_loaded, claim=True),
+    Rule("torch.compile", VL_COMPILE, _compile, claim=True),
+    Rule("Dynamo bytecode", VL_COMPILE, _compile, claim=True),
+    Rule("compiled graph", VL_COMPILE, _compile, claim=True),
+    Rule("KV cache", VL_KV_MEM, _kv_mem),
+    Rule("KV cache", VL_KV_TOKENS, _kv_tokens),
+    Rule("Maximum concurrency for", VL_MAX_CONC, _max_conc, claim=True),
+    Rule("init engine", VL_ENGINE_INIT, _engine_init, claim=True),
+    Rule(VL_READY, None, _ready, start=True),
+)
