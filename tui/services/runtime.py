@@ -63,6 +63,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/ab/warnings.py",
     "tui/logparse/",
     "tui/engines.py",
+    "tui/engine_flags/",
     "tui/model.py",
     "tui/hostops/__init__.py",
     "tui/hostops/hosts.py",
