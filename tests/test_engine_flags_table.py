@@ -79,6 +79,7 @@ def test_committed_table_is_what_the_script_derives(engine_help: Path, engine: s
     assert committed == render_module(engine, release, parse_help(text), HELP_FILES[engine, release])
     t = release_table(engine, release)
     assert (t.engine, t.release) == (engine, release)
+    assert t.flags == parse_help(text)  # the stored text reads back as the same flags
     # every option line of the help is one action of the table
     assert len(t.flags) == sum(1 for line in text.splitlines() if line.startswith("  -"))
 
@@ -140,3 +141,13 @@ def test_resolution_agrees_with_argparse_on_the_real_table(option: str):
     else:
         assert r.kind in ("exact", "prefix")
         assert r.flag is not None and getattr(ns, r.flag.names[0].lstrip("-")) is not None
+
+
+def test_a_word_the_table_format_cannot_hold_is_refused():
+    with pytest.raises(ValueError, match="'a b' cannot be stored"):
+        render_module("x", "1", [Flag(("--f",), "1", ("a b",))], "help.txt")
+    flags = (Flag(("--f", "-f"), "", ()), Flag(("--g",), "+", ("x", "y")))
+    text = render_module("x", "1", flags, "help.txt")
+    ns: dict[str, object] = {}
+    exec(compile(text, "table", "exec"), ns)
+    assert ns["FLAGS"] == "--f,-f 0\n--g + x y\n"

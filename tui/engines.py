@@ -3,7 +3,7 @@
 One table for both sides that must agree: what a profile may ask for before anything is launched
 (``tui.profiles``) and what the simulated engine accepts (``tui.sim``, which travels in the
 host-side runtime: constants only, Python 3.9+). Taken from the releases themselves: SGLang's
-``--attention-backend`` and ``--speculative-algorithm`` choices, vLLM's ``SpeculativeMethod``
+``--attention-backend`` choices and ``--speculative-algorithm`` values, vLLM's ``SpeculativeMethod``
 (``vllm/config/speculative.py``, its MTP model types included). Every launch flag of both releases,
 with its choices, is in :mod:`tui.engine_flags` (:func:`release_flags`).
 """
@@ -19,7 +19,8 @@ VERSIONS = {"sglang": SGLANG_VERSION, "vllm": VLLM_VERSION}
 #: from its flag table
 SGLANG_ATTENTION_BACKENDS = release_table("sglang", SGLANG_VERSION).choices("--attention-backend")
 
-#: SGLang 0.5.23 ``--speculative-algorithm`` choices
+#: SGLang 0.5.23 ``--speculative-algorithm`` values (its --help shows a metavar, not choices: the
+#: server checks them after parsing)
 SGLANG_SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 
 #: vLLM 0.33 ``--speculative-config`` ``method`` values (``SpeculativeMethod``, flattened)
