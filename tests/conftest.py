@@ -11,6 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("TUNEDECK_SHARED", REPO.parent / "shared"))
 REAL_LOGS = SHARED / "data" / "real-logs"
+ENGINE_HELP = SHARED / "data" / "engine-help"
 
 
 @pytest.fixture(autouse=True)
@@ -35,14 +36,25 @@ def _no_remembered_ssh_refusals() -> None:
         blocked.clear()
 
 
-@pytest.fixture
-def real_logs() -> Path:
-    if not REAL_LOGS.is_dir():
-        msg = f"reference logs missing: {REAL_LOGS} (set TUNEDECK_SHARED to the shared folder)"
+def _shared(path: Path, what: str) -> Path:
+    """A folder of the shared reference data: skipped outside CI when missing, a failure in CI."""
+    if not path.is_dir():
+        msg = f"{what} missing: {path} (set TUNEDECK_SHARED to the shared folder)"
         if os.environ.get("CI"):
             pytest.fail(msg)
         pytest.skip(msg)
-    return REAL_LOGS
+    return path
+
+
+@pytest.fixture
+def real_logs() -> Path:
+    return _shared(REAL_LOGS, "reference logs")
+
+
+@pytest.fixture
+def engine_help() -> Path:
+    """The releases' real ``--help`` texts (INDEX.md names them)."""
+    return _shared(ENGINE_HELP, "engine help texts")
 
 
 def tunedeck_cmd() -> list[str]:

@@ -36,13 +36,20 @@ def make_fake_bin(
     gpu_name: str = H200,
     compute_cap: str = "9.0",
     log: Path | None = None,
+    sglang_help: Path | None = None,
+    vllm_help_all: Path | None = None,
+    help_fails: bool = False,
 ) -> Path:
-    """Create ``folder/bin`` with fake tools; each call is appended to ``log`` when given."""
+    """Create ``folder/bin`` with fake tools; each call is appended to ``log`` when given.
+    ``sglang_help`` / ``vllm_help_all``: the help text the engine prints (default: tests/data's);
+    ``help_fails``: the engine's ``--help`` exits 1 (its version still answers)."""
     bin_ = folder / "bin"
     bin_.mkdir(parents=True, exist_ok=True)
     logline = f'printf "%s\\n" "$0 $*" >> {shlex.quote(str(log))}\n' if log else ""
-    sg_help = DATA / f"sglang-{sglang_version}-help.txt" if sglang_version else None
+    sg_help = sglang_help or (DATA / f"sglang-{sglang_version}-help.txt" if sglang_version else None)
     py = logline + 'case "$*" in\n'
+    if help_fails:
+        py += '  *"--help"*) echo "ImportError: libcuda.so.1: cannot open shared object file" >&2; exit 1;;\n'
     if sglang_version:
         py += f'  *"import sglang"*) echo {shlex.quote(sglang_version)}; exit 0;;\n'
         py += f'  "-m sglang.launch_server --help") cat {shlex.quote(str(sg_help))}; exit 0;;\n'
@@ -56,11 +63,11 @@ def make_fake_bin(
     )
     _script(bin_ / "python3", py)
     if vllm_version:
-        help_all = DATA / "vllm-0.33.0-help-all.txt"
+        help_all = vllm_help_all or DATA / "vllm-0.33.0-help-all.txt"
+        fails = '  *"--help"*) echo "RuntimeError: Failed to infer device type" >&2; exit 1;;\n' if help_fails else ""
         _script(
             bin_ / "vllm",
-            logline + 'case "$*" in\n'
-            f'  "--version") echo {shlex.quote(vllm_version)}; exit 0;;\n'
+            logline + 'case "$*" in\n' + fails + f'  "--version") echo {shlex.quote(vllm_version)}; exit 0;;\n'
             f'  "serve --help=all") cat {shlex.quote(str(help_all))}; exit 0;;\n'
             '  "serve --help") echo "usage: vllm serve [model_tag] [options]"; '
             'echo "Use --help=all to show all options"; exit 0;;\n'

@@ -3,43 +3,24 @@
 One table for both sides that must agree: what a profile may ask for before anything is launched
 (``tui.profiles``) and what the simulated engine accepts (``tui.sim``, which travels in the
 host-side runtime: constants only, Python 3.9+). Taken from the releases themselves: SGLang's
-``--attention-backend`` and ``--speculative-algorithm`` choices, vLLM's ``SpeculativeMethod``
-(``vllm/config/speculative.py``, its MTP model types included).
+``--attention-backend`` choices and ``--speculative-algorithm`` values, vLLM's ``SpeculativeMethod``
+(``vllm/config/speculative.py``, its MTP model types included). Every launch flag of both releases,
+with its choices, is in :mod:`tui.engine_flags` (:func:`release_flags`).
 """
+
+from tui.engine_flags import FlagTable, release_table
 
 SGLANG_VERSION = "0.5.23"
 VLLM_VERSION = "0.33.0"
+#: the release tunedeck follows, per engine: its flag table is ``release_table(engine, VERSIONS[engine])``
+VERSIONS = {"sglang": SGLANG_VERSION, "vllm": VLLM_VERSION}
 
-#: SGLang 0.5.23 ``--attention-backend`` (and ``--prefill-``/``--decode-attention-backend``) choices
-SGLANG_ATTENTION_BACKENDS = (
-    "triton",
-    "torch_native",
-    "flex_attention",
-    "dsa",
-    "nsa",
-    "qsa",
-    "dsv4",
-    "compressed",
-    "fa3",
-    "fa4",
-    "flashinfer",
-    "llada2_cfg_flashinfer",
-    "flashmla",
-    "trtllm_mla",
-    "cutedsl_mla",
-    "tokenspeed_mla",
-    "trtllm_mha",
-    "hpc_ops",
-    "minicpm_flashattn",
-    "minicpm_flashinfer",
-    "aiter",
-    "wave",
-    "intel_amx",
-    "ascend",
-    "intel_xpu",
-)
+#: SGLang 0.5.23 ``--attention-backend`` (and ``--prefill-``/``--decode-attention-backend``) choices,
+#: from its flag table
+SGLANG_ATTENTION_BACKENDS = release_table("sglang", SGLANG_VERSION).choices("--attention-backend")
 
-#: SGLang 0.5.23 ``--speculative-algorithm`` choices
+#: SGLang 0.5.23 ``--speculative-algorithm`` values (its --help shows a metavar, not choices: the
+#: server checks them after parsing)
 SGLANG_SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 
 #: vLLM 0.33 ``--speculative-config`` ``method`` values (``SpeculativeMethod``, flattened)
@@ -84,10 +65,18 @@ VLLM_SPEC_METHODS = (
     "dspark",
 )
 
+
+def release_flags(engine: str) -> FlagTable:
+    """The flag table of the ``engine`` release tunedeck follows (tunedeck's own, not a host's)."""
+    return release_table(engine, VERSIONS[engine])
+
+
 __all__ = [
     "SGLANG_ATTENTION_BACKENDS",
     "SGLANG_SPEC_ALGORITHMS",
     "SGLANG_VERSION",
     "VLLM_SPEC_METHODS",
+    "VERSIONS",
     "VLLM_VERSION",
+    "release_flags",
 ]

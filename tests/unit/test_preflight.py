@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.profilefix import B200, DATA, RTX_PRO, fake_host, make_fake_bin
 from tui.profiles.model import ServerProfile
-from tui.profiles.preflight import help_choices, help_flags, parse_gpus, preflight
+from tui.profiles.preflight import host_flags, parse_gpus, preflight
 from tui.profiles.store import ProfileStore
 from tui.util.paths import state_dir
 
@@ -25,20 +25,14 @@ def codes(report) -> dict[str, list[str]]:
     return out
 
 
-def test_help_parsing_joins_wrapped_lines():
-    wrapped = (
-        "  --attention-backend {triton,torch_native,\n"
-        "                       fa3,flashinfer}\n"
-        "                        Choose the kernels for attention layers.\n"
-        "  --tp-size TP_SIZE, --tp TP_SIZE  Tensor parallel size.\n"
-    )
-    assert help_choices(wrapped, "--attention-backend") == ("triton", "torch_native", "fa3", "flashinfer")
-    assert {"attention-backend", "tp-size", "tp"} <= set(help_flags(wrapped))
+def test_help_parsing_reads_option_lines():
     text = (DATA / "sglang-0.5.23-help.txt").read_text()
-    assert "cutlass_mla" not in help_choices(text, "--attention-backend")
-    assert "cuda-graph-max-bs" not in help_flags(text)
-    old = (DATA / "sglang-0.5.5-help.txt").read_text()
-    assert "cutlass_mla" in help_choices(old, "--attention-backend")
+    t = host_flags(text, "sglang", "0.5.23", "h")
+    assert t is not None and "cutlass_mla" not in t.choices("--attention-backend")
+    assert t.get("--cuda-graph-max-bs") is None and t.get("--tp-size") is not None
+    old = host_flags((DATA / "sglang-0.5.5-help.txt").read_text(), "sglang", "0.5.5", "h")
+    assert old is not None and "cutlass_mla" in old.choices("--attention-backend")
+    assert host_flags("usage: x\n\nno options\n", "sglang", None, "h") is None
     assert parse_gpus("0, NVIDIA H200, 9.0\n1, NVIDIA H200, 9.0\n")[1].major == 9
 
 

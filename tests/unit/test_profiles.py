@@ -431,7 +431,11 @@ def test_vllm_speculative_methods_are_the_releases(method, accepted):
         (dict(model="../../etc"), "model", "'..'"),
         (dict(attention_backend="fa3 --x"), "attention.backend", "invalid backend"),
         (dict(flags=(("tp-size", 4),)), "flags.tp-size", "`tp` field"),
-        (dict(flags=(("nonexistent-flag", True),)), "flags.nonexistent-flag", "not in tunedeck's sglang flag list"),
+        (
+            dict(flags=(("nonexistent-flag", True),)),
+            "flags.nonexistent-flag",
+            "--nonexistent-flag is not a flag in tunedeck's table of sglang 0.5.23",
+        ),
         (dict(flags=(("page-size", "big"),)), "flags.page-size", "integer"),
         (dict(flags=(("served-model-name", "-x"),)), "flags.served-model-name", "starts with '-'"),
         (dict(flags=(("enable-metrics", 3),)), "flags.enable-metrics", "switch"),

@@ -11,8 +11,11 @@ vLLM::
         --speculative-config={"method":…}
 
 Every flag is one token: full name, ``--flag=value`` for values, bare ``--flag`` for booleans.
-Flags come from the per-engine allowlist in :mod:`tui.profiles.schema` with types; free-text
-``extra_args`` are ``shlex.split`` and checked token by token the same way. String values that
+Flags come from the per-engine allowlist in :mod:`tui.profiles.schema` with types, else from the
+engine release's own flags (:mod:`tui.engine_flags`: the host's ``--help`` when pre-flight read it,
+else tunedeck's table of the release it follows), judged by argparse's rules
+(:mod:`tui.profiles.flagcheck`); free-text ``extra_args`` are ``shlex.split`` and checked token
+by token the same way. String values that
 start with ``-`` are refused. The environment is ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` + the NCCL
 preset + its per-variable overrides + the profile's ``[env]``; dangerous variables (LD_PRELOAD,
 PATH, PYTHONPATH, …) need an explicit confirmation. In the demo only the executable changes:
@@ -27,7 +30,9 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tui.engines import SGLANG_SPEC_ALGORITHMS, VLLM_SPEC_METHODS
+from tui.engine_flags import FlagTable
+from tui.engines import SGLANG_SPEC_ALGORITHMS, VLLM_SPEC_METHODS, release_flags
+from tui.profiles.flagcheck import judge
 from tui.profiles.model import NcclPreset, ProfileError, ServerProfile
 from tui.profiles.presets import DEFAULT_NCCL, merge_nccl
 from tui.profiles.schema import (
@@ -109,10 +114,12 @@ def engine_executable(profile: ServerProfile) -> list[str]:
 
 
 class _Build:
-    def __init__(self, profile: ServerProfile) -> None:
+    def __init__(self, profile: ServerProfile, table: FlagTable) -> None:
         self.p = profile
         self.issues: list[Issue] = []
         self.schema = FLAGS[profile.engine]
+        #: the release's flags: names, prefixes and choices of what the schema does not list
+        self.table = table
         self.seen: dict[str, str] = {}  # flag -> where it was set
 
     def error(self, key: str, message: str) -> None:
@@ -135,15 +142,9 @@ class _Build:
         """Check one flag and return its single token, or None (error recorded / false bool)."""
         spec = self.schema.get(name)
         if spec is None:
-            if not self.p.allow_unlisted_flags:
-                self.error(
-                    key,
-                    f"--{name} is not in tunedeck's {self.p.engine} flag list "
-                    "(check the spelling, or set allow_unlisted_flags = true to pass it unchecked)",
-                )
+            spec = self.release_spec(name, value, key)
+            if spec is None:
                 return None
-            self.warn(key, f"--{name} is not in tunedeck's {self.p.engine} flag list; passed unchecked")
-            spec = FlagSpec(name, "bool" if value is True else "str")
         if spec.managed and not managed_ok:
             self.error(key, f"--{name} is set by the profile's `{spec.managed}` field, not here")
             return None
@@ -155,6 +156,32 @@ class _Build:
             self.warn(key, f"--{name}: {spec.note or 'security-relevant'}")
         tok = self._value_token(spec, value, key)
         return tok
+
+    def known_spec(self, name: str) -> FlagSpec | None:
+        """The schema's spec, else one from the release's flag (exactly or by a unique prefix)."""
+        spec = self.schema.get(name)
+        if spec is None:
+            v = judge(self.table, f"--{name}")
+            if v.kind in ("ok", "prefix"):
+                spec = FlagSpec(name, "str" if v.takes_value else "bool", v.choices)
+        return spec
+
+    def release_spec(self, name: str, value: object, key: str) -> FlagSpec | None:
+        """A flag the schema does not list, judged against the release; None (recorded) if refused."""
+        given = None if value is None or isinstance(value, bool) else str(value)
+        v = judge(self.table, f"--{name}", given)
+        if v.kind == "bad-choice":
+            self.error(key, v.message)
+            return None
+        if v.kind in ("ok", "prefix"):
+            if v.kind == "prefix":
+                self.warn(key, v.message, "info")
+            return FlagSpec(name, "str" if v.takes_value else "bool", v.choices)
+        if not self.p.allow_unlisted_flags:
+            self.error(key, f"{v.message} (allow_unlisted_flags = true passes it unchecked)")
+            return None
+        self.warn(key, f"{v.message}; passed unchecked (allow_unlisted_flags)")
+        return FlagSpec(name, "bool" if value is True else "str")
 
     def _value_token(self, spec: FlagSpec, value: object, key: str) -> str | None:
         name = spec.name
@@ -405,7 +432,7 @@ class _Build:
             if not re.match(r"^[a-z0-9][a-z0-9-]*$", name):
                 self.error(key, f"invalid flag name {tok!r}")
                 continue
-            spec = self.schema.get(name)
+            spec = self.known_spec(name)
             numeric = spec is not None and spec.type in ("int", "float")
             if value is None:
                 nxt = toks[i] if i < len(toks) else None
@@ -475,15 +502,17 @@ def check_profile(
     executable: Sequence[str] | None = None,
     managed_args: Sequence[tuple[str, object]] = (),
     managed_key: str = "nodes",
+    flags: FlagTable | None = None,
 ) -> tuple[Command | None, list[Issue]]:
     """Build the command and collect every validation message; the command is None on errors.
 
     ``managed_args`` are flags set for this command by someone else (a multi-node deployment:
     ``--nnodes``, ``--node-rank``, …); the same flag in ``[flags]`` or ``extra_args`` is an error
-    naming ``managed_key``."""
+    naming ``managed_key``. ``flags`` are the host engine's (pre-flight read its ``--help``);
+    without them tunedeck's table of the release it follows judges what the schema does not list."""
     if profile.engine not in FLAGS:
         return None, [Issue("error", "engine", f"unknown engine {profile.engine!r} (sglang or vllm)")]
-    b = _Build(profile)
+    b = _Build(profile, flags if flags is not None else release_flags(profile.engine))
     if nccl is None:
         nccl = DEFAULT_NCCL
         if profile.nccl_preset != "default":

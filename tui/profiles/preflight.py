@@ -6,8 +6,10 @@ On the target :class:`~tui.hostops.hosts.Host` it reads
   vLLM: ``vllm --version``; the demo: ``tunedeck sim <engine> --version``),
 * the engine's ``--help`` with the *same executable* the launch uses (SGLang
   ``python3 -m sglang.launch_server --help``; vLLM ``vllm serve --help=all``, then ``--help``;
-  the demo ``tunedeck sim <engine> --help``): wrapped lines are joined, the attention-backend
-  choices come from ``--attention-backend {…}`` and the flag names from the option lines,
+  the demo ``tunedeck sim <engine> --help``), read with :func:`tui.engine_flags.parse_help` into
+  the host's flag table (names, aliases, values, choices; the attention-backend choices among
+  them): when it was read it is the authority for every flag of the command; when it was not,
+  tunedeck's table of the release it follows stands in and the findings say so,
 * vLLM's backend list from its registry (the flag is enum-typed, so ``--help`` lists nothing):
   ``python3 -c "from vllm.v1.attention.backends.registry import AttentionBackendEnum as E; …"``;
   the demo asks the simulator the same question with the same executable:
@@ -16,8 +18,10 @@ On the target :class:`~tui.hostops.hosts.Host` it reads
 
 and turns them into findings (error / warning / info): a backend that engine version does not
 offer, a backend unsupported on that GPU architecture for MLA models (serving-engines.md §2.2;
-"unverified" where the table has no answer), a flag that is unknown or an ambiguous prefix
-(``--cuda-graph-max-bs`` on SGLang 0.5.23), TP above the GPU count, dangerous variables, and the
+"unverified" where the table has no answer), a flag by argparse's rules (unknown: the closest
+real flag suggested; an ambiguous prefix such as ``--cuda-graph-max-bs`` on SGLang 0.5.23: the
+candidates named; an unambiguous prefix: a note; a value outside the flag's choices: the
+choices listed), TP above the GPU count, dangerous variables, and the
 NCCL debugging-knob warning. Help-derived facts are cached per (host, engine executable, version)
 in ``state_dir()/preflight-cache.json``.
 """
@@ -31,7 +35,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from tui.engine_flags import Flag, FlagTable, parse_help
+from tui.engines import release_flags
 from tui.profiles.builder import Command, Issue, check_profile, demo_executable, engine_executable, resolve_nccl
+from tui.profiles.flagcheck import judge
 from tui.profiles.model import ProfileError, ServerProfile
 from tui.profiles.schema import BUILTIN_BACKENDS, MLA_TABLE, NOT_MLA
 from tui.util.files import atomic_write_json
@@ -71,7 +78,8 @@ class HostFacts:
     #: "help" | "registry" (read from the host) | "builtin" (tunedeck's list: unverified)
     backends_source: str = "builtin"
     spec_algorithms: tuple[str, ...] | None = None
-    flags: tuple[str, ...] | None = None
+    #: the host engine's flags, from its --help; None when the help could not be read
+    flags: FlagTable | None = None
     gpus: tuple[GpuInfo, ...] | None = None
     problems: tuple[str, ...] = ()
     cached: bool = False
@@ -84,7 +92,8 @@ class HostFacts:
             "version": self.version,
             "backends": list(self.backends) if self.backends is not None else None,
             "backends_source": self.backends_source,
-            "flags": len(self.flags) if self.flags is not None else None,
+            "flags": len(self.flags.names) if self.flags is not None else None,
+            "flags_source": "help" if self.flags is not None else "builtin",
             "gpus": [{"index": g.index, "name": g.name, "compute_cap": g.compute_cap} for g in self.gpus]
             if self.gpus is not None
             else None,
@@ -135,31 +144,15 @@ class PreflightReport:
 # ------------------------------------------------------------------------------ parsing
 
 
-def join_help(text: str) -> str:
-    """argparse wraps long lines; join them so ``{a,b,\\n   c}`` reads as one choice list."""
-    return re.sub(r"\s*\n\s*", " ", text)
+def host_flags(text: str, engine: str, version: str | None, target: str) -> FlagTable | None:
+    """The host engine's flag table from its ``--help`` output; None when it lists no options."""
+    flags = parse_help(text)
+    return _host_table(flags, engine, version, target) if len(flags) >= 3 else None
 
 
-def help_choices(text: str, flag: str) -> tuple[str, ...] | None:
-    m = re.search(rf"(?<![\w-]){re.escape(flag)}[ =]\{{([^}}]*)\}}", join_help(text))
-    if not m:
-        return None
-    items = tuple(c.strip() for c in m.group(1).split(",") if c.strip())
-    return items or None
-
-
-def help_flags(text: str) -> tuple[str, ...]:
-    """Long option names from argparse help: option lines and the usage block."""
-    names: set[str] = set()
-    for line in text.splitlines():
-        s = line.strip()
-        if s.startswith("-"):
-            invocation = re.split(r"\s{2,}", s, maxsplit=1)[0]
-            names.update(re.findall(r"(?<![\w-])--([a-z0-9][a-z0-9_-]*)", invocation))
-    names.update(re.findall(r"\[--([a-z0-9][a-z0-9_-]*)", text))
-    names.discard("help")
-    names.add("help")
-    return tuple(sorted(names))
+def _host_table(flags: tuple[Flag, ...], engine: str, version: str | None, target: str) -> FlagTable:
+    ver = f" {version}" if version else ""
+    return FlagTable(engine, version or "", flags, origin=f"the --help of {engine}{ver} on {target}")
 
 
 def parse_version(text: str) -> str | None:
@@ -265,11 +258,8 @@ async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, u
     if use_cache and key:
         hit = _load_cache().get(key)
         # An entry whose backend list could not be read from the host ("builtin") is asked again.
-        if (
-            isinstance(hit, dict)
-            and isinstance(hit.get("flags"), list)
-            and hit.get("backends_source", "builtin") != "builtin"
-        ):
+        cached_flags = _cached_flags(hit.get("flags")) if isinstance(hit, dict) else None
+        if isinstance(hit, dict) and cached_flags is not None and hit.get("backends_source", "builtin") != "builtin":
             return HostFacts(
                 target=target,
                 engine=profile.engine,
@@ -278,7 +268,7 @@ async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, u
                 backends=tuple(hit["backends"]) if hit.get("backends") else BUILTIN_BACKENDS[profile.engine],
                 backends_source=hit.get("backends_source", "builtin"),
                 spec_algorithms=tuple(hit["spec"]) if hit.get("spec") else None,
-                flags=tuple(hit["flags"]),
+                flags=_host_table(cached_flags, profile.engine, version, target),
                 gpus=gpus,
                 problems=tuple(problems),
                 cached=True,
@@ -297,11 +287,10 @@ async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, u
         problems.append(
             f"engine help: `{shlex.join(cmds['help'])}` failed: {_first_line(hres.stderr) or hres.exit_status}"
         )
-    flags = help_flags(help_text) if help_text else None
-    if flags is not None and len(flags) < 3:
+    flags = host_flags(help_text, profile.engine, version, target) if help_text else None
+    if help_text and flags is None:
         problems.append("engine help: no options found in the --help output")
-        flags = None
-    backends = help_choices(help_text, "--attention-backend") if help_text else None
+    backends = (flags.choices("--attention-backend") or None) if flags is not None else None
     source = "help" if backends else "builtin"
     if profile.engine == "vllm" and not backends:
         rres = await run(cmds["registry"], 120.0)
@@ -313,7 +302,7 @@ async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, u
     if not backends:
         backends = BUILTIN_BACKENDS[profile.engine]
         source = "builtin"
-    spec = help_choices(help_text, "--speculative-algorithm") if help_text else None
+    spec = (flags.choices("--speculative-algorithm") or None) if flags is not None else None
     facts = HostFacts(
         target=target,
         engine=profile.engine,
@@ -333,10 +322,29 @@ async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, u
                 "backends": list(backends) if source != "builtin" else None,
                 "backends_source": source,
                 "spec": list(spec) if spec else None,
-                "flags": list(flags),
+                "flags": [[list(f.names), f.nargs, list(f.choices)] for f in flags.flags],
             },
         )
     return facts
+
+
+def _cached_flags(entry: Any) -> tuple[Flag, ...] | None:
+    """A cache entry's flags ([names, nargs, choices] each); None for an older or damaged entry."""
+    if not isinstance(entry, list):
+        return None
+    out = []
+    for item in entry:
+        if not (
+            isinstance(item, list)
+            and len(item) == 3
+            and isinstance(item[0], list)
+            and isinstance(item[1], str)
+            and isinstance(item[2], list)
+            and all(isinstance(x, str) for x in [*item[0], *item[2]])
+        ):
+            return None
+        out.append(Flag(tuple(item[0]), item[1], tuple(item[2])))
+    return tuple(out) if len(out) >= 3 else None
 
 
 # ------------------------------------------------------------------------------ findings
@@ -497,49 +505,20 @@ def evaluate(
             )
         )
 
-    # -- flags
+    # -- flags: the host's --help is the authority; tunedeck's table only when it could not be read
     if command is not None:
-        if facts.flags is None:
+        flags = facts.flags
+        if flags is None:
+            flags = release_flags(profile.engine)
             out.append(
-                Finding("warning", "flags-unchecked", f"could not read {profile.engine}'s --help: flags unchecked")
+                Finding(
+                    "warning",
+                    "flags-builtin",
+                    f"could not read {profile.engine}'s --help on {where}: flags checked against "
+                    f"{flags.origin} (the host's may differ)",
+                )
             )
-        else:
-            known = set(facts.flags)
-            for tok in command.args:
-                if not tok.startswith("--"):
-                    continue
-                name = tok[2:].split("=", 1)[0]
-                if name in known:
-                    continue
-                cands = sorted(f for f in known if f.startswith(name))
-                if len(cands) > 1:
-                    out.append(
-                        Finding(
-                            "error",
-                            "flag-ambiguous",
-                            f"--{name} is an ambiguous prefix on {eng} (could be "
-                            f"{', '.join('--' + c for c in cands)}): the engine exits with an argparse error",
-                            f"--{name}",
-                        )
-                    )
-                elif len(cands) == 1:
-                    out.append(
-                        Finding(
-                            "warning",
-                            "flag-prefix",
-                            f"--{name} is only a prefix of --{cands[0]} on {eng}; use the full name",
-                            f"--{name}",
-                        )
-                    )
-                else:
-                    out.append(
-                        Finding(
-                            "error",
-                            "flag-unknown",
-                            f"--{name} does not exist in {eng} on {where}: the engine exits with an argparse error",
-                            f"--{name}",
-                        )
-                    )
+        out += _flag_findings(command, flags, host_read=facts.flags is not None)
 
     # -- bind address: loopback is the default; anything wider is a choice the user sees
     bind = (profile.host or "").strip()
@@ -575,6 +554,25 @@ def evaluate(
     return sorted(out, key=lambda f: order.get(f.severity, 3))
 
 
+def _flag_findings(command: Command, table: FlagTable, *, host_read: bool) -> list[Finding]:
+    """Each ``--flag[=value]`` of the command judged against ``table`` (argparse's rules)."""
+    out: list[Finding] = []
+    for tok in command.args:
+        if not tok.startswith("--"):
+            continue
+        name, eq, value = tok.partition("=")
+        v = judge(table, name, value if eq else None)
+        if v.kind == "ok":
+            continue
+        if v.kind == "prefix":
+            out.append(Finding("info", "flag-prefix", v.message, name))
+            continue
+        code = {"ambiguous": "flag-ambiguous", "unknown": "flag-unknown", "bad-choice": "flag-choice"}[v.kind]
+        # tunedeck's own table only stands in for the host's: what it refuses is unverified there
+        out.append(Finding("error" if host_read else "warning", code, v.message, name))
+    return out
+
+
 async def preflight(
     host: Any,
     profile: ServerProfile,
@@ -594,8 +592,8 @@ async def preflight(
         extra = [Issue("error", "nccl.preset", e.message)]
     else:
         extra = []
-    cmd, issues = check_profile(profile, nccl=nccl, demo=demo, allow_dangerous=allow_dangerous)
     facts = await probe_host(host, profile, demo=demo, use_cache=use_cache)
+    cmd, issues = check_profile(profile, nccl=nccl, demo=demo, allow_dangerous=allow_dangerous, flags=facts.flags)
     findings = evaluate(profile, facts, cmd, [*extra, *issues])
     return PreflightReport(profile=profile.name, facts=facts, findings=tuple(findings), command=cmd)
 
@@ -606,9 +604,7 @@ __all__ = [
     "HostFacts",
     "PreflightReport",
     "evaluate",
-    "help_choices",
-    "help_flags",
-    "join_help",
+    "host_flags",
     "parse_gpus",
     "parse_version",
     "preflight",

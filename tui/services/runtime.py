@@ -64,6 +64,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/ab/warnings.py",
     "tui/logparse/",
     "tui/engines.py",
+    "tui/engine_flags/",
     "tui/model.py",
     "tui/fmt.py",
     "tui/hostops/__init__.py",

@@ -86,7 +86,17 @@ class Sim(VllmStartup):
         self.set_mem(0.0, 0)
 
     # ------------------------------------------------------------------ start-up
+    def log_accepted(self) -> None:
+        """One line per real flag of the release that the simulator takes but does not model."""
+        for opt, vals in self.a.sim_accepted or ():
+            text = f"tunedeck sim: {' '.join((opt, *vals))}: accepted, not simulated"
+            if self.e == "sglang":
+                self.log.sg(text)
+            else:
+                self.log.vl(text, level="WARNING", where="engine_args.py:1")
+
     async def startup(self) -> None:
+        self.log_accepted()
         if self.e == "sglang":
             await self.startup_sglang()
         else:

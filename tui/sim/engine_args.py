@@ -8,7 +8,12 @@ A pre-flight can probe them exactly like the real engines:
   (``python -c "from vllm.v1.attention.backends.registry import AttentionBackendEnum as E; ..."``)
   is answered by ``tunedeck sim vllm --sim-list-backends``: the member names, space-separated, one line.
 
-Simulator-only options all start with ``--sim-``.
+Every flag of the release (``tui.engine_flags``: names, aliases, ``--no-``/``--disable-`` forms,
+choices, as its ``--help`` lists them) is accepted with argparse's own rules and errors: a flag the
+release does not have, an ambiguous prefix or a choice it does not list ends the start as the
+engine's argparse does. The flags the simulator models are declared here with their types and
+defaults and applied; every other one is collected in ``sim_accepted`` and logged at start-up as
+"accepted, not simulated". Simulator-only options all start with ``--sim-``.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import os
 import re
 from typing import Any, Sequence
 
-from tui.engines import SGLANG_ATTENTION_BACKENDS, SGLANG_SPEC_ALGORITHMS, SGLANG_VERSION, VLLM_VERSION
+from tui.engine_flags import FlagTable
+from tui.engines import SGLANG_SPEC_ALGORITHMS, SGLANG_VERSION, VLLM_VERSION, release_flags
 
 SGLANG_ALIASES = {"nsa": "dsa", "compressed": "dsv4", "tokenspeed_mla": "cutedsl_mla"}
 
@@ -87,6 +93,87 @@ def _speed(s: str) -> float:
     return v
 
 
+def _negates(first: str, name: str) -> bool:
+    """``--no-X`` for ``--X``, ``--disable-Y`` for ``--enable-Y`` and back: the switch's off form."""
+    body = first[2:]
+    if name == f"--no-{body}":
+        return True
+    for on, off in (("enable-", "disable-"), ("disable-", "enable-")):
+        if body.startswith(on) and name == f"--{off}{body[len(on) :]}":
+            return True
+    return False
+
+
+class _Toggle(argparse.Action):
+    """A switch with its off form (``--enable-x`` / ``--disable-x``, ``--x`` / ``--no-x``)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kw)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, not _negates(self.option_strings[0], option_string or ""))
+
+
+class _Accepted(argparse.Action):
+    """A real flag the simulator does not model: parsed (nargs, choices) and remembered."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        if values is None:
+            vals: tuple[str, ...] = ()
+        elif isinstance(values, list):
+            vals = tuple(str(v) for v in values)
+        else:
+            vals = (str(values),)
+        seen = list(getattr(namespace, self.dest, None) or [])
+        seen.append((option_string or self.option_strings[0], vals))
+        setattr(namespace, self.dest, seen)
+
+
+_NARGS: dict[str, Any] = {"": 0, "1": None, "?": "?", "+": "+", "*": "*"}
+
+
+def _modeled(container: Any, table: FlagTable) -> Any:
+    """``add_argument`` for a flag the simulator models: the release's option strings (all its
+    aliases) and choices; ``sim_choices`` are the simulator's own check where the release lists none."""
+
+    def add(*names: str, sim_choices: Any = None, **kw: Any) -> argparse.Action:
+        flag = table.get(names[0])
+        if flag is None or not set(names) <= set(flag.names):
+            raise ValueError(f"the simulator models {names[0]}, which {table.engine} {table.release} does not have")
+        if flag.choices:
+            conv = kw.get("type")
+            kw["choices"] = [conv(c) for c in flag.choices] if conv in (int, float) else list(flag.choices)
+        elif sim_choices is not None:
+            kw["choices"] = sim_choices
+        action = kw.get("action")
+        if action in ("store_true", argparse.BooleanOptionalAction) and len(flag.names) > 1:
+            kw["action"] = _Toggle
+            if action == "store_true":
+                kw.setdefault("default", False)
+        act: argparse.Action = container.add_argument(*flag.names, **kw)
+        return act
+
+    return add
+
+
+def _accept_rest(p: argparse.ArgumentParser, table: FlagTable) -> None:
+    """Every flag of the release the simulator does not model: accepted, checked, remembered."""
+    g = p.add_argument_group("accepted, not simulated", f"{table.engine} {table.release} flags the simulator ignores")
+    taken = p._option_string_actions
+    for flag in table.flags:
+        if any(n in taken for n in flag.names):
+            continue
+        g.add_argument(
+            *flag.names,
+            action=_Accepted,
+            nargs=_NARGS[flag.nargs],
+            choices=list(flag.choices) or None,
+            dest="sim_accepted",
+            default=None,
+            help="accepted, not simulated",
+        )
+
+
 def _add_sim_args(p: argparse.ArgumentParser, engine: str) -> None:
     g = p.add_argument_group("simulator (tunedeck sim only)")
     g.add_argument(
@@ -122,7 +209,8 @@ def _add_sim_args(p: argparse.ArgumentParser, engine: str) -> None:
 def sglang_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="launch_server.py")
     p.add_argument("--version", action="version", version=SGLANG_VERSION)
-    a = p.add_argument
+    table = release_flags("sglang")
+    a = _modeled(p, table)
     a(
         "--model-path",
         "--model",
@@ -132,7 +220,7 @@ def sglang_parser() -> argparse.ArgumentParser:
         help="The path of the model weights. This can be a local folder or a Hugging Face repo ID.",
     )
     a("--tokenizer-path", type=str, default=None, help="The path of the tokenizer.")
-    a("--tokenizer-mode", type=str, default="auto", choices=["auto", "slow"], help="Tokenizer mode.")
+    a("--tokenizer-mode", type=str, default="auto", help="Tokenizer mode.")
     a("--tokenizer-worker-num", type=int, default=1, help="The worker num of the tokenizer manager.")
     a(
         "--skip-tokenizer-init",
@@ -143,18 +231,6 @@ def sglang_parser() -> argparse.ArgumentParser:
         "--load-format",
         type=str,
         default="auto",
-        choices=[
-            "auto",
-            "pt",
-            "safetensors",
-            "npcache",
-            "dummy",
-            "sharded_state",
-            "gguf",
-            "bitsandbytes",
-            "layered",
-            "remote",
-        ],
         help="The format of the model weights to load.",
     )
     a("--trust-remote-code", action="store_true", help="Whether or not to allow for custom models defined on the Hub.")
@@ -163,40 +239,18 @@ def sglang_parser() -> argparse.ArgumentParser:
         "--dtype",
         type=str,
         default="auto",
-        choices=["auto", "half", "float16", "bfloat16", "float", "float32"],
         help="Data type for model weights and activations.",
     )
     a(
         "--quantization",
         type=str,
         default=None,
-        choices=[
-            "awq",
-            "fp8",
-            "gptq",
-            "marlin",
-            "gptq_marlin",
-            "awq_marlin",
-            "bitsandbytes",
-            "gguf",
-            "modelopt",
-            "modelopt_fp4",
-            "petit_nvfp4",
-            "w8a8_int8",
-            "w8a8_fp8",
-            "moe_wna16",
-            "qoq",
-            "w4afp8",
-            "mxfp4",
-            "compressed-tensors",
-        ],
         help="The quantization method.",
     )
     a(
         "--kv-cache-dtype",
         type=str,
         default="auto",
-        choices=["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"],
         help="Data type for kv cache storage.",
     )
     a("--served-model-name", type=str, default=None, help="Override the model name returned by the v1/models endpoint.")
@@ -232,7 +286,6 @@ def sglang_parser() -> argparse.ArgumentParser:
         "--schedule-policy",
         type=str,
         default="fcfs",
-        choices=["lpm", "random", "fcfs", "dfs-weight", "lof", "priority"],
         help="The scheduling policy of the requests.",
     )
     a("--schedule-conservativeness", type=float, default=1.0, help="How conservative the schedule policy is.")
@@ -261,7 +314,6 @@ def sglang_parser() -> argparse.ArgumentParser:
         default=1,
         help="The interval (or buffer size) for streaming in terms of the token length.",
     )
-    a("--stream-output", action="store_true", help="Whether to output as a sequence of disjoint segments.")
     a("--watchdog-timeout", type=float, default=300, help="Set watchdog timeout in seconds.")
     a("--download-dir", type=str, default=None, help="Model download directory for huggingface.")
     a("--log-level", type=str, default="info", help="The logging level of all loggers.")
@@ -292,46 +344,46 @@ def sglang_parser() -> argparse.ArgumentParser:
     a(
         "--attention-backend",
         type=str,
-        choices=SGLANG_ATTENTION_BACKENDS,
         default=None,
         help="Choose the kernels for attention layers.",
     )
     a(
         "--prefill-attention-backend",
         type=str,
-        choices=SGLANG_ATTENTION_BACKENDS,
         default=None,
         help="Choose the kernels for prefill attention layers (have priority over --attention-backend).",
     )
     a(
         "--decode-attention-backend",
         type=str,
-        choices=SGLANG_ATTENTION_BACKENDS,
         default=None,
         help="Choose the kernels for decode attention layers (have priority over --attention-backend).",
     )
     a(
         "--sampling-backend",
         type=str,
-        choices=["flashinfer", "pytorch", "ascend"],
         default=None,
         help="Choose the kernels for sampling layers.",
     )
     a(
         "--grammar-backend",
         type=str,
-        choices=["xgrammar", "outlines", "llguidance", "none"],
         default=None,
         help="Choose the backend for grammar-guided decoding.",
     )
     a(
         "--mm-attention-backend",
         type=str,
-        choices=["sdpa", "fa3", "fa4", "triton_attn", "ascend_attn", "aiter_attn"],
         default=None,
         help="Set multimodal attention backend.",
     )
-    a("--speculative-algorithm", type=str, choices=SGLANG_SPEC_ALGORITHMS, default=None, help="Speculative algorithm.")
+    a(
+        "--speculative-algorithm",
+        type=str,
+        sim_choices=SGLANG_SPEC_ALGORITHMS,
+        default=None,
+        help="Speculative algorithm.",
+    )
     a(
         "--speculative-draft-model-path",
         "--speculative-draft-model",
@@ -366,12 +418,17 @@ def sglang_parser() -> argparse.ArgumentParser:
     a(
         "--speculative-attention-mode",
         type=str,
-        choices=["prefill", "decode"],
         default="prefill",
         help="Attention backend for speculative decoding operations (both target verify and draft extend).",
     )
     a("--speculative-draft-attention-backend", type=str, default=None, help="Attention backend for the draft model.")
     a("--speculative-token-map", type=str, default=None, help="The path of the draft model's small vocab table.")
+    a(
+        "--cpu-offload-gb",
+        type=int,
+        default=0,
+        help="How many GBs of RAM to reserve for CPU offloading: those weights leave each GPU's memory.",
+    )
     a("--disable-radix-cache", action="store_true", help="Disable RadixAttention for prefix caching.")
     a("--cuda-graph-max-bs-decode", type=int, default=None, help="Set the maximum batch size for decode cuda graph.")
     a(
@@ -380,18 +437,15 @@ def sglang_parser() -> argparse.ArgumentParser:
         default=None,
         help="Set the maximum number of tokens for prefill cuda graph.",
     )
-    a("--cuda-graph-bs", type=int, nargs="+", default=None, help="Set the list of batch sizes for cuda graph.")
     a(
         "--cuda-graph-backend-decode",
         type=str,
-        choices=["full", "breakable", "disabled"],
         default="full",
         help="CUDA graph backend for decode.",
     )
     a(
         "--cuda-graph-backend-prefill",
         type=str,
-        choices=["full", "breakable", "disabled"],
         default="disabled",
         help="CUDA graph backend for prefill.",
     )
@@ -426,20 +480,11 @@ def sglang_parser() -> argparse.ArgumentParser:
         "--moe-runner-backend",
         type=str,
         default="auto",
-        choices=[
-            "auto",
-            "deep_gemm",
-            "triton",
-            "triton_kernel",
-            "flashinfer_trtllm",
-            "flashinfer_cutlass",
-            "flashinfer_mxfp4",
-            "cutlass",
-        ],
         help="Choose the runner backend for MoE.",
     )
     a("--enable-hierarchical-cache", action="store_true", help="Enable hierarchical cache.")
     a("--enable-deterministic-inference", action="store_true", help="Enable deterministic inference mode.")
+    _accept_rest(p, table)
     _add_sim_args(p, "sglang")
     return p
 
@@ -476,158 +521,155 @@ def vllm_parser() -> argparse.ArgumentParser:
         "Use `--help=all` to show all available flags at once.",
     )
     p.add_argument("--version", action="version", version=VLLM_VERSION)
+    table = release_flags("vllm")
     p.add_argument(
         "model_tag", nargs="?", default=None, help="The model tag to serve (optional if specified in config)"
     )
-    fe = p.add_argument_group("Frontend", "Arguments for the OpenAI-compatible frontend server.")
-    fe.add_argument("--host", type=str, default=None, help="Host name.")
-    fe.add_argument("--port", type=int, default=8000, help="Port number.")
-    fe.add_argument(
+    fe = _modeled(p.add_argument_group("Frontend", "Arguments for the OpenAI-compatible frontend server."), table)
+    fe("--host", type=str, default=None, help="Host name.")
+    fe("--port", type=int, default=8000, help="Port number.")
+    fe(
         "--uvicorn-log-level",
         type=str,
         default="info",
-        choices=["critical", "debug", "error", "info", "trace", "warning"],
         help="Log level for uvicorn.",
     )
-    fe.add_argument("--disable-uvicorn-access-log", action="store_true", help="Disable uvicorn access log.")
-    fe.add_argument(
+    fe("--disable-uvicorn-access-log", action="store_true", help="Disable uvicorn access log.")
+    fe(
         "--api-key",
         type=str,
         default=None,
         help="If provided, the server will require one of these keys to be presented in the header.",
     )
-    fe.add_argument("--served-model-name", nargs="+", type=str, default=None, help="The model name(s) used in the API.")
-    fe.add_argument("--chat-template", type=str, default=None, help="The file path to the chat template.")
-    fe.add_argument(
-        "--enable-force-include-usage", action="store_true", help="If set to True, including usage on every request."
-    )
-    fe.add_argument("--enable-log-requests", action="store_true", help="Enable logging requests.")
-    fe.add_argument("--disable-log-stats", action="store_true", help="Disable logging statistics.")
-    fe.add_argument(
+    fe("--served-model-name", nargs="+", type=str, default=None, help="The model name(s) used in the API.")
+    fe("--chat-template", type=str, default=None, help="The file path to the chat template.")
+    fe("--enable-force-include-usage", action="store_true", help="If set to True, including usage on every request.")
+    fe("--enable-log-requests", action="store_true", help="Enable logging requests.")
+    fe("--disable-log-stats", action="store_true", help="Disable logging statistics.")
+    fe(
         "--disable-fastapi-docs",
         action="store_true",
         help="Disable FastAPI's OpenAPI schema, Swagger UI, and ReDoc endpoint.",
     )
-    mc = p.add_argument_group("ModelConfig", "Configuration for the model.")
-    mc.add_argument(
-        "--model", type=str, default="Qwen/Qwen3-0.6B", help="Name or path of the Hugging Face model to use."
-    )
-    mc.add_argument("--tokenizer", type=str, default=None, help="Name or path of the Hugging Face tokenizer to use.")
-    mc.add_argument("--trust-remote-code", action="store_true", help="Trust remote code.")
-    mc.add_argument(
+    mc = _modeled(p.add_argument_group("ModelConfig", "Configuration for the model."), table)
+    mc("--model", type=str, default="Qwen/Qwen3-0.6B", help="Name or path of the Hugging Face model to use.")
+    mc("--tokenizer", type=str, default=None, help="Name or path of the Hugging Face tokenizer to use.")
+    mc("--trust-remote-code", action="store_true", help="Trust remote code.")
+    mc(
         "--dtype",
         type=str,
         default="auto",
-        choices=["auto", "bfloat16", "float", "float16", "float32", "half"],
         help="Data type for model weights and activations.",
     )
-    mc.add_argument("--seed", type=int, default=0, help="Random seed for reproducibility.")
-    mc.add_argument("--max-model-len", type=str, default=None, help="Model context length (prompt and output).")
-    mc.add_argument("--quantization", "-q", type=str, default=None, help="Method used to quantize the weights.")
-    mc.add_argument("--enforce-eager", action="store_true", help="Whether to always use eager-mode PyTorch.")
-    mc.add_argument("--generation-config", type=str, default="auto", help="The folder path to the generation config.")
-    mc.add_argument("--revision", type=str, default=None, help="The specific model version to use.")
-    lc = p.add_argument_group("LoadConfig", "Configuration for loading the model weights.")
-    lc.add_argument("--load-format", type=str, default="auto", help="The format of the model weights to load.")
-    lc.add_argument("--download-dir", type=str, default=None, help="Directory to download and load the weights.")
-    pc = p.add_argument_group("ParallelConfig", "Configuration for the distributed execution.")
-    pc.add_argument("--tensor-parallel-size", "-tp", type=int, default=1, help="Number of tensor parallel groups.")
-    pc.add_argument("--data-parallel-size", "-dp", type=int, default=1, help="Number of data parallel groups.")
-    pc.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1, help="Number of pipeline parallel groups.")
-    pc.add_argument(
+    mc("--seed", type=int, default=0, help="Random seed for reproducibility.")
+    mc("--max-model-len", type=str, default=None, help="Model context length (prompt and output).")
+    mc("--quantization", "-q", type=str, default=None, help="Method used to quantize the weights.")
+    mc("--enforce-eager", action="store_true", help="Whether to always use eager-mode PyTorch.")
+    mc("--generation-config", type=str, default="auto", help="The folder path to the generation config.")
+    mc("--revision", type=str, default=None, help="The specific model version to use.")
+    lc = _modeled(p.add_argument_group("LoadConfig", "Configuration for loading the model weights."), table)
+    lc("--load-format", type=str, default="auto", help="The format of the model weights to load.")
+    lc("--download-dir", type=str, default=None, help="Directory to download and load the weights.")
+    pc = _modeled(p.add_argument_group("ParallelConfig", "Configuration for the distributed execution."), table)
+    pc("--tensor-parallel-size", "-tp", type=int, default=1, help="Number of tensor parallel groups.")
+    pc("--data-parallel-size", "-dp", type=int, default=1, help="Number of data parallel groups.")
+    pc("--pipeline-parallel-size", "-pp", type=int, default=1, help="Number of pipeline parallel groups.")
+    pc(
         "--enable-expert-parallel",
         action="store_true",
         help="Use expert parallelism instead of tensor parallelism for MoE layers.",
     )
-    pc.add_argument(
+    pc(
         "--disable-custom-all-reduce",
         action="store_true",
         help="Disable the custom all-reduce kernel and fall back to NCCL.",
     )
-    pc.add_argument(
+    pc(
         "--distributed-executor-backend",
         type=str,
         default=None,
-        choices=["external_launcher", "mp", "ray", "uni"],
         help="Backend to use for distributed model workers.",
     )
-    cc = p.add_argument_group("CacheConfig", "Configuration for the KV cache.")
-    cc.add_argument(
+    cc = _modeled(p.add_argument_group("CacheConfig", "Configuration for the KV cache."), table)
+    cc(
         "--gpu-memory-utilization",
         type=float,
         default=0.92,
         help="The fraction of GPU memory to be used for the model executor.",
     )
-    cc.add_argument(
+    cc(
         "--block-size",
         type=int,
         default=None,
-        choices=[1, 8, 16, 32, 64, 128, 256],
         help="Size of a contiguous cache block in number of tokens.",
     )
-    cc.add_argument(
+    cc(
         "--kv-cache-dtype",
         type=str,
         default="auto",
-        choices=["auto", "bfloat16", "fp8", "fp8_ds_mla", "fp8_e4m3", "fp8_e5m2", "fp8_inc"],
         help="Data type for kv cache storage.",
     )
-    cc.add_argument(
+    oc = _modeled(p.add_argument_group("OffloadConfig", "Configuration for offloading weights to CPU."), table)
+    oc(
+        "--cpu-offload-gb",
+        type=float,
+        default=0,
+        help="The space in GiB to offload to CPU, per GPU: those weights leave GPU memory.",
+    )
+    cc(
         "--enable-prefix-caching",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="Whether to enable prefix caching.",
     )
-    cc.add_argument("--swap-space", type=float, default=4, help="Size of the CPU swap space per GPU (in GiB).")
-    sc = p.add_argument_group("SchedulerConfig", "Scheduler configuration.")
-    sc.add_argument(
+    sc = _modeled(p.add_argument_group("SchedulerConfig", "Scheduler configuration."), table)
+    sc(
         "--max-num-seqs",
         type=int,
         default=None,
         help="Maximum number of sequences to be processed in a single iteration.",
     )
-    sc.add_argument(
+    sc(
         "--max-num-batched-tokens",
         type=int,
         default=None,
         help="Maximum number of tokens to be processed in a single iteration.",
     )
-    sc.add_argument(
-        "--async-scheduling", action=argparse.BooleanOptionalAction, default=None, help="Perform async scheduling."
+    sc(
+        "--enable-chunked-prefill",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Chunk long prefills into token-budgeted steps (vLLM V1: on unless disabled).",
     )
-    ac = p.add_argument_group("AttentionConfig", "Configuration for attention mechanisms in vLLM.")
-    ac.add_argument(
+    sc("--async-scheduling", action=argparse.BooleanOptionalAction, default=None, help="Perform async scheduling.")
+    ac = _modeled(p.add_argument_group("AttentionConfig", "Configuration for attention mechanisms in vLLM."), table)
+    ac(
         "--attention-backend",
         type=str,
-        choices=_CaseInsensitiveChoices(VLLM_BACKENDS),
+        sim_choices=_CaseInsensitiveChoices(VLLM_BACKENDS),
         metavar="ATTENTION_BACKEND",
         default=None,
         help="Attention backend to use. Use 'auto' or None for automatic selection.",
     )
-    ac.add_argument(
-        "--attention-config", "-ac", type=_json_arg, default=None, help="Configuration for attention (JSON)."
-    )
-    vc = p.add_argument_group("VllmConfig", "Dataclass which contains all vllm-related configuration.")
-    vc.add_argument(
-        "--speculative-config", "-sc", type=_json_arg, default=None, help="Speculative decoding configuration (JSON)."
-    )
-    vc.add_argument(
+    ac("--attention-config", "-ac", type=_json_arg, default=None, help="Configuration for attention (JSON).")
+    vc = _modeled(p.add_argument_group("VllmConfig", "Dataclass which contains all vllm-related configuration."), table)
+    vc("--speculative-config", "-sc", type=_json_arg, default=None, help="Speculative decoding configuration (JSON).")
+    vc(
         "--compilation-config",
         "-cc",
         type=_json_arg,
         default=None,
         help="torch.compile and cudagraph capture configuration (JSON).",
     )
-    vc.add_argument(
-        "-O",
-        dest="optimization_level",
+    vc(
+        "--optimization-level",
         type=int,
-        choices=[0, 1, 2, 3],
         default=2,
-        help="The optimization level (-O0 ... -O3).",
+        help="The optimization level (-O0 ... -O3, which vLLM reads as this flag).",
     )
-    vc.add_argument("--max-cudagraph-capture-size", type=int, default=None, help="Maximum cudagraph capture size.")
-    vc.add_argument("--cudagraph-capture-sizes", type=int, nargs="+", default=None, help="Cudagraph capture sizes.")
+    vc("--max-cudagraph-capture-size", type=int, default=None, help="Maximum cudagraph capture size.")
+    vc("--cudagraph-capture-sizes", type=int, nargs="+", default=None, help="Cudagraph capture sizes.")
+    _accept_rest(p, table)
     _add_sim_args(p, "vllm")
     return p
 
@@ -638,7 +680,7 @@ _DOT_RE = re.compile(
 
 
 def preprocess_vllm_argv(argv: Sequence[str]) -> list[str]:
-    """vLLM's FlexibleArgumentParser tweaks: ``serve`` prefix, ``--flag_name`` underscores,
+    """vLLM's FlexibleArgumentParser tweaks: ``serve`` prefix, ``--flag_name`` underscores, ``-O3``,
     dotted JSON sub-keys (``-cc.cudagraph_mode=FULL``) merged into one JSON argument."""
     argv = list(argv)
     if argv[:1] == ["serve"]:
@@ -666,7 +708,11 @@ def preprocess_vllm_argv(argv: Sequence[str]) -> list[str]:
             cur[parts[-1]] = parsed
             i += 1
             continue
-        if a.startswith("--") and not a.startswith("--sim-"):
+        if a == "-O":
+            a = "--optimization-level"
+        elif a.startswith("-O"):  # -O3, -O=3: vLLM reads it as --optimization-level
+            a = "--optimization-level=" + a[2:].lstrip("=")
+        elif a.startswith("--") and not a.startswith("--sim-"):
             name, eq, rest = a.partition("=")
             a = name.replace("_", "-") + eq + rest
         out.append(a)

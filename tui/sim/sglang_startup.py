@@ -22,9 +22,8 @@ class SglangStartup(Scheduler):
         L = self.log
         total = self.gpu_cfg.memory_total_mib / 1024.0
         f = self.facts
-        self.weights_gib = f["weights_gib_total"] / self.tp
-        if f["mla"]:
-            self.weights_gib = f["weights_gib_total"] / self.tp
+        # --cpu-offload-gb: that many GB of each rank's weights stay in host memory
+        self.weights_gib = max(0.0, f["weights_gib_total"] / self.tp - a.cpu_offload_gb)
         mfs = a.mem_fraction_static or (0.88 if total > 100 else 0.85)
         baseline = 1.14
         ctx = 0.52

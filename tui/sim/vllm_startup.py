@@ -102,7 +102,12 @@ class VllmStartup(SglangStartup):
         await self.at(0.01)
         L.vl(f"Resolved architecture: {f['arch']}", where="model.py:549")
         L.vl(f"Using max model len {self.context_len}", where="model.py:1678")
-        L.vl(f"Chunked prefill is enabled with max_num_batched_tokens={self.prefill_budget}.", where="scheduler.py:252")
+        chunked = a.enable_chunked_prefill is not False  # vLLM V1: on unless --disable-chunked-prefill
+        if chunked:
+            L.vl(
+                f"Chunked prefill is enabled with max_num_batched_tokens={self.prefill_budget}.",
+                where="scheduler.py:252",
+            )
         L.vl("Asynchronous scheduling is enabled.", where="vllm.py:790")
         await self.at(0.03)
         spec_s = "None" if not self.spec else repr(a.speculative_config)
@@ -114,7 +119,7 @@ class VllmStartup(SglangStartup):
             f"data_parallel_size={a.data_parallel_size}, disable_custom_all_reduce={a.disable_custom_all_reduce}, "
             f"quantization={a.quantization}, enforce_eager={a.enforce_eager}, kv_cache_dtype={a.kv_cache_dtype}, "
             f"device_config=cuda, seed={a.seed}, served_model_name={self.served}, enable_prefix_caching={self.cache is not None}, "
-            f"enable_chunked_prefill=True, pooler_config=None, compilation_config={json.dumps(a.compilation_config or {})}",
+            f"enable_chunked_prefill={chunked}, pooler_config=None, compilation_config={json.dumps(a.compilation_config or {})}",
             proc="EngineCore",
             pid=ec,
             where="core.py:105",
@@ -208,7 +213,8 @@ class VllmStartup(SglangStartup):
                 pid=self.w(0),
                 where="cuda.py:334",
             )
-        self.weights_gib = f["weights_gib_total"] / self.tp
+        # --cpu-offload-gb: that many GiB of each GPU's weights stay in CPU memory
+        self.weights_gib = max(0.0, f["weights_gib_total"] / self.tp - self.a.cpu_offload_gb)
         n_sh = f["shards"]
         f0, f1 = 0.08, 0.40
         label = "Loading safetensors checkpoint shards"
