@@ -13,7 +13,7 @@ from tui.hostops.runstore import FAILED, READY, STARTING, RunStore
 from tui.hostops.tracker import STALLED, StartupTracker
 from tui.model import StartupProgress
 from tui.services.deploy.logs import log_time
-from tui.services.deploy.records import SECONDARY_KINDS, DeploymentRecord, DeploymentStore, Member
+from tui.services.deploy.records import SECONDARY_KINDS, DeploymentRecord, DeploymentStore, Member, mark_workers_up
 from tui.util.aio import cancel_and_wait
 
 
@@ -215,6 +215,8 @@ async def watch(
                 break
     finally:
         await cancel_and_wait(tasks, f"deployment {rec.deploy_id}: startup watch")
+    if verdict.state == READY:
+        mark_workers_up(rec, runstore)  # they serve no HTTP: their start-up ended with the head's
     cur = store.load(rec.deploy_id) or rec
     if verdict.state != STARTING or cur.status != verdict.state:
         cur.status = verdict.state
