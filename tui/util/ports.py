@@ -63,7 +63,7 @@ exit 0
 """
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PortOwners:
     """Who listens on ``port`` (see the module's doc for ``state``)."""
 

@@ -95,7 +95,7 @@ async def reread_deployments(
     store: DeploymentStore | None = None,
     factory: HostFactory | None = None,
     hosts: Mapping[str, Host] | None = None,
-    timeout: float = 30.0,
+    timeout: float = 15.0,
 ) -> list[DeploymentRecord]:
     """Every deployment not yet settled, re-read from its nodes' processes (one connection per
     node, all nodes at once), then settled; a node that cannot be reached is logged and its
