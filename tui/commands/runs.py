@@ -127,7 +127,8 @@ async def _own_ready(host: Host, answered: Sequence[RunRecord]) -> set[str]:
 
     out: set[str] = set()
     for r in answered:
-        assert r.port is not None
+        if r.port is None:
+            continue
         owner = await port_owners(host, r.port, session=r.pid, run_id=r.run_id)
         if owner.state == OWN:
             out.add(r.run_id)
