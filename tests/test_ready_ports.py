@@ -45,3 +45,17 @@ def test_parse_the_cases_the_host_can_answer() -> None:
     evil = parse_port_owners(80, "LISTEN 1\nOWNER 10 0 \x1b]0;pwned\x07\n")
     assert evil.state == OTHER and "\x1b" not in evil.describe() and "\\x1b" in evil.describe()
     assert parse_port_owners(80, "").state == UNKNOWN
+
+
+def test_status_row_of_a_dead_run_reads_failed_with_its_cause() -> None:
+    """A server row whose /health no longer answers shows its run's re-read state: failed, the cause."""
+    from tui.hostops.runstore import RunRecord, RunStore
+    from tui.hostops.tracker import reconcile_servers
+    from tui.model import ServerStats
+
+    store = RunStore()
+    cause = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    store.save(RunRecord("abcdef01", "demo", ["x"], status="failed", diagnosis=cause))
+    row = ServerStats("p", "sglang", "http://127.0.0.1:1", "down", run_id="abcdef01")
+    (out,) = reconcile_servers([row], store)
+    assert (out.state, out.message) == ("failed", cause)

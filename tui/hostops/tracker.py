@@ -650,13 +650,14 @@ async def wait_ready(
 
 
 #: run-record states that say more than a /health probe while the server does not answer 200
-_RECORD_STATES = {"launching": STARTING, STARTING: STARTING, STALLED: STALLED, STOPPING: STOPPING}
+_RECORD_STATES = {"launching": STARTING, STARTING: STARTING, STALLED: STALLED, STOPPING: STOPPING, FAILED: FAILED}
 
 
 def reconcile_servers(servers: Sequence[ServerStats], store: RunStore | None = None) -> tuple[ServerStats, ...]:
     """The status screen's server rows, agreeing with the run view and ``tunedeck runs``:
     a server tunedeck launched whose ``/health`` does not answer 200 shows its run's
-    state (starting, stalled, stopping) and diagnosis instead of a bare "down"."""
+    state (starting, stalled, stopping, failed: a re-read found its process dead) and
+    diagnosis instead of a bare "down"."""
     store = store or RunStore()
     out = []
     for s in servers:
