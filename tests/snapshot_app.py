@@ -725,6 +725,9 @@ def runs() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
                 created=1_741_436_000.0 + 3600 * i,
                 started=1_741_436_000.0 + 3600 * i,
                 rc=rc,
+                diagnosis="RuntimeError: CUDA error: an illegal memory access was encountered"
+                if st == "failed"
+                else None,
             )
             for i, (prof, e, port, st, rc) in enumerate(
                 (

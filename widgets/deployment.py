@@ -23,6 +23,7 @@ from widgets.startup_progress import describe
 NODE_STYLES = ("bold cyan", "bold magenta", "bold green", "bold yellow", "bold blue", "bold bright_red")
 _STATE_STYLE = {
     "ready": "green",
+    "up (worker)": "green",
     "failed": "bold red",
     "exited": "bold red",
     "stalled": "bold yellow",
@@ -90,8 +91,17 @@ class NodeProgressList(Widget):
             out.append(f"{r.tag:<{tag_w}} ", style=self.node_styles.get(tag_node(r.tag), "bold"))
             out.append(f"{r.role:<6} ", style="dim")
             frac = max(0.0, min(1.0, p.fraction)) if p is not None else 0.0
+            if r.state == "up (worker)":
+                frac = 1.0  # a worker serves no HTTP: its start-up ended with its head's
             filled = round(frac * bar_w)
-            bar_style = {"ready": "green", "failed": "red", "exited": "red", "stalled": "yellow", "stopped": "blue"}
+            bar_style = {
+                "ready": "green",
+                "up (worker)": "green",
+                "failed": "red",
+                "exited": "red",
+                "stalled": "yellow",
+                "stopped": "blue",
+            }
             out.append("█" * filled, style=bar_style.get(r.state, "cyan"))
             out.append("░" * (bar_w - filled), style="dim")
             out.append(f" {frac * 100:3.0f}%  ")

@@ -24,6 +24,7 @@ STATE_COLOURS = {
     "down": "error",
     "stalled": "warning",
     "stopping": "warning",
+    "failed": "error",
 }
 METRICS_DISABLED = "metrics disabled (start SGLang with --enable-metrics)"
 

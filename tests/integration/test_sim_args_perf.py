@@ -121,7 +121,8 @@ def test_sim_options_and_env_default(monkeypatch):
     assert a.sim_load_seconds == 3.5 and a.sim_speed == 1.0 and a.sim_fault is None
     r = run("sglang", "--model-path", "m", "--sim-fault", "segv")
     assert r.returncode == 2 and re.search(
-        r"argument --sim-fault: invalid choice: 'segv' \(choose from '?oom'?, '?nccl'?, '?port'?, '?hang'?\)", r.stderr
+        r"argument --sim-fault: invalid choice: 'segv' \(choose from '?oom'?, '?nccl'?, '?port'?, '?hang'?, '?crash'?\)",
+        r.stderr,
     )
 
 

@@ -19,12 +19,12 @@ import asyncio
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from tui.hostops.hosts import Host, HostError
 from tui.hostops.logfollow import LineSplitter, follow_forever
-from tui.hostops.runstore import FAILED, READY, STARTING, RunStore
+from tui.hostops.runstore import FAILED, READY, STARTING, WORKER_UP, RunStore
 from tui.hostops.tracker import STALLED, StartupTracker
 from tui.services import deploy as D
 
@@ -202,6 +202,11 @@ class DeploymentCollector:
                 f.tracker.finish(snap)  # the run record follows, so `tunedeck runs` agrees
             states.append(D.member_state(f.member, f.tracker, snap, f.ended))
         verdict = D.triage(states, self.rec.nodes) if states else D.Verdict(STARTING)
+        if verdict.state == READY:
+            # a worker serves no HTTP: its start-up ended with the head's, it is up (worker)
+            states = [replace(s, state=WORKER_UP) if not s.serves and s.state == STARTING else s for s in states]
+            if verdict.state != self._verdict.state:
+                D.mark_workers_up(self.rec, self.runstore)
         if verdict.state != self._verdict.state:
             self._record(verdict)
         self._verdict = verdict

@@ -295,6 +295,8 @@ async def follow_logs(args: argparse.Namespace, rec: D.DeploymentRecord, node: s
             if over and not snap.lines:
                 v = snap.verdict
                 state = cur.status if cur is not None and cur.status in ("stopped", "failed") else v.state
+                if state not in ("stopped", "failed") and all(m.state == "stopped" for m in states):
+                    state = "stopped"  # every member stopped on request, before the stop wrote its record
                 print(
                     f"tunedeck logs: deployment {rec.deploy_id} has ended ({state})"
                     + (f": {visible(v.diagnosis)}" if v.diagnosis else ""),

@@ -7,8 +7,9 @@ import sys
 from typing import Sequence
 
 from tui.hostops.hosts import Host, HostError, target_name
-from tui.hostops.launcher import pick_run, reattach
+from tui.hostops.launcher import pick_run
 from tui.hostops.runstore import RunRecord, RunStore
+from tui.services.journal import reread_runs
 from tui.services.targets import get_host
 from tui.util.safety import UnsafeInput, visible
 
@@ -36,7 +37,7 @@ async def live_records(host: Host, store: RunStore) -> list[RunRecord]:
     from tui.hostops.tracker import STALLED
 
     out = []
-    for rec in await reattach(host, store):
+    for rec in await reread_runs(host, store):
         if rec.ended_:
             rec.status = STALLED
             rec.diagnosis = f"{rec.diagnosis or 'no progress'}; the process is still running"

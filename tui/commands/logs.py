@@ -28,6 +28,7 @@ from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import find_host_run
 from tui.hostops.logfollow import LineSplitter, LogFollower, read_log
 from tui.hostops.runstore import RunRecord, RunStore
+from tui.services.journal import reread_runs
 from tui.util.aio import cancel_and_wait
 from tui.util.safety import visible
 
@@ -133,6 +134,20 @@ async def _watch_end(host: Host, rec: RunRecord, interval: float) -> int | None:
             return ended
 
 
+async def _cause(host: Host, store: RunStore, rec: RunRecord) -> str:
+    """'; failed: CAUSE' for a run that just ended: re-read from its host (settled from its own
+    log, the journal corrected when it had been ready), or '' when it was stopped or cannot be read."""
+    try:
+        await reread_runs(host, store)
+    except (HostError, OSError) as e:
+        log_.warning("logs: run %s ended; reading its cause failed: %s", rec.run_id, visible(e))
+        return ""
+    done = store.load(rec.run_id)
+    if done is None or not done.diagnosis or done.status == "stopped":
+        return ""
+    return f"; {done.status}: {visible(done.diagnosis)}"
+
+
 async def _follow(
     host: Host, store: RunStore, rec: RunRecord, log: str, offset: int, args: argparse.Namespace, out: BinaryIO
 ) -> int:
@@ -193,7 +208,10 @@ async def _follow(
                     out.flush()
                 save(force=True)
                 how = "exited" if rc is None else f"exited with status {rc}"
-                print(f"tunedeck logs: run {rec.run_id} has {how}; stopped following", file=sys.stderr)
+                print(
+                    f"tunedeck logs: run {rec.run_id} has {how}{await _cause(host, store, rec)}; stopped following",
+                    file=sys.stderr,
+                )
                 return 0
             if isinstance(error, HostError):
                 # report first; the stream's own cleanup (reaping the remote tail) is not awaited here
@@ -273,7 +291,8 @@ async def run(args: argparse.Namespace) -> int:
             out.flush()
             if args.resume:
                 store.update(rec.run_id, log_offset=offset + len(data))
-            print(f"tunedeck logs: run {rec.run_id} has ended ({rec.status}); not following", file=sys.stderr)
+            cause = f": {visible(rec.diagnosis)}" if rec.diagnosis and rec.status != "stopped" else ""
+            print(f"tunedeck logs: run {rec.run_id} has ended ({rec.status}{cause}); not following", file=sys.stderr)
             return 0
         return await _follow(host, store, rec, log, offset, args, out)
     except HostError as e:

@@ -14,6 +14,7 @@ from tui.hostops.launcher import gpu_memory_used, process_alive
 from tui.hostops.runstore import LAUNCHING, READY, STARTING, RunRecord, RunStore
 from tui.hostops.tracker import STALLED, describe_gpu_memory
 from tui.model import jsonable
+from tui.util.ports import OTHER, OWN, port_owners
 from tui.util.safety import redact_argv, visible
 
 if TYPE_CHECKING:
@@ -35,14 +36,16 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     from tui.commands import _deploy
-    from tui.services.deploy import DeploymentStore
+    from tui.services.deploy import DeploymentStore, reread_deployments
 
     if args.id is not None:
         dep = _deploy.find(args.id)
         if dep is None:
             return err("runs", f"no deployment {args.id!r} (tunedeck runs --deployments lists them)")
+        dep = (await reread_deployments([dep]))[0]
         return await _deploy.show_deployment(args, dep)
     if args.deployments:
+        await reread_deployments()  # every node's processes: a dead deployment reads failed now
         deps = _deploy.list_deployments(args.json)
         if args.json:
             print(json.dumps(deps, indent=2))
@@ -58,7 +61,7 @@ async def run(args: argparse.Namespace) -> int:
         return err("runs", str(e))
     finally:
         await host.close()
-    members = {m.run_id: (d.deploy_id, m.node) for d in DeploymentStore().all() for m in d.members}
+    members = {m.run_id: (d.deploy_id, m.node) for d in await reread_deployments() for m in d.members}
     if args.json:
         out = []
         for r in recs:
@@ -73,11 +76,11 @@ async def run(args: argparse.Namespace) -> int:
         _deploy.list_deployments(False)
         return 0
     now = time.time()
-    print(f"{'RUN':14} {'STATUS':9} {'ENGINE':7} {'PORT':>5} {'PID':>8} {'AGE':>7}  PROFILE / COMMAND")
+    print(f"{'RUN':14} {'STATUS':11} {'ENGINE':7} {'PORT':>5} {'PID':>8} {'AGE':>7}  PROFILE / COMMAND")
     for r in recs:
         what = visible(r.profile or " ".join(redact_argv(r.argv))[:60])
         print(
-            f"{r.run_id:14} {r.status:9} {r.engine:7} {r.port if r.port else '-':>5} {r.pid or '-':>8} "
+            f"{r.run_id:14} {r.status:11} {r.engine:7} {r.port if r.port else '-':>5} {r.pid or '-':>8} "
             f"{age(now - (r.created or now)):>7}  {what}"
         )
         if r.diagnosis:
@@ -117,6 +120,27 @@ async def _quiet_logs(host: Host, recs: Sequence[RunRecord], after: float = STAL
     return live
 
 
+async def _own_ready(host: Host, answered: Sequence[RunRecord]) -> set[str]:
+    """The runs whose ``/health`` 200 came from their own process tree (another process on the
+    port is not the run); where the listener cannot be told, the run's own log decides."""
+    from tui.hostops.reread import log_state
+
+    out: set[str] = set()
+    for r in answered:
+        if r.port is None:
+            continue
+        owner = await port_owners(host, r.port, session=r.pid, run_id=r.run_id)
+        if owner.state == OWN:
+            out.add(r.run_id)
+        elif owner.state == OTHER:
+            log.warning("runs: port %s of run %s answers for %s", r.port, r.run_id, owner.describe())
+        elif r.run_dir:
+            st = await log_state(host, r.run_dir, r.engine)
+            if st.ready_line is not None and st.failure is None:
+                out.add(r.run_id)
+    return out
+
+
 async def refresh_readiness(host: Host, store: RunStore, recs: Sequence[RunRecord]) -> list[RunRecord]:
     """Runs still ``starting`` (launched without ``--wait``, or whose waiter went away) are asked
     once over HTTP (``/health``, through the SSH forward on a remote host); a ready answer is
@@ -138,7 +162,8 @@ async def refresh_readiness(host: Host, store: RunStore, recs: Sequence[RunRecor
     except (HostError, OSError) as e:
         log.warning("runs: readiness probe on %s failed: %s", host.target, visible(e))
         return list(recs)
-    ready = {s.name for s in stats if s.state == "ready"}
+    answered = {s.name for s in stats if s.state == "ready"}
+    ready = await _own_ready(host, [r for r in pending if r.run_id in answered])
     quiet = await _quiet_logs(host, [r for r in pending if r.run_id not in ready])
     held = await gpu_memory_used(host) if quiet else None
     out = []

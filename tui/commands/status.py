@@ -69,6 +69,7 @@ def _parse_servers(items: Sequence[str]) -> list[Any]:
 async def run_status(args: argparse.Namespace) -> int:
     from tui.collectors.status import collect_status, status_json
     from tui.hostops.hosts import HostError
+    from tui.services.journal import reread_runs
     from tui.services.targets import get_host
     from tui.util.safety import UnsafeInput
 
@@ -97,6 +98,12 @@ async def run_status(args: argparse.Namespace) -> int:
             except (runtime.RuntimeUnavailable, HostError) as exc:
                 print(f"tunedeck status: --sim: {exc}", file=sys.stderr)
                 return 1
+        try:
+            # the runs re-read from their processes: a dead one is settled (failed, with its cause)
+            # and not shown as a server; the journal corrected when it had been ready
+            await reread_runs(host)
+        except HostError as exc:
+            log.warning("%s: re-reading the runs failed: %s", host.target, exc)
         snap = await collect_status(host, servers)
     finally:
         try:

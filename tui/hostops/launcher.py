@@ -34,6 +34,7 @@ from typing import Mapping, Sequence
 
 from tui.hostops.hosts import Host, HostError, RunResult, target_name
 from tui.hostops.hostscripts import LAUNCH_SCRIPT, LIST_SCRIPT, RUNS_BASE, STOP_SCRIPT, base_line, delimiter
+from tui.hostops.reread import settle
 from tui.hostops.runstore import (
     ENGINES,
     EXITED,
@@ -386,12 +387,17 @@ async def start_detached(
 
 async def reattach(host: Host, store: RunStore | None = None) -> list[RunRecord]:
     """Find the runs on ``host`` (run folders), merge them into local records and return
-    the ones still alive (status kept, or ``starting`` for a run with no local record)."""
+    the ones still alive (status kept, or ``starting`` for a run with no local record).
+
+    Every run is re-read from its process, whoever follows it: one whose process has ended
+    since it was last seen (ready or not) is settled from its own log, ``failed`` with the
+    cause (:mod:`tui.hostops.reread`), or ``stopped`` when a stop was asked for."""
     store = store or RunStore()
     tgt = target_name(host)
     out: list[RunRecord] = []
     for h in await list_host_runs(host):
         rec = store.load(h.run_id)
+        new = rec is None
         if rec is None:
             meta = h.meta
             argv: list[str] = []
@@ -403,21 +409,25 @@ async def reattach(host: Host, store: RunStore | None = None) -> list[RunRecord]
                 port=meta.get("port") if isinstance(meta.get("port"), int) else None,  # type: ignore[arg-type]
                 profile=meta.get("profile") if isinstance(meta.get("profile"), str) else None,  # type: ignore[arg-type]
                 run_dir=h.run_dir,
-                status=STARTING if h.alive else (EXITED if h.rc is not None else STALE),
+                status=STARTING,
                 created=float(meta.get("created") or 0.0),  # type: ignore[arg-type]
                 pid=h.pid,
                 starttime=h.starttime,
                 rc=h.rc,
             )
-            store.save(rec)
         elif rec.target != tgt:
             continue
-        changed = False
+        changed = new
         if not h.alive and not rec.ended_:
-            rec.status = EXITED if h.rc is not None else STALE
-            rec.rc = h.rc
-            rec.ended = time.time()
-            rec.timeline.append({"t": rec.ended, "event": "exited", "rc": h.rc})
+            status, diag, proof = await settle(
+                host, h.run_dir, rec.engine, h.rc, stopping=rec.status == STOPPING, size=h.log_size
+            )
+            prev = rec.status
+            rec.status, rec.rc, rec.ended = status, h.rc, time.time()
+            rec.diagnosis, rec.proof = diag, proof
+            rec.timeline.append({"t": rec.ended, "event": status, "rc": h.rc, "diagnosis": diag, "was": prev})
+            if prev not in (STARTING, LAUNCHING, STOPPING):
+                _log.warning("run %s on %s was %s and has ended: %s", rec.run_id, tgt, prev, visible(diag))
             changed = True
         if rec.run_dir is None:
             rec.run_dir = h.run_dir

@@ -34,6 +34,8 @@ LAUNCHING, STARTING, READY, FAILED, EXITED, STOPPING, STOPPED, STALE, UNKNOWN = 
     "unknown",
 )
 ENDED = frozenset({FAILED, EXITED, STOPPED, STALE})
+#: a multi-node worker (it serves no HTTP) whose start-up ended: its head is ready and it lives
+WORKER_UP = "up (worker)"
 
 
 def new_run_id() -> str:

@@ -1,8 +1,10 @@
 """Startup tracker: log events + ``/health`` probes + process liveness + GPU memory
 → :class:`tui.model.StartupProgress` snapshots.
 
-* ready   = process alive AND (ready line OR ``/health`` 200); a vLLM ready line is
-  confirmed with ``/health`` when the port is known;
+* ready   = process alive AND (its engine's ready line in its own log OR ``/health`` 200
+  on a socket the run's own process tree listens on); a vLLM ready line is confirmed with
+  ``/health`` when the port is known. A 200 from another process on the run's port is never
+  the run's (:mod:`tui.util.ports`); where the listener cannot be told, the log alone decides;
 * failed  = the process exited (the log's root exception is the cause when there is one);
 * stalled = the process is alive but nothing moves: no new log bytes, no progress and
   no GPU-memory change for ``stall_after`` seconds, or a fatal line while the process
@@ -29,6 +31,7 @@ from typing import Awaitable, Callable, Sequence
 from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import gpu_memory_used, process_alive, read_rc, stop_run
 from tui.hostops.logfollow import follow_forever
+from tui.hostops.reread import ended_verdict
 from tui.hostops.runstore import EXITED, FAILED, READY, STARTING, STOPPED, STOPPING, RunRecord, RunStore
 from tui.logparse import PHASES, ErrorEvent, LogEvent, LogParser, PhaseEvent
 from tui.model import GpuStatus, ServerStats, StartupProgress
@@ -36,6 +39,7 @@ from tui.util import http
 from tui.util.aio import cancel_and_wait
 from tui.util.files import atomic_write_json
 from tui.util.paths import state_dir
+from tui.util.ports import OTHER, OWN, PortOwners, port_owners
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +181,10 @@ class StartupTracker:
         self.offset = 0
         self.health = "unknown"
         self.health_ok_at: float | None = None
+        #: the last 200's listener was proven to be this run's process tree
+        self.health_own = False
+        #: another process answers on the run's port (who, from /proc)
+        self.port_foreign: PortOwners | None = None
         self.alive: bool | None = None
         self.rc: int | None = None
         self.gpu_memory: tuple[float, ...] = ()
@@ -211,10 +219,18 @@ class StartupTracker:
         self._consume(events)
         return events
 
-    def set_health(self, ok: bool | None) -> None:
-        """None = no answer (refused/timeout), False = answered non-200, True = 200."""
+    def set_health(self, ok: bool | None, owner: PortOwners | None = None) -> None:
+        """None = no answer (refused/timeout), False = answered non-200, True = 200.
+        ``owner``: who listens on the port (None: the caller vouches that it is the run). A 200
+        from another process is ``foreign``; one whose listener cannot be told counts only
+        with the engine's ready line."""
+        self.port_foreign = owner if owner is not None and owner.state == OTHER else None
+        if ok and self.port_foreign is not None:
+            self.health, self.health_own = "foreign", False
+            return
         self.health = "ok" if ok else ("starting" if ok is False else "down")
         if ok:
+            self.health_own = owner is None or owner.state == OWN
             self.health_ok_at = self.health_ok_at or self.clock()
 
     def set_alive(self, alive: bool, rc: int | None = None) -> None:
@@ -280,14 +296,7 @@ class StartupTracker:
         if self.alive is False:
             if self.stop_requested:
                 return STOPPED, "stopped (by you)", self.stop_message
-            if f is not None:
-                return FAILED, f.cause, f.line
-            rc = self.rc
-            return (
-                FAILED,
-                f"process exited with rc {rc}" if rc is not None else "process exited without an exit status",
-                self._last_line(),
-            )
+            return ended_verdict(st, self.rc, self._last_line())
         if f is not None and self.alive is None and self.rec.pid is None:
             return FAILED, f.cause, f.line  # no process to ask: the log is all there is
         if f is None and self._is_ready():
@@ -298,7 +307,15 @@ class StartupTracker:
         if f is not None:
             # the log shows a fatal error but the process lives on (exiting, or hung with its GPUs)
             return STARTING, f"{f.cause} (the process is still running)", f.line
+        if self.port_foreign is not None:
+            return STARTING, self.foreign_diagnosis(), None
         return STARTING, None, None
+
+    def foreign_diagnosis(self) -> str:
+        """'port 8000 is answered by another process: pid 4242 (python3), not this run'."""
+        pf = self.port_foreign
+        who = pf.describe() if pf is not None else "another process"
+        return f"port {self.rec.port} is answered by another process: {who}, not this run"
 
     def _stall_diagnosis(self, f: ErrorEvent | None) -> str:
         mins = self.stall_after / 60
@@ -316,9 +333,9 @@ class StartupTracker:
             if st.engine == "vllm" and self.probe_health:
                 return self.health == "ok"
             return True
-        if self.health == "ok":
-            # a 200 from the port counts once the log shows the engine past loading; a command
-            # of unknown kind (no engine log) is ready on the 200 alone
+        if self.health == "ok" and self.health_own:
+            # a 200 from the run's own socket counts once the log shows the engine past loading;
+            # a command of unknown kind (no engine log) is ready on the 200 alone
             if self.rec.engine not in ("sglang", "vllm") and st.engine is None:
                 return True
             return st.phase in ("kv-cache", "graph-capture", "warmup", "ready")
@@ -453,9 +470,17 @@ class StartupTracker:
         try:
             lp = await self.host.forward_port(int(port))
             r = await http.request("GET", f"http://127.0.0.1:{lp}/health", timeout=self.health_timeout)
-            self.set_health(r.status == 200)
         except (http.HttpError, HostError):  # refused, timeout, forward failed: not ready
             self.set_health(None)
+            return
+        owner: PortOwners | None = None  # None once proven the run's
+        if r.status == 200 and not self.health_own:
+            # whose socket answered: the run's own tree, or anyone else on its port (once proven
+            # the run's, it stays the run's: the process holds its listening socket)
+            owner = await port_owners(self.host, int(port), session=self.rec.pid, run_id=self.rec.run_id)
+            if owner.state == OTHER and self.port_foreign is None:
+                log.warning("run %s: port %s answers for %s, not the run", self.rec.run_id, port, owner.describe())
+        self.set_health(r.status == 200, owner)
 
     def mark_stopping(self, how: str | None = None) -> None:
         """A stop was asked for: when the process ends, the run is "stopped (by you)"."""
@@ -625,13 +650,14 @@ async def wait_ready(
 
 
 #: run-record states that say more than a /health probe while the server does not answer 200
-_RECORD_STATES = {"launching": STARTING, STARTING: STARTING, STALLED: STALLED, STOPPING: STOPPING}
+_RECORD_STATES = {"launching": STARTING, STARTING: STARTING, STALLED: STALLED, STOPPING: STOPPING, FAILED: FAILED}
 
 
 def reconcile_servers(servers: Sequence[ServerStats], store: RunStore | None = None) -> tuple[ServerStats, ...]:
     """The status screen's server rows, agreeing with the run view and ``tunedeck runs``:
     a server tunedeck launched whose ``/health`` does not answer 200 shows its run's
-    state (starting, stalled, stopping) and diagnosis instead of a bare "down"."""
+    state (starting, stalled, stopping, failed: a re-read found its process dead) and
+    diagnosis instead of a bare "down"."""
     store = store or RunStore()
     out = []
     for s in servers:

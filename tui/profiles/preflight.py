@@ -43,6 +43,8 @@ from tui.profiles.model import ProfileError, ServerProfile
 from tui.profiles.schema import BUILTIN_BACKENDS, MLA_TABLE, NOT_MLA
 from tui.util.files import atomic_write_json
 from tui.util.paths import state_dir
+from tui.util.ports import UNKNOWN, port_owners
+from tui.util.safety import visible
 
 VLLM_REGISTRY_ONELINER = (
     "from vllm.v1.attention.backends.registry import AttentionBackendEnum as E; print(' '.join(m.name for m in E))"
@@ -592,10 +594,32 @@ async def preflight(
         extra = [Issue("error", "nccl.preset", e.message)]
     else:
         extra = []
-    facts = await probe_host(host, profile, demo=demo, use_cache=use_cache)
+    facts, port = await asyncio.gather(
+        probe_host(host, profile, demo=demo, use_cache=use_cache), check_port(host, profile.effective_port)
+    )
     cmd, issues = check_profile(profile, nccl=nccl, demo=demo, allow_dangerous=allow_dangerous, flags=facts.flags)
     findings = evaluate(profile, facts, cmd, [*extra, *issues])
+    if port is not None:
+        findings = [port, *findings]
     return PreflightReport(profile=profile.name, facts=facts, findings=tuple(findings), command=cmd)
+
+
+async def check_port(host: Any, port: int) -> Finding | None:
+    """The profile's HTTP port on ``host``: already in use is an error naming the process that
+    holds it (pid and name) where this user can see it. Never cached: ports come and go."""
+    owner = await port_owners(host, port)
+    if not owner.listening:
+        if owner.state == UNKNOWN:
+            return Finding("info", "port.unchecked", f"port {port}: not checked ({owner.reason})", "port")
+        return None
+    target = getattr(host, "target", None) or "the host"
+    return Finding(
+        "error",
+        "port.in-use",
+        f"port {port} is already in use on {visible(target)} by {owner.describe()}: "
+        "a server started now could not serve there (stop that process or choose another port)",
+        "port",
+    )
 
 
 __all__ = [

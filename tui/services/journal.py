@@ -1,12 +1,17 @@
 """The tuning journal's entries for launches, written here for every launch whatever started
-it: ``tunedeck launch`` and the dashboard's launch form alike."""
+it: ``tunedeck launch`` and the dashboard's launch form alike; and the corrections appended when
+a run the journal reads as ready is later found dead (the journal is append-only: a correction is
+a newer record of the same launch, never an edit)."""
 
 from __future__ import annotations
 
 import logging
+from typing import Sequence
 
 from tui.ab.journal import Journal
-from tui.hostops.runstore import RunRecord
+from tui.hostops.hosts import Host, target_name
+from tui.hostops.launcher import reattach
+from tui.hostops.runstore import FAILED, RunRecord, RunStore
 from tui.model import StartupProgress
 
 log = logging.getLogger(__name__)
@@ -30,3 +35,52 @@ def journal_launch(rec: RunRecord, final: StartupProgress, *, profile: str | Non
         log.warning("run %s: journal not written: %s", rec.run_id, e)
         return f"journal not written ({e})"
     return None
+
+
+def journal_corrections(recs: Sequence[RunRecord], journal: Journal | None = None) -> list[str]:
+    """For every failed run whose launch the journal still reads as ``ready``, append the
+    correction (status ``failed``, the cause and its proving line, ``corrects: ready``).
+    Returns the run ids corrected; a journal that cannot be written is logged, the runs stand."""
+    failed = [r for r in recs if r.status == FAILED]
+    if not failed:
+        return []
+    j = journal or Journal()
+    try:
+        latest = {str(e.get("id")): e for e in j.entries("launch")}
+    except (OSError, ValueError) as exc:
+        log.warning("journal not read for corrections: %s", exc)
+        return []
+    done: list[str] = []
+    for r in failed:
+        e = latest.get(r.run_id)
+        if e is None or e.get("status") != "ready":
+            continue
+        try:
+            j.append(
+                {
+                    **{k: e.get(k) for k in ("profile", "host", "startup_s", "server_log", "ab_id", "side")},
+                    "kind": "launch",
+                    "id": r.run_id,
+                    "status": FAILED,
+                    "diagnosis": r.diagnosis,
+                    "proof": r.proof,
+                    "corrects": "ready",
+                    "timeline": [dict(t) for t in (r.timeline or [])],
+                }
+            )
+        except (OSError, ValueError) as exc:
+            log.warning("run %s: journal correction not written: %s", r.run_id, exc)
+            continue
+        log.info("run %s: journal corrected: ready, then failed: %s", r.run_id, r.diagnosis)
+        done.append(r.run_id)
+    return done
+
+
+async def reread_runs(host: Host, store: RunStore | None = None) -> list[RunRecord]:
+    """:func:`tui.hostops.launcher.reattach` (every run on ``host`` re-read from its process, a
+    dead one settled from its log), then the journal's corrections for the runs that were ready
+    and have failed since. Returns the live runs."""
+    store = store or RunStore()
+    live = await reattach(host, store)
+    journal_corrections(store.all(target_name(host)))
+    return live

@@ -72,6 +72,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/hostops/hostscripts.py",
     "tui/hostops/launcher.py",
     "tui/hostops/logfollow.py",
+    "tui/hostops/reread.py",
     "tui/hostops/runstore.py",
     "tui/hostops/tracker.py",
     # the simulator (`sim ENGINE …`, `smi …`): every module but the laptop's demo host
@@ -81,6 +82,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/util/files.py",
     "tui/util/http.py",
     "tui/util/paths.py",
+    "tui/util/ports.py",
     "tui/util/retry.py",
     "tui/util/safety.py",
 )

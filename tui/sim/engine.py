@@ -113,7 +113,37 @@ class Sim(VllmStartup):
         gc.freeze()  # as vLLM does once started: the start-up heap stays out of every later collection
         if self.e == "sglang":
             self.log.sg("The server is fired up and ready to roll!")
+        if self.a.sim_fault == "crash":
+            await asyncio.sleep(self.a.sim_crash_after)
+            self.crash()
         await asyncio.Event().wait()  # until cancelled by shutdown
+
+    def crash(self) -> None:
+        """``--sim-fault crash``: a served engine dies of a CUDA error in its scheduler, as a
+        real one does (the traceback, then the engine's own report of it, then killed)."""
+        L = self.log
+        if self.e == "sglang":
+            L.sg(
+                "Scheduler hit an exception: Traceback (most recent call last):\n"
+                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 2937, in run_scheduler_process\n'
+                "    scheduler.event_loop_overlap()\n"
+                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 1021, in event_loop_overlap\n'
+                "    batch_result = self.run_batch(batch)\n"
+                "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+                rank=0,
+            )
+            L.sg("Received sigquit from a child process. It usually means the child failed.")
+            raise Fatal(137, kill=True)
+        ec = self.pid + 1
+        for line in [
+            "EngineCore encountered a fatal error.",
+            "Traceback (most recent call last):",
+            '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 1010, in run_engine_core',
+            "    engine_core.run_busy_loop()",
+            "RuntimeError: CUDA error: an illegal memory access was encountered",
+        ]:
+            L.vl(line, proc="EngineCore", pid=ec, level="ERROR", where="core.py:1010")
+        raise Fatal(1)
 
 
 # ====================================================================== entry

@@ -56,7 +56,7 @@ VLLM_BACKENDS = [
 ]
 VLLM_CUDAGRAPH_MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 
-SIM_FAULTS = ["oom", "nccl", "port", "hang"]
+SIM_FAULTS = ["oom", "nccl", "port", "hang", "crash"]
 
 
 class _CaseInsensitiveChoices(list[str]):
@@ -182,7 +182,19 @@ def _add_sim_args(p: argparse.ArgumentParser, engine: str) -> None:
         default=_env_float("TUNEDECK_SIM_LOAD_S", 20.0),
         help="Seconds from start to ready (env TUNEDECK_SIM_LOAD_S; default 20).",
     )
-    g.add_argument("--sim-fault", choices=SIM_FAULTS, default=None, help="End the start-up like a real failure.")
+    g.add_argument(
+        "--sim-fault",
+        choices=SIM_FAULTS,
+        default=None,
+        help="End the start-up like a real failure; crash: serve, then die of a CUDA error "
+        "(after --sim-crash-after seconds).",
+    )
+    g.add_argument(
+        "--sim-crash-after",
+        type=_positive_float,
+        default=_env_float("TUNEDECK_SIM_CRASH_AFTER_S", 3.0),
+        help="With --sim-fault crash: seconds of serving before the crash (env TUNEDECK_SIM_CRASH_AFTER_S; default 3).",
+    )
     g.add_argument("--sim-seed", type=int, default=0, help="Seed for noise, token text and pseudo-EOS.")
     g.add_argument("--sim-speed", type=_speed, default=1.0, help="Time scale: every simulated duration / X.")
     g.add_argument(

@@ -260,10 +260,10 @@ class TunedeckApp(App[int]):
         """Adopt the runs still alive on the host (launched earlier, from here or elsewhere):
         their local records are merged so the server panel can open them."""
         from tui.hostops.hosts import HostError
-        from tui.hostops.launcher import reattach
+        from tui.services.journal import reread_runs
 
         try:
-            recs = await asyncio.wait_for(reattach(self.host), self.sample_timeout * 3)  # type: ignore[arg-type]
+            recs = await asyncio.wait_for(reread_runs(self.host), self.sample_timeout * 3)  # type: ignore[arg-type]
         except (HostError, OSError, asyncio.TimeoutError, TimeoutError) as e:
             log.warning("reattach failed: %s", e)
             return

@@ -233,12 +233,20 @@ class FleetApp(App[int]):
             await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
 
     async def _deployments_loop(self) -> None:
-        """The deployments touching the fleet's hosts, from the local records (read in a thread:
-        no disk I/O on the event loop), every ``deployments_interval`` seconds."""
+        """The deployments touching the fleet's hosts, every ``deployments_interval`` seconds:
+        first re-read from their nodes' processes (a deployment whose nodes died reads failed
+        within one poll), then from the local records (read in a thread: no disk I/O on the
+        event loop)."""
         from tui.collectors.fleet import deployments_on
+        from tui.services.deploy import reread_deployments
 
         targets = list(self.members)
         while True:
+            try:
+                recs, hosts = await asyncio.to_thread(self._live_deployments, targets)
+                await reread_deployments(recs, hosts=hosts)
+            except (OSError, ValueError) as e:
+                log.warning("deployments not re-read from their nodes: %s", e)
             try:
                 found = await asyncio.to_thread(deployments_on, targets)
             except Exception:
@@ -246,6 +254,26 @@ class FleetApp(App[int]):
             else:
                 self.post_message(DeploymentSamples(found))
             await asyncio.sleep(self.deployments_interval)
+
+    def _live_deployments(self, targets: list[str]) -> tuple[list[Any], dict[str, Any]]:
+        """The records of the deployments :func:`deployments_on` shows, and node → the fleet's
+        own connection to it (a node outside the fleet, or one without a connection, is not
+        re-read: no connection is opened for it)."""
+        from tui.collectors.fleet import deployments_on
+        from tui.services.deploy import DeploymentStore
+
+        store = DeploymentStore()
+        recs, hosts = [], {}
+        for d in deployments_on(targets, store):
+            rec = store.load(d.deploy_id)
+            if rec is None:
+                continue
+            recs.append(rec)
+            for node, target in zip(d.nodes, d.targets):
+                m = self.members.get(target) if target is not None else None
+                if m is not None and m.host is not None:
+                    hosts[node] = m.host
+        return recs, hosts
 
     def _set_link(self, link: LinkState) -> None:
         self.post_message(HostStateChanged(link.target, link))

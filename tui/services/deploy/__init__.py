@@ -37,15 +37,18 @@ from tui.services.deploy.records import (
     close_hosts,
     default_host_factory,
     dress_sim,
+    mark_workers_up,
     member_records,
     open_hosts,
     resolve_head_address,
 )
+from tui.services.deploy.reread import SETTLED, reread_deployments, settle_deployment
 from tui.services.deploy.stop import MemberStop, stop
 from tui.services.deploy.triage import MemberState, Verdict, ended_at, member_state, triage, watch
 
 __all__ = [
     "LAUNCHING",
+    "SETTLED",
     "PARTIAL",
     "SECONDARY_KINDS",
     "DeploymentRecord",
@@ -65,6 +68,7 @@ __all__ = [
     "launch",
     "line_time",
     "log_time",
+    "mark_workers_up",
     "member_records",
     "member_state",
     "merge_logs",
@@ -72,7 +76,9 @@ __all__ = [
     "open_hosts",
     "preflight",
     "read_log",
+    "reread_deployments",
     "resolve_head_address",
+    "settle_deployment",
     "stop",
     "target_name",
     "triage",

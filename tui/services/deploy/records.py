@@ -7,12 +7,13 @@ import asyncio
 import json
 import logging
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from tui.hostops.hosts import Host, HostError, parse_target
-from tui.hostops.runstore import RunRecord, RunStore, check_run_id
+from tui.hostops.runstore import STARTING, WORKER_UP, RunRecord, RunStore, check_run_id
 from tui.profiles.deploy import node_host
 from tui.profiles.model import ServerProfile
 from tui.services import runtime
@@ -171,6 +172,19 @@ def default_host_factory(sim: bool = False) -> HostFactory:
 def member_records(rec: DeploymentRecord, runstore: RunStore | None = None) -> list[tuple[Member, RunRecord | None]]:
     runstore = runstore or RunStore()
     return [(m, runstore.load(m.run_id)) for m in rec.members]
+
+
+def mark_workers_up(rec: DeploymentRecord, runstore: RunStore) -> list[str]:
+    """The head is ready: each live worker still ``starting`` is ``up (worker)``. Returns their run ids."""
+    done = []
+    for m, run in member_records(rec, runstore):
+        if m.serves or run is None or run.status != STARTING:
+            continue
+        run.status = WORKER_UP
+        run.timeline.append({"t": time.time(), "event": WORKER_UP, "head": rec.head})
+        runstore.save(run)
+        done.append(run.run_id)
+    return done
 
 
 async def open_hosts(nodes: Sequence[str], factory: HostFactory | None = None) -> dict[str, Host]:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from tui.hostops.hosts import Host
-from tui.hostops.runstore import FAILED, READY, STARTING, RunStore
+from tui.hostops.runstore import FAILED, READY, STARTING, WORKER_UP, RunStore
 from tui.hostops.tracker import STALLED, StartupTracker
 from tui.model import StartupProgress
 from tui.services.deploy.logs import log_time
-from tui.services.deploy.records import SECONDARY_KINDS, DeploymentRecord, DeploymentStore, Member
+from tui.services.deploy.records import SECONDARY_KINDS, DeploymentRecord, DeploymentStore, Member, mark_workers_up
 from tui.util.aio import cancel_and_wait
 
 
@@ -215,6 +215,13 @@ async def watch(
                 break
     finally:
         await cancel_and_wait(tasks, f"deployment {rec.deploy_id}: startup watch")
+    for _, t, _ in trackers:
+        snap = t.snapshot()
+        if snap.state != STARTING:
+            t.finish(snap)  # each member's run record says what its tracker saw (the head: ready)
+    if verdict.state == READY:
+        mark_workers_up(rec, runstore)  # they serve no HTTP: their start-up ended with the head's
+        states = [replace(s, state=WORKER_UP) if not s.serves and s.state == STARTING else s for s in states]
     cur = store.load(rec.deploy_id) or rec
     if verdict.state != STARTING or cur.status != verdict.state:
         cur.status = verdict.state

@@ -1,10 +1,16 @@
 """The runs list: every server tunedeck launched on this host (local records), newest first,
 and every multi-node deployment as one row (its member runs are not listed apart);
 ``/`` filters, a header click sorts, ``enter`` opens the run view (log, progress, stop) or the
-deployment view (a bar per node, the merged log, stop as a unit)."""
+deployment view (a bar per node, the merged log, stop as a unit).
+
+While it is open it re-reads the host's processes every :data:`REREAD_EVERY` seconds (one
+re-read in flight at a time): a run whose process died reads ``failed`` with its cause within
+one poll, whether or not anything follows its log."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from typing import Any
 
@@ -16,6 +22,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
+from tui.util.safety import visible
 from widgets.filter_table import FilterTable, TableFilter
 
 _COLUMNS = (
@@ -27,10 +34,18 @@ _COLUMNS = (
     ("started", "Started", 17),
     ("rc", "rc", 3),
 )
+#: the cause of a failed (or stalled) run or deployment: the last column
+_CAUSE_COLUMN = ("cause", "Cause", 60)
 #: shown only when there are deployments
 _NODES_COLUMN = ("nodes", "Nodes", 24)
 #: row-key prefix of a deployment's row
 _DEPLOY = "deploy:"
+log = logging.getLogger(__name__)
+
+#: seconds between two re-reads of the host's processes while the view is open
+REREAD_EVERY = 3.0
+#: statuses whose diagnosis is the run's cause
+_CAUSED = ("failed", "stalled", "stale", "exited")
 _STATUS_STYLE = {
     "ready": "green",
     "failed": "bold red",
@@ -78,6 +93,8 @@ class RunsScreen(Screen[None]):
         #: deployment id → record
         self.deployments: dict[str, Any] = {}
         self._columns: tuple[tuple[str, str, int], ...] = ()
+        #: node → its connection, for re-reading the deployments' processes
+        self._node_conns: dict[str, Any] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(id="runs-title")
@@ -89,6 +106,45 @@ class RunsScreen(Screen[None]):
     def on_mount(self) -> None:
         self.action_reload()
         self.table.focus()
+        if self._given is None and getattr(self.app, "host", None) is not None:
+            self.run_worker(self._reread_loop(), name="runs-reread", group="runs-reread", exit_on_error=False)
+
+    async def _node_hosts(self) -> dict[str, Any]:
+        """One connection per node of the deployments not yet settled, opened once and kept
+        while the view is open (closed on unmount)."""
+        from tui.services.deploy import SETTLED, DeploymentStore, open_hosts
+
+        recs = await asyncio.to_thread(DeploymentStore().all)
+        need = sorted({n for r in recs if r.status not in SETTLED for n in r.nodes} - set(self._node_conns))
+        if need:
+            self._node_conns.update(await open_hosts(need, self.host_factory))
+        return self._node_conns
+
+    async def on_unmount(self) -> None:
+        from tui.services.deploy import close_hosts
+
+        conns, self._node_conns = self._node_conns, {}
+        await close_hosts(conns)
+
+    async def _reread_loop(self) -> None:
+        """Re-read the host's runs from their processes (a dead one settled with its cause, the
+        journal corrected), then the rows; chained, never overlapping."""
+        from tui.hostops.hosts import HostError
+        from tui.services.deploy import reread_deployments
+        from tui.services.journal import reread_runs
+
+        host = self.app.host  # type: ignore[attr-defined]
+        while True:
+            t0 = time.monotonic()
+            try:
+                await asyncio.wait_for(reread_runs(host), 60)
+                if self._given_deployments is None:
+                    await reread_deployments(hosts=await self._node_hosts())
+            except (HostError, OSError, asyncio.TimeoutError) as e:
+                log.warning("runs view: re-reading the runs on %s failed: %s", getattr(host, "target", "?"), e)
+            else:
+                self.action_reload()
+            await asyncio.sleep(max(0.0, REREAD_EVERY - (time.monotonic() - t0)))
 
     def _set_columns(self, columns: tuple[tuple[str, str, int], ...]) -> None:
         if columns == self._columns:
@@ -135,7 +191,7 @@ class RunsScreen(Screen[None]):
         deps.sort(key=lambda d: d.created or 0.0, reverse=True)
         self.records = {r.run_id: r for r in recs}
         self.deployments = {d.deploy_id: d for d in deps}
-        self._set_columns(_COLUMNS + ((_NODES_COLUMN,) if deps else ()))
+        self._set_columns(_COLUMNS + ((_NODES_COLUMN,) if deps else ()) + (_CAUSE_COLUMN,))
         extra: tuple[str, ...] = ("",) if deps else ()
         rows = []
         for d in deps:
@@ -151,6 +207,7 @@ class RunsScreen(Screen[None]):
                         _when(d.created),
                         "",
                         Text(f"{len(d.nodes)}: " + ", ".join(d.nodes)),
+                        Text(visible(d.diagnosis or "") if d.status in _CAUSED else ""),
                     ),
                 )
             )
@@ -167,6 +224,7 @@ class RunsScreen(Screen[None]):
                         _when(r.started or r.created),
                         "" if r.rc is None else str(r.rc),
                         *extra,
+                        Text(visible(r.diagnosis or "") if r.status in _CAUSED else ""),
                     ),
                 )
             )

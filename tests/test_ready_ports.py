@@ -1,0 +1,61 @@
+"""Who listens on a port, read from the host's /proc (tui.util.ports), on real loopback sockets."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from tui.hostops.hosts import LocalHost
+from tui.util.ports import FREE, OTHER, OWN, UNKNOWN, parse_port_owners, port_owners
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.mark.parametrize("family,addr", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")])
+async def test_listener_is_named_and_told_apart_from_the_run(family: int, addr: str) -> None:
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.bind((addr, 0))
+    except OSError as e:
+        s.close()
+        pytest.skip(f"no {addr} here: {e}")
+    s.listen(1)
+    port = s.getsockname()[1]
+    host = LocalHost()
+    try:
+        other = await port_owners(host, port, session=1, run_id="deadbeef")
+        assert other.state == OTHER and other.listening
+        assert [p for p, _ in other.owners] == [os.getpid()] and other.owners[0][1]
+        assert other.describe().startswith(f"pid {os.getpid()} (")
+        # the same socket seen as the run's: this process's session, or its run id in the environment
+        assert (await port_owners(host, port, session=os.getsid(0))).state == OWN
+    finally:
+        s.close()
+    assert (await port_owners(host, port)).state == FREE
+
+
+def test_parse_the_cases_the_host_can_answer() -> None:
+    assert parse_port_owners(80, "NOPROC\n").state == UNKNOWN
+    hidden = parse_port_owners(80, "LISTEN 1234\n")  # the listener's process is not visible here
+    assert hidden.state == UNKNOWN and hidden.listening and "not visible" in hidden.describe()
+    mixed = parse_port_owners(80, "LISTEN 1 2\nOWNER 10 0 nginx\nOWNER 11 1 python3\n")
+    assert mixed.state == OWN
+    evil = parse_port_owners(80, "LISTEN 1\nOWNER 10 0 \x1b]0;pwned\x07\n")
+    assert evil.state == OTHER and "\x1b" not in evil.describe() and "\\x1b" in evil.describe()
+    assert parse_port_owners(80, "").state == UNKNOWN
+
+
+def test_status_row_of_a_dead_run_reads_failed_with_its_cause() -> None:
+    """A server row whose /health no longer answers shows its run's re-read state: failed, the cause."""
+    from tui.hostops.runstore import RunRecord, RunStore
+    from tui.hostops.tracker import reconcile_servers
+    from tui.model import ServerStats
+
+    store = RunStore()
+    cause = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    store.save(RunRecord("abcdef01", "demo", ["x"], status="failed", diagnosis=cause))
+    row = ServerStats("p", "sglang", "http://127.0.0.1:1", "down", run_id="abcdef01")
+    (out,) = reconcile_servers([row], store)
+    assert (out.state, out.message) == ("failed", cause)

@@ -1,0 +1,131 @@
+"""Deployments re-read from their nodes' processes, whoever follows them: the listings
+(``runs``, ``runs --deployments``, the Runs view, the fleet view) call :func:`reread_deployments`
+on every poll, so a deployment whose nodes died reads ``failed`` within one poll even when no
+``logs --follow``, ``launch --wait`` or deployment view is watching it.
+
+Each node's runs are re-read as any host's are (:func:`tui.services.journal.reread_runs`: a dead
+one settled from its own log); then :func:`settle_deployment` turns the members' records into the
+deployment's state with the same :func:`~tui.services.deploy.triage.triage` as the live watch:
+``failed`` naming the node that failed first, ``ready`` once the head serves with every member
+alive, its workers then ``up (worker)`` (they serve no HTTP: their start-up ended with the head's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Mapping, Sequence
+
+from tui.hostops.hosts import Host, HostError
+from tui.hostops.runstore import FAILED, READY, STALE, STOPPED, RunStore
+from tui.services.deploy.records import (
+    DeploymentRecord,
+    DeploymentStore,
+    HostFactory,
+    close_hosts,
+    mark_workers_up,
+    member_records,
+    open_hosts,
+)
+from tui.services.deploy.triage import MemberState, triage
+from tui.services.journal import reread_runs
+from tui.util.safety import visible
+
+log = logging.getLogger(__name__)
+
+#: deployment states nothing re-reads any more
+SETTLED = frozenset({STOPPED, FAILED})
+
+
+def settle_deployment(
+    rec: DeploymentRecord, runstore: RunStore | None = None, store: DeploymentStore | None = None
+) -> DeploymentRecord:
+    """The deployment's state from its members' run records (as last re-read); saved when it changed."""
+    if rec.status in SETTLED:
+        return rec
+    runstore = runstore or RunStore()
+    states = []
+    for m, run in member_records(rec, runstore):
+        if run is None:
+            continue
+        dead = run.status in (FAILED, STALE)
+        states.append(
+            MemberState(
+                m.node,
+                m.rank,
+                m.role,
+                m.run_id,
+                FAILED if dead else run.status,
+                run.diagnosis,
+                run.proof,
+                None,
+                run.ended if dead else None,
+                alive=not run.ended_,
+                serves=m.serves,
+            )
+        )
+    if not states:
+        return rec
+    verdict = triage(states, rec.nodes)
+    if verdict.state == READY:
+        mark_workers_up(rec, runstore)
+    if verdict.state not in (READY, FAILED) or verdict.state == rec.status:
+        return rec
+    store = store or DeploymentStore()
+    cur = store.load(rec.deploy_id) or rec
+    if cur.status in SETTLED or cur.status == verdict.state:
+        return cur
+    prev = cur.status
+    cur.status = verdict.state
+    now = time.time()
+    if verdict.state == FAILED:
+        cur.diagnosis, cur.proof, cur.first_failed = verdict.diagnosis, verdict.proof, verdict.first_failed
+        cur.ended = cur.ended or now
+        log.warning("deployment %s was %s and has failed: %s", cur.deploy_id, prev, visible(verdict.diagnosis or ""))
+    cur.timeline.append({"t": now, "event": verdict.state, "diagnosis": verdict.diagnosis, "by": "re-read"})
+    store.save(cur)
+    return cur
+
+
+async def reread_deployments(
+    recs: Sequence[DeploymentRecord] | None = None,
+    *,
+    runstore: RunStore | None = None,
+    store: DeploymentStore | None = None,
+    factory: HostFactory | None = None,
+    hosts: Mapping[str, Host] | None = None,
+    timeout: float = 15.0,
+) -> list[DeploymentRecord]:
+    """Every deployment not yet settled, re-read from its nodes' processes (one connection per
+    node, all nodes at once), then settled; a node that cannot be reached is logged and its
+    members keep their last state. ``hosts``: connections already open (node → host; the nodes
+    not in it are not re-read, and none is closed here), else one is opened per node with
+    ``factory``. Returns the records (all of ``recs``, updated)."""
+    store = store or DeploymentStore()
+    runstore = runstore or RunStore()
+    recs = list(store.all() if recs is None else recs)
+    nodes = sorted({n for r in recs if r.status not in SETTLED for n in r.nodes})
+    if hosts is not None:
+        nodes = [n for n in nodes if n in hosts]
+    if not nodes:
+        return [settle_deployment(r, runstore, store) for r in recs]
+    opened = hosts is None
+    if hosts is None:
+        hosts = await open_hosts(nodes, factory)
+
+    async def one(node: str) -> None:
+        try:
+            await asyncio.wait_for(reread_runs(hosts[node], runstore), timeout)
+        except (HostError, OSError, asyncio.TimeoutError) as e:
+            log.warning("deployments: re-reading the runs on %s failed: %s", node, visible(e))
+
+    try:
+        await asyncio.gather(*(one(n) for n in nodes))
+    finally:
+        if opened:
+            await close_hosts(hosts)
+    return [settle_deployment(r, runstore, store) for r in recs]
+
+
+__all__ = ["SETTLED", "reread_deployments", "settle_deployment"]
