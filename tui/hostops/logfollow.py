@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import contextlib
 import logging
 import re
 import time
@@ -244,10 +243,13 @@ async def follow_forever(
 
 async def _pump(f: LogFollower, q: "asyncio.Queue[bytes | Exception | None]") -> None:
     """Hand ``f``'s chunks to ``q``, then ``None`` at its end or the exception it failed with."""
+    it = f.chunks()
     try:
-        async with contextlib.aclosing(f.chunks()) as it:
+        try:
             async for chunk in it:
                 q.put_nowait(chunk)
+        finally:
+            await it.aclose()  # ends the stream now, also when cancelled (contextlib.aclosing is 3.10+)
     except Exception as e:  # noqa: BLE001 - handed to the follower, which reports and reconnects
         q.put_nowait(e)
     else:

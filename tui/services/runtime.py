@@ -69,6 +69,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/hostops/hostscripts.py",
     "tui/hostops/launcher.py",
     "tui/hostops/logfollow.py",
+    "tui/hostops/liveness.py",
     "tui/hostops/runstore.py",
     "tui/hostops/tracker.py",
     # the simulator (`sim ENGINE …`, `smi …`): every module but the laptop's demo host
