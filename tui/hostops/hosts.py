@@ -179,12 +179,11 @@ class ByteStream(abc.ABC):
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._chunks()
 
-    async def abandon(self, reason: str) -> None:
-        """The link carrying this stream is known dead (``reason``, e.g. no heartbeat): stop
-        waiting on it. A stream over SSH drops its connection first (every command on it then
-        reconnects instead of waiting for TCP to give up); the command on the host is ended by
-        its own watchdog, or after the reconnect."""
-        await self.aclose()
+    def link_dead(self, reason: str) -> None:
+        """The link carrying this stream is known dead (``reason``, e.g. no heartbeat). A stream
+        over SSH drops its connection, so that closing the stream and every other command on
+        that host reconnect at once instead of waiting for the keepalive or TCP; the command on
+        the host is ended by its own watchdog, or after the reconnect. A local stream has no link."""
 
     @abc.abstractmethod
     def _chunks(self) -> AsyncIterator[bytes]: ...

@@ -86,6 +86,9 @@ class LogFollower:
         self.persist = persist and run_id is not None
         self.persist_every = persist_every
         self.remote_pid: int | None = None
+        self.beat = liveness.HEARTBEAT_S
+        self.dead_after = liveness.dead_after(self.beat)
+        self.silent_for = 0.0
         self._stream: ByteStream | None = None
         self._saved = self.offset
         self._last_save = 0.0
@@ -109,7 +112,7 @@ class LogFollower:
         ]
         stream = self.host.stream(argv, heartbeat=beat)
         self._stream = stream
-        self.silent_for = 0.0
+        self.beat, self.dead_after, self.silent_for = beat, dead, 0.0
         watch: asyncio.Task[None] | None = None
         head = b""
         got_pid = False
@@ -117,14 +120,8 @@ class LogFollower:
         async def watchdog() -> None:
             while True:
                 await asyncio.sleep(min(1.0, beat / 2))
-                heard = stream.last_heard
-                quiet = time.monotonic() - heard if heard else 0.0
-                if quiet > dead:
-                    self.silent_for = quiet
-                    await stream.abandon(
-                        f"following {self.log_path}: nothing from the host for {quiet:.0f} s"
-                        f" (heartbeat every {beat:g} s)"
-                    )
+                if self.check_alive() is not None:
+                    await stream.aclose()
                     return
 
         try:
@@ -160,6 +157,21 @@ class LogFollower:
                 await cancel_and_wait([watch], f"heartbeat watch of {self.log_path}")
             self._stream = None
             self.save()
+
+    def check_alive(self) -> HostError | None:
+        """``None`` while the stream lives by the liveness rule; once the host side has been
+        silent for longer than :attr:`dead_after`, the link is declared dead (an SSH stream drops
+        its connection) and the error to report is returned."""
+        stream = self._stream
+        if stream is None or not stream.last_heard:
+            return None
+        quiet = time.monotonic() - stream.last_heard
+        if quiet <= self.dead_after:
+            return None
+        self.silent_for = quiet
+        reason = f"following {self.log_path}: no heartbeat from the host for {quiet:.0f} s (one every {self.beat:g} s)"
+        stream.link_dead(reason)
+        return HostError("connection-lost", reason, target=target_name(self.host))
 
     def _maybe_save(self) -> None:
         if self.persist and self.offset != self._saved and time.monotonic() - self._last_save >= self.persist_every:
@@ -214,6 +226,9 @@ async def follow_forever(
                 except asyncio.TimeoutError:
                     if on_idle is not None:
                         on_idle()
+                    dead = f.check_alive()
+                    if dead is not None:
+                        raise dead from None
                     continue
                 if item is None:
                     raise HostError(

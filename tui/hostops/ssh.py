@@ -784,11 +784,10 @@ class _SshStream(ByteStream):
             host._stream_slots.release()
         self._slots = 0
 
-    async def abandon(self, reason: str) -> None:
+    def link_dead(self, reason: str) -> None:
         conn = self._conn
         if conn is not None:
             self._host._drop(conn, reason)
-        await self.aclose()
 
     async def aclose(self) -> None:
         if self._closed:
