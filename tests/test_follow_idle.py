@@ -59,3 +59,41 @@ async def test_a_quiet_file_is_followed_without_a_link_message(tmp_path: Path, m
     assert bytes(got) == b"first\nsecond\n"
     assert offset == len(b"first\nsecond\n")
     assert idles >= GAP_S / 2  # the follower did sit idle through the gap
+
+
+@pytest.mark.timeout(120)
+async def test_a_job_quiet_between_its_events_gets_no_link_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job follower of a bench or A/B job (its process alive all along) over the same gap."""
+    import subprocess
+
+    from tui.services.jobs import Job, JobFollower
+
+    monkeypatch.setenv(liveness.ENV, "1")
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    events = job_dir / "events.jsonl"
+    events.write_text('{"type": "start"}\n')
+    proc = subprocess.Popen(["sleep", str(GAP_S + 60)])  # the job's process: alive through the gap
+    try:
+        st = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        job = Job("bench", "quiet", str(job_dir), "local", proc.pid, st)
+        f = JobFollower(LocalHost(), job, alive_every=1.0)
+        errors: list[str] = []
+        f.on_link_error = lambda e, n: errors.append(str(e))
+
+        async def writer() -> None:
+            await asyncio.sleep(GAP_S)
+            with open(events, "a") as fh:
+                fh.write('{"type": "level_done", "summary": {}}\n{"type": "exit", "rc": 0, "error": null}\n')
+
+        w = asyncio.create_task(writer())
+        got = [ev["type"] async for ev in f.events()]
+        await w
+    finally:
+        proc.kill()
+        proc.wait()
+    assert errors == []
+    assert got == ["start", "level_done"]
+    assert f.exit == {"type": "exit", "rc": 0, "error": None} and not f.lost
