@@ -20,8 +20,9 @@ from tests.test_hostside_ssh import bench_args, cli
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
-#: seconds after the job started at which its session is killed, one run each
-KILL_AT = (0.5, 1.5, 3.0, 4.5, 6.5)
+#: when the session is killed, one run each: fractions of the uncut run's time from its job's
+#: start to the command's end (measured here, so the kills spread over the run on any machine)
+KILL_AT = (0.15, 0.35, 0.55, 0.75, 0.95)
 
 
 @pytest.mark.timeout(900)
@@ -30,15 +31,17 @@ def test_five_session_kills_during_host_side_benchmarks_each_report_the_uncut_re
 
     target = sshd.target(TEST_USER)
     port = free_port()
-    conc, n, out = 32, 256, 50  # ~4-5 s at a fixed 50 ms TTFT and 10 ms ITL
+    conc, n, out = 32, 512, 50  # 16 rounds of ~0.55 s at a fixed 50 ms TTFT and 10 ms ITL
     env = {"TUNEDECK_HEARTBEAT_S": "1"}
     keys = ("completed", "failed", "num_prompts", "total_output_tokens")
     with sim(port):
+        t0 = time.monotonic()
         uncut = cli(sshd, "--host", target, *bench_args(port, conc, n, out), **env)
+        span = time.monotonic() - t0
         assert uncut.returncode == 0, uncut.stderr[-3000:]
         ref = json.loads(uncut.stdout)
         assert ref["completed"] == n
-        for at in KILL_AT:
+        for frac in KILL_AT:
             proc = subprocess.Popen(
                 [*tunedeck_cmd(), "--host", target, *bench_args(port, conc, n, out)],
                 stdout=subprocess.PIPE,
@@ -61,8 +64,11 @@ def test_five_session_kills_during_host_side_benchmarks_each_report_the_uncut_re
 
             t = threading.Thread(target=read_err, daemon=True)
             t.start()
+            t1 = time.monotonic()
             assert started.wait(120), "".join(err)
+            at = max(0.0, t1 + frac * span - time.monotonic())
             time.sleep(at)
+            at = time.monotonic() - t1
             killed = sshd.kill_sessions(TEST_USER)
             out_text, _ = proc.communicate(timeout=300)
             t.join(5)
@@ -79,5 +85,5 @@ def test_five_session_kills_during_host_side_benchmarks_each_report_the_uncut_re
             links = log.count("link to the host lost")
             assert links <= 3, (at, log[-3000:])  # the kill's own report and a retry or two, no idle noise
             print(
-                f"kill at {at:g} s: {killed} session(s) killed, exit 0, {s['completed']}/{n} reported, {links} link message(s)"
+                f"kill at {at:.1f} s of {span:.1f} s: {killed} session(s) killed, exit 0, {s['completed']}/{n} reported, {links} link message(s)"
             )
