@@ -190,3 +190,47 @@ async def test_any_exception_of_the_link_is_a_reconnect_and_the_results_are_all_
     assert not any(s["partial"] for s in run.summaries)
     assert seen.count("level_done") == 2 and seen.count("start") == 1  # nothing lost, nothing twice
     assert "ConnectionLost" in errors and flaky.raised > 0
+
+
+class _GoneAfterTheEnd(LocalHost):
+    """This machine, whose link dies for good the moment the job is seen to have ended."""
+
+    def __init__(self) -> None:
+        super().__init__("local")
+        self.broken = False
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+        timeout: float | None = 30.0,
+    ) -> RunResult:
+        if self.broken:
+            raise asyncssh.ConnectionLost("Connection lost")
+        r = await super().run(argv, env=env, input=input, timeout=timeout)
+        if r.stdout.strip() == "DEAD":
+            self.broken = True
+        return r
+
+
+@pytest.mark.timeout(120)
+async def test_an_outcome_that_cannot_be_read_is_lost_exit_6_never_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tui.commands.bench import EXIT_LOST, exit_code
+    from tui.services.benchrun import LOST
+
+    monkeypatch.setattr(jobs, "FINAL_READ_S", 2.0)
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    (job_dir / "events.jsonl").write_text('{"type": "start"}\n{"type": "level_start", "level": 0, "run_id": "r0"}\n')
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # the job's process has ended: its pid is free
+    job = jobs.Job("bench", "gone", str(job_dir), "local", gone.pid, "1")
+    run = BenchRun(_GoneAfterTheEnd(), HOST, job)
+    seen = [ev["type"] async for ev in run.events()]
+    assert seen == ["start", "level_start"]
+    assert run.lost and run.outcome == LOST and run.summaries == []
+    assert exit_code(run) == EXIT_LOST

@@ -259,7 +259,7 @@ class JobFollower:
             while not q.empty():
                 pending.append(q.get_nowait())
             self._buf.clear()
-            rest = await self._final_read(lambda: logfollow.read_log(self.host, self.job.events_path, self.offset))
+            rest = await self.final_read(lambda: logfollow.read_log(self.host, self.job.events_path, self.offset))
             if rest is not None:
                 self._parse(rest, pending.append)
             for ev in pending:
@@ -269,7 +269,7 @@ class JobFollower:
                     self.exit = ev
                     return
                 yield ev
-            rc = await self._final_read(self._read_rc) if self.job.dir else None
+            rc = await self.final_read(self._read_rc) if self.job.dir else None
             last = await self._last_log_line()
             self.exit = {
                 "type": "exit",
@@ -290,7 +290,7 @@ class JobFollower:
         s = r.stdout.strip()
         return int(s) if r.ok and s.lstrip("-").isdigit() else None
 
-    async def _final_read(self, read: Any) -> Any:
+    async def final_read(self, read: Any) -> Any:
         """``await read()``, retried with backoff over failing links for up to :data:`FINAL_READ_S`."""
         deadline = time.monotonic() + FINAL_READ_S
         backoff = Backoff(0.5, 10.0)
@@ -311,7 +311,8 @@ class JobFollower:
         """The job's last stderr line (its own error when it died before reporting)."""
         try:
             r = await self.host.run(["tail", "-n", "5", "--", f"{self.job.dir}/log"], timeout=15)
-        except HostError:
+        except Exception as e:  # noqa: BLE001 - a detail of the message; the link is told elsewhere
+            log.info("%s: reading %s/log: %r", self.host.target, self.job.dir, e)
             return ""
         lines = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
         return lines[-1][:300] if lines else ""
