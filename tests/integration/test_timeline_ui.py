@@ -150,6 +150,7 @@ class FakeRun:
         self.job_id = "job-1"
         self.summaries: list[dict] = []
         self.exit = {"type": "exit", "rc": 0, "error": None}
+        self.outcome = "complete"  # BenchRun.outcome: what the host's job folder holds
 
     async def events(self):
         import asyncio

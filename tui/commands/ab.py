@@ -31,6 +31,9 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         "stop and confirm the GPU memory is freed; then prints the comparison. Ctrl-C or a lost link "
         "detaches (the A/B goes on; --attach follows it again); --cancel stops it. Every A/B is "
         "recorded in the tuning journal and its results are mirrored here.",
+        epilog="exit status: 0 the A/B completed; 1 it failed or ended without a report; 2 bad usage; "
+        "6 its report could not be read from the host (it is kept there: --attach ID reads it); "
+        "130 detached or cancelled. See docs/exit-codes.md.",
     )
     p.add_argument("a", metavar="A", nargs="?", help="profile name for A (the baseline)")
     p.add_argument("b", metavar="B", nargs="?", help="profile name for B (the candidate)")
@@ -293,6 +296,14 @@ async def _follow(args: argparse.Namespace, ab: Any, label: str) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
     rep = ab.report
+    if rep is None and ab.lost:
+        from tui.commands.bench import EXIT_LOST
+
+        return _fail(
+            f"A/B {ab.id}: its report could not be read from {label}; it is kept there: "
+            f"`tunedeck ab --attach {ab.id}` reads it",
+            EXIT_LOST,
+        )
     if rep is None:
         err = (ab.exit or {}).get("error") or "the A/B ended without a report"
         return _fail(f"A/B {ab.id}: {err}", 1)

@@ -11,7 +11,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tui.util.files import atomic_write_text
 
@@ -120,6 +120,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="streaming serving benchmark with vLLM-compatible metrics",
         description="Benchmark an OpenAI-compatible server: TTFT, TPOT, ITL, E2EL, throughput, goodput, "
         "as `vllm bench serve` defines them. Every finished request is saved under the results store.",
+        epilog=EXIT_EPILOG,
     )
     g = p.add_argument_group("server")
     g.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000")
@@ -471,7 +472,8 @@ def _config(args: argparse.Namespace, url: str, goodput: dict[str, float]) -> An
     return cfg
 
 
-def _printer(args: argparse.Namespace) -> Any:
+def _printer(args: argparse.Namespace) -> tuple[Callable[[dict[str, Any]], None], set[Any]]:
+    """The printer of a benchmark's events, and the run ids of the levels it has shown."""
     from tui.bench import metrics
     from tui.bench.workloads import workload_of
     from tui.services.benchrun import TUNNEL_NOTE, measured_through_tunnel
@@ -479,7 +481,14 @@ def _printer(args: argparse.Namespace) -> Any:
 
     human = sys.stderr if (args.progress or args.json == "-") else sys.stdout
 
+    shown: set[Any] = set()
+
     def emit(msg: dict[str, Any]) -> None:
+        if msg.get("type") == "level_done":
+            shown.add(msg["summary"].get("run_id"))
+        _show(msg)
+
+    def _show(msg: dict[str, Any]) -> None:
         if args.progress:
             sys.stdout.write(json.dumps(msg, separators=(",", ":"), allow_nan=False, default=str) + "\n")
             sys.stdout.flush()
@@ -494,7 +503,7 @@ def _printer(args: argparse.Namespace) -> Any:
         elif msg.get("type") == "waiting" and not args.progress:
             print(f"waiting for {msg['url']} (up to {msg['timeout']:g} s)...", file=sys.stderr, flush=True)
 
-    return emit
+    return emit, shown
 
 
 def _write_json(args: argparse.Namespace, summaries: list[dict[str, Any]]) -> int:
@@ -602,7 +611,7 @@ async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, A
             gpus = await _host_gpus(LocalHost())
             if gpus:
                 meta_extra = {"gpus": gpus, **meta_extra}
-    emit = _printer(args)
+    emit, _ = _printer(args)
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
@@ -682,7 +691,7 @@ async def _host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | 
 
 
 async def _follow(args: argparse.Namespace, run: Any) -> int:
-    emit = _printer(args)
+    emit, shown = _printer(args)
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
@@ -722,16 +731,60 @@ async def _follow(args: argparse.Namespace, run: Any) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
     ex = run.exit or {}
+    for s in run.summaries:  # levels whose report the events did not bring, read from the host's folder
+        if s.get("run_id") not in shown:
+            emit({"type": "level_done", "run_id": s.get("run_id"), "summary": s, "from": "job folder"})
     rc = _write_json(args, run.summaries)
-    if ex.get("error"):
+    code = exit_code(run)
+    if ex.get("error") and code != EXIT_OK:
         kind = "NOT_READY: " if ex.get("rc") == 3 and not str(ex["error"]).startswith("NOT_READY") else ""
         if args.progress and ex.get("rc") == 3:
             emit({"type": "error", "kind": "NOT_READY", "message": ex["error"]})
         print(f"tunedeck bench: {kind}{ex['error']}", file=sys.stderr)
-    code = ex.get("rc")
-    if not isinstance(code, int):
-        code = 1
+    if code == EXIT_PARTIAL:
+        print(
+            f"tunedeck bench: partial: {len(run.summaries)} level(s) reported, read from the job folder "
+            f"(exit {EXIT_PARTIAL})",
+            file=sys.stderr,
+        )
+    elif code == EXIT_LOST:
+        print(
+            f"tunedeck bench: the outcome of job {run.job_id} could not be read from the host; it is kept "
+            f"there: `tunedeck bench --attach {run.job_id}` reads it (exit {EXIT_LOST})",
+            file=sys.stderr,
+        )
     return code or rc
+
+
+#: exit statuses of ``tunedeck bench`` (docs/exit-codes.md)
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_READY, EXIT_DISK_FULL = 0, 1, 2, 3, 4
+EXIT_PARTIAL, EXIT_LOST, EXIT_STOPPED = 5, 6, 130
+EXIT_EPILOG = (
+    "exit status: 0 complete (every level finished, results written and mirrored); 1 failed (no "
+    "request completed, or the job's own error); 2 bad usage or spec; 3 NOT_READY (the server never "
+    "answered); 4 the host's disk is full (samples so far kept); 5 partial (the job ended before "
+    "every level finished, e.g. killed: the results it left are reported and written by --json); "
+    "6 lost (the job's outcome could not be read from the host: nothing is reported as done, "
+    "--attach ID reads it later); 130 stopped or detached (Ctrl-C). See docs/exit-codes.md."
+)
+
+
+def exit_code(run: Any) -> int:
+    """The exit status for a followed benchmark, from what the host has (:attr:`BenchRun.outcome`)."""
+    from tui.services.benchrun import COMPLETE, LOST, PARTIAL
+
+    ex = run.exit or {}
+    rc = ex.get("rc")
+    outcome = run.outcome
+    if outcome == COMPLETE:
+        return EXIT_OK
+    if outcome == LOST:
+        return EXIT_LOST
+    if rc in (EXIT_USAGE, EXIT_NOT_READY, EXIT_DISK_FULL, EXIT_STOPPED):  # the job said why
+        return int(rc)
+    if outcome == PARTIAL:
+        return EXIT_PARTIAL
+    return rc if isinstance(rc, int) and rc else EXIT_FAILED
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

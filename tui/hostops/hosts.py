@@ -173,9 +173,17 @@ class ByteStream(abc.ABC):
 
     exit_status: int | None = None
     stderr_tail: str = ""
+    #: ``time.monotonic()`` when the command last wrote anything (stdout or stderr); 0 before
+    last_heard: float = 0.0
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._chunks()
+
+    def link_dead(self, reason: str) -> None:
+        """The link carrying this stream is known dead (``reason``, e.g. no heartbeat). A stream
+        over SSH drops its connection, so that closing the stream and every other command on
+        that host reconnect at once instead of waiting for the keepalive or TCP; the command on
+        the host is ended by its own watchdog, or after the reconnect. A local stream has no link."""
 
     @abc.abstractmethod
     def _chunks(self) -> AsyncIterator[bytes]: ...
@@ -345,6 +353,8 @@ class _LocalStream(ByteStream):
         self._env = dict(env)
         self._heartbeat = heartbeat
         self._beat: asyncio.Task[None] | None = None
+        self._stderr_task: asyncio.Task[None] | None = None
+        self._stderr = bytearray()
         self._proc: asyncio.subprocess.Process | None = None
 
     async def _start(self) -> asyncio.subprocess.Process:
@@ -360,9 +370,22 @@ class _LocalStream(ByteStream):
                 env=self._env,
                 **_spawn_options(),  # type: ignore[arg-type]
             )
+            self.last_heard = time.monotonic()
             if self._heartbeat and self._proc.stdin is not None:
                 self._beat = asyncio.ensure_future(beat_stdin(self._proc.stdin.write, self._heartbeat))
+                # a heartbeating command speaks on stderr too: read as it comes (liveness)
+                self._stderr_task = asyncio.ensure_future(self._drain_stderr(self._proc))
         return self._proc
+
+    async def _drain_stderr(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stderr is not None
+        while True:
+            chunk = await proc.stderr.read(65536)
+            if not chunk:
+                return
+            self.last_heard = time.monotonic()
+            self._stderr += chunk
+            del self._stderr[:-4096]
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         proc = await self._start()
@@ -371,6 +394,7 @@ class _LocalStream(ByteStream):
             chunk = await proc.stdout.read(65536)
             if not chunk:
                 break
+            self.last_heard = time.monotonic()
             yield chunk
         # stdout is closed: the command is ending, but may not have exited yet (coreutils close
         # stdout in an atexit hook). Wait for its exit status first, then let the watchdog go (it
@@ -383,7 +407,10 @@ class _LocalStream(ByteStream):
             await asyncio.sleep(0.005)
         self._release_watchdog()
         self.exit_status = await proc.wait()
-        if proc.stderr is not None:
+        if self._stderr_task is not None:
+            await asyncio.wait({self._stderr_task}, timeout=_EXIT_AFTER_EOF_S)
+            self.stderr_tail = bytes(self._stderr).decode("utf-8", "replace")
+        elif proc.stderr is not None:
             self.stderr_tail = (await proc.stderr.read())[-4096:].decode("utf-8", "replace")
 
     def _release_watchdog(self) -> None:
@@ -399,6 +426,8 @@ class _LocalStream(ByteStream):
                 self._release_watchdog()
             await terminate_group(self._proc, grace=3)
             self._release_watchdog()
+            if self._stderr_task is not None:
+                self._stderr_task.cancel()
 
 
 class LocalHost(Host):

@@ -232,6 +232,21 @@ STREAM_WRAPPER = (
     'echo "$$ $st"; exec "$@"'
 )
 
+#: Follows a file from a byte offset under the liveness rule (:mod:`tui.hostops.liveness`):
+#: ``sh -c FOLLOW_SCRIPT sh FIRST_BYTE PATH BEAT DEAD``. Prints its pid, then the file's bytes
+#: from ``FIRST_BYTE`` on (``tail -F``) on stdout, exactly; one ``.`` on stderr every ``BEAT``
+#: seconds (the host side's heartbeat). Once stdin (the laptop's heartbeat, a newline every
+#: ``BEAT`` seconds) closes or brings nothing for ``DEAD`` seconds, or it is signalled, it TERMs
+#: its whole process group (the channel's: its tail, heartbeat loop and sleep) and exits, so
+#: nothing it started outlives the laptop by more than ``DEAD`` seconds.
+FOLLOW_SCRIPT = (  # one line: it travels as an argument, where a newline is refused
+    'echo $$; tail -c +"$1" -F -- "$2" 2>/dev/null </dev/null & '
+    '{ while kill -0 $! 2>/dev/null && printf . >&2; do sleep "$3"; done; } </dev/null >/dev/null & '
+    "trap 'trap \"\" TERM; kill -s TERM 0 2>/dev/null; exit 0' HUP INT TERM; "
+    'while [ "$(timeout "$4" dd bs=1 count=1 2>/dev/null | wc -c)" -eq 1 ]; do :; done; '
+    'trap "" TERM; kill -s TERM 0 2>/dev/null; exit 0'
+)
+
 #: Guarded kill of a stream's process (and its process group): $1 pid, $2 start time or '-'.
 #: Signals are sent as ``kill -s SIG -- -PGID``: dash (Debian's /bin/sh) rejects
 #: ``kill -TERM -- -PGID`` ("Illegal number"), which would leave the group alive; busybox sh

@@ -7,9 +7,12 @@ import logging
 import time
 from typing import AsyncGenerator, Callable
 
+from tui.hostops import liveness
 from tui.hostops.hosts import ByteStream, Host, HostError, target_name
+from tui.hostops.hostscripts import FOLLOW_SCRIPT
 from tui.hostops.runstore import RunStore
 from tui.util import retry
+from tui.util.aio import cancel_and_wait
 from tui.util.safety import check_text, redact_text, safe_line
 
 _log = logging.getLogger(__name__)
@@ -147,26 +150,49 @@ class LogFollower:
         self.persist = persist and run_id is not None
         self.persist_every = persist_every
         self.remote_pid: int | None = None
+        self.beat = liveness.HEARTBEAT_S
+        self.dead_after = liveness.dead_after(self.beat)
+        self.silent_for = 0.0
         self._stream: ByteStream | None = None
         self._saved = self.offset
         self._last_save = 0.0
 
     async def chunks(self) -> AsyncGenerator[bytes, None]:
+        """The log's bytes from :attr:`offset` on, under the liveness rule
+        (:mod:`tui.hostops.liveness`): the host side beats on stderr and ends itself once the
+        laptop's beats stop; ``HostError('connection-lost')`` once the host side has been
+        silent for :func:`~tui.hostops.liveness.dead_after` seconds."""
+        beat = liveness.interval()
+        dead = liveness.dead_after(beat)
         argv = [
             "/bin/sh",
             "-c",
-            'echo $$; exec tail -c +"$1" -F -- "$2" 2>/dev/null',
+            FOLLOW_SCRIPT,
             "sh",
             str(self.offset + 1),
             self.log_path,
+            f"{beat:g}",
+            f"{dead:g}",
         ]
-        stream = self.host.stream(argv)
+        stream = self.host.stream(argv, heartbeat=beat)
         self._stream = stream
+        self.beat, self.dead_after, self.silent_for = beat, dead, 0.0
+        watch: asyncio.Task[None] | None = None
         head = b""
         got_pid = False
+
+        async def watchdog() -> None:
+            while True:
+                await asyncio.sleep(min(1.0, beat / 2))
+                if self.check_alive() is not None:
+                    await stream.aclose()
+                    return
+
         try:
             async with stream:
                 async for chunk in stream:
+                    if watch is None:
+                        watch = asyncio.ensure_future(watchdog())
                     if not got_pid:
                         head += chunk
                         if b"\n" not in head:
@@ -179,13 +205,37 @@ class LogFollower:
                     self._maybe_save()
                     self.offset += len(chunk)
                     yield chunk
+            if self.silent_for:
+                raise HostError(
+                    "connection-lost",
+                    f"following {self.log_path}: no heartbeat from the host for {self.silent_for:.0f} s",
+                    target=target_name(self.host),
+                )
         finally:
             # Closing the stream (above) already ended the remote tail, or, when the link is
             # gone, queued it to be killed once the host reconnects (SshHost reaps stale streams,
-            # guarded by start time). Killing it here would reconnect, with retries, before the
-            # lost link reaches the caller: a dead link must be reported first.
+            # guarded by start time); its own watchdog ends it sooner (no heartbeat on stdin).
+            # Killing it here would reconnect, with retries, before the lost link reaches the
+            # caller: a dead link must be reported first.
+            if watch is not None:
+                await cancel_and_wait([watch], f"heartbeat watch of {self.log_path}")
             self._stream = None
             self.save()
+
+    def check_alive(self) -> HostError | None:
+        """``None`` while the stream lives by the liveness rule; once the host side has been
+        silent for longer than :attr:`dead_after`, the link is declared dead (an SSH stream drops
+        its connection) and the error to report is returned."""
+        stream = self._stream
+        if stream is None or not stream.last_heard:
+            return None
+        quiet = time.monotonic() - stream.last_heard
+        if quiet <= self.dead_after:
+            return None
+        self.silent_for = quiet
+        reason = f"following {self.log_path}: no heartbeat from the host for {quiet:.0f} s (one every {self.beat:g} s)"
+        stream.link_dead(reason)
+        return HostError("connection-lost", reason, target=target_name(self.host))
 
     def _maybe_save(self) -> None:
         if self.persist and self.offset != self._saved and time.monotonic() - self._last_save >= self.persist_every:
@@ -220,48 +270,69 @@ async def follow_forever(
 ) -> int:
     """Follow ``log_path`` from ``offset`` until ``stop`` is set, reconnecting with
     backoff after a lost link (resuming at the consumed offset, so nothing is lost or
-    repeated). ``on_idle`` runs after ``idle`` seconds without data. Returns the offset."""
+    repeated). ``on_idle`` runs after every ``idle`` seconds without data. Returns the offset.
+
+    A quiet file is not a lost link: the stream is read by its own task, and this loop only
+    waits on what that task hands over, so no timer ever cancels a read. A link is lost when
+    the stream fails in any way (an exception of any kind, or its end: ``tail -F`` never ends
+    on its own), including the liveness rule's silence; ``on_error`` is told, and the follow
+    resumes. An exception raised by ``on_chunk`` is the caller's and propagates."""
     backoff = retry.Backoff(0.5, 10.0)
     attempt = 0
     while not stop.is_set():
         f = LogFollower(host, log_path, offset, run_id=run_id, store=store, persist=persist)
-        it = f.chunks().__aiter__()
+        q: asyncio.Queue[bytes | Exception | None] = asyncio.Queue()
+        reader = asyncio.ensure_future(_pump(f, q))
         try:
             while not stop.is_set():
                 try:
-                    chunk = await asyncio.wait_for(it.__anext__(), idle)
+                    item = await asyncio.wait_for(q.get(), idle)
                 except asyncio.TimeoutError:
                     if on_idle is not None:
                         on_idle()
+                    dead = f.check_alive()
+                    if dead is not None:
+                        raise dead from None
                     continue
-                except StopAsyncIteration:
-                    # ``tail -F`` never ends on its own: its stream ending means the link went
-                    if not stop.is_set():
-                        raise HostError(
-                            "connection-lost", f"following {log_path}: the stream ended", target=target_name(host)
-                        ) from None
-                    break
-                offset = f.offset
-                on_chunk(chunk)
+                if item is None:
+                    raise HostError(
+                        "connection-lost", f"following {log_path}: the stream ended", target=target_name(host)
+                    )
+                if isinstance(item, Exception):
+                    raise item
+                on_chunk(item)
+                offset += len(item)
                 backoff.reset()
                 attempt = 0
-        except (HostError, OSError) as e:
+        except Exception as e:  # noqa: BLE001 - any failure of the stream is a lost link: told, resumed
+            if not isinstance(e, (HostError, OSError)):
+                _log.warning("following %s: %s: %s; reconnecting", log_path, type(e).__name__, e, exc_info=True)
             attempt += 1
             if on_error is not None:
                 on_error(e, attempt)
         finally:
-            offset = f.offset
-            try:
-                await it.aclose()  # type: ignore[attr-defined]
-            except Exception:  # noqa: BLE001 - the stream is given up anyway; f.close() below ends it
-                _log.debug("closing the log stream of %s failed", log_path, exc_info=True)
-            await f.close()
+            await cancel_and_wait([reader], f"follow of {log_path}")
         if not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), backoff.next())
             except asyncio.TimeoutError:
                 pass
     return offset
+
+
+async def _pump(f: LogFollower, q: "asyncio.Queue[bytes | Exception | None]") -> None:
+    """Hand ``f``'s chunks to ``q``, then ``None`` at its end or the exception it failed with."""
+    it = f.chunks()
+    try:
+        try:
+            async for chunk in it:
+                q.put_nowait(chunk)
+        finally:
+            await it.aclose()  # ends the stream now, also when cancelled (contextlib.aclosing is 3.10+)
+    except Exception as e:  # noqa: BLE001 - handed to the follower, which reports and reconnects
+        q.put_nowait(e)
+    else:
+        q.put_nowait(None)
 
 
 async def read_log(host: Host, log_path: str, offset: int = 0, limit: int | None = None) -> bytes:

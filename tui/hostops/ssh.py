@@ -247,6 +247,14 @@ class SshHost(Host):
                         "connection-lost", f"connection lost: {describe(exc)}", target=self.target
                     )
 
+    def _drop(self, conn: asyncssh.SSHClientConnection, reason: str) -> None:
+        """``conn`` is known dead (``reason``: e.g. a stream's heartbeat stopped): forget and abort
+        it, so the next command reconnects at once instead of waiting for the keepalive or TCP."""
+        if conn is self._conn:
+            log.warning("%s: %s; reconnecting", self.target, visible(reason))
+            self._on_lost(conn, ConnectionError(reason))
+        conn.abort()
+
     async def _connection(self) -> asyncssh.SSHClientConnection:
         if self._closed:
             raise HostError("error", "host connection is closed", target=self.target)
@@ -709,6 +717,7 @@ class _SshStream(ByteStream):
                 )
             self.pid = int(parts[0])
             self.starttime = parts[1].decode() if len(parts) > 1 and parts[1].isdigit() else "-"
+            self.last_heard = time.monotonic()
 
     async def _drain_stderr(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
         try:
@@ -716,6 +725,7 @@ class _SshStream(ByteStream):
                 chunk = await proc.stderr.read(65536)
                 if not chunk:
                     return
+                self.last_heard = time.monotonic()
                 self._stderr += chunk
                 del self._stderr[:-4096]
         except Exception:  # noqa: BLE001 - the stdout side reports the loss
@@ -733,6 +743,7 @@ class _SshStream(ByteStream):
                 chunk = b""
             if not chunk:
                 break
+            self.last_heard = time.monotonic()
             yield chunk
         await self._finish_proc()
         if self._closing:
@@ -772,6 +783,11 @@ class _SshStream(ByteStream):
         if self._slots >= 1 and host._stream_slots is not None:
             host._stream_slots.release()
         self._slots = 0
+
+    def link_dead(self, reason: str) -> None:
+        conn = self._conn
+        if conn is not None:
+            self._host._drop(conn, reason)
 
     async def aclose(self) -> None:
         if self._closed:

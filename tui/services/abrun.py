@@ -72,6 +72,8 @@ class ABRun:
         self.report: ABReport | None = None
         self.exit: dict[str, Any] | None = None
         self.mirrored: list[str] = []
+        #: the A/B's report or results could not be read from the host (exit 6 of ``tunedeck ab``)
+        self.lost = False
         self.on_link_error: Any = None
 
     @property
@@ -170,19 +172,27 @@ class ABRun:
             if ev.get("type") == "ab":
                 yield ABEvent.from_json(ev)
         self.exit = follower.exit
-        await self.finish()
+        await self.finish(follower)
 
-    async def finish(self) -> ABReport | None:
-        """Read the report, mirror the results and journal it here (idempotent)."""
-        try:
-            raw = await logfollow.read_log(self.host, f"{self.job.dir}/{jobfiles.REPORT}")
-        except HostError as e:
-            log.warning("A/B %s: report not read: %s", self.id, e)
-            raw = b""
-        try:
-            self.mirrored = await jobs.mirror_results(self.host, self.job)
-        except HostError as e:
-            log.warning("A/B %s: results not mirrored: %s", self.id, e)
+    async def finish(self, follower: jobs.JobFollower | None = None) -> ABReport | None:
+        """Read the report, mirror the results and journal it here (idempotent). After a follow,
+        the report and the results are read retried over a failing link (``follower.final_read``);
+        what stays unreadable sets :attr:`lost`."""
+        report = f"{self.job.dir}/{jobfiles.REPORT}"
+        if follower is not None:
+            raw = await follower.final_read(lambda: logfollow.read_log(self.host, report)) or b""
+            self.mirrored = await follower.final_read(lambda: jobs.mirror_results(self.host, self.job)) or []
+            self.lost = follower.lost
+        else:
+            try:
+                raw = await logfollow.read_log(self.host, report)
+            except HostError as e:
+                log.warning("A/B %s: report not read: %s", self.id, e)
+                raw = b""
+            try:
+                self.mirrored = await jobs.mirror_results(self.host, self.job)
+            except HostError as e:
+                log.warning("A/B %s: results not mirrored: %s", self.id, e)
         if raw.strip():
             try:
                 d = json.loads(raw)

@@ -24,12 +24,15 @@ import logging
 from typing import Any, AsyncIterator, Mapping
 
 from tui.ab.sides import VIA_SSH
-from tui.hostops.hosts import Host, HostError
+from tui.hostops.hosts import Host
 from tui.services import jobs
+from tui.util.retry import Backoff
 
 log = logging.getLogger(__name__)
 
 HOST = "host"
+#: :attr:`BenchRun.outcome` values
+COMPLETE, PARTIAL, LOST, FAILED = "complete", "partial", "lost", "failed"
 TUNNEL_NOTE = "measured through an SSH tunnel"
 
 
@@ -53,6 +56,8 @@ class BenchRun:
         self.summaries: list[dict[str, Any]] = []
         self.exit: dict[str, Any] | None = None
         self.mirrored: list[str] = []
+        #: the job's outcome could not be read from the host (see :attr:`outcome`)
+        self.lost = False
         self._task: asyncio.Task[list[dict[str, Any]]] | None = None
         self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._follower: jobs.JobFollower | None = None
@@ -126,7 +131,52 @@ class BenchRun:
                 await self.mirror({str(ev["run_id"])})  # listed here as running on the host at once
             yield ev
         self.exit = self._follower.exit
-        await self.mirror(None)
+        self.lost = self._follower.lost
+        await self._final_mirror()
+        self._reconcile()
+
+    async def _final_mirror(self) -> None:
+        """Mirror every result folder of the job, retried over a failing link for up to
+        :data:`jobs.FINAL_READ_S`: the outcome is what the host has, not what the events said."""
+        deadline = asyncio.get_running_loop().time() + jobs.FINAL_READ_S
+        backoff = Backoff(0.5, 10.0)
+        while not await self.mirror(None):
+            if asyncio.get_running_loop().time() >= deadline:
+                log.error("bench job %s: its results could not be mirrored", self.job_id)
+                self.lost = True
+                return
+            await asyncio.sleep(backoff.next())
+
+    def _reconcile(self) -> None:
+        """Add the summary of every mirrored level the events did not bring (a follow that missed
+        its ``level_done``): read from the mirrored folder, rebuilt from its samples if partial."""
+        from tui.bench import store
+
+        have = {s.get("run_id") for s in self.summaries}
+        for rid in sorted(self.mirrored):
+            if rid in have:
+                continue
+            try:
+                self.summaries.append(store.summary_for(rid))
+            except (store.StoreError, OSError, ValueError) as e:
+                log.warning("bench job %s: level %s has no readable result here: %s", self.job_id, rid, e)
+
+    @property
+    def outcome(self) -> str:
+        """What became of the benchmark, from what the host has (see ``docs/exit-codes.md``):
+        ``complete`` (exit 0 and every level's summary final), ``partial`` (results exist but the
+        job did not finish every level, or ended without its final report), ``lost`` (nothing
+        could be read), or ``failed`` (no result: the job's own error)."""
+        ex = self.exit or {}
+        rc = ex.get("rc")
+        done = bool(self.summaries) and not any(s.get("partial") for s in self.summaries)
+        if rc == 0 and done and not self.lost:
+            return COMPLETE
+        if self.summaries and any(s.get("completed") for s in self.summaries):
+            return PARTIAL
+        if self.lost or (ex.get("synthetic") and rc is None):
+            return LOST
+        return FAILED
 
     async def _local_events(self) -> AsyncIterator[dict[str, Any]]:
         assert self._task is not None
@@ -150,17 +200,19 @@ class BenchRun:
             log.exception("local bench failed")
             self.exit = {"type": "exit", "rc": 1, "error": f"{type(e).__name__}: {e}"}
 
-    async def mirror(self, only: set[str] | None = None) -> None:
-        """Copy the job's result folders here (incremental); a link error is logged, not raised."""
+    async def mirror(self, only: set[str] | None = None) -> bool:
+        """Copy the job's result folders here (incremental). Any failure is logged, not raised
+        (the final mirror retries): returns whether it worked."""
         assert self.job is not None
         try:
             got = await jobs.mirror_results(self.host, self.job, only=only)
-        except HostError as e:
-            log.warning("mirroring bench job %s: %s", self.job.job_id, e)
-            return
+        except Exception as e:  # noqa: BLE001 - a link or a local disk failure; retried at the end
+            log.warning("mirroring bench job %s: %r", self.job.job_id, e)
+            return False
         for rid in got:
             if rid not in self.mirrored:
                 self.mirrored.append(rid)
+        return True
 
     # ------------------------------------------------------------------ stop
     async def stop(self) -> str:

@@ -29,6 +29,7 @@ from tui.services import runtime
 from tui.util.aio import cancel_and_wait
 from tui.util.files import atomic_write_json, atomic_write_text
 from tui.util.paths import data_dir
+from tui.util.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -137,13 +138,24 @@ async def stop(host: Host, job: Job, *, grace: float = 30.0) -> str:
 # ---------------------------------------------------------------------- follow
 
 
+#: seconds the follower keeps trying to read a finished job's last events and rc over a link
+#: that fails; after that the outcome is reported lost (the job folder still holds it)
+FINAL_READ_S = 300.0
+
+_ENDED: dict[str, Any] = {"type": "_ended"}  # the watcher's word: the job's process is gone
+
+
 class JobFollower:
     """The events of a job, in order, across lost links; ends after its ``exit`` event.
 
     ``offset`` is the number of bytes of ``events.jsonl`` consumed (complete
-    lines only); start a new follower at that offset to resume. A job that dies
-    without an ``exit`` event (``kill -9``) is noticed by its process check, and
-    a synthetic exit event carries its ``rc``.
+    lines only); start a new follower at that offset to resume. Every failure of the
+    follow or of the process check, whatever its kind, is a lost link: told to
+    ``on_link_error``, then retried. A job whose process is gone (finished, or killed without
+    its ``exit`` event) ends the follow: the events after the consumed offset are then read
+    from the job folder directly, and when none is an ``exit`` event a synthetic one carries
+    the ``rc`` file's value (``None`` when there is none). What could not be read within
+    :data:`FINAL_READ_S` sets :attr:`lost`.
     """
 
     def __init__(self, host: Host, job: Job, offset: int = 0, *, alive_every: float = 5.0) -> None:
@@ -152,52 +164,66 @@ class JobFollower:
         self.offset = offset
         self.alive_every = alive_every
         self.exit: dict[str, Any] | None = None
+        self.lost = False
         self.link_errors = 0
         self.on_link_error: Any = None  # callable(Exception, attempt) for a UI line
+        self._buf = bytearray()
+
+    def _parse(self, chunk: bytes, put: Any) -> None:
+        """Complete lines of ``chunk`` (after what came before) as events; advances :attr:`offset`."""
+        self._buf.extend(chunk)
+        while True:
+            i = self._buf.find(b"\n")
+            if i < 0:
+                return
+            line = bytes(self._buf[: i + 1])
+            del self._buf[: i + 1]
+            self.offset += len(line)
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                log.warning(
+                    "%s: unreadable event line at byte %d of %s",
+                    self.host.target,
+                    self.offset - len(line),
+                    self.job.events_path,
+                )
+                continue
+            if isinstance(ev, dict):
+                put(ev)
+
+    def _link_error(self, e: Exception, attempt: int) -> None:
+        self.link_errors += 1
+        log.info("%s: following %s: %s (attempt %d)", self.host.target, self.job.events_path, e, attempt)
+        if self.on_link_error is not None:
+            self.on_link_error(e, attempt)
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
-        q: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         stop = asyncio.Event()
-        buf = bytearray()
-        consumed = self.offset
-
-        def on_chunk(chunk: bytes) -> None:
-            nonlocal consumed
-            buf.extend(chunk)
-            while True:
-                i = buf.find(b"\n")
-                if i < 0:
-                    return
-                line = bytes(buf[: i + 1])
-                del buf[: i + 1]
-                consumed += len(line)
-                self.offset = consumed
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    log.warning(
-                        "%s: unreadable event line at byte %d of %s",
-                        self.host.target,
-                        consumed - len(line),
-                        self.job.events_path,
-                    )
-                    continue
-                if isinstance(ev, dict):
-                    q.put_nowait(ev)
-
-        def on_error(e: Exception, attempt: int) -> None:
-            self.link_errors += 1
-            log.info("%s: following %s: %s (attempt %d)", self.host.target, self.job.events_path, e, attempt)
-            if self.on_link_error is not None:
-                self.on_link_error(e, attempt)
+        self._buf.clear()
 
         async def follow() -> None:
-            await logfollow.follow_forever(
-                self.host, self.job.events_path, self.offset, on_chunk, stop, on_error=on_error
-            )
+            attempt = 0
+            while not stop.is_set():
+                try:
+                    await logfollow.follow_forever(
+                        self.host,
+                        self.job.events_path,
+                        self.offset + len(self._buf),
+                        lambda b: self._parse(b, q.put_nowait),
+                        stop,
+                        on_error=self._link_error,
+                    )
+                except Exception as e:  # noqa: BLE001 - a lost link whatever its kind: told, retried
+                    attempt += 1
+                    log.warning("%s: following %s failed: %r", self.host.target, self.job.events_path, e)
+                    self._link_error(e, attempt)
+                    await asyncio.sleep(1.0)
 
         async def watch() -> None:
-            # a job killed without its exit event: its process is gone
+            # the job's process is gone (finished, or killed without its exit event)
+            attempt = 0
             while not stop.is_set():
                 try:
                     await asyncio.wait_for(stop.wait(), self.alive_every)
@@ -206,52 +232,87 @@ class JobFollower:
                     pass
                 try:
                     alive = await is_alive(self.host, self.job)
-                except HostError:
+                except Exception as e:  # noqa: BLE001 - the check is retried; the follow reports the link
+                    attempt += 1
+                    log.info("%s: checking job %s: %r (attempt %d)", self.host.target, self.job.job_id, e, attempt)
                     continue
                 if not alive:
-                    await asyncio.sleep(1.0)  # let the follower read the last lines
-                    if stop.is_set():
-                        return
-                    rc = await launcher.read_rc(self.host, self.job.dir) if self.job.dir else None
-                    if rc is None:
-                        # the follow may still be catching up: read the tail once, directly
-                        try:
-                            rest = await logfollow.read_log(self.host, self.job.events_path, consumed)
-                            on_chunk(rest)
-                        except HostError:
-                            continue
-                    last = await self._last_log_line()
-                    q.put_nowait(
-                        {
-                            "type": "exit",
-                            "rc": rc,
-                            "synthetic": True,
-                            "error": f"the {self.job.kind} job ended without a final report"
-                            f" (rc {rc if rc is not None else 'unknown'}" + (f"): {last}" if last else "; killed?)"),
-                        }
-                    )
+                    await asyncio.sleep(1.0)  # let the follow read the last lines
+                    q.put_nowait(_ENDED)
                     return
 
         tasks = [asyncio.create_task(follow()), asyncio.create_task(watch())]
         try:
             while True:
                 ev = await q.get()
-                if ev is None:
+                if ev is _ENDED:
                     break
                 if ev.get("type") == "exit":
-                    if self.exit is None:
-                        self.exit = ev
-                    break
+                    self.exit = ev
+                    return
                 yield ev
+            # the process is gone: stop following, hand over what the follow already parsed,
+            # then read the rest of the file (from the consumed offset: nothing twice) and the rc
+            stop.set()
+            await cancel_and_wait(tasks, f"job {self.job.job_id}")
+            pending: list[dict[str, Any]] = []
+            while not q.empty():
+                pending.append(q.get_nowait())
+            self._buf.clear()
+            rest = await self.final_read(lambda: logfollow.read_log(self.host, self.job.events_path, self.offset))
+            if rest is not None:
+                self._parse(rest, pending.append)
+            for ev in pending:
+                if ev is _ENDED:
+                    continue
+                if ev.get("type") == "exit":
+                    self.exit = ev
+                    return
+                yield ev
+            rc = await self.final_read(self._read_rc) if self.job.dir else None
+            last = await self._last_log_line()
+            self.exit = {
+                "type": "exit",
+                "rc": rc,
+                "synthetic": True,
+                "error": f"the {self.job.kind} job ended without a final report"
+                f" (rc {rc if rc is not None else 'unknown'}" + (f"): {last}" if last else "; killed?)"),
+            }
         finally:
             stop.set()
             await cancel_and_wait(tasks, f"job {self.job}")
+
+    async def _read_rc(self) -> int | None:
+        """The ``rc`` file's value; ``None`` when it is missing (killed); a lost link raises."""
+        r = await self.host.run(["cat", "--", f"{self.job.dir}/rc"], timeout=15)
+        if r.lost or r.timed_out:
+            raise HostError("connection-lost" if r.lost else "timeout", f"reading {self.job.dir}/rc failed")
+        s = r.stdout.strip()
+        return int(s) if r.ok and s.lstrip("-").isdigit() else None
+
+    async def final_read(self, read: Any) -> Any:
+        """``await read()``, retried with backoff over failing links for up to :data:`FINAL_READ_S`."""
+        deadline = time.monotonic() + FINAL_READ_S
+        backoff = Backoff(0.5, 10.0)
+        attempt = 0
+        while True:
+            try:
+                return await read()
+            except Exception as e:  # noqa: BLE001 - any failure of the link: told, retried
+                attempt += 1
+                self._link_error(e, attempt)
+                if time.monotonic() >= deadline:
+                    log.error("%s: job %s: giving up reading its outcome: %r", self.host.target, self.job.job_id, e)
+                    self.lost = True
+                    return None
+                await asyncio.sleep(backoff.next())
 
     async def _last_log_line(self) -> str:
         """The job's last stderr line (its own error when it died before reporting)."""
         try:
             r = await self.host.run(["tail", "-n", "5", "--", f"{self.job.dir}/log"], timeout=15)
-        except HostError:
+        except Exception as e:  # noqa: BLE001 - a detail of the message; the link is told elsewhere
+            log.info("%s: reading %s/log: %r", self.host.target, self.job.dir, e)
             return ""
         lines = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
         return lines[-1][:300] if lines else ""

@@ -72,6 +72,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/hostops/hostscripts.py",
     "tui/hostops/launcher.py",
     "tui/hostops/logfollow.py",
+    "tui/hostops/liveness.py",
     "tui/hostops/reread.py",
     "tui/hostops/runstore.py",
     "tui/hostops/tracker.py",

@@ -203,7 +203,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     # ------------------------------------------------------------ the run
     @work(group="bench", exit_on_error=False)
     async def run_bench(self) -> None:
-        from tui.commands.bench import start_run
+        from tui.commands.bench import exit_code, start_run
         from tui.hostops.hosts import HostError
         from tui.services import jobs, runtime
         from tui.services.benchrun import BenchRun
@@ -226,7 +226,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             self.post_message(self.Finished(None, run.summaries, f"lost the benchmark: {e}"))
             return
         ex = run.exit or {}
-        rc = ex.get("rc") if isinstance(ex.get("rc"), int) else None
+        rc = exit_code(run)  # from what the host's job folder holds, as the bench command says it
         self.post_message(self.Finished(rc, run.summaries, str(ex.get("error") or "") if rc else ""))
 
     @work(group="bench-stop", exit_on_error=False)
@@ -321,14 +321,19 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self._show_status()
 
     def on_bench_screen_finished(self, event: "BenchScreen.Finished") -> None:
+        from tui.commands.bench import EXIT_LOST, EXIT_PARTIAL
+
         self.rc = event.rc
         if event.error:
             self.error = event.error
-        self.state = (
-            "finished"
-            if event.rc == 0
-            else ("interrupted (partial results saved)" if event.rc == 130 else f"failed (exit {event.rc})")
-        )
+        have = {s.get("run_id") for s in self.summaries}
+        self.summaries.extend(s for s in event.summaries if s.get("run_id") not in have)  # read from the job folder
+        self.state = {
+            0: "finished",
+            130: "interrupted (partial results saved)",
+            EXIT_PARTIAL: "partial results (read from the job folder)",
+            EXIT_LOST: "outcome unknown: the host could not be read; the job and its results are kept there",
+        }.get(event.rc if event.rc is not None else -1, f"failed (exit {event.rc})")
         self._show_status()
         self._stored_timelines()
 

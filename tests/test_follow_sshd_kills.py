@@ -1,0 +1,89 @@
+"""A finished benchmark is never reported lost: five host-side benchmarks against the simulator,
+each with its SSH session killed once (``sshd: user@notty``) at a different moment, from early in
+the run to when the job is finishing or done. Each reports its result, with the counts of an uncut
+run, and ``--json`` is the summary, never ``[]``. Needs the real sshd (tests/sshd.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+
+import pytest
+
+from tests.conftest import REPO, tunedeck_cmd
+from tests.simfix import free_port
+from tests.sshd import TEST_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.test_hostside import sim
+from tests.test_hostside_ssh import bench_args, cli
+
+pytestmark = [pytest.mark.sshd, pytest.mark.slow]
+
+#: when the session is killed, one run each: fractions of the uncut run's time from its job's
+#: start to the command's end (measured here, so the kills spread over the run on any machine)
+KILL_AT = (0.15, 0.35, 0.55, 0.75, 0.95)
+
+
+@pytest.mark.timeout(900)
+def test_five_session_kills_during_host_side_benchmarks_each_report_the_uncut_result(sshd: SshdServer) -> None:
+    from tui.bench import store
+
+    target = sshd.target(TEST_USER)
+    port = free_port()
+    conc, n, out = 32, 512, 50  # 16 rounds of ~0.55 s at a fixed 50 ms TTFT and 10 ms ITL
+    env = {"TUNEDECK_HEARTBEAT_S": "1"}
+    keys = ("completed", "failed", "num_prompts", "total_output_tokens")
+    with sim(port):
+        t0 = time.monotonic()
+        uncut = cli(sshd, "--host", target, *bench_args(port, conc, n, out), **env)
+        span = time.monotonic() - t0
+        assert uncut.returncode == 0, uncut.stderr[-3000:]
+        ref = json.loads(uncut.stdout)
+        assert ref["completed"] == n
+        for frac in KILL_AT:
+            proc = subprocess.Popen(
+                [*tunedeck_cmd(), "--host", target, *bench_args(port, conc, n, out)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=REPO,
+                env=sshd.client_env(**env),
+            )
+            err: list[str] = []
+            started = threading.Event()
+
+            def read_err(
+                p: subprocess.Popen[str] = proc, lines: list[str] = err, ev: threading.Event = started
+            ) -> None:
+                assert p.stderr is not None
+                for line in p.stderr:
+                    lines.append(line)
+                    if "runs on" in line:
+                        ev.set()
+
+            t = threading.Thread(target=read_err, daemon=True)
+            t.start()
+            t1 = time.monotonic()
+            assert started.wait(120), "".join(err)
+            at = max(0.0, t1 + frac * span - time.monotonic())
+            time.sleep(at)
+            at = time.monotonic() - t1
+            killed = sshd.kill_sessions(TEST_USER)
+            out_text, _ = proc.communicate(timeout=300)
+            t.join(5)
+            log = "".join(err)
+            assert proc.returncode == 0, (at, killed, log[-3000:])
+            s = json.loads(out_text)
+            assert isinstance(s, dict), (at, out_text[:500])  # the summary, never []
+            for key in keys:
+                assert s[key] == ref[key], (at, key, s[key], ref[key])
+            assert not s["partial"], at
+            idx = [x["index"] for x in store.read_samples(s["run_id"])]
+            assert len(idx) == n and len(set(idx)) == n, at  # every sample copied, none twice
+            assert "ended without a final report" not in log, (at, log[-2000:])
+            links = log.count("link to the host lost")
+            assert links <= 3, (at, log[-3000:])  # the kill's own report and a retry or two, no idle noise
+            print(
+                f"kill at {at:.1f} s of {span:.1f} s: {killed} session(s) killed, exit 0, {s['completed']}/{n} reported, {links} link message(s)"
+            )
