@@ -54,7 +54,13 @@ class RunScreen(Screen[None]):
 
     BINDINGS = [
         Binding("escape", "close", "Back", id="run-back"),
-        Binding("s", "stop", "Stop server", id="run-stop"),
+        Binding(
+            "s",
+            "stop",
+            "Stop server",
+            tooltip="Stop the server (asks first): TERM, then KILL after the grace",
+            id="run-stop",
+        ),
     ]
 
     class Progress(Message):
