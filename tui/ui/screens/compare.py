@@ -322,6 +322,7 @@ class CompareScreen(Screen):
             b,
             plan,
             demo=target == "demo",
+            sim=bool(getattr(self.app, "sim", False)),
             repeats=repeats,
             interleave=interleave,
             confirm_stop=confirm,

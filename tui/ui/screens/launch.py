@@ -308,10 +308,12 @@ class LaunchScreen(Screen):
 
     @work(group="launch-preflight", exclusive=True, exit_on_error=False)
     async def run_preflight(self, profile: ServerProfile) -> None:
-        from tui.profiles.preflight import preflight
+        from tui.services.checks import preflight_for
 
         try:
-            report = await preflight(self.host, profile, demo=self.demo, store=self.store)
+            report = await preflight_for(
+                self.host, profile, demo=self.demo, sim=bool(getattr(self.app, "sim", False)), store=self.store
+            )
         except Exception as e:  # HostError, UnsafeInput: the host's state, shown inline
             self.form.show_messages([FormMessage("error", "host", f"pre-flight failed: {e}")])
             return

@@ -93,10 +93,10 @@ async def checked_command(
 ) -> Any:
     """Pre-flight ``profile`` on ``host``; the command to launch, or None (errors, the user said no,
     or ``launch`` is False). Every launch goes through here: the list's ``L`` and the form's ``ctrl+l``."""
-    from tui.profiles.preflight import preflight
+    from tui.services.checks import preflight_for
 
     try:
-        report = await preflight(host, profile, demo=demo, store=store)
+        report = await preflight_for(host, profile, demo=demo, sim=bool(getattr(screen.app, "sim", False)), store=store)
     except Exception as e:  # noqa: BLE001 - HostError, UnsafeInput: shown, nothing launched
         on_failure(f"pre-flight failed: {e}")
         screen.notify(f"pre-flight failed: {e}", severity="error", markup=False)
