@@ -23,6 +23,8 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input, Log, Static
 
+from widgets.field_input import FieldInput
+
 _ERROR_RE = re.compile(
     r"\bERROR\b|\bCRITICAL\b|Traceback \(most recent call last\)|^\S*(?:Error|Exception)\b|"
     r"\b\w+(?:Error|Exception): |NCCL WARN|^Killed$"
@@ -109,7 +111,7 @@ class _SeverityLog(Log):
             self.highlighter.current = False  # type: ignore[attr-defined]
 
 
-class _SearchInput(Input):
+class _SearchInput(FieldInput):
     """The search box; remembers the last key it saw itself (see :meth:`ServerLog.on_key`)."""
 
     last_key: events.Key | None = None
