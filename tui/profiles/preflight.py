@@ -103,6 +103,18 @@ class Finding:
     def __str__(self) -> str:
         return f"{self.severity}: {self.message}"
 
+    @property
+    def detail(self) -> str:
+        """The message without the subject it may start with, for displays that show the subject
+        themselves (``nccl.preset: …`` once, never ``nccl.preset: nccl.preset: …``)."""
+        lead = f"{self.subject}: "
+        return self.message[len(lead) :] if self.subject and self.message.startswith(lead) else self.message
+
+    @property
+    def line(self) -> str:
+        """The subject (when there is one) and the message, the subject said once."""
+        return f"{self.subject}: {self.detail}" if self.subject else self.message
+
 
 @dataclass(frozen=True, slots=True)
 class PreflightReport:

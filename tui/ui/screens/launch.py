@@ -320,7 +320,7 @@ class LaunchScreen(Screen):
         if report.facts.backends and report.facts.backends_source != "builtin":
             self._host_backends[profile.engine] = tuple(report.facts.backends)
             self.form.set_choices(self._choices())
-        self.form.show_messages([FormMessage(f.severity, f.subject, f.message) for f in report.findings])
+        self.form.show_messages([FormMessage(f.severity, f.subject, f.detail) for f in report.findings])
 
     # ------------------------------------------------------------------ validation
     def _evaluate(self, values: FormValues) -> tuple[ServerProfile | None, Command | None, list[FormMessage]]:
@@ -410,7 +410,7 @@ class LaunchScreen(Screen):
         try:
 
             def shown(report: Any) -> None:
-                self.form.show_messages([FormMessage(f.severity, f.subject, f.message) for f in report.findings])
+                self.form.show_messages([FormMessage(f.severity, f.subject, f.detail) for f in report.findings])
 
             command = await checked_command(
                 self,

@@ -76,7 +76,7 @@ def e_key(e: ProfileError) -> str:
 
 def warnings_modal(name: str, warnings: list[Any]) -> ConfirmModal:
     """The question asked when pre-flight warns: Cancel is the default."""
-    text = "\n".join(f"• {f.subject + ': ' if f.subject else ''}{f.message}" for f in warnings)
+    text = "\n".join(f"• {f.line}" for f in warnings)
     return ConfirmModal(text + "\n\nLaunch anyway?", title=f"Pre-flight of {name} warns", action="Launch anyway")
 
 
@@ -413,7 +413,7 @@ class ProfilesScreen(Screen):
             if i:
                 t.append("\n")
             t.append(f"{f.severity}: ", style=style.get(f.severity, "dim"))
-            t.append(f"{f.subject + ': ' if f.subject else ''}{f.message}")
+            t.append(f.line)
         self._messages(t)
 
     # ------------------------------------------------------------------ actions
