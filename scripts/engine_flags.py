@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tui.engine_flags import module_name, parse_help, render_module  # noqa: E402
+from tui.engine_flags import module_name, parse_help, render_module
 
 
 def derive(engine: str, release: str, text: str, source: str) -> str:

@@ -131,10 +131,12 @@ def _cmdline(pid: int) -> str:
 
 class SshdServer:
     """One sshd process (restartable on the same port) and its client-side home. ``listen`` is its
-    address; with ``netns`` it runs inside that network namespace (``ip netns exec``)."""
+    address; with ``netns`` it runs inside that network namespace (``ip netns exec``); with
+    ``sftp=False`` its config has no ``Subsystem sftp`` line (an sshd that offers exec only)."""
 
-    def __init__(self, base: Path, *, listen: str = "127.0.0.1", netns: str | None = None) -> None:
+    def __init__(self, base: Path, *, listen: str = "127.0.0.1", netns: str | None = None, sftp: bool = True) -> None:
         self.base = base
+        self.sftp = sftp
         self.listen = listen
         self.netns = netns
         self.port = _free_port()
@@ -189,7 +191,7 @@ class SshdServer:
                     "AllowAgentForwarding yes",
                     "LogLevel VERBOSE",
                     "MaxStartups 30:30:100",
-                    "Subsystem sftp internal-sftp",
+                    *(["Subsystem sftp internal-sftp"] if self.sftp else []),
                     f"SetEnv PATH={self.shim_dir}:/usr/local/bin:/usr/bin:/bin TUNEDECK_HOME={self.remote_home}",
                     "",
                 ]
@@ -357,8 +359,7 @@ def sshd_missing_reason() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def sshd_server() -> Iterator[SshdServer]:
+def _serve(*, sftp: bool = True) -> Iterator[SshdServer]:
     reason = sshd_missing_reason()
     if reason:
         if os.environ.get("CI") == "true":
@@ -367,7 +368,7 @@ def sshd_server() -> Iterator[SshdServer]:
     _ensure_user(TEST_USER)
     _ensure_root_alias()
     base = Path(tempfile.mkdtemp(prefix="tunedeck-sshd-"))
-    server = SshdServer(base)
+    server = SshdServer(base, sftp=sftp)
     try:
         server.start()
     except Exception:
@@ -380,17 +381,38 @@ def sshd_server() -> Iterator[SshdServer]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def sshd_server() -> Iterator[SshdServer]:
+    yield from _serve()
+
+
+@pytest.fixture(scope="session")
+def sshd_nosftp_server() -> Iterator[SshdServer]:
+    """Another sshd whose config has no ``Subsystem sftp`` line: exec channels only."""
+    yield from _serve(sftp=False)
+
+
+def _use(server: SshdServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshdServer]:
+    server.start()
+    server.write_known_hosts("right")
+    (server.ssh_dir / "config").unlink(missing_ok=True)
+    server.use_home(monkeypatch)
+    yield server
+    server.start()
+    server.kill_sessions()
+    (server.ssh_dir / "config").unlink(missing_ok=True)
+
+
 @pytest.fixture
 def sshd(sshd_server: SshdServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshdServer]:
     """The running server, HOME pointed at its client home with the right known_hosts."""
-    sshd_server.start()
-    sshd_server.write_known_hosts("right")
-    (sshd_server.ssh_dir / "config").unlink(missing_ok=True)
-    sshd_server.use_home(monkeypatch)
-    yield sshd_server
-    sshd_server.start()
-    sshd_server.kill_sessions()
-    (sshd_server.ssh_dir / "config").unlink(missing_ok=True)
+    yield from _use(sshd_server, monkeypatch)
+
+
+@pytest.fixture
+def sshd_nosftp(sshd_nosftp_server: SshdServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshdServer]:
+    """:func:`sshd`, for the server without an SFTP subsystem."""
+    yield from _use(sshd_nosftp_server, monkeypatch)
 
 
 def cli(server: SshdServer, profiles: Path, *args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:

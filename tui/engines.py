@@ -75,8 +75,8 @@ __all__ = [
     "SGLANG_ATTENTION_BACKENDS",
     "SGLANG_SPEC_ALGORITHMS",
     "SGLANG_VERSION",
-    "VLLM_SPEC_METHODS",
     "VERSIONS",
+    "VLLM_SPEC_METHODS",
     "VLLM_VERSION",
     "release_flags",
 ]

@@ -18,6 +18,8 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
+from widgets.field_input import FieldInput
+
 AUTO = ""  # the backend value meaning "let the engine choose"
 
 
@@ -204,14 +206,14 @@ class PresetForm(Widget):
                 yield Select([("SGLang", "sglang"), ("vLLM", "vllm")], value=v.engine, allow_blank=False, id="engine")
             with Horizontal(classes="row"):
                 yield Label("Model path")
-                yield Input(v.model, id="model", placeholder="org/model or /models/path")
+                yield FieldInput(v.model, id="model", placeholder="org/model or /models/path")
             with Horizontal(classes="row"):
                 yield Label("Tensor parallel")
-                yield Input(v.tp, id="tp", type="integer")
+                yield FieldInput(v.tp, id="tp", type="integer")
                 yield Label("Port")
-                yield Input(v.port, id="port", type="integer", placeholder="engine default")
+                yield FieldInput(v.port, id="port", type="integer", placeholder="engine default")
                 yield Label("Bind address")
-                yield Input(v.bind, id="bind")
+                yield FieldInput(v.bind, id="bind")
             with Horizontal(classes="row"):
                 yield Label("Attention preset")
                 yield Select(self._attention_options(v.engine), value="", allow_blank=False, id="attention-preset")
@@ -233,28 +235,32 @@ class PresetForm(Widget):
             yield Static("", id="nccl-info")
             with Horizontal(classes="row"):
                 yield Label("NCCL overrides")
-                yield Input(v.nccl_overrides, id="nccl-overrides", placeholder="NCCL_BUFFSIZE=8388608  (NAME= removes)")
+                yield FieldInput(
+                    v.nccl_overrides, id="nccl-overrides", placeholder="NCCL_BUFFSIZE=8388608  (NAME= removes)"
+                )
             with Horizontal(classes="row"):
                 yield Label("Flags")
-                yield Input(v.flags, id="flags", placeholder="--mem-fraction-static=0.85 --enable-metrics")
+                yield FieldInput(v.flags, id="flags", placeholder="--mem-fraction-static=0.85 --enable-metrics")
             with Horizontal(classes="row"):
                 yield Label("Extra args")
-                yield Input(v.extra_args, id="extra-args", placeholder="free text, checked token by token")
+                yield FieldInput(v.extra_args, id="extra-args", placeholder="free text, checked token by token")
             with Horizontal(classes="row"):
                 yield Label("Environment")
-                yield Input(v.env, id="env", placeholder="NAME=value NAME2='with spaces'")
+                yield FieldInput(v.env, id="env", placeholder="NAME=value NAME2='with spaces'")
             with Horizontal(classes="row"):
                 yield Label("Speculative")
-                yield Input(v.spec_algorithm, id="spec-algorithm", placeholder="off, or EAGLE3 / NGRAM / eagle3 …")
+                yield FieldInput(v.spec_algorithm, id="spec-algorithm", placeholder="off, or EAGLE3 / NGRAM / eagle3 …")
                 yield Label("Draft model")
-                yield Input(v.spec_draft_model, id="spec-draft-model", placeholder="org/draft-model")
+                yield FieldInput(v.spec_draft_model, id="spec-draft-model", placeholder="org/draft-model")
             with Horizontal(classes="row"):
                 yield Label("Spec steps")
-                yield Input(v.spec_num_steps, id="spec-num-steps", type="integer", placeholder="engine default")
+                yield FieldInput(v.spec_num_steps, id="spec-num-steps", type="integer", placeholder="engine default")
                 yield Label("Top-k")
-                yield Input(v.spec_eagle_topk, id="spec-eagle-topk", type="integer", placeholder="default")
+                yield FieldInput(v.spec_eagle_topk, id="spec-eagle-topk", type="integer", placeholder="default")
                 yield Label("Draft tokens")
-                yield Input(v.spec_num_draft_tokens, id="spec-num-draft-tokens", type="integer", placeholder="default")
+                yield FieldInput(
+                    v.spec_num_draft_tokens, id="spec-num-draft-tokens", type="integer", placeholder="default"
+                )
             yield Checkbox(
                 "Allow dangerous variables (LD_PRELOAD, PATH, PYTHONPATH…)", v.confirm_dangerous, id="confirm-dangerous"
             )
@@ -263,7 +269,7 @@ class PresetForm(Widget):
             yield Static("", id="messages", markup=False)
         with Horizontal(id="buttons"):
             yield Button("Save", id="save", variant="primary", disabled=v.read_only)
-            yield Input(v.name, id="save-as-name", placeholder="new name")
+            yield FieldInput(v.name, id="save-as-name", placeholder="new name")
             yield Button("Save as", id="save-as")
             yield Button("Pre-flight", id="preflight")
             yield Button("Launch", id="launch", variant="success")

@@ -27,6 +27,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input, Log, Static
 
+from widgets.field_input import FieldInput
+
 _ERROR_RE = re.compile(
     r"\bERROR\b|\bCRITICAL\b|Traceback \(most recent call last\)|^\S*(?:Error|Exception)\b|"
     r"\b\w+(?:Error|Exception): |NCCL WARN|^Killed$"
@@ -158,7 +160,7 @@ class _SeverityLog(Log):
             self.highlighter.current = False  # type: ignore[attr-defined]
 
 
-class _SearchInput(Input):
+class _SearchInput(FieldInput):
     """The search box; remembers the last key it saw itself (see :meth:`ServerLog.on_key`)."""
 
     last_key: events.Key | None = None

@@ -79,8 +79,15 @@ def test_ab_demo_tuned_wins_and_nothing_left_running(profiles):
     rep = json.loads(r.stdout)
     assert rep["status"] == "completed"
     cmp = rep["comparison"]
-    assert cmp["winner"] == "B", cmp["headline"]
     rows = {row["key"]: row for row in cmp["rows"]}
+    # a level whose client machine was busy (a loaded test machine) carries no headline: then the
+    # headline says so instead of naming a winner
+    busy = {lv["concurrency"] for side in ("a", "b") for run in rep[side]["runs"] for lv in run["levels"]
+            if lv["summary"].get("machine_busy") or lv["summary"].get("client_bound")}  # fmt: skip
+    if busy >= {1, 16}:
+        assert cmp["winner"] is None and "Not judged" in cmp["headline"], cmp["headline"]
+    else:
+        assert cmp["winner"] == "B", cmp["headline"]
     peak = rows["peak_output_tok_s"]
     single = rows["single_decode_tok_s"]
     # the sim's perf model (docs/sim-model.md): flashinfer 0.97, 4 decode steps, NCCL all-reduce

@@ -305,4 +305,21 @@ def test_progress_good_count_follows_the_slo_rule():
         p.add_sample(s)
     t = p.tick(2.0)
     assert (t["completed"], t["failed"], t["good"]) == (3, 1, 1)
+
+
+def test_a_request_cut_by_a_stop_is_cancelled_not_failed():
+    from tui.bench import metrics
+    from tui.bench.levels import Progress
+
+    ok = {"success": True, "start_time": 0.0, "output_tokens": 3, "ttft": 0.05, "itl": [0.01, 0.02], "latency": 0.08}
+    cut = {"success": False, "error_type": "Cancelled", "error": "cancelled before the response ended"}
+    bad = {"success": False, "error_type": "HTTPStatus"}
+    p = Progress(level=0, t0=0.0, total=10)
+    for s in (ok, cut, bad):
+        p.add_sample(s)
+    t = p.tick(2.0)
+    assert (t["completed"], t["failed"], t["cancelled"]) == (1, 1, 1)
+    r = metrics.calculate_metrics([ok, cut, bad], 1.0)
+    assert (r["completed"], r["failed"], r["cancelled"]) == (1, 1, 1)
+    assert "Cancelled requests (stopped):" in metrics.format_result({**r, "request_rate": "inf"})
     assert Progress(level=0, t0=0.0, total=1).tick(1.0)["good"] is None

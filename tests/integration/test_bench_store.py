@@ -212,7 +212,9 @@ def test_sigint_with_workers_keeps_partial_samples():
     cancelled = [s for s in samples if s["error_type"] == "Cancelled"]
     assert len(cancelled) >= 1 and {s["worker"] for s in samples} == {0, 1}
     s = json.loads((data_dir() / "results" / run_id / "summary.json").read_text())
-    assert s["partial"] is True and s["completed"] + s["failed"] == len(samples)
+    # a request the stop cut short is cancelled, not failed
+    assert s["partial"] is True and s["completed"] + s["failed"] + s["cancelled"] == len(samples)
+    assert s["cancelled"] == len(cancelled) and s["failed"] == 0, s
     assert s["error_counts"].get("Cancelled") == len(cancelled)
 
 
@@ -273,3 +275,24 @@ def test_kill_9_loses_no_sample_handed_over_a_second_earlier():
     assert len(old) > 100
     on_disk = {s["index"] for s in store.read_samples(run_id)}
     assert old <= on_disk, sorted(old - on_disk)[:10]
+
+
+def test_results_list_names_each_runs_host_and_profile():
+    for run_id, meta in (
+        ("r-host", {"target": "gpuop@gpu-box:2222", "profile": "sglang-tuned", "model": "m"}),
+        ("r-bare", {"model": "m"}),
+        ("r-evil", {"target": "h\x1b]0;pwned\x07", "profile": "a-very-long-profile-name-indeed", "model": "m"}),
+    ):
+        w = store.RunWriter(run_id, {**meta, "params": {"max_concurrency": 4}})
+        w.close()
+    r = _cli("results", "list")
+    assert r.returncode == 0, r.stderr
+    head, *lines = r.stdout.splitlines()
+    assert head.split()[:4] == ["RUN", "STATUS", "HOST", "PROFILE"], head
+    row = {ln.split()[0]: ln.split() for ln in lines if ln.startswith("r-")}
+    assert row["r-host"][2:4] == ["gpuop@gpu-box:2222", "sglang-tuned"]
+    assert row["r-bare"][2:4] == ["-", "-"]
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout  # a host's text never reaches the terminal raw
+    assert row["r-evil"][3] == "a-very-long-pro…"
+    listed = {x["run_id"]: x for x in json.loads(_cli("results", "list", "--json").stdout)}
+    assert listed["r-host"]["profile"] == "sglang-tuned" and listed["r-host"]["target"] == "gpuop@gpu-box:2222"

@@ -52,6 +52,8 @@ def side(label, profile, single, peak, ttft16=50.0, argv=("sglang", "--tp", "8")
 
 # ---------------------------------------------------------------- A/B view
 async def test_new_or_cancelled_ab_clears_the_old_table_and_chart():
+    from tui.ui.screens.modals import ConfirmModal
+
     ops = FakeOps(bench_delay=0.3)
     old = compare(side("A", "base", 100, 1000), side("B", "tuned", 118, 1200))
     scr = CompareScreen(
@@ -70,7 +72,9 @@ async def test_new_or_cancelled_ab_clears_the_old_table_and_chart():
         await until(pilot, lambda: "bench base C=1" in ops.log)
         assert table.row_count == 0 and not chart.series  # not the previous A/B under the new one
         assert "faster" not in str(scr.query_one("#ab-headline").content)
-        await pilot.press("x")
+        await pilot.press("x")  # asks first (Cancel has the focus): y cancels
+        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        await pilot.press("y")
         await until(pilot, lambda: scr.report is not None)
         assert scr.report.status == "cancelled"
         if scr.report.comparison is None:

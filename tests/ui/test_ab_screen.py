@@ -61,14 +61,23 @@ async def test_confirm_modal_before_stopping_a_running_server():
         assert scr.report.status == "failed" and ops.running == ["old"] and not ops.log
 
 
-async def test_cancel_key_stops_and_keeps_results():
-    ops = FakeOps(bench_delay=0.3)
+async def test_cancel_key_asks_first_then_stops_and_keeps_results():
+    ops = FakeOps(bench_delay=1.5)
     scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
     async with ABApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("g")
         await until(pilot, lambda: "bench base C=1" in ops.log)
+        # `x` asks first; Cancel has the focus: enter keeps the A/B running
         await pilot.press("x")
+        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        await pilot.press("enter")
+        await until(pilot, lambda: pilot.app.screen is scr)
+        assert scr.report is None and ops.live
+        await until(pilot, lambda: "bench base C=16" in ops.log)  # it goes on
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        await pilot.press("y")
         await until(pilot, lambda: scr.report is not None)
         assert scr.report.status == "cancelled" and not ops.live
 

@@ -81,14 +81,59 @@ def test_noise_band_from_repeats():
     a = Stat.of([100.0, 110.0, 90.0])
     b = Stat.of([106.0, 116.0, 96.0])
     band = noise_band(a, b, 3.0)
-    # sd 10 on both sides, n 3: 200 * sqrt(100/3 + 100/3) / 100 = 16.33%
-    assert band == pytest.approx(16.33, abs=0.01)
+    # sd 10 on both sides, n 3: Welch df 4, t(0.975, 4) = 2.776: 100 * 2.776 * sqrt(100/3 + 100/3) / 100
+    assert band == pytest.approx(22.67, abs=0.01)
     assert judge(a, b, "higher", 3.0)[2] == "noise"  # +6% is inside the measured band
     tight_a = Stat.of([100.0, 100.5, 99.5])
     tight_b = Stat.of([106.0, 106.5, 105.5])
     assert judge(tight_a, tight_b, "higher", 3.0)[2] == "better"
     same = Stat.of([100.0, 100.0])
     assert noise_band(same, same, 3.0) == 1.0  # floor
+
+
+def test_t_interval_is_wider_than_two_standard_errors_with_few_repeats():
+    from tui.ab.compare import t975
+
+    assert t975(1) == pytest.approx(12.706) and t975(4) == pytest.approx(2.776) and t975(500) == 1.96
+    # +9% on 2 + 2 repeats: 2 x SE would call it, the 95% t interval (df 2, t 4.30) does not
+    a, b = Stat.of([97.0, 103.0]), Stat.of([106.0, 112.0])
+    # sample sd 4.243 each, SE = sqrt(18/2 + 18/2) = 4.243 (2 x SE = 8.5% < 9%); df 2, t 4.303: 18.3%
+    assert noise_band(a, b, 3.0) == pytest.approx(4.303 * 18**0.5, rel=0.01)
+    assert judge(a, b, "higher", 3.0)[2] == "noise"
+
+
+def test_a_p99_verdict_needs_enough_requests_at_its_level():
+    few = side("A", "base", [run(100, 5000)])  # 10 requests per level
+    slow = side("B", "tuned", [run(100, 5000, p99_ttft_ms=400.0)])
+    cmp = compare(few, slow)
+    r = cmp.row("ttft_p99_ms_c1")
+    assert r.outcome == "na" and r.verdict == "p99 needs >= 100 requests at this level; 10 measured"
+    assert r.a is not None and r.b is not None  # the numbers are still shown
+    assert "TTFT p99" not in cmp.headline  # no regression claimed on 10 samples
+    many = SideRun((LevelResult(1, summ(1, 100, 10.0, completed=200, total_output_tokens=200 * 64)),))
+    worse = SideRun(
+        (LevelResult(1, summ(1, 100, 10.0, completed=200, total_output_tokens=200 * 64, p99_ttft_ms=400.0)),)
+    )
+    cmp = compare(side("A", "base", [many]), side("B", "tuned", [worse]))
+    assert cmp.row("ttft_p99_ms_c1").outcome == "worse"
+    assert cmp.row("itl_p99_ms_c1").outcome != "na"  # 200 x 63 token gaps
+    # ITL p99 counts token gaps: 5 requests x 1 token have none
+    tiny = SideRun((LevelResult(1, summ(1, 100, 10.0, completed=5, total_output_tokens=5)),))
+    assert compare(side("A", "a", [tiny]), side("B", "b", [tiny])).row("itl_p99_ms_c1").verdict == (
+        "p99 needs >= 100 token gaps at this level; 0 measured"
+    )
+
+
+def test_a_client_bound_or_busy_level_carries_no_headline():
+    a = side("A", "base", [run(100, 5000)])
+    b = side("B", "tuned", [run(100, 6000, client_bound=True)])  # +20% peak, but the client was the limit
+    cmp = compare(a, b)
+    assert cmp.row("peak_output_tok_s").outcome == "better"  # the row keeps its numbers
+    assert cmp.winner is None and "faster" not in cmp.headline
+    assert "Not judged: peak output tok/s at C=128 (B client bound)." in cmp.headline
+    busy = side("A", "base", [run(100, 5000, machine_busy=True)])
+    cmp = compare(busy, side("B", "tuned", [run(100, 6000)]))
+    assert cmp.winner is None and "(A machine busy)" in cmp.headline
 
 
 def test_repeats_mean_and_spread_in_rows():
@@ -99,7 +144,7 @@ def test_repeats_mean_and_spread_in_rows():
     assert r.a.n == 3 and r.a.mean == pytest.approx(100.0) and r.a.spread == pytest.approx(2.0)
     assert r.outcome == "better"
     assert cmp.winner == "B" and "faster" in cmp.headline
-    assert cmp.repeats == (3, 3) and "standard error" in cmp.noise_method
+    assert cmp.repeats == (3, 3) and "95% t interval" in cmp.noise_method
     text = to_text(cmp)
     assert "100.0 \u00b1 2.0" in text
 

@@ -235,3 +235,18 @@ def test_demo_vllm_preflight_reads_the_sims_backend_registry(tmp_path):
     )
     out = json.loads(r.stdout)
     assert not any(x["code"].startswith("backend-") for x in out["findings"]), out["findings"]
+
+
+def test_a_findings_subject_is_said_once():
+    """evaluate() puts a profile issue's key in its message and in its subject; every display says it once."""
+    from tui.profiles.preflight import Finding
+    from tui.ui.screens.profiles import warnings_modal
+
+    f = Finding("warning", "nccl-debug-knobs", "nccl.preset: pcie: not for production", "nccl.preset")
+    assert f.line == "nccl.preset: pcie: not for production" and f.detail == "pcie: not for production"
+    plain = Finding("warning", "probe", "GPUs: nvidia-smi failed")
+    assert plain.line == plain.detail == "GPUs: nvidia-smi failed"
+    backend = Finding("warning", "backend", "attention backend 'x' is unverified", "attention_backend")
+    assert backend.line == "attention_backend: attention backend 'x' is unverified"
+    question = warnings_modal("p", [f, plain]).question
+    assert question.count("nccl.preset:") == 1 and "• GPUs: nvidia-smi failed" in question

@@ -582,3 +582,17 @@ def test_package_entry_points(tmp_path):
     assert load_profile(str(f)).name == "x"
     with pytest.raises(ProfileError, match="no profile named"):
         load_profile("nope")
+
+
+def test_a_mistyped_profile_name_gets_a_did_you_mean(tmp_path, monkeypatch):
+    from tui.profiles.model import ProfileError
+    from tui.profiles.store import ProfileStore
+
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "user"))
+    store = ProfileStore()
+    with pytest.raises(ProfileError) as info:
+        store.get("sglang-bsae")
+    assert "did you mean 'sglang-base'?" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ProfileError) as info:
+        store.get("zzzzzz")
+    assert "did you mean" not in str(info.value)

@@ -28,9 +28,19 @@ Noise band (when a difference is called "within noise"):
   for throughputs, medians and TPOT, ``TAIL_NOISE_PCT`` (10 %) for p99 rows
   and ``STARTUP_NOISE_PCT`` (10 %) for startup time; ``noise_pct=`` scales
   the first and leaves the others at their ratio to it;
-* two or more repeats on both sides: twice the standard error of the
-  difference of the means, ``200 x sqrt(sA²/nA + sB²/nB) / |mean A|`` %
-  (sample standard deviations), but never below ``MIN_NOISE_PCT`` (1 %).
+* two or more repeats on both sides: the 95 % t interval (Welch) of the
+  difference of the means, ``100 x t(0.975, df) x sqrt(sA²/nA + sB²/nB) / |mean A|`` %
+  (sample standard deviations, Welch-Satterthwaite df), but never below
+  ``MIN_NOISE_PCT`` (1 %). With 3 + 3 repeats t is about 2.8, not 2.
+
+Percentile rows need the samples to hold that percentile: p99 needs at least
+100 requests at the level (``100 / (100 - p)``; ITL p99 counts token gaps) on
+every repeat of both sides, else the row says how many were measured instead of
+a verdict (plan ``quick``'s 5 requests at C=1 make "p99" the maximum).
+
+The headline (the throughput rows) never rests on a level whose client was the
+limit ("client bound") or whose client machine was busy, on either side: such
+a row keeps its numbers but the headline says it was not judged.
 
 Verdicts read as an operator writes them: ``B +18%`` (better),
 ``B −7% (worse)``, ``B −20% (better)`` for a lower-is-better metric,
@@ -48,7 +58,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 from tui.ab.confdiff import MINUS, ConfigChange, config_diff
 from tui.ab.sides import Side, SideRun, summary_number
-from tui.ab.warnings import comparison_warnings, validity_differences
+from tui.ab.warnings import comparison_warnings, unreliable_levels, validity_differences
 
 DEFAULT_NOISE_PCT = 3.0
 TAIL_NOISE_PCT = 10.0
@@ -148,11 +158,42 @@ def fmt_pct(delta: float) -> str:
     return f"{sign}{s}%"
 
 
+#: t(0.975, df) for df = 1..30 (two-sided 95 %); beyond, the normal 1.96
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def t975(df: float) -> float:
+    """The two-sided 95 % t quantile for ``df`` degrees of freedom (fractional df rounds down)."""
+    if df < 1:
+        return _T975[0]
+    k = int(df)
+    return _T975[k - 1] if k <= len(_T975) else 1.96
+
+
 def noise_band(a: Stat, b: Stat, default_pct: float) -> float:
+    """Half-width (% of A's mean) of the 95 % Welch t interval of B - A; the fixed
+    ``default_pct`` without two repeats on each side."""
     if a.n >= 2 and b.n >= 2 and a.spread is not None and b.spread is not None and a.mean:
-        se = math.sqrt(a.spread**2 / a.n + b.spread**2 / b.n)
-        return max(MIN_NOISE_PCT, 200.0 * se / abs(a.mean))
+        va, vb = a.spread**2 / a.n, b.spread**2 / b.n
+        se = math.sqrt(va + vb)
+        if se == 0:
+            return MIN_NOISE_PCT
+        df = (va + vb) ** 2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
+        return max(MIN_NOISE_PCT, 100.0 * t975(df) * se / abs(a.mean))
     return default_pct
+
+
+def min_samples(pct: float) -> int:
+    """Samples needed before percentile ``pct`` is more than the maximum: ``100 / (100 - pct)``."""
+    return max(1, math.ceil(100.0 / (100.0 - pct) - 1e-9))
+
+
+def _p_name(pct: float) -> str:
+    return f"p{pct:g}"
 
 
 def judge(a: Stat | None, b: Stat | None, better: str, default_noise: float) -> tuple[float | None, float, str, str]:
@@ -257,6 +298,7 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
         group: str,
         count: bool = False,
         pct: float | None = None,
+        samples: StatFn | None = None,
     ) -> None:
         sa, sb = _collect(a, c, fn), _collect(b, c, fn)
         if sa is None and sb is None:
@@ -265,16 +307,25 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
             delta, band, outcome, verdict = judge_count(sa, sb)
         else:
             delta, band, outcome, verdict = judge(sa, sb, better, noise)
-        if pct is not None and c is not None and outcome != "na":
-            # a per-request percentile over fewer requests than it needs is the run's few largest values
-            need, have = percentile_needs(pct), fewest_requests(a, b, c)
-            if have is not None and have < need:
-                outcome, delta = "na", None
-                verdict = f"p{pct:g} needs >= {need} requests at this level; {have} measured"
+        if pct is not None and samples is not None and outcome != "na":
+            need = min_samples(pct)
+            measured = _fewest(a, c, samples), _fewest(b, c, samples)
+            known = [n for n in measured if n is not None]
+            if known and min(known) < need:
+                what = "token gaps" if "ITL" in label else "requests"
+                delta, outcome = None, "na"
+                verdict = f"{_p_name(pct)} needs >= {need} {what} at this level; {min(known)} measured"
         rows.append(Row(key, label, unit, better, sa, sb, delta, band, outcome, verdict, c, group))
 
     def metric(key: str) -> StatFn:
         return lambda s, run: summary_number(s, key)
+
+    def requests(s: Mapping[str, Any] | None, run: SideRun) -> float | None:
+        return summary_number(s, "completed")
+
+    def gaps(s: Mapping[str, Any] | None, run: SideRun) -> float | None:
+        out, done = summary_number(s, "total_output_tokens"), summary_number(s, "completed")
+        return None if out is None or done is None else max(0.0, out - done)
 
     if cs:
         lo, hi = cs[0], cs[-1]
@@ -341,6 +392,7 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
                 tail,
                 "latency",
                 pct=99.0,
+                samples=requests,
             )
             add(
                 f"tpot_median_ms_c{c}",
@@ -361,6 +413,8 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
                 metric("p99_itl_ms"),
                 tail,
                 "latency",
+                pct=99.0,
+                samples=gaps,
             )
         add(
             "spec_acceptance_pct",
@@ -403,14 +457,18 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
 
     warnings = comparison_warnings(a, b)
     diff = config_diff(a.argv, a.env, b.argv, b.env)
-    headline, winner = _headline(a, b, rows)
+    unreliable: dict[int, list[str]] = {}
+    for side in (a, b):
+        for c, why in unreliable_levels(side).items():
+            unreliable.setdefault(c, []).append(f"{side.label} {why}")
+    headline, winner = _headline(a, b, rows, {c: "; ".join(w) for c, w in unreliable.items()})
     differs = validity_differences(a, b)
     if differs:
         headline += " Validity differs: " + "; ".join(differs) + "."
     multi = len(a.runs) >= 2 and len(b.runs) >= 2
     method = (
-        f"noise band: 2 x standard error of the difference over {len(a.runs)}+{len(b.runs)} repeats "
-        f"(at least {MIN_NOISE_PCT:g}%)"
+        f"noise band: 95% t interval (Welch) of the difference over {len(a.runs)}+{len(b.runs)} repeats "
+        f"(at least {MIN_NOISE_PCT:g}%); p99 rows need >= {min_samples(99.0)} requests per level"
         if multi
         else f"noise band: single run, fixed {noise_pct:g}% ({tail:g}% for p99 rows, "
         f"{startup_noise:g}% for startup); use --repeats for a measured band"
@@ -433,7 +491,24 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
 _KEY_ROWS = ("single_output_tok_s", "single_decode_tok_s", "peak_output_tok_s")
 
 
-def _headline(a: Side, b: Side, rows: list[Row]) -> tuple[str, str | None]:
+def _fewest(side: Side, c: int | None, fn: StatFn) -> int | None:
+    """The smallest sample count over ``side``'s repeats at level ``c`` (None: none known)."""
+    st = _collect(side, c, fn)
+    return None if st is None else int(min(st.values))
+
+
+def _headline(a: Side, b: Side, rows: list[Row], unreliable: Mapping[int, str]) -> tuple[str, str | None]:
+    """The one-line verdict; ``unreliable``: concurrency -> why its level carries none."""
+    skipped = [r for r in rows if r.key in _KEY_ROWS and r.outcome != "na" and r.concurrency in unreliable]
+    note = "".join(
+        f" Not judged: {r.label.split(' (')[0].lower()} at C={r.concurrency} ({unreliable[r.concurrency or 0]})."
+        for r in skipped
+    )
+    head, winner = _verdict(a, b, [r for r in rows if r not in skipped])
+    return head + note, winner
+
+
+def _verdict(a: Side, b: Side, rows: list[Row]) -> tuple[str, str | None]:
     key = [r for r in rows if r.key in _KEY_ROWS and r.outcome != "na"]
     if not key:
         return "No throughput numbers to compare.", None

@@ -213,6 +213,20 @@ def comparison_warnings(a: Side, b: Side) -> list[str]:
     return w
 
 
+def unreliable_levels(side: Side) -> dict[int, str]:
+    """Concurrency -> why its numbers cannot carry a verdict in the headline: the client was the
+    limit ("client bound") or its machine was busy ("machine busy"), in any repeat."""
+    out: dict[int, str] = {}
+    for run in side.runs:
+        for lv in run.levels:
+            s = lv.summary
+            why = [w for w, k in (("client bound", "client_bound"), ("machine busy", "machine_busy")) if s.get(k)]
+            if why:
+                have = out.get(lv.concurrency, "")
+                out[lv.concurrency] = ", ".join(dict.fromkeys([*filter(None, have.split(", ")), *why]))
+    return out
+
+
 def _client_reason(summary: Mapping[str, Any], key: str) -> str:
     """`` (why)`` from the summary's client-health record, or nothing when it gives no reason."""
     client = summary.get("client")

@@ -309,6 +309,8 @@ class Progress:
         self.total = total
         self.completed = 0
         self.failed = 0
+        #: requests cut short by a stop (never counted as failed)
+        self.cancelled = 0
         #: the SLO targets in seconds; None: no goodput asked for
         self.slo = metrics.slo_seconds(goodput) if goodput else None
         #: successful requests within every target (the summary's request_goodput × duration)
@@ -336,6 +338,8 @@ class Progress:
             self.itl_recent.extend(itl[-64:])
             if len(self.itl_recent) > self.WINDOW:
                 del self.itl_recent[: self.WINDOW // 2]
+        elif metrics.is_cancelled(s):
+            self.cancelled += 1
         else:
             self.failed += 1
 
@@ -353,6 +357,7 @@ class Progress:
             "t": round(el, 3),
             "completed": self.completed,
             "failed": self.failed,
+            "cancelled": self.cancelled,
             "in_flight": self.in_flight,
             "total": self.total,
             "second": last,

@@ -231,6 +231,11 @@ def max_overlap(ok: Sequence[Mapping[str, Any]]) -> int:
     return best
 
 
+def is_cancelled(s: Mapping[str, Any]) -> bool:
+    """A request cut short because the benchmark was stopped (not a failure of the server)."""
+    return not s.get("success") and s.get("error_type") == "Cancelled"
+
+
 def input_len_check(samples: Sequence[Mapping[str, Any]], requested: Optional[int]) -> Dict[str, Any]:
     """How the prompt lengths the server reported compare with the length asked for."""
     ok = [s for s in samples if s.get("success")]
@@ -272,7 +277,8 @@ def calculate_metrics(
     the dispatch of the first timed request until all had finished.
     """
     ok = [s for s in samples if s.get("success")]
-    failed = len(samples) - len(ok)
+    cancelled = sum(1 for s in samples if is_cancelled(s))
+    failed = len(samples) - len(ok) - cancelled
     ttfts: list[float] = []
     tpots: list[float] = []
     itls: list[float] = []
@@ -306,6 +312,8 @@ def calculate_metrics(
         "duration": duration,
         "completed": len(ok),
         "failed": failed,
+        # cut short by a stop the operator asked for: neither a success nor the server's failure
+        "cancelled": cancelled,
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
         "request_throughput": rate(len(ok)),
@@ -412,6 +420,8 @@ def format_result(summary: Mapping[str, Any], percentiles: Sequence[float] = DEF
     add("{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
     row("Successful requests:", summary["completed"])
     row("Failed requests:", summary["failed"])
+    if summary.get("cancelled"):
+        row("Cancelled requests (stopped):", summary["cancelled"])
     if summary.get("max_concurrency") is not None:
         row("Maximum request concurrency:", summary["max_concurrency"])
     rr = summary.get("request_rate", "inf")

@@ -184,6 +184,7 @@ async def run(args: argparse.Namespace) -> int:
                 args.b,
                 plan,
                 demo=args.demo,
+                sim=args.sim,
                 repeats=args.repeats,
                 interleave=args.interleave,
                 noise_pct=noise,

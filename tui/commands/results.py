@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from tui.util.safety import visible
+
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser("results", parents=[common], help="list, show and export benchmark results")
@@ -72,6 +74,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "date": r.meta.get("date"),
                 "model": r.meta.get("model"),
                 "target": r.meta.get("target"),
+                "profile": r.meta.get("profile"),
                 "concurrency": p.get("max_concurrency"),
                 "request_rate": p.get("request_rate"),
                 "completed": s.get("completed"),
@@ -92,14 +95,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not rows:
         print("no benchmark runs yet (run `tunedeck bench ...`)")
         return 0
-    fmt = "{:<28} {:<8} {:<6} {:<24} {:>5} {:>6} {:>6} {:>6} {:>10}"
-    print(fmt.format("RUN", "STATUS", "CLIENT", "MODEL", "C", "RATE", "OK", "FAIL", "OUT tok/s"))
+    fmt = "{:<28} {:<8} {:<18} {:<16} {:<6} {:<24} {:>5} {:>6} {:>6} {:>6} {:>10}"
+    print(fmt.format("RUN", "STATUS", "HOST", "PROFILE", "CLIENT", "MODEL", "C", "RATE", "OK", "FAIL", "OUT tok/s"))
     for row in rows:
         tput = row["output_throughput"]
         print(
             fmt.format(
                 row["run_id"],
                 row["status"],
+                _cell(row["target"], 18),
+                _cell(row["profile"], 16),
                 row["where"],
                 str(row["model"] or "")[:24],
                 str(row["concurrency"] or "-"),
@@ -114,6 +119,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     if any(r["status"] == "on-host" for r in rows):
         print("STATUS on-host: still running on its host when last mirrored (`tunedeck bench --attach JOB`)")
     return 0
+
+
+def _cell(value: object, width: int) -> str:
+    """A table cell: ``-`` when unknown, cut with ``…`` when too wide (host text stays plain)."""
+    text = visible(str(value)) if value else "-"
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -170,7 +170,7 @@ def parse_help(text: str) -> Tuple[Flag, ...]:
 
 def _line(f: Flag) -> str:
     for word in (*f.names, *f.choices):
-        if not word or any(c.isspace() for c in word) or "," in word and word in f.names:
+        if not word or any(c.isspace() for c in word) or ("," in word and word in f.names):
             raise ValueError(f"{f.names[0]}: {word!r} cannot be stored in a flag table")
     return " ".join((",".join(f.names), f.nargs or "0", *f.choices))
 

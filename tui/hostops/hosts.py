@@ -184,6 +184,7 @@ class ByteStream(abc.ABC):
         over SSH drops its connection, so that closing the stream and every other command on
         that host reconnect at once instead of waiting for the keepalive or TCP; the command on
         the host is ended by its own watchdog, or after the reconnect. A local stream has no link."""
+        return None  # a local stream: nothing to drop
 
     @abc.abstractmethod
     def _chunks(self) -> AsyncIterator[bytes]: ...

@@ -73,6 +73,18 @@ from tui.util.safety import UnsafeInput, check_text, env_argv, visible
 
 log = logging.getLogger(__name__)
 
+#: a file written over an exec channel, for an sshd without SFTP: ``$1`` folder (made 0700),
+#: ``$2`` file, ``$3`` octal mode; the bytes come on stdin; prints the size written
+PUT_SCRIPT = (
+    'umask 077; mkdir -p -- "$1" || exit 3; cat > "$2" || { rm -f -- "$2"; exit 4; }; '
+    'chmod "$3" -- "$2" || exit 5; wc -c < "$2"'
+)
+
+
+class _SftpRefused(Exception):
+    """The sshd opened the session channel but refused its ``sftp`` subsystem."""
+
+
 #: Extra seconds the local deadline allows beyond the remote ``timeout``.
 LOCAL_GRACE = 5.0
 #: Seconds a stream may take to print its PID line.
@@ -158,6 +170,8 @@ class SshHost(Host):
         self._orphans: list[_Orphan] = []
         self._closed = False
         self._ever_connected = False
+        #: why SFTP was refused here (the sshd has no SFTP subsystem), once it was; then files go to ``cat``
+        self.sftp_refused: str | None = None
         self._bg: set[asyncio.Task[object]] = set()
         #: ``idle`` | ``connecting`` | ``connected`` | ``reconnecting`` | ``disconnected`` | ``failed`` | ``closed``
         self.state = "idle"
@@ -486,7 +500,10 @@ class SshHost(Host):
         timeout: float | None = 30.0,
     ) -> RunResult:
         command = self._command(argv, env, timeout)
-        data = input.encode("utf-8") if input is not None else None
+        return await self._exec(command, input.encode("utf-8") if input is not None else None, timeout)
+
+    async def _exec(self, command: str, data: bytes | None, timeout: float | None) -> RunResult:
+        """Run ``command`` (already quoted by :meth:`_command`) with ``data`` on its stdin."""
         self._sync()
         await self._connection()
         assert self._channels is not None
@@ -542,11 +559,23 @@ class SshHost(Host):
         return fw.local_port
 
     async def put_file(self, data: bytes, path: str, *, mode: int = 0o600) -> None:
-        """SFTP upload (the folder is created 0700 when missing)."""
+        """SFTP upload (the folder is created 0700 when missing). An sshd without an SFTP
+        subsystem (no ``Subsystem sftp`` line) refuses the channel: then, and from then on for
+        this host, the bytes go to ``cat`` over an exec channel (:data:`PUT_SCRIPT`)."""
         check_text(path, "path")
         if not path.startswith("/"):
             raise UnsafeInput(f"path {path!r}: must be absolute")
         self._sync()
+        if self.sftp_refused is None:
+            try:
+                await self._sftp_put(data, path, mode)
+                return
+            except _SftpRefused as e:
+                self.sftp_refused = str(e)
+                log.info("%s: no SFTP (%s); files go over exec channels", self.target, e)
+        await self._exec_put(data, path, mode)
+
+    async def _sftp_put(self, data: bytes, path: str, mode: int) -> None:
         conn = await self._connection()
         assert self._channels is not None
         async with self._channels:
@@ -556,6 +585,11 @@ class SshHost(Host):
                     await sftp.makedirs(folder, attrs=asyncssh.SFTPAttrs(permissions=0o700), exist_ok=True)
                     async with sftp.open(path, "wb", attrs=asyncssh.SFTPAttrs(permissions=mode)) as f:
                         await f.write(data)
+            except asyncssh.ChannelOpenError as e:
+                if e.code == asyncssh.OPEN_REQUEST_SESSION_FAILED:  # the channel opened, "sftp" was refused
+                    raise _SftpRefused(f"the host's sshd has no SFTP subsystem: {e.reason}") from None
+                self._on_lost(conn, e)
+                raise HostError("connection-lost", f"upload of {path}: {describe(e)}", target=self.target) from None
             except asyncssh.SFTPError as e:
                 raise OSError(f"{path}: {e.reason}") from None
             except (asyncssh.Error, OSError) as e:
@@ -563,6 +597,19 @@ class SshHost(Host):
                     raise
                 self._on_lost(conn, e)
                 raise HostError("connection-lost", f"upload of {path}: {describe(e)}", target=self.target) from None
+
+    async def _exec_put(self, data: bytes, path: str, mode: int) -> None:
+        folder = path.rsplit("/", 1)[0] or "/"
+        timeout = 60.0 + len(data) / 1e6  # a slow link still moves 1 MB/s
+        command = self._command(["/bin/sh", "-c", PUT_SCRIPT, "sh", folder, path, f"{mode:o}"], None, timeout)
+        r = await self._exec(command, data, timeout)
+        if r.lost or r.timed_out:
+            raise HostError("connection-lost", f"upload of {path}: {r.stderr.strip()}", target=self.target)
+        written = r.stdout.strip()
+        if r.exit_status == 0 and written == str(len(data)):
+            return
+        why = visible(r.stderr.strip()[-300:]) or f"{written or 'nothing'} of {len(data)} bytes written"
+        raise OSError(f"{path}: {why} (written with cat: {self.sftp_refused})")
 
     async def _listen(self, conn: asyncssh.SSHClientConnection, key: tuple[str, int], fw: _Forward) -> None:
         listener = None

@@ -160,7 +160,12 @@ def run_findings(lines: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
     failed = summary.get("failed") or 0
     if failed:
         counts = summary.get("error_counts") or {}
-        desc = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) if isinstance(counts, dict) else ""
+        # requests a stop cut short are "cancelled", not failures
+        desc = (
+            ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k != "Cancelled")
+            if isinstance(counts, dict)
+            else ""
+        )
         total = (summary.get("completed") or 0) + failed
         out.append(_finding("failed_requests", f"{failed} of {total} failed" + (f" ({desc})" if desc else "")))
     return out

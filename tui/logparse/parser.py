@@ -60,7 +60,7 @@ from tui.logparse.rules import Rule, RuleTable
 class _Traceback:
     """One process's traceback chain being read (see :meth:`LogParser._traceback`)."""
 
-    __slots__ = ("in_frames", "chain_open", "err_index", "wrapper", "frames", "engine", "program")
+    __slots__ = ("chain_open", "engine", "err_index", "frames", "in_frames", "program", "wrapper")
 
     def __init__(self) -> None:
         self.in_frames = False

@@ -34,7 +34,7 @@ class RuleTable:
     """Rules tried in order; one regex of all their keys finds the few rules a line can match
     (most lines match none, and a line is looked at by the rules of the keys it holds)."""
 
-    __slots__ = ("rules", "_keys")
+    __slots__ = ("_keys", "rules")
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
         self.rules = rules

@@ -114,6 +114,18 @@ class Finding:
     def __str__(self) -> str:
         return f"{self.severity}: {self.message}"
 
+    @property
+    def detail(self) -> str:
+        """The message without the subject it may start with, for displays that show the subject
+        themselves (``nccl.preset: …`` once, never ``nccl.preset: nccl.preset: …``)."""
+        lead = f"{self.subject}: "
+        return self.message[len(lead) :] if self.subject and self.message.startswith(lead) else self.message
+
+    @property
+    def line(self) -> str:
+        """The subject (when there is one) and the message, the subject said once."""
+        return f"{self.subject}: {self.detail}" if self.subject else self.message
+
 
 @dataclass(frozen=True, slots=True)
 class PreflightReport:
@@ -185,9 +197,17 @@ def parse_gpus(text: str) -> tuple[GpuInfo, ...]:
 # ------------------------------------------------------------------------------ probing
 
 
-def probe_commands(profile: ServerProfile, *, demo: bool) -> dict[str, list[str]]:
-    prefix = demo_executable(profile.engine) if demo else engine_executable(profile)
-    if demo:
+def probe_commands(
+    profile: ServerProfile, *, demo: bool, executable: Sequence[str] | None = None
+) -> dict[str, list[str]]:
+    """What to run on the host. ``executable``: the simulator as it runs there (``--sim``: the
+    host-side runtime's ``sim ENGINE``), asked the same questions as the demo's."""
+    sim = demo or executable is not None
+    if executable is not None:
+        prefix = list(executable)
+    else:
+        prefix = demo_executable(profile.engine) if demo else engine_executable(profile)
+    if sim:
         version = [*prefix, "--version"]
     elif profile.engine == "sglang":
         version = [profile.python, "-c", "import sglang; print(sglang.__version__)"]
@@ -200,7 +220,7 @@ def probe_commands(profile: ServerProfile, *, demo: bool) -> dict[str, list[str]
         cmds["help_all"] = [*prefix, "--help=all"]
         # The demo's engine is the simulator (no vllm package to import): it answers the
         # registry probe itself, in the same one-line format.
-        cmds["registry"] = [*prefix, "--sim-list-backends"] if demo else [profile.python, "-c", VLLM_REGISTRY_ONELINER]
+        cmds["registry"] = [*prefix, "--sim-list-backends"] if sim else [profile.python, "-c", VLLM_REGISTRY_ONELINER]
     return cmds
 
 
@@ -230,9 +250,19 @@ def _store_cache(key: str, entry: dict[str, Any]) -> None:
         pass
 
 
-async def probe_host(host: Any, profile: ServerProfile, *, demo: bool = False, use_cache: bool = True) -> HostFacts:
-    """Read version, help, backend list and GPUs from ``host`` (a tui.hostops.hosts.Host)."""
-    cmds = probe_commands(profile, demo=demo)
+async def probe_host(
+    host: Any,
+    profile: ServerProfile,
+    *,
+    demo: bool = False,
+    use_cache: bool = True,
+    executable: Sequence[str] | None = None,
+) -> HostFacts:
+    """Read version, help, backend list and GPUs from ``host`` (a tui.hostops.hosts.Host);
+    ``executable``: the simulator as it runs there (see :func:`probe_commands`)."""
+    cmds = probe_commands(profile, demo=demo, executable=executable)
+    # the host's nvidia-smi: a --sim host without one of its own has the simulated one
+    cmds["gpus"] = [getattr(host, "nvidia_smi", None) or GPU_QUERY[0], *GPU_QUERY[1:]]
     exe = tuple(cmds["help"][:-1])
     target = getattr(host, "target", "?")
     problems: list[str] = []
@@ -583,8 +613,13 @@ async def preflight(
     store: Any = None,
     allow_dangerous: bool = False,
     use_cache: bool = True,
+    executable: Sequence[str] | None = None,
+    probe_executable: Sequence[str] | None = None,
 ) -> PreflightReport:
-    """Probe ``host`` and check ``profile`` against it; nothing is launched."""
+    """Probe ``host`` and check ``profile`` against it; nothing is launched.
+
+    ``--sim``: ``executable`` is the simulator in the command (``tunedeck-host sim ENGINE``),
+    ``probe_executable`` the same as it runs on the host (the runtime's archive)."""
     try:
         nccl = resolve_nccl(profile, store)
     except ProfileError as e:
@@ -595,9 +630,12 @@ async def preflight(
     else:
         extra = []
     facts, port = await asyncio.gather(
-        probe_host(host, profile, demo=demo, use_cache=use_cache), check_port(host, profile.effective_port)
+        probe_host(host, profile, demo=demo, use_cache=use_cache, executable=probe_executable),
+        check_port(host, profile.effective_port),
     )
-    cmd, issues = check_profile(profile, nccl=nccl, demo=demo, allow_dangerous=allow_dangerous, flags=facts.flags)
+    cmd, issues = check_profile(
+        profile, nccl=nccl, demo=demo, allow_dangerous=allow_dangerous, executable=executable, flags=facts.flags
+    )
     findings = evaluate(profile, facts, cmd, [*extra, *issues])
     if port is not None:
         findings = [port, *findings]

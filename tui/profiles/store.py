@@ -23,6 +23,7 @@ user's comments, key order and formatting survive a save from the form.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 from dataclasses import dataclass
@@ -124,6 +125,10 @@ class ProfileStore:
     def names(self) -> list[str]:
         return sorted(p.name for p in self.listing().profiles)
 
+    def _file_names(self) -> list[str]:
+        """The names the profile files have (without reading them), user ones first."""
+        return list(dict.fromkeys(f.stem for root in (self.user, self.builtin) for f in _server_files(root)))
+
     def builtin_names(self) -> set[str]:
         return {f.stem for f in _server_files(self.builtin)}
 
@@ -141,8 +146,11 @@ class ProfileStore:
             raise ProfileError(f"invalid profile name {name!r}", key="name")
         hit = self._find_file(name)
         if hit is None:
+            near = difflib.get_close_matches(name, self._file_names(), n=1, cutoff=0.6)
+            hint = f"did you mean {near[0]!r}? " if near else ""
             raise ProfileError(
-                f"no profile named {name!r} (looked in {self.user} and {self.builtin}; see `tunedeck profiles list`)",
+                f"no profile named {name!r} ({hint}looked in {self.user} and {self.builtin}; "
+                "see `tunedeck profiles list`)",
                 key="name",
             )
         try:

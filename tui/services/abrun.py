@@ -15,7 +15,7 @@ import dataclasses
 import json
 import logging
 import sys
-from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Sequence
 
 from tui.ab.journal import Journal, new_id
 from tui.ab.plan import Plan
@@ -26,19 +26,25 @@ from tui.hostside import jobfiles
 from tui.services import jobs
 from tui.services.benchrun import ship_data_file
 
+if TYPE_CHECKING:
+    from tui.profiles.model import ServerProfile
+
 log = logging.getLogger(__name__)
 
 #: a cancel stops the server the campaign started and waits for its GPUs: give it time
 CANCEL_GRACE = 180.0
 
 
-def resolve_profile(name: str, *, demo: bool) -> tuple[ProfileInfo, str]:
-    """(what will run, the profile's python) for a profile name; errors name file and key."""
+def resolve_profile(name: str, *, demo: bool, sim: bool = False) -> tuple[ProfileInfo, "ServerProfile"]:
+    """(what will run, the profile) for a profile name; errors name file and key. ``sim``: the
+    simulator from the host-side runtime in place of the engine (``tunedeck-host sim ENGINE``,
+    made runnable on the host by :func:`tui.services.runtime.sim_argv`)."""
     from tui.profiles.builder import build_command
+    from tui.profiles.deploy import sim_executable
     from tui.profiles.store import ProfileStore
 
     prof = ProfileStore().get(name)
-    cmd = build_command(prof, demo=demo)
+    cmd = build_command(prof, demo=demo, executable=sim_executable(prof) if sim and not demo else None)
     errors = [w for w in getattr(cmd, "warnings", ()) if getattr(w, "severity", "") == "error"]
     if errors:
         raise ValueError("; ".join(str(e) for e in errors))
@@ -59,7 +65,7 @@ def resolve_profile(name: str, *, demo: bool) -> tuple[ProfileInfo, str]:
         port=int(prof.effective_port),
         served_model=served,
     )
-    return info, prof.python
+    return info, prof
 
 
 class ABRun:
@@ -90,6 +96,7 @@ class ABRun:
         plan: Plan,
         *,
         demo: bool = False,
+        sim: bool = False,
         repeats: int = 1,
         interleave: bool = False,
         noise_pct: float | None = None,
@@ -97,19 +104,33 @@ class ABRun:
         python: str | None = None,
         host_label: str | None = None,
     ) -> "ABRun":
-        """Resolve A and B, refuse while another campaign runs, ask before stopping a running
-        server, then start the campaign on the host. Raises ``ValueError`` (profiles),
-        :class:`jobs.JobError` (refused) or :class:`HostError`."""
+        """Resolve A and B, refuse while another campaign runs, pre-flight both sides (as they
+        will run: ``sim``, the simulator from the host-side runtime), ask before stopping a running
+        server, then start the campaign on the host. Nothing is stopped before both pre-flights
+        pass. Raises ``ValueError`` (profiles), :class:`jobs.JobError` (refused, pre-flight failed),
+        :class:`runtime.RuntimeUnavailable` or :class:`HostError`."""
+        from tui.services import checks, runtime
+
         infos = {}
+        profiles = {}
         py = python
         for label, name in (("A", a), ("B", b)):
             try:
-                info, prof_python = resolve_profile(name, demo=demo)
+                info, prof = resolve_profile(name, demo=demo, sim=sim)
             except Exception as e:  # profile errors name the file and the key
                 raise ValueError(f"{label} ({name}): {e}") from e
-            infos[label] = info
-            py = py or (prof_python if prof_python != "python3" else None)
+            infos[label], profiles[label] = info, prof
+            py = py or (prof.python if prof.python != "python3" else None)
         await refuse_while_running(host)
+        for label, prof in profiles.items():
+            report = await checks.preflight_for(host, prof, demo=demo, sim=sim)
+            why = checks.refusal(f"{label} ({prof.name})", report)
+            if why:
+                raise jobs.JobError(f"{host_label or host.target}: not started, nothing stopped: {why}")
+        if sim and not demo:
+            for label, prof in profiles.items():
+                argv = await runtime.sim_argv(host, infos[label].argv, python=prof.python)
+                infos[label] = dataclasses.replace(infos[label], argv=tuple(argv))
         running = [h for h in await launcher.list_host_runs(host) if h.alive]
         stop_existing = await ask_to_stop(
             [f"run {h.run_id}" + (f" ({h.meta.get('profile')})" if h.meta.get("profile") else "") for h in running],

@@ -10,8 +10,9 @@ entries), so the name is a content hash.
 one script finds ``${TUNEDECK_HOME}`` and a Python >= 3.9 (the caller's choice
 first, e.g. the profile's ``python``, then ``python3`` on PATH), and tells whether
 the archive is already in ``${TUNEDECK_HOME}/lib/``; if not, it is uploaded (SFTP on
-SSH hosts) to a temporary name, its hash is checked on the host, and it is renamed
-into place. Nothing is written outside ``${TUNEDECK_HOME}``.
+SSH hosts; ``cat`` over an exec channel where the sshd has no SFTP subsystem, see
+:meth:`tui.hostops.ssh.SshHost.put_file`) to a temporary name, its hash is checked on
+the host, and it is renamed into place. Nothing is written outside ``${TUNEDECK_HOME}``.
 
 The archive carries the simulator too: :func:`sim_argv` turns a ``--sim`` command
 (``tunedeck-host sim ENGINE …``, see :func:`tui.profiles.deploy.sim_executable`) into the

@@ -185,6 +185,7 @@ class TunedeckApp(App[int]):
         initial_mode: str = "status",
         close_host: bool = True,
         demo: bool = False,
+        sim: bool = False,
         keymap: dict[str, str] | None = None,
         host_factory: Callable[[str], tuple["Host | None", Sources]] | None = None,
     ) -> None:
@@ -201,6 +202,8 @@ class TunedeckApp(App[int]):
         self.sources = sources
         self.demo = demo
         """True when the host is the built-in simulator (screens swap executables for ``tunedeck sim``)."""
+        self.sim = sim and not demo
+        """``--sim``: every launch, pre-flight and A/B runs the simulator from the host-side runtime."""
         self._user_keymap = keymap
         self.host_factory = host_factory
         """target → (host, sources) for the host switcher (default: the real host and collectors)."""
@@ -454,6 +457,7 @@ class TunedeckApp(App[int]):
                 port=profile.port or None,
                 profile=profile.name,
                 demo=self.demo,
+                python=profile.python,
             )
         )
 

@@ -32,7 +32,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
 
     # --sim: the host's simulated GPUs (the sampler gives it the simulated nvidia-smi)
     sources = default_sources(host, sim=True) if getattr(args, "sim", False) and not demo else None
-    app = make_app(host, sources=sources, target="demo" if demo else host.target, demo=demo)
+    sim = bool(getattr(args, "sim", False)) and not demo
+    app = make_app(host, sources=sources, target="demo" if demo else host.target, demo=demo, sim=sim)
     rc = app.run()
     return int(rc or 0)
 

@@ -48,9 +48,9 @@ from tui.services.deploy.triage import MemberState, Verdict, ended_at, member_st
 
 __all__ = [
     "LAUNCHING",
-    "SETTLED",
     "PARTIAL",
     "SECONDARY_KINDS",
+    "SETTLED",
     "DeploymentRecord",
     "DeploymentStore",
     "Finding",

@@ -4,7 +4,8 @@ The benchmark never runs in the UI's process (its timestamps must not be
 skewed by rendering): it runs detached on the host next to the server (with
 ``--url``, on this machine), through :class:`tui.services.benchrun.BenchRun`,
 the same driver as ``tunedeck bench``; a worker follows its events. Leaving the
-screen detaches; ``s`` stops the run (finished samples are kept). Shown: output tok/s per 1-s
+screen detaches; ``s`` stops the run after a confirmation (finished samples are kept, the
+requests it cuts are counted as cancelled). Shown: output tok/s per 1-s
 bucket, TTFT/ITL percentiles, completed/failed/in-flight; for sweeps,
 throughput vs concurrency and per-user tok/s vs total tok/s. Goodput (the share of completed
 requests within every SLO target, and good req/s) live from the ticks, then from each level's
@@ -36,6 +37,7 @@ from textual.widgets import Footer, Static
 from tui.model import GoodputView, SweepLevel, SweepReport
 from tui.timeline_model import TimelineFeed, TimelineSnapshot
 from tui.timeline_model import figure as timeline_figure
+from tui.ui.screens.modals import ConfirmModal
 from widgets.goodput_panel import GoodputPanel
 from widgets.sweep_table import SweepTable
 from widgets.throughput_chart import ThroughputChart
@@ -56,7 +58,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             "stop",
             "Stop run",
             id="bench-stop",
-            tooltip="Interrupt the benchmark; finished requests are kept (summary marked partial)",
+            tooltip="Stop the benchmark (asks first); finished requests are kept (summary marked partial)",
         ),
         Binding("escape", "close", "Back", id="bench-back"),
         Binding(
@@ -245,10 +247,35 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self.notify(msg, markup=False)
 
     def action_stop(self) -> None:
-        if self._run is not None and self.rc is None and self.state != "stopping":
-            self.state = "stopping"
-            self._stop_run()
-            self._show_status()
+        """Ask first (Cancel has the focus); only a yes stops the benchmark."""
+        if not self._stoppable():
+            return
+        t = self.last_tick
+        flight = (
+            f" and cuts the {t['in_flight']} request(s) in flight (counted as cancelled)" if t.get("in_flight") else ""
+        )
+        where = f" (job {self.job_id} on the host)" if self.job_id else ""
+
+        def done(ok: bool | None) -> None:
+            if ok and self._stoppable():
+                self.state = "stopping"
+                self._stop_run()
+                self._show_status()
+
+        self.app.push_screen(
+            ConfirmModal(
+                f"Stop the benchmark{where}? It ends now{flight}; finished requests are kept and the "
+                "summary is marked partial.",
+                title="Stop the benchmark",
+                action="Stop it",
+                cancel="Keep running",
+                danger=True,
+            ),
+            done,
+        )
+
+    def _stoppable(self) -> bool:
+        return self._run is not None and self.rc is None and self.state != "stopping"
 
     def action_close(self) -> None:
         if self.app.screen_stack and len(self.app.screen_stack) > 1:
@@ -296,7 +323,13 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             s = m["summary"]
             self.summaries.append(s)
             if self.last_tick:
-                self.last_tick = {**self.last_tick, "completed": s["completed"], "failed": s["failed"], "in_flight": 0}
+                self.last_tick = {
+                    **self.last_tick,
+                    "completed": s["completed"],
+                    "failed": s["failed"],
+                    "cancelled": s.get("cancelled") or 0,
+                    "in_flight": 0,
+                }
             if self.sweep_key == "request_rate":
                 x = float(s.get("request_rate") or 0.0)
             else:
@@ -369,7 +402,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         if t:
             status.append(
                 f"\ncompleted {t['completed']}/{t['total']} · failed {t['failed']} · "
-                f"in flight {t['in_flight']} · {t['tok_s']} tok/s · "
+                + (f"cancelled {t['cancelled']} · " if t.get("cancelled") else "")
+                + f"in flight {t['in_flight']} · {t['tok_s']} tok/s · "
                 f"client cpu {max(t.get('cpu') or [0]):.2f}"
             )
         if self.error:

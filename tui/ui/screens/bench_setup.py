@@ -29,6 +29,7 @@ from textual.widgets import Checkbox, DataTable, Footer, Header, Input, Label, S
 
 from tui.bench.metrics import parse_slo_ms
 from tui.model import ServerStats
+from widgets.field_input import FieldInput
 from widgets.filter_table import FilterTable, TableFilter
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -229,7 +230,7 @@ class BenchSetupScreen(Screen[None]):
                 yield Label("Workload", classes="bs-title")
                 with Grid(id="bs-form"):
                     yield Label("URL")
-                    yield Input(
+                    yield FieldInput(
                         f.url,
                         placeholder="optional: http://HOST:PORT (else the selected server)",
                         id="bs-url",
@@ -244,20 +245,22 @@ class BenchSetupScreen(Screen[None]):
                         compact=True,
                     )
                     yield Label("Concurrency")
-                    yield Input(f.concurrency, placeholder="1,16", id="bs-concurrency", compact=True)
+                    yield FieldInput(f.concurrency, placeholder="1,16", id="bs-concurrency", compact=True)
                     yield Label("Num prompts")
-                    yield Input(f.num_prompts, placeholder="default 5 x C, >= 10", id="bs-num-prompts", compact=True)
+                    yield FieldInput(
+                        f.num_prompts, placeholder="default 5 x C, >= 10", id="bs-num-prompts", compact=True
+                    )
                     yield Label("Input len")
-                    yield Input(f.input_len, id="bs-input-len", compact=True)
+                    yield FieldInput(f.input_len, id="bs-input-len", compact=True)
                     yield Label("Output len")
-                    yield Input(f.output_len, id="bs-output-len", compact=True)
+                    yield FieldInput(f.output_len, id="bs-output-len", compact=True)
                     yield Label("Warmup")
-                    yield Input(f.warmup, id="bs-warmup", compact=True)
+                    yield FieldInput(f.warmup, id="bs-warmup", compact=True)
                     yield Label("")
                     yield Checkbox("ignore_eos", f.ignore_eos, id="bs-ignore-eos")
                     for key, attr, name in SLO_FIELDS:
                         yield Label(f"{name} ms")
-                        yield Input(
+                        yield FieldInput(
                             getattr(f, attr),
                             placeholder="none (goodput: a request within every target)",
                             id=f"bs-slo-{key}",

@@ -104,7 +104,13 @@ class CompareScreen(Screen[None]):
         Binding("1", "mark('A')", "Mark A", tooltip="Mark the highlighted profile as A (baseline)", id="ab-mark-a"),
         Binding("2", "mark('B')", "Mark B", tooltip="Mark the highlighted profile as B (candidate)", id="ab-mark-b"),
         Binding("g", "start_ab", "Run A/B", tooltip="Launch, benchmark and compare A and B", id="ab-start"),
-        Binding("x", "cancel_ab", "Cancel A/B", tooltip="Stop the A/B; finished results are kept", id="ab-cancel"),
+        Binding(
+            "x",
+            "cancel_ab",
+            "Cancel A/B",
+            tooltip="Stop the A/B (asks first); finished results are kept",
+            id="ab-cancel",
+        ),
         Binding("j", "load_last", "Last A/B", tooltip="Show the last A/B from the journal", id="ab-last"),
         Binding(
             "plus,equals_sign",
@@ -316,6 +322,7 @@ class CompareScreen(Screen[None]):
             b,
             plan,
             demo=target == "demo",
+            sim=bool(getattr(self.app, "sim", False)),
             repeats=repeats,
             interleave=interleave,
             confirm_stop=confirm,
@@ -383,9 +390,27 @@ class CompareScreen(Screen[None]):
         return bool(answer)
 
     def action_cancel_ab(self) -> None:
-        if self.campaign is not None and self.campaign is not True:
-            self._status("cancelling: stopping the server the A/B started…")
-            self._cancel_worker(self.campaign)
+        """Ask first (Cancel has the focus); only a yes cancels the running A/B."""
+        campaign = self.campaign
+        if campaign is None or campaign is True:
+            return
+
+        def done(ok: bool | None) -> None:
+            if ok and self.campaign is campaign:
+                self._status("cancelling: stopping the server the A/B started…")
+                self._cancel_worker(campaign)
+
+        self.app.push_screen(
+            ConfirmModal(
+                "Cancel the running A/B? It stops the benchmark in flight and the server the A/B "
+                "started; finished results are kept.",
+                title="Cancel the A/B",
+                action="Cancel the A/B",
+                cancel="Keep running",
+                danger=True,
+            ),
+            done,
+        )
 
     @work(group="ab-cancel", exit_on_error=False)
     async def _cancel_worker(self, campaign: Any) -> None:

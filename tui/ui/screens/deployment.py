@@ -51,7 +51,9 @@ class DeploymentScreen(Screen[None]):
             tooltip="Show one node's log lines (again: the next node, then every node)",
             id="deploy-node-filter",
         ),
-        Binding("s", "stop", "Stop deployment", tooltip="Stop every node of the deployment", id="deploy-stop"),
+        Binding(
+            "s", "stop", "Stop deployment", tooltip="Stop every node of the deployment (asks first)", id="deploy-stop"
+        ),
     ]
 
     class Sampled(Message):

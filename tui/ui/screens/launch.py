@@ -312,10 +312,12 @@ class LaunchScreen(Screen[None]):
 
     @work(group="launch-preflight", exclusive=True, exit_on_error=False)
     async def run_preflight(self, profile: ServerProfile) -> None:
-        from tui.profiles.preflight import preflight
+        from tui.services.checks import preflight_for
 
         try:
-            report = await preflight(self.host, profile, demo=self.demo, store=self.store)
+            report = await preflight_for(
+                self.host, profile, demo=self.demo, sim=bool(getattr(self.app, "sim", False)), store=self.store
+            )
         except Exception as e:  # HostError, UnsafeInput: the host's state, shown inline
             log.warning("pre-flight on %s failed", self.host, exc_info=True)
             self.form.show_messages([FormMessage("error", "host", f"pre-flight failed: {e}")])
@@ -323,7 +325,7 @@ class LaunchScreen(Screen[None]):
         if report.facts.backends and report.facts.backends_source != "builtin":
             self._host_backends[profile.engine] = tuple(report.facts.backends)
             self.form.set_choices(self._choices())
-        self.form.show_messages([FormMessage(f.severity, f.subject, f.message) for f in report.findings])
+        self.form.show_messages([FormMessage(f.severity, f.subject, f.detail) for f in report.findings])
 
     # ------------------------------------------------------------------ validation
     def _evaluate(self, values: FormValues) -> tuple[ServerProfile | None, Command | None, list[FormMessage]]:
@@ -413,7 +415,7 @@ class LaunchScreen(Screen[None]):
         try:
 
             def shown(report: Any) -> None:
-                self.form.show_messages([FormMessage(f.severity, f.subject, f.message) for f in report.findings])
+                self.form.show_messages([FormMessage(f.severity, f.subject, f.detail) for f in report.findings])
 
             command = await checked_command(
                 self,

@@ -76,7 +76,7 @@ def e_key(e: ProfileError) -> str:
 
 def warnings_modal(name: str, warnings: list[Any]) -> ConfirmModal:
     """The question asked when pre-flight warns: Cancel is the default."""
-    text = "\n".join(f"• {f.subject + ': ' if f.subject else ''}{f.message}" for f in warnings)
+    text = "\n".join(f"• {f.line}" for f in warnings)
     return ConfirmModal(text + "\n\nLaunch anyway?", title=f"Pre-flight of {name} warns", action="Launch anyway")
 
 
@@ -93,10 +93,10 @@ async def checked_command(
 ) -> Any:
     """Pre-flight ``profile`` on ``host``; the command to launch, or None (errors, the user said no,
     or ``launch`` is False). Every launch goes through here: the list's ``L`` and the form's ``ctrl+l``."""
-    from tui.profiles.preflight import preflight
+    from tui.services.checks import preflight_for
 
     try:
-        report = await preflight(host, profile, demo=demo, store=store)
+        report = await preflight_for(host, profile, demo=demo, sim=bool(getattr(screen.app, "sim", False)), store=store)
     except Exception as e:  # noqa: BLE001 - HostError, UnsafeInput: shown, nothing launched
         on_failure(f"pre-flight failed: {e}")
         screen.notify(f"pre-flight failed: {e}", severity="error", markup=False)
@@ -413,7 +413,7 @@ class ProfilesScreen(Screen[None]):
             if i:
                 t.append("\n")
             t.append(f"{f.severity}: ", style=style.get(f.severity, "dim"))
-            t.append(f"{f.subject + ': ' if f.subject else ''}{f.message}")
+            t.append(f.line)
         self._messages(t)
 
     # ------------------------------------------------------------------ actions

@@ -26,6 +26,7 @@ from tui.hostops.logfollow import LineSplitter, follow_forever, read_log
 from tui.hostops.runstore import RunRecord, RunStore
 from tui.hostops.tracker import StartupTracker
 from tui.model import StartupProgress
+from tui.services import runtime
 from tui.services.journal import journal_launch
 from tui.ui.screens.modals import ConfirmModal
 from tui.util.safety import UnsafeInput
@@ -42,6 +43,8 @@ class LaunchSpec:
     engine: str = "other"
     port: int | None = None
     profile: str | None = None
+    python: str | None = None
+    """The profile's python: it runs the host-side runtime's simulator for a ``--sim`` command."""
 
 
 class RunScreen(Screen[None]):
@@ -54,7 +57,13 @@ class RunScreen(Screen[None]):
 
     BINDINGS = [
         Binding("escape", "close", "Back", id="run-back"),
-        Binding("s", "stop", "Stop server", id="run-stop"),
+        Binding(
+            "s",
+            "stop",
+            "Stop server",
+            tooltip="Stop the server (asks first): TERM, then KILL after the grace",
+            id="run-stop",
+        ),
     ]
 
     class Progress(Message):
@@ -130,10 +139,11 @@ class RunScreen(Screen[None]):
         port: int | None = None,
         profile: str | None = None,
         demo: bool = False,
+        python: str | None = None,
         **kw: object,
     ) -> "RunScreen":
         """A screen that launches first (refusals are shown, nothing runs), then attaches."""
-        spec = LaunchSpec(demo_argv(argv) if demo else list(argv), dict(env or {}), engine, port, profile)
+        spec = LaunchSpec(demo_argv(argv) if demo else list(argv), dict(env or {}), engine, port, profile, python)
         return cls(host, None, launch_spec=spec, **kw)  # type: ignore[arg-type]
 
     def on_mount(self) -> None:
@@ -154,16 +164,18 @@ class RunScreen(Screen[None]):
         spec = self.launch_spec
         assert spec is not None
         try:
+            # a --sim command (`tunedeck-host sim ENGINE …`) runs from the host-side runtime
+            argv = await runtime.sim_argv(self.host, spec.argv, python=spec.python)
             rec = await launch(
                 self.host,
-                spec.argv,
+                argv,
                 spec.env,
                 engine=spec.engine,
                 port=spec.port,
                 profile=spec.profile,
                 store=self.store,
             )
-        except (LaunchRefused, HostError, UnsafeInput) as e:
+        except (LaunchRefused, HostError, UnsafeInput, runtime.RuntimeUnavailable) as e:
             self.launch_error = str(e)
             self.query_one(StartupProgressView).update(
                 StartupProgress("", spec.engine, "failed", diagnosis=f"not launched: {e}")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.test_deploy_ssh import nodes, second_sshd, write_profile  # noqa: F401  (fixtures)
 from tests.sshd import ROOT_USER, SshdServer, cli, sshd, sshd_server  # noqa: F401  (fixtures)
-from tests.test_deploy_ssh import nodes, second_sshd, write_profile  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
 

@@ -23,7 +23,7 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tests.test_launcher import free_port
+from tests.integration.test_launcher import free_port
 from tui.ab.journal import journal_path
 
 pytestmark = pytest.mark.timeout(240)
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(240)
 class _Answers200(http.server.BaseHTTPRequestHandler):
     hits: list[str] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         type(self).hits.append(self.path)
         body = b"{}"
         self.send_response(200)
@@ -40,7 +40,7 @@ class _Answers200(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's name
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.integration.test_launcher import free_port
+from tests.integration.test_ready_demo import squatter  # noqa: F401  (fixture)
 from tests.sshd import ROOT_USER, SshdServer, cli, sshd, sshd_server  # noqa: F401  (fixtures)
-from tests.test_launcher import free_port
-from tests.test_ready_demo import squatter  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
 

@@ -25,7 +25,7 @@ import pytest
 from tests.conftest import REAL_LOGS, REPO, tunedeck_cmd
 from tui.logparse import classify, clean_line, decode_log, parse_file
 
-HANDMADE = Path(__file__).parent / "data" / "logs" / "generalise"
+HANDMADE = Path(__file__).resolve().parents[1] / "data" / "logs" / "generalise"
 
 #: the INDEX's words for a kind -> the parser's kind
 _KIND_WORDS = {"capture-crash": "capture-failed", "generic": "crash"}

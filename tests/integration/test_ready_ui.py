@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tests.test_launcher import free_port
-from tests.test_ui_status import until
+from tests.integration.test_launcher import free_port
+from tests.ui.test_ui_status import until
 from tests.ui_text import screen_text
 from tui.ab.journal import Journal
 from tui.services.targets import get_host

@@ -20,8 +20,8 @@ import asyncssh
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
+from tests.integration.test_hostside import run_cli, sim
 from tests.simfix import free_port
-from tests.test_hostside import run_cli, sim
 from tui.bench import store
 from tui.bench.config import BenchConfig
 from tui.commands.bench import EXIT_OK, EXIT_PARTIAL

@@ -16,7 +16,7 @@ from tests.conftest import REPO, tunedeck_cmd
 from tui.logparse import ADVICE, LogParser, might_be_fatal, parse_text
 from tui.logparse.patterns import CLASSIFIER, classify
 
-HANDMADE = Path(__file__).parent / "data" / "logs" / "generalise"
+HANDMADE = Path(__file__).resolve().parents[1] / "data" / "logs" / "generalise"
 
 SG_READY = "\n".join(
     [

@@ -13,10 +13,10 @@ import time
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
+from tests.integration.test_hostside import sim
+from tests.integration.test_hostside_ssh import bench_args, cli
 from tests.simfix import free_port
 from tests.sshd import TEST_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
-from tests.test_hostside import sim
-from tests.test_hostside_ssh import bench_args, cli
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 

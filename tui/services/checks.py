@@ -1,0 +1,60 @@
+"""Pre-flight as the launch will run it: the engine, the demo's simulator, or (``--sim``) the
+simulator from the host-side runtime, shipped to the host first.
+
+Every way to launch (``launch``, an A/B, the dashboard) checks through :func:`preflight_for`,
+so a ``--sim`` target is never checked (or refused) for an engine it will not run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tui.hostops.hosts import Host
+from tui.profiles.deploy import sim_executable
+from tui.profiles.model import ServerProfile
+from tui.profiles.preflight import PreflightReport, preflight
+from tui.services import runtime
+
+
+async def preflight_for(
+    host: Host,
+    profile: ServerProfile,
+    *,
+    demo: bool = False,
+    sim: bool = False,
+    store: Any = None,
+    allow_dangerous: bool = False,
+    use_cache: bool = True,
+) -> PreflightReport:
+    """:func:`tui.profiles.preflight.preflight` for what will run on ``host``. With ``sim`` (and
+    not the demo, whose simulator is on its PATH) the runtime is ensured there (the profile's
+    python first) and its ``sim ENGINE`` answers the version, help and backend questions; its
+    simulated nvidia-smi answers the GPU one. Raises :class:`runtime.RuntimeUnavailable` and
+    :class:`~tui.hostops.hosts.HostError` as :func:`runtime.ensure` does."""
+    if not sim or demo:
+        return await preflight(
+            host, profile, demo=demo, store=store, allow_dangerous=allow_dangerous, use_cache=use_cache
+        )
+    exe = sim_executable(profile)
+    on_host = await runtime.sim_argv(host, exe, python=profile.python)
+    return await preflight(
+        host,
+        profile,
+        store=store,
+        allow_dangerous=allow_dangerous,
+        use_cache=use_cache,
+        executable=exe,
+        probe_executable=on_host,
+    )
+
+
+def refusal(label: str, report: PreflightReport) -> str | None:
+    """One line naming what pre-flight found wrong with a side (``label``: "A (base)"), or None."""
+    if report.ok:
+        return None
+    errors = [f.message for f in report.errors] or ["no command could be built"]
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{label}: pre-flight failed: {errors[0]}{more}"
+
+
+__all__ = ["preflight_for", "refusal"]
