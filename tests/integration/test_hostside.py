@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.hostfix import fake_python, pythons
 from tests.simfix import SimProc, free_port
+from tests.waits import until
 from tui.hostops.hosts import LocalHost
 from tui.services import runtime
 
@@ -281,7 +282,12 @@ def test_stop_keeps_the_finished_samples(tmp_path):
         assert p.stderr is not None
         line = p.stderr.readline()
         job = line.split("job ", 1)[1].split()[0]
-        time.sleep(3)
+        folder = Path(os.environ["TUNEDECK_HOME"]) / "bench" / job / "data" / "results"
+
+        def some_samples() -> bool:  # stop mid-run: after some samples were written, however slow the machine
+            return any(f.stat().st_size > 0 for f in folder.glob("*/samples.jsonl"))
+
+        until(some_samples, 60, what=f"the first samples of job {job}")
         r = run_cli("bench", "--demo", "--stop", job)
         assert r.returncode == 0 and f"bench job {job} stopped" in r.stderr, r.stderr
         out, err = p.communicate(timeout=60)

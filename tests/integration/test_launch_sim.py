@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launcher import free_port
+from tests.waits import scaled
 from tui.hostops import launcher as L
 from tui.hostops import runstore
 from tui.hostops.launcher import demo_argv
@@ -91,7 +92,7 @@ async def test_sim_ready_then_stop_frees_gpu(demo, name):
 async def test_sim_faults_diagnosed(demo, name, fault, cause):
     argv, env, engine, port = sim_command(name, "--sim-load-seconds", "2", "--sim-fault", fault)
     rec = await L.launch(demo, argv, env, engine=engine, port=port, profile=f"{name}-{fault}")
-    final = await wait_ready(demo, rec, timeout=60, stall_after=3 if fault == "hang" else 30, gpu_interval=0.5)
+    final = await wait_ready(demo, rec, timeout=60, stall_after=scaled(6) if fault == "hang" else 30, gpu_interval=0.5)
     want = "stalled" if fault == "hang" else "failed"
     assert final.state == want, final
     assert re.search(cause, final.diagnosis, re.I), final.diagnosis

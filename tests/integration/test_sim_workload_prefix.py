@@ -95,7 +95,7 @@ def measure(engine: str, *flags: str) -> Measured:
             run_groups(base, groups)
             after = httpx.get(f"{base}/metrics").text
             d = {k: counter(after, k) - counter(before, k) for k in (hits, queries, f"{ttft}_sum", f"{ttft}_count")}
-            if engine == "sglang" or "--no-enable-prefix-caching" not in flags:
+            if engine == "sglang" or "--disable-prefix-caching" not in flags:
                 # every prompt token is looked up, cached or not
                 assert d[queries] == GROUPS * PER_GROUP * (PREFIX + QUESTION)
             out.hit[name] = d[hits] / d[queries] if d[queries] else 0.0
@@ -126,7 +126,7 @@ def test_shared_prefixes_hit_the_cache_and_cut_ttft(engine):
         assert 'enable_prefix_caching="True"' in got.metrics["shared"]
 
 
-@pytest.mark.parametrize("engine, flag", [("sglang", "--disable-radix-cache"), ("vllm", "--no-enable-prefix-caching")])
+@pytest.mark.parametrize("engine, flag", [("sglang", "--disable-radix-cache"), ("vllm", "--disable-prefix-caching")])
 def test_the_flag_that_disables_the_cache_removes_the_difference(engine, flag):
     got = measure(engine, flag)
     assert got.hit["shared"] == 0.0

@@ -43,7 +43,8 @@ def test_label_escapes_and_special_values() -> None:
     )
     m = prom.parse(text)
     x = m.get("x")[0]
-    assert dict(x.labels) == {"path": "C:\\dir", "q": 'say "hi"', "nl": "a\nb", "e": ""}
+    # escapes are decoded; a control character a host put in a label is shown, never sent raw to the terminal
+    assert dict(x.labels) == {"path": "C:\\dir", "q": 'say "hi"', "nl": "a\\nb", "e": ""}
     assert m.get("y")[0].value == math.inf
     assert math.isnan(m.get("z")[0].value)
     assert m.get("w")[0].value == pytest.approx(-0.0025) and dict(m.get("w")[0].labels) == {"a": "1"}

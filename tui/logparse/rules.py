@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 Apply = Callable[["LogParser", Optional["re.Match[str]"], str, "LogLine"], None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Rule:
     """``key`` is a substring every line of the rule holds (``start``: the message starts
     with it); ``rx`` the regex searched when the key is there (None: the key is enough).

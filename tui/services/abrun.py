@@ -122,9 +122,11 @@ class ABRun:
             infos[label], profiles[label] = info, prof
             py = py or (prof.python if prof.python != "python3" else None)
         await refuse_while_running(host)
+        # the A/B stops tunedeck's running servers first: the port one of them holds is not a refusal
+        held = ("port.in-use",) if any(h.alive for h in await launcher.list_host_runs(host)) else ()
         for label, prof in profiles.items():
             report = await checks.preflight_for(host, prof, demo=demo, sim=sim)
-            why = checks.refusal(f"{label} ({prof.name})", report)
+            why = checks.refusal(f"{label} ({prof.name})", report, ignore=held)
             if why:
                 raise jobs.JobError(f"{host_label or host.target}: not started, nothing stopped: {why}")
         if sim and not demo:

@@ -7,7 +7,7 @@ so a ``--sim`` target is never checked (or refused) for an engine it will not ru
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Collection
 
 from tui.hostops.hosts import Host
 from tui.profiles.deploy import sim_executable
@@ -48,11 +48,15 @@ async def preflight_for(
     )
 
 
-def refusal(label: str, report: PreflightReport) -> str | None:
-    """One line naming what pre-flight found wrong with a side (``label``: "A (base)"), or None."""
-    if report.ok:
+def refusal(label: str, report: PreflightReport, *, ignore: Collection[str] = ()) -> str | None:
+    """One line naming what pre-flight found wrong with a side (``label``: "A (base)"), or None.
+
+    ``ignore``: finding codes that do not refuse here (an A/B that stops tunedeck's running servers
+    first ignores ``port.in-use``: a port still held after that stop fails the launch, diagnosed)."""
+    errors = [f.message for f in report.errors if f.code not in ignore]
+    if report.ok or (not errors and report.command is not None):
         return None
-    errors = [f.message for f in report.errors] or ["no command could be built"]
+    errors = errors or ["no command could be built"]
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{label}: pre-flight failed: {errors[0]}{more}"
 

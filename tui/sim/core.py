@@ -114,7 +114,7 @@ class SimCore(Api):
             self.decode_log_interval = 0
         self.metrics = Metrics(engine, self.served, tp=self.tp, spec_positions=self.spec.num_steps if self.spec else 0)
         #: the prefix cache (None where the flags disable it: SGLang --disable-radix-cache, vLLM
-        #: --no-enable-prefix-caching) and the prefill chunk size (None: prompts are not split)
+        #: --disable-prefix-caching) and the prefill chunk size (None: prompts are not split)
         self.cache: PrefixCache | None = None
         self.chunk_size: int | None
         if engine == "sglang":
