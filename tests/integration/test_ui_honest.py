@@ -54,7 +54,7 @@ def side(label, profile, single, peak, ttft16=50.0, argv=("sglang", "--tp", "8")
 async def test_new_or_cancelled_ab_clears_the_old_table_and_chart():
     from tui.ui.screens.modals import ConfirmModal
 
-    ops = FakeOps(bench_delay=0.3)
+    ops = FakeOps(bench_delay=5.0)  # the A/B cannot finish while the question is answered, however slow the machine
     old = compare(side("A", "base", 100, 1000), side("B", "tuned", 118, 1200))
     scr = CompareScreen(
         start_campaign=fake_campaigns(ops),
