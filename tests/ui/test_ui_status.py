@@ -119,7 +119,9 @@ async def test_host_unreachable_shows_live_countdown_then_recovers():
         assert host.calls == 1
         # skip the long wait: the reconnect key retries at once, then the second failure backs off 0.3 s
         await pilot.press("r")
-        await until(pilot, lambda: app.latest.link.ok, timeout=3)
+        # r retries at once: well before the 7-s backoff's own retry (about 5 s away by now)
+        await until(pilot, lambda: host.calls >= 2, timeout=3)
+        await until(pilot, lambda: app.latest.link.ok, timeout=10)
         await until(pilot, lambda: not banner.has_class("-shown"))
         assert "gpu-box-01 · connected" in screen_text(app)
 
