@@ -4,7 +4,7 @@ per-level server counters as A/B rows."""
 
 from __future__ import annotations
 
-from tui.ab.compare import compare, percentile_needs
+from tui.ab.compare import compare, min_samples
 from tui.ab.render import to_text
 from tui.ab.sides import LevelResult, Side, SideRun
 from tui.ab.warnings import side_workloads, workload_warnings
@@ -84,7 +84,7 @@ def test_speculative_comparison_under_ignore_eos_is_named():
 
 
 def test_a_p99_verdict_over_too_few_requests_is_replaced():
-    assert percentile_needs(99) == 100 and percentile_needs(90) == 10 and percentile_needs(99.9) == 1000
+    assert min_samples(99) == 100 and min_samples(90) == 10 and min_samples(99.9) == 1000
     a = side("A", BASE, [(1, summ(1, completed=40)), (64, summ(64, completed=320))])
     b = side("B", BASE, [(1, summ(1, completed=40, p99_ttft_ms=150.0)), (64, summ(64, p99_ttft_ms=300.0))])
     cmp = compare(a, b)

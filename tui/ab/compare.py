@@ -232,25 +232,6 @@ def judge_count(a: Stat | None, b: Stat | None) -> tuple[float | None, float, st
     return delta, 0.0, "better", f"B {MINUS}{n} (better)"
 
 
-def percentile_needs(p: float) -> int:
-    """Requests a p-th percentile needs before it says anything of its own: 100 for p99, 10 for p90
-    (fewer, and p99 is just the largest value measured)."""
-    return math.ceil(100.0 / (100.0 - p) - 1e-9)
-
-
-def fewest_requests(a: Side, b: Side, c: int) -> int | None:
-    """The fewest successful requests behind any repeat's level ``c`` on either side (None: unknown)."""
-    counts = []
-    for side in (a, b):
-        for run in side.runs:
-            lv = run.level(c)
-            if lv is not None:
-                n = summary_number(lv.summary, "completed")
-                if n is not None:
-                    counts.append(int(n))
-    return min(counts) if counts else None
-
-
 # ---------------------------------------------------------------------- config diff
 
 

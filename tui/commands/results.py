@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from tui.fmt import text_table
 from tui.util.safety import visible
 
 
@@ -95,25 +96,27 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not rows:
         print("no benchmark runs yet (run `tunedeck bench ...`)")
         return 0
-    fmt = "{:<28} {:<8} {:<18} {:<16} {:<6} {:<24} {:>5} {:>6} {:>6} {:>6} {:>10}"
-    print(fmt.format("RUN", "STATUS", "HOST", "PROFILE", "CLIENT", "MODEL", "C", "RATE", "OK", "FAIL", "OUT tok/s"))
+    table = []
     for row in rows:
         tput = row["output_throughput"]
-        print(
-            fmt.format(
+        table.append(
+            (
                 row["run_id"],
                 row["status"],
                 _cell(row["target"], 18),
                 _cell(row["profile"], 16),
                 row["where"],
-                str(row["model"] or "")[:24],
-                str(row["concurrency"] or "-"),
-                str(row["request_rate"]),
+                _cell(row["model"], 24),
+                row["concurrency"] or "-",
+                row["request_rate"],
                 "?" if row["completed"] is None else row["completed"],
                 "?" if row["failed"] is None else row["failed"],
                 "?" if tput is None else f"{tput:.1f}",
             )
         )
+    headers = ("RUN", "STATUS", "HOST", "PROFILE", "CLIENT", "MODEL", "C", "RATE", "OK", "FAIL", "OUT tok/s")
+    for line in text_table(headers, table, right=(6, 7, 8, 9, 10)):
+        print(line)
     if any(r["measured_through_tunnel"] for r in rows):
         print("CLIENT tunnel: measured through an SSH tunnel (the link is in the numbers, not the server's truth)")
     if any(r["status"] == "on-host" for r in rows):
