@@ -69,10 +69,12 @@ def host_state(h: FleetHost, now: float | None = None) -> tuple[str, str, str]:
     if link.state == "error":
         return "error", "warning", link.last_error or "collector failed; restarting"
     g = h.gpu
+    if link.state == "connecting" or g.state in ("waiting", "starting"):
+        # the host's own sample has not answered yet (first poll, or after r): its GPU figures
+        # alone do not make it ok
+        return "connecting", "text-muted", ""
     if g.state == "ok":
         return "ok", "success", ""
-    if g.state in ("waiting", "starting") or link.state == "connecting":
-        return "connecting", "text-muted", ""
     text = GPU_STATE_TEXT.get(g.state, g.state)
     msg = g.message.strip().splitlines()[0] if g.message.strip() else ""
     return g.state, "warning", text + (f": {msg}" if msg and msg.lower() not in text.lower() else "")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -29,11 +31,43 @@ async def test_listener_is_named_and_told_apart_from_the_run(family: int, addr: 
         assert other.state == OTHER and other.listening
         assert [p for p, _ in other.owners] == [os.getpid()] and other.owners[0][1]
         assert other.describe().startswith(f"pid {os.getpid()} (")
-        # the same socket seen as the run's: this process's session, or its run id in the environment
-        assert (await port_owners(host, port, session=os.getsid(0))).state == OWN
     finally:
         s.close()
     assert (await port_owners(host, port)).state == FREE
+
+
+LISTENER = """
+import socket, sys, time
+s = socket.socket(int(sys.argv[1]), socket.SOCK_STREAM)
+s.bind((sys.argv[2], 0)); s.listen(1)
+print(s.getsockname()[1], flush=True)
+time.sleep(60)
+"""
+
+
+async def test_a_run_owns_its_listener_by_its_session_or_by_its_run_id() -> None:
+    """A run's listener: a process in the session its detached wrapper started (its own, as
+    ``setsid`` makes it), or one carrying the run's ``TUNEDECK_RUN_ID``. A container's shell can
+    have session 0, so the test starts its own session rather than reading this process's."""
+    env = {**os.environ, "TUNEDECK_RUN_ID": "cafe0123"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", LISTENER, str(int(socket.AF_INET)), "127.0.0.1"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        host = LocalHost()
+        assert (await port_owners(host, port, session=child.pid)).state == OWN
+        assert (await port_owners(host, port, run_id="cafe0123")).state == OWN
+        other = await port_owners(host, port, session=child.pid + 1, run_id="cafe0124")
+        assert other.state == OTHER and [p for p, _ in other.owners] == [child.pid]
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_parse_the_cases_the_host_can_answer() -> None:

@@ -151,6 +151,7 @@ async def test_a_refused_host_is_failed_until_r_and_an_unreachable_one_recovers_
         assert cell(table, "host:gpu-ok", "state") == "ok"
         assert auth.calls == 1  # not retried
         await pilot.press("r")
+        # r asks the host again; it reads ok only once the host itself answers, not on its GPU figures
         await until(pilot, lambda: cell(table, "host:gpu-x", "state") == "ok", timeout=5)
         assert auth.calls >= 2
         await until(pilot, lambda: not notes.has_class("-shown"))
@@ -234,3 +235,17 @@ async def test_deployments_across_the_fleet_with_each_nodes_link_and_enter_opens
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
         assert app.screen.record.deploy_id == "aa0100"
+
+
+def test_a_host_reads_ok_only_once_it_answers_itself():
+    """A host whose link is (re)connecting reads ``connecting`` even when its GPU figures are
+    fine; once connected, ok; a refused one says why and that it waits for r."""
+    from tui.model import LinkState
+    from widgets.fleet_table import FleetHost, host_state
+
+    gpus = gpu_status(2)
+    assert host_state(FleetHost("h", LinkState("h", "connecting"), gpus))[0] == "connecting"
+    assert host_state(FleetHost("h", LinkState("h", "connected"), gpus))[0] == "ok"
+    refused = LinkState("h", "failed", 1, None, "Permission denied (publickey)", "auth-failed")
+    word, _, note = host_state(FleetHost("h", refused, gpus))
+    assert word == "auth failed" and note.endswith("not retrying; press r to try again")
