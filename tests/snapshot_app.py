@@ -575,6 +575,32 @@ def bench_setup() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
         await _settled(app, pilot)
         await pilot.press("b")
         await _until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
+        scr: Any = app.screen
+        await _until(pilot, lambda: "could serve" in str(scr.query_one("#bs-preview").content))
+        await pilot.pause(0.2)
+
+    return app, run_before
+
+
+def bench_setup_workload() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    """The bench form on a shared-prefix workload: its preview (lengths, sharing ratio) in view."""
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from textual.widgets import Input, Select
+
+        from tui.ui.screens.bench_setup import BenchSetupScreen
+
+        await _settled(app, pilot)
+        await pilot.press("b")
+        await _until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
+        scr: Any = app.screen
+        scr.query_one("#bs-dataset", Select).value = "shared_prefix"
+        scr.query_one("#bs-options", Input).value = "--gsp-num-groups 8 --gsp-prompts-per-group 32"
+        scr.query_one("#bs-concurrency", Input).value = "1,32"
+        app.set_focus(None)
+        await _until(pilot, lambda: "256 requests" in str(scr.query_one("#bs-preview").content))
+        scr.query_one("#bs-left").scroll_end(animate=False)
         await pilot.pause(0.2)
 
     return app, run_before
@@ -1002,6 +1028,7 @@ SCENES: dict[str, Scene] = {
     "bench-timeline": bench_timeline,
     "bench-setup": bench_setup,
     "bench-setup-slo": bench_setup_slo,
+    "bench-setup-workload": bench_setup_workload,
     "compare": compare,
     "compare-client-health": lambda: compare(health=True),
     "compare-timeline": compare_timeline,

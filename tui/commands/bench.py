@@ -276,6 +276,12 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         metavar="OUT",
         help="write the summary JSON to OUT ('-' or no value: stdout)",
     )
+    o.add_argument(
+        "--preview",
+        action="store_true",
+        help="show what each level would send (lengths, their histogram, the prefix-sharing ratio) and exit: "
+        "no server is needed and nothing is sent (with --json: as JSON)",
+    )
     p.set_defaults(func=run_bench)
 
 
@@ -563,6 +569,8 @@ async def run_bench(args: argparse.Namespace) -> int:
         return _fail(str(e))
     if args.concurrency and args.request_rate and len(args.concurrency) > 1 and len(args.request_rate) > 1:
         return _fail("sweep over --concurrency or over --request-rate, not both")
+    if args.preview:
+        return _print_preview(args)
     meta_extra: dict[str, Any] = {}
     if args.meta_json is not None:
         try:
@@ -595,6 +603,56 @@ async def run_bench(args: argparse.Namespace) -> int:
     except ValueError as e:
         return _fail(str(e))
     return await _host_run(args, (cfg, meta_extra))
+
+
+def level_previews(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """(level label, :class:`~tui.bench.workloads.preview.WorkloadPreview`) of every level the
+    options ask for, built exactly as the run would build them (files read and checked here);
+    ValueError (a WorkloadError among them) with one line naming the option, file or record."""
+    from tui.bench import metrics
+    from tui.bench.workloads import build_workload
+    from tui.bench.workloads.preview import preview
+
+    url = args.url or f"http://127.0.0.1:{args.port or 8000}"  # not contacted: the run's URL rules apply
+    cfg = _config(args, url, metrics.parse_goodput(args.goodput))
+    token_ids = cfg.token_ids and cfg.endpoint != "chat"
+    out: list[tuple[str, Any]] = []
+    built: dict[int, Any] = {}
+    for c, rate in cfg.levels():
+        n = cfg.prompts_for(c)
+        if n not in built:
+            built[n] = preview(build_workload(cfg.workload_spec(), n, cfg.seed, token_ids=token_ids))
+        label = f"C={c}" if c is not None else "unbounded"
+        if math.isfinite(rate):
+            label += f", {rate:g} req/s"
+        out.append((label, built[n]))
+    return out
+
+
+def workload_preview_argv(argv: list[str]) -> list[tuple[str, Any]]:
+    """:func:`level_previews` of a ``tunedeck bench`` argument list (the Bench setup screen's form)."""
+    return level_previews(parse_args(argv))
+
+
+def _print_preview(args: argparse.Namespace) -> int:
+    from tui.bench.workloads.preview import grouped, preview_json, preview_lines
+
+    try:
+        levels = level_previews(args)
+    except ValueError as e:
+        return _fail(str(e))
+    if args.json is not None:
+        text = json.dumps([{"level": label, **preview_json(p)} for label, p in levels], indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text + "\n")
+        return 0
+    for labels, p in grouped(levels):
+        print(f"[{', '.join(labels)}]")
+        for line in preview_lines(p):
+            print("  " + line)
+    return 0
 
 
 async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, Any]) -> int:

@@ -2,8 +2,11 @@
 :class:`~tui.ui.screens.bench.BenchScreen`), and read stored results.
 
 Left: the servers known on the host (the app's server feed) and the form: URL (optional; overrides
-the selected server), endpoint, concurrency list, prompts, input/output length, warmup, ignore_eos,
-and goodput targets (TTFT / TPOT / ITL / E2EL in ms, each optional: ``--goodput``).
+the selected server), the workload source (``--dataset-name``, its file and its options, with a
+preview of what each level will send: lengths, their histogram, the prefix-sharing ratio, built by
+the function ``tunedeck bench --preview`` prints), endpoint, concurrency list, prompts,
+input/output length, warmup, ignore_eos, and goodput targets (TTFT / TPOT / ITL / E2EL in ms, each
+optional: ``--goodput``).
 ``ctrl+r`` starts the benchmark; ``enter`` only picks a server or moves to the next field (a load
 test on a shared server is never one stray keystroke away). The bench always runs in its own
 local process: for a remote host it reaches the server through ``host.forward_port`` exactly as
@@ -14,7 +17,9 @@ timeline (:class:`~tui.ui.screens.timeline.TimelineScreen`).
 
 from __future__ import annotations
 
+import logging
 import re
+import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
@@ -25,12 +30,16 @@ from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.coordinate import Coordinate
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Checkbox, DataTable, Footer, Header, Input, Label, Select, Static
 
 from tui.bench.metrics import parse_slo_ms
+from tui.bench.workloads import FILE_SOURCES, SOURCES, default_ignore_eos
 from tui.model import ServerStats
 from widgets.field_input import FieldInput
 from widgets.filter_table import FilterTable, TableFilter
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from tui.ui.app import TunedeckApp
@@ -49,6 +58,10 @@ class BenchForm:
     """The form's values, as typed."""
 
     url: str = ""
+    #: the workload source (``--dataset-name``), its file, and more of its options as typed flags
+    dataset: str = "random"
+    dataset_path: str = ""
+    options: str = ""
     endpoint: str = "completions"
     concurrency: str = "1,16"
     num_prompts: str = ""
@@ -88,6 +101,41 @@ def goodput_items(form: BenchForm) -> list[str]:
     return items
 
 
+#: sources that take --input-len/--output-len (the others set their own lengths)
+SIZED_BY_FORM = frozenset({"random", "text", "conversation"})
+
+
+def workload_option_flags() -> frozenset[str]:
+    """The flags the form's options field takes: every source option of ``tunedeck bench``."""
+    from tui.commands.bench import WORKLOAD_OPTIONS
+
+    return frozenset([flag for flag, *_rest in WORKLOAD_OPTIONS] + ["--context-limit"])
+
+
+def option_args(text: str) -> list[str]:
+    """The options field as arguments: ``--flag VALUE`` pairs of workload options only (the form
+    must not reach the server choice, the output files or anything else); BenchFormError otherwise."""
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise BenchFormError("options", str(e)) from None
+    allowed = workload_option_flags()
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        flag, _eq, value = words[i].partition("=")
+        if flag not in allowed:
+            raise BenchFormError("options", f"{flag!r} is not a workload option (e.g. --gsp-num-groups 8)")
+        if not _eq:
+            if i + 1 >= len(words):
+                raise BenchFormError("options", f"{flag} needs a value")
+            value = words[i + 1]
+            i += 1
+        out += [flag, value]
+        i += 1
+    return out
+
+
 def _int(field: str, text: str, minimum: int) -> int:
     try:
         v = int(text.strip())
@@ -123,6 +171,16 @@ def bench_args(form: BenchForm, server: ServerStats | None, *, target: str | Non
         args += ["--port", str(server.port)]
         if server.name and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", server.name) and server.run_id != server.name:
             args += ["--profile", server.name]
+    if form.dataset not in SOURCES:
+        raise BenchFormError("workload", f"{form.dataset!r}: expected one of {', '.join(SOURCES)}")
+    if form.dataset != "random":
+        args += ["--dataset-name", form.dataset]
+    if form.dataset in FILE_SOURCES:
+        path = form.dataset_path.strip()
+        if not path:
+            raise BenchFormError("dataset file", f"{form.dataset} reads a file: give its path")
+        args += ["--dataset-path", path]
+    args += option_args(form.options)
     if form.endpoint not in ("completions", "chat"):
         raise BenchFormError("endpoint", f"{form.endpoint!r}: expected completions or chat")
     args += ["--endpoint", form.endpoint]
@@ -132,8 +190,9 @@ def bench_args(form: BenchForm, server: ServerStats | None, *, target: str | Non
     args += ["--concurrency", ",".join(str(_int("concurrency", c, 1)) for c in conc)]
     if form.num_prompts.strip():
         args += ["--num-prompts", str(_int("num prompts", form.num_prompts, 1))]
-    args += ["--input-len", str(_int("input len", form.input_len, 1))]
-    args += ["--output-len", str(_int("output len", form.output_len, 1))]
+    if form.dataset in SIZED_BY_FORM:
+        args += ["--input-len", str(_int("input len", form.input_len, 1))]
+        args += ["--output-len", str(_int("output len", form.output_len, 1))]
     args += ["--warmup", str(_int("warmup", form.warmup, 0))]
     args.append("--ignore-eos" if form.ignore_eos else "--no-ignore-eos")
     slo = goodput_items(form)
@@ -156,6 +215,7 @@ class BenchSetupScreen(Screen[None]):
     BenchSetupScreen #bs-servers-note { height: auto; color: $text-muted; }
     BenchSetupScreen #bs-command { height: auto; color: $text-muted; }
     BenchSetupScreen #bs-error { height: auto; color: $error; }
+    BenchSetupScreen #bs-preview { height: auto; margin: 1 0 0 0; }
     BenchSetupScreen #bs-results { height: 1fr; min-height: 5; }
     BenchSetupScreen #bs-summary { height: auto; }
     """
@@ -213,6 +273,9 @@ class BenchSetupScreen(Screen[None]):
         self.results: dict[str, Any] = {}
         #: the arguments of the last benchmark started from here
         self.last_args: list[str] | None = None
+        #: the arguments the preview shows (or is being built for), and its pending start
+        self._preview_for: list[str] | None = None
+        self._preview_timer: Timer | None = None
 
     @property
     def tapp(self) -> "TunedeckApp":
@@ -236,6 +299,29 @@ class BenchSetupScreen(Screen[None]):
                         id="bs-url",
                         compact=True,
                     )
+                    yield Label("Source")
+                    yield Select(
+                        [(name, name) for name in SOURCES],
+                        value=f.dataset if f.dataset in SOURCES else "random",
+                        allow_blank=False,
+                        id="bs-dataset",
+                        compact=True,
+                    )
+                    yield Label("Dataset file")
+                    yield FieldInput(
+                        f.dataset_path,
+                        placeholder="file of sharegpt/custom/mooncake/burstgpt",
+                        id="bs-dataset-path",
+                        compact=True,
+                        disabled=f.dataset not in FILE_SOURCES,
+                    )
+                    yield Label("Options")
+                    yield FieldInput(
+                        f.options,
+                        placeholder="e.g. --random-range-ratio 0.5 (docs/workloads.md)",
+                        id="bs-options",
+                        compact=True,
+                    )
                     yield Label("Endpoint")
                     yield Select(
                         [("completions", "completions"), ("chat", "chat")],
@@ -251,9 +337,10 @@ class BenchSetupScreen(Screen[None]):
                         f.num_prompts, placeholder="default 5 x C, >= 10", id="bs-num-prompts", compact=True
                     )
                     yield Label("Input len")
-                    yield FieldInput(f.input_len, id="bs-input-len", compact=True)
+                    sized = f.dataset in SIZED_BY_FORM
+                    yield FieldInput(f.input_len, id="bs-input-len", compact=True, disabled=not sized)
                     yield Label("Output len")
-                    yield FieldInput(f.output_len, id="bs-output-len", compact=True)
+                    yield FieldInput(f.output_len, id="bs-output-len", compact=True, disabled=not sized)
                     yield Label("Warmup")
                     yield FieldInput(f.warmup, id="bs-warmup", compact=True)
                     yield Label("")
@@ -268,6 +355,7 @@ class BenchSetupScreen(Screen[None]):
                         )
                 yield Static(id="bs-command")
                 yield Static(id="bs-error")
+                yield Static(id="bs-preview")
             with Vertical(id="bs-right"):
                 yield Label("Stored results  [dim]enter: summary[/]", classes="bs-title")
                 yield TableFilter(id="bs-results-filter")
@@ -342,8 +430,12 @@ class BenchSetupScreen(Screen[None]):
         """The form's current values."""
         q = self.query_one
         endpoint = q("#bs-endpoint", Select).value
+        dataset = q("#bs-dataset", Select).value
         return BenchForm(
             url=q("#bs-url", Input).value,
+            dataset=dataset if isinstance(dataset, str) else "random",
+            dataset_path=q("#bs-dataset-path", Input).value,
+            options=q("#bs-options", Input).value,
             endpoint=endpoint if isinstance(endpoint, str) else "completions",
             concurrency=q("#bs-concurrency", Input).value,
             num_prompts=q("#bs-num-prompts", Input).value,
@@ -366,9 +458,12 @@ class BenchSetupScreen(Screen[None]):
         except BenchFormError as e:
             self.query_one("#bs-command", Static).update("")
             self.query_one("#bs-error", Static).update(Text(str(e)))
+            self._preview_for = None
+            self.query_one("#bs-preview", Static).update("")
             return
         self.query_one("#bs-error", Static).update("")
         self.query_one("#bs-command", Static).update(Text("tunedeck bench " + shlex.join(args)))
+        self._schedule_preview(args)
 
     @on(Input.Changed)
     @on(Select.Changed)
@@ -376,6 +471,61 @@ class BenchSetupScreen(Screen[None]):
     @on(DataTable.RowHighlighted, "#bs-servers")
     def _form_changed(self) -> None:
         self._show_command()
+
+    @on(Select.Changed, "#bs-dataset")
+    def _source_changed(self, ev: Select.Changed) -> None:
+        """A new source: its file field on or off, and ignore_eos at the source's default (a
+        dataset of real answers ends at EOS; made-up prompts need ignore_eos for their lengths)."""
+        name = ev.value if isinstance(ev.value, str) else "random"
+        self.query_one("#bs-dataset-path", Input).disabled = name not in FILE_SOURCES
+        for field in ("#bs-input-len", "#bs-output-len"):  # the other sources set their own lengths
+            self.query_one(field, Input).disabled = name not in SIZED_BY_FORM
+        self.query_one("#bs-ignore-eos", Checkbox).value = default_ignore_eos(name)
+        self._show_command()
+
+    # ------------------------------------------------------------------ preview
+    #: the preview waits this long after the last change (a file is read and every prompt built)
+    PREVIEW_DELAY_S = 0.4
+
+    def _schedule_preview(self, args: list[str]) -> None:
+        """Preview ``args`` once the form has been still for :attr:`PREVIEW_DELAY_S`."""
+        if args == self._preview_for:
+            return
+        self._preview_for = list(args)
+        if self._preview_timer is not None:
+            self._preview_timer.stop()
+        self.query_one("#bs-preview", Static).update(Text("building the preview…", style="dim"))
+        self._preview_timer = self.set_timer(self.PREVIEW_DELAY_S, lambda: self._preview_worker(list(args)))
+
+    @work(thread=True, exclusive=True, group="bs-preview", exit_on_error=False)
+    def _preview_worker(self, args: list[str]) -> None:
+        """Build what each level would send (files read here, in a thread), as `bench --preview`."""
+        from textual.worker import get_current_worker
+
+        from tui.bench.workloads.preview import grouped, preview_lines
+        from tui.commands.bench import workload_preview_argv
+
+        try:
+            levels = workload_preview_argv(args)
+        except (ValueError, OSError) as e:
+            text = Text(f"preview: {e}", style="red")
+        except Exception:
+            log.exception("workload preview failed for %s", args)
+            text = Text("preview: failed (the log has the traceback)", style="red")
+        else:
+            text = Text()
+            for labels, p in grouped(levels):
+                text.append(", ".join(labels) + "\n", style="bold")
+                for line in preview_lines(p):
+                    text.append("  " + line + "\n")
+            text.rstrip()
+        if get_current_worker().is_cancelled:
+            return
+        self.app.call_from_thread(self._show_preview, args, text)
+
+    def _show_preview(self, args: list[str], text: Text) -> None:
+        if args == self._preview_for:  # a later change has its own preview coming
+            self.query_one("#bs-preview", Static).update(text)
 
     @on(Input.Submitted)
     def _submitted(self, ev: Input.Submitted) -> None:
