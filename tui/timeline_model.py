@@ -22,6 +22,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, fields, replace
 from typing import Any, Iterable, Mapping, Sequence
 
+from tui.util.safety import visible
+
 #: rows kept per level (an hour at one a second); older seconds are dropped first
 MAX_ROWS = 3600
 #: levels kept by a feed (a longer sweep drops its oldest levels)
@@ -150,6 +152,8 @@ class TimelineSnapshot:
     """The level's result folder."""
     live: bool = False
     """The level is still running."""
+    measures: str = ""
+    """The level's workload and what the server said of it (:func:`workload_measures`)."""
 
     @property
     def seconds(self) -> int:
@@ -178,6 +182,7 @@ class TimelineSnapshot:
         run_id: str | None = None,
         live: bool = False,
         max_rows: int = MAX_ROWS,
+        measures: str = "",
     ) -> "TimelineSnapshot":
         """Rows (``timeline.jsonl`` objects or :class:`TimelineRow`) in any order, with gaps or
         repeated seconds: one row a second (a repeated second merges, the later value wins),
@@ -191,7 +196,28 @@ class TimelineSnapshot:
             by_second[row.second] = row if old is None else old.merged(row)
         keep = sorted(by_second)[-max_rows:] if max_rows > 0 else []
         v = validity if isinstance(validity, tuple) or validity is None else _validity(validity)
-        return cls(label, tuple(by_second[s] for s in keep), v, run_id, live)
+        return cls(label, tuple(by_second[s] for s in keep), v, run_id, live, measures)
+
+
+def workload_measures(summary: Mapping[str, Any]) -> str:
+    """One line of a level's workload and the figures that belong to it, from its summary:
+    ``workload shared_prefix · prefix cache hit 88.9% · spec accept length 2.41 (rate 47.0%) ·
+    dispatch lag p99 0.4 ms``; a figure the server did not give is left out. Summaries from
+    before workloads were recorded sent random token ids."""
+    wl = summary.get("workload")
+    name = wl.get("name") if isinstance(wl, Mapping) else None
+    parts = [f"workload {visible(name)[:40] if isinstance(name, str) and name else 'random'}"]
+    hit = _num(summary.get("prefix_cache_hit_rate"))
+    if hit is not None:
+        parts.append(f"prefix cache hit {hit * 100:.1f}%")
+    length = _num(summary.get("spec_decode_acceptance_length"))
+    if length is not None:
+        rate = _num(summary.get("spec_decode_acceptance_rate"))
+        parts.append(f"spec accept length {length:.2f}" + (f" (rate {rate * 100:.1f}%)" if rate is not None else ""))
+    lag = _num(summary.get("dispatch_lag_p99_ms"))
+    if lag is not None:
+        parts.append(f"dispatch lag p99 {lag:.1f} ms")
+    return " · ".join(parts)
 
 
 # ---------------------------------------------------------------------- live feed

@@ -296,6 +296,10 @@ def test_stored_timeline_reads_the_result_folder():
             {
                 "max_concurrency": 16,
                 "validity": [{"rule": "queue_growing", "evidence": "waiting requests rose from 1.0 to 9.0"}],
+                "workload": {"name": "shared_prefix", "params": {}, "sha256": "ab"},
+                "prefix_cache_hit_rate": 0.889,
+                "spec_decode_acceptance_length": None,
+                "dispatch_lag_p99_ms": 0.42,
             }
         )
     )
@@ -303,10 +307,26 @@ def test_stored_timeline_reads_the_result_folder():
     assert s.label == "C=16" and s.run_id == "20250308-124010-c16" and not s.live
     assert s.values("tok_s") == (0.0, 10.0, None, 30.0)
     assert s.validity == (("queue_growing", "waiting requests rose from 1.0 to 9.0"),)
+    # the level's workload and its server-side figures (a figure the server did not give is left out)
+    assert s.measures == "workload shared_prefix · prefix cache hit 88.9% · dispatch lag p99 0.4 ms"
     # a result without a timeline (measured through a tunnel, or before timelines): no rows, not checked
     bare = run_dir("20250308-124011-tunnel")
     bare.mkdir()
     s = stored_timeline("20250308-124011-tunnel", label="A")
-    assert s.rows == () and s.validity is None and s.label == "A"
+    assert s.rows == () and s.validity is None and s.label == "A" and s.measures == ""
     with pytest.raises(StoreError):
         stored_timeline("../etc")
+
+
+def test_workload_measures_of_old_new_and_hostile_summaries():
+    from tui.timeline_model import workload_measures
+
+    assert workload_measures({}) == "workload random"  # before workloads were recorded
+    spec = {
+        "workload": {"name": "text"},
+        "spec_decode_acceptance_length": 2.414,
+        "spec_decode_acceptance_rate": 0.4713,
+    }
+    assert workload_measures(spec) == "workload text · spec accept length 2.41 (rate 47.1%)"
+    evil = workload_measures({"workload": {"name": "\x1b]0;pwned\x07x"}, "prefix_cache_hit_rate": "nan"})
+    assert "\x1b" not in evil and evil.startswith("workload \\x1b") and "hit" not in evil

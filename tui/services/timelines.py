@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tui.bench.store import _read_json, run_dir
 from tui.hostside.timeline import read_timeline
-from tui.timeline_model import MAX_ROWS, TimelineSnapshot
+from tui.timeline_model import MAX_ROWS, TimelineSnapshot, workload_measures
 
 
 def stored_timeline(run_id: str, *, label: str | None = None, max_rows: int = MAX_ROWS) -> TimelineSnapshot:
@@ -27,7 +27,12 @@ def stored_timeline(run_id: str, *, label: str | None = None, max_rows: int = MA
             c = (_read_json(d / "meta.json") or {}).get("max_concurrency")
         label = f"C={c}" if c is not None else run_id
     return TimelineSnapshot.from_rows(
-        read_timeline(d), label=label, validity=summary.get("validity"), run_id=run_id, max_rows=max_rows
+        read_timeline(d),
+        label=label,
+        validity=summary.get("validity"),
+        run_id=run_id,
+        max_rows=max_rows,
+        measures=workload_measures(summary) if summary else "",
     )
 
 

@@ -78,6 +78,8 @@ class TimelineScreen(Screen[None]):
             return
         if event.snapshot.label != self.run_id:
             cap.append(f" · {event.snapshot.label}")
+        if event.snapshot.measures:
+            cap.append(f"\n{event.snapshot.measures}")
         cap.append(" · x: s into the timed phase", style="dim")
         panel.show(figure(event.snapshot), cap)
         panel.redraw()
