@@ -116,7 +116,7 @@ def test_compare_two_stored_runs_with_exports(tmp_path: Path):
     assert "~ --attention-backend: triton \u2192 flashinfer" in r.stdout
     assert "+ NCCL_PROTO=LL" in r.stdout
     assert "warning: C=16: A and B differ in prompt length: 128 vs 256" in r.stdout
-    assert "| Single-stream output tok/s (C=16) | 1,000.0 | 1,200.0 | +20% | B +20% |" in md.read_text()
+    assert "| Output tok/s (C=16) | 1,000.0 | 1,200.0 | +20% | B +20% |" in md.read_text()
     r = cli("compare", "20261130-100000", "20261130-100100", "--csv", "-")
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     assert rows[0]["key"] == "single_output_tok_s" and rows[0]["outcome"] == "better"

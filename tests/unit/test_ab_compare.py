@@ -179,10 +179,25 @@ def test_warnings_model_lengths_ignore_eos_failures():
     b = side("B", "tuned", [run(110, 5100, failed=3)], params=pb, model="qwen")
     w = "\n".join(compare(a, b).warnings)
     assert "different models" in w
-    assert "ignore_eos" in w and "B: ignore_eos is off" in w
+    assert "different ignore_eos: True vs False" in w
     assert "prompt length: 128 vs 256" in w
     assert "B: 3 of 13 requests failed at C=128" in w
     assert compare(a, b).row("failed_requests").verdict == "B +3 (worse)"
+
+
+def test_answers_that_end_at_eos_warn_only_when_their_lengths_differ():
+    """ignore_eos off is not by itself a warning (greedy answers of one model are the same with and
+    without speculative decoding); answers of a different mean length are: different work."""
+    eos = {"ignore_eos": False, "levels": [{"concurrency": 1, "input_len": 128, "output_len": 64}]}
+    same = side("A", "base", [run(100, 5000, total_output_tokens=600, completed=10)], params=eos)
+    also = side("B", "eagle", [run(150, 5200, total_output_tokens=610, completed=10)], params=eos)
+    assert not [x for x in compare(same, also).warnings if "length" in x or "ignore_eos" in x]
+    longer = side("B", "eagle", [run(150, 5200, total_output_tokens=900, completed=10)], params=eos)
+    w = [x for x in compare(same, longer).warnings if "different length" in x]
+    assert w == [
+        "C=128: A and B generated answers of different length (mean 60 vs 90 tokens per request): tok/s "
+        "compares different work; compare with ignore_eos on, or per-request latency"
+    ]
 
 
 def test_warnings_give_the_client_health_verdicts_with_their_reasons():

@@ -310,9 +310,11 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
 
     if cs:
         lo, hi = cs[0], cs[-1]
+        # the lowest level is single-stream only when it is C=1 (a plan may start higher)
+        stream = "Single-stream" if lo == 1 else "Per-stream"
         add(
             "single_output_tok_s",
-            f"Single-stream output tok/s (C={lo})",
+            f"Single-stream output tok/s (C={lo})" if lo == 1 else f"Output tok/s (C={lo})",
             "tok/s",
             "higher",
             lo,
@@ -322,7 +324,7 @@ def compare(a: Side, b: Side, *, noise_pct: float = DEFAULT_NOISE_PCT) -> Compar
         )
         add(
             "single_decode_tok_s",
-            f"Single-stream decode tok/s (1000/median TPOT, C={lo})",
+            f"{stream} decode tok/s (1000/median TPOT, C={lo})",
             "tok/s",
             "higher",
             lo,
@@ -498,7 +500,7 @@ def _verdict(a: Side, b: Side, rows: list[Row]) -> tuple[str, str | None]:
 
     def short(r: Row) -> str:
         name = {
-            "single_output_tok_s": "single-stream",
+            "single_output_tok_s": "single-stream" if r.concurrency == 1 else f"C={r.concurrency}",
             "single_decode_tok_s": "decode",
             "peak_output_tok_s": "peak",
         }[r.key]

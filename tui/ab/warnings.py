@@ -92,6 +92,41 @@ def _level_params(side: Side) -> dict[int, dict[str, Any]]:
     return out
 
 
+#: mean output tokens per request of A and B further apart than this (relative) compare different work
+OUTPUT_LEN_TOLERANCE = 0.05
+
+
+def _mean_output_tokens(side: Side) -> dict[int, float]:
+    """Concurrency -> output tokens per completed request, over the side's repeats."""
+    tokens: dict[int, float] = {}
+    done: dict[int, float] = {}
+    for run in side.runs:
+        for lv in run.levels:
+            t = summary_number(lv.summary, "total_output_tokens")
+            n = summary_number(lv.summary, "completed")
+            if t is not None and n:
+                tokens[lv.concurrency] = tokens.get(lv.concurrency, 0.0) + t
+                done[lv.concurrency] = done.get(lv.concurrency, 0.0) + n
+    return {c: tokens[c] / done[c] for c in tokens if done.get(c)}
+
+
+def output_length_differences(a: Side, b: Side) -> list[str]:
+    """Levels where A and B generated answers of different mean length (answers that end at EOS,
+    ignore_eos off): tok/s then compares different amounts of work. With the same model and
+    greedy decoding the answers are the same (speculative decoding does not change them), so
+    this is measured, not assumed from ignore_eos being off."""
+    ma, mb = _mean_output_tokens(a), _mean_output_tokens(b)
+    out = []
+    for c in sorted(set(ma) & set(mb)):
+        x, y = ma[c], mb[c]
+        if max(x, y) > 0 and abs(x - y) / max(x, y) > OUTPUT_LEN_TOLERANCE:
+            out.append(
+                f"C={c}: A and B generated answers of different length (mean {x:.0f} vs {y:.0f} tokens per "
+                "request): tok/s compares different work; compare with ignore_eos on, or per-request latency"
+            )
+    return out
+
+
 def tunnel_levels(side: Side) -> list[int]:
     """Concurrencies of ``side`` measured through an SSH tunnel (not the server's truth)."""
     out = set()
@@ -164,12 +199,7 @@ def comparison_warnings(a: Side, b: Side) -> list[str]:
         va, vb = a.params.get(key), b.params.get(key)
         if va is not None and vb is not None and va != vb:
             w.append(f"A and B were benchmarked with different {what}: {va!r} vs {vb!r}")
-    for side in (a, b):
-        if side.params.get("ignore_eos") is False:
-            w.append(
-                f"{side.label}: ignore_eos is off, so output lengths vary with the model's "
-                "stopping and throughput is not comparable"
-            )
+    w.extend(output_length_differences(a, b))
     la, lb = _level_params(a), _level_params(b)
     for c in sorted(set(la) & set(lb)):
         for key, what in (("input_len", "prompt length"), ("output_len", "output length")):
