@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -137,9 +138,10 @@ def test_status_demo_shows_eight_gpus() -> None:
 
 def test_known_servers_from_run_folders(tmp_path: Path) -> None:
     """Live run folders on the host become servers; the model comes from the local record."""
-    from tui.collectors.status import known_servers, model_from_argv
+    from tui.collectors.status import RECENT_FAILURE_S, known_servers, model_from_argv, servers_of_runs
     from tui.hostops.hosts import LocalHost
     from tui.hostops.launcher import launch, list_host_runs, stop_run
+    from tui.hostops.runstore import RunStore
     from tui.util.aio import run_async
 
     async def scenario() -> tuple:
@@ -159,11 +161,17 @@ def test_known_servers_from_run_folders(tmp_path: Path) -> None:
                 break
             await asyncio.sleep(0.1)
         specs = await known_servers(host)
+        later = servers_of_runs(host, await list_host_runs(host), now=time.time() + RECENT_FAILURE_S + 1)
         await stop_run(host, live, grace=2, gpu_wait=1)
-        return live, specs
+        return live, gone, specs, later
 
-    live, specs = run_async(scenario())
+    live, gone, specs, later = run_async(scenario())
+    # the live run, and the one that ended before it served: settled from its log as failed, and
+    # listed (its row reads failed with the cause) for RECENT_FAILURE_S
     assert [(s.name, s.engine, s.port, s.run_id, s.model) for s in specs] == [
-        ("qwen-fast", "sglang", 30000, live.run_id, "Qwen/Qwen3-8B")
+        ("qwen-fast", "sglang", 30000, live.run_id, "Qwen/Qwen3-8B"),
+        (gone.run_id, "vllm", 8000, gone.run_id, ""),
     ]
+    assert RunStore().load(gone.run_id).status == "failed"  # type: ignore[union-attr]
+    assert [s.run_id for s in later] == [live.run_id]
     assert model_from_argv(["vllm", "serve", "Qwen/Qwen3-8B", "--port", "8000"]) == "Qwen/Qwen3-8B"

@@ -213,7 +213,7 @@ class SampledServers:
         self._runs_seq = -1
 
     async def sample(self) -> tuple[ServerStats, ...]:
-        from tui.collectors.status import servers_of_runs
+        from tui.collectors.status import servers_of_runs, settle_ended_runs
         from tui.hostops.launcher import HostRun
         from tui.hostops.tracker import reconcile_servers
 
@@ -241,6 +241,7 @@ class SampledServers:
                 )
                 for r in s.runs["runs"]
             ]
+            await settle_ended_runs(self.host, runs)  # a run that just died reads failed, with its cause
             names = {x.name for x in self.extra}
             known = tuple(x for x in servers_of_runs(self.host, runs) if x.name not in names)
             self.collector.set_specs(known + self.extra)

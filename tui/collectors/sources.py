@@ -68,6 +68,7 @@ class WatchedServers:
         self.refresh = refresh
         self.collector = ServerCollector(host, self.extra)
         self._next_refresh = 0.0
+        self._next_recheck = 0.0
 
     async def _known(self) -> tuple[Any, ...]:
         from tui.collectors.status import known_servers
@@ -78,18 +79,32 @@ class WatchedServers:
         except (HostError, OSError):
             return tuple(s for s in self.collector.specs if s not in self.extra)
 
+    #: a run's server that stops answering has its runs re-listed (and a dead one settled) at
+    #: most this often, before the next regular refresh
+    RECHECK_S = 3.0
+
     async def sample(self) -> tuple[ServerStats, ...]:
         now = time.monotonic()
         if now >= self._next_refresh:
-            self._next_refresh = now + self.refresh
-            known = await self._known()
-            names = {s.name for s in self.extra}
-            self.collector.set_specs(tuple(s for s in known if s.name not in names) + self.extra)
+            await self._refresh(now)
         if not self.collector.specs:
             return ()
         from tui.hostops.tracker import reconcile_servers
 
-        return reconcile_servers(await self.collector.sample())
+        rows = await self.collector.sample()
+        if any(r.run_id and r.state == "down" for r in rows) and now >= self._next_recheck:
+            # a run's server does not answer: loading, or its process died. Re-list the runs now
+            # (a dead one is settled from its log) instead of at the next refresh
+            self._next_recheck = now + self.RECHECK_S
+            await self._refresh(now)
+            rows = await self.collector.sample()
+        return reconcile_servers(rows)
+
+    async def _refresh(self, now: float) -> None:
+        self._next_refresh = now + self.refresh
+        known = await self._known()
+        names = {s.name for s in self.extra}
+        self.collector.set_specs(tuple(s for s in known if s.name not in names) + self.extra)
 
     async def aclose(self) -> None:
         await self.collector.aclose()

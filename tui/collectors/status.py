@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Any, Iterable, Sequence
 
 from tui.collectors.gpu import GpuCollector
@@ -11,32 +13,72 @@ from tui.collectors.servers import ServerCollector, ServerSpec
 from tui.hostops.hosts import Host, HostError
 from tui.model import GpuStatus, HostStats, ServerStats, StatusSnapshot, jsonable
 
+log = logging.getLogger(__name__)
+
+
+#: a run that failed stays in the server list this long after it was found dead: its row reads
+#: ``failed`` with its cause (the Status screen, ``tunedeck status``), then it is only in ``runs``
+RECENT_FAILURE_S = 900.0
+
 
 async def known_servers(host: Host) -> tuple[ServerSpec, ...]:
     """Servers tunedeck launched on ``host``: one ServerSpec per live run folder on the
     host that has a port (so runs started from another machine or an earlier
-    dashboard are found too). The model comes from the local run record when
-    there is one.
+    dashboard are found too), and the runs that failed in the last :data:`RECENT_FAILURE_S`.
+    The model comes from the local run record when there is one. A run whose process is gone
+    while its record still says it lives is re-read first (:func:`settle_ended_runs`).
     """
     from tui.hostops.launcher import list_host_runs
 
-    return servers_of_runs(host, await list_host_runs(host))
+    runs = await list_host_runs(host)
+    await settle_ended_runs(host, runs)
+    return servers_of_runs(host, runs)
 
 
-def servers_of_runs(host: Host, runs: Iterable[Any]) -> tuple[ServerSpec, ...]:
-    """ServerSpecs of the live runs among ``runs`` (``HostRun`` values) that have a port."""
+async def settle_ended_runs(host: Host, runs: Iterable[Any]) -> bool:
+    """Re-read ``host``'s runs when one of ``runs`` (``HostRun`` values) has no process while
+    its local record still says it is launching, starting or ready: it is settled from its own
+    log (failed with its cause, the journal corrected), as ``tunedeck runs`` does, so a view that
+    polls the host shows the death within one poll. True when a re-read was done."""
     from tui.hostops.hosts import target_name
-    from tui.hostops.runstore import RunStore
+    from tui.hostops.runstore import ENDED, RunStore
+    from tui.services.journal import reread_runs
 
     local = {rec.run_id: rec for rec in RunStore().all(target_name(host))}
+    dead = [r.run_id for r in runs if not r.alive and r.run_id in local and local[r.run_id].status not in ENDED]
+    if not dead:
+        return False
+    log.info("%s: run(s) %s ended: re-reading them", target_name(host), ", ".join(dead))
+    try:
+        await reread_runs(host)
+    except (HostError, OSError) as e:
+        log.warning("%s: re-reading ended runs failed: %s", target_name(host), e)
+        return False
+    return True
+
+
+def servers_of_runs(host: Host, runs: Iterable[Any], *, now: float | None = None) -> tuple[ServerSpec, ...]:
+    """ServerSpecs of the live runs among ``runs`` (``HostRun`` values) that have a port, and of
+    the runs that failed within :data:`RECENT_FAILURE_S` (unless a live run took their port)."""
+    from tui.hostops.hosts import target_name
+    from tui.hostops.runstore import FAILED, RunStore
+
+    now = time.time() if now is None else now
+    runs = list(runs)
+    local = {rec.run_id: rec for rec in RunStore().all(target_name(host))}
+    live_ports = {r.meta.get("port") for r in runs if r.alive}
     specs: list[ServerSpec] = []
     for run in runs:
         port = run.meta.get("port")
-        if not run.alive or not isinstance(port, int):
+        rec = local.get(run.run_id)
+        if not isinstance(port, int):
             continue
+        if not run.alive:
+            recent = rec is not None and rec.status == FAILED and now - (rec.ended or 0.0) < RECENT_FAILURE_S
+            if not recent or port in live_ports:
+                continue
         engine = run.meta.get("engine")
         name = run.meta.get("profile") or run.run_id
-        rec = local.get(run.run_id)
         specs.append(
             ServerSpec(
                 str(name),
