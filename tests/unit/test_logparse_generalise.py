@@ -223,6 +223,32 @@ def test_the_engine_going_down_after_ready_is_final():
     assert st.status == "failed" and st.failure.line.startswith("RuntimeError: CUDA error: an illegal")
 
 
+def test_another_ranks_serving_line_does_not_clear_the_traceback_the_engine_went_down_with():
+    tb = (
+        "[2026-03-02 16:10:00 TP1] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1, in event_loop\n'
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "[2026-03-02 16:10:00 TP0] Decode batch, #running-req: 8, #token: 900, token usage: 0.01, "
+        "gen throughput (token/s): 800.00, #queue-req: 0\n"
+        "[2026-03-02 16:10:01] Received sigquit from a child process. It usually means the child failed.\n"
+    )
+    st, _ = parse_text(SG_READY + "\n" + tb)
+    assert st.status == "failed" and st.failure.line.startswith("RuntimeError: CUDA error: an illegal")
+
+
+def test_a_request_traceback_after_ready_stays_a_warning_whatever_its_kind():
+    tb = (
+        "[2026-03-02 16:10:00] Traceback (most recent call last):\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/utils.py", line 1, in load_image\n'
+        "requests.exceptions.HTTPError: 404 Client Error: Not Found for url: https://example.com/cat.png\n"
+    )
+    st, _ = parse_text(SG_READY + "\n" + tb)
+    assert st.status == "ready"
+    # the engine dying after it makes it the failure
+    st, _ = parse_text(SG_READY + "\n" + tb + "[2026-03-02 16:10:01] main process disappeared, exiting\n")
+    assert st.status == "failed" and st.failure.kind == "hf-auth"
+
+
 def test_the_tracker_confirms_an_excerpts_exception_once_the_process_ended():
     from tui.hostops.hosts import LocalHost
     from tui.hostops.runstore import RunRecord

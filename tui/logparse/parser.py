@@ -139,6 +139,9 @@ class LogParser:
         self._stopping = False  # the engine's server began an orderly shutdown after serving
         self._ray_wait: str | None = None
         self._last_wrapper: dict[str, str] = {}
+        #: lines of root exceptions the engine went down with (their traceback opened by a wrapper, or a
+        #: wrapper or signal after them): serving lines of another rank do not clear them
+        self._fatal_lines: set[int] = set()
         self._progress_line = 0  # the last line that moved the startup on
 
     def _other_program(self, ln: LogLine) -> bool:
@@ -390,11 +393,18 @@ class LogParser:
 
     def _recovered(self) -> None:
         """The engine came up (ready line) or serves (stat lines): a generic traceback seen
-        before it was not fatal. (Progress of one rank proves nothing: other ranks go on
-        for a while after the first one died.)"""
+        before it was not fatal, nor a request's traceback after ready. One the engine said it
+        went down with stays: progress of one rank proves nothing, other ranks go on for a while
+        after the first one died."""
         st = self.state
-        if any(e.kind == "crash" and e.origin == "exception" for e in st.errors):
-            st.errors = [e for e in st.errors if not (e.kind == "crash" and e.origin == "exception")]
+
+        def survived(e: ErrorEvent) -> bool:
+            return (
+                e.origin == "exception" and (e.kind == "crash" or e.provisional) and e.line_no not in self._fatal_lines
+            )
+
+        if any(survived(e) for e in st.errors):
+            st.errors = [e for e in st.errors if not survived(e)]
             for tb in self._tbs.values():
                 tb.err_index = None
 
@@ -406,9 +416,11 @@ class LogParser:
         if len(st.errors) >= MAX_ERRORS and any(e.kind == err.kind for e in st.errors):
             return None
         self._errors_seen.add(key)
-        if err.origin in ("wrapper", "terminated") and any(e.provisional for e in st.errors):
-            # the engine went down after that traceback: it was fatal after all
-            st.errors = [replace(e, provisional=False) if e.provisional else e for e in st.errors]
+        if err.origin in ("wrapper", "terminated"):
+            # the engine went down after those tracebacks: they were fatal after all
+            self._fatal_lines.update(e.line_no for e in st.errors if e.origin == "exception")
+            if any(e.provisional for e in st.errors):
+                st.errors = [replace(e, provisional=False) if e.provisional else e for e in st.errors]
         st.errors.append(err)
         events.append(err)
         return len(st.errors) - 1
@@ -587,6 +599,7 @@ class LogParser:
             else:
                 kind, cause, origin = "crash", exc_cause(exc), "exception"
             wrapper = tb.wrapper or self._last_wrapper.get(ln.rank)
+            going_down = _going_down(wrapper)
             proof = ln.text.strip()
             if proof.startswith("| "):
                 proof = proof[2:]  # an exception group's gutter
@@ -602,12 +615,15 @@ class LogParser:
                 wrapper=wrapper,
                 rank=ln.rank,
                 attempt=st.attempt,
-                # after ready a traceback is a request's unless the engine says it is going down
-                # ("Scheduler hit an exception: Traceback …"); a library's counts once the engine dies
-                provisional=kind == "crash"
-                and origin == "exception"
-                and (library or (st.ready_line is not None and not _going_down(tb.wrapper))),
+                # after ready a traceback is a request's, whatever its kind (a request's image URL
+                # answering 404 is no refusal of the model), unless the engine says it is going down
+                # ("Scheduler hit an exception: Traceback …", or that rank's wrapper line above it);
+                # a generic one in libraries' frames counts once the engine dies
+                provisional=origin == "exception"
+                and ((kind == "crash" and library) or (st.ready_line is not None and not going_down)),
             )
+            if going_down and origin == "exception":
+                self._fatal_lines.add(no)
             idx = self._add_error(err, events)
             if idx is None:
                 # the same exception again (another rank, or the traceback printed twice): keep reading it as one
@@ -644,6 +660,8 @@ class LogParser:
                 wrapper=root.line,
                 rank=ln.rank or root.rank,
             )
+            if root.line_no in self._fatal_lines:
+                self._fatal_lines.add(no)
             st.errors[tb.err_index] = upd
             events.append(upd)
             return
