@@ -140,8 +140,12 @@ def test_served_then_crashed_run_reads_failed_with_its_cause_everywhere(td) -> N
     row = next(ln for ln in r.stdout.splitlines() if ln.startswith(rid))
     assert row.split()[1] == "failed", r.stdout
     assert cause in r.stdout
+    # what to do about it, in one line (a root exception of no known kind: where to read)
+    tip = "advice: read the proving line and the lines above it: the root exception names the failing part"
+    assert tip in r.stdout
     runs = {x["run_id"]: x for x in json.loads(td("runs", "--demo", "--json").stdout)}
     assert runs[rid]["status"] == "failed" and runs[rid]["diagnosis"] == cause
+    assert runs[rid]["advice"] == tip.removeprefix("advice: ")
     assert runs[rid]["rc"] == 137 and "illegal memory access" in runs[rid]["proof"]
 
     # the journal: the correction is appended, the ready record is kept

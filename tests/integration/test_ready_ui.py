@@ -50,6 +50,9 @@ async def test_runs_view_turns_a_crashed_run_failed_with_its_cause(tmp_path) -> 
             # nothing follows the run: the view's own re-read of the host's processes settles it
             await until(pilot, lambda: cell(runs.table, rid, "status") == "failed", timeout=60)
             assert cell(runs.table, rid, "cause") == cause
+            # the highlighted run's advice under the table
+            runs.table.move_cursor(row=runs.table.get_row_index(rid))
+            await until(pilot, lambda: "advice: read the proving line" in screen_text(app), timeout=10)
             assert cause[:55] in screen_text(app)  # as shown: the column cuts a long cause
     finally:
         subprocess.run([*tunedeck_cmd(), "stop", "--demo", "--yes"], cwd=tmp_path, env=env, timeout=90)

@@ -520,3 +520,15 @@ def test_an_unterminated_last_line_counts_once_the_process_ended():
     tr.set_alive(False, 1)
     snap = tr.snapshot()
     assert snap.state == "failed" and snap.proof == "RuntimeError: No accelerator (CUDA) is available."
+
+
+def test_advice_for_a_recorded_cause():
+    """A run record's cause (and proving line) gets the advice of its failure kind."""
+    from tui.logparse import ADVICE, advice_for
+
+    assert advice_for("CUDA out of memory", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB") == (
+        ADVICE["oom"]
+    )
+    assert advice_for("OSError: [Errno 98] Address already in use") == ADVICE["port"]
+    assert advice_for("RuntimeError: CUDA error: an illegal memory access was encountered") == ADVICE["crash"]
+    assert advice_for("process exited with rc 1") == "" and advice_for(None) == ""

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Sequence
 from tui.commands._runs import age, err, host_from_args, records_for
 from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import gpu_memory_used, process_alive
-from tui.hostops.runstore import LAUNCHING, READY, STARTING, RunRecord, RunStore
+from tui.hostops.runstore import FAILED, LAUNCHING, READY, STARTING, RunRecord, RunStore
 from tui.hostops.tracker import STALLED, describe_gpu_memory
+from tui.logparse import advice_for
 from tui.model import jsonable
 from tui.util.ports import OTHER, OWN, port_owners
 from tui.util.safety import redact_argv, visible
@@ -66,6 +67,7 @@ async def run(args: argparse.Namespace) -> int:
         out = []
         for r in recs:
             d = jsonable(r.to_json())
+            d["advice"] = advice_for(r.diagnosis, r.proof) if r.status in (FAILED, STALLED) else ""
             if r.run_id in members:
                 d["deployment"], d["node"] = members[r.run_id]
             out.append(d)
@@ -85,6 +87,9 @@ async def run(args: argparse.Namespace) -> int:
         )
         if r.diagnosis:
             print(f"{'':14} {visible(r.diagnosis)}")
+            tip = advice_for(r.diagnosis, r.proof) if r.status in (FAILED, STALLED) else ""
+            if tip:
+                print(f"{'':14} advice: {tip}")
         if r.run_id in members:
             print(f"{'':14} part of deployment {members[r.run_id][0]} (node {visible(members[r.run_id][1])})")
     _deploy.list_deployments(False)

@@ -27,6 +27,8 @@ what the parser reports, ``patterns`` the engines' line formats and fatal texts 
 class, ``parser`` the incremental parser itself.
 """
 
+import re
+
 from tui.logparse.decode import decode_log
 from tui.logparse.events import (
     ADVICE,
@@ -43,6 +45,24 @@ from tui.logparse.events import (
 from tui.logparse.parser import LogParser, event_to_json, iter_events, parse_file, parse_text
 from tui.logparse.patterns import LogLine, classify, clean_line, might_be_fatal, severity
 
+
+def advice_for(diagnosis: str | None, proof: str | None = None) -> str:
+    """The one-line advice (docs/log-diagnosis.md) for a run's recorded cause: the failure kind of
+    its proving line, else of the cause itself; "" when neither names a known failure (an exit
+    status alone, a stop asked for)."""
+    for text in (proof, diagnosis):
+        if text:
+            found = classify(text)
+            if found is not None:
+                return ADVICE.get(found[0], ADVICE["crash"])
+    if diagnosis and _EXCEPTION.match(diagnosis):
+        return ADVICE["crash"]  # a root exception of no known kind
+    return ""
+
+
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b")
+
+
 __all__ = [
     "ADVICE",
     "ENGINES",
@@ -55,6 +75,7 @@ __all__ = [
     "ParseState",
     "PhaseEvent",
     "StatEvent",
+    "advice_for",
     "classify",
     "clean_line",
     "decode_log",

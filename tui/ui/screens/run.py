@@ -278,7 +278,11 @@ class RunScreen(Screen[None]):
             elif snap.state == "stalled":
                 self.notify(f"run {rid} {snap.diagnosis}", severity="warning", timeout=10, markup=False)
             elif snap.state != "starting":
-                self.notify(f"run {rid}: {snap.diagnosis}", severity="error", timeout=10, markup=False)
+                from tui.logparse import advice_for
+
+                tip = advice_for(snap.diagnosis, snap.proof)
+                text = f"run {rid}: {snap.diagnosis}" + (f"\nadvice: {tip}" if tip else "")
+                self.notify(text, severity="error", timeout=15, markup=False)
         final = self.tracker.final
         if final is not None and snap.state == "starting":
             snap = final

@@ -63,6 +63,7 @@ class RunsScreen(Screen[None]):
     DEFAULT_CSS = """
     RunsScreen #runs-title { height: 1; background: $boost; padding: 0 1; }
     RunsScreen #runs { height: 1fr; }
+    RunsScreen #runs-advice { height: auto; max-height: 3; padding: 0 1; color: $text-muted; }
     """
     BINDINGS = [
         Binding(
@@ -101,6 +102,7 @@ class RunsScreen(Screen[None]):
         with Vertical():
             yield TableFilter(id="runs-filter")
             yield FilterTable(id="runs", zebra_stripes=True)
+            yield Static(id="runs-advice")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -262,6 +264,19 @@ class RunsScreen(Screen[None]):
         event.stop()
         self.query_one(TableFilter).close(clear=False)
         self.table.focus()
+
+    @on(DataTable.RowHighlighted, "#runs")
+    def _advise(self, event: DataTable.RowHighlighted) -> None:
+        """Under the table: what to do about the highlighted run's failure (docs/log-diagnosis.md)."""
+        from tui.logparse import advice_for
+
+        key = str(event.row_key.value)
+        rec: Any = self.deployments.get(key.removeprefix(_DEPLOY)) if key.startswith(_DEPLOY) else None
+        rec = rec if rec is not None else self.records.get(key)
+        tip = ""
+        if rec is not None and rec.status in _CAUSED:
+            tip = advice_for(rec.diagnosis, getattr(rec, "proof", None))
+        self.query_one("#runs-advice", Static).update(Text(f"advice: {tip}" if tip else ""))
 
     @on(DataTable.RowSelected, "#runs")
     def _open(self, event: DataTable.RowSelected) -> None:
