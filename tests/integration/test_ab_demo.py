@@ -122,6 +122,28 @@ def test_ab_demo_b_fails_to_start(profiles):
     assert ent["status"] == "failed" and ent["a"]["runs"][0]["levels"]  # A's results kept
 
 
+def test_ab_benchmarks_a_side_launched_with_an_api_key(profiles):
+    """B's server requires an API key (401 without it): its benchmarks send the run's key, read on
+    the host from the run's 0600 file; the key is in no report, record or result."""
+    user = Path(os.environ["TUNEDECK_PROFILES"])
+    secret = "sk-ab-7Hq2"
+    text = (user / "t-base.toml").read_text().replace('name = "t-base"', 'name = "t-key"')
+    (user / "t-key.toml").write_text(text.replace("[flags]\n", f'[flags]\napi-key = "{secret}"\n', 1))
+    r = run_cli("ab", profiles["sglang-base"], "t-key", "--demo", "--plan", "quick", "--json", "--yes")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    for lv in rep["b"]["runs"][0]["levels"]:
+        assert lv["summary"]["failed"] == 0 and lv["summary"]["completed"] > 0, lv["summary"]
+    assert secret not in r.stdout + r.stderr
+    home = Path(os.environ["XDG_STATE_HOME"]).parent
+    leaks = [
+        p
+        for p in home.rglob("*")
+        if p.is_file() and p.name not in ("api_key", "log") and secret.encode() in p.read_bytes()
+    ]
+    assert leaks == []
+
+
 def test_ab_refuses_a_bad_profile_before_launching_anything(profiles):
     r = run_cli("ab", profiles["sglang-base"], profiles["typo"], "--demo", "--plan", "quick", "--yes")
     assert r.returncode == 1

@@ -119,8 +119,25 @@ async def test_the_engines_echo_of_the_api_key_never_shows(demo, name: str, echo
         text = json.loads(r.stdout)["text"] if args else r.stdout.decode()
         (line,) = [ln for ln in text.splitlines() if echo in ln]
         assert "<redacted>" in line
-    stored = (Path(os.environ["XDG_STATE_HOME"]).parent).rglob("*.json")
-    assert not any(secret in p.read_text(errors="replace") for p in stored if p.is_file())
+
+    # the key sits in the run's folder for the clients, owner-only, and nowhere else there
+    key_file = Path(rec.run_dir or "", "api_key")
+    assert key_file.read_text().strip() == secret and key_file.stat().st_mode & 0o777 == 0o600
+    assert json.loads(Path(rec.run_dir or "", "meta.json").read_text())["api_key"] is True
+    assert secret not in Path(rec.run_dir or "", "argv.json").read_text()
+    # a benchmark of the run sends its key (the server answers 401 without it) and completes
+    r = await asyncio.to_thread(
+        _cli, "bench", "--demo", "--port", str(port), "--concurrency", "2", "--num-prompts", "6",
+        "--input-len", "16", "--output-len", "8", "--warmup", "0", "--ready-timeout", "90", "--json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    summary = json.loads(r.stdout)  # one level: its summary
+    assert summary["completed"] == 6 and summary["failed"] == 0, summary
+    # nowhere else: records, results, journal, job specs (the engine's own log holds its echo)
+    stored = (Path(os.environ["XDG_STATE_HOME"]).parent).rglob("*")
+    leaks = [p for p in stored if p.is_file() and p.name not in ("api_key", "log") and secret.encode() in p.read_bytes()]
+    assert leaks == []
+    await L.stop_run(demo, rec, grace=2, gpu_wait=5)
 
 
 def _launch_cli(port: int) -> subprocess.Popen[bytes]:

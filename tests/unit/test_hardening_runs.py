@@ -83,7 +83,10 @@ async def test_no_secret_in_any_stored_file_and_the_server_still_gets_them(tmp_p
             time.sleep(0.05)
         assert want in log.read_text()  # the server saw both secrets
         assert not (run_dir / "cmd.env").exists()
-        assert _files_with(run_dir, b"sekrit") == []
+        # one file holds a secret: the server's API key for the clients that benchmark it, owner-only
+        assert _files_with(run_dir, b"sekrit") == [str(run_dir / "api_key")]
+        assert (run_dir / "api_key").read_text() == f"{secret_flag}\n"
+        assert (run_dir / "api_key").stat().st_mode & 0o777 == 0o600
         for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
             assert _files_with(Path(os.environ[var]), b"sekrit") == []
         stored = json.loads((run_dir / "argv.json").read_text())

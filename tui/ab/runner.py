@@ -36,6 +36,7 @@ from tui.ab.journal import Journal, new_id
 from tui.ab.plan import Plan, PlanLevel
 from tui.ab.render import to_dict
 from tui.ab.sides import LevelResult, Side, SideRun, side_from_dict, side_to_dict
+from tui.util.safety import redact_argv, redact_env
 
 log = logging.getLogger(__name__)
 
@@ -640,8 +641,8 @@ class ABRunner:
             profile=info.name,
             engine=info.engine,
             model=info.model,
-            argv=tuple(info.argv),
-            env=dict(info.env),
+            argv=tuple(redact_argv(info.argv)),  # the report, the journal and results: no secret
+            env=redact_env(info.env),
             params={
                 "endpoint": plan.endpoint,
                 "ignore_eos": plan.ignore_eos,

@@ -26,6 +26,20 @@ class NotReady(Exception):
     kind = "NOT_READY"
 
 
+def auth_headers(api_key_file: Optional[str]) -> Dict[str, str]:
+    """The request headers for a server whose API key is in ``api_key_file`` (None: no key)."""
+    if not api_key_file:
+        return {}
+    try:
+        with open(api_key_file, encoding="utf-8") as f:
+            key = f.read().strip()
+    except OSError as e:
+        raise ValueError(f"the server's API key file {api_key_file}: {e.strerror or e}") from None
+    if not key or any(c.isspace() or ord(c) < 32 for c in key):
+        raise ValueError(f"the server's API key file {api_key_file}: not one key on one line")
+    return {"Authorization": f"Bearer {key}"}
+
+
 @dataclass
 class BenchConfig:
     url: str
@@ -57,10 +71,18 @@ class BenchConfig:
     token_ids: bool = True
     #: which requests are sent (``--dataset-name`` and its options); random token ids by default
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    #: the server's API key as a file on the machine the client runs on (a run's 0600 ``api_key``,
+    #: written at launch): sent as ``Authorization: Bearer``; the key itself is never in the config
+    api_key_file: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.workload, WorkloadSpec):  # from a job's spec.json (dataclasses.asdict)
             self.workload = WorkloadSpec.from_json(self.workload)
+
+    def auth_headers(self) -> Dict[str, str]:
+        """``{"Authorization": "Bearer KEY"}`` from :attr:`api_key_file`, or nothing; ValueError
+        naming the file when it cannot be read."""
+        return auth_headers(self.api_key_file)
 
     def workload_spec(self) -> WorkloadSpec:
         """The workload with the length options filled in from ``input_len``/``output_len`` where it takes them."""

@@ -504,6 +504,7 @@ async def run_level_workers(
             "output_len": cfg.output_len,
             "token_ids": cfg.token_ids,
             "preconnect": preconnect_count(len(mine), wc) if cfg.preconnect else 0,
+            "api_key_file": cfg.api_key_file,
         }
         p = await asyncio.create_subprocess_exec(
             *argv,

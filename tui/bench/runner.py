@@ -210,7 +210,7 @@ async def run_benchmark(
         if n not in built:
             built[n] = build_workload(wspec, n, cfg.seed, token_ids=token_ids)
     summaries: List[Dict[str, Any]] = []
-    async with make_client(read_timeout=cfg.read_timeout) as client:
+    async with make_client(read_timeout=cfg.read_timeout, headers=cfg.auth_headers()) as client:
         emit({"type": "waiting", "url": cfg.url, "timeout": cfg.ready_timeout})
         models = await wait_ready(client, cfg.url, cfg.ready_timeout)
         if not cfg.model:

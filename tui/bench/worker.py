@@ -28,7 +28,7 @@ import time
 from typing import Any, Dict, Optional
 
 from tui.bench.client import EndpointConfig, Live, RequestSpec, make_client, prepare, quiet_gc
-from tui.bench.config import BenchConfig
+from tui.bench.config import BenchConfig, auth_headers
 from tui.bench.health import ClientMonitor
 from tui.bench.levels import drive, warmup
 from tui.util.aio import run_async
@@ -84,7 +84,8 @@ async def _main() -> int:
         out.flush()
 
     try:
-        async with make_client(read_timeout=job["read_timeout"]) as client:
+        headers = auth_headers(job.get("api_key_file"))
+        async with make_client(read_timeout=job["read_timeout"], headers=headers) as client:
             cfg = BenchConfig(
                 url=ep.base_url,
                 input_len=job["input_len"],

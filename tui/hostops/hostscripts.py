@@ -104,7 +104,7 @@ cat > env.json <<'{d}'
 cat > meta.json <<'{d}'
 {meta_json}
 {d}
-: > log
+{secrets}: > log
 echo "DIR $dir"
 # setsid -f: the server in its own session, not a child of this shell; LocalHost and sshd give
 # this shell only 0/1/2, so the server holds none of the caller's pipes. Without setsid -f

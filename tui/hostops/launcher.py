@@ -56,6 +56,7 @@ from tui.util.safety import (
     check_argv,
     check_env,
     check_text,
+    flag_value,
     redact_argv,
     redact_env,
     safe_line,
@@ -338,12 +339,42 @@ def launch_script(
     cmd = shlex.join(["env", f"TUNEDECK_RUN_ID={rid}", *(f"{k}={v}" for k, v in env.items()), *argv])
     argv_json = json.dumps(redact_argv(argv))
     env_json = json.dumps(redact_env(env))
-    meta_json = json.dumps(dict(meta))
-    d = delimiter(cmd, argv_json, env_json, meta_json)
+    meta = dict(meta)
+    # the server's API key, for the clients that benchmark it (tui.bench.config.auth_headers): a
+    # 0600 file in the run's folder (umask 077), written from this script's body, never from argv
+    key = flag_value(argv, "--api-key")
+    if key is not None and (not key or any(c.isspace() or ord(c) < 32 for c in key)):
+        raise UnsafeInput("--api-key: expected one key without spaces or control characters")
+    if key:
+        meta["api_key"] = True
+    meta_json = json.dumps(meta)
+    d = delimiter(cmd, argv_json, env_json, meta_json, key or "")
+    secrets = f"cat > {API_KEY_FILE} <<'{d}'\n{key}\n{d}\n" if key else ""
     script = LAUNCH_SCRIPT.format(
-        base=base_line(kind), d=d, cmd=cmd, argv_json=argv_json, env_json=env_json, meta_json=meta_json
+        base=base_line(kind),
+        d=d,
+        cmd=cmd,
+        argv_json=argv_json,
+        env_json=env_json,
+        meta_json=meta_json,
+        secrets=secrets,
     )
     return script, [rid, gpus or ""]
+
+
+#: the file of a run's folder that holds the server's API key (0600), when it was launched with one
+API_KEY_FILE = "api_key"
+
+
+async def api_key_file_for(host: Host, port: int | None) -> str | None:
+    """The API key file of the live run serving ``port`` on ``host`` (None: no such run, or it has
+    no key). The clients read it where they run: the key never travels in a command or a spec."""
+    if port is None:
+        return None
+    for run in await list_host_runs(host):
+        if run.alive and run.meta.get("port") == port and run.meta.get("api_key") and run.run_dir:
+            return f"{run.run_dir}/{API_KEY_FILE}"
+    return None
 
 
 async def start_detached(

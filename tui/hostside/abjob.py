@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 from tui.ab.runner import ProfileInfo, ServerOps
 from tui.hostside.jobfiles import EVENTS, REPORT, SPEC, EventLog, on_stop_signal, read_spec
 from tui.util.files import atomic_write_json
-from tui.util.safety import redact_env
+from tui.util.safety import redact_argv, redact_env
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,12 @@ async def run(
         infos = {k: ProfileInfo.from_json(spec[k]) for k in ("a", "b")}
         redacted = dict(spec)
         for k in ("a", "b"):
-            redacted[k] = {**spec[k], "env": redact_env(spec[k].get("env") or {})}
+            side = spec[k]
+            redacted[k] = {
+                **side,
+                "env": redact_env(side.get("env") or {}),
+                "argv": redact_argv(side.get("argv") or ()),
+            }
         atomic_write_json(job_dir / SPEC, redacted, mode=0o600)
         plan = Plan.from_dict(spec["plan"])
         ops = make_ops(spec, infos)

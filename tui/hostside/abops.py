@@ -30,7 +30,7 @@ from tui.ab.runner import (
 from tui.hostops import launcher, runstore, tracker
 from tui.hostops.hosts import Host, LocalHost
 from tui.util import http
-from tui.util.safety import redact_env
+from tui.util.safety import flag_value, redact_argv, redact_env
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +171,12 @@ class LocalOps:
         from tui.bench.store import StoreError
 
         cfg = level_config(info, handle.url, plan, level, labels)
+        rec = handle.handle
+        if flag_value(info.argv, "--api-key") and getattr(rec, "run_dir", None):
+            cfg.api_key_file = f"{rec.run_dir}/{launcher.API_KEY_FILE}"  # the run's 0600 key file
         meta = {
             "server": {
-                "argv": list(info.argv),
+                "argv": redact_argv(info.argv),
                 "env": redact_env(info.env),
                 "engine": info.engine,
                 "launch_run_id": handle.run_id,

@@ -24,6 +24,7 @@ import logging
 from typing import Any, AsyncIterator, Mapping
 
 from tui.ab.sides import VIA_SSH
+from tui.hostops import launcher
 from tui.hostops.hosts import Host
 from tui.services import jobs
 from tui.util.retry import Backoff
@@ -79,6 +80,15 @@ class BenchRun:
         meta = dict(meta_extra or {})
         if where == HOST and cfg.workload.path:
             cfg = await _ship_workload_file(host, cfg, python)
+        if cfg.api_key_file is None and _loopback(cfg.url):
+            # a server launched with --api-key: the client reads the run's 0600 key file on the host
+            key_file = await launcher.api_key_file_for(host, _port_of(cfg.url))
+            if key_file is not None:
+                meta["api_key"] = "the run's (sent as a bearer token; not stored)"
+                if where == HOST:
+                    cfg = dataclasses.replace(cfg, api_key_file=key_file)
+                else:
+                    cfg = dataclasses.replace(cfg, api_key_file=await _local_key_copy(host, key_file))
         if where == HOST:
             meta["client"] = {**dict(meta.get("client") or {}), "where": HOST, "via": "host loopback"}
             spec = {"config": dataclasses.asdict(cfg), "meta_extra": meta}
@@ -243,6 +253,32 @@ async def ship_data_file(host: Host, path: str, python: str | None) -> str:
     except OSError as e:
         raise WorkloadError(f"{path}: cannot read it ({e.strerror or e})") from None
     return await runtime.ensure_data(host, data, python=python)
+
+
+def _loopback(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    return (urlsplit(url).hostname or "") in ("127.0.0.1", "localhost", "::1")
+
+
+async def _local_key_copy(host: Host, key_file: str) -> str:
+    """The key of a run on ``host`` copied for a client on this machine (through a port forward):
+    a 0600 file in a 0700 folder of the state directory, replaced on every run."""
+    import os
+
+    from tui.util.paths import state_dir
+
+    r = await host.run(["cat", "--", key_file], timeout=20)
+    if not r.ok:
+        raise ValueError(f"{host.target}: the server's API key file {key_file} cannot be read: {r.stderr.strip()}")
+    folder = state_dir() / "keys"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    path = folder / "bench-api-key"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(r.stdout.strip() + "\n")
+    return str(path)
 
 
 def _port_of(url: str) -> int:

@@ -38,6 +38,7 @@ from tui.profiles.model import ServerProfile
 from tui.services import deploy, jobs
 from tui.services.abrun import ask_to_stop, refuse_while_running
 from tui.services.benchrun import HOST, BenchRun
+from tui.util.safety import redact_argv
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +225,7 @@ class DeploymentOps:
         meta = {
             "target": rec.head,
             "server_port": rec.http_port,
-            "server": {"argv": list(info.argv), "engine": info.engine, "launch_run_id": handle.run_id},
+            "server": {"argv": redact_argv(info.argv), "engine": info.engine, "launch_run_id": handle.run_id},
             "deployment": rec.result_meta(),
             "ab": dict(labels),
             "profile": info.name,

@@ -160,6 +160,19 @@ def is_secret_flag(flag: str) -> bool:
     return bool(_SECRET_FLAG_RE.match(flag))
 
 
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in a command (``--api-key V`` or ``--api-key=V``; the last one wins,
+    as argparse takes it), or None."""
+    found: str | None = None
+    args = [str(a) for a in argv]
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif a.startswith(flag + "="):
+            found = a[len(flag) + 1 :]
+    return found
+
+
 def redact_argv(argv: Sequence[str]) -> list[str]:
     """A copy of a command safe to store or show: the value of every secret-bearing flag
     (``--api-key=V``, ``--api-key V``) and of ``NAME=V`` words with a secret-looking NAME

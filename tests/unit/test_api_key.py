@@ -1,0 +1,47 @@
+"""A server's API key: written at launch to a 0600 file of the run's folder (from the launch
+script's body, never argv), read from there by the clients that benchmark the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tui.bench.config import BenchConfig, auth_headers
+from tui.hostops.launcher import launch_script
+from tui.util.safety import UnsafeInput, flag_value
+
+
+def test_flag_value_takes_both_forms_and_the_last() -> None:
+    assert flag_value(["sglang", "--api-key", "k1"], "--api-key") == "k1"
+    assert flag_value(["vllm", "--api-key=k2", "--api-key", "k3"], "--api-key") == "k3"
+    assert flag_value(["vllm", "--api-key-file", "x"], "--api-key") is None
+
+
+def test_launch_script_writes_the_key_file_and_marks_the_run() -> None:
+    script, args = launch_script("runs", "abcdef012345", ["vllm", "serve", "m", "--api-key", "sk-1"], {}, {"port": 8})
+    assert "cat > api_key <<'" in script and "\nsk-1\n" in script
+    assert "sk-1" not in " ".join(args)  # the script goes to the shell's stdin; its arguments carry no key
+    meta = json.loads(script.split("cat > meta.json <<'")[1].split("\n")[1])
+    assert meta == {"port": 8, "api_key": True}
+    argv_json = script.split("cat > argv.json <<'")[1].split("\n")[1]
+    assert "sk-1" not in argv_json
+    plain, _ = launch_script("runs", "abcdef012345", ["vllm", "serve", "m"], {}, {"port": 8})
+    assert "api_key" not in plain
+    with pytest.raises(UnsafeInput, match="--api-key"):
+        launch_script("runs", "abcdef012345", ["vllm", "--api-key=a b"], {}, {})
+
+
+def test_auth_headers_from_the_file(tmp_path: Path) -> None:
+    key = tmp_path / "api_key"
+    key.write_text("sk-2\n")
+    assert BenchConfig(url="http://127.0.0.1:1", api_key_file=str(key)).auth_headers() == {
+        "Authorization": "Bearer sk-2"
+    }
+    assert auth_headers(None) == {}
+    with pytest.raises(ValueError, match=r"API key file .*missing.*No such file"):
+        auth_headers(str(tmp_path / "missing"))
+    key.write_text("two words\n")
+    with pytest.raises(ValueError, match="not one key on one line"):
+        auth_headers(str(key))
