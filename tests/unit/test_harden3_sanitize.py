@@ -147,3 +147,26 @@ def test_engine_figures_that_name_tokens_are_left_alone() -> None:
         "gen throughput (token/s): 40.5, #queue-req: 0"
     )
     assert redact_text(line) == line
+
+
+def test_the_quick_secret_test_passes_every_line_the_full_pattern_changes():
+    """redact_text skips the full pattern on lines its quick test rejects: the quick test must
+    pass every line the pattern would change (random lines of the pieces secrets come in)."""
+    import random
+
+    from tui.util.safety import _SECRET_ARG_RE, _may_echo_secret
+
+    pieces = [
+        "--api-key", "-key", "--hf_token", "api_key", "'token'", '"secret"', "HF_TOKEN", "KEY_FILE", "token",
+        "#cached-token", "Bearer", "bearer", "=", ": ", " ", "=", "'v'", "[x]", "abc", "-", "_", "#", ",", "(",
+        "password", "passwd", "x-token", "Token", "KEY", "usage", "tokens/s", "'", '"',
+    ]  # fmt: skip
+    rng = random.Random(7)
+    changed = 0
+    for _ in range(20000):
+        line = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
+        if _SECRET_ARG_RE.sub("<r>", line) != line:
+            changed += 1
+            assert _may_echo_secret(line.lower()), line
+    assert changed > 1000  # the generator does produce secrets
+    assert not _may_echo_secret("#new-token: 12, #cached-token: 0, token usage: 0.10, gen throughput (token/s): 9")

@@ -234,14 +234,42 @@ def _redact_value(m: re.Match[str]) -> str:
 def redact_text(line: str) -> str:
     """``line`` (a server's log line) with the value of every secret argument it echoes
     replaced by ``<redacted>``: the engines print their arguments at start-up."""
-    if _SECRET_HINT_RE.search(line.lower()):
+    if _may_echo_secret(line.lower()):
         return _SECRET_ARG_RE.sub(_redact_value, line)
     return line
 
 
-#: What every line :func:`redact_text` changes holds, lower-cased: a quick test that passes over
-#: most lines (``#token: 12`` and ``tokens`` included) without the full pattern
-_SECRET_HINT_RE = re.compile(r"(?:key|token|secret|password|passwd)(?:['\"]?[ \t]*[:=]|[ \t]+[^ \t-])|bearer")
+_HINT_WORDS = ("key", "token", "secret", "passw")
+_FLAG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def _may_echo_secret(low: str) -> bool:
+    """A quick test (on the lower-cased line) that every line :data:`_SECRET_ARG_RE` changes
+    passes, and that the engines' stat lines (``#new-token: 12``, ``token usage``, ``tokens/s``)
+    do not: a secret word after ``_`` or a quote, or followed by ``…=``, or inside a flag that
+    starts with a dash at a word's start (``--api-key``, not ``#cached-token``); or ``bearer``."""
+    if "bearer" in low:
+        return True
+    n = len(low)
+    for w in _HINT_WORDS:
+        i = low.find(w)
+        while i != -1:
+            before = low[i - 1] if i else " "
+            if before in "_'\"":
+                return True
+            j = i + len(w)
+            while j < n and (low[j].isalnum() or low[j] == "_"):
+                j += 1
+            if j < n and low[j] == "=":
+                return True
+            if before == "-":
+                k = i - 1
+                while k > 0 and low[k - 1] in _FLAG_CHARS:
+                    k -= 1
+                if low[k] == "-" and (k == 0 or not (low[k - 1].isalnum() or low[k - 1] == "_")):
+                    return True
+            i = low.find(w, i + 1)
+    return False
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
