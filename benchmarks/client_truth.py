@@ -113,6 +113,8 @@ def one_run(url: str, conc: int, args: argparse.Namespace, rec: Path, data_home:
             str(conc),
             "--ready-timeout",
             "60",
+            "--workers",
+            str(getattr(args, "workers", 1)),
             "--json",
             "-",
         ],

@@ -133,8 +133,20 @@ def main() -> int:
     ap.add_argument("--input-len", type=int, default=128, help="for the C=1,024 TTFT run")
     ap.add_argument("--output-len", type=int, default=32, help="for the C=1,024 TTFT run")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--workers", type=int, default=1, help="client processes for the C=1,024 run (tunedeck bench --workers)"
+    )
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="the simulator on the last CPU, the client on the others (as on a GPU host, where the engine's "
+        "CPU threads do not share the client's core); needs 2 CPUs",
+    )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin and len(cpus) < 2:
+        raise SystemExit("workload_timing: --pin needs 2 CPUs")
     rows = mooncake_schedule(args.requests, args.span_s, args.seed)
     specs = specs_of(rows, args.seed)
     shared = len(rows) - len({r["timestamp"] for r in rows})
@@ -169,7 +181,10 @@ def main() -> int:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, {cpus[-1]})) if args.pin else None,
         )
+        if args.pin:
+            os.sched_setaffinity(0, set(cpus[:-1]))  # this process and the clients it starts
         url = f"http://127.0.0.1:{port}"
         try:
             wait_port(port, 60)
@@ -196,7 +211,7 @@ def main() -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-            ns = argparse.Namespace(input_len=args.input_len, output_len=args.output_len)
+            ns = argparse.Namespace(input_len=args.input_len, output_len=args.output_len, workers=args.workers)
             big = one_run(url, args.conc, ns, rec, tmpd / "data")
             out["ttft"] = {k: big[k] for k in ("conc", "n", "ttft", "ttft_true", "stall_ms", "cpu", "failed")}
         finally:
@@ -209,6 +224,13 @@ def main() -> int:
     def med(k: str) -> float:
         return statistics.median(r[k] for r in reps)
 
+    if not reps:  # --repeats 0: the C=1,024 TTFT run only
+        t = out["ttft"]
+        print(
+            f"C={t['conc']}, N={t['n']}: mean TTFT {t['ttft']:.2f} ms vs {t['ttft_true']:.2f} ms, "
+            f"difference {t['ttft'] - t['ttft_true']:+.2f} ms; max loop stall {t['stall_ms']:.1f} ms"
+        )
+        return 0
     print(
         f"Mooncake-style schedule: {out['requests']} requests over {out['span_s']:.1f} s "
         f"({shared} share a timestamp with an earlier row), replayed at 1x; medians of {len(reps)}"

@@ -150,3 +150,55 @@ async def test_warm_pool_connect_errors_and_cut_bodies():
     async with HttpClient(connect_timeout=2) as c:
         with pytest.raises(ConnectError, match=r"127\.0\.0\.1:9"):
             await c.get("http://127.0.0.1:9/")
+
+
+async def test_send_turns_spread_a_burst_over_loop_iterations():
+    """At most sends_per_tick requests start writing per event-loop iteration; the rest pass in
+    the following iterations, in order, so reads are handled between the parts of a burst."""
+    import asyncio
+
+    from tui.bench.http import HttpClient
+
+    c = HttpClient()
+    c.sends_per_tick = 2
+    tick = 0
+    passed: list[tuple[int, int]] = []
+
+    async def ticker() -> None:
+        nonlocal tick
+        while True:
+            await asyncio.sleep(0)
+            tick += 1
+
+    t = asyncio.ensure_future(ticker())
+
+    async def one(i: int) -> None:
+        await c.send_turn()
+        passed.append((i, tick))
+
+    await asyncio.gather(*(one(i) for i in range(6)))
+    t.cancel()
+    assert [i for i, _ in passed] == list(range(6))
+    ticks = [k for _, k in passed]
+    assert ticks[0] == ticks[1] < ticks[2] == ticks[3] < ticks[4] == ticks[5], passed
+    c.sends_per_tick = 0  # no limit: all in one iteration
+    passed.clear()
+    t = asyncio.ensure_future(ticker())
+    await asyncio.gather(*(one(i) for i in range(6)))
+    t.cancel()
+    assert len({k for _, k in passed}) == 1
+
+
+async def test_sleep_until_is_never_early_and_not_late_by_a_timer_tick():
+    import statistics
+    import time
+
+    from tui.bench.levels import sleep_until
+
+    late = []
+    for _ in range(20):
+        due = time.perf_counter() + 0.004
+        await sleep_until(due)
+        late.append(time.perf_counter() - due)
+    assert min(late) >= 0
+    assert statistics.median(late) < 0.001  # a loaded machine: the median, and a millisecond

@@ -501,6 +501,12 @@ class HttpClient:
         self.connect_timeout = connect_timeout
         self.write_timeout = write_timeout
         self.headers: Dict[str, str] = dict(headers or {})
+        #: at most this many requests start writing per event-loop iteration (0: no limit), so a
+        #: burst of sends (a wave of C=1,024) cannot hold back the reads of the responses already
+        #: arriving, whose timestamps are taken when the loop hands them over
+        self.sends_per_tick = 0
+        self._sent_this_tick = 0
+        self._tick_armed = False
         self._idle: Dict[Origin, List[_Conn]] = {}
         self._busy: Set[_Conn] = set()
         self._watchdog: "Optional[asyncio.Task[None]]" = None
@@ -517,6 +523,24 @@ class HttpClient:
         await self.aclose()
 
     # ---------------------------------------------------------------- building
+    async def send_turn(self) -> None:
+        """Wait for this loop iteration's share of sends (:attr:`sends_per_tick`): the count is
+        reset by a callback queued at the first send of an iteration, which runs at the start
+        of the next one, before the requests that yielded for their turn."""
+        if not self.sends_per_tick:
+            return
+        # a turn is one loop iteration (not an event): yield until the iteration's count was reset
+        while self._sent_this_tick >= self.sends_per_tick:  # noqa: ASYNC110
+            await asyncio.sleep(0)
+        self._sent_this_tick += 1
+        if not self._tick_armed:
+            self._tick_armed = True
+            asyncio.get_running_loop().call_soon(self._new_tick)
+
+    def _new_tick(self) -> None:
+        self._sent_this_tick = 0
+        self._tick_armed = False
+
     def build(self, method: str, url: str, body: bytes = b"", headers: Optional[Mapping[str, str]] = None) -> Request:
         origin, target = split_url(url)
         hdrs: Dict[str, str] = {"host": origin.host_header(), "user-agent": USER_AGENT, "accept": "*/*"}

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Does the run view hold its memory flat while it follows a hostile log of 1 MB lines?
+
+    python benchmarks/hostile_log_rss.py [--seconds 300] [--every 0.5] [--json OUT]
+
+A "server" is launched detached on the demo host (``tunedeck launch --demo --cmd``): a Python
+loop that writes, every ``--every`` seconds, a line of 1 MB whose text carries the sequences a
+host must never get to the operator's terminal (OSC title, DCS, clear screen, cursor moves,
+alternate screen, bell), plus a short log line. The dashboard's run view (``RunScreen``, the
+real follower, line splitter, sanitizer and ``ServerLog``) follows it headless in this process
+for ``--seconds``; RSS is sampled every 10 s. Reported: RSS after a 30-s warm-up, its maximum
+and its last value, the growth from warm-up to the end (target: within 50 MB), the bytes the
+server wrote, and the lines the view shows and how many of them hold an escape (target: 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+TARGET_MB = 50.0
+
+WRITER = r"""
+import sys, time
+every = float(sys.argv[1])
+evil = "\x1b]0;owned\x07\x1bP+q\x1b\\\x1b[2J\x1b[H\x1b[?1049h\x07"
+i = 0
+while True:
+    i += 1
+    body = (evil + "x" * 1000) * 1000
+    sys.stdout.write(f"[{i}] INFO huge line {body[: 1024 * 1024]}\n")
+    sys.stdout.write(f"[{i}] INFO decode batch #running-req: 8, gen throughput (token/s): 812.5\n")
+    sys.stdout.flush()
+    time.sleep(every)
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=300.0)
+    ap.add_argument("--every", type=float, default=0.5, help="seconds between 1 MB lines")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="tunedeck-rss-"))
+    for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        os.environ[var] = str(tmp / var.lower())
+    os.environ["TUNEDECK_HOME"] = str(tmp / "remote-home")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run(
+        [sys.executable, "-m", "tui", "launch", "--demo", "--json", "--engine", "other", "--port", "1",
+         "--cmd", sys.executable, "-c", WRITER, str(a.every)],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    if r.returncode != 0:
+        print(r.stderr, file=sys.stderr)
+        return 1
+    rid = json.loads(r.stdout)["run"]["run_id"]
+    try:
+        result = asyncio.run(watch(rid, a.seconds))
+    finally:
+        subprocess.run([sys.executable, "-m", "tui", "stop", rid, "--demo", "--yes"], env=env, cwd=REPO, timeout=120)
+    result.update({"seconds": a.seconds, "every_s": a.every, "target_mb": TARGET_MB})
+    text = json.dumps(result, indent=2)
+    print(text)
+    if a.json:
+        Path(a.json).write_text(text + "\n")
+    return 0 if result["growth_mb"] <= TARGET_MB and result["escapes_shown"] == 0 else 1
+
+
+async def watch(rid: str, seconds: float) -> dict[str, object]:
+    from tui.hostops.runstore import RunStore
+    from tui.services.targets import get_host
+    from tui.ui.app import make_app
+    from tui.ui.screens.run import RunScreen
+    from widgets.server_log import ServerLog
+
+    host = get_host(None, demo=True)
+    rec = RunStore().load(rid)
+    assert rec is not None
+    app = make_app(host, target="demo", demo=True, interval=1.0)
+    me = psutil.Process()
+    samples: list[tuple[float, float]] = []
+    async with app.run_test(size=(160, 48)) as pilot:
+        await app.push_screen(RunScreen(host, rec))
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            await pilot.pause(10.0)
+            samples.append((time.monotonic() - t0, me.memory_info().rss / 2**20))
+            print(f"{samples[-1][0]:6.0f} s  RSS {samples[-1][1]:7.1f} MB", file=sys.stderr, flush=True)
+        log = app.screen.query_one(ServerLog)
+        shown = [str(x) for x in log.view.lines]
+    warm = next(rss for t, rss in samples if t >= 30.0)
+    last = samples[-1][1]
+    size = Path(rec.run_dir or "", "log").stat().st_size
+    return {
+        "rss_after_warmup_mb": round(warm, 1),
+        "rss_max_mb": round(max(r for _, r in samples), 1),
+        "rss_end_mb": round(last, 1),
+        "growth_mb": round(last - warm, 1),
+        "rss_median_mb": round(statistics.median(r for _, r in samples), 1),
+        "log_bytes_written": size,
+        "lines_shown": len(shown),
+        "escapes_shown": sum(1 for x in shown if "\x1b" in x or "\x07" in x),
+        "samples": [(round(t), round(r, 1)) for t, r in samples],
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
