@@ -135,7 +135,9 @@ async def test_the_engines_echo_of_the_api_key_never_shows(demo, name: str, echo
     assert summary["completed"] == 6 and summary["failed"] == 0, summary
     # nowhere else: records, results, journal, job specs (the engine's own log holds its echo)
     stored = (Path(os.environ["XDG_STATE_HOME"]).parent).rglob("*")
-    leaks = [p for p in stored if p.is_file() and p.name not in ("api_key", "log") and secret.encode() in p.read_bytes()]
+    leaks = [
+        p for p in stored if p.is_file() and p.name not in ("api_key", "log") and secret.encode() in p.read_bytes()
+    ]
     assert leaks == []
     await L.stop_run(demo, rec, grace=2, gpu_wait=5)
 

@@ -135,6 +135,16 @@ async def test_a_host_without_a_usable_python_names_the_way_out(tmp_path, script
     assert why in msg and "--client-where local" in msg and "\n" not in msg
 
 
+async def test_a_named_python_that_is_missing_is_an_error_not_replaced_by_python3(tmp_path):
+    """--python (or a profile's python) names the interpreter: when it cannot run, the error says
+    so; python3 on PATH, which works here, is not used in its place."""
+    with pytest.raises(runtime.RuntimeUnavailable) as ei:
+        await runtime.ensure(LocalHost(), python=str(tmp_path / "no-such-python"))
+    msg = str(ei.value)
+    assert f"{tmp_path / 'no-such-python'}: not found" in msg and "\n" not in msg, msg
+    assert (await runtime.ensure(LocalHost())).python_version  # python3 itself is fine
+
+
 async def test_ensure_ships_once_and_checks_the_hash(tmp_path):
     host = LocalHost()
     rt1 = await runtime.ensure(host)

@@ -526,8 +526,9 @@ def test_advice_for_a_recorded_cause():
     """A run record's cause (and proving line) gets the advice of its failure kind."""
     from tui.logparse import ADVICE, advice_for
 
-    assert advice_for("CUDA out of memory", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB") == (
-        ADVICE["oom"]
+    assert (
+        advice_for("CUDA out of memory", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
+        == (ADVICE["oom"])
     )
     assert advice_for("OSError: [Errno 98] Address already in use") == ADVICE["port"]
     assert advice_for("RuntimeError: CUDA error: an illegal memory access was encountered") == ADVICE["crash"]

@@ -21,7 +21,7 @@ from tui.profiles.builder import Command, check_profile
 from tui.profiles.model import ServerProfile, Speculative
 from tui.profiles.schema import FLAGS
 from tui.profiles.store import ProfileStore
-from tui.util.safety import UnsafeInput
+from tui.util.safety import UnsafeInput, env_command
 
 # no shell variables of its own: a loop variable would clobber an exported one of the same name
 DUMP = """#!/bin/sh
@@ -199,8 +199,11 @@ def profiles(draw) -> tuple[ServerProfile, bool]:
 
 
 def _run_through_sh(cmd: Command) -> tuple[list[str], dict[str, str]]:
+    # the command as launched (the display redacts secret values; this is the same text without)
+    text = env_command(list(cmd.argv), dict(cmd.env))
+
     async def go():
-        return await LocalHost().run_script(cmd.display, timeout=20)
+        return await LocalHost().run_script(text, timeout=20)
 
     r = asyncio.run(go())
     assert r.ok, (cmd.display, r.stderr)

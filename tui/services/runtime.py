@@ -242,7 +242,9 @@ class _Found:
 
 async def _find(host: Host, payload: Payload, python: str | None) -> _Found:
     """One round trip: the host's ``${TUNEDECK_HOME}``, a Python >= 3.9, and the archive's presence."""
-    candidates = [c for c in (python, "python3") if c]
+    # a Python the operator named (--python, a profile's python) is the one used or the error;
+    # it is never replaced by another silently
+    candidates = [python] if python else ["python3"]
     for c in candidates:
         check_text(c, "python")
     target = getattr(host, "target", "local")
