@@ -5,7 +5,8 @@
 subprocess env). ``fake.set_mode(...)`` switches behaviour between calls:
 ``ok`` (default), ``na`` ([N/A] cells), ``exit9``/``exit12``/``exit14``/
 ``exit15``/``exit18``, ``hang`` (never answers the GPU query),
-``lostloop`` (keeps running, prints only a 'GPU is lost' line). A file ``ignoreterm`` in its
+``lostloop`` (keeps running, prints only a 'GPU is lost' line), ``garbage`` (prints lines that are no
+GPU rows). A file ``ignoreterm`` in its
 directory makes it ignore SIGTERM in any mode (``hang`` + ``ignoreterm``: a wedged driver). Each call logs
 ``pid args`` to ``calls``; :meth:`alive_queries` counts running query processes.
 """
@@ -45,6 +46,10 @@ if [ $apps = 1 ]; then
   exit 0
 fi
 [ "$mode" = hang ] && exec sleep 1000
+if [ "$mode" = garbage ]; then
+  # a wrapper or a future release printing what the query does not ask for (and an escape)
+  while :; do printf 'GPU0: temp=40C \033]0;t\007util=12%%\n'; [ -z "$loop" ] && exit 0; sleep 0.2; done
+fi
 if [ "$mode" = lostloop ]; then
   # keeps running, prints only an error line per loop
   while :; do echo "Unable to determine the device handle for GPU0000:18:00.0: GPU is lost.  Reboot the system to recover this GPU"; sleep 0.2; done

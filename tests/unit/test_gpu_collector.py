@@ -265,3 +265,19 @@ async def test_close_ends_a_process_poll_that_shrugged_off_its_cancel(
     assert time.monotonic() - t0 < 15
     await asyncio.sleep(0.2)
     assert fake.alive_queries() == 0
+
+
+async def test_output_that_holds_no_gpu_row_is_an_error_naming_it(fake: FakeSmi) -> None:
+    """nvidia-smi answers, but with nothing the query asked for: the panel says what it got
+    instead of going blank (one-shot) or blaming silence (stream); the host's text is made safe."""
+    fake.set_mode("garbage")
+    st = await GpuCollector(_host(fake)).sample_once()
+    assert st.state == "error" and st.message.startswith("nvidia-smi output not understood: GPU0: temp=40C")
+    assert "\x1b" not in st.message
+    c = GpuCollector(_host(fake), 0.2, watchdog=1.0, max_backoff=0.3)
+    agen = c.stream()
+    try:
+        (st,) = await _take(agen, 1)
+    finally:
+        await agen.aclose()
+    assert st.state == "error" and "not understood: GPU0: temp=40C" in st.message, st

@@ -533,3 +533,27 @@ def test_advice_for_a_recorded_cause():
     assert advice_for("OSError: [Errno 98] Address already in use") == ADVICE["port"]
     assert advice_for("RuntimeError: CUDA error: an illegal memory access was encountered") == ADVICE["crash"]
     assert advice_for("process exited with rc 1") == "" and advice_for(None) == ""
+
+
+def test_ready_in_is_the_time_to_ready_not_the_time_since():
+    """A run view opened 13 minutes after a 5-s start says ready in 5 s: the ready time recorded
+    by whoever saw it first, else the moment this tracker first saw it (then frozen)."""
+    from tui.hostops.hosts import LocalHost
+    from tui.hostops.runstore import RunRecord
+    from tui.hostops.tracker import StartupTracker
+
+    ready_log = b"[2026-12-03 10:00:00] INFO:     The server is fired up and ready to roll!\n"
+    now = [800.0]
+    seen = RunRecord("abcdef04", "local", ["x"], engine="sglang", pid=4242, started=1.0, created=1.0)
+    seen.timeline = [{"t": 6.0, "event": "ready", "diagnosis": None}]
+    tr = StartupTracker(LocalHost(), seen, probe_health=False, poll_gpu=False, clock=lambda: now[0])
+    tr.feed(ready_log)
+    snap = tr.snapshot()
+    assert snap.state == "ready" and snap.elapsed == 5.0, snap
+    fresh = RunRecord("abcdef05", "local", ["x"], engine="sglang", pid=4242, started=1.0, created=1.0)
+    now[0] = 10.0
+    tr = StartupTracker(LocalHost(), fresh, probe_health=False, poll_gpu=False, clock=lambda: now[0])
+    tr.feed(ready_log)
+    assert tr.snapshot().elapsed == 9.0
+    now[0] = 800.0
+    assert tr.snapshot().elapsed == 9.0  # the clock stopped at ready

@@ -35,6 +35,7 @@ from tui.hostops.hosts import ByteStream, Host, HostError
 from tui.model import GpuProcess, GpuSnapshot, GpuStatus
 from tui.util.aio import cancel_and_wait
 from tui.util.retry import Backoff
+from tui.util.safety import visible
 
 NVIDIA_SMI = "nvidia-smi"
 
@@ -68,6 +69,11 @@ def apps_argv(smi: str = NVIDIA_SMI) -> list[str]:
         "--query-compute-apps=" + ",".join(QUERY_APPS_FIELDS),
         "--format=csv,noheader,nounits",
     ]
+
+
+def not_understood(line: str) -> str:
+    """The GPU panel's message for nvidia-smi output that holds no GPU row (host text: made safe)."""
+    return f"nvidia-smi output not understood: {visible(line.strip())[:120]!s}"
 
 
 def host_error_status(exc: BaseException, retry_at: float = 0.0) -> GpuStatus:
@@ -161,6 +167,8 @@ class GpuCollector:
         if failure is not None:
             return GpuStatus(failure[0], message=failure[1], time=time.time())
         gpus = parse_query_gpu(r.stdout)
+        if not gpus and r.stdout.strip():
+            return GpuStatus("error", message=not_understood(r.stdout.strip().splitlines()[0]), time=time.time())
         procs = await self._poll_processes_once(gpus)
         return GpuStatus("ok", gpus, procs or (), time=time.time())
 
@@ -223,6 +231,8 @@ class GpuCollector:
                             known = classify_failure(None, "\n".join(noise)) if noise else None
                             if known is not None and known[0] != "error":
                                 failure = GpuStatus(known[0], message=known[1], time=time.time())
+                            elif noise:  # it printed, but nothing a GPU row: say what, not "no output"
+                                failure = GpuStatus("error", message=not_understood(noise[0]), time=time.time())
                             else:
                                 failure = GpuStatus(
                                     "unresponsive",

@@ -37,7 +37,7 @@ want="$2"
 {base}umask 077
 dir="$base/$rid"
 start_cwd=$(pwd)
-mkdir -p "$base" || {{ echo "ERR cannot create $base"; exit 3; }}
+why=$(mkdir -p "$base" 2>&1) || {{ echo "ERR cannot create $base: ${{why##*: }}"; exit 3; }}
 lock="$base/.launch.lock"
 i=0
 while ! mkdir "$lock" 2>/dev/null; do
@@ -76,7 +76,7 @@ if [ -n "$want" ]; then
     if shares "$want" "${{theirs:-all}}"; then echo "BUSY ${{d##*/}} $pid ${{theirs:-all}}"; exit 7; fi
   done
 fi
-mkdir -p "$dir" || {{ echo "ERR cannot create $dir"; exit 3; }}
+why=$(mkdir -p "$dir" 2>&1) || {{ echo "ERR cannot create $dir: ${{why##*: }}"; exit 3; }}
 cd "$dir" || exit 3
 printf '%s\n' "$start_cwd" > cwd
 printf '%s\n' "${{want:-all}}" > gpus

@@ -178,6 +178,15 @@ class StartupTracker:
         engine = rec.engine if rec.engine in ("sglang", "vllm") else None
         self.parser = LogParser(engine)
         self.started = rec.started or rec.created or clock()
+        #: when the run became ready: recorded by whoever saw it first (a launch's --wait, a view),
+        #: else the moment this tracker sees it; "ready in" is ready_at - started, not the time
+        #: since (a view opened 13 minutes after a 5-s start says 5 s)
+        self.ready_at: float | None = None
+        for e in rec.timeline:
+            t = e.get("t")
+            if e.get("event") == READY and isinstance(t, (int, float)):
+                self.ready_at = float(t)
+                break
         self.offset = 0
         self.health = "unknown"
         self.health_ok_at: float | None = None
@@ -381,7 +390,7 @@ class StartupTracker:
             phase_n=n,
             phase_total=total,
             fraction=fraction,
-            elapsed=max(0.0, now - self.started),
+            elapsed=max(0.0, self._ready_time(now) - self.started) if state == READY else max(0.0, now - self.started),
             eta=eta,
             eta_source=src,
             stalled=state == STALLED
@@ -605,6 +614,11 @@ class StartupTracker:
             self.store.save(rec)
         self.final = out
         return out
+
+    def _ready_time(self, now: float) -> float:
+        if self.ready_at is None:
+            self.ready_at = now
+        return self.ready_at
 
     def finish(self, snap: StartupProgress) -> None:
         """Store the state in the run record, so that ``runs``, the status screen and the
