@@ -82,7 +82,9 @@ def test_bench_reports_sim_timing(tmp_path, conc):
     samples = store.read_samples(s["run_id"])
     client_first = sum(x["wall_start"] + x["ttft"] for x in samples) / n
     sim_first = sum(x["times"][0] for x in timed) / n
-    assert -1.0 < (client_first - sim_first) * 1000 < 50.0  # the sim stamps just after its write
+    # the sim stamps just after its write: on a loaded machine that stamp can come a few ms after
+    # the client (which now reads between its sends) has read the token
+    assert -5.0 < (client_first - sim_first) * 1000 < 50.0
     assert s["mean_itl_ms"] == pytest.approx(ITL_MS, rel=0.15)
     assert abs(s["mean_itl_ms"] - sim_itl_ms) < 0.15 * ITL_MS
     assert s["mean_tpot_ms"] == pytest.approx(ITL_MS, rel=0.15)

@@ -376,8 +376,10 @@ async def test_r23_ui_answers_keys_while_the_link_is_blackholed(sshd: SshdServer
                 # A handler that waited on the link would take the whole keepalive bound (> 10 s).
                 # Each press also renders the screen; on a loaded 2-core box a mode switch alone can
                 # take ~0.2-0.3 s with no link at all, so the bounds sit well clear of both.
-                assert statistics.median(t for _, t in times) < 0.5, times
-                assert max(t for _, t in times) < 2.0, times
+                # a key blocked on the dead link would wait for the keepalive (15 s); a loaded 2-core
+                # machine takes up to a second to redraw a screen
+                assert statistics.median(t for _, t in times) < 1.0, times
+                assert max(t for _, t in times) < 3.0, times
                 assert app.screen.query_one(GpuTable) is not None
         finally:
             remove_fake_smi(sshd)

@@ -168,10 +168,12 @@ def test_known_servers_from_run_folders(tmp_path: Path) -> None:
     live, gone, specs, later = run_async(scenario())
     # the live run, and the one that ended before it served: settled from its log as failed, and
     # listed (its row reads failed with the cause) for RECENT_FAILURE_S
-    assert [(s.name, s.engine, s.port, s.run_id, s.model) for s in specs] == [
-        ("qwen-fast", "sglang", 30000, live.run_id, "Qwen/Qwen3-8B"),
-        (gone.run_id, "vllm", 8000, gone.run_id, ""),
-    ]
+    assert sorted((s.name, s.engine, s.port, s.run_id, s.model) for s in specs) == sorted(
+        [
+            ("qwen-fast", "sglang", 30000, live.run_id, "Qwen/Qwen3-8B"),
+            (gone.run_id, "vllm", 8000, gone.run_id, ""),
+        ]
+    )
     assert RunStore().load(gone.run_id).status == "failed"  # type: ignore[union-attr]
     assert [s.run_id for s in later] == [live.run_id]
     assert model_from_argv(["vllm", "serve", "Qwen/Qwen3-8B", "--port", "8000"]) == "Qwen/Qwen3-8B"

@@ -27,6 +27,8 @@ what the parser reports, ``patterns`` the engines' line formats and fatal texts 
 class, ``parser`` the incremental parser itself.
 """
 
+from __future__ import annotations
+
 import re
 
 from tui.logparse.decode import decode_log
