@@ -59,15 +59,18 @@ def main() -> int:
         os.environ[var] = str(tmp / var.lower())
     os.environ["TUNEDECK_HOME"] = str(tmp / "remote-home")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    writer = tmp / "writer.py"  # a command line takes no newline: the server is a script file
+    writer.write_text(WRITER)
     r = subprocess.run(
         [sys.executable, "-m", "tui", "launch", "--demo", "--json", "--engine", "other", "--port", "1",
-         "--cmd", sys.executable, "-c", WRITER, str(a.every)],
+         "--cmd", sys.executable, str(writer), str(a.every)],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
     )  # fmt: skip
     if r.returncode != 0:
         print(r.stderr, file=sys.stderr)
         return 1
-    rid = json.loads(r.stdout)["run"]["run_id"]
+    out = json.loads(r.stdout)
+    rid = (out.get("run") or out)["run_id"]
     try:
         result = asyncio.run(watch(rid, a.seconds))
     finally:

@@ -20,6 +20,7 @@ from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.cache import LRUCache
 from textual.css.query import NoMatches
 from textual.geometry import Size
 from textual.message import Message
@@ -38,6 +39,11 @@ _WARN_RE = re.compile(r"\bWARNING\b|\bWARN\b|Warning:")
 
 #: The most bytes of log lines the ring buffer (and the view) holds.
 MAX_BYTES = 16 * 1024 * 1024
+#: a line longer than this is shown cut (the buffer keeps up to the follower's 16 KiB of it): a
+#: terminal shows ~200 columns, and each shown line is rendered, styled and cached whole
+SHOW_CHARS = 2048
+#: rendered lines kept (Textual's Log keeps 1,024; a screen shows a few dozen)
+RENDER_CACHE_LINES = 256
 
 
 def line_severity(line: str) -> str:
@@ -101,6 +107,7 @@ class _SeverityLog(Log):
 
     def __init__(self, *, max_lines: int, max_bytes: int, id: str | None = None) -> None:
         super().__init__(max_lines=max_lines, highlight=True, id=id)
+        self._render_line_cache = LRUCache(RENDER_CACHE_LINES)
         self.highlighter = _LogHighlighter()
         #: the line (index in the view) of the current match, or None
         self.current_line: int | None = None
@@ -110,7 +117,9 @@ class _SeverityLog(Log):
         self.held_bytes = 0
 
     def write_lines(self, lines: Iterable[str], scroll_end: bool | None = None) -> Self:
-        lines = list(lines)
+        lines = [
+            ln if len(ln) <= SHOW_CHARS else f"{ln[:SHOW_CHARS]} … {len(ln) - SHOW_CHARS} chars more" for ln in lines
+        ]
         for line in lines:
             n = _size(line)
             self._sizes.append(n)
