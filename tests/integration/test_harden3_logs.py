@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,56 @@ async def test_follow_resume_goes_on_after_the_last_line_printed(demo) -> None:
     await until_async(lambda: Path(rec.run_dir or "", "log").read_bytes().endswith(b"c\n"), 30, what="the rest")
     r = await asyncio.to_thread(_cli, "logs", rec.run_id, "--demo", "--resume")
     assert r.returncode == 0 and r.stdout == b"half\nc\n", r
+
+
+async def test_a_hostile_log_leaves_the_tmux_pane_title_alone(demo, tmp_path: Path) -> None:
+    """The operator's real terminal: `tunedeck logs` of a log that sets the window title (OSC 0
+    and 2), with 1 MB lines, run in a tmux pane; the pane's title is the one it had. The same log
+    printed raw (`cat`) in another pane does change it: the check can fail."""
+    import shutil
+
+    if shutil.which("tmux") is None:
+        msg = "tmux is not installed (apt-get install tmux)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    src = HOSTILE_SRC + r"\n{0}\x1b]2;owned-big\x07{0}\n"  # {0}: 1 MB of text around a title
+    rec = await _ended_run(demo, [sys.executable, "-c", f"import sys; sys.stdout.write('{src}'.format('y' * 1048576))"])
+    log = Path(rec.run_dir or "", "log")
+    assert b"\x1b]2;owned-big\x07" in log.read_bytes() and log.stat().st_size > 2 * 1024 * 1024
+    sock = str(tmp_path / "tmux.sock")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("TMUX", None)
+
+    def tmux(*args: str) -> str:
+        r = subprocess.run(["tmux", "-S", sock, *args], capture_output=True, text=True, env=env, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    def title_after(command: str) -> str:
+        tmux(
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            "200",
+            "-y",
+            "50",
+            command + "; touch " + str(tmp_path / "done") + "; sleep 30",
+        )
+        try:
+            tmux("select-pane", "-t", "t", "-T", "before")
+            end = time.monotonic() + 90
+            while not (tmp_path / "done").exists() and time.monotonic() < end:
+                time.sleep(0.2)
+            assert (tmp_path / "done").exists(), "the command did not end"
+            time.sleep(0.5)
+            return tmux("display-message", "-p", "-t", "t", "#{pane_title}")
+        finally:
+            (tmp_path / "done").unlink(missing_ok=True)
+            subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, env=env, timeout=30)
+
+    cmd = " ".join([sys.executable, "-m", "tui", "logs", rec.run_id, "--demo"])
+    assert title_after(f"cd {REPO} && {cmd}") == "before"
+    assert title_after(f"cat {log}") != "before"  # the raw bytes do reach a terminal's title
