@@ -234,7 +234,7 @@ async def test_follow_resume_goes_on_after_the_last_line_printed(demo) -> None:
 async def test_a_hostile_log_leaves_the_tmux_pane_title_alone(demo, tmp_path: Path) -> None:
     """The operator's real terminal: `tunedeck logs` of a log that sets the window title (OSC 0
     and 2), with 1 MB lines, run in a tmux pane; the pane's title is the one it had. The same log
-    printed raw (`cat`) in another pane does change it: the check can fail."""
+    printed raw (`printf`) in another pane does change it: the check can fail."""
     import shutil
 
     if shutil.which("tmux") is None:
@@ -246,7 +246,8 @@ async def test_a_hostile_log_leaves_the_tmux_pane_title_alone(demo, tmp_path: Pa
     rec = await _ended_run(demo, [sys.executable, "-c", f"import sys; sys.stdout.write('{src}'.format('y' * 1048576))"])
     log = Path(rec.run_dir or "", "log")
     assert b"\x1b]2;owned-big\x07" in log.read_bytes() and log.stat().st_size > 2 * 1024 * 1024
-    sock = str(tmp_path / "tmux.sock")
+    socks = iter(str(tmp_path / f"tmux{i}.sock") for i in range(9))  # a server of its own each time
+    sock = ""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("TMUX", None)
 
@@ -256,6 +257,8 @@ async def test_a_hostile_log_leaves_the_tmux_pane_title_alone(demo, tmp_path: Pa
         return r.stdout.strip()
 
     def title_after(command: str) -> str:
+        nonlocal sock
+        sock = next(socks)
         tmux(
             "new-session",
             "-d",
@@ -265,7 +268,7 @@ async def test_a_hostile_log_leaves_the_tmux_pane_title_alone(demo, tmp_path: Pa
             "200",
             "-y",
             "50",
-            command + "; touch " + str(tmp_path / "done") + "; sleep 30",
+            "sleep 1; " + command + "; touch " + str(tmp_path / "done") + "; sleep 30",
         )
         try:
             tmux("select-pane", "-t", "t", "-T", "before")
@@ -281,4 +284,6 @@ async def test_a_hostile_log_leaves_the_tmux_pane_title_alone(demo, tmp_path: Pa
 
     cmd = " ".join([sys.executable, "-m", "tui", "logs", rec.run_id, "--demo"])
     assert title_after(f"cd {REPO} && {cmd}") == "before"
-    assert title_after(f"cat {log}") != "before"  # the raw bytes do reach a terminal's title
+    # the control: the same title sequence printed raw does reach the pane's title (a short
+    # printf, not the 1 MB log: raw, that can take the tmux server down on a loaded machine)
+    assert title_after(r"printf '\033]2;owned\007'") == "owned"

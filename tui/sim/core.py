@@ -74,8 +74,6 @@ class SimCore(Api):
         self.spec = self._spec()
         self.perf = self._perf_config()
         self.phase = "starting"
-        #: a multi-node SGLang run's links to its other nodes (tui.sim.rendezvous), once joined
-        self.rendezvous: Any = None
         self.http: HttpServer | None = None
         #: the tasks that live as long as the server (scheduler, metrics publisher, …): referenced
         #: here, and a crash of one ends the server loudly instead of leaving it hung

@@ -69,9 +69,6 @@ class Rendezvous:
         self.peers: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self.server: asyncio.AbstractServer | None = None
         self.ranks_per_node = local_ranks(self.a, int(self.a.tp_size) * max(1, int(self.a.pp_size)))
-        #: set on the head once every other node said its ranks are loaded (weights, KV cache, graphs)
-        self.all_loaded = asyncio.Event()
-        self._loaded = 0
 
     # ------------------------------------------------------------------ failures, in the engine's words
     def _fail(self, exc_line: str) -> None:
@@ -148,29 +145,8 @@ class Rendezvous:
             await asyncio.sleep(0.2)
 
     # ------------------------------------------------------------------ a peer that dies
-    async def _follow(self, reader: asyncio.StreamReader) -> None:
-        """A peer's lines until it goes away: ``loaded`` when its ranks finished loading."""
-        while True:
-            try:
-                line = await reader.readline()
-            except OSError:
-                return
-            if not line:
-                return
-            if line == b"loaded\n":
-                self._loaded += 1
-                if self._loaded >= len(self.peers):
-                    self.all_loaded.set()
-
-    async def loaded(self) -> None:
-        """A worker node's ranks are loaded: it tells the head (whose ranks' collectives, as in
-        the real engine's CUDA-graph capture, cannot finish before every rank is there)."""
-        for _, w in self.peers:
-            w.write(b"loaded\n")
-            await w.drain()
-
     async def _watch(self) -> None:
-        waits = [asyncio.ensure_future(self._follow(r)) for r, _ in self.peers]
+        waits = [asyncio.ensure_future(r.read()) for r, _ in self.peers]
         if not waits:
             return
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -188,24 +164,12 @@ async def join(sim: Any) -> Rendezvous | None:
     t = loop.time()
     await r.join()
     sim.t0 += loop.time() - t  # the load goes on from where the rendezvous let it
-    sim.rendezvous = r
     return r
-
-
-async def wait_loaded(sim: Any) -> None:
-    """On the head of a multi-node run: wait until every other node's ranks are loaded, so ready
-    means every node holds its memory (the real head's collectives wait for every rank)."""
-    r = getattr(sim, "rendezvous", None)
-    if r is not None and r.rank == 0 and r.peers:
-        await r.all_loaded.wait()
 
 
 async def wait_headless(sim: Any) -> None:
     """A node other than the head keeps its ranks loaded and serves nothing (only the head has the
     HTTP server), until it is stopped or a peer dies."""
     if sim.e == "sglang" and multi_node(sim.a) and int(sim.a.node_rank or 0) > 0:
-        r = getattr(sim, "rendezvous", None)
-        if r is not None:
-            await r.loaded()
         sim.phase = "ready"
         await asyncio.Event().wait()

@@ -165,7 +165,6 @@ class SglangStartup(Scheduler):
         self.set_mem(ctx + baseline + self.weights_gib + kv + self.graph_gib, 0)
         await self.at(0.94)
         await rendezvous.wait_headless(self)
-        await rendezvous.wait_loaded(self)
         L.uvicorn(f"Started server process [{self.pid}]")
         L.uvicorn("Waiting for application startup.")
         L.uvicorn("Application startup complete.")
