@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import tunedeck_cmd
+from tests.simfix import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
@@ -54,12 +54,6 @@ label = "loaded"
 concurrency = 32
 num_prompts = 96
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

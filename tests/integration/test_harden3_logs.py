@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launch_sim import demo, sim_command  # noqa: F401 - the fixture
 from tests.integration.test_launcher import free_port
-from tests.waits import until_async
+from tests.waits import until, until_async
 from tui.hostops import launcher as L
 from tui.hostops.runstore import RunRecord, RunStore
 
@@ -272,11 +271,7 @@ async def test_a_hostile_log_leaves_the_tmux_pane_title_alone(demo, tmp_path: Pa
         )
         try:
             tmux("select-pane", "-t", "t", "-T", "before")
-            end = time.monotonic() + 90
-            while not (tmp_path / "done").exists() and time.monotonic() < end:
-                time.sleep(0.2)
-            assert (tmp_path / "done").exists(), "the command did not end"
-            time.sleep(0.5)
+            until((tmp_path / "done").exists, 90, what="the command in the pane ends")
             return tmux("display-message", "-p", "-t", "t", "#{pane_title}")
         finally:
             (tmp_path / "done").unlink(missing_ok=True)
