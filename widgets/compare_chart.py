@@ -13,6 +13,8 @@ import plotext as plt
 from rich.text import Text
 from textual.widget import Widget
 
+from widgets._axes import x_ticks, y_axis
+
 
 class CompareChart(Widget):
     """``set_series(a_label, a, b_label, b)`` with tok/s per 1-s bucket for each side."""
@@ -65,7 +67,18 @@ class CompareChart(Widget):
                 c = tuple(int(x) for x in col.split(",")) if "," in col else col
                 plt.plot(list(range(len(vals))), list(vals), label=label, color=c, marker="braille")
         top = max((max(vals) for _, vals in self.series if vals), default=1.0)
-        plt.ylim(0, top * 1.4 if top > 0 else 1.0)  # from zero (the gap at its true size); room for the legend
+        low = min((min(vals) for _, vals in self.series if vals), default=0.0)
+        # from zero (the gap at its true size), with room above for the legend
+        rows = h - 5  # the title, the frame, the x ticks and the x label
+        ax = y_axis(low, top + (top - min(0.0, low)) * 0.4, rows)
+        if ax.rows < rows:
+            plt.plotsize(w, h - (rows - ax.rows))
+        plt.ylim(ax.lo, ax.hi)
+        plt.yticks(list(ax.ticks), ax.labels)
+        longest = max(len(vals) for _, vals in self.series)
+        xa = x_ticks(0.0, max(1.0, longest - 1.0), w - max(len(t) for t in ax.labels) - 3)
+        plt.xlim(xa.lo, xa.hi)
+        plt.xticks(list(xa.ticks), xa.labels)
         plt.title(self.title)
         plt.xlabel("seconds")
         return Text.from_ansi(plt.build())

@@ -15,6 +15,7 @@ import re
 from collections import deque
 from typing import Any, Iterable, Self
 
+from rich.cells import cell_len
 from rich.highlighter import Highlighter
 from rich.text import Text
 from textual import events, on
@@ -139,6 +140,13 @@ class _SeverityLog(Log):
             self._forget(drop)
             self.virtual_size = Size(self._width, len(self._lines))
         return self
+
+    def ensure_width(self, cells: int) -> None:
+        """Let the view scroll ``cells`` wide now: ``Log`` measures new lines in a thread, so a view
+        just rebuilt (a new search) cannot yet scroll to a match near the end of a long line."""
+        if cells > self._width:
+            self._width = cells
+            self.virtual_size = Size(cells, self.line_count)
 
     def _forget(self, n: int) -> None:
         for _ in range(max(0, n)):
@@ -463,8 +471,19 @@ class ServerLog(Widget, can_focus=True):
         y = self.matches[self.match_index]
         view = self.view
         view.set_current(y)
-        view.scroll_to(y=max(0, y - view.size.height // 2), animate=False, immediate=True)
+        view.scroll_to(x=self._match_x(y), y=max(0, y - view.size.height // 2), animate=False, immediate=True)
         self._update_status()
+
+    def _match_x(self, y: int) -> int:
+        """The horizontal scroll that shows line ``y``'s match: none while it fits in the view,
+        else the match a third of the way in (a match past the right edge is never invisible)."""
+        view = self.view
+        m = self.pattern.search(view.lines[y]) if self.pattern is not None and y < len(view.lines) else None
+        width = max(1, view.scrollable_content_region.width)
+        if m is None or m.end() <= width:
+            return 0
+        view.ensure_width(cell_len(view.lines[y][: m.end()]) + 1)
+        return max(0, m.start() - width // 3)
 
     def action_first_error(self) -> None:
         """Jump to the first ERROR line; pressed again, to the next one (wraps)."""

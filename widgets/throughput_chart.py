@@ -15,6 +15,8 @@ import plotext as plt
 from rich.text import Text
 from textual.widget import Widget
 
+from widgets._axes import x_ticks, y_axis
+
 _FALLBACK_COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red")
 _THEME_KEYS = ("primary", "accent", "success", "warning", "secondary", "error")
 
@@ -159,19 +161,25 @@ class ThroughputChart(Widget):
             else:
                 plt.plot(xs, ys, label=lab, color=color, marker="braille")
         top = max(all_y)
-        bottom = 0.0 if self.y_from_zero else min(all_y)
-        if self.y_from_zero and bottom > min(all_y):
-            bottom = min(all_y)  # negative values still show
-        # headroom over the highest point: the legend (top left) never covers data
+        bottom = min(0.0, min(all_y)) if self.y_from_zero else min(all_y)
+        # two series: headroom over the highest point, so the legend (top left) never covers data
         span_y = (top - bottom) or abs(top) or 1.0
-        self.y_range = (bottom, top + span_y * (0.35 if labelled else 0.1))
-        plt.ylim(*self.y_range)
+        rows = h - 3 - (1 if self.title else 0) - (1 if self.xlabel or self.ylabel else 0)
+        ax = y_axis(bottom, top + span_y * 0.35 if labelled else top, rows, from_zero=self.y_from_zero)
+        if ax.rows < rows:
+            plt.plotsize(w, h - (rows - ax.rows))  # one row less: every tick on a row of its own
+        self.y_range = (ax.lo, ax.hi)
+        plt.ylim(ax.lo, ax.hi)
+        plt.yticks(list(ax.ticks), ax.labels)
         lo, hi = min(all_x), max(all_x)
+        label_w = max(len(t) for t in ax.labels) + 1
         if lo >= 0:
             # from 0 (seconds, concurrency, tok/s): the first point (C=1) sits inside the frame
-            plt.xlim(0, (hi or 1.0) * (2.0 if hi == lo else 1.06))
+            xa = x_ticks(0.0, (hi or 1.0) * (2.0 if hi == lo else 1.04), w - label_w - 2)
         else:
             span_x = (hi - lo) or 1.0
-            plt.xlim(lo - span_x * 0.06, hi + span_x * 0.06)
+            xa = x_ticks(lo - span_x * 0.04, hi + span_x * 0.04, w - label_w - 2)
+        plt.xlim(xa.lo, xa.hi)
+        plt.xticks(list(xa.ticks), xa.labels)
         self.frames += 1
         return Text.from_ansi(plt.build())

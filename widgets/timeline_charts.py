@@ -26,9 +26,8 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from tui.timeline_model import Line, Panel, TimelineFigure
+from widgets._axes import LABEL_W, nice_ceil, short_number, y_axis
 
-#: width of the y tick labels: the same in every strip, so the plot areas line up
-LABEL_W = 6
 #: x positions of the first plotted column: the labels and the axis character
 PLOT_X0 = LABEL_W + 1
 _TONE_KEYS = {"a": ("primary", "cyan"), "b": ("warning", "orange"), "limit": ("error", "red")}
@@ -42,22 +41,6 @@ def _rgb(value: object) -> tuple[int, int, int] | None:
         return (int(value[1:3], 16), int(value[3:5], 16), int(value[5:7], 16))
     except ValueError:
         return None
-
-
-def short_number(v: float) -> str:
-    """A y tick label of at most :data:`LABEL_W` characters (``1.2k``, ``875``, ``0.5``)."""
-    a = abs(v)
-    if a >= 99_950:
-        s = f"{v / 1000:.0f}k"
-    elif a >= 9_995:
-        s = f"{v / 1000:.1f}k".replace(".0k", "k")
-    elif a >= 100 or v == int(v):
-        s = f"{v:.0f}"
-    elif a >= 10:
-        s = f"{v:.1f}".rstrip("0").rstrip(".")
-    else:
-        s = f"{v:.2f}".rstrip("0").rstrip(".")
-    return s[:LABEL_W]
 
 
 def x_step(span: float, width: int) -> int:
@@ -96,17 +79,6 @@ def segments(values: Sequence[float | None], most: int) -> list[tuple[list[float
     if xs:
         out.append((xs, ys))
     return out
-
-
-def nice_ceil(x: float) -> float:
-    """The smallest of 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^k that is >= ``x`` (> 0)."""
-    if not x > 0:
-        return 1.0
-    e = 10.0 ** math.floor(math.log10(x))
-    for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
-        if m * e >= x * (1 - 1e-9):
-            return m * e
-    return 10 * e
 
 
 def y_range(panel: Panel) -> tuple[float, float]:
@@ -275,9 +247,10 @@ class TimelineCharts(Widget):
                 else:
                     plt.plot(xs, ys, color=color, marker="braille")
         plt.xlim(0, xmax)
-        plt.ylim(lo, hi)
-        ticks = [hi] if rows < 2 else ([lo, (lo + hi) / 2, hi] if rows >= 5 else [lo, hi])
-        plt.yticks(ticks, [short_number(v).rjust(LABEL_W) for v in ticks])
+        # the strips line up, so each keeps its rows: equal round steps where they divide them
+        ax = y_axis(lo, hi, rows, from_zero=p.y_from_zero, most=3, shrink=False)
+        plt.ylim(ax.lo, ax.hi)
+        plt.yticks(list(ax.ticks), [t.rjust(LABEL_W) for t in ax.labels])
         plt.yaxes(True, False)
         if bottom:
             step = x_step(xmax, pw)

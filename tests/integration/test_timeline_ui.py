@@ -18,13 +18,11 @@ from tui.bench.store import run_dir
 from tui.timeline_model import TimelineSnapshot, figure, overlay
 from tui.ui.screens.bench import TIMELINE_SIDE_BY_SIDE, BenchScreen
 from tui.ui.screens.compare import ABTimeline, CompareScreen
+from widgets._axes import LABEL_W, nice_ceil, short_number
 from widgets.timeline_charts import (
-    LABEL_W,
     TimelineCharts,
     TimelinePanel,
-    nice_ceil,
     segments,
-    short_number,
     validity_lines,
     x_step,
     y_range,

@@ -119,3 +119,26 @@ async def test_current_match_is_distinct_and_m_without_search_says_so():
         await pilot.press("m")
         await pilot.pause()
         assert log.filtering and "only matching lines" in log.status_text
+
+
+async def test_a_match_past_the_right_edge_scrolls_into_view_and_back():
+    app = app_with_run()
+    async with app.run_test(size=SIZE) as pilot:
+        _, log = await open_run(app, pilot)
+        log.append_lines(["[2026-01-01 10:00:04] " + "x" * 300 + " needle at column 322", "short needle here"])
+        log.flush_now()
+        await pilot.pause()
+        burst(app, "/needle\n")
+        for _ in range(5):
+            await pilot.pause()
+        view = log.view
+        width = view.scrollable_content_region.width
+        assert width < 322
+        # the first match is past the right edge: the view scrolls so that it shows
+        assert log.current_match_line == len(view.lines) - 2
+        assert view.scroll_x <= 322 < view.scroll_x + width - len("needle")
+        assert "needle" in "".join(s.text for s in view.render_line(int(view.current_line - view.scroll_y)))
+        await pilot.press("n")  # the next one fits: back to the start of the line
+        for _ in range(3):
+            await pilot.pause()
+        assert view.scroll_x == 0
