@@ -103,11 +103,16 @@ class FakeSmi:
             out.append((int(pid), args))
         return out
 
+    def _running(self, pid: int) -> bool:
+        """``pid`` runs, and is still this fake (a pid recorded long ago may be another test's
+        process now: pids wrap, at 32,768 on some machines)."""
+        return _alive(pid) and str(self.dir).encode() in _cmdline(pid)
+
     def alive_queries(self) -> int:
         """How many --query-gpu processes started by this fake are alive now."""
         n = 0
         for pid, args in self.calls():
-            if "--query-gpu" in args and _alive(pid):
+            if "--query-gpu" in args and self._running(pid):
                 n += 1
         return n
 
@@ -115,11 +120,19 @@ class FakeSmi:
         import signal
 
         for pid, _ in self.calls():
-            if _alive(pid):
+            if self._running(pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def _alive(pid: int) -> bool:

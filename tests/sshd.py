@@ -332,7 +332,9 @@ class SshdServer:
         return len(pids)
 
     def processes_matching(self, needle: str) -> list[tuple[int, str]]:
-        """(pid, cmdline) of every process on this machine whose command line contains ``needle``."""
+        """(pid, cmdline) of every process on this machine whose command line contains ``needle``
+        (other tests' too: a test that kills what this finds needs a needle of its own, such as
+        this server's ``remote_home``; see :meth:`engine_pids`)."""
         out = []
         me = os.getpid()
         for entry in os.listdir("/proc"):
@@ -341,6 +343,13 @@ class SshdServer:
                 if needle in cl:
                     out.append((int(entry), cl))
         return out
+
+    def engine_pids(self, needle: str = " sim sglang ") -> list[int]:
+        """This server's simulated engines: processes run from the runtime in its own
+        ``${TUNEDECK_HOME}/lib`` whose command line holds ``needle``. Never a process of another
+        test (a match on ``needle`` alone would take another test's node-rank-1 engine)."""
+        lib = str(self.remote_home / "lib")
+        return [pid for pid, cl in self.processes_matching(lib) if needle in cl]
 
     def log_tail(self, n: int = 4000) -> str:
         try:

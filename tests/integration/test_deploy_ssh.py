@@ -244,7 +244,7 @@ async def test_a_rank_killed_mid_load_is_named_as_the_first_failure(nodes, tmp_p
         while b"Load weight begin" not in (worker_log.read_bytes() if worker_log.exists() else b""):
             assert time.monotonic() < deadline, "the worker never began to load"
             await asyncio.sleep(0.2)
-        victims = [pid for pid, cl in b.processes_matching("--node-rank=1") if " sim sglang " in cl]
+        victims = b.engine_pids()  # node B's own engine: never another test's
         assert victims
         for pid in victims:
             os.kill(pid, signal.SIGKILL)

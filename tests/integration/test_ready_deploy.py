@@ -14,14 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_deploy_ssh import nodes, second_sshd, write_profile  # noqa: F401  (fixtures)
-from tests.sshd import ROOT_USER, SshdServer, cli, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshd import ROOT_USER, cli, sshd, sshd_server  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
-
-
-def engine_pids(server: SshdServer) -> list[int]:
-    """The node's simulated engine processes (run from the runtime in its ``${TUNEDECK_HOME}/lib``)."""
-    return [pid for pid, cmd in server.processes_matching(str(server.remote_home / "lib")) if " sim sglang " in cmd]
 
 
 def test_worker_up_once_head_ready_and_killed_nodes_read_failed_without_a_follower(nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -47,7 +42,7 @@ def test_worker_up_once_head_ready_and_killed_nodes_read_failed_without_a_follow
     assert [(x["status"], x["deployment"]) for x in runs_b] == [("up (worker)", dep_id)]
 
     # both nodes' engines die; nothing follows them
-    pids = engine_pids(a) + engine_pids(b)
+    pids = a.engine_pids() + b.engine_pids()
     assert len(pids) == 2, pids
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
