@@ -430,6 +430,46 @@ async def test_host_switcher_lists_ssh_config_and_switches(tmp_path, monkeypatch
         assert recent_hosts()[0] == "gpu-a"
 
 
+async def test_a_host_switch_from_a_run_view_leaves_the_old_hosts_run(tmp_path, monkeypatch):
+    """The run view follows one host's run: after a switch to another host it is closed (its
+    follower ended), not left showing the old host's log under the new host's banner."""
+    from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats
+    from tui.collectors.sources import Sources
+    from tui.hostops.runstore import RunRecord
+    from tui.ui.app import make_app
+    from tui.ui.screens.hosts import HostsModal
+    from tui.ui.screens.run import RunScreen
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+    def factory(target):
+        return None, Sources(
+            gpu=FakeGpu([gpu_status(2)]), host=FakeHost(host_stats(hostname=target)), servers=FakeServers(())
+        )
+
+    class StubHost:
+        target = "first"
+
+    app = make_app(
+        gpu=FakeGpu([gpu_status(8)]),
+        host_source=FakeHost(host_stats()),
+        servers=FakeServers(),
+        target="first",
+        host_factory=factory,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.latest.link.ok)
+        run = RunScreen(StubHost(), RunRecord("r1", "first", ["x"]))  # type: ignore[arg-type]
+        app.push_screen(run)
+        await until(pilot, lambda: app.screen is run)
+        await pilot.press("H")
+        await until(pilot, lambda: isinstance(app.screen, HostsModal))
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: app.target != "first" and not isinstance(app.screen, (HostsModal, RunScreen)))
+        assert run not in app.screen_stack
+        await until(pilot, lambda: not run.is_attached)  # removed: its follower ended with it
+
+
 async def test_runs_list_filters_sorts_and_opens(monkeypatch):
     from textual import events
 

@@ -574,6 +574,9 @@ class TunedeckApp(App[int]):
             return
         if self.current_mode != "status" and "status" in self.available_modes:
             await self.switch_mode("status")
+        # a view pushed over Status (a run, a deployment) shows the old host's run: close it
+        while len(self.screen_stack) > 1:
+            await self.pop_screen()
         await self.stop_polling()
         old_host, old_sources = self.host, self.sources
         for source in (old_sources.gpu, old_sources.host, old_sources.servers):
