@@ -16,7 +16,7 @@ from textual.widget import Widget
 
 from tui.fmt import eta
 from tui.model import StartupProgress
-from widgets.server_log import ServerLog
+from widgets.server_log import ServerLog, tag_node
 from widgets.startup_progress import describe
 
 #: one colour per node, in the deployment's order (head first); repeats past the sixth
@@ -34,11 +34,6 @@ _STATE_STYLE = {
 def node_styles(nodes: Sequence[str]) -> dict[str, str]:
     """node → its tag style."""
     return {n: NODE_STYLES[i % len(NODE_STYLES)] for i, n in enumerate(nodes)}
-
-
-def tag_node(tag: str) -> str:
-    """The node of a member tag (``gpu-a`` or ``gpu-a:ray``)."""
-    return tag.split(":", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -88,7 +83,7 @@ class NodeProgressList(Widget):
             if i:
                 out.append("\n")
             p = r.progress
-            out.append(f"{r.tag:<{tag_w}} ", style=self.node_styles.get(tag_node(r.tag), "bold"))
+            out.append(f"{r.tag:<{tag_w}} ", style=self.node_styles.get(tag_node(r.tag, self.node_styles), "bold"))
             out.append(f"{r.role:<6} ", style="dim")
             frac = max(0.0, min(1.0, p.fraction)) if p is not None else 0.0
             if r.state == "up (worker)":
@@ -159,7 +154,8 @@ class MergedLog(ServerLog):
         node = self.node
         if node is None:
             return out
-        return [ln for ln in out if tag_node(ln[1 : ln.find("]")].strip()) == node]
+        nodes = list(self.view.highlighter.tag_styles)  # type: ignore[attr-defined]
+        return [ln for ln in out if tag_node(ln[1 : ln.find("]")].strip(), nodes) == node]
 
     def _update_status(self) -> None:
         super()._update_status()

@@ -85,7 +85,7 @@ class _LogHighlighter(Highlighter):
         elif sev == "warning":
             text.stylize("yellow")
         if end > 0:
-            style = self.tag_styles.get(plain[1:end].strip().split(":", 1)[0])
+            style = self.tag_styles.get(tag_node(plain[1:end].strip(), self.tag_styles))
             if style:
                 text.stylize(style, 0, end + 1)
         if self.pattern is not None:
@@ -95,6 +95,16 @@ class _LogHighlighter(Highlighter):
                     text.stylize(style, m.start(), m.end())
             if self.current:
                 text.stylize("underline")
+
+
+def tag_node(tag: str, nodes: Iterable[str]) -> str:
+    """The node of a member tag (``gpu-a`` or ``gpu-a:ray``), among ``nodes``: a node may hold
+    colons itself (``op@10.0.0.2:2222``), so the tag is matched against the nodes, not split."""
+    best = ""
+    for n in nodes:
+        if (tag == n or tag.startswith(n + ":")) and len(n) > len(best):
+            best = n
+    return best or tag
 
 
 def _size(line: str) -> int:
@@ -560,4 +570,4 @@ class ServerLog(Widget, can_focus=True):
         return str(self.query_one("#log-status", Static).content)
 
 
-__all__ = ["ServerLog", "is_probe_line", "line_severity"]
+__all__ = ["ServerLog", "is_probe_line", "line_severity", "tag_node"]

@@ -238,3 +238,33 @@ async def test_a_deployment_member_on_status_opens_the_deployment_view():
         for run in await L.list_host_runs(local):
             if run.alive:
                 await L.stop_run(local, RunStore().load(run.run_id), grace=1)
+
+
+async def test_t_on_nodes_named_user_at_host_port_shows_each_nodes_lines():
+    """Nodes written ``user@host:port`` (the README's form) hold colons themselves: the node of a
+    tag is matched, not cut at the first colon (that gave an empty log for every such node)."""
+    from widgets.deployment import node_styles
+    from widgets.server_log import tag_node
+
+    nodes = ["op@10.0.0.2:2222", "op@10.0.0.2:2223"]
+    tags = [nodes[0], f"{nodes[0]}:ray", nodes[1], f"{nodes[1]}:ray"]
+    assert [tag_node(t, nodes) for t in tags] == [nodes[0], nodes[0], nodes[1], nodes[1]]
+
+    class One(App):
+        def compose(self):
+            yield MergedLog(id="m")
+
+    app = One()
+    async with app.run_test(size=(120, 30)) as pilot:
+        logv = app.query_one(MergedLog)
+        logv.set_tag_styles(node_styles(nodes), tags)
+        logv.append_tagged([(t, f"line of {t}") for t in tags])
+        logv.flush_now()
+        for node in nodes:
+            logv.set_node(node)
+            await pilot.pause()
+            shown = logv.view.lines
+            assert len(shown) == 2 and all(f"line of {node}" in ln for ln in shown), shown
+        logv.set_node(None)
+        await pilot.pause()
+        assert len(logv.view.lines) == 4
