@@ -113,3 +113,35 @@ def text_table(
         lines.append(indent + "  ".join("-" * w for w in widths))
     lines += [line(r) for r in body]
     return lines
+
+
+def _target_forms(target: str) -> tuple[str, str, str, str]:
+    """A target's names from shortest to full: host, host:port, user@host, user@host:port."""
+    user, at, rest = target.rpartition("@")
+    if rest.startswith("["):  # [v6]:port
+        host, _, tail = rest[1:].partition("]")
+        port = tail[1:] if tail.startswith(":") else ""
+        shown_host = f"[{host}]" if port else host
+    else:
+        host, colon, port = rest.rpartition(":")
+        if not colon or not port.isdigit():
+            host, port = rest, ""
+        shown_host = host
+    hp = f"{shown_host}:{port}" if port else host
+    uh = f"{user}@{host}" if at else host
+    return host, hp, uh, target
+
+
+def short_targets(targets: Sequence[str]) -> dict[str, str]:
+    """Each target's shortest name that tells it from the others (k9s shows contexts so): the
+    host alone, else host:port where only the ports differ, else user@host, else the whole target."""
+    forms = {t: _target_forms(t) for t in targets}
+    out: dict[str, str] = {}
+    for t, fs in forms.items():
+        for level, name in enumerate(fs):
+            if all(o == t or of[level] != name for o, of in forms.items()):
+                out[t] = name
+                break
+        else:
+            out[t] = t
+    return out

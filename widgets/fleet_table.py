@@ -18,7 +18,7 @@ from rich.text import Span, Text
 from textual.coordinate import Coordinate
 from textual.widgets import Static
 
-from tui.fmt import fmt, num
+from tui.fmt import fmt, num, short_targets
 from tui.model import DeploymentSummary, GpuSnapshot, GpuStatus, LinkState, ServerStats, summarise_gpus
 from widgets._fmt import bar, gib_pair, ratio, theme_color
 from widgets.gpu_table import GPU_STATE_TEXT, _KeyedTable, _level
@@ -157,6 +157,7 @@ class FleetTable(_OrderedTable):
         now = time.monotonic()
         rows: list[tuple[str, tuple[tuple[str, str], ...]]] = []
         bar_w = 0 if self.compact else 8
+        names = short_targets([h.target for h in self.hosts])
         for h in self.hosts:
             open_ = h.target in self.expanded
             word, colour, _note = host_state(h, now)
@@ -172,7 +173,7 @@ class FleetTable(_OrderedTable):
                 (
                     f"host:{h.target}",
                     (
-                        (("▾ " if open_ else "▸ ") + h.target, ""),
+                        (("▾ " if open_ else "▸ ") + names[h.target], ""),
                         (word, colour),
                         (str(s.count) if s.count else "", ""),
                         (model, ""),
@@ -260,6 +261,7 @@ class FleetServerTable(_OrderedTable):
 
     def update_servers(self, hosts: Sequence[FleetHost]) -> None:
         self.shown = tuple(hosts)
+        names = short_targets([h.target for h in self.shown])
         rows = []
         for h in self.shown:
             stale = not h.link.ok
@@ -273,7 +275,7 @@ class FleetServerTable(_OrderedTable):
                     (
                         f"srv:{h.target}:{server_key(s)}",
                         (
-                            (h.target, ""),
+                            (names[h.target], ""),
                             (s.name, ""),
                             (s.engine or "N/A", ""),
                             (s.model.rsplit("/", 1)[-1] if s.model else "N/A", ""),
@@ -319,7 +321,9 @@ class FleetDeploymentTable(_OrderedTable):
     )
     LAYOUTS = (
         (150, None, {}),
-        (0, ("id", "profile", "nodes", "status"), {"profile": ("Profile", 12), "nodes": ("Nodes", 36)}),
+        (118, ("id", "profile", "nodes", "status", "note"), {"profile": ("Profile", 12), "nodes": ("Nodes", 36)}),
+        # at 80 columns the cause of a failure matters more than the profile's name
+        (0, ("id", "nodes", "status", "note"), {"id": ("Deployment", 12), "nodes": ("Nodes", 28), "note": ("", 22)}),
     )
 
     shown: tuple[tuple[DeploymentSummary, ...], tuple[FleetHost, ...]] = ((), ())
@@ -330,12 +334,13 @@ class FleetDeploymentTable(_OrderedTable):
     def update_deployments(self, deployments: Sequence[DeploymentSummary], hosts: Sequence[FleetHost]) -> None:
         self.shown = (tuple(deployments), tuple(hosts))
         links = {h.target: h.link.ok for h in hosts}
+        names = short_targets(sorted({n for d in deployments for n in d.nodes}))
         rows = []
         for d in deployments:
             marks = []
             for node, target in zip(d.nodes, d.targets or (None,) * len(d.nodes)):
                 up = links.get(target) if target is not None else None
-                marks.append(f"{node} {'?' if up is None else '✓' if up else '✗'}")
+                marks.append(f"{names[node]} {'?' if up is None else '✓' if up else '✗'}")
             note = d.diagnosis or ""
             rows.append(
                 (
@@ -368,12 +373,13 @@ class FleetNotes(Static):
     def update_notes(self, hosts: Sequence[FleetHost]) -> None:
         now = time.monotonic()
         text = Text(no_wrap=True, overflow="ellipsis")
+        names = short_targets([h.target for h in hosts])
         for h in hosts:
             _word, colour, note = host_state(h, now)
             if note:
                 if text:
                     text.append("\n")
-                text.append(f"{h.target}: ", style="bold")
+                text.append(f"{names[h.target]}: ", style="bold")
                 text.append(note, style=theme_color(self, colour))
         if (text.plain, tuple(text.spans)) == self._shown:
             return  # unchanged: no layout pass

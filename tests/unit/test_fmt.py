@@ -41,3 +41,23 @@ def test_text_table_aligns_columns_and_leaves_the_last_one_unpadded():
     ruled = text_table(("A", "B"), [("x", "yy")], indent="  ", rule=True)
     assert ruled == ["  A  B", "  -  --", "  x  yy"]
     assert text_table(("ONLY",), []) == ["ONLY"]
+
+
+def test_short_targets_are_the_shortest_names_that_tell_hosts_apart():
+    from tui.fmt import short_targets
+
+    # namespaced hosts: the same user, their own addresses
+    assert short_targets(["op@10.177.61.2:40123", "op@10.177.61.3:40124"]) == {
+        "op@10.177.61.2:40123": "10.177.61.2",
+        "op@10.177.61.3:40124": "10.177.61.3",
+    }
+    # only the ports differ: host:port; an alias stays an alias
+    got = short_targets(["op@gpu:2222", "op@gpu:2223", "gpu-b", "local"])
+    assert got == {"op@gpu:2222": "gpu:2222", "op@gpu:2223": "gpu:2223", "gpu-b": "gpu-b", "local": "local"}
+    # only the users differ: user@host
+    assert short_targets(["a@h", "b@h"]) == {"a@h": "a@h", "b@h": "b@h"}
+    # IPv6 in brackets keeps its brackets with a port
+    assert short_targets(["[::1]:2222", "c@[::1]:2223"]) == {"[::1]:2222": "[::1]:2222", "c@[::1]:2223": "[::1]:2223"}
+    # one host: its name alone; none: nothing
+    assert short_targets(["root@gpu-box:22"]) == {"root@gpu-box:22": "gpu-box"}
+    assert short_targets([]) == {}
