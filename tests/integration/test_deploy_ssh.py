@@ -147,6 +147,10 @@ def test_two_node_sglang_launches_ready_and_stops_with_all_16_gpus_freed(nodes, 
     assert r.returncode == 0, r.stderr
     shown = json.loads(r.stdout)
     assert [m["alive"] for m in shown["members"]] == [True, True]
+    # launched again while it runs: refused, and its own engines are not "processes tunedeck did not start"
+    r = cli(a, user, "launch", "r1-2n", "--sim", "--json")
+    assert r.returncode != 0 and "is still running there" in r.stderr, r.stderr[-2000:]
+    assert "did not start" not in r.stderr, r.stderr[-2000:]
     r = cli(a, user, "runs", "--deployments")
     assert dep["deploy_id"] in r.stdout and tb in r.stdout
 

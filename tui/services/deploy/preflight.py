@@ -109,7 +109,9 @@ async def preflight(
                         f"run {runs[0].run_id} (pid {runs[0].pid}) is still running there; stop it first",
                     )
                 )
-            apps = await compute_apps(host)
+            # with a tunedeck run alive there, the GPUs' processes are most likely its own (a
+            # deployment's engines): the finding above says to stop it; never call them foreign
+            apps = [] if runs else await compute_apps(host)
             if apps:
                 findings.append(
                     Finding(
@@ -117,7 +119,7 @@ async def preflight(
                         node,
                         "gpus",
                         "the GPUs hold processes tunedeck did not start: "
-                        + ", ".join(f"pid {p}" for p, _, _ in apps[:4]),
+                        + ", ".join(f"pid {p}" for p in list(dict.fromkeys(p for p, _, _ in apps))[:4]),
                     )
                 )
             gpus = await _gpus(host)
