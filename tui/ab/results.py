@@ -98,6 +98,14 @@ def _get(d: Mapping[str, Any] | None, *path: str) -> Any:
     return cur
 
 
+def _engine_name(value: Any) -> str:
+    """The engine's name: a launched run records it as text, a benchmark as what the server
+    answered (``{"engine": "sglang", "version": …}``), never shown as a raw dict."""
+    if isinstance(value, Mapping):
+        value = value.get("engine")
+    return str(value or "")
+
+
 def side_from_run_dir(run_dir: Path, label: str) -> Side:
     meta = _read_json(run_dir / "meta.json") or {}
     summary = _read_json(run_dir / "summary.json")
@@ -128,7 +136,7 @@ def side_from_run_dir(run_dir: Path, label: str) -> Side:
     return Side(
         label=label,
         profile=str(meta.get("profile") or run_dir.name),
-        engine=str(server.get("engine") or meta.get("engine") or ""),
+        engine=_engine_name(server.get("engine") or meta.get("engine")),
         model=_text(meta.get("model") or params.get("model") or (levels[0].summary.get("model_id") if levels else "")),
         argv=_argv(server.get("argv") or meta.get("server_argv")),
         env=_env(server.get("env") or meta.get("server_env")),

@@ -366,15 +366,43 @@ def launch_script(
 API_KEY_FILE = "api_key"
 
 
-async def api_key_file_for(host: Host, port: int | None) -> str | None:
-    """The API key file of the live run serving ``port`` on ``host`` (None: no such run, or it has
-    no key). The clients read it where they run: the key never travels in a command or a spec."""
+async def serving_run(host: Host, port: int | None) -> HostRun | None:
+    """The live tunedeck run on ``host`` that serves ``port`` (None: none does)."""
     if port is None:
         return None
     for run in await list_host_runs(host):
-        if run.alive and run.meta.get("port") == port and run.meta.get("api_key") and run.run_dir:
-            return f"{run.run_dir}/{API_KEY_FILE}"
+        if run.alive and run.meta.get("port") == port and run.run_dir:
+            return run
     return None
+
+
+def api_key_file(run: HostRun) -> str | None:
+    """The API key file of ``run`` (None: it was launched without a key). The clients read it
+    where they run: the key never travels in a command or a spec."""
+    return f"{run.run_dir}/{API_KEY_FILE}" if run.meta.get("api_key") else None
+
+
+async def server_of(host: Host, run: HostRun) -> dict[str, object]:
+    """What a benchmark records of the server it measured, when tunedeck launched it: the
+    command and environment as launched (secrets already redacted in the run folder), the
+    engine and the run. So Compare knows the configuration, and two benchmarks of the same
+    configuration compare identical."""
+    out: dict[str, object] = {"launch_run_id": run.run_id, "engine": run.meta.get("engine") or ""}
+    r = await host.run(["cat", f"{run.run_dir}/argv.json", f"{run.run_dir}/env.json"], timeout=20)
+    docs = []
+    for line in r.stdout.splitlines():
+        try:
+            docs.append(json.loads(line))
+        except ValueError:
+            continue
+    argv = next((d for d in docs if isinstance(d, list)), None)
+    env = next((d for d in docs if isinstance(d, dict)), None)
+    if argv is not None:
+        out["argv"] = [str(x) for x in argv]
+    if env is not None:
+        out["env"] = {str(k): str(v) for k, v in env.items()}
+    out["server_log"] = run.log_path
+    return out
 
 
 async def start_detached(

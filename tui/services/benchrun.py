@@ -80,9 +80,15 @@ class BenchRun:
         meta = dict(meta_extra or {})
         if where == HOST and cfg.workload.path:
             cfg = await _ship_workload_file(host, cfg, python)
-        if cfg.api_key_file is None and _loopback(cfg.url):
+        served = await launcher.serving_run(host, _port_of(cfg.url)) if _loopback(cfg.url) else None
+        if served is not None and not meta.get("server"):
+            # a server tunedeck launched: the result records its command, so Compare knows it
+            meta["server"] = await launcher.server_of(host, served)
+            if served.meta.get("profile") and not meta.get("profile"):
+                meta["profile"] = served.meta["profile"]
+        if cfg.api_key_file is None and served is not None:
             # a server launched with --api-key: the client reads the run's 0600 key file on the host
-            key_file = await launcher.api_key_file_for(host, _port_of(cfg.url))
+            key_file = launcher.api_key_file(served)
             if key_file is not None:
                 meta["api_key"] = "the run's (sent as a bearer token; not stored)"
                 if where == HOST:
