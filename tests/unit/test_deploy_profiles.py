@@ -325,3 +325,17 @@ def test_merged_log_keeps_each_nodes_order_and_sorts_by_time():
         ("a", "continued"),
         ("b", "[2026-01-01 10:00:09] b2"),
     ]
+
+
+def test_ray_status_v_gives_each_nodes_gpus():
+    from pathlib import Path
+
+    from tui.services.deploy.launch import ray_node_gpus
+
+    real = (Path(__file__).parent.parent / "data" / "ray" / "ray-2.60.0-status-v.txt").read_text()
+    assert ray_node_gpus(real) == [8.0]
+    two = real + (
+        "\nNode: 0b7c (node_0b7c)\n Usage:\n  0.0/2.0 CPU\n  0B/16.15GiB memory\n  0B/6.92GiB object_store_memory\n"
+    )
+    assert ray_node_gpus(two) == [8.0, 0.0]  # a node without a GPU line has none
+    assert ray_node_gpus("no nodes") == []

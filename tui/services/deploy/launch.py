@@ -50,10 +50,27 @@ async def launch(
         try:
             if step.kind == RAY_WAIT:
                 say(f"waiting for `ray status` on {step.node} to show {step.gpus} GPUs")
-                have = await wait_ray_gpus(host, step.check, step.gpus, timeout=ray_wait, poll=ray_poll)
+                have, per_node = await wait_ray_gpus(host, step.check, step.gpus, timeout=ray_wait, poll=ray_poll)
                 if have < step.gpus:
+                    joined = len(per_node)
+                    nodes = (
+                        f"; {joined} of the {len(plan.nodes)} nodes joined, with "
+                        + ", ".join(f"{g:g}" for g in per_node)
+                        + " GPUs"
+                        if per_node
+                        else ""
+                    )
+                    short = [g for g in per_node if g == 0]
+                    hint = (
+                        f" ({len(short)} node{'s' if len(short) > 1 else ''} joined without GPUs: its ray start's "
+                        "--num-gpus, or CUDA_VISIBLE_DEVICES on it)"
+                        if short
+                        else ""
+                    )
                     raise LaunchRefused(
                         f"Ray shows {have:g} of the {step.gpus} GPUs the placement needs after {ray_wait:g} s"
+                        + nodes
+                        + hint
                     )
                 continue
             cmd = step.command
@@ -74,8 +91,7 @@ async def launch(
             rec.diagnosis = f"{step.node} ({step.kind}) did not start: {e}"
             rec.ended = time.time()
             rec.timeline.append({"t": rec.ended, "event": "launch-failed", "node": step.node, "message": str(e)})
-            store.save(rec)
-            say(rec.diagnosis)
+            store.save(rec)  # the caller reports rec.diagnosis once (the CLI's error line)
             if rec.members:
                 await stop(rec, hosts, store=store, runstore=runstore, grace=10, gpu_wait=30)
                 rec.status = FAILED
@@ -95,17 +111,32 @@ async def launch(
 _RAY_GPU_RE = re.compile(r"([\d.]+)/([\d.]+) GPU")
 
 
-async def wait_ray_gpus(host: Host, check: Sequence[str], need: int, *, timeout: float, poll: float = 1.0) -> float:
-    """Poll ``ray status`` until the cluster shows ``need`` GPUs (returns how many it showed last)."""
+def ray_node_gpus(status: str) -> list[float]:
+    """The GPUs of each node in ``ray status -v`` output (its ``Node: …`` blocks), in its order."""
+    out: list[float] = []
+    for block in re.split(r"^Node: ", status, flags=re.M)[1:]:
+        m = _RAY_GPU_RE.search(block)
+        out.append(float(m.group(2)) if m else 0.0)
+    return out
+
+
+async def wait_ray_gpus(
+    host: Host, check: Sequence[str], need: int, *, timeout: float, poll: float = 1.0
+) -> tuple[float, list[float]]:
+    """Poll ``ray status -v`` until the cluster shows ``need`` GPUs; returns how many it showed
+    last and each node's GPUs (so a node that joined without its GPUs is named by its count)."""
     deadline = time.monotonic() + timeout
     have = 0.0
+    nodes: list[float] = []
+    argv = [*check, "-v"] if "-v" not in check else list(check)
     while True:
-        r = await host.run(list(check), timeout=60)
+        r = await host.run(argv, timeout=60)
         m = _RAY_GPU_RE.search(r.stdout)
         if m:
             have = float(m.group(2))
+            nodes = ray_node_gpus(r.stdout)
             if have >= need:
-                return have
+                return have, nodes
         if time.monotonic() >= deadline:
-            return have
+            return have, nodes
         await asyncio.sleep(poll)
