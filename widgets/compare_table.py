@@ -36,6 +36,7 @@ class CompareTable(DataTable[Any]):
         super().__init__(zebra_stripes=True, cursor_type="row", **kw)
         self.comparison: Comparison | None = None
         """The comparison shown (None before the first one)."""
+        self._labels: tuple[str, str] = ("A", "B")
 
     def on_mount(self) -> None:
         for key, label in COLUMNS:
@@ -99,14 +100,15 @@ class CompareTable(DataTable[Any]):
         self.comparison = None
         self.clear()
 
-    def show(self, cmp: Comparison) -> None:
-        """Show ``cmp``: update changed cells, add new rows, drop rows that went away."""
-        labels = (f"A {cmp.a_profile}".strip(), f"B {cmp.b_profile}".strip())
-        old = self.comparison
-        self.comparison = cmp
+    def show(self, cmp: Comparison, *, compact: bool = False) -> None:
+        """Show ``cmp``: update changed cells, add new rows, drop rows that went away. ``compact``
+        (a narrow terminal): the side columns are headed A and B (the headline names them)."""
+        labels = ("A", "B") if compact else (f"A {cmp.a_profile}".strip(), f"B {cmp.b_profile}".strip())
+        old, old_labels = self.comparison, self._labels
+        self.comparison, self._labels = cmp, labels
         keys = {r.key for r in cmp.rows}
         with self.app.batch_update():
-            if old is None or (f"A {old.a_profile}".strip(), f"B {old.b_profile}".strip()) != labels:
+            if old is None or old_labels != labels:
                 self.clear(columns=True)  # new sides: headers (and widths) follow the profile names
                 for key, label in COLUMNS:
                     self.add_column({"a": labels[0], "b": labels[1]}.get(key, label), key=key)

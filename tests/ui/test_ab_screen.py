@@ -134,3 +134,31 @@ async def test_last_ab_shows_a_full_progress_bar():
         await pilot.pause()
         assert "completed" in str(scr2.query_one("#ab-status").content)
         assert scr2.query_one("#ab-progress").percentage == 1.0
+
+
+async def test_at_80x24_a_comparison_takes_the_width_and_p_brings_the_profiles_back():
+    """80×24 is a first-class size: A, B, Δ and the verdict of every row are on screen (the
+    sides' names are in the headline); the profile list comes back with p, or with 1/2."""
+    ops = FakeOps(bench_delay=0.05)
+    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
+    async with ABApp(scr).run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        side = scr.query_one("#ab-side")
+        assert side.display  # nothing compared yet: the profiles are what there is to use
+        await pilot.press("g")
+        await until(pilot, lambda: scr.report is not None and scr.query_one(CompareTable).row_count >= 6)
+        await pilot.pause()
+        table = scr.query_one(CompareTable)
+        assert not side.display
+        assert [str(c.label) for c in table.columns.values()][:3] == ["Metric", "A", "B"]
+        # every column ends inside the table's own width: nothing cut at the right edge
+        assert sum(c.get_render_width(table) for c in table.columns.values()) <= table.size.width
+        await pilot.press("p")
+        await pilot.pause()
+        assert side.display
+        await pilot.press("p")
+        await pilot.pause()
+        assert not side.display
+        await pilot.press("1")  # marking needs the list: the first key shows it, marks nothing
+        await pilot.pause()
+        assert side.display and scr.marked == {"A": "base", "B": "tuned"}

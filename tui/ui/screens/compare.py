@@ -29,7 +29,7 @@ import logging
 from typing import Any, Awaitable, Callable
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -89,6 +89,9 @@ class CompareScreen(Screen[None]):
 
     DEFAULT_CSS = """
     CompareScreen #ab-side { width: 28; border-right: solid $panel; padding: 0 1; }
+    /* below NARROW columns a comparison takes the whole width: the profiles come back with p */
+    CompareScreen.-narrow.-result #ab-side { display: none; }
+    CompareScreen.-narrow.-result.-side #ab-side { display: block; }
     CompareScreen #ab-profiles { height: 1fr; min-height: 5; }
     CompareScreen #ab-marks { height: auto; margin: 1 0; }
     CompareScreen #ab-main { padding: 0 1; }
@@ -112,6 +115,13 @@ class CompareScreen(Screen[None]):
             id="ab-cancel",
         ),
         Binding("j", "load_last", "Last A/B", tooltip="Show the last A/B from the journal", id="ab-last"),
+        Binding(
+            "p",
+            "toggle_side",
+            "Profiles",
+            tooltip="Show or hide the profiles and the plan (hidden by a comparison on a narrow terminal)",
+            id="ab-toggle-side",
+        ),
         Binding(
             "plus,equals_sign",
             "repeats(1)",
@@ -211,7 +221,22 @@ class CompareScreen(Screen[None]):
         except OSError:
             return []
 
+    #: below this many columns a comparison hides the profiles (p shows them)
+    NARROW = 110
+
+    def on_resize(self, event: events.Resize) -> None:
+        narrow = event.size.width < self.NARROW
+        if narrow != self.has_class("-narrow"):
+            self.set_class(narrow, "-narrow")
+            table = self.query_one(CompareTable)
+            if table.comparison is not None:
+                table.show(table.comparison, compact=narrow)
+
+    def action_toggle_side(self) -> None:
+        self.toggle_class("-side")
+
     def on_mount(self) -> None:
+        self.set_class(self.app.size.width < self.NARROW, "-narrow")
         names = self._profiles if self._profiles is not None else self._load_profiles()
         ol = self.query_one("#ab-profiles", OptionList)
         for n in names:
@@ -255,6 +280,9 @@ class CompareScreen(Screen[None]):
         self.query_one("#ab-marks", Static).update(t)
 
     def action_mark(self, side: str) -> None:
+        if self.has_class("-narrow", "-result") and not self.has_class("-side"):
+            self.add_class("-side")  # the profiles were hidden: show them first, mark on the next key
+            return
         ol = self.query_one("#ab-profiles", OptionList)
         if ol.highlighted is None:
             return
@@ -516,7 +544,9 @@ class CompareScreen(Screen[None]):
     def show_comparison(self, cmp: Comparison, series: tuple[list[float], list[float]] | None = None) -> None:
         """Show a comparison (table, config diff, warnings, chart)."""
         self.query_one("#ab-headline", Static).update(cmp.headline)
-        self.query_one(CompareTable).show(cmp)
+        self.add_class("-result")
+        self.remove_class("-side")
+        self.query_one(CompareTable).show(cmp, compact=self.has_class("-narrow"))
         self.query_one(ConfigDiff).show(cmp)
         peak = next((r.concurrency for r in cmp.rows if r.key == "peak_output_tok_s"), None)
         title = f"output tok/s over time{f' at C={peak}' if peak else ''}"
