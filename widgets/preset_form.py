@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
@@ -114,7 +114,25 @@ class PresetForm(Widget):
     PresetForm #save-as-name { width: 30; }
     PresetForm #confirm-dangerous { display: none; }
     PresetForm #confirm-dangerous.-shown { display: block; }
+    /* a short terminal (80x24): one row a field, so the size fields and the buttons stay in view */
+    PresetForm.-short .row > Label { padding: 0 1 0 0; }
+    PresetForm.-short .row > Input { border: none; height: 1; padding: 0 1; }
+    PresetForm.-short .row > Select > SelectCurrent { border: none; height: 1; padding: 0 1; }
+    PresetForm.-short .row > Select { height: auto; }
+    PresetForm.-short #nccl-info { max-height: 2; }
+    PresetForm.-short #preview { max-height: 6; }
+    PresetForm.-short #messages-box { max-height: 3; }
+    PresetForm.-short #buttons { padding: 0; }
+    PresetForm.-short #buttons Button { border: none; height: 1; }
+    PresetForm.-short #buttons #save-as-name { border: none; height: 1; }
+    /* a narrow one: every button on the line */
+    PresetForm.-narrow #buttons Button { min-width: 8; width: auto; }
+    PresetForm.-narrow #save-as-name { width: 16; }
     """
+    #: below this many rows the form is compact (one row a field)
+    SHORT_ROWS = 32
+    #: below this many columns the buttons are narrow
+    NARROW_COLUMNS = 110
 
     class Changed(Message):
         """Any field changed; ``values`` is the whole form."""
@@ -274,7 +292,16 @@ class PresetForm(Widget):
             yield Button("Pre-flight", id="preflight")
             yield Button("Launch", id="launch", variant="success")
 
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        size = self.app.size
+        self.set_class(size.height < self.SHORT_ROWS, "-short")
+        self.set_class(size.width < self.NARROW_COLUMNS, "-narrow")
+
     def on_mount(self) -> None:
+        self._fit()
         self.query_one("#preview", Static).border_title = "Command"
         self._refresh_static()
         self.post_message(self.Changed(self, self.values))
