@@ -293,6 +293,21 @@ def test_triage_names_the_node_that_failed_first_not_the_one_that_timed_out_last
     assert triage(m, nodes).first_failed == "b"
 
 
+def test_triage_a_member_stopped_on_request_never_failed_first():
+    """The head stopped first, the worker logs NCCL's error before its own stop reaches it: the
+    deployment was stopped, it did not fail (a follower in another terminal once said "failed")."""
+    nodes = ["a", "b"]
+    m = [
+        ms("a", 0, "stopped", None, None, "stopped (by you)", None, False, True),
+        ms("b", 1, "stopped", "nccl", 100.0, "stopped (by you)", "RuntimeError: NCCL error", False),
+    ]
+    v = triage(m, nodes)
+    assert v.state != "failed" and v.first_failed is None, v
+    # a real failure before the stop is still one
+    m[1] = ms("b", 1, "failed", "nccl", 100.0, "NCCL error", "RuntimeError: NCCL error", False)
+    assert triage(m, nodes).state == "failed"
+
+
 def test_triage_a_worker_that_never_joined():
     proof = "torch.distributed.DistStoreError: Timed out after 31 seconds waiting for clients. 1/2 clients joined."
     m = [

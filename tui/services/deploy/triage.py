@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from tui.hostops.hosts import Host
-from tui.hostops.runstore import FAILED, READY, STARTING, WORKER_UP, RunStore
+from tui.hostops.runstore import FAILED, READY, STARTING, STOPPED, WORKER_UP, RunStore
 from tui.hostops.tracker import STALLED, StartupTracker
 from tui.model import StartupProgress
 from tui.services.deploy.logs import log_time
@@ -59,7 +59,13 @@ def triage(members: Sequence[MemberState], nodes: Sequence[str]) -> Verdict:
     (a symptom such as an NCCL error or a rendezvous timeout loses a tie against a real cause)
     and its proving line; a head that timed out waiting at the rendezvous while a worker never
     came names the worker: "node B never joined"."""
-    failed = [m for m in members if m.state in (FAILED, "exited") or (m.kind and m.failed_at is not None)]
+    # a member stopped on request never failed, whatever its log says after its peers went (the
+    # NCCL error of a worker whose head was stopped first is the stop's doing, not a failure)
+    failed = [
+        m
+        for m in members
+        if m.state != STOPPED and (m.state in (FAILED, "exited") or (m.kind and m.failed_at is not None))
+    ]
     if failed:
 
         def key(m: MemberState) -> tuple[float, int, int]:
