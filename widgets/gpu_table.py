@@ -12,7 +12,11 @@ import time
 from collections import deque
 from typing import Any, Mapping, Sequence
 
+from rich.errors import StyleError
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
+from textual.cache import LRUCache
 from textual.widgets import DataTable
 
 from tui.fmt import fmt, num
@@ -133,6 +137,11 @@ class _KeyedTable(DataTable[Any]):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._cells: dict[str, tuple[tuple[str, str], ...]] = {}
+        #: rendered cell lines by what decides them (see :meth:`_render_cell`)
+        self._lines_cache: LRUCache[tuple[Any, ...], Any] = LRUCache(2048)
+        #: rendered lines by what decides them (see :meth:`_render_line`)
+        self._strips: LRUCache[tuple[Any, ...], Any] = LRUCache(512)
+        self._frame_style: Style | None = None
         self._index = {k: i for i, (k, _, _) in enumerate(self.COLUMNS)}
         #: the columns shown now (key, label, width)
         self.shown_columns: list[tuple[str, str, int]] = list(self.COLUMNS)
@@ -173,6 +182,147 @@ class _KeyedTable(DataTable[Any]):
 
     def _refill(self) -> None:
         """Rebuild the rows from the last data (subclasses keep it)."""
+
+    def _render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> Any:
+        """DataTable renders every cell again after any update (its cache is keyed on an update
+        counter); at 1 Hz most cells of a dashboard table did not change. Here a cell's lines are
+        kept by what decides them: its place, its text and style, the width and the cursor."""
+        if row_index < 0 or column_index < 0:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        cells = self._cells.get(str(row_key.value)) if row_key is not None else None
+        if cells is None or column_key is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        key = (
+            row_index,
+            column_index,
+            cells[self._index[str(column_key.value)]],
+            base_style,
+            width,
+            cursor,
+            hover,
+            self._show_hover_cursor,
+            self._pseudo_class_state,
+            self.app.theme,
+        )
+        lines = self._lines_cache.get(key)
+        if lines is None:
+            lines = self._plain_cell(row_index, column_index, row_key, column_key, base_style, width, cursor, hover)
+            if lines is None:
+                lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+            self._lines_cache[key] = lines
+        return lines
+
+    def render_lines(self, crop: Any) -> Any:
+        # the widget's style once a frame, not once a line (DataTable asks for it on every line)
+        self._frame_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame_style = None
+
+    def render_line(self, y: int) -> Any:
+        if self._frame_style is None or self.fixed_rows:
+            return super().render_line(y)
+        scroll_x, scroll_y = self.scroll_offset
+        if y >= (self.header_height if self.show_header else 0):
+            y += scroll_y
+        return self._render_line(y, scroll_x, scroll_x + self.size.width, self._frame_style)
+
+    def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Any:
+        """DataTable draws every line again after any update; here a line is kept by what decides
+        it: its row's cells (or the header), the columns, the crop, the cursor and the style."""
+        try:
+            row_key, offset = self._get_offsets(y)
+        except LookupError:
+            return super()._render_line(y, x1, x2, base_style)
+        content = (
+            ("header", tuple(self.shown_columns))
+            if row_key is self._header_row_key
+            else self._cells.get(str(row_key.value))
+        )
+        if content is None:
+            return super()._render_line(y, x1, x2, base_style)
+        key = (
+            y,
+            offset,
+            content,
+            tuple(self.shown_columns),
+            x1,
+            x2,
+            self.size.width,
+            self.cursor_coordinate,
+            self.hover_coordinate,
+            base_style,
+            self.cursor_type,
+            self._show_hover_cursor,
+            self._pseudo_class_state,
+            self.app.theme,
+            self.row_count,
+        )
+        strip = self._strips.get(key)
+        if strip is None:
+            strip = super()._render_line(y, x1, x2, base_style)
+            self._strips[key] = strip
+        return strip
+
+    def _plain_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        row_key: Any,
+        column_key: Any,
+        base_style: Style,
+        width: int,
+        cursor: bool,
+        hover: bool,
+    ) -> list[list[Segment]] | None:
+        """A one-row cell of a one-line left-aligned ``Text`` drawn straight to segments: what
+        DataTable's Padding/Styled/render_lines pipeline gives for it, at a fraction of the cost
+        (None: any other cell, drawn by DataTable itself)."""
+        row = self.rows.get(row_key)
+        cell = self._data.get(row_key, {}).get(column_key)
+        if row is None or row.height != 1 or not isinstance(cell, Text) or not cell.no_wrap:
+            return None
+        if cell.justify not in (None, "default", "left") or "\n" in cell.plain or "\t" in cell.plain:
+            return None
+        fixed = row_index < self.fixed_rows or column_index < self.fixed_columns
+        component_style, post_style = self._get_styles_to_render_cell(
+            False,
+            False,
+            fixed,
+            hover,
+            cursor,
+            self.show_cursor,
+            self._show_hover_cursor,
+            self.cursor_foreground_priority == "css",
+            self.cursor_background_priority == "css",
+        )
+        pad = self.cell_padding
+        inner = max(0, width - 2 * pad)
+        console = self.app.console
+        if cell.overflow not in (None, "fold", "crop") and cell.cell_len > inner:
+            return None  # an ellipsis: DataTable's own path
+        try:
+            segs = list(cell.render(console, end=""))
+            if cell.style:  # DataTable's path joins the line, which turns the base style into a span
+                segs = list(Segment.apply_style(segs, console.get_style(cell.style)))
+        except StyleError:  # a Textual colour ("auto 60%"): DataTable's own path knows it
+            return None
+        body = Segment.adjust_line_length(segs, inner, style=Style.null())
+        blank = Segment(" " * pad, Style.null()) if pad else None
+        line = [*([blank] if blank else []), *body, *([blank] if blank else [])]
+        pre = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component_style
+        return [list(Segment.apply_style(line, pre, post_style))]
 
     def _recolour(self, _theme: object = None) -> None:
         """Re-style every cell from the new theme's variables."""

@@ -800,6 +800,8 @@ class HttpClient:
                 rt = conn.read_timeout
                 if rt is not None and now - conn.last > rt:
                     conn.fail(ReadTimeout(f"no data for {rt:g} s"))
+            if not self._busy:
+                return  # idle (a dashboard probing once a second): the next send starts it again
 
     async def aclose(self) -> None:
         self._closed = True

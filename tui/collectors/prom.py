@@ -10,6 +10,7 @@ skipped (counted in :attr:`Metrics.bad_lines`), never raised.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
@@ -135,51 +136,44 @@ def _parse_float(text: str) -> float | None:
         return None
 
 
-def _parse_labels(text: str, i: int) -> tuple[Labels, int] | None:
-    """Parse ``{a="x",b="y"}`` starting at ``text[i] == '{'``; return labels and the index after '}'."""
+#: one ``key="value"`` of a label set (after any blanks and commas before it)
+_LABEL_RE = re.compile(r'[ \t,]*([\w:]+)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"', re.S)
+#: the end of a label set
+_LABELS_END_RE = re.compile(r"[ \t,]*\}")
+_ESCAPE_RE = re.compile(r"\\(.)", re.S)
+_ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
+
+
+def _unescape(value: str) -> str:
+    return _ESCAPE_RE.sub(lambda m: _ESCAPES.get(m.group(1), "\\" + m.group(1)), value) if "\\" in value else value
+
+
+def _parse_labels(text: str, i: int, shown: dict[str, str] | None = None) -> tuple[Labels, int] | None:
+    """Parse ``{a="x",b="y"}`` starting at ``text[i] == '{'``; return labels and the index after '}'.
+    ``shown``: label values already made safe to show (a scrape repeats the same few values)."""
     labels: list[tuple[str, str]] = []
-    n = len(text)
     i += 1
     while True:
-        while i < n and text[i] in " \t,":
-            i += 1
-        if i >= n:
+        end = _LABELS_END_RE.match(text, i)
+        if end is not None:
+            return tuple(labels), end.end()
+        m = _LABEL_RE.match(text, i)
+        if m is None:
             return None
-        if text[i] == "}":
-            return tuple(labels), i + 1
-        j = i
-        while j < n and (text[j].isalnum() or text[j] in "_:"):
-            j += 1
-        key = text[i:j]
-        while j < n and text[j] in " \t":
-            j += 1
-        if not key or j >= n or text[j] != "=":
-            return None
-        j += 1
-        while j < n and text[j] in " \t":
-            j += 1
-        if j >= n or text[j] != '"':
-            return None
-        j += 1
-        buf = []
-        while j < n and text[j] != '"':
-            c = text[j]
-            if c == "\\" and j + 1 < n:
-                nxt = text[j + 1]
-                buf.append({"n": "\n", "\\": "\\", '"': '"'}.get(nxt, "\\" + nxt))
-                j += 2
-                continue
-            buf.append(c)
-            j += 1
-        if j >= n:
-            return None
-        labels.append((key, safe_line("".join(buf))))  # a label value is host text: shown as is
-        i = j + 1
+        raw = m.group(2)
+        value = shown.get(raw) if shown is not None else None
+        if value is None:
+            value = safe_line(_unescape(raw))  # a label value is host text: shown as is
+            if shown is not None:
+                shown[raw] = value
+        labels.append((m.group(1), value))
+        i = m.end()
 
 
 def parse(text: str) -> Metrics:
     """Parse an exposition text."""
     m = Metrics()
+    shown: dict[str, str] = {}
     for raw in text.splitlines():
         line = raw.strip()
         if not line:
@@ -196,7 +190,7 @@ def parse(text: str) -> Metrics:
         name = line[:i]
         labels: Labels = ()
         if i < n and line[i] == "{":
-            parsed = _parse_labels(line, i)
+            parsed = _parse_labels(line, i, shown)
             if parsed is None:
                 m.bad_lines += 1
                 continue

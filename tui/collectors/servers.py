@@ -21,14 +21,14 @@ vLLM speculative acceptance is accepted/draft token deltas.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 from urllib.parse import urlsplit
 
-import httpx
-
+from tui.bench import http
 from tui.collectors import prom
 from tui.hostops.hosts import Host, HostError
 from tui.model import NA, Num, ServerStats
@@ -36,6 +36,8 @@ from tui.util.safety import safe_line
 
 ENGINES = ("sglang", "vllm", "auto")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+#: the most of a probe's answer read (an engine's /metrics is tens of KB; a hostile one is cut here)
+BODY_LIMIT = 8 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,9 @@ class _ServerState:
     model: str = ""
     prev: _Prev | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the last /metrics text and its parse: an idle server answers the same text every second
+    metrics_text: str = ""
+    metrics: prom.Metrics | None = None
 
 
 class ServerCollector:
@@ -147,7 +152,7 @@ class ServerCollector:
         self.specs: tuple[ServerSpec, ...] = tuple(specs)
         self.probe_timeout = probe_timeout
         self.connect_timeout = connect_timeout
-        self._client: httpx.AsyncClient | None = None
+        self._client: http.HttpClient | None = None
         self._state: dict[str, _ServerState] = {}
         self._forwards: dict[tuple[str, int], int] = {}
         self._forward_lock = asyncio.Lock()
@@ -170,12 +175,12 @@ class ServerCollector:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> http.HttpClient:
+        # the benchmark's own client (standard library, keep-alive): a probe a second costs a
+        # fraction of what a general-purpose client costs, and one client serves everything
         if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.probe_timeout, connect=self.connect_timeout),
-                trust_env=False,  # never route loopback probes through a proxy
-                limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
+            self._client = http.HttpClient(
+                read_timeout=self.probe_timeout, connect_timeout=self.connect_timeout, write_timeout=self.probe_timeout
             )
         return self._client
 
@@ -219,19 +224,22 @@ class ServerCollector:
 
     async def _get(self, url: str, *, want_json: bool = False) -> _Probe:
         try:
-            r = await self._http().get(url)
-        except httpx.ConnectError as exc:
-            return _Probe(error="refused", body=_connect_reason(exc))
-        except httpx.TimeoutException:
+            r = await self._http().request("GET", url, timeout=self.probe_timeout, limit=BODY_LIMIT)
+        except http.ConnectTimeout:
             return _Probe(error="timeout")
-        except httpx.HTTPError as exc:
+        except http.ConnectError as exc:
+            return _Probe(error="refused", body=_connect_reason(exc))
+        except http.TimeoutException:
+            return _Probe(error="timeout")
+        except http.HTTPError as exc:
             return _Probe(error=f"{type(exc).__name__}: {exc}"[:200] or type(exc).__name__)
         except OSError as exc:
             return _Probe(error=str(exc)[:200])
-        p = _Probe(status=r.status_code, body=r.text if not want_json else "")
-        if want_json and r.status_code == 200:
+        body = (r.content or b"").decode("utf-8", "replace")
+        p = _Probe(status=r.status, body=body if not want_json else "")
+        if want_json and r.status == 200:
             try:
-                p.json = r.json()
+                p.json = json.loads(body)
             except ValueError:
                 p.json = None
         return p
@@ -298,7 +306,9 @@ class ServerCollector:
         figures: dict[str, Num] = {}
         metrics_state = "ok"
         if metrics_p.status == 200:
-            m = prom.parse(metrics_p.body)
+            if st.metrics is None or metrics_p.body != st.metrics_text:
+                st.metrics_text, st.metrics = metrics_p.body, prom.parse(metrics_p.body)
+            m = st.metrics
             detected = _detect_engine(m)
             if detected:  # the metric names are authoritative
                 st.engine = detected
