@@ -390,10 +390,23 @@ async def test_results_list_filters_and_sorts():
         assert table.shown_keys == ["20260101-000000-aaaaaa", "20260101-000002-cccccc"]
 
 
+def switcher_app(factory):
+    """The dashboard on host "first" (8 fake GPUs) whose host switcher makes hosts with ``factory``."""
+    from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats
+    from tui.ui.app import make_app
+
+    return make_app(
+        gpu=FakeGpu([gpu_status(8)]),
+        host_source=FakeHost(host_stats()),
+        servers=FakeServers(),
+        target="first",
+        host_factory=factory,
+    )
+
+
 async def test_host_switcher_lists_ssh_config_and_switches(tmp_path, monkeypatch):
     from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats
     from tui.collectors.sources import Sources
-    from tui.ui.app import make_app
     from tui.ui.screens.hosts import HostsModal, recent_hosts
 
     home = tmp_path / "home"
@@ -408,13 +421,7 @@ async def test_host_switcher_lists_ssh_config_and_switches(tmp_path, monkeypatch
             gpu=FakeGpu([gpu_status(2)]), host=FakeHost(host_stats(hostname=target)), servers=FakeServers(())
         )
 
-    app = make_app(
-        gpu=FakeGpu([gpu_status(8)]),
-        host_source=FakeHost(host_stats()),
-        servers=FakeServers(),
-        target="first",
-        host_factory=factory,
-    )
+    app = switcher_app(factory)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.latest.link.ok)
         await pilot.press("H")
@@ -436,7 +443,6 @@ async def test_a_host_switch_from_a_run_view_leaves_the_old_hosts_run(tmp_path, 
     from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats
     from tui.collectors.sources import Sources
     from tui.hostops.runstore import RunRecord
-    from tui.ui.app import make_app
     from tui.ui.screens.hosts import HostsModal
     from tui.ui.screens.run import RunScreen
 
@@ -450,13 +456,7 @@ async def test_a_host_switch_from_a_run_view_leaves_the_old_hosts_run(tmp_path, 
     class StubHost:
         target = "first"
 
-    app = make_app(
-        gpu=FakeGpu([gpu_status(8)]),
-        host_source=FakeHost(host_stats()),
-        servers=FakeServers(),
-        target="first",
-        host_factory=factory,
-    )
+    app = switcher_app(factory)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.latest.link.ok)
         run = RunScreen(StubHost(), RunRecord("r1", "first", ["x"]))  # type: ignore[arg-type]

@@ -91,6 +91,17 @@ class One(App):
         yield self.widget
 
 
+async def rendered(chart, size: tuple[int, int]) -> list[str]:
+    """The chart's lines as drawn at ``size``, with its axes read and checked (round, even)."""
+    async with One(chart).run_test(size=size) as pilot:
+        await pilot.pause()
+        lines = chart.render().plain.split("\n")
+    yt, xt, _, _ = read_axes(lines)
+    check_ticks(yt)
+    check_ticks(xt, rows=False)
+    return lines
+
+
 SWEEP = [(1, 63.6), (16, 800.0), (64, 1536.0), (128, 2370.0)]
 SERIES = [(float(t), 60.0 + 7 * (t % 5) + t) for t in range(1, 31)]
 
@@ -107,12 +118,8 @@ SERIES = [(float(t), 60.0 + 7 * (t % 5) + t) for t in range(1, 31)]
 async def test_throughput_chart_ticks_are_round_even_and_match_the_points(size, data, kind, xlabel):
     chart = ThroughputChart("tok/s", xlabel=xlabel, ylabel="tok/s", kind=kind)
     chart.set_series("run", data)
-    async with One(chart).run_test(size=size) as pilot:
-        await pilot.pause()
-        lines = chart.render().plain.split("\n")
+    lines = await rendered(chart, size)
     yt, xt, _, _ = read_axes(lines)
-    check_ticks(yt)
-    check_ticks(xt, rows=False)
     assert yt[-1][1] == 0.0, "the y axis starts at zero"  # the last row is the bottom
     assert xt[0][1] == 0.0
     check_points(lines, data)
@@ -122,23 +129,15 @@ async def test_two_series_and_a_legend_still_read_true():
     chart = ThroughputChart("tok/s", xlabel="concurrency", ylabel="tok/s")
     chart.set_series("vllm", SWEEP)
     chart.set_series("sglang", [(1, 82.5), (16, 700.0), (64, 1200.0), (128, 1536.0)])
-    async with One(chart).run_test(size=(90, 16)) as pilot:
-        await pilot.pause()
-        lines = chart.render().plain.split("\n")
-    yt, xt, _, _ = read_axes(lines)
-    check_ticks(yt)
-    check_ticks(xt, rows=False)
+    lines = await rendered(chart, (90, 16))
+    check_points(lines, SWEEP[1:])
 
 
 async def test_compare_chart_axes():
     chart = CompareChart()
     chart.set_series("A", [float(v) for v in range(100, 160, 3)], "B", [float(v) for v in range(120, 200, 4)])
-    async with One(chart).run_test(size=(80, 14)) as pilot:
-        await pilot.pause()
-        lines = chart.render().plain.split("\n")
-    yt, xt, _, _ = read_axes(lines)
-    check_ticks(yt)
-    check_ticks(xt, rows=False)
+    lines = await rendered(chart, (80, 14))
+    yt, _, _, _ = read_axes(lines)
     assert yt[-1][1] == 0.0
     check_points(lines, [(0.0, 100.0), (19.0, 157.0)])
 
