@@ -538,6 +538,19 @@ def bench_sweep() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     return app, run_before
 
 
+async def _bench_setup(app: TunedeckApp, pilot: Pilot) -> Any:
+    """Open the Bench setup form (``b``) and wait for its first preview: it is built in a thread,
+    and a snapshot taken before it lands shows "building the preview…" (a loaded machine)."""
+    from tui.ui.screens.bench_setup import BenchSetupScreen
+
+    await _settled(app, pilot)
+    await pilot.press("b")
+    await _until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
+    scr: Any = app.screen
+    await _until(pilot, lambda: "could serve" in str(scr.query_one("#bs-preview").content))
+    return scr
+
+
 def bench_setup_slo() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     """The bench form with goodput targets, one of them mistyped: the error line names the field."""
     app = base_app()
@@ -545,12 +558,7 @@ def bench_setup_slo() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     async def run_before(pilot: Pilot) -> None:
         from textual.widgets import Input
 
-        from tui.ui.screens.bench_setup import BenchSetupScreen
-
-        await _settled(app, pilot)
-        await pilot.press("b")
-        await _until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
-        scr: Any = app.screen
+        scr = await _bench_setup(app, pilot)
         for key, value in (("ttft", "500"), ("tpot", "50"), ("itl", "12O")):
             scr.query_one(f"#bs-slo-{key}", Input).value = value
         app.set_focus(None)
@@ -570,13 +578,7 @@ def bench_setup() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.ui.screens.bench_setup import BenchSetupScreen
-
-        await _settled(app, pilot)
-        await pilot.press("b")
-        await _until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
-        scr: Any = app.screen
-        await _until(pilot, lambda: "could serve" in str(scr.query_one("#bs-preview").content))
+        await _bench_setup(app, pilot)
         await pilot.pause(0.2)
 
     return app, run_before
@@ -589,12 +591,7 @@ def bench_setup_workload() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[Non
     async def run_before(pilot: Pilot) -> None:
         from textual.widgets import Input, Select
 
-        from tui.ui.screens.bench_setup import BenchSetupScreen
-
-        await _settled(app, pilot)
-        await pilot.press("b")
-        await _until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
-        scr: Any = app.screen
+        scr = await _bench_setup(app, pilot)
         scr.query_one("#bs-dataset", Select).value = "shared_prefix"
         scr.query_one("#bs-options", Input).value = "--gsp-num-groups 8 --gsp-prompts-per-group 32"
         scr.query_one("#bs-concurrency", Input).value = "1,32"

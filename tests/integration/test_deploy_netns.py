@@ -33,6 +33,7 @@ from tests.nshosts import NsHost, ns_hosts  # noqa: F401  (fixture)
 from tests.simfix import free_port
 from tests.sshd import ROOT_USER
 from tests.sshd import cli as sshd_cli
+from tests.waits import scaled
 from tui.hostops.runstore import RunStore
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(420)]
@@ -214,7 +215,9 @@ async def test_too_few_gpus_in_the_ray_cluster_stop_the_launch_and_vllm_names_it
     ta = a.sshd.target(ROOT_USER)
     try:
         # 1. tunedeck's own wait for Ray's GPUs refuses to start vLLM, and stops what it started
-        rec = await D.launch(short, hosts, ray_wait=15, ray_poll=1)
+        # long enough for the head's own 8 GPUs to show on a loaded 2-core machine (at 15 s Ray
+        # once showed none yet), so what is missing is the worker's
+        rec = await D.launch(short, hosts, ray_wait=scaled(45), ray_poll=1)
         assert rec.status == "failed", rec
         assert rec.diagnosis is not None and "Ray shows 8 of the 16 GPUs the placement needs" in rec.diagnosis
         assert "2 of the 2 nodes joined" in rec.diagnosis and "1 node joined without GPUs" in rec.diagnosis
