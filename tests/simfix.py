@@ -5,21 +5,15 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
 from typing import Iterator
 
 from tests.conftest import REPO, tunedeck_cmd
+from tests.ports import free_port  # noqa: F401  (imported from here by many tests)
 
 READY = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete."}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SimProc:

@@ -38,6 +38,8 @@ from typing import Iterator
 
 import pytest
 
+from tests.ports import free_port
+
 SSHD = "/usr/sbin/sshd"
 TEST_USER = "gpuop"
 ROOT_USER = "tdroot"
@@ -52,12 +54,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except Exception:  # noqa: BLE001 - best effort (not Linux)
         pass
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _keygen(path: Path, comment: str) -> None:
@@ -139,7 +135,7 @@ class SshdServer:
         self.sftp = sftp
         self.listen = listen
         self.netns = netns
-        self.port = _free_port()
+        self.port = free_port()
         self.user = TEST_USER
         self.shim_dir = base / "shims"
         self.remote_home = base / "remote-home"

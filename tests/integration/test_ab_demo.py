@@ -11,23 +11,17 @@ import asyncio
 import json
 import os
 import re
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import tunedeck_cmd
+from tests.ports import free_port
 from tests.simfix_ab import assert_b_wins_unless_busy
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,17 +16,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tunedeck_cmd
+from tests.ports import free_port
 from tests.simfix_ab import assert_b_wins_unless_busy
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(300)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def remote_shims(sshd: SshdServer, sim_state: Path) -> Path:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.ports import free_port
 from tui.hostops import launcher as L
 from tui.hostops import logfollow, runstore
 from tui.hostops.hosts import LocalHost
@@ -21,12 +22,6 @@ from tui.hostops.tracker import StartupTracker, format_progress, load_history, w
 
 FAKE = str(REPO / "tests" / "fakeserver.py")
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fake(engine: str = "sglang", port: int | None = None, *extra: str) -> tuple[list[str], int]:

@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
 from tests.fake_engines import SGLANG_METRICS, VLLM_METRICS, FakeEngine, fill
+from tests.ports import free_port
 from tui.collectors.servers import ServerCollector, ServerSpec
 from tui.hostops.hosts import LocalHost
 from tui.model import NA
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 async def test_sglang_ready_with_metrics_and_window_ttft() -> None:
@@ -100,7 +92,7 @@ async def test_sglang_without_enable_metrics_is_not_a_failure() -> None:
 
 
 async def test_refused_port_is_down() -> None:
-    port = _free_port()
+    port = free_port()
     async with ServerCollector(LocalHost(), [ServerSpec("gone", "vllm", port)]) as c:
         (a,) = await c.sample()
     assert a.state == "down" and "refused" in a.message and a.metrics_state == "none"
@@ -122,7 +114,7 @@ async def test_probe_timeout_before_ready_is_starting() -> None:
 
 
 async def test_url_specs_order_and_mixed_states() -> None:
-    port = _free_port()
+    port = free_port()
     async with FakeEngine("vllm") as v, FakeEngine("sglang") as s:
         v.metrics = 'vllm:num_requests_running{engine="0"} 3\n'
         s.metrics = None
