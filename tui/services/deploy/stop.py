@@ -9,7 +9,14 @@ from typing import Mapping
 from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import compute_apps, stop_run
 from tui.hostops.runstore import STOPPED, RunStore
+from tui.profiles.deploy import RAY_HEAD, RAY_WORKER
 from tui.services.deploy.records import PARTIAL, DeploymentRecord, DeploymentStore, dress_sim
+
+#: seconds a Ray node is given to end on TERM before its process group is killed. Its processes
+#: hold no GPU (the engine's workers, stopped first, did), and a head's gcs_server and ``ray start``
+#: outwait any grace (measured: a head still up 30 s after TERM, every time); ``ray stop`` itself
+#: gives 16 s before it kills.
+RAY_NODE_GRACE = 10.0
 
 
 @dataclass(frozen=True)
@@ -44,8 +51,9 @@ async def stop(
         if run is None:
             out.append(MemberStop(m.node, m.kind, m.run_id, "error", f"run {m.run_id}: no local record"))
             continue
+        g = min(grace, RAY_NODE_GRACE) if m.kind in (RAY_HEAD, RAY_WORKER) else grace
         try:
-            res = await stop_run(hosts[m.node], run, grace=grace, gpu_wait=gpu_wait, store=runstore)
+            res = await stop_run(hosts[m.node], run, grace=g, gpu_wait=gpu_wait, store=runstore)
         except HostError as e:
             out.append(MemberStop(m.node, m.kind, m.run_id, "error", str(e)))
             continue
