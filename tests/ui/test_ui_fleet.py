@@ -152,7 +152,9 @@ async def test_a_refused_host_is_failed_until_r_and_an_unreachable_one_recovers_
         assert auth.calls == 1  # not retried
         await pilot.press("r")
         # r asks the host again; it reads ok only once the host itself answers, not on its GPU figures
-        await until(pilot, lambda: cell(table, "host:gpu-x", "state") == "ok", timeout=5)
+        # (within 15 s: the restart first waits, at most 5 s, for the host's old poll workers to
+        # end, and once in a loaded full run they took all of it)
+        await until(pilot, lambda: cell(table, "host:gpu-x", "state") == "ok", timeout=15)
         assert auth.calls >= 2
         await until(pilot, lambda: not notes.has_class("-shown"))
 
