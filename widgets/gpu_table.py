@@ -245,11 +245,7 @@ class _KeyedTable(DataTable[Any]):
             row_key, offset = self._get_offsets(y)
         except LookupError:
             return super()._render_line(y, x1, x2, base_style)
-        content = (
-            ("header", tuple(self.shown_columns))
-            if row_key is self._header_row_key
-            else self._cells.get(str(row_key.value))
-        )
+        content = "header" if row_key is self._header_row_key else self._cells.get(str(row_key.value))
         if content is None:
             return super()._render_line(y, x1, x2, base_style)
         key = (

@@ -354,3 +354,12 @@ def test_ray_status_v_gives_each_nodes_gpus():
     )
     assert ray_node_gpus(two) == [8.0, 0.0]  # a node without a GPU line has none
     assert ray_node_gpus("no nodes") == []
+
+
+def test_ray_short_of_gpus_names_the_nodes_that_joined_without_any():
+    from tui.services.deploy.launch import ray_short_of_gpus
+
+    text = ray_short_of_gpus(8, 16, [8.0, 0.0], 2, 15)
+    assert text.startswith("Ray shows 8 of the 16 GPUs the placement needs after 15 s")
+    assert "2 of the 2 nodes joined, with 8, 0 GPUs" in text and "(1 node joined without GPUs" in text
+    assert ray_short_of_gpus(0, 16, [], 2, 15).endswith("after 15 s")  # nothing read: no node figures

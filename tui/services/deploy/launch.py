@@ -52,26 +52,7 @@ async def launch(
                 say(f"waiting for `ray status` on {step.node} to show {step.gpus} GPUs")
                 have, per_node = await wait_ray_gpus(host, step.check, step.gpus, timeout=ray_wait, poll=ray_poll)
                 if have < step.gpus:
-                    joined = len(per_node)
-                    nodes = (
-                        f"; {joined} of the {len(plan.nodes)} nodes joined, with "
-                        + ", ".join(f"{g:g}" for g in per_node)
-                        + " GPUs"
-                        if per_node
-                        else ""
-                    )
-                    short = [g for g in per_node if g == 0]
-                    hint = (
-                        f" ({len(short)} node{'s' if len(short) > 1 else ''} joined without GPUs: its ray start's "
-                        "--num-gpus, or CUDA_VISIBLE_DEVICES on it)"
-                        if short
-                        else ""
-                    )
-                    raise LaunchRefused(
-                        f"Ray shows {have:g} of the {step.gpus} GPUs the placement needs after {ray_wait:g} s"
-                        + nodes
-                        + hint
-                    )
+                    raise LaunchRefused(ray_short_of_gpus(have, step.gpus, per_node, len(plan.nodes), ray_wait))
                 continue
             cmd = step.command
             assert cmd is not None
@@ -109,6 +90,21 @@ async def launch(
 
 
 _RAY_GPU_RE = re.compile(r"([\d.]+)/([\d.]+) GPU")
+
+
+def ray_short_of_gpus(have: float, need: int, per_node: Sequence[float], nodes: int, waited: float) -> str:
+    """Why a Ray placement cannot start: the GPUs Ray shows, each joined node's, and how many
+    nodes joined without any."""
+    text = f"Ray shows {have:g} of the {need} GPUs the placement needs after {waited:g} s"
+    if per_node:
+        text += f"; {len(per_node)} of the {nodes} nodes joined, with {', '.join(f'{g:g}' for g in per_node)} GPUs"
+    bare = sum(1 for g in per_node if g == 0)
+    if bare:
+        text += (
+            f" ({bare} node{'s' if bare > 1 else ''} joined without GPUs: its ray start's --num-gpus, "
+            "or CUDA_VISIBLE_DEVICES on it)"
+        )
+    return text
 
 
 def ray_node_gpus(status: str) -> list[float]:
