@@ -205,7 +205,7 @@ class BenchSetupScreen(Screen[None]):
     """Servers + benchmark form + stored results."""
 
     DEFAULT_CSS = """
-    BenchSetupScreen #bs-left { width: 64; border-right: solid $panel; padding: 0 1; }
+    BenchSetupScreen #bs-left { width: 64; border-right: solid $panel; padding: 0 1; scrollbar-gutter: stable; }
     BenchSetupScreen #bs-right { width: 1fr; padding: 0 1; }
     BenchSetupScreen #bs-servers { height: auto; max-height: 8; min-height: 3; }
     BenchSetupScreen #bs-form { grid-size: 2; grid-columns: 14 1fr; grid-rows: 1; grid-gutter: 1 0;
