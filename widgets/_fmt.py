@@ -56,3 +56,11 @@ def theme_color(widget: object, name: str, fallback: str = "") -> str:
         return str(widget.app.theme_variables.get(name, fallback))  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - not mounted yet
         return fallback
+
+
+def set_border_title(widget: object, title: str) -> None:
+    """Set a border title only when it changes: Textual repaints the whole widget on every set,
+    and a panel titled from a 1 Hz feed would repaint once a second for nothing."""
+    if getattr(widget, "_tunedeck_title", None) != title:
+        widget._tunedeck_title = title  # type: ignore[attr-defined]
+        widget.border_title = title  # type: ignore[attr-defined]

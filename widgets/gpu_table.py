@@ -23,6 +23,7 @@ from tui.fmt import fmt, num
 from tui.model import GpuProcess, GpuSnapshot, GpuStatus
 from widgets._countdown import CountdownStatic
 from widgets._fmt import bar, gib_pair, ratio, sparkline, theme_color
+from widgets.line_table import ColumnLayouts, LineTable
 
 #: GpuStatus.state → what the operator reads (nvidia-smi exit codes named).
 GPU_STATE_TEXT: Mapping[str, str] = {
@@ -123,16 +124,9 @@ class GpuHistory:
         return len(self._util)
 
 
-class _KeyedTable(DataTable[Any]):
-    """A DataTable updated by row key; writes only cells whose text changed.
-
-    ``COLUMNS`` are every column a row carries; ``LAYOUTS`` say which of them fit a terminal
-    width (first whose minimum width fits wins), with narrower widths and shorter labels, as
-    nvitop does: abbreviations first, then the history columns go. :meth:`fit` switches."""
-
-    COLUMNS: Sequence[tuple[str, str, int]] = ()
-    #: (minimum terminal width, column keys (None: all), {key: (label, width)} overrides)
-    LAYOUTS: Sequence[tuple[int, tuple[str, ...] | None, dict[str, tuple[str, int]]]] = ()
+class _KeyedTable(ColumnLayouts, DataTable[Any]):
+    """A DataTable updated by row key; writes only cells whose text changed, with the column
+    layouts of :class:`ColumnLayouts` (:meth:`fit` switches)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
@@ -145,21 +139,6 @@ class _KeyedTable(DataTable[Any]):
         self._index = {k: i for i, (k, _, _) in enumerate(self.COLUMNS)}
         #: the columns shown now (key, label, width)
         self.shown_columns: list[tuple[str, str, int]] = list(self.COLUMNS)
-        #: index into LAYOUTS of the layout in use (0: the widest)
-        self.layout_index = 0
-
-    def _layout_for(self, width: int) -> tuple[int, list[tuple[str, str, int]]]:
-        base = {k: (label, w) for k, label, w in self.COLUMNS}
-        for i, (min_w, keys, over) in enumerate(self.LAYOUTS):
-            if width >= min_w or i == len(self.LAYOUTS) - 1:
-                spec = {**base, **over}
-                return i, [(k, *spec[k]) for k in (keys or tuple(base))]
-        return 0, list(self.COLUMNS)
-
-    @property
-    def compact(self) -> bool:
-        """True in the narrowest layout (cells use their short forms)."""
-        return bool(self.LAYOUTS) and self.layout_index == len(self.LAYOUTS) - 1
 
     def on_mount(self) -> None:
         self.layout_index, self.shown_columns = self._layout_for(self.app.size.width)
@@ -360,9 +339,10 @@ class _KeyedTable(DataTable[Any]):
         """Put rows in order after new ones were added (subclasses)."""
 
 
-class GpuTable(_KeyedTable):
+class GpuTable(LineTable):
     """One row per GPU: index, name, util, util history, memory bar, memory history,
-    temperature, power draw/limit, SM clock."""
+    temperature, power draw/limit, SM clock. Drawn line by line: most of its cells change every
+    second (see :mod:`widgets.line_table`)."""
 
     DEFAULT_CSS = """
     GpuTable { height: auto; max-height: 18; }
@@ -441,9 +421,6 @@ class GpuTable(_KeyedTable):
             )
             rows.append((key, cells))
         self._apply(rows)
-
-    def _sort_rows(self) -> None:
-        self.sort("gpu", key=lambda v: int(v.plain) if v.plain.isdigit() else 0)
 
 
 def _level(value: float | None, warn: float, bad: float, good: str = "success") -> str:

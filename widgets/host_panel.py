@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.geometry import Region
 from textual.widget import Widget
 
 from tui.fmt import fmt, human_bytes, num, uptime
 from tui.model import HostStats
-from widgets._fmt import bar, ratio, theme_color
+from widgets._fmt import bar, ratio, set_border_title, theme_color
 
 
 def mem_pair(used: object, total: object) -> str:
@@ -42,8 +43,15 @@ class HostPanel(Widget):
         return self._text
 
     def update(self, text: Text) -> None:
-        self._text = text
-        self.refresh()
+        """Show ``text``; only the lines it (or the text before it) covers are drawn again: the
+        panel stands as tall as the process table beside it, and a whole repaint once a second
+        drew its empty lines and the table's rows beside them for nothing."""
+        old, self._text = self._text, text
+        if old is None or not self.is_mounted:
+            self.refresh()
+            return
+        rows = max(len(old.plain.split("\n")), len(text.plain.split("\n")))
+        self.refresh(Region(0, 0, self.content_size.width, rows))
 
     stats: HostStats | None = None
     """The snapshot shown."""
@@ -55,7 +63,7 @@ class HostPanel(Widget):
         if stats is None:
             self.update(Text("no host figures", style=theme_color(self, "text-muted")))
             return
-        self.border_title = f"Host {stats.hostname}" if stats.hostname else "Host"
+        set_border_title(self, f"Host {stats.hostname}" if stats.hostname else "Host")
         t = Text(no_wrap=True, overflow="ellipsis")
         cpu = num(stats.cpu_percent)
         cores = f" of {fmt(stats.cpu_count)} cores" if num(stats.cpu_count) is not None else ""

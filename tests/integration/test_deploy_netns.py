@@ -224,8 +224,10 @@ async def test_too_few_gpus_in_the_ray_cluster_stop_the_launch_and_vllm_names_it
         rec = await D.launch(short, hosts, ray_wait=scaled(45), ray_poll=1)
         assert rec.status == "failed", rec
         assert rec.diagnosis is not None and "Ray shows 8 of the 16 GPUs the placement needs" in rec.diagnosis
-        assert "2 of the 2 nodes joined" in rec.diagnosis and "1 node joined without GPUs" in rec.diagnosis
-        assert rec.first_failed == ta
+        assert "2 of the 2 nodes joined" in rec.diagnosis
+        tb = b.sshd.target(ROOT_USER)
+        assert f"1 node joined without GPUs: {tb};" in rec.diagnosis, rec.diagnosis  # named by Ray's node address
+        assert rec.first_failed == tb
         assert wait_gone([a, b], "ray") == []
 
         # 2. with a wait that asks only for the head's 8 GPUs (as a hand-started vLLM might be),

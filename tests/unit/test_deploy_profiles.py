@@ -363,3 +363,14 @@ def test_ray_short_of_gpus_names_the_nodes_that_joined_without_any():
     assert text.startswith("Ray shows 8 of the 16 GPUs the placement needs after 15 s")
     assert "2 of the 2 nodes joined, with 8, 0 GPUs" in text and "(1 node joined without GPUs" in text
     assert ray_short_of_gpus(0, 16, [], 2, 15).endswith("after 15 s")  # nothing read: no node figures
+    named = ray_short_of_gpus(8, 16, [8.0, 0.0], 2, 15, ["gpuop@node-b:2222"])
+    assert "(1 node joined without GPUs: gpuop@node-b:2222; its ray start's --num-gpus" in named
+
+
+def test_a_ray_nodes_address_is_its_pinned_one_else_what_ray_start_printed():
+    from tui.services.deploy.launch import ray_node_address
+
+    started = "Local node IP: 10.177.61.3\n\n------\nRay runtime started.\n"
+    assert ray_node_address(["ray", "start", "--node-ip-address=10.0.0.9", "--block"], started) == "10.0.0.9"
+    assert ray_node_address(["ray", "start", "--block"], started) == "10.177.61.3"
+    assert ray_node_address(["ray", "start"], "") is None

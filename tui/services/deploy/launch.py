@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import re
 import time
 from typing import Callable, Mapping, Sequence
@@ -11,10 +13,13 @@ from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import LaunchRefused
 from tui.hostops.launcher import launch as launch_run
 from tui.hostops.runstore import FAILED, STARTING, RunStore, new_run_id
-from tui.profiles.deploy import RAY_WAIT, DeploymentPlan
+from tui.profiles.deploy import RAY_HEAD, RAY_WAIT, RAY_WORKER, DeploymentPlan, Step
 from tui.services import runtime
+from tui.services.deploy.logs import read_log
 from tui.services.deploy.records import DeploymentRecord, DeploymentStore, Member
 from tui.services.deploy.stop import stop
+
+log = logging.getLogger(__name__)
 
 
 async def launch(
@@ -45,6 +50,7 @@ async def launch(
     )
     rec.timeline.append({"t": rec.created, "event": "launching"})
     store.save(rec)  # the deployment exists locally before anything runs
+    node_logs: dict[str, str] = {}  # node → the run folder of the process started there
     for step in plan.steps:
         host = hosts[step.node]
         try:
@@ -52,7 +58,9 @@ async def launch(
                 say(f"waiting for `ray status` on {step.node} to show {step.gpus} GPUs")
                 have, per_node = await wait_ray_gpus(host, step.check, step.gpus, timeout=ray_wait, poll=ray_poll)
                 if have < step.gpus:
-                    raise LaunchRefused(ray_short_of_gpus(have, step.gpus, per_node, len(plan.nodes), ray_wait))
+                    bare = await ray_bare_nodes(plan, hosts, step, node_logs)
+                    text = ray_short_of_gpus(have, step.gpus, per_node, len(plan.nodes), ray_wait, bare)
+                    raise RayShortOfGpus(text, bare[0] if bare else step.node)
                 continue
             cmd = step.command
             assert cmd is not None
@@ -68,7 +76,7 @@ async def launch(
             )
         except (LaunchRefused, HostError, OSError, ValueError, runtime.RuntimeUnavailable) as e:
             rec.status = FAILED
-            rec.first_failed = step.node
+            rec.first_failed = e.node if isinstance(e, RayShortOfGpus) else step.node
             rec.diagnosis = f"{step.node} ({step.kind}) did not start: {e}"
             rec.ended = time.time()
             rec.timeline.append({"t": rec.ended, "event": "launch-failed", "node": step.node, "message": str(e)})
@@ -79,6 +87,8 @@ async def launch(
                 store.save(rec)
             return rec
         rec.members.append(Member(step.node, step.rank, step.role, step.kind, run.run_id, step.serves, step.port))
+        if run.run_dir:
+            node_logs[step.node] = run.run_dir
         rec.timeline.append(
             {"t": time.time(), "event": "started", "node": step.node, "kind": step.kind, "run_id": run.run_id}
         )
@@ -92,19 +102,82 @@ async def launch(
 _RAY_GPU_RE = re.compile(r"([\d.]+)/([\d.]+) GPU")
 
 
-def ray_short_of_gpus(have: float, need: int, per_node: Sequence[float], nodes: int, waited: float) -> str:
-    """Why a Ray placement cannot start: the GPUs Ray shows, each joined node's, and how many
-    nodes joined without any."""
+class RayShortOfGpus(LaunchRefused):
+    """The Ray cluster never showed the GPUs the placement needs; ``node`` is the deployment's
+    node to blame (one that joined without GPUs, else the head that waited)."""
+
+    def __init__(self, text: str, node: str) -> None:
+        super().__init__(text)
+        self.node = node
+
+
+def ray_short_of_gpus(
+    have: float, need: int, per_node: Sequence[float], nodes: int, waited: float, bare_nodes: Sequence[str] = ()
+) -> str:
+    """Why a Ray placement cannot start: the GPUs Ray shows, each joined node's, and which
+    nodes joined without any (by name when Ray's node addresses told them apart)."""
     text = f"Ray shows {have:g} of the {need} GPUs the placement needs after {waited:g} s"
     if per_node:
         text += f"; {len(per_node)} of the {nodes} nodes joined, with {', '.join(f'{g:g}' for g in per_node)} GPUs"
-    bare = sum(1 for g in per_node if g == 0)
+    bare = max(len(bare_nodes), sum(1 for g in per_node if g == 0))
     if bare:
+        which = f": {', '.join(bare_nodes)}" if bare_nodes else ""
         text += (
-            f" ({bare} node{'s' if bare > 1 else ''} joined without GPUs: its ray start's --num-gpus, "
+            f" ({bare} node{'s' if bare > 1 else ''} joined without GPUs{which}; its ray start's --num-gpus, "
             "or CUDA_VISIBLE_DEVICES on it)"
         )
     return text
+
+
+#: asks the cluster for each live node's address and GPUs (run by the engine's Python, which has
+#: Ray; ``ray status`` names nodes by id only)
+RAY_NODES_CODE = """\
+import json, sys
+import ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+print(json.dumps([[n.get("NodeManagerAddress"), (n.get("Resources") or {}).get("GPU", 0)]
+                  for n in ray.nodes() if n.get("Alive")]))
+"""
+
+_NODE_IP_RE = re.compile(r"Local node IP: (\S+)")
+
+
+def ray_node_address(argv: Sequence[str], log: str) -> str | None:
+    """The address a node's Ray registered with: its ``--node-ip-address``, else what its
+    ``ray start`` printed ("Local node IP: …")."""
+    for arg in argv:
+        if arg.startswith("--node-ip-address="):
+            return arg.split("=", 1)[1]
+    m = _NODE_IP_RE.search(log)
+    return m.group(1) if m else None
+
+
+async def ray_bare_nodes(
+    plan: DeploymentPlan, hosts: Mapping[str, Host], wait: Step, node_logs: Mapping[str, str]
+) -> list[str]:
+    """The deployment's nodes whose Ray joined the cluster without GPUs ([] when it cannot be
+    told: the cluster or a node's address could not be read; logged)."""
+    address = next((a.split("=", 1)[1] for a in wait.check if a.startswith("--address=")), None)
+    if address is None:
+        return []
+    r = await hosts[wait.node].run([plan.python, "-c", RAY_NODES_CODE, address], timeout=60)
+    try:
+        nodes = json.loads(r.stdout.strip().splitlines()[-1]) if r.ok and r.stdout.strip() else None
+    except ValueError:
+        nodes = None
+    if not isinstance(nodes, list):
+        log.warning("ray nodes on %s: exit %s: %s", wait.node, r.exit_status, (r.stderr or r.stdout)[-500:])
+        return []
+    bare_ips = {str(ip) for ip, gpus in nodes if not gpus}
+    out: list[str] = []
+    for step in plan.steps:
+        if step.kind not in (RAY_HEAD, RAY_WORKER) or step.command is None or step.node in out:
+            continue
+        run_dir = node_logs.get(step.node)
+        text = await read_log(hosts[step.node], run_dir, 64 << 10) if run_dir else ""
+        if ray_node_address(step.command.argv, text) in bare_ips:
+            out.append(step.node)
+    return out
 
 
 def ray_node_gpus(status: str) -> list[float]:

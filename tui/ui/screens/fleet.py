@@ -25,6 +25,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
+from widgets._fmt import set_border_title
 from widgets.fleet_table import FleetDeploymentTable, FleetNotes, FleetServerTable, FleetTable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -141,7 +142,7 @@ class FleetScreen(Screen[None]):
         self.query_one("#deployments-panel").set_class(bool(deployments), "-shown")
         up = sum(1 for h in hosts if h.link.ok)
         gpus = sum(len(h.gpu.gpus) for h in hosts)
-        self.query_one("#hosts-panel").border_title = f"Hosts ({up}/{len(hosts)} up, {gpus} GPUs)"
+        set_border_title(self.query_one("#hosts-panel"), f"Hosts ({up}/{len(hosts)} up, {gpus} GPUs)")
 
     # ---------------------------------------------------------------- actions
     def toggle(self, target: str) -> None:

@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
 from tui.model import GpuStatus, HostStats, LinkState, ServerStats
+from widgets._fmt import set_border_title
 from widgets.gpu_table import GpuProcessTable, GpuStateLine, GpuTable
 from widgets.host_banner import HostBanner
 from widgets.host_panel import HostPanel
@@ -195,7 +196,7 @@ class StatusScreen(Screen[None]):
             self.query_one(GpuTable).update_gpus(status.gpus, self.tapp.gpu_history)
             self.query_one(GpuProcessTable).update_processes(status.processes)
             n = len(status.gpus)
-            self.query_one("#gpu-panel").border_title = f"GPUs ({n})"
+            set_border_title(self.query_one("#gpu-panel"), f"GPUs ({n})")
 
     def _show_host(self, stats: HostStats | None) -> None:
         stale = not self.tapp.latest.link.ok and stats is not None
