@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from tests.fakesrv import FakeServer
@@ -14,6 +15,7 @@ from tui.bench.config import BenchConfig
 from tui.bench.counters import FIGURE_KEYS, level_figures, parse_counters
 from tui.bench.runner import run_benchmark
 from tui.bench.store import rebuild_summary
+from tui.bench.workloads.base import WorkloadSpec
 from tui.util.aio import run_async
 
 VLLM_PAGE = """# TYPE vllm:prefix_cache_queries_total counter
@@ -69,7 +71,7 @@ def test_a_counter_that_goes_back_gives_no_figure_and_says_why():
     assert "went back" in f["server_counters_note"]
 
 
-def test_sglang_counters_come_first_and_gauges_are_named_lifetime():
+def test_sglang_counters_come_first_and_gauges_are_named_for_what_they_are():
     page = "sglang:prompt_tokens_total 1000\nsglang:cached_tokens_total 100\nsglang:cache_hit_rate 0.9\n"
     after = "sglang:prompt_tokens_total 1400\nsglang:cached_tokens_total 400\nsglang:cache_hit_rate 0.9\n"
     f = level_figures(parse_counters(page), parse_counters(after))
@@ -78,8 +80,9 @@ def test_sglang_counters_come_first_and_gauges_are_named_lifetime():
     g = level_figures(parse_counters(gauges), parse_counters(gauges))
     assert g["prefix_cache_hit_rate"] == 0.6 and g["spec_decode_acceptance_length"] == 2.75
     assert g["spec_decode_acceptance_rate"] == pytest.approx(58.0)
-    assert "lifetime gauge sglang:cache_hit_rate" in g["server_counters_note"]
-    assert "lifetime gauge sglang:spec_accept_length" in g["server_counters_note"]
+    assert "gauge sglang:cache_hit_rate (the latest prefill batch's)" in g["server_counters_note"]
+    assert "gauge sglang:spec_accept_length (the last decode-log interval's)" in g["server_counters_note"]
+    assert "lifetime" not in g["server_counters_note"]
     none = level_figures(None, parse_counters(gauges))
     assert all(none[k] is None for k in FIGURE_KEYS) and none["server_counters_note"] == "server /metrics not read"
 
@@ -120,7 +123,7 @@ def test_counters_with_worker_processes_are_read_around_the_timed_phase(tmp_path
         s = _bench(srv.url, tmp_path, num_prompts=8, workers=2)
     assert s["prefix_cache_hit_rate"] == pytest.approx(0.5)  # the counters, not the 0.9 gauge
     assert s["spec_decode_acceptance_length"] == pytest.approx(3.25)
-    assert "lifetime gauge sglang:spec_accept_length" in s["server_counters_note"]
+    assert "gauge sglang:spec_accept_length (the last decode-log interval's)" in s["server_counters_note"]
 
 
 @pytest.mark.timeout(120)
@@ -150,6 +153,59 @@ def test_simulator_speculative_counters(tmp_path):
     assert s["prefix_cache_hit_rate"] is not None  # the simulator serves both prefix-cache counters
 
 
+def _truth(records: list[dict]) -> float:
+    """Acceptance length from the simulator's own record of each request's emissions: the first is
+    the prefill's token, each later one a verify step (its token plus the drafts it accepted)."""
+    verify = sum(len(r["tokens"]) - 1 for r in records)
+    accepted = sum(sum(r["tokens"]) - len(r["tokens"]) for r in records)
+    return 1.0 + accepted / verify
+
+
+@pytest.mark.timeout(240)
+def test_sglang_simulator_levels_get_their_own_acceptance(tmp_path):
+    """Two levels on one EAGLE server, natural text then random token ids: each level's acceptance
+    is its own requests' (from SGLang's verify, token and request counters), equal to what the
+    simulator recorded for those requests, and not the gauge, which is only the last decode line's."""
+    port, rec = free_port(), tmp_path / "requests.jsonl"
+    flags = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]
+    flags += ["--speculative-num-draft-tokens", "4", "--enable-metrics", "--sim-record-timestamps", str(rec)]
+    args = ["--model-path", "m", "--tp", "8", "--port", str(port), "--sim-load-seconds", "1", *flags]
+    summaries, records, gauges = [], [], []
+    with SimProc("sglang", *args) as sim:
+        sim.wait_ready(60)
+        url = f"http://127.0.0.1:{port}"
+        for name in ("text", "random"):
+            done = len(rec.read_text().splitlines()) if rec.exists() else 0
+            cfg = BenchConfig(
+                url=url, concurrency=[4], input_len=512, output_len=48, num_prompts=12, warmup=0,
+                ready_timeout=20, workload=WorkloadSpec(name),
+            )  # fmt: skip
+            (s,) = run_async(run_benchmark(cfg, results_dir=tmp_path / "results"))
+            summaries.append(s)
+            records.append([json.loads(x) for x in rec.read_text().splitlines()[done:]])
+            page = parse_counters(httpx.get(f"{url}/metrics").text)
+            gauges.append(page["sglang:spec_accept_length"])
+        text, rand = (s["spec_decode_acceptance_length"] for s in summaries)
+        # the native API's per-request figures and the lifetime average agree with the same model
+        body = {"text": "Tell me a story.", "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}
+        meta = httpx.post(f"{url}/generate", json=body, timeout=30).json()["meta_info"]
+        assert meta["completion_tokens"] == 40 and meta["spec_verify_ct"] > 0
+        assert meta["spec_accept_length"] == pytest.approx(40 / meta["spec_verify_ct"])
+        assert meta["spec_num_correct_drafts"] == 40 - 1 - meta["spec_verify_ct"]
+        assert meta["spec_num_proposed_drafts"] == 3 * meta["spec_verify_ct"]
+        (state,) = httpx.get(f"{url}/get_server_info").json()["internal_states"]
+        assert rand < state["avg_spec_accept_length"] < text + 0.3  # every decode line since start
+    for s, recs in zip(summaries, records):
+        assert len(recs) == 12 and s["server_counters_note"] is None, (s["server_counters_note"], sim.raw[-2000:])
+        assert s["spec_decode_num_drafts"] == sum(len(r["tokens"]) - 1 for r in recs)
+        assert s["spec_decode_acceptance_length"] == pytest.approx(_truth(recs), abs=1e-9)
+        assert s["spec_decode_draft_tokens"] == 3 * s["spec_decode_num_drafts"]
+        rate = s["spec_decode_accepted_tokens"] / s["spec_decode_draft_tokens"] * 100
+        assert s["spec_decode_acceptance_rate"] == pytest.approx(rate)
+    assert text - rand > 0.3, (text, rand)  # EAGLE accepts more on natural text (docs/sim-model.md)
+    assert gauges[0] != text and gauges[1] != rand  # the gauge is the last decode line's, not the level's
+
+
 def test_level_table_shows_the_counters_and_the_schedule_only_when_there():
     from rich.console import Console
 
@@ -172,9 +228,9 @@ def test_level_table_shows_the_counters_and_the_schedule_only_when_there():
         dispatch_lag_p99_ms=180.0,
         dispatch_lag_max_ms=240.0,
         dispatch_behind=True,
-        server_counters_note="speculative acceptance is SGLang's lifetime gauge sglang:spec_accept_length",
+        server_counters_note="speculative acceptance is SGLang's gauge sglang:spec_accept_length",
     )
     text = render(plain, counted)
     assert "Cache" in text and "62.5" in text and "2.50" in text and "180.0" in text
     assert "C=1 dispatch fell behind its schedule (p99 180.0 ms, max 240.0 ms)" in text
-    assert "C=1 server counters: speculative acceptance is SGLang's lifetime gauge" in text
+    assert "C=1 server counters: speculative acceptance is SGLang's gauge" in text

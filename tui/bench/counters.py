@@ -11,10 +11,22 @@ in earlier traffic). The engines' names (docs/workloads.md, serving-engines.md):
   Δaccepted / Δdraft tokens × 100 in %, acceptance length = 1 + Δaccepted / Δdrafts,
   per position = Δaccepted at that position / Δdrafts, 0-1), like ``vllm bench serve``.
   ``prefix_cache_hit_rate`` is a 0-1 fraction.
-* SGLang: ``sglang:cached_tokens_total`` / ``sglang:prompt_tokens_total``. Where
-  a server has no counter, the gauges ``sglang:cache_hit_rate`` and
-  ``sglang:spec_accept_length`` / ``spec_accept_rate`` are used as read after the
-  level, and ``server_counters_note`` says they are lifetime gauges.
+* SGLang: ``sglang:cached_tokens_total`` / ``sglang:prompt_tokens_total``; speculative
+  acceptance from ``sglang:spec_verify_calls_total`` (verify steps),
+  ``sglang:generation_tokens_total`` and ``sglang:num_requests_total``. SGLang adds a request's
+  ``spec_verify_ct`` and ``completion_tokens`` to the first two, and one to the third, when the
+  request finishes (``srt/observability/metrics_collector.py``, ``observe_one_finished_request``),
+  so over a level they sum the per-request ``meta_info`` figures of the requests that finished in
+  it. Each request's first token comes from its prefill, each verify step adds one token of the
+  target's own, so accepted drafts = Δgenerated − Δrequests − Δverify; acceptance length =
+  1 + accepted / Δverify (the definition of SGLang's ``accept len`` and of vLLM); acceptance rate
+  = accepted / (Δverify × (``sglang:spec_num_draft_tokens`` − 1)), as SGLang's decode log computes
+  it, where that gauge is exported. The verify counter appears with the first verify step, so a
+  level that starts on a fresh server reads it as 0 before.
+  Where a server has no such counter (SGLang before it was added), the gauges are used as read
+  after the level and ``server_counters_note`` says what they are: ``sglang:spec_accept_length`` /
+  ``spec_accept_rate`` are the last decode-log interval's, ``sglang:cache_hit_rate`` the latest
+  prefill batch's.
 
 A figure the server does not give is None. Standard library only, Python >= 3.9
 (it runs on the GPU host with the benchmark).
@@ -52,11 +64,23 @@ WANTED = (
     "vllm:spec_decode_num_accepted_tokens_per_pos_total",
     "sglang:cached_tokens_total",
     "sglang:prompt_tokens_total",
+    "sglang:generation_tokens_total",
+    "sglang:num_requests_total",
+    "sglang:spec_verify_calls_total",
+    "sglang:spec_num_draft_tokens",
     "sglang:cache_hit_rate",
     "sglang:spec_accept_length",
     "sglang:spec_accept_rate",
 )
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+_SG_VERIFY = "sglang:spec_verify_calls_total"
+
+#: what each gauge used as a fallback is (SGLang: the scheduler sets them from its latest log)
+_GAUGE_SPAN = {
+    "sglang:cache_hit_rate": "the latest prefill batch's",
+    "vllm:gpu_prefix_cache_hit_rate": "the server's lifetime",
+    "sglang:spec_accept_length": "the last decode-log interval's",
+}
 
 #: a snapshot: series name -> summed value; the per-position counter as "name{position}" keys too
 Snapshot = Dict[str, float]
@@ -169,7 +193,7 @@ def level_figures(before: Optional[Snapshot], after: Optional[Snapshot]) -> Dict
         for gauge in ("sglang:cache_hit_rate", "vllm:gpu_prefix_cache_hit_rate"):
             if gauge in after:
                 out["prefix_cache_hit_rate"] = after[gauge]
-                notes.append(f"prefix cache hit rate is the lifetime gauge {gauge}, not this level's")
+                notes.append(f"prefix cache hit rate is the gauge {gauge} ({_GAUGE_SPAN[gauge]}), not this level's")
                 break
     # speculative decoding
     drafts = _delta(before, after, "vllm:spec_decode_num_drafts_total")
@@ -189,14 +213,19 @@ def level_figures(before: Optional[Snapshot], after: Optional[Snapshot]) -> Dict
                 pos.append((int(key[len(_PER_POS) + 1 : -1]), _ratio(_delta(before, after, key), drafts)))
         if pos and drafts > 0:
             out["spec_decode_per_position_acceptance_rates"] = [r for _, r in sorted(pos)]
+    elif _SG_VERIFY in after:
+        note = sglang_spec_figures(before, after, out)
+        if note:
+            notes.append(note)
     else:
         length = after.get("sglang:spec_accept_length")
         if length is not None and length > 0:
             out["spec_decode_acceptance_length"] = length
             rate = after.get("sglang:spec_accept_rate")
             out["spec_decode_acceptance_rate"] = rate * 100.0 if rate is not None and rate > 0 else None
+            span = _GAUGE_SPAN["sglang:spec_accept_length"]
             notes.append(
-                "speculative acceptance is SGLang's lifetime gauge sglang:spec_accept_length, not this level's"
+                f"speculative acceptance is SGLang's gauge sglang:spec_accept_length ({span}), not this level's"
             )
     for k in ("prefix_cache_hit_rate", "spec_decode_acceptance_rate", "spec_decode_acceptance_length"):
         v = out[k]
@@ -204,6 +233,30 @@ def level_figures(before: Optional[Snapshot], after: Optional[Snapshot]) -> Dict
             out[k] = None
     out["server_counters_note"] = "; ".join(notes) or None
     return out
+
+
+def sglang_spec_figures(before: Snapshot, after: Snapshot, out: Dict[str, Any]) -> Optional[str]:
+    """SGLang's acceptance over the level from its verify, generated-token and request counters
+    (module docstring) into ``out``; a note when the counters do not add up, else None."""
+    verify = after[_SG_VERIFY] - before.get(_SG_VERIFY, 0.0)  # absent before its first verify step
+    gen = _delta(before, after, "sglang:generation_tokens_total")
+    reqs = _delta(before, after, "sglang:num_requests_total")
+    if verify < 0 or gen is None or reqs is None:
+        return None  # a restart (noted by the caller) or counters not exported
+    if verify == 0:
+        return None  # no request of this level reached a verify step
+    accepted = gen - reqs - verify
+    if accepted < 0:
+        return f"SGLang's counters do not add up ({gen:.0f} tokens, {reqs:.0f} requests, {verify:.0f} verify steps)"
+    out["spec_decode_num_drafts"] = int(verify)
+    out["spec_decode_accepted_tokens"] = int(accepted)
+    out["spec_decode_acceptance_length"] = 1.0 + accepted / verify
+    width = after.get("sglang:spec_num_draft_tokens")
+    if width is not None and width > 1:
+        draft_tokens = verify * (width - 1)
+        out["spec_decode_draft_tokens"] = int(draft_tokens)
+        out["spec_decode_acceptance_rate"] = accepted / draft_tokens * 100.0
+    return None
 
 
 def format_server_counters(summary: Mapping[str, Any]) -> List[str]:
@@ -219,9 +272,11 @@ def format_server_counters(summary: Mapping[str, Any]) -> List[str]:
         if isinstance(acc, (int, float)):
             txt += f", rate {acc:.1f} %"
         nd = summary.get("spec_decode_num_drafts")
-        if isinstance(nd, int):
-            txt += f" ({nd} drafts, {summary.get('spec_decode_accepted_tokens')} of "
-            txt += f"{summary.get('spec_decode_draft_tokens')} draft tokens accepted)"
+        dt = summary.get("spec_decode_draft_tokens")
+        if isinstance(nd, int) and isinstance(dt, int):
+            txt += f" ({nd} drafts, {summary.get('spec_decode_accepted_tokens')} of {dt} draft tokens accepted)"
+        elif isinstance(nd, int):
+            txt += f" ({nd} drafts, {summary.get('spec_decode_accepted_tokens')} draft tokens accepted)"
         parts.append(txt)
     per = summary.get("spec_decode_per_position_acceptance_rates")
     lines = []

@@ -125,6 +125,7 @@ class Req:
         "text",
         "times",
         "todo",
+        "verify_ct",
         "wpos",
     )
 
@@ -153,6 +154,7 @@ class Req:
         self.out = 0
         self.cached = 0  # prompt tokens the prefix cache had when the request was admitted
         self.todo = -1  # prompt tokens still to prefill; -1 until admitted
+        self.verify_ct = 0  # speculative verify steps (SGLang's meta_info ``spec_verify_ct``)
         self.text: list[str] | None = None  # kept only where a response repeats it (non-stream, /generate)
         self.finish: str | None = None
         self.admitted = 0.0
@@ -415,6 +417,26 @@ class Api:
             "completion_tokens": r.out,
             "cached_tokens": r.cached,
             "e2e_latency": round(r.last - r.arrival, 6) if r.last else 0.0,
+            **self.spec_meta(r),
+        }
+
+    def spec_meta(self, r: Req) -> dict[str, Any]:
+        """SGLang's per-request speculative figures in ``meta_info`` (``srt/managers/tokenizer_manager.py``,
+        ``_calculate_spec_decoding_metrics``): length = completion tokens / verify steps, rate =
+        accepted / (verify steps × (draft tokens − 1)); none without speculative decoding. The first
+        token comes from the prefill and each verify step adds one of the target's own, so the rest
+        of the answer is the accepted drafts (as emitted: an answer's end cuts its last step)."""
+        spec = self.spec
+        if spec is None:
+            return {}
+        proposed = r.verify_ct * (spec.draft_tokens - 1)
+        accepted = max(0, r.out - 1 - r.verify_ct)
+        return {
+            "spec_verify_ct": r.verify_ct,
+            "spec_accept_length": r.out / r.verify_ct if r.verify_ct else 0,
+            "spec_accept_rate": accepted / proposed if proposed else 0.0,
+            "spec_num_correct_drafts": accepted,
+            "spec_num_proposed_drafts": proposed,
         }
 
     def respond(self, r: Req) -> None:
@@ -645,7 +667,10 @@ class Api:
                             "token_capacity": s.kv_tokens,
                             "graph": round(s.graph_gib, 2),
                         },
-                        "avg_spec_accept_length": round(self.metrics.spec_accept_length, 2) if s.spec else None,
+                        # every decode line's steps since start, as SGLang's scheduler sums them
+                        "avg_spec_accept_length": (
+                            round(s.accept_total_sum / s.accept_total_n, 2) if s.spec and s.accept_total_n else None
+                        ),
                     }
                 ],
             }

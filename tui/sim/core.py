@@ -95,8 +95,12 @@ class SimCore(Api):
         self.gen_since_log = 0
         self.log_t = 0.0
         self.prompt_since_log = 0
+        #: tokens and verify steps since the last decode line (its ``accept len``), and since start
+        #: (``/get_server_info``'s ``avg_spec_accept_length``, as SGLang's scheduler keeps it)
         self.accept_sum = 0
         self.accept_n = 0
+        self.accept_total_sum = 0
+        self.accept_total_n = 0
         self.last_gen_tput = 0.0
         self.rec_file = None
         if args.sim_record_timestamps:

@@ -188,6 +188,8 @@ class Metrics:
         self.spec_draft_tokens = 0
         self.spec_accepted = 0
         self.spec_per_pos = [0] * spec_positions
+        #: SGLang: verify steps of finished requests (``sglang:spec_verify_calls_total``)
+        self.spec_verify_calls = 0
         sg = engine == "sglang"
         self.ttft = Histogram(SG_TTFT if sg else VL_TTFT)
         self.itl = Histogram(SG_ITL if sg else VL_ITL)
@@ -206,6 +208,8 @@ class Metrics:
         self.gen_throughput = 0.0
         self.spec_accept_length = 0.0
         self.spec_accept_rate = 0.0
+        self.spec_num_steps = 0
+        self.spec_num_draft_tokens = 0
         self.kv_cache_gb = 0.0
         self.startup: dict[str, float] = {}
         self.block_size = 16
@@ -242,6 +246,8 @@ class Metrics:
         gauge("cache_hit_rate", "The prefix cache hit rate.", self.cache_hit_rate)
         gauge("spec_accept_length", "The average acceptance length of speculative decoding.", self.spec_accept_length)
         gauge("spec_accept_rate", "The average acceptance rate of speculative decoding.", self.spec_accept_rate)
+        gauge("spec_num_steps", "Currently active speculative_num_steps.", self.spec_num_steps)
+        gauge("spec_num_draft_tokens", "Currently active speculative_num_draft_tokens.", self.spec_num_draft_tokens)
         gauge("num_retracted_reqs", "The number of retracted requests.", 0)
         gauge("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", self.max_total_tokens)
         gauge("kv_cache_memory_usage_gb", "The KV cache memory usage in GB.", self.kv_cache_gb)
@@ -254,6 +260,8 @@ class Metrics:
         counter("cached_tokens", "Number of cached prompt tokens.", self.prefix_hits)
         counter("num_requests", "Number of requests processed.", self.requests)
         counter("num_aborted_requests", "Number of requests aborted.", self.aborted)
+        if self.spec_verify_calls:  # a labelled counter: exported from its first increment on
+            counter("spec_verify_calls", "Number of speculative decoding verification calls.", self.spec_verify_calls)
         hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft)
         hist("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl)
         hist("request_time_per_output_token_seconds", "Histogram of time per output token in seconds.", self.tpot)

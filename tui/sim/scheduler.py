@@ -100,6 +100,7 @@ class Scheduler(SimCore):
                     n = 1 + acc
                     self.accept_sum += n
                     self.accept_n += 1
+                    r.verify_ct += 1
                     m = self.metrics
                     m.spec_drafts += 1
                     m.spec_draft_tokens += spec.num_steps
@@ -299,10 +300,15 @@ class Scheduler(SimCore):
         self.metrics.gen_throughput = tput
         spec = ""
         if self.spec and self.accept_n:
+            # the gauges are this interval's figures, as SGLang's scheduler sets them at each decode line
             al = self.accept_sum / self.accept_n
             spec = f"accept len: {al:.2f}, accept rate: {(al - 1) / self.spec.num_steps:.2f}, "
             self.metrics.spec_accept_length = al
             self.metrics.spec_accept_rate = (al - 1) / self.spec.num_steps
+            self.metrics.spec_num_steps = self.spec.num_steps
+            self.metrics.spec_num_draft_tokens = self.spec.draft_tokens
+            self.accept_total_sum += self.accept_sum
+            self.accept_total_n += self.accept_n
             self.accept_sum = self.accept_n = 0
         graph = len(self.running) <= self.perf.cuda_graph_max_bs and not self.perf.enforce_eager
         self.log.sg(
@@ -401,6 +407,7 @@ class Scheduler(SimCore):
         if r.out > 1:
             m.tpot.observe((now - r.first) / (r.out - 1))
         m.requests += 1
+        m.spec_verify_calls += r.verify_ct  # SGLang counts a request's verify steps when it finishes
         m.finished[r.finish or "stop"] = m.finished.get(r.finish or "stop", 0) + 1
         if self.fixed and r in self.running:
             self.running.remove(r)
