@@ -1,13 +1,16 @@
 """Does a trace replay send each request when the trace says, and does TTFT at C=1,024 agree with
 what the server saw?
 
-1. **Dispatch lag.** Builds a Mooncake-style schedule of ``--requests`` (default 2,000) rows (bursty
-   arrivals, many rows sharing one millisecond timestamp, long-tailed input and output lengths, as in
-   the FAST'25 trace's ``{"timestamp", "input_length", "output_length"}``), replays it at 1x against
-   ``tunedeck sim vllm`` on loopback with the bench engine's own dispatcher
-   (:func:`tui.bench.levels.drive`, the path ``tunedeck bench`` runs, with ``quiet_gc``) and reports
-   the client's dispatch lag (sent − scheduled) p50/p99/max, and the same lateness as the simulator
-   saw it (its recorded arrival − the scheduled wall time). Median over ``--repeats`` (default 3).
+1. **Dispatch lag.** Builds a Mooncake-style schedule of ``--requests`` (default 2,000) rows in
+   memory (:func:`tests.traces.mooncake_rows`: bursty arrivals, many rows sharing one millisecond
+   timestamp, long-tailed input and output lengths, as in the FAST'25 trace's ``{"timestamp",
+   "input_length", "output_length"}``; its ``hash_ids`` are not used here: the prompts are random
+   ids), replays it at 1x against ``tunedeck sim vllm`` on loopback with the bench engine's own
+   dispatcher (:func:`tui.bench.levels.drive`, the path ``tunedeck bench`` runs, with
+   ``quiet_gc``) and reports the client's dispatch lag (sent − scheduled) p50/p99/max, and the same
+   lateness as the simulator saw it (its recorded arrival − the scheduled wall time). Median over
+   ``--repeats`` (default 3). ``benchmarks/trace_replay.py`` replays the same rows written as a
+   trace file, through ``tunedeck bench --dataset-name mooncake`` as an operator runs it.
 2. **TTFT at C=1,024.** Runs ``tunedeck bench`` (its own process) at concurrency 1,024 against the
    same simulator and compares its mean TTFT with the simulator's record of the same requests, by
    reusing ``benchmarks/client_truth.py``'s run and truth functions.
@@ -42,35 +45,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from client_truth import free_port, one_run, wait_port
 
+from tests.traces import mooncake_rows
 from tui.bench import metrics
 from tui.bench.client import EndpointConfig, Live, RequestSpec, make_client, prepare, quiet_gc
 from tui.bench.levels import drive
 from tui.util.aio import run_async
 
 
-def mooncake_schedule(n: int, span_s: float, seed: int) -> List[Dict[str, int]]:
-    """``n`` rows like the Mooncake trace: ms timestamps from a bursty (Gamma, shape 0.3) process
-    over about ``span_s`` seconds, 1-8 rows per timestamp, log-normal input (median ~1,000 tokens,
-    at most 8,192) and output lengths (median ~40, at most 512)."""
-    rng = random.Random(seed)
-    rows: List[Dict[str, int]] = []
-    t = 0.0
-    groups_mean = 2.5
-    rate = n / span_s / groups_mean
-    while len(rows) < n:
-        for _ in range(min(n - len(rows), 1 + int(rng.expovariate(1 / (groups_mean - 1))))):
-            rows.append(
-                {
-                    "timestamp": int(t * 1000),
-                    "input_length": max(16, min(8192, int(rng.lognormvariate(math.log(1000), 0.8)))),
-                    "output_length": max(1, min(512, int(rng.lognormvariate(math.log(40), 0.7)))),
-                }
-            )
-        t += rng.gammavariate(0.3, 1 / (rate * 0.3))
-    return rows
-
-
-def specs_of(rows: List[Dict[str, int]], seed: int) -> List[RequestSpec]:
+def specs_of(rows: List[Dict[str, Any]], seed: int) -> List[RequestSpec]:
     rng = random.Random(seed + 1)
     return [
         RequestSpec(
@@ -110,13 +92,14 @@ async def replay(url: str, specs: List[RequestSpec]) -> Dict[str, Any]:
     return {"samples": samples, "start_wall": start_wall}
 
 
-def server_lateness(rec: Path, offset: int, start_wall: float, specs: List[RequestSpec]) -> List[float]:
-    """Simulator arrival − scheduled wall time, ms, matched in order (both sorted)."""
+def server_lateness(rec: Path, offset: int, due_wall: List[float]) -> List[float]:
+    """Simulator arrival (its record from ``offset`` on) − scheduled wall time, ms, matched in
+    order (both sorted)."""
     time.sleep(0.5)
     with open(rec, "rb") as f:
         f.seek(offset)
         arrivals = sorted(json.loads(x)["arrival"] for x in f.read().splitlines() if x.strip())
-    due = sorted(start_wall + (sp.at_s or 0.0) for sp in specs)
+    due = sorted(due_wall)
     if len(arrivals) != len(due):
         raise SystemExit(f"workload_timing: the simulator recorded {len(arrivals)} requests, expected {len(due)}")
     return sorted((a - d) * 1000 for a, d in zip(arrivals, due))
@@ -147,7 +130,7 @@ def main() -> int:
     cpus = sorted(os.sched_getaffinity(0))
     if args.pin and len(cpus) < 2:
         raise SystemExit("workload_timing: --pin needs 2 CPUs")
-    rows = mooncake_schedule(args.requests, args.span_s, args.seed)
+    rows = mooncake_rows(args.requests, args.span_s, args.seed)
     specs = specs_of(rows, args.seed)
     shared = len(rows) - len({r["timestamp"] for r in rows})
     out: Dict[str, Any] = {"requests": len(rows), "span_s": rows[-1]["timestamp"] / 1000, "repeats": []}
@@ -193,7 +176,7 @@ def main() -> int:
                 offset = rec.stat().st_size if rec.exists() else 0
                 r = run_async(replay(url, specs))
                 lag = metrics.dispatch_lag(r["samples"])
-                srv = server_lateness(rec, offset, r["start_wall"], specs)
+                srv = server_lateness(rec, offset, [r["start_wall"] + (sp.at_s or 0.0) for sp in specs])
                 res = {
                     "repeat": rep,
                     "failed": sum(1 for s in r["samples"] if not s["success"]),
