@@ -51,6 +51,28 @@ async def log_state(host: Host, run_dir: str, engine: str | None, size: int | No
     return parse_log_bytes(await read_tail(host, run_dir, size), engine, ended=False)
 
 
+# $1.. run folders: prints "<folder> <seconds since the log last changed>" (the host's own clock)
+_LOG_AGE = r"""now=$(date +%s)
+for d in "$@"; do
+  m=$(stat -c %Y "$d/log" 2>/dev/null) && echo "$d $((now - m))"
+done
+exit 0
+"""
+
+
+async def log_ages(host: Host, run_dirs: list[str]) -> dict[str, float]:
+    """Run folder → seconds since its log last changed (one command; a folder without a log is left out)."""
+    if not run_dirs:
+        return {}
+    r = await host.run_script(_LOG_AGE, run_dirs, timeout=30)
+    out: dict[str, float] = {}
+    for line in r.stdout.splitlines():
+        d, _, age_s = line.rpartition(" ")
+        if d in run_dirs and age_s.isdigit():
+            out[d] = float(age_s)
+    return out
+
+
 def last_line(data: bytes) -> str | None:
     """The log's last non-blank line as shown (ANSI stripped, the last ``\\r`` frame)."""
     sp = LineSplitter()
@@ -87,4 +109,13 @@ async def settle(
     return ended_verdict(st, rc, last_line(data))
 
 
-__all__ = ["TAIL_BYTES", "ended_verdict", "last_line", "log_state", "parse_log_bytes", "read_tail", "settle"]
+__all__ = [
+    "TAIL_BYTES",
+    "ended_verdict",
+    "last_line",
+    "log_ages",
+    "log_state",
+    "parse_log_bytes",
+    "read_tail",
+    "settle",
+]
