@@ -213,7 +213,7 @@ def run() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
 
         # the simulator's own SGLang start-up (timestamps fixed), cut mid weight-loading
         log = REPO / "tests" / "data" / "logs" / "sglang-start-snapshot.log"
-        lines = log.read_text(errors="replace").splitlines()
+        lines = log.read_text(errors="replace").splitlines()[1:]  # the first is the file's provenance
         cut = next(i for i, ln in enumerate(lines) if "| 8/13" in ln) + 1
 
         class ShotRun(RunScreen):

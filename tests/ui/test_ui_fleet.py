@@ -251,3 +251,111 @@ def test_a_host_reads_ok_only_once_it_answers_itself():
     refused = LinkState("h", "failed", 1, None, "Permission denied (publickey)", "auth-failed")
     word, _, note = host_state(FleetHost("h", refused, gpus))
     assert word == "auth failed" and note.endswith("not retrying; press r to try again")
+
+
+async def test_a_deployment_whose_head_process_dies_reads_failed_with_its_cause_within_two_polls():
+    """Nothing follows the deployment: the fleet's own poll re-reads its nodes' processes over the
+    fleet's connections, and once the head's process is gone its row reads failed, naming the
+    node and the exception its log ends on, by the second poll after the death."""
+    import os
+    import signal
+    import subprocess
+    import time as _time
+
+    from tui.hostops.hosts import LocalHost
+    from tui.hostops.runstore import READY, WORKER_UP, RunRecord, RunStore
+    from tui.services.deploy import DeploymentRecord, DeploymentStore, Member
+    from tui.ui.messages import DeploymentSamples
+    from widgets.fleet_table import FleetDeploymentTable
+
+    served = (
+        "[2026-03-02 09:00:01] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=8, port=30000)\n"
+        "[2026-03-02 09:00:31] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)\n"
+        "[2026-03-02 09:00:33] The server is fired up and ready to roll!\n"
+    )
+    died = (
+        "[2026-03-02 09:04:12 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2701, in run_scheduler_process\n'
+        "    scheduler.event_loop_overlap()\n"
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "[2026-03-02 09:04:12] Received sigquit from a child process. It usually means the child failed.\n"
+    )
+    # the head's run on this machine, as the launcher leaves it: a folder under TUNEDECK_HOME with
+    # the wrapper's pid and start time (a real process), its log and its meta
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        with open(f"/proc/{proc.pid}/stat", encoding="ascii") as f:
+            starttime = f.read().rsplit(")", 1)[1].split()[19]
+        run_dir = os.path.join(os.environ["TUNEDECK_HOME"], "runs", "ee050000")
+        os.makedirs(run_dir)
+        files = {"run.sh": "", "pid": f"{proc.pid}\n", "starttime": starttime, "log": served}
+        files["meta.json"] = '{"engine": "sglang", "port": 30000}'
+        for name, text in files.items():
+            with open(os.path.join(run_dir, name), "w", encoding="utf-8") as f:
+                f.write(text)
+        runs = RunStore()
+        common = {"engine": "sglang", "port": 30000, "created": _time.time() - 60}
+        runs.save(
+            RunRecord(
+                "ee050000",
+                "local",
+                ["sglang"],
+                status=READY,
+                run_dir=run_dir,
+                pid=proc.pid,
+                starttime=starttime,
+                **common,
+            )
+        )
+        runs.save(RunRecord("ee050001", "gpu-c", ["sglang"], status=WORKER_UP, run_dir="/x", pid=1, **common))
+        DeploymentStore().save(
+            DeploymentRecord(
+                deploy_id="ee0500",
+                profile="p-ee0500",
+                engine="sglang",
+                mode="tp",
+                nodes=["local", "gpu-c"],
+                rendezvous="local:5000",
+                http_port=30000,
+                created=_time.time() - 60,
+                members=[
+                    Member("local", 0, "head", "server", "ee050000"),
+                    Member("gpu-c", 1, "worker", "server", "ee050001"),
+                ],
+                status=READY,
+            )
+        )
+        samples: list[DeploymentSamples] = []
+        app = fleet(
+            FleetMember("local", LocalHost(), member("local").sources),
+            member("gpu-c"),
+            deployments_interval=0.3,
+        )
+
+        def hook(m: object) -> None:
+            if isinstance(m, DeploymentSamples):
+                samples.append(m)
+
+        async with app.run_test(size=(160, 44), message_hook=hook) as pilot:
+            table = app.screen.query_one(FleetDeploymentTable)
+            # alive: the re-read keeps it ready
+            await until(pilot, lambda: len(samples) >= 2 and cell(table, "dep:ee0500", "status") == "ready", timeout=10)
+            # the engine dies: its last words, the wrapper's exit status, the wrapper gone
+            with open(os.path.join(run_dir, "log"), "a", encoding="utf-8") as f:
+                f.write(died)
+            with open(os.path.join(run_dir, "rc"), "w", encoding="ascii") as f:
+                f.write("1\n")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            before = len(samples)
+            await until(pilot, lambda: cell(table, "dep:ee0500", "status") == "failed", timeout=10)
+            after = [s.deployments[0].status for s in samples[before:]]
+            assert "failed" in after[:2], after  # a poll may have listed the processes before the kill
+            note = cell(table, "dep:ee0500", "note")
+            assert note.startswith("node A (local) failed first: RuntimeError: CUDA error: an illegal memory"), note
+        assert DeploymentStore().load("ee0500").first_failed == "local"
+        assert RunStore().load("ee050000").status == "failed"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,8 +1,8 @@
 """The parser on logs it had never seen, by class of past mistake.
 
-The logs under tests/data/logs are written in the engines' real formats (format
-strings from SGLang and vLLM source, docs/serving-engines.md). Each test names the
-class it covers: unknown fatal errors, wrapper lines, other programs' lines, formats,
+The logs under tests/data/logs are hand-made (each says so on its first line) in the engines'
+real formats (format strings from SGLang and vLLM source, docs/serving-engines.md). Each test
+names the class it covers: unknown fatal errors, wrapper lines, other programs' lines, formats,
 physical line numbers, several attempts, exit status.
 """
 
@@ -374,14 +374,15 @@ def test_line_numbers_are_physical_lines_with_segments():
     name = "vllm-crlf-redraws-oom.log"
     st, events = _parse(name)
     f = st.failure
-    assert f.kind == "oom" and f.line_no == 10 and f.segment is None
+    # (line 1 is the file's provenance header: it is counted, not parsed)
+    assert f.kind == "oom" and f.line_no == 11 and f.segment is None
     assert f.line_no == _physical_line(name, "torch.OutOfMemoryError")
-    # the wrapper glued after the capture bar's redraws: line 7, its 5th \r segment
+    # the wrapper glued after the capture bar's redraws: line 8, its 5th \r segment
     (w,) = [e for e in events if isinstance(e, ErrorEvent) and "EngineCore failed to start" in e.line]
-    assert (w.line_no, w.segment) == (7, 5)
+    assert (w.line_no, w.segment) == (8, 5)
     shards = [e for e in events if isinstance(e, PhaseEvent) and e.label == "weights" and e.total]
-    assert {e.line_no for e in shards} == {4} and shards[-1].segment == 6
-    assert st.lines == 11
+    assert {e.line_no for e in shards} == {5} and shards[-1].segment == 6
+    assert st.lines == 12
 
 
 def test_line_numbers_do_not_depend_on_chunking():
@@ -418,14 +419,14 @@ def test_real_log_line_numbers_land_on_the_proof(real_logs):
 
 def test_latest_attempt_decides_ready():
     st, _ = _parse("sglang-two-attempts.log")
-    assert st.attempt == 2 and st.attempt_line == 12
+    assert st.attempt == 2 and st.attempt_line == 13  # line 1: the provenance header
     assert st.status == "ready" and st.failure is None and st.kv_tokens == 412330
 
 
 def test_latest_attempt_decides_failed():
     st, _ = _parse("vllm-ready-then-restart-fails.log")
     assert st.attempt == 2 and st.ready_line is None
-    assert st.status == "failed" and st.failure.kind == "oom" and st.failure.line_no == 11
+    assert st.status == "failed" and st.failure.kind == "oom" and st.failure.line_no == 12
 
 
 # --------------------------------------------------------------------------- 7. exit status
@@ -449,7 +450,7 @@ def test_parse_log_exit_status(path, rc):
 def test_parse_log_exit_status_starting_and_json_lines(tmp_path):
     lines = (DATA / "vllm-v0-with-rag-stack.log").read_text().splitlines()
     p = tmp_path / "partial.log"
-    p.write_text("\n".join(lines[:14]) + "\n")
+    p.write_text("\n".join(lines[:15]) + "\n")
     r = subprocess.run([*tunedeck_cmd(), "parse-log", str(p)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 3 and "status: starting" in r.stdout
     r = subprocess.run(
@@ -461,7 +462,7 @@ def test_parse_log_exit_status_starting_and_json_lines(tmp_path):
     )
     assert r.returncode == 1
     summary = json.loads(r.stdout.splitlines()[-1])
-    assert summary["failure"]["line_no"] == 13 and "fp8" in summary["failure"]["line"]
+    assert summary["failure"]["line_no"] == 14 and "fp8" in summary["failure"]["line"]
     assert "Scheduler hit an exception" in summary["failure"]["wrapper"]
     r = subprocess.run(
         [*tunedeck_cmd(), "parse-log", str(DATA / "sglang-fp8-sigquit.log")],
@@ -470,7 +471,7 @@ def test_parse_log_exit_status_starting_and_json_lines(tmp_path):
         text=True,
         timeout=60,
     )
-    assert "proof: line 13: ValueError: Unsupported fp8 type" in r.stdout
+    assert "proof: line 14: ValueError: Unsupported fp8 type" in r.stdout
 
 
 # --------------------------------------------------------------------------- the run view's cause

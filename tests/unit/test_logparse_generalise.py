@@ -266,6 +266,52 @@ def test_the_tracker_confirms_an_excerpts_exception_once_the_process_ended():
     assert snap.diagnosis is not None and snap.diagnosis.startswith("safetensors_rust.SafetensorError")
 
 
+@pytest.mark.parametrize(
+    "name,proof",
+    [
+        ("vllm-library-traceback-then-exit.log", "safetensors_rust.SafetensorError: Error while deserializing header"),
+        ("vllm-excerpt-bare-exception-at-end.log", "ImportError: libcudart.so.12: cannot open shared object file"),
+    ],
+)
+async def test_a_dead_run_re_read_from_its_log_names_the_exception_it_ends_on(tmp_path, name, proof):
+    """The re-read path (``runs``, the Runs view, the status screen, the deployments' listings)
+    knows the process is gone: the exception the log ends on is the cause, as the live tracker
+    says, not 'process exited with rc 1'."""
+    from tui.hostops.hosts import LocalHost
+    from tui.hostops.reread import settle
+    from tui.hostops.runstore import RunRecord
+    from tui.hostops.tracker import StartupTracker
+
+    data = (HANDMADE / name).read_bytes()
+    (tmp_path / "log").write_bytes(data)
+    status, diag, line = await settle(LocalHost(), str(tmp_path), "vllm", 1, stopping=False)
+    assert status == "failed"
+    assert line is not None and line.startswith(proof)
+    assert diag.startswith(proof.split(":")[0]) and "rc 1" not in diag
+    # the live tracker, told the process ended, gives the same verdict
+    rec = RunRecord("abcdef05", "local", ["x"], engine="vllm", pid=4242, started=1.0, created=1.0)
+    tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)
+    tr.feed(data)
+    tr.set_alive(False, 1)
+    assert tr.state() == (status, diag, line)
+
+
+def test_the_tracker_confirms_an_exception_that_arrives_after_it_saw_the_process_end():
+    """The liveness probe may see the process gone before the log follower reads its last
+    lines: those lines are judged as a dead process's too."""
+    from tui.hostops.hosts import LocalHost
+    from tui.hostops.runstore import RunRecord
+    from tui.hostops.tracker import StartupTracker
+
+    rec = RunRecord("abcdef06", "local", ["x"], engine="vllm", pid=4242, started=1.0, created=1.0)
+    tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)
+    tr.set_alive(False, 1)
+    tr.feed((HANDMADE / "vllm-excerpt-bare-exception-at-end.log").read_bytes())
+    status, diag, line = tr.state()
+    assert status == "failed" and line is not None and line.startswith("ImportError: libcudart.so.12")
+    assert diag.startswith("ImportError") and tr.parser.state.failure is not None
+
+
 def test_a_teardown_after_an_orderly_stop_is_not_a_failure():
     stop = "[2026-03-02 17:00:00] INFO:     Shutting down\n"
     teardown = "terminate called without an active exception\n"

@@ -105,6 +105,10 @@ class DeploymentCollector:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[object]] = []
         self._verdict: D.Verdict = D.Verdict(STARTING)
+        #: when the head became ready (its tracker's record of it, else when a sample first saw it)
+        self._head_ready_at: float | None = None
+        #: the workers already saved as up (worker)
+        self._marked_up: set[str] = set()
         self.started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -203,10 +207,12 @@ class DeploymentCollector:
             states.append(D.member_state(f.member, f.tracker, snap, f.ended))
         verdict = D.triage(states, self.rec.nodes) if states else D.Verdict(STARTING)
         if verdict.state == READY:
-            # a worker serves no HTTP: its start-up ended with the head's, it is up (worker)
-            states = [replace(s, state=WORKER_UP) if not s.serves and s.state == STARTING else s for s in states]
-            if verdict.state != self._verdict.state:
-                D.mark_workers_up(self.rec, self.runstore)
+            # a worker serves no HTTP: it is up (worker) once its own start-up has ended too
+            up = self._workers_up()
+            states = [replace(s, state=WORKER_UP) if s.run_id in up and s.state == STARTING else s for s in states]
+            if up - self._marked_up:
+                self._marked_up |= up
+                D.mark_workers_up(self.rec, self.runstore, up)
         if verdict.state != self._verdict.state:
             self._record(verdict)
         self._verdict = verdict
@@ -223,6 +229,22 @@ class DeploymentCollector:
             link_errors=tuple((f.member.tag, f.link_error) for f in self.follows if f.link_error),
             time=time.time(),
         )
+
+    def _workers_up(self) -> set[str]:
+        """The run ids of the workers whose own start-up has ended (:func:`~tui.services.deploy.worker_start_ended`),
+        the head being ready: from each worker's log as its tracker parsed it, and how long its log
+        has been quiet since the head became ready."""
+        now = time.time()
+        heads = [f.tracker.ready_at for f in self.follows if f.member.serves and f.tracker.ready_at is not None]
+        if self._head_ready_at is None:
+            self._head_ready_at = max(heads) if heads else now
+        head_ready_for = now - self._head_ready_at
+        return {
+            f.member.run_id
+            for f in self.follows
+            if not f.member.serves
+            and D.worker_start_ended(f.tracker.parser.state, now - f.tracker.last_activity, head_ready_for)
+        }
 
     def _record(self, verdict: D.Verdict) -> None:
         """The deployment record follows the verdict (``tunedeck runs`` shows the same)."""

@@ -96,26 +96,14 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
-# $1.. run folders: prints "<folder> <seconds since the log last changed>"
-_LOG_AGE = r"""now=$(date +%s)
-for d in "$@"; do
-  m=$(stat -c %Y "$d/log" 2>/dev/null) && echo "$d $((now - m))"
-done
-exit 0
-"""
-
-
 async def _quiet_logs(host: Host, recs: Sequence[RunRecord], after: float = STALL_AFTER) -> dict[str, float]:
     """Run ids (of live runs) whose log has not changed for ``after`` seconds, with that age."""
+    from tui.hostops.reread import log_ages
+
     dirs = {r.run_dir: r.run_id for r in recs if r.run_dir and r.pid}
     if not dirs:
         return {}
-    r = await host.run_script(_LOG_AGE, list(dirs), timeout=30)
-    out: dict[str, float] = {}
-    for line in r.stdout.splitlines():
-        d, _, age_s = line.rpartition(" ")
-        if d in dirs and age_s.isdigit() and int(age_s) >= after:
-            out[dirs[d]] = float(age_s)
+    out = {dirs[d]: age for d, age in (await log_ages(host, list(dirs))).items() if age >= after}
     if not out:
         return out
     live: dict[str, float] = {}

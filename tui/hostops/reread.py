@@ -31,17 +31,46 @@ async def read_tail(host: Host, run_dir: str, size: int | None = None) -> bytes:
     return data[-TAIL_BYTES:]
 
 
-def parse_log_bytes(data: bytes, engine: str | None) -> ParseState:
-    """The parser's summary of a whole log (its last, unterminated line included)."""
+def parse_log_bytes(data: bytes, engine: str | None, *, ended: bool) -> ParseState:
+    """The parser's summary of a whole log (its last, unterminated line included). ``ended``: the
+    log's writer is gone, so an exception the log ends on (a library's traceback, a bare
+    exception line, with no progress or ready line after it) is final, as the live tracker
+    judges it once it sees the process end (:meth:`tui.logparse.LogParser.ended`)."""
     parser = LogParser(engine if engine in ("sglang", "vllm") else None)
     parser.feed(data)
-    parser.flush(everything=True)
+    if ended:
+        parser.ended()
+    else:
+        parser.flush(everything=True)
     return parser.state
 
 
 async def log_state(host: Host, run_dir: str, engine: str | None, size: int | None = None) -> ParseState:
-    """The parser's summary of a run's log on ``host``."""
-    return parse_log_bytes(await read_tail(host, run_dir, size), engine)
+    """The parser's summary of the log of a run still running on ``host`` (its last exception
+    may yet be followed by more: it stays provisional)."""
+    return parse_log_bytes(await read_tail(host, run_dir, size), engine, ended=False)
+
+
+# $1.. run folders: prints "<folder> <seconds since the log last changed>" (the host's own clock)
+_LOG_AGE = r"""now=$(date +%s)
+for d in "$@"; do
+  m=$(stat -c %Y "$d/log" 2>/dev/null) && echo "$d $((now - m))"
+done
+exit 0
+"""
+
+
+async def log_ages(host: Host, run_dirs: list[str]) -> dict[str, float]:
+    """Run folder → seconds since its log last changed (one command; a folder without a log is left out)."""
+    if not run_dirs:
+        return {}
+    r = await host.run_script(_LOG_AGE, run_dirs, timeout=30)
+    out: dict[str, float] = {}
+    for line in r.stdout.splitlines():
+        d, _, age_s = line.rpartition(" ")
+        if d in run_dirs and age_s.isdigit():
+            out[d] = float(age_s)
+    return out
 
 
 def last_line(data: bytes) -> str | None:
@@ -74,10 +103,19 @@ async def settle(
     if stopping:
         return STOPPED, "stopped (by you)", None
     data = await read_tail(host, run_dir, size)
-    st = parse_log_bytes(data, engine)
+    st = parse_log_bytes(data, engine, ended=True)
     if rc is None and st.failure is None:
         return STALE, "the process is gone and wrote no exit status", last_line(data)
     return ended_verdict(st, rc, last_line(data))
 
 
-__all__ = ["TAIL_BYTES", "ended_verdict", "last_line", "log_state", "parse_log_bytes", "read_tail", "settle"]
+__all__ = [
+    "TAIL_BYTES",
+    "ended_verdict",
+    "last_line",
+    "log_ages",
+    "log_state",
+    "parse_log_bytes",
+    "read_tail",
+    "settle",
+]

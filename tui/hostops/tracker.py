@@ -220,6 +220,10 @@ class StartupTracker:
             self.offset += len(data)
             self.last_activity = self.clock()
         events = self.parser.feed(data)
+        if self.alive is False:
+            # the liveness probe saw the process end before these last lines were read: they
+            # are a dead process's too (an exception they end on is final)
+            events += self.parser.ended()
         self._consume(events)
         return events
 

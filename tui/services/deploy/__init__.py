@@ -30,6 +30,7 @@ from tui.services.deploy.records import (
     LAUNCHING,
     PARTIAL,
     SECONDARY_KINDS,
+    WORKER_QUIET_S,
     DeploymentRecord,
     DeploymentStore,
     HostFactory,
@@ -41,8 +42,9 @@ from tui.services.deploy.records import (
     member_records,
     open_hosts,
     resolve_head_address,
+    worker_start_ended,
 )
-from tui.services.deploy.reread import SETTLED, reread_deployments, settle_deployment
+from tui.services.deploy.reread import SETTLED, reread_deployments, settle_deployment, workers_done
 from tui.services.deploy.stop import MemberStop, stop
 from tui.services.deploy.triage import MemberState, Verdict, ended_at, member_state, triage, watch
 
@@ -51,6 +53,7 @@ __all__ = [
     "PARTIAL",
     "SECONDARY_KINDS",
     "SETTLED",
+    "WORKER_QUIET_S",
     "DeploymentRecord",
     "DeploymentStore",
     "Finding",
@@ -84,4 +87,6 @@ __all__ = [
     "triage",
     "wait_ray_gpus",
     "watch",
+    "worker_start_ended",
+    "workers_done",
 ]

@@ -10,10 +10,11 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Container, Mapping, Sequence
 
 from tui.hostops.hosts import Host, HostError, parse_target
 from tui.hostops.runstore import STARTING, WORKER_UP, RunRecord, RunStore, check_run_id
+from tui.logparse import PHASES, ParseState
 from tui.profiles.deploy import node_host
 from tui.profiles.model import ServerProfile
 from tui.services import runtime
@@ -174,11 +175,32 @@ def member_records(rec: DeploymentRecord, runstore: RunStore | None = None) -> l
     return [(m, runstore.load(m.run_id)) for m in rec.members]
 
 
-def mark_workers_up(rec: DeploymentRecord, runstore: RunStore) -> list[str]:
-    """The head is ready: each live worker still ``starting`` is ``up (worker)``. Returns their run ids."""
+#: a worker's log that has not grown for this long, with the head ready at least as long: the
+#: worker's start-up is over even when its log shows no phase past weight loading
+WORKER_QUIET_S = 10.0
+
+
+def worker_start_ended(state: ParseState | None, log_age: float | None, head_ready_for: float) -> bool:
+    """A worker (it serves no HTTP) is ``up (worker)`` once the head is ready *and* its own
+    start-up has ended: its log shows its own ready line or a phase past weight loading, with no
+    fatal line; or its log has been quiet since the head became ready (``log_age``: seconds since
+    the worker's log last grew, None when unknown; ``head_ready_for``: seconds since the head
+    became ready; both at least :data:`WORKER_QUIET_S`)."""
+    if state is not None:
+        if state.failure is not None:
+            return False
+        past = state.phase in PHASES and PHASES.index(state.phase) > PHASES.index("weight-loading")
+        if state.ready_line is not None or state.weights_done or past:
+            return True
+    return log_age is not None and min(log_age, head_ready_for) >= WORKER_QUIET_S
+
+
+def mark_workers_up(rec: DeploymentRecord, runstore: RunStore, ended: Container[str]) -> list[str]:
+    """The head is ready: each live worker still ``starting`` whose own start-up has ended (its run
+    id in ``ended``: :func:`worker_start_ended`) is ``up (worker)``. Returns their run ids."""
     done = []
     for m, run in member_records(rec, runstore):
-        if m.serves or run is None or run.status != STARTING:
+        if m.serves or run is None or run.status != STARTING or run.run_id not in ended:
             continue
         run.status = WORKER_UP
         run.timeline.append({"t": time.time(), "event": WORKER_UP, "head": rec.head})

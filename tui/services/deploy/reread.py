@@ -7,7 +7,8 @@ Each node's runs are re-read as any host's are (:func:`tui.services.journal.rere
 one settled from its own log); then :func:`settle_deployment` turns the members' records into the
 deployment's state with the same :func:`~tui.services.deploy.triage.triage` as the live watch:
 ``failed`` naming the node that failed first, ``ready`` once the head serves with every member
-alive, its workers then ``up (worker)`` (they serve no HTTP: their start-up ended with the head's).
+alive, its workers then ``up (worker)`` once their own start-up has ended too (they serve no HTTP:
+:func:`~tui.services.deploy.records.worker_start_ended` judges each from its own log).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Mapping, Sequence
+from typing import Container, Mapping, Sequence
 
 from tui.hostops.hosts import Host, HostError
-from tui.hostops.runstore import FAILED, READY, STALE, STOPPED, RunStore
+from tui.hostops.reread import log_ages, log_state
+from tui.hostops.runstore import FAILED, READY, STALE, STARTING, STOPPED, RunRecord, RunStore
 from tui.services.deploy.records import (
     DeploymentRecord,
     DeploymentStore,
@@ -27,6 +29,7 @@ from tui.services.deploy.records import (
     mark_workers_up,
     member_records,
     open_hosts,
+    worker_start_ended,
 )
 from tui.services.deploy.triage import MemberState, triage
 from tui.services.journal import reread_runs
@@ -39,9 +42,14 @@ SETTLED = frozenset({STOPPED, FAILED})
 
 
 def settle_deployment(
-    rec: DeploymentRecord, runstore: RunStore | None = None, store: DeploymentStore | None = None
+    rec: DeploymentRecord,
+    runstore: RunStore | None = None,
+    store: DeploymentStore | None = None,
+    workers_up: Container[str] = (),
 ) -> DeploymentRecord:
-    """The deployment's state from its members' run records (as last re-read); saved when it changed."""
+    """The deployment's state from its members' run records (as last re-read); saved when it
+    changed. ``workers_up``: the run ids of the workers whose own start-up has ended
+    (:func:`workers_done`), marked ``up (worker)`` once the head is ready."""
     if rec.status in SETTLED:
         return rec
     runstore = runstore or RunStore()
@@ -69,7 +77,7 @@ def settle_deployment(
         return rec
     verdict = triage(states, rec.nodes)
     if verdict.state == READY:
-        mark_workers_up(rec, runstore)
+        mark_workers_up(rec, runstore, workers_up)
     if verdict.state not in (READY, FAILED) or verdict.state == rec.status:
         return rec
     store = store or DeploymentStore()
@@ -86,6 +94,43 @@ def settle_deployment(
     cur.timeline.append({"t": now, "event": verdict.state, "diagnosis": verdict.diagnosis, "by": "re-read"})
     store.save(cur)
     return cur
+
+
+def _ready_time(run: RunRecord) -> float | None:
+    """When the run's record says it became ready (its timeline's first ``ready`` event)."""
+    for e in run.timeline:
+        t = e.get("t")
+        if e.get("event") == READY and isinstance(t, (int, float)):
+            return float(t)
+    return None
+
+
+async def workers_done(rec: DeploymentRecord, runstore: RunStore, hosts: Mapping[str, Host]) -> set[str]:
+    """The run ids of the deployment's workers still ``starting``, with the head ready, whose own
+    start-up has ended (:func:`worker_start_ended`: each worker's log read on its node, and how long
+    it has been quiet). A node not in ``hosts`` (or that cannot be read) is left out: its workers
+    stay ``starting`` until a later re-read."""
+    pairs = member_records(rec, runstore)
+    heads = [run for m, run in pairs if m.serves and run is not None]
+    if not heads or any(run.status != READY for run in heads):
+        return set()
+    now = time.time()
+    ready = [t for t in map(_ready_time, heads) if t is not None]
+    head_ready_for = now - max(ready) if ready else 0.0
+    out = set()
+    for m, run in pairs:
+        if m.serves or run is None or run.status != STARTING or not run.run_dir or m.node not in hosts:
+            continue
+        host = hosts[m.node]
+        try:
+            state = await log_state(host, run.run_dir, run.engine)
+            age = (await log_ages(host, [run.run_dir])).get(run.run_dir)
+        except (HostError, OSError) as e:
+            log.warning("deployments: the log of worker %s on %s was not read: %s", run.run_id, m.node, visible(e))
+            continue
+        if worker_start_ended(state, age, head_ready_for):
+            out.add(run.run_id)
+    return out
 
 
 async def reread_deployments(
@@ -122,10 +167,11 @@ async def reread_deployments(
 
     try:
         await asyncio.gather(*(one(n) for n in nodes))
+        up = [await workers_done(r, runstore, hosts) if r.status not in SETTLED else set[str]() for r in recs]
     finally:
         if opened:
             await close_hosts(hosts)
-    return [settle_deployment(r, runstore, store) for r in recs]
+    return [settle_deployment(r, runstore, store, u) for r, u in zip(recs, up)]
 
 
-__all__ = ["SETTLED", "reread_deployments", "settle_deployment"]
+__all__ = ["SETTLED", "reread_deployments", "settle_deployment", "workers_done"]

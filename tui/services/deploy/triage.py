@@ -13,7 +13,15 @@ from tui.hostops.runstore import FAILED, READY, STARTING, STOPPED, WORKER_UP, Ru
 from tui.hostops.tracker import STALLED, StartupTracker
 from tui.model import StartupProgress
 from tui.services.deploy.logs import log_time
-from tui.services.deploy.records import SECONDARY_KINDS, DeploymentRecord, DeploymentStore, Member, mark_workers_up
+from tui.services.deploy.records import (
+    SECONDARY_KINDS,
+    WORKER_QUIET_S,
+    DeploymentRecord,
+    DeploymentStore,
+    Member,
+    mark_workers_up,
+    worker_start_ended,
+)
 from tui.util.aio import cancel_and_wait
 
 
@@ -195,6 +203,17 @@ async def watch(
     ended: dict[str, float | None] = {}
     verdict = Verdict(STARTING)
     states: list[MemberState] = []
+    ready_at: float | None = None
+    up: set[str] = set()
+
+    def workers_up(head_ready_for: float) -> set[str]:
+        now = time.time()
+        return {
+            m.run_id
+            for m, t, _ in trackers
+            if not m.serves and worker_start_ended(t.parser.state, now - t.last_activity, head_ready_for)
+        }
+
     try:
         while True:
             await asyncio.sleep(0.5)
@@ -215,7 +234,15 @@ async def watch(
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since >= settle:
                     break
-            elif verdict.state in (READY, STALLED):
+            elif verdict.state == READY:
+                # the head serves: wait for the workers' own start-up to end too (their log past
+                # weight loading, or quiet), at most twice the quiet window
+                now = time.time()
+                ready_at = ready_at or now
+                up = workers_up(now - ready_at)
+                if len(up) == sum(not m.serves for m, _, _ in trackers) or now - ready_at >= 2 * WORKER_QUIET_S:
+                    break
+            elif verdict.state == STALLED:
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 break
@@ -226,8 +253,8 @@ async def watch(
         if snap.state != STARTING:
             t.finish(snap)  # each member's run record says what its tracker saw (the head: ready)
     if verdict.state == READY:
-        mark_workers_up(rec, runstore)  # they serve no HTTP: their start-up ended with the head's
-        states = [replace(s, state=WORKER_UP) if not s.serves and s.state == STARTING else s for s in states]
+        mark_workers_up(rec, runstore, up)  # they serve no HTTP: up once their own start-up ended
+        states = [replace(s, state=WORKER_UP) if s.run_id in up and s.state == STARTING else s for s in states]
     cur = store.load(rec.deploy_id) or rec
     if verdict.state != STARTING or cur.status != verdict.state:
         cur.status = verdict.state
