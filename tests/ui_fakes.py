@@ -10,7 +10,7 @@ import math
 import time
 from typing import AsyncIterator, Callable, Iterable
 
-from tui.hostops.hosts import HostError
+from tui.hostops.hosts import ByteStream, Host, HostError, RunResult
 from tui.model import NA, GpuProcess, GpuSnapshot, GpuStatus, HostStats, ServerStats
 
 
@@ -163,6 +163,85 @@ class FakeServers:
         return item  # type: ignore[return-value]
 
 
+class LinkHost(Host):
+    """An in-process host holding files, whose link can be cut (a silent drop) and restored.
+
+    ``stream()`` speaks the follow script's protocol (:data:`tui.hostops.hostscripts.FOLLOW_SCRIPT`:
+    its pid line, then the file's bytes from the offset in ``argv[4]``, then what :meth:`append`
+    adds) and beats every ``heartbeat`` seconds while the link is up. :meth:`cut` makes every open
+    stream go silent (no byte, no beat: the laptop must see the loss by the liveness rule) and every
+    new stream and command fail; :meth:`restore` brings the link back. ``run()`` answers a process
+    check ("ALIVE"), a ``tail -c +N -- PATH`` read, and anything else with an empty success.
+    """
+
+    target = "gpu-box-01"
+
+    def __init__(self, files: dict[str, bytes] | None = None) -> None:
+        self.files = {k: bytearray(v) for k, v in (files or {}).items()}
+        self.up = True
+        self.streams = 0
+        self.cuts = 0
+
+    def append(self, path: str, data: bytes) -> None:
+        self.files.setdefault(path, bytearray()).extend(data)
+
+    def cut(self) -> None:
+        self.up = False
+        self.cuts += 1
+
+    def restore(self) -> None:
+        self.up = True
+
+    def _down(self, what: str) -> HostError:
+        return HostError(
+            "unreachable", f"connect to 10.0.0.7 port 22: {what}: Connection timed out", target=self.target
+        )
+
+    async def run(self, argv, *, env=None, input=None, timeout=30.0):  # type: ignore[no-untyped-def]
+        if not self.up:
+            raise self._down("run")
+        if input and "tail -c" in input:
+            offset, path = int(argv[3]) - 1, argv[4]
+            return RunResult(0, bytes(self.files.get(path, b"")[offset:]).decode(), "")
+        if input and "ALIVE" in input:
+            return RunResult(0, "ALIVE\n", "")
+        return RunResult(0, "", "")
+
+    def stream(self, argv, *, env=None, heartbeat=None):  # type: ignore[no-untyped-def]
+        self.streams += 1
+        return _LinkStream(self, argv[5], int(argv[4]) - 1, heartbeat or 5.0)
+
+    async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
+        raise self._down("forward")
+
+
+class _LinkStream(ByteStream):
+    def __init__(self, host: LinkHost, path: str, offset: int, beat: float) -> None:
+        self.host, self.path, self.pos, self.beat = host, path, offset, beat
+        self.closed = False
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        if not self.host.up:
+            raise self.host._down("stream")
+        self.last_heard = time.monotonic()
+        yield b"4242\n"  # the follow script's pid line
+        while not self.closed:
+            if self.host.up:
+                now = time.monotonic()
+                if now - self.last_heard >= self.beat:
+                    self.last_heard = now  # the host side's heartbeat on stderr
+                data = bytes(self.host.files.get(self.path, b"")[self.pos :])
+                if data:
+                    self.pos += len(data)
+                    self.last_heard = now
+                    yield data
+                    continue
+            await asyncio.sleep(0.02)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
 def unreachable(msg: str = "connect to 10.0.0.7 port 22: Connection refused") -> HostError:
     return HostError("unreachable", msg, target="gpu-box-01")
 
@@ -173,6 +252,7 @@ __all__ = [
     "FakeGpu",
     "FakeHost",
     "FakeServers",
+    "LinkHost",
     "TickingGpu",
     "gpu_snapshot",
     "gpu_status",

@@ -50,6 +50,9 @@ class StartupProgressView(Widget):
     ended: reactive[str | None] = reactive(None, layout=True)
     #: True while an existing run's log is being read from the start (no 0% flash on reopen)
     catching_up: reactive[bool] = reactive(False, layout=True)
+    #: set while the link to the host is lost ("link lost 12s ago — reconnecting…"): the values
+    #: shown are the last ones heard, and the health is not known
+    link_lost: reactive[str | None] = reactive(None, layout=True)
 
     def update(self, snapshot: StartupProgress | None) -> None:
         self.progress = snapshot
@@ -94,10 +97,14 @@ class StartupProgressView(Widget):
             bits.append(f"ETA {eta(p.eta)}" + (f" ({p.eta_source})" if p.eta_source else ""))
         if p.gpu_memory and p.state != "stopped":
             bits.append("GPU " + " ".join(f"{m / 1024:.1f}" for m in p.gpu_memory) + " GiB")
-        if p.state == "starting" or p.health == "ok":
+        if self.link_lost:
+            bits.append("health unknown (no link)")  # the last answer is stale, "ok" least of all
+        elif p.state == "starting" or p.health == "ok":
             # /health is polled only during startup: after it, a last "down" is stale
             bits.append(f"health {p.health}")
         t.append("  ·  ".join(bits), style="dim")
+        if self.link_lost:
+            t.append(f"\n⚠ {self.link_lost}", style="bold yellow")
         if p.state == "stopped":
             if p.diagnosis and p.diagnosis != "stopped (by you)":
                 t.append(f"\n{p.diagnosis}", style="blue")

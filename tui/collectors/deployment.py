@@ -156,7 +156,13 @@ class DeploymentCollector:
             f.link_error = f"log link lost ({e}); reconnecting (attempt {attempt})"
             log.warning("deployment %s: %s: %s", self.rec.deploy_id, f.member.tag, f.link_error)
 
-        await follow_forever(f.host, path, 0, on_chunk, self._stop, on_idle=f.tracker.flush, on_error=on_error)
+        def on_resume() -> None:  # the host answers again, even while its log stays quiet
+            f.link_error = None
+            log.info("deployment %s: %s: log link back", self.rec.deploy_id, f.member.tag)
+
+        await follow_forever(
+            f.host, path, 0, on_chunk, self._stop, on_idle=f.tracker.flush, on_error=on_error, on_resume=on_resume
+        )
 
     def _queue(self, f: _Follow, lines: list[str]) -> None:
         for line in lines:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 import os
+import time
+from typing import Callable
 
 #: the variable that sets the heartbeat interval in seconds
 ENV = "TUNEDECK_HEARTBEAT_S"
@@ -49,3 +51,47 @@ def interval() -> float:
 def dead_after(beat: float | None = None) -> float:
     """Seconds of silence after which a link is dead: ``MISSED_BEATS`` heartbeat intervals."""
     return (interval() if beat is None else beat) * MISSED_BEATS
+
+
+class LinkWatch:
+    """Whether a followed stream's link is lost right now, for a view to say so.
+
+    A follower tells :meth:`lost` on each failed attempt (``follow_forever``'s ``on_error``,
+    a job follower's ``on_link_error``) and :meth:`ok` once the host answers again (its
+    ``on_resume`` / ``on_link_ok``). Only those two change it: silence in the followed file is
+    never a lost link, so a view that shows this state raises no false alarm.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        #: ``clock()`` when the link was first reported lost; None while it is up
+        self.since: float | None = None
+        #: the last failure's text
+        self.reason = ""
+        #: failed attempts since the loss
+        self.attempts = 0
+
+    @property
+    def is_lost(self) -> bool:
+        return self.since is not None
+
+    def lost(self, e: BaseException | str) -> bool:
+        """A failed attempt; True when it starts a loss (the link was up until now)."""
+        first = self.since is None
+        if first:
+            self.since = self.clock()
+        self.reason = str(e)
+        self.attempts += 1
+        return first
+
+    def ok(self) -> float | None:
+        """The host answers again: how long the loss lasted (s), or None when there was none."""
+        if self.since is None:
+            return None
+        lasted = self.clock() - self.since
+        self.since, self.reason, self.attempts = None, "", 0
+        return lasted
+
+    def lost_for(self) -> float:
+        """Seconds since the loss was reported (0 while the link is up)."""
+        return 0.0 if self.since is None else max(0.0, self.clock() - self.since)

@@ -150,6 +150,8 @@ class LogFollower:
         self.persist = persist and run_id is not None
         self.persist_every = persist_every
         self.remote_pid: int | None = None
+        #: the host side answered (its first line, the pid, arrived): the link carries this follow
+        self.answered = False
         self.beat = liveness.HEARTBEAT_S
         self.dead_after = liveness.dead_after(self.beat)
         self.silent_for = 0.0
@@ -199,6 +201,7 @@ class LogFollower:
                             continue
                         first, chunk = head.split(b"\n", 1)
                         got_pid = True
+                        self.answered = True
                         self.remote_pid = int(first) if first.strip().isdigit() else None
                         if not chunk:
                             continue
@@ -264,6 +267,7 @@ async def follow_forever(
     idle: float = 1.0,
     on_idle: Callable[[], object] | None = None,
     on_error: Callable[[Exception, int], None] | None = None,
+    on_resume: Callable[[], None] | None = None,
     run_id: str | None = None,
     store: RunStore | None = None,
     persist: bool = False,
@@ -276,9 +280,12 @@ async def follow_forever(
     waits on what that task hands over, so no timer ever cancels a read. A link is lost when
     the stream fails in any way (an exception of any kind, or its end: ``tail -F`` never ends
     on its own), including the liveness rule's silence; ``on_error`` is told, and the follow
-    resumes. An exception raised by ``on_chunk`` is the caller's and propagates."""
+    resumes. ``on_resume`` is told once the host answers again after a lost link (within one
+    ``idle`` tick of its answer, whether or not the file has grown). An exception raised by
+    ``on_chunk`` is the caller's and propagates."""
     backoff = retry.Backoff(0.5, 10.0)
     attempt = 0
+    lost = False
     while not stop.is_set():
         f = LogFollower(host, log_path, offset, run_id=run_id, store=store, persist=persist)
         q: asyncio.Queue[bytes | Exception | None] = asyncio.Queue()
@@ -293,6 +300,10 @@ async def follow_forever(
                     dead = f.check_alive()
                     if dead is not None:
                         raise dead from None
+                    if lost and f.answered:
+                        lost = False
+                        if on_resume is not None:
+                            on_resume()
                     continue
                 if item is None:
                     raise HostError(
@@ -300,6 +311,10 @@ async def follow_forever(
                     )
                 if isinstance(item, Exception):
                     raise item
+                if lost:  # a chunk came: the host answered (its pid line came first)
+                    lost = False
+                    if on_resume is not None:
+                        on_resume()
                 on_chunk(item)
                 offset += len(item)
                 backoff.reset()
@@ -308,6 +323,7 @@ async def follow_forever(
             if not isinstance(e, (HostError, OSError)):
                 _log.warning("following %s: %s: %s; reconnecting", log_path, type(e).__name__, e, exc_info=True)
             attempt += 1
+            lost = True
             if on_error is not None:
                 on_error(e, attempt)
         finally:

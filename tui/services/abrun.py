@@ -80,7 +80,10 @@ class ABRun:
         self.mirrored: list[str] = []
         #: the A/B's report or results could not be read from the host (exit 6 of ``tunedeck ab``)
         self.lost = False
+        #: callable(Exception, attempt): the link to the host failed (the A/B goes on there)
         self.on_link_error: Any = None
+        #: callable(): the host answers again after :attr:`on_link_error`
+        self.on_link_ok: Any = None
 
     @property
     def id(self) -> str:
@@ -191,6 +194,7 @@ class ABRun:
     async def events(self) -> AsyncIterator[ABEvent]:
         follower = jobs.JobFollower(self.host, self.job)
         follower.on_link_error = self.on_link_error
+        follower.on_link_ok = self.on_link_ok
         async for ev in follower.events():
             if ev.get("type") == "ab":
                 yield ABEvent.from_json(ev)

@@ -62,7 +62,10 @@ class BenchRun:
         self._task: asyncio.Task[list[dict[str, Any]]] | None = None
         self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._follower: jobs.JobFollower | None = None
+        #: callable(Exception, attempt): the link to the host failed (the job goes on there)
         self.on_link_error: Any = None
+        #: callable(): the host answers again after :attr:`on_link_error`
+        self.on_link_ok: Any = None
 
     # ------------------------------------------------------------------ start / attach
     @classmethod
@@ -139,6 +142,7 @@ class BenchRun:
             return
         self._follower = jobs.JobFollower(self.host, self.job)
         self._follower.on_link_error = self.on_link_error
+        self._follower.on_link_ok = self.on_link_ok
         async for ev in self._follower.events():
             if ev.get("type") == "level_done" and isinstance(ev.get("summary"), dict):
                 self.summaries.append(ev["summary"])

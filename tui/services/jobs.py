@@ -167,6 +167,8 @@ class JobFollower:
         self.lost = False
         self.link_errors = 0
         self.on_link_error: Any = None  # callable(Exception, attempt) for a UI line
+        self.on_link_ok: Any = None  # callable() once the host answers again after a link error
+        self._link_down = False
         self._buf = bytearray()
 
     def _parse(self, chunk: bytes, put: Any) -> None:
@@ -194,9 +196,19 @@ class JobFollower:
 
     def _link_error(self, e: Exception, attempt: int) -> None:
         self.link_errors += 1
+        self._link_down = True
         log.info("%s: following %s: %s (attempt %d)", self.host.target, self.job.events_path, e, attempt)
         if self.on_link_error is not None:
             self.on_link_error(e, attempt)
+
+    def _link_ok(self) -> None:
+        """The host answers again after a link error (the follow resumed, or a read succeeded)."""
+        if not self._link_down:
+            return
+        self._link_down = False
+        log.info("%s: following %s: the host answers again", self.host.target, self.job.events_path)
+        if self.on_link_ok is not None:
+            self.on_link_ok()
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -214,6 +226,7 @@ class JobFollower:
                         lambda b: self._parse(b, q.put_nowait),
                         stop,
                         on_error=self._link_error,
+                        on_resume=self._link_ok,
                     )
                 except Exception as e:  # noqa: BLE001 - a lost link whatever its kind: told, retried
                     attempt += 1
@@ -297,7 +310,7 @@ class JobFollower:
         attempt = 0
         while True:
             try:
-                return await read()
+                got = await read()
             except Exception as e:  # noqa: BLE001 - any failure of the link: told, retried
                 attempt += 1
                 self._link_error(e, attempt)
@@ -306,6 +319,9 @@ class JobFollower:
                     self.lost = True
                     return None
                 await asyncio.sleep(backoff.next())
+            else:
+                self._link_ok()
+                return got
 
     async def _last_log_line(self) -> str:
         """The job's last stderr line (its own error when it died before reporting)."""

@@ -34,6 +34,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from tui.hostops.liveness import LinkWatch
 from tui.model import GoodputView, SweepLevel, SweepReport
 from tui.timeline_model import TimelineFeed, TimelineSnapshot
 from tui.timeline_model import figure as timeline_figure
@@ -116,6 +117,12 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         error: str
 
     @dataclass
+    class LinkChanged(Message):
+        """The link to the host-side job was lost (``error``) or answers again (``error`` None)."""
+
+        error: str | None
+
+    @dataclass
     class TimelineChanged(Message):
         """A level's timeline, as it is now (live rows, or merged with the stored file)."""
 
@@ -154,6 +161,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self.rc: int | None = None
         self.error = ""
         self._run: Any = None  # the BenchRun being followed
+        #: the link to the host-side job: while lost, the status line says so (the job goes on there)
+        self.link = LinkWatch()
         self.job_id: str | None = None
         self._level_offset = 0.0
         self._level_base = 0.0
@@ -220,6 +229,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             return
         run = self._run
         self.job_id = run.job_id
+        run.on_link_error = lambda e, attempt: self.post_message(self.LinkChanged(str(e)))
+        run.on_link_ok = lambda: self.post_message(self.LinkChanged(None))
         try:
             async for msg in run.events():
                 self._feed_timeline(msg)
@@ -353,10 +364,21 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self._show_goodput_and_levels(m)
         self._show_status()
 
+    def on_bench_screen_link_changed(self, event: "BenchScreen.LinkChanged") -> None:
+        if self.rc is not None:
+            return  # the run has ended: its outcome says the rest
+        if event.error is None:
+            if self.link.ok() is None:
+                return
+        elif not self.link.lost(event.error):
+            return  # still lost: the line is up already
+        self._show_status()
+
     def on_bench_screen_finished(self, event: "BenchScreen.Finished") -> None:
         from tui.commands.bench import EXIT_LOST, EXIT_PARTIAL
 
         self.rc = event.rc
+        self.link.ok()  # the follow is over: what happened is in the state line
         if event.error:
             self.error = event.error
         have = {s.get("run_id") for s in self.summaries}
@@ -399,6 +421,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             if rate not in (None, "inf") and self.sweep_key != "request_rate":
                 status.append(f" · {rate} req/s", style="dim")
             status.append(f" · run {lvl.get('run_id')}", style="dim")
+        if self.link.is_lost:  # second: the box shows 4 lines, and the counts below are stale now
+            status.append("\nlink lost — reconnecting (the job goes on on the host)", style="bold yellow")
         if t:
             status.append(
                 f"\ncompleted {t['completed']}/{t['total']} · failed {t['failed']} · "

@@ -44,6 +44,7 @@ from tui.ab.plans import PlanError, list_plans, load_plan
 from tui.ab.runner import ABEvent, ABReport
 from tui.ab.series import run_series
 from tui.ab.sides import side_from_dict
+from tui.hostops.liveness import LinkWatch
 from tui.timeline_model import TimelineFigure, TimelineSnapshot, overlay
 from tui.ui.screens.modals import ConfirmModal
 from widgets.compare_chart import CompareChart
@@ -69,6 +70,15 @@ class ABFinished(Message):
         super().__init__()
         self.report = report
         """What the run produced."""
+
+
+class ABLink(Message):
+    """The link to the A/B's host was lost (``error``) or answers again (``error`` None)."""
+
+    def __init__(self, error: str | None) -> None:
+        super().__init__()
+        self.error = error
+        """The failure, or None: the host answers again."""
 
 
 class ABTimeline(Message):
@@ -186,6 +196,9 @@ class CompareScreen(Screen[None]):
         """The A and B (:class:`tui.ab.sides.Side`) whose timelines are overlaid."""
         self.timeline_level: int | None = None
         """The concurrency whose timelines are shown (None: the peak)."""
+        self.link = LinkWatch()
+        """The link to the followed A/B's host: while lost, the status line says so."""
+        self._status_text = Text("Mark A and B, then press g.")
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -268,7 +281,15 @@ class CompareScreen(Screen[None]):
     # ------------------------------------------------------------------ actions
     def _status(self, text: str | Text) -> None:
         # runner lines and errors quote profile names, paths and messages: never markup
-        self.query_one("#ab-status", Static).update(Text(text) if isinstance(text, str) else text)
+        self._status_text = Text(text) if isinstance(text, str) else text
+        self._show_status()
+
+    def _show_status(self) -> None:
+        shown = self._status_text
+        if self.link.is_lost:
+            shown = shown.copy()
+            shown.append("\nlink lost — reconnecting (the A/B goes on on the host)", style="bold yellow")
+        self.query_one("#ab-status", Static).update(shown)
 
     def _show_marks(self) -> None:
         t = Text()
@@ -394,11 +415,14 @@ class CompareScreen(Screen[None]):
         await self._follow(self.campaign)
 
     async def _follow(self, campaign: Any) -> None:
+        campaign.on_link_error = lambda e, attempt: self.post_message(ABLink(str(e)))
+        campaign.on_link_ok = lambda: self.post_message(ABLink(None))
         try:
             async for ev in campaign.events():
                 self.post_message(ABProgress(ev))
         except Exception as e:  # the link died for good, or the job folder went away
             log.warning("A/B follow ended: %s", e, exc_info=True)
+            self.link.ok()
             self.campaign = None
             self.refresh_bindings()
             self._status(Text(f"lost the A/B: {e}; it goes on on the host (c reopens this screen)"))
@@ -406,6 +430,7 @@ class CompareScreen(Screen[None]):
         rep = campaign.report
         if rep is None:
             ex = getattr(campaign, "exit", None) or {}
+            self.link.ok()
             self.campaign = None
             self.refresh_bindings()
             self._status(Text(f"A/B ended without a report: {ex.get('error') or 'unknown'}", style="bold"))
@@ -486,10 +511,22 @@ class CompareScreen(Screen[None]):
         if ev.kind not in ("done",):
             self._status(ev.line())
 
+    @on(ABLink)
+    def _link_changed(self, msg: ABLink) -> None:
+        if self.campaign is None:
+            return  # the follow is over: its end says the rest
+        if msg.error is None:
+            if self.link.ok() is None:
+                return
+        elif not self.link.lost(msg.error):
+            return  # still lost: the line is up already
+        self._show_status()
+
     @on(ABFinished)
     def _finished(self, msg: ABFinished) -> None:
         rep = msg.report
         self.report = rep
+        self.link.ok()
         self.campaign = None
         self.refresh_bindings()
         bar = self.query_one("#ab-progress", ProgressBar)
@@ -622,4 +659,4 @@ class CompareScreen(Screen[None]):
         panel.redraw()
 
 
-__all__ = ["ABFinished", "ABProgress", "ABTimeline", "CompareScreen"]
+__all__ = ["ABFinished", "ABLink", "ABProgress", "ABTimeline", "CompareScreen"]

@@ -9,6 +9,7 @@ tracker, whose snapshot the progress widget renders twice a second.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field, replace
 
@@ -20,8 +21,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from tui.fmt import eta
 from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import LaunchRefused, StopResult, demo_argv, launch, stop_run
+from tui.hostops.liveness import LinkWatch
 from tui.hostops.logfollow import LineSplitter, follow_forever, read_log
 from tui.hostops.runstore import RunRecord, RunStore
 from tui.hostops.tracker import StartupTracker
@@ -32,6 +35,8 @@ from tui.ui.screens.modals import ConfirmModal
 from tui.util.safety import UnsafeInput
 from widgets.server_log import ServerLog
 from widgets.startup_progress import StartupProgressView
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,8 @@ class RunScreen(Screen[None]):
         self.splitter = LineSplitter()
         self._stop = asyncio.Event()
         self.reconnects = 0
-        self.link_error: str | None = None
+        #: the log's link: lost (the header says so, the health is unknown) until the host answers again
+        self.link = LinkWatch()
         self.stop_result: StopResult | None = None
         #: True from the confirmed stop until its result
         self.stopping = False
@@ -207,7 +213,7 @@ class RunScreen(Screen[None]):
     # ------------------------------------------------------------------ workers
     @work(group="run-follow", exit_on_error=False)
     async def follow_log(self) -> None:
-        log = self.query_one(ServerLog)
+        view = self.query_one(ServerLog)
         rec = self.record
         path = f"{rec.run_dir}/log"
         start = 0
@@ -220,7 +226,7 @@ class RunScreen(Screen[None]):
                 earlier = b""
             self.tracker.feed(earlier)
             self.tracker.flush()
-            log.append_lines([f"── resumed at byte {start} (earlier output: tunedeck logs {rec.run_id}) ──"])
+            view.append_lines([f"── resumed at byte {start} (earlier output: tunedeck logs {rec.run_id}) ──"])
         self.shown_offset = start
         self.tracker.offset = start
 
@@ -229,12 +235,11 @@ class RunScreen(Screen[None]):
             if self.tracker.catchup and len(chunk) < 65536:
                 self.tracker.catchup = False
             lines = self.splitter.feed(chunk)
-            log.append_lines(lines)
-            log.set_partial(self.splitter.partial())
+            view.append_lines(lines)
+            view.set_partial(self.splitter.partial())
             # bytes of complete lines handed to the view: where a resume must start
             self.shown_offset = self.tracker.offset - self.splitter.pending_bytes()
             self._save_offset()
-            self.link_error = None
 
         def on_idle() -> None:
             self.tracker.flush()
@@ -242,9 +247,19 @@ class RunScreen(Screen[None]):
 
         def on_error(e: Exception, attempt: int) -> None:
             self.reconnects += 1
-            self.link_error = f"log link lost ({e}); reconnecting (attempt {attempt})"
+            if self.link.lost(e):
+                log.warning("run %s: log link lost (%s); reconnecting", rec.run_id, e)
+            else:
+                log.info("run %s: log link still lost (%s; attempt %d)", rec.run_id, e, attempt)
 
-        await follow_forever(self.host, path, start, on_chunk, self._stop, on_idle=on_idle, on_error=on_error)
+        def on_resume() -> None:
+            lasted = self.link.ok()
+            if lasted is not None:
+                log.warning("run %s: log link back after %.0f s; following again", rec.run_id, lasted)
+
+        await follow_forever(
+            self.host, path, start, on_chunk, self._stop, on_idle=on_idle, on_error=on_error, on_resume=on_resume
+        )
         self._save_offset(force=True)
 
     def _save_offset(self, force: bool = False) -> None:
@@ -290,6 +305,11 @@ class RunScreen(Screen[None]):
             snap = replace(snap, elapsed=final.elapsed)  # the startup took this long; the clock stops
         view = self.query_one(StartupProgressView)
         view.catching_up = bool(self.tracker.catchup) and self.launch_spec is None
+        view.link_lost = (
+            f"link lost {eta(self.link.lost_for())} ago — reconnecting… (the values shown are the last heard)"
+            if self.link.is_lost and not self._stop.is_set()
+            else None
+        )
         self.post_message(self.Progress(snap))
 
     @on(Progress)
