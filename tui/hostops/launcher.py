@@ -349,7 +349,7 @@ def launch_script(
         meta["api_key"] = True
     meta_json = json.dumps(meta)
     d = delimiter(cmd, argv_json, env_json, meta_json, key or "")
-    secrets = f"cat > {API_KEY_FILE} <<'{d}'\n{key}\n{d}\n" if key else ""
+    secrets = f"put {API_KEY_FILE} <<'{d}'\n{key}\n{d}\n" if key else ""
     script = LAUNCH_SCRIPT.format(
         base=base_line(kind),
         d=d,
