@@ -6,6 +6,7 @@ round three", item 4). The script runs here as ``SHELL -s -- ARGS``, as ``Host.r
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -34,7 +35,9 @@ def started() -> Iterator[list[int]]:
             pass
 
 
-def _spawn(shell: list[str], home: Path, gpus: str | None) -> tuple[str, subprocess.Popen[str]]:
+def _spawn(
+    shell: list[str], home: Path, gpus: str | None, path: str | None = None
+) -> tuple[str, subprocess.Popen[str]]:
     rid = new_run_id()
     script, args = launch_script("runs", rid, ["sleep", "300"], {}, {"run_id": rid}, gpus=gpus)
     p = subprocess.Popen(
@@ -43,7 +46,7 @@ def _spawn(shell: list[str], home: Path, gpus: str | None) -> tuple[str, subproc
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, TUNEDECK_HOME=str(home)),
+        env=dict(os.environ, TUNEDECK_HOME=str(home), PATH=path or os.environ["PATH"]),
     )
     assert p.stdin is not None
     p.stdin.write(script)
@@ -113,6 +116,42 @@ def test_a_lock_left_by_a_killed_launch_is_taken_over(shell: list[str], tmp_path
     kind, _ = _result(_spawn(shell, tmp_path, "all")[1], started)
     assert kind == "PID"
     assert not lock.exists()
+
+
+#: ``cat`` and ``rm`` that dawdle 0-150 ms (by their pid) on the lock's files, as on a loaded
+#: host: the window between a waiter's look at a dead holder and its move is wide open
+_SLOW = """#!/bin/sh
+case "$*" in *.launch.lock*) sleep "0.$(( $$ % 4 * 5 ))" ;; esac
+exec {real} "$@"
+"""
+
+STALE_TRIALS = 10
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_of_three_launches_racing_for_a_dead_lock_exactly_one_starts(
+    shell: list[str], tmp_path: Path, started: list[int]
+) -> None:
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    for tool in ("cat", "rm"):
+        (shims / tool).write_text(_SLOW.format(real=shutil.which(tool)))
+        (shims / tool).chmod(0o755)
+    path = f"{shims}:{os.environ['PATH']}"
+    for trial in range(STALE_TRIALS):
+        home = tmp_path / f"trial{trial}"
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        lock = home / "runs" / ".launch.lock"
+        lock.mkdir(parents=True)
+        (lock / "pid").write_text(f"{gone.pid}\n")  # its holder was killed
+        spawned = [_spawn(shell, home, "all", path) for _ in range(3)]
+        results = [(rid, *_result(p, started)) for rid, p in spawned]
+        kinds = sorted(kind for _, kind, _ in results)
+        assert kinds == ["BUSY", "BUSY", "PID"], (trial, results)
+        (first,) = [rid for rid, kind, _ in results if kind == "PID"]
+        assert all(rest[0] == first for _, kind, rest in results if kind == "BUSY"), results
+        assert not lock.exists()
 
 
 def test_gpu_set_reads_cuda_visible_devices() -> None:

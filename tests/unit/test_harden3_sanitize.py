@@ -9,7 +9,7 @@ import pytest
 
 from tui.collectors import prom
 from tui.collectors.smi import parse_compute_apps, parse_query_gpu
-from tui.hostops.logfollow import LINE_CAP, LineSplitter, cut_mark
+from tui.hostops.logfollow import LINE_CAP, REDACT_MARGIN, LineSplitter, cut_mark
 from tui.logparse import clean_line
 from tui.services.deploy.logs import merge_logs
 from tui.util.safety import REDACTED, redact_text, safe_line
@@ -84,13 +84,28 @@ def test_a_huge_line_is_cut_and_marked_with_the_bytes_cut() -> None:
     out: list[tuple[str, int]] = []
     for i in range(0, len(line), 65536):
         out += sp.feed_sized(line[i : i + 65536])
-        assert len(sp._head) <= LINE_CAP  # never more than the cap held, however long the line
+        assert len(sp._head) <= LINE_CAP + REDACT_MARGIN  # bounded, however long the line
         assert sp.pending_bytes() == min(i + 65536, len(line))  # the resume offset stays exact
     out += sp.feed_sized(b"\nnext\n")
     (shown, size), (nxt, nsize) = out
     assert shown == "x" * LINE_CAP + cut_mark(1_000_000 - LINE_CAP)
     assert shown.endswith(" … 983616 bytes cut")
     assert size == 1_000_001 and (nxt, nsize) == ("next", 5)
+
+
+KEY = "nullable-Sekrit-0123456789"
+ECHOES = [f"--api-key {KEY} x", f"--api-key={KEY}, x", f"api_key={KEY} x", f"HF_TOKEN={KEY} x", f"Bearer {KEY} x"]
+
+
+@pytest.mark.parametrize("echo", ECHOES)
+def test_a_key_across_the_cut_is_redacted_whole_before_the_cut(echo: str) -> None:
+    # the cut falls at every byte of the echo in turn; a key cut to "null" read as no key at all
+    for at in range(len(echo)):
+        (shown,) = LineSplitter().feed(("x" * (LINE_CAP - at) + " " + echo + "\n").encode())
+        head = shown.split(" … ")[0]
+        assert len(head.encode()) <= LINE_CAP
+        leaked = [KEY[i : i + 4] for i in range(len(KEY) - 3) if KEY[i : i + 4] in head]
+        assert not leaked, (at, head[-60:])
 
 
 def test_the_cut_never_splits_a_character() -> None:

@@ -129,8 +129,10 @@ class Host(abc.ABC):
     async def put_file(self, data: bytes, path: str, *, mode: int = 0o600) -> None:
         """Write ``data`` to ``path`` on the host (an absolute path), creating its folder.
 
-        Raises ``OSError`` when the host refuses (permissions, disk full) and
-        :class:`HostError` when the link fails. Hosts that cannot take files say so."""
+        Raises ``OSError`` when the host refuses (permissions, a full disk), its ``strerror`` the
+        host's cause and its ``filename`` the path (:func:`tui.util.files.os_error_text`), and
+        :class:`HostError` when the link fails. A failed write leaves nothing behind: neither a part
+        of the file nor a folder it created. Hosts that cannot take files say so."""
         raise HostError("error", f"{self.target}: cannot write files on this host", target=self.target)
 
     async def close(self) -> None:  # noqa: B027 - optional hook
@@ -505,14 +507,44 @@ class LocalHost(Host):
     async def put_file(self, data: bytes, path: str, *, mode: int = 0o600) -> None:
         check_text(path, "path")
         p = os.path.abspath(path)
-        os.makedirs(os.path.dirname(p), mode=0o700, exist_ok=True)
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        created = _missing_folders(os.path.dirname(p))
+        try:
+            os.makedirs(os.path.dirname(p), mode=0o700, exist_ok=True)
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        except OSError as e:
+            _remove_folders(created)
+            raise OSError(e.errno, e.strerror, e.filename or p) from None
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-        finally:
+        except OSError as e:
             os.close(fd)
+            os.unlink(p)
+            _remove_folders(created)
+            raise OSError(e.errno, e.strerror, p) from None
+        os.close(fd)
+
+
+def _missing_folders(folder: str) -> list[str]:
+    """The folders ``os.makedirs(folder)`` would create, deepest first."""
+    out = []
+    while not os.path.lexists(folder) and folder != os.path.dirname(folder):
+        out.append(folder)
+        folder = os.path.dirname(folder)
+    return out
+
+
+def _remove_folders(folders: Sequence[str]) -> None:
+    """Remove the folders a failed write created (deepest first), where they are still empty."""
+    for f in folders:
+        try:
+            os.rmdir(f)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            log.warning("cannot remove the folder %s left by a failed write: %s", f, e.strerror)
+            return
 
 
 def target_name(host: Host) -> str:

@@ -28,33 +28,55 @@ RUNS_BASE = base_line("runs")
 
 # $1 = run id, $2 = the GPUs it will use ("all", "none" or "0,1,…"; empty: no check). Prints
 # DIR <dir>, then PID <pid> <starttime> once the wrapper started; BUSY <run id> <pid> <gpus> (and
-# nothing runs) when a live run in the folder uses any of those GPUs. One launch at a time per
-# folder: the lock (an atomic mkdir) is held from that check until the wrapper has started, so two
-# launches at once cannot both pass it. A lock whose holder is gone (killed) is taken over.
+# nothing runs) when a live run in the folder uses any of those GPUs; ERR <one line> when it
+# cannot (a write that fails names the file and the host's cause, and the run's folder is removed:
+# a full or read-only disk leaves no debris).
+#
+# One launch at a time per folder: the lock (an atomic mkdir) is held from that check until the
+# wrapper has started, so two launches at once cannot both pass it. Its file ``pid`` names the
+# holder as PID-SECONDS (written whole: a rename). A lock whose holder is gone (killed) is taken
+# over by exactly one waiter: the one whose ``mkdir "$lock/took.<holder>"`` succeeds, and only
+# if the lock still names that holder afterwards (a waiter that saw a dead holder late may land
+# its mkdir in a newer lock: that lock names another holder, and it goes back to waiting). No
+# waiter removes a lock it does not hold, so no two remove one dead lock and both take it.
 LAUNCH_SCRIPT = r"""set -u
 rid="$1"
 want="$2"
 {base}umask 077
 dir="$base/$rid"
 start_cwd=$(pwd)
+made=
+# put FILE < content: write it or stop with one line naming it and the cause, removing the run folder
+put() {{
+  why=$(cat 2>&1 > "$1") && return 0
+  case $1 in /*) echo "ERR cannot write $1: ${{why##*: }}" ;; *) echo "ERR cannot write $dir/$1: ${{why##*: }}" ;; esac
+  [ -n "$made" ] && rm -rf -- "$dir"
+  exit 3
+}}
 why=$(mkdir -p "$base" 2>&1) || {{ echo "ERR cannot create $base: ${{why##*: }}"; exit 3; }}
 lock="$base/.launch.lock"
+me="$$-$(date +%s)"
 i=0
-while ! mkdir "$lock" 2>/dev/null; do
+while ! why=$(mkdir "$lock" 2>&1); do
+  case $why in *[Ee]xists*) ;; *) [ -d "$lock" ] || {{ echo "ERR cannot create $lock: ${{why##*: }}"; exit 3; }} ;; esac
   holder=$(cat "$lock/pid" 2>/dev/null || true)
-  if [ -n "$holder" ] && ! kill -0 "$holder" 2>/dev/null; then
-    rm -rf "$lock"
-    continue
+  case $holder in *[!0-9-]*|-*) holder= ;; esac
+  if [ -n "$holder" ] && ! kill -0 "${{holder%%-*}}" 2>/dev/null && mkdir "$lock/took.$holder" 2>/dev/null \
+      && [ "$(cat "$lock/pid" 2>/dev/null || true)" = "$holder" ]; then
+    break
   fi
   i=$((i+1))
-  [ $i -lt 600 ] || {{ echo "ERR another launch has held $lock for 30 s (its shell: pid ${{holder:-?}})"; exit 6; }}
+  [ $i -lt 600 ] || {{ echo "ERR another launch has held $lock for 30 s (its shell: pid ${{holder%%-*}})"; exit 6; }}
   sleep 0.05
 done
 trap 'rm -rf "$lock"' EXIT
 trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 143' TERM
-echo $$ > "$lock/pid"
+put "$lock/pid.$$" <<{d}
+$me
+{d}
+mv -f "$lock/pid.$$" "$lock/pid"
 shares() {{
   [ "$1" = none ] || [ "$2" = none ] && return 1
   [ "$1" = all ] || [ "$2" = all ] && return 0
@@ -77,10 +99,15 @@ if [ -n "$want" ]; then
   done
 fi
 why=$(mkdir -p "$dir" 2>&1) || {{ echo "ERR cannot create $dir: ${{why##*: }}"; exit 3; }}
+made=1
 cd "$dir" || exit 3
-printf '%s\n' "$start_cwd" > cwd
-printf '%s\n' "${{want:-all}}" > gpus
-cat > run.sh <<'{d}'
+put cwd <<{d}
+$start_cwd
+{d}
+put gpus <<{d}
+${{want:-all}}
+{d}
+put run.sh <<'{d}'
 cd "$(dirname -- "$0")" || exit 1
 echo $$ > pid.tmp && mv pid.tmp pid
 sed 's/.*) //' /proc/$$/stat | cut -d' ' -f20 > starttime.tmp && mv starttime.tmp starttime
@@ -92,19 +119,19 @@ cd -- "$(cat cwd)" 2>/dev/null || cd -- "$HOME" 2>/dev/null || cd /
 "$@" >> "$run_dir/log" 2>&1 < /dev/null
 echo $? > "$run_dir/rc"
 {d}
-cat > cmd.env <<'{d}'
+put cmd.env <<'{d}'
 set -- {cmd}
 {d}
-cat > argv.json <<'{d}'
+put argv.json <<'{d}'
 {argv_json}
 {d}
-cat > env.json <<'{d}'
+put env.json <<'{d}'
 {env_json}
 {d}
-cat > meta.json <<'{d}'
+put meta.json <<'{d}'
 {meta_json}
 {d}
-{secrets}: > log
+{secrets}put log < /dev/null
 echo "DIR $dir"
 # setsid -f: the server in its own session, not a child of this shell; LocalHost and sshd give
 # this shell only 0/1/2, so the server holds none of the caller's pipes. Without setsid -f

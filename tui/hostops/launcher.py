@@ -342,14 +342,16 @@ def launch_script(
     meta = dict(meta)
     # the server's API key, for the clients that benchmark it (tui.bench.config.auth_headers): a
     # 0600 file in the run's folder (umask 077), written from this script's body, never from argv
-    key = flag_value(argv, "--api-key")
+    key, where = flag_value(argv, "--api-key"), "--api-key"
+    if key is None:  # vLLM also takes its key from the environment
+        key, where = env.get(API_KEY_ENV), API_KEY_ENV
     if key is not None and (not key or any(c.isspace() or ord(c) < 32 for c in key)):
-        raise UnsafeInput("--api-key: expected one key without spaces or control characters")
+        raise UnsafeInput(f"{where}: expected one key without spaces or control characters")
     if key:
         meta["api_key"] = True
     meta_json = json.dumps(meta)
     d = delimiter(cmd, argv_json, env_json, meta_json, key or "")
-    secrets = f"cat > {API_KEY_FILE} <<'{d}'\n{key}\n{d}\n" if key else ""
+    secrets = f"put {API_KEY_FILE} <<'{d}'\n{key}\n{d}\n" if key else ""
     script = LAUNCH_SCRIPT.format(
         base=base_line(kind),
         d=d,
@@ -364,6 +366,9 @@ def launch_script(
 
 #: the file of a run's folder that holds the server's API key (0600), when it was launched with one
 API_KEY_FILE = "api_key"
+#: the environment variable a server takes its API key from when ``--api-key`` is not given
+#: (vLLM's ``VLLM_API_KEY``; SGLang documents none): its key file is written the same way
+API_KEY_ENV = "VLLM_API_KEY"
 
 
 async def serving_run(host: Host, port: int | None) -> HostRun | None:

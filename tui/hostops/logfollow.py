@@ -22,6 +22,11 @@ _log = logging.getLogger(__name__)
 LINE_CAP = 16 * 1024
 
 
+#: Bytes held beyond :data:`LINE_CAP` so that a secret argument straddling the cut is redacted
+#: whole before the line is cut (a key cut to ``none…`` or ``null…`` would read as no key)
+REDACT_MARGIN = 1024
+
+
 def cut_mark(n: int) -> str:
     """What ends a line cut at :data:`LINE_CAP` (``n``: the bytes cut)."""
     return f" … {n} bytes cut"
@@ -43,12 +48,14 @@ class LineSplitter:
     Each line is decoded as UTF-8 (invalid bytes replaced), a ``\\r`` redraw keeps its last
     frame, the secret arguments an engine echoes are redacted (:func:`redact_text`) and the host's
     escape sequences removed (:func:`safe_line`; SGR colour kept only with ``sgr=True``). A line
-    longer than ``cap`` bytes is cut there and marked (:func:`cut_mark`): however long a line
-    (or an unterminated one) grows, at most ``cap`` bytes of it are held.
+    longer than ``cap`` bytes is cut there and marked (:func:`cut_mark`), after its redaction (of
+    ``cap`` + :data:`REDACT_MARGIN` bytes: a secret across the cut is hidden whole): however long a
+    line (or an unterminated one) grows, at most ``cap`` + that margin bytes of it are held.
     """
 
     def __init__(self, *, cap: int = LINE_CAP, sgr: bool = False) -> None:
         self.cap = cap
+        self.hold = cap + REDACT_MARGIN
         self.sgr = sgr
         self._head = bytearray()  # the current line, at most ``cap`` bytes (its last \r frames)
         self._received = 0  # bytes of the current line received
@@ -84,8 +91,8 @@ class LineSplitter:
             j = self._head.rfind(b"\r")
             frames = [f for f in bytes(self._head[:j]).split(b"\r") if f.strip()]
             self._head[:j] = frames[-1] if frames else b""
-        if len(self._head) > self.cap:
-            keep = _head(bytes(self._head), self.cap)
+        if len(self._head) > self.hold:
+            keep = _head(bytes(self._head), self.hold)
             self._cut = len(self._head) - len(keep)
             del self._head[len(keep) :]
 
@@ -95,8 +102,18 @@ class LineSplitter:
         self._cut = 0
 
     def _finish(self) -> str:
-        line = self._clean(bytes(self._head).decode("utf-8", "replace"))
-        return line + cut_mark(self._cut) if self._cut else line
+        text = bytes(self._head).decode("utf-8", "replace").rstrip("\r")
+        if "\r" in text:
+            frames = [f for f in text.split("\r") if f.strip()]
+            text = frames[-1] if frames else ""
+        data = redact_text(text).encode("utf-8")  # redacted first, then cut
+        cut = self._cut
+        if len(data) > self.cap:
+            keep = _head(data, self.cap)
+            cut += len(data) - len(keep)
+            data = keep
+        line = safe_line(data.decode("utf-8", "replace"), sgr=self.sgr)
+        return line + cut_mark(cut) if cut else line
 
     def partial(self) -> str:
         """The unterminated tail as it would look now (last \r frame)."""
@@ -112,13 +129,6 @@ class LineSplitter:
         line = self._finish()
         self._reset()
         return [line]
-
-    def _clean(self, line: str) -> str:
-        line = line.rstrip("\r")
-        if "\r" in line:
-            frames = [f for f in line.split("\r") if f.strip()]
-            line = frames[-1] if frames else ""
-        return safe_line(redact_text(line), sgr=self.sgr)
 
 
 class LogFollower:

@@ -172,7 +172,7 @@ class LocalOps:
 
         cfg = level_config(info, handle.url, plan, level, labels)
         rec = handle.handle
-        if flag_value(info.argv, "--api-key") and getattr(rec, "run_dir", None):
+        if (flag_value(info.argv, "--api-key") or info.env.get(launcher.API_KEY_ENV)) and getattr(rec, "run_dir", None):
             cfg.api_key_file = f"{rec.run_dir}/{launcher.API_KEY_FILE}"  # the run's 0600 key file
         meta = {
             "server": {

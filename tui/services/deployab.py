@@ -38,6 +38,7 @@ from tui.profiles.model import ServerProfile
 from tui.services import deploy, jobs
 from tui.services.abrun import ask_to_stop, refuse_while_running
 from tui.services.benchrun import HOST, BenchRun
+from tui.util.files import os_error_text
 from tui.util.safety import redact_argv
 
 log = logging.getLogger(__name__)
@@ -327,7 +328,7 @@ async def start(
     try:
         await host.put_file(json.dumps(spec).encode("utf-8"), f"{jdir}/{SPEC}")
     except OSError as e:
-        raise jobs.JobError(f"writing the A/B's spec failed: {e}") from None
+        raise jobs.JobError(f"writing the A/B's spec failed: {os_error_text(e)}") from None
     meta = {"kind": "ab", "run_id": jid, "ab_id": ab_id, "a": a, "b": b, "plan": plan.name, "deployments": True}
     argv = [sys.executable, "-m", "tui.services.deployab", str(jdir)]
     started = await launcher.start_detached(host, "ab", jid, argv, {}, meta)

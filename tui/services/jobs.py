@@ -27,7 +27,7 @@ from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles
 from tui.services import runtime
 from tui.util.aio import cancel_and_wait
-from tui.util.files import atomic_write_json, atomic_write_text
+from tui.util.files import atomic_write_json, atomic_write_text, os_error_text
 from tui.util.paths import data_dir
 from tui.util.retry import Backoff
 
@@ -71,7 +71,7 @@ async def start(
     try:
         await host.put_file(json.dumps(spec, default=str).encode("utf-8"), f"{jdir}/{jobfiles.SPEC}")
     except OSError as e:
-        raise JobError(f"{host.target}: writing the {kind} job's spec failed: {e}") from None
+        raise JobError(f"{host.target}: writing the {kind} job's spec failed: {os_error_text(e)}") from None
     info = {
         "kind": kind,
         "created": time.time(),

@@ -38,6 +38,7 @@ from typing import Sequence
 import tui
 from tui.hostops.hosts import Host, HostError
 from tui.profiles.deploy import HOST_RUNTIME
+from tui.util.files import os_error_text
 from tui.util.paths import state_dir
 from tui.util.safety import check_text
 
@@ -310,7 +311,7 @@ async def _place(host: Host, data: bytes, sha256: str, final: str, python: str, 
     try:
         await host.put_file(data, staged)
     except OSError as e:
-        raise RuntimeUnavailable(f"{target}: uploading {what} to {staged} failed: {e}") from None
+        raise RuntimeUnavailable(f"{target}: uploading {what} failed: {os_error_text(e)}") from None
     r = await host.run_script(_PLACE_SCRIPT, [python, staged, final, sha256], timeout=60)
     if "OK" not in r.stdout.split():
         why = (r.stdout.strip() or r.stderr.strip() or "no answer").replace("ERR ", "")
@@ -373,7 +374,7 @@ async def ensure_sim(host: Host, *, python: str | None = None) -> Runtime:
     try:
         await host.put_file(text.encode("utf-8"), staged, mode=0o755)
     except OSError as e:
-        raise RuntimeUnavailable(f"{target}: writing the simulated nvidia-smi to {staged} failed: {e}") from None
+        raise RuntimeUnavailable(f"{target}: writing the simulated nvidia-smi failed: {os_error_text(e)}") from None
     r = await host.run_script(_PLACE_SHIM, [staged, shim], timeout=30)
     if "OK" not in r.stdout.split():
         why = r.stderr.strip() or r.stdout.strip() or "no answer"

@@ -11,6 +11,14 @@ from typing import Any, Iterator, Union
 PathArg = Union[str, "os.PathLike[str]"]
 
 
+def os_error_text(e: OSError) -> str:
+    """One line naming the path and the cause: ``/home/u/.tunedeck/lib: No space left on device``
+    (not ``[Errno 28] No space left on device: '/home/u/.tunedeck/lib'``)."""
+    if e.strerror and e.filename:
+        return f"{os.fsdecode(e.filename)}: {e.strerror}"
+    return e.strerror or str(e)
+
+
 def atomic_write_bytes(path: PathArg, data: bytes, *, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` so that readers see the old or the new file, never a torn one.
 
