@@ -126,7 +126,7 @@ async def test_r21_readiness_wait_is_bounded():
     with FakeServer("--refuse-until", "2") as srv:
         t = time.monotonic()
         async with make_client() as c:
-            assert await wait_ready(c, srv.url, 10) == ["fake-model"]
+            assert [m["id"] for m in await wait_ready(c, srv.url, 10)] == ["fake-model"]
         assert 1.5 < time.monotonic() - t < 5
     with FakeServer("--refuse-until", "5") as srv:
         t = time.monotonic()

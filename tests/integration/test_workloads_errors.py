@@ -43,6 +43,8 @@ CASES = {
         "{f}:2: 'output_len' 'many' is not a whole number >= 1",
     ),
     "custom-empty": ("custom", "\n\n", [], "{f}: no request left to send"),
+    "custom-empty-file": ("custom", "", [], "{f}: the file is empty (0 bytes); expected a custom file"),
+    "sharegpt-empty-file": ("sharegpt", "", [], "{f}: the file is empty (0 bytes); expected a sharegpt file"),
     "mooncake-record": (
         "mooncake",
         _lines([{"timestamp": 0, "input_length": 10, "output_length": 2}, {"timestamp": 5, "output_length": 2}]),

@@ -106,3 +106,42 @@ def test_text_prompts_are_fitted_to_exact_lengths_with_the_servers_tokenize():
     assert s["workload"]["name"] == "text" and s["params"]["input_len"] == 60
     samples = store.read_samples(s["run_id"])
     assert [x["prompt_len"] for x in samples] == [60] * 6 and all(x["prompt_len_exact"] for x in samples)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("engine", "flags"),
+    [
+        ("vllm", ("m", "-tp", "8", "--max-model-len", "300")),
+        ("sglang", ("--model-path", "m", "--tp-size", "8", "--context-length", "300")),
+    ],
+)
+def test_a_prompt_over_the_servers_context_is_skipped_and_counted_without_the_option(tmp_path, engine, flags):
+    """The server's own context length (its /v1/models max_model_len) skips the one prompt that
+    would not fit; --context-limit still wins, and then the server refuses that prompt."""
+    rows = [{"prompt": f"question {i}: " + "why " * 20, "output_len": 8} for i in range(5)]
+    rows.insert(2, {"prompt": "x" * 1200, "output_len": 8})  # 300 prompt tokens + 8 > 300 (one per 4 bytes)
+    f = tmp_path / "c.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    port = free_port()
+    common = ("--url", f"http://127.0.0.1:{port}", "--dataset-name", "custom", "--dataset-path", str(f))
+    common += ("--num-prompts", "6", "--concurrency", "2")
+    with SimProc(engine, *flags, "--port", str(port), "--sim-load-seconds", "0.3") as sim:
+        sim.wait_ready(60)
+        r = _bench(*common)
+        forced = _bench(*common, "--context-limit", "100000")
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout)
+    assert s["context_limit"] == {"tokens": 300, "source": "server"}
+    assert s["workload_skipped"] == {"over_context_limit": 1}
+    assert s["completed"] == 6 and s["failed"] == 0
+    assert s["workload_lengths"]["input"]["max"] < 300
+    assert "context_limit" not in s["workload"]["params"]
+    assert "Context limit: 300 tokens (the server's max_model_len)" in r.stderr
+    assert store.load_run(s["run_id"]).meta["context_limit"] == {"tokens": 300, "source": "server"}
+    # the operator's limit wins: the long prompt is sent, and the server refuses it
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    o = json.loads(forced.stdout)
+    assert o["context_limit"] == {"tokens": 100000, "source": "option"}
+    assert o["workload_skipped"] == {} and o["workload"]["params"]["context_limit"] == 100000
+    assert o["completed"] == 5 and o["failed"] == 1

@@ -463,6 +463,16 @@ def format_lengths(lens: Mapping[str, Any]) -> str:
 _LEN_KEYS = ("min", "mean", "p50", "p90", "max")
 
 
+def format_context_limit(ctx: Mapping[str, Any]) -> str:
+    """``4096 tokens (the server's max_model_len)``, ``... (--context-limit)`` or ``none (the server
+    did not say)``."""
+    tokens, source = ctx.get("tokens"), ctx.get("source")
+    if not isinstance(tokens, int) or isinstance(tokens, bool):
+        return "none (the server did not say; --context-limit N sets one)"
+    where = {"option": "--context-limit", "server": "the server's max_model_len"}.get(str(source), "source unknown")
+    return f"{tokens} tokens ({where})"
+
+
 def format_extras(summary: Mapping[str, Any]) -> str:
     """tunedeck's lines under the vLLM block: settings, failures, client health."""
     lines = []
@@ -487,6 +497,9 @@ def format_extras(summary: Mapping[str, Any]) -> str:
         skipped = summary.get("workload_skipped")
         if skipped:
             lines.append("Skipped: " + ", ".join(f"{k}={v}" for k, v in sorted(skipped.items())))
+        ctx = summary.get("context_limit")
+        if isinstance(ctx, Mapping):
+            lines.append("Context limit: " + format_context_limit(ctx))
     how = {
         "token-ids": "token ids, exact length",
         "server-tokenizer": "text fitted with the server's /tokenize",

@@ -15,7 +15,8 @@ records are the typed view at the boundaries, each with ``to_json()`` /
 Event types (``BenchEvent.type``) and their fields:
 
 ``waiting``      url, timeout
-``start``        levels [{concurrency, request_rate}], model, sweep_id, goodput ({key: ms}, {} for none)
+``start``        levels [{concurrency, request_rate}], model, sweep_id, goodput ({key: ms}, {} for none),
+                 context_limit ({tokens, source}: "option", "server", or both None)
 ``level_start``  level, run_id, run_dir, concurrency, request_rate, num_prompts, warmup
 ``connected``    level, connections, connect_ms_mean, connect_ms_max (pool opened before t0)
 ``tick``         level, t, second, completed, failed, in_flight, total, tok_s, output_tokens,

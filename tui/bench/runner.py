@@ -20,8 +20,12 @@ reported separately). Samples go to a writer thread, so no disk I/O runs on
 the event loop while timing.
 
 Prompts come from the workload source (:mod:`tui.bench.workloads`, chosen by
-``cfg.workload``; docs/workloads.md), built for every level before anything is
-sent, so a bad workload stops the run with one line. The default, ``random``:
+``cfg.workload``; docs/workloads.md), built for every level once the server
+answers ``/v1/models`` and before any request is sent, so a bad workload stops
+the run with one line. Requests that would not fit the context limit are skipped
+and counted: ``--context-limit`` when given, else the served model's
+``max_model_len`` from that ``/v1/models`` answer (recorded as ``context_limit``
+with its source). The default, ``random``:
 for ``/v1/completions``, exactly ``input_len`` token ids (seeded; vLLM and
 SGLang accept ``prompt: [ids]``); for chat, seeded common words. Text prompts
 with target lengths (random on chat, ``text``) are fitted with the server's
@@ -54,7 +58,7 @@ import os
 import socket
 import sys
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Union
 from urllib.parse import urlsplit
 
 from tui.bench.client import (
@@ -74,7 +78,7 @@ from tui.bench.levels import (
     warmup,
 )
 from tui.bench.prompts import calibrate_prompts
-from tui.bench.workloads import Workload, build_workload, length_distributions, prompt_set_sha256
+from tui.bench.workloads import Workload, WorkloadSpec, build_workload, length_distributions, prompt_set_sha256
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +91,9 @@ _pc = time.perf_counter
 # ---------------------------------------------------------------- readiness / discovery
 
 
-async def wait_ready(client: HttpClient, base: str, timeout: float, *, interval: float = 0.5) -> List[str]:
-    """Poll ``/v1/models`` (or ``/health``) until the server answers 200; returns the model ids.
+async def wait_ready(client: HttpClient, base: str, timeout: float, *, interval: float = 0.5) -> List[Dict[str, Any]]:
+    """Poll ``/v1/models`` (or ``/health``) until the server answers 200; returns its model cards
+    (``/v1/models``'s ``data``, each with a string ``id``; none when only ``/health`` answered).
 
     Raises :class:`NotReady` after ``timeout`` seconds, naming the last error.
     """
@@ -102,7 +107,7 @@ async def wait_ready(client: HttpClient, base: str, timeout: float, *, interval:
             if r.status == 200:
                 try:
                     data = r.json().get("data") or []
-                    return [str(m.get("id")) for m in data if isinstance(m, dict) and m.get("id")]
+                    return [{**m, "id": str(m["id"])} for m in data if isinstance(m, dict) and m.get("id")]
                 except (ValueError, AttributeError):
                     return []
             if r.status == 404:
@@ -117,6 +122,35 @@ async def wait_ready(client: HttpClient, base: str, timeout: float, *, interval:
         if _pc() + interval > deadline:
             raise NotReady(f"{base}: server not ready after {timeout:g} s (last: {last})")
         await asyncio.sleep(interval)
+
+
+def served_context_length(cards: Sequence[Mapping[str, Any]], model: str) -> Optional[int]:
+    """The context length (prompt plus output tokens) the server gives ``model``: ``max_model_len``
+    on its ``/v1/models`` card, where vLLM and SGLang both report it (SGLang's ``/get_model_info``
+    has no such field). An adapter's card may carry none (vLLM's LoRA cards): its base model's
+    (``parent``) counts. None when the server does not say."""
+    by_id = {str(c.get("id")): c for c in cards}
+    card = by_id.get(model)
+    seen: Set[str] = set()
+    while card is not None and str(card.get("id")) not in seen:
+        seen.add(str(card.get("id")))
+        n = card.get("max_model_len")
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            return n
+        parent = card.get("parent")
+        card = by_id.get(parent) if isinstance(parent, str) else None
+    return None
+
+
+def context_limit(spec: WorkloadSpec, cards: Sequence[Mapping[str, Any]], model: str) -> Dict[str, Any]:
+    """The context limit a run applies and where it comes from, as results record it:
+    ``{"tokens": N, "source": "option"}`` (``--context-limit``, which wins), ``"server"`` (the
+    served model's context length), or ``{"tokens": None, "source": None}`` when neither says."""
+    option = spec.params.get("context_limit")
+    if option is not None:
+        return {"tokens": option, "source": "option"}
+    n = served_context_length(cards, model)
+    return {"tokens": n, "source": "server" if n is not None else None}
 
 
 async def engine_info(client: HttpClient, base: str) -> Dict[str, Any]:
@@ -203,20 +237,33 @@ async def run_benchmark(
     chat = cfg.endpoint == "chat"
     token_ids = cfg.token_ids and not chat
     wspec = cfg.workload_spec()
-    # every level's requests before anything is sent: a bad workload stops here, with one line
-    built: Dict[int, Workload] = {}
-    for conc, _rate in levels:
-        n = cfg.prompts_for(conc)
-        if n not in built:
-            built[n] = build_workload(wspec, n, cfg.seed, token_ids=token_ids)
     summaries: List[Dict[str, Any]] = []
     async with make_client(read_timeout=cfg.read_timeout, headers=cfg.auth_headers()) as client:
         emit({"type": "waiting", "url": cfg.url, "timeout": cfg.ready_timeout})
-        models = await wait_ready(client, cfg.url, cfg.ready_timeout)
+        cards = await wait_ready(client, cfg.url, cfg.ready_timeout)
         if not cfg.model:
-            if not models:
+            if not cards:
                 raise NotReady(f"{cfg.url}: /v1/models lists no model; pass --model")
-            cfg.model = models[0]
+            cfg.model = cards[0]["id"]
+        context = context_limit(wspec, cards, cfg.model)
+        if context["source"] is None:
+            log.warning(
+                "%s: /v1/models gives no max_model_len for %s: no context limit applied (--context-limit N sets one)",
+                cfg.url,
+                cfg.model,
+            )
+        # every level's requests before any is sent: a bad workload stops here, with one line
+        built: Dict[int, Workload] = {}
+        for conc, _rate in levels:
+            n = cfg.prompts_for(conc)
+            if n not in built:
+                built[n] = build_workload(
+                    wspec,
+                    n,
+                    cfg.seed,
+                    token_ids=token_ids,
+                    server_context=context["tokens"] if context["source"] == "server" else None,
+                )
         engine = await engine_info(client, cfg.url)
         ep = EndpointConfig(
             cfg.url, cfg.model, cfg.endpoint, cfg.ignore_eos, cfg.temperature, request_deadline=cfg.request_deadline
@@ -229,6 +276,7 @@ async def run_benchmark(
                 "model": cfg.model,
                 "sweep_id": sweep_id,
                 "goodput": dict(cfg.goodput),
+                "context_limit": dict(context),
             }
         )
         for li, (conc, rate) in enumerate(levels):
@@ -280,6 +328,7 @@ async def run_benchmark(
                 "workload": workload,
                 "workload_lengths": length_distributions(specs),
                 "workload_skipped": dict(wl.skipped),
+                "context_limit": dict(context),
             }
             if meta_extra:
                 meta.update({k: v for k, v in meta_extra.items() if k not in ("params", "client")})

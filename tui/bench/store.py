@@ -369,7 +369,7 @@ def summarize(
         cl.update(client)
     res["client"] = cl
     res["workload"] = workload_of(meta)
-    for key in ("workload_lengths", "workload_skipped"):
+    for key in ("workload_lengths", "workload_skipped", "context_limit"):
         if isinstance(meta.get(key), Mapping):
             res[key] = dict(meta[key])
     if isinstance(meta.get("deployment"), Mapping):

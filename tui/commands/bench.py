@@ -365,7 +365,8 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
         type=_pos_int,
         default=None,
         metavar="N",
-        help="skip (and count) requests whose prompt + output exceed N tokens",
+        help="skip (and count) requests whose prompt + output exceed N tokens (default: the served "
+        "model's context length, as the server's /v1/models reports it)",
     )
     for flag, _source, _key, typ, text in WORKLOAD_OPTIONS:
         metavar = {_ratio: "R", _pos_float: "X", _nonneg_float_arg: "S"}.get(typ, "N")

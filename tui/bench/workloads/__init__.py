@@ -83,11 +83,15 @@ def default_ignore_eos(name: str) -> bool:
     return name not in OWN_ANSWERS
 
 
-def build_workload(spec: WorkloadSpec, n: int, seed: int, *, token_ids: bool = True) -> Workload:
+def build_workload(
+    spec: WorkloadSpec, n: int, seed: int, *, token_ids: bool = True, server_context: Optional[int] = None
+) -> Workload:
     """The requests of one level: ``n`` of them (a sized source decides its own count; a trace
     sends its first ``n`` rows at most), seeded. ``token_ids``: synthetic prompts as token ids
     (exact lengths, for ``/v1/completions``) rather than words. ``spec.params["context_limit"]``
-    skips (and counts) requests whose prompt plus output would not fit.
+    (the operator's ``--context-limit``), else ``server_context`` (the served model's context
+    length, as the server reports it), skips (and counts) requests whose prompt plus output would
+    not fit; only the operator's limit is one of the workload's params.
 
     Raises :class:`WorkloadError` (a ValueError) with one line naming the option, or the file and
     its line or record."""
@@ -106,7 +110,8 @@ def build_workload(spec: WorkloadSpec, n: int, seed: int, *, token_ids: bool = T
             f"workload option {unknown[0]} does not apply to {spec.name} "
             f"(its options: {', '.join(OPTIONS[spec.name] + ('context_limit',))})"
         )
-    limit = check_int(params, "context_limit", None)
+    option_limit = check_int(params, "context_limit", None)
+    limit = option_limit if option_limit is not None else server_context
     name = spec.name
     if name == "sharegpt":
         wl = sharegpt(params, spec.path, n, seed, limit)
@@ -127,8 +132,8 @@ def build_workload(spec: WorkloadSpec, n: int, seed: int, *, token_ids: bool = T
         wl = gen(params, n, seed, token_ids)
         if limit is not None:
             _apply_limit(wl, limit, spec)
-    if limit is not None:
-        wl.params["context_limit"] = limit
+    if option_limit is not None:
+        wl.params["context_limit"] = option_limit
     return wl
 
 

@@ -31,7 +31,8 @@ from tui.bench.workloads.base import (
 
 
 def read_text(path: Optional[str], source: str) -> Tuple[str, str]:
-    """(text, sha256 of the bytes) of a dataset file; WorkloadError naming the file."""
+    """(text, sha256 of the bytes) of a dataset file; WorkloadError naming the file (missing,
+    unreadable, empty or not UTF-8)."""
     if not path:
         raise WorkloadError(f"{source}: needs a file (--dataset-path)")
     try:
@@ -43,6 +44,8 @@ def read_text(path: Optional[str], source: str) -> Tuple[str, str]:
         raise WorkloadError(f"{path}: is a folder, not a {source} file") from None
     except OSError as e:
         raise WorkloadError(f"{path}: cannot read it ({e.strerror or e})") from None
+    if not data:
+        raise WorkloadError(f"{path}: the file is empty (0 bytes); expected a {source} file")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
