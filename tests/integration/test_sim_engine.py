@@ -702,3 +702,29 @@ def test_second_server_on_the_same_gpus_runs_out_of_memory():
             ok.wait_ready()
             # the first server still runs undisturbed
             assert a.proc.poll() is None
+
+
+def test_fixed_timing_sglang_always_gets_through_its_warm_up():
+    """With fixed timing the clock serves every request; a scheduler started beside it found the
+    warm-up request in its running list with nothing to batch and spun without yielding: the
+    server hung in its warm-up (7 of 12 starts on a loaded machine), deaf to SIGTERM."""
+    args = (
+        "--model-path",
+        "m",
+        "--tp",
+        "8",
+        "--sim-load-seconds",
+        "0.2",
+        "--sim-fixed-ttft-ms",
+        "5",
+        "--sim-fixed-itl-ms",
+        "2",
+    )
+    procs = [SimProc("sglang", *args, "--port", str(free_port())) for _ in range(4)]
+    try:
+        for p in procs:
+            p.wait_ready(60)
+            assert "The server is fired up and ready to roll!" in p.raw
+    finally:
+        for p in procs:
+            p.stop()

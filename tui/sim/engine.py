@@ -103,7 +103,11 @@ class Sim(VllmStartup):
             await self.startup_vllm()
         self.phase = "warmup"
         self.background(self.publisher(), "publisher")
-        self.background(self.scheduler(), "scheduler")
+        if not self.fixed:
+            # fixed timing bypasses the model: its clock writes every chunk. A scheduler started
+            # beside it found the clock's requests in ``running`` with nothing to batch, and spun
+            # without a turn of the loop (the server hung in its warm-up, deaf to SIGTERM)
+            self.background(self.scheduler(), "scheduler")
         if self.e == "vllm" and not self.a.disable_log_stats:
             self.background(self.vllm_stats(), "vllm-stats")
         if self.e == "sglang" and not self.a.skip_server_warmup:
