@@ -210,7 +210,10 @@ class ServerOps(Protocol):
         labels: Mapping[str, str],
     ) -> BenchResult: ...
 
-    async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> float | None: ...
+    async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> tuple[float | None, str | None]:
+        """The speculative acceptance rate (%) for levels whose summary has none, and what it is
+        (e.g. a gauge's span); (None, None) where the levels' own counters are the measurement."""
+        ...
 
     async def stop(self, info: ProfileInfo, handle: LaunchHandle) -> StopResult: ...
 
@@ -600,12 +603,17 @@ class ABRunner:
                     launch_run_id=handle.run_id,
                 )
             try:
-                acc = await self.ops.acceptance_rate(info, handle)
+                acc, note = await self.ops.acceptance_rate(info, handle)
             except Exception:  # noqa: BLE001 - best effort
-                acc = None
+                log.warning("A/B %s: %s: acceptance rate not read", self.report.id, label, exc_info=True)
+                acc, note = None, None
             if acc is not None:
-                self._runs[label][idx] = replace(run, acceptance_rate=acc)
+                self._runs[label][idx] = replace(run, acceptance_rate=acc, acceptance_note=note)
                 self._sync_side(label)
+                if note:
+                    warning = f"{label} ({info.name}): {note}"
+                    if warning not in self.report.warnings:
+                        self.report.warnings.append(warning)
         await self._stop_live(label, repeats[-1])
         self._emit("side-done", f"{info.name} done", label, repeats[-1])
 
