@@ -18,7 +18,6 @@ import logging
 from typing import Any, Callable, Mapping
 
 from tui.ab.plan import Plan, PlanLevel
-from tui.bench.counters import COUNTED_SPEC, Snapshot, level_figures, parse_counters
 from tui.ab.runner import (
     BenchResult,
     LaunchHandle,
@@ -27,6 +26,7 @@ from tui.ab.runner import (
     RunningServer,
     StopResult,
 )
+from tui.bench.counters import COUNTED_SPEC, Snapshot, level_figures, parse_counters
 from tui.hostops import launcher, runstore, tracker
 from tui.hostops.hosts import Host, LocalHost
 from tui.util import http
