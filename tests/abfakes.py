@@ -66,7 +66,7 @@ class FakeOps:
         )
 
     async def acceptance_rate(self, info, handle):
-        return None
+        return None, None
 
     async def stop(self, info, handle):
         self.log.append(f"stop {info.name}")

@@ -233,3 +233,57 @@ def test_ab_detaches_on_sigterm_and_cancel_stops_the_server_keeping_results(prof
     ent = json.loads(r.stdout)[-1]
     assert ent["status"] == "cancelled"
     assert [lv["concurrency"] for lv in ent["a"]["runs"][0]["levels"]] == [1, 16]
+
+
+def test_an_ab_job_killed_after_side_a_reports_a_partial_exit_5(profiles):
+    """The host's A/B job dies (SIGKILL: no report, no exit event) once A's levels are done: the
+    outcome is what its job folder holds, A's levels, reported as partial with exit 5."""
+    import signal
+    import time
+
+    from tui.commands.ab import EXIT_PARTIAL
+    from tui.services import jobs
+    from tui.sim.demo import demo_host
+
+    proc = subprocess.Popen(
+        [*tunedeck_cmd(), "ab", profiles["sglang-base"], profiles["sglang-tuned"], "--demo", "--plan", "quick"]
+        + ["--yes", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ),
+    )
+    seen = []
+    deadline = time.monotonic() + 200
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if f"launching {profiles['sglang-tuned']}" in line:
+                break
+            assert time.monotonic() < deadline, "".join(seen)
+        jid = re.search(r"A/B job (\S+) runs on demo", "".join(seen)).group(1)
+        job = asyncio.run(jobs.find(demo_host(), "ab", jid))
+        kids = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+        assert kids, "the A/B job's process is not running"
+        for k in kids:  # the campaign itself, under its wrapper: no report, no exit event
+            os.kill(int(k), signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        run_cli("stop", "--demo", "--yes", "--grace", "2", "--gpu-wait", "5")  # B's server, if it started
+    assert proc.returncode == EXIT_PARTIAL, "".join(seen) + err
+    rep = json.loads(out)
+    assert rep["status"] == "partial" and rep["job_id"] == jid
+    assert "level(s) read from the job folder" in rep["error"]
+    levels = rep["a"]["runs"][0]["levels"]
+    assert [lv["concurrency"] for lv in levels] == [1, 16]
+    assert all(lv["summary"]["completed"] > 0 and not lv["summary"]["partial"] for lv in levels)
+    assert not rep["b"].get("runs") and rep["comparison"] is None
+    assert "partial" in err and "(exit 5)" in err
+    ent = json.loads(run_cli("journal", "list", "--kind", "ab", "--json").stdout)[-1]
+    assert ent["id"] == rep["id"] and ent["status"] == "partial"
+    alive, apps = asyncio.run(nothing_running())
+    assert alive == [] and not apps

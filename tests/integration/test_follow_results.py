@@ -234,3 +234,24 @@ async def test_an_outcome_that_cannot_be_read_is_lost_exit_6_never_done(
     assert seen == ["start", "level_start"]
     assert run.lost and run.outcome == LOST and run.summaries == []
     assert exit_code(run) == EXIT_LOST
+
+
+@pytest.mark.timeout(120)
+async def test_an_ab_whose_outcome_cannot_be_read_is_lost_exit_6(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tui.commands.ab import EXIT_LOST, exit_code
+    from tui.services.abrun import ABRun
+
+    monkeypatch.setattr(jobs, "FINAL_READ_S", 2.0)
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    ev = {"type": "ab", "kind": "start", "message": "A/B ab-1: A=a vs B=b", "step": 0, "steps": 6}
+    (job_dir / "events.jsonl").write_text(json.dumps(ev) + "\n")
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # the job's process has ended: its pid is free
+    ab = ABRun(_GoneAfterTheEnd(), jobs.Job("ab", "gone", str(job_dir), "local", gone.pid, "1"))
+    seen = [e.kind async for e in ab.events()]
+    assert seen == ["start"]
+    assert ab.lost and ab.report is None
+    assert exit_code(ab) == EXIT_LOST

@@ -145,3 +145,43 @@ def test_a_prompt_over_the_servers_context_is_skipped_and_counted_without_the_op
     assert o["context_limit"] == {"tokens": 100000, "source": "option"}
     assert o["workload_skipped"] == {} and o["workload"]["params"]["context_limit"] == 100000
     assert o["completed"] == 5 and o["failed"] == 1
+@pytest.mark.timeout(200)
+def test_measured_lengths_are_the_servers_not_the_plans():
+    """A conversation's later turns carry the whole conversation: the server counts more prompt
+    tokens than the plan's new messages. Without ignore_eos answers end at EOS: fewer output tokens
+    than max_tokens asked. Each level reports both, named apart."""
+    port = free_port()
+    with _sim(port):
+        conv = _bench(
+            "--url", f"http://127.0.0.1:{port}", "--endpoint", "chat", "--dataset-name", "conversation",
+            "--conversation-turns", "3", "--conversation-sessions", "4", "--conversation-think-s", "0",
+            "--num-prompts", "12", "--input-len", "16", "--output-len", "8", "--ignore-eos", "--concurrency", "4",
+        )  # fmt: skip
+        eos = _bench(
+            "--url", f"http://127.0.0.1:{port}", "--num-prompts", "24", "--input-len", "16",
+            "--output-len", "400", "--no-ignore-eos", "--concurrency", "8",
+        )  # fmt: skip
+    assert conv.returncode == 0, conv.stderr[-3000:]
+    s = json.loads(conv.stdout)
+    assert s["completed"] == 12 and s["failed"] == 0
+    planned, measured = s["workload_lengths"], s["measured_lengths"]
+    samples = store.read_samples(s["run_id"])
+    assert measured["input"]["count"] == 12 and measured["usage_reported"] == 12
+    assert measured["input"]["max"] == max(x["prompt_len"] for x in samples)
+    # turn 3 carries two questions and two 8-token answers more than its own new message
+    assert measured["input"]["max"] >= planned["input"]["max"] + 2 * 8
+    assert measured["input"]["p50"] > planned["input"]["p50"]
+    assert measured["output"]["min"] == measured["output"]["max"] == 8 == planned["output"]["max"]
+    assert "Lengths planned" in conv.stderr and "Lengths measured" in conv.stderr
+    shown = subprocess.run(
+        [*tunedeck_cmd(), "results", "show", s["run_id"]], capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "Lengths measured (server's token counts): input" in shown.stdout
+
+    assert eos.returncode == 0, eos.stderr[-3000:]
+    e = json.loads(eos.stdout)
+    assert e["workload_lengths"]["output"]["min"] == e["workload_lengths"]["output"]["max"] == 400
+    out = e["measured_lengths"]["output"]
+    assert out["count"] == 24 and out["p50"] < 400 and out["max"] <= 400
+    assert out["mean"] == pytest.approx(e["total_output_tokens"] / 24, abs=0.01)

@@ -257,7 +257,7 @@ def test_the_workload_lines_of_a_result_cannot_act_on_the_terminal():
     text = format_extras(summary)
     assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
     assert "Workload: evil\\x1b[2J (note=\\u202ex\\x07)  prompt set 000000000000" in text
-    assert "Lengths sent: input min/mean/p50/p90/max 3/4.5/3/6/6" in text
+    assert "Lengths planned (output: max_tokens asked): input min/mean/p50/p90/p99/max 3/4.5/3/6/-/6" in text
     assert "Skipped: too_long=2" in text
 
 

@@ -210,7 +210,10 @@ class ServerOps(Protocol):
         labels: Mapping[str, str],
     ) -> BenchResult: ...
 
-    async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> float | None: ...
+    async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> tuple[float | None, str | None]:
+        """The speculative acceptance rate (%) for levels whose summary has none, and what it is
+        (e.g. a gauge's span); (None, None) where the levels' own counters are the measurement."""
+        ...
 
     async def stop(self, info: ProfileInfo, handle: LaunchHandle) -> StopResult: ...
 
@@ -230,7 +233,9 @@ class ABReport:
     host: str
     repeats: int
     interleave: bool
-    status: str = "running"  # running | completed | failed | cancelled
+    #: running | completed | failed | cancelled | partial (no report written: rebuilt from the
+    #: results in the job folder, :func:`report_from_results`)
+    status: str = "running"
     error: str | None = None
     sides: dict[str, Side] = field(default_factory=dict)
     launches: list[dict[str, Any]] = field(default_factory=list)
@@ -286,6 +291,87 @@ def report_from_dict(d: Mapping[str, Any], *, noise_pct: float | None = None) ->
     a, b = rep.sides.get("A"), rep.sides.get("B")
     if d.get("comparison") and a and b and a.runs and b.runs:
         rep.comparison = compare(a, b, **({"noise_pct": noise_pct} if noise_pct else {}))
+    return rep
+
+
+def side_of(label: str, info: ProfileInfo, plan: Plan, runs: Sequence[SideRun]) -> Side:
+    """Side ``label`` of a report: what ran (secrets redacted), the plan's parameters, the runs
+    that have a result."""
+    return Side(
+        label=label,
+        profile=info.name,
+        engine=info.engine,
+        model=info.model,
+        argv=tuple(redact_argv(info.argv)),  # the report, the journal and results: no secret
+        env=redact_env(info.env),
+        params={
+            "endpoint": plan.endpoint,
+            "ignore_eos": plan.ignore_eos,
+            "temperature": plan.temperature,
+            "seed": plan.seed,
+            # the plan's workload (None: random token ids); the results name the one they ran
+            "workload": plan.workload.to_json(),
+            "levels": [
+                {
+                    "concurrency": lv.concurrency,
+                    "input_len": lv.input_len,
+                    "output_len": lv.output_len,
+                    "num_prompts": lv.num_prompts,
+                }
+                for lv in plan.levels
+            ],
+        },
+        runs=tuple(r for r in runs if r.levels),
+    )
+
+
+def report_from_results(
+    spec: Mapping[str, Any],
+    results: Sequence[tuple[Mapping[str, Any], str, Mapping[str, Any]]],
+    *,
+    status: str,
+    error: str,
+    noise_pct: float | None = None,
+) -> ABReport:
+    """The report of a campaign that ended without writing one (killed, died), rebuilt from what
+    its job folder holds: the ``spec`` it was sent and its levels' ``results``, each (its
+    ``meta.ab`` labels, run id, summary). The comparison is made when both sides have a result."""
+    plan = Plan.from_dict(spec["plan"])
+    infos = {"A": ProfileInfo.from_json(spec["a"]), "B": ProfileInfo.from_json(spec["b"])}
+    rep = ABReport(
+        id=str(spec["ab_id"]),
+        a=infos["A"].name,
+        b=infos["B"].name,
+        plan=plan,
+        host=str(spec.get("host_label") or ""),
+        repeats=int(spec.get("repeats") or 1),
+        interleave=bool(spec.get("interleave")),
+        status=status,
+        error=error,
+    )
+    order = {lv.concurrency: i for i, lv in enumerate(plan.levels)}
+    runs: dict[tuple[str, str], list[LevelResult]] = {}
+    for labels, run_id, summary in results:
+        c = summary.get("max_concurrency")
+        if labels.get("side") not in infos or not isinstance(c, int):
+            continue
+        runs.setdefault((str(labels["side"]), str(labels.get("repeat") or "1")), []).append(
+            LevelResult(c, dict(summary), run_id)
+        )
+    for label, info in infos.items():
+        side_runs = [
+            SideRun(levels=tuple(sorted(lvs, key=lambda lv: order.get(lv.concurrency, len(order)))))
+            for (side, _repeat), lvs in sorted(runs.items(), key=lambda kv: int(kv[0][1]) if kv[0][1].isdigit() else 0)
+            if side == label
+        ]
+        rep.sides[label] = side_of(label, info, plan, side_runs)
+    a, b = rep.sides["A"], rep.sides["B"]
+    if a.runs and b.runs:
+        try:
+            rep.comparison = compare(a, b, **({"noise_pct": noise_pct} if noise_pct else {}))
+        except Exception as e:
+            log.exception("A/B %s: comparing the rebuilt sides failed", rep.id)
+            rep.warnings.append(f"no comparison: {type(e).__name__}: {e}")
     return rep
 
 
@@ -600,12 +686,17 @@ class ABRunner:
                     launch_run_id=handle.run_id,
                 )
             try:
-                acc = await self.ops.acceptance_rate(info, handle)
-            except Exception:  # noqa: BLE001 - best effort
-                acc = None
+                acc, note = await self.ops.acceptance_rate(info, handle)
+            except Exception:
+                log.warning("A/B %s: %s: acceptance rate not read", self.report.id, label, exc_info=True)
+                acc, note = None, None
             if acc is not None:
-                self._runs[label][idx] = replace(run, acceptance_rate=acc)
+                self._runs[label][idx] = replace(run, acceptance_rate=acc, acceptance_note=note)
                 self._sync_side(label)
+                if note:
+                    warning = f"{label} ({info.name}): {note}"
+                    if warning not in self.report.warnings:
+                        self.report.warnings.append(warning)
         await self._stop_live(label, repeats[-1])
         self._emit("side-done", f"{info.name} done", label, repeats[-1])
 
@@ -635,33 +726,7 @@ class ABRunner:
         info = self._infos.get(label)
         if info is None:
             return
-        plan = self.plan
-        self.report.sides[label] = Side(
-            label=label,
-            profile=info.name,
-            engine=info.engine,
-            model=info.model,
-            argv=tuple(redact_argv(info.argv)),  # the report, the journal and results: no secret
-            env=redact_env(info.env),
-            params={
-                "endpoint": plan.endpoint,
-                "ignore_eos": plan.ignore_eos,
-                "temperature": plan.temperature,
-                "seed": plan.seed,
-                # the plan's workload (None: random token ids); the results name the one they ran
-                "workload": plan.workload.to_json(),
-                "levels": [
-                    {
-                        "concurrency": lv.concurrency,
-                        "input_len": lv.input_len,
-                        "output_len": lv.output_len,
-                        "num_prompts": lv.num_prompts,
-                    }
-                    for lv in plan.levels
-                ],
-            },
-            runs=tuple(r for r in self._runs[label] if r.levels),
-        )
+        self.report.sides[label] = side_of(label, info, self.plan, self._runs[label])
 
     def _compare(self) -> None:
         a, b = self.report.sides.get("A"), self.report.sides.get("B")
@@ -711,4 +776,6 @@ __all__ = [
     "ServerOps",
     "StopResult",
     "report_from_dict",
+    "report_from_results",
+    "side_of",
 ]

@@ -30,7 +30,9 @@ class SideRun:
     startup_s: float | None = None
     launch_run_id: str | None = None
     server_log: str | None = None
-    acceptance_rate: float | None = None  # scraped from /metrics when the summary lacks it
+    acceptance_rate: float | None = None  # read from /metrics after the run when the summaries lack it
+    #: what :attr:`acceptance_rate` is when it is not counted per level (a gauge and its span)
+    acceptance_note: str | None = None
 
     def level(self, concurrency: int) -> LevelResult | None:
         for lv in self.levels:
@@ -117,6 +119,7 @@ def side_to_dict(side: Side) -> dict[str, Any]:
                 "launch_run_id": r.launch_run_id,
                 "server_log": r.server_log,
                 "acceptance_rate": r.acceptance_rate,
+                "acceptance_note": r.acceptance_note,
                 "levels": [
                     {"concurrency": lv.concurrency, "run_id": lv.run_id, "summary": dict(lv.summary)} for lv in r.levels
                 ],
@@ -140,6 +143,7 @@ def side_from_dict(d: Mapping[str, Any]) -> Side:
                 launch_run_id=r.get("launch_run_id"),
                 server_log=r.get("server_log"),
                 acceptance_rate=r.get("acceptance_rate"),
+                acceptance_note=r.get("acceptance_note"),
             )
         )
     return Side(

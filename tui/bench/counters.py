@@ -74,6 +74,8 @@ WANTED = (
 )
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 _SG_VERIFY = "sglang:spec_verify_calls_total"
+#: the counters speculative acceptance is measured from per level (a server without them has gauges)
+COUNTED_SPEC = ("vllm:spec_decode_num_drafts_total", _SG_VERIFY)
 
 #: what each gauge used as a fallback is (SGLang: the scheduler sets them from its latest log)
 _GAUGE_SPAN = {

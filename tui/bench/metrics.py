@@ -450,7 +450,7 @@ def format_result(summary: Mapping[str, Any], percentiles: Sequence[float] = DEF
 
 
 def format_lengths(lens: Mapping[str, Any]) -> str:
-    """``input min/mean/p50/p90/max 12/40.5/38/70/90, output ...`` (the lengths a workload sent)."""
+    """``input min/mean/p50/p90/p99/max 12/40.5/38/70/88/90, output ...`` (a length distribution)."""
     parts = []
     for key in ("input", "output"):
         d = lens.get(key)
@@ -460,7 +460,7 @@ def format_lengths(lens: Mapping[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
-_LEN_KEYS = ("min", "mean", "p50", "p90", "max")
+_LEN_KEYS = ("min", "mean", "p50", "p90", "p99", "max")
 
 
 def format_context_limit(ctx: Mapping[str, Any]) -> str:
@@ -493,13 +493,16 @@ def format_extras(summary: Mapping[str, Any]) -> str:
         lines.append("Workload: " + describe_workload(wl))
         lens = summary.get("workload_lengths")
         if isinstance(lens, Mapping):
-            lines.append("Lengths sent: " + format_lengths(lens))
+            lines.append("Lengths planned (output: max_tokens asked): " + format_lengths(lens))
         skipped = summary.get("workload_skipped")
         if skipped:
             lines.append("Skipped: " + ", ".join(f"{k}={v}" for k, v in sorted(skipped.items())))
         ctx = summary.get("context_limit")
         if isinstance(ctx, Mapping):
             lines.append("Context limit: " + format_context_limit(ctx))
+    measured = summary.get("measured_lengths")
+    if isinstance(measured, Mapping) and any(isinstance(d, Mapping) and d.get("count") for d in measured.values()):
+        lines.append("Lengths measured (server's token counts): " + format_lengths(measured))
     how = {
         "token-ids": "token ids, exact length",
         "server-tokenizer": "text fitted with the server's /tokenize",

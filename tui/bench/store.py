@@ -38,7 +38,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from tui.bench import metrics
 from tui.bench.counters import FIGURE_KEYS
-from tui.bench.workloads import workload_of
+from tui.bench.workloads import measured_lengths, workload_of
 from tui.util.files import JsonlAppender, atomic_write_json, atomic_write_text, read_jsonl, remove_stale_temps
 from tui.util.safety import redact_env
 
@@ -372,6 +372,7 @@ def summarize(
     for key in ("workload_lengths", "workload_skipped", "context_limit"):
         if isinstance(meta.get(key), Mapping):
             res[key] = dict(meta[key])
+    res["measured_lengths"] = measured_lengths(samples)
     if isinstance(meta.get("deployment"), Mapping):
         res["deployment"] = dict(meta["deployment"])  # a multi-node deployment, benchmarked on its head
     res["client_bound"] = bool(cl.get("client_bound"))

@@ -31,9 +31,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         "stop and confirm the GPU memory is freed; then prints the comparison. Ctrl-C or a lost link "
         "detaches (the A/B goes on; --attach follows it again); --cancel stops it. Every A/B is "
         "recorded in the tuning journal and its results are mirrored here.",
-        epilog="exit status: 0 the A/B completed; 1 it failed or ended without a report; 2 bad usage; "
-        "6 its report could not be read from the host (it is kept there: --attach ID reads it); "
-        "130 detached or cancelled. See docs/exit-codes.md.",
+        epilog=EXIT_EPILOG,
     )
     p.add_argument("a", metavar="A", nargs="?", help="profile name for A (the baseline)")
     p.add_argument("b", metavar="B", nargs="?", help="profile name for B (the candidate)")
@@ -297,17 +295,16 @@ async def _follow(args: argparse.Namespace, ab: Any, label: str) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
     rep = ab.report
-    if rep is None and ab.lost:
-        from tui.commands.bench import EXIT_LOST
-
+    code = exit_code(ab)
+    if code == EXIT_LOST:
         return _fail(
             f"A/B {ab.id}: its report could not be read from {label}; it is kept there: "
-            f"`tunedeck ab --attach {ab.id}` reads it",
+            f"`tunedeck ab --attach {ab.id}` reads it (exit {EXIT_LOST})",
             EXIT_LOST,
         )
     if rep is None:
         err = (ab.exit or {}).get("error") or "the A/B ended without a report"
-        return _fail(f"A/B {ab.id}: {err}", 1)
+        return _fail(f"A/B {ab.id}: {err}", EXIT_FAILED)
     if args.json:
         print(json.dumps({**rep.to_dict(), "job_id": ab.id}, indent=2, ensure_ascii=False))
     else:
@@ -315,6 +312,11 @@ async def _follow(args: argparse.Namespace, ab: Any, label: str) -> int:
             sys.stdout.write(to_text(rep.comparison))
         for w in rep.warnings:
             print(f"warning: {w}")
+        if rep.status != "completed":
+            for side in (rep.sides.get("A"), rep.sides.get("B")):
+                if side is not None:
+                    got = ", ".join(f"C={c}" for c in side.concurrencies())
+                    print(f"{side.name}: {'results at ' + got if got else 'no result'}")
         again = f"; `tunedeck compare {rep.id}` shows it again" if rep.comparison is not None else ""
         print(f"journal: A/B {rep.id} ({rep.status}){again}")
     if rep.comparison is not None and (args.markdown or args.csv):
@@ -323,7 +325,27 @@ async def _follow(args: argparse.Namespace, ab: Any, label: str) -> int:
         write_export(rep.comparison, args)
     if rep.left_running:
         print("tunedeck ab: still running after the A/B: " + "; ".join(rep.left_running), file=sys.stderr)
-    if rep.status == "completed":
-        return 0
-    print(f"tunedeck ab: {rep.status}: {rep.error}", file=sys.stderr)
-    return 130 if rep.status == "cancelled" else 1
+    if code == EXIT_OK:
+        return code
+    print(f"tunedeck ab: {rep.status}: {rep.error} (exit {code})", file=sys.stderr)
+    return code
+
+
+#: exit statuses of ``tunedeck ab`` (docs/exit-codes.md), the numbers ``tunedeck bench`` uses
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_LOST, EXIT_STOPPED = 0, 1, 2, 5, 6, 130
+EXIT_EPILOG = (
+    "exit status: 0 the A/B completed; 1 it failed (e.g. a side did not start; the results it has are "
+    "reported) or left no result; 2 bad usage; 5 partial (the A/B job ended without its report, e.g. "
+    "killed: the levels its job folder holds are reported, compared when both sides have some, and "
+    "written by --json with status partial); 6 lost (its outcome could not be read from the host: it "
+    "is kept there, --attach ID reads it); 130 detached or cancelled. See docs/exit-codes.md."
+)
+
+
+def exit_code(ab: Any) -> int:
+    """The exit status of a followed A/B, from what the host has: its report, or the report
+    rebuilt from its job folder (:meth:`tui.services.abrun.ABRun.finish`)."""
+    rep = ab.report
+    if rep is None:
+        return EXIT_LOST if ab.lost else EXIT_FAILED
+    return {"completed": EXIT_OK, "cancelled": EXIT_STOPPED, "partial": EXIT_PARTIAL}.get(rep.status, EXIT_FAILED)

@@ -828,6 +828,20 @@ EXIT_EPILOG = (
 )
 
 
+#: what an exit status says, in the words every view uses (the Bench and Compare screens too)
+OUTCOME_WORDS = {
+    EXIT_OK: "finished",
+    EXIT_STOPPED: "interrupted (partial results saved)",
+    EXIT_PARTIAL: "partial results (read from the job folder)",
+    EXIT_LOST: "outcome unknown: the host could not be read; the job and its results are kept there",
+}
+
+
+def outcome_words(code: int | None) -> str:
+    """The words for exit status ``code`` (:data:`OUTCOME_WORDS`; otherwise ``failed (exit N)``)."""
+    return OUTCOME_WORDS.get(code if code is not None else -1, f"failed (exit {code})")
+
+
 def exit_code(run: Any) -> int:
     """The exit status for a followed benchmark, from what the host has (:attr:`BenchRun.outcome`)."""
     from tui.services.benchrun import COMPLETE, LOST, PARTIAL

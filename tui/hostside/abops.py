@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from typing import Any, Callable, Mapping
 
 from tui.ab.plan import Plan, PlanLevel
@@ -27,6 +26,7 @@ from tui.ab.runner import (
     RunningServer,
     StopResult,
 )
+from tui.bench.counters import COUNTED_SPEC, Snapshot, level_figures, parse_counters
 from tui.hostops import launcher, runstore, tracker
 from tui.hostops.hosts import Host, LocalHost
 from tui.util import http
@@ -137,24 +137,22 @@ class LocalOps:
     async def flush_cache(self, info: ProfileInfo, handle: LaunchHandle) -> str:
         return await flush_prefix_cache(info.engine, handle.url)
 
-    async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> float | None:
-        """SGLang's ``sglang:spec_accept_rate`` gauge (0-1) as %, when the server exports it."""
-        if info.engine != "sglang":
-            return None
+    async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> tuple[float | None, str | None]:
+        """The side's fallback for levels whose summary has no acceptance rate: (%, what it is).
+
+        Each level's summary already holds the figures of the server's counters over that level
+        (:func:`tui.bench.counters.level_figures`); where the server has those counters, nothing
+        else is read: a gauge would mix another span into the level's figures. Only a server
+        without them gives its gauges, read by the same function and labelled as what they are."""
         try:
             r = await http.request("GET", f"{handle.url}/metrics", timeout=5.0)
         except http.HttpError as e:
             log.info("acceptance rate not read: %s", e)
-            return None
+            return None, None
         if r.status != 200:
-            return None
-        m = re.search(r"^sglang:spec_accept_rate(?:\{[^}]*\})?\s+([0-9.eE+-]+)", r.text, re.MULTILINE)
-        if not m:
-            return None
-        v = float(m.group(1))
-        if v <= 0:
-            return None
-        return v * 100.0 if v <= 1.0 else v
+            log.info("acceptance rate not read: %s/metrics answered HTTP %s", handle.url, r.status)
+            return None, None
+        return gauge_acceptance(parse_counters(r.text))
 
     # ------------------------------------------------------------------ bench
     async def bench(
@@ -261,6 +259,20 @@ def level_config(info: ProfileInfo, url: str, plan: Plan, level: PlanLevel, labe
     )
 
 
+def gauge_acceptance(snap: Snapshot) -> tuple[float | None, str | None]:
+    """(acceptance rate %, the note saying what it is) from a server's gauges, or (None, None)
+    where the server counts speculative decoding (its levels' summaries have the figures) or
+    says nothing of it."""
+    if any(k in snap for k in COUNTED_SPEC):
+        return None, None
+    figs = level_figures(snap, snap)  # no counter: only the gauges, as read now
+    rate = figs["spec_decode_acceptance_rate"]
+    if rate is None:
+        return None, None
+    notes = [n for n in str(figs["server_counters_note"] or "").split("; ") if "acceptance" in n]
+    return rate, "; ".join(notes) or None
+
+
 def _num_or_none(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
@@ -289,4 +301,4 @@ def progress_text(ev: Mapping[str, Any], level: PlanLevel) -> tuple[str, float |
     return msg, frac
 
 
-__all__ = ["LocalOps", "flush_prefix_cache", "level_config", "progress_text"]
+__all__ = ["LocalOps", "flush_prefix_cache", "gauge_acceptance", "level_config", "progress_text"]

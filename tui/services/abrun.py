@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Seque
 
 from tui.ab.journal import Journal, new_id
 from tui.ab.plan import Plan
-from tui.ab.runner import ABEvent, ABReport, ProfileInfo, report_from_dict
+from tui.ab.runner import ABEvent, ABReport, ProfileInfo, report_from_dict, report_from_results
 from tui.hostops import launcher, logfollow
 from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles
@@ -227,7 +227,53 @@ class ABRun:
                 _journal({**d, "job_id": self.job.job_id})
             except (ValueError, KeyError, TypeError) as e:
                 log.warning("A/B %s: unreadable report: %s", self.id, e)
+        elif follower is not None:  # ended without its report (killed, died): what its folder holds
+            self.report = await self._from_job_folder(follower)
+            if self.report is not None:
+                _journal({**self.report.to_dict(), "job_id": self.job.job_id})
         return self.report
+
+    async def _from_job_folder(self, follower: jobs.JobFollower) -> ABReport | None:
+        """The report of a campaign that wrote none, rebuilt from its spec and the results mirrored
+        from its folder (levels with at least one completed request); None when it left none."""
+        from tui.bench import store
+
+        raw = await follower.final_read(lambda: logfollow.read_log(self.host, f"{self.job.dir}/{jobfiles.SPEC}"))
+        if not raw:
+            self.lost = self.lost or follower.lost
+            return None
+        try:
+            spec = json.loads(raw)
+        except ValueError as e:
+            log.warning("A/B %s: unreadable %s: %s", self.id, jobfiles.SPEC, e)
+            return None
+        results = []
+        for rid in sorted(self.mirrored):
+            try:
+                labels = store.load_run(rid).meta.get("ab")
+                if not isinstance(labels, dict) or labels.get("ab_id") != spec.get("ab_id"):
+                    continue
+                summary = store.summary_for(rid)
+            except (store.StoreError, OSError, ValueError) as e:
+                log.warning("A/B %s: level %s has no readable result here: %s", self.id, rid, e)
+                continue
+            if summary.get("completed"):
+                results.append((labels, rid, summary))
+        if not results:
+            return None
+        ex = self.exit or {}
+        why = str(ex.get("error") or "the A/B job ended without its report")
+        try:
+            return report_from_results(
+                spec,
+                results,
+                status="cancelled" if ex.get("rc") == 130 else "partial",
+                error=f"{why}; {len(results)} level(s) read from the job folder",
+                noise_pct=self.noise_pct,
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            log.warning("A/B %s: its report could not be rebuilt from %s: %s", self.id, jobfiles.SPEC, e)
+            return None
 
     # ------------------------------------------------------------------ cancel
     async def cancel(self) -> str:

@@ -208,8 +208,8 @@ class DeploymentOps:
             return f"cache not flushed: {e}"
         return f"{await flush_prefix_cache(info.engine, base)} on {rec.head}"
 
-    async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> float | None:
-        return None  # speculative decoding's rate is read on single hosts only
+    async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> tuple[float | None, str | None]:
+        return None, None  # the levels' summaries carry the head's counters; no gauge fallback here
 
     # ------------------------------------------------------------------ bench
     async def bench(

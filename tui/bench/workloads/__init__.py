@@ -16,6 +16,7 @@ from tui.bench.workloads.base import (
     check_int,
     distribution,
     length_distributions,
+    measured_lengths,
     prompt_set_sha256,
 )
 from tui.bench.workloads.datasets import burstgpt, custom, mooncake, sharegpt
@@ -36,6 +37,7 @@ __all__ = [
     "default_ignore_eos",
     "distribution",
     "length_distributions",
+    "measured_lengths",
     "prompt_set_sha256",
     "with_lengths",
     "workload_of",

@@ -161,6 +161,18 @@ def length_distributions(specs: Sequence[RequestSpec]) -> Dict[str, Any]:
     }
 
 
+def measured_lengths(samples: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The lengths the server measured, over the successful requests: ``input`` the prompt tokens
+    it counted (``usage.prompt_tokens``; a conversation's turn counts its whole context), ``output``
+    the tokens it generated. Not the plan: :func:`length_distributions` is what was asked for."""
+    ok = [s for s in samples if s.get("success")]
+    return {
+        "input": distribution([s["prompt_len"] for s in ok if isinstance(s.get("prompt_len"), (int, float))]),
+        "output": distribution([s["output_tokens"] for s in ok if isinstance(s.get("output_tokens"), (int, float))]),
+        "usage_reported": sum(1 for s in ok if s.get("usage_present")),
+    }
+
+
 def finish(
     name: str,
     params: Dict[str, Any],

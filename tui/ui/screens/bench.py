@@ -375,7 +375,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self._show_status()
 
     def on_bench_screen_finished(self, event: "BenchScreen.Finished") -> None:
-        from tui.commands.bench import EXIT_LOST, EXIT_PARTIAL
+        from tui.commands.bench import outcome_words
 
         self.rc = event.rc
         self.link.ok()  # the follow is over: what happened is in the state line
@@ -383,12 +383,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             self.error = event.error
         have = {s.get("run_id") for s in self.summaries}
         self.summaries.extend(s for s in event.summaries if s.get("run_id") not in have)  # read from the job folder
-        self.state = {
-            0: "finished",
-            130: "interrupted (partial results saved)",
-            EXIT_PARTIAL: "partial results (read from the job folder)",
-            EXIT_LOST: "outcome unknown: the host could not be read; the job and its results are kept there",
-        }.get(event.rc if event.rc is not None else -1, f"failed (exit {event.rc})")
+        self.state = outcome_words(event.rc)
         self._show_status()
         self._stored_timelines()
 

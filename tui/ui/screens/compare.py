@@ -429,11 +429,17 @@ class CompareScreen(Screen[None]):
             return
         rep = campaign.report
         if rep is None:
+            from tui.commands.ab import EXIT_LOST
+            from tui.commands.bench import outcome_words
+
             ex = getattr(campaign, "exit", None) or {}
             self.link.ok()
             self.campaign = None
             self.refresh_bindings()
-            self._status(Text(f"A/B ended without a report: {ex.get('error') or 'unknown'}", style="bold"))
+            if getattr(campaign, "lost", False):
+                self._status(Text(f"A/B {campaign.id}: {outcome_words(EXIT_LOST)}", style="bold"))
+            else:
+                self._status(Text(f"A/B ended without a report: {ex.get('error') or 'unknown'}", style="bold"))
             return
         self.post_message(ABFinished(rep))
 
@@ -533,7 +539,11 @@ class CompareScreen(Screen[None]):
         if rep.status == "completed":
             bar.update(progress=bar.total or 1)
         bar.display = False
-        status = Text(f"A/B {rep.id} {rep.status}", style="bold")
+        from tui.commands.ab import EXIT_PARTIAL
+        from tui.commands.bench import outcome_words
+
+        state = outcome_words(EXIT_PARTIAL) if rep.status == "partial" else rep.status
+        status = Text(f"A/B {rep.id} {state}", style="bold")
         if rep.error:
             status.append(f": {rep.error}")
         if rep.left_running:

@@ -1,0 +1,62 @@
+"""The Bench screen names a finished benchmark's outcome by its exit status, in the words of
+`tunedeck bench` (docs/exit-codes.md): partial results, lost, complete."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Static
+
+from tests.ui.test_ui_charts import BenchApp, ScriptedBench
+from tests.waits import until_async
+from tui.commands.bench import EXIT_LOST, EXIT_OK, EXIT_PARTIAL
+from tui.ui.screens.bench import BenchScreen
+
+pytestmark = pytest.mark.timeout(60)
+
+SUMMARY = {"run_id": "r0", "completed": 7, "failed": 0, "max_concurrency": 4, "partial": True}
+
+
+@pytest.mark.parametrize(
+    ("rc", "summaries", "words"),
+    [
+        (EXIT_PARTIAL, [SUMMARY], "partial results (read from the job folder)"),
+        (EXIT_LOST, [], "outcome unknown: the host could not be read; the job and its results are kept there"),
+        (EXIT_OK, [{**SUMMARY, "partial": False}], "finished"),
+    ],
+)
+async def test_the_state_line_names_the_outcome(rc, summaries, words):
+    scr = ScriptedBench(["--url", "http://x"])
+    async with BenchApp(scr).run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        scr.post_message(BenchScreen.Finished(rc, summaries, ""))
+        status = scr.query_one("#bench-status", Static)
+        await until_async(lambda: scr.rc == rc, 10, pilot=pilot)
+        await pilot.pause()
+        assert scr.state == words
+        assert words in str(status.render())
+        assert [s["run_id"] for s in scr.summaries] == [s["run_id"] for s in summaries]
+
+
+async def test_the_compare_screen_names_a_partial_ab_in_the_same_words():
+    from textual.app import App
+
+    from tests.abfakes import FakeOps
+    from tui.ab.plans import load_plan
+    from tui.ab.runner import ABRunner
+    from tui.ui.screens.compare import ABFinished, CompareScreen
+
+    rep = await ABRunner(FakeOps(), "base", "tuned", load_plan("quick")).run()
+    rep.status, rep.error = "partial", "the ab job ended without a final report (rc 137); 2 level(s) read"
+    scr = CompareScreen(profiles=["base", "tuned"], plan="quick")
+
+    class One(App):
+        def on_mount(self) -> None:
+            self.push_screen(scr)
+
+    async with One().run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        scr.post_message(ABFinished(rep))
+        status = scr.query_one("#ab-status", Static)
+        await until_async(lambda: scr.report is rep, 10, pilot=pilot)
+        await pilot.pause()
+        assert f"A/B {rep.id} partial results (read from the job folder): the ab job ended" in str(status.content)
