@@ -145,6 +145,8 @@ def test_a_prompt_over_the_servers_context_is_skipped_and_counted_without_the_op
     assert o["context_limit"] == {"tokens": 100000, "source": "option"}
     assert o["workload_skipped"] == {} and o["workload"]["params"]["context_limit"] == 100000
     assert o["completed"] == 5 and o["failed"] == 1
+
+
 @pytest.mark.timeout(200)
 def test_measured_lengths_are_the_servers_not_the_plans():
     """A conversation's later turns carry the whole conversation: the server counts more prompt
