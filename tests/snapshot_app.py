@@ -86,7 +86,7 @@ def base_app(ticks: int = TICKS) -> TunedeckApp:
     return app
 
 
-async def _until(pilot: Pilot, pred: Callable[[], bool], timeout: float = 10.0) -> None:
+async def _until(pilot: Pilot, pred: Callable[[], bool], timeout: float = 30.0) -> None:
     await until_async(pred, timeout, pilot=pilot, step=0.02, what="the scene did not reach its state")
 
 

@@ -370,7 +370,7 @@ async def test_r23_ui_answers_keys_while_the_link_is_blackholed(sshd: SshdServer
                 times: list[tuple[str, float]] = []
                 for key in ("l", "s", "b", "s", "r", "s") * 2:
                     t = time.perf_counter()
-                    await asyncio.wait_for(pilot.press(key), 5)  # a key stuck on the link fails here
+                    await asyncio.wait_for(pilot.press(key), 10)  # a key stuck on the link (15 s+ keepalive) fails here
                     times.append((key, round(time.perf_counter() - t, 3)))
                     await asyncio.sleep(0.05)
                 # A handler that waited on the link would take the whole keepalive bound (> 10 s).

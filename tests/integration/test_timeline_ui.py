@@ -313,7 +313,7 @@ async def test_a_replayed_level_builds_few_figures(monkeypatch):
     monkeypatch.setattr("tui.commands.bench.start_run", fake_start)
     scr = BenchScreen(["--url", "http://127.0.0.1:9"])
     async with BenchApp(scr).run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: scr.rc == 0 and scr.timelines and len(scr.timelines[0].rows) == 600)
+        await until(pilot, lambda: scr.rc == 0 and scr.timelines and len(scr.timelines[0].rows) == 600, timeout=60)
         await pilot.pause(0.6)
         panel = scr.query_one("#bench-timeline", TimelinePanel)
         assert panel.figure is not None and panel.figure.seconds == 600

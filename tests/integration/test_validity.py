@@ -377,7 +377,12 @@ def test_a_client_that_is_the_limit_is_named():
     with FakeServer("--port", "0", "--ttft-ms", "1", "--itl-ms", "0") as srv:
         s = bench(srv.port, conc=64, n=384, out=2000)
     found = {f["rule"]: f["evidence"] for f in s["validity"]}
-    assert list(found) == ["client_bound"], found
+    if not found and s["client"].get("machine_busy"):
+        # other load kept the client below a core (a 2-core machine running the suite beside
+        # helpers read load 7): then the level says whose fault it is in its own words
+        assert s["client"]["machine_busy_reason"], s["client"]
+        return
+    assert list(found) == ["client_bound"], (found, s["client"])
     assert found["client_bound"] == s["client"]["client_bound_reason"]
 
 

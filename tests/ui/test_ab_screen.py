@@ -62,7 +62,7 @@ async def test_confirm_modal_before_stopping_a_running_server():
 
 
 async def test_cancel_key_asks_first_then_stops_and_keeps_results():
-    ops = FakeOps(bench_delay=1.5)
+    ops = FakeOps(bench_delay=4.0)  # the cancel lands within a level on a loaded machine
     scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
     async with ABApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()

@@ -230,11 +230,12 @@ async def test_hung_collectors_do_not_block_keys():
         t0 = time.perf_counter()
         await pilot.press("p")
         elapsed = time.perf_counter() - t0
+        # hung collectors would hold a key for their 60-s timeout; a loaded 2-core machine took 0.27 s
         assert not panel.display
-        assert elapsed < 0.2, elapsed
+        assert elapsed < 1.0, elapsed
         t0 = time.perf_counter()
         await pilot.press("p")
-        assert panel.display and time.perf_counter() - t0 < 0.2
+        assert panel.display and time.perf_counter() - t0 < 1.0
 
 
 async def test_polls_are_chained_never_overlapping():
@@ -346,6 +347,7 @@ async def test_registry_hook_and_hidden_status_skips_drawing():
         assert app.screen.demo is True and app.screen.host is app.host
 
 
+@pytest.mark.timeout(90)
 async def test_palette_runs_screen_and_app_commands():
     app = app_with()
     async with app.run_test(size=SIZE) as pilot:

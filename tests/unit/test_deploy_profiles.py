@@ -367,6 +367,14 @@ def test_ray_short_of_gpus_names_the_nodes_that_joined_without_any():
     assert "(1 node joined without GPUs: gpuop@node-b:2222; its ray start's --num-gpus" in named
 
 
+def test_the_ray_nodes_query_is_one_line_a_host_command_may_carry():
+    from tui.services.deploy.launch import RAY_NODES_CODE
+    from tui.util.safety import check_argv
+
+    check_argv(["python3", "-c", RAY_NODES_CODE, "10.0.0.1:6379"])  # a newline is refused there
+    compile(RAY_NODES_CODE, "ray-nodes", "exec")
+
+
 def test_a_ray_nodes_address_is_its_pinned_one_else_what_ray_start_printed():
     from tui.services.deploy.launch import ray_node_address
 

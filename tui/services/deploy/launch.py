@@ -18,6 +18,7 @@ from tui.services import runtime
 from tui.services.deploy.logs import read_log
 from tui.services.deploy.records import DeploymentRecord, DeploymentStore, Member
 from tui.services.deploy.stop import stop
+from tui.util.safety import UnsafeInput
 
 log = logging.getLogger(__name__)
 
@@ -130,14 +131,13 @@ def ray_short_of_gpus(
 
 
 #: asks the cluster for each live node's address and GPUs (run by the engine's Python, which has
-#: Ray; ``ray status`` names nodes by id only)
-RAY_NODES_CODE = """\
-import json, sys
-import ray
-ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
-print(json.dumps([[n.get("NodeManagerAddress"), (n.get("Resources") or {}).get("GPU", 0)]
-                  for n in ray.nodes() if n.get("Alive")]))
-"""
+#: Ray; ``ray status`` names nodes by id only). One line: an argument may hold no control character
+RAY_NODES_CODE = (
+    "import json, sys, ray; "
+    'ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False); '
+    'print(json.dumps([[n.get("NodeManagerAddress"), (n.get("Resources") or {}).get("GPU", 0)] '
+    'for n in ray.nodes() if n.get("Alive")]))'
+)
 
 _NODE_IP_RE = re.compile(r"Local node IP: (\S+)")
 
@@ -160,7 +160,11 @@ async def ray_bare_nodes(
     address = next((a.split("=", 1)[1] for a in wait.check if a.startswith("--address=")), None)
     if address is None:
         return []
-    r = await hosts[wait.node].run([plan.python, "-c", RAY_NODES_CODE, address], timeout=60)
+    try:
+        r = await hosts[wait.node].run([plan.python, "-c", RAY_NODES_CODE, address], timeout=60)
+    except (HostError, UnsafeInput) as e:  # the refusal stands without the names
+        log.warning("ray nodes on %s: %s", wait.node, e)
+        return []
     try:
         nodes = json.loads(r.stdout.strip().splitlines()[-1]) if r.ok and r.stdout.strip() else None
     except ValueError:
