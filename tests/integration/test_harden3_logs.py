@@ -209,7 +209,7 @@ async def test_the_run_view_shows_neither_sequences_nor_the_key(demo) -> None:
 
 async def test_follow_resume_goes_on_after_the_last_line_printed(demo) -> None:
     """Lines are printed whole: a partial line held back at Ctrl-C is printed by the next --resume."""
-    script = 'printf "a\\nb\\nhal"; sleep 2; printf "f\\nc\\n"; sleep 300'
+    script = 'printf "a\\nb\\nhal"; sleep 10; printf "f\\nc\\n"; sleep 300'
     rec = await L.launch(demo, ["sh", "-c", script], engine="other")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     p = subprocess.Popen(
