@@ -107,6 +107,10 @@ async def watch(rid: str, seconds: float) -> dict[str, object]:
         shown = [str(x) for x in log.view.lines]
     warm = next(rss for t, rss in samples if t >= 30.0)
     last = samples[-1][1]
+    end_t = samples[-1][0]
+    tail = [(t, r) for t, r in samples if t >= end_t - 120.0]  # the last 2 minutes: least-squares slope
+    mt, mr = statistics.fmean(t for t, _ in tail), statistics.fmean(r for _, r in tail)
+    slope = sum((t - mt) * (r - mr) for t, r in tail) / (sum((t - mt) ** 2 for t, _ in tail) or 1.0)
     size = Path(rec.run_dir or "", "log").stat().st_size
     return {
         "rss_after_warmup_mb": round(warm, 1),
@@ -114,6 +118,11 @@ async def watch(rid: str, seconds: float) -> dict[str, object]:
         "rss_end_mb": round(last, 1),
         "growth_mb": round(last - warm, 1),
         "rss_median_mb": round(statistics.median(r for _, r in samples), 1),
+        "rss_start_mb": round(samples[0][1], 1),
+        "rss_by_minute_mb": [
+            round(next(r for t, r in samples if t >= m * 60.0 - 1), 1) for m in range(1, int(end_t // 60) + 1)
+        ],
+        "slope_last_2min_mb_per_s": round(slope, 4),
         "log_bytes_written": size,
         "lines_shown": len(shown),
         "escapes_shown": sum(1 for x in shown if "\x1b" in x or "\x07" in x),

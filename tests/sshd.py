@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Sequence
 
 import pytest
 
@@ -128,10 +128,21 @@ def _cmdline(pid: int) -> str:
 class SshdServer:
     """One sshd process (restartable on the same port) and its client-side home. ``listen`` is its
     address; with ``netns`` it runs inside that network namespace (``ip netns exec``); with
-    ``sftp=False`` its config has no ``Subsystem sftp`` line (an sshd that offers exec only)."""
+    ``sftp=False`` its config has no ``Subsystem sftp`` line (an sshd that offers exec only); ``wrap``
+    is a command line sshd runs under (``unshare -m sh -c SCRIPT sh``: a mount of its own, which its
+    sessions see and this process does not), the sshd's argv appended to it."""
 
-    def __init__(self, base: Path, *, listen: str = "127.0.0.1", netns: str | None = None, sftp: bool = True) -> None:
+    def __init__(
+        self,
+        base: Path,
+        *,
+        listen: str = "127.0.0.1",
+        netns: str | None = None,
+        sftp: bool = True,
+        wrap: Sequence[str] = (),
+    ) -> None:
         self.base = base
+        self.wrap = list(wrap)
         self.sftp = sftp
         self.listen = listen
         self.netns = netns
@@ -261,7 +272,7 @@ class SshdServer:
         if t.returncode != 0:
             raise RuntimeError(f"sshd config rejected: {t.stderr.strip()}")
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to sshd, closed here right after
-        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
+        prefix = [*(["ip", "netns", "exec", self.netns] if self.netns else []), *self.wrap]
         self.proc = subprocess.Popen(
             [*prefix, SSHD, "-D", "-e", "-f", str(self.config_path)],
             stdin=subprocess.DEVNULL,
@@ -364,7 +375,9 @@ def sshd_missing_reason() -> str | None:
     return None
 
 
-def _serve(*, sftp: bool = True) -> Iterator[SshdServer]:
+def _serve(*, sftp: bool = True, wrap: Callable[[Path], Sequence[str]] | None = None) -> Iterator[SshdServer]:
+    """A started server (skips where sshd cannot run, fails so in CI); ``wrap(base)`` gives the
+    command line it runs under, from its base folder (see :class:`SshdServer`)."""
     reason = sshd_missing_reason()
     if reason:
         if os.environ.get("CI") == "true":
@@ -373,7 +386,7 @@ def _serve(*, sftp: bool = True) -> Iterator[SshdServer]:
     _ensure_user(TEST_USER)
     _ensure_root_alias()
     base = Path(tempfile.mkdtemp(prefix="tunedeck-sshd-"))
-    server = SshdServer(base, sftp=sftp)
+    server = SshdServer(base, sftp=sftp, wrap=wrap(base) if wrap else ())
     try:
         server.start()
     except Exception:

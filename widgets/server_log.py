@@ -5,13 +5,15 @@ Feed it text lines with :meth:`ServerLog.append_lines` (any rate): they are
 buffered and written to a ``Log(max_lines=…)`` in batches every ~100 ms, so
 thousands of lines per second cost one refresh per batch. A ring buffer of the
 last ``max_lines`` lines backs search and filter. Both the ring buffer and the view
-are bounded in bytes too (``max_bytes`` each): a log of huge lines keeps fewer of them.
+are bounded in bytes too (``max_bytes`` each, the memory the str objects take): a log of huge
+lines keeps fewer of them.
 The lines come already made safe to show (``tui.hostops.logfollow.LineSplitter``).
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections import deque
 from typing import Any, Iterable, Self
 
@@ -38,8 +40,10 @@ _ERROR_RE = re.compile(
 _WARN_RE = re.compile(r"\bWARNING\b|\bWARN\b|Warning:")
 
 
-#: The most bytes of log lines the ring buffer (and the view) holds.
-MAX_BYTES = 16 * 1024 * 1024
+#: The most memory the ring buffer's lines take (and the view's, each): a str costs what
+#: ``sys.getsizeof`` says, 2 or 4 bytes a character once it holds one non-Latin-1 one (a line cut
+#: with "…" is 2 bytes a character). Ten thousand lines of 300 ASCII characters fit.
+MAX_BYTES = 4 * 1024 * 1024
 #: a line longer than this is shown cut (the buffer keeps up to the follower's 16 KiB of it): a
 #: terminal shows ~200 columns, and each shown line is rendered, styled and cached whole
 SHOW_CHARS = 2048
@@ -108,8 +112,9 @@ def tag_node(tag: str, nodes: Iterable[str]) -> str:
 
 
 def _size(line: str) -> int:
-    """What a line costs the buffers, in bytes (UTF-8)."""
-    return len(line.encode("utf-8", "surrogatepass"))
+    """What a line costs the buffers: the bytes of the str object (a 16 KiB line the follower cut
+    with "… N bytes cut" takes 32 KiB, not the 16 KiB of its UTF-8)."""
+    return sys.getsizeof(line)
 
 
 class _SeverityLog(Log):

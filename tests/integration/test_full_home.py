@@ -2,20 +2,27 @@
 host-side benchmark each stop with one line naming the path and the cause, and leave no
 temporary file and no run or job folder behind. The full disk is a small tmpfs mounted in a mount
 namespace of the test's own (root), filled to leave ``free`` pages, so each write of the launch
-and of the runtime's upload is reached in turn."""
+and of the runtime's upload is reached in turn. Over SSH the tmpfs is mounted in the sshd's own
+mount namespace (its sessions see it), under a server with SFTP (whose full disk reads only
+"Failure") and one that takes files over ``cat``."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from tests.conftest import REPO
+from tests.sshd import TEST_USER, SshdServer, _serve, _use
+from tui.hostops.hosts import Host
 from tui.services import runtime
+from tui.util.files import os_error_text
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -104,3 +111,80 @@ def test_a_home_that_is_a_file_is_one_line_naming_it(tmp_path: Path, args: tuple
     assert r.returncode != 0
     _one_line(r.stderr.strip(), str(home), "Not a directory")
     assert home.read_text() == "not a folder\n" and list(tmp_path.iterdir()) == [home]
+
+
+#: the sshd's ``${TUNEDECK_HOME}`` ($1) becomes a tmpfs of $2 bytes in a mount namespace of its own
+_SSHD_TMPFS = r"""mount -t tmpfs -o size=$2,mode=1777 tmpfs "$1" || exit 99
+shift 2; exec "$@"
+"""
+
+
+@pytest.fixture(scope="module", params=["sftp", "cat"])
+def full_sshd_server(request: pytest.FixtureRequest) -> Iterator[SshdServer]:
+    """An sshd whose ``${TUNEDECK_HOME}`` is a tmpfs of :data:`PAGES` pages; ``cat``: one without
+    an SFTP subsystem."""
+    _need_mounts()
+    size = str(PAGES * PAGE)
+    yield from _serve(
+        sftp=request.param == "sftp",
+        wrap=lambda base: ["unshare", "-m", "sh", "-c", _SSHD_TMPFS, "sh", str(base / "remote-home"), size],
+    )
+
+
+@pytest.fixture
+def full_sshd(full_sshd_server: SshdServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshdServer]:
+    yield from _use(full_sshd_server, monkeypatch)
+
+
+async def _fill(host: Host, home: Path, free: int) -> None:
+    """Leave ``free`` pages in the host's home (a file ``fill``)."""
+    r = await host.run(["sh", "-c", 'head -c "$2" /dev/zero > "$1/fill"', "sh", str(home), str((PAGES - free) * PAGE)])
+    assert r.exit_status == 0, r.stderr
+
+
+async def _left_and_empty(host: Host, home: Path) -> list[str]:
+    """What is in the host's home besides ``fill``; then empty it for the next test."""
+    r = await host.run(["find", str(home), "-mindepth", "1", "!", "-name", "fill"])
+    await host.run(["sh", "-c", 'rm -rf -- "$1"/* "$1"/.[!.]*', "sh", str(home)])
+    return r.stdout.split()
+
+
+@pytest.mark.sshd
+@pytest.mark.parametrize("free", [0, 4])
+async def test_a_full_home_over_ssh_stops_the_runtime_upload_with_one_line_and_nothing_left(
+    full_sshd: SshdServer, free: int
+) -> None:
+    from tui.hostops.ssh import SshHost
+
+    home = full_sshd.remote_home
+    async with SshHost(full_sshd.target(TEST_USER), retry_attempts=1) as host:
+        await _fill(host, home, free)
+        try:
+            with pytest.raises(runtime.RuntimeUnavailable) as info:
+                await runtime.ensure(host)
+        finally:
+            left = await _left_and_empty(host, home)
+        assert host.state == "connected"  # a full disk is not a lost link
+    _one_line(str(info.value), f"uploading the runtime failed: {home}/lib/.{runtime.build().name}.", "")
+    assert ".tmp: No space left on device" in str(info.value), info.value  # (without SFTP: "written with cat")
+    assert left == [], left  # no partial file, and the lib folder the upload made is gone
+
+
+@pytest.mark.sshd
+async def test_a_full_home_over_ssh_fails_a_put_file_naming_it_and_removes_the_folders_it_made(
+    full_sshd: SshdServer,
+) -> None:
+    from tui.hostops.ssh import SshHost
+
+    home = full_sshd.remote_home
+    dest = f"{home}/a/b/c/blob"
+    async with SshHost(full_sshd.target(TEST_USER), retry_attempts=1) as host:
+        await _fill(host, home, 2)
+        try:
+            with pytest.raises(OSError) as info:
+                await host.put_file(b"x" * 64 * 1024, dest)
+        finally:
+            left = await _left_and_empty(host, home)
+    assert os_error_text(info.value).startswith(f"{dest}: No space left on device"), info.value
+    assert info.value.errno == errno.ENOSPC
+    assert left == [], left

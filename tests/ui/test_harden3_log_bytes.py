@@ -3,6 +3,8 @@ three", item 2): 200 lines of 1 MB once took the run view past 600 MB."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from textual.app import App, ComposeResult
 
@@ -23,7 +25,8 @@ class LogApp(App[None]):
 
 
 def _held(lines: object) -> int:
-    return sum(len(str(ln).encode()) for ln in lines)  # type: ignore[attr-defined]
+    """The memory the lines take (what the caps bound)."""
+    return sum(sys.getsizeof(str(ln)) for ln in lines)  # type: ignore[attr-defined]
 
 
 async def test_two_hundred_lines_of_one_megabyte_stay_under_the_byte_cap() -> None:
@@ -79,3 +82,29 @@ async def test_a_long_line_is_shown_cut_and_few_rendered_lines_are_kept() -> Non
         assert shown.startswith("z" * SHOW_CHARS) and shown.endswith(f" … {16 * 1024 - SHOW_CHARS} chars more")
         assert log.view.lines[-2] == "short"
         assert log.view._render_line_cache.maxsize == RENDER_CACHE_LINES
+
+
+async def test_a_log_of_cut_huge_lines_holds_its_memory_under_the_cap() -> None:
+    """A view following 1 MB lines, each cut by the follower at its 16 KiB cap with "… N bytes
+    cut" (so 2 bytes a character in memory), a short line after each: the lines the ring and the
+    view hold take at most the cap in memory at every step, not twice it. (Counted in UTF-8, the
+    ring held twice its cap, and the hostile-log benchmark still grew 0.1 MB/s of RSS after 5
+    minutes, the ring not yet full.)"""
+    from tui.hostops.logfollow import LINE_CAP, LineSplitter
+
+    cap = MB
+    one = LineSplitter().feed(("z" * MB + "\n").encode())[0]  # a 1 MB line as the follower passes it on
+    assert len(one) > LINE_CAP and sys.getsizeof(one) > 2 * LINE_CAP
+    app = LogApp(cap)
+    async with app.run_test(size=(160, 48)) as pilot:
+        log = app.query_one(ServerLog)
+        for batch in range(12):  # 600 huge lines, 600 short ones: both buffers fill and go on dropping
+            for i in range(batch * 50, batch * 50 + 50):
+                log.append_lines([f"[{i}] INFO huge line {one}", f"[{i}] INFO decode batch #running-req: 8"])
+            log.flush_now()
+            await pilot.pause()
+            ring, shown = _held(log.ring), _held(log.view.lines)
+            assert ring <= cap and shown <= cap, (batch, ring, shown)
+            assert log.ring_bytes == ring and log.view.held_bytes == shown
+        assert ring > cap - 2 * sys.getsizeof(one) and shown > cap - 10_000  # full, the newest kept
+        assert log.total_lines == 1200 and log.view.lines[-1] == "[599] INFO decode batch #running-req: 8"

@@ -25,6 +25,9 @@ LINE_CAP = 16 * 1024
 #: Bytes held beyond :data:`LINE_CAP` so that a secret argument straddling the cut is redacted
 #: whole before the line is cut (a key cut to ``none…`` or ``null…`` would read as no key)
 REDACT_MARGIN = 1024
+#: Chunks read ahead of the one being shown (each up to 64 KiB): when lines come faster than
+#: they are parsed and shown, the reader waits and the log file is the buffer, not this process
+READ_AHEAD = 16
 
 
 def cut_mark(n: int) -> str:
@@ -298,7 +301,7 @@ async def follow_forever(
     lost = False
     while not stop.is_set():
         f = LogFollower(host, log_path, offset, run_id=run_id, store=store, persist=persist)
-        q: asyncio.Queue[bytes | Exception | None] = asyncio.Queue()
+        q: asyncio.Queue[bytes | Exception | None] = asyncio.Queue(READ_AHEAD)
         reader = asyncio.ensure_future(_pump(f, q))
         try:
             while not stop.is_set():
@@ -352,13 +355,13 @@ async def _pump(f: LogFollower, q: "asyncio.Queue[bytes | Exception | None]") ->
     try:
         try:
             async for chunk in it:
-                q.put_nowait(chunk)
+                await q.put(chunk)
         finally:
             await it.aclose()  # ends the stream now, also when cancelled (contextlib.aclosing is 3.10+)
     except Exception as e:  # noqa: BLE001 - handed to the follower, which reports and reconnects
-        q.put_nowait(e)
+        await q.put(e)
     else:
-        q.put_nowait(None)
+        await q.put(None)
 
 
 async def read_log(host: Host, log_path: str, offset: int = 0, limit: int | None = None) -> bytes:
