@@ -65,7 +65,7 @@ class StartupProgressView(Widget):
         """Each change repaints; the screen's layout is redone only when the text needs another
         number of rows (the elapsed time changes twice a second, its height seldom)."""
         width = self.size.width
-        rows = visualize(self, self.render()).get_height(self.styles, width) if width else -1
+        rows = visualize(self, self.render()).get_height(self.styles, width) if width else -1  # type: ignore[arg-type]  # as Textual calls it
         if rows != self._rows or rows < 0:
             self._rows = rows
             self.refresh(layout=True)
