@@ -17,14 +17,16 @@ READY = {"sglang": "The server is fired up and ready to roll!", "vllm": "Applica
 
 
 class SimProc:
-    """``tunedeck sim ENGINE ...`` as a subprocess; output collected by a thread. Always ``stop()`` it."""
+    """``tunedeck sim ENGINE ...`` as a subprocess; output collected by a thread. Always ``stop()`` it.
+    ``netns``: run it inside that network namespace (a namespaced host's loopback, tests/nshosts.py)."""
 
-    def __init__(self, engine: str, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, engine: str, *args: str, env: dict[str, str] | None = None, netns: str | None = None) -> None:
         self.engine = engine
         e = dict(os.environ)
         e.update(env or {})
+        prefix = ["ip", "netns", "exec", netns] if netns else []
         self.proc = subprocess.Popen(
-            [*tunedeck_cmd(), "sim", engine, *args],
+            [*prefix, *tunedeck_cmd(), "sim", engine, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             cwd=REPO,

@@ -2,8 +2,9 @@
 filter to matching lines, severity colouring, bounded memory.
 
 Feed it text lines with :meth:`ServerLog.append_lines` (any rate): they are
-buffered and written to a ``Log(max_lines=…)`` in batches every ~100 ms, so
-thousands of lines per second cost one refresh per batch. A ring buffer of the
+buffered and written to a ``Log(max_lines=…)`` in batches every ~100 ms (every 500 ms
+while more than a screenful comes per batch), so thousands of lines per second cost one
+refresh per batch. A ring buffer of the
 last ``max_lines`` lines backs search and filter. Both the ring buffer and the view
 are bounded in bytes too (``max_bytes`` each, the memory the str objects take): a log of huge
 lines keeps fewer of them.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from collections import deque
 from typing import Any, Iterable, Self
 
@@ -49,6 +51,9 @@ MAX_BYTES = 4 * 1024 * 1024
 SHOW_CHARS = 2048
 #: rendered lines kept (Textual's Log keeps 1,024; a screen shows a few dozen)
 RENDER_CACHE_LINES = 256
+#: seconds between batches while lines come faster than a screenful a batch: each such batch
+#: scrolls (and renders again) every visible line, and nobody reads 10 screens a second
+BUSY_FLUSH_S = 0.5
 
 
 def line_severity(line: str) -> str:
@@ -286,6 +291,8 @@ class ServerLog(Widget, can_focus=True):
         #: the bytes of the lines in the ring buffer
         self.ring_bytes = 0
         self._pending: list[str] = []
+        #: when the last batch was written (time.monotonic())
+        self._flushed_at = 0.0
         self.following = True
         self.filtering = False
         self.pattern: re.Pattern[str] | None = None
@@ -294,6 +301,8 @@ class ServerLog(Widget, can_focus=True):
         self.match_index = -1
         self.total_lines = 0
         self.partial = ""
+        #: the status line's text as last shown
+        self._status = ""
         #: hide the access-log lines of tunedeck's own /health and /metrics polls
         self.hide_probes = True
         #: lines hidden as polls (in the ring buffer)
@@ -323,16 +332,27 @@ class ServerLog(Widget, can_focus=True):
     def set_partial(self, text: str) -> None:
         """Show an unterminated last line (a progress bar being redrawn) below the log;
         it is not part of the log until its newline arrives."""
+        if text == self.partial:
+            return  # at 1,000 lines a second most chunks end their lines: no repaint for nothing
+        try:
+            shown = self.query_one("#log-partial", Static)
+        except NoMatches:  # not composed yet, or being removed
+            return
         self.partial = text
         self.set_class(bool(text), "-partial")
-        self.query_one("#log-partial", Static).update(Text(text, style="dim", no_wrap=True, overflow="ellipsis"))
+        # one row (no wrap, at most 1 high): its text changes, its size does not
+        shown.update(Text(text, style="dim", no_wrap=True, overflow="ellipsis"), layout=False)
 
     def append_text(self, text: str) -> None:
         self.append_lines(text.splitlines())
 
-    def _flush(self) -> None:
+    def _flush(self, force: bool = False) -> None:
         if not self._pending:
             return
+        now = time.monotonic()
+        if not force and len(self._pending) > self.size.height and now - self._flushed_at < BUSY_FLUSH_S:
+            return  # a fast log: fewer, bigger batches (see BUSY_FLUSH_S)
+        self._flushed_at = now
         batch, self._pending = self._pending, []
         self._keep(batch)
         self.total_lines += len(batch)
@@ -367,7 +387,7 @@ class ServerLog(Widget, can_focus=True):
 
     def flush_now(self) -> None:
         """Write queued lines immediately (tests, shutdown)."""
-        self._flush()
+        self._flush(force=True)
 
     # ------------------------------------------------------------------ actions
     def action_search(self) -> None:
@@ -568,7 +588,11 @@ class ServerLog(Widget, can_focus=True):
             parts.append("only matching lines (m: all)")
         if self.hide_probes and self.hidden_probes:
             parts.append(f"{self.hidden_probes} /health, /metrics lines hidden (h)")
-        status.update("  ·  ".join(parts))
+        text = "  ·  ".join(parts)
+        if text != self._status:
+            self._status = text
+            # one row of fixed height: a new count repaints that row, not the screen's layout
+            status.update(text, layout=False)
 
     @property
     def status_text(self) -> str:

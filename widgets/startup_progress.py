@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.reactive import reactive
+from textual.visual import visualize
 from textual.widget import Widget
 
 from tui.fmt import eta
@@ -45,17 +46,41 @@ class StartupProgressView(Widget):
     }
     """
 
-    progress: reactive[StartupProgress | None] = reactive(None, layout=True)
+    progress: reactive[StartupProgress | None] = reactive(None)
     #: set once the user stopped the run: what the stop did ("stopped (TERM) · 70 GiB freed")
-    ended: reactive[str | None] = reactive(None, layout=True)
+    ended: reactive[str | None] = reactive(None)
     #: True while an existing run's log is being read from the start (no 0% flash on reopen)
-    catching_up: reactive[bool] = reactive(False, layout=True)
+    catching_up: reactive[bool] = reactive(False)
     #: set while the link to the host is lost ("link lost 12s ago — reconnecting…"): the values
     #: shown are the last ones heard, and the health is not known
-    link_lost: reactive[str | None] = reactive(None, layout=True)
+    link_lost: reactive[str | None] = reactive(None)
+
+    #: the rows its text took at the last change (a layout pass only when they change)
+    _rows = -1
 
     def update(self, snapshot: StartupProgress | None) -> None:
         self.progress = snapshot
+
+    def _fit(self) -> None:
+        """Each change repaints; the screen's layout is redone only when the text needs another
+        number of rows (the elapsed time changes twice a second, its height seldom)."""
+        width = self.size.width
+        rows = visualize(self, self.render()).get_height(self.styles, width) if width else -1  # type: ignore[arg-type]  # as Textual calls it
+        if rows != self._rows or rows < 0:
+            self._rows = rows
+            self.refresh(layout=True)
+
+    def watch_progress(self) -> None:
+        self._fit()
+
+    def watch_ended(self) -> None:
+        self._fit()
+
+    def watch_catching_up(self) -> None:
+        self._fit()
+
+    def watch_link_lost(self) -> None:
+        self._fit()
 
     def set_ended(self, text: str | None) -> None:
         self.ended = text

@@ -161,7 +161,7 @@ def run_cli(*args: str, timeout: float = 180, env: dict[str, str] | None = None)
     )
 
 
-def sim(port: int, *extra: str) -> SimProc:
+def sim(port: int, *extra: str, netns: str | None = None) -> SimProc:
     return SimProc(
         "vllm",
         "m",
@@ -176,6 +176,7 @@ def sim(port: int, *extra: str) -> SimProc:
         "--sim-fixed-itl-ms",
         "10",
         *extra,
+        netns=netns,
     )
 
 

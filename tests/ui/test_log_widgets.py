@@ -7,6 +7,7 @@ import time
 import pytest
 from textual.app import App, ComposeResult
 
+from tests.waits import until_async
 from tui.model import StartupProgress
 from widgets.server_log import ServerLog, line_severity
 from widgets.startup_progress import StartupProgressView
@@ -46,7 +47,8 @@ async def test_ring_buffer_and_batches():
         for k in range(20):  # 20 000 lines in bursts
             log.append_lines(sample_lines(1000, k * 1000))
             await pilot.pause(0.01)
-        await pilot.pause(0.3)
+        # a burst of more than a screenful a batch is written every BUSY_FLUSH_S
+        await until_async(lambda: log.total_lines == 20000, 5, pilot=pilot, what=lambda: f"{log.total_lines}")
         assert time.monotonic() - t0 < 10
         assert len(log.ring) == 500 and log.view.line_count == 500
         assert log.total_lines == 20000

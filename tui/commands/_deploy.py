@@ -284,8 +284,11 @@ async def follow_logs(args: argparse.Namespace, rec: D.DeploymentRecord, node: s
             for tag, why in snap.link_errors:
                 if tag not in told:
                     told.add(tag)
-                    print(f"tunedeck logs: {tag}: {visible(why)}", file=sys.stderr)
-            told &= {tag for tag, _ in snap.link_errors}
+                    print(f"tunedeck logs: {tag}: {visible(why)}", file=sys.stderr, flush=True)
+            down = {tag for tag, _ in snap.link_errors}
+            for tag in sorted(told - down):
+                print(f"tunedeck logs: {tag}: log link back; following again", file=sys.stderr, flush=True)
+            told &= down
             states = [m for m in snap.members if shown is None or m.node == shown]
             over = bool(states) and all(m.state in ended and not m.alive for m in states)
             # a stop from anywhere (another terminal, the dashboard) is in the local record at once

@@ -279,7 +279,12 @@ async def _follow(args: argparse.Namespace, ab: Any, label: str) -> int:
                 flush=True,
             )
 
+    def on_link_ok() -> None:
+        if not args.quiet:
+            print(f"tunedeck ab: link to {label} is back; following the A/B again", file=sys.stderr, flush=True)
+
     ab.on_link_error = on_link
+    ab.on_link_ok = on_link_ok
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, task.cancel)
     try:

@@ -769,7 +769,11 @@ async def _follow(args: argparse.Namespace, run: Any) -> int:
             flush=True,
         )
 
+    def on_link_ok() -> None:
+        print("tunedeck bench: link to the host is back; following the benchmark again", file=sys.stderr, flush=True)
+
     run.on_link_error = on_link
+    run.on_link_ok = on_link_ok
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, on_signal)
     try:

@@ -170,6 +170,16 @@ class TunedeckApp(App[int]):
         Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit", priority=True),
     ]
 
+    @property
+    def _background_screens(self) -> list[Screen[Any]]:
+        """The screens that show through the top one: none under an opaque screen. Textual 8
+        lists the screen right under the top one even then; it counts as current, and each of
+        its messages (the signals it follows) repaints the whole top screen: a run view over the
+        status screen rendered every line of its log about three times a second for nothing."""
+        if self.screen.styles.background.a == 1:
+            return []
+        return super()._background_screens
+
     def __init__(
         self,
         host: "Host | None" = None,

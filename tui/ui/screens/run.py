@@ -124,6 +124,8 @@ class RunScreen(Screen[None]):
         self.stop_result: StopResult | None = None
         #: True from the confirmed stop until its result
         self.stopping = False
+        #: the header's text as last shown by the progress messages
+        self._shown_title = ""
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="run-title")
@@ -190,7 +192,7 @@ class RunScreen(Screen[None]):
             return
         self.record = rec
         self.tracker = self._make_tracker(rec)
-        self.query_one("#run-title", Static).update(self._title())
+        self._show_title(self._title())
         self._start_following()
 
     @work(group="run-journal", thread=True, exit_on_error=False)
@@ -315,7 +317,13 @@ class RunScreen(Screen[None]):
     @on(Progress)
     def _show_progress(self, message: Progress) -> None:
         self.query_one(StartupProgressView).update(message.snapshot)
-        self.query_one("#run-title", Static).update(self._title(message.snapshot.state))
+        self._show_title(self._title(message.snapshot.state))
+
+    def _show_title(self, title: Text) -> None:
+        """The header shows ``title`` (updated twice a second: no layout pass for the same text)."""
+        if title.plain != self._shown_title:
+            self._shown_title = title.plain
+            self.query_one("#run-title", Static).update(title)
 
     # ------------------------------------------------------------------ actions
     def action_close(self) -> None:
@@ -366,9 +374,7 @@ class RunScreen(Screen[None]):
         self._stop.set()  # nothing more to follow or probe: the header must not say "health ok"
         freed = f"; {res.gpu_freed_mib / 1024:.1f} GiB GPU memory freed" if res.gpu_freed_mib else ""
         view.set_ended(f"{res.state} (by you): {res.message}{freed}")
-        self.query_one("#run-title", Static).update(
-            self._title(res.state if res.state in ("stopped", "exited") else None)
-        )
+        self._show_title(self._title(res.state if res.state in ("stopped", "exited") else None))
         self.notify(res.message + freed, severity="information" if res.state == "stopped" else "warning", markup=False)
 
     def on_unmount(self) -> None:
