@@ -167,13 +167,14 @@ def test_the_other_nodes_gpus_are_held_by_ray_workers_of_that_node_until_the_dri
     node = ray_node(ray, b, f"127.0.0.1:{gcs}")
     try:
         env = {"RAY_ADDRESS": f"127.0.0.1:{gcs}", "TUNEDECK_SIM_RAY": str(ray), "TUNEDECK_SIM_STATE": str(a)}
+        env["TUNEDECK_SIM_RAY_NODE_WAIT_S"] = "60"  # node B's wrapper may dial late on a loaded machine
         args = ["m", "-tp", "8", "-pp", "2", "--distributed-executor-backend", "ray", "--port", str(free_port())]
         with SimProc("vllm", *args, "--sim-load-seconds", "1", env=env) as p:
             p.wait_ready(60)
             # node B's 8 GPUs are held by 8 worker processes of node B's Ray node, as Ray's are
             # (the driver tells the node what they hold over its channel: a loaded machine may
             # show it a moment after the driver's ready line, as a sampled nvidia-smi would)
-            assert wait_until(lambda: all(g.used_mib > 0 for g in read_gpus(root=b)), 45), holders(b)
+            assert wait_until(lambda: all(g.used_mib > 0 for g in read_gpus(root=b)), 45), (holders(b), p.raw[-2000:])
             procs = holders(b)
             assert len(procs) == 8 and all(len(v) == 1 and v[0][1] == "ray::RayWorkerWrapper" for v in procs.values())
             assert all(g.used_mib > 0 for g in read_gpus(root=b)), procs
@@ -200,11 +201,12 @@ def test_stopping_the_ray_node_ends_its_workers_and_frees_its_gpus(tmp_path: Pat
     a, b = tmp_path / "a", tmp_path / "b"
     node = ray_node(ray, b, f"127.0.0.1:{gcs}")
     env = {"RAY_ADDRESS": f"127.0.0.1:{gcs}", "TUNEDECK_SIM_RAY": str(ray), "TUNEDECK_SIM_STATE": str(a)}
+    env["TUNEDECK_SIM_RAY_NODE_WAIT_S"] = "60"  # node B's wrapper may dial late on a loaded machine
     args = ["m", "-tp", "8", "-pp", "2", "--distributed-executor-backend", "ray", "--port", str(free_port())]
     try:
         with SimProc("vllm", *args, "--sim-load-seconds", "1", env=env) as p:
             p.wait_ready(60)
-            assert wait_until(lambda: all(g.used_mib > 0 for g in read_gpus(root=b)), 45), holders(b)
+            assert wait_until(lambda: all(g.used_mib > 0 for g in read_gpus(root=b)), 45), (holders(b), p.raw[-2000:])
             os.kill(node.pid, signal.SIGTERM)  # the wrapper alone: it passes the stop on to Ray
             assert node.wait(40) is not None
             assert all(g.used_mib == 0 for g in read_gpus(root=b)), holders(b)
