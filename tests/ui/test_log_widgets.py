@@ -108,7 +108,8 @@ async def test_follow_and_pause():
         assert not log.following and "paused" in log.status_text
         log.view.scroll_home(animate=False, immediate=True)
         log.append_lines(sample_lines(100, 100))
-        await pilot.pause(0.3)
+        # a burst of more than a screenful is written every 0.5 s
+        await until_async(lambda: log.view.line_count == 200, 5, pilot=pilot, what="the second batch")
         assert log.view.scroll_y == 0 and log.view.line_count == 200  # lines arrive, view stays
         await pilot.press("f")
         await pilot.pause()
