@@ -56,6 +56,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/bench/",
     "tui/bench/workloads/",
     "tui/ab/__init__.py",
+    "tui/ab/capacity.py",
     "tui/ab/compare.py",
     "tui/ab/confdiff.py",
     "tui/ab/journal.py",
