@@ -35,7 +35,7 @@ from tui.util.files import JsonlAppender, read_jsonl
 from tui.util.paths import data_dir
 
 VERSION = 1
-KINDS = ("ab", "launch", "bench")
+KINDS = ("ab", "launch", "bench", "tune")
 BENCH_KEYS = (
     "completed",
     "failed",
