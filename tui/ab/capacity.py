@@ -92,7 +92,9 @@ def parse_slo(items: Sequence[str]) -> tuple[SloTerm, ...]:
             if not sep or not name or not value:
                 raise ValueError(f"SLO term {part!r}: expected METRIC:BOUND, e.g. ttft_p90:500")
             if name not in SLO_METRICS:
-                raise ValueError(f"SLO term {part!r}: unknown metric {name!r}; expected one of {', '.join(SLO_METRICS)}")
+                raise ValueError(
+                    f"SLO term {part!r}: unknown metric {name!r}; expected one of {', '.join(SLO_METRICS)}"
+                )
             try:
                 bound = float(value)
             except ValueError:

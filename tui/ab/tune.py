@@ -201,6 +201,7 @@ class TuneRunner:
         self.estimate_s = spec.get("estimate_s") if isinstance(spec.get("estimate_s"), (int, float)) else None
         self.max_concurrency = int(spec.get("max_concurrency") or 1024)
         self.max_steps = int(spec.get("max_steps") or 8)
+        self.start = int(spec.get("start") or 1)
         self.on_event = on_event
         self.on_state = on_state
         self.journal = journal if journal is not None else Journal()
@@ -514,7 +515,7 @@ class TuneRunner:
         result = await find_capacity(
             self._measure_fn(c, info, handle),
             self.slo,
-            start=1,
+            start=self.start,
             max_concurrency=self.max_concurrency,
             max_steps=self.max_steps,
             on_step=lambda s: self._on_step(c, s),
@@ -634,19 +635,22 @@ class TuneRunner:
 
 
 def step_findings(result: CapacityResult) -> List[str]:
-    """Validity findings of a measurement's steps (a busy client machine, a timeline rule)."""
-    out = []
+    """Validity findings of a measurement's steps (a busy client machine, a timeline rule), one
+    line per finding with the concurrencies it was seen at."""
+    seen: Dict[str, List[int]] = {}
     for s in result.steps:
         sm = s.summary
+        found = []
         if sm.get("machine_busy"):
-            out.append(f"C={s.concurrency}: the client machine was busy (the figure may be low)")
+            found.append("the client machine was busy (the figure may be low)")
         if sm.get("client_bound"):
-            out.append(f"C={s.concurrency}: the benchmark client was the limit")
+            found.append("the benchmark client was the limit")
         val = sm.get("validity")
         if isinstance(val, list) and val:
-            rules = ", ".join(str(f.get("rule")) for f in val if isinstance(f, Mapping))
-            out.append(f"C={s.concurrency}: validity: {rules}")
-    return out
+            found.append("validity: " + ", ".join(str(f.get("rule")) for f in val if isinstance(f, Mapping)))
+        for f in found:
+            seen.setdefault(f, []).append(s.concurrency)
+    return [f"C={', '.join(str(c) for c in cs)}: {f}" for f, cs in seen.items()]
 
 
 def pareto(points: Mapping[str, Tuple[float, float]]) -> List[str]:

@@ -73,6 +73,13 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         "--max-concurrency", type=_pos_int, default=1024, metavar="C", help="search no higher (default 1024)"
     )
     p.add_argument("--max-steps", type=_pos_int, default=8, metavar="N", help="levels per search (default 8)")
+    p.add_argument(
+        "--start",
+        type=_pos_int,
+        default=1,
+        metavar="C",
+        help="after C=1, bracket from this concurrency by doubling (default: 2)",
+    )
     w = p.add_argument_group("workload (each level of the search)")
     w.add_argument("--input-len", type=_pos_int, default=None, help="prompt length in tokens (default 128)")
     w.add_argument("--output-len", type=_pos_int, default=None, help="max_tokens per request (default 128)")
@@ -225,6 +232,7 @@ async def run(args: argparse.Namespace) -> int:
                 estimate_s=est.total_s,
                 max_concurrency=args.max_concurrency,
                 max_steps=args.max_steps,
+                start=args.start,
                 confirm_stop=lambda q: confirm(q, prog="tune", yes=args.yes),
                 python=args.python,
                 host_label=label,

@@ -146,6 +146,19 @@ def _set(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     node[path[-1]] = value
 
 
+def profile_key(engine: str, key: str) -> str:
+    """The TOML path a change is made at: a flag the profile sets from a field of its own
+    (``flags.attention-backend`` is ``attention.backend``, ``flags.tp-size`` is ``tp``) at that field."""
+    from tui.profiles.schema import FLAGS
+
+    path = key.split(".")
+    if path[0] == "flags" and len(path) == 2:
+        spec = FLAGS[engine].get(path[1])
+        if spec is not None and spec.managed and spec.managed not in ("model", "speculative"):
+            return spec.managed
+    return key
+
+
 def check_flag(engine: str, key: str, value: Any, where: str) -> None:
     """A ``flags.NAME`` change judged against the engine's release flag data (what the profile
     builder judges a flag by): unknown, ambiguous, a prefix or not one of its choices is an error."""
@@ -214,13 +227,14 @@ def expand(
     for name, change_list, where in combos:
         for key, value in change_list:
             check_flag(base.engine, key, value, where)
-        real = [(k, v) for k, v in change_list if _current(base_doc, k) != v]
+        named = [(k, v) for k, v in change_list if _current(base_doc, profile_key(base.engine, k)) != v]
+        real = [(profile_key(base.engine, k), v) for k, v in named]
         prof = apply(base, real, where)
         ident = repr(sorted(profile_to_dict(prof).items(), key=lambda kv: kv[0]))
         if ident in seen:
             continue
         seen.add(ident)
-        cname = name or candidate_name(base.name, real)
+        cname = name or candidate_name(base.name, named)
         if any(c.name == cname for c in out):
             raise VaryError(f"{where}: the name {cname!r} is used twice")
         out.append(Candidate(cname, tuple(real), replace(prof, name=cname)))
@@ -241,5 +255,6 @@ __all__ = [
     "expand",
     "label",
     "parse_vary",
+    "profile_key",
     "read_candidates_file",
 ]

@@ -146,6 +146,7 @@ class TuneRun:
         estimate_s: float | None = None,
         max_concurrency: int = 1024,
         max_steps: int = 8,
+        start: int = 1,
         confirm_stop: Callable[[str], Awaitable[bool]] | None = None,
         python: str | None = None,
         host_label: str | None = None,
@@ -216,6 +217,7 @@ class TuneRun:
             "estimate_s": estimate_s,
             "max_concurrency": max_concurrency,
             "max_steps": max_steps,
+            "start": start,
             "stop_existing": stop_existing,
             "host_label": where,
         }
