@@ -221,3 +221,44 @@ async def test_resume_keeps_finished_candidates_and_redoes_the_interrupted_one(t
 def test_pareto():
     pts = {"a": (10.0, 100.0), "b": (20.0, 50.0), "c": (9.0, 90.0), "d": (20.0, 50.0)}
     assert sorted(pareto(pts)) == ["a", "b", "d"]
+
+
+# ---------------------------------------------------------------------- the command line
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--vary", "flags.attention-backnd=triton"], "--attention-backnd is not a flag"),
+        ([], "the candidate set is empty"),
+        (["--vary", "tp=8"], "the candidate set is empty: every combination is the base itself"),
+        (["--vary", "tp=4", "--slo", "ttft_p90:fast"], "SLO term 'ttft_p90:fast': 'fast' is not a number"),
+        (["--vary", "tp=4", "--slo", "latency:5"], "unknown metric 'latency'"),
+        (["--vary", "tp=4", "--budget", "1m"], r"--budget 1m \(1m00s\) cannot fit this campaign: estimated"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_nothing_starts(tmp_path: Path, monkeypatch, args, message):
+    import os
+    import subprocess
+
+    from tests.conftest import tunedeck_cmd
+
+    user = tmp_path / "profiles"
+    user.mkdir()
+    (user / "base.toml").write_text(BASE)
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
+    slo = [] if "--slo" in args else ["--slo", "ttft_p90:500"]
+    r = subprocess.run(
+        [*tunedeck_cmd(), "tune", "base", "--demo", *args, *slo],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tunedeck tune: "), r.stderr
+    assert __import__("re").search(message, lines[0]), lines[0]
+    assert not (Path(os.environ["TUNEDECK_HOME"]) / "tune").exists()  # nothing was started
