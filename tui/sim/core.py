@@ -14,21 +14,14 @@ import traceback
 from collections import deque
 from typing import Any, Callable, Coroutine
 
-from tui.sim import perf, raynode, rendezvous
+from tui.sim import capmodel, raynode, rendezvous
 from tui.sim.api import Api, Req
 from tui.sim.clock import FixedClock
-from tui.sim.engine_args import (
-    SGLANG_ALIASES,
-)
 from tui.sim.gpus import ServerRecord, load_config
 from tui.sim.httpd import HttpServer
 from tui.sim.metrics import Metrics
 from tui.sim.prefix import BLOCK, PrefixCache
 from tui.sim.simlog import Fatal, Log, model_facts
-
-#: SGLang's --chunked-prefill-size when not given (its choice for a GPU of H200's memory)
-SGLANG_CHUNK = 8192
-
 
 class SimCore(Api):
     """What every part of the simulated server shares."""
@@ -71,8 +64,10 @@ class SimCore(Api):
         self.ray_nodes: raynode.WorkerNodes | None = None
         #: (pid, ip, rank) of each Ray worker on another node
         self.ray_workers: list[tuple[int, str, int]] = []
-        self.spec = self._spec()
-        self.perf = self._perf_config()
+        #: how it serves: the performance model, the running-request cap, the prefill budget and chunk
+        self.serve = capmodel.serve_config_of(engine, args, self.tp, os.environ)
+        self.spec = self.serve.perf.spec
+        self.perf = self.serve.perf
         self.phase = "starting"
         self.http: HttpServer | None = None
         #: the tasks that live as long as the server (scheduler, metrics publisher, …): referenced
@@ -108,28 +103,20 @@ class SimCore(Api):
                 args.sim_record_timestamps, "a", buffering=1, encoding="utf-8"
             )
         self.fixed = args.sim_fixed_ttft_ms is not None or args.sim_fixed_itl_ms is not None
-        if engine == "sglang":
-            self.max_running = args.max_running_requests or (48 if self.spec else 2048)
-            self.prefill_budget = args.max_prefill_tokens or 16384
-            self.decode_log_interval = max(1, args.decode_log_interval)
-        else:
-            self.max_running = args.max_num_seqs or 1024
-            self.prefill_budget = args.max_num_batched_tokens or 8192
-            self.decode_log_interval = 0
+        self.max_running = self.serve.max_running
+        self.prefill_budget = self.serve.prefill_budget
+        self.decode_log_interval = max(1, args.decode_log_interval) if engine == "sglang" else 0
         self.metrics = Metrics(engine, self.served, tp=self.tp, spec_positions=self.spec.num_steps if self.spec else 0)
         #: the prefix cache (None where the flags disable it: SGLang --disable-radix-cache, vLLM
         #: --disable-prefix-caching) and the prefill chunk size (None: prompts are not split)
         self.cache: PrefixCache | None = None
-        self.chunk_size: int | None
+        self.chunk_size = self.serve.chunk_size
         if engine == "sglang":
             caching = not args.disable_radix_cache
             block = args.page_size if args.page_size and args.page_size > BLOCK else BLOCK
-            chunk = args.chunked_prefill_size if args.chunked_prefill_size is not None else SGLANG_CHUNK
-            self.chunk_size = chunk if chunk > 0 else None
         else:
             caching = args.enable_prefix_caching is not False
             block = args.block_size or BLOCK
-            self.chunk_size = self.prefill_budget
         if caching:
             self.cache = PrefixCache(block)
         self.metrics.prefix_caching = caching
@@ -160,67 +147,6 @@ class SimCore(Api):
         start = start or 0
         idx = [start + i * step for i in range(self.tp)]
         return [visible[i] for i in idx if 0 <= i < len(visible)]
-
-    def _spec(self) -> perf.SpecConfig | None:
-        a = self.a
-        if self.e == "sglang":
-            if not a.speculative_algorithm:
-                return None
-            steps = a.speculative_num_steps or 3
-            topk = a.speculative_eagle_topk or 1
-            draft = a.speculative_num_draft_tokens or (steps + 1 if topk == 1 else steps * topk)
-            if topk == 1:
-                draft = steps + 1
-            return perf.SpecConfig(a.speculative_algorithm.upper(), steps, topk, draft)
-        sc = a.speculative_config
-        if not sc:
-            return None
-        method = str(sc.get("method") or ("draft_model" if sc.get("model") else "ngram"))
-        n = int(sc.get("num_speculative_tokens") or 1)
-        return perf.SpecConfig(method.upper(), n, 1, n + 1)
-
-    def _perf_config(self) -> perf.PerfConfig:
-        a = self.a
-        nccl = perf.PerfConfig.nccl_from_env(os.environ)
-        if self.e == "sglang":
-            attn = a.attention_backend
-            attn = SGLANG_ALIASES.get(attn, attn) if attn else None
-            max_bs = a.cuda_graph_max_bs_decode or 512
-            eager = a.disable_cuda_graph or a.cuda_graph_backend_decode == "disabled"
-            return perf.PerfConfig(
-                "sglang",
-                self.tp,
-                attn,
-                a.decode_attention_backend,
-                a.prefill_attention_backend,
-                max(1, a.num_continuous_decode_steps),
-                a.disable_custom_all_reduce,
-                nccl,
-                self.spec,
-                max_bs,
-                eager,
-                self.seed,
-            )
-        attn = (a.attention_backend or "").upper() or None
-        if attn is None and a.attention_config and a.attention_config.get("backend"):
-            attn = str(a.attention_config["backend"]).upper()
-        cc = a.compilation_config or {}
-        eager = a.enforce_eager or str(cc.get("cudagraph_mode", "")).upper() == "NONE"
-        max_bs = a.max_cudagraph_capture_size or 512
-        return perf.PerfConfig(
-            "vllm",
-            self.tp,
-            attn,
-            None,
-            None,
-            1,
-            a.disable_custom_all_reduce,
-            nccl,
-            self.spec,
-            max_bs,
-            eager,
-            self.seed,
-        )
 
     # ------------------------------------------------------------------ time
     async def at(self, frac: float) -> None:

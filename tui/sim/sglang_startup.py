@@ -7,7 +7,8 @@ import asyncio
 import random
 
 from tui.sim import rendezvous
-from tui.sim.core import SGLANG_CHUNK, bind_socket
+from tui.sim.capmodel import SGLANG_CHUNK
+from tui.sim.core import bind_socket
 from tui.sim.gpus import used_by_others
 from tui.sim.httpd import HttpServer
 from tui.sim.scheduler import Scheduler
