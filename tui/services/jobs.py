@@ -93,7 +93,8 @@ async def restart(host: Host, job: Job, *, python: str | None = None) -> Job:
     """Start ``job`` again in its own folder (a campaign whose process was killed resumes from the
     state it left there); its events file is kept, so a follower goes on at its offset."""
     rt = await runtime.ensure(host, python=python)
-    r = await host.run(["rm", "-f", "--", f"{job.dir}/rc"], timeout=15)
+    # the wrapper's files of the killed run go first: the launch reads the new wrapper's pid from them
+    r = await host.run(["rm", "-f", "--", *(f"{job.dir}/{f}" for f in ("rc", "pid", "starttime"))], timeout=15)
     if r.lost or r.timed_out:
         raise HostError("connection-lost" if r.lost else "timeout", f"restarting {job.kind} job {job.job_id} failed")
     env = {} if host.nvidia_smi == "nvidia-smi" else {"TUNEDECK_NVIDIA_SMI": host.nvidia_smi}
