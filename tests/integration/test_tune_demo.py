@@ -162,7 +162,7 @@ def test_killed_campaign_resumes_and_a_second_campaign_is_refused(base: str, tmp
         assert kids, "the campaign's process is not running"
         for k in kids:  # the campaign itself, under its wrapper: no report, no exit event
             os.kill(int(k), signal.SIGKILL)
-        rest, err = proc.communicate(timeout=400)
+        _out, err = proc.communicate(timeout=400)
     finally:
         if proc.poll() is None:
             proc.kill()
