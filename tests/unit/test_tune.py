@@ -262,3 +262,25 @@ def test_bad_input_is_one_line_exit_2_and_nothing_starts(tmp_path: Path, monkeyp
     assert len(lines) == 1 and lines[0].startswith("tunedeck tune: "), r.stderr
     assert __import__("re").search(message, lines[0]), lines[0]
     assert not (Path(os.environ["TUNEDECK_HOME"]) / "tune").exists()  # nothing was started
+
+
+@pytest.mark.timeout(60)
+async def test_the_journal_lists_a_campaign_with_its_winner():
+    import os
+    import subprocess
+
+    from tests.conftest import tunedeck_cmd
+    from tui.ab.journal import Journal
+    from tui.services.tunerun import journal_record
+
+    rep = await TuneRunner(CapOps({"a": 8, "b": 16}), spec_for(["a", "b"], repeats_max=1)).run()
+    Journal().append(journal_record(rep, "job-1"))
+    r = subprocess.run(
+        [*tunedeck_cmd(), "journal", "list", "--kind", "tune"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "tune-test" in r.stdout and "a (2 candidates) slo=tpot_p90:20" in r.stdout and "winner b" in r.stdout

@@ -17,6 +17,8 @@ Kinds:
   path, startup timeline, ready/failed and the diagnosis.
 * ``bench`` — a benchmark run: result run id (``tunedeck results show``),
   profile, concurrency, key numbers, and the A/B it belongs to (``ab_id``).
+* ``tune`` — a tuning campaign (:mod:`tui.ab.tune`), written at the start and when it
+  ends: its SLO, winner (or closest) and every candidate's figures.
 """
 
 from __future__ import annotations
@@ -161,7 +163,7 @@ class Journal:
                 continue
             r = dict(r)
             r["started"] = first_time[k]
-            if r["kind"] == "ab" and r.get("status") == "running":
+            if r["kind"] in ("ab", "tune") and r.get("status") == "running":
                 r["status"] = "interrupted"
             out.append(r)
         if include_results and kind in (None, "bench"):

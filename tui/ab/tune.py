@@ -171,10 +171,6 @@ class Cand:
         return (cap if cap is not None else -1.0, self.throughput() or 0.0, self.single_user() or 0.0)
 
 
-class TuneCancelled(Exception):
-    """The campaign was cancelled (SIGTERM, ``tune --cancel``)."""
-
-
 class TuneRunner:
     """One campaign over ``ops`` (see the module docstring). ``state``: a previous run's
     :meth:`state` to resume; ``on_state`` is called with the state whenever it should be saved."""

@@ -61,6 +61,14 @@ def run(args: argparse.Namespace) -> int:
                 f"{(ent.get('a') or {}).get('profile')} vs {(ent.get('b') or {}).get('profile')} plan={ent.get('plan')}"
             )
             res = (ent.get("comparison") or {}).get("headline") or ent.get("error") or ""
+        elif kind == "tune":
+            what = f"{ent.get('base')} ({len(ent.get('candidates') or [])} candidates) slo={' '.join(ent.get('slo') or [])}"
+            closest = (ent.get("closest") or {}).get("name")
+            res = (
+                f"winner {ent['winner']}"
+                if ent.get("winner")
+                else ent.get("error") or (f"no candidate met the SLO; closest {closest}" if closest else "")
+            )
         elif kind == "bench":
             n = ent.get("numbers") or {}
             what = f"{ent.get('profile')} C={ent.get('concurrency')}"
