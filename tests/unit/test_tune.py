@@ -284,3 +284,16 @@ async def test_the_journal_lists_a_campaign_with_its_winner():
     )
     assert r.returncode == 0, r.stderr
     assert "tune-test" in r.stdout and "a (2 candidates) slo=tpot_p90:20" in r.stdout and "winner b" in r.stdout
+
+
+async def test_successive_halving_keeps_the_better_half_of_a_tie(tmp_path: Path):
+    from tui.ab.journal import Journal
+
+    names = ["a", "b", "c", "d", "e"]
+    ops = CapOps(dict.fromkeys(names, 40))
+    rep = await TuneRunner(ops, spec_for(names, repeats_max=2), journal=Journal(tmp_path / "j")).run()
+    by = {c["name"]: c for c in rep["candidates"]}
+    again = [n for n in names if len(by[n]["measurements"]) == 2]
+    assert len(again) == 3, launches(ops)  # within the noise band, all: the better half measured again
+    for n in set(names) - set(again):
+        assert by[n]["state"] == "dropped" and "lower half (successive halving)" in by[n]["findings"][-1]

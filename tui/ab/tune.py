@@ -387,16 +387,16 @@ class TuneRunner:
         got = [c for c in self.cands if c.measurements and c.state in (MEASURED, DROPPED)]
         return sorted(got, key=lambda c: c.rank_key(), reverse=True)
 
-    def _contenders(self) -> List[Cand]:
-        """Measured candidates still in contention: within the noise band of the leader's capacity,
-        at most half of them (the best), the leader always."""
+    def _contenders(self) -> Tuple[List[Cand], List[Cand]]:
+        """(the measured candidates whose capacity lies within the leader's noise band, the ones of
+        those still in contention: the better half, at least two, the leader always)."""
         order = [c for c in self.ranked() if c.state == MEASURED]
         if not order:
-            return []
+            return [], []
         lead = order[0]
         cap = lead.capacity()
         if cap is None:
-            return [lead]
+            return [lead], [lead]
         band = lead.noise_band_pct(self.noise_pct) or self.noise_pct
         within = [
             c
@@ -405,19 +405,19 @@ class TuneRunner:
             and (c.capacity() or 0) * (1 + (c.noise_band_pct(self.noise_pct) or band) / 100.0)
             >= cap * (1 - band / 100.0)
         ]
-        keep = max(1, math.ceil(len(order) / 2))
-        return within[:keep]
+        return within, within[: max(2, math.ceil(len(order) / 2))]
 
     def _next_round(self) -> bool:
         """Drop the clear losers; True when another round is worth its cost."""
         if self._cancel:
             return False
-        keep = self._contenders()
+        within, keep = self._contenders()
         for c in self.cands:
             if c.state == MEASURED and c not in keep:
+                why = "outside the leader's noise band" if c not in within else "in the lower half (successive halving)"
                 c.state = DROPPED
-                c.findings.append(f"dropped after round {self.round + 1}: outside the leaders' noise band")
-                self._emit("dropped", f"{c.name} dropped: outside the leaders' noise band", c.name)
+                c.findings.append(f"dropped after round {self.round + 1}: {why}")
+                self._emit("dropped", f"{c.name} dropped: {why}", c.name)
         self._save()
         if len(keep) < 2:
             return False
