@@ -182,3 +182,37 @@ def test_killed_campaign_resumes_and_a_second_campaign_is_refused(base: str, tmp
     assert rep["winner"] == second
     alive, apps = asyncio.run(nothing_running())
     assert alive == [] and not apps
+
+
+def test_cancel_asks_stops_the_server_and_keeps_the_results(base: str, tmp_path: Path):
+    proc = subprocess.Popen(
+        [*tunedeck_cmd(), "tune", base, "--demo", "--vary", "flags.attention-backend=flashinfer", "--slo", *SLO]
+        + [*LEVELS, *SEARCH, "--yes"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ),
+    )
+    seen: list[str] = []
+    deadline = time.monotonic() + 300
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if "launching t-base+attention-backend=flashinfer" in line:
+                break
+            assert time.monotonic() < deadline, "".join(seen)
+        jid = re.search(r"campaign job (\S+) runs on demo", "".join(seen)).group(1)
+        r = run_cli("tune", "--cancel", jid, "--demo")  # no terminal, no --yes: not cancelled
+        assert r.returncode == 1 and "pass --yes" in r.stderr, r.stderr
+        r = run_cli("tune", "--cancel", jid, "--demo", "--yes")
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert r.returncode == 130, r.stdout + r.stderr
+    assert "cancelled" in r.stderr and "winner: t-base" in r.stdout  # the base's measurement is kept
+    assert proc.returncode == 130, "".join(seen) + err
+    alive, apps = asyncio.run(nothing_running())
+    assert alive == [] and not apps
