@@ -23,6 +23,7 @@ from tui.sim.metrics import Metrics
 from tui.sim.prefix import BLOCK, PrefixCache
 from tui.sim.simlog import Fatal, Log, model_facts
 
+
 class SimCore(Api):
     """What every part of the simulated server shares."""
 
