@@ -17,6 +17,8 @@ Kinds:
   path, startup timeline, ready/failed and the diagnosis.
 * ``bench`` — a benchmark run: result run id (``tunedeck results show``),
   profile, concurrency, key numbers, and the A/B it belongs to (``ab_id``).
+* ``tune`` — a tuning campaign (:mod:`tui.ab.tune`), written at the start and when it
+  ends: its SLO, winner (or closest) and every candidate's figures.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from tui.util.files import JsonlAppender, read_jsonl
 from tui.util.paths import data_dir
 
 VERSION = 1
-KINDS = ("ab", "launch", "bench")
+KINDS = ("ab", "launch", "bench", "tune")
 BENCH_KEYS = (
     "completed",
     "failed",
@@ -161,7 +163,7 @@ class Journal:
                 continue
             r = dict(r)
             r["started"] = first_time[k]
-            if r["kind"] == "ab" and r.get("status") == "running":
+            if r["kind"] in ("ab", "tune") and r.get("status") == "running":
                 r["status"] = "interrupted"
             out.append(r)
         if include_results and kind in (None, "bench"):

@@ -50,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("status", "print GPUs, host load and servers once"),
     "stop": ("stop", "stop servers tunedeck launched (default: every live one)"),
     "trust": ("trust", "show a host's SSH key fingerprint; trust it once confirmed"),
+    "tune": ("tune", "tuning campaign: the configuration that serves the most users within an SLO"),
 }
 
 

@@ -23,11 +23,11 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     jp = argparse.ArgumentParser(add_help=False)
     jp.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
     ls = sub.add_parser("list", parents=[jp], help="list journal entries (default)")
-    ls.add_argument("--kind", choices=["ab", "launch", "bench"], help="only this kind")
+    ls.add_argument("--kind", choices=["ab", "launch", "bench", "tune"], help="only this kind")
     ex = sub.add_parser("export", parents=[jp], help="export the journal as Markdown, CSV or JSON")
     ex.add_argument("--format", "-f", choices=["md", "csv", "json"], default="md", help="--json is --format json")
     ex.add_argument("--output", "-o", metavar="FILE", help="write to FILE (default: stdout)")
-    ex.add_argument("--kind", choices=["ab", "launch", "bench"], help="only this kind")
+    ex.add_argument("--kind", choices=["ab", "launch", "bench", "tune"], help="only this kind")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -61,6 +61,14 @@ def run(args: argparse.Namespace) -> int:
                 f"{(ent.get('a') or {}).get('profile')} vs {(ent.get('b') or {}).get('profile')} plan={ent.get('plan')}"
             )
             res = (ent.get("comparison") or {}).get("headline") or ent.get("error") or ""
+        elif kind == "tune":
+            what = f"{ent.get('base')} ({len(ent.get('candidates') or [])} candidates) slo={' '.join(ent.get('slo') or [])}"
+            closest = (ent.get("closest") or {}).get("name")
+            res = (
+                f"winner {ent['winner']}"
+                if ent.get("winner")
+                else ent.get("error") or (f"no candidate met the SLO; closest {closest}" if closest else "")
+            )
         elif kind == "bench":
             n = ent.get("numbers") or {}
             what = f"{ent.get('profile')} C={ent.get('concurrency')}"

@@ -14,7 +14,7 @@ from tui.util.safety import UnsafeInput
 
 #: the kinds of detached things with a folder each under ``${TUNEDECK_HOME}``: servers,
 #: host-side benchmarks and host-side A/B campaigns
-KINDS = ("runs", "bench", "ab")
+KINDS = ("runs", "bench", "ab", "tune")
 
 
 def base_line(kind: str) -> str:

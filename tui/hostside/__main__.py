@@ -3,6 +3,7 @@
     python3 tunedeck-host-<hash>.pyz info          what will run here, as JSON
     python3 tunedeck-host-<hash>.pyz bench DIR     a benchmark job (DIR/spec.json)
     python3 tunedeck-host-<hash>.pyz ab DIR        an A/B campaign job
+    python3 tunedeck-host-<hash>.pyz tune DIR      a tuning campaign job (resumes from DIR/state.json)
     python3 tunedeck-host-<hash>.pyz sample --home HOME …   the host's status as JSON lines
     python3 tunedeck-host-<hash>.pyz sim ENGINE …  a simulated engine (:mod:`tui.sim.entry`)
     python3 tunedeck-host-<hash>.pyz smi …         nvidia-smi over the simulated GPUs
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="tunedeck-host", description="tunedeck's host-side runtime")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("info", help="what will run here, as JSON")
-    for name in ("bench", "ab"):
+    for name in ("bench", "ab", "tune"):
         sp = sub.add_parser(name, help=f"run a {name} job")
         sp.add_argument("job_dir", type=_job_dir)
     args = p.parse_args(argv)
@@ -85,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         from tui.hostside import benchjob
 
         return run_async(benchjob.run(args.job_dir))
+    if args.cmd == "tune":
+        from tui.hostside import tunejob
+
+        return run_async(tunejob.run(args.job_dir))
     from tui.hostside import abjob
 
     return run_async(abjob.run(args.job_dir))

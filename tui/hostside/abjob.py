@@ -38,7 +38,7 @@ def take_lock(ab_root: Path) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise Busy("another A/B is running on this host; attach to it or cancel it first") from None
+        raise Busy("another A/B or tuning campaign is running on this host; attach to it or cancel it first") from None
     return fd
 
 

@@ -39,11 +39,18 @@ def resolve_profile(name: str, *, demo: bool, sim: bool = False) -> tuple[Profil
     """(what will run, the profile) for a profile name; errors name file and key. ``sim``: the
     simulator from the host-side runtime in place of the engine (``tunedeck-host sim ENGINE``,
     made runnable on the host by :func:`tui.services.runtime.sim_argv`)."""
-    from tui.profiles.builder import build_command
-    from tui.profiles.deploy import sim_executable
     from tui.profiles.store import ProfileStore
 
     prof = ProfileStore().get(name)
+    return profile_info(prof, demo=demo, sim=sim), prof
+
+
+def profile_info(prof: "ServerProfile", *, demo: bool, sim: bool = False) -> ProfileInfo:
+    """What will run for a profile (read from the store or made by a campaign); ValueError with
+    the builder's errors."""
+    from tui.profiles.builder import build_command
+    from tui.profiles.deploy import sim_executable
+
     cmd = build_command(prof, demo=demo, executable=sim_executable(prof) if sim and not demo else None)
     errors = [w for w in getattr(cmd, "warnings", ()) if getattr(w, "severity", "") == "error"]
     if errors:
@@ -65,7 +72,7 @@ def resolve_profile(name: str, *, demo: bool, sim: bool = False) -> tuple[Profil
         port=int(prof.effective_port),
         served_model=served,
     )
-    return info, prof
+    return info
 
 
 class ABRun:
@@ -299,13 +306,15 @@ async def ask_to_stop(
 
 
 async def refuse_while_running(host: Host) -> None:
-    """One campaign per host at a time: :class:`jobs.JobError` naming the one that runs."""
-    for j in await jobs.list_jobs(host, "ab"):
-        if j.alive:
-            raise jobs.JobError(
-                f"{host.target}: A/B {j.job_id} is running there; follow it with `tunedeck ab --attach "
-                f"{j.job_id}` or cancel it with `tunedeck ab --cancel {j.job_id}` first"
-            )
+    """One campaign per host at a time, an A/B or a tuning campaign: :class:`jobs.JobError`
+    naming the one that runs."""
+    for kind, what in (("ab", "A/B"), ("tune", "tuning campaign")):
+        for j in await jobs.list_jobs(host, kind):
+            if j.alive:
+                raise jobs.JobError(
+                    f"{host.target}: {what} {j.job_id} is running there; follow it with `tunedeck {kind} --attach "
+                    f"{j.job_id}` or cancel it with `tunedeck {kind} --cancel {j.job_id}` first"
+                )
 
 
 def _journal(record: dict[str, Any]) -> None:

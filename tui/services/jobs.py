@@ -42,7 +42,7 @@ class JobError(Exception):
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # "bench" | "ab"
+    kind: str  # "bench" | "ab" | "tune"
     job_id: str
     dir: str  # on the host
     target: str
@@ -87,6 +87,24 @@ async def start(
     if started.pid is None:
         raise JobError(f"{host.target}: the {kind} job did not start: {started.error}")
     return Job(kind, jid, started.run_dir or jdir, host.target, started.pid, started.starttime, True, None, info)
+
+
+async def restart(host: Host, job: Job, *, python: str | None = None) -> Job:
+    """Start ``job`` again in its own folder (a campaign whose process was killed resumes from the
+    state it left there); its events file is kept, so a follower goes on at its offset."""
+    rt = await runtime.ensure(host, python=python)
+    # the wrapper's files of the killed run go first: the launch reads the new wrapper's pid from them
+    r = await host.run(["rm", "-f", "--", *(f"{job.dir}/{f}" for f in ("rc", "pid", "starttime"))], timeout=15)
+    if r.lost or r.timed_out:
+        raise HostError("connection-lost" if r.lost else "timeout", f"restarting {job.kind} job {job.job_id} failed")
+    env = {} if host.nvidia_smi == "nvidia-smi" else {"TUNEDECK_NVIDIA_SMI": host.nvidia_smi}
+    meta = {**dict(job.meta or {}), "restarted": time.time()}
+    started = await launcher.start_detached(host, job.kind, job.job_id, rt.argv(job.kind, job.dir), env, meta)
+    if started.pid is None:
+        raise JobError(f"{host.target}: the {job.kind} job {job.job_id} did not restart: {started.error}")
+    return Job(
+        job.kind, job.job_id, started.run_dir or job.dir, host.target, started.pid, started.starttime, True, None, meta
+    )
 
 
 async def list_jobs(host: Host, kind: str) -> list[Job]:

@@ -52,7 +52,7 @@ MIN_PYTHON = (3, 9)
 #: minimum version with vermin, so a missing or too-new module fails there.
 SHIPPED: tuple[str, ...] = (
     "tui/__init__.py",
-    "tui/hostside/",  # bench and A/B jobs, the status sampler
+    "tui/hostside/",  # bench, A/B and tuning jobs, the status sampler
     "tui/bench/",
     "tui/bench/workloads/",
     "tui/ab/__init__.py",
@@ -64,6 +64,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/ab/render.py",
     "tui/ab/runner.py",
     "tui/ab/sides.py",
+    "tui/ab/tune.py",
     "tui/ab/warnings.py",
     "tui/logparse/",
     "tui/engines.py",

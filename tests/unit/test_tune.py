@@ -1,0 +1,299 @@
+"""Tuning campaigns in process: candidates from --vary, the runner's rounds, ranking, Pareto
+frontier, failures as findings, resume from a saved state (over tests/abfakes.FakeOps)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from tests.abfakes import FakeOps
+from tui.ab.plan import Plan, PlanLevel
+from tui.ab.runner import BenchResult, ProfileInfo
+from tui.ab.tune import TuneRunner, Workload, pareto
+from tui.profiles.model import load_profile_text
+from tui.profiles.vary import VaryError, expand, parse_vary, read_candidates_file
+from tui.services.tunerun import estimate, parse_budget
+
+BASE = """schema_version = 1
+engine = "sglang"
+model = "m"
+tp = 8
+port = 30000
+
+[flags]
+enable-metrics = true
+"""
+
+
+def base_profile():
+    return load_profile_text(BASE, name="base")
+
+
+# ---------------------------------------------------------------------- candidates
+
+
+def test_vary_is_a_cartesian_product_with_the_base_first_and_readable_names():
+    cands = expand(
+        base_profile(),
+        parse_vary(["flags.attention-backend=fa3,flashinfer,triton", "flags.max-running-requests=32,128"]),
+    )
+    assert len(cands) == 7 and cands[0].is_base and cands[0].name == "base"
+    names = [c.name for c in cands[1:]]
+    assert names[0] == "base+attention-backend=fa3,max-running-requests=32"
+    assert len(set(names)) == 6
+    c = cands[-1]
+    # the flag the profile sets from its own field is changed at that field
+    assert dict(c.changes) == {"attention.backend": "triton", "flags.max-running-requests": 128}
+    assert c.profile.attention_backend == "triton" and ("max-running-requests", 128) in c.profile.flags
+
+
+def test_a_change_to_the_base_value_is_the_base_and_a_set_of_only_the_base_is_refused():
+    cands = expand(base_profile(), parse_vary(["tp=8,4"]))
+    assert [c.name for c in cands] == ["base", "base+tp=4"]
+    with pytest.raises(VaryError, match="candidate set is empty"):
+        expand(base_profile(), parse_vary(["flags.enable-metrics=true"]))
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        (
+            ["flags.attention-backnd=triton"],
+            "is not a flag in tunedeck's table of sglang.*did you mean --attention-backend",
+        ),
+        (["flags.attention-backend=nope"], "'nope' is not one of its choices"),
+        (["flags.attention-backend"], "expected KEY=V1,V2"),
+        (["tp=4,"], "an empty value"),
+        (["tp=4", "tp=2"], "varied twice"),
+        (["model=x"], "cannot vary"),
+        (["tp=many"], "--vary tp=many: tp: expected"),
+    ],
+)
+def test_bad_vary_items_say_what_and_where(items, message):
+    with pytest.raises(VaryError, match=message):
+        expand(base_profile(), parse_vary(items))
+
+
+def test_candidates_file(tmp_path: Path):
+    f = tmp_path / "c.toml"
+    f.write_text(
+        '[[candidate]]\nname = "fi"\nchanges = { "attention.backend" = "flashinfer", "env.NCCL_PROTO" = "LL" }\n'
+    )
+    cands = expand(base_profile(), listed=read_candidates_file(str(f)))
+    assert [c.name for c in cands] == ["base", "fi"]
+    assert dict(cands[1].profile.env) == {"NCCL_PROTO": "LL"}
+    f.write_text("# nothing here\n")
+    with pytest.raises(VaryError, match="no \\[\\[candidate\\]\\] table: the candidate set is empty"):
+        read_candidates_file(str(f))
+
+
+def test_budget_and_estimate(tmp_path: Path):
+    assert parse_budget("2h") == 7200 and parse_budget("1h30m") == 5400 and parse_budget("45") == 45
+    with pytest.raises(ValueError, match="--budget 'soon'"):
+        parse_budget("soon")
+    from tui.ab.journal import Journal
+
+    j = Journal(tmp_path / "j.jsonl")
+    j.record_launch("r1", profile="base", host="h", ready=True, startup_s=100.0)
+    est = estimate(["base", "base+tp=4"], "base", max_steps=8, sim=False, journal=j)
+    assert est.recorded == 2 and est.startup_s == 100.0  # the base's start-up stands in for a variant's
+    assert est.total_s == 2 * (100.0 + 8 * 60.0 + 15.0)
+    assert "start-up from the journal for 2 of 2" in est.text
+
+
+# ---------------------------------------------------------------------- the runner
+
+
+class CapOps(FakeOps):
+    """Each candidate meets tpot_p90 <= 20 ms up to its ``knee`` concurrency."""
+
+    def __init__(self, knees, **kw):
+        super().__init__(speed={n: 50.0 for n in knees}, **kw)
+        self.knees = knees
+
+    async def bench(self, info, handle, plan, level, on_progress, labels):
+        self.log.append(f"bench {info.name} C={level.concurrency}")
+        c, k = level.concurrency, self.knees[info.name]
+        tpot = 10.0 * (1 + c / k)  # 20 ms exactly at the knee
+        return BenchResult(
+            f"b{len(self.log)}",
+            {
+                "max_concurrency": c,
+                "completed": level.num_prompts,
+                "failed": 0,
+                "p90_tpot_ms": tpot,
+                "output_throughput": c * 1000.0 / tpot,
+                "per_user_output_throughput": 1000.0 / tpot,
+            },
+        )
+
+
+def spec_for(names, *, slo=("tpot_p90:20",), repeats_max=2, skip=None):
+    plan = Plan("tune", (PlanLevel(1, 10, 64, 16, 0),))
+    cands = []
+    for n in names:
+        info = ProfileInfo(n, "sglang", "m", ("sglang", f"--p={n}"), {}, 30000)
+        cands.append({"name": n, "changes": {}, "info": info.to_json(), "tp": 8, "skip": (skip or {}).get(n)})
+    return {
+        "campaign": "tune-test",
+        "base": names[0],
+        "candidates": cands,
+        "slo": list(slo),
+        "workload": Workload(plan).to_dict(),
+        "repeats_max": repeats_max,
+        "max_steps": 12,
+    }
+
+
+def launches(ops):
+    return [line.split(" ", 1)[1] for line in ops.log if line.startswith("launch ")]
+
+
+async def test_rounds_rank_repeat_the_leaders_and_drop_the_losers(tmp_path: Path):
+    from tui.ab.journal import Journal
+
+    knees = {"base": 40, "slow": 10, "fast": 44, "mid": 20, "oom": 50}
+    ops = CapOps(knees, fail={"oom": "CUDA out of memory"})
+    spec = spec_for(["base", "slow", "fast", "mid", "oom", "huge"], skip={"huge": "needs 16 GPUs, the host has 8"})
+    rep = await TuneRunner(ops, spec, journal=Journal(tmp_path / "j.jsonl")).run()
+    assert rep["status"] == "completed"
+    by = {c["name"]: c for c in rep["candidates"]}
+    assert rep["winner"] == "fast" and rep["ranking"][:2] == ["fast", "base"]
+    # within the noise band: both measured twice (interleaved), the losers once, then dropped
+    assert launches(ops) == ["base", "slow", "fast", "mid", "oom", "fast", "base"]
+    assert len(by["fast"]["measurements"]) == 2 and by["slow"]["state"] == "dropped"
+    assert abs(by["fast"]["capacity"] - 44) <= 4.4 and abs(by["base"]["capacity"] - 40) <= 4
+    # a failed start and a pre-flight refusal are findings, not crashes
+    assert by["oom"]["state"] == "failed" and "CUDA out of memory" in by["oom"]["findings"][0]
+    assert by["huge"]["state"] == "skipped" and "16 GPUs" in by["huge"]["findings"][0]
+    assert by["fast"]["tok_s_per_gpu"] == pytest.approx(by["fast"]["throughput_at_capacity"] / 8, abs=0.2)
+    assert by["fast"]["startup_s"] == 2.0 and by["fast"]["startup_phases"]
+    assert "fast" in rep["pareto"] and by["fast"]["pareto"]
+    assert [d["name"] for d in rep["winner_diff"]] == ["--p"]
+    assert not ops.live  # every server it started was stopped
+
+
+async def test_an_slo_nobody_meets_names_the_closest(tmp_path: Path):
+    from tui.ab.journal import Journal
+
+    ops = CapOps({"a": 1, "b": 2})
+    rep = await TuneRunner(ops, spec_for(["a", "b"], slo=("tpot_p90:5",)), journal=Journal(tmp_path / "j")).run()
+    assert rep["winner"] is None
+    assert rep["closest"]["name"] == "b" and rep["closest"]["concurrency"] == 1
+    assert "tpot_p90" in rep["closest"]["reasons"][0]
+
+
+async def test_resume_keeps_finished_candidates_and_redoes_the_interrupted_one(tmp_path: Path):
+    from tui.ab.journal import Journal
+
+    knees = {"a": 8, "b": 16, "c": 32}
+    saved = []
+    first = CapOps(knees)
+    runner = TuneRunner(
+        first,
+        spec_for(["a", "b", "c"], repeats_max=1),
+        on_state=lambda s: saved.append(copy.deepcopy(s)),
+        journal=Journal(tmp_path / "j"),
+    )
+    await runner.run()
+    # the state as the host-side job wrote it while c was running (its server launched)
+    st = next(
+        s
+        for s in saved
+        if any(c["state"] == "running" and c["name"] == "c" and c["launches"] for c in s["candidates"])
+        and s["live"]
+        and s["live"]["run_id"]
+    )
+    second = CapOps(knees, running=[st["live"]["run_id"]])
+    rep = await TuneRunner(
+        second, spec_for(["a", "b", "c"], repeats_max=1), state=st, journal=Journal(tmp_path / "j")
+    ).run()
+    assert second.log[0] == f"stop-existing {st['live']['run_id']}"  # the server the killed run left
+    assert launches(second) == ["c"]  # nothing finished is measured again
+    by = {c["name"]: c for c in rep["candidates"]}
+    assert rep["winner"] == "c" and rep["resumes"] == 1
+    assert [bool(la.get("interrupted")) for la in by["c"]["launches"]] == [True, False]
+    assert len(by["a"]["measurements"]) == len(by["b"]["measurements"]) == 1
+
+
+def test_pareto():
+    pts = {"a": (10.0, 100.0), "b": (20.0, 50.0), "c": (9.0, 90.0), "d": (20.0, 50.0)}
+    assert sorted(pareto(pts)) == ["a", "b", "d"]
+
+
+# ---------------------------------------------------------------------- the command line
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--vary", "flags.attention-backnd=triton"], "--attention-backnd is not a flag"),
+        ([], "the candidate set is empty"),
+        (["--vary", "tp=8"], "the candidate set is empty: every combination is the base itself"),
+        (["--vary", "tp=4", "--slo", "ttft_p90:fast"], "SLO term 'ttft_p90:fast': 'fast' is not a number"),
+        (["--vary", "tp=4", "--slo", "latency:5"], "unknown metric 'latency'"),
+        (["--vary", "tp=4", "--budget", "1m"], r"--budget 1m \(1m00s\) cannot fit this campaign: estimated"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_nothing_starts(tmp_path: Path, monkeypatch, args, message):
+    import os
+    import subprocess
+
+    from tests.conftest import tunedeck_cmd
+
+    user = tmp_path / "profiles"
+    user.mkdir()
+    (user / "base.toml").write_text(BASE)
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
+    slo = [] if "--slo" in args else ["--slo", "ttft_p90:500"]
+    r = subprocess.run(
+        [*tunedeck_cmd(), "tune", "base", "--demo", *args, *slo],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tunedeck tune: "), r.stderr
+    assert __import__("re").search(message, lines[0]), lines[0]
+    assert not (Path(os.environ["TUNEDECK_HOME"]) / "tune").exists()  # nothing was started
+
+
+@pytest.mark.timeout(60)
+async def test_the_journal_lists_a_campaign_with_its_winner():
+    import os
+    import subprocess
+
+    from tests.conftest import tunedeck_cmd
+    from tui.ab.journal import Journal
+    from tui.services.tunerun import journal_record
+
+    rep = await TuneRunner(CapOps({"a": 8, "b": 16}), spec_for(["a", "b"], repeats_max=1)).run()
+    Journal().append(journal_record(rep, "job-1"))
+    r = subprocess.run(
+        [*tunedeck_cmd(), "journal", "list", "--kind", "tune"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "tune-test" in r.stdout and "a (2 candidates) slo=tpot_p90:20" in r.stdout and "winner b" in r.stdout
+
+
+async def test_successive_halving_keeps_the_better_half_of_a_tie(tmp_path: Path):
+    from tui.ab.journal import Journal
+
+    names = ["a", "b", "c", "d", "e"]
+    ops = CapOps(dict.fromkeys(names, 40))
+    rep = await TuneRunner(ops, spec_for(names, repeats_max=2), journal=Journal(tmp_path / "j")).run()
+    by = {c["name"]: c for c in rep["candidates"]}
+    again = [n for n in names if len(by[n]["measurements"]) == 2]
+    assert len(again) == 3, launches(ops)  # within the noise band, all: the better half measured again
+    for n in set(names) - set(again):
+        assert by[n]["state"] == "dropped" and "lower half (successive halving)" in by[n]["findings"][-1]

@@ -1,0 +1,763 @@
+"""A tuning campaign: which of many configurations serves the most users within the SLO.
+
+For every candidate (a profile resolved into a command, :class:`~tui.ab.runner.ProfileInfo`),
+through the same :class:`~tui.ab.runner.ServerOps` an A/B uses::
+
+    stop what runs (asked first, by the laptop) -> launch -> wait ready (start-up time and
+    phases; a failed start is diagnosed by the tracker and is a finding, the campaign goes on)
+    -> capacity at the SLO (tui.ab.capacity.find_capacity: one benchmark level per step) -> stop
+
+**Rounds (successive halving).** Round 1 measures every candidate once, in order. After a
+round the measured candidates are ranked (capacity at the SLO, then output tok/s at capacity,
+then single-user tok/s); the ones whose capacity lies within the noise band of the leader's
+stay in contention (at most half of them, the best, and never fewer than the leader), the clear
+losers are dropped. Round ``r`` measures the contenders again, relaunched, in an order rotated by
+``r`` (interleaved: drift spreads over all of them), until one contender is left, ``repeats_max``
+measurements were made, or the budget would be overrun. A candidate's capacity is the mean of
+its measurements; its noise band is the larger of the search's resolution (the gap to the
+first failing concurrency) and the spread of its measurements, and at least ``noise_pct``.
+
+**Resume.** The runner's whole state is :meth:`TuneRunner.state` (JSON); the host-side job
+writes it after every candidate (and when one starts). A runner made from that state keeps
+every finished measurement and redoes the one that was interrupted (its launch is kept,
+marked ``interrupted``); the server that the killed process had started is stopped first.
+
+Stdlib only, Python 3.9: this ships in the host-side runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from tui.ab.capacity import CapacityResult, CapacityStep, find_capacity, parse_slo, slo_excess
+from tui.ab.confdiff import config_diff
+from tui.ab.journal import Journal
+from tui.ab.plan import Plan, PlanLevel
+from tui.ab.runner import ABEvent, LaunchHandle, ProfileInfo, ServerOps, StopResult
+from tui.util.safety import redact_argv, redact_env
+
+log = logging.getLogger(__name__)
+
+#: the noise band (%) when a candidate's own measurements say less: the capacity search's
+#: bisection stops within ~10 % of the capacity
+DEFAULT_NOISE_PCT = 10.0
+#: states a candidate can be in
+PENDING, RUNNING, MEASURED, DROPPED, SKIPPED, FAILED = "pending", "running", "measured", "dropped", "skipped", "failed"
+
+
+@dataclass
+class Workload:
+    """What each capacity step runs: the plan's settings with one level at concurrency ``c``
+    of ``max(min_prompts, prompts_per_c * c)`` requests."""
+
+    plan: Plan
+    prompts_per_c: int = 5
+    min_prompts: int = 10
+
+    @property
+    def template(self) -> PlanLevel:
+        return self.plan.levels[0]
+
+    def level(self, c: int) -> PlanLevel:
+        t = self.template
+        return PlanLevel(
+            concurrency=c,
+            num_prompts=max(self.min_prompts, self.prompts_per_c * c),
+            input_len=t.input_len,
+            output_len=t.output_len,
+            warmup=t.warmup,
+            label=f"C={c}",
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"plan": self.plan.to_dict(), "prompts_per_c": self.prompts_per_c, "min_prompts": self.min_prompts}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Workload":
+        return cls(Plan.from_dict(d["plan"]), int(d.get("prompts_per_c") or 5), int(d.get("min_prompts") or 10))
+
+
+@dataclass
+class Cand:
+    """A candidate as the runner keeps it (JSON in the state file and the report)."""
+
+    name: str
+    changes: Dict[str, Any]
+    info: Optional[ProfileInfo]
+    tp: int = 1
+    state: str = PENDING
+    measurements: List[Dict[str, Any]] = field(default_factory=list)
+    launches: List[Dict[str, Any]] = field(default_factory=list)
+    findings: List[str] = field(default_factory=list)
+    #: seconds each finished measurement took (launch to stop), for the budget
+    durations: List[float] = field(default_factory=list)
+
+    def to_state(self) -> Dict[str, Any]:
+        return {
+            "name": self.name,
+            "changes": dict(self.changes),
+            "info": self.info.to_json() if self.info else None,
+            "tp": self.tp,
+            "state": self.state,
+            "measurements": self.measurements,
+            "launches": self.launches,
+            "findings": self.findings,
+            "durations": self.durations,
+        }
+
+    @classmethod
+    def from_state(cls, d: Mapping[str, Any]) -> "Cand":
+        info = d.get("info")
+        return cls(
+            name=str(d["name"]),
+            changes=dict(d.get("changes") or {}),
+            info=ProfileInfo.from_json(info) if isinstance(info, Mapping) else None,
+            tp=int(d.get("tp") or 1),
+            state=str(d.get("state") or PENDING),
+            measurements=list(d.get("measurements") or []),
+            launches=list(d.get("launches") or []),
+            findings=[str(x) for x in d.get("findings") or []],
+            durations=[float(x) for x in d.get("durations") or []],
+        )
+
+    # ------------------------------------------------------------------ figures
+    def results(self) -> List[CapacityResult]:
+        return [CapacityResult.from_dict(m) for m in self.measurements]
+
+    def capacities(self) -> List[int]:
+        return [r.capacity for r in self.results() if r.capacity is not None]
+
+    def _mean(self, vals: Sequence[Optional[float]]) -> Optional[float]:
+        got = [float(v) for v in vals if isinstance(v, (int, float))]
+        return sum(got) / len(got) if got else None
+
+    def capacity(self) -> Optional[float]:
+        """The mean capacity over the measurements that met the SLO somewhere (None: none did)."""
+        return self._mean(self.capacities())
+
+    def throughput(self) -> Optional[float]:
+        return self._mean([r.throughput_at_capacity for r in self.results()])
+
+    def single_user(self) -> Optional[float]:
+        return self._mean([r.single_user_tok_s for r in self.results()])
+
+    def startup_s(self) -> Optional[float]:
+        return self._mean([la.get("startup_s") for la in self.launches if la.get("ready")])
+
+    def noise_band_pct(self, floor: float) -> Optional[float]:
+        """The larger of the search's resolution, the spread of the measurements and ``floor`` (%)."""
+        if not self.measurements:
+            return None
+        band = floor
+        for r in self.results():
+            if r.capacity is None:
+                continue
+            above = [s.concurrency for s in r.steps if not s.met and s.concurrency > r.capacity]
+            if above:
+                band = max(band, (min(above) - r.capacity) / r.capacity * 100.0)
+        caps = self.capacities()
+        if len(caps) > 1:
+            mean = sum(caps) / len(caps)
+            band = max(band, (max(caps) - min(caps)) / 2.0 / mean * 100.0)
+        return band
+
+    def rank_key(self) -> Tuple[float, float, float]:
+        cap = self.capacity()
+        return (cap if cap is not None else -1.0, self.throughput() or 0.0, self.single_user() or 0.0)
+
+
+class TuneRunner:
+    """One campaign over ``ops`` (see the module docstring). ``state``: a previous run's
+    :meth:`state` to resume; ``on_state`` is called with the state whenever it should be saved."""
+
+    def __init__(
+        self,
+        ops: ServerOps,
+        spec: Mapping[str, Any],
+        *,
+        state: Optional[Mapping[str, Any]] = None,
+        on_event: Optional[Callable[[ABEvent], Any]] = None,
+        on_state: Optional[Callable[[Dict[str, Any]], Any]] = None,
+        journal: Optional[Journal] = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ops = ops
+        self.spec = spec
+        self.id = str(spec["campaign"])
+        self.slo = parse_slo([str(t) for t in spec["slo"]])
+        self.workload = Workload.from_dict(spec["workload"])
+        self.repeats_max = max(1, int(spec.get("repeats_max") or 1))
+        self.noise_pct = float(spec.get("noise_pct") or DEFAULT_NOISE_PCT)
+        self.budget_s = spec.get("budget_s") if isinstance(spec.get("budget_s"), (int, float)) else None
+        self.estimate_s = spec.get("estimate_s") if isinstance(spec.get("estimate_s"), (int, float)) else None
+        self.max_concurrency = int(spec.get("max_concurrency") or 1024)
+        self.max_steps = int(spec.get("max_steps") or 8)
+        self.start = int(spec.get("start") or 1)
+        self.on_event = on_event
+        self.on_state = on_state
+        self.journal = journal if journal is not None else Journal()
+        self.clock = clock
+        self.status = "running"
+        self.error: Optional[str] = None
+        self.warnings: List[str] = []
+        self.left_running: List[str] = []
+        self.round = 0
+        self.resumes = 0
+        self._spent_before = 0.0
+        self._live: Optional[Dict[str, Any]] = None  # the server this campaign runs now (run id, candidate)
+        self._handle: Optional[Tuple[ProfileInfo, LaunchHandle]] = None
+        self._t0 = clock()
+        self._cancel = False
+        self._task: Optional["asyncio.Task[Any]"] = None
+        self._step = 0
+        if state:
+            self._restore(state)
+        else:
+            self.cands = [
+                Cand(
+                    name=str(c["name"]),
+                    changes=dict(c.get("changes") or {}),
+                    info=ProfileInfo.from_json(c["info"]) if c.get("info") else None,
+                    tp=int(c.get("tp") or 1),
+                    state=SKIPPED if c.get("skip") else PENDING,
+                    findings=[f"skipped: {c['skip']}"] if c.get("skip") else [],
+                )
+                for c in spec["candidates"]
+            ]
+
+    # ------------------------------------------------------------------ state
+    def _restore(self, st: Mapping[str, Any]) -> None:
+        self.cands = [Cand.from_state(c) for c in st["candidates"]]
+        self.round = int(st.get("round") or 0)
+        self.resumes = int(st.get("resumes") or 0) + 1
+        self._spent_before = float(st.get("spent_s") or 0.0)
+        self.warnings = [str(w) for w in st.get("warnings") or []]
+        live = st.get("live")
+        self._live = dict(live) if isinstance(live, Mapping) else None
+        for c in self.cands:
+            if c.state == RUNNING:  # interrupted: redone, its launch kept as what it was
+                c.state = PENDING if not c.measurements else MEASURED
+                for la in c.launches:
+                    if la.get("round") == self.round and not la.get("done"):
+                        la["interrupted"] = True
+
+    def state(self) -> Dict[str, Any]:
+        return {
+            "v": 1,
+            "campaign": self.id,
+            "round": self.round,
+            "resumes": self.resumes,
+            "spent_s": self.spent_s(),
+            "live": self._live,
+            "warnings": self.warnings,
+            "candidates": [c.to_state() for c in self.cands],
+        }
+
+    def spent_s(self) -> float:
+        return round(self._spent_before + (self.clock() - self._t0), 3)
+
+    def _save(self) -> None:
+        if self.on_state is None:
+            return
+        try:
+            self.on_state(self.state())
+        except Exception:
+            log.exception("campaign %s: saving its state failed", self.id)
+            raise
+
+    # ------------------------------------------------------------------ events
+    def _emit(
+        self, kind: str, message: str, cand: Optional[str] = None, fraction: Optional[float] = None, **data: Any
+    ) -> None:
+        if self.on_event is None:
+            return
+        total = sum(1 for c in self.cands if c.state != SKIPPED)
+        done = sum(1 for c in self.cands if c.state in (MEASURED, DROPPED, FAILED))
+        ev = ABEvent(kind, message, cand, self.round, done, total, fraction, data)
+        try:
+            self.on_event(ev)
+        except Exception:
+            log.exception("campaign %s: the event callback failed on %r", self.id, kind)
+
+    # ------------------------------------------------------------------ control
+    def cancel(self) -> None:
+        """Stop as soon as possible: the server this campaign started is stopped, results kept."""
+        self._cancel = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    async def run(self) -> Dict[str, Any]:
+        self._task = asyncio.current_task()
+        try:
+            if self._cancel:
+                raise asyncio.CancelledError
+            await self._run()
+            self.status = "completed"
+        except asyncio.CancelledError:
+            self.status, self.error = "cancelled", "cancelled by the user"
+            self._emit("cancelled", "campaign cancelled; stopping the server it started")
+            await asyncio.shield(self._stop_live())
+        except Exception as e:
+            log.exception("campaign %s failed", self.id)
+            self.status = "failed"
+            self.error = str(e) if type(e).__name__ == "HostError" else f"{type(e).__name__}: {e}"
+            self._emit("error", self.error)
+            await asyncio.shield(self._stop_live())
+        for c in self.cands:
+            if c.state == RUNNING:
+                c.state = MEASURED if c.measurements else PENDING
+        self._save()
+        rep = self.report()
+        self._emit(
+            "done",
+            f"campaign {self.id} {self.status}" + (f": {self.error}" if self.error else ""),
+            winner=rep["winner"],
+        )
+        if self.status == "cancelled" and self._task is not None:
+            try:
+                self._task.uncancel()  # our own cancellation: callers get the report
+            except AttributeError:
+                pass
+        return rep
+
+    async def _run(self) -> None:
+        names = ", ".join(c.name for c in self.cands if c.state != SKIPPED)
+        if self.resumes:
+            kept = sum(len(c.measurements) for c in self.cands)
+            self._emit("info", f"campaign {self.id} resumed (restart {self.resumes}): {kept} measurement(s) kept")
+        else:
+            self._emit(
+                "start", f"campaign {self.id} on {self.ops.host_label}: {names}; SLO {' '.join(self.spec['slo'])}"
+            )
+            for c in self.cands:
+                if c.state == SKIPPED:
+                    self._emit("info", c.findings[0], c.name)
+        await self._stop_existing()
+        while True:
+            todo = self._round_order()
+            for c in todo:
+                if self._over_budget(c):
+                    break
+                await self._measure(c)
+            if not self._next_round():
+                break
+
+    def _round_order(self) -> List[Cand]:
+        """This round's candidates still to measure, rotated by the round (interleaved repeats)."""
+        live = [c for c in self.cands if c.state in (PENDING, MEASURED) and len(c.measurements) <= self.round]
+        if not live:
+            return []
+        k = self.round % len(live)
+        return live[k:] + live[:k]
+
+    def _per_candidate_s(self) -> Optional[float]:
+        got = [d for c in self.cands for d in c.durations]
+        if got:
+            return sum(got) / len(got)
+        n = sum(1 for c in self.cands if c.state != SKIPPED)
+        return self.estimate_s / n if self.estimate_s and n else None
+
+    def _over_budget(self, c: Cand) -> bool:
+        """Whether measuring ``c`` would overrun the budget (said once, as a finding)."""
+        if self.budget_s is None:
+            return False
+        per = self._per_candidate_s()
+        if per is None or self.spent_s() + per <= self.budget_s:
+            return False
+        msg = (
+            f"budget: {self.budget_s:.0f} s would be overrun (spent {self.spent_s():.0f} s, "
+            f"about {per:.0f} s per measurement); no more measurements"
+        )
+        if msg not in self.warnings:
+            self.warnings.append(msg)
+            self._emit("info", msg)
+        for x in self.cands:
+            if x.state == PENDING and not x.measurements:
+                x.state = SKIPPED
+                x.findings.append("not measured: the budget was spent")
+        return True
+
+    def ranked(self) -> List[Cand]:
+        """Candidates with a measurement, best first."""
+        got = [c for c in self.cands if c.measurements and c.state in (MEASURED, DROPPED)]
+        return sorted(got, key=lambda c: c.rank_key(), reverse=True)
+
+    def _contenders(self) -> Tuple[List[Cand], List[Cand]]:
+        """(the measured candidates whose capacity lies within the leader's noise band, the ones of
+        those still in contention: the better half, at least two, the leader always)."""
+        order = [c for c in self.ranked() if c.state == MEASURED]
+        if not order:
+            return [], []
+        lead = order[0]
+        cap = lead.capacity()
+        if cap is None:
+            return [lead], [lead]
+        band = lead.noise_band_pct(self.noise_pct) or self.noise_pct
+        within = [
+            c
+            for c in order
+            if c.capacity() is not None
+            and (c.capacity() or 0) * (1 + (c.noise_band_pct(self.noise_pct) or band) / 100.0)
+            >= cap * (1 - band / 100.0)
+        ]
+        return within, within[: max(2, math.ceil(len(order) / 2))]
+
+    def _next_round(self) -> bool:
+        """Drop the clear losers; True when another round is worth its cost."""
+        if self._cancel:
+            return False
+        within, keep = self._contenders()
+        for c in self.cands:
+            if c.state == MEASURED and c not in keep:
+                why = "outside the leader's noise band" if c not in within else "in the lower half (successive halving)"
+                c.state = DROPPED
+                c.findings.append(f"dropped after round {self.round + 1}: {why}")
+                self._emit("dropped", f"{c.name} dropped: {why}", c.name)
+        self._save()
+        if len(keep) < 2:
+            return False
+        if self.round + 1 >= self.repeats_max:
+            names = ", ".join(c.name for c in keep)
+            self.warnings.append(f"{names}: within each other's noise band after {self.round + 1} measurement(s) each")
+            return False
+        self.round += 1
+        self._emit(
+            "round", f"round {self.round + 1}: repeating {', '.join(c.name for c in keep)} (within the noise band)"
+        )
+        return True
+
+    # ------------------------------------------------------------------ one candidate
+    async def _stop_existing(self) -> None:
+        """Stop what runs before the first launch: the server a killed run of this campaign left
+        (always), others only when the laptop's question was answered yes."""
+        ours = {c.name for c in self.cands}
+        live_id = (self._live or {}).get("run_id")
+        for s in await self.ops.running_servers():
+            prof = (getattr(s.handle, "meta", None) or {}).get("profile") if s.handle is not None else None
+            mine = s.id == live_id or prof in ours
+            if not mine and not self.spec.get("stop_existing"):
+                raise RuntimeError(
+                    f"not started: {s.description} is running on {self.ops.host_label} and stopping it was not confirmed"
+                )
+            self._emit("stop-existing", f"stopping {s.description}" + (" (left by this campaign)" if mine else ""))
+            res = await self.ops.stop_running(s)
+            if not res.stopped:
+                raise RuntimeError(f"could not stop {s.description}: {res.message}")
+        self._live = None
+
+    async def _measure(self, c: Cand) -> None:
+        assert c.info is not None
+        info = c.info
+        t0 = self.clock()
+        c.state = RUNNING
+        launch: Dict[str, Any] = {"round": self.round, "profile": info.name}
+        c.launches.append(launch)
+        self._live = {"candidate": c.name, "run_id": None}
+        self._save()
+        self._emit("launch", f"launching {c.name}", c.name)
+        try:
+            launching = asyncio.ensure_future(self.ops.launch(info))
+            try:
+                handle = await asyncio.shield(launching)
+            except asyncio.CancelledError:
+                try:  # let the launch finish, so the cleanup stops what it started
+                    self._handle = (info, await launching)
+                except Exception:
+                    log.info("campaign %s: the cancelled launch of %s failed", self.id, c.name, exc_info=True)
+                raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - refused (GPUs held), host error: a finding
+            self._failed(c, launch, f"could not be launched: {e}")
+            return
+        self._handle = (info, handle)
+        self._live = {"candidate": c.name, "run_id": handle.run_id}
+        launch.update({"launch_run_id": handle.run_id, "server_log": handle.server_log})
+        self._save()
+
+        def progress(msg: str, frac: Optional[float]) -> None:
+            self._emit("progress", msg, c.name, fraction=frac)
+
+        ready = await self.ops.wait_ready(info, handle, progress)
+        launch.update(
+            {
+                "ready": ready.ready,
+                "startup_s": ready.startup_s,
+                "timeline": [dict(t) for t in ready.timeline],
+                "diagnosis": ready.diagnosis,
+                "evidence": ready.evidence,
+            }
+        )
+        self._journal_launch(c, handle, ready)
+        if not ready.ready:
+            why = ready.diagnosis or "the server did not become ready"
+            if ready.evidence:
+                why += f" (log: {ready.evidence.strip()})"
+            await self._stop_live()
+            self._failed(c, launch, f"failed to start: {why}")
+            return
+        self._emit(
+            "ready",
+            f"{c.name} ready in {ready.startup_s:.1f} s" if ready.startup_s is not None else f"{c.name} ready",
+            c.name,
+            startup_s=ready.startup_s,
+        )
+        await self.ops.flush_cache(info, handle)
+        result = await find_capacity(
+            self._measure_fn(c, info, handle),
+            self.slo,
+            start=self.start,
+            max_concurrency=self.max_concurrency,
+            max_steps=self.max_steps,
+            on_step=lambda s: self._on_step(c, s),
+        )
+        await self._stop_live()
+        launch["done"] = True
+        c.measurements.append(result.to_dict())
+        c.durations.append(round(self.clock() - t0, 3))
+        c.state = MEASURED
+        for f in step_findings(result):
+            if f not in c.findings:
+                c.findings.append(f)
+        cap = "not met at C=1" if result.capacity is None else f"capacity C={result.capacity}"
+        self._emit("capacity", f"{c.name}: {cap}", c.name, capacity=result.capacity, result=result.to_dict())
+        self._save()
+
+    def _measure_fn(
+        self, c: Cand, info: ProfileInfo, handle: LaunchHandle
+    ) -> Callable[[int], Awaitable[Mapping[str, Any]]]:
+        async def measure(conc: int) -> Mapping[str, Any]:
+            lv = self.workload.level(conc)
+            self._emit(
+                "bench-start",
+                f"C={conc}: {lv.num_prompts} prompts, {lv.input_len} in / {lv.output_len} out",
+                c.name,
+                concurrency=conc,
+            )
+
+            def bprog(msg: str, frac: Optional[float]) -> None:
+                self._emit("bench-progress", msg, c.name, fraction=frac)
+
+            labels = {"ab_id": self.id, "side": c.name, "repeat": str(len(c.measurements) + 1), "profile": info.name}
+            res = await self.ops.bench(info, handle, self.workload.plan, lv, bprog, labels)
+            if res.error and not res.summary:
+                raise RuntimeError(f"{c.name}: benchmark at C={conc} failed: {res.error}")
+            try:
+                self.journal.record_bench(
+                    res.run_id or f"tune-{self.id}-{conc}",
+                    profile=info.name,
+                    host=self.ops.host_label,
+                    concurrency=conc,
+                    summary=res.summary,
+                    result_dir=res.result_dir,
+                    ab_id=self.id,
+                    side=c.name,
+                    repeat=len(c.measurements) + 1,
+                    server_log=handle.server_log,
+                    launch_run_id=handle.run_id,
+                )
+            except Exception as e:  # noqa: BLE001 - never lose the campaign over the journal
+                log.warning("campaign %s: journal not written: %s", self.id, e)
+            return dict(res.summary)
+
+        return measure
+
+    def _on_step(self, c: Cand, s: CapacityStep) -> None:
+        tput = s.summary.get("output_throughput")
+        t = f", {tput:.0f} tok/s" if isinstance(tput, (int, float)) else ""
+        self._emit(
+            "bench-done",
+            f"C={s.concurrency}: {'meets' if s.met else 'misses'} the SLO{t}"
+            + ("" if s.met else f" ({'; '.join(s.reasons)})"),
+            c.name,
+            concurrency=s.concurrency,
+            met=s.met,
+        )
+
+    def _failed(self, c: Cand, launch: Dict[str, Any], why: str) -> None:
+        launch["done"] = True
+        c.state = FAILED
+        c.findings.append(why)
+        self._live = None
+        self._emit("failed", f"{c.name} {why}", c.name)
+        self._save()
+
+    def _journal_launch(self, c: Cand, handle: LaunchHandle, ready: Any) -> None:
+        try:
+            self.journal.record_launch(
+                handle.run_id,
+                profile=c.name,
+                host=self.ops.host_label,
+                ready=ready.ready,
+                startup_s=ready.startup_s,
+                server_log=handle.server_log,
+                timeline=[dict(t) for t in ready.timeline],
+                diagnosis=ready.diagnosis,
+                ab_id=self.id,
+                side=c.name,
+            )
+        except Exception as e:  # noqa: BLE001
+            log.warning("campaign %s: journal not written: %s", self.id, e)
+
+    async def _stop_live(self) -> None:
+        if self._handle is None:
+            return
+        info, handle = self._handle
+        self._emit("stop", f"stopping {info.name}", info.name)
+        try:
+            res = await self.ops.stop(info, handle)
+        except Exception as e:
+            log.warning("campaign %s: stopping %s failed", self.id, info.name, exc_info=True)
+            res = StopResult(False, None, f"{type(e).__name__}: {e}")
+        if not res.stopped:
+            self.left_running.append(f"{info.name} ({handle.run_id}): {res.message}")
+            self._emit("error", f"could not stop {info.name}: {res.message}", info.name)
+        elif res.gpu_freed is False:
+            self.left_running.append(f"{info.name}: GPU memory not freed ({res.message})")
+            self._emit("error", f"{info.name} stopped but GPU memory is still in use: {res.message}", info.name)
+        else:
+            self._emit("gpu-freed", "GPU memory freed" if res.gpu_freed else f"stopped ({res.message})", info.name)
+        self._handle = None
+        self._live = None
+
+    # ------------------------------------------------------------------ report
+    def report(self) -> Dict[str, Any]:
+        return build_report(self, self.spec)
+
+
+def step_findings(result: CapacityResult) -> List[str]:
+    """Validity findings of a measurement's steps (a busy client machine, a timeline rule), one
+    line per finding with the concurrencies it was seen at."""
+    seen: Dict[str, List[int]] = {}
+    for s in result.steps:
+        sm = s.summary
+        found = []
+        if sm.get("machine_busy"):
+            found.append("the client machine was busy (the figure may be low)")
+        if sm.get("client_bound"):
+            found.append("the benchmark client was the limit")
+        val = sm.get("validity")
+        if isinstance(val, list) and val:
+            found.append("validity: " + ", ".join(str(f.get("rule")) for f in val if isinstance(f, Mapping)))
+        for f in found:
+            seen.setdefault(f, []).append(s.concurrency)
+    return [f"C={', '.join(str(c) for c in cs)}: {f}" for f, cs in seen.items()]
+
+
+def pareto(points: Mapping[str, Tuple[float, float]]) -> List[str]:
+    """Names whose (tok/s per user, tok/s per GPU) no other point beats on both (ties kept)."""
+    out = []
+    for n, (u, g) in points.items():
+        beaten = any((u2 >= u and g2 >= g) and (u2 > u or g2 > g) for m, (u2, g2) in points.items() if m != n)
+        if not beaten:
+            out.append(n)
+    return out
+
+
+def _r(v: Optional[float], nd: int = 1) -> Optional[float]:
+    return None if v is None else round(v, nd)
+
+
+def build_report(runner: TuneRunner, spec: Mapping[str, Any]) -> Dict[str, Any]:
+    """The campaign's result (the job's report.json, ``tune --json FILE``): candidates with their
+    figures, the ranking, the Pareto frontier, the winner and its configuration diff."""
+    ranked = runner.ranked()
+    rank = {c.name: i + 1 for i, c in enumerate(ranked)}
+    winner = next((c for c in ranked if c.capacity() is not None), None)
+    points: Dict[str, Tuple[float, float]] = {}
+    cands = []
+    for c in runner.cands:
+        cap = c.capacity()
+        tput = c.throughput()
+        per_gpu = tput / c.tp if tput is not None and c.tp else None
+        per_user = tput / cap if tput is not None and cap else None
+        if per_gpu is not None and per_user is not None:
+            points[c.name] = (per_user, per_gpu)
+        results = c.results()
+        info = c.info
+        cands.append(
+            {
+                "name": c.name,
+                "changes": c.changes,
+                "state": c.state,
+                "rank": rank.get(c.name),
+                "capacity": None if cap is None else round(cap),
+                "capacities": c.capacities(),
+                "single_user_tok_s": _r(c.single_user()),
+                "throughput_at_capacity": _r(tput),
+                "tok_s_per_gpu": _r(per_gpu),
+                "tok_s_per_user": _r(per_user),
+                "startup_s": _r(c.startup_s()),
+                "startup_phases": next((la.get("timeline") for la in c.launches if la.get("ready")), []),
+                "noise_band_pct": _r(c.noise_band_pct(runner.noise_pct)),
+                "steps": results[-1].to_dict()["steps"] if results else [],
+                "measurements": c.measurements,
+                "launches": c.launches,
+                "findings": c.findings,
+                "tp": c.tp,
+                "engine": info.engine if info else None,
+                "argv": redact_argv(info.argv) if info else [],
+                "env": redact_env(info.env) if info else {},
+            }
+        )
+    front = pareto(points)
+    for d in cands:
+        d["pareto"] = d["name"] in front
+    closest = None
+    if winner is None:
+        best = None
+        for c in runner.cands:
+            for r in c.results():
+                if r.closest is not None:
+                    x = slo_excess(r.closest.summary, runner.slo)
+                    if best is None or x < best[2]:
+                        best = (c.name, r.closest, x)
+        if best is not None:
+            closest = {"name": best[0], "concurrency": best[1].concurrency, "reasons": best[1].reasons}
+    diff: List[Dict[str, Any]] = []
+    base = runner.cands[0] if runner.cands else None
+    if winner is not None and base is not None and base.info and winner.info and winner is not base:
+        diff = [
+            {"kind": ch.kind, "name": ch.name, "base": ch.a, "winner": ch.b, "text": ch.text}
+            for ch in config_diff(base.info.argv, base.info.env, winner.info.argv, winner.info.env)
+        ]
+    return {
+        "kind": "tune",
+        "campaign": runner.id,
+        "status": runner.status,
+        "error": runner.error,
+        "host": runner.ops.host_label,
+        "base": str(spec.get("base") or (base.name if base else "")),
+        "slo": [str(t) for t in spec["slo"]],
+        "workload": spec["workload"],
+        "budget_s": runner.budget_s,
+        "estimate_s": runner.estimate_s,
+        "spent_s": runner.spent_s(),
+        "repeats_max": runner.repeats_max,
+        "noise_pct": runner.noise_pct,
+        "resumes": runner.resumes,
+        "candidates": cands,
+        "ranking": [c.name for c in ranked],
+        "pareto": front,
+        "winner": winner.name if winner else None,
+        "closest": closest,
+        "winner_diff": diff,
+        "warnings": runner.warnings,
+        "left_running": runner.left_running,
+    }
+
+
+__all__ = [
+    "DEFAULT_NOISE_PCT",
+    "Cand",
+    "TuneRunner",
+    "Workload",
+    "build_report",
+    "pareto",
+    "step_findings",
+]

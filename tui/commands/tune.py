@@ -1,0 +1,398 @@
+"""``tunedeck tune BASE --vary KEY=V1,V2 … --slo TERM…``: which configuration serves the most
+users within the SLO (a tuning campaign, detached on the host like an A/B)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from typing import TYPE_CHECKING, Any, Mapping
+
+from tui.commands._ask import confirm
+from tui.util.safety import UnsafeInput
+
+if TYPE_CHECKING:
+    from tui.commands import Subparsers
+
+#: exit statuses (docs/exit-codes.md): the A/B's, and 3 for a campaign where no candidate met the SLO
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_WINNER, EXIT_LOST, EXIT_STOPPED = 0, 1, 2, 3, 6, 130
+EXIT_EPILOG = (
+    "exit status: 0 the campaign completed with a winner; 1 it failed; 2 bad usage (nothing started); "
+    "3 it completed but no candidate met the SLO (the closest is named); 6 lost (its outcome could not "
+    "be read from the host; --attach ID reads it); 130 detached or cancelled. See docs/exit-codes.md."
+)
+
+
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
+    from tui.ab.tune import DEFAULT_NOISE_PCT
+    from tui.commands.bench import _nonneg_int, _pos_int, add_workload_options
+
+    p = subparsers.add_parser(
+        "tune",
+        parents=[common],
+        help="tuning campaign: the configuration that serves the most users within an SLO",
+        description="Runs ON the host, detached, like an A/B: every candidate (the base profile with "
+        "the --vary keys changed, their Cartesian product, or a --candidates file) is pre-flighted "
+        "before anything is stopped, then launched, measured (the highest concurrency that meets the "
+        "SLO, and the single-user speed) and stopped; leaders within the noise band get repeats, "
+        "clear losers are dropped. A killed campaign process is restarted and resumes. Prints the "
+        "ranking, the Pareto frontier and the winner's changes against the base.",
+        epilog=EXIT_EPILOG,
+    )
+    p.add_argument("base", metavar="BASE", nargs="?", help="the base profile (itself a candidate)")
+    p.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="a TOML path of the profile and the values to try, e.g. flags.attention-backend=fa3,triton "
+        "(repeat for a Cartesian product)",
+    )
+    p.add_argument("--candidates", metavar="FILE", help="a TOML file of [[candidate]] tables (name, changes)")
+    p.add_argument(
+        "--slo",
+        nargs="+",
+        default=[],
+        metavar="TERM",
+        help="METRIC:BOUND terms: ttft_p50|p90|p99, tpot_p50|p90|p99, itl_p90|p99, e2el_p90|p99 (ms, at "
+        "most) and per_user_tok_s (at least), e.g. --slo ttft_p90:500 tpot_p90:50",
+    )
+    p.add_argument("--budget", metavar="TIME", help="refuse a campaign that cannot fit (e.g. 2h, 90m); bounds repeats")
+    p.add_argument(
+        "--repeats-max", type=int, default=2, metavar="N", help="measurements at most per candidate (default 2)"
+    )
+    p.add_argument(
+        "--noise",
+        type=float,
+        default=DEFAULT_NOISE_PCT,
+        metavar="PCT",
+        help=f"the least noise band of a capacity, in %% (default {DEFAULT_NOISE_PCT:g})",
+    )
+    p.add_argument(
+        "--max-concurrency", type=_pos_int, default=1024, metavar="C", help="search no higher (default 1024)"
+    )
+    p.add_argument("--max-steps", type=_pos_int, default=8, metavar="N", help="levels per search (default 8)")
+    p.add_argument(
+        "--start",
+        type=_pos_int,
+        default=1,
+        metavar="C",
+        help="after C=1, bracket from this concurrency by doubling (default: 2)",
+    )
+    w = p.add_argument_group("workload (each level of the search)")
+    w.add_argument("--input-len", type=_pos_int, default=None, help="prompt length in tokens (default 128)")
+    w.add_argument("--output-len", type=_pos_int, default=None, help="max_tokens per request (default 128)")
+    w.add_argument(
+        "--prompts-per-c", type=_pos_int, default=5, metavar="N", help="requests per level: N x C (default 5)"
+    )
+    w.add_argument(
+        "--min-prompts", type=_pos_int, default=10, metavar="N", help="requests per level at least (default 10)"
+    )
+    w.add_argument("--warmup", type=_nonneg_int, default=1, help="warmup requests per level (not recorded)")
+    w.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    w.add_argument("--seed", type=int, default=1)
+    add_workload_options(p)
+    p.add_argument("--attach", metavar="ID", help="follow a campaign running (or ended) on --host/--demo")
+    p.add_argument("--cancel", metavar="ID", help="cancel a campaign on --host/--demo (asks first; results kept)")
+    p.add_argument("--list", action="store_true", help="list the campaigns on --host/--demo")
+    p.add_argument("--python", metavar="PATH", default=None, help="the host's Python (>= 3.9) for the campaign")
+    p.add_argument("--yes", "-y", action="store_true", help="stop a running server (or cancel) without asking")
+    p.add_argument("--json", metavar="FILE", help="write the campaign's result as JSON to FILE")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=run)
+
+
+def _fail(msg: str, code: int = EXIT_USAGE) -> int:
+    print(f"tunedeck tune: {msg}", file=sys.stderr)
+    return code
+
+
+def _workload(args: argparse.Namespace) -> Any:
+    """The level template of every search step (ValueError with one line)."""
+    from tui.ab.plan import Plan, PlanLevel
+    from tui.ab.tune import Workload
+    from tui.bench.workloads import build_workload, with_lengths
+    from tui.commands.bench import workload_from_args
+
+    spec = workload_from_args(args)
+    ignore_eos = (
+        args.ignore_eos if getattr(args, "ignore_eos", None) is not None else spec.name not in ("sharegpt", "custom")
+    )
+    level = PlanLevel(1, args.min_prompts, args.input_len or 128, args.output_len or 128, args.warmup, "C=1")
+    plan = Plan("tune", (level,), endpoint=args.endpoint, ignore_eos=ignore_eos, seed=args.seed, workload=spec)
+    try:
+        build_workload(
+            with_lengths(spec, level.input_len, level.output_len),
+            args.min_prompts,
+            args.seed,
+            token_ids=args.endpoint != "chat",
+        )
+    except ValueError as e:
+        raise ValueError(f"workload: {e}") from None
+    return Workload(plan, args.prompts_per_c, args.min_prompts)
+
+
+def _usage(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], Any, float | None] | str:
+    """What a new campaign needs, checked before the host is contacted; a str is the one line
+    that refuses it."""
+    from tui.ab.capacity import parse_slo
+    from tui.profiles.model import ProfileError
+    from tui.profiles.store import ProfileStore
+    from tui.profiles.vary import VaryError, expand, parse_vary, read_candidates_file
+    from tui.services.tunerun import parse_budget
+
+    if not args.base:
+        return "name the base profile (tune BASE --vary KEY=V1,V2 --slo TERM…), or --attach/--cancel ID, or --list"
+    if not args.vary and not args.candidates:
+        return "the candidate set is empty: give --vary KEY=V1,V2 (one or more) or --candidates FILE"
+    if args.vary and args.candidates:
+        return "give --vary or --candidates, not both"
+    if not args.slo:
+        return "give the SLO: --slo ttft_p90:MS tpot_p90:MS and/or per_user_tok_s:N"
+    if not 1 <= args.repeats_max <= 20:
+        return "--repeats-max must be between 1 and 20"
+    if not 0 < args.noise <= 100:
+        return "--noise must be more than 0 and at most 100"
+    try:
+        slo = [str(t) for t in parse_slo(args.slo)]
+        budget = parse_budget(args.budget) if args.budget else None
+        workload = _workload(args)
+    except ValueError as e:
+        return str(e)
+    try:
+        base = ProfileStore().get(args.base)
+    except ProfileError as e:
+        return f"BASE: {e}"
+    if base.multi_node:
+        return f"BASE {base.name}: multi-node profiles are not supported by tune yet (run an A/B of deployments)"
+    try:
+        vary = parse_vary(args.vary)
+        listed = read_candidates_file(args.candidates) if args.candidates else []
+        cands = expand(base, vary, listed)
+    except VaryError as e:
+        return str(e)
+    return base, cands, slo, workload, budget
+
+
+async def run(args: argparse.Namespace) -> int:
+    from tui.hostops.hosts import HostError
+    from tui.services import jobs, runtime
+    from tui.services.targets import get_host
+    from tui.services.tunerun import TuneRun, estimate
+
+    ref = args.attach or args.cancel
+    plan: Any = None
+    if ref is None and not args.list:
+        got = _usage(args)
+        if isinstance(got, str):
+            return _fail(got)
+        base, cands, slo, workload, budget = got
+        est = estimate([c.name for c in cands], base.name, max_steps=args.max_steps, sim=args.sim or args.demo)
+        if budget is not None and est.total_s > budget:
+            from tui.fmt import eta
+
+            return _fail(
+                f"--budget {args.budget} ({eta(budget)}) cannot fit this campaign: estimated {est.text}; nothing started"
+            )
+        plan = (base, cands, slo, workload, budget, est)
+    try:
+        host = get_host(args.host, demo=args.demo)
+    except (UnsafeInput, HostError) as e:
+        return _fail(str(e))
+    label = "demo" if args.demo else (args.host or "local")
+    try:
+        if args.list:
+            return await _list(host)
+        if ref is not None:
+            tr = await TuneRun.attach(host, ref)
+            if args.cancel:
+                if not await confirm(
+                    f"Cancel campaign {tr.id} on {label} (the server it started is stopped)?", prog="tune", yes=args.yes
+                ):
+                    return _fail("not cancelled", EXIT_FAILED)
+                print(await tr.cancel(), file=sys.stderr)
+        else:
+            base, cands, slo, workload, budget, est = plan
+
+            def on_skip(name: str, why: str) -> None:
+                print(f"tunedeck tune: {name}: skipped: {why}", file=sys.stderr, flush=True)
+
+            tr = await TuneRun.start(
+                host,
+                base.name,
+                cands,
+                slo,
+                workload,
+                demo=args.demo,
+                sim=args.sim,
+                repeats_max=args.repeats_max,
+                noise_pct=args.noise,
+                budget_s=budget,
+                estimate_s=est.total_s,
+                max_concurrency=args.max_concurrency,
+                max_steps=args.max_steps,
+                start=args.start,
+                confirm_stop=lambda q: confirm(q, prog="tune", yes=args.yes),
+                python=args.python,
+                host_label=label,
+                on_skip=on_skip,
+            )
+            if not args.quiet:
+                print(
+                    f"tunedeck tune: campaign job {tr.id} runs on {label}: {len(cands)} candidates, estimated "
+                    f"{est.text}; Ctrl-C detaches (it goes on); `tunedeck tune --attach {tr.id}` follows it, "
+                    f"`--cancel {tr.id}` stops it",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        return await _follow(args, tr, label)
+    except (jobs.JobError, runtime.RuntimeUnavailable) as e:
+        return _fail(str(e), EXIT_FAILED)
+    except HostError as e:
+        return _fail(f"{label}: {e}", EXIT_FAILED)
+    finally:
+        await host.close()
+
+
+async def _list(host: Any) -> int:
+    from tui.fmt import text_table
+    from tui.services import jobs
+
+    rows = []
+    for j in await jobs.list_jobs(host, "tune"):
+        m = j.meta or {}
+        state = "running" if j.alive else (f"ended rc {j.rc}" if j.rc is not None else "ended")
+        rows.append((j.job_id, str(m.get("campaign") or ""), str(m.get("base") or ""), state))
+    if not rows:
+        print("no tuning campaign on this host")
+        return EXIT_OK
+    print("\n".join(text_table(("job", "campaign", "base", "state"), rows)))
+    return EXIT_OK
+
+
+async def _follow(args: argparse.Namespace, tr: Any, label: str) -> int:
+    from tui.commands.ab import _progress_printer
+
+    printer = _progress_printer(args.quiet)
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+
+    def on_link(e: Exception, attempt: int) -> None:
+        if not args.quiet:
+            print(
+                f"tunedeck tune: link to {label} lost ({e}); the campaign goes on there, reconnecting (attempt {attempt})",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def on_link_ok() -> None:
+        if not args.quiet:
+            print(f"tunedeck tune: link to {label} is back; following the campaign again", file=sys.stderr, flush=True)
+
+    tr.on_link_error = on_link
+    tr.on_link_ok = on_link_ok
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        async for ev in tr.events():
+            printer(ev)
+    except asyncio.CancelledError:
+        print(
+            f"tunedeck tune: detached; campaign {tr.id} goes on on {label}; `tunedeck tune --attach {tr.id}` follows it again",
+            file=sys.stderr,
+        )
+        return EXIT_STOPPED
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+    rep = tr.report
+    if rep is None:
+        if tr.lost:
+            return _fail(
+                f"campaign {tr.id}: its report could not be read from {label}; `tunedeck tune --attach {tr.id}` reads it",
+                EXIT_LOST,
+            )
+        err = (tr.exit or {}).get("error") or "the campaign ended without a report"
+        return _fail(f"campaign {tr.id}: {err}", EXIT_FAILED)
+    if args.json:
+        from pathlib import Path
+
+        from tui.util.files import atomic_write_json
+
+        try:
+            atomic_write_json(Path(args.json), {**rep, "job_id": tr.id})
+        except OSError as e:
+            print(f"tunedeck tune: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
+    sys.stdout.write(render(rep))
+    if rep.get("left_running"):
+        print("tunedeck tune: still running after the campaign: " + "; ".join(rep["left_running"]), file=sys.stderr)
+    if rep.get("status") == "cancelled":
+        return _fail(f"cancelled: {rep.get('error')} (exit {EXIT_STOPPED})", EXIT_STOPPED)
+    if rep.get("status") != "completed":
+        return _fail(f"{rep.get('status')}: {rep.get('error')} (exit {EXIT_FAILED})", EXIT_FAILED)
+    return EXIT_OK if rep.get("winner") else EXIT_NO_WINNER
+
+
+def _num(v: Any, spec: str = ".1f") -> str:
+    return format(v, spec) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
+
+
+def render(rep: Mapping[str, Any]) -> str:
+    """The campaign as text: the ranking table (``*`` marks the Pareto frontier of tok/s per user
+    against tok/s per GPU), the findings, the winner and its changes against the base."""
+    from tui.fmt import text_table
+    from tui.util.safety import visible
+
+    cands = list(rep.get("candidates") or [])
+    cands.sort(key=lambda c: (c.get("rank") is None, c.get("rank") or 0))
+    rows = []
+    for c in cands:
+        band = c.get("noise_band_pct")
+        rows.append(
+            (
+                str(c.get("rank") or "-"),
+                ("*" if c.get("pareto") else " ") + visible(str(c.get("name"))),
+                str(c.get("state")),
+                _num(c.get("capacity"), "d") if isinstance(c.get("capacity"), int) else "-",
+                _num(c.get("single_user_tok_s")),
+                _num(c.get("tok_s_per_gpu")),
+                _num(c.get("startup_s")),
+                f"±{band:.0f}%" if isinstance(band, (int, float)) else "-",
+                str(len(c.get("findings") or [])),
+            )
+        )
+    out = [
+        f"campaign {rep.get('campaign')} on {rep.get('host')}: SLO {' '.join(rep.get('slo') or [])} ({rep.get('status')})"
+    ]
+    out += text_table(
+        ("#", " candidate", "state", "capacity", "1-user tok/s", "tok/s/GPU", "start-up s", "noise", "findings"),
+        rows,
+        right=(0, 3, 4, 5, 6, 7, 8),
+        rule=True,
+    )
+    out.append("* the Pareto frontier: no other candidate has both more tok/s per user and more tok/s per GPU")
+    for c in cands:
+        for f in c.get("findings") or []:
+            out.append(f"  {visible(str(c.get('name')))}: {visible(str(f))}")
+    for w in rep.get("warnings") or []:
+        out.append(f"warning: {visible(str(w))}")
+    win = rep.get("winner")
+    if win:
+        wc: Mapping[str, Any] = next((c for c in cands if c.get("name") == win), {})
+        out.append(f"winner: {visible(str(win))} (capacity C={wc.get('capacity')} within the SLO)")
+        for d in rep.get("winner_diff") or []:
+            out.append(f"  {visible(str(d.get('text')))}")
+        if win == rep.get("base"):
+            out.append("  (the base itself: no change beats it)")
+    else:
+        cl = rep.get("closest")
+        near = (
+            f"; closest: {visible(str(cl['name']))} at C={cl['concurrency']} ({visible('; '.join(cl['reasons']))})"
+            if cl
+            else ""
+        )
+        out.append(f"no candidate met the SLO{near}")
+    out.append(f"journal: campaign {rep.get('campaign')} ({rep.get('status')})")
+    return "\n".join(out) + "\n"

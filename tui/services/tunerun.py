@@ -1,0 +1,366 @@
+"""Tuning campaigns on the GPU host, from the laptop: plan, start, follow (restarting a killed
+campaign so it resumes), cancel, mirror — the A/B's machinery (:mod:`tui.services.abrun`,
+:mod:`tui.services.jobs`) with :mod:`tui.hostside.tunejob` on the host.
+
+The laptop reads the base profile and builds the candidates (:mod:`tui.profiles.vary`),
+estimates the campaign's time (:func:`estimate`, from the journal's recorded start-ups),
+pre-flights every candidate before anything is stopped (an impossible one is skipped, its
+reason a finding of the campaign), asks before stopping what runs, and starts the job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+
+from tui.ab.journal import Journal, new_id
+from tui.ab.runner import ABEvent
+from tui.ab.tune import Workload
+from tui.hostops import launcher, logfollow
+from tui.hostops.hosts import Host, HostError
+from tui.hostside import jobfiles
+from tui.services import jobs
+from tui.services.abrun import ask_to_stop, profile_info, refuse_while_running
+from tui.services.benchrun import ship_data_file
+
+if TYPE_CHECKING:
+    from tui.profiles.vary import Candidate
+
+log = logging.getLogger(__name__)
+
+#: a cancel stops the server the campaign started and waits for its GPUs: give it time
+CANCEL_GRACE = 180.0
+#: how often one follow restarts a campaign whose process was killed
+MAX_RESTARTS = 3
+#: without a recorded start-up for a candidate's profile: an engine's, the simulator's (s)
+DEFAULT_STARTUP_S = 600.0
+DEFAULT_SIM_STARTUP_S = 20.0
+#: one capacity step (a benchmark level), stopping a server (s)
+DEFAULT_LEVEL_S = 60.0
+DEFAULT_SIM_LEVEL_S = 10.0
+STOP_S = 15.0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """How long one round over the candidates should take, and from what."""
+
+    total_s: float
+    candidates: int
+    startup_s: float
+    level_s: float
+    max_steps: int
+    recorded: int  # candidates whose start-up the journal has
+
+    @property
+    def text(self) -> str:
+        from tui.fmt import eta
+
+        src = (
+            f"start-up from the journal for {self.recorded} of {self.candidates}"
+            if self.recorded
+            else "no start-up recorded"
+        )
+        return (
+            f"{eta(self.total_s)} ({self.candidates} candidates x (start-up ~{self.startup_s:.0f} s + up to "
+            f"{self.max_steps} levels x ~{self.level_s:.0f} s + stop); {src})"
+        )
+
+
+def estimate(names: Sequence[str], base: str, *, max_steps: int, sim: bool, journal: Journal | None = None) -> Estimate:
+    """One round's time: each candidate's recorded start-up (the journal's ready launches of its
+    name, else of the base profile, else a default), plus ``max_steps`` levels and a stop."""
+    startups: dict[str, list[float]] = {}
+    try:
+        for e in (journal or Journal()).entries("launch"):
+            s = e.get("startup_s")
+            if isinstance(s, (int, float)) and e.get("status") == "ready":
+                startups.setdefault(str(e.get("profile")), []).append(float(s))
+    except OSError as e:
+        log.warning("journal not read for the estimate: %s", e)
+    default = DEFAULT_SIM_STARTUP_S if sim else DEFAULT_STARTUP_S
+    level = DEFAULT_SIM_LEVEL_S if sim else DEFAULT_LEVEL_S
+    total, recorded, ups = 0.0, 0, []
+    for n in names:
+        got = startups.get(n) or startups.get(base)
+        if got:
+            recorded += 1
+        up = sum(got) / len(got) if got else default
+        ups.append(up)
+        total += up + max_steps * level + STOP_S
+    return Estimate(total, len(names), sum(ups) / len(ups) if ups else default, level, max_steps, recorded)
+
+
+def parse_budget(text: str) -> float:
+    """``2h``, ``90m``, ``45s``, ``1h30m`` or plain seconds; ValueError with one line."""
+    import re
+
+    t = text.strip().lower()
+    m = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", t)
+    if not t or m is None or not any(m.groups()):
+        raise ValueError(f"--budget {text!r}: expected a duration such as 2h, 90m, 1h30m or 600s")
+    h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+    total = h * 3600 + mi * 60 + s
+    if total <= 0:
+        raise ValueError(f"--budget {text!r}: must be more than 0")
+    return total
+
+
+class TuneRun:
+    """One campaign on a host, followed from here."""
+
+    def __init__(self, host: Host, job: jobs.Job, *, python: str | None = None) -> None:
+        self.host = host
+        self.job = job
+        self.python = python
+        self.report: dict[str, Any] | None = None
+        self.exit: dict[str, Any] | None = None
+        self.lost = False
+        self.restarts = 0
+        #: set by a cancel: a campaign killed after it is not restarted
+        self.cancelled = False
+        self.on_link_error: Any = None
+        self.on_link_ok: Any = None
+
+    @property
+    def id(self) -> str:
+        return self.job.job_id
+
+    @classmethod
+    async def start(
+        cls,
+        host: Host,
+        base: str,
+        candidates: Sequence["Candidate"],
+        slo: Sequence[str],
+        workload: Workload,
+        *,
+        demo: bool = False,
+        sim: bool = False,
+        repeats_max: int = 2,
+        noise_pct: float | None = None,
+        budget_s: float | None = None,
+        estimate_s: float | None = None,
+        max_concurrency: int = 1024,
+        max_steps: int = 8,
+        start: int = 1,
+        confirm_stop: Callable[[str], Awaitable[bool]] | None = None,
+        python: str | None = None,
+        host_label: str | None = None,
+        on_skip: Callable[[str, str], None] | None = None,
+    ) -> "TuneRun":
+        """Refuse while another campaign runs, pre-flight every candidate (an impossible one is
+        skipped with its reason: ``on_skip(name, why)``), ask before stopping a running server,
+        then start the campaign on the host. Nothing is stopped before the pre-flights.
+        Raises :class:`jobs.JobError` (refused, every candidate impossible),
+        :class:`~tui.services.runtime.RuntimeUnavailable` or :class:`HostError`."""
+        from tui.services import checks, runtime
+
+        where = host_label or host.target
+        await refuse_while_running(host)
+        held = ("port.in-use",) if any(h.alive for h in await launcher.list_host_runs(host)) else ()
+        py = python or next((c.profile.python for c in candidates if c.profile.python != "python3"), None)
+        entries = []
+        for c in candidates:
+            skip, info = None, None
+            try:
+                info = profile_info(c.profile, demo=demo, sim=sim)
+            except ValueError as e:
+                skip = f"the command cannot be built: {e}"
+            if skip is None:
+                report = await checks.preflight_for(host, c.profile, demo=demo, sim=sim)
+                why = checks.refusal(c.name, report, ignore=held)
+                if why:
+                    skip = why.split(": ", 1)[1] if why.startswith(f"{c.name}: ") else why
+            if skip is None and info is not None and sim and not demo:
+                argv = await runtime.sim_argv(host, info.argv, python=c.profile.python)
+                info = dataclasses.replace(info, argv=tuple(argv))
+            if skip is not None and on_skip is not None:
+                on_skip(c.name, skip)
+            entries.append(
+                {
+                    "name": c.name,
+                    "changes": dict(c.changes),
+                    "info": info.to_json() if info is not None and skip is None else None,
+                    "tp": c.profile.tp,
+                    "skip": skip,
+                }
+            )
+        if all(e["skip"] for e in entries):
+            raise jobs.JobError(f"{where}: not started, nothing stopped: every candidate failed pre-flight")
+        running = [h for h in await launcher.list_host_runs(host) if h.alive]
+        stop_existing = await ask_to_stop(
+            [f"run {h.run_id}" + (f" ({h.meta.get('profile')})" if h.meta.get("profile") else "") for h in running],
+            f" on {where}",
+            confirm_stop,
+            refused=f"{host.target}: ",
+        )
+        plan = workload.plan
+        if plan.workload.path:  # the host-side levels read the dataset there, placed once per content
+            path = await ship_data_file(host, plan.workload.path, py)
+            workload = dataclasses.replace(
+                workload, plan=dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, path=path))
+            )
+        cid = new_id("tune")
+        spec = {
+            "campaign": cid,
+            "base": base,
+            "candidates": entries,
+            "slo": list(slo),
+            "workload": workload.to_dict(),
+            "repeats_max": repeats_max,
+            "noise_pct": noise_pct,
+            "budget_s": budget_s,
+            "estimate_s": estimate_s,
+            "max_concurrency": max_concurrency,
+            "max_steps": max_steps,
+            "start": start,
+            "stop_existing": stop_existing,
+            "host_label": where,
+        }
+        job = await jobs.start(host, "tune", spec, python=py, meta={"campaign": cid, "base": base})
+        _journal(
+            {
+                "kind": "tune",
+                "id": cid,
+                "status": "running",
+                "host": where,
+                "base": base,
+                "slo": list(slo),
+                "job_id": job.job_id,
+                "candidates": [{"name": e["name"], "changes": e["changes"]} for e in entries],
+            }
+        )
+        return cls(host, job, python=py)
+
+    @classmethod
+    async def attach(cls, host: Host, ref: str) -> "TuneRun":
+        """A campaign by job id (or prefix) or by its campaign id."""
+        try:
+            job = await jobs.find(host, "tune", ref)
+        except jobs.JobError:
+            found = [j for j in await jobs.list_jobs(host, "tune") if (j.meta or {}).get("campaign") == ref]
+            if not found:
+                raise
+            job = found[-1]
+        return cls(host, job, python=str((job.meta or {}).get("python") or "") or None)
+
+    # ------------------------------------------------------------------ follow
+    async def events(self) -> AsyncIterator[ABEvent]:
+        """The campaign's events to its end. A campaign whose process ended without its report
+        (killed) is started again in its folder, where it resumes from its state; the follow
+        goes on at the same offset (nothing read twice)."""
+        offset = 0
+        while True:
+            follower = jobs.JobFollower(self.host, self.job, offset)
+            follower.on_link_error = self.on_link_error
+            follower.on_link_ok = self.on_link_ok
+            async for ev in follower.events():
+                if ev.get("type") == "ab":
+                    yield ABEvent.from_json(ev)
+            offset = follower.offset
+            self.exit = follower.exit
+            self.lost = follower.lost
+            ex = follower.exit or {}
+            if not ex.get("synthetic") or self.lost or self.cancelled or self.restarts >= MAX_RESTARTS:
+                break
+            if await follower.final_read(self._has_report):
+                break
+            self.restarts += 1
+            yield ABEvent(
+                "info", f"the campaign's process ended without its report ({ex.get('error')}); restarting it to resume"
+            )
+            self.job = await jobs.restart(self.host, self.job, python=self.python)
+        await self.finish(follower)
+
+    async def _has_report(self) -> bool:
+        r = await self.host.run(["test", "-s", f"{self.job.dir}/{jobfiles.REPORT}"], timeout=15)
+        if r.lost or r.timed_out:
+            raise HostError("connection-lost" if r.lost else "timeout", f"checking {self.job.dir} failed")
+        return r.ok
+
+    async def finish(self, follower: jobs.JobFollower | None = None) -> dict[str, Any] | None:
+        """Read the report, mirror the results and journal the campaign here (idempotent)."""
+        path = f"{self.job.dir}/{jobfiles.REPORT}"
+        if follower is not None:
+            raw = await follower.final_read(lambda: logfollow.read_log(self.host, path)) or b""
+            await follower.final_read(lambda: jobs.mirror_results(self.host, self.job))
+            self.lost = follower.lost
+        else:
+            try:
+                raw = await logfollow.read_log(self.host, path)
+                await jobs.mirror_results(self.host, self.job)
+            except HostError as e:
+                log.warning("campaign %s: report not read: %s", self.id, e)
+                raw = b""
+        if raw.strip():
+            try:
+                d = json.loads(raw)
+            except ValueError as e:
+                log.warning("campaign %s: unreadable report: %s", self.id, e)
+                return None
+            if isinstance(d, dict):
+                self.report = d
+                _journal(journal_record(d, self.job.job_id))
+                _journal_launches(d)
+        return self.report
+
+    async def cancel(self) -> str:
+        """Cancel on the host: the server it started is stopped, every result is kept."""
+        self.cancelled = True
+        return await jobs.stop(self.host, self.job, grace=CANCEL_GRACE)
+
+
+def journal_record(rep: Mapping[str, Any], job_id: str) -> dict[str, Any]:
+    """The journal's record of a campaign: its outcome and each candidate's figures."""
+    keys = ("name", "changes", "state", "rank", "capacity", "single_user_tok_s", "tok_s_per_gpu", "startup_s", "pareto")
+    return {
+        "kind": "tune",
+        "id": rep.get("campaign"),
+        "status": rep.get("status"),
+        "error": rep.get("error"),
+        "host": rep.get("host"),
+        "base": rep.get("base"),
+        "slo": rep.get("slo"),
+        "winner": rep.get("winner"),
+        "closest": rep.get("closest"),
+        "job_id": job_id,
+        "candidates": [{k: c.get(k) for k in keys} for c in rep.get("candidates") or []],
+    }
+
+
+def _journal_launches(rep: Mapping[str, Any]) -> None:
+    """The campaign's launches, so that the next campaign's estimate has their start-up times."""
+    j = Journal()
+    for c in rep.get("candidates") or []:
+        for la in c.get("launches") or []:
+            if la.get("launch_run_id") and "ready" in la:
+                try:
+                    j.record_launch(
+                        str(la["launch_run_id"]),
+                        profile=str(c.get("name")),
+                        host=str(rep.get("host") or ""),
+                        ready=bool(la.get("ready")),
+                        startup_s=la.get("startup_s"),
+                        server_log=la.get("server_log"),
+                        timeline=la.get("timeline") or (),
+                        diagnosis=la.get("diagnosis"),
+                        ab_id=str(rep.get("campaign") or ""),
+                        side=str(c.get("name")),
+                    )
+                except OSError as e:
+                    log.error("journal not written: %s", e)
+                    return
+
+
+def _journal(record: dict[str, Any]) -> None:
+    try:
+        Journal().append(record)
+    except OSError as e:
+        log.error("journal not written: %s", e)
+
+
+__all__ = ["Estimate", "TuneRun", "estimate", "journal_record", "parse_budget"]
