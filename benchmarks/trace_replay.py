@@ -23,6 +23,9 @@ Usage::
     python benchmarks/trace_replay.py [--requests 2000] [--span-s 120] [--trace-speed 2]
                                       [--repeats 3] [--pin] [--json OUT]
 
+``--pin`` gives the host-side job a core of its own: the simulator and the laptop-side
+``tunedeck bench`` (which follows the job, as it would from the laptop) share the other one.
+
 ``--span-s`` is the generator's nominal span (the trace comes out ~1.2x longer); ``--trace-speed``
 compresses it so a replay takes about a minute. Tight timing figures live here, not in the tests.
 """
@@ -36,32 +39,57 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from workload_timing import server_lateness
+from workload_timing import print_lag_table, server_lateness
 
 from tests.simfix import SimProc, free_port
 from tests.traces import mooncake_rows, write_jsonl
 from tui.bench import metrics, store
 
 
-def bench(port: int, opts: List[str]) -> Dict[str, Any]:
-    r = subprocess.run(
-        [sys.executable, "-m", "tui", "bench", "--host", "local", "--port", str(port), *opts, "--json", "-"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=900,
-    )
-    if r.returncode != 0:
-        raise SystemExit(f"trace_replay: tunedeck bench exited {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
-    return json.loads(r.stdout)
+def bench(port: int, opts: List[str], pin: Optional[List[int]], home: Path) -> Dict[str, Any]:
+    """``tunedeck bench`` as the operator types it. ``pin``: the host-side job it starts gets
+    ``pin[:-1]`` to itself, and the laptop side moves to ``pin[-1]`` (beside the simulator) once
+    the job is running; on a real host the laptop side runs on the laptop, not on the client's
+    cores."""
+    cmd = [sys.executable, "-m", "tui", "bench", "--host", "local", "--port", str(port), *opts, "--json", "-"]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT) as p:
+        if pin:
+            threading.Thread(target=move_laptop_side, args=(p, home, pin[-1]), daemon=True).start()
+        try:
+            stdout, stderr = p.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise SystemExit("trace_replay: tunedeck bench ran over 900 s") from None
+    if p.returncode != 0:
+        raise SystemExit(f"trace_replay: tunedeck bench exited {p.returncode}: {stderr.strip().splitlines()[-1:]}")
+    return json.loads(stdout)
+
+
+def move_laptop_side(p: "subprocess.Popen[str]", home: Path, cpu: int) -> None:
+    """Once a host-side job under ``home`` runs (it inherited the laptop side's CPUs), move every
+    thread of the laptop-side process ``p`` to ``cpu``."""
+    deadline = time.monotonic() + 120
+    while p.poll() is None and time.monotonic() < deadline:
+        jobs = [q for q in psutil.process_iter(["cmdline"]) if str(home) in " ".join(q.info["cmdline"] or ())]
+        if jobs:
+            for tid in os.listdir(f"/proc/{p.pid}/task"):
+                os.sched_setaffinity(int(tid), {cpu})
+            print(f"# the laptop side moved to CPU {cpu}; the host-side job (pid {jobs[0].pid}) keeps "
+                  f"{sorted(os.sched_getaffinity(jobs[0].pid))}", file=sys.stderr, flush=True)  # fmt: skip
+            return
+        time.sleep(0.05)
+    print("# the host-side job was not seen: the laptop side stayed on the job's CPUs", file=sys.stderr)
 
 
 def one_replay(opts: List[str], tmp: Path, rep: int, rows: int, pin: Optional[List[int]]) -> Dict[str, Any]:
@@ -78,7 +106,7 @@ def one_replay(opts: List[str], tmp: Path, rep: int, rows: int, pin: Optional[Li
             os.sched_setaffinity(0, set(pin[:-1]))
         sim.wait_ready(60)
         try:
-            s = bench(port, opts)
+            s = bench(port, opts, pin, tmp / "remote-home")
         finally:
             sim.stop()
     samples = store.read_samples(s["run_id"])
@@ -174,16 +202,7 @@ def main() -> int:
         f"failed {sum(r['failed'] for r in reps)}"
     )
     print()
-    print("| figure | p50 ms | p99 ms | max ms |")
-    print("|---|---|---|---|")
-    print(
-        f"| dispatch lag (client: sent − scheduled) | {med('dispatch_lag_p50_ms'):.3f} | "
-        f"{med('dispatch_lag_p99_ms'):.3f} | {med('dispatch_lag_max_ms'):.1f} |"
-    )
-    print(
-        f"| lateness at the server (arrival − scheduled) | {med('server_late_p50_ms'):.3f} | "
-        f"{med('server_late_p99_ms'):.3f} | {med('server_late_max_ms'):.1f} |"
-    )
+    print_lag_table(reps)
     print()
     print(
         f"prefix cache hit rate (server counters over the level) {med('prefix_cache_hit_rate'):.3f}; "

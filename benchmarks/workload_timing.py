@@ -105,6 +105,22 @@ def server_lateness(rec: Path, offset: int, due_wall: List[float]) -> List[float
     return sorted((a - d) * 1000 for a, d in zip(arrivals, due))
 
 
+def print_lag_table(reps: List[Dict[str, Any]]) -> None:
+    """The dispatch-lag and server-lateness table (medians over ``reps``), as Markdown: the one
+    table both timing benchmarks print."""
+
+    def med(k: str) -> float:
+        return statistics.median(r[k] for r in reps)
+
+    print("| figure | p50 ms | p99 ms | max ms |")
+    print("|---|---|---|---|")
+    for name, key in (
+        ("dispatch lag (client: sent − scheduled)", "dispatch_lag"),
+        ("lateness at the server (arrival − scheduled)", "server_late"),
+    ):
+        print(f"| {name} | {med(key + '_p50_ms'):.3f} | {med(key + '_p99_ms'):.3f} | {med(key + '_max_ms'):.1f} |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=2000)
@@ -203,10 +219,6 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
     reps = out["repeats"]
-
-    def med(k: str) -> float:
-        return statistics.median(r[k] for r in reps)
-
     if not reps:  # --repeats 0: the C=1,024 TTFT run only
         t = out["ttft"]
         print(
@@ -219,16 +231,7 @@ def main() -> int:
         f"({shared} share a timestamp with an earlier row), replayed at 1x; medians of {len(reps)}"
     )
     print()
-    print("| figure | p50 ms | p99 ms | max ms |")
-    print("|---|---|---|---|")
-    print(
-        f"| dispatch lag (client: sent − scheduled) | {med('dispatch_lag_p50_ms'):.3f} | "
-        f"{med('dispatch_lag_p99_ms'):.3f} | {med('dispatch_lag_max_ms'):.1f} |"
-    )
-    print(
-        f"| lateness at the server (arrival − scheduled) | {med('server_late_p50_ms'):.3f} | "
-        f"{med('server_late_p99_ms'):.3f} | {med('server_late_max_ms'):.1f} |"
-    )
+    print_lag_table(reps)
     t = out["ttft"]
     print()
     print(

@@ -57,3 +57,54 @@ async def test_capacity_matches_the_model_for_two_flag_settings(tmp_path):
         found.append((cap, predicted))
     (cap_a, pred_a), (cap_b, pred_b) = found
     assert pred_a < pred_b and cap_a < cap_b
+
+
+@pytest.mark.timeout(120)
+def test_bench_capacity_cli_writes_the_search(tmp_path):
+    """`tunedeck bench --url … --capacity --slo …`: one saved level per step, --json the search."""
+    import json
+    import subprocess
+
+    from tests.conftest import tunedeck_cmd
+    from tui.bench import store
+
+    port = free_port()
+    flags = ["--model-path", "m", "--tp", "8", "--max-running-requests", "2"]
+    with SimProc("sglang", *flags, "--port", str(port), "--sim-load-seconds", "1"):
+        r = subprocess.run(
+            [
+                *tunedeck_cmd(),
+                "bench",
+                "--url",
+                f"http://127.0.0.1:{port}",
+                "--input-len",
+                "16",
+                "--output-len",
+                "8",
+                "--capacity",
+                "--slo",
+                "ttft_p90:100",
+                "--json",
+                "-",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=100,
+        )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    # two running requests at most: a third user waits a whole request for its first token
+    assert (
+        out["capacity"]
+        == 2
+        == capmodel.predicted_capacity(
+            capmodel.serve_config("sglang", flags), parse_slo(["ttft_p90:100"]), input_len=16, output_len=8
+        )
+    )
+    assert [(s["concurrency"], s["met"]) for s in out["steps"]] == [(1, True), (2, True), (4, False), (3, False)]
+    assert out["steps"][2]["reasons"][0].startswith("ttft_p90 ")
+    assert out["closest"] is None and out["single_user_tok_s"] > 0
+    for s in out["steps"]:
+        assert store.load_run(s["summary"]["run_id"]).summary["max_concurrency"] == s["concurrency"]
+    assert "capacity step C=4: misses the SLO: ttft_p90 " in r.stderr
+    assert "capacity at ttft_p90:100: 2 concurrent users" in r.stderr

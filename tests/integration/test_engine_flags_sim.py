@@ -14,8 +14,8 @@ from tui.engine_flags import parse_help
 from tui.engines import release_flags
 from tui.profiles.builder import build_command
 from tui.profiles.model import load_profile_file
-from tui.sim.engine_args import preprocess_vllm_argv, vllm_parser
 from tui.sim.simlog import model_facts
+from tui.sim.vllm_args import preprocess_vllm_argv, vllm_parser
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,13 +10,10 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tui.engines import SGLANG_ATTENTION_BACKENDS
 from tui.sim import perf
-from tui.sim.engine_args import (
-    VLLM_BACKENDS,
-    preprocess_vllm_argv,
-    sglang_parser,
-    vllm_parser,
-)
+from tui.sim.engine_args import VLLM_BACKENDS
+from tui.sim.sglang_args import sglang_parser
 from tui.sim.simlog import model_facts, sglang_capture_bs, tqdm_bar, tqdm_frame
+from tui.sim.vllm_args import preprocess_vllm_argv, vllm_parser
 
 
 def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:

@@ -704,7 +704,7 @@ def test_second_server_on_the_same_gpus_runs_out_of_memory():
             assert a.proc.poll() is None
 
 
-def test_fixed_timing_sglang_always_gets_through_its_warm_up():
+def test_fixed_timing_sglang_always_gets_through_its_warm_up(tmp_path):
     """With fixed timing the clock serves every request; a scheduler started beside it found the
     warm-up request in its running list with nothing to batch and spun without yielding: the
     server hung in its warm-up (7 of 12 starts on a loaded machine), deaf to SIGTERM."""
@@ -720,7 +720,12 @@ def test_fixed_timing_sglang_always_gets_through_its_warm_up():
         "--sim-fixed-itl-ms",
         "2",
     )
-    procs = [SimProc("sglang", *args, "--port", str(free_port())) for _ in range(4)]
+    # each on GPUs of its own (a simulated host each): four TP-8 servers on one host's 8 GPUs
+    # would count each other's memory, and one that starts late would rightly run out
+    procs = [
+        SimProc("sglang", *args, "--port", str(free_port()), env={"TUNEDECK_SIM_STATE": str(tmp_path / f"host{i}")})
+        for i in range(4)
+    ]
     try:
         for p in procs:
             p.wait_ready(60)

@@ -18,7 +18,6 @@ from tui.ab.capacity import (
 )
 from tui.bench.metrics import calculate_metrics
 
-
 # ---------------------------------------------------------------------- parse_slo
 
 
@@ -217,3 +216,30 @@ def test_from_dict_names_the_bad_field(patch, words):
     with pytest.raises(ValueError) as e:
         CapacityResult.from_dict(d)
     assert words in str(e.value)
+
+
+# ---------------------------------------------------------------------- tunedeck bench --capacity: bad input
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--slo", "ttft_p90:500"], "--slo is the target of --capacity: add --capacity"),
+        (["--capacity"], "--capacity needs --slo METRIC:BOUND"),
+        (["--capacity", "--slo", "ttft_p90:500", "--concurrency", "4"], "drop --concurrency/--request-rate"),
+        (["--capacity", "--slo", "ttft_p9:500"], "--slo: SLO term 'ttft_p9:500': unknown metric 'ttft_p9'"),
+    ],
+)
+def test_bench_capacity_bad_input_is_one_line_and_exit_2(argv, words, capsys):
+    from tui.cli import main
+
+    assert main(["bench", "--url", "http://127.0.0.1:9", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tunedeck bench: ") and words in err and "\n" not in err
+
+
+def test_bench_capacity_needs_the_url(capsys):
+    from tui.cli import main
+
+    assert main(["bench", "--demo", "--port", "9", "--capacity", "--slo", "tpot_p90:50"]) == 2
+    assert "--capacity runs the client here, against --url" in capsys.readouterr().err

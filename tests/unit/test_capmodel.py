@@ -81,12 +81,17 @@ def test_the_demo_campaign_grid_has_one_best_candidate():
     }
     best = max(caps.values())
     assert [k for k, v in caps.items() if v == best] == [("flashinfer", 128)]
-    assert capmodel.predicted_single_user_tok_s(sglang("--attention-backend", "flashinfer"), input_len=128, output_len=256) > (
-        capmodel.predicted_single_user_tok_s(sglang(), input_len=128, output_len=256)
-    )
+    assert capmodel.predicted_single_user_tok_s(
+        sglang("--attention-backend", "flashinfer"), input_len=128, output_len=256
+    ) > (capmodel.predicted_single_user_tok_s(sglang(), input_len=128, output_len=256))
 
 
 def test_capacity_is_zero_when_one_user_misses():
     assert capmodel.predicted_capacity(sglang(), parse_slo(["tpot_p90:10"]), input_len=32, output_len=32) == 0
     # and max_concurrency caps a search that never misses
-    assert capmodel.predicted_capacity(sglang(), parse_slo(["tpot_p90:10000"]), input_len=8, output_len=8, max_concurrency=40) == 40
+    assert (
+        capmodel.predicted_capacity(
+            sglang(), parse_slo(["tpot_p90:10000"]), input_len=8, output_len=8, max_concurrency=40
+        )
+        == 40
+    )

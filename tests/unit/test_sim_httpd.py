@@ -1,4 +1,4 @@
-"""The simulator's HTTP/1.1 front end (tui/sim/httpd.py) and its pre-encoded SSE chunks (tui/sim/api.py)."""
+"""The simulator's HTTP/1.1 front end (tui/sim/httpd.py) and its pre-encoded SSE chunks (tui/sim/formats.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tui.sim.api import WORD_TABLE_SIZE, WORDS, Api, sse
+from tui.sim.formats import WORD_TABLE_SIZE, WORDS, Formats, sse
 from tui.sim.httpd import Conn, HttpServer, Request
 
 pytestmark = pytest.mark.timeout(30)
@@ -155,18 +155,15 @@ async def test_stream_chunks_end_and_client_gone():
         assert conns[1].closed and conns[1].write_chunk(b"data: 3\n\n") is False
 
 
-def _api(engine: str) -> Api:
-    api = Api()
-    api.e, api.seed, api.served = engine, 0, "org/m%1"
-    api.init_api()
-    return api
+def _formats(engine: str) -> Formats:
+    return Formats(engine, 0, "org/m%1")
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 @pytest.mark.parametrize("kind", ["chat", "completion"])
 async def test_pre_encoded_token_chunk_is_the_engine_format(engine, kind):
     """The fast path's bytes equal the engine's chunk object, serialized like every other chunk."""
-    api = _api(engine)
+    api = _formats(engine)
     r = api.new_req(kind, stream=True, prompt_tokens=5, max_tokens=10, ignore_eos=True, conn=None)
     r.out = 2
     got = api.token_frames(r, r.wpos + 1, 1, first=False)
@@ -183,7 +180,7 @@ async def test_pre_encoded_token_chunk_is_the_engine_format(engine, kind):
 
 
 def test_pseudo_eos_is_seeded_and_log_normal_around_200():
-    a, b = _api("vllm"), _api("vllm")
+    a, b = _formats("vllm"), _formats("vllm")
     ends = [a._pseudo_eos(n) for n in range(1, 4001)]
     assert ends == [b._pseudo_eos(n) for n in range(1, 4001)]  # the same seed, the same ends
     b.seed = 1

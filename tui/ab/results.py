@@ -196,6 +196,11 @@ def resolve_sides(refs: list[str], journal: Journal | None = None) -> tuple[Side
     return sides[0], sides[1], {}
 
 
+def resolve_side(ref: str, label: str, journal: Journal | None = None) -> Side:
+    """One side from one reference: a run id (or prefix, or folder), a sweep id, or ``ABID:A``/``ABID:B``."""
+    return _one(ref, label, journal or Journal())
+
+
 def _one(ref: str, label: str, journal: Journal) -> Side:
     if ":" in ref and not Path(ref).exists():
         ab_ref, which = ref.rsplit(":", 1)
@@ -243,4 +248,4 @@ def _one(ref: str, label: str, journal: Journal) -> Side:
     raise RefError(f"{ref}: no benchmark run with this id under {results_root()} and no such A/B in the journal")
 
 
-__all__ = ["RefError", "find_run_dir", "resolve_sides", "results_root", "side_from_run_dir"]
+__all__ = ["RefError", "find_run_dir", "resolve_side", "resolve_sides", "results_root", "side_from_run_dir"]

@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("preflight", "check a profile against the host's engine and GPUs"),
     "probe": ("probe", "report a host's OS, CPUs, memory, Python, GPUs and engines"),
     "profiles": ("profiles", "server profiles: list, show, check, command, diff, presets"),
+    "report": ("report", "a shareable report of a result, an A/B or a campaign (HTML or Markdown)"),
     "results": ("results", "list, show and export benchmark results"),
     "runs": ("runs", "list the servers tunedeck launched on the host"),
     "sim": ("sim", "simulated SGLang/vLLM servers and nvidia-smi (for --demo)"),

@@ -207,6 +207,28 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         metavar="P[,P...]",
         help="percentiles to report (default 90,99)",
     )
+    k = p.add_argument_group("capacity at an SLO (with --url)")
+    k.add_argument(
+        "--capacity",
+        action="store_true",
+        help="find the highest concurrency whose level meets --slo: C=1 (the single-user speed), then "
+        "doubling, then bisection to within 10%%, one level per step, each saved as usual; --json writes "
+        "the search (capacity, single_user_tok_s, throughput_at_capacity, steps, closest)",
+    )
+    k.add_argument(
+        "--slo",
+        nargs="+",
+        default=[],
+        metavar="METRIC:BOUND",
+        help="the SLO of --capacity: ttft_p50|p90|p99, tpot_p50|p90|p99, itl_p90|p99, e2el_p90|p99 (at most MS) "
+        "and per_user_tok_s (at least N), e.g. ttft_p90:500 tpot_p90:50",
+    )
+    k.add_argument(
+        "--capacity-max", type=_pos_int, default=1024, metavar="C", help="highest concurrency tried (default 1024)"
+    )
+    k.add_argument(
+        "--capacity-steps", type=_pos_int, default=8, metavar="N", help="levels measured at most (default 8)"
+    )
     c = p.add_argument_group("client")
     c.add_argument("--workers", type=_pos_int, default=1, help="client processes (when one core is not enough)")
     c.add_argument(
@@ -514,9 +536,13 @@ def _printer(args: argparse.Namespace) -> tuple[Callable[[dict[str, Any]], None]
 
 
 def _write_json(args: argparse.Namespace, summaries: list[dict[str, Any]]) -> int:
+    return _write_json_data(args, summaries[0] if len(summaries) == 1 else summaries)
+
+
+def _write_json_data(args: argparse.Namespace, data: Any) -> int:
+    """``--json``: ``data`` to stdout or the file it names."""
     if args.json is None:
         return 0
-    data: Any = summaries[0] if len(summaries) == 1 else summaries
     text = json.dumps(data, indent=2, default=str) + "\n"
     if args.json == "-":
         sys.stdout.write(text)
@@ -570,6 +596,12 @@ async def run_bench(args: argparse.Namespace) -> int:
         return _fail(str(e))
     if args.concurrency and args.request_rate and len(args.concurrency) > 1 and len(args.request_rate) > 1:
         return _fail("sweep over --concurrency or over --request-rate, not both")
+    slo = None
+    if args.capacity or args.slo:
+        try:
+            slo = _capacity_slo(args)
+        except ValueError as e:
+            return _fail(str(e))
     if args.preview:
         return _print_preview(args)
     meta_extra: dict[str, Any] = {}
@@ -596,7 +628,7 @@ async def run_bench(args: argparse.Namespace) -> int:
             cfg = _config(args, args.url, goodput)
         except ValueError as e:
             return _fail(str(e))
-        return await _local_run(args, cfg, meta_extra)
+        return await _local_run(args, cfg, meta_extra, slo)
     if args.port is None:
         return _fail("need --url URL, or --port P with --host/--demo")
     try:
@@ -656,8 +688,60 @@ def _print_preview(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, Any]) -> int:
-    """The client here, against --url (the engine in this process)."""
+def _capacity_slo(args: argparse.Namespace) -> Any:
+    """The SLO terms of ``--capacity --slo``; ValueError with one line when the options do not fit."""
+    from tui.ab.capacity import parse_slo
+
+    if not args.capacity:
+        raise ValueError("--slo is the target of --capacity: add --capacity (goodput targets are --goodput)")
+    if not args.slo:
+        raise ValueError("--capacity needs --slo METRIC:BOUND ..., e.g. --slo ttft_p90:500 tpot_p90:50")
+    if args.concurrency or args.request_rate:
+        raise ValueError("--capacity chooses each level's concurrency itself: drop --concurrency/--request-rate")
+    if not args.url:
+        raise ValueError("--capacity runs the client here, against --url (e.g. --url http://127.0.0.1:PORT)")
+    try:
+        return parse_slo(args.slo)
+    except ValueError as e:
+        raise ValueError(f"--slo: {e}") from None
+
+
+async def _capacity(args: argparse.Namespace, cfg: Any, slo: Any, run: Callable[[Any], Any]) -> Any:
+    """:func:`tui.ab.capacity.find_capacity` with one closed-loop level of ``cfg`` per step (``run``
+    benchmarks a config and returns its summaries); each step and the result are printed."""
+    import dataclasses
+
+    from tui.ab.capacity import find_capacity
+
+    human = sys.stderr if (args.progress or args.json == "-") else sys.stdout
+
+    async def measure(c: int) -> Any:
+        [summary] = await run(dataclasses.replace(cfg, concurrency=[c], request_rate=[math.inf]))
+        return summary
+
+    def on_step(s: Any) -> None:
+        said = "meets the SLO" if s.met else "misses the SLO: " + "; ".join(s.reasons)
+        print(f"capacity step C={s.concurrency}: {said}", file=human, flush=True)
+
+    r = await find_capacity(
+        measure, slo, max_concurrency=args.capacity_max, max_steps=args.capacity_steps, on_step=on_step
+    )
+    terms = " ".join(str(t) for t in slo)
+    single = f"{r.single_user_tok_s:.1f} tok/s" if r.single_user_tok_s is not None else "N/A"
+    if r.capacity is not None:
+        tput = f"{r.throughput_at_capacity:.1f}" if r.throughput_at_capacity is not None else "N/A"
+        print(
+            f"capacity at {terms}: {r.capacity} concurrent users, {tput} output tok/s; single user {single}",
+            file=human,
+        )
+    else:
+        why = "; ".join(r.closest.reasons) if r.closest is not None else "nothing measured"
+        print(f"capacity at {terms}: none (not even 1 user; single user {single}): {why}", file=human)
+    return r
+
+
+async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, Any], slo: Any = None) -> int:
+    """The client here, against --url (the engine in this process); with ``slo``, the capacity search."""
     from tui.bench.config import NotReady
     from tui.bench.runner import run_benchmark
     from tui.bench.store import StoreError
@@ -676,8 +760,17 @@ async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, A
     assert task is not None
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
+
+    def run(c: Any) -> Any:
+        return run_benchmark(c, emit=emit, meta_extra=meta_extra, client_where=args.client_where)
+
+    result = None
     try:
-        summaries = await run_benchmark(cfg, emit=emit, meta_extra=meta_extra, client_where=args.client_where)
+        if slo is None:
+            summaries = await run(cfg)
+        else:
+            result = await _capacity(args, cfg, slo, run)
+            summaries = [s.summary for s in result.steps]
     except NotReady as e:
         if args.progress:
             emit({"type": "error", "kind": "NOT_READY", "message": str(e)})
@@ -692,7 +785,7 @@ async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, A
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-    rc = _write_json(args, summaries)
+    rc = _write_json(args, summaries) if result is None else _write_json_data(args, result.to_dict())
     if rc:
         return rc
     return 1 if summaries and all(s["completed"] == 0 for s in summaries) else 0

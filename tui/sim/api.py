@@ -1,221 +1,45 @@
-"""The simulated engines' HTTP API: routes, request checks, per-request state, SSE and response formats.
+"""The simulated engines' HTTP API: routes and request checks.
 
-:class:`Api` is the part of :class:`tui.sim.engine.Sim` that speaks HTTP: each route
-answers at once, or hands a generation request to the engine (fixed timing or the
-continuous-batching scheduler), which writes its tokens with :meth:`Api.token_frames`
-and ends the response with :meth:`Api.end_frames` or :meth:`Api.respond`.
-
-The hot path is one token chunk per request per step, so a request carries its chunk
-as two pre-encoded halves (``pre`` and ``suf``) around the token's JSON string, and the
-token text comes from a seeded table of pre-encoded words (no per-request RNG).
+Each route answers at once, or builds a request (:meth:`tui.sim.formats.Formats.new_req`) and
+hands it to the scheduler (``submit``: fixed timing or continuous batching), which writes its
+tokens in the engine's format (:mod:`tui.sim.formats`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 import os
-import random
 import time
 import uuid
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from tui.engines import SGLANG_VERSION, VLLM_VERSION
-from tui.sim import perf
-from tui.sim.httpd import REASONS, Conn, Request, frame
-from tui.sim.prefix import PrefixCache, block_hashes, chat_ids, repetition, text_ids
+from tui.sim.formats import Formats, Req
+from tui.sim.httpd import REASONS, Conn, Request
+from tui.sim.prefix import chat_ids, text_ids
+from tui.sim.state import ServerState
 
-WORDS = (
-    " the",
-    " model",
-    " server",
-    " token",
-    " is",
-    " a",
-    " fast",
-    " and",
-    " of",
-    " to",
-    " in",
-    " GPU",
-    " batch",
-    " cache",
-    " that",
-    " with",
-    " on",
-    " for",
-    " it",
-    " as",
-    " memory",
-    " we",
-    " can",
-    " run",
-    " more",
-    " data",
-    " time",
-    " each",
-    " step",
-    " high",
-    " low",
-    " will",
-    " not",
-    " this",
-    " by",
-    " at",
-    ".",
-    ",",
-    " per",
-    " value",
-)
-#: each word as a JSON string, UTF-8
-WORDS_JSON = tuple(json.dumps(w, ensure_ascii=False).encode("utf-8") for w in WORDS)
-#: the token text of every request is this many seeded word picks, read from a per-request offset
-WORD_TABLE_SIZE = 4096
-_ID_MIX = 0x9E3779B97F4A7C15F39CC0605CEDC835  # odd: counter -> id is a bijection mod 2**128
-_ID_MASK = (1 << 128) - 1
-DONE = b"data: [DONE]\n\n"
 _INT_TYPES = frozenset((int, bool))  # what JSON decodes a token id list into (bool: isinstance(True, int))
 
 
-def _splitmix64(x: int) -> int:
-    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return x ^ (x >> 31)
-
-
-def sse(obj: Any) -> bytes:
-    """One SSE event carrying ``obj`` as compact JSON."""
-    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n\n"
-
-
-class Req:
-    """One generation request, from arrival (when the server read it) to its last chunk."""
-
-    __slots__ = (
-        "aborted",
-        "admitted",
-        "alpha",
-        "arrival",
-        "arrival_wall",
-        "cached",
-        "conn",
-        "continuous_usage",
-        "counts",
-        "created",
-        "done",
-        "due",
-        "eos_at",
-        "finish",
-        "first",
-        "fixlen",
-        "hashes",
-        "include_usage",
-        "internal",
-        "kind",
-        "last",
-        "max_tokens",
-        "out",
-        "pre",
-        "prompt_tokens",
-        "rid",
-        "stream",
-        "suf",
-        "text",
-        "times",
-        "todo",
-        "verify_ct",
-        "wpos",
-    )
-
-    rid: str
-    kind: str
-    stream: bool
-    prompt_tokens: int
-    max_tokens: int
-    eos_at: int
-    include_usage: bool
-    continuous_usage: bool
-    conn: Any
-    created: int
-    arrival: float
-    arrival_wall: float
-    wpos: int
-    pre: bytes
-    suf: bytes
-    fixlen: int
-    #: chained hashes of the prompt's full blocks (empty without a prefix cache)
-    hashes: Sequence[int]
-    #: per-draft-token acceptance under speculative decoding, from the prompt's content
-    alpha: float
-
-    def __init__(self) -> None:
-        self.out = 0
-        self.cached = 0  # prompt tokens the prefix cache had when the request was admitted
-        self.todo = -1  # prompt tokens still to prefill; -1 until admitted
-        self.verify_ct = 0  # speculative verify steps (SGLang's meta_info ``spec_verify_ct``)
-        self.text: list[str] | None = None  # kept only where a response repeats it (non-stream, /generate)
-        self.finish: str | None = None
-        self.admitted = 0.0
-        self.first = 0.0
-        self.last = 0.0
-        self.times: list[float] = []
-        self.counts: list[int] = []
-        self.internal = False
-        self.aborted = False
-        self.due = 0.0  # fixed timing: when the next token is due
-        self.done: asyncio.Future[None] | None = None  # set for requests the engine itself awaits (warmup)
-        self.conn: Conn | None = None
-
-
 class Api:
-    """Routes and formats; mixed into the engine, whose state (``e``, ``a``, ``metrics``, queues) it reads."""
+    """The routes of one server: reads its state, builds requests with ``formats`` and hands them
+    to ``submit``; ``update_gauges`` brings the metrics' gauges up to date before ``/metrics``."""
 
-    # provided by the engine
-    e: str
-    a: Any
-    seed: int
-    speed: float
-    served: str
-    model: str
-    context_len: int
-    phase: str
-    running: list[Req]
-    waiting: Any
-    metrics: Any
-    log: Any
-    step_waiters: list[Callable[[], None]]
-    spec: perf.SpecConfig | None = None
-    cache: PrefixCache | None = None
-    chunked: Req | None = None
-
-    def init_api(self) -> None:
-        """Routes, id source, word table and chunk templates (once, at start)."""
-        self.req_counter = 0
-        self.id_base = int.from_bytes(os.urandom(16), "big")  # ids differ between runs, like uuid4's
-        rng = random.Random(self.seed)
-        self.word_table = [rng.randrange(len(WORDS)) for _ in range(WORD_TABLE_SIZE)]
-        self.word_json = [WORDS_JSON[i] for i in self.word_table]
-        model = json.dumps(self.served).encode("utf-8").replace(b"%", b"%%")  # the templates are %-formatted
-        head = b'data: {"id":"%b","object":"%b","created":%d,"model":' + model + b',"choices":[{"index":0,'
-        if self.e == "vllm":
-            chat = (head + b'"delta":{"content":', b'},"logprobs":null,"finish_reason":null}]}\n\n')
-            completion = (
-                head + b'"text":',
-                b',"logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}\n\n',
-            )
-        else:
-            chat = (
-                head + b'"delta":{"role":null,"content":',
-                b',"reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":null,'
-                b'"matched_stop":null}],"usage":null}\n\n',
-            )
-            completion = (
-                head + b'"text":',
-                b',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n',
-            )
-        self.templates = {"chat": chat, "completion": completion}
+    def __init__(
+        self,
+        state: ServerState,
+        formats: Formats,
+        submit: Callable[[Req], None],
+        update_gauges: Callable[[], None],
+    ) -> None:
+        self.state = state
+        self.cfg = state.cfg
+        self.e = state.cfg.engine
+        self.a = state.cfg.args
+        self.formats = formats
+        self.submit = submit
+        self.update_gauges = update_gauges
         self.routes: dict[str, Callable[[Request, Conn], None]] = {
             "/health": self.r_health,
             "/v1/models": self.r_models,
@@ -244,287 +68,10 @@ class Api:
             if os.environ.get("VLLM_SERVER_DEV_MODE") == "1":
                 self.routes["/reset_prefix_cache"] = self.r_reset_prefix_cache
 
-    # ------------------------------------------------------------------ engine hooks
-    def submit(self, r: Req) -> None:  # the engine's
-        raise NotImplementedError
-
-    def update_gauges(self) -> None:  # the engine's
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ requests
-    def new_req(
-        self,
-        kind: str,
-        *,
-        stream: bool,
-        prompt_tokens: int,
-        max_tokens: int,
-        ignore_eos: bool,
-        include_usage: bool = False,
-        continuous_usage: bool = False,
-        conn: Conn | None = None,
-        arrival: float | None = None,
-        arrival_wall: float | None = None,
-        ids: Sequence[int] | None = None,
-    ) -> Req:
-        """A request read at ``arrival`` (``time.monotonic()``) / ``arrival_wall``; now when not given.
-
-        ``ids``, the prompt's token ids, give its prefix-cache blocks and speculative acceptance;
-        without them (the warmup) the prompt shares nothing and accepts at the method's rate.
-        """
-        r = Req()
-        self.req_counter += 1
-        n = self.req_counter
-        hexid = "%032x" % (((n * _ID_MIX) ^ self.id_base) & _ID_MASK)
-        if self.e == "vllm":
-            r.rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + hexid
-        else:
-            r.rid = hexid
-        r.kind = kind
-        r.stream = stream
-        r.prompt_tokens = prompt_tokens
-        r.max_tokens = max_tokens
-        r.eos_at = 1 << 60 if ignore_eos else self._pseudo_eos(n)
-        r.hashes = block_hashes(ids, self.cache.block) if ids is not None and self.cache is not None else ()
-        r.alpha = 0.0
-        if self.spec is not None:
-            r.alpha = perf.content_alpha(self.spec.alpha, *repetition(ids)) if ids is not None else self.spec.alpha
-        r.wpos = (n * 2654435761) % WORD_TABLE_SIZE
-        r.include_usage = include_usage
-        r.continuous_usage = continuous_usage
-        r.conn = conn
-        r.arrival = time.monotonic() if arrival is None else arrival
-        r.arrival_wall = time.time() if arrival_wall is None else arrival_wall
-        r.created = int(r.arrival_wall)
-        if not stream or kind == "generate":
-            r.text = []
-        tpl = self.templates.get(kind)
-        if tpl is not None:
-            obj = b"chat.completion.chunk" if kind == "chat" else b"text_completion"
-            r.pre = tpl[0] % (r.rid.encode("ascii"), obj, r.created)
-            r.suf = tpl[1]
-            r.fixlen = len(r.pre) + len(r.suf)
-        return r
-
-    def _pseudo_eos(self, n: int) -> int:
-        """Request ``n``'s pseudo-EOS: log-normal around 200 tokens, seeded by (seed, n) (Box-Muller on splitmix64)."""
-        u1 = (_splitmix64(self.seed * 0x100000001B3 + 2 * n) >> 11) * 2.0**-53
-        u2 = (_splitmix64(self.seed * 0x100000001B3 + 2 * n + 1) >> 11) * 2.0**-53
-        z = math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
-        return max(1, int(math.exp(math.log(200) + 0.8 * z)))
-
-    def words(self, pos: int, n: int) -> str:
-        table = self.word_table
-        return "".join(WORDS[table[(pos + i) % WORD_TABLE_SIZE]] for i in range(n))
-
-    # ------------------------------------------------------------------ SSE formats
-    def usage(self, r: Req) -> dict[str, Any]:
-        u: dict[str, Any] = {
-            "prompt_tokens": r.prompt_tokens,
-            "total_tokens": r.prompt_tokens + r.out,
-            "completion_tokens": r.out,
-        }
-        if self.e == "sglang":
-            u["prompt_tokens_details"] = None
-            u["reasoning_tokens"] = 0
-        return u
-
-    def _chunk_obj(self, r: Req, text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
-        obj: dict[str, Any] = {
-            "id": r.rid,
-            "object": "chat.completion.chunk" if r.kind == "chat" else "text_completion",
-            "created": r.created,
-            "model": self.served,
-        }
-        if r.kind == "chat":
-            if self.e == "vllm":
-                delta: dict[str, Any] = {}
-                if role:
-                    delta["role"] = "assistant"
-                if text is not None:
-                    delta["content"] = text
-                ch: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-                if finish is not None:
-                    ch["stop_reason"] = None
-            else:
-                delta = {
-                    "role": "assistant" if role else None,
-                    "content": text,
-                    "reasoning_content": None,
-                    "tool_calls": None,
-                }
-                ch = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": None}
-        else:
-            ch = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-            if self.e == "vllm":
-                ch["stop_reason"] = None
-            else:
-                ch["matched_stop"] = None
-        obj["choices"] = [ch]
-        if self.e == "sglang" or (r.kind != "chat"):
-            obj["usage"] = None
-        if r.continuous_usage:
-            obj["usage"] = self.usage(r)
-        return obj
-
-    def token_frames(self, r: Req, pos: int, n: int, first: bool) -> bytes:
-        """The chunk carrying ``r``'s tokens ``pos .. pos+n`` (``r.out`` and ``r.finish`` already updated)."""
-        last_with_finish = r.finish is not None and (self.e == "vllm" or r.kind != "chat")
-        if n == 1 and not first and not last_with_finish and not r.continuous_usage and r.kind != "generate":
-            w = self.word_json[pos % WORD_TABLE_SIZE]
-            return b"%x\r\n%b%b%b\r\n" % (r.fixlen + len(w), r.pre, w, r.suf)
-        if r.kind == "generate":  # the text so far, in every chunk
-            obj = {"text": "".join(r.text or ()), "output_ids": [], "meta_info": self.meta(r)}
-            return frame(sse(obj))
-        text = self.words(pos, n)
-        parts: list[bytes] = []
-        if first and r.kind == "chat":
-            parts.append(sse(self._chunk_obj(r, "", None, role=True)))
-        if last_with_finish or r.continuous_usage:
-            parts.append(sse(self._chunk_obj(r, text, r.finish if last_with_finish else None)))
-        else:
-            parts.append(r.pre + json.dumps(text, ensure_ascii=False).encode("utf-8") + r.suf)
-        return frame(b"".join(parts))
-
-    def end_frames(self, r: Req) -> bytes:
-        """What follows the last token of a stream: finish (SGLang chat), usage, ``[DONE]``, as one chunk."""
-        parts: list[bytes] = []
-        if r.kind == "chat" and self.e == "sglang":
-            parts.append(sse(self._chunk_obj(r, None, r.finish)))
-        if r.kind in ("chat", "completion") and r.include_usage:
-            obj: dict[str, Any] = {
-                "id": r.rid,
-                "object": "chat.completion.chunk" if r.kind == "chat" else "text_completion",
-                "created": r.created,
-                "model": self.served,
-                "choices": [],
-                "usage": self.usage(r),
-            }
-            parts.append(sse(obj))
-        parts.append(DONE)
-        return frame(b"".join(parts))
-
-    def meta(self, r: Req) -> dict[str, Any]:
-        fr: Any = None
-        if r.finish == "length":
-            fr = {"type": "length", "length": r.out}
-        elif r.finish == "stop":
-            fr = {"type": "stop", "matched": 2}
-        return {
-            "id": r.rid,
-            "finish_reason": fr,
-            "prompt_tokens": r.prompt_tokens,
-            "completion_tokens": r.out,
-            "cached_tokens": r.cached,
-            "e2e_latency": round(r.last - r.arrival, 6) if r.last else 0.0,
-            **self.spec_meta(r),
-        }
-
-    def spec_meta(self, r: Req) -> dict[str, Any]:
-        """SGLang's per-request speculative figures in ``meta_info`` (``srt/managers/tokenizer_manager.py``,
-        ``_calculate_spec_decoding_metrics``): length = completion tokens / verify steps, rate =
-        accepted / (verify steps × (draft tokens − 1)); none without speculative decoding. The first
-        token comes from the prefill and each verify step adds one of the target's own, so the rest
-        of the answer is the accepted drafts (as emitted: an answer's end cuts its last step)."""
-        spec = self.spec
-        if spec is None:
-            return {}
-        proposed = r.verify_ct * (spec.draft_tokens - 1)
-        accepted = max(0, r.out - 1 - r.verify_ct)
-        return {
-            "spec_verify_ct": r.verify_ct,
-            "spec_accept_length": r.out / r.verify_ct if r.verify_ct else 0,
-            "spec_accept_rate": accepted / proposed if proposed else 0.0,
-            "spec_num_correct_drafts": accepted,
-            "spec_num_proposed_drafts": proposed,
-        }
-
-    def respond(self, r: Req) -> None:
-        """The whole (non-stream) response of a finished request."""
-        if r.conn is None:
-            return
-        text = "".join(r.text or ())
-        usage = self.usage(r)
-        if r.kind == "chat":
-            if self.e == "vllm":
-                msg: dict[str, Any] = {
-                    "role": "assistant",
-                    "content": text,
-                    "refusal": None,
-                    "annotations": None,
-                    "audio": None,
-                    "function_call": None,
-                    "tool_calls": [],
-                    "reasoning": None,
-                }
-                obj = {
-                    "id": r.rid,
-                    "object": "chat.completion",
-                    "created": r.created,
-                    "model": self.served,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": msg,
-                            "logprobs": None,
-                            "finish_reason": r.finish,
-                            "stop_reason": None,
-                            "token_ids": None,
-                        }
-                    ],
-                    "service_tier": None,
-                    "system_fingerprint": None,
-                    "usage": {**usage, "prompt_tokens_details": None},
-                    "prompt_logprobs": None,
-                    "prompt_token_ids": None,
-                    "kv_transfer_params": None,
-                }
-            else:
-                msg = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
-                obj = {
-                    "id": r.rid,
-                    "object": "chat.completion",
-                    "created": r.created,
-                    "model": self.served,
-                    "choices": [
-                        {"index": 0, "message": msg, "logprobs": None, "finish_reason": r.finish, "matched_stop": None}
-                    ],
-                    "usage": usage,
-                }
-        elif r.kind == "completion":
-            ch: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": r.finish}
-            if self.e == "vllm":
-                ch.update({"stop_reason": None, "token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None})
-                obj = {
-                    "id": r.rid,
-                    "object": "text_completion",
-                    "created": r.created,
-                    "model": self.served,
-                    "choices": [ch],
-                    "service_tier": None,
-                    "system_fingerprint": None,
-                    "usage": {**usage, "prompt_tokens_details": None},
-                    "kv_transfer_params": None,
-                }
-            else:
-                ch["matched_stop"] = None
-                obj = {
-                    "id": r.rid,
-                    "object": "text_completion",
-                    "created": r.created,
-                    "model": self.served,
-                    "choices": [ch],
-                    "usage": usage,
-                }
-        else:
-            obj = {"text": text, "output_ids": [], "meta_info": self.meta(r)}
-        r.conn.send_json(200, obj)
-
-    # ------------------------------------------------------------------ HTTP
     def access_log(self, req: Request, status: int) -> None:
         if self.e == "vllm" and self.a.disable_uvicorn_access_log:
             return
-        self.log.uvicorn(
+        self.state.log.uvicorn(
             f'{req.peer} - "{req.method} {req.target} {req.version}" {status} {REASONS.get(status, "")}'.rstrip()
         )
 
@@ -573,18 +120,18 @@ class Api:
         conn.send(200, b"")
 
     def r_health(self, req: Request, conn: Conn) -> None:
-        if self.phase not in ("ready",):
+        if self.state.phase not in ("ready",):
             conn.send(503, b"")
             return
-        if self.e == "sglang" and (self.running or self.waiting):
+        if self.e == "sglang" and (self.state.running or self.state.waiting):
             # SGLang answers once the scheduler has run a step (503 if none within 20 s)
             def answer(ok: bool) -> None:
                 if not conn.started:
                     timeout.cancel()
                     conn.send(200 if ok else 503, b"")
 
-            timeout = asyncio.get_running_loop().call_later(20.0 / self.speed, answer, False)
-            self.step_waiters.append(lambda: answer(True))
+            timeout = asyncio.get_running_loop().call_later(20.0 / self.cfg.speed, answer, False)
+            self.state.step_waiters.append(lambda: answer(True))
             return
         conn.send(200, b"")
 
@@ -592,24 +139,24 @@ class Api:
         conn.send_json(200, {"version": VLLM_VERSION})
 
     def r_load(self, req: Request, conn: Conn) -> None:
-        conn.send_json(200, {"server_load": len(self.running) + len(self.waiting)})
+        conn.send_json(200, {"server_load": len(self.state.running) + len(self.state.waiting)})
 
     def r_models(self, req: Request, conn: Conn) -> None:
         if not self._auth_ok(req, conn):
             return
         card: dict[str, Any] = {
-            "id": self.served,
+            "id": self.cfg.served,
             "object": "model",
             "created": int(time.time()),
             "owned_by": self.e,
-            "root": self.model,
+            "root": self.cfg.model,
             "parent": None,
-            "max_model_len": self.context_len,
+            "max_model_len": self.cfg.context_len,
         }
         if self.e == "vllm":
             card["permission"] = [
                 {
-                    "id": "modelperm-" + uuid.uuid5(uuid.NAMESPACE_DNS, self.served).hex,
+                    "id": "modelperm-" + uuid.uuid5(uuid.NAMESPACE_DNS, self.cfg.served).hex,
                     "object": "model_permission",
                     "created": int(time.time()),
                     "allow_create_engine": False,
@@ -630,15 +177,15 @@ class Api:
             conn.send_json(404, {"detail": "Not Found"})
             return
         self.update_gauges()
-        conn.send(200, self.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
+        conn.send(200, self.state.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def r_model_info(self, req: Request, conn: Conn) -> None:
-        facts = self.facts  # type: ignore[attr-defined]
+        facts = self.cfg.facts
         conn.send_json(
             200,
             {
-                "model_path": self.model,
-                "tokenizer_path": self.a.tokenizer_path or self.model,
+                "model_path": self.cfg.model,
+                "tokenizer_path": self.a.tokenizer_path or self.cfg.model,
                 "is_generation": True,
                 "preferred_sampling_params": None,
                 "weight_version": "default",
@@ -646,14 +193,14 @@ class Api:
                 "has_audio_understanding": False,
                 "model_type": facts["model_type"],
                 "architectures": [facts["arch"]],
-                "served_model_name": self.served,
+                "served_model_name": self.cfg.served,
             },
         )
 
     def r_server_info(self, req: Request, conn: Conn) -> None:
-        s: Any = self
+        s = self.state
         info = {k: v for k, v in vars(self.a).items() if not k.startswith("sim_")}
-        info["served_model_name"] = self.served
+        info["served_model_name"] = self.cfg.served
         info.update(
             {
                 "version": SGLANG_VERSION,
@@ -669,7 +216,9 @@ class Api:
                         },
                         # every decode line's steps since start, as SGLang's scheduler sums them
                         "avg_spec_accept_length": (
-                            round(s.accept_total_sum / s.accept_total_n, 2) if s.spec and s.accept_total_n else None
+                            round(s.accept_total_sum / s.accept_total_n, 2)
+                            if self.cfg.spec and s.accept_total_n
+                            else None
                         ),
                     }
                 ],
@@ -680,8 +229,8 @@ class Api:
     def r_reset_prefix_cache(self, req: Request, conn: Conn) -> None:
         """vLLM's ``POST /reset_prefix_cache`` (``VLLM_SERVER_DEV_MODE=1`` only): 200 without checking;
         the cache is emptied only when no request holds blocks, as vLLM's reset fails then."""
-        if self.cache is not None and not self.running and not self.waiting:
-            self.cache.clear()
+        if self.state.cache is not None and not self.state.running and not self.state.waiting:
+            self.state.cache.clear()
         conn.send(200, b"")
 
     def r_flush(self, req: Request, conn: Conn) -> None:
@@ -689,16 +238,16 @@ class Api:
             b"Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
             b"requests, the operation will not be performed.)\n"
         )
-        if self.running or self.waiting or self.chunked is not None:
-            self.log.sg(
-                f"Cache not flushed because there are pending requests. #queue-req: {len(self.waiting)}, "
-                f"#running-req: {len(self.running)}"
+        if self.state.running or self.state.waiting or self.state.chunked is not None:
+            self.state.log.sg(
+                f"Cache not flushed because there are pending requests. #queue-req: {len(self.state.waiting)}, "
+                f"#running-req: {len(self.state.running)}"
             )
             conn.send(400, body, "text/plain; charset=utf-8")
             return
-        if self.cache is not None:
-            self.cache.clear()
-        self.log.sg("Cache flushed successfully!")
+        if self.state.cache is not None:
+            self.state.cache.clear()
+        self.state.log.sg("Cache flushed successfully!")
         conn.send(200, body, "text/plain; charset=utf-8")
 
     # ---- generation endpoints
@@ -714,11 +263,11 @@ class Api:
         return body
 
     def _common_checks(self, body: dict[str, Any], conn: Conn) -> bool:
-        if self.phase not in ("ready", "warmup"):
+        if self.state.phase not in ("ready", "warmup"):
             self._error(conn, 503, "The server is shutting down", "ServiceUnavailableError")
             return False
         model = body.get("model")
-        if self.e == "vllm" and model is not None and model not in (self.served, self.model):
+        if self.e == "vllm" and model is not None and model not in (self.cfg.served, self.cfg.model):
             self._error(conn, 404, f"The model `{model}` does not exist.", "NotFoundError", "model")
             return False
         n = body.get("n", 1)
@@ -732,15 +281,15 @@ class Api:
     def _max_tokens(self, body: dict[str, Any], prompt: int, default: int | None, conn: Conn) -> int | None:
         mt = body.get("max_completion_tokens", body.get("max_tokens"))
         if mt is None:
-            mt = default if default is not None else self.context_len - prompt
+            mt = default if default is not None else self.cfg.context_len - prompt
         if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
             self._error(conn, 400, f"max_tokens must be at least 1, got {mt}.", param="max_tokens")
             return None
-        if prompt + mt > self.context_len:
+        if prompt + mt > self.cfg.context_len:
             self._error(
                 conn,
                 400,
-                f"This model's maximum context length is {self.context_len} tokens. However, you requested "
+                f"This model's maximum context length is {self.cfg.context_len} tokens. However, you requested "
                 f"{prompt + mt} tokens ({prompt} in the messages, {mt} in the completion). Please reduce the length "
                 "of the messages or completion.",
             )
@@ -787,7 +336,7 @@ class Api:
         if mt is None:
             return
         stream, inc, cont = self._stream_opts(body)
-        r = self.new_req(
+        r = self.formats.new_req(
             "completion",
             stream=stream,
             prompt_tokens=pt,
@@ -834,7 +383,9 @@ class Api:
                 self._error(conn, 400, "prompt must be a string or a list of token ids", param="prompt")
                 return
         # the stand-in tokenizer's ids (tui.sim.prefix): sent back as a prompt, they are the same prompt
-        conn.send_json(200, {"count": len(ids), "max_model_len": self.context_len, "tokens": ids, "token_strs": None})
+        conn.send_json(
+            200, {"count": len(ids), "max_model_len": self.cfg.context_len, "tokens": ids, "token_strs": None}
+        )
 
     def r_chat(self, req: Request, conn: Conn) -> None:
         if not self._auth_ok(req, conn):
@@ -850,7 +401,7 @@ class Api:
         if mt is None:
             return
         stream, inc, cont = self._stream_opts(body)
-        r = self.new_req(
+        r = self.formats.new_req(
             "chat",
             stream=stream,
             prompt_tokens=pt,
@@ -883,7 +434,7 @@ class Api:
         if not isinstance(mt, int) or mt < 1:
             self._error(conn, 400, "max_new_tokens must be a positive integer")
             return
-        r = self.new_req(
+        r = self.formats.new_req(
             "generate",
             stream=bool(body.get("stream", False)),
             prompt_tokens=pt,

@@ -21,7 +21,9 @@ from typing import Any, Mapping, Sequence
 
 from tui.ab.capacity import SloTerm, slo_check
 from tui.sim import perf
-from tui.sim.engine_args import SGLANG_ALIASES, preprocess_vllm_argv, sglang_parser, vllm_parser
+from tui.sim.engine_args import SGLANG_ALIASES
+from tui.sim.sglang_args import sglang_parser
+from tui.sim.vllm_args import preprocess_vllm_argv, vllm_parser
 
 #: SLO terms the model judges beside the latencies: requests all succeed and every level is whole
 _WHOLE_LEVEL = {"completed": 1, "failed": 0, "partial": False}
@@ -114,7 +116,7 @@ def perf_config(
 
 def serve_config_of(engine: str, args: Any, tp: int, env: Mapping[str, str]) -> ServeConfig:
     """Everything the scheduler serves with, from the engine's parsed flags (the simulator's own
-    configuration: :class:`tui.sim.core.SimCore` calls this)."""
+    configuration: :func:`tui.sim.state.sim_config` calls this)."""
     spec = spec_config(engine, args)
     pc = perf_config(engine, args, tp, spec, env)
     if engine == "sglang":

@@ -11,9 +11,13 @@ stamped) at once instead of after the whole pass.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from tui.sim.formats import Req
 
 #: seconds of writing before the loop gets a turn to read its sockets
 SLICE_S = 0.0003
@@ -24,18 +28,20 @@ EARLY = 0.0005
 class FixedClock:
     """Writes each request's chunks on its absolute schedule through ``emit(r, now)``."""
 
-    def __init__(self, loop: Any, ttft: float, itl: float, emit: Callable[[Any, float], None]) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, ttft: float, itl: float, emit: Callable[[Req, float], None]
+    ) -> None:
         self.loop = loop
         self.ttft = ttft
         self.itl = itl
         self.emit = emit
-        self.first: deque[Any] = deque()  # by arrival, so by first-token time
-        self.decode: deque[Any] = deque()  # by next token time (the same ITL keeps the order)
-        self.handle: Any = None  # the timer, or None while a pass is queued or nothing is due
+        self.first: deque[Req] = deque()  # by arrival, so by first-token time
+        self.decode: deque[Req] = deque()  # by next token time (the same ITL keeps the order)
+        self.handle: asyncio.TimerHandle | None = None  # the timer, or None while a pass is queued or nothing is due
         self.handle_due = 0.0
         self.queued = False
 
-    def add(self, r: Any) -> None:
+    def add(self, r: Req) -> None:
         """Schedule ``r`` (``r.arrival`` on the monotonic clock; ``r.due`` is set here)."""
         r.due = r.arrival + self.ttft
         self.first.append(r)

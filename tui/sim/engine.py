@@ -7,47 +7,77 @@ CUDA-graph capture); then it serves the OpenAI API with continuous batching
 driven by :mod:`tui.sim.perf`, streams SSE in the engine's exact format, keeps
 Prometheus metrics and prints the runtime stat lines. Everything goes to
 stdout, flushed per line, so a log tail sees progress live.
+
+:class:`SimServer` is built by composition: it owns the typed state
+(:class:`tui.sim.state.ServerState`), the response formats, the scheduler, the HTTP API and the
+engine's start-up (:class:`tui.sim.startup.EngineStartup`: SGLang's or vLLM's, siblings), and
+hands each part only what it needs.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
+import traceback
+from typing import Any, Coroutine
 
 from tui.engines import VLLM_SPEC_METHODS
-from tui.sim.engine_args import (
-    VLLM_BACKENDS,
-    help_search,
-    preprocess_vllm_argv,
-    sglang_parser,
-    vllm_parser,
-)
+from tui.sim.api import Api
+from tui.sim.engine_args import VLLM_BACKENDS, help_search
+from tui.sim.formats import Formats
+from tui.sim.httpd import HttpServer
+from tui.sim.scheduler import Scheduler
+from tui.sim.sglang_args import sglang_parser
+from tui.sim.sglang_startup import SglangStartup
 from tui.sim.simlog import Fatal
+from tui.sim.startup import EngineStartup, LoadClock, StartupKit
+from tui.sim.state import server_state, sim_config
+from tui.sim.vllm_args import preprocess_vllm_argv, vllm_parser
 from tui.sim.vllm_startup import VllmStartup
 from tui.util.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 
-class Sim(VllmStartup):
+class SimServer:
     """One simulated server: start-up, serving, shutdown."""
+
+    def __init__(self, engine: str, args: argparse.Namespace) -> None:
+        cfg = self.cfg = sim_config(engine, args)
+        state = self.state = server_state(cfg)
+        self.formats = Formats(cfg.engine, cfg.seed, cfg.served, cfg.spec, cfg.cache_block)
+        self.scheduler = Scheduler(state, self.formats)
+        self.api = Api(state, self.formats, self.scheduler.submit, self.scheduler.update_gauges)
+        self.clock = LoadClock(cfg.load_s, cfg.speed)
+        kit = StartupKit(state, self.clock, self._new_http, self.background)
+        self.startup: EngineStartup = (
+            SglangStartup(kit, self.formats, self.scheduler.submit) if engine == "sglang" else VllmStartup(kit)
+        )
+        #: the tasks that live as long as the server (scheduler, metrics publisher, …): referenced
+        #: here, and a crash of one ends the server loudly instead of leaving it hung
+        self._background_tasks: set[asyncio.Task[None]] = set()
+
+    def _new_http(self) -> HttpServer:
+        return HttpServer(self.api.handle, self.api.access_log)
 
     # ------------------------------------------------------------------ run
     async def run(self) -> int:
-        loop = self.loop = asyncio.get_running_loop()
-        self.t0 = loop.time()
-        self.wake = asyncio.Event()
-        self.stop_event = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self.clock.t0 = loop.time()
+        self.scheduler.attach(loop)
+        stop_event = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
-                loop.add_signal_handler(sig, self.stop_event.set)
+                loop.add_signal_handler(sig, stop_event.set)
             except (NotImplementedError, RuntimeError):
                 pass
-        start = asyncio.create_task(self.startup())
-        stopper = asyncio.create_task(self.stop_event.wait())
+        start = asyncio.create_task(self.serve())
+        stopper = asyncio.create_task(stop_event.wait())
         code = 0
         try:
             done, _ = await asyncio.wait({start, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -62,92 +92,92 @@ class Sim(VllmStartup):
                 await cancel_and_wait([start], "simulated start-up")
             await self.shutdown()
         finally:
-            self.record.remove()
-            if self.ray_nodes is not None:
-                self.ray_nodes.close()
-            if self.rec_file:
-                self.rec_file.close()
+            self.state.close_files()
         return code
 
     async def shutdown(self) -> None:
-        self.phase = "stopping"
-        if self.http is not None:
-            if self.e == "vllm":
-                self.log.vl("Shutting down FastAPI HTTP server.", where="launcher.py:110")
-            self.log.uvicorn("Shutting down")
-            for r in [*self.running, *self.waiting, *([self.chunked] if self.chunked is not None else [])]:
-                self._abort(r)
-            await self.http.close()
-            self.log.uvicorn("Waiting for application shutdown.")
-            self.log.uvicorn("Application shutdown complete.")
-            self.log.uvicorn(f"Finished server process [{self.pid}]")
-        elif self.sock is not None:
-            self.sock.close()
-        self.set_mem(0.0, 0)
+        state = self.state
+        L = state.log
+        state.phase = "stopping"
+        if state.http is not None:
+            self.startup.stopping()
+            L.uvicorn("Shutting down")
+            for r in [*state.running, *state.waiting, *([state.chunked] if state.chunked is not None else [])]:
+                self.scheduler.abort(r)
+            await state.http.close()
+            L.uvicorn("Waiting for application shutdown.")
+            L.uvicorn("Application shutdown complete.")
+            L.uvicorn(f"Finished server process [{self.cfg.pid}]")
+        elif state.sock is not None:
+            state.sock.close()
+        state.gpu.set_mem(0.0, 0)
 
-    # ------------------------------------------------------------------ start-up
-    def log_accepted(self) -> None:
-        """One line per real flag of the release that the simulator takes but does not model."""
-        for opt, vals in self.a.sim_accepted or ():
-            text = f"tunedeck sim: {' '.join((opt, *vals))}: accepted, not simulated"
-            if self.e == "sglang":
-                self.log.sg(text)
-            else:
-                self.log.vl(text, level="WARNING", where="engine_args.py:1")
-
-    async def startup(self) -> None:
-        self.log_accepted()
-        if self.e == "sglang":
-            await self.startup_sglang()
-        else:
-            await self.startup_vllm()
-        self.phase = "warmup"
+    async def serve(self) -> None:
+        """Start up, serve until cancelled by the shutdown (or a ``--sim-fault crash``)."""
+        a = self.cfg.args
+        for opt, vals in a.sim_accepted or ():
+            # one line per real flag of the release that the simulator takes but does not model
+            self.startup.note(f"tunedeck sim: {' '.join((opt, *vals))}: accepted, not simulated")
+        await self.startup.start()
+        self.state.phase = "warmup"
         self.background(self.publisher(), "publisher")
-        if not self.fixed:
+        if not self.cfg.fixed:
             # fixed timing bypasses the model: its clock writes every chunk. A scheduler started
             # beside it found the clock's requests in ``running`` with nothing to batch, and spun
             # without a turn of the loop (the server hung in its warm-up, deaf to SIGTERM)
-            self.background(self.scheduler(), "scheduler")
-        if self.e == "vllm" and not self.a.disable_log_stats:
-            self.background(self.vllm_stats(), "vllm-stats")
-        if self.e == "sglang" and not self.a.skip_server_warmup:
-            await self.sglang_warmup()
-        self.phase = "ready"
+            self.background(self.scheduler.run(), "scheduler")
+        for coro, name in self.startup.serving_tasks():
+            self.background(coro, name)
+        await self.startup.warm_up()
+        self.state.phase = "ready"
         gc.collect()
         gc.freeze()  # as vLLM does once started: the start-up heap stays out of every later collection
-        if self.e == "sglang":
-            self.log.sg("The server is fired up and ready to roll!")
-        if self.a.sim_fault == "crash":
-            await asyncio.sleep(self.a.sim_crash_after)
-            self.crash()
+        self.startup.ready()
+        if a.sim_fault == "crash":
+            await asyncio.sleep(a.sim_crash_after)
+            self.startup.crash()
         await asyncio.Event().wait()  # until cancelled by shutdown
 
-    def crash(self) -> None:
-        """``--sim-fault crash``: a served engine dies of a CUDA error in its scheduler, as a
-        real one does (the traceback, then the engine's own report of it, then killed)."""
-        L = self.log
-        if self.e == "sglang":
-            L.sg(
-                "Scheduler hit an exception: Traceback (most recent call last):\n"
-                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 2937, in run_scheduler_process\n'
-                "    scheduler.event_loop_overlap()\n"
-                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 1021, in event_loop_overlap\n'
-                "    batch_result = self.run_batch(batch)\n"
-                "RuntimeError: CUDA error: an illegal memory access was encountered\n",
-                rank=0,
-            )
-            L.sg("Received sigquit from a child process. It usually means the child failed.")
-            raise Fatal(137, kill=True)
-        ec = self.pid + 1
-        for line in [
-            "EngineCore encountered a fatal error.",
-            "Traceback (most recent call last):",
-            '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 1010, in run_engine_core',
-            "    engine_core.run_busy_loop()",
-            "RuntimeError: CUDA error: an illegal memory access was encountered",
-        ]:
-            L.vl(line, proc="EngineCore", pid=ec, level="ERROR", where="core.py:1010")
-        raise Fatal(1)
+    # ------------------------------------------------------------------ background tasks
+    async def publisher(self) -> None:
+        gpu = self.state.gpu
+        while True:
+            b = len(self.state.running)
+            gpu.util = 0 if b == 0 else min(100, int(60 + 40 * min(1.0, b / 8)))
+            gpu.publish()
+            await asyncio.sleep(0.5)
+
+    def background(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run ``coro`` for the life of the server (see :attr:`_background_tasks`)."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background_tasks.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        self._background_tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        if isinstance(exc, Fatal):  # already said in the engine's words
+            self._die(exc)
+            return
+        sys.stderr.write(f"simulator task {task.get_name()} crashed:\n")
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        self._die(Fatal(1, kill=True))
+
+    def _die(self, f: Fatal) -> int:
+        self.state.close_files()
+        if self.state.sock:
+            self.state.sock.close()
+        if f.kill:
+            try:
+                sys.stdout.flush()
+            except (OSError, ValueError):  # the reader is gone or stdout is closed: dying anyway
+                pass
+            os.kill(os.getpid(), signal.SIGKILL)
+        return f.code
 
 
 # ====================================================================== entry
@@ -188,7 +218,7 @@ def main(engine: str, argv: list[str]) -> int:
             )
             return 1
     try:
-        sim = Sim(engine, args)
+        sim = SimServer(engine, args)
     except Exception as e:  # bad simulator config (gpus.json, record path)
         log.error("the simulated %s could not start", engine, exc_info=True)
         print(f"tunedeck sim {engine}: {e}", file=sys.stderr)

@@ -21,9 +21,12 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tui.sim.simlog import Fatal
+
+if TYPE_CHECKING:
+    from tui.sim.startup import StartupKit
 
 DEFAULT_DIST_TIMEOUT = 600
 _TB = (
@@ -59,9 +62,9 @@ def _addr(args: Any) -> tuple[str, int]:
 class Rendezvous:
     """The connections between this node and the others (kept open: a peer that dies closes them)."""
 
-    def __init__(self, sim: Any) -> None:
-        self.sim = sim
-        self.a = sim.a
+    def __init__(self, kit: StartupKit) -> None:
+        self.kit = kit
+        self.a = kit.a
         self.n = int(self.a.nnodes)
         self.rank = int(self.a.node_rank or 0)
         self.timeout = float(self.a.dist_timeout or os.environ.get("TUNEDECK_SIM_DIST_TIMEOUT") or DEFAULT_DIST_TIMEOUT)
@@ -72,7 +75,7 @@ class Rendezvous:
 
     # ------------------------------------------------------------------ failures, in the engine's words
     def _fail(self, exc_line: str) -> None:
-        L = self.sim.log
+        L = self.kit.log
         L.sg(_TB + exc_line + "\n", rank=first_rank(self.a, self.ranks_per_node * self.n))
         L.sg("Received sigquit from a child process. It usually means the child failed.")
         raise Fatal(137, kill=True)
@@ -83,7 +86,7 @@ class Rendezvous:
             await self._serve()
         else:
             await self._connect()
-        self.sim.background(self._watch(), "rendezvous-watch")
+        self.kit.background(self._watch(), "rendezvous-watch")
 
     async def _serve(self) -> None:
         joined = asyncio.Event()
@@ -155,21 +158,21 @@ class Rendezvous:
         self._fail("RuntimeError: NCCL error: remote process exited or there was a network error")
 
 
-async def join(sim: Any) -> Rendezvous | None:
+async def join(kit: StartupKit) -> Rendezvous | None:
     """The rendezvous of a multi-node SGLang start (None on one node)."""
-    if sim.e != "sglang" or not multi_node(sim.a):
+    if kit.cfg.engine != "sglang" or not multi_node(kit.a):
         return None
-    r = Rendezvous(sim)
+    r = Rendezvous(kit)
     loop = asyncio.get_running_loop()
     t = loop.time()
     await r.join()
-    sim.t0 += loop.time() - t  # the load goes on from where the rendezvous let it
+    kit.clock.t0 += loop.time() - t  # the load goes on from where the rendezvous let it
     return r
 
 
-async def wait_headless(sim: Any) -> None:
+async def wait_headless(kit: StartupKit) -> None:
     """A node other than the head keeps its ranks loaded and serves nothing (only the head has the
     HTTP server), until it is stopped or a peer dies."""
-    if sim.e == "sglang" and multi_node(sim.a) and int(sim.a.node_rank or 0) > 0:
-        sim.phase = "ready"
+    if kit.cfg.engine == "sglang" and multi_node(kit.a) and int(kit.a.node_rank or 0) > 0:
+        kit.state.phase = "ready"
         await asyncio.Event().wait()

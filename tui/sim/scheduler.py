@@ -1,5 +1,5 @@
 """Serving: requests in, continuous batching (or fixed timing) driven by :mod:`tui.sim.perf`,
-tokens out through :class:`tui.sim.api.Api`, the engines' decode log lines and gauges."""
+tokens out in the engine's format (:mod:`tui.sim.formats`), the engines' decode log lines and gauges."""
 
 from __future__ import annotations
 
@@ -9,32 +9,58 @@ import random
 import time
 
 from tui.sim import perf
-from tui.sim.api import Req
 from tui.sim.clock import FixedClock
-from tui.sim.core import SimCore
+from tui.sim.formats import Formats, Req
+from tui.sim.state import ServerState
 
 
-class Scheduler(SimCore):
-    """The continuous-batching scheduler and what a request goes through."""
+class Scheduler:
+    """The continuous-batching scheduler and what a request goes through, on the server's state."""
+
+    def __init__(self, state: ServerState, formats: Formats) -> None:
+        self.state = state
+        self.cfg = state.cfg
+        self.e = state.cfg.engine
+        self.formats = formats
+        # the same objects as the state's, read on every token
+        self.metrics = state.metrics
+        self.cache = state.cache
+        self.log = state.log
+        self.loop: asyncio.AbstractEventLoop | None = None
+        #: set when a request arrives while the scheduler sleeps
+        self.wake: asyncio.Event | None = None
+        self.clock: FixedClock | None = None
+        self.decode_steps_since_log = 0
+        self.gen_since_log = 0
+        self.log_t = 0.0
+        #: tokens and verify steps since the last decode line (its ``accept len``)
+        self.accept_sum = 0
+        self.accept_n = 0
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind to the server's event loop (before the first request)."""
+        self.loop = loop
+        self.wake = asyncio.Event()
 
     # ------------------------------------------------------------------ requests
     def submit(self, r: Req) -> None:
         """Hand a new request to the fixed clock or the scheduler; its chunks follow from there."""
-        if self.fixed:
+        if self.cfg.fixed:
             self._fixed_start(r)
         else:
-            self.waiting.append(r)
-            self.metrics.waiting = len(self.waiting)
+            self.state.waiting.append(r)
+            self.metrics.waiting = len(self.state.waiting)
             assert self.wake is not None
             self.wake.set()
 
     # ---- fixed timing (bypasses the model: exact TTFT and inter-token delay, see tui.sim.clock)
     def _fixed_start(self, r: Req) -> None:
         if self.clock is None:
-            self.clock = FixedClock(self.loop, self.fixed_ttft, self.fixed_itl, self._fixed_emit)
+            assert self.loop is not None
+            self.clock = FixedClock(self.loop, self.cfg.fixed_ttft, self.cfg.fixed_itl, self._fixed_emit)
         r.admitted = r.arrival
-        self.running.append(r)
-        self.metrics.running = len(self.running)
+        self.state.running.append(r)
+        self.metrics.running = len(self.state.running)
         self.clock.add(r)
 
     def _fixed_emit(self, r: Req, now: float) -> None:
@@ -43,19 +69,20 @@ class Scheduler(SimCore):
         self.emit(r, 1, now)
 
     # ---- continuous batching
-    async def scheduler(self) -> None:
+    async def run(self) -> None:
+        """The scheduler loop, for the life of the server (a background task)."""
         loop = asyncio.get_running_loop()
         assert self.wake is not None
-        rng = random.Random(self.seed * 31 + 7)
-        pc = self.perf
+        rng = random.Random(self.cfg.seed * 31 + 7)
+        pc = self.cfg.perf
         k = pc.decode_steps if self.e == "sglang" else 1
         if self.cache is not None:
-            self.cache.resize(self.kv_tokens // self.cache.block)
+            self.cache.resize(self.state.kv_tokens // self.cache.block)
         t_next = loop.time()
         step = 0
         self.log_t = loop.time()
         while True:
-            if not self.running and not self.waiting and self.chunked is None:
+            if not self.state.running and not self.state.waiting and self.state.chunked is None:
                 self.wake.clear()
                 self.update_gauges()
                 await self.wake.wait()
@@ -65,7 +92,7 @@ class Scheduler(SimCore):
                 t_next = now - 0.05  # never burst more than ~50 ms of backlog
             sched: list[tuple[Req, int]] = []
             if self.e == "sglang":
-                if self.chunked is not None or step % k == 0 or not self.running:
+                if self.state.chunked is not None or step % k == 0 or not self.state.running:
                     sched = self._sglang_batch(max(now, t_next))
                 if sched:
                     t_next = await self._sglang_prefill(sched, rng, t_next)
@@ -73,9 +100,9 @@ class Scheduler(SimCore):
             else:
                 self._vllm_preempt()
                 sched = self._vllm_schedule(max(now, t_next))
-            b = sum(1 for r in self.running if r.todo == 0) + sum(1 for r, take in sched if take == r.todo)
+            b = sum(1 for r in self.state.running if r.todo == 0) + sum(1 for r, take in sched if take == r.todo)
             if b == 0 and not sched:
-                if not self.waiting:
+                if not self.state.waiting:
                     continue
                 await self._sleep_until(t_next + 0.001)  # a prompt that fits nowhere waits for KV to free
                 t_next = loop.time()
@@ -84,14 +111,14 @@ class Scheduler(SimCore):
             newtoks = sum(take for _r, take in sched)
             if newtoks:
                 dur += perf.prefill_time(pc, newtoks)
-            t_next += dur / self.speed
+            t_next += dur / self.cfg.speed
             await self._sleep_until(t_next)
             tnow = loop.time()
             for r, take in sched:
                 self._prefilled(r, take)
             gen = 0
-            spec = self.spec
-            for r in self.running:
+            spec = self.cfg.spec
+            for r in self.state.running:
                 if r.finish is not None or r.todo:
                     continue
                 n = 1
@@ -117,7 +144,7 @@ class Scheduler(SimCore):
             if self.e == "sglang":
                 self.decode_steps_since_log += 1
                 self.gen_since_log += gen
-                if self.decode_steps_since_log >= self.decode_log_interval:
+                if self.decode_steps_since_log >= self.cfg.decode_log_interval:
                     self._sglang_decode_log(tnow)
 
     # ---- prefix cache, prefill chunks, KV room
@@ -136,7 +163,7 @@ class Scheduler(SimCore):
 
     def _admit(self, r: Req, now: float) -> None:
         """``r`` leaves the queue: its cache lookup counts in the metrics."""
-        self.waiting.popleft()
+        self.state.waiting.popleft()
         if not r.admitted:
             r.admitted = now
         if self.cache is not None:
@@ -149,17 +176,16 @@ class Scheduler(SimCore):
         if r.todo == 0:
             if r.out == 0:
                 self.metrics.prompt_tokens += r.prompt_tokens
-                self.prompt_since_log += r.prompt_tokens
             if self.cache is not None and r.hashes:
                 self.cache.insert(r.hashes)
 
     def _kv_room(self, r: Req, extra: int) -> bool:
         """Whether ``r``'s prompt (and what it generated) fits in the KV cache beside the running
         requests and ``extra`` tokens admitted this step; with nothing running it always goes."""
-        if not self.kv_tokens or (not self.running and not extra):
+        if not self.state.kv_tokens or (not self.state.running and not extra):
             return True
         used: int = self.metrics.used_tokens
-        return used + extra + r.prompt_tokens + r.out <= self.kv_tokens
+        return used + extra + r.prompt_tokens + r.out <= self.state.kv_tokens
 
     def _sglang_batch(self, now: float) -> list[tuple[Req, int]]:
         """The next prefill batch: (request, prompt tokens computed now).
@@ -170,22 +196,22 @@ class Scheduler(SimCore):
         With chunking off, a prompt over the budget runs alone.
         """
         batch: list[tuple[Req, int]] = []
-        budget = self.prefill_budget
-        chunk = self.chunk_size
+        budget = self.cfg.prefill_budget
+        chunk = self.cfg.chunk_size
         room = budget if chunk is None else min(budget, chunk)
-        c = self.chunked
+        c = self.state.chunked
         if c is not None:
             take = min(c.todo, room)
             batch.append((c, take))
             if take < c.todo:
                 return batch
-            self.chunked = None
+            self.state.chunked = None
             room -= take
         extra = 0
-        while self.waiting and len(self.running) + len(batch) < self.max_running:
-            r = self.waiting[0]
+        while self.state.waiting and len(self.state.running) + len(batch) < self.cfg.max_running:
+            r = self.state.waiting[0]
             if r.finish is not None:
-                self.waiting.popleft()
+                self.state.waiting.popleft()
                 continue
             self._lookup(r)
             if not self._kv_room(r, extra):
@@ -201,7 +227,7 @@ class Scheduler(SimCore):
             extra += r.prompt_tokens
             room -= take
             if take < r.todo:
-                self.chunked = r
+                self.state.chunked = r
                 break
         return batch
 
@@ -212,8 +238,8 @@ class Scheduler(SimCore):
         # cache hits of the requests starting here (a continued chunk's earlier chunks count as new
         # tokens, not hits, in SGLang's PrefillAdder)
         cached = sum(r.cached for r, _take in batch if r.todo == r.prompt_tokens - r.cached)
-        dur = perf.prefill_time(self.perf, toks) * perf.jitter(rng)
-        t_next += dur / self.speed
+        dur = perf.prefill_time(self.cfg.perf, toks) * perf.jitter(rng)
+        t_next += dur / self.cfg.speed
         await self._sleep_until(t_next)
         tnow = loop.time()
         done = []
@@ -222,11 +248,11 @@ class Scheduler(SimCore):
             if r.todo == 0:
                 done.append(r)
         self.metrics.cache_hit_rate = cached / max(1, cached + toks)
-        self.running.extend(done)
+        self.state.running.extend(done)
         self.update_gauges()
         self.log.sg(
             f"Prefill batch, #new-seq: {len(batch)}, #new-token: {toks}, #cached-token: {cached}, token usage: {self.metrics.token_usage:.2f}, "
-            f"#running-req: {len(self.running) - len(done)}, #queue-req: {len(self.waiting)}, #pending-token: 0, "
+            f"#running-req: {len(self.state.running) - len(done)}, #queue-req: {len(self.state.waiting)}, #pending-token: 0, "
             f"cuda graph: False, input throughput (token/s): {toks / max(1e-6, dur):.2f}",
             rank=0,
         )
@@ -240,29 +266,29 @@ class Scheduler(SimCore):
         """One vLLM step's prefill work within ``--max-num-batched-tokens``: running decodes take
         1 token each (1 + drafts under speculative decoding), partly prefilled requests continue,
         then waiting requests start, each prompt cut to the tokens left (chunked prefill)."""
-        per_decode = 1 + (self.spec.num_steps if self.spec is not None else 0)
-        budget = self.prefill_budget
+        per_decode = 1 + (self.cfg.spec.num_steps if self.cfg.spec is not None else 0)
+        budget = self.cfg.prefill_budget
         sched: list[tuple[Req, int]] = []
-        for r in self.running:
+        for r in self.state.running:
             if r.todo == 0 and r.finish is None:
                 budget -= per_decode
-        for r in self.running:
+        for r in self.state.running:
             if r.todo > 0 and budget > 0:
                 take = min(r.todo, budget)
                 sched.append((r, take))
                 budget -= take
         extra = 0
-        while self.waiting and len(self.running) < self.max_running and budget > 0:
-            r = self.waiting[0]
+        while self.state.waiting and len(self.state.running) < self.cfg.max_running and budget > 0:
+            r = self.state.waiting[0]
             if r.finish is not None:
-                self.waiting.popleft()
+                self.state.waiting.popleft()
                 continue
             self._lookup(r)
             if not self._kv_room(r, extra):
                 break
             self._admit(r, now)
             take = min(r.todo, budget)
-            self.running.append(r)
+            self.state.running.append(r)
             sched.append((r, take))
             extra += r.prompt_tokens + r.out
             budget -= take
@@ -271,17 +297,17 @@ class Scheduler(SimCore):
     def _vllm_preempt(self) -> None:
         """A full KV cache preempts the most recently admitted running requests (recompute: back to
         the front of the queue, their KV freed), as vLLM's scheduler does."""
-        if not self.kv_tokens:
+        if not self.state.kv_tokens:
             return
-        need = sum(r.prompt_tokens + r.out + 1 for r in self.running if r.finish is None)
-        while need > self.kv_tokens and len(self.running) > 1:
-            r = self.running.pop()
+        need = sum(r.prompt_tokens + r.out + 1 for r in self.state.running if r.finish is None)
+        while need > self.state.kv_tokens and len(self.state.running) > 1:
+            r = self.state.running.pop()
             if r.finish is not None:
                 continue
             need -= r.prompt_tokens + r.out + 1
             r.todo = -1
             r.cached = 0
-            self.waiting.appendleft(r)
+            self.state.waiting.appendleft(r)
             self.metrics.preemptions += 1
             self.update_gauges()
 
@@ -296,24 +322,24 @@ class Scheduler(SimCore):
     def _sglang_decode_log(self, now: float) -> None:
         dt = max(1e-6, now - self.log_t)
         tput = self.gen_since_log / dt
-        self.last_gen_tput = tput
+        self.state.last_gen_tput = tput
         self.metrics.gen_throughput = tput
         spec = ""
-        if self.spec and self.accept_n:
+        if self.cfg.spec and self.accept_n:
             # the gauges are this interval's figures, as SGLang's scheduler sets them at each decode line
             al = self.accept_sum / self.accept_n
-            spec = f"accept len: {al:.2f}, accept rate: {(al - 1) / self.spec.num_steps:.2f}, "
+            spec = f"accept len: {al:.2f}, accept rate: {(al - 1) / self.cfg.spec.num_steps:.2f}, "
             self.metrics.spec_accept_length = al
-            self.metrics.spec_accept_rate = (al - 1) / self.spec.num_steps
-            self.metrics.spec_num_steps = self.spec.num_steps
-            self.metrics.spec_num_draft_tokens = self.spec.draft_tokens
-            self.accept_total_sum += self.accept_sum
-            self.accept_total_n += self.accept_n
+            self.metrics.spec_accept_rate = (al - 1) / self.cfg.spec.num_steps
+            self.metrics.spec_num_steps = self.cfg.spec.num_steps
+            self.metrics.spec_num_draft_tokens = self.cfg.spec.draft_tokens
+            self.state.accept_total_sum += self.accept_sum
+            self.state.accept_total_n += self.accept_n
             self.accept_sum = self.accept_n = 0
-        graph = len(self.running) <= self.perf.cuda_graph_max_bs and not self.perf.enforce_eager
+        graph = len(self.state.running) <= self.cfg.perf.cuda_graph_max_bs and not self.cfg.perf.enforce_eager
         self.log.sg(
-            f"Decode batch, #running-req: {len(self.running)}, #token: {self.metrics.used_tokens}, token usage: {self.metrics.token_usage:.2f}, "
-            f"{spec}cuda graph: {graph}, gen throughput (token/s): {tput:.2f}, #queue-req: {len(self.waiting)}",
+            f"Decode batch, #running-req: {len(self.state.running)}, #token: {self.metrics.used_tokens}, token usage: {self.metrics.token_usage:.2f}, "
+            f"{spec}cuda graph: {graph}, gen throughput (token/s): {tput:.2f}, #queue-req: {len(self.state.waiting)}",
             rank=0,
         )
         self.decode_steps_since_log = 0
@@ -321,22 +347,22 @@ class Scheduler(SimCore):
         self.log_t = now
 
     def _step_done(self) -> None:
-        if self.step_waiters:
-            ws, self.step_waiters = self.step_waiters, []
+        if self.state.step_waiters:
+            ws, self.state.step_waiters = self.state.step_waiters, []
             for answer in ws:
                 answer()
 
     def update_gauges(self) -> None:
         m = self.metrics
-        m.running = len(self.running)
-        m.waiting = len(self.waiting)
-        used = sum(r.prompt_tokens + r.out for r in self.running)
+        m.running = len(self.state.running)
+        m.waiting = len(self.state.waiting)
+        used = sum(r.prompt_tokens + r.out for r in self.state.running)
         m.used_tokens = used
-        m.token_usage = min(1.0, used / self.kv_tokens) if self.kv_tokens else 0.0
+        m.token_usage = min(1.0, used / self.state.kv_tokens) if self.state.kv_tokens else 0.0
 
     def _finish_done(self) -> None:
-        if any(r.finish is not None for r in self.running):
-            self.running = [r for r in self.running if r.finish is None]
+        if any(r.finish is not None for r in self.state.running):
+            self.state.running = [r for r in self.state.running if r.finish is None]
 
     # ---- token emission: writes straight to the client's transport
     def emit(self, r: Req, n: int, now: float) -> int:
@@ -349,7 +375,7 @@ class Scheduler(SimCore):
             return 0
         conn = r.conn
         if conn is not None and conn.closed:
-            self._abort(r)
+            self.abort(r)
             return 0
         n = min(n, r.max_tokens - r.out, max(1, r.eos_at - r.out))
         first = r.out == 0
@@ -368,21 +394,22 @@ class Scheduler(SimCore):
         elif r.out >= r.eos_at:
             r.finish = "stop"
         if r.text is not None:
-            r.text.append(self.words(r.wpos + pos, n))
+            r.text.append(self.formats.words(r.wpos + pos, n))
         if r.stream and conn is not None:
-            frames = self.token_frames(r, r.wpos + pos, n, first)
+            frames = self.formats.token_frames(r, r.wpos + pos, n, first)
             if r.finish is None:
                 conn.write_frames(frames)
             else:
-                conn.end_stream(frames + self.end_frames(r))
-        if self.rec_file is not None and not r.internal:
+                conn.end_stream(frames + self.formats.end_frames(r))
+        if self.state.rec_file is not None and not r.internal:
             r.times.append(time.time())
             r.counts.append(n)
         if r.finish is not None:
             self._complete(r, now)
         return n
 
-    def _abort(self, r: Req) -> None:
+    def abort(self, r: Req) -> None:
+        """End ``r`` unfinished (its client went away, or the server stops)."""
         if r.finish is not None:
             return
         r.finish = "abort"
@@ -391,8 +418,8 @@ class Scheduler(SimCore):
             self.metrics.aborted += 1
         else:
             self.metrics.finished["abort"] += 1
-        if r in self.running and self.fixed:
-            self.running.remove(r)
+        if r in self.state.running and self.cfg.fixed:
+            self.state.running.remove(r)
         if r.conn is not None:
             r.conn.abort()  # the client has gone, or the server stops: the response ends unfinished
         if r.done is not None and not r.done.done():
@@ -409,12 +436,12 @@ class Scheduler(SimCore):
         m.requests += 1
         m.spec_verify_calls += r.verify_ct  # SGLang counts a request's verify steps when it finishes
         m.finished[r.finish or "stop"] = m.finished.get(r.finish or "stop", 0) + 1
-        if self.fixed and r in self.running:
-            self.running.remove(r)
-            m.running = len(self.running)
+        if self.cfg.fixed and r in self.state.running:
+            self.state.running.remove(r)
+            m.running = len(self.state.running)
         if not r.stream:
-            self.respond(r)
-        if self.rec_file is not None and not r.internal:
+            self.formats.respond(r)
+        if self.state.rec_file is not None and not r.internal:
             rec = {
                 "id": r.rid,
                 "engine": self.e,
@@ -429,7 +456,7 @@ class Scheduler(SimCore):
                 "finish_reason": r.finish,
             }
             try:
-                self.rec_file.write(json.dumps(rec, separators=(",", ":")) + "\n")
+                self.state.rec_file.write(json.dumps(rec, separators=(",", ":")) + "\n")
             except (OSError, ValueError):
                 pass
         if r.done is not None and not r.done.done():

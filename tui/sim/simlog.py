@@ -8,7 +8,7 @@ import os
 import re
 import sys
 import time
-from typing import Any
+from typing import TypedDict
 
 
 def fmt_interval(s: float) -> str:
@@ -52,7 +52,21 @@ def sglang_capture_bs(max_bs: int) -> list[int]:
     return [b for b in bs if b <= max_bs]
 
 
-def model_facts(model: str, tp: int) -> dict[str, Any]:
+class ModelFacts(TypedDict):
+    """What the simulator guesses about a model from its name."""
+
+    params_b: float
+    bytes_per_param: float
+    mla: bool
+    arch: str
+    model_type: str
+    kv_bytes_per_token: int
+    weights_gib_total: float
+    layers: int
+    shards: int
+
+
+def model_facts(model: str, tp: int) -> ModelFacts:
     """Guess size, architecture and KV footprint from the model name (sim only)."""
     low = model.lower()
     m = re.findall(r"(\d+(?:\.\d+)?)\s*b(?![a-z])", low)

@@ -19,10 +19,12 @@ def os_error_text(e: OSError) -> str:
     return e.strerror or str(e)
 
 
-def atomic_write_bytes(path: PathArg, data: bytes, *, mode: int = 0o644) -> None:
+def atomic_write_bytes(path: PathArg, data: bytes, *, mode: int = 0o644, replace: bool = True) -> None:
     """Write ``data`` to ``path`` so that readers see the old or the new file, never a torn one.
 
     Temp file in the same directory → write → fsync → ``os.replace`` → fsync the directory.
+    ``replace=False``: an existing ``path`` is left alone and :class:`FileExistsError` raised
+    (the temp file is hard-linked into place, which fails when the name exists: no race).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -33,7 +35,11 @@ def atomic_write_bytes(path: PathArg, data: bytes, *, mode: int = 0o644) -> None
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+            os.unlink(tmp)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -52,8 +58,8 @@ def atomic_write_bytes(path: PathArg, data: bytes, *, mode: int = 0o644) -> None
         os.close(dfd)
 
 
-def atomic_write_text(path: PathArg, text: str, *, mode: int = 0o644) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+def atomic_write_text(path: PathArg, text: str, *, mode: int = 0o644, replace: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode, replace=replace)
 
 
 def atomic_write_json(path: PathArg, obj: Any, *, mode: int = 0o644) -> None:

@@ -1,0 +1,12 @@
+"""Shareable reports: a benchmark result, an A/B or a campaign as one self-contained HTML file
+or as GitHub-flavoured Markdown.
+
+* :mod:`tui.report.parts`: what a report holds (sections of tables, charts, commands, notes),
+  plain immutable data;
+* :mod:`tui.report.build`: the parts of a stored result, an A/B from the journal, or a campaign;
+* :mod:`tui.report.svg`: charts as inline SVG (nice axis ticks, no script);
+* :mod:`tui.report.htmlpage` and :mod:`tui.report.markdown`: the two renderers;
+* :mod:`tui.report.load`: an id (result, sweep or A/B) to a report, and the file written safely.
+
+No Textual, no network: everything a page shows is in the page.
+"""
