@@ -248,6 +248,18 @@ class TuneRun:
             job = found[-1]
         return cls(host, job, python=str((job.meta or {}).get("python") or "") or None)
 
+    async def spec(self) -> dict[str, Any]:
+        """The campaign's spec as the job holds it (its candidates, SLO, estimate), for a
+        follower that did not start it; HostError when unreadable."""
+        raw = await logfollow.read_log(self.host, f"{self.job.dir}/{jobfiles.SPEC}")
+        try:
+            d = json.loads(raw)
+        except ValueError as e:
+            raise HostError("error", f"{self.job.dir}/{jobfiles.SPEC} unreadable: {e}") from None
+        if not isinstance(d, dict):
+            raise HostError("error", f"{self.job.dir}/{jobfiles.SPEC}: not a JSON object")
+        return d
+
     # ------------------------------------------------------------------ follow
     async def events(self) -> AsyncIterator[ABEvent]:
         """The campaign's events to its end. A campaign whose process ended without its report
