@@ -145,12 +145,12 @@ class TuneProgress:
         self._now = max(self._now, ev.time)
         if ev.repeat and ev.repeat > self.round:
             self.round = ev.repeat
-            for c in self._cands.values():  # a new round: the contenders are queued again
-                if c.state == DONE:
-                    c.state, c.step = QUEUED, f"round {self.round}"
+            for x in self._cands.values():  # a new round: the contenders are queued again
+                if x.state == DONE:
+                    x.state, x.step = QUEUED, f"round {self.round}"
         if ev.kind != "bench-progress":
             self.last = ev.message
-        c = self._cand(ev.side) if ev.side else None
+        c: _Cand | None = self._cand(ev.side) if ev.side else None
         kind = ev.kind
         if c is not None:
             if kind == "launch":
@@ -220,7 +220,7 @@ class TuneProgress:
             for c in self._cands.values()
             if c.per_user is not None and c.per_gpu is not None and c.state != FAILED
         }
-        front = set(pareto(pts))  # type: ignore[arg-type]
+        front = set(pareto(pts))
         for c in self._cands.values():
             c.pareto = c.name in front
 

@@ -327,6 +327,38 @@ def command_argv(
     return argv
 
 
+def candidates_file(base: str) -> Any:
+    """Where the dashboard writes the candidates of a campaign over ``base`` made from marked
+    profiles (``--candidates FILE`` of the command it shows)."""
+    from tui.util.paths import state_dir
+    from tui.util.safety import visible
+
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in visible(base))
+    return state_dir() / "tune" / f"candidates-{safe}.toml"
+
+
+def write_candidates_file(base: str, marked: Sequence[str], path: str) -> None:
+    """The marked profiles as a candidates file over ``base`` (each its changes to the base's
+    TOML): :class:`~tui.profiles.vary.VaryError` (a ValueError) naming a profile that cannot be
+    one, OSError when it cannot be written."""
+    from tui.profiles.model import ProfileError
+    from tui.profiles.store import ProfileStore
+    from tui.profiles.vary import VaryError, candidates_toml, changes_between
+    from tui.util.files import atomic_write_text
+
+    store = ProfileStore()
+    try:
+        b = store.get(base)
+        items = [(name, changes_between(b, store.get(name))) for name in marked]
+    except ProfileError as e:
+        raise VaryError(f"marked profile: {e}") from None
+    from pathlib import Path
+
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(dest, candidates_toml(items))
+
+
 class _Refused(argparse.ArgumentParser):
     """A parser whose errors are a :class:`ValueError` (one line) instead of an exit."""
 
@@ -342,7 +374,7 @@ def parse_command(argv: Sequence[str]) -> argparse.Namespace:
     if words[:2] != ["tunedeck", "tune"]:
         raise ValueError(f"not a `tunedeck tune` command: {' '.join(words[:2])}")
     parser = _Refused(prog="tunedeck", parents=[common_parser()], add_help=False)
-    sub = parser.add_subparsers(dest="command", parser_class=_Refused)
+    sub: Subparsers = parser.add_subparsers(dest="command", parser_class=_Refused)
     register(sub, common_parser())
     return finish_args(parser.parse_args(words[1:]))
 

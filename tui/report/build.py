@@ -625,12 +625,9 @@ def campaign_report(campaign: Mapping[str, Any]) -> Report:
         headline = f"Winner: {win}" + (f", capacity {fmt_num(cap)} concurrent users under the SLO" if cap else "")
     else:
         headline = "No winner: no candidate met the SLO." if cands else "No candidates."
-    facts = (("Campaign", cid), ("Candidates", str(len(cands))))
-    if campaign.get("status"):
-        facts += (("Status", str(campaign.get("status"))),)
-    if campaign.get("host"):
-        facts += (("Host", str(campaign.get("host"))),)
-    return Report("campaign", cid, f"Campaign {cid}", headline, tuple(sections), now_text(), facts)
+    facts = [("Campaign", cid), ("Candidates", str(len(cands)))]
+    facts += [(what, str(campaign[key])) for what, key in (("Status", "status"), ("Host", "host")) if campaign.get(key)]
+    return Report("campaign", cid, f"Campaign {cid}", headline, tuple(sections), now_text(), tuple(facts))
 
 
 __all__ = [
