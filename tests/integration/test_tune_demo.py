@@ -204,6 +204,8 @@ def test_cancel_asks_stops_the_server_and_keeps_the_results(base: str, tmp_path:
                 break
             assert time.monotonic() < deadline, "".join(seen)
         jid = re.search(r"campaign job (\S+) runs on demo", "".join(seen)).group(1)
+        r = run_cli("tune", "--list", "--demo")
+        assert r.returncode == 0 and jid in r.stdout and "running" in r.stdout, r.stdout + r.stderr
         r = run_cli("tune", "--cancel", jid, "--demo")  # no terminal, no --yes: not cancelled
         assert r.returncode == 1 and "pass --yes" in r.stderr, r.stderr
         r = run_cli("tune", "--cancel", jid, "--demo", "--yes")

@@ -35,7 +35,7 @@ def test_tune_over_ssh_on_the_runtime_simulator(sshd: SshdServer, tmp_path: Path
         "--vary",
         "tp=2,16",  # 16 GPUs: more than the host's 8 simulated ones
         "--vary",
-        "attention.backend=triton",
+        "attention.backend=flex_attention",
         "--slo",
         "ttft_p90:200",
         "tpot_p90:30",
@@ -61,17 +61,17 @@ def test_tune_over_ssh_on_the_runtime_simulator(sshd: SshdServer, tmp_path: Path
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rep = json.loads(out.read_text())
     by = {c["name"]: c for c in rep["candidates"]}
-    assert set(by) == {"one", "one+attention.backend=triton", "one+tp=16,attention.backend=triton"}
-    for name in ("one+tp=16,attention.backend=triton",):
+    assert set(by) == {"one", "one+attention.backend=flex_attention", "one+tp=16,attention.backend=flex_attention"}
+    for name in ("one+tp=16,attention.backend=flex_attention",):
         assert by[name]["state"] == "skipped", by[name]
         assert by[name]["findings"][0].startswith("skipped: pre-flight failed:") and "16" in by[name]["findings"][0]
-    for name in ("one", "one+attention.backend=triton"):
+    for name in ("one", "one+attention.backend=flex_attention"):
         argv = by[name]["argv"]
         assert argv[1] == "-I" and argv[2].startswith(f"{sshd.remote_home}/lib/tunedeck-host-"), argv
         assert argv[3:5] == ["sim", "sglang"], argv
         assert by[name]["capacity"] and by[name]["steps"][0]["concurrency"] == 1
-    assert rep["winner"] == "one"  # fa3 is faster than triton in the simulator's model
-    assert "one+tp=16,attention.backend=triton: skipped: pre-flight failed" in r.stderr
+    assert rep["winner"] == "one"  # fa3 is far faster than flex_attention in the simulator's model
+    assert "one+tp=16,attention.backend=flex_attention: skipped: pre-flight failed" in r.stderr
     print(r.stdout)
     assert _alive(sshd) == []
     r = cli(sshd, user, "journal", "list", "--kind", "tune", "--json")

@@ -336,7 +336,7 @@ class TuneRunner:
             )
             for c in self.cands:
                 if c.state == SKIPPED:
-                    self._emit("info", f"{c.name}: {c.findings[0]}", c.name)
+                    self._emit("info", c.findings[0], c.name)
         await self._stop_existing()
         while True:
             todo = self._round_order()
