@@ -1015,6 +1015,71 @@ def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
     return app, run_before
 
 
+TUNE_CANDIDATES = (
+    "sglang-base",
+    "sglang-base+attention-backend=flashinfer",
+    "sglang-base+attention-backend=fa3",
+    "sglang-base+max-running-requests=32",
+    "sglang-base+attention-backend=flashinfer,max-running-requests=32",
+)
+
+
+def tune_events() -> list:
+    """A campaign over five candidates, fixed: three measured, one failed to start, one measuring."""
+    from tui.ab.runner import ABEvent
+
+    def ev(kind: str, side: str | None, t: float, fraction: float | None = None, **data: Any) -> ABEvent:
+        return ABEvent(kind, f"{side or 'campaign'}: {kind}", side, 1, 0, 5, fraction, data, time=t)
+
+    a, b, c, d, e = TUNE_CANDIDATES
+    out = [ev("start", None, 0.0)]
+    for name, t0, cap, tput in ((a, 0.0, 32, 1168.0), (b, 120.0, 48, 1613.0), (c, 240.0, 40, 1460.0)):
+        out += [
+            ev("launch", name, t0),
+            ev("ready", name, t0 + 30, startup_s=30.0),
+            ev("bench-start", name, t0 + 31, concurrency=cap),
+            ev("capacity", name, t0 + 110, capacity=cap, result={"capacity": cap, "throughput_at_capacity": tput}),
+        ]
+    out += [ev("launch", d, 360.0), ev("failed", d, 380.0)]
+    out += [ev("launch", e, 381.0), ev("ready", e, 411.0), ev("bench-start", e, 412.0, concurrency=64)]
+    return out
+
+
+def tune() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+    """The Tune screen during a campaign: the form and its command, the candidates' states, the
+    best so far, the ETA and the frontier."""
+    app = base_app()
+
+    async def run_before(pilot: Pilot) -> None:
+        from textual.widgets import Input
+
+        from tui.ab.tuneview import TuneProgress
+        from tui.ui.screens.tune import TuneScreen
+
+        prog = TuneProgress(((n, 8) for n in TUNE_CANDIDATES), campaign="tune-20260101-120000-ab12", estimate_s=900.0)
+        for ev in tune_events():
+            prog.feed(ev)
+        scr = TuneScreen(
+            start_campaign=_no_campaign,
+            profiles=["sglang-base", "sglang-tuned", "sglang-eagle3", "vllm-baseline"],
+            base="sglang-base",
+            snapshot=prog.snapshot(now=440.0),
+        )
+        await _settled(app, pilot)
+        await app.push_screen(scr)
+        await pilot.pause(0.2)
+        for fid, value in (
+            ("tune-vary", "flags.attention-backend=flashinfer,fa3; flags.max-running-requests=32"),
+            ("tune-ttft", "500"),
+            ("tune-tpot", "50"),
+            ("tune-budget", "2h"),
+        ):
+            scr.query_one(f"#{fid}", Input).value = value
+        await pilot.pause(0.3)
+
+    return app, run_before
+
+
 SCENES: dict[str, Scene] = {
     "status": status,
     "profiles": profiles,
@@ -1035,6 +1100,7 @@ SCENES: dict[str, Scene] = {
     "confirm-stop": confirm_stop,
     "hosts": hosts,
     "fleet": fleet,
+    "tune": tune,
 }
 
 __all__ = ["SCENES", "Scene", "base_app", "bench_script", "bench_sweep_script", "h200_status"]

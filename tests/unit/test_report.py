@@ -171,3 +171,64 @@ def test_campaign_report_ranks_the_candidates_and_escapes_their_names():
     md = to_markdown(rep)
     assert "| base | " in md and "Capacity" in md and "\x1b" not in md
     assert "- base: C=16 900, C=32 N/A" not in md and "base: C=16 900" in md
+
+
+# ---------------------------------------------------------------------- the Pareto frontier
+
+
+def _frontier_campaign() -> dict:
+    def cand(name: str, per_user: float, per_gpu: float, front: bool) -> dict:
+        return {
+            "name": name,
+            "state": "measured",
+            "capacity": 8,
+            "tok_s_per_user": per_user,
+            "tok_s_per_gpu": per_gpu,
+            "pareto": front,
+        }
+
+    return {
+        "campaign": "tune-x",
+        "slo": ["ttft_p90:200", "tpot_p90:30"],
+        "candidates": [
+            cand("fast-user", 40.0, 120.0, True),
+            cand(HOSTILE, 22.5, 310.0, True),
+            cand("beaten", 20.0, 100.0, False),
+        ],
+        "winner": HOSTILE,
+    }
+
+
+def test_campaign_report_draws_the_pareto_frontier_joined_and_labelled_the_others_dotted():
+    from tui.report.parts import ScatterChart
+
+    rep = campaign_report(_frontier_campaign())
+    chart = next(p for s in rep.sections for p in s.parts if isinstance(p, ScatterChart))
+    assert [(p.name, p.frontier) for p in chart.points] == [("fast-user", True), (HOSTILE, True), ("beaten", False)]
+    html = to_html(rep)
+    _hostile_html_ok(html)
+    svg = html[html.index("Pareto frontier") :]
+    svg = svg[: svg.index("</svg>")]
+    # the frontier joined in the order of tok/s per user: the hostile (22.5) first, then fast-user (40)
+    path = re.search(r'<path class="frontier" d="M([\d.]+) ([\d.]+) L([\d.]+) ([\d.]+)"', svg)
+    assert path and float(path[1]) < float(path[3]) and float(path[2]) < float(path[4])
+    assert svg.count('class="point frontier"') == 2 and svg.count('class="point other"') == 1
+    assert 'stroke-dasharray="2 2"' in svg  # the other point is a dotted ring, unlabelled
+    assert ">fast-user</text>" in svg and ">beaten</text>" not in svg
+    xt = [float(t) for t in re.findall(r'class="xtick"[^>]*>([^<]+)<', svg)]
+    yt = [float(t.replace(",", "")) for t in re.findall(r'class="ytick"[^>]*>([^<]+)<', svg)]
+    assert xt[0] == 0 and yt[0] == 0 and xt[-1] >= 40 and yt[-1] >= 310  # honest axes: from 0, covering
+    assert xt == list(nice_axis(0, 40, target=6).ticks) and yt == list(nice_axis(0, 310).ticks)
+    md = to_markdown(rep)
+    assert "frontier: " in md and "not on the frontier: beaten (20.0 tok/s per user, 100 tok/s per GPU)" in md
+    assert r"ttft\_p90:200 tpot\_p90:30" in md  # the SLO as the campaign wrote it
+
+
+def test_frontier_is_computed_for_a_result_without_its_flags():
+    camp = _frontier_campaign()
+    for c in camp["candidates"]:
+        del c["pareto"]
+    from tui.report.build import frontier_chart
+
+    chart = frontier_chart(camp["candidates"], [c["name"] for c in camp["candidates"]])
+    assert chart is not None and {p.name for p in chart.points if p.frontier} == {"fast-user", HOSTILE}

@@ -7,7 +7,7 @@ import argparse
 import asyncio
 import signal
 import sys
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, NoReturn, Sequence
 
 from tui.commands._ask import confirm
 from tui.util.safety import UnsafeInput
@@ -179,28 +179,20 @@ async def run(args: argparse.Namespace) -> int:
     from tui.hostops.hosts import HostError
     from tui.services import jobs, runtime
     from tui.services.targets import get_host
-    from tui.services.tunerun import TuneRun, estimate
+    from tui.services.tunerun import TuneRun
 
     ref = args.attach or args.cancel
     plan: Any = None
     if ref is None and not args.list:
-        got = _usage(args)
+        got = plan_of(args)
         if isinstance(got, str):
             return _fail(got)
-        base, cands, slo, workload, budget = got
-        est = estimate([c.name for c in cands], base.name, max_steps=args.max_steps, sim=args.sim or args.demo)
-        if budget is not None and est.total_s > budget:
-            from tui.fmt import eta
-
-            return _fail(
-                f"--budget {args.budget} ({eta(budget)}) cannot fit this campaign: estimated {est.text}; nothing started"
-            )
-        plan = (base, cands, slo, workload, budget, est)
+        plan = got
     try:
         host = get_host(args.host, demo=args.demo)
     except (UnsafeInput, HostError) as e:
         return _fail(str(e))
-    label = "demo" if args.demo else (args.host or "local")
+    label = _label(args)
     try:
         if args.list:
             return await _list(host)
@@ -213,31 +205,14 @@ async def run(args: argparse.Namespace) -> int:
                     return _fail("not cancelled", EXIT_FAILED)
                 print(await tr.cancel(), file=sys.stderr)
         else:
-            base, cands, slo, workload, budget, est = plan
 
             def on_skip(name: str, why: str) -> None:
                 print(f"tunedeck tune: {name}: skipped: {why}", file=sys.stderr, flush=True)
 
-            tr = await TuneRun.start(
-                host,
-                base.name,
-                cands,
-                slo,
-                workload,
-                demo=args.demo,
-                sim=args.sim,
-                repeats_max=args.repeats_max,
-                noise_pct=args.noise,
-                budget_s=budget,
-                estimate_s=est.total_s,
-                max_concurrency=args.max_concurrency,
-                max_steps=args.max_steps,
-                start=args.start,
-                confirm_stop=lambda q: confirm(q, prog="tune", yes=args.yes),
-                python=args.python,
-                host_label=label,
-                on_skip=on_skip,
+            tr = await start_campaign(
+                host, args, plan, confirm_stop=lambda q: confirm(q, prog="tune", yes=args.yes), on_skip=on_skip
             )
+            cands, est = plan[1], plan[5]
             if not args.quiet:
                 print(
                     f"tunedeck tune: campaign job {tr.id} runs on {label}: {len(cands)} candidates, estimated "
@@ -253,6 +228,155 @@ async def run(args: argparse.Namespace) -> int:
         return _fail(f"{label}: {e}", EXIT_FAILED)
     finally:
         await host.close()
+
+
+async def start_campaign(
+    host: Any,
+    args: argparse.Namespace,
+    plan: tuple[Any, ...],
+    *,
+    confirm_stop: Callable[[str], Awaitable[bool]] | None,
+    on_skip: Callable[[str, str], None] | None = None,
+) -> Any:
+    """Start the campaign that ``args`` (parsed ``tune`` options) and ``plan`` (:func:`plan_of`)
+    describe on ``host``; a :class:`~tui.services.tunerun.TuneRun`. The command line and the
+    dashboard's Tune screen both start campaigns here."""
+    from tui.services.tunerun import TuneRun
+
+    base, cands, slo, workload, budget, est = plan
+    return await TuneRun.start(
+        host,
+        base.name,
+        cands,
+        slo,
+        workload,
+        demo=args.demo,
+        sim=args.sim,
+        repeats_max=args.repeats_max,
+        noise_pct=args.noise,
+        budget_s=budget,
+        estimate_s=est.total_s,
+        max_concurrency=args.max_concurrency,
+        max_steps=args.max_steps,
+        start=args.start,
+        confirm_stop=confirm_stop,
+        python=args.python,
+        host_label=_label(args),
+        on_skip=on_skip,
+    )
+
+
+def _label(args: argparse.Namespace) -> str:
+    return "demo" if args.demo else (args.host or "local")
+
+
+def plan_of(args: argparse.Namespace) -> tuple[Any, ...] | str:
+    """(base, candidates, slo, workload, budget, estimate) of a new campaign, checked before the
+    host is contacted; a str is the one line that refuses it (a budget it cannot fit included)."""
+    from tui.services.tunerun import estimate
+
+    got = _usage(args)
+    if isinstance(got, str):
+        return got
+    base, cands, slo, workload, budget = got
+    est = estimate([c.name for c in cands], base.name, max_steps=args.max_steps, sim=args.sim or args.demo)
+    if budget is not None and est.total_s > budget:
+        from tui.fmt import eta
+
+        return f"--budget {args.budget} ({eta(budget)}) cannot fit this campaign: estimated {est.text}; nothing started"
+    return base, cands, slo, workload, budget, est
+
+
+def command_argv(
+    base: str,
+    *,
+    vary: Sequence[str] = (),
+    slo: Sequence[str] = (),
+    budget: str | None = None,
+    dataset: str | None = None,
+    dataset_path: str | None = None,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    host: str | None = None,
+    demo: bool = False,
+    sim: bool = False,
+) -> list[str]:
+    """The ``tunedeck tune …`` command line of a campaign (what the Tune screen shows and then
+    runs through :func:`parse_command`); empty values are left out."""
+    argv = ["tunedeck", "tune", base]
+    for v in vary:
+        argv += ["--vary", v]
+    if slo:
+        argv += ["--slo", *slo]
+    if budget:
+        argv += ["--budget", budget]
+    if dataset and dataset != "random":
+        argv += ["--dataset-name", dataset]
+    if dataset_path:
+        argv += ["--dataset-path", dataset_path]
+    if input_len is not None:
+        argv += ["--input-len", str(input_len)]
+    if output_len is not None:
+        argv += ["--output-len", str(output_len)]
+    if demo:
+        argv.append("--demo")
+    elif host:
+        argv += ["--host", host]
+    if sim and not demo:
+        argv.append("--sim")
+    return argv
+
+
+def candidates_file(base: str) -> Any:
+    """Where the dashboard writes the candidates of a campaign over ``base`` made from marked
+    profiles (``--candidates FILE`` of the command it shows)."""
+    from tui.util.paths import state_dir
+    from tui.util.safety import visible
+
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in visible(base))
+    return state_dir() / "tune" / f"candidates-{safe}.toml"
+
+
+def write_candidates_file(base: str, marked: Sequence[str], path: str) -> None:
+    """The marked profiles as a candidates file over ``base`` (each its changes to the base's
+    TOML): :class:`~tui.profiles.vary.VaryError` (a ValueError) naming a profile that cannot be
+    one, OSError when it cannot be written."""
+    from tui.profiles.model import ProfileError
+    from tui.profiles.store import ProfileStore
+    from tui.profiles.vary import VaryError, candidates_toml, changes_between
+    from tui.util.files import atomic_write_text
+
+    store = ProfileStore()
+    try:
+        b = store.get(base)
+        items = [(name, changes_between(b, store.get(name))) for name in marked]
+    except ProfileError as e:
+        raise VaryError(f"marked profile: {e}") from None
+    from pathlib import Path
+
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(dest, candidates_toml(items))
+
+
+class _Refused(argparse.ArgumentParser):
+    """A parser whose errors are a :class:`ValueError` (one line) instead of an exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(message)
+
+
+def parse_command(argv: Sequence[str]) -> argparse.Namespace:
+    """``tunedeck tune …`` parsed as the command line parses it (ValueError with one line)."""
+    from tui.commands import common_parser, finish_args
+
+    words = list(argv)
+    if words[:2] != ["tunedeck", "tune"]:
+        raise ValueError(f"not a `tunedeck tune` command: {' '.join(words[:2])}")
+    parser = _Refused(prog="tunedeck", parents=[common_parser()], add_help=False)
+    sub: Subparsers = parser.add_subparsers(dest="command", parser_class=_Refused)
+    register(sub, common_parser())
+    return finish_args(parser.parse_args(words[1:]))
 
 
 async def _list(host: Any) -> int:

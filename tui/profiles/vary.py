@@ -135,6 +135,38 @@ def read_candidates_file(path: str) -> list[tuple[str | None, dict[str, Any]]]:
     return out
 
 
+def _flat(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def changes_between(base: ServerProfile, other: ServerProfile) -> dict[str, Any]:
+    """``other`` as changes over ``base`` (TOML path -> value), for a candidates file made from
+    profiles marked in the dashboard; :class:`VaryError` naming the key a change cannot express
+    (one the base sets and ``other`` leaves out)."""
+    a = _flat({k: v for k, v in profile_to_dict(base).items() if k not in ("name", "notes")})
+    b = _flat({k: v for k, v in profile_to_dict(other).items() if k not in ("name", "notes")})
+    gone = sorted(k for k in a if k not in b)
+    if gone:
+        raise VaryError(
+            f"{other.name}: leaves out {gone[0]}, which the base {base.name} sets (a change cannot unset it)"
+        )
+    return {k: v for k, v in b.items() if a.get(k) != v}
+
+
+def candidates_toml(items: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """A candidates file (:func:`read_candidates_file` reads it back) of (name, changes)."""
+    import tomli_w
+
+    return tomli_w.dumps({"candidate": [{"name": n, "changes": dict(ch)} for n, ch in items]})
+
+
 def _set(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     node = doc
     for part in path[:-1]:
@@ -251,6 +283,8 @@ __all__ = [
     "VaryError",
     "apply",
     "candidate_name",
+    "candidates_toml",
+    "changes_between",
     "check_flag",
     "expand",
     "label",

@@ -24,7 +24,7 @@ from tui.bench.store import StoreError, load_run, run_dir
 from tui.bench.workloads import describe, workload_of
 from tui.hostside.timeline import read_timeline
 from tui.report.markdown import fmt_num
-from tui.report.parts import BarChart, Code, LineChart, Notes, Part, Report, Section, Series, Table
+from tui.report.parts import BarChart, Code, LineChart, Notes, Part, Point, Report, ScatterChart, Section, Series, Table
 from tui.util.safety import redact_argv, redact_env
 
 log = logging.getLogger(__name__)
@@ -437,16 +437,104 @@ def _cand_num(c: Mapping[str, Any], key: str) -> float | None:
     return summary_number(c, key)
 
 
+def frontier_chart(cands: Sequence[Mapping[str, Any]], names: Sequence[str]) -> ScatterChart | None:
+    """The Pareto frontier of tok/s per user against tok/s per GPU (the campaign's ``pareto``
+    flags; computed with :func:`tui.ab.tune.pareto` for a result that has none); None when no
+    candidate has both figures."""
+    from tui.ab.tune import pareto
+
+    figures: dict[str, tuple[float, float]] = {}
+    for name, c in zip(names, cands):
+        u, g = _cand_num(c, "tok_s_per_user"), _cand_num(c, "tok_s_per_gpu")
+        if u is not None and g is not None:
+            figures[name] = (u, g)
+    if not figures:
+        return None
+    flagged = any("pareto" in c for c in cands)
+    front = {n for n, c in zip(names, cands) if c.get("pareto") is True} if flagged else set(pareto(figures))
+    return ScatterChart(
+        "Pareto frontier: tok/s per user against tok/s per GPU",
+        "tok/s per user",
+        "tok/s per GPU",
+        tuple(Point(n, u, g, n in front) for n, (u, g) in figures.items()),
+    )
+
+
+def _campaign_setup(campaign: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The SLO (a list of terms, or a mapping), the workload (a campaign's level template, or a
+    mapping) and the budget, as table rows."""
+    rows: list[tuple[str, str]] = []
+    slo = campaign.get("slo")
+    if isinstance(slo, Mapping):
+        rows += [(f"SLO: {k}", _text(x)) for k, x in slo.items()]
+    elif isinstance(slo, (list, tuple)):
+        rows.append(("SLO", " ".join(str(t) for t in slo)))
+    elif slo is not None:
+        rows.append(("SLO", _text(slo)))
+    wl = campaign.get("workload")
+    plan = wl.get("plan") if isinstance(wl, Mapping) else None
+    if isinstance(plan, Mapping):
+        assert isinstance(wl, Mapping)
+        lv = (plan.get("levels") or [{}])[0]
+        w = plan.get("workload")
+        rows.append(("Workload", describe(workload_of({"workload": w})) if isinstance(w, Mapping) else "random"))
+        rows.append(
+            (
+                "Each level",
+                f"{lv.get('input_len')} tokens in / {lv.get('output_len')} out, {wl.get('prompts_per_c')} x C "
+                f"requests (at least {wl.get('min_prompts')}), {plan.get('endpoint')} endpoint",
+            )
+        )
+    elif isinstance(wl, Mapping):
+        rows += [(f"Workload: {k}", _text(x)) for k, x in wl.items()]
+    elif wl is not None:
+        rows.append(("Workload", _text(wl)))
+    for what, key in (("Budget (s)", "budget_s"), ("Estimated (s)", "estimate_s"), ("Spent (s)", "spent_s")):
+        if isinstance(campaign.get(key), (int, float)):
+            rows.append((what, _n(float(campaign[key]), ",.0f")))
+    return rows
+
+
+def _campaign_notes(
+    campaign: Mapping[str, Any], names: Sequence[str], cands: Sequence[Mapping[str, Any]]
+) -> list[Part]:
+    """The winner's changes against the base, the findings and warnings, the closest miss."""
+    parts: list[Part] = []
+    diff = [str(d.get("text")) for d in campaign.get("winner_diff") or () if isinstance(d, Mapping)]
+    if diff:
+        parts.append(Code(tuple(diff), title=f"The winner against the base ({_text(campaign.get('base'))})"))
+    found = [f"{n}: {f}" for n, c in zip(names, cands) for f in c.get("findings") or ()]
+    found += [str(w) for w in campaign.get("warnings") or ()]
+    if found:
+        parts.append(Notes(tuple(found), tone="warn", title="Findings"))
+    cl = campaign.get("closest")
+    if isinstance(cl, Mapping):
+        parts.append(
+            Notes(
+                (
+                    f"Closest: {cl.get('name')} at C={cl.get('concurrency')} ({'; '.join(map(str, cl.get('reasons') or ()))})",
+                ),
+                tone="warn",
+            )
+        )
+    return parts
+
+
 def campaign_report(campaign: Mapping[str, Any]) -> Report:
-    """A campaign's result (``{"campaign", "slo", "workload", "candidates": [...], "winner"}``):
-    the candidates side by side, their capacity under the SLO and the steps that found it."""
+    """A campaign's result (``tune --json FILE``: ``{"campaign", "slo", "workload", "candidates":
+    [...], "winner"}``): the candidates side by side in the order of their rank, the Pareto
+    frontier, their capacity under the SLO and the steps that found it."""
     cid = str(campaign.get("campaign") or "?")
     cands = [c for c in campaign.get("candidates") or () if isinstance(c, Mapping)]
+    cands.sort(
+        key=lambda c: (not isinstance(c.get("rank"), int), c.get("rank") if isinstance(c.get("rank"), int) else 0)
+    )
     names = [str(c.get("name") or f"#{i + 1}") for i, c in enumerate(cands)]
     winner = campaign.get("winner")
     win = winner.get("name") if isinstance(winner, Mapping) else winner
     rows = []
     for name, c in zip(names, cands):
+        band = _cand_num(c, "noise_band_pct")
         rows.append(
             (
                 name + (" (winner)" if win is not None and name == str(win) else ""),
@@ -456,15 +544,19 @@ def campaign_report(campaign: Mapping[str, Any]) -> Report:
                 _n(_cand_num(c, "single_user_tok_s")),
                 _n(_cand_num(c, "tok_s_per_gpu")),
                 _n(_cand_num(c, "startup_s")),
+                "-" if band is None else f"\u00b1{band:.0f} %",
             )
         )
     table = Table(
-        ("Candidate", "Changes", "State", "Capacity", "Single-user tok/s", "tok/s per GPU", "Startup (s)"),
+        ("Candidate", "Changes", "State", "Capacity", "Single-user tok/s", "tok/s per GPU", "Startup (s)", "Noise"),
         tuple(rows),
-        numeric=(3, 4, 5, 6),
+        numeric=(3, 4, 5, 6, 7),
     )
     cats = tuple(names)
     charts: list[Part] = []
+    front = frontier_chart(cands, names)
+    if front is not None:
+        charts.append(front)
     for key, title, unit in (
         ("capacity", "Capacity under the SLO (concurrency)", "concurrency"),
         ("single_user_tok_s", "Single-user output tok/s", "tok/s"),
@@ -521,15 +613,9 @@ def campaign_report(campaign: Mapping[str, Any]) -> Report:
                     title=name,
                 )
             )
-    setup = []
-    for what, key in (("SLO", "slo"), ("Workload", "workload")):
-        v = campaign.get(key)
-        if isinstance(v, Mapping):
-            setup += [(f"{what}: {k}", _text(x)) for k, x in v.items()]
-        elif v is not None:
-            setup.append((what, _text(v)))
+    setup = _campaign_setup(campaign)
     sections = [
-        Section("Candidates", (table, *charts)),
+        Section("Candidates", (table, *charts, *_campaign_notes(campaign, names, cands))),
         Section("Steps", tuple(steps_parts) or (Notes(("No steps recorded.",)),)),
         Section("Setup", (Table(("", "Value"), tuple(setup)),) if setup else (Notes(("Not recorded.",)),)),
     ]
@@ -539,8 +625,9 @@ def campaign_report(campaign: Mapping[str, Any]) -> Report:
         headline = f"Winner: {win}" + (f", capacity {fmt_num(cap)} concurrent users under the SLO" if cap else "")
     else:
         headline = "No winner: no candidate met the SLO." if cands else "No candidates."
-    facts = (("Campaign", cid), ("Candidates", str(len(cands))))
-    return Report("campaign", cid, f"Campaign {cid}", headline, tuple(sections), now_text(), facts)
+    facts = [("Campaign", cid), ("Candidates", str(len(cands)))]
+    facts += [(what, str(campaign[key])) for what, key in (("Status", "status"), ("Host", "host")) if campaign.get(key)]
+    return Report("campaign", cid, f"Campaign {cid}", headline, tuple(sections), now_text(), tuple(facts))
 
 
 __all__ = [
@@ -548,6 +635,7 @@ __all__ = [
     "campaign_report",
     "common_sections",
     "environment_table",
+    "frontier_chart",
     "level_charts",
     "level_table",
     "result_report",

@@ -10,8 +10,8 @@ phone's width never scrolls the page; ``@media print`` keeps charts and tables w
 from __future__ import annotations
 
 from tui import __version__
-from tui.report.parts import BarChart, Code, LineChart, Notes, Part, Report, Table
-from tui.report.svg import bar_svg, esc, line_svg, swatch_svg
+from tui.report.parts import BarChart, Code, LineChart, Notes, Part, Report, ScatterChart, Table
+from tui.report.svg import bar_svg, esc, line_svg, scatter_svg, swatch_svg
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'"
 
@@ -73,9 +73,24 @@ def _chart(c: LineChart | BarChart) -> str:
     return f"<h3>{esc(c.title)}</h3>\n<figure>\n{svg}\n<figcaption><ul>{legend}</ul></figcaption>\n</figure>"
 
 
+def _scatter(c: ScatterChart) -> str:
+    """The chart, and a legend naming every point (the labels on the chart are cut short)."""
+    items = [
+        f"<li>{swatch_svg(0, 0) if p.frontier else swatch_svg(5, 0, ring=True)}<span>{esc(p.name)}: "
+        f"{esc(f'{p.x:,.1f}')} / {esc(f'{p.y:,.1f}')}{' (frontier)' if p.frontier else ''}</span></li>"
+        for p in sorted(c.points, key=lambda p: (not p.frontier, -p.x))
+    ]
+    return (
+        f"<h3>{esc(c.title)}</h3>\n<figure>\n{scatter_svg(c)}\n<figcaption><ul>{''.join(items)}</ul>"
+        f"</figcaption>\n</figure>"
+    )
+
+
 def _part(p: Part) -> str:
     if isinstance(p, Table):
         return _table(p)
+    if isinstance(p, ScatterChart):
+        return _scatter(p)
     if isinstance(p, (LineChart, BarChart)):
         return _chart(p)
     title = f"<h3>{esc(p.title)}</h3>\n" if p.title else ""

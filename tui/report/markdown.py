@@ -10,9 +10,9 @@ longer than any run of backticks inside them.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Any, Sequence
 
-from tui.report.parts import BarChart, Code, LineChart, Notes, Part, Report, Table
+from tui.report.parts import BarChart, Code, LineChart, Notes, Part, Report, ScatterChart, Table
 from tui.util.safety import visible
 
 #: punctuation that is markup anywhere (``$``: GitHub's maths, ``@``: a mention, ``#``: an issue),
@@ -62,6 +62,20 @@ def chart_lines(c: LineChart | BarChart) -> list[str]:
     return out
 
 
+def scatter_lines(c: ScatterChart) -> list[str]:
+    """A scatter chart in words: the frontier's points in x order, then the others."""
+
+    def pt(p: Any) -> str:
+        return f"{p.name} ({fmt_num(p.x)} {c.x_label}, {fmt_num(p.y)} {c.y_label})"
+
+    front = sorted((p for p in c.points if p.frontier), key=lambda p: p.x)
+    rest = sorted((p for p in c.points if not p.frontier), key=lambda p: -p.x)
+    out = [f"frontier: {'; '.join(pt(p) for p in front)}"] if front else []
+    if rest:
+        out.append(f"not on the frontier: {'; '.join(pt(p) for p in rest)}")
+    return out or ["no points"]
+
+
 def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(md_text(c) or " " for c in cells) + " |"
 
@@ -78,6 +92,8 @@ def _part(p: Part) -> list[str]:
     if isinstance(p, Table):
         return _table(p)
     title = [f"**{md_text(p.title)}**", ""] if p.title else []
+    if isinstance(p, ScatterChart):
+        return [f"**Chart: {md_text(p.title)}**", ""] + [f"- {md_text(x)}" for x in scatter_lines(p)]
     if isinstance(p, (LineChart, BarChart)):
         unit = f" ({md_text(p.y_label)})" if p.y_label else ""
         return [f"**Chart: {md_text(p.title)}**{unit}", ""] + [f"- {md_text(x)}" for x in chart_lines(p)]

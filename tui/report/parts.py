@@ -44,7 +44,29 @@ class BarChart:
     series: tuple[Series, ...]
 
 
-Chart = Union[LineChart, BarChart]
+@dataclass(frozen=True)
+class Point:
+    """One named point of a :class:`ScatterChart`; ``frontier``: on the chart's joined line."""
+
+    name: str
+    x: float
+    y: float
+    frontier: bool = False
+
+
+@dataclass(frozen=True)
+class ScatterChart:
+    """Named points on two numeric axes from 0; the ``frontier`` ones are joined (in x order) and
+    labelled, the others drawn as dotted rings (a Pareto frontier: tok/s per user against tok/s
+    per GPU)."""
+
+    title: str
+    x_label: str
+    y_label: str
+    points: tuple[Point, ...]
+
+
+Chart = Union[LineChart, BarChart, ScatterChart]
 
 
 @dataclass(frozen=True)
@@ -74,7 +96,7 @@ class Notes:
     title: str = ""
 
 
-Part = Union[LineChart, BarChart, Table, Code, Notes]
+Part = Union[LineChart, BarChart, ScatterChart, Table, Code, Notes]
 
 
 @dataclass(frozen=True)
@@ -97,4 +119,17 @@ class Report:
     facts: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
 
-__all__ = ["BarChart", "Chart", "Code", "LineChart", "Notes", "Part", "Report", "Section", "Series", "Table"]
+__all__ = [
+    "BarChart",
+    "Chart",
+    "Code",
+    "LineChart",
+    "Notes",
+    "Part",
+    "Point",
+    "Report",
+    "ScatterChart",
+    "Section",
+    "Series",
+    "Table",
+]

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from tui.report.parts import BarChart, LineChart, Series
+from tui.report.parts import BarChart, LineChart, ScatterChart, Series
 from tui.util.safety import visible
 
 #: series colours (colour-blind safe, dark enough to print) and dash patterns
@@ -199,9 +199,75 @@ def bar_svg(chart: BarChart) -> str:
     return "\n".join(out)
 
 
-def swatch_svg(color: int, dash: int, *, bar: bool = False) -> str:
-    """A legend's sample of a series' line (or bar colour)."""
+#: the longest point label drawn on a scatter chart (the whole name is its tooltip and in the legend)
+LABEL_CHARS = 28
+#: the frontier's colour, and the others' (grey)
+FRONTIER_COLOR, OTHER_COLOR = COLORS[0], COLORS[5]
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "\u2026"
+
+
+def scatter_svg(chart: ScatterChart) -> str:
+    """``chart`` as an SVG fragment: both axes from 0 with round ticks, the frontier's points
+    joined in x order and labelled with their names, the others as dotted rings."""
+    pw, ph = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    pts = [p for p in chart.points if math.isfinite(p.x) and math.isfinite(p.y)]
+    x_axis = nice_axis(0.0, max((p.x for p in pts), default=1.0), target=6)
+    y = nice_axis(0.0, max((p.y for p in pts), default=1.0))
+    out = _frame(chart.title, chart.y_label, chart.x_label, y)
+    for t in x_axis.ticks:
+        xx = LEFT + pw * x_axis.frac(t)
+        out.append(f'<line x1="{_f(xx)}" x2="{_f(xx)}" y1="{TOP + ph}" y2="{TOP + ph + 4}" stroke="#333"/>')
+        out.append(
+            f'<text class="xtick" x="{_f(xx)}" y="{TOP + ph + 16}" text-anchor="middle" fill="#333">'
+            f"{esc(x_axis.label(t))}</text>"
+        )
+
+    def at(x: float, v: float) -> tuple[float, float]:
+        return LEFT + pw * x_axis.frac(x), TOP + ph * (1 - y.frac(v))
+
+    front = sorted((p for p in pts if p.frontier), key=lambda p: (p.x, -p.y))
+    if len(front) > 1:
+        d = " ".join(f"{'M' if i == 0 else 'L'}{_f(a)} {_f(b)}" for i, (a, b) in enumerate(at(p.x, p.y) for p in front))
+        out.append(
+            f'<path class="frontier" d="{d}" fill="none" stroke="{FRONTIER_COLOR}" stroke-width="2">'
+            "<title>the Pareto frontier</title></path>"
+        )
+    for p in pts:
+        a, b = at(p.x, p.y)
+        tip = f"<title>{esc(p.name)}: {esc(f'{p.x:,.6g}')} {esc(chart.x_label)}, {esc(f'{p.y:,.6g}')} {esc(chart.y_label)}</title>"
+        if p.frontier:
+            out.append(
+                f'<circle class="point frontier" cx="{_f(a)}" cy="{_f(b)}" r="4" fill="{FRONTIER_COLOR}">{tip}</circle>'
+            )
+            right = a > LEFT + pw * 0.6
+            lx = a - 7 if right else a + 7
+            ly = max(TOP + 10.0, b - 7)
+            out.append(
+                f'<text class="plabel" x="{_f(lx)}" y="{_f(ly)}" text-anchor="{"end" if right else "start"}" '
+                f'fill="#111">{esc(_short(p.name))}</text>'
+            )
+        else:
+            out.append(
+                f'<circle class="point other" cx="{_f(a)}" cy="{_f(b)}" r="4" fill="none" stroke="{OTHER_COLOR}" '
+                f'stroke-width="1.5" stroke-dasharray="2 2">{tip}</circle>'
+            )
+    if not pts:
+        out.append(f'<text x="{_f(LEFT + pw / 2)}" y="{_f(TOP + ph / 2)}" text-anchor="middle">no data</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def swatch_svg(color: int, dash: int, *, bar: bool = False, ring: bool = False) -> str:
+    """A legend's sample of a series' line (or bar colour, or a scatter chart's dotted ring)."""
     c = COLORS[color % len(COLORS)]
+    if ring:
+        return (
+            f'<svg class="swatch" viewBox="0 0 24 12" width="24" height="12"><circle cx="12" cy="6" r="4" '
+            f'fill="none" stroke="{c}" stroke-width="1.5" stroke-dasharray="2 2"/></svg>'
+        )
     if bar:
         return f'<svg class="swatch" viewBox="0 0 24 12" width="24" height="12"><rect width="24" height="12" fill="{c}"/></svg>'
     d = DASHES[dash % len(DASHES)]
@@ -212,4 +278,4 @@ def swatch_svg(color: int, dash: int, *, bar: bool = False) -> str:
     )
 
 
-__all__ = ["COLORS", "DASHES", "Axis", "bar_svg", "esc", "line_svg", "nice_axis", "swatch_svg"]
+__all__ = ["COLORS", "DASHES", "Axis", "bar_svg", "esc", "line_svg", "nice_axis", "scatter_svg", "swatch_svg"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from tui.ab.journal import Journal, new_id
-from tui.ab.runner import ABEvent
+from tui.ab.runner import ABEvent, ProfileInfo
 from tui.ab.tune import Workload
 from tui.hostops import launcher, logfollow
 from tui.hostops.hosts import Host, HostError
@@ -109,6 +109,34 @@ def parse_budget(text: str) -> float:
     return total
 
 
+async def check_candidates(
+    host: Host, candidates: Sequence["Candidate"], *, demo: bool = False, sim: bool = False
+) -> list[tuple["Candidate", ProfileInfo | None, str | None]]:
+    """(candidate, what will run, why it is skipped or None) for each candidate: its command
+    built and its pre-flight run on ``host`` (a port held by a server the campaign stops first is
+    no reason). Stops nothing. The campaign's start and the Tune screen's pre-flight use it."""
+    from tui.services import checks, runtime
+
+    held = ("port.in-use",) if any(h.alive for h in await launcher.list_host_runs(host)) else ()
+    out: list[tuple[Candidate, ProfileInfo | None, str | None]] = []
+    for c in candidates:
+        skip, info = None, None
+        try:
+            info = profile_info(c.profile, demo=demo, sim=sim)
+        except ValueError as e:
+            skip = f"the command cannot be built: {e}"
+        if skip is None:
+            report = await checks.preflight_for(host, c.profile, demo=demo, sim=sim)
+            why = checks.refusal(c.name, report, ignore=held)
+            if why:
+                skip = why.split(": ", 1)[1] if why.startswith(f"{c.name}: ") else why
+        if skip is None and info is not None and sim and not demo:
+            argv = await runtime.sim_argv(host, info.argv, python=c.profile.python)
+            info = dataclasses.replace(info, argv=tuple(argv))
+        out.append((c, info, skip))
+    return out
+
+
 class TuneRun:
     """One campaign on a host, followed from here."""
 
@@ -157,27 +185,11 @@ class TuneRun:
         then start the campaign on the host. Nothing is stopped before the pre-flights.
         Raises :class:`jobs.JobError` (refused, every candidate impossible),
         :class:`~tui.services.runtime.RuntimeUnavailable` or :class:`HostError`."""
-        from tui.services import checks, runtime
-
         where = host_label or host.target
         await refuse_while_running(host)
-        held = ("port.in-use",) if any(h.alive for h in await launcher.list_host_runs(host)) else ()
         py = python or next((c.profile.python for c in candidates if c.profile.python != "python3"), None)
         entries = []
-        for c in candidates:
-            skip, info = None, None
-            try:
-                info = profile_info(c.profile, demo=demo, sim=sim)
-            except ValueError as e:
-                skip = f"the command cannot be built: {e}"
-            if skip is None:
-                report = await checks.preflight_for(host, c.profile, demo=demo, sim=sim)
-                why = checks.refusal(c.name, report, ignore=held)
-                if why:
-                    skip = why.split(": ", 1)[1] if why.startswith(f"{c.name}: ") else why
-            if skip is None and info is not None and sim and not demo:
-                argv = await runtime.sim_argv(host, info.argv, python=c.profile.python)
-                info = dataclasses.replace(info, argv=tuple(argv))
+        for c, info, skip in await check_candidates(host, candidates, demo=demo, sim=sim):
             if skip is not None and on_skip is not None:
                 on_skip(c.name, skip)
             entries.append(
@@ -247,6 +259,18 @@ class TuneRun:
                 raise
             job = found[-1]
         return cls(host, job, python=str((job.meta or {}).get("python") or "") or None)
+
+    async def spec(self) -> dict[str, Any]:
+        """The campaign's spec as the job holds it (its candidates, SLO, estimate), for a
+        follower that did not start it; HostError when unreadable."""
+        raw = await logfollow.read_log(self.host, f"{self.job.dir}/{jobfiles.SPEC}")
+        try:
+            d = json.loads(raw)
+        except ValueError as e:
+            raise HostError("error", f"{self.job.dir}/{jobfiles.SPEC} unreadable: {e}") from None
+        if not isinstance(d, dict):
+            raise HostError("error", f"{self.job.dir}/{jobfiles.SPEC}: not a JSON object")
+        return d
 
     # ------------------------------------------------------------------ follow
     async def events(self) -> AsyncIterator[ABEvent]:
@@ -363,4 +387,4 @@ def _journal(record: dict[str, Any]) -> None:
         log.error("journal not written: %s", e)
 
 
-__all__ = ["Estimate", "TuneRun", "estimate", "journal_record", "parse_budget"]
+__all__ = ["Estimate", "TuneRun", "check_candidates", "estimate", "journal_record", "parse_budget"]

@@ -1,4 +1,4 @@
-"""The Textual application: modes (Status / Launch / Bench / Compare), bindings,
+"""The Textual application: modes (Status / Launch / Bench / Compare / Tune), bindings,
 command palette, and the data path from collectors to screens.
 
 Data path: one worker per collector in the group ``poll-<target>``
@@ -84,6 +84,7 @@ MODE_REGISTRY: dict[str, ModeSpec] = {
     "launch": ModeSpec("Launch", "l", "tui.ui.screens.profiles:ProfilesScreen"),
     "bench": ModeSpec("Bench", "b", "tui.ui.screens.bench_setup:BenchSetupScreen"),
     "compare": ModeSpec("Compare", "c", "tui.ui.screens.compare:CompareScreen"),
+    "tune": ModeSpec("Tune", "T", "tui.ui.screens.tune:TuneScreen"),
 }
 
 
@@ -164,6 +165,14 @@ class TunedeckApp(App[int]):
         Binding("l", "mode('launch')", "Launch", tooltip="Profiles and the launch form", id="mode-launch"),
         Binding("b", "mode('bench')", "Bench", tooltip="Benchmarks with live charts", id="mode-bench"),
         Binding("c", "mode('compare')", "Compare", tooltip="A/B comparison", id="mode-compare"),
+        Binding(
+            "T",
+            "mode('tune')",
+            "Tune",
+            tooltip="Tuning campaign: many configurations under an SLO",
+            id="mode-tune",
+            show=False,
+        ),
         Binding("r", "reconnect", "Reconnect", tooltip="Reconnect to the host now", id="reconnect"),
         Binding("question_mark", "keys", "Keys", tooltip="Every key of this screen, and what it does", id="keys"),
         Binding("H", "hosts", "Hosts", tooltip="Switch to another host (~/.ssh/config, used before, demo)", id="hosts"),

@@ -170,6 +170,15 @@ class ProfilesScreen(Screen[None]):
         ),
         Binding("g", "start_ab", "Run A/B", tooltip="Compare A and B (opens the Compare mode)", id="profiles-ab"),
         Binding(
+            "u",
+            "tune",
+            "Tune",
+            tooltip="A tuning campaign over the highlighted profile, the marked A/B profiles its candidates "
+            "(opens the Tune mode)",
+            id="profiles-tune",
+            show=False,
+        ),
+        Binding(
             "slash",
             "filter",
             "Filter",
@@ -509,6 +518,22 @@ class ProfilesScreen(Screen[None]):
         marked["A"], marked["B"] = a, b
         screen._show_marks()
         screen.action_start_ab()
+
+    async def action_tune(self) -> None:
+        """Open the Tune mode with the highlighted profile as the base and the profiles marked
+        A and B (other than the base) as candidates."""
+        base = self.highlighted
+        if base is None:
+            return
+        app: Any = self.app
+        if "tune" not in getattr(app, "available_modes", ()):
+            self.notify("the Tune mode is not available", severity="error")
+            return
+        await app.switch_mode("tune")
+        screen = app.screen
+        if getattr(screen, "campaign", True) is not None or not hasattr(screen, "set_candidates"):
+            return  # a campaign runs there: the screen shows it
+        screen.set_candidates(base, [m for m in self.marked.values() if m and m != base])
 
 
 __all__ = ["ProfileTable", "ProfilesScreen", "warnings_modal"]

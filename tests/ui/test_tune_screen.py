@@ -1,0 +1,200 @@
+"""Pilot tests of the Tune screen: every field takes what is typed right after opening, the
+command shown is the one started, the cancel asks first (Cancel the default), and the
+candidates' states follow a fake campaign's event stream, the frontier and the report too."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from textual.app import App
+from textual.widgets import DataTable, Input
+
+from tests.waits import until_async
+from tui.ab.runner import ABEvent
+from tui.ui.screens.modals import ConfirmModal
+from tui.ui.screens.tune import FIELDS, TuneScreen
+from widgets.frontier_chart import FrontierChart
+
+pytestmark = pytest.mark.timeout(60)
+SIZE = (140, 44)
+BASE = "sglang-base"  # a shipped profile: the real parser and plan check the command
+VARY = "flags.attention-backend=triton,flashinfer"
+
+
+class TuneApp(App):
+    def __init__(self, screen: TuneScreen) -> None:
+        super().__init__()
+        self._screen = screen
+        self.target = "demo"
+
+    def on_mount(self) -> None:
+        self.push_screen(self._screen)
+
+
+async def until(pilot, pred, timeout: float = 10.0) -> None:
+    await until_async(pred, timeout, pilot=pilot)
+
+
+class FakeCampaign:
+    """Events from a queue (None ends them); ``cancel`` records that it was called."""
+
+    def __init__(self) -> None:
+        self.id = "tune-job-1"
+        self.queue: asyncio.Queue[ABEvent | None] = asyncio.Queue()
+        self.report: dict[str, Any] | None = None
+        self.cancelled = 0
+        self.on_link_error: Any = None
+        self.on_link_ok: Any = None
+
+    async def events(self):
+        while (ev := await self.queue.get()) is not None:
+            yield ev
+
+    async def cancel(self) -> str:
+        self.cancelled += 1
+        return "cancelled"
+
+
+def starter(campaign: FakeCampaign, seen: list):
+    async def start(args, plan, confirm, on_skip) -> FakeCampaign:
+        seen.append((args, plan))
+        return campaign
+
+    return start
+
+
+def ev(kind: str, side: str | None = None, **data: Any) -> ABEvent:
+    return ABEvent(kind, f"{side}: {kind}", side, 1, 0, 3, None, data)
+
+
+async def test_every_field_takes_keys_typed_right_after_opening():
+    scr = TuneScreen(start_campaign=starter(FakeCampaign(), []), profiles=[BASE, "sglang-tuned"])
+    async with TuneApp(scr).run_test(size=SIZE) as pilot:
+        typed = {fid: f"x{i}y=1,2" for i, (fid, _, _) in enumerate(FIELDS)}
+        for fid, text in typed.items():
+            scr.query_one(f"#{fid}", Input).focus()  # no pause: the keys follow at once
+            await pilot.press(*text)
+        await pilot.pause()
+        got = {fid: scr.query_one(f"#{fid}", Input).value for fid in typed}
+        assert got == typed
+        shown = str(scr.query_one("#tune-command").content)
+        assert "--vary x0y=1,2" in shown and "--budget x5y=1,2" in shown and "--demo" in shown
+
+
+async def test_start_shows_the_command_asks_and_starts_it_then_states_follow_the_events():
+    camp, seen = FakeCampaign(), []
+    scr = TuneScreen(start_campaign=starter(camp, seen), profiles=[BASE])
+    async with TuneApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        for fid, value in (("tune-vary", VARY), ("tune-ttft", "500"), ("tune-tpot", "50")):
+            scr.query_one(f"#{fid}", Input).value = value
+        await pilot.pause()
+        await pilot.press("ctrl+l")
+        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        question = pilot.app.screen.question
+        assert f"tunedeck tune {BASE} --vary {VARY} --slo ttft_p90:500 tpot_p90:50 --demo" in question
+        await pilot.press("enter")  # Cancel has the focus: nothing starts
+        await until(pilot, lambda: pilot.app.screen is scr)
+        assert seen == [] and scr.campaign is None
+        await pilot.press("ctrl+l")
+        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        await pilot.press("y")
+        await until(pilot, lambda: scr.campaign is camp)
+        args, plan = seen[0]
+        assert args.vary == [VARY] and args.slo == ["ttft_p90:500", "tpot_p90:50"] and args.demo
+        names = [c.name for c in plan[1]]
+        assert names == [BASE, f"{BASE}+attention-backend=flashinfer"] or len(names) == 3
+        table = scr.query_one("#tune-table", DataTable)
+        await until(pilot, lambda: table.row_count == len(names))
+
+        def state(name: str) -> str:
+            return str(table.get_cell(name, "state"))
+
+        assert {state(n) for n in names} == {"queued"}
+        a, b = names[0], names[-1]
+        await camp.queue.put(ev("launch", a))
+        await until(pilot, lambda: state(a) == "starting")
+        await camp.queue.put(ev("ready", a, startup_s=3.0))
+        await camp.queue.put(ev("bench-start", a, concurrency=16))
+        await until(pilot, lambda: state(a) == "measuring" and str(table.get_cell(a, "step")) == "C=16")
+        await camp.queue.put(ev("capacity", a, capacity=16, result={"capacity": 16, "throughput_at_capacity": 800.0}))
+        await camp.queue.put(ev("launch", b))
+        await camp.queue.put(ev("failed", b))
+        await until(pilot, lambda: state(a) == "done" and state(b) == "failed")
+        assert str(table.get_cell(a, "capacity")) == "16"
+        assert "best so far: " in str(scr.query_one("#tune-status").content)
+        assert scr.query_one(FrontierChart).points == (("1", 50.0, 100.0, True),)  # 800 tok/s over C=16, 8 GPUs
+        # the link: lost, said on the status line, and cleared when the host answers again
+        camp.on_link_error(OSError("connection reset"), 1)
+        await until(pilot, lambda: "link lost" in str(scr.query_one("#tune-status").content))
+        camp.on_link_ok()
+        await until(pilot, lambda: "link lost" not in str(scr.query_one("#tune-status").content))
+        # the report is final
+        camp.report = {
+            "campaign": "tune-1",
+            "status": "completed",
+            "winner": a,
+            "candidates": [
+                {"name": a, "state": "measured", "capacity": 16, "tok_s_per_user": 50.0, "tok_s_per_gpu": 100.0},
+                {"name": b, "state": "failed"},
+            ],
+        }
+        await camp.queue.put(None)
+        await until(pilot, lambda: scr.campaign is None)
+        assert f"winner: {a}" in str(scr.query_one("#tune-status").content)
+
+
+async def test_cancel_asks_first_with_cancel_the_default():
+    camp = FakeCampaign()
+    scr = TuneScreen(start_campaign=starter(camp, []), profiles=[BASE])
+    async with TuneApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        scr.query_one("#tune-vary", Input).value = VARY
+        scr.query_one("#tune-ttft", Input).value = "500"
+        await pilot.press("ctrl+l")
+        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        await pilot.press("y")
+        await until(pilot, lambda: scr.campaign is camp)
+        await pilot.press("ctrl+x")
+        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        assert "Cancel the running campaign?" in pilot.app.screen.question
+        await pilot.press("enter")  # Cancel (keep running) has the focus
+        await until(pilot, lambda: pilot.app.screen is scr)
+        await pilot.pause(0.2)
+        assert camp.cancelled == 0 and scr.campaign is camp
+        await pilot.press("ctrl+x")
+        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        await pilot.press("y")
+        await until(pilot, lambda: camp.cancelled == 1)
+        await camp.queue.put(None)
+
+
+async def test_launch_list_u_opens_tune_with_the_highlighted_base_and_the_marked_candidates():
+    from tests import ui_fakes
+    from tui.ui.app import make_app
+
+    app = make_app(
+        gpu=ui_fakes.FakeGpu(),
+        host_source=ui_fakes.FakeHost(),
+        servers=ui_fakes.FakeServers(),
+        target="demo",
+        interval=0.2,
+        initial_mode="launch",
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        launch = app.screen
+        names = list(launch.query_one("#profiles", DataTable).rows)
+        launch.marked["B"] = "sglang-tuned"
+        await pilot.press("u")
+        await until(pilot, lambda: isinstance(app.screen, TuneScreen))
+        scr = app.screen
+        assert scr.base == launch.highlighted and scr.marked == (["sglang-tuned"] if scr.base != "sglang-tuned" else [])
+        shown = str(scr.query_one("#tune-command").content)
+        assert f"tunedeck tune {scr.base} " in shown and ("--candidates" in shown) == bool(scr.marked), (names, shown)
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        rows = app.screen.rows  # the ? overlay lists the Tune screen's keys
+        assert {"Base", "Mark", "Pre-flight", "Start", "Cancel"} <= {r[1] for r in rows}
