@@ -30,6 +30,15 @@ REDACT_MARGIN = 1024
 READ_AHEAD = 16
 
 
+#: what a follower of a log says once the host answers again after a lost link
+LINK_BACK_TEXT = "log link back; following again"
+
+
+def link_lost_text(e: BaseException, attempt: int) -> str:
+    """What a follower of a log says on a failed attempt (``follow_forever``'s ``on_error``)."""
+    return f"log link lost ({e}); reconnecting (attempt {attempt})"
+
+
 def cut_mark(n: int) -> str:
     """What ends a line cut at :data:`LINE_CAP` (``n``: the bytes cut)."""
     return f" … {n} bytes cut"
