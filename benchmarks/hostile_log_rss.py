@@ -8,9 +8,12 @@ loop that writes, every ``--every`` seconds, a line of 1 MB whose text carries t
 host must never get to the operator's terminal (OSC title, DCS, clear screen, cursor moves,
 alternate screen, bell), plus a short log line. The dashboard's run view (``RunScreen``, the
 real follower, line splitter, sanitizer and ``ServerLog``) follows it headless in this process
-for ``--seconds``; RSS is sampled every 10 s. Reported: RSS after a 30-s warm-up, its maximum
-and its last value, the growth from warm-up to the end (target: within 50 MB), the bytes the
-server wrote, and the lines the view shows and how many of them hold an escape (target: 0).
+for ``--seconds``; RSS is sampled every 10 s, with how full the two byte-bounded buffers are
+(the ring behind search and the view, ``MAX_BYTES`` each). Reported: RSS after a 30-s warm-up,
+its maximum and its last value, the growth from warm-up to the end (target: within 50 MB), when
+both buffers were full and the growth from then on (memory that still grows then has no bound),
+the bytes the server wrote, and the lines the view shows and how many of them hold an escape
+(target: 0).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 import psutil
@@ -53,7 +57,15 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=300.0)
     ap.add_argument("--every", type=float, default=0.5, help="seconds between 1 MB lines")
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="trace Python's allocations: the memory they hold at each sample, and the 15 places whose "
+        "memory grew most from the moment both buffers were full to the end",
+    )
     a = ap.parse_args()
+    if a.tracemalloc:
+        tracemalloc.start()
     tmp = Path(tempfile.mkdtemp(prefix="tunedeck-rss-"))
     for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
         os.environ[var] = str(tmp / var.lower())
@@ -96,15 +108,33 @@ async def watch(rid: str, seconds: float) -> dict[str, object]:
     app = make_app(host, target="demo", demo=True, interval=1.0)
     me = psutil.Process()
     samples: list[tuple[float, float]] = []
+    #: (s, ring MiB, view MiB): how full the two byte-bounded buffers are at each sample
+    held: list[tuple[float, float, float]] = []
+    first: tracemalloc.Snapshot | None = None  # with --tracemalloc: when both buffers were full
     async with app.run_test(size=(160, 48)) as pilot:
         await app.push_screen(RunScreen(host, rec))
+        log = app.screen.query_one(ServerLog)
         t0 = time.monotonic()
         while time.monotonic() - t0 < seconds:
             await pilot.pause(10.0)
             samples.append((time.monotonic() - t0, me.memory_info().rss / 2**20))
-            print(f"{samples[-1][0]:6.0f} s  RSS {samples[-1][1]:7.1f} MB", file=sys.stderr, flush=True)
-        log = app.screen.query_one(ServerLog)
+            held.append((samples[-1][0], log.ring_bytes / 2**20, log.view.held_bytes / 2**20))
+            traced = ""
+            if tracemalloc.is_tracing():
+                traced = f"  traced {tracemalloc.get_traced_memory()[0] / 2**20:.1f} MB"
+                if first is None and min(held[-1][1:]) >= log.max_bytes / 2**20 - 1 / 16:
+                    first = tracemalloc.take_snapshot()
+            print(
+                f"{samples[-1][0]:6.0f} s  RSS {samples[-1][1]:7.1f} MB  buffers: ring {held[-1][1]:.2f}, "
+                f"view {held[-1][2]:.2f} MiB (cap {log.max_bytes / 2**20:g} each){traced}",
+                file=sys.stderr,
+                flush=True,
+            )
+        if first is not None:
+            for stat in tracemalloc.take_snapshot().compare_to(first, "lineno")[:15]:
+                print(f"grew since full: {stat}", file=sys.stderr)
         shown = [str(x) for x in log.view.lines]
+        cap = log.max_bytes / 2**20
     warm = next(rss for t, rss in samples if t >= 30.0)
     last = samples[-1][1]
     end_t = samples[-1][0]
@@ -112,7 +142,14 @@ async def watch(rid: str, seconds: float) -> dict[str, object]:
     mt, mr = statistics.fmean(t for t, _ in tail), statistics.fmean(r for _, r in tail)
     slope = sum((t - mt) * (r - mr) for t, r in tail) / (sum((t - mt) ** 2 for t, _ in tail) or 1.0)
     size = Path(rec.run_dir or "", "log").stat().st_size
+    # both buffers full (within 64 KiB of their cap, less than one line the ring holds): from then
+    # on, RSS should stay flat
+    full_at = next((t for t, ring, view in held if min(ring, view) >= cap - 1 / 16), None)
+    after_full = [r for t, r in samples if full_at is not None and t >= full_at]
     return {
+        "buffers_full_at_s": None if full_at is None else round(full_at),
+        "rss_at_full_mb": round(after_full[0], 1) if after_full else None,
+        "growth_after_full_mb": round(max(after_full) - after_full[0], 1) if after_full else None,
         "rss_after_warmup_mb": round(warm, 1),
         "rss_max_mb": round(max(r for _, r in samples), 1),
         "rss_end_mb": round(last, 1),
@@ -127,6 +164,7 @@ async def watch(rid: str, seconds: float) -> dict[str, object]:
         "lines_shown": len(shown),
         "escapes_shown": sum(1 for x in shown if "\x1b" in x or "\x07" in x),
         "samples": [(round(t), round(r, 1)) for t, r in samples],
+        "buffers_mib": [(round(t), round(ring, 2), round(view, 2)) for t, ring, view in held],
     }
 
 

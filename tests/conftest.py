@@ -72,7 +72,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     time: the namespaced hosts (each cluster adds a bridge, veths and a /24 in the root namespace,
     and runs a real Ray cluster for the vLLM-on-Ray tests) form one group. sshd instances, the
     simulator and fake servers take free ports and private folders and may run side by side.
+
+    A test marked ``long`` (minutes of one scenario, e.g. the 150-s DROP) runs only when ``-m``
+    names it (``./scripts/test integration -m long``); otherwise it is deselected.
     """
+    if "long" not in (config.getoption("markexpr") or ""):
+        long = [item for item in items if item.get_closest_marker("long") is not None]
+        if long:
+            config.hook.pytest_deselected(items=long)
+            items[:] = [item for item in items if item.get_closest_marker("long") is None]
     for item in items:
         parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
         if parts and parts[0] in TIERS:

@@ -108,3 +108,27 @@ async def test_a_log_of_cut_huge_lines_holds_its_memory_under_the_cap() -> None:
             assert log.ring_bytes == ring and log.view.held_bytes == shown
         assert ring > cap - 2 * sys.getsizeof(one) and shown > cap - 10_000  # full, the newest kept
         assert log.total_lines == 1200 and log.view.lines[-1] == "[599] INFO decode batch #running-req: 8"
+
+
+async def test_a_long_line_is_drawn_from_only_the_characters_that_can_be_in_view() -> None:
+    """Rich keeps the last 16,384 pieces it cut a line into when a character of it is not
+    one-cell-only ("…" of a cut line is not): the pieces of whole 2,000-character lines held
+    100 MB and more after 10 minutes of a log of 1 MB lines. A line is drawn from its first
+    scroll + width characters: the same cells in view."""
+    app = LogApp(4 * MB)
+    async with app.run_test(size=(100, 30)) as pilot:
+        log = app.query_one(ServerLog)
+        log.append_lines([f"{i:04d} {'é' * 5000} … 1 bytes cut" for i in range(60)])
+        log.flush_now()
+        await pilot.pause()
+        view = log.view
+        last = view.line_count - 1
+        strip = view._render_line_strip(last, view.rich_style)
+        assert sum(len(s.text) for s in strip) <= view.scroll_offset.x + view.size.width
+        drawn = view._render_line(last, 0, view.size.width)
+        assert drawn.text == "0059 " + "é" * (view.size.width - 5)
+        view.scroll_to(x=3000, animate=False, immediate=True)
+        await pilot.pause()
+        x = view.scroll_offset.x
+        assert x > 0
+        assert view._render_line(last, x, 10).text == ("0059 " + "é" * 5000)[x : x + 10]

@@ -123,6 +123,41 @@ def test_line_severity():
     assert line_severity("[2026-01-01 00:00:00] Load weight begin.") == "info"
 
 
+async def test_a_line_is_drawn_the_same_without_a_search_as_the_full_highlighter_draws_it():
+    """Without a search or a selection a line's segments are made straight away (a log at 1,000
+    lines/s): they must be the ones Text + highlighter make, severity and node-tag colours alike."""
+    import re
+
+    from widgets.server_log import _SeverityLog
+
+    app = LogApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        view = app.query_one(ServerLog).view
+        assert isinstance(view, _SeverityLog)
+        view.highlighter.tag_styles = {"gpu-a": "cyan", "op@10.0.0.2:2222": "magenta"}  # type: ignore[attr-defined]
+        lines = [
+            *sample_lines(10),
+            "[gpu-a] RuntimeError: CUDA out of memory",
+            "[gpu-a:ray] WARNING: slow",
+            "[op@10.0.0.2:2222] plain",
+            "[unknown] ERROR x",
+            "tab\there ünïcode 全角",
+        ]
+        view.write_lines(lines)
+        await pilot.pause()
+        style = view.rich_style
+
+        def drawn(y: int) -> list[tuple[str, object]]:
+            return [(seg.text, seg.style) for seg in view._render_line_strip(y, style)]
+
+        fast = [drawn(y) for y in range(len(lines))]
+        view.highlighter.pattern = re.compile("(?!x)x")  # type: ignore[attr-defined]  # matches nothing
+        full = [drawn(y) for y in range(len(lines))]
+        view.highlighter.pattern = None  # type: ignore[attr-defined]
+        assert fast == full
+        assert any(len(x) == 2 for x in fast)  # a tag of its own colour was drawn
+
+
 class ProgressApp(App[None]):
     def compose(self) -> ComposeResult:
         yield StartupProgressView(id="p")

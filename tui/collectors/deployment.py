@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from tui.hostops.hosts import Host, HostError
-from tui.hostops.logfollow import LineSplitter, follow_forever
+from tui.hostops.logfollow import LineSplitter, follow_forever, link_lost_text
 from tui.hostops.runstore import FAILED, READY, STARTING, WORKER_UP, RunStore
 from tui.hostops.tracker import STALLED, StartupTracker
 from tui.services import deploy as D
@@ -153,7 +153,7 @@ class DeploymentCollector:
             f.link_error = None
 
         def on_error(e: Exception, attempt: int) -> None:
-            f.link_error = f"log link lost ({e}); reconnecting (attempt {attempt})"
+            f.link_error = link_lost_text(e, attempt)
             log.warning("deployment %s: %s: %s", self.rec.deploy_id, f.member.tag, f.link_error)
 
         def on_resume() -> None:  # the host answers again, even while its log stays quiet

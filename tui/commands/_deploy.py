@@ -257,6 +257,7 @@ async def follow_logs(args: argparse.Namespace, rec: D.DeploymentRecord, node: s
     one connection per node, a lost link resumed where it stopped), a node tag on every line;
     ends when every member has ended, or at Ctrl-C."""
     from tui.collectors.deployment import DeploymentCollector
+    from tui.commands.logs import LinkLines
 
     ended = {"failed", "exited", "stopped"}
     width = max((len(m.tag) for m in rec.members), default=0)
@@ -265,7 +266,7 @@ async def follow_logs(args: argparse.Namespace, rec: D.DeploymentRecord, node: s
     out = sys.stdout
     collector = DeploymentCollector(rec)
     store = D.DeploymentStore()
-    told: set[str] = set()
+    link = LinkLines()
     try:
         await collector.start()
         while True:
@@ -282,13 +283,10 @@ async def follow_logs(args: argparse.Namespace, rec: D.DeploymentRecord, node: s
             if snap.dropped:
                 print(f"tunedeck logs: {snap.dropped} lines dropped (they came faster than printed)", file=sys.stderr)
             for tag, why in snap.link_errors:
-                if tag not in told:
-                    told.add(tag)
-                    print(f"tunedeck logs: {tag}: {visible(why)}", file=sys.stderr, flush=True)
+                link.lost(tag, why)
             down = {tag for tag, _ in snap.link_errors}
-            for tag in sorted(told - down):
-                print(f"tunedeck logs: {tag}: log link back; following again", file=sys.stderr, flush=True)
-            told &= down
+            for tag in sorted(link.down - down):
+                link.back(tag)
             states = [m for m in snap.members if shown is None or m.node == shown]
             over = bool(states) and all(m.state in ended and not m.alive for m in states)
             # a stop from anywhere (another terminal, the dashboard) is in the local record at once

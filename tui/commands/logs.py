@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from tui.commands._runs import choose, err, host_from_args, records_for
 from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import find_host_run
-from tui.hostops.logfollow import LineSplitter, LogFollower, read_log
+from tui.hostops.logfollow import LINK_BACK_TEXT, LineSplitter, follow_forever, link_lost_text, read_log
 from tui.hostops.runstore import RunRecord, RunStore
 from tui.services.journal import reread_runs
 from tui.util.aio import cancel_and_wait
@@ -148,12 +147,33 @@ async def _cause(host: Host, store: RunStore, rec: RunRecord) -> str:
     return f"; {done.status}: {visible(done.diagnosis)}"
 
 
+class LinkLines:
+    """What ``tunedeck logs --follow`` prints on stderr about the links of the logs it follows
+    (one run's, or each node's of a deployment): one line when a link is lost, naming the cause,
+    and one when it is back (a loss is told once, not at each failed attempt)."""
+
+    def __init__(self) -> None:
+        #: the followed logs (by what the lines name them) whose link is lost now
+        self.down: set[str] = set()
+
+    def lost(self, who: str, why: str) -> None:
+        if who in self.down:
+            return
+        self.down.add(who)
+        print(f"tunedeck logs: {who}: {visible(why)}", file=sys.stderr, flush=True)
+
+    def back(self, who: str) -> None:
+        if who in self.down:
+            self.down.discard(who)
+            print(f"tunedeck logs: {who}: {LINK_BACK_TEXT}", file=sys.stderr, flush=True)
+
+
 async def _follow(
     host: Host, store: RunStore, rec: RunRecord, log: str, offset: int, args: argparse.Namespace, out: BinaryIO
 ) -> int:
-    """Print new log bytes until the run ends; a lost link is reported at once (the remote
-    ``tail`` is reaped in the background once the host is back), then followed again from
-    the exact byte offset."""
+    """Print new log bytes until the run ends, with :func:`follow_forever`: a lost link is reported
+    at once (the remote ``tail`` is reaped in the background once the host is back), followed again
+    from the exact byte offset, and its return is reported too (:class:`LinkLines`)."""
     printer = _Printer(offset, raw=args.raw, run_id=rec.run_id if args.json else None, sgr=_colour(out))
     saved = (printer.offset, 0.0)
 
@@ -171,56 +191,48 @@ async def _follow(
             out.flush()
             save()
 
-    backoff = 0.5
+    who = f"run {rec.run_id}"
+    link = LinkLines()
+    stop = asyncio.Event()
 
-    async def pump(f: LogFollower) -> None:
-        nonlocal backoff
-        async with contextlib.aclosing(f.chunks()) as chunks:
-            async for chunk in chunks:
-                emit(chunk)
-                backoff = 0.5
+    async def watch_end() -> int | None:
+        try:
+            return await _watch_end(host, rec, END_CHECK_INTERVAL)
+        finally:
+            stop.set()
 
-    watcher = asyncio.ensure_future(_watch_end(host, rec, END_CHECK_INTERVAL)) if rec.pid else None
+    def on_error(e: Exception, attempt: int) -> None:
+        log_.warning("logs: %s: %s", who, visible(link_lost_text(e, attempt)))
+        link.lost(who, link_lost_text(e, attempt))
+
+    watcher = asyncio.ensure_future(watch_end()) if rec.pid else None
     try:
-        while True:
-            f = LogFollower(host, log, offset, run_id=rec.run_id, store=store)
-            reader = asyncio.ensure_future(pump(f))
-            waits: set[asyncio.Future[object]] = {reader}  # type: ignore[arg-type]
-            if watcher is not None:
-                waits.add(watcher)  # type: ignore[arg-type]
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            if watcher is not None and watcher.done() and not reader.done():
-                await cancel_and_wait([reader], f"logs {rec.run_id}: reader")
-            error: BaseException | None = None
-            if reader.done() and not reader.cancelled():
-                error = reader.exception()
-            offset = f.offset
-            if watcher is not None and watcher.done():
-                rc = watcher.result()
-                # the rest of the log, from the exact byte the follower stopped at
-                rest = await read_log(host, log, offset)
-                if rest:
-                    emit(rest)
-                    offset += len(rest)
-                tail = printer.end()
-                if tail:
-                    out.write(tail)
-                    out.flush()
-                save(force=True)
-                how = "exited" if rc is None else f"exited with status {rc}"
-                print(
-                    f"tunedeck logs: run {rec.run_id} has {how}{await _cause(host, store, rec)}; stopped following",
-                    file=sys.stderr,
-                )
-                return 0
-            if isinstance(error, HostError):
-                # report first; the stream's own cleanup (reaping the remote tail) is not awaited here
-                print(f"tunedeck logs: {visible(error)}; reconnecting", file=sys.stderr, flush=True)
-                log_.warning("logs: %s", visible(error))
-            elif error is not None:
-                raise error
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 10)
+        offset = await follow_forever(
+            host,
+            log,
+            offset,
+            emit,
+            stop,
+            on_error=on_error,
+            on_resume=lambda: link.back(who),
+        )
+        assert watcher is not None  # nothing else stops the follow
+        rc = watcher.result()
+        # the rest of the log, from the exact byte the follower stopped at
+        rest = await read_log(host, log, offset)
+        if rest:
+            emit(rest)
+        tail = printer.end()
+        if tail:
+            out.write(tail)
+            out.flush()
+        save(force=True)
+        how = "exited" if rc is None else f"exited with status {rc}"
+        print(
+            f"tunedeck logs: run {rec.run_id} has {how}{await _cause(host, store, rec)}; stopped following",
+            file=sys.stderr,
+        )
+        return 0
     finally:
         save(force=True)
         if watcher is not None:

@@ -166,6 +166,10 @@ class Host(abc.ABC):
         await self.close()
 
 
+#: the most one read of a command's output stream returns (a chunk of :class:`ByteStream`)
+STREAM_READ_BYTES = 65536
+
+
 class ByteStream(abc.ABC):
     """Async iterator of stdout chunks from a running command; an async context manager.
 
@@ -383,7 +387,7 @@ class _LocalStream(ByteStream):
     async def _drain_stderr(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stderr is not None
         while True:
-            chunk = await proc.stderr.read(65536)
+            chunk = await proc.stderr.read(STREAM_READ_BYTES)
             if not chunk:
                 return
             self.last_heard = time.monotonic()
@@ -394,7 +398,7 @@ class _LocalStream(ByteStream):
         proc = await self._start()
         assert proc.stdout is not None
         while True:
-            chunk = await proc.stdout.read(65536)
+            chunk = await proc.stdout.read(STREAM_READ_BYTES)
             if not chunk:
                 break
             self.last_heard = time.monotonic()

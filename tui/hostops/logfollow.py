@@ -8,7 +8,7 @@ import time
 from typing import AsyncGenerator, Callable
 
 from tui.hostops import liveness
-from tui.hostops.hosts import ByteStream, Host, HostError, target_name
+from tui.hostops.hosts import STREAM_READ_BYTES, ByteStream, Host, HostError, target_name
 from tui.hostops.hostscripts import FOLLOW_SCRIPT
 from tui.hostops.runstore import RunStore
 from tui.util import retry
@@ -28,6 +28,20 @@ REDACT_MARGIN = 1024
 #: Chunks read ahead of the one being shown (each up to 64 KiB): when lines come faster than
 #: they are parsed and shown, the reader waits and the log file is the buffer, not this process
 READ_AHEAD = 16
+#: Seconds the reader waits after a small chunk before it reads again: what comes meanwhile waits
+#: in the stream's buffer and comes as one chunk. A server that flushes every 10 ms made each of its
+#: 100 chunks a second pass reader, queue, follower and every consumer; a view shows it no later
+#: (it draws every 100 ms at best), and after a full chunk (``STREAM_READ_BYTES``) it reads at once
+GATHER_S = 0.1
+
+
+#: what a follower of a log says once the host answers again after a lost link
+LINK_BACK_TEXT = "log link back; following again"
+
+
+def link_lost_text(e: BaseException, attempt: int) -> str:
+    """What a follower of a log says on a failed attempt (``follow_forever``'s ``on_error``)."""
+    return f"log link lost ({e}); reconnecting (attempt {attempt})"
 
 
 def cut_mark(n: int) -> str:
@@ -356,6 +370,8 @@ async def _pump(f: LogFollower, q: "asyncio.Queue[bytes | Exception | None]") ->
         try:
             async for chunk in it:
                 await q.put(chunk)
+                if len(chunk) < STREAM_READ_BYTES:
+                    await asyncio.sleep(GATHER_S)
         finally:
             await it.aclose()  # ends the stream now, also when cancelled (contextlib.aclosing is 3.10+)
     except Exception as e:  # noqa: BLE001 - handed to the follower, which reports and reconnects

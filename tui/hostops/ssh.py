@@ -44,6 +44,7 @@ import asyncssh
 
 from tui.hostops.hosts import (
     HOSTNAME_RE,
+    STREAM_READ_BYTES,
     ByteStream,
     Host,
     HostError,
@@ -836,7 +837,7 @@ class _SshStream(ByteStream):
     async def _drain_stderr(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
         try:
             while True:
-                chunk = await proc.stderr.read(65536)
+                chunk = await proc.stderr.read(STREAM_READ_BYTES)
                 if not chunk:
                     return
                 self.last_heard = time.monotonic()
@@ -852,7 +853,7 @@ class _SshStream(ByteStream):
             return
         while True:
             try:
-                chunk = await proc.stdout.read(65536)
+                chunk = await proc.stdout.read(STREAM_READ_BYTES)
             except (asyncssh.Error, OSError):
                 chunk = b""
             if not chunk:

@@ -176,7 +176,8 @@ class StartupTracker:
         self.poll_gpu = poll_gpu
         self.clock = clock
         engine = rec.engine if rec.engine in ("sglang", "vllm") else None
-        self.parser = LogParser(engine)
+        # its start-up and failures only: the figures of the stat lines (most of a serving log) are not read
+        self.parser = LogParser(engine, stats=False)
         self.started = rec.started or rec.created or clock()
         #: when the run became ready: recorded by whoever saw it first (a launch's --wait, a view),
         #: else the moment this tracker sees it; "ready in" is ready_at - started, not the time

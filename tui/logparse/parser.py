@@ -92,9 +92,13 @@ class LogParser:
     Lines are counted as the file's physical lines (``\\n``); tqdm redraws joined
     by ``\\r`` are parsed one by one and numbered as segments of their line."""
 
-    def __init__(self, engine: str | None = None, *, context_lines: int = 30) -> None:
+    def __init__(self, engine: str | None = None, *, context_lines: int = 30, stats: bool = True) -> None:
+        """``stats=False``: runtime stat lines are recognised (the engine serves) but their
+        figures are not read, so they give no :class:`StatEvent` and no ``state.last_stat``
+        (for a reader that wants only the start-up and its failures, at 1,000 lines a second)."""
         if engine is not None and engine not in ENGINES:
             raise ValueError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+        self.stats = stats
         self.state = ParseState(engine=engine)
         self._engine_fixed = engine is not None
         self._votes = {"sglang": 0, "vllm": 0}
@@ -862,38 +866,42 @@ class LogParser:
 
     def _stats(self, msg: str, ln: LogLine, no: int, events: list[LogEvent]) -> bool:
         """A runtime stat line (the engine serves); True when ``msg`` is one."""
+        ev: StatEvent | None = None
         if "Decode batch" in msg or "Prefill batch" in msg:
-            vals: dict[str, float | int | None] = {}
-            for name, rx in SG_STAT_FIELDS.items():
-                m = rx.search(msg)
-                if m:
-                    g = next(x for x in m.groups() if x is not None)
-                    vals[name] = int(g) if name in ("running", "queued") else float(g)
-            kind = "decode" if "Decode batch" in msg else "prefill"
-            ev = StatEvent("sglang", msg.strip(), ln.time, no, kind, **vals)  # type: ignore[arg-type]
+            if self.stats:
+                vals: dict[str, float | int | None] = {}
+                for name, rx in SG_STAT_FIELDS.items():
+                    m = rx.search(msg)
+                    if m:
+                        g = next(x for x in m.groups() if x is not None)
+                        vals[name] = int(g) if name in ("running", "queued") else float(g)
+                kind = "decode" if "Decode batch" in msg else "prefill"
+                ev = StatEvent("sglang", msg.strip(), ln.time, no, kind, **vals)  # type: ignore[arg-type]
         else:
             m = VL_STATS.search(msg)
             if not m:
                 return False
-            kv = VL_KV_USAGE.search(msg)
-            hit = VL_PREFIX_HIT.search(msg)
-            ev = StatEvent(
-                "vllm",
-                msg.strip(),
-                ln.time,
-                no,
-                "engine",
-                running=int(m.group(3)),
-                queued=int(m.group(4)),
-                prompt_throughput=float(m.group(1)),
-                gen_throughput=float(m.group(2)),
-                token_usage=float(kv.group(1)) / 100 if kv else None,
-                prefix_hit_rate=float(hit.group(1)) / 100 if hit else None,
-            )
+            if self.stats:
+                kv = VL_KV_USAGE.search(msg)
+                hit = VL_PREFIX_HIT.search(msg)
+                ev = StatEvent(
+                    "vllm",
+                    msg.strip(),
+                    ln.time,
+                    no,
+                    "engine",
+                    running=int(m.group(3)),
+                    queued=int(m.group(4)),
+                    prompt_throughput=float(m.group(1)),
+                    gen_throughput=float(m.group(2)),
+                    token_usage=float(kv.group(1)) / 100 if kv else None,
+                    prefix_hit_rate=float(hit.group(1)) / 100 if hit else None,
+                )
         self._recovered()
         self._progress_line = no
-        self.state.last_stat = ev
-        events.append(ev)
+        if ev is not None:
+            self.state.last_stat = ev
+            events.append(ev)
         return True
 
 
