@@ -6,7 +6,9 @@ sparklines change every second paid for all of it once a second. Here each row i
 built when its cells change (a few segments: pad, text, pad per column) and cached by what
 decides it; drawing a frame crops cached strips. What it offers is what the GPU table needs: a
 fixed header, a row cursor (arrows, Home/End, PgUp/PgDn, click), scrolling, column layouts that
-fit the terminal's width, and ``row_count`` / ``get_cell`` as DataTable names them.
+fit the terminal's width, and ``row_count`` / ``get_cell`` as DataTable names them; and for the
+server table, :class:`LineTable.RowSelected` on Enter or a click on the cursor's row, as
+DataTable's ``RowSelected``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.color import Color, ColorParseError
 from textual.geometry import Region, Size
+from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -94,7 +97,25 @@ class LineTable(ColumnLayouts, ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", show=False),
         Binding("home", "cursor_to(0)", show=False),
         Binding("end", "cursor_to(-1)", show=False),
+        Binding("ctrl+home", "cursor_to(0)", show=False),  # DataTable's keys for the first and last row
+        Binding("ctrl+end", "cursor_to(-1)", show=False),
+        Binding("enter", "select_cursor", show=False),
     ]
+
+    class RowSelected(Message):
+        """Enter, or a click on the row the cursor is on (DataTable's ``RowSelected``)."""
+
+        def __init__(self, table: "LineTable", cursor_row: int, row_key: str) -> None:
+            self.table = table
+            self.cursor_row = cursor_row
+            """The row selected (0: the first below the header)."""
+            self.row_key = row_key
+            """The key of the row selected."""
+            super().__init__()
+
+        @property
+        def control(self) -> "LineTable":
+            return self.table
 
     cursor_row: reactive[int] = reactive(0)
     """The row the cursor is on (0: the first below the header)."""
@@ -197,12 +218,19 @@ class LineTable(ColumnLayouts, ScrollView, can_focus=True):
         if self._order:
             self.cursor_row = row % len(self._order)
 
+    def action_select_cursor(self) -> None:
+        if 0 <= self.cursor_row < len(self._order):
+            self.post_message(self.RowSelected(self, self.cursor_row, self._order[self.cursor_row]))
+
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
         if offset is not None and offset.y >= 1:
             row = round(self.scroll_y) + offset.y - 1
             if 0 <= row < len(self._order):
+                again = row == self.cursor_row
                 self.cursor_row = row
+                if again:  # as DataTable: a click on the highlighted row selects it
+                    self.action_select_cursor()
 
     # --------------------------------------------------------------- drawing
     def notify_style_update(self) -> None:
