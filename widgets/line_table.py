@@ -164,11 +164,13 @@ class LineTable(ColumnLayouts, ScrollView, can_focus=True):
             return
         changed = [i for i, key in enumerate(order) if self._cells.get(key) != new[key]]
         self._cells = new
-        top = round(self.scroll_y)
+        if not changed:
+            return
+        top, (width, height) = round(self.scroll_y), self.size
         for i in changed:
             y = i - top + 1
-            if 1 <= y < self.size.height:
-                self.refresh(Region(0, y, self.size.width, 1))
+            if 1 <= y < height:
+                self.refresh(Region(0, y, width, 1))
 
     # ---------------------------------------------------------------- layout
     def on_mount(self) -> None:

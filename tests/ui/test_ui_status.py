@@ -424,6 +424,33 @@ async def test_server_rows_open_on_enter_o_and_a_second_click():
         await until(pilot, lambda: opened == ["b", "c", "b"])
 
 
+def test_a_terminal_session_freezes_its_start_up_heap_and_pilot_does_not():
+    """``run`` (a terminal session) moves the start-up heap out of the collector's reach after
+    the first frame; a Pilot run, one of hundreds in a test process, leaves the collector alone."""
+    import gc
+
+    before = gc.get_freeze_count()
+    frozen: list[int] = []
+
+    async def pilot_run(pilot) -> None:  # type: ignore[no-untyped-def]
+        await until_async(lambda: gc.get_freeze_count() > before, 10, pilot=pilot, what="the heap frozen")
+        frozen.append(gc.get_freeze_count())
+        pilot.app.exit()
+
+    try:
+        app_with().run(headless=True, size=SIZE, auto_pilot=pilot_run)
+    finally:
+        gc.unfreeze()
+    assert frozen and frozen[0] > before
+
+    async def under_pilot() -> int:
+        async with app_with().run_test(size=SIZE) as pilot:
+            await pilot.pause(0.3)
+            return gc.get_freeze_count()
+
+    assert asyncio.run(under_pilot()) == 0
+
+
 async def test_fast_feed_is_drawn_at_most_twice_a_second():
     gpu = FakeGpu([gpu_status(8, t) for t in range(40)], interval=0.02)
     app = app_with(gpu)
