@@ -269,8 +269,8 @@ class TunedeckApp(App[int]):
     def _freeze_startup_heap(self) -> None:
         """Keep the start-up heap (Textual, the imports, the screens: ~85,000 objects that live as
         long as the app) out of every later collection, as the simulator and the benchmark client
-        do: a full collection walked all of it every ~20 s, 70 ms each, a fifth of the idle
-        dashboard's CPU."""
+        do: a full collection walked all of it every ~20 s, 65-70 ms each, about a sixth of the
+        idle dashboard's CPU."""
         gc.collect()
         gc.freeze()
 
