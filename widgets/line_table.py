@@ -6,7 +6,9 @@ sparklines change every second paid for all of it once a second. Here each row i
 built when its cells change (a few segments: pad, text, pad per column) and cached by what
 decides it; drawing a frame crops cached strips. What it offers is what the GPU table needs: a
 fixed header, a row cursor (arrows, Home/End, PgUp/PgDn, click), scrolling, column layouts that
-fit the terminal's width, and ``row_count`` / ``get_cell`` as DataTable names them.
+fit the terminal's width, and ``row_count`` / ``get_cell`` as DataTable names them; and for the
+server table, :class:`LineTable.RowSelected` on Enter or a click on the cursor's row, as
+DataTable's ``RowSelected``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.color import Color, ColorParseError
 from textual.geometry import Region, Size
+from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -94,7 +97,25 @@ class LineTable(ColumnLayouts, ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", show=False),
         Binding("home", "cursor_to(0)", show=False),
         Binding("end", "cursor_to(-1)", show=False),
+        Binding("ctrl+home", "cursor_to(0)", show=False),  # DataTable's keys for the first and last row
+        Binding("ctrl+end", "cursor_to(-1)", show=False),
+        Binding("enter", "select_cursor", show=False),
     ]
+
+    class RowSelected(Message):
+        """Enter, or a click on the row the cursor is on (DataTable's ``RowSelected``)."""
+
+        def __init__(self, table: "LineTable", cursor_row: int, row_key: str) -> None:
+            self.table = table
+            self.cursor_row = cursor_row
+            """The row selected (0: the first below the header)."""
+            self.row_key = row_key
+            """The key of the row selected."""
+            super().__init__()
+
+        @property
+        def control(self) -> "LineTable":
+            return self.table
 
     cursor_row: reactive[int] = reactive(0)
     """The row the cursor is on (0: the first below the header)."""
@@ -112,6 +133,10 @@ class LineTable(ColumnLayouts, ScrollView, can_focus=True):
         #: full-width strips by what decides them (row cells or the header, cursor, styles)
         self._strips: LRUCache[tuple[Any, ...], Strip] = LRUCache(256)
         self._styles: tuple[Style, Style, Style, str] | None = None
+        #: theme colour styles by (theme, name)
+        self._colours: dict[tuple[str, str], Style | None] = {}
+        #: (size, scroll x, scroll y) while a frame is drawn
+        self._frame: tuple[Size, int, int] | None = None
 
     # ------------------------------------------------------------------ data
     @property
@@ -139,11 +164,13 @@ class LineTable(ColumnLayouts, ScrollView, can_focus=True):
             return
         changed = [i for i, key in enumerate(order) if self._cells.get(key) != new[key]]
         self._cells = new
-        top = round(self.scroll_y)
+        if not changed:
+            return
+        top, (width, height) = round(self.scroll_y), self.size
         for i in changed:
             y = i - top + 1
-            if 1 <= y < self.size.height:
-                self.refresh(Region(0, y, self.size.width, 1))
+            if 1 <= y < height:
+                self.refresh(Region(0, y, width, 1))
 
     # ---------------------------------------------------------------- layout
     def on_mount(self) -> None:
@@ -197,12 +224,19 @@ class LineTable(ColumnLayouts, ScrollView, can_focus=True):
         if self._order:
             self.cursor_row = row % len(self._order)
 
+    def action_select_cursor(self) -> None:
+        if 0 <= self.cursor_row < len(self._order):
+            self.post_message(self.RowSelected(self, self.cursor_row, self._order[self.cursor_row]))
+
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
         if offset is not None and offset.y >= 1:
             row = round(self.scroll_y) + offset.y - 1
             if 0 <= row < len(self._order):
+                again = row == self.cursor_row
                 self.cursor_row = row
+                if again:  # as DataTable: a click on the highlighted row selects it
+                    self.action_select_cursor()
 
     # --------------------------------------------------------------- drawing
     def notify_style_update(self) -> None:
@@ -220,31 +254,53 @@ class LineTable(ColumnLayouts, ScrollView, can_focus=True):
             )
         return self._styles
 
-    def _colour(self, name: str) -> Style:
-        value = theme_color(self, name) if name else ""
-        if not value:
-            return Style.null()
-        try:
-            return Style(color=Color.parse(value).rich_color)
-        except ColorParseError:
-            return Style.null()
+    def _colour(self, name: str) -> Style | None:
+        """The style of a theme colour name (None: no colour), kept per theme."""
+        key = (self.app.theme, name)
+        if key not in self._colours:
+            value = theme_color(self, name) if name else ""
+            try:
+                self._colours[key] = Style(color=Color.parse(value).rich_color) if value else None
+            except ColorParseError:
+                self._colours[key] = None
+        return self._colours[key]
 
     def _line(self, cells: Sequence[Cell], style: Style, cursor: bool, width: int) -> Strip:
+        """A row as few segments as its colours allow: cells and pads of the row's own style are
+        one run of text (every later step, Textual's line styles, its colour filter and the
+        compositor's cuts, goes segment by segment)."""
         pad = " " * self.PAD
         segs: list[Segment] = []
+        run: list[str] = []
         for key, _, w in self.shown_columns:
             plain, color = cells[self._index[key]]
-            text_style = style if cursor or not color else style + self._colour(color)
-            segs += [Segment(pad, style), Segment(set_cell_size(plain, w), text_style), Segment(pad, style)]
+            colour = None if cursor or not color else self._colour(color)
+            if colour is None:
+                run += (pad, set_cell_size(plain, w), pad)
+                continue
+            run.append(pad)
+            segs += [Segment("".join(run), style), Segment(set_cell_size(plain, w), style + colour)]
+            run = [pad]
         used = sum(w + 2 * self.PAD for _, _, w in self.shown_columns)
         if width > used:
-            segs.append(Segment(" " * (width - used), style))
+            run.append(" " * (width - used))
+        if run:
+            segs.append(Segment("".join(run), style))
         return Strip(segs, max(width, used))
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # the size and scroll offsets once a frame: Textual computes them on every read, and
+        # that cost more than drawing a cached line
+        self._frame = (self.size, round(self.scroll_x), round(self.scroll_y))
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame = None
 
     def render_line(self, y: int) -> Strip:
         base, header, cursor_style, theme = self._frame_styles()
-        width = max(self.size.width, self.virtual_size.width)
-        scroll_x = round(self.scroll_x)
+        size, scroll_x, scroll_y = self._frame or (self.size, round(self.scroll_x), round(self.scroll_y))
+        width = max(size.width, self.virtual_size.width)
         if y == 0:
             key: tuple[Any, ...] = ("header", tuple(self.shown_columns), width, header, theme)
             strip = self._strips.get(key)
@@ -253,9 +309,9 @@ class LineTable(ColumnLayouts, ScrollView, can_focus=True):
                 strip = self._line([labels.get(k, ("", "")) for k, _, _ in self.COLUMNS], header, True, width)
                 self._strips[key] = strip
         else:
-            row = round(self.scroll_y) + y - 1
+            row = scroll_y + y - 1
             if not 0 <= row < len(self._order):
-                return Strip.blank(self.size.width, base)
+                return Strip.blank(size.width, base)
             cells = self._cells[self._order[row]]
             on_cursor = row == self.cursor_row
             style = cursor_style if on_cursor else base
@@ -264,4 +320,4 @@ class LineTable(ColumnLayouts, ScrollView, can_focus=True):
             if strip is None:
                 strip = self._line(cells, style, on_cursor, width)
                 self._strips[key] = strip
-        return strip.crop(scroll_x, scroll_x + self.size.width)
+        return strip.crop(scroll_x, scroll_x + size.width)

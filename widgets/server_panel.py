@@ -14,7 +14,7 @@ from textual.widgets import Static
 from tui.fmt import fmt, num
 from tui.model import ServerStats
 from widgets._fmt import sparkline, theme_color
-from widgets.gpu_table import _KeyedTable
+from widgets.line_table import LineTable
 
 #: server state → theme variable used to colour it.
 STATE_COLOURS = {
@@ -83,7 +83,11 @@ def _spark(values: Sequence[float], width: int, hi: float | None = None) -> str:
     return sparkline(values, width, 0.0, top or 1.0) if values else ""
 
 
-class ServerTable(_KeyedTable):
+class ServerTable(LineTable):
+    """One row per server: state, load and their histories. Drawn line by line (most of its
+    cells change every second, see :mod:`widgets.line_table`); Enter or a click on the cursor's
+    row posts :class:`LineTable.RowSelected`."""
+
     COLUMNS = (
         ("name", "Server", 16),
         ("engine", "Engine", 6),

@@ -399,6 +399,58 @@ async def test_theme_change_recolours_cells():
         assert panel.table.get_cell("srv-a-30000", "state").style == app.theme_variables["success"]
 
 
+async def test_server_rows_open_on_enter_o_and_a_second_click():
+    """The server table's keys and clicks, as DataTable gave them: the arrows and Ctrl+Home/End
+    move the cursor, Enter and ``o`` open the highlighted server, a click moves the cursor and a
+    click on the highlighted row opens it."""
+    servers = (server("a", "ready"), server("b", "ready", port=30001), server("c", "ready", port=30002))
+    app = app_with(servers=FakeServers(servers))
+    async with app.run_test(size=SIZE) as pilot:
+        status = app.screen
+        panel = status.query_one(ServerPanel)
+        await until(pilot, lambda: panel.table.row_count == 3)
+        opened: list[str] = []
+        status.open_run = lambda s: opened.append(s.name)  # type: ignore[method-assign]
+        panel.table.focus()
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: opened == ["b"])
+        await pilot.press("ctrl+end", "o")
+        await until(pilot, lambda: opened == ["b", "c"])
+        await pilot.press("ctrl+home")
+        await pilot.click("#server-table", offset=(2, 2))  # the header is line 0: line 2 is b
+        await pilot.pause()
+        assert panel.table.cursor_row == 1 and opened == ["b", "c"]  # a first click only moves
+        await pilot.click("#server-table", offset=(2, 2))
+        await until(pilot, lambda: opened == ["b", "c", "b"])
+
+
+def test_a_terminal_session_freezes_its_start_up_heap_and_pilot_does_not():
+    """``run`` (a terminal session) moves the start-up heap out of the collector's reach after
+    the first frame; a Pilot run, one of hundreds in a test process, leaves the collector alone."""
+    import gc
+
+    before = gc.get_freeze_count()
+    frozen: list[int] = []
+
+    async def pilot_run(pilot) -> None:  # type: ignore[no-untyped-def]
+        await until_async(lambda: gc.get_freeze_count() > before, 10, pilot=pilot, what="the heap frozen")
+        frozen.append(gc.get_freeze_count())
+        pilot.app.exit()
+
+    try:
+        app_with().run(headless=True, size=SIZE, auto_pilot=pilot_run)
+    finally:
+        gc.unfreeze()
+    assert frozen and frozen[0] > before
+
+    async def under_pilot() -> int:
+        async with app_with().run_test(size=SIZE) as pilot:
+            await pilot.pause(0.3)
+            return gc.get_freeze_count()
+
+    assert asyncio.run(under_pilot()) == 0
+
+
 async def test_fast_feed_is_drawn_at_most_twice_a_second():
     gpu = FakeGpu([gpu_status(8, t) for t in range(40)], interval=0.02)
     app = app_with(gpu)

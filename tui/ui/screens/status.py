@@ -16,15 +16,15 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.coordinate import Coordinate
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header
+from textual.widgets import Footer, Header
 
 from tui.model import GpuStatus, HostStats, LinkState, ServerStats
 from widgets._fmt import set_border_title
 from widgets.gpu_table import GpuProcessTable, GpuStateLine, GpuTable
 from widgets.host_banner import HostBanner
 from widgets.host_panel import HostPanel
+from widgets.line_table import LineTable
 from widgets.server_panel import ServerPanel
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -231,15 +231,14 @@ class StatusScreen(Screen[None]):
             return
         table = panel.table
         row = table.cursor_row if 0 <= table.cursor_row < table.row_count else 0
-        key = table.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value
-        server = self.server_for_row(str(key))
+        server = self.server_for_row(table.row_keys()[row])
         if server is not None:
             self.open_run(server)
 
-    @on(DataTable.RowSelected, "#server-table")
-    def _server_selected(self, event: DataTable.RowSelected) -> None:
+    @on(LineTable.RowSelected, "#server-table")
+    def _server_selected(self, event: LineTable.RowSelected) -> None:
         event.stop()
-        server = self.server_for_row(str(event.row_key.value))
+        server = self.server_for_row(event.row_key)
         if server is not None:
             self.open_run(server)
 
