@@ -31,6 +31,9 @@ ENGINE_MODULES = (
     "tui/__init__.py",
     "tui/bench/__init__.py",
     "tui/bench/http.py",
+    "tui/bench/httpcore.py",
+    "tui/bench/httppool.py",
+    "tui/bench/httpresponse.py",
     "tui/bench/sse.py",
     "tui/bench/records.py",
     "tui/bench/client.py",
@@ -50,5 +53,6 @@ ENGINE_MODULES = (
     "tui/util/__init__.py",
     "tui/util/aio.py",
     "tui/util/files.py",
+    "tui/util/http.py",
     "tui/util/safety.py",
 )

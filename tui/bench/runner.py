@@ -68,7 +68,8 @@ from tui.bench.client import (
 )
 from tui.bench.config import BenchConfig, NotReady
 from tui.bench.counters import Snapshot, level_figures, read_counters
-from tui.bench.http import HttpClient, HTTPError, base_url
+from tui.bench.http import HttpClient
+from tui.bench.httpcore import HTTPError, base_url
 from tui.bench.levels import (
     Progress,
     connect_stats,
