@@ -47,6 +47,7 @@ ENGINE_MODULES = (
     "tui/bench/workloads/synthetic.py",
     "tui/bench/health.py",
     "tui/bench/levels.py",
+    "tui/bench/fanout.py",
     "tui/bench/runner.py",
     "tui/bench/store.py",
     "tui/bench/worker.py",
