@@ -13,15 +13,15 @@ from tests.fakesrv import FakeServer
 from tui.bench import store
 from tui.bench.client import EndpointConfig, RequestSpec, make_client, stream_request
 from tui.bench.config import BenchConfig, NotReady
-from tui.bench.http import Dechunk as _Dechunk
 from tui.bench.runner import run_benchmark, wait_ready
 from tui.bench.sse import SSEParser as _SSE
+from tui.util.http import Dechunk
 
 
 def test_dechunk_split_anywhere():
     wire = b"5\r\nhello\r\n1;ext=1\r\n \r\n5\r\nworld\r\n0\r\n\r\n"
     for cut in range(1, len(wire)):
-        d = _Dechunk()
+        d = Dechunk()
         out = d.feed(wire[:cut]) + d.feed(wire[cut:])
         assert out == b"hello world" and d.done
 

@@ -139,7 +139,8 @@ def test_sessions_are_grouped_and_checked():
 @pytest.mark.timeout(120)
 def test_worker_processes_keep_each_conversation_in_one_worker(tmp_path):
     from tui.bench.config import BenchConfig
-    from tui.bench.levels import Progress, run_level_workers
+    from tui.bench.fanout import run_level_workers
+    from tui.bench.levels import Progress
 
     rec = tmp_path / "received.jsonl"
     specs = _conversations(4, 3, 0.05)

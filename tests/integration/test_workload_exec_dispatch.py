@@ -136,7 +136,8 @@ def test_a_schedule_on_only_some_requests_is_refused():
 @pytest.mark.timeout(120)
 def test_trace_replay_with_worker_processes_keeps_the_schedule():
     from tui.bench.config import BenchConfig
-    from tui.bench.levels import Progress, run_level_workers
+    from tui.bench.fanout import run_level_workers
+    from tui.bench.levels import Progress
 
     specs = _trace(60, 1.5)
     samples: list[dict] = []

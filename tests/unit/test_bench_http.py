@@ -5,14 +5,15 @@ import json
 
 import pytest
 
-from tui.bench.http import (
+from tui.bench.http import HttpClient
+from tui.bench.httpcore import (
     ConnectError,
-    HttpClient,
     InvalidURL,
     ReadTimeout,
     RemoteProtocolError,
     split_url,
 )
+from tui.util import http as control_http
 
 
 class Srv:
@@ -208,3 +209,24 @@ async def test_sleep_until_is_never_early_and_not_late_by_a_timer_tick():
         plain.append(time.perf_counter() - due)
     assert min(late) >= 0
     assert statistics.median(late) <= statistics.median(plain) + 0.0005, (late, plain)
+
+
+@pytest.mark.timeout(20)
+async def test_both_clients_read_a_chunked_body_with_the_one_dechunker():
+    """The benchmark client and the one-shot control call (``tui.util.http``) share one de-chunker:
+    the same body decodes the same, and a malformed chunk size is an error in both (the control
+    call names the URL), not a silently cut body."""
+
+    async def h(head, body, w):
+        w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n3\r\nabc\r\n")
+        w.write(b"zz\r\nxx\r\n" if b"/bad" in head else b"4;x=1\r\ndefg\r\n0\r\n\r\n")
+        await w.drain()
+        return "close"
+
+    async with Srv(h) as srv, HttpClient() as c:
+        assert (await c.get(srv.url + "/ok")).content == b"abcdefg"
+        assert (await control_http.request("GET", srv.url + "/ok")).body == b"abcdefg"
+        with pytest.raises(RemoteProtocolError, match="malformed chunk size"):
+            await c.get(srv.url + "/bad")
+        with pytest.raises(control_http.HttpError, match=r"/bad: malformed chunk size"):
+            await control_http.request("GET", srv.url + "/bad")

@@ -14,7 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from tui.bench.http import DEFAULT_READ_TIMEOUT, HttpClient, HTTPError, RemoteProtocolError, Request, Response
+from tui.bench.http import DEFAULT_READ_TIMEOUT, HttpClient, Request
+from tui.bench.httpcore import HTTPError, RemoteProtocolError
+from tui.bench.httpresponse import Response
 from tui.bench.sse import SSEParser
 
 __all__ = [

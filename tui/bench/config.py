@@ -12,7 +12,7 @@ from tui.bench import metrics
 from tui.bench.client import (
     DEFAULT_READ_TIMEOUT,
 )
-from tui.bench.http import InvalidURL, base_url, split_url
+from tui.bench.httpcore import InvalidURL, base_url, split_url
 from tui.bench.workloads import SIZED_SOURCES, SOURCES, WorkloadSpec, with_lengths
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,8 @@ import logging
 import math
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from tui.bench.http import HttpClient, HTTPError, base_url
+from tui.bench.http import HttpClient
+from tui.bench.httpcore import HTTPError, base_url
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from tui.bench.client import (
     RequestSpec,
 )
-from tui.bench.http import HttpClient, HTTPError, base_url
+from tui.bench.http import HttpClient
+from tui.bench.httpcore import HTTPError, base_url
 
 log = logging.getLogger(__name__)
 

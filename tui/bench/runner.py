@@ -68,13 +68,14 @@ from tui.bench.client import (
 )
 from tui.bench.config import BenchConfig, NotReady
 from tui.bench.counters import Snapshot, level_figures, read_counters
-from tui.bench.http import HttpClient, HTTPError, base_url
+from tui.bench.fanout import run_level_workers
+from tui.bench.http import HttpClient
+from tui.bench.httpcore import HTTPError, base_url
 from tui.bench.levels import (
     Progress,
     connect_stats,
     preconnect_count,
     run_level_inproc,
-    run_level_workers,
     warmup,
 )
 from tui.bench.prompts import calibrate_prompts

@@ -207,40 +207,15 @@ class GpuCollector:
                     noise: collections.deque[str] = collections.deque(maxlen=6)
                     started = progress = time.monotonic()
                     while True:
-                        if blocks.known is None and blocks.cur and not blocks.emitted:
+                        item = await self._next_item(q, blocks, progress)
+                        kind = item[0]
+                        if kind == "pause":
                             # first block: its size is unknown until an index repeats;
                             # a short pause after a burst of lines also ends it
-                            try:
-                                item = await asyncio.wait_for(q.get(), min(0.25, self.interval / 2))
-                            except asyncio.TimeoutError:
-                                got_block = True
-                                backoff.reset()
-                                yield self._on_block(blocks.flush())
-                                continue
-                        else:
-                            item = None
-                        try:
-                            if item is None:
-                                # the watchdog counts from the last GPU row, not the last line
-                                left = progress + self.watchdog - time.monotonic()
-                                if left <= 0:
-                                    raise asyncio.TimeoutError
-                                item = await asyncio.wait_for(q.get(), left)
-                        except asyncio.TimeoutError:
-                            # still running but no rows: a recognised error text names the state
-                            known = classify_failure(None, "\n".join(noise)) if noise else None
-                            if known is not None and known[0] != "error":
-                                failure = GpuStatus(known[0], message=known[1], time=time.time())
-                            elif noise:  # it printed, but nothing a GPU row: say what, not "no output"
-                                failure = GpuStatus("error", message=not_understood(noise[0]), time=time.time())
-                            else:
-                                failure = GpuStatus(
-                                    "unresponsive",
-                                    message=f"no output from nvidia-smi for {self.watchdog:g} s",
-                                    time=time.time(),
-                                )
-                            break
-                        kind = item[0]
+                            got_block = True
+                            backoff.reset()
+                            yield self._on_block(blocks.flush())
+                            continue
                         if kind == "line":
                             gpu = parse_gpu_line(item[1])
                             if gpu is None:
@@ -253,29 +228,10 @@ class GpuCollector:
                                 backoff.reset()
                                 yield self._on_block(block)
                             continue
-                        if kind == "end":
-                            status, tail = item[1], item[2]
-                            if got_block and (
-                                status == 0
-                                or (status in (124, 137) and time.monotonic() - started >= self.lifetime - 1)
-                            ):
-                                rotated = True  # planned end: the lifetime ran out
-                                break
-                            text = "\n".join(noise) + "\n" + tail
-                            f = classify_failure(status, text)
-                            if f is None:
-                                f = ("error", _first_line(text) or f"nvidia-smi exited (status {status})")
-                            failure = GpuStatus(f[0], message=f[1], time=time.time())
-                            break
-                        exc = item[1]
-                        if kind == "hosterr":
-                            failure = host_error_status(exc)
-                        elif isinstance(exc, FileNotFoundError):
-                            failure = GpuStatus(
-                                "no-nvidia-smi", message=f"{exc.filename or 'timeout'}: not found", time=time.time()
-                            )
+                        if kind == "end" and got_block and self._planned_end(item[1], started):
+                            rotated = True  # planned end: the lifetime ran out
                         else:
-                            failure = GpuStatus("error", message=f"{type(exc).__name__}: {exc}", time=time.time())
+                            failure = self._failure(item, noise)
                         break
                 except HostError as exc:  # raised by host.stream() itself
                     failure = host_error_status(exc)
@@ -312,6 +268,54 @@ class GpuCollector:
             if stream is not None:
                 await _close_quietly(stream)
             await self._stop_proc_poll()
+
+    async def _next_item(self, q: asyncio.Queue[tuple[Any, ...]], blocks: _Blocks, progress: float) -> tuple[Any, ...]:
+        """The reader's next item; ``("pause",)`` when the first block's lines paused (the block is
+        complete), ``("silent",)`` when no GPU row came for the watchdog's time (it counts from the
+        last GPU row, ``progress``, not the last line)."""
+        if blocks.known is None and blocks.cur and not blocks.emitted:
+            try:
+                return await asyncio.wait_for(q.get(), min(0.25, self.interval / 2))
+            except asyncio.TimeoutError:
+                return ("pause",)
+        left = progress + self.watchdog - time.monotonic()
+        if left <= 0:
+            return ("silent",)
+        try:
+            return await asyncio.wait_for(q.get(), left)
+        except asyncio.TimeoutError:
+            return ("silent",)
+
+    def _planned_end(self, status: int | None, started: float) -> bool:
+        """The query stream ended as planned: its lifetime ran out."""
+        return status == 0 or (status in (124, 137) and time.monotonic() - started >= self.lifetime - 1)
+
+    def _failure(self, item: tuple[Any, ...], noise: Sequence[str]) -> GpuStatus:
+        """What the stream's end (``item``: silent, its exit, or a reader error) says went wrong."""
+        kind = item[0]
+        if kind == "silent":
+            # still running but no rows: a recognised error text names the state
+            known = classify_failure(None, "\n".join(noise)) if noise else None
+            if known is not None and known[0] != "error":
+                return GpuStatus(known[0], message=known[1], time=time.time())
+            if noise:  # it printed, but nothing a GPU row: say what, not "no output"
+                return GpuStatus("error", message=not_understood(noise[0]), time=time.time())
+            return GpuStatus(
+                "unresponsive", message=f"no output from nvidia-smi for {self.watchdog:g} s", time=time.time()
+            )
+        if kind == "end":
+            status, tail = item[1], item[2]
+            text = "\n".join(noise) + "\n" + tail
+            f = classify_failure(status, text)
+            if f is None:
+                f = ("error", _first_line(text) or f"nvidia-smi exited (status {status})")
+            return GpuStatus(f[0], message=f[1], time=time.time())
+        exc = item[1]
+        if kind == "hosterr":
+            return host_error_status(exc)
+        if isinstance(exc, FileNotFoundError):
+            return GpuStatus("no-nvidia-smi", message=f"{exc.filename or 'timeout'}: not found", time=time.time())
+        return GpuStatus("error", message=f"{type(exc).__name__}: {exc}", time=time.time())
 
     def _on_block(self, block: tuple[GpuSnapshot, ...]) -> GpuStatus:
         self._gpus = block

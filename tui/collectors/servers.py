@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 from urllib.parse import urlsplit
 
-from tui.bench import http
+from tui.bench import http, httpcore
 from tui.collectors import prom
 from tui.hostops.hosts import Host, HostError
 from tui.model import NA, Num, ServerStats
@@ -225,13 +225,13 @@ class ServerCollector:
     async def _get(self, url: str, *, want_json: bool = False) -> _Probe:
         try:
             r = await self._http().request("GET", url, timeout=self.probe_timeout, limit=BODY_LIMIT)
-        except http.ConnectTimeout:
+        except httpcore.ConnectTimeout:
             return _Probe(error="timeout")
-        except http.ConnectError as exc:
+        except httpcore.ConnectError as exc:
             return _Probe(error="refused", body=_connect_reason(exc))
-        except http.TimeoutException:
+        except httpcore.TimeoutException:
             return _Probe(error="timeout")
-        except http.HTTPError as exc:
+        except httpcore.HTTPError as exc:
             return _Probe(error=f"{type(exc).__name__}: {exc}"[:200] or type(exc).__name__)
         except OSError as exc:
             return _Probe(error=str(exc)[:200])

@@ -6,14 +6,14 @@ import argparse
 import json
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from tui.commands._runs import err, host_from_args
-from tui.hostops.hosts import HostError
+from tui.hostops.hosts import Host, HostError
 from tui.hostops.launcher import LaunchRefused, demo_argv, launch, stop_command
-from tui.hostops.runstore import ENGINES, RunStore
+from tui.hostops.runstore import ENGINES, RunRecord, RunStore
 from tui.hostops.tracker import StartupTracker, format_progress
-from tui.model import jsonable
+from tui.model import StartupProgress, jsonable
 from tui.profiles.model import ProfileError, ServerProfile
 from tui.services import runtime
 from tui.services.journal import journal_launch
@@ -132,32 +132,7 @@ async def run(args: argparse.Namespace) -> int:
 
             return await _deploy.launch(args, prof)
     try:
-        env: dict[str, str] = {}
-        for item in args.env:
-            if "=" not in item:
-                raise UnsafeInput(f"--env {item!r}: expected NAME=VALUE")
-            k, v = item.split("=", 1)
-            env[check_env_name(k, "--env")] = v
-        risky = dangerous_env_names(env)
-        if risky and not args.allow_dangerous_env:
-            raise UnsafeInput(
-                f"--env {', '.join(risky)}: changes what gets executed; add --allow-dangerous-env to confirm"
-            )
-        if args.cmd:
-            argv = list(args.cmd)
-            if argv and argv[0] == "--":
-                argv = argv[1:]
-            if not argv:
-                return err("launch", "--cmd needs a command")
-            engine = args.engine or _guess_engine(argv)
-            port = args.port if args.port is not None else _guess_port(argv, engine)
-            profile = None
-        else:
-            argv, penv, engine, port = _from_profile(args.name, args.demo, args.port, args.sim)
-            env = {**penv, **env}
-            if args.engine:
-                engine = args.engine
-            profile = args.name
+        argv, env, engine, port, profile = _what_to_run(args)
     except UnsafeInput as e:
         return err("launch", str(e))
     except ProfileError as e:
@@ -173,11 +148,7 @@ async def run(args: argparse.Namespace) -> int:
         rec = await launch(host, argv, env, engine=engine, port=port, profile=profile, store=store)
     except LaunchRefused as e:
         return err("launch", f"refused: {e}")
-    except UnsafeInput as e:
-        return err("launch", str(e))
-    except HostError as e:
-        return err("launch", str(e))
-    except runtime.RuntimeUnavailable as e:
+    except (UnsafeInput, HostError, runtime.RuntimeUnavailable) as e:
         return err("launch", str(e))
     if not args.json:
         print(
@@ -190,25 +161,11 @@ async def run(args: argparse.Namespace) -> int:
         await host.close()
         return 0
     tty = sys.stderr.isatty()
-    last = [""]
-
-    def show(snap) -> None:  # type: ignore[no-untyped-def]
-        line = format_progress(snap)
-        if tty:
-            sys.stderr.write("\r\x1b[2K" + line)
-            sys.stderr.flush()
-        else:
-            key = f"{snap.phase}|{snap.phase_n}|{snap.state}|{snap.stalled}"
-            if key != last[0]:
-                last[0] = key
-                sys.stderr.write(line + "\n")
-                sys.stderr.flush()
-
     stall_s, stall_action = args.stall_after
     tracker = StartupTracker(host, rec, store=store, stall_after=stall_s, stall_action=stall_action)
     t0 = time.monotonic()
     try:
-        final = await tracker.run(timeout=args.timeout, on_update=show)
+        final = await tracker.run(timeout=args.timeout, on_update=_progress_printer(tty))
     finally:
         await host.close()
     if tty:
@@ -220,9 +177,64 @@ async def run(args: argparse.Namespace) -> int:
             print(f"tunedeck launch: warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps({"run": jsonable(out.to_json()), "progress": jsonable(final)}, indent=2))
+    return _verdict(args, host, rec, final, time.monotonic() - t0)
+
+
+def _extra_env(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--env NAME=VALUE`` items; a name that changes what gets executed needs
+    ``--allow-dangerous-env``."""
+    env: dict[str, str] = {}
+    for item in args.env:
+        if "=" not in item:
+            raise UnsafeInput(f"--env {item!r}: expected NAME=VALUE")
+        k, v = item.split("=", 1)
+        env[check_env_name(k, "--env")] = v
+    risky = dangerous_env_names(env)
+    if risky and not args.allow_dangerous_env:
+        raise UnsafeInput(f"--env {', '.join(risky)}: changes what gets executed; add --allow-dangerous-env to confirm")
+    return env
+
+
+def _what_to_run(args: argparse.Namespace) -> tuple[list[str], dict[str, str], str, int | None, str | None]:
+    """(argv, env, engine, port, profile name) of a raw ``--cmd`` or of the profile ``NAME``."""
+    env = _extra_env(args)
+    if args.cmd:
+        argv = list(args.cmd)
+        if argv and argv[0] == "--":
+            argv = argv[1:]
+        if not argv:
+            raise UnsafeInput("--cmd needs a command")
+        engine = args.engine or _guess_engine(argv)
+        port = args.port if args.port is not None else _guess_port(argv, engine)
+        return argv, env, engine, port, None
+    argv, penv, engine, port = _from_profile(args.name, args.demo, args.port, args.sim)
+    return argv, {**penv, **env}, args.engine or engine, port, args.name
+
+
+def _progress_printer(tty: bool) -> Callable[[StartupProgress], None]:
+    """Startup progress on stderr: one line redrawn on a terminal, else a line per change."""
+    last = [""]
+
+    def show(snap: StartupProgress) -> None:
+        line = format_progress(snap)
+        if tty:
+            sys.stderr.write("\r\x1b[2K" + line)
+            sys.stderr.flush()
+        else:
+            key = f"{snap.phase}|{snap.phase_n}|{snap.state}|{snap.stalled}"
+            if key != last[0]:
+                last[0] = key
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+
+    return show
+
+
+def _verdict(args: argparse.Namespace, host: Host, rec: RunRecord, final: StartupProgress, waited: float) -> int:
+    """The exit status of ``launch --wait`` for the startup's final state, with its one-line report."""
     if final.state == "ready":
         if not args.json:
-            print(f"run {rec.run_id} ready after {time.monotonic() - t0:.1f} s")
+            print(f"run {rec.run_id} ready after {waited:.1f} s")
         return 0
     if final.state == "starting":
         print(
@@ -237,15 +249,13 @@ async def run(args: argparse.Namespace) -> int:
             f"({stop_command(host, rec.run_id)} to end it)",
             file=sys.stderr,
         )
-        if final.proof:
-            print(f"  log: {final.proof}", file=sys.stderr)
-        return 4
-    if final.state == "stopped":
+        status = 4
+    elif final.state == "stopped":
         print(f"tunedeck launch: run {rec.run_id} {final.diagnosis}", file=sys.stderr)
-        if final.proof:
-            print(f"  log: {final.proof}", file=sys.stderr)
-        return 1
-    print(f"tunedeck launch: run {rec.run_id} failed: {final.diagnosis}", file=sys.stderr)
+        status = 1
+    else:
+        print(f"tunedeck launch: run {rec.run_id} failed: {final.diagnosis}", file=sys.stderr)
+        status = 1
     if final.proof:
         print(f"  log: {final.proof}", file=sys.stderr)
-    return 1
+    return status

@@ -24,13 +24,15 @@ Behaviour (see docs/reliability.md S1-S10):
 * a stream runs as ``echo PID STARTTIME; exec argv``; closing it kills that
   process (checked by start time against PID reuse) with a separate command,
   because closing the channel alone leaves it running and holding a slot.
+
+This module holds the connection and its trust (host keys, refusals, retries, forwards);
+running commands over it is :mod:`tui.hostops.sshexec`, files :mod:`tui.hostops.sshfiles`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import errno
 import logging
 import os
 import shlex
@@ -38,19 +40,18 @@ import socket
 import time
 import weakref
 from dataclasses import dataclass
-from typing import AsyncIterator, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import asyncssh
 
+from tui.hostops import sshfiles
 from tui.hostops.hosts import (
     HOSTNAME_RE,
-    STREAM_READ_BYTES,
     ByteStream,
     Host,
     HostError,
     RunResult,
     Target,
-    beat_stdin,
     check_heartbeat,
     parse_target,
 )
@@ -62,6 +63,7 @@ from tui.hostops.knownhosts import (
     load_known_hosts,
 )
 from tui.hostops.sshconfig import Endpoint, is_ip, resolve_endpoint
+from tui.hostops.sshexec import Orphan, SshStream, command_line, exec_command
 from tui.hostops.sshgate import (
     clear_block,
     describe,
@@ -74,48 +76,6 @@ from tui.util import retry
 from tui.util.safety import UnsafeInput, check_text, env_argv, visible
 
 log = logging.getLogger(__name__)
-
-#: a file written over an exec channel, for an sshd without SFTP: ``$1`` folder (made 0700),
-#: ``$2`` file, ``$3`` octal mode; the bytes come on stdin; prints the size written. A failure
-#: removes the file and the folders it made (from ``$1`` up to ``top``, the highest one missing)
-PUT_SCRIPT = (
-    'umask 077; top=; d=$1; while [ -n "$d" ] && [ ! -e "$d" ] && [ ! -L "$d" ]; do top=$d; d=${d%/*}; done; '
-    'undo() { rm -f -- "$2"; d=$1; while [ -n "$top" ]; do '
-    '{ [ ! -d "$d" ] || rmdir -- "$d" 2>/dev/null; } || break; [ "$d" = "$top" ] && break; d=${d%/*}; done; }; '
-    'mkdir -p -- "$1" || { undo "$@"; exit 3; }; cat > "$2" || { undo "$@"; exit 4; }; '
-    'chmod "$3" -- "$2" || { undo "$@"; exit 5; }; wc -c < "$2"'
-)
-
-#: an SFTP status → the errno it stands for (the host's own text is kept as the cause)
-_SFTP_ERRNO = {
-    asyncssh.FX_NO_SUCH_FILE: errno.ENOENT,
-    asyncssh.FX_NO_SUCH_PATH: errno.ENOENT,
-    asyncssh.FX_PERMISSION_DENIED: errno.EACCES,
-    asyncssh.FX_FILE_ALREADY_EXISTS: errno.EEXIST,
-    asyncssh.FX_WRITE_PROTECT: errno.EROFS,
-    asyncssh.FX_NO_SPACE_ON_FILESYSTEM: errno.ENOSPC,
-    asyncssh.FX_QUOTA_EXCEEDED: errno.EDQUOT,
-    asyncssh.FX_NOT_A_DIRECTORY: errno.ENOTDIR,
-    asyncssh.FX_FILE_IS_A_DIRECTORY: errno.EISDIR,
-}
-#: a cause as a host's C library words it → its errno
-_ERRNO_BY_TEXT = {os.strerror(n): n for n in errno.errorcode}
-
-
-class _SftpRefused(Exception):
-    """The sshd opened the session channel but refused its ``sftp`` subsystem."""
-
-
-class _SftpFailure(Exception):
-    """The SFTP server answered a write with only "Failure" (OpenSSH's word for a full disk, a
-    read-only file system and most other errors); what was written is removed already."""
-
-
-#: Extra seconds the local deadline allows beyond the remote ``timeout``.
-LOCAL_GRACE = 5.0
-#: Seconds a stream may take to print its PID line.
-START_TIMEOUT = 30.0
-
 
 # ====================================================================== options
 
@@ -168,12 +128,6 @@ class _Forward:
     conn: asyncssh.SSHClientConnection | None = None
 
 
-@dataclass
-class _Orphan:
-    pid: int
-    starttime: str
-
-
 class SshHost(Host):
     """A remote machine over one asyncssh connection (made lazily, re-made after loss)."""
 
@@ -193,7 +147,7 @@ class SshHost(Host):
         self._channels: asyncio.Semaphore | None = None
         self._stream_slots: asyncio.Semaphore | None = None
         self._forwards: dict[tuple[str, int], _Forward] = {}
-        self._orphans: list[_Orphan] = []
+        self._orphans: list[Orphan] = []
         self._closed = False
         self._ever_connected = False
         #: why SFTP was refused here (the sshd has no SFTP subsystem), once it was; then files go to ``cat``
@@ -477,46 +431,6 @@ class SshHost(Host):
                 self._orphans.append(o)
 
     # ------------------------------------------------------------------ commands
-    def _command(self, argv: Sequence[str], env: Mapping[str, str] | None, timeout: float | None) -> str:
-        words = env_argv(argv, env)
-        if timeout is not None:
-            if timeout <= 0:
-                raise UnsafeInput(f"timeout must be positive, got {timeout!r}")
-            n = max(1, int(timeout + 0.999))
-            words = ["timeout", "-k", "2", str(n), *words]
-        cmd = shlex.join(words)
-        try:
-            cmd.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise UnsafeInput(f"command: cannot be encoded as UTF-8 ({e.reason})") from None
-        return cmd
-
-    async def _open_process(
-        self, command: str
-    ) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess[bytes]]:
-        """Open a channel running ``command``; reconnects once if the connection turned out dead.
-
-        The caller must hold a channel slot."""
-        last: Exception | None = None
-        for attempt in (1, 2):
-            conn = await self._connection()
-            try:
-                proc = await conn.create_process(command, encoding=None)
-            except asyncssh.ChannelOpenError as e:
-                last = e
-                if "open failed" in (e.reason or ""):
-                    await asyncio.sleep(0.2 * attempt)  # MaxSessions: another client shares the slots
-                else:
-                    self._on_lost(conn, e)
-            except (asyncssh.Error, OSError) as e:
-                last = e
-                self._on_lost(conn, e)
-            else:
-                return conn, proc
-        raise HostError(
-            "connection-lost", f"cannot open an SSH channel: {describe(last or Exception())}", target=self.target
-        )
-
     async def run(
         self,
         argv: Sequence[str],
@@ -525,48 +439,15 @@ class SshHost(Host):
         input: str | None = None,
         timeout: float | None = 30.0,
     ) -> RunResult:
-        command = self._command(argv, env, timeout)
-        return await self._exec(command, input.encode("utf-8") if input is not None else None, timeout)
-
-    async def _exec(self, command: str, data: bytes | None, timeout: float | None) -> RunResult:
-        """Run ``command`` (already quoted by :meth:`_command`) with ``data`` on its stdin."""
-        self._sync()
-        await self._connection()
-        assert self._channels is not None
-        async with self._channels:
-            conn, proc = await self._open_process(command)
-            started = time.monotonic()
-            try:
-                if not data:
-                    proc.stdin.write_eof()
-                fut = proc.communicate(data) if data else proc.communicate()
-                if timeout is None:
-                    out, err = await fut
-                else:
-                    out, err = await asyncio.wait_for(fut, timeout + LOCAL_GRACE)
-            except asyncio.TimeoutError:
-                out, err = proc.collect_output()
-                return RunResult(None, _dec(out), _timed_out_msg(err, timeout), timed_out=True)
-            except (asyncssh.Error, OSError) as e:
-                self._on_lost(conn, e)
-                return RunResult(None, "", f"connection lost: {describe(e)}", lost=True)
-            finally:
-                proc.close()
-        status, sig = proc.exit_status, _signal_name(proc.exit_signal)
-        if sig:
-            return RunResult(None, _dec(out), _dec(err), exit_signal=sig)
-        if status is None:  # S1: the link died before an exit status arrived; never success
-            return RunResult(None, _dec(out), _dec(err) or "connection lost before the command finished", lost=True)
-        if timeout is not None and status in (124, 137) and time.monotonic() - started >= timeout * 0.95:
-            return RunResult(None, _dec(out), _timed_out_msg(err, timeout), timed_out=True)
-        return RunResult(status, _dec(out), _dec(err))
+        command = command_line(argv, env, timeout)
+        return await exec_command(self, command, input.encode("utf-8") if input is not None else None, timeout)
 
     def stream(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, heartbeat: float | None = None
     ) -> ByteStream:
         inner = env_argv(argv, env)  # validates before anything connects
         command = shlex.join(["sh", "-c", STREAM_WRAPPER, "sh", *inner])
-        return _SshStream(self, command, heartbeat=check_heartbeat(heartbeat))
+        return SshStream(self, command, heartbeat=check_heartbeat(heartbeat))
 
     async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
         if not isinstance(remote_port, int) or not (0 < remote_port < 65536):
@@ -587,75 +468,11 @@ class SshHost(Host):
     async def put_file(self, data: bytes, path: str, *, mode: int = 0o600) -> None:
         """SFTP upload (the folder is created 0700 when missing). An sshd without an SFTP
         subsystem (no ``Subsystem sftp`` line) refuses the channel: then, and from then on for
-        this host, the bytes go to ``cat`` over an exec channel (:data:`PUT_SCRIPT`). OpenSSH's
+        this host, the bytes go to ``cat`` over an exec channel (:data:`~tui.hostops.sshfiles.PUT_SCRIPT`). OpenSSH's
         SFTP server reports a full disk (and most errors) only as "Failure": then the file is
         written once more with ``cat``, whose error names the cause. A failed write removes
-        the part written and the folders it made, either way."""
-        check_text(path, "path")
-        if not path.startswith("/"):
-            raise UnsafeInput(f"path {path!r}: must be absolute")
-        self._sync()
-        if self.sftp_refused is None:
-            try:
-                await self._sftp_put(data, path, mode)
-                return
-            except _SftpRefused as e:
-                self.sftp_refused = str(e)
-                log.info("%s: no SFTP (%s); files go over exec channels", self.target, e)
-            except _SftpFailure as e:
-                log.info("%s: SFTP upload of %s: %s; writing it with cat to learn the cause", self.target, path, e)
-        await self._exec_put(data, path, mode)
-
-    async def _sftp_put(self, data: bytes, path: str, mode: int) -> None:
-        conn = await self._connection()
-        assert self._channels is not None
-        async with self._channels:
-            try:
-                async with conn.start_sftp_client() as sftp:
-                    folder = path.rsplit("/", 1)[0] or "/"
-                    made = await _sftp_missing(sftp, folder)
-                    opened = False
-                    try:
-                        if made:
-                            await sftp.makedirs(folder, attrs=asyncssh.SFTPAttrs(permissions=0o700), exist_ok=True)
-                        async with sftp.open(path, "wb", attrs=asyncssh.SFTPAttrs(permissions=mode)) as f:
-                            opened = True
-                            await f.write(data)
-                    except asyncssh.SFTPError as e:
-                        await _sftp_undo(sftp, path if opened else None, made)
-                        if e.code == asyncssh.FX_FAILURE:
-                            raise _SftpFailure(e.reason) from None
-                        raise OSError(_SFTP_ERRNO.get(e.code, errno.EIO), e.reason, path) from None
-            except asyncssh.ChannelOpenError as e:
-                if e.code == asyncssh.OPEN_REQUEST_SESSION_FAILED:  # the channel opened, "sftp" was refused
-                    raise _SftpRefused(f"the host's sshd has no SFTP subsystem: {e.reason}") from None
-                self._on_lost(conn, e)
-                raise HostError("connection-lost", f"upload of {path}: {describe(e)}", target=self.target) from None
-            except asyncssh.SFTPError as e:
-                raise OSError(_SFTP_ERRNO.get(e.code, errno.EIO), e.reason, path) from None
-            except (asyncssh.Error, OSError) as e:
-                if isinstance(e, OSError) and not isinstance(e, ConnectionError):
-                    raise
-                self._on_lost(conn, e)
-                raise HostError("connection-lost", f"upload of {path}: {describe(e)}", target=self.target) from None
-
-    async def _exec_put(self, data: bytes, path: str, mode: int) -> None:
-        folder = path.rsplit("/", 1)[0] or "/"
-        timeout = 60.0 + len(data) / 1e6  # a slow link still moves 1 MB/s
-        command = self._command(["/bin/sh", "-c", PUT_SCRIPT, "sh", folder, path, f"{mode:o}"], None, timeout)
-        r = await self._exec(command, data, timeout)
-        if r.lost or r.timed_out:
-            raise HostError("connection-lost", f"upload of {path}: {r.stderr.strip()}", target=self.target)
-        written = r.stdout.strip()
-        if r.exit_status == 0 and written == str(len(data)):
-            return
-        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-        # "cat: write error: No space left on device", "sh: 1: cannot create /x: Read-only file system"
-        why = visible(lines[-1].rsplit(": ", 1)[-1].strip()[-300:]) if lines else ""
-        why = why or f"{written or 'nothing'} of {len(data)} bytes written"
-        if self.sftp_refused:
-            why = f"{why} (written with cat: {self.sftp_refused})"
-        raise OSError(_ERRNO_BY_TEXT.get(why.split(" (", 1)[0], errno.EIO), why, path)
+        the part written and the folders it made, either way (:mod:`tui.hostops.sshfiles`)."""
+        await sshfiles.put_file(self, data, path, mode)
 
     async def _listen(self, conn: asyncssh.SSHClientConnection, key: tuple[str, int], fw: _Forward) -> None:
         listener = None
@@ -714,230 +531,6 @@ class SshHost(Host):
 
     def __repr__(self) -> str:
         return f"SshHost({self.target!r}, state={self.state!r})"
-
-
-async def _sftp_missing(sftp: asyncssh.SFTPClient, folder: str) -> list[str]:
-    """The folders ``makedirs(folder)`` would create on the host, deepest first."""
-    out: list[str] = []
-    while folder not in ("", "/") and not await sftp.lexists(folder):
-        out.append(folder)
-        folder = folder.rsplit("/", 1)[0]
-    return out
-
-
-async def _sftp_undo(sftp: asyncssh.SFTPClient, path: str | None, made: Sequence[str]) -> None:
-    """Remove what a failed upload left: the file ``path`` (when it was created) and the
-    folders in ``made`` (deepest first) that are still there and empty."""
-    try:
-        if path is not None:
-            await sftp.remove(path)
-        for folder in made:
-            if await sftp.lexists(folder):
-                await sftp.rmdir(folder)
-    except asyncssh.SFTPError as e:
-        log.warning("cannot remove what a failed upload left at %s: %s", path or made[0], e.reason)
-
-
-def _timed_out_msg(err: bytes | str | None, timeout: float | None) -> str:
-    e = _dec(err).rstrip("\n")
-    return (e + "\n" if e else "") + f"timed out after {timeout:g} s"
-
-
-def _signal_name(sig: object) -> str | None:
-    if not sig:
-        return None
-    if isinstance(sig, tuple):
-        sig = sig[0]
-    return str(sig)
-
-
-def _dec(b: bytes | str | None) -> str:
-    if b is None:
-        return ""
-    if isinstance(b, str):
-        return b
-    return b.decode("utf-8", "replace")
-
-
-# ====================================================================== streams
-
-
-class _SshStream(ByteStream):
-    def __init__(self, host: SshHost, command: str, *, heartbeat: float | None = None) -> None:
-        self._host = host
-        self._command = command
-        self._heartbeat = heartbeat
-        self._beat: asyncio.Task[None] | None = None
-        self._proc: asyncssh.SSHClientProcess[bytes] | None = None
-        self._conn: asyncssh.SSHClientConnection | None = None
-        self._slots = 0
-        self._closing = False
-        self._closed = False
-        self._start_lock: asyncio.Lock | None = None
-        self._stderr_task: asyncio.Task[None] | None = None
-        self._stderr = bytearray()
-        self._close_task: asyncio.Task[None] | None = None
-        self.pid: int | None = None
-        self.starttime = "-"
-        self.exit_signal: str | None = None
-
-    async def __aenter__(self) -> "_SshStream":
-        await self._start()
-        return self
-
-    async def _start(self) -> None:
-        if self._start_lock is None:
-            self._start_lock = asyncio.Lock()
-        async with self._start_lock:
-            if self._proc is not None or self._closed:
-                return
-            if self._closing:
-                raise HostError("error", "stream is closed", target=self._host.target)
-            host = self._host
-            host._sync()
-            await host._connection()
-            assert host._stream_slots is not None and host._channels is not None
-            await host._stream_slots.acquire()
-            self._slots = 1
-            try:
-                await host._channels.acquire()
-                self._slots = 2
-                self._conn, self._proc = await host._open_process(self._command)
-                if self._heartbeat:
-                    self._beat = asyncio.ensure_future(beat_stdin(self._proc.stdin.write, self._heartbeat))
-                else:
-                    self._proc.stdin.write_eof()
-                self._stderr_task = asyncio.ensure_future(self._drain_stderr(self._proc))
-                try:
-                    line = await asyncio.wait_for(self._proc.stdout.readline(), START_TIMEOUT)
-                except asyncio.TimeoutError:
-                    raise HostError(
-                        "timeout",
-                        f"the streamed command did not start within {START_TIMEOUT:g} s",
-                        target=host.target,
-                    ) from None
-            except BaseException:
-                if self._proc is not None:
-                    self._proc.close()
-                await self._release()
-                raise
-            parts = line.split()
-            if not line.endswith(b"\n") or not parts or not parts[0].isdigit():
-                await self._finish_proc()
-                await self._release()
-                raise HostError(
-                    "connection-lost",
-                    "the streamed command did not start (connection lost?)",
-                    target=host.target,
-                )
-            self.pid = int(parts[0])
-            self.starttime = parts[1].decode() if len(parts) > 1 and parts[1].isdigit() else "-"
-            self.last_heard = time.monotonic()
-
-    async def _drain_stderr(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
-        try:
-            while True:
-                chunk = await proc.stderr.read(STREAM_READ_BYTES)
-                if not chunk:
-                    return
-                self.last_heard = time.monotonic()
-                self._stderr += chunk
-                del self._stderr[:-4096]
-        except Exception:  # noqa: BLE001 - the stdout side reports the loss
-            return
-
-    async def _chunks(self) -> AsyncIterator[bytes]:
-        await self._start()
-        proc = self._proc
-        if proc is None:
-            return
-        while True:
-            try:
-                chunk = await proc.stdout.read(STREAM_READ_BYTES)
-            except (asyncssh.Error, OSError):
-                chunk = b""
-            if not chunk:
-                break
-            self.last_heard = time.monotonic()
-            yield chunk
-        await self._finish_proc()
-        if self._closing:
-            return
-        await self._release()
-        if self.exit_status is None and self.exit_signal is None:
-            raise HostError(
-                "connection-lost",
-                "connection lost while streaming (the command may still run)",
-                target=self._host.target,
-            )
-
-    async def _finish_proc(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        try:
-            await asyncio.wait_for(proc.wait_closed(), 10)
-        except (asyncio.TimeoutError, asyncssh.Error, OSError):
-            proc.close()
-        if self._stderr_task is not None:
-            try:
-                await asyncio.wait_for(self._stderr_task, 1)
-            except (asyncio.TimeoutError, Exception):  # noqa: BLE001
-                pass
-        self.stderr_tail = bytes(self._stderr).decode("utf-8", "replace")
-        sig = _signal_name(proc.exit_signal)
-        self.exit_signal = sig
-        self.exit_status = None if sig else proc.exit_status
-
-    async def _release(self) -> None:
-        if self._beat is not None:
-            self._beat.cancel()
-        host = self._host
-        if self._slots >= 2 and host._channels is not None:
-            host._channels.release()
-        if self._slots >= 1 and host._stream_slots is not None:
-            host._stream_slots.release()
-        self._slots = 0
-
-    def link_dead(self, reason: str) -> None:
-        conn = self._conn
-        if conn is not None:
-            self._host._drop(conn, reason)
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        if self._close_task is None:
-            self._closing = True
-            self._close_task = asyncio.ensure_future(self._do_close())
-        await asyncio.shield(self._close_task)
-
-    async def _do_close(self) -> None:
-        try:
-            proc = self._proc
-            if proc is None:
-                return
-            # no exit status yet: still running, or the link died and it may still run (S10)
-            running = proc.exit_status is None and proc.exit_signal is None
-            if running and self.pid is not None:
-                host = self._host
-                if host._conn is self._conn and self._conn is not None:
-                    try:
-                        await host._kill_remote(self.pid, self.starttime)
-                    except (HostError, UnsafeInput):
-                        host._orphans.append(_Orphan(self.pid, self.starttime))
-                else:
-                    host._orphans.append(_Orphan(self.pid, self.starttime))
-            proc.close()
-            try:
-                await asyncio.wait_for(proc.wait_closed(), 5)
-            except (asyncio.TimeoutError, asyncssh.Error, OSError):
-                pass
-            if self._stderr_task is not None:
-                self._stderr_task.cancel()
-        finally:
-            await self._release()
-            self._closed = True
 
 
 __all__ = [

@@ -23,8 +23,10 @@ process); a fatal line after the ready line revokes it (``failure`` wins).
 Reference: docs/serving-engines.md section 4.
 
 The package's API is below: import it from ``tui.logparse``. Inside, ``events`` holds
-what the parser reports, ``patterns`` the engines' line formats and fatal texts by
-class, ``parser`` the incremental parser itself.
+what the parser reports (and its JSON shape), ``patterns`` the engines' line formats and
+fatal texts by class, ``sglang`` and ``vllm`` each engine's own start-up and stat lines,
+``uvicorn`` the HTTP server lines both print, ``failures`` the tracebacks and fatal texts
+of one start, ``parser`` the incremental parser that feeds them lines.
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ from tui.logparse.events import (
     ParseState,
     PhaseEvent,
     StatEvent,
+    event_to_json,
     pick_failure,
 )
-from tui.logparse.parser import LogParser, event_to_json, iter_events, parse_file, parse_text
+from tui.logparse.parser import LogParser, iter_events, parse_file, parse_text
 from tui.logparse.patterns import LogLine, classify, clean_line, might_be_fatal, severity
 
 

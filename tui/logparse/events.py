@@ -291,3 +291,52 @@ def pick_failure(errors: Iterable[ErrorEvent]) -> ErrorEvent | None:
         if best_key is None or key < best_key:
             best, best_key = e, key
     return best
+
+
+def event_to_json(ev: LogEvent) -> dict[str, object]:
+    """The ``parse-log --json`` shape: event, phase, progress (0..1 or null), time, message, kind …"""
+    if isinstance(ev, PhaseEvent):
+        d: dict[str, object] = {
+            "event": "phase",
+            "phase": ev.phase,
+            "progress": None if ev.progress is None else round(ev.progress, 4),
+            "time": ev.time,
+            "message": ev.message,
+            "line": ev.line_no,
+        }
+        if ev.segment:
+            d["segment"] = ev.segment
+        if ev.total is not None:
+            d["n"], d["total"] = ev.n, ev.total
+        if ev.label:
+            d["label"] = ev.label
+        if ev.done:
+            d["done"] = True
+        return d
+    if isinstance(ev, FactEvent):
+        return {
+            "event": "fact",
+            "name": ev.name,
+            "value": ev.value,
+            "time": ev.time,
+            "message": ev.message,
+            "line": ev.line_no,
+        }
+    if isinstance(ev, ErrorEvent):
+        return {
+            "event": "error",
+            "kind": ev.kind,
+            "cause": ev.cause,
+            "phase": None,
+            "progress": None,
+            "time": ev.time,
+            "message": ev.line,
+            "line": ev.line_no,
+            "segment": ev.segment,
+            "origin": ev.origin,
+            "wrapper": ev.wrapper,
+            "attempt": ev.attempt,
+            "context": list(ev.context[-5:]),
+        }
+    d = {k: getattr(ev, k) for k in ev.__dataclass_fields__}
+    return d

@@ -5,85 +5,37 @@ from __future__ import annotations
 import codecs
 import re
 from collections import deque
-from dataclasses import replace
 from typing import Callable, Iterable, Iterator
 
-from tui.logparse import sglang, vllm
+from tui.logparse import sglang, uvicorn, vllm
 from tui.logparse.decode import SNIFF_CHARS, might_be_bom, not_text, sniff
 from tui.logparse.events import (
     ENGINES,
     PHASE_INDEX,
-    ErrorEvent,
     FactEvent,
     LogEvent,
     ParseState,
     PhaseEvent,
-    StatEvent,
 )
+from tui.logparse.failures import Failures
 from tui.logparse.patterns import (
-    EXC_LINE_RE,
     GLUED_RE,
-    MAX_ERRORS,
     MAX_LINE,
-    RAY_PG_WAIT,
     SG_GRAPH_BEGIN,
     SG_GRAPH_END,
     SG_GRAPH_PROG,
-    SG_STAT_FIELDS,
     SHARDS,
-    TB_CHAIN,
-    TB_EXC_LINE_RE,
-    TB_START,
     TQDM,
-    UVICORN_RUNNING,
-    UVICORN_STARTED,
     VL_ATTEMPT,
     VL_GRAPH_BEGIN,
     VL_GRAPH_DONE,
     VL_GRAPH_PROG,
-    VL_KV_USAGE,
-    VL_PREFIX_HIT,
-    VL_STATS,
-    WRAPPER_RE,
     LogLine,
-    classify,
     clean_line,
-    exc_cause,
-    might_be_fatal,
-    refine_cause,
 )
-from tui.logparse.rules import Rule, RuleTable
+from tui.logparse.rules import RuleTable
 
 # --------------------------------------------------------------------------- parser
-
-
-class _Traceback:
-    """One process's traceback chain being read (see :meth:`LogParser._traceback`)."""
-
-    __slots__ = ("chain_open", "engine", "err_index", "frames", "in_frames", "program", "wrapper")
-
-    def __init__(self) -> None:
-        self.in_frames = False
-        self.chain_open = False  # "During handling …" / "The above exception …" seen
-        self.err_index: int | None = None  # index of the chain's root error in state.errors
-        self.wrapper: str | None = None  # "Scheduler hit an exception: Traceback …"
-        self.frames = 0
-        #: the engine's own: opened by a line with the engine's prefix, or a frame in its code
-        self.engine = False
-        #: a frame in a program's own code (neither the engine's nor an installed library's)
-        self.program = False
-
-
-#: where installed libraries' frames live ('File "…/site-packages/requests/models.py"')
-_LIBRARY_DIRS = ("site-packages", "dist-packages", "/lib/python", "<frozen ")
-#: frame lines read before a traceback with no exception line is given up
-_MAX_FRAMES = 400
-#: exceptions that only say a lookup failed; an outer exception of the chain explains them
-_PLUMBING = frozenset({"KeyError", "IndexError", "StopIteration", "LookupError"})
-
-
-def _strip_prefix(text: str) -> str:
-    return clean_line(text).msg.strip()
 
 
 class LogParser:
@@ -131,21 +83,14 @@ class LogParser:
         self._reset_attempt()
 
     def _reset_attempt(self) -> None:
-        self._errors_seen: set[tuple[str, str]] = set()
+        self._failures = Failures(self)
         self._last_progress: tuple[str, str, int, int] | None = None
         self._fact_rank: dict[str, str] = {}
-        self._tbs: dict[str, _Traceback] = {}
-        self._tb_cur: str = ""
         self._sg_capture_open = False
         self._server_up = False  # the engine's HTTP server start line was seen
         self._foreign_uvicorn = False  # bare uvicorn lines now come from another program
         self._uvicorn_pid: int | None = None  # the engine's uvicorn ("Started server process [N]")
         self._stopping = False  # the engine's server began an orderly shutdown after serving
-        self._ray_wait: str | None = None
-        self._last_wrapper: dict[str, str] = {}
-        #: lines of root exceptions the engine went down with (their traceback opened by a wrapper, or a
-        #: wrapper or signal after them): serving lines of another rank do not clear them
-        self._fatal_lines: set[int] = set()
         self._progress_line = 0  # the last line that moved the startup on
 
     def _other_program(self, ln: LogLine) -> bool:
@@ -308,23 +253,15 @@ class LogParser:
         if self._seg or ev:
             self._phys += 1
             self._seg = 0
-        self._confirm_at_end()
+        self._failures.confirm_at_end(self._progress_line)
         return ev
 
     def ended(self) -> list[LogEvent]:
         """The log's writer is gone (its process ended): the unterminated last line counts, and an
         exception the log ends on (no progress after it, no ready line) ended the engine."""
         ev = self.flush(everything=True)
-        self._confirm_at_end()
+        self._failures.confirm_at_end(self._progress_line)
         return ev
-
-    def _confirm_at_end(self) -> None:
-        st = self.state
-        if st.ready_line is None and any(e.provisional and e.line_no > self._progress_line for e in st.errors):
-            st.errors = [
-                replace(e, provisional=False) if e.provisional and e.line_no > self._progress_line else e
-                for e in st.errors
-            ]
 
     def feed_line(self, raw: str) -> list[LogEvent]:
         """Parse one segment of a physical line (no \\r or \\n inside)."""
@@ -371,20 +308,15 @@ class LogParser:
             phase("process-start")
 
         # --- tracebacks: the root exception line of each process's chain
-        if self._traceback(ln, msg, no, seg, events):
+        if self._failures.traceback(ln, msg, no, seg, events):
             self._context.append(ln.text)
             return events  # a frame is code, not a message
         # --- runtime stat lines (most of a serving log): never a fatal text nor a start-up line
         if "throughput" in msg and self._stats(msg, ln, no, events):
             self._context.append(ln.text)
             return events
-        # --- fatal texts (cheap pre-filter)
-        if might_be_fatal(msg) and self._fatal_message(ln, msg, no, seg, events):
-            pass
-        elif ("Error" in msg or "Exception" in msg) and not msg[:1].isspace():
-            self._bare_exception(ln, msg.strip(), no, seg, events)
-        elif RAY_PG_WAIT.search(msg) if "lacement" in msg or "resource" in msg or "no GPU" in msg else False:
-            self._ray_wait = ln.text.strip()
+        # --- fatal texts, exception lines
+        self._failures.line(ln, msg, no, seg, events)
         # --- progress bars and start-up lines
         if "%|" in msg or "% Completed |" in msg:
             self._bar(msg, ln, no, phase, events)
@@ -395,296 +327,6 @@ class LogParser:
         self._context.append(ln.text)
         return events
 
-    def _recovered(self) -> None:
-        """The engine came up (ready line) or serves (stat lines): a generic traceback seen
-        before it was not fatal, nor a request's traceback after ready. One the engine said it
-        went down with stays: progress of one rank proves nothing, other ranks go on for a while
-        after the first one died."""
-        st = self.state
-
-        def survived(e: ErrorEvent) -> bool:
-            return (
-                e.origin == "exception" and (e.kind == "crash" or e.provisional) and e.line_no not in self._fatal_lines
-            )
-
-        if any(survived(e) for e in st.errors):
-            st.errors = [e for e in st.errors if not survived(e)]
-            for tb in self._tbs.values():
-                tb.err_index = None
-
-    def _add_error(self, err: ErrorEvent, events: list[LogEvent]) -> int | None:
-        st = self.state
-        key = (err.kind, err.line)
-        if key in self._errors_seen:
-            return None
-        if len(st.errors) >= MAX_ERRORS and any(e.kind == err.kind for e in st.errors):
-            return None
-        self._errors_seen.add(key)
-        if err.origin in ("wrapper", "terminated"):
-            # the engine went down after those tracebacks: they were fatal after all
-            self._fatal_lines.update(e.line_no for e in st.errors if e.origin == "exception")
-            if any(e.provisional for e in st.errors):
-                st.errors = [replace(e, provisional=False) if e.provisional else e for e in st.errors]
-        st.errors.append(err)
-        events.append(err)
-        return len(st.errors) - 1
-
-    def _foreign_port(self, text: str) -> bool:
-        """A bare bind error on a port the engine does not serve on (its URL or its arguments say which;
-        an engine default proves nothing), or, without one, after another program's uvicorn block."""
-        m = _BIND_PORT.search(text)
-        st = self.state
-        port = st.port if st.http_url or st.declared_port is not None else None  # known, not a default
-        if m is not None and port is not None:
-            return int(m.group(1)) != port
-        return self._foreign_uvicorn
-
-    def _bare_exception(self, ln: LogLine, text: str, no: int, seg: int | None, events: list[LogEvent]) -> None:
-        """An exception line outside any traceback we saw begin (an excerpt pasted from the middle of
-        one, or a process that prints only the last line): it is the failure once the engine dies
-        after it (a wrapper, a signal, the file's end with no progress since); until then provisional."""
-        m = EXC_LINE_RE.match(text) or TB_EXC_LINE_RE.match(text)
-        if m is None or not m.group(1).endswith(("Error", "Exception")):
-            return
-        st = self.state
-        err = ErrorEvent(
-            "crash",
-            exc_cause(text),
-            ln.text.strip(),
-            ln.time or st.last_time,
-            no,
-            tuple(self._context),
-            segment=seg,
-            origin="exception",
-            rank=ln.rank,
-            attempt=st.attempt,
-            provisional=True,
-        )
-        self._add_error(err, events)
-
-    def _fatal_message(self, ln: LogLine, msg: str, no: int, seg: int | None, events: list[LogEvent]) -> bool:
-        """A fatal text outside a traceback; True when ``msg`` is one."""
-        c = classify(msg)
-        if c is None:
-            return False
-        kind, cause = c
-        text = msg.strip()
-        if kind == "port" and ln.engine_hint is None and self._foreign_port(text):
-            return True  # another program's server could not bind its own port
-        if kind == "crash" and self._stopping:
-            return True  # a crash text in the teardown of a server that stopped in order
-        if kind == "terminated":
-            origin = "terminated"
-            if self._ray_wait is not None:
-                cause += " while waiting for GPUs for a Ray placement group"
-        elif WRAPPER_RE.search(text):
-            origin = "wrapper"
-        elif EXC_LINE_RE.match(text):
-            origin = "exception"
-        else:
-            origin = "message"
-        if origin == "wrapper":
-            self._last_wrapper[ln.rank] = text
-            # the wrapper is context for the root exception it reports
-            for i, e in enumerate(self.state.errors):
-                if e.origin == "exception" and e.wrapper is None:
-                    self.state.errors[i] = replace(e, wrapper=text)
-        ctx = tuple(self._context)
-        if origin == "terminated" and self._ray_wait is not None:
-            ctx = ctx + (self._ray_wait,)
-        err = ErrorEvent(
-            kind,
-            cause,
-            ln.text.strip(),
-            ln.time,
-            no,
-            ctx,
-            segment=seg,
-            origin=origin,
-            rank=ln.rank,
-            attempt=self.state.attempt,
-        )
-        self._add_error(err, events)
-        return True
-
-    def _traceback(self, ln: LogLine, msg: str, no: int, seg: int | None, events: list[LogEvent]) -> bool:
-        """Follow Python tracebacks per process; True when the line belongs to one
-        (a frame, or the exception line, which is handled here)."""
-        if ln.rank:
-            key = ln.rank
-        elif ln.engine_hint or ln.source:
-            key = "<main>" + ln.source
-        else:
-            key = self._tb_cur  # unprefixed lines continue the traceback being printed
-        if TB_START in msg:
-            tb = self._tbs.get(key)
-            if tb is None or not tb.chain_open:
-                tb = self._tbs[key] = _Traceback()
-                head = msg[: msg.index(TB_START)].strip()
-                if head:
-                    tb.wrapper = ln.text.strip()
-                tb.engine = ln.engine_hint is not None
-            tb.in_frames = True
-            tb.chain_open = False
-            tb.frames = 0
-            self._tb_cur = key
-            return True
-        tb = self._tbs.get(key)
-        if tb is None:
-            return False
-        if not tb.in_frames:
-            if TB_CHAIN.match(msg.strip()):
-                tb.chain_open = True
-                return True
-            return False
-        stripped = msg.strip()
-        if not stripped:
-            return True
-        if stripped[0] in "|+" and msg[:1].isspace():
-            # an exception group's gutter ("  | ValueError: …", "  +---- 1 ----")
-            if stripped[0] == "+":
-                return True
-            msg = stripped[1:]
-            msg = msg[1:] if msg.startswith(" ") else msg
-            stripped = msg.strip()
-            if not stripped:
-                return True
-        m = None
-        if not msg[:1].isspace() and not stripped.startswith("File "):
-            m = EXC_LINE_RE.match(stripped) or TB_EXC_LINE_RE.match(stripped)
-        if m is None:
-            tb.frames += 1
-            if not tb.engine and ("vllm" in stripped or "sglang" in stripped):
-                tb.engine = True
-            elif not tb.engine and stripped.startswith('File "') and not any(d in stripped for d in _LIBRARY_DIRS):
-                tb.program = True
-            if tb.frames > _MAX_FRAMES:
-                tb.in_frames = False
-            return True
-        tb.in_frames = False
-        if tb.engine or tb.frames == 0 or (classify(stripped) or ("crash",))[0] not in ("crash", "terminated"):
-            self._exception(tb, ln, stripped, m.group(1), no, seg, events)
-        elif not tb.program:
-            # every frame in installed libraries (huggingface_hub, requests, safetensors …): the engine
-            # called them; it counts once the engine dies after it
-            self._exception(tb, ln, stripped, m.group(1), no, seg, events, library=True)
-        # else: another program's traceback in the same log (no engine prefix, a frame in its own code,
-        # none in the engine's, nothing an engine failure would say)
-        return True
-
-    def _exception(
-        self,
-        tb: _Traceback,
-        ln: LogLine,
-        exc: str,
-        name: str,
-        no: int,
-        seg: int | None,
-        events: list[LogEvent],
-        *,
-        library: bool = False,
-    ) -> None:
-        st = self.state
-        c = classify(exc)
-        if tb.err_index is None or tb.err_index >= len(st.errors):
-            # the root (innermost) exception of this chain
-            if name.endswith(("KeyboardInterrupt", "SystemExit")):
-                kind, cause, origin = (
-                    "terminated",
-                    refine_cause("terminated", "terminated by a signal", exc),
-                    "terminated",
-                )
-                if "terminated" in exc:
-                    cause = "terminated by a signal (KeyboardInterrupt: terminated)"
-            elif c is not None and c[0] not in ("crash", "terminated"):
-                kind, cause, origin = c[0], c[1], "exception"
-            elif WRAPPER_RE.search(exc):
-                kind, cause, origin = "crash", "engine crashed (the cause is in an earlier traceback)", "wrapper"
-            else:
-                kind, cause, origin = "crash", exc_cause(exc), "exception"
-            wrapper = tb.wrapper or self._last_wrapper.get(ln.rank)
-            going_down = _going_down(wrapper)
-            proof = ln.text.strip()
-            if proof.startswith("| "):
-                proof = proof[2:]  # an exception group's gutter
-            err = ErrorEvent(
-                kind,
-                cause,
-                proof,
-                ln.time or st.last_time,
-                no,
-                tuple(self._context),
-                segment=seg,
-                origin=origin,
-                wrapper=wrapper,
-                rank=ln.rank,
-                attempt=st.attempt,
-                # after ready a traceback is a request's, whatever its kind (a request's image URL
-                # answering 404 is no refusal of the model), unless the engine says it is going down
-                # ("Scheduler hit an exception: Traceback …", or that rank's wrapper line above it);
-                # a generic one in libraries' frames counts once the engine dies
-                provisional=origin == "exception"
-                and ((kind == "crash" and library) or (st.ready_line is not None and not going_down)),
-            )
-            if going_down and origin == "exception":
-                self._fatal_lines.add(no)
-            idx = self._add_error(err, events)
-            if idx is None:
-                # the same exception again (another rank, or the traceback printed twice): keep reading it as one
-                for i, e in enumerate(st.errors):
-                    if e.kind == kind and e.line == err.line:
-                        idx = i
-                        break
-            tb.err_index = idx
-            return
-        # an outer exception of the chain: it may name the kind (capture failed …); it is the
-        # proof only when the root is a lookup that the outer one translates ("KeyError: 'x'"
-        # then "ValueError: … model type `x` … not recognized")
-        root = st.errors[tb.err_index]
-        rm = EXC_LINE_RE.match(_strip_prefix(root.line))
-        if (
-            rm is not None
-            and rm.group(1).rsplit(".", 1)[-1] in _PLUMBING
-            and root.origin == "exception"
-            and not WRAPPER_RE.search(exc)
-            and (c is None or c[0] not in ("crash", "terminated", "capture-failed"))
-        ):
-            if c is not None:
-                kind, cause = c
-            else:
-                kind, cause = "crash", exc_cause(exc)
-            upd = replace(
-                root,
-                kind=kind,
-                cause=cause,
-                line=ln.text.strip(),
-                time=ln.time,
-                line_no=no,
-                segment=seg,
-                wrapper=root.line,
-                rank=ln.rank or root.rank,
-            )
-            if root.line_no in self._fatal_lines:
-                self._fatal_lines.add(no)
-            st.errors[tb.err_index] = upd
-            events.append(upd)
-            return
-        upd = root
-        if root.wrapper is None or root.wrapper == tb.wrapper:
-            upd = replace(upd, wrapper=exc)
-        if (
-            root.kind == "crash"
-            and root.origin == "exception"
-            and c is not None
-            and c[0] not in ("crash", "terminated")
-        ):
-            kind, cause = c
-            upd = replace(upd, kind=kind, cause=cause)
-        if upd is not root:
-            st.errors[tb.err_index] = upd
-            events.append(upd)
-
-    # ------------------------------------------------------------------ pieces
     def _vote(self, ln: LogLine) -> None:
         if self._engine_fixed:
             return
@@ -803,7 +445,7 @@ class LogParser:
         if cur == p and progress is None and not kw.get("done"):
             return
         if p == "ready":
-            self._recovered()
+            self._failures.recovered()
         st.phase = p
         self._progress_line = self._no
         ln = self._ln
@@ -866,38 +508,16 @@ class LogParser:
 
     def _stats(self, msg: str, ln: LogLine, no: int, events: list[LogEvent]) -> bool:
         """A runtime stat line (the engine serves); True when ``msg`` is one."""
-        ev: StatEvent | None = None
-        if "Decode batch" in msg or "Prefill batch" in msg:
-            if self.stats:
-                vals: dict[str, float | int | None] = {}
-                for name, rx in SG_STAT_FIELDS.items():
-                    m = rx.search(msg)
-                    if m:
-                        g = next(x for x in m.groups() if x is not None)
-                        vals[name] = int(g) if name in ("running", "queued") else float(g)
-                kind = "decode" if "Decode batch" in msg else "prefill"
-                ev = StatEvent("sglang", msg.strip(), ln.time, no, kind, **vals)  # type: ignore[arg-type]
-        else:
-            m = VL_STATS.search(msg)
-            if not m:
+        sglang_stat = "Decode batch" in msg or "Prefill batch" in msg
+        if not self.stats:
+            if not (sglang_stat or vllm.is_stat(msg)):
                 return False
-            if self.stats:
-                kv = VL_KV_USAGE.search(msg)
-                hit = VL_PREFIX_HIT.search(msg)
-                ev = StatEvent(
-                    "vllm",
-                    msg.strip(),
-                    ln.time,
-                    no,
-                    "engine",
-                    running=int(m.group(3)),
-                    queued=int(m.group(4)),
-                    prompt_throughput=float(m.group(1)),
-                    gen_throughput=float(m.group(2)),
-                    token_usage=float(kv.group(1)) / 100 if kv else None,
-                    prefix_hit_rate=float(hit.group(1)) / 100 if hit else None,
-                )
-        self._recovered()
+            ev = None
+        else:
+            ev = sglang.stat_event(msg, ln, no) if sglang_stat else vllm.stat_event(msg, ln, no)
+            if ev is None:
+                return False
+        self._failures.recovered()
         self._progress_line = no
         if ev is not None:
             self.state.last_stat = ev
@@ -905,61 +525,10 @@ class LogParser:
         return True
 
 
-def _uvicorn_started(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    """A bare uvicorn block whose pid is not one of the engine's belongs to another program."""
-    assert m is not None
-    if ln.engine_hint is not None:
-        own = True
-    elif p._engine_pids:
-        own = int(m.group(1)) in p._engine_pids
-    else:
-        st = p.state
-        own = p._server_up or st.kv_seen or st.graph_seen
-        # a second bare uvicorn process in the same start is another program's
-        own = own and p._uvicorn_pid in (None, int(m.group(1)))
-    p._foreign_uvicorn = not own
-    if own:
-        p._uvicorn_pid = int(m.group(1))
+_RULES = RuleTable(sglang.STARTUP + uvicorn.SHARED + vllm.STARTUP)
 
 
-def _uvicorn_running(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    assert m is not None
-    if not p.own_server_line(ln):
-        return
-    port = m.group(2) or next(iter(_URL_PORT.findall(m.group(3) or "")[-1:]), "")
-    declared = p.state.declared_port
-    if ln.engine_hint is None and declared is not None and port and int(port) != declared:
-        p._foreign_uvicorn = True  # a bare server on a port the engine never asked for: another program's
-        return
-    url = f"http://{m.group(1)}:{m.group(2)}" if m.group(2) else m.group(3)
-    p.server_url(url, announced=False)
-
-
-def _uvicorn_stopping(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    """The engine's server stops in order after serving: what dies after this is its teardown."""
-    if p.state.ready_line is not None and p.own_server_line(ln):
-        p._stopping = True
-
-
-#: uvicorn's lines, which both engines (and other programs in the same log) print
-SHARED: tuple[Rule, ...] = (
-    Rule("Shutting down", None, _uvicorn_stopping, start=True),
-    Rule("Waiting for application shutdown", None, _uvicorn_stopping, start=True),
-    Rule("Started server process [", UVICORN_STARTED, _uvicorn_started, claim=True),
-    Rule("Uvicorn running on", UVICORN_RUNNING, _uvicorn_running, start=True, claim=True),
-)
-_RULES = RuleTable(sglang.STARTUP + SHARED + vllm.STARTUP)
-
-
-_URL_PORT = re.compile(r":(\d+)")
-#: the port of a bind error ("bind on address ('0.0.0.0', 8000)")
-_BIND_PORT = re.compile(r"\('[^']*', (\d+)\)")
 _RANKED_FACTS = frozenset({"kv_tokens", "kv_size_gb", "weights_mem_gb", "kv_mem_gib", "graph_seconds", "graph_mem_gb"})
-
-
-def _going_down(wrapper: str | None) -> bool:
-    """The line that opened a traceback says the engine goes down with it ("Scheduler hit an exception")."""
-    return wrapper is not None and WRAPPER_RE.search(wrapper) is not None
 
 
 def _rank_zero(rank: str) -> bool:
@@ -993,52 +562,3 @@ def iter_events(chunks: Iterable[bytes], engine: str | None = None) -> Iterator[
     for c in chunks:
         yield from p.feed(c)
     yield from p.finish()
-
-
-def event_to_json(ev: LogEvent) -> dict[str, object]:
-    """The ``parse-log --json`` shape: event, phase, progress (0..1 or null), time, message, kind …"""
-    if isinstance(ev, PhaseEvent):
-        d: dict[str, object] = {
-            "event": "phase",
-            "phase": ev.phase,
-            "progress": None if ev.progress is None else round(ev.progress, 4),
-            "time": ev.time,
-            "message": ev.message,
-            "line": ev.line_no,
-        }
-        if ev.segment:
-            d["segment"] = ev.segment
-        if ev.total is not None:
-            d["n"], d["total"] = ev.n, ev.total
-        if ev.label:
-            d["label"] = ev.label
-        if ev.done:
-            d["done"] = True
-        return d
-    if isinstance(ev, FactEvent):
-        return {
-            "event": "fact",
-            "name": ev.name,
-            "value": ev.value,
-            "time": ev.time,
-            "message": ev.message,
-            "line": ev.line_no,
-        }
-    if isinstance(ev, ErrorEvent):
-        return {
-            "event": "error",
-            "kind": ev.kind,
-            "cause": ev.cause,
-            "phase": None,
-            "progress": None,
-            "time": ev.time,
-            "message": ev.line,
-            "line": ev.line_no,
-            "segment": ev.segment,
-            "origin": ev.origin,
-            "wrapper": ev.wrapper,
-            "attempt": ev.attempt,
-            "context": list(ev.context[-5:]),
-        }
-    d = {k: getattr(ev, k) for k in ev.__dataclass_fields__}
-    return d

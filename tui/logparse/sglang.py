@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from tui.logparse.events import StatEvent
+from tui.logparse.patterns import SG_STAT_FIELDS
 from tui.logparse.rules import Rule
 
 if TYPE_CHECKING:
@@ -109,3 +111,15 @@ STARTUP: tuple[Rule, ...] = (
     Rule("Memory pool end", SG_MEM_POOL_END, _mem_pool_end, start=True, claim=True),
     Rule(SG_READY, None, _ready, start=True),
 )
+
+
+def stat_event(msg: str, ln: LogLine, no: int) -> StatEvent:
+    """SGLang's runtime stat line (``Decode batch`` / ``Prefill batch``, the caller has seen which)."""
+    vals: dict[str, float | int | None] = {}
+    for name, rx in SG_STAT_FIELDS.items():
+        m = rx.search(msg)
+        if m:
+            g = next(x for x in m.groups() if x is not None)
+            vals[name] = int(g) if name in ("running", "queued") else float(g)
+    kind = "decode" if "Decode batch" in msg else "prefill"
+    return StatEvent("sglang", msg.strip(), ln.time, no, kind, **vals)  # type: ignore[arg-type]

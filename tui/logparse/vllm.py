@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from tui.logparse.events import StatEvent
+from tui.logparse.patterns import VL_KV_USAGE, VL_PREFIX_HIT, VL_STATS
 from tui.logparse.rules import Rule
 
 if TYPE_CHECKING:
@@ -167,3 +169,30 @@ STARTUP: tuple[Rule, ...] = (
     Rule("init engine", VL_ENGINE_INIT, _engine_init, claim=True),
     Rule(VL_READY, None, _ready, start=True),
 )
+
+
+def is_stat(msg: str) -> bool:
+    """Whether ``msg`` is vLLM's runtime stat line (its figures unread)."""
+    return VL_STATS.search(msg) is not None
+
+
+def stat_event(msg: str, ln: LogLine, no: int) -> StatEvent | None:
+    """vLLM's runtime stat line (``Avg prompt throughput: …``); None when ``msg`` is not one."""
+    m = VL_STATS.search(msg)
+    if not m:
+        return None
+    kv = VL_KV_USAGE.search(msg)
+    hit = VL_PREFIX_HIT.search(msg)
+    return StatEvent(
+        "vllm",
+        msg.strip(),
+        ln.time,
+        no,
+        "engine",
+        running=int(m.group(3)),
+        queued=int(m.group(4)),
+        prompt_throughput=float(m.group(1)),
+        gen_throughput=float(m.group(2)),
+        token_usage=float(kv.group(1)) / 100 if kv else None,
+        prefix_hit_rate=float(hit.group(1)) / 100 if hit else None,
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import List, Type
 from urllib.parse import urlsplit
 
 MAX_BODY = 8 * 1024 * 1024
@@ -76,21 +77,84 @@ def _parse(raw: bytes, url: str) -> Response:
     if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/") or not status_line[1].isdigit():
         raise HttpError(f"{url}: not an HTTP answer ({lines[0][:60]!r})")
     chunked = any(ln.lower().startswith(b"transfer-encoding:") and b"chunked" in ln.lower() for ln in lines[1:])
-    return Response(int(status_line[1]), _dechunk(rest) if chunked else rest)
+    if not chunked:
+        return Response(int(status_line[1]), rest)
+    try:
+        body = Dechunk().feed(rest)
+    except HttpError as e:
+        raise HttpError(f"{url}: {e}") from None
+    return Response(int(status_line[1]), body)
 
 
-def _dechunk(data: bytes) -> bytes:
-    out = bytearray()
-    while data:
-        size_line, sep, data = data.partition(b"\r\n")
-        if not sep:
-            break
-        try:
-            n = int(size_line.split(b";")[0], 16)
-        except ValueError:
-            break
-        if n == 0:
-            break
-        out += data[:n]
-        data = data[n + 2 :]
-    return bytes(out)
+class Dechunk:
+    """Incremental decoder of ``Transfer-Encoding: chunked``: :meth:`feed` returns the body bytes
+    of each piece as it comes; a malformed body raises ``error`` (the caller's error type)."""
+
+    __slots__ = ("buf", "error", "extra", "need", "state")
+
+    def __init__(self, error: Type[Exception] = HttpError) -> None:
+        self.error = error
+        self.state = 0  # 0 size line, 1 data, 2 CRLF after data, 3 trailers, 4 done
+        self.need = 0
+        self.buf = b""
+        self.extra = b""
+
+    def feed(self, data: bytes) -> bytes:
+        if self.buf:
+            data = self.buf + data
+            self.buf = b""
+        out: List[bytes] = []
+        pos = 0
+        n = len(data)
+        while pos < n:
+            st = self.state
+            if st == 1:
+                take = self.need if self.need < n - pos else n - pos
+                out.append(data[pos : pos + take])
+                pos += take
+                self.need -= take
+                if self.need == 0:
+                    self.state = 2
+            elif st == 0:
+                i = data.find(b"\r\n", pos)
+                if i < 0:
+                    if n - pos > 1024:
+                        raise self.error("chunk size line too long")
+                    self.buf = data[pos:]
+                    break
+                try:
+                    size = int(data[pos:i].split(b";", 1)[0], 16)
+                except ValueError:
+                    raise self.error("malformed chunk size line") from None
+                pos = i + 2
+                if size:
+                    self.need = size
+                    self.state = 1
+                else:
+                    self.state = 3
+            elif st == 2:
+                if n - pos < 2:
+                    self.buf = data[pos:]
+                    break
+                if data[pos : pos + 2] != b"\r\n":
+                    raise self.error("missing CRLF after chunk data")
+                pos += 2
+                self.state = 0
+            elif st == 3:
+                i = data.find(b"\r\n", pos)
+                if i < 0:
+                    self.buf = data[pos:]
+                    break
+                if i == pos:
+                    self.state = 4
+                pos = i + 2
+            else:
+                self.extra = data[pos:]
+                break
+        if len(out) == 1:
+            return out[0]
+        return b"".join(out)
+
+    @property
+    def done(self) -> bool:
+        return self.state == 4
