@@ -43,14 +43,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("preflight", "check a profile against the host's engine and GPUs"),
     "probe": ("probe", "report a host's OS, CPUs, memory, Python, GPUs and engines"),
     "profiles": ("profiles", "server profiles: list, show, check, command, diff, presets"),
-    "report": ("report", "a shareable report of a result, an A/B or a campaign (HTML or Markdown)"),
+    "report": ("report", "a result, A/B or campaign as one HTML or Markdown report"),
     "results": ("results", "list, show and export benchmark results"),
     "runs": ("runs", "list the servers tunedeck launched on the host"),
     "sim": ("sim", "simulated SGLang/vLLM servers and nvidia-smi (for --demo)"),
     "status": ("status", "print GPUs, host load and servers once"),
     "stop": ("stop", "stop servers tunedeck launched (default: every live one)"),
     "trust": ("trust", "show a host's SSH key fingerprint; trust it once confirmed"),
-    "tune": ("tune", "tuning campaign: the configuration that serves the most users within an SLO"),
+    "tune": ("tune", "find the configuration serving the most users within an SLO"),
 }
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tui.commands import Subparsers
 
-HELP = "a shareable report of a result, an A/B or a campaign (HTML or Markdown)"
+HELP = "a result, A/B or campaign as one HTML or Markdown report"
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

@@ -31,7 +31,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "tune",
         parents=[common],
-        help="tuning campaign: the configuration that serves the most users within an SLO",
+        help="find the configuration serving the most users within an SLO",
         description="Runs ON the host, detached, like an A/B: every candidate (the base profile with "
         "the --vary keys changed, their Cartesian product, or a --candidates file) is pre-flighted "
         "before anything is stopped, then launched, measured (the highest concurrency that meets the "
