@@ -27,7 +27,7 @@ from tests.snapshot_app import SCENES
 
 SIZE = (120, 36)
 #: the README shows these
-SHOTS = ("status", "profiles", "launch-form", "run", "bench", "compare", "fleet", "deployment")
+SHOTS = ("status", "profiles", "launch-form", "run", "bench", "compare", "tune", "fleet", "deployment")
 
 
 async def shoot(name: str, out: Path) -> Path:
