@@ -204,12 +204,10 @@ async def test_run_log_escape_clears_search_first(tmp_path, monkeypatch):
 
 async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatch):
     """A server launched earlier (CLI) is reattached on start; enter on its row opens its run view."""
-    from textual.widgets import DataTable
-
     from tui.ui.screens.modals import ConfirmModal
     from tui.ui.screens.run import RunScreen
     from widgets.server_log import ServerLog
-    from widgets.server_panel import ServerPanel
+    from widgets.server_panel import ServerPanel, ServerTable
 
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
     port = free_port()
@@ -247,7 +245,7 @@ async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatc
             assert app.screen.record.run_id == run_id
             await pilot.press("escape")
             await until(pilot, lambda: app.screen is status)
-            table = panel.query_one(DataTable)
+            table = panel.query_one(ServerTable)
             table.focus()
             await pilot.press("enter")
             await until(pilot, lambda: isinstance(app.screen, RunScreen), timeout=10)

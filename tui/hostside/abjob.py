@@ -16,7 +16,7 @@ import fcntl
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping, Optional, Tuple
 
 from tui.ab.runner import ProfileInfo, ServerOps
 from tui.hostside.jobfiles import EVENTS, REPORT, SPEC, EventLog, on_stop_signal, read_spec
@@ -49,6 +49,46 @@ def local_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> Serv
     return LocalOps({i.name: i for i in infos.values()}, host_label=str(spec.get("host_label") or "local"))
 
 
+async def run_job(
+    job_dir: Path, lock_root: Path, what: str, body: Callable[[EventLog], Awaitable[Tuple[str, Optional[str]]]]
+) -> int:
+    """The frame of a campaign job (an A/B or a tuning campaign) in ``job_dir``: the host's one
+    campaign lock (under ``lock_root``), its events file, and its exit status. ``body(events)``
+    runs the campaign, writes its report and returns the report's status and error; the frame turns
+    that, or what ``body`` raised, into the exit code and the final ``exit`` event: 0 completed,
+    130 cancelled, 1 failed, 2 a bad spec, 4 a file error, 5 another campaign holds the host."""
+    events = EventLog(job_dir / EVENTS)
+    rc, error = 0, None
+    lock = -1
+    try:
+        lock_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock = take_lock(lock_root)
+        status, err = await body(events)
+        events.check()
+        if status != "completed":
+            rc, error = (130 if status == "cancelled" else 1), err or status
+    except asyncio.CancelledError:
+        rc, error = 130, "cancelled before the campaign could report"
+    except Busy as e:
+        rc, error = 5, str(e)
+    except (KeyError, TypeError, ValueError) as e:
+        rc, error = 2, f"spec.json: {type(e).__name__}: {e}"
+    except OSError as e:
+        rc, error = 4, f"{e.strerror or e} ({e.filename or job_dir})"
+    finally:
+        if lock >= 0:
+            os.close(lock)
+    if error:
+        log.error("%s job %s: %s", what, job_dir.name, error)
+    events.write({"type": "exit", "rc": rc, "error": error})
+    try:
+        events.close()
+    except OSError as e:
+        log.error("%s job %s: events file: %s", what, job_dir.name, e)
+        rc = rc or 4
+    return rc
+
+
 async def run(
     job_dir: Path, make_ops: Callable[[Mapping[str, Any], Mapping[str, ProfileInfo]], ServerOps] = local_ops
 ) -> int:
@@ -57,11 +97,7 @@ async def run(
     from tui.ab.plan import Plan
     from tui.ab.runner import ABEvent, ABRunner
 
-    events = EventLog(job_dir / EVENTS)
-    rc, error = 0, None
-    lock = -1
-    try:
-        lock = take_lock(job_dir.parent)
+    async def body(events: EventLog) -> Tuple[str, Optional[str]]:
         spec = read_spec(job_dir)
         infos = {k: ProfileInfo.from_json(spec[k]) for k in ("a", "b")}
         redacted = dict(spec)
@@ -99,26 +135,6 @@ async def run(
         rep = await runner.run()
         report: dict[str, Any] = rep.to_dict()
         atomic_write_json(job_dir / REPORT, report)
-        events.check()
-        if rep.status != "completed":
-            rc, error = (130 if rep.status == "cancelled" else 1), rep.error or rep.status
-    except asyncio.CancelledError:
-        rc, error = 130, "cancelled before the campaign could report"
-    except Busy as e:
-        rc, error = 5, str(e)
-    except (KeyError, TypeError, ValueError) as e:
-        rc, error = 2, f"spec.json: {type(e).__name__}: {e}"
-    except OSError as e:
-        rc, error = 4, f"{e.strerror or e} ({e.filename or job_dir})"
-    finally:
-        if lock >= 0:
-            os.close(lock)
-    if error:
-        log.error("A/B job %s: %s", job_dir.name, error)
-    events.write({"type": "exit", "rc": rc, "error": error})
-    try:
-        events.close()
-    except OSError as e:
-        log.error("A/B job %s: events file: %s", job_dir.name, e)
-        rc = rc or 4
-    return rc
+        return rep.status, rep.error
+
+    return await run_job(job_dir, job_dir.parent, "A/B", body)

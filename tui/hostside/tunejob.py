@@ -17,20 +17,15 @@ SIGTERM cancels: the server this campaign started is stopped, every result is ke
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
-import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from tui.ab.runner import ProfileInfo, ServerOps
-from tui.hostside.abjob import Busy, take_lock
-from tui.hostside.jobfiles import EVENTS, REPORT, SPEC, EventLog, on_stop_signal, read_spec
+from tui.hostside.abjob import run_job
+from tui.hostside.jobfiles import REPORT, SPEC, EventLog, on_stop_signal, read_spec
 from tui.util.files import atomic_write_json
 from tui.util.safety import redact_argv, redact_env
-
-log = logging.getLogger(__name__)
 
 STATE = "state.json"
 
@@ -72,13 +67,7 @@ async def run(
     """Run (or resume) the campaign in ``job_dir``; events, state and report are written there."""
     from tui.ab.tune import TuneRunner
 
-    events = EventLog(job_dir / EVENTS)
-    rc, error = 0, None
-    lock = -1
-    try:
-        ab_root = job_dir.parent.parent / "ab"  # the A/B's lock: one campaign of either kind per host
-        ab_root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        lock = take_lock(ab_root)
+    async def body(events: EventLog) -> Tuple[str, Optional[str]]:
         spec = read_spec(job_dir)
         state = read_state(job_dir)
         infos = {
@@ -96,26 +85,7 @@ async def run(
         rep = await runner.run()
         atomic_write_json(job_dir / REPORT, rep)
         atomic_write_json(job_dir / SPEC, redacted_spec(spec), mode=0o600)
-        events.check()
-        if rep["status"] != "completed":
-            rc, error = (130 if rep["status"] == "cancelled" else 1), rep.get("error") or rep["status"]
-    except asyncio.CancelledError:
-        rc, error = 130, "cancelled before the campaign could report"
-    except Busy as e:
-        rc, error = 5, str(e)
-    except (KeyError, TypeError, ValueError) as e:
-        rc, error = 2, f"spec.json: {type(e).__name__}: {e}"
-    except OSError as e:
-        rc, error = 4, f"{e.strerror or e} ({e.filename or job_dir})"
-    finally:
-        if lock >= 0:
-            os.close(lock)
-    if error:
-        log.error("tune job %s: %s", job_dir.name, error)
-    events.write({"type": "exit", "rc": rc, "error": error})
-    try:
-        events.close()
-    except OSError as e:
-        log.error("tune job %s: events file: %s", job_dir.name, e)
-        rc = rc or 4
-    return rc
+        return str(rep["status"]), rep.get("error")
+
+    # the A/B's lock: one campaign of either kind per host
+    return await run_job(job_dir, job_dir.parent.parent / "ab", "tune", body)
