@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import re
-import signal
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -266,39 +264,10 @@ async def _deployments(args: argparse.Namespace, plan: Any) -> int:
 
 
 async def _follow(args: argparse.Namespace, ab: Any, label: str) -> int:
-    printer = _progress_printer(args.quiet)
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
+    from tui.commands._jobfollow import follow_events
 
-    def on_link(e: Exception, attempt: int) -> None:
-        if not args.quiet:
-            print(
-                f"tunedeck ab: link to {label} lost ({e}); the A/B goes on there, reconnecting (attempt {attempt})",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    def on_link_ok() -> None:
-        if not args.quiet:
-            print(f"tunedeck ab: link to {label} is back; following the A/B again", file=sys.stderr, flush=True)
-
-    ab.on_link_error = on_link
-    ab.on_link_ok = on_link_ok
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
-        async for ev in ab.events():
-            printer(ev)
-    except asyncio.CancelledError:
-        print(
-            f"tunedeck ab: detached; A/B {ab.id} goes on on {label}; `tunedeck ab --attach {ab.id}` follows it again",
-            file=sys.stderr,
-        )
+    if not await follow_events(ab, cmd="ab", noun="A/B", label=label, quiet=args.quiet):
         return 130
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
     rep = ab.report
     code = exit_code(ab)
     if code == EXIT_LOST:

@@ -4,8 +4,6 @@ users within the SLO (a tuning campaign, detached on the host like an A/B)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import sys
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, NoReturn, Sequence
 
@@ -396,41 +394,10 @@ async def _list(host: Any) -> int:
 
 
 async def _follow(args: argparse.Namespace, tr: Any, label: str) -> int:
-    from tui.commands.ab import _progress_printer
+    from tui.commands._jobfollow import follow_events
 
-    printer = _progress_printer(args.quiet)
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-
-    def on_link(e: Exception, attempt: int) -> None:
-        if not args.quiet:
-            print(
-                f"tunedeck tune: link to {label} lost ({e}); the campaign goes on there, reconnecting (attempt {attempt})",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    def on_link_ok() -> None:
-        if not args.quiet:
-            print(f"tunedeck tune: link to {label} is back; following the campaign again", file=sys.stderr, flush=True)
-
-    tr.on_link_error = on_link
-    tr.on_link_ok = on_link_ok
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
-        async for ev in tr.events():
-            printer(ev)
-    except asyncio.CancelledError:
-        print(
-            f"tunedeck tune: detached; campaign {tr.id} goes on on {label}; `tunedeck tune --attach {tr.id}` follows it again",
-            file=sys.stderr,
-        )
+    if not await follow_events(tr, cmd="tune", noun="campaign", label=label, quiet=args.quiet):
         return EXIT_STOPPED
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
     rep = tr.report
     if rep is None:
         if tr.lost:
