@@ -33,10 +33,6 @@ class TuneApp(App):
         self.push_screen(self._screen)
 
 
-async def until(pilot, pred, timeout: float = 10.0) -> None:
-    await until_async(pred, timeout, pilot=pilot)
-
-
 class FakeCampaign:
     """Events from a queue (None ends them); ``cancel`` records that it was called."""
 
@@ -92,22 +88,22 @@ async def test_start_shows_the_command_asks_and_starts_it_then_states_follow_the
             scr.query_one(f"#{fid}", Input).value = value
         await pilot.pause()
         await pilot.press("ctrl+l")
-        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        await until_async(lambda: isinstance(pilot.app.screen, ConfirmModal), 10, pilot=pilot)
         question = pilot.app.screen.question
         assert f"tunedeck tune {BASE} --vary {VARY} --slo ttft_p90:500 tpot_p90:50 --demo" in question
         await pilot.press("enter")  # Cancel has the focus: nothing starts
-        await until(pilot, lambda: pilot.app.screen is scr)
+        await until_async(lambda: pilot.app.screen is scr, 10, pilot=pilot)
         assert seen == [] and scr.campaign is None
         await pilot.press("ctrl+l")
-        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        await until_async(lambda: isinstance(pilot.app.screen, ConfirmModal), 10, pilot=pilot)
         await pilot.press("y")
-        await until(pilot, lambda: scr.campaign is camp)
+        await until_async(lambda: scr.campaign is camp, 10, pilot=pilot)
         args, plan = seen[0]
         assert args.vary == [VARY] and args.slo == ["ttft_p90:500", "tpot_p90:50"] and args.demo
         names = [c.name for c in plan[1]]
         assert names == [BASE, f"{BASE}+attention-backend=flashinfer"] or len(names) == 3
         table = scr.query_one("#tune-table", DataTable)
-        await until(pilot, lambda: table.row_count == len(names))
+        await until_async(lambda: table.row_count == len(names), 10, pilot=pilot)
 
         def state(name: str) -> str:
             return str(table.get_cell(name, "state"))
@@ -115,22 +111,22 @@ async def test_start_shows_the_command_asks_and_starts_it_then_states_follow_the
         assert {state(n) for n in names} == {"queued"}
         a, b = names[0], names[-1]
         await camp.queue.put(ev("launch", a))
-        await until(pilot, lambda: state(a) == "starting")
+        await until_async(lambda: state(a) == "starting", 10, pilot=pilot)
         await camp.queue.put(ev("ready", a, startup_s=3.0))
         await camp.queue.put(ev("bench-start", a, concurrency=16))
-        await until(pilot, lambda: state(a) == "measuring" and str(table.get_cell(a, "step")) == "C=16")
+        await until_async(lambda: state(a) == "measuring" and str(table.get_cell(a, "step")) == "C=16", 10, pilot=pilot)
         await camp.queue.put(ev("capacity", a, capacity=16, result={"capacity": 16, "throughput_at_capacity": 800.0}))
         await camp.queue.put(ev("launch", b))
         await camp.queue.put(ev("failed", b))
-        await until(pilot, lambda: state(a) == "done" and state(b) == "failed")
+        await until_async(lambda: state(a) == "done" and state(b) == "failed", 10, pilot=pilot)
         assert str(table.get_cell(a, "capacity")) == "16"
         assert "best so far: " in str(scr.query_one("#tune-status").content)
         assert scr.query_one(FrontierChart).points == (("1", 50.0, 100.0, True),)  # 800 tok/s over C=16, 8 GPUs
         # the link: lost, said on the status line, and cleared when the host answers again
         camp.on_link_error(OSError("connection reset"), 1)
-        await until(pilot, lambda: "link lost" in str(scr.query_one("#tune-status").content))
+        await until_async(lambda: "link lost" in str(scr.query_one("#tune-status").content), 10, pilot=pilot)
         camp.on_link_ok()
-        await until(pilot, lambda: "link lost" not in str(scr.query_one("#tune-status").content))
+        await until_async(lambda: "link lost" not in str(scr.query_one("#tune-status").content), 10, pilot=pilot)
         # the report is final
         camp.report = {
             "campaign": "tune-1",
@@ -142,7 +138,7 @@ async def test_start_shows_the_command_asks_and_starts_it_then_states_follow_the
             ],
         }
         await camp.queue.put(None)
-        await until(pilot, lambda: scr.campaign is None)
+        await until_async(lambda: scr.campaign is None, 10, pilot=pilot)
         assert f"winner: {a}" in str(scr.query_one("#tune-status").content)
 
 
@@ -154,20 +150,20 @@ async def test_cancel_asks_first_with_cancel_the_default():
         scr.query_one("#tune-vary", Input).value = VARY
         scr.query_one("#tune-ttft", Input).value = "500"
         await pilot.press("ctrl+l")
-        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        await until_async(lambda: isinstance(pilot.app.screen, ConfirmModal), 10, pilot=pilot)
         await pilot.press("y")
-        await until(pilot, lambda: scr.campaign is camp)
+        await until_async(lambda: scr.campaign is camp, 10, pilot=pilot)
         await pilot.press("ctrl+x")
-        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        await until_async(lambda: isinstance(pilot.app.screen, ConfirmModal), 10, pilot=pilot)
         assert "Cancel the running campaign?" in pilot.app.screen.question
         await pilot.press("enter")  # Cancel (keep running) has the focus
-        await until(pilot, lambda: pilot.app.screen is scr)
+        await until_async(lambda: pilot.app.screen is scr, 10, pilot=pilot)
         await pilot.pause(0.2)
         assert camp.cancelled == 0 and scr.campaign is camp
         await pilot.press("ctrl+x")
-        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
+        await until_async(lambda: isinstance(pilot.app.screen, ConfirmModal), 10, pilot=pilot)
         await pilot.press("y")
-        await until(pilot, lambda: camp.cancelled == 1)
+        await until_async(lambda: camp.cancelled == 1, 10, pilot=pilot)
         await camp.queue.put(None)
 
 
@@ -189,7 +185,7 @@ async def test_launch_list_u_opens_tune_with_the_highlighted_base_and_the_marked
         names = list(launch.query_one("#profiles", DataTable).rows)
         launch.marked["B"] = "sglang-tuned"
         await pilot.press("u")
-        await until(pilot, lambda: isinstance(app.screen, TuneScreen))
+        await until_async(lambda: isinstance(app.screen, TuneScreen), 10, pilot=pilot)
         scr = app.screen
         assert scr.base == launch.highlighted and scr.marked == (["sglang-tuned"] if scr.base != "sglang-tuned" else [])
         shown = str(scr.query_one("#tune-command").content)
