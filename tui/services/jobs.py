@@ -101,7 +101,10 @@ async def restart(host: Host, job: Job, *, python: str | None = None) -> Job:
     meta = {**dict(job.meta or {}), "restarted": time.time()}
     started = await launcher.start_detached(host, job.kind, job.job_id, rt.argv(job.kind, job.dir), env, meta)
     if started.pid is None:
-        raise JobError(f"{host.target}: the {job.kind} job {job.job_id} did not restart: {started.error}")
+        what = f"the {job.kind} job {job.job_id} did not restart: {started.error}"
+        if started.lost:  # it may have started all the same: see TuneRun's restart
+            raise HostError("connection-lost", what, target=host.target)
+        raise JobError(f"{host.target}: {what}")
     return Job(
         job.kind, job.job_id, started.run_dir or job.dir, host.target, started.pid, started.starttime, True, None, meta
     )
@@ -321,14 +324,17 @@ class JobFollower:
         s = r.stdout.strip()
         return int(s) if r.ok and s.lstrip("-").isdigit() else None
 
-    async def final_read(self, read: Any) -> Any:
-        """``await read()``, retried with backoff over failing links for up to :data:`FINAL_READ_S`."""
+    async def final_read(self, read: Any, *, permanent: tuple[type[Exception], ...] = ()) -> Any:
+        """``await read()``, retried with backoff over failing links for up to :data:`FINAL_READ_S`;
+        an exception of a ``permanent`` type is no link's failure: raised at once."""
         deadline = time.monotonic() + FINAL_READ_S
         backoff = Backoff(0.5, 10.0)
         attempt = 0
         while True:
             try:
                 got = await read()
+            except permanent:
+                raise
             except Exception as e:  # noqa: BLE001 - any failure of the link: told, retried
                 attempt += 1
                 self._link_error(e, attempt)

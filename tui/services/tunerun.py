@@ -22,7 +22,7 @@ from tui.ab.tune import Workload
 from tui.hostops import launcher, logfollow
 from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles
-from tui.services import jobs
+from tui.services import jobs, runtime
 from tui.services.abrun import ask_to_stop, profile_info, refuse_while_running
 from tui.services.benchrun import ship_data_file
 
@@ -297,8 +297,36 @@ class TuneRun:
             yield ABEvent(
                 "info", f"the campaign's process ended without its report ({ex.get('error')}); restarting it to resume"
             )
-            self.job = await jobs.restart(self.host, self.job, python=self.python)
+            job = await self._restart(follower)
+            if job is None:  # the link did not come back in time; --attach restarts it
+                self.lost = True
+                return
+            self.job = job
         await self.finish(follower)
+
+    async def _restart(self, follower: jobs.JobFollower) -> jobs.Job | None:
+        """Start the killed campaign again, over a link that may fail meanwhile: a failed try is
+        told as a lost link and retried, as the follower's own reads are (None: given up). A try
+        whose answer was lost may have started it all the same, so each later try first looks
+        at the folder: a process started there since the kill is the one followed, never a
+        second campaign in the same folder (it would find the host's campaign lock held, and its
+        exit event would end the follow of the first)."""
+        killed = self.job
+        tries = 0
+
+        async def once() -> jobs.Job:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                now = await jobs.find(self.host, killed.kind, killed.job_id)
+                if now.pid is not None and (now.pid, now.starttime) != (killed.pid, killed.starttime):
+                    log.info("campaign %s: restarted by an earlier try (pid %s)", self.id, now.pid)
+                    return now
+            return await jobs.restart(self.host, killed, python=self.python)
+
+        # a JobError or RuntimeUnavailable is the host's refusal, not the link's: raised at once
+        job: jobs.Job | None = await follower.final_read(once, permanent=(jobs.JobError, runtime.RuntimeUnavailable))
+        return job
 
     async def _has_report(self) -> bool:
         r = await self.host.run(["test", "-s", f"{self.job.dir}/{jobfiles.REPORT}"], timeout=15)
