@@ -278,13 +278,15 @@ class TuneRun:
         (killed) is started again in its folder, where it resumes from its state; the follow
         goes on at the same offset (nothing read twice)."""
         offset = 0
+        last = ABEvent("info", "")  # the campaign's progress (step of steps) so far
         while True:
             follower = jobs.JobFollower(self.host, self.job, offset)
             follower.on_link_error = self.on_link_error
             follower.on_link_ok = self.on_link_ok
             async for ev in follower.events():
                 if ev.get("type") == "ab":
-                    yield ABEvent.from_json(ev)
+                    last = ABEvent.from_json(ev)
+                    yield last
             offset = follower.offset
             self.exit = follower.exit
             self.lost = follower.lost
@@ -295,7 +297,10 @@ class TuneRun:
                 break
             self.restarts += 1
             yield ABEvent(
-                "info", f"the campaign's process ended without its report ({ex.get('error')}); restarting it to resume"
+                "info",
+                f"the campaign's process ended without its report ({ex.get('error')}); restarting it to resume",
+                step=last.step,
+                steps=last.steps,
             )
             job = await self._restart(follower)
             if job is None:  # the link did not come back in time; --attach restarts it
