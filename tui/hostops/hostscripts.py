@@ -26,11 +26,19 @@ def base_line(kind: str) -> str:
 
 RUNS_BASE = base_line("runs")
 
-# $1 = run id, $2 = the GPUs it will use ("all", "none" or "0,1,…"; empty: no check). Prints
-# DIR <dir>, then PID <pid> <starttime> once the wrapper started; BUSY <run id> <pid> <gpus> (and
-# nothing runs) when a live run in the folder uses any of those GPUs; ERR <one line> when it
-# cannot (a write that fails names the file and the host's cause, and the run's folder is removed:
-# a full or read-only disk leaves no debris).
+# $1 = run id, $2 = the GPUs it will use ("all", "none" or "0,1,…"; empty: no check), $3 = empty
+# for a new folder, or, to start a job again in its own folder (a campaign resumes from the state
+# it left there), "<pid> <starttime>" of the process the caller saw end there ("-": none known).
+# Prints DIR <dir>, then PID <pid> <starttime> once the wrapper started; BUSY <run id> <pid> <gpus>
+# (and nothing runs) when a live run in the folder uses any of those GPUs; ERR <one line> when it
+# cannot (a write that fails names the file and the host's cause, and a new run's folder is
+# removed: a full or read-only disk leaves no debris; a restarted job's folder is never removed).
+#
+# A restart checks, under the lock, that the folder's wrapper is still the one the caller saw end
+# and that it has ended; otherwise it starts nothing and prints FOLLOW <pid> <starttime>: the
+# process there now, to follow instead. Of two followers restarting one killed job at once, one
+# starts it and the other follows that process. The ended process's log is kept: log -> log.1 ->
+# log.2 -> log.3 (the oldest dropped), each its last 1 MiB.
 #
 # One launch at a time per folder: the lock (an atomic mkdir) is held from that check until the
 # wrapper has started, so two launches at once cannot both pass it. Its file ``pid`` names the
@@ -42,6 +50,7 @@ RUNS_BASE = base_line("runs")
 LAUNCH_SCRIPT = r"""set -u
 rid="$1"
 want="$2"
+expect="${{3:-}}"
 {base}umask 077
 dir="$base/$rid"
 start_cwd=$(pwd)
@@ -85,6 +94,31 @@ shares() {{
   done
   return 1
 }}
+if [ -n "$expect" ]; then
+  [ -f "$dir/run.sh" ] || {{ echo "ERR $dir is not a job folder (nothing to restart)"; exit 3; }}
+  pid=$(cat "$dir/pid" 2>/dev/null || true)
+  st=$(cat "$dir/starttime" 2>/dev/null || true)
+  alive=
+  if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then
+    set -- $(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null)
+    [ "${{20:-}}" = "$st" ] && [ "${{1:-}}" != Z ] && [ "${{1:-}}" != X ] && alive=1
+  fi
+  # another process started since the one the caller saw end, or that one still runs: follow it
+  if [ -n "$pid" ] && {{ [ "$pid $st" != "$expect" ] || [ -n "$alive" ]; }}; then
+    echo "DIR $dir"
+    echo "FOLLOW $pid $st"
+    exit 0
+  fi
+  rm -f -- "$dir/rc" "$dir/pid" "$dir/starttime"
+  if [ -s "$dir/log" ]; then
+    n=3
+    while [ $n -gt 1 ]; do
+      [ ! -f "$dir/log.$((n-1))" ] || mv -f -- "$dir/log.$((n-1))" "$dir/log.$n"
+      n=$((n-1))
+    done
+    why=$(tail -c 1048576 -- "$dir/log" 2>&1 > "$dir/log.1") || {{ echo "ERR cannot write $dir/log.1: ${{why##*: }}"; exit 3; }}
+  fi
+fi
 if [ -n "$want" ]; then
   for d in "$base"/*/; do
     [ -f "$d/run.sh" ] || continue
@@ -99,7 +133,7 @@ if [ -n "$want" ]; then
   done
 fi
 why=$(mkdir -p "$dir" 2>&1) || {{ echo "ERR cannot create $dir: ${{why##*: }}"; exit 3; }}
-made=1
+[ -n "$expect" ] || made=1
 cd "$dir" || exit 3
 put cwd <<{d}
 $start_cwd

@@ -313,7 +313,8 @@ async def launch(
 class Detached:
     """What :func:`start_detached` reports: the folder, and the wrapper's pid and start time
     (``pid`` None: it did not start, ``error`` says why; ``lost``: the link died meanwhile, or no
-    answer came in time, so it may have started all the same)."""
+    answer came in time, so it may have started all the same; ``followed``: a restart found
+    another process in the folder, started since the one it was to replace, and started none)."""
 
     run_dir: str | None
     pid: int | None
@@ -322,6 +323,7 @@ class Detached:
     lost: bool = False
     #: (run id, pid, its GPUs) of the live run that made the host refuse (nothing started)
     busy: tuple[str, int, str] | None = None
+    followed: bool = False
 
 
 def launch_script(
@@ -332,6 +334,7 @@ def launch_script(
     meta: Mapping[str, object],
     *,
     gpus: str | None = None,
+    expect: tuple[int | None, str | None] | None = None,
 ) -> tuple[str, list[str]]:
     """The launch script for :func:`start_detached` and its arguments (``sh -s -- ARGS``)."""
     check_run_id(rid)
@@ -362,7 +365,21 @@ def launch_script(
         meta_json=meta_json,
         secrets=secrets,
     )
-    return script, [rid, gpus or ""]
+    return script, [rid, gpus or "", _expected(expect)]
+
+
+def _expected(expect: tuple[int | None, str | None] | None) -> str:
+    """The launch script's third argument: empty for a new folder, else the process a restart
+    replaces as ``PID STARTTIME`` (``-``: none known)."""
+    if expect is None:
+        return ""
+    pid, starttime = expect
+    if pid is None:
+        return "-"
+    st = starttime or ""
+    if not st.isdigit() and st:
+        raise UnsafeInput(f"start time {starttime!r}: expected digits")
+    return f"{int(pid)} {st}"
 
 
 #: the file of a run's folder that holds the server's API key (0600), when it was launched with one
@@ -420,15 +437,22 @@ async def start_detached(
     meta: Mapping[str, object],
     *,
     gpus: str | None = None,
+    expect: tuple[int | None, str | None] | None = None,
 ) -> Detached:
     """Start ``argv`` in its own session under ``${TUNEDECK_HOME}/<kind>/<rid>/`` (servers, host-side
     benchmarks and A/B campaigns alike): it outlives the link, the caller and tunedeck. With
     ``gpus`` (:func:`gpu_set`), nothing starts while a live run of that folder uses any of them
-    (:attr:`Detached.busy`); the check and the start hold one lock on the host."""
-    script, args = launch_script(kind, rid, argv, env, meta, gpus=gpus)
+    (:attr:`Detached.busy`); the check and the start hold one lock on the host.
+
+    ``expect`` (pid, start time) restarts the job in its existing folder: only if the process
+    there is still that one and has ended (else :attr:`Detached.followed`: the process there now,
+    started by someone else, nothing started); its log is kept as ``log.1`` (``log.2``, ``log.3``
+    before it)."""
+    script, args = launch_script(kind, rid, argv, env, meta, gpus=gpus, expect=expect)
     r = await host.run_script(script, args, timeout=60)
     dir_ = pid = starttime = None
     err = None
+    followed = False
     for line in r.stdout.splitlines():
         if line.startswith("BUSY "):
             parts = line.split()
@@ -438,16 +462,17 @@ async def start_detached(
                 )
         elif line.startswith("DIR "):
             dir_ = line[4:]
-        elif line.startswith("PID "):
+        elif line.startswith(("PID ", "FOLLOW ")):
             parts = line.split()
-            if len(parts) == 3 and parts[1].isdigit():
-                pid, starttime = int(parts[1]), parts[2]
+            if len(parts) in (2, 3) and parts[1].isdigit():  # FOLLOW: a start time may be missing
+                pid, starttime = int(parts[1]), parts[2] if len(parts) == 3 else None
+                followed = parts[0] == "FOLLOW"
         elif line.startswith("ERR "):
             err = line[4:]
     if pid is None:
         msg = err or r.stderr.strip() or ("connection lost" if r.lost else "the launch script failed")
         return Detached(dir_, None, None, msg, r.lost or r.timed_out)
-    return Detached(dir_, pid, starttime)
+    return Detached(dir_, pid, starttime, followed=followed)
 
 
 async def reattach(host: Host, store: RunStore | None = None) -> list[RunRecord]:

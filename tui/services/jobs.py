@@ -91,20 +91,30 @@ async def start(
 
 async def restart(host: Host, job: Job, *, python: str | None = None) -> Job:
     """Start ``job`` again in its own folder (a campaign whose process was killed resumes from the
-    state it left there); its events file is kept, so a follower goes on at its offset."""
+    state it left there); its events file is kept, so a follower goes on at its offset, and its
+    log is kept as ``log.1``. The host starts it only if the folder's process is still ``job``'s
+    and has ended: when another process was started there since (by another follower, or by an
+    earlier try whose answer was lost), that one is returned, and nothing is started."""
     rt = await runtime.ensure(host, python=python)
-    # the wrapper's files of the killed run go first: the launch reads the new wrapper's pid from them
-    r = await host.run(["rm", "-f", "--", *(f"{job.dir}/{f}" for f in ("rc", "pid", "starttime"))], timeout=15)
-    if r.lost or r.timed_out:
-        raise HostError("connection-lost" if r.lost else "timeout", f"restarting {job.kind} job {job.job_id} failed")
     env = {} if host.nvidia_smi == "nvidia-smi" else {"TUNEDECK_NVIDIA_SMI": host.nvidia_smi}
     meta = {**dict(job.meta or {}), "restarted": time.time()}
-    started = await launcher.start_detached(host, job.kind, job.job_id, rt.argv(job.kind, job.dir), env, meta)
+    started = await launcher.start_detached(
+        host, job.kind, job.job_id, rt.argv(job.kind, job.dir), env, meta, expect=(job.pid, job.starttime)
+    )
     if started.pid is None:
         what = f"the {job.kind} job {job.job_id} did not restart: {started.error}"
-        if started.lost:  # it may have started all the same: see TuneRun's restart
+        if started.lost:  # it may have started all the same: the next try finds it there
             raise HostError("connection-lost", what, target=host.target)
         raise JobError(f"{host.target}: {what}")
+    if started.followed:
+        log.info(
+            "%s: %s job %s: started again already (pid %s); following it",
+            host.target,
+            job.kind,
+            job.job_id,
+            started.pid,
+        )
+        meta = dict(job.meta or {})
     return Job(
         job.kind, job.job_id, started.run_dir or job.dir, host.target, started.pid, started.starttime, True, None, meta
     )

@@ -311,26 +311,17 @@ class TuneRun:
 
     async def _restart(self, follower: jobs.JobFollower) -> jobs.Job | None:
         """Start the killed campaign again, over a link that may fail meanwhile: a failed try is
-        told as a lost link and retried, as the follower's own reads are (None: given up). A try
-        whose answer was lost may have started it all the same, so each later try first looks
-        at the folder: a process started there since the kill is the one followed, never a
-        second campaign in the same folder (it would find the host's campaign lock held, and its
-        exit event would end the follow of the first)."""
+        told as a lost link and retried, as the follower's own reads are (None: given up). The
+        host starts it only while the folder still holds the killed process (:func:`jobs.restart`):
+        a process started there since, by another follower or by a try whose answer was lost, is
+        the one followed, never a second campaign in the same folder (it would find the host's
+        campaign lock held, and its exit event would end the follow of the first)."""
         killed = self.job
-        tries = 0
-
-        async def once() -> jobs.Job:
-            nonlocal tries
-            tries += 1
-            if tries > 1:
-                now = await jobs.find(self.host, killed.kind, killed.job_id)
-                if now.pid is not None and (now.pid, now.starttime) != (killed.pid, killed.starttime):
-                    log.info("campaign %s: restarted by an earlier try (pid %s)", self.id, now.pid)
-                    return now
-            return await jobs.restart(self.host, killed, python=self.python)
-
         # a JobError or RuntimeUnavailable is the host's refusal, not the link's: raised at once
-        job: jobs.Job | None = await follower.final_read(once, permanent=(jobs.JobError, runtime.RuntimeUnavailable))
+        job: jobs.Job | None = await follower.final_read(
+            lambda: jobs.restart(self.host, killed, python=self.python),
+            permanent=(jobs.JobError, runtime.RuntimeUnavailable),
+        )
         return job
 
     async def _has_report(self) -> bool:
