@@ -1037,11 +1037,16 @@ def tune_events() -> list:
         out += [
             ev("launch", name, t0),
             ev("ready", name, t0 + 30, startup_s=30.0),
-            ev("bench-start", name, t0 + 31, concurrency=cap),
+            ev("bench-start", name, t0 + 31, concurrency=1),
+            ev("bench-done", name, t0 + 50, concurrency=1, met=True),
+            ev("bench-start", name, t0 + 50, concurrency=cap),
+            ev("bench-done", name, t0 + 100, concurrency=cap, met=True),
+            ev("stop", name, t0 + 100),
             ev("capacity", name, t0 + 110, capacity=cap, result={"capacity": cap, "throughput_at_capacity": tput}),
         ]
     out += [ev("launch", d, 360.0), ev("failed", d, 380.0)]
-    out += [ev("launch", e, 381.0), ev("ready", e, 411.0), ev("bench-start", e, 412.0, concurrency=64)]
+    out += [ev("launch", e, 381.0), ev("ready", e, 411.0), ev("bench-start", e, 412.0, concurrency=1)]
+    out += [ev("bench-done", e, 431.0, concurrency=1, met=True), ev("bench-start", e, 431.0, concurrency=64)]
     return out
 
 

@@ -74,6 +74,36 @@ def predicted(cand: dict) -> int:
     return capmodel.predicted_capacity(sc, parse_slo(SLO), input_len=INPUT_LEN, output_len=OUTPUT_LEN)
 
 
+def eta_checked(rep: dict) -> None:
+    """The campaign's ETA as the Tune screen folds its events (the host's events file, replayed
+    at each event's time): the estimate before it started within a factor of 4 of the campaign's
+    real length, and the ETA once the first candidate has ended within a factor of 2 of what was
+    really left (the estimate assumed 10 s a level and a 15 s stop: 6 times the real length)."""
+    from tui.ab.runner import ABEvent
+    from tui.ab.tuneview import TuneProgress
+
+    path = Path(os.environ["TUNEDECK_HOME"]) / "tune" / rep["job_id"] / "events.jsonl"
+    evs = [ABEvent.from_json(e) for e in map(json.loads, path.read_text().splitlines()) if e.get("type") == "ab"]
+    start = next(e.time for e in evs if e.kind == "start")
+    end = next(e.time for e in evs if e.kind == "done")
+    assert end - start > 0
+    p = TuneProgress([(c["name"], c["tp"]) for c in rep["candidates"]], estimate_s=rep["estimate_s"])
+    first = None
+    for e in evs:
+        p.feed(e)
+        if e.kind == "start":
+            s = p.snapshot(now=e.time)
+            assert s.eta_basis == "estimated" and s.eta_s == pytest.approx(rep["estimate_s"])
+        if e.kind == "capacity":
+            first = p.snapshot(now=e.time), end - e.time
+            break
+    assert first is not None
+    (snap, left), total = first, end - start
+    print(f"estimate {rep['estimate_s']:.0f} s for {total:.0f} s; ETA {snap.eta_s:.0f} s for {left:.0f} s left")
+    assert total / 2 <= rep["estimate_s"] <= 4 * total, (rep["estimate_s"], total)
+    assert snap.eta_basis == "measured" and left / 2 <= snap.eta_s <= 2 * left, (snap.eta_s, left)
+
+
 def test_a_campaign_of_seven_ranks_them_as_the_model_does(base: str, tmp_path: Path):
     out = tmp_path / "tune.json"
     r = run_cli(
@@ -118,6 +148,7 @@ def test_a_campaign_of_seven_ranks_them_as_the_model_does(base: str, tmp_path: P
     assert re.search(r"\+ --max-running-requests=128", r.stdout), r.stdout
     alive, apps = asyncio.run(nothing_running())
     assert alive == [] and not apps
+    eta_checked(rep)
     # the journal records the campaign and its winner
     ent = json.loads(run_cli("journal", "list", "--kind", "tune", "--json").stdout)[-1]
     assert ent["id"] == rep["campaign"] and ent["status"] == "completed" and ent["winner"] == best

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tui.ab.runner import ABEvent
+from tui.ab.tuneeta import Pace
 from tui.ab.tuneview import DONE, DROPPED, FAILED, MEASURING, QUEUED, STARTING, TuneProgress, from_report
 from tui.commands.tune import command_argv, parse_command
 
@@ -50,13 +51,63 @@ def test_states_follow_the_events_with_the_step_measured():
     assert s.status == "completed" and s.winner == "b" and s.candidates[0].state == DROPPED
 
 
-def test_the_eta_comes_from_the_measured_candidates_once_one_finished():
-    p = TuneProgress([("a", 1), ("b", 1), ("c", 1)], estimate_s=30.0)
+def candidate(p: TuneProgress, name: str, t: float, startup: float, levels: list[float], stop: float) -> float:
+    """A candidate's events as the runner emits them: launch, ready, its levels (C=1 first), stop,
+    capacity; returns the time of its end."""
+    p.feed(ev("launch", name, t=t))
+    t += startup
+    p.feed(ev("ready", name, t=t, startup_s=startup))
+    for i, d in enumerate(levels):
+        p.feed(ev("bench-start", name, t=t, concurrency=2**i))
+        t += d
+        p.feed(ev("bench-done", name, t=t, concurrency=2**i, met=True))
+    p.feed(ev("stop", name, t=t))
+    t += stop
+    p.feed(ev("capacity", name, t=t, capacity=2 ** (len(levels) - 1), result=result(8, 100.0)))
+    return t
+
+
+def test_the_eta_takes_each_measured_part_in_place_of_the_estimate():
+    # the estimate: start-up 100 s, C=1 50 s, 7 more levels of 40 s, stop 15 s: 445 s a candidate
+    est = Pace(startup_s=100.0, single_s=50.0, level_s=40.0, levels=7.0, stop_s=15.0)
+    p = TuneProgress([("a", 1), ("b", 1), ("c", 1)])
+    p.feed(ABEvent("start", "campaign", data={"pace": est.to_json()}, time=0.0))
+    s = p.snapshot(now=0.0)
+    assert (s.eta_s, s.eta_basis) == (pytest.approx(3 * 445.0), "estimated")
     p.feed(ev("launch", "a", t=0.0))
-    p.feed(ev("capacity", "a", t=100.0, capacity=8, result=result(8, 100.0)))
-    p.feed(ev("launch", "b", t=100.0))
-    s = p.snapshot(now=130.0)
-    assert s.eta_basis == "measured" and s.eta_s == pytest.approx(70.0 + 100.0)
+    p.feed(ev("ready", "a", t=10.0))  # a start-up of 10 s, measured: b's and c's too
+    s = p.snapshot(now=12.0)
+    assert (s.eta_s, s.eta_basis) == (pytest.approx((445.0 - 100.0) + 2 * (445.0 - 90.0)), "estimated")
+    p.feed(ev("bench-start", "a", t=10.0, concurrency=1))
+    p.feed(ev("bench-done", "a", t=15.0, concurrency=1))
+    p.feed(ev("bench-start", "a", t=15.0, concurrency=2))
+    s = p.snapshot(now=16.0)  # C=1 took 5 s: a is 1 s into its second level, 6 more to come
+    assert s.eta_s == pytest.approx(39.0 + 6 * 40.0 + 15.0 + 2 * (10.0 + 5.0 + 7 * 40.0 + 15.0))
+    # a ends: 3 levels after C=1 of 4 s, a stop of 2 s; the candidates to come take a's figures
+    p = TuneProgress([("a", 1), ("b", 1), ("c", 1)], pace=est)
+    end = candidate(p, "a", 0.0, 10.0, [5.0, 4.0, 4.0, 4.0], 2.0)
+    assert end == 29.0
+    s = p.snapshot(now=end)
+    assert (s.eta_s, s.eta_basis) == (pytest.approx(2 * 29.0), "measured")
+    p.feed(ev("launch", "b", t=29.0))
+    p.feed(ev("ready", "b", t=39.0))
+    p.feed(ev("bench-start", "b", t=39.0, concurrency=1))
+    p.feed(ev("bench-done", "b", t=44.0, concurrency=1))
+    p.feed(ev("bench-start", "b", t=44.0, concurrency=2))
+    s = p.snapshot(now=46.0)  # b: 2 s of its level left, 2 more levels, its stop; then c
+    assert s.eta_s == pytest.approx(2.0 + 2 * 4.0 + 2.0 + 29.0)
+    p.feed(ev("bench-done", "b", t=48.0, concurrency=2))
+    p.feed(ev("stop", "b", t=48.0))  # the search ended early: b is stopping
+    assert p.snapshot(now=49.0).eta_s == pytest.approx(1.0 + 29.0)
+    assert p.snapshot(now=80.0).eta_s == pytest.approx(29.0)  # b overran: never below c's share
+
+
+def test_without_the_estimates_parts_a_candidate_gets_its_share_of_the_estimate():
+    p = TuneProgress([("a", 1), ("b", 1), ("c", 1)], estimate_s=300.0)
+    assert p.snapshot(now=0.0).eta_s == pytest.approx(300.0)
+    end = candidate(p, "a", 0.0, 10.0, [5.0, 4.0], 2.0)  # then a's own figures
+    assert p.snapshot(now=end).eta_s == pytest.approx(2 * 21.0)
+    assert TuneProgress([("a", 1)]).snapshot(now=0.0).eta_s is None  # no estimate at all: unknown
 
 
 def test_a_report_is_final():

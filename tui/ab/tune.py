@@ -332,7 +332,9 @@ class TuneRunner:
             self._emit("info", f"campaign {self.id} resumed (restart {self.resumes}): {kept} measurement(s) kept")
         else:
             self._emit(
-                "start", f"campaign {self.id} on {self.ops.host_label}: {names}; SLO {' '.join(self.spec['slo'])}"
+                "start",
+                f"campaign {self.id} on {self.ops.host_label}: {names}; SLO {' '.join(self.spec['slo'])}",
+                pace=self.spec.get("pace"),  # the estimate's parts, for a follower's ETA
             )
             for c in self.cands:
                 if c.state == SKIPPED:

@@ -1,6 +1,8 @@
 """A tuning campaign as the dashboard shows it: every candidate's state and the step being
 measured, the best so far, an ETA and the Pareto frontier, folded from the campaign's events
 (:class:`~tui.ab.runner.ABEvent`, as :mod:`tui.ab.tune` emits them) and, at the end, its report.
+The ETA is the round's rest at the campaign's pace (:mod:`tui.ab.tuneeta`): the estimate's
+parts, each replaced by its measured mean as the events show it (start-ups, levels, stops).
 
 :class:`TuneProgress` takes the events; :meth:`TuneProgress.snapshot` is an immutable
 :class:`TuneSnapshot` that the Tune screen renders. No Textual here.
@@ -13,11 +15,12 @@ loser after a round), ``skipped`` (pre-flight, or the budget).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from tui.ab.runner import ABEvent
 from tui.ab.tune import pareto
+from tui.ab.tuneeta import Doing, Pace, measured, round_left_s
 
 QUEUED, STARTING, MEASURING, DONE, FAILED, DROPPED, SKIPPED = (
     "queued",
@@ -72,7 +75,8 @@ class TuneSnapshot:
     best: str | None = None
     #: seconds left in this round (None: not known yet)
     eta_s: float | None = None
-    #: where the ETA comes from: ``measured`` (the mean of finished candidates) or ``estimated``
+    #: where the ETA comes from: ``estimated`` (the campaign's estimate, corrected by the
+    #: start-ups and levels measured so far) or ``measured`` (once a candidate has finished)
     eta_basis: str = ""
     last: str = ""
     winner: str | None = None
@@ -105,8 +109,20 @@ class _Cand:
     pareto: bool = False
     measured: int = 0
     note: str = ""
-    started_at: float | None = None
-    durations: list[float] = field(default_factory=list)
+    #: where its measurement is (event times): launched, ready, levels done, the level running
+    #: since, stopping since, the last level's end; ``launched`` None: not running
+    launched: float | None = None
+    ready: float | None = None
+    levels_done: int = 0
+    level_since: float | None = None
+    level_c: int | None = None
+    stop_since: float | None = None
+    last_done: float | None = None
+
+    def doing(self) -> Doing | None:
+        if self.launched is None:
+            return None
+        return Doing(self.launched, self.ready, self.levels_done, self.level_since, self.stop_since)
 
 
 def _num(v: Any) -> float | None:
@@ -115,14 +131,28 @@ def _num(v: Any) -> float | None:
 
 class TuneProgress:
     """Folds a campaign's events into :class:`TuneSnapshot`\\ s. ``candidates``: (name, tp) of
-    each, in the campaign's order; ones first seen in an event are added. ``estimate_s``: the
-    campaign's estimate of one round (before any candidate finished, the ETA is its share)."""
+    each, in the campaign's order; ones first seen in an event are added. ``pace``: the campaign's
+    estimate of each part of a candidate (its ``start`` event carries it too); without one,
+    ``estimate_s``, the estimate of one round, gives each candidate its share until one finished."""
 
     def __init__(
-        self, candidates: Iterable[tuple[str, int]] = (), *, campaign: str = "", estimate_s: float | None = None
+        self,
+        candidates: Iterable[tuple[str, int]] = (),
+        *,
+        campaign: str = "",
+        estimate_s: float | None = None,
+        pace: Pace | None = None,
     ) -> None:
         self.campaign = campaign
         self.estimate_s = estimate_s
+        self.pace = pace
+        # what the campaign's events measured: start-ups, C=1 levels, later levels, the later
+        # levels of each finished candidate, stops (seconds)
+        self._startups: list[float] = []
+        self._singles: list[float] = []
+        self._levels: list[float] = []
+        self._counts: list[int] = []
+        self._stops: list[float] = []
         self._cands: dict[str, _Cand] = {}
         for name, tp in candidates:
             self._cands[name] = _Cand(name, max(1, int(tp or 1)))
@@ -152,9 +182,12 @@ class TuneProgress:
             self.last = ev.message
         c: _Cand | None = self._cand(ev.side) if ev.side else None
         kind = ev.kind
+        if kind == "start" and self.pace is None:
+            self.pace = Pace.from_json(ev.data.get("pace"))
         if c is not None:
+            self._clock(c, ev)
             if kind == "launch":
-                c.state, c.step, c.started_at = STARTING, "launching", ev.time
+                c.state, c.step = STARTING, "launching"
             elif kind == "progress":
                 c.state = STARTING
                 c.step = "start-up" + (f" {ev.fraction * 100:.0f}%" if ev.fraction is not None else "")
@@ -171,7 +204,6 @@ class TuneProgress:
                 self._measured(c, ev)
             elif kind == "failed":
                 c.state, c.step, c.note = FAILED, "", ev.message
-                self._finish(c, ev.time)
             elif kind == "dropped":
                 c.state, c.note = DROPPED, ev.message
             elif kind == "info" and c.state == QUEUED and "skipped" in ev.message:
@@ -206,13 +238,38 @@ class TuneProgress:
         if c.throughput is not None and c.capacity:
             c.per_user = c.throughput / c.capacity
             c.per_gpu = c.throughput / c.tp
-        self._finish(c, ev.time)
         self._frontier()
 
-    def _finish(self, c: _Cand, t: float) -> None:
-        if c.started_at is not None and t >= c.started_at:
-            c.durations.append(t - c.started_at)
-        c.started_at = None
+    def _clock(self, c: _Cand, ev: ABEvent) -> None:
+        """Where the candidate is in time, and the parts it measured (:mod:`tui.ab.tuneeta`): its
+        start-up (launch to ready), each level (start to done), its levels after C=1 and its stop
+        (its last level to its end)."""
+        kind, t = ev.kind, ev.time
+        if kind == "launch":
+            c.launched, c.ready, c.levels_done, c.level_since, c.stop_since, c.last_done = t, None, 0, None, None, None
+            return
+        if c.launched is None:
+            return
+        if kind == "ready":
+            c.ready = t
+            self._startups.append(max(0.0, t - c.launched))
+        elif kind == "bench-start":
+            conc = ev.data.get("concurrency")
+            c.level_since, c.level_c = t, conc if isinstance(conc, int) else None
+        elif kind == "bench-done" and c.level_since is not None:
+            (self._singles if c.level_c == 1 else self._levels).append(max(0.0, t - c.level_since))
+            c.levels_done += 1
+            c.level_since, c.last_done = None, t
+        elif kind == "stop":
+            c.stop_since = t
+        elif kind == "capacity":
+            end = c.last_done if c.last_done is not None else c.stop_since
+            if end is not None:
+                self._stops.append(max(0.0, t - end))
+            self._counts.append(max(0, c.levels_done - 1))
+            c.launched = None
+        elif kind == "failed":
+            c.launched = None
 
     def _frontier(self) -> None:
         pts = {
@@ -262,22 +319,26 @@ class TuneProgress:
         if self.status != "running":
             return None, ""
         now = self._now if now is None else now
-        durs = [d for c in self._cands.values() for d in c.durations]
         live = [c for c in self._cands.values() if c.state not in FINISHED]
         if not live:
             return None, ""
-        if durs:
-            per, basis = sum(durs) / len(durs), "measured"
-        elif self.estimate_s:
-            n = sum(1 for c in self._cands.values() if c.state != SKIPPED) or 1
-            per, basis = self.estimate_s / n, "estimated"
-        else:
+        if self.pace is None and not self._counts:  # only the round's total: each candidate's share
+            if not self.estimate_s:
+                return None, ""
+            per = self.estimate_s / (sum(1 for c in self._cands.values() if c.state != SKIPPED) or 1)
+            spent = [now - c.launched if c.launched is not None else 0.0 for c in live]
+            return sum(max(0.0, per - s) for s in spent), "estimated"
+        pace = measured(
+            self.pace,
+            startups=self._startups,
+            singles=self._singles,
+            levels=self._levels,
+            counts=self._counts,
+            stops=self._stops,
+        )
+        if pace is None:
             return None, ""
-        left = 0.0
-        for c in live:
-            spent = now - c.started_at if c.started_at is not None else 0.0
-            left += max(0.0, per - spent)
-        return left, basis
+        return round_left_s(pace, [c.doing() for c in live], now), "measured" if self._counts else "estimated"
 
     def snapshot(self, now: float | None = None) -> TuneSnapshot:
         """The state now (``now``: wall-clock seconds, for the ETA; default the last event's time)."""

@@ -254,6 +254,7 @@ async def start_campaign(
         noise_pct=args.noise,
         budget_s=budget,
         estimate_s=est.total_s,
+        pace=est.pace,
         max_concurrency=args.max_concurrency,
         max_steps=args.max_steps,
         start=args.start,
@@ -277,7 +278,15 @@ def plan_of(args: argparse.Namespace) -> tuple[Any, ...] | str:
     if isinstance(got, str):
         return got
     base, cands, slo, workload, budget = got
-    est = estimate([c.name for c in cands], base.name, max_steps=args.max_steps, sim=args.sim or args.demo)
+    est = estimate(
+        [c.name for c in cands],
+        base.name,
+        max_steps=args.max_steps,
+        sim=args.sim or args.demo,
+        workload=workload,
+        slo=slo,
+        start=args.start,
+    )
     if budget is not None and est.total_s > budget:
         from tui.fmt import eta
 

@@ -3,8 +3,9 @@ the laptop; the same job folder layout, lock and operations as an A/B (:mod:`tui
 
 The spec: ``{"campaign", "base", "candidates": [{"name", "changes", "info": ProfileInfo or null,
 "tp", "skip": reason or null}], "slo": [TERM…], "workload": Workload, "repeats_max",
-"noise_pct", "budget_s", "estimate_s", "max_concurrency", "max_steps", "stop_existing",
-"host_label"}``. The laptop asked the user before sending ``stop_existing: true``.
+"noise_pct", "budget_s", "estimate_s", "pace" (the estimate's parts, ``tui.ab.tuneeta.Pace``,
+or null), "max_concurrency", "max_steps", "stop_existing", "host_label"}``. The laptop asked
+the user before sending ``stop_existing: true``.
 
 After every candidate (and when one starts) the runner's state is written to ``state.json``
 (atomic replace). Started again in the same folder (the laptop's attach does it when the process

@@ -3,7 +3,8 @@ campaign so it resumes), cancel, mirror — the A/B's machinery (:mod:`tui.servi
 :mod:`tui.services.jobs`) with :mod:`tui.hostside.tunejob` on the host.
 
 The laptop reads the base profile and builds the candidates (:mod:`tui.profiles.vary`),
-estimates the campaign's time (:func:`estimate`, from the journal's recorded start-ups),
+estimates the campaign's time (:func:`estimate`, from the journal's recorded start-ups and the
+plan's levels, :mod:`tui.ab.tuneeta`),
 pre-flights every candidate before anything is stopped (an impossible one is skipped, its
 reason a finding of the campaign), asks before stopping what runs, and starts the job.
 """
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mappi
 from tui.ab.journal import Journal, new_id
 from tui.ab.runner import ABEvent, ProfileInfo
 from tui.ab.tune import Workload
+from tui.ab.tuneeta import Pace, prior
 from tui.hostops import launcher, logfollow
 from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles
@@ -38,10 +40,6 @@ MAX_RESTARTS = 3
 #: without a recorded start-up for a candidate's profile: an engine's, the simulator's (s)
 DEFAULT_STARTUP_S = 600.0
 DEFAULT_SIM_STARTUP_S = 20.0
-#: one capacity step (a benchmark level), stopping a server (s)
-DEFAULT_LEVEL_S = 60.0
-DEFAULT_SIM_LEVEL_S = 10.0
-STOP_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +52,8 @@ class Estimate:
     level_s: float
     max_steps: int
     recorded: int  # candidates whose start-up the journal has
+    #: a candidate's parts (the start-up their mean), the campaign's ETA before it measured them
+    pace: Pace
 
     @property
     def text(self) -> str:
@@ -66,13 +66,25 @@ class Estimate:
         )
         return (
             f"{eta(self.total_s)} ({self.candidates} candidates x (start-up ~{self.startup_s:.0f} s + up to "
-            f"{self.max_steps} levels x ~{self.level_s:.0f} s + stop); {src})"
+            f"{self.max_steps} levels x ~{self.level_s:.0f} s + stop ~{self.pace.stop_s:.0f} s); {src})"
         )
 
 
-def estimate(names: Sequence[str], base: str, *, max_steps: int, sim: bool, journal: Journal | None = None) -> Estimate:
+def estimate(
+    names: Sequence[str],
+    base: str,
+    *,
+    max_steps: int,
+    sim: bool,
+    journal: Journal | None = None,
+    workload: Workload | None = None,
+    slo: Sequence[str] = (),
+    start: int = 1,
+) -> Estimate:
     """One round's time: each candidate's recorded start-up (the journal's ready launches of its
-    name, else of the base profile, else a default), plus ``max_steps`` levels and a stop."""
+    name, else of the base profile, else a default), plus up to ``max_steps`` levels, each as the
+    plan makes it (``workload``'s requests at the ``slo``'s bounds: :func:`tui.ab.tuneeta.prior`;
+    a default without them), and a stop."""
     startups: dict[str, list[float]] = {}
     try:
         for e in (journal or Journal()).entries("launch"):
@@ -82,16 +94,16 @@ def estimate(names: Sequence[str], base: str, *, max_steps: int, sim: bool, jour
     except OSError as e:
         log.warning("journal not read for the estimate: %s", e)
     default = DEFAULT_SIM_STARTUP_S if sim else DEFAULT_STARTUP_S
-    level = DEFAULT_SIM_LEVEL_S if sim else DEFAULT_LEVEL_S
-    total, recorded, ups = 0.0, 0, []
+    recorded, ups = 0, []
     for n in names:
         got = startups.get(n) or startups.get(base)
         if got:
             recorded += 1
-        up = sum(got) / len(got) if got else default
-        ups.append(up)
-        total += up + max_steps * level + STOP_S
-    return Estimate(total, len(names), sum(ups) / len(ups) if ups else default, level, max_steps, recorded)
+        ups.append(sum(got) / len(got) if got else default)
+    up = sum(ups) / len(ups) if ups else default
+    pace = prior(workload, slo, startup_s=up, max_steps=max_steps, start=start, sim=sim)
+    total = sum(ups) + len(ups) * (pace.candidate_s - pace.startup_s)
+    return Estimate(total, len(names), up, pace.level_s, max_steps, recorded, pace)
 
 
 def parse_budget(text: str) -> float:
@@ -172,6 +184,7 @@ class TuneRun:
         noise_pct: float | None = None,
         budget_s: float | None = None,
         estimate_s: float | None = None,
+        pace: Pace | None = None,
         max_concurrency: int = 1024,
         max_steps: int = 8,
         start: int = 1,
@@ -227,6 +240,7 @@ class TuneRun:
             "noise_pct": noise_pct,
             "budget_s": budget_s,
             "estimate_s": estimate_s,
+            "pace": pace.to_json() if pace is not None else None,
             "max_concurrency": max_concurrency,
             "max_steps": max_steps,
             "start": start,
