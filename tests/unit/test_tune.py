@@ -345,11 +345,12 @@ async def test_a_partial_result_from_the_state_ranks_the_finished_and_names_the_
     # the text, the HTML/Markdown report and the journal say it is partial
     text = render(rep)
     assert "(partial)" in text.splitlines()[0] and "not measured: c, d" in text and "best of the measured: b" in text
-    assert "winner:" not in text
+    assert "winner:" not in text and "best of the measured: b" in text
     report = campaign_report(rep)
     assert report.headline.startswith("Partial: 2 of 4 candidates measured. Best measured: b")
     md = to_markdown(report)
     assert "Partial result" in md and "Not measured: c" in md and "b (best measured)" in md
+    assert "The best measured against the base (a)" in md and "The winner" not in md
 
 
 async def test_a_partial_result_needs_a_finished_candidate_and_a_repeat_not_made_is_said(tmp_path: Path):

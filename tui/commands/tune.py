@@ -489,7 +489,7 @@ def render(rep: Mapping[str, Any]) -> str:
         for d in rep.get("winner_diff") or []:
             out.append(f"  {visible(str(d.get('text')))}")
         if win == rep.get("base"):
-            out.append("  (the base itself: no change beats it)")
+            out.append(f"  (the base itself: no {'measured ' if partial else ''}change beats it)")
     else:
         cl = rep.get("closest")
         near = (

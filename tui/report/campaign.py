@@ -83,7 +83,8 @@ def _campaign_notes(
     parts: list[Part] = []
     diff = [str(d.get("text")) for d in campaign.get("winner_diff") or () if isinstance(d, Mapping)]
     if diff:
-        parts.append(Code(tuple(diff), title=f"The winner against the base ({cell_text(campaign.get('base'))})"))
+        what = "The best measured" if campaign.get("status") == "partial" else "The winner"
+        parts.append(Code(tuple(diff), title=f"{what} against the base ({cell_text(campaign.get('base'))})"))
     found = [f"{n}: {f}" for n, c in zip(names, cands) for f in c.get("findings") or ()]
     found += [str(w) for w in campaign.get("warnings") or ()]
     if found:
