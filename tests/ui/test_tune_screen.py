@@ -194,3 +194,39 @@ async def test_launch_list_u_opens_tune_with_the_highlighted_base_and_the_marked
         await pilot.pause(0.2)
         rows = app.screen.rows  # the ? overlay lists the Tune screen's keys
         assert {"Base", "Mark", "Pre-flight", "Start", "Cancel"} <= {r[1] for r in rows}
+
+
+async def test_a_partial_report_says_so_and_marks_the_candidates_not_measured():
+    from tui.ui.screens.tune import TuneEnded
+
+    scr = TuneScreen(start_campaign=starter(FakeCampaign(), []), profiles=[BASE])
+    async with TuneApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        a, b = BASE, f"{BASE}+attention-backend=flashinfer"
+        scr.post_message(
+            TuneEnded(
+                {
+                    "campaign": "tune-1",
+                    "status": "partial",
+                    "error": "the campaign's process ended without its report 4 times; not measured: " + b,
+                    "winner": a,
+                    "not_measured": [b],
+                    "candidates": [
+                        {
+                            "name": a,
+                            "state": "measured",
+                            "capacity": 16,
+                            "tok_s_per_user": 50.0,
+                            "tok_s_per_gpu": 100.0,
+                        },
+                        {"name": b, "state": "pending", "findings": ["not measured: its measurement was cut short"]},
+                    ],
+                }
+            )
+        )
+        table = scr.query_one("#tune-table", DataTable)
+        await until_async(lambda: table.row_count == 2, 10, pilot=pilot)
+        status = str(scr.query_one("#tune-status").content)
+        assert "· partial" in status and f"best of the measured: {a}" in status and "winner" not in status, status
+        assert "ended without its report 4 times" in status
+        assert str(table.get_cell(b, "state")) == "not measured" and str(table.get_cell(a, "state")) == "done"

@@ -11,7 +11,8 @@ import pytest
 from tests.abfakes import FakeOps
 from tui.ab.plan import Plan, PlanLevel
 from tui.ab.runner import BenchResult, ProfileInfo
-from tui.ab.tune import TuneRunner, Workload, pareto
+from tui.ab.tune import TuneRunner, Workload
+from tui.ab.tuneresult import pareto
 from tui.profiles.model import load_profile_text
 from tui.profiles.vary import VaryError, expand, parse_vary, read_candidates_file
 from tui.services.tunerun import estimate, parse_budget
@@ -297,3 +298,79 @@ async def test_successive_halving_keeps_the_better_half_of_a_tie(tmp_path: Path)
     assert len(again) == 3, launches(ops)  # within the noise band, all: the better half measured again
     for n in set(names) - set(again):
         assert by[n]["state"] == "dropped" and "lower half (successive halving)" in by[n]["findings"][-1]
+
+
+# ---------------------------------------------------------------------- a partial result
+
+
+async def _state_while(name: str, names: list[str], knees: dict[str, int], tmp_path: Path) -> tuple[dict, dict]:
+    """(spec, the state a campaign over ``names`` saved while ``name``'s server was launched)."""
+    from tui.ab.journal import Journal
+
+    spec = spec_for(names, repeats_max=1, skip={"huge": "needs 16 GPUs"})
+    saved: list[dict] = []
+    await TuneRunner(
+        CapOps(knees), spec, on_state=lambda s: saved.append(copy.deepcopy(s)), journal=Journal(tmp_path / "j")
+    ).run()
+    st = next(
+        s
+        for s in saved
+        if any(c["state"] == "running" and c["name"] == name for c in s["candidates"])
+        and (s["live"] or {}).get("run_id")
+    )
+    return spec, st
+
+
+async def test_a_partial_result_from_the_state_ranks_the_finished_and_names_the_rest(tmp_path: Path):
+    from tui.ab.tuneresult import partial_report
+    from tui.commands.tune import render
+    from tui.report.campaign import campaign_report
+    from tui.report.markdown import to_markdown
+
+    names = ["a", "b", "c", "d", "huge"]
+    spec, st = await _state_while("c", names, {"a": 8, "b": 16, "c": 32, "d": 64, "huge": 1}, tmp_path)
+    rep = partial_report(spec, st, why="killed 4 times", left_running=["c (run run3): left by the campaign's process"])
+    assert rep is not None and rep["status"] == "partial"
+    by = {c["name"]: c for c in rep["candidates"]}
+    assert [by[n]["state"] for n in names] == ["measured", "measured", "pending", "pending", "skipped"]
+    assert rep["ranking"] == ["b", "a"] and rep["winner"] == "b" and rep["not_measured"] == ["c", "d"]
+    assert by["c"]["findings"] == [
+        "not measured: its measurement was cut short 1 time(s) by the end of the campaign's process"
+    ]
+    assert [la.get("interrupted") for la in by["c"]["launches"]] == [True]
+    assert by["d"]["findings"] == ["not measured: the campaign's process ended before it was reached"]
+    assert rep["error"] == "killed 4 times; 2 of 4 candidate(s) measured, read from the job folder; not measured: c, d"
+    assert rep["left_running"] == ["c (run run3): left by the campaign's process"]
+    assert by["b"]["capacity"] and by["b"]["pareto"] and rep["host"] == "?"
+    # the text, the HTML/Markdown report and the journal say it is partial
+    text = render(rep)
+    assert "(partial)" in text.splitlines()[0] and "not measured: c, d" in text and "best of the measured: b" in text
+    assert "winner:" not in text and "best of the measured: b" in text
+    report = campaign_report(rep)
+    assert report.headline.startswith("Partial: 2 of 4 candidates measured. Best measured: b")
+    md = to_markdown(report)
+    assert "Partial result" in md and "Not measured: c" in md and "b (best measured)" in md
+    assert "The best measured against the base (a)" in md and "The winner" not in md
+
+
+async def test_a_partial_result_needs_a_finished_candidate_and_a_repeat_not_made_is_said(tmp_path: Path):
+    from tui.ab.tuneresult import partial_report
+
+    spec, st = await _state_while("a", ["a", "b"], {"a": 8, "b": 16}, tmp_path)
+    assert partial_report(spec, st, why="killed") is None  # nothing finished: no result to report
+    # round 2 of two leaders, killed while the first was measured again
+    from tui.ab.journal import Journal
+
+    saved: list[dict] = []
+    spec = spec_for(["a", "b"], repeats_max=2)
+    await TuneRunner(
+        CapOps({"a": 40, "b": 40}),
+        spec,
+        on_state=lambda s: saved.append(copy.deepcopy(s)),
+        journal=Journal(tmp_path / "k"),
+    ).run()
+    st = next(s for s in saved if s["round"] == 1 and any(c["state"] == "running" for c in s["candidates"]))
+    rep = partial_report(spec, st, why="killed", status="cancelled")
+    assert rep is not None and rep["status"] == "cancelled" and rep["not_measured"] == []
+    found = [f for c in rep["candidates"] for f in c["findings"]]
+    assert found == ["measurement 2 not made: the campaign's process ended first"] * 2, found

@@ -14,11 +14,14 @@ if TYPE_CHECKING:
     from tui.commands import Subparsers
 
 #: exit statuses (docs/exit-codes.md): the A/B's, and 3 for a campaign where no candidate met the SLO
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_WINNER, EXIT_LOST, EXIT_STOPPED = 0, 1, 2, 3, 6, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_WINNER, EXIT_PARTIAL, EXIT_LOST, EXIT_STOPPED = 0, 1, 2, 3, 5, 6, 130
 EXIT_EPILOG = (
     "exit status: 0 the campaign completed with a winner; 1 it failed; 2 bad usage (nothing started); "
-    "3 it completed but no candidate met the SLO (the closest is named); 6 lost (its outcome could not "
-    "be read from the host; --attach ID reads it); 130 detached or cancelled. See docs/exit-codes.md."
+    "3 it completed but no candidate met the SLO (the closest is named); 5 partial (its process ended "
+    "without its report more often than the follow restarts it: the candidates its job folder holds are "
+    "ranked, those not measured named, written by --json with status partial; --attach ID resumes it); "
+    "6 lost (its outcome could not be read from the host; --attach ID reads it); 130 detached or "
+    "cancelled. See docs/exit-codes.md."
 )
 
 
@@ -421,6 +424,8 @@ async def _follow(args: argparse.Namespace, tr: Any, label: str) -> int:
         print("tunedeck tune: still running after the campaign: " + "; ".join(rep["left_running"]), file=sys.stderr)
     if rep.get("status") == "cancelled":
         return _fail(f"cancelled: {rep.get('error')} (exit {EXIT_STOPPED})", EXIT_STOPPED)
+    if rep.get("status") == "partial":
+        return _fail(f"partial: {rep.get('error')} (exit {EXIT_PARTIAL})", EXIT_PARTIAL)
     if rep.get("status") != "completed":
         return _fail(f"{rep.get('status')}: {rep.get('error')} (exit {EXIT_FAILED})", EXIT_FAILED)
     return EXIT_OK if rep.get("winner") else EXIT_NO_WINNER
@@ -470,13 +475,21 @@ def render(rep: Mapping[str, Any]) -> str:
     for w in rep.get("warnings") or []:
         out.append(f"warning: {visible(str(w))}")
     win = rep.get("winner")
+    partial = rep.get("status") == "partial"
+    todo = [visible(str(n)) for n in rep.get("not_measured") or ()]
+    if partial:
+        out.append(
+            "partial: the campaign ended without its report; this is what its job folder holds"
+            + (f" (not measured: {', '.join(todo)})" if todo else "")
+        )
     if win:
         wc: Mapping[str, Any] = next((c for c in cands if c.get("name") == win), {})
-        out.append(f"winner: {visible(str(win))} (capacity C={wc.get('capacity')} within the SLO)")
+        what = "best of the measured" if partial else "winner"
+        out.append(f"{what}: {visible(str(win))} (capacity C={wc.get('capacity')} within the SLO)")
         for d in rep.get("winner_diff") or []:
             out.append(f"  {visible(str(d.get('text')))}")
         if win == rep.get("base"):
-            out.append("  (the base itself: no change beats it)")
+            out.append(f"  (the base itself: no {'measured ' if partial else ''}change beats it)")
     else:
         cl = rep.get("closest")
         near = (
@@ -484,6 +497,6 @@ def render(rep: Mapping[str, Any]) -> str:
             if cl
             else ""
         )
-        out.append(f"no candidate met the SLO{near}")
+        out.append(f"no {'measured ' if partial else ''}candidate met the SLO{near}")
     out.append(f"journal: campaign {rep.get('campaign')} ({rep.get('status')})")
     return "\n".join(out) + "\n"

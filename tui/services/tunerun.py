@@ -353,17 +353,81 @@ class TuneRun:
             except HostError as e:
                 log.warning("campaign %s: report not read: %s", self.id, e)
                 raw = b""
+        d: Any = None
         if raw.strip():
             try:
                 d = json.loads(raw)
             except ValueError as e:
                 log.warning("campaign %s: unreadable report: %s", self.id, e)
                 return None
-            if isinstance(d, dict):
-                self.report = d
-                _journal(journal_record(d, self.job.job_id))
-                _journal_launches(d)
+        elif follower is not None and not self.lost:  # ended without its report: what its folder holds
+            d = await self._from_job_folder(follower)
+        if isinstance(d, dict):
+            self.report = d
+            _journal(journal_record(d, self.job.job_id))
+            _journal_launches(d)
         return self.report
+
+    async def _from_job_folder(self, follower: jobs.JobFollower) -> dict[str, Any] | None:
+        """The result of a campaign that wrote no report (its process killed more often than
+        :data:`MAX_RESTARTS` restarts, or ended by its own error), built from the spec and the
+        ``state.json`` in its job folder (:func:`tui.ab.tuneresult.partial_report`): status
+        ``partial`` (``cancelled`` after a cancel). A server of the campaign still running there
+        is named in ``left_running``. None when the folder holds no finished candidate."""
+        from tui.ab.tuneresult import partial_report
+        from tui.hostside.tunejob import STATE
+
+        got: dict[str, Any] = {}
+        for name in (jobfiles.SPEC, STATE):
+            path = f"{self.job.dir}/{name}"
+            raw = await follower.final_read(lambda p=path: logfollow.read_log(self.host, p))
+            if not raw:
+                self.lost = self.lost or follower.lost
+                if not follower.lost:
+                    log.warning("campaign %s: %s is empty or missing: no result to read", self.id, path)
+                return None
+            try:
+                got[name] = json.loads(raw)
+            except ValueError as e:
+                log.warning("campaign %s: unreadable %s: %s", self.id, path, e)
+                return None
+        spec, state = got[jobfiles.SPEC], got[STATE]
+        ex = self.exit or {}
+        why = str(ex.get("error") or "the campaign's job ended without its report")
+        if ex.get("synthetic") and self.restarts >= MAX_RESTARTS:
+            why = (
+                f"the campaign's process ended without its report {self.restarts + 1} times (restarted "
+                f"{self.restarts} times, the most one follow does; `tunedeck tune --attach {self.id}` resumes "
+                f"it): {why}"
+            )
+        try:
+            live = await self._left_running(spec, state, follower)
+            return partial_report(
+                spec,
+                state,
+                why=why,
+                status="cancelled" if self.cancelled or ex.get("rc") == 130 else "partial",
+                left_running=live,
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            log.warning("campaign %s: its result could not be built from %s: %s", self.id, STATE, e)
+            return None
+
+    async def _left_running(
+        self, spec: Mapping[str, Any], state: Mapping[str, Any], follower: jobs.JobFollower
+    ) -> list[str]:
+        """The campaign's servers still running on the host (the one its last process measured,
+        or any launched from one of its candidates), each with how to stop it."""
+        live = state.get("live")
+        run_id = live.get("run_id") if isinstance(live, Mapping) else None
+        names = {str(c.get("name")) for c in spec.get("candidates") or () if isinstance(c, Mapping)}
+        runs = await follower.final_read(lambda: launcher.list_host_runs(self.host)) or []
+        return [
+            f"{h.meta.get('profile') or h.run_id} (run {h.run_id}): left by the campaign's process; "
+            f"`tunedeck stop {h.run_id}` stops it"
+            for h in runs
+            if h.alive and (h.run_id == run_id or h.meta.get("profile") in names)
+        ]
 
     async def cancel(self) -> str:
         """Cancel on the host: the server it started is stopped, every result is kept."""

@@ -71,6 +71,7 @@ STATE_STYLE = {
     "failed": "bold red",
     "dropped": "dim",
     "skipped": "dim red",
+    "not measured": "yellow",
 }
 
 
@@ -641,11 +642,15 @@ class TuneScreen(Screen[None]):
         if counts:
             head.append(" · " + ", ".join(f"{n} {s}" for s, n in counts.items()), style="dim")
         best = next((c for c in snap.candidates if c.name == snap.best), None)
-        head.append("\nbest so far: " if snap.status == "running" else "\nwinner: ", style="bold")
+        partial = snap.status == "partial"  # its job ended without a report: what its folder holds
+        lead = "best so far" if snap.status == "running" else "best of the measured" if partial else "winner"
+        head.append(f"\n{lead}: ", style="bold")
         if best is not None and best.capacity is not None:
             head.append(f"{best.name} (capacity C={best.capacity:.0f})")
         else:
-            head.append("none yet" if snap.status == "running" else "no candidate met the SLO")
+            head.append(
+                "none yet" if snap.status == "running" else f"no {'measured ' if partial else ''}candidate met the SLO"
+            )
         if snap.eta_s is not None:
             head.append(f" · ETA {eta(snap.eta_s)} this round ({snap.eta_basis})")
         if snap.error:
