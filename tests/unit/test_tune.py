@@ -374,3 +374,81 @@ async def test_a_partial_result_needs_a_finished_candidate_and_a_repeat_not_made
     assert rep is not None and rep["status"] == "cancelled" and rep["not_measured"] == []
     found = [f for c in rep["candidates"] for f in c["findings"]]
     assert found == ["measurement 2 not made: the campaign's process ended first"] * 2, found
+
+
+# ---------------------------------------------------------------------- a multi-node base
+
+MULTI = """schema_version = 1
+engine = "sglang"
+model = "m"
+tp = 16
+port = 30000
+nodes = ["gpu-a", "gpu-b"]
+
+[deploy]
+head_address = "10.0.0.1"
+
+[env]
+HF_TOKEN = "hf_secret_value_1234"
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", [["--demo"], ["--host", "gpu-a"]])
+def test_a_multi_node_base_names_its_nodes_no_host_or_demo(tmp_path: Path, monkeypatch, where):
+    import os
+    import subprocess
+
+    from tests.conftest import tunedeck_cmd
+
+    user = tmp_path / "profiles"
+    user.mkdir()
+    (user / "mn.toml").write_text(MULTI)
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
+    r = subprocess.run(
+        [*tunedeck_cmd(), "tune", "mn", *where, "--vary", "flags.max-running-requests=32", "--slo", "ttft_p90:500"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (
+        "tunedeck tune: BASE mn names its nodes (gpu-a, gpu-b); drop --host/--demo (--sim runs the simulator on them)"
+    )
+    assert not (Path(os.environ["TUNEDECK_HOME"]) / "tune").exists()
+
+
+def test_a_multi_node_candidate_is_planned_as_a_deployment_and_read_back_from_the_spec(monkeypatch):
+    """Each candidate of a multi-node base is a deployment on the base's nodes (one that cannot be
+    built is skipped with the reason); the job reads each candidate's profile back from the spec
+    as it was planned, and the spec it leaves at the end holds no profile (nor its secrets)."""
+    from tui.hostside.tunejob import redacted_spec
+    from tui.profiles.model import profile_to_dict
+    from tui.services.deploytune import plan_candidates, sides_of
+    from tui.services.tunerun import spec_entry
+
+    base = load_profile_text(MULTI, name="mn")
+    cands = expand(base, parse_vary(["flags.max-running-requests=32", "tp=16,24"]))
+    planned = plan_candidates(cands, sim=True)
+    why = {c.name: skip for c, _, skip in planned}
+    assert why["mn+max-running-requests=32"] is None and why["mn"] is None
+    assert "tp = 24 over 2 nodes is 12 GPUs per node" in str(why["mn+max-running-requests=32,tp=24"])
+    entries = []
+    for c, plan, skip in planned:
+        e = spec_entry(c, None, skip, plan.gpus_needed if plan else c.profile.tp)
+        if skip is None:
+            e["profile"] = profile_to_dict(c.profile)
+        entries.append(e)
+    spec = {"base": "mn", "sim": True, "candidates": entries}
+    sides = sides_of(spec)
+    assert list(sides) == ["mn", "mn+max-running-requests=32"]
+    for c, plan, skip in planned:
+        if skip is None:
+            prof, again = sides[c.name]
+            assert profile_to_dict(prof) == profile_to_dict(c.profile)
+            assert again.steps == plan.steps and again.gpus_needed == 16
+    assert "hf_secret_value_1234" in str(spec)
+    left = redacted_spec(spec)
+    assert "hf_secret_value_1234" not in str(left) and not any("profile" in c for c in left["candidates"])

@@ -352,8 +352,7 @@ class TuneRunner:
         ours = {c.name for c in self.cands}
         live_id = (self._live or {}).get("run_id")
         for s in await self.ops.running_servers():
-            prof = (getattr(s.handle, "meta", None) or {}).get("profile") if s.handle is not None else None
-            mine = s.id == live_id or prof in ours
+            mine = s.id == live_id or s.profile in ours
             if not mine and not self.spec.get("stop_existing"):
                 raise RuntimeError(
                     f"not started: {s.description} is running on {self.ops.host_label} and stopping it was not confirmed"

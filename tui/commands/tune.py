@@ -38,7 +38,9 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         "before anything is stopped, then launched, measured (the highest concurrency that meets the "
         "SLO, and the single-user speed) and stopped; leaders within the noise band get repeats, "
         "clear losers are dropped. A killed campaign process is restarted and resumes. Prints the "
-        "ranking, the Pareto frontier and the winner's changes against the base.",
+        "ranking, the Pareto frontier and the winner's changes against the base. A multi-node BASE "
+        "(a profile with nodes) runs detached on this machine instead, as an A/B of deployments does: "
+        "each candidate a deployment on the base's nodes, each benchmark on the head node.",
         epilog=EXIT_EPILOG,
     )
     p.add_argument("base", metavar="BASE", nargs="?", help="the base profile (itself a candidate)")
@@ -165,8 +167,11 @@ def _usage(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], Any, fl
         base = ProfileStore().get(args.base)
     except ProfileError as e:
         return f"BASE: {e}"
-    if base.multi_node:
-        return f"BASE {base.name}: multi-node profiles are not supported by tune yet (run an A/B of deployments)"
+    if base.multi_node and (args.demo or args.host not in (None, "local")):
+        return (
+            f"BASE {base.name} names its nodes ({', '.join(base.nodes)}); drop --host/--demo "
+            "(--sim runs the simulator on them)"
+        )
     try:
         vary = parse_vary(args.vary)
         listed = read_candidates_file(args.candidates) if args.candidates else []
@@ -189,11 +194,13 @@ async def run(args: argparse.Namespace) -> int:
         if isinstance(got, str):
             return _fail(got)
         plan = got
+    #: a multi-node base: the campaign runs here, where every node is reached (an A/B of deployments' way)
+    here = plan is not None and plan[0].multi_node
     try:
-        host = get_host(args.host, demo=args.demo)
+        host = get_host(None if here else args.host, demo=args.demo)
     except (UnsafeInput, HostError) as e:
         return _fail(str(e))
-    label = _label(args)
+    label = "this machine" if here else _label(args)
     try:
         if args.list:
             return await _list(host)
@@ -214,9 +221,10 @@ async def run(args: argparse.Namespace) -> int:
                 host, args, plan, confirm_stop=lambda q: confirm(q, prog="tune", yes=args.yes), on_skip=on_skip
             )
             cands, est = plan[1], plan[5]
+            where = f"{label} (it reaches every node; the levels run on the head)" if here else label
             if not args.quiet:
                 print(
-                    f"tunedeck tune: campaign job {tr.id} runs on {label}: {len(cands)} candidates, estimated "
+                    f"tunedeck tune: campaign job {tr.id} runs on {where}: {len(cands)} candidates, estimated "
                     f"{est.text}; Ctrl-C detaches (it goes on); `tunedeck tune --attach {tr.id}` follows it, "
                     f"`--cancel {tr.id}` stops it",
                     file=sys.stderr,
@@ -240,11 +248,35 @@ async def start_campaign(
     on_skip: Callable[[str, str], None] | None = None,
 ) -> Any:
     """Start the campaign that ``args`` (parsed ``tune`` options) and ``plan`` (:func:`plan_of`)
-    describe on ``host``; a :class:`~tui.services.tunerun.TuneRun`. The command line and the
-    dashboard's Tune screen both start campaigns here."""
+    describe on ``host``; a :class:`~tui.services.tunerun.TuneRun`. A multi-node base's campaign
+    runs on this machine instead, which reaches every node (:mod:`tui.services.deploytune`). The
+    command line and the dashboard's Tune screen both start campaigns here."""
     from tui.services.tunerun import TuneRun
 
     base, cands, slo, workload, budget, est = plan
+    search = {
+        "repeats_max": args.repeats_max,
+        "noise_pct": args.noise,
+        "budget_s": budget,
+        "estimate_s": est.total_s,
+        "max_concurrency": args.max_concurrency,
+        "max_steps": args.max_steps,
+        "start": args.start,
+    }
+    if base.multi_node:
+        from tui.services import deploytune
+
+        return await deploytune.start(
+            base.name,
+            cands,
+            slo,
+            workload,
+            sim=args.sim,
+            confirm_stop=confirm_stop,
+            python=args.python,
+            on_skip=on_skip,
+            **search,
+        )
     return await TuneRun.start(
         host,
         base.name,
@@ -253,18 +285,26 @@ async def start_campaign(
         workload,
         demo=args.demo,
         sim=args.sim,
-        repeats_max=args.repeats_max,
-        noise_pct=args.noise,
-        budget_s=budget,
-        estimate_s=est.total_s,
-        max_concurrency=args.max_concurrency,
-        max_steps=args.max_steps,
-        start=args.start,
         confirm_stop=confirm_stop,
         python=args.python,
         host_label=_label(args),
         on_skip=on_skip,
+        **search,
     )
+
+
+async def check_campaign(host: Any, args: argparse.Namespace, plan: tuple[Any, ...]) -> list[tuple[Any, Any, Any]]:
+    """(candidate, what will run, why it is skipped or None) for each candidate of the campaign
+    ``plan`` describes, as its start would pre-flight it (on ``host``, or on a multi-node base's
+    nodes); nothing stops. The Tune screen's pre-flight."""
+    base, cands = plan[0], plan[1]
+    if base.multi_node:
+        from tui.services import deploytune
+
+        return list(await deploytune.check_candidates(cands, sim=args.sim))
+    from tui.services.tunerun import check_candidates
+
+    return list(await check_candidates(host, cands, demo=args.demo, sim=args.sim))
 
 
 def _label(args: argparse.Namespace) -> str:

@@ -307,13 +307,37 @@ async def ask_to_stop(
 
 async def refuse_while_running(host: Host) -> None:
     """One campaign per host at a time, an A/B or a tuning campaign: :class:`jobs.JobError`
-    naming the one that runs."""
+    naming the one that runs, on the host or, for a remote host, run from this machine over a
+    deployment that has the host among its nodes (:mod:`tui.services.deployops`)."""
+    from tui.hostops.hosts import LocalHost, parse_target
+    from tui.util.safety import UnsafeInput
+
+    where = {"local": "", "demo": " --demo"}.get(host.target, f" --host {host.target}")
     for kind, what in (("ab", "A/B"), ("tune", "tuning campaign")):
         for j in await jobs.list_jobs(host, kind):
             if j.alive:
                 raise jobs.JobError(
                     f"{host.target}: {what} {j.job_id} is running there; follow it with `tunedeck {kind} --attach "
-                    f"{j.job_id}` or cancel it with `tunedeck {kind} --cancel {j.job_id}` first"
+                    f"{j.job_id}{where}` or cancel it with `tunedeck {kind} --cancel {j.job_id}{where}` first"
+                )
+    if isinstance(host, LocalHost):
+        return
+
+    def same(node: object) -> str:
+        try:
+            return str(parse_target(str(node)))
+        except UnsafeInput:
+            return str(node)
+
+    me = same(host.target)
+    for kind, what in (("ab", "A/B"), ("tune", "tuning campaign")):
+        for j in await jobs.list_jobs(LocalHost(), kind):
+            nodes = (j.meta or {}).get("nodes")
+            if j.alive and isinstance(nodes, list) and me in {same(n) for n in nodes}:
+                raise jobs.JobError(
+                    f"{host.target}: {what} {j.job_id} of deployments on {', '.join(map(str, nodes))} is running "
+                    f"from this machine; follow it with `tunedeck {kind} --attach {j.job_id}` or cancel it with "
+                    f"`tunedeck {kind} --cancel {j.job_id}` first"
                 )
 
 

@@ -192,15 +192,7 @@ class TuneRun:
         for c, info, skip in await check_candidates(host, candidates, demo=demo, sim=sim):
             if skip is not None and on_skip is not None:
                 on_skip(c.name, skip)
-            entries.append(
-                {
-                    "name": c.name,
-                    "changes": dict(c.changes),
-                    "info": info.to_json() if info is not None and skip is None else None,
-                    "tp": c.profile.tp,
-                    "skip": skip,
-                }
-            )
+            entries.append(spec_entry(c, info, skip, c.profile.tp))
         if all(e["skip"] for e in entries):
             raise jobs.JobError(f"{where}: not started, nothing stopped: every candidate failed pre-flight")
         running = [h for h in await launcher.list_host_runs(host) if h.alive]
@@ -210,42 +202,25 @@ class TuneRun:
             confirm_stop,
             refused=f"{host.target}: ",
         )
-        plan = workload.plan
-        if plan.workload.path:  # the host-side levels read the dataset there, placed once per content
-            path = await ship_data_file(host, plan.workload.path, py)
-            workload = dataclasses.replace(
-                workload, plan=dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, path=path))
-            )
-        cid = new_id("tune")
-        spec = {
-            "campaign": cid,
-            "base": base,
-            "candidates": entries,
-            "slo": list(slo),
-            "workload": workload.to_dict(),
-            "repeats_max": repeats_max,
-            "noise_pct": noise_pct,
-            "budget_s": budget_s,
-            "estimate_s": estimate_s,
-            "max_concurrency": max_concurrency,
-            "max_steps": max_steps,
-            "start": start,
-            "stop_existing": stop_existing,
-            "host_label": where,
-        }
-        job = await jobs.start(host, "tune", spec, python=py, meta={"campaign": cid, "base": base})
-        _journal(
-            {
-                "kind": "tune",
-                "id": cid,
-                "status": "running",
-                "host": where,
-                "base": base,
-                "slo": list(slo),
-                "job_id": job.job_id,
-                "candidates": [{"name": e["name"], "changes": e["changes"]} for e in entries],
-            }
+        if workload.plan.workload.path:  # the host-side levels read the dataset there, placed once per content
+            workload = with_data_path(workload, await ship_data_file(host, workload.plan.workload.path, py))
+        spec = campaign_spec(
+            base,
+            entries,
+            slo,
+            workload,
+            stop_existing=stop_existing,
+            host_label=where,
+            repeats_max=repeats_max,
+            noise_pct=noise_pct,
+            budget_s=budget_s,
+            estimate_s=estimate_s,
+            max_concurrency=max_concurrency,
+            max_steps=max_steps,
+            start=start,
         )
+        job = await jobs.start(host, "tune", spec, python=py, meta={"campaign": spec["campaign"], "base": base})
+        journal_start(spec, job.job_id)
         return cls(host, job, python=py)
 
     @classmethod
@@ -310,8 +285,9 @@ class TuneRun:
         await self.finish(follower)
 
     async def _restart(self, follower: jobs.JobFollower) -> jobs.Job | None:
-        """Start the killed campaign again, over a link that may fail meanwhile: a failed try is
-        told as a lost link and retried, as the follower's own reads are (None: given up). A try
+        """Start the killed campaign again (one run here over deployments with its own command,
+        :mod:`tui.services.deploytune`; any other the host-side runtime's job), over a link that
+        may fail meanwhile: a failed try is told as a lost link and retried, as the follower's own reads are (None: given up). A try
         whose answer was lost may have started it all the same, so each later try first looks
         at the folder: a process started there since the kill is the one followed, never a
         second campaign in the same folder (it would find the host's campaign lock held, and its
@@ -327,6 +303,11 @@ class TuneRun:
                 if now.pid is not None and (now.pid, now.starttime) != (killed.pid, killed.starttime):
                     log.info("campaign %s: restarted by an earlier try (pid %s)", self.id, now.pid)
                     return now
+            if (killed.meta or {}).get("deployments"):
+                from tui.services.deployops import job_argv
+                from tui.services.deploytune import MODULE
+
+                return await jobs.restart(self.host, killed, argv=job_argv(MODULE, killed.dir))
             return await jobs.restart(self.host, killed, python=self.python)
 
         # a JobError or RuntimeUnavailable is the host's refusal, not the link's: raised at once
@@ -435,6 +416,79 @@ class TuneRun:
         return await jobs.stop(self.host, self.job, grace=CANCEL_GRACE)
 
 
+def spec_entry(c: "Candidate", info: ProfileInfo | None, skip: str | None, gpus: int) -> dict[str, Any]:
+    """A candidate as the campaign's spec lists it (``tp``: the GPUs it runs on)."""
+    return {
+        "name": c.name,
+        "changes": dict(c.changes),
+        "info": info.to_json() if info is not None and skip is None else None,
+        "tp": gpus,
+        "skip": skip,
+    }
+
+
+def with_data_path(workload: Workload, path: str) -> Workload:
+    """``workload`` reading its dataset file at ``path`` (where it was placed for the benchmarks)."""
+    plan = workload.plan
+    return dataclasses.replace(
+        workload, plan=dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, path=path))
+    )
+
+
+def campaign_spec(
+    base: str,
+    entries: Sequence[Mapping[str, Any]],
+    slo: Sequence[str],
+    workload: Workload,
+    *,
+    stop_existing: bool,
+    host_label: str,
+    repeats_max: int = 2,
+    noise_pct: float | None = None,
+    budget_s: float | None = None,
+    estimate_s: float | None = None,
+    max_concurrency: int = 1024,
+    max_steps: int = 8,
+    start: int = 1,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The spec of a new campaign (:mod:`tui.hostside.tunejob` reads it, wherever it runs); a
+    fresh campaign id. ``extra``: keys of the job that runs it (a campaign of deployments' own)."""
+    return {
+        "campaign": new_id("tune"),
+        "base": base,
+        "candidates": [dict(e) for e in entries],
+        "slo": list(slo),
+        "workload": workload.to_dict(),
+        "repeats_max": repeats_max,
+        "noise_pct": noise_pct,
+        "budget_s": budget_s,
+        "estimate_s": estimate_s,
+        "max_concurrency": max_concurrency,
+        "max_steps": max_steps,
+        "start": start,
+        "stop_existing": stop_existing,
+        "host_label": host_label,
+        **extra,
+    }
+
+
+def journal_start(spec: Mapping[str, Any], job_id: str) -> None:
+    """The journal's record of a campaign that starts (its end replaces it: :func:`journal_record`)."""
+    _journal(
+        {
+            "kind": "tune",
+            "id": spec["campaign"],
+            "status": "running",
+            "host": spec["host_label"],
+            "base": spec["base"],
+            "slo": list(spec["slo"]),
+            "job_id": job_id,
+            "candidates": [{"name": e["name"], "changes": e["changes"]} for e in spec["candidates"]],
+        }
+    )
+
+
 def journal_record(rep: Mapping[str, Any], job_id: str) -> dict[str, Any]:
     """The journal's record of a campaign: its outcome and each candidate's figures."""
     keys = ("name", "changes", "state", "rank", "capacity", "single_user_tok_s", "tok_s_per_gpu", "startup_s", "pareto")
@@ -484,4 +538,15 @@ def _journal(record: dict[str, Any]) -> None:
         log.error("journal not written: %s", e)
 
 
-__all__ = ["Estimate", "TuneRun", "check_candidates", "estimate", "journal_record", "parse_budget"]
+__all__ = [
+    "Estimate",
+    "TuneRun",
+    "campaign_spec",
+    "check_candidates",
+    "estimate",
+    "journal_record",
+    "journal_start",
+    "parse_budget",
+    "spec_entry",
+    "with_data_path",
+]

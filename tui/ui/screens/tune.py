@@ -400,8 +400,8 @@ class TuneScreen(Screen[None]):
 
     @work(group="tune-preflight", exclusive=True, exit_on_error=False)
     async def _preflight_worker(self, argv: list[str]) -> None:
+        from tui.commands.tune import check_campaign
         from tui.hostops.hosts import HostError
-        from tui.services.tunerun import check_candidates
 
         self.post_message(TuneFindings([], title="pre-flight: checking every candidate on the host …"))
         got = await self._plan(argv)
@@ -414,7 +414,7 @@ class TuneScreen(Screen[None]):
             self.post_message(TuneFindings(["the dashboard has no host"], title="pre-flight:"))
             return
         try:
-            checked = await check_candidates(host, plan[1], demo=args.demo, sim=args.sim)
+            checked = await check_campaign(host, args, plan)
         except HostError as e:
             self.post_message(TuneFindings([str(e)], title="pre-flight failed:"))
             return
