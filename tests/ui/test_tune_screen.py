@@ -142,6 +142,43 @@ async def test_start_shows_the_command_asks_and_starts_it_then_states_follow_the
         assert f"winner: {a}" in str(scr.query_one("#tune-status").content)
 
 
+async def test_tok_s_per_gpu_of_a_deployment_divides_by_the_gpus_it_places(tmp_path, monkeypatch):
+    """A vLLM-on-Ray base over two 8-GPU nodes runs on tp × pp = 16 GPUs (its ``tp`` is 8), and a
+    ``deploy.pp = 1`` candidate on 8: the live view's tok/s per GPU divides each by its own count."""
+    user = tmp_path / "profiles"
+    user.mkdir()
+    (user / "vr.toml").write_text(
+        'schema_version = 1\nengine = "vllm"\nmodel = "m"\ntp = 8\nport = 30000\nnodes = ["gpu-a", "gpu-b"]\n'
+        '\n[deploy]\nhead_address = "10.0.0.1"\n'
+    )
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
+    camp, seen = FakeCampaign(), []
+    scr = TuneScreen(start_campaign=starter(camp, seen), profiles=["vr"])
+    app = TuneApp(scr)
+    app.target = "local"  # a multi-node base names its nodes: the campaign runs on this machine
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        scr.query_one("#tune-vary", Input).value = "deploy.pp=1"
+        scr.query_one("#tune-ttft", Input).value = "500"
+        await pilot.press("ctrl+l")
+        await until_async(lambda: isinstance(pilot.app.screen, ConfirmModal), 10, pilot=pilot)
+        await pilot.press("y")
+        await until_async(lambda: scr.campaign is camp, 10, pilot=pilot)
+        assert [c.name for c in seen[0][1][1]] == ["vr", "vr+deploy.pp=1"]
+        for name in ("vr", "vr+deploy.pp=1"):
+            await camp.queue.put(ev("capacity", name, capacity=16, result={"throughput_at_capacity": 800.0}))
+        chart = scr.query_one(FrontierChart)
+        await until_async(lambda: len(chart.points) == 2, 10, pilot=pilot)
+        # 800 tok/s over 16 GPUs and over 8
+        assert sorted(p[2] for p in chart.points) == [50.0, 100.0], chart.points
+        table = scr.query_one("#tune-table", DataTable)
+        assert (
+            str(table.get_cell("vr", "per_gpu")) == "50.0"
+            and str(table.get_cell("vr+deploy.pp=1", "per_gpu")) == "100.0"
+        )
+        await camp.queue.put(None)
+
+
 async def test_cancel_asks_first_with_cancel_the_default():
     camp = FakeCampaign()
     scr = TuneScreen(start_campaign=starter(camp, []), profiles=[BASE])

@@ -437,7 +437,8 @@ def test_a_multi_node_candidate_is_planned_as_a_deployment_and_read_back_from_th
     assert "tp = 24 over 2 nodes is 12 GPUs per node" in str(why["mn+max-running-requests=32,tp=24"])
     entries = []
     for c, plan, skip in planned:
-        e = spec_entry(c, None, skip, plan.gpus_needed if plan else c.profile.tp)
+        e = spec_entry(c, None, skip)
+        assert e["tp"] == (plan.gpus_needed if plan else 24)
         if skip is None:
             e["profile"] = profile_to_dict(c.profile)
         entries.append(e)
@@ -452,3 +453,103 @@ def test_a_multi_node_candidate_is_planned_as_a_deployment_and_read_back_from_th
     assert "hf_secret_value_1234" in str(spec)
     left = redacted_spec(spec)
     assert "hf_secret_value_1234" not in str(left) and not any("profile" in c for c in left["candidates"])
+
+
+# ---------------------------------------------------------------------- [deploy] keys and GPU counts
+
+RAY = """schema_version = 1
+engine = "vllm"
+model = "m"
+tp = 8
+port = 30000
+nodes = ["gpu-a", "gpu-b"]
+
+[deploy]
+head_address = "10.0.0.1"
+"""
+
+
+def ray_profile(extra: str = ""):
+    return load_profile_text(RAY + extra, name="vr")
+
+
+def test_deploy_sizes_vary_over_a_multi_node_base_and_a_shape_the_nodes_cannot_hold_is_skipped():
+    """``deploy.pp`` over vLLM on Ray: pp = 2 is the default (the node count) and so the base; pp = 3
+    asks for 24 GPUs of two 8-GPU nodes, which the planner refuses: that candidate is skipped with
+    its reason, the others are planned with their own GPU count."""
+    from tui.services.deploytune import plan_candidates
+    from tui.services.tunerun import spec_entry
+
+    cands = expand(ray_profile(), parse_vary(["deploy.pp=1,2,3"]))
+    assert [(c.name, c.changes) for c in cands] == [
+        ("vr", ()),
+        ("vr+deploy.pp=1", (("deploy.pp", 1),)),
+        ("vr+deploy.pp=3", (("deploy.pp", 3),)),
+    ]
+    why = {c.name: skip for c, _, skip in plan_candidates(cands, sim=True)}
+    assert why["vr"] is None and why["vr+deploy.pp=1"] is None
+    assert "deploy.pp" in str(why["vr+deploy.pp=3"]) and "tp × pp = 8 × 3 = 24 GPUs" in str(why["vr+deploy.pp=3"])
+    assert [spec_entry(c, None, None)["tp"] for c in cands] == [16, 8, 24]
+
+
+def test_deploy_mode_and_dp_vary_together_and_a_size_its_mode_does_not_use_is_no_change():
+    """mode × dp: dp is used by data parallel only, so under Ray (the vLLM default: ``mode = ray`` is
+    the base) both dp values are the base; a mode the engine does not have is the loader's error."""
+    cands = expand(ray_profile(), parse_vary(["deploy.mode=ray,dp", "deploy.dp=2,4"]))
+    assert [c.name for c in cands] == ["vr", "vr+deploy.mode=dp,deploy.dp=2", "vr+deploy.mode=dp,deploy.dp=4"]
+    assert cands[2].profile.deploy.mode == "dp" and cands[2].profile.deploy.dp == 4
+    with pytest.raises(VaryError, match=r"deploy\.mode: 'tp' is not a vllm mode"):
+        expand(ray_profile(), parse_vary(["deploy.mode=tp"]))
+
+
+@pytest.mark.parametrize(
+    ("items", "base", "message"),
+    [
+        (["deploy.dp=2,4"], "ray", "--vary deploy.dp: no candidate's deployment mode uses it (only mode = 'dp' does"),
+        (
+            ["deploy.pp=2"],
+            "sglang",
+            "deploy.pp varies only over a multi-node base (nodes = [...]); base runs on one host",
+        ),
+        (["deploy.gpus_per_node=4"], "ray", "deploy.gpus_per_node cannot vary in a campaign (of [deploy], only"),
+        (["deploy.head_address=x"], "ray", "deploy.head_address cannot vary"),
+        (["nodes=a"], "ray", "nodes cannot vary in a campaign"),
+        (["deploy.pp=0"], "ray", "deploy.pp"),
+    ],
+)
+def test_deploy_keys_that_cannot_vary_name_the_key(items, base, message):
+    prof = ray_profile() if base == "ray" else base_profile()
+    with pytest.raises(VaryError) as e:
+        expand(prof, parse_vary(items))
+    assert message in str(e.value)
+
+
+def test_a_listed_candidate_with_a_size_its_mode_does_not_use_is_refused(tmp_path: Path):
+    f = tmp_path / "c.toml"
+    f.write_text('[[candidate]]\nname = "dp4"\nchanges = { "deploy.dp" = 4 }\n')
+    with pytest.raises(VaryError, match=r"candidate dp4: deploy\.dp is not used by the candidate's deployment mode"):
+        expand(ray_profile(), listed=read_candidates_file(str(f)))
+    f.write_text('[[candidate]]\nname = "dp4"\nchanges = { "deploy.mode" = "dp", "deploy.dp" = 4 }\n')
+    [_, c] = expand(ray_profile(), listed=read_candidates_file(str(f)))
+    assert c.name == "dp4" and dict(c.changes) == {"deploy.mode": "dp", "deploy.dp": 4}
+
+
+@pytest.mark.parametrize(
+    ("text", "gpus"),
+    [
+        (BASE, 8),  # one host: tp
+        (MULTI, 16),  # SGLang over two nodes: tp spans them
+        (RAY, 16),  # vLLM on Ray: tp × pp, pp the node count
+        (RAY + "pp = 1\n", 8),
+        (RAY.replace("tp = 8", "tp = 2") + 'mode = "dp"\n', 16),  # vLLM DP: dp (every GPU in ranks of tp) × tp
+        (RAY.replace("tp = 8", "tp = 2") + 'mode = "dp"\ndp = 4\n', 8),
+    ],
+)
+def test_the_gpus_a_profile_runs_on_are_the_deployments(text, gpus):
+    """What tok/s per GPU divides by: the planner's count over a deployment's nodes, not ``tp``."""
+    from tui.profiles.deploy import build_deployment, profile_gpus
+
+    prof = load_profile_text(text, name="p")
+    assert profile_gpus(prof) == gpus
+    if prof.multi_node:
+        assert build_deployment(prof, sim=True).gpus_needed == gpus

@@ -50,7 +50,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=V1,V2",
         help="a TOML path of the profile and the values to try, e.g. flags.attention-backend=fa3,triton "
-        "(repeat for a Cartesian product)",
+        "(repeat for a Cartesian product); over a multi-node base also deploy.mode, deploy.pp, deploy.dp",
     )
     p.add_argument("--candidates", metavar="FILE", help="a TOML file of [[candidate]] tables (name, changes)")
     p.add_argument(

@@ -140,7 +140,7 @@ async def start(
             if skip is not None and on_skip is not None:
                 on_skip(c.name, skip)
             info = side_info(c.profile, plan) if plan is not None else None
-            entry = spec_entry(c, info, skip, plan.gpus_needed if plan is not None else c.profile.tp)
+            entry = spec_entry(c, info, skip)
             if skip is None:  # read back by the job (a resume too): the candidate's whole profile
                 entry["profile"] = profile_to_dict(c.profile)
             entries.append(entry)

@@ -22,6 +22,7 @@ from tui.ab.tune import Workload
 from tui.hostops import launcher, logfollow
 from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles
+from tui.profiles.deploy import profile_gpus
 from tui.services import jobs, runtime
 from tui.services.abrun import ask_to_stop, profile_info, refuse_while_running
 from tui.services.benchrun import ship_data_file
@@ -192,7 +193,7 @@ class TuneRun:
         for c, info, skip in await check_candidates(host, candidates, demo=demo, sim=sim):
             if skip is not None and on_skip is not None:
                 on_skip(c.name, skip)
-            entries.append(spec_entry(c, info, skip, c.profile.tp))
+            entries.append(spec_entry(c, info, skip))
         if all(e["skip"] for e in entries):
             raise jobs.JobError(f"{where}: not started, nothing stopped: every candidate failed pre-flight")
         running = [h for h in await launcher.list_host_runs(host) if h.alive]
@@ -416,13 +417,14 @@ class TuneRun:
         return await jobs.stop(self.host, self.job, grace=CANCEL_GRACE)
 
 
-def spec_entry(c: "Candidate", info: ProfileInfo | None, skip: str | None, gpus: int) -> dict[str, Any]:
-    """A candidate as the campaign's spec lists it (``tp``: the GPUs it runs on)."""
+def spec_entry(c: "Candidate", info: ProfileInfo | None, skip: str | None) -> dict[str, Any]:
+    """A candidate as the campaign's spec lists it (``tp``: the GPUs it runs on, which its tok/s
+    per GPU divides by: :func:`tui.profiles.deploy.profile_gpus`)."""
     return {
         "name": c.name,
         "changes": dict(c.changes),
         "info": info.to_json() if info is not None and skip is None else None,
-        "tp": gpus,
+        "tp": profile_gpus(c.profile),
         "skip": skip,
     }
 

@@ -476,9 +476,11 @@ class TuneScreen(Screen[None]):
             return
         if skipped:
             self.post_message(TuneFindings(skipped, title="pre-flight findings (skipped):"))
+        from tui.profiles.deploy import profile_gpus
+
         cands = plan[1]
         self.progress = TuneProgress(
-            ((c.name, c.profile.tp) for c in cands),
+            ((c.name, profile_gpus(c.profile)) for c in cands),
             campaign=str(getattr(campaign, "id", "")),
             estimate_s=plan[5].total_s,
         )
