@@ -31,6 +31,7 @@ from tests.conftest import REPO
 from tests.simfix import free_port
 from tests.sshd import ROOT_USER, SshdServer, cli, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.waits import until
+from tui.bench.workloads.base import estimate_tokens
 
 #: what a node runs tunedeck's host-side runtime with: a bare Python, no tunedeck package
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -291,19 +292,50 @@ async def test_a_worker_that_never_joins_is_diagnosed_by_name(nodes, tmp_path: P
 def test_ab_of_two_deployments_each_benchmark_on_the_head_then_both_stopped(nodes, tmp_path: Path):
     """`tunedeck ab A B` with two multi-node profiles: the campaign runs detached here (it reaches
     both nodes), each side is a deployment launched and stopped as one unit, each benchmark runs
-    host-side on the head, and the comparison shows the flag that differs."""
+    host-side on the head, and the comparison shows the flag that differs. The plan's dataset
+    file is read here when the A/B starts and placed on the head once: removed here right after
+    the start, every level still sends its prompts, read on the head."""
+    import hashlib
+
+    from tui.bench import store
+
     a, b = nodes
     user = write_profile(tmp_path, a, b)
     write_profile(tmp_path, a, b, name="r1-2n-steps", extra="num-continuous-decode-steps = 4\n")
+    rows = [{"prompt": f"question {i}: " + "why " * (4 + 3 * i), "output_len": 8} for i in range(6)]
+    data = "".join(json.dumps(x) + "\n" for x in rows).encode()
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_bytes(data)
     plan = tmp_path / "tiny.toml"
     plan.write_text(
         'name = "tiny"\nendpoint = "completions"\ninput_len = 32\noutput_len = 8\nignore_eos = true\n'
         "temperature = 0.0\nseed = 1\nwarmup = 1\n\n[[level]]\nconcurrency = 2\nnum_prompts = 6\n"
+        f'\n[workload]\nname = "custom"\npath = "{dataset.name}"\n'
     )
-    r = cli(a, user, "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), "--json", timeout=280)
-    assert r.returncode == 0, r.stderr[-4000:]
-    assert "runs detached on this machine" in r.stderr
-    rep = json.loads(r.stdout)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tui", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), "--json"],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=a.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
+    )
+    seen: list[str] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 120
+        for line in proc.stderr:
+            seen.append(line)
+            if "runs detached on this machine" in line:
+                break
+            assert time.monotonic() < deadline, "".join(seen)
+        dataset.unlink()  # read and placed when the A/B started: the levels do not need it here
+        out, err = proc.communicate(timeout=280)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, "".join(seen) + err[-4000:]
+    rep = json.loads(out)
     assert rep["status"] == "completed", rep.get("error")
     assert [x["side"] for x in rep["launches"]] == ["A", "B"] and all(x["ready"] for x in rep["launches"])
     ta, tb = a.target(ROOT_USER), b.target(ROOT_USER)
@@ -311,6 +343,14 @@ def test_ab_of_two_deployments_each_benchmark_on_the_head_then_both_stopped(node
     ab_runs = [x for x in results if x["deployment"]]
     assert len(ab_runs) == 2 and {x["target"] for x in ab_runs} == {ta}
     assert all(x["client_where"] == "host" and x["completed"] == 6 for x in ab_runs), ab_runs
+    sha = hashlib.sha256(data).hexdigest()
+    placed = a.remote_home / "data" / sha
+    assert placed.read_bytes() == data and not (b.remote_home / "data").exists()  # the head only
+    for x in ab_runs:
+        wl = store.load_run(x["run_id"]).meta["workload"]
+        assert wl["name"] == "custom" and wl["params"]["file_sha256"] == sha, wl
+        samples = store.read_samples(x["run_id"])
+        assert sorted(s["prompt_len"] for s in samples) == sorted(estimate_tokens(r["prompt"]) for r in rows)
     assert not rep["left_running"]
     # both deployments stopped, all 16 GPUs free, nothing of theirs alive on either node
     deps = json.loads(cli(a, user, "runs", "--deployments", "--json").stdout)

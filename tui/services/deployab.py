@@ -23,7 +23,16 @@ from tui.profiles.deploy import DeploymentPlan, build_deployment
 from tui.profiles.model import ServerProfile
 from tui.services import deploy, jobs
 from tui.services.abrun import ask_to_stop
-from tui.services.deployops import DeploymentOps, job_main, nodes_label, refuse_on_nodes, side_info, start_job
+from tui.services.deployops import (
+    DeploymentOps,
+    job_main,
+    nodes_label,
+    refuse_on_nodes,
+    side_info,
+    spec_datasets,
+    spec_python,
+    start_job,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +80,15 @@ async def start(
         sides[side] = side_info(*planned[name])
     label = nodes_label([p for _, p in planned.values()])
     # what runs on the nodes now is asked about here, where the user is; the campaign gets the answer
-    ops = DeploymentOps(planned, host_label=label)
+    ops = DeploymentOps(planned, host_label=label, python=python)
     try:
         await refuse_on_nodes(ops.hosts(ops.nodes))
         running = await ops.running_servers()
+        stop_existing = await ask_to_stop([r.description for r in running], "", confirm_stop)
+        # the levels run on the head nodes: the dataset is read here now and placed there
+        datasets = await ops.place_dataset(plan.workload.path)
     finally:
         await ops.close()
-    stop_existing = await ask_to_stop([r.description for r in running], "", confirm_stop)
     ab_id = new_id("ab")
     spec = {
         "ab_id": ab_id,
@@ -91,6 +102,7 @@ async def start(
         "host_label": label,
         "sim": sim,
         "python": python,
+        "datasets": datasets,
     }
     meta = {"ab_id": ab_id, "a": a, "b": b, "plan": plan.name, "nodes": ops.nodes}
     return await start_job("ab", MODULE, spec, meta)
@@ -103,8 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         def make_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
             sim = bool(spec.get("sim"))
             sides = {i.name: plan_side(i.name, sim=sim) for i in infos.values()}
-            python = spec.get("python") if isinstance(spec.get("python"), str) else None
-            ops = DeploymentOps(sides, host_label=str(spec.get("host_label") or "deployments"), python=python)
+            ops = DeploymentOps(
+                sides,
+                host_label=str(spec.get("host_label") or "deployments"),
+                python=spec_python(spec),
+                datasets=spec_datasets(spec),
+            )
             made.append(ops)
             return ops
 

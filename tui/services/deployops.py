@@ -12,7 +12,9 @@ host-side job. What runs next to the GPUs still runs there:
   the engine's start order, triage naming the node that failed first, stop confirming every
   node's GPUs are free);
 - each benchmark level is a host-side benchmark job on the head node against the port it serves
-  (:class:`tui.services.benchrun.BenchRun`), its results mirrored here.
+  (:class:`tui.services.benchrun.BenchRun`), its results mirrored here; the workload's dataset
+  file is read here once, when the campaign starts, and placed on each head node
+  (:meth:`DeploymentOps.place_dataset`), where every level's client reads it.
 
 One campaign per deployment's nodes: a new one is refused while an A/B or a tuning campaign runs
 here (the campaigns run here share one lock) or on any of its nodes (:func:`refuse_on_nodes`).
@@ -21,6 +23,7 @@ here (the campaigns run here share one lock) or on any of its nodes (:func:`refu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -37,9 +40,9 @@ from tui.hostside.abops import DEFAULT_READY_TIMEOUT, flush_prefix_cache, level_
 from tui.hostside.jobfiles import SPEC
 from tui.profiles.deploy import DeploymentPlan
 from tui.profiles.model import ServerProfile
-from tui.services import deploy, jobs
+from tui.services import deploy, jobs, runtime
 from tui.services.abrun import refuse_while_running
-from tui.services.benchrun import HOST, BenchRun
+from tui.services.benchrun import HOST, BenchRun, read_data_file
 from tui.util.files import os_error_text
 from tui.util.safety import redact_argv
 
@@ -81,6 +84,7 @@ class DeploymentOps:
         host_label: str,
         host_factory: deploy.HostFactory | None = None,
         python: str | None = None,
+        datasets: Mapping[str, str] | None = None,
         ready_timeout: float = DEFAULT_READY_TIMEOUT,
         stop_grace: float = 30.0,
         gpu_wait: float = 60.0,
@@ -89,6 +93,8 @@ class DeploymentOps:
         self.host_label = host_label
         self.factory = host_factory or deploy.default_host_factory()
         self.python = python
+        #: the workload's dataset file on each head node: {head: its path there} (:meth:`place_dataset`)
+        self.datasets = dict(datasets or {})
         self.ready_timeout = ready_timeout
         self.stop_grace = stop_grace
         self.gpu_wait = gpu_wait
@@ -226,6 +232,20 @@ class DeploymentOps:
         return None, None  # the levels' summaries carry the head's counters; no gauge fallback here
 
     # ------------------------------------------------------------------ bench
+    async def place_dataset(self, path: str | None) -> dict[str, str]:
+        """The workload's dataset file (checked here before: the CLI builds every level's
+        requests before it starts anything) read once here and placed on each head node of the
+        campaign's deployments once per content (``${TUNEDECK_HOME}/data/<sha256>`` there, as
+        for a benchmark on one host); returns {head: its path there}, what :meth:`bench` gives
+        each level (the spec keeps it for the job). ``{}`` without a file. Raises
+        :class:`~tui.bench.workloads.WorkloadError` (the file) or :class:`HostError`."""
+        if not path:
+            return {}
+        data = read_data_file(path)
+        for head in sorted({plan.head for _, plan in self.sides.values()}):
+            self.datasets[head] = await runtime.ensure_data(self.host(head), data, python=self.python)
+        return dict(self.datasets)
+
     async def bench(
         self,
         info: ProfileInfo,
@@ -237,6 +257,11 @@ class DeploymentOps:
     ) -> BenchResult:
         rec: deploy.DeploymentRecord = handle.handle
         cfg = level_config(info, handle.url, plan, level, labels)
+        if cfg.workload.path:  # the client on the head reads the file placed there at the start
+            placed = self.datasets.get(rec.head)
+            if placed is None:
+                return BenchResult(None, {}, None, f"the dataset {cfg.workload.path} was not placed on {rec.head}")
+            cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, path=placed))
         meta = {
             "target": rec.head,
             "server_port": rec.http_port,
@@ -246,7 +271,9 @@ class DeploymentOps:
             "profile": info.name,
         }
         try:
-            run = await BenchRun.start(self.host(rec.head), cfg, meta_extra=meta, where=HOST, python=self.python)
+            run = await BenchRun.start(
+                self.host(rec.head), cfg, meta_extra=meta, where=HOST, python=self.python, placed=True
+            )
         except (jobs.JobError, HostError, OSError) as e:
             return BenchResult(None, {}, None, f"benchmark not started on {rec.head}: {e}")
         try:
@@ -326,6 +353,21 @@ async def start_job(
     return host, job
 
 
+def spec_python(spec: Mapping[str, object]) -> str | None:
+    """The interpreter a campaign's spec names for the host-side runtime (None: the host's own)."""
+    py = spec.get("python")
+    return py if isinstance(py, str) else None
+
+
+def spec_datasets(spec: Mapping[str, object]) -> dict[str, str]:
+    """Where a campaign's spec says its dataset file was placed: {head: its path there}
+    (:meth:`DeploymentOps.place_dataset`); ValueError for a malformed entry (a bad spec)."""
+    got = spec.get("datasets") or {}
+    if not isinstance(got, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in got.items()):
+        raise ValueError(f"datasets: expected {{head: path}}, got {got!r}")
+    return dict(got)
+
+
 def job_main(module: str, argv: list[str] | None, run: Callable[[Path, list[DeploymentOps]], Awaitable[int]]) -> int:
     """The entry point of a campaign job here: ``run(job_dir, made)`` runs it (every
     :class:`DeploymentOps` it makes goes in ``made``, each closed at the end)."""
@@ -359,5 +401,7 @@ __all__ = [
     "nodes_label",
     "refuse_on_nodes",
     "side_info",
+    "spec_datasets",
+    "spec_python",
     "start_job",
 ]

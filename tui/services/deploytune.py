@@ -31,9 +31,17 @@ from tui.profiles.deploy import DeploymentPlan, build_deployment
 from tui.profiles.model import ProfileError, ServerProfile, profile_from_dict, profile_to_dict
 from tui.services import deploy, jobs
 from tui.services.abrun import ask_to_stop
-from tui.services.benchrun import ship_data_file
-from tui.services.deployops import DeploymentOps, job_main, nodes_label, refuse_on_nodes, side_info, start_job
-from tui.services.tunerun import TuneRun, campaign_spec, journal_start, spec_entry, with_data_path
+from tui.services.deployops import (
+    DeploymentOps,
+    job_main,
+    nodes_label,
+    refuse_on_nodes,
+    side_info,
+    spec_datasets,
+    spec_python,
+    start_job,
+)
+from tui.services.tunerun import TuneRun, campaign_spec, journal_start, spec_entry
 
 if TYPE_CHECKING:
     from tui.profiles.vary import Candidate
@@ -147,13 +155,21 @@ async def start(
         if all(e["skip"] for e in entries):
             raise jobs.JobError(f"{label}: not started, nothing stopped: every candidate failed pre-flight")
         stop_existing = await ask_to_stop([r.description for r in running], "", confirm_stop)
-        if workload.plan.workload.path:  # the levels run on the head: the dataset is placed there
-            head = next(p for _, p, _ in planned if p is not None).head
-            workload = with_data_path(workload, await ship_data_file(ops.host(head), workload.plan.workload.path, py))
+        # the levels run on the head: the dataset is read here now and placed there
+        datasets = await ops.place_dataset(workload.plan.workload.path)
     finally:
         await ops.close()
     spec = campaign_spec(
-        base, entries, slo, workload, stop_existing=stop_existing, host_label=label, sim=sim, python=py, **search
+        base,
+        entries,
+        slo,
+        workload,
+        stop_existing=stop_existing,
+        host_label=label,
+        sim=sim,
+        python=py,
+        datasets=datasets,
+        **search,
     )
     host, job = await start_job("tune", MODULE, spec, {"campaign": spec["campaign"], "base": base, "nodes": nodes})
     journal_start(spec, job.job_id)
@@ -184,8 +200,12 @@ def main(argv: list[str] | None = None) -> int:
 
     async def run(job_dir: Path, made: list[DeploymentOps]) -> int:
         def make_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
-            python = spec.get("python") if isinstance(spec.get("python"), str) else None
-            ops = DeploymentOps(sides_of(spec), host_label=str(spec.get("host_label") or "deployments"), python=python)
+            ops = DeploymentOps(
+                sides_of(spec),
+                host_label=str(spec.get("host_label") or "deployments"),
+                python=spec_python(spec),
+                datasets=spec_datasets(spec),
+            )
             made.append(ops)
             return ops
 
