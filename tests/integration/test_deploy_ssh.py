@@ -411,3 +411,85 @@ def test_ab_of_deployments_survives_its_terminal_and_cancel_stops_the_live_side(
     deps = json.loads(cli(a, user, "runs", "--deployments", "--json").stdout)
     assert [d["status"] for d in deps] == ["stopped"], (deps, r.stderr[-3000:])
     assert gpus_used(sim_state(a)) == [0] * 8 and gpus_used(sim_state(b)) == [0] * 8
+
+
+def test_ab_of_deployments_killed_mid_level_reports_what_its_results_hold_exit_5(nodes, tmp_path: Path):
+    """The A/B's process here is killed (SIGKILL: no report, no exit event) while A's second level
+    runs on the head. The follow reports partial (exit 5) from what exists: A's first level, mirrored
+    as it ran, and the level in flight, read from its benchmark job on the head, which runs on; the
+    deployment it left is named with how to stop it. Once that level has ended there, `ab --attach`
+    reads it whole."""
+    import asyncio
+    import re
+
+    from tui.commands.ab import EXIT_PARTIAL
+    from tui.hostops.hosts import LocalHost
+    from tui.services import jobs
+
+    a, b = nodes
+    user = write_profile(tmp_path, a, b)
+    write_profile(tmp_path, a, b, name="r1-2n-steps", extra="num-continuous-decode-steps = 4\n")
+    plan = tmp_path / "two.toml"
+    plan.write_text(
+        'name = "two"\nendpoint = "completions"\ninput_len = 32\noutput_len = 8\nignore_eos = true\n'
+        "temperature = 0.0\nseed = 1\nwarmup = 0\n\n[[level]]\nconcurrency = 1\nnum_prompts = 4\noutput_len = 8\n"
+        "\n[[level]]\nconcurrency = 2\nnum_prompts = 24\noutput_len = 64\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tui", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), "--json"],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=a.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
+    )
+    seen: list[str] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 200
+        second = False
+        for line in proc.stderr:  # A's second level measuring on the head, a request of it done
+            seen.append(line)
+            second = second or "benchmark C=2" in line
+            if second and "[A #1]" in line and re.search(r"[1-9]\d*/24 requests", line):
+                break
+            assert time.monotonic() < deadline, "".join(seen)
+        assert second, "".join(seen)
+        jid = re.search(r"A/B job (\S+) of two deployments", "".join(seen)).group(1)  # type: ignore[union-attr]
+        job = asyncio.run(jobs.find(LocalHost(), "ab", jid))
+        kids = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+        assert kids, "the A/B's process is not running"
+        for k in kids:  # the campaign itself, under its wrapper
+            os.kill(int(k), signal.SIGKILL)
+        out, err = proc.communicate(timeout=200)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_PARTIAL, "".join(seen) + err[-4000:]
+    assert "partial" in err and "(exit 5)" in err and "still running after the A/B" in err, err[-3000:]
+    rep = json.loads(out)
+    assert rep["status"] == "partial" and rep["job_id"] == jid
+    assert "level(s) read from its results here and on the head nodes" in rep["error"], rep["error"]
+    levels = rep["a"]["runs"][0]["levels"]
+    assert [lv["concurrency"] for lv in levels] == [1, 2], levels
+    assert levels[0]["summary"]["completed"] == 4 and not levels[0]["summary"].get("partial")
+    assert levels[1]["summary"]["completed"] > 0
+    assert not rep["b"].get("runs") and rep["comparison"] is None
+    deps = json.loads(cli(a, user, "runs", "--deployments", "--json").stdout)
+    [dep] = [d for d in deps if d["status"] == "ready"]
+    assert rep["left_running"] == [
+        f"r1-2n (deployment {dep['deploy_id']}): left by the A/B's process; `tunedeck stop {dep['deploy_id']}` stops it"
+    ], rep["left_running"]
+
+    # the level in flight ran on to its end on the head: --attach reads it whole
+    bench = a.remote_home / "bench"
+    until(lambda: all((d / "rc").exists() for d in bench.iterdir() if d.is_dir()), 120, what="benchmark jobs ended")
+    r = cli(a, user, "ab", "--attach", jid, "--json", "--quiet", timeout=200)
+    assert r.returncode == EXIT_PARTIAL, r.stderr[-3000:]
+    again = json.loads(r.stdout)["a"]["runs"][0]["levels"]
+    assert again[1]["summary"]["completed"] == 24 and not again[1]["summary"].get("partial"), again[1]["summary"]
+    ent = json.loads(cli(a, user, "journal", "list", "--kind", "ab", "--json").stdout)[-1]
+    assert ent["id"] == rep["id"] and ent["status"] == "partial"
+    r = cli(a, user, "stop", dep["deploy_id"], "--yes", timeout=200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert gpus_used(sim_state(a)) == [0] * 8 and gpus_used(sim_state(b)) == [0] * 8

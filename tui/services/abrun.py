@@ -242,7 +242,10 @@ class ABRun:
 
     async def _from_job_folder(self, follower: jobs.JobFollower) -> ABReport | None:
         """The report of a campaign that wrote none, rebuilt from its spec and the results mirrored
-        from its folder (levels with at least one completed request); None when it left none."""
+        from its folder (levels with at least one completed request); None when it left none. An
+        A/B of deployments (run here) has its levels' results here and in each level's benchmark
+        job on its head node, and names the deployments it left running
+        (:func:`tui.services.deployab.left_by`)."""
         from tui.bench import store
 
         raw = await follower.final_read(lambda: logfollow.read_log(self.host, f"{self.job.dir}/{jobfiles.SPEC}"))
@@ -254,8 +257,17 @@ class ABRun:
         except ValueError as e:
             log.warning("A/B %s: unreadable %s: %s", self.id, jobfiles.SPEC, e)
             return None
+        found = "{} level(s) read from the job folder"
+        ids, left_running, unread = set(self.mirrored), [], []
+        if (self.job.meta or {}).get("deployments"):
+            from tui.services.deployab import left_by
+
+            left = await left_by(self.job, str(spec.get("ab_id")))
+            ids.update(left.run_ids)
+            left_running, unread = left.running, left.unread
+            found = "{} level(s) read from its results here and on the head nodes"
         results = []
-        for rid in sorted(self.mirrored):
+        for rid in sorted(ids):
             try:
                 labels = store.load_run(rid).meta.get("ab")
                 if not isinstance(labels, dict) or labels.get("ab_id") != spec.get("ab_id"):
@@ -267,20 +279,25 @@ class ABRun:
             if summary.get("completed"):
                 results.append((labels, rid, summary))
         if not results:
+            if left_running:
+                log.warning("A/B %s left no result; still running: %s", self.id, "; ".join(left_running))
             return None
         ex = self.exit or {}
         why = str(ex.get("error") or "the A/B job ended without its report")
+        not_read = f"; not read: {'; '.join(unread)}" if unread else ""
         try:
-            return report_from_results(
+            rep = report_from_results(
                 spec,
                 results,
                 status="cancelled" if ex.get("rc") == 130 else "partial",
-                error=f"{why}; {len(results)} level(s) read from the job folder",
+                error=f"{why}; {found.format(len(results))}{not_read}",
                 noise_pct=self.noise_pct,
             )
         except (KeyError, TypeError, ValueError) as e:
             log.warning("A/B %s: its report could not be rebuilt from %s: %s", self.id, jobfiles.SPEC, e)
             return None
+        rep.left_running.extend(left_running)
+        return rep
 
     # ------------------------------------------------------------------ cancel
     async def cancel(self) -> str:

@@ -13,17 +13,20 @@ unit; each benchmark level a host-side job on the head node).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping
 
 from tui.ab.plan import Plan
 from tui.ab.runner import ProfileInfo
-from tui.hostops.hosts import LocalHost
+from tui.hostops import launcher
+from tui.hostops.hosts import Host, HostError, LocalHost
 from tui.profiles.deploy import DeploymentPlan, build_deployment
 from tui.profiles.model import ServerProfile
 from tui.services import deploy, jobs
 from tui.services.abrun import ask_to_stop
 from tui.services.deployops import (
+    LEDGER,
     DeploymentOps,
     job_main,
     nodes_label,
@@ -108,6 +111,88 @@ async def start(
     return await start_job("ab", MODULE, spec, meta)
 
 
+# ---------------------------------------------------------------------- ended without its report
+
+
+@dataclass
+class LeftBy:
+    """What an A/B of deployments whose process ended without its report left (:func:`left_by`)."""
+
+    #: its levels' results here: mirrored as it ran, and mirrored again from each level's
+    #: benchmark job on its head (a level that ran on after the process ended included)
+    run_ids: list[str] = field(default_factory=list)
+    #: its deployments still running, each with how to stop it
+    running: list[str] = field(default_factory=list)
+    #: what could not be read (a node that did not answer), one line each
+    unread: list[str] = field(default_factory=list)
+
+
+async def left_by(job: jobs.Job, ab_id: str, *, host_factory: deploy.HostFactory | None = None) -> LeftBy:
+    """What the A/B ``ab_id`` run here as ``job`` left: the levels whose results exist, here or
+    on a head node, and the deployments it launched that still run (its job folder's
+    :data:`~tui.services.deployops.LEDGER` names both). Reads what it can; a node that does not
+    answer is named in :attr:`LeftBy.unread`, never raised."""
+    from tui.bench import store
+    from tui.util.files import read_jsonl
+
+    out = LeftBy()
+    try:
+        started = [r for r in read_jsonl(Path(job.dir) / LEDGER) if isinstance(r, dict)]
+    except FileNotFoundError:
+        started = []
+    except OSError as e:
+        out.unread.append(f"{Path(job.dir) / LEDGER}: {e.strerror or e}")
+        started = []
+    factory = host_factory or deploy.default_host_factory()
+    hosts: dict[str, Host] = {}
+
+    def host(node: str) -> Host:
+        if node not in hosts:
+            hosts[node] = factory(node)
+        return hosts[node]
+
+    try:
+        for r in started:
+            node, jid = r.get("node"), r.get("bench")
+            if not isinstance(node, str) or not isinstance(jid, str):
+                continue
+            try:
+                out.run_ids += await jobs.mirror_results(host(node), await jobs.find(host(node), "bench", jid))
+            except (HostError, jobs.JobError, OSError) as e:
+                log.warning("A/B %s: benchmark job %s on %s not read: %s", ab_id, jid, node, e)
+                out.unread.append(f"benchmark job {jid} on {node}: {e}")
+        for run in store.list_runs():  # what was mirrored as it ran (a head that no longer answers)
+            labels = run.meta.get("ab")
+            if isinstance(labels, dict) and labels.get("ab_id") == ab_id and run.run_id not in out.run_ids:
+                out.run_ids.append(run.run_id)
+        records = deploy.DeploymentStore()
+        for r in started:
+            dep = r.get("deployment")
+            rec = records.load(dep) if isinstance(dep, str) else None
+            if rec is not None:
+                await _still_running(rec, host, out)
+    finally:
+        await deploy.close_hosts(hosts)
+    return out
+
+
+async def _still_running(rec: deploy.DeploymentRecord, host: Callable[[str], Host], out: LeftBy) -> None:
+    """``rec`` in ``out.running`` when a member of it is alive on its node."""
+    stop = f"`tunedeck stop {rec.deploy_id}` stops it"
+    for node in rec.nodes:
+        try:
+            alive = {h.run_id for h in await launcher.list_host_runs(host(node)) if h.alive}
+        except HostError as e:
+            out.unread.append(f"deployment {rec.deploy_id} on {node}: {e}")
+            out.running.append(
+                f"{rec.profile} (deployment {rec.deploy_id}): may still run ({node} did not answer); {stop}"
+            )
+            return
+        if any(m.run_id in alive for m in rec.members if m.node == node):
+            out.running.append(f"{rec.profile} (deployment {rec.deploy_id}): left by the A/B's process; {stop}")
+            return
+
+
 def main(argv: list[str] | None = None) -> int:
     from tui.hostside import abjob
 
@@ -120,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 host_label=str(spec.get("host_label") or "deployments"),
                 python=spec_python(spec),
                 datasets=spec_datasets(spec),
+                ledger=job_dir / LEDGER,
             )
             made.append(ops)
             return ops

@@ -43,10 +43,14 @@ from tui.profiles.model import ServerProfile
 from tui.services import deploy, jobs, runtime
 from tui.services.abrun import refuse_while_running
 from tui.services.benchrun import HOST, BenchRun, read_data_file
-from tui.util.files import os_error_text
+from tui.util.files import JsonlAppender, os_error_text
 from tui.util.safety import redact_argv
 
 log = logging.getLogger(__name__)
+
+#: what a campaign run here started, one JSON line each, in its job folder: ``{"deployment": ID}``
+#: and ``{"bench": JOB_ID, "node": HEAD}`` (a level's benchmark job)
+LEDGER = "started.jsonl"
 
 
 def side_info(profile: ServerProfile, plan: DeploymentPlan) -> ProfileInfo:
@@ -85,6 +89,7 @@ class DeploymentOps:
         host_factory: deploy.HostFactory | None = None,
         python: str | None = None,
         datasets: Mapping[str, str] | None = None,
+        ledger: Path | None = None,
         ready_timeout: float = DEFAULT_READY_TIMEOUT,
         stop_grace: float = 30.0,
         gpu_wait: float = 60.0,
@@ -95,6 +100,8 @@ class DeploymentOps:
         self.python = python
         #: the workload's dataset file on each head node: {head: its path there} (:meth:`place_dataset`)
         self.datasets = dict(datasets or {})
+        #: where the campaign notes what it started, one JSON line each (:data:`LEDGER`), if anywhere
+        self.ledger = ledger
         self.ready_timeout = ready_timeout
         self.stop_grace = stop_grace
         self.gpu_wait = gpu_wait
@@ -115,6 +122,17 @@ class DeploymentOps:
 
     async def close(self) -> None:
         await deploy.close_hosts(self._hosts)
+
+    def _note(self, record: Mapping[str, str]) -> None:
+        """One line of the campaign's :attr:`ledger`: a deployment or a level's benchmark job it
+        started, for the report rebuilt when its process ends without one."""
+        if self.ledger is None:
+            return
+        try:
+            with JsonlAppender(self.ledger, sync_every=1) as out:
+                out.append(dict(record))
+        except OSError as e:
+            log.error("%s not written: %s", self.ledger, os_error_text(e))
 
     def _side(self, name: str) -> tuple[ServerProfile, DeploymentPlan]:
         try:
@@ -174,6 +192,7 @@ class DeploymentOps:
         )
         if rec.status == FAILED:
             raise RuntimeError(rec.diagnosis or f"deployment {rec.deploy_id} did not start")
+        self._note({"deployment": rec.deploy_id})
         runs = RunStore()
         head = next((m for m in rec.members if m.serves), None)
         run = runs.load(head.run_id) if head is not None else None
@@ -276,6 +295,8 @@ class DeploymentOps:
             )
         except (jobs.JobError, HostError, OSError) as e:
             return BenchResult(None, {}, None, f"benchmark not started on {rec.head}: {e}")
+        if run.job_id is not None:
+            self._note({"bench": run.job_id, "node": rec.head})
         try:
             async for ev in run.events():
                 msg, frac = progress_text(ev, level)
@@ -394,6 +415,7 @@ def job_main(module: str, argv: list[str] | None, run: Callable[[Path, list[Depl
 
 
 __all__ = [
+    "LEDGER",
     "DeploymentOps",
     "home",
     "job_argv",
