@@ -113,8 +113,9 @@ def one_replay(opts: List[str], tmp: Path, rep: int, rows: int, pin: Optional[Li
     if len(samples) != rows or sorted(x["index"] for x in samples) != list(range(rows)):
         raise SystemExit(f"trace_replay: the run stored {len(samples)} samples, expected each of {rows} rows once")
     lag = metrics.dispatch_lag(samples)
-    # each request's scheduled wall time: its wall clock at sending, less how late it was sent
-    due = [x["wall_start"] - x["sent_at"] + x["scheduled_at"] for x in samples]
+    # each request's scheduled wall time: its wall clock at sending, less how late it was sent (a
+    # request never written has no send time; the count check below then names the shortfall)
+    due = [x["wall_start"] - x["sent_at"] + x["scheduled_at"] for x in samples if x["sent_at"] is not None]
     srv = server_lateness(rec, 0, due)
     return {
         "repeat": rep,
