@@ -107,7 +107,7 @@ SIZED_BY_FORM = frozenset({"random", "text", "conversation"})
 
 def workload_option_flags() -> frozenset[str]:
     """The flags the form's options field takes: every source option of ``tunedeck bench``."""
-    from tui.commands.bench import WORKLOAD_OPTIONS
+    from tui.commands._workload import WORKLOAD_OPTIONS
 
     return frozenset([flag for flag, *_rest in WORKLOAD_OPTIONS] + ["--context-limit"])
 
