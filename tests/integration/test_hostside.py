@@ -403,8 +403,9 @@ async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
     from textual.app import App
 
     from tests.abfakes import FakeOps
+    from tui.ab.events import ABEvent
     from tui.ab.plans import load_plan
-    from tui.ab.runner import ABEvent, ABRunner
+    from tui.ab.runner import ABRunner
     from tui.hostops import launcher, runstore
     from tui.ui.screens.compare import CompareScreen
     from widgets.compare_table import CompareTable

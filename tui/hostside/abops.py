@@ -1,6 +1,6 @@
 """The A/B runner's operations on the host it runs on (the host-side runtime's side of an A/B).
 
-:class:`LocalOps` implements :class:`tui.ab.runner.ServerOps` next to the GPUs:
+:class:`LocalOps` implements :class:`tui.ab.ops.ServerOps` next to the GPUs:
 
 * the profiles arrive resolved (argv, env, port) from the laptop, which read them;
 * :mod:`tui.hostops.launcher` launches detached, finds and stops runs (PID-reuse
@@ -17,8 +17,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
-from tui.ab.plan import Plan, PlanLevel
-from tui.ab.runner import (
+from tui.ab.ops import (
     BenchResult,
     LaunchHandle,
     ProfileInfo,
@@ -26,6 +25,7 @@ from tui.ab.runner import (
     RunningServer,
     StopResult,
 )
+from tui.ab.plan import Plan, PlanLevel
 from tui.bench.counters import COUNTED_SPEC, Snapshot, level_figures, parse_counters
 from tui.hostops import launcher, runstore, tracker
 from tui.hostops.hosts import Host, LocalHost

@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
+from tui.ab.ops import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
 from tui.ab.plan import Plan, PlanLevel
-from tui.ab.runner import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
 from tui.hostops import launcher
 from tui.hostops.hosts import Host, HostError, LocalHost
 from tui.hostops.runstore import FAILED, READY, RunStore, new_run_id
@@ -75,7 +75,7 @@ def plan_side(name: str, *, sim: bool) -> tuple[ServerProfile, DeploymentPlan]:
 
 
 class DeploymentOps:
-    """:class:`tui.ab.runner.ServerOps` over deployments: each side on its nodes, each benchmark
+    """:class:`tui.ab.ops.ServerOps` over deployments: each side on its nodes, each benchmark
     host-side on the head."""
 
     def __init__(
