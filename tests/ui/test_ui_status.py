@@ -23,8 +23,9 @@ from tests.ui_text import screen_text
 from tests.waits import until_async
 from tui.hostops.hosts import HostError
 from tui.model import NA, GpuStatus, LinkState
-from tui.ui.app import MODE_REGISTRY, ModeSpec, TunedeckApp, make_app
+from tui.ui.app import TunedeckApp, make_app
 from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged
+from tui.ui.modes import MODE_REGISTRY, ModeSpec
 from widgets.gpu_table import GpuProcessTable, GpuTable
 from widgets.host_banner import HostBanner
 from widgets.server_panel import METRICS_DISABLED, ServerPanel
@@ -554,9 +555,9 @@ async def test_a_screen_that_fails_to_import_says_so_and_logs_its_traceback(tmp_
         "status": MODE_REGISTRY["status"],
         "compare": ModeSpec("Compare", "c", "brokenscreens.compare:CompareScreen"),
     }
-    caplog.set_level(logging.ERROR, logger="tui.ui.app")
+    caplog.set_level(logging.ERROR, logger="tui.ui.modes")
     app = app_with(FakeGpu([gpu_status(2, 0)]), modes=modes, demo=True)
-    records = [r for r in caplog.records if r.name == "tui.ui.app" and r.exc_info]
+    records = [r for r in caplog.records if r.name == "tui.ui.modes" and r.exc_info]
     assert records and "brokenscreens.compare" in records[0].getMessage()
     assert records[0].exc_info[0] is ModuleNotFoundError
     async with app.run_test(size=SIZE) as pilot:
