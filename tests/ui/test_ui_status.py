@@ -290,6 +290,21 @@ async def test_crashed_collector_becomes_a_state_and_restarts():
         assert host.calls >= 2
 
 
+async def test_a_crashed_collector_is_not_restarted_once_polling_stopped():
+    """Polling stops (a host switch, a reconnect) while a crashed loop waits for its restart: the
+    restart is dropped, so no loop of the old poll runs beside the new one."""
+    host = FakeHost(RuntimeError("parser bug"), host_stats())
+    app = app_with(host=host, restart_delay=0.3)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "collector crashed" in (app.latest.link.last_error or ""))
+        await app.stop_polling()
+        later = asyncio.Event()
+        app.set_timer(0.6, later.set)  # fires after the pending restart (0.3 s) would have
+        await until(pilot, later.is_set)
+        assert host.calls == 1
+        assert not [w for w in app.workers if w.group == "poll-gpu-box-01" and not w.is_finished]
+
+
 class _OtherScreen(Screen):
     def compose(self):
         yield Static("other")
