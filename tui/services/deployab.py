@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from tui.ab.ops import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
 from tui.ab.plan import Plan, PlanLevel
-from tui.hostops import launcher
+from tui.hostops import hostruns, launcher, runstop
 from tui.hostops.hosts import Host, HostError, LocalHost
 from tui.hostops.runstore import FAILED, READY, RunStore, new_run_id
 from tui.hostside.abops import DEFAULT_READY_TIMEOUT, flush_prefix_cache, level_config, progress_text
@@ -125,7 +125,7 @@ class DeploymentOps:
         nodes = sorted({n for _, plan in self.sides.values() for n in plan.nodes})
         out = []
         for node in nodes:
-            for h in await launcher.list_host_runs(self.host(node)):
+            for h in await hostruns.list_host_runs(self.host(node)):
                 if h.alive:
                     prof = h.meta.get("profile") if isinstance(h.meta, Mapping) else None
                     desc = f"run {h.run_id} on {node}" + (f" ({prof})" if prof else "")
@@ -135,11 +135,11 @@ class DeploymentOps:
     async def stop_running(self, server: RunningServer) -> StopResult:
         node, h = server.handle
         host = self.host(node)
-        recs = await launcher.reattach(host)
+        recs = await hostruns.reattach(host)
         rec = next((r for r in recs if r.run_id == h.run_id), None) or RunStore().load(h.run_id)
         if rec is None:
             return StopResult(False, None, f"run {h.run_id} on {node}: no record")
-        res = await launcher.stop_run(host, rec, grace=self.stop_grace, gpu_wait=self.gpu_wait)
+        res = await runstop.stop_run(host, rec, grace=self.stop_grace, gpu_wait=self.gpu_wait)
         ok = res.state in ("stopped", "exited", "stale")
         return StopResult(ok, res.gpu_released if ok else None, f"{node}: {res.message}")
 
