@@ -25,7 +25,8 @@ from tests.simfix import free_port
 from tui.bench import store
 from tui.bench.config import BenchConfig
 from tui.commands._benchjob import EXIT_OK, EXIT_PARTIAL
-from tui.hostops.hosts import ByteStream, LocalHost, RunResult
+from tui.hostops.hosts import ByteStream, RunResult
+from tui.hostops.localhost import LocalHost
 from tui.services import jobs
 from tui.services.benchrun import COMPLETE, HOST, BenchRun
 from tui.sim.demo import demo_env, demo_host

@@ -18,7 +18,7 @@ from tests.conftest import REPO, tunedeck_cmd
 from tests.hostfix import fake_python, pythons
 from tests.simfix import SimProc, free_port
 from tests.waits import until
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.services import runtime
 
 pytestmark = pytest.mark.timeout(240)

@@ -17,7 +17,7 @@ from tests.conftest import REPO
 from tests.ports import free_port
 from tui.hostops import hostruns, logfollow, runstore
 from tui.hostops import launcher as L
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.hostops.tracker import StartupTracker, format_progress, load_history, wait_ready
 
 FAKE = str(REPO / "tests" / "fakeserver.py")

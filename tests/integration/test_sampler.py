@@ -27,7 +27,7 @@ from tests.integration.test_ab_ssh import remote_shims
 from tests.simfix import SimProc, free_port
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tui.collectors.sampled import SampledGpu, sampled_sources
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.hostside import hostread
 
 pytestmark = pytest.mark.timeout(180)

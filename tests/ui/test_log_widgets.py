@@ -240,7 +240,7 @@ async def test_run_screen_attaches_shows_progress_and_stops():
     from tests.integration.test_launcher import fake
     from tui.hostops import launcher as L
     from tui.hostops import runstore
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.ui.screens.run import RunScreen
 
     host = LocalHost()
@@ -299,7 +299,7 @@ async def test_run_screen_launches_then_attaches_or_shows_refusal():
     from tests.integration.test_launcher import fake
     from tui.hostops import launcher as L
     from tui.hostops import runstore
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.ui.screens.run import RunScreen
 
     host = LocalHost()
@@ -357,7 +357,7 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
     from tests.integration.test_launcher import fake
     from tui.hostops import launcher as L
     from tui.hostops import runstore
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.ui.screens.run import RunScreen
 
     host = LocalHost()

@@ -20,7 +20,7 @@ from tests.ui.test_ui_status import until, until_shown
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, server
 from tui.collectors.deployment import DeploymentSnapshot
 from tui.hostops import launcher as L
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.hostops.runstore import RunStore
 from tui.model import StartupProgress
 from tui.services import deploy as D

@@ -375,7 +375,7 @@ async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, A
 
     u = cfg.url
     if any(h in u for h in ("//127.0.0.1", "//localhost", "//[::1]")):
-        from tui.hostops.hosts import LocalHost
+        from tui.hostops.localhost import LocalHost
 
         if shutil.which("nvidia-smi"):
             gpus = await host_gpus(LocalHost())
@@ -436,7 +436,7 @@ async def start_run(argv: list[str]) -> Any:
     runs on this machine as a host-side job too, so the dashboard's own event loop never skews it
     and closing the dashboard does not cut it. Returns a :class:`tui.services.benchrun.BenchRun`."""
     from tui.bench import metrics
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.services.benchrun import BenchRun
     from tui.services.targets import get_host
 

@@ -29,7 +29,8 @@ from tui.ab.ops import (
 from tui.ab.plan import Plan, PlanLevel
 from tui.bench.counters import COUNTED_SPEC, Snapshot, level_figures, parse_counters
 from tui.hostops import hostruns, launcher, runstop, runstore, tracker
-from tui.hostops.hosts import Host, LocalHost
+from tui.hostops.hosts import Host
+from tui.hostops.localhost import LocalHost
 from tui.util import http
 from tui.util.safety import flag_value, redact_argv, redact_env
 

@@ -29,7 +29,8 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 from tui.ab.ops import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
 from tui.ab.plan import Plan, PlanLevel
 from tui.hostops import hostruns, launcher, runstop
-from tui.hostops.hosts import Host, HostError, LocalHost
+from tui.hostops.hosts import Host, HostError
+from tui.hostops.localhost import LocalHost
 from tui.hostops.runstore import FAILED, READY, RunStore, new_run_id
 from tui.hostside.abops import DEFAULT_READY_TIMEOUT, flush_prefix_cache, level_config, progress_text
 from tui.hostside.jobfiles import SPEC

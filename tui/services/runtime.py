@@ -79,6 +79,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/hostops/hostruns.py",
     "tui/hostops/hosts.py",
     "tui/hostops/hostscripts.py",
+    "tui/hostops/localhost.py",
     "tui/hostops/launcher.py",
     "tui/hostops/logfollow.py",
     "tui/hostops/liveness.py",
