@@ -244,7 +244,7 @@ async def test_t_on_nodes_named_user_at_host_port_shows_each_nodes_lines():
     """Nodes written ``user@host:port`` (the README's form) hold colons themselves: the node of a
     tag is matched, not cut at the first colon (that gave an empty log for every such node)."""
     from widgets.deployment import node_styles
-    from widgets.server_log import tag_node
+    from widgets.severity_log import tag_node
 
     nodes = ["op@10.0.0.2:2222", "op@10.0.0.2:2223"]
     tags = [nodes[0], f"{nodes[0]}:ray", nodes[1], f"{nodes[1]}:ray"]
