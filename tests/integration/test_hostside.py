@@ -18,7 +18,7 @@ from tests.conftest import REPO, tunedeck_cmd
 from tests.hostfix import fake_python, pythons
 from tests.simfix import SimProc, free_port
 from tests.waits import until
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.services import runtime
 
 pytestmark = pytest.mark.timeout(240)
@@ -403,9 +403,10 @@ async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
     from textual.app import App
 
     from tests.abfakes import FakeOps
+    from tui.ab.events import ABEvent
     from tui.ab.plans import load_plan
-    from tui.ab.runner import ABEvent, ABRunner
-    from tui.hostops import launcher, runstore
+    from tui.ab.runner import ABRunner
+    from tui.hostops import launcher, runstop, runstore
     from tui.ui.screens.compare import CompareScreen
     from widgets.compare_table import CompareTable
 
@@ -442,4 +443,4 @@ async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
             assert scr.report is not None and scr.report.id == rep.id
             assert scr.query_one(CompareTable).get_cell("peak_output_tok_s", "verdict").plain == "B +18%"
     finally:
-        await launcher.signal_folder(host, str(jd), jid, 2)
+        await runstop.signal_folder(host, str(jd), jid, 2)

@@ -8,7 +8,7 @@ from textual.widgets import Static
 
 from tests.ui.test_ui_charts import BenchApp, ScriptedBench
 from tests.waits import until_async
-from tui.commands.bench import EXIT_LOST, EXIT_OK, EXIT_PARTIAL
+from tui.commands._benchjob import EXIT_LOST, EXIT_OK, EXIT_PARTIAL
 from tui.ui.screens.bench import BenchScreen
 
 pytestmark = pytest.mark.timeout(60)

@@ -13,7 +13,7 @@ from tui.ab.plan import Plan, PlanLevel
 from tui.ab.runner import BenchResult, ProfileInfo
 from tui.ab.tune import TuneRunner, Workload
 from tui.ab.tuneresult import pareto
-from tui.profiles.model import load_profile_text
+from tui.profiles.profileread import load_profile_text
 from tui.profiles.vary import VaryError, expand, parse_vary, read_candidates_file
 from tui.services.tunerun import estimate, parse_budget
 

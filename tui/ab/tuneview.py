@@ -1,6 +1,6 @@
 """A tuning campaign as the dashboard shows it: every candidate's state and the step being
 measured, the best so far, an ETA and the Pareto frontier, folded from the campaign's events
-(:class:`~tui.ab.runner.ABEvent`, as :mod:`tui.ab.tune` emits them) and, at the end, its report.
+(:class:`~tui.ab.events.ABEvent`, as :mod:`tui.ab.tune` emits them) and, at the end, its report.
 
 :class:`TuneProgress` takes the events; :meth:`TuneProgress.snapshot` is an immutable
 :class:`TuneSnapshot` that the Tune screen renders. No Textual here.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from tui.ab.runner import ABEvent
+from tui.ab.events import ABEvent
 from tui.ab.tuneresult import pareto
 
 QUEUED, STARTING, MEASURING, DONE, FAILED, DROPPED, SKIPPED = (

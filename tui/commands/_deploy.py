@@ -13,7 +13,7 @@ from tui.commands._ask import confirm
 from tui.commands._runs import age, err
 from tui.fmt import text_table
 from tui.hostops.hosts import HostError
-from tui.hostops.launcher import process_alive
+from tui.hostops.runstop import process_alive
 from tui.hostops.runstore import RunStore
 from tui.model import jsonable
 from tui.profiles.model import ProfileError, ServerProfile

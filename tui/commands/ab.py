@@ -15,7 +15,7 @@ from tui.commands._ask import confirm
 from tui.util.safety import UnsafeInput
 
 if TYPE_CHECKING:
-    from tui.ab.runner import ABEvent
+    from tui.ab.events import ABEvent
     from tui.commands import Subparsers
 
 

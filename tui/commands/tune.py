@@ -27,7 +27,8 @@ EXIT_EPILOG = (
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     from tui.ab.tune import DEFAULT_NOISE_PCT
-    from tui.commands.bench import _nonneg_int, _pos_int, add_workload_options
+    from tui.commands._argtypes import nonneg_int, pos_int
+    from tui.commands._workload import add_workload_options
 
     p = subparsers.add_parser(
         "tune",
@@ -72,27 +73,25 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="PCT",
         help=f"the least noise band of a capacity, in %% (default {DEFAULT_NOISE_PCT:g})",
     )
-    p.add_argument(
-        "--max-concurrency", type=_pos_int, default=1024, metavar="C", help="search no higher (default 1024)"
-    )
-    p.add_argument("--max-steps", type=_pos_int, default=8, metavar="N", help="levels per search (default 8)")
+    p.add_argument("--max-concurrency", type=pos_int, default=1024, metavar="C", help="search no higher (default 1024)")
+    p.add_argument("--max-steps", type=pos_int, default=8, metavar="N", help="levels per search (default 8)")
     p.add_argument(
         "--start",
-        type=_pos_int,
+        type=pos_int,
         default=1,
         metavar="C",
         help="after C=1, bracket from this concurrency by doubling (default: 2)",
     )
     w = p.add_argument_group("workload (each level of the search)")
-    w.add_argument("--input-len", type=_pos_int, default=None, help="prompt length in tokens (default 128)")
-    w.add_argument("--output-len", type=_pos_int, default=None, help="max_tokens per request (default 128)")
+    w.add_argument("--input-len", type=pos_int, default=None, help="prompt length in tokens (default 128)")
+    w.add_argument("--output-len", type=pos_int, default=None, help="max_tokens per request (default 128)")
     w.add_argument(
-        "--prompts-per-c", type=_pos_int, default=5, metavar="N", help="requests per level: N x C (default 5)"
+        "--prompts-per-c", type=pos_int, default=5, metavar="N", help="requests per level: N x C (default 5)"
     )
     w.add_argument(
-        "--min-prompts", type=_pos_int, default=10, metavar="N", help="requests per level at least (default 10)"
+        "--min-prompts", type=pos_int, default=10, metavar="N", help="requests per level at least (default 10)"
     )
-    w.add_argument("--warmup", type=_nonneg_int, default=1, help="warmup requests per level (not recorded)")
+    w.add_argument("--warmup", type=nonneg_int, default=1, help="warmup requests per level (not recorded)")
     w.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     w.add_argument("--seed", type=int, default=1)
     add_workload_options(p)
@@ -115,13 +114,11 @@ def _workload(args: argparse.Namespace) -> Any:
     """The level template of every search step (ValueError with one line)."""
     from tui.ab.plan import Plan, PlanLevel
     from tui.ab.tune import Workload
-    from tui.bench.workloads import build_workload, with_lengths
-    from tui.commands.bench import workload_from_args
+    from tui.bench.workloads import build_workload, default_ignore_eos, with_lengths
+    from tui.commands._workload import workload_from_args
 
     spec = workload_from_args(args)
-    ignore_eos = (
-        args.ignore_eos if getattr(args, "ignore_eos", None) is not None else spec.name not in ("sharegpt", "custom")
-    )
+    ignore_eos = args.ignore_eos if getattr(args, "ignore_eos", None) is not None else default_ignore_eos(spec.name)
     level = PlanLevel(1, args.min_prompts, args.input_len or 128, args.output_len or 128, args.warmup, "C=1")
     plan = Plan("tune", (level,), endpoint=args.endpoint, ignore_eos=ignore_eos, seed=args.seed, workload=spec)
     try:

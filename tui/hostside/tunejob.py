@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from tui.ab.runner import ProfileInfo, ServerOps
+from tui.ab.ops import ProfileInfo, ServerOps
 from tui.hostside.abjob import run_job
 from tui.hostside.jobfiles import REPORT, SPEC, EventLog, on_stop_signal, read_spec
 from tui.util.files import atomic_write_json

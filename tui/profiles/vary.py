@@ -31,7 +31,8 @@ import tomllib
 from tui.engines import release_flags
 from tui.profiles.deploy import parallel_sizes
 from tui.profiles.flagcheck import judge
-from tui.profiles.model import ProfileError, ServerProfile, profile_from_dict, profile_to_dict
+from tui.profiles.model import ProfileError, ServerProfile, profile_to_dict
+from tui.profiles.profileread import profile_from_dict
 
 
 class VaryError(ValueError):

@@ -326,7 +326,8 @@ async def refuse_while_running(host: Host) -> None:
     """One campaign per host at a time, an A/B or a tuning campaign: :class:`jobs.JobError`
     naming the one that runs, on the host or, for a remote host, run from this machine over a
     deployment that has the host among its nodes (:mod:`tui.services.deployops`)."""
-    from tui.hostops.hosts import LocalHost, parse_target
+    from tui.hostops.localhost import LocalHost
+    from tui.hostops.target import parse_target
     from tui.util.safety import UnsafeInput
 
     where = {"local": "", "demo": " --demo"}.get(host.target, f" --host {host.target}")

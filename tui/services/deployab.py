@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping
 
+from tui.ab.ops import ProfileInfo
 from tui.ab.plan import Plan
-from tui.ab.runner import ProfileInfo
 from tui.hostops import launcher
-from tui.hostops.hosts import Host, HostError, LocalHost
+from tui.hostops.hosts import Host, HostError
+from tui.hostops.localhost import LocalHost
 from tui.profiles.deploy import DeploymentPlan, build_deployment
 from tui.profiles.model import ServerProfile
 from tui.services import deploy, jobs

@@ -31,10 +31,11 @@ import sys
 from pathlib import Path
 from typing import Awaitable, Callable, Mapping, Sequence
 
+from tui.ab.ops import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
 from tui.ab.plan import Plan, PlanLevel
-from tui.ab.runner import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
-from tui.hostops import launcher
-from tui.hostops.hosts import Host, HostError, LocalHost
+from tui.hostops import hostruns, launcher, runstop
+from tui.hostops.hosts import Host, HostError
+from tui.hostops.localhost import LocalHost
 from tui.hostops.runstore import FAILED, READY, RunStore, new_run_id
 from tui.hostside.abops import DEFAULT_READY_TIMEOUT, flush_prefix_cache, level_config, progress_text
 from tui.hostside.jobfiles import SPEC
@@ -78,7 +79,7 @@ def nodes_label(plans: Sequence[DeploymentPlan]) -> str:
 
 
 class DeploymentOps:
-    """:class:`tui.ab.runner.ServerOps` over deployments (``sides``: profile name -> its profile
+    """:class:`tui.ab.ops.ServerOps` over deployments (``sides``: profile name -> its profile
     and plan): each launched on its nodes, each benchmark host-side on the head."""
 
     def __init__(
@@ -153,7 +154,7 @@ class DeploymentOps:
         out: list[RunningServer] = []
         seen: set[str] = set()
         for node in self.nodes:
-            for h in await launcher.list_host_runs(self.host(node)):
+            for h in await hostruns.list_host_runs(self.host(node)):
                 if not h.alive:
                     continue
                 rec = by_run.get(h.run_id)
@@ -173,11 +174,11 @@ class DeploymentOps:
             return await self._stop_deployment(server.handle)
         node, h = server.handle
         host = self.host(node)
-        recs = await launcher.reattach(host)
+        recs = await hostruns.reattach(host)
         rec = next((r for r in recs if r.run_id == h.run_id), None) or RunStore().load(h.run_id)
         if rec is None:
             return StopResult(False, None, f"run {h.run_id} on {node}: no record")
-        res = await launcher.stop_run(host, rec, grace=self.stop_grace, gpu_wait=self.gpu_wait)
+        res = await runstop.stop_run(host, rec, grace=self.stop_grace, gpu_wait=self.gpu_wait)
         ok = res.state in ("stopped", "exited", "stale")
         return StopResult(ok, res.gpu_released if ok else None, f"{node}: {res.message}")
 

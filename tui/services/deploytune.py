@@ -25,10 +25,11 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
-from tui.ab.runner import ProfileInfo
+from tui.ab.ops import ProfileInfo
 from tui.ab.tune import Workload
 from tui.profiles.deploy import DeploymentPlan, build_deployment
-from tui.profiles.model import ProfileError, ServerProfile, profile_from_dict, profile_to_dict
+from tui.profiles.model import ProfileError, ServerProfile, profile_to_dict
+from tui.profiles.profileread import profile_from_dict
 from tui.services import deploy, jobs
 from tui.services.abrun import ask_to_stop
 from tui.services.deployops import (

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Sequence
 
-from tui.hostops import launcher, logfollow, runstore
+from tui.hostops import hostruns, launcher, logfollow, runstop, runstore
 from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles
 from tui.services import runtime
@@ -119,7 +119,7 @@ async def restart(host: Host, job: Job, *, python: str | None = None, argv: Sequ
 async def list_jobs(host: Host, kind: str) -> list[Job]:
     return [
         Job(kind, h.run_id, h.run_dir, host.target, h.pid, h.starttime, h.alive, h.rc, h.meta)
-        for h in await launcher.list_host_runs(host, kind)
+        for h in await hostruns.list_host_runs(host, kind)
     ]
 
 
@@ -143,12 +143,12 @@ async def find(host: Host, kind: str, job_id: str) -> Job:
 async def is_alive(host: Host, job: Job) -> bool:
     if job.pid is None:
         return False
-    return await launcher.process_alive(host, job.pid, job.starttime)
+    return await runstop.process_alive(host, job.pid, job.starttime)
 
 
 async def stop(host: Host, job: Job, *, grace: float = 30.0) -> str:
     """TERM the job (it writes partial results / stops its server), KILL after ``grace``."""
-    state, message, r = await launcher.signal_folder(host, job.dir, job.job_id, grace)
+    state, message, r = await runstop.signal_folder(host, job.dir, job.job_id, grace)
     if state == "stopped":
         return f"{job.kind} job {job.job_id} stopped" + (
             " (killed after the grace period)" if message == "KILL" else ""

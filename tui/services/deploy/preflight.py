@@ -6,8 +6,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Mapping
 
+from tui.hostops.gpuquery import compute_apps
+from tui.hostops.hostruns import list_host_runs
 from tui.hostops.hosts import Host, HostError
-from tui.hostops.launcher import compute_apps, list_host_runs
 from tui.profiles.deploy import RAY_WAIT, DeploymentPlan, Step
 from tui.services import runtime
 from tui.services.deploy.records import dress_sim

@@ -214,7 +214,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     # ------------------------------------------------------------ the run
     @work(group="bench", exit_on_error=False)
     async def run_bench(self) -> None:
-        from tui.commands.bench import exit_code, start_run
+        from tui.commands._benchjob import exit_code
+        from tui.commands.bench import start_run
         from tui.hostops.hosts import HostError
         from tui.services import jobs, runtime
         from tui.services.benchrun import BenchRun
@@ -375,7 +376,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self._show_status()
 
     def on_bench_screen_finished(self, event: "BenchScreen.Finished") -> None:
-        from tui.commands.bench import outcome_words
+        from tui.commands._benchjob import outcome_words
 
         self.rc = event.rc
         self.link.ok()  # the follow is over: what happened is in the state line
