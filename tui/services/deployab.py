@@ -36,8 +36,8 @@ from tui.hostside.jobfiles import SPEC
 from tui.profiles.deploy import DeploymentPlan, build_deployment
 from tui.profiles.model import ServerProfile
 from tui.services import deploy, jobs
-from tui.services.abrun import ask_to_stop, refuse_while_running
 from tui.services.benchrun import HOST, BenchRun
+from tui.services.jobrun import ask_to_stop, refuse_while_running
 from tui.util.files import os_error_text
 from tui.util.safety import redact_argv
 

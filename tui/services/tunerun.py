@@ -1,6 +1,6 @@
 """Tuning campaigns on the GPU host, from the laptop: plan, start, follow (restarting a killed
-campaign so it resumes), cancel, mirror — the A/B's machinery (:mod:`tui.services.abrun`,
-:mod:`tui.services.jobs`) with :mod:`tui.hostside.tunejob` on the host.
+campaign so it resumes), cancel, mirror — the follow, the end and the cancel of every detached
+campaign (:class:`tui.services.jobrun.JobRun`) with :mod:`tui.hostside.tunejob` on the host.
 
 The laptop reads the base profile and builds the candidates (:mod:`tui.profiles.vary`),
 estimates the campaign's time (:func:`estimate`, from the journal's recorded start-ups),
@@ -14,25 +14,23 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 from tui.ab.journal import Journal, new_id
-from tui.ab.runner import ABEvent, ProfileInfo
+from tui.ab.runner import ProfileInfo
 from tui.ab.tune import Workload
-from tui.hostops import launcher, logfollow
+from tui.hostops import logfollow
 from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles
 from tui.services import jobs
-from tui.services.abrun import ask_to_stop, profile_info, refuse_while_running
-from tui.services.benchrun import ship_data_file
+from tui.services.abrun import profile_info
+from tui.services.jobrun import JobRun, ask_to_stop_runs, held_by_runs, journal, refuse_while_running, ship_workload
 
 if TYPE_CHECKING:
     from tui.profiles.vary import Candidate
 
 log = logging.getLogger(__name__)
 
-#: a cancel stops the server the campaign started and waits for its GPUs: give it time
-CANCEL_GRACE = 180.0
 #: how often one follow restarts a campaign whose process was killed
 MAX_RESTARTS = 3
 #: without a recorded start-up for a candidate's profile: an engine's, the simulator's (s)
@@ -117,7 +115,7 @@ async def check_candidates(
     no reason). Stops nothing. The campaign's start and the Tune screen's pre-flight use it."""
     from tui.services import checks, runtime
 
-    held = ("port.in-use",) if any(h.alive for h in await launcher.list_host_runs(host)) else ()
+    held = await held_by_runs(host)
     out: list[tuple[Candidate, ProfileInfo | None, str | None]] = []
     for c in candidates:
         skip, info = None, None
@@ -137,25 +135,19 @@ async def check_candidates(
     return out
 
 
-class TuneRun:
-    """One campaign on a host, followed from here."""
+class TuneRun(JobRun):
+    """One tuning campaign on a host, followed from here; a campaign whose process was killed is
+    started again in its folder (:meth:`_resume`, :meth:`_restart`), where it resumes from its state."""
+
+    KIND = "tune"
+    ID_KEY = "campaign"
+    NOUN = "campaign"
 
     def __init__(self, host: Host, job: jobs.Job, *, python: str | None = None) -> None:
-        self.host = host
-        self.job = job
+        super().__init__(host, job)
         self.python = python
         self.report: dict[str, Any] | None = None
-        self.exit: dict[str, Any] | None = None
-        self.lost = False
         self.restarts = 0
-        #: set by a cancel: a campaign killed after it is not restarted
-        self.cancelled = False
-        self.on_link_error: Any = None
-        self.on_link_ok: Any = None
-
-    @property
-    def id(self) -> str:
-        return self.job.job_id
 
     @classmethod
     async def start(
@@ -203,19 +195,9 @@ class TuneRun:
             )
         if all(e["skip"] for e in entries):
             raise jobs.JobError(f"{where}: not started, nothing stopped: every candidate failed pre-flight")
-        running = [h for h in await launcher.list_host_runs(host) if h.alive]
-        stop_existing = await ask_to_stop(
-            [f"run {h.run_id}" + (f" ({h.meta.get('profile')})" if h.meta.get("profile") else "") for h in running],
-            f" on {where}",
-            confirm_stop,
-            refused=f"{host.target}: ",
-        )
-        plan = workload.plan
-        if plan.workload.path:  # the host-side levels read the dataset there, placed once per content
-            path = await ship_data_file(host, plan.workload.path, py)
-            workload = dataclasses.replace(
-                workload, plan=dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, path=path))
-            )
+        stop_existing = await ask_to_stop_runs(host, where, confirm_stop)
+        # the host-side levels read the dataset there
+        workload = dataclasses.replace(workload, plan=await ship_workload(host, workload.plan, py))
         cid = new_id("tune")
         spec = {
             "campaign": cid,
@@ -234,7 +216,7 @@ class TuneRun:
             "host_label": where,
         }
         job = await jobs.start(host, "tune", spec, python=py, meta={"campaign": cid, "base": base})
-        _journal(
+        journal(
             {
                 "kind": "tune",
                 "id": cid,
@@ -251,13 +233,7 @@ class TuneRun:
     @classmethod
     async def attach(cls, host: Host, ref: str) -> "TuneRun":
         """A campaign by job id (or prefix) or by its campaign id."""
-        try:
-            job = await jobs.find(host, "tune", ref)
-        except jobs.JobError:
-            found = [j for j in await jobs.list_jobs(host, "tune") if (j.meta or {}).get("campaign") == ref]
-            if not found:
-                raise
-            job = found[-1]
+        job = await cls.find_job(host, ref)
         return cls(host, job, python=str((job.meta or {}).get("python") or "") or None)
 
     async def spec(self) -> dict[str, Any]:
@@ -273,32 +249,19 @@ class TuneRun:
         return d
 
     # ------------------------------------------------------------------ follow
-    async def events(self) -> AsyncIterator[ABEvent]:
-        """The campaign's events to its end. A campaign whose process ended without its report
-        (killed) is started again in its folder, where it resumes from its state; the follow
-        goes on at the same offset (nothing read twice)."""
-        offset = 0
-        while True:
-            follower = jobs.JobFollower(self.host, self.job, offset)
-            follower.on_link_error = self.on_link_error
-            follower.on_link_ok = self.on_link_ok
-            async for ev in follower.events():
-                if ev.get("type") == "ab":
-                    yield ABEvent.from_json(ev)
-            offset = follower.offset
-            self.exit = follower.exit
-            self.lost = follower.lost
-            ex = follower.exit or {}
-            if not ex.get("synthetic") or self.lost or self.cancelled or self.restarts >= MAX_RESTARTS:
-                break
-            if await follower.final_read(self._has_report):
-                break
-            self.restarts += 1
-            yield ABEvent(
-                "info", f"the campaign's process ended without its report ({ex.get('error')}); restarting it to resume"
-            )
-            self.job = await jobs.restart(self.host, self.job, python=self.python)
-        await self.finish(follower)
+    async def _resume(self, follower: jobs.JobFollower) -> str | None:
+        """A campaign whose process ended without its report (killed) is started again in its
+        folder, where it resumes from its state (at most :data:`MAX_RESTARTS` times a follow)."""
+        ex = follower.exit or {}
+        if not ex.get("synthetic") or self.lost or self.cancelled or self.restarts >= MAX_RESTARTS:
+            return None
+        if await follower.final_read(self._has_report):
+            return None
+        self.restarts += 1
+        return f"the campaign's process ended without its report ({ex.get('error')}); restarting it to resume"
+
+    async def _restart(self) -> None:
+        self.job = await jobs.restart(self.host, self.job, python=self.python)
 
     async def _has_report(self) -> bool:
         r = await self.host.run(["test", "-s", f"{self.job.dir}/{jobfiles.REPORT}"], timeout=15)
@@ -308,34 +271,12 @@ class TuneRun:
 
     async def finish(self, follower: jobs.JobFollower | None = None) -> dict[str, Any] | None:
         """Read the report, mirror the results and journal the campaign here (idempotent)."""
-        path = f"{self.job.dir}/{jobfiles.REPORT}"
-        if follower is not None:
-            raw = await follower.final_read(lambda: logfollow.read_log(self.host, path)) or b""
-            await follower.final_read(lambda: jobs.mirror_results(self.host, self.job))
-            self.lost = follower.lost
-        else:
-            try:
-                raw = await logfollow.read_log(self.host, path)
-                await jobs.mirror_results(self.host, self.job)
-            except HostError as e:
-                log.warning("campaign %s: report not read: %s", self.id, e)
-                raw = b""
-        if raw.strip():
-            try:
-                d = json.loads(raw)
-            except ValueError as e:
-                log.warning("campaign %s: unreadable report: %s", self.id, e)
-                return None
-            if isinstance(d, dict):
-                self.report = d
-                _journal(journal_record(d, self.job.job_id))
-                _journal_launches(d)
+        d = self.json_object(await self.read_outcome(follower))
+        if d is not None:
+            self.report = d
+            journal(journal_record(d, self.job.job_id))
+            _journal_launches(d)
         return self.report
-
-    async def cancel(self) -> str:
-        """Cancel on the host: the server it started is stopped, every result is kept."""
-        self.cancelled = True
-        return await jobs.stop(self.host, self.job, grace=CANCEL_GRACE)
 
 
 def journal_record(rep: Mapping[str, Any], job_id: str) -> dict[str, Any]:
@@ -378,13 +319,6 @@ def _journal_launches(rep: Mapping[str, Any]) -> None:
                 except OSError as e:
                     log.error("journal not written: %s", e)
                     return
-
-
-def _journal(record: dict[str, Any]) -> None:
-    try:
-        Journal().append(record)
-    except OSError as e:
-        log.error("journal not written: %s", e)
 
 
 __all__ = ["Estimate", "TuneRun", "check_candidates", "estimate", "journal_record", "parse_budget"]
