@@ -41,6 +41,7 @@ STATE_STYLE = {
     "failed": "bold red",
     "dropped": "dim",
     "skipped": "dim red",
+    "not measured": "yellow",
 }
 #: a name never wraps narrower than this
 MIN_NAME = 12
@@ -164,7 +165,9 @@ class TuneTable(DataTable[Any]):
         t.append(f"#{i + 1} ", style="bold")
         t.append(c.name, style="bold" if c.name == snap.best else "")
         if c.name == snap.best:
-            t.append(" (best so far)" if snap.status == "running" else " (winner)", style="bold")
+            # a partial campaign's best is of the candidates it measured, not the winner
+            lead = {"running": "best so far", "partial": "best of the measured"}.get(snap.status, "winner")
+            t.append(f" ({lead})", style="bold")
         cells = self._cells(snap, i + 1, c)
         parts = [f"{label} {cells[key]}" for key, label in COLUMNS if key in ("per_user", "per_gpu")]
         step = self._step(c)

@@ -251,3 +251,42 @@ async def test_at_80x24_a_campaign_takes_the_width_and_every_candidate_keeps_its
         await pilot.press("B")  # choosing a base needs the list: the first key shows it, changes nothing
         await until_async(lambda: side.display, 10, pilot=pilot)
         assert scr.base == BASE
+
+
+async def test_a_partial_report_says_so_and_marks_the_candidates_not_measured():
+    from tui.ui.screens.campaign import CampaignEnded
+    from widgets.tune_table import TuneTable
+
+    scr = TuneScreen(start_campaign=starter(FakeCampaign(), []), profiles=[BASE])
+    async with TuneApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        a, b = BASE, f"{BASE}+attention-backend=flashinfer"
+        scr.post_message(
+            CampaignEnded(
+                {
+                    "campaign": "tune-1",
+                    "status": "partial",
+                    "error": "the campaign's process ended without its report 4 times; not measured: " + b,
+                    "winner": a,
+                    "not_measured": [b],
+                    "candidates": [
+                        {
+                            "name": a,
+                            "state": "measured",
+                            "capacity": 16,
+                            "tok_s_per_user": 50.0,
+                            "tok_s_per_gpu": 100.0,
+                        },
+                        {"name": b, "state": "pending", "findings": ["not measured: its measurement was cut short"]},
+                    ],
+                }
+            )
+        )
+        table = scr.query_one("#tune-table", DataTable)
+        await until_async(lambda: table.row_count == 2, 10, pilot=pilot)
+        status = str(scr.query_one("#tune-status").content)
+        assert "· partial" in status and f"best of the measured: {a}" in status and "winner" not in status, status
+        assert "ended without its report 4 times" in status
+        assert str(table.get_cell(b, "state")) == "not measured" and str(table.get_cell(a, "state")) == "done"
+        detail = str(scr.query_one(TuneTable).detail())  # the narrow layout's line under the table
+        assert "(best of the measured)" in detail and "winner" not in detail, detail

@@ -146,6 +146,8 @@ class RunningServer:
     id: str
     description: str
     handle: Any = None
+    #: the profile it was launched from (its run's meta), when known
+    profile: str | None = None
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ measured, the best so far, an ETA and the Pareto frontier, folded from the campa
 Candidate states (the screen's words for the runner's): ``queued`` (not measured yet in this
 round), ``starting`` (launched, waiting for ready), ``measuring`` (a capacity step: ``C=16``),
 ``done`` (measured), ``failed`` (did not start, or its benchmark failed), ``dropped`` (a clear
-loser after a round), ``skipped`` (pre-flight, or the budget).
+loser after a round), ``skipped`` (pre-flight, or the budget), ``not measured`` (the campaign
+ended before it: a cancelled or partial campaign's report).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from tui.ab.runner import ABEvent
-from tui.ab.tune import pareto
+from tui.ab.tuneresult import pareto
 
 QUEUED, STARTING, MEASURING, DONE, FAILED, DROPPED, SKIPPED = (
     "queued",
@@ -28,6 +29,7 @@ QUEUED, STARTING, MEASURING, DONE, FAILED, DROPPED, SKIPPED = (
     "dropped",
     "skipped",
 )
+NOT_MEASURED = "not measured"
 #: the runner's states (report.json) in the screen's words
 FROM_REPORT = {
     "pending": QUEUED,
@@ -38,7 +40,7 @@ FROM_REPORT = {
     "failed": FAILED,
 }
 #: states after which a candidate takes no more time this round
-FINISHED = (DONE, FAILED, DROPPED, SKIPPED)
+FINISHED = (DONE, FAILED, DROPPED, SKIPPED, NOT_MEASURED)
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,8 @@ class TuneSnapshot:
     """What the Tune screen shows at one moment."""
 
     campaign: str = ""
-    #: ``idle``, ``running``, ``completed``, ``failed``, ``cancelled``
+    #: ``idle``, ``running``, ``completed``, ``failed``, ``cancelled``, ``partial`` (its job ended
+    #: without its report: the result read from its job folder)
     status: str = "idle"
     candidates: tuple[CandidateView, ...] = ()
     round: int = 0
@@ -237,6 +240,8 @@ class TuneProgress:
             c = self._cand(d["name"])
             c.tp = int(d.get("tp") or c.tp)
             c.state = FROM_REPORT.get(str(d.get("state")), c.state)
+            if c.state == QUEUED and self.status != "running":  # the campaign ended before it
+                c.state, c.step = NOT_MEASURED, ""
             c.capacity = _num(d.get("capacity"))
             c.per_user = _num(d.get("tok_s_per_user"))
             c.per_gpu = _num(d.get("tok_s_per_gpu"))
@@ -323,6 +328,7 @@ __all__ = [
     "DROPPED",
     "FAILED",
     "MEASURING",
+    "NOT_MEASURED",
     "QUEUED",
     "SKIPPED",
     "STARTING",

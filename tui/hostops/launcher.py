@@ -312,7 +312,8 @@ async def launch(
 @dataclass(frozen=True)
 class Detached:
     """What :func:`start_detached` reports: the folder, and the wrapper's pid and start time
-    (``pid`` None: it did not start, ``error`` says why; ``lost``: the link died meanwhile)."""
+    (``pid`` None: it did not start, ``error`` says why; ``lost``: the link died meanwhile, or no
+    answer came in time, so it may have started all the same)."""
 
     run_dir: str | None
     pid: int | None
@@ -445,7 +446,7 @@ async def start_detached(
             err = line[4:]
     if pid is None:
         msg = err or r.stderr.strip() or ("connection lost" if r.lost else "the launch script failed")
-        return Detached(dir_, None, None, msg, r.lost)
+        return Detached(dir_, None, None, msg, r.lost or r.timed_out)
     return Detached(dir_, pid, starttime)
 
 

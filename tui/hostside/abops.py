@@ -76,6 +76,7 @@ class LocalOps:
                         h.run_id,
                         f"run {h.run_id}" + (f" ({prof})" if prof else "") + (f", pid {h.pid}" if h.pid else ""),
                         h,
+                        str(prof) if prof else None,
                     )
                 )
         return out

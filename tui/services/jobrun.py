@@ -82,32 +82,41 @@ class JobRun:
     # ------------------------------------------------------------------ follow
     async def events(self) -> AsyncIterator[ABEvent]:
         """The campaign's events to its end, then :meth:`finish`. After each follower ends,
-        :meth:`_resume` may say why the job starts again (an event, then :meth:`_restart`; None:
-        the follow is over); the next follower goes on at the same offset (nothing read twice)."""
+        :meth:`_resume` may say why the job starts again (an event carrying the campaign's
+        progress so far, then :meth:`_restart`; None: the follow is over); the next follower goes
+        on at the same offset (nothing read twice). A restart whose link did not come back in
+        time ends the follow with :attr:`lost` set (``--attach`` restarts it)."""
         offset = 0
+        last = ABEvent("info", "")  # the campaign's progress (step of steps) so far
         while True:
             follower = jobs.JobFollower(self.host, self.job, offset)
             follower.on_link_error = self.on_link_error
             follower.on_link_ok = self.on_link_ok
             async for ev in follower.events():
                 if ev.get("type") == "ab":
-                    yield ABEvent.from_json(ev)
+                    last = ABEvent.from_json(ev)
+                    yield last
             offset = follower.offset
             self.exit = follower.exit
             self.lost = follower.lost
             told = await self._resume(follower)
             if told is None:
                 break
-            yield ABEvent("info", told)
-            await self._restart()
+            yield ABEvent("info", told, step=last.step, steps=last.steps)
+            job = await self._restart(follower)
+            if job is None:  # the link did not come back in time
+                self.lost = True
+                return
+            self.job = job
         await self.finish(follower)
 
     async def _resume(self, follower: jobs.JobFollower) -> str | None:
         """Why the ended job starts again, or None: the follow is over (the default)."""
         return None
 
-    async def _restart(self) -> None:
-        """Start the job again in its folder (after :meth:`_resume` said why)."""
+    async def _restart(self, follower: jobs.JobFollower) -> jobs.Job | None:
+        """The job started again in its folder (after :meth:`_resume` said why), over
+        ``follower``'s link; None: the link did not come back in time."""
         raise NotImplementedError
 
     async def finish(self, follower: jobs.JobFollower | None = None) -> Any:
@@ -159,13 +168,37 @@ class JobRun:
 # ---------------------------------------------------------------------- before a start
 async def refuse_while_running(host: Host) -> None:
     """One campaign per host at a time, an A/B or a tuning campaign: :class:`jobs.JobError`
-    naming the one that runs."""
+    naming the one that runs, on the host or, for a remote host, run from this machine over a
+    deployment that has the host among its nodes (:mod:`tui.services.deployops`)."""
+    from tui.hostops.hosts import LocalHost, parse_target
+    from tui.util.safety import UnsafeInput
+
+    where = {"local": "", "demo": " --demo"}.get(host.target, f" --host {host.target}")
     for kind, what in (("ab", "A/B"), ("tune", "tuning campaign")):
         for j in await jobs.list_jobs(host, kind):
             if j.alive:
                 raise jobs.JobError(
                     f"{host.target}: {what} {j.job_id} is running there; follow it with `tunedeck {kind} --attach "
-                    f"{j.job_id}` or cancel it with `tunedeck {kind} --cancel {j.job_id}` first"
+                    f"{j.job_id}{where}` or cancel it with `tunedeck {kind} --cancel {j.job_id}{where}` first"
+                )
+    if isinstance(host, LocalHost):
+        return
+
+    def same(node: object) -> str:
+        try:
+            return str(parse_target(str(node)))
+        except UnsafeInput:
+            return str(node)
+
+    me = same(host.target)
+    for kind, what in (("ab", "A/B"), ("tune", "tuning campaign")):
+        for j in await jobs.list_jobs(LocalHost(), kind):
+            nodes = (j.meta or {}).get("nodes")
+            if j.alive and isinstance(nodes, list) and me in {same(n) for n in nodes}:
+                raise jobs.JobError(
+                    f"{host.target}: {what} {j.job_id} of deployments on {', '.join(map(str, nodes))} is running "
+                    f"from this machine; follow it with `tunedeck {kind} --attach {j.job_id}` or cancel it with "
+                    f"`tunedeck {kind} --cancel {j.job_id}` first"
                 )
 
 

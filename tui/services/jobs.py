@@ -20,7 +20,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 from tui.hostops import launcher, logfollow, runstore
 from tui.hostops.hosts import Host, HostError
@@ -89,19 +89,28 @@ async def start(
     return Job(kind, jid, started.run_dir or jdir, host.target, started.pid, started.starttime, True, None, info)
 
 
-async def restart(host: Host, job: Job, *, python: str | None = None) -> Job:
+async def restart(host: Host, job: Job, *, python: str | None = None, argv: Sequence[str] | None = None) -> Job:
     """Start ``job`` again in its own folder (a campaign whose process was killed resumes from the
-    state it left there); its events file is kept, so a follower goes on at its offset."""
-    rt = await runtime.ensure(host, python=python)
+    state it left there); its events file is kept, so a follower goes on at its offset. ``argv``:
+    the command of a job run on this machine (a campaign of deployments); else the host-side
+    runtime's for the job's kind."""
+    if argv is None:
+        rt = await runtime.ensure(host, python=python)
+        argv = rt.argv(job.kind, job.dir)
+        env = {} if host.nvidia_smi == "nvidia-smi" else {"TUNEDECK_NVIDIA_SMI": host.nvidia_smi}
+    else:
+        env = {}
     # the wrapper's files of the killed run go first: the launch reads the new wrapper's pid from them
     r = await host.run(["rm", "-f", "--", *(f"{job.dir}/{f}" for f in ("rc", "pid", "starttime"))], timeout=15)
     if r.lost or r.timed_out:
         raise HostError("connection-lost" if r.lost else "timeout", f"restarting {job.kind} job {job.job_id} failed")
-    env = {} if host.nvidia_smi == "nvidia-smi" else {"TUNEDECK_NVIDIA_SMI": host.nvidia_smi}
     meta = {**dict(job.meta or {}), "restarted": time.time()}
-    started = await launcher.start_detached(host, job.kind, job.job_id, rt.argv(job.kind, job.dir), env, meta)
+    started = await launcher.start_detached(host, job.kind, job.job_id, list(argv), env, meta)
     if started.pid is None:
-        raise JobError(f"{host.target}: the {job.kind} job {job.job_id} did not restart: {started.error}")
+        what = f"the {job.kind} job {job.job_id} did not restart: {started.error}"
+        if started.lost:  # it may have started all the same: see TuneRun's restart
+            raise HostError("connection-lost", what, target=host.target)
+        raise JobError(f"{host.target}: {what}")
     return Job(
         job.kind, job.job_id, started.run_dir or job.dir, host.target, started.pid, started.starttime, True, None, meta
     )
@@ -321,14 +330,17 @@ class JobFollower:
         s = r.stdout.strip()
         return int(s) if r.ok and s.lstrip("-").isdigit() else None
 
-    async def final_read(self, read: Any) -> Any:
-        """``await read()``, retried with backoff over failing links for up to :data:`FINAL_READ_S`."""
+    async def final_read(self, read: Any, *, permanent: tuple[type[Exception], ...] = ()) -> Any:
+        """``await read()``, retried with backoff over failing links for up to :data:`FINAL_READ_S`;
+        an exception of a ``permanent`` type is no link's failure: raised at once."""
         deadline = time.monotonic() + FINAL_READ_S
         backoff = Backoff(0.5, 10.0)
         attempt = 0
         while True:
             try:
                 got = await read()
+            except permanent:
+                raise
             except Exception as e:  # noqa: BLE001 - any failure of the link: told, retried
                 attempt += 1
                 self._link_error(e, attempt)

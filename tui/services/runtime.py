@@ -65,6 +65,7 @@ SHIPPED: tuple[str, ...] = (
     "tui/ab/runner.py",
     "tui/ab/sides.py",
     "tui/ab/tune.py",
+    "tui/ab/tuneresult.py",
     "tui/ab/warnings.py",
     "tui/logparse/",
     "tui/engines.py",

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 from tui.ab.journal import Journal, new_id
 from tui.ab.runner import ProfileInfo
 from tui.ab.tune import Workload
-from tui.hostops import logfollow
+from tui.hostops import launcher, logfollow
 from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles
-from tui.services import jobs
+from tui.services import jobs, runtime
 from tui.services.abrun import profile_info
 from tui.services.jobrun import JobRun, ask_to_stop_runs, held_by_runs, journal, refuse_while_running, ship_workload
 
@@ -184,50 +184,29 @@ class TuneRun(JobRun):
         for c, info, skip in await check_candidates(host, candidates, demo=demo, sim=sim):
             if skip is not None and on_skip is not None:
                 on_skip(c.name, skip)
-            entries.append(
-                {
-                    "name": c.name,
-                    "changes": dict(c.changes),
-                    "info": info.to_json() if info is not None and skip is None else None,
-                    "tp": c.profile.tp,
-                    "skip": skip,
-                }
-            )
+            entries.append(spec_entry(c, info, skip, c.profile.tp))
         if all(e["skip"] for e in entries):
             raise jobs.JobError(f"{where}: not started, nothing stopped: every candidate failed pre-flight")
         stop_existing = await ask_to_stop_runs(host, where, confirm_stop)
         # the host-side levels read the dataset there
         workload = dataclasses.replace(workload, plan=await ship_workload(host, workload.plan, py))
-        cid = new_id("tune")
-        spec = {
-            "campaign": cid,
-            "base": base,
-            "candidates": entries,
-            "slo": list(slo),
-            "workload": workload.to_dict(),
-            "repeats_max": repeats_max,
-            "noise_pct": noise_pct,
-            "budget_s": budget_s,
-            "estimate_s": estimate_s,
-            "max_concurrency": max_concurrency,
-            "max_steps": max_steps,
-            "start": start,
-            "stop_existing": stop_existing,
-            "host_label": where,
-        }
-        job = await jobs.start(host, "tune", spec, python=py, meta={"campaign": cid, "base": base})
-        journal(
-            {
-                "kind": "tune",
-                "id": cid,
-                "status": "running",
-                "host": where,
-                "base": base,
-                "slo": list(slo),
-                "job_id": job.job_id,
-                "candidates": [{"name": e["name"], "changes": e["changes"]} for e in entries],
-            }
+        spec = campaign_spec(
+            base,
+            entries,
+            slo,
+            workload,
+            stop_existing=stop_existing,
+            host_label=where,
+            repeats_max=repeats_max,
+            noise_pct=noise_pct,
+            budget_s=budget_s,
+            estimate_s=estimate_s,
+            max_concurrency=max_concurrency,
+            max_steps=max_steps,
+            start=start,
         )
+        job = await jobs.start(host, "tune", spec, python=py, meta={"campaign": spec["campaign"], "base": base})
+        journal_start(spec, job.job_id)
         return cls(host, job, python=py)
 
     @classmethod
@@ -260,8 +239,35 @@ class TuneRun(JobRun):
         self.restarts += 1
         return f"the campaign's process ended without its report ({ex.get('error')}); restarting it to resume"
 
-    async def _restart(self) -> None:
-        self.job = await jobs.restart(self.host, self.job, python=self.python)
+    async def _restart(self, follower: jobs.JobFollower) -> jobs.Job | None:
+        """Start the killed campaign again (one run here over deployments with its own command,
+        :mod:`tui.services.deploytune`; any other the host-side runtime's job), over a link that
+        may fail meanwhile: a failed try is told as a lost link and retried, as the follower's
+        own reads are (None: given up). A try whose answer was lost may have started it all the
+        same, so each later try first looks at the folder: a process started there since the kill is the one followed, never a
+        second campaign in the same folder (it would find the host's campaign lock held, and its
+        exit event would end the follow of the first)."""
+        killed = self.job
+        tries = 0
+
+        async def once() -> jobs.Job:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                now = await jobs.find(self.host, killed.kind, killed.job_id)
+                if now.pid is not None and (now.pid, now.starttime) != (killed.pid, killed.starttime):
+                    log.info("campaign %s: restarted by an earlier try (pid %s)", self.id, now.pid)
+                    return now
+            if (killed.meta or {}).get("deployments"):
+                from tui.services.deployops import job_argv
+                from tui.services.deploytune import MODULE
+
+                return await jobs.restart(self.host, killed, argv=job_argv(MODULE, killed.dir))
+            return await jobs.restart(self.host, killed, python=self.python)
+
+        # a JobError or RuntimeUnavailable is the host's refusal, not the link's: raised at once
+        job: jobs.Job | None = await follower.final_read(once, permanent=(jobs.JobError, runtime.RuntimeUnavailable))
+        return job
 
     async def _has_report(self) -> bool:
         r = await self.host.run(["test", "-s", f"{self.job.dir}/{jobfiles.REPORT}"], timeout=15)
@@ -270,13 +276,154 @@ class TuneRun(JobRun):
         return r.ok
 
     async def finish(self, follower: jobs.JobFollower | None = None) -> dict[str, Any] | None:
-        """Read the report, mirror the results and journal the campaign here (idempotent)."""
-        d = self.json_object(await self.read_outcome(follower))
+        """Read the report, mirror the results and journal the campaign here (idempotent). After
+        a follow, a campaign that ended without its report is rebuilt from its job folder
+        (:meth:`_from_job_folder`: partial, or cancelled)."""
+        raw = await self.read_outcome(follower)
+        d: dict[str, Any] | None = None
+        if raw.strip():
+            d = self.json_object(raw)
+        elif follower is not None and not self.lost:  # ended without its report: what its folder holds
+            d = await self._from_job_folder(follower)
         if d is not None:
             self.report = d
             journal(journal_record(d, self.job.job_id))
             _journal_launches(d)
         return self.report
+
+    async def _from_job_folder(self, follower: jobs.JobFollower) -> dict[str, Any] | None:
+        """The result of a campaign that wrote no report (its process killed more often than
+        :data:`MAX_RESTARTS` restarts, or ended by its own error), built from the spec and the
+        ``state.json`` in its job folder (:func:`tui.ab.tuneresult.partial_report`): status
+        ``partial`` (``cancelled`` after a cancel). A server of the campaign still running there
+        is named in ``left_running``. None when the folder holds no finished candidate."""
+        from tui.ab.tuneresult import partial_report
+        from tui.hostside.tunejob import STATE
+
+        got: dict[str, Any] = {}
+        for name in (jobfiles.SPEC, STATE):
+            path = f"{self.job.dir}/{name}"
+            raw = await follower.final_read(lambda p=path: logfollow.read_log(self.host, p))
+            if not raw:
+                self.lost = self.lost or follower.lost
+                if not follower.lost:
+                    log.warning("campaign %s: %s is empty or missing: no result to read", self.id, path)
+                return None
+            try:
+                got[name] = json.loads(raw)
+            except ValueError as e:
+                log.warning("campaign %s: unreadable %s: %s", self.id, path, e)
+                return None
+        spec, state = got[jobfiles.SPEC], got[STATE]
+        ex = self.exit or {}
+        why = str(ex.get("error") or "the campaign's job ended without its report")
+        if ex.get("synthetic") and self.restarts >= MAX_RESTARTS:
+            why = (
+                f"the campaign's process ended without its report {self.restarts + 1} times (restarted "
+                f"{self.restarts} times, the most one follow does; `tunedeck tune --attach {self.id}` resumes "
+                f"it): {why}"
+            )
+        try:
+            live = await self._left_running(spec, state, follower)
+            return partial_report(
+                spec,
+                state,
+                why=why,
+                status="cancelled" if self.cancelled or ex.get("rc") == 130 else "partial",
+                left_running=live,
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            log.warning("campaign %s: its result could not be built from %s: %s", self.id, STATE, e)
+            return None
+
+    async def _left_running(
+        self, spec: Mapping[str, Any], state: Mapping[str, Any], follower: jobs.JobFollower
+    ) -> list[str]:
+        """The campaign's servers still running on the host (the one its last process measured,
+        or any launched from one of its candidates), each with how to stop it."""
+        live = state.get("live")
+        run_id = live.get("run_id") if isinstance(live, Mapping) else None
+        names = {str(c.get("name")) for c in spec.get("candidates") or () if isinstance(c, Mapping)}
+        runs = await follower.final_read(lambda: launcher.list_host_runs(self.host)) or []
+        return [
+            f"{h.meta.get('profile') or h.run_id} (run {h.run_id}): left by the campaign's process; "
+            f"`tunedeck stop {h.run_id}` stops it"
+            for h in runs
+            if h.alive and (h.run_id == run_id or h.meta.get("profile") in names)
+        ]
+
+
+def spec_entry(c: "Candidate", info: ProfileInfo | None, skip: str | None, gpus: int) -> dict[str, Any]:
+    """A candidate as the campaign's spec lists it (``tp``: the GPUs it runs on)."""
+    return {
+        "name": c.name,
+        "changes": dict(c.changes),
+        "info": info.to_json() if info is not None and skip is None else None,
+        "tp": gpus,
+        "skip": skip,
+    }
+
+
+def with_data_path(workload: Workload, path: str) -> Workload:
+    """``workload`` reading its dataset file at ``path`` (where it was placed for the benchmarks)."""
+    plan = workload.plan
+    return dataclasses.replace(
+        workload, plan=dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, path=path))
+    )
+
+
+def campaign_spec(
+    base: str,
+    entries: Sequence[Mapping[str, Any]],
+    slo: Sequence[str],
+    workload: Workload,
+    *,
+    stop_existing: bool,
+    host_label: str,
+    repeats_max: int = 2,
+    noise_pct: float | None = None,
+    budget_s: float | None = None,
+    estimate_s: float | None = None,
+    max_concurrency: int = 1024,
+    max_steps: int = 8,
+    start: int = 1,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The spec of a new campaign (:mod:`tui.hostside.tunejob` reads it, wherever it runs); a
+    fresh campaign id. ``extra``: keys of the job that runs it (a campaign of deployments' own)."""
+    return {
+        "campaign": new_id("tune"),
+        "base": base,
+        "candidates": [dict(e) for e in entries],
+        "slo": list(slo),
+        "workload": workload.to_dict(),
+        "repeats_max": repeats_max,
+        "noise_pct": noise_pct,
+        "budget_s": budget_s,
+        "estimate_s": estimate_s,
+        "max_concurrency": max_concurrency,
+        "max_steps": max_steps,
+        "start": start,
+        "stop_existing": stop_existing,
+        "host_label": host_label,
+        **extra,
+    }
+
+
+def journal_start(spec: Mapping[str, Any], job_id: str) -> None:
+    """The journal's record of a campaign that starts (its end replaces it: :func:`journal_record`)."""
+    journal(
+        {
+            "kind": "tune",
+            "id": spec["campaign"],
+            "status": "running",
+            "host": spec["host_label"],
+            "base": spec["base"],
+            "slo": list(spec["slo"]),
+            "job_id": job_id,
+            "candidates": [{"name": e["name"], "changes": e["changes"]} for e in spec["candidates"]],
+        }
+    )
 
 
 def journal_record(rep: Mapping[str, Any], job_id: str) -> dict[str, Any]:
@@ -321,4 +468,15 @@ def _journal_launches(rep: Mapping[str, Any]) -> None:
                     return
 
 
-__all__ = ["Estimate", "TuneRun", "check_candidates", "estimate", "journal_record", "parse_budget"]
+__all__ = [
+    "Estimate",
+    "TuneRun",
+    "campaign_spec",
+    "check_candidates",
+    "estimate",
+    "journal_record",
+    "journal_start",
+    "parse_budget",
+    "spec_entry",
+    "with_data_path",
+]

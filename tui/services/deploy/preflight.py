@@ -84,6 +84,21 @@ async def _engine_version(host: Host, plan: DeploymentPlan, step: Step) -> str |
     return r.stdout.strip() if r.ok else None
 
 
+def checker_python(plan: DeploymentPlan) -> str:
+    """What runs pre-flight's reachability checks on the nodes: the engine's own Python (the
+    serving command's, when a Python runs it), the profile's on the simulator, else ``python3``."""
+    if plan.sim:
+        return plan.python
+    return next(
+        (
+            s.command.executable[0]
+            for s in plan.steps
+            if s.command is not None and s.kind == "server" and "python" in s.command.executable[0]
+        ),
+        "python3",
+    )
+
+
 async def preflight(
     plan: DeploymentPlan, hosts: Mapping[str, Host], *, reach_timeout: float = 10.0, python: str = "python3"
 ) -> list[Finding]:

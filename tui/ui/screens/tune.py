@@ -354,8 +354,8 @@ class TuneScreen(CampaignScreen):
 
     @work(group="tune-preflight", exclusive=True, exit_on_error=False)
     async def _preflight_worker(self, argv: list[str]) -> None:
+        from tui.commands.tune import check_campaign
         from tui.hostops.hosts import HostError
-        from tui.services.tunerun import check_candidates
 
         self.post_message(TuneFindings([], title="pre-flight: checking every candidate on the host …"))
         got = await self._plan(argv)
@@ -368,7 +368,7 @@ class TuneScreen(CampaignScreen):
             self.post_message(TuneFindings(["the dashboard has no host"], title="pre-flight:"))
             return
         try:
-            checked = await check_candidates(host, plan[1], demo=args.demo, sim=args.sim)
+            checked = await check_campaign(host, args, plan)
         except HostError as e:
             self.post_message(TuneFindings([str(e)], title="pre-flight failed:"))
             return
@@ -501,11 +501,15 @@ class TuneScreen(CampaignScreen):
         if counts:
             head.append(" · " + ", ".join(f"{n} {s}" for s, n in counts.items()), style="dim")
         best = next((c for c in snap.candidates if c.name == snap.best), None)
-        head.append("\nbest so far: " if snap.status == "running" else "\nwinner: ", style="bold")
+        partial = snap.status == "partial"  # its job ended without a report: what its folder holds
+        lead = "best so far" if snap.status == "running" else "best of the measured" if partial else "winner"
+        head.append(f"\n{lead}: ", style="bold")
         if best is not None and best.capacity is not None:
             head.append(f"{best.name} (capacity C={best.capacity:.0f})")
         else:
-            head.append("none yet" if snap.status == "running" else "no candidate met the SLO")
+            head.append(
+                "none yet" if snap.status == "running" else f"no {'measured ' if partial else ''}candidate met the SLO"
+            )
         if snap.eta_s is not None:
             head.append(f" · ETA {eta(snap.eta_s)} this round ({snap.eta_basis})")
         if snap.error:
