@@ -233,15 +233,73 @@ async def test_launch_list_u_opens_tune_with_the_highlighted_base_and_the_marked
         assert {"Base", "Mark", "Pre-flight", "Start", "Cancel"} <= {r[1] for r in rows}
 
 
+def test_a_long_name_wraps_between_its_changes_and_inside_one_only_when_it_is_longer_than_a_line():
+    from widgets.tune_table import wrap_name
+
+    name = "*+attention-backend=flashinfer,max-running-requests=32"
+    assert wrap_name(name, 80) == [name]
+    assert wrap_name(name, 31) == ["*+attention-backend=flashinfer,", "max-running-requests=32"]
+    assert wrap_name(name, 20) == ["*+", "attention-backend=fl", "ashinfer,", "max-running-requests", "=32"]
+    for width in range(1, 60):
+        lines = wrap_name(name, width)
+        assert "".join(lines) == name and max(map(len, lines)) <= width
+
+
+async def test_at_80x24_a_campaign_takes_the_width_and_every_candidate_keeps_its_name_state_and_capacity():
+    """80×24, as the Compare screen: the campaign hides the profiles and the form (p, or B/m, bring
+    them back); each candidate's number, whole name (wrapped between its changes), state and
+    capacity end inside the table's width; the highlighted one's tok/s are on the line under it."""
+    from tui.ab.tuneview import TuneProgress
+    from widgets.tune_table import TuneTable
+
+    changes = (
+        "",
+        "+attention-backend=flashinfer",
+        "+attention-backend=fa3,max-running-requests=32,chunked-prefill=4096",
+    )
+    names = [BASE + c for c in changes]
+    prog = TuneProgress(((n, 8) for n in names), campaign="tune-1", estimate_s=600.0)
+    for i, n in enumerate(names[:2], 1):
+        for e in (ev("launch", n), ev("ready", n, startup_s=3.0), ev("bench-start", n, concurrency=16 * i)):
+            prog.feed(e)
+        prog.feed(ev("capacity", n, capacity=16 * i, result={"capacity": 16 * i, "throughput_at_capacity": 800.0 * i}))
+    prog.feed(ev("launch", names[2]))
+    scr = TuneScreen(start_campaign=starter(FakeCampaign(), []), profiles=[BASE], snapshot=prog.snapshot())
+    async with TuneApp(scr).run_test(size=(80, 24)) as pilot:
+        side, table = scr.query_one("#tune-side"), scr.query_one(TuneTable)
+        await until_async(lambda: table.row_count == 3 and table.size.width > 0, 10, pilot=pilot)
+        await pilot.pause()
+        assert not side.display
+        assert [str(c.label) for c in table.columns.values()] == ["#", "candidate", "state", "capacity"]
+        assert sum(c.get_render_width(table) for c in table.columns.values()) <= table.size.width
+        for n, c in zip(names, changes):
+            assert str(table.get_cell(n, "name")).replace("\n", "")[1:] == (c or BASE)
+        assert str(table.get_cell(names[2], "name")).count("\n") >= 1  # longer than the room: wrapped
+        assert [str(table.get_cell(n, "state")) for n in names] == ["done", "done", "starting"]
+        assert [str(table.get_cell(n, "capacity")) for n in names] == ["16", "32", "-"]
+        detail = scr.query_one("#tune-detail")
+        table.move_cursor(row=1)
+        await until_async(lambda: names[1] in str(detail.render()), 10, pilot=pilot)
+        assert "tok/s/user 50.0" in str(detail.render()) and "tok/s/GPU 200.0" in str(detail.render())
+        await pilot.press("p")
+        await until_async(lambda: side.display, 10, pilot=pilot)
+        await pilot.press("p")
+        await until_async(lambda: not side.display, 10, pilot=pilot)
+        await pilot.press("B")  # choosing a base needs the list: the first key shows it, changes nothing
+        await until_async(lambda: side.display, 10, pilot=pilot)
+        assert scr.base == BASE
+
+
 async def test_a_partial_report_says_so_and_marks_the_candidates_not_measured():
-    from tui.ui.screens.tune import TuneEnded
+    from tui.ui.screens.campaign import CampaignEnded
+    from widgets.tune_table import TuneTable
 
     scr = TuneScreen(start_campaign=starter(FakeCampaign(), []), profiles=[BASE])
     async with TuneApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         a, b = BASE, f"{BASE}+attention-backend=flashinfer"
         scr.post_message(
-            TuneEnded(
+            CampaignEnded(
                 {
                     "campaign": "tune-1",
                     "status": "partial",
@@ -267,3 +325,5 @@ async def test_a_partial_report_says_so_and_marks_the_candidates_not_measured():
         assert "· partial" in status and f"best of the measured: {a}" in status and "winner" not in status, status
         assert "ended without its report 4 times" in status
         assert str(table.get_cell(b, "state")) == "not measured" and str(table.get_cell(a, "state")) == "done"
+        detail = str(scr.query_one(TuneTable).detail())  # the narrow layout's line under the table
+        assert "(best of the measured)" in detail and "winner" not in detail, detail

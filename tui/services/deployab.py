@@ -25,7 +25,6 @@ from tui.hostops.localhost import LocalHost
 from tui.profiles.deploy import DeploymentPlan, build_deployment
 from tui.profiles.model import ServerProfile
 from tui.services import deploy, jobs
-from tui.services.abrun import ask_to_stop
 from tui.services.deployops import (
     LEDGER,
     DeploymentOps,
@@ -37,6 +36,7 @@ from tui.services.deployops import (
     spec_python,
     start_job,
 )
+from tui.services.jobrun import ask_to_stop
 
 log = logging.getLogger(__name__)
 

@@ -42,8 +42,8 @@ from tui.hostside.jobfiles import SPEC
 from tui.profiles.deploy import DeploymentPlan
 from tui.profiles.model import ServerProfile
 from tui.services import deploy, jobs, runtime
-from tui.services.abrun import refuse_while_running
 from tui.services.benchrun import HOST, BenchRun, read_data_file
+from tui.services.jobrun import refuse_while_running
 from tui.util.files import JsonlAppender, os_error_text
 from tui.util.safety import redact_argv
 

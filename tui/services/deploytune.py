@@ -31,7 +31,6 @@ from tui.profiles.deploy import DeploymentPlan, build_deployment
 from tui.profiles.model import ProfileError, ServerProfile, profile_to_dict
 from tui.profiles.profileread import profile_from_dict
 from tui.services import deploy, jobs
-from tui.services.abrun import ask_to_stop
 from tui.services.deployops import (
     DeploymentOps,
     job_main,
@@ -42,6 +41,7 @@ from tui.services.deployops import (
     spec_python,
     start_job,
 )
+from tui.services.jobrun import ask_to_stop
 from tui.services.tunerun import TuneRun, campaign_spec, journal_start, spec_entry
 
 if TYPE_CHECKING:

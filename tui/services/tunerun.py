@@ -1,6 +1,6 @@
 """Tuning campaigns on the GPU host, from the laptop: plan, start, follow (restarting a killed
-campaign so it resumes), cancel, mirror — the A/B's machinery (:mod:`tui.services.abrun`,
-:mod:`tui.services.jobs`) with :mod:`tui.hostside.tunejob` on the host.
+campaign so it resumes), cancel, mirror — the follow, the end and the cancel of every detached
+campaign (:class:`tui.services.jobrun.JobRun`) with :mod:`tui.hostside.tunejob` on the host.
 
 The laptop reads the base profile and builds the candidates (:mod:`tui.profiles.vary`),
 estimates the campaign's time (:func:`estimate`, from the journal's recorded start-ups),
@@ -14,26 +14,24 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 from tui.ab.journal import Journal, new_id
-from tui.ab.runner import ABEvent, ProfileInfo
+from tui.ab.runner import ProfileInfo
 from tui.ab.tune import Workload
 from tui.hostops import launcher, logfollow
 from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles
 from tui.profiles.deploy import profile_gpus
 from tui.services import jobs, runtime
-from tui.services.abrun import ask_to_stop, profile_info, refuse_while_running
-from tui.services.benchrun import ship_data_file
+from tui.services.abrun import profile_info
+from tui.services.jobrun import JobRun, ask_to_stop_runs, held_by_runs, journal, refuse_while_running, ship_workload
 
 if TYPE_CHECKING:
     from tui.profiles.vary import Candidate
 
 log = logging.getLogger(__name__)
 
-#: a cancel stops the server the campaign started and waits for its GPUs: give it time
-CANCEL_GRACE = 180.0
 #: how often one follow restarts a campaign whose process was killed
 MAX_RESTARTS = 3
 #: without a recorded start-up for a candidate's profile: an engine's, the simulator's (s)
@@ -118,7 +116,7 @@ async def check_candidates(
     no reason). Stops nothing. The campaign's start and the Tune screen's pre-flight use it."""
     from tui.services import checks, runtime
 
-    held = ("port.in-use",) if any(h.alive for h in await launcher.list_host_runs(host)) else ()
+    held = await held_by_runs(host)
     out: list[tuple[Candidate, ProfileInfo | None, str | None]] = []
     for c in candidates:
         skip, info = None, None
@@ -138,25 +136,19 @@ async def check_candidates(
     return out
 
 
-class TuneRun:
-    """One campaign on a host, followed from here."""
+class TuneRun(JobRun):
+    """One tuning campaign on a host, followed from here; a campaign whose process was killed is
+    started again in its folder (:meth:`_resume`, :meth:`_restart`), where it resumes from its state."""
+
+    KIND = "tune"
+    ID_KEY = "campaign"
+    NOUN = "campaign"
 
     def __init__(self, host: Host, job: jobs.Job, *, python: str | None = None) -> None:
-        self.host = host
-        self.job = job
+        super().__init__(host, job)
         self.python = python
         self.report: dict[str, Any] | None = None
-        self.exit: dict[str, Any] | None = None
-        self.lost = False
         self.restarts = 0
-        #: set by a cancel: a campaign killed after it is not restarted
-        self.cancelled = False
-        self.on_link_error: Any = None
-        self.on_link_ok: Any = None
-
-    @property
-    def id(self) -> str:
-        return self.job.job_id
 
     @classmethod
     async def start(
@@ -196,15 +188,9 @@ class TuneRun:
             entries.append(spec_entry(c, info, skip))
         if all(e["skip"] for e in entries):
             raise jobs.JobError(f"{where}: not started, nothing stopped: every candidate failed pre-flight")
-        running = [h for h in await launcher.list_host_runs(host) if h.alive]
-        stop_existing = await ask_to_stop(
-            [f"run {h.run_id}" + (f" ({h.meta.get('profile')})" if h.meta.get("profile") else "") for h in running],
-            f" on {where}",
-            confirm_stop,
-            refused=f"{host.target}: ",
-        )
-        if workload.plan.workload.path:  # the host-side levels read the dataset there, placed once per content
-            workload = with_data_path(workload, await ship_data_file(host, workload.plan.workload.path, py))
+        stop_existing = await ask_to_stop_runs(host, where, confirm_stop)
+        # the host-side levels read the dataset there
+        workload = dataclasses.replace(workload, plan=await ship_workload(host, workload.plan, py))
         spec = campaign_spec(
             base,
             entries,
@@ -227,13 +213,7 @@ class TuneRun:
     @classmethod
     async def attach(cls, host: Host, ref: str) -> "TuneRun":
         """A campaign by job id (or prefix) or by its campaign id."""
-        try:
-            job = await jobs.find(host, "tune", ref)
-        except jobs.JobError:
-            found = [j for j in await jobs.list_jobs(host, "tune") if (j.meta or {}).get("campaign") == ref]
-            if not found:
-                raise
-            job = found[-1]
+        job = await cls.find_job(host, ref)
         return cls(host, job, python=str((job.meta or {}).get("python") or "") or None)
 
     async def spec(self) -> dict[str, Any]:
@@ -249,48 +229,23 @@ class TuneRun:
         return d
 
     # ------------------------------------------------------------------ follow
-    async def events(self) -> AsyncIterator[ABEvent]:
-        """The campaign's events to its end. A campaign whose process ended without its report
-        (killed) is started again in its folder, where it resumes from its state; the follow
-        goes on at the same offset (nothing read twice)."""
-        offset = 0
-        last = ABEvent("info", "")  # the campaign's progress (step of steps) so far
-        while True:
-            follower = jobs.JobFollower(self.host, self.job, offset)
-            follower.on_link_error = self.on_link_error
-            follower.on_link_ok = self.on_link_ok
-            async for ev in follower.events():
-                if ev.get("type") == "ab":
-                    last = ABEvent.from_json(ev)
-                    yield last
-            offset = follower.offset
-            self.exit = follower.exit
-            self.lost = follower.lost
-            ex = follower.exit or {}
-            if not ex.get("synthetic") or self.lost or self.cancelled or self.restarts >= MAX_RESTARTS:
-                break
-            if await follower.final_read(self._has_report):
-                break
-            self.restarts += 1
-            yield ABEvent(
-                "info",
-                f"the campaign's process ended without its report ({ex.get('error')}); restarting it to resume",
-                step=last.step,
-                steps=last.steps,
-            )
-            job = await self._restart(follower)
-            if job is None:  # the link did not come back in time; --attach restarts it
-                self.lost = True
-                return
-            self.job = job
-        await self.finish(follower)
+    async def _resume(self, follower: jobs.JobFollower) -> str | None:
+        """A campaign whose process ended without its report (killed) is started again in its
+        folder, where it resumes from its state (at most :data:`MAX_RESTARTS` times a follow)."""
+        ex = follower.exit or {}
+        if not ex.get("synthetic") or self.lost or self.cancelled or self.restarts >= MAX_RESTARTS:
+            return None
+        if await follower.final_read(self._has_report):
+            return None
+        self.restarts += 1
+        return f"the campaign's process ended without its report ({ex.get('error')}); restarting it to resume"
 
     async def _restart(self, follower: jobs.JobFollower) -> jobs.Job | None:
         """Start the killed campaign again (one run here over deployments with its own command,
         :mod:`tui.services.deploytune`; any other the host-side runtime's job), over a link that
-        may fail meanwhile: a failed try is told as a lost link and retried, as the follower's own reads are (None: given up). A try
-        whose answer was lost may have started it all the same, so each later try first looks
-        at the folder: a process started there since the kill is the one followed, never a
+        may fail meanwhile: a failed try is told as a lost link and retried, as the follower's
+        own reads are (None: given up). A try whose answer was lost may have started it all the
+        same, so each later try first looks at the folder: a process started there since the kill is the one followed, never a
         second campaign in the same folder (it would find the host's campaign lock held, and its
         exit event would end the follow of the first)."""
         killed = self.job
@@ -322,31 +277,18 @@ class TuneRun:
         return r.ok
 
     async def finish(self, follower: jobs.JobFollower | None = None) -> dict[str, Any] | None:
-        """Read the report, mirror the results and journal the campaign here (idempotent)."""
-        path = f"{self.job.dir}/{jobfiles.REPORT}"
-        if follower is not None:
-            raw = await follower.final_read(lambda: logfollow.read_log(self.host, path)) or b""
-            await follower.final_read(lambda: jobs.mirror_results(self.host, self.job))
-            self.lost = follower.lost
-        else:
-            try:
-                raw = await logfollow.read_log(self.host, path)
-                await jobs.mirror_results(self.host, self.job)
-            except HostError as e:
-                log.warning("campaign %s: report not read: %s", self.id, e)
-                raw = b""
-        d: Any = None
+        """Read the report, mirror the results and journal the campaign here (idempotent). After
+        a follow, a campaign that ended without its report is rebuilt from its job folder
+        (:meth:`_from_job_folder`: partial, or cancelled)."""
+        raw = await self.read_outcome(follower)
+        d: dict[str, Any] | None = None
         if raw.strip():
-            try:
-                d = json.loads(raw)
-            except ValueError as e:
-                log.warning("campaign %s: unreadable report: %s", self.id, e)
-                return None
+            d = self.json_object(raw)
         elif follower is not None and not self.lost:  # ended without its report: what its folder holds
             d = await self._from_job_folder(follower)
-        if isinstance(d, dict):
+        if d is not None:
             self.report = d
-            _journal(journal_record(d, self.job.job_id))
+            journal(journal_record(d, self.job.job_id))
             _journal_launches(d)
         return self.report
 
@@ -411,11 +353,6 @@ class TuneRun:
             if h.alive and (h.run_id == run_id or h.meta.get("profile") in names)
         ]
 
-    async def cancel(self) -> str:
-        """Cancel on the host: the server it started is stopped, every result is kept."""
-        self.cancelled = True
-        return await jobs.stop(self.host, self.job, grace=CANCEL_GRACE)
-
 
 def spec_entry(c: "Candidate", info: ProfileInfo | None, skip: str | None) -> dict[str, Any]:
     """A candidate as the campaign's spec lists it (``tp``: the GPUs it runs on, which its tok/s
@@ -477,7 +414,7 @@ def campaign_spec(
 
 def journal_start(spec: Mapping[str, Any], job_id: str) -> None:
     """The journal's record of a campaign that starts (its end replaces it: :func:`journal_record`)."""
-    _journal(
+    journal(
         {
             "kind": "tune",
             "id": spec["campaign"],
@@ -531,13 +468,6 @@ def _journal_launches(rep: Mapping[str, Any]) -> None:
                 except OSError as e:
                     log.error("journal not written: %s", e)
                     return
-
-
-def _journal(record: dict[str, Any]) -> None:
-    try:
-        Journal().append(record)
-    except OSError as e:
-        log.error("journal not written: %s", e)
 
 
 __all__ = [

@@ -366,14 +366,9 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self._show_status()
 
     def on_bench_screen_link_changed(self, event: "BenchScreen.LinkChanged") -> None:
-        if self.rc is not None:
-            return  # the run has ended: its outcome says the rest
-        if event.error is None:
-            if self.link.ok() is None:
-                return
-        elif not self.link.lost(event.error):
-            return  # still lost: the line is up already
-        self._show_status()
+        # once the run has ended its outcome says the rest; while lost, the line is up already
+        if self.rc is None and self.link.tell(event.error):
+            self._show_status()
 
     def on_bench_screen_finished(self, event: "BenchScreen.Finished") -> None:
         from tui.commands._benchjob import outcome_words
