@@ -453,7 +453,7 @@ async def test_tune_screen_reattaches_to_a_campaign_running_on_the_host():
 
     from tests.waits import until_async
     from tui.ab.events import ABEvent
-    from tui.hostops import launcher, runstore
+    from tui.hostops import launcher, runstop, runstore
     from tui.ui.screens.tune import TuneScreen
     from widgets.tune_table import TuneTable
 
