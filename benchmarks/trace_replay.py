@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 import psutil
 
@@ -65,7 +65,7 @@ def bench(port: int, opts: List[str], pin: Optional[List[int]], home: Path) -> D
     cmd = [sys.executable, "-m", "tui", "bench", "--host", "local", "--port", str(port), *opts, "--json", "-"]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT) as p:
         if pin:
-            threading.Thread(target=move_laptop_side, args=(p, home, pin[-1]), daemon=True).start()
+            threading.Thread(target=move_laptop_side, args=(p, home, pin[-1], set(pin[:-1])), daemon=True).start()
         try:
             stdout, stderr = p.communicate(timeout=900)
         except subprocess.TimeoutExpired:
@@ -76,17 +76,29 @@ def bench(port: int, opts: List[str], pin: Optional[List[int]], home: Path) -> D
     return json.loads(stdout)
 
 
-def move_laptop_side(p: "subprocess.Popen[str]", home: Path, cpu: int) -> None:
-    """Once a host-side job under ``home`` runs (it inherited the laptop side's CPUs), move every
-    thread of the laptop-side process ``p`` to ``cpu``."""
+def move_laptop_side(p: "subprocess.Popen[str]", home: Path, cpu: int, job_cpus: Set[int]) -> None:
+    """Once the host-side bench job runs (``home/bench/<id>/run.sh`` and the runtime it starts),
+    give it and its children ``job_cpus`` and move every thread of the laptop-side process ``p`` to
+    ``cpu``. Only that job counts: the laptop side runs other commands under ``home`` before it (the
+    runtime's upload and checks), and moving the laptop side on one of those made the job, started
+    later, inherit the simulator's CPU."""
+    marker = str(home / "bench") + os.sep
+
+    def is_job(argv: List[str]) -> bool:
+        return any(a.startswith(marker) and a.endswith(os.sep + "run.sh") for a in argv)
+
     deadline = time.monotonic() + 120
     while p.poll() is None and time.monotonic() < deadline:
-        jobs = [q for q in psutil.process_iter(["cmdline"]) if str(home) in " ".join(q.info["cmdline"] or ())]
+        jobs = [q for q in psutil.process_iter(["cmdline"]) if is_job(q.info["cmdline"] or [])]
         if jobs:
+            tree = {q for job in jobs for q in [job, *job.children(recursive=True)]}
+            for q in tree:
+                for tid in os.listdir(f"/proc/{q.pid}/task"):
+                    os.sched_setaffinity(int(tid), job_cpus)
             for tid in os.listdir(f"/proc/{p.pid}/task"):
                 os.sched_setaffinity(int(tid), {cpu})
-            print(f"# the laptop side moved to CPU {cpu}; the host-side job (pid {jobs[0].pid}) keeps "
-                  f"{sorted(os.sched_getaffinity(jobs[0].pid))}", file=sys.stderr, flush=True)  # fmt: skip
+            print(f"# the laptop side moved to CPU {cpu}; the host-side job ({', '.join(str(q.pid) for q in sorted(tree, key=lambda q: q.pid))}) "
+                  f"keeps {sorted(job_cpus)}", file=sys.stderr, flush=True)  # fmt: skip
             return
         time.sleep(0.05)
     print("# the host-side job was not seen: the laptop side stayed on the job's CPUs", file=sys.stderr)
@@ -113,8 +125,9 @@ def one_replay(opts: List[str], tmp: Path, rep: int, rows: int, pin: Optional[Li
     if len(samples) != rows or sorted(x["index"] for x in samples) != list(range(rows)):
         raise SystemExit(f"trace_replay: the run stored {len(samples)} samples, expected each of {rows} rows once")
     lag = metrics.dispatch_lag(samples)
-    # each request's scheduled wall time: its wall clock at sending, less how late it was sent
-    due = [x["wall_start"] - x["sent_at"] + x["scheduled_at"] for x in samples]
+    # each request's scheduled wall time: its wall clock at sending, less how late it was sent (a
+    # request never written has no send time; the count check below then names the shortfall)
+    due = [x["wall_start"] - x["sent_at"] + x["scheduled_at"] for x in samples if x["sent_at"] is not None]
     srv = server_lateness(rec, 0, due)
     return {
         "repeat": rep,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tui.ab.runner import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
+from tui.ab.ops import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
 
 
 class FakeOps:

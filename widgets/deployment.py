@@ -16,7 +16,8 @@ from textual.widget import Widget
 
 from tui.fmt import eta
 from tui.model import StartupProgress
-from widgets.server_log import ServerLog, tag_node
+from widgets.server_log import ServerLog
+from widgets.severity_log import tag_node
 from widgets.startup_progress import describe
 
 #: one colour per node, in the deployment's order (head first); repeats past the sixth

@@ -123,9 +123,31 @@ class TableFilter(Input):
             self.value = ""
         self.remove_class("-open")
 
+    def screen_key(self, event: events.Key, table: FilterTable) -> None:
+        """The ``on_key`` of a screen with this box over ``table``: ``/`` on the table opens the box
+        at once (the keys typed after it are already queued for the table, and :meth:`route` puts
+        them in the box); ``escape`` with the box open clears the filter and goes back to the table."""
+        if event.key == "slash" and not self.is_open and self.screen.focused is table:
+            event.stop()
+            event.prevent_default()
+            self.open()
+            return
+        if self.route(event):
+            return
+        if event.key == "escape" and self.is_open:
+            event.stop()
+            self.close(clear=True)
+            table.set_filter("")
+            table.focus()
+
+    def done(self, table: FilterTable) -> None:
+        """Enter in the box: the filter stays, the box closes, the focus goes back to ``table``."""
+        self.close(clear=False)
+        table.focus()
+
     def route(self, event: events.Key) -> bool:
-        """Called by the screen's ``on_key``: a key queued for the table while the box is open
-        goes into the box. True when it was taken."""
+        """A key queued for the table while the box is open goes into the box. True when it was
+        taken."""
         if not self.is_open or event is self.last_key:
             return False
         event.stop()

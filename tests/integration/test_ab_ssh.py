@@ -51,7 +51,7 @@ async def remote_state(sshd: SshdServer) -> tuple[list, list | None]:
     """What runs on the "remote" host, read on this machine (it is the same machine): the run
     folders under the sshd session's TUNEDECK_HOME and the simulated GPUs' processes."""
     from tui.hostops import launcher
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
 
     path = f"{sshd.shim_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
     host = LocalHost("remote-view", env_overlay={"TUNEDECK_HOME": str(sshd.remote_home), "PATH": path})

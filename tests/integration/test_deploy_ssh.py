@@ -31,6 +31,7 @@ from tests.conftest import REPO
 from tests.simfix import free_port
 from tests.sshd import ROOT_USER, SshdServer, cli, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.waits import until
+from tui.bench.workloads.base import estimate_tokens
 
 #: what a node runs tunedeck's host-side runtime with: a bare Python, no tunedeck package
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -291,19 +292,50 @@ async def test_a_worker_that_never_joins_is_diagnosed_by_name(nodes, tmp_path: P
 def test_ab_of_two_deployments_each_benchmark_on_the_head_then_both_stopped(nodes, tmp_path: Path):
     """`tunedeck ab A B` with two multi-node profiles: the campaign runs detached here (it reaches
     both nodes), each side is a deployment launched and stopped as one unit, each benchmark runs
-    host-side on the head, and the comparison shows the flag that differs."""
+    host-side on the head, and the comparison shows the flag that differs. The plan's dataset
+    file is read here when the A/B starts and placed on the head once: removed here right after
+    the start, every level still sends its prompts, read on the head."""
+    import hashlib
+
+    from tui.bench import store
+
     a, b = nodes
     user = write_profile(tmp_path, a, b)
     write_profile(tmp_path, a, b, name="r1-2n-steps", extra="num-continuous-decode-steps = 4\n")
+    rows = [{"prompt": f"question {i}: " + "why " * (4 + 3 * i), "output_len": 8} for i in range(6)]
+    data = "".join(json.dumps(x) + "\n" for x in rows).encode()
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_bytes(data)
     plan = tmp_path / "tiny.toml"
     plan.write_text(
         'name = "tiny"\nendpoint = "completions"\ninput_len = 32\noutput_len = 8\nignore_eos = true\n'
         "temperature = 0.0\nseed = 1\nwarmup = 1\n\n[[level]]\nconcurrency = 2\nnum_prompts = 6\n"
+        f'\n[workload]\nname = "custom"\npath = "{dataset.name}"\n'
     )
-    r = cli(a, user, "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), "--json", timeout=280)
-    assert r.returncode == 0, r.stderr[-4000:]
-    assert "runs detached on this machine" in r.stderr
-    rep = json.loads(r.stdout)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tui", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), "--json"],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=a.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
+    )
+    seen: list[str] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 120
+        for line in proc.stderr:
+            seen.append(line)
+            if "runs detached on this machine" in line:
+                break
+            assert time.monotonic() < deadline, "".join(seen)
+        dataset.unlink()  # read and placed when the A/B started: the levels do not need it here
+        out, err = proc.communicate(timeout=280)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, "".join(seen) + err[-4000:]
+    rep = json.loads(out)
     assert rep["status"] == "completed", rep.get("error")
     assert [x["side"] for x in rep["launches"]] == ["A", "B"] and all(x["ready"] for x in rep["launches"])
     ta, tb = a.target(ROOT_USER), b.target(ROOT_USER)
@@ -311,6 +343,14 @@ def test_ab_of_two_deployments_each_benchmark_on_the_head_then_both_stopped(node
     ab_runs = [x for x in results if x["deployment"]]
     assert len(ab_runs) == 2 and {x["target"] for x in ab_runs} == {ta}
     assert all(x["client_where"] == "host" and x["completed"] == 6 for x in ab_runs), ab_runs
+    sha = hashlib.sha256(data).hexdigest()
+    placed = a.remote_home / "data" / sha
+    assert placed.read_bytes() == data and not (b.remote_home / "data").exists()  # the head only
+    for x in ab_runs:
+        wl = store.load_run(x["run_id"]).meta["workload"]
+        assert wl["name"] == "custom" and wl["params"]["file_sha256"] == sha, wl
+        samples = store.read_samples(x["run_id"])
+        assert sorted(s["prompt_len"] for s in samples) == sorted(estimate_tokens(r["prompt"]) for r in rows)
     assert not rep["left_running"]
     # both deployments stopped, all 16 GPUs free, nothing of theirs alive on either node
     deps = json.loads(cli(a, user, "runs", "--deployments", "--json").stdout)
@@ -370,4 +410,86 @@ def test_ab_of_deployments_survives_its_terminal_and_cancel_stops_the_live_side(
     r = cli(a, user, "ab", "--cancel", job, "--yes", "--quiet", "--json", timeout=280)
     deps = json.loads(cli(a, user, "runs", "--deployments", "--json").stdout)
     assert [d["status"] for d in deps] == ["stopped"], (deps, r.stderr[-3000:])
+    assert gpus_used(sim_state(a)) == [0] * 8 and gpus_used(sim_state(b)) == [0] * 8
+
+
+def test_ab_of_deployments_killed_mid_level_reports_what_its_results_hold_exit_5(nodes, tmp_path: Path):
+    """The A/B's process here is killed (SIGKILL: no report, no exit event) while A's second level
+    runs on the head. The follow reports partial (exit 5) from what exists: A's first level, mirrored
+    as it ran, and the level in flight, read from its benchmark job on the head, which runs on; the
+    deployment it left is named with how to stop it. Once that level has ended there, `ab --attach`
+    reads it whole."""
+    import asyncio
+    import re
+
+    from tui.commands.ab import EXIT_PARTIAL
+    from tui.hostops.localhost import LocalHost
+    from tui.services import jobs
+
+    a, b = nodes
+    user = write_profile(tmp_path, a, b)
+    write_profile(tmp_path, a, b, name="r1-2n-steps", extra="num-continuous-decode-steps = 4\n")
+    plan = tmp_path / "two.toml"
+    plan.write_text(
+        'name = "two"\nendpoint = "completions"\ninput_len = 32\noutput_len = 8\nignore_eos = true\n'
+        "temperature = 0.0\nseed = 1\nwarmup = 0\n\n[[level]]\nconcurrency = 1\nnum_prompts = 4\noutput_len = 8\n"
+        "\n[[level]]\nconcurrency = 2\nnum_prompts = 24\noutput_len = 64\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tui", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), "--json"],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=a.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
+    )
+    seen: list[str] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 200
+        second = False
+        for line in proc.stderr:  # A's second level measuring on the head, a request of it done
+            seen.append(line)
+            second = second or "benchmark C=2" in line
+            if second and "[A #1]" in line and re.search(r"[1-9]\d*/24 requests", line):
+                break
+            assert time.monotonic() < deadline, "".join(seen)
+        assert second, "".join(seen)
+        jid = re.search(r"A/B job (\S+) of two deployments", "".join(seen)).group(1)  # type: ignore[union-attr]
+        job = asyncio.run(jobs.find(LocalHost(), "ab", jid))
+        kids = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+        assert kids, "the A/B's process is not running"
+        for k in kids:  # the campaign itself, under its wrapper
+            os.kill(int(k), signal.SIGKILL)
+        out, err = proc.communicate(timeout=200)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_PARTIAL, "".join(seen) + err[-4000:]
+    assert "partial" in err and "(exit 5)" in err and "still running after the A/B" in err, err[-3000:]
+    rep = json.loads(out)
+    assert rep["status"] == "partial" and rep["job_id"] == jid
+    assert "level(s) read from its results here and on the head nodes" in rep["error"], rep["error"]
+    levels = rep["a"]["runs"][0]["levels"]
+    assert [lv["concurrency"] for lv in levels] == [1, 2], levels
+    assert levels[0]["summary"]["completed"] == 4 and not levels[0]["summary"].get("partial")
+    assert levels[1]["summary"]["completed"] > 0
+    assert not rep["b"].get("runs") and rep["comparison"] is None
+    deps = json.loads(cli(a, user, "runs", "--deployments", "--json").stdout)
+    [dep] = [d for d in deps if d["status"] == "ready"]
+    assert rep["left_running"] == [
+        f"r1-2n (deployment {dep['deploy_id']}): left by the A/B's process; `tunedeck stop {dep['deploy_id']}` stops it"
+    ], rep["left_running"]
+
+    # the level in flight ran on to its end on the head: --attach reads it whole
+    bench = a.remote_home / "bench"
+    until(lambda: all((d / "rc").exists() for d in bench.iterdir() if d.is_dir()), 120, what="benchmark jobs ended")
+    r = cli(a, user, "ab", "--attach", jid, "--json", "--quiet", timeout=200)
+    assert r.returncode == EXIT_PARTIAL, r.stderr[-3000:]
+    again = json.loads(r.stdout)["a"]["runs"][0]["levels"]
+    assert again[1]["summary"]["completed"] == 24 and not again[1]["summary"].get("partial"), again[1]["summary"]
+    ent = json.loads(cli(a, user, "journal", "list", "--kind", "ab", "--json").stdout)[-1]
+    assert ent["id"] == rep["id"] and ent["status"] == "partial"
+    r = cli(a, user, "stop", dep["deploy_id"], "--yes", timeout=200)
+    assert r.returncode == 0, r.stderr[-3000:]
     assert gpus_used(sim_state(a)) == [0] * 8 and gpus_used(sim_state(b)) == [0] * 8

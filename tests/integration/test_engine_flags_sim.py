@@ -13,7 +13,7 @@ from tests.simfix import SimProc, free_port
 from tui.engine_flags import parse_help
 from tui.engines import release_flags
 from tui.profiles.builder import build_command
-from tui.profiles.model import load_profile_file
+from tui.profiles.profileread import load_profile_file
 from tui.sim.simlog import model_facts
 from tui.sim.vllm_args import preprocess_vllm_argv, vllm_parser
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tui.hostops import liveness
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.hostops.logfollow import follow_forever
 
 GAP_S = float(os.environ.get("TUNEDECK_TEST_IDLE_GAP_S", "8"))

@@ -22,8 +22,9 @@ import pytest
 
 from tests.sshd import TEST_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tui.hostops import liveness
-from tui.hostops.hosts import Host, LocalHost
+from tui.hostops.hosts import Host
 from tui.hostops.hostscripts import FOLLOW_SCRIPT
+from tui.hostops.localhost import LocalHost
 from tui.hostops.logfollow import follow_forever
 
 #: what a loaded 2-core machine adds to a bound before a test calls it missed

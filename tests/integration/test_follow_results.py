@@ -24,8 +24,9 @@ from tests.integration.test_hostside import run_cli, sim
 from tests.simfix import free_port
 from tui.bench import store
 from tui.bench.config import BenchConfig
-from tui.commands.bench import EXIT_OK, EXIT_PARTIAL
-from tui.hostops.hosts import ByteStream, LocalHost, RunResult
+from tui.commands._benchjob import EXIT_OK, EXIT_PARTIAL
+from tui.hostops.hosts import ByteStream, RunResult
+from tui.hostops.localhost import LocalHost
 from tui.services import jobs
 from tui.services.benchrun import COMPLETE, HOST, BenchRun
 from tui.sim.demo import demo_env, demo_host
@@ -219,7 +220,7 @@ class _GoneAfterTheEnd(LocalHost):
 async def test_an_outcome_that_cannot_be_read_is_lost_exit_6_never_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tui.commands.bench import EXIT_LOST, exit_code
+    from tui.commands._benchjob import EXIT_LOST, exit_code
     from tui.services.benchrun import LOST
 
     monkeypatch.setattr(jobs, "FINAL_READ_S", 2.0)

@@ -18,7 +18,7 @@ from tests.conftest import REPO, tunedeck_cmd
 from tests.hostfix import fake_python, pythons
 from tests.simfix import SimProc, free_port
 from tests.waits import until
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.services import runtime
 
 pytestmark = pytest.mark.timeout(240)
@@ -403,9 +403,10 @@ async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
     from textual.app import App
 
     from tests.abfakes import FakeOps
+    from tui.ab.events import ABEvent
     from tui.ab.plans import load_plan
-    from tui.ab.runner import ABEvent, ABRunner
-    from tui.hostops import launcher, runstore
+    from tui.ab.runner import ABRunner
+    from tui.hostops import launcher, runstop, runstore
     from tui.ui.screens.compare import CompareScreen
     from widgets.compare_table import CompareTable
 
@@ -442,4 +443,67 @@ async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
             assert scr.report is not None and scr.report.id == rep.id
             assert scr.query_one(CompareTable).get_cell("peak_output_tok_s", "verdict").plain == "B +18%"
     finally:
-        await launcher.signal_folder(host, str(jd), jid, 2)
+        await runstop.signal_folder(host, str(jd), jid, 2)
+
+
+async def test_tune_screen_reattaches_to_a_campaign_running_on_the_host():
+    """A tuning campaign started earlier (elsewhere) is followed when the Tune screen opens: its
+    candidates from the job's spec, their states from its events, the winner from its report."""
+    from textual.app import App
+
+    from tests.waits import until_async
+    from tui.ab.events import ABEvent
+    from tui.hostops import launcher, runstop, runstore
+    from tui.ui.screens.tune import TuneScreen
+    from widgets.tune_table import TuneTable
+
+    host = LocalHost()
+    a, b = "sglang-base", "sglang-base+attention-backend=fa3"
+    jid = runstore.new_run_id()
+    meta = {"kind": "tune", "campaign": "tune-reattach-1"}
+    started = await launcher.start_detached(host, "tune", jid, ["sleep", "60"], {}, meta)
+    assert started.pid is not None
+    jd = Path(started.run_dir)
+    spec = {"campaign": "tune-reattach-1", "candidates": [{"name": a, "tp": 8}, {"name": b, "tp": 8}]}
+    (jd / "spec.json").write_text(json.dumps(spec))
+    result = {"capacity": 16, "throughput_at_capacity": 800.0}
+    evs = [
+        ABEvent("launch", f"{a}: launch", a),
+        ABEvent("ready", f"{a}: ready", a, data={"startup_s": 3.0}),
+        ABEvent("capacity", f"{a}: capacity", a, data={"capacity": 16, "result": result}),
+        ABEvent("launch", f"{b}: launch", b),
+        ABEvent("failed", f"{b}: failed", b),
+    ]
+    report = {
+        "campaign": "tune-reattach-1",
+        "status": "completed",
+        "winner": a,
+        "candidates": [
+            {"name": a, "state": "measured", "capacity": 16, "tok_s_per_user": 50.0, "tok_s_per_gpu": 100.0},
+            {"name": b, "state": "failed"},
+        ],
+    }
+    (jd / "report.json").write_text(json.dumps(report))
+    (jd / "events.jsonl").write_text(
+        "".join(json.dumps(e.to_json()) + "\n" for e in evs) + json.dumps({"type": "exit", "rc": 0}) + "\n"
+    )
+
+    class Dash(App):
+        def on_mount(self) -> None:
+            self.push_screen(scr)
+
+    Dash.host = host  # type: ignore[attr-defined]
+    Dash.target = "local"  # type: ignore[attr-defined]
+    scr = TuneScreen(profiles=[a])
+    try:
+        async with Dash().run_test(size=(140, 44)) as pilot:
+            status = scr.query_one("#tune-status")
+            await until_async(
+                lambda: f"winner: {a}" in str(status.render()), 60, pilot=pilot, what=lambda: str(status.render())
+            )
+            table = scr.query_one(TuneTable)
+            assert [str(table.get_cell(n, "state")) for n in (a, b)] == ["done", "failed"]
+            assert str(table.get_cell(a, "capacity")) == "16" and scr.campaign is None
+            assert "campaign tune-reattach-1" in str(status.render())
+    finally:
+        await runstop.signal_folder(host, str(jd), jid, 2)

@@ -15,9 +15,9 @@ import pytest
 
 from tests.conftest import REPO
 from tests.ports import free_port
+from tui.hostops import hostruns, logfollow, runstore
 from tui.hostops import launcher as L
-from tui.hostops import logfollow, runstore
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.hostops.tracker import StartupTracker, format_progress, load_history, wait_ready
 
 FAKE = str(REPO / "tests" / "fakeserver.py")
@@ -267,12 +267,12 @@ async def test_follow_resumes_from_offset_without_gaps(host):
 async def test_reattach_finds_runs(host):
     rec = await L.launch(host, ["sleep", "30"], engine="other", profile="x")
     os.unlink(runstore.RunStore().path(rec.run_id))  # the local record is gone (another machine, or lost)
-    alive = await L.reattach(host)
+    alive = await hostruns.reattach(host)
     assert [r.run_id for r in alive] == [rec.run_id]
     again = runstore.RunStore().load(rec.run_id)
     assert again.profile == "x" and again.pid == rec.pid
     await L.stop_run(host, again, grace=2)
-    assert await L.reattach(host) == []
+    assert await hostruns.reattach(host) == []
 
 
 async def test_refuses_unknown_gpu_process(host, tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.util.ports import FREE, OTHER, OWN, UNKNOWN, parse_port_owners, port_owners
 
 pytestmark = pytest.mark.timeout(60)

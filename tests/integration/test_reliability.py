@@ -27,7 +27,7 @@ from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tui.hostops import runstore
 from tui.hostops.hosts import HostError
 from tui.hostops.ssh import SshHost
-from tui.profiles.model import load_profile_file, load_profile_text
+from tui.profiles.profileread import load_profile_file, load_profile_text
 from tui.profiles.store import ProfileStore
 
 

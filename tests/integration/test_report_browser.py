@@ -1,5 +1,6 @@
 """`tunedeck report --html` opened in headless Chromium: no console error, no network request,
-and the charts are on the screenshot; for a real benchmark result and for an A/B.
+and the charts are on the screenshot; for a real benchmark result and for a real A/B
+(`tunedeck ab` on the demo host's simulator, its report made from the journal's record).
 
 Chromium is Debian's package (``/usr/bin/chromium``; `.ci/run` installs it). The test drives it
 over the DevTools protocol on ``--remote-debugging-pipe`` (NUL-separated JSON on fds 3 and 4:
@@ -18,18 +19,15 @@ import struct
 import subprocess
 import threading
 import zlib
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
+from tests.integration.test_ab_demo import profiles  # noqa: F401  (the A/B's profiles fixture)
 from tests.simfix import SimProc, free_port
 from tests.waits import scaled, until
-from tui.ab.journal import Journal
-from tui.ab.results import resolve_side
-from tui.ab.sides import side_to_dict
 from tui.report.svg import COLORS
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -43,7 +41,7 @@ FLAGS = (
     "--no-first-run",
     "--remote-debugging-pipe",
 )
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)
 
 
 def chromium() -> str:
@@ -260,36 +258,56 @@ def run_bench(port: int) -> subprocess.Popen[str]:
     )
 
 
-def test_html_reports_open_in_chromium_without_errors_or_network(tmp_path: Path):
+#: two short levels, as the benchmark's (a few seconds per side on the simulator)
+PLAN = """name = "browser"
+description = "two short levels for the report's charts"
+endpoint = "completions"
+input_len = 8
+output_len = 24
+ignore_eos = true
+warmup = 0
+
+[[level]]
+concurrency = 1
+num_prompts = 4
+
+[[level]]
+concurrency = 4
+num_prompts = 8
+"""
+
+
+def run_ab(a: str, b: str, plan: Path) -> subprocess.CompletedProcess[str]:
+    """A real A/B on the demo host: both sides launched on the simulator, benchmarked and stopped."""
+    plan.write_text(PLAN)
+    return subprocess.run(
+        [*tunedeck_cmd(), "ab", a, b, "--demo", "--plan", str(plan), "--yes", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=scaled(120),
+    )
+
+
+def test_html_reports_open_in_chromium_without_errors_or_network(tmp_path: Path, profiles: dict[str, str]):
     exe = chromium()
-    sims = []
+    # a benchmark on the demo host against a simulator on four of its simulated GPUs
+    port = free_port()
+    args = ["--port", str(port), "--sim-load-seconds", "1", "--sim-fixed-ttft-ms", "60"]
+    sim = SimProc("vllm", "m", "-tp", "4", *args, "--sim-fixed-itl-ms", "20", env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
     try:
-        ports = [free_port(), free_port()]
-        # each on its own four of the simulated GPUs (two on all eight would not both fit)
-        for port, itl, gpus in zip(ports, ("20", "12"), ("0,1,2,3", "4,5,6,7")):
-            args = ["--port", str(port), "--sim-load-seconds", "1", "--sim-fixed-ttft-ms", "60"]
-            args += ["--sim-fixed-itl-ms", itl]
-            sims.append(SimProc("vllm", "m", "-tp", "4", *args, env={"CUDA_VISIBLE_DEVICES": gpus}))
-        benches = [run_bench(p) for p in ports]
-        outs = [b.communicate(timeout=scaled(90)) for b in benches]
+        bench = run_bench(port)
+        out, err = bench.communicate(timeout=scaled(90))
     finally:
-        for s in sims:
-            s.stop()
-    summaries = []
-    for b, (out, err) in zip(benches, outs):
-        assert b.returncode == 0, err[-3000:]
-        got = json.loads(out)
-        summaries.append(got if isinstance(got, list) else [got])
-    single = summaries[0][-1]["run_id"]
-    # an A/B in the journal whose sides are the two sweeps (as `tunedeck ab` records one)
-    sides = [resolve_side(s[0]["sweep_id"] or s[0]["run_id"], label) for s, label in zip(summaries, "AB")]
-    sides = [replace(sd, profile=f"sim-itl-{itl}") for sd, itl in zip(sides, (20, 12))]
-    ab = Journal().append(
-        {"kind": "ab", "status": "completed", "host": "demo", "plan": "sweep-1-4"}
-        | {"a": side_to_dict(sides[0]), "b": side_to_dict(sides[1])}
-    )["id"]
+        sim.stop()
+    assert bench.returncode == 0, err[-3000:]
+    got = json.loads(out)
+    single = (got if isinstance(got, list) else [got])[-1]["run_id"]
+    ab = run_ab(profiles["sglang-base"], profiles["sglang-tuned"], tmp_path / "browser.toml")
+    assert ab.returncode == 0, ab.stderr[-3000:]
+    ab_id = json.loads(ab.stdout)["id"]
     pages = {}
-    for ref, name in ((single, "result.html"), (ab, "ab.html")):
+    for ref, name in ((single, "result.html"), (ab_id, "ab.html")):
         r = subprocess.run(
             [*tunedeck_cmd(), "report", ref, "--html", str(tmp_path / name), "--json"],
             capture_output=True,
@@ -303,6 +321,10 @@ def test_html_reports_open_in_chromium_without_errors_or_network(tmp_path: Path)
     # the host-side run's timeline drawn, its validity checked
     validity = html.split("<h2>Validity</h2>")[1].split("</section>")[0]
     assert "(timeline.jsonl)" in html and "C=4: " in validity and "not checked" not in validity
+    # the A/B's page: its id, both profiles, the verdict on each level the plan ran
+    html = pages["ab.html"].read_text()
+    assert f"A/B {ab_id}: {profiles['sglang-base']} vs {profiles['sglang-tuned']}" in html
+    assert "<h2>Verdict</h2>" in html and "C=1" in html and "C=4" in html
     dt = DevTools(exe, tmp_path / "chromium")
     try:
         check(open_report(dt, pages["result.html"]), series_colors=1)

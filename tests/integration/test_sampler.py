@@ -27,15 +27,10 @@ from tests.integration.test_ab_ssh import remote_shims
 from tests.simfix import SimProc, free_port
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tui.collectors.sampled import SampledGpu, sampled_sources
-from tui.collectors.smi import QUERY_APPS_FIELDS, QUERY_GPU_FIELDS
-from tui.hostops.hosts import LocalHost
-from tui.hostside import sampler as hs
+from tui.hostops.localhost import LocalHost
+from tui.hostside import hostread
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def test_the_sampler_asks_nvidia_smi_for_the_collectors_fields():
-    assert hs.GPU_FIELDS == QUERY_GPU_FIELDS and hs.APPS_FIELDS == QUERY_APPS_FIELDS
 
 
 def _starttime(pid: int) -> str:
@@ -521,15 +516,15 @@ def test_ended_runs_are_read_once_live_ones_every_sample(tmp_path, live_run):
     ):
         (old / name).write_text(text)
     cache: dict = {}
-    first = hs.list_runs(str(home / "runs"), cache)
+    first = hostread.list_runs(str(home / "runs"), cache)
     assert [(r["id"], r["alive"], r["rc"]) for r in first] == [("r0", False, 0), ("r1", True, None)]
     assert set(cache) == {"r0"}
     (old / "meta.json").write_text(json.dumps({"port": 1, "profile": "changed"}))
     (home / "runs" / "r1" / "meta.json").write_text(json.dumps({"port": port, "profile": "s1-renamed"}))
-    second = {r["id"]: r for r in hs.list_runs(str(home / "runs"), cache)}
+    second = {r["id"]: r for r in hostread.list_runs(str(home / "runs"), cache)}
     assert second["r0"]["meta"]["profile"] == "old"  # not read again
     assert second["r1"]["meta"]["profile"] == "s1-renamed"  # a live run is
     import shutil
 
     shutil.rmtree(old)
-    assert [r["id"] for r in hs.list_runs(str(home / "runs"), cache)] == ["r1"] and cache == {}
+    assert [r["id"] for r in hostread.list_runs(str(home / "runs"), cache)] == ["r1"] and cache == {}

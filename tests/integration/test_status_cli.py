@@ -139,8 +139,8 @@ def test_status_demo_shows_eight_gpus() -> None:
 def test_known_servers_from_run_folders(tmp_path: Path) -> None:
     """Live run folders on the host become servers; the model comes from the local record."""
     from tui.collectors.status import RECENT_FAILURE_S, known_servers, model_from_argv, servers_of_runs
-    from tui.hostops.hosts import LocalHost
     from tui.hostops.launcher import launch, list_host_runs, stop_run
+    from tui.hostops.localhost import LocalHost
     from tui.hostops.runstore import RunStore
     from tui.util.aio import run_async
 

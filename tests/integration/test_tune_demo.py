@@ -79,7 +79,7 @@ def eta_checked(rep: dict) -> None:
     at each event's time): the estimate before it started within a factor of 4 of the campaign's
     real length, and the ETA once the first candidate has ended within a factor of 2 of what was
     really left (the estimate assumed 10 s a level and a 15 s stop: 6 times the real length)."""
-    from tui.ab.runner import ABEvent
+    from tui.ab.events import ABEvent
     from tui.ab.tuneview import TuneProgress
 
     path = Path(os.environ["TUNEDECK_HOME"]) / "tune" / rep["job_id"] / "events.jsonl"
@@ -211,6 +211,86 @@ def test_killed_campaign_resumes_and_a_second_campaign_is_refused(base: str, tmp
     assert f"{flex}: skipped: pre-flight failed" in err
     assert err.count(f"[{base} #1] launching {base}\n") == 1, err[-4000:]
     assert rep["winner"] == second
+    alive, apps = asyncio.run(nothing_running())
+    assert alive == [] and not apps
+
+
+def test_a_campaign_killed_more_often_than_it_is_restarted_ends_partial_with_exit_5(base: str, tmp_path: Path):
+    """The host-side campaign process is killed four times while the second candidate is
+    measured; the follow restarts it three times (MAX_RESTARTS), then reads the outcome from the
+    job folder: the first candidate measured and ranked, the second (cut short four times) and the
+    third (never reached) named as not measured, exit 5, `--json` with status partial, the
+    journal partial, the report says so, and the second's server, left running by the killed
+    process, named with how to stop it."""
+    from tui.commands.tune import EXIT_PARTIAL
+    from tui.services import jobs
+    from tui.services.tunerun import MAX_RESTARTS
+    from tui.sim.demo import demo_host
+
+    out = tmp_path / "tune.json"
+    vary = ["--vary", "flags.attention-backend=flashinfer,flex_attention"]
+    proc = subprocess.Popen(
+        [*tunedeck_cmd(), "tune", base, "--demo", *vary, "--slo", *SLO, *LEVELS, *SEARCH, "--yes", "--json", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ),
+    )
+    second, third = f"{base}+attention-backend=flashinfer", f"{base}+attention-backend=flex_attention"
+    seen: list[str] = []
+    kills = 0
+    deadline = time.monotonic() + 400
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            # the second candidate's server is up and measured (a level starts): kill the campaign
+            if f"[{second} #1] C=16: " in line and " prompts, " in line:
+                jid = re.search(r"campaign job (\S+) runs on demo", "".join(seen)).group(1)
+                job = asyncio.run(jobs.find(demo_host(), "tune", jid))
+                kids = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+                assert kids, "the campaign's process is not running"
+                for k in kids:  # the campaign itself, under its wrapper: no report, no exit event
+                    os.kill(int(k), signal.SIGKILL)
+                kills += 1
+                if kills == MAX_RESTARTS + 1:
+                    break
+            assert time.monotonic() < deadline, "".join(seen)
+        stdout, err = proc.communicate(timeout=200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = "".join(seen) + err
+    try:
+        assert kills == MAX_RESTARTS + 1, err[-4000:]
+        assert proc.returncode == EXIT_PARTIAL, err[-4000:]
+        assert err.count("restarting it to resume") == MAX_RESTARTS and f"resumed (restart {MAX_RESTARTS})" in err
+        rep = json.loads(out.read_text())
+        assert rep["status"] == "partial" and rep["job_id"] == jid and rep["resumes"] == MAX_RESTARTS
+        by = {c["name"]: c for c in rep["candidates"]}
+        assert [by[n]["state"] for n in (base, second, third)] == ["measured", "pending", "pending"]
+        assert rep["ranking"] == [base] and rep["winner"] == base and by[base]["capacity"]
+        assert rep["not_measured"] == [second, third]
+        assert [la.get("interrupted") for la in by[second]["launches"]] == [True] * (MAX_RESTARTS + 1)
+        assert by[second]["findings"] == [
+            f"not measured: its measurement was cut short {MAX_RESTARTS + 1} time(s) by the end of the campaign's process"
+        ]
+        assert by[third]["findings"] == ["not measured: the campaign's process ended before it was reached"]
+        assert f"ended without its report {MAX_RESTARTS + 1} times" in rep["error"]
+        assert "1 of 3 candidate(s) measured, read from the job folder" in rep["error"]
+        assert len(rep["left_running"]) == 1 and rep["left_running"][0].startswith(f"{second} (run ")
+        assert f"best of the measured: {base}" in stdout and f"not measured: {second}, {third}" in stdout
+        assert "tunedeck tune: partial: " in err and "(exit 5)" in err and "still running after the campaign" in err
+        ent = json.loads(run_cli("journal", "list", "--kind", "tune", "--json").stdout)[-1]
+        assert ent["id"] == rep["campaign"] and ent["status"] == "partial" and ent["winner"] == base
+        page = tmp_path / "tune.html"
+        r = run_cli("report", str(out), "--html", str(page), timeout=60)
+        assert r.returncode == 0, r.stderr
+        html = page.read_text()
+        assert "Partial: 1 of 3 candidates measured. Best measured: " in html and "Partial result" in html
+    finally:
+        run_cli("stop", "--demo", "--yes", "--grace", "2", "--gpu-wait", "5")  # the server it left
     alive, apps = asyncio.run(nothing_running())
     assert alive == [] and not apps
 

@@ -19,7 +19,8 @@ import pytest
 from tests.waits import scaled, until_async
 from tui.ab.plan import Plan, PlanLevel
 from tui.ab.tune import Workload
-from tui.hostops.hosts import LocalHost, RunResult
+from tui.hostops.hosts import RunResult
+from tui.hostops.localhost import LocalHost
 from tui.services import jobs
 from tui.services.tunerun import TuneRun
 from tui.sim.demo import demo_env, demo_host

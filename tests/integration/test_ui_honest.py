@@ -158,7 +158,7 @@ class _Tracker:
 
 async def test_run_view_ready_once_clock_stops_and_a_stop_is_not_a_failure(monkeypatch):
     import tui.ui.screens.run as run_mod
-    from tui.hostops.launcher import StopResult
+    from tui.hostops.runstop import StopResult
     from tui.hostops.runstore import RunRecord
     from tui.ui.screens.modals import ConfirmModal
     from widgets.startup_progress import StartupProgressView

@@ -268,7 +268,7 @@ async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatc
 # ---------------------------------------------------------------- bench mode
 def test_bench_args_for_demo_remote_and_url():
     from tests.ui_fakes import server
-    from tui.ui.screens.bench_setup import BenchForm, BenchFormError, bench_args
+    from tui.ui.screens.bench_form import BenchForm, BenchFormError, bench_args
 
     s = server("sglang-tuned", "ready", port=30001)
     f = BenchForm(concurrency="1, 16", num_prompts="20", input_len="64", output_len="32", warmup="0", ignore_eos=False)

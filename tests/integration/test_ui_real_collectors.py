@@ -6,7 +6,7 @@ import pytest
 
 from tests import fake_smi
 from tests.ui.test_ui_status import SIZE, cell, until, until_shown
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.ui.app import make_app
 from widgets.gpu_table import GpuStateLine, GpuTable
 from widgets.host_panel import HostPanel

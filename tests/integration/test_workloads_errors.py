@@ -175,7 +175,7 @@ def test_host_run_refuses_a_bad_trace_before_starting_a_job(tmp_path, listener):
 
 
 async def test_a_data_file_is_placed_on_the_host_once_per_content(tmp_path):
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
 
     host = LocalHost()
     data = b'{"prompt": "x", "output_len": 2}\n'

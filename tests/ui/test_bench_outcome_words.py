@@ -8,7 +8,7 @@ from textual.widgets import Static
 
 from tests.ui.test_ui_charts import BenchApp, ScriptedBench
 from tests.waits import until_async
-from tui.commands.bench import EXIT_LOST, EXIT_OK, EXIT_PARTIAL
+from tui.commands._benchjob import EXIT_LOST, EXIT_OK, EXIT_PARTIAL
 from tui.ui.screens.bench import BenchScreen
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,7 +43,8 @@ async def test_the_compare_screen_names_a_partial_ab_in_the_same_words():
     from tests.abfakes import FakeOps
     from tui.ab.plans import load_plan
     from tui.ab.runner import ABRunner
-    from tui.ui.screens.compare import ABFinished, CompareScreen
+    from tui.ui.screens.campaign import CampaignEnded
+    from tui.ui.screens.compare import CompareScreen
 
     rep = await ABRunner(FakeOps(), "base", "tuned", load_plan("quick")).run()
     rep.status, rep.error = "partial", "the ab job ended without a final report (rc 137); 2 level(s) read"
@@ -55,7 +56,7 @@ async def test_the_compare_screen_names_a_partial_ab_in_the_same_words():
 
     async with One().run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        scr.post_message(ABFinished(rep))
+        scr.post_message(CampaignEnded(rep))
         status = scr.query_one("#ab-status", Static)
         await until_async(lambda: scr.report is rep, 10, pilot=pilot)
         await pilot.pause()

@@ -70,7 +70,7 @@ async def test_a_long_line_is_shown_cut_and_few_rendered_lines_are_kept() -> Non
     """Each shown line is rendered, styled and cached whole: a 16 KiB line is shown as its first
     SHOW_CHARS characters and how much more there is, and the render cache holds a screen's worth
     (a view following 1 MB lines once grew 0.6 MB/s in RSS through that cache)."""
-    from widgets.server_log import RENDER_CACHE_LINES, SHOW_CHARS
+    from widgets.severity_log import RENDER_CACHE_LINES, SHOW_CHARS
 
     app = LogApp(MB)
     async with app.run_test(size=(100, 30)) as pilot:

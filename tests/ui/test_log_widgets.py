@@ -9,7 +9,8 @@ from textual.app import App, ComposeResult
 
 from tests.waits import until_async
 from tui.model import StartupProgress
-from widgets.server_log import ServerLog, line_severity
+from widgets.server_log import ServerLog
+from widgets.severity_log import line_severity
 from widgets.startup_progress import StartupProgressView
 
 pytestmark = pytest.mark.timeout(60)
@@ -128,12 +129,12 @@ async def test_a_line_is_drawn_the_same_without_a_search_as_the_full_highlighter
     lines/s): they must be the ones Text + highlighter make, severity and node-tag colours alike."""
     import re
 
-    from widgets.server_log import _SeverityLog
+    from widgets.severity_log import SeverityLog
 
     app = LogApp()
     async with app.run_test(size=(100, 30)) as pilot:
         view = app.query_one(ServerLog).view
-        assert isinstance(view, _SeverityLog)
+        assert isinstance(view, SeverityLog)
         view.highlighter.tag_styles = {"gpu-a": "cyan", "op@10.0.0.2:2222": "magenta"}  # type: ignore[attr-defined]
         lines = [
             *sample_lines(10),
@@ -240,7 +241,7 @@ async def test_run_screen_attaches_shows_progress_and_stops():
     from tests.integration.test_launcher import fake
     from tui.hostops import launcher as L
     from tui.hostops import runstore
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.ui.screens.run import RunScreen
 
     host = LocalHost()
@@ -299,7 +300,7 @@ async def test_run_screen_launches_then_attaches_or_shows_refusal():
     from tests.integration.test_launcher import fake
     from tui.hostops import launcher as L
     from tui.hostops import runstore
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.ui.screens.run import RunScreen
 
     host = LocalHost()
@@ -357,7 +358,7 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
     from tests.integration.test_launcher import fake
     from tui.hostops import launcher as L
     from tui.hostops import runstore
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.ui.screens.run import RunScreen
 
     host = LocalHost()

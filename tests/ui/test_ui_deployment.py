@@ -20,7 +20,7 @@ from tests.ui.test_ui_status import until, until_shown
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, server
 from tui.collectors.deployment import DeploymentSnapshot
 from tui.hostops import launcher as L
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.hostops.runstore import RunStore
 from tui.model import StartupProgress
 from tui.services import deploy as D
@@ -244,7 +244,7 @@ async def test_t_on_nodes_named_user_at_host_port_shows_each_nodes_lines():
     """Nodes written ``user@host:port`` (the README's form) hold colons themselves: the node of a
     tag is matched, not cut at the first colon (that gave an empty log for every such node)."""
     from widgets.deployment import node_styles
-    from widgets.server_log import tag_node
+    from widgets.severity_log import tag_node
 
     nodes = ["op@10.0.0.2:2222", "op@10.0.0.2:2223"]
     tags = [nodes[0], f"{nodes[0]}:ray", nodes[1], f"{nodes[1]}:ray"]

@@ -262,7 +262,7 @@ async def test_a_deployment_whose_head_process_dies_reads_failed_with_its_cause_
     import subprocess
     import time as _time
 
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.hostops.runstore import READY, WORKER_UP, RunRecord, RunStore
     from tui.services.deploy import DeploymentRecord, DeploymentStore, Member
     from tui.ui.messages import DeploymentSamples

@@ -9,7 +9,8 @@ from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
 from tui.hostops.runstore import RunRecord
 from tui.ui.app import make_app
 from tui.ui.screens.run import RunScreen
-from widgets.server_log import ServerLog, is_probe_line
+from widgets.server_log import ServerLog
+from widgets.severity_log import is_probe_line
 
 pytestmark = pytest.mark.timeout(60)
 SIZE = (120, 40)

@@ -23,8 +23,9 @@ from tests.ui_text import screen_text
 from tests.waits import until_async
 from tui.hostops.hosts import HostError
 from tui.model import NA, GpuStatus, LinkState
-from tui.ui.app import MODE_REGISTRY, ModeSpec, TunedeckApp, make_app
+from tui.ui.app import TunedeckApp, make_app
 from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged
+from tui.ui.modes import MODE_REGISTRY, ModeSpec
 from widgets.gpu_table import GpuProcessTable, GpuTable
 from widgets.host_banner import HostBanner
 from widgets.server_panel import METRICS_DISABLED, ServerPanel
@@ -287,6 +288,21 @@ async def test_crashed_collector_becomes_a_state_and_restarts():
         assert "RuntimeError: parser bug" in str(banner.content)
         await until(pilot, lambda: app.latest.link.ok)
         assert host.calls >= 2
+
+
+async def test_a_crashed_collector_is_not_restarted_once_polling_stopped():
+    """Polling stops (a host switch, a reconnect) while a crashed loop waits for its restart: the
+    restart is dropped, so no loop of the old poll runs beside the new one."""
+    host = FakeHost(RuntimeError("parser bug"), host_stats())
+    app = app_with(host=host, restart_delay=0.3)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "collector crashed" in (app.latest.link.last_error or ""))
+        await app.stop_polling()
+        later = asyncio.Event()
+        app.set_timer(0.6, later.set)  # fires after the pending restart (0.3 s) would have
+        await until(pilot, later.is_set)
+        assert host.calls == 1
+        assert not [w for w in app.workers if w.group == "poll-gpu-box-01" and not w.is_finished]
 
 
 class _OtherScreen(Screen):
@@ -554,9 +570,9 @@ async def test_a_screen_that_fails_to_import_says_so_and_logs_its_traceback(tmp_
         "status": MODE_REGISTRY["status"],
         "compare": ModeSpec("Compare", "c", "brokenscreens.compare:CompareScreen"),
     }
-    caplog.set_level(logging.ERROR, logger="tui.ui.app")
+    caplog.set_level(logging.ERROR, logger="tui.ui.modes")
     app = app_with(FakeGpu([gpu_status(2, 0)]), modes=modes, demo=True)
-    records = [r for r in caplog.records if r.name == "tui.ui.app" and r.exc_info]
+    records = [r for r in caplog.records if r.name == "tui.ui.modes" and r.exc_info]
     assert records and "brokenscreens.compare" in records[0].getMessage()
     assert records[0].exc_info[0] is ModuleNotFoundError
     async with app.run_test(size=SIZE) as pilot:

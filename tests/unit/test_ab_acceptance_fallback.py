@@ -9,7 +9,8 @@ import pytest
 from tests.abfakes import FakeOps
 from tests.unit.test_bench_counters_sglang import page
 from tui.ab.plans import load_plan
-from tui.ab.runner import ABRunner, report_from_dict
+from tui.ab.report import report_from_dict
+from tui.ab.runner import ABRunner
 from tui.bench.counters import parse_counters
 from tui.hostside.abops import gauge_acceptance
 

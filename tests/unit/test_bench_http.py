@@ -153,6 +153,42 @@ async def test_warm_pool_connect_errors_and_cut_bodies():
             await c.get("http://127.0.0.1:9/")
 
 
+@pytest.mark.timeout(20)
+async def test_write_now_goes_out_on_an_idle_connection_and_reads_fire_the_gate():
+    """A request written from a callback: at once on an idle connection (no await), None when
+    none is idle; every read and every batch handed over checks the gate, which fires once due."""
+    import time
+
+    async def h(head, body, w):
+        w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        await w.drain()
+        await asyncio.sleep(0.05)
+        w.write(b"0\r\n\r\n")
+
+    fired: list[float] = []
+    async with Srv(h) as srv, HttpClient() as c:
+        req = c.build("POST", srv.url + "/v1/completions", b"{}")
+        assert c.write_now(req) is None  # nothing idle: the caller goes the long way
+        await c.warm(srv.url, 1)
+        w = c.write_now(req)
+        assert w is not None and w.sent <= w.written and c.idle_count(srv.url) == 0
+        assert c.write_now(req) is None
+        due = time.perf_counter()
+        c.gate.arm(due, fired.append)
+        r = await c.response(req, w)
+        assert r.status == 200 and r.sent == w.sent
+        assert fired and fired[0] >= due  # the response head's read fired it
+        n = len(fired)
+        assert await r.next_batch() is not None
+        assert len(fired) > n  # so did the batch handed over
+        c.gate.disarm()
+        n = len(fired)
+        while await r.next_batch() is not None:
+            pass
+        assert len(fired) == n and not c.gate.armed
+        assert c.idle_count(srv.url) == 1  # back in the pool once the body ended
+
+
 async def test_send_turns_spread_a_burst_over_loop_iterations():
     """At most sends_per_tick requests start writing per event-loop iteration; the rest pass in
     the following iterations, in order, so reads are handled between the parts of a burst."""

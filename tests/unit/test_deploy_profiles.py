@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tui.profiles.deploy import RAY_WAIT, build_deployment, check_deployment
-from tui.profiles.model import ProfileError, load_profile_file, load_profile_text
+from tui.profiles.model import ProfileError
+from tui.profiles.profileread import load_profile_file, load_profile_text
 from tui.services.deploy import MemberState, merge_logs, triage
 
 SGL = """\

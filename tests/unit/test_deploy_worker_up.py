@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.hostops.runstore import READY, STARTING, WORKER_UP, RunRecord, RunStore
 from tui.logparse import parse_text
 from tui.services import deploy as D

@@ -27,6 +27,14 @@ def test_link_watch_counts_a_loss_from_its_first_failure() -> None:
     assert w.ok() == 10.0 and not w.is_lost and w.attempts == 0
 
 
+def test_link_watch_tells_a_view_only_when_a_loss_starts_or_ends() -> None:
+    w = liveness.LinkWatch()
+    assert w.tell(None) is False  # up, and still up: nothing new to show
+    assert w.tell("no heartbeat") is True and w.is_lost
+    assert w.tell("refused") is False and w.attempts == 2  # still lost: the line is up already
+    assert w.tell(None) is True and not w.is_lost
+
+
 async def test_resume_is_told_once_per_loss_on_a_quiet_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(liveness.ENV, "0.2")
     host = LinkHost({"/l": b"one\n"})

@@ -12,7 +12,8 @@ import pytest
 
 from tests.fake_smi import FakeSmi
 from tui.collectors.gpu import GpuCollector
-from tui.hostops.hosts import ByteStream, Host, HostError, LocalHost, RunResult
+from tui.hostops.hosts import ByteStream, Host, HostError, RunResult
+from tui.hostops.localhost import LocalHost
 from tui.model import NA, GpuStatus
 
 pytestmark = pytest.mark.timeout(40)

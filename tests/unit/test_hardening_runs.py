@@ -13,8 +13,8 @@ from pathlib import Path
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launcher import FAKE, free_port
-from tui.hostops.hosts import LocalHost
 from tui.hostops.launcher import launch, stop_run
+from tui.hostops.localhost import LocalHost
 from tui.hostops.runstore import RunStore
 from tui.util.safety import redact_argv
 

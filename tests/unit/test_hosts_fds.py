@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launcher import FAKE, free_port
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.util.aio import run_async
 
 pytestmark = pytest.mark.timeout(60)
@@ -104,7 +104,7 @@ def test_local_stream_dies_with_tunedeck_even_on_kill_9(tmp_path: Path) -> None:
     marker = f"tdmark{os.getpid()}"
     code = (
         "import asyncio, sys\n"
-        "from tui.hostops.hosts import LocalHost\n"
+        "from tui.hostops.localhost import LocalHost\n"
         "from tui.util.aio import run_async\n"
         "async def main():\n"
         f"    s = LocalHost().stream(['sh', '-c', 'exec tail -F \"$1\"', {marker!r}, {str(log)!r}])\n"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tui.hostops.hosts import LineStream, LocalHost
+from tui.hostops.hosts import LineStream
+from tui.hostops.localhost import LocalHost
 
 pytestmark = pytest.mark.timeout(30)
 

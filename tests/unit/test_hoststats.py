@@ -10,7 +10,8 @@ import pytest
 
 from tui.collectors.history import GpuHistory
 from tui.collectors.hoststats import HostCollector, cpu_percent, parse_proc
-from tui.hostops.hosts import ByteStream, Host, HostError, LocalHost, RunResult
+from tui.hostops.hosts import ByteStream, Host, HostError, RunResult
+from tui.hostops.localhost import LocalHost
 from tui.model import NA, GpuSnapshot, GpuStatus
 
 pytestmark = pytest.mark.timeout(30)

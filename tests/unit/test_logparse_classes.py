@@ -491,7 +491,7 @@ WRAPPERS = ("See root cause above", "Received sigquit", "Scheduler hit an except
     ],
 )
 def test_run_view_cause_is_the_root_exception_of_real_logs(real_logs, name, root):
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.hostops.runstore import RunRecord
     from tui.hostops.tracker import StartupTracker
 
@@ -506,7 +506,7 @@ def test_run_view_cause_is_the_root_exception_of_real_logs(real_logs, name, root
 
 
 def test_an_unterminated_last_line_counts_once_the_process_ended():
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.hostops.runstore import RunRecord
     from tui.hostops.tracker import StartupTracker
 
@@ -539,7 +539,7 @@ def test_advice_for_a_recorded_cause():
 def test_ready_in_is_the_time_to_ready_not_the_time_since():
     """A run view opened 13 minutes after a 5-s start says ready in 5 s: the ready time recorded
     by whoever saw it first, else the moment this tracker first saw it (then frozen)."""
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.hostops.runstore import RunRecord
     from tui.hostops.tracker import StartupTracker
 

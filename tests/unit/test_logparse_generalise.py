@@ -250,7 +250,7 @@ def test_a_request_traceback_after_ready_stays_a_warning_whatever_its_kind():
 
 
 def test_the_tracker_confirms_an_excerpts_exception_once_the_process_ended():
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.hostops.runstore import RunRecord
     from tui.hostops.tracker import StartupTracker
 
@@ -277,7 +277,7 @@ async def test_a_dead_run_re_read_from_its_log_names_the_exception_it_ends_on(tm
     """The re-read path (``runs``, the Runs view, the status screen, the deployments' listings)
     knows the process is gone: the exception the log ends on is the cause, as the live tracker
     says, not 'process exited with rc 1'."""
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.hostops.reread import settle
     from tui.hostops.runstore import RunRecord
     from tui.hostops.tracker import StartupTracker
@@ -299,7 +299,7 @@ async def test_a_dead_run_re_read_from_its_log_names_the_exception_it_ends_on(tm
 def test_the_tracker_confirms_an_exception_that_arrives_after_it_saw_the_process_end():
     """The liveness probe may see the process gone before the log follower reads its last
     lines: those lines are judged as a dead process's too."""
-    from tui.hostops.hosts import LocalHost
+    from tui.hostops.localhost import LocalHost
     from tui.hostops.runstore import RunRecord
     from tui.hostops.tracker import StartupTracker
 

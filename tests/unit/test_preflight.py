@@ -10,8 +10,9 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.profilefix import B200, DATA, RTX_PRO, fake_host, make_fake_bin
+from tui.profiles.hostfacts import host_flags, parse_gpus
 from tui.profiles.model import ServerProfile
-from tui.profiles.preflight import host_flags, parse_gpus, preflight
+from tui.profiles.preflight import preflight
 from tui.profiles.store import ProfileStore
 from tui.util.paths import state_dir
 

@@ -14,7 +14,8 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tui.profiles.builder import build_command, check_profile
 from tui.profiles.diff import diff_commands
-from tui.profiles.model import ProfileError, ServerProfile, load_profile_file, load_profile_text
+from tui.profiles.model import ProfileError, ServerProfile
+from tui.profiles.profileread import load_profile_file, load_profile_text
 from tui.profiles.store import ProfileStore, builtin_root, user_root
 
 GOOD = """\

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.profiles.builder import Command, check_profile
 from tui.profiles.model import ServerProfile, Speculative
 from tui.profiles.schema import FLAGS

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tui.bench import store
-from tui.report.build import campaign_report
+from tui.report.campaign import campaign_report
 from tui.report.htmlpage import to_html
 from tui.report.load import build
 from tui.report.markdown import md_text, to_markdown
@@ -228,7 +228,7 @@ def test_frontier_is_computed_for_a_result_without_its_flags():
     camp = _frontier_campaign()
     for c in camp["candidates"]:
         del c["pareto"]
-    from tui.report.build import frontier_chart
+    from tui.report.campaign import frontier_chart
 
     chart = frontier_chart(camp["candidates"], [c["name"] for c in camp["candidates"]])
     assert chart is not None and {p.name for p in chart.points if p.frontier} == {"fast-user", HOSTILE}

@@ -9,7 +9,7 @@ import pytest
 from tests.fake_engines import SGLANG_METRICS, VLLM_METRICS, FakeEngine, fill
 from tests.ports import free_port
 from tui.collectors.servers import ServerCollector, ServerSpec
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.model import NA
 
 pytestmark = pytest.mark.timeout(30)

@@ -11,8 +11,9 @@ import pytest
 from tests.abfakes import FakeOps
 from tui.ab.plan import Plan, PlanLevel
 from tui.ab.runner import BenchResult, ProfileInfo
-from tui.ab.tune import TuneRunner, Workload, pareto
-from tui.profiles.model import load_profile_text
+from tui.ab.tune import TuneRunner, Workload
+from tui.ab.tuneresult import pareto
+from tui.profiles.profileread import load_profile_text
 from tui.profiles.vary import VaryError, expand, parse_vary, read_candidates_file
 from tui.services.tunerun import estimate, parse_budget
 
@@ -297,3 +298,258 @@ async def test_successive_halving_keeps_the_better_half_of_a_tie(tmp_path: Path)
     assert len(again) == 3, launches(ops)  # within the noise band, all: the better half measured again
     for n in set(names) - set(again):
         assert by[n]["state"] == "dropped" and "lower half (successive halving)" in by[n]["findings"][-1]
+
+
+# ---------------------------------------------------------------------- a partial result
+
+
+async def _state_while(name: str, names: list[str], knees: dict[str, int], tmp_path: Path) -> tuple[dict, dict]:
+    """(spec, the state a campaign over ``names`` saved while ``name``'s server was launched)."""
+    from tui.ab.journal import Journal
+
+    spec = spec_for(names, repeats_max=1, skip={"huge": "needs 16 GPUs"})
+    saved: list[dict] = []
+    await TuneRunner(
+        CapOps(knees), spec, on_state=lambda s: saved.append(copy.deepcopy(s)), journal=Journal(tmp_path / "j")
+    ).run()
+    st = next(
+        s
+        for s in saved
+        if any(c["state"] == "running" and c["name"] == name for c in s["candidates"])
+        and (s["live"] or {}).get("run_id")
+    )
+    return spec, st
+
+
+async def test_a_partial_result_from_the_state_ranks_the_finished_and_names_the_rest(tmp_path: Path):
+    from tui.ab.tuneresult import partial_report
+    from tui.commands.tune import render
+    from tui.report.campaign import campaign_report
+    from tui.report.markdown import to_markdown
+
+    names = ["a", "b", "c", "d", "huge"]
+    spec, st = await _state_while("c", names, {"a": 8, "b": 16, "c": 32, "d": 64, "huge": 1}, tmp_path)
+    rep = partial_report(spec, st, why="killed 4 times", left_running=["c (run run3): left by the campaign's process"])
+    assert rep is not None and rep["status"] == "partial"
+    by = {c["name"]: c for c in rep["candidates"]}
+    assert [by[n]["state"] for n in names] == ["measured", "measured", "pending", "pending", "skipped"]
+    assert rep["ranking"] == ["b", "a"] and rep["winner"] == "b" and rep["not_measured"] == ["c", "d"]
+    assert by["c"]["findings"] == [
+        "not measured: its measurement was cut short 1 time(s) by the end of the campaign's process"
+    ]
+    assert [la.get("interrupted") for la in by["c"]["launches"]] == [True]
+    assert by["d"]["findings"] == ["not measured: the campaign's process ended before it was reached"]
+    assert rep["error"] == "killed 4 times; 2 of 4 candidate(s) measured, read from the job folder; not measured: c, d"
+    assert rep["left_running"] == ["c (run run3): left by the campaign's process"]
+    assert by["b"]["capacity"] and by["b"]["pareto"] and rep["host"] == "?"
+    # the text, the HTML/Markdown report and the journal say it is partial
+    text = render(rep)
+    assert "(partial)" in text.splitlines()[0] and "not measured: c, d" in text and "best of the measured: b" in text
+    assert "winner:" not in text and "best of the measured: b" in text
+    report = campaign_report(rep)
+    assert report.headline.startswith("Partial: 2 of 4 candidates measured. Best measured: b")
+    md = to_markdown(report)
+    assert "Partial result" in md and "Not measured: c" in md and "b (best measured)" in md
+    assert "The best measured against the base (a)" in md and "The winner" not in md
+
+
+async def test_a_partial_result_needs_a_finished_candidate_and_a_repeat_not_made_is_said(tmp_path: Path):
+    from tui.ab.tuneresult import partial_report
+
+    spec, st = await _state_while("a", ["a", "b"], {"a": 8, "b": 16}, tmp_path)
+    assert partial_report(spec, st, why="killed") is None  # nothing finished: no result to report
+    # round 2 of two leaders, killed while the first was measured again
+    from tui.ab.journal import Journal
+
+    saved: list[dict] = []
+    spec = spec_for(["a", "b"], repeats_max=2)
+    await TuneRunner(
+        CapOps({"a": 40, "b": 40}),
+        spec,
+        on_state=lambda s: saved.append(copy.deepcopy(s)),
+        journal=Journal(tmp_path / "k"),
+    ).run()
+    st = next(s for s in saved if s["round"] == 1 and any(c["state"] == "running" for c in s["candidates"]))
+    rep = partial_report(spec, st, why="killed", status="cancelled")
+    assert rep is not None and rep["status"] == "cancelled" and rep["not_measured"] == []
+    found = [f for c in rep["candidates"] for f in c["findings"]]
+    assert found == ["measurement 2 not made: the campaign's process ended first"] * 2, found
+
+
+# ---------------------------------------------------------------------- a multi-node base
+
+MULTI = """schema_version = 1
+engine = "sglang"
+model = "m"
+tp = 16
+port = 30000
+nodes = ["gpu-a", "gpu-b"]
+
+[deploy]
+head_address = "10.0.0.1"
+
+[env]
+HF_TOKEN = "hf_secret_value_1234"
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", [["--demo"], ["--host", "gpu-a"]])
+def test_a_multi_node_base_names_its_nodes_no_host_or_demo(tmp_path: Path, monkeypatch, where):
+    import os
+    import subprocess
+
+    from tests.conftest import tunedeck_cmd
+
+    user = tmp_path / "profiles"
+    user.mkdir()
+    (user / "mn.toml").write_text(MULTI)
+    monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
+    r = subprocess.run(
+        [*tunedeck_cmd(), "tune", "mn", *where, "--vary", "flags.max-running-requests=32", "--slo", "ttft_p90:500"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (
+        "tunedeck tune: BASE mn names its nodes (gpu-a, gpu-b); drop --host/--demo (--sim runs the simulator on them)"
+    )
+    assert not (Path(os.environ["TUNEDECK_HOME"]) / "tune").exists()
+
+
+def test_a_multi_node_candidate_is_planned_as_a_deployment_and_read_back_from_the_spec(monkeypatch):
+    """Each candidate of a multi-node base is a deployment on the base's nodes (one that cannot be
+    built is skipped with the reason); the job reads each candidate's profile back from the spec
+    as it was planned, and the spec it leaves at the end holds no profile (nor its secrets)."""
+    from tui.hostside.tunejob import redacted_spec
+    from tui.profiles.model import profile_to_dict
+    from tui.services.deploytune import plan_candidates, sides_of
+    from tui.services.tunerun import spec_entry
+
+    base = load_profile_text(MULTI, name="mn")
+    cands = expand(base, parse_vary(["flags.max-running-requests=32", "tp=16,24"]))
+    planned = plan_candidates(cands, sim=True)
+    why = {c.name: skip for c, _, skip in planned}
+    assert why["mn+max-running-requests=32"] is None and why["mn"] is None
+    assert "tp = 24 over 2 nodes is 12 GPUs per node" in str(why["mn+max-running-requests=32,tp=24"])
+    entries = []
+    for c, plan, skip in planned:
+        e = spec_entry(c, None, skip)
+        assert e["tp"] == (plan.gpus_needed if plan else 24)
+        if skip is None:
+            e["profile"] = profile_to_dict(c.profile)
+        entries.append(e)
+    spec = {"base": "mn", "sim": True, "candidates": entries}
+    sides = sides_of(spec)
+    assert list(sides) == ["mn", "mn+max-running-requests=32"]
+    for c, plan, skip in planned:
+        if skip is None:
+            prof, again = sides[c.name]
+            assert profile_to_dict(prof) == profile_to_dict(c.profile)
+            assert again.steps == plan.steps and again.gpus_needed == 16
+    assert "hf_secret_value_1234" in str(spec)
+    left = redacted_spec(spec)
+    assert "hf_secret_value_1234" not in str(left) and not any("profile" in c for c in left["candidates"])
+
+
+# ---------------------------------------------------------------------- [deploy] keys and GPU counts
+
+RAY = """schema_version = 1
+engine = "vllm"
+model = "m"
+tp = 8
+port = 30000
+nodes = ["gpu-a", "gpu-b"]
+
+[deploy]
+head_address = "10.0.0.1"
+"""
+
+
+def ray_profile(extra: str = ""):
+    return load_profile_text(RAY + extra, name="vr")
+
+
+def test_deploy_sizes_vary_over_a_multi_node_base_and_a_shape_the_nodes_cannot_hold_is_skipped():
+    """``deploy.pp`` over vLLM on Ray: pp = 2 is the default (the node count) and so the base; pp = 3
+    asks for 24 GPUs of two 8-GPU nodes, which the planner refuses: that candidate is skipped with
+    its reason, the others are planned with their own GPU count."""
+    from tui.services.deploytune import plan_candidates
+    from tui.services.tunerun import spec_entry
+
+    cands = expand(ray_profile(), parse_vary(["deploy.pp=1,2,3"]))
+    assert [(c.name, c.changes) for c in cands] == [
+        ("vr", ()),
+        ("vr+deploy.pp=1", (("deploy.pp", 1),)),
+        ("vr+deploy.pp=3", (("deploy.pp", 3),)),
+    ]
+    why = {c.name: skip for c, _, skip in plan_candidates(cands, sim=True)}
+    assert why["vr"] is None and why["vr+deploy.pp=1"] is None
+    assert "deploy.pp" in str(why["vr+deploy.pp=3"]) and "tp × pp = 8 × 3 = 24 GPUs" in str(why["vr+deploy.pp=3"])
+    assert [spec_entry(c, None, None)["tp"] for c in cands] == [16, 8, 24]
+
+
+def test_deploy_mode_and_dp_vary_together_and_a_size_its_mode_does_not_use_is_no_change():
+    """mode × dp: dp is used by data parallel only, so under Ray (the vLLM default: ``mode = ray`` is
+    the base) both dp values are the base; a mode the engine does not have is the loader's error."""
+    cands = expand(ray_profile(), parse_vary(["deploy.mode=ray,dp", "deploy.dp=2,4"]))
+    assert [c.name for c in cands] == ["vr", "vr+deploy.mode=dp,deploy.dp=2", "vr+deploy.mode=dp,deploy.dp=4"]
+    assert cands[2].profile.deploy.mode == "dp" and cands[2].profile.deploy.dp == 4
+    with pytest.raises(VaryError, match=r"deploy\.mode: 'tp' is not a vllm mode"):
+        expand(ray_profile(), parse_vary(["deploy.mode=tp"]))
+
+
+@pytest.mark.parametrize(
+    ("items", "base", "message"),
+    [
+        (["deploy.dp=2,4"], "ray", "--vary deploy.dp: no candidate's deployment mode uses it (only mode = 'dp' does"),
+        (
+            ["deploy.pp=2"],
+            "sglang",
+            "deploy.pp varies only over a multi-node base (nodes = [...]); base runs on one host",
+        ),
+        (["deploy.gpus_per_node=4"], "ray", "deploy.gpus_per_node cannot vary in a campaign (of [deploy], only"),
+        (["deploy.head_address=x"], "ray", "deploy.head_address cannot vary"),
+        (["nodes=a"], "ray", "nodes cannot vary in a campaign"),
+        (["deploy.pp=0"], "ray", "deploy.pp"),
+    ],
+)
+def test_deploy_keys_that_cannot_vary_name_the_key(items, base, message):
+    prof = ray_profile() if base == "ray" else base_profile()
+    with pytest.raises(VaryError) as e:
+        expand(prof, parse_vary(items))
+    assert message in str(e.value)
+
+
+def test_a_listed_candidate_with_a_size_its_mode_does_not_use_is_refused(tmp_path: Path):
+    f = tmp_path / "c.toml"
+    f.write_text('[[candidate]]\nname = "dp4"\nchanges = { "deploy.dp" = 4 }\n')
+    with pytest.raises(VaryError, match=r"candidate dp4: deploy\.dp is not used by the candidate's deployment mode"):
+        expand(ray_profile(), listed=read_candidates_file(str(f)))
+    f.write_text('[[candidate]]\nname = "dp4"\nchanges = { "deploy.mode" = "dp", "deploy.dp" = 4 }\n')
+    [_, c] = expand(ray_profile(), listed=read_candidates_file(str(f)))
+    assert c.name == "dp4" and dict(c.changes) == {"deploy.mode": "dp", "deploy.dp": 4}
+
+
+@pytest.mark.parametrize(
+    ("text", "gpus"),
+    [
+        (BASE, 8),  # one host: tp
+        (MULTI, 16),  # SGLang over two nodes: tp spans them
+        (RAY, 16),  # vLLM on Ray: tp × pp, pp the node count
+        (RAY + "pp = 1\n", 8),
+        (RAY.replace("tp = 8", "tp = 2") + 'mode = "dp"\n', 16),  # vLLM DP: dp (every GPU in ranks of tp) × tp
+        (RAY.replace("tp = 8", "tp = 2") + 'mode = "dp"\ndp = 4\n', 8),
+    ],
+)
+def test_the_gpus_a_profile_runs_on_are_the_deployments(text, gpus):
+    """What tok/s per GPU divides by: the planner's count over a deployment's nodes, not ``tp``."""
+    from tui.profiles.deploy import build_deployment, profile_gpus
+
+    prof = load_profile_text(text, name="p")
+    assert profile_gpus(prof) == gpus
+    if prof.multi_node:
+        assert build_deployment(prof, sim=True).gpus_needed == gpus

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tui.ab.runner import ABEvent
+from tui.ab.events import ABEvent
 from tui.ab.tuneeta import Pace
 from tui.ab.tuneview import DONE, DROPPED, FAILED, MEASURING, QUEUED, STARTING, TuneProgress, from_report
 from tui.commands.tune import command_argv, parse_command

@@ -104,3 +104,16 @@ def test_cli_preview_sends_nothing_and_refuses_a_bad_file_with_one_line(tmp_path
     )
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip() == f"tunedeck bench: {bad}:2: timestamp 100 ms is before the previous row's 200 ms"
+
+
+def test_cli_preview_json_file_is_written_as_the_runs_and_an_unwritable_one_is_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "new-folder" / "preview.json"
+    argv = [*tunedeck_cmd(), "bench", "--preview", "--dataset-name", "text", "--concurrency", "2"]
+    r = subprocess.run([*argv, "--json", str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "", r.stderr
+    assert [x["level"] for x in json.loads(out.read_text())] == ["C=2"]
+    (tmp_path / "a-file").write_text("")
+    bad = tmp_path / "a-file" / "preview.json"
+    r = subprocess.run([*argv, "--json", str(bad)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith(f"tunedeck bench: --json {bad}: ") and r.stderr.count("\n") == 1, r.stderr

@@ -16,10 +16,12 @@ stops the server this run started and keeps every finished result. If A or
 B fails to start, the run stops with the tracker's diagnosis, keeps what it
 has, and leaves nothing running.
 
-What the runner does on the host goes through :class:`ServerOps` (see
+What the runner does on the host goes through :class:`~tui.ab.ops.ServerOps` (see
 :mod:`tui.hostside.abops` for the implementation over the launcher, tracker and
 ``tunedeck bench``), so the same code drives the CLI and the TUI.
-Progress is reported as :class:`ABEvent` objects to an ``on_event`` callback.
+Progress is reported as :class:`~tui.ab.events.ABEvent` objects to an ``on_event`` callback;
+what it produced is an :class:`~tui.ab.report.ABReport`. The names of those modules stay
+importable from here (``__all__``).
 """
 
 from __future__ import annotations
@@ -27,352 +29,33 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
+from dataclasses import replace
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from tui.ab.compare import Comparison, compare
+from tui.ab.compare import compare
+from tui.ab.events import ABEvent, EventFn
 from tui.ab.journal import Journal, new_id
-from tui.ab.plan import Plan, PlanLevel
-from tui.ab.render import to_dict
-from tui.ab.sides import LevelResult, Side, SideRun, side_from_dict, side_to_dict
-from tui.util.safety import redact_argv, redact_env
+from tui.ab.ops import (
+    BenchResult,
+    LaunchHandle,
+    ProfileInfo,
+    ReadyResult,
+    RunningServer,
+    ServerOps,
+    StopResult,
+)
+from tui.ab.plan import Plan
+from tui.ab.report import ABReport, report_from_dict, report_from_results, side_of
+from tui.ab.sides import LevelResult, SideRun
 
 log = logging.getLogger(__name__)
-
-# ---------------------------------------------------------------------- data
-
-
-@dataclass(frozen=True)
-class ABEvent:
-    """One progress event. ``kind`` is one of:
-
-    ``start``, ``confirm``, ``stop-existing``, ``launch``, ``progress`` (startup
-    phase, ``fraction`` 0-1), ``ready``, ``failed``, ``flush``, ``warmup``,
-    ``bench-start``, ``bench-progress``, ``bench-done``, ``stop``,
-    ``gpu-freed``, ``side-done``, ``comparison``, ``cancelled``, ``error``,
-    ``done``, ``info``.
-    """
-
-    kind: str
-    message: str
-    side: str | None = None
-    repeat: int | None = None
-    step: int = 0
-    steps: int = 0
-    fraction: float | None = None
-    data: Mapping[str, Any] = field(default_factory=dict)
-    time: float = field(default_factory=time.time)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "ab",
-            "kind": self.kind,
-            "message": self.message,
-            "side": self.side,
-            "repeat": self.repeat,
-            "step": self.step,
-            "steps": self.steps,
-            "fraction": self.fraction,
-            "data": dict(self.data),
-            "time": self.time,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "ABEvent":
-        """The inverse of :meth:`to_json` (events travel from the host as JSON lines)."""
-        frac = d.get("fraction")
-        rep = d.get("repeat")
-        data = d.get("data")
-        return cls(
-            kind=str(d.get("kind") or "info"),
-            message=str(d.get("message") or ""),
-            side=d.get("side") if isinstance(d.get("side"), str) else None,
-            repeat=rep if isinstance(rep, int) else None,
-            step=int(d.get("step") or 0),
-            steps=int(d.get("steps") or 0),
-            fraction=float(frac) if isinstance(frac, (int, float)) else None,
-            data=dict(data) if isinstance(data, Mapping) else {},
-            time=float(d.get("time") or time.time()),
-        )
-
-    def line(self) -> str:
-        where = ""
-        if self.side:
-            where = f"[{self.side}{'' if self.repeat is None else ' #' + str(self.repeat + 1)}] "
-        frac = f" {self.fraction * 100:3.0f}%" if self.fraction is not None and self.kind == "progress" else ""
-        return f"{where}{self.message}{frac}"
-
-
-@dataclass(frozen=True)
-class ProfileInfo:
-    """What will run for one side: the profile resolved into a command."""
-
-    name: str
-    engine: str
-    model: str
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    port: int
-    served_model: str = ""  # the name the OpenAI API expects (defaults to model)
-
-    def to_json(self) -> dict[str, Any]:
-        """Everything the host needs to launch this side (``env`` holds the values, secrets too)."""
-        return {
-            "name": self.name,
-            "engine": self.engine,
-            "model": self.model,
-            "argv": list(self.argv),
-            "env": dict(self.env),
-            "port": self.port,
-            "served_model": self.served_model,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "ProfileInfo":
-        return cls(
-            name=str(d["name"]),
-            engine=str(d["engine"]),
-            model=str(d["model"]),
-            argv=tuple(str(a) for a in d["argv"]),
-            env={str(k): str(v) for k, v in dict(d.get("env") or {}).items()},
-            port=int(d["port"]),
-            served_model=str(d.get("served_model") or ""),
-        )
-
-
-@dataclass(frozen=True)
-class RunningServer:
-    id: str
-    description: str
-    handle: Any = None
-
-
-@dataclass(frozen=True)
-class LaunchHandle:
-    run_id: str | None
-    server_log: str | None
-    url: str  # base URL reachable from this machine, e.g. http://127.0.0.1:30000
-    handle: Any = None
-
-
-@dataclass(frozen=True)
-class ReadyResult:
-    ready: bool
-    startup_s: float | None = None
-    diagnosis: str | None = None
-    evidence: str | None = None  # the log line that proves the diagnosis
-    timeline: tuple[Mapping[str, Any], ...] = ()
-
-
-@dataclass(frozen=True)
-class StopResult:
-    stopped: bool
-    gpu_freed: bool | None  # None: could not check
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class BenchResult:
-    run_id: str | None
-    summary: Mapping[str, Any]
-    result_dir: str | None = None
-    error: str | None = None
-
-
-EventFn = Callable[[ABEvent], Any]
-
-
-class ServerOps(Protocol):
-    host_label: str
-
-    async def resolve(self, profile: str) -> ProfileInfo: ...
-
-    async def running_servers(self) -> list[RunningServer]: ...
-
-    async def stop_running(self, server: RunningServer) -> StopResult: ...
-
-    async def launch(self, info: ProfileInfo) -> LaunchHandle: ...
-
-    async def wait_ready(
-        self, info: ProfileInfo, handle: LaunchHandle, on_progress: Callable[[str, float | None], None]
-    ) -> ReadyResult: ...
-
-    async def flush_cache(self, info: ProfileInfo, handle: LaunchHandle) -> str: ...
-
-    async def bench(
-        self,
-        info: ProfileInfo,
-        handle: LaunchHandle,
-        plan: Plan,
-        level: PlanLevel,
-        on_progress: Callable[[str, float | None], None],
-        labels: Mapping[str, str],
-    ) -> BenchResult: ...
-
-    async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> tuple[float | None, str | None]:
-        """The speculative acceptance rate (%) for levels whose summary has none, and what it is
-        (e.g. a gauge's span); (None, None) where the levels' own counters are the measurement."""
-        ...
-
-    async def stop(self, info: ProfileInfo, handle: LaunchHandle) -> StopResult: ...
 
 
 class ABFailed(Exception):
     """A side failed to start (or the run could not go on); the report is kept."""
 
 
-@dataclass
-class ABReport:
-    """What an A/B produced (also after a failure or cancel)."""
-
-    id: str
-    a: str
-    b: str
-    plan: Plan
-    host: str
-    repeats: int
-    interleave: bool
-    #: running | completed | failed | cancelled | partial (no report written: rebuilt from the
-    #: results in the job folder, :func:`report_from_results`)
-    status: str = "running"
-    error: str | None = None
-    sides: dict[str, Side] = field(default_factory=dict)
-    launches: list[dict[str, Any]] = field(default_factory=list)
-    comparison: Comparison | None = None
-    left_running: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": "ab",
-            "id": self.id,
-            "status": self.status,
-            "error": self.error,
-            "host": self.host,
-            "plan": self.plan.name,
-            "plan_detail": self.plan.to_dict(),
-            "repeats": self.repeats,
-            "interleave": self.interleave,
-            "a": side_to_dict(self.sides["A"]) if "A" in self.sides else {"profile": self.a},
-            "b": side_to_dict(self.sides["B"]) if "B" in self.sides else {"profile": self.b},
-            "launches": self.launches,
-            "comparison": to_dict(self.comparison) if self.comparison else None,
-            "left_running": self.left_running,
-            "warnings": self.warnings,
-        }
-
-
 Confirm = Callable[[str], "bool | Awaitable[bool]"]
-
-
-def report_from_dict(d: Mapping[str, Any], *, noise_pct: float | None = None) -> ABReport:
-    """An :class:`ABReport` again from its :meth:`ABReport.to_dict` (an A/B that ran on a host);
-    the comparison is recomputed from the sides, so it is the same code that judged it there."""
-    plan = Plan.from_dict(d["plan_detail"])
-    rep = ABReport(
-        id=str(d["id"]),
-        a=str((d.get("a") or {}).get("profile") or ""),
-        b=str((d.get("b") or {}).get("profile") or ""),
-        plan=plan,
-        host=str(d.get("host") or ""),
-        repeats=int(d.get("repeats") or 1),
-        interleave=bool(d.get("interleave")),
-        status=str(d.get("status") or "failed"),
-        error=d.get("error") if isinstance(d.get("error"), str) else None,
-        launches=list(d.get("launches") or []),
-        left_running=[str(x) for x in d.get("left_running") or []],
-        warnings=[str(x) for x in d.get("warnings") or []],
-    )
-    for key, label in (("a", "A"), ("b", "B")):
-        side = d.get(key)
-        if isinstance(side, Mapping) and "runs" in side:
-            rep.sides[label] = side_from_dict(side)
-    a, b = rep.sides.get("A"), rep.sides.get("B")
-    if d.get("comparison") and a and b and a.runs and b.runs:
-        rep.comparison = compare(a, b, **({"noise_pct": noise_pct} if noise_pct else {}))
-    return rep
-
-
-def side_of(label: str, info: ProfileInfo, plan: Plan, runs: Sequence[SideRun]) -> Side:
-    """Side ``label`` of a report: what ran (secrets redacted), the plan's parameters, the runs
-    that have a result."""
-    return Side(
-        label=label,
-        profile=info.name,
-        engine=info.engine,
-        model=info.model,
-        argv=tuple(redact_argv(info.argv)),  # the report, the journal and results: no secret
-        env=redact_env(info.env),
-        params={
-            "endpoint": plan.endpoint,
-            "ignore_eos": plan.ignore_eos,
-            "temperature": plan.temperature,
-            "seed": plan.seed,
-            # the plan's workload (None: random token ids); the results name the one they ran
-            "workload": plan.workload.to_json(),
-            "levels": [
-                {
-                    "concurrency": lv.concurrency,
-                    "input_len": lv.input_len,
-                    "output_len": lv.output_len,
-                    "num_prompts": lv.num_prompts,
-                }
-                for lv in plan.levels
-            ],
-        },
-        runs=tuple(r for r in runs if r.levels),
-    )
-
-
-def report_from_results(
-    spec: Mapping[str, Any],
-    results: Sequence[tuple[Mapping[str, Any], str, Mapping[str, Any]]],
-    *,
-    status: str,
-    error: str,
-    noise_pct: float | None = None,
-) -> ABReport:
-    """The report of a campaign that ended without writing one (killed, died), rebuilt from what
-    its job folder holds: the ``spec`` it was sent and its levels' ``results``, each (its
-    ``meta.ab`` labels, run id, summary). The comparison is made when both sides have a result."""
-    plan = Plan.from_dict(spec["plan"])
-    infos = {"A": ProfileInfo.from_json(spec["a"]), "B": ProfileInfo.from_json(spec["b"])}
-    rep = ABReport(
-        id=str(spec["ab_id"]),
-        a=infos["A"].name,
-        b=infos["B"].name,
-        plan=plan,
-        host=str(spec.get("host_label") or ""),
-        repeats=int(spec.get("repeats") or 1),
-        interleave=bool(spec.get("interleave")),
-        status=status,
-        error=error,
-    )
-    order = {lv.concurrency: i for i, lv in enumerate(plan.levels)}
-    runs: dict[tuple[str, str], list[LevelResult]] = {}
-    for labels, run_id, summary in results:
-        c = summary.get("max_concurrency")
-        if labels.get("side") not in infos or not isinstance(c, int):
-            continue
-        runs.setdefault((str(labels["side"]), str(labels.get("repeat") or "1")), []).append(
-            LevelResult(c, dict(summary), run_id)
-        )
-    for label, info in infos.items():
-        side_runs = [
-            SideRun(levels=tuple(sorted(lvs, key=lambda lv: order.get(lv.concurrency, len(order)))))
-            for (side, _repeat), lvs in sorted(runs.items(), key=lambda kv: int(kv[0][1]) if kv[0][1].isdigit() else 0)
-            if side == label
-        ]
-        rep.sides[label] = side_of(label, info, plan, side_runs)
-    a, b = rep.sides["A"], rep.sides["B"]
-    if a.runs and b.runs:
-        try:
-            rep.comparison = compare(a, b, **({"noise_pct": noise_pct} if noise_pct else {}))
-        except Exception as e:
-            log.exception("A/B %s: comparing the rebuilt sides failed", rep.id)
-            rep.warnings.append(f"no comparison: {type(e).__name__}: {e}")
-    return rep
 
 
 async def _maybe_await(v: Any) -> Any:

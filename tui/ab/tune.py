@@ -31,23 +31,32 @@ import asyncio
 import logging
 import math
 import time
-from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple
 
-from tui.ab.capacity import CapacityResult, CapacityStep, find_capacity, parse_slo, slo_excess
-from tui.ab.confdiff import config_diff
+from tui.ab.capacity import CapacityStep, find_capacity, parse_slo
 from tui.ab.journal import Journal
 from tui.ab.plan import Plan, PlanLevel
 from tui.ab.runner import ABEvent, LaunchHandle, ProfileInfo, ServerOps, StopResult
-from tui.util.safety import redact_argv, redact_env
+from tui.ab.tuneresult import (
+    DEFAULT_NOISE_PCT,
+    DROPPED,
+    FAILED,
+    MEASURED,
+    PENDING,
+    RUNNING,
+    SKIPPED,
+    Cand,
+    build_report,
+    noise_pct_of,
+    rank,
+    repeats_max_of,
+    seconds_of,
+    settle,
+    step_findings,
+)
 
 log = logging.getLogger(__name__)
-
-#: the noise band (%) when a candidate's own measurements say less: the capacity search's
-#: bisection stops within ~10 % of the capacity
-DEFAULT_NOISE_PCT = 10.0
-#: states a candidate can be in
-PENDING, RUNNING, MEASURED, DROPPED, SKIPPED, FAILED = "pending", "running", "measured", "dropped", "skipped", "failed"
 
 
 @dataclass
@@ -82,95 +91,6 @@ class Workload:
         return cls(Plan.from_dict(d["plan"]), int(d.get("prompts_per_c") or 5), int(d.get("min_prompts") or 10))
 
 
-@dataclass
-class Cand:
-    """A candidate as the runner keeps it (JSON in the state file and the report)."""
-
-    name: str
-    changes: Dict[str, Any]
-    info: Optional[ProfileInfo]
-    tp: int = 1
-    state: str = PENDING
-    measurements: List[Dict[str, Any]] = field(default_factory=list)
-    launches: List[Dict[str, Any]] = field(default_factory=list)
-    findings: List[str] = field(default_factory=list)
-    #: seconds each finished measurement took (launch to stop), for the budget
-    durations: List[float] = field(default_factory=list)
-
-    def to_state(self) -> Dict[str, Any]:
-        return {
-            "name": self.name,
-            "changes": dict(self.changes),
-            "info": self.info.to_json() if self.info else None,
-            "tp": self.tp,
-            "state": self.state,
-            "measurements": self.measurements,
-            "launches": self.launches,
-            "findings": self.findings,
-            "durations": self.durations,
-        }
-
-    @classmethod
-    def from_state(cls, d: Mapping[str, Any]) -> "Cand":
-        info = d.get("info")
-        return cls(
-            name=str(d["name"]),
-            changes=dict(d.get("changes") or {}),
-            info=ProfileInfo.from_json(info) if isinstance(info, Mapping) else None,
-            tp=int(d.get("tp") or 1),
-            state=str(d.get("state") or PENDING),
-            measurements=list(d.get("measurements") or []),
-            launches=list(d.get("launches") or []),
-            findings=[str(x) for x in d.get("findings") or []],
-            durations=[float(x) for x in d.get("durations") or []],
-        )
-
-    # ------------------------------------------------------------------ figures
-    def results(self) -> List[CapacityResult]:
-        return [CapacityResult.from_dict(m) for m in self.measurements]
-
-    def capacities(self) -> List[int]:
-        return [r.capacity for r in self.results() if r.capacity is not None]
-
-    def _mean(self, vals: Sequence[Optional[float]]) -> Optional[float]:
-        got = [float(v) for v in vals if isinstance(v, (int, float))]
-        return sum(got) / len(got) if got else None
-
-    def capacity(self) -> Optional[float]:
-        """The mean capacity over the measurements that met the SLO somewhere (None: none did)."""
-        return self._mean(self.capacities())
-
-    def throughput(self) -> Optional[float]:
-        return self._mean([r.throughput_at_capacity for r in self.results()])
-
-    def single_user(self) -> Optional[float]:
-        return self._mean([r.single_user_tok_s for r in self.results()])
-
-    def startup_s(self) -> Optional[float]:
-        return self._mean([la.get("startup_s") for la in self.launches if la.get("ready")])
-
-    def noise_band_pct(self, floor: float) -> Optional[float]:
-        """The larger of the search's resolution, the spread of the measurements and ``floor`` (%)."""
-        if not self.measurements:
-            return None
-        band = floor
-        for r in self.results():
-            if r.capacity is None:
-                continue
-            above = [s.concurrency for s in r.steps if not s.met and s.concurrency > r.capacity]
-            if above:
-                band = max(band, (min(above) - r.capacity) / r.capacity * 100.0)
-        caps = self.capacities()
-        if len(caps) > 1:
-            mean = sum(caps) / len(caps)
-            band = max(band, (max(caps) - min(caps)) / 2.0 / mean * 100.0)
-        return band
-
-    def rank_key(self) -> Tuple[float, float, float]:
-        cap = self.capacity()
-        return (cap if cap is not None else -1.0, self.throughput() or 0.0, self.single_user() or 0.0)
-
-
 class TuneRunner:
     """One campaign over ``ops`` (see the module docstring). ``state``: a previous run's
     :meth:`state` to resume; ``on_state`` is called with the state whenever it should be saved."""
@@ -191,10 +111,10 @@ class TuneRunner:
         self.id = str(spec["campaign"])
         self.slo = parse_slo([str(t) for t in spec["slo"]])
         self.workload = Workload.from_dict(spec["workload"])
-        self.repeats_max = max(1, int(spec.get("repeats_max") or 1))
-        self.noise_pct = float(spec.get("noise_pct") or DEFAULT_NOISE_PCT)
-        self.budget_s = spec.get("budget_s") if isinstance(spec.get("budget_s"), (int, float)) else None
-        self.estimate_s = spec.get("estimate_s") if isinstance(spec.get("estimate_s"), (int, float)) else None
+        self.repeats_max = repeats_max_of(spec)
+        self.noise_pct = noise_pct_of(spec)
+        self.budget_s = seconds_of(spec, "budget_s")
+        self.estimate_s = seconds_of(spec, "estimate_s")
         self.max_concurrency = int(spec.get("max_concurrency") or 1024)
         self.max_steps = int(spec.get("max_steps") or 8)
         self.start = int(spec.get("start") or 1)
@@ -239,12 +159,7 @@ class TuneRunner:
         self.warnings = [str(w) for w in st.get("warnings") or []]
         live = st.get("live")
         self._live = dict(live) if isinstance(live, Mapping) else None
-        for c in self.cands:
-            if c.state == RUNNING:  # interrupted: redone, its launch kept as what it was
-                c.state = PENDING if not c.measurements else MEASURED
-                for la in c.launches:
-                    if la.get("round") == self.round and not la.get("done"):
-                        la["interrupted"] = True
+        settle(self.cands, self.round)  # the interrupted one is redone, its launch kept as what it was
 
     def state(self) -> Dict[str, Any]:
         return {
@@ -386,8 +301,7 @@ class TuneRunner:
 
     def ranked(self) -> List[Cand]:
         """Candidates with a measurement, best first."""
-        got = [c for c in self.cands if c.measurements and c.state in (MEASURED, DROPPED)]
-        return sorted(got, key=lambda c: c.rank_key(), reverse=True)
+        return rank(self.cands)
 
     def _contenders(self) -> Tuple[List[Cand], List[Cand]]:
         """(the measured candidates whose capacity lies within the leader's noise band, the ones of
@@ -440,8 +354,7 @@ class TuneRunner:
         ours = {c.name for c in self.cands}
         live_id = (self._live or {}).get("run_id")
         for s in await self.ops.running_servers():
-            prof = (getattr(s.handle, "meta", None) or {}).get("profile") if s.handle is not None else None
-            mine = s.id == live_id or prof in ours
+            mine = s.id == live_id or s.profile in ours
             if not mine and not self.spec.get("stop_existing"):
                 raise RuntimeError(
                     f"not started: {s.description} is running on {self.ops.host_label} and stopping it was not confirmed"
@@ -629,137 +542,17 @@ class TuneRunner:
 
     # ------------------------------------------------------------------ report
     def report(self) -> Dict[str, Any]:
-        return build_report(self, self.spec)
-
-
-def step_findings(result: CapacityResult) -> List[str]:
-    """Validity findings of a measurement's steps (a busy client machine, a timeline rule), one
-    line per finding with the concurrencies it was seen at."""
-    seen: Dict[str, List[int]] = {}
-    for s in result.steps:
-        sm = s.summary
-        found = []
-        if sm.get("machine_busy"):
-            found.append("the client machine was busy (the figure may be low)")
-        if sm.get("client_bound"):
-            found.append("the benchmark client was the limit")
-        val = sm.get("validity")
-        if isinstance(val, list) and val:
-            found.append("validity: " + ", ".join(str(f.get("rule")) for f in val if isinstance(f, Mapping)))
-        for f in found:
-            seen.setdefault(f, []).append(s.concurrency)
-    return [f"C={', '.join(str(c) for c in cs)}: {f}" for f, cs in seen.items()]
-
-
-def pareto(points: Mapping[str, Tuple[float, float]]) -> List[str]:
-    """Names whose (tok/s per user, tok/s per GPU) no other point beats on both (ties kept)."""
-    out = []
-    for n, (u, g) in points.items():
-        beaten = any((u2 >= u and g2 >= g) and (u2 > u or g2 > g) for m, (u2, g2) in points.items() if m != n)
-        if not beaten:
-            out.append(n)
-    return out
-
-
-def _r(v: Optional[float], nd: int = 1) -> Optional[float]:
-    return None if v is None else round(v, nd)
-
-
-def build_report(runner: TuneRunner, spec: Mapping[str, Any]) -> Dict[str, Any]:
-    """The campaign's result (the job's report.json, ``tune --json FILE``): candidates with their
-    figures, the ranking, the Pareto frontier, the winner and its configuration diff."""
-    ranked = runner.ranked()
-    rank = {c.name: i + 1 for i, c in enumerate(ranked)}
-    winner = next((c for c in ranked if c.capacity() is not None), None)
-    points: Dict[str, Tuple[float, float]] = {}
-    cands = []
-    for c in runner.cands:
-        cap = c.capacity()
-        tput = c.throughput()
-        per_gpu = tput / c.tp if tput is not None and c.tp else None
-        per_user = tput / cap if tput is not None and cap else None
-        if per_gpu is not None and per_user is not None:
-            points[c.name] = (per_user, per_gpu)
-        results = c.results()
-        info = c.info
-        cands.append(
-            {
-                "name": c.name,
-                "changes": c.changes,
-                "state": c.state,
-                "rank": rank.get(c.name),
-                "capacity": None if cap is None else round(cap),
-                "capacities": c.capacities(),
-                "single_user_tok_s": _r(c.single_user()),
-                "throughput_at_capacity": _r(tput),
-                "tok_s_per_gpu": _r(per_gpu),
-                "tok_s_per_user": _r(per_user),
-                "startup_s": _r(c.startup_s()),
-                "startup_phases": next((la.get("timeline") for la in c.launches if la.get("ready")), []),
-                "noise_band_pct": _r(c.noise_band_pct(runner.noise_pct)),
-                "steps": results[-1].to_dict()["steps"] if results else [],
-                "measurements": c.measurements,
-                "launches": c.launches,
-                "findings": c.findings,
-                "tp": c.tp,
-                "engine": info.engine if info else None,
-                "argv": redact_argv(info.argv) if info else [],
-                "env": redact_env(info.env) if info else {},
-            }
+        return build_report(
+            self.spec,
+            self.cands,
+            status=self.status,
+            error=self.error,
+            host=self.ops.host_label,
+            spent_s=self.spent_s(),
+            resumes=self.resumes,
+            warnings=self.warnings,
+            left_running=self.left_running,
         )
-    front = pareto(points)
-    for d in cands:
-        d["pareto"] = d["name"] in front
-    closest = None
-    if winner is None:
-        best = None
-        for c in runner.cands:
-            for r in c.results():
-                if r.closest is not None:
-                    x = slo_excess(r.closest.summary, runner.slo)
-                    if best is None or x < best[2]:
-                        best = (c.name, r.closest, x)
-        if best is not None:
-            closest = {"name": best[0], "concurrency": best[1].concurrency, "reasons": best[1].reasons}
-    diff: List[Dict[str, Any]] = []
-    base = runner.cands[0] if runner.cands else None
-    if winner is not None and base is not None and base.info and winner.info and winner is not base:
-        diff = [
-            {"kind": ch.kind, "name": ch.name, "base": ch.a, "winner": ch.b, "text": ch.text}
-            for ch in config_diff(base.info.argv, base.info.env, winner.info.argv, winner.info.env)
-        ]
-    return {
-        "kind": "tune",
-        "campaign": runner.id,
-        "status": runner.status,
-        "error": runner.error,
-        "host": runner.ops.host_label,
-        "base": str(spec.get("base") or (base.name if base else "")),
-        "slo": [str(t) for t in spec["slo"]],
-        "workload": spec["workload"],
-        "budget_s": runner.budget_s,
-        "estimate_s": runner.estimate_s,
-        "spent_s": runner.spent_s(),
-        "repeats_max": runner.repeats_max,
-        "noise_pct": runner.noise_pct,
-        "resumes": runner.resumes,
-        "candidates": cands,
-        "ranking": [c.name for c in ranked],
-        "pareto": front,
-        "winner": winner.name if winner else None,
-        "closest": closest,
-        "winner_diff": diff,
-        "warnings": runner.warnings,
-        "left_running": runner.left_running,
-    }
 
 
-__all__ = [
-    "DEFAULT_NOISE_PCT",
-    "Cand",
-    "TuneRunner",
-    "Workload",
-    "build_report",
-    "pareto",
-    "step_findings",
-]
+__all__ = ["DEFAULT_NOISE_PCT", "TuneRunner", "Workload"]

@@ -1,6 +1,6 @@
 """A tuning campaign as the dashboard shows it: every candidate's state and the step being
 measured, the best so far, an ETA and the Pareto frontier, folded from the campaign's events
-(:class:`~tui.ab.runner.ABEvent`, as :mod:`tui.ab.tune` emits them) and, at the end, its report.
+(:class:`~tui.ab.events.ABEvent`, as :mod:`tui.ab.tune` emits them) and, at the end, its report.
 The ETA is the round's rest at the campaign's pace (:mod:`tui.ab.tuneeta`): the estimate's
 parts, each replaced by its measured mean as the events show it (start-ups, levels, stops).
 
@@ -10,7 +10,8 @@ parts, each replaced by its measured mean as the events show it (start-ups, leve
 Candidate states (the screen's words for the runner's): ``queued`` (not measured yet in this
 round), ``starting`` (launched, waiting for ready), ``measuring`` (a capacity step: ``C=16``),
 ``done`` (measured), ``failed`` (did not start, or its benchmark failed), ``dropped`` (a clear
-loser after a round), ``skipped`` (pre-flight, or the budget).
+loser after a round), ``skipped`` (pre-flight, or the budget), ``not measured`` (the campaign
+ended before it: a cancelled or partial campaign's report).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from tui.ab.runner import ABEvent
-from tui.ab.tune import pareto
+from tui.ab.events import ABEvent
 from tui.ab.tuneeta import Doing, Pace, measured, round_left_s
+from tui.ab.tuneresult import pareto
 
 QUEUED, STARTING, MEASURING, DONE, FAILED, DROPPED, SKIPPED = (
     "queued",
@@ -31,6 +32,7 @@ QUEUED, STARTING, MEASURING, DONE, FAILED, DROPPED, SKIPPED = (
     "dropped",
     "skipped",
 )
+NOT_MEASURED = "not measured"
 #: the runner's states (report.json) in the screen's words
 FROM_REPORT = {
     "pending": QUEUED,
@@ -41,7 +43,7 @@ FROM_REPORT = {
     "failed": FAILED,
 }
 #: states after which a candidate takes no more time this round
-FINISHED = (DONE, FAILED, DROPPED, SKIPPED)
+FINISHED = (DONE, FAILED, DROPPED, SKIPPED, NOT_MEASURED)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ class TuneSnapshot:
     """What the Tune screen shows at one moment."""
 
     campaign: str = ""
-    #: ``idle``, ``running``, ``completed``, ``failed``, ``cancelled``
+    #: ``idle``, ``running``, ``completed``, ``failed``, ``cancelled``, ``partial`` (its job ended
+    #: without its report: the result read from its job folder)
     status: str = "idle"
     candidates: tuple[CandidateView, ...] = ()
     round: int = 0
@@ -294,6 +297,8 @@ class TuneProgress:
             c = self._cand(d["name"])
             c.tp = int(d.get("tp") or c.tp)
             c.state = FROM_REPORT.get(str(d.get("state")), c.state)
+            if c.state == QUEUED and self.status != "running":  # the campaign ended before it
+                c.state, c.step = NOT_MEASURED, ""
             c.capacity = _num(d.get("capacity"))
             c.per_user = _num(d.get("tok_s_per_user"))
             c.per_gpu = _num(d.get("tok_s_per_gpu"))
@@ -384,6 +389,7 @@ __all__ = [
     "DROPPED",
     "FAILED",
     "MEASURING",
+    "NOT_MEASURED",
     "QUEUED",
     "SKIPPED",
     "STARTING",

@@ -46,6 +46,7 @@ ENGINE_MODULES = (
     "tui/bench/workloads/datasets.py",
     "tui/bench/workloads/synthetic.py",
     "tui/bench/health.py",
+    "tui/bench/dispatch.py",
     "tui/bench/levels.py",
     "tui/bench/fanout.py",
     "tui/bench/runner.py",

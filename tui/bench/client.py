@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from tui.bench.http import DEFAULT_READ_TIMEOUT, HttpClient, Request
+from tui.bench.http import DEFAULT_READ_TIMEOUT, HttpClient, Request, Written
 from tui.bench.httpcore import HTTPError, RemoteProtocolError
 from tui.bench.httpresponse import Response
 from tui.bench.sse import SSEParser
@@ -83,7 +83,8 @@ def make_client(
     return c
 
 
-#: requests that start writing per event-loop iteration in a benchmark (see HttpClient.send_turn)
+#: requests that start writing per event-loop iteration in a benchmark (see HttpClient.send_turn),
+#: and scheduled requests written per check of the gate (tui.bench.dispatch.EagerDispatch)
 SENDS_PER_TICK = 4
 
 
@@ -270,6 +271,7 @@ async def stream_request(
     level_start: Optional[float] = None,
     dispatched_at: Optional[float] = None,
     keep_text: bool = False,
+    written: Optional[Written] = None,
 ) -> Dict[str, Any]:
     """Send one streaming request and return its record. Never raises except on cancel.
 
@@ -279,38 +281,52 @@ async def stream_request(
     ``_events``: ``[(perf_counter, SSE block bytes), ...]`` for precision checks.
     ``on_partial`` receives the partial record when the request is cancelled.
     ``level_start`` (the level's t0) makes the record say when the request was
-    due (``scheduled_at``) and sent (``sent_at``), in seconds after it;
+    due (``scheduled_at``) and sent (``sent_at``: right before its bytes were handed to
+    the socket), in seconds after it;
     ``dispatched_at``: when the dispatcher got to it (``dispatch_lag`` =
-    dispatched_at - queued_at plus the wait for a send turn: the client's own lateness, slot
-    waits excluded).
+    dispatched_at - queued_at plus the time from its turn to send until it was written: the
+    client's own lateness, slot waits excluded; a request never written has none).
     With ``keep_text`` the record holds ``_answer``: the text received.
+    ``written``: the request was already written (:meth:`HttpClient.write_now`, by the
+    dispatcher the moment it fell due); its record starts then.
     """
     s = new_sample(spec)
     sse = SSEParser(ep.endpoint == "chat", keep_events, keep_text)
     status = 0
     resp: Optional[Response] = None
     req = request if request is not None else prepare(client, ep, spec)
-    turn = _pc()
-    await client.send_turn()  # a burst of sends yields to the reads between its parts
+    if written is None:
+        turn = _pc()
+        await client.send_turn()  # a burst of sends yields to the reads between its parts
+        st = _pc()
+    else:
+        turn = st = written.sent
     if live is not None:
         live.in_flight += 1
-    st = _pc()
     s["start_time"] = st
-    s["wall_start"] = time.time()
+    s["wall_start"] = time.time() - (_pc() - st)
     if queued_at is not None:
         s["client_queue_time"] = max(0.0, st - queued_at)
-        if dispatched_at is not None:
-            # the dispatcher's lateness and the wait for a send turn: the client's own (a wait for
-            # a concurrency slot is not)
-            s["dispatch_lag"] = max(0.0, dispatched_at - queued_at) + (st - turn)
-    if level_start is not None:
-        s["sent_at"] = st - level_start
-        if queued_at is not None:
+        if level_start is not None:
             s["scheduled_at"] = queued_at - level_start
+
+    def sent(at: float) -> None:
+        # the request's bytes started out at ``at``: the lateness runs until then (a connect, a
+        # retry on a fresh connection included), never only until the dispatcher decided
+        if level_start is not None:
+            s["sent_at"] = at - level_start
+        if queued_at is not None and dispatched_at is not None:
+            s["dispatch_lag"] = max(0.0, dispatched_at - queued_at) + (at - turn)
+
     deadline = _Deadline(ep.request_deadline)
     try:
         try:
-            resp = await client.send(req)
+            if written is None:
+                written = await client.write(req)
+            sent(written.sent)
+            resp = await client.response(req, written)
+            if resp.sent != written.sent:
+                sent(resp.sent)
             status = resp.status
             s["send_time"] = resp.written - st
             if status != 200:

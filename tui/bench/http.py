@@ -13,7 +13,10 @@ parsing. De-chunking happens later, per batch of reads
   allowed between two reads of one response, checked by one watchdog per
   client (resolution ~1/8 of the timeout, at most 0.25 s) instead of a timer
   per read;
-* ``http`` and ``https`` (``ssl`` from the standard library).
+* ``http`` and ``https`` (``ssl`` from the standard library);
+* :meth:`HttpClient.write_now` writes a request on an idle connection without waiting, from any
+  callback (the scheduled sends the pool's :class:`~tui.bench.httppool.Gate` fires);
+  :meth:`HttpClient.send` then reads its response.
 
 Errors are :class:`~tui.bench.httpcore.HTTPError` subclasses whose class names
 are the benchmark's error types (``ConnectError``, ``ReadTimeout``, ...).
@@ -31,7 +34,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional
 
 from tui.bench.httpcore import ConnectError, Origin, ReadTimeout, RemoteProtocolError, WriteTimeout, split_url
-from tui.bench.httppool import Conn, Pool
+from tui.bench.httppool import Conn, Gate, Pool
 from tui.bench.httpresponse import Response, body_framing, read_head
 
 _pc = time.perf_counter
@@ -51,6 +54,21 @@ class Request:
         self.origin = origin
         self.target = target
         self.data = data
+
+
+class Written:
+    """A request written on a connection (:meth:`HttpClient.write_now`, :meth:`HttpClient.write`),
+    whose response :meth:`HttpClient.response` reads. ``sent``/``written``: ``perf_counter`` right
+    before the request's bytes were handed to the socket and once all of them were; ``reused``:
+    the connection had served a request before (it may have been closed by the server since)."""
+
+    __slots__ = ("conn", "reused", "sent", "written")
+
+    def __init__(self, conn: Conn, reused: bool, sent: float, written: float) -> None:
+        self.conn = conn
+        self.reused = reused
+        self.sent = sent
+        self.written = written
 
 
 class HttpClient:
@@ -81,6 +99,11 @@ class HttpClient:
     @property
     def connections_opened(self) -> int:
         return self._pool.connections_opened
+
+    @property
+    def gate(self) -> Gate:
+        """The gate every read of this client's connections checks (:class:`~tui.bench.httppool.Gate`)."""
+        return self._pool.gate
 
     @property
     def connect_times(self) -> List[float]:
@@ -128,26 +151,64 @@ class HttpClient:
         return Request(method, url, origin, target, head + body)
 
     # ---------------------------------------------------------------- sending
-    async def send(self, req: Request, *, read_timeout: Optional[float] = None) -> Response:
-        """Write ``req`` and read the response head; the body is read with :meth:`Response.next_batch`."""
+    def write_now(self, req: Request) -> Optional[Written]:
+        """Write ``req`` on an idle connection to its origin at once (no await: callable from any
+        callback, such as a :class:`~tui.bench.httppool.Gate`'s); None when no idle connection
+        is ready (:meth:`write` opens one). :meth:`response` reads the answer."""
+        pool = self._pool
+        if pool.closed:
+            return None
+        conn = pool.acquire_idle(req.origin, self.read_timeout)
+        if conn is None:
+            return None
+        pool.ensure_watchdog()
+        return self._write(conn, req, True)
+
+    async def write(self, req: Request, *, read_timeout: Optional[float] = None) -> Written:
+        """Write ``req`` on an idle connection, else on a new one (connect and write timeouts apply)."""
         pool = self._pool
         if pool.closed:
             raise ConnectError("client is closed")
-        rt = self.read_timeout if read_timeout is None else read_timeout
         pool.ensure_watchdog()
-        for attempt in (0, 1):
-            conn, reused = await pool.acquire(req.origin, rt)
-            assert conn.transport is not None
-            conn.transport.write(req.data)
-            if conn.paused:
-                await self._drain(conn)
-            written = _pc()
+        conn, reused = await pool.acquire(req.origin, self.read_timeout if read_timeout is None else read_timeout)
+        w = self._write(conn, req, reused)
+        if conn.paused:
+            await self._drain(conn)
+            w.written = _pc()
+        return w
+
+    def _write(self, conn: Conn, req: Request, reused: bool) -> Written:
+        assert conn.transport is not None
+        sent = _pc()
+        conn.transport.write(req.data)  # the pool hands out open transports only (Conn.usable)
+        return Written(conn, reused, sent, _pc())
+
+    async def send(self, req: Request, *, read_timeout: Optional[float] = None) -> Response:
+        """Write ``req`` and read the response head; the body is read with :meth:`Response.next_batch`."""
+        return await self.response(req, await self.write(req, read_timeout=read_timeout), read_timeout=read_timeout)
+
+    async def response(self, req: Request, w: Written, *, read_timeout: Optional[float] = None) -> Response:
+        """The response head to ``req``, written as ``w``; the body is read with :meth:`Response.next_batch`.
+
+        A reused keep-alive connection the server had closed gets the request once more, on a
+        new connection (the response's ``sent`` is then that write's)."""
+        pool = self._pool
+        conn = w.conn
+        if read_timeout is not None:
+            conn.read_timeout = read_timeout
+        while True:
             try:
+                if conn.paused:  # written by write_now: the rest drains here
+                    await self._drain(conn)
+                    w.written = _pc()
                 status, reason, headers, first = await read_head(conn)
             except RemoteProtocolError:
                 pool.release(conn, reuse=False)
-                if reused and attempt == 0:
-                    continue  # a stale keep-alive connection: once more on a fresh one
+                if w.reused:  # a stale keep-alive connection: once more, and only once
+                    w = await self.write(req, read_timeout=read_timeout)
+                    w.reused = False
+                    conn = w.conn
+                    continue
                 raise
             except BaseException:
                 pool.release(conn, reuse=False)
@@ -168,7 +229,8 @@ class HttpClient:
             chunked=chunked,
             length=length,
             keepalive=keepalive,
-            written=written,
+            sent=w.sent,
+            written=w.written,
         )
 
     async def request(

@@ -1,14 +1,16 @@
 """The benchmark HTTP client's connections (standard library only): :class:`Conn`, one keep-alive
 connection whose ``data_received`` only timestamps and stores, and :class:`Pool`, the idle ones per
 origin (no limit: one connection per concurrent request) with the one watchdog that enforces read
-timeouts for all busy connections (resolution ~1/8 of the timeout, at most 0.25 s)."""
+timeouts for all busy connections (resolution ~1/8 of the timeout, at most 0.25 s), and the
+:class:`Gate` every read checks, so a scheduled send that fell due goes out ahead of the reads."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl
 import time
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from tui.bench.httpcore import ConnectError, ConnectTimeout, HTTPError, Origin, Piece, ReadTimeout
 from tui.util.aio import cancel_and_wait
@@ -16,13 +18,49 @@ from tui.util.aio import cancel_and_wait
 _pc = time.perf_counter
 
 
+def _nothing(t: float) -> None:
+    """A disarmed gate's action (never called: its due time is infinite)."""
+
+
+class Gate:
+    """A moment the read path watches for, so that a scheduled send goes ahead of the reads.
+
+    Every read that arrives (``Conn.data_received``) and every batch a response hands over
+    (:meth:`~tui.bench.httpresponse.Response.next_batch`) compares the time with :attr:`due`:
+    one float comparison while nothing is due. At or after it, :attr:`fire` is called with the
+    time, synchronously, from that callback: an event loop iteration that processes a burst of
+    reads (every stream's tokens of one decode step) no longer holds back a request that fell due
+    in the middle of it. ``fire`` must not raise (it runs inside another connection's callback)
+    and moves :attr:`due` on (to ``inf`` when nothing more is scheduled).
+    """
+
+    __slots__ = ("due", "fire")
+
+    def __init__(self) -> None:
+        self.due = math.inf
+        self.fire: Callable[[float], None] = _nothing
+
+    @property
+    def armed(self) -> bool:
+        return self.fire is not _nothing
+
+    def arm(self, due: float, fire: Callable[[float], None]) -> None:
+        self.fire = fire
+        self.due = due
+
+    def disarm(self) -> None:
+        self.due = math.inf
+        self.fire = _nothing
+
+
 class Conn(asyncio.Protocol):
-    """One keep-alive connection. ``data_received`` only timestamps and stores."""
+    """One keep-alive connection. ``data_received`` only timestamps, stores and checks the gate."""
 
     __slots__ = (
         "drain_waiter",
         "eof",
         "exc",
+        "gate",
         "last",
         "origin",
         "paused",
@@ -33,7 +71,8 @@ class Conn(asyncio.Protocol):
         "waiter",
     )
 
-    def __init__(self, origin: Origin) -> None:
+    def __init__(self, origin: Origin, gate: Gate) -> None:
+        self.gate = gate
         self.transport: Optional[asyncio.Transport] = None
         self.rx: List[Piece] = []
         self.waiter: "Optional[asyncio.Future[None]]" = None
@@ -58,6 +97,9 @@ class Conn(asyncio.Protocol):
             self.waiter = None
             if not w.done():
                 w.set_result(None)
+        g = self.gate
+        if t >= g.due:
+            g.fire(t)
 
     def eof_received(self) -> bool:
         self.eof = True
@@ -131,6 +173,8 @@ class Pool:
         self._busy: Set[Conn] = set()
         self._watchdog: "Optional[asyncio.Task[None]]" = None
         self._ssl: Optional[ssl.SSLContext] = None
+        #: checked by every read of every connection (:class:`Gate`)
+        self.gate = Gate()
         self.connections_opened = 0
         #: seconds each new connection took to open (TCP, plus TLS for https)
         self.connect_times: List[float] = []
@@ -142,12 +186,22 @@ class Pool:
         reused = conn is not None
         if conn is None:
             conn = await self.connect(origin)
+        self._take(conn, read_timeout)
+        return conn, reused
+
+    def acquire_idle(self, origin: Origin, read_timeout: Optional[float]) -> Optional[Conn]:
+        """An idle connection to ``origin`` marked busy, without waiting; None when there is none."""
+        conn = self._pop_idle(origin)
+        if conn is not None:
+            self._take(conn, read_timeout)
+        return conn
+
+    def _take(self, conn: Conn, read_timeout: Optional[float]) -> None:
         conn.uses += 1
         conn.read_timeout = read_timeout
         self._busy.add(conn)
         conn.rx = []
         conn.last = _pc()
-        return conn, reused
 
     def _pop_idle(self, origin: Origin) -> Optional[Conn]:
         pool = self._idle.get(origin)
@@ -201,7 +255,8 @@ class Pool:
         t = _pc()
         try:
             _tr, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: Conn(origin), origin.host, origin.port, ssl=ctx), self.connect_timeout
+                loop.create_connection(lambda: Conn(origin, self.gate), origin.host, origin.port, ssl=ctx),
+                self.connect_timeout,
             )
         except asyncio.TimeoutError:
             raise ConnectTimeout(

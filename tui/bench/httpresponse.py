@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, List, Optional, Tuple
 
 from tui.bench.httpcore import Piece, RemoteProtocolError, TimeoutException
@@ -13,6 +14,8 @@ from tui.bench.httppool import Conn, Pool
 from tui.util.http import Dechunk
 
 HEAD_LIMIT = 65536
+
+_pc = time.perf_counter
 
 
 async def read_head(conn: Conn) -> Tuple[int, str, List[Tuple[bytes, bytes]], List[Piece]]:
@@ -89,7 +92,9 @@ class Response:
 
     :meth:`next_batch` returns every body piece received since the last call
     with the time its read arrived; :meth:`aread` reads the whole body.
-    ``written``: ``perf_counter`` right after the request was handed to the socket.
+    ``sent``: ``perf_counter`` right before the request's bytes were handed to the socket (on the
+    connection that answered: a stale keep-alive connection's attempt does not count);
+    ``written``: right after they were.
     """
 
     def __init__(
@@ -104,13 +109,16 @@ class Response:
         chunked: bool,
         length: Optional[int],
         keepalive: bool,
+        sent: float,
         written: float,
     ) -> None:
         self._pool = pool
+        self._gate = pool.gate
         self._conn = conn
         self.status = status
         self.reason = reason
         self.headers = headers
+        self.sent = sent
         self.written = written
         self.content = b""
         self._pending = first
@@ -136,7 +144,13 @@ class Response:
 
         Raises :class:`RemoteProtocolError` when the peer closes before the body
         is complete and :class:`ReadTimeout` when the watchdog gave up on it.
+        The client's :class:`~tui.bench.httppool.Gate` is checked first: a loop iteration that
+        hands many streams their batches lets a due send go between two of them.
         """
+        g = self._gate
+        t = _pc()
+        if t >= g.due:
+            g.fire(t)
         conn = self._conn
         while True:
             if self.complete:

@@ -21,31 +21,15 @@ from tui.bench.client import (
     stream_request,
 )
 from tui.bench.config import BenchConfig
+from tui.bench.dispatch import EagerDispatch, sleep_until
 from tui.bench.health import ClientMonitor, client_health
-from tui.bench.http import HttpClient, Request
+from tui.bench.http import HttpClient, Request, Written
 from tui.bench.prompts import arrival_offsets, make_prompts
 from tui.util.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 _pc = time.perf_counter
-
-
-#: the last stretch before a scheduled send is spent yielding to the loop instead of in a timer:
-#: the selector's timeout has a resolution of 1 ms (epoll rounds it up), so a timer alone wakes
-#: up to a millisecond late; this costs at most this much CPU per scheduled send
-SPIN_S = 0.0015
-
-
-async def sleep_until(due: float) -> None:
-    """Sleep until ``perf_counter() >= due``; never returns early (uvloop's millisecond timers
-    can fire up to a millisecond before their time, so short remainders are slept again), and
-    not late by a timer's resolution (the last :data:`SPIN_S` yield to the loop)."""
-    while True:
-        delay = due - _pc()
-        if delay <= 0:
-            return
-        await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
 
 
 def schedule_of(specs: Sequence[RequestSpec]) -> Optional[List[float]]:
@@ -100,6 +84,7 @@ async def drive(
     on_sample: Callable[[Dict[str, Any]], None],
     prepared: Optional[Sequence[Request]] = None,
     started: Optional[Callable[[float], None]] = None,
+    preopen: bool = True,
 ) -> float:
     """Send ``specs`` with the given load shape; returns t0 (when the first request was dispatched).
 
@@ -107,16 +92,25 @@ async def drive(
     for now. ``on_sample`` gets every record (also partial ones on cancel).
     ``prepared``: the requests built beforehand with :func:`prepare`.
     ``started(t0)`` is called right before the first dispatch.
+    ``preopen``: keep connections idle ahead of a schedule (off with ``--no-preconnect``).
 
     Specs carrying ``at_s`` are sent at t0 + at_s (no cap unless
     ``concurrency`` is given), on the same path as the Gamma arrivals of a
     finite ``rate``; both record each request's scheduled and actual send
-    time and the dispatcher's lateness. Specs carrying ``session`` are
-    conversations (:func:`_converse`).
+    time and the dispatcher's lateness. Without a cap each request is written
+    the moment it falls due, by whichever read notices first
+    (:class:`~tui.bench.dispatch.EagerDispatch`). Specs carrying ``session``
+    are conversations (:func:`_converse`).
     """
     at = schedule_of(specs)
     conversation = is_conversation(specs)
     reqs: Sequence[Optional[Request]] = prepared if prepared is not None else [None] * len(specs)
+    # a schedule: the trace's times, or Gamma arrivals (all at t0 for an uncapped closed loop)
+    timed = at is not None or math.isfinite(rate)
+    eager = timed and not concurrency and not conversation
+    if eager:  # written from a callback: built now, before t0
+        ready: List[Request] = [r if r is not None else prepare(client, ep, sp) for r, sp in zip(reqs, specs)]
+        reqs = ready
     if t0 is not None:
         await sleep_until(t0)
     # a shared t0 anchors the schedule (workers replaying one trace keep one clock), even when woken late
@@ -140,15 +134,14 @@ async def drive(
 
         await _gather_cancel([asyncio.ensure_future(lane()) for _ in range(min(concurrency, len(specs)))])
         return start
-    # a schedule: the trace's times, or Gamma arrivals (all at t0 for an uncapped closed loop)
-    timed = at is not None or math.isfinite(rate)
     offsets = at if at is not None else arrival_offsets(len(specs), rate, burstiness, seed)
     order = sorted(range(len(specs)), key=offsets.__getitem__) if at is not None else range(len(specs))
     sem = asyncio.Semaphore(concurrency) if concurrency else None
     tasks: "List[asyncio.Future[Any]]" = []
 
-    async def one(spec: RequestSpec, req: Optional[Request], due: float) -> None:
-        disp = _pc() if timed else None
+    async def one(spec: RequestSpec, req: Optional[Request], due: float, written: Optional[Written] = None) -> None:
+        # written: on the wire already (eager); else the lateness runs from this task's start on
+        disp = written.sent if written is not None else _pc() if timed else None
         if sem is None:
             on_sample(
                 await stream_request(
@@ -161,6 +154,7 @@ async def drive(
                     on_partial=on_sample,
                     level_start=start,
                     dispatched_at=disp,
+                    written=written,
                 )
             )
             return
@@ -180,10 +174,27 @@ async def drive(
             )
 
     try:
-        for i in order:
-            due = start + offsets[i]
-            await sleep_until(due)
-            tasks.append(asyncio.ensure_future(one(specs[i], reqs[i], due)))
+        if eager:
+            seq = list(order)
+            dues = [start + offsets[i] for i in seq]
+
+            def launch(k: int, written: Optional[Written]) -> None:
+                i = seq[k]
+                tasks.append(asyncio.ensure_future(one(specs[i], reqs[i], dues[k], written)))
+
+            sender = EagerDispatch(
+                client, ep.url, dues, [ready[i] for i in seq], launch, client.sends_per_tick or len(seq), keep=preopen
+            )
+            await sender.run()
+            if sender.unready:
+                log.info(
+                    "%d of %d scheduled requests found no idle connection and opened one", sender.unready, len(seq)
+                )
+        else:
+            for i in order:
+                due = start + offsets[i]
+                await sleep_until(due)
+                tasks.append(asyncio.ensure_future(one(specs[i], reqs[i], due)))
     except asyncio.CancelledError:
         await cancel_and_wait(tasks, "benchmark requests")
         raise
@@ -442,6 +453,7 @@ async def run_level_inproc(
                 on_sample=on_sample,
                 prepared=prepared,
                 started=on_start,
+                preopen=cfg.preconnect,
             )
             end = _pc()
         finished = True

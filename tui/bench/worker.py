@@ -151,6 +151,7 @@ async def _main() -> int:
                         live=live,
                         on_sample=on_sample,
                         prepared=prepared,
+                        preopen=bool(job.get("preconnect")),
                     )
                     t_end = _pc()
             finally:

@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import tomllib
 
-from tui.hostops.hosts import Host, HostError, parse_target
+from tui.hostops.hosts import Host, HostError
+from tui.hostops.target import parse_target
 from tui.model import DeploymentSummary, StatusSnapshot
 from tui.services.runtime import RuntimeUnavailable
 from tui.services.targets import get_host

@@ -214,7 +214,7 @@ class SampledServers:
 
     async def sample(self) -> tuple[ServerStats, ...]:
         from tui.collectors.status import servers_of_runs, settle_ended_runs
-        from tui.hostops.launcher import HostRun
+        from tui.hostops.hostruns import HostRun
         from tui.hostops.tracker import reconcile_servers
 
         s = self.sampler

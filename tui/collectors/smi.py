@@ -13,24 +13,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from tui.hostside.smiloop import APPS_FIELDS, GPU_FIELDS
 from tui.model import NA, GpuProcess, GpuSnapshot, Num
 from tui.util.safety import safe_line
 
-#: The fields the GPU collector queries, in order.
-QUERY_GPU_FIELDS: tuple[str, ...] = (
-    "index",
-    "uuid",
-    "name",
-    "utilization.gpu",
-    "memory.used",
-    "memory.total",
-    "temperature.gpu",
-    "power.draw",
-    "power.limit",
-    "clocks.sm",
-    "clocks.mem",
-)
-QUERY_APPS_FIELDS: tuple[str, ...] = ("pid", "gpu_uuid", "used_memory", "process_name")
+#: The fields the GPU collector queries, in order: the host sampler's (one list for both).
+QUERY_GPU_FIELDS: tuple[str, ...] = GPU_FIELDS
+QUERY_APPS_FIELDS: tuple[str, ...] = APPS_FIELDS
 
 #: nvidia-smi field name -> GpuSnapshot attribute.
 _GPU_ATTR = {

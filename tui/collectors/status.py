@@ -28,7 +28,7 @@ async def known_servers(host: Host) -> tuple[ServerSpec, ...]:
     The model comes from the local run record when there is one. A run whose process is gone
     while its record still says it lives is re-read first (:func:`settle_ended_runs`).
     """
-    from tui.hostops.launcher import list_host_runs
+    from tui.hostops.hostruns import list_host_runs
 
     runs = await list_host_runs(host)
     await settle_ended_runs(host, runs)

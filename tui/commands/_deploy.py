@@ -13,7 +13,7 @@ from tui.commands._ask import confirm
 from tui.commands._runs import age, err
 from tui.fmt import text_table
 from tui.hostops.hosts import HostError
-from tui.hostops.launcher import process_alive
+from tui.hostops.runstop import process_alive
 from tui.hostops.runstore import RunStore
 from tui.model import jsonable
 from tui.profiles.model import ProfileError, ServerProfile
@@ -57,15 +57,7 @@ async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
     try:
         quiet = args.json
         if not args.no_preflight:
-            py = next(
-                (
-                    s.command.executable[0]
-                    for s in plan.steps
-                    if s.command is not None and s.kind == "server" and "python" in s.command.executable[0]
-                ),
-                "python3",
-            )
-            findings = await D.preflight(plan, hosts, python=py if not plan.sim else profile.python)
+            findings = await D.preflight(plan, hosts, python=D.checker_python(plan))
             errors = [f for f in findings if f.severity == "error"]
             for f in findings:
                 if not quiet or f.severity == "error":

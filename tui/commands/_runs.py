@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Sequence
 
+from tui.hostops.hostruns import pick_run
 from tui.hostops.hosts import Host, HostError, target_name
-from tui.hostops.launcher import pick_run
 from tui.hostops.runstore import RunRecord, RunStore
 from tui.services.journal import reread_runs
 from tui.services.targets import get_host

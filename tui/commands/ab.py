@@ -15,7 +15,7 @@ from tui.commands._ask import confirm
 from tui.util.safety import UnsafeInput
 
 if TYPE_CHECKING:
-    from tui.ab.runner import ABEvent
+    from tui.ab.events import ABEvent
     from tui.commands import Subparsers
 
 
@@ -310,7 +310,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_LOST, EXIT_STOPPED = 0, 1, 
 EXIT_EPILOG = (
     "exit status: 0 the A/B completed; 1 it failed (e.g. a side did not start; the results it has are "
     "reported) or left no result; 2 bad usage; 5 partial (the A/B job ended without its report, e.g. "
-    "killed: the levels its job folder holds are reported, compared when both sides have some, and "
+    "killed: the levels its job folder holds, or an A/B of deployments' results here and on its head nodes, "
+    "are reported, compared when both sides have some, and "
     "written by --json with status partial); 6 lost (its outcome could not be read from the host: it "
     "is kept there, --attach ID reads it); 130 detached or cancelled. See docs/exit-codes.md."
 )

@@ -23,8 +23,8 @@ import time
 from typing import TYPE_CHECKING, BinaryIO
 
 from tui.commands._runs import choose, err, host_from_args, records_for
+from tui.hostops.hostruns import find_host_run
 from tui.hostops.hosts import Host, HostError
-from tui.hostops.launcher import find_host_run
 from tui.hostops.logfollow import LINK_BACK_TEXT, LineSplitter, follow_forever, link_lost_text, read_log
 from tui.hostops.runstore import RunRecord, RunStore
 from tui.services.journal import reread_runs

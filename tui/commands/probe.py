@@ -68,7 +68,7 @@ async def _demo_engines(host: Host, result: ProbeResult) -> None:
     """The demo's engines are the simulator: ask it their versions (as pre-flight does), instead
     of reporting the real packages as "not installed"."""
     from tui.profiles.builder import demo_executable
-    from tui.profiles.preflight import parse_version
+    from tui.profiles.hostfacts import parse_version
 
     for eng in list(result.engines):
         try:

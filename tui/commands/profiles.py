@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Callable, TextIO
 from tui.fmt import text_table
 from tui.profiles.builder import Issue, build_command, check_profile, line_of_key, resolve_nccl
 from tui.profiles.diff import diff_commands
-from tui.profiles.model import ServerProfile, load_profile_file, profile_jsonable, profile_to_toml
+from tui.profiles.model import ServerProfile, profile_jsonable, profile_to_toml
 from tui.profiles.presets import load_preset_file, preset_jsonable
+from tui.profiles.profileread import load_profile_file
 from tui.profiles.store import ProfileStore
 from tui.profiles.tomlread import ProfileError, parse_toml
 from tui.util.safety import terminal_json, visible

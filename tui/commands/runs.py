@@ -9,8 +9,9 @@ import time
 from typing import TYPE_CHECKING, Sequence
 
 from tui.commands._runs import age, err, host_from_args, records_for
+from tui.hostops.gpuquery import gpu_memory_used
 from tui.hostops.hosts import Host, HostError
-from tui.hostops.launcher import gpu_memory_used, process_alive
+from tui.hostops.runstop import process_alive
 from tui.hostops.runstore import FAILED, LAUNCHING, READY, STARTING, RunRecord, RunStore
 from tui.hostops.tracker import STALLED, describe_gpu_memory
 from tui.logparse import advice_for

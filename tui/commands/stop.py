@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from tui.commands._ask import confirm
 from tui.commands._runs import choose, err, host_from_args, live_records, records_for
 from tui.hostops.hosts import HostError
-from tui.hostops.launcher import stop_run
+from tui.hostops.runstop import stop_run
 from tui.hostops.runstore import RunRecord, RunStore
 from tui.model import jsonable
 

@@ -9,7 +9,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from tui.commands._hosterr import report_error
-from tui.hostops.hosts import HostError, parse_target
+from tui.hostops.hosts import HostError
+from tui.hostops.target import parse_target
 from tui.util.paths import known_hosts_file
 from tui.util.safety import UnsafeInput
 

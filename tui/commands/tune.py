@@ -14,17 +14,21 @@ if TYPE_CHECKING:
     from tui.commands import Subparsers
 
 #: exit statuses (docs/exit-codes.md): the A/B's, and 3 for a campaign where no candidate met the SLO
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_WINNER, EXIT_LOST, EXIT_STOPPED = 0, 1, 2, 3, 6, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_WINNER, EXIT_PARTIAL, EXIT_LOST, EXIT_STOPPED = 0, 1, 2, 3, 5, 6, 130
 EXIT_EPILOG = (
     "exit status: 0 the campaign completed with a winner; 1 it failed; 2 bad usage (nothing started); "
-    "3 it completed but no candidate met the SLO (the closest is named); 6 lost (its outcome could not "
-    "be read from the host; --attach ID reads it); 130 detached or cancelled. See docs/exit-codes.md."
+    "3 it completed but no candidate met the SLO (the closest is named); 5 partial (its process ended "
+    "without its report more often than the follow restarts it: the candidates its job folder holds are "
+    "ranked, those not measured named, written by --json with status partial; --attach ID resumes it); "
+    "6 lost (its outcome could not be read from the host; --attach ID reads it); 130 detached or "
+    "cancelled. See docs/exit-codes.md."
 )
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     from tui.ab.tune import DEFAULT_NOISE_PCT
-    from tui.commands.bench import _nonneg_int, _pos_int, add_workload_options
+    from tui.commands._argtypes import nonneg_int, pos_int
+    from tui.commands._workload import add_workload_options
 
     p = subparsers.add_parser(
         "tune",
@@ -35,7 +39,9 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         "before anything is stopped, then launched, measured (the highest concurrency that meets the "
         "SLO, and the single-user speed) and stopped; leaders within the noise band get repeats, "
         "clear losers are dropped. A killed campaign process is restarted and resumes. Prints the "
-        "ranking, the Pareto frontier and the winner's changes against the base.",
+        "ranking, the Pareto frontier and the winner's changes against the base. A multi-node BASE "
+        "(a profile with nodes) runs detached on this machine instead, as an A/B of deployments does: "
+        "each candidate a deployment on the base's nodes, each benchmark on the head node.",
         epilog=EXIT_EPILOG,
     )
     p.add_argument("base", metavar="BASE", nargs="?", help="the base profile (itself a candidate)")
@@ -45,7 +51,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=V1,V2",
         help="a TOML path of the profile and the values to try, e.g. flags.attention-backend=fa3,triton "
-        "(repeat for a Cartesian product)",
+        "(repeat for a Cartesian product); over a multi-node base also deploy.mode, deploy.pp, deploy.dp",
     )
     p.add_argument("--candidates", metavar="FILE", help="a TOML file of [[candidate]] tables (name, changes)")
     p.add_argument(
@@ -67,27 +73,25 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="PCT",
         help=f"the least noise band of a capacity, in %% (default {DEFAULT_NOISE_PCT:g})",
     )
-    p.add_argument(
-        "--max-concurrency", type=_pos_int, default=1024, metavar="C", help="search no higher (default 1024)"
-    )
-    p.add_argument("--max-steps", type=_pos_int, default=8, metavar="N", help="levels per search (default 8)")
+    p.add_argument("--max-concurrency", type=pos_int, default=1024, metavar="C", help="search no higher (default 1024)")
+    p.add_argument("--max-steps", type=pos_int, default=8, metavar="N", help="levels per search (default 8)")
     p.add_argument(
         "--start",
-        type=_pos_int,
+        type=pos_int,
         default=1,
         metavar="C",
         help="after C=1, bracket from this concurrency by doubling (default: 2)",
     )
     w = p.add_argument_group("workload (each level of the search)")
-    w.add_argument("--input-len", type=_pos_int, default=None, help="prompt length in tokens (default 128)")
-    w.add_argument("--output-len", type=_pos_int, default=None, help="max_tokens per request (default 128)")
+    w.add_argument("--input-len", type=pos_int, default=None, help="prompt length in tokens (default 128)")
+    w.add_argument("--output-len", type=pos_int, default=None, help="max_tokens per request (default 128)")
     w.add_argument(
-        "--prompts-per-c", type=_pos_int, default=5, metavar="N", help="requests per level: N x C (default 5)"
+        "--prompts-per-c", type=pos_int, default=5, metavar="N", help="requests per level: N x C (default 5)"
     )
     w.add_argument(
-        "--min-prompts", type=_pos_int, default=10, metavar="N", help="requests per level at least (default 10)"
+        "--min-prompts", type=pos_int, default=10, metavar="N", help="requests per level at least (default 10)"
     )
-    w.add_argument("--warmup", type=_nonneg_int, default=1, help="warmup requests per level (not recorded)")
+    w.add_argument("--warmup", type=nonneg_int, default=1, help="warmup requests per level (not recorded)")
     w.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     w.add_argument("--seed", type=int, default=1)
     add_workload_options(p)
@@ -110,13 +114,11 @@ def _workload(args: argparse.Namespace) -> Any:
     """The level template of every search step (ValueError with one line)."""
     from tui.ab.plan import Plan, PlanLevel
     from tui.ab.tune import Workload
-    from tui.bench.workloads import build_workload, with_lengths
-    from tui.commands.bench import workload_from_args
+    from tui.bench.workloads import build_workload, default_ignore_eos, with_lengths
+    from tui.commands._workload import workload_from_args
 
     spec = workload_from_args(args)
-    ignore_eos = (
-        args.ignore_eos if getattr(args, "ignore_eos", None) is not None else spec.name not in ("sharegpt", "custom")
-    )
+    ignore_eos = args.ignore_eos if getattr(args, "ignore_eos", None) is not None else default_ignore_eos(spec.name)
     level = PlanLevel(1, args.min_prompts, args.input_len or 128, args.output_len or 128, args.warmup, "C=1")
     plan = Plan("tune", (level,), endpoint=args.endpoint, ignore_eos=ignore_eos, seed=args.seed, workload=spec)
     try:
@@ -162,8 +164,11 @@ def _usage(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], Any, fl
         base = ProfileStore().get(args.base)
     except ProfileError as e:
         return f"BASE: {e}"
-    if base.multi_node:
-        return f"BASE {base.name}: multi-node profiles are not supported by tune yet (run an A/B of deployments)"
+    if base.multi_node and (args.demo or args.host not in (None, "local")):
+        return (
+            f"BASE {base.name} names its nodes ({', '.join(base.nodes)}); drop --host/--demo "
+            "(--sim runs the simulator on them)"
+        )
     try:
         vary = parse_vary(args.vary)
         listed = read_candidates_file(args.candidates) if args.candidates else []
@@ -186,11 +191,13 @@ async def run(args: argparse.Namespace) -> int:
         if isinstance(got, str):
             return _fail(got)
         plan = got
+    #: a multi-node base: the campaign runs here, where every node is reached (an A/B of deployments' way)
+    here = plan is not None and plan[0].multi_node
     try:
-        host = get_host(args.host, demo=args.demo)
+        host = get_host(None if here else args.host, demo=args.demo)
     except (UnsafeInput, HostError) as e:
         return _fail(str(e))
-    label = _label(args)
+    label = "this machine" if here else _label(args)
     try:
         if args.list:
             return await _list(host)
@@ -211,9 +218,10 @@ async def run(args: argparse.Namespace) -> int:
                 host, args, plan, confirm_stop=lambda q: confirm(q, prog="tune", yes=args.yes), on_skip=on_skip
             )
             cands, est = plan[1], plan[5]
+            where = f"{label} (it reaches every node; the levels run on the head)" if here else label
             if not args.quiet:
                 print(
-                    f"tunedeck tune: campaign job {tr.id} runs on {label}: {len(cands)} candidates, estimated "
+                    f"tunedeck tune: campaign job {tr.id} runs on {where}: {len(cands)} candidates, estimated "
                     f"{est.text}; Ctrl-C detaches (it goes on); `tunedeck tune --attach {tr.id}` follows it, "
                     f"`--cancel {tr.id}` stops it",
                     file=sys.stderr,
@@ -237,11 +245,36 @@ async def start_campaign(
     on_skip: Callable[[str, str], None] | None = None,
 ) -> Any:
     """Start the campaign that ``args`` (parsed ``tune`` options) and ``plan`` (:func:`plan_of`)
-    describe on ``host``; a :class:`~tui.services.tunerun.TuneRun`. The command line and the
-    dashboard's Tune screen both start campaigns here."""
+    describe on ``host``; a :class:`~tui.services.tunerun.TuneRun`. A multi-node base's campaign
+    runs on this machine instead, which reaches every node (:mod:`tui.services.deploytune`). The
+    command line and the dashboard's Tune screen both start campaigns here."""
     from tui.services.tunerun import TuneRun
 
     base, cands, slo, workload, budget, est = plan
+    search = {
+        "repeats_max": args.repeats_max,
+        "noise_pct": args.noise,
+        "budget_s": budget,
+        "estimate_s": est.total_s,
+        "pace": est.pace,
+        "max_concurrency": args.max_concurrency,
+        "max_steps": args.max_steps,
+        "start": args.start,
+    }
+    if base.multi_node:
+        from tui.services import deploytune
+
+        return await deploytune.start(
+            base.name,
+            cands,
+            slo,
+            workload,
+            sim=args.sim,
+            confirm_stop=confirm_stop,
+            python=args.python,
+            on_skip=on_skip,
+            **search,
+        )
     return await TuneRun.start(
         host,
         base.name,
@@ -250,19 +283,26 @@ async def start_campaign(
         workload,
         demo=args.demo,
         sim=args.sim,
-        repeats_max=args.repeats_max,
-        noise_pct=args.noise,
-        budget_s=budget,
-        estimate_s=est.total_s,
-        pace=est.pace,
-        max_concurrency=args.max_concurrency,
-        max_steps=args.max_steps,
-        start=args.start,
         confirm_stop=confirm_stop,
         python=args.python,
         host_label=_label(args),
         on_skip=on_skip,
+        **search,
     )
+
+
+async def check_campaign(host: Any, args: argparse.Namespace, plan: tuple[Any, ...]) -> list[tuple[Any, Any, Any]]:
+    """(candidate, what will run, why it is skipped or None) for each candidate of the campaign
+    ``plan`` describes, as its start would pre-flight it (on ``host``, or on a multi-node base's
+    nodes); nothing stops. The Tune screen's pre-flight."""
+    base, cands = plan[0], plan[1]
+    if base.multi_node:
+        from tui.services import deploytune
+
+        return list(await deploytune.check_candidates(cands, sim=args.sim))
+    from tui.services.tunerun import check_candidates
+
+    return list(await check_candidates(host, cands, demo=args.demo, sim=args.sim))
 
 
 def _label(args: argparse.Namespace) -> str:
@@ -430,6 +470,8 @@ async def _follow(args: argparse.Namespace, tr: Any, label: str) -> int:
         print("tunedeck tune: still running after the campaign: " + "; ".join(rep["left_running"]), file=sys.stderr)
     if rep.get("status") == "cancelled":
         return _fail(f"cancelled: {rep.get('error')} (exit {EXIT_STOPPED})", EXIT_STOPPED)
+    if rep.get("status") == "partial":
+        return _fail(f"partial: {rep.get('error')} (exit {EXIT_PARTIAL})", EXIT_PARTIAL)
     if rep.get("status") != "completed":
         return _fail(f"{rep.get('status')}: {rep.get('error')} (exit {EXIT_FAILED})", EXIT_FAILED)
     return EXIT_OK if rep.get("winner") else EXIT_NO_WINNER
@@ -479,13 +521,21 @@ def render(rep: Mapping[str, Any]) -> str:
     for w in rep.get("warnings") or []:
         out.append(f"warning: {visible(str(w))}")
     win = rep.get("winner")
+    partial = rep.get("status") == "partial"
+    todo = [visible(str(n)) for n in rep.get("not_measured") or ()]
+    if partial:
+        out.append(
+            "partial: the campaign ended without its report; this is what its job folder holds"
+            + (f" (not measured: {', '.join(todo)})" if todo else "")
+        )
     if win:
         wc: Mapping[str, Any] = next((c for c in cands if c.get("name") == win), {})
-        out.append(f"winner: {visible(str(win))} (capacity C={wc.get('capacity')} within the SLO)")
+        what = "best of the measured" if partial else "winner"
+        out.append(f"{what}: {visible(str(win))} (capacity C={wc.get('capacity')} within the SLO)")
         for d in rep.get("winner_diff") or []:
             out.append(f"  {visible(str(d.get('text')))}")
         if win == rep.get("base"):
-            out.append("  (the base itself: no change beats it)")
+            out.append(f"  (the base itself: no {'measured ' if partial else ''}change beats it)")
     else:
         cl = rep.get("closest")
         near = (
@@ -493,6 +543,6 @@ def render(rep: Mapping[str, Any]) -> str:
             if cl
             else ""
         )
-        out.append(f"no candidate met the SLO{near}")
+        out.append(f"no {'measured ' if partial else ''}candidate met the SLO{near}")
     out.append(f"journal: campaign {rep.get('campaign')} ({rep.get('status')})")
     return "\n".join(out) + "\n"

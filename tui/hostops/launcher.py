@@ -18,33 +18,31 @@ On the host each run has a folder ``${TUNEDECK_HOME:-$HOME/.tunedeck}/runs/<run_
 Locally each run has a record ``state_dir()/runs/<run_id>.json``
 (:class:`tui.hostops.runstore.RunRecord`), written *before* the launch. The host
 scripts are in :mod:`tui.hostops.hostscripts`, log reading and following in
-:mod:`tui.hostops.logfollow`.
+:mod:`tui.hostops.logfollow`; the runs found on a host (listed, reattached) in
+:mod:`tui.hostops.hostruns`, the stop in :mod:`tui.hostops.runstop`, what the GPUs
+hold in :mod:`tui.hostops.gpuquery`. The startup tracker reads a run's process through
+this module (``process_alive``, ``read_rc``, ``gpu_memory_used``, ``stop_run``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 import re
 import shlex
 import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from tui.hostops.hosts import Host, HostError, RunResult, target_name
-from tui.hostops.hostscripts import LAUNCH_SCRIPT, LIST_SCRIPT, RUNS_BASE, STOP_SCRIPT, base_line, delimiter
-from tui.hostops.reread import settle
+from tui.hostops.gpuquery import compute_apps, gpu_memory_used
+from tui.hostops.hostruns import HostRun, list_host_runs
+from tui.hostops.hosts import Host, HostError, target_name
+from tui.hostops.hostscripts import LAUNCH_SCRIPT, base_line, delimiter
+from tui.hostops.runstop import process_alive, read_rc, stop_run
 from tui.hostops.runstore import (
     ENGINES,
-    EXITED,
     FAILED,
     LAUNCHING,
-    STALE,
     STARTING,
-    STOPPED,
-    STOPPING,
-    UNKNOWN,
     RunRecord,
     RunStore,
     check_run_id,
@@ -59,135 +57,11 @@ from tui.util.safety import (
     flag_value,
     redact_argv,
     redact_env,
-    safe_line,
-    visible,
 )
-
-_log = logging.getLogger(__name__)
 
 
 class LaunchRefused(Exception):
     """A launch was refused before anything ran (a run is alive, the GPUs are busy, bad input)."""
-
-
-# ============================================================================ data
-
-
-@dataclass(frozen=True)
-class HostRun:
-    """A run folder found on a host."""
-
-    run_id: str
-    pid: int | None
-    starttime: str | None
-    alive: bool
-    rc: int | None
-    log_size: int
-    run_dir: str
-    meta: dict[str, object]
-
-    @property
-    def log_path(self) -> str:
-        return f"{self.run_dir}/log"
-
-
-@dataclass(frozen=True)
-class StopResult:
-    """Outcome of :func:`stop_run`. ``state``: stopped | exited | stale | stuck | error."""
-
-    state: str
-    message: str
-    pids: tuple[int, ...] = ()
-    remaining: tuple[str, ...] = ()
-    gpu_freed_mib: float | None = None
-    gpu_released: bool | None = None
-    escalated: bool = False
-
-
-# ============================================================================ GPU helpers
-
-
-async def compute_apps(host: Host, timeout: float = 10.0) -> list[tuple[int, str, float | None]] | None:
-    """``nvidia-smi --query-compute-apps`` as (pid, gpu_uuid, used MiB); None when nvidia-smi
-    is missing or failed (no GPU information)."""
-    r = await host.run(
-        [host.nvidia_smi, "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"],
-        timeout=timeout,
-    )
-    if not r.ok:
-        return None
-    out: list[tuple[int, str, float | None]] = []
-    for line in r.stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 2 or not parts[0].isdigit():
-            continue
-        mem: float | None
-        try:
-            mem = float(parts[2]) if len(parts) > 2 else None
-        except ValueError:
-            mem = None
-        out.append((int(parts[0]), safe_line(parts[1]), mem))  # host text: shown in refusals
-    return out
-
-
-async def gpu_memory_used(host: Host, timeout: float = 10.0) -> dict[int, float] | None:
-    r = await host.run(
-        [host.nvidia_smi, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"], timeout=timeout
-    )
-    if not r.ok:
-        return None
-    out: dict[int, float] = {}
-    for line in r.stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit():
-            try:
-                out[int(parts[0])] = float(parts[1])
-            except ValueError:
-                pass
-    return out
-
-
-# ============================================================================ operations
-
-
-async def list_host_runs(host: Host, kind: str = "runs") -> list[HostRun]:
-    """Run folders on the host, alive or not (alive = pid with the recorded start time);
-    ``kind`` ``bench`` or ``ab`` lists the host-side jobs instead of the servers."""
-    script = LIST_SCRIPT if kind == "runs" else LIST_SCRIPT.replace(RUNS_BASE, base_line(kind), 1)
-    r = await host.run_script(script, timeout=60)
-    if r.lost or r.timed_out:
-        raise HostError("connection-lost" if r.lost else "timeout", f"listing runs failed: {r.stderr.strip()}")
-    runs: list[HostRun] = []
-    for line in r.stdout.splitlines():
-        parts = line.split("\t")
-        if len(parts) != 9 or parts[0] != "RUN":
-            continue
-        _, rid, pid, st, alive, rc, size, d, meta = parts
-        try:
-            m = json.loads(meta) if meta else {}
-        except ValueError:
-            m = {}
-        runs.append(
-            HostRun(
-                rid,
-                int(pid) if pid.isdigit() else None,
-                st or None,
-                alive == "1",
-                int(rc) if rc.lstrip("-").isdigit() else None,
-                int(size) if size.isdigit() else 0,
-                d,
-                m if isinstance(m, dict) else {},
-            )
-        )
-    runs.sort(key=lambda h: h.run_id)
-    return runs
-
-
-async def find_host_run(host: Host, run_id: str) -> HostRun | None:
-    for h in await list_host_runs(host):
-        if h.run_id == run_id:
-            return h
-    return None
 
 
 def stop_command(host: Host, run_id: str) -> str:
@@ -475,184 +349,6 @@ async def start_detached(
     return Detached(dir_, pid, starttime, followed=followed)
 
 
-async def reattach(host: Host, store: RunStore | None = None) -> list[RunRecord]:
-    """Find the runs on ``host`` (run folders), merge them into local records and return
-    the ones still alive (status kept, or ``starting`` for a run with no local record).
-
-    Every run is re-read from its process, whoever follows it: one whose process has ended
-    since it was last seen (ready or not) is settled from its own log, ``failed`` with the
-    cause (:mod:`tui.hostops.reread`), or ``stopped`` when a stop was asked for."""
-    store = store or RunStore()
-    tgt = target_name(host)
-    out: list[RunRecord] = []
-    for h in await list_host_runs(host):
-        rec = store.load(h.run_id)
-        new = rec is None
-        if rec is None:
-            meta = h.meta
-            argv: list[str] = []
-            rec = RunRecord(
-                run_id=h.run_id,
-                target=tgt,
-                argv=argv,
-                engine=str(meta.get("engine") or "other"),
-                port=meta.get("port") if isinstance(meta.get("port"), int) else None,  # type: ignore[arg-type]
-                profile=meta.get("profile") if isinstance(meta.get("profile"), str) else None,  # type: ignore[arg-type]
-                run_dir=h.run_dir,
-                status=STARTING,
-                created=float(meta.get("created") or 0.0),  # type: ignore[arg-type]
-                pid=h.pid,
-                starttime=h.starttime,
-                rc=h.rc,
-            )
-        elif rec.target != tgt:
-            continue
-        changed = new
-        if not h.alive and not rec.ended_:
-            status, diag, proof = await settle(
-                host, h.run_dir, rec.engine, h.rc, stopping=rec.status == STOPPING, size=h.log_size
-            )
-            prev = rec.status
-            rec.status, rec.rc, rec.ended = status, h.rc, time.time()
-            rec.diagnosis, rec.proof = diag, proof
-            rec.timeline.append({"t": rec.ended, "event": status, "rc": h.rc, "diagnosis": diag, "was": prev})
-            if prev not in (STARTING, LAUNCHING, STOPPING):
-                _log.warning("run %s on %s was %s and has ended: %s", rec.run_id, tgt, prev, visible(diag))
-            changed = True
-        if rec.run_dir is None:
-            rec.run_dir = h.run_dir
-            changed = True
-        if changed:
-            store.save(rec)
-        if h.alive:
-            out.append(rec)
-    return out
-
-
-async def read_rc(host: Host, run_dir: str) -> int | None:
-    r = await host.run(["cat", "--", f"{run_dir}/rc"], timeout=15)
-    s = r.stdout.strip()
-    return int(s) if r.ok and s.lstrip("-").isdigit() else None
-
-
-async def process_alive(host: Host, pid: int, starttime: str | None) -> bool:
-    """True while ``pid`` exists with the recorded start time and is not a zombie (an exited
-    wrapper nobody reaped yet is over)."""
-    script = (
-        'p="$1"; want="$2"; [ -r "/proc/$p/stat" ] || { echo DEAD; exit 0; }\n'
-        "rest=$(sed 's/.*) //' \"/proc/$p/stat\")\n"
-        "cur=$(echo \"$rest\" | cut -d' ' -f20); st=$(echo \"$rest\" | cut -d' ' -f1)\n"
-        '[ "$cur" = "$want" ] && [ "$st" != Z ] && echo ALIVE || echo DEAD\n'
-    )
-    r = await host.run_script(script, [str(int(pid)), starttime or ""], timeout=15)
-    if r.lost or r.timed_out:
-        raise HostError("connection-lost" if r.lost else "timeout", "checking the server process failed")
-    return "ALIVE" in r.stdout
-
-
-async def signal_folder(host: Host, run_dir: str, rid: str, grace: float) -> tuple[str, str, RunResult]:
-    """TERM the process group of a run folder's wrapper (and its environ-marker matches), KILL
-    after ``grace`` s; returns (state, message, raw result) with state stopped|exited|stale|stuck."""
-    g = max(0, round(grace))
-    r = await host.run_script(STOP_SCRIPT, [run_dir, str(g), rid], timeout=g + 30)
-    state, message = "error", ""
-    for line in r.stdout.splitlines():
-        if line.startswith("STATE "):
-            parts = line.split(None, 2)
-            state = parts[1].lower()
-            message = parts[2] if len(parts) > 2 else ""
-    return state, message, r
-
-
-async def stop_run(
-    host: Host,
-    rec: RunRecord,
-    *,
-    grace: float = 30.0,
-    gpu_wait: float = 60.0,
-    store: RunStore | None = None,
-    poll: float = 0.5,
-) -> StopResult:
-    """Stop a run (reliability.md 2.2): PID-reuse guard, TERM to the group and the
-    environ-marker matches, KILL after ``grace``, then wait until the GPUs no longer
-    list the run's processes (``gpu_wait`` bound)."""
-    store = store or RunStore()
-    if not rec.run_dir:
-        h = await find_host_run(host, rec.run_id)
-        if h is None:
-            return StopResult("error", f"run {rec.run_id}: no run folder on {target_name(host)}")
-        rec.run_dir = h.run_dir
-    store.update(rec.run_id, status=STOPPING) if store.load(rec.run_id) else None
-    before = await gpu_memory_used(host)
-    g = max(0, round(grace))
-    r = await host.run_script(STOP_SCRIPT, [rec.run_dir, str(g), rec.run_id], timeout=g + 30)
-    if r.lost or r.timed_out or (r.exit_status not in (0, None) and "STATE" not in r.stdout):
-        msg = r.stderr.strip() or ("connection lost" if r.lost else "timed out" if r.timed_out else "stop failed")
-        store.update(rec.run_id, status=UNKNOWN) if store.load(rec.run_id) else None
-        return StopResult("error", f"run {rec.run_id}: {msg}")
-    pids: list[int] = []
-    state = "error"
-    message = ""
-    remaining: list[str] = []
-    for line in r.stdout.splitlines():
-        if line.startswith("PIDS"):
-            pids = [int(x) for x in line.split()[1:] if x.isdigit()]
-        elif line.startswith("WARN "):
-            _log.warning("stop %s on %s: %s", rec.run_id, target_name(host), visible(line[5:]))
-        elif line.startswith("REMAIN "):
-            remaining.append(line[7:])
-        elif line.startswith("STATE "):
-            parts = line.split(None, 2)
-            state = parts[1].lower()
-            message = parts[2] if len(parts) > 2 else ""
-    escalated = message == "KILL"
-    released: bool | None = None
-    if state in ("stopped", "exited"):
-        released = await _wait_gpu_release(host, set(pids) | ({rec.pid} if rec.pid else set()), gpu_wait, poll)
-    after = await gpu_memory_used(host) if before is not None else None
-    freed = None
-    if before is not None and after is not None:
-        freed = sum(before.values()) - sum(after.values())
-    now = time.time()
-    status = {"stopped": STOPPED, "exited": EXITED, "stale": STALE}.get(state, UNKNOWN)
-    rc = await read_rc(host, rec.run_dir) if state in ("stopped", "exited") else None
-    upd = store.load(rec.run_id)
-    if upd is not None:
-        upd.status = status
-        upd.rc = rc
-        upd.ended = upd.ended or now
-        upd.timeline.append(
-            {"t": now, "event": "stopped" if status == STOPPED else state, "how": message, "gpu_released": released}
-        )
-        store.save(upd)
-    if state == "stopped":
-        txt = f"run {rec.run_id} stopped ({'killed after the grace period' if escalated else 'TERM'})"
-        if released is False:
-            txt += f"; the GPUs still list its processes after {gpu_wait:g} s"
-    elif state == "exited":
-        txt = f"run {rec.run_id} had already exited (rc {message or '?'})"
-    elif state == "stale":
-        txt = f"run {rec.run_id}: {message or 'stale'}; nothing was killed"
-    elif state == "stuck":
-        txt = f"run {rec.run_id}: processes remain after KILL (D state?): {', '.join(remaining)}"
-    else:
-        txt = f"run {rec.run_id}: unexpected stop output: {r.stdout.strip()[:200]} {r.stderr.strip()[:200]}"
-    return StopResult(state, txt, tuple(pids), tuple(remaining), freed, released, escalated)
-
-
-async def _wait_gpu_release(host: Host, pids: set[int], bound: float, poll: float) -> bool | None:
-    deadline = time.monotonic() + bound
-    while True:
-        apps = await compute_apps(host)
-        if apps is None:
-            return None  # no nvidia-smi: nothing to confirm
-        if not any(p in pids for p, _, _ in apps):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(poll)
-
-
 async def restart_run(host: Host, rec: RunRecord, *, grace: float = 30.0, store: RunStore | None = None) -> RunRecord:
     """Stop ``rec`` then launch the same command again (env values come from the caller's
     original env when available; a redacted value is refused)."""
@@ -667,12 +363,6 @@ async def restart_run(host: Host, rec: RunRecord, *, grace: float = 30.0, store:
     return await launch(host, rec.argv, rec.env, engine=rec.engine, port=rec.port, profile=rec.profile, store=store)
 
 
-# ============================================================================ log follow
-
-
-# ============================================================================ lookups
-
-
 def demo_argv(argv: Sequence[str]) -> list[str]:
     """``python -m tui sim …`` → the demo host's ``tunedeck`` shim, which sets PYTHONPATH
     itself, so the simulator starts whatever the server's working directory."""
@@ -682,32 +372,27 @@ def demo_argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
-def pick_run(records: Sequence[RunRecord], run: str | None) -> RunRecord | None:
-    """A run by id or unique id prefix; without ``run`` the most recent one."""
-    if run is None:
-        return records[-1] if records else None
-    exact = [r for r in records if r.run_id == run]
-    if exact:
-        return exact[0]
-    pref = [r for r in records if r.run_id.startswith(run)]
-    return pref[-1] if len(pref) >= 1 else None
-
-
 __all__ = [
+    "API_KEY_ENV",
+    "API_KEY_FILE",
+    "Detached",
     "HostRun",
     "LaunchRefused",
-    "StopResult",
+    "api_key_file",
     "compute_apps",
     "demo_argv",
-    "find_host_run",
     "gpu_memory_used",
+    "gpu_set",
     "launch",
+    "launch_script",
     "list_host_runs",
-    "pick_run",
     "preflight",
     "process_alive",
     "read_rc",
-    "reattach",
     "restart_run",
+    "server_of",
+    "serving_run",
+    "start_detached",
+    "stop_command",
     "stop_run",
 ]

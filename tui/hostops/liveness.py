@@ -92,6 +92,13 @@ class LinkWatch:
         self.since, self.reason, self.attempts = None, "", 0
         return lasted
 
+    def tell(self, error: str | None) -> bool:
+        """A follower's word: ``error`` (a failed attempt) or None (the host answers again); True
+        when it starts or ends a loss, i.e. when a view that shows the link has a new line to show."""
+        if error is None:
+            return self.ok() is not None
+        return self.lost(error)
+
     def lost_for(self) -> float:
         """Seconds since the loss was reported (0 while the link is up)."""
         return 0.0 if self.since is None else max(0.0, self.clock() - self.since)

@@ -2,7 +2,7 @@
 
 The same verdict whatever looked: the startup tracker that follows a run, and every listing that
 finds a run's process gone (``tunedeck runs``, ``logs``, ``stop``, the Runs view, the fleet's and
-the deployments' listings through :func:`tui.hostops.launcher.reattach`). A run that was ready and
+the deployments' listings through :func:`tui.hostops.hostruns.reattach`). A run that was ready and
 later died reads ``failed`` with the cause its log gives (through the log parser), not a bare
 ``exited``; one stopped on request reads ``stopped``.
 """

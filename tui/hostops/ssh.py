@@ -45,16 +45,7 @@ from typing import Mapping, Sequence
 import asyncssh
 
 from tui.hostops import sshfiles
-from tui.hostops.hosts import (
-    HOSTNAME_RE,
-    ByteStream,
-    Host,
-    HostError,
-    RunResult,
-    Target,
-    check_heartbeat,
-    parse_target,
-)
+from tui.hostops.hosts import ByteStream, Host, HostError, RunResult, check_heartbeat
 from tui.hostops.hostscripts import KILL_SCRIPT, STREAM_WRAPPER
 from tui.hostops.knownhosts import (
     fingerprint,
@@ -72,6 +63,7 @@ from tui.hostops.sshgate import (
     remember_refusal,
     remembered_refusal,
 )
+from tui.hostops.target import HOSTNAME_RE, Target, parse_target
 from tui.util import retry
 from tui.util.safety import UnsafeInput, check_text, env_argv, visible
 

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import asyncssh
 
-from tui.hostops.hosts import HostError, Target
+from tui.hostops.hosts import HostError
 from tui.hostops.knownhosts import fingerprint, key_type_label, known_keys_for
 from tui.hostops.sshconfig import Endpoint, resolve_endpoint
 from tui.hostops.sshgate import fetch_host_key
+from tui.hostops.target import Target
 from tui.util.files import atomic_write_text
 from tui.util.paths import known_hosts_file
 

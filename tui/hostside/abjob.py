@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Optional, Tuple
 
-from tui.ab.runner import ProfileInfo, ServerOps
+from tui.ab.ops import ProfileInfo, ServerOps
 from tui.hostside.jobfiles import EVENTS, REPORT, SPEC, EventLog, on_stop_signal, read_spec
 from tui.util.files import atomic_write_json
 from tui.util.safety import redact_argv, redact_env
@@ -94,8 +94,9 @@ async def run(
 ) -> int:
     """Run the campaign in ``job_dir`` (its spec.json), writing events and the report there.
     ``make_ops`` gives the runner its operations (a multi-node deployment's come from the laptop)."""
+    from tui.ab.events import ABEvent
     from tui.ab.plan import Plan
-    from tui.ab.runner import ABEvent, ABRunner
+    from tui.ab.runner import ABRunner
 
     async def body(events: EventLog) -> Tuple[str, Optional[str]]:
         spec = read_spec(job_dir)

@@ -1,10 +1,11 @@
 """The A/B runner's operations on the host it runs on (the host-side runtime's side of an A/B).
 
-:class:`LocalOps` implements :class:`tui.ab.runner.ServerOps` next to the GPUs:
+:class:`LocalOps` implements :class:`tui.ab.ops.ServerOps` next to the GPUs:
 
 * the profiles arrive resolved (argv, env, port) from the laptop, which read them;
-* :mod:`tui.hostops.launcher` launches detached, finds and stops runs (PID-reuse
-  guard, wait for the GPUs to release the run's processes);
+* :mod:`tui.hostops.launcher` launches detached, :mod:`~tui.hostops.hostruns` finds runs and
+  :mod:`~tui.hostops.runstop` stops them (PID-reuse guard, wait for the GPUs to release the
+  run's processes);
 * :mod:`tui.hostops.tracker` follows the startup (log phases, ``/health``,
   liveness, stall, diagnosis);
 * the benchmark runs in this process (:func:`tui.bench.runner.run_benchmark`)
@@ -17,8 +18,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
-from tui.ab.plan import Plan, PlanLevel
-from tui.ab.runner import (
+from tui.ab.ops import (
     BenchResult,
     LaunchHandle,
     ProfileInfo,
@@ -26,9 +26,11 @@ from tui.ab.runner import (
     RunningServer,
     StopResult,
 )
+from tui.ab.plan import Plan, PlanLevel
 from tui.bench.counters import COUNTED_SPEC, Snapshot, level_figures, parse_counters
-from tui.hostops import launcher, runstore, tracker
-from tui.hostops.hosts import Host, LocalHost
+from tui.hostops import hostruns, launcher, runstop, runstore, tracker
+from tui.hostops.hosts import Host
+from tui.hostops.localhost import LocalHost
 from tui.util import http
 from tui.util.safety import flag_value, redact_argv, redact_env
 
@@ -68,7 +70,7 @@ class LocalOps:
     # ------------------------------------------------------------------ running servers
     async def running_servers(self) -> list[RunningServer]:
         out = []
-        for h in await launcher.list_host_runs(self.host):
+        for h in await hostruns.list_host_runs(self.host):
             if h.alive:
                 prof = h.meta.get("profile") if isinstance(h.meta, Mapping) else None
                 out.append(
@@ -76,19 +78,20 @@ class LocalOps:
                         h.run_id,
                         f"run {h.run_id}" + (f" ({prof})" if prof else "") + (f", pid {h.pid}" if h.pid else ""),
                         h,
+                        str(prof) if prof else None,
                     )
                 )
         return out
 
     async def stop_running(self, server: RunningServer) -> StopResult:
-        recs = await launcher.reattach(self.host)
+        recs = await hostruns.reattach(self.host)
         rec = next((r for r in recs if r.run_id == server.id), None) or runstore.RunStore().load(server.id)
         if rec is None:
             return StopResult(False, None, f"run {server.id}: no record")
-        return self._stop_result(await launcher.stop_run(self.host, rec, grace=self.stop_grace, gpu_wait=self.gpu_wait))
+        return self._stop_result(await runstop.stop_run(self.host, rec, grace=self.stop_grace, gpu_wait=self.gpu_wait))
 
     @staticmethod
-    def _stop_result(res: launcher.StopResult) -> StopResult:
+    def _stop_result(res: runstop.StopResult) -> StopResult:
         ok = res.state in ("stopped", "exited", "stale")
         return StopResult(ok, res.gpu_released if ok else None, res.message)
 
@@ -212,7 +215,7 @@ class LocalOps:
 
     # ------------------------------------------------------------------ stop
     async def stop(self, info: ProfileInfo, handle: LaunchHandle) -> StopResult:
-        res = await launcher.stop_run(self.host, handle.handle, grace=self.stop_grace, gpu_wait=self.gpu_wait)
+        res = await runstop.stop_run(self.host, handle.handle, grace=self.stop_grace, gpu_wait=self.gpu_wait)
         return self._stop_result(res)
 
 

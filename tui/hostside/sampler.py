@@ -22,11 +22,12 @@ on stdout:
             until a model is known, ``/v1/models``, read on the host's own loopback
 
 In steady state it starts no process: ``/proc`` and the run folders are read
-directly, HTTP is the standard library's, and the two nvidia-smi loops are
-started once (again only after one of them ends).
+directly (:mod:`~tui.hostside.hostread`), HTTP is the standard library's
+(:mod:`~tui.hostside.serverprobe`), and the two nvidia-smi loops are started once
+(again only after one of them ends: :mod:`~tui.hostside.smiloop`).
 
-It ends when the laptop is gone: a write to stdout fails (the SSH channel
-closed), its parent changed (the session ended), or one line could not be
+It ends when the laptop is gone (:mod:`~tui.hostside.channel`): a write to stdout
+fails (the SSH channel closed), its parent changed (the session ended), or one line could not be
 written for ``--keepalive`` seconds (nobody reads: a dead link). A link that dies
 without a FIN or RST reaching the host (a laptop that sleeps, a cable pulled on the
 way) is seen by neither: with ``--heartbeat S`` the laptop writes a newline to
@@ -39,425 +40,28 @@ Python >= 3.9.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import logging
 import os
 import queue
-import shutil
 import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
-from tui.util.retry import Backoff
+from tui.hostside.channel import Heartbeat, Output
+from tui.hostside.hostread import list_runs, read_host
+from tui.hostside.serverprobe import probe_server
+from tui.hostside.smiloop import APPS_FIELDS, GPU_FIELDS, SmiLoop
 
 log = logging.getLogger("tunedeck.sampler")
-
-#: same fields, same order as ``tui.collectors.smi.QUERY_GPU_FIELDS`` (tests check it)
-GPU_FIELDS = (
-    "index",
-    "uuid",
-    "name",
-    "utilization.gpu",
-    "memory.used",
-    "memory.total",
-    "temperature.gpu",
-    "power.draw",
-    "power.limit",
-    "clocks.sm",
-    "clocks.mem",
-)
-#: same as ``tui.collectors.smi.QUERY_APPS_FIELDS``
-APPS_FIELDS = ("pid", "gpu_uuid", "used_memory", "process_name")
 
 #: run folder kinds under ``${TUNEDECK_HOME}``
 KINDS = ("runs", "bench", "ab")
 
-#: /metrics lines kept (the rest of an engine's exposition is dropped on the host)
-METRIC_PREFIXES = ("sglang:", "vllm:")
-
 #: seconds between two reads of the bench/ab job folders (the servers' run folders: every sample)
 JOBS_EVERY = 5.0
-
-#: a line of rows from nvidia-smi within this many seconds of the previous one is the same block
-BLOCK_GAP = 0.2
-
-
-class Output:
-    """Writes JSON lines to a file descriptor from a thread; notices a reader that went away.
-
-    ``os.write`` to a closed pipe raises (SIGPIPE is ignored): :attr:`gone` is set.
-    A write still pending after ``keepalive`` seconds also counts as gone (the
-    channel is full and nobody drains it).
-    """
-
-    def __init__(self, fd: int, keepalive: float) -> None:
-        self.fd = fd
-        self.keepalive = keepalive
-        self.gone = threading.Event()
-        self.reason = ""
-        self._q: "queue.Queue[Optional[bytes]]" = queue.Queue(maxsize=256)
-        self._writing_since = 0.0
-        self._thread = threading.Thread(target=self._loop, name="out", daemon=True)
-        self._thread.start()
-
-    def emit(self, obj: Dict[str, Any]) -> None:
-        if self.gone.is_set():
-            return
-        line = (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode("utf-8")
-        try:
-            self._q.put_nowait(line)
-        except queue.Full:
-            self._lose(f"{self._q.maxsize} lines waiting: nobody reads the channel")
-
-    def stalled(self) -> bool:
-        since = self._writing_since
-        return since > 0 and time.monotonic() - since > self.keepalive
-
-    def _lose(self, why: str) -> None:
-        if not self.gone.is_set():
-            self.reason = why
-            self.gone.set()
-
-    def _loop(self) -> None:
-        while True:
-            item = self._q.get()
-            if item is None:
-                return
-            self._writing_since = time.monotonic()
-            try:
-                view = memoryview(item)
-                while view:
-                    n = os.write(self.fd, view)
-                    view = view[n:]
-            except OSError as e:
-                self._lose(f"stdout closed ({e.strerror or e})")
-                return
-            finally:
-                self._writing_since = 0.0
-                self._q.task_done()
-
-    def drain(self, timeout: float) -> None:
-        """Wait until every queued line was written (or the reader is gone), at most ``timeout`` s."""
-        deadline = time.monotonic() + timeout
-        while (
-            (self._q.unfinished_tasks or self._writing_since) and not self.gone.is_set() and time.monotonic() < deadline
-        ):
-            time.sleep(0.02)
-
-    def close(self) -> None:
-        try:
-            self._q.put_nowait(None)
-        except queue.Full:
-            pass
-
-
-class Heartbeat:
-    """Reads the laptop's heartbeat (any bytes) from a file descriptor in a thread.
-
-    :meth:`lost` says why the laptop counts as gone: stdin closed, or nothing came
-    for ``timeout`` seconds (a link that died without a word)."""
-
-    def __init__(self, fd: int, timeout: float) -> None:
-        self.fd = fd
-        self.timeout = timeout
-        self.last = time.monotonic()
-        self.closed = ""
-        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while True:
-            try:
-                data = os.read(self.fd, 4096)
-            except OSError as e:
-                self.closed = f"stdin unreadable ({e.strerror or e})"
-                return
-            if not data:
-                self.closed = "stdin closed (the laptop ended the channel)"
-                return
-            self.last = time.monotonic()
-
-    def lost(self) -> str:
-        if self.closed:
-            return self.closed
-        quiet = time.monotonic() - self.last
-        if quiet > self.timeout:
-            return f"no heartbeat from the laptop for {quiet:.0f} s (limit {self.timeout:g} s)"
-        return ""
-
-
-# ---------------------------------------------------------------------- /proc
-
-
-def read_host(proc: str = "/proc") -> Dict[str, Any]:
-    """CPU jiffies, memory, load and uptime from ``/proc`` (no process started)."""
-    out: Dict[str, Any] = {"hostname": socket.gethostname()}
-    cpus = 0
-    with open(f"{proc}/stat", encoding="ascii", errors="replace") as f:
-        for line in f:
-            if not line.startswith("cpu"):
-                break
-            parts = line.split()
-            if parts[0] == "cpu":
-                vals = [int(v) for v in parts[1:] if v.isdigit()]
-                out["cpu"] = [sum(vals[:8]), sum(vals[3:5])]
-            elif parts[0][3:].isdigit():
-                cpus += 1
-    out["cpus"] = cpus or None
-    mem: Dict[str, int] = {}
-    with open(f"{proc}/meminfo", encoding="ascii", errors="replace") as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            fields = rest.split()
-            if fields and fields[0].isdigit():
-                mem[key.strip()] = int(fields[0]) * 1024
-    if "MemTotal" in mem:
-        avail = mem.get("MemAvailable")
-        if avail is None and "MemFree" in mem:
-            avail = mem["MemFree"] + mem.get("Buffers", 0) + mem.get("Cached", 0)
-        out["mem_total"] = mem["MemTotal"]
-        out["mem_used"] = mem["MemTotal"] - avail if avail is not None else None
-    with open(f"{proc}/loadavg", encoding="ascii") as f:
-        out["load"] = [float(x) for x in f.read().split()[:3]]
-    with open(f"{proc}/uptime", encoding="ascii") as f:
-        out["uptime"] = float(f.read().split()[0])
-    return out
-
-
-def _read(path: str) -> Optional[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def proc_starttime(pid: int) -> Optional[str]:
-    """Field 22 of ``/proc/PID/stat`` (None when gone, a zombie or dead)."""
-    text = _read(f"/proc/{pid}/stat")
-    if text is None:
-        return None
-    rest = text.rsplit(")", 1)[-1].split()
-    if len(rest) < 20 or rest[0] in ("Z", "X"):
-        return None
-    return rest[19]
-
-
-def list_runs(base: str, cache: Optional[Dict[str, Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
-    """The run folders under ``base`` like ``tui.hostops.launcher.list_host_runs`` sees them.
-
-    ``cache``: entries of runs that ended (an ``rc`` and no live process) are kept there and not
-    read again, so a folder full of old runs costs one ``listdir`` a sample."""
-    try:
-        names = sorted(os.listdir(base))
-    except FileNotFoundError:
-        return []
-    out = []
-    for rid in names:
-        if cache is not None and rid in cache:
-            out.append(cache[rid])
-            continue
-        d = os.path.join(base, rid)
-        if not os.path.isfile(os.path.join(d, "run.sh")):
-            continue
-        pid_text = (_read(os.path.join(d, "pid")) or "").strip()
-        st = (_read(os.path.join(d, "starttime")) or "").strip()
-        rc_text = (_read(os.path.join(d, "rc")) or "").strip()
-        pid = int(pid_text) if pid_text.isdigit() else None
-        alive = bool(pid and st and proc_starttime(pid) == st)
-        try:
-            size = os.path.getsize(os.path.join(d, "log"))
-        except OSError:
-            size = 0
-        meta: Any = {}
-        raw = _read(os.path.join(d, "meta.json"))
-        if raw:
-            try:
-                meta = json.loads(raw)
-            except ValueError:
-                meta = {}
-        entry = {
-            "id": rid,
-            "pid": pid,
-            "starttime": st or None,
-            "alive": alive,
-            "rc": int(rc_text) if rc_text.lstrip("-").isdigit() else None,
-            "log_size": size,
-            "dir": d,
-            "meta": meta if isinstance(meta, dict) else {},
-        }
-        out.append(entry)
-        if cache is not None and not alive and entry["rc"] is not None:
-            cache[rid] = entry
-    if cache is not None:
-        for gone in set(cache) - set(names):
-            del cache[gone]
-    return out
-
-
-# ---------------------------------------------------------------------- HTTP
-
-
-def http_get(port: int, path: str, timeout: float) -> Dict[str, Any]:
-    """``GET http://127.0.0.1:PORT/PATH``: ``{status, error, body}`` (``error`` refused/timeout/text)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path, headers={"Accept": "*/*"})
-        r = conn.getresponse()
-        body = r.read(8 * 1024 * 1024).decode("utf-8", "replace")
-        return {"status": r.status, "error": "", "body": body}
-    except ConnectionRefusedError:
-        return {"status": None, "error": "refused", "body": "connection refused"}
-    except socket.timeout:
-        return {"status": None, "error": "timeout", "body": ""}
-    except (OSError, http.client.HTTPException) as e:
-        return {"status": None, "error": f"{type(e).__name__}: {e}"[:200], "body": ""}
-    finally:
-        conn.close()
-
-
-def filter_metrics(text: str) -> str:
-    """Only the engine's own series (and their HELP/TYPE lines): a fraction of the exposition."""
-    keep = []
-    for line in text.splitlines():
-        name = line[7:] if line.startswith(("# HELP ", "# TYPE ")) else line
-        if name.startswith(METRIC_PREFIXES):
-            keep.append(line)
-    return "\n".join(keep) + ("\n" if keep else "")
-
-
-# ---------------------------------------------------------------------- nvidia-smi
-
-
-class SmiLoop:
-    """One long-lived ``nvidia-smi … -lms`` process, restarted with backoff when it ends.
-
-    ``on_block(rows)`` gets each block of rows (a burst of lines), ``on_error(status, text)``
-    each failure. ``quiet`` seconds without any row count as a failure (the process is
-    ended and started again)."""
-
-    def __init__(
-        self,
-        argv: List[str],
-        on_block: Callable[[List[str]], None],
-        on_error: Callable[[Optional[int], str], None],
-        *,
-        quiet: Optional[float],
-        stop: threading.Event,
-        name: str,
-        idle_block: Optional[float] = None,
-    ) -> None:
-        self.argv = argv
-        self.idle_block = idle_block
-        self.on_block = on_block
-        self.on_error = on_error
-        self.quiet = quiet
-        self.stop = stop
-        self.proc: "Optional[subprocess.Popen[bytes]]" = None
-        self.starts = 0
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        backoff = Backoff(1.0, 30.0)
-        while not self.stop.is_set():
-            ok = self._once()
-            if self.stop.is_set():
-                return
-            if ok:
-                backoff.reset()
-            self.stop.wait(backoff.next())
-
-    def _once(self) -> bool:
-        if shutil.which(self.argv[0]) is None:  # not even a fork while it is missing
-            self.on_error(None, f"{self.argv[0]}: not found (No such file or directory)")
-            return False
-        try:
-            self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, close_fds=True
-            )
-        except OSError as e:
-            self.on_error(None, f"{self.argv[0]}: {e.strerror or e}")
-            return False
-        self.starts += 1
-        proc = self.proc
-        stdout = proc.stdout
-        assert stdout is not None
-        lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
-
-        def pump() -> None:
-            for raw in iter(stdout.readline, b""):
-                lines.put(raw)
-            lines.put(None)
-
-        reader = threading.Thread(target=pump, name="smi-read", daemon=True)
-        reader.start()
-        block: List[str] = []
-        noise: List[str] = []
-        got = False
-        last_row = last_block = time.monotonic()
-        ended = False
-        while not self.stop.is_set():
-            try:
-                raw = lines.get(timeout=BLOCK_GAP if block else 1.0)
-            except queue.Empty:
-                if block:
-                    self.on_block(block)
-                    block, got, last_block = [], True, time.monotonic()
-                elif self.idle_block is not None and time.monotonic() - last_block > self.idle_block:
-                    self.on_block([])  # a loop that lists nothing prints nothing: say so
-                    last_block = time.monotonic()
-                elif self.quiet is not None and time.monotonic() - last_row > self.quiet:
-                    self.on_error(None, "\n".join(noise[-6:]) or f"no output from nvidia-smi for {self.quiet:g} s")
-                    break
-                continue
-            if raw is None:
-                ended = True
-                break
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            if line.split(",", 1)[0].strip().isdigit():
-                block.append(line)
-                last_row = time.monotonic()
-            elif line.strip():
-                noise = (noise + [line.strip()])[-6:]
-        if block:
-            self.on_block(block)
-            got = True
-        self._end(proc)
-        if ended and not self.stop.is_set():
-            self.on_error(proc.returncode, "\n".join(noise).strip())
-        return got
-
-    @staticmethod
-    def _end(proc: "subprocess.Popen[bytes]") -> None:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(3)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-    def close(self) -> None:
-        """End the nvidia-smi process now and reap it (the caller set ``stop`` first)."""
-        proc = self.proc
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(3)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
 
 # ---------------------------------------------------------------------- the sampler
 
@@ -543,34 +147,7 @@ class Sampler:
             if runs is None:
                 return
             for r in runs:
-                port = int(r["meta"]["port"])
-                health = http_get(port, "/health", timeout)
-                msg: Dict[str, Any] = {
-                    "t": "server",
-                    "time": time.time(),
-                    "port": port,
-                    "run_id": r["id"],
-                    "health": {"status": health["status"], "error": health["error"], "body": health["body"][:300]},
-                }
-                if health["error"] != "refused":
-                    metrics = http_get(port, "/metrics", timeout)
-                    if metrics["status"] == 200:
-                        metrics["body"] = filter_metrics(metrics["body"])
-                    else:
-                        metrics["body"] = metrics["body"][:300]
-                    msg["metrics"] = metrics
-                    if health["status"] == 200 and port not in self._models:
-                        models = http_get(port, "/v1/models", timeout)
-                        try:
-                            data = json.loads(models["body"]).get("data") or []
-                            model = str(data[0]["id"]) if data and isinstance(data[0], dict) else ""
-                        except (ValueError, AttributeError, KeyError):
-                            model = ""
-                        if model:
-                            self._models[port] = model
-                if port in self._models:
-                    msg["model"] = self._models[port]
-                self.out.emit(msg)
+                self.out.emit(probe_server(int(r["meta"]["port"]), r["id"], timeout, self._models))
 
     def run(self) -> str:
         """Sample until the reader is gone or a signal arrives; returns why it stopped."""

@@ -5,7 +5,9 @@ The spec: ``{"campaign", "base", "candidates": [{"name", "changes", "info": Prof
 "tp", "skip": reason or null}], "slo": [TERM…], "workload": Workload, "repeats_max",
 "noise_pct", "budget_s", "estimate_s", "pace" (the estimate's parts, ``tui.ab.tuneeta.Pace``,
 or null), "max_concurrency", "max_steps", "stop_existing", "host_label"}``. The laptop asked
-the user before sending ``stop_existing: true``.
+the user before sending ``stop_existing: true``. A campaign over a multi-node base runs this
+same job on the laptop (:mod:`tui.services.deploytune`, its own ``make_ops``), each candidate's
+``profile`` in the spec until the campaign ends.
 
 After every candidate (and when one starts) the runner's state is written to ``state.json``
 (atomic replace). Started again in the same folder (the laptop's attach does it when the process
@@ -22,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from tui.ab.runner import ProfileInfo, ServerOps
+from tui.ab.ops import ProfileInfo, ServerOps
 from tui.hostside.abjob import run_job
 from tui.hostside.jobfiles import REPORT, SPEC, EventLog, on_stop_signal, read_spec
 from tui.util.files import atomic_write_json
@@ -57,7 +59,8 @@ def redacted_spec(spec: Mapping[str, Any]) -> Dict[str, Any]:
         info = c.get("info")
         if isinstance(info, Mapping):
             info = {**info, "env": redact_env(info.get("env") or {}), "argv": redact_argv(info.get("argv") or ())}
-        cands.append({**c, "info": info})
+        # a campaign of deployments keeps each candidate's profile for a resume: no longer needed
+        cands.append({k: v for k, v in {**c, "info": info}.items() if k != "profile"})
     out["candidates"] = cands
     return out
 

@@ -32,14 +32,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from tui.engine_flags import FlagTable
 from tui.engines import SGLANG_SPEC_ALGORITHMS, VLLM_SPEC_METHODS, release_flags
-from tui.profiles.flagcheck import judge
-from tui.profiles.model import NcclPreset, ProfileError, ServerProfile
+from tui.profiles.flagtokens import NUM_RE, FlagChecker, Issue
+from tui.profiles.model import FLAG_NAME_RE, NcclPreset, ProfileError, ServerProfile
 from tui.profiles.presets import DEFAULT_NCCL, merge_nccl
-from tui.profiles.schema import (
-    ALIASES,
-    FLAGS,
-    FlagSpec,
-)
+from tui.profiles.schema import ALIASES, FLAGS
 from tui.profiles.tomlread import CONTROL_RE
 from tui.util.safety import DANGEROUS_ENV, ENV_NAME_RE, UnsafeInput, env_command, redact_argv, redact_env
 
@@ -48,19 +44,6 @@ if TYPE_CHECKING:
 
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$|^\[[0-9A-Fa-f:.]+\]$")
 _BACKEND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_NUM_RE = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
-
-
-@dataclass(frozen=True, slots=True)
-class Issue:
-    """A validation message for one field of a profile."""
-
-    severity: str  # "error" | "warning" | "info"
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.severity}: {self.key}: {self.message}" if self.key else f"{self.severity}: {self.message}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,127 +96,8 @@ def engine_executable(profile: ServerProfile) -> list[str]:
     return [profile.python, "-m", "vllm.entrypoints.cli.main", "serve"]
 
 
-class _Build:
-    def __init__(self, profile: ServerProfile, table: FlagTable) -> None:
-        self.p = profile
-        self.issues: list[Issue] = []
-        self.schema = FLAGS[profile.engine]
-        #: the release's flags: names, prefixes and choices of what the schema does not list
-        self.table = table
-        self.seen: dict[str, str] = {}  # flag -> where it was set
-
-    def error(self, key: str, message: str) -> None:
-        self.issues.append(Issue("error", key, message))
-
-    def warn(self, key: str, message: str, severity: str = "warning") -> None:
-        self.issues.append(Issue(severity, key, message))
-
-    def text(self, value: str, key: str, *, dash_ok: bool = False) -> bool:
-        m = CONTROL_RE.search(value)
-        if m:
-            self.error(key, f"contains a control character {m.group()!r}")
-            return False
-        if not dash_ok and value.startswith("-"):
-            self.error(key, f"value {value!r} starts with '-' (it would read as an option)")
-            return False
-        return True
-
-    def flag(self, name: str, value: object, key: str, *, managed_ok: bool = False) -> str | None:
-        """Check one flag and return its single token, or None (error recorded / false bool)."""
-        spec = self.schema.get(name)
-        if spec is None:
-            spec = self.release_spec(name, value, key)
-            if spec is None:
-                return None
-        if spec.managed and not managed_ok:
-            self.error(key, f"--{name} is set by the profile's `{spec.managed}` field, not here")
-            return None
-        if name in self.seen:
-            self.error(key, f"--{name} is given twice (also in {self.seen[name]})")
-            return None
-        self.seen[name] = key
-        if spec.security and value not in (False, None):
-            self.warn(key, f"--{name}: {spec.note or 'security-relevant'}")
-        tok = self._value_token(spec, value, key)
-        return tok
-
-    def known_spec(self, name: str) -> FlagSpec | None:
-        """The schema's spec, else one from the release's flag (exactly or by a unique prefix)."""
-        spec = self.schema.get(name)
-        if spec is None:
-            v = judge(self.table, f"--{name}")
-            if v.kind in ("ok", "prefix"):
-                spec = FlagSpec(name, "str" if v.takes_value else "bool", v.choices)
-        return spec
-
-    def release_spec(self, name: str, value: object, key: str) -> FlagSpec | None:
-        """A flag the schema does not list, judged against the release; None (recorded) if refused."""
-        given = None if value is None or isinstance(value, bool) else str(value)
-        v = judge(self.table, f"--{name}", given)
-        if v.kind == "bad-choice":
-            self.error(key, v.message)
-            return None
-        if v.kind in ("ok", "prefix"):
-            if v.kind == "prefix":
-                self.warn(key, v.message, "info")
-            return FlagSpec(name, "str" if v.takes_value else "bool", v.choices)
-        if not self.p.allow_unlisted_flags:
-            self.error(key, f"{v.message} (allow_unlisted_flags = true passes it unchecked)")
-            return None
-        self.warn(key, f"{v.message}; passed unchecked (allow_unlisted_flags)")
-        return FlagSpec(name, "bool" if value is True else "str")
-
-    def _value_token(self, spec: FlagSpec, value: object, key: str) -> str | None:
-        name = spec.name
-        if spec.type == "bool":
-            if value is True or value is None:
-                return f"--{name}"
-            if value is False:
-                return None
-            if isinstance(value, str) and value.lower() in ("true", "false"):
-                return f"--{name}" if value.lower() == "true" else None
-            self.error(key, f"--{name} is a switch: use true or false")
-            return None
-        if value is None or value is True or value is False:
-            self.error(key, f"--{name} needs a value ({spec.type})")
-            return None
-        if spec.type == "int":
-            if isinstance(value, str):
-                try:
-                    value = int(value, 10)
-                except ValueError:
-                    self.error(key, f"--{name} needs an integer, got {value!r}")
-                    return None
-            if isinstance(value, float) or not isinstance(value, int):
-                self.error(key, f"--{name} needs an integer, got {value!r}")
-                return None
-            return f"--{name}={value}"
-        if spec.type == "float":
-            if isinstance(value, str):
-                if not _NUM_RE.match(value):
-                    self.error(key, f"--{name} needs a number, got {value!r}")
-                    return None
-                value = float(value)
-            if not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
-                self.error(key, f"--{name} needs a finite number, got {value!r}")
-                return None
-            return f"--{name}={value!r}" if isinstance(value, float) else f"--{name}={value}"
-        sval = value if isinstance(value, str) else (json.dumps(value) if spec.type == "json" else str(value))
-        if isinstance(value, str) and not value:
-            self.error(key, f"--{name} needs a non-empty value")
-            return None
-        if not self.text(sval, key):
-            return None
-        if spec.type == "json":
-            try:
-                json.loads(sval)
-            except ValueError as e:
-                self.error(key, f"--{name} needs JSON: {e}")
-                return None
-        if spec.choices and sval not in spec.choices:
-            self.error(key, f"--{name}: {sval!r} is not one of {', '.join(spec.choices)}")
-            return None
-        return f"--{name}={sval}"
+class _Build(FlagChecker):
+    """The parts of a profile's command, each field checked (:class:`FlagChecker`)."""
 
     # ------------------------------------------------------------------ parts
     def types_ok(self) -> bool:
@@ -394,7 +258,7 @@ class _Build:
         out = []
         for name, value in self.p.flags:
             key = f"flags.{name}"
-            if not re.match(r"^[a-z0-9][a-z0-9-]*$", name):
+            if not FLAG_NAME_RE.match(name):
                 self.error(key, f"invalid flag name {name!r}")
                 continue
             tok = self.flag(name, value, key)
@@ -429,7 +293,7 @@ class _Build:
             name, value = m.group(2), m.group(3)
             if name in aliases and (m.group(1) == "-" or name not in self.schema):
                 name = aliases[name]
-            if not re.match(r"^[a-z0-9][a-z0-9-]*$", name):
+            if not FLAG_NAME_RE.match(name):
                 self.error(key, f"invalid flag name {tok!r}")
                 continue
             spec = self.known_spec(name)
@@ -438,7 +302,7 @@ class _Build:
                 nxt = toks[i] if i < len(toks) else None
                 if spec is not None and spec.type == "bool":
                     value = True
-                elif nxt is not None and (not nxt.startswith("-") or (numeric and _NUM_RE.match(nxt))):
+                elif nxt is not None and (not nxt.startswith("-") or (numeric and NUM_RE.match(nxt))):
                     value = nxt
                     i += 1
                 elif spec is None:
@@ -450,7 +314,7 @@ class _Build:
                 else:
                     self.error(key, f"--{name} needs a value")
                     continue
-            if isinstance(value, str) and value.startswith("-") and not (numeric and _NUM_RE.match(value)):
+            if isinstance(value, str) and value.startswith("-") and not (numeric and NUM_RE.match(value)):
                 self.error(key, f"value {value!r} for --{name} starts with '-'")
                 continue
             t = self.flag(name, value, key)
@@ -606,3 +470,15 @@ def line_of_key(profile: ServerProfile, key: str) -> int | None:
     if key.startswith("extra_args"):
         parts = ["extra_args"]
     return key_line(text, tuple(parts))
+
+
+__all__ = [
+    "Command",
+    "Issue",
+    "build_command",
+    "check_profile",
+    "demo_executable",
+    "engine_executable",
+    "line_of_key",
+    "resolve_nccl",
+]

@@ -87,6 +87,31 @@ class Step:
         return d
 
 
+def engine_gpus(mode: str, tp: int, pp: int, dp: int) -> int:
+    """GPUs a deployment of ``mode`` uses over all its nodes: tp (SGLang), tp × pp (vLLM on Ray),
+    dp × tp (vLLM data parallel)."""
+    return {"tp": tp, "ray": tp * pp}.get(mode, dp * tp)
+
+
+def parallel_sizes(profile: ServerProfile) -> tuple[int, int]:
+    """(pp, dp) of a multi-node profile's deployment as the planner takes them: vLLM on Ray's pp
+    (default: the node count), vLLM data parallel's dp (default: every GPU of the nodes in ranks
+    of tp); 1 where the mode has none."""
+    mode, n, g = profile.deploy_mode, len(profile.nodes), profile.deploy.gpus_per_node
+    pp = (profile.deploy.pp or n) if mode == "ray" else 1
+    dp = (profile.deploy.dp or (n * g) // max(1, profile.tp)) if mode == "dp" else 1
+    return pp, dp
+
+
+def profile_gpus(profile: ServerProfile) -> int:
+    """The GPUs a profile's engine runs on, the one count its per-GPU figures divide by: ``tp`` on
+    one host; over a deployment's nodes, the GPUs its plan places (:attr:`DeploymentPlan.gpus_needed`)."""
+    if len(profile.nodes) < 2:
+        return profile.tp
+    pp, dp = parallel_sizes(profile)
+    return engine_gpus(profile.deploy_mode, profile.tp, pp, dp)
+
+
 #: how a command names tunedeck's host-side runtime before it is on the host: at launch,
 #: :func:`tui.services.runtime.sim_argv` puts ``PYTHON -I ${TUNEDECK_HOME}/lib/tunedeck-host-<hash>.pyz``
 #: (that host's, the profile's ``python`` first) in its place
@@ -131,7 +156,7 @@ class DeploymentPlan:
     @property
     def gpus_needed(self) -> int:
         """GPUs the engine uses over all nodes: tp (SGLang), tp × pp (Ray), dp × tp (vLLM DP)."""
-        return {"tp": self.tp, "ray": self.tp * self.pp}.get(self.mode, self.dp * self.tp)
+        return engine_gpus(self.mode, self.tp, self.pp, self.dp)
 
     def node_steps(self, node: str) -> list[Step]:
         return [s for s in self.steps if s.node == node]
@@ -336,7 +361,7 @@ def _sizes_tp(lay: _Layout, issues: list[Issue]) -> None:
 def _sizes_ray(lay: _Layout, issues: list[Issue]) -> None:
     """vLLM on Ray: tp × pp GPUs over the cluster (pp defaults to the node count)."""
     tp, n, g = lay.profile.tp, len(lay.nodes), lay.profile.deploy.gpus_per_node
-    lay.pp = pp = lay.profile.deploy.pp or n
+    lay.pp = pp = parallel_sizes(lay.profile)[0]
     need = tp * pp
     if need > n * g:
         _err(issues, "deploy.pp", f"tp × pp = {tp} × {pp} = {need} GPUs, but {n} nodes × {g} = {n * g}")
@@ -349,7 +374,7 @@ def _sizes_ray(lay: _Layout, issues: list[Issue]) -> None:
 def _sizes_dp(lay: _Layout, issues: list[Issue]) -> None:
     """vLLM data parallelism: dp / nodes ranks of tp GPUs on each node."""
     tp, n, g = lay.profile.tp, len(lay.nodes), lay.profile.deploy.gpus_per_node
-    lay.dp = dp = lay.profile.deploy.dp or (n * g) // max(1, tp)
+    lay.dp = dp = parallel_sizes(lay.profile)[1]
     if dp % n:
         _err(issues, "deploy.dp", f"dp = {dp} is not divisible by the {n} nodes (each runs dp / nodes ranks)")
     elif (dp // n) * tp > g:
@@ -517,7 +542,10 @@ __all__ = [
     "Step",
     "build_deployment",
     "check_deployment",
+    "engine_gpus",
     "node_host",
+    "parallel_sizes",
+    "profile_gpus",
     "sim_executable",
     "sim_ray_node",
 ]

@@ -36,11 +36,11 @@ from tui.profiles.model import (
     NcclPreset,
     ProfileError,
     ServerProfile,
-    load_profile_file,
     profile_to_dict,
     profile_to_toml,
 )
 from tui.profiles.presets import DEFAULT_NCCL, load_preset_file
+from tui.profiles.profileread import load_profile_file
 from tui.util.files import atomic_write_text, remove_stale_temps
 from tui.util.paths import config_dir
 from tui.util.safety import is_secret_name

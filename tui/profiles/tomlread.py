@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import AbstractSet, Any, Mapping
 
 import tomllib
 
@@ -163,7 +163,7 @@ class TomlReader:
     def err(self, keypath: tuple[str, ...], message: str) -> ProfileError:
         return ProfileError(message, path=self.path, line=key_line(self.text, keypath), key=".".join(keypath))
 
-    def unknown(self, table: Mapping[str, Any], allowed: set[str], prefix: tuple[str, ...]) -> None:
+    def unknown(self, table: Mapping[str, Any], allowed: AbstractSet[str], prefix: tuple[str, ...]) -> None:
         for k in table:
             if k not in allowed:
                 hint = ", ".join(sorted(allowed))

@@ -3,7 +3,10 @@
 ``--vary KEY=V1,V2`` names a key by its path in the profile's TOML (``flags.attention-backend``,
 ``flags.max-running-requests``, ``nccl.preset``, ``attention.backend``, ``tp``, ``env.NAME``,
 ``nccl.overrides.NCCL_PROTO``, ``speculative.num_steps``, …) and the values to try; several
-``--vary`` give their Cartesian product. A candidates file lists them instead::
+``--vary`` give their Cartesian product. Over a multi-node base, the deployment's shape varies too:
+``deploy.mode``, ``deploy.pp`` (vLLM on Ray) and ``deploy.dp`` (vLLM data parallel); a ``pp`` or
+``dp`` change is no change to a candidate whose mode does not use it, and a shape the nodes cannot
+hold is the deployment planner's to refuse (the campaign skips that candidate with its reason). A candidates file lists them instead::
 
     [[candidate]]
     name = "fi-32"                      # optional: derived from the changes when left out
@@ -26,8 +29,10 @@ from typing import Any, Mapping, Sequence
 import tomllib
 
 from tui.engines import release_flags
+from tui.profiles.deploy import parallel_sizes
 from tui.profiles.flagcheck import judge
-from tui.profiles.model import ProfileError, ServerProfile, profile_from_dict, profile_to_dict
+from tui.profiles.model import ProfileError, ServerProfile, profile_to_dict
+from tui.profiles.profileread import profile_from_dict
 
 
 class VaryError(ValueError):
@@ -49,6 +54,10 @@ class Candidate:
 
 #: how many candidates a campaign may have (each is a model load)
 MAX_CANDIDATES = 64
+
+#: the ``[deploy]`` keys a campaign may vary (a multi-node base's shape), each with the
+#: deployment mode that uses it (None: every mode)
+DEPLOY_KEYS: dict[str, str | None] = {"deploy.mode": None, "deploy.pp": "ray", "deploy.dp": "dp"}
 
 
 def _typed(path: tuple[str, ...], text: str) -> Any:
@@ -73,7 +82,12 @@ def _path(key: str, where: str) -> tuple[str, ...]:
     path = tuple(key.split("."))
     if not key or any(not p for p in path):
         raise VaryError(f"{where}: {key!r} is not a TOML path (e.g. flags.attention-backend, nccl.preset, tp)")
-    if path[0] in ("name", "engine", "model", "schema_version", "nodes", "deploy"):
+    if path[0] == "deploy" and key not in DEPLOY_KEYS:
+        raise VaryError(
+            f"{where}: {key} cannot vary in a campaign (of [deploy], only {', '.join(DEPLOY_KEYS)} do: "
+            "each candidate runs on the base's nodes)"
+        )
+    if path[0] in ("name", "engine", "model", "schema_version", "nodes"):
         raise VaryError(f"{where}: {key} cannot vary in a campaign (each candidate is the base with flags changed)")
     return path
 
@@ -235,6 +249,31 @@ def _current(base_doc: Mapping[str, Any], key: str) -> Any:
     return node
 
 
+def _ident(prof: ServerProfile) -> str:
+    """What makes two candidates one: the profile, its deployment's shape as the planner takes it
+    (``mode = "ray"`` on vLLM, whose default it is, is no change; nor is ``pp`` = the node count)."""
+    if len(prof.nodes) >= 2:
+        pp, dp = parallel_sizes(prof)
+        prof = replace(prof, deploy=replace(prof.deploy, mode=prof.deploy_mode, pp=pp, dp=dp))
+    return repr(sorted(profile_to_dict(prof).items(), key=lambda kv: kv[0]))
+
+
+def _mode_unused(base: ServerProfile, changes: Sequence[tuple[str, Any]]) -> list[str]:
+    """The ``[deploy]`` keys among ``changes`` that the candidate's deployment mode does not use
+    (``deploy.pp`` outside vLLM on Ray, ``deploy.dp`` outside vLLM data parallel)."""
+    mode = next((v for k, v in changes if k == "deploy.mode"), base.deploy_mode)
+    return [k for k, _ in changes if DEPLOY_KEYS.get(k) not in (None, mode)]
+
+
+def _deploy_changes(base: ServerProfile, changes: Sequence[tuple[str, Any]], where: str) -> None:
+    """:class:`VaryError` for a ``[deploy]`` change over a base that runs on one host."""
+    key = next((k for k, _ in changes if k in DEPLOY_KEYS), None)
+    if key is not None and len(base.nodes) < 2:
+        raise VaryError(
+            f"{where}: {key} varies only over a multi-node base (nodes = [...]); {base.name} runs on one host"
+        )
+
+
 def expand(
     base: ServerProfile,
     vary: Sequence[tuple[str, Sequence[Any]]] = (),
@@ -242,10 +281,13 @@ def expand(
 ) -> list[Candidate]:
     """The campaign's candidates, the base first: the Cartesian product of ``vary`` (or the
     ``listed`` ones of a candidates file). A change to the base's own value is no change; two
-    candidates with the same configuration are one. :class:`VaryError` for a bad key or value
-    and for a set with nothing but the base."""
+    candidates with the same configuration are one; a ``[deploy]`` size the candidate's mode does
+    not use is no change in a ``vary`` product (and a :class:`VaryError` when no candidate's mode
+    uses it, or in a listed candidate). :class:`VaryError` for a bad key or value and for a set
+    with nothing but the base."""
     base_doc = profile_to_dict(base)
     combos: list[tuple[str | None, list[tuple[str, Any]], str]] = []
+    used: set[str] = set()
     if vary:
         keys = [k for k, _ in vary]
         for values in itertools.product(*(vs for _, vs in vary)):
@@ -255,14 +297,20 @@ def expand(
     for i, (name, changes) in enumerate(listed, 1):
         combos.append((name, list(changes.items()), f"--candidates: candidate {name or i}"))
     out = [Candidate(base.name, (), base)]
-    seen = {repr(sorted(base_doc.items(), key=lambda kv: kv[0]))}
+    seen = {_ident(base)}
     for name, change_list, where in combos:
+        _deploy_changes(base, change_list, where)
         for key, value in change_list:
             check_flag(base.engine, key, value, where)
+        unused = _mode_unused(base, change_list)
+        if unused and not where.startswith("--vary"):  # a listed candidate says what it wants
+            raise VaryError(f"{where}: {unused[0]} is not used by the candidate's deployment mode ({_uses(unused[0])})")
+        change_list = [(k, v) for k, v in change_list if k not in unused]
+        used.update(k for k, _ in change_list)
         named = [(k, v) for k, v in change_list if _current(base_doc, profile_key(base.engine, k)) != v]
         real = [(profile_key(base.engine, k), v) for k, v in named]
         prof = apply(base, real, where)
-        ident = repr(sorted(profile_to_dict(prof).items(), key=lambda kv: kv[0]))
+        ident = _ident(prof)
         if ident in seen:
             continue
         seen.add(ident)
@@ -270,6 +318,12 @@ def expand(
         if any(c.name == cname for c in out):
             raise VaryError(f"{where}: the name {cname!r} is used twice")
         out.append(Candidate(cname, tuple(real), replace(prof, name=cname)))
+    never = [k for k, _ in vary if k in DEPLOY_KEYS and k not in used]
+    if never:
+        raise VaryError(
+            f"--vary {never[0]}: no candidate's deployment mode uses it ({_uses(never[0])}; the base's is "
+            f"{base.deploy_mode!r})"
+        )
     if len(out) < 2:
         raise VaryError("the candidate set is empty: every combination is the base itself (nothing to compare)")
     if len(out) > MAX_CANDIDATES:
@@ -277,7 +331,12 @@ def expand(
     return out
 
 
+def _uses(key: str) -> str:
+    return f"only mode = {DEPLOY_KEYS[key]!r} does"
+
+
 __all__ = [
+    "DEPLOY_KEYS",
     "MAX_CANDIDATES",
     "Candidate",
     "VaryError",

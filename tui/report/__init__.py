@@ -3,7 +3,8 @@ or as GitHub-flavoured Markdown.
 
 * :mod:`tui.report.parts`: what a report holds (sections of tables, charts, commands, notes),
   plain immutable data;
-* :mod:`tui.report.build`: the parts of a stored result, an A/B from the journal, or a campaign;
+* :mod:`tui.report.build`: the parts of a stored result or an A/B from the journal;
+* :mod:`tui.report.campaign`: a tuning campaign's (``tune --json FILE``), a partial one marked;
 * :mod:`tui.report.svg`: charts as inline SVG (nice axis ticks, no script);
 * :mod:`tui.report.htmlpage` and :mod:`tui.report.markdown`: the two renderers;
 * :mod:`tui.report.load`: an id (result, sweep or A/B) to a report, and the file written safely.

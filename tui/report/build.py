@@ -23,8 +23,7 @@ from tui.ab.sides import LevelResult, Side, summary_number
 from tui.bench.store import StoreError, load_run, run_dir
 from tui.bench.workloads import describe, workload_of
 from tui.hostside.timeline import read_timeline
-from tui.report.markdown import fmt_num
-from tui.report.parts import BarChart, Code, LineChart, Notes, Part, Point, Report, ScatterChart, Section, Series, Table
+from tui.report.parts import BarChart, Code, LineChart, Notes, Part, Report, Section, Series, Table
 from tui.util.safety import redact_argv, redact_env
 
 log = logging.getLogger(__name__)
@@ -39,7 +38,7 @@ def now_text() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _n(v: float | None, spec: str = ",.1f") -> str:
+def num_text(v: float | None, spec: str = ",.1f") -> str:
     return "N/A" if v is None else format(v, spec)
 
 
@@ -98,10 +97,10 @@ def level_table(sides: Sequence[Side], names: Sequence[str]) -> Table:
             s = lv.summary
             label = name + (f" r{i + 1}" if len(side.runs) > 1 else "")
             row = [label, str(lv.concurrency)]
-            row += [_n(summary_number(s, "completed"), ",.0f"), _n(summary_number(s, "failed"), ",.0f")]
-            row.append(_n(summary_number(s, "output_throughput")))
+            row += [num_text(summary_number(s, "completed"), ",.0f"), num_text(summary_number(s, "failed"), ",.0f")]
+            row.append(num_text(summary_number(s, "output_throughput")))
             for metric in ("ttft", "tpot"):
-                row += [_n(summary_number(s, f"{k}_{metric}_ms"), ",.2f") for _, k in PERCENTILES]
+                row += [num_text(summary_number(s, f"{k}_{metric}_ms"), ",.2f") for _, k in PERCENTILES]
             row.append(_validity_text(s) + (" (partial)" if s.get("partial") else ""))
             rows.append(tuple(row))
     return Table(tuple(headers), tuple(rows), numeric=tuple(range(1, len(headers) - 1)))
@@ -284,13 +283,13 @@ PARAMS = (
 )
 
 
-def _text(v: Any) -> str:
+def cell_text(v: Any) -> str:
     if v is None:
         return "N/A"
     if isinstance(v, (list, tuple)):
-        return ", ".join(_text(x) for x in v)
+        return ", ".join(cell_text(x) for x in v)
     if isinstance(v, Mapping):
-        return ", ".join(f"{k}={_text(x)}" for k, x in v.items()) or "-"
+        return ", ".join(f"{k}={cell_text(x)}" for k, x in v.items()) or "-"
     if isinstance(v, float):
         return f"{v:g}"
     return str(v)
@@ -298,7 +297,7 @@ def _text(v: Any) -> str:
 
 def params_table(metas: Sequence[Mapping[str, Any]], names: Sequence[str]) -> Table:
     ps = [_map(m.get("params")) for m in metas]
-    rows = [(k, *(_text(p.get(k)) for p in ps)) for k in PARAMS if any(k in p for p in ps)]
+    rows = [(k, *(cell_text(p.get(k)) for p in ps)) for k in PARAMS if any(k in p for p in ps)]
     return Table(("Benchmark parameter", *names), tuple(rows), title="Benchmark parameters")
 
 
@@ -340,7 +339,7 @@ ENV_ROWS: tuple[tuple[str, Callable[[Side, Mapping[str, Any]], str]], ...] = (
     ("Workload", lambda s, m: _workload(m)[0]),
     ("Workload sha256", lambda s, m: _workload(m)[1]),
     ("Started", lambda s, m: str(m.get("date") or "not recorded")),
-    ("Startup (s)", lambda s, m: ", ".join(_n(r.startup_s, ".1f") for r in s.runs) or "N/A"),
+    ("Startup (s)", lambda s, m: ", ".join(num_text(r.startup_s, ".1f") for r in s.runs) or "N/A"),
     ("Result ids", lambda s, m: ", ".join(str(lv.run_id) for _, lv in _levels(s) if lv.run_id) or "-"),
 )
 
@@ -377,9 +376,9 @@ def result_report(side: Side, ref: str) -> Report:
     for lv in levels:
         s = lv.summary
         parts.append(
-            f"C={lv.concurrency}: {_n(summary_number(s, 'output_throughput'), ',.0f')} output tok/s, "
-            f"TTFT p50 {_n(summary_number(s, 'median_ttft_ms'), ',.0f')} ms, "
-            f"TPOT p50 {_n(summary_number(s, 'median_tpot_ms'), ',.1f')} ms"
+            f"C={lv.concurrency}: {num_text(summary_number(s, 'output_throughput'), ',.0f')} output tok/s, "
+            f"TTFT p50 {num_text(summary_number(s, 'median_ttft_ms'), ',.0f')} ms, "
+            f"TPOT p50 {num_text(summary_number(s, 'median_tpot_ms'), ',.1f')} ms"
         )
     headline = "; ".join(parts[:4]) + (f"; … {len(parts) - 4} more levels" if len(parts) > 4 else "")
     sections = common_sections([side], [name])
@@ -430,214 +429,15 @@ def ab_report(entry: Mapping[str, Any], a: Side, b: Side, cmp: Comparison) -> Re
     return Report("ab", ab_id, title, cmp.headline, tuple(sections), now_text(), facts)
 
 
-# ---------------------------------------------------------------------- campaigns
-
-
-def _cand_num(c: Mapping[str, Any], key: str) -> float | None:
-    return summary_number(c, key)
-
-
-def frontier_chart(cands: Sequence[Mapping[str, Any]], names: Sequence[str]) -> ScatterChart | None:
-    """The Pareto frontier of tok/s per user against tok/s per GPU (the campaign's ``pareto``
-    flags; computed with :func:`tui.ab.tune.pareto` for a result that has none); None when no
-    candidate has both figures."""
-    from tui.ab.tune import pareto
-
-    figures: dict[str, tuple[float, float]] = {}
-    for name, c in zip(names, cands):
-        u, g = _cand_num(c, "tok_s_per_user"), _cand_num(c, "tok_s_per_gpu")
-        if u is not None and g is not None:
-            figures[name] = (u, g)
-    if not figures:
-        return None
-    flagged = any("pareto" in c for c in cands)
-    front = {n for n, c in zip(names, cands) if c.get("pareto") is True} if flagged else set(pareto(figures))
-    return ScatterChart(
-        "Pareto frontier: tok/s per user against tok/s per GPU",
-        "tok/s per user",
-        "tok/s per GPU",
-        tuple(Point(n, u, g, n in front) for n, (u, g) in figures.items()),
-    )
-
-
-def _campaign_setup(campaign: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The SLO (a list of terms, or a mapping), the workload (a campaign's level template, or a
-    mapping) and the budget, as table rows."""
-    rows: list[tuple[str, str]] = []
-    slo = campaign.get("slo")
-    if isinstance(slo, Mapping):
-        rows += [(f"SLO: {k}", _text(x)) for k, x in slo.items()]
-    elif isinstance(slo, (list, tuple)):
-        rows.append(("SLO", " ".join(str(t) for t in slo)))
-    elif slo is not None:
-        rows.append(("SLO", _text(slo)))
-    wl = campaign.get("workload")
-    plan = wl.get("plan") if isinstance(wl, Mapping) else None
-    if isinstance(plan, Mapping):
-        assert isinstance(wl, Mapping)
-        lv = (plan.get("levels") or [{}])[0]
-        w = plan.get("workload")
-        rows.append(("Workload", describe(workload_of({"workload": w})) if isinstance(w, Mapping) else "random"))
-        rows.append(
-            (
-                "Each level",
-                f"{lv.get('input_len')} tokens in / {lv.get('output_len')} out, {wl.get('prompts_per_c')} x C "
-                f"requests (at least {wl.get('min_prompts')}), {plan.get('endpoint')} endpoint",
-            )
-        )
-    elif isinstance(wl, Mapping):
-        rows += [(f"Workload: {k}", _text(x)) for k, x in wl.items()]
-    elif wl is not None:
-        rows.append(("Workload", _text(wl)))
-    for what, key in (("Budget (s)", "budget_s"), ("Estimated (s)", "estimate_s"), ("Spent (s)", "spent_s")):
-        if isinstance(campaign.get(key), (int, float)):
-            rows.append((what, _n(float(campaign[key]), ",.0f")))
-    return rows
-
-
-def _campaign_notes(
-    campaign: Mapping[str, Any], names: Sequence[str], cands: Sequence[Mapping[str, Any]]
-) -> list[Part]:
-    """The winner's changes against the base, the findings and warnings, the closest miss."""
-    parts: list[Part] = []
-    diff = [str(d.get("text")) for d in campaign.get("winner_diff") or () if isinstance(d, Mapping)]
-    if diff:
-        parts.append(Code(tuple(diff), title=f"The winner against the base ({_text(campaign.get('base'))})"))
-    found = [f"{n}: {f}" for n, c in zip(names, cands) for f in c.get("findings") or ()]
-    found += [str(w) for w in campaign.get("warnings") or ()]
-    if found:
-        parts.append(Notes(tuple(found), tone="warn", title="Findings"))
-    cl = campaign.get("closest")
-    if isinstance(cl, Mapping):
-        parts.append(
-            Notes(
-                (
-                    f"Closest: {cl.get('name')} at C={cl.get('concurrency')} ({'; '.join(map(str, cl.get('reasons') or ()))})",
-                ),
-                tone="warn",
-            )
-        )
-    return parts
-
-
-def campaign_report(campaign: Mapping[str, Any]) -> Report:
-    """A campaign's result (``tune --json FILE``: ``{"campaign", "slo", "workload", "candidates":
-    [...], "winner"}``): the candidates side by side in the order of their rank, the Pareto
-    frontier, their capacity under the SLO and the steps that found it."""
-    cid = str(campaign.get("campaign") or "?")
-    cands = [c for c in campaign.get("candidates") or () if isinstance(c, Mapping)]
-    cands.sort(
-        key=lambda c: (not isinstance(c.get("rank"), int), c.get("rank") if isinstance(c.get("rank"), int) else 0)
-    )
-    names = [str(c.get("name") or f"#{i + 1}") for i, c in enumerate(cands)]
-    winner = campaign.get("winner")
-    win = winner.get("name") if isinstance(winner, Mapping) else winner
-    rows = []
-    for name, c in zip(names, cands):
-        band = _cand_num(c, "noise_band_pct")
-        rows.append(
-            (
-                name + (" (winner)" if win is not None and name == str(win) else ""),
-                _text(c.get("changes")),
-                str(c.get("state") or "?"),
-                _n(_cand_num(c, "capacity"), ",.0f"),
-                _n(_cand_num(c, "single_user_tok_s")),
-                _n(_cand_num(c, "tok_s_per_gpu")),
-                _n(_cand_num(c, "startup_s")),
-                "-" if band is None else f"\u00b1{band:.0f} %",
-            )
-        )
-    table = Table(
-        ("Candidate", "Changes", "State", "Capacity", "Single-user tok/s", "tok/s per GPU", "Startup (s)", "Noise"),
-        tuple(rows),
-        numeric=(3, 4, 5, 6, 7),
-    )
-    cats = tuple(names)
-    charts: list[Part] = []
-    front = frontier_chart(cands, names)
-    if front is not None:
-        charts.append(front)
-    for key, title, unit in (
-        ("capacity", "Capacity under the SLO (concurrency)", "concurrency"),
-        ("single_user_tok_s", "Single-user output tok/s", "tok/s"),
-        ("tok_s_per_gpu", "Output tok/s per GPU", "tok/s"),
-    ):
-        pts = tuple((float(i), v) for i, c in enumerate(cands) if (v := _cand_num(c, key)) is not None)
-        if pts:
-            charts.append(BarChart(title, unit, cats, (Series(title, pts),)))
-    steps_parts: list[Part] = []
-    cs = sorted(
-        {int(c) for cand in cands for st in cand.get("steps") or () if isinstance(c := st.get("concurrency"), int)}
-    )
-    for key, title, unit in (
-        ("output_throughput", "Output tok/s by concurrency", "output tok/s"),
-        ("p99_ttft_ms", "TTFT p99 by concurrency", "ms"),
-        ("median_tpot_ms", "TPOT p50 by concurrency", "ms"),
-    ):
-        series = []
-        for j, (name, cand) in enumerate(zip(names, cands)):
-            by_c = {
-                st.get("concurrency"): st.get("summary") for st in cand.get("steps") or () if isinstance(st, Mapping)
-            }
-            pts = tuple(
-                (float(i), v)
-                for i, c in enumerate(cs)
-                if isinstance(by_c.get(c), Mapping) and (v := summary_number(by_c[c], key)) is not None
-            )
-            if pts:
-                series.append(Series(name, pts, color=j, dash=j))
-        if series:
-            steps_parts.append(LineChart(title, "concurrency", unit, tuple(series), tuple(f"C={c}" for c in cs)))
-    for name, cand in zip(names, cands):
-        st_rows = []
-        for st in cand.get("steps") or ():
-            if not isinstance(st, Mapping):
-                continue
-            s = st.get("summary") if isinstance(st.get("summary"), Mapping) else {}
-            st_rows.append(
-                (
-                    _text(st.get("concurrency")),
-                    "yes" if st.get("met") else "no",
-                    _n(summary_number(s, "output_throughput")),
-                    _n(summary_number(s, "p99_ttft_ms"), ",.0f"),
-                    _n(summary_number(s, "median_tpot_ms"), ",.1f"),
-                    _text(st.get("reasons")) if st.get("reasons") else "-",
-                )
-            )
-        if st_rows:
-            steps_parts.append(
-                Table(
-                    ("C", "SLO met", "Output tok/s", "TTFT p99 ms", "TPOT p50 ms", "Reasons"),
-                    tuple(st_rows),
-                    numeric=(0, 2, 3, 4),
-                    title=name,
-                )
-            )
-    setup = _campaign_setup(campaign)
-    sections = [
-        Section("Candidates", (table, *charts, *_campaign_notes(campaign, names, cands))),
-        Section("Steps", tuple(steps_parts) or (Notes(("No steps recorded.",)),)),
-        Section("Setup", (Table(("", "Value"), tuple(setup)),) if setup else (Notes(("Not recorded.",)),)),
-    ]
-    if win is not None:
-        wc = next((c for n, c in zip(names, cands) if n == str(win)), {})
-        cap = _cand_num(wc, "capacity")
-        headline = f"Winner: {win}" + (f", capacity {fmt_num(cap)} concurrent users under the SLO" if cap else "")
-    else:
-        headline = "No winner: no candidate met the SLO." if cands else "No candidates."
-    facts = [("Campaign", cid), ("Candidates", str(len(cands)))]
-    facts += [(what, str(campaign[key])) for what, key in (("Status", "status"), ("Host", "host")) if campaign.get(key)]
-    return Report("campaign", cid, f"Campaign {cid}", headline, tuple(sections), now_text(), tuple(facts))
-
-
 __all__ = [
     "ab_report",
-    "campaign_report",
+    "cell_text",
     "common_sections",
     "environment_table",
-    "frontier_chart",
     "level_charts",
     "level_table",
+    "now_text",
+    "num_text",
     "result_report",
     "timeline_charts",
 ]

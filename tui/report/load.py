@@ -15,7 +15,8 @@ from typing import Any
 from tui.ab.compare import compare
 from tui.ab.journal import Journal
 from tui.ab.results import RefError, resolve_side, resolve_sides
-from tui.report.build import ab_report, campaign_report, result_report
+from tui.report.build import ab_report, result_report
+from tui.report.campaign import campaign_report
 from tui.report.htmlpage import to_html
 from tui.report.markdown import to_markdown
 from tui.report.parts import Report

@@ -77,11 +77,14 @@ class BenchRun:
         meta_extra: Mapping[str, Any] | None = None,
         where: str = HOST,
         python: str | None = None,
+        placed: bool = False,
     ) -> "BenchRun":
         """Start ``cfg`` (a :class:`tui.bench.config.BenchConfig` whose URL is the server's
-        loopback address on the host, ``http://127.0.0.1:PORT``)."""
+        loopback address on the host, ``http://127.0.0.1:PORT``). Its dataset file is read here and
+        placed on the host, unless ``placed``: its path is already the host's (a campaign placed
+        it there when it started: :meth:`tui.services.deployops.DeploymentOps.place_dataset`)."""
         meta = dict(meta_extra or {})
-        if where == HOST and cfg.workload.path:
+        if where == HOST and cfg.workload.path and not placed:
             cfg = await _ship_workload_file(host, cfg, python)
         served = await launcher.serving_run(host, _port_of(cfg.url)) if _loopback(cfg.url) else None
         if served is not None and not meta.get("server"):
@@ -250,19 +253,24 @@ async def _ship_workload_file(host: Host, cfg: Any, python: str | None) -> Any:
     return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, path=on_host))
 
 
+def read_data_file(path: str) -> bytes:
+    """A dataset file's bytes, read here; :class:`~tui.bench.workloads.WorkloadError` naming it."""
+    from tui.bench.workloads import WorkloadError
+
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise WorkloadError(f"{path}: cannot read it ({e.strerror or e})") from None
+
+
 async def ship_data_file(host: Host, path: str, python: str | None) -> str:
     """A dataset file read here and placed on the host once per content
     (``${TUNEDECK_HOME}/data/<sha256>``); returns its path there. The file was checked here before
     (the CLI builds the workload before it starts anything)."""
-    from tui.bench.workloads import WorkloadError
     from tui.services import runtime
 
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise WorkloadError(f"{path}: cannot read it ({e.strerror or e})") from None
-    return await runtime.ensure_data(host, data, python=python)
+    return await runtime.ensure_data(host, read_data_file(path), python=python)
 
 
 def _loopback(url: str) -> bool:

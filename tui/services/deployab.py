@@ -2,65 +2,45 @@
 
 A single-host A/B runs on its GPU host (:mod:`tui.hostside.abjob`). A deployment's side starts
 processes on several nodes, and only this machine reaches them all, so the campaign runs here:
-detached, in its own process under this machine's ``${TUNEDECK_HOME}/ab/`` (closing the terminal
-or losing a link does not end it), followed by byte offset like any job, with the same
-:class:`tui.ab.runner.ABRunner` and the same events, report and journal. What runs next to the
-GPUs still runs there:
-
-- each side is launched, watched and stopped as one unit (:mod:`tui.services.deploy`: the
-  engine's start order, triage naming the node that failed first, stop confirming every node's
-  GPUs are free);
-- each benchmark level is a host-side benchmark job on the head node against the port it serves
-  (:class:`tui.services.benchrun.BenchRun`), its results mirrored here.
+detached, in its own process under this machine's ``${TUNEDECK_HOME}/ab/``, with the same
+:class:`tui.ab.runner.ABRunner` and the same events, report and journal, over
+:class:`tui.services.deployops.DeploymentOps` (each side launched, watched and stopped as one
+unit; each benchmark level a host-side job on the head node).
 
     python -m tui.services.deployab JOB_DIR      the campaign (started by :func:`start`)
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-import os
-import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping
 
-from tui.ab.plan import Plan, PlanLevel
-from tui.ab.runner import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
+from tui.ab.ops import ProfileInfo
+from tui.ab.plan import Plan
 from tui.hostops import launcher
-from tui.hostops.hosts import Host, HostError, LocalHost
-from tui.hostops.runstore import FAILED, READY, RunStore, new_run_id
-from tui.hostside.abops import DEFAULT_READY_TIMEOUT, flush_prefix_cache, level_config, progress_text
-from tui.hostside.jobfiles import SPEC
+from tui.hostops.hosts import Host, HostError
+from tui.hostops.localhost import LocalHost
 from tui.profiles.deploy import DeploymentPlan, build_deployment
 from tui.profiles.model import ServerProfile
 from tui.services import deploy, jobs
-from tui.services.abrun import ask_to_stop, refuse_while_running
-from tui.services.benchrun import HOST, BenchRun
-from tui.util.files import os_error_text
-from tui.util.safety import redact_argv
+from tui.services.deployops import (
+    LEDGER,
+    DeploymentOps,
+    job_main,
+    nodes_label,
+    refuse_on_nodes,
+    side_info,
+    spec_datasets,
+    spec_python,
+    start_job,
+)
+from tui.services.jobrun import ask_to_stop
 
 log = logging.getLogger(__name__)
 
-
-def side_info(profile: ServerProfile, plan: DeploymentPlan) -> ProfileInfo:
-    """What the comparison shows of a side: the head's serving command, env and port."""
-    serving = next(s for s in plan.steps if s.serves and s.command is not None)
-    assert serving.command is not None
-    served = profile.model
-    for k, v in profile.flags or ():
-        if k in ("served-model-name", "served_model_name") and isinstance(v, str):
-            served = v
-    return ProfileInfo(
-        name=profile.name,
-        engine=profile.engine,
-        model=profile.model,
-        argv=tuple(serving.command.argv),
-        env=dict(serving.command.env_dict),
-        port=plan.http_port,
-        served_model=served,
-    )
+MODULE = "tui.services.deployab"
 
 
 def plan_side(name: str, *, sim: bool) -> tuple[ServerProfile, DeploymentPlan]:
@@ -74,205 +54,7 @@ def plan_side(name: str, *, sim: bool) -> tuple[ServerProfile, DeploymentPlan]:
     return profile, plan
 
 
-class DeploymentOps:
-    """:class:`tui.ab.runner.ServerOps` over deployments: each side on its nodes, each benchmark
-    host-side on the head."""
-
-    def __init__(
-        self,
-        sides: Mapping[str, tuple[ServerProfile, DeploymentPlan]],
-        *,
-        host_label: str,
-        host_factory: deploy.HostFactory | None = None,
-        python: str | None = None,
-        ready_timeout: float = DEFAULT_READY_TIMEOUT,
-        stop_grace: float = 30.0,
-        gpu_wait: float = 60.0,
-    ) -> None:
-        self.sides = dict(sides)
-        self.host_label = host_label
-        self.factory = host_factory or deploy.default_host_factory()
-        self.python = python
-        self.ready_timeout = ready_timeout
-        self.stop_grace = stop_grace
-        self.gpu_wait = gpu_wait
-        self._hosts: dict[str, Host] = {}
-
-    def host(self, node: str) -> Host:
-        """One connection per node for the whole campaign (both sides share nodes they share)."""
-        if node not in self._hosts:
-            self._hosts[node] = self.factory(node)
-        return self._hosts[node]
-
-    def hosts(self, nodes: Sequence[str]) -> dict[str, Host]:
-        return {n: self.host(n) for n in nodes}
-
-    async def close(self) -> None:
-        await deploy.close_hosts(self._hosts)
-
-    def _side(self, name: str) -> tuple[ServerProfile, DeploymentPlan]:
-        try:
-            return self.sides[name]
-        except KeyError:
-            raise ValueError(f"profile {name!r} is not a side of this A/B") from None
-
-    # ------------------------------------------------------------------ profiles
-    async def resolve(self, profile: str) -> ProfileInfo:
-        return side_info(*self._side(profile))
-
-    # ------------------------------------------------------------------ running servers
-    async def running_servers(self) -> list[RunningServer]:
-        nodes = sorted({n for _, plan in self.sides.values() for n in plan.nodes})
-        out = []
-        for node in nodes:
-            for h in await launcher.list_host_runs(self.host(node)):
-                if h.alive:
-                    prof = h.meta.get("profile") if isinstance(h.meta, Mapping) else None
-                    desc = f"run {h.run_id} on {node}" + (f" ({prof})" if prof else "")
-                    out.append(RunningServer(f"{node}/{h.run_id}", desc, (node, h)))
-        return out
-
-    async def stop_running(self, server: RunningServer) -> StopResult:
-        node, h = server.handle
-        host = self.host(node)
-        recs = await launcher.reattach(host)
-        rec = next((r for r in recs if r.run_id == h.run_id), None) or RunStore().load(h.run_id)
-        if rec is None:
-            return StopResult(False, None, f"run {h.run_id} on {node}: no record")
-        res = await launcher.stop_run(host, rec, grace=self.stop_grace, gpu_wait=self.gpu_wait)
-        ok = res.state in ("stopped", "exited", "stale")
-        return StopResult(ok, res.gpu_released if ok else None, f"{node}: {res.message}")
-
-    # ------------------------------------------------------------------ launch / ready
-    async def launch(self, info: ProfileInfo) -> LaunchHandle:
-        profile, plan = self._side(info.name)
-        rec = await deploy.launch(
-            plan,
-            self.hosts(plan.nodes),
-            on_event=lambda m: log.info("%s: %s", info.name, m),
-            ray_wait=float(profile.deploy.ray_wait),
-        )
-        if rec.status == FAILED:
-            raise RuntimeError(rec.diagnosis or f"deployment {rec.deploy_id} did not start")
-        runs = RunStore()
-        head = next((m for m in rec.members if m.serves), None)
-        run = runs.load(head.run_id) if head is not None else None
-        server_log = f"{plan.head}:{run.run_dir}/log" if run is not None and run.run_dir else None
-        return LaunchHandle(rec.deploy_id, server_log, f"http://127.0.0.1:{plan.http_port}", rec)
-
-    async def wait_ready(
-        self, info: ProfileInfo, handle: LaunchHandle, on_progress: Callable[[str, float | None], None]
-    ) -> ReadyResult:
-        """Every node followed by its startup tracker; the slowest node's fraction is the side's."""
-        rec: deploy.DeploymentRecord = handle.handle
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        last = [""]
-
-        def update(states: list[deploy.MemberState], verdict: deploy.Verdict) -> None:
-            fracs = [s.progress.fraction for s in states if s.progress is not None and s.progress.fraction is not None]
-            text = "  ".join(
-                f"{s.node}: {(s.progress.phase if s.progress is not None else None) or s.state}" for s in states
-            )
-            if text != last[0]:
-                last[0] = text
-                on_progress(text, min(fracs) if fracs else None)
-
-        verdict, _ = await deploy.watch(rec, self.hosts(rec.nodes), timeout=self.ready_timeout, on_update=update)
-        elapsed = loop.time() - t0
-        saved = deploy.DeploymentStore().load(rec.deploy_id) or rec
-        timeline = tuple(
-            {**e, "t": round(float(e["t"]) - saved.created, 3)} if isinstance(e.get("t"), (int, float)) else dict(e)
-            for e in saved.timeline
-        )
-        if verdict.state == READY:
-            return ReadyResult(True, elapsed, timeline=timeline)
-        diag = verdict.diagnosis or (
-            f"not ready after {self.ready_timeout:g} s"
-            if verdict.state == "starting"
-            else f"deployment {verdict.state}"
-        )
-        return ReadyResult(False, elapsed, diag, verdict.proof, timeline)
-
-    # ------------------------------------------------------------------ cache, metrics
-    async def _head_url(self, rec: deploy.DeploymentRecord) -> str:
-        """The head's API from here (a forward: flush and metrics only, never a benchmark)."""
-        local = await self.host(rec.head).forward_port(rec.http_port)
-        return f"http://127.0.0.1:{local}"
-
-    async def flush_cache(self, info: ProfileInfo, handle: LaunchHandle) -> str:
-        rec: deploy.DeploymentRecord = handle.handle
-        try:
-            base = await self._head_url(rec)
-        except HostError as e:
-            return f"cache not flushed: {e}"
-        return f"{await flush_prefix_cache(info.engine, base)} on {rec.head}"
-
-    async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> tuple[float | None, str | None]:
-        return None, None  # the levels' summaries carry the head's counters; no gauge fallback here
-
-    # ------------------------------------------------------------------ bench
-    async def bench(
-        self,
-        info: ProfileInfo,
-        handle: LaunchHandle,
-        plan: Plan,
-        level: PlanLevel,
-        on_progress: Callable[[str, float | None], None],
-        labels: Mapping[str, str],
-    ) -> BenchResult:
-        rec: deploy.DeploymentRecord = handle.handle
-        cfg = level_config(info, handle.url, plan, level, labels)
-        meta = {
-            "target": rec.head,
-            "server_port": rec.http_port,
-            "server": {"argv": redact_argv(info.argv), "engine": info.engine, "launch_run_id": handle.run_id},
-            "deployment": rec.result_meta(),
-            "ab": dict(labels),
-            "profile": info.name,
-        }
-        try:
-            run = await BenchRun.start(self.host(rec.head), cfg, meta_extra=meta, where=HOST, python=self.python)
-        except (jobs.JobError, HostError, OSError) as e:
-            return BenchResult(None, {}, None, f"benchmark not started on {rec.head}: {e}")
-        try:
-            async for ev in run.events():
-                msg, frac = progress_text(ev, level)
-                if msg:
-                    on_progress(msg, frac)
-        except asyncio.CancelledError:
-            try:
-                await asyncio.shield(run.stop())
-            except (jobs.JobError, HostError) as e:
-                log.warning("benchmark job %s on %s not stopped: %s", run.job_id, rec.head, e)
-            raise
-        if not run.summaries:
-            err = (run.exit or {}).get("error") or "no level completed"
-            return BenchResult(None, {}, None, f"benchmark on {rec.head} failed: {err}")
-        s = run.summaries[0]
-        return BenchResult(s.get("run_id"), s, None)
-
-    # ------------------------------------------------------------------ stop
-    async def stop(self, info: ProfileInfo, handle: LaunchHandle) -> StopResult:
-        rec: deploy.DeploymentRecord = handle.handle
-        stops, free = await deploy.stop(rec, self.hosts(rec.nodes), grace=self.stop_grace, gpu_wait=self.gpu_wait)
-        ok = all(s.state in ("stopped", "exited", "stale") for s in stops)
-        bad = [f"{s.node} {s.kind}: {s.message}" for s in stops if s.state not in ("stopped", "exited", "stale")]
-        held = [n for n, f in free.items() if f is False]
-        unknown = [n for n, f in free.items() if f is None]
-        freed = False if held else (None if unknown else True)
-        msg = "; ".join(bad) or (
-            f"GPUs still hold its processes on {', '.join(held)}" if held else f"deployment {rec.deploy_id} stopped"
-        )
-        return StopResult(ok, freed, msg)
-
-
 # ---------------------------------------------------------------------- the job here
-
-
-def _home() -> Path:
-    """This machine's ``${TUNEDECK_HOME}`` (where the launcher keeps run and job folders)."""
-    return Path(os.environ.get("TUNEDECK_HOME") or Path.home() / ".tunedeck")
 
 
 async def start(
@@ -288,7 +70,8 @@ async def start(
     python: str | None = None,
 ) -> tuple[LocalHost, jobs.Job]:
     """Start the campaign detached on this machine; returns its host and job (follow them with
-    :class:`tui.services.abrun.ABRun`). ValueError names a profile that cannot be one side."""
+    :class:`tui.services.abrun.ABRun`). ValueError names a profile that cannot be one side;
+    :class:`jobs.JobError` when an A/B or a tuning campaign runs here or on any node."""
     from tui.ab.journal import new_id
 
     sides = {}
@@ -299,16 +82,17 @@ async def start(
         except Exception as e:  # profile errors name the file and the key
             raise ValueError(f"{side} ({name}): {e}") from e
         sides[side] = side_info(*planned[name])
-    host = LocalHost()
-    await refuse_while_running(host)
-    label = f"deployments on {', '.join(sorted({n for _, p in planned.values() for n in p.nodes}))}"
+    label = nodes_label([p for _, p in planned.values()])
     # what runs on the nodes now is asked about here, where the user is; the campaign gets the answer
-    ops = DeploymentOps(planned, host_label=label)
+    ops = DeploymentOps(planned, host_label=label, python=python)
     try:
+        await refuse_on_nodes(ops.hosts(ops.nodes))
         running = await ops.running_servers()
+        stop_existing = await ask_to_stop([r.description for r in running], "", confirm_stop)
+        # the levels run on the head nodes: the dataset is read here now and placed there
+        datasets = await ops.place_dataset(plan.workload.path)
     finally:
         await ops.close()
-    stop_existing = await ask_to_stop([r.description for r in running], "", confirm_stop)
     ab_id = new_id("ab")
     spec = {
         "ab_id": ab_id,
@@ -322,54 +106,114 @@ async def start(
         "host_label": label,
         "sim": sim,
         "python": python,
+        "datasets": datasets,
     }
-    jid = new_run_id()
-    jdir = _home() / "ab" / jid
+    meta = {"ab_id": ab_id, "a": a, "b": b, "plan": plan.name, "nodes": ops.nodes}
+    return await start_job("ab", MODULE, spec, meta)
+
+
+# ---------------------------------------------------------------------- ended without its report
+
+
+@dataclass
+class LeftBy:
+    """What an A/B of deployments whose process ended without its report left (:func:`left_by`)."""
+
+    #: its levels' results here: mirrored as it ran, and mirrored again from each level's
+    #: benchmark job on its head (a level that ran on after the process ended included)
+    run_ids: list[str] = field(default_factory=list)
+    #: its deployments still running, each with how to stop it
+    running: list[str] = field(default_factory=list)
+    #: what could not be read (a node that did not answer), one line each
+    unread: list[str] = field(default_factory=list)
+
+
+async def left_by(job: jobs.Job, ab_id: str, *, host_factory: deploy.HostFactory | None = None) -> LeftBy:
+    """What the A/B ``ab_id`` run here as ``job`` left: the levels whose results exist, here or
+    on a head node, and the deployments it launched that still run (its job folder's
+    :data:`~tui.services.deployops.LEDGER` names both). Reads what it can; a node that does not
+    answer is named in :attr:`LeftBy.unread`, never raised."""
+    from tui.bench import store
+    from tui.util.files import read_jsonl
+
+    out = LeftBy()
     try:
-        await host.put_file(json.dumps(spec).encode("utf-8"), f"{jdir}/{SPEC}")
+        started = [r for r in read_jsonl(Path(job.dir) / LEDGER) if isinstance(r, dict)]
+    except FileNotFoundError:
+        started = []
     except OSError as e:
-        raise jobs.JobError(f"writing the A/B's spec failed: {os_error_text(e)}") from None
-    meta = {"kind": "ab", "run_id": jid, "ab_id": ab_id, "a": a, "b": b, "plan": plan.name, "deployments": True}
-    argv = [sys.executable, "-m", "tui.services.deployab", str(jdir)]
-    started = await launcher.start_detached(host, "ab", jid, argv, {}, meta)
-    if started.pid is None:
-        raise jobs.JobError(f"the A/B did not start: {started.error}")
-    job = jobs.Job(
-        "ab", jid, started.run_dir or str(jdir), host.target, started.pid, started.starttime, True, None, meta
-    )
-    return host, job
+        out.unread.append(f"{Path(job.dir) / LEDGER}: {e.strerror or e}")
+        started = []
+    factory = host_factory or deploy.default_host_factory()
+    hosts: dict[str, Host] = {}
+
+    def host(node: str) -> Host:
+        if node not in hosts:
+            hosts[node] = factory(node)
+        return hosts[node]
+
+    try:
+        for r in started:
+            node, jid = r.get("node"), r.get("bench")
+            if not isinstance(node, str) or not isinstance(jid, str):
+                continue
+            try:
+                out.run_ids += await jobs.mirror_results(host(node), await jobs.find(host(node), "bench", jid))
+            except (HostError, jobs.JobError, OSError) as e:
+                log.warning("A/B %s: benchmark job %s on %s not read: %s", ab_id, jid, node, e)
+                out.unread.append(f"benchmark job {jid} on {node}: {e}")
+        for run in store.list_runs():  # what was mirrored as it ran (a head that no longer answers)
+            labels = run.meta.get("ab")
+            if isinstance(labels, dict) and labels.get("ab_id") == ab_id and run.run_id not in out.run_ids:
+                out.run_ids.append(run.run_id)
+        records = deploy.DeploymentStore()
+        for r in started:
+            dep = r.get("deployment")
+            rec = records.load(dep) if isinstance(dep, str) else None
+            if rec is not None:
+                await _still_running(rec, host, out)
+    finally:
+        await deploy.close_hosts(hosts)
+    return out
+
+
+async def _still_running(rec: deploy.DeploymentRecord, host: Callable[[str], Host], out: LeftBy) -> None:
+    """``rec`` in ``out.running`` when a member of it is alive on its node."""
+    stop = f"`tunedeck stop {rec.deploy_id}` stops it"
+    for node in rec.nodes:
+        try:
+            alive = {h.run_id for h in await launcher.list_host_runs(host(node)) if h.alive}
+        except HostError as e:
+            out.unread.append(f"deployment {rec.deploy_id} on {node}: {e}")
+            out.running.append(
+                f"{rec.profile} (deployment {rec.deploy_id}): may still run ({node} did not answer); {stop}"
+            )
+            return
+        if any(m.run_id in alive for m in rec.members if m.node == node):
+            out.running.append(f"{rec.profile} (deployment {rec.deploy_id}): left by the A/B's process; {stop}")
+            return
 
 
 def main(argv: list[str] | None = None) -> int:
     from tui.hostside import abjob
-    from tui.util.aio import run_async
 
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or not Path(args[0]).is_dir():
-        print("usage: python -m tui.services.deployab JOB_DIR", file=sys.stderr)
-        return 2
-    job_dir = Path(args[0]).resolve()
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # the job's own stop marker stays with this process: the deployments it launches get their own
-    os.environ.pop("TUNEDECK_RUN_ID", None)
-    ops: list[DeploymentOps] = []
+    async def run(job_dir: Path, made: list[DeploymentOps]) -> int:
+        def make_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
+            sim = bool(spec.get("sim"))
+            sides = {i.name: plan_side(i.name, sim=sim) for i in infos.values()}
+            ops = DeploymentOps(
+                sides,
+                host_label=str(spec.get("host_label") or "deployments"),
+                python=spec_python(spec),
+                datasets=spec_datasets(spec),
+                ledger=job_dir / LEDGER,
+            )
+            made.append(ops)
+            return ops
 
-    def make_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
-        sim = bool(spec.get("sim"))
-        sides = {i.name: plan_side(i.name, sim=sim) for i in infos.values()}
-        python = spec.get("python") if isinstance(spec.get("python"), str) else None
-        made = DeploymentOps(sides, host_label=str(spec.get("host_label") or "deployments"), python=python)
-        ops.append(made)
-        return made
+        return await abjob.run(job_dir, make_ops)
 
-    async def campaign() -> int:
-        try:
-            return await abjob.run(job_dir, make_ops)
-        finally:
-            for o in ops:
-                await o.close()
-
-    return run_async(campaign())
+    return job_main(MODULE, argv, run)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Mapping, Sequence
 
-from tui.hostops import launcher, logfollow, runstore
+from tui.hostops import hostruns, launcher, logfollow, runstop, runstore
 from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles
 from tui.services import runtime
@@ -89,17 +89,23 @@ async def start(
     return Job(kind, jid, started.run_dir or jdir, host.target, started.pid, started.starttime, True, None, info)
 
 
-async def restart(host: Host, job: Job, *, python: str | None = None) -> Job:
+async def restart(host: Host, job: Job, *, python: str | None = None, argv: Sequence[str] | None = None) -> Job:
     """Start ``job`` again in its own folder (a campaign whose process was killed resumes from the
     state it left there); its events file is kept, so a follower goes on at its offset, and its
     log is kept as ``log.1``. The host starts it only if the folder's process is still ``job``'s
     and has ended: when another process was started there since (by another follower, or by an
-    earlier try whose answer was lost), that one is returned, and nothing is started."""
-    rt = await runtime.ensure(host, python=python)
-    env = {} if host.nvidia_smi == "nvidia-smi" else {"TUNEDECK_NVIDIA_SMI": host.nvidia_smi}
+    earlier try whose answer was lost), that one is returned, and nothing is started. ``argv``:
+    the command of a job run on this machine (a campaign of deployments); else the host-side
+    runtime's for the job's kind."""
+    if argv is None:
+        rt = await runtime.ensure(host, python=python)
+        argv = rt.argv(job.kind, job.dir)
+        env = {} if host.nvidia_smi == "nvidia-smi" else {"TUNEDECK_NVIDIA_SMI": host.nvidia_smi}
+    else:
+        env = {}
     meta = {**dict(job.meta or {}), "restarted": time.time()}
     started = await launcher.start_detached(
-        host, job.kind, job.job_id, rt.argv(job.kind, job.dir), env, meta, expect=(job.pid, job.starttime)
+        host, job.kind, job.job_id, list(argv), env, meta, expect=(job.pid, job.starttime)
     )
     if started.pid is None:
         what = f"the {job.kind} job {job.job_id} did not restart: {started.error}"
@@ -123,7 +129,7 @@ async def restart(host: Host, job: Job, *, python: str | None = None) -> Job:
 async def list_jobs(host: Host, kind: str) -> list[Job]:
     return [
         Job(kind, h.run_id, h.run_dir, host.target, h.pid, h.starttime, h.alive, h.rc, h.meta)
-        for h in await launcher.list_host_runs(host, kind)
+        for h in await hostruns.list_host_runs(host, kind)
     ]
 
 
@@ -147,12 +153,12 @@ async def find(host: Host, kind: str, job_id: str) -> Job:
 async def is_alive(host: Host, job: Job) -> bool:
     if job.pid is None:
         return False
-    return await launcher.process_alive(host, job.pid, job.starttime)
+    return await runstop.process_alive(host, job.pid, job.starttime)
 
 
 async def stop(host: Host, job: Job, *, grace: float = 30.0) -> str:
     """TERM the job (it writes partial results / stops its server), KILL after ``grace``."""
-    state, message, r = await launcher.signal_folder(host, job.dir, job.job_id, grace)
+    state, message, r = await runstop.signal_folder(host, job.dir, job.job_id, grace)
     if state == "stopped":
         return f"{job.kind} job {job.job_id} stopped" + (
             " (killed after the grace period)" if message == "KILL" else ""

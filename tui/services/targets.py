@@ -1,13 +1,15 @@
 """From what the user typed to a :class:`~tui.hostops.hosts.Host`: ``--host``/``--demo``, a run record.
 
 Here, above both the host primitives and the simulator, because ``--demo`` is a
-:class:`~tui.hostops.hosts.LocalHost` dressed by :mod:`tui.sim.demo`.
+:class:`~tui.hostops.localhost.LocalHost` dressed by :mod:`tui.sim.demo`.
 """
 
 from __future__ import annotations
 
-from tui.hostops.hosts import Host, LocalHost, parse_target
+from tui.hostops.hosts import Host
+from tui.hostops.localhost import LocalHost
 from tui.hostops.runstore import RunRecord
+from tui.hostops.target import parse_target
 
 
 def get_host(target: str | None = None, *, demo: bool = False) -> Host:

@@ -1,6 +1,6 @@
 """Tuning campaigns on the GPU host, from the laptop: plan, start, follow (restarting a killed
-campaign so it resumes), cancel, mirror — the A/B's machinery (:mod:`tui.services.abrun`,
-:mod:`tui.services.jobs`) with :mod:`tui.hostside.tunejob` on the host.
+campaign so it resumes), cancel, mirror — the follow, the end and the cancel of every detached
+campaign (:class:`tui.services.jobrun.JobRun`) with :mod:`tui.hostside.tunejob` on the host.
 
 The laptop reads the base profile and builds the candidates (:mod:`tui.profiles.vary`),
 estimates the campaign's time (:func:`estimate`, from the journal's recorded start-ups and the
@@ -15,26 +15,25 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 from tui.ab.journal import Journal, new_id
-from tui.ab.runner import ABEvent, ProfileInfo
+from tui.ab.runner import ProfileInfo
 from tui.ab.tune import Workload
 from tui.ab.tuneeta import Pace, prior
 from tui.hostops import launcher, logfollow
 from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles
+from tui.profiles.deploy import profile_gpus
 from tui.services import jobs, runtime
-from tui.services.abrun import ask_to_stop, profile_info, refuse_while_running
-from tui.services.benchrun import ship_data_file
+from tui.services.abrun import profile_info
+from tui.services.jobrun import JobRun, ask_to_stop_runs, held_by_runs, journal, refuse_while_running, ship_workload
 
 if TYPE_CHECKING:
     from tui.profiles.vary import Candidate
 
 log = logging.getLogger(__name__)
 
-#: a cancel stops the server the campaign started and waits for its GPUs: give it time
-CANCEL_GRACE = 180.0
 #: how often one follow restarts a campaign whose process was killed
 MAX_RESTARTS = 3
 #: without a recorded start-up for a candidate's profile: an engine's, the simulator's (s)
@@ -129,7 +128,7 @@ async def check_candidates(
     no reason). Stops nothing. The campaign's start and the Tune screen's pre-flight use it."""
     from tui.services import checks, runtime
 
-    held = ("port.in-use",) if any(h.alive for h in await launcher.list_host_runs(host)) else ()
+    held = await held_by_runs(host)
     out: list[tuple[Candidate, ProfileInfo | None, str | None]] = []
     for c in candidates:
         skip, info = None, None
@@ -149,25 +148,19 @@ async def check_candidates(
     return out
 
 
-class TuneRun:
-    """One campaign on a host, followed from here."""
+class TuneRun(JobRun):
+    """One tuning campaign on a host, followed from here; a campaign whose process was killed is
+    started again in its folder (:meth:`_resume`, :meth:`_restart`), where it resumes from its state."""
+
+    KIND = "tune"
+    ID_KEY = "campaign"
+    NOUN = "campaign"
 
     def __init__(self, host: Host, job: jobs.Job, *, python: str | None = None) -> None:
-        self.host = host
-        self.job = job
+        super().__init__(host, job)
         self.python = python
         self.report: dict[str, Any] | None = None
-        self.exit: dict[str, Any] | None = None
-        self.lost = False
         self.restarts = 0
-        #: set by a cancel: a campaign killed after it is not restarted
-        self.cancelled = False
-        self.on_link_error: Any = None
-        self.on_link_ok: Any = None
-
-    @property
-    def id(self) -> str:
-        return self.job.job_id
 
     @classmethod
     async def start(
@@ -205,73 +198,36 @@ class TuneRun:
         for c, info, skip in await check_candidates(host, candidates, demo=demo, sim=sim):
             if skip is not None and on_skip is not None:
                 on_skip(c.name, skip)
-            entries.append(
-                {
-                    "name": c.name,
-                    "changes": dict(c.changes),
-                    "info": info.to_json() if info is not None and skip is None else None,
-                    "tp": c.profile.tp,
-                    "skip": skip,
-                }
-            )
+            entries.append(spec_entry(c, info, skip))
         if all(e["skip"] for e in entries):
             raise jobs.JobError(f"{where}: not started, nothing stopped: every candidate failed pre-flight")
-        running = [h for h in await launcher.list_host_runs(host) if h.alive]
-        stop_existing = await ask_to_stop(
-            [f"run {h.run_id}" + (f" ({h.meta.get('profile')})" if h.meta.get("profile") else "") for h in running],
-            f" on {where}",
-            confirm_stop,
-            refused=f"{host.target}: ",
+        stop_existing = await ask_to_stop_runs(host, where, confirm_stop)
+        # the host-side levels read the dataset there
+        workload = dataclasses.replace(workload, plan=await ship_workload(host, workload.plan, py))
+        spec = campaign_spec(
+            base,
+            entries,
+            slo,
+            workload,
+            stop_existing=stop_existing,
+            host_label=where,
+            repeats_max=repeats_max,
+            noise_pct=noise_pct,
+            budget_s=budget_s,
+            estimate_s=estimate_s,
+            pace=pace,
+            max_concurrency=max_concurrency,
+            max_steps=max_steps,
+            start=start,
         )
-        plan = workload.plan
-        if plan.workload.path:  # the host-side levels read the dataset there, placed once per content
-            path = await ship_data_file(host, plan.workload.path, py)
-            workload = dataclasses.replace(
-                workload, plan=dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, path=path))
-            )
-        cid = new_id("tune")
-        spec = {
-            "campaign": cid,
-            "base": base,
-            "candidates": entries,
-            "slo": list(slo),
-            "workload": workload.to_dict(),
-            "repeats_max": repeats_max,
-            "noise_pct": noise_pct,
-            "budget_s": budget_s,
-            "estimate_s": estimate_s,
-            "pace": pace.to_json() if pace is not None else None,
-            "max_concurrency": max_concurrency,
-            "max_steps": max_steps,
-            "start": start,
-            "stop_existing": stop_existing,
-            "host_label": where,
-        }
-        job = await jobs.start(host, "tune", spec, python=py, meta={"campaign": cid, "base": base})
-        _journal(
-            {
-                "kind": "tune",
-                "id": cid,
-                "status": "running",
-                "host": where,
-                "base": base,
-                "slo": list(slo),
-                "job_id": job.job_id,
-                "candidates": [{"name": e["name"], "changes": e["changes"]} for e in entries],
-            }
-        )
+        job = await jobs.start(host, "tune", spec, python=py, meta={"campaign": spec["campaign"], "base": base})
+        journal_start(spec, job.job_id)
         return cls(host, job, python=py)
 
     @classmethod
     async def attach(cls, host: Host, ref: str) -> "TuneRun":
         """A campaign by job id (or prefix) or by its campaign id."""
-        try:
-            job = await jobs.find(host, "tune", ref)
-        except jobs.JobError:
-            found = [j for j in await jobs.list_jobs(host, "tune") if (j.meta or {}).get("campaign") == ref]
-            if not found:
-                raise
-            job = found[-1]
+        job = await cls.find_job(host, ref)
         return cls(host, job, python=str((job.meta or {}).get("python") or "") or None)
 
     async def spec(self) -> dict[str, Any]:
@@ -287,55 +243,38 @@ class TuneRun:
         return d
 
     # ------------------------------------------------------------------ follow
-    async def events(self) -> AsyncIterator[ABEvent]:
-        """The campaign's events to its end. A campaign whose process ended without its report
-        (killed) is started again in its folder, where it resumes from its state; the follow
-        goes on at the same offset (nothing read twice)."""
-        offset = 0
-        last = ABEvent("info", "")  # the campaign's progress (step of steps) so far
-        while True:
-            follower = jobs.JobFollower(self.host, self.job, offset)
-            follower.on_link_error = self.on_link_error
-            follower.on_link_ok = self.on_link_ok
-            async for ev in follower.events():
-                if ev.get("type") == "ab":
-                    last = ABEvent.from_json(ev)
-                    yield last
-            offset = follower.offset
-            self.exit = follower.exit
-            self.lost = follower.lost
-            ex = follower.exit or {}
-            if not ex.get("synthetic") or self.lost or self.cancelled or self.restarts >= MAX_RESTARTS:
-                break
-            if await follower.final_read(self._has_report):
-                break
-            self.restarts += 1
-            yield ABEvent(
-                "info",
-                f"the campaign's process ended without its report ({ex.get('error')}); restarting it to resume",
-                step=last.step,
-                steps=last.steps,
-            )
-            job = await self._restart(follower)
-            if job is None:  # the link did not come back in time; --attach restarts it
-                self.lost = True
-                return
-            self.job = job
-        await self.finish(follower)
+    async def _resume(self, follower: jobs.JobFollower) -> str | None:
+        """A campaign whose process ended without its report (killed) is started again in its
+        folder, where it resumes from its state (at most :data:`MAX_RESTARTS` times a follow)."""
+        ex = follower.exit or {}
+        if not ex.get("synthetic") or self.lost or self.cancelled or self.restarts >= MAX_RESTARTS:
+            return None
+        if await follower.final_read(self._has_report):
+            return None
+        self.restarts += 1
+        return f"the campaign's process ended without its report ({ex.get('error')}); restarting it to resume"
 
     async def _restart(self, follower: jobs.JobFollower) -> jobs.Job | None:
-        """Start the killed campaign again, over a link that may fail meanwhile: a failed try is
-        told as a lost link and retried, as the follower's own reads are (None: given up). The
-        host starts it only while the folder still holds the killed process (:func:`jobs.restart`):
-        a process started there since, by another follower or by a try whose answer was lost, is
-        the one followed, never a second campaign in the same folder (it would find the host's
-        campaign lock held, and its exit event would end the follow of the first)."""
+        """Start the killed campaign again (one run here over deployments with its own command,
+        :mod:`tui.services.deploytune`; any other the host-side runtime's job), over a link that
+        may fail meanwhile: a failed try is told as a lost link and retried, as the follower's
+        own reads are (None: given up). The host starts it only while the folder still holds the
+        killed process (:func:`jobs.restart`): a process started there since, by another follower
+        or by a try whose answer was lost, is the one followed, never a second campaign in the
+        same folder (it would find the host's campaign lock held, and its exit event would end
+        the follow of the first)."""
         killed = self.job
+
+        async def once() -> jobs.Job:
+            if (killed.meta or {}).get("deployments"):
+                from tui.services.deployops import job_argv
+                from tui.services.deploytune import MODULE
+
+                return await jobs.restart(self.host, killed, argv=job_argv(MODULE, killed.dir))
+            return await jobs.restart(self.host, killed, python=self.python)
+
         # a JobError or RuntimeUnavailable is the host's refusal, not the link's: raised at once
-        job: jobs.Job | None = await follower.final_read(
-            lambda: jobs.restart(self.host, killed, python=self.python),
-            permanent=(jobs.JobError, runtime.RuntimeUnavailable),
-        )
+        job: jobs.Job | None = await follower.final_read(once, permanent=(jobs.JobError, runtime.RuntimeUnavailable))
         return job
 
     async def _has_report(self) -> bool:
@@ -345,35 +284,158 @@ class TuneRun:
         return r.ok
 
     async def finish(self, follower: jobs.JobFollower | None = None) -> dict[str, Any] | None:
-        """Read the report, mirror the results and journal the campaign here (idempotent)."""
-        path = f"{self.job.dir}/{jobfiles.REPORT}"
-        if follower is not None:
-            raw = await follower.final_read(lambda: logfollow.read_log(self.host, path)) or b""
-            await follower.final_read(lambda: jobs.mirror_results(self.host, self.job))
-            self.lost = follower.lost
-        else:
-            try:
-                raw = await logfollow.read_log(self.host, path)
-                await jobs.mirror_results(self.host, self.job)
-            except HostError as e:
-                log.warning("campaign %s: report not read: %s", self.id, e)
-                raw = b""
+        """Read the report, mirror the results and journal the campaign here (idempotent). After
+        a follow, a campaign that ended without its report is rebuilt from its job folder
+        (:meth:`_from_job_folder`: partial, or cancelled)."""
+        raw = await self.read_outcome(follower)
+        d: dict[str, Any] | None = None
         if raw.strip():
-            try:
-                d = json.loads(raw)
-            except ValueError as e:
-                log.warning("campaign %s: unreadable report: %s", self.id, e)
-                return None
-            if isinstance(d, dict):
-                self.report = d
-                _journal(journal_record(d, self.job.job_id))
-                _journal_launches(d)
+            d = self.json_object(raw)
+        elif follower is not None and not self.lost:  # ended without its report: what its folder holds
+            d = await self._from_job_folder(follower)
+        if d is not None:
+            self.report = d
+            journal(journal_record(d, self.job.job_id))
+            _journal_launches(d)
         return self.report
 
-    async def cancel(self) -> str:
-        """Cancel on the host: the server it started is stopped, every result is kept."""
-        self.cancelled = True
-        return await jobs.stop(self.host, self.job, grace=CANCEL_GRACE)
+    async def _from_job_folder(self, follower: jobs.JobFollower) -> dict[str, Any] | None:
+        """The result of a campaign that wrote no report (its process killed more often than
+        :data:`MAX_RESTARTS` restarts, or ended by its own error), built from the spec and the
+        ``state.json`` in its job folder (:func:`tui.ab.tuneresult.partial_report`): status
+        ``partial`` (``cancelled`` after a cancel). A server of the campaign still running there
+        is named in ``left_running``. None when the folder holds no finished candidate."""
+        from tui.ab.tuneresult import partial_report
+        from tui.hostside.tunejob import STATE
+
+        got: dict[str, Any] = {}
+        for name in (jobfiles.SPEC, STATE):
+            path = f"{self.job.dir}/{name}"
+            raw = await follower.final_read(lambda p=path: logfollow.read_log(self.host, p))
+            if not raw:
+                self.lost = self.lost or follower.lost
+                if not follower.lost:
+                    log.warning("campaign %s: %s is empty or missing: no result to read", self.id, path)
+                return None
+            try:
+                got[name] = json.loads(raw)
+            except ValueError as e:
+                log.warning("campaign %s: unreadable %s: %s", self.id, path, e)
+                return None
+        spec, state = got[jobfiles.SPEC], got[STATE]
+        ex = self.exit or {}
+        why = str(ex.get("error") or "the campaign's job ended without its report")
+        if ex.get("synthetic") and self.restarts >= MAX_RESTARTS:
+            why = (
+                f"the campaign's process ended without its report {self.restarts + 1} times (restarted "
+                f"{self.restarts} times, the most one follow does; `tunedeck tune --attach {self.id}` resumes "
+                f"it): {why}"
+            )
+        try:
+            live = await self._left_running(spec, state, follower)
+            return partial_report(
+                spec,
+                state,
+                why=why,
+                status="cancelled" if self.cancelled or ex.get("rc") == 130 else "partial",
+                left_running=live,
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            log.warning("campaign %s: its result could not be built from %s: %s", self.id, STATE, e)
+            return None
+
+    async def _left_running(
+        self, spec: Mapping[str, Any], state: Mapping[str, Any], follower: jobs.JobFollower
+    ) -> list[str]:
+        """The campaign's servers still running on the host (the one its last process measured,
+        or any launched from one of its candidates), each with how to stop it."""
+        live = state.get("live")
+        run_id = live.get("run_id") if isinstance(live, Mapping) else None
+        names = {str(c.get("name")) for c in spec.get("candidates") or () if isinstance(c, Mapping)}
+        runs = await follower.final_read(lambda: launcher.list_host_runs(self.host)) or []
+        return [
+            f"{h.meta.get('profile') or h.run_id} (run {h.run_id}): left by the campaign's process; "
+            f"`tunedeck stop {h.run_id}` stops it"
+            for h in runs
+            if h.alive and (h.run_id == run_id or h.meta.get("profile") in names)
+        ]
+
+
+def spec_entry(c: "Candidate", info: ProfileInfo | None, skip: str | None) -> dict[str, Any]:
+    """A candidate as the campaign's spec lists it (``tp``: the GPUs it runs on, which its tok/s
+    per GPU divides by: :func:`tui.profiles.deploy.profile_gpus`)."""
+    return {
+        "name": c.name,
+        "changes": dict(c.changes),
+        "info": info.to_json() if info is not None and skip is None else None,
+        "tp": profile_gpus(c.profile),
+        "skip": skip,
+    }
+
+
+def with_data_path(workload: Workload, path: str) -> Workload:
+    """``workload`` reading its dataset file at ``path`` (where it was placed for the benchmarks)."""
+    plan = workload.plan
+    return dataclasses.replace(
+        workload, plan=dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, path=path))
+    )
+
+
+def campaign_spec(
+    base: str,
+    entries: Sequence[Mapping[str, Any]],
+    slo: Sequence[str],
+    workload: Workload,
+    *,
+    stop_existing: bool,
+    host_label: str,
+    repeats_max: int = 2,
+    noise_pct: float | None = None,
+    budget_s: float | None = None,
+    estimate_s: float | None = None,
+    pace: Pace | None = None,
+    max_concurrency: int = 1024,
+    max_steps: int = 8,
+    start: int = 1,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The spec of a new campaign (:mod:`tui.hostside.tunejob` reads it, wherever it runs); a
+    fresh campaign id. ``pace``: the estimate's parts (:mod:`tui.ab.tuneeta`), for a follower's
+    ETA. ``extra``: keys of the job that runs it (a campaign of deployments' own)."""
+    return {
+        "campaign": new_id("tune"),
+        "base": base,
+        "candidates": [dict(e) for e in entries],
+        "slo": list(slo),
+        "workload": workload.to_dict(),
+        "repeats_max": repeats_max,
+        "noise_pct": noise_pct,
+        "budget_s": budget_s,
+        "estimate_s": estimate_s,
+        "pace": pace.to_json() if pace is not None else None,
+        "max_concurrency": max_concurrency,
+        "max_steps": max_steps,
+        "start": start,
+        "stop_existing": stop_existing,
+        "host_label": host_label,
+        **extra,
+    }
+
+
+def journal_start(spec: Mapping[str, Any], job_id: str) -> None:
+    """The journal's record of a campaign that starts (its end replaces it: :func:`journal_record`)."""
+    journal(
+        {
+            "kind": "tune",
+            "id": spec["campaign"],
+            "status": "running",
+            "host": spec["host_label"],
+            "base": spec["base"],
+            "slo": list(spec["slo"]),
+            "job_id": job_id,
+            "candidates": [{"name": e["name"], "changes": e["changes"]} for e in spec["candidates"]],
+        }
+    )
 
 
 def journal_record(rep: Mapping[str, Any], job_id: str) -> dict[str, Any]:
@@ -418,11 +480,15 @@ def _journal_launches(rep: Mapping[str, Any]) -> None:
                     return
 
 
-def _journal(record: dict[str, Any]) -> None:
-    try:
-        Journal().append(record)
-    except OSError as e:
-        log.error("journal not written: %s", e)
-
-
-__all__ = ["Estimate", "TuneRun", "check_candidates", "estimate", "journal_record", "parse_budget"]
+__all__ = [
+    "Estimate",
+    "TuneRun",
+    "campaign_spec",
+    "check_candidates",
+    "estimate",
+    "journal_record",
+    "journal_start",
+    "parse_budget",
+    "spec_entry",
+    "with_data_path",
+]

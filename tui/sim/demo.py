@@ -1,6 +1,6 @@
 """The demo host: this machine with the simulator's shims first on PATH.
 
-``demo_host()`` returns a :class:`~tui.hostops.hosts.LocalHost` whose
+``demo_host()`` returns a :class:`~tui.hostops.localhost.LocalHost` whose
 environment overlay puts ``<sim state>/bin`` first on ``PATH`` and sets
 ``TUNEDECK_SIM_STATE``. The shims there are small ``sh`` scripts:
 
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import tui
-from tui.hostops.hosts import LocalHost
+from tui.hostops.localhost import LocalHost
 from tui.sim.gpus import state_root
 
 #: shim name -> argv after ``python -m tui``

@@ -2,9 +2,9 @@
 command palette, and the data path from collectors to screens.
 
 Data path: one worker per collector in the group ``poll-<target>``
-(``exit_on_error=False``), each a chained loop (the next poll starts only
-after the previous one ended; never ``set_interval`` + ``exclusive``),
-posts a message carrying an immutable snapshot to the app
+(``exit_on_error=False``), each a chained loop (:mod:`tui.ui.polling`: the
+next poll starts only after the previous one ended; never ``set_interval`` +
+``exclusive``), posts a message carrying an immutable snapshot to the app
 (:mod:`tui.ui.messages`; state messages coalesce). The app keeps the latest
 snapshots (``app.latest``) and the GPU histories (``app.gpu_history``),
 and republishes each snapshot on a signal that screens subscribe to:
@@ -13,11 +13,8 @@ and republishes each snapshot on a signal that screens subscribe to:
 ``Worker.StateChanged`` handler turns a crashed collector into a visible
 state and restarts it.
 
-Adding a screen: one line in :data:`MODE_REGISTRY` (already present for
-launch/bench/compare: creating the module is enough). A mode is offered
-when its module imports and its screen can be built with no arguments,
-or only with the keywords ``host`` / ``demo``, which the app fills in
-(``app.host``, ``app.demo``); otherwise its key is hidden. Screens read
+Adding a screen: one line in :data:`~tui.ui.modes.MODE_REGISTRY` (the modes
+and when each is offered: :mod:`tui.ui.modes`). Screens read
 ``app.latest`` (newest GpuStatus / HostStats / servers / LinkState) and
 subscribe to the signals above; bindings carry ids, so ``[keymap]`` in
 the config file remaps them (:mod:`tui.ui.keymap`), and every binding of the
@@ -28,12 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib
-import inspect
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from textual import on
 from textual.app import App, UnknownModeError
@@ -45,8 +39,9 @@ from textual.worker import Worker, WorkerState
 from tui.collectors.sources import BackoffFn, Sources
 from tui.model import GpuStatus, HostStats, LinkState, ServerStats
 from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
+from tui.ui.modes import MODE_REGISTRY, ModeSpec, screen_factory
 from tui.ui.palette import TunedeckCommands
-from tui.ui.screens.failed import ScreenFailed
+from tui.ui.polling import Latest, Poller, close_host
 from tui.util.retry import delay as default_backoff
 from widgets.gpu_table import GpuHistory
 from widgets.server_panel import ServerHistory
@@ -56,102 +51,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 log = logging.getLogger(__name__)
-
-
-async def _close_logged(what: str, aw: Awaitable[Any], timeout: float = 3.0) -> None:
-    """Close something on the way out (leaving the app, switching hosts): a close that fails or
-    hangs past ``timeout`` is logged and left behind, never raised into the exit."""
-    try:
-        await asyncio.wait_for(aw, timeout)
-    except asyncio.TimeoutError:
-        log.warning("%s did not close within %g s", what, timeout)
-    except Exception:
-        log.warning("closing %s failed", what, exc_info=True)
-
-
-@dataclass(frozen=True)
-class ModeSpec:
-    """A top-level screen: title, the key that opens it, and ``module:Class`` of its screen."""
-
-    title: str
-    key: str
-    screen: str | Callable[..., Screen[Any]]
-
-
-#: mode name → how to build its screen. Other screens plug in with one line here;
-#: a ``module:Class`` whose module does not exist yet is simply not offered.
-MODE_REGISTRY: dict[str, ModeSpec] = {
-    "status": ModeSpec("Status", "s", "tui.ui.screens.status:StatusScreen"),
-    "launch": ModeSpec("Launch", "l", "tui.ui.screens.profiles:ProfilesScreen"),
-    "bench": ModeSpec("Bench", "b", "tui.ui.screens.bench_setup:BenchSetupScreen"),
-    "compare": ModeSpec("Compare", "c", "tui.ui.screens.compare:CompareScreen"),
-    "tune": ModeSpec("Tune", "T", "tui.ui.screens.tune:TuneScreen"),
-}
-
-
-_INJECTED = ("host", "demo")
-
-
-def _constructible(cls: Callable[..., Screen[Any]]) -> bool:
-    """True when ``cls`` can be built with no arguments besides the injected host/demo."""
-    try:
-        params = inspect.signature(cls).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    for p in params:
-        if p.name in _INJECTED or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            continue
-        if p.default is p.empty:
-            return False
-    return True
-
-
-def _resolve(app: "TunedeckApp", spec: str | Callable[..., Screen[Any]]) -> Callable[[], Screen[Any]] | None:
-    """A no-argument factory for a mode's screen, or None when the screen needs arguments a mode
-    can't give (a wiring mistake, logged).
-
-    A screen whose module fails to import is not dropped: the failure is logged with its traceback
-    (``tunedeck.log``) and the mode opens a :class:`ScreenFailed` that says what broke and where the
-    traceback is, so the key still answers. A screen whose constructor takes ``host`` and/or
-    ``demo`` gets the app's target host and demo flag."""
-    if isinstance(spec, str):
-        module, _, name = spec.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module), name)
-        except Exception as e:
-            log.error("the %s screen (%s) failed to load", module, spec, exc_info=True)
-            failure = f"{type(e).__name__}: {e}"
-            return lambda: ScreenFailed(spec, failure)
-    else:
-        cls = spec
-    if not _constructible(cls):
-        log.error("mode screen %s needs constructor arguments; not offered as a mode", spec)
-        return None
-    try:
-        params = inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        params = {}  # type: ignore[assignment]
-
-    def factory() -> Screen[Any]:
-        kwargs: dict[str, Any] = {}
-        if "host" in params:
-            kwargs["host"] = app.host
-        if "demo" in params:
-            kwargs["demo"] = app.demo
-        screen: Screen[Any] = cls(**kwargs)
-        return screen
-
-    return factory
-
-
-@dataclass
-class Latest:
-    """The newest snapshot of each kind (what a screen draws when it (re)appears)."""
-
-    link: LinkState
-    gpu: GpuStatus = field(default_factory=lambda: GpuStatus(state="waiting"))
-    host: HostStats | None = None
-    servers: tuple[ServerStats, ...] | None = None
 
 
 class TunedeckApp(App[int]):
@@ -239,13 +138,13 @@ class TunedeckApp(App[int]):
         self._initial_mode = initial_mode
         super().__init__()
         for mode, spec in self.mode_specs.items():
-            factory = _resolve(self, spec.screen)
+            factory = screen_factory(self, spec.screen)
             if factory is not None:
                 self.add_mode(mode, factory)
                 self.available_modes.append(mode)
-        self.latest = Latest(link=LinkState(self.target, "connecting"))
-        if sources.gpu is None:
-            self.latest.gpu = GpuStatus(state="no-collector")
+        self.latest = Latest.connecting(self.target, sources)
+        self.poller = self._poller()
+        """The poll loops of the host (:class:`~tui.ui.polling.Poller`)."""
         self.runs: dict[str, Any] = {}
         """Runs still alive on the host (run id → RunRecord), found by reattaching on start."""
         self.gpu_history = GpuHistory(maxlen=history)
@@ -263,9 +162,14 @@ class TunedeckApp(App[int]):
 
         apply_keymap(self, self._user_keymap)
 
-    @property
-    def poll_group(self) -> str:
-        return f"poll-{self.target}"
+    def _poller(self) -> Poller:
+        return Poller(
+            self,
+            self.target,
+            self.sources,
+            settings=self,
+            link_ok=lambda: self.latest.link.ok,
+        )
 
     # ------------------------------------------------------------------ lifecycle
     #: set by :meth:`run` (a terminal session): the start-up heap is frozen after the first frame
@@ -314,113 +218,20 @@ class TunedeckApp(App[int]):
 
     async def on_unmount(self) -> None:
         await self.stop_polling()
-        for source in (self.sources.gpu, self.sources.host, self.sources.servers):
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                await _close_logged(f"the {type(source).__name__}", aclose())
-        if self.host is not None and self.close_host:
-            await _close_logged(f"the connection to {self.target}", self.host.close())
+        await close_host(self.target, self.sources, self.host if self.close_host else None)
 
     # ------------------------------------------------------------------ workers
-    _LOOPS = ("gpu", "host", "servers")
-
     def start_polling(self) -> None:
-        for name in self._LOOPS:
-            self._start_worker(name)
+        self.poller.start()
 
     async def stop_polling(self, timeout: float = 5.0) -> None:
         """Cancel the poll workers and wait until they (and the processes they hold) ended."""
-        workers = [w for w in self.workers if w.group == self.poll_group]
-        for w in workers:
-            w.cancel()
-        if workers:
-            await _close_logged(
-                "the poll workers", asyncio.gather(*(w.wait() for w in workers), return_exceptions=True), timeout
-            )
-
-    def _start_worker(self, name: str) -> Worker[None] | None:
-        source = {"gpu": self.sources.gpu, "host": self.sources.host, "servers": self.sources.servers}[name]
-        if source is None:
-            return None
-        loop = getattr(self, f"_{name}_loop")
-        return self.run_worker(loop(source), name=name, group=self.poll_group, exit_on_error=False)
-
-    async def _gpu_loop(self, source: Any) -> None:
-        from tui.hostops.hosts import HostError
-
-        attempt = 0
-        while True:
-            stream = source.stream()
-            try:
-                async for status in stream:
-                    attempt = 0
-                    self.post_message(GpuSamples(self.target, status))
-            except HostError as e:  # the protocol says it doesn't raise; be safe anyway
-                self.post_message(
-                    GpuSamples(self.target, GpuStatus("host-unreachable", message=str(e), time=time.time()))
-                )
-            finally:
-                aclose = getattr(stream, "aclose", None)
-                if aclose is not None:
-                    await aclose()  # ends the nvidia-smi process now, even when cancelled
-            attempt += 1
-            await asyncio.sleep(min(self.backoff(attempt), 30.0))
-
-    async def _host_loop(self, source: Any) -> None:
-        from tui.hostops.hosts import HostError
-
-        attempt = 0
-        while True:
-            t0 = time.monotonic()
-            try:
-                stats = await asyncio.wait_for(source.sample(), self.sample_timeout)
-            except (HostError, asyncio.TimeoutError, TimeoutError) as e:
-                if isinstance(e, HostError):
-                    kind, msg, retry = e.kind, e.message, e.retryable
-                else:
-                    kind, msg, retry = "timeout", f"no answer in {self.sample_timeout:g} s", True
-                attempt += 1
-                if not retry:
-                    self._set_link(LinkState(self.target, "failed", attempt, None, msg, kind))
-                    return
-                delay = self.backoff(attempt)
-                self._set_link(LinkState(self.target, "unreachable", attempt, time.monotonic() + delay, msg, kind))
-                await asyncio.sleep(delay)
-                continue
-            attempt = 0
-            if not self.latest.link.ok:
-                self._set_link(LinkState(self.target, "connected"))
-            self.post_message(HostSamples(self.target, stats))
-            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
-
-    async def _servers_loop(self, source: Any) -> None:
-        from tui.hostops.hosts import HostError
-
-        while True:
-            t0 = time.monotonic()
-            try:
-                servers = await asyncio.wait_for(source.sample(), self.sample_timeout)
-            except (HostError, asyncio.TimeoutError, TimeoutError):
-                pass  # the host loop shows the link state; keep the last figures
-            else:
-                self.post_message(ServerSamples(self.target, tuple(servers)))
-            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
-
-    def _set_link(self, link: LinkState) -> None:
-        self.post_message(HostStateChanged(self.target, link))
+        await self.poller.stop(timeout)
 
     @on(Worker.StateChanged)
     def _worker_state(self, event: Worker.StateChanged) -> None:
-        worker = event.worker
-        if worker.group != self.poll_group or event.state != WorkerState.ERROR:
-            return
-        err = worker.error
-        log.error("the %s collector crashed; restarting it in %g s", worker.name, self.restart_delay, exc_info=err)
-        self._set_link(
-            LinkState(self.target, "error", last_error=f"{worker.name} collector crashed: {type(err).__name__}: {err}")
-        )
-        name = worker.name
-        self.set_timer(self.restart_delay, lambda: self._start_worker(name))
+        if event.worker.group == self.poller.group and event.state == WorkerState.ERROR:
+            self.poller.crashed(event.worker)
 
     # ------------------------------------------------------------------ messages
     @on(GpuSamples)
@@ -615,19 +426,13 @@ class TunedeckApp(App[int]):
         while len(self.screen_stack) > 1:
             await self.pop_screen()
         await self.stop_polling()
-        old_host, old_sources = self.host, self.sources
-        for source in (old_sources.gpu, old_sources.host, old_sources.servers):
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                await _close_logged(f"the {type(source).__name__}", aclose())
-        if old_host is not None and self.close_host and old_host is not host:
-            await _close_logged(f"the connection to {old_host!r}", old_host.close())
+        old_host = self.host if self.close_host and self.host is not host else None
+        await close_host(self.target, self.sources, old_host)
         self.host, self.sources, self.demo = host, sources, target == "demo"
         self.target = target
         self.runs = {}
-        self.latest = Latest(link=LinkState(self.target, "connecting"))
-        if sources.gpu is None:
-            self.latest.gpu = GpuStatus(state="no-collector")
+        self.latest = Latest.connecting(self.target, sources)
+        self.poller = self._poller()
         self.gpu_history = GpuHistory(maxlen=self.gpu_history.maxlen)
         self.server_history = ServerHistory(maxlen=self.server_history.maxlen)
         # the other modes were built for the old host: build them again when next opened
@@ -638,7 +443,7 @@ class TunedeckApp(App[int]):
                 await self.remove_mode(mode)
             except UnknownModeError:  # never opened yet
                 pass
-            factory = _resolve(self, self.mode_specs[mode].screen)
+            factory = screen_factory(self, self.mode_specs[mode].screen)
             if factory is not None:
                 self.add_mode(mode, factory)
         self._apply_link(self.latest.link)

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from textual import on
@@ -26,11 +25,12 @@ from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
 from tui.collectors.sources import BackoffFn
-from tui.model import DeploymentSummary, GpuStatus, HostStats, LinkState, ServerStats
+from tui.model import DeploymentSummary, LinkState
 from tui.ui.app import TunedeckApp
 from tui.ui.keymap import apply_keymap
 from tui.ui.messages import DeploymentSamples, GpuSamples, HostSamples, HostStateChanged, ServerSamples
 from tui.ui.palette import TunedeckCommands
+from tui.ui.polling import Latest, Poller, close_host
 from tui.util.retry import delay as default_backoff
 from widgets.fleet_table import FleetHost
 
@@ -38,16 +38,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from tui.collectors.fleet import FleetMember
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class HostLatest:
-    """The newest snapshots of one host of the fleet."""
-
-    link: LinkState
-    gpu: GpuStatus = field(default_factory=lambda: GpuStatus(state="waiting"))
-    host: HostStats | None = None
-    servers: tuple[ServerStats, ...] | None = None
 
 
 class FleetApp(App[int]):
@@ -99,12 +89,10 @@ class FleetApp(App[int]):
         """No modes: the palette offers the bindings only."""
         self.available_modes: list[str] = []
         super().__init__()
-        self.latest: dict[str, HostLatest] = {}
+        self.latest: dict[str, Latest] = {t: Latest.connecting(t, m.sources) for t, m in self.members.items()}
         """target → the newest snapshots of that host."""
-        for t, m in self.members.items():
-            self.latest[t] = HostLatest(LinkState(t, "connecting"))
-            if m.sources.gpu is None:
-                self.latest[t].gpu = GpuStatus(state="no-collector")
+        self.pollers: dict[str, Poller] = {t: self._poller(t) for t in self.members}
+        """target → the poll loops of that host."""
         self.deployments: tuple[DeploymentSummary, ...] = ()
         """The deployments (this machine's records, not stopped) with a node in the fleet."""
         self.fleet_signal: Signal[str] = Signal(self, "fleet")
@@ -129,108 +117,27 @@ class FleetApp(App[int]):
 
     async def on_unmount(self) -> None:
         await asyncio.gather(*(self.stop_polling(t) for t in self.members), return_exceptions=True)
-        await asyncio.gather(*(self._close(m) for m in self.members.values()), return_exceptions=True)
-
-    async def _close(self, m: "FleetMember") -> None:
-        for source in (m.sources.gpu, m.sources.host, m.sources.servers):
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                try:
-                    await asyncio.wait_for(aclose(), 3)
-                except Exception as e:
-                    log.warning("%s: closing a collector failed: %r", m.target, e, exc_info=e)
-        if m.host is not None and self.close_host:
-            try:
-                await asyncio.wait_for(m.host.close(), 3)
-            except Exception as e:
-                log.warning("%s: closing the connection failed: %r", m.target, e, exc_info=e)
+        await asyncio.gather(
+            *(close_host(t, m.sources, m.host if self.close_host else None) for t, m in self.members.items()),
+            return_exceptions=True,
+        )
 
     # ------------------------------------------------------------------ workers
-    @staticmethod
-    def poll_group(target: str) -> str:
-        return f"poll-{target}"
+    def _poller(self, target: str) -> Poller:
+        return Poller(
+            self,
+            target,
+            self.members[target].sources,
+            settings=self,
+            link_ok=lambda: self.latest[target].link.ok,
+        )
 
     def start_polling(self, target: str) -> None:
-        for name in ("gpu", "host", "servers"):
-            self._start_worker(target, name)
+        self.pollers[target].start()
 
     async def stop_polling(self, target: str, timeout: float = 5.0) -> None:
         """Cancel the host's poll workers and wait until they (and what they hold) ended."""
-        workers = [w for w in self.workers if w.group == self.poll_group(target)]
-        for w in workers:
-            w.cancel()
-        if workers:
-            try:
-                await asyncio.wait_for(asyncio.gather(*(w.wait() for w in workers), return_exceptions=True), timeout)
-            except (asyncio.TimeoutError, TimeoutError):
-                log.warning("%s: poll workers still running after %g s", target, timeout)
-
-    def _start_worker(self, target: str, name: str) -> Worker[None] | None:
-        sources = self.members[target].sources
-        source = {"gpu": sources.gpu, "host": sources.host, "servers": sources.servers}[name]
-        if source is None:
-            return None
-        loop = getattr(self, f"_{name}_loop")
-        return self.run_worker(loop(target, source), name=name, group=self.poll_group(target), exit_on_error=False)
-
-    async def _gpu_loop(self, target: str, source: Any) -> None:
-        from tui.hostops.hosts import HostError
-
-        attempt = 0
-        while True:
-            stream = source.stream()
-            try:
-                async for status in stream:
-                    attempt = 0
-                    self.post_message(GpuSamples(target, status))
-            except HostError as e:  # the protocol says it doesn't raise; be safe anyway
-                self.post_message(GpuSamples(target, GpuStatus("host-unreachable", message=str(e), time=time.time())))
-            finally:
-                aclose = getattr(stream, "aclose", None)
-                if aclose is not None:
-                    await aclose()  # ends the nvidia-smi process now, even when cancelled
-            attempt += 1
-            await asyncio.sleep(min(self.backoff(attempt), 30.0))
-
-    async def _host_loop(self, target: str, source: Any) -> None:
-        from tui.hostops.hosts import HostError
-
-        attempt = 0
-        while True:
-            t0 = time.monotonic()
-            try:
-                stats = await asyncio.wait_for(source.sample(), self.sample_timeout)
-            except (HostError, asyncio.TimeoutError, TimeoutError) as e:
-                if isinstance(e, HostError):
-                    kind, msg, retry = e.kind, e.message, e.retryable
-                else:
-                    kind, msg, retry = "timeout", f"no answer in {self.sample_timeout:g} s", True
-                attempt += 1
-                if not retry:
-                    self._set_link(LinkState(target, "failed", attempt, None, msg, kind))
-                    return
-                delay = self.backoff(attempt)
-                self._set_link(LinkState(target, "unreachable", attempt, time.monotonic() + delay, msg, kind))
-                await asyncio.sleep(delay)
-                continue
-            attempt = 0
-            if not self.latest[target].link.ok:
-                self._set_link(LinkState(target, "connected"))
-            self.post_message(HostSamples(target, stats))
-            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
-
-    async def _servers_loop(self, target: str, source: Any) -> None:
-        from tui.hostops.hosts import HostError
-
-        while True:
-            t0 = time.monotonic()
-            try:
-                servers = await asyncio.wait_for(source.sample(), self.sample_timeout)
-            except (HostError, asyncio.TimeoutError, TimeoutError):
-                pass  # the host loop shows the link state; keep the last figures
-            else:
-                self.post_message(ServerSamples(target, tuple(servers)))
-            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
+        await self.pollers[target].stop(timeout)
 
     async def _deployments_loop(self) -> None:
         """The deployments touching the fleet's hosts, every ``deployments_interval`` seconds:
@@ -275,23 +182,13 @@ class FleetApp(App[int]):
                     hosts[node] = m.host
         return recs, hosts
 
-    def _set_link(self, link: LinkState) -> None:
-        self.post_message(HostStateChanged(link.target, link))
-
     @on(Worker.StateChanged)
     def _worker_state(self, event: Worker.StateChanged) -> None:
-        worker = event.worker
-        group = worker.group or ""
-        target = group[len("poll-") :]
-        if not group.startswith("poll-") or target not in self.members or event.state != WorkerState.ERROR:
+        if event.state != WorkerState.ERROR:
             return
-        err = worker.error
-        log.error("%s: the %s collector crashed; restarting it", target, worker.name, exc_info=err)
-        self._set_link(
-            LinkState(target, "error", last_error=f"{worker.name} collector crashed: {type(err).__name__}: {err}")
-        )
-        name = worker.name
-        self.set_timer(self.restart_delay, lambda: self._start_worker(target, name))
+        for poller in self.pollers.values():
+            if event.worker.group == poller.group:
+                poller.crashed(event.worker)
 
     # ------------------------------------------------------------------ messages
     @on(GpuSamples)
@@ -371,4 +268,4 @@ def make_fleet_app(members: Sequence["FleetMember"], **kwargs: Any) -> FleetApp:
     return FleetApp(members, **kwargs)
 
 
-__all__ = ["FleetApp", "HostLatest", "make_fleet_app"]
+__all__ = ["FleetApp", "make_fleet_app"]

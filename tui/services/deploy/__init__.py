@@ -25,7 +25,7 @@ from tui.hostops.runstore import RunStore
 from tui.profiles.deploy import Step
 from tui.services.deploy.launch import launch, wait_ray_gpus
 from tui.services.deploy.logs import line_time, log_time, merge_logs, merged_log, read_log
-from tui.services.deploy.preflight import Finding, preflight
+from tui.services.deploy.preflight import Finding, checker_python, preflight
 from tui.services.deploy.records import (
     LAUNCHING,
     PARTIAL,
@@ -64,6 +64,7 @@ __all__ = [
     "RunStore",
     "Step",
     "Verdict",
+    "checker_python",
     "close_hosts",
     "default_host_factory",
     "dress_sim",

@@ -6,8 +6,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Mapping
 
+from tui.hostops.gpuquery import compute_apps
+from tui.hostops.hostruns import list_host_runs
 from tui.hostops.hosts import Host, HostError
-from tui.hostops.launcher import compute_apps, list_host_runs
 from tui.profiles.deploy import RAY_WAIT, DeploymentPlan, Step
 from tui.services import runtime
 from tui.services.deploy.records import dress_sim
@@ -82,6 +83,21 @@ async def _engine_version(host: Host, plan: DeploymentPlan, step: Step) -> str |
         [py, "-c", "import importlib.metadata as m,sys; print(m.version(sys.argv[1]))", plan.engine], timeout=60
     )
     return r.stdout.strip() if r.ok else None
+
+
+def checker_python(plan: DeploymentPlan) -> str:
+    """What runs pre-flight's reachability checks on the nodes: the engine's own Python (the
+    serving command's, when a Python runs it), the profile's on the simulator, else ``python3``."""
+    if plan.sim:
+        return plan.python
+    return next(
+        (
+            s.command.executable[0]
+            for s in plan.steps
+            if s.command is not None and s.kind == "server" and "python" in s.command.executable[0]
+        ),
+        "python3",
+    )
 
 
 async def preflight(

@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Container, Mapping, Sequence
 
-from tui.hostops.hosts import Host, HostError, parse_target
+from tui.hostops.hosts import Host, HostError
 from tui.hostops.runstore import STARTING, WORKER_UP, RunRecord, RunStore, check_run_id
+from tui.hostops.target import parse_target
 from tui.logparse import PHASES, ParseState
 from tui.profiles.deploy import node_host
 from tui.profiles.model import ServerProfile

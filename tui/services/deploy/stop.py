@@ -6,8 +6,9 @@ import time
 from dataclasses import dataclass
 from typing import Mapping
 
+from tui.hostops.gpuquery import compute_apps
 from tui.hostops.hosts import Host, HostError
-from tui.hostops.launcher import compute_apps, stop_run
+from tui.hostops.runstop import stop_run
 from tui.hostops.runstore import STOPPED, RunStore
 from tui.profiles.deploy import RAY_HEAD, RAY_WORKER
 from tui.services.deploy.records import PARTIAL, DeploymentRecord, DeploymentStore, dress_sim

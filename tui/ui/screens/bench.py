@@ -214,7 +214,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     # ------------------------------------------------------------ the run
     @work(group="bench", exit_on_error=False)
     async def run_bench(self) -> None:
-        from tui.commands.bench import exit_code, start_run
+        from tui.commands._benchjob import exit_code
+        from tui.commands.bench import start_run
         from tui.hostops.hosts import HostError
         from tui.services import jobs, runtime
         from tui.services.benchrun import BenchRun
@@ -365,17 +366,12 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         self._show_status()
 
     def on_bench_screen_link_changed(self, event: "BenchScreen.LinkChanged") -> None:
-        if self.rc is not None:
-            return  # the run has ended: its outcome says the rest
-        if event.error is None:
-            if self.link.ok() is None:
-                return
-        elif not self.link.lost(event.error):
-            return  # still lost: the line is up already
-        self._show_status()
+        # once the run has ended its outcome says the rest; while lost, the line is up already
+        if self.rc is None and self.link.tell(event.error):
+            self._show_status()
 
     def on_bench_screen_finished(self, event: "BenchScreen.Finished") -> None:
-        from tui.commands.bench import outcome_words
+        from tui.commands._benchjob import outcome_words
 
         self.rc = event.rc
         self.link.ok()  # the follow is over: what happened is in the state line

@@ -18,9 +18,7 @@ timeline (:class:`~tui.ui.screens.timeline.TimelineScreen`).
 from __future__ import annotations
 
 import logging
-import re
 import shlex
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from rich.text import Text
@@ -33,9 +31,9 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Checkbox, DataTable, Footer, Header, Input, Label, Select, Static
 
-from tui.bench.metrics import parse_slo_ms
 from tui.bench.workloads import FILE_SOURCES, SOURCES, default_ignore_eos
 from tui.model import ServerStats
+from tui.ui.screens.bench_form import SIZED_BY_FORM, SLO_FIELDS, BenchForm, BenchFormError, bench_args
 from widgets.field_input import FieldInput
 from widgets.filter_table import FilterTable, TableFilter
 
@@ -43,162 +41,6 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from tui.ui.app import TunedeckApp
-
-
-class BenchFormError(ValueError):
-    """A form field that cannot become a ``tunedeck bench`` argument (``field`` names it)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-
-
-@dataclass(frozen=True)
-class BenchForm:
-    """The form's values, as typed."""
-
-    url: str = ""
-    #: the workload source (``--dataset-name``), its file, and more of its options as typed flags
-    dataset: str = "random"
-    dataset_path: str = ""
-    options: str = ""
-    endpoint: str = "completions"
-    concurrency: str = "1,16"
-    num_prompts: str = ""
-    input_len: str = "128"
-    output_len: str = "128"
-    warmup: str = "1"
-    ignore_eos: bool = True
-    #: goodput targets in ms, as typed ("" = no target on that metric)
-    slo_ttft: str = ""
-    slo_tpot: str = ""
-    slo_itl: str = ""
-    slo_e2el: str = ""
-
-
-#: (goodput key, form field, the field's name in messages) of the SLO fields, in form order
-SLO_FIELDS = (
-    ("ttft", "slo_ttft", "TTFT SLO"),
-    ("tpot", "slo_tpot", "TPOT SLO"),
-    ("itl", "slo_itl", "ITL SLO"),
-    ("e2el", "slo_e2el", "E2EL SLO"),
-)
-
-
-def goodput_items(form: BenchForm) -> list[str]:
-    """The ``--goodput`` items (``ttft:200``) of the form's SLO fields, checked by the parser the
-    ``--goodput`` option uses; a bad value raises :class:`BenchFormError` naming its field."""
-    items = []
-    for key, attr, name in SLO_FIELDS:
-        text = str(getattr(form, attr)).strip()
-        if not text:
-            continue
-        try:
-            ms = parse_slo_ms(text)
-        except ValueError as e:
-            raise BenchFormError(name, str(e)) from None
-        items.append(f"{key}:{int(ms) if ms.is_integer() else ms!r}")
-    return items
-
-
-#: sources that take --input-len/--output-len (the others set their own lengths)
-SIZED_BY_FORM = frozenset({"random", "text", "conversation"})
-
-
-def workload_option_flags() -> frozenset[str]:
-    """The flags the form's options field takes: every source option of ``tunedeck bench``."""
-    from tui.commands.bench import WORKLOAD_OPTIONS
-
-    return frozenset([flag for flag, *_rest in WORKLOAD_OPTIONS] + ["--context-limit"])
-
-
-def option_args(text: str) -> list[str]:
-    """The options field as arguments: ``--flag VALUE`` pairs of workload options only (the form
-    must not reach the server choice, the output files or anything else); BenchFormError otherwise."""
-    try:
-        words = shlex.split(text)
-    except ValueError as e:
-        raise BenchFormError("options", str(e)) from None
-    allowed = workload_option_flags()
-    out: list[str] = []
-    i = 0
-    while i < len(words):
-        flag, _eq, value = words[i].partition("=")
-        if flag not in allowed:
-            raise BenchFormError("options", f"{flag!r} is not a workload option (e.g. --gsp-num-groups 8)")
-        if not _eq:
-            if i + 1 >= len(words):
-                raise BenchFormError("options", f"{flag} needs a value")
-            value = words[i + 1]
-            i += 1
-        out += [flag, value]
-        i += 1
-    return out
-
-
-def _int(field: str, text: str, minimum: int) -> int:
-    try:
-        v = int(text.strip())
-    except ValueError:
-        raise BenchFormError(field, f"expected a whole number, got {text.strip()!r}") from None
-    if v < minimum:
-        raise BenchFormError(field, f"must be >= {minimum}")
-    return v
-
-
-def bench_args(form: BenchForm, server: ServerStats | None, *, target: str | None, demo: bool) -> list[str]:
-    """The ``tunedeck bench`` arguments for the form and the selected server.
-
-    A URL in the form wins; else the server's port on the app's host: ``--demo`` for the
-    simulator, ``--host TARGET`` for a remote host (the bench forwards the port itself), no
-    host option for the local machine. Raises :class:`BenchFormError` naming the field.
-    """
-    args: list[str] = []
-    url = form.url.strip()
-    if url:
-        if not re.match(r"^https?://[^\s/]+", url) or any(c.isspace() or ord(c) < 32 for c in url):
-            raise BenchFormError("url", f"expected http://HOST:PORT, got {url!r}")
-        args += ["--url", url]
-    else:
-        if server is None:
-            raise BenchFormError("server", "select a server (or type a URL)")
-        if server.port is None:
-            raise BenchFormError("server", f"{server.name} has no known port")
-        if demo:
-            args.append("--demo")
-        elif target and target != "local":
-            args += ["--host", target]
-        args += ["--port", str(server.port)]
-        if server.name and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", server.name) and server.run_id != server.name:
-            args += ["--profile", server.name]
-    if form.dataset not in SOURCES:
-        raise BenchFormError("workload", f"{form.dataset!r}: expected one of {', '.join(SOURCES)}")
-    if form.dataset != "random":
-        args += ["--dataset-name", form.dataset]
-    if form.dataset in FILE_SOURCES:
-        path = form.dataset_path.strip()
-        if not path:
-            raise BenchFormError("dataset file", f"{form.dataset} reads a file: give its path")
-        args += ["--dataset-path", path]
-    args += option_args(form.options)
-    if form.endpoint not in ("completions", "chat"):
-        raise BenchFormError("endpoint", f"{form.endpoint!r}: expected completions or chat")
-    args += ["--endpoint", form.endpoint]
-    conc = [c.strip() for c in form.concurrency.split(",") if c.strip()]
-    if not conc:
-        raise BenchFormError("concurrency", "give at least one value, e.g. 1,16")
-    args += ["--concurrency", ",".join(str(_int("concurrency", c, 1)) for c in conc)]
-    if form.num_prompts.strip():
-        args += ["--num-prompts", str(_int("num prompts", form.num_prompts, 1))]
-    if form.dataset in SIZED_BY_FORM:
-        args += ["--input-len", str(_int("input len", form.input_len, 1))]
-        args += ["--output-len", str(_int("output len", form.output_len, 1))]
-    args += ["--warmup", str(_int("warmup", form.warmup, 0))]
-    args.append("--ignore-eos" if form.ignore_eos else "--no-ignore-eos")
-    slo = goodput_items(form)
-    if slo:
-        args += ["--goodput", *slo]
-    return args
 
 
 class BenchSetupScreen(Screen[None]):
@@ -451,8 +293,6 @@ class BenchSetupScreen(Screen[None]):
         return bench_args(self.form(), self.selected_server, target=getattr(self.tapp, "target", None), demo=self.demo)
 
     def _show_command(self) -> None:
-        import shlex
-
         try:
             args = self.current_args()
         except BenchFormError as e:
@@ -532,8 +372,7 @@ class BenchSetupScreen(Screen[None]):
         """Enter in a field moves on to the next one: a load test starts only on ctrl+r."""
         ev.stop()
         if ev.input.id == "bs-results-filter":
-            self.query_one("#bs-results-filter", TableFilter).close(clear=False)
-            self.query_one("#bs-results", FilterTable).focus()
+            self.query_one("#bs-results-filter", TableFilter).done(self.query_one("#bs-results", FilterTable))
             return
         self.focus_next()
 
@@ -638,20 +477,7 @@ class BenchSetupScreen(Screen[None]):
         self.query_one("#bs-results-filter", TableFilter).open()
 
     def on_key(self, event: events.Key) -> None:
-        box = self.query_one("#bs-results-filter", TableFilter)
-        table = self.query_one("#bs-results", FilterTable)
-        if event.key == "slash" and not box.is_open and self.focused is table:
-            event.stop()
-            event.prevent_default()
-            box.open()  # now: the keys typed after / are already queued for the table
-            return
-        if box.route(event):
-            return
-        if event.key == "escape" and box.is_open:
-            event.stop()
-            box.close(clear=True)
-            table.set_filter("")
-            table.focus()
+        self.query_one("#bs-results-filter", TableFilter).screen_key(event, self.query_one("#bs-results", FilterTable))
 
     @on(Input.Changed, "#bs-results-filter")
     def _results_filter(self, event: Input.Changed) -> None:
@@ -696,4 +522,4 @@ class BenchSetupScreen(Screen[None]):
         out.update(Text(f"{head}\n{text}"))
 
 
-__all__ = ["SLO_FIELDS", "BenchForm", "BenchFormError", "BenchSetupScreen", "bench_args", "goodput_items"]
+__all__ = ["BenchSetupScreen"]

@@ -26,15 +26,14 @@ Standalone use (tests, other apps)::
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from rich.text import Text
-from textual import events, on, work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import Footer, Label, Log, OptionList, ProgressBar, Select, Static
 from textual.widgets.option_list import Option
 
@@ -44,41 +43,16 @@ from tui.ab.plans import PlanError, list_plans, load_plan
 from tui.ab.runner import ABEvent, ABReport
 from tui.ab.series import run_series
 from tui.ab.sides import side_from_dict
-from tui.hostops.liveness import LinkWatch
 from tui.timeline_model import TimelineFigure, TimelineSnapshot, overlay
-from tui.ui.screens.modals import ConfirmModal
+from tui.ui.screens.campaign import CampaignScreen
 from widgets.compare_chart import CompareChart
 from widgets.compare_table import CompareTable, ConfigDiff
 from widgets.timeline_charts import TimelinePanel
 
+if TYPE_CHECKING:
+    from tui.services.jobrun import JobRun
+
 log = logging.getLogger(__name__)
-
-
-class ABProgress(Message):
-    """One runner event, for the status line, the progress bar and the log."""
-
-    def __init__(self, event: ABEvent) -> None:
-        super().__init__()
-        self.event = event
-        """The runner's event."""
-
-
-class ABFinished(Message):
-    """The A/B ended (completed, failed or cancelled)."""
-
-    def __init__(self, report: ABReport) -> None:
-        super().__init__()
-        self.report = report
-        """What the run produced."""
-
-
-class ABLink(Message):
-    """The link to the A/B's host was lost (``error``) or answers again (``error`` None)."""
-
-    def __init__(self, error: str | None) -> None:
-        super().__init__()
-        self.error = error
-        """The failure, or None: the host answers again."""
 
 
 class ABTimeline(Message):
@@ -94,14 +68,11 @@ class ABTimeline(Message):
         """What the panel says above it."""
 
 
-class CompareScreen(Screen[None]):
+class CompareScreen(CampaignScreen):
     """A/B: mark A and B, one key to run, and the comparison view."""
 
     DEFAULT_CSS = """
     CompareScreen #ab-side { width: 28; border-right: solid $panel; padding: 0 1; }
-    /* below NARROW columns a comparison takes the whole width: the profiles come back with p */
-    CompareScreen.-narrow.-result #ab-side { display: none; }
-    CompareScreen.-narrow.-result.-side #ab-side { display: block; }
     CompareScreen #ab-profiles { height: 1fr; min-height: 5; }
     CompareScreen #ab-marks { height: auto; margin: 1 0; }
     CompareScreen #ab-main { padding: 0 1; }
@@ -113,13 +84,20 @@ class CompareScreen(Screen[None]):
     CompareScreen #ab-timeline.-empty { height: 3; }
     CompareScreen #ab-timeline.-empty TimelineCharts { min-height: 1; }
     """
+    NOUN = "A/B"
+    REOPEN_KEY = "c"
+    CANCEL_QUESTION = (
+        "Cancel the running A/B? It stops the benchmark in flight and the server the A/B started; "
+        "finished results are kept."
+    )
+    STATUS_ID = "ab-status"
     BINDINGS = [
         Binding("1", "mark('A')", "Mark A", tooltip="Mark the highlighted profile as A (baseline)", id="ab-mark-a"),
         Binding("2", "mark('B')", "Mark B", tooltip="Mark the highlighted profile as B (candidate)", id="ab-mark-b"),
         Binding("g", "start_ab", "Run A/B", tooltip="Launch, benchmark and compare A and B", id="ab-start"),
         Binding(
             "x",
-            "cancel_ab",
+            "cancel_campaign",
             "Cancel A/B",
             tooltip="Stop the A/B (asks first); finished results are kept",
             id="ab-cancel",
@@ -176,18 +154,15 @@ class CompareScreen(Screen[None]):
         name: str | None = None,
         id: str | None = None,
     ) -> None:
-        super().__init__(name=name, id=id)
-        self.start_campaign = start_campaign
-        """Starts an A/B (default: :meth:`ABRun.start` on the app's host)."""
-        self._profiles = profiles
+        super().__init__(
+            start_campaign=start_campaign, profiles=profiles, status="Mark A and B, then press g.", name=name, id=id
+        )
         self.plan_name = plan
         """The plan the next A/B runs."""
         self.repeats = repeats
         self.interleave = interleave
         self.marked: dict[str, str | None] = {"A": a, "B": b}
         """Profile names marked A and B."""
-        self.campaign: Any = None
-        """The A/B being followed (None when idle)."""
         self.report: ABReport | None = None
         """The last finished A/B of this screen."""
         self._initial = comparison
@@ -196,14 +171,11 @@ class CompareScreen(Screen[None]):
         """The A and B (:class:`tui.ab.sides.Side`) whose timelines are overlaid."""
         self.timeline_level: int | None = None
         """The concurrency whose timelines are shown (None: the peak)."""
-        self.link = LinkWatch()
-        """The link to the followed A/B's host: while lost, the status line says so."""
-        self._status_text = Text("Mark A and B, then press g.")
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
         with Horizontal():
-            with Vertical(id="ab-side"):
+            with Vertical(id="ab-side", classes="campaign-side"):
                 yield Label("Profiles  [dim]1[/]=A  [dim]2[/]=B  [dim]g[/]=run")
                 yield OptionList(id="ab-profiles")
                 yield Static(id="ab-marks")
@@ -234,22 +206,13 @@ class CompareScreen(Screen[None]):
         except OSError:
             return []
 
-    #: below this many columns a comparison hides the profiles (p shows them)
-    NARROW = 110
-
-    def on_resize(self, event: events.Resize) -> None:
-        narrow = event.size.width < self.NARROW
-        if narrow != self.has_class("-narrow"):
-            self.set_class(narrow, "-narrow")
-            table = self.query_one(CompareTable)
-            if table.comparison is not None:
-                table.show(table.comparison, compact=narrow)
-
-    def action_toggle_side(self) -> None:
-        self.toggle_class("-side")
+    def _narrow_changed(self, narrow: bool) -> None:
+        table = self.query_one(CompareTable)
+        if table.comparison is not None:
+            table.show(table.comparison, compact=narrow)
 
     def on_mount(self) -> None:
-        self.set_class(self.app.size.width < self.NARROW, "-narrow")
+        self._set_narrow(self.app.size.width < self.NARROW)
         names = self._profiles if self._profiles is not None else self._load_profiles()
         ol = self.query_one("#ab-profiles", OptionList)
         for n in names:
@@ -269,28 +232,7 @@ class CompareScreen(Screen[None]):
         if self.start_campaign is None:
             self._reattach()
 
-    def _load_profiles(self) -> list[str]:
-        try:
-            from tui.profiles.store import ProfileStore
-
-            return list(ProfileStore().names())
-        except Exception as e:  # noqa: BLE001 - show why instead of crashing
-            self.call_after_refresh(self._status, f"profiles unavailable: {e}")
-            return []
-
     # ------------------------------------------------------------------ actions
-    def _status(self, text: str | Text) -> None:
-        # runner lines and errors quote profile names, paths and messages: never markup
-        self._status_text = Text(text) if isinstance(text, str) else text
-        self._show_status()
-
-    def _show_status(self) -> None:
-        shown = self._status_text
-        if self.link.is_lost:
-            shown = shown.copy()
-            shown.append("\nlink lost — reconnecting (the A/B goes on on the host)", style="bold yellow")
-        self.query_one("#ab-status", Static).update(shown)
-
     def _show_marks(self) -> None:
         t = Text()
         t.append("A: ", style="bold")
@@ -301,8 +243,7 @@ class CompareScreen(Screen[None]):
         self.query_one("#ab-marks", Static).update(t)
 
     def action_mark(self, side: str) -> None:
-        if self.has_class("-narrow", "-result") and not self.has_class("-side"):
-            self.add_class("-side")  # the profiles were hidden: show them first, mark on the next key
+        if self._side_hidden():  # the profiles were hidden: shown now, the next key marks
             return
         ol = self.query_one("#ab-profiles", OptionList)
         if ol.highlighted is None:
@@ -325,14 +266,11 @@ class CompareScreen(Screen[None]):
             self.plan_name = ev.value
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        running = self.campaign is not None
-        if action == "cancel_ab":
-            return True if running else None
         if action in ("start_ab", "mark", "repeats", "toggle_interleave"):
-            return None if running else True
+            return None if self.campaign is not None else True
         if action == "timeline_level":
             return True if self.timeline_sides is not None else None
-        return True
+        return super().check_action(action, parameters)
 
     def action_start_ab(self) -> None:
         if self.campaign is not None:
@@ -361,9 +299,7 @@ class CompareScreen(Screen[None]):
     ) -> Any:
         from tui.services.abrun import ABRun
 
-        host = getattr(self.app, "host", None)
-        if host is None:
-            raise RuntimeError("the dashboard has no host to run on")
+        host = self._app_host()
         target = getattr(self.app, "target", "") or host.target
         return await ABRun.start(
             host,
@@ -381,105 +317,28 @@ class CompareScreen(Screen[None]):
     @work(group="ab", exit_on_error=False)
     async def _start_worker(self, a: str, b: str, plan: Any) -> None:
         start = self.start_campaign or self._default_start
-        try:
-            campaign = await start(a, b, plan, self.repeats, self.interleave, self._confirm)
-        except Exception as e:  # one line on the screen; the log has the rest
-            log.warning("A/B not started: %s", e, exc_info=not isinstance(e, (ValueError, OSError)))
-            self.campaign = None
-            self.refresh_bindings()
-            self._status(Text(f"cannot start the A/B: {e}", style="bold"))
-            return
-        self.campaign = campaign
-        await self._follow(campaign)
+        campaign = await self._started(start(a, b, plan, self.repeats, self.interleave, self._confirm))
+        if campaign is not None:
+            self.campaign = campaign
+            await self._follow(campaign)
 
-    @work(group="ab", exit_on_error=False)
-    async def _reattach(self) -> None:
-        """Follow a campaign still running on the app's host (started earlier, maybe elsewhere)."""
-        from tui.hostops.hosts import HostError
-        from tui.services import jobs
+    # ------------------------------------------------------------------ follow
+    def _run_class(self) -> type[JobRun]:
         from tui.services.abrun import ABRun
 
-        host = getattr(self.app, "host", None)
-        if host is None or self.campaign is not None:
-            return
-        try:
-            running = [j for j in await jobs.list_jobs(host, "ab") if j.alive]
-        except HostError as e:
-            log.info("no A/B reattach: %s", e)
-            return
-        if not running or self.campaign is not None:
-            return
-        self.campaign = ABRun(host, running[-1])
-        self.refresh_bindings()
-        self._status(Text(f"following A/B job {running[-1].job_id}, still running on the host"))
-        await self._follow(self.campaign)
+        return ABRun
 
-    async def _follow(self, campaign: Any) -> None:
-        campaign.on_link_error = lambda e, attempt: self.post_message(ABLink(str(e)))
-        campaign.on_link_ok = lambda: self.post_message(ABLink(None))
-        try:
-            async for ev in campaign.events():
-                self.post_message(ABProgress(ev))
-        except Exception as e:  # the link died for good, or the job folder went away
-            log.warning("A/B follow ended: %s", e, exc_info=True)
-            self.link.ok()
-            self.campaign = None
-            self.refresh_bindings()
-            self._status(Text(f"lost the A/B: {e}; it goes on on the host (c reopens this screen)"))
-            return
-        rep = campaign.report
-        if rep is None:
-            from tui.commands.ab import EXIT_LOST
-            from tui.commands.bench import outcome_words
+    async def _reattached(self, run: JobRun) -> None:
+        self._status(Text(f"following A/B job {run.id}, still running on the host"))
 
-            ex = getattr(campaign, "exit", None) or {}
-            self.link.ok()
-            self.campaign = None
-            self.refresh_bindings()
-            if getattr(campaign, "lost", False):
-                self._status(Text(f"A/B {campaign.id}: {outcome_words(EXIT_LOST)}", style="bold"))
-            else:
-                self._status(Text(f"A/B ended without a report: {ex.get('error') or 'unknown'}", style="bold"))
-            return
-        self.post_message(ABFinished(rep))
+    def _no_report(self, campaign: Any) -> str:
+        from tui.commands.ab import EXIT_LOST
+        from tui.commands.bench import outcome_words
 
-    async def _confirm(self, question: str) -> bool:
-        modal = ConfirmModal(question, title="Stop a running server?", action="Stop it", cancel="Keep it", danger=True)
-        answer: bool | None = await self.app.push_screen_wait(modal)  # App[object] is invariant
-        return bool(answer)
-
-    def action_cancel_ab(self) -> None:
-        """Ask first (Cancel has the focus); only a yes cancels the running A/B."""
-        campaign = self.campaign
-        if campaign is None or campaign is True:
-            return
-
-        def done(ok: bool | None) -> None:
-            if ok and self.campaign is campaign:
-                self._status("cancelling: stopping the server the A/B started…")
-                self._cancel_worker(campaign)
-
-        self.app.push_screen(
-            ConfirmModal(
-                "Cancel the running A/B? It stops the benchmark in flight and the server the A/B "
-                "started; finished results are kept.",
-                title="Cancel the A/B",
-                action="Cancel the A/B",
-                cancel="Keep running",
-                danger=True,
-            ),
-            done,
-        )
-
-    @work(group="ab-cancel", exit_on_error=False)
-    async def _cancel_worker(self, campaign: Any) -> None:
-        try:
-            msg = await campaign.cancel()
-        except Exception as e:  # noqa: BLE001 - shown, the campaign is still followed
-            log.warning("A/B cancel failed: %s", e)
-            self.notify(f"cancel failed: {e}", severity="error", markup=False)
-            return
-        self.notify(str(msg), markup=False)
+        if getattr(campaign, "lost", False):
+            return f"A/B {campaign.id}: {outcome_words(EXIT_LOST)}"
+        ex = getattr(campaign, "exit", None) or {}
+        return f"A/B ended without a report: {ex.get('error') or 'unknown'}"
 
     def action_load_last(self, quiet: bool = False) -> None:
         try:
@@ -504,9 +363,7 @@ class CompareScreen(Screen[None]):
         self.show_timelines(a, b)
 
     # ------------------------------------------------------------------ progress
-    @on(ABProgress)
-    def _progress(self, msg: ABProgress) -> None:
-        ev = msg.event
+    def _show_event(self, ev: ABEvent) -> None:
         self.query_one("#ab-log", Log).write_line(f"[{ev.step}/{ev.steps}] {ev.line()}")
         bar = self.query_one("#ab-progress", ProgressBar)
         total = max(1, ev.steps)
@@ -517,24 +374,8 @@ class CompareScreen(Screen[None]):
         if ev.kind not in ("done",):
             self._status(ev.line())
 
-    @on(ABLink)
-    def _link_changed(self, msg: ABLink) -> None:
-        if self.campaign is None:
-            return  # the follow is over: its end says the rest
-        if msg.error is None:
-            if self.link.ok() is None:
-                return
-        elif not self.link.lost(msg.error):
-            return  # still lost: the line is up already
-        self._show_status()
-
-    @on(ABFinished)
-    def _finished(self, msg: ABFinished) -> None:
-        rep = msg.report
+    def _finished(self, rep: ABReport) -> None:
         self.report = rep
-        self.link.ok()
-        self.campaign = None
-        self.refresh_bindings()
         bar = self.query_one("#ab-progress", ProgressBar)
         if rep.status == "completed":
             bar.update(progress=bar.total or 1)
@@ -591,8 +432,7 @@ class CompareScreen(Screen[None]):
     def show_comparison(self, cmp: Comparison, series: tuple[list[float], list[float]] | None = None) -> None:
         """Show a comparison (table, config diff, warnings, chart)."""
         self.query_one("#ab-headline", Static).update(cmp.headline)
-        self.add_class("-result")
-        self.remove_class("-side")
+        self._result_shown()
         self.query_one(CompareTable).show(cmp, compact=self.has_class("-narrow"))
         self.query_one(ConfigDiff).show(cmp)
         peak = next((r.concurrency for r in cmp.rows if r.key == "peak_output_tok_s"), None)
@@ -669,4 +509,4 @@ class CompareScreen(Screen[None]):
         panel.redraw()
 
 
-__all__ = ["ABFinished", "ABLink", "ABProgress", "ABTimeline", "CompareScreen"]
+__all__ = ["ABTimeline", "CompareScreen"]

@@ -13,7 +13,7 @@ from tui.util.paths import state_dir
 
 
 class ScreenFailed(Screen[None]):
-    """Stands in for a mode screen whose module failed to import (see ``tui.ui.app._resolve``)."""
+    """Stands in for a mode screen whose module failed to import (see ``tui.ui.modes.screen_factory``)."""
 
     DEFAULT_CSS = """
     ScreenFailed > Vertical { padding: 1 2; }

@@ -295,7 +295,7 @@ class LaunchScreen(Screen[None]):
     # ------------------------------------------------------------------ host facts
     @work(group="launch-probe", exclusive=True, exit_on_error=False)
     async def read_host_backends(self, profile: ServerProfile) -> None:
-        from tui.profiles.preflight import probe_host
+        from tui.profiles.hostfacts import probe_host
 
         try:
             facts = await probe_host(self.host, profile, demo=self.demo)

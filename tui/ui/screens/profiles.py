@@ -380,20 +380,7 @@ class ProfilesScreen(Screen[None]):
         self.query_one(TableFilter).open()
 
     def on_key(self, event: events.Key) -> None:
-        box = self.query_one(TableFilter)
-        if event.key == "slash" and not box.is_open and self.focused is self.table:
-            # open now, not when the binding runs: the keys after it are already queued
-            event.stop()
-            event.prevent_default()
-            box.open()
-            return
-        if box.route(event):  # typed right after / (queued for the table): into the box
-            return
-        if event.key == "escape" and box.is_open:
-            event.stop()
-            box.close(clear=True)
-            self.table.set_filter("")
-            self.table.focus()
+        self.query_one(TableFilter).screen_key(event, self.table)
 
     @on(Input.Changed, "#profiles-filter")
     def _filter_changed(self, event: Input.Changed) -> None:
@@ -404,9 +391,7 @@ class ProfilesScreen(Screen[None]):
     @on(Input.Submitted, "#profiles-filter")
     def _filter_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        box = self.query_one(TableFilter)
-        box.close(clear=False)
-        self.table.focus()
+        self.query_one(TableFilter).done(self.table)
 
     @on(DataTable.RowSelected, "#profiles")
     def _selected(self, ev: DataTable.RowSelected) -> None:

@@ -23,9 +23,10 @@ from textual.widgets import Footer, Static
 
 from tui.fmt import eta
 from tui.hostops.hosts import Host, HostError
-from tui.hostops.launcher import LaunchRefused, StopResult, demo_argv, launch, stop_run
+from tui.hostops.launcher import LaunchRefused, demo_argv, launch
 from tui.hostops.liveness import LinkWatch
 from tui.hostops.logfollow import LineSplitter, follow_forever, read_log
+from tui.hostops.runstop import StopResult, stop_run
 from tui.hostops.runstore import RunRecord, RunStore
 from tui.hostops.tracker import StartupTracker
 from tui.model import StartupProgress

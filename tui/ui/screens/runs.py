@@ -240,19 +240,7 @@ class RunsScreen(Screen[None]):
         self.query_one(TableFilter).open()
 
     def on_key(self, event: events.Key) -> None:
-        box = self.query_one(TableFilter)
-        if event.key == "slash" and not box.is_open and self.focused is self.table:
-            event.stop()
-            event.prevent_default()
-            box.open()  # now: the keys typed after / are already queued for the table
-            return
-        if box.route(event):
-            return
-        if event.key == "escape" and box.is_open:
-            event.stop()
-            box.close(clear=True)
-            self.table.set_filter("")
-            self.table.focus()
+        self.query_one(TableFilter).screen_key(event, self.table)
 
     @on(Input.Changed, "#runs-filter")
     def _filter(self, event: Input.Changed) -> None:
@@ -262,8 +250,7 @@ class RunsScreen(Screen[None]):
     @on(Input.Submitted, "#runs-filter")
     def _filter_done(self, event: Input.Submitted) -> None:
         event.stop()
-        self.query_one(TableFilter).close(clear=False)
-        self.table.focus()
+        self.query_one(TableFilter).done(self.table)
 
     @on(DataTable.RowHighlighted, "#runs")
     def _advise(self, event: DataTable.RowHighlighted) -> None:

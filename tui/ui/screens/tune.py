@@ -8,12 +8,19 @@ the form changes. ``ctrl+r`` pre-flights every candidate on the host and lists t
 ``ctrl+l`` shows the command and asks (Cancel is the default), then starts the campaign ON the
 host (:func:`tui.commands.tune.start_campaign`, :class:`tui.services.tunerun.TuneRun`: detached,
 a lost link or a closed dashboard never cuts it); ``ctrl+x`` cancels it after asking.
+What starts, follows and cancels a campaign is the Compare screen's too
+(:class:`tui.ui.screens.campaign.CampaignScreen`).
 
 While it runs: each candidate's state (queued, starting, measuring with the step, done, failed,
 dropped, skipped), the best so far, the ETA of the round, the Pareto frontier of tok/s per user
 against tok/s per GPU as a chart, and the event log (:mod:`tui.ab.tuneview` folds the events).
 On opening, the screen follows a campaign still running on the host. A lost link is said on
 the status line until the host answers again (:class:`tui.hostops.liveness.LinkWatch`).
+
+Below :attr:`TuneScreen.NARROW` columns, as on the Compare screen, a campaign takes the whole
+width (``p`` brings the profiles and the form back, so do ``B`` and ``m``) and the table keeps
+each candidate's number, name, state and capacity at the SLO; the highlighted one's tok/s per
+user, tok/s per GPU and step are on the line under it (:class:`widgets.tune_table.TuneTable`).
 
 ``start_campaign(args, plan, confirm, on_skip)`` (tests) returns an object with ``id``,
 ``report``, ``events()`` (an async iterator of :class:`ABEvent`) and ``cancel()``.
@@ -24,7 +31,7 @@ from __future__ import annotations
 import logging
 import shlex
 import time
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from rich.text import Text
 from textual import on, work
@@ -32,15 +39,18 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Label, Log, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from tui.ab.runner import ABEvent
 from tui.ab.tuneview import TuneProgress, TuneSnapshot
-from tui.hostops.liveness import LinkWatch
+from tui.ui.screens.campaign import CampaignScreen
 from tui.ui.screens.modals import ConfirmModal
 from widgets.frontier_chart import FrontierChart
+from widgets.tune_table import TuneTable
+
+if TYPE_CHECKING:
+    from tui.services.jobrun import JobRun
 
 log = logging.getLogger(__name__)
 
@@ -53,54 +63,6 @@ FIELDS = (
     ("tune-dataset-path", "Workload file", "(sharegpt, custom, …)"),
     ("tune-budget", "Budget", "2h, 90m"),
 )
-#: the table's columns: (key, label)
-COLUMNS = (
-    ("n", "#"),
-    ("name", "candidate"),
-    ("state", "state"),
-    ("capacity", "capacity"),
-    ("per_user", "tok/s/user"),
-    ("per_gpu", "tok/s/GPU"),
-    ("step", "step"),
-)
-STATE_STYLE = {
-    "queued": "dim",
-    "starting": "yellow",
-    "measuring": "bold yellow",
-    "done": "green",
-    "failed": "bold red",
-    "dropped": "dim",
-    "skipped": "dim red",
-}
-
-
-class TuneEvent(Message):
-    """One campaign event, for the table, the chart and the log."""
-
-    def __init__(self, event: ABEvent) -> None:
-        super().__init__()
-        self.event = event
-        """The campaign's event."""
-
-
-class TuneEnded(Message):
-    """The follow ended: ``report`` (the campaign's result) or ``error`` (why there is none)."""
-
-    def __init__(self, report: dict[str, Any] | None, error: str | None = None) -> None:
-        super().__init__()
-        self.report = report
-        """The campaign's result, or None."""
-        self.error = error
-        """Why there is no result."""
-
-
-class TuneLink(Message):
-    """The link to the campaign's host was lost (``error``) or answers again (``error`` None)."""
-
-    def __init__(self, error: str | None) -> None:
-        super().__init__()
-        self.error = error
-        """The failure, or None: the host answers again."""
 
 
 class TuneFindings(Message):
@@ -114,7 +76,7 @@ class TuneFindings(Message):
         """What they are."""
 
 
-class TuneScreen(Screen[None]):
+class TuneScreen(CampaignScreen):
     """A tuning campaign: the form and command, live candidate states, the frontier."""
 
     DEFAULT_CSS = """
@@ -129,8 +91,17 @@ class TuneScreen(Screen[None]):
     TuneScreen #tune-status { height: auto; margin-top: 1; }
     TuneScreen #tune-findings { height: auto; }
     TuneScreen #tune-table { height: auto; max-height: 14; margin-top: 1; }
+    TuneScreen #tune-detail { display: none; height: auto; }
+    TuneScreen.-narrow #tune-detail { display: block; }
     TuneScreen #tune-log { height: 6; border-top: solid $panel; }
     """
+    NOUN = "campaign"
+    REOPEN_KEY = "T"
+    CANCEL_QUESTION = (
+        "Cancel the running campaign? It stops the measurement in flight and the server the campaign started; "
+        "finished candidates are kept."
+    )
+    STATUS_ID = "tune-status"
     BINDINGS = [
         Binding("B", "base", "Base", tooltip="Make the highlighted profile the campaign's base", id="tune-base"),
         Binding(
@@ -161,6 +132,13 @@ class TuneScreen(Screen[None]):
             tooltip="Cancel the running campaign (asks first); finished candidates are kept",
             id="tune-cancel",
         ),
+        Binding(
+            "p",
+            "toggle_side",
+            "Profiles",
+            tooltip="Show or hide the profiles and the form (hidden by a campaign on a narrow terminal)",
+            id="tune-toggle-side",
+        ),
     ]
 
     def __init__(
@@ -174,28 +152,26 @@ class TuneScreen(Screen[None]):
         name: str | None = None,
         id: str | None = None,
     ) -> None:
-        super().__init__(name=name, id=id)
-        self.start_campaign = start_campaign
-        """Starts a campaign (default: :func:`tui.commands.tune.start_campaign` on the app's host)."""
-        self._profiles = profiles
+        super().__init__(
+            start_campaign=start_campaign,
+            profiles=profiles,
+            status="Pick a base (B) and a vary spec or marked profiles (m), then ctrl+l.",
+            name=name,
+            id=id,
+        )
         self.base = base
         """The base profile's name."""
         self.marked: list[str] = list(marked or [])
         """Profiles marked as candidates (besides the base)."""
-        self.campaign: Any = None
-        """The campaign being followed (True while it starts; None when idle)."""
         self.progress: TuneProgress | None = None
-        self.link = LinkWatch()
-        """The link to the followed campaign's host: while lost, the status line says so."""
         self._initial = snapshot
-        self._status_text = Text("Pick a base (B) and a vary spec or marked profiles (m), then ctrl+l.")
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
         from tui.bench.workloads import SOURCES
 
         with Horizontal():
-            with Vertical(id="tune-side"):
+            with Vertical(id="tune-side", classes="campaign-side"):
                 yield Label("Profiles  [dim]B[/]=base  [dim]m[/]=mark")
                 yield OptionList(id="tune-profiles")
                 with Vertical(id="tune-form"):
@@ -211,12 +187,14 @@ class TuneScreen(Screen[None]):
                 yield Static(id="tune-command")
                 yield Static(id="tune-status")
                 yield Static(id="tune-findings")
-                yield DataTable(id="tune-table", cursor_type="row", zebra_stripes=True)
+                yield TuneTable(id="tune-table")
+                yield Static(id="tune-detail")
                 yield FrontierChart(id="tune-chart")
                 yield Log(id="tune-log", max_lines=2000)
         yield Footer()
 
     def on_mount(self) -> None:
+        self._set_narrow(self.app.size.width < self.NARROW)
         names = self._profiles if self._profiles is not None else self._load_profiles()
         if self.base is None and names:
             self.base = names[0]
@@ -225,26 +203,13 @@ class TuneScreen(Screen[None]):
             ol.add_option(Option(self._option_text(n), id=n))
         if names:
             ol.highlighted = 0
-        table = self.query_one("#tune-table", DataTable)
-        for key, label in COLUMNS:
-            table.add_column(label, key=key)
         self._show_command()
         self._show_status()
         if self._initial is not None:
+            self._result_shown()
             self.show(self._initial)
         if self.start_campaign is None:
             self._reattach()
-
-    def _load_profiles(self) -> list[str]:
-        from tui.profiles.model import ProfileError
-        from tui.profiles.store import ProfileStore
-
-        try:
-            return list(ProfileStore().names())
-        except (ProfileError, OSError) as e:
-            log.warning("profiles unavailable: %s", e)
-            self.call_after_refresh(self._status, f"profiles unavailable: {e}")
-            return []
 
     def _option_text(self, name: str) -> Text:
         t = Text()
@@ -328,6 +293,8 @@ class TuneScreen(Screen[None]):
         self._show_command()
 
     def action_base(self) -> None:
+        if self._side_hidden():  # the profiles were hidden: shown now, the next key acts
+            return
         name = self._highlighted()
         if name is None:
             return
@@ -338,6 +305,8 @@ class TuneScreen(Screen[None]):
         self._show_command()
 
     def action_mark(self) -> None:
+        if self._side_hidden():
+            return
         name = self._highlighted()
         if name is None or name == self.base:
             return
@@ -349,23 +318,9 @@ class TuneScreen(Screen[None]):
         self._show_command()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        running = self.campaign is not None
-        if action == "cancel_campaign":
-            return True if running and self.campaign is not True else None
         if action in ("start", "preflight", "base", "mark"):
-            return None if running else True
-        return True
-
-    # ------------------------------------------------------------------ status
-    def _status(self, text: str | Text) -> None:
-        self._status_text = Text(text) if isinstance(text, str) else text
-        self._show_status()
-
-    def _show_status(self) -> None:
-        shown = self._status_text.copy()
-        if self.link.is_lost:
-            shown.append("\nlink lost — reconnecting (the campaign goes on on the host)", style="bold yellow")
-        self.query_one("#tune-status", Static).update(shown)
+            return None if self.campaign is not None else True
+        return super().check_action(action, parameters)
 
     @on(TuneFindings)
     def _findings(self, msg: TuneFindings) -> None:
@@ -399,8 +354,8 @@ class TuneScreen(Screen[None]):
 
     @work(group="tune-preflight", exclusive=True, exit_on_error=False)
     async def _preflight_worker(self, argv: list[str]) -> None:
+        from tui.commands.tune import check_campaign
         from tui.hostops.hosts import HostError
-        from tui.services.tunerun import check_candidates
 
         self.post_message(TuneFindings([], title="pre-flight: checking every candidate on the host …"))
         got = await self._plan(argv)
@@ -413,7 +368,7 @@ class TuneScreen(Screen[None]):
             self.post_message(TuneFindings(["the dashboard has no host"], title="pre-flight:"))
             return
         try:
-            checked = await check_candidates(host, plan[1], demo=args.demo, sim=args.sim)
+            checked = await check_campaign(host, args, plan)
         except HostError as e:
             self.post_message(TuneFindings([str(e)], title="pre-flight failed:"))
             return
@@ -448,9 +403,7 @@ class TuneScreen(Screen[None]):
     async def _default_start(self, args: Any, plan: tuple[Any, ...], confirm: Any, on_skip: Any) -> Any:
         from tui.commands.tune import start_campaign
 
-        host = getattr(self.app, "host", None)
-        if host is None:
-            raise RuntimeError("the dashboard has no host to run on")
+        host = self._app_host()
         return await start_campaign(host, args, plan, confirm_stop=confirm, on_skip=on_skip)
 
     @work(group="tune", exit_on_error=False)
@@ -466,18 +419,17 @@ class TuneScreen(Screen[None]):
             skipped.append(f"{name}: skipped: {why}")
 
         start = self.start_campaign or self._default_start
-        try:
-            campaign = await start(args, plan, self._confirm, on_skip)
-        except Exception as e:  # one line on the screen; the log has the rest
-            log.warning("campaign not started: %s", e, exc_info=not isinstance(e, (ValueError, OSError)))
-            self._not_started(f"cannot start the campaign: {e}")
+        campaign = await self._started(start(args, plan, self._confirm, on_skip))
+        if campaign is None:
             self.post_message(TuneFindings(skipped, title="pre-flight:"))
             return
         if skipped:
             self.post_message(TuneFindings(skipped, title="pre-flight findings (skipped):"))
+        from tui.profiles.deploy import profile_gpus
+
         cands = plan[1]
         self.progress = TuneProgress(
-            ((c.name, c.profile.tp) for c in cands),
+            ((c.name, profile_gpus(c.profile)) for c in cands),
             campaign=str(getattr(campaign, "id", "")),
             estimate_s=plan[5].total_s,
         )
@@ -485,41 +437,20 @@ class TuneScreen(Screen[None]):
             self.progress.feed(ABEvent("info", line, line.split(": skipped: ")[0]))
         self.campaign = campaign
         self.refresh_bindings()
+        self._result_shown()
         self.show(self.progress.snapshot(now=time.time()))
         self.notify(f"campaign job {campaign.id} runs on the host; ctrl+x cancels it", markup=False)
         await self._follow(campaign)
 
-    def _not_started(self, why: str) -> None:
-        self.campaign = None
-        self.refresh_bindings()
-        self._status(Text(why, style="bold"))
-
-    async def _confirm(self, question: str) -> bool:
-        modal = ConfirmModal(question, title="Stop a running server?", action="Stop it", cancel="Keep it", danger=True)
-        answer: bool | None = await self.app.push_screen_wait(modal)
-        return bool(answer)
-
     # ------------------------------------------------------------------ follow
-    @work(group="tune", exit_on_error=False)
-    async def _reattach(self) -> None:
-        """Follow a campaign still running on the app's host (started earlier, maybe elsewhere)."""
-        from tui.hostops.hosts import HostError
-        from tui.services import jobs
+    def _run_class(self) -> type[JobRun]:
         from tui.services.tunerun import TuneRun
 
-        host = getattr(self.app, "host", None)
-        if host is None or self.campaign is not None:
-            return
-        try:
-            running = [j for j in await jobs.list_jobs(host, "tune") if j.alive]
-        except HostError as e:
-            log.info("no campaign to reattach: %s", e)
-            return
-        if not running or self.campaign is not None:
-            return
-        run = TuneRun(host, running[-1])
-        self.campaign = run
-        self.refresh_bindings()
+        return TuneRun
+
+    async def _reattached(self, run: Any) -> None:
+        from tui.hostops.hosts import HostError
+
         try:
             spec = await run.spec()
         except HostError as e:
@@ -532,37 +463,19 @@ class TuneScreen(Screen[None]):
             campaign=str(spec.get("campaign") or run.id),
             estimate_s=est if isinstance(est, (int, float)) else None,
         )
+        self._result_shown()
         self.show(self.progress.snapshot(now=time.time()))
         self.notify(f"following campaign job {run.id}, still running on the host", markup=False)
-        await self._follow(run)
 
-    async def _follow(self, campaign: Any) -> None:
-        campaign.on_link_error = lambda e, attempt: self.post_message(TuneLink(str(e)))
-        campaign.on_link_ok = lambda: self.post_message(TuneLink(None))
-        try:
-            async for ev in campaign.events():
-                self.post_message(TuneEvent(ev))
-        except Exception as e:  # the link died for good, or the job folder went away
-            log.warning("campaign follow ended: %s", e, exc_info=True)
-            self.post_message(
-                TuneEnded(None, f"lost the campaign: {e}; it goes on on the host (T reopens this screen)")
+    def _no_report(self, campaign: Any) -> str:
+        if getattr(campaign, "lost", False):
+            return (
+                f"campaign {campaign.id}: its report could not be read from the host; `tunedeck tune --attach` reads it"
             )
-            return
-        rep = getattr(campaign, "report", None)
-        if rep is None:
-            ex = getattr(campaign, "exit", None) or {}
-            why = (
-                "its report could not be read from the host; `tunedeck tune --attach` reads it"
-                if getattr(campaign, "lost", False)
-                else f"ended without a report: {ex.get('error') or 'unknown'}"
-            )
-            self.post_message(TuneEnded(None, f"campaign {campaign.id}: {why}"))
-            return
-        self.post_message(TuneEnded(rep))
+        ex = getattr(campaign, "exit", None) or {}
+        return f"campaign {campaign.id}: ended without a report: {ex.get('error') or 'unknown'}"
 
-    @on(TuneEvent)
-    def _event(self, msg: TuneEvent) -> None:
-        ev = msg.event
+    def _show_event(self, ev: ABEvent) -> None:
         if ev.kind != "bench-progress":
             self.query_one("#tune-log", Log).write_line(ev.line())
         if self.progress is None:
@@ -570,62 +483,11 @@ class TuneScreen(Screen[None]):
         self.progress.feed(ev)
         self.show(self.progress.snapshot(now=time.time()))
 
-    @on(TuneLink)
-    def _link_changed(self, msg: TuneLink) -> None:
-        if self.campaign is None:
-            return
-        if msg.error is None:
-            if self.link.ok() is None:
-                return
-        elif not self.link.lost(msg.error):
-            return
-        self._show_status()
-
-    @on(TuneEnded)
-    def _ended(self, msg: TuneEnded) -> None:
-        self.link.ok()
-        self.campaign = None
-        self.refresh_bindings()
-        if msg.report is None:
-            self._status(Text(msg.error or "the campaign ended", style="bold"))
-            return
+    def _finished(self, report: Any) -> None:
         if self.progress is None:
             self.progress = TuneProgress()
-        self.progress.apply_report(msg.report)
+        self.progress.apply_report(report)
         self.show(self.progress.snapshot())
-
-    def action_cancel_campaign(self) -> None:
-        """Ask first (Cancel has the focus); only a yes cancels the running campaign."""
-        campaign = self.campaign
-        if campaign is None or campaign is True:
-            return
-
-        def done(ok: bool | None) -> None:
-            if ok and self.campaign is campaign:
-                self._status("cancelling: stopping the server the campaign started …")
-                self._cancel_worker(campaign)
-
-        self.app.push_screen(
-            ConfirmModal(
-                "Cancel the running campaign? It stops the measurement in flight and the server the "
-                "campaign started; finished candidates are kept.",
-                title="Cancel the campaign",
-                action="Cancel the campaign",
-                cancel="Keep running",
-                danger=True,
-            ),
-            done,
-        )
-
-    @work(group="tune-cancel", exit_on_error=False)
-    async def _cancel_worker(self, campaign: Any) -> None:
-        try:
-            msg = await campaign.cancel()
-        except Exception as e:  # noqa: BLE001 - shown, the campaign is still followed
-            log.warning("campaign cancel failed: %s", e)
-            self.notify(f"cancel failed: {e}", severity="error", markup=False)
-            return
-        self.notify(str(msg), markup=False)
 
     # ------------------------------------------------------------------ view
     def show(self, snap: TuneSnapshot) -> None:
@@ -641,46 +503,37 @@ class TuneScreen(Screen[None]):
         if counts:
             head.append(" · " + ", ".join(f"{n} {s}" for s, n in counts.items()), style="dim")
         best = next((c for c in snap.candidates if c.name == snap.best), None)
-        head.append("\nbest so far: " if snap.status == "running" else "\nwinner: ", style="bold")
+        partial = snap.status == "partial"  # its job ended without a report: what its folder holds
+        lead = "best so far" if snap.status == "running" else "best of the measured" if partial else "winner"
+        head.append(f"\n{lead}: ", style="bold")
         if best is not None and best.capacity is not None:
             head.append(f"{best.name} (capacity C={best.capacity:.0f})")
         else:
-            head.append("none yet" if snap.status == "running" else "no candidate met the SLO")
+            head.append(
+                "none yet" if snap.status == "running" else f"no {'measured ' if partial else ''}candidate met the SLO"
+            )
         if snap.eta_s is not None:
             head.append(f" · ETA {eta(snap.eta_s)} this round ({snap.eta_basis})")
         if snap.error:
             head.append(f"\n{snap.error}", style="bold red")
         self._status(head)
-        self._fill_table(snap)
+        self.query_one(TuneTable).show(snap, compact=self.has_class("-narrow"))
+        self._show_detail()
         index = {c.name: i + 1 for i, c in enumerate(snap.candidates)}
         self.query_one(FrontierChart).show(
             [(str(index[c.name]), c.tok_s_per_user or 0.0, c.tok_s_per_gpu or 0.0, c.pareto) for c in snap.frontier]
         )
 
-    def _fill_table(self, snap: TuneSnapshot) -> None:
-        table = self.query_one("#tune-table", DataTable)
-        with self.app.batch_update():
-            base = snap.candidates[0].name if snap.candidates else ""
-            for i, c in enumerate(snap.candidates, 1):
-                mark = "*" if c.pareto else " "
-                # the others are the base with changes: their changes say which one they are
-                short = c.name[len(base) :] if i > 1 and base and c.name.startswith(base + "+") else c.name
-                note = c.note[len(c.name) + 1 :].lstrip(": ") if c.note.startswith(c.name) else c.note
-                cells = {
-                    "n": str(i),
-                    "name": Text(mark + short, style="bold" if c.name == snap.best else ""),
-                    "state": Text(c.state, style=STATE_STYLE.get(c.state, "")),
-                    "step": Text(c.step or note),
-                    "capacity": "-" if c.capacity is None else f"{c.capacity:.0f}",
-                    "per_user": "-" if c.tok_s_per_user is None else f"{c.tok_s_per_user:.1f}",
-                    "per_gpu": "-" if c.tok_s_per_gpu is None else f"{c.tok_s_per_gpu:.1f}",
-                }
-                if c.name not in table.rows:
-                    table.add_row(*(cells[k] for k, _ in COLUMNS), key=c.name)
-                    continue
-                for key, _ in COLUMNS:
-                    if str(table.get_cell(c.name, key)) != str(cells[key]):
-                        table.update_cell(c.name, key, cells[key])
+    def _narrow_changed(self, narrow: bool) -> None:
+        table = self.query_one(TuneTable)
+        if table.snapshot is not None:
+            table.show(table.snapshot, compact=narrow)
+            self._show_detail()
+
+    @on(DataTable.RowHighlighted, "#tune-table")
+    def _show_detail(self) -> None:
+        if self.has_class("-narrow"):
+            self.query_one("#tune-detail", Static).update(self.query_one(TuneTable).detail())
 
 
-__all__ = ["TuneEnded", "TuneEvent", "TuneFindings", "TuneLink", "TuneScreen"]
+__all__ = ["FIELDS", "TuneFindings", "TuneScreen"]

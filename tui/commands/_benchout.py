@@ -1,0 +1,75 @@
+"""What ``tunedeck bench`` prints: a benchmark's events (each level's result for people, JSON
+progress lines with ``--progress``), the ``--json`` result, and a refusal in one line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from tui.util.files import atomic_write_text
+
+
+def fail(msg: str, code: int = 2) -> int:
+    """``msg`` on stderr as ``tunedeck bench``'s; returns the exit status ``code``."""
+    print(f"tunedeck bench: {msg}", file=sys.stderr)
+    return code
+
+
+def human(args: argparse.Namespace) -> TextIO:
+    """Where the lines for people go: stderr when stdout carries JSON (``--progress``, ``--json -``)."""
+    return sys.stderr if (args.progress or args.json == "-") else sys.stdout
+
+
+def printer(args: argparse.Namespace) -> tuple[Callable[[dict[str, Any]], None], set[Any]]:
+    """The printer of a benchmark's events, and the run ids of the levels it has shown."""
+    from tui.bench import metrics
+    from tui.bench.workloads import workload_of
+    from tui.services.benchrun import TUNNEL_NOTE, measured_through_tunnel
+    from tui.util.safety import visible
+
+    out = human(args)
+    shown: set[Any] = set()
+
+    def emit(msg: dict[str, Any]) -> None:
+        if msg.get("type") == "level_done":
+            shown.add(msg["summary"].get("run_id"))
+        _show(msg)
+
+    def _show(msg: dict[str, Any]) -> None:
+        if args.progress:
+            sys.stdout.write(json.dumps(msg, separators=(",", ":"), allow_nan=False, default=str) + "\n")
+            sys.stdout.flush()
+        if msg.get("type") == "level_done":
+            s = msg["summary"]
+            c, r = s.get("max_concurrency"), s.get("request_rate")
+            where = f"  ({TUNNEL_NOTE})" if measured_through_tunnel(s) else ""
+            wl = visible(workload_of(s)["name"])
+            print(f"run {s.get('run_id')}  concurrency={c} request_rate={r} workload={wl}{where}", file=out)
+            print(metrics.format_result(s, args.metric_percentiles), file=out)
+            print(metrics.format_extras(s), file=out, flush=True)
+        elif msg.get("type") == "waiting" and not args.progress:
+            print(f"waiting for {msg['url']} (up to {msg['timeout']:g} s)...", file=sys.stderr, flush=True)
+
+    return emit, shown
+
+
+def write_json(args: argparse.Namespace, summaries: list[dict[str, Any]]) -> int:
+    return write_json_data(args, summaries[0] if len(summaries) == 1 else summaries)
+
+
+def write_json_data(args: argparse.Namespace, data: Any) -> int:
+    """``--json``: ``data`` to stdout or the file it names."""
+    if args.json is None:
+        return 0
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    if args.json == "-":
+        sys.stdout.write(text)
+        return 0
+    try:
+        atomic_write_text(Path(args.json), text)
+    except OSError as e:
+        return fail(f"--json {args.json}: {e.strerror or e}", 1)
+    return 0

@@ -1,0 +1,217 @@
+"""Polling one host for the dashboard, single-host or fleet: its three chained loops (GPUs, host
+figures, servers) as workers of the app in the group ``poll-<target>`` (``exit_on_error=False``;
+the next poll starts only after the previous one ended, never ``set_interval`` + ``exclusive``),
+each posting its snapshots as messages (:mod:`tui.ui.messages`) keyed by the host; a link that
+fails is told with :class:`~tui.ui.messages.HostStateChanged`, a crashed loop is said and
+restarted, and the newest snapshots of a host are a :class:`Latest`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+
+from textual.app import App
+from textual.worker import Worker
+
+from tui.collectors.sources import BackoffFn, Sources
+from tui.model import GpuStatus, HostStats, LinkState, ServerStats
+from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tui.hostops.hosts import Host
+
+log = logging.getLogger(__name__)
+
+
+async def close_logged(what: str, aw: Awaitable[Any], timeout: float = 3.0) -> None:
+    """Close something on the way out (leaving the app, switching hosts): a close that fails or
+    hangs past ``timeout`` is logged and left behind, never raised into the exit."""
+    try:
+        await asyncio.wait_for(aw, timeout)
+    except asyncio.TimeoutError:
+        log.warning("%s did not close within %g s", what, timeout)
+    except Exception:
+        log.warning("closing %s failed", what, exc_info=True)
+
+
+async def close_host(target: str, sources: Sources, host: "Host | None") -> None:
+    """Close a host's collectors, then (``host`` given) its connection; see :func:`close_logged`."""
+    for source in (sources.gpu, sources.host, sources.servers):
+        aclose = getattr(source, "aclose", None)
+        if aclose is not None:
+            await close_logged(f"{target}: the {type(source).__name__}", aclose())
+    if host is not None:
+        await close_logged(f"the connection to {target}", host.close())
+
+
+@dataclass
+class Latest:
+    """The newest snapshot of each kind of one host (what a screen draws when it (re)appears)."""
+
+    link: LinkState
+    gpu: GpuStatus = field(default_factory=lambda: GpuStatus(state="waiting"))
+    host: HostStats | None = None
+    servers: tuple[ServerStats, ...] | None = None
+
+    @classmethod
+    def connecting(cls, target: str, sources: Sources) -> "Latest":
+        """Nothing seen yet of ``target``: connecting, and no GPU feed where there is no collector."""
+        latest = cls(link=LinkState(target, "connecting"))
+        if sources.gpu is None:
+            latest.gpu = GpuStatus(state="no-collector")
+        return latest
+
+
+class PollSettings(Protocol):
+    """The pace of the loops, read at every poll (the dashboard app: a change applies at once)."""
+
+    interval: float
+    sample_timeout: float
+    backoff: BackoffFn
+    restart_delay: float
+
+
+class Poller:
+    """The poll loops of one host (``target``, ``sources``) as workers of ``app``, at the pace of
+    ``settings``. ``link_ok`` says whether the app shows the host's link as up (the host loop
+    tells a recovery once)."""
+
+    LOOPS = ("gpu", "host", "servers")
+
+    def __init__(
+        self,
+        app: App[Any],
+        target: str,
+        sources: Sources,
+        *,
+        settings: PollSettings,
+        link_ok: Callable[[], bool],
+    ) -> None:
+        self.app = app
+        self.target = target
+        self.sources = sources
+        self.settings = settings
+        self.link_ok = link_ok
+        self._stopped = False
+
+    @property
+    def group(self) -> str:
+        return f"poll-{self.target}"
+
+    def start(self) -> None:
+        self._stopped = False
+        for name in self.LOOPS:
+            self._start_worker(name)
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Cancel the poll workers and wait until they (and the processes they hold) ended; a
+        crashed loop's restart still pending is dropped."""
+        self._stopped = True
+        workers = [w for w in self.app.workers if w.group == self.group]
+        for w in workers:
+            w.cancel()
+        if workers:
+            await close_logged(
+                f"{self.target}: the poll workers",
+                asyncio.gather(*(w.wait() for w in workers), return_exceptions=True),
+                timeout,
+            )
+
+    def crashed(self, worker: Worker[Any]) -> None:
+        """``worker``, one of the loops, ended on an error: said (log and link state), and
+        started again after ``restart_delay``."""
+        err = worker.error
+        log.error(
+            "%s: the %s collector crashed; restarting it in %g s",
+            self.target,
+            worker.name,
+            self.settings.restart_delay,
+            exc_info=err,
+        )
+        self._set_link(
+            LinkState(self.target, "error", last_error=f"{worker.name} collector crashed: {type(err).__name__}: {err}")
+        )
+        name = worker.name
+
+        def restart() -> None:
+            if not self._stopped:
+                self._start_worker(name)
+
+        self.app.set_timer(self.settings.restart_delay, restart)
+
+    def _start_worker(self, name: str) -> Worker[None] | None:
+        source = {"gpu": self.sources.gpu, "host": self.sources.host, "servers": self.sources.servers}[name]
+        if source is None:
+            return None
+        loop = getattr(self, f"_{name}_loop")
+        return self.app.run_worker(loop(source), name=name, group=self.group, exit_on_error=False)
+
+    def _set_link(self, link: LinkState) -> None:
+        self.app.post_message(HostStateChanged(self.target, link))
+
+    async def _gpu_loop(self, source: Any) -> None:
+        from tui.hostops.hosts import HostError
+
+        attempt = 0
+        while True:
+            stream = source.stream()
+            try:
+                async for status in stream:
+                    attempt = 0
+                    self.app.post_message(GpuSamples(self.target, status))
+            except HostError as e:  # the protocol says it doesn't raise; be safe anyway
+                self.app.post_message(
+                    GpuSamples(self.target, GpuStatus("host-unreachable", message=str(e), time=time.time()))
+                )
+            finally:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()  # ends the nvidia-smi process now, even when cancelled
+            attempt += 1
+            await asyncio.sleep(min(self.settings.backoff(attempt), 30.0))
+
+    async def _host_loop(self, source: Any) -> None:
+        from tui.hostops.hosts import HostError
+
+        attempt = 0
+        while True:
+            t0 = time.monotonic()
+            try:
+                stats = await asyncio.wait_for(source.sample(), self.settings.sample_timeout)
+            except (HostError, asyncio.TimeoutError, TimeoutError) as e:
+                if isinstance(e, HostError):
+                    kind, msg, retry = e.kind, e.message, e.retryable
+                else:
+                    kind, msg, retry = "timeout", f"no answer in {self.settings.sample_timeout:g} s", True
+                attempt += 1
+                if not retry:
+                    self._set_link(LinkState(self.target, "failed", attempt, None, msg, kind))
+                    return
+                delay = self.settings.backoff(attempt)
+                self._set_link(LinkState(self.target, "unreachable", attempt, time.monotonic() + delay, msg, kind))
+                await asyncio.sleep(delay)
+                continue
+            attempt = 0
+            if not self.link_ok():
+                self._set_link(LinkState(self.target, "connected"))
+            self.app.post_message(HostSamples(self.target, stats))
+            await asyncio.sleep(max(0.0, self.settings.interval - (time.monotonic() - t0)))
+
+    async def _servers_loop(self, source: Any) -> None:
+        from tui.hostops.hosts import HostError
+
+        while True:
+            t0 = time.monotonic()
+            try:
+                servers = await asyncio.wait_for(source.sample(), self.settings.sample_timeout)
+            except (HostError, asyncio.TimeoutError, TimeoutError):
+                pass  # the host loop shows the link state; keep the last figures
+            else:
+                self.app.post_message(ServerSamples(self.target, tuple(servers)))
+            await asyncio.sleep(max(0.0, self.settings.interval - (time.monotonic() - t0)))
+
+
+__all__ = ["Latest", "PollSettings", "Poller", "close_host", "close_logged"]
