@@ -1026,7 +1026,7 @@ TUNE_CANDIDATES = (
 
 def tune_events() -> list:
     """A campaign over five candidates, fixed: three measured, one failed to start, one measuring."""
-    from tui.ab.runner import ABEvent
+    from tui.ab.events import ABEvent
 
     def ev(kind: str, side: str | None, t: float, fraction: float | None = None, **data: Any) -> ABEvent:
         return ABEvent(kind, f"{side or 'campaign'}: {kind}", side, 1, 0, 5, fraction, data, time=t)

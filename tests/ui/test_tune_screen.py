@@ -12,7 +12,7 @@ from textual.app import App
 from textual.widgets import DataTable, Input
 
 from tests.waits import until_async
-from tui.ab.runner import ABEvent
+from tui.ab.events import ABEvent
 from tui.ui.screens.modals import ConfirmModal
 from tui.ui.screens.tune import FIELDS, TuneScreen
 from widgets.frontier_chart import FrontierChart

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.abfakes import FakeOps
+from tui.ab.ops import BenchResult, ProfileInfo
 from tui.ab.plan import Plan, PlanLevel
-from tui.ab.runner import BenchResult, ProfileInfo
 from tui.ab.tune import TuneRunner, Workload
 from tui.ab.tuneresult import pareto
 from tui.profiles.profileread import load_profile_text

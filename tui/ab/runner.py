@@ -36,16 +36,13 @@ from tui.ab.compare import compare
 from tui.ab.events import ABEvent, EventFn
 from tui.ab.journal import Journal, new_id
 from tui.ab.ops import (
-    BenchResult,
     LaunchHandle,
     ProfileInfo,
-    ReadyResult,
-    RunningServer,
     ServerOps,
     StopResult,
 )
 from tui.ab.plan import Plan
-from tui.ab.report import ABReport, report_from_dict, report_from_results, side_of
+from tui.ab.report import ABReport, side_of
 from tui.ab.sides import LevelResult, SideRun
 
 log = logging.getLogger(__name__)
@@ -446,19 +443,4 @@ class ABRunner:
             self.report.warnings.append(f"journal not written: {e}")
 
 
-__all__ = [
-    "ABEvent",
-    "ABFailed",
-    "ABReport",
-    "ABRunner",
-    "BenchResult",
-    "LaunchHandle",
-    "ProfileInfo",
-    "ReadyResult",
-    "RunningServer",
-    "ServerOps",
-    "StopResult",
-    "report_from_dict",
-    "report_from_results",
-    "side_of",
-]
+__all__ = ["ABFailed", "ABRunner"]

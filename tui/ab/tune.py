@@ -1,7 +1,7 @@
 """A tuning campaign: which of many configurations serves the most users within the SLO.
 
-For every candidate (a profile resolved into a command, :class:`~tui.ab.runner.ProfileInfo`),
-through the same :class:`~tui.ab.runner.ServerOps` an A/B uses::
+For every candidate (a profile resolved into a command, :class:`~tui.ab.ops.ProfileInfo`),
+through the same :class:`~tui.ab.ops.ServerOps` an A/B uses::
 
     stop what runs (asked first, by the laptop) -> launch -> wait ready (start-up time and
     phases; a failed start is diagnosed by the tracker and is a finding, the campaign goes on)
@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple
 
 from tui.ab.capacity import CapacityStep, find_capacity, parse_slo
+from tui.ab.events import ABEvent
 from tui.ab.journal import Journal
+from tui.ab.ops import LaunchHandle, ProfileInfo, ServerOps, StopResult
 from tui.ab.plan import Plan, PlanLevel
-from tui.ab.runner import ABEvent, LaunchHandle, ProfileInfo, ServerOps, StopResult
 from tui.ab.tuneresult import (
     DEFAULT_NOISE_PCT,
     DROPPED,

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tui.ab.capacity import CapacityResult, parse_slo, slo_excess
 from tui.ab.confdiff import config_diff
-from tui.ab.runner import ProfileInfo
+from tui.ab.ops import ProfileInfo
 from tui.util.safety import redact_argv, redact_env
 
 #: the noise band (%) when a candidate's own measurements say less: the capacity search's

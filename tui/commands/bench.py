@@ -14,7 +14,6 @@ from typing import Any
 
 from tui.commands._argtypes import int_list, nonneg_float, nonneg_int, percentiles, port, pos_float, pos_int, rate_list
 from tui.commands._benchjob import EXIT_EPILOG, host_gpus, host_run
-from tui.commands._benchjob import outcome_words as outcome_words  # read by the Compare screen
 from tui.commands._benchout import fail, printer, write_json, write_json_data
 from tui.commands._capacity import add_capacity_options, capacity_slo, search_capacity
 from tui.commands._workload import add_workload_options, check_workload, level_workloads, workload_from_args

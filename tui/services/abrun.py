@@ -19,8 +19,9 @@ import sys
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from tui.ab.journal import new_id
+from tui.ab.ops import ProfileInfo
 from tui.ab.plan import Plan
-from tui.ab.runner import ABReport, ProfileInfo, report_from_dict, report_from_results
+from tui.ab.report import ABReport, report_from_dict, report_from_results
 from tui.hostops import logfollow
 from tui.hostops.hosts import Host
 from tui.hostside import jobfiles

@@ -16,9 +16,9 @@ import json
 import logging
 from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Sequence
 
+from tui.ab.events import ABEvent
 from tui.ab.journal import Journal
 from tui.ab.plan import Plan
-from tui.ab.runner import ABEvent
 from tui.hostops import launcher, logfollow
 from tui.hostops.hosts import Host, HostError
 from tui.hostside import jobfiles

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 from tui.ab.journal import Journal, new_id
-from tui.ab.runner import ProfileInfo
+from tui.ab.ops import ProfileInfo
 from tui.ab.tune import Workload
 from tui.ab.tuneeta import Pace, prior
 from tui.hostops import launcher, logfollow

@@ -28,7 +28,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
-from tui.ab.runner import ABEvent
+from tui.ab.events import ABEvent
 from tui.hostops.liveness import LinkWatch
 from tui.ui.screens.modals import ConfirmModal
 

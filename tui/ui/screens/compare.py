@@ -38,9 +38,10 @@ from textual.widgets import Footer, Label, Log, OptionList, ProgressBar, Select,
 from textual.widgets.option_list import Option
 
 from tui.ab.compare import Comparison, compare
+from tui.ab.events import ABEvent
 from tui.ab.journal import Journal
 from tui.ab.plans import PlanError, list_plans, load_plan
-from tui.ab.runner import ABEvent, ABReport
+from tui.ab.report import ABReport
 from tui.ab.series import run_series
 from tui.ab.sides import side_from_dict
 from tui.timeline_model import TimelineFigure, TimelineSnapshot, overlay
@@ -332,8 +333,8 @@ class CompareScreen(CampaignScreen):
         self._status(Text(f"following A/B job {run.id}, still running on the host"))
 
     def _no_report(self, campaign: Any) -> str:
+        from tui.commands._benchjob import outcome_words
         from tui.commands.ab import EXIT_LOST
-        from tui.commands.bench import outcome_words
 
         if getattr(campaign, "lost", False):
             return f"A/B {campaign.id}: {outcome_words(EXIT_LOST)}"
@@ -380,8 +381,8 @@ class CompareScreen(CampaignScreen):
         if rep.status == "completed":
             bar.update(progress=bar.total or 1)
         bar.display = False
+        from tui.commands._benchjob import outcome_words
         from tui.commands.ab import EXIT_PARTIAL
-        from tui.commands.bench import outcome_words
 
         state = outcome_words(EXIT_PARTIAL) if rep.status == "partial" else rep.status
         status = Text(f"A/B {rep.id} {state}", style="bold")

@@ -42,7 +42,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Input, Label, Log, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from tui.ab.runner import ABEvent
+from tui.ab.events import ABEvent
 from tui.ab.tuneview import TuneProgress, TuneSnapshot
 from tui.ui.screens.campaign import CampaignScreen
 from tui.ui.screens.modals import ConfirmModal
