@@ -424,3 +424,40 @@ async def test_startup_progress_hides_stale_health_after_ready():
         w.update(StartupProgress("abc", "vllm", "ready", "ready", fraction=1.0, elapsed=6, health="ok"))
         await pilot.pause()
         assert "health ok" in w.text
+
+
+async def test_the_run_view_redacts_and_sanitises_each_line_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The view and the startup tracker read one pipeline: a line is split, decoded, redacted and
+    made safe once (it was twice: once for the view, once for the tracker's parser)."""
+    from tests.unit.test_tracker_lines import SERVING, count_cleaning
+    from tui.hostops.hosts import LocalHost
+    from tui.hostops.runstore import RunRecord
+    from tui.ui.screens import run as run_mod
+
+    calls = count_cleaning(monkeypatch)
+    counted: dict[str, int] = {}
+
+    async def follow(host, path, offset, on_chunk, stop, **kw):  # type: ignore[no-untyped-def]
+        before = dict(calls)
+        for _ in range(10):
+            on_chunk(SERVING.encode() * 50)  # 100 lines a chunk
+        counted.update({k: calls[k] - before[k] for k in calls})
+        await stop.wait()
+        return offset
+
+    monkeypatch.setattr(run_mod, "follow_forever", follow)
+    rec = RunRecord("0a1b2c3d", "local", ["python3", "-m", "sglang.launch_server"], engine="sglang", run_dir="/r")
+    screen = run_mod.RunScreen(LocalHost(), rec, tracker_options={"poll_gpu": False})
+
+    class RunApp(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(screen)
+
+    async with RunApp().run_test(size=(120, 40)) as pilot:
+        log = screen.query_one(ServerLog)
+        await until_async(lambda: log.total_lines == 1000, 10, pilot=pilot, what=lambda: f"{log.total_lines} lines")
+        assert counted == {"redact": 1000, "safe": 1000}
+        assert screen.tracker.parser.state.lines == 1000 and screen.tracker.parser.state.engine == "sglang"
+        assert screen.shown_offset == len(SERVING.encode()) * 500
+        assert "\x1b" not in "".join(log.ring)
+        screen._stop.set()
