@@ -150,3 +150,16 @@ def test_feed_lines_needs_a_tracker_that_cuts_lines() -> None:
     tr, _ = _tracker("vllm", lines=False)
     with pytest.raises(ValueError, match="lines=True"):
         tr.feed_lines(b"x\n")
+
+
+def test_a_line_cut_by_the_read_is_told_from_one_being_drawn() -> None:
+    sp = LineSplitter()
+    for chunk, cut in (
+        (b"one\ntw", True),  # the read cut "two"
+        (b"o\n", False),  # nothing pending
+        (b"thr", True),  # a chunk of one unterminated line that began in it
+        (b"ee", False),  # it began a read earlier: written slowly
+        (b"\nbar 1%\rbar 2%", False),  # redrawn: a progress bar
+    ):
+        sp.feed(chunk)
+        assert sp.cut_short(chunk) is cut, chunk

@@ -198,6 +198,11 @@ class LineSplitter:
         """Bytes received but not yet shown (an unterminated line)."""
         return self._received
 
+    def cut_short(self, chunk: bytes) -> bool:
+        """The unterminated line is only the end of ``chunk`` (the last bytes fed), not redrawn:
+        a line the read cut, which the next read most likely ends."""
+        return 0 < self._received == len(chunk) - 1 - chunk.rfind(b"\n") and not self._frame
+
     def flush(self) -> list[str]:
         if not self._received:
             return []

@@ -251,13 +251,17 @@ class RunScreen(Screen[None]):
             if tracker.catchup and len(chunk) < 65536:
                 tracker.catchup = False
             splitter = self._splitter()
-            view.set_partial(splitter.partial())
+            # the unterminated line is shown below the log (a progress bar being drawn); a line a
+            # read merely cut ends in the next read, and showing it meanwhile toggled the partial
+            # row: a layout and a whole repaint each time (a quiet second shows it if it stays)
+            view.set_partial("" if splitter.cut_short(chunk) else splitter.partial())
             # bytes of complete lines handed to the view: where a resume must start
             self.shown_offset = tracker.offset - splitter.pending_bytes()
             self._save_offset()
 
         def on_idle() -> None:
             self.tracker.flush()
+            view.set_partial(self._splitter().partial())
             self._save_offset(force=True)
 
         def on_error(e: Exception, attempt: int) -> None:
