@@ -149,12 +149,14 @@ class LogParser:
         return self._text_in(self._decoder.decode(data))
 
     def _start_decoding(self) -> list[LogEvent]:
-        """A BOM decides the encoding, else UTF-8."""
+        return self._text_in(self._open())
+
+    def _open(self) -> str:
+        """A BOM decides the encoding, else UTF-8: the first bytes held so far, decoded."""
         head, self._head = self._head, b""
-        codec, skip = sniff(head[:4])
-        self._codec = codec
-        self._decoder = codecs.getincrementaldecoder(codec)(errors="replace")
-        return self._text_in(self._decoder.decode(head[skip:]))
+        self._codec, skip = sniff(head[:4])
+        self._decoder = codecs.getincrementaldecoder(self._codec)(errors="replace")
+        return self._decoder.decode(head[skip:])
 
     def _text_in(self, text: str) -> list[LogEvent]:
         """Decoded text: the first SNIFF_CHARS are also judged text or not (once they are all in, or
@@ -218,11 +220,9 @@ class LogParser:
             self._head += data
             if might_be_bom(self._head):
                 return
-            head, self._head = self._head, b""
-            self._codec, skip = sniff(head[:4])
-            self._decoder = codecs.getincrementaldecoder(self._codec)(errors="replace")
-            data = head[skip:]
-        text = self._decoder.decode(data)
+            text = self._open()
+        else:
+            text = self._decoder.decode(data)
         self._sample += text[: SNIFF_CHARS - len(self._sample)]
         if len(self._sample) >= SNIFF_CHARS:
             self._judge()
