@@ -425,3 +425,83 @@ async def test_startup_progress_hides_stale_health_after_ready():
         w.update(StartupProgress("abc", "vllm", "ready", "ready", fraction=1.0, elapsed=6, health="ok"))
         await pilot.pause()
         assert "health ok" in w.text
+
+
+async def test_the_run_view_redacts_and_sanitises_each_line_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The view and the startup tracker read one pipeline: a line is split, decoded, redacted and
+    made safe once (it was twice: once for the view, once for the tracker's parser)."""
+    from tests.unit.test_tracker_lines import SERVING, count_cleaning
+    from tui.hostops.hosts import LocalHost
+    from tui.hostops.runstore import RunRecord
+    from tui.ui.screens import run as run_mod
+
+    calls = count_cleaning(monkeypatch)
+    counted: dict[str, int] = {}
+
+    async def follow(host, path, offset, on_chunk, stop, **kw):  # type: ignore[no-untyped-def]
+        before = dict(calls)
+        for _ in range(10):
+            on_chunk(SERVING.encode() * 50)  # 100 lines a chunk
+        counted.update({k: calls[k] - before[k] for k in calls})
+        await stop.wait()
+        return offset
+
+    monkeypatch.setattr(run_mod, "follow_forever", follow)
+    rec = RunRecord("0a1b2c3d", "local", ["python3", "-m", "sglang.launch_server"], engine="sglang", run_dir="/r")
+    screen = run_mod.RunScreen(LocalHost(), rec, tracker_options={"poll_gpu": False})
+
+    class RunApp(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(screen)
+
+    async with RunApp().run_test(size=(120, 40)) as pilot:
+        log = screen.query_one(ServerLog)
+        await until_async(lambda: log.total_lines == 1000, 10, pilot=pilot, what=lambda: f"{log.total_lines} lines")
+        assert counted == {"redact": 1000, "safe": 1000}
+        assert screen.tracker.parser.state.lines == 1000 and screen.tracker.parser.state.engine == "sglang"
+        assert screen.shown_offset == len(SERVING.encode()) * 500
+        assert "\x1b" not in "".join(log.ring)
+        screen._stop.set()
+
+
+async def test_the_run_view_shows_a_line_being_drawn_but_not_one_a_read_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A progress bar being redrawn, or a line still unterminated a read later or after a quiet
+    second, shows below the log; the end of a read that cut a line mid-way does not (it ends in
+    the next read, and each time the partial row came and went the screen was laid out again)."""
+    from tui.hostops.hosts import LocalHost
+    from tui.hostops.runstore import RunRecord
+    from tui.ui.screens import run as run_mod
+
+    shown: list[str] = []
+
+    async def follow(host, path, offset, on_chunk, stop, *, on_idle, **kw):  # type: ignore[no-untyped-def]
+        log = screen.query_one(ServerLog)
+        for chunk in (
+            b"line 1\nline 2 is cu",  # cut by the read
+            b"t here\nLoading: 10%\rLoading: 20%",  # a bar being drawn
+            b"\nline 3\nslow",  # cut again
+            b" write",  # still not ended a read later
+            b"\nline 4\nquiet",
+        ):
+            on_chunk(chunk)
+            shown.append(log.partial)
+        on_idle()  # a quiet second
+        shown.append(log.partial)
+        await stop.wait()
+        return offset
+
+    monkeypatch.setattr(run_mod, "follow_forever", follow)
+    rec = RunRecord("0a1b2c3d", "local", ["python3", "-m", "sglang.launch_server"], engine="sglang", run_dir="/r")
+    screen = run_mod.RunScreen(LocalHost(), rec, tracker_options={"poll_gpu": False})
+
+    class RunApp(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(screen)
+
+    async with RunApp().run_test(size=(120, 40)) as pilot:
+        await until_async(lambda: len(shown) == 6, 10, pilot=pilot, what=lambda: f"{shown}")
+        assert shown == ["", "Loading: 20%", "", "slow write", "", "quiet"]
+        log = screen.query_one(ServerLog)
+        log.flush_now()
+        assert list(log.ring) == ["line 1", "line 2 is cut here", "Loading: 20%", "line 3", "slow write", "line 4"]
+        screen._stop.set()

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from tui.hostops.hosts import Host, HostError
@@ -64,7 +64,8 @@ class _Follow:
     index: int
     host: Host
     tracker: StartupTracker
-    splitter: LineSplitter = field(default_factory=LineSplitter)
+    #: the tracker's splitter: the member's lines as shown, parsed by the tracker on the way
+    splitter: LineSplitter
     #: the latest engine timestamp its log showed (lines without one sort with it)
     last_time: float = 0.0
     link_error: str | None = None
@@ -135,9 +136,11 @@ class DeploymentCollector:
                 run,
                 store=self.runstore,
                 stall_after=self.stall_after,
+                lines=True,
                 **opts,  # type: ignore[arg-type]
             )
-            f = _Follow(m, i, host, tracker)
+            assert tracker.splitter is not None
+            f = _Follow(m, i, host, tracker, tracker.splitter)
             self.follows.append(f)
             self._tasks.append(asyncio.create_task(self._follow(f)))
             self._tasks.append(asyncio.create_task(tracker.probe_loop(self._stop)))
@@ -146,10 +149,10 @@ class DeploymentCollector:
         path = f"{f.tracker.rec.run_dir}/log"
 
         def on_chunk(chunk: bytes) -> None:
-            f.tracker.feed(chunk)
+            lines = f.tracker.feed_lines(chunk)
             if f.tracker.catchup and len(chunk) < 65536:
                 f.tracker.catchup = False  # caught up with the log written before we came
-            self._queue(f, f.splitter.feed(chunk))
+            self._queue(f, lines)
             f.link_error = None
 
         def on_error(e: Exception, attempt: int) -> None:

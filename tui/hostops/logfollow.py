@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import logging
 import time
 from typing import AsyncGenerator, Callable
@@ -62,21 +63,32 @@ def _head(data: bytes, cap: int) -> bytes:
 class LineSplitter:
     """Log bytes → display lines, in bounded memory.
 
-    Each line is decoded as UTF-8 (invalid bytes replaced), a ``\\r`` redraw keeps its last
-    frame, the secret arguments an engine echoes are redacted (:func:`redact_text`) and the host's
-    escape sequences removed (:func:`safe_line`; SGR colour kept only with ``sgr=True``). A line
-    longer than ``cap`` bytes is cut there and marked (:func:`cut_mark`), after its redaction (of
-    ``cap`` + :data:`REDACT_MARGIN` bytes: a secret across the cut is hidden whole): however long a
-    line (or an unterminated one) grows, at most ``cap`` + that margin bytes of it are held.
+    Each line is decoded as UTF-8 (invalid bytes replaced; a UTF-8 BOM that begins the stream
+    dropped), a ``\\r`` redraw keeps its last frame, the secret arguments an engine echoes are
+    redacted (:func:`redact_text`) and the host's escape sequences removed (:func:`safe_line`; SGR
+    colour kept only with ``sgr=True``). A line longer than ``cap`` bytes is cut there and marked
+    (:func:`cut_mark`), after its redaction (of ``cap`` + :data:`REDACT_MARGIN` bytes: a secret
+    across the cut is hidden whole): however long a line (or an unterminated one) grows, at most
+    ``cap`` + that margin bytes of it are held.
+
+    ``segments``: told every segment as it ends, made safe like a line (without colour or cut
+    mark): each ``\\r`` frame (``cr=True``) and the part that ends its line (``cr=False``, also
+    when blank). The startup tracker parses these (:meth:`~tui.logparse.LogParser.feed_segment`),
+    so a log that is shown and tracked is split, decoded, redacted and made safe once.
     """
 
-    def __init__(self, *, cap: int = LINE_CAP, sgr: bool = False) -> None:
+    def __init__(
+        self, *, cap: int = LINE_CAP, sgr: bool = False, segments: Callable[[str, bool], object] | None = None
+    ) -> None:
         self.cap = cap
         self.hold = cap + REDACT_MARGIN
         self.sgr = sgr
-        self._head = bytearray()  # the current line, at most ``cap`` bytes (its last \r frames)
+        self.segments = segments
+        self._head = bytearray()  # the current line, at most ``hold`` bytes (its last \r frames)
+        self._frame = 0  # where the frame being written (after the line's last \r) starts in _head
         self._received = 0  # bytes of the current line received
         self._cut = 0  # bytes of the current line cut at the cap
+        self._bom = True  # the stream's first bytes, which may be a UTF-8 BOM, are not yet all in
 
     def feed(self, data: bytes) -> list[str]:
         return [line for line, _ in self.feed_sized(data)]
@@ -90,9 +102,13 @@ class LineSplitter:
             if i < 0:
                 self._add(data[start:])
                 return out
-            self._add(data[start:i])
-            out.append((self._finish(), self._received + 1))
-            self._reset()
+            part = data[start:i]
+            if self._received or self._bom or b"\r" in part or len(part) > self.hold:
+                self._add(part)
+                out.append((self._end_line(), self._received + 1))
+                self._reset()
+            else:  # a whole line in this chunk, no redraw (most lines): nothing to hold
+                out.append((self._one_frame(part, 0), len(part) + 1))
             start = i + 1
 
     def _add(self, part: bytes) -> None:
@@ -102,48 +118,95 @@ class LineSplitter:
         if self._cut:
             self._cut += len(part)
             return
-        self._head += part
+        head = self._head
+        head += part
+        if self._bom and len(head) >= len(codecs.BOM_UTF8):
+            self._bom = False
+            if head.startswith(codecs.BOM_UTF8):
+                del head[: len(codecs.BOM_UTF8)]
         if b"\r" in part:
             # a redraw: only the last non-blank complete frame and the one being drawn matter
-            j = self._head.rfind(b"\r")
-            frames = [f for f in bytes(self._head[:j]).split(b"\r") if f.strip()]
-            self._head[:j] = frames[-1] if frames else b""
-        if len(self._head) > self.hold:
-            keep = _head(bytes(self._head), self.hold)
-            self._cut = len(self._head) - len(keep)
-            del self._head[len(keep) :]
+            j = head.rfind(b"\r")
+            if self.segments is not None:
+                for f in bytes(head[self._frame : j]).split(b"\r"):  # the frames this part ended
+                    self.segments(self._segment(f), True)
+            frames = [f for f in bytes(head[:j]).split(b"\r") if f.strip()]
+            kept = frames[-1] if frames else b""
+            head[:j] = kept
+            self._frame = len(kept) + 1
+        if len(head) > self.hold:
+            keep = _head(bytes(head), self.hold)
+            self._cut = len(head) - len(keep)
+            del head[len(keep) :]
 
     def _reset(self) -> None:
         self._head.clear()
+        self._frame = 0
         self._received = 0
         self._cut = 0
+        self._bom = False
+
+    def _end_line(self) -> str:
+        """The current line as shown; :attr:`segments` is told its last segment."""
+        if not self._frame:
+            return self._one_frame(bytes(self._head), self._cut)
+        if self.segments is not None:
+            self.segments(self._segment(bytes(self._head[self._frame :])), False)
+        return self._finish()
+
+    def _one_frame(self, data: bytes, cut: int) -> str:
+        """A line without a redraw (``cut`` bytes of it already cut) as shown; it is its one
+        segment, made safe once for the view and :attr:`segments`."""
+        text, cut = self._safe(data.decode("utf-8", "replace"), cut)
+        if self.segments is not None:
+            self.segments(text if not self.sgr else safe_line(text), False)
+        return text + cut_mark(cut) if cut else text
+
+    def _segment(self, frame: bytes) -> str:
+        """One ``\\r`` frame (or a line's last part) made safe, as :attr:`segments` is told it."""
+        text = self._safe(frame.decode("utf-8", "replace"), 0)[0]
+        return text if not self.sgr else safe_line(text)
+
+    def _safe(self, text: str, cut: int) -> tuple[str, int]:
+        """``text`` (one frame, ``cut`` bytes of it already cut) redacted, cut at the cap and made
+        safe; with the bytes cut in all."""
+        data = redact_text(text).encode("utf-8")  # redacted first, then cut
+        if len(data) > self.cap:
+            keep = _head(data, self.cap)
+            cut += len(data) - len(keep)
+            data = keep
+        return safe_line(data.decode("utf-8", "replace"), sgr=self.sgr), cut
 
     def _finish(self) -> str:
         text = bytes(self._head).decode("utf-8", "replace").rstrip("\r")
         if "\r" in text:
             frames = [f for f in text.split("\r") if f.strip()]
             text = frames[-1] if frames else ""
-        data = redact_text(text).encode("utf-8")  # redacted first, then cut
-        cut = self._cut
-        if len(data) > self.cap:
-            keep = _head(data, self.cap)
-            cut += len(data) - len(keep)
-            data = keep
-        line = safe_line(data.decode("utf-8", "replace"), sgr=self.sgr)
+        line, cut = self._safe(text, self._cut)
         return line + cut_mark(cut) if cut else line
 
     def partial(self) -> str:
         """The unterminated tail as it would look now (last \r frame)."""
         return self._finish() if self._received else ""
 
+    def tail(self) -> str:
+        """The segment being written (after the line's last ``\\r``) as :attr:`segments` would
+        be told it: what a parser reads of a line not yet ended (a progress bar)."""
+        return self._segment(bytes(self._head[self._frame :])) if self._received else ""
+
     def pending_bytes(self) -> int:
         """Bytes received but not yet shown (an unterminated line)."""
         return self._received
 
+    def cut_short(self, chunk: bytes) -> bool:
+        """The unterminated line is only the end of ``chunk`` (the last bytes fed), not redrawn:
+        a line the read cut, which the next read most likely ends."""
+        return 0 < self._received == len(chunk) - 1 - chunk.rfind(b"\n") and not self._frame
+
     def flush(self) -> list[str]:
         if not self._received:
             return []
-        line = self._finish()
+        line = self._end_line()
         self._reset()
         return [line]
 

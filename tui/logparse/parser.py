@@ -32,6 +32,7 @@ from tui.logparse.patterns import (
     VL_GRAPH_PROG,
     LogLine,
     clean_line,
+    clean_safe_line,
 )
 from tui.logparse.rules import RuleTable
 
@@ -42,7 +43,13 @@ class LogParser:
     """Incremental parser. ``feed`` / ``feed_text`` / ``feed_line`` return the new events.
 
     Lines are counted as the file's physical lines (``\\n``); tqdm redraws joined
-    by ``\\r`` are parsed one by one and numbered as segments of their line."""
+    by ``\\r`` are parsed one by one and numbered as segments of their line.
+
+    A reader that already cuts the log into display lines (the run view's
+    :class:`~tui.hostops.logfollow.LineSplitter`: split, decoded, redacted and made safe once)
+    hands the parser those segments instead (:meth:`feed_segment`, with :meth:`see` for the raw
+    bytes and the unterminated tail passed to :meth:`flush` / :meth:`ended`): each byte is then
+    processed once. The two inputs are not mixed in one parser."""
 
     def __init__(self, engine: str | None = None, *, context_lines: int = 30, stats: bool = True) -> None:
         """``stats=False``: runtime stat lines are recognised (the engine serves) but their
@@ -76,7 +83,7 @@ class LogParser:
         self._tail_file: str | None = None
         self._engine_files: set[str] = set()
         self._rules = _RULES
-        self._ln = clean_line("")
+        self._ln = clean_safe_line("")
         self._events: list[LogEvent] = []
         self._no = 0
         self._segno: int | None = None
@@ -142,12 +149,14 @@ class LogParser:
         return self._text_in(self._decoder.decode(data))
 
     def _start_decoding(self) -> list[LogEvent]:
-        """A BOM decides the encoding, else UTF-8."""
+        return self._text_in(self._open())
+
+    def _open(self) -> str:
+        """A BOM decides the encoding, else UTF-8: the first bytes held so far, decoded."""
         head, self._head = self._head, b""
-        codec, skip = sniff(head[:4])
-        self._codec = codec
-        self._decoder = codecs.getincrementaldecoder(codec)(errors="replace")
-        return self._text_in(self._decoder.decode(head[skip:]))
+        self._codec, skip = sniff(head[:4])
+        self._decoder = codecs.getincrementaldecoder(self._codec)(errors="replace")
+        return self._decoder.decode(head[skip:])
 
     def _text_in(self, text: str) -> list[LogEvent]:
         """Decoded text: the first SNIFF_CHARS are also judged text or not (once they are all in, or
@@ -201,7 +210,39 @@ class LogParser:
         self._buf = buf
         return events
 
-    def _segment(self, s: str, multi: bool, events: list[LogEvent]) -> None:
+    # ------------------------------------------------------------------ input split by the caller
+    def see(self, data: bytes) -> None:
+        """The raw bytes of a log whose segments come through :meth:`feed_segment`: read only
+        until the start of the log is judged text or not (as :meth:`feed` judges it)."""
+        if self._sample is None:
+            return
+        if self._decoder is None:
+            self._head += data
+            if might_be_bom(self._head):
+                return
+            text = self._open()
+        else:
+            text = self._decoder.decode(data)
+        self._sample += text[: SNIFF_CHARS - len(self._sample)]
+        if len(self._sample) >= SNIFF_CHARS:
+            self._judge()
+
+    def feed_segment(self, text: str, cr: bool) -> list[LogEvent]:
+        """One segment of a physical line, already decoded, redacted and made safe
+        (``safe_line(redact_text(…))``): ``cr`` when a ``\\r`` ended it (a redraw: the line goes
+        on), else it ends its line. The same events as :meth:`feed` of the raw bytes."""
+        if self.state.unreadable:
+            return []
+        events: list[LogEvent] = []
+        if cr:
+            self._segment(text, True, events, safe=True)
+        else:
+            self._segment(text, self._seg > 0, events, safe=True)
+            self._phys += 1
+            self._seg = 0
+        return events
+
+    def _segment(self, s: str, multi: bool, events: list[LogEvent], *, safe: bool = False) -> None:
         idx = self._seg
         self._seg += 1
         if not s:
@@ -214,20 +255,25 @@ class LogParser:
                 return  # parsed by flush() already, and unchanged since
         self._cur_line = no
         self._cur_seg = idx + 1 if multi else None
-        events.extend(self.feed_line(s))
+        events.extend(self.feed_line(s, safe=safe))
 
-    def flush(self, *, everything: bool = False) -> list[LogEvent]:
+    def flush(self, *, everything: bool = False, tail: str | None = None) -> list[LogEvent]:
         """Parse the unterminated tail now (call after ~1 s of silence): a progress bar
         that redraws without a line break. Other half-written lines wait for their end
         (or for :meth:`finish`), so a pause mid-line cannot cut an exception line.
-        The tail is not parsed a second time when its line ends unchanged."""
-        early = self._start_decoding() if self._decoder is None else []
+        The tail is not parsed a second time when its line ends unchanged.
+        ``tail``: the segment being written, made safe, where :meth:`feed_segment` is the input."""
+        safe = tail is not None
+        early: list[LogEvent] = []
+        if tail is None:
+            early = self._start_decoding() if self._decoder is None else []
         self._judge()
         if self.state.unreadable:
             return []
-        assert self._decoder is not None
-        tail = self._buf + self._decoder.decode(b"", final=False)
-        self._buf = tail
+        if tail is None:
+            assert self._decoder is not None
+            tail = self._buf + self._decoder.decode(b"", final=False)
+            self._buf = tail
         key = (self._phys + 1, self._seg, tail)
         if not tail or key == self._flushed:
             return early
@@ -236,7 +282,7 @@ class LogParser:
         self._flushed = key
         self._cur_line = self._phys + 1
         self._cur_seg = self._seg + 1 if self._seg else None
-        return early + self.feed_line(tail)
+        return early + self.feed_line(tail, safe=safe)
 
     def finish(self) -> list[LogEvent]:
         """End of input: parse the tail and reset the buffer. An exception the log ends on, with no
@@ -256,25 +302,27 @@ class LogParser:
         self._failures.confirm_at_end(self._progress_line)
         return ev
 
-    def ended(self) -> list[LogEvent]:
+    def ended(self, *, tail: str | None = None) -> list[LogEvent]:
         """The log's writer is gone (its process ended): the unterminated last line counts, and an
-        exception the log ends on (no progress after it, no ready line) ended the engine."""
-        ev = self.flush(everything=True)
+        exception the log ends on (no progress after it, no ready line) ended the engine.
+        ``tail`` as for :meth:`flush`."""
+        ev = self.flush(everything=True, tail=tail)
         self._failures.confirm_at_end(self._progress_line)
         return ev
 
-    def feed_line(self, raw: str) -> list[LogEvent]:
-        """Parse one segment of a physical line (no \\r or \\n inside)."""
-        if "]" in raw and "[" in raw and GLUED_RE.search(raw):
+    def feed_line(self, raw: str, *, safe: bool = False) -> list[LogEvent]:
+        """Parse one segment of a physical line (no \\r or \\n inside); ``safe``: it is already
+        redacted and made safe (:func:`~tui.logparse.patterns.clean_safe_line`)."""
+        if "][" in raw and GLUED_RE.search(raw):  # (every match is between a "]" and a "[")
             out: list[LogEvent] = []
             for piece in GLUED_RE.split(raw):
                 if piece:
-                    out.extend(self._line(piece))
+                    out.extend(self._line(piece, safe))
             return out
-        return self._line(raw)
+        return self._line(raw, safe)
 
     # ------------------------------------------------------------------ core
-    def _line(self, raw: str) -> list[LogEvent]:
+    def _line(self, raw: str, safe: bool = False) -> list[LogEvent]:
         no = self._cur_line
         seg = self._cur_seg
         if self.state.lines < no:
@@ -284,7 +332,7 @@ class LogParser:
         if raw.startswith("==> ") and raw.endswith(" <=="):
             self._tail_file = raw[4:-4]  # tail's header: the lines below come from this file
             return []
-        ln = clean_line(raw)
+        ln = clean_safe_line(raw) if safe else clean_line(raw)
         msg = ln.msg
         if self._other_program(ln):
             return []

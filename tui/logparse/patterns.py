@@ -373,8 +373,14 @@ class LogLine(NamedTuple):
 
 
 def clean_line(raw: str) -> LogLine:
+    """One segment of a log line (no ``\\r`` or ``\\n``) as :class:`LogLine`."""
     # host text: an echoed secret is redacted and escape sequences go before anything is kept
-    raw = safe_line(redact_text(raw))
+    return clean_safe_line(safe_line(redact_text(raw)))
+
+
+def clean_safe_line(raw: str) -> LogLine:
+    """:func:`clean_line` of a segment already redacted and made safe (``safe_line(redact_text(…))``,
+    as the run view's line splitter cuts them): its prefixes read, nothing scanned again."""
     s = raw
     s = s.rstrip()
     source = ""

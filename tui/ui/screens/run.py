@@ -2,8 +2,9 @@
 
 Works standalone (push it from any App): ``app.push_screen(RunScreen(host, record))``.
 The log is followed from byte 0 with :func:`follow_forever` (reconnects resume at
-the consumed offset: no lost or repeated lines); the same bytes feed the startup
-tracker, whose snapshot the progress widget renders twice a second.
+the consumed offset: no lost or repeated lines). The startup tracker cuts the bytes into
+the lines shown and parses those same lines (each byte split, decoded, redacted and made
+safe once); the progress widget renders its snapshot twice a second.
 """
 
 from __future__ import annotations
@@ -122,7 +123,6 @@ class RunScreen(Screen[None]):
         self.shown_offset = 0
         self._saved_offset = -1
         self._saved_at = 0.0
-        self.splitter = LineSplitter()
         self._stop = asyncio.Event()
         self.reconnects = 0
         #: the log's link: lost (the header says so, the health is unknown) until the host answers again
@@ -140,7 +140,14 @@ class RunScreen(Screen[None]):
         yield Footer()
 
     def _make_tracker(self, rec: RunRecord) -> StartupTracker:
-        return StartupTracker(self.host, rec, store=self.store, stall_after=self.stall_after, **self.tracker_options)  # type: ignore[arg-type]
+        return StartupTracker(
+            self.host,
+            rec,
+            store=self.store,
+            stall_after=self.stall_after,
+            lines=True,
+            **self.tracker_options,  # type: ignore[arg-type]
+        )
 
     @classmethod
     def for_launch(
@@ -226,7 +233,8 @@ class RunScreen(Screen[None]):
         path = f"{rec.run_dir}/log"
         start = 0
         if self.resume and rec.log_offset > 0:
-            # the tracker needs the earlier startup lines; the view starts where it left off
+            # the tracker needs the earlier startup lines (their lines are not shown); the view
+            # starts where it left off
             start = rec.log_offset
             try:
                 earlier = await read_log(self.host, path, 0, limit=start)
@@ -239,18 +247,22 @@ class RunScreen(Screen[None]):
         self.tracker.offset = start
 
         def on_chunk(chunk: bytes) -> None:
-            self.tracker.feed(chunk)
-            if self.tracker.catchup and len(chunk) < 65536:
-                self.tracker.catchup = False
-            lines = self.splitter.feed(chunk)
-            view.append_lines(lines)
-            view.set_partial(self.splitter.partial())
+            tracker = self.tracker
+            view.append_lines(tracker.feed_lines(chunk))
+            if tracker.catchup and len(chunk) < 65536:
+                tracker.catchup = False
+            splitter = self._splitter()
+            # the unterminated line is shown below the log (a progress bar being drawn); a line a
+            # read merely cut ends in the next read, and showing it meanwhile toggled the partial
+            # row: a layout and a whole repaint each time (a quiet second shows it if it stays)
+            view.set_partial("" if splitter.cut_short(chunk) else splitter.partial())
             # bytes of complete lines handed to the view: where a resume must start
-            self.shown_offset = self.tracker.offset - self.splitter.pending_bytes()
+            self.shown_offset = tracker.offset - splitter.pending_bytes()
             self._save_offset()
 
         def on_idle() -> None:
             self.tracker.flush()
+            view.set_partial(self._splitter().partial())
             self._save_offset(force=True)
 
         def on_error(e: Exception, attempt: int) -> None:
@@ -269,6 +281,12 @@ class RunScreen(Screen[None]):
             self.host, path, start, on_chunk, self._stop, on_idle=on_idle, on_error=on_error, on_resume=on_resume
         )
         self._save_offset(force=True)
+
+    def _splitter(self) -> LineSplitter:
+        """The tracker's line splitter: the lines this view shows, parsed by the tracker."""
+        sp = self.tracker.splitter
+        assert sp is not None  # made with lines=True (_make_tracker)
+        return sp
 
     def _save_offset(self, force: bool = False) -> None:
         if self.record.pid is None or self.shown_offset == self._saved_offset:
@@ -388,4 +406,4 @@ class RunScreen(Screen[None]):
         self._save_offset(force=True)
 
 
-__all__ = ["LaunchSpec", "LineSplitter", "RunScreen"]
+__all__ = ["LaunchSpec", "RunScreen"]
