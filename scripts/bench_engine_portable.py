@@ -62,13 +62,15 @@ def free_port() -> int:
 
 
 def copy_engine(dest: Path) -> None:
-    sys.path.insert(0, str(REPO))
+    """``dest/tunedeck/…``: the engine's modules alone, laid out as the package they import."""
+    import tui
     from tui.bench import ENGINE_MODULES
 
+    pkg = Path(tui.__file__).resolve().parent
     for rel in ENGINE_MODULES:
-        target = dest / rel
+        target = dest / "tunedeck" / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / rel, target)
+        shutil.copy2(pkg / rel, target)
 
 
 def run(python: str, *, timeout: float = 120.0) -> dict:

@@ -30,7 +30,8 @@ def derive(engine: str, release: str, text: str, source: str) -> str:
 
 
 def target(engine: str, release: str) -> Path:
-    return REPO / (module_name(engine, release).replace(".", "/") + ".py")
+    """The committed table: ``tui/engine_flags/<engine>_<release>.py`` (the package's folder here)."""
+    return REPO / "tui" / "engine_flags" / (module_name(engine, release).rsplit(".", 1)[1] + ".py")
 
 
 def main(argv: list[str] | None = None) -> int:

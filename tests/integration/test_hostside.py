@@ -32,11 +32,13 @@ def test_zipapp_is_reproducible_and_named_by_its_content(tmp_path):
     import zipfile
 
     names = set(zipfile.ZipFile(a.path).namelist())
-    assert "__main__.py" in names and "tui/hostside/__main__.py" in names and "tui/bench/runner.py" in names
-    # the simulator travels (`sim ENGINE …`, `smi …`); nothing of the UI, the SSH client or the demo host
-    assert "tui/sim/engine.py" in names and "tui/sim/smi.py" in names and "tui/sim/entry.py" in names
-    assert "tui/sim/demo.py" not in names
-    assert not any(n.startswith(("tui/ui/screens/", "widgets/")) or n.endswith("ssh.py") for n in names)
+    assert "__main__.py" in names and "tunedeck/hostside/__main__.py" in names and "tunedeck/bench/runner.py" in names
+    # one package, named as installed; the simulator travels (`sim ENGINE …`, `smi …`); nothing of the UI,
+    # the SSH client or the demo host
+    assert {n.split("/")[0] for n in names} == {"__main__.py", "tunedeck"}
+    assert "tunedeck/sim/engine.py" in names and "tunedeck/sim/smi.py" in names and "tunedeck/sim/entry.py" in names
+    assert "tunedeck/sim/demo.py" not in names
+    assert not any(n.startswith(("tunedeck/ui/", "tunedeck/widgets/")) or n.endswith("ssh.py") for n in names)
 
 
 def test_every_module_imports_under_the_oldest_python_with_the_stdlib_only(tmp_path):

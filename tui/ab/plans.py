@@ -81,7 +81,7 @@ ENDPOINTS = ("completions", "chat")
 
 
 def builtin_plans_dir() -> Path:
-    """The shipped plans: ``tui/builtin_profiles/plans`` in a wheel, ``profiles/plans`` in a checkout."""
+    """The shipped plans: ``tunedeck/builtin_profiles/plans`` in a wheel, ``profiles/plans`` in a checkout."""
     here = Path(__file__).resolve().parent.parent
     wheel = here / "builtin_profiles" / "plans"
     if wheel.is_dir():

@@ -26,7 +26,8 @@ writes ``<results_dir>/<run_id>/`` with ``meta.json``, ``samples.jsonl``,
 the one parser of a progress line is :class:`tui.bench.records.BenchEvent`.
 """
 
-#: The modules a benchmark run imports, relative to the folder holding ``tui`` (standard library only).
+#: The modules a benchmark run imports, relative to the ``tunedeck`` package's folder (tui/ in the
+#: repository; standard library only).
 ENGINE_MODULES = (
     "tui/__init__.py",
     "tui/bench/__init__.py",

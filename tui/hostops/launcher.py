@@ -364,8 +364,8 @@ async def restart_run(host: Host, rec: RunRecord, *, grace: float = 30.0, store:
 
 
 def demo_argv(argv: Sequence[str]) -> list[str]:
-    """``python -m tui sim …`` → the demo host's ``tunedeck`` shim, which sets PYTHONPATH
-    itself, so the simulator starts whatever the server's working directory."""
+    """``python -m tui sim …`` → the demo host's ``tunedeck`` shim, which runs tunedeck's own
+    interpreter, so the simulator starts whatever the server's working directory."""
     argv = list(argv)
     if len(argv) >= 3 and argv[1:3] == ["-m", "tui"]:
         return ["tunedeck", *argv[3:]]

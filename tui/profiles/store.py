@@ -5,8 +5,8 @@ Discovery order (the first hit for a name wins):
 1. **User folder**: ``$TUNEDECK_PROFILES`` when set (tests point it at their own folder), else
    ``<config dir>/profiles/`` (``$XDG_CONFIG_HOME/tunedeck/profiles`` or the platformdirs
    config path, e.g. ``~/.config/tunedeck/profiles``).
-2. **Built-ins** shipped with tunedeck: ``tui/builtin_profiles/`` inside an installed wheel
-   (pyproject force-includes the repository's ``profiles/`` there), else the repository's
+2. **Built-ins** shipped with tunedeck: ``tunedeck/builtin_profiles/`` inside an installed wheel
+   (pyproject.toml maps the repository's ``profiles/`` there), else the repository's
    ``profiles/`` folder (editable or source checkout).
 
 In each folder a server profile is ``NAME.toml`` directly in it or in ``servers/``; presets are

@@ -46,10 +46,11 @@ log = logging.getLogger(__name__)
 
 MIN_PYTHON = (3, 9)
 
-#: what goes into the zipapp, relative to the folder holding the ``tui`` package;
-#: a folder means every ``.py`` file in it. tests/integration/test_hostside.py imports every
-#: module of the built archive under the oldest Python available and checks the
-#: minimum version with vermin, so a missing or too-new module fails there.
+#: what goes into the zipapp, relative to the ``tunedeck`` package's folder (tui/ in the repository)
+#: and under ``tunedeck/`` in the archive; a folder means every ``.py`` file in it.
+#: tests/integration/test_hostside.py imports every module of the built archive under the oldest
+#: Python available and checks the minimum version with vermin, so a missing or too-new module
+#: fails there.
 SHIPPED: tuple[str, ...] = (
     "tui/__init__.py",
     "tui/hostside/",  # bench, A/B and tuning jobs, the status sampler
@@ -148,18 +149,23 @@ class Runtime:
         return [self.python, "-I", self.archive, *args]
 
 
+#: the import package's name: the archive holds it as the wheel does, whatever folder it came from
+ARCHIVE_PACKAGE = "tunedeck"
+
+
 def source_files(root: Path | None = None) -> list[tuple[str, Path]]:
-    """(archive name, source file) for everything in :data:`SHIPPED`, sorted."""
-    root = root or Path(tui.__file__).resolve().parent.parent
+    """(archive name, source file) for everything in :data:`SHIPPED`, sorted; ``root`` is the
+    package's folder (the imported package's by default: tui/ in a checkout, ``tunedeck/`` installed)."""
+    root = root or Path(tui.__file__).resolve().parent
     out: dict[str, Path] = {}
     for entry in SHIPPED:
         p = root / entry
         if entry.endswith("/"):
             for f in sorted(p.glob("*.py")):
                 if f"{entry}{f.name}" not in NOT_SHIPPED:
-                    out[f"{entry}{f.name}"] = f
+                    out[f"{ARCHIVE_PACKAGE}/{entry}{f.name}"] = f
         else:
-            out[entry] = p
+            out[f"{ARCHIVE_PACKAGE}/{entry}"] = p
     missing = [n for n, p in out.items() if not p.is_file()]
     if missing:
         raise RuntimeUnavailable(f"the host runtime cannot be built: missing {', '.join(missing)}")

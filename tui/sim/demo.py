@@ -9,8 +9,8 @@ environment overlay puts ``<sim state>/bin`` first on ``PATH`` and sets
 - ``vllm``       → ``python -m tui sim vllm "$@"`` (so ``vllm serve MODEL …`` works)
 - ``sglang``     → ``python -m tui sim sglang "$@"`` (so ``sglang serve …`` works)
 
-Each sets ``PYTHONPATH`` to the directory holding the ``tui`` package, so
-they work without ``pip install``. Everything is quoted with shlex.quote.
+Each runs the interpreter that runs tunedeck (``python``, ``sys.executable`` by default), which
+finds the installed package from any directory. Everything is quoted with shlex.quote.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import shlex
 import sys
 from pathlib import Path
 
-import tui
 from tui.hostops.localhost import LocalHost
 from tui.sim.gpus import state_root
 
@@ -33,11 +32,6 @@ SHIMS: dict[str, tuple[str, ...]] = {
 }
 
 
-def package_root() -> Path:
-    """The directory that contains the ``tui`` package (goes on PYTHONPATH)."""
-    return Path(tui.__file__).resolve().parent.parent
-
-
 def sim_state_dir() -> Path:
     """``$TUNEDECK_SIM_STATE`` or ``<tunedeck state dir>/sim``."""
     return state_root()
@@ -47,14 +41,12 @@ def shim_dir(state: Path | None = None) -> Path:
     return (state or sim_state_dir()) / "bin"
 
 
-def shim_text(args: tuple[str, ...], python: str, root: Path) -> str:
+def shim_text(args: tuple[str, ...], python: str) -> str:
     q = shlex.quote
     cmd = " ".join([q(python), "-m", "tui", *(q(a) for a in args), '"$@"'])
     return (
         "#!/bin/sh\n"
         "# tunedeck simulator shim (written by tui.sim.demo.write_shims)\n"
-        f"PYTHONPATH={q(str(root))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-        "export PYTHONPATH\n"
         f"exec {cmd}\n"
     )
 
@@ -63,9 +55,8 @@ def write_shims(directory: str | os.PathLike[str], python: str = sys.executable)
     """Write the executable shims into ``directory`` (created if needed); return it."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    root = package_root()
     for name, args in SHIMS.items():
-        text = shim_text(args, python, root)
+        text = shim_text(args, python)
         p = d / name
         try:
             if p.is_file() and p.read_text() == text and os.access(p, os.X_OK):
@@ -84,13 +75,7 @@ def demo_env(state: Path | None = None, python: str = sys.executable) -> dict[st
     state = state or sim_state_dir()
     bindir = write_shims(shim_dir(state), python)
     path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env = {"PATH": f"{bindir}{os.pathsep}{path}", "TUNEDECK_SIM_STATE": str(state)}
-    root = package_root()
-    if (root / "pyproject.toml").is_file():
-        # a source checkout: let ``python -m tui ...`` work from any directory on the demo host
-        old = os.environ.get("PYTHONPATH", "")
-        env["PYTHONPATH"] = str(root) + (os.pathsep + old if old else "")
-    return env
+    return {"PATH": f"{bindir}{os.pathsep}{path}", "TUNEDECK_SIM_STATE": str(state)}
 
 
 def demo_host() -> LocalHost:

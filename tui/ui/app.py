@@ -339,7 +339,7 @@ class TunedeckApp(App[int]):
         nodes: list[Any] = []
         focused = self.screen.focused
         while focused is not None and focused is not self.screen:
-            if type(focused).__module__.split(".")[0] in ("tui", "widgets"):
+            if type(focused).__module__.split(".")[0] == "tunedeck":
                 nodes.append(focused)
             focused = focused.parent  # type: ignore[assignment]
         nodes += [self.screen, self]
@@ -353,7 +353,7 @@ class TunedeckApp(App[int]):
             own = [
                 b
                 for cls in type(node).__mro__
-                if cls.__module__.split(".")[0] in ("tui", "widgets") and "BINDINGS" in cls.__dict__
+                if cls.__module__.split(".")[0] == "tunedeck" and "BINDINGS" in cls.__dict__
                 for b in cls.__dict__["BINDINGS"]
             ]
             for b in Binding.make_bindings(own):
