@@ -103,7 +103,7 @@ def _body(i: int, out_len: int) -> dict[str, Any]:
 async def _child_tunedeck(url: str, conc: int, n: int, out_len: int) -> dict[str, Any]:
     from contextlib import nullcontext
 
-    from tui.bench.client import EndpointConfig, RequestSpec, make_client, prepare, quiet_gc, stream_request
+    from tunedeck.bench.client import EndpointConfig, RequestSpec, make_client, prepare, quiet_gc, stream_request
 
     async with make_client() as c:
         ep = EndpointConfig(url, MODEL)
@@ -244,8 +244,8 @@ def child_main(a: argparse.Namespace) -> int:
     elif a.child == "httpx-plain":
         res = asyncio.run(_child_httpx_plain(a.url, a.c, a.n, a.out_len))
     else:
-        import tui.bench  # noqa: F401 - masks httpx's CLI import
-        from tui.util.aio import run_async
+        import tunedeck.bench  # noqa: F401 - masks httpx's CLI import
+        from tunedeck.util.aio import run_async
 
         res = run_async(_child_tunedeck(a.url, a.c, a.n, a.out_len))
     Path(a.out).write_text(json.dumps(res))
@@ -345,7 +345,7 @@ class SimServer:
             [
                 sys.executable,
                 "-m",
-                "tui",
+                "tunedeck",
                 "sim",
                 "vllm",
                 "m",

@@ -97,7 +97,7 @@ def one_run(url: str, conc: int, args: argparse.Namespace, rec: Path, data_home:
         [
             sys.executable,
             "-m",
-            "tui",
+            "tunedeck",
             "bench",
             "--url",
             url,
@@ -315,7 +315,7 @@ def main() -> int:
             [
                 sys.executable,
                 "-m",
-                "tui",
+                "tunedeck",
                 "sim",
                 "vllm",
                 "m",

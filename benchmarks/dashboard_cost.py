@@ -49,12 +49,12 @@ def run_child(port: int, interval: float) -> int:
     sys.path.insert(0, str(REPO))
     import asyncio
 
-    from tui.collectors.gpu import GpuCollector
-    from tui.collectors.history import GpuHistory
-    from tui.collectors.hoststats import HostCollector
-    from tui.collectors.servers import ServerCollector, ServerSpec
-    from tui.services.targets import get_host
-    from tui.util.aio import run_async
+    from tunedeck.collectors.gpu import GpuCollector
+    from tunedeck.collectors.history import GpuHistory
+    from tunedeck.collectors.hoststats import HostCollector
+    from tunedeck.collectors.servers import ServerCollector, ServerSpec
+    from tunedeck.services.targets import get_host
+    from tunedeck.util.aio import run_async
 
     counts = {"gpu_blocks": 0, "gpu_errors": 0, "host_samples": 0, "server_samples": 0, "server_ready": 0}
 
@@ -143,7 +143,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "tui", "sim", "vllm", "serve", "Qwen/Qwen3-0.6B", "--port", str(port)],
+        [sys.executable, "-m", "tunedeck", "sim", "vllm", "serve", "Qwen/Qwen3-0.6B", "--port", str(port)],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -9,7 +9,7 @@ fixture ``tests/sshd.py``; needs root): a uid-0 login ``tdslow`` whose login she
 bash with a slow start-up file (``~/.bashrc``, which bash reads for every command sshd
 runs: it starts a Python, like a conda or pyenv init, and sleeps ``--shell-delay`` s), 8 simulated H200 GPUs behind the simulator's
 ``nvidia-smi`` and one simulated SGLang server launched there with ``tunedeck launch``.
-The dashboard is the real ``python -m tui --host tdslow@127.0.0.1:PORT`` in a 120×36
+The dashboard is the real ``python -m tunedeck --host tdslow@127.0.0.1:PORT`` in a 120×36
 pseudo-terminal, status screen open, 1 Hz.
 
 Measured after ``--warmup`` seconds, for ``--seconds``:
@@ -80,7 +80,7 @@ def ensure_user() -> None:
 
 
 def setup(base: Path, shell_delay: float) -> tuple[SshdServer, Path]:
-    from tui.sim.demo import write_shims
+    from tunedeck.sim.demo import write_shims
 
     server = SshdServer(base)
     counter = base / "shell-starts"
@@ -109,7 +109,7 @@ def setup(base: Path, shell_delay: float) -> tuple[SshdServer, Path]:
 def cli(server: SshdServer, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     env = server.client_env(PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, "-m", "tui", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "tunedeck", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -166,7 +166,7 @@ def measure(server: SshdServer, counter: Path, mode: str, seconds: float, warmup
     if mode != "legacy":
         os.environ.pop("TUNEDECK_HOST_SAMPLER", None)
     target = server.target(USER)
-    proc, master = _spawn([sys.executable, "-m", "tui", "--host", target], 120, 36)
+    proc, master = _spawn([sys.executable, "-m", "tunedeck", "--host", target], 120, 36)
     for k, v in old.items():
         if v is None:
             os.environ.pop(k, None)

@@ -3,7 +3,7 @@
 
     python benchmarks/dashboard_tui_cost.py [--seconds 60] [--warmup 5] [--source demo|fake] [--no-server] [--json-only]
 
-The dashboard runs as ``python -m tui --demo`` in a pseudo-terminal of
+The dashboard runs as ``python -m tunedeck --demo`` in a pseudo-terminal of
 120×36 (the real terminal driver and renderer, exactly what a user runs),
 watching the demo host: 8 simulated GPUs and one simulated SGLang server
 (started first with ``tunedeck launch --demo --wait``, stopped at the end),
@@ -43,7 +43,7 @@ def _child_fake() -> int:
     """The app on scripted collectors (8 GPUs at 1 Hz, host, one server), in this terminal."""
     sys.path.insert(0, str(REPO))
     from tests.ui_fakes import FakeHost, FakeServers, TickingGpu, host_stats, server
-    from tui.ui.app import make_app
+    from tunedeck.ui.app import make_app
 
     app = make_app(
         gpu=TickingGpu(8, 1.0),
@@ -113,7 +113,7 @@ SERVER_PORT = 30299
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run(
-        [sys.executable, "-m", "tui", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "tunedeck", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -166,7 +166,7 @@ def isolate() -> str:
 
 def measure(source: str, seconds: float, warmup: float, cols: int = 120, rows: int = 36) -> dict:
     if source == "demo":
-        argv = [sys.executable, "-m", "tui", "--demo"]
+        argv = [sys.executable, "-m", "tunedeck", "--demo"]
     else:
         argv = [sys.executable, str(Path(__file__).resolve()), "--child-fake"]
     proc, master = _spawn(argv, cols, rows)

@@ -8,7 +8,7 @@ Each "GPU host" is a network namespace with its own address, its own OpenSSH ssh
 simulated GPUs behind the simulator's ``nvidia-smi`` (its own simulator state), all joined by
 veth to one bridge (the test fixture ``tests/nshosts.py``; needs root and iproute2); with
 ``--net loopback``, an sshd on 127.0.0.1 per host instead (``tests/sshd.py``). Logged into as
-the uid-0 alias ``tdroot``. The dashboard is the real ``python -m tui --host @fleetN`` (a
+the uid-0 alias ``tdroot``. The dashboard is the real ``python -m tunedeck --host @fleetN`` (a
 ``[groups]`` entry of a temporary config file) in a 120×36 pseudo-terminal, fleet view
 open, 1 Hz: one SSH connection and one host sampler per host.
 
@@ -58,7 +58,7 @@ GPUS_PER_HOST = 8
 def start_hosts(base: Path, n: int) -> list[SshdServer]:
     """``n`` sshd instances, each a host with 8 simulated GPUs; the first one's client home
     (key, known_hosts) logs in on all of them."""
-    from tui.sim.demo import write_shims
+    from tunedeck.sim.demo import write_shims
 
     servers: list[SshdServer] = []
     for i in range(n):
@@ -86,7 +86,7 @@ def measure(servers: list[SshdServer], group: str, config: Path, seconds: float,
     os.environ.update(env)
     os.environ.pop("SSH_AUTH_SOCK", None)
     try:
-        proc, master = _spawn([sys.executable, "-m", "tui", "--host", f"@{group}"], 120, 36)
+        proc, master = _spawn([sys.executable, "-m", "tunedeck", "--host", f"@{group}"], 120, 36)
     finally:
         for k, v in old.items():
             if v is None:

@@ -58,7 +58,7 @@ def one(
         [
             sys.executable,
             "-m",
-            "tui",
+            "tunedeck",
             "bench",
             "--host",
             sshd.target(user),

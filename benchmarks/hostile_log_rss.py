@@ -74,7 +74,7 @@ def main() -> int:
     writer = tmp / "writer.py"  # a command line takes no newline: the server is a script file
     writer.write_text(WRITER)
     r = subprocess.run(
-        [sys.executable, "-m", "tui", "launch", "--demo", "--json", "--engine", "other", "--port", "1",
+        [sys.executable, "-m", "tunedeck", "launch", "--demo", "--json", "--engine", "other", "--port", "1",
          "--cmd", sys.executable, str(writer), str(a.every)],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
     )  # fmt: skip
@@ -86,7 +86,9 @@ def main() -> int:
     try:
         result = asyncio.run(watch(rid, a.seconds))
     finally:
-        subprocess.run([sys.executable, "-m", "tui", "stop", rid, "--demo", "--yes"], env=env, cwd=REPO, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "tunedeck", "stop", rid, "--demo", "--yes"], env=env, cwd=REPO, timeout=120
+        )
     result.update({"seconds": a.seconds, "every_s": a.every, "target_mb": TARGET_MB})
     text = json.dumps(result, indent=2)
     print(text)
@@ -96,11 +98,11 @@ def main() -> int:
 
 
 async def watch(rid: str, seconds: float) -> dict[str, object]:
-    from tui.hostops.runstore import RunStore
-    from tui.services.targets import get_host
-    from tui.ui.app import make_app
-    from tui.ui.screens.run import RunScreen
-    from widgets.server_log import ServerLog
+    from tunedeck.hostops.runstore import RunStore
+    from tunedeck.services.targets import get_host
+    from tunedeck.ui.app import make_app
+    from tunedeck.ui.screens.run import RunScreen
+    from tunedeck.widgets.server_log import ServerLog
 
     host = get_host(None, demo=True)
     rec = RunStore().load(rid)

@@ -85,7 +85,7 @@ def _isolate() -> Path:
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tui", *args], capture_output=True, text=True, cwd=REPO, timeout=timeout
+        [sys.executable, "-m", "tunedeck", *args], capture_output=True, text=True, cwd=REPO, timeout=timeout
     )
 
 
@@ -126,7 +126,7 @@ def _window(seconds: float, me: psutil.Process, drain: Callable[[float], None]) 
 
 
 def measure_cli(rid: str, log: Path, seconds: float, warmup: float) -> dict[str, Any]:
-    proc, master = _spawn([sys.executable, "-m", "tui", "logs", "--demo", "--follow", rid], 160, 48)
+    proc, master = _spawn([sys.executable, "-m", "tunedeck", "logs", "--demo", "--follow", rid], 160, 48)
     out = bytearray()
     ps = psutil.Process(proc.pid)
     try:
@@ -149,11 +149,11 @@ def measure_view(rid: str, log: Path, seconds: float, warmup: float, *, alone: b
 async def _view(rid: str, log: Path, seconds: float, warmup: float, alone: bool) -> dict[str, Any]:
     from textual.app import App
 
-    from tui.hostops.runstore import RunStore
-    from tui.services.targets import get_host
-    from tui.ui.app import make_app
-    from tui.ui.screens.run import RunScreen
-    from widgets.server_log import ServerLog
+    from tunedeck.hostops.runstore import RunStore
+    from tunedeck.services.targets import get_host
+    from tunedeck.ui.app import make_app
+    from tunedeck.ui.screens.run import RunScreen
+    from tunedeck.widgets.server_log import ServerLog
 
     host = get_host(None, demo=True)
     rec = RunStore().load(rid)
@@ -216,7 +216,7 @@ def main() -> int:
             return 1
         out = json.loads(r.stdout)
         rid = (out.get("run") or out)["run_id"]
-        from tui.hostops.runstore import RunStore
+        from tunedeck.hostops.runstore import RunStore
 
         rec = RunStore().load(rid)
         assert rec is not None and rec.run_dir, rid

@@ -3,7 +3,7 @@
 Builds a log of ``--lines`` physical lines (default 200 000) in the engines' real
 formats: vLLM and SGLang prefixes, ANSI colour, tqdm bars redrawn with ``\\r``,
 runtime stat lines, warnings and one chained traceback near the end. Feeds it to
-:class:`tui.logparse.LogParser` in 64 KiB chunks and prints lines/s
+:class:`tunedeck.logparse.LogParser` in 64 KiB chunks and prints lines/s
 (CPU time of this process, so a loaded machine reads close to an idle one).
 
     python benchmarks/logparse_throughput.py            # 200k lines, best of 3
@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tui.logparse import LogParser
+from tunedeck.logparse import LogParser
 
 
 def build_log(lines: int) -> bytes:

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tui.sim import perf
+from tunedeck.sim import perf
 
 PCIE_NCCL = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"}
 CONFIGS = {
@@ -114,7 +114,7 @@ def start(name: str) -> tuple[subprocess.Popen, int]:
     e.update(env)
     e.setdefault("TUNEDECK_SIM_STATE", f"/tmp/tunedeck-sim-calibration-{os.getpid()}")
     p = subprocess.Popen(
-        [sys.executable, "-m", "tui", "sim", engine, *argv, "--port", str(port), "--sim-load-seconds", "1"],
+        [sys.executable, "-m", "tunedeck", "sim", engine, *argv, "--port", str(port), "--sim-load-seconds", "1"],
         cwd=REPO,
         env=e,
         stdout=subprocess.PIPE,

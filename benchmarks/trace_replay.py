@@ -13,7 +13,7 @@ against ``tunedeck sim vllm`` (its performance model and prefix cache) on loopba
 read and checked by the Mooncake parser, uploaded to ``${TUNEDECK_HOME}/data`` and replayed by the
 client as a host-side job on this host (the default path). From the run's stored samples it
 reports the dispatch lag (the client's own lateness: sent − scheduled, as
-:func:`tui.bench.metrics.dispatch_lag` defines it) p50/p99/max over every request, the lateness
+:func:`tunedeck.bench.metrics.dispatch_lag` defines it) p50/p99/max over every request, the lateness
 the simulator saw (its recorded arrival − the scheduled wall time), and the prefix-cache hit rate
 the run read from the server's counters next to the share the file's ``hash_ids`` plan. A fresh
 simulator (empty cache) per repeat; medians of ``--repeats`` (default 3).
@@ -54,7 +54,7 @@ from workload_timing import print_lag_table, server_lateness
 
 from tests.simfix import SimProc, free_port
 from tests.traces import mooncake_rows, write_jsonl
-from tui.bench import metrics, store
+from tunedeck.bench import metrics, store
 
 
 def bench(port: int, opts: List[str], pin: Optional[List[int]], home: Path) -> Dict[str, Any]:
@@ -62,7 +62,7 @@ def bench(port: int, opts: List[str], pin: Optional[List[int]], home: Path) -> D
     ``pin[:-1]`` to itself, and the laptop side moves to ``pin[-1]`` (beside the simulator) once
     the job is running; on a real host the laptop side runs on the laptop, not on the client's
     cores."""
-    cmd = [sys.executable, "-m", "tui", "bench", "--host", "local", "--port", str(port), *opts, "--json", "-"]
+    cmd = [sys.executable, "-m", "tunedeck", "bench", "--host", "local", "--port", str(port), *opts, "--json", "-"]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT) as p:
         if pin:
             threading.Thread(target=move_laptop_side, args=(p, home, pin[-1], set(pin[:-1])), daemon=True).start()
@@ -180,7 +180,7 @@ def main() -> int:
         trace = write_jsonl(tmpd / "mooncake.jsonl", rows)
         opts = ["--dataset-name", "mooncake", "--dataset-path", str(trace), "--trace-speed", str(args.trace_speed)]
         opts += ["--request-rate", "inf", "--warmup", "0"]
-        cmd = [sys.executable, "-m", "tui", "bench", "--preview", "--json", *opts]
+        cmd = [sys.executable, "-m", "tunedeck", "bench", "--preview", "--json", *opts]
         (preview,) = json.loads(subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True).stdout)
         out["planned_prefix_shared_ratio"] = preview["prefix_shared_ratio"]
         out["command"] = "tunedeck bench --host local --port P " + " ".join(

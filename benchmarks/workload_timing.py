@@ -6,7 +6,7 @@ what the server saw?
    timestamp, long-tailed input and output lengths, as in the FAST'25 trace's ``{"timestamp",
    "input_length", "output_length"}``; its ``hash_ids`` are not used here: the prompts are random
    ids), replays it at 1x against ``tunedeck sim vllm`` on loopback with the bench engine's own
-   dispatcher (:func:`tui.bench.levels.drive`, the path ``tunedeck bench`` runs, with
+   dispatcher (:func:`tunedeck.bench.levels.drive`, the path ``tunedeck bench`` runs, with
    ``quiet_gc``) and reports the client's dispatch lag (sent − scheduled) p50/p99/max, and the same
    lateness as the simulator saw it (its recorded arrival − the scheduled wall time). Median over
    ``--repeats`` (default 3). ``benchmarks/trace_replay.py`` replays the same rows written as a
@@ -46,10 +46,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from client_truth import free_port, one_run, wait_port
 
 from tests.traces import mooncake_rows
-from tui.bench import metrics
-from tui.bench.client import EndpointConfig, Live, RequestSpec, make_client, prepare, quiet_gc
-from tui.bench.levels import drive
-from tui.util.aio import run_async
+from tunedeck.bench import metrics
+from tunedeck.bench.client import EndpointConfig, Live, RequestSpec, make_client, prepare, quiet_gc
+from tunedeck.bench.levels import drive
+from tunedeck.util.aio import run_async
 
 
 def specs_of(rows: List[Dict[str, Any]], seed: int) -> List[RequestSpec]:
@@ -158,7 +158,7 @@ def main() -> int:
             [
                 sys.executable,
                 "-m",
-                "tui",
+                "tunedeck",
                 "sim",
                 "vllm",
                 "m",

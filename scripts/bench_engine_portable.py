@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/bench_engine_portable.py [--python /root/.pyenv/versions/3.9.18/bin/python3.9]
 
-Copies only ``tui.bench.ENGINE_MODULES`` into a temporary folder, starts
+Copies only ``tunedeck.bench.ENGINE_MODULES`` into a temporary folder, starts
 ``tunedeck sim vllm`` (fixed TTFT 50 ms, ITL 10 ms) with this interpreter,
 then runs a small benchmark (in-process and with ``--workers 2``) under
 ``PYTHON -I -S`` (no site-packages, no environment) with only that folder on
@@ -28,9 +28,9 @@ FORBIDDEN = ("httpx", "psutil", "platformdirs", "textual", "rich", "uvloop")
 DRIVER = r"""
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
-from tui.bench.config import BenchConfig
-from tui.bench.runner import run_benchmark
-from tui.util.aio import run_async
+from tunedeck.bench.config import BenchConfig
+from tunedeck.bench.runner import run_benchmark
+from tunedeck.util.aio import run_async
 
 url, results = sys.argv[2], sys.argv[3]
 out = {"python": ".".join(map(str, sys.version_info[:3])), "levels": []}
@@ -63,10 +63,10 @@ def free_port() -> int:
 
 def copy_engine(dest: Path) -> None:
     """``dest/tunedeck/…``: the engine's modules alone, laid out as the package they import."""
-    import tui
-    from tui.bench import ENGINE_MODULES
+    import tunedeck
+    from tunedeck.bench import ENGINE_MODULES
 
-    pkg = Path(tui.__file__).resolve().parent
+    pkg = Path(tunedeck.__file__).resolve().parent
     for rel in ENGINE_MODULES:
         target = dest / "tunedeck" / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -84,7 +84,7 @@ def run(python: str, *, timeout: float = 120.0) -> dict:
             [
                 sys.executable,
                 "-m",
-                "tui",
+                "tunedeck",
                 "sim",
                 "vllm",
                 "m",

@@ -4,7 +4,7 @@
     python scripts/engine_flags.py vllm 0.33.0 -- vllm serve --help=all      # an installed engine
     python scripts/engine_flags.py sglang 0.5.23 --help-file FILE --check     # exit 1 when it differs
 
-The table goes to ``tui/engine_flags/<engine>_<release>.py`` (see :mod:`tui.engine_flags`); a new
+The table goes to ``tui/engine_flags/<engine>_<release>.py`` (see :mod:`tunedeck.engine_flags`); a new
 release also needs ``tui/engines.py``'s version bumped so that tunedeck follows it.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tui.engine_flags import module_name, parse_help, render_module
+from tunedeck.engine_flags import module_name, parse_help, render_module
 
 
 def derive(engine: str, release: str, text: str, source: str) -> str:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 VIEW = REPO / "build" / "pkgview"

@@ -21,10 +21,10 @@ sys.path.insert(0, str(ROOT))
 
 from textual.app import App
 
-from tui.ab.compare import compare
-from tui.ab.journal import Journal
-from tui.ab.sides import side_from_dict
-from tui.ui.screens.compare import CompareScreen
+from tunedeck.ab.compare import compare
+from tunedeck.ab.journal import Journal
+from tunedeck.ab.sides import side_from_dict
+from tunedeck.ui.screens.compare import CompareScreen
 
 DATA = ROOT / "screenshots" / "compare-ab.json"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tui.ab.ops import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
+from tunedeck.ab.ops import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
 
 
 class FakeOps:
@@ -76,7 +76,7 @@ class FakeOps:
 
 class InProcessCampaign:
     """An A/B run in this process over :class:`FakeOps`, behind the interface the Compare screen
-    follows (``id``, ``report``, ``events()``, ``cancel()``), as :class:`tui.services.abrun.ABRun` has."""
+    follows (``id``, ``report``, ``events()``, ``cancel()``), as :class:`tunedeck.services.abrun.ABRun` has."""
 
     def __init__(self, runner) -> None:
         self.runner = runner
@@ -105,7 +105,7 @@ class InProcessCampaign:
 
 def fake_campaigns(ops: FakeOps):
     """A ``start_campaign`` for the Compare screen that runs the A/B in process over ``ops``."""
-    from tui.ab.runner import ABRunner
+    from tunedeck.ab.runner import ABRunner
 
     async def start(a, b, plan, repeats, interleave, confirm):
         return InProcessCampaign(

@@ -31,7 +31,7 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 def _no_remembered_ssh_refusals() -> None:
     """A host-key / auth refusal is remembered per endpoint for the process (no retries until
     the user acts); tests share one sshd endpoint, so each starts with a clean slate."""
-    blocked = getattr(sys.modules.get("tui.hostops.sshgate"), "_BLOCKED", None)
+    blocked = getattr(sys.modules.get("tunedeck.hostops.sshgate"), "_BLOCKED", None)
     if blocked is not None:
         blocked.clear()
 
@@ -59,7 +59,7 @@ def engine_help() -> Path:
 
 def tunedeck_cmd() -> list[str]:
     """How tests invoke the CLI as a subprocess (works without an installed script)."""
-    return [sys.executable, "-m", "tui"]
+    return [sys.executable, "-m", "tunedeck"]
 
 
 TIERS = ("unit", "ui", "integration")

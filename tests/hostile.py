@@ -169,7 +169,7 @@ class Tally:
 
 def run_cli(argv: list[str]) -> tuple[int | None, str, str, str | None]:
     """``tunedeck ARGV`` in this process: (exit code, stdout, stderr, traceback or None)."""
-    from tui.cli import main
+    from tunedeck.cli import main
 
     out_b, err_b = io.BytesIO(), io.BytesIO()
     out = io.TextIOWrapper(out_b, encoding="utf-8", errors="backslashreplace", write_through=True)

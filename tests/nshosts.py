@@ -126,7 +126,7 @@ class NsHost:
         py = q(sys.executable)
         ray = q(str(Path(sys.executable).parent / "ray"))
         files = {
-            "nvidia-smi": head + f'exec {py} -m tui sim smi "$@"\n',
+            "nvidia-smi": head + f'exec {py} -m tunedeck sim smi "$@"\n',
             "tdpython": head + f'exec {py} "$@"\n',
             "ray": head + f'exec {ray} "$@"\n',
         }
@@ -141,7 +141,7 @@ class NsHost:
             [
                 sys.executable,
                 "-m",
-                "tui",
+                "tunedeck",
                 "sim",
                 "smi",
                 "--query-gpu=index,memory.used",

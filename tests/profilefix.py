@@ -8,7 +8,7 @@ import os
 import shlex
 from pathlib import Path
 
-from tui.hostops.localhost import LocalHost
+from tunedeck.hostops.localhost import LocalHost
 
 DATA = Path(__file__).resolve().parent / "data"
 

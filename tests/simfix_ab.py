@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def expected_gain_pct(concurrency: int) -> float:
     """Decode speed-up of the sglang-tuned profile over sglang-base at ``concurrency``, in %."""
-    from tui.sim import perf
+    from tunedeck.sim import perf
 
     pcie = (
         ("NCCL_ALGO", "Ring"),

@@ -1,7 +1,7 @@
 """Deterministic scenes of every screen: the SVG snapshot tests and ``scripts/screenshots.py``
 build the same apps from here (posting's ``snapshot_app`` pattern).
 
-A scene is ``build() -> (app, run_before)``: ``app`` is the real :class:`~tui.ui.app.TunedeckApp`
+A scene is ``build() -> (app, run_before)``: ``app`` is the real :class:`~tunedeck.ui.app.TunedeckApp`
 on fake collectors (fixed data, fixed clocks: nothing live, nothing launched), ``run_before``
 drives it with a Pilot to the state to capture. The profile / results / state folders must point
 at empty temporary directories (the tests' conftest does it; the screenshot script too).
@@ -18,8 +18,8 @@ from textual.pilot import Pilot
 
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_snapshot, host_stats, server
 from tests.waits import until_async
-from tui.model import NA, GpuProcess, GpuStatus
-from tui.ui.app import TunedeckApp, make_app
+from tunedeck.model import NA, GpuProcess, GpuStatus
+from tunedeck.ui.app import TunedeckApp, make_app
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = "gpuop@gpu-box-01"
@@ -101,7 +101,7 @@ async def _settled(app: TunedeckApp, pilot: Pilot) -> None:
     app.interval = 3600.0  # the feeds go quiet (each loop sleeps after its current poll): a still frame
     await pilot.pause(0.1)
     # the server feed ran at its own pace: give every run the same history, whatever it was
-    from widgets.server_panel import ServerHistory
+    from tunedeck.widgets.server_panel import ServerHistory
 
     app.server_history = ServerHistory(maxlen=60)
     for t in range(TICKS):
@@ -132,8 +132,8 @@ def profiles() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.profiles.preflight import Finding
-        from tui.ui.screens.profiles import ProfilesScreen
+        from tunedeck.profiles.preflight import Finding
+        from tunedeck.ui.screens.profiles import ProfilesScreen
 
         await _settled(app, pilot)
         await pilot.press("l")
@@ -173,8 +173,8 @@ def launch_form() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     async def run_before(pilot: Pilot) -> None:
         from textual.widgets import Input
 
-        from tui.profiles.store import ProfileStore
-        from tui.ui.screens.launch import LaunchScreen
+        from tunedeck.profiles.store import ProfileStore
+        from tunedeck.ui.screens.launch import LaunchScreen
 
         await _settled(app, pilot)
         await app.push_screen(LaunchScreen(ProfileStore().get("sglang-tuned")))
@@ -183,7 +183,7 @@ def launch_form() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
         scr: Any = app.screen
         scr.query_one("#tp", Input).value = "4"  # an unsaved edit: the title and the diff say so
         app.set_focus(None)
-        from widgets.preset_form import PresetForm
+        from tunedeck.widgets.preset_form import PresetForm
 
         await _until(
             pilot,
@@ -205,11 +205,11 @@ def run() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.hostops.runstore import RunRecord
-        from tui.model import StartupProgress
-        from tui.ui.screens.run import RunScreen
-        from widgets.server_log import ServerLog
-        from widgets.startup_progress import StartupProgressView
+        from tunedeck.hostops.runstore import RunRecord
+        from tunedeck.model import StartupProgress
+        from tunedeck.ui.screens.run import RunScreen
+        from tunedeck.widgets.server_log import ServerLog
+        from tunedeck.widgets.startup_progress import StartupProgressView
 
         # the simulator's own SGLang start-up (timestamps fixed), cut mid weight-loading
         log = REPO / "tests" / "data" / "logs" / "sglang-start-snapshot.log"
@@ -477,10 +477,10 @@ def bench(keys: tuple[str, ...] = ()) -> tuple[TunedeckApp, Callable[[Pilot], Aw
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.timeline_model import TimelineSnapshot
-        from tui.ui.screens.bench import BenchScreen
-        from widgets.throughput_chart import ThroughputChart
-        from widgets.timeline_charts import TimelinePanel
+        from tunedeck.timeline_model import TimelineSnapshot
+        from tunedeck.ui.screens.bench import BenchScreen
+        from tunedeck.widgets.throughput_chart import ThroughputChart
+        from tunedeck.widgets.timeline_charts import TimelinePanel
 
         class ShotBench(BenchScreen):
             def run_bench(self) -> None:  # type: ignore[override]  # scripted, nothing runs
@@ -518,8 +518,8 @@ def bench_sweep() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.ui.screens.bench import BenchScreen
-        from widgets.throughput_chart import ThroughputChart
+        from tunedeck.ui.screens.bench import BenchScreen
+        from tunedeck.widgets.throughput_chart import ThroughputChart
 
         class ShotSweep(BenchScreen):
             def run_bench(self) -> None:  # type: ignore[override]  # scripted, nothing runs
@@ -541,7 +541,7 @@ def bench_sweep() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
 async def _bench_setup(app: TunedeckApp, pilot: Pilot) -> Any:
     """Open the Bench setup form (``b``) and wait for its first preview: it is built in a thread,
     and a snapshot taken before it lands shows "building the preview…" (a loaded machine)."""
-    from tui.ui.screens.bench_setup import BenchSetupScreen
+    from tunedeck.ui.screens.bench_setup import BenchSetupScreen
 
     await _settled(app, pilot)
     await pilot.press("b")
@@ -628,9 +628,9 @@ def compare(health: bool = False) -> tuple[TunedeckApp, Callable[[Pilot], Awaita
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.ab.compare import compare as compare_sides
-        from tui.ab.sides import side_from_dict
-        from tui.ui.screens.compare import CompareScreen
+        from tunedeck.ab.compare import compare as compare_sides
+        from tunedeck.ab.sides import side_from_dict
+        from tunedeck.ui.screens.compare import CompareScreen
 
         e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
         if health:
@@ -658,8 +658,8 @@ def compare(health: bool = False) -> tuple[TunedeckApp, Callable[[Pilot], Awaita
 def write_ab_timelines(e: dict) -> None:
     """Timelines (made up, fixed) for the recorded A/B's peak level in the results store: A's SM clock
     drops from its third second (a finding), B runs at its power cap."""
-    from tui.bench.store import run_dir
-    from tui.util.files import atomic_write_json
+    from tunedeck.bench.store import run_dir
+    from tunedeck.util.files import atomic_write_json
 
     for side, throttle, base, secs, validity in (
         (
@@ -697,10 +697,10 @@ def compare_timeline() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.ab.compare import compare as compare_sides
-        from tui.ab.sides import side_from_dict
-        from tui.ui.screens.compare import CompareScreen
-        from widgets.timeline_charts import TimelinePanel
+        from tunedeck.ab.compare import compare as compare_sides
+        from tunedeck.ab.sides import side_from_dict
+        from tunedeck.ui.screens.compare import CompareScreen
+        from tunedeck.widgets.timeline_charts import TimelinePanel
 
         e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
         write_ab_timelines(e)
@@ -733,8 +733,8 @@ def runs() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.hostops.runstore import RunRecord
-        from tui.ui.screens.runs import RunsScreen
+        from tunedeck.hostops.runstore import RunRecord
+        from tunedeck.ui.screens.runs import RunsScreen
 
         recs = [
             RunRecord(
@@ -773,11 +773,11 @@ def deployment() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.collectors.deployment import DeploymentSnapshot
-        from tui.model import StartupProgress
-        from tui.services import deploy as D
-        from tui.ui.screens.deployment import DeploymentScreen
-        from widgets.deployment import MergedLog
+        from tunedeck.collectors.deployment import DeploymentSnapshot
+        from tunedeck.model import StartupProgress
+        from tunedeck.services import deploy as D
+        from tunedeck.ui.screens.deployment import DeploymentScreen
+        from tunedeck.widgets.deployment import MergedLog
 
         nodes = ["gpuop@gpu-box-01", "gpuop@gpu-box-02"]
         rec = D.DeploymentRecord(
@@ -890,7 +890,7 @@ def confirm_stop() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.ui.screens.modals import ConfirmModal
+        from tunedeck.ui.screens.modals import ConfirmModal
 
         await _settled(app, pilot)
         await app.push_screen(
@@ -910,7 +910,7 @@ def hosts() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     app = base_app()
 
     async def run_before(pilot: Pilot) -> None:
-        from tui.ui.screens.hosts import HostsModal
+        from tunedeck.ui.screens.hosts import HostsModal
 
         await _settled(app, pilot)
         await app.push_screen(
@@ -934,10 +934,10 @@ def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
     """Five hosts: two busy 8-GPU boxes (the first expanded), a 4-GPU box with a server, one
     refusing the login and one unreachable (its next try an hour away, so the frame is still),
     and a 2-node deployment over the two 8-GPU boxes."""
-    from tui.collectors.fleet import FleetMember
-    from tui.collectors.sources import Sources
-    from tui.hostops.hosts import HostError
-    from tui.ui.fleet_app import FleetApp
+    from tunedeck.collectors.fleet import FleetMember
+    from tunedeck.collectors.sources import Sources
+    from tunedeck.hostops.hosts import HostError
+    from tunedeck.ui.fleet_app import FleetApp
 
     def member(target: str, gpu: GpuStatus, host: Any, servers: tuple = ()) -> FleetMember:
         return FleetMember(target, None, Sources(gpu=FakeGpu([gpu]), host=FakeHost(host), servers=FakeServers(servers)))
@@ -968,7 +968,7 @@ def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
         member("gpu-box-04", down, HostError("auth-failed", "Permission denied (publickey)", target="gpu-box-04")),
         member("10.0.0.7:2222", down, HostError("unreachable", "connection refused", target="10.0.0.7:2222")),
     ]
-    from tui.services.deploy import DeploymentRecord, DeploymentStore, Member
+    from tunedeck.services.deploy import DeploymentRecord, DeploymentStore, Member
 
     # a 2-node deployment over the first two boxes (this machine's record of it)
     DeploymentStore().save(
@@ -991,7 +991,7 @@ def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
     app = FleetApp(members, interval=0.01, backoff=lambda attempt: 3600.0, keymap={}, deployments_interval=0.05)
 
     async def run_before(pilot: Pilot) -> None:
-        from widgets.fleet_table import FleetTable
+        from tunedeck.widgets.fleet_table import FleetTable
 
         await _until(
             pilot,
@@ -1026,7 +1026,7 @@ TUNE_CANDIDATES = (
 
 def tune_events() -> list:
     """A campaign over five candidates, fixed: three measured, one failed to start, one measuring."""
-    from tui.ab.events import ABEvent
+    from tunedeck.ab.events import ABEvent
 
     def ev(kind: str, side: str | None, t: float, fraction: float | None = None, **data: Any) -> ABEvent:
         return ABEvent(kind, f"{side or 'campaign'}: {kind}", side, 1, 0, 5, fraction, data, time=t)
@@ -1058,8 +1058,8 @@ def tune() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
     async def run_before(pilot: Pilot) -> None:
         from textual.widgets import Input
 
-        from tui.ab.tuneview import TuneProgress
-        from tui.ui.screens.tune import TuneScreen
+        from tunedeck.ab.tuneview import TuneProgress
+        from tunedeck.ui.screens.tune import TuneScreen
 
         prog = TuneProgress(((n, 8) for n in TUNE_CANDIDATES), campaign="tune-20260101-120000-ab12", estimate_s=900.0)
         for ev in tune_events():

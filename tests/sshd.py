@@ -439,7 +439,7 @@ def cli(server: SshdServer, profiles: Path, *args: str, timeout: float = 200) ->
     from tests.conftest import REPO
 
     return subprocess.run(
-        [sys.executable, "-m", "tui", *args],
+        [sys.executable, "-m", "tunedeck", *args],
         cwd=REPO,
         capture_output=True,
         text=True,

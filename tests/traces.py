@@ -10,7 +10,7 @@ import random
 from pathlib import Path
 from typing import Any, Dict, List
 
-from tui.bench.workloads import MOONCAKE_BLOCK
+from tunedeck.bench.workloads import MOONCAKE_BLOCK
 
 
 def mooncake_rows(

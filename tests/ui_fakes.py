@@ -1,6 +1,6 @@
 """Scripted collectors for UI tests, the screenshot script and the cost benchmark.
 
-They follow the protocols in :mod:`tui.collectors.sources`; nothing here touches SSH.
+They follow the protocols in :mod:`tunedeck.collectors.sources`; nothing here touches SSH.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import math
 import time
 from typing import AsyncIterator, Callable, Iterable
 
-from tui.hostops.hosts import ByteStream, Host, HostError, RunResult
-from tui.model import NA, GpuProcess, GpuSnapshot, GpuStatus, HostStats, ServerStats
+from tunedeck.hostops.hosts import ByteStream, Host, HostError, RunResult
+from tunedeck.model import NA, GpuProcess, GpuSnapshot, GpuStatus, HostStats, ServerStats
 
 
 def gpu_snapshot(i: int, t: int = 0, **over: object) -> GpuSnapshot:
@@ -166,7 +166,7 @@ class FakeServers:
 class LinkHost(Host):
     """An in-process host holding files, whose link can be cut (a silent drop) and restored.
 
-    ``stream()`` speaks the follow script's protocol (:data:`tui.hostops.hostscripts.FOLLOW_SCRIPT`:
+    ``stream()`` speaks the follow script's protocol (:data:`tunedeck.hostops.hostscripts.FOLLOW_SCRIPT`:
     its pid line, then the file's bytes from the offset in ``argv[4]``, then what :meth:`append`
     adds) and beats every ``heartbeat`` seconds while the link is up. :meth:`cut` makes every open
     stream go silent (no byte, no beat: the laptop must see the loss by the liveness rule) and every

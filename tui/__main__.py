@@ -1,3 +1,3 @@
-from tui.cli import main
+from tunedeck.cli import main
 
 raise SystemExit(main())

@@ -1,7 +1,7 @@
 """The ``tunedeck`` command line.
 
-Each subcommand lives in its own module under :mod:`tui.commands`, listed in
-``tui.commands.COMMANDS``; only the module of the command a line names is
+Each subcommand lives in its own module under :mod:`tunedeck.commands`, listed in
+``tunedeck.commands.COMMANDS``; only the module of the command a line names is
 imported. A module defines ``register(subparsers, common)`` which adds its
 parser and sets ``func`` (a callable taking the parsed namespace and returning
 an exit code; it may be a coroutine function).
@@ -19,13 +19,13 @@ import os
 import sys
 from typing import Collection, Sequence
 
-from tui import __version__
-from tui.commands import COMMANDS, common_parser, finish_args
+from tunedeck import __version__
+from tunedeck.commands import COMMANDS, common_parser, finish_args
 
 
 def build_parser(only: Collection[str] | None = None) -> argparse.ArgumentParser:
     """The whole command line: every subcommand registered, or with ``only`` just those (their
-    modules imported) and the others listed by name and help alone (``tui.commands.COMMANDS``), so
+    modules imported) and the others listed by name and help alone (``tunedeck.commands.COMMANDS``), so
     ``tunedeck --help``, ``--version`` and a single command load no module they do not need."""
     common = common_parser()
     parser = argparse.ArgumentParser(
@@ -44,7 +44,7 @@ def build_parser(only: Collection[str] | None = None) -> argparse.ArgumentParser
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         if only is None or name in only:
-            importlib.import_module(f"tui.commands.{module}").register(sub, common)
+            importlib.import_module(f"tunedeck.commands.{module}").register(sub, common)
         else:
             sub.add_parser(name, help=help_text)
     return parser
@@ -72,17 +72,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = _command_named(argv)
     parser = build_parser([command] if command else [])
     args = finish_args(parser.parse_args(argv))
-    from tui.util import logs
+    from tunedeck.util import logs
 
     logs.setup(verbose=bool(getattr(args, "verbose", False)))
     func = getattr(args, "func", None)
     if func is None:
-        from tui.ui.dashboard import run_dashboard  # the one door into the UI
+        from tunedeck.ui.dashboard import run_dashboard  # the one door into the UI
 
         return int(run_dashboard(args) or 0)
     try:
         if inspect.iscoroutinefunction(func):
-            from tui.util.aio import run_async
+            from tunedeck.util.aio import run_async
 
             rc = run_async(func(args))
         else:

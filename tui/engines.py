@@ -1,14 +1,14 @@
 """The engines' own names for the releases tunedeck follows: SGLang 0.5.23 and vLLM 0.33.
 
 One table for both sides that must agree: what a profile may ask for before anything is launched
-(``tui.profiles``) and what the simulated engine accepts (``tui.sim``, which travels in the
+(``tunedeck.profiles``) and what the simulated engine accepts (``tunedeck.sim``, which travels in the
 host-side runtime: constants only, Python 3.9+). Taken from the releases themselves: SGLang's
 ``--attention-backend`` choices and ``--speculative-algorithm`` values, vLLM's ``SpeculativeMethod``
 (``vllm/config/speculative.py``, its MTP model types included). Every launch flag of both releases,
-with its choices, is in :mod:`tui.engine_flags` (:func:`release_flags`).
+with its choices, is in :mod:`tunedeck.engine_flags` (:func:`release_flags`).
 """
 
-from tui.engine_flags import FlagTable, release_table
+from tunedeck.engine_flags import FlagTable, release_table
 
 SGLANG_VERSION = "0.5.23"
 VLLM_VERSION = "0.33.0"

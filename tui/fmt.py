@@ -1,6 +1,6 @@
 """The one way numbers become text, in the CLI and the dashboard alike.
 
-A value that was not reported (:data:`tui.model.NA`, None, NaN, not a number) reads
+A value that was not reported (:data:`tunedeck.model.NA`, None, NaN, not a number) reads
 ``N/A``, never 0. Sizes: :func:`human_bytes` (auto unit) and :func:`gib`; durations:
 :func:`uptime` (how long something has run) and :func:`eta` (a countdown or estimate). Tables of
 text: :func:`text_table`.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Collection, Iterable, Sequence
 
-from tui.model import NA
+from tunedeck.model import NA
 
 NA_TEXT = "N/A"
 

@@ -322,7 +322,7 @@ class LinkState:
     last_error: str = ""
     """The last error's message."""
     kind: str = ""
-    """The :class:`tui.hostops.hosts.HostError` kind of the last error, if any."""
+    """The :class:`tunedeck.hostops.hosts.HostError` kind of the last error, if any."""
 
     @property
     def ok(self) -> bool:

@@ -1,6 +1,6 @@
 """A benchmark level's timeline as the screens show it: immutable snapshots on one time axis.
 
-The rows are ``timeline.jsonl`` lines (:mod:`tui.hostside.timeline`: the client's tok/s,
+The rows are ``timeline.jsonl`` lines (:mod:`tunedeck.hostside.timeline`: the client's tok/s,
 the server's queue and KV cache, the GPUs' clocks and power, one line a second) or
 the live ``timeline`` and ``tick`` events of a benchmark. Here they become:
 
@@ -22,7 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, fields, replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from tui.util.safety import visible
+from tunedeck.util.safety import visible
 
 #: rows kept per level (an hour at one a second); older seconds are dropped first
 MAX_ROWS = 3600

@@ -1,11 +1,11 @@
-"""What only the widgets draw: bars, text sparklines, theme colours (numbers as text: :mod:`tui.fmt`)."""
+"""What only the widgets draw: bars, text sparklines, theme colours (numbers as text: :mod:`tunedeck.fmt`)."""
 
 from __future__ import annotations
 
 import math
 from typing import Iterable
 
-from tui.fmt import NA_TEXT, num
+from tunedeck.fmt import NA_TEXT, num
 
 SPARK = "▁▂▃▄▅▆▇█"
 

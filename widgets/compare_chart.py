@@ -13,7 +13,7 @@ import plotext as plt
 from rich.text import Text
 from textual.widget import Widget
 
-from widgets._axes import x_ticks, y_axis
+from tunedeck.widgets._axes import x_ticks, y_axis
 
 
 class CompareChart(Widget):

@@ -1,6 +1,6 @@
 """The A/B comparison table: metric, A, B, delta and a coloured verdict per row.
 
-Renders an immutable :class:`tui.ab.compare.Comparison`; rows are keyed by
+Renders an immutable :class:`tunedeck.ab.compare.Comparison`; rows are keyed by
 metric so a refreshed comparison updates cells in place.
 """
 
@@ -12,8 +12,8 @@ from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
-from tui.ab.compare import Comparison, Row, fmt_pct
-from tui.ab.render import fmt_value
+from tunedeck.ab.compare import Comparison, Row, fmt_pct
+from tunedeck.ab.render import fmt_value
 
 COLUMNS = (("metric", "Metric"), ("a", "A"), ("b", "B"), ("delta", "\u0394"), ("verdict", "Verdict"))
 

@@ -1,7 +1,7 @@
 """What a multi-node deployment view draws with: one startup bar per node
 (:class:`NodeProgressList`, fed the same ``StartupProgress`` snapshots as the single-run
 view) and the merged log with a node tag on every line (:class:`MergedLog`: a
-:class:`~widgets.server_log.ServerLog` whose tags are coloured per node and which can show
+:class:`~tunedeck.widgets.server_log.ServerLog` whose tags are coloured per node and which can show
 one node's lines only)."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from tui.fmt import eta
-from tui.model import StartupProgress
-from widgets.server_log import ServerLog
-from widgets.severity_log import tag_node
-from widgets.startup_progress import describe
+from tunedeck.fmt import eta
+from tunedeck.model import StartupProgress
+from tunedeck.widgets.server_log import ServerLog
+from tunedeck.widgets.severity_log import tag_node
+from tunedeck.widgets.startup_progress import describe
 
 #: one colour per node, in the deployment's order (head first); repeats past the sixth
 NODE_STYLES = ("bold cyan", "bold magenta", "bold green", "bold yellow", "bold blue", "bold bright_red")

@@ -1,7 +1,7 @@
 """The fleet view's tables: a row group per host (GPUs summarised, expandable to a row per
 GPU) and the servers of every host with a host column.
 
-Widgets here only read snapshots (:mod:`tui.model`, :class:`tui.ui.messages.LinkState`). Rows
+Widgets here only read snapshots (:mod:`tunedeck.model`, :class:`tunedeck.ui.messages.LinkState`). Rows
 are keyed (``host:T``, ``gpu:T:i``, ``srv:T:name-port``) and updated cell by cell; the rows
 are laid out again only when their order changes (a host expanded or collapsed, GPUs or
 servers appearing), keeping the cursor on the row it was on.
@@ -18,11 +18,11 @@ from rich.text import Span, Text
 from textual.coordinate import Coordinate
 from textual.widgets import Static
 
-from tui.fmt import fmt, num, short_targets
-from tui.model import DeploymentSummary, GpuSnapshot, GpuStatus, LinkState, ServerStats, summarise_gpus
-from widgets._fmt import bar, gib_pair, ratio, theme_color
-from widgets.gpu_table import GPU_STATE_TEXT, _KeyedTable, _level
-from widgets.server_panel import STATE_COLOURS, server_key
+from tunedeck.fmt import fmt, num, short_targets
+from tunedeck.model import DeploymentSummary, GpuSnapshot, GpuStatus, LinkState, ServerStats, summarise_gpus
+from tunedeck.widgets._fmt import bar, gib_pair, ratio, theme_color
+from tunedeck.widgets.gpu_table import GPU_STATE_TEXT, _KeyedTable, _level
+from tunedeck.widgets.server_panel import STATE_COLOURS, server_key
 
 #: LinkState.kind → (the state cell of a host that does not answer, the reason in the notes)
 FAILURE_TEXT = {

@@ -1,5 +1,5 @@
 """The Pareto frontier of a tuning campaign (plotext): tok/s per user (x) against tok/s per GPU
-(y), both axes from 0 with round ticks (:mod:`widgets._axes`). The frontier's points are joined
+(y), both axes from 0 with round ticks (:mod:`tunedeck.widgets._axes`). The frontier's points are joined
 in x order and labelled with their number in the candidates table; the others are dots.
 
 Draws in ``render()`` only (plotext keeps global state), calls ``limit_size(False, False)``
@@ -14,7 +14,7 @@ import plotext as plt
 from rich.text import Text
 from textual.widget import Widget
 
-from widgets._axes import x_ticks, y_axis
+from tunedeck.widgets._axes import x_ticks, y_axis
 
 
 class FrontierChart(Widget):

@@ -1,6 +1,6 @@
 """Goodput of the benchmark level running now (live) or just finished (its summary).
 
-Renders an immutable :class:`tui.model.GoodputView`: the share of completed requests
+Renders an immutable :class:`tunedeck.model.GoodputView`: the share of completed requests
 within every SLO target and good requests per second. A run without targets says so
 (goodput is not 0 then, it is not measured).
 """
@@ -12,8 +12,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from tui.fmt import fmt
-from tui.model import SLO_NAMES, GoodputView
+from tunedeck.fmt import fmt
+from tunedeck.model import SLO_NAMES, GoodputView
 
 NO_TARGETS = (
     "Goodput: no SLO targets for this run (set TTFT / TPOT / ITL / E2EL in the bench form, or --goodput ttft:MS …)"

@@ -1,6 +1,6 @@
 """GPU table (a row per GPU with sparklines), GPU process table, and bounded histories.
 
-Widgets here only read :mod:`tui.model` snapshots. Rows are keyed and
+Widgets here only read :mod:`tunedeck.model` snapshots. Rows are keyed and
 updated cell by cell (only changed cells) inside ``batch_update``; rows
 are never rebuilt per tick, so cursor and scroll survive updates.
 """
@@ -19,11 +19,11 @@ from rich.text import Text
 from textual.cache import LRUCache
 from textual.widgets import DataTable
 
-from tui.fmt import fmt, num
-from tui.model import GpuProcess, GpuSnapshot, GpuStatus
-from widgets._countdown import CountdownStatic
-from widgets._fmt import bar, gib_pair, ratio, sparkline, theme_color
-from widgets.line_table import ColumnLayouts, LineTable
+from tunedeck.fmt import fmt, num
+from tunedeck.model import GpuProcess, GpuSnapshot, GpuStatus
+from tunedeck.widgets._countdown import CountdownStatic
+from tunedeck.widgets._fmt import bar, gib_pair, ratio, sparkline, theme_color
+from tunedeck.widgets.line_table import ColumnLayouts, LineTable
 
 #: GpuStatus.state → what the operator reads (nvidia-smi exit codes named).
 GPU_STATE_TEXT: Mapping[str, str] = {
@@ -342,7 +342,7 @@ class _KeyedTable(ColumnLayouts, DataTable[Any]):
 class GpuTable(LineTable):
     """One row per GPU: index, name, util, util history, memory bar, memory history,
     temperature, power draw/limit, SM clock. Drawn line by line: most of its cells change every
-    second (see :mod:`widgets.line_table`)."""
+    second (see :mod:`tunedeck.widgets.line_table`)."""
 
     DEFAULT_CSS = """
     GpuTable { height: auto; max-height: 18; }

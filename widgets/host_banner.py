@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import time
 
-from tui.model import LinkState
-from widgets._countdown import CountdownStatic
+from tunedeck.model import LinkState
+from tunedeck.widgets._countdown import CountdownStatic
 
 _LABELS = {
     "unreachable": "host unreachable",

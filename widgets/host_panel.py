@@ -6,9 +6,9 @@ from rich.text import Text
 from textual.geometry import Region
 from textual.widget import Widget
 
-from tui.fmt import fmt, human_bytes, num, uptime
-from tui.model import HostStats
-from widgets._fmt import bar, ratio, set_border_title, theme_color
+from tunedeck.fmt import fmt, human_bytes, num, uptime
+from tunedeck.model import HostStats
+from tunedeck.widgets._fmt import bar, ratio, set_border_title, theme_color
 
 
 def mem_pair(used: object, total: object) -> str:

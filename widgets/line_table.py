@@ -29,7 +29,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from widgets._fmt import theme_color
+from tunedeck.widgets._fmt import theme_color
 
 #: a cell: (its text, a theme colour name or "")
 Cell = tuple[str, str]

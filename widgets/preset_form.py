@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from widgets.field_input import FieldInput
+from tunedeck.widgets.field_input import FieldInput
 
 AUTO = ""  # the backend value meaning "let the engine choose"
 

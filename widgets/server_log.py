@@ -8,7 +8,7 @@ refresh per batch. A ring buffer of the
 last ``max_lines`` lines backs search and filter. Both the ring buffer and the view
 are bounded in bytes too (``max_bytes`` each, the memory the str objects take): a log of huge
 lines keeps fewer of them.
-The lines come already made safe to show (``tui.hostops.logfollow.LineSplitter``).
+The lines come already made safe to show (``tunedeck.hostops.logfollow.LineSplitter``).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
-from widgets.field_input import FieldInput
-from widgets.severity_log import SeverityLog, is_probe_line, line_bytes, line_severity
+from tunedeck.widgets.field_input import FieldInput
+from tunedeck.widgets.severity_log import SeverityLog, is_probe_line, line_bytes, line_severity
 
 #: The most memory the ring buffer's lines take (and the view's, each): a str costs what
 #: ``sys.getsizeof`` says, 2 or 4 bytes a character once it holds one non-Latin-1 one (a line cut

@@ -11,10 +11,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from tui.fmt import fmt, num
-from tui.model import ServerStats
-from widgets._fmt import sparkline, theme_color
-from widgets.line_table import LineTable
+from tunedeck.fmt import fmt, num
+from tunedeck.model import ServerStats
+from tunedeck.widgets._fmt import sparkline, theme_color
+from tunedeck.widgets.line_table import LineTable
 
 #: server state → theme variable used to colour it.
 STATE_COLOURS = {
@@ -85,7 +85,7 @@ def _spark(values: Sequence[float], width: int, hi: float | None = None) -> str:
 
 class ServerTable(LineTable):
     """One row per server: state, load and their histories. Drawn line by line (most of its
-    cells change every second, see :mod:`widgets.line_table`); Enter or a click on the cursor's
+    cells change every second, see :mod:`tunedeck.widgets.line_table`); Enter or a click on the cursor's
     row posts :class:`LineTable.RowSelected`."""
 
     COLUMNS = (

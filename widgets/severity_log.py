@@ -1,4 +1,4 @@
-"""The log view under :class:`~widgets.server_log.ServerLog`: a ``Log`` bounded in lines and in
+"""The log view under :class:`~tunedeck.widgets.server_log.ServerLog`: a ``Log`` bounded in lines and in
 bytes that colours each line by its severity (and a merged log's node tags) and marks the search
 matches (:class:`SeverityLog`); what a line is (:func:`line_severity`, :func:`is_probe_line`,
 :func:`tag_node`)."""

@@ -8,8 +8,8 @@ from textual.reactive import reactive
 from textual.visual import visualize
 from textual.widget import Widget
 
-from tui.fmt import eta
-from tui.model import StartupProgress
+from tunedeck.fmt import eta
+from tunedeck.model import StartupProgress
 
 PHASE_NAMES = {
     "process-start": "starting process",

@@ -1,7 +1,7 @@
 """The end report of a benchmark: one row per level, like ``vllm bench serve`` prints at the end
 of a sweep, with each level's client-health mark and, under the table, the reasons.
 
-Renders an immutable :class:`tui.model.SweepReport` (rows appear as levels finish).
+Renders an immutable :class:`tunedeck.model.SweepReport` (rows appear as levels finish).
 Latencies in ms; N/A where a level has no value (never 0).
 """
 
@@ -15,9 +15,9 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from tui.fmt import fmt
-from tui.model import ClientHealth, SweepLevel, SweepReport
-from widgets._fmt import theme_color
+from tunedeck.fmt import fmt
+from tunedeck.model import ClientHealth, SweepLevel, SweepReport
+from tunedeck.widgets._fmt import theme_color
 
 #: (header, cell) per column, headers on two lines (80 columns hold the table); the goodput
 #: column only when the run had targets

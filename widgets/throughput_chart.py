@@ -15,7 +15,7 @@ import plotext as plt
 from rich.text import Text
 from textual.widget import Widget
 
-from widgets._axes import x_ticks, y_axis
+from tunedeck.widgets._axes import x_ticks, y_axis
 
 _FALLBACK_COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red")
 _THEME_KEYS = ("primary", "accent", "success", "warning", "secondary", "error")

@@ -1,6 +1,6 @@
 """Stacked timeline charts on one shared time axis, and the validity findings next to them.
 
-:class:`TimelineCharts` draws a :class:`tui.timeline_model.TimelineFigure` (an immutable
+:class:`TimelineCharts` draws a :class:`tunedeck.timeline_model.TimelineFigure` (an immutable
 snapshot: panels of lines, one value or None a second) as strips stacked in one frame:
 every strip has the same width, the same x range and the same y-label width, so a
 column is the same moment in all of them; only the bottom chart carries the x ticks.
@@ -25,8 +25,8 @@ from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Static
 
-from tui.timeline_model import Line, Panel, TimelineFigure
-from widgets._axes import LABEL_W, nice_ceil, short_number, y_axis
+from tunedeck.timeline_model import Line, Panel, TimelineFigure
+from tunedeck.widgets._axes import LABEL_W, nice_ceil, short_number, y_axis
 
 #: x positions of the first plotted column: the labels and the axis character
 PLOT_X0 = LABEL_W + 1

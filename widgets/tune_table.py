@@ -1,7 +1,7 @@
 """A tuning campaign's candidates: number, name, state, capacity at the SLO and, with room,
 tok/s per user, tok/s per GPU and the step being measured.
 
-Renders an immutable :class:`tui.ab.tuneview.TuneSnapshot`; rows are keyed by candidate, so a new
+Renders an immutable :class:`tunedeck.ab.tuneview.TuneSnapshot`; rows are keyed by candidate, so a new
 snapshot updates cells in place. The base's name stands in full, the others by their changes
 (``+attention-backend=fa3``); ``*`` marks a candidate on the Pareto frontier, bold the best so far.
 
@@ -19,7 +19,7 @@ from rich.text import Text
 from textual import events
 from textual.widgets import DataTable
 
-from tui.ab.tuneview import CandidateView, TuneSnapshot
+from tunedeck.ab.tuneview import CandidateView, TuneSnapshot
 
 #: the columns: (key, label)
 COLUMNS = (

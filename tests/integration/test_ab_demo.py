@@ -59,8 +59,8 @@ def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 
 async def nothing_running() -> tuple[list, list | None]:
-    from tui.hostops import launcher
-    from tui.services.targets import get_host
+    from tunedeck.hostops import launcher
+    from tunedeck.services.targets import get_host
 
     host = get_host(None, demo=True)
     alive = [h for h in await launcher.list_host_runs(host) if h.alive]
@@ -152,10 +152,10 @@ async def test_pilot_one_key_runs_demo_ab_and_shows_comparison(profiles):
     """In the TUI: mark A and B, press g; the real A/B runs over the simulator and the view appears."""
     from textual.app import App
 
-    from tui.sim.demo import demo_host
-    from tui.ui.screens.compare import CompareScreen
-    from widgets.compare_chart import CompareChart
-    from widgets.compare_table import CompareTable
+    from tunedeck.sim.demo import demo_host
+    from tunedeck.ui.screens.compare import CompareScreen
+    from tunedeck.widgets.compare_chart import CompareChart
+    from tunedeck.widgets.compare_table import CompareTable
 
     scr = CompareScreen(profiles=[profiles["sglang-base"], profiles["sglang-tuned"]], plan="quick")
 
@@ -241,9 +241,9 @@ def test_an_ab_job_killed_after_side_a_reports_a_partial_exit_5(profiles):
     import signal
     import time
 
-    from tui.commands.ab import EXIT_PARTIAL
-    from tui.services import jobs
-    from tui.sim.demo import demo_host
+    from tunedeck.commands.ab import EXIT_PARTIAL
+    from tunedeck.services import jobs
+    from tunedeck.sim.demo import demo_host
 
     proc = subprocess.Popen(
         [*tunedeck_cmd(), "ab", profiles["sglang-base"], profiles["sglang-tuned"], "--demo", "--plan", "quick"]

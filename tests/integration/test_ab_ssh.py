@@ -36,9 +36,9 @@ def remote_shims(sshd: SshdServer, sim_state: Path) -> Path:
     )
     py = q(sys.executable)
     files = {
-        "nvidia-smi": head + f'exec {py} -m tui sim smi "$@"\n',
+        "nvidia-smi": head + f'exec {py} -m tunedeck sim smi "$@"\n',
         "simpython": head + 'if [ "$1" = -m ] && [ "$2" = sglang.launch_server ]; then shift 2; '
-        f'exec {py} -m tui sim sglang "$@"; fi\nexec {py} "$@"\n',
+        f'exec {py} -m tunedeck sim sglang "$@"; fi\nexec {py} "$@"\n',
     }
     for name, text in files.items():
         p = sshd.shim_dir / name
@@ -50,8 +50,8 @@ def remote_shims(sshd: SshdServer, sim_state: Path) -> Path:
 async def remote_state(sshd: SshdServer) -> tuple[list, list | None]:
     """What runs on the "remote" host, read on this machine (it is the same machine): the run
     folders under the sshd session's TUNEDECK_HOME and the simulated GPUs' processes."""
-    from tui.hostops import launcher
-    from tui.hostops.localhost import LocalHost
+    from tunedeck.hostops import launcher
+    from tunedeck.hostops.localhost import LocalHost
 
     path = f"{sshd.shim_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
     host = LocalHost("remote-view", env_overlay={"TUNEDECK_HOME": str(sshd.remote_home), "PATH": path})

@@ -55,7 +55,7 @@ def test_core_imports_no_textual():
         "import importlib, pkgutil, sys\n"
         f"mods = []\n"
         f"for name in {core!r}:\n"
-        "    if name == 'tui.__main__':\n"
+        "    if name == 'tunedeck.__main__':\n"
         "        continue\n"
         "    mod = importlib.import_module(name)\n"
         "    mods.append(name)\n"
@@ -79,7 +79,7 @@ def _imported(argv: list[str], env_extra: dict[str, str] | None = None) -> tuple
 
     env = dict(os.environ, **(env_extra or {}))
     r = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "tui", *argv],
+        [sys.executable, "-X", "importtime", "-m", "tunedeck", *argv],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -128,7 +128,7 @@ def test_a_real_benchmark_never_loads_textual_or_rich(tmp_path: Path):
 
 
 def test_cli_help_and_version():
-    r = subprocess.run([sys.executable, "-m", "tui", "--version"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "tunedeck", "--version"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("tunedeck ")
-    r = subprocess.run([sys.executable, "-m", "tui", "--help"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "tunedeck", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--demo" in r.stdout and "--host" in r.stdout

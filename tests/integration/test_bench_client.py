@@ -10,12 +10,12 @@ import pytest
 
 from tests.conftest import tunedeck_cmd
 from tests.fakesrv import FakeServer
-from tui.bench import store
-from tui.bench.client import EndpointConfig, RequestSpec, make_client, stream_request
-from tui.bench.config import BenchConfig, NotReady
-from tui.bench.runner import run_benchmark, wait_ready
-from tui.bench.sse import SSEParser as _SSE
-from tui.util.http import Dechunk
+from tunedeck.bench import store
+from tunedeck.bench.client import EndpointConfig, RequestSpec, make_client, stream_request
+from tunedeck.bench.config import BenchConfig, NotReady
+from tunedeck.bench.runner import run_benchmark, wait_ready
+from tunedeck.bench.sse import SSEParser as _SSE
+from tunedeck.util.http import Dechunk
 
 
 def test_dechunk_split_anywhere():
@@ -245,7 +245,7 @@ async def test_sweep_emits_progress_and_one_run_per_level():
     assert out[1]["client"]["connections_opened_timed"] == 0
     json.dumps(msgs, allow_nan=False)
     # every emitted event parses with the one progress-line parser
-    from tui.bench.records import BenchEvent
+    from tunedeck.bench.records import BenchEvent
 
     evs = [BenchEvent.from_json(json.dumps(m, allow_nan=False)) for m in msgs]
     assert [e.summary.completed for e in evs if e.type == "level_done"] == [8, 8]

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.fakesrv import FakeServer
-from tui.bench.records import BenchEvent, LevelSummary, RecordError, Sample, parse_progress
+from tunedeck.bench.records import BenchEvent, LevelSummary, RecordError, Sample, parse_progress
 
 PY39 = "/root/.pyenv/versions/3.9.18/bin/python3.9"
 
@@ -40,7 +40,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.timeout(120)
 def test_engine_runs_alone_on_python39_stdlib_only():
-    """Only tui.bench.ENGINE_MODULES, copied alone, under `python3.9 -I -S` (no site-packages) against the sim."""
+    """Only tunedeck.bench.ENGINE_MODULES, copied alone, under `python3.9 -I -S` (no site-packages) against the sim."""
     sys.path.insert(0, str(REPO / "scripts"))
     import bench_engine_portable
 
@@ -61,7 +61,7 @@ def test_engine_runs_alone_on_python39_stdlib_only():
 def test_engine_imports_nothing_outside_the_standard_library():
     code = (
         "import sys\n"
-        "import tui.bench.runner, tui.bench.worker, tui.bench.store, tui.bench.records\n"
+        "import tunedeck.bench.runner, tunedeck.bench.worker, tunedeck.bench.store, tunedeck.bench.records\n"
         "bad = [m for m in ('httpx', 'psutil', 'platformdirs', 'textual', 'rich') if m in sys.modules]\n"
         "print(bad)\n"
     )
@@ -196,7 +196,7 @@ def test_sample_record_round_trip():
 
 
 def test_client_bound_and_machine_busy_are_told_apart():
-    from tui.bench.health import client_health
+    from tunedeck.bench.health import client_health
 
     idle_machine = {"ncpu": 8, "load1_max": 1.0, "steal": 0.0, "busy": 0.2}
     calm = client_health([{"cpu": [0.2], "cpu_avg": 0.2, "lag_p99_ms": 0.5, "lag_max_ms": 2, "machine": idle_machine}])
@@ -224,7 +224,7 @@ async def test_monitor_measures_own_cpu_not_the_machines():
     import asyncio
     import time as _t
 
-    from tui.bench.health import ClientMonitor
+    from tunedeck.bench.health import ClientMonitor
 
     mon = ClientMonitor()
     mon.start()
@@ -240,8 +240,8 @@ async def test_monitor_measures_own_cpu_not_the_machines():
 
 
 async def test_bad_settings_are_one_clear_error_before_anything_is_sent():
-    from tui.bench.config import BenchConfig
-    from tui.bench.runner import run_benchmark
+    from tunedeck.bench.config import BenchConfig
+    from tunedeck.bench.runner import run_benchmark
 
     for kw, what in (
         ({"url": "ftp://x"}, "BenchConfig.url"),
@@ -263,8 +263,8 @@ async def test_bad_settings_are_one_clear_error_before_anything_is_sent():
 
 async def test_the_start_event_carries_the_goodput_targets_and_the_summary_applies_them():
     """What the live view needs to know up front (the targets; {} for none) and the summary's count."""
-    from tui.bench.config import BenchConfig
-    from tui.bench.runner import run_benchmark
+    from tunedeck.bench.config import BenchConfig
+    from tunedeck.bench.runner import run_benchmark
 
     with FakeServer("--ttft-ms", "5", "--itl-ms", "2") as srv:
         events: list = []
@@ -295,7 +295,7 @@ async def test_the_start_event_carries_the_goodput_targets_and_the_summary_appli
 
 
 def test_progress_good_count_follows_the_slo_rule():
-    from tui.bench.levels import Progress
+    from tunedeck.bench.levels import Progress
 
     fast = {"success": True, "output_tokens": 3, "ttft": 0.05, "itl": [0.01, 0.02], "latency": 0.08}
     slow = {"success": True, "output_tokens": 3, "ttft": 0.5, "itl": [0.01, 0.02], "latency": 0.53}
@@ -308,8 +308,8 @@ def test_progress_good_count_follows_the_slo_rule():
 
 
 def test_a_request_cut_by_a_stop_is_cancelled_not_failed():
-    from tui.bench import metrics
-    from tui.bench.levels import Progress
+    from tunedeck.bench import metrics
+    from tunedeck.bench.levels import Progress
 
     ok = {"success": True, "start_time": 0.0, "output_tokens": 3, "ttft": 0.05, "itl": [0.01, 0.02], "latency": 0.08}
     cut = {"success": False, "error_type": "Cancelled", "error": "cancelled before the response ended"}

@@ -6,10 +6,10 @@ import pytest
 from textual.app import App
 
 from tests.fakesrv import FakeServer
-from tui.bench import store
-from tui.ui.screens.bench import BenchScreen
-from tui.ui.screens.modals import ConfirmModal
-from widgets.throughput_chart import ThroughputChart
+from tunedeck.bench import store
+from tunedeck.ui.screens.bench import BenchScreen
+from tunedeck.ui.screens.modals import ConfirmModal
+from tunedeck.widgets.throughput_chart import ThroughputChart
 
 
 class BenchApp(App):
@@ -155,7 +155,7 @@ async def test_stop_key_interrupts_and_keeps_partial_results():
 async def test_form_slo_fields_become_goodput_and_a_bad_value_names_its_field():
     from textual.widgets import Input
 
-    from tui.ui.screens.bench_setup import BenchSetupScreen
+    from tunedeck.ui.screens.bench_setup import BenchSetupScreen
 
     app = App()
     async with app.run_test(size=(120, 48)) as pilot:
@@ -200,8 +200,8 @@ def _rendered(widget) -> str:
 @pytest.mark.timeout(120)
 async def test_live_goodput_then_the_per_level_table_after_a_sweep():
     """Every second request's first token comes late (--pattern ok,slowfirst): half meet ttft:200."""
-    from widgets.goodput_panel import GoodputPanel
-    from widgets.sweep_table import SweepTable, health_cell
+    from tunedeck.widgets.goodput_panel import GoodputPanel
+    from tunedeck.widgets.sweep_table import SweepTable, health_cell
 
     with FakeServer("--ttft-ms", "20", "--itl-ms", "20", "--pattern", "ok,slowfirst", "--slowfirst-s", "0.4") as srv:
         app = BenchApp(
@@ -295,8 +295,8 @@ def _summary(c, *, bound="", busy="", completed=20, goodput=None):
 
 
 async def test_no_goodput_targets_is_said_not_shown_as_zero_and_client_health_is_marked_per_level():
-    from widgets.goodput_panel import NO_TARGETS, GoodputPanel
-    from widgets.sweep_table import SweepTable
+    from tunedeck.widgets.goodput_panel import NO_TARGETS, GoodputPanel
+    from tunedeck.widgets.sweep_table import SweepTable
 
     levels = [{"concurrency": c, "request_rate": "inf"} for c in (1, 64, 256)]
     script = [{"type": "start", "levels": levels, "goodput": {}}]

@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import tunedeck_cmd
 from tests.simfix import SimProc, free_port
-from tui.bench import store
+from tunedeck.bench import store
 
 # TTFT is long enough that the simulator's own ingest of a 64-request burst (its HTTP layer reads and
 # parses them one by one: ~6-9 ms for the last on this box, part of the TTFT any client sees) stays < 2 %.
@@ -98,8 +98,8 @@ def test_bench_reports_sim_timing(tmp_path, conc):
 @pytest.mark.timeout(120)
 async def test_input_lengths_are_exact_and_checked():
     """Completions send exactly --input-len token ids; chat prompts are fitted with /tokenize."""
-    from tui.bench.config import BenchConfig
-    from tui.bench.runner import run_benchmark
+    from tunedeck.bench.config import BenchConfig
+    from tunedeck.bench.runner import run_benchmark
 
     port = free_port()
     with SimProc(
@@ -139,9 +139,9 @@ async def test_input_lengths_are_exact_and_checked():
 @pytest.mark.timeout(60)
 async def test_a_length_the_server_disagrees_with_is_reported():
     """Text prompts without /tokenize are estimates: the server's count wins and the difference is shown."""
-    from tui.bench import metrics
-    from tui.bench.config import BenchConfig
-    from tui.bench.runner import run_benchmark
+    from tunedeck.bench import metrics
+    from tunedeck.bench.config import BenchConfig
+    from tunedeck.bench.runner import run_benchmark
 
     port = free_port()
     with SimProc(

@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import tunedeck_cmd
 from tests.fakesrv import FakeServer
-from tui.bench import store
-from tui.util.paths import data_dir
+from tunedeck.bench import store
+from tunedeck.util.paths import data_dir
 
 
 def _cli(*args, timeout=30):

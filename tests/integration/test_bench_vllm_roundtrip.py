@@ -1,7 +1,7 @@
 """`results export --vllm-json` and `bench --json` agree with vLLM's calculate_metrics, written out here.
 
 The reference below follows vllm/benchmarks/serve.py (calculate_metrics) line by line with plain
-Python (numpy's mean, population std and linear percentile); it does not use tui.bench.metrics.
+Python (numpy's mean, population std and linear percentile); it does not use tunedeck.bench.metrics.
 """
 
 import json

@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 
 from tests.simfix import SimProc, free_port
-from tui.ab.capacity import find_capacity, parse_slo
-from tui.bench.config import BenchConfig
-from tui.bench.runner import run_benchmark
-from tui.sim import capmodel
+from tunedeck.ab.capacity import find_capacity, parse_slo
+from tunedeck.bench.config import BenchConfig
+from tunedeck.bench.runner import run_benchmark
+from tunedeck.sim import capmodel
 
 # short requests keep each level near a second: 16 output tokens, 3 cycles per level
 INPUT_LEN, OUTPUT_LEN = 32, 16
@@ -66,7 +66,7 @@ def test_bench_capacity_cli_writes_the_search(tmp_path):
     import subprocess
 
     from tests.conftest import tunedeck_cmd
-    from tui.bench import store
+    from tunedeck.bench import store
 
     port = free_port()
     flags = ["--model-path", "m", "--tp", "8", "--max-running-requests", "2"]

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launcher import FAKE, free_port
-from tui.cli import build_parser
+from tunedeck.cli import build_parser
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -12,8 +12,8 @@ import pytest
 
 from tests.integration.test_harden3_logs import _cli
 from tests.integration.test_launch_sim import demo, sim_command  # noqa: F401 - the fixture
-from tui.bench import store
-from tui.hostops import launcher as L
+from tunedeck.bench import store
+from tunedeck.hostops import launcher as L
 
 pytestmark = pytest.mark.timeout(240)
 

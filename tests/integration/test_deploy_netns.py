@@ -34,7 +34,7 @@ from tests.simfix import free_port
 from tests.sshd import ROOT_USER
 from tests.sshd import cli as sshd_cli
 from tests.waits import scaled
-from tui.hostops.runstore import RunStore
+from tunedeck.hostops.runstore import RunStore
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(420)]
 
@@ -152,7 +152,15 @@ def test_vllm_on_a_real_ray_cluster_launches_serves_a_benchmark_and_stops_with_1
 def ray_workers(h: NsHost) -> list[int]:
     """The simulated Ray workers holding GPUs on ``h``, as its nvidia-smi lists them."""
     r = subprocess.run(
-        [sys.executable, "-m", "tui", "sim", "smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"],
+        [
+            sys.executable,
+            "-m",
+            "tunedeck",
+            "sim",
+            "smi",
+            "--query-compute-apps=pid,process_name",
+            "--format=csv,noheader",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -196,10 +204,10 @@ def test_vllm_on_ray_killed_frees_the_worker_nodes_gpus_while_its_ray_node_lives
 async def test_too_few_gpus_in_the_ray_cluster_stop_the_launch_and_vllm_names_its_placement_group(
     ns_hosts, tmp_path: Path, monkeypatch
 ):
-    from tui.hostops.ssh import SshHost
-    from tui.profiles.deploy import RAY_WAIT, RAY_WORKER, build_deployment
-    from tui.profiles.store import ProfileStore
-    from tui.services import deploy as D
+    from tunedeck.hostops.ssh import SshHost
+    from tunedeck.profiles.deploy import RAY_WAIT, RAY_WORKER, build_deployment
+    from tunedeck.profiles.store import ProfileStore
+    from tunedeck.services import deploy as D
 
     a, b = ns_hosts(2)
     a.write_shims(extra="TUNEDECK_SIM_RAY_PG_TIMEOUT_S=6; export TUNEDECK_SIM_RAY_PG_TIMEOUT_S\n")
@@ -254,9 +262,9 @@ async def test_too_few_gpus_in_the_ray_cluster_stop_the_launch_and_vllm_names_it
 async def test_sglang_link_cut_to_one_node_leaves_it_running_and_the_view_reconnects(
     ns_hosts, tmp_path: Path, monkeypatch
 ):
-    from tui.hostops.launcher import process_alive
-    from tui.hostops.runstore import RunStore
-    from tui.hostops.ssh import SshHost
+    from tunedeck.hostops.launcher import process_alive
+    from tunedeck.hostops.runstore import RunStore
+    from tunedeck.hostops.ssh import SshHost
 
     a, b = ns_hosts(2)
     user = tmp_path / "profiles"

@@ -31,7 +31,7 @@ from tests.conftest import REPO
 from tests.simfix import free_port
 from tests.sshd import ROOT_USER, SshdServer, cli, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.waits import until
-from tui.bench.workloads.base import estimate_tokens
+from tunedeck.bench.workloads.base import estimate_tokens
 
 #: what a node runs tunedeck's host-side runtime with: a bare Python, no tunedeck package
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -119,7 +119,15 @@ def write_profile(
 
 def gpus_used(state: Path) -> list[int]:
     r = subprocess.run(
-        [sys.executable, "-m", "tui", "sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+        [
+            sys.executable,
+            "-m",
+            "tunedeck",
+            "sim",
+            "smi",
+            "--query-gpu=index,memory.used",
+            "--format=csv,noheader,nounits",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -187,7 +195,7 @@ def test_two_node_sglang_launches_ready_and_stops_with_all_16_gpus_freed(nodes, 
 
     # `logs --follow`: every node's log from its start, then live, until the deployment ends
     follow = subprocess.Popen(
-        [sys.executable, "-m", "tui", "logs", dep["deploy_id"], "--follow", "--json"],
+        [sys.executable, "-m", "tunedeck", "logs", dep["deploy_id"], "--follow", "--json"],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -217,9 +225,9 @@ def test_two_node_sglang_launches_ready_and_stops_with_all_16_gpus_freed(nodes, 
 
 
 def _plan_and_hosts(a: SshdServer, b: SshdServer, user: Path):
-    from tui.hostops.ssh import SshHost
-    from tui.profiles.deploy import build_deployment
-    from tui.profiles.store import ProfileStore
+    from tunedeck.hostops.ssh import SshHost
+    from tunedeck.profiles.deploy import build_deployment
+    from tunedeck.profiles.store import ProfileStore
 
     os.environ["TUNEDECK_PROFILES"] = str(user)
     prof = ProfileStore().get("r1-2n")
@@ -229,7 +237,7 @@ def _plan_and_hosts(a: SshdServer, b: SshdServer, user: Path):
 
 
 async def test_a_rank_killed_mid_load_is_named_as_the_first_failure(nodes, tmp_path: Path, monkeypatch):
-    from tui.services import deploy as D
+    from tunedeck.services import deploy as D
 
     a, b = nodes
     node_shims(a, load_s=20)
@@ -267,7 +275,7 @@ async def test_a_rank_killed_mid_load_is_named_as_the_first_failure(nodes, tmp_p
 
 
 async def test_a_worker_that_never_joins_is_diagnosed_by_name(nodes, tmp_path: Path, monkeypatch):
-    from tui.services import deploy as D
+    from tunedeck.services import deploy as D
 
     a, b = nodes
     (b.shim_dir / "nojoin").write_text("")
@@ -297,7 +305,7 @@ def test_ab_of_two_deployments_each_benchmark_on_the_head_then_both_stopped(node
     the start, every level still sends its prompts, read on the head."""
     import hashlib
 
-    from tui.bench import store
+    from tunedeck.bench import store
 
     a, b = nodes
     user = write_profile(tmp_path, a, b)
@@ -313,7 +321,7 @@ def test_ab_of_two_deployments_each_benchmark_on_the_head_then_both_stopped(node
         f'\n[workload]\nname = "custom"\npath = "{dataset.name}"\n'
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tui", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), "--json"],
+        [sys.executable, "-m", "tunedeck", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), "--json"],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -375,7 +383,7 @@ def test_ab_of_deployments_survives_its_terminal_and_cancel_stops_the_live_side(
         "temperature = 0.0\nseed = 1\nwarmup = 0\n\n[[level]]\nconcurrency = 1\nnum_prompts = 400\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tui", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan)],
+        [sys.executable, "-m", "tunedeck", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan)],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -422,9 +430,9 @@ def test_ab_of_deployments_killed_mid_level_reports_what_its_results_hold_exit_5
     import asyncio
     import re
 
-    from tui.commands.ab import EXIT_PARTIAL
-    from tui.hostops.localhost import LocalHost
-    from tui.services import jobs
+    from tunedeck.commands.ab import EXIT_PARTIAL
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.services import jobs
 
     a, b = nodes
     user = write_profile(tmp_path, a, b)
@@ -436,7 +444,7 @@ def test_ab_of_deployments_killed_mid_level_reports_what_its_results_hold_exit_5
         "\n[[level]]\nconcurrency = 2\nnum_prompts = 24\noutput_len = 64\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tui", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), "--json"],
+        [sys.executable, "-m", "tunedeck", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), "--json"],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

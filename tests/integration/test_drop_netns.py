@@ -116,7 +116,7 @@ def test_a_150_s_drop_during_a_host_side_bench_is_reported_resumed_and_the_resul
 
 
 def bench_through_a_drop(ns_hosts: Callable[[int], list[NsHost]], drop_s: float) -> None:
-    from tui.bench import store
+    from tunedeck.bench import store
 
     (h,) = ns_hosts(1)
     port = free_port()

@@ -10,12 +10,12 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.simfix import SimProc, free_port
-from tui.engine_flags import parse_help
-from tui.engines import release_flags
-from tui.profiles.builder import build_command
-from tui.profiles.profileread import load_profile_file
-from tui.sim.simlog import model_facts
-from tui.sim.vllm_args import preprocess_vllm_argv, vllm_parser
+from tunedeck.engine_flags import parse_help
+from tunedeck.engines import release_flags
+from tunedeck.profiles.builder import build_command
+from tunedeck.profiles.profileread import load_profile_file
+from tunedeck.sim.simlog import model_facts
+from tunedeck.sim.vllm_args import preprocess_vllm_argv, vllm_parser
 
 pytestmark = pytest.mark.timeout(120)
 

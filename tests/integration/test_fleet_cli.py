@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.fake_smi import FakeSmi
 from tests.simfix import free_port
-from tui.collectors.fleet import GroupError, expand_targets, load_groups
+from tunedeck.collectors.fleet import GroupError, expand_targets, load_groups
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -24,9 +24,9 @@ from tests.simfix import free_port
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.ui.test_ui_fleet import cell
 from tests.ui.test_ui_status import until
-from tui.collectors.fleet import fleet_members
-from tui.ui.fleet_app import FleetApp
-from widgets.fleet_table import FleetNotes, FleetTable
+from tunedeck.collectors.fleet import fleet_members
+from tunedeck.ui.fleet_app import FleetApp
+from tunedeck.widgets.fleet_table import FleetNotes, FleetTable
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(240)]
 
@@ -60,7 +60,7 @@ def test_status_of_two_hosts_and_a_closed_port(hosts: tuple[SshdServer, SshdServ
     closed = f"{ROOT_USER}@127.0.0.1:{free_port()}"
     nokey = f"nosuchuser@127.0.0.1:{a.port}"
     targets = [a.target(ROOT_USER), b.target(ROOT_USER), closed, nokey]
-    argv = [sys.executable, "-m", "tui", "status", "--json"] + [x for t in targets for x in ("--host", t)]
+    argv = [sys.executable, "-m", "tunedeck", "status", "--json"] + [x for t in targets for x in ("--host", t)]
     r = subprocess.run(
         argv, cwd=REPO, env=a.client_env(PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=180
     )
@@ -77,7 +77,7 @@ def test_status_of_two_hosts_and_a_closed_port(hosts: tuple[SshdServer, SshdServ
 async def test_fleet_dashboard_over_sshd_one_connection_and_sampler_per_host_failed_host_and_recovery(
     hosts: tuple[SshdServer, SshdServer],
 ):
-    from tui.hostops.ssh import SshHost
+    from tunedeck.hostops.ssh import SshHost
 
     a, b = hosts
     ta, tb = a.target(ROOT_USER), b.target(ROOT_USER)

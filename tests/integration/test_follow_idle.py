@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tui.hostops import liveness
-from tui.hostops.localhost import LocalHost
-from tui.hostops.logfollow import follow_forever
+from tunedeck.hostops import liveness
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.hostops.logfollow import follow_forever
 
 GAP_S = float(os.environ.get("TUNEDECK_TEST_IDLE_GAP_S", "8"))
 
@@ -68,7 +68,7 @@ async def test_a_job_quiet_between_its_events_gets_no_link_message(
     """The job follower of a bench or A/B job (its process alive all along) over the same gap."""
     import subprocess
 
-    from tui.services.jobs import Job, JobFollower
+    from tunedeck.services.jobs import Job, JobFollower
 
     monkeypatch.setenv(liveness.ENV, "1")
     job_dir = tmp_path / "job"

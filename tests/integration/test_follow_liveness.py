@@ -1,4 +1,4 @@
-"""One liveness rule for every long-lived stream (tui.hostops.liveness): the host side of a
+"""One liveness rule for every long-lived stream (tunedeck.hostops.liveness): the host side of a
 followed file beats on stderr and ends, with its ``tail``, once the laptop's beats stop for
 ``MISSED_BEATS`` intervals or its stdin closes; the laptop reports a host side that went silent
 within the same bound, and the follow resumes with nothing lost or repeated.
@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from tests.sshd import TEST_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
-from tui.hostops import liveness
-from tui.hostops.hosts import Host
-from tui.hostops.hostscripts import FOLLOW_SCRIPT
-from tui.hostops.localhost import LocalHost
-from tui.hostops.logfollow import follow_forever
+from tunedeck.hostops import liveness
+from tunedeck.hostops.hosts import Host
+from tunedeck.hostops.hostscripts import FOLLOW_SCRIPT
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.hostops.logfollow import follow_forever
 
 #: what a loaded 2-core machine adds to a bound before a test calls it missed
 SLACK_S = 4.0
@@ -222,7 +222,7 @@ async def test_a_frozen_host_side_is_reported_within_the_bound_and_the_follow_re
 async def test_a_silent_ssh_link_is_reported_by_the_heartbeat_and_leaves_no_tail_on_the_host(
     sshd: SshdServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tui.hostops.ssh import SshHost
+    from tunedeck.hostops.ssh import SshHost
 
     monkeypatch.setenv(liveness.ENV, "1")
     dead = liveness.dead_after()

@@ -14,8 +14,8 @@ from typing import Callable
 import pytest
 
 from tests.nshosts import NsHost, ns_hosts  # noqa: F401  (fixture)
-from tui.hostops import liveness
-from tui.hostops.logfollow import follow_forever
+from tunedeck.hostops import liveness
+from tunedeck.hostops.logfollow import follow_forever
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
@@ -38,7 +38,7 @@ async def _until(cond: Callable[[], bool], timeout: float, step: float = 0.1) ->
 async def test_a_drop_is_reported_within_the_bound_its_tail_ends_and_the_follow_resumes(
     ns_hosts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tui.hostops.ssh import SshHost
+    from tunedeck.hostops.ssh import SshHost
 
     (h,) = ns_hosts(1)
     assert isinstance(h, NsHost)

@@ -22,14 +22,14 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_hostside import run_cli, sim
 from tests.simfix import free_port
-from tui.bench import store
-from tui.bench.config import BenchConfig
-from tui.commands._benchjob import EXIT_OK, EXIT_PARTIAL
-from tui.hostops.hosts import ByteStream, RunResult
-from tui.hostops.localhost import LocalHost
-from tui.services import jobs
-from tui.services.benchrun import COMPLETE, HOST, BenchRun
-from tui.sim.demo import demo_env, demo_host
+from tunedeck.bench import store
+from tunedeck.bench.config import BenchConfig
+from tunedeck.commands._benchjob import EXIT_OK, EXIT_PARTIAL
+from tunedeck.hostops.hosts import ByteStream, RunResult
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.services import jobs
+from tunedeck.services.benchrun import COMPLETE, HOST, BenchRun
+from tunedeck.sim.demo import demo_env, demo_host
 
 
 def _job_id(stderr: str) -> str:
@@ -220,8 +220,8 @@ class _GoneAfterTheEnd(LocalHost):
 async def test_an_outcome_that_cannot_be_read_is_lost_exit_6_never_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tui.commands._benchjob import EXIT_LOST, exit_code
-    from tui.services.benchrun import LOST
+    from tunedeck.commands._benchjob import EXIT_LOST, exit_code
+    from tunedeck.services.benchrun import LOST
 
     monkeypatch.setattr(jobs, "FINAL_READ_S", 2.0)
     job_dir = tmp_path / "job"
@@ -241,8 +241,8 @@ async def test_an_outcome_that_cannot_be_read_is_lost_exit_6_never_done(
 async def test_an_ab_whose_outcome_cannot_be_read_is_lost_exit_6(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tui.commands.ab import EXIT_LOST, exit_code
-    from tui.services.abrun import ABRun
+    from tunedeck.commands.ab import EXIT_LOST, exit_code
+    from tunedeck.services.abrun import ABRun
 
     monkeypatch.setattr(jobs, "FINAL_READ_S", 2.0)
     job_dir = tmp_path / "job"

@@ -31,7 +31,7 @@ KILL_AT = tuple((i + 0.5) / _KILLS for i in range(_KILLS)) if _KILLS > 0 else (0
 
 @pytest.mark.timeout(900 + 120 * max(0, _KILLS - 5))
 def test_five_session_kills_during_host_side_benchmarks_each_report_the_uncut_result(sshd: SshdServer) -> None:
-    from tui.bench import store
+    from tunedeck.bench import store
 
     target = sshd.target(TEST_USER)
     port = free_port()

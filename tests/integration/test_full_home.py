@@ -20,9 +20,9 @@ import pytest
 
 from tests.conftest import REPO
 from tests.sshd import TEST_USER, SshdServer, _serve, _use
-from tui.hostops.hosts import Host
-from tui.services import runtime
-from tui.util.files import os_error_text
+from tunedeck.hostops.hosts import Host
+from tunedeck.services import runtime
+from tunedeck.util.files import os_error_text
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -55,7 +55,7 @@ def in_full_home(tmp_path: Path, free: int, *args: str) -> tuple[int, str, list[
     mp.mkdir()
     env = {**os.environ, "TUNEDECK_HOME": str(mp / "td"), "PYTHONPATH": str(REPO), "PAGES": str(PAGES)}
     r = subprocess.run(
-        ["unshare", "-m", "sh", "-c", _FULL, "sh", str(mp), str(free), sys.executable, "-m", "tui", *args],
+        ["unshare", "-m", "sh", "-c", _FULL, "sh", str(mp), str(free), sys.executable, "-m", "tunedeck", *args],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=150,
     )  # fmt: skip
     assert r.returncode not in (98, 99), r.stderr
@@ -106,7 +106,7 @@ def test_a_home_that_is_a_file_is_one_line_naming_it(tmp_path: Path, args: tuple
     home.write_text("not a folder\n")
     env = {**os.environ, "TUNEDECK_HOME": str(home), "PYTHONPATH": str(REPO)}
     r = subprocess.run(
-        [sys.executable, "-m", "tui", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=90
+        [sys.executable, "-m", "tunedeck", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=90
     )
     assert r.returncode != 0
     _one_line(r.stderr.strip(), str(home), "Not a directory")
@@ -154,7 +154,7 @@ async def _left_and_empty(host: Host, home: Path) -> list[str]:
 async def test_a_full_home_over_ssh_stops_the_runtime_upload_with_one_line_and_nothing_left(
     full_sshd: SshdServer, free: int
 ) -> None:
-    from tui.hostops.ssh import SshHost
+    from tunedeck.hostops.ssh import SshHost
 
     home = full_sshd.remote_home
     async with SshHost(full_sshd.target(TEST_USER), retry_attempts=1) as host:
@@ -174,7 +174,7 @@ async def test_a_full_home_over_ssh_stops_the_runtime_upload_with_one_line_and_n
 async def test_a_full_home_over_ssh_fails_a_put_file_naming_it_and_removes_the_folders_it_made(
     full_sshd: SshdServer,
 ) -> None:
-    from tui.hostops.ssh import SshHost
+    from tunedeck.hostops.ssh import SshHost
 
     home = full_sshd.remote_home
     dest = f"{home}/a/b/c/blob"

@@ -18,10 +18,10 @@ import pytest
 
 from tests.fake_smi import FakeSmi
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
-from tui.collectors.gpu import GpuCollector
-from tui.collectors.hoststats import HostCollector
-from tui.hostops.ssh import SshHost
-from tui.model import GpuStatus
+from tunedeck.collectors.gpu import GpuCollector
+from tunedeck.collectors.hoststats import HostCollector
+from tunedeck.hostops.ssh import SshHost
+from tunedeck.model import GpuStatus
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(90)]
 

@@ -19,8 +19,8 @@ from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launch_sim import demo, sim_command  # noqa: F401 - the fixture
 from tests.integration.test_launcher import free_port
 from tests.waits import until, until_async
-from tui.hostops import launcher as L
-from tui.hostops.runstore import RunRecord, RunStore
+from tunedeck.hostops import launcher as L
+from tunedeck.hostops.runstore import RunRecord, RunStore
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -186,8 +186,8 @@ async def test_the_run_view_shows_neither_sequences_nor_the_key(demo) -> None:
     and a start-up echo of its --api-key."""
     from textual.app import App
 
-    from tui.ui.screens.run import RunScreen
-    from widgets.server_log import ServerLog
+    from tunedeck.ui.screens.run import RunScreen
+    from tunedeck.widgets.server_log import ServerLog
 
     src = HOSTILE_SRC + r"\nnon-default args: {'model': 'm', 'api_key': ['sk-view-77']}\n"
     rec = await _ended_run(demo, [sys.executable, "-c", f'import sys; sys.stdout.write("{src}")'])
@@ -277,7 +277,7 @@ async def test_a_hostile_log_leaves_the_tmux_pane_title_alone(demo, tmp_path: Pa
             (tmp_path / "done").unlink(missing_ok=True)
             subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True, env=env, timeout=30)
 
-    cmd = " ".join([sys.executable, "-m", "tui", "logs", rec.run_id, "--demo"])
+    cmd = " ".join([sys.executable, "-m", "tunedeck", "logs", rec.run_id, "--demo"])
     assert title_after(f"cd {REPO} && {cmd}") == "before"
     # the control: the same title sequence printed raw does reach the pane's title (a short
     # printf, not the 1 MB log: raw, that can take the tmux server down on a loaded machine)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tunedeck_cmd
-from tui.util.safety import visible
+from tunedeck.util.safety import visible
 
 HOSTILE_KEY = "\x1b]0;PWNED\x07\x1b[2J"
 #: Anything a terminal acts on; what must never reach it raw.
@@ -77,7 +77,7 @@ def test_deeply_nested_toml_is_a_broken_file_with_its_line(tmp_path: Path) -> No
 
 
 def test_listing_survives_any_loader_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tui.profiles import store as store_mod
+    from tunedeck.profiles import store as store_mod
 
     _profile(tmp_path, "ok", "")
     _profile(tmp_path, "boom", "")
@@ -123,7 +123,7 @@ async def test_broken_files_in_the_profiles_folder_never_take_down_the_launch_sc
     """Pressing `l` with a 500-deep array and a hostile key in the profiles folder: the
     profile list opens with the built-ins, the broken files are named, the app keeps running."""
     from tests.ui.test_ui_status import SIZE, app_with, until
-    from tui.ui.screens.profiles import ProfilesScreen
+    from tunedeck.ui.screens.profiles import ProfilesScreen
 
     folder = tmp_path / "profiles"
     folder.mkdir()
@@ -141,7 +141,7 @@ async def test_broken_files_in_the_profiles_folder_never_take_down_the_launch_sc
 
 
 def test_host_errors_quote_the_host_on_one_escaped_line() -> None:
-    from tui.hostops.hosts import HostError
+    from tunedeck.hostops.hosts import HostError
 
     e = HostError("error", f"tail: {HOSTILE_KEY}\nsecond line", target="gpu1")
     assert str(e) == "gpu1: tail: \\x1b]0;PWNED\\x07\\x1b[2J\\nsecond line"

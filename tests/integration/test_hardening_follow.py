@@ -175,11 +175,11 @@ def test_follow_reports_a_dropped_link_within_keepalive_bound_while_still_down(
             d.chmod(0o755)
         driver = (
             "import sys\n"
-            "import tui.commands.logs as L\n"
-            "from tui.hostops.ssh import SshHost\n"
+            "import tunedeck.commands.logs as L\n"
+            "from tunedeck.hostops.ssh import SshHost\n"
             f"L.host_from_args = lambda a: SshHost(a.host, keepalive_interval={keepalive}, "
             f"keepalive_count_max={count}, connect_timeout=5, retry_attempts=3, backoff_base=0.5)\n"
-            "from tui.cli import main\n"
+            "from tunedeck.cli import main\n"
             "raise SystemExit(main(sys.argv[1:]))\n"
         )
         target = f"{sshd.user}@{ip_ns}:{sshd.port}"

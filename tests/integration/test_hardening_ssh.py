@@ -13,9 +13,9 @@ from tests.integration.test_gpu_ssh import remote_smi  # noqa: F401  (fixture)
 from tests.integration.test_ui_sshd import install_fake_smi, remove_fake_smi
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.ui.test_ui_status import SIZE, until
-from tui.hostops.hosts import HostError
-from tui.hostops.ssh import SshHost
-from tui.ui.app import make_app
+from tunedeck.hostops.hosts import HostError
+from tunedeck.hostops.ssh import SshHost
+from tunedeck.ui.app import make_app
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(120)]
 

@@ -18,8 +18,8 @@ from tests.conftest import REPO, tunedeck_cmd
 from tests.hostfix import fake_python, pythons
 from tests.simfix import SimProc, free_port
 from tests.waits import until
-from tui.hostops.localhost import LocalHost
-from tui.services import runtime
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.services import runtime
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -183,7 +183,7 @@ def sim(port: int, *extra: str, netns: str | None = None) -> SimProc:
 
 
 def test_bench_on_the_demo_host_runs_there_and_is_mirrored_here(tmp_path):
-    from tui.bench import store
+    from tunedeck.bench import store
 
     port = free_port()
     rec = tmp_path / "truth.jsonl"
@@ -265,7 +265,7 @@ def test_client_where_local_is_marked_as_measured_through_a_tunnel():
 
 
 def test_stop_keeps_the_finished_samples(tmp_path):
-    from tui.bench import store
+    from tunedeck.bench import store
 
     port = free_port()
     with sim(port):
@@ -315,7 +315,7 @@ def test_a_full_disk_on_the_host_stops_the_bench_with_a_clear_error_and_keeps_sa
         if os.environ.get("CI") == "true":
             pytest.fail("the full-disk test needs root to mount a small tmpfs")
         pytest.skip("needs root to mount a small tmpfs as the host's TUNEDECK_HOME")
-    from tui.bench import store
+    from tunedeck.bench import store
 
     home = tmp_path / "small-home"
     home.mkdir()
@@ -392,8 +392,8 @@ def test_two_ab_campaigns_on_one_host_are_refused(tmp_path, monkeypatch):
     assert "cancelled" in c.stderr
 
     async def alive() -> list:
-        from tui.hostops import launcher
-        from tui.sim.demo import demo_host
+        from tunedeck.hostops import launcher
+        from tunedeck.sim.demo import demo_host
 
         return [h for h in await launcher.list_host_runs(demo_host()) if h.alive]
 
@@ -405,12 +405,12 @@ async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
     from textual.app import App
 
     from tests.abfakes import FakeOps
-    from tui.ab.events import ABEvent
-    from tui.ab.plans import load_plan
-    from tui.ab.runner import ABRunner
-    from tui.hostops import launcher, runstop, runstore
-    from tui.ui.screens.compare import CompareScreen
-    from widgets.compare_table import CompareTable
+    from tunedeck.ab.events import ABEvent
+    from tunedeck.ab.plans import load_plan
+    from tunedeck.ab.runner import ABRunner
+    from tunedeck.hostops import launcher, runstop, runstore
+    from tunedeck.ui.screens.compare import CompareScreen
+    from tunedeck.widgets.compare_table import CompareTable
 
     host = LocalHost()
     rep = await ABRunner(FakeOps(), "base", "tuned", load_plan("quick")).run()
@@ -454,10 +454,10 @@ async def test_tune_screen_reattaches_to_a_campaign_running_on_the_host():
     from textual.app import App
 
     from tests.waits import until_async
-    from tui.ab.events import ABEvent
-    from tui.hostops import launcher, runstop, runstore
-    from tui.ui.screens.tune import TuneScreen
-    from widgets.tune_table import TuneTable
+    from tunedeck.ab.events import ABEvent
+    from tunedeck.hostops import launcher, runstop, runstore
+    from tunedeck.ui.screens.tune import TuneScreen
+    from tunedeck.widgets.tune_table import TuneTable
 
     host = LocalHost()
     a, b = "sglang-base", "sglang-base+attention-backend=fa3"

@@ -51,7 +51,7 @@ def bench_args(port: int, conc: int, n: int, out: int) -> list[str]:
 
 
 def test_bench_on_a_host_with_no_tunedeck_and_a_python_without_httpx(sshd: SshdServer, tmp_path: Path):
-    from tui.bench import store
+    from tunedeck.bench import store
 
     target = sshd.target(TEST_USER)  # a plain user: only /usr/bin/python3, nothing installed
     probe = cli(sshd, "probe", target, "--json")
@@ -88,7 +88,7 @@ def test_bench_on_a_host_with_no_tunedeck_and_a_python_without_httpx(sshd: SshdS
 
 
 def test_bench_survives_sshd_killed_five_times_with_nothing_lost_or_repeated(sshd: SshdServer):
-    from tui.bench import store
+    from tunedeck.bench import store
 
     target = sshd.target(TEST_USER)
     port = free_port()

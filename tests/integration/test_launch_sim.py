@@ -15,13 +15,13 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launcher import free_port
 from tests.waits import scaled
-from tui.hostops import launcher as L
-from tui.hostops import runstore
-from tui.hostops.launcher import demo_argv
-from tui.hostops.tracker import wait_ready
-from tui.profiles.builder import build_command
-from tui.profiles.store import ProfileStore
-from tui.services.targets import get_host
+from tunedeck.hostops import launcher as L
+from tunedeck.hostops import runstore
+from tunedeck.hostops.launcher import demo_argv
+from tunedeck.hostops.tracker import wait_ready
+from tunedeck.profiles.builder import build_command
+from tunedeck.profiles.store import ProfileStore
+from tunedeck.services.targets import get_host
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -176,7 +176,7 @@ def test_cli_done_when(tmp_path):
 
 async def test_runs_finds_a_stall_nobody_watched(demo, monkeypatch):
     """Launched without --wait and hung: `runs` alone says stalled, with what the GPUs hold."""
-    from tui.commands import runs as runs_cmd
+    from tunedeck.commands import runs as runs_cmd
 
     argv, env, engine, port = sim_command("sglang-base", "--sim-load-seconds", "1", "--sim-fault", "hang")
     rec = await L.launch(demo, argv, env, engine=engine, port=port, profile="unwatched-hang")

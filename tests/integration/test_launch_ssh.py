@@ -12,10 +12,10 @@ import pytest
 
 from tests.integration.test_launcher import FAKE, free_port
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
-from tui.hostops import launcher as L
-from tui.hostops import runstore
-from tui.hostops.ssh import SshHost
-from tui.hostops.tracker import StartupTracker
+from tunedeck.hostops import launcher as L
+from tunedeck.hostops import runstore
+from tunedeck.hostops.ssh import SshHost
+from tunedeck.hostops.tracker import StartupTracker
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(90)]
 

@@ -15,10 +15,10 @@ import pytest
 
 from tests.conftest import REPO
 from tests.ports import free_port
-from tui.hostops import hostruns, logfollow, runstore
-from tui.hostops import launcher as L
-from tui.hostops.localhost import LocalHost
-from tui.hostops.tracker import StartupTracker, format_progress, load_history, wait_ready
+from tunedeck.hostops import hostruns, logfollow, runstore
+from tunedeck.hostops import launcher as L
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.hostops.tracker import StartupTracker, format_progress, load_history, wait_ready
 
 FAKE = str(REPO / "tests" / "fakeserver.py")
 pytestmark = pytest.mark.timeout(60)
@@ -151,14 +151,14 @@ async def test_stall_action_stop_stops_the_run(host):
 
 
 def test_gpu_memory_description():
-    from tui.hostops.tracker import describe_gpu_memory
+    from tunedeck.hostops.tracker import describe_gpu_memory
 
     assert describe_gpu_memory([61440.0, 61000.0]) == "GPU 0: 60.0 GiB, GPU 1: 59.6 GiB"
     assert describe_gpu_memory([1024.0] * 8) == "GPU 0-7: 1.0 GiB each"
 
 
 def test_stall_after_values():
-    from tui.hostops.tracker import parse_stall_after
+    from tunedeck.hostops.tracker import parse_stall_after
 
     assert parse_stall_after("300") == (300.0, "warn")
     assert parse_stall_after("stop") == (300.0, "stop")
@@ -172,7 +172,7 @@ def test_stall_after_values():
 async def test_fatal_line_while_alive_is_not_failed(host):
     """The log says the engine crashed but the process hangs on: starting (with the cause),
     then stalled, never failed; once the process ends it is failed with the root cause."""
-    from tui.hostops.runstore import RunRecord
+    from tunedeck.hostops.runstore import RunRecord
 
     clock = [1000.0]
     rec = RunRecord("abcdef01", "local", ["x"], engine="sglang", pid=12345, started=1000.0, created=1000.0)
@@ -287,7 +287,7 @@ async def test_refuses_unknown_gpu_process(host, tmp_path, monkeypatch):
 
 
 def test_format_progress_line():
-    from tui.model import StartupProgress
+    from tunedeck.model import StartupProgress
 
     s = format_progress(
         StartupProgress(
@@ -298,7 +298,7 @@ def test_format_progress_line():
 
 
 async def test_eta_from_history(host):
-    from tui.hostops.tracker import save_history
+    from tunedeck.hostops.tracker import save_history
 
     for _ in range(2):
         save_history("local|prof", {"process-start": 1, "weight-loading": 10, "kv-cache": 1, "graph-capture": 4})

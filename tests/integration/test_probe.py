@@ -13,8 +13,8 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
-from tui.commands.probe import format_table
-from tui.hostops.probe import parse_probe_output
+from tunedeck.commands.probe import format_table
+from tunedeck.hostops.probe import parse_probe_output
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -13,15 +13,15 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.unit.test_profiles_injection import DUMP, parse_dump, profiles
-from tui.profiles.builder import check_profile
-from tui.profiles.store import ProfileStore
+from tunedeck.profiles.builder import check_profile
+from tunedeck.profiles.store import ProfileStore
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
 
 
 @pytest.fixture
 def remote(sshd: SshdServer):
-    from tui.hostops.ssh import SshHost
+    from tunedeck.hostops.ssh import SshHost
 
     exe = sshd.shim_dir / f"dump argv {os.getpid()}"
     exe.write_text(DUMP.format(env=shutil.which("env")))

@@ -22,7 +22,7 @@ def in_readonly_home(home: Path, *args: str) -> subprocess.CompletedProcess[str]
     script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99\nshift; exec "$@"\n'
     env = {**os.environ, "TUNEDECK_HOME": str(home), "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        ["unshare", "-m", "sh", "-c", script, "sh", str(ro), sys.executable, "-m", "tui", *args],
+        ["unshare", "-m", "sh", "-c", script, "sh", str(ro), sys.executable, "-m", "tunedeck", *args],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=90,
     )  # fmt: skip
 

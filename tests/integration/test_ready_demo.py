@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launcher import free_port
-from tui.ab.journal import journal_path
+from tunedeck.ab.journal import journal_path
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -1,4 +1,4 @@
-"""Who listens on a port, read from the host's /proc (tui.util.ports), on real loopback sockets."""
+"""Who listens on a port, read from the host's /proc (tunedeck.util.ports), on real loopback sockets."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from tui.hostops.localhost import LocalHost
-from tui.util.ports import FREE, OTHER, OWN, UNKNOWN, parse_port_owners, port_owners
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.util.ports import FREE, OTHER, OWN, UNKNOWN, parse_port_owners, port_owners
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -83,9 +83,9 @@ def test_parse_the_cases_the_host_can_answer() -> None:
 
 def test_status_row_of_a_dead_run_reads_failed_with_its_cause() -> None:
     """A server row whose /health no longer answers shows its run's re-read state: failed, the cause."""
-    from tui.hostops.runstore import RunRecord, RunStore
-    from tui.hostops.tracker import reconcile_servers
-    from tui.model import ServerStats
+    from tunedeck.hostops.runstore import RunRecord, RunStore
+    from tunedeck.hostops.tracker import reconcile_servers
+    from tunedeck.model import ServerStats
 
     store = RunStore()
     cause = "RuntimeError: CUDA error: an illegal memory access was encountered"

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
 def sim_cmd(port: int, *extra: str) -> list[str]:
     """``launch`` arguments that run this checkout's simulator on the host (the same machine)."""
     return [
-        "--env", f"PYTHONPATH={REPO}", "--allow-dangerous-env", "--cmd", sys.executable, "-m", "tui", "sim",
+        "--env", f"PYTHONPATH={REPO}", "--allow-dangerous-env", "--cmd", sys.executable, "-m", "tunedeck", "sim",
         "sglang", "--model-path", "Qwen/Qwen3-8B", "--tp-size", "2", "--port", str(port), *extra,
     ]  # fmt: skip
 

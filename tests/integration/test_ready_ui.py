@@ -13,9 +13,9 @@ from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launcher import free_port
 from tests.ui.test_ui_status import until
 from tests.ui_text import screen_text
-from tui.ab.journal import Journal
-from tui.services.targets import get_host
-from tui.ui.app import make_app
+from tunedeck.ab.journal import Journal
+from tunedeck.services.targets import get_host
+from tunedeck.ui.app import make_app
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -25,7 +25,7 @@ def cell(table, row: str, col: str) -> str:  # type: ignore[no-untyped-def]
 
 
 async def test_runs_view_turns_a_crashed_run_failed_with_its_cause(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from tui.ui.screens.runs import RunsScreen
+    from tunedeck.ui.screens.runs import RunsScreen
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     port = free_port()

@@ -24,11 +24,11 @@ from tests.chaos import ChaosProxy
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launcher import FAKE, free_port, pid_alive
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
-from tui.hostops import runstore
-from tui.hostops.hosts import HostError
-from tui.hostops.ssh import SshHost
-from tui.profiles.profileread import load_profile_file, load_profile_text
-from tui.profiles.store import ProfileStore
+from tunedeck.hostops import runstore
+from tunedeck.hostops.hosts import HostError
+from tunedeck.hostops.ssh import SshHost
+from tunedeck.profiles.profileread import load_profile_file, load_profile_text
+from tunedeck.profiles.store import ProfileStore
 
 
 def td(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -351,8 +351,8 @@ def test_r25_asyncssh_floor_declared_and_installed() -> None:
 async def test_r23_ui_answers_keys_while_the_link_is_blackholed(sshd: SshdServer) -> None:
     from tests.integration.test_ui_sshd import install_fake_smi, remove_fake_smi
     from tests.ui.test_ui_status import SIZE, until
-    from tui.ui.app import make_app
-    from widgets.gpu_table import GpuTable
+    from tunedeck.ui.app import make_app
+    from tunedeck.widgets.gpu_table import GpuTable
 
     install_fake_smi(sshd, gpus=2)
     async with ChaosProxy(sshd.port) as px:
@@ -413,7 +413,7 @@ def strict_sshd(sshd_server: SshdServer, monkeypatch: pytest.MonkeyPatch):
 async def test_r7_capped_handshakes_survive_maxstartups(
     strict_sshd: SshdServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tui.hostops.sshgate as sshgate
+    import tunedeck.hostops.sshgate as sshgate
 
     async def storm(limit: int) -> list[BaseException | None]:
         monkeypatch.setattr(sshgate, "MAX_HANDSHAKES", limit)  # read when this loop's semaphore is made

@@ -28,7 +28,7 @@ from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_ab_demo import profiles  # noqa: F401  (the A/B's profiles fixture)
 from tests.simfix import SimProc, free_port
 from tests.waits import scaled, until
-from tui.report.svg import COLORS
+from tunedeck.report.svg import COLORS
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = (

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import tunedeck_cmd
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
-from tui.util.safety import UnsafeInput, check_argv, env_command
+from tunedeck.util.safety import UnsafeInput, check_argv, env_command
 
 
 def _cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
@@ -45,7 +45,7 @@ def test_ordinary_arguments_may_start_with_dash_or_hold_equals() -> None:
 
 
 def _stored_run(run_id: str) -> None:
-    from tui.bench import store
+    from tunedeck.bench import store
 
     w = store.RunWriter(run_id, {"model": "m", "params": {"endpoint": "completions"}})
     s = {
@@ -66,7 +66,7 @@ def _stored_run(run_id: str) -> None:
 def test_export_failing_midway_leaves_the_previous_file_whole(tmp_path, monkeypatch) -> None:
     import csv
 
-    from tui.bench import store
+    from tunedeck.bench import store
 
     _stored_run("rexp")
     dest = tmp_path / "out"
@@ -92,7 +92,7 @@ def test_launch_env_that_changes_what_runs_needs_confirmation() -> None:
 
 
 def test_log_parser_keeps_a_bounded_number_of_distinct_errors() -> None:
-    from tui.logparse import LogParser
+    from tunedeck.logparse import LogParser
 
     p = LogParser("vllm")
     for i in range(3000):
@@ -105,7 +105,7 @@ def test_log_parser_keeps_a_bounded_number_of_distinct_errors() -> None:
 
 
 def test_log_parser_partial_line_buffer_is_bounded() -> None:
-    from tui.logparse import LogParser
+    from tunedeck.logparse import LogParser
 
     p = LogParser()
     chunk = "x" * 65536
@@ -117,7 +117,7 @@ def test_log_parser_partial_line_buffer_is_bounded() -> None:
 
 
 def test_percentile_follows_numpy_order_of_operations() -> None:
-    from tui.bench.metrics import percentile
+    from tunedeck.bench.metrics import percentile
 
     xs = [float(i) ** 2 for i in range(101)]
     # np.percentile(xs, 29): index (101 - 1) * 0.29 = 28.999999999999996, then lerp from the upper value
@@ -131,7 +131,7 @@ def test_percentile_follows_numpy_order_of_operations() -> None:
 @pytest.mark.timeout(90)
 def test_trust_with_a_pinned_fingerprint_refuses_any_other_key(sshd: SshdServer) -> None:
     from tests.conftest import REPO
-    from tui.util.paths import known_hosts_file
+    from tunedeck.util.paths import known_hosts_file
 
     sshd.write_known_hosts("empty")
 

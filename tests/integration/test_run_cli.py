@@ -120,7 +120,7 @@ def test_plain_stop_stops_a_live_run_whatever_its_record_says():
     """A run an older tunedeck marked "failed" while its process held the GPUs: `runs`
     shows it stalled, a second launch names it and the command to stop it, and plain
     `tunedeck stop` (no id) stops it."""
-    from tui.hostops.runstore import RunStore
+    from tunedeck.hostops.runstore import RunStore
 
     port = free_port()
     r = td(

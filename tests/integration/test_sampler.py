@@ -26,9 +26,9 @@ from tests.hostfix import fake_python
 from tests.integration.test_ab_ssh import remote_shims
 from tests.simfix import SimProc, free_port
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
-from tui.collectors.sampled import SampledGpu, sampled_sources
-from tui.hostops.localhost import LocalHost
-from tui.hostside import hostread
+from tunedeck.collectors.sampled import SampledGpu, sampled_sources
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.hostside import hostread
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -58,7 +58,7 @@ def live_run(tmp_path: Path) -> Iterator[tuple[Path, int]]:
 
 
 def _shims(tmp_path: Path) -> Path:
-    from tui.sim.demo import write_shims
+    from tunedeck.sim.demo import write_shims
 
     return write_shims(tmp_path / "shims") / "nvidia-smi"
 
@@ -116,7 +116,7 @@ def test_sampler_streams_gpus_host_runs_and_servers_and_starts_nothing_once_runn
             [
                 sys.executable,
                 "-m",
-                "tui.hostside",
+                "tunedeck.hostside",
                 "sample",
                 "--home",
                 str(home),
@@ -164,7 +164,7 @@ def test_sampler_ends_with_its_children_when_nobody_reads_it(tmp_path):
         [
             sys.executable,
             "-m",
-            "tui.hostside",
+            "tunedeck.hostside",
             "sample",
             "--home",
             str(home),
@@ -196,7 +196,7 @@ def test_a_host_without_nvidia_smi_gets_a_gpu_error_and_no_process(tmp_path):
         [
             sys.executable,
             "-m",
-            "tui.hostside",
+            "tunedeck.hostside",
             "sample",
             "--home",
             str(tmp_path),
@@ -214,7 +214,7 @@ def test_a_host_without_nvidia_smi_gets_a_gpu_error_and_no_process(tmp_path):
         got = _read_lines(proc, time.monotonic() + 30, {"gpu_error", "host"})
         err = got["gpu_error"][0]
         assert err["status"] is None and "not found" in err["text"]
-        from tui.collectors.sampled import gpu_status
+        from tunedeck.collectors.sampled import gpu_status
 
         assert gpu_status(err, None).state == "no-nvidia-smi"
         assert not _children(proc.pid)
@@ -229,7 +229,7 @@ def test_with_a_heartbeat_the_sampler_ends_when_stdin_goes_quiet_or_closes(tmp_p
         [
             sys.executable,
             "-m",
-            "tui.hostside",
+            "tunedeck.hostside",
             "sample",
             "--home",
             str(tmp_path),
@@ -268,7 +268,7 @@ def test_with_a_heartbeat_the_sampler_ends_when_stdin_goes_quiet_or_closes(tmp_p
 @pytest.mark.parametrize("bad", [["--interval", "0"], ["--keepalive", "-1"], ["--heartbeat", "0"]])
 def test_a_bad_option_is_one_line(tmp_path, bad):
     r = subprocess.run(
-        [sys.executable, "-m", "tui.hostside", "sample", "--home", str(tmp_path), *bad],
+        [sys.executable, "-m", "tunedeck.hostside", "sample", "--home", str(tmp_path), *bad],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -307,7 +307,7 @@ def _sampler_procs(sshd: SshdServer) -> list[tuple[int, str]]:
 
 
 def _host(server: SshdServer):
-    from tui.hostops.ssh import SshHost
+    from tunedeck.hostops.ssh import SshHost
 
     return SshHost(
         server.target(ROOT_USER),
@@ -392,8 +392,8 @@ async def test_dashboard_sources_over_sshd_share_one_sampler_and_one_connection(
 
 _DASHBOARD = textwrap.dedent("""
     import asyncio, sys
-    from tui.collectors.sampled import sampled_sources
-    from tui.hostops.ssh import SshHost
+    from tunedeck.collectors.sampled import sampled_sources
+    from tunedeck.hostops.ssh import SshHost
 
     async def main():
         src = sampled_sources(SshHost(sys.argv[1]), interval=0.5)
@@ -407,7 +407,7 @@ _DASHBOARD = textwrap.dedent("""
 @pytest.mark.sshd
 @pytest.mark.slow
 def test_kill_9_of_the_laptop_leaves_no_sampler_on_the_host(sshd: SshdServer, tmp_path):
-    from tui.hostops.ssh import SshOptions
+    from tunedeck.hostops.ssh import SshOptions
 
     remote_shims(sshd, tmp_path / "remote-sim")
     laptop = subprocess.Popen(
@@ -444,8 +444,8 @@ def test_a_frozen_laptop_leaves_no_sampler_after_the_keepalive_window(sshd: Sshd
     keepalive = 4.0
     code = textwrap.dedent(f"""
         import asyncio, sys
-        from tui.services.sampler import HostSampler
-        from tui.hostops.ssh import SshHost
+        from tunedeck.services.sampler import HostSampler
+        from tunedeck.hostops.ssh import SshHost
 
         async def main():
             s = HostSampler(SshHost(sys.argv[1]), interval=0.5, keepalive={keepalive})
@@ -484,7 +484,7 @@ def test_a_frozen_laptop_leaves_no_sampler_after_the_keepalive_window(sshd: Sshd
 
 
 async def test_a_sampler_at_the_end_of_its_lifetime_is_followed_by_the_next_without_a_gap(tmp_path):
-    from tui.services.sampler import HostSampler
+    from tunedeck.services.sampler import HostSampler
 
     shim = _shims(tmp_path)
     host = LocalHost(env_overlay={"PATH": f"{shim.parent}:/usr/bin:/bin"})

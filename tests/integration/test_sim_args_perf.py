@@ -8,12 +8,12 @@ import subprocess
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tui.engines import SGLANG_ATTENTION_BACKENDS
-from tui.sim import perf
-from tui.sim.engine_args import VLLM_BACKENDS
-from tui.sim.sglang_args import sglang_parser
-from tui.sim.simlog import model_facts, sglang_capture_bs, tqdm_bar, tqdm_frame
-from tui.sim.vllm_args import preprocess_vllm_argv, vllm_parser
+from tunedeck.engines import SGLANG_ATTENTION_BACKENDS
+from tunedeck.sim import perf
+from tunedeck.sim.engine_args import VLLM_BACKENDS
+from tunedeck.sim.sglang_args import sglang_parser
+from tunedeck.sim.simlog import model_facts, sglang_capture_bs, tqdm_bar, tqdm_frame
+from tunedeck.sim.vllm_args import preprocess_vllm_argv, vllm_parser
 
 
 def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:

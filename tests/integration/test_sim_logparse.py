@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.simfix import SimProc, free_port
-from tui.logparse import parse_text
+from tunedeck.logparse import parse_text
 
 pytestmark = pytest.mark.timeout(60)
 

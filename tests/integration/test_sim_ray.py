@@ -19,9 +19,9 @@ import pytest
 from tests.conftest import REPO
 from tests.simfix import SimProc, free_port
 from tests.waits import poll
-from tui.logparse import parse_text
-from tui.sim.gpus import read_gpus
-from tui.sim.raycluster import cluster_address, parse_status
+from tunedeck.logparse import parse_text
+from tunedeck.sim.gpus import read_gpus
+from tunedeck.sim.raycluster import cluster_address, parse_status
 
 pytestmark = pytest.mark.timeout(90)
 STATUS = (
@@ -142,7 +142,7 @@ def two_node_ray(tmp_path: Path) -> Path:
 def ray_node(ray: Path, state: Path, address: str) -> subprocess.Popen[bytes]:
     """Node B's Ray node as a ``--sim`` deployment runs it: ``sim ray-node -- ray start …``."""
     return subprocess.Popen(
-        [sys.executable, "-c", "import sys; from tui.sim.entry import main; sys.exit(main())", "sim", "ray-node"]
+        [sys.executable, "-c", "import sys; from tunedeck.sim.entry import main; sys.exit(main())", "sim", "ray-node"]
         + ["--", str(ray), "start", f"--address={address}", "--num-gpus=8", "--node-ip-address=127.0.0.1", "--block"],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO), "TUNEDECK_SIM_STATE": str(state)},

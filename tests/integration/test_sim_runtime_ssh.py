@@ -81,10 +81,10 @@ async def test_the_dashboard_with_sim_shows_a_bare_hosts_simulated_gpus(sshd: Ss
     """`tunedeck --host T --sim`: the host sampler gives a host with no nvidia-smi the simulated
     one, so the GPU table fills with that host's simulated GPUs."""
     from tests.ui.test_ui_status import SIZE, until
-    from tui.collectors.sources import default_sources
-    from tui.hostops.ssh import SshHost
-    from tui.ui.app import make_app
-    from widgets.gpu_table import GpuTable
+    from tunedeck.collectors.sources import default_sources
+    from tunedeck.hostops.ssh import SshHost
+    from tunedeck.ui.app import make_app
+    from tunedeck.widgets.gpu_table import GpuTable
 
     for name in ("nvidia-smi", "tdpython"):
         (sshd.shim_dir / name).unlink(missing_ok=True)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tui.sim import gpus as simgpus
-from tui.sim.demo import demo_host, write_shims
-from tui.sim.gpus import ServerRecord
+from tunedeck.sim import gpus as simgpus
+from tunedeck.sim.demo import demo_host, write_shims
+from tunedeck.sim.gpus import ServerRecord
 
 H200_REAL = REPO / "tests" / "data" / "nvidia-smi-h200-real.txt"
 
@@ -223,8 +223,8 @@ def test_write_shims_quotes_paths(tmp_path):
     assert r.returncode == 0 and r.stdout.startswith("GPU 0: NVIDIA H200")
 
 
-async def test_demo_host_runs_python_m_tui_from_any_directory(tmp_path):
+async def test_demo_host_runs_python_m_tunedeck_from_any_directory(tmp_path):
     host = demo_host()
-    r = await host.run(["/bin/sh", "-c", f"cd {tmp_path} && {sys.executable} -m tui sim smi -L"], timeout=30)
+    r = await host.run(["/bin/sh", "-c", f"cd {tmp_path} && {sys.executable} -m tunedeck sim smi -L"], timeout=30)
     assert r.ok, r.stderr
     assert r.stdout.startswith("GPU 0: NVIDIA H200")

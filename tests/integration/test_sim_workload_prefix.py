@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from tests.simfix import SimProc, free_port
-from tui.sim import perf
-from tui.sim.prefix import BLOCK, PrefixCache, block_hashes, chat_ids, text_ids
+from tunedeck.sim import perf
+from tunedeck.sim.prefix import BLOCK, PrefixCache, block_hashes, chat_ids, text_ids
 
 pytestmark = pytest.mark.timeout(240)
 

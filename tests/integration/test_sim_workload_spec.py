@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from tests.simfix import SimProc, free_port
-from tui.sim import perf
-from tui.sim.prefix import VOCAB, repetition, text_ids
+from tunedeck.sim import perf
+from tunedeck.sim.prefix import VOCAB, repetition, text_ids
 
 pytestmark = pytest.mark.timeout(240)
 

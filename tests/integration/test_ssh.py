@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
-from tui.hostops.hosts import HostError
-from tui.hostops.ssh import SshHost
-from tui.hostops.sshconfig import read_ssh_config, resolve_endpoint
-from tui.services.targets import get_host
-from tui.util.paths import known_hosts_file
-from tui.util.safety import UnsafeInput
+from tunedeck.hostops.hosts import HostError
+from tunedeck.hostops.ssh import SshHost
+from tunedeck.hostops.sshconfig import read_ssh_config, resolve_endpoint
+from tunedeck.services.targets import get_host
+from tunedeck.util.paths import known_hosts_file
+from tunedeck.util.safety import UnsafeInput
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(60)]
 
@@ -504,8 +504,8 @@ async def test_forward_port_reaches_a_remote_loopback_service(sshd: SshdServer) 
 
 
 async def test_handshakes_are_capped(sshd: SshdServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tui.hostops.ssh as sshmod
-    import tui.hostops.sshgate as sshgate
+    import tunedeck.hostops.ssh as sshmod
+    import tunedeck.hostops.sshgate as sshgate
 
     real = sshmod.asyncssh.connect
     inflight = peak = 0

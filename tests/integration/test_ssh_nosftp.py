@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
 
 
 async def test_put_file_without_sftp_writes_every_byte_over_exec(sshd_nosftp: SshdServer):
-    from tui.hostops.ssh import SshHost
+    from tunedeck.hostops.ssh import SshHost
 
     data = bytes(range(256)) * 4096 + b"\x00end"  # every byte value, 1 MiB, no trailing newline
     dest = sshd_nosftp.remote_home / "nosftp" / "deep" / "blob.bin"
@@ -45,7 +45,7 @@ async def test_put_file_without_sftp_writes_every_byte_over_exec(sshd_nosftp: Ss
 
 
 async def test_when_every_way_fails_the_error_names_the_missing_sftp_subsystem(sshd_nosftp: SshdServer):
-    from tui.hostops.ssh import SshHost
+    from tunedeck.hostops.ssh import SshHost
 
     async with SshHost(sshd_nosftp.target(TEST_USER), retry_attempts=1) as host:
         with pytest.raises(OSError) as info:
@@ -100,10 +100,10 @@ def test_launch_sim_bench_and_status_on_a_host_without_sftp(sshd_nosftp: SshdSer
 async def test_the_dashboard_shows_a_host_without_sftp(sshd_nosftp: SshdServer):
     """The dashboard's sampler ships the runtime over exec: the host is up, its GPUs listed."""
     from tests.ui.test_ui_status import SIZE, until
-    from tui.collectors.sources import default_sources
-    from tui.hostops.ssh import SshHost
-    from tui.ui.app import make_app
-    from widgets.gpu_table import GpuTable
+    from tunedeck.collectors.sources import default_sources
+    from tunedeck.hostops.ssh import SshHost
+    from tunedeck.ui.app import make_app
+    from tunedeck.widgets.gpu_table import GpuTable
 
     for name in ("nvidia-smi", "tdpython"):
         (sshd_nosftp.shim_dir / name).unlink(missing_ok=True)

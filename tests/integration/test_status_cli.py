@@ -126,7 +126,7 @@ def test_status_bad_input(args: list[str], words: str) -> None:
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tui.sim.demo") is None, reason="simulator not merged yet")
+@pytest.mark.skipif(importlib.util.find_spec("tunedeck.sim.demo") is None, reason="simulator not merged yet")
 def test_status_demo_shows_eight_gpus() -> None:
     r = _run(["--demo", "--json"], None)
     assert r.returncode == 0, r.stderr
@@ -138,11 +138,11 @@ def test_status_demo_shows_eight_gpus() -> None:
 
 def test_known_servers_from_run_folders(tmp_path: Path) -> None:
     """Live run folders on the host become servers; the model comes from the local record."""
-    from tui.collectors.status import RECENT_FAILURE_S, known_servers, model_from_argv, servers_of_runs
-    from tui.hostops.launcher import launch, list_host_runs, stop_run
-    from tui.hostops.localhost import LocalHost
-    from tui.hostops.runstore import RunStore
-    from tui.util.aio import run_async
+    from tunedeck.collectors.status import RECENT_FAILURE_S, known_servers, model_from_argv, servers_of_runs
+    from tunedeck.hostops.launcher import launch, list_host_runs, stop_run
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.hostops.runstore import RunStore
+    from tunedeck.util.aio import run_async
 
     async def scenario() -> tuple:
         host = LocalHost()

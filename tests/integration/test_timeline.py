@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.simfix import SimProc, free_port
-from tui.hostside.timeline import parse_gpu_rows, server_figures
+from tunedeck.hostside.timeline import parse_gpu_rows, server_figures
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -91,7 +91,7 @@ def test_a_host_side_benchmark_records_its_timeline_and_results_show_prints_it()
 
 
 def test_results_show_timeline_names_a_run_without_one():
-    from tui.bench.store import RunWriter
+    from tunedeck.bench.store import RunWriter
 
     w = RunWriter("r-no-timeline", {"model_id": "m"})
     w.close()

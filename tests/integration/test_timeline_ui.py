@@ -14,12 +14,12 @@ from textual.widgets import DataTable
 
 from tests.snapshot_app import REPO, timeline_row, write_ab_timelines
 from tests.waits import until_async
-from tui.bench.store import run_dir
-from tui.timeline_model import TimelineSnapshot, figure, overlay
-from tui.ui.screens.bench import TIMELINE_SIDE_BY_SIDE, BenchScreen
-from tui.ui.screens.compare import ABTimeline, CompareScreen
-from widgets._axes import LABEL_W, nice_ceil, short_number
-from widgets.timeline_charts import (
+from tunedeck.bench.store import run_dir
+from tunedeck.timeline_model import TimelineSnapshot, figure, overlay
+from tunedeck.ui.screens.bench import TIMELINE_SIDE_BY_SIDE, BenchScreen
+from tunedeck.ui.screens.compare import ABTimeline, CompareScreen
+from tunedeck.widgets._axes import LABEL_W, nice_ceil, short_number
+from tunedeck.widgets.timeline_charts import (
     TimelineCharts,
     TimelinePanel,
     segments,
@@ -219,7 +219,7 @@ async def test_run_timeline_rows_reach_the_charts_as_messages(monkeypatch):
     async def fake_start(args):
         return run
 
-    monkeypatch.setattr("tui.commands.bench.start_run", fake_start)
+    monkeypatch.setattr("tunedeck.commands.bench.start_run", fake_start)
     # the level's stored file (mirrored from the host) has the second the live feed missed
     d = run_dir("20250308-124010-c16")
     d.mkdir(parents=True)
@@ -273,7 +273,7 @@ async def test_timeline_layout_side_by_side_or_switched_with_t(monkeypatch):
     async def fake_start(args):
         return FakeRun(script(levels=((0, 4, 3),)))
 
-    monkeypatch.setattr("tui.commands.bench.start_run", fake_start)
+    monkeypatch.setattr("tunedeck.commands.bench.start_run", fake_start)
     for width in (TIMELINE_SIDE_BY_SIDE, 80):
         scr = BenchScreen(["--url", "http://127.0.0.1:9"])
         app = BenchApp(scr)
@@ -297,7 +297,7 @@ async def test_timeline_layout_side_by_side_or_switched_with_t(monkeypatch):
 async def test_a_replayed_level_builds_few_figures(monkeypatch):
     """A follower that catches up replays a whole level at once: every row arrives, and the charts'
     figure is rebuilt a few times, not once per row."""
-    import tui.ui.screens.bench as bench_screen
+    import tunedeck.ui.screens.bench as bench_screen
 
     builds = []
 
@@ -310,7 +310,7 @@ async def test_a_replayed_level_builds_few_figures(monkeypatch):
     async def fake_start(args):
         return FakeRun(script(levels=((0, 16, 600),)))
 
-    monkeypatch.setattr("tui.commands.bench.start_run", fake_start)
+    monkeypatch.setattr("tunedeck.commands.bench.start_run", fake_start)
     scr = BenchScreen(["--url", "http://127.0.0.1:9"])
     async with BenchApp(scr).run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: scr.rc == 0 and scr.timelines and len(scr.timelines[0].rows) == 600, timeout=60)
@@ -378,8 +378,8 @@ async def test_a_host_side_run_draws_its_gpu_and_server_timeline_live():
 
 
 async def test_a_stored_result_opens_on_its_timeline():
-    from tui.ui.screens.bench_setup import BenchSetupScreen
-    from tui.ui.screens.timeline import TimelineScreen
+    from tunedeck.ui.screens.bench_setup import BenchSetupScreen
+    from tunedeck.ui.screens.timeline import TimelineScreen
 
     rid = "20260101-000001-bbbbbb"
     d = run_dir(rid)
@@ -434,8 +434,8 @@ async def _no_campaign(*_a):
 
 
 async def test_compare_overlays_a_and_b_timelines_at_the_peak_then_other_levels():
-    from tui.ab.compare import compare
-    from tui.ab.sides import side_from_dict
+    from tunedeck.ab.compare import compare
+    from tunedeck.ab.sides import side_from_dict
 
     e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
     write_ab_timelines(e)

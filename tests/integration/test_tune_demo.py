@@ -55,8 +55,8 @@ def run_cli(*args: str, timeout: float = 500) -> subprocess.CompletedProcess:
 
 
 async def nothing_running() -> tuple[list, list | None]:
-    from tui.hostops import launcher
-    from tui.services.targets import get_host
+    from tunedeck.hostops import launcher
+    from tunedeck.services.targets import get_host
 
     host = get_host(None, demo=True)
     alive = [h for h in await launcher.list_host_runs(host) if h.alive]
@@ -65,8 +65,8 @@ async def nothing_running() -> tuple[list, list | None]:
 
 def predicted(cand: dict) -> int:
     """The simulator's model figure for a candidate's command (docs/sim-model.md)."""
-    from tui.ab.capacity import parse_slo
-    from tui.sim import capmodel
+    from tunedeck.ab.capacity import parse_slo
+    from tunedeck.sim import capmodel
 
     argv = cand["argv"]
     assert argv[1:3] == ["sim", "sglang"], argv
@@ -79,8 +79,8 @@ def eta_checked(rep: dict) -> None:
     at each event's time): the estimate before it started within a factor of 4 of the campaign's
     real length, and the ETA once the first candidate has ended within a factor of 2 of what was
     really left (the estimate assumed 10 s a level and a 15 s stop: 6 times the real length)."""
-    from tui.ab.events import ABEvent
-    from tui.ab.tuneview import TuneProgress
+    from tunedeck.ab.events import ABEvent
+    from tunedeck.ab.tuneview import TuneProgress
 
     path = Path(os.environ["TUNEDECK_HOME"]) / "tune" / rep["job_id"] / "events.jsonl"
     evs = [ABEvent.from_json(e) for e in map(json.loads, path.read_text().splitlines()) if e.get("type") == "ab"]
@@ -160,8 +160,8 @@ def test_killed_campaign_resumes_and_a_second_campaign_is_refused(base: str, tmp
     follow restarts it, it resumes (the first candidate is not measured again, the second is
     redone) and completes; while it runs a second campaign and an A/B are refused. The third
     candidate is impossible (flex_attention on an MLA model): skipped by pre-flight, a finding."""
-    from tui.services import jobs
-    from tui.sim.demo import demo_host
+    from tunedeck.services import jobs
+    from tunedeck.sim.demo import demo_host
 
     out = tmp_path / "tune.json"
     cmd = ["tune", base, "--demo", "--vary", "flags.attention-backend=flashinfer,flex_attention", "--slo", *SLO]
@@ -222,10 +222,10 @@ def test_a_campaign_killed_more_often_than_it_is_restarted_ends_partial_with_exi
     third (never reached) named as not measured, exit 5, `--json` with status partial, the
     journal partial, the report says so, and the second's server, left running by the killed
     process, named with how to stop it."""
-    from tui.commands.tune import EXIT_PARTIAL
-    from tui.services import jobs
-    from tui.services.tunerun import MAX_RESTARTS
-    from tui.sim.demo import demo_host
+    from tunedeck.commands.tune import EXIT_PARTIAL
+    from tunedeck.services import jobs
+    from tunedeck.services.tunerun import MAX_RESTARTS
+    from tunedeck.sim.demo import demo_host
 
     out = tmp_path / "tune.json"
     vary = ["--vary", "flags.attention-backend=flashinfer,flex_attention"]

@@ -93,15 +93,15 @@ def engines(h: NsHost) -> list[tuple[int, str]]:
 
 
 def test_a_campaign_over_a_deployment_runs_here_and_resumes_on_attach_without_measuring_again(ns_hosts, tmp_path: Path):
-    from tui.hostops.localhost import LocalHost
-    from tui.services import jobs
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.services import jobs
 
     a, b = ns_hosts(2)
     user = sg_profile(tmp_path, a, b)
     ta, tb = a.sshd.target(ROOT_USER), b.sshd.target(ROOT_USER)
     out = tmp_path / "tune.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tui", *TUNE, "--yes", "--json", str(out)],
+        [sys.executable, "-m", "tunedeck", *TUNE, "--yes", "--json", str(out)],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -193,8 +193,8 @@ def test_a_lost_link_to_the_head_during_a_level_is_ridden_out_as_an_ab_of_deploy
     other) while a level runs there: the level goes on on the head, the campaign's follow of it
     says the link is lost in the job's log, resumes at its offset once the link is back, and the
     campaign completes with every request of that level."""
-    from tui.hostops.localhost import LocalHost
-    from tui.services import jobs
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.services import jobs
 
     a, b = ns_hosts(2)
     user = sg_profile(tmp_path, a, b)
@@ -213,7 +213,7 @@ def test_a_lost_link_to_the_head_during_a_level_is_ridden_out_as_an_ab_of_deploy
     # one level (C=1) a candidate, long enough (4 requests of 150 tokens, ~10 s) to cut the link in
     level = ["--output-len", "150", "--prompts-per-c", "1", "--min-prompts", "4", "--max-steps", "1"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tui", *cmd, *level, "--yes", "--json", str(out)],
+        [sys.executable, "-m", "tunedeck", *cmd, *level, "--yes", "--json", str(out)],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -17,13 +17,13 @@ from typing import Any, Sequence
 import pytest
 
 from tests.waits import scaled, until_async
-from tui.ab.plan import Plan, PlanLevel
-from tui.ab.tune import Workload
-from tui.hostops.hosts import RunResult
-from tui.hostops.localhost import LocalHost
-from tui.services import jobs
-from tui.services.tunerun import TuneRun
-from tui.sim.demo import demo_env, demo_host
+from tunedeck.ab.plan import Plan, PlanLevel
+from tunedeck.ab.tune import Workload
+from tunedeck.hostops.hosts import RunResult
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.services import jobs
+from tunedeck.services.tunerun import TuneRun
+from tunedeck.sim.demo import demo_env, demo_host
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -79,7 +79,7 @@ class _LostLaunch(LocalHost):
         return r
 
     async def run_script(self, script: str, args: Sequence[str] = (), *, timeout: float | None = 30.0) -> RunResult:
-        if "put run.sh" not in script:  # not a launch (tui.hostops.hostscripts.LAUNCH_SCRIPT)
+        if "put run.sh" not in script:  # not a launch (tunedeck.hostops.hostscripts.LAUNCH_SCRIPT)
             return await super().run_script(script, args, timeout=timeout)
         if self.lost:
             return await self._launch(script, args, timeout)

@@ -10,10 +10,10 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.simfix import free_port
 from tests.ui.test_ui_status import SIZE, cell, until
-from tui.services.targets import get_host
-from tui.ui.app import make_app
-from widgets.gpu_table import GpuProcessTable, GpuTable
-from widgets.server_panel import ServerPanel
+from tunedeck.services.targets import get_host
+from tunedeck.ui.app import make_app
+from tunedeck.widgets.gpu_table import GpuProcessTable, GpuTable
+from tunedeck.widgets.server_panel import ServerPanel
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
@@ -75,10 +75,10 @@ async def test_launch_form_request_opens_the_run_view_and_launches(monkeypatch, 
     """LaunchScreen.LaunchRequested reaching the app launches the profile on the host (demo) in a RunScreen."""
     from dataclasses import replace
 
-    from tui.profiles.builder import build_command
-    from tui.profiles.store import ProfileStore
-    from tui.ui.screens.launch import LaunchScreen
-    from tui.ui.screens.run import RunScreen
+    from tunedeck.profiles.builder import build_command
+    from tunedeck.profiles.store import ProfileStore
+    from tunedeck.ui.screens.launch import LaunchScreen
+    from tunedeck.ui.screens.run import RunScreen
 
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
     monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "profiles"))

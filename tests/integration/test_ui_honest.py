@@ -7,13 +7,13 @@ from textual.app import App
 
 from tests.abfakes import FakeOps, fake_campaigns
 from tests.waits import until_async
-from tui.ab.compare import compare
-from tui.ab.confdiff import config_diff
-from tui.ab.render import to_text
-from tui.ab.sides import LevelResult, Side, SideRun
-from tui.ui.screens.compare import CompareScreen
-from widgets.compare_chart import CompareChart
-from widgets.compare_table import CompareTable, ConfigDiff
+from tunedeck.ab.compare import compare
+from tunedeck.ab.confdiff import config_diff
+from tunedeck.ab.render import to_text
+from tunedeck.ab.sides import LevelResult, Side, SideRun
+from tunedeck.ui.screens.compare import CompareScreen
+from tunedeck.widgets.compare_chart import CompareChart
+from tunedeck.widgets.compare_table import CompareTable, ConfigDiff
 
 pytestmark = pytest.mark.timeout(60)
 SIZE = (120, 40)
@@ -52,7 +52,7 @@ def side(label, profile, single, peak, ttft16=50.0, argv=("sglang", "--tp", "8")
 
 # ---------------------------------------------------------------- A/B view
 async def test_new_or_cancelled_ab_clears_the_old_table_and_chart():
-    from tui.ui.screens.modals import ConfirmModal
+    from tunedeck.ui.screens.modals import ConfirmModal
 
     ops = FakeOps(bench_delay=5.0)  # the A/B cannot finish while the question is answered, however slow the machine
     old = compare(side("A", "base", 100, 1000), side("B", "tuned", 118, 1200))
@@ -118,7 +118,7 @@ class _Tracker:
     """Stands in for the startup tracker: scripted snapshots, a clock we move."""
 
     def __init__(self) -> None:
-        from tui.model import StartupProgress
+        from tunedeck.model import StartupProgress
 
         self.SP = StartupProgress
         self.now = 0.0
@@ -157,11 +157,11 @@ class _Tracker:
 
 
 async def test_run_view_ready_once_clock_stops_and_a_stop_is_not_a_failure(monkeypatch):
-    import tui.ui.screens.run as run_mod
-    from tui.hostops.runstop import StopResult
-    from tui.hostops.runstore import RunRecord
-    from tui.ui.screens.modals import ConfirmModal
-    from widgets.startup_progress import StartupProgressView
+    import tunedeck.ui.screens.run as run_mod
+    from tunedeck.hostops.runstop import StopResult
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.ui.screens.modals import ConfirmModal
+    from tunedeck.widgets.startup_progress import StartupProgressView
 
     class Host:
         target = "local"
@@ -206,8 +206,8 @@ async def test_run_view_ready_once_clock_stops_and_a_stop_is_not_a_failure(monke
 # ---------------------------------------------------------------- profiles list and form
 async def test_broken_user_profile_is_listed_not_dropped(tmp_path, monkeypatch):
     from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
-    from tui.ui.app import make_app
-    from tui.ui.screens.profiles import ProfilesScreen
+    from tunedeck.ui.app import make_app
+    from tunedeck.ui.screens.profiles import ProfilesScreen
 
     user = tmp_path / "user"
     (user / "servers").mkdir(parents=True)
@@ -234,11 +234,11 @@ async def test_broken_user_profile_is_listed_not_dropped(tmp_path, monkeypatch):
 async def test_form_hides_backends_for_other_hardware(tmp_path, monkeypatch):
     from textual.widgets import Select
 
-    from tui.sim.demo import demo_host
+    from tunedeck.sim.demo import demo_host
 
     monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "user"))
-    from tui.profiles.store import ProfileStore
-    from tui.ui.screens.launch import LaunchScreen
+    from tunedeck.profiles.store import ProfileStore
+    from tunedeck.ui.screens.launch import LaunchScreen
 
     store = ProfileStore()
     scr = LaunchScreen(store.get("sglang-base"), store=store, host=demo_host(), demo=True)
@@ -283,8 +283,8 @@ def test_unknown_profile_is_exit_1_everywhere_and_json_is_indented():
 async def test_80x24_keeps_the_important_columns_and_160_adds_history():
     from tests.snapshot_app import SCENES
     from tests.ui_text import screen_text
-    from widgets.gpu_table import GpuTable
-    from widgets.server_panel import ServerTable
+    from tunedeck.widgets.gpu_table import GpuTable
+    from tunedeck.widgets.server_panel import ServerTable
 
     app, run_before = SCENES["status"]()
     async with app.run_test(size=(80, 24)) as pilot:
@@ -306,7 +306,7 @@ async def test_80x24_keeps_the_important_columns_and_160_adds_history():
 async def test_question_mark_lists_the_keys_of_the_screen():
     from tests.snapshot_app import SCENES
     from tests.ui_text import screen_text
-    from tui.ui.screens.modals import KeysModal
+    from tunedeck.ui.screens.modals import KeysModal
 
     app, run_before = SCENES["profiles"]()
     async with app.run_test(size=(100, 40)) as pilot:
@@ -326,8 +326,8 @@ async def test_profiles_filter_takes_a_burst_and_headers_sort():
     from textual import events
 
     from tests.snapshot_app import base_app
-    from tui.ui.screens.profiles import ProfilesScreen
-    from widgets.filter_table import TableFilter
+    from tunedeck.ui.screens.profiles import ProfilesScreen
+    from tunedeck.widgets.filter_table import TableFilter
 
     app = base_app(ticks=2)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -359,9 +359,9 @@ async def test_results_list_filters_and_sorts():
     import json as _json
 
     from tests.snapshot_app import base_app
-    from tui.bench.store import run_dir
-    from tui.ui.screens.bench_setup import BenchSetupScreen
-    from widgets.filter_table import FilterTable
+    from tunedeck.bench.store import run_dir
+    from tunedeck.ui.screens.bench_setup import BenchSetupScreen
+    from tunedeck.widgets.filter_table import FilterTable
 
     for rid, prof, tput in (
         ("20260101-000000-aaaaaa", "sglang-base", 61.0),
@@ -393,7 +393,7 @@ async def test_results_list_filters_and_sorts():
 def switcher_app(factory):
     """The dashboard on host "first" (8 fake GPUs) whose host switcher makes hosts with ``factory``."""
     from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats
-    from tui.ui.app import make_app
+    from tunedeck.ui.app import make_app
 
     return make_app(
         gpu=FakeGpu([gpu_status(8)]),
@@ -406,8 +406,8 @@ def switcher_app(factory):
 
 async def test_host_switcher_lists_ssh_config_and_switches(tmp_path, monkeypatch):
     from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats
-    from tui.collectors.sources import Sources
-    from tui.ui.screens.hosts import HostsModal, recent_hosts
+    from tunedeck.collectors.sources import Sources
+    from tunedeck.ui.screens.hosts import HostsModal, recent_hosts
 
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
@@ -441,10 +441,10 @@ async def test_a_host_switch_from_a_run_view_leaves_the_old_hosts_run(tmp_path, 
     """The run view follows one host's run: after a switch to another host it is closed (its
     follower ended), not left showing the old host's log under the new host's banner."""
     from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats
-    from tui.collectors.sources import Sources
-    from tui.hostops.runstore import RunRecord
-    from tui.ui.screens.hosts import HostsModal
-    from tui.ui.screens.run import RunScreen
+    from tunedeck.collectors.sources import Sources
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.ui.screens.hosts import HostsModal
+    from tunedeck.ui.screens.run import RunScreen
 
     monkeypatch.setenv("HOME", str(tmp_path))
 
@@ -474,9 +474,9 @@ async def test_runs_list_filters_sorts_and_opens(monkeypatch):
     from textual import events
 
     from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
-    from tui.hostops.runstore import RunRecord, RunStore
-    from tui.ui.app import make_app
-    from tui.ui.screens.runs import RunsScreen
+    from tunedeck.hostops.runstore import RunRecord, RunStore
+    from tunedeck.ui.app import make_app
+    from tunedeck.ui.screens.runs import RunsScreen
 
     store = RunStore()
     for i, (prof, st, port) in enumerate(

@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.simfix import free_port
 from tests.ui.test_ui_status import SIZE, app_with, until
-from tui.services.targets import get_host
-from tui.ui.app import make_app
+from tunedeck.services.targets import get_host
+from tunedeck.ui.app import make_app
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -30,7 +30,7 @@ def stop_all_demo() -> None:
 
 
 async def alive_runs() -> list:
-    from tui.hostops.launcher import list_host_runs
+    from tunedeck.hostops.launcher import list_host_runs
 
     host = get_host(None, demo=True)
     try:
@@ -41,7 +41,7 @@ async def alive_runs() -> list:
 
 def user_profile(tmp_path, monkeypatch, base: str = "sglang-base", name: str = "itest"):
     """A user copy of a built-in on a free port (the built-ins' ports may be taken on a shared machine)."""
-    from tui.profiles.store import ProfileStore
+    from tunedeck.profiles.store import ProfileStore
 
     monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "profiles"))
     store = ProfileStore()
@@ -51,9 +51,9 @@ def user_profile(tmp_path, monkeypatch, base: str = "sglang-base", name: str = "
 
 # ---------------------------------------------------------------- profile list
 async def test_profile_list_shows_builtins_and_preview(tmp_path, monkeypatch):
-    from tui.profiles.builder import build_command
-    from tui.profiles.store import ProfileStore
-    from tui.ui.screens.profiles import ProfilesScreen
+    from tunedeck.profiles.builder import build_command
+    from tunedeck.profiles.store import ProfileStore
+    from tunedeck.ui.screens.profiles import ProfilesScreen
 
     monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "profiles"))
     app = app_with(demo=True)
@@ -80,8 +80,8 @@ async def test_profile_list_shows_builtins_and_preview(tmp_path, monkeypatch):
 
 
 async def test_ab_from_the_list_opens_compare_with_marks(tmp_path, monkeypatch):
-    from tui.ui.screens.compare import CompareScreen
-    from tui.ui.screens.profiles import ProfilesScreen
+    from tunedeck.ui.screens.compare import CompareScreen
+    from tunedeck.ui.screens.profiles import ProfilesScreen
 
     monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "profiles"))
     app = app_with()  # no host: the A/B cannot run, and says so on the Compare screen
@@ -105,10 +105,10 @@ async def test_ab_from_the_list_opens_compare_with_marks(tmp_path, monkeypatch):
 
 
 def test_new_binding_ids_are_unique():
-    from tui.ui.app import TunedeckApp
-    from tui.ui.screens.bench_setup import BenchSetupScreen
-    from tui.ui.screens.profiles import ProfilesScreen
-    from tui.ui.screens.status import StatusScreen
+    from tunedeck.ui.app import TunedeckApp
+    from tunedeck.ui.screens.bench_setup import BenchSetupScreen
+    from tunedeck.ui.screens.profiles import ProfilesScreen
+    from tunedeck.ui.screens.status import StatusScreen
 
     for screen in (ProfilesScreen, BenchSetupScreen, StatusScreen):
         ids = [b.id for b in TunedeckApp.BINDINGS + screen.BINDINGS]
@@ -116,8 +116,8 @@ def test_new_binding_ids_are_unique():
 
 
 async def test_escape_from_form_returns_to_list(tmp_path, monkeypatch):
-    from tui.ui.screens.launch import LaunchScreen
-    from tui.ui.screens.profiles import ProfilesScreen
+    from tunedeck.ui.screens.launch import LaunchScreen
+    from tunedeck.ui.screens.profiles import ProfilesScreen
 
     monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "profiles"))
     app = app_with()
@@ -143,9 +143,9 @@ async def test_escape_from_form_returns_to_list(tmp_path, monkeypatch):
 
 
 async def test_one_key_launches_highlighted_profile_on_demo(tmp_path, monkeypatch):
-    from tui.ui.screens.modals import ConfirmModal
-    from tui.ui.screens.profiles import ProfilesScreen
-    from tui.ui.screens.run import RunScreen
+    from tunedeck.ui.screens.modals import ConfirmModal
+    from tunedeck.ui.screens.profiles import ProfilesScreen
+    from tunedeck.ui.screens.run import RunScreen
 
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
     prof = user_profile(tmp_path, monkeypatch)
@@ -178,9 +178,9 @@ async def test_one_key_launches_highlighted_profile_on_demo(tmp_path, monkeypatc
 async def test_run_log_escape_clears_search_first(tmp_path, monkeypatch):
     from textual.app import App
 
-    from tui.hostops.runstore import RunRecord
-    from tui.ui.screens.run import RunScreen
-    from widgets.server_log import ServerLog
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.ui.screens.run import RunScreen
+    from tunedeck.widgets.server_log import ServerLog
 
     class Host:
         target = "local"
@@ -204,10 +204,10 @@ async def test_run_log_escape_clears_search_first(tmp_path, monkeypatch):
 
 async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatch):
     """A server launched earlier (CLI) is reattached on start; enter on its row opens its run view."""
-    from tui.ui.screens.modals import ConfirmModal
-    from tui.ui.screens.run import RunScreen
-    from widgets.server_log import ServerLog
-    from widgets.server_panel import ServerPanel, ServerTable
+    from tunedeck.ui.screens.modals import ConfirmModal
+    from tunedeck.ui.screens.run import RunScreen
+    from tunedeck.widgets.server_log import ServerLog
+    from tunedeck.widgets.server_panel import ServerPanel, ServerTable
 
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
     port = free_port()
@@ -229,7 +229,7 @@ async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatc
     assert r.returncode == 0, r.stdout + r.stderr
     try:
         # the CLI's local record is gone: only the host knows the run (reattach must find it)
-        from tui.hostops.runstore import RunStore
+        from tunedeck.hostops.runstore import RunStore
 
         for rec in RunStore().all():
             RunStore().path(rec.run_id).unlink()
@@ -268,7 +268,7 @@ async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatc
 # ---------------------------------------------------------------- bench mode
 def test_bench_args_for_demo_remote_and_url():
     from tests.ui_fakes import server
-    from tui.ui.screens.bench_form import BenchForm, BenchFormError, bench_args
+    from tunedeck.ui.screens.bench_form import BenchForm, BenchFormError, bench_args
 
     s = server("sglang-tuned", "ready", port=30001)
     f = BenchForm(concurrency="1, 16", num_prompts="20", input_len="64", output_len="32", warmup="0", ignore_eos=False)
@@ -307,9 +307,9 @@ def test_bench_args_for_demo_remote_and_url():
 async def test_bench_setup_runs_against_sim_server_and_chart_fills(tmp_path, monkeypatch):
     from textual.widgets import DataTable, Input
 
-    from tui.ui.screens.bench import BenchScreen
-    from tui.ui.screens.bench_setup import BenchSetupScreen
-    from widgets.throughput_chart import ThroughputChart
+    from tunedeck.ui.screens.bench import BenchScreen
+    from tunedeck.ui.screens.bench_setup import BenchSetupScreen
+    from tunedeck.widgets.throughput_chart import ThroughputChart
 
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
     port = free_port()

@@ -1,4 +1,4 @@
-"""The dashboard on the real collectors (tui.collectors) with a fake nvidia-smi on a LocalHost."""
+"""The dashboard on the real collectors (tunedeck.collectors) with a fake nvidia-smi on a LocalHost."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 
 from tests import fake_smi
 from tests.ui.test_ui_status import SIZE, cell, until, until_shown
-from tui.hostops.localhost import LocalHost
-from tui.ui.app import make_app
-from widgets.gpu_table import GpuStateLine, GpuTable
-from widgets.host_panel import HostPanel
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.ui.app import make_app
+from tunedeck.widgets.gpu_table import GpuStateLine, GpuTable
+from tunedeck.widgets.host_panel import HostPanel
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -58,9 +58,9 @@ async def test_real_gpu_collector_na_cells(tmp_path):
 async def test_real_server_collector_states(tmp_path):
     """A real sim SGLang without --enable-metrics says so; a server on a closed port is down/refused."""
     from tests.simfix import SimProc, free_port
-    from tui.collectors.servers import ServerSpec
-    from tui.collectors.sources import default_sources
-    from widgets.server_panel import METRICS_DISABLED, ServerPanel
+    from tunedeck.collectors.servers import ServerSpec
+    from tunedeck.collectors.sources import default_sources
+    from tunedeck.widgets.server_panel import METRICS_DISABLED, ServerPanel
 
     fake = fake_smi.FakeSmi(tmp_path, gpus=1)
     host = LocalHost("local", env_overlay={"PATH": fake.path_env()})

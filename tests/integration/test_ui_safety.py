@@ -10,10 +10,10 @@ from textual.app import App
 from textual.widgets import Input
 
 from tests.conftest import REPO, tunedeck_cmd
-from tui.profiles.store import ProfileStore
-from tui.ui.screens.launch import LaunchScreen
-from tui.ui.screens.modals import ConfirmModal
-from widgets.preset_form import PresetForm
+from tunedeck.profiles.store import ProfileStore
+from tunedeck.ui.screens.launch import LaunchScreen
+from tunedeck.ui.screens.modals import ConfirmModal
+from tunedeck.widgets.preset_form import PresetForm
 
 pytestmark = pytest.mark.timeout(90)
 SIZE = (120, 40)
@@ -69,7 +69,7 @@ async def test_question_is_never_markup():
 
 # ---------------------------------------------------------------- the launch form
 async def test_form_ctrl_l_runs_preflight_tp16_on_8_gpus_is_not_launched(store):
-    from tui.sim.demo import demo_host
+    from tunedeck.sim.demo import demo_host
 
     screen = LaunchScreen(store.get("sglang-base"), store=store, host=demo_host(), demo=True)
     app = FormApp(screen)
@@ -134,7 +134,7 @@ async def test_form_shows_diff_against_the_saved_file(store):
 
 # ---------------------------------------------------------------- bench setup
 async def test_bench_setup_enter_in_a_field_does_not_start_a_load_test():
-    from tui.ui.screens.bench_setup import BenchSetupScreen
+    from tunedeck.ui.screens.bench_setup import BenchSetupScreen
 
     app = App()
     async with app.run_test(size=SIZE) as pilot:
@@ -150,8 +150,8 @@ async def test_bench_setup_enter_in_a_field_does_not_start_a_load_test():
 
 # ---------------------------------------------------------------- pre-flight on the bind address
 async def test_builtin_profiles_bind_loopback_and_wider_binds_warn():
-    from tui.profiles.preflight import preflight
-    from tui.sim.demo import demo_host
+    from tunedeck.profiles.preflight import preflight
+    from tunedeck.sim.demo import demo_host
 
     store = ProfileStore()
     assert all(store.get(n).host == "127.0.0.1" for n in store.names() if store.get(n).source == "builtin")

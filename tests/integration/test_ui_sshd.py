@@ -8,11 +8,11 @@ import pytest
 from tests.fake_smi import SCRIPT
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tests.ui.test_ui_status import SIZE, cell, until, until_shown
-from tui.hostops.ssh import SshHost
-from tui.ui.app import make_app
-from widgets.gpu_table import GpuTable
-from widgets.host_banner import HostBanner
-from widgets.host_panel import HostPanel
+from tunedeck.hostops.ssh import SshHost
+from tunedeck.ui.app import make_app
+from tunedeck.widgets.gpu_table import GpuTable
+from tunedeck.widgets.host_banner import HostBanner
+from tunedeck.widgets.host_panel import HostPanel
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(90)]
 

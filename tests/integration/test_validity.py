@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.simfix import SimProc, free_port
-from tui.hostside import validity as v
+from tunedeck.hostside import validity as v
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -412,7 +412,7 @@ def test_a_flat_queue_and_no_preemption_from_the_same_server_are_not_named():
 
 
 def _side(label, found):
-    from tui.ab.sides import LevelResult, Side, SideRun
+    from tunedeck.ab.sides import LevelResult, Side, SideRun
 
     summ = {
         "max_concurrency": 16,
@@ -428,7 +428,7 @@ def _side(label, found):
 
 
 def test_the_ab_headline_and_warnings_say_when_validity_differs():
-    from tui.ab.compare import compare
+    from tunedeck.ab.compare import compare
 
     cap = [{"rule": "power_at_cap", "evidence": "power at its 315 W limit in 9 of 10 s"}]
     c = compare(_side("A", []), _side("B", cap))
@@ -438,7 +438,7 @@ def test_the_ab_headline_and_warnings_say_when_validity_differs():
 
 @pytest.mark.parametrize("a,b", [([], []), (None, []), (None, None)])
 def test_the_ab_headline_is_quiet_when_validity_agrees_or_is_unknown(a, b):
-    from tui.ab.compare import compare
+    from tunedeck.ab.compare import compare
 
     c = compare(_side("A", a), _side("B", b))
     assert "Validity" not in c.headline and not any("validity" in w for w in c.warnings)
@@ -449,7 +449,7 @@ def test_every_ab_level_carries_its_validity_and_timeline(tmp_path, monkeypatch)
     import re
 
     from tests.integration.test_ab_demo import free_port as ab_port
-    from tui.bench.store import run_dir
+    from tunedeck.bench.store import run_dir
 
     user = tmp_path / "profiles"
     user.mkdir()

@@ -9,9 +9,9 @@ import re
 import pytest
 
 from tests.fakesrv import FakeServer
-from tui.bench.client import EndpointConfig, Live, RequestSpec, make_client
-from tui.bench.levels import drive, sessions_of
-from tui.util.aio import run_async
+from tunedeck.bench.client import EndpointConfig, Live, RequestSpec, make_client
+from tunedeck.bench.levels import drive, sessions_of
+from tunedeck.util.aio import run_async
 
 
 def _conversations(n_sessions: int, turns: int, think: float) -> list[RequestSpec]:
@@ -138,9 +138,9 @@ def test_sessions_are_grouped_and_checked():
 
 @pytest.mark.timeout(120)
 def test_worker_processes_keep_each_conversation_in_one_worker(tmp_path):
-    from tui.bench.config import BenchConfig
-    from tui.bench.fanout import run_level_workers
-    from tui.bench.levels import Progress
+    from tunedeck.bench.config import BenchConfig
+    from tunedeck.bench.fanout import run_level_workers
+    from tunedeck.bench.levels import Progress
 
     rec = tmp_path / "received.jsonl"
     specs = _conversations(4, 3, 0.05)

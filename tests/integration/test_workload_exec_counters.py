@@ -10,13 +10,13 @@ import pytest
 
 from tests.fakesrv import FakeServer
 from tests.simfix import SimProc, free_port
-from tui.bench import metrics
-from tui.bench.config import BenchConfig
-from tui.bench.counters import FIGURE_KEYS, level_figures, parse_counters
-from tui.bench.runner import run_benchmark
-from tui.bench.store import rebuild_summary
-from tui.bench.workloads.base import WorkloadSpec
-from tui.util.aio import run_async
+from tunedeck.bench import metrics
+from tunedeck.bench.config import BenchConfig
+from tunedeck.bench.counters import FIGURE_KEYS, level_figures, parse_counters
+from tunedeck.bench.runner import run_benchmark
+from tunedeck.bench.store import rebuild_summary
+from tunedeck.bench.workloads.base import WorkloadSpec
+from tunedeck.util.aio import run_async
 
 VLLM_PAGE = """# TYPE vllm:prefix_cache_queries_total counter
 vllm:prefix_cache_queries_total{model_name="m",engine="0"} 1000
@@ -113,7 +113,7 @@ def test_level_summary_has_this_levels_counters_only(tmp_path, monkeypatch):
     # stored with the run: a rebuilt summary keeps them
     on_disk = json.loads((tmp_path / "results" / s["run_id"] / "summary.json").read_text())
     assert on_disk["spec_decode_num_drafts"] == 80
-    monkeypatch.setattr("tui.bench.store.results_dir", lambda: tmp_path / "results")
+    monkeypatch.setattr("tunedeck.bench.store.results_dir", lambda: tmp_path / "results")
     assert rebuild_summary(s["run_id"], write=False)["prefix_cache_hit_rate"] == pytest.approx(0.5)
 
 
@@ -209,8 +209,8 @@ def test_sglang_simulator_levels_get_their_own_acceptance(tmp_path):
 def test_level_table_shows_the_counters_and_the_schedule_only_when_there():
     from rich.console import Console
 
-    from tui.model import SweepLevel, SweepReport
-    from widgets.sweep_table import SweepTable
+    from tunedeck.model import SweepLevel, SweepReport
+    from tunedeck.widgets.sweep_table import SweepTable
 
     def render(*summaries: dict) -> str:
         report = SweepReport(tuple(SweepLevel.from_summary(s, f"C={i}") for i, s in enumerate(summaries)), 2)

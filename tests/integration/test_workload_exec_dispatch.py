@@ -11,11 +11,11 @@ import time
 import pytest
 
 from tests.fakesrv import FakeServer
-from tui.bench import metrics
-from tui.bench.client import EndpointConfig, Live, RequestSpec, make_client
-from tui.bench.levels import drive, schedule_of
-from tui.bench.prompts import arrival_offsets
-from tui.util.aio import run_async
+from tunedeck.bench import metrics
+from tunedeck.bench.client import EndpointConfig, Live, RequestSpec, make_client
+from tunedeck.bench.levels import drive, schedule_of
+from tunedeck.bench.prompts import arrival_offsets
+from tunedeck.util.aio import run_async
 
 
 def _trace(n: int, span: float) -> list[RequestSpec]:
@@ -205,9 +205,9 @@ def test_a_schedule_on_only_some_requests_is_refused():
 
 @pytest.mark.timeout(120)
 def test_trace_replay_with_worker_processes_keeps_the_schedule():
-    from tui.bench.config import BenchConfig
-    from tui.bench.fanout import run_level_workers
-    from tui.bench.levels import Progress
+    from tunedeck.bench.config import BenchConfig
+    from tunedeck.bench.fanout import run_level_workers
+    from tunedeck.bench.levels import Progress
 
     specs = _trace(60, 1.5)
     samples: list[dict] = []

@@ -18,8 +18,8 @@ import pytest
 from tests.conftest import REPO, tunedeck_cmd
 from tests.simfix import SimProc, free_port
 from tests.traces import mooncake_rows, write_jsonl
-from tui.bench import metrics, store
-from tui.bench.workloads import MOONCAKE_BLOCK
+from tunedeck.bench import metrics, store
+from tunedeck.bench.workloads import MOONCAKE_BLOCK
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.simfix import SimProc, free_port
-from tui.bench.workloads import MOONCAKE_BLOCK
+from tunedeck.bench.workloads import MOONCAKE_BLOCK
 
 pytestmark = pytest.mark.timeout(240)
 

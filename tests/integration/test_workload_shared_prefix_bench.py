@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.simfix import SimProc, free_port
-from tui.sim import perf
+from tunedeck.sim import perf
 
 pytestmark = pytest.mark.timeout(120)
 

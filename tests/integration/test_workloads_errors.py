@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tunedeck_cmd
-from tui.services import runtime
+from tunedeck.services import runtime
 
 
 def _lines(rows: list[object]) -> str:
@@ -175,7 +175,7 @@ def test_host_run_refuses_a_bad_trace_before_starting_a_job(tmp_path, listener):
 
 
 async def test_a_data_file_is_placed_on_the_host_once_per_content(tmp_path):
-    from tui.hostops.localhost import LocalHost
+    from tunedeck.hostops.localhost import LocalHost
 
     host = LocalHost()
     data = b'{"prompt": "x", "output_len": 2}\n'
@@ -192,8 +192,8 @@ async def test_a_data_file_is_placed_on_the_host_once_per_content(tmp_path):
 
 
 def _cfg(*argv: str):
-    from tui.bench import metrics
-    from tui.commands.bench import _config, parse_args
+    from tunedeck.bench import metrics
+    from tunedeck.commands.bench import _config, parse_args
 
     args = parse_args(["--url", "http://127.0.0.1:9", *argv])
     return _config(args, args.url, metrics.parse_goodput(args.goodput))

@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import tunedeck_cmd
 from tests.simfix import SimProc, free_port
-from tui.bench import store
-from tui.bench.workloads.base import estimate_tokens
+from tunedeck.bench import store
+from tunedeck.bench.workloads.base import estimate_tokens
 
 
 def _sim(port: int) -> SimProc:

@@ -12,12 +12,12 @@ pytestmark = pytest.mark.timeout(60)
 
 async def test_compare_mode_opens_with_last_ab_and_demo_ops():
     from tests.abfakes import FakeOps
-    from tui.ab.plans import load_plan
-    from tui.ab.runner import ABRunner
-    from tui.sim.demo import demo_host
-    from tui.ui.app import make_app
-    from tui.ui.screens.compare import CompareScreen
-    from widgets.compare_table import CompareTable
+    from tunedeck.ab.plans import load_plan
+    from tunedeck.ab.runner import ABRunner
+    from tunedeck.sim.demo import demo_host
+    from tunedeck.ui.app import make_app
+    from tunedeck.ui.screens.compare import CompareScreen
+    from tunedeck.widgets.compare_table import CompareTable
 
     rep = await ABRunner(FakeOps(), "base", "tuned", load_plan("quick")).run()  # a journal entry
     app = make_app(

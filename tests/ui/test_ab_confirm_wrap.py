@@ -6,7 +6,7 @@ import pytest
 from textual.app import App
 from textual.widgets import Label
 
-from tui.ui.screens.modals import ConfirmModal
+from tunedeck.ui.screens.modals import ConfirmModal
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,10 +7,10 @@ from textual.app import App
 
 from tests.abfakes import FakeOps, fake_campaigns
 from tests.waits import until_async
-from tui.ui.screens.compare import CompareScreen
-from tui.ui.screens.modals import ConfirmModal
-from widgets.compare_chart import CompareChart
-from widgets.compare_table import CompareTable
+from tunedeck.ui.screens.compare import CompareScreen
+from tunedeck.ui.screens.modals import ConfirmModal
+from tunedeck.widgets.compare_chart import CompareChart
+from tunedeck.widgets.compare_table import CompareTable
 
 pytestmark = pytest.mark.timeout(60)
 SIZE = (120, 40)

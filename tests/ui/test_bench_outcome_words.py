@@ -8,8 +8,8 @@ from textual.widgets import Static
 
 from tests.ui.test_ui_charts import BenchApp, ScriptedBench
 from tests.waits import until_async
-from tui.commands._benchjob import EXIT_LOST, EXIT_OK, EXIT_PARTIAL
-from tui.ui.screens.bench import BenchScreen
+from tunedeck.commands._benchjob import EXIT_LOST, EXIT_OK, EXIT_PARTIAL
+from tunedeck.ui.screens.bench import BenchScreen
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,10 +41,10 @@ async def test_the_compare_screen_names_a_partial_ab_in_the_same_words():
     from textual.app import App
 
     from tests.abfakes import FakeOps
-    from tui.ab.plans import load_plan
-    from tui.ab.runner import ABRunner
-    from tui.ui.screens.campaign import CampaignEnded
-    from tui.ui.screens.compare import CompareScreen
+    from tunedeck.ab.plans import load_plan
+    from tunedeck.ab.runner import ABRunner
+    from tunedeck.ui.screens.campaign import CampaignEnded
+    from tunedeck.ui.screens.compare import CompareScreen
 
     rep = await ABRunner(FakeOps(), "base", "tuned", load_plan("quick")).run()
     rep.status, rep.error = "partial", "the ab job ended without a final report (rc 137); 2 level(s) read"

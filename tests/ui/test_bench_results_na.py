@@ -8,8 +8,8 @@ import pytest
 from textual.app import App
 from textual.widgets import DataTable
 
-from tui.bench.store import run_dir
-from tui.ui.screens.bench_setup import BenchSetupScreen
+from tunedeck.bench.store import run_dir
+from tunedeck.ui.screens.bench_setup import BenchSetupScreen
 
 pytestmark = pytest.mark.timeout(60)
 

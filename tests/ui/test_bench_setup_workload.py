@@ -13,8 +13,8 @@ from textual.widgets import Checkbox, Input, Select
 
 from tests.conftest import tunedeck_cmd
 from tests.waits import until_async
-from tui.ui.screens.bench_form import BenchFormError, option_args
-from tui.ui.screens.bench_setup import BenchSetupScreen
+from tunedeck.ui.screens.bench_form import BenchFormError, option_args
+from tunedeck.ui.screens.bench_setup import BenchSetupScreen
 
 SIZE = (120, 60)
 

@@ -9,9 +9,9 @@ import re
 import pytest
 from textual.app import App, ComposeResult
 
-from widgets._axes import nice_step, x_ticks, y_axis
-from widgets.compare_chart import CompareChart
-from widgets.throughput_chart import ThroughputChart
+from tunedeck.widgets._axes import nice_step, x_ticks, y_axis
+from tunedeck.widgets.compare_chart import CompareChart
+from tunedeck.widgets.throughput_chart import ThroughputChart
 
 pytestmark = pytest.mark.timeout(60)
 

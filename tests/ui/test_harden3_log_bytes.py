@@ -8,7 +8,7 @@ import sys
 import pytest
 from textual.app import App, ComposeResult
 
-from widgets.server_log import ServerLog
+from tunedeck.widgets.server_log import ServerLog
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,7 +70,7 @@ async def test_a_long_line_is_shown_cut_and_few_rendered_lines_are_kept() -> Non
     """Each shown line is rendered, styled and cached whole: a 16 KiB line is shown as its first
     SHOW_CHARS characters and how much more there is, and the render cache holds a screen's worth
     (a view following 1 MB lines once grew 0.6 MB/s in RSS through that cache)."""
-    from widgets.severity_log import RENDER_CACHE_LINES, SHOW_CHARS
+    from tunedeck.widgets.severity_log import RENDER_CACHE_LINES, SHOW_CHARS
 
     app = LogApp(MB)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -90,7 +90,7 @@ async def test_a_log_of_cut_huge_lines_holds_its_memory_under_the_cap() -> None:
     view hold take at most the cap in memory at every step, not twice it. (Counted in UTF-8, the
     ring held twice its cap, and the hostile-log benchmark still grew 0.1 MB/s of RSS after 5
     minutes, the ring not yet full.)"""
-    from tui.hostops.logfollow import LINE_CAP, LineSplitter
+    from tunedeck.hostops.logfollow import LINE_CAP, LineSplitter
 
     cap = MB
     one = LineSplitter().feed(("z" * MB + "\n").encode())[0]  # a 1 MB line as the follower passes it on

@@ -9,10 +9,10 @@ from textual.app import App
 from textual.widgets import Button, Checkbox, Input, Select
 
 from tests.profilefix import fake_host
-from tui.profiles.builder import build_command
-from tui.profiles.store import ProfileStore
-from tui.ui.screens.launch import LaunchScreen
-from widgets.preset_form import PresetForm
+from tunedeck.profiles.builder import build_command
+from tunedeck.profiles.store import ProfileStore
+from tunedeck.ui.screens.launch import LaunchScreen
+from tunedeck.widgets.preset_form import PresetForm
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -81,8 +81,8 @@ async def test_pick_presets_and_preview_changes(store):
 
 
 async def test_inline_validation_and_launch(store):
-    from tui.sim.demo import demo_host
-    from tui.ui.screens.modals import ConfirmModal
+    from tunedeck.sim.demo import demo_host
+    from tunedeck.ui.screens.modals import ConfirmModal
 
     screen = LaunchScreen(store.get("sglang-tuned"), store=store, host=demo_host(), demo=True)
     app = FormApp(screen)
@@ -190,7 +190,7 @@ async def test_running_server_diff_is_shown(store):
 
 
 async def test_demo_form_reads_backends_from_the_simulator(store):
-    from tui.sim.demo import demo_host
+    from tunedeck.sim.demo import demo_host
 
     screen = LaunchScreen(store.get("sglang-tuned"), store=store, host=demo_host(), demo=True)
     app = FormApp(screen)

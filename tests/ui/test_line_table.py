@@ -1,4 +1,4 @@
-"""The GPU table drawn line by line (widgets.line_table): what DataTable gave it still works:
+"""The GPU table drawn line by line (tunedeck.widgets.line_table): what DataTable gave it still works:
 a fixed header, the row cursor and its keys, scrolling a host with more GPUs than rows, a click,
 cells by key, and a repaint of only the rows whose cells changed."""
 
@@ -13,7 +13,7 @@ from textual.widgets import Static
 from tests.ui_fakes import gpu_status
 from tests.ui_text import screen_text
 from tests.waits import until_async
-from widgets.gpu_table import GpuHistory, GpuTable
+from tunedeck.widgets.gpu_table import GpuHistory, GpuTable
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,10 +8,10 @@ import pytest
 from textual.app import App, ComposeResult
 
 from tests.waits import until_async
-from tui.model import StartupProgress
-from widgets.server_log import ServerLog
-from widgets.severity_log import line_severity
-from widgets.startup_progress import StartupProgressView
+from tunedeck.model import StartupProgress
+from tunedeck.widgets.server_log import ServerLog
+from tunedeck.widgets.severity_log import line_severity
+from tunedeck.widgets.startup_progress import StartupProgressView
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -129,7 +129,7 @@ async def test_a_line_is_drawn_the_same_without_a_search_as_the_full_highlighter
     lines/s): they must be the ones Text + highlighter make, severity and node-tag colours alike."""
     import re
 
-    from widgets.severity_log import SeverityLog
+    from tunedeck.widgets.severity_log import SeverityLog
 
     app = LogApp()
     async with app.run_test(size=(100, 30)) as pilot:
@@ -239,10 +239,10 @@ async def test_startup_progress_widget():
 
 async def test_run_screen_attaches_shows_progress_and_stops():
     from tests.integration.test_launcher import fake
-    from tui.hostops import launcher as L
-    from tui.hostops import runstore
-    from tui.hostops.localhost import LocalHost
-    from tui.ui.screens.run import RunScreen
+    from tunedeck.hostops import launcher as L
+    from tunedeck.hostops import runstore
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.ui.screens.run import RunScreen
 
     host = LocalHost()
     argv, port = fake("vllm", None, "--load-seconds", "1.5")
@@ -298,10 +298,10 @@ async def test_run_screen_attaches_shows_progress_and_stops():
 
 async def test_run_screen_launches_then_attaches_or_shows_refusal():
     from tests.integration.test_launcher import fake
-    from tui.hostops import launcher as L
-    from tui.hostops import runstore
-    from tui.hostops.localhost import LocalHost
-    from tui.ui.screens.run import RunScreen
+    from tunedeck.hostops import launcher as L
+    from tunedeck.hostops import runstore
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.ui.screens.run import RunScreen
 
     host = LocalHost()
     argv, port = fake("sglang", None, "--load-seconds", "1")
@@ -328,7 +328,7 @@ async def test_run_screen_launches_then_attaches_or_shows_refusal():
             assert p is not None and p.state == "ready" and s.record.pid
             assert s.record.run_id in str(s.query_one("#run-title").content)
             # launched from the dashboard: its startup is in the tuning journal, as from the CLI
-            from tui.ab.journal import Journal
+            from tunedeck.ab.journal import Journal
 
             for _ in range(50):
                 entries = [e for e in Journal().entries() if e.get("id") == s.record.run_id]
@@ -356,10 +356,10 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
     import re as _re
 
     from tests.integration.test_launcher import fake
-    from tui.hostops import launcher as L
-    from tui.hostops import runstore
-    from tui.hostops.localhost import LocalHost
-    from tui.ui.screens.run import RunScreen
+    from tunedeck.hostops import launcher as L
+    from tunedeck.hostops import runstore
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.ui.screens.run import RunScreen
 
     host = LocalHost()
     argv, port = fake("sglang", None, "--numbered", "300", "--load-seconds", "0.5")
@@ -431,9 +431,9 @@ async def test_the_run_view_redacts_and_sanitises_each_line_once(monkeypatch: py
     """The view and the startup tracker read one pipeline: a line is split, decoded, redacted and
     made safe once (it was twice: once for the view, once for the tracker's parser)."""
     from tests.unit.test_tracker_lines import SERVING, count_cleaning
-    from tui.hostops.hosts import LocalHost
-    from tui.hostops.runstore import RunRecord
-    from tui.ui.screens import run as run_mod
+    from tunedeck.hostops.hosts import LocalHost
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.ui.screens import run as run_mod
 
     calls = count_cleaning(monkeypatch)
     counted: dict[str, int] = {}
@@ -468,9 +468,9 @@ async def test_the_run_view_shows_a_line_being_drawn_but_not_one_a_read_cut(monk
     """A progress bar being redrawn, or a line still unterminated a read later or after a quiet
     second, shows below the log; the end of a read that cut a line mid-way does not (it ends in
     the next read, and each time the partial row came and went the screen was laid out again)."""
-    from tui.hostops.hosts import LocalHost
-    from tui.hostops.runstore import RunRecord
-    from tui.ui.screens import run as run_mod
+    from tunedeck.hostops.hosts import LocalHost
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.ui.screens import run as run_mod
 
     shown: list[str] = []
 

@@ -12,10 +12,10 @@ from textual.app import App
 from textual.widgets import DataTable, Input
 
 from tests.waits import until_async
-from tui.ab.events import ABEvent
-from tui.ui.screens.modals import ConfirmModal
-from tui.ui.screens.tune import FIELDS, TuneScreen
-from widgets.frontier_chart import FrontierChart
+from tunedeck.ab.events import ABEvent
+from tunedeck.ui.screens.modals import ConfirmModal
+from tunedeck.ui.screens.tune import FIELDS, TuneScreen
+from tunedeck.widgets.frontier_chart import FrontierChart
 
 pytestmark = pytest.mark.timeout(60)
 SIZE = (140, 44)
@@ -206,7 +206,7 @@ async def test_cancel_asks_first_with_cancel_the_default():
 
 async def test_launch_list_u_opens_tune_with_the_highlighted_base_and_the_marked_candidates():
     from tests import ui_fakes
-    from tui.ui.app import make_app
+    from tunedeck.ui.app import make_app
 
     app = make_app(
         gpu=ui_fakes.FakeGpu(),
@@ -234,7 +234,7 @@ async def test_launch_list_u_opens_tune_with_the_highlighted_base_and_the_marked
 
 
 def test_a_long_name_wraps_between_its_changes_and_inside_one_only_when_it_is_longer_than_a_line():
-    from widgets.tune_table import wrap_name
+    from tunedeck.widgets.tune_table import wrap_name
 
     name = "*+attention-backend=flashinfer,max-running-requests=32"
     assert wrap_name(name, 80) == [name]
@@ -249,8 +249,8 @@ async def test_at_80x24_a_campaign_takes_the_width_and_every_candidate_keeps_its
     """80×24, as the Compare screen: the campaign hides the profiles and the form (p, or B/m, bring
     them back); each candidate's number, whole name (wrapped between its changes), state and
     capacity end inside the table's width; the highlighted one's tok/s are on the line under it."""
-    from tui.ab.tuneview import TuneProgress
-    from widgets.tune_table import TuneTable
+    from tunedeck.ab.tuneview import TuneProgress
+    from tunedeck.widgets.tune_table import TuneTable
 
     changes = (
         "",
@@ -291,8 +291,8 @@ async def test_at_80x24_a_campaign_takes_the_width_and_every_candidate_keeps_its
 
 
 async def test_a_partial_report_says_so_and_marks_the_candidates_not_measured():
-    from tui.ui.screens.campaign import CampaignEnded
-    from widgets.tune_table import TuneTable
+    from tunedeck.ui.screens.campaign import CampaignEnded
+    from tunedeck.widgets.tune_table import TuneTable
 
     scr = TuneScreen(start_campaign=starter(FakeCampaign(), []), profiles=[BASE])
     async with TuneApp(scr).run_test(size=SIZE) as pilot:

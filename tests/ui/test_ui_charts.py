@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from textual.app import App
 
-from tui.ui.screens.bench import BenchScreen
-from widgets.throughput_chart import ThroughputChart
+from tunedeck.ui.screens.bench import BenchScreen
+from tunedeck.widgets.throughput_chart import ThroughputChart
 
 pytestmark = pytest.mark.timeout(60)
 SIZE = (120, 40)

@@ -5,7 +5,7 @@ one startup bar per node, the triage verdict, a merged log with a node tag on ev
 The real path runs two real servers (the fake engine) as the members of a 2-node deployment
 whose two "nodes" are both this machine (a host factory maps each node name to a LocalHost):
 the collector follows both logs by byte offset, the trackers probe both processes, and the
-stop goes through ``tui.services.deploy.stop``.
+stop goes through ``tunedeck.services.deploy.stop``.
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ from textual.app import App
 from tests.integration.test_launcher import fake
 from tests.ui.test_ui_status import until, until_shown
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, server
-from tui.collectors.deployment import DeploymentSnapshot
-from tui.hostops import launcher as L
-from tui.hostops.localhost import LocalHost
-from tui.hostops.runstore import RunStore
-from tui.model import StartupProgress
-from tui.services import deploy as D
-from tui.ui.app import make_app
-from tui.ui.screens.deployment import DeploymentScreen
-from tui.ui.screens.modals import ConfirmModal
-from tui.ui.screens.runs import RunsScreen
-from widgets.deployment import MergedLog, NodeProgressList
+from tunedeck.collectors.deployment import DeploymentSnapshot
+from tunedeck.hostops import launcher as L
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.hostops.runstore import RunStore
+from tunedeck.model import StartupProgress
+from tunedeck.services import deploy as D
+from tunedeck.ui.app import make_app
+from tunedeck.ui.screens.deployment import DeploymentScreen
+from tunedeck.ui.screens.modals import ConfirmModal
+from tunedeck.ui.screens.runs import RunsScreen
+from tunedeck.widgets.deployment import MergedLog, NodeProgressList
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -223,7 +223,7 @@ async def test_a_deployment_member_on_status_opens_the_deployment_view():
     app = app_with(servers=servers)
     try:
         async with app.run_test(size=(140, 40)) as pilot:
-            from widgets.server_panel import ServerPanel
+            from tunedeck.widgets.server_panel import ServerPanel
 
             panel = app.screen.query_one(ServerPanel)
             await until(pilot, lambda: panel.table.row_count == 1)
@@ -243,8 +243,8 @@ async def test_a_deployment_member_on_status_opens_the_deployment_view():
 async def test_t_on_nodes_named_user_at_host_port_shows_each_nodes_lines():
     """Nodes written ``user@host:port`` (the README's form) hold colons themselves: the node of a
     tag is matched, not cut at the first colon (that gave an empty log for every such node)."""
-    from widgets.deployment import node_styles
-    from widgets.severity_log import tag_node
+    from tunedeck.widgets.deployment import node_styles
+    from tunedeck.widgets.severity_log import tag_node
 
     nodes = ["op@10.0.0.2:2222", "op@10.0.0.2:2223"]
     tags = [nodes[0], f"{nodes[0]}:ray", nodes[1], f"{nodes[1]}:ray"]

@@ -7,12 +7,12 @@ import pytest
 from tests.ui.test_ui_status import until, until_shown
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats, server, unreachable
 from tests.ui_text import screen_text
-from tui.collectors.fleet import FleetMember
-from tui.collectors.sources import Sources
-from tui.hostops.hosts import HostError
-from tui.model import NA, GpuStatus, summarise_gpus
-from tui.ui.fleet_app import FleetApp
-from widgets.fleet_table import FleetNotes, FleetServerTable, FleetTable
+from tunedeck.collectors.fleet import FleetMember
+from tunedeck.collectors.sources import Sources
+from tunedeck.hostops.hosts import HostError
+from tunedeck.model import NA, GpuStatus, summarise_gpus
+from tunedeck.ui.fleet_app import FleetApp
+from tunedeck.widgets.fleet_table import FleetNotes, FleetServerTable, FleetTable
 
 pytestmark = pytest.mark.timeout(30)
 SIZE = (120, 40)
@@ -160,7 +160,7 @@ async def test_a_refused_host_is_failed_until_r_and_an_unreachable_one_recovers_
 
 
 async def test_question_mark_lists_the_fleet_keys():
-    from tui.ui.screens.modals import KeysModal
+    from tunedeck.ui.screens.modals import KeysModal
 
     app = fleet(member("gpu-a"), member("gpu-b"))
     async with app.run_test(size=SIZE) as pilot:
@@ -189,9 +189,9 @@ async def test_deployments_across_the_fleet_with_each_nodes_link_and_enter_opens
     each node marked with its host's link: ✓ up, ✗ down, ? not watched here; enter opens its view."""
     import time as _time
 
-    from tui.services.deploy import DeploymentRecord, DeploymentStore, Member
-    from tui.ui.screens.deployment import DeploymentScreen
-    from widgets.fleet_table import FleetDeploymentTable
+    from tunedeck.services.deploy import DeploymentRecord, DeploymentStore, Member
+    from tunedeck.ui.screens.deployment import DeploymentScreen
+    from tunedeck.widgets.fleet_table import FleetDeploymentTable
 
     store = DeploymentStore()
 
@@ -242,8 +242,8 @@ async def test_deployments_across_the_fleet_with_each_nodes_link_and_enter_opens
 def test_a_host_reads_ok_only_once_it_answers_itself():
     """A host whose link is (re)connecting reads ``connecting`` even when its GPU figures are
     fine; once connected, ok; a refused one says why and that it waits for r."""
-    from tui.model import LinkState
-    from widgets.fleet_table import FleetHost, host_state
+    from tunedeck.model import LinkState
+    from tunedeck.widgets.fleet_table import FleetHost, host_state
 
     gpus = gpu_status(2)
     assert host_state(FleetHost("h", LinkState("h", "connecting"), gpus))[0] == "connecting"
@@ -262,11 +262,11 @@ async def test_a_deployment_whose_head_process_dies_reads_failed_with_its_cause_
     import subprocess
     import time as _time
 
-    from tui.hostops.localhost import LocalHost
-    from tui.hostops.runstore import READY, WORKER_UP, RunRecord, RunStore
-    from tui.services.deploy import DeploymentRecord, DeploymentStore, Member
-    from tui.ui.messages import DeploymentSamples
-    from widgets.fleet_table import FleetDeploymentTable
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.hostops.runstore import READY, WORKER_UP, RunRecord, RunStore
+    from tunedeck.services.deploy import DeploymentRecord, DeploymentStore, Member
+    from tunedeck.ui.messages import DeploymentSamples
+    from tunedeck.widgets.fleet_table import FleetDeploymentTable
 
     served = (
         "[2026-03-02 09:00:01] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=8, port=30000)\n"

@@ -12,7 +12,7 @@ from textual import events
 from textual.widgets import Input
 
 from tests.snapshot_app import _settled, _until, base_app
-from widgets.field_input import FieldInput
+from tunedeck.widgets.field_input import FieldInput
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,8 +36,8 @@ async def _retype(app: Any, pilot: Any, field: Input, text: str) -> None:
 
 
 async def test_every_launch_form_field_gets_every_key_of_a_burst(tmp_path, monkeypatch):
-    from tui.ui.screens.launch import LaunchScreen
-    from tui.ui.screens.profiles import ProfilesScreen
+    from tunedeck.ui.screens.launch import LaunchScreen
+    from tunedeck.ui.screens.profiles import ProfilesScreen
 
     monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "user"))
     app = base_app()

@@ -18,16 +18,16 @@ from textual.widgets import Static
 
 from tests.ui_fakes import LinkHost
 from tests.waits import until_async
-from tui.hostops import liveness
-from tui.hostops.runstore import RunRecord
-from tui.logparse.sglang import SG_READY
-from tui.services import jobs
-from tui.services.abrun import ABRun
-from tui.services.benchrun import HOST, BenchRun
-from tui.ui.screens.bench import BenchScreen
-from tui.ui.screens.compare import CompareScreen
-from tui.ui.screens.run import RunScreen
-from widgets.startup_progress import StartupProgressView
+from tunedeck.hostops import liveness
+from tunedeck.hostops.runstore import RunRecord
+from tunedeck.logparse.sglang import SG_READY
+from tunedeck.services import jobs
+from tunedeck.services.abrun import ABRun
+from tunedeck.services.benchrun import HOST, BenchRun
+from tunedeck.ui.screens.bench import BenchScreen
+from tunedeck.ui.screens.compare import CompareScreen
+from tunedeck.ui.screens.run import RunScreen
+from tunedeck.widgets.startup_progress import StartupProgressView
 
 pytestmark = pytest.mark.timeout(90)
 SIZE = (120, 40)

@@ -6,11 +6,11 @@ import pytest
 from textual import events
 
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status
-from tui.hostops.runstore import RunRecord
-from tui.ui.app import make_app
-from tui.ui.screens.run import RunScreen
-from widgets.server_log import ServerLog
-from widgets.severity_log import is_probe_line
+from tunedeck.hostops.runstore import RunRecord
+from tunedeck.ui.app import make_app
+from tunedeck.ui.screens.run import RunScreen
+from tunedeck.widgets.server_log import ServerLog
+from tunedeck.widgets.severity_log import is_probe_line
 
 pytestmark = pytest.mark.timeout(60)
 SIZE = (120, 40)

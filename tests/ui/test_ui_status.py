@@ -21,14 +21,14 @@ from tests.ui_fakes import (
 )
 from tests.ui_text import screen_text
 from tests.waits import until_async
-from tui.hostops.hosts import HostError
-from tui.model import NA, GpuStatus, LinkState
-from tui.ui.app import TunedeckApp, make_app
-from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged
-from tui.ui.modes import MODE_REGISTRY, ModeSpec
-from widgets.gpu_table import GpuProcessTable, GpuTable
-from widgets.host_banner import HostBanner
-from widgets.server_panel import METRICS_DISABLED, ServerPanel
+from tunedeck.hostops.hosts import HostError
+from tunedeck.model import NA, GpuStatus, LinkState
+from tunedeck.ui.app import TunedeckApp, make_app
+from tunedeck.ui.messages import GpuSamples, HostSamples, HostStateChanged
+from tunedeck.ui.modes import MODE_REGISTRY, ModeSpec
+from tunedeck.widgets.gpu_table import GpuProcessTable, GpuTable
+from tunedeck.widgets.host_banner import HostBanner
+from tunedeck.widgets.server_panel import METRICS_DISABLED, ServerPanel
 
 pytestmark = pytest.mark.timeout(30)
 SIZE = (120, 40)
@@ -330,7 +330,7 @@ async def test_registry_hook_and_hidden_status_skips_drawing():
     modes = {
         "status": MODE_REGISTRY["status"],
         "launch": ModeSpec("Launch", "l", _OtherScreen),
-        "bench": ModeSpec("Bench", "b", "tui.ui.screens.not_written_yet:BenchScreen"),
+        "bench": ModeSpec("Bench", "b", "tunedeck.ui.screens.not_written_yet:BenchScreen"),
         "needs-args": ModeSpec("Args", "x", _ArgsScreen),
         "compare": ModeSpec("Compare", "c", _HostScreen),
         "broken": ModeSpec("Broken", "y", _BrokenScreen),
@@ -375,7 +375,7 @@ async def test_palette_runs_screen_and_app_commands():
         await pilot.pause(0.3)
         await pilot.press("enter")
         await until(pilot, lambda: not panel.display)
-        from tui.ui.palette import TunedeckCommands
+        from tunedeck.ui.palette import TunedeckCommands
 
         names = [name for name, _, _ in TunedeckCommands(app.screen)._commands()]
         assert {"Go to Status", "Processes", "Reconnect", "Quit"} <= set(names)
@@ -391,7 +391,7 @@ def test_state_messages_coalesce_per_host():
 
 
 def test_binding_ids_are_unique_and_present():
-    from tui.ui.screens.status import StatusScreen
+    from tunedeck.ui.screens.status import StatusScreen
 
     ids = [b.id for b in TunedeckApp.BINDINGS + StatusScreen.BINDINGS]
     assert all(ids) and len(set(ids)) == len(ids)
@@ -503,7 +503,7 @@ async def test_gpu_feed_drives_the_link_without_a_host_sampler():
 
 
 async def test_launch_mode_opens_the_profile_list():
-    from tui.ui.screens.profiles import ProfilesScreen
+    from tunedeck.ui.screens.profiles import ProfilesScreen
 
     app = app_with()
     async with app.run_test(size=SIZE) as pilot:
@@ -514,7 +514,7 @@ async def test_launch_mode_opens_the_profile_list():
 
 
 async def test_gpu_retry_countdown_ticks():
-    from widgets.gpu_table import GpuStateLine
+    from tunedeck.widgets.gpu_table import GpuStateLine
 
     gpu = FakeGpu([gpu_status(2)])
     app = app_with(gpu)
@@ -558,7 +558,7 @@ async def test_a_screen_that_fails_to_import_says_so_and_logs_its_traceback(tmp_
     import logging
     import sys
 
-    from tui.ui.screens.failed import ScreenFailed
+    from tunedeck.ui.screens.failed import ScreenFailed
 
     pkg = tmp_path / "brokenscreens"
     pkg.mkdir()
@@ -570,9 +570,9 @@ async def test_a_screen_that_fails_to_import_says_so_and_logs_its_traceback(tmp_
         "status": MODE_REGISTRY["status"],
         "compare": ModeSpec("Compare", "c", "brokenscreens.compare:CompareScreen"),
     }
-    caplog.set_level(logging.ERROR, logger="tui.ui.modes")
+    caplog.set_level(logging.ERROR, logger="tunedeck.ui.modes")
     app = app_with(FakeGpu([gpu_status(2, 0)]), modes=modes, demo=True)
-    records = [r for r in caplog.records if r.name == "tui.ui.modes" and r.exc_info]
+    records = [r for r in caplog.records if r.name == "tunedeck.ui.modes" and r.exc_info]
     assert records and "brokenscreens.compare" in records[0].getMessage()
     assert records[0].exc_info[0] is ModuleNotFoundError
     async with app.run_test(size=SIZE) as pilot:

@@ -1,5 +1,5 @@
 """The A/B's acceptance fallback reads the same figures as a benchmark level
-(:func:`tui.bench.counters.level_figures`): nothing where the server counts speculative decoding
+(:func:`tunedeck.bench.counters.level_figures`): nothing where the server counts speculative decoding
 (each level's summary has its own figures), SGLang's gauge only where it does not, labelled."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import pytest
 
 from tests.abfakes import FakeOps
 from tests.unit.test_bench_counters_sglang import page
-from tui.ab.plans import load_plan
-from tui.ab.report import report_from_dict
-from tui.ab.runner import ABRunner
-from tui.bench.counters import parse_counters
-from tui.hostside.abops import gauge_acceptance
+from tunedeck.ab.plans import load_plan
+from tunedeck.ab.report import report_from_dict
+from tunedeck.ab.runner import ABRunner
+from tunedeck.bench.counters import parse_counters
+from tunedeck.hostside.abops import gauge_acceptance
 
 
 def test_a_server_with_counters_gives_no_gauge_to_mix_into_the_levels():

@@ -12,10 +12,10 @@ import pytest
 
 from tests.abfakes import FakeOps
 from tests.conftest import tunedeck_cmd
-from tui.ab.plans import load_plan
-from tui.ab.runner import ABRunner
-from tui.util.files import atomic_write_json
-from tui.util.paths import data_dir
+from tunedeck.ab.plans import load_plan
+from tunedeck.ab.runner import ABRunner
+from tunedeck.util.files import atomic_write_json
+from tunedeck.util.paths import data_dir
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(60)

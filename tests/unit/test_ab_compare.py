@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from tui.ab.compare import DEFAULT_NOISE_PCT, Stat, compare, judge, noise_band
-from tui.ab.confdiff import config_diff
-from tui.ab.render import render, to_csv, to_dict, to_markdown, to_text
-from tui.ab.sides import LevelResult, Side, SideRun, side_from_dict, side_to_dict, summaries_to_levels
+from tunedeck.ab.compare import DEFAULT_NOISE_PCT, Stat, compare, judge, noise_band
+from tunedeck.ab.confdiff import config_diff
+from tunedeck.ab.render import render, to_csv, to_dict, to_markdown, to_text
+from tunedeck.ab.sides import LevelResult, Side, SideRun, side_from_dict, side_to_dict, summaries_to_levels
 
 
 def summ(c, tput, tpot, ttft=50.0, failed=0, **kw):
@@ -92,7 +92,7 @@ def test_noise_band_from_repeats():
 
 
 def test_t_interval_is_wider_than_two_standard_errors_with_few_repeats():
-    from tui.ab.compare import t975
+    from tunedeck.ab.compare import t975
 
     assert t975(1) == pytest.approx(12.706) and t975(4) == pytest.approx(2.776) and t975(500) == 1.96
     # +9% on 2 + 2 repeats: 2 x SE would call it, the 95% t interval (df 2, t 4.30) does not

@@ -6,8 +6,8 @@ import csv
 import io
 import json
 
-from tui.ab.journal import Journal, export, journal_path
-from tui.util.paths import data_dir
+from tunedeck.ab.journal import Journal, export, journal_path
+from tunedeck.util.paths import data_dir
 
 
 def test_journal_lives_in_data_dir_and_appends():
@@ -122,7 +122,7 @@ def test_exports():
 
 
 def test_results_store_runs_are_listed_once():
-    from tui.util.files import atomic_write_json
+    from tunedeck.util.files import atomic_write_json
 
     d = data_dir() / "results" / "20261130-100000-abcdef"
     atomic_write_json(d / "meta.json", {"created": 1.8e9, "profile": "p", "params": {"max_concurrency": 8}})

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tui.ab.plans import BUILTIN_PLANS, PlanError, list_plans, load_plan, parse_plan_text
+from tunedeck.ab.plans import BUILTIN_PLANS, PlanError, list_plans, load_plan, parse_plan_text
 
 GOOD = """
 name = "p"
@@ -90,7 +90,7 @@ def test_unknown_plan_name_lists_known(tmp_path: Path):
 
 
 def test_user_plan_overrides_and_file_path(tmp_path: Path):
-    from tui.ab.plans import user_plans_dir
+    from tunedeck.ab.plans import user_plans_dir
 
     d = user_plans_dir()
     d.mkdir(parents=True)

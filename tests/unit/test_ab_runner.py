@@ -11,9 +11,9 @@ import asyncio
 import pytest
 
 from tests.abfakes import FakeOps
-from tui.ab.journal import Journal
-from tui.ab.plans import load_plan
-from tui.ab.runner import ABRunner
+from tunedeck.ab.journal import Journal
+from tunedeck.ab.plans import load_plan
+from tunedeck.ab.runner import ABRunner
 
 
 @pytest.fixture
@@ -135,8 +135,8 @@ async def test_cancel_during_the_launch_still_stops_the_server_it_started():
     import asyncio
 
     from tests.abfakes import FakeOps
-    from tui.ab.plans import load_plan
-    from tui.ab.runner import ABRunner
+    from tunedeck.ab.plans import load_plan
+    from tunedeck.ab.runner import ABRunner
 
     class SlowLaunch(FakeOps):
         async def launch(self, info):
@@ -156,14 +156,14 @@ async def test_cancel_during_the_launch_still_stops_the_server_it_started():
 async def test_a_failed_comparison_is_said_and_the_measurements_kept(plan, monkeypatch, caplog):
     """Comparing the sides can fail (bad partial data, a bug): the report keeps every measured
     level and says why it has no comparison, in its warnings, its events and the log."""
-    import tui.ab.runner as runner_mod
+    import tunedeck.ab.runner as runner_mod
 
     def broken(a, b, **kw):
         raise ValueError("levels do not line up")
 
     monkeypatch.setattr(runner_mod, "compare", broken)
     events = []
-    with caplog.at_level("ERROR", logger="tui.ab.runner"):
+    with caplog.at_level("ERROR", logger="tunedeck.ab.runner"):
         rep = await ABRunner(FakeOps(), "base", "tuned", plan, on_event=events.append).run()
     assert rep.status == "completed" and rep.comparison is None
     assert all(rep.sides[s].runs and rep.sides[s].runs[0].levels for s in ("A", "B"))
@@ -176,7 +176,7 @@ async def test_a_failing_event_callback_is_logged_and_the_run_goes_on(plan, capl
     def bad(ev):
         raise RuntimeError("widget gone")
 
-    with caplog.at_level("ERROR", logger="tui.ab.runner"):
+    with caplog.at_level("ERROR", logger="tunedeck.ab.runner"):
         rep = await ABRunner(FakeOps(), "base", "tuned", plan, on_event=bad).run()
     assert rep.status == "completed" and rep.comparison is not None
     assert "the event callback failed" in caplog.text and "widget gone" in caplog.text

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tui.util.aio import cancel_and_wait, terminate_group
+from tunedeck.util.aio import cancel_and_wait, terminate_group
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -32,7 +32,7 @@ async def test_a_task_whose_wait_for_swallowed_the_cancel_is_cancelled_again(cap
     await asyncio.sleep(0.05)
     result.set_result(1)  # the awaited result lands together with the cancel
     t0 = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="tui.util.aio"):
+    with caplog.at_level(logging.WARNING, logger="tunedeck.util.aio"):
         await asyncio.wait_for(cancel_and_wait([task], "poll", grace=0.3), 10)
     assert task.cancelled()
     assert time.monotonic() - t0 < 8
@@ -69,7 +69,7 @@ async def test_an_error_a_task_ends_with_is_logged_not_raised(caplog: pytest.Log
     done_early = asyncio.ensure_future(asyncio.sleep(0))
     task = asyncio.ensure_future(fails_on_cancel())
     await asyncio.sleep(0.05)
-    with caplog.at_level(logging.WARNING, logger="tui.util.aio"):
+    with caplog.at_level(logging.WARNING, logger="tunedeck.util.aio"):
         await cancel_and_wait([task, done_early], "reader")
     assert "reader: a task ended with ValueError('cleanup failed: /tmp/x')" in caplog.text
     await cancel_and_wait([], "nothing")  # nothing to wait for is fine

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tui.bench.config import BenchConfig, auth_headers
-from tui.hostops.launcher import launch_script
-from tui.util.safety import UnsafeInput, flag_value
+from tunedeck.bench.config import BenchConfig, auth_headers
+from tunedeck.hostops.launcher import launch_script
+from tunedeck.util.safety import UnsafeInput, flag_value
 
 
 def test_flag_value_takes_both_forms_and_the_last() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tui.bench.counters import format_server_counters, level_figures, parse_counters
+from tunedeck.bench.counters import format_server_counters, level_figures, parse_counters
 
 LAB = 'model_name="m",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
 

@@ -1,4 +1,4 @@
-"""tui.bench.dispatch.EagerDispatch without a server: what goes per check of the gate, and when."""
+"""tunedeck.bench.dispatch.EagerDispatch without a server: what goes per check of the gate, and when."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from tui.bench.dispatch import EagerDispatch
-from tui.bench.http import HttpClient, Written
+from tunedeck.bench.dispatch import EagerDispatch
+from tunedeck.bench.http import HttpClient, Written
 
 
 def _dispatch(c: HttpClient, due: list[float], per_call: int) -> tuple[EagerDispatch, list[tuple[int, bool]]]:

@@ -1,19 +1,19 @@
-"""tui.bench.http against small real servers on loopback."""
+"""tunedeck.bench.http against small real servers on loopback."""
 
 import asyncio
 import json
 
 import pytest
 
-from tui.bench.http import HttpClient
-from tui.bench.httpcore import (
+from tunedeck.bench.http import HttpClient
+from tunedeck.bench.httpcore import (
     ConnectError,
     InvalidURL,
     ReadTimeout,
     RemoteProtocolError,
     split_url,
 )
-from tui.util import http as control_http
+from tunedeck.util import http as control_http
 
 
 class Srv:
@@ -194,7 +194,7 @@ async def test_send_turns_spread_a_burst_over_loop_iterations():
     the following iterations, in order, so reads are handled between the parts of a burst."""
     import asyncio
 
-    from tui.bench.http import HttpClient
+    from tunedeck.bench.http import HttpClient
 
     c = HttpClient()
     c.sends_per_tick = 2
@@ -231,7 +231,7 @@ async def test_sleep_until_is_never_early_and_not_late_by_a_timer_tick():
     import statistics
     import time
 
-    from tui.bench.levels import sleep_until
+    from tunedeck.bench.levels import sleep_until
 
     # against a plain asyncio.sleep taken turn about, so other load on the machine delays both
     # alike (a 2-core machine beside a CPU hog made even the median several ms late)
@@ -249,7 +249,7 @@ async def test_sleep_until_is_never_early_and_not_late_by_a_timer_tick():
 
 @pytest.mark.timeout(20)
 async def test_both_clients_read_a_chunked_body_with_the_one_dechunker():
-    """The benchmark client and the one-shot control call (``tui.util.http``) share one de-chunker:
+    """The benchmark client and the one-shot control call (``tunedeck.util.http``) share one de-chunker:
     the same body decodes the same, and a malformed chunk size is an error in both (the control
     call names the URL), not a silently cut body."""
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tui.bench.levels import Progress
-from tui.ui.screens.bench import latency_line
+from tunedeck.bench.levels import Progress
+from tunedeck.ui.screens.bench import latency_line
 
 
 def test_tick_before_first_sample_has_no_latency_numbers():

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from tui.bench import metrics
-from tui.bench.prompts import arrival_offsets, make_prompts
+from tunedeck.bench import metrics
+from tunedeck.bench.prompts import arrival_offsets, make_prompts
 
 A = {
     "success": True,

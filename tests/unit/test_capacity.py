@@ -1,4 +1,4 @@
-"""Capacity at an SLO: the SLO terms, the level check and the search (tui.ab.capacity)."""
+"""Capacity at an SLO: the SLO terms, the level check and the search (tunedeck.ab.capacity)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tui.ab.capacity import (
+from tunedeck.ab.capacity import (
     CapacityResult,
     CapacityStep,
     SloTerm,
@@ -16,7 +16,7 @@ from tui.ab.capacity import (
     slo_check,
     slo_excess,
 )
-from tui.bench.metrics import calculate_metrics
+from tunedeck.bench.metrics import calculate_metrics
 
 # ---------------------------------------------------------------------- parse_slo
 
@@ -231,7 +231,7 @@ def test_from_dict_names_the_bad_field(patch, words):
     ],
 )
 def test_bench_capacity_bad_input_is_one_line_and_exit_2(argv, words, capsys):
-    from tui.cli import main
+    from tunedeck.cli import main
 
     assert main(["bench", "--url", "http://127.0.0.1:9", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -239,7 +239,7 @@ def test_bench_capacity_bad_input_is_one_line_and_exit_2(argv, words, capsys):
 
 
 def test_bench_capacity_needs_the_url(capsys):
-    from tui.cli import main
+    from tunedeck.cli import main
 
     assert main(["bench", "--demo", "--port", "9", "--capacity", "--slo", "tpot_p90:50"]) == 2
     assert "--capacity runs the client here, against --url" in capsys.readouterr().err

@@ -1,12 +1,12 @@
-"""The simulator's capacity model (tui.sim.capmodel): configuration from the flags, one level's
+"""The simulator's capacity model (tunedeck.sim.capmodel): configuration from the flags, one level's
 figures, and the capacity at an SLO that campaigns rank by."""
 
 from __future__ import annotations
 
 import pytest
 
-from tui.ab.capacity import parse_slo
-from tui.sim import capmodel, perf
+from tunedeck.ab.capacity import parse_slo
+from tunedeck.sim import capmodel, perf
 
 
 def sglang(*flags: str) -> capmodel.ServeConfig:

@@ -10,15 +10,15 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from tui.cli import build_parser
-from tui.commands import COMMANDS
+from tunedeck.cli import build_parser
+from tunedeck.commands import COMMANDS
 
 
 def _loaded_after(args: list[str]) -> set[str]:
     """The modules loaded by ``tunedeck ARGS`` (run in a fresh interpreter)."""
     code = (
         "import sys, json\n"
-        "from tui.cli import main\n"
+        "from tunedeck.cli import main\n"
         "try:\n"
         f"    main({args!r})\n"
         "except SystemExit:\n"
@@ -41,21 +41,30 @@ def test_every_command_registers_the_name_and_help_of_the_table():
 @pytest.mark.parametrize("args", [["--version"], ["--help"]])
 def test_version_and_help_import_no_command_and_no_event_loop(args: list[str]):
     loaded = _loaded_after(args)
-    commands = {m for m in loaded if m.startswith("tui.commands.")}
+    commands = {m for m in loaded if m.startswith("tunedeck.commands.")}
     assert commands == set(), commands
-    heavy = {"asyncio", "asyncssh", "httpx", "textual", "psutil", "tui.hostops", "tui.bench", "tui.profiles"}
+    heavy = {
+        "asyncio",
+        "asyncssh",
+        "httpx",
+        "textual",
+        "psutil",
+        "tunedeck.hostops",
+        "tunedeck.bench",
+        "tunedeck.profiles",
+    }
     assert not heavy & loaded, heavy & loaded
 
 
 def test_a_command_imports_its_module_and_no_other_command():
     loaded = _loaded_after(["parse-log", "--help"])
-    commands = {m for m in loaded if m.startswith("tui.commands.") and not m.startswith("tui.commands._")}
-    assert commands == {"tui.commands.parse_log"}
+    commands = {m for m in loaded if m.startswith("tunedeck.commands.") and not m.startswith("tunedeck.commands._")}
+    assert commands == {"tunedeck.commands.parse_log"}
 
 
 def test_a_mistyped_command_is_refused_with_the_choices():
     r = subprocess.run(
-        [sys.executable, "-m", "tui", "stauts"], capture_output=True, text=True, cwd=REPO, timeout=60, check=False
+        [sys.executable, "-m", "tunedeck", "stauts"], capture_output=True, text=True, cwd=REPO, timeout=60, check=False
     )
     assert r.returncode == 2
     assert "invalid choice: 'stauts'" in r.stderr and "'status'" in r.stderr

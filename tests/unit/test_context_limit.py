@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from tui.bench.metrics import format_context_limit
-from tui.bench.runner import context_limit, served_context_length
-from tui.bench.workloads import WorkloadSpec, build_workload
+from tunedeck.bench.metrics import format_context_limit
+from tunedeck.bench.runner import context_limit, served_context_length
+from tunedeck.bench.workloads import WorkloadSpec, build_workload
 
 # vLLM's /v1/models (OpenAIServingModels.show_available_models): the base model's card carries
 # max_model_len; a LoRA adapter's card has none of its own and names its base model as parent

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tui.profiles.deploy import RAY_WAIT, build_deployment, check_deployment
-from tui.profiles.model import ProfileError
-from tui.profiles.profileread import load_profile_file, load_profile_text
-from tui.services.deploy import MemberState, merge_logs, triage
+from tunedeck.profiles.deploy import RAY_WAIT, build_deployment, check_deployment
+from tunedeck.profiles.model import ProfileError
+from tunedeck.profiles.profileread import load_profile_file, load_profile_text
+from tunedeck.services.deploy import MemberState, merge_logs, triage
 
 SGL = """\
 schema_version = 1
@@ -94,7 +94,7 @@ def test_vllm_on_ray_node_options_pin_each_node_and_the_engine_joins_that_cluste
     )
     plan = build_deployment(prof(text), sim=True)
     assert plan.head_address == "10.9.0.2" and plan.rendezvous == "10.9.0.2:6379"
-    from tui.services.deploy import resolve_head_address
+    from tunedeck.services.deploy import resolve_head_address
 
     assert resolve_head_address(prof(text)) is None  # the pinned address, not the head's host name
     head, worker, wait, serve = plan.steps
@@ -138,7 +138,7 @@ def test_vllm_on_ray_node_options_pin_each_node_and_the_engine_joins_that_cluste
     one = build_deployment(prof(VLLM + '\n[deploy]\nray_temp_dir = "/tmp/ray-td"\n'))
     assert all("--temp-dir=/tmp/ray-td" in s.command.argv for s in one.steps if s.kind.startswith("ray-") and s.command)
     # and the same profile written back reads the same
-    from tui.profiles.model import profile_to_dict
+    from tunedeck.profiles.model import profile_to_dict
 
     d = profile_to_dict(prof(text))
     assert d["deploy"]["node_addresses"] == ["10.9.0.2", "10.9.0.3"] and d["deploy"]["ray_dashboard"] is False
@@ -225,7 +225,7 @@ def test_a_node_idle_under_ray_is_a_warning():
 
 
 def test_profile_round_trips_nodes_and_deploy():
-    from tui.profiles.model import profile_to_toml
+    from tunedeck.profiles.model import profile_to_toml
 
     p = prof(VLLM + '[deploy]\nmode = "dp"\nport = 14000\n')
     again = load_profile_text(profile_to_toml(p), name="multi")
@@ -346,7 +346,7 @@ def test_merged_log_keeps_each_nodes_order_and_sorts_by_time():
 def test_ray_status_v_gives_each_nodes_gpus():
     from pathlib import Path
 
-    from tui.services.deploy.launch import ray_node_gpus
+    from tunedeck.services.deploy.launch import ray_node_gpus
 
     real = (Path(__file__).parent.parent / "data" / "ray" / "ray-2.60.0-status-v.txt").read_text()
     assert ray_node_gpus(real) == [8.0]
@@ -358,7 +358,7 @@ def test_ray_status_v_gives_each_nodes_gpus():
 
 
 def test_ray_short_of_gpus_names_the_nodes_that_joined_without_any():
-    from tui.services.deploy.launch import ray_short_of_gpus
+    from tunedeck.services.deploy.launch import ray_short_of_gpus
 
     text = ray_short_of_gpus(8, 16, [8.0, 0.0], 2, 15)
     assert text.startswith("Ray shows 8 of the 16 GPUs the placement needs after 15 s")
@@ -369,15 +369,15 @@ def test_ray_short_of_gpus_names_the_nodes_that_joined_without_any():
 
 
 def test_the_ray_nodes_query_is_one_line_a_host_command_may_carry():
-    from tui.services.deploy.launch import RAY_NODES_CODE
-    from tui.util.safety import check_argv
+    from tunedeck.services.deploy.launch import RAY_NODES_CODE
+    from tunedeck.util.safety import check_argv
 
     check_argv(["python3", "-c", RAY_NODES_CODE, "10.0.0.1:6379"])  # a newline is refused there
     compile(RAY_NODES_CODE, "ray-nodes", "exec")
 
 
 def test_a_ray_nodes_address_is_its_pinned_one_else_what_ray_start_printed():
-    from tui.services.deploy.launch import ray_node_address
+    from tunedeck.services.deploy.launch import ray_node_address
 
     started = "Local node IP: 10.177.61.3\n\n------\nRay runtime started.\n"
     assert ray_node_address(["ray", "start", "--node-ip-address=10.0.0.9", "--block"], started) == "10.0.0.9"

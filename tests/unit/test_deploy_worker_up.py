@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from tui.hostops.localhost import LocalHost
-from tui.hostops.runstore import READY, STARTING, WORKER_UP, RunRecord, RunStore
-from tui.logparse import parse_text
-from tui.services import deploy as D
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.hostops.runstore import READY, STARTING, WORKER_UP, RunRecord, RunStore
+from tunedeck.logparse import parse_text
+from tunedeck.services import deploy as D
 
 QUIET = D.WORKER_QUIET_S
 LOADING = (

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.profilefix import fake_host
-from tui.profiles.model import ServerProfile
-from tui.profiles.preflight import preflight
+from tunedeck.profiles.model import ServerProfile
+from tunedeck.profiles.preflight import preflight
 
 pytestmark = pytest.mark.timeout(90)
 

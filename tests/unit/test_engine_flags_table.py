@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tui.engine_flags import Flag, FlagTable, parse_help, release_table, render_module
-from tui.engines import SGLANG_ATTENTION_BACKENDS, VERSIONS, release_flags
+from tunedeck.engine_flags import Flag, FlagTable, parse_help, release_table, render_module
+from tunedeck.engines import SGLANG_ATTENTION_BACKENDS, VERSIONS, release_flags
 
 HELP_FILES = {
     ("sglang", "0.5.23"): "sglang-0.5.23-launch_server-help.txt",

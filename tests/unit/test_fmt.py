@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from tui import fmt
-from tui.model import NA
+from tunedeck import fmt
+from tunedeck.model import NA
 
 
 @pytest.mark.parametrize("missing", [NA, None, math.nan, math.inf, "x", True, object()])
@@ -28,7 +28,7 @@ def test_durations():
 
 
 def test_text_table_aligns_columns_and_leaves_the_last_one_unpadded():
-    from tui.fmt import text_table
+    from tunedeck.fmt import text_table
 
     lines = text_table(
         ("NAME", "TP", "MODEL"), [("a", 8, "deepseek-ai/DeepSeek-V3"), ("longer-name", 16, "m")], right=(1,)
@@ -44,7 +44,7 @@ def test_text_table_aligns_columns_and_leaves_the_last_one_unpadded():
 
 
 def test_short_targets_are_the_shortest_names_that_tell_hosts_apart():
-    from tui.fmt import short_targets
+    from tunedeck.fmt import short_targets
 
     # namespaced hosts: the same user, their own addresses
     assert short_targets(["op@10.177.61.2:40123", "op@10.177.61.3:40124"]) == {

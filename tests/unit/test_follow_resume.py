@@ -9,8 +9,8 @@ import pytest
 
 from tests.ui_fakes import LinkHost
 from tests.waits import until_async
-from tui.hostops import liveness
-from tui.hostops.logfollow import follow_forever
+from tunedeck.hostops import liveness
+from tunedeck.hostops.logfollow import follow_forever
 
 pytestmark = pytest.mark.timeout(60)
 

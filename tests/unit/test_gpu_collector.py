@@ -11,10 +11,10 @@ from typing import AsyncIterator, Mapping, Sequence
 import pytest
 
 from tests.fake_smi import FakeSmi
-from tui.collectors.gpu import GpuCollector
-from tui.hostops.hosts import ByteStream, Host, HostError, RunResult
-from tui.hostops.localhost import LocalHost
-from tui.model import NA, GpuStatus
+from tunedeck.collectors.gpu import GpuCollector
+from tunedeck.hostops.hosts import ByteStream, Host, HostError, RunResult
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.model import NA, GpuStatus
 
 pytestmark = pytest.mark.timeout(40)
 

@@ -15,8 +15,8 @@ from typing import Iterator
 import pytest
 
 from tests.unit.test_hardening_sh import SHELLS
-from tui.hostops.launcher import gpu_set, launch_script
-from tui.hostops.runstore import new_run_id
+from tunedeck.hostops.launcher import gpu_set, launch_script
+from tunedeck.hostops.runstore import new_run_id
 
 pytestmark = pytest.mark.timeout(120)
 

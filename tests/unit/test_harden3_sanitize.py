@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from tui.collectors import prom
-from tui.collectors.smi import parse_compute_apps, parse_query_gpu
-from tui.hostops.logfollow import LINE_CAP, REDACT_MARGIN, LineSplitter, cut_mark
-from tui.logparse import clean_line
-from tui.services.deploy.logs import merge_logs
-from tui.util.safety import REDACTED, redact_text, safe_line
+from tunedeck.collectors import prom
+from tunedeck.collectors.smi import parse_compute_apps, parse_query_gpu
+from tunedeck.hostops.logfollow import LINE_CAP, REDACT_MARGIN, LineSplitter, cut_mark
+from tunedeck.logparse import clean_line
+from tunedeck.services.deploy.logs import merge_logs
+from tunedeck.util.safety import REDACTED, redact_text, safe_line
 
 #: every kind of sequence a host could send: title (OSC, BEL- and ST-ended), DCS, cursor
 #: movement, clear screen, full reset, 8-bit CSI, bell, a bidi override
@@ -169,7 +169,7 @@ def test_the_quick_secret_test_passes_every_line_the_full_pattern_changes():
     pass every line the pattern would change (random lines of the pieces secrets come in)."""
     import random
 
-    from tui.util.safety import _SECRET_ARG_RE, _may_echo_secret
+    from tunedeck.util.safety import _SECRET_ARG_RE, _may_echo_secret
 
     pieces = [
         "--api-key", "-key", "--hf_token", "api_key", "'token'", '"secret"', "HF_TOKEN", "KEY_FILE", "token",

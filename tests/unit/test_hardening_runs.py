@@ -13,10 +13,10 @@ from pathlib import Path
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launcher import FAKE, free_port
-from tui.hostops.launcher import launch, stop_run
-from tui.hostops.localhost import LocalHost
-from tui.hostops.runstore import RunStore
-from tui.util.safety import redact_argv
+from tunedeck.hostops.launcher import launch, stop_run
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.hostops.runstore import RunStore
+from tunedeck.util.safety import redact_argv
 
 
 def _files_with(root: Path, needle: bytes) -> list[str]:

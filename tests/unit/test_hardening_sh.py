@@ -18,7 +18,7 @@ from typing import Iterator
 import pytest
 
 from tests.waits import poll
-from tui.hostops.hostscripts import KILL_SCRIPT, LIST_SCRIPT, STOP_SCRIPT
+from tunedeck.hostops.hostscripts import KILL_SCRIPT, LIST_SCRIPT, STOP_SCRIPT
 
 
 def _shells() -> list[object]:

@@ -13,8 +13,8 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launcher import FAKE, free_port
-from tui.hostops.localhost import LocalHost
-from tui.util.aio import run_async
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.util.aio import run_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -104,8 +104,8 @@ def test_local_stream_dies_with_tunedeck_even_on_kill_9(tmp_path: Path) -> None:
     marker = f"tdmark{os.getpid()}"
     code = (
         "import asyncio, sys\n"
-        "from tui.hostops.localhost import LocalHost\n"
-        "from tui.util.aio import run_async\n"
+        "from tunedeck.hostops.localhost import LocalHost\n"
+        "from tunedeck.util.aio import run_async\n"
         "async def main():\n"
         f"    s = LocalHost().stream(['sh', '-c', 'exec tail -F \"$1\"', {marker!r}, {str(log)!r}])\n"
         "    async for chunk in s:\n"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tui.hostops.hosts import LineStream
-from tui.hostops.localhost import LocalHost
+from tunedeck.hostops.hosts import LineStream
+from tunedeck.hostops.localhost import LocalHost
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,11 +8,11 @@ from typing import Mapping, Sequence
 
 import pytest
 
-from tui.collectors.history import GpuHistory
-from tui.collectors.hoststats import HostCollector, cpu_percent, parse_proc
-from tui.hostops.hosts import ByteStream, Host, HostError, RunResult
-from tui.hostops.localhost import LocalHost
-from tui.model import NA, GpuSnapshot, GpuStatus
+from tunedeck.collectors.history import GpuHistory
+from tunedeck.collectors.hoststats import HostCollector, cpu_percent, parse_proc
+from tunedeck.hostops.hosts import ByteStream, Host, HostError, RunResult
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.model import NA, GpuSnapshot, GpuStatus
 
 pytestmark = pytest.mark.timeout(30)
 

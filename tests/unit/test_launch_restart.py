@@ -18,8 +18,8 @@ import pytest
 
 from tests.unit.test_hardening_sh import SHELLS
 from tests.waits import until
-from tui.hostops.launcher import launch_script
-from tui.hostops.runstore import new_run_id
+from tunedeck.hostops.launcher import launch_script
+from tunedeck.hostops.runstore import new_run_id
 
 pytestmark = pytest.mark.timeout(120)
 

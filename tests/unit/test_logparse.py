@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tui.logparse import (
+from tunedeck.logparse import (
     ErrorEvent,
     LogParser,
     PhaseEvent,
@@ -310,7 +310,7 @@ def test_runtime_stat_lines():
     ],
 )
 def test_classifier(text, kind):
-    from tui.logparse import might_be_fatal
+    from tunedeck.logparse import might_be_fatal
 
     c = classify(text)
     assert (c[0] if c else None) == kind
@@ -338,7 +338,7 @@ def test_classifier(text, kind):
     ],
 )
 def test_prefilter_passes_every_fatal_text(text):
-    from tui.logparse import might_be_fatal
+    from tunedeck.logparse import might_be_fatal
 
     assert classify(text) is not None and might_be_fatal(text)
 

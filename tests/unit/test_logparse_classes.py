@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tui.logparse import ErrorEvent, LogParser, PhaseEvent, parse_file, parse_text
+from tunedeck.logparse import ErrorEvent, LogParser, PhaseEvent, parse_file, parse_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 
@@ -491,9 +491,9 @@ WRAPPERS = ("See root cause above", "Received sigquit", "Scheduler hit an except
     ],
 )
 def test_run_view_cause_is_the_root_exception_of_real_logs(real_logs, name, root):
-    from tui.hostops.localhost import LocalHost
-    from tui.hostops.runstore import RunRecord
-    from tui.hostops.tracker import StartupTracker
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.hostops.tracker import StartupTracker
 
     rec = RunRecord("abcdef02", "local", ["x"], engine=name.split("-")[0], pid=4242, started=1.0, created=1.0)
     tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)
@@ -506,9 +506,9 @@ def test_run_view_cause_is_the_root_exception_of_real_logs(real_logs, name, root
 
 
 def test_an_unterminated_last_line_counts_once_the_process_ended():
-    from tui.hostops.localhost import LocalHost
-    from tui.hostops.runstore import RunRecord
-    from tui.hostops.tracker import StartupTracker
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.hostops.tracker import StartupTracker
 
     rec = RunRecord("abcdef03", "local", ["x"], engine="sglang", pid=4242, started=1.0, created=1.0)
     tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)
@@ -525,7 +525,7 @@ def test_an_unterminated_last_line_counts_once_the_process_ended():
 
 def test_advice_for_a_recorded_cause():
     """A run record's cause (and proving line) gets the advice of its failure kind."""
-    from tui.logparse import ADVICE, advice_for
+    from tunedeck.logparse import ADVICE, advice_for
 
     assert (
         advice_for("CUDA out of memory", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
@@ -539,9 +539,9 @@ def test_advice_for_a_recorded_cause():
 def test_ready_in_is_the_time_to_ready_not_the_time_since():
     """A run view opened 13 minutes after a 5-s start says ready in 5 s: the ready time recorded
     by whoever saw it first, else the moment this tracker first saw it (then frozen)."""
-    from tui.hostops.localhost import LocalHost
-    from tui.hostops.runstore import RunRecord
-    from tui.hostops.tracker import StartupTracker
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.hostops.tracker import StartupTracker
 
     ready_log = b"[2026-12-03 10:00:00] INFO:     The server is fired up and ready to roll!\n"
     now = [800.0]

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REAL_LOGS, REPO, tunedeck_cmd
-from tui.logparse import classify, clean_line, decode_log, parse_file
+from tunedeck.logparse import classify, clean_line, decode_log, parse_file
 
 HANDMADE = Path(__file__).resolve().parents[1] / "data" / "logs" / "generalise"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tui.logparse import ADVICE, LogParser, might_be_fatal, parse_text
-from tui.logparse.patterns import CLASSIFIER, classify
+from tunedeck.logparse import ADVICE, LogParser, might_be_fatal, parse_text
+from tunedeck.logparse.patterns import CLASSIFIER, classify
 
 HANDMADE = Path(__file__).resolve().parents[1] / "data" / "logs" / "generalise"
 
@@ -250,9 +250,9 @@ def test_a_request_traceback_after_ready_stays_a_warning_whatever_its_kind():
 
 
 def test_the_tracker_confirms_an_excerpts_exception_once_the_process_ended():
-    from tui.hostops.localhost import LocalHost
-    from tui.hostops.runstore import RunRecord
-    from tui.hostops.tracker import StartupTracker
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.hostops.tracker import StartupTracker
 
     rec = RunRecord("abcdef04", "local", ["x"], engine="vllm", pid=4242, started=1.0, created=1.0)
     tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)
@@ -277,10 +277,10 @@ async def test_a_dead_run_re_read_from_its_log_names_the_exception_it_ends_on(tm
     """The re-read path (``runs``, the Runs view, the status screen, the deployments' listings)
     knows the process is gone: the exception the log ends on is the cause, as the live tracker
     says, not 'process exited with rc 1'."""
-    from tui.hostops.localhost import LocalHost
-    from tui.hostops.reread import settle
-    from tui.hostops.runstore import RunRecord
-    from tui.hostops.tracker import StartupTracker
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.hostops.reread import settle
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.hostops.tracker import StartupTracker
 
     data = (HANDMADE / name).read_bytes()
     (tmp_path / "log").write_bytes(data)
@@ -299,9 +299,9 @@ async def test_a_dead_run_re_read_from_its_log_names_the_exception_it_ends_on(tm
 def test_the_tracker_confirms_an_exception_that_arrives_after_it_saw_the_process_end():
     """The liveness probe may see the process gone before the log follower reads its last
     lines: those lines are judged as a dead process's too."""
-    from tui.hostops.localhost import LocalHost
-    from tui.hostops.runstore import RunRecord
-    from tui.hostops.tracker import StartupTracker
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.hostops.tracker import StartupTracker
 
     rec = RunRecord("abcdef06", "local", ["x"], engine="vllm", pid=4242, started=1.0, created=1.0)
     tr = StartupTracker(LocalHost(), rec, probe_health=False, poll_gpu=False, clock=lambda: 2.0)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tui.logparse import LogParser, StatEvent
+from tunedeck.logparse import LogParser, StatEvent
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
 

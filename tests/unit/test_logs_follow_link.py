@@ -12,9 +12,9 @@ import pytest
 
 from tests.ui_fakes import LinkHost
 from tests.waits import until_async
-from tui.commands import logs
-from tui.hostops import liveness
-from tui.hostops.runstore import RunRecord, RunStore
+from tunedeck.commands import logs
+from tunedeck.hostops import liveness
+from tunedeck.hostops.runstore import RunRecord, RunStore
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,11 +10,11 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.profilefix import B200, DATA, RTX_PRO, fake_host, make_fake_bin
-from tui.profiles.hostfacts import host_flags, parse_gpus
-from tui.profiles.model import ServerProfile
-from tui.profiles.preflight import preflight
-from tui.profiles.store import ProfileStore
-from tui.util.paths import state_dir
+from tunedeck.profiles.hostfacts import host_flags, parse_gpus
+from tunedeck.profiles.model import ServerProfile
+from tunedeck.profiles.preflight import preflight
+from tunedeck.profiles.store import ProfileStore
+from tunedeck.util.paths import state_dir
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -240,8 +240,8 @@ def test_demo_vllm_preflight_reads_the_sims_backend_registry(tmp_path):
 
 def test_a_findings_subject_is_said_once():
     """evaluate() puts a profile issue's key in its message and in its subject; every display says it once."""
-    from tui.profiles.preflight import Finding
-    from tui.ui.screens.profiles import warnings_modal
+    from tunedeck.profiles.preflight import Finding
+    from tunedeck.ui.screens.profiles import warnings_modal
 
     f = Finding("warning", "nccl-debug-knobs", "nccl.preset: pcie: not for production", "nccl.preset")
     assert f.line == "nccl.preset: pcie: not for production" and f.detail == "pcie: not for production"

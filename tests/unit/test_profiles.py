@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tui.profiles.builder import build_command, check_profile
-from tui.profiles.diff import diff_commands
-from tui.profiles.model import ProfileError, ServerProfile
-from tui.profiles.profileread import load_profile_file, load_profile_text
-from tui.profiles.store import ProfileStore, builtin_root, user_root
+from tunedeck.profiles.builder import build_command, check_profile
+from tunedeck.profiles.diff import diff_commands
+from tunedeck.profiles.model import ProfileError, ServerProfile
+from tunedeck.profiles.profileread import load_profile_file, load_profile_text
+from tunedeck.profiles.store import ProfileStore, builtin_root, user_root
 
 GOOD = """\
 schema_version = 1
@@ -378,7 +378,7 @@ def _p(**kw) -> ServerProfile:
 
 
 def test_vllm_speculative_config_json():
-    from tui.profiles.model import Speculative
+    from tunedeck.profiles.model import Speculative
 
     cmd = build_command(_p(engine="vllm", speculative=Speculative("EAGLE3", "org/draft", num_steps=3)))
     tok = [a for a in cmd.argv if a.startswith("--speculative-config=")]
@@ -404,7 +404,7 @@ def test_vllm_speculative_config_json():
 def test_vllm_speculative_methods_are_the_releases(method, accepted):
     """vLLM 0.33's ``SpeculativeMethod`` (its MTP model types included) decides, before launch and
     in the simulated engine alike: a method it has passes the check, one it dropped is refused."""
-    from tui.profiles.model import Speculative
+    from tunedeck.profiles.model import Speculative
 
     cmd, issues = check_profile(_p(engine="vllm", speculative=Speculative(method, num_steps=1)))
     errs = [i for i in issues if i.severity == "error"]
@@ -545,10 +545,10 @@ def test_cli_list_and_show(user_dir):
 
 def test_profiles_core_never_loads_textual():
     code = (
-        "import sys, importlib, pkgutil, tui.profiles as p\n"
+        "import sys, importlib, pkgutil, tunedeck.profiles as p\n"
         "for m in pkgutil.iter_modules(p.__path__):\n"
-        "    importlib.import_module('tui.profiles.' + m.name)\n"
-        "import tui.commands.profiles, tui.commands.preflight\n"
+        "    importlib.import_module('tunedeck.profiles.' + m.name)\n"
+        "import tunedeck.commands.profiles, tunedeck.commands.preflight\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich') or m.startswith('tunedeck.widgets')]\n"
         "assert not bad, bad\n"
     )
@@ -557,7 +557,7 @@ def test_profiles_core_never_loads_textual():
 
 
 def test_diff_against_a_recorded_command():
-    from tui.profiles.diff import command_from_argv
+    from tunedeck.profiles.diff import command_from_argv
 
     store = ProfileStore()
     for name in ("sglang-tuned", "vllm-baseline"):
@@ -573,8 +573,8 @@ def test_diff_against_a_recorded_command():
 
 
 def test_package_entry_points(tmp_path):
-    from tui.profiles import build_command as bc
-    from tui.profiles import load_profile
+    from tunedeck.profiles import build_command as bc
+    from tunedeck.profiles import load_profile
 
     cmd = bc(load_profile("sglang-tuned"), demo=True)
     assert cmd.argv[:3] == ("tunedeck", "sim", "sglang") and cmd.env_dict["NCCL_ALGO"] == "Ring"
@@ -586,8 +586,8 @@ def test_package_entry_points(tmp_path):
 
 
 def test_a_mistyped_profile_name_gets_a_did_you_mean(tmp_path, monkeypatch):
-    from tui.profiles.model import ProfileError
-    from tui.profiles.store import ProfileStore
+    from tunedeck.profiles.model import ProfileError
+    from tunedeck.profiles.store import ProfileStore
 
     monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "user"))
     store = ProfileStore()

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tui.hostops.localhost import LocalHost
-from tui.profiles.builder import Command, check_profile
-from tui.profiles.model import ServerProfile, Speculative
-from tui.profiles.schema import FLAGS
-from tui.profiles.store import ProfileStore
-from tui.util.safety import UnsafeInput, env_command
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.profiles.builder import Command, check_profile
+from tunedeck.profiles.model import ServerProfile, Speculative
+from tunedeck.profiles.schema import FLAGS
+from tunedeck.profiles.store import ProfileStore
+from tunedeck.util.safety import UnsafeInput, env_command
 
 # no shell variables of its own: a loop variable would clobber an exported one of the same name
 DUMP = """#!/bin/sh

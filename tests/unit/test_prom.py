@@ -7,7 +7,7 @@ import math
 import pytest
 
 from tests.fake_engines import SGLANG_METRICS, VLLM_METRICS, fill
-from tui.collectors import prom
+from tunedeck.collectors import prom
 
 DOC_EXAMPLE = 'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.5",model_name="m"} 97.0\n'
 

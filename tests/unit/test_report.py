@@ -7,13 +7,13 @@ import re
 
 import pytest
 
-from tui.bench import store
-from tui.report.campaign import campaign_report
-from tui.report.htmlpage import to_html
-from tui.report.load import build
-from tui.report.markdown import md_text, to_markdown
-from tui.report.parts import LineChart, Series
-from tui.report.svg import BOTTOM, HEIGHT, TOP, line_svg, nice_axis
+from tunedeck.bench import store
+from tunedeck.report.campaign import campaign_report
+from tunedeck.report.htmlpage import to_html
+from tunedeck.report.load import build
+from tunedeck.report.markdown import md_text, to_markdown
+from tunedeck.report.parts import LineChart, Series
+from tunedeck.report.svg import BOTTOM, HEIGHT, TOP, line_svg, nice_axis
 
 HOSTILE = "<script>alert(1)</script>\x1b]0;owned\x07[x](http://evil.example) @all #1"
 
@@ -200,7 +200,7 @@ def _frontier_campaign() -> dict:
 
 
 def test_campaign_report_draws_the_pareto_frontier_joined_and_labelled_the_others_dotted():
-    from tui.report.parts import ScatterChart
+    from tunedeck.report.parts import ScatterChart
 
     rep = campaign_report(_frontier_campaign())
     chart = next(p for s in rep.sections for p in s.parts if isinstance(p, ScatterChart))
@@ -228,7 +228,7 @@ def test_frontier_is_computed_for_a_result_without_its_flags():
     camp = _frontier_campaign()
     for c in camp["candidates"]:
         del c["pareto"]
-    from tui.report.campaign import frontier_chart
+    from tunedeck.report.campaign import frontier_chart
 
     chart = frontier_chart(camp["candidates"], [c["name"] for c in camp["candidates"]])
     assert chart is not None and {p.name for p in chart.points if p.frontier} == {"fast-user", HOSTILE}

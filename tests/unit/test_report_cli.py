@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from tests.unit.test_report import store_result
-from tui.ab.journal import Journal
-from tui.ab.sides import Side, SideRun, side_to_dict, summaries_to_levels
-from tui.bench import store
-from tui.cli import main
+from tunedeck.ab.journal import Journal
+from tunedeck.ab.sides import Side, SideRun, side_to_dict, summaries_to_levels
+from tunedeck.bench import store
+from tunedeck.cli import main
 
 
 def _ab_entry(a_id: str, b_id: str) -> str:

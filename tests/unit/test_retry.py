@@ -2,7 +2,7 @@
 
 import pytest
 
-from tui.util import retry
+from tunedeck.util import retry
 
 
 def test_delays_double_from_base_up_to_the_cap():

@@ -8,9 +8,9 @@ import pytest
 
 from tests.fake_engines import SGLANG_METRICS, VLLM_METRICS, FakeEngine, fill
 from tests.ports import free_port
-from tui.collectors.servers import ServerCollector, ServerSpec
-from tui.hostops.localhost import LocalHost
-from tui.model import NA
+from tunedeck.collectors.servers import ServerCollector, ServerSpec
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.model import NA
 
 pytestmark = pytest.mark.timeout(30)
 

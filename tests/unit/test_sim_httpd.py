@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from tui.sim.formats import WORD_TABLE_SIZE, WORDS, Formats, sse
-from tui.sim.httpd import Conn, HttpServer, Request
+from tunedeck.sim.formats import WORD_TABLE_SIZE, WORDS, Formats, sse
+from tunedeck.sim.httpd import Conn, HttpServer, Request
 
 pytestmark = pytest.mark.timeout(30)
 

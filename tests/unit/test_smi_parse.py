@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tui.collectors import smi
-from tui.model import NA
+from tunedeck.collectors import smi
+from tunedeck.model import NA
 
 _CHECKED = {
     "nvidia-smi-query-1.txt",

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tui.collectors import smi
-from tui.model import NA
+from tunedeck.collectors import smi
+from tunedeck.model import NA
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi-h200-real.txt"
 UUID = "GPU-2a585dbc-e6f8-1f89-12fa-2f3d8069e05a"

@@ -1,4 +1,4 @@
-"""The timeline's snapshots and alignment (tui.timeline_model): rows with gaps, misaligned or
+"""The timeline's snapshots and alignment (tunedeck.timeline_model): rows with gaps, misaligned or
 repeated seconds and missing metrics become one row a second on one time axis, bounded; a
 metric nobody reported is "no data", never zeros."""
 
@@ -7,8 +7,16 @@ from __future__ import annotations
 import json
 import math
 
-from tui.hostside.timeline import Timeline
-from tui.timeline_model import MAX_SECOND, TimelineFeed, TimelineRow, TimelineSnapshot, figure, overlay, validity_text
+from tunedeck.hostside.timeline import Timeline
+from tunedeck.timeline_model import (
+    MAX_SECOND,
+    TimelineFeed,
+    TimelineRow,
+    TimelineSnapshot,
+    figure,
+    overlay,
+    validity_text,
+)
 
 
 def row(
@@ -284,8 +292,8 @@ def test_the_host_timeline_returns_the_line_each_tick_writes(tmp_path):
 def test_stored_timeline_reads_the_result_folder():
     import pytest
 
-    from tui.bench.store import StoreError, run_dir
-    from tui.services.timelines import stored_timeline
+    from tunedeck.bench.store import StoreError, run_dir
+    from tunedeck.services.timelines import stored_timeline
 
     d = run_dir("20250308-124010-c16")
     d.mkdir(parents=True)
@@ -319,7 +327,7 @@ def test_stored_timeline_reads_the_result_folder():
 
 
 def test_workload_measures_of_old_new_and_hostile_summaries():
-    from tui.timeline_model import workload_measures
+    from tunedeck.timeline_model import workload_measures
 
     assert workload_measures({}) == "workload random"  # before workloads were recorded
     spec = {

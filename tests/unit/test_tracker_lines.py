@@ -10,13 +10,13 @@ from typing import Any, Callable
 
 import pytest
 
-from tui.hostops import logfollow
-from tui.hostops.hosts import LocalHost
-from tui.hostops.logfollow import LINE_CAP, LineSplitter
-from tui.hostops.runstore import RunRecord
-from tui.hostops.tracker import StartupTracker
-from tui.logparse import LogEvent, patterns
-from tui.util.safety import REDACTED
+from tunedeck.hostops import logfollow
+from tunedeck.hostops.hosts import LocalHost
+from tunedeck.hostops.logfollow import LINE_CAP, LineSplitter
+from tunedeck.hostops.runstore import RunRecord
+from tunedeck.hostops.tracker import StartupTracker
+from tunedeck.logparse import LogEvent, patterns
+from tunedeck.util.safety import REDACTED
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
 LOG_FILES = sorted(LOGS.rglob("*.log"))

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.abfakes import FakeOps
-from tui.ab.ops import BenchResult, ProfileInfo
-from tui.ab.plan import Plan, PlanLevel
-from tui.ab.tune import TuneRunner, Workload
-from tui.ab.tuneresult import pareto
-from tui.profiles.profileread import load_profile_text
-from tui.profiles.vary import VaryError, expand, parse_vary, read_candidates_file
-from tui.services.tunerun import estimate, parse_budget
+from tunedeck.ab.ops import BenchResult, ProfileInfo
+from tunedeck.ab.plan import Plan, PlanLevel
+from tunedeck.ab.tune import TuneRunner, Workload
+from tunedeck.ab.tuneresult import pareto
+from tunedeck.profiles.profileread import load_profile_text
+from tunedeck.profiles.vary import VaryError, expand, parse_vary, read_candidates_file
+from tunedeck.services.tunerun import estimate, parse_budget
 
 BASE = """schema_version = 1
 engine = "sglang"
@@ -94,7 +94,7 @@ def test_budget_and_estimate(tmp_path: Path):
     assert parse_budget("2h") == 7200 and parse_budget("1h30m") == 5400 and parse_budget("45") == 45
     with pytest.raises(ValueError, match="--budget 'soon'"):
         parse_budget("soon")
-    from tui.ab.journal import Journal
+    from tunedeck.ab.journal import Journal
 
     j = Journal(tmp_path / "j.jsonl")
     j.record_launch("r1", profile="base", host="h", ready=True, startup_s=100.0)
@@ -153,7 +153,7 @@ def launches(ops):
 
 
 async def test_rounds_rank_repeat_the_leaders_and_drop_the_losers(tmp_path: Path):
-    from tui.ab.journal import Journal
+    from tunedeck.ab.journal import Journal
 
     knees = {"base": 40, "slow": 10, "fast": 44, "mid": 20, "oom": 50}
     ops = CapOps(knees, fail={"oom": "CUDA out of memory"})
@@ -177,7 +177,7 @@ async def test_rounds_rank_repeat_the_leaders_and_drop_the_losers(tmp_path: Path
 
 
 async def test_an_slo_nobody_meets_names_the_closest(tmp_path: Path):
-    from tui.ab.journal import Journal
+    from tunedeck.ab.journal import Journal
 
     ops = CapOps({"a": 1, "b": 2})
     rep = await TuneRunner(ops, spec_for(["a", "b"], slo=("tpot_p90:5",)), journal=Journal(tmp_path / "j")).run()
@@ -187,7 +187,7 @@ async def test_an_slo_nobody_meets_names_the_closest(tmp_path: Path):
 
 
 async def test_resume_keeps_finished_candidates_and_redoes_the_interrupted_one(tmp_path: Path):
-    from tui.ab.journal import Journal
+    from tunedeck.ab.journal import Journal
 
     knees = {"a": 8, "b": 16, "c": 32}
     saved = []
@@ -271,8 +271,8 @@ async def test_the_journal_lists_a_campaign_with_its_winner():
     import subprocess
 
     from tests.conftest import tunedeck_cmd
-    from tui.ab.journal import Journal
-    from tui.services.tunerun import journal_record
+    from tunedeck.ab.journal import Journal
+    from tunedeck.services.tunerun import journal_record
 
     rep = await TuneRunner(CapOps({"a": 8, "b": 16}), spec_for(["a", "b"], repeats_max=1)).run()
     Journal().append(journal_record(rep, "job-1"))
@@ -288,7 +288,7 @@ async def test_the_journal_lists_a_campaign_with_its_winner():
 
 
 async def test_successive_halving_keeps_the_better_half_of_a_tie(tmp_path: Path):
-    from tui.ab.journal import Journal
+    from tunedeck.ab.journal import Journal
 
     names = ["a", "b", "c", "d", "e"]
     ops = CapOps(dict.fromkeys(names, 40))
@@ -305,7 +305,7 @@ async def test_successive_halving_keeps_the_better_half_of_a_tie(tmp_path: Path)
 
 async def _state_while(name: str, names: list[str], knees: dict[str, int], tmp_path: Path) -> tuple[dict, dict]:
     """(spec, the state a campaign over ``names`` saved while ``name``'s server was launched)."""
-    from tui.ab.journal import Journal
+    from tunedeck.ab.journal import Journal
 
     spec = spec_for(names, repeats_max=1, skip={"huge": "needs 16 GPUs"})
     saved: list[dict] = []
@@ -322,10 +322,10 @@ async def _state_while(name: str, names: list[str], knees: dict[str, int], tmp_p
 
 
 async def test_a_partial_result_from_the_state_ranks_the_finished_and_names_the_rest(tmp_path: Path):
-    from tui.ab.tuneresult import partial_report
-    from tui.commands.tune import render
-    from tui.report.campaign import campaign_report
-    from tui.report.markdown import to_markdown
+    from tunedeck.ab.tuneresult import partial_report
+    from tunedeck.commands.tune import render
+    from tunedeck.report.campaign import campaign_report
+    from tunedeck.report.markdown import to_markdown
 
     names = ["a", "b", "c", "d", "huge"]
     spec, st = await _state_while("c", names, {"a": 8, "b": 16, "c": 32, "d": 64, "huge": 1}, tmp_path)
@@ -354,12 +354,12 @@ async def test_a_partial_result_from_the_state_ranks_the_finished_and_names_the_
 
 
 async def test_a_partial_result_needs_a_finished_candidate_and_a_repeat_not_made_is_said(tmp_path: Path):
-    from tui.ab.tuneresult import partial_report
+    from tunedeck.ab.tuneresult import partial_report
 
     spec, st = await _state_while("a", ["a", "b"], {"a": 8, "b": 16}, tmp_path)
     assert partial_report(spec, st, why="killed") is None  # nothing finished: no result to report
     # round 2 of two leaders, killed while the first was measured again
-    from tui.ab.journal import Journal
+    from tunedeck.ab.journal import Journal
 
     saved: list[dict] = []
     spec = spec_for(["a", "b"], repeats_max=2)
@@ -424,10 +424,10 @@ def test_a_multi_node_candidate_is_planned_as_a_deployment_and_read_back_from_th
     """Each candidate of a multi-node base is a deployment on the base's nodes (one that cannot be
     built is skipped with the reason); the job reads each candidate's profile back from the spec
     as it was planned, and the spec it leaves at the end holds no profile (nor its secrets)."""
-    from tui.hostside.tunejob import redacted_spec
-    from tui.profiles.model import profile_to_dict
-    from tui.services.deploytune import plan_candidates, sides_of
-    from tui.services.tunerun import spec_entry
+    from tunedeck.hostside.tunejob import redacted_spec
+    from tunedeck.profiles.model import profile_to_dict
+    from tunedeck.services.deploytune import plan_candidates, sides_of
+    from tunedeck.services.tunerun import spec_entry
 
     base = load_profile_text(MULTI, name="mn")
     cands = expand(base, parse_vary(["flags.max-running-requests=32", "tp=16,24"]))
@@ -477,8 +477,8 @@ def test_deploy_sizes_vary_over_a_multi_node_base_and_a_shape_the_nodes_cannot_h
     """``deploy.pp`` over vLLM on Ray: pp = 2 is the default (the node count) and so the base; pp = 3
     asks for 24 GPUs of two 8-GPU nodes, which the planner refuses: that candidate is skipped with
     its reason, the others are planned with their own GPU count."""
-    from tui.services.deploytune import plan_candidates
-    from tui.services.tunerun import spec_entry
+    from tunedeck.services.deploytune import plan_candidates
+    from tunedeck.services.tunerun import spec_entry
 
     cands = expand(ray_profile(), parse_vary(["deploy.pp=1,2,3"]))
     assert [(c.name, c.changes) for c in cands] == [
@@ -547,7 +547,7 @@ def test_a_listed_candidate_with_a_size_its_mode_does_not_use_is_refused(tmp_pat
 )
 def test_the_gpus_a_profile_runs_on_are_the_deployments(text, gpus):
     """What tok/s per GPU divides by: the planner's count over a deployment's nodes, not ``tp``."""
-    from tui.profiles.deploy import build_deployment, profile_gpus
+    from tunedeck.profiles.deploy import build_deployment, profile_gpus
 
     prof = load_profile_text(text, name="p")
     assert profile_gpus(prof) == gpus

@@ -1,4 +1,4 @@
-"""A tuning campaign's pace (tui.ab.tuneeta): the estimate of a candidate's parts from the plan
+"""A tuning campaign's pace (tunedeck.ab.tuneeta): the estimate of a candidate's parts from the plan
 and the SLO, each part replaced by its measured mean, and the rest of a round from where each
 candidate is."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tui.ab.plan import Plan, PlanLevel
-from tui.ab.tune import Workload
-from tui.ab.tuneeta import (
+from tunedeck.ab.plan import Plan, PlanLevel
+from tunedeck.ab.tune import Workload
+from tunedeck.ab.tuneeta import (
     DEFAULT_LEVEL_S,
     DEFAULT_SIM_LEVEL_S,
     LEVEL_OVERHEAD_S,
@@ -23,7 +23,7 @@ from tui.ab.tuneeta import (
     request_s,
     round_left_s,
 )
-from tui.services.tunerun import estimate
+from tunedeck.services.tunerun import estimate
 
 
 def workload(output_len: int = 16, prompts_per_c: int = 2, min_prompts: int = 6, warmup: int = 1) -> Workload:

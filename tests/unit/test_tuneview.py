@@ -1,14 +1,14 @@
 """The Tune screen's data: a campaign's events folded into candidate states, the best so far,
-the ETA and the frontier (tui.ab.tuneview), and the `tunedeck tune` command it shows and runs."""
+the ETA and the frontier (tunedeck.ab.tuneview), and the `tunedeck tune` command it shows and runs."""
 
 from __future__ import annotations
 
 import pytest
 
-from tui.ab.events import ABEvent
-from tui.ab.tuneeta import Pace
-from tui.ab.tuneview import DONE, DROPPED, FAILED, MEASURING, QUEUED, STARTING, TuneProgress, from_report
-from tui.commands.tune import command_argv, parse_command
+from tunedeck.ab.events import ABEvent
+from tunedeck.ab.tuneeta import Pace
+from tunedeck.ab.tuneview import DONE, DROPPED, FAILED, MEASURING, QUEUED, STARTING, TuneProgress, from_report
+from tunedeck.commands.tune import command_argv, parse_command
 
 
 def ev(kind: str, side: str | None = None, t: float = 0.0, fraction: float | None = None, **data) -> ABEvent:

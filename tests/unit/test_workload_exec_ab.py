@@ -4,10 +4,10 @@ per-level server counters as A/B rows."""
 
 from __future__ import annotations
 
-from tui.ab.compare import compare, min_samples
-from tui.ab.render import to_text
-from tui.ab.sides import LevelResult, Side, SideRun
-from tui.ab.warnings import side_workloads, workload_warnings
+from tunedeck.ab.compare import compare, min_samples
+from tunedeck.ab.render import to_text
+from tunedeck.ab.sides import LevelResult, Side, SideRun
+from tunedeck.ab.warnings import side_workloads, workload_warnings
 
 BASE = ("vllm", "serve", "m", "--tensor-parallel-size", "8")
 SPEC = BASE + ("--speculative-config", '{"method":"eagle3","model":"d","num_speculative_tokens":3}')
@@ -127,9 +127,9 @@ def test_server_counters_are_ab_rows():
 
 
 def test_builtin_workload_plans_name_their_workload():
-    from tui.ab.plan import Plan
-    from tui.ab.plans import load_plan
-    from tui.bench.workloads import WorkloadSpec
+    from tunedeck.ab.plan import Plan
+    from tunedeck.ab.plans import load_plan
+    from tunedeck.bench.workloads import WorkloadSpec
 
     want = {"chat": "conversation", "rag": "shared_prefix", "spec-check": "text"}
     for plan_name, workload in want.items():

@@ -1,4 +1,4 @@
-"""The workload preview (tui.bench.workloads.preview, `tunedeck bench --preview`): lengths, their
+"""The workload preview (tunedeck.bench.workloads.preview, `tunedeck bench --preview`): lengths, their
 histogram, and the prefix-sharing ratio an unbounded prefix cache would reach, on sets whose
 ratio is known by construction."""
 
@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 from tests.conftest import tunedeck_cmd
-from tui.bench.client import RequestSpec
-from tui.bench.workloads import WorkloadSpec, build_workload
-from tui.bench.workloads.preview import Histogram, preview, preview_lines, shared_ratio, sparkline
+from tunedeck.bench.client import RequestSpec
+from tunedeck.bench.workloads import WorkloadSpec, build_workload
+from tunedeck.bench.workloads.preview import Histogram, preview, preview_lines, shared_ratio, sparkline
 
 
 def build(name: str, n: int = 10, path: Path | None = None, **params: object):

@@ -8,10 +8,10 @@ import subprocess
 import pytest
 
 from tests.conftest import tunedeck_cmd
-from tui.ab.plan import Plan
-from tui.ab.plans import PlanError, parse_plan_file, parse_plan_text
-from tui.bench.workloads import WorkloadSpec
-from tui.commands.ab import with_workload
+from tunedeck.ab.plan import Plan
+from tunedeck.ab.plans import PlanError, parse_plan_file, parse_plan_text
+from tunedeck.bench.workloads import WorkloadSpec
+from tunedeck.commands.ab import with_workload
 
 BASE = """name = "wl"
 input_len = 64

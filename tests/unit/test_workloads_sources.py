@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tui.bench.prompts import make_prompts
-from tui.bench.workloads import (
+from tunedeck.bench.prompts import make_prompts
+from tunedeck.bench.workloads import (
     MOONCAKE_BLOCK,
     WorkloadError,
     WorkloadSpec,
@@ -16,7 +16,7 @@ from tui.bench.workloads import (
     default_ignore_eos,
     workload_of,
 )
-from tui.bench.workloads.base import estimate_tokens
+from tunedeck.bench.workloads.base import estimate_tokens
 
 
 def build(name: str, n: int = 10, seed: int = 0, path: Path | None = None, **params: object):
@@ -246,7 +246,7 @@ def test_results_without_a_workload_read_as_random():
 
 
 def test_the_workload_lines_of_a_result_cannot_act_on_the_terminal():
-    from tui.bench.metrics import format_extras
+    from tunedeck.bench.metrics import format_extras
 
     summary = {
         "params": {"ignore_eos": True},

@@ -1,10 +1,10 @@
 """Compare two servers' benchmark results the way an operator does by hand.
 
-Pure functions: two :class:`~tui.ab.sides.Side` objects (each one or more repeats of
+Pure functions: two :class:`~tunedeck.ab.sides.Side` objects (each one or more repeats of
 benchmark summaries in ``vllm bench serve`` key names, plus what was run)
 give a :class:`Comparison` with one :class:`Row` per metric, the
-configuration difference (:mod:`tui.ab.confdiff`) and warnings (:mod:`tui.ab.warnings`).
-Renderers are in :mod:`tui.ab.render`.
+configuration difference (:mod:`tunedeck.ab.confdiff`) and warnings (:mod:`tunedeck.ab.warnings`).
+Renderers are in :mod:`tunedeck.ab.render`.
 
 Rows (``s`` = the plan's lowest concurrency, normally C=1; ``p`` = the
 highest, normally C=128):
@@ -56,9 +56,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from tui.ab.confdiff import MINUS, ConfigChange, config_diff
-from tui.ab.sides import Side, SideRun, summary_number
-from tui.ab.warnings import comparison_warnings, unreliable_levels, validity_differences
+from tunedeck.ab.confdiff import MINUS, ConfigChange, config_diff
+from tunedeck.ab.sides import Side, SideRun, summary_number
+from tunedeck.ab.warnings import comparison_warnings, unreliable_levels, validity_differences
 
 DEFAULT_NOISE_PCT = 3.0
 TAIL_NOISE_PCT = 10.0

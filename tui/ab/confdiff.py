@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from tui.util.safety import redact_env
+from tunedeck.util.safety import redact_env
 
 MINUS = "\u2212"
 

@@ -1,7 +1,7 @@
 """The tuning journal: an append-only JSONL log of every A/B, launch and benchmark run.
 
 One JSON object per line in ``<data_dir>/journal.jsonl`` (crash-safe
-appends via :class:`tui.util.files.JsonlAppender`; a torn last line is
+appends via :class:`tunedeck.util.files.JsonlAppender`; a torn last line is
 repaired on the next append and skipped when reading). Every record has
 ``v`` (format version), ``kind``, ``id`` and ``time`` (UTC ISO-8601).
 
@@ -17,7 +17,7 @@ Kinds:
   path, startup timeline, ready/failed and the diagnosis.
 * ``bench`` — a benchmark run: result run id (``tunedeck results show``),
   profile, concurrency, key numbers, and the A/B it belongs to (``ab_id``).
-* ``tune`` — a tuning campaign (:mod:`tui.ab.tune`), written at the start and when it
+* ``tune`` — a tuning campaign (:mod:`tunedeck.ab.tune`), written at the start and when it
   ends: its SLO, winner (or closest) and every candidate's figures.
 """
 
@@ -33,8 +33,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from tui.util.files import JsonlAppender, read_jsonl
-from tui.util.paths import data_dir
+from tunedeck.util.files import JsonlAppender, read_jsonl
+from tunedeck.util.paths import data_dir
 
 VERSION = 1
 KINDS = ("ab", "launch", "bench", "tune")
@@ -425,7 +425,7 @@ def _fmt_stat(s: Any, unit: str = "x") -> str:
 def _fmt_delta(d: Any) -> str:
     if d is None:
         return ""
-    from tui.ab.compare import fmt_pct
+    from tunedeck.ab.compare import fmt_pct
 
     return fmt_pct(float(d))
 

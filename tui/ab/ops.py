@@ -1,13 +1,13 @@
 """What an A/B and a tuning campaign ask of the host they run on (:class:`ServerOps`: resolve a
-profile, launch, wait until ready, benchmark, stop) and what it answers. :mod:`tui.hostside.abops`
-implements it next to the GPUs, :mod:`tui.services.deployab` over multi-node deployments."""
+profile, launch, wait until ready, benchmark, stop) and what it answers. :mod:`tunedeck.hostside.abops`
+implements it next to the GPUs, :mod:`tunedeck.services.deployab` over multi-node deployments."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
-from tui.ab.plan import Plan, PlanLevel
+from tunedeck.ab.plan import Plan, PlanLevel
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """A benchmark plan as data: the levels an A/B puts on each server (no file handling here,
-so the host-side runtime can carry it; TOML files are read by :mod:`tui.ab.plans`)."""
+so the host-side runtime can carry it; TOML files are read by :mod:`tunedeck.ab.plans`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from tui.bench.workloads import WorkloadSpec
+from tunedeck.bench.workloads import WorkloadSpec
 
 
 class PlanError(ValueError):

@@ -43,9 +43,9 @@ from typing import Any
 
 import tomllib
 
-from tui.ab.plan import Plan, PlanError, PlanLevel
-from tui.bench.workloads import FILE_SOURCES, OPTIONS, SOURCES, WorkloadSpec
-from tui.util.paths import config_dir
+from tunedeck.ab.plan import Plan, PlanError, PlanLevel
+from tunedeck.bench.workloads import FILE_SOURCES, OPTIONS, SOURCES, WorkloadSpec
+from tunedeck.util.paths import config_dir
 
 BUILTIN_PLANS = ("quick", "default", "sweep", "chat", "rag", "spec-check")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -1,4 +1,4 @@
-"""Render a :class:`~tui.ab.compare.Comparison` as a text table, Markdown, CSV or JSON."""
+"""Render a :class:`~tunedeck.ab.compare.Comparison` as a text table, Markdown, CSV or JSON."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import io
 import json
 from typing import Any
 
-from tui.ab.compare import Comparison, Row, Stat
-from tui.fmt import text_table
+from tunedeck.ab.compare import Comparison, Row, Stat
+from tunedeck.fmt import text_table
 
 
 def fmt_value(stat: Stat | None, unit: str) -> str:
@@ -24,7 +24,7 @@ def fmt_value(stat: Stat | None, unit: str) -> str:
 def fmt_delta(row: Row) -> str:
     if row.delta_pct is None or row.outcome == "same":
         return ""
-    from tui.ab.compare import fmt_pct
+    from tunedeck.ab.compare import fmt_pct
 
     return fmt_pct(row.delta_pct)
 

@@ -8,12 +8,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from tui.ab.compare import Comparison, compare
-from tui.ab.ops import ProfileInfo
-from tui.ab.plan import Plan
-from tui.ab.render import to_dict
-from tui.ab.sides import LevelResult, Side, SideRun, side_from_dict, side_to_dict
-from tui.util.safety import redact_argv, redact_env
+from tunedeck.ab.compare import Comparison, compare
+from tunedeck.ab.ops import ProfileInfo
+from tunedeck.ab.plan import Plan
+from tunedeck.ab.render import to_dict
+from tunedeck.ab.sides import LevelResult, Side, SideRun, side_from_dict, side_to_dict
+from tunedeck.util.safety import redact_argv, redact_env
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping
 
-from tui.ab.journal import Journal
-from tui.ab.sides import Side, SideRun, side_from_dict, summaries_to_levels
-from tui.util.paths import data_dir
+from tunedeck.ab.journal import Journal
+from tunedeck.ab.sides import Side, SideRun, side_from_dict, summaries_to_levels
+from tunedeck.util.paths import data_dir
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def side_from_run_dir(run_dir: Path, label: str) -> Side:
 def _rebuild_summary(run_dir: Path) -> Any:
     if not (run_dir / "samples.jsonl").exists():
         return None
-    from tui.bench import store
+    from tunedeck.bench import store
 
     if run_dir.parent.resolve() != store.results_dir().resolve():
         return None

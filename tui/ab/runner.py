@@ -16,11 +16,11 @@ stops the server this run started and keeps every finished result. If A or
 B fails to start, the run stops with the tracker's diagnosis, keeps what it
 has, and leaves nothing running.
 
-What the runner does on the host goes through :class:`~tui.ab.ops.ServerOps` (see
-:mod:`tui.hostside.abops` for the implementation over the launcher, tracker and
+What the runner does on the host goes through :class:`~tunedeck.ab.ops.ServerOps` (see
+:mod:`tunedeck.hostside.abops` for the implementation over the launcher, tracker and
 ``tunedeck bench``), so the same code drives the CLI and the TUI.
-Progress is reported as :class:`~tui.ab.events.ABEvent` objects to an ``on_event`` callback;
-what it produced is an :class:`~tui.ab.report.ABReport`. The names of those modules stay
+Progress is reported as :class:`~tunedeck.ab.events.ABEvent` objects to an ``on_event`` callback;
+what it produced is an :class:`~tunedeck.ab.report.ABReport`. The names of those modules stay
 importable from here (``__all__``).
 """
 
@@ -32,18 +32,18 @@ import logging
 from dataclasses import replace
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from tui.ab.compare import compare
-from tui.ab.events import ABEvent, EventFn
-from tui.ab.journal import Journal, new_id
-from tui.ab.ops import (
+from tunedeck.ab.compare import compare
+from tunedeck.ab.events import ABEvent, EventFn
+from tunedeck.ab.journal import Journal, new_id
+from tunedeck.ab.ops import (
     LaunchHandle,
     ProfileInfo,
     ServerOps,
     StopResult,
 )
-from tui.ab.plan import Plan
-from tui.ab.report import ABReport, side_of
-from tui.ab.sides import LevelResult, SideRun
+from tunedeck.ab.plan import Plan
+from tunedeck.ab.report import ABReport, side_of
+from tunedeck.ab.sides import LevelResult, SideRun
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from tui.util.files import read_jsonl
-from tui.util.paths import data_dir
+from tunedeck.util.files import read_jsonl
+from tunedeck.util.paths import data_dir
 
 
 def throughput_series(samples: Iterable[Mapping[str, Any]], bucket_s: float = 1.0) -> list[float]:

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from tui.util.safety import redact_env
+from tunedeck.util.safety import redact_env
 
 #: ``client.where`` of a result whose client reached the server through an SSH port forward
 VIA_SSH = "local-via-ssh"

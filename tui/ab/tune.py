@@ -1,11 +1,11 @@
 """A tuning campaign: which of many configurations serves the most users within the SLO.
 
-For every candidate (a profile resolved into a command, :class:`~tui.ab.ops.ProfileInfo`),
-through the same :class:`~tui.ab.ops.ServerOps` an A/B uses::
+For every candidate (a profile resolved into a command, :class:`~tunedeck.ab.ops.ProfileInfo`),
+through the same :class:`~tunedeck.ab.ops.ServerOps` an A/B uses::
 
     stop what runs (asked first, by the laptop) -> launch -> wait ready (start-up time and
     phases; a failed start is diagnosed by the tracker and is a finding, the campaign goes on)
-    -> capacity at the SLO (tui.ab.capacity.find_capacity: one benchmark level per step) -> stop
+    -> capacity at the SLO (tunedeck.ab.capacity.find_capacity: one benchmark level per step) -> stop
 
 **Rounds (successive halving).** Round 1 measures every candidate once, in order. After a
 round the measured candidates are ranked (capacity at the SLO, then output tok/s at capacity,
@@ -34,12 +34,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple
 
-from tui.ab.capacity import CapacityStep, find_capacity, parse_slo
-from tui.ab.events import ABEvent
-from tui.ab.journal import Journal
-from tui.ab.ops import LaunchHandle, ProfileInfo, ServerOps, StopResult
-from tui.ab.plan import Plan, PlanLevel
-from tui.ab.tuneresult import (
+from tunedeck.ab.capacity import CapacityStep, find_capacity, parse_slo
+from tunedeck.ab.events import ABEvent
+from tunedeck.ab.journal import Journal
+from tunedeck.ab.ops import LaunchHandle, ProfileInfo, ServerOps, StopResult
+from tunedeck.ab.plan import Plan, PlanLevel
+from tunedeck.ab.tuneresult import (
     DEFAULT_NOISE_PCT,
     DROPPED,
     FAILED,

@@ -27,8 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from tui.ab.capacity import SloTerm, parse_slo
-from tui.ab.tune import Workload
+from tunedeck.ab.capacity import SloTerm, parse_slo
+from tunedeck.ab.tune import Workload
 
 #: a level's own cost beyond its requests: the client's workers start, the summary is written (s)
 LEVEL_OVERHEAD_S = 1.0

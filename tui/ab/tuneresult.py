@@ -1,4 +1,4 @@
-"""A tuning campaign's candidates and its result (:mod:`tui.ab.tune` runs the campaign).
+"""A tuning campaign's candidates and its result (:mod:`tunedeck.ab.tune` runs the campaign).
 
 :class:`Cand` is a candidate as the runner keeps it (its state, measurements, launches and
 findings; JSON in the job's ``state.json``), :func:`build_report` the campaign's result
@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from tui.ab.capacity import CapacityResult, parse_slo, slo_excess
-from tui.ab.confdiff import config_diff
-from tui.ab.ops import ProfileInfo
-from tui.util.safety import redact_argv, redact_env
+from tunedeck.ab.capacity import CapacityResult, parse_slo, slo_excess
+from tunedeck.ab.confdiff import config_diff
+from tunedeck.ab.ops import ProfileInfo
+from tunedeck.util.safety import redact_argv, redact_env
 
 #: the noise band (%) when a candidate's own measurements say less: the capacity search's
 #: bisection stops within ~10 % of the capacity

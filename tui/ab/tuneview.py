@@ -1,7 +1,7 @@
 """A tuning campaign as the dashboard shows it: every candidate's state and the step being
 measured, the best so far, an ETA and the Pareto frontier, folded from the campaign's events
-(:class:`~tui.ab.events.ABEvent`, as :mod:`tui.ab.tune` emits them) and, at the end, its report.
-The ETA is the round's rest at the campaign's pace (:mod:`tui.ab.tuneeta`): the estimate's
+(:class:`~tunedeck.ab.events.ABEvent`, as :mod:`tunedeck.ab.tune` emits them) and, at the end, its report.
+The ETA is the round's rest at the campaign's pace (:mod:`tunedeck.ab.tuneeta`): the estimate's
 parts, each replaced by its measured mean as the events show it (start-ups, levels, stops).
 
 :class:`TuneProgress` takes the events; :meth:`TuneProgress.snapshot` is an immutable
@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from tui.ab.events import ABEvent
-from tui.ab.tuneeta import Doing, Pace, measured, round_left_s
-from tui.ab.tuneresult import pareto
+from tunedeck.ab.events import ABEvent
+from tunedeck.ab.tuneeta import Doing, Pace, measured, round_left_s
+from tunedeck.ab.tuneresult import pareto
 
 QUEUED, STARTING, MEASURING, DONE, FAILED, DROPPED, SKIPPED = (
     "queued",
@@ -244,7 +244,7 @@ class TuneProgress:
         self._frontier()
 
     def _clock(self, c: _Cand, ev: ABEvent) -> None:
-        """Where the candidate is in time, and the parts it measured (:mod:`tui.ab.tuneeta`): its
+        """Where the candidate is in time, and the parts it measured (:mod:`tunedeck.ab.tuneeta`): its
         start-up (launch to ready), each level (start to done), its levels after C=1 and its stop
         (its last level to its end)."""
         kind, t = ev.kind, ev.time

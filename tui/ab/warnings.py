@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from tui.ab.confdiff import parse_flags
-from tui.ab.sides import VIA_SSH, Side, summary_number
+from tunedeck.ab.confdiff import parse_flags
+from tunedeck.ab.sides import VIA_SSH, Side, summary_number
 
 #: the workload a result without a ``workload`` key ran (every result before workloads existed)
 DEFAULT_WORKLOAD = "random"

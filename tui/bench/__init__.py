@@ -2,13 +2,13 @@
 
 The engine (:data:`ENGINE_MODULES`) needs only the standard library and
 Python >= 3.9, so it can run on a GPU host with that host's interpreter
-(uvloop is used when present). The CLI (``tui.commands.bench``) and the
+(uvloop is used when present). The CLI (``tunedeck.commands.bench``) and the
 UI around it run on the laptop.
 
 Running it from other code::
 
-    from tui.bench.runner import BenchConfig, NotReady, run_benchmark
-    from tui.util.aio import run_async
+    from tunedeck.bench.runner import BenchConfig, NotReady, run_benchmark
+    from tunedeck.util.aio import run_async
 
     summaries = run_async(run_benchmark(
         BenchConfig(url="http://127.0.0.1:8000", concurrency=[1, 32], input_len=512, output_len=256),
@@ -19,43 +19,43 @@ Running it from other code::
     ))
 
 ``run_benchmark`` raises ValueError for a bad setting (one line naming it)
-and :class:`~tui.bench.config.NotReady` when the server does not answer in
+and :class:`~tunedeck.bench.config.NotReady` when the server does not answer in
 ``ready_timeout``; cancelling it writes a ``partial`` summary. Each level
 writes ``<results_dir>/<run_id>/`` with ``meta.json``, ``samples.jsonl``,
 ``summary.json`` and ``.lock``. Events are plain dicts; their typed view and
-the one parser of a progress line is :class:`tui.bench.records.BenchEvent`.
+the one parser of a progress line is :class:`tunedeck.bench.records.BenchEvent`.
 """
 
 #: The modules a benchmark run imports, relative to the ``tunedeck`` package's folder (tui/ in the
 #: repository; standard library only).
 ENGINE_MODULES = (
-    "tui/__init__.py",
-    "tui/bench/__init__.py",
-    "tui/bench/http.py",
-    "tui/bench/httpcore.py",
-    "tui/bench/httppool.py",
-    "tui/bench/httpresponse.py",
-    "tui/bench/sse.py",
-    "tui/bench/records.py",
-    "tui/bench/client.py",
-    "tui/bench/counters.py",
-    "tui/bench/metrics.py",
-    "tui/bench/config.py",
-    "tui/bench/prompts.py",
-    "tui/bench/workloads/__init__.py",
-    "tui/bench/workloads/base.py",
-    "tui/bench/workloads/datasets.py",
-    "tui/bench/workloads/synthetic.py",
-    "tui/bench/health.py",
-    "tui/bench/dispatch.py",
-    "tui/bench/levels.py",
-    "tui/bench/fanout.py",
-    "tui/bench/runner.py",
-    "tui/bench/store.py",
-    "tui/bench/worker.py",
-    "tui/util/__init__.py",
-    "tui/util/aio.py",
-    "tui/util/files.py",
-    "tui/util/http.py",
-    "tui/util/safety.py",
+    "__init__.py",
+    "bench/__init__.py",
+    "bench/http.py",
+    "bench/httpcore.py",
+    "bench/httppool.py",
+    "bench/httpresponse.py",
+    "bench/sse.py",
+    "bench/records.py",
+    "bench/client.py",
+    "bench/counters.py",
+    "bench/metrics.py",
+    "bench/config.py",
+    "bench/prompts.py",
+    "bench/workloads/__init__.py",
+    "bench/workloads/base.py",
+    "bench/workloads/datasets.py",
+    "bench/workloads/synthetic.py",
+    "bench/health.py",
+    "bench/dispatch.py",
+    "bench/levels.py",
+    "bench/fanout.py",
+    "bench/runner.py",
+    "bench/store.py",
+    "bench/worker.py",
+    "util/__init__.py",
+    "util/aio.py",
+    "util/files.py",
+    "util/http.py",
+    "util/safety.py",
 )

@@ -2,8 +2,8 @@
 
 Per-request records (:func:`stream_request`) follow benchmark-metrics.md §1
 and §5; a request never raises (except ``CancelledError``, after its partial
-record was handed to ``on_partial``). The transport is :mod:`tui.bench.http`
-(every read timestamped on arrival), the stream parser :mod:`tui.bench.sse`.
+record was handed to ``on_partial``). The transport is :mod:`tunedeck.bench.http`
+(every read timestamped on arrival), the stream parser :mod:`tunedeck.bench.sse`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from tui.bench.http import DEFAULT_READ_TIMEOUT, HttpClient, Request, Written
-from tui.bench.httpcore import HTTPError, RemoteProtocolError
-from tui.bench.httpresponse import Response
-from tui.bench.sse import SSEParser
+from tunedeck.bench.http import DEFAULT_READ_TIMEOUT, HttpClient, Request, Written
+from tunedeck.bench.httpcore import HTTPError, RemoteProtocolError
+from tunedeck.bench.httpresponse import Response
+from tunedeck.bench.sse import SSEParser
 
 __all__ = [
     "DEFAULT_READ_TIMEOUT",
@@ -84,7 +84,7 @@ def make_client(
 
 
 #: requests that start writing per event-loop iteration in a benchmark (see HttpClient.send_turn),
-#: and scheduled requests written per check of the gate (tui.bench.dispatch.EagerDispatch)
+#: and scheduled requests written per check of the gate (tunedeck.bench.dispatch.EagerDispatch)
 SENDS_PER_TICK = 4
 
 

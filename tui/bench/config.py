@@ -8,12 +8,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from tui.bench import metrics
-from tui.bench.client import (
+from tunedeck.bench import metrics
+from tunedeck.bench.client import (
     DEFAULT_READ_TIMEOUT,
 )
-from tui.bench.httpcore import InvalidURL, base_url, split_url
-from tui.bench.workloads import SIZED_SOURCES, SOURCES, WorkloadSpec, with_lengths
+from tunedeck.bench.httpcore import InvalidURL, base_url, split_url
+from tunedeck.bench.workloads import SIZED_SOURCES, SOURCES, WorkloadSpec, with_lengths
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class BenchConfig:
     request_deadline: Optional[float] = None
     ready_timeout: float = 120.0
     workers: int = 1
-    #: the HTTP client (one: tui.bench.http); kept so older callers passing "lean" still work
+    #: the HTTP client (one: tunedeck.bench.http); kept so older callers passing "lean" still work
     transport: str = "lean"
     label: Optional[str] = None
     progress_samples: bool = False

@@ -38,8 +38,8 @@ import logging
 import math
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from tui.bench.http import HttpClient
-from tui.bench.httpcore import HTTPError, base_url
+from tunedeck.bench.http import HttpClient
+from tunedeck.bench.httpcore import HTTPError, base_url
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 A request that falls due is written at once by whichever callback notices first: the read of any
 stream (``Conn.data_received``), any stream handing over its next batch
 (``Response.next_batch``), or the dispatcher's own wake-up (:func:`sleep_until`). Those check the
-client's :class:`~tui.bench.httppool.Gate`, one float comparison each. Left to the dispatcher's
+client's :class:`~tunedeck.bench.httppool.Gate`, one float comparison each. Left to the dispatcher's
 own turn, a due request would wait behind every stream's tokens of a decode step (the engines emit
 a step's tokens for all running requests at once, and one loop iteration parses them all), and
 then for its own task's first step, one iteration later: whole same-millisecond bursts would go
@@ -23,8 +23,8 @@ import logging
 import time
 from typing import Callable, Optional, Sequence
 
-from tui.bench.http import HttpClient, Request, Written
-from tui.util.aio import cancel_and_wait
+from tunedeck.bench.http import HttpClient, Request, Written
+from tunedeck.util.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

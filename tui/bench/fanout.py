@@ -1,4 +1,4 @@
-"""One benchmark level fanned out over worker processes (``python -m tui.bench.worker`` runs the
+"""One benchmark level fanned out over worker processes (``python -m tunedeck.bench.worker`` runs the
 other side): each worker gets its share of the users as a job line, says when it is ready, starts at
 one shared t0, and streams its samples, ticks and end report back as JSON lines."""
 
@@ -14,16 +14,16 @@ import time
 from dataclasses import asdict
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
-from tui.bench.client import EndpointConfig, RequestSpec
-from tui.bench.config import BenchConfig
-from tui.bench.health import client_health
-from tui.bench.levels import Progress, connect_stats, preconnect_count
+from tunedeck.bench.client import EndpointConfig, RequestSpec
+from tunedeck.bench.config import BenchConfig
+from tunedeck.bench.health import client_health
+from tunedeck.bench.levels import Progress, connect_stats, preconnect_count
 
 _pc = time.perf_counter
 
 
 def _package_root() -> str:
-    """The folder (or zip archive) that holds the ``tui`` package."""
+    """The folder (or zip archive) that holds the ``tunedeck`` package."""
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -33,7 +33,7 @@ def worker_argv() -> List[str]:
     No PYTHONPATH needed, so it works from a zip archive and under ``python -I``.
     """
     code = (
-        "import sys; sys.path.insert(0, %r); from tui.bench.worker import main; raise SystemExit(main())"
+        "import sys; sys.path.insert(0, %r); from tunedeck.bench.worker import main; raise SystemExit(main())"
         % _package_root()
     )
     return [sys.executable] + (["-I"] if sys.flags.isolated else []) + ["-c", code]

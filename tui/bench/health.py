@@ -12,8 +12,8 @@ import os
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from tui.bench import metrics
-from tui.util.aio import cancel_and_wait
+from tunedeck.bench import metrics
+from tunedeck.util.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

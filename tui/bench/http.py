@@ -15,14 +15,14 @@ parsing. De-chunking happens later, per batch of reads
   per read;
 * ``http`` and ``https`` (``ssl`` from the standard library);
 * :meth:`HttpClient.write_now` writes a request on an idle connection without waiting, from any
-  callback (the scheduled sends the pool's :class:`~tui.bench.httppool.Gate` fires);
+  callback (the scheduled sends the pool's :class:`~tunedeck.bench.httppool.Gate` fires);
   :meth:`HttpClient.send` then reads its response.
 
-Errors are :class:`~tui.bench.httpcore.HTTPError` subclasses whose class names
+Errors are :class:`~tunedeck.bench.httpcore.HTTPError` subclasses whose class names
 are the benchmark's error types (``ConnectError``, ``ReadTimeout``, ...).
 
-The parts: :mod:`tui.bench.httpcore` (errors, origins and URLs), :mod:`tui.bench.httppool`
-(connections and the pool), :mod:`tui.bench.httpresponse` (the response head, its framing and
+The parts: :mod:`tunedeck.bench.httpcore` (errors, origins and URLs), :mod:`tunedeck.bench.httppool`
+(connections and the pool), :mod:`tunedeck.bench.httpresponse` (the response head, its framing and
 body); here the requests, built ahead of time, and the client that sends them.
 """
 
@@ -33,9 +33,9 @@ import json
 import time
 from typing import Any, Dict, List, Mapping, Optional
 
-from tui.bench.httpcore import ConnectError, Origin, ReadTimeout, RemoteProtocolError, WriteTimeout, split_url
-from tui.bench.httppool import Conn, Gate, Pool
-from tui.bench.httpresponse import Response, body_framing, read_head
+from tunedeck.bench.httpcore import ConnectError, Origin, ReadTimeout, RemoteProtocolError, WriteTimeout, split_url
+from tunedeck.bench.httppool import Conn, Gate, Pool
+from tunedeck.bench.httpresponse import Response, body_framing, read_head
 
 _pc = time.perf_counter
 
@@ -102,7 +102,7 @@ class HttpClient:
 
     @property
     def gate(self) -> Gate:
-        """The gate every read of this client's connections checks (:class:`~tui.bench.httppool.Gate`)."""
+        """The gate every read of this client's connections checks (:class:`~tunedeck.bench.httppool.Gate`)."""
         return self._pool.gate
 
     @property
@@ -153,7 +153,7 @@ class HttpClient:
     # ---------------------------------------------------------------- sending
     def write_now(self, req: Request) -> Optional[Written]:
         """Write ``req`` on an idle connection to its origin at once (no await: callable from any
-        callback, such as a :class:`~tui.bench.httppool.Gate`'s); None when no idle connection
+        callback, such as a :class:`~tunedeck.bench.httppool.Gate`'s); None when no idle connection
         is ready (:meth:`write` opens one). :meth:`response` reads the answer."""
         pool = self._pool
         if pool.closed:

@@ -12,8 +12,8 @@ import ssl
 import time
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from tui.bench.httpcore import ConnectError, ConnectTimeout, HTTPError, Origin, Piece, ReadTimeout
-from tui.util.aio import cancel_and_wait
+from tunedeck.bench.httpcore import ConnectError, ConnectTimeout, HTTPError, Origin, Piece, ReadTimeout
+from tunedeck.util.aio import cancel_and_wait
 
 _pc = time.perf_counter
 
@@ -26,7 +26,7 @@ class Gate:
     """A moment the read path watches for, so that a scheduled send goes ahead of the reads.
 
     Every read that arrives (``Conn.data_received``) and every batch a response hands over
-    (:meth:`~tui.bench.httpresponse.Response.next_batch`) compares the time with :attr:`due`:
+    (:meth:`~tunedeck.bench.httpresponse.Response.next_batch`) compares the time with :attr:`due`:
     one float comparison while nothing is due. At or after it, :attr:`fire` is called with the
     time, synchronously, from that callback: an event loop iteration that processes a burst of
     reads (every stream's tokens of one decode step) no longer holds back a request that fell due

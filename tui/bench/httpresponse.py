@@ -9,9 +9,9 @@ import json
 import time
 from typing import Any, List, Optional, Tuple
 
-from tui.bench.httpcore import Piece, RemoteProtocolError, TimeoutException
-from tui.bench.httppool import Conn, Pool
-from tui.util.http import Dechunk
+from tunedeck.bench.httpcore import Piece, RemoteProtocolError, TimeoutException
+from tunedeck.bench.httppool import Conn, Pool
+from tunedeck.util.http import Dechunk
 
 HEAD_LIMIT = 65536
 
@@ -144,7 +144,7 @@ class Response:
 
         Raises :class:`RemoteProtocolError` when the peer closes before the body
         is complete and :class:`ReadTimeout` when the watchdog gave up on it.
-        The client's :class:`~tui.bench.httppool.Gate` is checked first: a loop iteration that
+        The client's :class:`~tunedeck.bench.httppool.Gate` is checked first: a loop iteration that
         hands many streams their batches lets a due send go between two of them.
         """
         g = self._gate

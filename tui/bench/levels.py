@@ -1,5 +1,5 @@
 """Driving one level of a benchmark: warmup, the closed or open loop, progress ticks, in this
-process (fanned out over worker processes: :mod:`tui.bench.fanout`)."""
+process (fanned out over worker processes: :mod:`tunedeck.bench.fanout`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import math
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from tui.bench import metrics
-from tui.bench.client import (
+from tunedeck.bench import metrics
+from tunedeck.bench.client import (
     EndpointConfig,
     Live,
     RequestSpec,
@@ -20,12 +20,12 @@ from tui.bench.client import (
     quiet_gc,
     stream_request,
 )
-from tui.bench.config import BenchConfig
-from tui.bench.dispatch import EagerDispatch, sleep_until
-from tui.bench.health import ClientMonitor, client_health
-from tui.bench.http import HttpClient, Request, Written
-from tui.bench.prompts import arrival_offsets, make_prompts
-from tui.util.aio import cancel_and_wait
+from tunedeck.bench.config import BenchConfig
+from tunedeck.bench.dispatch import EagerDispatch, sleep_until
+from tunedeck.bench.health import ClientMonitor, client_health
+from tunedeck.bench.http import HttpClient, Request, Written
+from tunedeck.bench.prompts import arrival_offsets, make_prompts
+from tunedeck.util.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ async def drive(
     finite ``rate``; both record each request's scheduled and actual send
     time and the dispatcher's lateness. Without a cap each request is written
     the moment it falls due, by whichever read notices first
-    (:class:`~tui.bench.dispatch.EagerDispatch`). Specs carrying ``session``
+    (:class:`~tunedeck.bench.dispatch.EagerDispatch`). Specs carrying ``session``
     are conversations (:func:`_converse`).
     """
     at = schedule_of(specs)

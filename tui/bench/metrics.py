@@ -16,8 +16,8 @@ import math
 from collections import Counter
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from tui.bench.counters import format_server_counters
-from tui.bench.workloads import describe as describe_workload
+from tunedeck.bench.counters import format_server_counters
+from tunedeck.bench.workloads import describe as describe_workload
 
 #: Latency metrics with their printed names and section headers (vLLM's order).
 METRICS: tuple[tuple[str, str, str], ...] = (
@@ -585,7 +585,7 @@ def format_extras(summary: Mapping[str, Any]) -> str:
 
 def format_validity(found: Any) -> List[str]:
     """``validity: valid`` or ``validity: [rules]`` and one line per finding with its evidence
-    (:mod:`tui.hostside.validity`); nothing for a result that was not checked."""
+    (:mod:`tunedeck.hostside.validity`); nothing for a result that was not checked."""
     if not isinstance(found, list):
         return []
     if not found:

@@ -10,11 +10,11 @@ import random
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from tui.bench.client import (
+from tunedeck.bench.client import (
     RequestSpec,
 )
-from tui.bench.http import HttpClient
-from tui.bench.httpcore import HTTPError, base_url
+from tunedeck.bench.http import HttpClient
+from tunedeck.bench.httpcore import HTTPError, base_url
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ prompts, serializing the requests, GC settings and opening the connections
 reported separately). Samples go to a writer thread, so no disk I/O runs on
 the event loop while timing.
 
-Prompts come from the workload source (:mod:`tui.bench.workloads`, chosen by
+Prompts come from the workload source (:mod:`tunedeck.bench.workloads`, chosen by
 ``cfg.workload``; docs/workloads.md), built for every level once the server
 answers ``/v1/models`` and before any request is sent, so a bad workload stops
 the run with one line. Requests that would not fit the context limit are skipped
@@ -35,7 +35,7 @@ counted in the summary. Each level's meta and summary record the workload
 (name, options, sha256 of the prompt set) and the lengths sent.
 
 Progress: ``emit`` receives plain dicts (the JSON shape of
-:class:`tui.bench.records.BenchEvent`): ``waiting``, ``start``,
+:class:`tunedeck.bench.records.BenchEvent`): ``waiting``, ``start``,
 ``level_start``, ``connected``, ``tick`` (once per second), ``sample`` (per
 request, when asked), ``level_done``, ``done``.
 
@@ -44,7 +44,7 @@ Client health: each process measures its own CPU time
 and steal (``/proc/loadavg``, ``/proc/stat``). ``client_bound``: the client
 itself was the limit; ``machine_busy``: other load on the machine delayed it.
 ``workers > 1`` runs the requests in that many processes
-(``python -m tui.bench.worker``); ``perf_counter`` is CLOCK_MONOTONIC on
+(``python -m tunedeck.bench.worker``); ``perf_counter`` is CLOCK_MONOTONIC on
 Linux, so their timestamps share one clock.
 """
 
@@ -61,25 +61,25 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Union
 from urllib.parse import urlsplit
 
-from tui.bench.client import (
+from tunedeck.bench.client import (
     EndpointConfig,
     make_client,
     prepare,
 )
-from tui.bench.config import BenchConfig, NotReady
-from tui.bench.counters import Snapshot, level_figures, read_counters
-from tui.bench.fanout import run_level_workers
-from tui.bench.http import HttpClient
-from tui.bench.httpcore import HTTPError, base_url
-from tui.bench.levels import (
+from tunedeck.bench.config import BenchConfig, NotReady
+from tunedeck.bench.counters import Snapshot, level_figures, read_counters
+from tunedeck.bench.fanout import run_level_workers
+from tunedeck.bench.http import HttpClient
+from tunedeck.bench.httpcore import HTTPError, base_url
+from tunedeck.bench.levels import (
     Progress,
     connect_stats,
     preconnect_count,
     run_level_inproc,
     warmup,
 )
-from tui.bench.prompts import calibrate_prompts
-from tui.bench.workloads import Workload, WorkloadSpec, build_workload, length_distributions, prompt_set_sha256
+from tunedeck.bench.prompts import calibrate_prompts
+from tunedeck.bench.workloads import Workload, WorkloadSpec, build_workload, length_distributions, prompt_set_sha256
 
 log = logging.getLogger(__name__)
 
@@ -227,10 +227,10 @@ async def run_benchmark(
     ValueError naming it, before anything is sent. Cancelling (Ctrl-C)
     keeps every finished or partial sample and writes a ``partial`` summary.
     ``emit`` receives each progress event as a plain dict (JSON-ready; see
-    :class:`tui.bench.records.BenchEvent`). ``results_dir``: where run folders
+    :class:`tunedeck.bench.records.BenchEvent`). ``results_dir``: where run folders
     go (default ``data_dir()/results``).
     """
-    from tui.bench.store import RunWriter, finite, new_run_id, summarize
+    from tunedeck.bench.store import RunWriter, finite, new_run_id, summarize
 
     cfg.validate()
     emit = emit or (lambda _m: None)

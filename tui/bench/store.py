@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
-from tui.bench import metrics
-from tui.bench.counters import FIGURE_KEYS
-from tui.bench.workloads import measured_lengths, workload_of
-from tui.util.files import JsonlAppender, atomic_write_json, atomic_write_text, read_jsonl, remove_stale_temps
-from tui.util.safety import redact_env
+from tunedeck.bench import metrics
+from tunedeck.bench.counters import FIGURE_KEYS
+from tunedeck.bench.workloads import measured_lengths, workload_of
+from tunedeck.util.files import JsonlAppender, atomic_write_json, atomic_write_text, read_jsonl, remove_stale_temps
+from tunedeck.util.safety import redact_env
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class StoreError(Exception):
 
 
 def results_dir() -> Path:
-    from tui.util.paths import data_dir  # imported here: a run with an explicit folder never needs it
+    from tunedeck.util.paths import data_dir  # imported here: a run with an explicit folder never needs it
 
     return data_dir() / "results"
 
@@ -358,7 +358,7 @@ def summarize(
     res["sweep_id"] = meta.get("sweep_id")
     res["partial"] = partial
     res["params"] = dict(p)
-    # the server's own counters over the level (tui.bench.counters); null where it did not say
+    # the server's own counters over the level (tunedeck.bench.counters); null where it did not say
     sc = meta.get("server_counters")
     sc = sc if isinstance(sc, Mapping) else {}
     for k in FIGURE_KEYS:

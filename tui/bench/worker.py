@@ -1,4 +1,4 @@
-"""One benchmark worker process (``python -m tui.bench.worker``), started by the runner.
+"""One benchmark worker process (``python -m tunedeck.bench.worker``), started by the runner.
 
 Protocol on stdin/stdout (JSON lines):
 
@@ -27,11 +27,11 @@ import sys
 import time
 from typing import Any, Dict, Optional
 
-from tui.bench.client import EndpointConfig, Live, RequestSpec, make_client, prepare, quiet_gc
-from tui.bench.config import BenchConfig, auth_headers
-from tui.bench.health import ClientMonitor
-from tui.bench.levels import drive, warmup
-from tui.util.aio import run_async
+from tunedeck.bench.client import EndpointConfig, Live, RequestSpec, make_client, prepare, quiet_gc
+from tunedeck.bench.config import BenchConfig, auth_headers
+from tunedeck.bench.health import ClientMonitor
+from tunedeck.bench.levels import drive, warmup
+from tunedeck.util.aio import run_async
 
 _pc = time.perf_counter
 
@@ -41,7 +41,7 @@ ORPHANED = 3
 
 def _orphaned() -> None:
     try:
-        sys.stderr.write("tui.bench.worker: parent process gone (stdin closed); exiting\n")
+        sys.stderr.write("tunedeck.bench.worker: parent process gone (stdin closed); exiting\n")
         sys.stderr.flush()
     finally:
         os._exit(ORPHANED)

@@ -1,15 +1,15 @@
 """Deployment collector: every member of a multi-node deployment followed at once.
 
-One :class:`~tui.hostops.hosts.Host` per node (the deployment's host factory: one SSH
+One :class:`~tunedeck.hostops.hosts.Host` per node (the deployment's host factory: one SSH
 connection per node, shared by that node's members). Each member's log is followed from a
-byte offset with :func:`~tui.hostops.logfollow.follow_forever` (a lost link resumes where it
+byte offset with :func:`~tunedeck.hostops.logfollow.follow_forever` (a lost link resumes where it
 stopped: nothing is read twice), and the same bytes feed the member's
-:class:`~tui.hostops.tracker.StartupTracker`, whose probe loop checks liveness (and
+:class:`~tunedeck.hostops.tracker.StartupTracker`, whose probe loop checks liveness (and
 ``/health`` on the serving member). :meth:`DeploymentCollector.sample` is cheap and local: it
 drains the lines that arrived since the previous sample (a bounded buffer: the oldest are
 dropped, and counted, when nobody drains it) and returns a frozen :class:`DeploymentSnapshot`
-with every member's :class:`~tui.services.deploy.MemberState` and the deployment's
-:func:`~tui.services.deploy.triage` verdict. The caller chains samples (the next starts after
+with every member's :class:`~tunedeck.services.deploy.MemberState` and the deployment's
+:func:`~tunedeck.services.deploy.triage` verdict. The caller chains samples (the next starts after
 the previous one ended).
 """
 
@@ -22,11 +22,11 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.logfollow import LineSplitter, follow_forever, link_lost_text
-from tui.hostops.runstore import FAILED, READY, STARTING, WORKER_UP, RunStore
-from tui.hostops.tracker import STALLED, StartupTracker
-from tui.services import deploy as D
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.logfollow import LineSplitter, follow_forever, link_lost_text
+from tunedeck.hostops.runstore import FAILED, READY, STARTING, WORKER_UP, RunStore
+from tunedeck.hostops.tracker import STALLED, StartupTracker
+from tunedeck.services import deploy as D
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ class DeploymentCollector:
         )
 
     def _workers_up(self) -> set[str]:
-        """The run ids of the workers whose own start-up has ended (:func:`~tui.services.deploy.worker_start_ended`),
+        """The run ids of the workers whose own start-up has ended (:func:`~tunedeck.services.deploy.worker_start_ended`),
         the head being ready: from each worker's log as its tracker parsed it, and how long its log
         has been quiet since the head became ready."""
         now = time.time()
@@ -271,7 +271,7 @@ class DeploymentCollector:
     async def stop(
         self, *, grace: float = 30.0, gpu_wait: float = 60.0
     ) -> tuple[list[D.MemberStop], dict[str, bool | None]]:
-        """Stop the whole deployment (:func:`tui.services.deploy.stop`) over the same connections."""
+        """Stop the whole deployment (:func:`tunedeck.services.deploy.stop`) over the same connections."""
         for f in self.follows:
             f.tracker.mark_stopping()
         try:

@@ -22,12 +22,12 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import tomllib
 
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.target import parse_target
-from tui.model import DeploymentSummary, StatusSnapshot
-from tui.services.runtime import RuntimeUnavailable
-from tui.services.targets import get_host
-from tui.util.safety import UnsafeInput
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.target import parse_target
+from tunedeck.model import DeploymentSummary, StatusSnapshot
+from tunedeck.services.runtime import RuntimeUnavailable
+from tunedeck.services.targets import get_host
+from tunedeck.util.safety import UnsafeInput
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def is_group(item: str) -> bool:
 
 def load_groups(path: Path | None = None) -> dict[str, tuple[str, ...]]:
     """``{name: (target, …)}`` from the config file's ``[groups]`` ({} when there is none)."""
-    from tui.util.paths import config_file
+    from tunedeck.util.paths import config_file
 
     path = path or config_file()
     if path is None or not path.is_file():
@@ -88,7 +88,7 @@ def expand_targets(items: Sequence[str], groups: Mapping[str, Sequence[str]] | N
                 groups = load_groups()
             name = item[1:]
             if name not in groups:
-                from tui.util.paths import config_file
+                from tunedeck.util.paths import config_file
 
                 where = config_file()
                 known = ", ".join(sorted(groups)) or "none"
@@ -115,7 +115,7 @@ class FleetMember:
 
     target: str
     host: Host | None
-    sources: Any  # tui.collectors.sources.Sources
+    sources: Any  # tunedeck.collectors.sources.Sources
 
 
 def fleet_members(
@@ -126,7 +126,7 @@ def fleet_members(
     sim: bool = False,
 ) -> list[FleetMember]:
     """A member per target: no connection is made yet (each connects in its own poll loop)."""
-    from tui.collectors.sources import default_sources
+    from tunedeck.collectors.sources import default_sources
 
     out = []
     for t in targets:
@@ -163,7 +163,7 @@ async def host_status(
 
     A host that refuses or cannot be reached (unreachable, auth, host key) is an entry with
     its error, as is one that does not answer within ``timeout`` seconds."""
-    from tui.collectors.status import collect_status
+    from tunedeck.collectors.status import collect_status
 
     try:
         host = (make_host or get_host)(target)
@@ -176,7 +176,7 @@ async def host_status(
         if connect is not None:
             await asyncio.wait_for(connect(), timeout)
         if sim:
-            from tui.services import runtime
+            from tunedeck.services import runtime
 
             await asyncio.wait_for(runtime.ensure_sim(host), timeout)  # its simulated GPUs
         snap = await asyncio.wait_for(collect_status(host, servers), timeout)
@@ -218,7 +218,7 @@ async def fleet_status(
 def fleet_json(entries: Sequence[FleetStatus]) -> dict[str, Any]:
     """``{"hosts": [...]}``: each host's usual ``status --json`` object, or
     ``{"target": T, "error": {"kind": K, "message": M}}`` for a host that did not answer."""
-    from tui.collectors.status import status_json
+    from tunedeck.collectors.status import status_json
 
     hosts: list[dict[str, Any]] = []
     for e in entries:
@@ -244,7 +244,7 @@ def _same_host(a: str, b: str) -> bool:
 def deployments_on(targets: Sequence[str], store: Any = None) -> tuple[DeploymentSummary, ...]:
     """The deployments of this machine's records (not stopped) with a node among ``targets``,
     newest first. Reads local files: call it off the event loop."""
-    from tui.services.deploy import DeploymentStore
+    from tunedeck.services.deploy import DeploymentStore
 
     out = []
     for rec in (store or DeploymentStore()).all():

@@ -1,6 +1,6 @@
 """GPU collector: one long-lived ``nvidia-smi -lms`` stream per host.
 
-:meth:`GpuCollector.stream` yields a :class:`~tui.model.GpuStatus` per
+:meth:`GpuCollector.stream` yields a :class:`~tunedeck.model.GpuStatus` per
 block of query lines (one line per GPU). It never spawns a process per poll:
 the query runs as one ``nvidia-smi --query-gpu=… -lms N`` under
 ``timeout`` on the host (so it cannot outlive a lost link for long and is
@@ -21,7 +21,7 @@ import contextlib
 import time
 from typing import Any, AsyncGenerator, Sequence
 
-from tui.collectors.smi import (
+from tunedeck.collectors.smi import (
     QUERY_APPS_FIELDS,
     QUERY_GPU_FIELDS,
     STATE_LABELS,
@@ -31,11 +31,11 @@ from tui.collectors.smi import (
     parse_gpu_line,
     parse_query_gpu,
 )
-from tui.hostops.hosts import ByteStream, Host, HostError
-from tui.model import GpuProcess, GpuSnapshot, GpuStatus
-from tui.util.aio import cancel_and_wait
-from tui.util.retry import Backoff
-from tui.util.safety import visible
+from tunedeck.hostops.hosts import ByteStream, Host, HostError
+from tunedeck.model import GpuProcess, GpuSnapshot, GpuStatus
+from tunedeck.util.aio import cancel_and_wait
+from tunedeck.util.retry import Backoff
+from tunedeck.util.safety import visible
 
 NVIDIA_SMI = "nvidia-smi"
 

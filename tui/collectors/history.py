@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 from typing import Deque
 
-from tui.model import NA, GpuStatus, Num
+from tunedeck.model import NA, GpuStatus, Num
 
 
 class GpuHistory:

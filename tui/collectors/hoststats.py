@@ -6,7 +6,7 @@ runs ONE constant ``/bin/sh -s`` script per sample that reads ``/proc/stat``,
 comes from the delta between two consecutive samples, so the first sample
 has ``cpu_percent = NA``.
 
-:meth:`HostCollector.sample` raises :class:`~tui.hostops.hosts.HostError`
+:meth:`HostCollector.sample` raises :class:`~tunedeck.hostops.hosts.HostError`
 when the host cannot be read (the UI shows it as the host state).
 """
 
@@ -17,8 +17,8 @@ import socket
 import time
 from typing import Any
 
-from tui.hostops.hosts import Host, HostError
-from tui.model import NA, HostStats, Num
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.model import NA, HostStats, Num
 
 #: The remote probe (constant text, sent on stdin).
 PROC_SCRIPT = r"""

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from tui.util.safety import safe_line
+from tunedeck.util.safety import safe_line
 
 Labels = tuple[tuple[str, str], ...]
 

@@ -1,10 +1,10 @@
 """The status collectors over the host sampler: no command per poll on the GPU host.
 
 :class:`SampledGpu`, :class:`SampledHost` and :class:`SampledServers` read what
-the one sampler process of a host (:class:`tui.services.sampler.HostSampler`)
+the one sampler process of a host (:class:`tunedeck.services.sampler.HostSampler`)
 streams, and turn it into the same snapshots as the per-command collectors
-(:class:`~tui.collectors.gpu.GpuCollector`, :class:`~tui.collectors.hoststats.HostCollector`,
-:class:`~tui.collectors.sources.WatchedServers`), with the same parsers. On a host without a
+(:class:`~tunedeck.collectors.gpu.GpuCollector`, :class:`~tunedeck.collectors.hoststats.HostCollector`,
+:class:`~tunedeck.collectors.sources.WatchedServers`), with the same parsers. On a host without a
 usable Python (``state == "unavailable"``) each falls back to its per-command
 collector, built only then.
 """
@@ -15,14 +15,14 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, AsyncGenerator, Callable, Iterable
 
-from tui.collectors.servers import ServerCollector, ServerSpec, _Probe
-from tui.collectors.smi import classify_failure, join_processes, parse_compute_apps, parse_gpu_line
-from tui.hostops.hosts import Host, HostError
-from tui.model import NA, GpuProcess, GpuStatus, HostStats, ServerStats
-from tui.services.sampler import HostSampler
+from tunedeck.collectors.servers import ServerCollector, ServerSpec, _Probe
+from tunedeck.collectors.smi import classify_failure, join_processes, parse_compute_apps, parse_gpu_line
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.model import NA, GpuProcess, GpuStatus, HostStats, ServerStats
+from tunedeck.services.sampler import HostSampler
 
 if TYPE_CHECKING:
-    from tui.collectors.sources import GpuSource, HostSource, Sources, WatchedServers
+    from tunedeck.collectors.sources import GpuSource, HostSource, Sources, WatchedServers
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def gpu_status(msg: dict[str, Any], apps: dict[str, Any] | None) -> GpuStatus:
 
 
 class SampledGpu:
-    """A :class:`~tui.collectors.sources.GpuSource` over the sampler's GPU lines."""
+    """A :class:`~tunedeck.collectors.sources.GpuSource` over the sampler's GPU lines."""
 
     def __init__(self, sampler: HostSampler, fallback: Callable[[], GpuSource], *, watchdog: float = 15.0) -> None:
         self.sampler = sampler
@@ -93,7 +93,7 @@ class SampledGpu:
 
 
 class SampledHost:
-    """A :class:`~tui.collectors.sources.HostSource` over the sampler's ``/proc`` lines."""
+    """A :class:`~tunedeck.collectors.sources.HostSource` over the sampler's ``/proc`` lines."""
 
     def __init__(self, sampler: HostSampler, fallback: Callable[[], HostSource], *, timeout: float = 8.0) -> None:
         self.sampler = sampler
@@ -104,7 +104,7 @@ class SampledHost:
         self._prev: tuple[int, int] | None = None
 
     async def sample(self) -> HostStats:
-        from tui.collectors.hoststats import cpu_percent
+        from tunedeck.collectors.hoststats import cpu_percent
 
         s = self.sampler
         state = await s.wait_settled(self.timeout)
@@ -190,7 +190,7 @@ class _SampledServerCollector(ServerCollector):
 
 
 class SampledServers:
-    """A :class:`~tui.collectors.sources.ServerSource`: the servers of the live runs the sampler lists,
+    """A :class:`~tunedeck.collectors.sources.ServerSource`: the servers of the live runs the sampler lists,
     read on the host's loopback by the sampler, plus ``extra`` specs (given by URL, probed
     from here as before)."""
 
@@ -213,9 +213,9 @@ class SampledServers:
         self._runs_seq = -1
 
     async def sample(self) -> tuple[ServerStats, ...]:
-        from tui.collectors.status import servers_of_runs, settle_ended_runs
-        from tui.hostops.hostruns import HostRun
-        from tui.hostops.tracker import reconcile_servers
+        from tunedeck.collectors.status import servers_of_runs, settle_ended_runs
+        from tunedeck.hostops.hostruns import HostRun
+        from tunedeck.hostops.tracker import reconcile_servers
 
         s = self.sampler
         state = await s.wait_settled(self.timeout)
@@ -260,9 +260,9 @@ def sampled_sources(host: Host, *, interval: float = 1.0, servers: Iterable[Any]
     """The dashboard's sources for ``host`` over one :class:`HostSampler`; each falls back to
     its per-command collector when the host cannot run the sampler. ``sim``: a ``--sim``
     target (the sampler reads the simulated GPUs where the host has no nvidia-smi)."""
-    from tui.collectors.gpu import GpuCollector
-    from tui.collectors.hoststats import HostCollector
-    from tui.collectors.sources import Sources, WatchedServers
+    from tunedeck.collectors.gpu import GpuCollector
+    from tunedeck.collectors.hoststats import HostCollector
+    from tunedeck.collectors.sources import Sources, WatchedServers
 
     sampler = HostSampler(host, interval=interval, sim=sim)
     extra = tuple(servers)

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 from urllib.parse import urlsplit
 
-from tui.bench import http, httpcore
-from tui.collectors import prom
-from tui.hostops.hosts import Host, HostError
-from tui.model import NA, Num, ServerStats
-from tui.util.safety import safe_line
+from tunedeck.bench import http, httpcore
+from tunedeck.collectors import prom
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.model import NA, Num, ServerStats
+from tunedeck.util.safety import safe_line
 
 ENGINES = ("sglang", "vllm", "auto")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")

@@ -4,7 +4,7 @@ Covers the CSV query modes (``--query-gpu``/``--query-compute-apps`` with or
 without header and units), ``-L``, ``topo -m``, the default table view, and
 the failure modes (exit codes and their messages). A value the driver does
 not report (``[N/A]``, ``[Not Supported]``, ``N/A``, empty) becomes
-:data:`tui.model.NA`, never 0.
+:data:`tunedeck.model.NA`, never 0.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from tui.hostside.smiloop import APPS_FIELDS, GPU_FIELDS
-from tui.model import NA, GpuProcess, GpuSnapshot, Num
-from tui.util.safety import safe_line
+from tunedeck.hostside.smiloop import APPS_FIELDS, GPU_FIELDS
+from tunedeck.model import NA, GpuProcess, GpuSnapshot, Num
+from tunedeck.util.safety import safe_line
 
 #: The fields the GPU collector queries, in order: the host sampler's (one list for both).
 QUERY_GPU_FIELDS: tuple[str, ...] = GPU_FIELDS

@@ -1,8 +1,8 @@
 """What the dashboard polls: small protocols the app's workers drive.
 
-The real implementations are the collectors in :mod:`tui.collectors`
+The real implementations are the collectors in :mod:`tunedeck.collectors`
 (``GpuCollector``, ``HostCollector``, ``ServerCollector``); tests and the
-screenshot script inject scripted fakes through :func:`tui.ui.app.make_app`.
+screenshot script inject scripted fakes through :func:`tunedeck.ui.app.make_app`.
 No Textual here.
 """
 
@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncGenerator, Callable, Iterable, Protocol, runtime_checkable
 
-from tui.model import GpuStatus, HostStats, ServerStats
+from tunedeck.model import GpuStatus, HostStats, ServerStats
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tui.hostops.hosts import Host
+    from tunedeck.hostops.hosts import Host
 
 
 @runtime_checkable
@@ -53,15 +53,15 @@ BackoffFn = Callable[[int], float]
 
 
 class WatchedServers:
-    """A :class:`ServerSource` over ``tui.collectors.servers.ServerCollector``.
+    """A :class:`ServerSource` over ``tunedeck.collectors.servers.ServerCollector``.
 
     Watches the servers tunedeck knows on the host
-    (``tui.collectors.status.known_servers``: live run folders, re-read every
+    (``tunedeck.collectors.status.known_servers``: live run folders, re-read every
     ``refresh`` seconds) plus fixed ``extra`` specs (servers given by URL).
     """
 
     def __init__(self, host: "Host", extra: Iterable[Any] = (), *, refresh: float = 10.0) -> None:
-        from tui.collectors.servers import ServerCollector
+        from tunedeck.collectors.servers import ServerCollector
 
         self.host = host
         self.extra = tuple(extra)
@@ -71,8 +71,8 @@ class WatchedServers:
         self._next_recheck = 0.0
 
     async def _known(self) -> tuple[Any, ...]:
-        from tui.collectors.status import known_servers
-        from tui.hostops.hosts import HostError
+        from tunedeck.collectors.status import known_servers
+        from tunedeck.hostops.hosts import HostError
 
         try:
             return tuple(await known_servers(self.host))
@@ -89,7 +89,7 @@ class WatchedServers:
             await self._refresh(now)
         if not self.collector.specs:
             return ()
-        from tui.hostops.tracker import reconcile_servers
+        from tunedeck.hostops.tracker import reconcile_servers
 
         rows = await self.collector.sample()
         if any(r.run_id and r.state == "down" for r in rows) and now >= self._next_recheck:
@@ -114,7 +114,7 @@ def default_sources(host: "Host", *, interval: float = 1.0, servers: Iterable[An
     """The real collectors for ``host``: one ``nvidia-smi -lms`` stream, host figures
     (psutil locally, ``/proc`` over SSH) and the servers tunedeck knows there.
 
-    On a remote host all three read the host sampler (:mod:`tui.collectors.sampled`), unless
+    On a remote host all three read the host sampler (:mod:`tunedeck.collectors.sampled`), unless
     ``TUNEDECK_HOST_SAMPLER=off`` (the per-command collectors, e.g. to measure them).
 
     ``servers``: extra ``ServerSpec`` values to watch besides the ones tunedeck launched.
@@ -123,12 +123,12 @@ def default_sources(host: "Host", *, interval: float = 1.0, servers: Iterable[An
     """
     import os
 
-    from tui.collectors.gpu import GpuCollector
-    from tui.collectors.hoststats import HostCollector
+    from tunedeck.collectors.gpu import GpuCollector
+    from tunedeck.collectors.hoststats import HostCollector
 
     if (sim or not host.is_local) and os.environ.get("TUNEDECK_HOST_SAMPLER", "on") != "off":
         # one sampler process on the host, one channel; per-command polling only as its fallback
-        from tui.collectors.sampled import sampled_sources
+        from tunedeck.collectors.sampled import sampled_sources
 
         sources: Sources = sampled_sources(host, interval=interval, servers=servers, sim=sim)
         return sources

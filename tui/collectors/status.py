@@ -7,11 +7,11 @@ import logging
 import time
 from typing import Any, Iterable, Sequence
 
-from tui.collectors.gpu import GpuCollector
-from tui.collectors.hoststats import HostCollector
-from tui.collectors.servers import ServerCollector, ServerSpec
-from tui.hostops.hosts import Host, HostError
-from tui.model import GpuStatus, HostStats, ServerStats, StatusSnapshot, jsonable
+from tunedeck.collectors.gpu import GpuCollector
+from tunedeck.collectors.hoststats import HostCollector
+from tunedeck.collectors.servers import ServerCollector, ServerSpec
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.model import GpuStatus, HostStats, ServerStats, StatusSnapshot, jsonable
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ async def known_servers(host: Host) -> tuple[ServerSpec, ...]:
     The model comes from the local run record when there is one. A run whose process is gone
     while its record still says it lives is re-read first (:func:`settle_ended_runs`).
     """
-    from tui.hostops.hostruns import list_host_runs
+    from tunedeck.hostops.hostruns import list_host_runs
 
     runs = await list_host_runs(host)
     await settle_ended_runs(host, runs)
@@ -40,9 +40,9 @@ async def settle_ended_runs(host: Host, runs: Iterable[Any]) -> bool:
     its local record still says it is launching, starting or ready: it is settled from its own
     log (failed with its cause, the journal corrected), as ``tunedeck runs`` does, so a view that
     polls the host shows the death within one poll. True when a re-read was done."""
-    from tui.hostops.hosts import target_name
-    from tui.hostops.runstore import ENDED, RunStore
-    from tui.services.journal import reread_runs
+    from tunedeck.hostops.hosts import target_name
+    from tunedeck.hostops.runstore import ENDED, RunStore
+    from tunedeck.services.journal import reread_runs
 
     local = {rec.run_id: rec for rec in RunStore().all(target_name(host))}
     dead = [r.run_id for r in runs if not r.alive and r.run_id in local and local[r.run_id].status not in ENDED]
@@ -60,8 +60,8 @@ async def settle_ended_runs(host: Host, runs: Iterable[Any]) -> bool:
 def servers_of_runs(host: Host, runs: Iterable[Any], *, now: float | None = None) -> tuple[ServerSpec, ...]:
     """ServerSpecs of the live runs among ``runs`` (``HostRun`` values) that have a port, and of
     the runs that failed within :data:`RECENT_FAILURE_S` (unless a live run took their port)."""
-    from tui.hostops.hosts import target_name
-    from tui.hostops.runstore import FAILED, RunStore
+    from tunedeck.hostops.hosts import target_name
+    from tunedeck.hostops.runstore import FAILED, RunStore
 
     now = time.time() if now is None else now
     runs = list(runs)
@@ -140,7 +140,7 @@ async def collect_status(host: Host, servers: Iterable[ServerSpec] = (), *, cpu_
         specs = tuple(s for s in known if s.name not in names) + extra
         if not specs:
             return ()
-        from tui.hostops.tracker import reconcile_servers
+        from tunedeck.hostops.tracker import reconcile_servers
 
         async with ServerCollector(host, specs) as sc:
             return reconcile_servers(await sc.sample())

@@ -1,4 +1,4 @@
-"""CLI subcommands; each module's ``register(subparsers, common)`` adds one (see tui.cli)."""
+"""CLI subcommands; each module's ``register(subparsers, common)`` adds one (see tunedeck.cli)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class _HostAction(argparse.Action):
         namespace.host = values
 
 
-#: every subcommand: its name -> (its module under ``tui.commands``, its one-line help). ``tunedeck
+#: every subcommand: its name -> (its module under ``tunedeck.commands``, its one-line help). ``tunedeck
 #: --help`` lists these without importing any command, and a command line imports only the module
 #: of the command it names (tests/unit/test_cli_lazy.py checks that each module registers exactly
 #: this name and help).

@@ -11,7 +11,7 @@ import signal
 import sys
 from typing import Any
 
-from tui.commands._benchout import fail, printer, write_json
+from tunedeck.commands._benchout import fail, printer, write_json
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def outcome_words(code: int | None) -> str:
 
 def exit_code(run: Any) -> int:
     """The exit status for a followed benchmark, from what the host has (:attr:`BenchRun.outcome`)."""
-    from tui.services.benchrun import COMPLETE, LOST, PARTIAL
+    from tunedeck.services.benchrun import COMPLETE, LOST, PARTIAL
 
     ex = run.exit or {}
     rc = ex.get("rc")
@@ -61,7 +61,7 @@ def exit_code(run: Any) -> int:
 
 
 async def host_gpus(host: Any) -> list[str]:
-    from tui.hostops.hosts import HostError
+    from tunedeck.hostops.hosts import HostError
 
     try:
         r = await host.run(["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader"], timeout=10)
@@ -73,11 +73,11 @@ async def host_gpus(host: Any) -> list[str]:
 
 async def host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | None) -> int:
     """A benchmark on --host/--demo: start (or attach to / stop) it and follow it here."""
-    from tui.hostops.hosts import HostError
-    from tui.services import jobs, runtime
-    from tui.services.benchrun import HOST, BenchRun
-    from tui.services.targets import get_host
-    from tui.util.safety import UnsafeInput
+    from tunedeck.hostops.hosts import HostError
+    from tunedeck.services import jobs, runtime
+    from tunedeck.services.benchrun import HOST, BenchRun
+    from tunedeck.services.targets import get_host
+    from tunedeck.util.safety import UnsafeInput
 
     try:
         host = get_host(args.host, demo=args.demo)

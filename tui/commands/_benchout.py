@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from tui.util.files import atomic_write_text
+from tunedeck.util.files import atomic_write_text
 
 
 def fail(msg: str, code: int = 2) -> int:
@@ -25,10 +25,10 @@ def human(args: argparse.Namespace) -> TextIO:
 
 def printer(args: argparse.Namespace) -> tuple[Callable[[dict[str, Any]], None], set[Any]]:
     """The printer of a benchmark's events, and the run ids of the levels it has shown."""
-    from tui.bench import metrics
-    from tui.bench.workloads import workload_of
-    from tui.services.benchrun import TUNNEL_NOTE, measured_through_tunnel
-    from tui.util.safety import visible
+    from tunedeck.bench import metrics
+    from tunedeck.bench.workloads import workload_of
+    from tunedeck.services.benchrun import TUNNEL_NOTE, measured_through_tunnel
+    from tunedeck.util.safety import visible
 
     out = human(args)
     shown: set[Any] = set()

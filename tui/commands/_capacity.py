@@ -1,5 +1,5 @@
 """``tunedeck bench --capacity --slo …``: the highest concurrency whose level meets an SLO,
-searched with one closed-loop level of the benchmark per step (:mod:`tui.ab.capacity`), each step
+searched with one closed-loop level of the benchmark per step (:mod:`tunedeck.ab.capacity`), each step
 and the result told as it goes."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import argparse
 import math
 from typing import Any, Callable
 
-from tui.commands._argtypes import pos_int
-from tui.commands._benchout import human
+from tunedeck.commands._argtypes import pos_int
+from tunedeck.commands._benchout import human
 
 
 def add_capacity_options(p: argparse.ArgumentParser) -> None:
@@ -38,7 +38,7 @@ def add_capacity_options(p: argparse.ArgumentParser) -> None:
 
 def capacity_slo(args: argparse.Namespace) -> Any:
     """The SLO terms of ``--capacity --slo``; ValueError with one line when the options do not fit."""
-    from tui.ab.capacity import parse_slo
+    from tunedeck.ab.capacity import parse_slo
 
     if not args.capacity:
         raise ValueError("--slo is the target of --capacity: add --capacity (goodput targets are --goodput)")
@@ -55,11 +55,11 @@ def capacity_slo(args: argparse.Namespace) -> Any:
 
 
 async def search_capacity(args: argparse.Namespace, cfg: Any, slo: Any, run: Callable[[Any], Any]) -> Any:
-    """:func:`tui.ab.capacity.find_capacity` with one closed-loop level of ``cfg`` per step (``run``
+    """:func:`tunedeck.ab.capacity.find_capacity` with one closed-loop level of ``cfg`` per step (``run``
     benchmarks a config and returns its summaries); each step and the result are printed."""
     import dataclasses
 
-    from tui.ab.capacity import find_capacity
+    from tunedeck.ab.capacity import find_capacity
 
     out = human(args)
 

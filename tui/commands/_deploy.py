@@ -9,16 +9,16 @@ import sys
 import time
 from typing import Any
 
-from tui.commands._ask import confirm
-from tui.commands._runs import age, err
-from tui.fmt import text_table
-from tui.hostops.hosts import HostError
-from tui.hostops.runstop import process_alive
-from tui.hostops.runstore import RunStore
-from tui.model import jsonable
-from tui.profiles.model import ProfileError, ServerProfile
-from tui.services import deploy as D
-from tui.util.safety import visible
+from tunedeck.commands._ask import confirm
+from tunedeck.commands._runs import age, err
+from tunedeck.fmt import text_table
+from tunedeck.hostops.hosts import HostError
+from tunedeck.hostops.runstop import process_alive
+from tunedeck.hostops.runstore import RunStore
+from tunedeck.model import jsonable
+from tunedeck.profiles.model import ProfileError, ServerProfile
+from tunedeck.services import deploy as D
+from tunedeck.util.safety import visible
 
 
 def _print(obj: Any) -> None:
@@ -32,7 +32,7 @@ async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
     """``tunedeck launch NAME`` for a multi-node profile: pre-flight on every node, then every node
     started detached in the engine's order; ``--wait`` follows them all until ready or the first
     failure."""
-    from tui.profiles.deploy import build_deployment
+    from tunedeck.profiles.deploy import build_deployment
 
     if args.demo:
         return err(
@@ -248,8 +248,8 @@ async def follow_logs(args: argparse.Namespace, rec: D.DeploymentRecord, node: s
     """Every member's log from its start, then as it grows (each followed from its byte offset,
     one connection per node, a lost link resumed where it stopped), a node tag on every line;
     ends when every member has ended, or at Ctrl-C."""
-    from tui.collectors.deployment import DeploymentCollector
-    from tui.commands.logs import LinkLines
+    from tunedeck.collectors.deployment import DeploymentCollector
+    from tunedeck.commands.logs import LinkLines
 
     ended = {"failed", "exited", "stopped"}
     width = max((len(m.tag) for m in rec.members), default=0)

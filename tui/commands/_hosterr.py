@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from tui.hostops.hosts import HostError
-from tui.util.safety import UnsafeInput
+from tunedeck.hostops.hosts import HostError
+from tunedeck.util.safety import UnsafeInput
 
 
 def report_error(cmd: str, target: str, err: BaseException, *, as_json: bool) -> int:

@@ -16,7 +16,7 @@ async def follow_events(run: Any, *, cmd: str, noun: str, label: str, quiet: boo
     """Print ``run``'s events (an ``ABRun`` or ``TuneRun``: ``events()``, ``on_link_error``,
     ``on_link_ok``, ``id``) until it ends; False when a signal detached from it. ``cmd`` is the
     subcommand (``ab``, ``tune``), ``noun`` what it runs (``A/B``, ``campaign``)."""
-    from tui.commands.ab import _progress_printer
+    from tunedeck.commands.ab import _progress_printer
 
     printer = _progress_printer(quiet)
     loop = asyncio.get_running_loop()

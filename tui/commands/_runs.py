@@ -6,12 +6,12 @@ import argparse
 import sys
 from typing import Sequence
 
-from tui.hostops.hostruns import pick_run
-from tui.hostops.hosts import Host, HostError, target_name
-from tui.hostops.runstore import RunRecord, RunStore
-from tui.services.journal import reread_runs
-from tui.services.targets import get_host
-from tui.util.safety import UnsafeInput, visible
+from tunedeck.hostops.hostruns import pick_run
+from tunedeck.hostops.hosts import Host, HostError, target_name
+from tunedeck.hostops.runstore import RunRecord, RunStore
+from tunedeck.services.journal import reread_runs
+from tunedeck.services.targets import get_host
+from tunedeck.util.safety import UnsafeInput, visible
 
 
 def host_from_args(args: argparse.Namespace) -> Host:
@@ -34,7 +34,7 @@ async def records_for(host: Host, store: RunStore, *, sync: bool = True) -> list
 
 async def live_records(host: Host, store: RunStore) -> list[RunRecord]:
     """The runs whose process is alive on ``host`` now, whatever their recorded state."""
-    from tui.hostops.tracker import STALLED
+    from tunedeck.hostops.tracker import STALLED
 
     out = []
     for rec in await reread_runs(host, store):

@@ -1,5 +1,5 @@
 """The workload source options of ``tunedeck bench`` and ``tunedeck tune`` (``--dataset-name`` and
-each source's own options, docs/workloads.md), and the :class:`~tui.bench.workloads.WorkloadSpec`
+each source's own options, docs/workloads.md), and the :class:`~tunedeck.bench.workloads.WorkloadSpec`
 they ask for. The Bench setup screen builds its form from the same table."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Iterator
 
-from tui.commands._argtypes import nonneg_float, nonneg_int, pos_float, pos_int, ratio
+from tunedeck.commands._argtypes import nonneg_float, nonneg_int, pos_float, pos_int, ratio
 
 #: workload options: (flag, source, option key, type, help); vLLM's and SGLang's names
 WORKLOAD_OPTIONS: tuple[tuple[str, str, str, Any, str], ...] = (
@@ -64,7 +64,7 @@ WORKLOAD_OPTIONS: tuple[tuple[str, str, str, Any, str], ...] = (
 
 def add_workload_options(p: argparse.ArgumentParser) -> None:
     """``--dataset-name`` and every source's options (docs/workloads.md)."""
-    from tui.bench.workloads import SOURCES
+    from tunedeck.bench.workloads import SOURCES
 
     d = p.add_argument_group("workload source (docs/workloads.md)")
     d.add_argument("--dataset-name", choices=SOURCES, default="random", help="where the requests come from")
@@ -89,9 +89,9 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
 
 
 def workload_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~tui.bench.workloads.WorkloadSpec` the options ask for; ValueError naming an option
+    """The :class:`~tunedeck.bench.workloads.WorkloadSpec` the options ask for; ValueError naming an option
     given for another source."""
-    from tui.bench.workloads import WorkloadSpec
+    from tunedeck.bench.workloads import WorkloadSpec
 
     name = args.dataset_name
     params: dict[str, Any] = {}
@@ -120,9 +120,9 @@ def workload_from_args(args: argparse.Namespace) -> Any:
 
 def level_workloads(cfg: Any) -> Iterator[tuple[int, Any]]:
     """(request count, its requests) of every level of ``cfg`` (a
-    :class:`~tui.bench.config.BenchConfig`), built here one at a time as the run builds them (files
+    :class:`~tunedeck.bench.config.BenchConfig`), built here one at a time as the run builds them (files
     read and checked); WorkloadError with one line."""
-    from tui.bench.workloads import build_workload
+    from tunedeck.bench.workloads import build_workload
 
     spec = cfg.workload_spec()
     token_ids = cfg.token_ids and cfg.endpoint != "chat"

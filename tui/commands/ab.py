@@ -8,15 +8,15 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
-from tui.ab.compare import DEFAULT_NOISE_PCT
-from tui.ab.plans import PlanError, load_plan
-from tui.ab.render import to_text
-from tui.commands._ask import confirm
-from tui.util.safety import UnsafeInput
+from tunedeck.ab.compare import DEFAULT_NOISE_PCT
+from tunedeck.ab.plans import PlanError, load_plan
+from tunedeck.ab.render import to_text
+from tunedeck.commands._ask import confirm
+from tunedeck.util.safety import UnsafeInput
 
 if TYPE_CHECKING:
-    from tui.ab.events import ABEvent
-    from tui.commands import Subparsers
+    from tunedeck.ab.events import ABEvent
+    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -103,7 +103,7 @@ def with_workload(plan: Any, name: str | None) -> Any:
     read, every level's requests built): ValueError with one line, before anything starts."""
     import dataclasses
 
-    from tui.bench.workloads import FILE_SOURCES, SOURCES, WorkloadSpec, build_workload, with_lengths
+    from tunedeck.bench.workloads import FILE_SOURCES, SOURCES, WorkloadSpec, build_workload, with_lengths
 
     if name is not None:
         if name not in SOURCES:
@@ -136,14 +136,14 @@ async def run(args: argparse.Namespace) -> int:
         return _fail("--repeats must be between 1 and 100")
     if not (0 <= args.noise <= 100):
         return _fail("--noise must be between 0 and 100")
-    from tui.hostops.hosts import HostError
-    from tui.services import jobs, runtime
-    from tui.services.abrun import ABRun
-    from tui.services.targets import get_host
+    from tunedeck.hostops.hosts import HostError
+    from tunedeck.services import jobs, runtime
+    from tunedeck.services.abrun import ABRun
+    from tunedeck.services.targets import get_host
 
     ref = args.attach or args.cancel
     if ref is None:
-        from tui.profiles.model import NAME_RE
+        from tunedeck.profiles.model import NAME_RE
 
         if not args.a or not args.b:
             return _fail("name two profiles (A B), or --attach/--cancel an A/B")
@@ -208,8 +208,8 @@ async def run(args: argparse.Namespace) -> int:
 
 def _multi_node(*names: str) -> bool:
     """Whether a side names several nodes (an unreadable profile is reported by the A/B itself)."""
-    from tui.profiles.model import ProfileError
-    from tui.profiles.store import ProfileStore
+    from tunedeck.profiles.model import ProfileError
+    from tunedeck.profiles.store import ProfileStore
 
     store = ProfileStore()
     for name in names:
@@ -224,9 +224,9 @@ def _multi_node(*names: str) -> bool:
 async def _deployments(args: argparse.Namespace, plan: Any) -> int:
     """An A/B of two multi-node profiles: the campaign runs detached on this machine (only it
     reaches every node); each side is a deployment, each benchmark runs on the side's head node."""
-    from tui.hostops.hosts import HostError
-    from tui.services import deployab, jobs
-    from tui.services.abrun import ABRun
+    from tunedeck.hostops.hosts import HostError
+    from tunedeck.services import deployab, jobs
+    from tunedeck.services.abrun import ABRun
 
     if args.demo or args.host not in (None, "local"):
         return _fail("multi-node profiles name their nodes; drop --host/--demo (use --sim for the simulator)")
@@ -264,7 +264,7 @@ async def _deployments(args: argparse.Namespace, plan: Any) -> int:
 
 
 async def _follow(args: argparse.Namespace, ab: Any, label: str) -> int:
-    from tui.commands._jobfollow import follow_events
+    from tunedeck.commands._jobfollow import follow_events
 
     if not await follow_events(ab, cmd="ab", noun="A/B", label=label, quiet=args.quiet):
         return 130
@@ -294,7 +294,7 @@ async def _follow(args: argparse.Namespace, ab: Any, label: str) -> int:
         again = f"; `tunedeck compare {rep.id}` shows it again" if rep.comparison is not None else ""
         print(f"journal: A/B {rep.id} ({rep.status}){again}")
     if rep.comparison is not None and (args.markdown or args.csv):
-        from tui.commands.compare import write_export
+        from tunedeck.commands.compare import write_export
 
         write_export(rep.comparison, args)
     if rep.left_running:
@@ -319,7 +319,7 @@ EXIT_EPILOG = (
 
 def exit_code(ab: Any) -> int:
     """The exit status of a followed A/B, from what the host has: its report, or the report
-    rebuilt from its job folder (:meth:`tui.services.abrun.ABRun.finish`)."""
+    rebuilt from its job folder (:meth:`tunedeck.services.abrun.ABRun.finish`)."""
     rep = ab.report
     if rep is None:
         return EXIT_LOST if ab.lost else EXIT_FAILED

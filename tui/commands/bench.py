@@ -12,11 +12,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tui.commands._argtypes import int_list, nonneg_float, nonneg_int, percentiles, port, pos_float, pos_int, rate_list
-from tui.commands._benchjob import EXIT_EPILOG, host_gpus, host_run
-from tui.commands._benchout import fail, printer, write_json, write_json_data
-from tui.commands._capacity import add_capacity_options, capacity_slo, search_capacity
-from tui.commands._workload import add_workload_options, check_workload, level_workloads, workload_from_args
+from tunedeck.commands._argtypes import (
+    int_list,
+    nonneg_float,
+    nonneg_int,
+    percentiles,
+    port,
+    pos_float,
+    pos_int,
+    rate_list,
+)
+from tunedeck.commands._benchjob import EXIT_EPILOG, host_gpus, host_run
+from tunedeck.commands._benchout import fail, printer, write_json, write_json_data
+from tunedeck.commands._capacity import add_capacity_options, capacity_slo, search_capacity
+from tunedeck.commands._workload import add_workload_options, check_workload, level_workloads, workload_from_args
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -207,8 +216,8 @@ def _check_url(url: str) -> None:
 
 def _config(args: argparse.Namespace, url: str, goodput: dict[str, float]) -> Any:
     """The :class:`BenchConfig` the options ask for; ValueError naming a bad workload option or file."""
-    from tui.bench.config import BenchConfig
-    from tui.bench.workloads import default_ignore_eos
+    from tunedeck.bench.config import BenchConfig
+    from tunedeck.bench.workloads import default_ignore_eos
 
     workload = workload_from_args(args)
     ignore_eos = args.ignore_eos if args.ignore_eos is not None else default_ignore_eos(workload.name)
@@ -245,8 +254,8 @@ def _config(args: argparse.Namespace, url: str, goodput: dict[str, float]) -> An
 def use_deployment(args: argparse.Namespace) -> dict[str, Any]:
     """Point ``args`` at a deployment's head node and serving port (``--deployment ID``) and return
     what the result records of it; ValueError, naming the deployment, when it cannot be benchmarked."""
-    from tui.hostops.runstore import FAILED, STOPPED
-    from tui.services.deploy import DeploymentStore
+    from tunedeck.hostops.runstore import FAILED, STOPPED
+    from tunedeck.services.deploy import DeploymentStore
 
     if args.url or args.demo or args.host is not None:
         raise ValueError("--deployment names the host and port itself; drop --url/--host/--demo")
@@ -264,7 +273,7 @@ def use_deployment(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def run_bench(args: argparse.Namespace) -> int:
-    from tui.bench import metrics
+    from tunedeck.bench import metrics
 
     deployment: dict[str, Any] = {}
     if args.deployment:
@@ -327,11 +336,11 @@ async def run_bench(args: argparse.Namespace) -> int:
 
 
 def level_previews(args: argparse.Namespace) -> list[tuple[str, Any]]:
-    """(level label, :class:`~tui.bench.workloads.preview.WorkloadPreview`) of every level the
+    """(level label, :class:`~tunedeck.bench.workloads.preview.WorkloadPreview`) of every level the
     options ask for, built exactly as the run would build them (files read and checked here);
     ValueError (a WorkloadError among them) with one line naming the option, file or record."""
-    from tui.bench import metrics
-    from tui.bench.workloads.preview import preview
+    from tunedeck.bench import metrics
+    from tunedeck.bench.workloads.preview import preview
 
     url = args.url or f"http://127.0.0.1:{args.port or 8000}"  # not contacted: the run's URL rules apply
     cfg = _config(args, url, metrics.parse_goodput(args.goodput))
@@ -351,7 +360,7 @@ def workload_preview_argv(argv: list[str]) -> list[tuple[str, Any]]:
 
 
 def _print_preview(args: argparse.Namespace) -> int:
-    from tui.bench.workloads.preview import grouped, preview_json, preview_lines
+    from tunedeck.bench.workloads.preview import grouped, preview_json, preview_lines
 
     try:
         levels = level_previews(args)
@@ -368,13 +377,13 @@ def _print_preview(args: argparse.Namespace) -> int:
 
 async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, Any], slo: Any = None) -> int:
     """The client here, against --url (the engine in this process); with ``slo``, the capacity search."""
-    from tui.bench.config import NotReady
-    from tui.bench.runner import run_benchmark
-    from tui.bench.store import StoreError
+    from tunedeck.bench.config import NotReady
+    from tunedeck.bench.runner import run_benchmark
+    from tunedeck.bench.store import StoreError
 
     u = cfg.url
     if any(h in u for h in ("//127.0.0.1", "//localhost", "//[::1]")):
-        from tui.hostops.localhost import LocalHost
+        from tunedeck.hostops.localhost import LocalHost
 
         if shutil.which("nvidia-smi"):
             gpus = await host_gpus(LocalHost())
@@ -419,7 +428,7 @@ async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, A
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """``tunedeck bench`` arguments, parsed as the command line parses them."""
-    from tui.commands import common_parser, finish_args
+    from tunedeck.commands import common_parser, finish_args
 
     parser = argparse.ArgumentParser(prog="tunedeck", add_help=False, exit_on_error=False)
     sub = parser.add_subparsers(dest="command")
@@ -433,11 +442,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 async def start_run(argv: list[str]) -> Any:
     """Start a benchmark detached on its host, as the dashboard does: with ``--url`` the client
     runs on this machine as a host-side job too, so the dashboard's own event loop never skews it
-    and closing the dashboard does not cut it. Returns a :class:`tui.services.benchrun.BenchRun`."""
-    from tui.bench import metrics
-    from tui.hostops.localhost import LocalHost
-    from tui.services.benchrun import BenchRun
-    from tui.services.targets import get_host
+    and closing the dashboard does not cut it. Returns a :class:`tunedeck.services.benchrun.BenchRun`."""
+    from tunedeck.bench import metrics
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.services.benchrun import BenchRun
+    from tunedeck.services.targets import get_host
 
     args = parse_args(argv)
     goodput = metrics.parse_goodput(args.goodput)

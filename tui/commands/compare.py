@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tui.ab.compare import DEFAULT_NOISE_PCT, Comparison, compare
-from tui.ab.render import to_csv, to_json, to_markdown, to_text
-from tui.ab.results import RefError, resolve_sides
-from tui.util.files import atomic_write_text
+from tunedeck.ab.compare import DEFAULT_NOISE_PCT, Comparison, compare
+from tunedeck.ab.render import to_csv, to_json, to_markdown, to_text
+from tunedeck.ab.results import RefError, resolve_sides
+from tunedeck.util.files import atomic_write_text
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tui.ab.journal import Journal, export
-from tui.util.files import atomic_write_text
+from tunedeck.ab.journal import Journal, export
+from tunedeck.util.files import atomic_write_text
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

@@ -8,19 +8,19 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable
 
-from tui.commands._runs import err, host_from_args
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.launcher import LaunchRefused, demo_argv, launch, stop_command
-from tui.hostops.runstore import ENGINES, RunRecord, RunStore
-from tui.hostops.tracker import StartupTracker, format_progress
-from tui.model import StartupProgress, jsonable
-from tui.profiles.model import ProfileError, ServerProfile
-from tui.services import runtime
-from tui.services.journal import journal_launch
-from tui.util.safety import UnsafeInput, check_env_name, dangerous_env_names
+from tunedeck.commands._runs import err, host_from_args
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.launcher import LaunchRefused, demo_argv, launch, stop_command
+from tunedeck.hostops.runstore import ENGINES, RunRecord, RunStore
+from tunedeck.hostops.tracker import StartupTracker, format_progress
+from tunedeck.model import StartupProgress, jsonable
+from tunedeck.profiles.model import ProfileError, ServerProfile
+from tunedeck.services import runtime
+from tunedeck.services.journal import journal_launch
+from tunedeck.util.safety import UnsafeInput, check_env_name, dangerous_env_names
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -63,7 +63,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def _stall_after(text: str) -> tuple[float, str]:
-    from tui.hostops.tracker import parse_stall_after
+    from tunedeck.hostops.tracker import parse_stall_after
 
     try:
         return parse_stall_after(text)
@@ -91,7 +91,7 @@ def _guess_port(argv: list[str], engine: str) -> int | None:
 
 
 def _sim_exe(prof: ServerProfile) -> list[str]:
-    from tui.profiles.deploy import sim_executable
+    from tunedeck.profiles.deploy import sim_executable
 
     return sim_executable(prof)
 
@@ -101,8 +101,8 @@ def _from_profile(
 ) -> tuple[list[str], dict[str, str], str, int | None]:
     """(argv, env, engine, port) for a saved profile (the demo swaps in the simulator);
     ``port`` overrides the profile's port."""
-    from tui.profiles.builder import build_command
-    from tui.profiles.store import ProfileStore
+    from tunedeck.profiles.builder import build_command
+    from tunedeck.profiles.store import ProfileStore
 
     prof = ProfileStore().get(name)
     if port is not None:
@@ -119,7 +119,7 @@ async def run(args: argparse.Namespace) -> int:
         return err("launch", "give a profile NAME or --cmd ARGV… (one of them)")
     prof: ServerProfile | None = None
     if args.name:
-        from tui.profiles.store import ProfileStore
+        from tunedeck.profiles.store import ProfileStore
 
         try:
             prof = ProfileStore().get(args.name)
@@ -128,7 +128,7 @@ async def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError, KeyError, LookupError):
             prof = None  # reported below, as before
         if prof is not None and prof.multi_node:
-            from tui.commands import _deploy
+            from tunedeck.commands import _deploy
 
             return await _deploy.launch(args, prof)
     try:

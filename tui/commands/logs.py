@@ -22,17 +22,17 @@ import sys
 import time
 from typing import TYPE_CHECKING, BinaryIO
 
-from tui.commands._runs import choose, err, host_from_args, records_for
-from tui.hostops.hostruns import find_host_run
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.logfollow import LINK_BACK_TEXT, LineSplitter, follow_forever, link_lost_text, read_log
-from tui.hostops.runstore import RunRecord, RunStore
-from tui.services.journal import reread_runs
-from tui.util.aio import cancel_and_wait
-from tui.util.safety import visible
+from tunedeck.commands._runs import choose, err, host_from_args, records_for
+from tunedeck.hostops.hostruns import find_host_run
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.logfollow import LINK_BACK_TEXT, LineSplitter, follow_forever, link_lost_text, read_log
+from tunedeck.hostops.runstore import RunRecord, RunStore
+from tunedeck.services.journal import reread_runs
+from tunedeck.util.aio import cancel_and_wait
+from tunedeck.util.safety import visible
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 log_ = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ async def _follow(
 
 
 async def run(args: argparse.Namespace) -> int:
-    from tui.commands import _deploy
+    from tunedeck.commands import _deploy
 
     dep = _deploy.find(args.run)
     if dep is not None:

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from tui.logparse import (
+from tunedeck.logparse import (
     ENGINES,
     ErrorEvent,
     FactEvent,
@@ -17,11 +17,11 @@ from tui.logparse import (
     StatEvent,
     event_to_json,
 )
-from tui.model import jsonable
-from tui.util.safety import terminal_json, visible
+from tunedeck.model import jsonable
+from tunedeck.util.safety import terminal_json, visible
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 #: exit statuses (README "parse-log"): the log's verdict, so scripts can branch on it
 EXIT_READY, EXIT_FAILED, EXIT_UNREADABLE, EXIT_STARTING = 0, 1, 2, 3

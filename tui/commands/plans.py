@@ -7,12 +7,12 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from tui.ab.plans import PlanError, list_plans, load_plan, parse_plan_file
-from tui.bench.workloads import describe as describe_workload
-from tui.util.safety import visible
+from tunedeck.ab.plans import PlanError, list_plans, load_plan, parse_plan_file
+from tunedeck.bench.workloads import describe as describe_workload
+from tunedeck.util.safety import visible
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

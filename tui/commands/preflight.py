@@ -7,22 +7,22 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from tui.profiles.model import ProfileError
-from tui.profiles.store import ProfileStore
+from tunedeck.profiles.model import ProfileError
+from tunedeck.profiles.store import ProfileStore
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 _MARK = {"error": "✗", "warning": "!", "info": "·"}
 
 
 async def _preflight(args: argparse.Namespace) -> int:
-    from tui.commands._hosterr import report_error
-    from tui.commands.profiles import load_named
-    from tui.hostops.hosts import HostError
-    from tui.profiles.preflight import preflight
-    from tui.services.targets import get_host
-    from tui.util.safety import UnsafeInput
+    from tunedeck.commands._hosterr import report_error
+    from tunedeck.commands.profiles import load_named
+    from tunedeck.hostops.hosts import HostError
+    from tunedeck.profiles.preflight import preflight
+    from tunedeck.services.targets import get_host
+    from tunedeck.util.safety import UnsafeInput
 
     store = ProfileStore()
     try:

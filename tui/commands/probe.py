@@ -6,16 +6,16 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from tui.commands._hosterr import report_error
-from tui.fmt import gib
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.probe import ProbeResult, probe_host
-from tui.services import runtime
-from tui.services.targets import get_host
-from tui.util.safety import UnsafeInput
+from tunedeck.commands._hosterr import report_error
+from tunedeck.fmt import gib
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.probe import ProbeResult, probe_host
+from tunedeck.services import runtime
+from tunedeck.services.targets import get_host
+from tunedeck.util.safety import UnsafeInput
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -67,8 +67,8 @@ def format_table(r: ProbeResult, rt: dict[str, object] | None = None) -> str:
 async def _demo_engines(host: Host, result: ProbeResult) -> None:
     """The demo's engines are the simulator: ask it their versions (as pre-flight does), instead
     of reporting the real packages as "not installed"."""
-    from tui.profiles.builder import demo_executable
-    from tui.profiles.hostfacts import parse_version
+    from tunedeck.profiles.builder import demo_executable
+    from tunedeck.profiles.hostfacts import parse_version
 
     for eng in list(result.engines):
         try:

@@ -8,18 +8,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TextIO
 
-from tui.fmt import text_table
-from tui.profiles.builder import Issue, build_command, check_profile, line_of_key, resolve_nccl
-from tui.profiles.diff import diff_commands
-from tui.profiles.model import ServerProfile, profile_jsonable, profile_to_toml
-from tui.profiles.presets import load_preset_file, preset_jsonable
-from tui.profiles.profileread import load_profile_file
-from tui.profiles.store import ProfileStore
-from tui.profiles.tomlread import ProfileError, parse_toml
-from tui.util.safety import terminal_json, visible
+from tunedeck.fmt import text_table
+from tunedeck.profiles.builder import Issue, build_command, check_profile, line_of_key, resolve_nccl
+from tunedeck.profiles.diff import diff_commands
+from tunedeck.profiles.model import ServerProfile, profile_jsonable, profile_to_toml
+from tunedeck.profiles.presets import load_preset_file, preset_jsonable
+from tunedeck.profiles.profileread import load_profile_file
+from tunedeck.profiles.store import ProfileStore
+from tunedeck.profiles.tomlread import ProfileError, parse_toml
+from tunedeck.util.safety import terminal_json, visible
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 
 def _err(msg: str) -> int:
@@ -115,7 +115,7 @@ def _check(args: argparse.Namespace) -> int:
             summary = f"{prof.engine} profile {prof.name!r}"
     except ProfileError as e:
         if not e.path:
-            from tui.profiles.tomlread import key_line
+            from tunedeck.profiles.tomlread import key_line
 
             line = key_line(text, tuple(e.key.split("."))) if e.key else None
             e = ProfileError(e.message, path=path, line=line, key=e.key)
@@ -163,8 +163,8 @@ def _command(args: argparse.Namespace) -> int:
 
 def _deployment_command(args: argparse.Namespace, store: ProfileStore, p: ServerProfile) -> int:
     """Every node's command of a multi-node profile, in launch order."""
-    from tui.profiles.deploy import RAY_WAIT, build_deployment
-    from tui.services.deploy import resolve_head_address
+    from tunedeck.profiles.deploy import RAY_WAIT, build_deployment
+    from tunedeck.services.deploy import resolve_head_address
 
     plan = build_deployment(
         p,

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 HELP = "a result, A/B or campaign as one HTML or Markdown report"
 
@@ -38,7 +38,7 @@ def _fail(msg: str, code: int = 1) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tui.report.load import ReportError, build, render, write
+    from tunedeck.report.load import ReportError, build, render, write
 
     fmt, dest = ("html", args.html) if args.html else ("markdown", args.markdown)
     if dest == "-" and fmt == "html":

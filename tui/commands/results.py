@@ -7,8 +7,8 @@ import json
 import sys
 from typing import Any
 
-from tui.fmt import text_table
-from tui.util.safety import visible
+from tunedeck.fmt import text_table
+from tunedeck.util.safety import visible
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -39,7 +39,7 @@ def _err(msg: str, code: int = 1) -> int:
 
 
 def _resolve(run: str) -> str:
-    from tui.bench.store import StoreError, list_runs, run_dir
+    from tunedeck.bench.store import StoreError, list_runs, run_dir
 
     run_dir(run) if run else None  # validates the characters
     ids = [r.run_id for r in list_runs()]
@@ -54,9 +54,9 @@ def _resolve(run: str) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from tui.bench.store import list_runs
-    from tui.services.benchrun import measured_through_tunnel, where_label
-    from tui.services.jobs import origin
+    from tunedeck.bench.store import list_runs
+    from tunedeck.services.benchrun import measured_through_tunnel, where_label
+    from tunedeck.services.jobs import origin
 
     rows = []
     for r in list_runs():
@@ -131,8 +131,8 @@ def _cell(value: object, width: int) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from tui.bench import metrics
-    from tui.bench.store import StoreError, summary_for
+    from tunedeck.bench import metrics
+    from tunedeck.bench.store import StoreError, summary_for
 
     try:
         run = _resolve(args.run)
@@ -144,7 +144,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(s, indent=2))
         return 0
-    from tui.services.benchrun import TUNNEL_NOTE, measured_through_tunnel, where_label
+    from tunedeck.services.benchrun import TUNNEL_NOTE, measured_through_tunnel, where_label
 
     print(
         f"run {run}  model={s.get('model_id')}  concurrency={s.get('max_concurrency')} "
@@ -166,8 +166,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _show_timeline(run: str, *, as_json: bool) -> int:
-    from tui.bench.store import run_dir
-    from tui.hostside.timeline import TIMELINE, format_timeline, read_timeline
+    from tunedeck.bench.store import run_dir
+    from tunedeck.hostside.timeline import TIMELINE, format_timeline, read_timeline
 
     lines = read_timeline(run_dir(run))
     if not lines:
@@ -180,7 +180,7 @@ def _show_timeline(run: str, *, as_json: bool) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from tui.bench.store import StoreError, export_csv, export_vllm_json
+    from tunedeck.bench.store import StoreError, export_csv, export_vllm_json
 
     if not args.csv and not args.vllm_json:
         return _err("export: give --csv FILE and/or --vllm-json FILE", 2)

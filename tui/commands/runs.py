@@ -8,19 +8,19 @@ import logging
 import time
 from typing import TYPE_CHECKING, Sequence
 
-from tui.commands._runs import age, err, host_from_args, records_for
-from tui.hostops.gpuquery import gpu_memory_used
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.runstop import process_alive
-from tui.hostops.runstore import FAILED, LAUNCHING, READY, STARTING, RunRecord, RunStore
-from tui.hostops.tracker import STALLED, describe_gpu_memory
-from tui.logparse import advice_for
-from tui.model import jsonable
-from tui.util.ports import OTHER, OWN, port_owners
-from tui.util.safety import redact_argv, visible
+from tunedeck.commands._runs import age, err, host_from_args, records_for
+from tunedeck.hostops.gpuquery import gpu_memory_used
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.runstop import process_alive
+from tunedeck.hostops.runstore import FAILED, LAUNCHING, READY, STARTING, RunRecord, RunStore
+from tunedeck.hostops.tracker import STALLED, describe_gpu_memory
+from tunedeck.logparse import advice_for
+from tunedeck.model import jsonable
+from tunedeck.util.ports import OTHER, OWN, port_owners
+from tunedeck.util.safety import redact_argv, visible
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,8 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    from tui.commands import _deploy
-    from tui.services.deploy import DeploymentStore, reread_deployments
+    from tunedeck.commands import _deploy
+    from tunedeck.services.deploy import DeploymentStore, reread_deployments
 
     if args.id is not None:
         dep = _deploy.find(args.id)
@@ -99,7 +99,7 @@ async def run(args: argparse.Namespace) -> int:
 
 async def _quiet_logs(host: Host, recs: Sequence[RunRecord], after: float = STALL_AFTER) -> dict[str, float]:
     """Run ids (of live runs) whose log has not changed for ``after`` seconds, with that age."""
-    from tui.hostops.reread import log_ages
+    from tunedeck.hostops.reread import log_ages
 
     dirs = {r.run_dir: r.run_id for r in recs if r.run_dir and r.pid}
     if not dirs:
@@ -117,7 +117,7 @@ async def _quiet_logs(host: Host, recs: Sequence[RunRecord], after: float = STAL
 async def _own_ready(host: Host, answered: Sequence[RunRecord]) -> set[str]:
     """The runs whose ``/health`` 200 came from their own process tree (another process on the
     port is not the run); where the listener cannot be told, the run's own log decides."""
-    from tui.hostops.reread import log_state
+    from tunedeck.hostops.reread import log_state
 
     out: set[str] = set()
     for r in answered:
@@ -141,7 +141,7 @@ async def refresh_readiness(host: Host, store: RunStore, recs: Sequence[RunRecor
     saved in the record, so ``runs`` never shows a serving run as starting. A live one whose log
     has not moved for the stall window is saved as ``stalled`` with the GPU memory held, even
     when nobody was watching it."""
-    from tui.collectors.servers import ServerCollector, ServerSpec
+    from tunedeck.collectors.servers import ServerCollector, ServerSpec
 
     pending = [r for r in recs if r.status in (STARTING, LAUNCHING) and r.port and not r.ended_]
     if not pending:

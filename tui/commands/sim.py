@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 # The engine parsers see every argument as a positional: their own argparse
 # (built to look like the engine's) parses them later.
@@ -51,7 +51,7 @@ def _local_only(args: argparse.Namespace) -> int | None:
 def _sglang(args: argparse.Namespace) -> int:
     if (rc := _local_only(args)) is not None:
         return rc
-    from tui.sim.engine import main
+    from tunedeck.sim.engine import main
 
     return main("sglang", list(args.argv))
 
@@ -59,7 +59,7 @@ def _sglang(args: argparse.Namespace) -> int:
 def _vllm(args: argparse.Namespace) -> int:
     if (rc := _local_only(args)) is not None:
         return rc
-    from tui.sim.engine import main
+    from tunedeck.sim.engine import main
 
     return main("vllm", list(args.argv))
 
@@ -67,6 +67,6 @@ def _vllm(args: argparse.Namespace) -> int:
 def _smi(args: argparse.Namespace) -> int:
     if (rc := _local_only(args)) is not None:
         return rc
-    from tui.sim.smi import main
+    from tunedeck.sim.smi import main
 
     return main(list(args.argv), sys.stdout)

@@ -20,8 +20,8 @@ import logging
 import sys
 from typing import Any, Sequence
 
-from tui.fmt import gib, text_table, uptime
-from tui.model import NA, StatusSnapshot, is_na
+from tunedeck.fmt import gib, text_table, uptime
+from tunedeck.model import NA, StatusSnapshot, is_na
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _parse_servers(items: Sequence[str]) -> list[Any]:
-    from tui.collectors.servers import ServerSpec
+    from tunedeck.collectors.servers import ServerSpec
 
     specs = []
     for item in items:
@@ -67,11 +67,11 @@ def _parse_servers(items: Sequence[str]) -> list[Any]:
 
 
 async def run_status(args: argparse.Namespace) -> int:
-    from tui.collectors.status import collect_status, status_json
-    from tui.hostops.hosts import HostError
-    from tui.services.journal import reread_runs
-    from tui.services.targets import get_host
-    from tui.util.safety import UnsafeInput
+    from tunedeck.collectors.status import collect_status, status_json
+    from tunedeck.hostops.hosts import HostError
+    from tunedeck.services.journal import reread_runs
+    from tunedeck.services.targets import get_host
+    from tunedeck.util.safety import UnsafeInput
 
     try:
         servers = _parse_servers(args.server)
@@ -90,7 +90,7 @@ async def run_status(args: argparse.Namespace) -> int:
         return 1
     try:
         if args.sim:
-            from tui.services import runtime
+            from tunedeck.services import runtime
 
             try:
                 # the host's simulated GPUs (${TUNEDECK_HOME}/sim) where it has no nvidia-smi of its own
@@ -124,8 +124,8 @@ NOT_ALL_ANSWERED = 3
 
 async def run_fleet_status(args: argparse.Namespace, servers: Sequence[Any] = ()) -> int:
     """``status`` with several hosts: every host at once, ``{"hosts": [...]}`` with ``--json``."""
-    from tui.collectors.fleet import GroupError, expand_targets, fleet_json, fleet_status
-    from tui.util.safety import UnsafeInput
+    from tunedeck.collectors.fleet import GroupError, expand_targets, fleet_json, fleet_status
+    from tunedeck.util.safety import UnsafeInput
 
     try:
         targets = expand_targets(args.hosts)
@@ -149,8 +149,8 @@ def _pair(a: str, b: str) -> str:
 
 def format_fleet(entries: Sequence[Any]) -> str:
     """One row per host (GPUs summarised), then the servers of every host with a host column."""
-    from tui.collectors.smi import STATE_LABELS
-    from tui.model import summarise_gpus
+    from tunedeck.collectors.smi import STATE_LABELS
+    from tunedeck.model import summarise_gpus
 
     lines: list[str] = []
     rows = []
@@ -243,8 +243,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = 
 
 
 def format_status(snap: StatusSnapshot) -> str:
-    from tui.collectors.history import memory_percent
-    from tui.collectors.smi import STATE_LABELS
+    from tunedeck.collectors.history import memory_percent
+    from tunedeck.collectors.smi import STATE_LABELS
 
     lines: list[str] = []
     g = snap.gpus

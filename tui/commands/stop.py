@@ -10,15 +10,15 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from tui.commands._ask import confirm
-from tui.commands._runs import choose, err, host_from_args, live_records, records_for
-from tui.hostops.hosts import HostError
-from tui.hostops.runstop import stop_run
-from tui.hostops.runstore import RunRecord, RunStore
-from tui.model import jsonable
+from tunedeck.commands._ask import confirm
+from tunedeck.commands._runs import choose, err, host_from_args, live_records, records_for
+from tunedeck.hostops.hosts import HostError
+from tunedeck.hostops.runstop import stop_run
+from tunedeck.hostops.runstore import RunRecord, RunStore
+from tunedeck.model import jsonable
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -52,7 +52,7 @@ def _question(recs: list[RunRecord], target: str) -> tuple[str, list[str]]:
 
 
 async def run(args: argparse.Namespace) -> int:
-    from tui.commands import _deploy
+    from tunedeck.commands import _deploy
 
     dep = _deploy.find(args.run)
     if dep is not None:
@@ -77,7 +77,7 @@ async def run(args: argparse.Namespace) -> int:
         if not await confirm(question, prog="stop", yes=args.yes, details=details, refused="not stopped"):
             return 1
         if args.sim:
-            from tui.services import runtime
+            from tunedeck.services import runtime
 
             try:
                 # the GPU release is confirmed on the host's simulated GPUs

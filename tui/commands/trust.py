@@ -8,14 +8,14 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from tui.commands._hosterr import report_error
-from tui.hostops.hosts import HostError
-from tui.hostops.target import parse_target
-from tui.util.paths import known_hosts_file
-from tui.util.safety import UnsafeInput
+from tunedeck.commands._hosterr import report_error
+from tunedeck.hostops.hosts import HostError
+from tunedeck.hostops.target import parse_target
+from tunedeck.util.paths import known_hosts_file
+from tunedeck.util.safety import UnsafeInput
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -40,7 +40,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    from tui.hostops.trust import add_trusted, check_host
+    from tunedeck.hostops.trust import add_trusted, check_host
 
     target = args.target or args.host
     if not target or target == "local" or args.demo:

@@ -7,11 +7,11 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, NoReturn, Sequence
 
-from tui.commands._ask import confirm
-from tui.util.safety import UnsafeInput
+from tunedeck.commands._ask import confirm
+from tunedeck.util.safety import UnsafeInput
 
 if TYPE_CHECKING:
-    from tui.commands import Subparsers
+    from tunedeck.commands import Subparsers
 
 #: exit statuses (docs/exit-codes.md): the A/B's, and 3 for a campaign where no candidate met the SLO
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_WINNER, EXIT_PARTIAL, EXIT_LOST, EXIT_STOPPED = 0, 1, 2, 3, 5, 6, 130
@@ -26,9 +26,9 @@ EXIT_EPILOG = (
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    from tui.ab.tune import DEFAULT_NOISE_PCT
-    from tui.commands._argtypes import nonneg_int, pos_int
-    from tui.commands._workload import add_workload_options
+    from tunedeck.ab.tune import DEFAULT_NOISE_PCT
+    from tunedeck.commands._argtypes import nonneg_int, pos_int
+    from tunedeck.commands._workload import add_workload_options
 
     p = subparsers.add_parser(
         "tune",
@@ -112,10 +112,10 @@ def _fail(msg: str, code: int = EXIT_USAGE) -> int:
 
 def _workload(args: argparse.Namespace) -> Any:
     """The level template of every search step (ValueError with one line)."""
-    from tui.ab.plan import Plan, PlanLevel
-    from tui.ab.tune import Workload
-    from tui.bench.workloads import build_workload, default_ignore_eos, with_lengths
-    from tui.commands._workload import workload_from_args
+    from tunedeck.ab.plan import Plan, PlanLevel
+    from tunedeck.ab.tune import Workload
+    from tunedeck.bench.workloads import build_workload, default_ignore_eos, with_lengths
+    from tunedeck.commands._workload import workload_from_args
 
     spec = workload_from_args(args)
     ignore_eos = args.ignore_eos if getattr(args, "ignore_eos", None) is not None else default_ignore_eos(spec.name)
@@ -136,11 +136,11 @@ def _workload(args: argparse.Namespace) -> Any:
 def _usage(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], Any, float | None] | str:
     """What a new campaign needs, checked before the host is contacted; a str is the one line
     that refuses it."""
-    from tui.ab.capacity import parse_slo
-    from tui.profiles.model import ProfileError
-    from tui.profiles.store import ProfileStore
-    from tui.profiles.vary import VaryError, expand, parse_vary, read_candidates_file
-    from tui.services.tunerun import parse_budget
+    from tunedeck.ab.capacity import parse_slo
+    from tunedeck.profiles.model import ProfileError
+    from tunedeck.profiles.store import ProfileStore
+    from tunedeck.profiles.vary import VaryError, expand, parse_vary, read_candidates_file
+    from tunedeck.services.tunerun import parse_budget
 
     if not args.base:
         return "name the base profile (tune BASE --vary KEY=V1,V2 --slo TERM…), or --attach/--cancel ID, or --list"
@@ -179,10 +179,10 @@ def _usage(args: argparse.Namespace) -> tuple[Any, list[Any], list[str], Any, fl
 
 
 async def run(args: argparse.Namespace) -> int:
-    from tui.hostops.hosts import HostError
-    from tui.services import jobs, runtime
-    from tui.services.targets import get_host
-    from tui.services.tunerun import TuneRun
+    from tunedeck.hostops.hosts import HostError
+    from tunedeck.services import jobs, runtime
+    from tunedeck.services.targets import get_host
+    from tunedeck.services.tunerun import TuneRun
 
     ref = args.attach or args.cancel
     plan: Any = None
@@ -245,10 +245,10 @@ async def start_campaign(
     on_skip: Callable[[str, str], None] | None = None,
 ) -> Any:
     """Start the campaign that ``args`` (parsed ``tune`` options) and ``plan`` (:func:`plan_of`)
-    describe on ``host``; a :class:`~tui.services.tunerun.TuneRun`. A multi-node base's campaign
-    runs on this machine instead, which reaches every node (:mod:`tui.services.deploytune`). The
+    describe on ``host``; a :class:`~tunedeck.services.tunerun.TuneRun`. A multi-node base's campaign
+    runs on this machine instead, which reaches every node (:mod:`tunedeck.services.deploytune`). The
     command line and the dashboard's Tune screen both start campaigns here."""
-    from tui.services.tunerun import TuneRun
+    from tunedeck.services.tunerun import TuneRun
 
     base, cands, slo, workload, budget, est = plan
     search = {
@@ -262,7 +262,7 @@ async def start_campaign(
         "start": args.start,
     }
     if base.multi_node:
-        from tui.services import deploytune
+        from tunedeck.services import deploytune
 
         return await deploytune.start(
             base.name,
@@ -297,10 +297,10 @@ async def check_campaign(host: Any, args: argparse.Namespace, plan: tuple[Any, .
     nodes); nothing stops. The Tune screen's pre-flight."""
     base, cands = plan[0], plan[1]
     if base.multi_node:
-        from tui.services import deploytune
+        from tunedeck.services import deploytune
 
         return list(await deploytune.check_candidates(cands, sim=args.sim))
-    from tui.services.tunerun import check_candidates
+    from tunedeck.services.tunerun import check_candidates
 
     return list(await check_candidates(host, cands, demo=args.demo, sim=args.sim))
 
@@ -312,7 +312,7 @@ def _label(args: argparse.Namespace) -> str:
 def plan_of(args: argparse.Namespace) -> tuple[Any, ...] | str:
     """(base, candidates, slo, workload, budget, estimate) of a new campaign, checked before the
     host is contacted; a str is the one line that refuses it (a budget it cannot fit included)."""
-    from tui.services.tunerun import estimate
+    from tunedeck.services.tunerun import estimate
 
     got = _usage(args)
     if isinstance(got, str):
@@ -328,7 +328,7 @@ def plan_of(args: argparse.Namespace) -> tuple[Any, ...] | str:
         start=args.start,
     )
     if budget is not None and est.total_s > budget:
-        from tui.fmt import eta
+        from tunedeck.fmt import eta
 
         return f"--budget {args.budget} ({eta(budget)}) cannot fit this campaign: estimated {est.text}; nothing started"
     return base, cands, slo, workload, budget, est
@@ -377,8 +377,8 @@ def command_argv(
 def candidates_file(base: str) -> Any:
     """Where the dashboard writes the candidates of a campaign over ``base`` made from marked
     profiles (``--candidates FILE`` of the command it shows)."""
-    from tui.util.paths import state_dir
-    from tui.util.safety import visible
+    from tunedeck.util.paths import state_dir
+    from tunedeck.util.safety import visible
 
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in visible(base))
     return state_dir() / "tune" / f"candidates-{safe}.toml"
@@ -386,12 +386,12 @@ def candidates_file(base: str) -> Any:
 
 def write_candidates_file(base: str, marked: Sequence[str], path: str) -> None:
     """The marked profiles as a candidates file over ``base`` (each its changes to the base's
-    TOML): :class:`~tui.profiles.vary.VaryError` (a ValueError) naming a profile that cannot be
+    TOML): :class:`~tunedeck.profiles.vary.VaryError` (a ValueError) naming a profile that cannot be
     one, OSError when it cannot be written."""
-    from tui.profiles.model import ProfileError
-    from tui.profiles.store import ProfileStore
-    from tui.profiles.vary import VaryError, candidates_toml, changes_between
-    from tui.util.files import atomic_write_text
+    from tunedeck.profiles.model import ProfileError
+    from tunedeck.profiles.store import ProfileStore
+    from tunedeck.profiles.vary import VaryError, candidates_toml, changes_between
+    from tunedeck.util.files import atomic_write_text
 
     store = ProfileStore()
     try:
@@ -415,7 +415,7 @@ class _Refused(argparse.ArgumentParser):
 
 def parse_command(argv: Sequence[str]) -> argparse.Namespace:
     """``tunedeck tune …`` parsed as the command line parses it (ValueError with one line)."""
-    from tui.commands import common_parser, finish_args
+    from tunedeck.commands import common_parser, finish_args
 
     words = list(argv)
     if words[:2] != ["tunedeck", "tune"]:
@@ -427,8 +427,8 @@ def parse_command(argv: Sequence[str]) -> argparse.Namespace:
 
 
 async def _list(host: Any) -> int:
-    from tui.fmt import text_table
-    from tui.services import jobs
+    from tunedeck.fmt import text_table
+    from tunedeck.services import jobs
 
     rows = []
     for j in await jobs.list_jobs(host, "tune"):
@@ -443,7 +443,7 @@ async def _list(host: Any) -> int:
 
 
 async def _follow(args: argparse.Namespace, tr: Any, label: str) -> int:
-    from tui.commands._jobfollow import follow_events
+    from tunedeck.commands._jobfollow import follow_events
 
     if not await follow_events(tr, cmd="tune", noun="campaign", label=label, quiet=args.quiet):
         return EXIT_STOPPED
@@ -459,7 +459,7 @@ async def _follow(args: argparse.Namespace, tr: Any, label: str) -> int:
     if args.json:
         from pathlib import Path
 
-        from tui.util.files import atomic_write_json
+        from tunedeck.util.files import atomic_write_json
 
         try:
             atomic_write_json(Path(args.json), {**rep, "job_id": tr.id})
@@ -484,8 +484,8 @@ def _num(v: Any, spec: str = ".1f") -> str:
 def render(rep: Mapping[str, Any]) -> str:
     """The campaign as text: the ranking table (``*`` marks the Pareto frontier of tok/s per user
     against tok/s per GPU), the findings, the winner and its changes against the base."""
-    from tui.fmt import text_table
-    from tui.util.safety import visible
+    from tunedeck.fmt import text_table
+    from tunedeck.util.safety import visible
 
     cands = list(rep.get("candidates") or [])
     cands.sort(key=lambda c: (c.get("rank") is None, c.get("rank") or 0))

@@ -6,9 +6,9 @@ engine) with :func:`parse_help` and :func:`render_module`; nothing in it is type
 entry is one argparse action: its option strings (aliases and ``--no-`` forms included), how many
 values it takes and its choices.
 
-Both sides that must agree read it: the simulated engines (``tui.sim.engine_args``: every real flag
+Both sides that must agree read it: the simulated engines (``tunedeck.sim.engine_args``: every real flag
 is accepted, the ones the simulator models are applied) and the profile checks
-(``tui.profiles``: names, prefixes and choices by argparse's own rules). Pre-flight parses the
+(``tunedeck.profiles``: names, prefixes and choices by argparse's own rules). Pre-flight parses the
 host's ``--help`` with the same :func:`parse_help`, so the host's engine is the authority when its
 help can be read. Constants and stdlib only: this ships in the host-side runtime (Python 3.9+).
 """
@@ -209,7 +209,7 @@ def _parse_table(text: str) -> Tuple[Flag, ...]:
 
 
 def module_name(engine: str, release: str) -> str:
-    """``tui.engine_flags.sglang_0_5_23``: where a release's table lives."""
+    """``tunedeck.engine_flags.sglang_0_5_23``: where a release's table lives."""
     return f"{__name__}.{engine}_{re.sub(r'[^A-Za-z0-9]', '_', release)}"
 
 

@@ -3,8 +3,8 @@ unknown ones, a stop waits for its own to leave) and the memory in use per GPU."
 
 from __future__ import annotations
 
-from tui.hostops.hosts import Host
-from tui.util.safety import safe_line
+from tunedeck.hostops.hosts import Host
+from tunedeck.util.safety import safe_line
 
 
 async def compute_apps(host: Host, timeout: float = 10.0) -> list[tuple[int, str, float | None]] | None:

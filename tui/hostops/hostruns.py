@@ -1,5 +1,5 @@
 """The runs on a host, found from their folders (``${TUNEDECK_HOME}/runs/<run_id>/``, see
-:mod:`tui.hostops.launcher`): listed alive or not (:class:`HostRun`), merged into the local records
+:mod:`tunedeck.hostops.launcher`): listed alive or not (:class:`HostRun`), merged into the local records
 with the ended ones settled from their own logs (:func:`reattach`), and picked by id or prefix."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from tui.hostops.hosts import Host, HostError, target_name
-from tui.hostops.hostscripts import LIST_SCRIPT, RUNS_BASE, base_line
-from tui.hostops.reread import settle
-from tui.hostops.runstore import LAUNCHING, STARTING, STOPPING, RunRecord, RunStore
-from tui.util.safety import visible
+from tunedeck.hostops.hosts import Host, HostError, target_name
+from tunedeck.hostops.hostscripts import LIST_SCRIPT, RUNS_BASE, base_line
+from tunedeck.hostops.reread import settle
+from tunedeck.hostops.runstore import LAUNCHING, STARTING, STOPPING, RunRecord, RunStore
+from tunedeck.util.safety import visible
 
 _log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ async def reattach(host: Host, store: RunStore | None = None) -> list[RunRecord]
 
     Every run is re-read from its process, whoever follows it: one whose process has ended
     since it was last seen (ready or not) is settled from its own log, ``failed`` with the
-    cause (:mod:`tui.hostops.reread`), or ``stopped`` when a stop was asked for."""
+    cause (:mod:`tunedeck.hostops.reread`), or ``stopped`` when a stop was asked for."""
     store = store or RunStore()
     tgt = target_name(host)
     out: list[RunRecord] = []

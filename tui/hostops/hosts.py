@@ -1,7 +1,7 @@
 """The host layer: one async interface for a target host.
 
-Two implementations: :class:`~tui.hostops.localhost.LocalHost` (asyncio subprocesses) and
-``SshHost`` (asyncssh, in :mod:`tui.hostops.ssh`). Every higher layer
+Two implementations: :class:`~tunedeck.hostops.localhost.LocalHost` (asyncio subprocesses) and
+``SshHost`` (asyncssh, in :mod:`tunedeck.hostops.ssh`). Every higher layer
 (collectors, launcher, pre-flight, bench) talks to a :class:`Host` and
 never to asyncssh or subprocess directly, so the demo (a ``LocalHost``
 whose PATH starts with the simulator's shims) and a real remote box run
@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Mapping, Sequence
 
-from tui.util.safety import UnsafeInput, check_argv, env_command, visible
+from tunedeck.util.safety import UnsafeInput, check_argv, env_command, visible
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class Host(abc.ABC):
     is_local: bool = False
     #: The nvidia-smi that GPU queries on this host run: a ``--sim`` target without one of its own
     #: gets the simulated one (``${TUNEDECK_HOME}/sim/bin/nvidia-smi``, see
-    #: :func:`tui.services.runtime.ensure_sim`).
+    #: :func:`tunedeck.services.runtime.ensure_sim`).
     nvidia_smi: str = "nvidia-smi"
 
     # ------------------------------------------------------------------ primitives
@@ -124,7 +124,7 @@ class Host(abc.ABC):
         """Write ``data`` to ``path`` on the host (an absolute path), creating its folder.
 
         Raises ``OSError`` when the host refuses (permissions, a full disk), its ``strerror`` the
-        host's cause and its ``filename`` the path (:func:`tui.util.files.os_error_text`), and
+        host's cause and its ``filename`` the path (:func:`tunedeck.util.files.os_error_text`), and
         :class:`HostError` when the link fails. A failed write leaves nothing behind: neither a part
         of the file nor a folder it created. Hosts that cannot take files say so."""
         raise HostError("error", f"{self.target}: cannot write files on this host", target=self.target)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 
-from tui.util.safety import UnsafeInput
+from tunedeck.util.safety import UnsafeInput
 
 #: the kinds of detached things with a folder each under ``${TUNEDECK_HOME}``: servers,
 #: host-side benchmarks and host-side A/B campaigns
@@ -293,7 +293,7 @@ STREAM_WRAPPER = (
     'echo "$$ $st"; exec "$@"'
 )
 
-#: Follows a file from a byte offset under the liveness rule (:mod:`tui.hostops.liveness`):
+#: Follows a file from a byte offset under the liveness rule (:mod:`tunedeck.hostops.liveness`):
 #: ``sh -c FOLLOW_SCRIPT sh FIRST_BYTE PATH BEAT DEAD``. Prints its pid, then the file's bytes
 #: from ``FIRST_BYTE`` on (``tail -F``) on stdout, exactly; one ``.`` on stderr every ``BEAT``
 #: seconds (the host side's heartbeat). Once stdin (the laptop's heartbeat, a newline every

@@ -9,9 +9,9 @@ from typing import Sequence
 
 import asyncssh
 
-from tui.hostops.hosts import HostError
-from tui.hostops.sshconfig import Endpoint, is_ip
-from tui.util.paths import known_hosts_file
+from tunedeck.hostops.hosts import HostError
+from tunedeck.hostops.sshconfig import Endpoint, is_ip
+from tunedeck.util.paths import known_hosts_file
 
 
 def known_hosts_files() -> list[Path]:

@@ -1,6 +1,6 @@
 """Detached server launch, run discovery and stop (docs/reliability.md section 2).
 
-Everything runs through :class:`tui.hostops.hosts.Host` primitives (``run_script``,
+Everything runs through :class:`tunedeck.hostops.hosts.Host` primitives (``run_script``,
 ``run``, ``stream``), so a LocalHost, the demo host and an SSH host behave alike.
 
 On the host each run has a folder ``${TUNEDECK_HOME:-$HOME/.tunedeck}/runs/<run_id>/``::
@@ -16,11 +16,11 @@ On the host each run has a folder ``${TUNEDECK_HOME:-$HOME/.tunedeck}/runs/<run_
     rc          exit status, written by the wrapper when the server ends
 
 Locally each run has a record ``state_dir()/runs/<run_id>.json``
-(:class:`tui.hostops.runstore.RunRecord`), written *before* the launch. The host
-scripts are in :mod:`tui.hostops.hostscripts`, log reading and following in
-:mod:`tui.hostops.logfollow`; the runs found on a host (listed, reattached) in
-:mod:`tui.hostops.hostruns`, the stop in :mod:`tui.hostops.runstop`, what the GPUs
-hold in :mod:`tui.hostops.gpuquery`. The startup tracker reads a run's process through
+(:class:`tunedeck.hostops.runstore.RunRecord`), written *before* the launch. The host
+scripts are in :mod:`tunedeck.hostops.hostscripts`, log reading and following in
+:mod:`tunedeck.hostops.logfollow`; the runs found on a host (listed, reattached) in
+:mod:`tunedeck.hostops.hostruns`, the stop in :mod:`tunedeck.hostops.runstop`, what the GPUs
+hold in :mod:`tunedeck.hostops.gpuquery`. The startup tracker reads a run's process through
 this module (``process_alive``, ``read_rc``, ``gpu_memory_used``, ``stop_run``).
 """
 
@@ -33,12 +33,12 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from tui.hostops.gpuquery import compute_apps, gpu_memory_used
-from tui.hostops.hostruns import HostRun, list_host_runs
-from tui.hostops.hosts import Host, HostError, target_name
-from tui.hostops.hostscripts import LAUNCH_SCRIPT, base_line, delimiter
-from tui.hostops.runstop import process_alive, read_rc, stop_run
-from tui.hostops.runstore import (
+from tunedeck.hostops.gpuquery import compute_apps, gpu_memory_used
+from tunedeck.hostops.hostruns import HostRun, list_host_runs
+from tunedeck.hostops.hosts import Host, HostError, target_name
+from tunedeck.hostops.hostscripts import LAUNCH_SCRIPT, base_line, delimiter
+from tunedeck.hostops.runstop import process_alive, read_rc, stop_run
+from tunedeck.hostops.runstore import (
     ENGINES,
     FAILED,
     LAUNCHING,
@@ -48,7 +48,7 @@ from tui.hostops.runstore import (
     check_run_id,
     new_run_id,
 )
-from tui.util.safety import (
+from tunedeck.util.safety import (
     REDACTED,
     UnsafeInput,
     check_argv,
@@ -218,7 +218,7 @@ def launch_script(
     argv_json = json.dumps(redact_argv(argv))
     env_json = json.dumps(redact_env(env))
     meta = dict(meta)
-    # the server's API key, for the clients that benchmark it (tui.bench.config.auth_headers): a
+    # the server's API key, for the clients that benchmark it (tunedeck.bench.config.auth_headers): a
     # 0600 file in the run's folder (umask 077), written from this script's body, never from argv
     key, where = flag_value(argv, "--api-key"), "--api-key"
     if key is None:  # vLLM also takes its key from the environment
@@ -364,10 +364,10 @@ async def restart_run(host: Host, rec: RunRecord, *, grace: float = 30.0, store:
 
 
 def demo_argv(argv: Sequence[str]) -> list[str]:
-    """``python -m tui sim …`` → the demo host's ``tunedeck`` shim, which runs tunedeck's own
+    """``python -m tunedeck sim …`` → the demo host's ``tunedeck`` shim, which runs tunedeck's own
     interpreter, so the simulator starts whatever the server's working directory."""
     argv = list(argv)
-    if len(argv) >= 3 and argv[1:3] == ["-m", "tui"]:
+    if len(argv) >= 3 and argv[1:3] == ["-m", "tunedeck"]:
         return ["tunedeck", *argv[3:]]
     return argv
 

@@ -1,8 +1,8 @@
-"""``LocalHost``: the :class:`~tui.hostops.hosts.Host` primitives on this machine, over asyncio
+"""``LocalHost``: the :class:`~tunedeck.hostops.hosts.Host` primitives on this machine, over asyncio
 subprocesses: each command in a new session with only stdin, stdout and stderr inherited, a
 stream's command under a pipe watchdog (it ends when tunedeck dies, however), files written
 atomically with the folders a failed write created removed again. The demo host is a
-``LocalHost`` (:mod:`tui.sim.demo`)."""
+``LocalHost`` (:mod:`tunedeck.sim.demo`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import signal as _signal
 import time
 from typing import AsyncIterator, Mapping, Sequence
 
-from tui.hostops.hosts import STREAM_READ_BYTES, ByteStream, Host, RunResult, beat_stdin, check_heartbeat
-from tui.util.aio import terminate_group
-from tui.util.safety import check_argv, check_env, check_text
+from tunedeck.hostops.hosts import STREAM_READ_BYTES, ByteStream, Host, RunResult, beat_stdin, check_heartbeat
+from tunedeck.util.aio import terminate_group
+from tunedeck.util.safety import check_argv, check_env, check_text
 
 log = logging.getLogger(__name__)
 

@@ -8,13 +8,13 @@ import logging
 import time
 from typing import AsyncGenerator, Callable
 
-from tui.hostops import liveness
-from tui.hostops.hosts import STREAM_READ_BYTES, ByteStream, Host, HostError, target_name
-from tui.hostops.hostscripts import FOLLOW_SCRIPT
-from tui.hostops.runstore import RunStore
-from tui.util import retry
-from tui.util.aio import cancel_and_wait
-from tui.util.safety import check_text, redact_text, safe_line
+from tunedeck.hostops import liveness
+from tunedeck.hostops.hosts import STREAM_READ_BYTES, ByteStream, Host, HostError, target_name
+from tunedeck.hostops.hostscripts import FOLLOW_SCRIPT
+from tunedeck.hostops.runstore import RunStore
+from tunedeck.util import retry
+from tunedeck.util.aio import cancel_and_wait
+from tunedeck.util.safety import check_text, redact_text, safe_line
 
 _log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class LineSplitter:
 
     ``segments``: told every segment as it ends, made safe like a line (without colour or cut
     mark): each ``\\r`` frame (``cr=True``) and the part that ends its line (``cr=False``, also
-    when blank). The startup tracker parses these (:meth:`~tui.logparse.LogParser.feed_segment`),
+    when blank). The startup tracker parses these (:meth:`~tunedeck.logparse.LogParser.feed_segment`),
     so a log that is shown and tracked is split, decoded, redacted and made safe once.
     """
 
@@ -251,9 +251,9 @@ class LogFollower:
 
     async def chunks(self) -> AsyncGenerator[bytes, None]:
         """The log's bytes from :attr:`offset` on, under the liveness rule
-        (:mod:`tui.hostops.liveness`): the host side beats on stderr and ends itself once the
+        (:mod:`tunedeck.hostops.liveness`): the host side beats on stderr and ends itself once the
         laptop's beats stop; ``HostError('connection-lost')`` once the host side has been
-        silent for :func:`~tui.hostops.liveness.dead_after` seconds."""
+        silent for :func:`~tunedeck.hostops.liveness.dead_after` seconds."""
         beat = liveness.interval()
         dead = liveness.dead_after(beat)
         argv = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tui.hostops.hosts import Host, HostError
+from tunedeck.hostops.hosts import Host, HostError
 
 ENGINES = ("sglang", "vllm")
 

@@ -2,7 +2,7 @@
 
 The same verdict whatever looked: the startup tracker that follows a run, and every listing that
 finds a run's process gone (``tunedeck runs``, ``logs``, ``stop``, the Runs view, the fleet's and
-the deployments' listings through :func:`tui.hostops.hostruns.reattach`). A run that was ready and
+the deployments' listings through :func:`tunedeck.hostops.hostruns.reattach`). A run that was ready and
 later died reads ``failed`` with the cause its log gives (through the log parser), not a bare
 ``exited``; one stopped on request reads ``stopped``.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from tui.hostops.hosts import Host
-from tui.hostops.logfollow import LineSplitter, read_log
-from tui.hostops.runstore import FAILED, STALE, STOPPED
-from tui.logparse import LogParser, ParseState
+from tunedeck.hostops.hosts import Host
+from tunedeck.hostops.logfollow import LineSplitter, read_log
+from tunedeck.hostops.runstore import FAILED, STALE, STOPPED
+from tunedeck.logparse import LogParser, ParseState
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def parse_log_bytes(data: bytes, engine: str | None, *, ended: bool) -> ParseSta
     """The parser's summary of a whole log (its last, unterminated line included). ``ended``: the
     log's writer is gone, so an exception the log ends on (a library's traceback, a bare
     exception line, with no progress or ready line after it) is final, as the live tracker
-    judges it once it sees the process end (:meth:`tui.logparse.LogParser.ended`)."""
+    judges it once it sees the process end (:meth:`tunedeck.logparse.LogParser.ended`)."""
     parser = LogParser(engine if engine in ("sglang", "vllm") else None)
     parser.feed(data)
     if ended:

@@ -10,12 +10,12 @@ import logging
 import time
 from dataclasses import dataclass
 
-from tui.hostops.gpuquery import compute_apps, gpu_memory_used
-from tui.hostops.hostruns import find_host_run
-from tui.hostops.hosts import Host, HostError, RunResult, target_name
-from tui.hostops.hostscripts import STOP_SCRIPT
-from tui.hostops.runstore import EXITED, STALE, STOPPED, STOPPING, UNKNOWN, RunRecord, RunStore
-from tui.util.safety import visible
+from tunedeck.hostops.gpuquery import compute_apps, gpu_memory_used
+from tunedeck.hostops.hostruns import find_host_run
+from tunedeck.hostops.hosts import Host, HostError, RunResult, target_name
+from tunedeck.hostops.hostscripts import STOP_SCRIPT
+from tunedeck.hostops.runstore import EXITED, STALE, STOPPED, STOPPING, UNKNOWN, RunRecord, RunStore
+from tunedeck.util.safety import visible
 
 _log = logging.getLogger(__name__)
 

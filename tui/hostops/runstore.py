@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Mapping
 
-from tui.util.files import atomic_write_json
-from tui.util.paths import state_dir
-from tui.util.safety import UnsafeInput
+from tunedeck.util.files import atomic_write_json
+from tunedeck.util.paths import state_dir
+from tunedeck.util.safety import UnsafeInput
 
 _log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""``SshHost``: the :class:`~tui.hostops.hosts.Host` primitives over asyncssh.
+"""``SshHost``: the :class:`~tunedeck.hostops.hosts.Host` primitives over asyncssh.
 
 Behaviour (see docs/reliability.md S1-S10):
 
@@ -7,7 +7,7 @@ Behaviour (see docs/reliability.md S1-S10):
   streams may hold at most ``max_streams`` so short commands always get a slot;
 * at most 3 SSH handshakes in flight per event loop (sshd ``MaxStartups``), and no attempt
   at an endpoint whose key or credentials were refused until the user acts: both in
-  :mod:`tui.hostops.sshgate`;
+  :mod:`tunedeck.hostops.sshgate`;
 * keepalive 15 s x 3, connect timeout 20 s, login timeout 30 s;
 * agent and X11 forwarding off; the agent is only used to authenticate;
 * host keys are ALWAYS checked against tunedeck's own known_hosts and
@@ -26,7 +26,7 @@ Behaviour (see docs/reliability.md S1-S10):
   because closing the channel alone leaves it running and holding a slot.
 
 This module holds the connection and its trust (host keys, refusals, retries, forwards);
-running commands over it is :mod:`tui.hostops.sshexec`, files :mod:`tui.hostops.sshfiles`.
+running commands over it is :mod:`tunedeck.hostops.sshexec`, files :mod:`tunedeck.hostops.sshfiles`.
 """
 
 from __future__ import annotations
@@ -44,18 +44,18 @@ from typing import Mapping, Sequence
 
 import asyncssh
 
-from tui.hostops import sshfiles
-from tui.hostops.hosts import ByteStream, Host, HostError, RunResult, check_heartbeat
-from tui.hostops.hostscripts import KILL_SCRIPT, STREAM_WRAPPER
-from tui.hostops.knownhosts import (
+from tunedeck.hostops import sshfiles
+from tunedeck.hostops.hosts import ByteStream, Host, HostError, RunResult, check_heartbeat
+from tunedeck.hostops.hostscripts import KILL_SCRIPT, STREAM_WRAPPER
+from tunedeck.hostops.knownhosts import (
     fingerprint,
     key_type_label,
     known_keys_for,
     load_known_hosts,
 )
-from tui.hostops.sshconfig import Endpoint, is_ip, resolve_endpoint
-from tui.hostops.sshexec import Orphan, SshStream, command_line, exec_command
-from tui.hostops.sshgate import (
+from tunedeck.hostops.sshconfig import Endpoint, is_ip, resolve_endpoint
+from tunedeck.hostops.sshexec import Orphan, SshStream, command_line, exec_command
+from tunedeck.hostops.sshgate import (
     clear_block,
     describe,
     fetch_host_key,
@@ -63,9 +63,9 @@ from tui.hostops.sshgate import (
     remember_refusal,
     remembered_refusal,
 )
-from tui.hostops.target import HOSTNAME_RE, Target, parse_target
-from tui.util import retry
-from tui.util.safety import UnsafeInput, check_text, env_argv, visible
+from tunedeck.hostops.target import HOSTNAME_RE, Target, parse_target
+from tunedeck.util import retry
+from tunedeck.util.safety import UnsafeInput, check_text, env_argv, visible
 
 log = logging.getLogger(__name__)
 
@@ -460,10 +460,10 @@ class SshHost(Host):
     async def put_file(self, data: bytes, path: str, *, mode: int = 0o600) -> None:
         """SFTP upload (the folder is created 0700 when missing). An sshd without an SFTP
         subsystem (no ``Subsystem sftp`` line) refuses the channel: then, and from then on for
-        this host, the bytes go to ``cat`` over an exec channel (:data:`~tui.hostops.sshfiles.PUT_SCRIPT`). OpenSSH's
+        this host, the bytes go to ``cat`` over an exec channel (:data:`~tunedeck.hostops.sshfiles.PUT_SCRIPT`). OpenSSH's
         SFTP server reports a full disk (and most errors) only as "Failure": then the file is
         written once more with ``cat``, whose error names the cause. A failed write removes
-        the part written and the folders it made, either way (:mod:`tui.hostops.sshfiles`)."""
+        the part written and the folders it made, either way (:mod:`tunedeck.hostops.sshfiles`)."""
         await sshfiles.put_file(self, data, path, mode)
 
     async def _listen(self, conn: asyncssh.SSHClientConnection, key: tuple[str, int], fw: _Forward) -> None:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from tui.hostops.target import HOSTNAME_RE, USER_RE, Target, parse_target
-from tui.util.safety import UnsafeInput
+from tunedeck.hostops.target import HOSTNAME_RE, USER_RE, Target, parse_target
+from tunedeck.util.safety import UnsafeInput
 
 DEFAULT_KEY_NAMES = ("id_ed25519", "id_rsa", "id_ecdsa")
 

@@ -1,8 +1,8 @@
-"""Running commands on an :class:`~tui.hostops.ssh.SshHost`: the quoted command line, one channel
+"""Running commands on an :class:`~tunedeck.hostops.ssh.SshHost`: the quoted command line, one channel
 per command (a short one to its end, :func:`exec_command`; a long-running one as a
 :class:`SshStream`), and what their exit says (docs/reliability.md S1, S9, S10).
 
-The connection, its channel slots and what to do when it dies are the host's (:mod:`tui.hostops.ssh`)."""
+The connection, its channel slots and what to do when it dies are the host's (:mod:`tunedeck.hostops.ssh`)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, AsyncIterator, Mapping, Sequence
 
 import asyncssh
 
-from tui.hostops.hosts import STREAM_READ_BYTES, ByteStream, HostError, RunResult, beat_stdin
-from tui.hostops.sshgate import describe
-from tui.util.safety import UnsafeInput, env_argv
+from tunedeck.hostops.hosts import STREAM_READ_BYTES, ByteStream, HostError, RunResult, beat_stdin
+from tunedeck.hostops.sshgate import describe
+from tunedeck.util.safety import UnsafeInput, env_argv
 
 if TYPE_CHECKING:
-    from tui.hostops.ssh import SshHost
+    from tunedeck.hostops.ssh import SshHost
 
 #: Extra seconds the local deadline allows beyond the remote ``timeout``.
 LOCAL_GRACE = 5.0
@@ -113,7 +113,7 @@ async def exec_command(host: SshHost, command: str, data: bytes | None, timeout:
 
 
 class SshStream(ByteStream):
-    """A long-running command on an :class:`~tui.hostops.ssh.SshHost` (see its ``stream``)."""
+    """A long-running command on an :class:`~tunedeck.hostops.ssh.SshHost` (see its ``stream``)."""
 
     def __init__(self, host: SshHost, command: str, *, heartbeat: float | None = None) -> None:
         self._host = host

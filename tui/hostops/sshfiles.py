@@ -1,4 +1,4 @@
-"""Files to an :class:`~tui.hostops.ssh.SshHost`: SFTP, or ``cat`` over an exec channel for an
+"""Files to an :class:`~tunedeck.hostops.ssh.SshHost`: SFTP, or ``cat`` over an exec channel for an
 sshd without SFTP (:data:`PUT_SCRIPT`); a failed write removes what it left either way."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Sequence
 
 import asyncssh
 
-from tui.hostops.hosts import HostError
-from tui.hostops.sshexec import command_line, exec_command
-from tui.hostops.sshgate import describe
-from tui.util.safety import UnsafeInput, check_text, visible
+from tunedeck.hostops.hosts import HostError
+from tunedeck.hostops.sshexec import command_line, exec_command
+from tunedeck.hostops.sshgate import describe
+from tunedeck.util.safety import UnsafeInput, check_text, visible
 
 if TYPE_CHECKING:
-    from tui.hostops.ssh import SshHost
+    from tunedeck.hostops.ssh import SshHost
 
 log = logging.getLogger(__name__)
 

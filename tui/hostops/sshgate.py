@@ -21,9 +21,9 @@ from pathlib import Path
 
 import asyncssh
 
-from tui.hostops.hosts import HostError
-from tui.hostops.sshconfig import Endpoint
-from tui.util.paths import known_hosts_file
+from tunedeck.hostops.hosts import HostError
+from tunedeck.hostops.sshconfig import Endpoint
+from tunedeck.util.paths import known_hosts_file
 
 log = logging.getLogger(__name__)
 

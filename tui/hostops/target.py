@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tui.util.safety import UnsafeInput, check_text
+from tunedeck.util.safety import UnsafeInput, check_text
 
 USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*$", re.IGNORECASE)
 HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")

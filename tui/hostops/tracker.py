@@ -1,10 +1,10 @@
 """Startup tracker: log events + ``/health`` probes + process liveness + GPU memory
-→ :class:`tui.model.StartupProgress` snapshots.
+→ :class:`tunedeck.model.StartupProgress` snapshots.
 
 * ready   = process alive AND (its engine's ready line in its own log OR ``/health`` 200
   on a socket the run's own process tree listens on); a vLLM ready line is confirmed with
   ``/health`` when the port is known. A 200 from another process on the run's port is never
-  the run's (:mod:`tui.util.ports`); where the listener cannot be told, the log alone decides;
+  the run's (:mod:`tunedeck.util.ports`); where the listener cannot be told, the log alone decides;
 * failed  = the process exited (the log's root exception is the cause when there is one);
 * stalled = the process is alive but nothing moves: no new log bytes, no progress and
   no GPU-memory change for ``stall_after`` seconds, or a fatal line while the process
@@ -28,19 +28,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Awaitable, Callable, Sequence
 
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.launcher import gpu_memory_used, process_alive, read_rc, stop_run
-from tui.hostops.logfollow import LineSplitter, follow_forever
-from tui.hostops.reread import ended_verdict
-from tui.hostops.runstore import EXITED, FAILED, READY, STARTING, STOPPED, STOPPING, RunRecord, RunStore
-from tui.logparse import PHASES, ErrorEvent, LogEvent, LogParser, PhaseEvent
-from tui.logparse.decode import might_be_bom, sniff
-from tui.model import GpuStatus, ServerStats, StartupProgress
-from tui.util import http
-from tui.util.aio import cancel_and_wait
-from tui.util.files import atomic_write_json
-from tui.util.paths import state_dir
-from tui.util.ports import OTHER, OWN, PortOwners, port_owners
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.launcher import gpu_memory_used, process_alive, read_rc, stop_run
+from tunedeck.hostops.logfollow import LineSplitter, follow_forever
+from tunedeck.hostops.reread import ended_verdict
+from tunedeck.hostops.runstore import EXITED, FAILED, READY, STARTING, STOPPED, STOPPING, RunRecord, RunStore
+from tunedeck.logparse import PHASES, ErrorEvent, LogEvent, LogParser, PhaseEvent
+from tunedeck.logparse.decode import might_be_bom, sniff
+from tunedeck.model import GpuStatus, ServerStats, StartupProgress
+from tunedeck.util import http
+from tunedeck.util.aio import cancel_and_wait
+from tunedeck.util.files import atomic_write_json
+from tunedeck.util.paths import state_dir
+from tunedeck.util.ports import OTHER, OWN, PortOwners, port_owners
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The server's host key is fetched (no login), its SHA256 fingerprint shown, and
 only after an explicit yes a single line ``[host]:port type base64`` (``host
 type base64`` for port 22) is appended, atomically, to tunedeck's own
-known_hosts (``tui.util.paths.known_hosts_file()``). A host that already has a
+known_hosts (``tunedeck.util.paths.known_hosts_file()``). A host that already has a
 DIFFERENT key recorded (in tunedeck's file or ``~/.ssh/known_hosts``) is a
 mismatch: refused, never overridden here.
 """
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import asyncssh
 
-from tui.hostops.hosts import HostError
-from tui.hostops.knownhosts import fingerprint, key_type_label, known_keys_for
-from tui.hostops.sshconfig import Endpoint, resolve_endpoint
-from tui.hostops.sshgate import fetch_host_key
-from tui.hostops.target import Target
-from tui.util.files import atomic_write_text
-from tui.util.paths import known_hosts_file
+from tunedeck.hostops.hosts import HostError
+from tunedeck.hostops.knownhosts import fingerprint, key_type_label, known_keys_for
+from tunedeck.hostops.sshconfig import Endpoint, resolve_endpoint
+from tunedeck.hostops.sshgate import fetch_host_key
+from tunedeck.hostops.target import Target
+from tunedeck.util.files import atomic_write_text
+from tunedeck.util.paths import known_hosts_file
 
 
 @dataclass

@@ -1,14 +1,14 @@
-"""Entry point of the host-side runtime (inside the zipapp, or ``python -m tui.hostside``).
+"""Entry point of the host-side runtime (inside the zipapp, or ``python -m tunedeck.hostside``).
 
     python3 tunedeck-host-<hash>.pyz info          what will run here, as JSON
     python3 tunedeck-host-<hash>.pyz bench DIR     a benchmark job (DIR/spec.json)
     python3 tunedeck-host-<hash>.pyz ab DIR        an A/B campaign job
     python3 tunedeck-host-<hash>.pyz tune DIR      a tuning campaign job (resumes from DIR/state.json)
     python3 tunedeck-host-<hash>.pyz sample --home HOME …   the host's status as JSON lines
-    python3 tunedeck-host-<hash>.pyz sim ENGINE …  a simulated engine (:mod:`tui.sim.entry`)
+    python3 tunedeck-host-<hash>.pyz sim ENGINE …  a simulated engine (:mod:`tunedeck.sim.entry`)
     python3 tunedeck-host-<hash>.pyz smi …         nvidia-smi over the simulated GPUs
 
-The archive's own ``__main__`` sends ``sim`` and ``smi`` to :mod:`tui.sim.entry` (the runtime
+The archive's own ``__main__`` sends ``sim`` and ``smi`` to :mod:`tunedeck.sim.entry` (the runtime
 and the simulator are sibling layers that do not import each other); the rest comes here.
 
 Exit status: 0 done, 1 nothing completed / the A/B failed, 2 bad spec, 3 server not
@@ -24,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from tui import __version__
+from tunedeck import __version__
 
 MIN_PYTHON = (3, 9)
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = sys.argv[1:]
     if argv[:1] == ["sample"]:
         # long-lived, threads only (no event loop): its own options and log lines
-        from tui.hostside import sampler
+        from tunedeck.hostside import sampler
 
         logging.basicConfig(
             level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "info":
         print(json.dumps(info()))
         return 0
-    from tui.util import paths
-    from tui.util.aio import run_async
+    from tunedeck.util import paths
+    from tunedeck.util.aio import run_async
 
     # the job's own stop marker stays with this process: servers an A/B launches get their own
     os.environ.pop("TUNEDECK_RUN_ID", None)
@@ -83,14 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     paths.use_home(args.job_dir)
     os.chdir(args.job_dir)
     if args.cmd == "bench":
-        from tui.hostside import benchjob
+        from tunedeck.hostside import benchjob
 
         return run_async(benchjob.run(args.job_dir))
     if args.cmd == "tune":
-        from tui.hostside import tunejob
+        from tunedeck.hostside import tunejob
 
         return run_async(tunejob.run(args.job_dir))
-    from tui.hostside import abjob
+    from tunedeck.hostside import abjob
 
     return run_async(abjob.run(args.job_dir))
 

@@ -18,10 +18,10 @@ import os
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Optional, Tuple
 
-from tui.ab.ops import ProfileInfo, ServerOps
-from tui.hostside.jobfiles import EVENTS, REPORT, SPEC, EventLog, on_stop_signal, read_spec
-from tui.util.files import atomic_write_json
-from tui.util.safety import redact_argv, redact_env
+from tunedeck.ab.ops import ProfileInfo, ServerOps
+from tunedeck.hostside.jobfiles import EVENTS, REPORT, SPEC, EventLog, on_stop_signal, read_spec
+from tunedeck.util.files import atomic_write_json
+from tunedeck.util.safety import redact_argv, redact_env
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def take_lock(ab_root: Path) -> int:
 
 def local_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> ServerOps:
     """The campaign's operations on this host (the launcher, tracker and benchmark engine here)."""
-    from tui.hostside.abops import LocalOps
+    from tunedeck.hostside.abops import LocalOps
 
     return LocalOps({i.name: i for i in infos.values()}, host_label=str(spec.get("host_label") or "local"))
 
@@ -94,9 +94,9 @@ async def run(
 ) -> int:
     """Run the campaign in ``job_dir`` (its spec.json), writing events and the report there.
     ``make_ops`` gives the runner its operations (a multi-node deployment's come from the laptop)."""
-    from tui.ab.events import ABEvent
-    from tui.ab.plan import Plan
-    from tui.ab.runner import ABRunner
+    from tunedeck.ab.events import ABEvent
+    from tunedeck.ab.plan import Plan
+    from tunedeck.ab.runner import ABRunner
 
     async def body(events: EventLog) -> Tuple[str, Optional[str]]:
         spec = read_spec(job_dir)

@@ -1,14 +1,14 @@
 """The A/B runner's operations on the host it runs on (the host-side runtime's side of an A/B).
 
-:class:`LocalOps` implements :class:`tui.ab.ops.ServerOps` next to the GPUs:
+:class:`LocalOps` implements :class:`tunedeck.ab.ops.ServerOps` next to the GPUs:
 
 * the profiles arrive resolved (argv, env, port) from the laptop, which read them;
-* :mod:`tui.hostops.launcher` launches detached, :mod:`~tui.hostops.hostruns` finds runs and
-  :mod:`~tui.hostops.runstop` stops them (PID-reuse guard, wait for the GPUs to release the
+* :mod:`tunedeck.hostops.launcher` launches detached, :mod:`~tunedeck.hostops.hostruns` finds runs and
+  :mod:`~tunedeck.hostops.runstop` stops them (PID-reuse guard, wait for the GPUs to release the
   run's processes);
-* :mod:`tui.hostops.tracker` follows the startup (log phases, ``/health``,
+* :mod:`tunedeck.hostops.tracker` follows the startup (log phases, ``/health``,
   liveness, stall, diagnosis);
-* the benchmark runs in this process (:func:`tui.bench.runner.run_benchmark`)
+* the benchmark runs in this process (:func:`tunedeck.bench.runner.run_benchmark`)
   against the server's own loopback; its results land in this job's results store.
 """
 
@@ -18,7 +18,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
-from tui.ab.ops import (
+from tunedeck.ab.ops import (
     BenchResult,
     LaunchHandle,
     ProfileInfo,
@@ -26,13 +26,13 @@ from tui.ab.ops import (
     RunningServer,
     StopResult,
 )
-from tui.ab.plan import Plan, PlanLevel
-from tui.bench.counters import COUNTED_SPEC, Snapshot, level_figures, parse_counters
-from tui.hostops import hostruns, launcher, runstop, runstore, tracker
-from tui.hostops.hosts import Host
-from tui.hostops.localhost import LocalHost
-from tui.util import http
-from tui.util.safety import flag_value, redact_argv, redact_env
+from tunedeck.ab.plan import Plan, PlanLevel
+from tunedeck.bench.counters import COUNTED_SPEC, Snapshot, level_figures, parse_counters
+from tunedeck.hostops import hostruns, launcher, runstop, runstore, tracker
+from tunedeck.hostops.hosts import Host
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.util import http
+from tunedeck.util.safety import flag_value, redact_argv, redact_env
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class LocalOps:
         """The side's fallback for levels whose summary has no acceptance rate: (%, what it is).
 
         Each level's summary already holds the figures of the server's counters over that level
-        (:func:`tui.bench.counters.level_figures`); where the server has those counters, nothing
+        (:func:`tunedeck.bench.counters.level_figures`); where the server has those counters, nothing
         else is read: a gauge would mix another span into the level's figures. Only a server
         without them gives its gauges, read by the same function and labelled as what they are."""
         try:
@@ -167,9 +167,9 @@ class LocalOps:
         on_progress: Callable[[str, float | None], None],
         labels: Mapping[str, str],
     ) -> BenchResult:
-        from tui.bench.config import NotReady
-        from tui.bench.runner import run_benchmark
-        from tui.bench.store import StoreError
+        from tunedeck.bench.config import NotReady
+        from tunedeck.bench.runner import run_benchmark
+        from tunedeck.bench.store import StoreError
 
         cfg = level_config(info, handle.url, plan, level, labels)
         rec = handle.handle
@@ -187,8 +187,8 @@ class LocalOps:
             "profile": info.name,
         }
 
-        # the level's GPU and server timeline, and its validity findings (tui.hostside.timeline)
-        from tui.hostside.timeline import Timeline
+        # the level's GPU and server timeline, and its validity findings (tunedeck.hostside.timeline)
+        from tunedeck.hostside.timeline import Timeline
 
         timeline = Timeline(cfg.url)
 
@@ -241,8 +241,8 @@ async def flush_prefix_cache(engine: str, base_url: str) -> str:
 
 
 def level_config(info: ProfileInfo, url: str, plan: Plan, level: PlanLevel, labels: Mapping[str, str]) -> Any:
-    """The :class:`tui.bench.config.BenchConfig` of one plan level against ``url``."""
-    from tui.bench.config import BenchConfig
+    """The :class:`tunedeck.bench.config.BenchConfig` of one plan level against ``url``."""
+    from tunedeck.bench.config import BenchConfig
 
     return BenchConfig(
         url=url,

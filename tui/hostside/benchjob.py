@@ -3,7 +3,7 @@
 The spec is ``{"config": {BenchConfig fields}, "meta_extra": {...}}``; the client
 reaches the server on the host's own loopback, so what it measures is the
 server, not the link to the laptop. Each level's result folder also gets
-``timeline.jsonl``: the GPUs and the server second by second (:mod:`tui.hostside.timeline`);
+``timeline.jsonl``: the GPUs and the server second by second (:mod:`tunedeck.hostside.timeline`);
 each of its lines also goes into the events, right after its tick, as a ``timeline``
 event (``level``, ``run_id``, ``row``), so a follower draws it live.
 """
@@ -17,8 +17,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tui.hostside.jobfiles import EVENTS, EventLog, on_stop_signal, read_spec
-from tui.hostside.timeline import Timeline
+from tunedeck.hostside.jobfiles import EVENTS, EventLog, on_stop_signal, read_spec
+from tunedeck.hostside.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ WHERE = "host"
 def config_from_spec(spec: dict[str, Any]) -> Any:
     from dataclasses import fields
 
-    from tui.bench.config import BenchConfig
+    from tunedeck.bench.config import BenchConfig
 
     raw = spec.get("config")
     if not isinstance(raw, dict):
@@ -60,9 +60,9 @@ def _disk_full_message(job_dir: Path) -> str:
 
 
 async def run(job_dir: Path) -> int:
-    from tui.bench.config import NotReady
-    from tui.bench.runner import run_benchmark
-    from tui.bench.store import StoreError
+    from tunedeck.bench.config import NotReady
+    from tunedeck.bench.runner import run_benchmark
+    from tunedeck.bench.store import StoreError
 
     events = EventLog(job_dir / EVENTS)
     reserve = job_dir / ".reserve"

@@ -65,7 +65,7 @@ def proc_starttime(pid: int) -> Optional[str]:
 
 
 def list_runs(base: str, cache: Optional[Dict[str, Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
-    """The run folders under ``base`` like ``tui.hostops.hostruns.list_host_runs`` sees them.
+    """The run folders under ``base`` like ``tunedeck.hostops.hostruns.list_host_runs`` sees them.
 
     ``cache``: entries of runs that ended (an ``rc`` and no live process) are kept there and not
     read again, so a folder full of old runs costs one ``listdir`` a sample."""

@@ -3,7 +3,7 @@
     python3 tunedeck-host-<hash>.pyz sample --home HOME [--interval 1] [--smi nvidia-smi]
 
 One long-lived process per host and per dashboard, started by the laptop with
-``host.stream`` (:mod:`tui.services.sampler`). It writes one JSON object a line
+``host.stream`` (:mod:`tunedeck.services.sampler`). It writes one JSON object a line
 on stdout:
 
 ``hello``   ``pid``, ``python``, ``interval``: the first line
@@ -22,11 +22,11 @@ on stdout:
             until a model is known, ``/v1/models``, read on the host's own loopback
 
 In steady state it starts no process: ``/proc`` and the run folders are read
-directly (:mod:`~tui.hostside.hostread`), HTTP is the standard library's
-(:mod:`~tui.hostside.serverprobe`), and the two nvidia-smi loops are started once
-(again only after one of them ends: :mod:`~tui.hostside.smiloop`).
+directly (:mod:`~tunedeck.hostside.hostread`), HTTP is the standard library's
+(:mod:`~tunedeck.hostside.serverprobe`), and the two nvidia-smi loops are started once
+(again only after one of them ends: :mod:`~tunedeck.hostside.smiloop`).
 
-It ends when the laptop is gone (:mod:`~tui.hostside.channel`): a write to stdout
+It ends when the laptop is gone (:mod:`~tunedeck.hostside.channel`): a write to stdout
 fails (the SSH channel closed), its parent changed (the session ended), or one line could not be
 written for ``--keepalive`` seconds (nobody reads: a dead link). A link that dies
 without a FIN or RST reaching the host (a laptop that sleeps, a cable pulled on the
@@ -50,10 +50,10 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-from tui.hostside.channel import Heartbeat, Output
-from tui.hostside.hostread import list_runs, read_host
-from tui.hostside.serverprobe import probe_server
-from tui.hostside.smiloop import APPS_FIELDS, GPU_FIELDS, SmiLoop
+from tunedeck.hostside.channel import Heartbeat, Output
+from tunedeck.hostside.hostread import list_runs, read_host
+from tunedeck.hostside.serverprobe import probe_server
+from tunedeck.hostside.smiloop import APPS_FIELDS, GPU_FIELDS, SmiLoop
 
 log = logging.getLogger("tunedeck.sampler")
 

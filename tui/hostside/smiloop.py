@@ -11,10 +11,10 @@ import threading
 import time
 from typing import Callable, List, Optional
 
-from tui.util.retry import Backoff
+from tunedeck.util.retry import Backoff
 
 #: the GPU fields asked of nvidia-smi, in order (the laptop's GPU collector asks the same:
-#: ``tui.collectors.smi.QUERY_GPU_FIELDS``)
+#: ``tunedeck.collectors.smi.QUERY_GPU_FIELDS``)
 GPU_FIELDS = (
     "index",
     "uuid",
@@ -28,7 +28,7 @@ GPU_FIELDS = (
     "clocks.sm",
     "clocks.mem",
 )
-#: the compute-process fields, in order (``tui.collectors.smi.QUERY_APPS_FIELDS``)
+#: the compute-process fields, in order (``tunedeck.collectors.smi.QUERY_APPS_FIELDS``)
 APPS_FIELDS = ("pid", "gpu_uuid", "used_memory", "process_name")
 
 #: a line of rows from nvidia-smi within this many seconds of the previous one is the same block

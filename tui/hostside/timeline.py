@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from tui.bench.counters import iter_series
-from tui.hostside.jobfiles import EventLog
+from tunedeck.bench.counters import iter_series
+from tunedeck.hostside.jobfiles import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class Timeline:
             block.append(raw.decode("utf-8", "replace").strip())
 
     async def _server_loop(self) -> None:
-        from tui.util.http import HttpError, request
+        from tunedeck.util.http import HttpError, request
 
         failed = False
         while not self._stopping:
@@ -233,8 +233,8 @@ class Timeline:
 
     def _add_validity(self, summary: Dict[str, Any]) -> None:
         """The level's validity findings, into its summary (the event's and summary.json)."""
-        from tui.hostside.validity import findings
-        from tui.util.files import atomic_write_json
+        from tunedeck.hostside.validity import findings
+        from tunedeck.util.files import atomic_write_json
 
         found = findings(self.level_lines, summary, self.start_info)
         summary["validity"] = found
@@ -259,7 +259,7 @@ class Timeline:
         A reading still busy with the previous level's last requests (utilization is an average
         over the last sample period) is read again, for up to ``settle`` seconds: GPUs busy
         with something else stay busy."""
-        from tui.hostside.validity import BUSY_UTIL
+        from tunedeck.hostside.validity import BUSY_UTIL
 
         try:
             await asyncio.wait_for(self._first_block.wait(), wait)

@@ -1,12 +1,12 @@
-"""A tuning campaign run on the GPU host (:mod:`tui.ab.tune`), driven here so that it survives
-the laptop; the same job folder layout, lock and operations as an A/B (:mod:`tui.hostside.abjob`).
+"""A tuning campaign run on the GPU host (:mod:`tunedeck.ab.tune`), driven here so that it survives
+the laptop; the same job folder layout, lock and operations as an A/B (:mod:`tunedeck.hostside.abjob`).
 
 The spec: ``{"campaign", "base", "candidates": [{"name", "changes", "info": ProfileInfo or null,
 "tp", "skip": reason or null}], "slo": [TERM…], "workload": Workload, "repeats_max",
-"noise_pct", "budget_s", "estimate_s", "pace" (the estimate's parts, ``tui.ab.tuneeta.Pace``,
+"noise_pct", "budget_s", "estimate_s", "pace" (the estimate's parts, ``tunedeck.ab.tuneeta.Pace``,
 or null), "max_concurrency", "max_steps", "stop_existing", "host_label"}``. The laptop asked
 the user before sending ``stop_existing: true``. A campaign over a multi-node base runs this
-same job on the laptop (:mod:`tui.services.deploytune`, its own ``make_ops``), each candidate's
+same job on the laptop (:mod:`tunedeck.services.deploytune`, its own ``make_ops``), each candidate's
 ``profile`` in the spec until the campaign ends.
 
 After every candidate (and when one starts) the runner's state is written to ``state.json``
@@ -24,17 +24,17 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from tui.ab.ops import ProfileInfo, ServerOps
-from tui.hostside.abjob import run_job
-from tui.hostside.jobfiles import REPORT, SPEC, EventLog, on_stop_signal, read_spec
-from tui.util.files import atomic_write_json
-from tui.util.safety import redact_argv, redact_env
+from tunedeck.ab.ops import ProfileInfo, ServerOps
+from tunedeck.hostside.abjob import run_job
+from tunedeck.hostside.jobfiles import REPORT, SPEC, EventLog, on_stop_signal, read_spec
+from tunedeck.util.files import atomic_write_json
+from tunedeck.util.safety import redact_argv, redact_env
 
 STATE = "state.json"
 
 
 def local_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> ServerOps:
-    from tui.hostside.abops import LocalOps
+    from tunedeck.hostside.abops import LocalOps
 
     return LocalOps(dict(infos), host_label=str(spec.get("host_label") or "local"))
 
@@ -69,7 +69,7 @@ async def run(
     job_dir: Path, make_ops: Callable[[Mapping[str, Any], Mapping[str, ProfileInfo]], ServerOps] = local_ops
 ) -> int:
     """Run (or resume) the campaign in ``job_dir``; events, state and report are written there."""
-    from tui.ab.tune import TuneRunner
+    from tunedeck.ab.tune import TuneRunner
 
     async def body(events: EventLog) -> Tuple[str, Optional[str]]:
         spec = read_spec(job_dir)

@@ -1,6 +1,6 @@
 """Is a benchmark result valid? Findings checked before and during the run, each with its evidence.
 
-:func:`findings` reads a level's timeline (:mod:`tui.hostside.timeline`), its summary
+:func:`findings` reads a level's timeline (:mod:`tunedeck.hostside.timeline`), its summary
 and what was on the GPUs when it started, and returns a list of
 ``{"rule": NAME, "evidence": TEXT}`` (empty: nothing found). The rules:
 

@@ -22,7 +22,7 @@ alone never proves readiness (the tracker confirms with ``/health`` and the
 process); a fatal line after the ready line revokes it (``failure`` wins).
 Reference: docs/serving-engines.md section 4.
 
-The package's API is below: import it from ``tui.logparse``. Inside, ``events`` holds
+The package's API is below: import it from ``tunedeck.logparse``. Inside, ``events`` holds
 what the parser reports (and its JSON shape), ``patterns`` the engines' line formats and
 fatal texts by class, ``sglang`` and ``vllm`` each engine's own start-up and stat lines,
 ``uvicorn`` the HTTP server lines both print, ``failures`` the tracebacks and fatal texts
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import re
 
-from tui.logparse.decode import decode_log
-from tui.logparse.events import (
+from tunedeck.logparse.decode import decode_log
+from tunedeck.logparse.events import (
     ADVICE,
     ENGINES,
     PHASES,
@@ -47,8 +47,8 @@ from tui.logparse.events import (
     event_to_json,
     pick_failure,
 )
-from tui.logparse.parser import LogParser, iter_events, parse_file, parse_text
-from tui.logparse.patterns import LogLine, classify, clean_line, might_be_fatal, severity
+from tunedeck.logparse.parser import LogParser, iter_events, parse_file, parse_text
+from tunedeck.logparse.patterns import LogLine, classify, clean_line, might_be_fatal, severity
 
 
 def advice_for(diagnosis: str | None, proof: str | None = None) -> str:

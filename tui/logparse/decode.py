@@ -48,6 +48,6 @@ def not_text(sample: str, codec: str) -> str | None:
 
 
 def decode_log(data: bytes) -> str:
-    """A whole log's text, decoded as :class:`~tui.logparse.parser.LogParser` decodes it."""
+    """A whole log's text, decoded as :class:`~tunedeck.logparse.parser.LogParser` decodes it."""
     codec, skip = sniff(data[:4])
     return data[skip:].decode(codec, errors="replace")

@@ -1,7 +1,7 @@
 """The failures of one server start: Python tracebacks followed per process, fatal texts, bare
 exception lines, and which of them the engine went down with (:class:`Failures`). The parser
-(:mod:`tui.logparse.parser`) hands it every line; the fatal texts themselves are classified in
-:mod:`tui.logparse.patterns`."""
+(:mod:`tunedeck.logparse.parser`) hands it every line; the fatal texts themselves are classified in
+:mod:`tunedeck.logparse.patterns`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from tui.logparse.events import ErrorEvent, LogEvent
-from tui.logparse.patterns import (
+from tunedeck.logparse.events import ErrorEvent, LogEvent
+from tunedeck.logparse.patterns import (
     EXC_LINE_RE,
     MAX_ERRORS,
     RAY_PG_WAIT,
@@ -27,7 +27,7 @@ from tui.logparse.patterns import (
 )
 
 if TYPE_CHECKING:
-    from tui.logparse.parser import LogParser
+    from tunedeck.logparse.parser import LogParser
 
 
 class _Traceback:

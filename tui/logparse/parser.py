@@ -1,4 +1,4 @@
-"""The incremental parser: bytes in, :mod:`tui.logparse.events` out."""
+"""The incremental parser: bytes in, :mod:`tunedeck.logparse.events` out."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import re
 from collections import deque
 from typing import Callable, Iterable, Iterator
 
-from tui.logparse import sglang, uvicorn, vllm
-from tui.logparse.decode import SNIFF_CHARS, might_be_bom, not_text, sniff
-from tui.logparse.events import (
+from tunedeck.logparse import sglang, uvicorn, vllm
+from tunedeck.logparse.decode import SNIFF_CHARS, might_be_bom, not_text, sniff
+from tunedeck.logparse.events import (
     ENGINES,
     PHASE_INDEX,
     FactEvent,
@@ -17,8 +17,8 @@ from tui.logparse.events import (
     ParseState,
     PhaseEvent,
 )
-from tui.logparse.failures import Failures
-from tui.logparse.patterns import (
+from tunedeck.logparse.failures import Failures
+from tunedeck.logparse.patterns import (
     GLUED_RE,
     MAX_LINE,
     SG_GRAPH_BEGIN,
@@ -34,7 +34,7 @@ from tui.logparse.patterns import (
     clean_line,
     clean_safe_line,
 )
-from tui.logparse.rules import RuleTable
+from tunedeck.logparse.rules import RuleTable
 
 # --------------------------------------------------------------------------- parser
 
@@ -46,7 +46,7 @@ class LogParser:
     by ``\\r`` are parsed one by one and numbered as segments of their line.
 
     A reader that already cuts the log into display lines (the run view's
-    :class:`~tui.hostops.logfollow.LineSplitter`: split, decoded, redacted and made safe once)
+    :class:`~tunedeck.hostops.logfollow.LineSplitter`: split, decoded, redacted and made safe once)
     hands the parser those segments instead (:meth:`feed_segment`, with :meth:`see` for the raw
     bytes and the unterminated tail passed to :meth:`flush` / :meth:`ended`): each byte is then
     processed once. The two inputs are not mixed in one parser."""
@@ -312,7 +312,7 @@ class LogParser:
 
     def feed_line(self, raw: str, *, safe: bool = False) -> list[LogEvent]:
         """Parse one segment of a physical line (no \\r or \\n inside); ``safe``: it is already
-        redacted and made safe (:func:`~tui.logparse.patterns.clean_safe_line`)."""
+        redacted and made safe (:func:`~tunedeck.logparse.patterns.clean_safe_line`)."""
         if "][" in raw and GLUED_RE.search(raw):  # (every match is between a "]" and a "[")
             out: list[LogEvent] = []
             for piece in GLUED_RE.split(raw):

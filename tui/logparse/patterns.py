@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from tui.util.safety import redact_text, safe_line
+from tunedeck.util.safety import redact_text, safe_line
 
 # --------------------------------------------------------------------------- regexes
 

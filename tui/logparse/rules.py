@@ -1,5 +1,5 @@
 """One startup-line rule: a cheap key, a regex, what the line means. The engines' tables
-(:mod:`tui.logparse.sglang`, :mod:`tui.logparse.vllm`) are tuples of these; the parser tries
+(:mod:`tunedeck.logparse.sglang`, :mod:`tunedeck.logparse.vllm`) are tuples of these; the parser tries
 them in order and the first rule that takes a line ends the search."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:
-    from tui.logparse.parser import LogParser
-    from tui.logparse.patterns import LogLine
+    from tunedeck.logparse.parser import LogParser
+    from tunedeck.logparse.patterns import LogLine
 
 #: what a rule does with a line: (parser, the regex match or None, the message, the cleaned line)
 Apply = Callable[["LogParser", Optional["re.Match[str]"], str, "LogLine"], None]

@@ -1,4 +1,4 @@
-"""SGLang's own startup lines: one :class:`~tui.logparse.rules.Rule` per line format.
+"""SGLang's own startup lines: one :class:`~tunedeck.logparse.rules.Rule` per line format.
 
 A new SGLang line is one entry in :data:`STARTUP` (a key, a regex, what it means)."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from tui.logparse.events import StatEvent
-from tui.logparse.patterns import SG_STAT_FIELDS
-from tui.logparse.rules import Rule
+from tunedeck.logparse.events import StatEvent
+from tunedeck.logparse.patterns import SG_STAT_FIELDS
+from tunedeck.logparse.rules import Rule
 
 if TYPE_CHECKING:
-    from tui.logparse.parser import LogParser
-    from tui.logparse.patterns import LogLine
+    from tunedeck.logparse.parser import LogParser
+    from tunedeck.logparse.patterns import LogLine
 
 SG_INIT = re.compile(r"Init (?:parallel|torch distributed) (begin|ends)\.")
 SG_WEIGHTS_BEGIN = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")

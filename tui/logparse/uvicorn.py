@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from tui.logparse.patterns import UVICORN_RUNNING, UVICORN_STARTED
-from tui.logparse.rules import Rule
+from tunedeck.logparse.patterns import UVICORN_RUNNING, UVICORN_STARTED
+from tunedeck.logparse.rules import Rule
 
 if TYPE_CHECKING:
-    from tui.logparse.parser import LogParser
-    from tui.logparse.patterns import LogLine
+    from tunedeck.logparse.parser import LogParser
+    from tunedeck.logparse.patterns import LogLine
 
 _URL_PORT = re.compile(r":(\d+)")
 

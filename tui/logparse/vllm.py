@@ -1,4 +1,4 @@
-"""vLLM's own startup lines: one :class:`~tui.logparse.rules.Rule` per line format.
+"""vLLM's own startup lines: one :class:`~tunedeck.logparse.rules.Rule` per line format.
 
 A new vLLM line is one entry in :data:`STARTUP` (a key, a regex, what it means)."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from tui.logparse.events import StatEvent
-from tui.logparse.patterns import VL_KV_USAGE, VL_PREFIX_HIT, VL_STATS
-from tui.logparse.rules import Rule
+from tunedeck.logparse.events import StatEvent
+from tunedeck.logparse.patterns import VL_KV_USAGE, VL_PREFIX_HIT, VL_STATS
+from tunedeck.logparse.rules import Rule
 
 if TYPE_CHECKING:
-    from tui.logparse.parser import LogParser
-    from tui.logparse.patterns import LogLine
+    from tunedeck.logparse.parser import LogParser
+    from tunedeck.logparse.patterns import LogLine
 
 VL_VERSION = re.compile(r"(?:Initializing a V1 LLM engine \(v([^)]+)\)|vLLM API server version ([\w.+-]+))")
 VL_NCCL = re.compile(r"vLLM is using nccl==([\w.+-]+)")

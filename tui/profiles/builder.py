@@ -11,10 +11,10 @@ vLLM::
         --speculative-config={"method":…}
 
 Every flag is one token: full name, ``--flag=value`` for values, bare ``--flag`` for booleans.
-Flags come from the per-engine allowlist in :mod:`tui.profiles.schema` with types, else from the
-engine release's own flags (:mod:`tui.engine_flags`: the host's ``--help`` when pre-flight read it,
+Flags come from the per-engine allowlist in :mod:`tunedeck.profiles.schema` with types, else from the
+engine release's own flags (:mod:`tunedeck.engine_flags`: the host's ``--help`` when pre-flight read it,
 else tunedeck's table of the release it follows), judged by argparse's rules
-(:mod:`tui.profiles.flagcheck`); free-text ``extra_args`` are ``shlex.split`` and checked token
+(:mod:`tunedeck.profiles.flagcheck`); free-text ``extra_args`` are ``shlex.split`` and checked token
 by token the same way. String values that
 start with ``-`` are refused. The environment is ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` + the NCCL
 preset + its per-variable overrides + the profile's ``[env]``; dangerous variables (LD_PRELOAD,
@@ -30,17 +30,17 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tui.engine_flags import FlagTable
-from tui.engines import SGLANG_SPEC_ALGORITHMS, VLLM_SPEC_METHODS, release_flags
-from tui.profiles.flagtokens import NUM_RE, FlagChecker, Issue
-from tui.profiles.model import FLAG_NAME_RE, NcclPreset, ProfileError, ServerProfile
-from tui.profiles.presets import DEFAULT_NCCL, merge_nccl
-from tui.profiles.schema import ALIASES, FLAGS
-from tui.profiles.tomlread import CONTROL_RE
-from tui.util.safety import DANGEROUS_ENV, ENV_NAME_RE, UnsafeInput, env_command, redact_argv, redact_env
+from tunedeck.engine_flags import FlagTable
+from tunedeck.engines import SGLANG_SPEC_ALGORITHMS, VLLM_SPEC_METHODS, release_flags
+from tunedeck.profiles.flagtokens import NUM_RE, FlagChecker, Issue
+from tunedeck.profiles.model import FLAG_NAME_RE, NcclPreset, ProfileError, ServerProfile
+from tunedeck.profiles.presets import DEFAULT_NCCL, merge_nccl
+from tunedeck.profiles.schema import ALIASES, FLAGS
+from tunedeck.profiles.tomlread import CONTROL_RE
+from tunedeck.util.safety import DANGEROUS_ENV, ENV_NAME_RE, UnsafeInput, env_command, redact_argv, redact_env
 
 if TYPE_CHECKING:
-    from tui.profiles.store import ProfileStore
+    from tunedeck.profiles.store import ProfileStore
 
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$|^\[[0-9A-Fa-f:.]+\]$")
 _BACKEND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -430,7 +430,7 @@ def build_command(
     """The exact command for ``profile``; raises :class:`ProfileError` naming the first bad field.
 
     ``nccl`` is the resolved preset; when omitted it is looked up in ``store`` (a
-    :class:`~tui.profiles.store.ProfileStore`, default: the standard one).
+    :class:`~tunedeck.profiles.store.ProfileStore`, default: the standard one).
     """
     if nccl is None:
         nccl = resolve_nccl(profile, store)
@@ -449,7 +449,7 @@ def resolve_nccl(profile: ServerProfile, store: ProfileStore | None = None) -> N
     if profile.nccl_preset == "default":
         return DEFAULT_NCCL
     if store is None:
-        from tui.profiles.store import ProfileStore
+        from tunedeck.profiles.store import ProfileStore
 
         store = ProfileStore()
     return store.nccl_preset(profile.nccl_preset)
@@ -460,7 +460,7 @@ def line_of_key(profile: ServerProfile, key: str) -> int | None:
         return None
     from pathlib import Path
 
-    from tui.profiles.tomlread import key_line
+    from tunedeck.profiles.tomlread import key_line
 
     try:
         text = Path(profile.path).read_text(encoding="utf-8")

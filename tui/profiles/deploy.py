@@ -28,8 +28,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from tui.profiles.builder import Command, Issue, check_profile, demo_executable, line_of_key, resolve_nccl
-from tui.profiles.model import (
+from tunedeck.profiles.builder import Command, Issue, check_profile, demo_executable, line_of_key, resolve_nccl
+from tunedeck.profiles.model import (
     DEFAULT_RENDEZVOUS_PORTS,
     DEPLOY_MODES,
     NODE_RE,
@@ -38,10 +38,10 @@ from tui.profiles.model import (
     ProfileError,
     ServerProfile,
 )
-from tui.util.safety import UnsafeInput, env_command, redact_env
+from tunedeck.util.safety import UnsafeInput, env_command, redact_env
 
 if TYPE_CHECKING:
-    from tui.profiles.store import ProfileStore
+    from tunedeck.profiles.store import ProfileStore
 
 HEAD, WORKER = "head", "worker"
 #: step kinds: a server process, a Ray node, the wait for Ray's GPUs
@@ -113,7 +113,7 @@ def profile_gpus(profile: ServerProfile) -> int:
 
 
 #: how a command names tunedeck's host-side runtime before it is on the host: at launch,
-#: :func:`tui.services.runtime.sim_argv` puts ``PYTHON -I ${TUNEDECK_HOME}/lib/tunedeck-host-<hash>.pyz``
+#: :func:`tunedeck.services.runtime.sim_argv` puts ``PYTHON -I ${TUNEDECK_HOME}/lib/tunedeck-host-<hash>.pyz``
 #: (that host's, the profile's ``python`` first) in its place
 HOST_RUNTIME = "tunedeck-host"
 
@@ -213,7 +213,7 @@ def sim_executable(profile: ServerProfile) -> list[str]:
 
 def sim_ray_node() -> list[str]:
     """What a worker node's ``ray start`` runs under with ``--sim``: the host-side runtime's
-    ``sim ray-node --`` (the real Ray node as its child; see :mod:`tui.sim.raynode`)."""
+    ``sim ray-node --`` (the real Ray node as its child; see :mod:`tunedeck.sim.raynode`)."""
     return [HOST_RUNTIME, "sim", "ray-node", "--"]
 
 

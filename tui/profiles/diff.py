@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tui.profiles.builder import Command
+from tunedeck.profiles.builder import Command
 
 
 def split_flags(args: tuple[str, ...] | list[str]) -> tuple[list[str], dict[str, str | None]]:
@@ -102,7 +102,7 @@ def command_from_argv(engine: str, argv: list[str], env: dict[str, str], prefix_
     Without ``prefix_len`` the executable part is everything before the first ``--flag``
     (for vLLM, before the model that precedes it).
     """
-    from tui.util.safety import env_command
+    from tunedeck.util.safety import env_command
 
     if prefix_len is None:
         first = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))

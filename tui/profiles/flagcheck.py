@@ -1,7 +1,7 @@
 """A launch flag judged against an engine release's flags, by argparse's own rules.
 
 The table is the host's (its ``--help``, read by pre-flight) or tunedeck's for the release it
-follows (``tui.engines.release_flags``) when the host could not be asked; ``FlagTable.origin``
+follows (``tunedeck.engines.release_flags``) when the host could not be asked; ``FlagTable.origin``
 says which, and every message names it. The profile builder and pre-flight both judge here, so
 a flag reads the same wherever it is checked.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tui.engine_flags import FlagTable
+from tunedeck.engine_flags import FlagTable
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,11 @@ import json
 import re
 from dataclasses import dataclass
 
-from tui.engine_flags import FlagTable
-from tui.profiles.flagcheck import judge
-from tui.profiles.model import ServerProfile
-from tui.profiles.schema import FLAGS, FlagSpec
-from tui.profiles.tomlread import CONTROL_RE
+from tunedeck.engine_flags import FlagTable
+from tunedeck.profiles.flagcheck import judge
+from tunedeck.profiles.model import ServerProfile
+from tunedeck.profiles.schema import FLAGS, FlagSpec
+from tunedeck.profiles.tomlread import CONTROL_RE
 
 #: a number as a flag value (``-`` allowed: a negative value is not an option)
 NUM_RE = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
@@ -32,7 +32,7 @@ class Issue:
 
 class FlagChecker:
     """Checks a profile's flags one at a time and turns each into its single token (``--name``,
-    ``--name=value``), as the engine takes it: the schema's spec (:mod:`tui.profiles.schema`), else
+    ``--name=value``), as the engine takes it: the schema's spec (:mod:`tunedeck.profiles.schema`), else
     the release's flag table judged by argparse's rules; every problem is an :class:`Issue` in
     :attr:`issues`, a flag given twice included (:attr:`seen`: flag -> where it was set)."""
 

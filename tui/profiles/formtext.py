@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 import shlex
 
-from tui.profiles.schema import FLAGS
-from tui.util.safety import ENV_NAME_RE
+from tunedeck.profiles.schema import FLAGS
+from tunedeck.util.safety import ENV_NAME_RE
 
 
 def env_to_text(pairs: tuple[tuple[str, str], ...]) -> str:

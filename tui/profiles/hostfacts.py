@@ -2,7 +2,7 @@
 version, its ``--help`` as a flag table, its attention backends (from the help, or vLLM's
 registry), the GPUs and their compute capability; the commands it runs for each
 (:func:`probe_commands`), and the cache of help-derived facts per (host, engine executable,
-version) in ``state_dir()/preflight-cache.json``. :mod:`tui.profiles.preflight` turns them into
+version) in ``state_dir()/preflight-cache.json``. :mod:`tunedeck.profiles.preflight` turns them into
 findings."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from tui.engine_flags import Flag, FlagTable, parse_help
-from tui.profiles.builder import demo_executable, engine_executable
-from tui.profiles.model import ServerProfile
-from tui.profiles.schema import BUILTIN_BACKENDS
-from tui.util.files import atomic_write_json
-from tui.util.paths import state_dir
+from tunedeck.engine_flags import Flag, FlagTable, parse_help
+from tunedeck.profiles.builder import demo_executable, engine_executable
+from tunedeck.profiles.model import ServerProfile
+from tunedeck.profiles.schema import BUILTIN_BACKENDS
+from tunedeck.util.files import atomic_write_json
+from tunedeck.util.paths import state_dir
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ async def probe_host(
     use_cache: bool = True,
     executable: Sequence[str] | None = None,
 ) -> HostFacts:
-    """Read version, help, backend list and GPUs from ``host`` (a tui.hostops.hosts.Host);
+    """Read version, help, backend list and GPUs from ``host`` (a tunedeck.hostops.hosts.Host);
     ``executable``: the simulator as it runs there (see :func:`probe_commands`)."""
     cmds = probe_commands(profile, demo=demo, executable=executable)
     # the host's nvidia-smi: a --sim host without one of its own has the simulated one

@@ -56,7 +56,7 @@ A multi-node profile names its hosts (any TARGET form; the first is the head)::
     node_addresses = ["10.0.0.1", "10.0.0.2"]   # Ray: --node-ip-address, one per node
 
 Every error is a :class:`ProfileError` naming the file, the line and the key: the reading is
-:mod:`tui.profiles.profileread`.
+:mod:`tunedeck.profiles.profileread`.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from tui.profiles.tomlread import ProfileError
-from tui.util.safety import DANGEROUS_ENV
+from tunedeck.profiles.tomlread import ProfileError
+from tunedeck.util.safety import DANGEROUS_ENV
 
 SCHEMA_VERSION = 1
 ENGINES = ("sglang", "vllm")

@@ -1,12 +1,12 @@
 """Pre-flight check: before a ~10-minute launch, ask the host whether the profile can work there.
 
-On the target :class:`~tui.hostops.hosts.Host` it reads
+On the target :class:`~tunedeck.hostops.hosts.Host` it reads
 
 * the engine version (SGLang: ``python3 -c 'import sglang; print(sglang.__version__)'``;
   vLLM: ``vllm --version``; the demo: ``tunedeck sim <engine> --version``),
 * the engine's ``--help`` with the *same executable* the launch uses (SGLang
   ``python3 -m sglang.launch_server --help``; vLLM ``vllm serve --help=all``, then ``--help``;
-  the demo ``tunedeck sim <engine> --help``), read with :func:`tui.engine_flags.parse_help` into
+  the demo ``tunedeck sim <engine> --help``), read with :func:`tunedeck.engine_flags.parse_help` into
   the host's flag table (names, aliases, values, choices; the attention-backend choices among
   them): when it was read it is the authority for every flag of the command; when it was not,
   tunedeck's table of the release it follows stands in and the findings say so,
@@ -23,7 +23,7 @@ real flag suggested; an ambiguous prefix such as ``--cuda-graph-max-bs`` on SGLa
 candidates named; an unambiguous prefix: a note; a value outside the flag's choices: the
 choices listed), TP above the GPU count, dangerous variables, and the
 NCCL debugging-knob warning. Help-derived facts are cached per (host, engine executable, version)
-in ``state_dir()/preflight-cache.json``. The reading is :mod:`tui.profiles.hostfacts`; the
+in ``state_dir()/preflight-cache.json``. The reading is :mod:`tunedeck.profiles.hostfacts`; the
 findings are here.
 """
 
@@ -34,15 +34,15 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from tui.engine_flags import FlagTable
-from tui.engines import release_flags
-from tui.profiles.builder import Command, Issue, check_profile, resolve_nccl
-from tui.profiles.flagcheck import judge
-from tui.profiles.hostfacts import HostFacts, probe_host
-from tui.profiles.model import ProfileError, ServerProfile
-from tui.profiles.schema import MLA_TABLE, NOT_MLA
-from tui.util.ports import UNKNOWN, port_owners
-from tui.util.safety import visible
+from tunedeck.engine_flags import FlagTable
+from tunedeck.engines import release_flags
+from tunedeck.profiles.builder import Command, Issue, check_profile, resolve_nccl
+from tunedeck.profiles.flagcheck import judge
+from tunedeck.profiles.hostfacts import HostFacts, probe_host
+from tunedeck.profiles.model import ProfileError, ServerProfile
+from tunedeck.profiles.schema import MLA_TABLE, NOT_MLA
+from tunedeck.util.ports import UNKNOWN, port_owners
+from tunedeck.util.safety import visible
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +340,7 @@ async def preflight(
     try:
         nccl = resolve_nccl(profile, store)
     except ProfileError as e:
-        from tui.profiles.presets import DEFAULT_NCCL
+        from tunedeck.profiles.presets import DEFAULT_NCCL
 
         nccl = DEFAULT_NCCL
         extra = [Issue("error", "nccl.preset", e.message)]

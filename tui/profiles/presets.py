@@ -24,14 +24,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from tui.profiles.model import (
+from tunedeck.profiles.model import (
     ENGINES,
     NAME_RE,
     SCHEMA_VERSION,
     AttentionPreset,
     NcclPreset,
 )
-from tui.profiles.tomlread import ProfileError, TomlReader, parse_toml
+from tunedeck.profiles.tomlread import ProfileError, TomlReader, parse_toml
 
 DEFAULT_NCCL = NcclPreset(
     name="default",

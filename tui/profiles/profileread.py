@@ -1,7 +1,7 @@
 """A server profile from its TOML (:func:`load_profile_file`, :func:`load_profile_text`,
 :func:`profile_from_dict`), checked section by section: every error is a
-:class:`~tui.profiles.tomlread.ProfileError` naming the file, the line and the key. The format
-is described in :mod:`tui.profiles.model`."""
+:class:`~tunedeck.profiles.tomlread.ProfileError` naming the file, the line and the key. The format
+is described in :mod:`tunedeck.profiles.model`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from tui.profiles.model import (
+from tunedeck.profiles.model import (
     DEPLOY_KEYS,
     DEPLOY_MODES,
     ENGINES,
@@ -22,8 +22,8 @@ from tui.profiles.model import (
     ServerProfile,
     Speculative,
 )
-from tui.profiles.tomlread import ProfileError, TomlReader, parse_toml
-from tui.util.safety import ENV_NAME_RE
+from tunedeck.profiles.tomlread import ProfileError, TomlReader, parse_toml
+from tunedeck.util.safety import ENV_NAME_RE
 
 _TOP_KEYS = {
     "schema_version",

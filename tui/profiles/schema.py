@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tui.engines import SGLANG_ATTENTION_BACKENDS
+from tunedeck.engines import SGLANG_ATTENTION_BACKENDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +169,7 @@ ALIASES = {
 }
 
 #: Attention backends when the host cannot be asked (serving-engines.md §2.1); SGLang 0.5.23's are
-#: ``tui.engines.SGLANG_ATTENTION_BACKENDS``.
+#: ``tunedeck.engines.SGLANG_ATTENTION_BACKENDS``.
 SGLANG_BACKENDS_0_5_5 = (
     "triton",
     "torch_native",

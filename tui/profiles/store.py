@@ -10,14 +10,14 @@ Discovery order (the first hit for a name wins):
    ``profiles/`` folder (editable or source checkout).
 
 In each folder a server profile is ``NAME.toml`` directly in it or in ``servers/``; presets are
-``presets/*.toml`` (see :mod:`tui.profiles.presets`). A user profile or preset with the name of a
+``presets/*.toml`` (see :mod:`tunedeck.profiles.presets`). A user profile or preset with the name of a
 built-in shadows it. Built-ins are read-only: saving one is refused, "save as" writes a user copy
 (to keep the built-in's name it must be asked for explicitly: ``shadow_builtin=True``).
 
-Saving writes TOML through :func:`tui.util.files.atomic_write_text` (temp file in the same
+Saving writes TOML through :func:`tunedeck.util.files.atomic_write_text` (temp file in the same
 folder, fsync, atomic replace), keeps the previous version as ``NAME.toml.bak``, and never
 replaces a file that does not parse (the user's hand edits would be lost). A new file is written
-with tomli-w; an existing one is updated in place (:func:`tui.util.tomledit.updated_toml`), so the
+with tomli-w; an existing one is updated in place (:func:`tunedeck.util.tomledit.updated_toml`), so the
 user's comments, key order and formatting survive a save from the form.
 """
 
@@ -29,8 +29,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import tui
-from tui.profiles.model import (
+import tunedeck
+from tunedeck.profiles.model import (
     NAME_RE,
     AttentionPreset,
     NcclPreset,
@@ -39,12 +39,12 @@ from tui.profiles.model import (
     profile_to_dict,
     profile_to_toml,
 )
-from tui.profiles.presets import DEFAULT_NCCL, load_preset_file
-from tui.profiles.profileread import load_profile_file
-from tui.util.files import atomic_write_text, remove_stale_temps
-from tui.util.paths import config_dir
-from tui.util.safety import is_secret_name
-from tui.util.tomledit import updated_toml
+from tunedeck.profiles.presets import DEFAULT_NCCL, load_preset_file
+from tunedeck.profiles.profileread import load_profile_file
+from tunedeck.util.files import atomic_write_text, remove_stale_temps
+from tunedeck.util.paths import config_dir
+from tunedeck.util.safety import is_secret_name
+from tunedeck.util.tomledit import updated_toml
 
 ENV_VAR = "TUNEDECK_PROFILES"
 
@@ -59,7 +59,7 @@ def _broken(f: Path, e: BaseException) -> ProfileError:
 
 def builtin_root() -> Path:
     """The shipped profiles: inside the wheel, else ``<repo>/profiles``."""
-    pkg = Path(tui.__file__).resolve().parent
+    pkg = Path(tunedeck.__file__).resolve().parent
     wheel = pkg / "builtin_profiles"
     if wheel.is_dir():
         return wheel

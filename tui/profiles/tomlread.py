@@ -13,7 +13,7 @@ from typing import AbstractSet, Any, Mapping
 
 import tomllib
 
-from tui.util.safety import ENV_NAME_RE, visible
+from tunedeck.util.safety import ENV_NAME_RE, visible
 
 #: Control characters refused in a profile's text values (a tab is allowed).
 CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")

@@ -28,11 +28,11 @@ from typing import Any, Mapping, Sequence
 
 import tomllib
 
-from tui.engines import release_flags
-from tui.profiles.deploy import parallel_sizes
-from tui.profiles.flagcheck import judge
-from tui.profiles.model import ProfileError, ServerProfile, profile_to_dict
-from tui.profiles.profileread import profile_from_dict
+from tunedeck.engines import release_flags
+from tunedeck.profiles.deploy import parallel_sizes
+from tunedeck.profiles.flagcheck import judge
+from tunedeck.profiles.model import ProfileError, ServerProfile, profile_to_dict
+from tunedeck.profiles.profileread import profile_from_dict
 
 
 class VaryError(ValueError):
@@ -195,7 +195,7 @@ def _set(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
 def profile_key(engine: str, key: str) -> str:
     """The TOML path a change is made at: a flag the profile sets from a field of its own
     (``flags.attention-backend`` is ``attention.backend``, ``flags.tp-size`` is ``tp``) at that field."""
-    from tui.profiles.schema import FLAGS
+    from tunedeck.profiles.schema import FLAGS
 
     path = key.split(".")
     if path[0] == "flags" and len(path) == 2:

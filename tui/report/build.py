@@ -1,6 +1,6 @@
 """The parts of a report, from what the stores keep.
 
-Every report is made of the same parts over one or more :class:`~tui.ab.sides.Side` objects:
+Every report is made of the same parts over one or more :class:`~tunedeck.ab.sides.Side` objects:
 a benchmark result (a run, or a sweep's runs) is one side, an A/B two, a campaign one per
 candidate. Per level: the latency and throughput table and charts (TTFT and TPOT p50/p90/p99,
 output tok/s), the throughput over time (the level's ``timeline.jsonl``, else rebuilt from its
@@ -16,15 +16,15 @@ import shlex
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from tui.ab.compare import Comparison
-from tui.ab.render import fmt_delta, fmt_value
-from tui.ab.series import run_series
-from tui.ab.sides import LevelResult, Side, summary_number
-from tui.bench.store import StoreError, load_run, run_dir
-from tui.bench.workloads import describe, workload_of
-from tui.hostside.timeline import read_timeline
-from tui.report.parts import BarChart, Code, LineChart, Notes, Part, Report, Section, Series, Table
-from tui.util.safety import redact_argv, redact_env
+from tunedeck.ab.compare import Comparison
+from tunedeck.ab.render import fmt_delta, fmt_value
+from tunedeck.ab.series import run_series
+from tunedeck.ab.sides import LevelResult, Side, summary_number
+from tunedeck.bench.store import StoreError, load_run, run_dir
+from tunedeck.bench.workloads import describe, workload_of
+from tunedeck.hostside.timeline import read_timeline
+from tunedeck.report.parts import BarChart, Code, LineChart, Notes, Part, Report, Section, Series, Table
+from tunedeck.util.safety import redact_argv, redact_env
 
 log = logging.getLogger(__name__)
 

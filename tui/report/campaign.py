@@ -7,11 +7,23 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from tui.ab.sides import summary_number
-from tui.bench.workloads import describe, workload_of
-from tui.report.build import cell_text, now_text, num_text
-from tui.report.markdown import fmt_num
-from tui.report.parts import BarChart, Code, LineChart, Notes, Part, Point, Report, ScatterChart, Section, Series, Table
+from tunedeck.ab.sides import summary_number
+from tunedeck.bench.workloads import describe, workload_of
+from tunedeck.report.build import cell_text, now_text, num_text
+from tunedeck.report.markdown import fmt_num
+from tunedeck.report.parts import (
+    BarChart,
+    Code,
+    LineChart,
+    Notes,
+    Part,
+    Point,
+    Report,
+    ScatterChart,
+    Section,
+    Series,
+    Table,
+)
 
 
 def _cand_num(c: Mapping[str, Any], key: str) -> float | None:
@@ -20,9 +32,9 @@ def _cand_num(c: Mapping[str, Any], key: str) -> float | None:
 
 def frontier_chart(cands: Sequence[Mapping[str, Any]], names: Sequence[str]) -> ScatterChart | None:
     """The Pareto frontier of tok/s per user against tok/s per GPU (the campaign's ``pareto``
-    flags; computed with :func:`tui.ab.tuneresult.pareto` for a result that has none); None when no
+    flags; computed with :func:`tunedeck.ab.tuneresult.pareto` for a result that has none); None when no
     candidate has both figures."""
-    from tui.ab.tuneresult import pareto
+    from tunedeck.ab.tuneresult import pareto
 
     figures: dict[str, tuple[float, float]] = {}
     for name, c in zip(names, cands):

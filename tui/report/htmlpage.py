@@ -1,17 +1,17 @@
-"""A :class:`~tui.report.parts.Report` as one self-contained HTML page.
+"""A :class:`~tunedeck.report.parts.Report` as one self-contained HTML page.
 
 Inline CSS, charts as inline SVG, no script, no fonts, no images, no links out: the page's
 Content-Security-Policy forbids loading anything, so a page that tried would say so in the
 browser's console rather than reach the network. Every string is escaped
-(:func:`tui.report.svg.esc`). Tables scroll sideways in their own box and commands wrap, so a
+(:func:`tunedeck.report.svg.esc`). Tables scroll sideways in their own box and commands wrap, so a
 phone's width never scrolls the page; ``@media print`` keeps charts and tables whole.
 """
 
 from __future__ import annotations
 
-from tui import __version__
-from tui.report.parts import BarChart, Code, LineChart, Notes, Part, Report, ScatterChart, Table
-from tui.report.svg import bar_svg, esc, line_svg, scatter_svg, swatch_svg
+from tunedeck import __version__
+from tunedeck.report.parts import BarChart, Code, LineChart, Notes, Part, Report, ScatterChart, Table
+from tunedeck.report.svg import bar_svg, esc, line_svg, scatter_svg, swatch_svg
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'"
 

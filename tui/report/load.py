@@ -12,15 +12,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tui.ab.compare import compare
-from tui.ab.journal import Journal
-from tui.ab.results import RefError, resolve_side, resolve_sides
-from tui.report.build import ab_report, result_report
-from tui.report.campaign import campaign_report
-from tui.report.htmlpage import to_html
-from tui.report.markdown import to_markdown
-from tui.report.parts import Report
-from tui.util.files import atomic_write_bytes, os_error_text
+from tunedeck.ab.compare import compare
+from tunedeck.ab.journal import Journal
+from tunedeck.ab.results import RefError, resolve_side, resolve_sides
+from tunedeck.report.build import ab_report, result_report
+from tunedeck.report.campaign import campaign_report
+from tunedeck.report.htmlpage import to_html
+from tunedeck.report.markdown import to_markdown
+from tunedeck.report.parts import Report
+from tunedeck.util.files import atomic_write_bytes, os_error_text
 
 log = logging.getLogger(__name__)
 

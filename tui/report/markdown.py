@@ -1,4 +1,4 @@
-"""A :class:`~tui.report.parts.Report` as GitHub-flavoured Markdown, for a pull-request comment.
+"""A :class:`~tunedeck.report.parts.Report` as GitHub-flavoured Markdown, for a pull-request comment.
 
 The same sections as the HTML page; a chart becomes a short text summary of its series (no
 image, no link). Text is escaped so that nothing of host origin becomes markup, HTML, a
@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from tui.report.parts import BarChart, Code, LineChart, Notes, Part, Report, ScatterChart, Table
-from tui.util.safety import visible
+from tunedeck.report.parts import BarChart, Code, LineChart, Notes, Part, Report, ScatterChart, Table
+from tunedeck.util.safety import visible
 
 #: punctuation that is markup anywhere (``$``: GitHub's maths, ``@``: a mention, ``#``: an issue),
 #: the ``:`` of ``scheme://`` and the ``.`` of ``www.`` (autolinks), and a line's list marker

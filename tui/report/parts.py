@@ -1,7 +1,7 @@
 """What a report holds: sections of tables, charts, commands and notes.
 
-Plain immutable data with text already chosen; the renderers (:mod:`tui.report.htmlpage`,
-:mod:`tui.report.markdown`) escape every string they are given, so text of host origin (names,
+Plain immutable data with text already chosen; the renderers (:mod:`tunedeck.report.htmlpage`,
+:mod:`tunedeck.report.markdown`) escape every string they are given, so text of host origin (names,
 arguments, log lines) may be put here as it came.
 """
 

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from tui.report.parts import BarChart, LineChart, ScatterChart, Series
-from tui.util.safety import visible
+from tunedeck.report.parts import BarChart, LineChart, ScatterChart, Series
+from tunedeck.util.safety import visible
 
 #: series colours (colour-blind safe, dark enough to print) and dash patterns
 COLORS = ("#1f5fbf", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#5c5f66", "#0b7285", "#e67700")

@@ -2,13 +2,13 @@
 
 The laptop reads the two profiles (TOML, presets, the demo's executable swap),
 asks before anything running is stopped, and sends the resolved commands and the
-plan to the host, where :mod:`tui.hostside.abjob` drives the whole campaign. The
+plan to the host, where :mod:`tunedeck.hostside.abjob` drives the whole campaign. The
 laptop only follows its events by byte offset: Ctrl-C, a closed dashboard or a
 lost link detach and never cancel. When the campaign ends (or on attach to an
 ended one) its report, results and journal entry are mirrored here, and the
 comparison is recomputed from the mirrored sides with the same code. The follow, the
 reading of the end and the cancel are every detached campaign's
-(:class:`tui.services.jobrun.JobRun`).
+(:class:`tunedeck.services.jobrun.JobRun`).
 """
 
 from __future__ import annotations
@@ -18,18 +18,25 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from tui.ab.journal import new_id
-from tui.ab.ops import ProfileInfo
-from tui.ab.plan import Plan
-from tui.ab.report import ABReport, report_from_dict, report_from_results
-from tui.hostops import logfollow
-from tui.hostops.hosts import Host
-from tui.hostside import jobfiles
-from tui.services import jobs
-from tui.services.jobrun import JobRun, ask_to_stop_runs, held_by_runs, journal, refuse_while_running, ship_workload
+from tunedeck.ab.journal import new_id
+from tunedeck.ab.ops import ProfileInfo
+from tunedeck.ab.plan import Plan
+from tunedeck.ab.report import ABReport, report_from_dict, report_from_results
+from tunedeck.hostops import logfollow
+from tunedeck.hostops.hosts import Host
+from tunedeck.hostside import jobfiles
+from tunedeck.services import jobs
+from tunedeck.services.jobrun import (
+    JobRun,
+    ask_to_stop_runs,
+    held_by_runs,
+    journal,
+    refuse_while_running,
+    ship_workload,
+)
 
 if TYPE_CHECKING:
-    from tui.profiles.model import ServerProfile
+    from tunedeck.profiles.model import ServerProfile
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +44,8 @@ log = logging.getLogger(__name__)
 def resolve_profile(name: str, *, demo: bool, sim: bool = False) -> tuple[ProfileInfo, "ServerProfile"]:
     """(what will run, the profile) for a profile name; errors name file and key. ``sim``: the
     simulator from the host-side runtime in place of the engine (``tunedeck-host sim ENGINE``,
-    made runnable on the host by :func:`tui.services.runtime.sim_argv`)."""
-    from tui.profiles.store import ProfileStore
+    made runnable on the host by :func:`tunedeck.services.runtime.sim_argv`)."""
+    from tunedeck.profiles.store import ProfileStore
 
     prof = ProfileStore().get(name)
     return profile_info(prof, demo=demo, sim=sim), prof
@@ -47,15 +54,15 @@ def resolve_profile(name: str, *, demo: bool, sim: bool = False) -> tuple[Profil
 def profile_info(prof: "ServerProfile", *, demo: bool, sim: bool = False) -> ProfileInfo:
     """What will run for a profile (read from the store or made by a campaign); ValueError with
     the builder's errors."""
-    from tui.profiles.builder import build_command
-    from tui.profiles.deploy import sim_executable
+    from tunedeck.profiles.builder import build_command
+    from tunedeck.profiles.deploy import sim_executable
 
     cmd = build_command(prof, demo=demo, executable=sim_executable(prof) if sim and not demo else None)
     errors = [w for w in getattr(cmd, "warnings", ()) if getattr(w, "severity", "") == "error"]
     if errors:
         raise ValueError("; ".join(str(e) for e in errors))
     argv = list(cmd.argv)
-    if demo and argv[:3] == [sys.executable, "-m", "tui"]:
+    if demo and argv[:3] == [sys.executable, "-m", "tunedeck"]:
         # the demo host's PATH has a ``tunedeck`` shim, so the server starts from any folder
         argv = ["tunedeck", *argv[3:]]
     served = prof.model
@@ -109,7 +116,7 @@ class ABRun(JobRun):
         server, then start the campaign on the host. Nothing is stopped before both pre-flights
         pass. Raises ``ValueError`` (profiles), :class:`jobs.JobError` (refused, pre-flight failed),
         :class:`runtime.RuntimeUnavailable` or :class:`HostError`."""
-        from tui.services import checks, runtime
+        from tunedeck.services import checks, runtime
 
         where = host_label or host.target
         infos = {}
@@ -193,8 +200,8 @@ class ABRun(JobRun):
         from its folder (levels with at least one completed request); None when it left none. An
         A/B of deployments (run here) has its levels' results here and in each level's benchmark
         job on its head node, and names the deployments it left running
-        (:func:`tui.services.deployab.left_by`)."""
-        from tui.bench import store
+        (:func:`tunedeck.services.deployab.left_by`)."""
+        from tunedeck.bench import store
 
         raw = await follower.final_read(lambda: logfollow.read_log(self.host, f"{self.job.dir}/{jobfiles.SPEC}"))
         if not raw:
@@ -206,7 +213,7 @@ class ABRun(JobRun):
         found = "{} level(s) read from the job folder"
         ids, left_running, unread = set(self.mirrored), [], []
         if (self.job.meta or {}).get("deployments"):
-            from tui.services.deployab import left_by
+            from tunedeck.services.deployab import left_by
 
             left = await left_by(self.job, str(spec.get("ab_id")))
             ids.update(left.run_ids)

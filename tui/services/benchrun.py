@@ -4,7 +4,7 @@
 else that shows a running benchmark use:
 
 * ``where="host"`` (the default for a host): the client runs ON the host, detached,
-  against the server's own loopback (:mod:`tui.services.jobs`); it survives a lost
+  against the server's own loopback (:mod:`tunedeck.services.jobs`); it survives a lost
   link and tunedeck exiting, and :meth:`BenchRun.attach` follows it again later.
 * ``where="local"``: the client runs in this process and reaches the server through
   the SSH port forward. Its numbers include the tunnel: results are marked
@@ -23,11 +23,11 @@ import dataclasses
 import logging
 from typing import Any, AsyncIterator, Mapping
 
-from tui.ab.sides import VIA_SSH
-from tui.hostops import launcher
-from tui.hostops.hosts import Host
-from tui.services import jobs
-from tui.util.retry import Backoff
+from tunedeck.ab.sides import VIA_SSH
+from tunedeck.hostops import launcher
+from tunedeck.hostops.hosts import Host
+from tunedeck.services import jobs
+from tunedeck.util.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +79,10 @@ class BenchRun:
         python: str | None = None,
         placed: bool = False,
     ) -> "BenchRun":
-        """Start ``cfg`` (a :class:`tui.bench.config.BenchConfig` whose URL is the server's
+        """Start ``cfg`` (a :class:`tunedeck.bench.config.BenchConfig` whose URL is the server's
         loopback address on the host, ``http://127.0.0.1:PORT``). Its dataset file is read here and
         placed on the host, unless ``placed``: its path is already the host's (a campaign placed
-        it there when it started: :meth:`tui.services.deployops.DeploymentOps.place_dataset`)."""
+        it there when it started: :meth:`tunedeck.services.deployops.DeploymentOps.place_dataset`)."""
         meta = dict(meta_extra or {})
         if where == HOST and cfg.workload.path and not placed:
             cfg = await _ship_workload_file(host, cfg, python)
@@ -126,7 +126,7 @@ class BenchRun:
         return cls(host, HOST, job)
 
     async def _local(self, cfg: Any, meta: Mapping[str, Any]) -> list[dict[str, Any]]:
-        from tui.bench.runner import run_benchmark
+        from tunedeck.bench.runner import run_benchmark
 
         try:
             return await run_benchmark(cfg, emit=self._queue.put_nowait, meta_extra=meta, client_where=VIA_SSH)
@@ -173,7 +173,7 @@ class BenchRun:
     def _reconcile(self) -> None:
         """Add the summary of every mirrored level the events did not bring (a follow that missed
         its ``level_done``): read from the mirrored folder, rebuilt from its samples if partial."""
-        from tui.bench import store
+        from tunedeck.bench import store
 
         have = {s.get("run_id") for s in self.summaries}
         for rid in sorted(self.mirrored):
@@ -254,8 +254,8 @@ async def _ship_workload_file(host: Host, cfg: Any, python: str | None) -> Any:
 
 
 def read_data_file(path: str) -> bytes:
-    """A dataset file's bytes, read here; :class:`~tui.bench.workloads.WorkloadError` naming it."""
-    from tui.bench.workloads import WorkloadError
+    """A dataset file's bytes, read here; :class:`~tunedeck.bench.workloads.WorkloadError` naming it."""
+    from tunedeck.bench.workloads import WorkloadError
 
     try:
         with open(path, "rb") as f:
@@ -268,7 +268,7 @@ async def ship_data_file(host: Host, path: str, python: str | None) -> str:
     """A dataset file read here and placed on the host once per content
     (``${TUNEDECK_HOME}/data/<sha256>``); returns its path there. The file was checked here before
     (the CLI builds the workload before it starts anything)."""
-    from tui.services import runtime
+    from tunedeck.services import runtime
 
     return await runtime.ensure_data(host, read_data_file(path), python=python)
 
@@ -284,7 +284,7 @@ async def _local_key_copy(host: Host, key_file: str) -> str:
     a 0600 file in a 0700 folder of the state directory, replaced on every run."""
     import os
 
-    from tui.util.paths import state_dir
+    from tunedeck.util.paths import state_dir
 
     r = await host.run(["cat", "--", key_file], timeout=20)
     if not r.ok:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Collection
 
-from tui.hostops.hosts import Host
-from tui.profiles.deploy import sim_executable
-from tui.profiles.model import ServerProfile
-from tui.profiles.preflight import PreflightReport, preflight
-from tui.services import runtime
+from tunedeck.hostops.hosts import Host
+from tunedeck.profiles.deploy import sim_executable
+from tunedeck.profiles.model import ServerProfile
+from tunedeck.profiles.preflight import PreflightReport, preflight
+from tunedeck.services import runtime
 
 
 async def preflight_for(
@@ -26,11 +26,11 @@ async def preflight_for(
     allow_dangerous: bool = False,
     use_cache: bool = True,
 ) -> PreflightReport:
-    """:func:`tui.profiles.preflight.preflight` for what will run on ``host``. With ``sim`` (and
+    """:func:`tunedeck.profiles.preflight.preflight` for what will run on ``host``. With ``sim`` (and
     not the demo, whose simulator is on its PATH) the runtime is ensured there (the profile's
     python first) and its ``sim ENGINE`` answers the version, help and backend questions; its
     simulated nvidia-smi answers the GPU one. Raises :class:`runtime.RuntimeUnavailable` and
-    :class:`~tui.hostops.hosts.HostError` as :func:`runtime.ensure` does."""
+    :class:`~tunedeck.hostops.hosts.HostError` as :func:`runtime.ensure` does."""
     if not sim or demo:
         return await preflight(
             host, profile, demo=demo, store=store, allow_dangerous=allow_dangerous, use_cache=use_cache

@@ -1,13 +1,13 @@
 """A/B of multi-node deployments: the same campaign as on one host, with each side a deployment.
 
-A single-host A/B runs on its GPU host (:mod:`tui.hostside.abjob`). A deployment's side starts
+A single-host A/B runs on its GPU host (:mod:`tunedeck.hostside.abjob`). A deployment's side starts
 processes on several nodes, and only this machine reaches them all, so the campaign runs here:
 detached, in its own process under this machine's ``${TUNEDECK_HOME}/ab/``, with the same
-:class:`tui.ab.runner.ABRunner` and the same events, report and journal, over
-:class:`tui.services.deployops.DeploymentOps` (each side launched, watched and stopped as one
+:class:`tunedeck.ab.runner.ABRunner` and the same events, report and journal, over
+:class:`tunedeck.services.deployops.DeploymentOps` (each side launched, watched and stopped as one
 unit; each benchmark level a host-side job on the head node).
 
-    python -m tui.services.deployab JOB_DIR      the campaign (started by :func:`start`)
+    python -m tunedeck.services.deployab JOB_DIR      the campaign (started by :func:`start`)
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping
 
-from tui.ab.ops import ProfileInfo
-from tui.ab.plan import Plan
-from tui.hostops import launcher
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.localhost import LocalHost
-from tui.profiles.deploy import DeploymentPlan, build_deployment
-from tui.profiles.model import ServerProfile
-from tui.services import deploy, jobs
-from tui.services.deployops import (
+from tunedeck.ab.ops import ProfileInfo
+from tunedeck.ab.plan import Plan
+from tunedeck.hostops import launcher
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.profiles.deploy import DeploymentPlan, build_deployment
+from tunedeck.profiles.model import ServerProfile
+from tunedeck.services import deploy, jobs
+from tunedeck.services.deployops import (
     LEDGER,
     DeploymentOps,
     job_main,
@@ -36,16 +36,16 @@ from tui.services.deployops import (
     spec_python,
     start_job,
 )
-from tui.services.jobrun import ask_to_stop
+from tunedeck.services.jobrun import ask_to_stop
 
 log = logging.getLogger(__name__)
 
-MODULE = "tui.services.deployab"
+MODULE = "tunedeck.services.deployab"
 
 
 def plan_side(name: str, *, sim: bool) -> tuple[ServerProfile, DeploymentPlan]:
     """A multi-node profile and its plan; ValueError naming the profile (file and key) otherwise."""
-    from tui.profiles.store import ProfileStore
+    from tunedeck.profiles.store import ProfileStore
 
     profile = ProfileStore().get(name)
     if len(profile.nodes) < 2:
@@ -70,9 +70,9 @@ async def start(
     python: str | None = None,
 ) -> tuple[LocalHost, jobs.Job]:
     """Start the campaign detached on this machine; returns its host and job (follow them with
-    :class:`tui.services.abrun.ABRun`). ValueError names a profile that cannot be one side;
+    :class:`tunedeck.services.abrun.ABRun`). ValueError names a profile that cannot be one side;
     :class:`jobs.JobError` when an A/B or a tuning campaign runs here or on any node."""
-    from tui.ab.journal import new_id
+    from tunedeck.ab.journal import new_id
 
     sides = {}
     planned: dict[str, tuple[ServerProfile, DeploymentPlan]] = {}
@@ -131,10 +131,10 @@ class LeftBy:
 async def left_by(job: jobs.Job, ab_id: str, *, host_factory: deploy.HostFactory | None = None) -> LeftBy:
     """What the A/B ``ab_id`` run here as ``job`` left: the levels whose results exist, here or
     on a head node, and the deployments it launched that still run (its job folder's
-    :data:`~tui.services.deployops.LEDGER` names both). Reads what it can; a node that does not
+    :data:`~tunedeck.services.deployops.LEDGER` names both). Reads what it can; a node that does not
     answer is named in :attr:`LeftBy.unread`, never raised."""
-    from tui.bench import store
-    from tui.util.files import read_jsonl
+    from tunedeck.bench import store
+    from tunedeck.util.files import read_jsonl
 
     out = LeftBy()
     try:
@@ -195,7 +195,7 @@ async def _still_running(rec: deploy.DeploymentRecord, host: Callable[[str], Hos
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tui.hostside import abjob
+    from tunedeck.hostside import abjob
 
     async def run(job_dir: Path, made: list[DeploymentOps]) -> int:
         def make_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:

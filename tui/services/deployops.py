@@ -1,6 +1,6 @@
 """Campaigns over multi-node deployments, run from this machine: the server operations and the
-job frame that an A/B of deployments (:mod:`tui.services.deployab`) and a tuning campaign over a
-multi-node base (:mod:`tui.services.deploytune`) share.
+job frame that an A/B of deployments (:mod:`tunedeck.services.deployab`) and a tuning campaign over a
+multi-node base (:mod:`tunedeck.services.deploytune`) share.
 
 A single-host campaign runs on its GPU host. A deployment starts processes on several nodes that
 only this machine reaches, so these campaigns run detached **here**, each in its own process under
@@ -8,11 +8,11 @@ this machine's ``${TUNEDECK_HOME}/<kind>/<job>/`` (closing the terminal or losin
 end it), followed by byte offset like any job, with the runner, events, report and journal of the
 host-side job. What runs next to the GPUs still runs there:
 
-- each side or candidate is launched, watched and stopped as one unit (:mod:`tui.services.deploy`:
+- each side or candidate is launched, watched and stopped as one unit (:mod:`tunedeck.services.deploy`:
   the engine's start order, triage naming the node that failed first, stop confirming every
   node's GPUs are free);
 - each benchmark level is a host-side benchmark job on the head node against the port it serves
-  (:class:`tui.services.benchrun.BenchRun`), its results mirrored here; the workload's dataset
+  (:class:`tunedeck.services.benchrun.BenchRun`), its results mirrored here; the workload's dataset
   file is read here once, when the campaign starts, and placed on each head node
   (:meth:`DeploymentOps.place_dataset`), where every level's client reads it.
 
@@ -31,21 +31,21 @@ import sys
 from pathlib import Path
 from typing import Awaitable, Callable, Mapping, Sequence
 
-from tui.ab.ops import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
-from tui.ab.plan import Plan, PlanLevel
-from tui.hostops import hostruns, launcher, runstop
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.localhost import LocalHost
-from tui.hostops.runstore import FAILED, READY, RunStore, new_run_id
-from tui.hostside.abops import DEFAULT_READY_TIMEOUT, flush_prefix_cache, level_config, progress_text
-from tui.hostside.jobfiles import SPEC
-from tui.profiles.deploy import DeploymentPlan
-from tui.profiles.model import ServerProfile
-from tui.services import deploy, jobs, runtime
-from tui.services.benchrun import HOST, BenchRun, read_data_file
-from tui.services.jobrun import refuse_while_running
-from tui.util.files import JsonlAppender, os_error_text
-from tui.util.safety import redact_argv
+from tunedeck.ab.ops import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
+from tunedeck.ab.plan import Plan, PlanLevel
+from tunedeck.hostops import hostruns, launcher, runstop
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.hostops.runstore import FAILED, READY, RunStore, new_run_id
+from tunedeck.hostside.abops import DEFAULT_READY_TIMEOUT, flush_prefix_cache, level_config, progress_text
+from tunedeck.hostside.jobfiles import SPEC
+from tunedeck.profiles.deploy import DeploymentPlan
+from tunedeck.profiles.model import ServerProfile
+from tunedeck.services import deploy, jobs, runtime
+from tunedeck.services.benchrun import HOST, BenchRun, read_data_file
+from tunedeck.services.jobrun import refuse_while_running
+from tunedeck.util.files import JsonlAppender, os_error_text
+from tunedeck.util.safety import redact_argv
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def nodes_label(plans: Sequence[DeploymentPlan]) -> str:
 
 
 class DeploymentOps:
-    """:class:`tui.ab.ops.ServerOps` over deployments (``sides``: profile name -> its profile
+    """:class:`tunedeck.ab.ops.ServerOps` over deployments (``sides``: profile name -> its profile
     and plan): each launched on its nodes, each benchmark host-side on the head."""
 
     def __init__(
@@ -258,7 +258,7 @@ class DeploymentOps:
         campaign's deployments once per content (``${TUNEDECK_HOME}/data/<sha256>`` there, as
         for a benchmark on one host); returns {head: its path there}, what :meth:`bench` gives
         each level (the spec keeps it for the job). ``{}`` without a file. Raises
-        :class:`~tui.bench.workloads.WorkloadError` (the file) or :class:`HostError`."""
+        :class:`~tunedeck.bench.workloads.WorkloadError` (the file) or :class:`HostError`."""
         if not path:
             return {}
         data = read_data_file(path)
@@ -393,7 +393,7 @@ def spec_datasets(spec: Mapping[str, object]) -> dict[str, str]:
 def job_main(module: str, argv: list[str] | None, run: Callable[[Path, list[DeploymentOps]], Awaitable[int]]) -> int:
     """The entry point of a campaign job here: ``run(job_dir, made)`` runs it (every
     :class:`DeploymentOps` it makes goes in ``made``, each closed at the end)."""
-    from tui.util.aio import run_async
+    from tunedeck.util.aio import run_async
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not Path(args[0]).is_dir():

@@ -1,20 +1,20 @@
 """A tuning campaign whose base is a multi-node profile: each candidate a deployment on the base's
-nodes, run from this machine as an A/B of deployments is (:mod:`tui.services.deployops`).
+nodes, run from this machine as an A/B of deployments is (:mod:`tunedeck.services.deployops`).
 
 Here, before anything is stopped: each candidate's deployment is planned (the base with the
 candidate's changes; one that cannot be built is skipped with the reason) and pre-flighted on every
-node (:func:`tui.services.deploy.preflight`, once per distinct shape of deployment; a candidate
+node (:func:`tunedeck.services.deploy.preflight`, once per distinct shape of deployment; a candidate
 whose pre-flight fails is skipped with its findings, as on one host, and what of ours runs on the
 nodes is no reason: the campaign stops it first); the campaign is refused while an A/B or a tuning
 campaign runs here or on any node; what of ours runs on the nodes is asked about. Then:
 
-    python -m tui.services.deploytune JOB_DIR      the campaign (started by :func:`start`)
+    python -m tunedeck.services.deploytune JOB_DIR      the campaign (started by :func:`start`)
 
-runs detached here: the host-side campaign's own job (:func:`tui.hostside.tunejob.run`: the
-runner of :mod:`tui.ab.tune`, its ``state.json`` replaced after every candidate, the report, the
-one-campaign lock) over :class:`~tui.services.deployops.DeploymentOps`, each candidate's profile
+runs detached here: the host-side campaign's own job (:func:`tunedeck.hostside.tunejob.run`: the
+runner of :mod:`tunedeck.ab.tune`, its ``state.json`` replaced after every candidate, the report, the
+one-campaign lock) over :class:`~tunedeck.services.deployops.DeploymentOps`, each candidate's profile
 read back from the spec. It is followed, attached (a killed one is started again here and resumes
-from its state), cancelled and journaled through :class:`tui.services.tunerun.TuneRun`, as a
+from its state), cancelled and journaled through :class:`tunedeck.services.tunerun.TuneRun`, as a
 campaign on one host is.
 """
 
@@ -25,13 +25,13 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
-from tui.ab.ops import ProfileInfo
-from tui.ab.tune import Workload
-from tui.profiles.deploy import DeploymentPlan, build_deployment
-from tui.profiles.model import ProfileError, ServerProfile, profile_to_dict
-from tui.profiles.profileread import profile_from_dict
-from tui.services import deploy, jobs
-from tui.services.deployops import (
+from tunedeck.ab.ops import ProfileInfo
+from tunedeck.ab.tune import Workload
+from tunedeck.profiles.deploy import DeploymentPlan, build_deployment
+from tunedeck.profiles.model import ProfileError, ServerProfile, profile_to_dict
+from tunedeck.profiles.profileread import profile_from_dict
+from tunedeck.services import deploy, jobs
+from tunedeck.services.deployops import (
     DeploymentOps,
     job_main,
     nodes_label,
@@ -41,15 +41,15 @@ from tui.services.deployops import (
     spec_python,
     start_job,
 )
-from tui.services.jobrun import ask_to_stop
-from tui.services.tunerun import TuneRun, campaign_spec, journal_start, spec_entry
+from tunedeck.services.jobrun import ask_to_stop
+from tunedeck.services.tunerun import TuneRun, campaign_spec, journal_start, spec_entry
 
 if TYPE_CHECKING:
-    from tui.profiles.vary import Candidate
+    from tunedeck.profiles.vary import Candidate
 
 log = logging.getLogger(__name__)
 
-MODULE = "tui.services.deploytune"
+MODULE = "tunedeck.services.deploytune"
 #: pre-flight findings that a server of ours running on the nodes explains (the campaign stops it first)
 HELD_CHECKS = ("runs", "rendezvous port")
 
@@ -133,7 +133,7 @@ async def start(
     """Plan and pre-flight every candidate's deployment (an impossible one is skipped with its
     reason: ``on_skip(name, why)``), refuse while an A/B or a campaign runs here or on a node, ask
     before stopping what of ours runs on the nodes, then start the campaign detached here.
-    ``search``: the campaign's settings (:func:`tui.services.tunerun.campaign_spec`). Raises
+    ``search``: the campaign's settings (:func:`tunedeck.services.tunerun.campaign_spec`). Raises
     :class:`jobs.JobError` (refused, every candidate impossible) or :class:`HostError`."""
     planned = plan_candidates(candidates, sim=sim)
     if all(p is None for _, p, _ in planned):
@@ -197,7 +197,7 @@ def sides_of(spec: Mapping[str, Any]) -> dict[str, tuple[ServerProfile, Deployme
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tui.hostside import tunejob
+    from tunedeck.hostside import tunejob
 
     async def run(job_dir: Path, made: list[DeploymentOps]) -> int:
         def make_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:

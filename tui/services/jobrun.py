@@ -1,5 +1,5 @@
 """A campaign that runs detached on the GPU host, seen from the laptop: what an A/B
-(:mod:`tui.services.abrun`) and a tuning campaign (:mod:`tui.services.tunerun`) share.
+(:mod:`tunedeck.services.abrun`) and a tuning campaign (:mod:`tunedeck.services.tunerun`) share.
 
 Before the start: one campaign per host (:func:`refuse_while_running`), the servers that run
 there stopped only after a yes (:func:`ask_to_stop_runs`), the plan's dataset placed on the host
@@ -16,14 +16,14 @@ import json
 import logging
 from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Sequence
 
-from tui.ab.events import ABEvent
-from tui.ab.journal import Journal
-from tui.ab.plan import Plan
-from tui.hostops import launcher, logfollow
-from tui.hostops.hosts import Host, HostError
-from tui.hostside import jobfiles
-from tui.services import jobs
-from tui.services.benchrun import ship_data_file
+from tunedeck.ab.events import ABEvent
+from tunedeck.ab.journal import Journal
+from tunedeck.ab.plan import Plan
+from tunedeck.hostops import launcher, logfollow
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostside import jobfiles
+from tunedeck.services import jobs
+from tunedeck.services.benchrun import ship_data_file
 
 log = logging.getLogger(__name__)
 
@@ -169,10 +169,10 @@ class JobRun:
 async def refuse_while_running(host: Host) -> None:
     """One campaign per host at a time, an A/B or a tuning campaign: :class:`jobs.JobError`
     naming the one that runs, on the host or, for a remote host, run from this machine over a
-    deployment that has the host among its nodes (:mod:`tui.services.deployops`)."""
-    from tui.hostops.localhost import LocalHost
-    from tui.hostops.target import parse_target
-    from tui.util.safety import UnsafeInput
+    deployment that has the host among its nodes (:mod:`tunedeck.services.deployops`)."""
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.hostops.target import parse_target
+    from tunedeck.util.safety import UnsafeInput
 
     where = {"local": "", "demo": " --demo"}.get(host.target, f" --host {host.target}")
     for kind, what in (("ab", "A/B"), ("tune", "tuning campaign")):

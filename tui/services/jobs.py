@@ -1,7 +1,7 @@
 """Host-side jobs from the laptop: start, follow by byte offset, mirror, stop.
 
 A job (a benchmark or an A/B campaign) runs detached on the host under
-``${TUNEDECK_HOME}/<kind>/<id>/`` (layout: :mod:`tui.hostside.jobfiles`).
+``${TUNEDECK_HOME}/<kind>/<id>/`` (layout: :mod:`tunedeck.hostside.jobfiles`).
 :class:`JobFollower` reads its ``events.jsonl`` from a byte offset with
 ``tail -c +N -F`` and resumes at the consumed offset after a lost link, so no
 event is lost or repeated; :func:`mirror_results` copies its result folders
@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Sequence
 
-from tui.hostops import hostruns, launcher, logfollow, runstop, runstore
-from tui.hostops.hosts import Host, HostError
-from tui.hostside import jobfiles
-from tui.services import runtime
-from tui.util.aio import cancel_and_wait
-from tui.util.files import atomic_write_json, atomic_write_text, os_error_text
-from tui.util.paths import data_dir
-from tui.util.retry import Backoff
+from tunedeck.hostops import hostruns, launcher, logfollow, runstop, runstore
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostside import jobfiles
+from tunedeck.services import runtime
+from tunedeck.util.aio import cancel_and_wait
+from tunedeck.util.files import atomic_write_json, atomic_write_text, os_error_text
+from tunedeck.util.paths import data_dir
+from tunedeck.util.retry import Backoff
 
 log = logging.getLogger(__name__)
 

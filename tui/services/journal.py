@@ -8,11 +8,11 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from tui.ab.journal import Journal
-from tui.hostops.hostruns import reattach
-from tui.hostops.hosts import Host, target_name
-from tui.hostops.runstore import FAILED, RunRecord, RunStore
-from tui.model import StartupProgress
+from tunedeck.ab.journal import Journal
+from tunedeck.hostops.hostruns import reattach
+from tunedeck.hostops.hosts import Host, target_name
+from tunedeck.hostops.runstore import FAILED, RunRecord, RunStore
+from tunedeck.model import StartupProgress
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def journal_corrections(recs: Sequence[RunRecord], journal: Journal | None = Non
 
 
 async def reread_runs(host: Host, store: RunStore | None = None) -> list[RunRecord]:
-    """:func:`tui.hostops.hostruns.reattach` (every run on ``host`` re-read from its process, a
+    """:func:`tunedeck.hostops.hostruns.reattach` (every run on ``host`` re-read from its process, a
     dead one settled from its log), then the journal's corrections for the runs that were ready
     and have failed since. Returns the live runs."""
     store = store or RunStore()

@@ -1,6 +1,6 @@
 """The host-side runtime: packed into one zipapp, shipped once per version, never installed.
 
-:func:`build` packs :mod:`tui.hostside` and the core modules it imports (the
+:func:`build` packs :mod:`tunedeck.hostside` and the core modules it imports (the
 benchmark engine, the A/B orchestrator, the launcher and startup tracker, the
 log parser) into ``tunedeck-host-<sha256[:16]>.pyz`` with the standard
 library's :mod:`zipapp`. The build is reproducible (fixed timestamps, sorted
@@ -11,14 +11,14 @@ one script finds ``${TUNEDECK_HOME}`` and a Python >= 3.9 (the caller's choice
 first, e.g. the profile's ``python``, then ``python3`` on PATH), and tells whether
 the archive is already in ``${TUNEDECK_HOME}/lib/``; if not, it is uploaded (SFTP on
 SSH hosts; ``cat`` over an exec channel where the sshd has no SFTP subsystem, see
-:meth:`tui.hostops.ssh.SshHost.put_file`) to a temporary name, its hash is checked on
+:meth:`tunedeck.hostops.ssh.SshHost.put_file`) to a temporary name, its hash is checked on
 the host, and it is renamed into place. Nothing is written outside ``${TUNEDECK_HOME}``.
 
 The archive carries the simulator too: :func:`sim_argv` turns a ``--sim`` command
-(``tunedeck-host sim ENGINE …``, see :func:`tui.profiles.deploy.sim_executable`) into the
+(``tunedeck-host sim ENGINE …``, see :func:`tunedeck.profiles.deploy.sim_executable`) into the
 runtime's ``sim ENGINE …`` on the host, and :func:`ensure_sim` gives a host with no nvidia-smi
 of its own the simulated one, ``${TUNEDECK_HOME}/sim/bin/nvidia-smi`` (the runtime's ``smi``
-over ``${TUNEDECK_HOME}/sim``), as :attr:`~tui.hostops.hosts.Host.nvidia_smi`.
+over ``${TUNEDECK_HOME}/sim``), as :attr:`~tunedeck.hostops.hosts.Host.nvidia_smi`.
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import tui
-from tui.hostops.hosts import Host, HostError
-from tui.profiles.deploy import HOST_RUNTIME
-from tui.util.files import os_error_text
-from tui.util.paths import state_dir
-from tui.util.safety import check_text
+import tunedeck
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.profiles.deploy import HOST_RUNTIME
+from tunedeck.util.files import os_error_text
+from tunedeck.util.paths import state_dir
+from tunedeck.util.safety import check_text
 
 log = logging.getLogger(__name__)
 
@@ -52,53 +52,53 @@ MIN_PYTHON = (3, 9)
 #: Python available and checks the minimum version with vermin, so a missing or too-new module
 #: fails there.
 SHIPPED: tuple[str, ...] = (
-    "tui/__init__.py",
-    "tui/hostside/",  # bench, A/B and tuning jobs, the status sampler
-    "tui/bench/",
-    "tui/bench/workloads/",
-    "tui/ab/__init__.py",
-    "tui/ab/capacity.py",
-    "tui/ab/compare.py",
-    "tui/ab/confdiff.py",
-    "tui/ab/events.py",
-    "tui/ab/journal.py",
-    "tui/ab/ops.py",
-    "tui/ab/plan.py",
-    "tui/ab/render.py",
-    "tui/ab/report.py",
-    "tui/ab/runner.py",
-    "tui/ab/sides.py",
-    "tui/ab/tune.py",
-    "tui/ab/tuneresult.py",
-    "tui/ab/warnings.py",
-    "tui/logparse/",
-    "tui/engines.py",
-    "tui/engine_flags/",
-    "tui/model.py",
-    "tui/fmt.py",
-    "tui/hostops/__init__.py",
-    "tui/hostops/gpuquery.py",
-    "tui/hostops/hostruns.py",
-    "tui/hostops/hosts.py",
-    "tui/hostops/hostscripts.py",
-    "tui/hostops/localhost.py",
-    "tui/hostops/launcher.py",
-    "tui/hostops/logfollow.py",
-    "tui/hostops/liveness.py",
-    "tui/hostops/reread.py",
-    "tui/hostops/runstop.py",
-    "tui/hostops/runstore.py",
-    "tui/hostops/tracker.py",
+    "__init__.py",
+    "hostside/",  # bench, A/B and tuning jobs, the status sampler
+    "bench/",
+    "bench/workloads/",
+    "ab/__init__.py",
+    "ab/capacity.py",
+    "ab/compare.py",
+    "ab/confdiff.py",
+    "ab/events.py",
+    "ab/journal.py",
+    "ab/ops.py",
+    "ab/plan.py",
+    "ab/render.py",
+    "ab/report.py",
+    "ab/runner.py",
+    "ab/sides.py",
+    "ab/tune.py",
+    "ab/tuneresult.py",
+    "ab/warnings.py",
+    "logparse/",
+    "engines.py",
+    "engine_flags/",
+    "model.py",
+    "fmt.py",
+    "hostops/__init__.py",
+    "hostops/gpuquery.py",
+    "hostops/hostruns.py",
+    "hostops/hosts.py",
+    "hostops/hostscripts.py",
+    "hostops/localhost.py",
+    "hostops/launcher.py",
+    "hostops/logfollow.py",
+    "hostops/liveness.py",
+    "hostops/reread.py",
+    "hostops/runstop.py",
+    "hostops/runstore.py",
+    "hostops/tracker.py",
     # the simulator (`sim ENGINE …`, `smi …`): every module but the laptop's demo host
-    "tui/sim/",
-    "tui/util/__init__.py",
-    "tui/util/aio.py",
-    "tui/util/files.py",
-    "tui/util/http.py",
-    "tui/util/paths.py",
-    "tui/util/ports.py",
-    "tui/util/retry.py",
-    "tui/util/safety.py",
+    "sim/",
+    "util/__init__.py",
+    "util/aio.py",
+    "util/files.py",
+    "util/http.py",
+    "util/paths.py",
+    "util/ports.py",
+    "util/retry.py",
+    "util/safety.py",
 )
 
 #: the archive's own ``__main__``: readable by any Python, so an old one gets one clear line
@@ -108,14 +108,14 @@ if sys.version_info < (3, 9):
                      % (sys.version_info[0], sys.version_info[1], sys.executable))
     sys.exit(70)
 if sys.argv[1:2] in (["sim"], ["smi"]):
-    from tui.sim.entry import main  # the simulated engines and nvidia-smi
+    from tunedeck.sim.entry import main  # the simulated engines and nvidia-smi
 else:
-    from tui.hostside.__main__ import main
+    from tunedeck.hostside.__main__ import main
 sys.exit(main())
 """
 
 #: never shipped although their folder is: laptop-only (the import contracts say the same)
-NOT_SHIPPED: frozenset[str] = frozenset({"tui/sim/demo.py"})
+NOT_SHIPPED: frozenset[str] = frozenset({"sim/demo.py"})
 
 _FIXED_MTIME = 315532800  # 1980-01-01, the oldest time a zip entry can hold
 
@@ -156,7 +156,7 @@ ARCHIVE_PACKAGE = "tunedeck"
 def source_files(root: Path | None = None) -> list[tuple[str, Path]]:
     """(archive name, source file) for everything in :data:`SHIPPED`, sorted; ``root`` is the
     package's folder (the imported package's by default: tui/ in a checkout, ``tunedeck/`` installed)."""
-    root = root or Path(tui.__file__).resolve().parent
+    root = root or Path(tunedeck.__file__).resolve().parent
     out: dict[str, Path] = {}
     for entry in SHIPPED:
         p = root / entry
@@ -401,7 +401,7 @@ async def ensure_sim(host: Host, *, python: str | None = None) -> Runtime:
 
 async def sim_argv(host: Host, argv: Sequence[str], *, python: str | None = None) -> list[str]:
     """A ``--sim`` command as it runs on ``host``: ``tunedeck-host sim ENGINE …`` (what
-    :func:`tui.profiles.deploy.sim_executable` puts in plans and profiles' commands) becomes
+    :func:`tunedeck.profiles.deploy.sim_executable` puts in plans and profiles' commands) becomes
     ``PYTHON -I ${TUNEDECK_HOME}/lib/tunedeck-host-<hash>.pyz sim ENGINE …``, the runtime ensured
     there with ``python`` first (the profile's). Any other command is returned as it is."""
     if not argv or argv[0] != HOST_RUNTIME:

@@ -1,14 +1,14 @@
-"""The laptop's end of the host sampler (:mod:`tui.hostside.sampler`): one channel per host.
+"""The laptop's end of the host sampler (:mod:`tunedeck.hostside.sampler`): one channel per host.
 
-:class:`HostSampler` ships the runtime (:func:`tui.services.runtime.ensure`),
+:class:`HostSampler` ships the runtime (:func:`tunedeck.services.runtime.ensure`),
 starts ``python -I tunedeck-host-….pyz sample …`` with ``host.stream`` and keeps
-the newest message of each kind. Readers (:mod:`tui.collectors.sampled`) wait on
+the newest message of each kind. Readers (:mod:`tunedeck.collectors.sampled`) wait on
 :meth:`HostSampler.wait_change` and read the fields; nothing here parses GPU rows
 or metrics.
 
 ``state``: ``starting``, ``running`` (lines arrive), ``lost`` (the channel
 ended; restarted with backoff), ``unavailable`` (the host has no usable Python:
-:class:`~tui.services.runtime.RuntimeUnavailable`; the collectors fall back to
+:class:`~tunedeck.services.runtime.RuntimeUnavailable`; the collectors fall back to
 one command per poll) or ``closed``.
 """
 
@@ -20,9 +20,9 @@ import logging
 import time
 from typing import Any
 
-from tui.hostops.hosts import Host, HostError
-from tui.services import runtime
-from tui.util.retry import Backoff
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.services import runtime
+from tunedeck.util.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class HostSampler:
         self.keepalive = keepalive
         self.lifetime = lifetime
         self.python = python
-        #: None: the host's own (:attr:`~tui.hostops.hosts.Host.nvidia_smi`, when the sampler starts)
+        #: None: the host's own (:attr:`~tunedeck.hostops.hosts.Host.nvidia_smi`, when the sampler starts)
         self.smi = smi
         self.max_backoff = max_backoff
         self.state = "starting"

@@ -1,21 +1,21 @@
-"""From what the user typed to a :class:`~tui.hostops.hosts.Host`: ``--host``/``--demo``, a run record.
+"""From what the user typed to a :class:`~tunedeck.hostops.hosts.Host`: ``--host``/``--demo``, a run record.
 
 Here, above both the host primitives and the simulator, because ``--demo`` is a
-:class:`~tui.hostops.localhost.LocalHost` dressed by :mod:`tui.sim.demo`.
+:class:`~tunedeck.hostops.localhost.LocalHost` dressed by :mod:`tunedeck.sim.demo`.
 """
 
 from __future__ import annotations
 
-from tui.hostops.hosts import Host
-from tui.hostops.localhost import LocalHost
-from tui.hostops.runstore import RunRecord
-from tui.hostops.target import parse_target
+from tunedeck.hostops.hosts import Host
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.hostops.runstore import RunRecord
+from tunedeck.hostops.target import parse_target
 
 
 def get_host(target: str | None = None, *, demo: bool = False) -> Host:
     """The Host for a CLI ``--host``/``--demo`` pair. No connection is made yet."""
     if demo:
-        from tui.sim.demo import demo_host
+        from tunedeck.sim.demo import demo_host
 
         return demo_host()
     if target is None or target == "local":
@@ -23,7 +23,7 @@ def get_host(target: str | None = None, *, demo: bool = False) -> Host:
     t = parse_target(target)
     if t.is_local:
         return LocalHost()
-    from tui.hostops.ssh import SshHost
+    from tunedeck.hostops.ssh import SshHost
 
     return SshHost(t)
 

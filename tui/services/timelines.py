@@ -1,5 +1,5 @@
 """The stored timeline of a result (``timeline.jsonl`` and the summary's validity findings)
-as a :class:`tui.timeline_model.TimelineSnapshot`, for the screens that chart it.
+as a :class:`tunedeck.timeline_model.TimelineSnapshot`, for the screens that chart it.
 
 Laptop side only (not shipped in the host runtime, whose ``tui/bench`` must import under the
 standard library alone): it reads the local results store, where a host-side run's folders
@@ -8,16 +8,16 @@ are mirrored.
 
 from __future__ import annotations
 
-from tui.bench.store import _read_json, run_dir
-from tui.hostside.timeline import read_timeline
-from tui.timeline_model import MAX_ROWS, TimelineSnapshot, workload_measures
+from tunedeck.bench.store import _read_json, run_dir
+from tunedeck.hostside.timeline import read_timeline
+from tunedeck.timeline_model import MAX_ROWS, TimelineSnapshot, workload_measures
 
 
 def stored_timeline(run_id: str, *, label: str | None = None, max_rows: int = MAX_ROWS) -> TimelineSnapshot:
     """``run_id``'s timeline (no rows when it has none: a run without a host-side timeline).
 
     ``label`` defaults to the level's concurrency (``C=16``) or the run id. Raises
-    :class:`tui.bench.store.StoreError` for an invalid run id and OSError for an unreadable file.
+    :class:`tunedeck.bench.store.StoreError` for an invalid run id and OSError for an unreadable file.
     """
     d = run_dir(run_id)
     summary = _read_json(d / "summary.json") or {}

@@ -1,10 +1,10 @@
 """Tuning campaigns on the GPU host, from the laptop: plan, start, follow (restarting a killed
 campaign so it resumes), cancel, mirror — the follow, the end and the cancel of every detached
-campaign (:class:`tui.services.jobrun.JobRun`) with :mod:`tui.hostside.tunejob` on the host.
+campaign (:class:`tunedeck.services.jobrun.JobRun`) with :mod:`tunedeck.hostside.tunejob` on the host.
 
-The laptop reads the base profile and builds the candidates (:mod:`tui.profiles.vary`),
+The laptop reads the base profile and builds the candidates (:mod:`tunedeck.profiles.vary`),
 estimates the campaign's time (:func:`estimate`, from the journal's recorded start-ups and the
-plan's levels, :mod:`tui.ab.tuneeta`),
+plan's levels, :mod:`tunedeck.ab.tuneeta`),
 pre-flights every candidate before anything is stopped (an impossible one is skipped, its
 reason a finding of the campaign), asks before stopping what runs, and starts the job.
 """
@@ -17,20 +17,27 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
-from tui.ab.journal import Journal, new_id
-from tui.ab.ops import ProfileInfo
-from tui.ab.tune import Workload
-from tui.ab.tuneeta import Pace, prior
-from tui.hostops import launcher, logfollow
-from tui.hostops.hosts import Host, HostError
-from tui.hostside import jobfiles
-from tui.profiles.deploy import profile_gpus
-from tui.services import jobs, runtime
-from tui.services.abrun import profile_info
-from tui.services.jobrun import JobRun, ask_to_stop_runs, held_by_runs, journal, refuse_while_running, ship_workload
+from tunedeck.ab.journal import Journal, new_id
+from tunedeck.ab.ops import ProfileInfo
+from tunedeck.ab.tune import Workload
+from tunedeck.ab.tuneeta import Pace, prior
+from tunedeck.hostops import launcher, logfollow
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostside import jobfiles
+from tunedeck.profiles.deploy import profile_gpus
+from tunedeck.services import jobs, runtime
+from tunedeck.services.abrun import profile_info
+from tunedeck.services.jobrun import (
+    JobRun,
+    ask_to_stop_runs,
+    held_by_runs,
+    journal,
+    refuse_while_running,
+    ship_workload,
+)
 
 if TYPE_CHECKING:
-    from tui.profiles.vary import Candidate
+    from tunedeck.profiles.vary import Candidate
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +63,7 @@ class Estimate:
 
     @property
     def text(self) -> str:
-        from tui.fmt import eta
+        from tunedeck.fmt import eta
 
         src = (
             f"start-up from the journal for {self.recorded} of {self.candidates}"
@@ -82,7 +89,7 @@ def estimate(
 ) -> Estimate:
     """One round's time: each candidate's recorded start-up (the journal's ready launches of its
     name, else of the base profile, else a default), plus up to ``max_steps`` levels, each as the
-    plan makes it (``workload``'s requests at the ``slo``'s bounds: :func:`tui.ab.tuneeta.prior`;
+    plan makes it (``workload``'s requests at the ``slo``'s bounds: :func:`tunedeck.ab.tuneeta.prior`;
     a default without them), and a stop."""
     startups: dict[str, list[float]] = {}
     try:
@@ -126,7 +133,7 @@ async def check_candidates(
     """(candidate, what will run, why it is skipped or None) for each candidate: its command
     built and its pre-flight run on ``host`` (a port held by a server the campaign stops first is
     no reason). Stops nothing. The campaign's start and the Tune screen's pre-flight use it."""
-    from tui.services import checks, runtime
+    from tunedeck.services import checks, runtime
 
     held = await held_by_runs(host)
     out: list[tuple[Candidate, ProfileInfo | None, str | None]] = []
@@ -190,7 +197,7 @@ class TuneRun(JobRun):
         skipped with its reason: ``on_skip(name, why)``), ask before stopping a running server,
         then start the campaign on the host. Nothing is stopped before the pre-flights.
         Raises :class:`jobs.JobError` (refused, every candidate impossible),
-        :class:`~tui.services.runtime.RuntimeUnavailable` or :class:`HostError`."""
+        :class:`~tunedeck.services.runtime.RuntimeUnavailable` or :class:`HostError`."""
         where = host_label or host.target
         await refuse_while_running(host)
         py = python or next((c.profile.python for c in candidates if c.profile.python != "python3"), None)
@@ -256,7 +263,7 @@ class TuneRun(JobRun):
 
     async def _restart(self, follower: jobs.JobFollower) -> jobs.Job | None:
         """Start the killed campaign again (one run here over deployments with its own command,
-        :mod:`tui.services.deploytune`; any other the host-side runtime's job), over a link that
+        :mod:`tunedeck.services.deploytune`; any other the host-side runtime's job), over a link that
         may fail meanwhile: a failed try is told as a lost link and retried, as the follower's
         own reads are (None: given up). The host starts it only while the folder still holds the
         killed process (:func:`jobs.restart`): a process started there since, by another follower
@@ -267,8 +274,8 @@ class TuneRun(JobRun):
 
         async def once() -> jobs.Job:
             if (killed.meta or {}).get("deployments"):
-                from tui.services.deployops import job_argv
-                from tui.services.deploytune import MODULE
+                from tunedeck.services.deployops import job_argv
+                from tunedeck.services.deploytune import MODULE
 
                 return await jobs.restart(self.host, killed, argv=job_argv(MODULE, killed.dir))
             return await jobs.restart(self.host, killed, python=self.python)
@@ -302,11 +309,11 @@ class TuneRun(JobRun):
     async def _from_job_folder(self, follower: jobs.JobFollower) -> dict[str, Any] | None:
         """The result of a campaign that wrote no report (its process killed more often than
         :data:`MAX_RESTARTS` restarts, or ended by its own error), built from the spec and the
-        ``state.json`` in its job folder (:func:`tui.ab.tuneresult.partial_report`): status
+        ``state.json`` in its job folder (:func:`tunedeck.ab.tuneresult.partial_report`): status
         ``partial`` (``cancelled`` after a cancel). A server of the campaign still running there
         is named in ``left_running``. None when the folder holds no finished candidate."""
-        from tui.ab.tuneresult import partial_report
-        from tui.hostside.tunejob import STATE
+        from tunedeck.ab.tuneresult import partial_report
+        from tunedeck.hostside.tunejob import STATE
 
         got: dict[str, Any] = {}
         for name in (jobfiles.SPEC, STATE):
@@ -363,7 +370,7 @@ class TuneRun(JobRun):
 
 def spec_entry(c: "Candidate", info: ProfileInfo | None, skip: str | None) -> dict[str, Any]:
     """A candidate as the campaign's spec lists it (``tp``: the GPUs it runs on, which its tok/s
-    per GPU divides by: :func:`tui.profiles.deploy.profile_gpus`)."""
+    per GPU divides by: :func:`tunedeck.profiles.deploy.profile_gpus`)."""
     return {
         "name": c.name,
         "changes": dict(c.changes),
@@ -399,8 +406,8 @@ def campaign_spec(
     start: int = 1,
     **extra: Any,
 ) -> dict[str, Any]:
-    """The spec of a new campaign (:mod:`tui.hostside.tunejob` reads it, wherever it runs); a
-    fresh campaign id. ``pace``: the estimate's parts (:mod:`tui.ab.tuneeta`), for a follower's
+    """The spec of a new campaign (:mod:`tunedeck.hostside.tunejob` reads it, wherever it runs); a
+    fresh campaign id. ``pace``: the estimate's parts (:mod:`tunedeck.ab.tuneeta`), for a follower's
     ETA. ``extra``: keys of the job that runs it (a campaign of deployments' own)."""
     return {
         "campaign": new_id("tune"),

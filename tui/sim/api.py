@@ -1,8 +1,8 @@
 """The simulated engines' HTTP API: routes and request checks.
 
-Each route answers at once, or builds a request (:meth:`tui.sim.formats.Formats.new_req`) and
+Each route answers at once, or builds a request (:meth:`tunedeck.sim.formats.Formats.new_req`) and
 hands it to the scheduler (``submit``: fixed timing or continuous batching), which writes its
-tokens in the engine's format (:mod:`tui.sim.formats`).
+tokens in the engine's format (:mod:`tunedeck.sim.formats`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import time
 import uuid
 from typing import Any, Callable
 
-from tui.engines import SGLANG_VERSION, VLLM_VERSION
-from tui.sim.formats import Formats, Req
-from tui.sim.httpd import REASONS, Conn, Request
-from tui.sim.prefix import chat_ids, text_ids
-from tui.sim.state import ServerState
+from tunedeck.engines import SGLANG_VERSION, VLLM_VERSION
+from tunedeck.sim.formats import Formats, Req
+from tunedeck.sim.httpd import REASONS, Conn, Request
+from tunedeck.sim.prefix import chat_ids, text_ids
+from tunedeck.sim.state import ServerState
 
 _INT_TYPES = frozenset((int, bool))  # what JSON decodes a token id list into (bool: isinstance(True, int))
 
@@ -352,7 +352,7 @@ class Api:
         self._run(r, conn)
 
     def _chat_tokens(self, body: dict[str, Any], conn: Conn) -> list[int] | None:
-        """Prompt token ids of a chat request (:func:`tui.sim.prefix.chat_ids`): 3 for the template,
+        """Prompt token ids of a chat request (:func:`tunedeck.sim.prefix.chat_ids`): 3 for the template,
         4 per message plus its content."""
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
@@ -382,7 +382,7 @@ class Api:
             else:
                 self._error(conn, 400, "prompt must be a string or a list of token ids", param="prompt")
                 return
-        # the stand-in tokenizer's ids (tui.sim.prefix): sent back as a prompt, they are the same prompt
+        # the stand-in tokenizer's ids (tunedeck.sim.prefix): sent back as a prompt, they are the same prompt
         conn.send_json(
             200, {"count": len(ids), "max_model_len": self.cfg.context_len, "tokens": ids, "token_strs": None}
         )

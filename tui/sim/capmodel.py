@@ -2,14 +2,14 @@
 its capacity at an SLO (docs/sim-model.md "Capacity at an SLO").
 
 :func:`serve_config_of` derives, from the engine's parsed flags, everything the scheduler
-(:mod:`tui.sim.scheduler`) serves with: the performance model's :class:`~tui.sim.perf.PerfConfig`,
+(:mod:`tunedeck.sim.scheduler`) serves with: the performance model's :class:`~tunedeck.sim.perf.PerfConfig`,
 the running-request cap, the prefill budget and the chunk size; the simulator itself is configured
 by the same functions, so the prediction and the served behaviour cannot drift apart.
 
 :func:`predict_level` applies the performance model's equations to one closed-loop benchmark level
 (C concurrent users, every request ``input_len`` prompt tokens and exactly ``output_len`` output
 tokens) and gives the statistics a level summary carries, under the summary's own keys, so that
-:func:`tui.ab.capacity.slo_check` judges a prediction exactly as it judges a measurement.
+:func:`tunedeck.ab.capacity.slo_check` judges a prediction exactly as it judges a measurement.
 :func:`predicted_capacity` is the highest C whose prediction meets the SLO.
 """
 
@@ -19,11 +19,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from tui.ab.capacity import SloTerm, slo_check
-from tui.sim import perf
-from tui.sim.engine_args import SGLANG_ALIASES
-from tui.sim.sglang_args import sglang_parser
-from tui.sim.vllm_args import preprocess_vllm_argv, vllm_parser
+from tunedeck.ab.capacity import SloTerm, slo_check
+from tunedeck.sim import perf
+from tunedeck.sim.engine_args import SGLANG_ALIASES
+from tunedeck.sim.sglang_args import sglang_parser
+from tunedeck.sim.vllm_args import preprocess_vllm_argv, vllm_parser
 
 #: SLO terms the model judges beside the latencies: requests all succeed and every level is whole
 _WHOLE_LEVEL = {"completed": 1, "failed": 0, "partial": False}
@@ -116,7 +116,7 @@ def perf_config(
 
 def serve_config_of(engine: str, args: Any, tp: int, env: Mapping[str, str]) -> ServeConfig:
     """Everything the scheduler serves with, from the engine's parsed flags (the simulator's own
-    configuration: :func:`tui.sim.state.sim_config` calls this)."""
+    configuration: :func:`tunedeck.sim.state.sim_config` calls this)."""
     spec = spec_config(engine, args)
     pc = perf_config(engine, args, tp, spec, env)
     if engine == "sglang":
@@ -229,6 +229,6 @@ def predicted_capacity(
 
 
 def predicted_single_user_tok_s(sc: ServeConfig, *, input_len: int, output_len: int) -> float:
-    """The model's per-user output tok/s at C = 1 (what :class:`tui.ab.capacity.CapacityResult`
+    """The model's per-user output tok/s at C = 1 (what :class:`tunedeck.ab.capacity.CapacityResult`
     calls ``single_user_tok_s``)."""
     return predict_level(sc, input_len, output_len, 1)["per_user_output_throughput"]

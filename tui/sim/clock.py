@@ -17,7 +17,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from tui.sim.formats import Req
+    from tunedeck.sim.formats import Req
 
 #: seconds of writing before the loop gets a turn to read its sockets
 SLICE_S = 0.0003

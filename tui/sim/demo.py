@@ -1,13 +1,13 @@
 """The demo host: this machine with the simulator's shims first on PATH.
 
-``demo_host()`` returns a :class:`~tui.hostops.localhost.LocalHost` whose
+``demo_host()`` returns a :class:`~tunedeck.hostops.localhost.LocalHost` whose
 environment overlay puts ``<sim state>/bin`` first on ``PATH`` and sets
 ``TUNEDECK_SIM_STATE``. The shims there are small ``sh`` scripts:
 
-- ``nvidia-smi`` → ``python -m tui sim smi "$@"`` (simulated GPUs)
-- ``tunedeck``   → ``python -m tui "$@"``
-- ``vllm``       → ``python -m tui sim vllm "$@"`` (so ``vllm serve MODEL …`` works)
-- ``sglang``     → ``python -m tui sim sglang "$@"`` (so ``sglang serve …`` works)
+- ``nvidia-smi`` → ``python -m tunedeck sim smi "$@"`` (simulated GPUs)
+- ``tunedeck``   → ``python -m tunedeck "$@"``
+- ``vllm``       → ``python -m tunedeck sim vllm "$@"`` (so ``vllm serve MODEL …`` works)
+- ``sglang``     → ``python -m tunedeck sim sglang "$@"`` (so ``sglang serve …`` works)
 
 Each runs the interpreter that runs tunedeck (``python``, ``sys.executable`` by default), which
 finds the installed package from any directory. Everything is quoted with shlex.quote.
@@ -20,10 +20,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from tui.hostops.localhost import LocalHost
-from tui.sim.gpus import state_root
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.sim.gpus import state_root
 
-#: shim name -> argv after ``python -m tui``
+#: shim name -> argv after ``python -m tunedeck``
 SHIMS: dict[str, tuple[str, ...]] = {
     "nvidia-smi": ("sim", "smi"),
     "tunedeck": (),
@@ -43,12 +43,8 @@ def shim_dir(state: Path | None = None) -> Path:
 
 def shim_text(args: tuple[str, ...], python: str) -> str:
     q = shlex.quote
-    cmd = " ".join([q(python), "-m", "tui", *(q(a) for a in args), '"$@"'])
-    return (
-        "#!/bin/sh\n"
-        "# tunedeck simulator shim (written by tui.sim.demo.write_shims)\n"
-        f"exec {cmd}\n"
-    )
+    cmd = " ".join([q(python), "-m", "tunedeck", *(q(a) for a in args), '"$@"'])
+    return f"#!/bin/sh\n# tunedeck simulator shim (written by tunedeck.sim.demo.write_shims)\nexec {cmd}\n"
 
 
 def write_shims(directory: str | os.PathLike[str], python: str = sys.executable) -> Path:

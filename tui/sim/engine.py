@@ -4,13 +4,13 @@ Start-up prints the engine's real log lines in order (see serving-engines.md
 §4.2/§4.3) spread over ``--sim-load-seconds``; the HTTP port is bound where the
 engine binds it (vLLM: before loading, accepting only once ready; SGLang: after
 CUDA-graph capture); then it serves the OpenAI API with continuous batching
-driven by :mod:`tui.sim.perf`, streams SSE in the engine's exact format, keeps
+driven by :mod:`tunedeck.sim.perf`, streams SSE in the engine's exact format, keeps
 Prometheus metrics and prints the runtime stat lines. Everything goes to
 stdout, flushed per line, so a log tail sees progress live.
 
 :class:`SimServer` is built by composition: it owns the typed state
-(:class:`tui.sim.state.ServerState`), the response formats, the scheduler, the HTTP API and the
-engine's start-up (:class:`tui.sim.startup.EngineStartup`: SGLang's or vLLM's, siblings), and
+(:class:`tunedeck.sim.state.ServerState`), the response formats, the scheduler, the HTTP API and the
+engine's start-up (:class:`tunedeck.sim.startup.EngineStartup`: SGLang's or vLLM's, siblings), and
 hands each part only what it needs.
 """
 
@@ -26,20 +26,20 @@ import sys
 import traceback
 from typing import Any, Coroutine
 
-from tui.engines import VLLM_SPEC_METHODS
-from tui.sim.api import Api
-from tui.sim.engine_args import VLLM_BACKENDS, help_search
-from tui.sim.formats import Formats
-from tui.sim.httpd import HttpServer
-from tui.sim.scheduler import Scheduler
-from tui.sim.sglang_args import sglang_parser
-from tui.sim.sglang_startup import SglangStartup
-from tui.sim.simlog import Fatal
-from tui.sim.startup import EngineStartup, LoadClock, StartupKit
-from tui.sim.state import server_state, sim_config
-from tui.sim.vllm_args import preprocess_vllm_argv, vllm_parser
-from tui.sim.vllm_startup import VllmStartup
-from tui.util.aio import cancel_and_wait
+from tunedeck.engines import VLLM_SPEC_METHODS
+from tunedeck.sim.api import Api
+from tunedeck.sim.engine_args import VLLM_BACKENDS, help_search
+from tunedeck.sim.formats import Formats
+from tunedeck.sim.httpd import HttpServer
+from tunedeck.sim.scheduler import Scheduler
+from tunedeck.sim.sglang_args import sglang_parser
+from tunedeck.sim.sglang_startup import SglangStartup
+from tunedeck.sim.simlog import Fatal
+from tunedeck.sim.startup import EngineStartup, LoadClock, StartupKit
+from tunedeck.sim.state import server_state, sim_config
+from tunedeck.sim.vllm_args import preprocess_vllm_argv, vllm_parser
+from tunedeck.sim.vllm_startup import VllmStartup
+from tunedeck.util.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def main(engine: str, argv: list[str]) -> int:
         log.error("the simulated %s could not start", engine, exc_info=True)
         print(f"tunedeck sim {engine}: {e}", file=sys.stderr)
         return 2
-    from tui.util.aio import run_async
+    from tunedeck.util.aio import run_async
 
     try:
         return run_async(sim.run())

@@ -8,11 +8,11 @@ A pre-flight can probe them exactly like the real engines:
   (``python -c "from vllm.v1.attention.backends.registry import AttentionBackendEnum as E; ..."``)
   is answered by ``tunedeck sim vllm --sim-list-backends``: the member names, space-separated, one line.
 
-Every flag of the release (``tui.engine_flags``: names, aliases, ``--no-``/``--disable-`` forms,
+Every flag of the release (``tunedeck.engine_flags``: names, aliases, ``--no-``/``--disable-`` forms,
 choices, as its ``--help`` lists them) is accepted with argparse's own rules and errors: a flag the
 release does not have, an ambiguous prefix or a choice it does not list ends the start as the
 engine's argparse does. The flags the simulator models are declared with their types and defaults
-in :mod:`tui.sim.sglang_args` and :mod:`tui.sim.vllm_args` and applied; every other one is collected
+in :mod:`tunedeck.sim.sglang_args` and :mod:`tunedeck.sim.vllm_args` and applied; every other one is collected
 in ``sim_accepted`` and logged at start-up as "accepted, not simulated". Simulator-only options all
 start with ``--sim-``.
 """
@@ -23,7 +23,7 @@ import argparse
 import os
 from typing import Any, Sequence
 
-from tui.engine_flags import FlagTable
+from tunedeck.engine_flags import FlagTable
 
 SGLANG_ALIASES = {"nsa": "dsa", "compressed": "dsv4", "tokenspeed_mla": "cutedsl_mla"}
 

@@ -36,17 +36,17 @@ def main(argv: list[str] | None = None) -> int:
         argv = sys.argv[1:]
     os.environ.setdefault("TUNEDECK_SIM_STATE", str(default_state()))
     if argv[:1] == ["smi"]:
-        from tui.sim.smi import main as smi_main
+        from tunedeck.sim.smi import main as smi_main
 
         return smi_main(argv[1:], sys.stdout)
     if argv[:1] == ["sim"] and len(argv) >= 2 and argv[1] in ENGINES:
-        from tui.sim.engine import main as engine_main
+        from tunedeck.sim.engine import main as engine_main
 
         return engine_main(argv[1], argv[2:])
     if argv[:2] == ["sim", "ray-node"]:
         # a Ray node of a simulated vLLM-on-Ray deployment: the real `ray start`, and the Ray
         # workers the simulated vLLM places on this node's simulated GPUs
-        from tui.sim.raynode import main as ray_node_main
+        from tunedeck.sim.raynode import main as ray_node_main
 
         return ray_node_main(argv[2:])
     what = " ".join(argv[:2]) or "nothing"

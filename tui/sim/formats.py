@@ -17,9 +17,9 @@ import random
 import time
 from typing import Any, Sequence
 
-from tui.sim import perf
-from tui.sim.httpd import Conn, frame
-from tui.sim.prefix import block_hashes, repetition
+from tunedeck.sim import perf
+from tunedeck.sim.httpd import Conn, frame
+from tunedeck.sim.prefix import block_hashes, repetition
 
 WORDS = (
     " the",

@@ -55,7 +55,7 @@ def state_root() -> Path:
     v = os.environ.get("TUNEDECK_SIM_STATE")
     if v:
         return Path(v)
-    from tui.util.paths import state_dir
+    from tunedeck.util.paths import state_dir
 
     return state_dir() / "sim"
 

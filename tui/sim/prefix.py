@@ -5,7 +5,7 @@
 * Block hashes: the prompt's full blocks of ``block`` tokens, each hash chained to the one before (a
   block hits only when everything before it hits too), as vLLM's prefix cache keys its blocks.
 * :class:`PrefixCache`: an LRU set of block hashes with a capacity in blocks.
-* :func:`repetition`: the bigram repetition statistic behind speculative acceptance (:mod:`tui.sim.perf`).
+* :func:`repetition`: the bigram repetition statistic behind speculative acceptance (:mod:`tunedeck.sim.perf`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def message_text(content: Any) -> str:
 
 def chat_ids(messages: Sequence[dict[str, Any]]) -> list[int]:
     """Token ids of a chat prompt: per message a 4-token role header and its content, then a
-    3-token generation prompt (as many tokens as :meth:`tui.sim.api.Api._chat_tokens` counts)."""
+    3-token generation prompt (as many tokens as :meth:`tunedeck.sim.api.Api._chat_tokens` counts)."""
     ids: list[int] = []
     for msg in messages:
         role = str(msg.get("role", "")).encode("utf-8")[: 4 * _ROLE_TOKENS]

@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from tui.sim.gpus import ServerRecord, load_config
-from tui.util.aio import cancel_and_wait
+from tunedeck.sim.gpus import ServerRecord, load_config
+from tunedeck.util.aio import cancel_and_wait
 
 GREETING = b"tunedeck-sim-ray 1\n"
 #: the name Ray gives a vLLM worker actor's process (its ``setproctitle``), as nvidia-smi lists it
@@ -346,7 +346,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         sys.stderr.write("usage: tunedeck-host sim ray-node -- RAY start [RAY START OPTIONS...]\n")
         return 2
-    from tui.util.aio import run_async
+    from tunedeck.util.aio import run_async
 
     try:
         return run_async(RayNode(argv).run())

@@ -23,10 +23,10 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from tui.sim.simlog import Fatal
+from tunedeck.sim.simlog import Fatal
 
 if TYPE_CHECKING:
-    from tui.sim.startup import StartupKit
+    from tunedeck.sim.startup import StartupKit
 
 DEFAULT_DIST_TIMEOUT = 600
 _TB = (

@@ -1,5 +1,5 @@
-"""Serving: requests in, continuous batching (or fixed timing) driven by :mod:`tui.sim.perf`,
-tokens out in the engine's format (:mod:`tui.sim.formats`), the engines' decode log lines and gauges."""
+"""Serving: requests in, continuous batching (or fixed timing) driven by :mod:`tunedeck.sim.perf`,
+tokens out in the engine's format (:mod:`tunedeck.sim.formats`), the engines' decode log lines and gauges."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import json
 import random
 import time
 
-from tui.sim import perf
-from tui.sim.clock import FixedClock
-from tui.sim.formats import Formats, Req
-from tui.sim.state import ServerState
+from tunedeck.sim import perf
+from tunedeck.sim.clock import FixedClock
+from tunedeck.sim.formats import Formats, Req
+from tunedeck.sim.state import ServerState
 
 
 class Scheduler:
@@ -53,7 +53,7 @@ class Scheduler:
             assert self.wake is not None
             self.wake.set()
 
-    # ---- fixed timing (bypasses the model: exact TTFT and inter-token delay, see tui.sim.clock)
+    # ---- fixed timing (bypasses the model: exact TTFT and inter-token delay, see tunedeck.sim.clock)
     def _fixed_start(self, r: Req) -> None:
         if self.clock is None:
             assert self.loop is not None

@@ -1,13 +1,13 @@
 """SGLang 0.5.23's ``launch_server`` flags as the simulator declares them: the ones it models,
 with their types, defaults and help; the rest of the release's flags are accepted by
-:func:`tui.sim.engine_args.accept_rest` (see :mod:`tui.sim.engine_args`)."""
+:func:`tunedeck.sim.engine_args.accept_rest` (see :mod:`tunedeck.sim.engine_args`)."""
 
 from __future__ import annotations
 
 import argparse
 
-from tui.engines import SGLANG_SPEC_ALGORITHMS, SGLANG_VERSION, release_flags
-from tui.sim.engine_args import accept_rest, add_sim_args, modeled
+from tunedeck.engines import SGLANG_SPEC_ALGORITHMS, SGLANG_VERSION, release_flags
+from tunedeck.sim.engine_args import accept_rest, add_sim_args, modeled
 
 
 def sglang_parser() -> argparse.ArgumentParser:

@@ -7,16 +7,16 @@ import asyncio
 import random
 from typing import Callable, NoReturn
 
-from tui.sim import rendezvous
-from tui.sim.capmodel import SGLANG_CHUNK
-from tui.sim.formats import Formats, Req
-from tui.sim.gpus import used_by_others
-from tui.sim.simlog import Fatal, sglang_capture_bs, tqdm_frame
-from tui.sim.startup import StartupKit, Task, bind_socket
+from tunedeck.sim import rendezvous
+from tunedeck.sim.capmodel import SGLANG_CHUNK
+from tunedeck.sim.formats import Formats, Req
+from tunedeck.sim.gpus import used_by_others
+from tunedeck.sim.simlog import Fatal, sglang_capture_bs, tqdm_frame
+from tunedeck.sim.startup import StartupKit, Task, bind_socket
 
 
 class SglangStartup:
-    """SGLang's :class:`tui.sim.startup.EngineStartup`; its warm-up request goes through
+    """SGLang's :class:`tunedeck.sim.startup.EngineStartup`; its warm-up request goes through
     ``formats`` and ``submit`` like a client's."""
 
     def __init__(self, kit: StartupKit, formats: Formats, submit: Callable[[Req], None]) -> None:

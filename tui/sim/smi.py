@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Callable, Sequence, TextIO
 
-from tui.sim.gpus import (
+from tunedeck.sim.gpus import (
     CUDA_VERSION,
     DRIVER_VERSION,
     MAX_SM_CLOCK,

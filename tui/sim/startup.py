@@ -1,5 +1,5 @@
 """An engine's start-up: the protocol both engines implement (:class:`EngineStartup`; SGLang's
-:class:`tui.sim.sglang_startup.SglangStartup` and vLLM's :class:`tui.sim.vllm_startup.VllmStartup`
+:class:`tunedeck.sim.sglang_startup.SglangStartup` and vLLM's :class:`tunedeck.sim.vllm_startup.VllmStartup`
 are siblings, neither knows the other) and the tools they share (:class:`StartupKit`)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import random
 import socket
 from typing import Any, Callable, Coroutine, NoReturn, Protocol
 
-from tui.sim.httpd import HttpServer
-from tui.sim.state import ServerState
+from tunedeck.sim.httpd import HttpServer
+from tunedeck.sim.state import ServerState
 
 #: a task that lives as long as the server, and its name
 Task = tuple[Coroutine[Any, Any, None], str]
@@ -22,7 +22,7 @@ class EngineStartup(Protocol):
     The server calls, in order: :meth:`note` for each flag accepted but not modelled,
     :meth:`start`, then starts the scheduler and :meth:`serving_tasks`, awaits :meth:`warm_up`,
     calls :meth:`ready`; :meth:`crash` under ``--sim-fault crash``; :meth:`stopping` on shutdown.
-    A failure raises :class:`tui.sim.simlog.Fatal` after printing it in the engine's words.
+    A failure raises :class:`tunedeck.sim.simlog.Fatal` after printing it in the engine's words.
     """
 
     def note(self, text: str) -> None:

@@ -1,6 +1,6 @@
 """The simulated server's typed state: its configuration (from the engine's flags, fixed at start)
 and what changes while it runs (phase, queues, KV cache, memory, GPU use). The server
-(:class:`tui.sim.engine.SimServer`) owns one :class:`ServerState` and hands it to its parts: the
+(:class:`tunedeck.sim.engine.SimServer`) owns one :class:`ServerState` and hands it to its parts: the
 HTTP API, the scheduler and the engine's start-up."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, TextIO
 
-from tui.sim import capmodel, perf, raynode, rendezvous
-from tui.sim.formats import Req
-from tui.sim.gpus import GpuConfig, ServerRecord, load_config
-from tui.sim.httpd import HttpServer
-from tui.sim.metrics import Metrics
-from tui.sim.prefix import BLOCK, PrefixCache
-from tui.sim.simlog import Log, ModelFacts, model_facts
+from tunedeck.sim import capmodel, perf, raynode, rendezvous
+from tunedeck.sim.formats import Req
+from tunedeck.sim.gpus import GpuConfig, ServerRecord, load_config
+from tunedeck.sim.httpd import HttpServer
+from tunedeck.sim.metrics import Metrics
+from tunedeck.sim.prefix import BLOCK, PrefixCache
+from tunedeck.sim.simlog import Log, ModelFacts, model_facts
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """vLLM 0.33's ``vllm serve`` flags as the simulator declares them (the ones it models, with their
-types, defaults and help; the rest through :func:`tui.sim.engine_args.accept_rest`), and vLLM's
+types, defaults and help; the rest through :func:`tunedeck.sim.engine_args.accept_rest`), and vLLM's
 flexible argv (``--flag_name``, ``-O3``, ``-cc.key=value``) turned into plain flags."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 import re
 from typing import Any, Sequence
 
-from tui.engines import VLLM_VERSION, release_flags
-from tui.sim.engine_args import VLLM_BACKENDS, CaseInsensitiveChoices, accept_rest, add_sim_args, modeled
+from tunedeck.engines import VLLM_VERSION, release_flags
+from tunedeck.sim.engine_args import VLLM_BACKENDS, CaseInsensitiveChoices, accept_rest, add_sim_args, modeled
 
 _JSON_FLAGS = {
     "-cc": "compilation_config",

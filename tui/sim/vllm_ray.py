@@ -1,6 +1,6 @@
 """vLLM on Ray (``--distributed-executor-backend ray``): ``initialize_ray_cluster`` against the
-real Ray cluster (see :mod:`tui.sim.raycluster`), the placement group's bundles on the other Ray
-nodes' simulated workers (:mod:`tui.sim.raynode`); and the API server's report of an engine that
+real Ray cluster (see :mod:`tunedeck.sim.raycluster`), the placement group's bundles on the other Ray
+nodes' simulated workers (:mod:`tunedeck.sim.raynode`); and the API server's report of an engine that
 failed to start, which ends every vLLM start-up failure."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import time
 import uuid
 from typing import NoReturn
 
-from tui.sim import raycluster, raynode
-from tui.sim.simlog import Fatal, Log
-from tui.sim.startup import StartupKit
+from tunedeck.sim import raycluster, raynode
+from tunedeck.sim.simlog import Fatal, Log
+from tunedeck.sim.startup import StartupKit
 
 
 def engine_failed(log: Log, pid: int, ec: int, printed: bool = False) -> NoReturn:

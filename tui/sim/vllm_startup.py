@@ -1,5 +1,5 @@
 """vLLM's start-up as its log shows it (serving-engines.md §4.3): the API server, engine core,
-workers, weights, KV cache, compilation and CUDA graphs (Ray placement: :mod:`tui.sim.vllm_ray`);
+workers, weights, KV cache, compilation and CUDA graphs (Ray placement: :mod:`tunedeck.sim.vllm_ray`);
 its failures and its periodic engine stats."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import time
 import uuid
 from typing import Any, NoReturn
 
-from tui.engines import VLLM_VERSION
-from tui.sim.gpus import used_by_others
-from tui.sim.simlog import Fatal, tqdm_frame
-from tui.sim.startup import StartupKit, Task, bind_socket
-from tui.sim.vllm_args import vllm_parser
-from tui.sim.vllm_ray import RayPlacement, engine_failed
+from tunedeck.engines import VLLM_VERSION
+from tunedeck.sim.gpus import used_by_others
+from tunedeck.sim.simlog import Fatal, tqdm_frame
+from tunedeck.sim.startup import StartupKit, Task, bind_socket
+from tunedeck.sim.vllm_args import vllm_parser
+from tunedeck.sim.vllm_ray import RayPlacement, engine_failed
 
 VLLM_ROUTES = [
     ("/openapi.json", "HEAD, GET"),
@@ -51,8 +51,8 @@ T0 = "Worker_TP0"
 
 
 class VllmStartup:
-    """vLLM's :class:`tui.sim.startup.EngineStartup`: the start-up in phases, each at its moment
-    of the load time; a failure ends it with :func:`tui.sim.vllm_ray.engine_failed`."""
+    """vLLM's :class:`tunedeck.sim.startup.EngineStartup`: the start-up in phases, each at its moment
+    of the load time; a failure ends it with :func:`tunedeck.sim.vllm_ray.engine_failed`."""
 
     def __init__(self, kit: StartupKit) -> None:
         self.kit = kit

@@ -1,3 +1,3 @@
 """The dashboard (Textual): the app, its screens, messages and key map. It renders the
-core's immutable snapshots (:mod:`tui.model`) with :mod:`widgets` and sends intents to
+core's immutable snapshots (:mod:`tunedeck.model`) with :mod:`tunedeck.widgets` and sends intents to
 the core; nothing below it imports Textual."""

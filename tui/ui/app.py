@@ -2,10 +2,10 @@
 command palette, and the data path from collectors to screens.
 
 Data path: one worker per collector in the group ``poll-<target>``
-(``exit_on_error=False``), each a chained loop (:mod:`tui.ui.polling`: the
+(``exit_on_error=False``), each a chained loop (:mod:`tunedeck.ui.polling`: the
 next poll starts only after the previous one ended; never ``set_interval`` +
 ``exclusive``), posts a message carrying an immutable snapshot to the app
-(:mod:`tui.ui.messages`; state messages coalesce). The app keeps the latest
+(:mod:`tunedeck.ui.messages`; state messages coalesce). The app keeps the latest
 snapshots (``app.latest``) and the GPU histories (``app.gpu_history``),
 and republishes each snapshot on a signal that screens subscribe to:
 ``gpu_signal`` (GpuStatus), ``host_signal`` (HostStats), ``server_signal``
@@ -13,12 +13,12 @@ and republishes each snapshot on a signal that screens subscribe to:
 ``Worker.StateChanged`` handler turns a crashed collector into a visible
 state and restarts it.
 
-Adding a screen: one line in :data:`~tui.ui.modes.MODE_REGISTRY` (the modes
-and when each is offered: :mod:`tui.ui.modes`). Screens read
+Adding a screen: one line in :data:`~tunedeck.ui.modes.MODE_REGISTRY` (the modes
+and when each is offered: :mod:`tunedeck.ui.modes`). Screens read
 ``app.latest`` (newest GpuStatus / HostStats / servers / LinkState) and
 subscribe to the signals above; bindings carry ids, so ``[keymap]`` in
-the config file remaps them (:mod:`tui.ui.keymap`), and every binding of the
-current screen is also a command-palette entry (:mod:`tui.ui.palette`).
+the config file remaps them (:mod:`tunedeck.ui.keymap`), and every binding of the
+current screen is also a command-palette entry (:mod:`tunedeck.ui.palette`).
 """
 
 from __future__ import annotations
@@ -36,18 +36,18 @@ from textual.screen import Screen
 from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
-from tui.collectors.sources import BackoffFn, Sources
-from tui.model import GpuStatus, HostStats, LinkState, ServerStats
-from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
-from tui.ui.modes import MODE_REGISTRY, ModeSpec, screen_factory
-from tui.ui.palette import TunedeckCommands
-from tui.ui.polling import Latest, Poller, close_host
-from tui.util.retry import delay as default_backoff
-from widgets.gpu_table import GpuHistory
-from widgets.server_panel import ServerHistory
+from tunedeck.collectors.sources import BackoffFn, Sources
+from tunedeck.model import GpuStatus, HostStats, LinkState, ServerStats
+from tunedeck.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
+from tunedeck.ui.modes import MODE_REGISTRY, ModeSpec, screen_factory
+from tunedeck.ui.palette import TunedeckCommands
+from tunedeck.ui.polling import Latest, Poller, close_host
+from tunedeck.util.retry import delay as default_backoff
+from tunedeck.widgets.gpu_table import GpuHistory
+from tunedeck.widgets.server_panel import ServerHistory
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tui.hostops.hosts import Host
+    from tunedeck.hostops.hosts import Host
 
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ class TunedeckApp(App[int]):
         if sources is None:
             if host is None:
                 raise ValueError("TunedeckApp needs a host or sources")
-            from tui.collectors.sources import default_sources
+            from tunedeck.collectors.sources import default_sources
 
             sources = default_sources(host, interval=interval)
         self.host = host
@@ -144,7 +144,7 @@ class TunedeckApp(App[int]):
                 self.available_modes.append(mode)
         self.latest = Latest.connecting(self.target, sources)
         self.poller = self._poller()
-        """The poll loops of the host (:class:`~tui.ui.polling.Poller`)."""
+        """The poll loops of the host (:class:`~tunedeck.ui.polling.Poller`)."""
         self.runs: dict[str, Any] = {}
         """Runs still alive on the host (run id → RunRecord), found by reattaching on start."""
         self.gpu_history = GpuHistory(maxlen=history)
@@ -158,7 +158,7 @@ class TunedeckApp(App[int]):
         self._update_subtitle()
 
     def _apply_keymap(self) -> None:
-        from tui.ui.keymap import apply_keymap
+        from tunedeck.ui.keymap import apply_keymap
 
         apply_keymap(self, self._user_keymap)
 
@@ -196,15 +196,15 @@ class TunedeckApp(App[int]):
         self.start_polling()
         if self.host is not None:
             self.run_worker(self._reattach(), name="reattach", group="reattach", exit_on_error=False)
-            from tui.ui.screens.hosts import remember_host
+            from tunedeck.ui.screens.hosts import remember_host
 
             remember_host(self.target)  # offered by the host switcher next time
 
     async def _reattach(self) -> None:
         """Adopt the runs still alive on the host (launched earlier, from here or elsewhere):
         their local records are merged so the server panel can open them."""
-        from tui.hostops.hosts import HostError
-        from tui.services.journal import reread_runs
+        from tunedeck.hostops.hosts import HostError
+        from tunedeck.services.journal import reread_runs
 
         try:
             recs = await asyncio.wait_for(reread_runs(self.host), self.sample_timeout * 3)  # type: ignore[arg-type]
@@ -293,7 +293,7 @@ class TunedeckApp(App[int]):
         if self.host is None:
             self.notify("no target host to launch on", severity="error")
             return
-        from tui.ui.screens.run import RunScreen
+        from tunedeck.ui.screens.run import RunScreen
 
         cmd, profile = message.command, message.profile
         self.push_screen(
@@ -376,7 +376,7 @@ class TunedeckApp(App[int]):
 
     def action_keys(self) -> None:
         """Show the keys of the current screen (``?``)."""
-        from tui.ui.screens.modals import KeysModal
+        from tunedeck.ui.screens.modals import KeysModal
 
         if isinstance(self.screen, KeysModal):
             return
@@ -385,7 +385,7 @@ class TunedeckApp(App[int]):
 
     def action_hosts(self) -> None:
         """Pick another host (k9s contexts): ``~/.ssh/config``, hosts used before, local, demo."""
-        from tui.ui.screens.hosts import HostsModal, host_choices
+        from tunedeck.ui.screens.hosts import HostsModal, host_choices
 
         if isinstance(self.screen, HostsModal):
             return
@@ -405,15 +405,15 @@ class TunedeckApp(App[int]):
     def _make_host(self, target: str) -> tuple["Host | None", Sources]:
         if self.host_factory is not None:
             return self.host_factory(target)
-        from tui.collectors.sources import default_sources
-        from tui.services.targets import get_host
+        from tunedeck.collectors.sources import default_sources
+        from tunedeck.services.targets import get_host
 
         host = get_host(None if target == "demo" else target, demo=target == "demo")
         return host, default_sources(host, interval=self.interval)
 
     async def switch_host(self, target: str) -> None:
         """Leave the current host (its collectors end first) and show ``target``."""
-        from tui.ui.screens.hosts import remember_host
+        from tunedeck.ui.screens.hosts import remember_host
 
         try:
             host, sources = self._make_host(target)
@@ -491,7 +491,7 @@ def make_app(
 
 
 def make_fleet_app(members: Any, **kwargs: Any) -> Any:
-    """The dashboard over several hosts (:class:`tui.ui.fleet_app.FleetApp`): a row group per host."""
-    from tui.ui.fleet_app import make_fleet_app as make
+    """The dashboard over several hosts (:class:`tunedeck.ui.fleet_app.FleetApp`): a row group per host."""
+    from tunedeck.ui.fleet_app import make_fleet_app as make
 
     return make(members, **kwargs)

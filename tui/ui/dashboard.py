@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tui.hostops.hosts import HostError
-from tui.services.targets import get_host
-from tui.util.safety import UnsafeInput
+from tunedeck.hostops.hosts import HostError
+from tunedeck.services.targets import get_host
+from tunedeck.util.safety import UnsafeInput
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
@@ -27,8 +27,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
     if not sys.stdout.isatty() and not getattr(args, "force_ui", False):
         print("tunedeck: the dashboard needs a terminal; use `tunedeck status --json` in scripts", file=sys.stderr)
         return 2
-    from tui.collectors.sources import default_sources
-    from tui.ui.app import make_app
+    from tunedeck.collectors.sources import default_sources
+    from tunedeck.ui.app import make_app
 
     # --sim: the host's simulated GPUs (the sampler gives it the simulated nvidia-smi)
     sources = default_sources(host, sim=True) if getattr(args, "sim", False) and not demo else None
@@ -40,7 +40,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
 
 def run_fleet_dashboard(args: argparse.Namespace) -> int:
     """Several hosts (``--host A --host B``, ``--host @GROUP``): one row group per host."""
-    from tui.collectors.fleet import GroupError, expand_targets, fleet_members
+    from tunedeck.collectors.fleet import GroupError, expand_targets, fleet_members
 
     try:
         members = fleet_members(expand_targets(args.hosts), sim=bool(getattr(args, "sim", False)))
@@ -53,7 +53,7 @@ def run_fleet_dashboard(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from tui.ui.app import make_fleet_app
+    from tunedeck.ui.app import make_fleet_app
 
     rc = make_fleet_app(members).run()
     return int(rc or 0)

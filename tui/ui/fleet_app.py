@@ -1,9 +1,9 @@
 """The dashboard on several hosts at once (``tunedeck --host A --host B``, ``--host @GROUP``).
 
-Each host is a :class:`~tui.collectors.fleet.FleetMember`: its own Host (one SSH connection)
+Each host is a :class:`~tunedeck.collectors.fleet.FleetMember`: its own Host (one SSH connection)
 and its own sources (one host sampler), polled by its own three chained worker loops in the
 group ``poll-<target>`` (``exit_on_error=False``), exactly as the single-host dashboard polls
-its one host. The loops post the same messages (:mod:`tui.ui.messages`, keyed by host, so a
+its one host. The loops post the same messages (:mod:`tunedeck.ui.messages`, keyed by host, so a
 newer one replaces an older one of the same host still queued); the app keeps the newest
 snapshots of every host and names the host that changed on ``fleet_signal``. A host that
 fails shows its state and reason while the others go on; an unreachable one is retried with
@@ -24,18 +24,18 @@ from textual.screen import Screen
 from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
-from tui.collectors.sources import BackoffFn
-from tui.model import DeploymentSummary, LinkState
-from tui.ui.app import TunedeckApp
-from tui.ui.keymap import apply_keymap
-from tui.ui.messages import DeploymentSamples, GpuSamples, HostSamples, HostStateChanged, ServerSamples
-from tui.ui.palette import TunedeckCommands
-from tui.ui.polling import Latest, Poller, close_host
-from tui.util.retry import delay as default_backoff
-from widgets.fleet_table import FleetHost
+from tunedeck.collectors.sources import BackoffFn
+from tunedeck.model import DeploymentSummary, LinkState
+from tunedeck.ui.app import TunedeckApp
+from tunedeck.ui.keymap import apply_keymap
+from tunedeck.ui.messages import DeploymentSamples, GpuSamples, HostSamples, HostStateChanged, ServerSamples
+from tunedeck.ui.palette import TunedeckCommands
+from tunedeck.ui.polling import Latest, Poller, close_host
+from tunedeck.util.retry import delay as default_backoff
+from tunedeck.widgets.fleet_table import FleetHost
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tui.collectors.fleet import FleetMember
+    from tunedeck.collectors.fleet import FleetMember
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class FleetApp(App[int]):
         self.sub_title = f"{len(self.members)} hosts"
 
     def get_default_screen(self) -> Screen[Any]:
-        from tui.ui.screens.fleet import FleetScreen
+        from tunedeck.ui.screens.fleet import FleetScreen
 
         return FleetScreen()
 
@@ -144,8 +144,8 @@ class FleetApp(App[int]):
         first re-read from their nodes' processes (a deployment whose nodes died reads failed
         within one poll), then from the local records (read in a thread: no disk I/O on the
         event loop)."""
-        from tui.collectors.fleet import deployments_on
-        from tui.services.deploy import reread_deployments
+        from tunedeck.collectors.fleet import deployments_on
+        from tunedeck.services.deploy import reread_deployments
 
         targets = list(self.members)
         while True:
@@ -166,8 +166,8 @@ class FleetApp(App[int]):
         """The records of the deployments :func:`deployments_on` shows, and node → the fleet's
         own connection to it (a node outside the fleet, or one without a connection, is not
         re-read: no connection is opened for it)."""
-        from tui.collectors.fleet import deployments_on
-        from tui.services.deploy import DeploymentStore
+        from tunedeck.collectors.fleet import deployments_on
+        from tunedeck.services.deploy import DeploymentStore
 
         store = DeploymentStore()
         recs, hosts = [], {}

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import tomllib
 
-from tui.util.paths import config_file
+from tunedeck.util.paths import config_file
 
 if TYPE_CHECKING:
     from textual.app import App

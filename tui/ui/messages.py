@@ -1,8 +1,8 @@
 """Cross-cutting messages of the dashboard.
 
-The poll workers of :class:`tui.ui.app.TunedeckApp` post these to the app;
-each carries an immutable snapshot from :mod:`tui.model` (or a
-:class:`tui.model.LinkState`). They describe *state*, so a newer message for the
+The poll workers of :class:`tunedeck.ui.app.TunedeckApp` post these to the app;
+each carries an immutable snapshot from :mod:`tunedeck.model` (or a
+:class:`tunedeck.model.LinkState`). They describe *state*, so a newer message for the
 same host supersedes an older one still waiting in the queue
 (``can_replace``): a slow UI skips stale frames instead of falling
 behind. Never use ``can_replace`` for events (log lines, bench samples).
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from tui.model import DeploymentSummary, GpuStatus, HostStats, LinkState, ServerStats
+from tunedeck.model import DeploymentSummary, GpuStatus, HostStats, LinkState, ServerStats
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from textual.screen import Screen
 
-from tui.ui.screens.failed import ScreenFailed
+from tunedeck.ui.screens.failed import ScreenFailed
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +33,11 @@ class ModeSpec:
 #: mode name → how to build its screen. Other screens plug in with one line here;
 #: a ``module:Class`` whose module does not exist yet is simply not offered.
 MODE_REGISTRY: dict[str, ModeSpec] = {
-    "status": ModeSpec("Status", "s", "tui.ui.screens.status:StatusScreen"),
-    "launch": ModeSpec("Launch", "l", "tui.ui.screens.profiles:ProfilesScreen"),
-    "bench": ModeSpec("Bench", "b", "tui.ui.screens.bench_setup:BenchSetupScreen"),
-    "compare": ModeSpec("Compare", "c", "tui.ui.screens.compare:CompareScreen"),
-    "tune": ModeSpec("Tune", "T", "tui.ui.screens.tune:TuneScreen"),
+    "status": ModeSpec("Status", "s", "tunedeck.ui.screens.status:StatusScreen"),
+    "launch": ModeSpec("Launch", "l", "tunedeck.ui.screens.profiles:ProfilesScreen"),
+    "bench": ModeSpec("Bench", "b", "tunedeck.ui.screens.bench_setup:BenchSetupScreen"),
+    "compare": ModeSpec("Compare", "c", "tunedeck.ui.screens.compare:CompareScreen"),
+    "tune": ModeSpec("Tune", "T", "tunedeck.ui.screens.tune:TuneScreen"),
 }
 
 

@@ -9,7 +9,7 @@ from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tui.ui.app import TunedeckApp
+    from tunedeck.ui.app import TunedeckApp
 
 
 class TunedeckCommands(Provider):

@@ -1,8 +1,8 @@
 """Polling one host for the dashboard, single-host or fleet: its three chained loops (GPUs, host
 figures, servers) as workers of the app in the group ``poll-<target>`` (``exit_on_error=False``;
 the next poll starts only after the previous one ended, never ``set_interval`` + ``exclusive``),
-each posting its snapshots as messages (:mod:`tui.ui.messages`) keyed by the host; a link that
-fails is told with :class:`~tui.ui.messages.HostStateChanged`, a crashed loop is said and
+each posting its snapshots as messages (:mod:`tunedeck.ui.messages`) keyed by the host; a link that
+fails is told with :class:`~tunedeck.ui.messages.HostStateChanged`, a crashed loop is said and
 restarted, and the newest snapshots of a host are a :class:`Latest`."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 from textual.app import App
 from textual.worker import Worker
 
-from tui.collectors.sources import BackoffFn, Sources
-from tui.model import GpuStatus, HostStats, LinkState, ServerStats
-from tui.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
+from tunedeck.collectors.sources import BackoffFn, Sources
+from tunedeck.model import GpuStatus, HostStats, LinkState, ServerStats
+from tunedeck.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tui.hostops.hosts import Host
+    from tunedeck.hostops.hosts import Host
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class Poller:
         self.app.post_message(HostStateChanged(self.target, link))
 
     async def _gpu_loop(self, source: Any) -> None:
-        from tui.hostops.hosts import HostError
+        from tunedeck.hostops.hosts import HostError
 
         attempt = 0
         while True:
@@ -174,7 +174,7 @@ class Poller:
             await asyncio.sleep(min(self.settings.backoff(attempt), 30.0))
 
     async def _host_loop(self, source: Any) -> None:
-        from tui.hostops.hosts import HostError
+        from tunedeck.hostops.hosts import HostError
 
         attempt = 0
         while True:
@@ -201,7 +201,7 @@ class Poller:
             await asyncio.sleep(max(0.0, self.settings.interval - (time.monotonic() - t0)))
 
     async def _servers_loop(self, source: Any) -> None:
-        from tui.hostops.hosts import HostError
+        from tunedeck.hostops.hosts import HostError
 
         while True:
             t0 = time.monotonic()

@@ -10,7 +10,7 @@ import logging
 import logging.handlers
 import sys
 
-from tui.util.paths import state_dir
+from tunedeck.util.paths import state_dir
 
 LOG_NAME = "tunedeck.log"
 MAX_BYTES = 1 << 20

@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from tui.util.safety import visible
+from tunedeck.util.safety import visible
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class PortOwners:
     port: int
     state: str
     #: (pid, process name) of every listener this user can see (names are host text: shown
-    #: through :func:`tui.util.safety.visible`)
+    #: through :func:`tunedeck.util.safety.visible`)
     owners: tuple[tuple[int, str], ...] = ()
     #: why the state is ``unknown``
     reason: str = ""

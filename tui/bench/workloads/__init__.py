@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from tui.bench.workloads.base import (
+from tunedeck.bench.workloads.base import (
     MOONCAKE_BLOCK,
     Workload,
     WorkloadError,
@@ -19,9 +19,15 @@ from tui.bench.workloads.base import (
     measured_lengths,
     prompt_set_sha256,
 )
-from tui.bench.workloads.datasets import burstgpt, custom, mooncake, sharegpt
-from tui.bench.workloads.synthetic import conversation, prefix_repetition, random_source, shared_prefix, text_source
-from tui.util.safety import visible
+from tunedeck.bench.workloads.datasets import burstgpt, custom, mooncake, sharegpt
+from tunedeck.bench.workloads.synthetic import (
+    conversation,
+    prefix_repetition,
+    random_source,
+    shared_prefix,
+    text_source,
+)
+from tunedeck.util.safety import visible
 
 __all__ = [
     "FILE_SOURCES",

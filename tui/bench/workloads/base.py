@@ -12,8 +12,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from tui.bench.client import RequestSpec
-from tui.bench.prompts import TOKEN_ID_RANGE, WORDS
+from tunedeck.bench.client import RequestSpec
+from tunedeck.bench.prompts import TOKEN_ID_RANGE, WORDS
 
 #: tokens in one block of a Mooncake trace's ``hash_ids``
 MOONCAKE_BLOCK = 512

@@ -16,8 +16,8 @@ import os
 import random
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from tui.bench.client import RequestSpec
-from tui.bench.workloads.base import (
+from tunedeck.bench.client import RequestSpec
+from tunedeck.bench.workloads.base import (
     MOONCAKE_BLOCK,
     Material,
     Prompt,

@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Set, Tuple
 
-from tui.bench.client import RequestSpec
-from tui.bench.workloads.base import Workload, distribution
+from tunedeck.bench.client import RequestSpec
+from tunedeck.bench.workloads.base import Workload, distribution
 
 #: block size of the sharing estimate: token ids per block, and bytes per block of a text prompt
 BLOCK_TOKENS = 16

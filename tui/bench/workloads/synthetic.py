@@ -11,9 +11,9 @@ import math
 import random
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from tui.bench.client import RequestSpec
-from tui.bench.prompts import make_prompts
-from tui.bench.workloads.base import (
+from tunedeck.bench.client import RequestSpec
+from tunedeck.bench.prompts import make_prompts
+from tunedeck.bench.workloads.base import (
     Material,
     Workload,
     WorkloadError,

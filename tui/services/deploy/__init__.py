@@ -1,6 +1,6 @@
 """Multi-node deployments: launched, watched and stopped as one unit.
 
-A deployment is the plan of a multi-node profile (:mod:`tui.profiles.deploy`) put on its nodes:
+A deployment is the plan of a multi-node profile (:mod:`tunedeck.profiles.deploy`) put on its nodes:
 one run folder per detached process on its node (the launcher's own), one deployment id recorded
 here (``state_dir()/deployments/<id>.json``) with its member runs. Nothing is scheduled by
 tunedeck: the nodes run SGLang's launcher, or Ray and vLLM.
@@ -20,13 +20,13 @@ tunedeck: the nodes run SGLang's launcher, or Ray and vLLM.
 
 from __future__ import annotations
 
-from tui.hostops.hosts import target_name
-from tui.hostops.runstore import RunStore
-from tui.profiles.deploy import Step
-from tui.services.deploy.launch import launch, wait_ray_gpus
-from tui.services.deploy.logs import line_time, log_time, merge_logs, merged_log, read_log
-from tui.services.deploy.preflight import Finding, checker_python, preflight
-from tui.services.deploy.records import (
+from tunedeck.hostops.hosts import target_name
+from tunedeck.hostops.runstore import RunStore
+from tunedeck.profiles.deploy import Step
+from tunedeck.services.deploy.launch import launch, wait_ray_gpus
+from tunedeck.services.deploy.logs import line_time, log_time, merge_logs, merged_log, read_log
+from tunedeck.services.deploy.preflight import Finding, checker_python, preflight
+from tunedeck.services.deploy.records import (
     LAUNCHING,
     PARTIAL,
     SECONDARY_KINDS,
@@ -44,9 +44,9 @@ from tui.services.deploy.records import (
     resolve_head_address,
     worker_start_ended,
 )
-from tui.services.deploy.reread import SETTLED, reread_deployments, settle_deployment, workers_done
-from tui.services.deploy.stop import MemberStop, stop
-from tui.services.deploy.triage import MemberState, Verdict, ended_at, member_state, triage, watch
+from tunedeck.services.deploy.reread import SETTLED, reread_deployments, settle_deployment, workers_done
+from tunedeck.services.deploy.stop import MemberStop, stop
+from tunedeck.services.deploy.triage import MemberState, Verdict, ended_at, member_state, triage, watch
 
 __all__ = [
     "LAUNCHING",

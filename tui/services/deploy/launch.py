@@ -9,16 +9,16 @@ import re
 import time
 from typing import Callable, Mapping, Sequence
 
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.launcher import LaunchRefused
-from tui.hostops.launcher import launch as launch_run
-from tui.hostops.runstore import FAILED, STARTING, RunStore, new_run_id
-from tui.profiles.deploy import RAY_HEAD, RAY_WAIT, RAY_WORKER, DeploymentPlan, Step
-from tui.services import runtime
-from tui.services.deploy.logs import read_log
-from tui.services.deploy.records import DeploymentRecord, DeploymentStore, Member
-from tui.services.deploy.stop import stop
-from tui.util.safety import UnsafeInput
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.launcher import LaunchRefused
+from tunedeck.hostops.launcher import launch as launch_run
+from tunedeck.hostops.runstore import FAILED, STARTING, RunStore, new_run_id
+from tunedeck.profiles.deploy import RAY_HEAD, RAY_WAIT, RAY_WORKER, DeploymentPlan, Step
+from tunedeck.services import runtime
+from tunedeck.services.deploy.logs import read_log
+from tunedeck.services.deploy.records import DeploymentRecord, DeploymentStore, Member
+from tunedeck.services.deploy.stop import stop
+from tunedeck.util.safety import UnsafeInput
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ import time
 from datetime import datetime
 from typing import Mapping, Sequence
 
-from tui.hostops.hosts import Host
-from tui.hostops.logfollow import LineSplitter
-from tui.hostops.runstore import RunStore
-from tui.services.deploy.records import DeploymentRecord
+from tunedeck.hostops.hosts import Host
+from tunedeck.hostops.logfollow import LineSplitter
+from tunedeck.hostops.runstore import RunStore
+from tunedeck.services.deploy.records import DeploymentRecord
 
 _TS_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?)[^\]]*\]|\b(\d\d-\d\d \d\d:\d\d:\d\d)\b")
 

@@ -6,13 +6,13 @@ import asyncio
 from dataclasses import dataclass
 from typing import Mapping
 
-from tui.hostops.gpuquery import compute_apps
-from tui.hostops.hostruns import list_host_runs
-from tui.hostops.hosts import Host, HostError
-from tui.profiles.deploy import RAY_WAIT, DeploymentPlan, Step
-from tui.services import runtime
-from tui.services.deploy.records import dress_sim
-from tui.util.safety import visible
+from tunedeck.hostops.gpuquery import compute_apps
+from tunedeck.hostops.hostruns import list_host_runs
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.profiles.deploy import RAY_WAIT, DeploymentPlan, Step
+from tunedeck.services import runtime
+from tunedeck.services.deploy.records import dress_sim
+from tunedeck.util.safety import visible
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Container, Mapping, Sequence
 
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.runstore import STARTING, WORKER_UP, RunRecord, RunStore, check_run_id
-from tui.hostops.target import parse_target
-from tui.logparse import PHASES, ParseState
-from tui.profiles.deploy import node_host
-from tui.profiles.model import ServerProfile
-from tui.services import runtime
-from tui.util.files import atomic_write_json
-from tui.util.paths import state_dir
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.runstore import STARTING, WORKER_UP, RunRecord, RunStore, check_run_id
+from tunedeck.hostops.target import parse_target
+from tunedeck.logparse import PHASES, ParseState
+from tunedeck.profiles.deploy import node_host
+from tunedeck.profiles.model import ServerProfile
+from tunedeck.services import runtime
+from tunedeck.util.files import atomic_write_json
+from tunedeck.util.paths import state_dir
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def resolve_head_address(profile: ServerProfile) -> str | None:
     if head == "local":
         return "127.0.0.1"
     try:
-        from tui.hostops.sshconfig import resolve_endpoint
+        from tunedeck.hostops.sshconfig import resolve_endpoint
 
         return resolve_endpoint(parse_target(head)).host
     except Exception:  # noqa: BLE001 - a bad alias is reported when connecting; keep the plain name
@@ -163,7 +163,7 @@ def resolve_head_address(profile: ServerProfile) -> str | None:
 
 
 def default_host_factory(sim: bool = False) -> HostFactory:
-    from tui.services.targets import get_host
+    from tunedeck.services.targets import get_host
 
     def make(node: str) -> Host:
         return get_host(node)
@@ -217,7 +217,7 @@ async def open_hosts(nodes: Sequence[str], factory: HostFactory | None = None) -
 
 async def dress_sim(hosts: Mapping[str, Host], *, python: str | None = None) -> dict[str, str]:
     """Give each node of a ``--sim`` deployment the simulated nvidia-smi where it has none of its
-    own (:func:`tui.services.runtime.ensure_sim`); node → why not, for the nodes where that failed
+    own (:func:`tunedeck.services.runtime.ensure_sim`); node → why not, for the nodes where that failed
     (their GPU queries then find no nvidia-smi)."""
 
     async def one(node: str, host: Host) -> tuple[str, str | None]:

@@ -3,12 +3,12 @@
 on every poll, so a deployment whose nodes died reads ``failed`` within one poll even when no
 ``logs --follow``, ``launch --wait`` or deployment view is watching it.
 
-Each node's runs are re-read as any host's are (:func:`tui.services.journal.reread_runs`: a dead
+Each node's runs are re-read as any host's are (:func:`tunedeck.services.journal.reread_runs`: a dead
 one settled from its own log); then :func:`settle_deployment` turns the members' records into the
-deployment's state with the same :func:`~tui.services.deploy.triage.triage` as the live watch:
+deployment's state with the same :func:`~tunedeck.services.deploy.triage.triage` as the live watch:
 ``failed`` naming the node that failed first, ``ready`` once the head serves with every member
 alive, its workers then ``up (worker)`` once their own start-up has ended too (they serve no HTTP:
-:func:`~tui.services.deploy.records.worker_start_ended` judges each from its own log).
+:func:`~tunedeck.services.deploy.records.worker_start_ended` judges each from its own log).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import logging
 import time
 from typing import Container, Mapping, Sequence
 
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.reread import log_ages, log_state
-from tui.hostops.runstore import FAILED, READY, STALE, STARTING, STOPPED, RunRecord, RunStore
-from tui.services.deploy.records import (
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.reread import log_ages, log_state
+from tunedeck.hostops.runstore import FAILED, READY, STALE, STARTING, STOPPED, RunRecord, RunStore
+from tunedeck.services.deploy.records import (
     DeploymentRecord,
     DeploymentStore,
     HostFactory,
@@ -31,9 +31,9 @@ from tui.services.deploy.records import (
     open_hosts,
     worker_start_ended,
 )
-from tui.services.deploy.triage import MemberState, triage
-from tui.services.journal import reread_runs
-from tui.util.safety import visible
+from tunedeck.services.deploy.triage import MemberState, triage
+from tunedeck.services.journal import reread_runs
+from tunedeck.util.safety import visible
 
 log = logging.getLogger(__name__)
 

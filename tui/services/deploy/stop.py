@@ -6,12 +6,12 @@ import time
 from dataclasses import dataclass
 from typing import Mapping
 
-from tui.hostops.gpuquery import compute_apps
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.runstop import stop_run
-from tui.hostops.runstore import STOPPED, RunStore
-from tui.profiles.deploy import RAY_HEAD, RAY_WORKER
-from tui.services.deploy.records import PARTIAL, DeploymentRecord, DeploymentStore, dress_sim
+from tunedeck.hostops.gpuquery import compute_apps
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.runstop import stop_run
+from tunedeck.hostops.runstore import STOPPED, RunStore
+from tunedeck.profiles.deploy import RAY_HEAD, RAY_WORKER
+from tunedeck.services.deploy.records import PARTIAL, DeploymentRecord, DeploymentStore, dress_sim
 
 #: seconds a Ray node is given to end on TERM before its process group is killed. Its processes
 #: hold no GPU (the engine's workers, stopped first, did), and a head's gcs_server and ``ray start``

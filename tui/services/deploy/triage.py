@@ -8,12 +8,12 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from tui.hostops.hosts import Host
-from tui.hostops.runstore import FAILED, READY, STARTING, STOPPED, WORKER_UP, RunStore
-from tui.hostops.tracker import STALLED, StartupTracker
-from tui.model import StartupProgress
-from tui.services.deploy.logs import log_time
-from tui.services.deploy.records import (
+from tunedeck.hostops.hosts import Host
+from tunedeck.hostops.runstore import FAILED, READY, STARTING, STOPPED, WORKER_UP, RunStore
+from tunedeck.hostops.tracker import STALLED, StartupTracker
+from tunedeck.model import StartupProgress
+from tunedeck.services.deploy.logs import log_time
+from tunedeck.services.deploy.records import (
     SECONDARY_KINDS,
     WORKER_QUIET_S,
     DeploymentRecord,
@@ -22,7 +22,7 @@ from tui.services.deploy.records import (
     mark_workers_up,
     worker_start_ended,
 )
-from tui.util.aio import cancel_and_wait
+from tunedeck.util.aio import cancel_and_wait
 
 
 @dataclass(frozen=True)

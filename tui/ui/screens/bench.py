@@ -2,7 +2,7 @@
 
 The benchmark never runs in the UI's process (its timestamps must not be
 skewed by rendering): it runs detached on the host next to the server (with
-``--url``, on this machine), through :class:`tui.services.benchrun.BenchRun`,
+``--url``, on this machine), through :class:`tunedeck.services.benchrun.BenchRun`,
 the same driver as ``tunedeck bench``; a worker follows its events. Leaving the
 screen detaches; ``s`` stops the run after a confirmation (finished samples are kept, the
 requests it cuts are counted as cancelled). Shown: output tok/s per 1-s
@@ -34,15 +34,15 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tui.hostops.liveness import LinkWatch
-from tui.model import GoodputView, SweepLevel, SweepReport
-from tui.timeline_model import TimelineFeed, TimelineSnapshot
-from tui.timeline_model import figure as timeline_figure
-from tui.ui.screens.modals import ConfirmModal
-from widgets.goodput_panel import GoodputPanel
-from widgets.sweep_table import SweepTable
-from widgets.throughput_chart import ThroughputChart
-from widgets.timeline_charts import TimelinePanel
+from tunedeck.hostops.liveness import LinkWatch
+from tunedeck.model import GoodputView, SweepLevel, SweepReport
+from tunedeck.timeline_model import TimelineFeed, TimelineSnapshot
+from tunedeck.timeline_model import figure as timeline_figure
+from tunedeck.ui.screens.modals import ConfirmModal
+from tunedeck.widgets.goodput_panel import GoodputPanel
+from tunedeck.widgets.sweep_table import SweepTable
+from tunedeck.widgets.throughput_chart import ThroughputChart
+from tunedeck.widgets.timeline_charts import TimelinePanel
 
 #: from this many columns the timeline charts stand next to the live view; below, ``t`` switches
 TIMELINE_SIDE_BY_SIDE = 120
@@ -214,11 +214,11 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     # ------------------------------------------------------------ the run
     @work(group="bench", exit_on_error=False)
     async def run_bench(self) -> None:
-        from tui.commands._benchjob import exit_code
-        from tui.commands.bench import start_run
-        from tui.hostops.hosts import HostError
-        from tui.services import jobs, runtime
-        from tui.services.benchrun import BenchRun
+        from tunedeck.commands._benchjob import exit_code
+        from tunedeck.commands.bench import start_run
+        from tunedeck.hostops.hosts import HostError
+        from tunedeck.services import jobs, runtime
+        from tunedeck.services.benchrun import BenchRun
 
         try:
             if self.attach is not None:
@@ -245,8 +245,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
 
     @work(group="bench-stop", exit_on_error=False)
     async def _stop_run(self) -> None:
-        from tui.hostops.hosts import HostError
-        from tui.services import jobs
+        from tunedeck.hostops.hosts import HostError
+        from tunedeck.services import jobs
 
         run = self._run
         if run is None:
@@ -371,7 +371,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             self._show_status()
 
     def on_bench_screen_finished(self, event: "BenchScreen.Finished") -> None:
-        from tui.commands._benchjob import outcome_words
+        from tunedeck.commands._benchjob import outcome_words
 
         self.rc = event.rc
         self.link.ok()  # the follow is over: what happened is in the state line
@@ -476,8 +476,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
 
     @work(group="bench-timeline", thread=True, exit_on_error=False)
     def _read_stored_timelines(self, ids: dict[int, str]) -> None:
-        from tui.bench.store import StoreError
-        from tui.services.timelines import stored_timeline
+        from tunedeck.bench.store import StoreError
+        from tunedeck.services.timelines import stored_timeline
 
         for level, run_id in sorted(ids.items()):
             try:

@@ -9,9 +9,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from tui.bench.metrics import parse_slo_ms
-from tui.bench.workloads import FILE_SOURCES, SOURCES
-from tui.model import ServerStats
+from tunedeck.bench.metrics import parse_slo_ms
+from tunedeck.bench.workloads import FILE_SOURCES, SOURCES
+from tunedeck.model import ServerStats
 
 
 class BenchFormError(ValueError):
@@ -76,7 +76,7 @@ SIZED_BY_FORM = frozenset({"random", "text", "conversation"})
 
 def workload_option_flags() -> frozenset[str]:
     """The flags the form's options field takes: every source option of ``tunedeck bench``."""
-    from tui.commands._workload import WORKLOAD_OPTIONS
+    from tunedeck.commands._workload import WORKLOAD_OPTIONS
 
     return frozenset([flag for flag, *_rest in WORKLOAD_OPTIONS] + ["--context-limit"])
 

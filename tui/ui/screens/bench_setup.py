@@ -1,5 +1,5 @@
 """Bench mode: pick a server, set the workload, start ``tunedeck bench`` (live charts in
-:class:`~tui.ui.screens.bench.BenchScreen`), and read stored results.
+:class:`~tunedeck.ui.screens.bench.BenchScreen`), and read stored results.
 
 Left: the servers known on the host (the app's server feed) and the form: URL (optional; overrides
 the selected server), the workload source (``--dataset-name``, its file and its options, with a
@@ -11,8 +11,8 @@ optional: ``--goodput``).
 test on a shared server is never one stray keystroke away). The bench always runs in its own
 local process: for a remote host it reaches the server through ``host.forward_port`` exactly as
 ``tunedeck bench --host H --port P`` does; for the demo it gets ``--demo``.
-Right: the stored results (``tui.bench.store``); ``enter`` on one shows its summary, ``t`` its
-timeline (:class:`~tui.ui.screens.timeline.TimelineScreen`).
+Right: the stored results (``tunedeck.bench.store``); ``enter`` on one shows its summary, ``t`` its
+timeline (:class:`~tunedeck.ui.screens.timeline.TimelineScreen`).
 """
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Checkbox, DataTable, Footer, Header, Input, Label, Select, Static
 
-from tui.bench.workloads import FILE_SOURCES, SOURCES, default_ignore_eos
-from tui.model import ServerStats
-from tui.ui.screens.bench_form import SIZED_BY_FORM, SLO_FIELDS, BenchForm, BenchFormError, bench_args
-from widgets.field_input import FieldInput
-from widgets.filter_table import FilterTable, TableFilter
+from tunedeck.bench.workloads import FILE_SOURCES, SOURCES, default_ignore_eos
+from tunedeck.model import ServerStats
+from tunedeck.ui.screens.bench_form import SIZED_BY_FORM, SLO_FIELDS, BenchForm, BenchFormError, bench_args
+from tunedeck.widgets.field_input import FieldInput
+from tunedeck.widgets.filter_table import FilterTable, TableFilter
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tui.ui.app import TunedeckApp
+    from tunedeck.ui.app import TunedeckApp
 
 
 class BenchSetupScreen(Screen[None]):
@@ -111,7 +111,7 @@ class BenchSetupScreen(Screen[None]):
         self.initial = form or BenchForm()
         #: row key → server snapshot shown in the server list
         self.servers: dict[str, ServerStats] = {}
-        #: row key → stored result (tui.bench.store.RunInfo)
+        #: row key → stored result (tunedeck.bench.store.RunInfo)
         self.results: dict[str, Any] = {}
         #: the arguments of the last benchmark started from here
         self.last_args: list[str] | None = None
@@ -342,8 +342,8 @@ class BenchSetupScreen(Screen[None]):
         """Build what each level would send (files read here, in a thread), as `bench --preview`."""
         from textual.worker import get_current_worker
 
-        from tui.bench.workloads.preview import grouped, preview_lines
-        from tui.commands.bench import workload_preview_argv
+        from tunedeck.bench.workloads.preview import grouped, preview_lines
+        from tunedeck.commands.bench import workload_preview_argv
 
         try:
             levels = workload_preview_argv(args)
@@ -389,7 +389,7 @@ class BenchSetupScreen(Screen[None]):
             self.query_one("#bs-error", Static).update(Text(str(e)))
             self.notify(str(e), severity="error", markup=False)
             return
-        from tui.ui.screens.bench import BenchScreen
+        from tunedeck.ui.screens.bench import BenchScreen
 
         self.last_args = args
         self.app.push_screen(BenchScreen(args))
@@ -400,9 +400,9 @@ class BenchSetupScreen(Screen[None]):
     @work(group="bench-attach", exclusive=True, exit_on_error=False)
     async def _attach_worker(self) -> None:
         """Follow a benchmark running on the host (started earlier, here or by `tunedeck bench`)."""
-        from tui.hostops.hosts import HostError
-        from tui.services import jobs
-        from tui.ui.screens.bench import BenchScreen
+        from tunedeck.hostops.hosts import HostError
+        from tunedeck.services import jobs
+        from tunedeck.ui.screens.bench import BenchScreen
 
         host = self.host or getattr(self.tapp, "host", None)
         if host is None:
@@ -424,9 +424,9 @@ class BenchSetupScreen(Screen[None]):
 
     def reload_results(self) -> None:
         """Re-read the stored results (newest first)."""
-        from tui.bench.store import list_runs
-        from tui.services.benchrun import where_label
-        from tui.services.jobs import origin
+        from tunedeck.bench.store import list_runs
+        from tunedeck.services.benchrun import where_label
+        from tunedeck.services.jobs import origin
 
         try:
             runs = list_runs()
@@ -486,7 +486,7 @@ class BenchSetupScreen(Screen[None]):
 
     def action_timeline(self) -> None:
         """Open the highlighted stored result's timeline."""
-        from tui.ui.screens.timeline import TimelineScreen
+        from tunedeck.ui.screens.timeline import TimelineScreen
 
         table = self.query_one("#bs-results", FilterTable)
         if table.row_count == 0 or not 0 <= table.cursor_row < table.row_count:
@@ -502,7 +502,7 @@ class BenchSetupScreen(Screen[None]):
 
     def show_summary(self, run_id: str) -> None:
         """Show the stored summary of ``run_id`` (vLLM's result block)."""
-        from tui.bench.metrics import format_result
+        from tunedeck.bench.metrics import format_result
 
         r = self.results.get(run_id)
         out = self.query_one("#bs-summary", Static)
@@ -516,7 +516,7 @@ class BenchSetupScreen(Screen[None]):
         except (KeyError, TypeError, ValueError) as e:
             out.update(Text(f"{run_id}: summary unreadable ({e})"))
             return
-        from tui.services.benchrun import TUNNEL_NOTE, measured_through_tunnel
+        from tunedeck.services.benchrun import TUNNEL_NOTE, measured_through_tunnel
 
         head = f"{run_id}" + (f"  ({TUNNEL_NOTE})" if measured_through_tunnel(r.summary) else "")
         out.update(Text(f"{head}\n{text}"))

@@ -3,7 +3,7 @@
 A campaign is started from the screen or found still running there on opening
 (:meth:`CampaignScreen._reattach`); a worker follows its events (:meth:`CampaignScreen._follow`:
 each one a :class:`CampaignEvent`, its end a :class:`CampaignEnded`); a lost link is said on the
-status line until the host answers again (:class:`tui.hostops.liveness.LinkWatch`); a cancel
+status line until the host answers again (:class:`tunedeck.hostops.liveness.LinkWatch`); a cancel
 asks first, Cancel the default. Leaving the screen or the dashboard detaches: the campaign goes on.
 
 Below :attr:`CampaignScreen.NARROW` columns a result takes the whole width: the side panel
@@ -28,12 +28,12 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
-from tui.ab.events import ABEvent
-from tui.hostops.liveness import LinkWatch
-from tui.ui.screens.modals import ConfirmModal
+from tunedeck.ab.events import ABEvent
+from tunedeck.hostops.liveness import LinkWatch
+from tunedeck.ui.screens.modals import ConfirmModal
 
 if TYPE_CHECKING:
-    from tui.services.jobrun import JobRun
+    from tunedeck.services.jobrun import JobRun
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +135,8 @@ class CampaignScreen(Screen[None]):
         self.toggle_class("-side")
 
     def _load_profiles(self) -> list[str]:
-        from tui.profiles.model import ProfileError
-        from tui.profiles.store import ProfileStore
+        from tunedeck.profiles.model import ProfileError
+        from tunedeck.profiles.store import ProfileStore
 
         try:
             return list(ProfileStore().names())
@@ -191,7 +191,7 @@ class CampaignScreen(Screen[None]):
 
     # ------------------------------------------------------------------ follow
     def _run_class(self) -> type[JobRun]:
-        """What follows this screen's campaigns (:class:`~tui.services.abrun.ABRun`, …)."""
+        """What follows this screen's campaigns (:class:`~tunedeck.services.abrun.ABRun`, …)."""
         raise NotImplementedError
 
     async def _reattached(self, run: JobRun) -> None:
@@ -200,7 +200,7 @@ class CampaignScreen(Screen[None]):
     @work(group="campaign-reattach", exit_on_error=False)
     async def _reattach(self) -> None:
         """Follow a campaign still running on the app's host (started earlier, maybe elsewhere)."""
-        from tui.hostops.hosts import HostError
+        from tunedeck.hostops.hosts import HostError
 
         host = getattr(self.app, "host", None)
         if host is None or self.campaign is not None:

@@ -2,7 +2,7 @@
 
 Left: the server profiles (``1`` marks the highlighted one as A, ``2`` as B),
 the plan, repeats per side (``+``/``-``) and interleaving (``i``). ``g`` starts the A/B ON the
-host (:class:`tui.services.abrun.ABRun`: the campaign runs detached next to the GPUs, so
+host (:class:`tunedeck.services.abrun.ABRun`: the campaign runs detached next to the GPUs, so
 neither the UI nor a lost link skews or cuts it; a worker follows its events), ``x`` cancels
 it (the server it started is stopped, finished results are kept). Leaving the screen or the
 dashboard detaches; on opening, the screen follows a campaign still running on the host. While it runs: the step, a progress
@@ -37,21 +37,21 @@ from textual.message import Message
 from textual.widgets import Footer, Label, Log, OptionList, ProgressBar, Select, Static
 from textual.widgets.option_list import Option
 
-from tui.ab.compare import Comparison, compare
-from tui.ab.events import ABEvent
-from tui.ab.journal import Journal
-from tui.ab.plans import PlanError, list_plans, load_plan
-from tui.ab.report import ABReport
-from tui.ab.series import run_series
-from tui.ab.sides import side_from_dict
-from tui.timeline_model import TimelineFigure, TimelineSnapshot, overlay
-from tui.ui.screens.campaign import CampaignScreen
-from widgets.compare_chart import CompareChart
-from widgets.compare_table import CompareTable, ConfigDiff
-from widgets.timeline_charts import TimelinePanel
+from tunedeck.ab.compare import Comparison, compare
+from tunedeck.ab.events import ABEvent
+from tunedeck.ab.journal import Journal
+from tunedeck.ab.plans import PlanError, list_plans, load_plan
+from tunedeck.ab.report import ABReport
+from tunedeck.ab.series import run_series
+from tunedeck.ab.sides import side_from_dict
+from tunedeck.timeline_model import TimelineFigure, TimelineSnapshot, overlay
+from tunedeck.ui.screens.campaign import CampaignScreen
+from tunedeck.widgets.compare_chart import CompareChart
+from tunedeck.widgets.compare_table import CompareTable, ConfigDiff
+from tunedeck.widgets.timeline_charts import TimelinePanel
 
 if TYPE_CHECKING:
-    from tui.services.jobrun import JobRun
+    from tunedeck.services.jobrun import JobRun
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class CompareScreen(CampaignScreen):
         self._initial = comparison
         self._initial_series = series
         self.timeline_sides: tuple[Any, Any] | None = sides
-        """The A and B (:class:`tui.ab.sides.Side`) whose timelines are overlaid."""
+        """The A and B (:class:`tunedeck.ab.sides.Side`) whose timelines are overlaid."""
         self.timeline_level: int | None = None
         """The concurrency whose timelines are shown (None: the peak)."""
 
@@ -298,7 +298,7 @@ class CompareScreen(CampaignScreen):
     async def _default_start(
         self, a: str, b: str, plan: Any, repeats: int, interleave: bool, confirm: Callable[[str], Awaitable[bool]]
     ) -> Any:
-        from tui.services.abrun import ABRun
+        from tunedeck.services.abrun import ABRun
 
         host = self._app_host()
         target = getattr(self.app, "target", "") or host.target
@@ -325,7 +325,7 @@ class CompareScreen(CampaignScreen):
 
     # ------------------------------------------------------------------ follow
     def _run_class(self) -> type[JobRun]:
-        from tui.services.abrun import ABRun
+        from tunedeck.services.abrun import ABRun
 
         return ABRun
 
@@ -333,8 +333,8 @@ class CompareScreen(CampaignScreen):
         self._status(Text(f"following A/B job {run.id}, still running on the host"))
 
     def _no_report(self, campaign: Any) -> str:
-        from tui.commands._benchjob import outcome_words
-        from tui.commands.ab import EXIT_LOST
+        from tunedeck.commands._benchjob import outcome_words
+        from tunedeck.commands.ab import EXIT_LOST
 
         if getattr(campaign, "lost", False):
             return f"A/B {campaign.id}: {outcome_words(EXIT_LOST)}"
@@ -381,8 +381,8 @@ class CompareScreen(CampaignScreen):
         if rep.status == "completed":
             bar.update(progress=bar.total or 1)
         bar.display = False
-        from tui.commands._benchjob import outcome_words
-        from tui.commands.ab import EXIT_PARTIAL
+        from tunedeck.commands._benchjob import outcome_words
+        from tunedeck.commands.ab import EXIT_PARTIAL
 
         state = outcome_words(EXIT_PARTIAL) if rep.status == "partial" else rep.status
         status = Text(f"A/B {rep.id} {state}", style="bold")
@@ -471,8 +471,8 @@ class CompareScreen(CampaignScreen):
     @work(group="ab-timeline", thread=True, exclusive=True, exit_on_error=False)
     def _load_timelines(self, a: Any, b: Any, level: int, levels: list[int]) -> None:
         """Read both sides' stored timelines at ``level`` (the first repeat that ran it)."""
-        from tui.bench.store import StoreError
-        from tui.services.timelines import stored_timeline
+        from tunedeck.bench.store import StoreError
+        from tunedeck.services.timelines import stored_timeline
 
         snaps, runs = [], []
         for side in (a, b):

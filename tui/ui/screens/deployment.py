@@ -1,9 +1,9 @@
 """DeploymentScreen: a multi-node deployment as one unit: one startup bar per node, the
 triage verdict (the node that failed first and its proving line), and the merged log of every
 member with a node tag on each line (``t`` shows one node's lines, then the next, then all).
-``s`` stops the whole deployment (:func:`tui.services.deploy.stop`) after a confirmation.
+``s`` stops the whole deployment (:func:`tunedeck.services.deploy.stop`) after a confirmation.
 
-The data comes from :class:`tui.collectors.deployment.DeploymentCollector` (one connection per
+The data comes from :class:`tunedeck.collectors.deployment.DeploymentCollector` (one connection per
 node, each member's log followed from a byte offset), sampled by one chained loop worker: the
 next sample starts only after the previous one was posted.
 """
@@ -23,11 +23,11 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tui.collectors.deployment import DeploymentCollector, DeploymentSnapshot
-from tui.hostops.hosts import HostError
-from tui.services import deploy as D
-from tui.ui.screens.modals import ConfirmModal
-from widgets.deployment import MergedLog, NodeProgressList, NodeRow, node_styles
+from tunedeck.collectors.deployment import DeploymentCollector, DeploymentSnapshot
+from tunedeck.hostops.hosts import HostError
+from tunedeck.services import deploy as D
+from tunedeck.ui.screens.modals import ConfirmModal
+from tunedeck.widgets.deployment import MergedLog, NodeProgressList, NodeRow, node_styles
 
 log = logging.getLogger(__name__)
 

@@ -8,12 +8,12 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tui.util.logs import LOG_NAME
-from tui.util.paths import state_dir
+from tunedeck.util.logs import LOG_NAME
+from tunedeck.util.paths import state_dir
 
 
 class ScreenFailed(Screen[None]):
-    """Stands in for a mode screen whose module failed to import (see ``tui.ui.modes.screen_factory``)."""
+    """Stands in for a mode screen whose module failed to import (see ``tunedeck.ui.modes.screen_factory``)."""
 
     DEFAULT_CSS = """
     ScreenFailed > Vertical { padding: 1 2; }

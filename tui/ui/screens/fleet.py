@@ -25,11 +25,11 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
-from widgets._fmt import set_border_title
-from widgets.fleet_table import FleetDeploymentTable, FleetNotes, FleetServerTable, FleetTable
+from tunedeck.widgets._fmt import set_border_title
+from tunedeck.widgets.fleet_table import FleetDeploymentTable, FleetNotes, FleetServerTable, FleetTable
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tui.ui.fleet_app import FleetApp
+    from tunedeck.ui.fleet_app import FleetApp
 
 
 class FleetScreen(Screen[None]):
@@ -172,8 +172,8 @@ class FleetScreen(Screen[None]):
     def _deployment_selected(self, event: DataTable.RowSelected) -> None:
         """The deployment's view: a bar per node, the verdict, the merged log, stop."""
         event.stop()
-        from tui.services.deploy import DeploymentStore
-        from tui.ui.screens.deployment import DeploymentScreen
+        from tunedeck.services.deploy import DeploymentStore
+        from tunedeck.ui.screens.deployment import DeploymentScreen
 
         deploy_id = str(event.row_key.value).removeprefix("dep:")
         rec = DeploymentStore().load(deploy_id)

@@ -39,7 +39,7 @@ def ssh_aliases(path: Path | None = None) -> list[str]:
 
 
 def _recent_path() -> Path:
-    from tui.util.paths import state_dir
+    from tunedeck.util.paths import state_dir
 
     return state_dir() / RECENT_FILE
 
@@ -55,7 +55,7 @@ def recent_hosts() -> list[str]:
 
 def remember_host(target: str) -> None:
     """Put ``target`` first in the recent list (best effort: a read-only state dir is no error)."""
-    from tui.util.files import atomic_write_json
+    from tunedeck.util.files import atomic_write_json
 
     names = [target] + [t for t in recent_hosts() if t != target]
     try:

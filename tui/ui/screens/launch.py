@@ -1,4 +1,4 @@
-"""The launch screen: edit a profile in :class:`~widgets.preset_form.PresetForm`, see the exact command
+"""The launch screen: edit a profile in :class:`~tunedeck.widgets.preset_form.PresetForm`, see the exact command
 and what it changes against the running server, check it on the host, save it, or ask to launch it.
 
 Launching itself belongs to the launcher: this screen posts :class:`LaunchScreen.LaunchRequested`
@@ -20,14 +20,14 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tui.profiles.builder import Command, Issue, check_profile
-from tui.profiles.diff import diff_commands
-from tui.profiles.formtext import env_to_text, flags_to_text, text_to_env, text_to_flags
-from tui.profiles.model import DEFAULT_PORTS, ProfileError, ServerProfile, Speculative, dangerous_names
-from tui.profiles.schema import BUILTIN_BACKENDS
-from tui.profiles.store import ProfileStore
-from tui.ui.screens.modals import ConfirmModal
-from widgets.preset_form import AttentionChoice, FormChoices, FormMessage, FormValues, NcclChoice, PresetForm
+from tunedeck.profiles.builder import Command, Issue, check_profile
+from tunedeck.profiles.diff import diff_commands
+from tunedeck.profiles.formtext import env_to_text, flags_to_text, text_to_env, text_to_flags
+from tunedeck.profiles.model import DEFAULT_PORTS, ProfileError, ServerProfile, Speculative, dangerous_names
+from tunedeck.profiles.schema import BUILTIN_BACKENDS
+from tunedeck.profiles.store import ProfileStore
+from tunedeck.ui.screens.modals import ConfirmModal
+from tunedeck.widgets.preset_form import AttentionChoice, FormChoices, FormMessage, FormValues, NcclChoice, PresetForm
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ class LaunchScreen(Screen[None]):
     # ------------------------------------------------------------------ host facts
     @work(group="launch-probe", exclusive=True, exit_on_error=False)
     async def read_host_backends(self, profile: ServerProfile) -> None:
-        from tui.profiles.hostfacts import probe_host
+        from tunedeck.profiles.hostfacts import probe_host
 
         try:
             facts = await probe_host(self.host, profile, demo=self.demo)
@@ -312,7 +312,7 @@ class LaunchScreen(Screen[None]):
 
     @work(group="launch-preflight", exclusive=True, exit_on_error=False)
     async def run_preflight(self, profile: ServerProfile) -> None:
-        from tui.services.checks import preflight_for
+        from tunedeck.services.checks import preflight_for
 
         try:
             report = await preflight_for(
@@ -408,7 +408,7 @@ class LaunchScreen(Screen[None]):
     @work(group="launch-preflight", exclusive=True, exit_on_error=False)
     async def preflight_then_launch(self, profile: ServerProfile) -> None:
         """The same pre-flight as ``L`` in the list: errors stop the launch, warnings ask."""
-        from tui.ui.screens.profiles import checked_command
+        from tunedeck.ui.screens.profiles import checked_command
 
         self.launching = True
         self.form.show_messages([FormMessage("info", "pre-flight", f"checking {profile.name} on the host …")])

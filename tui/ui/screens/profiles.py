@@ -21,11 +21,11 @@ from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from tui.profiles.builder import build_command
-from tui.profiles.model import ProfileError, ServerProfile
-from tui.profiles.store import ProfileStore
-from tui.ui.screens.modals import ConfirmModal
-from widgets.filter_table import FilterTable, TableFilter
+from tunedeck.profiles.builder import build_command
+from tunedeck.profiles.model import ProfileError, ServerProfile
+from tunedeck.profiles.store import ProfileStore
+from tunedeck.ui.screens.modals import ConfirmModal
+from tunedeck.widgets.filter_table import FilterTable, TableFilter
 
 
 class ProfileTable(FilterTable):
@@ -93,7 +93,7 @@ async def checked_command(
 ) -> Any:
     """Pre-flight ``profile`` on ``host``; the command to launch, or None (errors, the user said no,
     or ``launch`` is False). Every launch goes through here: the list's ``L`` and the form's ``ctrl+l``."""
-    from tui.services.checks import preflight_for
+    from tunedeck.services.checks import preflight_for
 
     try:
         report = await preflight_for(host, profile, demo=demo, sim=bool(getattr(screen.app, "sim", False)), store=store)
@@ -421,7 +421,7 @@ class ProfilesScreen(Screen[None]):
         return True
 
     def _push_form(self, profile: ServerProfile | None) -> None:
-        from tui.ui.screens.launch import LaunchScreen
+        from tunedeck.ui.screens.launch import LaunchScreen
 
         self.app.push_screen(LaunchScreen(profile, store=self.store, host=self.host, demo=self.demo))
 
@@ -476,7 +476,7 @@ class ProfilesScreen(Screen[None]):
             )
             if command is None:
                 return
-            from tui.ui.screens.launch import LaunchScreen
+            from tunedeck.ui.screens.launch import LaunchScreen
 
             self.post_message(LaunchScreen.LaunchRequested(profile, command))
         finally:

@@ -22,21 +22,21 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tui.fmt import eta
-from tui.hostops.hosts import Host, HostError
-from tui.hostops.launcher import LaunchRefused, demo_argv, launch
-from tui.hostops.liveness import LinkWatch
-from tui.hostops.logfollow import LineSplitter, follow_forever, read_log
-from tui.hostops.runstop import StopResult, stop_run
-from tui.hostops.runstore import RunRecord, RunStore
-from tui.hostops.tracker import StartupTracker
-from tui.model import StartupProgress
-from tui.services import runtime
-from tui.services.journal import journal_launch
-from tui.ui.screens.modals import ConfirmModal
-from tui.util.safety import UnsafeInput
-from widgets.server_log import ServerLog
-from widgets.startup_progress import StartupProgressView
+from tunedeck.fmt import eta
+from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.hostops.launcher import LaunchRefused, demo_argv, launch
+from tunedeck.hostops.liveness import LinkWatch
+from tunedeck.hostops.logfollow import LineSplitter, follow_forever, read_log
+from tunedeck.hostops.runstop import StopResult, stop_run
+from tunedeck.hostops.runstore import RunRecord, RunStore
+from tunedeck.hostops.tracker import StartupTracker
+from tunedeck.model import StartupProgress
+from tunedeck.services import runtime
+from tunedeck.services.journal import journal_launch
+from tunedeck.ui.screens.modals import ConfirmModal
+from tunedeck.util.safety import UnsafeInput
+from tunedeck.widgets.server_log import ServerLog
+from tunedeck.widgets.startup_progress import StartupProgressView
 
 log = logging.getLogger(__name__)
 
@@ -319,7 +319,7 @@ class RunScreen(Screen[None]):
             elif snap.state == "stalled":
                 self.notify(f"run {rid} {snap.diagnosis}", severity="warning", timeout=10, markup=False)
             elif snap.state != "starting":
-                from tui.logparse import advice_for
+                from tunedeck.logparse import advice_for
 
                 tip = advice_for(snap.diagnosis, snap.proof)
                 text = f"run {rid}: {snap.diagnosis}" + (f"\nadvice: {tip}" if tip else "")

@@ -22,8 +22,8 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
-from tui.util.safety import visible
-from widgets.filter_table import FilterTable, TableFilter
+from tunedeck.util.safety import visible
+from tunedeck.widgets.filter_table import FilterTable, TableFilter
 
 _COLUMNS = (
     ("run", "Run", 12),
@@ -87,7 +87,7 @@ class RunsScreen(Screen[None]):
         super().__init__()
         self._given = records
         self._given_deployments = deployments
-        #: node → Host for the deployment view (default: tui.services.targets)
+        #: node → Host for the deployment view (default: tunedeck.services.targets)
         self.host_factory = host_factory
         #: run id → record
         self.records: dict[str, Any] = {}
@@ -114,7 +114,7 @@ class RunsScreen(Screen[None]):
     async def _node_hosts(self) -> dict[str, Any]:
         """One connection per node of the deployments not yet settled, opened once and kept
         while the view is open (closed on unmount)."""
-        from tui.services.deploy import SETTLED, DeploymentStore, open_hosts
+        from tunedeck.services.deploy import SETTLED, DeploymentStore, open_hosts
 
         recs = await asyncio.to_thread(DeploymentStore().all)
         need = sorted({n for r in recs if r.status not in SETTLED for n in r.nodes} - set(self._node_conns))
@@ -123,7 +123,7 @@ class RunsScreen(Screen[None]):
         return self._node_conns
 
     async def on_unmount(self) -> None:
-        from tui.services.deploy import close_hosts
+        from tunedeck.services.deploy import close_hosts
 
         conns, self._node_conns = self._node_conns, {}
         await close_hosts(conns)
@@ -131,9 +131,9 @@ class RunsScreen(Screen[None]):
     async def _reread_loop(self) -> None:
         """Re-read the host's runs from their processes (a dead one settled with its cause, the
         journal corrected), then the rows; chained, never overlapping."""
-        from tui.hostops.hosts import HostError
-        from tui.services.deploy import reread_deployments
-        from tui.services.journal import reread_runs
+        from tunedeck.hostops.hosts import HostError
+        from tunedeck.services.deploy import reread_deployments
+        from tunedeck.services.journal import reread_runs
 
         host = self.app.host  # type: ignore[attr-defined]
         while True:
@@ -162,7 +162,7 @@ class RunsScreen(Screen[None]):
     def _load_deployments(self) -> list[Any]:
         if self._given_deployments is not None:
             return list(self._given_deployments)
-        from tui.services.deploy import DeploymentStore
+        from tunedeck.services.deploy import DeploymentStore
 
         try:
             return DeploymentStore().all()
@@ -179,7 +179,7 @@ class RunsScreen(Screen[None]):
         if self._given is not None:
             recs = list(self._given)
         else:
-            from tui.hostops.runstore import RunStore
+            from tunedeck.hostops.runstore import RunStore
 
             try:
                 recs = RunStore().all(target)
@@ -255,7 +255,7 @@ class RunsScreen(Screen[None]):
     @on(DataTable.RowHighlighted, "#runs")
     def _advise(self, event: DataTable.RowHighlighted) -> None:
         """Under the table: what to do about the highlighted run's failure (docs/log-diagnosis.md)."""
-        from tui.logparse import advice_for
+        from tunedeck.logparse import advice_for
 
         key = str(event.row_key.value)
         rec: Any = self.deployments.get(key.removeprefix(_DEPLOY)) if key.startswith(_DEPLOY) else None
@@ -272,7 +272,7 @@ class RunsScreen(Screen[None]):
         if key.startswith(_DEPLOY):
             dep = self.deployments.get(key.removeprefix(_DEPLOY))
             if dep is not None:
-                from tui.ui.screens.deployment import DeploymentScreen
+                from tunedeck.ui.screens.deployment import DeploymentScreen
 
                 self.app.push_screen(DeploymentScreen(dep, host_factory=self.host_factory))
             return
@@ -283,7 +283,7 @@ class RunsScreen(Screen[None]):
         if host is None or rec.run_dir is None:
             self.notify(f"run {rec.run_id}: no host or no run folder to follow", severity="warning", markup=False)
             return
-        from tui.ui.screens.run import RunScreen
+        from tunedeck.ui.screens.run import RunScreen
 
         self.app.push_screen(RunScreen(host, rec))
 

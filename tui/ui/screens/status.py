@@ -19,16 +19,16 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
-from tui.model import GpuStatus, HostStats, LinkState, ServerStats
-from widgets._fmt import set_border_title
-from widgets.gpu_table import GpuProcessTable, GpuStateLine, GpuTable
-from widgets.host_banner import HostBanner
-from widgets.host_panel import HostPanel
-from widgets.line_table import LineTable
-from widgets.server_panel import ServerPanel
+from tunedeck.model import GpuStatus, HostStats, LinkState, ServerStats
+from tunedeck.widgets._fmt import set_border_title
+from tunedeck.widgets.gpu_table import GpuProcessTable, GpuStateLine, GpuTable
+from tunedeck.widgets.host_banner import HostBanner
+from tunedeck.widgets.host_panel import HostPanel
+from tunedeck.widgets.line_table import LineTable
+from tunedeck.widgets.server_panel import ServerPanel
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tui.ui.app import TunedeckApp
+    from tunedeck.ui.app import TunedeckApp
 
 
 class StatusScreen(Screen[None]):
@@ -208,7 +208,7 @@ class StatusScreen(Screen[None]):
         panel.display = not panel.display
 
     def action_runs(self) -> None:
-        from tui.ui.screens.runs import RunsScreen
+        from tunedeck.ui.screens.runs import RunsScreen
 
         self.app.push_screen(RunsScreen())
 
@@ -248,12 +248,12 @@ class StatusScreen(Screen[None]):
         if server.run_id is None:
             self.notify(f"{server.name} was not launched by tunedeck: no log to show", severity="warning")
             return
-        from tui.hostops.runstore import RunStore
-        from tui.services.deploy import DeploymentStore
+        from tunedeck.hostops.runstore import RunStore
+        from tunedeck.services.deploy import DeploymentStore
 
         dep = DeploymentStore().for_run(server.run_id)
         if dep is not None:  # one node of a deployment: the deployment's view, every node at once
-            from tui.ui.screens.deployment import DeploymentScreen
+            from tunedeck.ui.screens.deployment import DeploymentScreen
 
             self.app.push_screen(DeploymentScreen(dep))
             return
@@ -266,6 +266,6 @@ class StatusScreen(Screen[None]):
                 f"run {server.run_id}: no local record yet (press r to reconnect and reattach)", severity="warning"
             )
             return
-        from tui.ui.screens.run import RunScreen
+        from tunedeck.ui.screens.run import RunScreen
 
         self.app.push_screen(RunScreen(app.host, rec))

@@ -18,8 +18,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from tui.timeline_model import TimelineSnapshot, figure
-from widgets.timeline_charts import TimelinePanel
+from tunedeck.timeline_model import TimelineSnapshot, figure
+from tunedeck.widgets.timeline_charts import TimelinePanel
 
 
 class TimelineScreen(Screen[None]):
@@ -56,8 +56,8 @@ class TimelineScreen(Screen[None]):
 
     @work(group="timeline-load", thread=True, exit_on_error=False)
     def _load(self) -> None:
-        from tui.bench.store import StoreError
-        from tui.services.timelines import stored_timeline
+        from tunedeck.bench.store import StoreError
+        from tunedeck.services.timelines import stored_timeline
 
         try:
             snap = stored_timeline(self.run_id)

@@ -6,21 +6,21 @@ a candidate) and the form: the vary spec (``KEY=V1,V2``, several separated by ``
 budget. Above the results, the exact ``tunedeck tune …`` command the campaign runs, updated as
 the form changes. ``ctrl+r`` pre-flights every candidate on the host and lists the findings;
 ``ctrl+l`` shows the command and asks (Cancel is the default), then starts the campaign ON the
-host (:func:`tui.commands.tune.start_campaign`, :class:`tui.services.tunerun.TuneRun`: detached,
+host (:func:`tunedeck.commands.tune.start_campaign`, :class:`tunedeck.services.tunerun.TuneRun`: detached,
 a lost link or a closed dashboard never cuts it); ``ctrl+x`` cancels it after asking.
 What starts, follows and cancels a campaign is the Compare screen's too
-(:class:`tui.ui.screens.campaign.CampaignScreen`).
+(:class:`tunedeck.ui.screens.campaign.CampaignScreen`).
 
 While it runs: each candidate's state (queued, starting, measuring with the step, done, failed,
 dropped, skipped), the best so far, the ETA of the round, the Pareto frontier of tok/s per user
-against tok/s per GPU as a chart, and the event log (:mod:`tui.ab.tuneview` folds the events).
+against tok/s per GPU as a chart, and the event log (:mod:`tunedeck.ab.tuneview` folds the events).
 On opening, the screen follows a campaign still running on the host. A lost link is said on
-the status line until the host answers again (:class:`tui.hostops.liveness.LinkWatch`).
+the status line until the host answers again (:class:`tunedeck.hostops.liveness.LinkWatch`).
 
 Below :attr:`TuneScreen.NARROW` columns, as on the Compare screen, a campaign takes the whole
 width (``p`` brings the profiles and the form back, so do ``B`` and ``m``) and the table keeps
 each candidate's number, name, state and capacity at the SLO; the highlighted one's tok/s per
-user, tok/s per GPU and step are on the line under it (:class:`widgets.tune_table.TuneTable`).
+user, tok/s per GPU and step are on the line under it (:class:`tunedeck.widgets.tune_table.TuneTable`).
 
 ``start_campaign(args, plan, confirm, on_skip)`` (tests) returns an object with ``id``,
 ``report``, ``events()`` (an async iterator of :class:`ABEvent`) and ``cancel()``.
@@ -42,15 +42,15 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Input, Label, Log, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from tui.ab.events import ABEvent
-from tui.ab.tuneview import TuneProgress, TuneSnapshot
-from tui.ui.screens.campaign import CampaignScreen
-from tui.ui.screens.modals import ConfirmModal
-from widgets.frontier_chart import FrontierChart
-from widgets.tune_table import TuneTable
+from tunedeck.ab.events import ABEvent
+from tunedeck.ab.tuneview import TuneProgress, TuneSnapshot
+from tunedeck.ui.screens.campaign import CampaignScreen
+from tunedeck.ui.screens.modals import ConfirmModal
+from tunedeck.widgets.frontier_chart import FrontierChart
+from tunedeck.widgets.tune_table import TuneTable
 
 if TYPE_CHECKING:
-    from tui.services.jobrun import JobRun
+    from tunedeck.services.jobrun import JobRun
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class TuneScreen(CampaignScreen):
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
-        from tui.bench.workloads import SOURCES
+        from tunedeck.bench.workloads import SOURCES
 
         with Horizontal():
             with Vertical(id="tune-side", classes="campaign-side"):
@@ -236,7 +236,7 @@ class TuneScreen(CampaignScreen):
     def command(self) -> list[str]:
         """The ``tunedeck tune …`` command of the form as it stands (marked profiles: a
         ``--candidates`` file, written when the campaign starts)."""
-        from tui.commands.tune import command_argv
+        from tunedeck.commands.tune import command_argv
 
         vary = [v.strip() for v in self._value("tune-vary").split(";") if v.strip()]
         slo = []
@@ -262,7 +262,7 @@ class TuneScreen(CampaignScreen):
         return argv
 
     def _candidates_path(self) -> Any:
-        from tui.commands.tune import candidates_file
+        from tunedeck.commands.tune import candidates_file
 
         return candidates_file(self.base or "BASE")
 
@@ -332,14 +332,14 @@ class TuneScreen(CampaignScreen):
     # ------------------------------------------------------------------ plan, pre-flight, start
     async def _plan(self, argv: list[str]) -> tuple[Any, tuple[Any, ...]] | str:
         """(args, plan) of the command, or the one line that refuses it."""
-        from tui.commands.tune import parse_command, plan_of
+        from tunedeck.commands.tune import parse_command, plan_of
 
         try:
             args = parse_command(argv)
         except ValueError as e:
             return f"tunedeck tune: {e}"
         if self.marked:
-            from tui.commands.tune import write_candidates_file
+            from tunedeck.commands.tune import write_candidates_file
 
             try:
                 write_candidates_file(args.base, self.marked, args.candidates)
@@ -354,8 +354,8 @@ class TuneScreen(CampaignScreen):
 
     @work(group="tune-preflight", exclusive=True, exit_on_error=False)
     async def _preflight_worker(self, argv: list[str]) -> None:
-        from tui.commands.tune import check_campaign
-        from tui.hostops.hosts import HostError
+        from tunedeck.commands.tune import check_campaign
+        from tunedeck.hostops.hosts import HostError
 
         self.post_message(TuneFindings([], title="pre-flight: checking every candidate on the host …"))
         got = await self._plan(argv)
@@ -401,7 +401,7 @@ class TuneScreen(CampaignScreen):
         )
 
     async def _default_start(self, args: Any, plan: tuple[Any, ...], confirm: Any, on_skip: Any) -> Any:
-        from tui.commands.tune import start_campaign
+        from tunedeck.commands.tune import start_campaign
 
         host = self._app_host()
         return await start_campaign(host, args, plan, confirm_stop=confirm, on_skip=on_skip)
@@ -425,7 +425,7 @@ class TuneScreen(CampaignScreen):
             return
         if skipped:
             self.post_message(TuneFindings(skipped, title="pre-flight findings (skipped):"))
-        from tui.profiles.deploy import profile_gpus
+        from tunedeck.profiles.deploy import profile_gpus
 
         cands = plan[1]
         self.progress = TuneProgress(
@@ -444,12 +444,12 @@ class TuneScreen(CampaignScreen):
 
     # ------------------------------------------------------------------ follow
     def _run_class(self) -> type[JobRun]:
-        from tui.services.tunerun import TuneRun
+        from tunedeck.services.tunerun import TuneRun
 
         return TuneRun
 
     async def _reattached(self, run: Any) -> None:
-        from tui.hostops.hosts import HostError
+        from tunedeck.hostops.hosts import HostError
 
         try:
             spec = await run.spec()
@@ -492,7 +492,7 @@ class TuneScreen(CampaignScreen):
     # ------------------------------------------------------------------ view
     def show(self, snap: TuneSnapshot) -> None:
         """Render a snapshot: the status line, the table, the chart."""
-        from tui.fmt import eta
+        from tunedeck.fmt import eta
 
         head = Text()
         head.append(f"campaign {snap.campaign or '?'}", style="bold")
