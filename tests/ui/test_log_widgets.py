@@ -431,7 +431,7 @@ async def test_the_run_view_redacts_and_sanitises_each_line_once(monkeypatch: py
     """The view and the startup tracker read one pipeline: a line is split, decoded, redacted and
     made safe once (it was twice: once for the view, once for the tracker's parser)."""
     from tests.unit.test_tracker_lines import SERVING, count_cleaning
-    from tunedeck.hostops.hosts import LocalHost
+    from tunedeck.hostops.localhost import LocalHost
     from tunedeck.hostops.runstore import RunRecord
     from tunedeck.ui.screens import run as run_mod
 
@@ -468,7 +468,7 @@ async def test_the_run_view_shows_a_line_being_drawn_but_not_one_a_read_cut(monk
     """A progress bar being redrawn, or a line still unterminated a read later or after a quiet
     second, shows below the log; the end of a read that cut a line mid-way does not (it ends in
     the next read, and each time the partial row came and went the screen was laid out again)."""
-    from tunedeck.hostops.hosts import LocalHost
+    from tunedeck.hostops.localhost import LocalHost
     from tunedeck.hostops.runstore import RunRecord
     from tunedeck.ui.screens import run as run_mod
 

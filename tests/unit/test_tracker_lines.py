@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pytest
 
 from tunedeck.hostops import logfollow
-from tunedeck.hostops.hosts import LocalHost
+from tunedeck.hostops.localhost import LocalHost
 from tunedeck.hostops.logfollow import LINE_CAP, LineSplitter
 from tunedeck.hostops.runstore import RunRecord
 from tunedeck.hostops.tracker import StartupTracker
