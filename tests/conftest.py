@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, parts[0]))
         if "ns_hosts" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("netns"))
+
+
+@pytest.fixture
+def started() -> Iterator[list[int]]:
+    """Wrapper pids started by a test (each leads its own session): killed at the end."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

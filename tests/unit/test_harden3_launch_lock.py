@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -21,18 +19,6 @@ from tunedeck.hostops.runstore import new_run_id
 pytestmark = pytest.mark.timeout(120)
 
 TRIALS = 5
-
-
-@pytest.fixture
-def started() -> Iterator[list[int]]:
-    """Wrapper pids started by a test (each leads its own session): killed at the end."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _spawn(

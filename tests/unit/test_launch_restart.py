@@ -9,10 +9,9 @@ folder, its state and results, in place. The script runs here as ``SHELL -s -- A
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import pytest
 
@@ -25,18 +24,6 @@ pytestmark = pytest.mark.timeout(120)
 
 TRIALS = 4
 KEPT_BYTES = 1 << 20
-
-
-@pytest.fixture
-def started() -> Iterator[list[int]]:
-    """Wrapper pids started by a test (each leads its own session): killed at the end."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _spawn(
