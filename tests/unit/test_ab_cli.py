@@ -183,3 +183,15 @@ def test_compare_two_sweeps():
     rows = {row["key"]: row for row in json.loads(r.stdout)["rows"]}
     assert rows["output_tok_s_c8"]["verdict"] == "B +10%"
     assert rows["peak_output_tok_s"]["concurrency"] == 32
+
+
+def test_event_lines_from_the_host_reach_the_terminal_without_escape_sequences(capsys):
+    from tunedeck.ab.events import ABEvent
+    from tunedeck.commands.ab import _progress_printer
+
+    _progress_printer(quiet=False)(
+        ABEvent("failed", "b: engine said \x1b]0;pwned\x07\x1b[2J boom", "b", step=2, steps=5)
+    )
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err
+    assert err.startswith("[2/5] [b] b: engine said ") and "boom" in err

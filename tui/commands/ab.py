@@ -12,7 +12,7 @@ from tunedeck.ab.compare import DEFAULT_NOISE_PCT
 from tunedeck.ab.plans import PlanError, load_plan
 from tunedeck.ab.render import to_text
 from tunedeck.commands._ask import confirm
-from tunedeck.util.safety import UnsafeInput
+from tunedeck.util.safety import UnsafeInput, visible
 
 if TYPE_CHECKING:
     from tunedeck.ab.events import ABEvent
@@ -93,7 +93,8 @@ def _progress_printer(quiet: bool, every: float = 5.0) -> Callable[[ABEvent], No
             if key == last_key[0] and ev.time - last_t[0] < every:
                 return
             last_key[0], last_t[0] = key, ev.time
-        print(f"[{ev.step}/{ev.steps}] {ev.line()}", file=sys.stderr, flush=True)
+        # the message may carry host text (an engine's error, a diagnosis): never raw to the terminal
+        print(f"[{ev.step}/{ev.steps}] {visible(ev.line())}", file=sys.stderr, flush=True)
 
     return on_event
 
