@@ -176,7 +176,9 @@ async def _view(rid: str, log: Path, seconds: float, warmup: float, alone: bool)
 
         threading.Thread(target=timer, daemon=True).start()
         while not done.is_set():
-            await pilot.pause(0.5)
+            # a plain sleep: Pilot.pause waits for every widget of the screen (a callback to
+            # each, 40 messages a second on this screen), which is the harness's cost, not the view's
+            await asyncio.sleep(0.5)
         view = app.screen.query_one(ServerLog)
         shown = max((_last_seq(str(x).encode()) for x in list(view.view.lines)[-50:]), default=0)
     return {

@@ -2,9 +2,9 @@
 filter to matching lines, severity colouring, bounded memory.
 
 Feed it text lines with :meth:`ServerLog.append_lines` (any rate): they are
-buffered and written to a ``Log(max_lines=…)`` in batches every ~100 ms (every 500 ms
-while more than a screenful comes per batch), so thousands of lines per second cost one
-refresh per batch. A ring buffer of the
+buffered and written to a ``Log(max_lines=…)`` in batches ~100 ms after their first line (every
+500 ms while more than a screenful comes per batch), so thousands of lines per second cost one
+refresh per batch, and a quiet log costs no timer at all. A ring buffer of the
 last ``max_lines`` lines backs search and filter. Both the ring buffer and the view
 are bounded in bytes too (``max_bytes`` each, the memory the str objects take): a log of huge
 lines keeps fewer of them.
@@ -25,6 +25,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.message import Message
+from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
@@ -134,6 +135,8 @@ class ServerLog(Widget, can_focus=True):
         #: the bytes of the lines in the ring buffer
         self.ring_bytes = 0
         self._pending: list[str] = []
+        #: the timer of the next batch (None: no line waits)
+        self._flush_timer: Timer | None = None
         #: when the last batch was written (time.monotonic())
         self._flushed_at = 0.0
         self.following = True
@@ -160,8 +163,8 @@ class ServerLog(Widget, can_focus=True):
         yield Static("", id="log-status")
 
     def on_mount(self) -> None:
-        self.set_interval(self.flush_interval, self._flush)
         self._update_status()
+        self._schedule_flush()
 
     @property
     def view(self) -> SeverityLog:
@@ -171,6 +174,23 @@ class ServerLog(Widget, can_focus=True):
     def append_lines(self, lines: Iterable[str]) -> None:
         """Queue lines (without newlines); they appear at the next batch."""
         self._pending.extend(lines)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """A batch is due ``flush_interval`` after its first line (a quiet log costs no timer);
+        while lines come faster than a screenful a batch, :data:`BUSY_FLUSH_S` after the last
+        batch."""
+        if self._flush_timer is not None or not self._pending or not self.is_mounted:
+            return
+        delay = self.flush_interval
+        if len(self._pending) > self.size.height:
+            delay = max(delay, self._flushed_at + BUSY_FLUSH_S - time.monotonic())
+        self._flush_timer = self.set_timer(delay, self._flush_due, name="log-batch")
+
+    def _flush_due(self) -> None:
+        self._flush_timer = None
+        self._flush()
+        self._schedule_flush()  # lines that stayed (a fast log's batch not yet due)
 
     def set_partial(self, text: str) -> None:
         """Show an unterminated last line (a progress bar being redrawn) below the log;

@@ -158,6 +158,17 @@ class SeverityLog(Log):
             self.virtual_size = Size(self._width, len(self._lines))
         return self
 
+    def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]  # Log's is a thread worker
+        """The width the new ``lines`` need, worked out now: ``Log`` measures them in a thread
+        worker per batch (a thread hand-off and three worker messages), which cost a fast log
+        more than the measuring. A printable ASCII line is as many cells as characters (the
+        lines shown here are made safe: most are); any other is measured as ``Log`` does."""
+        if lines:
+            width = max(
+                len(ln) if ln.isascii() and ln.isprintable() else cell_len(self._process_line(ln)) for ln in lines
+            )
+            self._update_maximum_width(updates, width)
+
     def ensure_width(self, cells: int) -> None:
         """Let the view scroll ``cells`` wide now: ``Log`` measures new lines in a thread, so a view
         just rebuilt (a new search) cannot yet scroll to a match near the end of a long line."""

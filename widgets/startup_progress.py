@@ -57,18 +57,30 @@ class StartupProgressView(Widget):
 
     #: the rows its text took at the last change (a layout pass only when they change)
     _rows = -1
+    #: the text shown (a snapshot that reads the same costs no repaint)
+    _shown: Text | None = None
 
     def update(self, snapshot: StartupProgress | None) -> None:
-        self.progress = snapshot
+        """Show ``snapshot``. A new one comes twice a second, and the elapsed time and the ETA
+        are shown in whole seconds: every other one reads as the one before, and is not painted."""
+        if snapshot != self.progress:
+            self.set_reactive(StartupProgressView.progress, snapshot)
+            self._fit()
 
     def _fit(self) -> None:
-        """Each change repaints; the screen's layout is redone only when the text needs another
-        number of rows (the elapsed time changes twice a second, its height seldom)."""
+        """Repaint when the text changed; the screen's layout is redone only when the text needs
+        another number of rows (the elapsed time changes every second, its height seldom)."""
+        text = self.render()
+        if text == self._shown:
+            return
+        self._shown = text
         width = self.size.width
-        rows = visualize(self, self.render()).get_height(self.styles, width) if width else -1  # type: ignore[arg-type]  # as Textual calls it
+        rows = visualize(self, text).get_height(self.styles, width) if width else -1  # type: ignore[arg-type]  # as Textual calls it
         if rows != self._rows or rows < 0:
             self._rows = rows
             self.refresh(layout=True)
+        else:
+            self.refresh()
 
     def watch_progress(self) -> None:
         self._fit()

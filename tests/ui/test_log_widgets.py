@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 from textual.app import App, ComposeResult
@@ -505,3 +506,55 @@ async def test_the_run_view_shows_a_line_being_drawn_but_not_one_a_read_cut(monk
         log.flush_now()
         assert list(log.ring) == ["line 1", "line 2 is cut here", "Loading: 20%", "line 3", "slow write", "line 4"]
         screen._stop.set()
+
+
+async def test_a_snapshot_that_reads_the_same_is_not_painted_again():
+    """Snapshots come twice a second and the clock shows whole seconds: the second of two that
+    differ by half a second repaints nothing; one a second later does."""
+    app = ProgressApp()
+    async with app.run_test(size=(80, 10)) as pilot:
+        w = app.query_one(StartupProgressView)
+        snap = StartupProgress("abc", "sglang", "starting", "weight-loading", fraction=0.4, elapsed=62.0, eta=90)
+        w.update(snap)
+        await pilot.pause()
+        painted: list[bool] = []
+        real = w.refresh
+
+        def counting_refresh(*regions: object, **kw: bool) -> object:
+            painted.append(True)
+            return real(*regions, **kw)  # type: ignore[arg-type]
+
+        w.refresh = counting_refresh  # type: ignore[method-assignment]
+        w.update(replace(snap, elapsed=62.4))
+        assert painted == [] and "elapsed 1m02s" in w.text
+        w.update(replace(snap, elapsed=63.0))
+        assert painted and "elapsed 1m03s" in w.text
+
+
+async def test_a_quiet_log_holds_no_timer_and_a_line_shows_within_a_batch():
+    app = LogApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        log = app.query_one(ServerLog)
+        await pilot.pause()
+        assert log._flush_timer is None  # nothing waits: nothing wakes the app
+        log.append_lines(["one line"])
+        assert log._flush_timer is not None
+        await until_async(lambda: log.total_lines == 1, 5, pilot=pilot)
+        assert log.view.lines[-1] == "one line"
+        await until_async(lambda: log._flush_timer is None, 5, pilot=pilot)
+
+
+async def test_the_view_is_as_wide_as_its_widest_line_at_once():
+    """The width comes with the lines (no thread round trip): a search can scroll to the end of a
+    long line at once. Wide characters and tabs count as the terminal shows them."""
+    app = LogApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        log = app.query_one(ServerLog)
+        await pilot.pause()
+        view = log.view
+        view.write_lines(["x" * 150, "short"])
+        assert view.virtual_size.width == 150
+        view.write_lines(["日本" * 100])  # 200 characters, 400 cells
+        assert view.virtual_size.width == 400
+        view.write_lines(["\t" * 60])  # a tab is up to 8 cells
+        assert view.virtual_size.width == 480
