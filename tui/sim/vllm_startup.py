@@ -10,7 +10,7 @@ import os
 import socket
 import time
 import uuid
-from typing import Any, NoReturn
+from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from tunedeck.engines import VLLM_VERSION
 from tunedeck.sim.gpus import used_by_others
@@ -92,8 +92,20 @@ class VllmStartup:
             self.log.vl(line, proc="EngineCore", pid=self.ec, level="ERROR", where="core.py:1010")
         raise Fatal(1)
 
-    def _failed(self, printed: bool = False) -> NoReturn:
-        engine_failed(self.log, self.cfg.pid, self.ec, printed)
+    def _failed(self, printed: bool = False, cause: Sequence[str] = ()) -> NoReturn:
+        engine_failed(self.log, self.cfg.pid, self.ec, printed, cause)
+
+    def _worker_error(self, ranks: Iterable[int], lines: Callable[[int], list[str]]) -> None:
+        """The ``lines(rank)`` a failing worker prints, for each of ``ranks`` (its executor's ERROR lines)."""
+        for r in ranks:
+            for line in lines(r):
+                self.log.vl(
+                    line,
+                    proc=f"Worker_TP{r}",
+                    pid=self.kit.worker_pid(r),
+                    level="ERROR",
+                    where="multiproc_executor.py:759",
+                )
 
     async def start(self) -> None:
         self._banner()
@@ -211,14 +223,13 @@ class VllmStartup:
         other = used_by_others(self.cfg.gpus, self.cfg.pid) / 1024.0
         free = total - other - 0.52
         if free < total * a.gpu_memory_utilization:
-            L.vl(
-                f"ValueError: Free memory on device cuda:0 ({free:.2f}/{total:.2f} GiB) on startup is less than desired GPU "
-                f"memory utilization ({a.gpu_memory_utilization}, {total * a.gpu_memory_utilization:.2f} GiB). Decrease GPU memory "
-                "utilization or reduce GPU memory used by other processes.",
-                proc="Worker_TP0",
-                pid=self.kit.worker_pid(0),
-                level="ERROR",
-                where="multiproc_executor.py:759",
+            self._worker_error(
+                [0],
+                lambda r: [
+                    f"ValueError: Free memory on device cuda:{r} ({free:.2f}/{total:.2f} GiB) on startup is less than desired GPU "
+                    f"memory utilization ({a.gpu_memory_utilization}, {total * a.gpu_memory_utilization:.2f} GiB). Decrease GPU memory "
+                    "utilization or reduce GPU memory used by other processes."
+                ],
             )
             self._failed()
         port = 30000 + (self.cfg.pid % 20000)
@@ -230,8 +241,9 @@ class VllmStartup:
                 where="parallel_state.py:1400",
             )
         if a.sim_fault == "nccl":
-            for r in self.kit.ranks()[:2]:
-                for line in [
+            self._worker_error(
+                self.kit.ranks()[:2],
+                lambda r: [
                     "WorkerProc failed to start.",
                     "Traceback (most recent call last):",
                     '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/multiproc_executor.py", line 733, in worker_main',
@@ -240,14 +252,8 @@ class VllmStartup:
                     '  File "/usr/local/lib/python3.12/dist-packages/vllm/distributed/device_communicators/pynccl_wrapper.py", line 257, in NCCL_CHECK',
                     '    raise RuntimeError(f"NCCL error: {error_str}")',
                     "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
-                ]:
-                    L.vl(
-                        line,
-                        proc=f"Worker_TP{r}",
-                        pid=self.kit.worker_pid(r),
-                        level="ERROR",
-                        where="multiproc_executor.py:759",
-                    )
+                ],
+            )
             self._failed()
         L.vl("vLLM is using nccl==2.28.3", proc="Worker", pid=self.kit.worker_pid(0), where="pynccl.py:111")
         for r in range(len(self.cfg.gpus)):
@@ -395,8 +401,9 @@ class VllmStartup:
                 pid=self.kit.worker_pid(0),
                 where="gpu_worker.py:436",
             )
-            for r in self.kit.ranks()[:1]:
-                for line in [
+            self._worker_error(
+                self.kit.ranks()[:1],
+                lambda r: [
                     "WorkerProc hit an exception.",
                     "Traceback (most recent call last):",
                     '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", line 6112, in _allocate_kv_cache_tensors',
@@ -407,14 +414,8 @@ class VllmStartup:
                     f"Of the allocated memory {total - 2.1:.2f} GiB is allocated by PyTorch, and 168.25 MiB is reserved by PyTorch but unallocated. "
                     "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
                     "See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
-                ]:
-                    L.vl(
-                        line,
-                        proc=f"Worker_TP{r}",
-                        pid=self.kit.worker_pid(r),
-                        level="ERROR",
-                        where="multiproc_executor.py:759",
-                    )
+                ],
+            )
             self._failed()
         if kv <= 0:
             L.vl(
@@ -423,31 +424,23 @@ class VllmStartup:
                 pid=self.kit.worker_pid(0),
                 where="gpu_worker.py:436",
             )
-            L.vl("EngineCore failed to start.", proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
-            L.vl(
-                "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine. "
-                "See https://docs.vllm.ai/en/latest/configuration/conserving_memory.html for more details.",
-                proc="EngineCore",
-                pid=ec,
-                level="ERROR",
-                where="core.py:866",
+            self._failed(
+                cause=[
+                    "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine. "
+                    "See https://docs.vllm.ai/en/latest/configuration/conserving_memory.html for more details."
+                ]
             )
-            self._failed(printed=True)
         self.state.kv_gib = kv
         self.state.kv_tokens = int(kv * (1 << 30) / f["kv_bytes_per_token"])
         if self.state.kv_tokens < self.cfg.context_len:
             need = self.cfg.context_len * f["kv_bytes_per_token"] / (1 << 30)
-            L.vl("EngineCore failed to start.", proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
-            L.vl(
-                f"ValueError: To serve at least one request with the models's max seq len ({self.cfg.context_len}), ({need:.2f} GiB KV cache is needed, "
-                f"which is larger than the available KV cache memory ({kv:.2f} GiB). Based on the available memory, the estimated maximum model "
-                f"length is {self.state.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
-                proc="EngineCore",
-                pid=ec,
-                level="ERROR",
-                where="core.py:866",
+            self._failed(
+                cause=[
+                    f"ValueError: To serve at least one request with the models's max seq len ({self.cfg.context_len}), ({need:.2f} GiB KV cache is needed, "
+                    f"which is larger than the available KV cache memory ({kv:.2f} GiB). Based on the available memory, the estimated maximum model "
+                    f"length is {self.state.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+                ]
             )
-            self._failed(printed=True)
         L.vl(f"Available KV cache memory: {kv:.2f} GiB", proc=t0, pid=self.kit.worker_pid(0), where="gpu_worker.py:436")
         L.vl(
             f"GPU KV cache size: {self.state.kv_tokens:,} tokens",
