@@ -15,7 +15,7 @@ from typing import NoReturn, Sequence
 
 from tunedeck.sim import raycluster, raynode
 from tunedeck.sim.simlog import Fatal, Log
-from tunedeck.sim.startup import StartupKit
+from tunedeck.sim.startup import KitPart, StartupKit
 
 
 def engine_failed(log: Log, pid: int, ec: int, printed: bool = False, cause: Sequence[str] = ()) -> NoReturn:
@@ -35,15 +35,11 @@ def engine_failed(log: Log, pid: int, ec: int, printed: bool = False, cause: Seq
     raise Fatal(1)
 
 
-class RayPlacement:
+class RayPlacement(KitPart):
     """The engine core's placement group on the Ray cluster (``ec``: the engine core's pid)."""
 
     def __init__(self, kit: StartupKit, ec: int) -> None:
-        self.kit = kit
-        self.state = kit.state
-        self.cfg = kit.cfg
-        self.a = kit.a
-        self.log = kit.log
+        super().__init__(kit)
         self.ec = ec
         #: (pid, ip, rank) of each Ray worker on another node
         self.workers: list[tuple[int, str, int]] = []

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, NoReturn, Sequence
 from tunedeck.engines import VLLM_VERSION
 from tunedeck.sim.gpus import used_by_others
 from tunedeck.sim.simlog import Fatal, tqdm_frame
-from tunedeck.sim.startup import StartupKit, Task, bind_socket
+from tunedeck.sim.startup import KitPart, StartupKit, Task, bind_socket
 from tunedeck.sim.vllm_args import vllm_parser
 from tunedeck.sim.vllm_ray import RayPlacement, engine_failed
 
@@ -50,16 +50,12 @@ VLLM_LOGO = [
 T0 = "Worker_TP0"
 
 
-class VllmStartup:
+class VllmStartup(KitPart):
     """vLLM's :class:`tunedeck.sim.startup.EngineStartup`: the start-up in phases, each at its moment
     of the load time; a failure ends it with :func:`tunedeck.sim.vllm_ray.engine_failed`."""
 
     def __init__(self, kit: StartupKit) -> None:
-        self.kit = kit
-        self.state = kit.state
-        self.cfg = kit.cfg
-        self.a = kit.a
-        self.log = kit.log
+        super().__init__(kit)
         #: the engine core's pid
         self.ec = self.cfg.pid + 1
         self.total = self.cfg.gpu_cfg.memory_total_mib / 1024.0
