@@ -278,6 +278,16 @@ class Api:
             return False
         return True
 
+    def _request_body(self, req: Request, conn: Conn, *, auth: bool) -> dict[str, Any] | None:
+        """A generation request's body once it passed the API key (``auth``: the route asks for it),
+        the JSON and :meth:`_common_checks`; None: the error has been answered."""
+        if auth and not self._auth_ok(req, conn):
+            return None
+        body = self._body(req, conn)
+        if body is None or not self._common_checks(body, conn):
+            return None
+        return body
+
     def _max_tokens(self, body: dict[str, Any], prompt: int, default: int | None, conn: Conn) -> int | None:
         mt = body.get("max_completion_tokens", body.get("max_tokens"))
         if mt is None:
@@ -314,10 +324,8 @@ class Api:
         self.submit(r)
 
     def r_completions(self, req: Request, conn: Conn) -> None:
-        if not self._auth_ok(req, conn):
-            return
-        body = self._body(req, conn)
-        if body is None or not self._common_checks(body, conn):
+        body = self._request_body(req, conn, auth=True)
+        if body is None:
             return
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
@@ -395,18 +403,16 @@ class Api:
         )
 
     def r_chat(self, req: Request, conn: Conn) -> None:
-        if not self._auth_ok(req, conn):
-            return
-        body = self._body(req, conn)
-        if body is None or not self._common_checks(body, conn):
+        body = self._request_body(req, conn, auth=True)
+        if body is None:
             return
         ids = self._chat_tokens(body, conn)
         if ids is not None:
             self._openai_request("chat", body, ids, None, req, conn)
 
     def r_generate(self, req: Request, conn: Conn) -> None:
-        body = self._body(req, conn)
-        if body is None or not self._common_checks(body, conn):
+        body = self._request_body(req, conn, auth=False)
+        if body is None:
             return
         sp = body.get("sampling_params") or {}
         ids: list[int] | None = None
