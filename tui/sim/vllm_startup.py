@@ -91,6 +91,10 @@ class VllmStartup(KitPart):
     def _failed(self, printed: bool = False, cause: Sequence[str] = ()) -> NoReturn:
         engine_failed(self.log, self.cfg.pid, self.ec, printed, cause)
 
+    def _tp0(self, text: str, where: str, level: str = "INFO") -> None:
+        """A line of rank 0's worker (``Worker_TP0``)."""
+        self.log.vl(text, proc=T0, pid=self.kit.worker_pid(0), level=level, where=where)
+
     def _worker_error(self, ranks: Iterable[int], lines: Callable[[int], list[str]]) -> None:
         """The ``lines(rank)`` a failing worker prints, for each of ``ranks`` (its executor's ERROR lines)."""
         for r in ranks:
@@ -263,51 +267,36 @@ class VllmStartup(KitPart):
 
     async def _backend(self) -> None:
         """The attention backend: forced (and fitting the model, or failing) or chosen."""
-        L = self.log
         f = self.cfg.facts
-        t0 = T0
         await self.kit.at(0.07)
-        t0 = "Worker_TP0"
-        L.vl("Loading model from scratch...", proc=t0, pid=self.kit.worker_pid(0), where="gpu_model_runner.py:4735")
+        self._tp0("Loading model from scratch...", where="gpu_model_runner.py:4735")
         forced = self.cfg.perf.attention_backend
         mla = f["mla"]
         if forced:
             is_mla = "MLA" in forced
             if is_mla != mla:
                 reason = "['MLA not supported']" if not mla else "['non-MLA not supported']"
-                L.vl(
+                self._tp0(
                     f"ValueError: Selected backend AttentionBackendEnum.{forced} is not valid for this configuration. Reason: {reason}",
-                    proc=t0,
-                    pid=self.kit.worker_pid(0),
-                    level="ERROR",
                     where="multiproc_executor.py:759",
+                    level="ERROR",
                 )
                 self._failed()
-            L.vl(
-                f"Using AttentionBackendEnum.{forced} backend.",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
-                where="cuda.py:416",
-            )
+            self._tp0(f"Using AttentionBackendEnum.{forced} backend.", where="cuda.py:416")
         elif mla:
-            L.vl(
+            self._tp0(
                 "Using FLASH_ATTN_MLA attention backend out of potential backends: ['FLASH_ATTN_MLA', 'FLASHMLA', 'TRITON_MLA'].",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
                 where="cuda.py:334",
             )
         else:
-            L.vl(
+            self._tp0(
                 "Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
                 where="cuda.py:334",
             )
 
     async def _load_weights(self) -> None:
         L = self.log
         f = self.cfg.facts
-        t0 = T0
         # --cpu-offload-gb: that many GiB of each GPU's weights stay in CPU memory
         self.state.weights_gib = max(0.0, f["weights_gib_total"] / self.cfg.tp - self.a.cpu_offload_gb)
         n_sh = f["shards"]
@@ -319,13 +308,8 @@ class VllmStartup(KitPart):
             L.raw(tqdm_frame(label, i, n_sh, self.kit.elapsed(f0, f0 + (f1 - f0) * i / n_sh), shards=True) + "\n")
             self.kit.set_mem(1.1 + self.state.weights_gib * i / n_sh, 3)
         L.raw(tqdm_frame(label, n_sh, n_sh, self.kit.elapsed(f0, f1), shards=True) + "\n")
-        L.raw(f"({t0} pid={self.kit.worker_pid(0)}) \n")
-        L.vl(
-            f"Loading weights took {self.kit.elapsed(f0, f1):.2f} seconds",
-            proc=t0,
-            pid=self.kit.worker_pid(0),
-            where="default_loader.py:384",
-        )
+        L.raw(f"({T0} pid={self.kit.worker_pid(0)}) \n")
+        self._tp0(f"Loading weights took {self.kit.elapsed(f0, f1):.2f} seconds", where="default_loader.py:384")
         for r in self.kit.ranks():
             L.vl(
                 f"Model loading took {self.state.weights_gib:.2f} GiB memory and {self.kit.elapsed(0.07, 0.41):.6f} seconds",
@@ -344,38 +328,22 @@ class VllmStartup(KitPart):
 
     async def _compile(self) -> float:
         """torch.compile (none when eager); returns its simulated seconds."""
-        L = self.log
-        t0 = T0
         compile_s = 0.0
         if not self.cfg.perf.enforce_eager:
             await self.kit.at(0.45)
-            L.vl(
+            self._tp0(
                 f"Using cache directory: /root/.cache/vllm/torch_compile_cache/{uuid.uuid5(uuid.NAMESPACE_DNS, self.cfg.model).hex[:10]}/rank_0_0/backbone for vLLM's torch.compile",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
                 where="backends.py:1051",
             )
-            L.vl(
-                f"Dynamo bytecode transform time: {self.kit.elapsed(0.41, 0.45):.2f} s",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
-                where="backends.py:1111",
-            )
+            self._tp0(f"Dynamo bytecode transform time: {self.kit.elapsed(0.41, 0.45):.2f} s", where="backends.py:1111")
             await self.kit.at(0.58)
-            L.vl(
+            self._tp0(
                 f"Compiling a graph for compile range (1, {self.cfg.prefill_budget}) takes {self.kit.elapsed(0.45, 0.58):.2f} s",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
                 where="backends.py:390",
             )
             compile_s = self.kit.elapsed(0.41, 0.60)
             await self.kit.at(0.60)
-            L.vl(
-                f"torch.compile took {compile_s:.2f} s in total",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
-                where="monitor.py:48",
-            )
+            self._tp0(f"torch.compile took {compile_s:.2f} s in total", where="monitor.py:48")
         return compile_s
 
     async def _kv_cache(self) -> float:
@@ -385,18 +353,12 @@ class VllmStartup(KitPart):
         ec = self.ec
         f = self.cfg.facts
         total = self.total
-        t0 = T0
         await self.kit.at(0.62)
         gmu: float = a.gpu_memory_utilization
         activation = 1.6
         kv = total * gmu - self.state.weights_gib - activation - 0.6
         if a.sim_fault == "oom":
-            L.vl(
-                f"Available KV cache memory: {max(kv, 0.5):.2f} GiB",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
-                where="gpu_worker.py:436",
-            )
+            self._tp0(f"Available KV cache memory: {max(kv, 0.5):.2f} GiB", where="gpu_worker.py:436")
             self._worker_error(
                 self.kit.ranks()[:1],
                 lambda r: [
@@ -414,12 +376,7 @@ class VllmStartup(KitPart):
             )
             self._failed()
         if kv <= 0:
-            L.vl(
-                f"Available KV cache memory: {kv:.2f} GiB",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
-                where="gpu_worker.py:436",
-            )
+            self._tp0(f"Available KV cache memory: {kv:.2f} GiB", where="gpu_worker.py:436")
             self._failed(
                 cause=[
                     "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine. "
@@ -437,7 +394,7 @@ class VllmStartup(KitPart):
                     f"length is {self.state.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
                 ]
             )
-        L.vl(f"Available KV cache memory: {kv:.2f} GiB", proc=t0, pid=self.kit.worker_pid(0), where="gpu_worker.py:436")
+        self._tp0(f"Available KV cache memory: {kv:.2f} GiB", where="gpu_worker.py:436")
         L.vl(
             f"GPU KV cache size: {self.state.kv_tokens:,} tokens",
             proc="EngineCore",
@@ -482,10 +439,8 @@ class VllmStartup(KitPart):
             self.kit.set_mem(1.1 + self.state.weights_gib + kv + self.state.graph_gib * (pi + 1) / len(phases), 40)
         await self.kit.at(0.89)
         if phases:
-            L.vl(
+            self._tp0(
                 f"Graph capturing finished in {round(self.kit.elapsed(0.64, 0.88))} secs, took {self.state.graph_gib:.2f} GiB",
-                proc=T0,
-                pid=self.kit.worker_pid(0),
                 where="gpu_model_runner.py:6046",
             )
 
