@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, AsyncGenerator, Callable, Iterable
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Callable, Generic, Iterable, TypeVar
 
 from tunedeck.collectors.servers import ServerCollector, ServerSpec, _Probe
 from tunedeck.collectors.smi import classify_failure, join_processes, parse_compute_apps, parse_gpu_line
@@ -48,13 +48,32 @@ def gpu_status(msg: dict[str, Any], apps: dict[str, Any] | None) -> GpuStatus:
     return GpuStatus("ok", gpus, procs, time=t)
 
 
-class SampledGpu:
+_S = TypeVar("_S")
+
+
+class _OnSampler(Generic[_S]):
+    """A source over the sampler, with its per-command ``fallback`` source (of type ``_S``) made
+    the first time it is needed; closing it closes the sampler."""
+
+    def __init__(self, sampler: HostSampler, fallback: Callable[[], _S]) -> None:
+        self.sampler = sampler
+        self._fallback_factory = fallback
+        self.fallback: _S | None = None
+
+    def _fallback(self) -> _S:
+        if self.fallback is None:
+            self.fallback = self._fallback_factory()
+        return self.fallback
+
+    async def aclose(self) -> None:
+        await self.sampler.aclose()
+
+
+class SampledGpu(_OnSampler["GpuSource"]):
     """A :class:`~tunedeck.collectors.sources.GpuSource` over the sampler's GPU lines."""
 
     def __init__(self, sampler: HostSampler, fallback: Callable[[], GpuSource], *, watchdog: float = 15.0) -> None:
-        self.sampler = sampler
-        self._fallback_factory = fallback
-        self.fallback: GpuSource | None = None
+        super().__init__(sampler, fallback)
         self.watchdog = watchdog
 
     async def stream(self) -> AsyncGenerator[GpuStatus, None]:
@@ -64,9 +83,7 @@ class SampledGpu:
         told = ""
         while True:
             if s.state == "unavailable":
-                if self.fallback is None:
-                    self.fallback = self._fallback_factory()
-                inner = self.fallback.stream()
+                inner = self._fallback().stream()
                 try:
                     async for status in inner:
                         yield status
@@ -88,17 +105,12 @@ class SampledGpu:
                     "unresponsive", message=f"no line from the host sampler for {self.watchdog:g} s", time=time.time()
                 )
 
-    async def aclose(self) -> None:
-        await self.sampler.aclose()
 
-
-class SampledHost:
+class SampledHost(_OnSampler["HostSource"]):
     """A :class:`~tunedeck.collectors.sources.HostSource` over the sampler's ``/proc`` lines."""
 
     def __init__(self, sampler: HostSampler, fallback: Callable[[], HostSource], *, timeout: float = 8.0) -> None:
-        self.sampler = sampler
-        self._fallback_factory = fallback
-        self.fallback: HostSource | None = None
+        super().__init__(sampler, fallback)
         self.timeout = timeout
         self._seen = 0
         self._prev: tuple[int, int] | None = None
@@ -110,9 +122,7 @@ class SampledHost:
         state = await s.wait_settled(self.timeout)
         target = s.host.target
         if state == "unavailable":
-            if self.fallback is None:
-                self.fallback = self._fallback_factory()
-            return await self.fallback.sample()
+            return await self._fallback().sample()
         deadline = time.monotonic() + self.timeout
         while s.seq.get("host", 0) == self._seen and s.seq.get("host_error", 0) == 0 and s.state == "running":
             left = deadline - time.monotonic()
@@ -147,9 +157,6 @@ class SampledHost:
             uptime=num(msg.get("uptime")),
             time=float(msg.get("time") or time.time()),
         )
-
-    async def aclose(self) -> None:
-        await self.sampler.aclose()
 
 
 _SCHEME = "sampler://"
@@ -189,7 +196,7 @@ class _SampledServerCollector(ServerCollector):
         super()._drop_forward(spec)
 
 
-class SampledServers:
+class SampledServers(_OnSampler["WatchedServers"]):
     """A :class:`~tunedeck.collectors.sources.ServerSource`: the servers of the live runs the sampler lists,
     read on the host's loopback by the sampler, plus ``extra`` specs (given by URL, probed
     from here as before)."""
@@ -203,11 +210,9 @@ class SampledServers:
         *,
         timeout: float = 8.0,
     ) -> None:
+        super().__init__(sampler, fallback)
         self.host = host
-        self.sampler = sampler
         self.extra = tuple(extra)
-        self._fallback_factory = fallback
-        self.fallback: WatchedServers | None = None
         self.timeout = timeout
         self.collector = _SampledServerCollector(host, sampler, self.extra)
         self._runs_seq = -1
@@ -220,9 +225,7 @@ class SampledServers:
         s = self.sampler
         state = await s.wait_settled(self.timeout)
         if state == "unavailable":
-            if self.fallback is None:
-                self.fallback = self._fallback_factory()
-            return await self.fallback.sample()
+            return await self._fallback().sample()
         if state != "running":
             raise s.error or HostError("connection-lost", f"host sampler: {s.reason or state}", target=self.host.target)
         seq = s.seq.get("runs", 0)
@@ -253,7 +256,7 @@ class SampledServers:
         await self.collector.aclose()
         if self.fallback is not None:
             await self.fallback.aclose()
-        await self.sampler.aclose()
+        await super().aclose()
 
 
 def sampled_sources(host: Host, *, interval: float = 1.0, servers: Iterable[Any] = (), sim: bool = False) -> Sources:

@@ -111,6 +111,20 @@ def _frame(title: str, y_label: str, x_label: str, y: Axis) -> list[str]:
     return out
 
 
+def _x_ticks(x_axis: Axis) -> list[str]:
+    """A numeric x axis: a tick and its label at each of the axis's round values."""
+    pw, ph = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    out: list[str] = []
+    for t in x_axis.ticks:
+        xx = LEFT + pw * x_axis.frac(t)
+        out.append(f'<line x1="{_f(xx)}" x2="{_f(xx)}" y1="{TOP + ph}" y2="{TOP + ph + 4}" stroke="#333"/>')
+        out.append(
+            f'<text class="xtick" x="{_f(xx)}" y="{TOP + ph + 16}" text-anchor="middle" fill="#333">'
+            f"{esc(x_axis.label(t))}</text>"
+        )
+    return out
+
+
 def _category_ticks(categories: Sequence[str]) -> tuple[list[str], list[float]]:
     pw, ph = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     n = max(1, len(categories))
@@ -140,13 +154,7 @@ def line_svg(chart: LineChart) -> str:
     else:
         all_x = [x for s in chart.series for x, _ in s.points] or [0.0, 1.0]
         x_axis = nice_axis(min(0.0, min(all_x)), max(all_x), target=6)
-        for t in x_axis.ticks:
-            xx = LEFT + pw * x_axis.frac(t)
-            out.append(f'<line x1="{_f(xx)}" x2="{_f(xx)}" y1="{TOP + ph}" y2="{TOP + ph + 4}" stroke="#333"/>')
-            out.append(
-                f'<text class="xtick" x="{_f(xx)}" y="{TOP + ph + 16}" text-anchor="middle" fill="#333">'
-                f"{esc(x_axis.label(t))}</text>"
-            )
+        out += _x_ticks(x_axis)
 
         def px(v: float) -> float:
             return LEFT + pw * x_axis.frac(v)
@@ -217,13 +225,7 @@ def scatter_svg(chart: ScatterChart) -> str:
     x_axis = nice_axis(0.0, max((p.x for p in pts), default=1.0), target=6)
     y = nice_axis(0.0, max((p.y for p in pts), default=1.0))
     out = _frame(chart.title, chart.y_label, chart.x_label, y)
-    for t in x_axis.ticks:
-        xx = LEFT + pw * x_axis.frac(t)
-        out.append(f'<line x1="{_f(xx)}" x2="{_f(xx)}" y1="{TOP + ph}" y2="{TOP + ph + 4}" stroke="#333"/>')
-        out.append(
-            f'<text class="xtick" x="{_f(xx)}" y="{TOP + ph + 16}" text-anchor="middle" fill="#333">'
-            f"{esc(x_axis.label(t))}</text>"
-        )
+    out += _x_ticks(x_axis)
 
     def at(x: float, v: float) -> tuple[float, float]:
         return LEFT + pw * x_axis.frac(x), TOP + ph * (1 - y.frac(v))

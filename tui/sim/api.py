@@ -278,6 +278,16 @@ class Api:
             return False
         return True
 
+    def _request_body(self, req: Request, conn: Conn, *, auth: bool) -> dict[str, Any] | None:
+        """A generation request's body once it passed the API key (``auth``: the route asks for it),
+        the JSON and :meth:`_common_checks`; None: the error has been answered."""
+        if auth and not self._auth_ok(req, conn):
+            return None
+        body = self._body(req, conn)
+        if body is None or not self._common_checks(body, conn):
+            return None
+        return body
+
     def _max_tokens(self, body: dict[str, Any], prompt: int, default: int | None, conn: Conn) -> int | None:
         mt = body.get("max_completion_tokens", body.get("max_tokens"))
         if mt is None:
@@ -314,10 +324,8 @@ class Api:
         self.submit(r)
 
     def r_completions(self, req: Request, conn: Conn) -> None:
-        if not self._auth_ok(req, conn):
-            return
-        body = self._body(req, conn)
-        if body is None or not self._common_checks(body, conn):
+        body = self._request_body(req, conn, auth=True)
+        if body is None:
             return
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
@@ -331,13 +339,20 @@ class Api:
                 conn, 400, "prompt must be a string or a list of token ids (one prompt per request)", param="prompt"
             )
             return
+        self._openai_request("completion", body, ids, 16, req, conn)
+
+    def _openai_request(
+        self, kind: str, body: dict[str, Any], ids: list[int], default_max: int | None, req: Request, conn: Conn
+    ) -> None:
+        """An OpenAI-style request (completion or chat) of prompt ``ids``: its token limit checked
+        (``default_max`` when the body names none; None: the rest of the context), then run."""
         pt = len(ids)
-        mt = self._max_tokens(body, pt, 16, conn)
+        mt = self._max_tokens(body, pt, default_max, conn)
         if mt is None:
             return
         stream, inc, cont = self._stream_opts(body)
         r = self.formats.new_req(
-            "completion",
+            kind,
             stream=stream,
             prompt_tokens=pt,
             max_tokens=mt,
@@ -388,37 +403,16 @@ class Api:
         )
 
     def r_chat(self, req: Request, conn: Conn) -> None:
-        if not self._auth_ok(req, conn):
-            return
-        body = self._body(req, conn)
-        if body is None or not self._common_checks(body, conn):
+        body = self._request_body(req, conn, auth=True)
+        if body is None:
             return
         ids = self._chat_tokens(body, conn)
-        if ids is None:
-            return
-        pt = len(ids)
-        mt = self._max_tokens(body, pt, None, conn)
-        if mt is None:
-            return
-        stream, inc, cont = self._stream_opts(body)
-        r = self.formats.new_req(
-            "chat",
-            stream=stream,
-            prompt_tokens=pt,
-            max_tokens=mt,
-            ignore_eos=bool(body.get("ignore_eos", False)),
-            include_usage=inc and stream,
-            continuous_usage=cont and stream,
-            conn=conn,
-            arrival=req.arrival,
-            arrival_wall=req.arrival_wall,
-            ids=ids,
-        )
-        self._run(r, conn)
+        if ids is not None:
+            self._openai_request("chat", body, ids, None, req, conn)
 
     def r_generate(self, req: Request, conn: Conn) -> None:
-        body = self._body(req, conn)
-        if body is None or not self._common_checks(body, conn):
+        body = self._request_body(req, conn, auth=False)
+        if body is None:
             return
         sp = body.get("sampling_params") or {}
         ids: list[int] | None = None

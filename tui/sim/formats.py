@@ -279,13 +279,15 @@ class Formats:
             u["reasoning_tokens"] = 0
         return u
 
+    def _head(self, r: Req, obj: str) -> dict[str, Any]:
+        """The fields every OpenAI-style response object of ``r`` opens with (``obj``: its ``object``)."""
+        return {"id": r.rid, "object": obj, "created": r.created, "model": self.served}
+
+    def _chunk_head(self, r: Req) -> dict[str, Any]:
+        return self._head(r, "chat.completion.chunk" if r.kind == "chat" else "text_completion")
+
     def _chunk_obj(self, r: Req, text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
-        obj: dict[str, Any] = {
-            "id": r.rid,
-            "object": "chat.completion.chunk" if r.kind == "chat" else "text_completion",
-            "created": r.created,
-            "model": self.served,
-        }
+        obj = self._chunk_head(r)
         if r.kind == "chat":
             if self.engine == "vllm":
                 delta: dict[str, Any] = {}
@@ -342,15 +344,7 @@ class Formats:
         if r.kind == "chat" and self.engine == "sglang":
             parts.append(sse(self._chunk_obj(r, None, r.finish)))
         if r.kind in ("chat", "completion") and r.include_usage:
-            obj: dict[str, Any] = {
-                "id": r.rid,
-                "object": "chat.completion.chunk" if r.kind == "chat" else "text_completion",
-                "created": r.created,
-                "model": self.served,
-                "choices": [],
-                "usage": self.usage(r),
-            }
-            parts.append(sse(obj))
+            parts.append(sse({**self._chunk_head(r), "choices": [], "usage": self.usage(r)}))
         parts.append(DONE)
         return frame(b"".join(parts))
 
@@ -408,10 +402,7 @@ class Formats:
                     "reasoning": None,
                 }
                 obj = {
-                    "id": r.rid,
-                    "object": "chat.completion",
-                    "created": r.created,
-                    "model": self.served,
+                    **self._head(r, "chat.completion"),
                     "choices": [
                         {
                             "index": 0,
@@ -432,10 +423,7 @@ class Formats:
             else:
                 msg = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
                 obj = {
-                    "id": r.rid,
-                    "object": "chat.completion",
-                    "created": r.created,
-                    "model": self.served,
+                    **self._head(r, "chat.completion"),
                     "choices": [
                         {"index": 0, "message": msg, "logprobs": None, "finish_reason": r.finish, "matched_stop": None}
                     ],
@@ -446,10 +434,7 @@ class Formats:
             if self.engine == "vllm":
                 ch.update({"stop_reason": None, "token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None})
                 obj = {
-                    "id": r.rid,
-                    "object": "text_completion",
-                    "created": r.created,
-                    "model": self.served,
+                    **self._head(r, "text_completion"),
                     "choices": [ch],
                     "service_tier": None,
                     "system_fingerprint": None,
@@ -459,10 +444,7 @@ class Formats:
             else:
                 ch["matched_stop"] = None
                 obj = {
-                    "id": r.rid,
-                    "object": "text_completion",
-                    "created": r.created,
-                    "model": self.served,
+                    **self._head(r, "text_completion"),
                     "choices": [ch],
                     "usage": usage,
                 }

@@ -26,7 +26,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -255,21 +255,28 @@ class GpuReading:
     procs: list[tuple[int, str, int]] = field(default_factory=list)  # (pid, name, used_mib)
 
 
+def _gpu_entries(rec: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(GPU index, its entry) of a server record's ``gpus`` map; malformed entries are skipped."""
+    g = rec.get("gpus") or {}
+    if not isinstance(g, dict):
+        return
+    for k, v in g.items():
+        try:
+            i = int(k)
+        except ValueError:
+            continue
+        if isinstance(v, dict):
+            yield i, v
+
+
 def read_gpus(cfg: GpuConfig | None = None, root: Path | None = None) -> list[GpuReading]:
     """Current state of every simulated GPU, from the live servers' records."""
     cfg = cfg or load_config(root)
     gpus = [GpuReading(i) for i in range(cfg.count)]
     for rec in live_servers(root):
         pid = rec["pid"]
-        g = rec.get("gpus") or {}
-        if not isinstance(g, dict):
-            continue
-        for k, v in g.items():
-            try:
-                i = int(k)
-            except ValueError:
-                continue
-            if not (0 <= i < cfg.count) or not isinstance(v, dict):
+        for i, v in _gpu_entries(rec):
+            if not 0 <= i < cfg.count:
                 continue
             r = gpus[i]
             r.used_mib += int(v.get("used_mib", 0))
@@ -325,14 +332,10 @@ def used_by_others(indices: list[int], exclude_pid: int, root: Path | None = Non
     for rec in live_servers(root):
         if rec.get("pid") == exclude_pid:
             continue
-        g = rec.get("gpus") or {}
-        if not isinstance(g, dict):
-            continue
-        for k, v in g.items():
+        for i, v in _gpu_entries(rec):
             try:
-                i = int(k)
                 used = int(v.get("used_mib", 0))
-            except (ValueError, TypeError, AttributeError):
+            except (ValueError, TypeError):
                 continue
             if i in indices:
                 per[i] = per.get(i, 0) + used

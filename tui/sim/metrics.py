@@ -165,6 +165,45 @@ class Histogram:
             yield f"{name}_created{_labels(labels)} {_num(self.created)}"
 
 
+class _Exposition:
+    """One /metrics text: ``prefix:``-named families, the ``base`` labels on every sample; with
+    ``created`` (a time) counters and histograms also carry ``_created`` samples (vLLM's)."""
+
+    def __init__(self, prefix: str, base: dict[str, str], created: float | None) -> None:
+        self.prefix = prefix
+        self.base = base
+        self.created = created
+        self.out: list[str] = []
+
+    def head(self, name: str, help_: str, kind: str) -> None:
+        self.out.append(f"# HELP {self.prefix}:{name} {help_}")
+        self.out.append(f"# TYPE {self.prefix}:{name} {kind}")
+
+    def sample(self, name: str, value: float, extra: dict[str, str] | None = None) -> None:
+        self.out.append(f"{self.prefix}:{name}{_labels({**self.base, **(extra or {})})} {_num(value)}")
+
+    def gauge(self, name: str, help_: str, value: float, extra: dict[str, str] | None = None) -> None:
+        self.head(name, help_, "gauge")
+        self.sample(name, value, extra)
+
+    def counter(self, name: str, help_: str, values: float | list[tuple[dict[str, str], float]]) -> None:
+        """One counter family: a value, or (extra labels, value) pairs."""
+        pairs = values if isinstance(values, list) else [({}, values)]
+        self.head(f"{name}_total", help_, "counter")
+        for extra, v in pairs:
+            self.sample(f"{name}_total", v, extra)
+        if self.created is not None:
+            for extra, _v in pairs:
+                self.sample(f"{name}_created", self.created, extra)
+
+    def hist(self, name: str, help_: str, h: Histogram) -> None:
+        self.head(name, help_, "histogram")
+        self.out.extend(h.lines(f"{self.prefix}:{name}", self.base, created=self.created is not None))
+
+    def text(self) -> str:
+        return "\n".join(self.out) + "\n"
+
+
 class Metrics:
     """Counters the engine updates while serving; ``render()`` gives the /metrics text."""
 
@@ -221,81 +260,42 @@ class Metrics:
 
     def _render_sglang(self) -> str:
         base = {"model_name": self.model, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
-        out: list[str] = []
-
-        def gauge(name: str, help_: str, value: float, extra: dict[str, str] | None = None) -> None:
-            out.append(f"# HELP sglang:{name} {help_}")
-            out.append(f"# TYPE sglang:{name} gauge")
-            out.append(f"sglang:{name}{_labels({**base, **(extra or {})})} {_num(value)}")
-
-        def counter(name: str, help_: str, value: float) -> None:
-            out.append(f"# HELP sglang:{name}_total {help_}")
-            out.append(f"# TYPE sglang:{name}_total counter")
-            out.append(f"sglang:{name}_total{_labels(base)} {_num(value)}")
-
-        def hist(name: str, help_: str, h: Histogram) -> None:
-            out.append(f"# HELP sglang:{name} {help_}")
-            out.append(f"# TYPE sglang:{name} histogram")
-            out.extend(h.lines(f"sglang:{name}", base, created=False))
-
-        gauge("num_running_reqs", "The number of running requests.", self.running)
-        gauge("num_used_tokens", "The number of used tokens.", self.used_tokens)
-        gauge("token_usage", "The token usage.", self.token_usage)
-        gauge("gen_throughput", "The generation throughput (token/s).", self.gen_throughput)
-        gauge("num_queue_reqs", "The number of requests in the waiting queue.", self.waiting)
-        gauge("cache_hit_rate", "The prefix cache hit rate.", self.cache_hit_rate)
-        gauge("spec_accept_length", "The average acceptance length of speculative decoding.", self.spec_accept_length)
-        gauge("spec_accept_rate", "The average acceptance rate of speculative decoding.", self.spec_accept_rate)
-        gauge("spec_num_steps", "Currently active speculative_num_steps.", self.spec_num_steps)
-        gauge("spec_num_draft_tokens", "Currently active speculative_num_draft_tokens.", self.spec_num_draft_tokens)
-        gauge("num_retracted_reqs", "The number of retracted requests.", 0)
-        gauge("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", self.max_total_tokens)
-        gauge("kv_cache_memory_usage_gb", "The KV cache memory usage in GB.", self.kv_cache_gb)
-        out.append("# HELP sglang:startup_time_seconds Startup time of each phase in seconds.")
-        out.append("# TYPE sglang:startup_time_seconds gauge")
+        x = _Exposition("sglang", base, None)
+        x.gauge("num_running_reqs", "The number of running requests.", self.running)
+        x.gauge("num_used_tokens", "The number of used tokens.", self.used_tokens)
+        x.gauge("token_usage", "The token usage.", self.token_usage)
+        x.gauge("gen_throughput", "The generation throughput (token/s).", self.gen_throughput)
+        x.gauge("num_queue_reqs", "The number of requests in the waiting queue.", self.waiting)
+        x.gauge("cache_hit_rate", "The prefix cache hit rate.", self.cache_hit_rate)
+        x.gauge("spec_accept_length", "The average acceptance length of speculative decoding.", self.spec_accept_length)
+        x.gauge("spec_accept_rate", "The average acceptance rate of speculative decoding.", self.spec_accept_rate)
+        x.gauge("spec_num_steps", "Currently active speculative_num_steps.", self.spec_num_steps)
+        x.gauge("spec_num_draft_tokens", "Currently active speculative_num_draft_tokens.", self.spec_num_draft_tokens)
+        x.gauge("num_retracted_reqs", "The number of retracted requests.", 0)
+        x.gauge("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", self.max_total_tokens)
+        x.gauge("kv_cache_memory_usage_gb", "The KV cache memory usage in GB.", self.kv_cache_gb)
+        x.head("startup_time_seconds", "Startup time of each phase in seconds.", "gauge")
         for phase, v in self.startup.items():
-            out.append(f"sglang:startup_time_seconds{_labels({**base, 'phase': phase})} {_num(v)}")
-        counter("prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens)
-        counter("generation_tokens", "Number of generation tokens processed.", self.generation_tokens)
-        counter("cached_tokens", "Number of cached prompt tokens.", self.prefix_hits)
-        counter("num_requests", "Number of requests processed.", self.requests)
-        counter("num_aborted_requests", "Number of requests aborted.", self.aborted)
+            x.sample("startup_time_seconds", v, {"phase": phase})
+        x.counter("prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens)
+        x.counter("generation_tokens", "Number of generation tokens processed.", self.generation_tokens)
+        x.counter("cached_tokens", "Number of cached prompt tokens.", self.prefix_hits)
+        x.counter("num_requests", "Number of requests processed.", self.requests)
+        x.counter("num_aborted_requests", "Number of requests aborted.", self.aborted)
         if self.spec_verify_calls:  # a labelled counter: exported from its first increment on
-            counter("spec_verify_calls", "Number of speculative decoding verification calls.", self.spec_verify_calls)
-        hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft)
-        hist("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl)
-        hist("request_time_per_output_token_seconds", "Histogram of time per output token in seconds.", self.tpot)
-        hist("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", self.e2e)
-        hist("queue_time_seconds", "Histogram of queueing time in seconds.", self.queue)
-        return "\n".join(out) + "\n"
+            x.counter("spec_verify_calls", "Number of speculative decoding verification calls.", self.spec_verify_calls)
+        x.hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft)
+        x.hist("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl)
+        x.hist("request_time_per_output_token_seconds", "Histogram of time per output token in seconds.", self.tpot)
+        x.hist("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", self.e2e)
+        x.hist("queue_time_seconds", "Histogram of queueing time in seconds.", self.queue)
+        return x.text()
 
     def _render_vllm(self) -> str:
-        base = {"model_name": self.model, "engine": "0"}
-        out: list[str] = []
-
-        def gauge(name: str, help_: str, value: float, extra: dict[str, str] | None = None) -> None:
-            out.append(f"# HELP vllm:{name} {help_}")
-            out.append(f"# TYPE vllm:{name} gauge")
-            out.append(f"vllm:{name}{_labels({**base, **(extra or {})})} {_num(value)}")
-
-        def counter(name: str, help_: str, values: list[tuple[dict[str, str], float]]) -> None:
-            out.append(f"# HELP vllm:{name}_total {help_}")
-            out.append(f"# TYPE vllm:{name}_total counter")
-            for extra, v in values:
-                out.append(f"vllm:{name}_total{_labels({**base, **extra})} {_num(v)}")
-            for extra, _v in values:
-                out.append(f"vllm:{name}_created{_labels({**base, **extra})} {_num(self.created)}")
-
-        def hist(name: str, help_: str, h: Histogram) -> None:
-            out.append(f"# HELP vllm:{name} {help_}")
-            out.append(f"# TYPE vllm:{name} histogram")
-            out.extend(h.lines(f"vllm:{name}", base, created=True))
-
-        gauge("num_requests_running", "Number of requests in model execution batches.", self.running)
-        gauge("num_requests_waiting", "Number of requests waiting to be processed.", self.waiting)
-        gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", self.token_usage)
-        out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
-        out.append("# TYPE vllm:cache_config_info gauge")
+        x = _Exposition("vllm", {"model_name": self.model, "engine": "0"}, self.created)
+        x.gauge("num_requests_running", "Number of requests in model execution batches.", self.running)
+        x.gauge("num_requests_waiting", "Number of requests waiting to be processed.", self.waiting)
+        x.gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", self.token_usage)
         info = {
             "block_size": str(self.block_size),
             "cache_dtype": "auto",
@@ -303,42 +303,38 @@ class Metrics:
             "gpu_memory_utilization": str(self.gpu_memory_utilization),
             "num_gpu_blocks": str(self.max_total_tokens // self.block_size),
         }
-        out.append(f"vllm:cache_config_info{_labels({**base, **info})} 1.0")
-        counter("num_preemptions", "Cumulative number of preemption from the engine.", [({}, self.preemptions)])
-        counter("prompt_tokens", "Number of prefill tokens processed.", [({}, self.prompt_tokens)])
-        counter("generation_tokens", "Number of generation tokens processed.", [({}, self.generation_tokens)])
-        counter(
+        x.gauge("cache_config_info", "Information of the LLMEngine CacheConfig", 1, info)
+        x.counter("num_preemptions", "Cumulative number of preemption from the engine.", self.preemptions)
+        x.counter("prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens)
+        x.counter("generation_tokens", "Number of generation tokens processed.", self.generation_tokens)
+        x.counter(
             "request_success",
             "Count of successfully processed requests.",
             [({"finished_reason": r}, float(self.finished.get(r, 0))) for r in ("stop", "length", "abort")],
         )
-        counter(
-            "prefix_cache_queries",
-            "Prefix cache queries, in terms of number of queried tokens.",
-            [({}, self.prefix_queries)],
+        x.counter(
+            "prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", self.prefix_queries
         )
-        counter(
-            "prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", [({}, self.prefix_hits)]
-        )
+        x.counter("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", self.prefix_hits)
         if self.spec_per_pos:
-            counter("spec_decode_num_drafts", "Number of spec decoding drafts.", [({}, self.spec_drafts)])
-            counter("spec_decode_num_draft_tokens", "Number of draft tokens.", [({}, self.spec_draft_tokens)])
-            counter("spec_decode_num_accepted_tokens", "Number of accepted tokens.", [({}, self.spec_accepted)])
-            counter(
+            x.counter("spec_decode_num_drafts", "Number of spec decoding drafts.", self.spec_drafts)
+            x.counter("spec_decode_num_draft_tokens", "Number of draft tokens.", self.spec_draft_tokens)
+            x.counter("spec_decode_num_accepted_tokens", "Number of accepted tokens.", self.spec_accepted)
+            x.counter(
                 "spec_decode_num_accepted_tokens_per_pos",
                 "Accepted tokens per draft position.",
                 [({"position": str(i)}, float(v)) for i, v in enumerate(self.spec_per_pos)],
             )
-        hist("iteration_tokens_total", "Histogram of number of tokens per engine_step.", self.iteration)
-        hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft)
-        hist("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl)
-        hist(
+        x.hist("iteration_tokens_total", "Histogram of number of tokens per engine_step.", self.iteration)
+        x.hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft)
+        x.hist("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl)
+        x.hist(
             "request_time_per_output_token_seconds",
             "Histogram of time_per_output_token_seconds per request.",
             self.tpot,
         )
-        hist("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self.e2e)
-        hist("request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", self.queue)
-        hist("request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", self.prefill)
-        hist("request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", self.decode)
-        return "\n".join(out) + "\n"
+        x.hist("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self.e2e)
+        x.hist("request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", self.queue)
+        x.hist("request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", self.prefill)
+        x.hist("request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", self.decode)
+        return x.text()

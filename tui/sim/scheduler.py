@@ -187,6 +187,18 @@ class Scheduler:
         used: int = self.metrics.used_tokens
         return used + extra + r.prompt_tokens + r.out <= self.state.kv_tokens
 
+    def _next_waiting(self, extra: int) -> Req | None:
+        """The first waiting request (those finished while they waited dropped), its prefix looked
+        up, when its KV fits beside ``extra`` tokens admitted this step; None: nothing to admit now."""
+        waiting = self.state.waiting
+        while waiting and waiting[0].finish is not None:
+            waiting.popleft()
+        if not waiting:
+            return None
+        r = waiting[0]
+        self._lookup(r)
+        return r if self._kv_room(r, extra) else None
+
     def _sglang_batch(self, now: float) -> list[tuple[Req, int]]:
         """The next prefill batch: (request, prompt tokens computed now).
 
@@ -208,13 +220,9 @@ class Scheduler:
             self.state.chunked = None
             room -= take
         extra = 0
-        while self.state.waiting and len(self.state.running) + len(batch) < self.cfg.max_running:
-            r = self.state.waiting[0]
-            if r.finish is not None:
-                self.state.waiting.popleft()
-                continue
-            self._lookup(r)
-            if not self._kv_room(r, extra):
+        while len(self.state.running) + len(batch) < self.cfg.max_running:
+            r = self._next_waiting(extra)
+            if r is None:
                 break
             if r.todo <= room or (not batch and chunk is None):
                 take = r.todo
@@ -278,19 +286,15 @@ class Scheduler:
                 sched.append((r, take))
                 budget -= take
         extra = 0
-        while self.state.waiting and len(self.state.running) < self.cfg.max_running and budget > 0:
-            r = self.state.waiting[0]
-            if r.finish is not None:
-                self.state.waiting.popleft()
-                continue
-            self._lookup(r)
-            if not self._kv_room(r, extra):
+        while len(self.state.running) < self.cfg.max_running and budget > 0:
+            new = self._next_waiting(extra)
+            if new is None:
                 break
-            self._admit(r, now)
-            take = min(r.todo, budget)
-            self.state.running.append(r)
-            sched.append((r, take))
-            extra += r.prompt_tokens + r.out
+            self._admit(new, now)
+            take = min(new.todo, budget)
+            self.state.running.append(new)
+            sched.append((new, take))
+            extra += new.prompt_tokens + new.out
             budget -= take
         return sched
 

@@ -12,19 +12,22 @@ from tunedeck.sim.capmodel import SGLANG_CHUNK
 from tunedeck.sim.formats import Formats, Req
 from tunedeck.sim.gpus import used_by_others
 from tunedeck.sim.simlog import Fatal, sglang_capture_bs, tqdm_frame
-from tunedeck.sim.startup import StartupKit, Task, bind_socket
+from tunedeck.sim.startup import KitPart, StartupKit, Task, bind_socket
+
+#: the frames a scheduler process's traceback opens with when it dies while it is being built
+_SCHEDULER_INIT = (
+    '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 2937, in run_scheduler_process\n'
+    "    scheduler = Scheduler(\n"
+    "                ^^^^^^^^^^\n"
+)
 
 
-class SglangStartup:
+class SglangStartup(KitPart):
     """SGLang's :class:`tunedeck.sim.startup.EngineStartup`; its warm-up request goes through
     ``formats`` and ``submit`` like a client's."""
 
     def __init__(self, kit: StartupKit, formats: Formats, submit: Callable[[Req], None]) -> None:
-        self.kit = kit
-        self.state = kit.state
-        self.cfg = kit.cfg
-        self.a = kit.a
-        self.log = kit.log
+        super().__init__(kit)
         self.formats = formats
         self.submit = submit
 
@@ -85,8 +88,7 @@ class SglangStartup:
             raise Fatal(137, kill=True)
         self.kit.set_mem(ctx, 0)
         await self.kit.at(0.02)
-        for r in self.kit.ranks():
-            L.sg("Init parallel begin.", rank=r)
+        self._each_rank("Init parallel begin.")
         await rendezvous.join(self.kit)
         await self.kit.at(0.05)
         if a.sim_fault == "nccl":
@@ -118,27 +120,22 @@ class SglangStartup:
         await self.kit.at(0.52)
         avail1 = avail0 - self.state.weights_gib
         quant = ", quant=fp8" if f["bytes_per_param"] == 1.0 else ""
-        for r in self.kit.ranks():
-            L.sg(
-                f"Load weight end. elapsed={self.kit.elapsed(0.07, 0.52):.2f} s, type={f['arch']}{quant}, "
-                f"avail mem={avail1:.2f} GB, mem usage={self.state.weights_gib:.2f} GB.",
-                rank=r,
-            )
+        self._each_rank(
+            f"Load weight end. elapsed={self.kit.elapsed(0.07, 0.52):.2f} s, type={f['arch']}{quant}, "
+            f"avail mem={avail1:.2f} GB, mem usage={self.state.weights_gib:.2f} GB."
+        )
         await self.kit.at(0.55)
         kv = total * mfs - self.state.weights_gib - baseline - other
         if a.sim_fault == "oom":
             self._oom(f"Tried to allocate {max(kv, 1.0) / 2:.2f} GiB", during="kv")
         if kv < 1.0:
-            for r in self.kit.ranks():
-                L.sg(
-                    "Scheduler hit an exception: Traceback (most recent call last):\n"
+            self._schedulers_fail(
+                lambda r: (
                     '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor/model_runner.py", line 1712, in init_memory_pool\n'
                     "    raise RuntimeError(\n"
-                    f"RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static={mfs}\n",
-                    rank=r,
+                    f"RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static={mfs}\n"
                 )
-            L.sg("Received sigquit from a child process. It usually means the child failed.")
-            raise Fatal(137, kill=True)
+            )
         self.state.kv_gib = kv
         self.state.kv_tokens = int(kv * (1 << 30) / f["kv_bytes_per_token"])
         if a.max_total_tokens:
@@ -168,11 +165,9 @@ class SglangStartup:
             bs_list = sglang_capture_bs(max_bs)
             target = "target verify" if self.cfg.spec else "target decode"
             k = self.cfg.spec.draft_tokens if self.cfg.spec else 1
-            for r in self.kit.ranks():
-                L.sg(
-                    f"Capture {target} CUDA graph begin. backend=full, num_tokens_per_req={k}, avail mem={avail2:.2f} GB",
-                    rank=r,
-                )
+            self._each_rank(
+                f"Capture {target} CUDA graph begin. backend=full, num_tokens_per_req={k}, avail mem={avail2:.2f} GB"
+            )
             f0, f1 = 0.60, 0.90
             n = len(bs_list)
             graph_total = 0.82
@@ -192,12 +187,10 @@ class SglangStartup:
             L.raw("\r" + tqdm_frame(desc, n, n, self.kit.elapsed(f0, f1)) + "\n")
             self.state.graph_gib = graph_total
             await self.kit.at(0.91)
-            for r in self.kit.ranks():
-                L.sg(
-                    f"Capture {target} CUDA graph end. bs={bs_list}, elapsed={self.kit.elapsed(0.58, 0.91):.2f} s, "
-                    f"mem usage={graph_total:.2f} GB, avail mem={avail2 - graph_total:.2f} GB.",
-                    rank=r,
-                )
+            self._each_rank(
+                f"Capture {target} CUDA graph end. bs={bs_list}, elapsed={self.kit.elapsed(0.58, 0.91):.2f} s, "
+                f"mem usage={graph_total:.2f} GB, avail mem={avail2 - graph_total:.2f} GB."
+            )
         await self.kit.at(0.92)
         chunked = a.chunked_prefill_size if a.chunked_prefill_size is not None else SGLANG_CHUNK
         L.sg(
@@ -230,27 +223,33 @@ class SglangStartup:
         L.uvicorn(f"Uvicorn running on http://{shown}:{sock.getsockname()[1]} (Press CTRL+C to quit)")
         self.state.metrics.startup = {"total": round(self.cfg.load_s * 0.94, 2)}
 
-    def _nccl_failure(self) -> NoReturn:
-        L = self.log
+    def _each_rank(self, text: str) -> None:
+        """``text`` from every rank of this node, in the order the ranks print it this time."""
         for r in self.kit.ranks():
-            L.sg(
-                "Scheduler hit an exception: Traceback (most recent call last):\n"
-                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 2937, in run_scheduler_process\n'
-                "    scheduler = Scheduler(\n"
-                "                ^^^^^^^^^^\n"
-                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/distributed/device_communicators/pynccl.py", line 113, in __init__\n'
+            self.log.sg(text, rank=r)
+
+    def _schedulers_fail(self, trace: Callable[[int], str]) -> NoReturn:
+        """Every rank's scheduler dies with ``trace(rank)`` (its traceback's frames and exception);
+        the launcher then gets a child's sigquit and the process ends (exit 137)."""
+        for r in self.kit.ranks():
+            self.log.sg("Scheduler hit an exception: Traceback (most recent call last):\n" + trace(r), rank=r)
+        self.log.sg("Received sigquit from a child process. It usually means the child failed.")
+        raise Fatal(137, kill=True)
+
+    def _nccl_failure(self) -> NoReturn:
+        self._schedulers_fail(
+            lambda r: (
+                _SCHEDULER_INIT
+                + '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/distributed/device_communicators/pynccl.py", line 113, in __init__\n'
                 "    self.comm: ncclComm_t = self.nccl.ncclCommInitRank(\n"
                 "                            ^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
                 '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/distributed/device_communicators/pynccl_wrapper.py", line 374, in NCCL_CHECK\n'
                 '    raise RuntimeError(f"NCCL error: {error_str}")\n'
-                "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n",
-                rank=r,
+                "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n"
             )
-        L.sg("Received sigquit from a child process. It usually means the child failed.")
-        raise Fatal(137, kill=True)
+        )
 
     def _oom(self, tried: str, during: str) -> NoReturn:
-        L = self.log
         total = self.cfg.gpu_cfg.memory_total_mib / 1024.0
         where = (
             '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/mem_cache/memory_pool.py", line 612, in _create_buffers\n'
@@ -259,22 +258,17 @@ class SglangStartup:
             else '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_loader/loader.py", line 584, in load_model\n'
             "    model = _initialize_model(\n"
         )
-        for r in self.kit.ranks():
-            L.sg(
-                "Scheduler hit an exception: Traceback (most recent call last):\n"
-                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 2937, in run_scheduler_process\n'
-                "    scheduler = Scheduler(\n"
-                "                ^^^^^^^^^^\n"
+        self._schedulers_fail(
+            lambda r: (
+                _SCHEDULER_INIT
                 + where
                 + f"torch.OutOfMemoryError: CUDA out of memory. {tried}. GPU {r} has a total capacity of {total:.2f} GiB "
                 f"of which 1.06 GiB is free. Including non-PyTorch memory, this process has {total - 1.06:.2f} GiB memory in use. "
                 f"Of the allocated memory {total - 2.5:.2f} GiB is allocated by PyTorch, and 412.31 MiB is reserved by PyTorch but "
                 "unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-                "to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)\n",
-                rank=r,
+                "to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)\n"
             )
-        L.sg("Received sigquit from a child process. It usually means the child failed.")
-        raise Fatal(137, kill=True)
+        )
 
     async def _warmup_request(self) -> None:
         peer = f"127.0.0.1:{random.Random(self.cfg.seed).randint(33000, 60000)}"

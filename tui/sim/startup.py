@@ -110,6 +110,17 @@ class StartupKit:
         return http
 
 
+class KitPart:
+    """A part of a start-up: the kit, and the server's state, config, arguments and log it reads."""
+
+    def __init__(self, kit: StartupKit) -> None:
+        self.kit = kit
+        self.state = kit.state
+        self.cfg = kit.cfg
+        self.a = kit.a
+        self.log = kit.log
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
     host = host or "0.0.0.0"
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET

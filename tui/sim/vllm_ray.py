@@ -11,17 +11,20 @@ import re
 import sys
 import time
 import uuid
-from typing import NoReturn
+from typing import NoReturn, Sequence
 
 from tunedeck.sim import raycluster, raynode
 from tunedeck.sim.simlog import Fatal, Log
-from tunedeck.sim.startup import StartupKit
+from tunedeck.sim.startup import KitPart, StartupKit
 
 
-def engine_failed(log: Log, pid: int, ec: int, printed: bool = False) -> NoReturn:
-    """``EngineCore failed to start.`` (unless ``printed``), the API server's traceback, exit 1."""
+def engine_failed(log: Log, pid: int, ec: int, printed: bool = False, cause: Sequence[str] = ()) -> NoReturn:
+    """``EngineCore failed to start.`` (unless ``printed``) and the engine core's ``cause`` lines, the
+    API server's traceback, exit 1."""
     if not printed:
         log.vl("EngineCore failed to start.", proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
+    for line in cause:
+        log.vl(line, proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
     for line in [
         "Traceback (most recent call last):",
         '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/utils.py", line 782, in wait_for_engine_startup',
@@ -32,15 +35,11 @@ def engine_failed(log: Log, pid: int, ec: int, printed: bool = False) -> NoRetur
     raise Fatal(1)
 
 
-class RayPlacement:
+class RayPlacement(KitPart):
     """The engine core's placement group on the Ray cluster (``ec``: the engine core's pid)."""
 
     def __init__(self, kit: StartupKit, ec: int) -> None:
-        self.kit = kit
-        self.state = kit.state
-        self.cfg = kit.cfg
-        self.a = kit.a
-        self.log = kit.log
+        super().__init__(kit)
         self.ec = ec
         #: (pid, ip, rank) of each Ray worker on another node
         self.workers: list[tuple[int, str, int]] = []
@@ -57,7 +56,6 @@ class RayPlacement:
             L.vl(msg, proc="EngineCore", pid=ec, level=level, where=where)
 
         def fail(exc_line: str, frames: list[str]) -> NoReturn:
-            vl("EngineCore failed to start.", level="ERROR", where="core.py:866")
             tb = [
                 "Traceback (most recent call last):",
                 '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/ray_executor.py", line 96, in _init_executor',
@@ -65,9 +63,7 @@ class RayPlacement:
                 *frames,
                 *exc_line.split("\n"),
             ]
-            for line in tb:
-                vl(line, level="ERROR", where="core.py:866")
-            engine_failed(self.log, self.cfg.pid, ec, printed=True)
+            engine_failed(self.log, self.cfg.pid, ec, cause=tb)
 
         if world > self.cfg.gpu_cfg.count:
             vl(

@@ -10,12 +10,12 @@ import os
 import socket
 import time
 import uuid
-from typing import Any, NoReturn
+from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from tunedeck.engines import VLLM_VERSION
 from tunedeck.sim.gpus import used_by_others
 from tunedeck.sim.simlog import Fatal, tqdm_frame
-from tunedeck.sim.startup import StartupKit, Task, bind_socket
+from tunedeck.sim.startup import KitPart, StartupKit, Task, bind_socket
 from tunedeck.sim.vllm_args import vllm_parser
 from tunedeck.sim.vllm_ray import RayPlacement, engine_failed
 
@@ -50,16 +50,12 @@ VLLM_LOGO = [
 T0 = "Worker_TP0"
 
 
-class VllmStartup:
+class VllmStartup(KitPart):
     """vLLM's :class:`tunedeck.sim.startup.EngineStartup`: the start-up in phases, each at its moment
     of the load time; a failure ends it with :func:`tunedeck.sim.vllm_ray.engine_failed`."""
 
     def __init__(self, kit: StartupKit) -> None:
-        self.kit = kit
-        self.state = kit.state
-        self.cfg = kit.cfg
-        self.a = kit.a
-        self.log = kit.log
+        super().__init__(kit)
         #: the engine core's pid
         self.ec = self.cfg.pid + 1
         self.total = self.cfg.gpu_cfg.memory_total_mib / 1024.0
@@ -92,8 +88,24 @@ class VllmStartup:
             self.log.vl(line, proc="EngineCore", pid=self.ec, level="ERROR", where="core.py:1010")
         raise Fatal(1)
 
-    def _failed(self, printed: bool = False) -> NoReturn:
-        engine_failed(self.log, self.cfg.pid, self.ec, printed)
+    def _failed(self, printed: bool = False, cause: Sequence[str] = ()) -> NoReturn:
+        engine_failed(self.log, self.cfg.pid, self.ec, printed, cause)
+
+    def _tp0(self, text: str, where: str, level: str = "INFO") -> None:
+        """A line of rank 0's worker (``Worker_TP0``)."""
+        self.log.vl(text, proc=T0, pid=self.kit.worker_pid(0), level=level, where=where)
+
+    def _worker_error(self, ranks: Iterable[int], lines: Callable[[int], list[str]]) -> None:
+        """The ``lines(rank)`` a failing worker prints, for each of ``ranks`` (its executor's ERROR lines)."""
+        for r in ranks:
+            for line in lines(r):
+                self.log.vl(
+                    line,
+                    proc=f"Worker_TP{r}",
+                    pid=self.kit.worker_pid(r),
+                    level="ERROR",
+                    where="multiproc_executor.py:759",
+                )
 
     async def start(self) -> None:
         self._banner()
@@ -211,14 +223,13 @@ class VllmStartup:
         other = used_by_others(self.cfg.gpus, self.cfg.pid) / 1024.0
         free = total - other - 0.52
         if free < total * a.gpu_memory_utilization:
-            L.vl(
-                f"ValueError: Free memory on device cuda:0 ({free:.2f}/{total:.2f} GiB) on startup is less than desired GPU "
-                f"memory utilization ({a.gpu_memory_utilization}, {total * a.gpu_memory_utilization:.2f} GiB). Decrease GPU memory "
-                "utilization or reduce GPU memory used by other processes.",
-                proc="Worker_TP0",
-                pid=self.kit.worker_pid(0),
-                level="ERROR",
-                where="multiproc_executor.py:759",
+            self._worker_error(
+                [0],
+                lambda r: [
+                    f"ValueError: Free memory on device cuda:{r} ({free:.2f}/{total:.2f} GiB) on startup is less than desired GPU "
+                    f"memory utilization ({a.gpu_memory_utilization}, {total * a.gpu_memory_utilization:.2f} GiB). Decrease GPU memory "
+                    "utilization or reduce GPU memory used by other processes."
+                ],
             )
             self._failed()
         port = 30000 + (self.cfg.pid % 20000)
@@ -230,8 +241,9 @@ class VllmStartup:
                 where="parallel_state.py:1400",
             )
         if a.sim_fault == "nccl":
-            for r in self.kit.ranks()[:2]:
-                for line in [
+            self._worker_error(
+                self.kit.ranks()[:2],
+                lambda r: [
                     "WorkerProc failed to start.",
                     "Traceback (most recent call last):",
                     '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/multiproc_executor.py", line 733, in worker_main',
@@ -240,14 +252,8 @@ class VllmStartup:
                     '  File "/usr/local/lib/python3.12/dist-packages/vllm/distributed/device_communicators/pynccl_wrapper.py", line 257, in NCCL_CHECK',
                     '    raise RuntimeError(f"NCCL error: {error_str}")',
                     "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
-                ]:
-                    L.vl(
-                        line,
-                        proc=f"Worker_TP{r}",
-                        pid=self.kit.worker_pid(r),
-                        level="ERROR",
-                        where="multiproc_executor.py:759",
-                    )
+                ],
+            )
             self._failed()
         L.vl("vLLM is using nccl==2.28.3", proc="Worker", pid=self.kit.worker_pid(0), where="pynccl.py:111")
         for r in range(len(self.cfg.gpus)):
@@ -261,51 +267,36 @@ class VllmStartup:
 
     async def _backend(self) -> None:
         """The attention backend: forced (and fitting the model, or failing) or chosen."""
-        L = self.log
         f = self.cfg.facts
-        t0 = T0
         await self.kit.at(0.07)
-        t0 = "Worker_TP0"
-        L.vl("Loading model from scratch...", proc=t0, pid=self.kit.worker_pid(0), where="gpu_model_runner.py:4735")
+        self._tp0("Loading model from scratch...", where="gpu_model_runner.py:4735")
         forced = self.cfg.perf.attention_backend
         mla = f["mla"]
         if forced:
             is_mla = "MLA" in forced
             if is_mla != mla:
                 reason = "['MLA not supported']" if not mla else "['non-MLA not supported']"
-                L.vl(
+                self._tp0(
                     f"ValueError: Selected backend AttentionBackendEnum.{forced} is not valid for this configuration. Reason: {reason}",
-                    proc=t0,
-                    pid=self.kit.worker_pid(0),
-                    level="ERROR",
                     where="multiproc_executor.py:759",
+                    level="ERROR",
                 )
                 self._failed()
-            L.vl(
-                f"Using AttentionBackendEnum.{forced} backend.",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
-                where="cuda.py:416",
-            )
+            self._tp0(f"Using AttentionBackendEnum.{forced} backend.", where="cuda.py:416")
         elif mla:
-            L.vl(
+            self._tp0(
                 "Using FLASH_ATTN_MLA attention backend out of potential backends: ['FLASH_ATTN_MLA', 'FLASHMLA', 'TRITON_MLA'].",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
                 where="cuda.py:334",
             )
         else:
-            L.vl(
+            self._tp0(
                 "Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
                 where="cuda.py:334",
             )
 
     async def _load_weights(self) -> None:
         L = self.log
         f = self.cfg.facts
-        t0 = T0
         # --cpu-offload-gb: that many GiB of each GPU's weights stay in CPU memory
         self.state.weights_gib = max(0.0, f["weights_gib_total"] / self.cfg.tp - self.a.cpu_offload_gb)
         n_sh = f["shards"]
@@ -317,13 +308,8 @@ class VllmStartup:
             L.raw(tqdm_frame(label, i, n_sh, self.kit.elapsed(f0, f0 + (f1 - f0) * i / n_sh), shards=True) + "\n")
             self.kit.set_mem(1.1 + self.state.weights_gib * i / n_sh, 3)
         L.raw(tqdm_frame(label, n_sh, n_sh, self.kit.elapsed(f0, f1), shards=True) + "\n")
-        L.raw(f"({t0} pid={self.kit.worker_pid(0)}) \n")
-        L.vl(
-            f"Loading weights took {self.kit.elapsed(f0, f1):.2f} seconds",
-            proc=t0,
-            pid=self.kit.worker_pid(0),
-            where="default_loader.py:384",
-        )
+        L.raw(f"({T0} pid={self.kit.worker_pid(0)}) \n")
+        self._tp0(f"Loading weights took {self.kit.elapsed(f0, f1):.2f} seconds", where="default_loader.py:384")
         for r in self.kit.ranks():
             L.vl(
                 f"Model loading took {self.state.weights_gib:.2f} GiB memory and {self.kit.elapsed(0.07, 0.41):.6f} seconds",
@@ -342,38 +328,22 @@ class VllmStartup:
 
     async def _compile(self) -> float:
         """torch.compile (none when eager); returns its simulated seconds."""
-        L = self.log
-        t0 = T0
         compile_s = 0.0
         if not self.cfg.perf.enforce_eager:
             await self.kit.at(0.45)
-            L.vl(
+            self._tp0(
                 f"Using cache directory: /root/.cache/vllm/torch_compile_cache/{uuid.uuid5(uuid.NAMESPACE_DNS, self.cfg.model).hex[:10]}/rank_0_0/backbone for vLLM's torch.compile",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
                 where="backends.py:1051",
             )
-            L.vl(
-                f"Dynamo bytecode transform time: {self.kit.elapsed(0.41, 0.45):.2f} s",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
-                where="backends.py:1111",
-            )
+            self._tp0(f"Dynamo bytecode transform time: {self.kit.elapsed(0.41, 0.45):.2f} s", where="backends.py:1111")
             await self.kit.at(0.58)
-            L.vl(
+            self._tp0(
                 f"Compiling a graph for compile range (1, {self.cfg.prefill_budget}) takes {self.kit.elapsed(0.45, 0.58):.2f} s",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
                 where="backends.py:390",
             )
             compile_s = self.kit.elapsed(0.41, 0.60)
             await self.kit.at(0.60)
-            L.vl(
-                f"torch.compile took {compile_s:.2f} s in total",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
-                where="monitor.py:48",
-            )
+            self._tp0(f"torch.compile took {compile_s:.2f} s in total", where="monitor.py:48")
         return compile_s
 
     async def _kv_cache(self) -> float:
@@ -383,20 +353,15 @@ class VllmStartup:
         ec = self.ec
         f = self.cfg.facts
         total = self.total
-        t0 = T0
         await self.kit.at(0.62)
         gmu: float = a.gpu_memory_utilization
         activation = 1.6
         kv = total * gmu - self.state.weights_gib - activation - 0.6
         if a.sim_fault == "oom":
-            L.vl(
-                f"Available KV cache memory: {max(kv, 0.5):.2f} GiB",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
-                where="gpu_worker.py:436",
-            )
-            for r in self.kit.ranks()[:1]:
-                for line in [
+            self._tp0(f"Available KV cache memory: {max(kv, 0.5):.2f} GiB", where="gpu_worker.py:436")
+            self._worker_error(
+                self.kit.ranks()[:1],
+                lambda r: [
                     "WorkerProc hit an exception.",
                     "Traceback (most recent call last):",
                     '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", line 6112, in _allocate_kv_cache_tensors',
@@ -407,48 +372,29 @@ class VllmStartup:
                     f"Of the allocated memory {total - 2.1:.2f} GiB is allocated by PyTorch, and 168.25 MiB is reserved by PyTorch but unallocated. "
                     "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
                     "See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
-                ]:
-                    L.vl(
-                        line,
-                        proc=f"Worker_TP{r}",
-                        pid=self.kit.worker_pid(r),
-                        level="ERROR",
-                        where="multiproc_executor.py:759",
-                    )
+                ],
+            )
             self._failed()
         if kv <= 0:
-            L.vl(
-                f"Available KV cache memory: {kv:.2f} GiB",
-                proc=t0,
-                pid=self.kit.worker_pid(0),
-                where="gpu_worker.py:436",
+            self._tp0(f"Available KV cache memory: {kv:.2f} GiB", where="gpu_worker.py:436")
+            self._failed(
+                cause=[
+                    "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine. "
+                    "See https://docs.vllm.ai/en/latest/configuration/conserving_memory.html for more details."
+                ]
             )
-            L.vl("EngineCore failed to start.", proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
-            L.vl(
-                "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine. "
-                "See https://docs.vllm.ai/en/latest/configuration/conserving_memory.html for more details.",
-                proc="EngineCore",
-                pid=ec,
-                level="ERROR",
-                where="core.py:866",
-            )
-            self._failed(printed=True)
         self.state.kv_gib = kv
         self.state.kv_tokens = int(kv * (1 << 30) / f["kv_bytes_per_token"])
         if self.state.kv_tokens < self.cfg.context_len:
             need = self.cfg.context_len * f["kv_bytes_per_token"] / (1 << 30)
-            L.vl("EngineCore failed to start.", proc="EngineCore", pid=ec, level="ERROR", where="core.py:866")
-            L.vl(
-                f"ValueError: To serve at least one request with the models's max seq len ({self.cfg.context_len}), ({need:.2f} GiB KV cache is needed, "
-                f"which is larger than the available KV cache memory ({kv:.2f} GiB). Based on the available memory, the estimated maximum model "
-                f"length is {self.state.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
-                proc="EngineCore",
-                pid=ec,
-                level="ERROR",
-                where="core.py:866",
+            self._failed(
+                cause=[
+                    f"ValueError: To serve at least one request with the models's max seq len ({self.cfg.context_len}), ({need:.2f} GiB KV cache is needed, "
+                    f"which is larger than the available KV cache memory ({kv:.2f} GiB). Based on the available memory, the estimated maximum model "
+                    f"length is {self.state.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+                ]
             )
-            self._failed(printed=True)
-        L.vl(f"Available KV cache memory: {kv:.2f} GiB", proc=t0, pid=self.kit.worker_pid(0), where="gpu_worker.py:436")
+        self._tp0(f"Available KV cache memory: {kv:.2f} GiB", where="gpu_worker.py:436")
         L.vl(
             f"GPU KV cache size: {self.state.kv_tokens:,} tokens",
             proc="EngineCore",
@@ -493,10 +439,8 @@ class VllmStartup:
             self.kit.set_mem(1.1 + self.state.weights_gib + kv + self.state.graph_gib * (pi + 1) / len(phases), 40)
         await self.kit.at(0.89)
         if phases:
-            L.vl(
+            self._tp0(
                 f"Graph capturing finished in {round(self.kit.elapsed(0.64, 0.88))} secs, took {self.state.graph_gib:.2f} GiB",
-                proc=T0,
-                pid=self.kit.worker_pid(0),
                 where="gpu_model_runner.py:6046",
             )
 
