@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.simfix import SimProc, free_port, sse_events
+from tests.waits import until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -390,7 +391,8 @@ def test_decode_stat_lines_and_vllm_engine_stats():
                 json={"prompt": "x", "max_tokens": 30, "ignore_eos": True},
                 timeout=30,
             )
-        time.sleep(1.2)
+        # the first stats line after the request that shows its tokens (one comes every 0.5 s)
+        until(lambda: "Decode batch" in p.raw and _busy_engine_stats(v.raw), 15, what="the stat lines")
         sg, vl = p.raw, v.raw
     decode = [x for x in sg.splitlines() if "Decode batch" in x]
     assert decode and re.search(R["sg.gen_tput"], decode[0]) and re.search(R["sg.running"], decode[0])
@@ -402,9 +404,18 @@ def test_decode_stat_lines_and_vllm_engine_stats():
         r"Prefill batch, #new-seq: 1, #new-token: \d+, #cached-token: 0, token usage: [\d.]+, #running-req: \d+, #queue-req: \d+, #pending-token: 0, cuda graph: \w+, input throughput \(token/s\): [\d.]+",
         sg,
     )
-    stats = [x for x in vl.splitlines() if "Engine 000:" in x]
+    stats = _busy_engine_stats(vl)
     assert stats and re.search(R["vl.stats"], stats[0]) and re.search(R["vl.kv_usage"], stats[0])
-    assert float(re.search(R["vl.stats"], stats[0]).group(2)) > 0
+
+
+def _busy_engine_stats(log: str) -> list[str]:
+    """vLLM's periodic stats lines that count generated tokens."""
+    out = []
+    for x in log.splitlines():
+        m = re.search(R["vl.stats"], x) if "Engine 000:" in x else None
+        if m and float(m.group(2)) > 0:
+            out.append(x)
+    return out
 
 
 def test_sigterm_clean_shutdown():
