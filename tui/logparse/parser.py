@@ -5,9 +5,10 @@ from __future__ import annotations
 import codecs
 import re
 from collections import deque
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
 from tunedeck.logparse import sglang, uvicorn, vllm
+from tunedeck.logparse.bars import Bars
 from tunedeck.logparse.decode import SNIFF_CHARS, might_be_bom, not_text, sniff
 from tunedeck.logparse.events import (
     ENGINES,
@@ -21,15 +22,7 @@ from tunedeck.logparse.failures import Failures
 from tunedeck.logparse.patterns import (
     GLUED_RE,
     MAX_LINE,
-    SG_GRAPH_BEGIN,
-    SG_GRAPH_END,
-    SG_GRAPH_PROG,
-    SHARDS,
-    TQDM,
     VL_ATTEMPT,
-    VL_GRAPH_BEGIN,
-    VL_GRAPH_DONE,
-    VL_GRAPH_PROG,
     LogLine,
     clean_line,
     clean_safe_line,
@@ -91,9 +84,8 @@ class LogParser:
 
     def _reset_attempt(self) -> None:
         self._failures = Failures(self)
-        self._last_progress: tuple[str, str, int, int] | None = None
+        self._bars = Bars(self)
         self._fact_rank: dict[str, str] = {}
-        self._sg_capture_open = False
         self._server_up = False  # the engine's HTTP server start line was seen
         self._foreign_uvicorn = False  # bare uvicorn lines now come from another program
         self._uvicorn_pid: int | None = None  # the engine's uvicorn ("Started server process [N]")
@@ -350,10 +342,9 @@ class LogParser:
         self._vote(ln)
 
         self._ln, self._events, self._no, self._segno = ln, events, no, seg
-        phase, fact = self.phase, self.fact
 
         if st.phase is None and msg.strip():
-            phase("process-start")
+            self.phase("process-start")
 
         # --- tracebacks: the root exception line of each process's chain
         if self._failures.traceback(ln, msg, no, seg, events):
@@ -367,9 +358,9 @@ class LogParser:
         self._failures.line(ln, msg, no, seg, events)
         # --- progress bars and start-up lines
         if "%|" in msg or "% Completed |" in msg:
-            self._bar(msg, ln, no, phase, events)
+            self._bars.bar(msg)
         elif "Capture" in msg or "Capturing" in msg or "Graph capturing" in msg:
-            self._graph_lines(msg, phase, fact)
+            self._bars.graph_lines(msg)
         self._rules.run(self, msg, ln)
 
         self._context.append(ln.text)
@@ -388,100 +379,6 @@ class LogParser:
         sg, vl = self._votes["sglang"], self._votes["vllm"]
         if sg or vl:
             self.state.engine = "sglang" if sg >= vl else "vllm"
-
-    def _bar(self, msg: str, ln: LogLine, no: int, phase: Callable[..., None], events: list[LogEvent]) -> None:
-        st = self.state
-        m = SHARDS.search(msg)
-        if m:
-            n, total = int(m.group(3)), int(m.group(4))
-            prev = st.weights
-            st.weights = (n, total)
-            if n == total and prev != (n, total):
-                st.weight_bars.append((n, total))
-            self._progress("weight-loading", "weights", n, total, phase)
-            return
-        m = VL_GRAPH_PROG.search(msg)
-        if m:
-            self._graph_progress(m.group(1) or "", int(m.group(3)), int(m.group(4)), phase)
-            return
-        m = SG_GRAPH_PROG.search(msg)
-        if m:
-            label = (
-                st.graph_label
-                if st.graph_label not in (None, "")
-                else ("decode" if m.group(1) == "batches" else "prefill")
-            )
-            self._graph_progress(label, int(m.group(5)), int(m.group(6)), phase)
-            return
-        if not self._sg_capture_open or st.engine == "vllm":
-            return  # a bare bar outside SGLang's capture begin/end is someone else's
-        m = TQDM.search(msg)
-        if m and st.phase == "graph-capture":
-            head = msg[: m.start()].strip()
-            if not head:
-                # a bare bar between "Capture … graph begin" and its end (the first frame, or old SGLang)
-                self._graph_progress(st.graph_label or "", int(m.group(2)), int(m.group(3)), phase)
-
-    def _progress(self, p: str, label: str, n: int, total: int, phase: Callable[..., None]) -> None:
-        key = (p, label, n, total)
-        if key == self._last_progress:
-            return  # the 100% frame appears twice; the last one wins silently
-        self._last_progress = key
-        phase(p, n / total if total else None, n=n, total=total, label=label)
-
-    def _graph_progress(self, label: str, n: int, total: int, phase: Callable[..., None]) -> None:
-        st = self.state
-        st.graph_seen = True
-        if label != st.graph_label or (st.graph is not None and (total != st.graph[1] or n < st.graph[0])):
-            st.graph_done = False
-        st.graph_label = label
-        st.graph = (n, total)
-        if n == total:
-            bar = (label, n, total)
-            if not st.graph_bars or st.graph_bars[-1] != bar:
-                st.graph_bars.append(bar)
-        else:
-            st.graph_done = False
-        self._progress("graph-capture", label, n, total, phase)
-
-    def _graph_lines(self, msg: str, phase: Callable[..., None], fact: Callable[[str, object], None]) -> None:
-        st = self.state
-        m = SG_GRAPH_BEGIN.search(msg)
-        if m:
-            label = m.group(1) or ""
-            self._sg_capture_open = True
-            if st.phase != "graph-capture" or st.graph_label != label or st.graph_done:
-                st.graph_label = label
-                st.graph = None
-                st.graph_done = False
-                st.graph_seen = True
-                phase("graph-capture", 0.0, label=label)
-            return
-        m = SG_GRAPH_END.search(msg)
-        if m:
-            st.graph_seen = True
-            self._sg_capture_open = False
-            if not st.graph_done or st.phase != "graph-capture":
-                st.graph_done = True
-                label = m.group(1) or st.graph_label or ""
-                phase("graph-capture", 1.0, label=label, done=True)
-                if m.group(2):
-                    fact("graph_seconds", float(m.group(2)))
-            return
-        if st.engine != "sglang" and VL_GRAPH_BEGIN.search(msg):
-            if st.phase != "graph-capture":
-                st.graph_seen = True
-                phase("graph-capture", 0.0)
-            return
-        m = VL_GRAPH_DONE.search(msg)
-        if m:
-            st.graph_seen = True
-            if not st.graph_done:
-                st.graph_done = True
-                phase("graph-capture", 1.0, label=st.graph_label or "", done=True)
-                fact("graph_seconds", float(m.group(1)))
-                if m.group(2):
-                    fact("graph_mem_gb", float(m.group(2)))
 
     # ------------------------------------------------------------------ what lines mean (the rule tables call these)
     def phase(self, p: str, progress: float | None = None, **kw: object) -> None:
