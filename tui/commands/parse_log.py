@@ -7,6 +7,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from tunedeck.commands import add_command
 from tunedeck.logparse import (
     ENGINES,
     ErrorEvent,
@@ -28,10 +29,10 @@ EXIT_READY, EXIT_FAILED, EXIT_UNREADABLE, EXIT_STARTING = 0, 1, 2, 3
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "parse-log",
-        parents=[common],
-        help="parse an SGLang/vLLM server log: phases, progress, failures",
         description="Parse an SGLang or vLLM server log and print the events (phase changes with "
         "progress 0-1, facts, fatal errors with their kind) and a final summary. Line numbers are the "
         "file's physical lines (less +N lands on them); N.S is segment S of a line joined by \\r redraws.",

@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from tunedeck.commands import add_command
+from tunedeck.commands._cli import target_label
 from tunedeck.commands._hosterr import report_error
 from tunedeck.fmt import gib
 from tunedeck.hostops.hosts import Host, HostError
@@ -19,10 +21,10 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "probe",
-        parents=[common],
-        help="report a host's OS, CPUs, memory, Python, GPUs and engines",
         description="Connect to TARGET (default: --host, else this machine) and report hostname, OS, "
         "kernel, CPU count, memory, python3, nvidia-smi and GPU count, and the installed "
         "SGLang/vLLM versions. One remote script, one round trip.",
@@ -82,7 +84,7 @@ async def _demo_engines(host: Host, result: ProbeResult) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     target = args.target or args.host
-    where = "demo" if args.demo else (target or "local")
+    where = target_label(args.demo, target)
     try:
         host = get_host(target, demo=args.demo)
     except (UnsafeInput, HostError) as e:

@@ -14,6 +14,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from tunedeck.commands import add_command
+
 if TYPE_CHECKING:
     from tunedeck.commands import Subparsers
 
@@ -23,10 +25,10 @@ _RAW = "\x00"
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "sim",
-        parents=[common],
-        help="simulated SGLang/vLLM servers and nvidia-smi (for --demo)",
         description="The simulator behind --demo: a real process with the engines' real log lines, "
         "HTTP endpoints, SSE stream and metrics, and simulated GPUs behind an nvidia-smi.",
     )
