@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeAlias
 
-if TYPE_CHECKING:
-    from typing import TypeAlias
-
-    #: what ``register`` receives: the parent parser's sub-command adder
-    Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+#: what ``register`` receives: the parent parser's sub-command adder
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class _HostAction(argparse.Action):

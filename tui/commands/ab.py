@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from tunedeck.ab.compare import DEFAULT_NOISE_PCT
 from tunedeck.ab.plans import PlanError, load_plan
 from tunedeck.ab.render import to_text
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._ask import confirm
 from tunedeck.commands._cli import add_noise_option, fail, target_label
 from tunedeck.commands._jobfollow import add_follow_options, announce, cancel, follow_events
@@ -19,7 +19,6 @@ from tunedeck.util.safety import UnsafeInput, visible
 
 if TYPE_CHECKING:
     from tunedeck.ab.events import ABEvent
-    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

@@ -5,17 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tunedeck.ab.compare import Comparison, compare
 from tunedeck.ab.render import to_csv, to_json, to_markdown, to_text
 from tunedeck.ab.results import RefError, resolve_sides
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._cli import add_noise_option, fail
 from tunedeck.util.files import atomic_write_text
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

@@ -6,17 +6,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tunedeck.ab.journal import Journal, export
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._cli import json_actions
 from tunedeck.fmt import text_table
 from tunedeck.util.files import atomic_write_text
 from tunedeck.util.safety import visible
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

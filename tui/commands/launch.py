@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._cli import fail
 from tunedeck.commands._runs import WAIT_EXIT, host_from_args, wait_ended
 from tunedeck.hostops.hosts import Host, HostError
@@ -20,9 +20,6 @@ from tunedeck.profiles.model import ProfileError, ServerProfile
 from tunedeck.services import runtime
 from tunedeck.services.journal import journal_launch
 from tunedeck.util.safety import UnsafeInput, check_env_name, dangerous_env_names, visible
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

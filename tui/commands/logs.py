@@ -20,9 +20,9 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._cli import fail
 from tunedeck.commands._runs import choose, host_from_args, records_for
 from tunedeck.hostops.hostruns import find_host_run
@@ -32,9 +32,6 @@ from tunedeck.hostops.runstore import RunRecord, RunStore
 from tunedeck.services.journal import reread_runs
 from tunedeck.util.aio import cancel_and_wait
 from tunedeck.util.safety import visible
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 log_ = logging.getLogger(__name__)
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.logparse import (
     ENGINES,
     ErrorEvent,
@@ -20,9 +19,6 @@ from tunedeck.logparse import (
 )
 from tunedeck.model import jsonable
 from tunedeck.util.safety import terminal_json, visible
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 #: exit statuses (README "parse-log"): the log's verdict, so scripts can branch on it
 EXIT_READY, EXIT_FAILED, EXIT_UNREADABLE, EXIT_STARTING = 0, 1, 2, 3

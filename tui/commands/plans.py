@@ -5,17 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
 from tunedeck.ab.plans import PlanError, list_plans, load_plan, parse_plan_file
 from tunedeck.bench.workloads import describe as describe_workload
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._cli import json_actions
 from tunedeck.fmt import text_table
 from tunedeck.util.safety import visible
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

@@ -5,14 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.profiles.model import ProfileError
 from tunedeck.profiles.store import ProfileStore
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 _MARK = {"error": "✗", "warning": "!", "info": "·"}
 

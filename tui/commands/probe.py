@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING
 
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._cli import target_label
 from tunedeck.commands._hosterr import report_error
 from tunedeck.fmt import gib
@@ -15,9 +14,6 @@ from tunedeck.hostops.probe import ProbeResult, probe_host
 from tunedeck.services import runtime
 from tunedeck.services.targets import get_host
 from tunedeck.util.safety import UnsafeInput
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

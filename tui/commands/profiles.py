@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, TextIO
+from typing import Callable, TextIO
 
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._cli import json_actions, noted_table, target_label
 from tunedeck.fmt import text_table
 from tunedeck.profiles.builder import Issue, build_command, check_profile, line_of_key, resolve_nccl
@@ -19,9 +19,6 @@ from tunedeck.profiles.profileread import load_profile_file
 from tunedeck.profiles.store import ProfileStore
 from tunedeck.profiles.tomlread import ProfileError, parse_toml
 from tunedeck.util.safety import terminal_json, visible
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 
 def _err(msg: str) -> int:

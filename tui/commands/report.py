@@ -5,13 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._cli import fail
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

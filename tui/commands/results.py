@@ -6,13 +6,13 @@ import argparse
 import json
 from typing import Any
 
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._cli import fail
 from tunedeck.fmt import text_table
 from tunedeck.util.safety import visible
 
 
-def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = add_command(subparsers, common, "results")
     sub = p.add_subparsers(dest="results_cmd", metavar="ACTION")
     sub.required = True

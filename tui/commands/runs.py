@@ -6,9 +6,9 @@ import argparse
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._cli import fail, noted_table
 from tunedeck.commands._runs import age, host_from_args, records_for
 from tunedeck.hostops.gpuquery import gpu_memory_used
@@ -20,9 +20,6 @@ from tunedeck.logparse import advice_for
 from tunedeck.model import jsonable
 from tunedeck.util.ports import OTHER, OWN, port_owners
 from tunedeck.util.safety import redact_argv, visible
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 log = logging.getLogger(__name__)
 

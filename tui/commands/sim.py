@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
 
-from tunedeck.commands import add_command
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
+from tunedeck.commands import Subparsers, add_command
 
 # The engine parsers see every argument as a positional: their own argparse
 # (built to look like the engine's) parses them later.

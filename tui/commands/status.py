@@ -20,7 +20,7 @@ import logging
 import sys
 from typing import Any, Sequence
 
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.fmt import gib, text_table, uptime
 from tunedeck.model import NA, StatusSnapshot, is_na
 
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 _ENGINES = ("auto", "sglang", "vllm")
 
 
-def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = add_command(
         subparsers,
         common,

@@ -8,9 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._ask import add_yes_option, confirm
 from tunedeck.commands._cli import fail
 from tunedeck.commands._runs import choose, host_from_args, live_records, records_for
@@ -18,9 +17,6 @@ from tunedeck.hostops.hosts import HostError
 from tunedeck.hostops.runstop import stop_run
 from tunedeck.hostops.runstore import RunRecord, RunStore
 from tunedeck.model import jsonable
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

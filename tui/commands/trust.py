@@ -5,18 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._ask import add_yes_option, confirm
 from tunedeck.commands._hosterr import report_error
 from tunedeck.hostops.hosts import HostError
 from tunedeck.hostops.target import parse_target
 from tunedeck.util.paths import known_hosts_file
 from tunedeck.util.safety import UnsafeInput
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

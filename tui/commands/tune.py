@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, NoReturn, Sequence
+from typing import Any, Awaitable, Callable, Mapping, NoReturn, Sequence
 
-from tunedeck.commands import add_command
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._ask import confirm
 from tunedeck.commands._cli import fail, target_label
 from tunedeck.commands._jobfollow import add_follow_options, announce, cancel, follow_events
 from tunedeck.util.safety import UnsafeInput
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 #: exit statuses (docs/exit-codes.md): the A/B's, and 3 for a campaign where no candidate met the SLO
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_WINNER, EXIT_PARTIAL, EXIT_LOST, EXIT_STOPPED = 0, 1, 2, 3, 5, 6, 130
