@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import Any, TypeAlias
 
-if TYPE_CHECKING:
-    from typing import TypeAlias
-
-    #: what ``register`` receives: the parent parser's sub-command adder
-    Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+#: what ``register`` receives: the parent parser's sub-command adder
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class _HostAction(argparse.Action):
@@ -52,6 +49,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trust": ("trust", "show a host's SSH key fingerprint; trust it once confirmed"),
     "tune": ("tune", "find the configuration serving the most users within an SLO"),
 }
+
+
+def add_command(
+    subparsers: Subparsers, common: argparse.ArgumentParser, name: str, **kw: Any
+) -> argparse.ArgumentParser:
+    """The parser of the subcommand ``name``: the global options (``common``), its one-line help
+    from :data:`COMMANDS` (what ``tunedeck --help`` lists without importing it), and ``kw``
+    (its description, epilog …)."""
+    return subparsers.add_parser(name, parents=[common], help=COMMANDS[name][1], **kw)
 
 
 #: commands that take several ``--host`` values and ``@GROUP`` names (None: the dashboard)

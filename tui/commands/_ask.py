@@ -8,9 +8,15 @@ without ``--yes`` the answer is no, and the question is printed with how to say 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 from typing import Sequence
+
+
+def add_yes_option(p: argparse.ArgumentParser, help: str) -> None:
+    """``--yes``/``-y``, the answer to :func:`confirm`'s question given in advance (``help``: to what)."""
+    p.add_argument("--yes", "-y", action="store_true", help=help)
 
 
 async def confirm(question: str, *, prog: str, yes: bool, details: Sequence[str] = (), refused: str = "") -> bool:

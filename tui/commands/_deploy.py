@@ -10,7 +10,8 @@ import time
 from typing import Any
 
 from tunedeck.commands._ask import confirm
-from tunedeck.commands._runs import age, err
+from tunedeck.commands._cli import fail, noted_table
+from tunedeck.commands._runs import WAIT_EXIT, age, wait_ended
 from tunedeck.fmt import text_table
 from tunedeck.hostops.hosts import HostError
 from tunedeck.hostops.runstop import process_alive
@@ -35,15 +36,15 @@ async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
     from tunedeck.profiles.deploy import build_deployment
 
     if args.demo:
-        return err(
+        return fail(
             "launch",
             f"profile {profile.name!r} runs on its nodes ({', '.join(profile.nodes)}); "
             "--demo is one machine: use --sim to run the simulator on the nodes",
         )
     if args.host not in (None, "local"):
-        return err("launch", f"profile {profile.name!r} names its nodes ({', '.join(profile.nodes)}); drop --host")
+        return fail("launch", f"profile {profile.name!r} names its nodes ({', '.join(profile.nodes)}); drop --host")
     if args.cmd or args.env or args.port is not None:
-        return err("launch", "a multi-node profile takes no --cmd, --env or --port: set them in the profile")
+        return fail("launch", "a multi-node profile takes no --cmd, --env or --port: set them in the profile")
     try:
         plan = build_deployment(
             profile,
@@ -52,7 +53,7 @@ async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
             allow_dangerous=args.allow_dangerous_env,
         )
     except ProfileError as e:
-        return err("launch", str(e))
+        return fail("launch", str(e))
     hosts = await D.open_hosts(plan.nodes)
     try:
         quiet = args.json
@@ -65,7 +66,7 @@ async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
             if errors:
                 if args.json:
                     _print({"launched": False, "preflight": [f.__dict__ for f in findings]})
-                return err(
+                return fail(
                     "launch",
                     f"refused: pre-flight found {len(errors)} problem(s) "
                     f"(first: {errors[0].node}: {errors[0].message})",
@@ -79,7 +80,7 @@ async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
         if rec.status == "failed":
             if args.json:
                 _print({"deployment": rec.to_json()})
-            return err("launch", rec.diagnosis or "the deployment did not start")
+            return fail("launch", rec.diagnosis or "the deployment did not start")
         if not args.json:
             print(
                 f"launched deployment {rec.deploy_id}: {len(rec.members)} processes on {len(rec.nodes)} nodes "
@@ -101,7 +102,7 @@ async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
         stall_s, _ = args.stall_after
         verdict, states = await D.watch(rec, hosts, timeout=args.timeout, stall_after=stall_s, on_update=show)
     except HostError as e:
-        return err("launch", str(e))
+        return fail("launch", str(e))
     finally:
         await D.close_hosts(hosts)
     rec = D.DeploymentStore().load(rec.deploy_id) or rec
@@ -117,25 +118,15 @@ async def launch(args: argparse.Namespace, profile: ServerProfile) -> int:
                 "members": [s.jsonable() for s in states],
             }
         )
-    if verdict.state == "ready":
-        if not args.json:
-            print(f"deployment {rec.deploy_id} ready (serving on {rec.head}, port {rec.http_port})")
-        return 0
-    if verdict.state == "starting":
-        print(
-            f"tunedeck launch: deployment {rec.deploy_id} not ready after {args.timeout:g} s; it keeps "
-            f"running (tunedeck stop {rec.deploy_id} to end it)",
-            file=sys.stderr,
-        )
-        return 3
-    print(
-        f"tunedeck launch: deployment {rec.deploy_id} {verdict.state}: {visible(verdict.diagnosis or '')}",
-        file=sys.stderr,
-    )
+    serving = f"(serving on {rec.head}, port {rec.http_port})"
+    code = wait_ended(args, verdict.state, f"deployment {rec.deploy_id}", serving, f"tunedeck stop {rec.deploy_id}")
+    if code is not None:
+        return code
+    fail("launch", f"deployment {rec.deploy_id} {verdict.state}: {verdict.diagnosis or ''}")
     if verdict.proof:
         print(f"  log: {visible(verdict.proof)}", file=sys.stderr)
     print(f"  (tunedeck stop {rec.deploy_id} stops every node)", file=sys.stderr)
-    return 4 if verdict.state == "stalled" else 1
+    return WAIT_EXIT.get(verdict.state, 1)
 
 
 # ============================================================================ runs
@@ -204,12 +195,20 @@ def list_deployments(json_out: bool) -> list[dict[str, Any]] | None:
     if json_out:
         return [r.to_json() for r in recs]
     if recs:
-        print("\nDEPLOYMENTS")
-        for r in recs:
-            nodes = ", ".join(f"{m.node} ({m.role} {m.kind} {m.run_id})" for m in r.members)
-            print(f"{r.deploy_id:14} {r.status:9} {r.engine:7} {r.mode:4} {visible(r.profile)}: {visible(nodes)}")
-            if r.diagnosis:
-                print(f"{'':14} {visible(r.diagnosis)}")
+        rows = [
+            (
+                r.deploy_id,
+                r.status,
+                r.engine,
+                r.mode,
+                visible(r.profile),
+                visible(", ".join(f"{m.node} ({m.role} {m.kind} {m.run_id})" for m in r.members)),
+            )
+            for r in recs
+        ]
+        notes = [[r.diagnosis] if r.diagnosis else [] for r in recs]
+        headers = ("DEPLOYMENT", "STATUS", "ENGINE", "MODE", "PROFILE", "NODES")
+        print("\n" + "\n".join(noted_table(headers, rows, notes, under="STATUS")))
     return None
 
 
@@ -223,14 +222,14 @@ FOLLOW_EVERY = 0.5
 async def logs(args: argparse.Namespace, rec: D.DeploymentRecord) -> int:
     node = getattr(args, "node", None)
     if node is not None and node not in rec.nodes and node not in [m.tag for m in rec.members]:
-        return err("logs", f"deployment {rec.deploy_id} has no node {node!r} (nodes: {', '.join(rec.nodes)})")
+        return fail("logs", f"deployment {rec.deploy_id} has no node {node!r} (nodes: {', '.join(rec.nodes)})")
     if getattr(args, "follow", False):
         return await follow_logs(args, rec, node)
     hosts = await D.open_hosts(rec.nodes)
     try:
         lines = await D.merged_log(rec, hosts, node=node)
     except HostError as e:
-        return err("logs", str(e))
+        return fail("logs", str(e))
     finally:
         await D.close_hosts(hosts)
     if args.json:

@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Sequence
 
+from tunedeck.commands._cli import fail
 from tunedeck.hostops.hostruns import pick_run
 from tunedeck.hostops.hosts import Host, HostError, target_name
 from tunedeck.hostops.runstore import RunRecord, RunStore
 from tunedeck.services.journal import reread_runs
 from tunedeck.services.targets import get_host
-from tunedeck.util.safety import UnsafeInput, visible
+from tunedeck.util.safety import UnsafeInput
+
+#: the exit status of ``launch --wait`` (a run or a deployment) by the final state of its startup;
+#: any other state (failed, stopped) is 1
+WAIT_EXIT = {"ready": 0, "starting": 3, "stalled": 4}
+
+
+def wait_ended(args: argparse.Namespace, state: str, what: str, ready: str, stop: str, why: str = "") -> int | None:
+    """The exit status of ``launch --wait`` (``args``) for ``what`` (a run or a deployment) whose
+    startup is ready (``ready`` says how; not printed with --json) or still starting at --timeout
+    (``why`` adds where it is, ``stop`` is the command that ends it); None when it ended otherwise,
+    for the caller to report."""
+    if state == "ready":
+        if not args.json:
+            print(f"{what} ready {ready}")
+        return WAIT_EXIT[state]
+    if state == "starting":
+        msg = f"{what} not ready after {args.timeout:g} s{why}; it keeps running ({stop} to end it)"
+        return fail("launch", msg, WAIT_EXIT[state])
+    return None
 
 
 def host_from_args(args: argparse.Namespace) -> Host:
     return get_host(args.host, demo=args.demo)
-
-
-def err(cmd: str, msg: str) -> int:
-    print(f"tunedeck {cmd}: {visible(msg)}", file=sys.stderr)
-    return 1
 
 
 async def records_for(host: Host, store: RunStore, *, sync: bool = True) -> list[RunRecord]:
@@ -65,4 +79,14 @@ def age(seconds: float) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
-__all__ = ["HostError", "UnsafeInput", "age", "choose", "err", "host_from_args", "live_records", "records_for"]
+__all__ = [
+    "WAIT_EXIT",
+    "HostError",
+    "UnsafeInput",
+    "age",
+    "choose",
+    "host_from_args",
+    "live_records",
+    "records_for",
+    "wait_ended",
+]

@@ -11,19 +11,21 @@ from typing import TYPE_CHECKING, Any, Callable
 from tunedeck.ab.compare import DEFAULT_NOISE_PCT
 from tunedeck.ab.plans import PlanError, load_plan
 from tunedeck.ab.render import to_text
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._ask import confirm
+from tunedeck.commands._cli import add_noise_option, fail, target_label
+from tunedeck.commands._jobfollow import add_follow_options, announce, cancel, follow_events
 from tunedeck.util.safety import UnsafeInput, visible
 
 if TYPE_CHECKING:
     from tunedeck.ab.events import ABEvent
-    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "ab",
-        parents=[common],
-        help="A/B two profiles: launch, benchmark, stop each, then compare",
         description="Runs ON the host, detached: stops what is running (asks first), then for A and for "
         "B: launch, wait ready, flush the prefix cache, run the plan's benchmarks next to the server, "
         "stop and confirm the GPU memory is freed; then prints the comparison. Ctrl-C or a lost link "
@@ -33,8 +35,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("a", metavar="A", nargs="?", help="profile name for A (the baseline)")
     p.add_argument("b", metavar="B", nargs="?", help="profile name for B (the candidate)")
-    p.add_argument("--attach", metavar="ID", help="follow an A/B running (or ended) on --host/--demo")
-    p.add_argument("--cancel", metavar="ID", help="cancel an A/B on --host/--demo (asks first; results kept)")
+    add_follow_options(p, "an A/B")
     p.add_argument(
         "--python",
         metavar="PATH",
@@ -66,18 +67,10 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="relaunch for every repeat, alternating A B A B (catches drift; costs a load each)",
     )
-    p.add_argument("--yes", "-y", action="store_true", help="stop a running server without asking")
-    p.add_argument(
-        "--noise",
-        type=float,
-        default=DEFAULT_NOISE_PCT,
-        metavar="PCT",
-        help=f"noise threshold for single runs, in %% (default {DEFAULT_NOISE_PCT:g})",
-    )
+    add_noise_option(p)
     p.add_argument("--json", action="store_true", help="print the report (sides, comparison, journal id) as JSON")
     p.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown")
     p.add_argument("--csv", metavar="FILE", help="also write the comparison as CSV")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run)
 
 
@@ -123,13 +116,31 @@ def with_workload(plan: Any, name: str | None) -> Any:
 
 
 def _fail(msg: str, code: int = 2) -> int:
-    print(f"tunedeck ab: {msg}", file=sys.stderr)
-    return code
+    return fail("ab", msg, code)
 
 
 async def _ask(args: argparse.Namespace, question: str) -> bool:
     """``--yes``, or y at a terminal; no terminal and no --yes means no (Cancel is the default)."""
     return await confirm(question, prog="ab", yes=args.yes)
+
+
+def _noise(args: argparse.Namespace) -> float | None:
+    """``--noise``, or None for the default (the A/B's own)."""
+    return args.noise if args.noise != DEFAULT_NOISE_PCT else None
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """How the command line runs an A/B, on one host or over two deployments: the simulator or
+    the engine, repeats and their order, the noise threshold, the host's Python, and the question
+    asked before a running server is stopped."""
+    return {
+        "sim": args.sim,
+        "repeats": args.repeats,
+        "interleave": args.interleave,
+        "noise_pct": _noise(args),
+        "confirm_stop": lambda q: _ask(args, q),
+        "python": args.python,
+    }
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -165,37 +176,15 @@ async def run(args: argparse.Namespace) -> int:
         host = get_host(args.host, demo=args.demo)
     except (UnsafeInput, HostError) as e:
         return _fail(str(e))
-    label = "demo" if args.demo else (args.host or "local")
-    noise = args.noise if args.noise != DEFAULT_NOISE_PCT else None
+    label = target_label(args.demo, args.host)
     try:
         if ref is not None:
-            ab = await ABRun.attach(host, ref, noise_pct=noise)
-            if args.cancel:
-                if not await _ask(args, f"Cancel A/B {ab.id} on {label} (the server it started is stopped)?"):
-                    return _fail("not cancelled", 1)
-                print(await ab.cancel(), file=sys.stderr)
+            ab = await ABRun.attach(host, ref, noise_pct=_noise(args))
+            if args.cancel and not await cancel(ab, cmd="ab", noun="A/B", label=label, yes=args.yes):
+                return 1
         else:
-            ab = await ABRun.start(
-                host,
-                args.a,
-                args.b,
-                plan,
-                demo=args.demo,
-                sim=args.sim,
-                repeats=args.repeats,
-                interleave=args.interleave,
-                noise_pct=noise,
-                confirm_stop=lambda q: _ask(args, q),
-                python=args.python,
-                host_label=label,
-            )
-            if not args.quiet:
-                print(
-                    f"tunedeck ab: A/B job {ab.id} runs on {label}; Ctrl-C detaches (it goes on); "
-                    f"`tunedeck ab --attach {ab.id}` follows it, `--cancel {ab.id}` stops it",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            ab = await ABRun.start(host, args.a, args.b, plan, demo=args.demo, host_label=label, **_options(args))
+            announce(ab, cmd="ab", subject=f"A/B job {ab.id}", where=f"on {label}", quiet=args.quiet)
         return await _follow(args, ab, label)
     except ValueError as e:  # a profile that cannot be used: exit 1, as everywhere else
         return _fail(str(e), 1)
@@ -231,33 +220,21 @@ async def _deployments(args: argparse.Namespace, plan: Any) -> int:
 
     if args.demo or args.host not in (None, "local"):
         return _fail("multi-node profiles name their nodes; drop --host/--demo (use --sim for the simulator)")
-    noise = args.noise if args.noise != DEFAULT_NOISE_PCT else None
     try:
-        host, job = await deployab.start(
-            args.a,
-            args.b,
-            plan,
-            sim=args.sim,
-            repeats=args.repeats,
-            interleave=args.interleave,
-            noise_pct=noise,
-            confirm_stop=lambda q: _ask(args, q),
-            python=args.python,
-        )
+        host, job = await deployab.start(args.a, args.b, plan, **_options(args))
     except ValueError as e:
         return _fail(str(e), 1)
     except (jobs.JobError, HostError) as e:
         return _fail(str(e), 1)
-    ab = ABRun(host, job, noise_pct=noise)
+    ab = ABRun(host, job, noise_pct=_noise(args))
     label = str((job.meta or {}).get("host_label") or "this machine")
-    if not args.quiet:
-        print(
-            f"tunedeck ab: A/B job {ab.id} of two deployments runs detached on this machine (it reaches every "
-            f"node; each benchmark runs on the head node); Ctrl-C detaches (it goes on); "
-            f"`tunedeck ab --attach {ab.id}` follows it, `--cancel {ab.id}` stops it",
-            file=sys.stderr,
-            flush=True,
-        )
+    announce(
+        ab,
+        cmd="ab",
+        subject=f"A/B job {ab.id} of two deployments",
+        where="detached on this machine (it reaches every node; each benchmark runs on the head node)",
+        quiet=args.quiet,
+    )
     try:
         return await _follow(args, ab, label)
     finally:
@@ -265,8 +242,6 @@ async def _deployments(args: argparse.Namespace, plan: Any) -> int:
 
 
 async def _follow(args: argparse.Namespace, ab: Any, label: str) -> int:
-    from tunedeck.commands._jobfollow import follow_events
-
     if not await follow_events(ab, cmd="ab", noun="A/B", label=label, quiet=args.quiet):
         return 130
     rep = ab.report

@@ -5,22 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from tunedeck.ab.compare import DEFAULT_NOISE_PCT, Comparison, compare
+from tunedeck.ab.compare import Comparison, compare
 from tunedeck.ab.render import to_csv, to_json, to_markdown, to_text
 from tunedeck.ab.results import RefError, resolve_sides
+from tunedeck.commands import Subparsers, add_command
+from tunedeck.commands._cli import add_noise_option, fail
 from tunedeck.util.files import atomic_write_text
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "compare",
-        parents=[common],
-        help="compare two runs (or an A/B's sides): deltas and verdicts",
         description="REF is a benchmark run id (or prefix, or its folder), an A/B id from the journal "
         "(alone: compares its A and B), or ABID:A / ABID:B.",
     )
@@ -29,13 +27,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown to FILE ('-': stdout)")
     g.add_argument("--csv", metavar="FILE", help="also write the comparison as CSV to FILE ('-': stdout)")
-    p.add_argument(
-        "--noise",
-        type=float,
-        default=DEFAULT_NOISE_PCT,
-        metavar="PCT",
-        help=f"noise threshold for single runs, in %% (default {DEFAULT_NOISE_PCT:g})",
-    )
+    add_noise_option(p)
     p.set_defaults(func=run)
 
 
@@ -59,16 +51,13 @@ def write_export(cmp: Comparison, args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if len(args.refs) > 2:
-        print("tunedeck compare: give one A/B id or two run ids", file=sys.stderr)
-        return 2
+        return fail("compare", "give one A/B id or two run ids", 2)
     if not (0 <= args.noise <= 100):
-        print("tunedeck compare: --noise must be between 0 and 100", file=sys.stderr)
-        return 2
+        return fail("compare", "--noise must be between 0 and 100", 2)
     try:
         a, b, _ = resolve_sides(list(args.refs))
     except RefError as e:
-        print(f"tunedeck compare: {e}", file=sys.stderr)
-        return 2
+        return fail("compare", e, 2)
     cmp = compare(a, b, noise_pct=args.noise)
     if args.json:
         sys.stdout.write(to_json(cmp))

@@ -6,29 +6,25 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from tunedeck.ab.journal import Journal, export
+from tunedeck.commands import Subparsers, add_command
+from tunedeck.commands._cli import json_actions
+from tunedeck.fmt import text_table
 from tunedeck.util.files import atomic_write_text
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
+from tunedeck.util.safety import visible
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
-        "journal", parents=[common], help="the tuning journal: every A/B, launch and benchmark run"
-    )
-    sub = p.add_subparsers(dest="journal_cmd", metavar="ACTION")
-    jp = argparse.ArgumentParser(add_help=False)
-    jp.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
-    ls = sub.add_parser("list", parents=[jp], help="list journal entries (default)")
+    p = add_command(subparsers, common, "journal")
+    add = json_actions(p, "journal_cmd")
+    ls = add("list", "list journal entries (default)")
     ls.add_argument("--kind", choices=["ab", "launch", "bench", "tune"], help="only this kind")
-    ex = sub.add_parser("export", parents=[jp], help="export the journal as Markdown, CSV or JSON")
+    ex = add("export", "export the journal as Markdown, CSV or JSON")
     ex.add_argument("--format", "-f", choices=["md", "csv", "json"], default="md", help="--json is --format json")
     ex.add_argument("--output", "-o", metavar="FILE", help="write to FILE (default: stdout)")
     ex.add_argument("--kind", choices=["ab", "launch", "bench", "tune"], help="only this kind")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
 
@@ -54,32 +50,39 @@ def run(args: argparse.Namespace) -> int:
     if not ents:
         print(f"journal is empty ({j.path})")
         return 0
-    for ent in ents:
-        kind = ent.get("kind")
-        if kind == "ab":
-            what = (
-                f"{(ent.get('a') or {}).get('profile')} vs {(ent.get('b') or {}).get('profile')} plan={ent.get('plan')}"
-            )
-            res = (ent.get("comparison") or {}).get("headline") or ent.get("error") or ""
-        elif kind == "tune":
-            what = f"{ent.get('base')} ({len(ent.get('candidates') or [])} candidates) slo={' '.join(ent.get('slo') or [])}"
-            closest = (ent.get("closest") or {}).get("name")
-            res = (
-                f"winner {ent['winner']}"
-                if ent.get("winner")
-                else ent.get("error") or (f"no candidate met the SLO; closest {closest}" if closest else "")
-            )
-        elif kind == "bench":
-            n = ent.get("numbers") or {}
-            what = f"{ent.get('profile')} C={ent.get('concurrency')}"
-            t = n.get("output_throughput")
-            res = f"{t:.1f} tok/s" if isinstance(t, (int, float)) else ""
-        else:
-            what = f"{ent.get('profile')}"
-            res = (
-                f"ready in {ent['startup_s']:.1f} s"
-                if ent.get("status") == "ready" and ent.get("startup_s") is not None
-                else ent.get("diagnosis") or ""
-            )
-        print(f"{ent.get('started', '')[:19]}  {kind:<6} {ent.get('id'):<28} {ent.get('status', ''):<11} {what}  {res}")
+    rows = [
+        (str(ent.get("started", ""))[:19], ent.get("kind"), ent.get("id"), ent.get("status", ""), *_outline(ent))
+        for ent in ents
+    ]
+    print("\n".join(text_table(("STARTED", "KIND", "ID", "STATUS", "WHAT", "RESULT"), rows)))
     return 0
+
+
+def _outline(ent: dict[str, Any]) -> tuple[str, str]:
+    """What a journal entry was about and how it came out, each on one line (made safe to show:
+    an error or a diagnosis can carry a host's text)."""
+    kind = ent.get("kind")
+    if kind == "ab":
+        what = f"{(ent.get('a') or {}).get('profile')} vs {(ent.get('b') or {}).get('profile')} plan={ent.get('plan')}"
+        res = (ent.get("comparison") or {}).get("headline") or ent.get("error") or ""
+    elif kind == "tune":
+        what = f"{ent.get('base')} ({len(ent.get('candidates') or [])} candidates) slo={' '.join(ent.get('slo') or [])}"
+        closest = (ent.get("closest") or {}).get("name")
+        res = (
+            f"winner {ent['winner']}"
+            if ent.get("winner")
+            else ent.get("error") or (f"no candidate met the SLO; closest {closest}" if closest else "")
+        )
+    elif kind == "bench":
+        n = ent.get("numbers") or {}
+        what = f"{ent.get('profile')} C={ent.get('concurrency')}"
+        t = n.get("output_throughput")
+        res = f"{t:.1f} tok/s" if isinstance(t, (int, float)) else ""
+    else:
+        what = f"{ent.get('profile')}"
+        res = (
+            f"ready in {ent['startup_s']:.1f} s"
+            if ent.get("status") == "ready" and ent.get("startup_s") is not None
+            else ent.get("diagnosis") or ""
+        )
+    return visible(what), visible(res)

@@ -6,9 +6,11 @@ import argparse
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from tunedeck.commands._runs import err, host_from_args
+from tunedeck.commands import Subparsers, add_command
+from tunedeck.commands._cli import fail
+from tunedeck.commands._runs import WAIT_EXIT, host_from_args, wait_ended
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostops.launcher import LaunchRefused, demo_argv, launch, stop_command
 from tunedeck.hostops.runstore import ENGINES, RunRecord, RunStore
@@ -17,17 +19,14 @@ from tunedeck.model import StartupProgress, jsonable
 from tunedeck.profiles.model import ProfileError, ServerProfile
 from tunedeck.services import runtime
 from tunedeck.services.journal import journal_launch
-from tunedeck.util.safety import UnsafeInput, check_env_name, dangerous_env_names
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
+from tunedeck.util.safety import UnsafeInput, check_env_name, dangerous_env_names, visible
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "launch",
-        parents=[common],
-        help="launch a profile (or a raw command) detached on the host",
         description="Start a server detached on the host (it survives SSH loss and dashboard exit) "
         "with a run folder there and a local record. With --wait, follow the startup and exit 0 "
         "once ready, non-zero with the diagnosis when it fails.",
@@ -116,7 +115,7 @@ def _from_profile(
 
 async def run(args: argparse.Namespace) -> int:
     if bool(args.name) == bool(args.cmd):
-        return err("launch", "give a profile NAME or --cmd ARGV… (one of them)")
+        return fail("launch", "give a profile NAME or --cmd ARGV… (one of them)")
     prof: ServerProfile | None = None
     if args.name:
         from tunedeck.profiles.store import ProfileStore
@@ -124,7 +123,7 @@ async def run(args: argparse.Namespace) -> int:
         try:
             prof = ProfileStore().get(args.name)
         except ProfileError as e:
-            return err("launch", str(e))
+            return fail("launch", str(e))
         except (OSError, ValueError, KeyError, LookupError):
             prof = None  # reported below, as before
         if prof is not None and prof.multi_node:
@@ -134,11 +133,11 @@ async def run(args: argparse.Namespace) -> int:
     try:
         argv, env, engine, port, profile = _what_to_run(args)
     except UnsafeInput as e:
-        return err("launch", str(e))
+        return fail("launch", str(e))
     except ProfileError as e:
-        return err("launch", str(e))
+        return fail("launch", str(e))
     except (OSError, ValueError, KeyError, LookupError) as e:
-        return err("launch", f"profile {args.name!r}: {e}")
+        return fail("launch", f"profile {args.name!r}: {e}")
     host = host_from_args(args)
     store = RunStore()
     try:
@@ -147,9 +146,9 @@ async def run(args: argparse.Namespace) -> int:
             argv = await runtime.sim_argv(host, argv, python=prof.python)
         rec = await launch(host, argv, env, engine=engine, port=port, profile=profile, store=store)
     except LaunchRefused as e:
-        return err("launch", f"refused: {e}")
+        return fail("launch", f"refused: {e}")
     except (UnsafeInput, HostError, runtime.RuntimeUnavailable) as e:
-        return err("launch", str(e))
+        return fail("launch", str(e))
     if not args.json:
         print(
             f"launched run {rec.run_id} on {rec.target} (pid {rec.pid}); log: {rec.run_dir}/log",
@@ -232,30 +231,16 @@ def _progress_printer(tty: bool) -> Callable[[StartupProgress], None]:
 
 def _verdict(args: argparse.Namespace, host: Host, rec: RunRecord, final: StartupProgress, waited: float) -> int:
     """The exit status of ``launch --wait`` for the startup's final state, with its one-line report."""
-    if final.state == "ready":
-        if not args.json:
-            print(f"run {rec.run_id} ready after {waited:.1f} s")
-        return 0
-    if final.state == "starting":
-        print(
-            f"tunedeck launch: run {rec.run_id} not ready after {args.timeout:g} s ({final.message}); "
-            "it keeps running (tunedeck stop to end it)",
-            file=sys.stderr,
-        )
-        return 3
+    what = f"run {rec.run_id}"
+    code = wait_ended(args, final.state, what, f"after {waited:.1f} s", "tunedeck stop", f" ({final.message})")
+    if code is not None:
+        return code
     if final.state == "stalled":
-        print(
-            f"tunedeck launch: run {rec.run_id} {final.diagnosis}; it keeps running "
-            f"({stop_command(host, rec.run_id)} to end it)",
-            file=sys.stderr,
-        )
-        status = 4
+        fail("launch", f"{what} {final.diagnosis}; it keeps running ({stop_command(host, rec.run_id)} to end it)")
     elif final.state == "stopped":
-        print(f"tunedeck launch: run {rec.run_id} {final.diagnosis}", file=sys.stderr)
-        status = 1
+        fail("launch", f"{what} {final.diagnosis}")
     else:
-        print(f"tunedeck launch: run {rec.run_id} failed: {final.diagnosis}", file=sys.stderr)
-        status = 1
+        fail("launch", f"{what} failed: {final.diagnosis}")
     if final.proof:
-        print(f"  log: {final.proof}", file=sys.stderr)
-    return status
+        print(f"  log: {visible(final.proof)}", file=sys.stderr)
+    return WAIT_EXIT.get(final.state, 1)

@@ -20,9 +20,11 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
-from tunedeck.commands._runs import choose, err, host_from_args, records_for
+from tunedeck.commands import Subparsers, add_command
+from tunedeck.commands._cli import fail
+from tunedeck.commands._runs import choose, host_from_args, records_for
 from tunedeck.hostops.hostruns import find_host_run
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostops.logfollow import LINK_BACK_TEXT, LineSplitter, follow_forever, link_lost_text, read_log
@@ -31,9 +33,6 @@ from tunedeck.services.journal import reread_runs
 from tunedeck.util.aio import cancel_and_wait
 from tunedeck.util.safety import visible
 
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
-
 log_ = logging.getLogger(__name__)
 
 #: Seconds between checks that the followed run is still alive (``--follow`` ends with it).
@@ -41,7 +40,7 @@ END_CHECK_INTERVAL = 2.0
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser("logs", parents=[common], help="print (and follow) a run's server log")
+    p = add_command(subparsers, common, "logs")
     p.add_argument("run", nargs="?", metavar="RUN", help="run id or unique prefix (default: the most recent run)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines (reconnects on link loss)")
     p.add_argument(
@@ -106,7 +105,7 @@ def _colour(out: BinaryIO) -> bool:
 def _fail(args: argparse.Namespace, target: str, kind: str, message: str) -> int:
     if args.json:
         print(json.dumps({"target": target, "error": {"kind": kind, "message": message}}))
-    return err("logs", message)
+    return fail("logs", message)
 
 
 async def _run_ended(host: Host, rec: RunRecord) -> int | bool | None:
@@ -245,16 +244,16 @@ async def run(args: argparse.Namespace) -> int:
     dep = _deploy.find(args.run)
     if dep is not None:
         if args.resume:
-            return err("logs", "--resume takes one run's id (a deployment's merged log: --follow)")
+            return fail("logs", "--resume takes one run's id (a deployment's merged log: --follow)")
         if args.raw:
-            return err("logs", "--raw takes one run's id (a deployment's log is merged from its members' lines)")
+            return fail("logs", "--raw takes one run's id (a deployment's log is merged from its members' lines)")
         return await _deploy.logs(args, dep)
     if args.node is not None:
-        return err("logs", "--node needs a deployment id")
+        return fail("logs", "--node needs a deployment id")
     if args.raw and args.json:
-        return err("logs", "--raw prints the log's exact bytes; --json prints its lines as JSON: choose one")
+        return fail("logs", "--raw prints the log's exact bytes; --json prints its lines as JSON: choose one")
     if args.raw and sys.stdout.isatty():
-        return err(
+        return fail(
             "logs",
             "--raw writes the log's exact bytes (escape sequences included) and is refused to a terminal: "
             "send it to a file or a pipe (tunedeck logs --raw RUN > run.log)",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.logparse import (
     ENGINES,
     ErrorEvent,
@@ -20,18 +20,15 @@ from tunedeck.logparse import (
 from tunedeck.model import jsonable
 from tunedeck.util.safety import terminal_json, visible
 
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
-
 #: exit statuses (README "parse-log"): the log's verdict, so scripts can branch on it
 EXIT_READY, EXIT_FAILED, EXIT_UNREADABLE, EXIT_STARTING = 0, 1, 2, 3
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "parse-log",
-        parents=[common],
-        help="parse an SGLang/vLLM server log: phases, progress, failures",
         description="Parse an SGLang or vLLM server log and print the events (phase changes with "
         "progress 0-1, facts, fatal errors with their kind) and a final summary. Line numbers are the "
         "file's physical lines (less +N lands on them); N.S is segment S of a line joined by \\r redraws.",

@@ -5,27 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
 from tunedeck.ab.plans import PlanError, list_plans, load_plan, parse_plan_file
 from tunedeck.bench.workloads import describe as describe_workload
+from tunedeck.commands import Subparsers, add_command
+from tunedeck.commands._cli import json_actions
+from tunedeck.fmt import text_table
 from tunedeck.util.safety import visible
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser("plans", parents=[common], help="list, show or check A/B benchmark plans (TOML)")
-    sub = p.add_subparsers(dest="plans_cmd", metavar="ACTION")
-    jp = argparse.ArgumentParser(add_help=False)
-    jp.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
-    sub.add_parser("list", parents=[jp], help="list the plans (user plans shadow the shipped ones)")
-    s = sub.add_parser("show", parents=[jp], help="show a plan's levels")
-    s.add_argument("name", help="plan name or path to a .toml file")
-    c = sub.add_parser("check", parents=[jp], help="validate a plan file (errors name file, line and key)")
-    c.add_argument("file")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = add_command(subparsers, common, "plans")
+    add = json_actions(p, "plans_cmd")
+    add("list", "list the plans (user plans shadow the shipped ones)")
+    add("show", "show a plan's levels").add_argument("name", help="plan name or path to a .toml file")
+    add("check", "validate a plan file (errors name file, line and key)").add_argument("file")
     p.set_defaults(func=run)
 
 
@@ -53,9 +47,11 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(rows, indent=2))
             else:
-                for row in rows:
-                    cs = ",".join(map(str, row["concurrency"] or ()))
-                    print(f"{row['name']:<12} C={cs:<14} {row['error'] or row['description']}")
+                table = [
+                    (r["name"], ",".join(map(str, r["concurrency"] or ())), visible(r["error"] or r["description"]))
+                    for r in rows
+                ]
+                print("\n".join(text_table(("PLAN", "C", "DESCRIPTION"), table)))
             return 0
         plan = load_plan(args.name) if cmd == "show" else parse_plan_file(args.file)
     except PlanError as e:
@@ -74,12 +70,20 @@ def run(args: argparse.Namespace) -> int:
         )
         wl = plan.workload
         print(f"  workload: {describe_workload(wl.to_json())}" + (f"  file={visible(wl.path)}" if wl.path else ""))
-        for lv in plan.levels:
-            rate = f" rate={lv.request_rate:g}/s" if lv.request_rate else ""
-            print(
-                f"  {lv.title:<14} C={lv.concurrency:<4} prompts={lv.num_prompts:<5} "
-                f"in={lv.input_len} out={lv.output_len} warmup={lv.warmup}{rate}"
+        levels = [
+            (
+                visible(lv.title),
+                lv.concurrency,
+                lv.num_prompts,
+                lv.input_len,
+                lv.output_len,
+                lv.warmup,
+                f"{lv.request_rate:g}/s" if lv.request_rate else "-",
             )
+            for lv in plan.levels
+        ]
+        headers = ("LEVEL", "C", "PROMPTS", "IN", "OUT", "WARMUP", "RATE")
+        print("\n".join(text_table(headers, levels, indent="  ", right=(1, 2, 3, 4, 5, 6))))
     for w in plan.warnings():
         print(f"warning: {w}", file=sys.stderr)
     return 0

@@ -5,18 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.profiles.model import ProfileError
 from tunedeck.profiles.store import ProfileStore
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 _MARK = {"error": "✗", "warning": "!", "info": "·"}
 
 
 async def _preflight(args: argparse.Namespace) -> int:
+    from tunedeck.commands._cli import target_label
     from tunedeck.commands._hosterr import report_error
     from tunedeck.commands.profiles import load_named
     from tunedeck.hostops.hosts import HostError
@@ -30,7 +28,7 @@ async def _preflight(args: argparse.Namespace) -> int:
     except ProfileError as e:
         print(f"tunedeck preflight: {e}", file=sys.stderr)
         return 1  # like launch and profiles: an unknown or unreadable profile is exit 1
-    target = "demo" if args.demo else (args.host or "local")
+    target = target_label(args.demo, args.host)
     try:
         host = get_host(args.host, demo=args.demo)
     except (UnsafeInput, HostError) as e:
@@ -65,10 +63,10 @@ async def _preflight(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "preflight",
-        parents=[common],
-        help="check a profile against the host's engine and GPUs",
         description="Check a profile against the host's engine version, its --help and the GPUs "
         "before a launch; nothing is launched.",
     )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING
 
+from tunedeck.commands import Subparsers, add_command
+from tunedeck.commands._cli import target_label
 from tunedeck.commands._hosterr import report_error
 from tunedeck.fmt import gib
 from tunedeck.hostops.hosts import Host, HostError
@@ -14,15 +15,12 @@ from tunedeck.services import runtime
 from tunedeck.services.targets import get_host
 from tunedeck.util.safety import UnsafeInput
 
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
-
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "probe",
-        parents=[common],
-        help="report a host's OS, CPUs, memory, Python, GPUs and engines",
         description="Connect to TARGET (default: --host, else this machine) and report hostname, OS, "
         "kernel, CPU count, memory, python3, nvidia-smi and GPU count, and the installed "
         "SGLang/vLLM versions. One remote script, one round trip.",
@@ -82,7 +80,7 @@ async def _demo_engines(host: Host, result: ProbeResult) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     target = args.target or args.host
-    where = "demo" if args.demo else (target or "local")
+    where = target_label(args.demo, target)
     try:
         host = get_host(target, demo=args.demo)
     except (UnsafeInput, HostError) as e:

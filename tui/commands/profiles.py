@@ -6,8 +6,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, TextIO
+from typing import Callable, TextIO
 
+from tunedeck.commands import Subparsers, add_command
+from tunedeck.commands._cli import json_actions, noted_table, target_label
 from tunedeck.fmt import text_table
 from tunedeck.profiles.builder import Issue, build_command, check_profile, line_of_key, resolve_nccl
 from tunedeck.profiles.diff import diff_commands
@@ -17,9 +19,6 @@ from tunedeck.profiles.profileread import load_profile_file
 from tunedeck.profiles.store import ProfileStore
 from tunedeck.profiles.tomlread import ProfileError, parse_toml
 from tunedeck.util.safety import terminal_json, visible
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 
 def _err(msg: str) -> int:
@@ -152,7 +151,7 @@ def _command(args: argparse.Namespace) -> int:
     if args.json:
         out = cmd.jsonable()
         out["profile"] = p.name
-        out["host"] = "demo" if args.demo else (args.host or "local")
+        out["host"] = target_label(args.demo, args.host)
         _print_json(out)
         return 0
     _p(cmd.display)
@@ -216,31 +215,30 @@ def _presets(args: argparse.Namespace) -> int:
         _print_json({"nccl": [preset_jsonable(p) for p in nccl], "attention": [preset_jsonable(p) for p in att]})
         return 0
     _p("NCCL presets:")
-    for p in nccl:
-        vars_ = " ".join(f"{k}={v}" for k, v in p.vars) or "(no variables)"
-        _p(f"  {p.name:<10} {vars_}")
-        if p.warning:
-            _p(f"  {'':<10} warning: {p.warning}")
+    rows = [(p.name, " ".join(f"{k}={v}" for k, v in p.vars) or "(no variables)") for p in nccl]
+    notes = [[f"warning: {p.warning}"] if p.warning else [] for p in nccl]
+    for line in noted_table(("NAME", "VARIABLES"), rows, notes, under="VARIABLES", indent="  "):
+        _p(line)
     _p("Attention presets:")
+    table = []
     for ap in att:
         parts = [f"backend={ap.backend}" if ap.backend else "backend=auto"]
         if ap.prefill:
             parts.append(f"prefill={ap.prefill}")
         if ap.decode:
             parts.append(f"decode={ap.decode}")
-        _p(f"  {ap.engine:<7}{ap.name:<28} {' '.join(parts)}")
+        table.append((ap.engine, ap.name, " ".join(parts)))
+    for line in text_table(("ENGINE", "NAME", "SETTINGS"), table, indent="  "):
+        _p(line)
     return 0
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
-        "profiles", parents=[common], help="server profiles: list, show, check, command, diff, presets"
-    )
-    sub = p.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
+    p = add_command(subparsers, common, "profiles")
+    action = json_actions(p, "profiles_command", parents=[common], required=True)
 
     def add(name: str, func: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, parents=[common], help=help)
-        sp.add_argument("--json", action="store_true", help="machine-readable output")
+        sp = action(name, help)
         sp.set_defaults(func=func)
         return sp
 

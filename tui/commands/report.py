@@ -5,19 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
-
-HELP = "a result, A/B or campaign as one HTML or Markdown report"
+from tunedeck.commands import Subparsers, add_command
+from tunedeck.commands._cli import fail
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "report",
-        parents=[common],
-        help=HELP,
         description="ID is a result id (`tunedeck results list`, or a unique prefix), a sweep id, an A/B id "
         "from the journal (`tunedeck journal`), ABID:A / ABID:B, or a campaign's JSON file. The HTML file is "
         "self-contained (inline CSS and SVG charts, no script, nothing loaded from the network); the Markdown "
@@ -32,23 +29,18 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
-def _fail(msg: str, code: int = 1) -> int:
-    print(f"tunedeck report: {msg}", file=sys.stderr)
-    return code
-
-
 def run(args: argparse.Namespace) -> int:
     from tunedeck.report.load import ReportError, build, render, write
 
     fmt, dest = ("html", args.html) if args.html else ("markdown", args.markdown)
     if dest == "-" and fmt == "html":
-        return _fail("--html needs a file name (the page is meant to be opened or attached)", 2)
+        return fail("report", "--html needs a file name (the page is meant to be opened or attached)", 2)
     if dest == "-" and args.json:
-        return _fail("--json prints what was written to a file; with --markdown - the report is the output", 2)
+        return fail("report", "--json prints what was written to a file; with --markdown - the report is the output", 2)
     try:
         report = build(args.ref)
     except ReportError as e:
-        return _fail(str(e), 2)
+        return fail("report", str(e), 2)
     text = render(report, fmt)
     if dest == "-":
         sys.stdout.write(text)
@@ -56,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         n = write(text, dest, force=args.force)
     except ReportError as e:
-        return _fail(str(e))
+        return fail("report", str(e))
     if args.json:
         print(json.dumps({"path": dest, "kind": report.kind, "format": fmt, "bytes": n}))
     else:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
+from tunedeck.commands import Subparsers, add_command
+from tunedeck.commands._cli import fail
 from tunedeck.fmt import text_table
 from tunedeck.util.safety import visible
 
 
-def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser("results", parents=[common], help="list, show and export benchmark results")
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = add_command(subparsers, common, "results")
     sub = p.add_subparsers(dest="results_cmd", metavar="ACTION")
     sub.required = True
     ls = sub.add_parser("list", help="stored runs, newest last")
@@ -31,11 +32,6 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     ex.add_argument("--vllm-json", metavar="FILE", help="vLLM's result layout (summary + per-request arrays)")
     ex.add_argument("--json", action="store_true", help="print what was written as JSON")
     ex.set_defaults(func=cmd_export)
-
-
-def _err(msg: str, code: int = 1) -> int:
-    print(f"tunedeck results: {msg}", file=sys.stderr)
-    return code
 
 
 def _resolve(run: str) -> str:
@@ -138,7 +134,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         run = _resolve(args.run)
         s = summary_for(run)
     except StoreError as e:
-        return _err(str(e))
+        return fail("results", str(e))
     if getattr(args, "timeline", False):
         return _show_timeline(run, as_json=args.json)
     if args.json:
@@ -171,7 +167,7 @@ def _show_timeline(run: str, *, as_json: bool) -> int:
 
     lines = read_timeline(run_dir(run))
     if not lines:
-        return _err(f"run {run}: no {TIMELINE} (recorded for benchmarks run by this version on a host)")
+        return fail("results", f"run {run}: no {TIMELINE} (recorded for benchmarks run by this version on a host)")
     if as_json:
         print(json.dumps(lines, indent=1))
     else:
@@ -183,7 +179,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tunedeck.bench.store import StoreError, export_csv, export_vllm_json
 
     if not args.csv and not args.vllm_json:
-        return _err("export: give --csv FILE and/or --vllm-json FILE", 2)
+        return fail("results", "export: give --csv FILE and/or --vllm-json FILE", 2)
     out: dict[str, Any] = {}
     try:
         run = _resolve(args.run)
@@ -193,9 +189,9 @@ def cmd_export(args: argparse.Namespace) -> int:
             export_vllm_json(run, args.vllm_json)
             out["vllm_json"] = {"path": args.vllm_json}
     except StoreError as e:
-        return _err(str(e))
+        return fail("results", str(e))
     except OSError as e:
-        return _err(f"export: {e.filename or ''}: {e.strerror or e}")
+        return fail("results", f"export: {e.filename or ''}: {e.strerror or e}")
     if args.json:
         print(json.dumps(out, indent=2))
     else:

@@ -6,9 +6,11 @@ import argparse
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-from tunedeck.commands._runs import age, err, host_from_args, records_for
+from tunedeck.commands import Subparsers, add_command
+from tunedeck.commands._cli import fail, noted_table
+from tunedeck.commands._runs import age, host_from_args, records_for
 from tunedeck.hostops.gpuquery import gpu_memory_used
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostops.runstop import process_alive
@@ -19,9 +21,6 @@ from tunedeck.model import jsonable
 from tunedeck.util.ports import OTHER, OWN, port_owners
 from tunedeck.util.safety import redact_argv, visible
 
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
-
 log = logging.getLogger(__name__)
 
 #: a live run whose log has not changed this long is stalled (the tracker's default window)
@@ -29,7 +28,7 @@ STALL_AFTER = 300.0
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser("runs", parents=[common], help="list the servers tunedeck launched on the host")
+    p = add_command(subparsers, common, "runs")
     p.add_argument("id", nargs="?", metavar="DEPLOYMENT", help="a multi-node deployment: its nodes and their runs")
     p.add_argument("--json", action="store_true", help="print the run records as JSON")
     p.add_argument("--deployments", action="store_true", help="list the multi-node deployments (local records)")
@@ -43,7 +42,7 @@ async def run(args: argparse.Namespace) -> int:
     if args.id is not None:
         dep = _deploy.find(args.id)
         if dep is None:
-            return err("runs", f"no deployment {args.id!r} (tunedeck runs --deployments lists them)")
+            return fail("runs", f"no deployment {args.id!r} (tunedeck runs --deployments lists them)")
         dep = (await reread_deployments([dep]))[0]
         return await _deploy.show_deployment(args, dep)
     if args.deployments:
@@ -60,7 +59,7 @@ async def run(args: argparse.Namespace) -> int:
         recs = await records_for(host, store)
         recs = await refresh_readiness(host, store, recs)
     except HostError as e:
-        return err("runs", str(e))
+        return fail("runs", str(e))
     finally:
         await host.close()
     members = {m.run_id: (d.deploy_id, m.node) for d in await reread_deployments() for m in d.members}
@@ -79,22 +78,37 @@ async def run(args: argparse.Namespace) -> int:
         _deploy.list_deployments(False)
         return 0
     now = time.time()
-    print(f"{'RUN':14} {'STATUS':11} {'ENGINE':7} {'PORT':>5} {'PID':>8} {'AGE':>7}  PROFILE / COMMAND")
-    for r in recs:
-        what = visible(r.profile or " ".join(redact_argv(r.argv))[:60])
-        print(
-            f"{r.run_id:14} {r.status:11} {r.engine:7} {r.port if r.port else '-':>5} {r.pid or '-':>8} "
-            f"{age(now - (r.created or now)):>7}  {what}"
+    rows = [
+        (
+            r.run_id,
+            r.status,
+            r.engine,
+            r.port or "-",
+            r.pid or "-",
+            age(now - (r.created or now)),
+            visible(r.profile or " ".join(redact_argv(r.argv))[:60]),
         )
-        if r.diagnosis:
-            print(f"{'':14} {visible(r.diagnosis)}")
-            tip = advice_for(r.diagnosis, r.proof) if r.status in (FAILED, STALLED) else ""
-            if tip:
-                print(f"{'':14} advice: {tip}")
-        if r.run_id in members:
-            print(f"{'':14} part of deployment {members[r.run_id][0]} (node {visible(members[r.run_id][1])})")
+        for r in recs
+    ]
+    notes = [_notes(r, members.get(r.run_id)) for r in recs]
+    headers = ("RUN", "STATUS", "ENGINE", "PORT", "PID", "AGE", "PROFILE / COMMAND")
+    print("\n".join(noted_table(headers, rows, notes, under="STATUS", right=(3, 4, 5))))
     _deploy.list_deployments(False)
     return 0
+
+
+def _notes(r: RunRecord, member: tuple[str, str] | None) -> list[str]:
+    """What ``runs`` says under a run's row: its diagnosis, what to do about a failure, and the
+    deployment (and node) it is part of."""
+    said = []
+    if r.diagnosis:
+        said.append(r.diagnosis)
+        tip = advice_for(r.diagnosis, r.proof) if r.status in (FAILED, STALLED) else ""
+        if tip:
+            said.append(f"advice: {tip}")
+    if member is not None:
+        said.append(f"part of deployment {member[0]} (node {member[1]})")
+    return said
 
 
 async def _quiet_logs(host: Host, recs: Sequence[RunRecord], after: float = STALL_AFTER) -> dict[str, float]:

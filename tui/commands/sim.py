@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
+from tunedeck.commands import Subparsers, add_command
 
 # The engine parsers see every argument as a positional: their own argparse
 # (built to look like the engine's) parses them later.
@@ -23,10 +21,10 @@ _RAW = "\x00"
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "sim",
-        parents=[common],
-        help="simulated SGLang/vLLM servers and nvidia-smi (for --demo)",
         description="The simulator behind --demo: a real process with the engines' real log lines, "
         "HTTP endpoints, SSE stream and metrics, and simulated GPUs behind an nvidia-smi.",
     )

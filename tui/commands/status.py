@@ -20,6 +20,7 @@ import logging
 import sys
 from typing import Any, Sequence
 
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.fmt import gib, text_table, uptime
 from tunedeck.model import NA, StatusSnapshot, is_na
 
@@ -28,11 +29,11 @@ log = logging.getLogger(__name__)
 _ENGINES = ("auto", "sglang", "vllm")
 
 
-def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = add_command(
+        subparsers,
+        common,
         "status",
-        parents=[common],
-        help="print GPUs, host load and servers once",
         description="Print the GPUs (nvidia-smi), host CPU/memory/load and inference servers "
         "of the target host once. Servers tunedeck launched are listed automatically; "
         "add others with --server. Several --host values (or --host @GROUP, a [groups] entry "
@@ -204,25 +205,14 @@ def format_fleet(entries: Sequence[Any]) -> str:
     lines += _table(
         ["HOST", "STATE", "GPUS", "MODEL", "UTIL", "MEM GiB", "POWER W", "MAX TEMP", "SERVERS", "NOTE"], rows
     )
-    srows = []
-    for e in entries:
-        for x in e.snapshot.servers if e.snapshot is not None else ():
-            srows.append(
-                [
-                    e.snapshot.target,
-                    x.name,
-                    x.engine,
-                    x.state,
-                    x.model or "N/A",
-                    _f(x.running),
-                    _f(x.waiting),
-                    _f(x.kv_cache_usage * 100 if not is_na(x.kv_cache_usage) else NA, suffix="%"),
-                    _f(x.gen_throughput, "{:.1f}"),
-                ]
-            )
+    srows = [
+        [e.snapshot.target, *_server_cells(x)]
+        for e in entries
+        for x in (e.snapshot.servers if e.snapshot is not None else ())
+    ]
     if srows:
         lines.append("Servers:")
-        lines += _table(["HOST", "NAME", "ENGINE", "STATE", "MODEL", "RUN", "WAIT", "KV", "GEN tok/s"], srows)
+        lines += _table(["HOST", *_SERVER_COLUMNS], srows)
     return "\n".join(lines)
 
 
@@ -236,6 +226,25 @@ def _f(v: Any, fmt: str = "{:.0f}", suffix: str = "") -> str:
         return fmt.format(v) + suffix
     except (ValueError, TypeError):
         return str(v)
+
+
+#: the columns of a server's row, in one host's table and in the fleet's (after its HOST)
+_SERVER_COLUMNS = ("NAME", "ENGINE", "STATE", "MODEL", "RUN", "WAIT", "KV", "GEN tok/s")
+
+
+def _server_cells(s: Any) -> list[str]:
+    """A server's :data:`_SERVER_COLUMNS`: name, engine, state, model, requests running and
+    waiting, KV cache in use, generation speed."""
+    return [
+        s.name,
+        s.engine,
+        s.state,
+        s.model or "N/A",
+        _f(s.running),
+        _f(s.waiting),
+        _f(s.kv_cache_usage * 100 if not is_na(s.kv_cache_usage) else NA, suffix="%"),
+        _f(s.gen_throughput, "{:.1f}"),
+    ]
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
@@ -292,23 +301,9 @@ def format_status(snap: StatusSnapshot) -> str:
         lines.append(f"Host: unavailable: {snap.host_error or 'unknown error'}")
     if snap.servers:
         lines.append("Servers:")
-        rows = []
-        for s in snap.servers:
-            rows.append(
-                [
-                    s.name,
-                    s.engine,
-                    s.state,
-                    s.model or "N/A",
-                    _f(s.running),
-                    _f(s.waiting),
-                    _f(s.kv_cache_usage * 100 if not is_na(s.kv_cache_usage) else NA, suffix="%"),
-                    _f(s.gen_throughput, "{:.1f}"),
-                    _f(s.ttft_p50 * 1000 if not is_na(s.ttft_p50) else NA, suffix=" ms"),
-                    s.message,
-                ]
-            )
-        lines += _table(
-            ["NAME", "ENGINE", "STATE", "MODEL", "RUN", "WAIT", "KV", "GEN tok/s", "TTFT p50", "NOTE"], rows
-        )
+        rows = [
+            [*_server_cells(s), _f(s.ttft_p50 * 1000 if not is_na(s.ttft_p50) else NA, suffix=" ms"), s.message]
+            for s in snap.servers
+        ]
+        lines += _table([*_SERVER_COLUMNS, "TTFT p50", "NOTE"], rows)
     return "\n".join(lines)

@@ -8,31 +8,29 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
-from tunedeck.commands._ask import confirm
-from tunedeck.commands._runs import choose, err, host_from_args, live_records, records_for
+from tunedeck.commands import Subparsers, add_command
+from tunedeck.commands._ask import add_yes_option, confirm
+from tunedeck.commands._cli import fail
+from tunedeck.commands._runs import choose, host_from_args, live_records, records_for
 from tunedeck.hostops.hosts import HostError
 from tunedeck.hostops.runstop import stop_run
 from tunedeck.hostops.runstore import RunRecord, RunStore
 from tunedeck.model import jsonable
 
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
-
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "stop",
-        parents=[common],
-        help="stop servers tunedeck launched (default: every live one)",
         description="Stop a run: PID-reuse guard, TERM to its process group, KILL after the grace "
         "period, then wait until nvidia-smi no longer lists its processes. Without RUN, every run "
         "whose process is alive on the target is stopped (starting, ready or stalled), after one "
         "confirmation.",
     )
     p.add_argument("run", nargs="?", metavar="RUN", help="run id (or a unique prefix)")
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    add_yes_option(p, "do not ask for confirmation")
     p.add_argument("--grace", type=float, default=30.0, metavar="S", help="seconds between TERM and KILL (default 30)")
     p.add_argument(
         "--gpu-wait", type=float, default=60.0, metavar="S", help="max seconds to wait for GPU memory release"
@@ -65,14 +63,14 @@ async def run(args: argparse.Namespace) -> int:
             recs = await records_for(host, store)
             rec = choose(recs, args.run)
             if rec is None:
-                return err("stop", f"run {args.run!r} not found on {host.target}")
+                return fail("stop", f"run {args.run!r} not found on {host.target}")
             targets = [rec]
         else:
             targets = await live_records(host, store)
             if not targets:
                 last = store.all(host.target)
                 tail = f" (last run {last[-1].run_id} is {last[-1].status})" if last else ""
-                return err("stop", f"no running server on {host.target}{tail}")
+                return fail("stop", f"no running server on {host.target}{tail}")
         question, details = _question(targets, host.target)
         if not await confirm(question, prog="stop", yes=args.yes, details=details, refused="not stopped"):
             return 1
@@ -88,7 +86,7 @@ async def run(args: argparse.Namespace) -> int:
             res = await stop_run(host, rec, grace=args.grace, gpu_wait=args.gpu_wait, store=store)
             results.append((rec, res))
     except HostError as e:
-        return err("stop", str(e))
+        return fail("stop", str(e))
     finally:
         await host.close()
     if args.json:

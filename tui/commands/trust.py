@@ -3,33 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
-from typing import TYPE_CHECKING
 
+from tunedeck.commands import Subparsers, add_command
+from tunedeck.commands._ask import add_yes_option, confirm
 from tunedeck.commands._hosterr import report_error
 from tunedeck.hostops.hosts import HostError
 from tunedeck.hostops.target import parse_target
 from tunedeck.util.paths import known_hosts_file
 from tunedeck.util.safety import UnsafeInput
 
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
-
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "trust",
-        parents=[common],
-        help="show a host's SSH key fingerprint; trust it once confirmed",
         description="Fetch TARGET's SSH host key, print its SHA256 fingerprint and, after you confirm "
         "(or with --yes), add it to tunedeck's known_hosts. Compare the fingerprint with the one "
         "the host itself shows (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) first. A host whose "
         "key CHANGED is refused; remove the old line yourself if the change is expected.",
     )
     p.add_argument("target", nargs="?", metavar="TARGET", help="[user@]host[:port] or an ssh alias")
-    p.add_argument("--yes", "-y", action="store_true", help="trust without asking (after comparing)")
+    add_yes_option(p, "trust without asking (after comparing)")
     p.add_argument(
         "--fingerprint",
         metavar="SHA256:…",
@@ -58,14 +55,18 @@ async def run(args: argparse.Namespace) -> int:
     ep = check.endpoint
     out = check.as_dict()
     say = sys.stderr if args.json else sys.stdout
+
+    def done(result: str, code: int) -> int:
+        out["result"] = result
+        if args.json:
+            print(json.dumps(out, indent=2))
+        return code
+
     print(f"{ep.known_hosts_name} presents a {check.key_type} key", file=say)
     print(f"  fingerprint: {check.fingerprint}", file=say)
     if check.status == "trusted":
         print("already trusted: nothing to do", file=say)
-        out["result"] = "already-trusted"
-        if args.json:
-            print(json.dumps(out, indent=2))
-        return 0
+        return done("already-trusted", 0)
     if check.status == "mismatch":
         olds = ", ".join(f"{fp} (in {f})" for f, fp in check.known)
         print(
@@ -74,10 +75,7 @@ async def run(args: argparse.Namespace) -> int:
             "from that file yourself and run trust again.",
             file=sys.stderr,
         )
-        out["result"] = "mismatch"
-        if args.json:
-            print(json.dumps(out, indent=2))
-        return 1
+        return done("mismatch", 1)
     if args.fingerprint is not None:
         if args.fingerprint.strip() != check.fingerprint:
             print(
@@ -85,38 +83,18 @@ async def run(args: argparse.Namespace) -> int:
                 f"{args.fingerprint.strip()!r}; nothing written",
                 file=sys.stderr,
             )
-            out["result"] = "fingerprint-mismatch"
-            if args.json:
-                print(json.dumps(out, indent=2))
-            return 1
-    elif not args.yes:
-        if not sys.stdin.isatty():
-            print(
-                "tunedeck trust: not a terminal: compare the fingerprint above, then rerun with --yes",
-                file=sys.stderr,
-            )
-            out["result"] = "not-confirmed"
-            if args.json:
-                print(json.dumps(out, indent=2))
-            return 1
-        question = f"Trust this key for {ep.known_hosts_name}? Type 'yes' to confirm: "
-        try:  # the prompt waits in a thread: the event loop (and the connection) keep running
-            answer = await asyncio.get_running_loop().run_in_executor(None, input, question)
-        except EOFError:
-            answer = ""
-        if answer.strip().lower() not in ("yes", "y"):
-            print("not trusted; nothing written", file=say)
-            out["result"] = "refused"
-            if args.json:
-                print(json.dumps(out, indent=2))
-            return 1
+            return done("fingerprint-mismatch", 1)
+    elif not args.yes and not sys.stdin.isatty():
+        # the advice names what to compare first (the prompt's own line would only say --yes)
+        print("tunedeck trust: not a terminal: compare the fingerprint above, then rerun with --yes", file=sys.stderr)
+        return done("not-confirmed", 1)
+    elif not await confirm(f"Trust this key for {ep.known_hosts_name}?", prog="trust", yes=args.yes):
+        print("not trusted; nothing written", file=say)
+        return done("refused", 1)
     path = add_trusted(check)
     print(f"trusted: added {ep.known_hosts_name} to {path}", file=say)
-    out["result"] = "trusted"
     out["known_hosts_file"] = str(path)
-    if args.json:
-        print(json.dumps(out, indent=2))
-    return 0
+    return done("trusted", 0)
 
 
 __all__ = ["known_hosts_file", "register", "run"]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, NoReturn, Sequence
+from typing import Any, Awaitable, Callable, Mapping, NoReturn, Sequence
 
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._ask import confirm
+from tunedeck.commands._cli import fail, target_label
+from tunedeck.commands._jobfollow import add_follow_options, announce, cancel, follow_events
 from tunedeck.util.safety import UnsafeInput
-
-if TYPE_CHECKING:
-    from tunedeck.commands import Subparsers
 
 #: exit statuses (docs/exit-codes.md): the A/B's, and 3 for a campaign where no candidate met the SLO
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_WINNER, EXIT_PARTIAL, EXIT_LOST, EXIT_STOPPED = 0, 1, 2, 3, 5, 6, 130
@@ -30,10 +30,10 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     from tunedeck.commands._argtypes import nonneg_int, pos_int
     from tunedeck.commands._workload import add_workload_options
 
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
+        common,
         "tune",
-        parents=[common],
-        help="find the configuration serving the most users within an SLO",
         description="Runs ON the host, detached, like an A/B: every candidate (the base profile with "
         "the --vary keys changed, their Cartesian product, or a --candidates file) is pre-flighted "
         "before anything is stopped, then launched, measured (the highest concurrency that meets the "
@@ -95,19 +95,15 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     w.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     w.add_argument("--seed", type=int, default=1)
     add_workload_options(p)
-    p.add_argument("--attach", metavar="ID", help="follow a campaign running (or ended) on --host/--demo")
-    p.add_argument("--cancel", metavar="ID", help="cancel a campaign on --host/--demo (asks first; results kept)")
+    add_follow_options(p, "a campaign")
     p.add_argument("--list", action="store_true", help="list the campaigns on --host/--demo")
     p.add_argument("--python", metavar="PATH", default=None, help="the host's Python (>= 3.9) for the campaign")
-    p.add_argument("--yes", "-y", action="store_true", help="stop a running server (or cancel) without asking")
     p.add_argument("--json", metavar="FILE", help="write the campaign's result as JSON to FILE")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run)
 
 
 def _fail(msg: str, code: int = EXIT_USAGE) -> int:
-    print(f"tunedeck tune: {msg}", file=sys.stderr)
-    return code
+    return fail("tune", msg, code)
 
 
 def _workload(args: argparse.Namespace) -> Any:
@@ -197,18 +193,14 @@ async def run(args: argparse.Namespace) -> int:
         host = get_host(None if here else args.host, demo=args.demo)
     except (UnsafeInput, HostError) as e:
         return _fail(str(e))
-    label = "this machine" if here else _label(args)
+    label = "this machine" if here else target_label(args.demo, args.host)
     try:
         if args.list:
             return await _list(host)
         if ref is not None:
             tr = await TuneRun.attach(host, ref)
-            if args.cancel:
-                if not await confirm(
-                    f"Cancel campaign {tr.id} on {label} (the server it started is stopped)?", prog="tune", yes=args.yes
-                ):
-                    return _fail("not cancelled", EXIT_FAILED)
-                print(await tr.cancel(), file=sys.stderr)
+            if args.cancel and not await cancel(tr, cmd="tune", noun="campaign", label=label, yes=args.yes):
+                return EXIT_FAILED
         else:
 
             def on_skip(name: str, why: str) -> None:
@@ -219,14 +211,13 @@ async def run(args: argparse.Namespace) -> int:
             )
             cands, est = plan[1], plan[5]
             where = f"{label} (it reaches every node; the levels run on the head)" if here else label
-            if not args.quiet:
-                print(
-                    f"tunedeck tune: campaign job {tr.id} runs on {where}: {len(cands)} candidates, estimated "
-                    f"{est.text}; Ctrl-C detaches (it goes on); `tunedeck tune --attach {tr.id}` follows it, "
-                    f"`--cancel {tr.id}` stops it",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            announce(
+                tr,
+                cmd="tune",
+                subject=f"campaign job {tr.id}",
+                where=f"on {where}: {len(cands)} candidates, estimated {est.text}",
+                quiet=args.quiet,
+            )
         return await _follow(args, tr, label)
     except (jobs.JobError, runtime.RuntimeUnavailable) as e:
         return _fail(str(e), EXIT_FAILED)
@@ -285,7 +276,7 @@ async def start_campaign(
         sim=args.sim,
         confirm_stop=confirm_stop,
         python=args.python,
-        host_label=_label(args),
+        host_label=target_label(args.demo, args.host),
         on_skip=on_skip,
         **search,
     )
@@ -303,10 +294,6 @@ async def check_campaign(host: Any, args: argparse.Namespace, plan: tuple[Any, .
     from tunedeck.services.tunerun import check_candidates
 
     return list(await check_candidates(host, cands, demo=args.demo, sim=args.sim))
-
-
-def _label(args: argparse.Namespace) -> str:
-    return "demo" if args.demo else (args.host or "local")
 
 
 def plan_of(args: argparse.Namespace) -> tuple[Any, ...] | str:
@@ -443,8 +430,6 @@ async def _list(host: Any) -> int:
 
 
 async def _follow(args: argparse.Namespace, tr: Any, label: str) -> int:
-    from tunedeck.commands._jobfollow import follow_events
-
     if not await follow_events(tr, cmd="tune", noun="campaign", label=label, quiet=args.quiet):
         return EXIT_STOPPED
     rep = tr.report
