@@ -39,7 +39,7 @@ from textual.worker import Worker, WorkerState
 from tunedeck.collectors.sources import BackoffFn, Sources
 from tunedeck.model import GpuStatus, HostStats, LinkState, ServerStats
 from tunedeck.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
-from tunedeck.ui.modes import MODE_REGISTRY, ModeSpec, screen_factory
+from tunedeck.ui.modes import MODE_REGISTRY, ModeSpec, mode_bindings, screen_factory
 from tunedeck.ui.palette import TunedeckCommands
 from tunedeck.ui.polling import Latest, Poller, close_host
 from tunedeck.util.retry import delay as default_backoff
@@ -61,18 +61,7 @@ class TunedeckApp(App[int]):
     DEFAULT_MODE = "status"
     COMMANDS = App.COMMANDS | {TunedeckCommands}
     BINDINGS = [
-        Binding("s", "mode('status')", "Status", tooltip="GPUs, host and servers", id="mode-status"),
-        Binding("l", "mode('launch')", "Launch", tooltip="Profiles and the launch form", id="mode-launch"),
-        Binding("b", "mode('bench')", "Bench", tooltip="Benchmarks with live charts", id="mode-bench"),
-        Binding("c", "mode('compare')", "Compare", tooltip="A/B comparison", id="mode-compare"),
-        Binding(
-            "T",
-            "mode('tune')",
-            "Tune",
-            tooltip="Tuning campaign: many configurations under an SLO",
-            id="mode-tune",
-            show=False,
-        ),
+        *mode_bindings(),
         Binding("r", "reconnect", "Reconnect", tooltip="Reconnect to the host now", id="reconnect"),
         Binding("question_mark", "keys", "Keys", tooltip="Every key of this screen, and what it does", id="keys"),
         Binding("H", "hosts", "Hosts", tooltip="Switch to another host (~/.ssh/config, used before, demo)", id="hosts"),
