@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from textual import on
@@ -231,15 +230,9 @@ class TunedeckApp(App[int]):
         self.latest.gpu = status
         self.gpu_history.add(status)
         if self.sources.host is None:  # no host sampler: the GPU feed tells the link state
-            if status.state == "ok" and not self.latest.link.ok:
-                self._apply_link(LinkState(self.target, "connected"))
-            elif status.state == "host-unreachable":
-                wall = getattr(status, "retry_at", 0.0) or 0.0
-                retry_at = time.monotonic() + max(0.0, wall - time.time()) if wall else None
-                attempt = self.latest.link.attempt + 1
-                self._apply_link(
-                    LinkState(self.target, "unreachable", attempt, retry_at, status.message, "unreachable")
-                )
+            link = self.latest.link_from_gpu(status)
+            if link is not None:
+                self._apply_link(link)
         self.gpu_signal.publish(status)
 
     @on(HostSamples)

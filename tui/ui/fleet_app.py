@@ -25,7 +25,7 @@ from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
 from tunedeck.collectors.sources import BackoffFn
-from tunedeck.model import DeploymentSummary, LinkState
+from tunedeck.model import DeploymentSummary
 from tunedeck.ui.app import TunedeckApp
 from tunedeck.ui.keymap import apply_keymap
 from tunedeck.ui.messages import DeploymentSamples, GpuSamples, HostSamples, HostStateChanged, ServerSamples
@@ -196,30 +196,18 @@ class FleetApp(App[int]):
         latest = self.latest.get(message.host)
         if latest is None:
             return
-        status = message.status
-        latest.gpu = status
+        link = latest.link
         if self.members[message.host].sources.host is None:  # no host source: the GPU feed tells the link
-            if status.state == "ok" and not latest.link.ok:
-                latest.link = LinkState(message.host, "connected")
-            elif status.state == "host-unreachable":
-                latest.link = LinkState(
-                    message.host, "unreachable", latest.link.attempt + 1, None, status.message, "unreachable"
-                )
-        self.fleet_signal.publish(message.host)
+            link = latest.link_from_gpu(message.status) or link
+        self._changed(message.host, gpu=message.status, link=link)
 
     @on(HostSamples)
     def _host_samples(self, message: HostSamples) -> None:
-        latest = self.latest.get(message.host)
-        if latest is not None:
-            latest.host = message.stats
-            self.fleet_signal.publish(message.host)
+        self._changed(message.host, host=message.stats)
 
     @on(ServerSamples)
     def _server_samples(self, message: ServerSamples) -> None:
-        latest = self.latest.get(message.host)
-        if latest is not None:
-            latest.servers = message.servers
-            self.fleet_signal.publish(message.host)
+        self._changed(message.host, servers=message.servers)
 
     @on(DeploymentSamples)
     def _deployment_samples(self, message: DeploymentSamples) -> None:
@@ -229,10 +217,15 @@ class FleetApp(App[int]):
 
     @on(HostStateChanged)
     def _host_state(self, message: HostStateChanged) -> None:
-        latest = self.latest.get(message.host)
+        self._changed(message.host, link=message.link)
+
+    def _changed(self, target: str, **snapshots: Any) -> None:
+        """The newest ``snapshots`` of ``target`` (:class:`Latest` fields), said on ``fleet_signal``;
+        a host not in the fleet is ignored."""
+        latest = self.latest.get(target)
         if latest is not None:
-            latest.link = message.link
-            self.fleet_signal.publish(message.host)
+            self.latest[target] = replace(latest, **snapshots)
+            self.fleet_signal.publish(target)
 
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

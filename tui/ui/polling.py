@@ -64,6 +64,18 @@ class Latest:
             latest.gpu = GpuStatus(state="no-collector")
         return latest
 
+    def link_from_gpu(self, status: GpuStatus) -> LinkState | None:
+        """For a host without a host sampler, whose GPU feed tells the link: the link that
+        ``status`` says (connected again; unreachable, with the feed's next attempt as the retry
+        time), or None when it says nothing new."""
+        if status.state == "ok" and not self.link.ok:
+            return LinkState(self.link.target, "connected")
+        if status.state == "host-unreachable":
+            retry_at = time.monotonic() + max(0.0, status.retry_at - time.time()) if status.retry_at else None
+            attempt = self.link.attempt + 1
+            return LinkState(self.link.target, "unreachable", attempt, retry_at, status.message, "unreachable")
+        return None
+
 
 class PollSettings(Protocol):
     """The pace of the loops, read at every poll (the dashboard app: a change applies at once)."""
