@@ -40,7 +40,7 @@ from tunedeck.model import GpuStatus, HostStats, LinkState, ServerStats
 from tunedeck.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
 from tunedeck.ui.modes import MODE_REGISTRY, ModeSpec, mode_bindings, screen_factory
 from tunedeck.ui.palette import TunedeckCommands
-from tunedeck.ui.polling import Latest, Poller, close_host
+from tunedeck.ui.polling import Latest, Poller, close_host, lift_refusal
 from tunedeck.util.retry import delay as default_backoff
 from tunedeck.widgets.gpu_table import GpuHistory
 from tunedeck.widgets.server_panel import ServerHistory
@@ -443,15 +443,11 @@ class TunedeckApp(App[int]):
         if any(w.group == "reconnect" and not w.is_finished for w in self.workers):
             return  # one already under way
         self._apply_link(LinkState(self.target, "connecting"))
-        retry = getattr(self.host, "retry", None)
-        if callable(retry):
-            retry()  # the user acted: lift a host-key / auth refusal for one new attempt
+        lift_refusal(self.host)
         self.run_worker(self._restart_polling(), name="reconnect", group="reconnect")
 
     async def _restart_polling(self) -> None:
-        # The old loops end first (their nvidia-smi included): never two per host.
-        await self.stop_polling()
-        self.start_polling()
+        await self.poller.restart()
         if self.host is not None:
             await self._reattach()
 

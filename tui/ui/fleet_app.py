@@ -30,7 +30,7 @@ from tunedeck.ui.app import TunedeckApp
 from tunedeck.ui.keymap import apply_keymap
 from tunedeck.ui.messages import DeploymentSamples, GpuSamples, HostSamples, HostStateChanged, ServerSamples
 from tunedeck.ui.palette import TunedeckCommands
-from tunedeck.ui.polling import Latest, Poller, close_host
+from tunedeck.ui.polling import Latest, Poller, close_host, lift_refusal
 from tunedeck.util.retry import delay as default_backoff
 from tunedeck.widgets.fleet_table import FleetHost
 
@@ -244,16 +244,9 @@ class FleetApp(App[int]):
             if any(w.group == f"reconnect-{t}" and not w.is_finished for w in self.workers):
                 continue  # one already under way
             self.latest[t].link = replace(self.latest[t].link, state="connecting", retry_at=None)
-            retry = getattr(self.members[t].host, "retry", None)
-            if callable(retry):
-                retry()  # the user acted: lift a host-key / auth refusal for one new attempt
-            self.run_worker(self._restart(t), name="reconnect", group=f"reconnect-{t}")
+            lift_refusal(self.members[t].host)
+            self.run_worker(self.pollers[t].restart(), name="reconnect", group=f"reconnect-{t}")
             self.fleet_signal.publish(t)
-
-    async def _restart(self, target: str) -> None:
-        # the old loops end first (their nvidia-smi included): never two per host
-        await self.stop_polling(target)
-        self.start_polling(target)
 
 
 def make_fleet_app(members: Sequence["FleetMember"], **kwargs: Any) -> FleetApp:

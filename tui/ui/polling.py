@@ -77,6 +77,14 @@ class Latest:
         return None
 
 
+def lift_refusal(host: Any) -> None:
+    """The user asked to reconnect: a host-key or authentication refusal that ``host`` (an SSH
+    host) remembers is lifted for one new attempt."""
+    retry = getattr(host, "retry", None)
+    if callable(retry):
+        retry()
+
+
 class PollSettings(Protocol):
     """The pace of the loops, read at every poll (the dashboard app: a change applies at once)."""
 
@@ -131,6 +139,12 @@ class Poller:
                 asyncio.gather(*(w.wait() for w in workers), return_exceptions=True),
                 timeout,
             )
+
+    async def restart(self) -> None:
+        """The loops again (reconnect): the old ones end first, their nvidia-smi included, so
+        a host never has two of each."""
+        await self.stop()
+        self.start()
 
     def crashed(self, worker: Worker[Any]) -> None:
         """``worker``, one of the loops, ended on an error: said (log and link state), and
@@ -226,4 +240,4 @@ class Poller:
             await asyncio.sleep(max(0.0, self.settings.interval - (time.monotonic() - t0)))
 
 
-__all__ = ["Latest", "PollSettings", "Poller", "close_host", "close_logged"]
+__all__ = ["Latest", "PollSettings", "Poller", "close_host", "close_logged", "lift_refusal"]
