@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 #: the mantissas of a round step along x (a label every few columns: 1, 2, 2.5, 5 read best)
 X_MANTISSAS = (1.0, 2.0, 2.5, 5.0, 10.0)
@@ -77,6 +78,16 @@ class Axis:
     @property
     def labels(self) -> list[str]:
         return [short_number(t) for t in self.ticks]
+
+    def draw_y(self, plt: Any) -> None:
+        """This axis as the y axis of a plotext figure (``plt``): its limits and ticks."""
+        plt.ylim(self.lo, self.hi)
+        plt.yticks(list(self.ticks), self.labels)
+
+    def draw_x(self, plt: Any) -> None:
+        """This axis as the x axis of a plotext figure (``plt``): its limits and ticks."""
+        plt.xlim(self.lo, self.hi)
+        plt.xticks(list(self.ticks), self.labels)
 
 
 def _fit(lo: float, hi: float, n: int) -> tuple[float, float]:

@@ -25,6 +25,27 @@ def _theme(widget: Widget, name: str, fallback: str) -> str:
         return fallback
 
 
+#: metric key → its compact name in the table (followed by the row's concurrency, if any)
+SHORT_NAMES = {
+    "single_output_tok_s": "1-stream output tok/s",
+    "single_decode_tok_s": "1-stream decode tok/s",
+    "peak_output_tok_s": "Peak output tok/s",
+    "spec_acceptance_pct": "Spec acceptance %",
+    "spec_accept_length": "Spec accept length",
+    "prefix_cache_hit_pct": "Prefix cache hit %",
+}
+#: metric key → its compact name, for the figures of the whole run (no concurrency)
+WHOLE_RUN_NAMES = {"startup_s": "Startup s", "failed_requests": "Failed requests"}
+#: metric key prefix → the compact name of its family (one key per concurrency or SLO)
+SHORT_PREFIXES = (
+    ("output_tok_s_c", "Output tok/s"),
+    ("ttft_p50", "TTFT p50 ms"),
+    ("ttft_p99", "TTFT p99 ms"),
+    ("tpot_median", "TPOT median ms"),
+    ("itl_p99", "ITL p99 ms"),
+)
+
+
 class CompareTable(DataTable[Any]):
     """One keyed row per comparison metric; verdicts coloured by outcome."""
 
@@ -56,32 +77,13 @@ class CompareTable(DataTable[Any]):
         """A compact metric name for the table (the full one is in exports)."""
         c = f" C={row.concurrency}" if row.concurrency is not None else ""
         k = row.key
-        if k == "single_output_tok_s":
-            return f"1-stream output tok/s{c}"
-        if k == "single_decode_tok_s":
-            return f"1-stream decode tok/s{c}"
-        if k == "peak_output_tok_s":
-            return f"Peak output tok/s{c}"
-        if k.startswith("output_tok_s_c"):
-            return f"Output tok/s{c}"
-        for pre, name in (
-            ("ttft_p50", "TTFT p50 ms"),
-            ("ttft_p99", "TTFT p99 ms"),
-            ("tpot_median", "TPOT median ms"),
-            ("itl_p99", "ITL p99 ms"),
-        ):
-            if k.startswith(pre):
-                return f"{name}{c}"
-        if k == "spec_acceptance_pct":
-            return f"Spec acceptance %{c}"
-        if k == "spec_accept_length":
-            return f"Spec accept length{c}"
-        if k == "prefix_cache_hit_pct":
-            return f"Prefix cache hit %{c}"
-        if k == "startup_s":
-            return "Startup s"
-        if k == "failed_requests":
-            return "Failed requests"
+        if k in SHORT_NAMES:
+            return SHORT_NAMES[k] + c
+        if k in WHOLE_RUN_NAMES:
+            return WHOLE_RUN_NAMES[k]
+        for prefix, name in SHORT_PREFIXES:
+            if k.startswith(prefix):
+                return name + c
         return row.label
 
     def _cells(self, row: Row) -> dict[str, Text]:

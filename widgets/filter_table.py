@@ -91,7 +91,9 @@ class FilterTable(DataTable[Any]):
 
 
 class TableFilter(Input):
-    """The ``/`` box above a :class:`FilterTable`: hidden until :meth:`open`."""
+    """The ``/`` box above a :class:`FilterTable` (``table``: its selector on the screen): hidden
+    until :meth:`open`; what is typed filters the table at once (the ``Changed`` message still
+    goes on to the screen), enter keeps the filter and goes back to the table."""
 
     DEFAULT_CSS = """
     TableFilter { display: none; }
@@ -100,10 +102,15 @@ class TableFilter(Input):
 
     last_key: events.Key | None = None
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, table: str, **kwargs: Any) -> None:
         kwargs.setdefault("placeholder", "filter (Enter keeps it, Esc clears)")
         kwargs.setdefault("compact", True)
         super().__init__(**kwargs)
+        self.table_selector = table
+
+    @property
+    def table(self) -> FilterTable:
+        return self.screen.query_one(self.table_selector, FilterTable)
 
     @property
     def is_open(self) -> bool:
@@ -123,10 +130,11 @@ class TableFilter(Input):
             self.value = ""
         self.remove_class("-open")
 
-    def screen_key(self, event: events.Key, table: FilterTable) -> None:
-        """The ``on_key`` of a screen with this box over ``table``: ``/`` on the table opens the box
+    def screen_key(self, event: events.Key) -> None:
+        """The ``on_key`` of a screen with this box over its table: ``/`` on the table opens the box
         at once (the keys typed after it are already queued for the table, and :meth:`route` puts
         them in the box); ``escape`` with the box open clears the filter and goes back to the table."""
+        table = self.table
         if event.key == "slash" and not self.is_open and self.screen.focused is table:
             event.stop()
             event.prevent_default()
@@ -140,10 +148,16 @@ class TableFilter(Input):
             table.set_filter("")
             table.focus()
 
-    def done(self, table: FilterTable) -> None:
-        """Enter in the box: the filter stays, the box closes, the focus goes back to ``table``."""
+    @on(Input.Changed)
+    def _changed(self, event: Input.Changed) -> None:
+        self.table.set_filter(event.value)
+
+    @on(Input.Submitted)
+    def _done(self, event: Input.Submitted) -> None:
+        """Enter in the box: the filter stays, the box closes, the focus goes back to the table."""
+        event.stop()
         self.close(clear=False)
-        table.focus()
+        self.table.focus()
 
     def route(self, event: events.Key) -> bool:
         """A key queued for the table while the box is open goes into the box. True when it was

@@ -67,10 +67,8 @@ class FrontierChart(Widget):
             dx = (xa.hi - xa.lo) / max(1, w - 8) * 2  # two columns right of its point
             for label, x, y, _ in front:
                 plt.text(label, x + dx, y, color=primary, alignment="left")
-        plt.ylim(ax.lo, ax.hi)
-        plt.yticks(list(ax.ticks), ax.labels)
-        plt.xlim(xa.lo, xa.hi)
-        plt.xticks(list(xa.ticks), xa.labels)
+        ax.draw_y(plt)
+        xa.draw_x(plt)
         plt.title(self.TITLE)
         plt.xlabel("tok/s per user")
         return Text.from_ansi(plt.build())

@@ -169,8 +169,7 @@ class ThroughputChart(Widget):
         if ax.rows < rows:
             plt.plotsize(w, h - (rows - ax.rows))  # one row less: every tick on a row of its own
         self.y_range = (ax.lo, ax.hi)
-        plt.ylim(ax.lo, ax.hi)
-        plt.yticks(list(ax.ticks), ax.labels)
+        ax.draw_y(plt)
         lo, hi = min(all_x), max(all_x)
         label_w = max(len(t) for t in ax.labels) + 1
         if lo >= 0:
@@ -179,7 +178,6 @@ class ThroughputChart(Widget):
         else:
             span_x = (hi - lo) or 1.0
             xa = x_ticks(lo - span_x * 0.04, hi + span_x * 0.04, w - label_w - 2)
-        plt.xlim(xa.lo, xa.hi)
-        plt.xticks(list(xa.ticks), xa.labels)
+        xa.draw_x(plt)
         self.frames += 1
         return Text.from_ansi(plt.build())

@@ -162,3 +162,29 @@ async def test_at_80x24_a_comparison_takes_the_width_and_p_brings_the_profiles_b
         await pilot.press("1")  # marking needs the list: the first key shows it, marks nothing
         await pilot.pause()
         assert side.display and scr.marked == {"A": "base", "B": "tuned"}
+
+
+@pytest.mark.parametrize(
+    ("key", "concurrency", "label", "short"),
+    [
+        ("single_output_tok_s", 1, "Single-stream output", "1-stream output tok/s C=1"),
+        ("single_decode_tok_s", None, "Single-stream decode", "1-stream decode tok/s"),
+        ("peak_output_tok_s", 64, "Peak output", "Peak output tok/s C=64"),
+        ("output_tok_s_c16", 16, "Output throughput at 16", "Output tok/s C=16"),
+        ("ttft_p50_c8", 8, "TTFT p50 at 8", "TTFT p50 ms C=8"),
+        ("ttft_p99_c8", 8, "TTFT p99 at 8", "TTFT p99 ms C=8"),
+        ("tpot_median_c4", 4, "TPOT median at 4", "TPOT median ms C=4"),
+        ("itl_p99_c4", 4, "ITL p99 at 4", "ITL p99 ms C=4"),
+        ("spec_acceptance_pct", 8, "Speculative acceptance", "Spec acceptance % C=8"),
+        ("spec_accept_length", None, "Speculative accept length", "Spec accept length"),
+        ("prefix_cache_hit_pct", 32, "Prefix cache hits", "Prefix cache hit % C=32"),
+        ("startup_s", 8, "Startup time", "Startup s"),
+        ("failed_requests", 8, "Failed requests overall", "Failed requests"),
+        ("goodput_c8", 8, "Goodput at 8", "Goodput at 8"),
+    ],
+)
+def test_the_table_names_each_metric_compactly(key, concurrency, label, short):
+    from tunedeck.ab.compare import Row
+
+    row = Row(key, label, "", "higher", None, None, None, 0.0, "na", "", concurrency)
+    assert CompareTable.short_label(row) == short

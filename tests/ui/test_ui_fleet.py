@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.ui.test_ui_status import until, until_shown
@@ -157,6 +159,23 @@ async def test_a_refused_host_is_failed_until_r_and_an_unreachable_one_recovers_
         await until(pilot, lambda: cell(table, "host:gpu-x", "state") == "ok", timeout=15)
         assert auth.calls >= 2
         await until(pilot, lambda: not notes.has_class("-shown"))
+
+
+async def test_a_host_seen_by_its_gpu_feed_alone_counts_down_to_the_feeds_next_attempt():
+    """Without a host sampler the GPU feed tells the link, as on the single-host dashboard: the
+    feed's next attempt is the retry countdown under the table, and a sample again is ok."""
+    gpu = FakeGpu([gpu_status(2, t=0)])
+    app = fleet(member("gpu-a"), FleetMember("gpu-d", None, Sources(gpu=gpu, host=None, servers=None)))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.screen.query_one(FleetTable)
+        notes = app.screen.query_one(FleetNotes)
+        await until(pilot, lambda: cell(table, "host:gpu-d", "state") == "ok")
+        gpu.push(GpuStatus("host-unreachable", message="connection refused", retry_at=time.time() + 30))
+        await until(pilot, lambda: cell(table, "host:gpu-d", "state") == "unreachable")
+        await until(pilot, lambda: "gpu-d: unreachable: connection refused — retrying in " in str(notes.content))
+        assert "(attempt 1)" in str(notes.content)
+        gpu.push(gpu_status(2, t=1))
+        await until(pilot, lambda: cell(table, "host:gpu-d", "state") == "ok")
 
 
 async def test_question_mark_lists_the_fleet_keys():

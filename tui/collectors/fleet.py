@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-import tomllib
-
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostops.target import parse_target
 from tunedeck.model import DeploymentSummary, StatusSnapshot
@@ -48,20 +46,9 @@ def is_group(item: str) -> bool:
 
 def load_groups(path: Path | None = None) -> dict[str, tuple[str, ...]]:
     """``{name: (target, …)}`` from the config file's ``[groups]`` ({} when there is none)."""
-    from tunedeck.util.paths import config_file
+    from tunedeck.util.configfile import config_table
 
-    path = path or config_file()
-    if path is None or not path.is_file():
-        return {}
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise GroupError(f"{path}: cannot read: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise GroupError(f"{path}: {e}") from None
-    table = data.get("groups", {})
-    if not isinstance(table, dict):
-        raise GroupError(f'{path}: [groups] must be a table of name = ["target", …]')
+    path, table = config_table("groups", 'name = ["target", …]', GroupError, path)
     out: dict[str, tuple[str, ...]] = {}
     for name, members in table.items():
         if not _GROUP.match(name):

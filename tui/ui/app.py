@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from textual import on
@@ -39,9 +38,9 @@ from textual.worker import Worker, WorkerState
 from tunedeck.collectors.sources import BackoffFn, Sources
 from tunedeck.model import GpuStatus, HostStats, LinkState, ServerStats
 from tunedeck.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
-from tunedeck.ui.modes import MODE_REGISTRY, ModeSpec, screen_factory
+from tunedeck.ui.modes import MODE_REGISTRY, ModeSpec, mode_bindings, screen_factory
 from tunedeck.ui.palette import TunedeckCommands
-from tunedeck.ui.polling import Latest, Poller, close_host
+from tunedeck.ui.polling import Latest, Poller, close_host, lift_refusal
 from tunedeck.util.retry import delay as default_backoff
 from tunedeck.widgets.gpu_table import GpuHistory
 from tunedeck.widgets.server_panel import ServerHistory
@@ -61,18 +60,7 @@ class TunedeckApp(App[int]):
     DEFAULT_MODE = "status"
     COMMANDS = App.COMMANDS | {TunedeckCommands}
     BINDINGS = [
-        Binding("s", "mode('status')", "Status", tooltip="GPUs, host and servers", id="mode-status"),
-        Binding("l", "mode('launch')", "Launch", tooltip="Profiles and the launch form", id="mode-launch"),
-        Binding("b", "mode('bench')", "Bench", tooltip="Benchmarks with live charts", id="mode-bench"),
-        Binding("c", "mode('compare')", "Compare", tooltip="A/B comparison", id="mode-compare"),
-        Binding(
-            "T",
-            "mode('tune')",
-            "Tune",
-            tooltip="Tuning campaign: many configurations under an SLO",
-            id="mode-tune",
-            show=False,
-        ),
+        *mode_bindings(),
         Binding("r", "reconnect", "Reconnect", tooltip="Reconnect to the host now", id="reconnect"),
         Binding("question_mark", "keys", "Keys", tooltip="Every key of this screen, and what it does", id="keys"),
         Binding("H", "hosts", "Hosts", tooltip="Switch to another host (~/.ssh/config, used before, demo)", id="hosts"),
@@ -242,15 +230,9 @@ class TunedeckApp(App[int]):
         self.latest.gpu = status
         self.gpu_history.add(status)
         if self.sources.host is None:  # no host sampler: the GPU feed tells the link state
-            if status.state == "ok" and not self.latest.link.ok:
-                self._apply_link(LinkState(self.target, "connected"))
-            elif status.state == "host-unreachable":
-                wall = getattr(status, "retry_at", 0.0) or 0.0
-                retry_at = time.monotonic() + max(0.0, wall - time.time()) if wall else None
-                attempt = self.latest.link.attempt + 1
-                self._apply_link(
-                    LinkState(self.target, "unreachable", attempt, retry_at, status.message, "unreachable")
-                )
+            link = self.latest.link_from_gpu(status)
+            if link is not None:
+                self._apply_link(link)
         self.gpu_signal.publish(status)
 
     @on(HostSamples)
@@ -461,15 +443,11 @@ class TunedeckApp(App[int]):
         if any(w.group == "reconnect" and not w.is_finished for w in self.workers):
             return  # one already under way
         self._apply_link(LinkState(self.target, "connecting"))
-        retry = getattr(self.host, "retry", None)
-        if callable(retry):
-            retry()  # the user acted: lift a host-key / auth refusal for one new attempt
+        lift_refusal(self.host)
         self.run_worker(self._restart_polling(), name="reconnect", group="reconnect")
 
     async def _restart_polling(self) -> None:
-        # The old loops end first (their nvidia-smi included): never two per host.
-        await self.stop_polling()
-        self.start_polling()
+        await self.poller.restart()
         if self.host is not None:
             await self._reattach()
 

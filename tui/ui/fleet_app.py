@@ -25,12 +25,12 @@ from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
 from tunedeck.collectors.sources import BackoffFn
-from tunedeck.model import DeploymentSummary, LinkState
+from tunedeck.model import DeploymentSummary
 from tunedeck.ui.app import TunedeckApp
 from tunedeck.ui.keymap import apply_keymap
 from tunedeck.ui.messages import DeploymentSamples, GpuSamples, HostSamples, HostStateChanged, ServerSamples
 from tunedeck.ui.palette import TunedeckCommands
-from tunedeck.ui.polling import Latest, Poller, close_host
+from tunedeck.ui.polling import Latest, Poller, close_host, lift_refusal
 from tunedeck.util.retry import delay as default_backoff
 from tunedeck.widgets.fleet_table import FleetHost
 
@@ -196,30 +196,18 @@ class FleetApp(App[int]):
         latest = self.latest.get(message.host)
         if latest is None:
             return
-        status = message.status
-        latest.gpu = status
+        link = latest.link
         if self.members[message.host].sources.host is None:  # no host source: the GPU feed tells the link
-            if status.state == "ok" and not latest.link.ok:
-                latest.link = LinkState(message.host, "connected")
-            elif status.state == "host-unreachable":
-                latest.link = LinkState(
-                    message.host, "unreachable", latest.link.attempt + 1, None, status.message, "unreachable"
-                )
-        self.fleet_signal.publish(message.host)
+            link = latest.link_from_gpu(message.status) or link
+        self._changed(message.host, gpu=message.status, link=link)
 
     @on(HostSamples)
     def _host_samples(self, message: HostSamples) -> None:
-        latest = self.latest.get(message.host)
-        if latest is not None:
-            latest.host = message.stats
-            self.fleet_signal.publish(message.host)
+        self._changed(message.host, host=message.stats)
 
     @on(ServerSamples)
     def _server_samples(self, message: ServerSamples) -> None:
-        latest = self.latest.get(message.host)
-        if latest is not None:
-            latest.servers = message.servers
-            self.fleet_signal.publish(message.host)
+        self._changed(message.host, servers=message.servers)
 
     @on(DeploymentSamples)
     def _deployment_samples(self, message: DeploymentSamples) -> None:
@@ -229,10 +217,15 @@ class FleetApp(App[int]):
 
     @on(HostStateChanged)
     def _host_state(self, message: HostStateChanged) -> None:
-        latest = self.latest.get(message.host)
+        self._changed(message.host, link=message.link)
+
+    def _changed(self, target: str, **snapshots: Any) -> None:
+        """The newest ``snapshots`` of ``target`` (:class:`Latest` fields), said on ``fleet_signal``;
+        a host not in the fleet is ignored."""
+        latest = self.latest.get(target)
         if latest is not None:
-            latest.link = message.link
-            self.fleet_signal.publish(message.host)
+            self.latest[target] = replace(latest, **snapshots)
+            self.fleet_signal.publish(target)
 
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -251,16 +244,9 @@ class FleetApp(App[int]):
             if any(w.group == f"reconnect-{t}" and not w.is_finished for w in self.workers):
                 continue  # one already under way
             self.latest[t].link = replace(self.latest[t].link, state="connecting", retry_at=None)
-            retry = getattr(self.members[t].host, "retry", None)
-            if callable(retry):
-                retry()  # the user acted: lift a host-key / auth refusal for one new attempt
-            self.run_worker(self._restart(t), name="reconnect", group=f"reconnect-{t}")
+            lift_refusal(self.members[t].host)
+            self.run_worker(self.pollers[t].restart(), name="reconnect", group=f"reconnect-{t}")
             self.fleet_signal.publish(t)
-
-    async def _restart(self, target: str) -> None:
-        # the old loops end first (their nvidia-smi included): never two per host
-        await self.stop_polling(target)
-        self.start_polling(target)
 
 
 def make_fleet_app(members: Sequence["FleetMember"], **kwargs: Any) -> FleetApp:

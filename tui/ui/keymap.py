@@ -16,9 +16,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import tomllib
-
-from tunedeck.util.paths import config_file
+from tunedeck.util.configfile import config_table
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -33,18 +31,7 @@ class KeymapError(ValueError):
 
 def load_keymap(path: Path | None = None) -> dict[str, str]:
     """``{binding id: keys}`` from the config file ({} when there is none)."""
-    path = path or config_file()
-    if path is None or not path.is_file():
-        return {}
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise KeymapError(f"{path}: cannot read: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise KeymapError(f"{path}: {e}") from None
-    table = data.get("keymap", {})
-    if not isinstance(table, dict):
-        raise KeymapError(f'{path}: [keymap] must be a table of binding-id = "keys"')
+    path, table = config_table("keymap", 'binding-id = "keys"', KeymapError, path)
     out: dict[str, str] = {}
     for key, value in table.items():
         if not _ID.match(key):

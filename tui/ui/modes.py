@@ -1,7 +1,8 @@
 """The dashboard's modes (Status / Launch / Bench / Compare / Tune): each a top-level screen with
 its key, named ``module:Class`` in :data:`MODE_REGISTRY`, offered when its screen can be built.
 
-Adding a screen: one line in :data:`MODE_REGISTRY` (creating the module is then enough). A mode is
+Adding a screen: one line in :data:`MODE_REGISTRY` (creating the module is then enough; its key
+is one of the app's bindings, :func:`mode_bindings`). A mode is
 offered when its module imports and its screen can be built with no arguments, or only with the
 keywords ``host`` / ``demo``, which the app fills in (``app.host``, ``app.demo``); otherwise its
 key is hidden. A screen whose module fails to import opens a :class:`ScreenFailed` saying so."""
@@ -14,6 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from textual.binding import Binding
 from textual.screen import Screen
 
 from tunedeck.ui.screens.failed import ScreenFailed
@@ -23,22 +25,40 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ModeSpec:
-    """A top-level screen: title, the key that opens it, and ``module:Class`` of its screen."""
+    """A top-level screen: title, the key that opens it, and ``module:Class`` of its screen; the
+    key's tooltip, and whether the footer shows it."""
 
     title: str
     key: str
     screen: str | Callable[..., Screen[Any]]
+    tooltip: str = ""
+    footer: bool = True
 
 
 #: mode name → how to build its screen. Other screens plug in with one line here;
 #: a ``module:Class`` whose module does not exist yet is simply not offered.
 MODE_REGISTRY: dict[str, ModeSpec] = {
-    "status": ModeSpec("Status", "s", "tunedeck.ui.screens.status:StatusScreen"),
-    "launch": ModeSpec("Launch", "l", "tunedeck.ui.screens.profiles:ProfilesScreen"),
-    "bench": ModeSpec("Bench", "b", "tunedeck.ui.screens.bench_setup:BenchSetupScreen"),
-    "compare": ModeSpec("Compare", "c", "tunedeck.ui.screens.compare:CompareScreen"),
-    "tune": ModeSpec("Tune", "T", "tunedeck.ui.screens.tune:TuneScreen"),
+    "status": ModeSpec("Status", "s", "tunedeck.ui.screens.status:StatusScreen", "GPUs, host and servers"),
+    "launch": ModeSpec("Launch", "l", "tunedeck.ui.screens.profiles:ProfilesScreen", "Profiles and the launch form"),
+    "bench": ModeSpec("Bench", "b", "tunedeck.ui.screens.bench_setup:BenchSetupScreen", "Benchmarks with live charts"),
+    "compare": ModeSpec("Compare", "c", "tunedeck.ui.screens.compare:CompareScreen", "A/B comparison"),
+    "tune": ModeSpec(
+        "Tune",
+        "T",
+        "tunedeck.ui.screens.tune:TuneScreen",
+        "Tuning campaign: many configurations under an SLO",
+        footer=False,
+    ),
 }
+
+
+def mode_bindings(registry: dict[str, ModeSpec] = MODE_REGISTRY) -> list[Binding]:
+    """The key of each mode as a binding of the app, with the id ``mode-<name>`` (what
+    ``[keymap]`` remaps)."""
+    return [
+        Binding(spec.key, f"mode({name!r})", spec.title, tooltip=spec.tooltip, id=f"mode-{name}", show=spec.footer)
+        for name, spec in registry.items()
+    ]
 
 
 _INJECTED = ("host", "demo")
@@ -96,4 +116,4 @@ def screen_factory(app: Any, spec: str | Callable[..., Screen[Any]]) -> Callable
     return factory
 
 
-__all__ = ["MODE_REGISTRY", "ModeSpec", "screen_factory"]
+__all__ = ["MODE_REGISTRY", "ModeSpec", "mode_bindings", "screen_factory"]

@@ -64,6 +64,26 @@ class Latest:
             latest.gpu = GpuStatus(state="no-collector")
         return latest
 
+    def link_from_gpu(self, status: GpuStatus) -> LinkState | None:
+        """For a host without a host sampler, whose GPU feed tells the link: the link that
+        ``status`` says (connected again; unreachable, with the feed's next attempt as the retry
+        time), or None when it says nothing new."""
+        if status.state == "ok" and not self.link.ok:
+            return LinkState(self.link.target, "connected")
+        if status.state == "host-unreachable":
+            retry_at = time.monotonic() + max(0.0, status.retry_at - time.time()) if status.retry_at else None
+            attempt = self.link.attempt + 1
+            return LinkState(self.link.target, "unreachable", attempt, retry_at, status.message, "unreachable")
+        return None
+
+
+def lift_refusal(host: Any) -> None:
+    """The user asked to reconnect: a host-key or authentication refusal that ``host`` (an SSH
+    host) remembers is lifted for one new attempt."""
+    retry = getattr(host, "retry", None)
+    if callable(retry):
+        retry()
+
 
 class PollSettings(Protocol):
     """The pace of the loops, read at every poll (the dashboard app: a change applies at once)."""
@@ -119,6 +139,12 @@ class Poller:
                 asyncio.gather(*(w.wait() for w in workers), return_exceptions=True),
                 timeout,
             )
+
+    async def restart(self) -> None:
+        """The loops again (reconnect): the old ones end first, their nvidia-smi included, so
+        a host never has two of each."""
+        await self.stop()
+        self.start()
 
     def crashed(self, worker: Worker[Any]) -> None:
         """``worker``, one of the loops, ended on an error: said (log and link state), and
@@ -214,4 +240,4 @@ class Poller:
             await asyncio.sleep(max(0.0, self.settings.interval - (time.monotonic() - t0)))
 
 
-__all__ = ["Latest", "PollSettings", "Poller", "close_host", "close_logged"]
+__all__ = ["Latest", "PollSettings", "Poller", "close_host", "close_logged", "lift_refusal"]

@@ -200,7 +200,7 @@ class BenchSetupScreen(Screen[None]):
                 yield Static(id="bs-preview")
             with Vertical(id="bs-right"):
                 yield Label("Stored results  [dim]enter: summary[/]", classes="bs-title")
-                yield TableFilter(id="bs-results-filter")
+                yield TableFilter("#bs-results", id="bs-results-filter")
                 yield FilterTable(id="bs-results", cursor_type="row")
                 yield Static(id="bs-summary")
         yield Footer()
@@ -371,9 +371,6 @@ class BenchSetupScreen(Screen[None]):
     def _submitted(self, ev: Input.Submitted) -> None:
         """Enter in a field moves on to the next one: a load test starts only on ctrl+r."""
         ev.stop()
-        if ev.input.id == "bs-results-filter":
-            self.query_one("#bs-results-filter", TableFilter).done(self.query_one("#bs-results", FilterTable))
-            return
         self.focus_next()
 
     @on(DataTable.RowSelected, "#bs-servers")
@@ -477,12 +474,7 @@ class BenchSetupScreen(Screen[None]):
         self.query_one("#bs-results-filter", TableFilter).open()
 
     def on_key(self, event: events.Key) -> None:
-        self.query_one("#bs-results-filter", TableFilter).screen_key(event, self.query_one("#bs-results", FilterTable))
-
-    @on(Input.Changed, "#bs-results-filter")
-    def _results_filter(self, event: Input.Changed) -> None:
-        event.stop()
-        self.query_one("#bs-results", FilterTable).set_filter(event.value)
+        self.query_one("#bs-results-filter", TableFilter).screen_key(event)
 
     def action_timeline(self) -> None:
         """Open the highlighted stored result's timeline."""

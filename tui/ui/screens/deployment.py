@@ -26,7 +26,7 @@ from textual.widgets import Footer, Static
 from tunedeck.collectors.deployment import DeploymentCollector, DeploymentSnapshot
 from tunedeck.hostops.hosts import HostError
 from tunedeck.services import deploy as D
-from tunedeck.ui.screens.modals import ConfirmModal
+from tunedeck.ui.screens.modals import confirm_stop
 from tunedeck.widgets.deployment import MergedLog, NodeProgressList, NodeRow, node_styles
 
 log = logging.getLogger(__name__)
@@ -205,20 +205,12 @@ class DeploymentScreen(Screen[None]):
         if self.stopping:
             return
         order = ", ".join(f"{m.node} ({m.kind})" for m in r.stop_order())
-
-        def done(ok: bool | None) -> None:
-            if ok:
-                self.stop_deployment()
-
-        self.app.push_screen(
-            ConfirmModal(
-                f"Stop deployment {r.deploy_id} ({r.profile}) on {len(r.nodes)} nodes?\n"
-                f"In this order: {order}.\nTERM, then KILL after {self.grace:g} s.",
-                title="Stop the deployment",
-                action="Stop",
-                danger=True,
-            ),
-            done,
+        confirm_stop(
+            self,
+            f"Stop deployment {r.deploy_id} ({r.profile}) on {len(r.nodes)} nodes?\nIn this order: {order}.",
+            title="Stop the deployment",
+            grace=self.grace,
+            then=self.stop_deployment,
         )
 
     @work(group="deploy-stop", exclusive=True, exit_on_error=False)

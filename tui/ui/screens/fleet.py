@@ -10,21 +10,22 @@ on one opens its view.
 
 It draws from the app's newest snapshots (``app.hosts``) when the app's ``fleet_signal``
 names a host that changed, at most every :attr:`FleetScreen.MIN_REDRAW` seconds whatever
-the number of hosts (a redraw writes only the cells that changed).
+the number of hosts (a redraw writes only the cells that changed; the pace and the redraw on
+coming back are :class:`~tunedeck.ui.screens.live.LiveScreen`'s).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
-from textual import events, on
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
+from tunedeck.ui.screens.live import LiveScreen
 from tunedeck.widgets._fmt import set_border_title
 from tunedeck.widgets.fleet_table import FleetDeploymentTable, FleetNotes, FleetServerTable, FleetTable
 
@@ -32,11 +33,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from tunedeck.ui.fleet_app import FleetApp
 
 
-class FleetScreen(Screen[None]):
-    """Hosts (expandable to GPUs) and the servers of every host."""
-
-    MIN_REDRAW = 0.5
-    """Seconds between two redraws (the feeds of every host are coalesced into one)."""
+class FleetScreen(LiveScreen):
+    """Hosts (expandable to GPUs) and the servers of every host. The fast feed is every host's:
+    they are coalesced into one redraw."""
 
     BINDINGS = [
         Binding(
@@ -61,9 +60,6 @@ class FleetScreen(Screen[None]):
         super().__init__(**kwargs)
         self.expanded: set[str] = set()
         """Targets whose GPU rows are shown."""
-        self._last_draw = 0.0
-        self._draw_pending = False
-        self._dirty = False
 
     @property
     def fapp(self) -> "FleetApp":
@@ -87,47 +83,21 @@ class FleetScreen(Screen[None]):
         self.set_interval(1.0, self._tick)  # retry countdowns of hosts that are down
         self.call_after_refresh(self.redraw)
 
-    def on_screen_resume(self) -> None:
-        self._fit(self.app.size.width)
-        if self._dirty:
-            self.redraw()
-
-    def on_resize(self, event: events.Resize) -> None:
-        self._fit(event.size.width)
-
-    def _fit(self, width: int) -> None:
-        for table in (
-            self.query_one(FleetTable),
-            self.query_one(FleetServerTable),
-            self.query_one(FleetDeploymentTable),
-        ):
-            if table.is_mounted:
-                table.fit(width)
+    def fit_tables(self) -> Sequence[Any]:
+        return (self.query_one(FleetTable), self.query_one(FleetServerTable), self.query_one(FleetDeploymentTable))
 
     # ---------------------------------------------------------------- signals
     def _on_host(self, _target: str) -> None:
-        if not self.is_current:
-            self._dirty = True
-            return
-        wait = self._last_draw + self.MIN_REDRAW - time.monotonic()
-        if wait <= 0:
-            self.redraw()
-        elif not self._draw_pending:
-            self._draw_pending = True
-            self.set_timer(wait, self._draw_pending_now)
-
-    def _draw_pending_now(self) -> None:
-        self._draw_pending = False
-        if self.is_current:
-            self.redraw()
-        else:
-            self._dirty = True
+        self.feed_changed()
 
     def _tick(self) -> None:
         if self.is_current and any(h.link.state == "unreachable" for h in self.fapp.fleet_hosts()):
             self._on_host("")
 
     # ---------------------------------------------------------------- drawing
+    def draw_feed(self) -> None:
+        self.redraw()
+
     def redraw(self) -> None:
         """Draw every host from the app's newest snapshots."""
         self._dirty = False

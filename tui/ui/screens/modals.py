@@ -7,6 +7,8 @@ The question is plain text (never parsed as markup: it often quotes paths, names
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -70,6 +72,18 @@ class ConfirmModal(ModalScreen[bool]):
     def _pressed(self, ev: Button.Pressed) -> None:
         ev.stop()
         self.dismiss(ev.button.id == "confirm-ok")
+
+
+def confirm_stop(screen: Any, question: str, *, title: str, grace: float, then: Callable[[], object]) -> None:
+    """Ask on ``screen`` before stopping processes (TERM, then KILL after ``grace`` seconds: the
+    question says so); ``then()`` runs once the user confirms."""
+
+    def done(ok: bool | None) -> None:
+        if ok:
+            then()
+
+    modal = ConfirmModal(f"{question}\nTERM, then KILL after {grace:g} s.", title=title, action="Stop", danger=True)
+    screen.app.push_screen(modal, done)
 
 
 class KeysModal(ModalScreen[None]):

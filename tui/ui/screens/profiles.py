@@ -214,7 +214,7 @@ class ProfilesScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header(icon="◆")
         with Vertical(id="profiles-panel"):
-            yield TableFilter(id="profiles-filter")
+            yield TableFilter("#profiles", id="profiles-filter")
             yield ProfileTable(id="profiles")
         yield Static(id="profile-marks")
         yield Static(id="profile-preview")
@@ -380,18 +380,12 @@ class ProfilesScreen(Screen[None]):
         self.query_one(TableFilter).open()
 
     def on_key(self, event: events.Key) -> None:
-        self.query_one(TableFilter).screen_key(event, self.table)
+        self.query_one(TableFilter).screen_key(event)
 
     @on(Input.Changed, "#profiles-filter")
     def _filter_changed(self, event: Input.Changed) -> None:
-        event.stop()
-        self.table.set_filter(event.value)
+        event.stop()  # the box has filtered the table
         self._show_preview()
-
-    @on(Input.Submitted, "#profiles-filter")
-    def _filter_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.query_one(TableFilter).done(self.table)
 
     @on(DataTable.RowSelected, "#profiles")
     def _selected(self, ev: DataTable.RowSelected) -> None:

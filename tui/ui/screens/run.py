@@ -33,7 +33,7 @@ from tunedeck.hostops.tracker import StartupTracker
 from tunedeck.model import StartupProgress
 from tunedeck.services import runtime
 from tunedeck.services.journal import journal_launch
-from tunedeck.ui.screens.modals import ConfirmModal
+from tunedeck.ui.screens.modals import confirm_stop
 from tunedeck.util.safety import UnsafeInput
 from tunedeck.widgets.server_log import ServerLog
 from tunedeck.widgets.startup_progress import StartupProgressView
@@ -359,19 +359,12 @@ class RunScreen(Screen[None]):
         if r.pid is None:
             self.notify("nothing to stop (the server was not launched)", severity="warning")
             return
-
-        def done(ok: bool | None) -> None:
-            if ok:
-                self.stop_server()
-
-        self.app.push_screen(
-            ConfirmModal(
-                f"Stop run {r.run_id} on {r.target} (pid {r.pid})?\nTERM, then KILL after {self.grace:g} s.",
-                title="Stop the server",
-                action="Stop",
-                danger=True,
-            ),
-            done,
+        confirm_stop(
+            self,
+            f"Stop run {r.run_id} on {r.target} (pid {r.pid})?",
+            title="Stop the server",
+            grace=self.grace,
+            then=self.stop_server,
         )
 
     @work(group="run-stop", exclusive=True, exit_on_error=False)

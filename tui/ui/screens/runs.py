@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Footer, Static
 
 from tunedeck.util.safety import visible
 from tunedeck.widgets.filter_table import FilterTable, TableFilter
@@ -100,7 +100,7 @@ class RunsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="runs-title")
         with Vertical():
-            yield TableFilter(id="runs-filter")
+            yield TableFilter("#runs", id="runs-filter")
             yield FilterTable(id="runs", zebra_stripes=True)
             yield Static(id="runs-advice")
         yield Footer()
@@ -240,17 +240,7 @@ class RunsScreen(Screen[None]):
         self.query_one(TableFilter).open()
 
     def on_key(self, event: events.Key) -> None:
-        self.query_one(TableFilter).screen_key(event, self.table)
-
-    @on(Input.Changed, "#runs-filter")
-    def _filter(self, event: Input.Changed) -> None:
-        event.stop()
-        self.table.set_filter(event.value)
-
-    @on(Input.Submitted, "#runs-filter")
-    def _filter_done(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.query_one(TableFilter).done(self.table)
+        self.query_one(TableFilter).screen_key(event)
 
     @on(DataTable.RowHighlighted, "#runs")
     def _advise(self, event: DataTable.RowHighlighted) -> None:

@@ -3,23 +3,24 @@
 It draws from the app's latest snapshots (``app.latest``) and subscribes
 to the app's signals (``gpu_signal``, ``host_signal``, ``server_signal``,
 ``link_signal``). While another mode is shown it skips drawing and marks
-itself dirty; on resume it redraws once from the latest snapshots. The
-histories are kept by the app, so sparklines have no gaps.
+itself dirty; on resume it redraws once from the latest snapshots
+(:class:`~tunedeck.ui.screens.live.LiveScreen`). The GPU feed is its fast
+feed. The histories are kept by the app, so sparklines have no gaps.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
-from textual import events, on
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
 from textual.widgets import Footer, Header
 
 from tunedeck.model import GpuStatus, HostStats, LinkState, ServerStats
+from tunedeck.ui.screens.live import LiveScreen
 from tunedeck.widgets._fmt import set_border_title
 from tunedeck.widgets.gpu_table import GpuProcessTable, GpuStateLine, GpuTable
 from tunedeck.widgets.host_banner import HostBanner
@@ -31,11 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from tunedeck.ui.app import TunedeckApp
 
 
-class StatusScreen(Screen[None]):
+class StatusScreen(LiveScreen):
     """GPU table and process table, host panel, server panel, link banner."""
-
-    MIN_GPU_REDRAW = 0.5
-    """Seconds between two redraws of the GPU tables (a faster feed is coalesced)."""
 
     BINDINGS = [
         Binding(
@@ -71,9 +69,6 @@ class StatusScreen(Screen[None]):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._dirty = False
-        self._last_gpu_draw = 0.0
-        self._gpu_draw_pending = False
         self._pending_host = False
         self._pending_servers = False
 
@@ -104,50 +99,20 @@ class StatusScreen(Screen[None]):
         app.link_signal.subscribe(self, self._on_link)
         self.call_after_refresh(self.redraw)
 
-    def on_screen_resume(self) -> None:
-        self._fit(self.app.size.width)
-        if self._dirty:
-            self.redraw()
-
-    def on_resize(self, event: events.Resize) -> None:
-        self._fit(event.size.width)
-
-    def _fit(self, width: int) -> None:
+    def fit_tables(self) -> Sequence[Any]:
         """Tables pick the columns that fit (80×24 keeps Temp/Power/Clock and Wait/KV/tok/s/TTFT)."""
-        for table in (self.query_one(GpuTable), self.query_one(ServerPanel).table):
-            if table.is_mounted:
-                table.fit(width)
+        return (self.query_one(GpuTable), self.query_one(ServerPanel).table)
 
     # ---------------------------------------------------------------- signals
-    def _visible(self) -> bool:
-        if self.is_current:
-            return True
-        self._dirty = True
-        return False
-
     def _on_gpu(self, status: GpuStatus) -> None:
-        if not self._visible():
-            return
-        # Draw at most every MIN_GPU_REDRAW s; a burst leaves one pending draw of the newest status.
-        now = time.monotonic()
-        wait = self._last_gpu_draw + self.MIN_GPU_REDRAW - now
-        if wait <= 0 or status.state != "ok":
-            self._show_gpu(status)
-        elif not self._gpu_draw_pending:
-            self._gpu_draw_pending = True
-            self.set_timer(wait, self._draw_pending_gpu)
-
-    def _draw_pending_gpu(self) -> None:
-        self._gpu_draw_pending = False
-        if self.is_current:
-            self._show_gpu(self.tapp.latest.gpu)
-        else:
-            self._dirty = True
+        # A state other than ok (lost, no GPUs) is drawn at once; a burst of samples leaves one
+        # pending draw of the newest status.
+        self.feed_changed(at_once=status.state != "ok")
 
     def _gpu_heartbeat(self) -> bool:
         """True while GPU samples arrive steadily: other panels then ride along with the
         next GPU draw, so one screen update per second carries everything."""
-        return self.tapp.latest.gpu.state == "ok" and time.monotonic() - self._last_gpu_draw < 1.2
+        return self.tapp.latest.gpu.state == "ok" and time.monotonic() - self._last_draw < 1.2
 
     def _on_host(self, stats: HostStats) -> None:
         if not self._visible():
@@ -182,8 +147,11 @@ class StatusScreen(Screen[None]):
         if latest.servers is not None:
             self.query_one(ServerPanel).update_servers(latest.servers, self.tapp.server_history)
 
+    def draw_feed(self) -> None:
+        self._show_gpu(self.tapp.latest.gpu)
+
     def _show_gpu(self, status: GpuStatus) -> None:
-        self._last_gpu_draw = time.monotonic()
+        self._last_draw = time.monotonic()
         latest = self.tapp.latest
         if self._pending_host:
             self._pending_host = False
