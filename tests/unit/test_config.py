@@ -126,6 +126,16 @@ def test_the_command_line_prints_each_warning_on_stderr(tmp_path, monkeypatch, c
     ]
 
 
+def test_the_fleet_dashboard_that_cannot_open_prints_them_too(tmp_path, monkeypatch, capsys):
+    p = _config(tmp_path, '[grups]\nlab = ["gpu-a"]\n', monkeypatch)
+    assert cli.main(["--host", "@lab"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"tunedeck: warning: {p}: unknown table [grups] (known: groups, keymap)",
+        f"tunedeck: --host: no group 'lab' in {p} ([groups]; known: none)",
+    ]
+
+
 def test_the_command_line_is_quiet_about_a_config_it_knows(tmp_path, monkeypatch, capsys):
     _config(tmp_path, '[groups]\nlab = ["gpu-a"]\n', monkeypatch)
     assert cli.main(["status", "--host", "@lob"]) == 2
