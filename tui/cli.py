@@ -76,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     logs.setup(verbose=bool(getattr(args, "verbose", False)))
     func = getattr(args, "func", None)
+    if func is not None:  # the dashboard shows them in its window instead
+        _config_warnings()
     if func is None:
         from tunedeck.ui.dashboard import run_dashboard  # the one door into the UI
 
@@ -94,6 +96,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _broken_pipe()
     return int(rc or 0)
+
+
+def _config_warnings() -> None:
+    """What the config file holds that tunedeck does not know, a line each on stderr."""
+    from tunedeck.config import load_config
+
+    for warning in load_config().warnings:
+        print(f"tunedeck: warning: {warning}", file=sys.stderr)
 
 
 def _broken_pipe() -> int:

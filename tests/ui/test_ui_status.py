@@ -552,6 +552,21 @@ async def test_bad_keymap_is_reported_not_fatal(tmp_path, monkeypatch):
         assert any("keymap.mode-launch" in m and str(cfg) in m for m in notes), notes
 
 
+async def test_an_unknown_config_table_is_shown_and_the_keymap_still_applies(tmp_path, monkeypatch):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[keymaps]\nmode-launch = "f2"\n[keymap]\nstatus-toggle-processes = "x"\n')
+    monkeypatch.setenv("TUNEDECK_CONFIG", str(cfg))
+    app = app_with()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(app._notifications) > 0)
+        notes = [n.message for n in app._notifications]
+        assert notes == [f"{cfg}: unknown table [keymaps] (known: groups, keymap)"], notes
+        panel = app.screen.query_one("#procs-panel")
+        assert panel.display
+        await pilot.press("x")
+        assert not panel.display
+
+
 async def test_a_screen_that_fails_to_import_says_so_and_logs_its_traceback(tmp_path, monkeypatch, caplog):
     """A broken screen module is neither dropped silently nor fatal: its key opens a screen naming the
     failure and the log file, and tunedeck.log gets the traceback."""

@@ -151,3 +151,23 @@ def test_a_word_the_table_format_cannot_hold_is_refused():
     ns: dict[str, object] = {}
     exec(compile(text, "table", "exec"), ns)
     assert ns["FLAGS"] == "--f,-f 0\n--g + x y\n"
+
+
+def test_one_vllm_attention_backend_table(engine_help: Path):
+    """The profiles' vLLM backends are the simulator's, which are the release's enum: the real
+    --help lists the flag's choices (it would have to be this enum) or, enum-typed, none."""
+    from tunedeck.engines import VLLM_ATTENTION_BACKENDS, VLLM_CUDA_ATTENTION_BACKENDS
+    from tunedeck.profiles.schema import BUILTIN_BACKENDS
+    from tunedeck.sim.engine_args import VLLM_BACKENDS
+
+    assert list(VLLM_ATTENTION_BACKENDS) == VLLM_BACKENDS
+    assert BUILTIN_BACKENDS["vllm"] == VLLM_CUDA_ATTENTION_BACKENDS
+    assert set(BUILTIN_BACKENDS["vllm"]) < set(VLLM_BACKENDS)
+    assert len(set(VLLM_BACKENDS)) == len(VLLM_BACKENDS)
+    text = (engine_help / HELP_FILES["vllm", "0.33.0"]).read_text(encoding="utf-8")
+    flag = {f.names[0]: f for f in parse_help(text)}["--attention-backend"]
+    if flag.choices:
+        assert sorted(c.upper() for c in flag.choices) == sorted(VLLM_BACKENDS)
+    else:
+        assert "--attention-backend ATTENTION_BACKEND" in text
+    assert release_flags("vllm").choices("--attention-backend") == flag.choices

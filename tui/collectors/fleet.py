@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from tunedeck.config import load_config, read_config
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostops.target import parse_target
 from tunedeck.model import DeploymentSummary, StatusSnapshot
@@ -28,8 +28,6 @@ from tunedeck.services.targets import get_host
 from tunedeck.util.safety import UnsafeInput
 
 log = logging.getLogger(__name__)
-
-_GROUP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 #: the one-shot status of one host may take this long before it counts as not answering
 STATUS_TIMEOUT = 60.0
@@ -46,22 +44,10 @@ def is_group(item: str) -> bool:
 
 def load_groups(path: Path | None = None) -> dict[str, tuple[str, ...]]:
     """``{name: (target, …)}`` from the config file's ``[groups]`` ({} when there is none)."""
-    from tunedeck.util.configfile import config_table
-
-    path, table = config_table("groups", 'name = ["target", …]', GroupError, path)
-    out: dict[str, tuple[str, ...]] = {}
-    for name, members in table.items():
-        if not _GROUP.match(name):
-            raise GroupError(f"{path}: groups.{name}: not a group name (letters, digits, '.', '_', '-')")
-        if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
-            raise GroupError(f'{path}: groups.{name}: expected a list of targets like ["gpu-a", "gpu-b"]')
-        for m in members:
-            try:
-                parse_target(m)
-            except UnsafeInput as e:
-                raise GroupError(f"{path}: groups.{name}: {e}") from None
-        out[name] = tuple(members)
-    return out
+    cfg = read_config(path) if path is not None else load_config()
+    if cfg.groups_error:
+        raise GroupError(cfg.groups_error)
+    return dict(cfg.groups)
 
 
 def expand_targets(items: Sequence[str], groups: Mapping[str, Sequence[str]] | None = None) -> list[str]:
@@ -75,9 +61,7 @@ def expand_targets(items: Sequence[str], groups: Mapping[str, Sequence[str]] | N
                 groups = load_groups()
             name = item[1:]
             if name not in groups:
-                from tunedeck.util.paths import config_file
-
-                where = config_file()
+                where = load_config().path
                 known = ", ".join(sorted(groups)) or "none"
                 raise GroupError(
                     f"no group {name!r} in {where or 'the config file (there is none)'} ([groups]; known: {known})"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tunedeck.engines import SGLANG_ATTENTION_BACKENDS
+from tunedeck.engines import SGLANG_ATTENTION_BACKENDS, VLLM_CUDA_ATTENTION_BACKENDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,21 +189,8 @@ SGLANG_BACKENDS_0_5_5 = (
     "ascend",
     "intel_xpu",
 )
-VLLM_BACKENDS_0_33 = (
-    "FLASH_ATTN",
-    "FLASHINFER",
-    "TRITON_ATTN",
-    "FLEX_ATTENTION",
-    "TURBOQUANT",
-    "FLASH_ATTN_MLA",
-    "FLASHMLA",
-    "FLASHINFER_MLA",
-    "TOKENSPEED_MLA",
-    "CUTLASS_MLA",
-    "TRITON_MLA",
-    "FLASHMLA_SPARSE",
-    "FLASHINFER_MLA_SPARSE",
-)
+#: vLLM 0.33's CUDA members of ``AttentionBackendEnum`` (``tunedeck.engines``, the enum's one table)
+VLLM_BACKENDS_0_33 = VLLM_CUDA_ATTENTION_BACKENDS
 BUILTIN_BACKENDS = {"sglang": SGLANG_ATTENTION_BACKENDS, "vllm": VLLM_BACKENDS_0_33}
 
 

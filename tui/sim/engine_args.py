@@ -24,34 +24,12 @@ import os
 from typing import Any, Sequence
 
 from tunedeck.engine_flags import FlagTable
+from tunedeck.engines import VLLM_ATTENTION_BACKENDS
 
 SGLANG_ALIASES = {"nsa": "dsa", "compressed": "dsv4", "tokenspeed_mla": "cutedsl_mla"}
 
-VLLM_BACKENDS = [
-    "FLASH_ATTN",
-    "FLASHINFER",
-    "TRITON_ATTN",
-    "FLEX_ATTENTION",
-    "TURBOQUANT",
-    "FLASH_ATTN_MLA",
-    "FLASHMLA",
-    "FLASHINFER_MLA",
-    "TOKENSPEED_MLA",
-    "CUTLASS_MLA",
-    "TRITON_MLA",
-    "FLASHMLA_SPARSE",
-    "FLASHINFER_MLA_SPARSE",
-    "TRITON_MLA_SPARSE",
-    "ROCM_ATTN",
-    "ROCM_AITER_MLA",
-    "ROCM_AITER_FA",
-    "ROCM_AITER_UNIFIED_ATTN",
-    "TORCH_SDPA",
-    "CPU_ATTN",
-    "XFORMERS",
-    "NO_ATTENTION",
-    "CUSTOM",
-]
+#: vLLM 0.33 ``AttentionBackendEnum`` names (``tunedeck.engines``, the one table the profiles share)
+VLLM_BACKENDS = list(VLLM_ATTENTION_BACKENDS)
 VLLM_CUDAGRAPH_MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 
 SIM_FAULTS = ["oom", "nccl", "port", "hang", "crash"]

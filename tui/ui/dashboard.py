@@ -45,6 +45,10 @@ def run_fleet_dashboard(args: argparse.Namespace) -> int:
     try:
         members = fleet_members(expand_targets(args.hosts), sim=bool(getattr(args, "sim", False)))
     except (UnsafeInput, HostError, GroupError) as e:
+        from tunedeck.config import load_config
+
+        for warning in load_config().warnings:  # the window that would show them does not open
+            print(f"tunedeck: warning: {warning}", file=sys.stderr)
         print(f"tunedeck: --host: {e}", file=sys.stderr)
         return 2
     if not sys.stdout.isatty() and not getattr(args, "force_ui", False):
