@@ -7,13 +7,17 @@ import argparse
 import math
 
 
+class BadValue(argparse.ArgumentTypeError, ValueError):
+    """One option's text refused (a ValueError too, for callers that are not argparse)."""
+
+
 def _whole(text: str, least: int) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
+        raise BadValue(f"{text!r}: expected a whole number") from None
     if v < least:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be >= {least}")
+        raise BadValue(f"{text!r}: must be >= {least}")
     return v
 
 
@@ -21,7 +25,7 @@ def _number(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number") from None
+        raise BadValue(f"{text!r}: expected a number") from None
 
 
 def pos_int(text: str) -> int:
@@ -35,28 +39,28 @@ def nonneg_int(text: str) -> int:
 def port(text: str) -> int:
     v = pos_int(text)
     if v > 65535:
-        raise argparse.ArgumentTypeError(f"{text!r}: a port must be 1..65535")
+        raise BadValue(f"{text!r}: a port must be 1..65535")
     return v
 
 
 def pos_float(text: str) -> float:
     v = _number(text)
     if not v > 0 or math.isinf(v):
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number > 0")
+        raise BadValue(f"{text!r}: must be a finite number > 0")
     return v
 
 
 def nonneg_float(text: str) -> float:
     v = _number(text)
     if not 0 <= v < math.inf:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number >= 0")
+        raise BadValue(f"{text!r}: must be a finite number >= 0")
     return v
 
 
 def ratio(text: str) -> float:
     v = _number(text)
     if not 0 <= v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be within 0 (fixed lengths) and 1 (excluded)")
+        raise BadValue(f"{text!r}: must be within 0 (fixed lengths) and 1 (excluded)")
     return v
 
 
@@ -64,9 +68,9 @@ def int_list(text: str) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected integers separated by commas, e.g. 1,8,32") from None
+        raise BadValue(f"{text!r}: expected integers separated by commas, e.g. 1,8,32") from None
     if not vals or any(v < 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"{text!r}: every value must be >= 1")
+        raise BadValue(f"{text!r}: every value must be >= 1")
     return vals
 
 
@@ -79,12 +83,12 @@ def rate_list(text: str) -> list[float]:
         try:
             v = float(x)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r}: expected numbers or 'inf', e.g. 2,4,inf") from None
+            raise BadValue(f"{text!r}: expected numbers or 'inf', e.g. 2,4,inf") from None
         if not v > 0:
-            raise argparse.ArgumentTypeError(f"{text!r}: rates must be > 0")
+            raise BadValue(f"{text!r}: rates must be > 0")
         out.append(v)
     if not out:
-        raise argparse.ArgumentTypeError("empty request rate")
+        raise BadValue("empty request rate")
     return out
 
 
@@ -92,7 +96,7 @@ def percentiles(text: str) -> list[float]:
     try:
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas, e.g. 50,90,99") from None
+        raise BadValue(f"{text!r}: expected numbers separated by commas, e.g. 50,90,99") from None
     if not vals or any(not 0 <= v <= 100 for v in vals):
-        raise argparse.ArgumentTypeError(f"{text!r}: every percentile must be within 0..100")
+        raise BadValue(f"{text!r}: every percentile must be within 0..100")
     return vals
