@@ -156,3 +156,16 @@ def test_the_screen_path_previews_a_plan_without_parsing_a_command_line(monkeypa
     assert [label for label, _p in levels] == ["C=1", "C=4"]
     cfg = plan_config(plan, "http://127.0.0.1:9")
     assert (cfg.concurrency, cfg.input_len, cfg.ignore_eos, cfg.goodput) == ([1, 4], 128, True, {})
+
+
+def test_the_sample_record_types_every_field_the_engine_writes_and_stores() -> None:
+    import dataclasses
+
+    from tunedeck.bench.client import RequestSpec, new_sample
+    from tunedeck.bench.records import LevelSummaryRecord, Sample, SampleRecord
+    from tunedeck.bench.store import SAMPLE_FIELDS
+
+    typed = set(SampleRecord.__annotations__)
+    assert set(new_sample(RequestSpec("hi", 2, 3))) <= typed
+    assert SAMPLE_FIELDS == tuple(f.name for f in dataclasses.fields(Sample))  # stored in the documented order
+    assert {"completed", "failed", "duration", "run_id", "partial"} <= set(LevelSummaryRecord.__annotations__)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import shlex
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
 from rich.text import Text
 from textual import events, on, work
@@ -448,7 +448,7 @@ class BenchSetupScreen(Screen[None]):
             if where == "tunnel":
                 where = "SSH tunnel"  # measured through an SSH tunnel: the link is in the numbers
 
-            def num(key: str, fmt: str, s: dict[str, Any] = s) -> str:
+            def num(key: str, fmt: str, s: Mapping[str, Any] = s) -> str:
                 v = s.get(key)
                 if key == "median_ttft_ms" and s.get("completed") == 0:
                     return "N/A"  # the vLLM-style summary writes 0 when no request finished
