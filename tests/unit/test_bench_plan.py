@@ -167,5 +167,5 @@ def test_the_sample_record_types_every_field_the_engine_writes_and_stores() -> N
 
     typed = set(SampleRecord.__annotations__)
     assert set(new_sample(RequestSpec("hi", 2, 3))) <= typed
-    assert SAMPLE_FIELDS == tuple(f.name for f in dataclasses.fields(Sample))  # stored in the documented order
+    assert tuple(f.name for f in dataclasses.fields(Sample)) == SAMPLE_FIELDS  # stored in the documented order
     assert {"completed", "failed", "duration", "run_id", "partial"} <= set(LevelSummaryRecord.__annotations__)
