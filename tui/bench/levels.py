@@ -144,35 +144,28 @@ async def drive(
         # written: on the wire already (eager); else the lateness runs from this task's start on
         disp = written.sent if written is not None else _pc() if timed else None
         if sem is None:
-            on_sample(
-                await stream_request(
-                    client,
-                    ep,
-                    spec,
-                    request=req,
-                    queued_at=due,
-                    live=live,
-                    on_partial=on_sample,
-                    level_start=start,
-                    dispatched_at=disp,
-                    written=written,
-                )
-            )
+            await send(spec, req, due, disp, written)
             return
-        async with sem:
-            on_sample(
-                await stream_request(
-                    client,
-                    ep,
-                    spec,
-                    request=req,
-                    queued_at=due,
-                    live=live,
-                    on_partial=on_sample,
-                    level_start=start,
-                    dispatched_at=disp,
-                )
+        async with sem:  # under a concurrency cap nothing is written ahead of its slot
+            await send(spec, req, due, disp, None)
+
+    async def send(
+        spec: RequestSpec, req: Optional[Request], due: float, disp: Optional[float], written: Optional[Written]
+    ) -> None:
+        on_sample(
+            await stream_request(
+                client,
+                ep,
+                spec,
+                request=req,
+                queued_at=due,
+                live=live,
+                on_partial=on_sample,
+                level_start=start,
+                dispatched_at=disp,
+                written=written,
             )
+        )
 
     try:
         if eager:

@@ -181,13 +181,18 @@ def event_times(s: SampleRecord) -> list[float]:
     return out
 
 
+def _seconds(ok: Sequence[SampleRecord]) -> Tuple[float, int]:
+    """The earliest start of ``ok`` (non-empty), and how many 1-s bins from it hold every request."""
+    t0 = min(s["start_time"] for s in ok)
+    t_end = max(s["start_time"] + s["latency"] for s in ok)
+    return t0, math.ceil(t_end - t0) + 1
+
+
 def peak_output_per_s(ok: Sequence[SampleRecord]) -> float:
     """Max events in a 1-s bin from the earliest start (counts events, not tokens)."""
     if not ok:
         return 0.0
-    t0 = min(s["start_time"] for s in ok)
-    t_end = max(s["start_time"] + s["latency"] for s in ok)
-    nbins = math.ceil(t_end - t0) + 1
+    t0, nbins = _seconds(ok)
     bins = [0] * nbins
     for s in ok:
         for t in event_times(s):
@@ -205,9 +210,7 @@ def max_concurrent(ok: Sequence[SampleRecord]) -> int:
     """
     if not ok:
         return 0
-    t0 = min(s["start_time"] for s in ok)
-    t_end = max(s["start_time"] + s["latency"] for s in ok)
-    nbins = math.ceil(t_end - t0) + 1
+    t0, nbins = _seconds(ok)
     bins = [0] * nbins
     for s in ok:
         a = int(s["start_time"] - t0)

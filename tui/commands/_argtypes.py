@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 class BadValue(argparse.ArgumentTypeError, ValueError):
@@ -64,39 +67,32 @@ def ratio(text: str) -> float:
     return v
 
 
-def int_list(text: str) -> list[int]:
+def _values(text: str, conv: Callable[[str], T], expected: str) -> list[T]:
+    """The comma-separated values of ``text`` (empty items skipped), each read by ``conv``."""
     try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
+        return [conv(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise BadValue(f"{text!r}: expected integers separated by commas, e.g. 1,8,32") from None
+        raise BadValue(f"{text!r}: expected {expected}") from None
+
+
+def int_list(text: str) -> list[int]:
+    vals = _values(text, int, "integers separated by commas, e.g. 1,8,32")
     if not vals or any(v < 1 for v in vals):
         raise BadValue(f"{text!r}: every value must be >= 1")
     return vals
 
 
 def rate_list(text: str) -> list[float]:
-    out = []
-    for x in text.split(","):
-        x = x.strip()
-        if not x:
-            continue
-        try:
-            v = float(x)
-        except ValueError:
-            raise BadValue(f"{text!r}: expected numbers or 'inf', e.g. 2,4,inf") from None
-        if not v > 0:
-            raise BadValue(f"{text!r}: rates must be > 0")
-        out.append(v)
-    if not out:
+    vals = _values(text, float, "numbers or 'inf', e.g. 2,4,inf")
+    if not vals:
         raise BadValue("empty request rate")
-    return out
+    if any(not v > 0 for v in vals):
+        raise BadValue(f"{text!r}: rates must be > 0")
+    return vals
 
 
 def percentiles(text: str) -> list[float]:
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise BadValue(f"{text!r}: expected numbers separated by commas, e.g. 50,90,99") from None
+    vals = _values(text, float, "numbers separated by commas, e.g. 50,90,99")
     if not vals or any(not 0 <= v <= 100 for v in vals):
         raise BadValue(f"{text!r}: every percentile must be within 0..100")
     return vals

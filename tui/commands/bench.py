@@ -165,18 +165,11 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="the host's Python (>= 3.9) for the host-side client (default: python3 on its PATH)",
     )
     j = p.add_argument_group("host-side runs")
-    j.add_argument(
-        "--attach",
-        metavar="ID",
-        default=None,
-        help="follow a benchmark running on --host/--demo again (its results are mirrored here)",
-    )
-    j.add_argument(
-        "--stop",
-        metavar="ID",
-        default=None,
-        help="stop a benchmark running on --host/--demo (finished samples are kept)",
-    )
+    for flag, text in (
+        ("--attach", "follow a benchmark running on --host/--demo again (its results are mirrored here)"),
+        ("--stop", "stop a benchmark running on --host/--demo (finished samples are kept)"),
+    ):
+        j.add_argument(flag, metavar="ID", default=None, help=text)
     o = p.add_argument_group("output")
     o.add_argument("--label", default=None)
     o.add_argument("--profile", default=None, help="profile name to record with the run")
