@@ -16,7 +16,6 @@ from tests.snapshot_app import REPO, timeline_row, write_ab_timelines
 from tests.waits import until_async
 from tunedeck.bench.plan import BenchPlan
 from tunedeck.bench.store import run_dir
-from tunedeck.commands.bench import parse_plan
 from tunedeck.timeline_model import TimelineSnapshot, figure, overlay
 from tunedeck.ui.screens.bench import TIMELINE_SIDE_BY_SIDE, BenchScreen
 from tunedeck.ui.screens.compare import ABTimeline, CompareScreen
@@ -344,23 +343,7 @@ async def test_a_host_side_run_draws_its_gpu_and_server_timeline_live():
         "20",
     ):
         scr = BenchScreen(
-            parse_plan(
-                [
-                    "--demo",
-                    "--port",
-                    str(port),
-                    "--concurrency",
-                    "4",
-                    "--num-prompts",
-                    "12",
-                    "--input-len",
-                    "8",
-                    "--output-len",
-                    "120",
-                    "--warmup",
-                    "0",
-                ]
-            )
+            BenchPlan(demo=True, port=port, concurrency=(4,), num_prompts=12, input_len=8, output_len=120, warmup=0)
         )
         app = BenchApp(scr)
         async with app.run_test(size=(160, 48), message_hook=app.messages.append) as pilot:
