@@ -169,3 +169,20 @@ def test_the_sample_record_types_every_field_the_engine_writes_and_stores() -> N
     assert set(new_sample(RequestSpec("hi", 2, 3))) <= typed
     assert tuple(f.name for f in dataclasses.fields(Sample)) == SAMPLE_FIELDS  # stored in the documented order
     assert {"completed", "failed", "duration", "run_id", "partial"} <= set(LevelSummaryRecord.__annotations__)
+
+
+def test_the_config_takes_every_setting_of_the_plan() -> None:
+    plan = parse_plan(
+        [
+            *("--url", "http://h:1", "--model", "m", "--endpoint", "chat", "--num-prompts", "7", "--burstiness", "0.5"),
+            *("--warmup", "2", "--temperature", "0.3", "--seed", "9", "--read-timeout", "5", "--ready-timeout", "6"),
+            *("--workers", "2", "--no-preconnect", "--label", "L", "--request-timeout", "4", "--progress"),
+            *("--progress-samples", "--request-rate", "3", "--metric-percentiles", "50", "--goodput", "itl:8"),
+        ]
+    )
+    cfg = plan_config(plan, "http://h:1")
+    got = (cfg.model, cfg.endpoint, cfg.num_prompts, cfg.burstiness, cfg.warmup, cfg.temperature, cfg.seed)
+    assert got == ("m", "chat", 7, 0.5, 2, 0.3, 9)
+    assert (cfg.read_timeout, cfg.ready_timeout, cfg.workers, cfg.preconnect, cfg.label) == (5, 6, 2, False, "L")
+    assert (cfg.request_deadline, cfg.progress_samples, cfg.concurrency, cfg.request_rate) == (4, True, [], [3.0])
+    assert (cfg.percentiles, cfg.goodput) == ([50.0], {"itl": 8.0})

@@ -269,6 +269,23 @@ def parse_plan(argv: list[str]) -> BenchPlan:
     return plan_from_args(parse_args(argv))
 
 
+#: the settings a :class:`BenchConfig` takes as the plan holds them (same name, same value)
+_AS_IS = (
+    "model",
+    "endpoint",
+    "num_prompts",
+    "burstiness",
+    "warmup",
+    "temperature",
+    "seed",
+    "read_timeout",
+    "ready_timeout",
+    "workers",
+    "preconnect",
+    "label",
+)
+
+
 def plan_config(plan: BenchPlan, url: str) -> Any:
     """The :class:`BenchConfig` of ``plan`` against ``url``, every level's requests built here (files
     read and checked); ValueError naming a bad workload option or file."""
@@ -276,28 +293,18 @@ def plan_config(plan: BenchPlan, url: str) -> Any:
     from tunedeck.bench.workloads import default_ignore_eos
 
     workload = plan_workload(plan)
+    same = {name: getattr(plan, name) for name in _AS_IS}
     cfg = BenchConfig(
         url=url,
-        model=plan.model,
-        endpoint=plan.endpoint,
-        num_prompts=plan.num_prompts,
+        **same,
         input_len=plan.input_len or 128,
         output_len=plan.output_len or 128,
         concurrency=plan.concurrency_levels(),
         request_rate=plan.rate_levels(),
-        burstiness=plan.burstiness,
-        warmup=plan.warmup,
         ignore_eos=plan.ignore_eos if plan.ignore_eos is not None else default_ignore_eos(workload.name),
-        temperature=plan.temperature,
-        seed=plan.seed,
         goodput=plan.goodput_ms(),
         percentiles=list(plan.percentiles),
-        read_timeout=plan.read_timeout,
         request_deadline=plan.request_timeout,
-        ready_timeout=plan.ready_timeout,
-        workers=plan.workers,
-        preconnect=plan.preconnect,
-        label=plan.label,
         progress_samples=plan.progress and plan.progress_samples,
         workload=workload,
     )
