@@ -40,15 +40,11 @@ def test_a_command_line_plan_reads_back_from_its_own_command_line(argv: list[str
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_hostile_text_reads_back_as_itself(text: str, tmp_path: Path) -> None:
+    texts = {name: text for name in ("profile", "model", "label", "python", "meta_json", "json")}
     plan = BenchPlan(
         host=text or "h",
         port=8000,
-        profile=text,
-        model=text,
-        label=text,
-        python=text,
-        meta_json=text,
-        json=text,
+        **texts,
         dataset_name="custom",
         dataset_path=str(tmp_path / text.replace("/", "_")),
         workload_options=(("--custom-output-len", 3),),
