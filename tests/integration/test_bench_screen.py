@@ -7,6 +7,7 @@ from textual.app import App
 
 from tests.fakesrv import FakeServer
 from tunedeck.bench import store
+from tunedeck.commands.bench import parse_plan
 from tunedeck.ui.screens.bench import BenchScreen
 from tunedeck.ui.screens.modals import ConfirmModal
 from tunedeck.widgets.throughput_chart import ThroughputChart
@@ -19,7 +20,7 @@ class BenchApp(App):
         self.messages = []
 
     def on_mount(self) -> None:
-        self.push_screen(BenchScreen(self.args))
+        self.push_screen(BenchScreen(parse_plan(self.args)))
 
 
 async def test_chart_widget_bounded_and_throttled():
@@ -171,7 +172,7 @@ async def test_form_slo_fields_become_goodput_and_a_bad_value_names_its_field():
         assert str(setup.query_one("#bs-command").content) == ""
         await pilot.press("ctrl+r")
         await pilot.pause()
-        assert app.screen is setup and setup.last_args is None  # nothing started
+        assert app.screen is setup and setup.last_plan is None  # nothing started
         await pilot.press("backspace", "0")
         setup.query_one("#bs-slo-tpot", Input).value = "-5"
         await pilot.pause()
@@ -183,7 +184,8 @@ async def test_form_slo_fields_become_goodput_and_a_bad_value_names_its_field():
         assert str(setup.query_one("#bs-error").content) == ""
         command = str(setup.query_one("#bs-command").content)
         assert command.endswith("--goodput ttft:200 itl:80 e2el:2500.5"), command
-        assert setup.current_args()[-4:] == ["--goodput", "ttft:200", "itl:80", "e2el:2500.5"]
+        assert setup.current_plan().to_argv()[-4:] == ["--goodput", "ttft:200", "itl:80", "e2el:2500.5"]
+        assert setup.current_plan().goodput == (("ttft", 200.0), ("itl", 80.0), ("e2el", 2500.5))
 
 
 # ---------------------------------------------------------------- live goodput and the per-level table

@@ -14,6 +14,7 @@ from textual.widgets import DataTable
 
 from tests.snapshot_app import REPO, timeline_row, write_ab_timelines
 from tests.waits import until_async
+from tunedeck.bench.plan import BenchPlan
 from tunedeck.bench.store import run_dir
 from tunedeck.timeline_model import TimelineSnapshot, figure, overlay
 from tunedeck.ui.screens.bench import TIMELINE_SIDE_BY_SIDE, BenchScreen
@@ -216,10 +217,10 @@ class BenchApp(App):
 async def test_run_timeline_rows_reach_the_charts_as_messages(monkeypatch):
     run = FakeRun(script(missing=((1, 2),)))
 
-    async def fake_start(args):
+    async def fake_start(plan):
         return run
 
-    monkeypatch.setattr("tunedeck.commands.bench.start_run", fake_start)
+    monkeypatch.setattr("tunedeck.commands.bench.start_plan", fake_start)
     # the level's stored file (mirrored from the host) has the second the live feed missed
     d = run_dir("20250308-124010-c16")
     d.mkdir(parents=True)
@@ -234,7 +235,7 @@ async def test_run_timeline_rows_reach_the_charts_as_messages(monkeypatch):
             }
         )
     )
-    scr = BenchScreen(["--url", "http://127.0.0.1:9"])
+    scr = BenchScreen(BenchPlan(url="http://127.0.0.1:9"))
     app = BenchApp(scr)
     async with app.run_test(size=(160, 48), message_hook=app.messages.append) as pilot:
         await until(
@@ -270,12 +271,12 @@ async def test_run_timeline_rows_reach_the_charts_as_messages(monkeypatch):
 
 
 async def test_timeline_layout_side_by_side_or_switched_with_t(monkeypatch):
-    async def fake_start(args):
+    async def fake_start(plan):
         return FakeRun(script(levels=((0, 4, 3),)))
 
-    monkeypatch.setattr("tunedeck.commands.bench.start_run", fake_start)
+    monkeypatch.setattr("tunedeck.commands.bench.start_plan", fake_start)
     for width in (TIMELINE_SIDE_BY_SIDE, 80):
-        scr = BenchScreen(["--url", "http://127.0.0.1:9"])
+        scr = BenchScreen(BenchPlan(url="http://127.0.0.1:9"))
         app = BenchApp(scr)
         async with app.run_test(size=(width, 40)) as pilot:
             await until(pilot, lambda scr=scr: scr.rc == 0)
@@ -307,11 +308,11 @@ async def test_a_replayed_level_builds_few_figures(monkeypatch):
 
     monkeypatch.setattr(bench_screen, "timeline_figure", counting_figure)
 
-    async def fake_start(args):
+    async def fake_start(plan):
         return FakeRun(script(levels=((0, 16, 600),)))
 
-    monkeypatch.setattr("tunedeck.commands.bench.start_run", fake_start)
-    scr = BenchScreen(["--url", "http://127.0.0.1:9"])
+    monkeypatch.setattr("tunedeck.commands.bench.start_plan", fake_start)
+    scr = BenchScreen(BenchPlan(url="http://127.0.0.1:9"))
     async with BenchApp(scr).run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: scr.rc == 0 and scr.timelines and len(scr.timelines[0].rows) == 600, timeout=60)
         await pilot.pause(0.6)
@@ -342,21 +343,7 @@ async def test_a_host_side_run_draws_its_gpu_and_server_timeline_live():
         "20",
     ):
         scr = BenchScreen(
-            [
-                "--demo",
-                "--port",
-                str(port),
-                "--concurrency",
-                "4",
-                "--num-prompts",
-                "12",
-                "--input-len",
-                "8",
-                "--output-len",
-                "120",
-                "--warmup",
-                "0",
-            ]
+            BenchPlan(demo=True, port=port, concurrency=(4,), num_prompts=12, input_len=8, output_len=120, warmup=0)
         )
         app = BenchApp(scr)
         async with app.run_test(size=(160, 48), message_hook=app.messages.append) as pilot:

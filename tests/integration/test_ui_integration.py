@@ -266,13 +266,16 @@ async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatc
 
 
 # ---------------------------------------------------------------- bench mode
-def test_bench_args_for_demo_remote_and_url():
+def test_bench_plan_for_demo_remote_and_url():
     from tests.ui_fakes import server
-    from tunedeck.ui.screens.bench_form import BenchForm, BenchFormError, bench_args
+    from tunedeck.ui.screens.bench_form import BenchForm, BenchFormError, bench_plan
 
     s = server("sglang-tuned", "ready", port=30001)
     f = BenchForm(concurrency="1, 16", num_prompts="20", input_len="64", output_len="32", warmup="0", ignore_eos=False)
-    assert bench_args(f, s, target="demo", demo=True) == [
+    plan = bench_plan(f, s, target="demo", demo=True)
+    assert (plan.demo, plan.host, plan.port, plan.profile) == (True, None, 30001, "sglang-tuned")
+    assert (plan.concurrency, plan.num_prompts, plan.input_len, plan.output_len) == ((1, 16), 20, 64, 32)
+    assert plan.to_argv() == [
         "--demo",
         "--port",
         "30001",
@@ -292,16 +295,14 @@ def test_bench_args_for_demo_remote_and_url():
         "0",
         "--no-ignore-eos",
     ]
-    remote = bench_args(BenchForm(), s, target="gpuop@box", demo=False)
-    assert remote[:4] == ["--host", "gpuop@box", "--port", "30001"] and "--ignore-eos" in remote
-    assert bench_args(BenchForm(url="http://10.0.0.7:8000"), None, target="x", demo=False)[:2] == [
-        "--url",
-        "http://10.0.0.7:8000",
-    ]
+    remote = bench_plan(BenchForm(), s, target="gpuop@box", demo=False)
+    assert remote.to_argv()[:4] == ["--host", "gpuop@box", "--port", "30001"] and remote.ignore_eos is True
+    by_url = bench_plan(BenchForm(url="http://10.0.0.7:8000"), None, target="x", demo=False)
+    assert (by_url.url, by_url.host, by_url.port) == ("http://10.0.0.7:8000", None, None)
     with pytest.raises(BenchFormError, match="concurrency"):
-        bench_args(BenchForm(concurrency="1,x"), s, target=None, demo=False)
+        bench_plan(BenchForm(concurrency="1,x"), s, target=None, demo=False)
     with pytest.raises(BenchFormError, match="server"):
-        bench_args(BenchForm(), None, target=None, demo=False)
+        bench_plan(BenchForm(), None, target=None, demo=False)
 
 
 async def test_bench_setup_runs_against_sim_server_and_chart_fills(tmp_path, monkeypatch):
@@ -350,12 +351,12 @@ async def test_bench_setup_runs_against_sim_server_and_chart_fills(tmp_path, mon
             ):
                 setup.query_one(wid, Input).value = val
             await pilot.pause()
-            assert setup.current_args()[:3] == ["--demo", "--port", str(port)]
+            assert setup.current_plan().to_argv()[:3] == ["--demo", "--port", str(port)]
             setup.query_one("#bs-servers", DataTable).focus()
             await pilot.press("enter", "ctrl+r")  # enter picks the server; ctrl+r starts
             await until(pilot, lambda: isinstance(app.screen, BenchScreen), timeout=5)
             bench = app.screen
-            assert bench.bench_args == setup.last_args
+            assert bench.plan == setup.last_plan
             chart = bench.query_one("#tok-chart", ThroughputChart)
             await until(pilot, lambda: bench.rc is not None, timeout=90)
             assert bench.rc == 0, bench.error

@@ -145,7 +145,7 @@ async def test_bench_setup_enter_in_a_field_does_not_start_a_load_test():
         await pilot.press("enter", "enter", "enter")
         await settle(pilot)
         assert app.screen is setup
-        assert setup.last_args is None
+        assert setup.last_plan is None
 
 
 # ---------------------------------------------------------------- pre-flight on the bind address

@@ -192,11 +192,10 @@ async def test_a_data_file_is_placed_on_the_host_once_per_content(tmp_path):
 
 
 def _cfg(*argv: str):
-    from tunedeck.bench import metrics
-    from tunedeck.commands.bench import _config, parse_args
+    from tunedeck.commands.bench import parse_plan, plan_config
 
-    args = parse_args(["--url", "http://127.0.0.1:9", *argv])
-    return _config(args, args.url, metrics.parse_goodput(args.goodput))
+    plan = parse_plan(["--url", "http://127.0.0.1:9", *argv])
+    return plan_config(plan, "http://127.0.0.1:9")
 
 
 def test_vllm_option_names_reach_the_config(tmp_path):

@@ -8,6 +8,7 @@ from textual.widgets import Static
 
 from tests.ui.test_ui_charts import BenchApp, ScriptedBench
 from tests.waits import until_async
+from tunedeck.bench.plan import BenchPlan
 from tunedeck.commands._benchjob import EXIT_LOST, EXIT_OK, EXIT_PARTIAL
 from tunedeck.ui.screens.bench import BenchScreen
 
@@ -25,7 +26,7 @@ SUMMARY = {"run_id": "r0", "completed": 7, "failed": 0, "max_concurrency": 4, "p
     ],
 )
 async def test_the_state_line_names_the_outcome(rc, summaries, words):
-    scr = ScriptedBench(["--url", "http://x"])
+    scr = ScriptedBench(BenchPlan(url="http://x"))
     async with BenchApp(scr).run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         scr.post_message(BenchScreen.Finished(rc, summaries, ""))

@@ -13,7 +13,7 @@ from textual.widgets import Checkbox, Input, Select
 
 from tests.conftest import tunedeck_cmd
 from tests.waits import until_async
-from tunedeck.ui.screens.bench_form import BenchFormError, option_args
+from tunedeck.ui.screens.bench_form import BenchFormError, option_values
 from tunedeck.ui.screens.bench_setup import BenchSetupScreen
 
 SIZE = (120, 60)
@@ -61,7 +61,7 @@ async def test_shared_prefix_preview_reads_the_theoretical_sharing_and_matches_t
         assert "--input-len" not in command  # the source sets its own lengths
         # the CLI's preview of the same arguments is the same set
         r = subprocess.run(
-            [*tunedeck_cmd(), "bench", *setup.current_args(), "--preview", "--json"],
+            [*tunedeck_cmd(), "bench", *setup.current_plan().to_argv(), "--preview", "--json"],
             capture_output=True,
             text=True,
             timeout=60,
@@ -104,21 +104,35 @@ async def test_a_dataset_file_previews_its_lengths_and_a_bad_one_names_its_probl
 
 
 def test_the_options_field_takes_workload_options_only() -> None:
-    assert option_args("--random-range-ratio 0.5 --context-limit=4096") == [
-        "--random-range-ratio",
-        "0.5",
-        "--context-limit",
-        "4096",
-    ]
+    assert option_values("--random-range-ratio 0.5 --context-limit=4096 --gsp-num-groups 8") == {
+        "--random-range-ratio": 0.5,
+        "--context-limit": 4096,
+        "--gsp-num-groups": 8,
+    }
     for text, why in (
         ("--url http://evil:1", "'--url' is not a workload option"),
         ("--json /etc/passwd", "'--json' is not a workload option"),
         ("--gsp-num-groups", "--gsp-num-groups needs a value"),
         ("--gsp-num-groups 'open", "No closing quotation"),
+        ("--gsp-num-groups 0", "--gsp-num-groups '0': must be >= 1"),
+        ("--random-range-ratio 1", "--random-range-ratio '1': must be within 0"),
     ):
         try:
-            option_args(text)
+            option_values(text)
         except BenchFormError as e:
             assert e.field == "options" and why in str(e), (text, e)
         else:
             raise AssertionError(f"{text!r} accepted")
+
+
+def test_an_option_of_another_source_is_named_in_the_form() -> None:
+    from tests.ui_fakes import server
+    from tunedeck.ui.screens.bench_form import BenchForm, bench_plan
+
+    form = BenchForm(options="--gsp-num-groups 8")
+    try:
+        bench_plan(form, server("s", "ready", port=1), target=None, demo=False)
+    except BenchFormError as e:
+        assert str(e) == "options: --gsp-num-groups applies to --dataset-name shared_prefix, not random"
+    else:
+        raise AssertionError("an option of another source accepted")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from textual.app import App
 
+from tunedeck.bench.plan import BenchPlan
 from tunedeck.ui.screens.bench import BenchScreen
 from tunedeck.widgets.throughput_chart import ThroughputChart
 
@@ -71,7 +72,7 @@ def sweep_lines() -> list[dict]:
 
 
 async def test_throughput_starts_at_zero_and_empty_charts_have_no_axes():
-    scr = ScriptedBench(["--url", "http://x"])
+    scr = ScriptedBench(BenchPlan(url="http://x"))
     app = BenchApp(scr)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -106,7 +107,7 @@ async def test_throughput_starts_at_zero_and_empty_charts_have_no_axes():
 
 
 async def test_sweep_legend_names_levels_like_the_header():
-    scr = ScriptedBench(["--url", "http://x"])
+    scr = ScriptedBench(BenchPlan(url="http://x"))
     app = BenchApp(scr)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
@@ -131,7 +132,7 @@ async def test_sweep_legend_names_levels_like_the_header():
 
 
 async def test_bench_error_text_is_never_markup():
-    scr = ScriptedBench(["--url", "http://x"])
+    scr = ScriptedBench(BenchPlan(url="http://x"))
     app = BenchApp(scr)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()

@@ -137,7 +137,7 @@ async def test_bench_screen_status_shows_a_lost_link_and_clears_on_resume(monkey
         return BenchRun(h, HOST, job("bench"))
 
     monkeypatch.setattr(BenchRun, "attach", staticmethod(attach))
-    scr = BenchScreen([], attach=(host, "j1"))
+    scr = BenchScreen(None, attach=(host, "j1"))
     async with OneScreen(scr).run_test(size=SIZE) as pilot:
         status = scr.query_one("#bench-status", Static)
 

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from tunedeck.bench.http import DEFAULT_READ_TIMEOUT, HttpClient, Request, Written
 from tunedeck.bench.httpcore import HTTPError, RemoteProtocolError
 from tunedeck.bench.httpresponse import Response
+from tunedeck.bench.records import SampleRecord
 from tunedeck.bench.sse import SSEParser
 
 __all__ = [
@@ -183,7 +184,7 @@ class Live:
         self.bins[k] = self.bins.get(k, 0) + n
 
 
-def new_sample(spec: RequestSpec) -> Dict[str, Any]:
+def new_sample(spec: RequestSpec) -> SampleRecord:
     return {
         "index": spec.index,
         "success": False,
@@ -267,12 +268,12 @@ async def stream_request(
     queued_at: Optional[float] = None,
     live: Optional[Live] = None,
     keep_events: bool = False,
-    on_partial: Optional[Callable[[Dict[str, Any]], None]] = None,
+    on_partial: Optional[Callable[[SampleRecord], None]] = None,
     level_start: Optional[float] = None,
     dispatched_at: Optional[float] = None,
     keep_text: bool = False,
     written: Optional[Written] = None,
-) -> Dict[str, Any]:
+) -> SampleRecord:
     """Send one streaming request and return its record. Never raises except on cancel.
 
     ``request``: prebuilt by :func:`prepare` (else built here). ``queued_at``
@@ -383,7 +384,7 @@ async def stream_request(
     return s
 
 
-def _finish(s: Dict[str, Any], sse: SSEParser, st: float, status: int) -> None:
+def _finish(s: SampleRecord, sse: SSEParser, st: float, status: int) -> None:
     s["elapsed"] = _pc() - st
     times = sse.times
     if sse.events is not None:

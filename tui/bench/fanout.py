@@ -18,6 +18,7 @@ from tunedeck.bench.client import EndpointConfig, RequestSpec
 from tunedeck.bench.config import BenchConfig
 from tunedeck.bench.health import client_health
 from tunedeck.bench.levels import Progress, connect_stats, preconnect_count
+from tunedeck.bench.records import SampleRecord
 
 _pc = time.perf_counter
 
@@ -95,7 +96,7 @@ class _WorkerLines:
     """What the workers of a level report: their samples (to ``on_sample``), their ticks merged
     into ``prog``, and their end reports."""
 
-    def __init__(self, n: int, prog: Progress, on_sample: Callable[[Dict[str, Any]], None]) -> None:
+    def __init__(self, n: int, prog: Progress, on_sample: Callable[[SampleRecord], None]) -> None:
         self.prog = prog
         self.on_sample = on_sample
         self.reports: List[Dict[str, Any]] = []
@@ -176,7 +177,7 @@ async def run_level_workers(
     conc: Optional[int],
     rate: float,
     prog: Progress,
-    on_sample: Callable[[Dict[str, Any]], None],
+    on_sample: Callable[[SampleRecord], None],
     emit: Callable[[Dict[str, Any]], None],
     set_t0: Callable[[float], None],
     before_go: Optional[Callable[[], Awaitable[None]]] = None,

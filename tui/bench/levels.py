@@ -25,6 +25,7 @@ from tunedeck.bench.dispatch import EagerDispatch, sleep_until
 from tunedeck.bench.health import ClientMonitor, client_health
 from tunedeck.bench.http import HttpClient, Request, Written
 from tunedeck.bench.prompts import arrival_offsets, make_prompts
+from tunedeck.bench.records import SampleRecord
 from tunedeck.util.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ async def drive(
     seed: int,
     t0: Optional[float],
     live: Live,
-    on_sample: Callable[[Dict[str, Any]], None],
+    on_sample: Callable[[SampleRecord], None],
     prepared: Optional[Sequence[Request]] = None,
     started: Optional[Callable[[float], None]] = None,
     preopen: bool = True,
@@ -143,35 +144,28 @@ async def drive(
         # written: on the wire already (eager); else the lateness runs from this task's start on
         disp = written.sent if written is not None else _pc() if timed else None
         if sem is None:
-            on_sample(
-                await stream_request(
-                    client,
-                    ep,
-                    spec,
-                    request=req,
-                    queued_at=due,
-                    live=live,
-                    on_partial=on_sample,
-                    level_start=start,
-                    dispatched_at=disp,
-                    written=written,
-                )
-            )
+            await send(spec, req, due, disp, written)
             return
-        async with sem:
-            on_sample(
-                await stream_request(
-                    client,
-                    ep,
-                    spec,
-                    request=req,
-                    queued_at=due,
-                    live=live,
-                    on_partial=on_sample,
-                    level_start=start,
-                    dispatched_at=disp,
-                )
+        async with sem:  # under a concurrency cap nothing is written ahead of its slot
+            await send(spec, req, due, disp, None)
+
+    async def send(
+        spec: RequestSpec, req: Optional[Request], due: float, disp: Optional[float], written: Optional[Written]
+    ) -> None:
+        on_sample(
+            await stream_request(
+                client,
+                ep,
+                spec,
+                request=req,
+                queued_at=due,
+                live=live,
+                on_partial=on_sample,
+                level_start=start,
+                dispatched_at=disp,
+                written=written,
             )
+        )
 
     try:
         if eager:
@@ -212,7 +206,7 @@ async def _converse(
     seed: int,
     start: float,
     live: Live,
-    on_sample: Callable[[Dict[str, Any]], None],
+    on_sample: Callable[[SampleRecord], None],
 ) -> None:
     """Conversations: each session's turns in order, up to ``concurrency`` sessions at once.
 
@@ -231,7 +225,7 @@ async def _converse(
         starts = arrival_offsets(len(sessions), rate, burstiness, seed)
     sem = asyncio.Semaphore(concurrency) if concurrency else None
 
-    def drop_text(s: Dict[str, Any]) -> None:
+    def drop_text(s: SampleRecord) -> None:
         s.pop("_answer", None)
         on_sample(s)
 
@@ -338,7 +332,7 @@ class Progress:
         self.load1: Optional[float] = None
         self.steal = 0.0
 
-    def add_sample(self, s: Mapping[str, Any]) -> None:
+    def add_sample(self, s: SampleRecord) -> None:
         if s.get("success"):
             self.completed += 1
             self.output_tokens += int(s.get("output_tokens") or 0)
@@ -406,7 +400,7 @@ async def run_level_inproc(
     conc: Optional[int],
     rate: float,
     prog: Progress,
-    on_sample: Callable[[Dict[str, Any]], None],
+    on_sample: Callable[[SampleRecord], None],
     emit: Callable[[Dict[str, Any]], None],
     prepared: Optional[Sequence[Request]],
     set_t0: Callable[[float], None],

@@ -17,6 +17,7 @@ from collections import Counter
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from tunedeck.bench.counters import format_server_counters
+from tunedeck.bench.records import SampleRecord
 from tunedeck.bench.workloads import describe as describe_workload
 
 #: Latency metrics with their printed names and section headers (vLLM's order).
@@ -121,7 +122,7 @@ def parse_goodput(items: Iterable[str]) -> dict[str, float]:
     return out
 
 
-def slo_value(s: Mapping[str, Any], key: str) -> float:
+def slo_value(s: SampleRecord, key: str) -> float:
     """A successful request's value (seconds) for the SLO ``key``, as goodput judges it.
 
     ``ttft``, ``e2el``: the request's TTFT and latency. ``tpot``: its TPOT, 0 when it had at
@@ -147,7 +148,7 @@ def slo_seconds(goodput_ms: Mapping[str, float]) -> dict[str, float]:
     return {k: float(v) / 1000.0 for k, v in goodput_ms.items()}
 
 
-def meets_slo(s: Mapping[str, Any], slo_s: Mapping[str, float]) -> bool:
+def meets_slo(s: SampleRecord, slo_s: Mapping[str, float]) -> bool:
     """True when a successful request is within every target (``value <= SLO``, seconds).
 
     The one rule behind ``request_goodput`` and the live goodput count in progress ticks.
@@ -155,7 +156,7 @@ def meets_slo(s: Mapping[str, Any], slo_s: Mapping[str, float]) -> bool:
     return all(slo_value(s, k) <= lim for k, lim in slo_s.items())
 
 
-def output_len(s: Mapping[str, Any]) -> int:
+def output_len(s: SampleRecord) -> int:
     """usage.completion_tokens; without usage one token per output event (no tokenizer)."""
     n = s.get("output_tokens") or 0
     if not n and s.get("success"):
@@ -163,14 +164,14 @@ def output_len(s: Mapping[str, Any]) -> int:
     return int(n)
 
 
-def tpot(s: Mapping[str, Any]) -> Optional[float]:
+def tpot(s: SampleRecord) -> Optional[float]:
     n = output_len(s)
     if n > 1:
         return float(s["latency"] - s["ttft"]) / (n - 1)
     return None
 
 
-def event_times(s: Mapping[str, Any]) -> list[float]:
+def event_times(s: SampleRecord) -> list[float]:
     """``start + ttft + cumsum(itl)``, as vLLM rebuilds them for the peak."""
     t = s["start_time"] + s["ttft"]
     out = [t]
@@ -180,13 +181,18 @@ def event_times(s: Mapping[str, Any]) -> list[float]:
     return out
 
 
-def peak_output_per_s(ok: Sequence[Mapping[str, Any]]) -> float:
+def _seconds(ok: Sequence[SampleRecord]) -> Tuple[float, int]:
+    """The earliest start of ``ok`` (non-empty), and how many 1-s bins from it hold every request."""
+    t0 = min(s["start_time"] for s in ok)
+    t_end = max(s["start_time"] + s["latency"] for s in ok)
+    return t0, math.ceil(t_end - t0) + 1
+
+
+def peak_output_per_s(ok: Sequence[SampleRecord]) -> float:
     """Max events in a 1-s bin from the earliest start (counts events, not tokens)."""
     if not ok:
         return 0.0
-    t0 = min(s["start_time"] for s in ok)
-    t_end = max(s["start_time"] + s["latency"] for s in ok)
-    nbins = math.ceil(t_end - t0) + 1
+    t0, nbins = _seconds(ok)
     bins = [0] * nbins
     for s in ok:
         for t in event_times(s):
@@ -196,7 +202,7 @@ def peak_output_per_s(ok: Sequence[Mapping[str, Any]]) -> float:
     return float(max(bins))
 
 
-def max_concurrent(ok: Sequence[Mapping[str, Any]]) -> int:
+def max_concurrent(ok: Sequence[SampleRecord]) -> int:
     """vLLM's peak concurrency: requests active at any time within each 1-s bin from the earliest start.
 
     A request counts in every bin from ``int(start - t0)`` to ``int(start + latency - t0)``
@@ -204,9 +210,7 @@ def max_concurrent(ok: Sequence[Mapping[str, Any]]) -> int:
     """
     if not ok:
         return 0
-    t0 = min(s["start_time"] for s in ok)
-    t_end = max(s["start_time"] + s["latency"] for s in ok)
-    nbins = math.ceil(t_end - t0) + 1
+    t0, nbins = _seconds(ok)
     bins = [0] * nbins
     for s in ok:
         a = int(s["start_time"] - t0)
@@ -216,7 +220,7 @@ def max_concurrent(ok: Sequence[Mapping[str, Any]]) -> int:
     return max(bins)
 
 
-def max_overlap(ok: Sequence[Mapping[str, Any]]) -> int:
+def max_overlap(ok: Sequence[SampleRecord]) -> int:
     """Instantaneous peak: sweep-line over ``[start, start + latency)`` (a departure goes first)."""
     ev: List[Tuple[float, int]] = []
     for s in ok:
@@ -231,12 +235,12 @@ def max_overlap(ok: Sequence[Mapping[str, Any]]) -> int:
     return best
 
 
-def is_cancelled(s: Mapping[str, Any]) -> bool:
+def is_cancelled(s: SampleRecord) -> bool:
     """A request cut short because the benchmark was stopped (not a failure of the server)."""
     return not s.get("success") and s.get("error_type") == "Cancelled"
 
 
-def input_len_check(samples: Sequence[Mapping[str, Any]], requested: Optional[int]) -> Dict[str, Any]:
+def input_len_check(samples: Sequence[SampleRecord], requested: Optional[int]) -> Dict[str, Any]:
     """How the prompt lengths the server reported compare with the length asked for."""
     ok = [s for s in samples if s.get("success")]
     reported = [int(s.get("prompt_len") or 0) for s in ok if s.get("usage_present")]
@@ -262,7 +266,7 @@ def input_len_check(samples: Sequence[Mapping[str, Any]], requested: Optional[in
 
 
 def calculate_metrics(
-    samples: Sequence[Mapping[str, Any]],
+    samples: Sequence[SampleRecord],
     duration: float,
     *,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
@@ -357,7 +361,7 @@ DISPATCH_LAG_P99_WARN_MS = 10.0
 DISPATCH_LAG_MAX_WARN_MS = 100.0
 
 
-def dispatch_lag(samples: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+def dispatch_lag(samples: Sequence[SampleRecord]) -> Dict[str, Any]:
     """How late the client sent scheduled requests (open loop, trace replay, think times).
 
     ``dispatch_lag_*_ms`` are None for a level without a schedule (closed
@@ -365,7 +369,7 @@ def dispatch_lag(samples: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     :data:`DISPATCH_LAG_P99_WARN_MS` or any request over
     :data:`DISPATCH_LAG_MAX_WARN_MS`), so the load was not the one asked for.
     """
-    lags = sorted(float(s["dispatch_lag"]) for s in samples if isinstance(s.get("dispatch_lag"), (int, float)))
+    lags = sorted(float(v) for v in (s.get("dispatch_lag") for s in samples) if isinstance(v, (int, float)))
     if not lags:
         return {
             "dispatch_lag_p50_ms": None,

@@ -1,8 +1,10 @@
-"""Typed, immutable records of a benchmark: per-request samples, level summaries, progress events.
+"""Typed records of a benchmark: per-request samples, level summaries, progress events.
 
-The engine works on plain dicts internally (cheap on the hot path); these
-records are the typed view at the boundaries, each with ``to_json()`` /
-``from_json()``:
+The engine works on plain dicts (cheap on the hot path), typed by
+:class:`SampleRecord` and :class:`LevelSummaryRecord` (``TypedDict``: what the
+host-side writer puts in ``samples.jsonl`` and ``summary.json`` and the laptop
+reads back). The immutable records are the typed view at the boundaries, each
+with ``to_json()`` / ``from_json()``:
 
 * :class:`Sample`: one ``samples.jsonl`` line (vLLM's per-request field names
   first, then tunedeck's);
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, TypedDict, Union
 
 EVENT_TYPES = (
     "waiting",
@@ -73,6 +75,92 @@ def _load(obj: JsonIn, what: str) -> Dict[str, Any]:
 
 def _dumps(d: Mapping[str, Any]) -> str:
     return json.dumps(d, separators=(",", ":"), allow_nan=False, default=str)
+
+
+# ---------------------------------------------------------------- the dicts the engine writes
+
+
+class SampleRecord(TypedDict, total=False):
+    """One request as the engine records it and ``samples.jsonl`` holds it (times in seconds,
+    ``perf_counter`` clock; :class:`Sample` documents each field). Every key is written for a new
+    request; one read back from an older file may lack the newer ones."""
+
+    index: int
+    success: bool
+    error_type: str
+    error: str
+    ttft: float
+    itl: List[float]
+    latency: float
+    prompt_len: int
+    output_tokens: int
+    start_time: float
+    wall_start: float
+    client_queue_time: float
+    send_time: float
+    elapsed: float
+    tokens_per_event: float
+    usage_present: bool
+    bad_lines: int
+    finish_reason: Optional[str]
+    worker: Optional[int]
+    prompt_len_sent: Optional[int]
+    prompt_len_exact: bool
+    session: Optional[int]
+    turn: Optional[int]
+    scheduled_at: Optional[float]
+    sent_at: Optional[float]
+    dispatch_lag: Optional[float]
+    #: kept in memory only, never stored: the raw SSE events (``--save-stream``) and the answer's
+    #: text (the next turn of a conversation)
+    _events: List[Tuple[float, bytes]]
+    _answer: str
+
+
+class LevelSummaryRecord(TypedDict, total=False):
+    """The keys of one level's ``summary.json`` that readers rely on (vLLM's names, then
+    tunedeck's; :func:`tunedeck.bench.metrics.calculate_metrics` and
+    :func:`tunedeck.bench.store.summarize` write them). The statistics of each metric (``mean_``,
+    ``median_``, ``std_``, ``p<P>_`` + ``ttft_ms`` ...) and the server's counters are there too:
+    their keys depend on the percentiles asked for, so they are read with ``.get``."""
+
+    date: str
+    endpoint_type: str
+    backend: str
+    label: Optional[str]
+    model_id: Optional[str]
+    num_prompts: Optional[int]
+    request_rate: Union[float, str]
+    burstiness: float
+    max_concurrency: Optional[int]
+    duration: float
+    completed: int
+    failed: int
+    cancelled: int
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    request_goodput: Optional[float]
+    output_throughput: float
+    total_token_throughput: float
+    max_output_tokens_per_s: float
+    max_concurrent_requests: int
+    errors: List[str]
+    error_counts: Dict[str, int]
+    failure_rate: float
+    per_user_output_throughput: float
+    run_id: Optional[str]
+    sweep_id: Optional[str]
+    partial: bool
+    live: bool
+    params: Dict[str, Any]
+    client: Dict[str, Any]
+    workload: Dict[str, Any]
+    client_bound: bool
+    machine_busy: bool
+    schema_version: int
+    #: a host-side A/B level's validity findings (tunedeck.hostside.validity)
+    validity: List[Dict[str, str]]
 
 
 # ---------------------------------------------------------------- Sample

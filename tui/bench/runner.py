@@ -79,6 +79,7 @@ from tunedeck.bench.levels import (
     warmup,
 )
 from tunedeck.bench.prompts import calibrate_prompts
+from tunedeck.bench.records import LevelSummaryRecord, SampleRecord
 from tunedeck.bench.workloads import Workload, WorkloadSpec, build_workload, length_distributions, prompt_set_sha256
 
 log = logging.getLogger(__name__)
@@ -220,7 +221,7 @@ async def run_benchmark(
     client_where: Optional[str] = None,
     save: bool = True,
     results_dir: Union[str, "os.PathLike[str]", None] = None,
-) -> List[Dict[str, Any]]:
+) -> List[LevelSummaryRecord]:
     """Readiness wait, then every sweep level: meta → warmup → connections → timed run → summary.
 
     Returns one summary per level (vLLM keys + ours); a bad setting raises
@@ -238,7 +239,7 @@ async def run_benchmark(
     chat = cfg.endpoint == "chat"
     token_ids = cfg.token_ids and not chat
     wspec = cfg.workload_spec()
-    summaries: List[Dict[str, Any]] = []
+    summaries: List[LevelSummaryRecord] = []
     async with make_client(read_timeout=cfg.read_timeout, headers=cfg.auth_headers()) as client:
         emit({"type": "waiting", "url": cfg.url, "timeout": cfg.ready_timeout})
         cards = await wait_ready(client, cfg.url, cfg.ready_timeout)
@@ -337,11 +338,15 @@ async def run_benchmark(
                     meta["client"].update(meta_extra["client"])
             run_id = new_run_id()
             writer = RunWriter(run_id, meta, base=results_dir) if save else None
-            samples: List[Dict[str, Any]] = []
+            samples: List[SampleRecord] = []
             prog = Progress(li, _pc(), n, cfg.goodput)
 
             def on_sample(
-                s: Dict[str, Any], *, _w: Any = writer, _p: Progress = prog, _all: List[Dict[str, Any]] = samples
+                s: SampleRecord,
+                *,
+                _w: Optional[RunWriter] = writer,
+                _p: Progress = prog,
+                _all: List[SampleRecord] = samples,
             ) -> None:
                 s.pop("_events", None)
                 _all.append(s)
@@ -362,7 +367,7 @@ async def run_benchmark(
                         }
                     )
 
-            def set_t0(t: float, _w: Any = writer) -> None:
+            def set_t0(t: float, _w: Optional[RunWriter] = writer) -> None:
                 # handed to the writer thread: no file I/O here, the timed phase has begun
                 if _w is not None:
                     _w.update_meta(bench_start=t, bench_start_wall=time.time())

@@ -34,10 +34,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union, cast
 
 from tunedeck.bench import metrics
 from tunedeck.bench.counters import FIGURE_KEYS
+from tunedeck.bench.records import LevelSummaryRecord, SampleRecord
 from tunedeck.bench.workloads import measured_lengths, workload_of
 from tunedeck.util.files import JsonlAppender, atomic_write_json, atomic_write_text, read_jsonl, remove_stale_temps
 from tunedeck.util.safety import redact_env
@@ -51,34 +52,7 @@ SCHEMA_VERSION = 1
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 #: Per-request fields written to samples.jsonl (vLLM's names first, then ours).
-SAMPLE_FIELDS = (
-    "index",
-    "success",
-    "error_type",
-    "error",
-    "ttft",
-    "itl",
-    "latency",
-    "prompt_len",
-    "output_tokens",
-    "start_time",
-    "wall_start",
-    "client_queue_time",
-    "send_time",
-    "elapsed",
-    "tokens_per_event",
-    "usage_present",
-    "bad_lines",
-    "finish_reason",
-    "worker",
-    "prompt_len_sent",
-    "prompt_len_exact",
-    "session",
-    "turn",
-    "scheduled_at",
-    "sent_at",
-    "dispatch_lag",
-)
+SAMPLE_FIELDS = tuple(k for k in SampleRecord.__annotations__ if not k.startswith("_"))
 
 
 class StoreError(Exception):
@@ -154,8 +128,9 @@ class RunWriter:
         self.meta.update(fields)
         self._q.put(("meta", dict(self.meta)))
 
-    def append(self, sample: Mapping[str, Any]) -> None:
-        rec = {k: sample[k] for k in SAMPLE_FIELDS if k in sample}
+    def append(self, sample: SampleRecord) -> None:
+        d: Mapping[str, Any] = sample  # the stored fields, in their documented order
+        rec = {k: d[k] for k in SAMPLE_FIELDS if k in d}
         self._q.put(("sample", rec))
         self.count += 1
 
@@ -168,7 +143,7 @@ class RunWriter:
         if self.error is not None:
             raise StoreError(f"run {self.run_id}: writing {self.dir}: {self.error}")
 
-    def write_summary(self, summary: Mapping[str, Any]) -> None:
+    def write_summary(self, summary: LevelSummaryRecord) -> None:
         self.flush()
         atomic_write_json(self.dir / "summary.json", finite(dict(summary)))
 
@@ -246,7 +221,7 @@ class RunInfo:
     run_id: str
     path: Path
     meta: dict[str, Any]
-    summary: Optional[Dict[str, Any]]
+    summary: Optional[LevelSummaryRecord]
     live: bool  # a writer holds the lock
 
     @property
@@ -291,7 +266,8 @@ def load_run(run_id: str) -> RunInfo:
     meta = _read_json(d / "meta.json")
     if meta is None:
         raise StoreError(f"run {run_id}: {d / 'meta.json'} is missing or unreadable")
-    return RunInfo(run_id, d, meta, _read_json(d / "summary.json"), is_live(d))
+    summary = cast(Optional[LevelSummaryRecord], _read_json(d / "summary.json"))
+    return RunInfo(run_id, d, meta, summary, is_live(d))
 
 
 def list_runs() -> list[RunInfo]:
@@ -309,21 +285,21 @@ def list_runs() -> list[RunInfo]:
     return out
 
 
-def read_samples(run_id: str) -> list[dict[str, Any]]:
+def read_samples(run_id: str) -> list[SampleRecord]:
     p = run_dir(run_id) / "samples.jsonl"
     if not p.exists():
         return []
-    return [s for s in read_jsonl(p) if isinstance(s, dict)]
+    return [cast(SampleRecord, s) for s in read_jsonl(p) if isinstance(s, dict)]
 
 
 def summarize(
-    samples: Sequence[Mapping[str, Any]],
+    samples: Sequence[SampleRecord],
     meta: Mapping[str, Any],
     *,
     duration: Optional[float] = None,
     partial: bool = False,
     client: Optional[Mapping[str, Any]] = None,
-) -> dict[str, Any]:
+) -> LevelSummaryRecord:
     """Summary JSON (vLLM keys + ours) for a run's samples and meta."""
     p = meta.get("params") or {}
     percentiles = p.get("percentiles") or list(metrics.DEFAULT_PERCENTILES)
@@ -378,10 +354,10 @@ def summarize(
     res["client_bound"] = bool(cl.get("client_bound"))
     res["machine_busy"] = bool(cl.get("machine_busy"))
     res["schema_version"] = SCHEMA_VERSION
-    return res
+    return cast(LevelSummaryRecord, res)  # the keys LevelSummaryRecord names, and the statistics
 
 
-def _duration_from_samples(samples: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> float:
+def _duration_from_samples(samples: Sequence[SampleRecord], meta: Mapping[str, Any]) -> float:
     if not samples:
         return 0.0
     start = meta.get("bench_start")
@@ -391,7 +367,7 @@ def _duration_from_samples(samples: Sequence[Mapping[str, Any]], meta: Mapping[s
     return max(0.0, float(max(ends) - start))
 
 
-def rebuild_summary(run_id: str, *, write: bool = True) -> dict[str, Any]:
+def rebuild_summary(run_id: str, *, write: bool = True) -> LevelSummaryRecord:
     """Recompute the summary from samples.jsonl. A run without a final summary is ``partial``.
 
     Written back atomically unless the run is live (a writer holds the lock) or ``write`` is False.
@@ -411,7 +387,7 @@ def rebuild_summary(run_id: str, *, write: bool = True) -> dict[str, Any]:
     return summary
 
 
-def summary_for(run_id: str) -> dict[str, Any]:
+def summary_for(run_id: str) -> LevelSummaryRecord:
     """The stored summary, rebuilt from samples when missing, partial or the run is live."""
     info = load_run(run_id)
     if info.summary is not None and not info.summary.get("partial") and not info.live:
@@ -468,7 +444,7 @@ def export_csv(run_id: str, dest: Union[str, "os.PathLike[str]"]) -> int:
     return len(rows)
 
 
-def to_vllm_arrays(samples: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
+def to_vllm_arrays(samples: Iterable[SampleRecord]) -> dict[str, list[Any]]:
     """vLLM's per-request array layout (request order); failed requests: ttft 0, itls [], output 0."""
     s_sorted = sorted(samples, key=lambda s: s.get("index", 0))
     out: dict[str, list[Any]] = {

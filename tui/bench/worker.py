@@ -31,6 +31,7 @@ from tunedeck.bench.client import EndpointConfig, Live, RequestSpec, make_client
 from tunedeck.bench.config import BenchConfig, auth_headers
 from tunedeck.bench.health import ClientMonitor
 from tunedeck.bench.levels import drive, warmup
+from tunedeck.bench.records import SampleRecord
 from tunedeck.util.aio import run_async
 
 _pc = time.perf_counter
@@ -106,7 +107,7 @@ async def _main() -> int:
             sent_bins: Dict[int, int] = {}
             t_end: Optional[float] = None
 
-            def on_sample(s: Dict[str, Any]) -> None:
+            def on_sample(s: SampleRecord) -> None:
                 s.pop("_events", None)
                 s["worker"] = w
                 send({"s": s})

@@ -4,13 +4,13 @@ its outcome gives (``EXIT_*``, docs/exit-codes.md, in the words every view uses)
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import signal
 import sys
 from typing import Any
 
+from tunedeck.bench.plan import BenchPlan
 from tunedeck.commands._benchout import fail, printer, write_json
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,11 @@ async def host_gpus(host: Any) -> list[str]:
     return [ln.strip() for ln in r.stdout.splitlines() if ln.strip()] if r.ok else []
 
 
-async def host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | None) -> int:
-    """A benchmark on --host/--demo: start (or attach to / stop) it and follow it here."""
+async def host_run(
+    plan: BenchPlan, new: tuple[Any, dict[str, Any]] | None, *, attach: str | None = None, stop: str | None = None
+) -> int:
+    """A benchmark on the plan's --host/--demo: start it (``new``: its config and what its result
+    records), or attach to job ``attach``, or stop job ``stop``; and follow it here."""
     from tunedeck.hostops.hosts import HostError
     from tunedeck.services import jobs, runtime
     from tunedeck.services.benchrun import HOST, BenchRun
@@ -80,30 +83,29 @@ async def host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | N
     from tunedeck.util.safety import UnsafeInput
 
     try:
-        host = get_host(args.host, demo=args.demo)
+        host = get_host(plan.host, demo=plan.demo)
     except (UnsafeInput, HostError) as e:
         return fail(str(e))
-    target = "demo" if args.demo else (args.host or "local")
+    target = plan.target
     try:
-        if args.stop:
-            run = await BenchRun.attach(host, args.stop)
+        if stop:
+            run = await BenchRun.attach(host, stop)
             print(await run.stop(), file=sys.stderr)
             await run.mirror()
             return 0
-        if args.attach:
-            run = await BenchRun.attach(host, args.attach)
+        if attach:
+            run = await BenchRun.attach(host, attach)
             if not run.job or not run.job.alive:
                 print(f"tunedeck bench: job {run.job_id} has ended; its results are mirrored here", file=sys.stderr)
         else:
             assert new is not None
             cfg, meta_extra = new
-            meta_extra = {"target": target, "server_port": args.port, **meta_extra}
             gpus = await host_gpus(host)
             if gpus:
                 meta_extra.setdefault("gpus", gpus)
-            where = args.client_where or "host"
+            where = plan.client_where or "host"
             run = await BenchRun.start(
-                host, cfg, meta_extra=meta_extra, where=HOST if where == "host" else "local", python=args.python
+                host, cfg, meta_extra=meta_extra, where=HOST if where == "host" else "local", python=plan.python
             )
         if run.job is not None and run.job.alive:
             print(
@@ -113,7 +115,7 @@ async def host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | N
                 file=sys.stderr,
                 flush=True,
             )
-        return await _follow(args, run)
+        return await _follow(plan, run)
     except (jobs.JobError, runtime.RuntimeUnavailable, ValueError) as e:
         return fail(str(e), 1)
     except HostError as e:
@@ -122,8 +124,8 @@ async def host_run(args: argparse.Namespace, new: tuple[Any, dict[str, Any]] | N
         await host.close()
 
 
-async def _follow(args: argparse.Namespace, run: Any) -> int:
-    emit, shown = printer(args)
+async def _follow(plan: BenchPlan, run: Any) -> int:
+    emit, shown = printer(plan)
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
@@ -170,11 +172,11 @@ async def _follow(args: argparse.Namespace, run: Any) -> int:
     for s in run.summaries:  # levels whose report the events did not bring, read from the host's folder
         if s.get("run_id") not in shown:
             emit({"type": "level_done", "run_id": s.get("run_id"), "summary": s, "from": "job folder"})
-    rc = write_json(args, run.summaries)
+    rc = write_json(plan, run.summaries)
     code = exit_code(run)
     if ex.get("error") and code != EXIT_OK:
         kind = "NOT_READY: " if ex.get("rc") == 3 and not str(ex["error"]).startswith("NOT_READY") else ""
-        if args.progress and ex.get("rc") == 3:
+        if plan.progress and ex.get("rc") == 3:
             emit({"type": "error", "kind": "NOT_READY", "message": ex["error"]})
         print(f"tunedeck bench: {kind}{ex['error']}", file=sys.stderr)
     if code == EXIT_PARTIAL:

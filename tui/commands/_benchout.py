@@ -3,12 +3,12 @@ progress lines with ``--progress``), the ``--json`` result, and a refusal in one
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from tunedeck.bench.plan import BenchPlan
 from tunedeck.util.files import atomic_write_text
 
 
@@ -18,19 +18,19 @@ def fail(msg: str, code: int = 2) -> int:
     return code
 
 
-def human(args: argparse.Namespace) -> TextIO:
+def human(plan: BenchPlan) -> TextIO:
     """Where the lines for people go: stderr when stdout carries JSON (``--progress``, ``--json -``)."""
-    return sys.stderr if (args.progress or args.json == "-") else sys.stdout
+    return sys.stderr if (plan.progress or plan.json == "-") else sys.stdout
 
 
-def printer(args: argparse.Namespace) -> tuple[Callable[[dict[str, Any]], None], set[Any]]:
+def printer(plan: BenchPlan) -> tuple[Callable[[dict[str, Any]], None], set[Any]]:
     """The printer of a benchmark's events, and the run ids of the levels it has shown."""
     from tunedeck.bench import metrics
     from tunedeck.bench.workloads import workload_of
     from tunedeck.services.benchrun import TUNNEL_NOTE, measured_through_tunnel
     from tunedeck.util.safety import visible
 
-    out = human(args)
+    out = human(plan)
     shown: set[Any] = set()
 
     def emit(msg: dict[str, Any]) -> None:
@@ -39,7 +39,7 @@ def printer(args: argparse.Namespace) -> tuple[Callable[[dict[str, Any]], None],
         _show(msg)
 
     def _show(msg: dict[str, Any]) -> None:
-        if args.progress:
+        if plan.progress:
             sys.stdout.write(json.dumps(msg, separators=(",", ":"), allow_nan=False, default=str) + "\n")
             sys.stdout.flush()
         if msg.get("type") == "level_done":
@@ -48,28 +48,28 @@ def printer(args: argparse.Namespace) -> tuple[Callable[[dict[str, Any]], None],
             where = f"  ({TUNNEL_NOTE})" if measured_through_tunnel(s) else ""
             wl = visible(workload_of(s)["name"])
             print(f"run {s.get('run_id')}  concurrency={c} request_rate={r} workload={wl}{where}", file=out)
-            print(metrics.format_result(s, args.metric_percentiles), file=out)
+            print(metrics.format_result(s, list(plan.percentiles)), file=out)
             print(metrics.format_extras(s), file=out, flush=True)
-        elif msg.get("type") == "waiting" and not args.progress:
+        elif msg.get("type") == "waiting" and not plan.progress:
             print(f"waiting for {msg['url']} (up to {msg['timeout']:g} s)...", file=sys.stderr, flush=True)
 
     return emit, shown
 
 
-def write_json(args: argparse.Namespace, summaries: list[dict[str, Any]]) -> int:
-    return write_json_data(args, summaries[0] if len(summaries) == 1 else summaries)
+def write_json(plan: BenchPlan, summaries: list[dict[str, Any]]) -> int:
+    return write_json_data(plan, summaries[0] if len(summaries) == 1 else summaries)
 
 
-def write_json_data(args: argparse.Namespace, data: Any) -> int:
+def write_json_data(plan: BenchPlan, data: Any) -> int:
     """``--json``: ``data`` to stdout or the file it names."""
-    if args.json is None:
+    if plan.json is None:
         return 0
     text = json.dumps(data, indent=2, default=str) + "\n"
-    if args.json == "-":
+    if plan.json == "-":
         sys.stdout.write(text)
         return 0
     try:
-        atomic_write_text(Path(args.json), text)
+        atomic_write_text(Path(plan.json), text)
     except OSError as e:
-        return fail(f"--json {args.json}: {e.strerror or e}", 1)
+        return fail(f"--json {plan.json}: {e.strerror or e}", 1)
     return 0

@@ -8,6 +8,7 @@ import argparse
 import math
 from typing import Any, Callable
 
+from tunedeck.bench.plan import BenchPlan
 from tunedeck.commands._argtypes import pos_int
 from tunedeck.commands._benchout import human
 
@@ -36,32 +37,14 @@ def add_capacity_options(p: argparse.ArgumentParser) -> None:
     k.add_argument("--capacity-steps", type=pos_int, default=8, metavar="N", help="levels measured at most (default 8)")
 
 
-def capacity_slo(args: argparse.Namespace) -> Any:
-    """The SLO terms of ``--capacity --slo``; ValueError with one line when the options do not fit."""
-    from tunedeck.ab.capacity import parse_slo
-
-    if not args.capacity:
-        raise ValueError("--slo is the target of --capacity: add --capacity (goodput targets are --goodput)")
-    if not args.slo:
-        raise ValueError("--capacity needs --slo METRIC:BOUND ..., e.g. --slo ttft_p90:500 tpot_p90:50")
-    if args.concurrency or args.request_rate:
-        raise ValueError("--capacity chooses each level's concurrency itself: drop --concurrency/--request-rate")
-    if not args.url:
-        raise ValueError("--capacity runs the client here, against --url (e.g. --url http://127.0.0.1:PORT)")
-    try:
-        return parse_slo(args.slo)
-    except ValueError as e:
-        raise ValueError(f"--slo: {e}") from None
-
-
-async def search_capacity(args: argparse.Namespace, cfg: Any, slo: Any, run: Callable[[Any], Any]) -> Any:
+async def search_capacity(plan: BenchPlan, cfg: Any, slo: Any, run: Callable[[Any], Any]) -> Any:
     """:func:`tunedeck.ab.capacity.find_capacity` with one closed-loop level of ``cfg`` per step (``run``
     benchmarks a config and returns its summaries); each step and the result are printed."""
     import dataclasses
 
     from tunedeck.ab.capacity import find_capacity
 
-    out = human(args)
+    out = human(plan)
 
     async def measure(c: int) -> Any:
         [summary] = await run(dataclasses.replace(cfg, concurrency=[c], request_rate=[math.inf]))
@@ -72,7 +55,7 @@ async def search_capacity(args: argparse.Namespace, cfg: Any, slo: Any, run: Cal
         print(f"capacity step C={s.concurrency}: {said}", file=out, flush=True)
 
     r = await find_capacity(
-        measure, slo, max_concurrency=args.capacity_max, max_steps=args.capacity_steps, on_step=on_step
+        measure, slo, max_concurrency=plan.capacity_max, max_steps=plan.capacity_steps, on_step=on_step
     )
     terms = " ".join(str(t) for t in slo)
     single = f"{r.single_user_tok_s:.1f} tok/s" if r.single_user_tok_s is not None else "N/A"

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
+from tunedeck.bench.plan import BenchPlan
 from tunedeck.commands._argtypes import nonneg_float, nonneg_int, pos_float, pos_int, ratio
 
 #: workload options: (flag, source, option key, type, help); vLLM's and SGLang's names
@@ -88,34 +89,72 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
         d.add_argument(flag, type=typ, default=None, metavar=metavar, help=text)
 
 
-def workload_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~tunedeck.bench.workloads.WorkloadSpec` the options ask for; ValueError naming an option
-    given for another source."""
+def workload_options(args: argparse.Namespace) -> tuple[tuple[str, Any], ...]:
+    """(flag, value) of every source option given (:data:`WORKLOAD_OPTIONS` order)."""
+    got = ((flag, getattr(args, flag[2:].replace("-", "_"))) for flag, *_rest in WORKLOAD_OPTIONS)
+    return tuple((flag, v) for flag, v in got if v is not None)
+
+
+def dataset_file(path: str | None) -> str | None:
+    """The dataset file as the run reads it: absolute, ``~`` expanded."""
+    return None if path is None else str(Path(path).expanduser().absolute())
+
+
+def workload_spec(
+    name: str,
+    path: str | None,
+    options: Sequence[tuple[str, Any]],
+    *,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    context_limit: int | None = None,
+) -> Any:
+    """The :class:`~tunedeck.bench.workloads.WorkloadSpec` of source ``name`` with its file and its
+    options ((flag, value)); ValueError naming an option given for another source."""
     from tunedeck.bench.workloads import WorkloadSpec
 
-    name = args.dataset_name
+    by_flag = {flag: (sources, key) for flag, sources, key, _typ, _text in WORKLOAD_OPTIONS}
     params: dict[str, Any] = {}
-    for flag, sources, key, _typ, _text in WORKLOAD_OPTIONS:
-        v = getattr(args, flag[2:].replace("-", "_"))
-        if v is None:
-            continue
+    for flag, v in options:
+        sources, key = by_flag[flag]
         if name not in sources.split(","):
             raise ValueError(f"{flag} applies to --dataset-name {sources.replace(',', '/')}, not {name}")
         params[key] = v
-    if name == "conversation":
-        for key in ("input_len", "output_len"):
-            if getattr(args, key) is not None:
-                params[key] = getattr(args, key)
-    elif name not in ("random", "text"):
-        for key in ("input_len", "output_len"):
-            if getattr(args, key) is not None:
-                raise ValueError(f"--{key.replace('_', '-')} does not apply to --dataset-name {name} (see its options)")
-    if args.context_limit is not None:
-        params["context_limit"] = args.context_limit
-    path = args.dataset_path
-    if path is not None:
-        path = str(Path(path).expanduser().absolute())
+    lengths = {"input_len": input_len, "output_len": output_len}
+    for key, v in lengths.items():
+        if v is None:
+            continue
+        if name == "conversation":
+            params[key] = v
+        elif name not in ("random", "text"):
+            raise ValueError(f"--{key.replace('_', '-')} does not apply to --dataset-name {name} (see its options)")
+    if context_limit is not None:
+        params["context_limit"] = context_limit
     return WorkloadSpec(name, path, params)
+
+
+def workload_from_args(args: argparse.Namespace) -> Any:
+    """:func:`workload_spec` of the parsed options."""
+    return workload_spec(
+        args.dataset_name,
+        dataset_file(args.dataset_path),
+        workload_options(args),
+        input_len=args.input_len,
+        output_len=args.output_len,
+        context_limit=args.context_limit,
+    )
+
+
+def plan_workload(plan: BenchPlan) -> Any:
+    """:func:`workload_spec` of a :class:`~tunedeck.bench.plan.BenchPlan`."""
+    return workload_spec(
+        plan.dataset_name,
+        plan.dataset_path,
+        plan.workload_options,
+        input_len=plan.input_len,
+        output_len=plan.output_len,
+        context_limit=plan.context_limit,
+    )
 
 
 def level_workloads(cfg: Any) -> Iterator[tuple[int, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import shutil
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tunedeck.bench.plan import BenchPlan
 from tunedeck.commands._argtypes import (
     int_list,
     nonneg_float,
@@ -24,8 +26,15 @@ from tunedeck.commands._argtypes import (
 )
 from tunedeck.commands._benchjob import EXIT_EPILOG, host_gpus, host_run
 from tunedeck.commands._benchout import fail, printer, write_json, write_json_data
-from tunedeck.commands._capacity import add_capacity_options, capacity_slo, search_capacity
-from tunedeck.commands._workload import add_workload_options, check_workload, level_workloads, workload_from_args
+from tunedeck.commands._capacity import add_capacity_options, search_capacity
+from tunedeck.commands._workload import (
+    add_workload_options,
+    check_workload,
+    dataset_file,
+    level_workloads,
+    plan_workload,
+    workload_options,
+)
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -156,24 +165,16 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="the host's Python (>= 3.9) for the host-side client (default: python3 on its PATH)",
     )
     j = p.add_argument_group("host-side runs")
-    j.add_argument(
-        "--attach",
-        metavar="ID",
-        default=None,
-        help="follow a benchmark running on --host/--demo again (its results are mirrored here)",
-    )
-    j.add_argument(
-        "--stop",
-        metavar="ID",
-        default=None,
-        help="stop a benchmark running on --host/--demo (finished samples are kept)",
-    )
+    for flag, text in (
+        ("--attach", "follow a benchmark running on --host/--demo again (its results are mirrored here)"),
+        ("--stop", "stop a benchmark running on --host/--demo (finished samples are kept)"),
+    ):
+        j.add_argument(flag, metavar="ID", default=None, help=text)
     o = p.add_argument_group("output")
     o.add_argument("--label", default=None)
     o.add_argument("--profile", default=None, help="profile name to record with the run")
     o.add_argument(
         "--meta-json",
-        type=Path,
         default=None,
         metavar="FILE",
         help="JSON object merged into meta.json (server argv/env, gpus, ...; secrets redacted)",
@@ -214,36 +215,97 @@ def _check_url(url: str) -> None:
         raise ValueError(f"--url {url!r}: port {u.port} is outside 1..65535")
 
 
-def _config(args: argparse.Namespace, url: str, goodput: dict[str, float]) -> Any:
-    """The :class:`BenchConfig` the options ask for; ValueError naming a bad workload option or file."""
+def check_plan(plan: BenchPlan) -> None:
+    """ValueError with one line naming what in ``plan`` cannot run: options that do not go
+    together, the URL, the SLO of ``--capacity``, a source option given for another source."""
+    plan.check()
+    if plan.capacity:
+        plan_slo(plan)
+    if plan.url:
+        _check_url(plan.url)
+    plan_workload(plan)
+
+
+def plan_slo(plan: BenchPlan) -> Any:
+    """The SLO terms of ``--capacity --slo`` (:func:`tunedeck.ab.capacity.parse_slo`); ValueError with one line."""
+    from tunedeck.ab.capacity import parse_slo
+
+    try:
+        return parse_slo(list(plan.slo))
+    except ValueError as e:
+        raise ValueError(f"--slo: {e}") from None
+
+
+#: the plan's fields that are not the parsed value of the option of their name
+_CONVERTED = ("dataset_path", "workload_options", "concurrency", "request_rate", "goodput", "percentiles", "slo")
+
+
+def plan_from_args(args: argparse.Namespace) -> BenchPlan:
+    """The :class:`BenchPlan` of the parsed ``tunedeck bench`` options; ValueError with one line
+    (:func:`check_plan`)."""
+    from tunedeck.bench import metrics
+
+    # every other field is the value of the option of its name, as its parser gave it
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchPlan) if f.name not in _CONVERTED}
+    plan = BenchPlan(
+        **given,
+        dataset_path=dataset_file(args.dataset_path),
+        workload_options=workload_options(args),
+        concurrency=tuple(args.concurrency or ()),
+        request_rate=tuple(args.request_rate or ()),
+        goodput=tuple(metrics.parse_goodput(args.goodput).items()),
+        percentiles=tuple(args.metric_percentiles),
+        slo=tuple(args.slo),
+    )
+    for f in dataclasses.fields(plan):  # argparse reads ``--label=--`` as no value at all: a list
+        if isinstance(getattr(plan, f.name), list):
+            raise ValueError(f"{f.metadata['flag']}=--: '--' ends the options; it cannot be a value")
+    check_plan(plan)
+    return plan
+
+
+def parse_plan(argv: list[str]) -> BenchPlan:
+    """The :class:`BenchPlan` of a ``tunedeck bench`` argument list, as the command line reads it."""
+    return plan_from_args(parse_args(argv))
+
+
+#: the settings a :class:`BenchConfig` takes as the plan holds them (same name, same value)
+_AS_IS = (
+    "model",
+    "endpoint",
+    "num_prompts",
+    "burstiness",
+    "warmup",
+    "temperature",
+    "seed",
+    "read_timeout",
+    "ready_timeout",
+    "workers",
+    "preconnect",
+    "label",
+)
+
+
+def plan_config(plan: BenchPlan, url: str) -> Any:
+    """The :class:`BenchConfig` of ``plan`` against ``url``, every level's requests built here (files
+    read and checked); ValueError naming a bad workload option or file."""
     from tunedeck.bench.config import BenchConfig
     from tunedeck.bench.workloads import default_ignore_eos
 
-    workload = workload_from_args(args)
-    ignore_eos = args.ignore_eos if args.ignore_eos is not None else default_ignore_eos(workload.name)
+    workload = plan_workload(plan)
+    same = {name: getattr(plan, name) for name in _AS_IS}
     cfg = BenchConfig(
         url=url,
-        model=args.model,
-        endpoint=args.endpoint,
-        num_prompts=args.num_prompts,
-        input_len=args.input_len or 128,
-        output_len=args.output_len or 128,
-        concurrency=args.concurrency or ([] if args.request_rate else [1]),
-        request_rate=args.request_rate or [math.inf],
-        burstiness=args.burstiness,
-        warmup=args.warmup,
-        ignore_eos=ignore_eos,
-        temperature=args.temperature,
-        seed=args.seed,
-        goodput=goodput,
-        percentiles=args.metric_percentiles,
-        read_timeout=args.read_timeout,
-        request_deadline=args.request_timeout,
-        ready_timeout=args.ready_timeout,
-        workers=args.workers,
-        preconnect=args.preconnect,
-        label=args.label,
-        progress_samples=args.progress and args.progress_samples,
+        **same,
+        input_len=plan.input_len or 128,
+        output_len=plan.output_len or 128,
+        concurrency=plan.concurrency_levels(),
+        request_rate=plan.rate_levels(),
+        ignore_eos=plan.ignore_eos if plan.ignore_eos is not None else default_ignore_eos(workload.name),
+        goodput=plan.goodput_ms(),
+        percentiles=list(plan.percentiles),
+        request_deadline=plan.request_timeout,
+        progress_samples=plan.progress and plan.progress_samples,
         workload=workload,
     )
     cfg.validate()
@@ -251,99 +313,92 @@ def _config(args: argparse.Namespace, url: str, goodput: dict[str, float]) -> An
     return cfg
 
 
-def use_deployment(args: argparse.Namespace) -> dict[str, Any]:
-    """Point ``args`` at a deployment's head node and serving port (``--deployment ID``) and return
-    what the result records of it; ValueError, naming the deployment, when it cannot be benchmarked."""
+def use_deployment(plan: BenchPlan) -> tuple[BenchPlan, dict[str, Any]]:
+    """``plan`` pointed at its deployment's head node and serving port (``--deployment ID``), and what
+    the result records of it; ValueError, naming the deployment, when it cannot be benchmarked."""
     from tunedeck.hostops.runstore import FAILED, STOPPED
     from tunedeck.services.deploy import DeploymentStore
 
-    if args.url or args.demo or args.host is not None:
+    if not plan.deployment:
+        return plan, {}
+    if plan.url or plan.demo or plan.host is not None:
         raise ValueError("--deployment names the host and port itself; drop --url/--host/--demo")
-    rec = DeploymentStore().find(args.deployment)
+    rec = DeploymentStore().find(plan.deployment)
     if rec is None:
-        raise ValueError(f"--deployment {args.deployment}: no such deployment here (see `tunedeck runs --deployments`)")
+        raise ValueError(f"--deployment {plan.deployment}: no such deployment here (see `tunedeck runs --deployments`)")
     if rec.status in (STOPPED, FAILED):
         raise ValueError(f"deployment {rec.deploy_id} ({rec.profile}) is {rec.status}; launch it again first")
-    if args.port is not None and args.port != rec.http_port:
-        raise ValueError(f"deployment {rec.deploy_id} serves on port {rec.http_port}, not --port {args.port}")
-    args.host, args.port = rec.head, rec.http_port
-    if not args.profile:
-        args.profile = rec.profile
-    return {"deployment": rec.result_meta()}
+    if plan.port is not None and plan.port != rec.http_port:
+        raise ValueError(f"deployment {rec.deploy_id} serves on port {rec.http_port}, not --port {plan.port}")
+    plan = dataclasses.replace(plan, host=rec.head, port=rec.http_port, profile=plan.profile or rec.profile)
+    return plan, {"deployment": rec.result_meta()}
+
+
+def _target(plan: BenchPlan) -> tuple[Any, dict[str, Any]]:
+    """The :class:`BenchConfig` of a plan whose target is checked here, and what its result records
+    of the server's place (``target``, ``server_port``; nothing for ``--url``)."""
+    plan.check_target()
+    if plan.url:
+        return plan_config(plan, plan.url), {}
+    cfg = plan_config(plan, f"http://127.0.0.1:{plan.port}")
+    return cfg, {"target": plan.target, "server_port": plan.port}
+
+
+def _recorded(plan: BenchPlan, deployment: dict[str, Any]) -> dict[str, Any]:
+    """What the result records of the deployment and the profile."""
+    return {**deployment, **({"profile": plan.profile} if plan.profile else {})}
 
 
 async def run_bench(args: argparse.Namespace) -> int:
-    from tunedeck.bench import metrics
-
-    deployment: dict[str, Any] = {}
-    if args.deployment:
-        if args.attach or args.stop:
-            return fail("--attach/--stop take a job id with --host; --deployment starts a new benchmark")
-        try:
-            deployment = use_deployment(args)
-        except ValueError as e:
-            return fail(str(e))
     if args.attach or args.stop:
+        if args.deployment:
+            return fail("--attach/--stop take a job id with --host; --deployment starts a new benchmark")
         if args.url:
             return fail("--attach/--stop name a benchmark on --host/--demo, not on --url")
-        return await host_run(args, None)
     try:
-        goodput = metrics.parse_goodput(args.goodput)
+        plan = plan_from_args(args)
     except ValueError as e:
         return fail(str(e))
-    if args.concurrency and args.request_rate and len(args.concurrency) > 1 and len(args.request_rate) > 1:
-        return fail("sweep over --concurrency or over --request-rate, not both")
-    slo = None
-    if args.capacity or args.slo:
-        try:
-            slo = capacity_slo(args)
-        except ValueError as e:
-            return fail(str(e))
-    if args.preview:
-        return _print_preview(args)
+    if args.attach or args.stop:
+        return await host_run(plan, None, attach=args.attach, stop=args.stop)
+    return await run_plan(plan)
+
+
+async def run_plan(plan: BenchPlan) -> int:
+    """``tunedeck bench`` of a checked plan: its preview, or the run here (``--url``) or on its host."""
+    try:
+        plan, deployment = use_deployment(plan)
+    except ValueError as e:
+        return fail(str(e))
+    if plan.preview:
+        return _print_preview(plan)
     meta_extra: dict[str, Any] = {}
-    if args.meta_json is not None:
+    if plan.meta_json is not None:
         try:
-            meta_extra = json.loads(args.meta_json.read_text())
+            meta_extra = json.loads(Path(plan.meta_json).read_text())
             if not isinstance(meta_extra, dict):
                 raise ValueError("not a JSON object")
         except (OSError, ValueError) as e:
-            return fail(f"--meta-json {args.meta_json}: {e}")
-    meta_extra.update(deployment)
-    if args.profile:
-        meta_extra["profile"] = args.profile
-    if args.url:
-        if args.host is not None or args.demo:
-            return fail("give either --url or --host/--demo with --port, not both")
-        if args.client_where == "host":
-            return fail("--client-where host needs --host/--demo and --port (with --url the client runs here)")
-        try:
-            _check_url(args.url)
-        except ValueError as e:
-            return fail(str(e))
-        try:
-            cfg = _config(args, args.url, goodput)
-        except ValueError as e:
-            return fail(str(e))
-        return await _local_run(args, cfg, meta_extra, slo)
-    if args.port is None:
-        return fail("need --url URL, or --port P with --host/--demo")
+            return fail(f"--meta-json {plan.meta_json}: {e}")
+    meta_extra.update(_recorded(plan, deployment))
     try:
-        cfg = _config(args, f"http://127.0.0.1:{args.port}", goodput)
+        cfg, where = _target(plan)
     except ValueError as e:
         return fail(str(e))
-    return await host_run(args, (cfg, meta_extra))
+    meta_extra = {**where, **meta_extra}
+    if plan.url:
+        return await _local_run(plan, cfg, meta_extra, plan_slo(plan) if plan.capacity else None)
+    return await host_run(plan, (cfg, meta_extra))
 
 
-def level_previews(args: argparse.Namespace) -> list[tuple[str, Any]]:
-    """(level label, :class:`~tunedeck.bench.workloads.preview.WorkloadPreview`) of every level the
-    options ask for, built exactly as the run would build them (files read and checked here);
+def level_previews(plan: BenchPlan) -> list[tuple[str, Any]]:
+    """(level label, :class:`~tunedeck.bench.workloads.preview.WorkloadPreview`) of every level
+    ``plan`` asks for, built exactly as the run would build them (files read and checked here);
     ValueError (a WorkloadError among them) with one line naming the option, file or record."""
-    from tunedeck.bench import metrics
     from tunedeck.bench.workloads.preview import preview
 
-    url = args.url or f"http://127.0.0.1:{args.port or 8000}"  # not contacted: the run's URL rules apply
-    cfg = _config(args, url, metrics.parse_goodput(args.goodput))
+    url = plan.url or f"http://127.0.0.1:{plan.port or 8000}"  # not contacted: the run's URL rules apply
+    cfg = plan_config(plan, url)
     built = {n: preview(w) for n, w in level_workloads(cfg)}
     out: list[tuple[str, Any]] = []
     for c, rate in cfg.levels():
@@ -354,20 +409,15 @@ def level_previews(args: argparse.Namespace) -> list[tuple[str, Any]]:
     return out
 
 
-def workload_preview_argv(argv: list[str]) -> list[tuple[str, Any]]:
-    """:func:`level_previews` of a ``tunedeck bench`` argument list (the Bench setup screen's form)."""
-    return level_previews(parse_args(argv))
-
-
-def _print_preview(args: argparse.Namespace) -> int:
+def _print_preview(plan: BenchPlan) -> int:
     from tunedeck.bench.workloads.preview import grouped, preview_json, preview_lines
 
     try:
-        levels = level_previews(args)
+        levels = level_previews(plan)
     except ValueError as e:
         return fail(str(e))
-    if args.json is not None:
-        return write_json_data(args, [{"level": label, **preview_json(p)} for label, p in levels])
+    if plan.json is not None:
+        return write_json_data(plan, [{"level": label, **preview_json(p)} for label, p in levels])
     for labels, p in grouped(levels):
         print(f"[{', '.join(labels)}]")
         for line in preview_lines(p):
@@ -375,7 +425,7 @@ def _print_preview(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, Any], slo: Any = None) -> int:
+async def _local_run(plan: BenchPlan, cfg: Any, meta_extra: dict[str, Any], slo: Any = None) -> int:
     """The client here, against --url (the engine in this process); with ``slo``, the capacity search."""
     from tunedeck.bench.config import NotReady
     from tunedeck.bench.runner import run_benchmark
@@ -389,7 +439,7 @@ async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, A
             gpus = await host_gpus(LocalHost())
             if gpus:
                 meta_extra = {"gpus": gpus, **meta_extra}
-    emit, _ = printer(args)
+    emit, _ = printer(plan)
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
@@ -397,17 +447,17 @@ async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, A
         loop.add_signal_handler(sig, task.cancel)
 
     def run(c: Any) -> Any:
-        return run_benchmark(c, emit=emit, meta_extra=meta_extra, client_where=args.client_where)
+        return run_benchmark(c, emit=emit, meta_extra=meta_extra, client_where=plan.client_where)
 
     result = None
     try:
         if slo is None:
             summaries = await run(cfg)
         else:
-            result = await search_capacity(args, cfg, slo, run)
+            result = await search_capacity(plan, cfg, slo, run)
             summaries = [s.summary for s in result.steps]
     except NotReady as e:
-        if args.progress:
+        if plan.progress:
             emit({"type": "error", "kind": "NOT_READY", "message": str(e)})
         return fail(f"NOT_READY: {e}", 3)
     except StoreError as e:
@@ -420,7 +470,7 @@ async def _local_run(args: argparse.Namespace, cfg: Any, meta_extra: dict[str, A
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-    rc = write_json(args, summaries) if result is None else write_json_data(args, result.to_dict())
+    rc = write_json(plan, summaries) if result is None else write_json_data(plan, result.to_dict())
     if rc:
         return rc
     return 1 if summaries and all(s["completed"] == 0 for s in summaries) else 0
@@ -439,30 +489,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise ValueError(f"invalid bench arguments: {' '.join(argv)}") from None
 
 
-async def start_run(argv: list[str]) -> Any:
-    """Start a benchmark detached on its host, as the dashboard does: with ``--url`` the client
-    runs on this machine as a host-side job too, so the dashboard's own event loop never skews it
-    and closing the dashboard does not cut it. Returns a :class:`tunedeck.services.benchrun.BenchRun`."""
-    from tunedeck.bench import metrics
+async def start_plan(plan: BenchPlan) -> Any:
+    """Start ``plan`` detached on its host, as the dashboard does: with ``--url`` the client runs on
+    this machine as a host-side job too, so the dashboard's own event loop never skews it and closing
+    the dashboard does not cut it. Returns a :class:`tunedeck.services.benchrun.BenchRun`; ValueError
+    with one line when the plan cannot run."""
     from tunedeck.hostops.localhost import LocalHost
     from tunedeck.services.benchrun import BenchRun
     from tunedeck.services.targets import get_host
 
-    args = parse_args(argv)
-    goodput = metrics.parse_goodput(args.goodput)
-    deployment = use_deployment(args) if args.deployment else {}
-    if args.url:
-        _check_url(args.url)
-        host: Any = LocalHost()
-        cfg = _config(args, args.url, goodput)
-        meta: dict[str, Any] = {"target": "local"}
-    elif args.port is not None:
-        host = get_host(args.host, demo=args.demo)
-        cfg = _config(args, f"http://127.0.0.1:{args.port}", goodput)
-        meta = {"target": "demo" if args.demo else (args.host or "local"), "server_port": args.port}
-    else:
-        raise ValueError("need --url URL, or --port P with --host/--demo")
-    meta.update(deployment)
-    if args.profile:
-        meta["profile"] = args.profile
-    return await BenchRun.start(host, cfg, meta_extra=meta, python=args.python)
+    check_plan(plan)
+    plan, deployment = use_deployment(plan)
+    cfg, where = _target(plan)
+    host: Any = LocalHost() if plan.url else get_host(plan.host, demo=plan.demo)
+    meta = {"target": "local", **where, **_recorded(plan, deployment)}
+    return await BenchRun.start(host, cfg, meta_extra=meta, python=plan.python)

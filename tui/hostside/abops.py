@@ -209,8 +209,9 @@ class LocalOps:
         if not summaries:
             return BenchResult(None, {}, None, "benchmark failed: no level ran")
         s = summaries[0]
-        if s.get("run_id") in timeline.validity:
-            s = {**s, "validity": timeline.validity[s["run_id"]]}
+        rid = s.get("run_id")
+        if rid is not None and rid in timeline.validity:
+            s = {**s, "validity": timeline.validity[rid]}
         return BenchResult(s.get("run_id"), s, None)
 
     # ------------------------------------------------------------------ stop

@@ -24,6 +24,7 @@ import logging
 from typing import Any, AsyncIterator, Mapping
 
 from tunedeck.ab.sides import VIA_SSH
+from tunedeck.bench.records import LevelSummaryRecord
 from tunedeck.hostops import launcher
 from tunedeck.hostops.hosts import Host
 from tunedeck.services import jobs
@@ -54,12 +55,12 @@ class BenchRun:
         self.host = host
         self.where = where
         self.job = job
-        self.summaries: list[dict[str, Any]] = []
+        self.summaries: list[LevelSummaryRecord] = []
         self.exit: dict[str, Any] | None = None
         self.mirrored: list[str] = []
         #: the job's outcome could not be read from the host (see :attr:`outcome`)
         self.lost = False
-        self._task: asyncio.Task[list[dict[str, Any]]] | None = None
+        self._task: asyncio.Task[list[LevelSummaryRecord]] | None = None
         self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._follower: jobs.JobFollower | None = None
         #: callable(Exception, attempt): the link to the host failed (the job goes on there)
@@ -125,7 +126,7 @@ class BenchRun:
         job = await jobs.find(host, "bench", job_id)
         return cls(host, HOST, job)
 
-    async def _local(self, cfg: Any, meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    async def _local(self, cfg: Any, meta: Mapping[str, Any]) -> list[LevelSummaryRecord]:
         from tunedeck.bench.runner import run_benchmark
 
         try:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from rich.text import Text
 from textual import events, work
@@ -34,6 +34,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from tunedeck.bench.plan import BenchPlan
 from tunedeck.hostops.liveness import LinkWatch
 from tunedeck.model import GoodputView, SweepLevel, SweepReport
 from tunedeck.timeline_model import TimelineFeed, TimelineSnapshot
@@ -143,14 +144,15 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
 
     def __init__(
         self,
-        bench_args: Sequence[str],
+        plan: BenchPlan | None,
         *,
         attach: tuple[Any, str] | None = None,
         name: str | None = None,
         id: str | None = None,
     ) -> None:
         super().__init__(name=name, id=id)
-        self.bench_args = list(bench_args)
+        #: the benchmark to start (None: ``attach`` names one already running)
+        self.plan = plan
         #: (host, job id) of a host-side benchmark to follow instead of starting one
         self.attach = attach
         #: summaries of finished levels
@@ -215,7 +217,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
     @work(group="bench", exit_on_error=False)
     async def run_bench(self) -> None:
         from tunedeck.commands._benchjob import exit_code
-        from tunedeck.commands.bench import start_run
+        from tunedeck.commands.bench import start_plan
         from tunedeck.hostops.hosts import HostError
         from tunedeck.services import jobs, runtime
         from tunedeck.services.benchrun import BenchRun
@@ -223,8 +225,10 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
         try:
             if self.attach is not None:
                 self._run = await BenchRun.attach(*self.attach)
+            elif self.plan is not None:
+                self._run = await start_plan(self.plan)
             else:
-                self._run = await start_run(self.bench_args)
+                raise ValueError("no benchmark to start or follow")
         except (ValueError, HostError, jobs.JobError, runtime.RuntimeUnavailable) as e:
             self.post_message(self.Finished(None, [], f"cannot start the benchmark: {e}"))
             return

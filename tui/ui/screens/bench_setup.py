@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import shlex
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
 from rich.text import Text
 from textual import events, on, work
@@ -31,9 +31,10 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Checkbox, DataTable, Footer, Header, Input, Label, Select, Static
 
+from tunedeck.bench.plan import BenchPlan
 from tunedeck.bench.workloads import FILE_SOURCES, SOURCES, default_ignore_eos
 from tunedeck.model import ServerStats
-from tunedeck.ui.screens.bench_form import SIZED_BY_FORM, SLO_FIELDS, BenchForm, BenchFormError, bench_args
+from tunedeck.ui.screens.bench_form import SIZED_BY_FORM, SLO_FIELDS, BenchForm, BenchFormError, bench_plan
 from tunedeck.widgets.field_input import FieldInput
 from tunedeck.widgets.filter_table import FilterTable, TableFilter
 
@@ -113,10 +114,10 @@ class BenchSetupScreen(Screen[None]):
         self.servers: dict[str, ServerStats] = {}
         #: row key → stored result (tunedeck.bench.store.RunInfo)
         self.results: dict[str, Any] = {}
-        #: the arguments of the last benchmark started from here
-        self.last_args: list[str] | None = None
-        #: the arguments the preview shows (or is being built for), and its pending start
-        self._preview_for: list[str] | None = None
+        #: the plan of the last benchmark started from here
+        self.last_plan: BenchPlan | None = None
+        #: the plan the preview shows (or is being built for), and its pending start
+        self._preview_for: BenchPlan | None = None
         self._preview_timer: Timer | None = None
 
     @property
@@ -288,13 +289,13 @@ class BenchSetupScreen(Screen[None]):
             **{attr: q(f"#bs-slo-{key}", Input).value for key, attr, _name in SLO_FIELDS},
         )
 
-    def current_args(self) -> list[str]:
-        """The ``tunedeck bench`` arguments for the form now (BenchFormError when a field is wrong)."""
-        return bench_args(self.form(), self.selected_server, target=getattr(self.tapp, "target", None), demo=self.demo)
+    def current_plan(self) -> BenchPlan:
+        """The benchmark the form asks for now (BenchFormError when a field is wrong)."""
+        return bench_plan(self.form(), self.selected_server, target=getattr(self.tapp, "target", None), demo=self.demo)
 
     def _show_command(self) -> None:
         try:
-            args = self.current_args()
+            plan = self.current_plan()
         except BenchFormError as e:
             self.query_one("#bs-command", Static).update("")
             self.query_one("#bs-error", Static).update(Text(str(e)))
@@ -302,8 +303,8 @@ class BenchSetupScreen(Screen[None]):
             self.query_one("#bs-preview", Static).update("")
             return
         self.query_one("#bs-error", Static).update("")
-        self.query_one("#bs-command", Static).update(Text("tunedeck bench " + shlex.join(args)))
-        self._schedule_preview(args)
+        self.query_one("#bs-command", Static).update(Text("tunedeck bench " + shlex.join(plan.to_argv())))
+        self._schedule_preview(plan)
 
     @on(Input.Changed)
     @on(Select.Changed)
@@ -327,30 +328,30 @@ class BenchSetupScreen(Screen[None]):
     #: the preview waits this long after the last change (a file is read and every prompt built)
     PREVIEW_DELAY_S = 0.4
 
-    def _schedule_preview(self, args: list[str]) -> None:
-        """Preview ``args`` once the form has been still for :attr:`PREVIEW_DELAY_S`."""
-        if args == self._preview_for:
+    def _schedule_preview(self, plan: BenchPlan) -> None:
+        """Preview ``plan`` once the form has been still for :attr:`PREVIEW_DELAY_S`."""
+        if plan == self._preview_for:
             return
-        self._preview_for = list(args)
+        self._preview_for = plan
         if self._preview_timer is not None:
             self._preview_timer.stop()
         self.query_one("#bs-preview", Static).update(Text("building the preview…", style="dim"))
-        self._preview_timer = self.set_timer(self.PREVIEW_DELAY_S, lambda: self._preview_worker(list(args)))
+        self._preview_timer = self.set_timer(self.PREVIEW_DELAY_S, lambda: self._preview_worker(plan))
 
     @work(thread=True, exclusive=True, group="bs-preview", exit_on_error=False)
-    def _preview_worker(self, args: list[str]) -> None:
+    def _preview_worker(self, plan: BenchPlan) -> None:
         """Build what each level would send (files read here, in a thread), as `bench --preview`."""
         from textual.worker import get_current_worker
 
         from tunedeck.bench.workloads.preview import grouped, preview_lines
-        from tunedeck.commands.bench import workload_preview_argv
+        from tunedeck.commands.bench import level_previews
 
         try:
-            levels = workload_preview_argv(args)
+            levels = level_previews(plan)
         except (ValueError, OSError) as e:
             text = Text(f"preview: {e}", style="red")
         except Exception:
-            log.exception("workload preview failed for %s", args)
+            log.exception("workload preview failed for %s", plan)
             text = Text("preview: failed (the log has the traceback)", style="red")
         else:
             text = Text()
@@ -361,10 +362,10 @@ class BenchSetupScreen(Screen[None]):
             text.rstrip()
         if get_current_worker().is_cancelled:
             return
-        self.app.call_from_thread(self._show_preview, args, text)
+        self.app.call_from_thread(self._show_preview, plan, text)
 
-    def _show_preview(self, args: list[str], text: Text) -> None:
-        if args == self._preview_for:  # a later change has its own preview coming
+    def _show_preview(self, plan: BenchPlan, text: Text) -> None:
+        if plan == self._preview_for:  # a later change has its own preview coming
             self.query_one("#bs-preview", Static).update(text)
 
     @on(Input.Submitted)
@@ -381,15 +382,15 @@ class BenchSetupScreen(Screen[None]):
 
     def action_start(self) -> None:
         try:
-            args = self.current_args()
+            plan = self.current_plan()
         except BenchFormError as e:
             self.query_one("#bs-error", Static).update(Text(str(e)))
             self.notify(str(e), severity="error", markup=False)
             return
         from tunedeck.ui.screens.bench import BenchScreen
 
-        self.last_args = args
-        self.app.push_screen(BenchScreen(args))
+        self.last_plan = plan
+        self.app.push_screen(BenchScreen(plan))
 
     def action_attach(self) -> None:
         self._attach_worker()
@@ -413,7 +414,7 @@ class BenchSetupScreen(Screen[None]):
         if not running:
             self.notify("no benchmark is running on the host")
             return
-        self.app.push_screen(BenchScreen([], attach=(host, running[-1].job_id)))
+        self.app.push_screen(BenchScreen(None, attach=(host, running[-1].job_id)))
 
     # ------------------------------------------------------------------ results
     def action_reload_results(self) -> None:
@@ -444,7 +445,7 @@ class BenchSetupScreen(Screen[None]):
             if where == "tunnel":
                 where = "SSH tunnel"  # measured through an SSH tunnel: the link is in the numbers
 
-            def num(key: str, fmt: str, s: dict[str, Any] = s) -> str:
+            def num(key: str, fmt: str, s: Mapping[str, Any] = s) -> str:
                 v = s.get(key)
                 if key == "median_ttft_ms" and s.get("completed") == 0:
                     return "N/A"  # the vLLM-style summary writes 0 when no request finished
