@@ -37,7 +37,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tupl
 from tunedeck.ab.capacity import CapacityStep, find_capacity, parse_slo
 from tunedeck.ab.events import ABEvent
 from tunedeck.ab.journal import Journal
-from tunedeck.ab.ops import LaunchHandle, ProfileInfo, ServerOps, StopResult
+from tunedeck.ab.ops import LaunchHandle, ProfileInfo, ReadyResult, ServerOps, StopResult, journal_bench, journal_launch
 from tunedeck.ab.plan import Plan, PlanLevel
 from tunedeck.ab.tuneresult import (
     DEFAULT_NOISE_PCT,
@@ -464,18 +464,17 @@ class TuneRunner:
             if res.error and not res.summary:
                 raise RuntimeError(f"{c.name}: benchmark at C={conc} failed: {res.error}")
             try:
-                self.journal.record_bench(
+                journal_bench(
+                    self.journal,
                     res.run_id or f"tune-{self.id}-{conc}",
+                    handle,
+                    res,
                     profile=info.name,
                     host=self.ops.host_label,
                     concurrency=conc,
-                    summary=res.summary,
-                    result_dir=res.result_dir,
                     ab_id=self.id,
                     side=c.name,
                     repeat=len(c.measurements) + 1,
-                    server_log=handle.server_log,
-                    launch_run_id=handle.run_id,
                 )
             except Exception as e:  # noqa: BLE001 - never lose the campaign over the journal
                 log.warning("campaign %s: journal not written: %s", self.id, e)
@@ -503,19 +502,10 @@ class TuneRunner:
         self._emit("failed", f"{c.name} {why}", c.name)
         self._save()
 
-    def _journal_launch(self, c: Cand, handle: LaunchHandle, ready: Any) -> None:
+    def _journal_launch(self, c: Cand, handle: LaunchHandle, ready: ReadyResult) -> None:
         try:
-            self.journal.record_launch(
-                handle.run_id,
-                profile=c.name,
-                host=self.ops.host_label,
-                ready=ready.ready,
-                startup_s=ready.startup_s,
-                server_log=handle.server_log,
-                timeline=[dict(t) for t in ready.timeline],
-                diagnosis=ready.diagnosis,
-                ab_id=self.id,
-                side=c.name,
+            journal_launch(
+                self.journal, handle, ready, profile=c.name, host=self.ops.host_label, ab_id=self.id, side=c.name
             )
         except Exception as e:  # noqa: BLE001
             log.warning("campaign %s: journal not written: %s", self.id, e)
