@@ -14,7 +14,7 @@ import time
 from typing import AsyncIterator, Mapping, Sequence
 
 from tunedeck.hostops.hosts import STREAM_READ_BYTES, ByteStream, Host, RunResult, beat_stdin, check_heartbeat
-from tunedeck.util.aio import terminate_group
+from tunedeck.util.aio import kill_group, terminate_group
 from tunedeck.util.safety import check_argv, check_env, check_text
 
 log = logging.getLogger(__name__)
@@ -202,17 +202,11 @@ class LocalHost(Host):
         try:
             out, err = await asyncio.wait_for(proc.communicate(input.encode() if input is not None else None), timeout)
         except asyncio.TimeoutError:
-            try:
-                os.killpg(proc.pid, _signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(proc.pid)
             await proc.wait()
             return RunResult(None, "", f"timed out after {timeout:g} s", timed_out=True)
         except asyncio.CancelledError:
-            try:
-                os.killpg(proc.pid, _signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(proc.pid)
             # reap it, so no transport outlives the loop; shielded so a second cancel can't skip it
             await asyncio.shield(proc.wait())
             raise
