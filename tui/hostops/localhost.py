@@ -109,13 +109,7 @@ class _LocalStream(ByteStream):
 
     async def _drain_stderr(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stderr is not None
-        while True:
-            chunk = await proc.stderr.read(STREAM_READ_BYTES)
-            if not chunk:
-                return
-            self.last_heard = time.monotonic()
-            self._stderr += chunk
-            del self._stderr[:-4096]
+        await self._read_stderr(proc.stderr.read)
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         proc = await self._start()
