@@ -32,8 +32,7 @@ from tunedeck.services.deployops import (
     nodes_label,
     refuse_on_nodes,
     side_info,
-    spec_datasets,
-    spec_python,
+    spec_ops,
     start_job,
 )
 from tunedeck.services.jobrun import ask_to_stop
@@ -201,13 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         def make_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
             sim = bool(spec.get("sim"))
             sides = {i.name: plan_side(i.name, sim=sim) for i in infos.values()}
-            ops = DeploymentOps(
-                sides,
-                host_label=str(spec.get("host_label") or "deployments"),
-                python=spec_python(spec),
-                datasets=spec_datasets(spec),
-                ledger=job_dir / LEDGER,
-            )
+            ops = spec_ops(spec, sides, ledger=job_dir / LEDGER)
             made.append(ops)
             return ops
 

@@ -390,6 +390,20 @@ def spec_datasets(spec: Mapping[str, object]) -> dict[str, str]:
     return dict(got)
 
 
+def spec_ops(
+    spec: Mapping[str, object], sides: Mapping[str, tuple[ServerProfile, DeploymentPlan]], *, ledger: Path | None = None
+) -> DeploymentOps:
+    """The operations a campaign job measures ``sides`` with, as its spec says: the label of its
+    hosts, the host-side interpreter, where its dataset was placed."""
+    return DeploymentOps(
+        sides,
+        host_label=str(spec.get("host_label") or "deployments"),
+        python=spec_python(spec),
+        datasets=spec_datasets(spec),
+        ledger=ledger,
+    )
+
+
 def job_main(module: str, argv: list[str] | None, run: Callable[[Path, list[DeploymentOps]], Awaitable[int]]) -> int:
     """The entry point of a campaign job here: ``run(job_dir, made)`` runs it (every
     :class:`DeploymentOps` it makes goes in ``made``, each closed at the end)."""
@@ -425,6 +439,7 @@ __all__ = [
     "refuse_on_nodes",
     "side_info",
     "spec_datasets",
+    "spec_ops",
     "spec_python",
     "start_job",
 ]

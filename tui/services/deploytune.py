@@ -37,8 +37,7 @@ from tunedeck.services.deployops import (
     nodes_label,
     refuse_on_nodes,
     side_info,
-    spec_datasets,
-    spec_python,
+    spec_ops,
     start_job,
 )
 from tunedeck.services.jobrun import ask_to_stop
@@ -201,12 +200,7 @@ def main(argv: list[str] | None = None) -> int:
 
     async def run(job_dir: Path, made: list[DeploymentOps]) -> int:
         def make_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
-            ops = DeploymentOps(
-                sides_of(spec),
-                host_label=str(spec.get("host_label") or "deployments"),
-                python=spec_python(spec),
-                datasets=spec_datasets(spec),
-            )
+            ops = spec_ops(spec, sides_of(spec))
             made.append(ops)
             return ops
 
