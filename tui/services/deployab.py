@@ -71,7 +71,7 @@ async def start(
     """Start the campaign detached on this machine; returns its host and job (follow them with
     :class:`tunedeck.services.abrun.ABRun`). ValueError names a profile that cannot be one side;
     :class:`jobs.JobError` when an A/B or a tuning campaign runs here or on any node."""
-    from tunedeck.ab.journal import new_id
+    from tunedeck.services.abrun import ab_spec
 
     sides = {}
     planned: dict[str, tuple[ServerProfile, DeploymentPlan]] = {}
@@ -92,21 +92,20 @@ async def start(
         datasets = await ops.place_dataset(plan.workload.path)
     finally:
         await ops.close()
-    ab_id = new_id("ab")
-    spec = {
-        "ab_id": ab_id,
-        "a": sides["A"].to_json(),
-        "b": sides["B"].to_json(),
-        "plan": plan.to_dict(),
-        "repeats": repeats,
-        "interleave": interleave,
-        "noise_pct": noise_pct,
-        "stop_existing": stop_existing,
-        "host_label": label,
-        "sim": sim,
-        "python": python,
-        "datasets": datasets,
-    }
+    spec = ab_spec(
+        sides["A"],
+        sides["B"],
+        plan,
+        repeats=repeats,
+        interleave=interleave,
+        noise_pct=noise_pct,
+        stop_existing=stop_existing,
+        host_label=label,
+        sim=sim,
+        python=python,
+        datasets=datasets,
+    )
+    ab_id = spec["ab_id"]
     meta = {"ab_id": ab_id, "a": a, "b": b, "plan": plan.name, "nodes": ops.nodes}
     return await start_job("ab", MODULE, spec, meta)
 
