@@ -143,32 +143,3 @@ def journal_launch(
         ab_id=ab_id,
         side=side,
     )
-
-
-def journal_bench(
-    journal: Journal,
-    run_id: str,
-    handle: LaunchHandle,
-    res: BenchResult,
-    *,
-    profile: str,
-    host: str,
-    concurrency: int,
-    ab_id: str,
-    side: str,
-    repeat: int,
-) -> None:
-    """A benchmark of the server ``handle`` launched, in the journal (with its launch and log)."""
-    journal.record_bench(
-        run_id,
-        profile=profile,
-        host=host,
-        concurrency=concurrency,
-        summary=res.summary,
-        result_dir=res.result_dir,
-        ab_id=ab_id,
-        side=side,
-        repeat=repeat,
-        server_log=handle.server_log,
-        launch_run_id=handle.run_id,
-    )

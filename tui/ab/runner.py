@@ -40,7 +40,6 @@ from tunedeck.ab.ops import (
     ProfileInfo,
     ServerOps,
     StopResult,
-    journal_bench,
     journal_launch,
 )
 from tunedeck.ab.plan import Plan
@@ -344,16 +343,18 @@ class ABRunner:
                     summary=dict(res.summary),
                 )
                 self.journal_safe(
-                    journal_bench,
+                    Journal.record_bench,
                     res.run_id or new_id("bench"),
-                    handle,
-                    res,
                     profile=info.name,
                     host=self.ops.host_label,
                     concurrency=lv.concurrency,
+                    summary=res.summary,
+                    result_dir=res.result_dir,
                     ab_id=self.report.id,
                     side=label,
                     repeat=r + 1,
+                    server_log=handle.server_log,
+                    launch_run_id=handle.run_id,
                 )
             try:
                 acc, note = await self.ops.acceptance_rate(info, handle)

@@ -37,7 +37,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tupl
 from tunedeck.ab.capacity import CapacityStep, find_capacity, parse_slo
 from tunedeck.ab.events import ABEvent
 from tunedeck.ab.journal import Journal
-from tunedeck.ab.ops import LaunchHandle, ProfileInfo, ReadyResult, ServerOps, StopResult, journal_bench, journal_launch
+from tunedeck.ab.ops import LaunchHandle, ProfileInfo, ReadyResult, ServerOps, StopResult, journal_launch
 from tunedeck.ab.plan import Plan, PlanLevel
 from tunedeck.ab.tuneresult import (
     DEFAULT_NOISE_PCT,
@@ -464,17 +464,18 @@ class TuneRunner:
             if res.error and not res.summary:
                 raise RuntimeError(f"{c.name}: benchmark at C={conc} failed: {res.error}")
             try:
-                journal_bench(
-                    self.journal,
+                self.journal.record_bench(
                     res.run_id or f"tune-{self.id}-{conc}",
-                    handle,
-                    res,
                     profile=info.name,
                     host=self.ops.host_label,
                     concurrency=conc,
+                    summary=res.summary,
+                    result_dir=res.result_dir,
                     ab_id=self.id,
                     side=c.name,
                     repeat=len(c.measurements) + 1,
+                    server_log=handle.server_log,
+                    launch_run_id=handle.run_id,
                 )
             except Exception as e:  # noqa: BLE001 - never lose the campaign over the journal
                 log.warning("campaign %s: journal not written: %s", self.id, e)
