@@ -195,17 +195,12 @@ async def _still_running(rec: deploy.DeploymentRecord, host: Callable[[str], Hos
 def main(argv: list[str] | None = None) -> int:
     from tunedeck.hostside import abjob
 
-    async def run(job_dir: Path, made: list[DeploymentOps]) -> int:
-        def make_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
-            sim = bool(spec.get("sim"))
-            sides = {i.name: plan_side(i.name, sim=sim) for i in infos.values()}
-            ops = spec_ops(spec, sides, ledger=job_dir / LEDGER)
-            made.append(ops)
-            return ops
+    def ops_for(job_dir: Path, spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
+        sim = bool(spec.get("sim"))
+        sides = {i.name: plan_side(i.name, sim=sim) for i in infos.values()}
+        return spec_ops(spec, sides, ledger=job_dir / LEDGER)
 
-        return await abjob.run(job_dir, make_ops)
-
-    return job_main(MODULE, argv, run)
+    return job_main(MODULE, argv, abjob.run, ops_for)
 
 
 if __name__ == "__main__":

@@ -198,15 +198,10 @@ def sides_of(spec: Mapping[str, Any]) -> dict[str, tuple[ServerProfile, Deployme
 def main(argv: list[str] | None = None) -> int:
     from tunedeck.hostside import tunejob
 
-    async def run(job_dir: Path, made: list[DeploymentOps]) -> int:
-        def make_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
-            ops = spec_ops(spec, sides_of(spec))
-            made.append(ops)
-            return ops
+    def ops_for(job_dir: Path, spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
+        return spec_ops(spec, sides_of(spec))
 
-        return await tunejob.run(job_dir, make_ops)
-
-    return job_main(MODULE, argv, run)
+    return job_main(MODULE, argv, tunejob.run, ops_for)
 
 
 if __name__ == "__main__":
