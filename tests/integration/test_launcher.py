@@ -18,7 +18,9 @@ from tests.ports import free_port
 from tunedeck.hostops import hostruns, logfollow, runstore
 from tunedeck.hostops import launcher as L
 from tunedeck.hostops.localhost import LocalHost
-from tunedeck.hostops.tracker import StartupTracker, format_progress, load_history, wait_ready
+from tunedeck.hostops.startupeta import load_history
+from tunedeck.hostops.startupstate import format_progress
+from tunedeck.hostops.tracker import StartupTracker, wait_ready
 
 FAKE = str(REPO / "tests" / "fakeserver.py")
 pytestmark = pytest.mark.timeout(60)
@@ -151,14 +153,14 @@ async def test_stall_action_stop_stops_the_run(host):
 
 
 def test_gpu_memory_description():
-    from tunedeck.hostops.tracker import describe_gpu_memory
+    from tunedeck.hostops.startupstate import describe_gpu_memory
 
     assert describe_gpu_memory([61440.0, 61000.0]) == "GPU 0: 60.0 GiB, GPU 1: 59.6 GiB"
     assert describe_gpu_memory([1024.0] * 8) == "GPU 0-7: 1.0 GiB each"
 
 
 def test_stall_after_values():
-    from tunedeck.hostops.tracker import parse_stall_after
+    from tunedeck.hostops.startupstate import parse_stall_after
 
     assert parse_stall_after("300") == (300.0, "warn")
     assert parse_stall_after("stop") == (300.0, "stop")
@@ -298,7 +300,7 @@ def test_format_progress_line():
 
 
 async def test_eta_from_history(host):
-    from tunedeck.hostops.tracker import save_history
+    from tunedeck.hostops.startupeta import save_history
 
     for _ in range(2):
         save_history("local|prof", {"process-start": 1, "weight-loading": 10, "kv-cache": 1, "graph-capture": 4})

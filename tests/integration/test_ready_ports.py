@@ -84,7 +84,7 @@ def test_parse_the_cases_the_host_can_answer() -> None:
 def test_status_row_of_a_dead_run_reads_failed_with_its_cause() -> None:
     """A server row whose /health no longer answers shows its run's re-read state: failed, the cause."""
     from tunedeck.hostops.runstore import RunRecord, RunStore
-    from tunedeck.hostops.tracker import reconcile_servers
+    from tunedeck.hostops.startupstate import reconcile_servers
     from tunedeck.model import ServerStats
 
     store = RunStore()

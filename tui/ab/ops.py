@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
+from tunedeck.ab.journal import Journal
 from tunedeck.ab.plan import Plan, PlanLevel
 
 
@@ -121,3 +122,24 @@ class ServerOps(Protocol):
         ...
 
     async def stop(self, info: ProfileInfo, handle: LaunchHandle) -> StopResult: ...
+
+
+# ------------------------------------------------------------------ the journal of what ran
+
+
+def journal_launch(
+    journal: Journal, handle: LaunchHandle, ready: ReadyResult, *, profile: str, host: str, ab_id: str, side: str
+) -> None:
+    """A launch and how its start-up went, in the journal (the next campaign's estimate reads it)."""
+    journal.record_launch(
+        handle.run_id,
+        profile=profile,
+        host=host,
+        ready=ready.ready,
+        startup_s=ready.startup_s,
+        server_log=handle.server_log,
+        timeline=[dict(t) for t in ready.timeline],
+        diagnosis=ready.diagnosis,
+        ab_id=ab_id,
+        side=side,
+    )

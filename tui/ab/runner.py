@@ -40,6 +40,7 @@ from tunedeck.ab.ops import (
     ProfileInfo,
     ServerOps,
     StopResult,
+    journal_launch,
 )
 from tunedeck.ab.plan import Plan
 from tunedeck.ab.report import ABReport, side_of
@@ -265,17 +266,7 @@ class ABRunner:
             }
         )
         self.journal_safe(
-            "record_launch",
-            handle.run_id,
-            profile=info.name,
-            host=self.ops.host_label,
-            ready=ready.ready,
-            startup_s=ready.startup_s,
-            server_log=handle.server_log,
-            timeline=[dict(t) for t in ready.timeline],
-            diagnosis=ready.diagnosis,
-            ab_id=self.report.id,
-            side=label,
+            journal_launch, handle, ready, profile=info.name, host=self.ops.host_label, ab_id=self.report.id, side=label
         )
         if not ready.ready:
             why = ready.diagnosis or "the server did not become ready"
@@ -352,7 +343,7 @@ class ABRunner:
                     summary=dict(res.summary),
                 )
                 self.journal_safe(
-                    "record_bench",
+                    Journal.record_bench,
                     res.run_id or new_id("bench"),
                     profile=info.name,
                     host=self.ops.host_label,
@@ -436,9 +427,10 @@ class ABRunner:
         except Exception as e:  # noqa: BLE001 - never lose the run over the journal
             self.report.warnings.append(f"journal not written: {e}")
 
-    def journal_safe(self, method: str, *args: Any, **kw: Any) -> None:
+    def journal_safe(self, write: Callable[..., object], *args: Any, **kw: Any) -> None:
+        """``write(journal, *args, **kw)``; a failure is a warning of the report, never the end of the run."""
         try:
-            getattr(self.journal, method)(*args, **kw)
+            write(self.journal, *args, **kw)
         except Exception as e:  # noqa: BLE001
             self.report.warnings.append(f"journal not written: {e}")
 

@@ -37,7 +37,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tupl
 from tunedeck.ab.capacity import CapacityStep, find_capacity, parse_slo
 from tunedeck.ab.events import ABEvent
 from tunedeck.ab.journal import Journal
-from tunedeck.ab.ops import LaunchHandle, ProfileInfo, ServerOps, StopResult
+from tunedeck.ab.ops import LaunchHandle, ProfileInfo, ReadyResult, ServerOps, StopResult, journal_launch
 from tunedeck.ab.plan import Plan, PlanLevel
 from tunedeck.ab.tuneresult import (
     DEFAULT_NOISE_PCT,
@@ -503,19 +503,10 @@ class TuneRunner:
         self._emit("failed", f"{c.name} {why}", c.name)
         self._save()
 
-    def _journal_launch(self, c: Cand, handle: LaunchHandle, ready: Any) -> None:
+    def _journal_launch(self, c: Cand, handle: LaunchHandle, ready: ReadyResult) -> None:
         try:
-            self.journal.record_launch(
-                handle.run_id,
-                profile=c.name,
-                host=self.ops.host_label,
-                ready=ready.ready,
-                startup_s=ready.startup_s,
-                server_log=handle.server_log,
-                timeline=[dict(t) for t in ready.timeline],
-                diagnosis=ready.diagnosis,
-                ab_id=self.id,
-                side=c.name,
+            journal_launch(
+                self.journal, handle, ready, profile=c.name, host=self.ops.host_label, ab_id=self.id, side=c.name
             )
         except Exception as e:  # noqa: BLE001
             log.warning("campaign %s: journal not written: %s", self.id, e)

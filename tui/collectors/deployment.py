@@ -25,7 +25,8 @@ from typing import Mapping
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostops.logfollow import LineSplitter, follow_forever, link_lost_text
 from tunedeck.hostops.runstore import FAILED, READY, STARTING, WORKER_UP, RunStore
-from tunedeck.hostops.tracker import STALLED, StartupTracker
+from tunedeck.hostops.startupstate import STALLED
+from tunedeck.hostops.tracker import StartupTracker
 from tunedeck.services import deploy as D
 
 log = logging.getLogger(__name__)

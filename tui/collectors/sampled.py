@@ -220,7 +220,7 @@ class SampledServers(_OnSampler["WatchedServers"]):
     async def sample(self) -> tuple[ServerStats, ...]:
         from tunedeck.collectors.status import servers_of_runs, settle_ended_runs
         from tunedeck.hostops.hostruns import HostRun
-        from tunedeck.hostops.tracker import reconcile_servers
+        from tunedeck.hostops.startupstate import reconcile_servers
 
         s = self.sampler
         state = await s.wait_settled(self.timeout)

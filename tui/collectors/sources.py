@@ -89,7 +89,7 @@ class WatchedServers:
             await self._refresh(now)
         if not self.collector.specs:
             return ()
-        from tunedeck.hostops.tracker import reconcile_servers
+        from tunedeck.hostops.startupstate import reconcile_servers
 
         rows = await self.collector.sample()
         if any(r.run_id and r.state == "down" for r in rows) and now >= self._next_recheck:

@@ -140,7 +140,7 @@ async def collect_status(host: Host, servers: Iterable[ServerSpec] = (), *, cpu_
         specs = tuple(s for s in known if s.name not in names) + extra
         if not specs:
             return ()
-        from tunedeck.hostops.tracker import reconcile_servers
+        from tunedeck.hostops.startupstate import reconcile_servers
 
         async with ServerCollector(host, specs) as sc:
             return reconcile_servers(await sc.sample())

@@ -48,7 +48,7 @@ async def records_for(host: Host, store: RunStore, *, sync: bool = True) -> list
 
 async def live_records(host: Host, store: RunStore) -> list[RunRecord]:
     """The runs whose process is alive on ``host`` now, whatever their recorded state."""
-    from tunedeck.hostops.tracker import STALLED
+    from tunedeck.hostops.startupstate import STALLED
 
     out = []
     for rec in await reread_runs(host, store):

@@ -14,7 +14,8 @@ from tunedeck.commands._runs import WAIT_EXIT, host_from_args, wait_ended
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostops.launcher import LaunchRefused, demo_argv, launch, stop_command
 from tunedeck.hostops.runstore import ENGINES, RunRecord, RunStore
-from tunedeck.hostops.tracker import StartupTracker, format_progress
+from tunedeck.hostops.startupstate import format_progress
+from tunedeck.hostops.tracker import StartupTracker
 from tunedeck.model import StartupProgress, jsonable
 from tunedeck.profiles.model import ProfileError, ServerProfile
 from tunedeck.services import runtime
@@ -62,7 +63,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def _stall_after(text: str) -> tuple[float, str]:
-    from tunedeck.hostops.tracker import parse_stall_after
+    from tunedeck.hostops.startupstate import parse_stall_after
 
     try:
         return parse_stall_after(text)

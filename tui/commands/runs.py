@@ -15,7 +15,7 @@ from tunedeck.hostops.gpuquery import gpu_memory_used
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostops.runstop import process_alive
 from tunedeck.hostops.runstore import FAILED, LAUNCHING, READY, STARTING, RunRecord, RunStore
-from tunedeck.hostops.tracker import STALLED, describe_gpu_memory
+from tunedeck.hostops.startupstate import STALLED, describe_gpu_memory
 from tunedeck.logparse import advice_for
 from tunedeck.model import jsonable
 from tunedeck.util.ports import OTHER, OWN, port_owners

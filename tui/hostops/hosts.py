@@ -18,8 +18,9 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Mapping, Sequence
+from typing import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from tunedeck.util.safety import UnsafeInput, check_argv, env_command, visible
 
@@ -175,6 +176,8 @@ class ByteStream(abc.ABC):
     stderr_tail: str = ""
     #: ``time.monotonic()`` when the command last wrote anything (stdout or stderr); 0 before
     last_heard: float = 0.0
+    #: the last 4 KiB the command wrote on stderr, where it is read as it comes (:meth:`_read_stderr`)
+    _stderr: bytearray
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._chunks()
@@ -188,6 +191,17 @@ class ByteStream(abc.ABC):
 
     @abc.abstractmethod
     def _chunks(self) -> AsyncIterator[bytes]: ...
+
+    async def _read_stderr(self, read: Callable[[int], Awaitable[bytes]]) -> None:
+        """Read the command's stderr (``read``) until it ends: each chunk says the command lives
+        (:attr:`last_heard`); its last 4 KiB are kept."""
+        while True:
+            chunk = await read(STREAM_READ_BYTES)
+            if not chunk:
+                return
+            self.last_heard = time.monotonic()
+            self._stderr += chunk
+            del self._stderr[:-4096]
 
     @abc.abstractmethod
     async def aclose(self) -> None:

@@ -14,7 +14,7 @@ import time
 from typing import AsyncIterator, Mapping, Sequence
 
 from tunedeck.hostops.hosts import STREAM_READ_BYTES, ByteStream, Host, RunResult, beat_stdin, check_heartbeat
-from tunedeck.util.aio import terminate_group
+from tunedeck.util.aio import kill_group, terminate_group
 from tunedeck.util.safety import check_argv, check_env, check_text
 
 log = logging.getLogger(__name__)
@@ -109,13 +109,7 @@ class _LocalStream(ByteStream):
 
     async def _drain_stderr(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stderr is not None
-        while True:
-            chunk = await proc.stderr.read(STREAM_READ_BYTES)
-            if not chunk:
-                return
-            self.last_heard = time.monotonic()
-            self._stderr += chunk
-            del self._stderr[:-4096]
+        await self._read_stderr(proc.stderr.read)
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         proc = await self._start()
@@ -202,17 +196,11 @@ class LocalHost(Host):
         try:
             out, err = await asyncio.wait_for(proc.communicate(input.encode() if input is not None else None), timeout)
         except asyncio.TimeoutError:
-            try:
-                os.killpg(proc.pid, _signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(proc.pid)
             await proc.wait()
             return RunResult(None, "", f"timed out after {timeout:g} s", timed_out=True)
         except asyncio.CancelledError:
-            try:
-                os.killpg(proc.pid, _signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(proc.pid)
             # reap it, so no transport outlives the loop; shielded so a second cancel can't skip it
             await asyncio.shield(proc.wait())
             raise

@@ -188,13 +188,7 @@ class SshStream(ByteStream):
 
     async def _drain_stderr(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
         try:
-            while True:
-                chunk = await proc.stderr.read(STREAM_READ_BYTES)
-                if not chunk:
-                    return
-                self.last_heard = time.monotonic()
-                self._stderr += chunk
-                del self._stderr[:-4096]
+            await self._read_stderr(proc.stderr.read)
         except Exception:  # noqa: BLE001 - the stdout side reports the loss
             return
 

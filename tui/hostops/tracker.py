@@ -14,129 +14,49 @@
 * stopped = the process ended after a stop that tunedeck was asked for.
 
 ETA comes from the shard progress rate and from the phase durations of previous
-loads of the same profile on the same host (``state_dir()/startup-history.json``).
+loads of the same profile on the same host (:mod:`tunedeck.hostops.startupeta`); the log is
+read by :mod:`tunedeck.hostops.startuplog`, and :mod:`tunedeck.hostops.startupstate` says how a
+state reads (the stall option, the one-line progress, the status rows).
 The startup timeline (phase → wall time) is kept in the run record.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Awaitable, Callable, Sequence
 
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostops.launcher import gpu_memory_used, process_alive, read_rc, stop_run
-from tunedeck.hostops.logfollow import LineSplitter, follow_forever
+from tunedeck.hostops.logfollow import follow_forever
 from tunedeck.hostops.reread import ended_verdict
 from tunedeck.hostops.runstore import EXITED, FAILED, READY, STARTING, STOPPED, STOPPING, RunRecord, RunStore
-from tunedeck.logparse import PHASES, ErrorEvent, LogEvent, LogParser, PhaseEvent
-from tunedeck.logparse.decode import might_be_bom, sniff
-from tunedeck.model import GpuStatus, ServerStats, StartupProgress
+from tunedeck.hostops.startupeta import (
+    estimate,
+    expected_durations,
+    history_key,
+    load_history,
+    phase_durations,
+    save_history,
+    time_left_at_rate,
+)
+from tunedeck.hostops.startuplog import StartupLog
+from tunedeck.hostops.startupstate import (
+    STALL_ACTIONS,
+    STALLED,
+    TERMINAL,
+    describe_gpu_memory,
+    progress_message,
+)
+from tunedeck.logparse import ErrorEvent, LogEvent, PhaseEvent
+from tunedeck.model import GpuStatus, StartupProgress
 from tunedeck.util import http
 from tunedeck.util.aio import cancel_and_wait
-from tunedeck.util.files import atomic_write_json
-from tunedeck.util.paths import state_dir
 from tunedeck.util.ports import OTHER, OWN, PortOwners, port_owners
 
 log = logging.getLogger(__name__)
-
-#: default share of the overall startup per phase (used without history)
-DEFAULT_WEIGHTS: dict[str, float] = {
-    "process-start": 0.03,
-    "distributed-init": 0.05,
-    "weight-loading": 0.55,
-    "compile": 0.07,
-    "kv-cache": 0.05,
-    "graph-capture": 0.20,
-    "warmup": 0.05,
-}
-_ORDER = [p for p in PHASES if p != "ready"]
-
-#: a live run that stopped progressing (never "failed": it still holds its GPUs)
-STALLED = "stalled"
-STALL_ACTIONS = ("warn", "stop")
-#: states after which the startup is over (READY too, for the wait loop)
-TERMINAL = frozenset({READY, FAILED, EXITED, STOPPED})
-
-
-def parse_stall_after(text: str) -> tuple[float, str]:
-    """``--stall-after`` value: ``S``, ``ACTION`` or ``S:ACTION`` (ACTION ``warn`` or ``stop``).
-    Raises ValueError with a one-line message."""
-    secs, action = 300.0, "warn"
-    t = str(text).strip().lower()
-    head, _, tail = t.partition(":")
-    for part in (head, tail) if tail else (head,):
-        if part in STALL_ACTIONS:
-            action = part
-            continue
-        try:
-            secs = float(part.rstrip("s"))
-        except ValueError:
-            raise ValueError(f"{text!r}: expected seconds, warn|stop, or seconds:warn|stop (e.g. 300:stop)") from None
-        if not secs > 0 or secs != secs or secs == float("inf"):
-            raise ValueError(f"{text!r}: the seconds must be a positive number")
-    return secs, action
-
-
-def describe_gpu_memory(mem: Sequence[float]) -> str:
-    """'GPU 0: 61.2 GiB, GPU 1: 61.0 GiB', or 'GPU 0-7: 124.5 GiB each' when they all read the same (MiB in)."""
-    shown = [f"{m / 1024:.1f}" for m in mem]
-    if len(shown) > 2 and len(set(shown)) == 1:
-        return f"GPU 0-{len(shown) - 1}: {shown[0]} GiB each"
-    return ", ".join(f"GPU {i}: {g} GiB" for i, g in enumerate(shown))
-
-
-# ============================================================================ history
-
-
-def history_path() -> Path:
-    return state_dir() / "startup-history.json"
-
-
-def history_key(target: str, profile: str | None, argv: Sequence[str]) -> str:
-    return f"{target}|{profile}" if profile else f"{target}|argv:{json.dumps(list(argv))}"
-
-
-def load_history(key: str) -> list[dict[str, float]]:
-    try:
-        data = json.loads(history_path().read_text())
-    except (OSError, ValueError):
-        return []
-    runs = data.get(key, []) if isinstance(data, dict) else []
-    return [r for r in runs if isinstance(r, dict)]
-
-
-def save_history(key: str, durations: dict[str, float], keep: int = 5) -> None:
-    p = history_path()
-    try:
-        data = json.loads(p.read_text())
-        if not isinstance(data, dict):
-            data = {}
-    except (OSError, ValueError):
-        data = {}
-    runs = [r for r in data.get(key, []) if isinstance(r, dict)]
-    runs.append({k: round(v, 3) for k, v in durations.items()})
-    data[key] = runs[-keep:]
-    atomic_write_json(p, data)
-
-
-def expected_durations(history: list[dict[str, float]]) -> dict[str, float] | None:
-    """Median duration per phase over previous loads (None without history)."""
-    if not history:
-        return None
-    out: dict[str, float] = {}
-    for ph in _ORDER:
-        vals = sorted(float(h[ph]) for h in history if isinstance(h.get(ph), (int, float)))
-        if vals:
-            out[ph] = vals[len(vals) // 2]
-    return out or None
-
-
-# ============================================================================ tracker
 
 
 class StartupTracker:
@@ -182,15 +102,10 @@ class StartupTracker:
         self.poll_gpu = poll_gpu
         self.clock = clock
         engine = rec.engine if rec.engine in ("sglang", "vllm") else None
-        # its start-up and failures only: the figures of the stat lines (most of a serving log) are not read
-        self.parser = LogParser(engine, stats=False)
-        #: the view's line splitter, whose segments the parser reads (``lines=True``)
-        self.splitter = LineSplitter(segments=self._segment) if lines else None
-        #: the parser reads the splitter's segments: None until the log's first bytes tell
-        #: whether it is UTF-8; a UTF-16 or UTF-32 log (its BOM says) is parsed from its bytes
-        self._shared: bool | None = None
-        self._first = b""
-        self._segment_events: list[LogEvent] = []
+        #: the log: its parser, and the view's line splitter whose segments it reads (``lines=True``)
+        self.startup_log = StartupLog(engine, lines=lines)
+        self.parser = self.startup_log.parser
+        self.splitter = self.startup_log.splitter
         self.started = rec.started or rec.created or clock()
         #: when the run became ready: recorded by whoever saw it first (a launch's --wait, a view),
         #: else the moment this tracker sees it; "ready in" is ready_at - started, not the time
@@ -245,48 +160,16 @@ class StartupTracker:
         if data:
             self.offset += len(data)
             self.last_activity = self.clock()
-        lines: list[str] = []
-        sp = self.splitter
-        if sp is None:
-            events = self.parser.feed(data)
-        else:
-            events = self._raw(data)
-            lines = sp.feed(data)  # the segments it ends are parsed as it goes (_segment)
-            events += self._segment_events
-            self._segment_events = []
+        events, lines = self.startup_log.feed(data)
         if self.alive is False:
             # the liveness probe saw the process end before these last lines were read: they
             # are a dead process's too (an exception they end on is final)
-            events += self.parser.ended(tail=self._tail())
+            events += self.startup_log.ended()
         self._consume(events)
         return events, lines
 
-    def _raw(self, data: bytes) -> list[LogEvent]:
-        """What the parser reads of the raw bytes beside the splitter's segments: the start of the
-        log, to judge it; all of it for a UTF-16 or UTF-32 log."""
-        if self._shared is None:
-            self._first += data
-            if might_be_bom(self._first):
-                return []  # one to three bytes that may yet be a BOM (no segment ends in them)
-            data, self._first = self._first, b""
-            self._shared = sniff(data[:4])[0] == "utf-8"
-        if not self._shared:
-            return self.parser.feed(data)
-        self.parser.see(data)
-        return []
-
-    def _segment(self, text: str, cr: bool) -> None:
-        if self._shared:
-            self._segment_events += self.parser.feed_segment(text, cr)
-
-    def _tail(self) -> str | None:
-        """The unterminated segment for the parser's flush (None: the parser holds its own)."""
-        if self.splitter is None or self._shared is False:
-            return None
-        return self.splitter.tail() if self._shared else ""
-
     def flush(self) -> list[LogEvent]:
-        events = self.parser.flush(tail=self._tail())
+        events = self.startup_log.flush()
         self._consume(events)
         return events
 
@@ -310,7 +193,7 @@ class StartupTracker:
             self.rc = rc
             # the log will not grow any more: its last, unterminated line counts too, and an
             # exception it ends on (nothing after it) is the failure
-            self._consume(self.parser.ended(tail=self._tail()))
+            self._consume(self.startup_log.ended())
 
     def set_gpu(self, status: GpuStatus | Sequence[float] | dict[int, float] | None) -> None:
         if status is None:
@@ -462,73 +345,23 @@ class StartupTracker:
             proof=proof,
             health=self.health,
             gpu_memory=self.gpu_memory,
-            message=_message(state, diag, st.describe()),
+            message=progress_message(state, diag, st.describe()),
             time=now,
         )
 
     def _estimate(self, phase: str | None, pp: float | None, now: float) -> tuple[float, float | None, str]:
-        if phase is None:
-            return 0.0, None, ""
-        if phase == "ready":
-            return 1.0, 0.0, ""
-        weights = dict(DEFAULT_WEIGHTS)
-        exp = self.expected
-        if exp:
-            tot = sum(exp.get(p, 0.0) for p in _ORDER)
-            if tot > 0:
-                weights = {p: exp.get(p, 0.0) / tot for p in _ORDER}
-        idx = _ORDER.index(phase) if phase in _ORDER else len(_ORDER) - 1
-        done = sum(weights[p] for p in _ORDER[:idx])
-        cur_w = weights.get(phase, 0.0)
-        inside = pp if pp is not None else 0.0
-        fraction = min(0.99, done + cur_w * inside)
-        # ETA
-        phase_start = self.phase_times.get(phase, now)
-        in_phase = max(0.0, now - phase_start)
         rate_left: float | None = None
         st = self.parser.state
         if phase == "weight-loading" and st.weights and self.weight_rate_start is not None:
-            t0, n0 = self.weight_rate_start
-            n, total = st.weights
-            if n > n0 and now > t0:
-                rate = (n - n0) / (now - t0)
-                rate_left = (total - n) / rate if rate > 0 else None
+            rate_left = time_left_at_rate(st.weights, self.weight_rate_start, now)
         elif phase == "graph-capture" and st.graph and not st.graph_done and self._bar_start is not None:
-            (_, _), t0, n0 = self._bar_start
-            n, total = st.graph
-            if n > n0 and now > t0:
-                rate = (n - n0) / (now - t0)
-                rate_left = (total - n) / rate if rate > 0 else None
-        if exp:
-            later = sum(exp.get(p, 0.0) for p in _ORDER[idx + 1 :])
-            cur_exp = exp.get(phase)
-            if rate_left is not None:
-                cur_left = rate_left
-            elif cur_exp is not None:
-                cur_left = max(0.0, cur_exp * (1 - inside) if pp is not None else cur_exp - in_phase)
-            else:
-                cur_left = 0.0
-            return fraction, cur_left + later, "history"
-        if rate_left is not None and phase != "weight-loading":
-            return fraction, rate_left, "rate"
-        if rate_left is not None:
-            # no history: scale the remaining phases by their default share of the weights phase
-            w_share = weights["weight-loading"]
-            elapsed_w = max(0.0, now - self.phase_times.get("weight-loading", now))
-            total_w = elapsed_w + rate_left
-            later = sum(weights[p] for p in _ORDER[idx + 1 :]) / w_share * total_w if w_share else 0.0
-            return fraction, rate_left + later, "rate"
-        return fraction, None, ""
+            _, t0, n0 = self._bar_start
+            rate_left = time_left_at_rate(st.graph, (t0, n0), now)
+        return estimate(phase, pp, now, expected=self.expected, phase_times=self.phase_times, rate_left=rate_left)
 
     def durations(self) -> dict[str, float]:
         """Seconds per phase from the recorded phase start times."""
-        pts = sorted(((t, p) for p, t in self.phase_times.items()), key=lambda x: x[0])
-        out: dict[str, float] = {}
-        for (t, p), nxt in zip(pts, pts[1:] + [(None, None)]):
-            if p == "ready" or nxt[0] is None:
-                continue
-            out[p] = max(0.0, float(nxt[0]) - float(t))
-        return out
+        return phase_durations(self.phase_times)
 
     def on_update(self, cb: Callable[[StartupProgress], None]) -> None:
         self._listeners.append(cb)
@@ -725,78 +558,7 @@ async def wait_ready(
     return await tr.run(timeout=timeout, on_update=on_update)
 
 
-#: run-record states that say more than a /health probe while the server does not answer 200
-_RECORD_STATES = {"launching": STARTING, STARTING: STARTING, STALLED: STALLED, STOPPING: STOPPING, FAILED: FAILED}
-
-
-def reconcile_servers(servers: Sequence[ServerStats], store: RunStore | None = None) -> tuple[ServerStats, ...]:
-    """The status screen's server rows, agreeing with the run view and ``tunedeck runs``:
-    a server tunedeck launched whose ``/health`` does not answer 200 shows its run's
-    state (starting, stalled, stopping, failed: a re-read found its process dead) and
-    diagnosis instead of a bare "down"."""
-    store = store or RunStore()
-    out = []
-    for s in servers:
-        rec = store.load(s.run_id) if s.run_id else None
-        state = _RECORD_STATES.get(rec.status) if rec is not None else None
-        if state is None or s.state == READY or rec is None:
-            out.append(s)
-            continue
-        out.append(replace(s, state=state, message=rec.diagnosis or s.message))
-    return tuple(out)
-
-
-def _message(state: str, diag: str | None, describe: str) -> str:
-    if state == READY:
-        return "ready"
-    if state == STOPPED:
-        return "stopped (by you)"
-    if state == STALLED:
-        return diag or "stalled"
-    if state in (FAILED, EXITED):
-        return f"failed: {diag}" if diag else state
-    return diag or describe
-
-
-def format_progress(p: StartupProgress) -> str:
-    """One line for a terminal: '[ 42%] weight-loading 14/37  elapsed 1m02s  ETA 1m30s'."""
-
-    def dur(s: float | None) -> str:
-        if s is None:
-            return "?"
-        s = round(s)
-        return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
-
-    parts = [f"[{p.fraction * 100:3.0f}%]", p.phase or "starting"]
-    if p.phase_label:
-        parts.append(f"({p.phase_label})")
-    if p.phase_total:
-        parts.append(f"{p.phase_n}/{p.phase_total}")
-    elif p.phase_progress is not None and p.state != READY:
-        parts.append(f"{p.phase_progress * 100:.0f}%")
-    parts.append(f" elapsed {dur(p.elapsed)}")
-    if p.state == STARTING:
-        parts.append(f" ETA {dur(p.eta)}")
-    if p.gpu_memory:
-        parts.append(" GPU " + "/".join(f"{m / 1024:.1f}" for m in p.gpu_memory) + " GiB")
-    if p.stalled:
-        parts.append(f" STALLED {dur(p.stalled_for)}")
-    if p.diagnosis:
-        parts.append(f" — {p.diagnosis}")
-    return " ".join(parts)
-
-
 __all__ = [
-    "STALLED",
-    "STALL_ACTIONS",
     "StartupTracker",
-    "describe_gpu_memory",
-    "expected_durations",
-    "format_progress",
-    "history_key",
-    "load_history",
-    "parse_stall_after",
-    "reconcile_servers",
-    "save_history",
     "wait_ready",
 ]

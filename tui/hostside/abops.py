@@ -28,7 +28,7 @@ from tunedeck.ab.ops import (
 )
 from tunedeck.ab.plan import Plan, PlanLevel
 from tunedeck.bench.counters import COUNTED_SPEC, Snapshot, level_figures, parse_counters
-from tunedeck.hostops import hostruns, launcher, runstop, runstore, tracker
+from tunedeck.hostops import hostruns, launcher, runstop, runstore, startupstate, tracker
 from tunedeck.hostops.hosts import Host
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.util import http
@@ -118,7 +118,7 @@ class LocalOps:
         rec = handle.handle
 
         def cb(p: Any) -> None:
-            text = tracker.format_progress(p)
+            text = startupstate.format_progress(p)
             text = text.split("] ", 1)[-1] if text.startswith("[") else text
             on_progress(" ".join(text.split()), p.fraction)
 

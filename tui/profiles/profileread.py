@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from tunedeck.profiles.model import (
     DEPLOY_KEYS,
@@ -235,22 +235,13 @@ def _deploy(r: TomlReader, value: Any, engine: str, n_nodes: int) -> Deploy:
         if ha and not _ADDRESS_RE.match(ha):
             raise r.err(("deploy", "head_address"), f"{ha!r} is not a host name or IP address")
         kw["head_address"] = ha
-    if "port" in d:
-        kw["port"] = r.int_value(d["port"], ("deploy", "port"), 1, 65535)
-    if "gpus_per_node" in d:
-        kw["gpus_per_node"] = r.int_value(d["gpus_per_node"], ("deploy", "gpus_per_node"), 1, 64)
-    for k in ("pp", "dp"):
-        if k in d:
-            kw[k] = r.int_value(d[k], ("deploy", k), 1, 4096)
+    _deploy_ints(r, d, kw, _DEPLOY_INTS)
     if "ray" in d:
         ray = r.text_value(d["ray"], ("deploy", "ray"), allow_empty=False)
         if ray.startswith("-") or ray.strip() != ray or "=" in ray:
             raise r.err(("deploy", "ray"), f"invalid executable {ray!r}")
         kw["ray"] = ray
-    if "ray_wait" in d:
-        kw["ray_wait"] = r.int_value(d["ray_wait"], ("deploy", "ray_wait"), 1, 86400)
-    if "ray_num_cpus" in d:
-        kw["ray_num_cpus"] = r.int_value(d["ray_num_cpus"], ("deploy", "ray_num_cpus"), 0, 65536)
+    _deploy_ints(r, d, kw, _RAY_INTS)
     if "ray_dashboard" in d:
         if not isinstance(d["ray_dashboard"], bool):
             raise r.err(("deploy", "ray_dashboard"), f"expected true or false, got {type(d['ray_dashboard']).__name__}")
@@ -261,6 +252,18 @@ def _deploy(r: TomlReader, value: Any, engine: str, n_nodes: int) -> Deploy:
         addrs = _per_node(r, d["node_addresses"], "node_addresses", n_nodes, _address, one_for_all=False)
         kw["node_addresses"] = addrs
     return Deploy(**kw)
+
+
+#: the ``[deploy]`` whole numbers and their bounds, in the order they are checked (around ``ray``)
+_DEPLOY_INTS = (("port", 1, 65535), ("gpus_per_node", 1, 64), ("pp", 1, 4096), ("dp", 1, 4096))
+_RAY_INTS = (("ray_wait", 1, 86400), ("ray_num_cpus", 0, 65536))
+
+
+def _deploy_ints(r: TomlReader, d: Mapping[str, Any], kw: dict[str, Any], keys: Sequence[tuple[str, int, int]]) -> None:
+    """Each of ``keys`` that ``d`` has, into ``kw`` as a whole number within its bounds."""
+    for k, lo, hi in keys:
+        if k in d:
+            kw[k] = r.int_value(d[k], ("deploy", k), lo, hi)
 
 
 def _temp_dir(v: str) -> str | None:

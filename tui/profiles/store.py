@@ -27,7 +27,9 @@ import difflib
 import logging
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import tunedeck
 from tunedeck.profiles.model import (
@@ -50,11 +52,30 @@ ENV_VAR = "TUNEDECK_PROFILES"
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 def _broken(f: Path, e: BaseException) -> ProfileError:
     """A file that failed in a way the loader did not foresee: still one broken file, never a crash."""
     log.warning("cannot load %s", f, exc_info=e)
     return ProfileError(f"cannot load: {type(e).__name__}: {e}", path=f)
+
+
+#: what a loader may raise on a fault it did not foresee in a file (:func:`_broken`)
+_UNFORESEEN = (RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError)
+
+
+def _read_file(f: Path, read: Callable[[Path], T], what: str, errors: list[ProfileError]) -> T | None:
+    """``read(f)``, or None with the file's error added to ``errors``: a broken file is skipped,
+    never a crash."""
+    try:
+        return read(f)
+    except ProfileError as e:
+        log.info("broken %s skipped: %s", what, e)
+        errors.append(e)
+    except _UNFORESEEN as e:
+        errors.append(_broken(f, e))
+    return None
 
 
 def builtin_root() -> Path:
@@ -107,14 +128,8 @@ class ProfileStore:
         errors: list[ProfileError] = []
         for root, source in ((self.user, "user"), (self.builtin, "builtin")):
             for f in _server_files(root):
-                try:
-                    p = load_profile_file(f, source=source)
-                except ProfileError as e:
-                    log.info("broken profile skipped: %s", e)
-                    errors.append(e)
-                    continue
-                except (RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as e:
-                    errors.append(_broken(f, e))
+                p = _read_file(f, partial(load_profile_file, source=source), "profile", errors)
+                if p is None:
                     continue
                 if p.name in found:
                     shadowed.append(p)
@@ -155,7 +170,7 @@ class ProfileStore:
             )
         try:
             return load_profile_file(hit[0], source=hit[1])
-        except (RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as e:
+        except _UNFORESEEN as e:
             if isinstance(e, ProfileError):
                 raise
             raise _broken(hit[0], e) from None
@@ -249,15 +264,10 @@ class ProfileStore:
             if not d.is_dir():
                 continue
             for f in sorted(d.glob("*.toml")):
-                try:
-                    n, a = load_preset_file(f, source=source)
-                except ProfileError as e:
-                    log.info("broken preset file skipped: %s", e)
-                    errors.append(e)
+                got = _read_file(f, partial(load_preset_file, source=source), "preset file", errors)
+                if got is None:
                     continue
-                except (RecursionError, MemoryError, ValueError, TypeError, KeyError, AttributeError) as e:
-                    errors.append(_broken(f, e))
-                    continue
+                n, a = got
                 for np_ in n:
                     nccl.setdefault(np_.name, np_)
                 for ap in a:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from tunedeck.ab.journal import new_id
 from tunedeck.ab.ops import ProfileInfo
@@ -39,6 +39,34 @@ if TYPE_CHECKING:
     from tunedeck.profiles.model import ServerProfile
 
 log = logging.getLogger(__name__)
+
+
+def ab_spec(
+    a: ProfileInfo,
+    b: ProfileInfo,
+    plan: Plan,
+    *,
+    repeats: int,
+    interleave: bool,
+    noise_pct: float | None,
+    stop_existing: bool,
+    host_label: str,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The spec of a new A/B (:mod:`tunedeck.hostside.abjob` reads it, wherever it runs); a fresh
+    id. ``extra``: keys of the job that runs it (an A/B of deployments' own)."""
+    return {
+        "ab_id": new_id("ab"),
+        "a": a.to_json(),
+        "b": b.to_json(),
+        "plan": plan.to_dict(),
+        "repeats": repeats,
+        "interleave": interleave,
+        "noise_pct": noise_pct,
+        "stop_existing": stop_existing,
+        "host_label": host_label,
+        **extra,
+    }
 
 
 def resolve_profile(name: str, *, demo: bool, sim: bool = False) -> tuple[ProfileInfo, "ServerProfile"]:
@@ -142,18 +170,17 @@ class ABRun(JobRun):
                 infos[label] = dataclasses.replace(infos[label], argv=tuple(argv))
         stop_existing = await ask_to_stop_runs(host, where, confirm_stop)
         plan = await ship_workload(host, plan, py)  # the host-side runs read the plan's dataset there
-        ab_id = new_id("ab")
-        spec = {
-            "ab_id": ab_id,
-            "a": infos["A"].to_json(),
-            "b": infos["B"].to_json(),
-            "plan": plan.to_dict(),
-            "repeats": repeats,
-            "interleave": interleave,
-            "noise_pct": noise_pct,
-            "stop_existing": stop_existing,
-            "host_label": where,
-        }
+        spec = ab_spec(
+            infos["A"],
+            infos["B"],
+            plan,
+            repeats=repeats,
+            interleave=interleave,
+            noise_pct=noise_pct,
+            stop_existing=stop_existing,
+            host_label=where,
+        )
+        ab_id = spec["ab_id"]
         job = await jobs.start(host, "ab", spec, python=py, meta={"ab_id": ab_id, "a": a, "b": b, "plan": plan.name})
         journal(
             {
@@ -253,4 +280,4 @@ class ABRun(JobRun):
         return rep
 
 
-__all__ = ["ABRun", "profile_info", "resolve_profile"]
+__all__ = ["ABRun", "ab_spec", "profile_info", "resolve_profile"]

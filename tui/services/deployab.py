@@ -32,8 +32,7 @@ from tunedeck.services.deployops import (
     nodes_label,
     refuse_on_nodes,
     side_info,
-    spec_datasets,
-    spec_python,
+    spec_ops,
     start_job,
 )
 from tunedeck.services.jobrun import ask_to_stop
@@ -72,7 +71,7 @@ async def start(
     """Start the campaign detached on this machine; returns its host and job (follow them with
     :class:`tunedeck.services.abrun.ABRun`). ValueError names a profile that cannot be one side;
     :class:`jobs.JobError` when an A/B or a tuning campaign runs here or on any node."""
-    from tunedeck.ab.journal import new_id
+    from tunedeck.services.abrun import ab_spec
 
     sides = {}
     planned: dict[str, tuple[ServerProfile, DeploymentPlan]] = {}
@@ -93,21 +92,20 @@ async def start(
         datasets = await ops.place_dataset(plan.workload.path)
     finally:
         await ops.close()
-    ab_id = new_id("ab")
-    spec = {
-        "ab_id": ab_id,
-        "a": sides["A"].to_json(),
-        "b": sides["B"].to_json(),
-        "plan": plan.to_dict(),
-        "repeats": repeats,
-        "interleave": interleave,
-        "noise_pct": noise_pct,
-        "stop_existing": stop_existing,
-        "host_label": label,
-        "sim": sim,
-        "python": python,
-        "datasets": datasets,
-    }
+    spec = ab_spec(
+        sides["A"],
+        sides["B"],
+        plan,
+        repeats=repeats,
+        interleave=interleave,
+        noise_pct=noise_pct,
+        stop_existing=stop_existing,
+        host_label=label,
+        sim=sim,
+        python=python,
+        datasets=datasets,
+    )
+    ab_id = spec["ab_id"]
     meta = {"ab_id": ab_id, "a": a, "b": b, "plan": plan.name, "nodes": ops.nodes}
     return await start_job("ab", MODULE, spec, meta)
 
@@ -197,23 +195,12 @@ async def _still_running(rec: deploy.DeploymentRecord, host: Callable[[str], Hos
 def main(argv: list[str] | None = None) -> int:
     from tunedeck.hostside import abjob
 
-    async def run(job_dir: Path, made: list[DeploymentOps]) -> int:
-        def make_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
-            sim = bool(spec.get("sim"))
-            sides = {i.name: plan_side(i.name, sim=sim) for i in infos.values()}
-            ops = DeploymentOps(
-                sides,
-                host_label=str(spec.get("host_label") or "deployments"),
-                python=spec_python(spec),
-                datasets=spec_datasets(spec),
-                ledger=job_dir / LEDGER,
-            )
-            made.append(ops)
-            return ops
+    def ops_for(job_dir: Path, spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
+        sim = bool(spec.get("sim"))
+        sides = {i.name: plan_side(i.name, sim=sim) for i in infos.values()}
+        return spec_ops(spec, sides, ledger=job_dir / LEDGER)
 
-        return await abjob.run(job_dir, make_ops)
-
-    return job_main(MODULE, argv, run)
+    return job_main(MODULE, argv, abjob.run, ops_for)
 
 
 if __name__ == "__main__":

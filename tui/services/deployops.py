@@ -29,9 +29,9 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from tunedeck.ab.ops import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, StopResult
+from tunedeck.ab.ops import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, ServerOps, StopResult
 from tunedeck.ab.plan import Plan, PlanLevel
 from tunedeck.hostops import hostruns, launcher, runstop
 from tunedeck.hostops.hosts import Host, HostError
@@ -390,9 +390,33 @@ def spec_datasets(spec: Mapping[str, object]) -> dict[str, str]:
     return dict(got)
 
 
-def job_main(module: str, argv: list[str] | None, run: Callable[[Path, list[DeploymentOps]], Awaitable[int]]) -> int:
-    """The entry point of a campaign job here: ``run(job_dir, made)`` runs it (every
-    :class:`DeploymentOps` it makes goes in ``made``, each closed at the end)."""
+def spec_ops(
+    spec: Mapping[str, object], sides: Mapping[str, tuple[ServerProfile, DeploymentPlan]], *, ledger: Path | None = None
+) -> DeploymentOps:
+    """The operations a campaign job measures ``sides`` with, as its spec says: the label of its
+    hosts, the host-side interpreter, where its dataset was placed."""
+    return DeploymentOps(
+        sides,
+        host_label=str(spec.get("host_label") or "deployments"),
+        python=spec_python(spec),
+        datasets=spec_datasets(spec),
+        ledger=ledger,
+    )
+
+
+#: a campaign's operations from its spec and profiles (what :mod:`tunedeck.hostside.abjob` and
+#: :mod:`tunedeck.hostside.tunejob` ask for)
+MakeOps = Callable[[Mapping[str, Any], Mapping[str, ProfileInfo]], ServerOps]
+
+
+def job_main(
+    module: str,
+    argv: list[str] | None,
+    job: Callable[[Path, MakeOps], Awaitable[int]],
+    ops_for: Callable[[Path, Mapping[str, Any], Mapping[str, ProfileInfo]], DeploymentOps],
+) -> int:
+    """The entry point of a campaign job here: ``job(job_dir, make_ops)`` runs it, with the
+    operations ``ops_for(job_dir, spec, infos)`` makes (each closed at the end)."""
     from tunedeck.util.aio import run_async
 
     args = sys.argv[1:] if argv is None else argv
@@ -405,9 +429,14 @@ def job_main(module: str, argv: list[str] | None, run: Callable[[Path, list[Depl
     os.environ.pop("TUNEDECK_RUN_ID", None)
     made: list[DeploymentOps] = []
 
+    def make_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
+        ops = ops_for(job_dir, spec, infos)
+        made.append(ops)
+        return ops
+
     async def campaign() -> int:
         try:
-            return await run(job_dir, made)
+            return await job(job_dir, make_ops)
         finally:
             for o in made:
                 await o.close()
@@ -425,6 +454,7 @@ __all__ = [
     "refuse_on_nodes",
     "side_info",
     "spec_datasets",
+    "spec_ops",
     "spec_python",
     "start_job",
 ]

@@ -37,8 +37,7 @@ from tunedeck.services.deployops import (
     nodes_label,
     refuse_on_nodes,
     side_info,
-    spec_datasets,
-    spec_python,
+    spec_ops,
     start_job,
 )
 from tunedeck.services.jobrun import ask_to_stop
@@ -199,20 +198,10 @@ def sides_of(spec: Mapping[str, Any]) -> dict[str, tuple[ServerProfile, Deployme
 def main(argv: list[str] | None = None) -> int:
     from tunedeck.hostside import tunejob
 
-    async def run(job_dir: Path, made: list[DeploymentOps]) -> int:
-        def make_ops(spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
-            ops = DeploymentOps(
-                sides_of(spec),
-                host_label=str(spec.get("host_label") or "deployments"),
-                python=spec_python(spec),
-                datasets=spec_datasets(spec),
-            )
-            made.append(ops)
-            return ops
+    def ops_for(job_dir: Path, spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
+        return spec_ops(spec, sides_of(spec))
 
-        return await tunejob.run(job_dir, make_ops)
-
-    return job_main(MODULE, argv, run)
+    return job_main(MODULE, argv, tunejob.run, ops_for)
 
 
 if __name__ == "__main__":

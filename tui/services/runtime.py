@@ -88,6 +88,9 @@ SHIPPED: tuple[str, ...] = (
     "hostops/reread.py",
     "hostops/runstop.py",
     "hostops/runstore.py",
+    "hostops/startupeta.py",
+    "hostops/startuplog.py",
+    "hostops/startupstate.py",
     "hostops/tracker.py",
     # the simulator (`sim ENGINE …`, `smi …`): every module but the laptop's demo host
     "sim/",

@@ -35,6 +35,17 @@ def run_async(coro: Coroutine[Any, Any, T], *, fast: bool = True) -> T:
     return asyncio.run(coro)
 
 
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads; one already gone is no error."""
+    import os
+    import signal
+
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 async def terminate_group(
     proc: "asyncio.subprocess.Process", *, first: Optional[int] = None, grace: float = 5.0
 ) -> None:
@@ -58,16 +69,10 @@ async def terminate_group(
     try:
         await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
     except asyncio.TimeoutError:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(proc.pid)
         await proc.wait()
     except asyncio.CancelledError:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(proc.pid)
         try:
             await asyncio.wait_for(asyncio.shield(proc.wait()), 1.0)
         except asyncio.TimeoutError:

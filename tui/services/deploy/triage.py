@@ -10,7 +10,8 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from tunedeck.hostops.hosts import Host
 from tunedeck.hostops.runstore import FAILED, READY, STARTING, STOPPED, WORKER_UP, RunStore
-from tunedeck.hostops.tracker import STALLED, StartupTracker
+from tunedeck.hostops.startupstate import STALLED
+from tunedeck.hostops.tracker import StartupTracker
 from tunedeck.model import StartupProgress
 from tunedeck.services.deploy.logs import log_time
 from tunedeck.services.deploy.records import (
