@@ -81,3 +81,17 @@ def test_json_is_taken_before_and_after_the_action(command: str) -> None:
     assert parser.parse_args([command, "--json", "list"]).json is True
     assert parser.parse_args([command, "list", "--json"]).json is True
     assert parser.parse_args([command, "list"]).json is False
+
+
+@pytest.mark.parametrize("argv", [["--host=--", "status"], ["status", "--host=--"], ["--host=", "runs"]])
+def test_a_host_option_without_a_host_is_a_usage_error_not_a_crash(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse hands ``--host=--`` over as an empty list: once a crash in the fleet check."""
+    from tunedeck.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "tunedeck: error:" in err and "--host" in err and "Traceback" not in err

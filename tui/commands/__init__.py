@@ -20,6 +20,9 @@ class _HostAction(argparse.Action):
         values: object,
         _option_string: str | None = None,
     ) -> None:
+        if not isinstance(values, str) or not values:
+            # argparse hands ``--host=--`` over as an empty list (it drops a lone "--")
+            raise argparse.ArgumentError(self, "expected a host (local, [user@]host[:port] or an alias)")
         namespace.hosts = [*(getattr(namespace, "hosts", None) or []), values]
         namespace.host = values
 
