@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.clifix import FAKE
 from tests.ports import free_port
 from tunedeck.hostops import hostruns, logfollow, runstore
 from tunedeck.hostops import launcher as L
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.hostops.tracker import StartupTracker, format_progress, load_history, wait_ready
 
-FAKE = str(REPO / "tests" / "fakeserver.py")
 pytestmark = pytest.mark.timeout(60)
 
 
