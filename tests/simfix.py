@@ -8,7 +8,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.ports import free_port  # noqa: F401  (imported from here by many tests)
@@ -94,6 +94,34 @@ class SimProc:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def _sim(engine: str, port: int, model: tuple[str, ...], load_s: float, *extra: str, **kw: Any) -> SimProc:
+    return SimProc(engine, *model, "--port", str(port), "--sim-load-seconds", _num(load_s), *extra, **kw)
+
+
+def vllm_sim(
+    port: int,
+    *extra: str,
+    ttft_ms: float = 50,
+    itl_ms: float = 10,
+    load_s: float = 0.5,
+    netns: str | None = None,
+) -> SimProc:
+    """``tunedeck sim vllm m -tp 8`` on ``port`` with a fixed TTFT and inter-token latency (ms),
+    loaded in ``load_s`` seconds; ``extra``: more of its options."""
+    timing = ("--sim-fixed-ttft-ms", _num(ttft_ms), "--sim-fixed-itl-ms", _num(itl_ms))
+    return _sim("vllm", port, ("m", "-tp", "8"), load_s, *timing, *extra, netns=netns)
+
+
+def sglang_sim(port: int, *extra: str, load_s: float = 0.3) -> SimProc:
+    """``tunedeck sim sglang --model-path m --tp-size 8`` on ``port`` with its ``/metrics``,
+    loaded in ``load_s`` seconds; ``extra``: more of its options."""
+    return _sim("sglang", port, ("--model-path", "m", "--tp-size", "8"), load_s, "--enable-metrics", *extra)
 
 
 def sse_events(text: str) -> Iterator[str]:

@@ -1,7 +1,32 @@
-"""What the simulator's performance model (tui/sim/perf.py, docs/sim-model.md) predicts for
-sglang-tuned over sglang-base, for the end-to-end A/B tests."""
+"""For the end-to-end A/B tests: copies of the built-in profiles on a free port, and what the
+simulator's performance model (tui/sim/perf.py, docs/sim-model.md) predicts for sglang-tuned over
+sglang-base."""
 
 from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.conftest import REPO
+
+
+def ab_profiles(user: Path, prefix: str, port: int, *, python: str | None = None) -> dict[str, str]:
+    """Copies of the built-in sglang-base and sglang-tuned in the profile folder ``user``, named
+    ``PREFIX-base`` and ``PREFIX-tuned``, on ``port`` (parallel test runs must not share the engines'
+    default ports) and, given ``python``, run by that interpreter; their names by the originals'."""
+    user.mkdir(parents=True, exist_ok=True)
+    names = {}
+    for src in ("sglang-base", "sglang-tuned"):
+        dst = prefix + src.removeprefix("sglang")
+        text = (REPO / "profiles" / "servers" / f"{src}.toml").read_text()
+        text = re.sub(r'(?m)^name = ".*"$', f'name = "{dst}"', text)
+        text = re.sub(r"(?m)^port = \d+$", f"port = {port}", text)
+        if python is not None:
+            text = text.replace("schema_version = 1", f"schema_version = 1\npython = {json.dumps(python)}", 1)
+        (user / f"{dst}.toml").write_text(text)
+        names[src] = dst
+    return names
 
 
 def expected_gain_pct(concurrency: int) -> float:

@@ -8,6 +8,7 @@ copies differ from the built-ins only in name and port.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
@@ -16,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tunedeck_cmd
+from tests import clifix
+from tests.clifix import read_until, start_cli
 from tests.ports import free_port
-from tests.simfix_ab import assert_b_wins_unless_busy
+from tests.screenapp import ScreenApp
+from tests.simfix_ab import ab_profiles, assert_b_wins_unless_busy
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
@@ -28,17 +30,9 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 def profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """User copies of sglang-base / sglang-tuned on a free port, plus a B that fails with OOM."""
     user = tmp_path / "profiles"
-    user.mkdir()
     monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
-    port = free_port()
-    names = {}
-    for src, dst in (("sglang-base", "t-base"), ("sglang-tuned", "t-tuned")):
-        text = (REPO / "profiles" / "servers" / f"{src}.toml").read_text()
-        text = re.sub(r'(?m)^name = ".*"$', f'name = "{dst}"', text)
-        text = re.sub(r"(?m)^port = \d+$", f"port = {port}", text)
-        (user / f"{dst}.toml").write_text(text)
-        names[src] = dst
+    names = ab_profiles(user, "t", free_port())
     bad = (user / "t-base.toml").read_text().replace('name = "t-base"', 'name = "t-oom"')
     typo = bad.replace('name = "t-oom"', 'name = "t-typo"')
     bad = bad.replace(
@@ -52,10 +46,8 @@ def profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return names
 
 
-def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout, env=dict(os.environ)
-    )
+#: an A/B's command: minutes on a loaded machine
+run_cli = functools.partial(clifix.run_cli, timeout=240)
 
 
 async def nothing_running() -> tuple[list, list | None]:
@@ -150,7 +142,6 @@ def test_ab_refuses_a_bad_profile_before_launching_anything(profiles):
 @pytest.mark.timeout(300)
 async def test_pilot_one_key_runs_demo_ab_and_shows_comparison(profiles):
     """In the TUI: mark A and B, press g; the real A/B runs over the simulator and the view appears."""
-    from textual.app import App
 
     from tunedeck.sim.demo import demo_host
     from tunedeck.ui.screens.compare import CompareScreen
@@ -159,14 +150,7 @@ async def test_pilot_one_key_runs_demo_ab_and_shows_comparison(profiles):
 
     scr = CompareScreen(profiles=[profiles["sglang-base"], profiles["sglang-tuned"]], plan="quick")
 
-    class Demo(App):
-        host = demo_host()
-        target = "demo"
-
-        def on_mount(self) -> None:
-            self.push_screen(scr)
-
-    app = Demo()
+    app = ScreenApp(scr, host=demo_host(), target="demo")
     async with app.run_test(size=(120, 44)) as pilot:
         await pilot.pause()
         await pilot.press("1", "down", "2", "g")
@@ -188,35 +172,13 @@ def test_ab_detaches_on_sigterm_and_cancel_stops_the_server_keeping_results(prof
     """SIGTERM (as a closing terminal sends) while B benchmarks only detaches: the A/B goes on
     on the host. ``ab --cancel`` then stops it: B's server is stopped, A's results are kept."""
     import signal
-    import time
 
-    proc = subprocess.Popen(
-        [
-            *tunedeck_cmd(),
-            "ab",
-            profiles["sglang-base"],
-            profiles["sglang-tuned"],
-            "--demo",
-            "--plan",
-            "quick",
-            "--yes",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ),
-    )
-    seen = []
-    deadline = time.monotonic() + 200
+    proc = start_cli("ab", profiles["sglang-base"], profiles["sglang-tuned"], "--demo", "--plan", "quick", "--yes")
+    seen: list[str] = []
     assert proc.stderr is not None
     try:
-        for line in proc.stderr:
-            seen.append(line)
-            if "[B #1] benchmark single-stream" in line:
-                proc.send_signal(signal.SIGTERM)
-                break
-            assert time.monotonic() < deadline, "".join(seen)
+        if read_until(proc.stderr, lambda line: "[B #1] benchmark single-stream" in line, seen, 200):
+            proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -239,30 +201,17 @@ def test_an_ab_job_killed_after_side_a_reports_a_partial_exit_5(profiles):
     """The host's A/B job dies (SIGKILL: no report, no exit event) once A's levels are done: the
     outcome is what its job folder holds, A's levels, reported as partial with exit 5."""
     import signal
-    import time
 
     from tunedeck.commands.ab import EXIT_PARTIAL
     from tunedeck.services import jobs
     from tunedeck.sim.demo import demo_host
 
-    proc = subprocess.Popen(
-        [*tunedeck_cmd(), "ab", profiles["sglang-base"], profiles["sglang-tuned"], "--demo", "--plan", "quick"]
-        + ["--yes", "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ),
-    )
-    seen = []
-    deadline = time.monotonic() + 200
+    a, b = profiles["sglang-base"], profiles["sglang-tuned"]
+    proc = start_cli("ab", a, b, "--demo", "--plan", "quick", "--yes", "--json")
+    seen: list[str] = []
     assert proc.stderr is not None
     try:
-        for line in proc.stderr:
-            seen.append(line)
-            if f"launching {profiles['sglang-tuned']}" in line:
-                break
-            assert time.monotonic() < deadline, "".join(seen)
+        read_until(proc.stderr, lambda line: f"launching {b}" in line, seen, 200)
         jid = re.search(r"A/B job (\S+) runs on demo", "".join(seen)).group(1)
         job = asyncio.run(jobs.find(demo_host(), "ab", jid))
         kids = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()

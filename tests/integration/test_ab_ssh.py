@@ -7,17 +7,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import tunedeck_cmd
+from tests.clifix import run_cli
 from tests.ports import free_port
-from tests.simfix_ab import assert_b_wins_unless_busy
+from tests.simfix_ab import ab_profiles, assert_b_wins_unless_busy
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,26 +59,11 @@ async def remote_state(sshd: SshdServer) -> tuple[list, list | None]:
 
 
 def test_ab_over_ssh(sshd: SshdServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    simpython = remote_shims(sshd, tmp_path / "remote-sim")
     user = tmp_path / "profiles"
-    user.mkdir()
-    port = free_port()
-    for src, dst in (("sglang-base", "s-base"), ("sglang-tuned", "s-tuned")):
-        text = (REPO / "profiles" / "servers" / f"{src}.toml").read_text()
-        text = re.sub(r'(?m)^name = ".*"$', f'name = "{dst}"', text)
-        text = re.sub(r"(?m)^port = \d+$", f"port = {port}", text)
-        text = text.replace("schema_version = 1", f"schema_version = 1\npython = {json.dumps(str(simpython))}", 1)
-        (user / f"{dst}.toml").write_text(text)
+    ab_profiles(user, "s", free_port(), python=str(remote_shims(sshd, tmp_path / "remote-sim")))
     env = sshd.client_env(TUNEDECK_PROFILES=str(user))
     target = sshd.target(ROOT_USER)  # uid 0: the remote side runs this machine's Python
-    r = subprocess.run(
-        [*tunedeck_cmd(), "ab", "s-base", "s-tuned", "--host", target, "--plan", "quick", "--yes", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=280,
-    )
+    r = run_cli("ab", "s-base", "s-tuned", "--host", target, "--plan", "quick", "--yes", "--json", env=env, timeout=280)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(r.stdout)
     assert rep["status"] == "completed" and rep["host"] == target

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tunedeck_cmd
+from tests.clifix import bench_load, json_lines, running
+from tests.conftest import REPO
 from tests.fakesrv import FakeServer
 from tunedeck.bench.records import BenchEvent, LevelSummary, RecordError, Sample, parse_progress
 
@@ -73,36 +74,9 @@ def test_engine_imports_nothing_outside_the_standard_library():
 @pytest.mark.timeout(60)
 def test_kill_9_leaves_no_worker_behind():
     with FakeServer("--ttft-ms", "20", "--itl-ms", "50") as srv:
-        proc = subprocess.Popen(
-            [
-                *tunedeck_cmd(),
-                "bench",
-                "--url",
-                srv.url,
-                "--concurrency",
-                "8",
-                "--num-prompts",
-                "400",
-                "--input-len",
-                "8",
-                "--output-len",
-                "200",
-                "--warmup",
-                "0",
-                "--workers",
-                "3",
-                "--progress",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            while True:
-                line = proc.stdout.readline()
-                assert line, proc.stderr.read()
-                if json.loads(line)["type"] == "tick":
-                    break
+        load = bench_load(8, 400, 200, json_out=False)
+        with running("bench", "--url", srv.url, *load, "--workers", "3", "--progress") as proc:
+            next(msg for msg in json_lines(proc) if msg["type"] == "tick")
             workers = _children(proc.pid)
             assert len(workers) == 3 and all(_alive(p) for p in workers)
             os.kill(proc.pid, signal.SIGKILL)
@@ -111,12 +85,6 @@ def test_kill_9_leaves_no_worker_behind():
             while any(_alive(p) for p in workers) and time.monotonic() - t < 1.5:
                 time.sleep(0.05)
             orphans = [p for p in workers if _alive(p)]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
-            proc.stderr.close()
         for p in orphans:
             os.kill(p, signal.SIGKILL)
         assert orphans == [], "workers outlived their benchmark by > 1.5 s"

@@ -5,7 +5,9 @@ import asyncio
 import pytest
 from textual.app import App
 
+from tests.clifix import bench_load
 from tests.fakesrv import FakeServer
+from tests.screenapp import ScreenApp
 from tunedeck.bench import store
 from tunedeck.commands.bench import parse_plan
 from tunedeck.ui.screens.bench import BenchScreen
@@ -13,14 +15,9 @@ from tunedeck.ui.screens.modals import ConfirmModal
 from tunedeck.widgets.throughput_chart import ThroughputChart
 
 
-class BenchApp(App):
-    def __init__(self, args):
-        super().__init__()
-        self.args = args
-        self.messages = []
-
-    def on_mount(self) -> None:
-        self.push_screen(BenchScreen(parse_plan(self.args)))
+def bench_app(args: list[str]) -> ScreenApp:
+    """The benchmark screen running ``tunedeck bench ARGS``."""
+    return ScreenApp(BenchScreen(parse_plan(args)))
 
 
 async def test_chart_widget_bounded_and_throttled():
@@ -46,22 +43,7 @@ async def test_chart_widget_bounded_and_throttled():
 @pytest.mark.timeout(90)
 async def test_live_chart_updates_during_a_run():
     with FakeServer("--ttft-ms", "20", "--itl-ms", "25") as srv:
-        app = BenchApp(
-            [
-                "--url",
-                srv.url,
-                "--concurrency",
-                "2,8",
-                "--num-prompts",
-                "16",
-                "--input-len",
-                "8",
-                "--output-len",
-                "100",
-                "--warmup",
-                "0",
-            ]
-        )
+        app = bench_app(["--url", srv.url, *bench_load("2,8", 16, 100, json_out=False)])
         async with app.run_test(size=(120, 48), message_hook=app.messages.append) as pilot:
             screen = app.screen
             assert isinstance(screen, BenchScreen)
@@ -99,22 +81,7 @@ async def test_live_chart_updates_during_a_run():
 @pytest.mark.timeout(90)
 async def test_stop_key_interrupts_and_keeps_partial_results():
     with FakeServer("--ttft-ms", "20", "--itl-ms", "20") as srv:
-        app = BenchApp(
-            [
-                "--url",
-                srv.url,
-                "--concurrency",
-                "4",
-                "--num-prompts",
-                "400",
-                "--input-len",
-                "8",
-                "--output-len",
-                "50",
-                "--warmup",
-                "0",
-            ]
-        )
+        app = bench_app(["--url", srv.url, *bench_load(4, 400, 50, json_out=False)])
         async with app.run_test(size=(120, 40)) as pilot:
             screen = app.screen
             for _ in range(100):
@@ -206,24 +173,7 @@ async def test_live_goodput_then_the_per_level_table_after_a_sweep():
     from tunedeck.widgets.sweep_table import SweepTable, health_cell
 
     with FakeServer("--ttft-ms", "20", "--itl-ms", "20", "--pattern", "ok,slowfirst", "--slowfirst-s", "0.4") as srv:
-        app = BenchApp(
-            [
-                "--url",
-                srv.url,
-                "--concurrency",
-                "2,4",
-                "--num-prompts",
-                "8",
-                "--input-len",
-                "8",
-                "--output-len",
-                "30",
-                "--warmup",
-                "0",
-                "--goodput",
-                "ttft:200",
-            ]
-        )
+        app = bench_app(["--url", srv.url, *bench_load("2,4", 8, 30, json_out=False), "--goodput", "ttft:200"])
         async with app.run_test(size=(120, 48)) as pilot:
             screen = app.screen
             panel = screen.query_one("#bench-goodput", GoodputPanel)

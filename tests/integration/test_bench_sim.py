@@ -1,12 +1,11 @@
 """`tunedeck bench` against the simulator with fixed timing (the issue's acceptance check)."""
 
 import json
-import subprocess
 
 import pytest
 
-from tests.conftest import tunedeck_cmd
-from tests.simfix import SimProc, free_port
+from tests.clifix import bench_load, cli_json
+from tests.simfix import free_port, vllm_sim
 from tunedeck.bench import store
 
 # TTFT is long enough that the simulator's own ingest of a 64-request burst (its HTTP layer reads and
@@ -20,50 +19,10 @@ def test_bench_reports_sim_timing(tmp_path, conc):
     rec = tmp_path / "times.jsonl"
     port = free_port()
     n = max(6, conc)
-    with SimProc(
-        "vllm",
-        "m",
-        "-tp",
-        "8",
-        "--port",
-        str(port),
-        "--sim-load-seconds",
-        "1",
-        "--sim-fixed-ttft-ms",
-        str(TTFT_MS),
-        "--sim-fixed-itl-ms",
-        str(ITL_MS),
-        "--sim-record-timestamps",
-        str(rec),
-    ):
+    with vllm_sim(port, "--sim-record-timestamps", str(rec), ttft_ms=TTFT_MS, itl_ms=ITL_MS, load_s=1):
         # no wait here: the bench's own readiness wait covers the simulated start-up
         target = ["--demo", "--port", str(port)] if conc == 1 else ["--url", f"http://127.0.0.1:{port}"]
-        r = subprocess.run(
-            [
-                *tunedeck_cmd(),
-                "bench",
-                *target,
-                "--concurrency",
-                str(conc),
-                "--num-prompts",
-                str(n),
-                "--input-len",
-                "8",
-                "--output-len",
-                str(OUT),
-                "--warmup",
-                str(conc),
-                "--ready-timeout",
-                "30",
-                "--json",
-                "-",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=90,
-        )
-    assert r.returncode == 0, r.stderr[-3000:]
-    s = json.loads(r.stdout)
+        s = cli_json("bench", *target, *bench_load(conc, n, OUT, warmup=conc), "--ready-timeout", "30", timeout=90)
     assert s["completed"] == n and s["failed"] == 0 and s["model_id"] == "m"
     meta = store.load_run(s["run_id"]).meta
     if conc == 1:
@@ -102,20 +61,7 @@ async def test_input_lengths_are_exact_and_checked():
     from tunedeck.bench.runner import run_benchmark
 
     port = free_port()
-    with SimProc(
-        "vllm",
-        "m",
-        "-tp",
-        "8",
-        "--port",
-        str(port),
-        "--sim-load-seconds",
-        "1",
-        "--sim-fixed-ttft-ms",
-        "20",
-        "--sim-fixed-itl-ms",
-        "2",
-    ) as sim:
+    with vllm_sim(port, ttft_ms=20, itl_ms=2, load_s=1) as sim:
         sim.wait_ready(30)
         url = f"http://127.0.0.1:{port}"
         out = {}
@@ -144,20 +90,7 @@ async def test_a_length_the_server_disagrees_with_is_reported():
     from tunedeck.bench.runner import run_benchmark
 
     port = free_port()
-    with SimProc(
-        "vllm",
-        "m",
-        "-tp",
-        "8",
-        "--port",
-        str(port),
-        "--sim-load-seconds",
-        "1",
-        "--sim-fixed-ttft-ms",
-        "10",
-        "--sim-fixed-itl-ms",
-        "2",
-    ) as sim:
+    with vllm_sim(port, ttft_ms=10, itl_ms=2, load_s=1) as sim:
         sim.wait_ready(30)
         cfg = BenchConfig(
             url=f"http://127.0.0.1:{port}",

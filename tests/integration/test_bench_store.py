@@ -1,22 +1,32 @@
 """Results store: crash safety (kill -9), rebuild, list/show/export through the CLI."""
 
 import csv
+import functools
 import json
 import os
 import signal
-import subprocess
 import time
 
 import pytest
 
-from tests.conftest import tunedeck_cmd
+from tests.clifix import bench_load, json_lines, run_cli, running
 from tests.fakesrv import FakeServer
 from tunedeck.bench import store
 from tunedeck.util.paths import data_dir
 
+_cli = functools.partial(run_cli, timeout=30)
 
-def _cli(*args, timeout=30):
-    return subprocess.run([*tunedeck_cmd(), *args], capture_output=True, text=True, timeout=timeout)
+#: one successful request's sample, as the benchmark's workers record it
+SAMPLE = {
+    "index": 0,
+    "success": True,
+    "ttft": 0.1,
+    "itl": [0.01],
+    "latency": 0.11,
+    "output_tokens": 2,
+    "prompt_len": 3,
+    "start_time": 5.0,
+}
 
 
 def test_writer_meta_first_lock_and_torn_tail():
@@ -32,18 +42,7 @@ def test_writer_meta_first_lock_and_torn_tail():
     assert store.is_live(d)
     with pytest.raises(store.StoreError, match="another process"):
         store.RunWriter("r1", meta)
-    s = {
-        "index": 0,
-        "success": True,
-        "ttft": 0.1,
-        "itl": [0.01],
-        "latency": 0.11,
-        "output_tokens": 2,
-        "prompt_len": 3,
-        "start_time": 5.0,
-        "elapsed": 0.12,
-        "_events": "dropped",
-    }
+    s = {**SAMPLE, "elapsed": 0.12, "_events": "dropped"}
     w.append(s)
     w.append({**s, "index": 1, "start_time": 5.2})
     w.close()
@@ -83,55 +82,23 @@ def test_cli_bad_input_is_one_line():
 
 @pytest.mark.timeout(90)
 def test_kill_9_mid_run_keeps_every_sample_and_show_rebuilds(tmp_path):
-    with FakeServer("--ttft-ms", "20", "--itl-ms", "10") as srv:
-        proc = subprocess.Popen(
-            [
-                *tunedeck_cmd(),
-                "bench",
-                "--url",
-                srv.url,
-                "--concurrency",
-                "32",
-                "--num-prompts",
-                "5000",
-                "--input-len",
-                "8",
-                "--output-len",
-                "20",
-                "--warmup",
-                "0",
-                "--progress",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            first = json.loads(proc.stdout.readline())
-            assert first["type"] == "waiting"
-            run_id = None
-            while run_id is None:
-                msg = json.loads(proc.stdout.readline())
-                if msg["type"] == "level_start":
-                    run_id = msg["run_id"]
-            samples = data_dir() / "results" / run_id / "samples.jsonl"
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                if samples.exists() and samples.read_bytes().count(b"\n") >= 150:
-                    break
-                time.sleep(0.1)
-            ticks = 0
-            while ticks < 1:
-                if json.loads(proc.stdout.readline())["type"] == "tick":
-                    ticks += 1
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
-            proc.stderr.close()
+    load = bench_load(32, 5000, 20, json_out=False)
+    with (
+        FakeServer("--ttft-ms", "20", "--itl-ms", "10") as srv,
+        running("bench", "--url", srv.url, *load, "--progress") as proc,
+    ):
+        events = json_lines(proc)
+        assert next(events)["type"] == "waiting"
+        run_id = next(msg for msg in events if msg["type"] == "level_start")["run_id"]
+        samples = data_dir() / "results" / run_id / "samples.jsonl"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if samples.exists() and samples.read_bytes().count(b"\n") >= 150:
+                break
+            time.sleep(0.1)
+        next(msg for msg in events if msg["type"] == "tick")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
     raw = samples.read_bytes()
     lines = raw.split(b"\n")
     complete = lines[:-1]  # whatever follows the last newline is a torn tail
@@ -164,46 +131,16 @@ def test_kill_9_mid_run_keeps_every_sample_and_show_rebuilds(tmp_path):
 @pytest.mark.timeout(60)
 def test_sigint_with_workers_keeps_partial_samples():
     with FakeServer("--ttft-ms", "20", "--itl-ms", "20") as srv:
-        proc = subprocess.Popen(
-            [
-                *tunedeck_cmd(),
-                "bench",
-                "--url",
-                srv.url,
-                "--concurrency",
-                "8",
-                "--num-prompts",
-                "400",
-                "--input-len",
-                "8",
-                "--output-len",
-                "40",
-                "--warmup",
-                "2",
-                "--workers",
-                "2",
-                "--progress",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
+        load = bench_load(8, 400, 40, warmup=2, json_out=False)
+        with running("bench", "--url", srv.url, *load, "--workers", "2", "--progress") as proc:
             run_id = None
-            while True:
-                line = proc.stdout.readline()
-                assert line, proc.stderr.read()
-                msg = json.loads(line)
+            for msg in json_lines(proc):
                 if msg["type"] == "level_start":
                     run_id = msg["run_id"]
                 if msg["type"] == "tick" and msg["completed"] >= 8:
                     break
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=20)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     done = [json.loads(ln) for ln in out.splitlines() if '"level_done"' in ln]
@@ -222,37 +159,12 @@ def test_sigint_with_workers_keeps_partial_samples():
 def test_kill_9_loses_no_sample_handed_over_a_second_earlier():
     """Samples go to a writer thread; whatever it got > 1 s before a kill -9 is in samples.jsonl."""
     with FakeServer("--ttft-ms", "5", "--itl-ms", "2") as srv:
-        proc = subprocess.Popen(
-            [
-                *tunedeck_cmd(),
-                "bench",
-                "--url",
-                srv.url,
-                "--concurrency",
-                "16",
-                "--num-prompts",
-                "100000",
-                "--input-len",
-                "8",
-                "--output-len",
-                "10",
-                "--warmup",
-                "0",
-                "--progress",
-                "--progress-samples",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
         seen: list[tuple[float, int]] = []  # (when this process read it, request index)
         run_id = None
-        try:
+        load = bench_load(16, 100000, 10, json_out=False)
+        with running("bench", "--url", srv.url, *load, "--progress", "--progress-samples") as proc:
             start = None
-            while True:
-                line = proc.stdout.readline()
-                assert line, proc.stderr.read()
-                msg = json.loads(line)
+            for msg in json_lines(proc):
                 now = time.monotonic()
                 if msg["type"] == "level_start":
                     run_id = msg["run_id"]
@@ -264,12 +176,6 @@ def test_kill_9_loses_no_sample_handed_over_a_second_earlier():
             os.kill(proc.pid, signal.SIGKILL)
             killed = time.monotonic()
             proc.wait(10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
-            proc.stderr.close()
     # the sample event is emitted right after the hand-over, so this is a lower bound on its age
     old = {i for t, i in seen if killed - t > 1.0}
     assert len(old) > 100

@@ -4,17 +4,18 @@ headless subcommand (all but the simulator, `sim`) accepts `--json`."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tunedeck_cmd
-from tests.integration.test_launcher import FAKE, free_port
+from tests.clifix import launch_fake, run_cli, start_cli
+from tests.conftest import REPO
+from tests.ports import free_port
 from tunedeck.cli import build_parser
 
 pytestmark = pytest.mark.timeout(120)
@@ -58,9 +59,7 @@ def test_every_subcommand_has_a_one_line_help(path, help_):
     "parent", [()] + sorted({p[:-1] for p, _, _ in ALL if len(p) > 1}), ids=lambda p: " ".join(p) or "tunedeck"
 )
 def test_help_lists_each_subcommand_on_one_line_at_80_columns(parent):
-    r = subprocess.run(
-        [*tunedeck_cmd(), *parent, "--help"], capture_output=True, text=True, cwd=REPO, env=_env(), timeout=30
-    )
+    r = run_cli(*parent, "--help", env=_env(), timeout=30)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     for path, _, help_ in ALL:
@@ -73,9 +72,7 @@ def test_help_lists_each_subcommand_on_one_line_at_80_columns(parent):
 
 @pytest.mark.parametrize("path", [p for p, _, _ in ALL], ids=[" ".join(p) for p, _, _ in ALL])
 def test_every_subcommand_help_exits_0(path):
-    r = subprocess.run(
-        [*tunedeck_cmd(), *path, "--help"], capture_output=True, text=True, cwd=REPO, env=_env(), timeout=30
-    )
+    r = run_cli(*path, "--help", env=_env(), timeout=30)
     assert r.returncode == 0, (path, r.stderr)
     assert not r.stderr and r.stdout.strip()
     if path[0] not in NOT_HEADLESS:  # `sim smi --help` answers like nvidia-smi does
@@ -110,27 +107,12 @@ def test_logs_json_is_json():
     """`logs --json`: one object with the log text; `--follow --json`: one JSON object per log line;
     not found: a JSON error object on stdout too."""
 
-    def td(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
+    td = functools.partial(run_cli, timeout=60)
     r = td("logs", "nope", "--json")
     assert r.returncode == 1 and "not found" in r.stderr
     assert json.loads(r.stdout)["error"]["kind"] == "not-found"
     port = free_port()
-    r = td(
-        "launch",
-        "--wait",
-        "--json",
-        "--cmd",
-        sys.executable,
-        FAKE,
-        "--engine",
-        "sglang",
-        "--port",
-        str(port),
-        "--load-seconds",
-        "0.5",
-    )
+    r = td(*launch_fake(port, 0.5))
     try:
         assert r.returncode == 0, r.stderr
         rid = json.loads(r.stdout)["run"]["run_id"]
@@ -144,13 +126,8 @@ def test_logs_json_is_json():
         assert len(raw) == out["end_offset"] and out["text"].count("\n") == raw.count(b"\n")
         assert out["path"].endswith(f"/{rid}/log")
         # --follow --json: JSON lines until interrupted
-        p = subprocess.Popen(
-            [*tunedeck_cmd(), "logs", rid[:6], "--follow", "--json"],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        p = start_cli("logs", rid[:6], "--follow", "--json")
+
         try:
             first = [json.loads(p.stdout.readline()) for _ in range(3)]
         finally:

@@ -16,20 +16,20 @@ import asyncio
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from tests.clifix import read_until, start_cli
 from tests.conftest import REPO
 from tests.simfix import free_port
 from tests.sshd import ROOT_USER, SshdServer, cli, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshfix import second_sshd  # noqa: F401  (fixture)
 from tests.waits import until
 from tunedeck.bench.workloads.base import estimate_tokens
 
@@ -37,18 +37,6 @@ from tunedeck.bench.workloads.base import estimate_tokens
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
-
-
-@pytest.fixture(scope="module")
-def second_sshd(sshd_server: SshdServer) -> Iterator[SshdServer]:
-    base = Path(tempfile.mkdtemp(prefix="tunedeck-sshd-b-"))
-    server = SshdServer(base)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def node_shims(server: SshdServer, *, load_s: float = 2.0) -> None:
@@ -224,6 +212,30 @@ def test_two_node_sglang_launches_ready_and_stops_with_all_16_gpus_freed(nodes, 
     assert gpus_used(sim_state(a)) == [0] * 8 and gpus_used(sim_state(b)) == [0] * 8
 
 
+def ab_of_deployments(
+    tmp_path: Path, a: SshdServer, b: SshdServer, name: str, *, output_len: int, warmup: int, levels: str
+) -> tuple[Path, Path]:
+    """The profiles of an A/B of two deployments, r1-2n and r1-2n-steps (the same with 4 continuous
+    decode steps), and its plan ``NAME`` (32-token prompts, ``output_len`` tokens, ``levels``)."""
+    user = write_profile(tmp_path, a, b)
+    write_profile(tmp_path, a, b, name="r1-2n-steps", extra="num-continuous-decode-steps = 4\n")
+    plan = tmp_path / f"{name}.toml"
+    plan.write_text(
+        f'name = "{name}"\nendpoint = "completions"\ninput_len = 32\noutput_len = {output_len}\nignore_eos = true\n'
+        f"temperature = 0.0\nseed = 1\nwarmup = {warmup}\n\n" + levels
+    )
+    return user, plan
+
+
+def start_ab(a: SshdServer, user: Path, plan: Path, *extra: str) -> subprocess.Popen[str]:
+    """``tunedeck ab`` of the profiles r1-2n and r1-2n-steps (``write_profile``) on the simulator with
+    ``plan``, started here as ``a``'s client, without a terminal."""
+    env = a.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user))
+    return start_cli(
+        "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), *extra, env=env, stdin=subprocess.DEVNULL
+    )
+
+
 def _plan_and_hosts(a: SshdServer, b: SshdServer, user: Path):
     from tunedeck.hostops.ssh import SshHost
     from tunedeck.profiles.deploy import build_deployment
@@ -308,36 +320,17 @@ def test_ab_of_two_deployments_each_benchmark_on_the_head_then_both_stopped(node
     from tunedeck.bench import store
 
     a, b = nodes
-    user = write_profile(tmp_path, a, b)
-    write_profile(tmp_path, a, b, name="r1-2n-steps", extra="num-continuous-decode-steps = 4\n")
     rows = [{"prompt": f"question {i}: " + "why " * (4 + 3 * i), "output_len": 8} for i in range(6)]
     data = "".join(json.dumps(x) + "\n" for x in rows).encode()
     dataset = tmp_path / "prompts.jsonl"
     dataset.write_bytes(data)
-    plan = tmp_path / "tiny.toml"
-    plan.write_text(
-        'name = "tiny"\nendpoint = "completions"\ninput_len = 32\noutput_len = 8\nignore_eos = true\n'
-        "temperature = 0.0\nseed = 1\nwarmup = 1\n\n[[level]]\nconcurrency = 2\nnum_prompts = 6\n"
-        f'\n[workload]\nname = "custom"\npath = "{dataset.name}"\n'
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tunedeck", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), "--json"],
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=a.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
-    )
+    levels = f'[[level]]\nconcurrency = 2\nnum_prompts = 6\n\n[workload]\nname = "custom"\npath = "{dataset.name}"\n'
+    user, plan = ab_of_deployments(tmp_path, a, b, "tiny", output_len=8, warmup=1, levels=levels)
+    proc = start_ab(a, user, plan, "--json")
     seen: list[str] = []
     try:
         assert proc.stderr is not None
-        deadline = time.monotonic() + 120
-        for line in proc.stderr:
-            seen.append(line)
-            if "runs detached on this machine" in line:
-                break
-            assert time.monotonic() < deadline, "".join(seen)
+        read_until(proc.stderr, lambda line: "runs detached on this machine" in line, seen, 120)
         dataset.unlink()  # read and placed when the A/B started: the levels do not need it here
         out, err = proc.communicate(timeout=280)
     finally:
@@ -375,35 +368,16 @@ def test_ab_of_deployments_survives_its_terminal_and_cancel_stops_the_live_side(
     import re
 
     a, b = nodes
-    user = write_profile(tmp_path, a, b)
-    write_profile(tmp_path, a, b, name="r1-2n-steps", extra="num-continuous-decode-steps = 4\n")
-    plan = tmp_path / "long.toml"
-    plan.write_text(
-        'name = "long"\nendpoint = "completions"\ninput_len = 32\noutput_len = 400\nignore_eos = true\n'
-        "temperature = 0.0\nseed = 1\nwarmup = 0\n\n[[level]]\nconcurrency = 1\nnum_prompts = 400\n"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tunedeck", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan)],
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=a.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
-    )
-    seen = []
-    job = None
+    levels = "[[level]]\nconcurrency = 1\nnum_prompts = 400\n"
+    user, plan = ab_of_deployments(tmp_path, a, b, "long", output_len=400, warmup=0, levels=levels)
+    proc = start_ab(a, user, plan)
+    seen: list[str] = []
     try:
         assert proc.stderr is not None
-        deadline = time.monotonic() + 200
-        for line in proc.stderr:
-            seen.append(line)
-            m = re.search(r"A/B job (\S+) of two deployments", line)
-            job = job or (m.group(1) if m else None)
-            if "benchmark C=1" in line or "requests" in line:
-                break
-            assert time.monotonic() < deadline, "".join(seen)
-        assert job is not None, "".join(seen)
+        read_until(proc.stderr, lambda line: "benchmark C=1" in line or "requests" in line, seen, 200)
+        m = re.search(r"A/B job (\S+) of two deployments", "".join(seen))
+        assert m is not None, "".join(seen)
+        job = m.group(1)
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=60)
     finally:
@@ -435,35 +409,22 @@ def test_ab_of_deployments_killed_mid_level_reports_what_its_results_hold_exit_5
     from tunedeck.services import jobs
 
     a, b = nodes
-    user = write_profile(tmp_path, a, b)
-    write_profile(tmp_path, a, b, name="r1-2n-steps", extra="num-continuous-decode-steps = 4\n")
-    plan = tmp_path / "two.toml"
-    plan.write_text(
-        'name = "two"\nendpoint = "completions"\ninput_len = 32\noutput_len = 8\nignore_eos = true\n'
-        "temperature = 0.0\nseed = 1\nwarmup = 0\n\n[[level]]\nconcurrency = 1\nnum_prompts = 4\noutput_len = 8\n"
+    levels = (
+        "[[level]]\nconcurrency = 1\nnum_prompts = 4\noutput_len = 8\n"
         "\n[[level]]\nconcurrency = 2\nnum_prompts = 24\noutput_len = 64\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tunedeck", "ab", "r1-2n", "r1-2n-steps", "--sim", "--plan", str(plan), "--json"],
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=a.client_env(PYTHONPATH=str(REPO), TUNEDECK_PROFILES=str(user)),
-    )
+    user, plan = ab_of_deployments(tmp_path, a, b, "two", output_len=8, warmup=0, levels=levels)
+    proc = start_ab(a, user, plan, "--json")
     seen: list[str] = []
     try:
         assert proc.stderr is not None
-        deadline = time.monotonic() + 200
-        second = False
-        for line in proc.stderr:  # A's second level measuring on the head, a request of it done
-            seen.append(line)
-            second = second or "benchmark C=2" in line
-            if second and "[A #1]" in line and re.search(r"[1-9]\d*/24 requests", line):
-                break
-            assert time.monotonic() < deadline, "".join(seen)
-        assert second, "".join(seen)
+
+        def second_level_measuring(line: str) -> bool:  # A's second level on the head, a request of it done
+            second = any("benchmark C=2" in x for x in seen)
+            return second and "[A #1]" in line and bool(re.search(r"[1-9]\d*/24 requests", line))
+
+        read_until(proc.stderr, second_level_measuring, seen, 200)
+        assert any("benchmark C=2" in x for x in seen), "".join(seen)
         jid = re.search(r"A/B job (\S+) of two deployments", "".join(seen)).group(1)  # type: ignore[union-attr]
         job = asyncio.run(jobs.find(LocalHost(), "ab", jid))
         kids = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()

@@ -7,10 +7,8 @@ comes back recovers by itself."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -22,6 +20,7 @@ from tests.integration.test_ab_ssh import remote_shims
 from tests.integration.test_sampler import _sampler_procs
 from tests.simfix import free_port
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshfix import quick_host, second_sshd  # noqa: F401  (fixture)
 from tests.ui.test_ui_fleet import cell
 from tests.ui.test_ui_status import until
 from tunedeck.collectors.fleet import fleet_members
@@ -29,19 +28,6 @@ from tunedeck.ui.fleet_app import FleetApp
 from tunedeck.widgets.fleet_table import FleetNotes, FleetTable
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(240)]
-
-
-@pytest.fixture(scope="module")
-def second_sshd(sshd_server: SshdServer) -> Iterator[SshdServer]:
-    """Another sshd on another port: a second host for the same client."""
-    base = Path(tempfile.mkdtemp(prefix="tunedeck-sshd-b-"))
-    server = SshdServer(base)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
@@ -84,15 +70,7 @@ async def test_fleet_dashboard_over_sshd_one_connection_and_sampler_per_host_fai
     tc = f"{ROOT_USER}@127.0.0.1:{free_port()}"
 
     def make_host(t: str) -> SshHost:
-        return SshHost(
-            t,
-            keepalive_interval=1,
-            keepalive_count_max=2,
-            backoff_base=0.1,
-            backoff_cap=0.5,
-            retry_attempts=1,
-            connect_timeout=5,
-        )
+        return quick_host(t, backoff_base=0.1)
 
     members = fleet_members([ta, tb, tc], interval=0.5, make_host=make_host)
     for m in members:

@@ -19,9 +19,9 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 import asyncssh
 import pytest
 
+from tests.clifix import run_cli
 from tests.conftest import REPO, tunedeck_cmd
-from tests.integration.test_hostside import run_cli, sim
-from tests.simfix import free_port
+from tests.simfix import free_port, vllm_sim
 from tunedeck.bench import store
 from tunedeck.bench.config import BenchConfig
 from tunedeck.commands._benchjob import EXIT_OK, EXIT_PARTIAL
@@ -50,7 +50,7 @@ def _ok_lines(path: Path) -> int:
 def test_missed_events_report_the_results_from_the_job_folder(tmp_path: Path) -> None:
     port = free_port()
     args = ["--concurrency", "2", "--num-prompts", "20", "--output-len", "20", "--input-len", "8"]
-    with sim(port):
+    with vllm_sim(port):
         r = run_cli("bench", "--demo", "--port", str(port), *args, "--json", str(tmp_path / "first.json"))
     assert r.returncode == EXIT_OK, r.stderr[-2000:]
     first = json.loads((tmp_path / "first.json").read_text())
@@ -74,7 +74,7 @@ def test_missed_events_report_the_results_from_the_job_folder(tmp_path: Path) ->
 def test_a_killed_job_reports_its_partial_results_and_exit_5(tmp_path: Path) -> None:
     port = free_port()
     out = tmp_path / "out.json"
-    with sim(port):
+    with vllm_sim(port):
         p = subprocess.Popen(
             [*tunedeck_cmd(), "bench", "--demo", "--port", str(port), "--concurrency", "2", "--num-prompts", "2000"]
             + ["--output-len", "30", "--input-len", "8", "--json", str(out)],
@@ -169,7 +169,7 @@ class _FlakyHost(LocalHost):
 @pytest.mark.timeout(300)
 async def test_any_exception_of_the_link_is_a_reconnect_and_the_results_are_all_reported() -> None:
     port = free_port()
-    with sim(port):
+    with vllm_sim(port):
         cfg = BenchConfig(
             url=f"http://127.0.0.1:{port}",
             concurrency=[2, 4],
@@ -216,6 +216,17 @@ class _GoneAfterTheEnd(LocalHost):
         return r
 
 
+def _ended_job(kind: str, job_dir: Path, events: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> jobs.Job:
+    """A job of ``kind`` whose process has ended (its pid is free) with ``events`` in its folder,
+    and whose final read gives up after 2 s."""
+    monkeypatch.setattr(jobs, "FINAL_READ_S", 2.0)
+    job_dir.mkdir()
+    (job_dir / "events.jsonl").write_text("".join(json.dumps(ev) + "\n" for ev in events))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    return jobs.Job(kind, "gone", str(job_dir), "local", gone.pid, "1")
+
+
 @pytest.mark.timeout(120)
 async def test_an_outcome_that_cannot_be_read_is_lost_exit_6_never_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -223,14 +234,8 @@ async def test_an_outcome_that_cannot_be_read_is_lost_exit_6_never_done(
     from tunedeck.commands._benchjob import EXIT_LOST, exit_code
     from tunedeck.services.benchrun import LOST
 
-    monkeypatch.setattr(jobs, "FINAL_READ_S", 2.0)
-    job_dir = tmp_path / "job"
-    job_dir.mkdir()
-    (job_dir / "events.jsonl").write_text('{"type": "start"}\n{"type": "level_start", "level": 0, "run_id": "r0"}\n')
-    gone = subprocess.Popen(["true"])
-    gone.wait()  # the job's process has ended: its pid is free
-    job = jobs.Job("bench", "gone", str(job_dir), "local", gone.pid, "1")
-    run = BenchRun(_GoneAfterTheEnd(), HOST, job)
+    events = [{"type": "start"}, {"type": "level_start", "level": 0, "run_id": "r0"}]
+    run = BenchRun(_GoneAfterTheEnd(), HOST, _ended_job("bench", tmp_path / "job", events, monkeypatch))
     seen = [ev["type"] async for ev in run.events()]
     assert seen == ["start", "level_start"]
     assert run.lost and run.outcome == LOST and run.summaries == []
@@ -244,14 +249,9 @@ async def test_an_ab_whose_outcome_cannot_be_read_is_lost_exit_6(
     from tunedeck.commands.ab import EXIT_LOST, exit_code
     from tunedeck.services.abrun import ABRun
 
-    monkeypatch.setattr(jobs, "FINAL_READ_S", 2.0)
-    job_dir = tmp_path / "job"
-    job_dir.mkdir()
     ev = {"type": "ab", "kind": "start", "message": "A/B ab-1: A=a vs B=b", "step": 0, "steps": 6}
-    (job_dir / "events.jsonl").write_text(json.dumps(ev) + "\n")
-    gone = subprocess.Popen(["true"])
-    gone.wait()  # the job's process has ended: its pid is free
-    ab = ABRun(_GoneAfterTheEnd(), jobs.Job("ab", "gone", str(job_dir), "local", gone.pid, "1"))
+    ab = ABRun(_GoneAfterTheEnd(), _ended_job("ab", tmp_path / "job", [ev], monkeypatch))
+
     seen = [e.kind async for e in ab.events()]
     assert seen == ["start"]
     assert ab.lost and ab.report is None

@@ -18,6 +18,7 @@ import pytest
 
 from tests.fake_smi import FakeSmi
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshfix import quick_host
 from tunedeck.collectors.gpu import GpuCollector
 from tunedeck.collectors.hoststats import HostCollector
 from tunedeck.hostops.ssh import SshHost
@@ -49,15 +50,7 @@ def remote_smi(sshd: SshdServer) -> Iterator[FakeSmi]:
 
 
 def _host(server: SshdServer) -> SshHost:
-    return SshHost(
-        server.target(),
-        keepalive_interval=1,
-        keepalive_count_max=2,
-        backoff_base=0.05,
-        backoff_cap=0.5,
-        retry_attempts=1,
-        connect_timeout=3,
-    )
+    return quick_host(server.target(), connect_timeout=3)
 
 
 async def _next(agen: AsyncIterator[GpuStatus], timeout: float = 20.0) -> GpuStatus:

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tunedeck_cmd
+from tests.clifix import bench_load, cli_json, run_cli, start_cli
 from tests.hostfix import fake_python, pythons
-from tests.simfix import SimProc, free_port
+from tests.screenapp import ScreenApp
+from tests.simfix import free_port, vllm_sim
+from tests.simfix_ab import ab_profiles
 from tests.waits import until
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.services import runtime
@@ -157,29 +159,8 @@ async def test_ensure_ships_once_and_checks_the_hash(tmp_path):
     assert [p.name for p in Path(rt1.archive).parent.iterdir()] == [Path(rt1.archive).name]  # no temp left
 
 
-def run_cli(*args: str, timeout: float = 180, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout, env=env or dict(os.environ)
-    )
-
-
-def sim(port: int, *extra: str, netns: str | None = None) -> SimProc:
-    return SimProc(
-        "vllm",
-        "m",
-        "-tp",
-        "8",
-        "--port",
-        str(port),
-        "--sim-load-seconds",
-        "0.5",
-        "--sim-fixed-ttft-ms",
-        "50",
-        "--sim-fixed-itl-ms",
-        "10",
-        *extra,
-        netns=netns,
-    )
+#: the simulated vLLM these tests benchmark (50 ms TTFT, 10 ms ITL); other test modules use it too
+sim = vllm_sim
 
 
 def test_bench_on_the_demo_host_runs_there_and_is_mirrored_here(tmp_path):
@@ -188,22 +169,7 @@ def test_bench_on_the_demo_host_runs_there_and_is_mirrored_here(tmp_path):
     port = free_port()
     rec = tmp_path / "truth.jsonl"
     with sim(port, "--sim-record-timestamps", str(rec)):
-        r = run_cli(
-            "bench",
-            "--demo",
-            "--port",
-            str(port),
-            "--concurrency",
-            "1,8",
-            "--num-prompts",
-            "16",
-            "--input-len",
-            "8",
-            "--output-len",
-            "16",
-            "--json",
-            "-",
-        )
+        r = run_cli("bench", "--demo", "--port", str(port), *bench_load("1,8", 16, 16, warmup=None))
     assert r.returncode == 0, r.stderr[-3000:]
     sums = json.loads(r.stdout)
     assert [s["completed"] for s in sums] == [16, 16]
@@ -241,24 +207,8 @@ def test_bench_attach_and_stop_name_an_unknown_id_in_one_line():
 def test_client_where_local_is_marked_as_measured_through_a_tunnel():
     port = free_port()
     with sim(port):
-        r = run_cli(
-            "bench",
-            "--demo",
-            "--port",
-            str(port),
-            "--client-where",
-            "local",
-            "--num-prompts",
-            "4",
-            "--output-len",
-            "8",
-            "--input-len",
-            "8",
-            "--json",
-            "-",
-        )
-    assert r.returncode == 0, r.stderr[-2000:]
-    s = json.loads(r.stdout)
+        opts = ("--client-where", "local", "--num-prompts", "4", "--output-len", "8", "--input-len", "8")
+        s = cli_json("bench", "--demo", "--port", str(port), *opts, "--json", "-")
     assert s["client"]["where"] == "local-via-ssh"
     lst = run_cli("results", "show", s["run_id"])
     assert "measured through an SSH tunnel" in lst.stdout + lst.stderr
@@ -269,29 +219,7 @@ def test_stop_keeps_the_finished_samples(tmp_path):
 
     port = free_port()
     with sim(port):
-        p = subprocess.Popen(
-            [
-                *tunedeck_cmd(),
-                "bench",
-                "--demo",
-                "--port",
-                str(port),
-                "--concurrency",
-                "2",
-                "--num-prompts",
-                "400",
-                "--output-len",
-                "50",
-                "--input-len",
-                "8",
-                "--json",
-                "-",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
+        p = start_cli("bench", "--demo", "--port", str(port), *bench_load(2, 400, 50, warmup=None))
         assert p.stderr is not None
         line = p.stderr.readline()
         job = line.split("job ", 1)[1].split()[0]
@@ -331,22 +259,7 @@ def test_a_full_disk_on_the_host_stops_the_bench_with_a_clear_error_and_keeps_sa
         with sim(port):
             # the runtime (~110 kB) and a spec fit; ~1 kB per sample fills the rest within the run
             r = run_cli(
-                "bench",
-                "--demo",
-                "--port",
-                str(port),
-                "--concurrency",
-                "16",
-                "--num-prompts",
-                "3000",
-                "--output-len",
-                "64",
-                "--input-len",
-                "8",
-                "--json",
-                "-",
-                env=env,
-                timeout=200,
+                "bench", "--demo", "--port", str(port), *bench_load(16, 3000, 64, warmup=None), env=env, timeout=200
             )
         assert r.returncode == 4, r.stderr[-3000:]
         last = r.stderr.strip().splitlines()[-1]
@@ -358,25 +271,11 @@ def test_a_full_disk_on_the_host_stops_the_bench_with_a_clear_error_and_keeps_sa
 
 
 def test_two_ab_campaigns_on_one_host_are_refused(tmp_path, monkeypatch):
-    import re
-
     user = tmp_path / "profiles"
-    user.mkdir()
+    ab_profiles(user, "h", free_port())
     monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "60")
-    port = free_port()
-    for src, dst in (("sglang-base", "h-base"), ("sglang-tuned", "h-tuned")):
-        text = (REPO / "profiles" / "servers" / f"{src}.toml").read_text()
-        text = re.sub(r'(?m)^name = ".*"$', f'name = "{dst}"', text)
-        text = re.sub(r"(?m)^port = \d+$", f"port = {port}", text)
-        (user / f"{dst}.toml").write_text(text)
-    first = subprocess.Popen(
-        [*tunedeck_cmd(), "ab", "h-base", "h-tuned", "--demo", "--plan", "quick", "--yes"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
+    first = start_cli("ab", "h-base", "h-tuned", "--demo", "--plan", "quick", "--yes")
     assert first.stderr is not None
     line = first.stderr.readline()
     job = line.split("A/B job ", 1)[1].split()[0]
@@ -402,7 +301,6 @@ def test_two_ab_campaigns_on_one_host_are_refused(tmp_path, monkeypatch):
 
 async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
     """A campaign started earlier (elsewhere) is followed when the Compare screen opens."""
-    from textual.app import App
 
     from tests.abfakes import FakeOps
     from tunedeck.ab.events import ABEvent
@@ -429,15 +327,9 @@ async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
         + "\n"
     )
 
-    class Dash(App):
-        def on_mount(self) -> None:
-            self.push_screen(scr)
-
-    Dash.host = host  # type: ignore[attr-defined]
-    Dash.target = "local"  # type: ignore[attr-defined]
     scr = CompareScreen(profiles=["base", "tuned"])
     try:
-        async with Dash().run_test(size=(120, 40)) as pilot:
+        async with ScreenApp(scr, host=host, target="local").run_test(size=(120, 40)) as pilot:
             for _ in range(200):
                 await pilot.pause(0.1)
                 if scr.report is not None:
@@ -451,7 +343,6 @@ async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
 async def test_tune_screen_reattaches_to_a_campaign_running_on_the_host():
     """A tuning campaign started earlier (elsewhere) is followed when the Tune screen opens: its
     candidates from the job's spec, their states from its events, the winner from its report."""
-    from textual.app import App
 
     from tests.waits import until_async
     from tunedeck.ab.events import ABEvent
@@ -490,15 +381,9 @@ async def test_tune_screen_reattaches_to_a_campaign_running_on_the_host():
         "".join(json.dumps(e.to_json()) + "\n" for e in evs) + json.dumps({"type": "exit", "rc": 0}) + "\n"
     )
 
-    class Dash(App):
-        def on_mount(self) -> None:
-            self.push_screen(scr)
-
-    Dash.host = host  # type: ignore[attr-defined]
-    Dash.target = "local"  # type: ignore[attr-defined]
     scr = TuneScreen(profiles=[a])
     try:
-        async with Dash().run_test(size=(140, 44)) as pilot:
+        async with ScreenApp(scr, host=host, target="local").run_test(size=(140, 44)) as pilot:
             status = scr.query_one("#tune-status")
             await until_async(
                 lambda: f"winner: {a}" in str(status.render()), 60, pilot=pilot, what=lambda: str(status.render())

@@ -15,39 +15,22 @@ from pathlib import Path
 
 import pytest
 
+from tests.clifix import bench_load, run_cli
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_ab_ssh import remote_shims, remote_state
-from tests.simfix import SimProc, free_port
-from tests.simfix_ab import assert_b_wins_unless_busy
+from tests.simfix import free_port, vllm_sim
+from tests.simfix_ab import ab_profiles, assert_b_wins_unless_busy
 from tests.sshd import ROOT_USER, TEST_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(420)]
 
 
 def cli(sshd: SshdServer, *args: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout, env=sshd.client_env(**env)
-    )
+    return run_cli(*args, timeout=timeout, env=sshd.client_env(**env))
 
 
 def bench_args(port: int, conc: int, n: int, out: int) -> list[str]:
-    return [
-        "bench",
-        "--port",
-        str(port),
-        "--concurrency",
-        str(conc),
-        "--num-prompts",
-        str(n),
-        "--input-len",
-        "8",
-        "--output-len",
-        str(out),
-        "--warmup",
-        "0",
-        "--json",
-        "-",
-    ]
+    return ["bench", "--port", str(port), *bench_load(conc, n, out)]
 
 
 def test_bench_on_a_host_with_no_tunedeck_and_a_python_without_httpx(sshd: SshdServer, tmp_path: Path):
@@ -60,22 +43,7 @@ def test_bench_on_a_host_with_no_tunedeck_and_a_python_without_httpx(sshd: SshdS
     assert rt["python"] and not rt["python"].startswith("/root") and rt["problem"] is None, rt
     port = free_port()
     rec = tmp_path / "truth.jsonl"
-    with SimProc(
-        "vllm",
-        "m",
-        "-tp",
-        "8",
-        "--port",
-        str(port),
-        "--sim-load-seconds",
-        "0.5",
-        "--sim-fixed-ttft-ms",
-        "50",
-        "--sim-fixed-itl-ms",
-        "10",
-        "--sim-record-timestamps",
-        str(rec),
-    ):
+    with vllm_sim(port, "--sim-record-timestamps", str(rec)):
         r = cli(sshd, "--host", target, *bench_args(port, 4, 16, 16))
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(r.stdout)
@@ -93,20 +61,7 @@ def test_bench_survives_sshd_killed_five_times_with_nothing_lost_or_repeated(ssh
     target = sshd.target(TEST_USER)
     port = free_port()
     conc, n, out = 64, 1024, 100  # ~16 s at a fixed 50 ms TTFT and 10 ms ITL
-    with SimProc(
-        "vllm",
-        "m",
-        "-tp",
-        "8",
-        "--port",
-        str(port),
-        "--sim-load-seconds",
-        "0.5",
-        "--sim-fixed-ttft-ms",
-        "50",
-        "--sim-fixed-itl-ms",
-        "10",
-    ):
+    with vllm_sim(port):
         uncut = cli(sshd, "--host", target, *bench_args(port, conc, n, out))
         assert uncut.returncode == 0, uncut.stderr[-3000:]
         ref = json.loads(uncut.stdout)
@@ -148,24 +103,11 @@ def test_bench_survives_sshd_killed_five_times_with_nothing_lost_or_repeated(ssh
     assert len(idx) == n and len(set(idx)) == n  # none lost, none repeated
 
 
-def _ab_profiles(sshd: SshdServer, tmp_path: Path) -> Path:
-    simpython = remote_shims(sshd, tmp_path / "remote-sim")
-    user = tmp_path / "profiles"
-    user.mkdir()
-    port = free_port()
-    for src, dst in (("sglang-base", "k-base"), ("sglang-tuned", "k-tuned")):
-        text = (REPO / "profiles" / "servers" / f"{src}.toml").read_text()
-        text = re.sub(r'(?m)^name = ".*"$', f'name = "{dst}"', text)
-        text = re.sub(r"(?m)^port = \d+$", f"port = {port}", text)
-        text = text.replace("schema_version = 1", f"schema_version = 1\npython = {json.dumps(str(simpython))}", 1)
-        (user / f"{dst}.toml").write_text(text)
-    return user
-
-
 def test_ab_goes_on_through_two_sshd_kills_and_a_killed_laptop(sshd: SshdServer, tmp_path: Path):
     import asyncio
 
-    user = _ab_profiles(sshd, tmp_path)
+    user = tmp_path / "profiles"
+    ab_profiles(user, "k", free_port(), python=str(remote_shims(sshd, tmp_path / "remote-sim")))
     target = sshd.target(ROOT_USER)
     env = sshd.client_env(TUNEDECK_PROFILES=str(user))
     proc = subprocess.Popen(

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import os
 import re
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tunedeck_cmd
+from tests.clifix import run_cli
+from tests.conftest import REPO
 from tests.integration.test_launcher import free_port
 from tests.waits import scaled
 from tunedeck.hostops import launcher as L
@@ -109,20 +113,34 @@ async def test_sim_faults_diagnosed(demo, name, fault, cause):
     assert stored.status == want and stored.diagnosis == final.diagnosis
 
 
+def _demo_cli(folder: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``tunedeck`` run in ``folder`` (away from the checkout), the simulator loading in 2 s."""
+    env = dict(os.environ, TUNEDECK_SIM_LOAD_S="2", PYTHONPATH=str(REPO))
+    return functools.partial(run_cli, env=env, cwd=folder, timeout=90)
+
+
+@contextlib.contextmanager
+def _stopped_with_the_gpus_freed(td: Callable[..., subprocess.CompletedProcess[str]]) -> Iterator[None]:
+    """Plain ``tunedeck stop --demo --yes`` at the end of the block: it must stop the block's runs
+    and leave the simulated GPUs' memory as it was before."""
+    gpu_memory = ("sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits")
+    idle = td(*gpu_memory).stdout
+    try:
+        yield
+    finally:
+        s = td("stop", "--demo", "--yes")
+    assert s.returncode == 0, s.stderr
+    assert "stopped" in s.stdout and "GPU memory freed" in s.stdout
+    assert td(*gpu_memory).stdout == idle
+
+
 def test_sim_hang_is_stalled_and_plain_stop_frees_the_gpus(tmp_path):
     """launch --sim-fault hang --wait → stalled (exit 4) with its GPU memory; runs says stalled;
     `tunedeck stop --demo --yes` (no run id) stops it and the GPUs are idle again."""
-    env = dict(os.environ, TUNEDECK_SIM_LOAD_S="2", PYTHONPATH=str(REPO))
-
-    def td(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*tunedeck_cmd(), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90
-        )
-
-    idle = td("sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
+    td = _demo_cli(tmp_path)
     argv, _, _, port = sim_command("sglang-base", "--sim-load-seconds", "2", "--sim-fault", "hang")
-    r = td("launch", "--demo", "--wait", "--stall-after", "3", "--json", "--port", str(port), "--cmd", *argv)
-    try:
+    with _stopped_with_the_gpus_freed(td):
+        r = td("launch", "--demo", "--wait", "--stall-after", "3", "--json", "--port", str(port), "--cmd", *argv)
         assert r.returncode == 4, r.stdout + r.stderr
         out = json.loads(r.stdout)
         assert out["progress"]["state"] == "stalled" and out["run"]["status"] == "stalled"
@@ -137,41 +155,17 @@ def test_sim_hang_is_stalled_and_plain_stop_frees_the_gpus(tmp_path):
         # the status screen's server rows say the same (not a bare "down")
         st = json.loads(td("status", "--demo", "--json").stdout)
         assert [x["state"] for x in st["servers"] if x["run_id"] == rid] == ["stalled"], st["servers"]
-    finally:
-        s = td("stop", "--demo", "--yes")
-    assert s.returncode == 0, s.stderr
-    assert "stopped" in s.stdout and "GPU memory freed" in s.stdout
-    after = td("sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
-    assert after == idle
 
 
 def test_cli_done_when(tmp_path):
     """launch sglang-base --demo --wait → 0; status shows it ready; stop → GPU memory idle."""
-    env = dict(os.environ, TUNEDECK_SIM_LOAD_S="2")
-
-    def td(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*tunedeck_cmd(), *args],
-            cwd=tmp_path,
-            env={**env, "PYTHONPATH": str(REPO)},
-            capture_output=True,
-            text=True,
-            timeout=90,
-        )
-
-    idle = td("sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
-    r = td("launch", "sglang-base", "--demo", "--wait", "--port", str(free_port()))
-    try:
+    td = _demo_cli(tmp_path)
+    with _stopped_with_the_gpus_freed(td):
+        r = td("launch", "sglang-base", "--demo", "--wait", "--port", str(free_port()))
         assert r.returncode == 0, r.stderr
         st = json.loads(td("status", "--demo", "--json").stdout)
         servers = [s for s in st["servers"] if s["name"] == "sglang-base"]
         assert servers and servers[0]["state"] == "ready", st["servers"]
-    finally:
-        r = td("stop", "--demo", "--yes")
-    assert r.returncode == 0, r.stderr
-    assert "stopped" in r.stdout and "GPU memory freed" in r.stdout
-    after = td("sim", "smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
-    assert after == idle
 
 
 async def test_runs_finds_a_stall_nobody_watched(demo, monkeypatch):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.clifix import FAKE
 from tests.ports import free_port
 from tunedeck.hostops import hostruns, logfollow, runstore
 from tunedeck.hostops import launcher as L
@@ -22,7 +22,6 @@ from tunedeck.hostops.startupeta import load_history
 from tunedeck.hostops.startupstate import format_progress
 from tunedeck.hostops.tracker import StartupTracker, wait_ready
 
-FAKE = str(REPO / "tests" / "fakeserver.py")
 pytestmark = pytest.mark.timeout(60)
 
 

@@ -92,6 +92,13 @@ def test_the_installed_wheel_runs_alone(wheel: Path, tmp_path: Path):
     assert {p.name for p in site.iterdir() if not p.name.endswith(".dist-info")} - {"bin"} == {"tunedeck"}
     # the folder first on sys.path: it wins over this environment's own (editable) install
     env = dict(os.environ, PYTHONPATH=str(site))
+
+    def installed(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """This Python with the installed folder first, run away from the checkout."""
+        return subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=timeout
+        )
+
     code = (
         "import json, zipfile, tunedeck, tunedeck.widgets.gpu_table\n"
         "from tunedeck.profiles.store import builtin_root\n"
@@ -100,36 +107,15 @@ def test_the_installed_wheel_runs_alone(wheel: Path, tmp_path: Path):
         "print(json.dumps({'pkg': tunedeck.__file__, 'widgets': tunedeck.widgets.gpu_table.__file__,\n"
         "    'profiles': str(builtin_root()), 'archive': sorted(zipfile.ZipFile(pyz).namelist())}))\n"
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "lib")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    r = installed("-c", code, str(tmp_path / "lib"), timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout)
     assert got["pkg"] == str(site / "tunedeck" / "__init__.py")
     assert got["widgets"] == str(site / "tunedeck" / "widgets" / "gpu_table.py")
     assert got["profiles"] == str(site / "tunedeck" / "builtin_profiles")
     assert "tunedeck/hostside/__main__.py" in got["archive"] and "tunedeck/bench/runner.py" in got["archive"]
-    r = subprocess.run(
-        [sys.executable, "-m", "tunedeck", "--version"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    r = installed("-m", "tunedeck", "--version")
     assert r.returncode == 0 and r.stdout.startswith("tunedeck "), r.stderr[-2000:]
-    r = subprocess.run(
-        [sys.executable, "-m", "tunedeck", "profiles", "list", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    r = installed("-m", "tunedeck", "profiles", "list", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     assert str(site / "tunedeck" / "builtin_profiles") in r.stdout

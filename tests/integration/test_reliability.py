@@ -5,6 +5,7 @@ R24 no secret in the app's local dirs after launch + bench + status, R25 the asy
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import random
@@ -21,8 +22,9 @@ import pytest
 import tomllib
 
 from tests.chaos import ChaosProxy
+from tests.clifix import FAKE, bench_load, launch_fake, run_cli
 from tests.conftest import REPO, tunedeck_cmd
-from tests.integration.test_launcher import FAKE, free_port, pid_alive
+from tests.integration.test_launcher import free_port, pid_alive
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tunedeck.hostops import runstore
 from tunedeck.hostops.hosts import HostError
@@ -30,16 +32,7 @@ from tunedeck.hostops.ssh import SshHost
 from tunedeck.profiles.profileread import load_profile_file, load_profile_text
 from tunedeck.profiles.store import ProfileStore
 
-
-def td(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*tunedeck_cmd(), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+td = functools.partial(run_cli, timeout=60)
 
 
 # ---------------------------------------------------------------------------- R5, R6: chaos proxy before sshd
@@ -145,20 +138,7 @@ async def test_r6_wrong_key_is_exactly_one_attempt(
 def test_r13_kill_9_after_launch_then_restart_rediscovers_and_refuses_a_second() -> None:
     port = free_port()
     cli = subprocess.Popen(
-        [
-            *tunedeck_cmd(),
-            "launch",
-            "--wait",
-            "--cmd",
-            sys.executable,
-            FAKE,
-            "--engine",
-            "sglang",
-            "--port",
-            str(port),
-            "--load-seconds",
-            "60",
-        ],
+        [*tunedeck_cmd(), *launch_fake(port, 60, json_out=False)],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -267,32 +247,14 @@ def test_r24_no_secret_in_local_dirs_after_launch_bench_status(tmp_path: Path) -
     src = store.get("sglang-base")
     store.save(src.with_(env=(*src.env, ("HF_TOKEN", "sekrit-123"))), name="secret-demo")
     port = free_port()
-    env = {"TUNEDECK_PROFILES": str(profiles), "TUNEDECK_SIM_LOAD_S": "1"}
+    env = {**os.environ, "TUNEDECK_PROFILES": str(profiles), "TUNEDECK_SIM_LOAD_S": "1"}
     r = td("launch", "secret-demo", "--demo", "--wait", "--json", "--port", str(port), env=env, timeout=90)
     try:
         assert r.returncode == 0, r.stderr
         rid = json.loads(r.stdout)["run"]["run_id"]
         assert "sekrit" not in r.stdout + r.stderr
-        b = td(
-            "bench",
-            "--demo",
-            "--port",
-            str(port),
-            "--profile",
-            "secret-demo",
-            "--concurrency",
-            "2",
-            "--num-prompts",
-            "4",
-            "--input-len",
-            "4",
-            "--output-len",
-            "4",
-            "--warmup",
-            "0",
-            "--json",
-            env=env,
-        )
+        load = bench_load(2, 4, 4, input_len=4, json_out=False)
+        b = td("bench", "--demo", "--port", str(port), "--profile", "secret-demo", *load, "--json", env=env)
         assert b.returncode == 0, b.stderr
         assert "sekrit" not in b.stdout + b.stderr
         s = td("status", "--demo", "--json", env=env)

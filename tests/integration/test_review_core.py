@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
+import functools
 
 import pytest
 
-from tests.conftest import tunedeck_cmd
+from tests.clifix import run_cli
+from tests.integration.test_bench_store import SAMPLE
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
 from tunedeck.util.safety import UnsafeInput, check_argv, env_command
 
-
-def _cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
-    return subprocess.run([*tunedeck_cmd(), *args], capture_output=True, text=True, timeout=timeout)
+_cli = functools.partial(run_cli, timeout=20)
 
 
 @pytest.mark.timeout(60)
@@ -48,18 +47,8 @@ def _stored_run(run_id: str) -> None:
     from tunedeck.bench import store
 
     w = store.RunWriter(run_id, {"model": "m", "params": {"endpoint": "completions"}})
-    s = {
-        "index": 0,
-        "success": True,
-        "ttft": 0.1,
-        "itl": [0.01],
-        "latency": 0.11,
-        "output_tokens": 2,
-        "prompt_len": 3,
-        "start_time": 5.0,
-    }
-    w.append(s)
-    w.append({**s, "index": 1})
+    w.append(SAMPLE)
+    w.append({**SAMPLE, "index": 1})
     w.close()
 
 
@@ -130,15 +119,11 @@ def test_percentile_follows_numpy_order_of_operations() -> None:
 @pytest.mark.sshd
 @pytest.mark.timeout(90)
 def test_trust_with_a_pinned_fingerprint_refuses_any_other_key(sshd: SshdServer) -> None:
-    from tests.conftest import REPO
     from tunedeck.util.paths import known_hosts_file
 
     sshd.write_known_hosts("empty")
 
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [*tunedeck_cmd(), *args], cwd=REPO, env=sshd.client_env(), capture_output=True, text=True, timeout=45
-        )
+    cli = functools.partial(run_cli, env=sshd.client_env(), timeout=45)
 
     r = cli("trust", sshd.target(), "--fingerprint", "SHA256:AAAAnotthekey")
     assert r.returncode == 1 and "not the expected" in r.stderr, r

@@ -2,38 +2,24 @@
 
 from __future__ import annotations
 
+import functools
 import json
-import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO, tunedeck_cmd
-from tests.integration.test_launcher import FAKE, free_port
+from tests.clifix import FAKE, launch_fake, run_cli
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(90)
 
 
-def td(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+td = functools.partial(run_cli, timeout=60)
 
 
 def test_launch_wait_runs_logs_stop():
     port = free_port()
-    r = td(
-        "launch",
-        "--wait",
-        "--json",
-        "--cmd",
-        sys.executable,
-        FAKE,
-        "--engine",
-        "sglang",
-        "--port",
-        str(port),
-        "--load-seconds",
-        "1",
-    )
+    r = td(*launch_fake(port, 1))
     try:
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
@@ -60,21 +46,7 @@ def test_launch_wait_runs_logs_stop():
 
 def test_launch_wait_failure_exit_code():
     port = free_port()
-    r = td(
-        "launch",
-        "--wait",
-        "--cmd",
-        sys.executable,
-        FAKE,
-        "--port",
-        str(port),
-        "--engine",
-        "sglang",
-        "--load-seconds",
-        "0.3",
-        "--fault",
-        "oom",
-    )
+    r = td(*launch_fake(port, 0.3, "--fault", "oom", json_out=False))
     assert r.returncode == 1
     assert "failed: CUDA out of memory" in r.stderr and "OutOfMemoryError" in r.stderr
 
@@ -123,21 +95,7 @@ def test_plain_stop_stops_a_live_run_whatever_its_record_says():
     from tunedeck.hostops.runstore import RunStore
 
     port = free_port()
-    r = td(
-        "launch",
-        "--json",
-        "--cmd",
-        sys.executable,
-        FAKE,
-        "--engine",
-        "sglang",
-        "--port",
-        str(port),
-        "--load-seconds",
-        "0.3",
-        "--fault",
-        "hang",
-    )
+    r = td(*launch_fake(port, 0.3, "--fault", "hang", wait=False))
     assert r.returncode == 0, r.stderr
     rid = json.loads(r.stdout)["run_id"]
     try:

@@ -10,6 +10,7 @@ sampler behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import subprocess
@@ -17,15 +18,16 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
 from tests.conftest import REPO
 from tests.hostfix import fake_python
 from tests.integration.test_ab_ssh import remote_shims
-from tests.simfix import SimProc, free_port
+from tests.simfix import free_port, sglang_sim
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshfix import quick_host
 from tunedeck.collectors.sampled import SampledGpu, sampled_sources
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.hostside import hostread
@@ -37,24 +39,33 @@ def _starttime(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
 
 
+def _run_folder(d: Path, files: dict[str, str]) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (d / name).write_text(text)
+
+
+@contextlib.contextmanager
+def _live_run(home: Path, port: int) -> Iterator[None]:
+    """The run folder ``HOME/runs/r1`` of the sglang profile s1 on ``port``, its wrapper pid alive."""
+    keeper = subprocess.Popen(["sleep", "600"])
+    meta = json.dumps({"port": port, "engine": "sglang", "profile": "s1"})
+    try:
+        files = {"run.sh": "true\n", "pid": f"{keeper.pid}\n", "starttime": _starttime(keeper.pid) + "\n"}
+        _run_folder(home / "runs" / "r1", {**files, "log": "", "meta.json": meta})
+        yield
+    finally:
+        keeper.kill()
+        keeper.wait()
+
+
 @pytest.fixture
 def live_run(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     """A run folder under HOME/runs whose wrapper pid is alive, for a server on a free port."""
     home = tmp_path / "home"
     port = free_port()
-    d = home / "runs" / "r1"
-    d.mkdir(parents=True)
-    keeper = subprocess.Popen(["sleep", "600"])
-    (d / "run.sh").write_text("true\n")
-    (d / "pid").write_text(f"{keeper.pid}\n")
-    (d / "starttime").write_text(_starttime(keeper.pid) + "\n")
-    (d / "log").write_text("")
-    (d / "meta.json").write_text(json.dumps({"port": port, "engine": "sglang", "profile": "s1"}))
-    try:
+    with _live_run(home, port):
         yield home, port
-    finally:
-        keeper.kill()
-        keeper.wait()
 
 
 def _shims(tmp_path: Path) -> Path:
@@ -84,6 +95,17 @@ def _children(pid: int) -> set[tuple[int, str]]:
     return out
 
 
+def _sampler(home: Path, *opts: str, **popen: Any) -> subprocess.Popen:
+    """The host sampler (``python -m tunedeck.hostside sample``) for ``home``, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tunedeck.hostside", "sample", "--home", str(home), *opts],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **popen,
+    )
+
+
 def _read_lines(proc: subprocess.Popen, until: float, want: set[str]) -> dict[str, list[dict]]:
     got: dict[str, list[dict]] = {}
     assert proc.stdout is not None
@@ -99,39 +121,9 @@ def _read_lines(proc: subprocess.Popen, until: float, want: set[str]) -> dict[st
 def test_sampler_streams_gpus_host_runs_and_servers_and_starts_nothing_once_running(tmp_path, live_run):
     home, port = live_run
     smi = _shims(tmp_path)
-    with SimProc(
-        "sglang",
-        "--model-path",
-        "m",
-        "--tp-size",
-        "8",
-        "--port",
-        str(port),
-        "--enable-metrics",
-        "--sim-load-seconds",
-        "0.3",
-    ) as server:
+    with sglang_sim(port) as server:
         server.wait_ready()
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tunedeck.hostside",
-                "sample",
-                "--home",
-                str(home),
-                "--smi",
-                str(smi),
-                "--interval",
-                "0.5",
-                "--apps-interval",
-                "1",
-            ],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = _sampler(home, "--smi", str(smi), "--interval", "0.5", "--apps-interval", "1", text=True)
         try:
             got = _read_lines(proc, time.monotonic() + 60, {"hello", "gpu", "apps", "host", "runs", "server"})
             assert {"hello", "gpu", "apps", "host", "runs", "server"} <= set(got), (set(got), proc.stderr)
@@ -160,23 +152,7 @@ def test_sampler_streams_gpus_host_runs_and_servers_and_starts_nothing_once_runn
 def test_sampler_ends_with_its_children_when_nobody_reads_it(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tunedeck.hostside",
-            "sample",
-            "--home",
-            str(home),
-            "--smi",
-            str(_shims(tmp_path)),
-            "--interval",
-            "0.2",
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = _sampler(home, "--smi", str(_shims(tmp_path)), "--interval", "0.2")
     assert proc.stdout is not None and proc.stderr is not None
     assert b'"hello"' in proc.stdout.readline()
     deadline = time.monotonic() + 30
@@ -192,24 +168,7 @@ def test_sampler_ends_with_its_children_when_nobody_reads_it(tmp_path):
 
 
 def test_a_host_without_nvidia_smi_gets_a_gpu_error_and_no_process(tmp_path):
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tunedeck.hostside",
-            "sample",
-            "--home",
-            str(tmp_path),
-            "--smi",
-            "nvidia-smi-not-here",
-            "--interval",
-            "0.2",
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _sampler(tmp_path, "--smi", "nvidia-smi-not-here", "--interval", "0.2", text=True)
     try:
         got = _read_lines(proc, time.monotonic() + 30, {"gpu_error", "host"})
         err = got["gpu_error"][0]
@@ -225,25 +184,7 @@ def test_a_host_without_nvidia_smi_gets_a_gpu_error_and_no_process(tmp_path):
 
 @pytest.mark.parametrize("how", ["quiet", "closed"])
 def test_with_a_heartbeat_the_sampler_ends_when_stdin_goes_quiet_or_closes(tmp_path, how):
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tunedeck.hostside",
-            "sample",
-            "--home",
-            str(tmp_path),
-            "--no-gpu",
-            "--interval",
-            "0.2",
-            "--heartbeat",
-            "2",
-        ],
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = _sampler(tmp_path, "--no-gpu", "--interval", "0.2", "--heartbeat", "2", stdin=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     try:
         assert b'"hello"' in proc.stdout.readline()
@@ -306,51 +247,17 @@ def _sampler_procs(sshd: SshdServer) -> list[tuple[int, str]]:
     ]
 
 
-def _host(server: SshdServer):
-    from tunedeck.hostops.ssh import SshHost
-
-    return SshHost(
-        server.target(ROOT_USER),
-        keepalive_interval=1,
-        keepalive_count_max=2,
-        backoff_base=0.05,
-        backoff_cap=0.5,
-        retry_attempts=1,
-        connect_timeout=5,
-    )
-
-
 @pytest.mark.sshd
 async def test_dashboard_sources_over_sshd_share_one_sampler_and_one_connection(sshd: SshdServer, tmp_path):
     remote_shims(sshd, tmp_path / "remote-sim")
     port = free_port()
-    run = sshd.remote_home / "runs" / "r1"
-    run.mkdir(parents=True)
-    keeper = subprocess.Popen(["sleep", "600"])
-    for name, text in (
-        ("run.sh", "true\n"),
-        ("pid", f"{keeper.pid}\n"),
-        ("starttime", _starttime(keeper.pid)),
-        ("log", ""),
-        ("meta.json", json.dumps({"port": port, "engine": "sglang", "profile": "s1"})),
-    ):
-        (run / name).write_text(text)
-    host = _host(sshd)
+    live = contextlib.ExitStack()
+    live.enter_context(_live_run(sshd.remote_home, port))
+    host = quick_host(sshd.target(ROOT_USER))
     src = sampled_sources(host, interval=0.5)
     agen = src.gpu.stream()
     try:
-        with SimProc(
-            "sglang",
-            "--model-path",
-            "m",
-            "--tp-size",
-            "8",
-            "--port",
-            str(port),
-            "--enable-metrics",
-            "--sim-load-seconds",
-            "0.3",
-        ) as server:
+        with sglang_sim(port) as server:
             server.wait_ready()
             st = await asyncio.wait_for(agen.__anext__(), 90)
             while st.state != "ok":
@@ -382,8 +289,7 @@ async def test_dashboard_sources_over_sshd_share_one_sampler_and_one_connection(
         await src.gpu.aclose()
         await src.servers.aclose()
         await host.close()
-        keeper.kill()
-        keeper.wait()
+        live.close()
     deadline = time.monotonic() + 20
     while _sampler_procs(sshd) and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
@@ -404,14 +310,12 @@ _DASHBOARD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.sshd
-@pytest.mark.slow
-def test_kill_9_of_the_laptop_leaves_no_sampler_on_the_host(sshd: SshdServer, tmp_path):
-    from tunedeck.hostops.ssh import SshOptions
-
-    remote_shims(sshd, tmp_path / "remote-sim")
+@contextlib.contextmanager
+def _laptop(sshd: SshdServer, code: str) -> Iterator[subprocess.Popen]:
+    """A dashboard here: ``code`` run with the target of ``sshd``, given once it printed "ok" and its
+    one sampler runs on the host; killed with SIGKILL at the end."""
     laptop = subprocess.Popen(
-        [sys.executable, "-c", _DASHBOARD, sshd.target(ROOT_USER)],
+        [sys.executable, "-c", code, sshd.target(ROOT_USER)],
         cwd=REPO,
         env=sshd.client_env(PYTHONPATH=str(REPO)),
         stdout=subprocess.PIPE,
@@ -423,9 +327,20 @@ def test_kill_9_of_the_laptop_leaves_no_sampler_on_the_host(sshd: SshdServer, tm
         line = laptop.stdout.readline()
         assert line.strip() == "ok", laptop.stderr.read() if laptop.stderr else ""
         assert len(_sampler_procs(sshd)) == 1
+        yield laptop
     finally:
         laptop.send_signal(signal.SIGKILL)
         laptop.wait()
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+def test_kill_9_of_the_laptop_leaves_no_sampler_on_the_host(sshd: SshdServer, tmp_path):
+    from tunedeck.hostops.ssh import SshOptions
+
+    remote_shims(sshd, tmp_path / "remote-sim")
+    with _laptop(sshd, _DASHBOARD):
+        pass
     opts = SshOptions()
     window = opts.keepalive_interval * opts.keepalive_count_max
     deadline = time.monotonic() + window
@@ -456,19 +371,7 @@ def test_a_frozen_laptop_leaves_no_sampler_after_the_keepalive_window(sshd: Sshd
             await asyncio.sleep(3600)
         asyncio.run(main())
     """)
-    laptop = subprocess.Popen(
-        [sys.executable, "-c", code, sshd.target(ROOT_USER)],
-        cwd=REPO,
-        env=sshd.client_env(PYTHONPATH=str(REPO)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert laptop.stdout is not None
-        line = laptop.stdout.readline()
-        assert line.strip() == "ok", laptop.stderr.read() if laptop.stderr else ""
-        assert len(_sampler_procs(sshd)) == 1
+    with _laptop(sshd, code) as laptop:
         time.sleep(2 * keepalive)  # heartbeats flow: a quiet but live laptop keeps its sampler
         assert len(_sampler_procs(sshd)) == 1
         laptop.send_signal(signal.SIGSTOP)
@@ -478,9 +381,6 @@ def test_a_frozen_laptop_leaves_no_sampler_after_the_keepalive_window(sshd: Sshd
             time.sleep(0.25)
         assert not _sampler_procs(sshd), _sampler_procs(sshd)
         assert not [c for _, c in sshd.processes_matching(str(tmp_path / "remote-sim"))]  # its nvidia-smi too
-    finally:
-        laptop.send_signal(signal.SIGKILL)
-        laptop.wait()
 
 
 async def test_a_sampler_at_the_end_of_its_lifetime_is_followed_by_the_next_without_a_gap(tmp_path):
@@ -506,15 +406,8 @@ async def test_a_sampler_at_the_end_of_its_lifetime_is_followed_by_the_next_with
 def test_ended_runs_are_read_once_live_ones_every_sample(tmp_path, live_run):
     home, port = live_run
     old = home / "runs" / "r0"
-    old.mkdir()
-    for name, text in (
-        ("run.sh", "true\n"),
-        ("pid", "999999999\n"),
-        ("starttime", "1\n"),
-        ("rc", "0\n"),
-        ("meta.json", json.dumps({"port": 1, "profile": "old"})),
-    ):
-        (old / name).write_text(text)
+    meta = json.dumps({"port": 1, "profile": "old"})
+    _run_folder(old, {"run.sh": "true\n", "pid": "999999999\n", "starttime": "1\n", "rc": "0\n", "meta.json": meta})
     cache: dict = {}
     first = hostread.list_runs(str(home / "runs"), cache)
     assert [(r["id"], r["alive"], r["rc"]) for r in first] == [("r0", False, 0), ("r1", True, None)]

@@ -12,6 +12,7 @@ import pytest
 
 from tests.simfix import free_port
 from tests.sshd import ROOT_USER, SshdServer, cli, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshfix import launch_sim
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
 
@@ -32,13 +33,7 @@ def test_sim_on_a_bare_ssh_host_launches_serves_shows_its_gpus_and_stops(sshd: S
         "enable-metrics = true\n"
     )
     target = sshd.target(ROOT_USER)
-    r = cli(
-        sshd, user, "launch", "one", "--host", target, "--sim", "--env", "TUNEDECK_SIM_LOAD_S=1", "--wait",
-        "--timeout", "120", "--json",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout)
-    assert out["progress"]["state"] == "ready", out
+    out = launch_sim(sshd, user, "one", 1)
     argv = out["run"]["argv"]
     home = str(sshd.remote_home)
     # the runtime's `sim sglang`, run by the host's own python3

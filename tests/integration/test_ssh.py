@@ -156,20 +156,29 @@ async def test_bad_input_rejected_before_any_connection() -> None:
 # ---------------------------------------------------------------------------- host keys (R1-R3)
 
 
-async def test_unknown_host_refused_with_fingerprint(sshd: SshdServer) -> None:
-    kh = sshd.write_known_hosts("empty")
+async def _refused_at_once(sshd: SshdServer, known_hosts: str) -> HostError:
+    """The error of a first connection with ``known_hosts`` ("empty", "wrong", ...: see
+    ``write_known_hosts``), which must come at the first attempt and leave that file as it was."""
+    kh = sshd.write_known_hosts(known_hosts)
     before = kh.read_bytes()
     h = mkhost(sshd)
-    with pytest.raises(HostError) as ei:
-        await h.run(["true"])
-    e = ei.value
+    try:
+        with pytest.raises(HostError) as ei:
+            await h.run(["true"])
+        assert h.attempt == 1
+        assert kh.read_bytes() == before
+    finally:
+        await h.close()
+    return ei.value
+
+
+async def test_unknown_host_refused_with_fingerprint(sshd: SshdServer) -> None:
+    e = await _refused_at_once(sshd, "empty")
     assert e.kind == "hostkey-unknown"
     assert sshd.host_key_fingerprint in str(e) and "SHA256:" in str(e)
     assert f"tunedeck trust {sshd.target()}" in str(e)
-    assert h.attempt == 1 and not e.retryable  # never retried
-    assert kh.read_bytes() == before
+    assert not e.retryable  # never retried
     assert not known_hosts_file().exists()
-    await h.close()
 
 
 async def test_missing_known_hosts_still_verifies(sshd: SshdServer) -> None:
@@ -181,16 +190,9 @@ async def test_missing_known_hosts_still_verifies(sshd: SshdServer) -> None:
 
 
 async def test_changed_key_refused_with_both_fingerprints(sshd: SshdServer) -> None:
-    kh = sshd.write_known_hosts("wrong")
-    before = kh.read_bytes()
-    h = mkhost(sshd)
-    with pytest.raises(HostError) as ei:
-        await h.run(["true"])
-    e = ei.value
+    e = await _refused_at_once(sshd, "wrong")
     assert e.kind == "hostkey-mismatch"
     assert sshd.host_key_fingerprint in str(e) and sshd.wrong_key_fingerprint in str(e)
-    assert h.attempt == 1
-    assert kh.read_bytes() == before
 
 
 async def test_ssh_config_cannot_disable_checking(sshd: SshdServer) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clifix import bench_load
 from tests.simfix import free_port
 from tests.sshd import (  # noqa: F401  (fixtures)
     ROOT_USER,
@@ -22,6 +23,7 @@ from tests.sshd import (  # noqa: F401  (fixtures)
     sshd_nosftp,
     sshd_nosftp_server,
 )
+from tests.sshfix import launch_sim
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
 
@@ -67,21 +69,12 @@ def test_launch_sim_bench_and_status_on_a_host_without_sftp(sshd_nosftp: SshdSer
         f'schema_version = 1\nengine = "sglang"\nmodel = "Qwen/Qwen3-8B"\ntp = 2\nport = {port}\n'
     )
     target = server.target(ROOT_USER)
-    r = cli(
-        server, user, "launch", "one", "--host", target, "--sim", "--env", "TUNEDECK_SIM_LOAD_S=0.5", "--wait",
-        "--timeout", "120", "--json",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout)
-    assert out["progress"]["state"] == "ready", out
+    out = launch_sim(server, user, "one", 0.5)
     run_id = out["run"]["run_id"]
     assert list((server.remote_home / "lib").glob("tunedeck-host-*.pyz"))
     assert not list((server.remote_home / "lib").glob(".*.tmp"))  # staged, checked, renamed
     try:
-        r = cli(
-            server, user, "bench", "--host", target, "--port", str(port), "--concurrency", "2",
-            "--num-prompts", "6", "--input-len", "8", "--output-len", "4", "--warmup", "0", "--json", "-",
-        )  # fmt: skip
+        r = cli(server, user, "bench", "--host", target, "--port", str(port), *bench_load(2, 6, 4))
         assert r.returncode == 0, r.stderr[-3000:]
         s = json.loads(r.stdout)
         assert s["completed"] == 6 and s["client"]["where"] == "host", s

@@ -4,22 +4,14 @@ mirrored into the local store and printed by ``results show RUN --timeline``."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import pytest
 
-from tests.conftest import REPO, tunedeck_cmd
-from tests.simfix import SimProc, free_port
+from tests.clifix import bench_load, cli_json, run_cli
+from tests.simfix import free_port, vllm_sim
 from tunedeck.hostside.timeline import parse_gpu_rows, server_figures
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*tunedeck_cmd(), *args], capture_output=True, text=True, cwd=REPO, timeout=timeout, env=dict(os.environ)
-    )
 
 
 def test_gpu_rows_keep_not_available_as_null():
@@ -41,40 +33,8 @@ def test_server_figures_from_vllm_counters_are_rates_and_deltas():
 
 def test_a_host_side_benchmark_records_its_timeline_and_results_show_prints_it():
     port = free_port()
-    with SimProc(
-        "vllm",
-        "m",
-        "-tp",
-        "8",
-        "--port",
-        str(port),
-        "--sim-load-seconds",
-        "0.5",
-        "--sim-fixed-ttft-ms",
-        "50",
-        "--sim-fixed-itl-ms",
-        "20",
-    ):
-        r = run_cli(
-            "bench",
-            "--demo",
-            "--port",
-            str(port),
-            "--concurrency",
-            "4",
-            "--num-prompts",
-            "12",
-            "--input-len",
-            "8",
-            "--output-len",
-            "120",
-            "--warmup",
-            "0",
-            "--json",
-            "-",
-        )
-    assert r.returncode == 0, r.stderr[-3000:]
-    run_id = json.loads(r.stdout)["run_id"]
+    with vllm_sim(port, itl_ms=20):
+        run_id = cli_json("bench", "--demo", "--port", str(port), *bench_load(4, 12, 120))["run_id"]
     show = run_cli("results", "show", run_id, "--timeline", "--json")
     assert show.returncode == 0, show.stderr
     lines = json.loads(show.stdout)

@@ -6,16 +6,17 @@ screen overlays A's and B's timelines; a stored result opens on its timeline."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 from textual.app import App
 from textual.widgets import DataTable
 
+from tests.screenapp import ScreenApp
 from tests.snapshot_app import REPO, timeline_row, write_ab_timelines
 from tests.waits import until_async
 from tunedeck.bench.plan import BenchPlan
 from tunedeck.bench.store import run_dir
+from tunedeck.commands.bench import parse_plan
 from tunedeck.timeline_model import TimelineSnapshot, figure, overlay
 from tunedeck.ui.screens.bench import TIMELINE_SIDE_BY_SIDE, BenchScreen
 from tunedeck.ui.screens.compare import ABTimeline, CompareScreen
@@ -204,16 +205,6 @@ def script(levels=((0, 1, 4), (1, 16, 6)), *, missing: tuple[tuple[int, int], ..
     return evs
 
 
-class BenchApp(App):
-    def __init__(self, screen: BenchScreen) -> None:
-        super().__init__()
-        self.bench = screen
-        self.messages: list[Any] = []
-
-    def on_mount(self) -> None:
-        self.push_screen(self.bench)
-
-
 async def test_run_timeline_rows_reach_the_charts_as_messages(monkeypatch):
     run = FakeRun(script(missing=((1, 2),)))
 
@@ -236,7 +227,7 @@ async def test_run_timeline_rows_reach_the_charts_as_messages(monkeypatch):
         )
     )
     scr = BenchScreen(BenchPlan(url="http://127.0.0.1:9"))
-    app = BenchApp(scr)
+    app = ScreenApp(scr)
     async with app.run_test(size=(160, 48), message_hook=app.messages.append) as pilot:
         await until(
             pilot,
@@ -277,7 +268,7 @@ async def test_timeline_layout_side_by_side_or_switched_with_t(monkeypatch):
     monkeypatch.setattr("tunedeck.commands.bench.start_plan", fake_start)
     for width in (TIMELINE_SIDE_BY_SIDE, 80):
         scr = BenchScreen(BenchPlan(url="http://127.0.0.1:9"))
-        app = BenchApp(scr)
+        app = ScreenApp(scr)
         async with app.run_test(size=(width, 40)) as pilot:
             await until(pilot, lambda scr=scr: scr.rc == 0)
             panel = scr.query_one("#bench-timeline", TimelinePanel)
@@ -313,7 +304,7 @@ async def test_a_replayed_level_builds_few_figures(monkeypatch):
 
     monkeypatch.setattr("tunedeck.commands.bench.start_plan", fake_start)
     scr = BenchScreen(BenchPlan(url="http://127.0.0.1:9"))
-    async with BenchApp(scr).run_test(size=(160, 48)) as pilot:
+    async with ScreenApp(scr).run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: scr.rc == 0 and scr.timelines and len(scr.timelines[0].rows) == 600, timeout=60)
         await pilot.pause(0.6)
         panel = scr.query_one("#bench-timeline", TimelinePanel)
@@ -325,27 +316,14 @@ async def test_a_replayed_level_builds_few_figures(monkeypatch):
 async def test_a_host_side_run_draws_its_gpu_and_server_timeline_live():
     """End to end: a benchmark job on the demo host (simulated GPUs, simulated vLLM with /metrics);
     its timeline events reach the charts while it runs."""
-    from tests.simfix import SimProc, free_port
+    from tests.clifix import bench_load
+    from tests.simfix import free_port, vllm_sim
 
     port = free_port()
-    with SimProc(
-        "vllm",
-        "m",
-        "-tp",
-        "8",
-        "--port",
-        str(port),
-        "--sim-load-seconds",
-        "0.5",
-        "--sim-fixed-ttft-ms",
-        "50",
-        "--sim-fixed-itl-ms",
-        "20",
-    ):
-        scr = BenchScreen(
-            BenchPlan(demo=True, port=port, concurrency=(4,), num_prompts=12, input_len=8, output_len=120, warmup=0)
-        )
-        app = BenchApp(scr)
+    with vllm_sim(port, itl_ms=20):
+        scr = BenchScreen(parse_plan(["--demo", "--port", str(port), *bench_load(4, 12, 120, json_out=False)]))
+
+        app = ScreenApp(scr)
         async with app.run_test(size=(160, 48), message_hook=app.messages.append) as pilot:
             await until(pilot, lambda: scr.rc is not None, timeout=150)
             assert scr.rc == 0, scr.error
@@ -406,16 +384,6 @@ async def test_a_stored_result_opens_on_its_timeline():
 # ---------------------------------------------------------------------- the Compare screen
 
 
-class ABApp(App):
-    def __init__(self, screen: CompareScreen) -> None:
-        super().__init__()
-        self._screen = screen
-        self.messages: list[Any] = []
-
-    def on_mount(self) -> None:
-        self.push_screen(self._screen)
-
-
 async def _no_campaign(*_a):
     raise RuntimeError("no A/B here")
 
@@ -430,7 +398,7 @@ async def test_compare_overlays_a_and_b_timelines_at_the_peak_then_other_levels(
     scr = CompareScreen(
         start_campaign=_no_campaign, profiles=[a.profile, b.profile], comparison=compare(a, b), sides=(a, b)
     )
-    app = ABApp(scr)
+    app = ScreenApp(scr)
     async with app.run_test(size=(120, 40), message_hook=app.messages.append) as pilot:
         panel = scr.query_one("#ab-timeline", TimelinePanel)
         await until(pilot, lambda: panel.figure is not None)
@@ -462,7 +430,7 @@ async def test_compare_after_an_ab_shows_its_sides_timelines():
 
     ops = FakeOps(bench_delay=0.05)
     scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
-    async with ABApp(scr).run_test(size=(120, 40)) as pilot:
+    async with ScreenApp(scr).run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         await pilot.press("g")
         await until(pilot, lambda: scr.report is not None)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clifix import tune_small
 from tests.integration.test_tune_demo import base, run_cli  # noqa: F401  (the base profile fixture)
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
@@ -17,22 +18,8 @@ pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
 
 def test_report_renders_a_real_campaign_result(base: str, tmp_path: Path):
     out = tmp_path / "tune.json"
-    r = run_cli(
-        "tune",
-        base,
-        "--demo",
-        "--vary",
-        "flags.attention-backend=triton,flashinfer",
-        "--slo",
-        "ttft_p90:200",
-        "tpot_p90:30",
-        *("--input-len", "64", "--output-len", "16", "--prompts-per-c", "2", "--min-prompts", "6"),
-        *("--start", "16", "--max-steps", "6", "--repeats-max", "1"),
-        "--yes",
-        "--json",
-        str(out),
-        timeout=360,
-    )
+    vary = ("--vary", "flags.attention-backend=triton,flashinfer")
+    r = run_cli("tune", base, "--demo", *vary, *tune_small(out), timeout=360)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rep = json.loads(out.read_text())
     names = [c["name"] for c in rep["candidates"]]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clifix import tune_small
 from tests.integration.test_ab_sim_ssh import _alive, _profile
 from tests.simfix import free_port
 from tests.sshd import ROOT_USER, SshdServer, cli, sshd, sshd_server  # noqa: F401  (fixtures)
@@ -36,26 +37,7 @@ def test_tune_over_ssh_on_the_runtime_simulator(sshd: SshdServer, tmp_path: Path
         "tp=2,16",  # 16 GPUs: more than the host's 8 simulated ones
         "--vary",
         "attention.backend=flex_attention",
-        "--slo",
-        "ttft_p90:200",
-        "tpot_p90:30",
-        "--input-len",
-        "64",
-        "--output-len",
-        "16",
-        "--prompts-per-c",
-        "2",
-        "--min-prompts",
-        "6",
-        "--start",
-        "16",
-        "--max-steps",
-        "6",
-        "--repeats-max",
-        "1",
-        "--yes",
-        "--json",
-        str(out),
+        *tune_small(out),
         timeout=360,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -3,11 +3,11 @@ the server is found from its run folder and shown ready with its metrics."""
 
 from __future__ import annotations
 
-import subprocess
+import functools
 
 import pytest
 
-from tests.conftest import REPO, tunedeck_cmd
+from tests.clifix import launch_demo, run_cli
 from tests.simfix import free_port
 from tests.ui.test_ui_status import SIZE, cell, until
 from tunedeck.services.targets import get_host
@@ -18,8 +18,7 @@ from tunedeck.widgets.server_panel import ServerPanel
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
-def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+cli = functools.partial(run_cli, timeout=90)
 
 
 # its own waits add up to more than the suite's 120 s (launch --wait 60 s, the screen 70 s, stop 90 s),
@@ -28,27 +27,7 @@ def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
 async def test_demo_status_shows_launched_server(monkeypatch):
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
     port = free_port()
-    r = cli(
-        "launch",
-        "--demo",
-        "--engine",
-        "sglang",
-        "--port",
-        str(port),
-        "--wait",
-        "--timeout",
-        "60",
-        "--cmd",
-        "sglang",
-        "serve",
-        "--model-path",
-        "/models/Qwen3-8B",
-        "--tp",
-        "2",
-        "--port",
-        str(port),
-        "--enable-metrics",
-    )
+    r = cli(*launch_demo(port, "--tp", "2", "--port", str(port), "--enable-metrics"))
     assert r.returncode == 0, r.stdout + r.stderr
     try:
         app = make_app(get_host(None, demo=True), target="demo", demo=True, interval=0.5)

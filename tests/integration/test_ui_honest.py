@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from textual.app import App
 
 from tests.abfakes import FakeOps, fake_campaigns
+from tests.screenapp import ScreenApp
 from tests.waits import until_async
 from tunedeck.ab.compare import compare
 from tunedeck.ab.confdiff import config_diff
@@ -17,15 +17,6 @@ from tunedeck.widgets.compare_table import CompareTable, ConfigDiff
 
 pytestmark = pytest.mark.timeout(60)
 SIZE = (120, 40)
-
-
-class OneScreen(App):
-    def __init__(self, screen) -> None:
-        super().__init__()
-        self._first = screen
-
-    def on_mount(self) -> None:
-        self.push_screen(self._first)
 
 
 async def until(pilot, pred, timeout: float = 10.0) -> None:
@@ -64,7 +55,7 @@ async def test_new_or_cancelled_ab_clears_the_old_table_and_chart():
         comparison=old,
         series=([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]),
     )
-    async with OneScreen(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         table, chart = scr.query_one(CompareTable), scr.query_one(CompareChart)
         assert table.row_count > 0 and chart.series
@@ -87,7 +78,7 @@ async def test_headline_says_the_regressions_too():
     scr = CompareScreen(
         start_campaign=fake_campaigns(FakeOps()), profiles=["sglang-base", "sglang-tuned"], comparison=cmp
     )
-    async with OneScreen(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         head = str(scr.query_one("#ab-headline").content)
         assert "is faster" not in head
@@ -107,7 +98,7 @@ def test_unrecorded_argv_is_unknown_not_a_false_diff():
 async def test_unknown_config_shows_as_unknown_in_the_view():
     cmp = compare(side("A", "base", 100, 1000), side("B", "base", 100, 1000, argv=()))
     scr = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=["base"], comparison=cmp)
-    async with OneScreen(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         diff = str(scr.query_one(ConfigDiff).content)
         assert "unknown (not recorded for B)" in diff and "(only" not in diff
@@ -179,7 +170,7 @@ async def test_run_view_ready_once_clock_stops_and_a_stop_is_not_a_failure(monke
     scr = run_mod.RunScreen(Host(), RunRecord("r1", "local", ["x"], pid=123))  # type: ignore[arg-type]
     monkeypatch.setattr(scr, "_make_tracker", lambda rec: tracker)
     scr.tracker = tracker
-    async with OneScreen(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         view = scr.query_one(StartupProgressView)
         await pilot.pause(0.1)
         # reopening a run: no 0% bar while the log is read from the start
@@ -242,7 +233,7 @@ async def test_form_hides_backends_for_other_hardware(tmp_path, monkeypatch):
 
     store = ProfileStore()
     scr = LaunchScreen(store.get("sglang-base"), store=store, host=demo_host(), demo=True)
-    app = OneScreen(scr)
+    app = ScreenApp(scr)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await app.workers.wait_for_complete()

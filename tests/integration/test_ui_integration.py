@@ -4,12 +4,12 @@ every run launched here is stopped before the test ends."""
 
 from __future__ import annotations
 
-import subprocess
+import functools
 from dataclasses import replace
 
 import pytest
 
-from tests.conftest import REPO, tunedeck_cmd
+from tests.clifix import launch_demo, run_cli
 from tests.simfix import free_port
 from tests.ui.test_ui_status import SIZE, app_with, until
 from tunedeck.services.targets import get_host
@@ -20,8 +20,7 @@ pytestmark = pytest.mark.timeout(120)
 BUILTINS = {"sglang-base", "sglang-tuned", "sglang-eagle3", "vllm-baseline"}
 
 
-def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([*tunedeck_cmd(), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+cli = functools.partial(run_cli, timeout=90)
 
 
 def stop_all_demo() -> None:
@@ -211,21 +210,7 @@ async def test_status_enter_opens_the_run_view_and_stops_it(tmp_path, monkeypatc
 
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
     port = free_port()
-    r = cli(
-        "launch",
-        "--demo",
-        "--engine",
-        "sglang",
-        "--port",
-        str(port),
-        "--cmd",
-        "sglang",
-        "serve",
-        "--model-path",
-        "/models/Qwen3-8B",
-        "--port",
-        str(port),
-    )
+    r = cli(*launch_demo(port, wait=False))
     assert r.returncode == 0, r.stdout + r.stderr
     try:
         # the CLI's local record is gone: only the host knows the run (reattach must find it)
@@ -314,24 +299,7 @@ async def test_bench_setup_runs_against_sim_server_and_chart_fills(tmp_path, mon
 
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
     port = free_port()
-    r = cli(
-        "launch",
-        "--demo",
-        "--engine",
-        "sglang",
-        "--port",
-        str(port),
-        "--wait",
-        "--timeout",
-        "60",
-        "--cmd",
-        "sglang",
-        "serve",
-        "--model-path",
-        "/models/Qwen3-8B",
-        "--port",
-        str(port),
-    )
+    r = cli(*launch_demo(port))
     assert r.returncode == 0, r.stdout + r.stderr
     try:
         app = make_app(get_host(None, demo=True), target="demo", demo=True, interval=0.5)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import functools
 
 import pytest
 from textual.app import App
 from textual.widgets import Input
 
-from tests.conftest import REPO, tunedeck_cmd
+from tests.screenapp import ScreenApp
 from tunedeck.profiles.store import ProfileStore
 from tunedeck.ui.screens.launch import LaunchScreen
 from tunedeck.ui.screens.modals import ConfirmModal
@@ -19,14 +18,10 @@ pytestmark = pytest.mark.timeout(90)
 SIZE = (120, 40)
 
 
-class FormApp(App):
-    def __init__(self, screen) -> None:
-        super().__init__()
-        self._first = screen
+class FormApp(ScreenApp):
+    def __init__(self, screen: LaunchScreen) -> None:
+        super().__init__(screen)
         self.launched: list[LaunchScreen.LaunchRequested] = []
-
-    def on_mount(self) -> None:
-        self.push_screen(self._first)
 
     def on_launch_screen_launch_requested(self, message: LaunchScreen.LaunchRequested) -> None:
         self.launched.append(message)
@@ -165,28 +160,11 @@ async def test_builtin_profiles_bind_loopback_and_wider_binds_warn():
 
 # ---------------------------------------------------------------- tunedeck stop
 def test_stop_without_a_terminal_and_without_yes_does_not_stop():
-    from tests.integration.test_launcher import FAKE, free_port
+    from tests.clifix import launch_fake, run_cli
+    from tests.ports import free_port
 
-    def td(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*tunedeck_cmd(), *args], cwd=REPO, capture_output=True, text=True, timeout=60, input=stdin
-        )
-
-    port = free_port()
-    r = td(
-        "launch",
-        "--wait",
-        "--json",
-        "--cmd",
-        sys.executable,
-        FAKE,
-        "--engine",
-        "sglang",
-        "--port",
-        str(port),
-        "--load-seconds",
-        "0.3",
-    )
+    td = functools.partial(run_cli, timeout=60)
+    r = td(*launch_fake(free_port(), 0.3))
     assert r.returncode == 0, r.stderr
     try:
         r = td("stop", stdin="n\n")

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 
 import pytest
 
-from tests.conftest import REPO, tunedeck_cmd
-from tests.simfix import SimProc, free_port
+from tests.clifix import bench_load, cli_json, run_cli
+from tests.simfix import SimProc, free_port, sglang_sim, vllm_sim
+from tests.simfix_ab import ab_profiles
 from tunedeck.hostside import validity as v
 
 pytestmark = pytest.mark.timeout(240)
@@ -100,63 +100,14 @@ def test_label():
 
 def bench(port: int, *extra_env: tuple[str, str], conc: int = 8, n: int = 16, out: int = 120) -> dict:
     env = dict(os.environ, **dict(extra_env))
-    r = subprocess.run(
-        [
-            *tunedeck_cmd(),
-            "bench",
-            "--demo",
-            "--port",
-            str(port),
-            "--concurrency",
-            str(conc),
-            "--num-prompts",
-            str(n),
-            "--input-len",
-            "8",
-            "--output-len",
-            str(out),
-            "--warmup",
-            "0",
-            "--json",
-            "-",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=180,
-        env=env,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    s = json.loads(r.stdout)
-    stored = json.loads(
-        subprocess.run(
-            [*tunedeck_cmd(), "results", "show", s["run_id"], "--json"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=60,
-        ).stdout
-    )
+    s = cli_json("bench", "--demo", "--port", str(port), *bench_load(conc, n, out), env=env)
+    stored = json.loads(run_cli("results", "show", s["run_id"], "--json", timeout=60).stdout)
     assert stored["validity"] == s["validity"]  # mirrored with the summary
     return s
 
 
 def server(port: int, *extra: str) -> SimProc:
-    return SimProc(
-        "vllm",
-        "m",
-        "-tp",
-        "8",
-        "--port",
-        str(port),
-        "--sim-load-seconds",
-        "0.3",
-        "--sim-fixed-ttft-ms",
-        "50",
-        "--sim-fixed-itl-ms",
-        "20",
-        *extra,
-    )
+    return vllm_sim(port, *extra, itl_ms=20, load_s=0.3)
 
 
 def test_a_clean_run_on_the_simulator_is_valid():
@@ -164,9 +115,7 @@ def test_a_clean_run_on_the_simulator_is_valid():
     with server(port):
         s = bench(port)
     assert s["validity"] == [], s["validity"]
-    shown = subprocess.run(
-        [*tunedeck_cmd(), "results", "show", s["run_id"]], capture_output=True, text=True, cwd=REPO, timeout=60
-    )
+    shown = run_cli("results", "show", s["run_id"], timeout=60)
     assert "validity: valid" in shown.stdout
 
 
@@ -177,9 +126,7 @@ def test_a_power_cap_makes_the_run_invalid_with_its_evidence():
     found = {f["rule"]: f["evidence"] for f in s["validity"]}
     assert set(found) == {"power_at_cap", "sm_clock_low"}, found
     assert "315 W" in found["power_at_cap"]  # 45% of the H200's 700 W
-    shown = subprocess.run(
-        [*tunedeck_cmd(), "results", "show", s["run_id"]], capture_output=True, text=True, cwd=REPO, timeout=60
-    )
+    shown = run_cli("results", "show", s["run_id"], timeout=60)
     assert (
         "validity: [power_at_cap, sm_clock_low]" in shown.stdout
         or "validity: [sm_clock_low, power_at_cap]" in shown.stdout
@@ -246,20 +193,7 @@ def test_gpus_busy_with_another_server_at_the_start_are_named():
 
 def test_a_full_kv_cache_is_named():
     port = free_port()
-    with SimProc(
-        "sglang",
-        "--model-path",
-        "m",
-        "--tp-size",
-        "8",
-        "--port",
-        str(port),
-        "--enable-metrics",
-        "--max-total-tokens",
-        "500",
-        "--sim-load-seconds",
-        "0.3",
-    ):
+    with sglang_sim(port, "--max-total-tokens", "500"):
         s = bench(port)
     found = {f["rule"]: f["evidence"] for f in s["validity"]}
     assert list(found) == ["kv_cache_full"], found
@@ -446,30 +380,13 @@ def test_the_ab_headline_is_quiet_when_validity_agrees_or_is_unknown(a, b):
 
 @pytest.mark.slow
 def test_every_ab_level_carries_its_validity_and_timeline(tmp_path, monkeypatch):
-    import re
-
-    from tests.integration.test_ab_demo import free_port as ab_port
     from tunedeck.bench.store import run_dir
 
     user = tmp_path / "profiles"
-    user.mkdir()
+    ab_profiles(user, "v", free_port())
     monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
     monkeypatch.setenv("TUNEDECK_SIM_LOAD_S", "1")
-    port = ab_port()
-    for src, dst in (("sglang-base", "v-base"), ("sglang-tuned", "v-tuned")):
-        text = (REPO / "profiles" / "servers" / f"{src}.toml").read_text()
-        text = re.sub(r'(?m)^name = ".*"$', f'name = "{dst}"', text)
-        (user / f"{dst}.toml").write_text(re.sub(r"(?m)^port = \d+$", f"port = {port}", text))
-    r = subprocess.run(
-        [*tunedeck_cmd(), "ab", "v-base", "v-tuned", "--demo", "--plan", "quick", "--json", "--yes"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=240,
-        env=dict(os.environ),
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    rep = json.loads(r.stdout)
+    rep = cli_json("ab", "v-base", "v-tuned", "--demo", "--plan", "quick", "--json", "--yes", timeout=240)
     levels = [lv for side in ("a", "b") for lv in rep[side]["runs"][0]["levels"]]
     assert len(levels) == 4
     # a loaded machine may slow the simulated server until its queue grows, or the client itself:

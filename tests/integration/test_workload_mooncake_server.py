@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tunedeck_cmd
+from tests.clifix import cli_json
 from tests.simfix import SimProc, free_port
 from tunedeck.bench.workloads import MOONCAKE_BLOCK
 
@@ -40,29 +39,12 @@ def test_equal_hash_ids_are_equal_prefixes_at_the_server(tmp_path: Path) -> None
     trace = tmp_path / "trace.jsonl"
     write_trace(trace, 60, seed=5)
     opts = ["--dataset-name", "mooncake", "--dataset-path", str(trace), "--concurrency", "1", "--warmup", "0"]
-    r = subprocess.run(
-        [*tunedeck_cmd(), "bench", "--preview", "--json", *opts],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-    )
-    assert r.returncode == 0, r.stderr
-    (preview,) = json.loads(r.stdout)
+    (preview,) = cli_json("bench", "--preview", "--json", *opts, timeout=60)
     assert preview["requests"] == 60 and preview["prefix_shared_ratio"] > 0.3, preview
     port = free_port()
     with SimProc("vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "1") as p:
         p.wait_ready(60)
-        r = subprocess.run(
-            [*tunedeck_cmd(), "bench", "--url", f"http://127.0.0.1:{port}", *opts, "--json"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=180,
-        )
-        p.stop()
-    assert r.returncode == 0, r.stderr[-3000:]
-    s = json.loads(r.stdout)
+        s = cli_json("bench", "--url", f"http://127.0.0.1:{port}", *opts, "--json", timeout=180)
     assert s["completed"] == 60 and s["workload"]["sha256"] == preview["sha256"]
     # one request at a time: each finds in the cache exactly what earlier prompts shared with it
     assert s["prefix_cache_hit_rate"] == pytest.approx(preview["prefix_shared_ratio"], abs=0.01), (

@@ -6,12 +6,9 @@ HTTP is ``test_sim_workload_prefix.py``'s."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 
-from tests.conftest import REPO, tunedeck_cmd
+from tests.clifix import cli_json
 from tests.simfix import SimProc, free_port
 from tunedeck.sim import perf
 
@@ -34,26 +31,13 @@ def bench(*flags: str) -> dict:
     with SimProc("sglang", "--model-path", "m", "--tp", "8", "--port", str(port), "--sim-load-seconds", "1",
                  "--enable-metrics", *flags) as p:  # fmt: skip
         p.wait_ready(60)
-        r = subprocess.run(
-            [*tunedeck_cmd(), "bench", "--url", f"http://127.0.0.1:{port}", *OPTS, "--json", "-"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=90,
-        )
-        p.stop()
-    assert r.returncode == 0, r.stderr[-3000:]
-    s = json.loads(r.stdout)
+        s = cli_json("bench", "--url", f"http://127.0.0.1:{port}", *OPTS, "--json", "-", timeout=90)
     assert s["completed"] == GROUPS * PER_GROUP and s["failed"] == 0
     return s
 
 
 def test_the_radix_cache_serves_the_planned_share_and_cuts_ttft_and_disabling_it_removes_both() -> None:
-    r = subprocess.run(
-        [*tunedeck_cmd(), "bench", "--preview", "--json", *OPTS], capture_output=True, text=True, cwd=REPO, timeout=60
-    )
-    assert r.returncode == 0, r.stderr
-    (preview,) = json.loads(r.stdout)
+    (preview,) = cli_json("bench", "--preview", "--json", *OPTS, timeout=60)
     assert preview["prefix_shared_ratio"] == pytest.approx(PLANNED, abs=0.001)
 
     on, off = bench(), bench("--disable-radix-cache")

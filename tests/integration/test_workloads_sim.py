@@ -10,39 +10,38 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tunedeck_cmd
-from tests.simfix import SimProc, free_port
+from tests.clifix import run_cli
+from tests.simfix import SimProc, free_port, vllm_sim
 from tunedeck.bench import store
 from tunedeck.bench.workloads.base import estimate_tokens
 
 
 def _sim(port: int) -> SimProc:
-    return SimProc(
-        "vllm", "m", "-tp", "8", "--port", str(port), "--sim-load-seconds", "1",
-        "--sim-fixed-ttft-ms", "20", "--sim-fixed-itl-ms", "2",
-    )  # fmt: skip
+    return vllm_sim(port, ttft_ms=20, itl_ms=2, load_s=1)
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*tunedeck_cmd(), "bench", "--ready-timeout", "30", "--warmup", "0", "--json", "-", *args],
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
+    return run_cli("bench", "--ready-timeout", "30", "--warmup", "0", "--json", "-", *args, timeout=150)
+
+
+def _summary(r: subprocess.CompletedProcess[str]) -> dict:
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+def _bench_url(*args: str) -> dict:
+    """``bench --url`` with ``args`` against a simulator of its own: the summary."""
+    port = free_port()
+    with _sim(port):
+        return _summary(_bench("--url", f"http://127.0.0.1:{port}", *args))
 
 
 @pytest.mark.timeout(200)
 def test_shared_prefix_run_completes_with_the_workload_recorded():
-    port = free_port()
-    with _sim(port):
-        r = _bench(
-            "--url", f"http://127.0.0.1:{port}", "--dataset-name", "shared_prefix", "--gsp-num-groups", "3",
-            "--gsp-prompts-per-group", "4", "--gsp-system-prompt-len", "64", "--gsp-question-len", "8",
-            "--gsp-output-len", "5", "--concurrency", "4",
-        )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
-    s = json.loads(r.stdout)
+    s = _bench_url(
+        "--dataset-name", "shared_prefix", "--gsp-num-groups", "3", "--gsp-prompts-per-group", "4",
+        "--gsp-system-prompt-len", "64", "--gsp-question-len", "8", "--gsp-output-len", "5", "--concurrency", "4",
+    )  # fmt: skip
     assert s["completed"] == 12 == s["num_prompts"] and s["failed"] == 0
     wl = s["workload"]
     assert wl["name"] == "shared_prefix" and len(wl["sha256"]) == 64
@@ -79,8 +78,7 @@ def test_sharegpt_on_the_host_sends_the_files_prompts_and_lengths(tmp_path):
             "--demo", "--port", str(port), "--dataset-name", "sharegpt", "--dataset-path", str(f),
             "--num-prompts", "8", "--concurrency", "2", "--ignore-eos",
         )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
-    s = json.loads(r.stdout)
+    s = _summary(r)
     assert s["completed"] == 8 and s["workload"]["name"] == "sharegpt"
     assert s["workload"]["params"]["file_sha256"] == hashlib.sha256(data).hexdigest()
     placed = Path(os.environ["TUNEDECK_HOME"]) / "data" / hashlib.sha256(data).hexdigest()
@@ -94,14 +92,9 @@ def test_sharegpt_on_the_host_sends_the_files_prompts_and_lengths(tmp_path):
 
 @pytest.mark.timeout(200)
 def test_text_prompts_are_fitted_to_exact_lengths_with_the_servers_tokenize():
-    port = free_port()
-    with _sim(port):
-        r = _bench(
-            "--url", f"http://127.0.0.1:{port}", "--dataset-name", "text", "--input-len", "60",
-            "--output-len", "3", "--num-prompts", "6", "--concurrency", "3",
-        )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
-    s = json.loads(r.stdout)
+    s = _bench_url(
+        "--dataset-name", "text", "--input-len", "60", "--output-len", "3", "--num-prompts", "6", "--concurrency", "3"
+    )
     assert s["completed"] == 6 and s["params"]["prompt_lengths"] == "server-tokenizer"
     assert s["workload"]["name"] == "text" and s["params"]["input_len"] == 60
     samples = store.read_samples(s["run_id"])
@@ -130,8 +123,7 @@ def test_a_prompt_over_the_servers_context_is_skipped_and_counted_without_the_op
         sim.wait_ready(60)
         r = _bench(*common)
         forced = _bench(*common, "--context-limit", "100000")
-    assert r.returncode == 0, r.stderr[-3000:]
-    s = json.loads(r.stdout)
+    s = _summary(r)
     assert s["context_limit"] == {"tokens": 300, "source": "server"}
     assert s["workload_skipped"] == {"over_context_limit": 1}
     assert s["completed"] == 6 and s["failed"] == 0
@@ -140,8 +132,7 @@ def test_a_prompt_over_the_servers_context_is_skipped_and_counted_without_the_op
     assert "Context limit: 300 tokens (the server's max_model_len)" in r.stderr
     assert store.load_run(s["run_id"]).meta["context_limit"] == {"tokens": 300, "source": "server"}
     # the operator's limit wins: the long prompt is sent, and the server refuses it
-    assert forced.returncode == 0, forced.stderr[-3000:]
-    o = json.loads(forced.stdout)
+    o = _summary(forced)
     assert o["context_limit"] == {"tokens": 100000, "source": "option"}
     assert o["workload_skipped"] == {} and o["workload"]["params"]["context_limit"] == 100000
     assert o["completed"] == 5 and o["failed"] == 1
@@ -163,8 +154,7 @@ def test_measured_lengths_are_the_servers_not_the_plans():
             "--url", f"http://127.0.0.1:{port}", "--num-prompts", "24", "--input-len", "16",
             "--output-len", "400", "--no-ignore-eos", "--concurrency", "8",
         )  # fmt: skip
-    assert conv.returncode == 0, conv.stderr[-3000:]
-    s = json.loads(conv.stdout)
+    s = _summary(conv)
     assert s["completed"] == 12 and s["failed"] == 0
     planned, measured = s["workload_lengths"], s["measured_lengths"]
     samples = store.read_samples(s["run_id"])
@@ -175,14 +165,11 @@ def test_measured_lengths_are_the_servers_not_the_plans():
     assert measured["input"]["p50"] > planned["input"]["p50"]
     assert measured["output"]["min"] == measured["output"]["max"] == 8 == planned["output"]["max"]
     assert "Lengths planned" in conv.stderr and "Lengths measured" in conv.stderr
-    shown = subprocess.run(
-        [*tunedeck_cmd(), "results", "show", s["run_id"]], capture_output=True, text=True, timeout=60
-    )
+    shown = run_cli("results", "show", s["run_id"], timeout=60)
     assert shown.returncode == 0, shown.stderr
     assert "Lengths measured (server's token counts): input" in shown.stdout
 
-    assert eos.returncode == 0, eos.stderr[-3000:]
-    e = json.loads(eos.stdout)
+    e = _summary(eos)
     assert e["workload_lengths"]["output"]["min"] == e["workload_lengths"]["output"]["max"] == 400
     out = e["measured_lengths"]["output"]
     assert out["count"] == 24 and out["p50"] < 400 and out["max"] <= 400
