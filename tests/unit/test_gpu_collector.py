@@ -6,13 +6,13 @@ import asyncio
 import os
 import time
 from pathlib import Path
-from typing import AsyncIterator, Mapping, Sequence
+from typing import AsyncIterator
 
 import pytest
 
 from tests.fake_smi import FakeSmi
+from tests.ui_fakes import DeadHost
 from tunedeck.collectors.gpu import GpuCollector
-from tunedeck.hostops.hosts import ByteStream, Host, HostError, RunResult
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.model import NA, GpuStatus
 
@@ -191,32 +191,8 @@ async def test_sample_once(fake: FakeSmi) -> None:
     assert not any("-lms" in a for _, a in fake.calls())
 
 
-class _DeadHost(Host):
-    """A host whose link is down (what SshHost raises when unreachable)."""
-
-    target = "gpu-box"
-
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        input: str | None = None,
-        timeout: float | None = 30.0,
-    ) -> RunResult:
-        raise HostError("unreachable", "connection refused", target=self.target)
-
-    def stream(
-        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, heartbeat: float | None = None
-    ) -> ByteStream:
-        raise HostError("unreachable", "connection refused", target=self.target)
-
-    async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
-        raise HostError("unreachable", "connection refused", target=self.target)
-
-
 async def test_unreachable_host_is_a_state_with_retry() -> None:
-    c = GpuCollector(_DeadHost(), 0.2, max_backoff=0.2)
+    c = GpuCollector(DeadHost(), 0.2, max_backoff=0.2)
     agen = c.stream()
     try:
         a, b = await _take(agen, 2)
