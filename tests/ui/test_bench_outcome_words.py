@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Static
 
-from tests.ui.test_ui_charts import BenchApp, ScriptedBench
+from tests.ui.test_ui_charts import ScriptedBench
+from tests.uiapps import OneScreen
 from tests.waits import until_async
 from tunedeck.commands._benchjob import EXIT_LOST, EXIT_OK, EXIT_PARTIAL
 from tunedeck.ui.screens.bench import BenchScreen
@@ -26,7 +27,7 @@ SUMMARY = {"run_id": "r0", "completed": 7, "failed": 0, "max_concurrency": 4, "p
 )
 async def test_the_state_line_names_the_outcome(rc, summaries, words):
     scr = ScriptedBench(["--url", "http://x"])
-    async with BenchApp(scr).run_test(size=(120, 40)) as pilot:
+    async with OneScreen(scr).run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         scr.post_message(BenchScreen.Finished(rc, summaries, ""))
         status = scr.query_one("#bench-status", Static)
@@ -38,8 +39,6 @@ async def test_the_state_line_names_the_outcome(rc, summaries, words):
 
 
 async def test_the_compare_screen_names_a_partial_ab_in_the_same_words():
-    from textual.app import App
-
     from tests.abfakes import FakeOps
     from tunedeck.ab.plans import load_plan
     from tunedeck.ab.runner import ABRunner
@@ -50,11 +49,7 @@ async def test_the_compare_screen_names_a_partial_ab_in_the_same_words():
     rep.status, rep.error = "partial", "the ab job ended without a final report (rc 137); 2 level(s) read"
     scr = CompareScreen(profiles=["base", "tuned"], plan="quick")
 
-    class One(App):
-        def on_mount(self) -> None:
-            self.push_screen(scr)
-
-    async with One().run_test(size=(120, 40)) as pilot:
+    async with OneScreen(scr).run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         scr.post_message(CampaignEnded(rep))
         status = scr.query_one("#ab-status", Static)

@@ -8,9 +8,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from textual.app import App
 from textual.widgets import DataTable, Input
 
+from tests.uiapps import OneScreen
 from tests.waits import until_async
 from tunedeck.ab.events import ABEvent
 from tunedeck.ui.screens.modals import ConfirmModal
@@ -23,14 +23,8 @@ BASE = "sglang-base"  # a shipped profile: the real parser and plan check the co
 VARY = "flags.attention-backend=triton,flashinfer"
 
 
-class TuneApp(App):
-    def __init__(self, screen: TuneScreen) -> None:
-        super().__init__()
-        self._screen = screen
-        self.target = "demo"
-
-    def on_mount(self) -> None:
-        self.push_screen(self._screen)
+class TuneApp(OneScreen):
+    target = "demo"
 
 
 class FakeCampaign:

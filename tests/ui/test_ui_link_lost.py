@@ -12,11 +12,10 @@ import json
 from typing import Any
 
 import pytest
-from textual.app import App
-from textual.screen import Screen
 from textual.widgets import Static
 
 from tests.ui_fakes import LinkHost
+from tests.uiapps import OneScreen
 from tests.waits import until_async
 from tunedeck.hostops import liveness
 from tunedeck.hostops.runstore import RunRecord
@@ -47,15 +46,6 @@ def bound() -> float:
     """The liveness rule's bound (3 beats), the follower's idle tick (1 s), the view's tick and a
     loaded machine's slack: the scaled wait for a loss to be shown."""
     return liveness.dead_after(BEAT) + 1.0 + 0.5 + 5.0
-
-
-class OneScreen(App[None]):
-    def __init__(self, screen: Screen[Any]) -> None:
-        super().__init__()
-        self._screen = screen
-
-    def on_mount(self) -> None:
-        self.push_screen(self._screen)
 
 
 # ---------------------------------------------------------------------- run view
