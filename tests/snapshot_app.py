@@ -17,9 +17,10 @@ from typing import Any, Awaitable, Callable
 
 from textual.pilot import Pilot
 
+from tests.deployfix import tp_deployment
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_snapshot, host_stats, server
 from tests.waits import until_async
-from tunedeck.model import NA, GpuProcess, GpuStatus
+from tunedeck.model import NA, GpuProcess, GpuStatus, StartupProgress
 from tunedeck.ui.app import TunedeckApp, make_app
 
 REPO = Path(__file__).resolve().parent.parent
@@ -129,6 +130,25 @@ def scene(drive: Drive) -> Scene:
     return build
 
 
+def mid_weight_loading(run_id: str, **more: Any) -> StartupProgress:
+    """An SGLang start-up at safetensors shard 8 of 13 (41 %, 34 s to go by the load history)."""
+    return StartupProgress(
+        run_id,
+        "sglang",
+        "starting",
+        "weight-loading",
+        phase_label="safetensors shards",
+        phase_progress=8 / 13,
+        phase_n=8,
+        phase_total=13,
+        fraction=0.41,
+        elapsed=23.0,
+        eta=34.0,
+        eta_source="history",
+        **more,
+    )
+
+
 class _Target:
     """Stands for the host on screens that only need one to offer their keys (nothing runs)."""
 
@@ -208,7 +228,6 @@ async def _no_campaign(*_args: object) -> None:
 @scene
 async def run(app: TunedeckApp, pilot: Pilot) -> None:
     from tunedeck.hostops.runstore import RunRecord
-    from tunedeck.model import StartupProgress
     from tunedeck.ui.screens.run import RunScreen
     from tunedeck.widgets.server_log import ServerLog
     from tunedeck.widgets.startup_progress import StartupProgressView
@@ -250,23 +269,7 @@ async def run(app: TunedeckApp, pilot: Pilot) -> None:
     view.append_lines(lines[:cut])
     view.flush_now()
     scr.query_one(StartupProgressView).update(
-        StartupProgress(
-            run_id=rec.run_id,
-            engine="sglang",
-            state="starting",
-            phase="weight-loading",
-            phase_label="safetensors shards",
-            phase_progress=8 / 13,
-            phase_n=8,
-            phase_total=13,
-            fraction=0.41,
-            elapsed=23.0,
-            eta=34.0,
-            eta_source="history",
-            health="down",
-            gpu_memory=(9120.0, 9120.0, 9118.0, 9118.0),
-            time=1_741_436_958.0,
-        )
+        mid_weight_loading(rec.run_id, health="down", gpu_memory=(9120.0, 9120.0, 9118.0, 9118.0), time=1_741_436_958.0)
     )
     await pilot.pause(0.3)
 
@@ -725,41 +728,22 @@ async def deployment(app: TunedeckApp, pilot: Pilot) -> None:
     """A 2-node SGLang deployment whose worker ran out of memory: a bar per node, the verdict
     naming the node that failed first, and the merged log with a node tag on every line."""
     from tunedeck.collectors.deployment import DeploymentSnapshot
-    from tunedeck.model import StartupProgress
     from tunedeck.services import deploy as D
     from tunedeck.ui.screens.deployment import DeploymentScreen
     from tunedeck.widgets.deployment import MergedLog
 
     nodes = ["gpuop@gpu-box-01", "gpuop@gpu-box-02"]
-    rec = D.DeploymentRecord(
-        deploy_id="d20250308a7f3",
+    rec = tp_deployment(
+        "d20250308a7f3",
+        nodes,
+        ["20250308-122905-7f3a", "20250308-122906-91c2"],
+        port=30000,
         profile="r1-2n",
-        engine="sglang",
-        mode="tp",
-        nodes=nodes,
         rendezvous="10.0.0.11:5000",
-        http_port=30000,
         created=1_741_436_000.0,
-        members=[
-            D.Member(nodes[0], 0, "head", "server", "20250308-122905-7f3a", serves=True, port=30000),
-            D.Member(nodes[1], 1, "worker", "server", "20250308-122906-91c2"),
-        ],
     )
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
-    head = StartupProgress(
-        rec.members[0].run_id,
-        "sglang",
-        "starting",
-        "weight-loading",
-        phase_label="safetensors shards",
-        phase_progress=8 / 13,
-        phase_n=8,
-        phase_total=13,
-        fraction=0.41,
-        elapsed=23.0,
-        eta=34.0,
-        eta_source="history",
-    )
+    head = mid_weight_loading(rec.members[0].run_id)
     worker = StartupProgress(
         rec.members[1].run_id,
         "sglang",
@@ -901,23 +885,17 @@ def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
         member("gpu-box-04", down, HostError("auth-failed", "Permission denied (publickey)", target="gpu-box-04")),
         member("10.0.0.7:2222", down, HostError("unreachable", "connection refused", target="10.0.0.7:2222")),
     ]
-    from tunedeck.services.deploy import DeploymentRecord, DeploymentStore, Member
+    from tunedeck.services.deploy import DeploymentStore
 
     # a 2-node deployment over the first two boxes (this machine's record of it)
     DeploymentStore().save(
-        DeploymentRecord(
-            deploy_id="d20250308a7f3",
+        tp_deployment(
+            "d20250308a7f3",
+            ["gpu-box-01", "gpu-box-02"],
+            ["6a1f0c2e9b01", "6a1f0c2e9b02"],
+            port=30000,
             profile="r1-2n",
-            engine="sglang",
-            mode="tp",
-            nodes=["gpu-box-01", "gpu-box-02"],
-            rendezvous="gpu-box-01:5000",
-            http_port=30000,
             created=1741436945.0,
-            members=[
-                Member("gpu-box-01", 0, "head", "server", "6a1f0c2e9b01", serves=True, port=30000),
-                Member("gpu-box-02", 1, "worker", "server", "6a1f0c2e9b02"),
-            ],
             status="ready",
         )
     )
