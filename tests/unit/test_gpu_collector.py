@@ -43,6 +43,15 @@ async def _take(agen: AsyncIterator[GpuStatus], n: int, timeout: float = 15.0) -
     return out
 
 
+async def _first(c: GpuCollector, n: int) -> list[GpuStatus]:
+    """The first ``n`` statuses of a new stream of ``c``, the stream closed after."""
+    agen = c.stream()
+    try:
+        return await _take(agen, n)
+    finally:
+        await agen.aclose()
+
+
 async def test_stream_yields_blocks_from_one_process(fake: FakeSmi) -> None:
     fake.set_apps("4242, GPU-fake-1, 5000, sglang::scheduler_TP1\n")
     c = GpuCollector(_host(fake), 0.2, proc_interval=0.2)
@@ -71,11 +80,7 @@ async def test_stream_yields_blocks_from_one_process(fake: FakeSmi) -> None:
 
 async def test_na_cells_are_na_not_zero(fake: FakeSmi) -> None:
     fake.set_mode("na")
-    agen = GpuCollector(_host(fake), 0.2).stream()
-    try:
-        (st,) = await _take(agen, 1)
-    finally:
-        await agen.aclose()
+    (st,) = await _first(GpuCollector(_host(fake), 0.2), 1)
     g = st.gpus[0]
     assert st.state == "ok"
     assert g.utilization is NA and g.power_draw is NA and g.power_limit is NA
@@ -174,11 +179,7 @@ async def test_missing_nvidia_smi(tmp_path: Path) -> None:
     os.symlink("/usr/bin/timeout", bindir / "timeout")
     host = LocalHost(env_overlay={"PATH": str(bindir)})
     c = GpuCollector(host, 0.2, max_backoff=0.2)
-    agen = c.stream()
-    try:
-        (st,) = await _take(agen, 1)
-    finally:
-        await agen.aclose()
+    (st,) = await _first(c, 1)
     assert st.state == "no-nvidia-smi"
     assert (await c.sample_once()).state == "no-nvidia-smi"
 
@@ -193,11 +194,7 @@ async def test_sample_once(fake: FakeSmi) -> None:
 
 async def test_unreachable_host_is_a_state_with_retry() -> None:
     c = GpuCollector(DeadHost(), 0.2, max_backoff=0.2)
-    agen = c.stream()
-    try:
-        a, b = await _take(agen, 2)
-    finally:
-        await agen.aclose()
+    a, b = await _first(c, 2)
     assert a.state == b.state == "host-unreachable"
     assert "refused" in a.message and a.retry_at > 0
     assert (await c.sample_once()).state == "host-unreachable"
@@ -206,11 +203,7 @@ async def test_unreachable_host_is_a_state_with_retry() -> None:
 async def test_running_but_only_error_lines_names_the_state(fake: FakeSmi) -> None:
     fake.set_mode("lostloop")
     c = GpuCollector(_host(fake), 0.2, watchdog=1.0, max_backoff=0.3)
-    agen = c.stream()
-    try:
-        (st,) = await _take(agen, 1)
-    finally:
-        await agen.aclose()
+    (st,) = await _first(c, 1)
     assert st.state == "gpu-lost" and "GPU is lost" in st.message
     await asyncio.sleep(0.2)
     assert fake.alive_queries() == 0
@@ -252,9 +245,5 @@ async def test_output_that_holds_no_gpu_row_is_an_error_naming_it(fake: FakeSmi)
     assert st.state == "error" and st.message.startswith("nvidia-smi output not understood: GPU0: temp=40C")
     assert "\x1b" not in st.message
     c = GpuCollector(_host(fake), 0.2, watchdog=1.0, max_backoff=0.3)
-    agen = c.stream()
-    try:
-        (st,) = await _take(agen, 1)
-    finally:
-        await agen.aclose()
+    (st,) = await _first(c, 1)
     assert st.state == "error" and "not understood: GPU0: temp=40C" in st.message, st
