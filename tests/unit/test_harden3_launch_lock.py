@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -30,9 +31,8 @@ def _spawn(
     return rid, start_script(shell, script, args, home, path=path)
 
 
-def _result(p: subprocess.Popen[str], started: list[int]) -> tuple[str, list[str]]:
-    """('PID', [pid, starttime]) | ('BUSY', [run id, pid, gpus]) | ('ERR', [message])."""
-    return script_result(p, started, "BUSY")
+#: the script's answer: ('PID', [pid, starttime]) | ('BUSY', [run id, pid, gpus]) | ('ERR', [message])
+_result = partial(script_result, other="BUSY")
 
 
 def _at_once(

@@ -9,6 +9,7 @@ folder, its state and results, in place. The script runs here as ``SHELL -s -- A
 from __future__ import annotations
 
 import subprocess
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
@@ -33,9 +34,8 @@ def _spawn(
     return start_script(shell, script, args, home, cwd=home)
 
 
-def _result(p: subprocess.Popen[str], started: list[int]) -> tuple[str, list[str]]:
-    """('PID', [pid, starttime]) | ('FOLLOW', [pid, starttime]) | ('ERR', [message])."""
-    return script_result(p, started, "FOLLOW")
+#: the script's answer: ('PID', [pid, starttime]) | ('FOLLOW', [pid, starttime]) | ('ERR', [message])
+_result = partial(script_result, other="FOLLOW")
 
 
 def _gone(pid: int) -> bool:
