@@ -211,8 +211,9 @@ async def test_launch_list_u_opens_tune_with_the_highlighted_base_and_the_marked
         initial_mode="launch",
     )
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.3)
-        launch = app.screen
+        # the launch list is filled after the first frames: `u` before that opens Tune with no base
+        await until_async(lambda: getattr(app.screen, "highlighted", None) is not None, 10, pilot=pilot)
+        launch: Any = app.screen
         names = list(launch.query_one("#profiles", DataTable).rows)
         launch.marked["B"] = "sglang-tuned"
         await pilot.press("u")
