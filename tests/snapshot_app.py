@@ -10,15 +10,17 @@ at empty temporary directories (the tests' conftest does it; the screenshot scri
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Awaitable, Callable
 
 from textual.pilot import Pilot
 
+from tests.deployfix import tp_deployment
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_snapshot, host_stats, server
 from tests.waits import until_async
-from tunedeck.model import NA, GpuProcess, GpuStatus
+from tunedeck.model import NA, GpuProcess, GpuStatus, StartupProgress
 from tunedeck.ui.app import TunedeckApp, make_app
 
 REPO = Path(__file__).resolve().parent.parent
@@ -110,6 +112,43 @@ async def _settled(app: TunedeckApp, pilot: Pilot) -> None:
     await pilot.pause(0.6)  # the status screen draws at most twice a second
 
 
+Drive = Callable[[TunedeckApp, Pilot], Awaitable[None]]
+
+
+def scene(drive: Drive) -> Scene:
+    """A scene on :func:`base_app`: ``drive(app, pilot)`` takes it on from the settled status screen."""
+
+    def build() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+        app = base_app()
+
+        async def run_before(pilot: Pilot) -> None:
+            await _settled(app, pilot)
+            await drive(app, pilot)
+
+        return app, run_before
+
+    return build
+
+
+def mid_weight_loading(run_id: str, **more: Any) -> StartupProgress:
+    """An SGLang start-up at safetensors shard 8 of 13 (41 %, 34 s to go by the load history)."""
+    return StartupProgress(
+        run_id,
+        "sglang",
+        "starting",
+        "weight-loading",
+        phase_label="safetensors shards",
+        phase_progress=8 / 13,
+        phase_n=8,
+        phase_total=13,
+        fraction=0.41,
+        elapsed=23.0,
+        eta=34.0,
+        eta_source="history",
+        **more,
+    )
+
+
 class _Target:
     """Stands for the host on screens that only need one to offer their keys (nothing runs)."""
 
@@ -117,159 +156,122 @@ class _Target:
 
 
 # ---------------------------------------------------------------------------------------- scenes
-def status() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
-    app = base_app()
-
-    async def run_before(pilot: Pilot) -> None:
-        await _settled(app, pilot)
-        app.screen.redraw()  # type: ignore[attr-defined]
-        await pilot.pause(0.1)
-
-    return app, run_before
+@scene
+async def status(app: TunedeckApp, pilot: Pilot) -> None:
+    app.screen.redraw()  # type: ignore[attr-defined]
+    await pilot.pause(0.1)
 
 
-def profiles() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
-    app = base_app()
+@scene
+async def profiles(app: TunedeckApp, pilot: Pilot) -> None:
+    from tunedeck.profiles.preflight import Finding
+    from tunedeck.ui.screens.profiles import ProfilesScreen
 
-    async def run_before(pilot: Pilot) -> None:
-        from tunedeck.profiles.preflight import Finding
-        from tunedeck.ui.screens.profiles import ProfilesScreen
-
-        await _settled(app, pilot)
-        await pilot.press("l")
-        await _until(pilot, lambda: isinstance(app.screen, ProfilesScreen))
-        scr: Any = app.screen
-        scr.host = _Target()
-        names = list(scr.profiles)
-        scr.table.move_cursor(row=names.index("sglang-base"))
-        await pilot.press("1")
-        scr.table.move_cursor(row=names.index("sglang-tuned"))
-        await pilot.press("2")
-        report = SimpleNamespace(
-            profile="sglang-tuned",
-            findings=(
-                Finding("info", "gpus", "8 × NVIDIA H200 (SM90)"),
-                Finding("info", "engine", "sglang 0.5.23 (read from host); 25 backends from help"),
-                Finding(
-                    "warning",
-                    "backend-arch-unverified",
-                    "'flashinfer' passes argument checks on SM90 for MLA models but is unverified there; "
-                    "verify on the host",
-                    "attention_backend",
-                ),
+    await pilot.press("l")
+    await _until(pilot, lambda: isinstance(app.screen, ProfilesScreen))
+    scr: Any = app.screen
+    scr.host = _Target()
+    names = list(scr.profiles)
+    scr.table.move_cursor(row=names.index("sglang-base"))
+    await pilot.press("1")
+    scr.table.move_cursor(row=names.index("sglang-tuned"))
+    await pilot.press("2")
+    report = SimpleNamespace(
+        profile="sglang-tuned",
+        findings=(
+            Finding("info", "gpus", "8 × NVIDIA H200 (SM90)"),
+            Finding("info", "engine", "sglang 0.5.23 (read from host); 25 backends from help"),
+            Finding(
+                "warning",
+                "backend-arch-unverified",
+                "'flashinfer' passes argument checks on SM90 for MLA models but is unverified there; "
+                "verify on the host",
+                "attention_backend",
             ),
-        )
-        scr.reports["sglang-tuned"] = report
-        scr._show_report(report)
-        scr.refresh_bindings()
-        await pilot.pause(0.2)
+        ),
+    )
+    scr.reports["sglang-tuned"] = report
+    scr._show_report(report)
+    scr.refresh_bindings()
+    await pilot.pause(0.2)
 
-    return app, run_before
 
+@scene
+async def launch_form(app: TunedeckApp, pilot: Pilot) -> None:
+    from textual.widgets import Input
 
-def launch_form() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
-    app = base_app()
+    from tunedeck.profiles.store import ProfileStore
+    from tunedeck.ui.screens.launch import LaunchScreen
 
-    async def run_before(pilot: Pilot) -> None:
-        from textual.widgets import Input
+    await app.push_screen(LaunchScreen(ProfileStore().get("sglang-tuned")))
+    await _until(pilot, lambda: isinstance(app.screen, LaunchScreen))
+    await pilot.pause(0.2)
+    scr: Any = app.screen
+    scr.query_one("#tp", Input).value = "4"  # an unsaved edit: the title and the diff say so
+    app.set_focus(None)
+    from tunedeck.widgets.preset_form import PresetForm
 
-        from tunedeck.profiles.store import ProfileStore
-        from tunedeck.ui.screens.launch import LaunchScreen
-
-        await _settled(app, pilot)
-        await app.push_screen(LaunchScreen(ProfileStore().get("sglang-tuned")))
-        await _until(pilot, lambda: isinstance(app.screen, LaunchScreen))
-        await pilot.pause(0.2)
-        scr: Any = app.screen
-        scr.query_one("#tp", Input).value = "4"  # an unsaved edit: the title and the diff say so
-        app.set_focus(None)
-        from tunedeck.widgets.preset_form import PresetForm
-
-        await _until(
-            pilot,
-            lambda: (
-                "unsaved" in str(scr.query_one("#launch-title").render())
-                and any(m.key == "vs saved" for m in scr.query_one(PresetForm).messages)
-            ),
-        )
-        await pilot.pause(0.3)
-
-    return app, run_before
+    await _until(
+        pilot,
+        lambda: (
+            "unsaved" in str(scr.query_one("#launch-title").render())
+            and any(m.key == "vs saved" for m in scr.query_one(PresetForm).messages)
+        ),
+    )
+    await pilot.pause(0.3)
 
 
 async def _no_campaign(*_args: object) -> None:
     raise RuntimeError("snapshots never start an A/B")
 
 
-def run() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
-    app = base_app()
+@scene
+async def run(app: TunedeckApp, pilot: Pilot) -> None:
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.ui.screens.run import RunScreen
+    from tunedeck.widgets.server_log import ServerLog
+    from tunedeck.widgets.startup_progress import StartupProgressView
 
-    async def run_before(pilot: Pilot) -> None:
-        from tunedeck.hostops.runstore import RunRecord
-        from tunedeck.model import StartupProgress
-        from tunedeck.ui.screens.run import RunScreen
-        from tunedeck.widgets.server_log import ServerLog
-        from tunedeck.widgets.startup_progress import StartupProgressView
+    # the simulator's own SGLang start-up (timestamps fixed), cut mid weight-loading
+    log = REPO / "tests" / "data" / "logs" / "sglang-start-snapshot.log"
+    lines = log.read_text(errors="replace").splitlines()[1:]  # the first is the file's provenance
+    cut = next(i for i, ln in enumerate(lines) if "| 8/13" in ln) + 1
 
-        # the simulator's own SGLang start-up (timestamps fixed), cut mid weight-loading
-        log = REPO / "tests" / "data" / "logs" / "sglang-start-snapshot.log"
-        lines = log.read_text(errors="replace").splitlines()[1:]  # the first is the file's provenance
-        cut = next(i for i, ln in enumerate(lines) if "| 8/13" in ln) + 1
+    class ShotRun(RunScreen):
+        def _start_following(self) -> None:  # nothing to follow: the log is fed below
+            pass
 
-        class ShotRun(RunScreen):
-            def _start_following(self) -> None:  # nothing to follow: the log is fed below
-                pass
-
-        rec = RunRecord(
-            run_id="20250308-122905-7f3a",
-            target=TARGET,
-            argv=[
-                "python3",
-                "-m",
-                "sglang.launch_server",
-                "--model-path",
-                "Qwen/Qwen2.5-32B-Instruct",
-                "--tp-size",
-                "4",
-                "--port",
-                "30000",
-                "--enable-metrics",
-            ],
-            engine="sglang",
-            port=30000,
-            profile="sglang-tuned",
-            pid=48213,
-            status="starting",
-        )
-        scr = ShotRun(_Target(), rec)  # type: ignore[arg-type]
-        await _settled(app, pilot)
-        await app.push_screen(scr)
-        await pilot.pause(0.1)
-        view = scr.query_one(ServerLog)
-        view.append_lines(lines[:cut])
-        view.flush_now()
-        scr.query_one(StartupProgressView).update(
-            StartupProgress(
-                run_id=rec.run_id,
-                engine="sglang",
-                state="starting",
-                phase="weight-loading",
-                phase_label="safetensors shards",
-                phase_progress=8 / 13,
-                phase_n=8,
-                phase_total=13,
-                fraction=0.41,
-                elapsed=23.0,
-                eta=34.0,
-                eta_source="history",
-                health="down",
-                gpu_memory=(9120.0, 9120.0, 9118.0, 9118.0),
-                time=1_741_436_958.0,
-            )
-        )
-        await pilot.pause(0.3)
-
-    return app, run_before
+    rec = RunRecord(
+        run_id="20250308-122905-7f3a",
+        target=TARGET,
+        argv=[
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "Qwen/Qwen2.5-32B-Instruct",
+            "--tp-size",
+            "4",
+            "--port",
+            "30000",
+            "--enable-metrics",
+        ],
+        engine="sglang",
+        port=30000,
+        profile="sglang-tuned",
+        pid=48213,
+        status="starting",
+    )
+    scr = ShotRun(_Target(), rec)  # type: ignore[arg-type]
+    await app.push_screen(scr)
+    await pilot.pause(0.1)
+    view = scr.query_one(ServerLog)
+    view.append_lines(lines[:cut])
+    view.flush_now()
+    scr.query_one(StartupProgressView).update(
+        mid_weight_loading(rec.run_id, health="down", gpu_memory=(9120.0, 9120.0, 9118.0, 9118.0), time=1_741_436_958.0)
+    )
+    await pilot.pause(0.3)
 
 
 def bench_script() -> list[dict]:
@@ -473,69 +475,59 @@ def timeline_row(sec: int, tok_s: float, conc: int, *, gpus: int = 8, cap: float
     }
 
 
-def bench(keys: tuple[str, ...] = ()) -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
-    app = base_app()
+async def _bench(app: TunedeckApp, pilot: Pilot, keys: tuple[str, ...] = ()) -> None:
+    """The Bench screen mid-sweep (C=1 done, C=16 running); ``keys`` pressed before the shot."""
+    from tunedeck.timeline_model import TimelineSnapshot
+    from tunedeck.ui.screens.bench import BenchScreen
+    from tunedeck.widgets.throughput_chart import ThroughputChart
+    from tunedeck.widgets.timeline_charts import TimelinePanel
 
-    async def run_before(pilot: Pilot) -> None:
-        from tunedeck.timeline_model import TimelineSnapshot
-        from tunedeck.ui.screens.bench import BenchScreen
-        from tunedeck.widgets.throughput_chart import ThroughputChart
-        from tunedeck.widgets.timeline_charts import TimelinePanel
+    class ShotBench(BenchScreen):
+        def run_bench(self) -> None:  # type: ignore[override]  # scripted, nothing runs
+            for m in bench_script():
+                self._feed_timeline(m)  # what the run worker does with each event
+                self.post_message(self.Progress(m))
 
-        class ShotBench(BenchScreen):
-            def run_bench(self) -> None:  # type: ignore[override]  # scripted, nothing runs
-                for m in bench_script():
-                    self._feed_timeline(m)  # what the run worker does with each event
-                    self.post_message(self.Progress(m))
-
-        scr = ShotBench(["--host", TARGET, "--port", "30000", "--concurrency", "1,16"])
-        await _settled(app, pilot)
-        await app.push_screen(scr)
-        panel = scr.query_one(TimelinePanel)
-        await _until(
-            pilot,
-            lambda: (
-                len(scr._level_info) == 2
-                and scr.last_tick.get("second") == 8
-                and len(scr.timelines.get(1, TimelineSnapshot()).rows) == 9
-                and panel.figure is not None
-                and panel.figure.seconds == 9
-            ),
-        )
-        for key in keys:
-            await pilot.press(key)
-        await pilot.pause(0.1)
-        for chart in scr.query(ThroughputChart):
-            chart.refresh()  # draw the final data now, not at the next 1 s tick
-        panel.redraw()
-        await pilot.pause(0.2)
-
-    return app, run_before
+    scr = ShotBench(["--host", TARGET, "--port", "30000", "--concurrency", "1,16"])
+    await app.push_screen(scr)
+    panel = scr.query_one(TimelinePanel)
+    await _until(
+        pilot,
+        lambda: (
+            len(scr._level_info) == 2
+            and scr.last_tick.get("second") == 8
+            and len(scr.timelines.get(1, TimelineSnapshot()).rows) == 9
+            and panel.figure is not None
+            and panel.figure.seconds == 9
+        ),
+    )
+    for key in keys:
+        await pilot.press(key)
+    await pilot.pause(0.1)
+    for chart in scr.query(ThroughputChart):
+        chart.refresh()  # draw the final data now, not at the next 1 s tick
+    panel.redraw()
+    await pilot.pause(0.2)
 
 
-def bench_sweep() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+@scene
+async def bench_sweep(app: TunedeckApp, pilot: Pilot) -> None:
     """The end of a finished sweep: the per-level table with goodput and client-health marks."""
-    app = base_app()
+    from tunedeck.ui.screens.bench import BenchScreen
+    from tunedeck.widgets.throughput_chart import ThroughputChart
 
-    async def run_before(pilot: Pilot) -> None:
-        from tunedeck.ui.screens.bench import BenchScreen
-        from tunedeck.widgets.throughput_chart import ThroughputChart
+    class ShotSweep(BenchScreen):
+        def run_bench(self) -> None:  # type: ignore[override]  # scripted, nothing runs
+            for m in bench_sweep_script():
+                self.post_message(self.Progress(m))
+            self.post_message(self.Finished(0, [], ""))
 
-        class ShotSweep(BenchScreen):
-            def run_bench(self) -> None:  # type: ignore[override]  # scripted, nothing runs
-                for m in bench_sweep_script():
-                    self.post_message(self.Progress(m))
-                self.post_message(self.Finished(0, [], ""))
-
-        scr = ShotSweep(["--host", TARGET, "--port", "30000", "--concurrency", "1,32,128"])
-        await _settled(app, pilot)
-        await app.push_screen(scr)
-        await _until(pilot, lambda: scr.rc == 0 and len(scr.sweep_levels) == 3)
-        for chart in scr.query(ThroughputChart):
-            chart.refresh()
-        await pilot.pause(0.2)
-
-    return app, run_before
+    scr = ShotSweep(["--host", TARGET, "--port", "30000", "--concurrency", "1,32,128"])
+    await app.push_screen(scr)
+    await _until(pilot, lambda: scr.rc == 0 and len(scr.sweep_levels) == 3)
+    for chart in scr.query(ThroughputChart):
+        chart.refresh()
+    await pilot.pause(0.2)
 
 
 async def _bench_setup(app: TunedeckApp, pilot: Pilot) -> Any:
@@ -543,7 +535,6 @@ async def _bench_setup(app: TunedeckApp, pilot: Pilot) -> Any:
     and a snapshot taken before it lands shows "building the preview…" (a loaded machine)."""
     from tunedeck.ui.screens.bench_setup import BenchSetupScreen
 
-    await _settled(app, pilot)
     await pilot.press("b")
     await _until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
     scr: Any = app.screen
@@ -551,56 +542,39 @@ async def _bench_setup(app: TunedeckApp, pilot: Pilot) -> Any:
     return scr
 
 
-def bench_setup_slo() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+@scene
+async def bench_setup_slo(app: TunedeckApp, pilot: Pilot) -> None:
     """The bench form with goodput targets, one of them mistyped: the error line names the field."""
-    app = base_app()
+    from textual.widgets import Input
 
-    async def run_before(pilot: Pilot) -> None:
-        from textual.widgets import Input
-
-        scr = await _bench_setup(app, pilot)
-        for key, value in (("ttft", "500"), ("tpot", "50"), ("itl", "12O")):
-            scr.query_one(f"#bs-slo-{key}", Input).value = value
-        app.set_focus(None)
-        await _until(pilot, lambda: "ITL SLO" in str(scr.query_one("#bs-error").content))
-        scr.query_one("#bs-left").scroll_end(animate=False)  # the SLO fields and the error line in view
-        await pilot.pause(0.2)
-
-    return app, run_before
+    scr = await _bench_setup(app, pilot)
+    for key, value in (("ttft", "500"), ("tpot", "50"), ("itl", "12O")):
+        scr.query_one(f"#bs-slo-{key}", Input).value = value
+    app.set_focus(None)
+    await _until(pilot, lambda: "ITL SLO" in str(scr.query_one("#bs-error").content))
+    scr.query_one("#bs-left").scroll_end(animate=False)  # the SLO fields and the error line in view
+    await pilot.pause(0.2)
 
 
-def bench_timeline() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
-    """The Bench screen's timeline alone (``t``): the running level's charts on one time axis."""
-    return bench(keys=("t",))
+@scene
+async def bench_setup(app: TunedeckApp, pilot: Pilot) -> None:
+    await _bench_setup(app, pilot)
+    await pilot.pause(0.2)
 
 
-def bench_setup() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
-    app = base_app()
-
-    async def run_before(pilot: Pilot) -> None:
-        await _bench_setup(app, pilot)
-        await pilot.pause(0.2)
-
-    return app, run_before
-
-
-def bench_setup_workload() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+@scene
+async def bench_setup_workload(app: TunedeckApp, pilot: Pilot) -> None:
     """The bench form on a shared-prefix workload: its preview (lengths, sharing ratio) in view."""
-    app = base_app()
+    from textual.widgets import Input, Select
 
-    async def run_before(pilot: Pilot) -> None:
-        from textual.widgets import Input, Select
-
-        scr = await _bench_setup(app, pilot)
-        scr.query_one("#bs-dataset", Select).value = "shared_prefix"
-        scr.query_one("#bs-options", Input).value = "--gsp-num-groups 8 --gsp-prompts-per-group 32"
-        scr.query_one("#bs-concurrency", Input).value = "1,32"
-        app.set_focus(None)
-        await _until(pilot, lambda: "256 requests" in str(scr.query_one("#bs-preview").content))
-        scr.query_one("#bs-left").scroll_end(animate=False)
-        await pilot.pause(0.2)
-
-    return app, run_before
+    scr = await _bench_setup(app, pilot)
+    scr.query_one("#bs-dataset", Select).value = "shared_prefix"
+    scr.query_one("#bs-options", Input).value = "--gsp-num-groups 8 --gsp-prompts-per-group 32"
+    scr.query_one("#bs-concurrency", Input).value = "1,32"
+    app.set_focus(None)
+    await _until(pilot, lambda: "256 requests" in str(scr.query_one("#bs-preview").content))
+    scr.query_one("#bs-left").scroll_end(animate=False)
+    await pilot.pause(0.2)
 
 
 def _client_health_at_peak(e: dict) -> dict:
@@ -622,37 +596,31 @@ def _client_health_at_peak(e: dict) -> dict:
     return e
 
 
-def compare(health: bool = False) -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+async def _compare(app: TunedeckApp, pilot: Pilot, health: bool = False) -> None:
     """The Compare screen after an A/B (the recorded demo A/B in screenshots/compare-ab.json);
     ``health``: with the reasons of its client-health verdicts (and a busy machine on B)."""
-    app = base_app()
+    from tunedeck.ab.compare import compare as compare_sides
+    from tunedeck.ab.sides import side_from_dict
+    from tunedeck.ui.screens.compare import CompareScreen
 
-    async def run_before(pilot: Pilot) -> None:
-        from tunedeck.ab.compare import compare as compare_sides
-        from tunedeck.ab.sides import side_from_dict
-        from tunedeck.ui.screens.compare import CompareScreen
-
-        e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
-        if health:
-            e = _client_health_at_peak(e)
-        a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
-        cmp = compare_sides(a, b)
-        series = e.get("series") or [[], []]
-        scr = CompareScreen(
-            start_campaign=_no_campaign,
-            profiles=[a.profile, b.profile, "sglang-eagle3", "vllm-baseline"],
-            a=a.profile,
-            b=b.profile,
-            comparison=cmp,
-            series=(series[0], series[1]),
-        )
-        await _settled(app, pilot)
-        await app.push_screen(scr)
-        await pilot.pause(0.2)
-        scr._status(f"A/B {e.get('id')} {e.get('status')} on {e.get('host')}, plan {e.get('plan')}")
-        await pilot.pause(0.2)
-
-    return app, run_before
+    e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
+    if health:
+        e = _client_health_at_peak(e)
+    a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
+    cmp = compare_sides(a, b)
+    series = e.get("series") or [[], []]
+    scr = CompareScreen(
+        start_campaign=_no_campaign,
+        profiles=[a.profile, b.profile, "sglang-eagle3", "vllm-baseline"],
+        a=a.profile,
+        b=b.profile,
+        comparison=cmp,
+        series=(series[0], series[1]),
+    )
+    await app.push_screen(scr)
+    await pilot.pause(0.2)
+    scr._status(f"A/B {e.get('id')} {e.get('status')} on {e.get('host')}, plan {e.get('plan')}")
+    await pilot.pause(0.2)
 
 
 def write_ab_timelines(e: dict) -> None:
@@ -692,242 +660,191 @@ def write_ab_timelines(e: dict) -> None:
         atomic_write_json(d / "summary.json", {**lv["summary"], "validity": validity})
 
 
-def compare_timeline() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+@scene
+async def compare_timeline(app: TunedeckApp, pilot: Pilot) -> None:
     """The Compare screen's timeline overlay: A's and B's peak level on one time axis."""
-    app = base_app()
+    from tunedeck.ab.compare import compare as compare_sides
+    from tunedeck.ab.sides import side_from_dict
+    from tunedeck.ui.screens.compare import CompareScreen
+    from tunedeck.widgets.timeline_charts import TimelinePanel
 
-    async def run_before(pilot: Pilot) -> None:
-        from tunedeck.ab.compare import compare as compare_sides
-        from tunedeck.ab.sides import side_from_dict
-        from tunedeck.ui.screens.compare import CompareScreen
-        from tunedeck.widgets.timeline_charts import TimelinePanel
+    e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
+    write_ab_timelines(e)
+    a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
+    series = e.get("series") or [[], []]
+    scr = CompareScreen(
+        start_campaign=_no_campaign,
+        profiles=[a.profile, b.profile],
+        a=a.profile,
+        b=b.profile,
+        comparison=compare_sides(a, b),
+        series=(series[0], series[1]),
+        sides=(a, b),
+    )
+    await app.push_screen(scr)
+    panel = scr.query_one("#ab-timeline", TimelinePanel)
+    await _until(pilot, lambda: panel.figure is not None and not panel.has_class("-empty"))
+    scr._status(f"A/B {e.get('id')} {e.get('status')} on {e.get('host')}, plan {e.get('plan')}")
+    await pilot.pause(0.2)  # the panel's full height is laid out
+    scr.query_one("#ab-main").scroll_to_widget(panel, animate=False, top=True)
+    await pilot.pause(0.2)
+    panel.redraw()
+    await pilot.pause(0.2)
 
-        e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
-        write_ab_timelines(e)
-        a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
-        series = e.get("series") or [[], []]
-        scr = CompareScreen(
-            start_campaign=_no_campaign,
-            profiles=[a.profile, b.profile],
-            a=a.profile,
-            b=b.profile,
-            comparison=compare_sides(a, b),
-            series=(series[0], series[1]),
-            sides=(a, b),
+
+@scene
+async def runs(app: TunedeckApp, pilot: Pilot) -> None:
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.ui.screens.runs import RunsScreen
+
+    recs = [
+        RunRecord(
+            f"7f3a00{i:02d}",
+            TARGET,
+            ["x"],
+            engine=e,
+            port=port,
+            profile=prof,
+            status=st,
+            created=1_741_436_000.0 + 3600 * i,
+            started=1_741_436_000.0 + 3600 * i,
+            rc=rc,
+            diagnosis="RuntimeError: CUDA error: an illegal memory access was encountered" if st == "failed" else None,
         )
-        await _settled(app, pilot)
-        await app.push_screen(scr)
-        panel = scr.query_one("#ab-timeline", TimelinePanel)
-        await _until(pilot, lambda: panel.figure is not None and not panel.has_class("-empty"))
-        scr._status(f"A/B {e.get('id')} {e.get('status')} on {e.get('host')}, plan {e.get('plan')}")
-        await pilot.pause(0.2)  # the panel's full height is laid out
-        scr.query_one("#ab-main").scroll_to_widget(panel, animate=False, top=True)
-        await pilot.pause(0.2)
-        panel.redraw()
-        await pilot.pause(0.2)
-
-    return app, run_before
-
-
-def runs() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
-    app = base_app()
-
-    async def run_before(pilot: Pilot) -> None:
-        from tunedeck.hostops.runstore import RunRecord
-        from tunedeck.ui.screens.runs import RunsScreen
-
-        recs = [
-            RunRecord(
-                f"7f3a00{i:02d}",
-                TARGET,
-                ["x"],
-                engine=e,
-                port=port,
-                profile=prof,
-                status=st,
-                created=1_741_436_000.0 + 3600 * i,
-                started=1_741_436_000.0 + 3600 * i,
-                rc=rc,
-                diagnosis="RuntimeError: CUDA error: an illegal memory access was encountered"
-                if st == "failed"
-                else None,
+        for i, (prof, e, port, st, rc) in enumerate(
+            (
+                ("sglang-base", "sglang", 30000, "stopped", 0),
+                ("sglang-tuned", "sglang", 30000, "failed", 1),
+                ("vllm-baseline", "vllm", 8000, "ready", None),
             )
-            for i, (prof, e, port, st, rc) in enumerate(
-                (
-                    ("sglang-base", "sglang", 30000, "stopped", 0),
-                    ("sglang-tuned", "sglang", 30000, "failed", 1),
-                    ("vllm-baseline", "vllm", 8000, "ready", None),
-                )
-            )
-        ]
-        await _settled(app, pilot)
-        await app.push_screen(RunsScreen(records=recs))
-        await pilot.pause(0.2)
-
-    return app, run_before
+        )
+    ]
+    await app.push_screen(RunsScreen(records=recs))
+    await pilot.pause(0.2)
 
 
-def deployment() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+@scene
+async def deployment(app: TunedeckApp, pilot: Pilot) -> None:
     """A 2-node SGLang deployment whose worker ran out of memory: a bar per node, the verdict
     naming the node that failed first, and the merged log with a node tag on every line."""
-    app = base_app()
+    from tunedeck.collectors.deployment import DeploymentSnapshot
+    from tunedeck.services import deploy as D
+    from tunedeck.ui.screens.deployment import DeploymentScreen
+    from tunedeck.widgets.deployment import MergedLog
 
-    async def run_before(pilot: Pilot) -> None:
-        from tunedeck.collectors.deployment import DeploymentSnapshot
-        from tunedeck.model import StartupProgress
-        from tunedeck.services import deploy as D
-        from tunedeck.ui.screens.deployment import DeploymentScreen
-        from tunedeck.widgets.deployment import MergedLog
+    nodes = ["gpuop@gpu-box-01", "gpuop@gpu-box-02"]
+    rec = tp_deployment(
+        "d20250308a7f3",
+        nodes,
+        ["20250308-122905-7f3a", "20250308-122906-91c2"],
+        port=30000,
+        profile="r1-2n",
+        rendezvous="10.0.0.11:5000",
+        created=1_741_436_000.0,
+    )
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    head = mid_weight_loading(rec.members[0].run_id)
+    worker = StartupProgress(
+        rec.members[1].run_id,
+        "sglang",
+        "failed",
+        "weight-loading",
+        fraction=0.38,
+        elapsed=21.0,
+        diagnosis="CUDA out of memory while loading weights",
+        proof=oom,
+    )
+    states = (
+        D.MemberState(nodes[0], 0, "head", head.run_id, "starting", serves=True, progress=head),
+        D.MemberState(
+            nodes[1], 1, "worker", worker.run_id, "failed", worker.diagnosis, oom, "oom", 1.0, False, False, worker
+        ),
+    )
+    verdict = D.Verdict(
+        "failed",
+        f"node B ({nodes[1]}) failed first: CUDA out of memory while loading weights",
+        oom,
+        nodes[1],
+    )
+    ts = "[2025-03-08 12:29:{:02d}{}]"
+    lines = (
+        (nodes[0], ts.format(5, "") + " server_args=ServerArgs(model_path='deepseek-ai/DeepSeek-R1', tp_size=16)"),
+        (nodes[1], ts.format(6, " TP8") + " Init torch distributed begin."),
+        (nodes[0], ts.format(7, " TP0") + " Init torch distributed ends. mem usage=0.42 GB"),
+        (nodes[1], ts.format(7, " TP8") + " Init torch distributed ends. mem usage=0.42 GB"),
+        (nodes[0], ts.format(8, " TP0") + " Load weight begin. avail mem=139.20 GB"),
+        (nodes[1], ts.format(8, " TP8") + " Load weight begin. avail mem=4.10 GB"),
+        (nodes[0], "Loading safetensors checkpoint shards:  62% Completed | 8/13 [00:15<00:09]"),
+        (nodes[1], ts.format(27, " TP8") + " Scheduler hit an exception: Traceback (most recent call last):"),
+        (nodes[1], oom),
+    )
+    snap = DeploymentSnapshot(rec.deploy_id, tuple(nodes), states, verdict, lines=lines)
 
-        nodes = ["gpuop@gpu-box-01", "gpuop@gpu-box-02"]
-        rec = D.DeploymentRecord(
-            deploy_id="d20250308a7f3",
-            profile="r1-2n",
-            engine="sglang",
-            mode="tp",
-            nodes=nodes,
-            rendezvous="10.0.0.11:5000",
-            http_port=30000,
-            created=1_741_436_000.0,
-            members=[
-                D.Member(nodes[0], 0, "head", "server", "20250308-122905-7f3a", serves=True, port=30000),
-                D.Member(nodes[1], 1, "worker", "server", "20250308-122906-91c2"),
+    class Still:
+        """One sample, then nothing new (a still frame)."""
+
+        async def start(self) -> None:
+            pass
+
+        async def sample(self) -> DeploymentSnapshot:
+            nonlocal snap
+            out, snap = snap, DeploymentSnapshot(rec.deploy_id, tuple(nodes), states, verdict)
+            return out
+
+        async def stop(self, **kw: object) -> tuple[list[object], dict[str, object]]:
+            return [], {}
+
+        async def aclose(self) -> None:
+            pass
+
+    scr = DeploymentScreen(rec, collector=Still(), interval=3600.0)
+    await app.push_screen(scr)
+    view = scr.query_one(MergedLog)
+    await _until(pilot, lambda: scr.snapshot is not None)
+    view.flush_now()
+    await _until(pilot, lambda: bool(app._notifications))  # the verdict's toast: not part of the frame
+    app.clear_notifications()
+    await pilot.pause(0.3)
+
+
+@scene
+async def keys(app: TunedeckApp, pilot: Pilot) -> None:
+    await pilot.press("question_mark")
+    await pilot.pause(0.2)
+
+
+@scene
+async def confirm_stop(app: TunedeckApp, pilot: Pilot) -> None:
+    from tunedeck.ui.screens.modals import ConfirmModal
+
+    await app.push_screen(
+        ConfirmModal(
+            "Stop run 20250308-122905-7f3a on gpuop@gpu-box-01 (pid 48213)?\nTERM, then KILL after 30 s.",
+            title="Stop the server",
+            action="Stop",
+            danger=True,
+        )
+    )
+    await pilot.pause(0.2)
+
+
+@scene
+async def hosts(app: TunedeckApp, pilot: Pilot) -> None:
+    from tunedeck.ui.screens.hosts import HostsModal
+
+    await app.push_screen(
+        HostsModal(
+            TARGET,
+            [
+                (TARGET, "current"),
+                ("gpu-box-02", "used before"),
+                ("h200-a", "~/.ssh/config"),
+                ("local", "this machine"),
+                ("demo", "the simulator"),
             ],
         )
-        oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
-        head = StartupProgress(
-            rec.members[0].run_id,
-            "sglang",
-            "starting",
-            "weight-loading",
-            phase_label="safetensors shards",
-            phase_progress=8 / 13,
-            phase_n=8,
-            phase_total=13,
-            fraction=0.41,
-            elapsed=23.0,
-            eta=34.0,
-            eta_source="history",
-        )
-        worker = StartupProgress(
-            rec.members[1].run_id,
-            "sglang",
-            "failed",
-            "weight-loading",
-            fraction=0.38,
-            elapsed=21.0,
-            diagnosis="CUDA out of memory while loading weights",
-            proof=oom,
-        )
-        states = (
-            D.MemberState(nodes[0], 0, "head", head.run_id, "starting", serves=True, progress=head),
-            D.MemberState(
-                nodes[1], 1, "worker", worker.run_id, "failed", worker.diagnosis, oom, "oom", 1.0, False, False, worker
-            ),
-        )
-        verdict = D.Verdict(
-            "failed",
-            f"node B ({nodes[1]}) failed first: CUDA out of memory while loading weights",
-            oom,
-            nodes[1],
-        )
-        ts = "[2025-03-08 12:29:{:02d}{}]"
-        lines = (
-            (nodes[0], ts.format(5, "") + " server_args=ServerArgs(model_path='deepseek-ai/DeepSeek-R1', tp_size=16)"),
-            (nodes[1], ts.format(6, " TP8") + " Init torch distributed begin."),
-            (nodes[0], ts.format(7, " TP0") + " Init torch distributed ends. mem usage=0.42 GB"),
-            (nodes[1], ts.format(7, " TP8") + " Init torch distributed ends. mem usage=0.42 GB"),
-            (nodes[0], ts.format(8, " TP0") + " Load weight begin. avail mem=139.20 GB"),
-            (nodes[1], ts.format(8, " TP8") + " Load weight begin. avail mem=4.10 GB"),
-            (nodes[0], "Loading safetensors checkpoint shards:  62% Completed | 8/13 [00:15<00:09]"),
-            (nodes[1], ts.format(27, " TP8") + " Scheduler hit an exception: Traceback (most recent call last):"),
-            (nodes[1], oom),
-        )
-        snap = DeploymentSnapshot(rec.deploy_id, tuple(nodes), states, verdict, lines=lines)
-
-        class Still:
-            """One sample, then nothing new (a still frame)."""
-
-            async def start(self) -> None:
-                pass
-
-            async def sample(self) -> DeploymentSnapshot:
-                nonlocal snap
-                out, snap = snap, DeploymentSnapshot(rec.deploy_id, tuple(nodes), states, verdict)
-                return out
-
-            async def stop(self, **kw: object) -> tuple[list[object], dict[str, object]]:
-                return [], {}
-
-            async def aclose(self) -> None:
-                pass
-
-        await _settled(app, pilot)
-        scr = DeploymentScreen(rec, collector=Still(), interval=3600.0)
-        await app.push_screen(scr)
-        view = scr.query_one(MergedLog)
-        await _until(pilot, lambda: scr.snapshot is not None)
-        view.flush_now()
-        await _until(pilot, lambda: bool(app._notifications))  # the verdict's toast: not part of the frame
-        app.clear_notifications()
-        await pilot.pause(0.3)
-
-    return app, run_before
-
-
-def keys() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
-    app = base_app()
-
-    async def run_before(pilot: Pilot) -> None:
-        await _settled(app, pilot)
-        await pilot.press("question_mark")
-        await pilot.pause(0.2)
-
-    return app, run_before
-
-
-def confirm_stop() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
-    app = base_app()
-
-    async def run_before(pilot: Pilot) -> None:
-        from tunedeck.ui.screens.modals import ConfirmModal
-
-        await _settled(app, pilot)
-        await app.push_screen(
-            ConfirmModal(
-                "Stop run 20250308-122905-7f3a on gpuop@gpu-box-01 (pid 48213)?\nTERM, then KILL after 30 s.",
-                title="Stop the server",
-                action="Stop",
-                danger=True,
-            )
-        )
-        await pilot.pause(0.2)
-
-    return app, run_before
-
-
-def hosts() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
-    app = base_app()
-
-    async def run_before(pilot: Pilot) -> None:
-        from tunedeck.ui.screens.hosts import HostsModal
-
-        await _settled(app, pilot)
-        await app.push_screen(
-            HostsModal(
-                TARGET,
-                [
-                    (TARGET, "current"),
-                    ("gpu-box-02", "used before"),
-                    ("h200-a", "~/.ssh/config"),
-                    ("local", "this machine"),
-                    ("demo", "the simulator"),
-                ],
-            )
-        )
-        await pilot.pause(0.2)
-
-    return app, run_before
+    )
+    await pilot.pause(0.2)
 
 
 def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
@@ -968,23 +885,17 @@ def fleet() -> tuple[Any, Callable[[Pilot], Awaitable[None]]]:
         member("gpu-box-04", down, HostError("auth-failed", "Permission denied (publickey)", target="gpu-box-04")),
         member("10.0.0.7:2222", down, HostError("unreachable", "connection refused", target="10.0.0.7:2222")),
     ]
-    from tunedeck.services.deploy import DeploymentRecord, DeploymentStore, Member
+    from tunedeck.services.deploy import DeploymentStore
 
     # a 2-node deployment over the first two boxes (this machine's record of it)
     DeploymentStore().save(
-        DeploymentRecord(
-            deploy_id="d20250308a7f3",
+        tp_deployment(
+            "d20250308a7f3",
+            ["gpu-box-01", "gpu-box-02"],
+            ["6a1f0c2e9b01", "6a1f0c2e9b02"],
+            port=30000,
             profile="r1-2n",
-            engine="sglang",
-            mode="tp",
-            nodes=["gpu-box-01", "gpu-box-02"],
-            rendezvous="gpu-box-01:5000",
-            http_port=30000,
             created=1741436945.0,
-            members=[
-                Member("gpu-box-01", 0, "head", "server", "6a1f0c2e9b01", serves=True, port=30000),
-                Member("gpu-box-02", 1, "worker", "server", "6a1f0c2e9b02"),
-            ],
             status="ready",
         )
     )
@@ -1050,39 +961,34 @@ def tune_events() -> list:
     return out
 
 
-def tune() -> tuple[TunedeckApp, Callable[[Pilot], Awaitable[None]]]:
+@scene
+async def tune(app: TunedeckApp, pilot: Pilot) -> None:
     """The Tune screen during a campaign: the form and its command, the candidates' states, the
     best so far, the ETA and the frontier."""
-    app = base_app()
+    from textual.widgets import Input
 
-    async def run_before(pilot: Pilot) -> None:
-        from textual.widgets import Input
+    from tunedeck.ab.tuneview import TuneProgress
+    from tunedeck.ui.screens.tune import TuneScreen
 
-        from tunedeck.ab.tuneview import TuneProgress
-        from tunedeck.ui.screens.tune import TuneScreen
-
-        prog = TuneProgress(((n, 8) for n in TUNE_CANDIDATES), campaign="tune-20260101-120000-ab12", estimate_s=900.0)
-        for ev in tune_events():
-            prog.feed(ev)
-        scr = TuneScreen(
-            start_campaign=_no_campaign,
-            profiles=["sglang-base", "sglang-tuned", "sglang-eagle3", "vllm-baseline"],
-            base="sglang-base",
-            snapshot=prog.snapshot(now=440.0),
-        )
-        await _settled(app, pilot)
-        await app.push_screen(scr)
-        await pilot.pause(0.2)
-        for fid, value in (
-            ("tune-vary", "flags.attention-backend=flashinfer,fa3; flags.max-running-requests=32"),
-            ("tune-ttft", "500"),
-            ("tune-tpot", "50"),
-            ("tune-budget", "2h"),
-        ):
-            scr.query_one(f"#{fid}", Input).value = value
-        await pilot.pause(0.3)
-
-    return app, run_before
+    prog = TuneProgress(((n, 8) for n in TUNE_CANDIDATES), campaign="tune-20260101-120000-ab12", estimate_s=900.0)
+    for ev in tune_events():
+        prog.feed(ev)
+    scr = TuneScreen(
+        start_campaign=_no_campaign,
+        profiles=["sglang-base", "sglang-tuned", "sglang-eagle3", "vllm-baseline"],
+        base="sglang-base",
+        snapshot=prog.snapshot(now=440.0),
+    )
+    await app.push_screen(scr)
+    await pilot.pause(0.2)
+    for fid, value in (
+        ("tune-vary", "flags.attention-backend=flashinfer,fa3; flags.max-running-requests=32"),
+        ("tune-ttft", "500"),
+        ("tune-tpot", "50"),
+        ("tune-budget", "2h"),
+    ):
+        scr.query_one(f"#{fid}", Input).value = value
+    await pilot.pause(0.3)
 
 
 SCENES: dict[str, Scene] = {
@@ -1090,14 +996,14 @@ SCENES: dict[str, Scene] = {
     "profiles": profiles,
     "launch-form": launch_form,
     "run": run,
-    "bench": bench,
+    "bench": scene(_bench),
     "bench-sweep": bench_sweep,
-    "bench-timeline": bench_timeline,
+    "bench-timeline": scene(partial(_bench, keys=("t",))),  # its timeline alone: one time axis
     "bench-setup": bench_setup,
     "bench-setup-slo": bench_setup_slo,
     "bench-setup-workload": bench_setup_workload,
-    "compare": compare,
-    "compare-client-health": lambda: compare(health=True),
+    "compare": scene(_compare),
+    "compare-client-health": scene(partial(_compare, health=True)),
     "compare-timeline": compare_timeline,
     "runs": runs,
     "deployment": deployment,

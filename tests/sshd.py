@@ -318,25 +318,22 @@ class SshdServer:
         prefix = f"sshd: {user}@notty" if user else "sshd: "
         return [p for p in _descendants(self.proc.pid) if _cmdline(p).startswith(prefix) and "@notty" in _cmdline(p)]
 
-    def kill_sessions(self, user: str | None = None) -> int:
-        """Drop connections (kill ``sshd: USER@notty``) while sshd keeps listening."""
+    def _signal_sessions(self, user: str | None, sig: signal.Signals) -> int:
         pids = self.session_pids(user)
         for pid in pids:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, sig)
             except ProcessLookupError:
-                pass
+                pass  # the session ended on its own
         return len(pids)
+
+    def kill_sessions(self, user: str | None = None) -> int:
+        """Drop connections (kill ``sshd: USER@notty``) while sshd keeps listening."""
+        return self._signal_sessions(user, signal.SIGKILL)
 
     def freeze_sessions(self, user: str | None = None) -> int:
         """SIGSTOP the session processes: the TCP link stays up but nothing answers (a black hole)."""
-        pids = self.session_pids(user)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
-        return len(pids)
+        return self._signal_sessions(user, signal.SIGSTOP)
 
     def processes_matching(self, needle: str) -> list[tuple[int, str]]:
         """(pid, cmdline) of every process on this machine whose command line contains ``needle``

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import AsyncIterator, Callable, Iterable
+from typing import AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 from tunedeck.hostops.hosts import ByteStream, Host, HostError, RunResult
 from tunedeck.model import NA, GpuProcess, GpuSnapshot, GpuStatus, HostStats, ServerStats
@@ -126,17 +126,17 @@ class TickingGpu:
             await asyncio.sleep(self.interval)
 
 
-class FakeHost:
-    """``sample()`` returns or raises what ``script`` says, in order; the last item repeats.
+class _Scripted:
+    """``_next()`` returns or raises what ``script`` says, in order; the last item repeats.
 
-    An item is HostStats, an Exception (raised), a callable (called), or ``"hang"``.
+    An item is a value, an Exception (raised), a callable (called), or ``"hang"``.
     """
 
-    def __init__(self, *script: object) -> None:
-        self.script = list(script) or [host_stats()]
+    def __init__(self, script: tuple[object, ...], default: object) -> None:
+        self.script = list(script) or [default]
         self.calls = 0
 
-    async def sample(self) -> HostStats:
+    async def _next(self) -> object:
         item = self.script[min(self.calls, len(self.script) - 1)]
         self.calls += 1
         if item == "hang":
@@ -145,22 +145,27 @@ class FakeHost:
             raise item
         if callable(item):
             return item()
-        return item  # type: ignore[return-value]
+        return item
 
 
-class FakeServers:
+class FakeHost(_Scripted):
+    """A host-stats source: ``sample()`` gives the script's HostStats (see :class:`_Scripted`)."""
+
     def __init__(self, *script: object) -> None:
-        self.script = list(script) or [(server(),)]
-        self.calls = 0
+        super().__init__(script, host_stats())
+
+    async def sample(self) -> HostStats:
+        return await self._next()  # type: ignore[return-value]
+
+
+class FakeServers(_Scripted):
+    """A servers source: ``sample()`` gives the script's tuples of ServerStats (see :class:`_Scripted`)."""
+
+    def __init__(self, *script: object) -> None:
+        super().__init__(script, (server(),))
 
     async def sample(self) -> tuple[ServerStats, ...]:
-        item = self.script[min(self.calls, len(self.script) - 1)]
-        self.calls += 1
-        if item == "hang":
-            await asyncio.Event().wait()
-        if isinstance(item, BaseException):
-            raise item
-        return item  # type: ignore[return-value]
+        return await self._next()  # type: ignore[return-value]
 
 
 class LinkHost(Host):
@@ -246,9 +251,38 @@ def unreachable(msg: str = "connect to 10.0.0.7 port 22: Connection refused") ->
     return HostError("unreachable", msg, target="gpu-box-01")
 
 
+class DeadHost(Host):
+    """A host whose link is down: every command, stream and forward raises what SshHost raises
+    when the host cannot be reached."""
+
+    target = "gpu-box"
+
+    def _refused(self) -> HostError:
+        return HostError("unreachable", "connection refused", target=self.target)
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+        timeout: float | None = 30.0,
+    ) -> RunResult:
+        raise self._refused()
+
+    def stream(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, heartbeat: float | None = None
+    ) -> ByteStream:
+        raise self._refused()
+
+    async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
+        raise self._refused()
+
+
 __all__ = [
     "NA",
     "Callable",
+    "DeadHost",
     "FakeGpu",
     "FakeHost",
     "FakeServers",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from textual.app import App
 
 from tests.abfakes import FakeOps, fake_campaigns
+from tests.screenapp import ScreenApp
 from tests.waits import until_async
 from tunedeck.ui.screens.compare import CompareScreen
 from tunedeck.ui.screens.modals import ConfirmModal
@@ -16,15 +16,6 @@ pytestmark = pytest.mark.timeout(60)
 SIZE = (120, 40)
 
 
-class ABApp(App):
-    def __init__(self, screen: CompareScreen) -> None:
-        super().__init__()
-        self._screen = screen
-
-    def on_mount(self) -> None:
-        self.push_screen(self._screen)
-
-
 async def until(pilot, pred, timeout: float = 10.0) -> None:
     await until_async(pred, timeout, pilot=pilot)
 
@@ -32,7 +23,7 @@ async def until(pilot, pred, timeout: float = 10.0) -> None:
 async def test_mark_and_one_key_runs_ab_then_comparison_shows():
     ops = FakeOps(bench_delay=0.05)
     scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], plan="quick")
-    app = ABApp(scr)
+    app = ScreenApp(scr)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("1")  # base is highlighted: A
@@ -52,7 +43,7 @@ async def test_mark_and_one_key_runs_ab_then_comparison_shows():
 async def test_confirm_modal_before_stopping_a_running_server():
     ops = FakeOps(running=["old"])
     scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
-    async with ABApp(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("g")
         await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
@@ -64,7 +55,7 @@ async def test_confirm_modal_before_stopping_a_running_server():
 async def test_cancel_key_asks_first_then_stops_and_keeps_results():
     ops = FakeOps(bench_delay=4.0)  # the cancel lands within a level on a loaded machine
     scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
-    async with ABApp(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("g")
         await until(pilot, lambda: "bench base C=1" in ops.log)
@@ -84,7 +75,7 @@ async def test_cancel_key_asks_first_then_stops_and_keeps_results():
 
 async def test_needs_two_marks():
     scr = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=["base", "tuned"])
-    async with ABApp(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("g")
         await pilot.pause()
@@ -94,7 +85,7 @@ async def test_needs_two_marks():
 
 async def test_chart_draws_two_series():
     scr = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=[])
-    async with ABApp(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         chart = scr.query_one(CompareChart)
         chart.set_series("A", [10, 20, 30], "B", [12, 24, 36])
@@ -106,7 +97,7 @@ async def test_chart_draws_two_series():
 async def test_repeats_and_interleave_keys():
     ops = FakeOps()
     scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
-    async with ABApp(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("plus", "i", "g")
         await until(pilot, lambda: scr.report is not None)
@@ -120,7 +111,7 @@ async def test_last_ab_shows_a_full_progress_bar():
     # 0% / 25% of whatever ran (or was cancelled) before
     ops = FakeOps(bench_delay=0.01)
     scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], plan="quick")
-    async with ABApp(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("1", "down", "2", "g")
         await until(pilot, lambda: scr.report is not None)
@@ -130,7 +121,7 @@ async def test_last_ab_shows_a_full_progress_bar():
         await pilot.pause()
         assert bar.percentage == 1.0
     scr2 = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=["base", "tuned"])
-    async with ABApp(scr2).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr2).run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert "completed" in str(scr2.query_one("#ab-status").content)
         assert scr2.query_one("#ab-progress").percentage == 1.0
@@ -141,7 +132,7 @@ async def test_at_80x24_a_comparison_takes_the_width_and_p_brings_the_profiles_b
     sides' names are in the headline); the profile list comes back with p, or with 1/2."""
     ops = FakeOps(bench_delay=0.05)
     scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
-    async with ABApp(scr).run_test(size=(80, 24)) as pilot:
+    async with ScreenApp(scr).run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         side = scr.query_one("#ab-side")
         assert side.display  # nothing compared yet: the profiles are what there is to use

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Static
 
-from tests.ui.test_ui_charts import BenchApp, ScriptedBench
+from tests.screenapp import ScreenApp
+from tests.ui.test_ui_charts import ScriptedBench
 from tests.waits import until_async
 from tunedeck.bench.plan import BenchPlan
 from tunedeck.commands._benchjob import EXIT_LOST, EXIT_OK, EXIT_PARTIAL
@@ -27,7 +28,7 @@ SUMMARY = {"run_id": "r0", "completed": 7, "failed": 0, "max_concurrency": 4, "p
 )
 async def test_the_state_line_names_the_outcome(rc, summaries, words):
     scr = ScriptedBench(BenchPlan(url="http://x"))
-    async with BenchApp(scr).run_test(size=(120, 40)) as pilot:
+    async with ScreenApp(scr).run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         scr.post_message(BenchScreen.Finished(rc, summaries, ""))
         status = scr.query_one("#bench-status", Static)
@@ -39,8 +40,6 @@ async def test_the_state_line_names_the_outcome(rc, summaries, words):
 
 
 async def test_the_compare_screen_names_a_partial_ab_in_the_same_words():
-    from textual.app import App
-
     from tests.abfakes import FakeOps
     from tunedeck.ab.plans import load_plan
     from tunedeck.ab.runner import ABRunner
@@ -51,11 +50,7 @@ async def test_the_compare_screen_names_a_partial_ab_in_the_same_words():
     rep.status, rep.error = "partial", "the ab job ended without a final report (rc 137); 2 level(s) read"
     scr = CompareScreen(profiles=["base", "tuned"], plan="quick")
 
-    class One(App):
-        def on_mount(self) -> None:
-            self.push_screen(scr)
-
-    async with One().run_test(size=(120, 40)) as pilot:
+    async with ScreenApp(scr).run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         scr.post_message(CampaignEnded(rep))
         status = scr.query_one("#ab-status", Static)

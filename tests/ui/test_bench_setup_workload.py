@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from textual.app import App
+from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input, Select
 
 from tests.conftest import tunedeck_cmd
@@ -37,13 +38,18 @@ def sharegpt(path: Path, rows: list[tuple[str, str]]) -> Path:
     return path
 
 
+async def _open_form(pilot: Pilot[None]) -> BenchSetupScreen:
+    """The bench form on a bare app, aimed at a port nothing listens on (a preview reads no server)."""
+    setup = BenchSetupScreen()
+    pilot.app.push_screen(setup)
+    await pilot.pause()
+    setup.query_one("#bs-url", Input).value = "http://127.0.0.1:9"
+    return setup
+
+
 async def test_shared_prefix_preview_reads_the_theoretical_sharing_and_matches_the_cli() -> None:
-    app: App[None] = App()
-    async with app.run_test(size=SIZE) as pilot:
-        setup = BenchSetupScreen()
-        app.push_screen(setup)
-        await pilot.pause()
-        setup.query_one("#bs-url", Input).value = "http://127.0.0.1:9"
+    async with App[None]().run_test(size=SIZE) as pilot:
+        setup = await _open_form(pilot)
         # random by default: its lengths and no sharing
         text = await shown(pilot, setup, "could serve")
         assert "random: 10 requests" in text and "serve 0.0%" in text
@@ -76,12 +82,8 @@ async def test_a_dataset_file_previews_its_lengths_and_a_bad_one_names_its_probl
     good = sharegpt(tmp_path / "chats.json", [("hello there " * 20, "an answer " * 30)] * 12)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "hi", "output_len": 5}\n{"prompt": "hi", "output_len": 5\n')
-    app: App[None] = App()
-    async with app.run_test(size=SIZE) as pilot:
-        setup = BenchSetupScreen()
-        app.push_screen(setup)
-        await pilot.pause()
-        setup.query_one("#bs-url", Input).value = "http://127.0.0.1:9"
+    async with App[None]().run_test(size=SIZE) as pilot:
+        setup = await _open_form(pilot)
         path = setup.query_one("#bs-dataset-path", Input)
         assert path.disabled  # random reads no file
         assert setup.query_one("#bs-ignore-eos", Checkbox).value

@@ -5,40 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from textual.app import App
 from textual.widgets import Button, Checkbox, Input, Select
 
 from tests.profilefix import fake_host
+from tests.uiapps import FormApp, settle, store  # noqa: F401  (store: a fixture)
 from tunedeck.profiles.builder import build_command
 from tunedeck.profiles.store import ProfileStore
 from tunedeck.ui.screens.launch import LaunchScreen
 from tunedeck.widgets.preset_form import PresetForm
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class FormApp(App):
-    def __init__(self, screen: LaunchScreen) -> None:
-        super().__init__()
-        self._launch = screen
-        self.launched: list[LaunchScreen.LaunchRequested] = []
-
-    def on_mount(self) -> None:
-        self.push_screen(self._launch)
-
-    def on_launch_screen_launch_requested(self, message: LaunchScreen.LaunchRequested) -> None:
-        self.launched.append(message)
-
-
-@pytest.fixture
-def store(tmp_path, monkeypatch) -> ProfileStore:
-    monkeypatch.setenv("TUNEDECK_PROFILES", str(tmp_path / "user"))
-    return ProfileStore()
-
-
-async def settle(pilot, n: int = 3) -> None:
-    for _ in range(n):
-        await pilot.pause()
 
 
 async def test_pick_presets_and_preview_changes(store):

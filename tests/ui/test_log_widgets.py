@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from textual.app import App, ComposeResult
 
+from tests.screenapp import ScreenApp
 from tests.waits import until_async
 from tunedeck.model import StartupProgress
 from tunedeck.widgets.server_log import ServerLog
@@ -249,11 +251,7 @@ async def test_run_screen_attaches_shows_progress_and_stops():
     argv, port = fake("vllm", None, "--load-seconds", "1.5")
     rec = await L.launch(host, argv, engine="vllm", port=port)
 
-    class RunApp(App[None]):
-        def on_mount(self) -> None:
-            self.push_screen(RunScreen(host, rec, grace=5, tracker_options={"poll_gpu": False}))
-
-    app = RunApp()
+    app = ScreenApp(RunScreen(host, rec, grace=5, tracker_options={"poll_gpu": False}))
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause(0.2)
@@ -313,11 +311,7 @@ async def test_run_screen_launches_then_attaches_or_shows_refusal():
         RunScreen.for_launch(host, ["sleep", "1"], tracker_options={"poll_gpu": False}),
     ]
 
-    class RunApp(App[None]):
-        def on_mount(self) -> None:
-            self.push_screen(screens[0])
-
-    app = RunApp()
+    app = ScreenApp(screens[0])
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             s = screens[0]
@@ -367,17 +361,9 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
     rec = await L.launch(host, argv, engine="sglang", port=port)
     shown: list[str] = []
 
-    class RunApp(App[None]):
-        def __init__(self, screen: RunScreen) -> None:
-            super().__init__()
-            self.s = screen
-
-        def on_mount(self) -> None:
-            self.push_screen(self.s)
-
     try:
         first = RunScreen(host, rec, tracker_options={"poll_gpu": False})
-        async with RunApp(first).run_test(size=(120, 40)) as pilot:
+        async with ScreenApp(first).run_test(size=(120, 40)) as pilot:
             for _ in range(100):
                 await pilot.pause(0.05)
                 log = first.query_one(ServerLog)
@@ -391,7 +377,7 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
         assert saved > 0
         again = runstore.RunStore().load(rec.run_id)
         second = RunScreen(host, again, resume=True, tracker_options={"poll_gpu": False})
-        async with RunApp(second).run_test(size=(120, 40)) as pilot:
+        async with ScreenApp(second).run_test(size=(120, 40)) as pilot:
             for _ in range(150):
                 await pilot.pause(0.1)
                 log = second.query_one(ServerLog)
@@ -428,13 +414,22 @@ async def test_startup_progress_hides_stale_health_after_ready():
         assert "health ok" in w.text
 
 
+def _run_screen_fed_by(monkeypatch: pytest.MonkeyPatch, follow: Any) -> Any:
+    """The run view of a local SGLang run whose log the ``follow`` stand-in feeds (in place of
+    ``follow_forever``: nothing is read from disk)."""
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.hostops.runstore import RunRecord
+    from tunedeck.ui.screens import run as run_mod
+
+    monkeypatch.setattr(run_mod, "follow_forever", follow)
+    rec = RunRecord("0a1b2c3d", "local", ["python3", "-m", "sglang.launch_server"], engine="sglang", run_dir="/r")
+    return run_mod.RunScreen(LocalHost(), rec, tracker_options={"poll_gpu": False})
+
+
 async def test_the_run_view_redacts_and_sanitises_each_line_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The view and the startup tracker read one pipeline: a line is split, decoded, redacted and
     made safe once (it was twice: once for the view, once for the tracker's parser)."""
     from tests.unit.test_tracker_lines import SERVING, count_cleaning
-    from tunedeck.hostops.localhost import LocalHost
-    from tunedeck.hostops.runstore import RunRecord
-    from tunedeck.ui.screens import run as run_mod
 
     calls = count_cleaning(monkeypatch)
     counted: dict[str, int] = {}
@@ -447,15 +442,8 @@ async def test_the_run_view_redacts_and_sanitises_each_line_once(monkeypatch: py
         await stop.wait()
         return offset
 
-    monkeypatch.setattr(run_mod, "follow_forever", follow)
-    rec = RunRecord("0a1b2c3d", "local", ["python3", "-m", "sglang.launch_server"], engine="sglang", run_dir="/r")
-    screen = run_mod.RunScreen(LocalHost(), rec, tracker_options={"poll_gpu": False})
-
-    class RunApp(App[None]):
-        def on_mount(self) -> None:
-            self.push_screen(screen)
-
-    async with RunApp().run_test(size=(120, 40)) as pilot:
+    screen = _run_screen_fed_by(monkeypatch, follow)
+    async with ScreenApp(screen).run_test(size=(120, 40)) as pilot:
         log = screen.query_one(ServerLog)
         await until_async(lambda: log.total_lines == 1000, 10, pilot=pilot, what=lambda: f"{log.total_lines} lines")
         assert counted == {"redact": 1000, "safe": 1000}
@@ -469,9 +457,6 @@ async def test_the_run_view_shows_a_line_being_drawn_but_not_one_a_read_cut(monk
     """A progress bar being redrawn, or a line still unterminated a read later or after a quiet
     second, shows below the log; the end of a read that cut a line mid-way does not (it ends in
     the next read, and each time the partial row came and went the screen was laid out again)."""
-    from tunedeck.hostops.localhost import LocalHost
-    from tunedeck.hostops.runstore import RunRecord
-    from tunedeck.ui.screens import run as run_mod
 
     shown: list[str] = []
 
@@ -491,15 +476,8 @@ async def test_the_run_view_shows_a_line_being_drawn_but_not_one_a_read_cut(monk
         await stop.wait()
         return offset
 
-    monkeypatch.setattr(run_mod, "follow_forever", follow)
-    rec = RunRecord("0a1b2c3d", "local", ["python3", "-m", "sglang.launch_server"], engine="sglang", run_dir="/r")
-    screen = run_mod.RunScreen(LocalHost(), rec, tracker_options={"poll_gpu": False})
-
-    class RunApp(App[None]):
-        def on_mount(self) -> None:
-            self.push_screen(screen)
-
-    async with RunApp().run_test(size=(120, 40)) as pilot:
+    screen = _run_screen_fed_by(monkeypatch, follow)
+    async with ScreenApp(screen).run_test(size=(120, 40)) as pilot:
         await until_async(lambda: len(shown) == 6, 10, pilot=pilot, what=lambda: f"{shown}")
         assert shown == ["", "Loading: 20%", "", "slow write", "", "quiet"]
         log = screen.query_one(ServerLog)

@@ -8,9 +8,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from textual.app import App
 from textual.widgets import DataTable, Input
 
+from tests.screenapp import ScreenApp
 from tests.waits import until_async
 from tunedeck.ab.events import ABEvent
 from tunedeck.ui.screens.modals import ConfirmModal
@@ -23,14 +23,8 @@ BASE = "sglang-base"  # a shipped profile: the real parser and plan check the co
 VARY = "flags.attention-backend=triton,flashinfer"
 
 
-class TuneApp(App):
-    def __init__(self, screen: TuneScreen) -> None:
-        super().__init__()
-        self._screen = screen
-        self.target = "demo"
-
-    def on_mount(self) -> None:
-        self.push_screen(self._screen)
+class TuneApp(ScreenApp):
+    target = "demo"
 
 
 class FakeCampaign:
@@ -217,8 +211,9 @@ async def test_launch_list_u_opens_tune_with_the_highlighted_base_and_the_marked
         initial_mode="launch",
     )
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.3)
-        launch = app.screen
+        # the launch list is filled after the first frames: `u` before that opens Tune with no base
+        await until_async(lambda: getattr(app.screen, "highlighted", None) is not None, 10, pilot=pilot)
+        launch: Any = app.screen
         names = list(launch.query_one("#profiles", DataTable).rows)
         launch.marked["B"] = "sglang-tuned"
         await pilot.press("u")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from textual.app import App
 
+from tests.screenapp import ScreenApp
 from tunedeck.bench.plan import BenchPlan
 from tunedeck.ui.screens.bench import BenchScreen
 from tunedeck.widgets.throughput_chart import ThroughputChart
@@ -18,15 +18,6 @@ class ScriptedBench(BenchScreen):
 
     def run_bench(self) -> None:  # type: ignore[override]
         pass
-
-
-class BenchApp(App):
-    def __init__(self, screen) -> None:
-        super().__init__()
-        self._first = screen
-
-    def on_mount(self) -> None:
-        self.push_screen(self._first)
 
 
 def feed(scr: BenchScreen, *msgs: dict) -> None:
@@ -73,7 +64,7 @@ def sweep_lines() -> list[dict]:
 
 async def test_throughput_starts_at_zero_and_empty_charts_have_no_axes():
     scr = ScriptedBench(BenchPlan(url="http://x"))
-    app = BenchApp(scr)
+    app = ScreenApp(scr)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         chart = scr.query_one("#tok-chart", ThroughputChart)
@@ -108,7 +99,7 @@ async def test_throughput_starts_at_zero_and_empty_charts_have_no_axes():
 
 async def test_sweep_legend_names_levels_like_the_header():
     scr = ScriptedBench(BenchPlan(url="http://x"))
-    app = BenchApp(scr)
+    app = ScreenApp(scr)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         lines = sweep_lines()
@@ -133,7 +124,7 @@ async def test_sweep_legend_names_levels_like_the_header():
 
 async def test_bench_error_text_is_never_markup():
     scr = ScriptedBench(BenchPlan(url="http://x"))
-    app = BenchApp(scr)
+    app = ScreenApp(scr)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         feed(scr, {"type": "error", "message": "bad [red]thing[/] [link=x]"})

@@ -10,11 +10,10 @@ stop goes through ``tunedeck.services.deploy.stop``.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from textual.app import App
 
+from tests.deployfix import tp_deployment
 from tests.integration.test_launcher import fake
 from tests.ui.test_ui_status import until, until_shown
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, server
@@ -36,19 +35,14 @@ NODES = ["gpu-a", "gpu-b"]
 
 
 def record(runs: list, port: int | None = None) -> D.DeploymentRecord:
-    return D.DeploymentRecord(
-        deploy_id="d7f3a0012345",
+    return tp_deployment(
+        "d7f3a0012345",
+        NODES,
+        [r.run_id for r in runs],
+        port=port,
         profile="r1-2n",
-        engine="sglang",
-        mode="tp",
-        nodes=list(NODES),
         rendezvous="127.0.0.1:5000",
         http_port=port or 30000,
-        created=time.time(),
-        members=[
-            D.Member("gpu-a", 0, "head", "server", runs[0].run_id, serves=True, port=port),
-            D.Member("gpu-b", 1, "worker", "server", runs[1].run_id),
-        ],
         status="starting",
     )
 

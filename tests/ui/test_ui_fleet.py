@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tests.deployfix import tp_deployment
 from tests.ui.test_ui_status import until, until_shown
 from tests.ui_fakes import FakeGpu, FakeHost, FakeServers, gpu_status, host_stats, server, unreachable
 from tests.ui_text import screen_text
@@ -208,27 +209,21 @@ async def test_deployments_across_the_fleet_with_each_nodes_link_and_enter_opens
     each node marked with its host's link: ✓ up, ✗ down, ? not watched here; enter opens its view."""
     import time as _time
 
-    from tunedeck.services.deploy import DeploymentRecord, DeploymentStore, Member
+    from tunedeck.services.deploy import DeploymentStore
     from tunedeck.ui.screens.deployment import DeploymentScreen
     from tunedeck.widgets.fleet_table import FleetDeploymentTable
 
     store = DeploymentStore()
 
     def rec(dep_id: str, nodes: list[str], status: str, age: float, diagnosis: str | None = None) -> None:
-        members = [
-            Member(n, i, "head" if i == 0 else "worker", "server", f"{dep_id}{i:02d}") for i, n in enumerate(nodes)
-        ]
+        run_ids = [f"{dep_id}{i:02d}" for i in range(len(nodes))]
         store.save(
-            DeploymentRecord(
-                deploy_id=dep_id,
-                profile=f"p-{dep_id}",
-                engine="sglang",
-                mode="tp",
-                nodes=nodes,
-                rendezvous=f"{nodes[0]}:5000",
-                http_port=30000,
+            tp_deployment(
+                dep_id,
+                nodes,
+                run_ids,
+                serves=False,
                 created=_time.time() - age,
-                members=members,
                 status=status,
                 diagnosis=diagnosis,
             )
@@ -283,7 +278,7 @@ async def test_a_deployment_whose_head_process_dies_reads_failed_with_its_cause_
 
     from tunedeck.hostops.localhost import LocalHost
     from tunedeck.hostops.runstore import READY, WORKER_UP, RunRecord, RunStore
-    from tunedeck.services.deploy import DeploymentRecord, DeploymentStore, Member
+    from tunedeck.services.deploy import DeploymentStore
     from tunedeck.ui.messages import DeploymentSamples
     from tunedeck.widgets.fleet_table import FleetDeploymentTable
 
@@ -328,19 +323,12 @@ async def test_a_deployment_whose_head_process_dies_reads_failed_with_its_cause_
         )
         runs.save(RunRecord("ee050001", "gpu-c", ["sglang"], status=WORKER_UP, run_dir="/x", pid=1, **common))
         DeploymentStore().save(
-            DeploymentRecord(
-                deploy_id="ee0500",
-                profile="p-ee0500",
-                engine="sglang",
-                mode="tp",
-                nodes=["local", "gpu-c"],
-                rendezvous="local:5000",
-                http_port=30000,
+            tp_deployment(
+                "ee0500",
+                ["local", "gpu-c"],
+                ["ee050000", "ee050001"],
+                serves=False,
                 created=_time.time() - 60,
-                members=[
-                    Member("local", 0, "head", "server", "ee050000"),
-                    Member("gpu-c", 1, "worker", "server", "ee050001"),
-                ],
                 status=READY,
             )
         )

@@ -12,10 +12,9 @@ import json
 from typing import Any
 
 import pytest
-from textual.app import App
-from textual.screen import Screen
 from textual.widgets import Static
 
+from tests.screenapp import ScreenApp
 from tests.ui_fakes import LinkHost
 from tests.waits import until_async
 from tunedeck.hostops import liveness
@@ -49,15 +48,6 @@ def bound() -> float:
     return liveness.dead_after(BEAT) + 1.0 + 0.5 + 5.0
 
 
-class OneScreen(App[None]):
-    def __init__(self, screen: Screen[Any]) -> None:
-        super().__init__()
-        self._screen = screen
-
-    def on_mount(self) -> None:
-        self.push_screen(self._screen)
-
-
 # ---------------------------------------------------------------------- run view
 
 
@@ -85,7 +75,7 @@ async def ready_and_healthy(pilot: Any, scr: RunScreen) -> StartupProgressView:
 async def test_run_view_header_shows_a_lost_link_and_clears_when_the_follow_resumes() -> None:
     host = LinkHost({LOG: f"[2026-01-01 10:00:00] {SG_READY}\n".encode()})
     scr = run_screen(host)
-    async with OneScreen(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         view = await ready_and_healthy(pilot, scr)
         assert "link lost" not in view.text
         host.cut()
@@ -105,7 +95,7 @@ async def test_run_view_quiet_log_over_a_live_link_is_no_lost_link() -> None:
     (the silence above is the rule's, not a view that shows nothing)."""
     host = LinkHost({LOG: f"[2026-01-01 10:00:00] {SG_READY}\n".encode()})
     scr = run_screen(host)
-    async with OneScreen(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         view = await ready_and_healthy(pilot, scr)
         loop = asyncio.get_running_loop()
         end = loop.time() + 10 * liveness.dead_after(BEAT)  # 12 s: 30 beats without a byte of log
@@ -138,7 +128,7 @@ async def test_bench_screen_status_shows_a_lost_link_and_clears_on_resume(monkey
 
     monkeypatch.setattr(BenchRun, "attach", staticmethod(attach))
     scr = BenchScreen(None, attach=(host, "j1"))
-    async with OneScreen(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         status = scr.query_one("#bench-status", Static)
 
         def text() -> str:
@@ -162,7 +152,7 @@ async def test_compare_screen_status_shows_a_lost_link_and_clears_on_resume() ->
         return ABRun(host, job("ab"))  # type: ignore[arg-type]
 
     scr = CompareScreen(start_campaign=start, profiles=["base", "tuned"], a="base", b="tuned", plan="quick")
-    async with OneScreen(scr).run_test(size=SIZE) as pilot:
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
         status = scr.query_one("#ab-status", Static)
 
         def text() -> str:

@@ -156,28 +156,18 @@ def test_plans_command():
 
 def test_compare_two_sweeps():
     for i, c in enumerate((1, 8, 32)):
-        write_run(
-            f"20261130-1000{i}0-aaaaa{i}",
-            c,
-            100.0 * c,
-            10.0,
-            profile="a",
-            argv=["s"],
-            env={},
-            sweep_id="sweep-A",
-            level=i,
-        )
-        write_run(
-            f"20261130-1001{i}0-bbbbb{i}",
-            c,
-            110.0 * c,
-            9.0,
-            profile="b",
-            argv=["s"],
-            env={},
-            sweep_id="sweep-B",
-            level=i,
-        )
+        for n, (side, tok_per_user, tpot) in enumerate((("a", 100.0, 10.0), ("b", 110.0, 9.0))):
+            write_run(
+                f"20261130-100{n}{i}0-{side * 5}{i}",
+                c,
+                tok_per_user * c,
+                tpot,
+                profile=side,
+                argv=["s"],
+                env={},
+                sweep_id=f"sweep-{side.upper()}",
+                level=i,
+            )
     r = cli("compare", "sweep-A", "sweep-B", "--json")
     assert r.returncode == 0, r.stderr
     rows = {row["key"]: row for row in json.loads(r.stdout)["rows"]}

@@ -232,32 +232,30 @@ def test_profile_round_trips_nodes_and_deploy():
     assert again.nodes == p.nodes and again.deploy == p.deploy
 
 
-def test_profiles_command_json_shows_every_node(tmp_path: Path):
-    user = tmp_path / "profiles"
-    user.mkdir()
-    (user / "r1.toml").write_text(SGL)
-    r = subprocess.run(
-        [*tunedeck_cmd(), "profiles", "command", "r1", "--json"],
+def _profile_command(profiles: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``tunedeck profiles command ARGS`` with the user's profiles in ``profiles``."""
+    return subprocess.run(
+        [*tunedeck_cmd(), "profiles", "command", *args],
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=60,
-        env={**os.environ, "TUNEDECK_PROFILES": str(user)},
+        env={**os.environ, "TUNEDECK_PROFILES": str(profiles)},
     )
+
+
+def test_profiles_command_json_shows_every_node(tmp_path: Path):
+    user = tmp_path / "profiles"
+    user.mkdir()
+    (user / "r1.toml").write_text(SGL)
+    r = _profile_command(user, "r1", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["nodes"] == ["gpu-a", "gpuop@gpu-b:2222"] and out["mode"] == "tp"
     assert [s["node"] for s in out["steps"]] == out["nodes"]
     assert "--node-rank=1" in out["steps"][1]["argv"] and out["steps"][1]["command"].endswith("--enable-metrics")
     (user / "bad.toml").write_text(SGL.replace("tp = 16", "tp = 15"))
-    r = subprocess.run(
-        [*tunedeck_cmd(), "profiles", "command", "bad"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        env={**os.environ, "TUNEDECK_PROFILES": str(user)},
-    )
+    r = _profile_command(user, "bad")
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1
     assert "bad.toml:4: tp: tp = 15 is not divisible by the 2 nodes" in r.stderr
 

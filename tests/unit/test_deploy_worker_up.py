@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.deployfix import tp_deployment
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.hostops.runstore import READY, STARTING, WORKER_UP, RunRecord, RunStore
 from tunedeck.logparse import parse_text
@@ -63,20 +64,8 @@ def _deployment(tmp_path, worker_log: str, *, head_ready_ago: float) -> tuple[D.
     worker = RunRecord("aa0100b1", "gpu-b", ["sglang"], engine="sglang", status=STARTING, run_dir=str(wdir), pid=2)
     runs.save(head)
     runs.save(worker)
-    rec = D.DeploymentRecord(
-        deploy_id="aa0100",
-        profile="p",
-        engine="sglang",
-        mode="tp",
-        nodes=["gpu-a", "gpu-b"],
-        rendezvous="gpu-a:5000",
-        http_port=30000,
-        created=now,
-        members=[
-            D.Member("gpu-a", 0, "head", "server", head.run_id, serves=True),
-            D.Member("gpu-b", 1, "worker", "server", worker.run_id),
-        ],
-        status=READY,
+    rec = tp_deployment(
+        "aa0100", ["gpu-a", "gpu-b"], [head.run_id, worker.run_id], profile="p", created=now, status=READY
     )
     return rec, runs
 

@@ -6,13 +6,13 @@ import asyncio
 import os
 import time
 from pathlib import Path
-from typing import AsyncIterator, Mapping, Sequence
+from typing import AsyncIterator
 
 import pytest
 
 from tests.fake_smi import FakeSmi
+from tests.ui_fakes import DeadHost
 from tunedeck.collectors.gpu import GpuCollector
-from tunedeck.hostops.hosts import ByteStream, Host, HostError, RunResult
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.model import NA, GpuStatus
 
@@ -43,6 +43,15 @@ async def _take(agen: AsyncIterator[GpuStatus], n: int, timeout: float = 15.0) -
     return out
 
 
+async def _first(c: GpuCollector, n: int) -> list[GpuStatus]:
+    """The first ``n`` statuses of a new stream of ``c``, the stream closed after."""
+    agen = c.stream()
+    try:
+        return await _take(agen, n)
+    finally:
+        await agen.aclose()
+
+
 async def test_stream_yields_blocks_from_one_process(fake: FakeSmi) -> None:
     fake.set_apps("4242, GPU-fake-1, 5000, sglang::scheduler_TP1\n")
     c = GpuCollector(_host(fake), 0.2, proc_interval=0.2)
@@ -71,11 +80,7 @@ async def test_stream_yields_blocks_from_one_process(fake: FakeSmi) -> None:
 
 async def test_na_cells_are_na_not_zero(fake: FakeSmi) -> None:
     fake.set_mode("na")
-    agen = GpuCollector(_host(fake), 0.2).stream()
-    try:
-        (st,) = await _take(agen, 1)
-    finally:
-        await agen.aclose()
+    (st,) = await _first(GpuCollector(_host(fake), 0.2), 1)
     g = st.gpus[0]
     assert st.state == "ok"
     assert g.utilization is NA and g.power_draw is NA and g.power_limit is NA
@@ -174,11 +179,7 @@ async def test_missing_nvidia_smi(tmp_path: Path) -> None:
     os.symlink("/usr/bin/timeout", bindir / "timeout")
     host = LocalHost(env_overlay={"PATH": str(bindir)})
     c = GpuCollector(host, 0.2, max_backoff=0.2)
-    agen = c.stream()
-    try:
-        (st,) = await _take(agen, 1)
-    finally:
-        await agen.aclose()
+    (st,) = await _first(c, 1)
     assert st.state == "no-nvidia-smi"
     assert (await c.sample_once()).state == "no-nvidia-smi"
 
@@ -191,37 +192,9 @@ async def test_sample_once(fake: FakeSmi) -> None:
     assert not any("-lms" in a for _, a in fake.calls())
 
 
-class _DeadHost(Host):
-    """A host whose link is down (what SshHost raises when unreachable)."""
-
-    target = "gpu-box"
-
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        input: str | None = None,
-        timeout: float | None = 30.0,
-    ) -> RunResult:
-        raise HostError("unreachable", "connection refused", target=self.target)
-
-    def stream(
-        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, heartbeat: float | None = None
-    ) -> ByteStream:
-        raise HostError("unreachable", "connection refused", target=self.target)
-
-    async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
-        raise HostError("unreachable", "connection refused", target=self.target)
-
-
 async def test_unreachable_host_is_a_state_with_retry() -> None:
-    c = GpuCollector(_DeadHost(), 0.2, max_backoff=0.2)
-    agen = c.stream()
-    try:
-        a, b = await _take(agen, 2)
-    finally:
-        await agen.aclose()
+    c = GpuCollector(DeadHost(), 0.2, max_backoff=0.2)
+    a, b = await _first(c, 2)
     assert a.state == b.state == "host-unreachable"
     assert "refused" in a.message and a.retry_at > 0
     assert (await c.sample_once()).state == "host-unreachable"
@@ -230,11 +203,7 @@ async def test_unreachable_host_is_a_state_with_retry() -> None:
 async def test_running_but_only_error_lines_names_the_state(fake: FakeSmi) -> None:
     fake.set_mode("lostloop")
     c = GpuCollector(_host(fake), 0.2, watchdog=1.0, max_backoff=0.3)
-    agen = c.stream()
-    try:
-        (st,) = await _take(agen, 1)
-    finally:
-        await agen.aclose()
+    (st,) = await _first(c, 1)
     assert st.state == "gpu-lost" and "GPU is lost" in st.message
     await asyncio.sleep(0.2)
     assert fake.alive_queries() == 0
@@ -276,9 +245,5 @@ async def test_output_that_holds_no_gpu_row_is_an_error_naming_it(fake: FakeSmi)
     assert st.state == "error" and st.message.startswith("nvidia-smi output not understood: GPU0: temp=40C")
     assert "\x1b" not in st.message
     c = GpuCollector(_host(fake), 0.2, watchdog=1.0, max_backoff=0.3)
-    agen = c.stream()
-    try:
-        (st,) = await _take(agen, 1)
-    finally:
-        await agen.aclose()
+    (st,) = await _first(c, 1)
     assert st.state == "error" and "not understood: GPU0: temp=40C" in st.message, st

@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from tests.launchscript import script_result, start_script
 from tests.unit.test_hardening_sh import SHELLS
 from tunedeck.hostops.launcher import gpu_set, launch_script
 from tunedeck.hostops.runstore import new_run_id
@@ -26,32 +28,11 @@ def _spawn(
 ) -> tuple[str, subprocess.Popen[str]]:
     rid = new_run_id()
     script, args = launch_script("runs", rid, ["sleep", "300"], {}, {"run_id": rid}, gpus=gpus)
-    p = subprocess.Popen(
-        [*shell, "-s", "--", *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, TUNEDECK_HOME=str(home), PATH=path or os.environ["PATH"]),
-    )
-    assert p.stdin is not None
-    p.stdin.write(script)
-    p.stdin.close()
-    return rid, p
+    return rid, start_script(shell, script, args, home, path=path)
 
 
-def _result(p: subprocess.Popen[str], started: list[int]) -> tuple[str, list[str]]:
-    """('PID', [pid, starttime]) | ('BUSY', [run id, pid, gpus]) | ('ERR', [message])."""
-    assert p.stdout is not None and p.stderr is not None
-    out, err = p.stdout.read(), p.stderr.read()  # the script's shell ends once the wrapper started
-    p.wait(timeout=60)
-    for line in out.splitlines():
-        kind, _, rest = line.partition(" ")
-        if kind == "PID":
-            started.append(int(rest.split()[0]))
-        if kind in ("PID", "BUSY", "ERR"):
-            return kind, rest.split() if kind != "ERR" else [rest]
-    raise AssertionError(f"no result from the launch script: {out!r} {err!r}")
+#: the script's answer: ('PID', [pid, starttime]) | ('BUSY', [run id, pid, gpus]) | ('ERR', [message])
+_result = partial(script_result, other="BUSY")
 
 
 def _at_once(

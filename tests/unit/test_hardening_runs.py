@@ -7,12 +7,11 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from tests.conftest import REPO, tunedeck_cmd
-from tests.integration.test_launcher import FAKE, free_port
+from tests.integration.test_launcher import fake
 from tunedeck.hostops.launcher import launch, stop_run
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.hostops.runstore import RunStore
@@ -99,26 +98,9 @@ async def test_no_secret_in_any_stored_file_and_the_server_still_gets_them(tmp_p
 
 
 def test_runs_shows_ready_for_a_run_launched_without_wait() -> None:
-    port = free_port()
+    argv, port = fake("sglang", None, "--load-seconds", "0.5")
     r = subprocess.run(
-        [
-            *tunedeck_cmd(),
-            "launch",
-            "--json",
-            "--cmd",
-            sys.executable,
-            FAKE,
-            "--engine",
-            "sglang",
-            "--port",
-            str(port),
-            "--load-seconds",
-            "0.5",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [*tunedeck_cmd(), "launch", "--json", "--cmd", *argv], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 0, r.stderr
     try:

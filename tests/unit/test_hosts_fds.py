@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tests.integration.test_launcher import FAKE, free_port
+from tests.integration.test_launcher import fake
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.util.aio import run_async
 
@@ -52,24 +52,10 @@ def test_local_children_inherit_only_stdio(fast: bool) -> None:
 
 def test_detached_launch_then_wait_finishes_promptly() -> None:
     """The detached server must not hold the launching command's pipes: `launch --wait` returns once ready."""
-    port = free_port()
+    argv, _ = fake("sglang", None, "--load-seconds", "0.5")
     t0 = time.monotonic()
     r = subprocess.run(
-        [
-            *tunedeck_cmd(),
-            "launch",
-            "--wait",
-            "--json",
-            "--cmd",
-            sys.executable,
-            FAKE,
-            "--engine",
-            "sglang",
-            "--port",
-            str(port),
-            "--load-seconds",
-            "0.5",
-        ],
+        [*tunedeck_cmd(), "launch", "--wait", "--json", "--cmd", *argv],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Mapping, Sequence
 
 import pytest
 
+from tests.ui_fakes import DeadHost
 from tunedeck.collectors.history import GpuHistory
 from tunedeck.collectors.hoststats import HostCollector, cpu_percent, parse_proc
-from tunedeck.hostops.hosts import ByteStream, Host, HostError, RunResult
+from tunedeck.hostops.hosts import HostError, RunResult
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.model import NA, GpuSnapshot, GpuStatus
 
@@ -61,28 +61,6 @@ async def test_local_samples(use_psutil: bool) -> None:
     assert 0.0 <= second.cpu_percent <= 100.0
 
 
-class _DeadHost(Host):
-    target = "gpu-box"
-
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        input: str | None = None,
-        timeout: float | None = 30.0,
-    ) -> RunResult:
-        raise HostError("unreachable", "connection refused", target=self.target)
-
-    def stream(
-        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, heartbeat: float | None = None
-    ) -> ByteStream:
-        raise HostError("unreachable", "connection refused", target=self.target)
-
-    async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
-        raise HostError("unreachable", "connection refused", target=self.target)
-
-
 class _NoProcHost(LocalHost):
     is_local = False
 
@@ -92,7 +70,7 @@ class _NoProcHost(LocalHost):
 
 async def test_remote_failures_raise_host_error() -> None:
     with pytest.raises(HostError) as e:
-        await HostCollector(_DeadHost()).sample()
+        await HostCollector(DeadHost()).sample()
     assert e.value.kind == "unreachable"
     with pytest.raises(HostError, match="Permission denied"):
         await HostCollector(_NoProcHost()).sample()

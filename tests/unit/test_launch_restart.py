@@ -8,13 +8,14 @@ folder, its state and results, in place. The script runs here as ``SHELL -s -- A
 
 from __future__ import annotations
 
-import os
 import subprocess
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
 import pytest
 
+from tests.launchscript import script_result, start_script
 from tests.unit.test_hardening_sh import SHELLS
 from tests.waits import until
 from tunedeck.hostops.launcher import launch_script
@@ -30,33 +31,11 @@ def _spawn(
     shell: list[str], home: Path, rid: str, argv: Sequence[str], expect: tuple[int | None, str | None] | None
 ) -> subprocess.Popen[str]:
     script, args = launch_script("tune", rid, list(argv), {}, {"run_id": rid}, expect=expect)
-    p = subprocess.Popen(
-        [*shell, "-s", "--", *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=home,
-        env=dict(os.environ, TUNEDECK_HOME=str(home)),
-    )
-    assert p.stdin is not None
-    p.stdin.write(script)
-    p.stdin.close()
-    return p
+    return start_script(shell, script, args, home, cwd=home)
 
 
-def _result(p: subprocess.Popen[str], started: list[int]) -> tuple[str, list[str]]:
-    """('PID', [pid, starttime]) | ('FOLLOW', [pid, starttime]) | ('ERR', [message])."""
-    assert p.stdout is not None and p.stderr is not None
-    out, err = p.stdout.read(), p.stderr.read()
-    p.wait(timeout=60)
-    for line in out.splitlines():
-        kind, _, rest = line.partition(" ")
-        if kind == "PID":
-            started.append(int(rest.split()[0]))
-        if kind in ("PID", "FOLLOW", "ERR"):
-            return kind, rest.split() if kind != "ERR" else [rest]
-    raise AssertionError(f"no result from the launch script: {out!r} {err!r}")
+#: the script's answer: ('PID', [pid, starttime]) | ('FOLLOW', [pid, starttime]) | ('ERR', [message])
+_result = partial(script_result, other="FOLLOW")
 
 
 def _gone(pid: int) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -357,14 +358,15 @@ def test_errors_carry_context():
     assert len(err.context) == 30 and err.context[-1].endswith("line 39")
 
 
-def test_parse_log_cli_json(real_logs):
-    r = subprocess.run(
-        [*tunedeck_cmd(), "parse-log", str(real_logs / "vllm-start-4-ansi.log"), "--json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
+def parse_log_cli(log: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``tunedeck parse-log LOG [FLAGS]`` as one runs it."""
+    return subprocess.run(
+        [*tunedeck_cmd(), "parse-log", str(log), *flags], cwd=REPO, capture_output=True, text=True, timeout=60
     )
+
+
+def test_parse_log_cli_json(real_logs):
+    r = parse_log_cli(real_logs / "vllm-start-4-ansi.log", "--json")
     assert r.returncode == 0, r.stderr
     objs = [json.loads(x) for x in r.stdout.splitlines()]
     phases = [o for o in objs if o.get("event") == "phase"]
@@ -379,31 +381,13 @@ def test_parse_log_cli_json(real_logs):
 
 
 def test_parse_log_cli_failure_and_errors(real_logs, tmp_path):
-    r = subprocess.run(
-        [*tunedeck_cmd(), "parse-log", str(real_logs / "sglang-fail-oom-1.log"), "--json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = parse_log_cli(real_logs / "sglang-fail-oom-1.log", "--json")
     objs = [json.loads(x) for x in r.stdout.splitlines()]
     assert any(o.get("event") == "error" and o["kind"] == "oom" for o in objs)
     assert objs[-1]["status"] == "failed" and objs[-1]["failure"]["kind"] == "oom"
-    r = subprocess.run(
-        [*tunedeck_cmd(), "parse-log", str(real_logs / "sglang-start-1.log")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = parse_log_cli(real_logs / "sglang-start-1.log")
     assert r.returncode == 0 and "ready" in r.stdout and "14/14" in r.stdout
-    r = subprocess.run(
-        [*tunedeck_cmd(), "parse-log", str(tmp_path / "missing.log")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = parse_log_cli(tmp_path / "missing.log")
     assert r.returncode != 0 and "missing.log" in r.stderr and "Traceback" not in r.stderr
 
 

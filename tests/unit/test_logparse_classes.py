@@ -9,12 +9,11 @@ physical line numbers, several attempts, exit status.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, tunedeck_cmd
+from tests.unit.test_logparse import parse_log_cli
 from tunedeck.logparse import ErrorEvent, LogParser, PhaseEvent, parse_file, parse_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
@@ -442,7 +441,7 @@ def test_latest_attempt_decides_failed():
     ],
 )
 def test_parse_log_exit_status(path, rc):
-    r = subprocess.run([*tunedeck_cmd(), "parse-log", str(path)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    r = parse_log_cli(path)
     assert r.returncode == rc, r.stdout + r.stderr
     assert "Traceback" not in r.stderr
 
@@ -451,26 +450,14 @@ def test_parse_log_exit_status_starting_and_json_lines(tmp_path):
     lines = (DATA / "vllm-v0-with-rag-stack.log").read_text().splitlines()
     p = tmp_path / "partial.log"
     p.write_text("\n".join(lines[:15]) + "\n")
-    r = subprocess.run([*tunedeck_cmd(), "parse-log", str(p)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    r = parse_log_cli(p)
     assert r.returncode == 3 and "status: starting" in r.stdout
-    r = subprocess.run(
-        [*tunedeck_cmd(), "parse-log", str(DATA / "sglang-fp8-sigquit.log"), "--json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = parse_log_cli(DATA / "sglang-fp8-sigquit.log", "--json")
     assert r.returncode == 1
     summary = json.loads(r.stdout.splitlines()[-1])
     assert summary["failure"]["line_no"] == 14 and "fp8" in summary["failure"]["line"]
     assert "Scheduler hit an exception" in summary["failure"]["wrapper"]
-    r = subprocess.run(
-        [*tunedeck_cmd(), "parse-log", str(DATA / "sglang-fp8-sigquit.log")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = parse_log_cli(DATA / "sglang-fp8-sigquit.log")
     assert "proof: line 14: ValueError: Unsupported fp8 type" in r.stdout
 
 

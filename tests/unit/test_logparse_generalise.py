@@ -210,30 +210,34 @@ def test_another_programs_traceback_at_the_end_is_not_the_engines():
     assert st.status == "failed" and st.failure.line.startswith("httpx.ConnectError")
 
 
+def _illegal_access_traceback(rank: int) -> str:
+    """A scheduler's traceback on TP rank ``rank``: CUDA's illegal memory access."""
+    return (
+        f"[2026-03-02 16:10:00 TP{rank}] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1, in event_loop\n'
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+
+
+def _assert_went_down_with_the_illegal_access(after_ready: str) -> None:
+    st, _ = parse_text(SG_READY + "\n" + after_ready)
+    assert st.status == "failed" and st.failure.line.startswith("RuntimeError: CUDA error: an illegal")
+
+
 def test_the_engine_going_down_after_ready_is_final():
     st, _ = parse_text(SG_READY + "\n[2026-03-02 16:10:00] main process disappeared, exiting\n")
     assert st.status == "failed" and st.failure.kind == "crash"
     # a scheduler traceback after ready is final even before any later line
-    tb = (
-        "[2026-03-02 16:10:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
-        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1, in event_loop\n'
-        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
-    )
-    st, _ = parse_text(SG_READY + "\n" + tb)
-    assert st.status == "failed" and st.failure.line.startswith("RuntimeError: CUDA error: an illegal")
+    _assert_went_down_with_the_illegal_access(_illegal_access_traceback(0))
 
 
 def test_another_ranks_serving_line_does_not_clear_the_traceback_the_engine_went_down_with():
-    tb = (
-        "[2026-03-02 16:10:00 TP1] Scheduler hit an exception: Traceback (most recent call last):\n"
-        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1, in event_loop\n'
-        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    tb = _illegal_access_traceback(1) + (
         "[2026-03-02 16:10:00 TP0] Decode batch, #running-req: 8, #token: 900, token usage: 0.01, "
         "gen throughput (token/s): 800.00, #queue-req: 0\n"
         "[2026-03-02 16:10:01] Received sigquit from a child process. It usually means the child failed.\n"
     )
-    st, _ = parse_text(SG_READY + "\n" + tb)
-    assert st.status == "failed" and st.failure.line.startswith("RuntimeError: CUDA error: an illegal")
+    _assert_went_down_with_the_illegal_access(tb)
 
 
 def test_a_request_traceback_after_ready_stays_a_warning_whatever_its_kind():

@@ -148,29 +148,21 @@ async def test_help_facts_are_cached_per_host_engine_version(tmp_path):
     assert not r3.facts.cached and log.read_text().count("--help") == 2
 
 
+def _preflight(*args: str, env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*tunedeck_cmd(), "preflight", *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout
+    )
+
+
 def test_cli_preflight_warns_before_launch(tmp_path):
     bin_ = make_fake_bin(tmp_path)
     f = tmp_path / "cut.toml"
     f.write_text('engine = "sglang"\nmodel = "deepseek-ai/DeepSeek-V3"\n[attention]\nbackend = "cutlass_mla"\n')
     env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}"}
-    r = subprocess.run(
-        [*tunedeck_cmd(), "preflight", str(f), "--host", "local"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=60,
-    )
+    r = _preflight(str(f), "--host", "local", env=env, timeout=60)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "'cutlass_mla' is not offered by sglang 0.5.23" in r.stdout
-    r = subprocess.run(
-        [*tunedeck_cmd(), "preflight", "sglang-tuned", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=60,
-    )
+    r = _preflight("sglang-tuned", "--json", env=env, timeout=60)
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["ok"] is True and out["host"]["version"] == "0.5.23"
     assert any(x["code"] == "nccl-debug-knobs" for x in out["findings"])
@@ -186,9 +178,7 @@ def test_demo_preflight_uses_the_simulators_help(tmp_path):
         'engine = "sglang"\nmodel = "deepseek-ai/DeepSeek-V3"\ntp = 8\n'
         '[attention]\nbackend = "cutlass_mla"\n[flags]\ncuda-graph-max-bs = 256\n'
     )
-    r = subprocess.run(
-        [*tunedeck_cmd(), "preflight", str(f), "--demo", "--json"], capture_output=True, text=True, cwd=REPO, timeout=90
-    )
+    r = _preflight(str(f), "--demo", "--json")
     out = json.loads(r.stdout)
     assert r.returncode == 1, r.stderr
     assert out["host"]["version"] == "0.5.23" and out["host"]["backends_source"] == "help"
@@ -198,22 +188,14 @@ def test_demo_preflight_uses_the_simulators_help(tmp_path):
     assert found["flag-ambiguous"]["subject"] == "--cuda-graph-max-bs"
     assert len(out["host"]["gpus"]) == 8
     for name in ("sglang-tuned", "sglang-base", "sglang-eagle3", "vllm-baseline"):
-        r = subprocess.run(
-            [*tunedeck_cmd(), "preflight", name, "--demo"], capture_output=True, text=True, cwd=REPO, timeout=90
-        )
+        r = _preflight(name, "--demo")
         assert r.returncode == 0, (name, r.stdout, r.stderr)
 
 
 def test_demo_vllm_preflight_reads_the_sims_backend_registry(tmp_path):
     """The demo swaps the engine for `tunedeck sim vllm`: its registry probe is
     `tunedeck sim vllm --sim-list-backends`, so the choices come from the host, not tunedeck's list."""
-    r = subprocess.run(
-        [*tunedeck_cmd(), "preflight", "vllm-baseline", "--demo", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=90,
-    )
+    r = _preflight("vllm-baseline", "--demo", "--json")
     out = json.loads(r.stdout)
     assert r.returncode == 0, r.stderr
     assert out["host"]["backends_source"] == "registry"
@@ -221,9 +203,7 @@ def test_demo_vllm_preflight_reads_the_sims_backend_registry(tmp_path):
     assert not any("backend registry" in p for p in out["host"]["problems"]), out["host"]["problems"]
     f = tmp_path / "vllm-odd.toml"
     f.write_text('engine = "vllm"\nmodel = "Qwen/Qwen3-32B"\n[attention]\nbackend = "PAGED_MAGIC"\n')
-    r = subprocess.run(
-        [*tunedeck_cmd(), "preflight", str(f), "--demo", "--json"], capture_output=True, text=True, cwd=REPO, timeout=90
-    )
+    r = _preflight(str(f), "--demo", "--json")
     out = json.loads(r.stdout)
     assert r.returncode == 1, r.stderr
     found = {x["code"]: x for x in out["findings"]}
@@ -231,9 +211,7 @@ def test_demo_vllm_preflight_reads_the_sims_backend_registry(tmp_path):
     assert "'PAGED_MAGIC' is not offered by vllm 0.33.0 on demo" in found["backend-not-offered"]["message"]
     # a backend only the sim's registry lists is accepted
     f.write_text('engine = "vllm"\nmodel = "Qwen/Qwen3-32B"\n[attention]\nbackend = "ROCM_ATTN"\n')
-    r = subprocess.run(
-        [*tunedeck_cmd(), "preflight", str(f), "--demo", "--json"], capture_output=True, text=True, cwd=REPO, timeout=90
-    )
+    r = _preflight(str(f), "--demo", "--json")
     out = json.loads(r.stdout)
     assert not any(x["code"].startswith("backend-") for x in out["findings"]), out["findings"]
 

@@ -257,19 +257,23 @@ def test_never_overwrites_a_file_that_does_not_parse(user_dir):
     assert "sglang-base" in {p.name for p in listing.profiles}
 
 
+#: the PCIe NCCL preset's variables
+PCIE_NCCL = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
+}
+
+
 def test_presets():
     store = ProfileStore()
     names = [p.name for p in store.nccl_presets()]
     assert names[:4] == ["default", "pcie", "nvlink", "debug"]
     pcie = store.nccl_preset("pcie")
-    assert dict(pcie.vars) == {
-        "NCCL_PROTO": "LL",
-        "NCCL_ALGO": "Ring",
-        "NCCL_P2P_LEVEL": "SYS",
-        "NCCL_MAX_NCHANNELS": "16",
-        "NCCL_BUFFSIZE": "16777216",
-        "NCCL_NTHREADS": "512",
-    }
+    assert dict(pcie.vars) == PCIE_NCCL
     assert "not for production" in pcie.warning
     assert dict(store.nccl_preset("debug").vars)["NCCL_DEBUG"] == "INFO"
     assert dict(store.nccl_preset("nvlink").vars)["NCCL_P2P_LEVEL"] == "NVL"
@@ -309,15 +313,7 @@ def test_builder_builtins():
         "--disable-custom-all-reduce",
         "--enable-metrics",
     )
-    assert tuned.env_dict == {
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "NCCL_PROTO": "LL",
-        "NCCL_ALGO": "Ring",
-        "NCCL_P2P_LEVEL": "SYS",
-        "NCCL_MAX_NCHANNELS": "16",
-        "NCCL_BUFFSIZE": "16777216",
-        "NCCL_NTHREADS": "512",
-    }
+    assert tuned.env_dict == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **PCIE_NCCL}
     assert any("not for production" in w.message for w in tuned.warnings)
     assert tuned.display.startswith("env CUDA_DEVICE_ORDER=PCI_BUS_ID NCCL_PROTO=LL NCCL_ALGO=Ring ")
     eagle = cmds["sglang-eagle3"]

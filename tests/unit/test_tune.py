@@ -4,11 +4,14 @@ frontier, failures as findings, resume from a saved state (over tests/abfakes.Fa
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.abfakes import FakeOps
+from tests.conftest import REPO, tunedeck_cmd
 from tunedeck.ab.ops import BenchResult, ProfileInfo
 from tunedeck.ab.plan import Plan, PlanLevel
 from tunedeck.ab.tune import TuneRunner, Workload
@@ -26,6 +29,12 @@ port = 30000
 [flags]
 enable-metrics = true
 """
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*tunedeck_cmd(), *args], capture_output=True, text=True, timeout=60, env=dict(os.environ), cwd=REPO
+    )
 
 
 def base_profile():
@@ -240,24 +249,12 @@ def test_pareto():
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_starts(tmp_path: Path, monkeypatch, args, message):
-    import os
-    import subprocess
-
-    from tests.conftest import tunedeck_cmd
-
     user = tmp_path / "profiles"
     user.mkdir()
     (user / "base.toml").write_text(BASE)
     monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
     slo = [] if "--slo" in args else ["--slo", "ttft_p90:500"]
-    r = subprocess.run(
-        [*tunedeck_cmd(), "tune", "base", "--demo", *args, *slo],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=dict(os.environ),
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    r = _cli("tune", "base", "--demo", *args, *slo)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tunedeck tune: "), r.stderr
@@ -267,22 +264,12 @@ def test_bad_input_is_one_line_exit_2_and_nothing_starts(tmp_path: Path, monkeyp
 
 @pytest.mark.timeout(60)
 async def test_the_journal_lists_a_campaign_with_its_winner():
-    import os
-    import subprocess
-
-    from tests.conftest import tunedeck_cmd
     from tunedeck.ab.journal import Journal
     from tunedeck.services.tunerun import journal_record
 
     rep = await TuneRunner(CapOps({"a": 8, "b": 16}), spec_for(["a", "b"], repeats_max=1)).run()
     Journal().append(journal_record(rep, "job-1"))
-    r = subprocess.run(
-        [*tunedeck_cmd(), "journal", "list", "--kind", "tune"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=dict(os.environ),
-    )
+    r = _cli("journal", "list", "--kind", "tune")
     assert r.returncode == 0, r.stderr
     assert "tune-test" in r.stdout and "a (2 candidates) slo=tpot_p90:20" in r.stdout and "winner b" in r.stdout
 
@@ -396,23 +383,11 @@ HF_TOKEN = "hf_secret_value_1234"
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("where", [["--demo"], ["--host", "gpu-a"]])
 def test_a_multi_node_base_names_its_nodes_no_host_or_demo(tmp_path: Path, monkeypatch, where):
-    import os
-    import subprocess
-
-    from tests.conftest import tunedeck_cmd
-
     user = tmp_path / "profiles"
     user.mkdir()
     (user / "mn.toml").write_text(MULTI)
     monkeypatch.setenv("TUNEDECK_PROFILES", str(user))
-    r = subprocess.run(
-        [*tunedeck_cmd(), "tune", "mn", *where, "--vary", "flags.max-running-requests=32", "--slo", "ttft_p90:500"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=dict(os.environ),
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    r = _cli("tune", "mn", *where, "--vary", "flags.max-running-requests=32", "--slo", "ttft_p90:500")
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == (
         "tunedeck tune: BASE mn names its nodes (gpu-a, gpu-b); drop --host/--demo (--sim runs the simulator on them)"

@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 
 from tests.conftest import tunedeck_cmd
+from tests.traces import write_jsonl
+from tests.unit.test_workloads_sources import BLOCK_ROWS
 from tunedeck.bench.client import RequestSpec
 from tunedeck.bench.workloads import WorkloadSpec, build_workload
 from tunedeck.bench.workloads.preview import Histogram, preview, preview_lines, shared_ratio, sparkline
@@ -45,14 +47,7 @@ def test_a_prefix_is_shared_only_from_the_start() -> None:
 
 
 def test_mooncake_hash_ids_share_as_a_chain(tmp_path: Path) -> None:
-    rows = [
-        {"timestamp": 0, "input_length": 1200, "output_length": 10, "hash_ids": [7, 8, 9]},
-        {"timestamp": 250, "input_length": 700, "output_length": 20, "hash_ids": [7, 3]},
-        {"timestamp": 250, "input_length": 1024, "output_length": 30, "hash_ids": [5, 8]},
-        {"timestamp": 1250, "input_length": 100, "output_length": 5, "hash_ids": [9]},
-    ]
-    path = tmp_path / "trace.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = write_jsonl(tmp_path / "trace.jsonl", BLOCK_ROWS)
     p = preview(build("mooncake", n=100, path=path))
     # only the second row's block 7 follows the same prefix (nothing) as the first row's
     assert p.shared_ratio == 512 / 3024 and p.span_s == 1.25

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.traces import write_jsonl
 from tunedeck.bench.prompts import make_prompts
 from tunedeck.bench.workloads import (
     MOONCAKE_BLOCK,
@@ -163,17 +164,17 @@ def test_context_limit_skips_and_counts(tmp_path):
 
 
 # ---------------------------------------------------------------- traces
+#: four Mooncake rows whose hash_ids share blocks: 7 (rows 1, 2), 8 (1, 3), 9 (1, 4)
+BLOCK_ROWS = [
+    {"timestamp": 0, "input_length": 1200, "output_length": 10, "hash_ids": [7, 8, 9]},
+    {"timestamp": 250, "input_length": 700, "output_length": 20, "hash_ids": [7, 3]},
+    {"timestamp": 250, "input_length": 1024, "output_length": 30, "hash_ids": [5, 8]},
+    {"timestamp": 1250, "input_length": 100, "output_length": 5, "hash_ids": [9]},
+]
 
 
 def test_mooncake_equal_hash_ids_give_equal_blocks(tmp_path):
-    rows = [
-        {"timestamp": 0, "input_length": 1200, "output_length": 10, "hash_ids": [7, 8, 9]},
-        {"timestamp": 250, "input_length": 700, "output_length": 20, "hash_ids": [7, 3]},
-        {"timestamp": 250, "input_length": 1024, "output_length": 30, "hash_ids": [5, 8]},
-        {"timestamp": 1250, "input_length": 100, "output_length": 5, "hash_ids": [9]},
-    ]
-    p = tmp_path / "trace.jsonl"
-    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    p = write_jsonl(tmp_path / "trace.jsonl", BLOCK_ROWS)
     wl = build("mooncake", n=100, path=p, trace_speed=2.0)
     a, b, c, d = wl.specs
     B = MOONCAKE_BLOCK
