@@ -67,13 +67,29 @@ def tunedeck_cmd() -> list[str]:
 TIERS = ("unit", "ui", "integration")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its tier (the folder it lives in) and keep apart what must not overlap.
+def _rank(item: pytest.Item) -> tuple[int, float]:
+    """Where a test goes in the run, longest first: the namespaced clusters and the ``slow`` scenarios
+    (30 s to minutes each), the rest of integration (seconds each), ui, then unit (milliseconds), so
+    that no worker starts a minute-long test while the others run out of work. Within each, the
+    larger its ``timeout`` mark (a test's bound grows with its length), the earlier."""
+    mark = item.get_closest_marker("timeout")
+    bound = float(mark.args[0]) if mark is not None and mark.args else 0.0
+    tier = next((t for t in TIERS if item.get_closest_marker(t) is not None), "unit")
+    if tier == "integration":
+        heavy = "ns_hosts" in getattr(item, "fixturenames", ()) or item.get_closest_marker("slow") is not None
+        return (0 if heavy else 1), -bound
+    return (2 if tier == "ui" else 3), -bound
 
-    Under ``pytest-xdist --dist loadgroup`` tests of one ``xdist_group`` run on one worker, one at a
-    time: the namespaced hosts (each cluster adds a bridge, veths and a /24 in the root namespace,
-    and runs a real Ray cluster for the vLLM-on-Ray tests) form one group. sshd instances, the
-    simulator and fake servers take free ports and private folders and may run side by side.
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier (the folder it lives in) and order the run longest first.
+
+    Under ``pytest-xdist --dist loadgroup`` every test is a unit of work of its own (no test sets an
+    ``xdist_group``), handed out in this order to the worker that runs out first: the heavy
+    integration tests go first (``_rank``), the unit tests fill the end. The namespaced hosts
+    (tests/nshosts.py) run side by side: each cluster claims a /24 of its own and takes its link and
+    namespace names from it, and its Ray nodes have temp dirs of their own. sshd instances, the
+    simulator and fake servers take free ports and private folders.
 
     A test marked ``long`` (minutes of one scenario, e.g. the 150-s DROP) runs only when ``-m``
     names it (``./scripts/test integration -m long``); otherwise it is deselected.
@@ -87,8 +103,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
         if parts and parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[0]))
-        if "ns_hosts" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("netns"))
+    items.sort(key=_rank)  # stable: file order among equals, the same on every worker
 
 
 @pytest.fixture
