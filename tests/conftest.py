@@ -67,13 +67,45 @@ def tunedeck_cmd() -> list[str]:
 TIERS = ("unit", "ui", "integration")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its tier (the folder it lives in) and keep apart what must not overlap.
+#: how many namespaced-host tests run at once (one per ``xdist_group``): each runs a cluster of
+#: sshd's and simulators, and a vLLM-on-Ray test a real Ray cluster; four at once on 2 cores
+#: stretched a bounded stop past its bound (28.5 s for 25), two at once held
+NETNS_GROUPS = 2
 
-    Under ``pytest-xdist --dist loadgroup`` tests of one ``xdist_group`` run on one worker, one at a
-    time: the namespaced hosts (each cluster adds a bridge, veths and a /24 in the root namespace,
-    and runs a real Ray cluster for the vLLM-on-Ray tests) form one group. sshd instances, the
-    simulator and fake servers take free ports and private folders and may run side by side.
+
+def _bound(item: pytest.Item) -> float:
+    """The test's ``timeout`` mark (0 without one): a test's bound grows with its length."""
+    mark = item.get_closest_marker("timeout")
+    return float(mark.args[0]) if mark is not None and mark.args else 0.0
+
+
+def _netns(item: pytest.Item) -> bool:
+    return "ns_hosts" in getattr(item, "fixturenames", ())
+
+
+def _rank(item: pytest.Item) -> tuple[int, float]:
+    """Where a test goes in the run, longest first: the namespaced clusters and the ``slow`` scenarios
+    (30 s to minutes each), the rest of integration (seconds each), ui, then unit (milliseconds), so
+    that no worker starts a minute-long test while the others run out of work. Within each, the
+    larger its ``timeout`` mark, the earlier."""
+    tier = next((t for t in TIERS if item.get_closest_marker(t) is not None), "unit")
+    if tier == "integration":
+        heavy = _netns(item) or item.get_closest_marker("slow") is not None
+        return (0 if heavy else 1), -_bound(item)
+    return (2 if tier == "ui" else 3), -_bound(item)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier (the folder it lives in) and order the run longest first.
+
+    Under ``pytest-xdist --dist loadgroup`` a test is a unit of work of its own, handed out in this
+    order to the worker that runs out first: the heavy integration tests go first (``_rank``), the
+    unit tests fill the end. The namespaced-host tests (tests/nshosts.py) form ``NETNS_GROUPS``
+    groups, balanced by their timeout marks: a group runs on one worker, one test at a time, and the
+    groups run side by side from the start (xdist hands out the largest units first). Clusters never
+    collide: each claims a /24 of its own and takes its link and namespace names from it, and its
+    Ray nodes have temp dirs of their own. sshd instances, the simulator and fake servers take free
+    ports and private folders.
 
     A test marked ``long`` (minutes of one scenario, e.g. the 150-s DROP) runs only when ``-m``
     names it (``./scripts/test integration -m long``); otherwise it is deselected.
@@ -87,8 +119,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
         if parts and parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[0]))
-        if "ns_hosts" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("netns"))
+    items.sort(key=_rank)  # stable: file order among equals, the same on every worker
+    load = [0.0] * NETNS_GROUPS
+    for item in filter(_netns, items):  # longest first, each to the lightest group
+        k = load.index(min(load))
+        load[k] += _bound(item) or 1.0
+        item.add_marker(pytest.mark.xdist_group(f"netns{k}"))
 
 
 @pytest.fixture

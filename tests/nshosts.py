@@ -14,6 +14,12 @@ simulated GPUs behind ``nvidia-smi`` and ``tdpython`` (this machine's Python wit
 package, ``TUNEDECK_SIM_STATE`` = the host's), and ``ray`` runs the ``ray`` beside this Python
 (from PyPI, the ``[test]`` extra). The first host's client home (key, known_hosts) logs in to all.
 
+Clusters may run side by side (pytest-xdist workers, or two test runs on one machine): each claims
+a /24 of 10.214.0.0/16 that no live cluster holds, under a lock (a claim file in a folder of /tmp
+names its owner's pid), and takes its namespace and link names from it; its Ray temp dirs are its
+own. A claim whose owner is dead is taken over, after what it left (processes in its namespaces,
+its links) is removed.
+
 Teardown kills every process inside each namespace (``ip netns pids``: by PID, never by name),
 then deletes the links and namespaces. Needs root and iproute2: skips elsewhere with the reason,
 fails in CI (``CI=true``).
@@ -21,7 +27,7 @@ fails in CI (``CI=true``).
 
 from __future__ import annotations
 
-import itertools
+import fcntl
 import os
 import shlex
 import shutil
@@ -39,7 +45,10 @@ import pytest
 from tests.conftest import REPO
 from tests.sshd import SshdServer, _ensure_root_alias, _ensure_user, sshd_missing_reason
 
-_COUNTER = itertools.count()
+#: the third octet of each cluster's 10.214.X.0/24 (one cluster a /24)
+OCTETS = range(20, 220)
+#: one claim file per /24 in use (its owner's pid), and the lock taken while claiming
+SLOTS = Path(tempfile.gettempdir()) / "tunedeck-nshosts-claims"
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -90,7 +99,24 @@ class NsHost:
         port = str(self.sshd.port)
         for chain, way in (("INPUT", "--dport"), ("OUTPUT", "--sport")):
             subprocess.run(
-                ["ip", "netns", "exec", self.name, "iptables", op, chain, "-p", "tcp", way, port, "-j", "DROP"],
+                # -w: a legacy iptables takes one lock for the whole machine (clusters run side by side)
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    self.name,
+                    "iptables",
+                    "-w",
+                    "10",
+                    op,
+                    chain,
+                    "-p",
+                    "tcp",
+                    way,
+                    port,
+                    "-j",
+                    "DROP",
+                ],
                 check=True,
                 capture_output=True,
                 timeout=30,
@@ -156,13 +182,83 @@ class NsHost:
         return [int(line.split(",")[1]) for line in r.stdout.splitlines() if line.strip()]
 
 
+def tag_of(octet: int) -> str:
+    """The names of a cluster's namespaces and links: ``tdsw<tag>`` (the switch), ``tdr<tag>`` (the
+    root namespace's link), ``tdh<tag><i>`` (host i) and ``tdv<tag><i>s``/``n`` (its veth pair)."""
+    return f"n{octet:03d}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _owner(slot: Path) -> int | None:
+    """The pid a claim file names (None: no claim, or one cut short before its pid was written)."""
+    try:
+        text = slot.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _sweep(tag: str) -> bool:
+    """Remove what the cluster ``tag`` of a dead owner left: the processes in its namespaces (by PID),
+    the namespaces and its root-namespace link (the veths go with their namespaces). True when
+    anything was there."""
+    listed = _ip("netns", "list", check=False).stdout.split()
+    mine = [n for n in listed if n == f"tdsw{tag}" or (n.startswith(f"tdh{tag}") and n[3 + len(tag) :].isdigit())]
+    link = _ip("link", "del", f"tdr{tag}", check=False).returncode == 0
+    for ns in mine:
+        for pid in ns_pids(ns):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _ip("netns", "del", ns, check=False)
+    return link or bool(mine)
+
+
+def claim_octet() -> int:
+    """A /24 (its third octet) that no live cluster on this machine holds, claimed for this process.
+
+    Under an exclusive lock: an octet is free when no claim file names a live pid and no address
+    of the root namespace is in it (a cluster of a run that does not claim, or a link left behind).
+    The search starts at a place that depends on the pid, so that workers seldom wait on each other.
+    """
+    SLOTS.mkdir(mode=0o755, exist_ok=True)
+    with open(SLOTS / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        used = _ip("-o", "-4", "addr", "show").stdout
+        start = os.getpid() % len(OCTETS)
+        for k in range(len(OCTETS)):
+            octet = OCTETS[(start + k) % len(OCTETS)]
+            slot = SLOTS / str(octet)
+            owner = _owner(slot)
+            if owner is not None and _alive(owner):
+                continue
+            if f" 10.214.{octet}." in used and _sweep(tag_of(octet)):
+                used = _ip("-o", "-4", "addr", "show").stdout
+            if f" 10.214.{octet}." in used:
+                continue
+            _sweep(tag_of(octet))  # namespaces of a run whose teardown was cut short
+            slot.write_text(f"{os.getpid()}\n")
+            return octet
+    raise RuntimeError(f"no free /24 in 10.214.{OCTETS[0]}-{OCTETS[-1]}.0: every one is claimed ({SLOTS})")
+
+
 class NsCluster:
     """The bridge, the root namespace's link to it, and the hosts made so far."""
 
     def __init__(self) -> None:
-        n = next(_COUNTER)
-        self.tag = f"{os.getpid() % 1000:03d}{n}"
-        octet = (os.getpid() + 37 * n) % 200 + 20
+        octet = claim_octet()
+        self.slot = SLOTS / str(octet)
+        self.tag = tag_of(octet)
         self.net = f"10.214.{octet}"
         self.switch = f"tdsw{self.tag}"
         self.root_veth = f"tdr{self.tag}"
@@ -234,6 +330,7 @@ class NsCluster:
             _ip("netns", "del", ns, check=False)
         shutil.rmtree(self.tmp, ignore_errors=True)
         shutil.rmtree(self.short, ignore_errors=True)
+        self.slot.unlink(missing_ok=True)
 
 
 def nshosts_missing_reason() -> str | None:

@@ -2,14 +2,14 @@
 link and one ``kill -9`` of its host-side process, on a host in a network namespace with a real
 sshd (tests/nshosts.py; DROP rules inside the host's namespace, never the machine's firewall).
 
-The same small campaign runs twice: once untouched, for the reference report, then with the link
-dropped three times (each drop held until the CLI says the link is lost, then restored) and the
-campaign's process killed on the host during the second drop. The CLI follows it by itself: it
+A small campaign runs with the link dropped three times (each drop held until the CLI says the link
+is lost, then restored) and the campaign's process killed on the host during the second drop. The CLI follows it by itself: it
 says each loss and each return, restarts the killed campaign when the link is back (it resumes
 from its state: finished candidates kept, the interrupted one redone) and reports; the third drop
 comes after the restart. Then: exit 0, every candidate measured once but the interrupted one
 (its killed launch kept, marked ``interrupted``), the job folder's events and benchmark results
-say the same, and the ranking equals the untouched run's.
+say the same, and the ranking equals an untouched run's: the model's, whose neighbours differ by a
+factor of two (an untouched campaign ranks as the model does: tests/integration/test_tune_demo.py).
 
 The candidates are one SGLang profile with ``max-running-requests`` 8 (the base), 4 and 16: the
 simulator's capacity at the SLO is that limit (a request more waits for a whole one), so the
@@ -153,22 +153,8 @@ def test_a_campaign_through_three_drops_and_a_host_side_kill_ranks_as_an_uncut_r
     env = h.sshd.client_env(TUNEDECK_HEARTBEAT_S=f"{BEAT_S:g}", TUNEDECK_PROFILES=str(user), PYTHONPATH=str(REPO))
     tune = [*tunedeck_cmd(), "tune", BASE, "--host", h.sshd.target(), *CAMPAIGN]
 
-    # the reference: the same campaign, untouched
-    t0 = time.monotonic()
-    r = subprocess.run(
-        [*tune, "--json", str(tmp_path / "uncut.json")],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=scaled(300),
-    )
-    uncut_s = time.monotonic() - t0
-    assert r.returncode == 0, r.stderr[-3000:]
-    ref = json.loads((tmp_path / "uncut.json").read_text())
-    assert ref["ranking"] == sorted(CANDS, key=lambda n: -CANDS[n]), ref["ranking"]
-
-    # the same campaign, through three drops and a kill
+    # an untouched run's ranking: the model's, a factor of two between neighbours
+    uncut = sorted(CANDS, key=lambda n: -CANDS[n])
     t0 = time.monotonic()
     proc = subprocess.Popen(
         [*tune, "--json", str(tmp_path / "cut.json")],
@@ -227,8 +213,8 @@ def test_a_campaign_through_three_drops_and_a_host_side_kill_ranks_as_an_uncut_r
     for n in CANDS:
         assert sum(e["kind"] == "capacity" and e["side"] == n for e in evs) == 1, n
         assert sum(e["kind"] == "launch" and e["side"] == n for e in evs) == (2 if n == killed else 1), n
-    # the ranking equals the untouched run's
-    assert rep["ranking"] == ref["ranking"] and rep["winner"] == ref["winner"], (rep["ranking"], ref["ranking"])
+    # the ranking equals an untouched run's
+    assert rep["ranking"] == uncut and rep["winner"] == uncut[0], (rep["ranking"], uncut)
     # and its benchmark results: each launch measured its steps once; the killed one, up to the kill
     levels: dict[str, int] = {}
     for meta in (job_dir / "data" / "results").glob("*/meta.json"):
@@ -254,5 +240,5 @@ def test_a_campaign_through_three_drops_and_a_host_side_kill_ranks_as_an_uncut_r
     print(
         f"kill during drop 2 ({killed}): restarted {restarted[0] - kill_at:.1f} s after the kill "
         f"({restarted[0] - link.figures[1]['cut'] - link.figures[1]['held']:.1f} s after the link came back), "
-        f"resumed {resumed[0] - kill_at:.1f} s after it; uncut run {uncut_s:.1f} s, this run {cut_s:.1f} s"
+        f"resumed {resumed[0] - kill_at:.1f} s after it; this run {cut_s:.1f} s"
     )

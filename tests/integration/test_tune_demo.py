@@ -245,8 +245,8 @@ def test_a_campaign_killed_more_often_than_it_is_restarted_ends_partial_with_exi
     try:
         for line in proc.stderr:
             seen.append(line)
-            # the second candidate's server is up and measured (a level starts): kill the campaign
-            if f"[{second} #1] C=16: " in line and " prompts, " in line:
+            # the second candidate's server is up and measured (its first level starts): kill the campaign
+            if f"[{second} #1] C=1: " in line and " prompts, " in line:
                 jid = re.search(r"campaign job (\S+) runs on demo", "".join(seen)).group(1)
                 job = asyncio.run(jobs.find(demo_host(), "tune", jid))
                 kids = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
