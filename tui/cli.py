@@ -76,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     logs.setup(verbose=bool(getattr(args, "verbose", False)))
     func = getattr(args, "func", None)
-    if func is not None:  # the dashboard shows them in its window instead
+    if func is not None and getattr(args, "command", None) != "sim":
+        # the dashboard shows them in its window instead; the simulator (a stand-in for an engine
+        # or nvidia-smi, started every few seconds by a probe) reads no config and pays no import
         _config_warnings()
     if func is None:
         from tunedeck.ui.dashboard import run_dashboard  # the one door into the UI

@@ -140,3 +140,28 @@ def test_the_command_line_is_quiet_about_a_config_it_knows(tmp_path, monkeypatch
     _config(tmp_path, '[groups]\nlab = ["gpu-a"]\n', monkeypatch)
     assert cli.main(["status", "--host", "@lob"]) == 2
     assert "warning" not in capsys.readouterr().err
+
+
+def test_the_simulator_reads_no_config(tmp_path):
+    """``tunedeck sim smi`` stands in for nvidia-smi (a probe starts it every few seconds): it
+    neither warns about the laptop's config nor imports its reader."""
+    import os
+    import subprocess
+    import sys
+
+    p = _config(tmp_path, '[grups]\nlab = ["gpu-a"]\n')
+    code = (
+        "import sys; from tunedeck import cli; rc = cli.main(['sim', 'smi', '--query-gpu=index,memory.used', "
+        "'--format=csv,noheader,nounits']); print('config' if 'tunedeck.config' in sys.modules else 'none', "
+        "file=sys.stderr); sys.exit(rc)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "TUNEDECK_CONFIG": str(p)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip() == "none"
+    assert r.stdout.strip()  # the simulated GPUs' rows
