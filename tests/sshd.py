@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -355,6 +356,18 @@ class SshdServer:
         lib = str(self.remote_home / "lib")
         return [pid for pid, cl in self.processes_matching(lib) if needle in cl]
 
+    def end_leftovers(self) -> list[str]:
+        """Kill what a test left running from this server's runtime (``${TUNEDECK_HOME}/lib``: a
+        server it did not stop, a follower): the next test on this server starts with its simulated
+        GPUs free. Returns their command lines."""
+        left = self.processes_matching(str(self.remote_home / "lib"))
+        for pid, _ in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return [cl for _, cl in left]
+
     def log_tail(self, n: int = 4000) -> str:
         try:
             return self.log_path.read_text(errors="replace")[-n:]
@@ -415,6 +428,10 @@ def _use(server: SshdServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshdSe
     yield server
     server.start()
     server.kill_sessions()
+    left = server.end_leftovers()
+    if left:
+        # one test's server held the next test's simulated GPUs ("not enough memory")
+        warnings.warn(f"left running on the test's sshd host, killed: {left}", stacklevel=1)
     (server.ssh_dir / "config").unlink(missing_ok=True)
 
 
