@@ -11,6 +11,7 @@ import pytest
 
 from tests.clifix import bench_load, json_lines, run_cli, running
 from tests.fakesrv import FakeServer
+from tests.waits import until
 from tunedeck.bench import store
 from tunedeck.util.paths import data_dir
 
@@ -91,11 +92,7 @@ def test_kill_9_mid_run_keeps_every_sample_and_show_rebuilds(tmp_path):
         assert next(events)["type"] == "waiting"
         run_id = next(msg for msg in events if msg["type"] == "level_start")["run_id"]
         samples = data_dir() / "results" / run_id / "samples.jsonl"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if samples.exists() and samples.read_bytes().count(b"\n") >= 150:
-                break
-            time.sleep(0.1)
+        until(lambda: samples.exists() and samples.read_bytes().count(b"\n") >= 150, 30, what="150 samples stored")
         next(msg for msg in events if msg["type"] == "tick")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
