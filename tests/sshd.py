@@ -15,10 +15,13 @@ running, points ``HOME`` at the fixture's home (``.ssh/id_ed25519`` +
 ``.ssh/known_hosts`` holding the right line), unsets ``SSH_AUTH_SOCK`` and
 drops leftover sessions after the test.
 
-Remote sessions get ``PATH=<shim_dir>:/usr/local/bin:/usr/bin:/bin`` and
-``TUNEDECK_HOME=<tmp>/remote-home`` from the server's ``SetEnv``, so a test can
-put programs (a fake ``nvidia-smi``) first on the remote PATH by writing them
-into ``shim_dir``.
+Remote sessions get ``PATH=<shim_dir>:/usr/local/bin:/usr/bin:/bin``,
+``TUNEDECK_HOME=<tmp>/remote-home`` and ``TUNEDECK_SIM_STATE=<tmp>/remote-home/sim`` from the
+server's ``SetEnv``, so a test can put programs (a fake ``nvidia-smi``) first on the remote PATH by
+writing them into ``shim_dir``, and each server has simulated GPUs of its own: ``tdroot``'s one
+home is shared by every server, and a ``tunedeck sim`` started over SSH (not from the runtime,
+which uses ``${TUNEDECK_HOME}/sim``) would otherwise keep its GPUs in that home's state dir, where
+another worker's server finds them taken ("not enough memory").
 
 When sshd is missing the fixture skips, except in CI (``CI=true``) where it fails.
 """
@@ -200,7 +203,8 @@ class SshdServer:
                     "LogLevel VERBOSE",
                     "MaxStartups 30:30:100",
                     *(["Subsystem sftp internal-sftp"] if self.sftp else []),
-                    f"SetEnv PATH={self.shim_dir}:/usr/local/bin:/usr/bin:/bin TUNEDECK_HOME={self.remote_home}",
+                    f"SetEnv PATH={self.shim_dir}:/usr/local/bin:/usr/bin:/bin TUNEDECK_HOME={self.remote_home}"
+                    f" TUNEDECK_SIM_STATE={self.remote_home / 'sim'}",
                     "",
                 ]
             )
@@ -356,11 +360,27 @@ class SshdServer:
         lib = str(self.remote_home / "lib")
         return [pid for pid, cl in self.processes_matching(lib) if needle in cl]
 
+    def started_here(self) -> list[tuple[int, str]]:
+        """(pid, cmdline) of every process started in a session of this server: its environment
+        holds this server's ``TUNEDECK_HOME`` (the runtime, a ``--cmd`` server, a follower)."""
+        mark = f"TUNEDECK_HOME={self.remote_home}".encode()
+        out = []
+        me = os.getpid()
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != me:
+                try:
+                    env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if mark in env:
+                    out.append((int(entry), _cmdline(int(entry))))
+        return out
+
     def end_leftovers(self) -> list[str]:
-        """Kill what a test left running from this server's runtime (``${TUNEDECK_HOME}/lib``: a
-        server it did not stop, a follower): the next test on this server starts with its simulated
-        GPUs free. Returns their command lines."""
-        left = self.processes_matching(str(self.remote_home / "lib"))
+        """Kill what a test left running on this server (a server it did not stop, a follower, a
+        status sampler waiting out its keepalive): the next test on this server starts with its
+        simulated GPUs free. Returns their command lines."""
+        left = self.started_here()
         for pid, _ in left:
             try:
                 os.kill(pid, signal.SIGKILL)
