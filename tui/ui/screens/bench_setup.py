@@ -34,6 +34,7 @@ from textual.widgets import Checkbox, DataTable, Footer, Header, Input, Label, S
 from tunedeck.bench.plan import BenchPlan
 from tunedeck.bench.workloads import FILE_SOURCES, SOURCES, default_ignore_eos
 from tunedeck.model import ServerStats
+from tunedeck.ui.bindings import filter_rows
 from tunedeck.ui.screens.bench_form import SIZED_BY_FORM, SLO_FIELDS, BenchForm, BenchFormError, bench_plan
 from tunedeck.widgets.field_input import FieldInput
 from tunedeck.widgets.filter_table import FilterTable, TableFilter
@@ -81,13 +82,7 @@ class BenchSetupScreen(Screen[None]):
             id="bench-setup-attach",
             priority=True,
         ),
-        Binding(
-            "slash",
-            "filter_results",
-            "Filter results",
-            tooltip="Show only the stored results matching some text (a header click sorts)",
-            id="bench-setup-filter",
-        ),
+        filter_rows("bench-setup", "stored results", action="filter_results", description="Filter results"),
         Binding(
             "t",
             "timeline",

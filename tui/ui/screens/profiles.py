@@ -24,6 +24,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from tunedeck.profiles.builder import build_command
 from tunedeck.profiles.model import ProfileError, ServerProfile
 from tunedeck.profiles.store import ProfileStore
+from tunedeck.ui.bindings import filter_rows, mark_ab
 from tunedeck.ui.screens.modals import ConfirmModal
 from tunedeck.widgets.filter_table import FilterTable, TableFilter
 
@@ -152,22 +153,7 @@ class ProfilesScreen(Screen[None]):
         Binding(
             "p", "preflight", "Pre-flight", tooltip="Check the highlighted profile on the host", id="profiles-preflight"
         ),
-        Binding(
-            "1",
-            "mark('A')",
-            "Mark A",
-            tooltip="Mark the highlighted profile as A (baseline)",
-            id="profiles-mark-a",
-            show=False,
-        ),
-        Binding(
-            "2",
-            "mark('B')",
-            "Mark B",
-            tooltip="Mark the highlighted profile as B (candidate)",
-            id="profiles-mark-b",
-            show=False,
-        ),
+        *mark_ab("profiles", show=False),
         Binding("g", "start_ab", "Run A/B", tooltip="Compare A and B (opens the Compare mode)", id="profiles-ab"),
         Binding(
             "u",
@@ -178,13 +164,7 @@ class ProfilesScreen(Screen[None]):
             id="profiles-tune",
             show=False,
         ),
-        Binding(
-            "slash",
-            "filter",
-            "Filter",
-            tooltip="Show only the profiles matching some text (a header click sorts)",
-            id="profiles-filter",
-        ),
+        filter_rows("profiles", "profiles"),
     ]
 
     def __init__(
