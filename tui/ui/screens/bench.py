@@ -143,15 +143,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
                 and not self.stored
             )
 
-    def __init__(
-        self,
-        plan: BenchPlan | None,
-        *,
-        attach: tuple[Any, str] | None = None,
-        name: str | None = None,
-        id: str | None = None,
-    ) -> None:
-        super().__init__(name=name, id=id)
+    def __init__(self, plan: BenchPlan | None, *, attach: tuple[Any, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         #: the benchmark to start (None: ``attach`` names one already running)
         self.plan = plan
         #: (host, job id) of a host-side benchmark to follow instead of starting one

@@ -27,7 +27,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.coordinate import Coordinate
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Checkbox, DataTable, Footer, Header, Input, Label, Select, Static
 
@@ -36,6 +35,7 @@ from tunedeck.bench.workloads import FILE_SOURCES, SOURCES, default_ignore_eos
 from tunedeck.model import ServerStats
 from tunedeck.ui.bindings import filter_rows
 from tunedeck.ui.screens.bench_form import SIZED_BY_FORM, SLO_FIELDS, BenchForm, BenchFormError, bench_plan
+from tunedeck.ui.screens.hosted import HostScreen
 from tunedeck.widgets.field_input import FieldInput
 from tunedeck.widgets.filter_table import FilterTable, TableFilter
 
@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tunedeck.ui.app import TunedeckApp
 
 
-class BenchSetupScreen(Screen[None]):
+class BenchSetupScreen(HostScreen):
     """Servers + benchmark form + stored results."""
 
     DEFAULT_CSS = """
@@ -92,18 +92,8 @@ class BenchSetupScreen(Screen[None]):
         ),
     ]
 
-    def __init__(
-        self,
-        *,
-        host: Any = None,
-        demo: bool = False,
-        form: BenchForm | None = None,
-        name: str | None = None,
-        id: str | None = None,
-    ) -> None:
-        super().__init__(name=name, id=id)
-        self.host = host
-        self.demo = demo
+    def __init__(self, *, host: Any = None, demo: bool = False, form: BenchForm | None = None, **kwargs: Any) -> None:
+        super().__init__(host=host, demo=demo, **kwargs)
         self.initial = form or BenchForm()
         #: row key → server snapshot shown in the server list
         self.servers: dict[str, ServerStats] = {}

@@ -152,11 +152,10 @@ class CompareScreen(CampaignScreen):
         comparison: Comparison | None = None,
         series: tuple[list[float], list[float]] | None = None,
         sides: tuple[Any, Any] | None = None,
-        name: str | None = None,
-        id: str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(
-            start_campaign=start_campaign, profiles=profiles, status="Mark A and B, then press g.", name=name, id=id
+            start_campaign=start_campaign, profiles=profiles, status="Mark A and B, then press g.", **kwargs
         )
         self.plan_name = plan
         """The plan the next A/B runs."""

@@ -18,13 +18,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.coordinate import Coordinate
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from tunedeck.profiles.builder import build_command
 from tunedeck.profiles.model import ProfileError, ServerProfile
 from tunedeck.profiles.store import ProfileStore
 from tunedeck.ui.bindings import filter_rows, mark_ab
+from tunedeck.ui.screens.hosted import HostScreen
 from tunedeck.ui.screens.modals import ConfirmModal
 from tunedeck.widgets.filter_table import FilterTable, TableFilter
 
@@ -82,22 +82,22 @@ def warnings_modal(name: str, warnings: list[Any]) -> ConfirmModal:
 
 
 async def checked_command(
-    screen: Screen[Any],
-    host: Any,
+    screen: HostScreen,
     profile: ServerProfile,
     *,
-    demo: bool,
     store: Any,
     on_report: Any,
     on_failure: Any,
     launch: bool = True,
 ) -> Any:
-    """Pre-flight ``profile`` on ``host``; the command to launch, or None (errors, the user said no,
-    or ``launch`` is False). Every launch goes through here: the list's ``L`` and the form's ``ctrl+l``."""
+    """Pre-flight ``profile`` on the screen's host; the command to launch, or None (errors, the user
+    said no, or ``launch`` is False). Every launch goes through here: the list's ``L`` and the form's
+    ``ctrl+l``."""
     from tunedeck.services.checks import preflight_for
 
+    sim = bool(getattr(screen.app, "sim", False))
     try:
-        report = await preflight_for(host, profile, demo=demo, sim=bool(getattr(screen.app, "sim", False)), store=store)
+        report = await preflight_for(screen.host, profile, demo=screen.demo, sim=sim, store=store)
     except Exception as e:  # noqa: BLE001 - HostError, UnsafeInput: shown, nothing launched
         on_failure(f"pre-flight failed: {e}")
         screen.notify(f"pre-flight failed: {e}", severity="error", markup=False)
@@ -127,7 +127,7 @@ def _attention(p: ServerProfile) -> str:
     return "default"
 
 
-class ProfilesScreen(Screen[None]):
+class ProfilesScreen(HostScreen):
     """Built-in and user profiles, the command preview, and one-key launch / edit / A/B."""
 
     DEFAULT_CSS = """
@@ -168,17 +168,9 @@ class ProfilesScreen(Screen[None]):
     ]
 
     def __init__(
-        self,
-        *,
-        host: Any = None,
-        demo: bool = False,
-        store: ProfileStore | None = None,
-        name: str | None = None,
-        id: str | None = None,
+        self, *, host: Any = None, demo: bool = False, store: ProfileStore | None = None, **kwargs: Any
     ) -> None:
-        super().__init__(name=name, id=id)
-        self.host = host
-        self.demo = demo
+        super().__init__(host=host, demo=demo, **kwargs)
         self.store = store or ProfileStore()
         #: name → profile, in table order
         self.profiles: dict[str, ServerProfile] = {}
@@ -440,9 +432,7 @@ class ProfilesScreen(Screen[None]):
 
             command = await checked_command(
                 self,
-                self.host,
                 profile,
-                demo=self.demo,
                 store=self.store,
                 on_report=shown,
                 on_failure=lambda msg: self._messages(Text(msg, style="bold red")),
