@@ -46,28 +46,22 @@ class ProfileTable(FilterTable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
 
-    #: at 80 columns: narrower Model and Attention, no NCCL column
-    NARROW = (
-        ("mark", "", 2),
-        ("name", "Profile", 15),
-        ("engine", "Engine", 6),
-        ("model", "Model", 20),
-        ("tp", "TP", 2),
-        ("attention", "Attention", 10),
-        ("source", "Source", 7),
-    )
+    #: at 80 columns, key → width of the columns shown: narrower Model and Attention, no NCCL column
+    NARROW = {"mark": 2, "name": 15, "engine": 6, "model": 20, "tp": 2, "attention": 10, "source": 7}
 
     def on_mount(self) -> None:
         self.narrow = self.app.size.width < 100
-        for key, label, width in self.NARROW if self.narrow else self.COLUMNS:
-            self.add_column(label, key=key, width=width)
+        for key, label, width in self.COLUMNS:
+            if not self.narrow:
+                self.add_column(label, key=key, width=width)
+            elif key in self.NARROW:
+                self.add_column(label, key=key, width=self.NARROW[key])
 
     def cells(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
         """A full row (COLUMNS order) cut to the columns shown."""
         if not getattr(self, "narrow", False):
             return row
-        keep = {k for k, _, _ in self.NARROW}
-        return tuple(v for (k, _, _), v in zip(self.COLUMNS, row) if k in keep)
+        return tuple(v for (k, _, _), v in zip(self.COLUMNS, row) if k in self.NARROW)
 
 
 def e_key(e: ProfileError) -> str:
