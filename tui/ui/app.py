@@ -37,6 +37,7 @@ from textual.worker import Worker, WorkerState
 
 from tunedeck.collectors.sources import BackoffFn, Sources
 from tunedeck.model import GpuStatus, HostStats, LinkState, ServerStats
+from tunedeck.ui.bindings import KEYS, QUIT
 from tunedeck.ui.messages import GpuSamples, HostSamples, HostStateChanged, ServerSamples
 from tunedeck.ui.modes import MODE_REGISTRY, ModeSpec, mode_bindings, screen_factory
 from tunedeck.ui.palette import TunedeckCommands
@@ -62,9 +63,9 @@ class TunedeckApp(App[int]):
     BINDINGS = [
         *mode_bindings(),
         Binding("r", "reconnect", "Reconnect", tooltip="Reconnect to the host now", id="reconnect"),
-        Binding("question_mark", "keys", "Keys", tooltip="Every key of this screen, and what it does", id="keys"),
+        KEYS,
         Binding("H", "hosts", "Hosts", tooltip="Switch to another host (~/.ssh/config, used before, demo)", id="hosts"),
-        Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit", priority=True),
+        QUIT,
     ]
 
     @property

@@ -27,6 +27,7 @@ from textual.worker import Worker, WorkerState
 from tunedeck.collectors.sources import BackoffFn
 from tunedeck.model import DeploymentSummary
 from tunedeck.ui.app import TunedeckApp
+from tunedeck.ui.bindings import KEYS, QUIT
 from tunedeck.ui.keymap import apply_keymap
 from tunedeck.ui.messages import DeploymentSamples, GpuSamples, HostSamples, HostStateChanged, ServerSamples
 from tunedeck.ui.palette import TunedeckCommands
@@ -54,8 +55,8 @@ class FleetApp(App[int]):
             tooltip="Try again now on every host that is down (also after a host-key or authentication refusal)",
             id="reconnect",
         ),
-        Binding("question_mark", "keys", "Keys", tooltip="Every key of this screen, and what it does", id="keys"),
-        Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit", priority=True),
+        KEYS,
+        QUIT,
     ]
 
     # the single-host app's keymap, keys list and keys modal work unchanged here

@@ -39,6 +39,7 @@ from tunedeck.hostops.liveness import LinkWatch
 from tunedeck.model import GoodputView, SweepLevel, SweepReport
 from tunedeck.timeline_model import TimelineFeed, TimelineSnapshot
 from tunedeck.timeline_model import figure as timeline_figure
+from tunedeck.ui.bindings import back
 from tunedeck.ui.screens.modals import ConfirmModal
 from tunedeck.widgets.goodput_panel import GoodputPanel
 from tunedeck.widgets.sweep_table import SweepTable
@@ -62,7 +63,7 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
             id="bench-stop",
             tooltip="Stop the benchmark (asks first); finished requests are kept (summary marked partial)",
         ),
-        Binding("escape", "close", "Back", id="bench-back"),
+        back("bench"),
         Binding(
             "t",
             "toggle_timeline",
@@ -142,15 +143,8 @@ class BenchScreen(Screen[list[dict[str, Any]]]):
                 and not self.stored
             )
 
-    def __init__(
-        self,
-        plan: BenchPlan | None,
-        *,
-        attach: tuple[Any, str] | None = None,
-        name: str | None = None,
-        id: str | None = None,
-    ) -> None:
-        super().__init__(name=name, id=id)
+    def __init__(self, plan: BenchPlan | None, *, attach: tuple[Any, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         #: the benchmark to start (None: ``attach`` names one already running)
         self.plan = plan
         #: (host, job id) of a host-side benchmark to follow instead of starting one

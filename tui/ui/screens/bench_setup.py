@@ -27,14 +27,15 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.coordinate import Coordinate
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Checkbox, DataTable, Footer, Header, Input, Label, Select, Static
 
 from tunedeck.bench.plan import BenchPlan
 from tunedeck.bench.workloads import FILE_SOURCES, SOURCES, default_ignore_eos
 from tunedeck.model import ServerStats
+from tunedeck.ui.bindings import filter_rows
 from tunedeck.ui.screens.bench_form import SIZED_BY_FORM, SLO_FIELDS, BenchForm, BenchFormError, bench_plan
+from tunedeck.ui.screens.hosted import HostScreen
 from tunedeck.widgets.field_input import FieldInput
 from tunedeck.widgets.filter_table import FilterTable, TableFilter
 
@@ -44,7 +45,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from tunedeck.ui.app import TunedeckApp
 
 
-class BenchSetupScreen(Screen[None]):
+#: the placeholder of a goodput target left empty
+_SLO_HINT = "none (goodput: a request within every target)"
+
+
+def _field(label: str, value: str, id: str, placeholder: str = "", *, disabled: bool = False) -> tuple[Label, Input]:
+    """A row of the workload form: its label, then its compact input."""
+    return Label(label), FieldInput(value, placeholder=placeholder, id=id, compact=True, disabled=disabled)
+
+
+def _choice(label: str, names: Sequence[str], value: str, id: str) -> tuple[Label, Select[str]]:
+    """A row of the workload form: its label, then a compact choice among ``names``."""
+    return Label(label), Select([(name, name) for name in names], value=value, allow_blank=False, id=id, compact=True)
+
+
+class BenchSetupScreen(HostScreen):
     """Servers + benchmark form + stored results."""
 
     DEFAULT_CSS = """
@@ -81,13 +96,7 @@ class BenchSetupScreen(Screen[None]):
             id="bench-setup-attach",
             priority=True,
         ),
-        Binding(
-            "slash",
-            "filter_results",
-            "Filter results",
-            tooltip="Show only the stored results matching some text (a header click sorts)",
-            id="bench-setup-filter",
-        ),
+        filter_rows("bench-setup", "stored results", action="filter_results", description="Filter results"),
         Binding(
             "t",
             "timeline",
@@ -97,18 +106,8 @@ class BenchSetupScreen(Screen[None]):
         ),
     ]
 
-    def __init__(
-        self,
-        *,
-        host: Any = None,
-        demo: bool = False,
-        form: BenchForm | None = None,
-        name: str | None = None,
-        id: str | None = None,
-    ) -> None:
-        super().__init__(name=name, id=id)
-        self.host = host
-        self.demo = demo
+    def __init__(self, *, host: Any = None, demo: bool = False, form: BenchForm | None = None, **kwargs: Any) -> None:
+        super().__init__(host=host, demo=demo, **kwargs)
         self.initial = form or BenchForm()
         #: row key → server snapshot shown in the server list
         self.servers: dict[str, ServerStats] = {}
@@ -135,67 +134,30 @@ class BenchSetupScreen(Screen[None]):
                 yield Static("waiting for the server list…", id="bs-servers-note")
                 yield Label("Workload", classes="bs-title")
                 with Grid(id="bs-form"):
-                    yield Label("URL")
-                    yield FieldInput(
-                        f.url,
-                        placeholder="optional: http://HOST:PORT (else the selected server)",
-                        id="bs-url",
-                        compact=True,
-                    )
-                    yield Label("Source")
-                    yield Select(
-                        [(name, name) for name in SOURCES],
-                        value=f.dataset if f.dataset in SOURCES else "random",
-                        allow_blank=False,
-                        id="bs-dataset",
-                        compact=True,
-                    )
-                    yield Label("Dataset file")
-                    yield FieldInput(
+                    yield from _field("URL", f.url, "bs-url", "optional: http://HOST:PORT (else the selected server)")
+                    dataset = f.dataset if f.dataset in SOURCES else "random"
+                    yield from _choice("Source", SOURCES, dataset, "bs-dataset")
+                    yield from _field(
+                        "Dataset file",
                         f.dataset_path,
-                        placeholder="file of sharegpt/custom/mooncake/burstgpt",
-                        id="bs-dataset-path",
-                        compact=True,
+                        "bs-dataset-path",
+                        "file of sharegpt/custom/mooncake/burstgpt",
                         disabled=f.dataset not in FILE_SOURCES,
                     )
-                    yield Label("Options")
-                    yield FieldInput(
-                        f.options,
-                        placeholder="e.g. --random-range-ratio 0.5 (docs/workloads.md)",
-                        id="bs-options",
-                        compact=True,
+                    yield from _field(
+                        "Options", f.options, "bs-options", "e.g. --random-range-ratio 0.5 (docs/workloads.md)"
                     )
-                    yield Label("Endpoint")
-                    yield Select(
-                        [("completions", "completions"), ("chat", "chat")],
-                        value=f.endpoint,
-                        allow_blank=False,
-                        id="bs-endpoint",
-                        compact=True,
-                    )
-                    yield Label("Concurrency")
-                    yield FieldInput(f.concurrency, placeholder="1,16", id="bs-concurrency", compact=True)
-                    yield Label("Num prompts")
-                    yield FieldInput(
-                        f.num_prompts, placeholder="default 5 x C, >= 10", id="bs-num-prompts", compact=True
-                    )
-                    yield Label("Input len")
+                    yield from _choice("Endpoint", ("completions", "chat"), f.endpoint, "bs-endpoint")
+                    yield from _field("Concurrency", f.concurrency, "bs-concurrency", "1,16")
+                    yield from _field("Num prompts", f.num_prompts, "bs-num-prompts", "default 5 x C, >= 10")
                     sized = f.dataset in SIZED_BY_FORM
-                    yield FieldInput(f.input_len, id="bs-input-len", compact=True, disabled=not sized)
-                    yield Label("Output len")
-                    yield FieldInput(f.output_len, id="bs-output-len", compact=True, disabled=not sized)
-                    yield Label("Warmup")
-                    yield FieldInput(f.warmup, id="bs-warmup", compact=True)
+                    yield from _field("Input len", f.input_len, "bs-input-len", disabled=not sized)
+                    yield from _field("Output len", f.output_len, "bs-output-len", disabled=not sized)
+                    yield from _field("Warmup", f.warmup, "bs-warmup")
                     yield Label("")
                     yield Checkbox("ignore_eos", f.ignore_eos, id="bs-ignore-eos")
                     for key, attr, name in SLO_FIELDS:
-                        yield Label(f"{name} ms")
-                        yield FieldInput(
-                            getattr(f, attr),
-                            placeholder="none (goodput: a request within every target)",
-                            id=f"bs-slo-{key}",
-                            compact=True,
-                        )
+                        yield from _field(f"{name} ms", getattr(f, attr), f"bs-slo-{key}", _SLO_HINT)
                 yield Static(id="bs-command")
                 yield Static(id="bs-error")
                 yield Static(id="bs-preview")

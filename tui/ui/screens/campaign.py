@@ -93,10 +93,9 @@ class CampaignScreen(Screen[None]):
         start_campaign: Callable[..., Awaitable[Any]] | None,
         profiles: list[str] | None,
         status: str,
-        name: str | None = None,
-        id: str | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(name=name, id=id)
+        super().__init__(**kwargs)
         self.start_campaign = start_campaign
         """Starts a campaign (default: the screen's own start on the app's host)."""
         self._profiles = profiles

@@ -45,6 +45,7 @@ from tunedeck.ab.report import ABReport
 from tunedeck.ab.series import run_series
 from tunedeck.ab.sides import side_from_dict
 from tunedeck.timeline_model import TimelineFigure, TimelineSnapshot, overlay
+from tunedeck.ui.bindings import mark_ab
 from tunedeck.ui.screens.campaign import CampaignScreen
 from tunedeck.widgets.compare_chart import CompareChart
 from tunedeck.widgets.compare_table import CompareTable, ConfigDiff
@@ -93,8 +94,7 @@ class CompareScreen(CampaignScreen):
     )
     STATUS_ID = "ab-status"
     BINDINGS = [
-        Binding("1", "mark('A')", "Mark A", tooltip="Mark the highlighted profile as A (baseline)", id="ab-mark-a"),
-        Binding("2", "mark('B')", "Mark B", tooltip="Mark the highlighted profile as B (candidate)", id="ab-mark-b"),
+        *mark_ab("ab"),
         Binding("g", "start_ab", "Run A/B", tooltip="Launch, benchmark and compare A and B", id="ab-start"),
         Binding(
             "x",
@@ -152,11 +152,10 @@ class CompareScreen(CampaignScreen):
         comparison: Comparison | None = None,
         series: tuple[list[float], list[float]] | None = None,
         sides: tuple[Any, Any] | None = None,
-        name: str | None = None,
-        id: str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(
-            start_campaign=start_campaign, profiles=profiles, status="Mark A and B, then press g.", name=name, id=id
+            start_campaign=start_campaign, profiles=profiles, status="Mark A and B, then press g.", **kwargs
         )
         self.plan_name = plan
         """The plan the next A/B runs."""

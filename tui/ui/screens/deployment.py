@@ -26,6 +26,7 @@ from textual.widgets import Footer, Static
 from tunedeck.collectors.deployment import DeploymentCollector, DeploymentSnapshot
 from tunedeck.hostops.hosts import HostError
 from tunedeck.services import deploy as D
+from tunedeck.ui.bindings import back
 from tunedeck.ui.screens.modals import confirm_stop
 from tunedeck.widgets.deployment import MergedLog, NodeProgressList, NodeRow, node_styles
 
@@ -43,7 +44,7 @@ class DeploymentScreen(Screen[None]):
     """
 
     BINDINGS = [
-        Binding("escape", "close", "Back", id="deploy-back"),
+        back("deploy"),
         Binding(
             "t",
             "next_node",

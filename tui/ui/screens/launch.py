@@ -17,7 +17,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tunedeck.profiles.builder import Command, Issue, check_profile
@@ -26,6 +25,7 @@ from tunedeck.profiles.formtext import env_to_text, flags_to_text, text_to_env, 
 from tunedeck.profiles.model import DEFAULT_PORTS, ProfileError, ServerProfile, Speculative, dangerous_names
 from tunedeck.profiles.schema import BUILTIN_BACKENDS
 from tunedeck.profiles.store import ProfileStore
+from tunedeck.ui.screens.hosted import HostScreen
 from tunedeck.ui.screens.modals import ConfirmModal
 from tunedeck.widgets.preset_form import AttentionChoice, FormChoices, FormMessage, FormValues, NcclChoice, PresetForm
 
@@ -146,7 +146,7 @@ def profile_from_values(base: ServerProfile, v: FormValues) -> tuple[ServerProfi
     return p, []
 
 
-class LaunchScreen(Screen[None]):
+class LaunchScreen(HostScreen):
     """Edit, check, save and launch a server profile.
 
     The title line names the profile, says where it lives (a built-in is read-only: *Save as* keeps
@@ -183,13 +183,11 @@ class LaunchScreen(Screen[None]):
         host: Any = None,
         demo: bool = False,
         running: Command | None = None,
-        name: str | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(name=name)
+        super().__init__(host=host, demo=demo, **kwargs)
         self.store = store or ProfileStore()
         self.profile = profile or ServerProfile(name="new-profile", engine="sglang", model="")
-        self.host = host
-        self.demo = demo
         self.running = running
         #: the command for the current form values (None while there are errors)
         self.command: Command | None = None
@@ -419,9 +417,7 @@ class LaunchScreen(Screen[None]):
 
             command = await checked_command(
                 self,
-                self.host,
                 profile,
-                demo=self.demo,
                 store=self.store,
                 on_report=shown,
                 on_failure=lambda msg: self.form.show_messages([FormMessage("error", "host", msg)]),

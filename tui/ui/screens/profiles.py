@@ -18,12 +18,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.coordinate import Coordinate
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from tunedeck.profiles.builder import build_command
 from tunedeck.profiles.model import ProfileError, ServerProfile
 from tunedeck.profiles.store import ProfileStore
+from tunedeck.ui.bindings import filter_rows, mark_ab
+from tunedeck.ui.screens.hosted import HostScreen
 from tunedeck.ui.screens.modals import ConfirmModal
 from tunedeck.widgets.filter_table import FilterTable, TableFilter
 
@@ -45,28 +46,22 @@ class ProfileTable(FilterTable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
 
-    #: at 80 columns: narrower Model and Attention, no NCCL column
-    NARROW = (
-        ("mark", "", 2),
-        ("name", "Profile", 15),
-        ("engine", "Engine", 6),
-        ("model", "Model", 20),
-        ("tp", "TP", 2),
-        ("attention", "Attention", 10),
-        ("source", "Source", 7),
-    )
+    #: at 80 columns, key → width of the columns shown: narrower Model and Attention, no NCCL column
+    NARROW = {"mark": 2, "name": 15, "engine": 6, "model": 20, "tp": 2, "attention": 10, "source": 7}
 
     def on_mount(self) -> None:
         self.narrow = self.app.size.width < 100
-        for key, label, width in self.NARROW if self.narrow else self.COLUMNS:
-            self.add_column(label, key=key, width=width)
+        for key, label, width in self.COLUMNS:
+            if not self.narrow:
+                self.add_column(label, key=key, width=width)
+            elif key in self.NARROW:
+                self.add_column(label, key=key, width=self.NARROW[key])
 
     def cells(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
         """A full row (COLUMNS order) cut to the columns shown."""
         if not getattr(self, "narrow", False):
             return row
-        keep = {k for k, _, _ in self.NARROW}
-        return tuple(v for (k, _, _), v in zip(self.COLUMNS, row) if k in keep)
+        return tuple(v for (k, _, _), v in zip(self.COLUMNS, row) if k in self.NARROW)
 
 
 def e_key(e: ProfileError) -> str:
@@ -81,22 +76,22 @@ def warnings_modal(name: str, warnings: list[Any]) -> ConfirmModal:
 
 
 async def checked_command(
-    screen: Screen[Any],
-    host: Any,
+    screen: HostScreen,
     profile: ServerProfile,
     *,
-    demo: bool,
     store: Any,
     on_report: Any,
     on_failure: Any,
     launch: bool = True,
 ) -> Any:
-    """Pre-flight ``profile`` on ``host``; the command to launch, or None (errors, the user said no,
-    or ``launch`` is False). Every launch goes through here: the list's ``L`` and the form's ``ctrl+l``."""
+    """Pre-flight ``profile`` on the screen's host; the command to launch, or None (errors, the user
+    said no, or ``launch`` is False). Every launch goes through here: the list's ``L`` and the form's
+    ``ctrl+l``."""
     from tunedeck.services.checks import preflight_for
 
+    sim = bool(getattr(screen.app, "sim", False))
     try:
-        report = await preflight_for(host, profile, demo=demo, sim=bool(getattr(screen.app, "sim", False)), store=store)
+        report = await preflight_for(screen.host, profile, demo=screen.demo, sim=sim, store=store)
     except Exception as e:  # noqa: BLE001 - HostError, UnsafeInput: shown, nothing launched
         on_failure(f"pre-flight failed: {e}")
         screen.notify(f"pre-flight failed: {e}", severity="error", markup=False)
@@ -126,7 +121,7 @@ def _attention(p: ServerProfile) -> str:
     return "default"
 
 
-class ProfilesScreen(Screen[None]):
+class ProfilesScreen(HostScreen):
     """Built-in and user profiles, the command preview, and one-key launch / edit / A/B."""
 
     DEFAULT_CSS = """
@@ -152,22 +147,7 @@ class ProfilesScreen(Screen[None]):
         Binding(
             "p", "preflight", "Pre-flight", tooltip="Check the highlighted profile on the host", id="profiles-preflight"
         ),
-        Binding(
-            "1",
-            "mark('A')",
-            "Mark A",
-            tooltip="Mark the highlighted profile as A (baseline)",
-            id="profiles-mark-a",
-            show=False,
-        ),
-        Binding(
-            "2",
-            "mark('B')",
-            "Mark B",
-            tooltip="Mark the highlighted profile as B (candidate)",
-            id="profiles-mark-b",
-            show=False,
-        ),
+        *mark_ab("profiles", show=False),
         Binding("g", "start_ab", "Run A/B", tooltip="Compare A and B (opens the Compare mode)", id="profiles-ab"),
         Binding(
             "u",
@@ -178,27 +158,13 @@ class ProfilesScreen(Screen[None]):
             id="profiles-tune",
             show=False,
         ),
-        Binding(
-            "slash",
-            "filter",
-            "Filter",
-            tooltip="Show only the profiles matching some text (a header click sorts)",
-            id="profiles-filter",
-        ),
+        filter_rows("profiles", "profiles"),
     ]
 
     def __init__(
-        self,
-        *,
-        host: Any = None,
-        demo: bool = False,
-        store: ProfileStore | None = None,
-        name: str | None = None,
-        id: str | None = None,
+        self, *, host: Any = None, demo: bool = False, store: ProfileStore | None = None, **kwargs: Any
     ) -> None:
-        super().__init__(name=name, id=id)
-        self.host = host
-        self.demo = demo
+        super().__init__(host=host, demo=demo, **kwargs)
         self.store = store or ProfileStore()
         #: name → profile, in table order
         self.profiles: dict[str, ServerProfile] = {}
@@ -460,9 +426,7 @@ class ProfilesScreen(Screen[None]):
 
             command = await checked_command(
                 self,
-                self.host,
                 profile,
-                demo=self.demo,
                 store=self.store,
                 on_report=shown,
                 on_failure=lambda msg: self._messages(Text(msg, style="bold red")),

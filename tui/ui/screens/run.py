@@ -33,6 +33,7 @@ from tunedeck.hostops.tracker import StartupTracker
 from tunedeck.model import StartupProgress
 from tunedeck.services import runtime
 from tunedeck.services.journal import journal_launch
+from tunedeck.ui.bindings import back
 from tunedeck.ui.screens.modals import confirm_stop
 from tunedeck.util.safety import UnsafeInput
 from tunedeck.widgets.server_log import ServerLog
@@ -68,7 +69,7 @@ class RunScreen(Screen[None]):
     """
 
     BINDINGS = [
-        Binding("escape", "close", "Back", id="run-back"),
+        back("run"),
         Binding(
             "s",
             "stop",

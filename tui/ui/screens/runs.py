@@ -22,6 +22,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from tunedeck.ui.bindings import back, filter_rows
 from tunedeck.util.safety import visible
 from tunedeck.widgets.filter_table import FilterTable, TableFilter
 
@@ -66,15 +67,9 @@ class RunsScreen(Screen[None]):
     RunsScreen #runs-advice { height: auto; max-height: 3; padding: 0 1; color: $text-muted; }
     """
     BINDINGS = [
-        Binding(
-            "slash",
-            "filter",
-            "Filter",
-            tooltip="Show only the runs matching some text (a header click sorts)",
-            id="runs-filter",
-        ),
+        filter_rows("runs", "runs"),
         Binding("f5", "reload", "Reload", tooltip="Read the run records again", id="runs-reload"),
-        Binding("escape", "close", "Back", id="runs-back"),
+        back("runs"),
     ]
 
     def __init__(

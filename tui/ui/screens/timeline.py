@@ -13,19 +13,19 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
 
 from tunedeck.timeline_model import TimelineSnapshot, figure
+from tunedeck.ui.bindings import back
 from tunedeck.widgets.timeline_charts import TimelinePanel
 
 
 class TimelineScreen(Screen[None]):
     """The timeline of the stored result ``run_id``."""
 
-    BINDINGS = [Binding("escape", "close", "Back", id="timeline-back")]
+    BINDINGS = [back("timeline")]
 
     DEFAULT_CSS = """
     TimelineScreen TimelinePanel { padding: 0 1; }

@@ -149,15 +149,13 @@ class TuneScreen(CampaignScreen):
         base: str | None = None,
         marked: list[str] | None = None,
         snapshot: TuneSnapshot | None = None,
-        name: str | None = None,
-        id: str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(
             start_campaign=start_campaign,
             profiles=profiles,
             status="Pick a base (B) and a vary spec or marked profiles (m), then ctrl+l.",
-            name=name,
-            id=id,
+            **kwargs,
         )
         self.base = base
         """The base profile's name."""

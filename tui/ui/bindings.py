@@ -1,0 +1,49 @@
+"""Key bindings that several screens declare alike: one definition each.
+
+Each takes the screen's binding-id prefix (``run``, ``profiles``, …), so the ids ``[keymap]``
+remaps stay what they were (``run-back``, ``profiles-filter``, …); the app-wide ones keep their
+plain ids (``keys``, ``quit``).
+"""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+
+#: ``?``: the keys of the screen (the dashboard and the fleet view)
+KEYS = Binding("question_mark", "keys", "Keys", tooltip="Every key of this screen, and what it does", id="keys")
+#: ``ctrl+q``: leave (the dashboard and the fleet view)
+QUIT = Binding("ctrl+q", "quit", "Quit", tooltip="Leave tunedeck (servers keep running)", id="quit", priority=True)
+
+
+def back(prefix: str) -> Binding:
+    """``escape``: close the screen (its ``close`` action)."""
+    return Binding("escape", "close", "Back", id=f"{prefix}-back")
+
+
+def filter_rows(prefix: str, rows: str, *, action: str = "filter", description: str = "Filter") -> Binding:
+    """``/``: show only the ``rows`` (a table's, in words) matching some text."""
+    return Binding(
+        "slash",
+        action,
+        description,
+        tooltip=f"Show only the {rows} matching some text (a header click sorts)",
+        id=f"{prefix}-filter",
+    )
+
+
+def mark_ab(prefix: str, *, show: bool = True) -> list[Binding]:
+    """``1`` / ``2``: mark the highlighted profile as A (baseline) / B (candidate)."""
+    return [
+        Binding(
+            key,
+            f"mark({side!r})",
+            f"Mark {side}",
+            tooltip=f"Mark the highlighted profile as {side} ({role})",
+            id=f"{prefix}-mark-{side.lower()}",
+            show=show,
+        )
+        for key, side, role in (("1", "A", "baseline"), ("2", "B", "candidate"))
+    ]
+
+
+__all__ = ["KEYS", "QUIT", "back", "filter_rows", "mark_ab"]
