@@ -36,6 +36,15 @@ def fact(
     return apply
 
 
+def phase(name: str) -> Apply:
+    """A rule whose line marks the start of phase ``name``."""
+
+    def apply(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+        p.phase(name)
+
+    return apply
+
+
 @dataclass(frozen=True)
 class Rule:
     """``key`` is a substring every line of the rule holds (``start``: the message starts

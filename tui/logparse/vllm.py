@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tunedeck.logparse.events import StatEvent
 from tunedeck.logparse.patterns import VL_KV_USAGE, VL_PREFIX_HIT, VL_STATS
-from tunedeck.logparse.rules import Rule, fact
+from tunedeck.logparse.rules import Rule, fact, phase
 
 if TYPE_CHECKING:
     from tunedeck.logparse.parser import LogParser
@@ -67,10 +67,6 @@ def _args(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
     p.declare_port(int(m.group(1) or m.group(2)))
 
 
-def _load_begin(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    p.phase("weight-loading")
-
-
 def _routes(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
     p.server_up()
 
@@ -107,8 +103,8 @@ STARTUP: tuple[Rule, ...] = (
     Rule("Starting vLLM", VL_SERVER, _server),
     Rule("non-default args", VL_PORT, _args),
     Rule("args: Namespace(", VL_PORT, _args),
-    Rule("load model", VL_LOAD_BEGIN, _load_begin),
-    Rule("from scratch", VL_LOAD_BEGIN, _load_begin),
+    Rule("load model", VL_LOAD_BEGIN, phase("weight-loading")),
+    Rule("from scratch", VL_LOAD_BEGIN, phase("weight-loading")),
     Rule("attention backend", VL_ATTN, fact("attention_backend"), claim=True),
     Rule("AttentionBackendEnum", VL_ATTN, fact("attention_backend"), claim=True),
     Rule("Available routes", VL_ROUTES, _routes, start=True, claim=True),
