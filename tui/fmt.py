@@ -9,7 +9,7 @@ text: :func:`text_table`.
 from __future__ import annotations
 
 import math
-from typing import Collection, Iterable, Sequence
+from typing import Callable, Collection, Iterable, Sequence
 
 from tunedeck.model import NA
 
@@ -29,17 +29,23 @@ def num(value: object) -> float | None:
     return None if math.isnan(f) or math.isinf(f) else f
 
 
+def _or_na(value: object, text: Callable[[float], str]) -> str:
+    """``text`` of ``value`` as a finite float; ``N/A`` when it was not reported (see :func:`num`)."""
+    f = num(value)
+    return NA_TEXT if f is None else text(f)
+
+
 def fmt(value: object, spec: str = ".0f", unit: str = "") -> str:
     """``value`` formatted with ``spec`` and ``unit``; ``N/A`` when not reported."""
-    f = num(value)
-    return NA_TEXT if f is None else f"{f:{spec}}{unit}"
+    return _or_na(value, lambda f: f"{f:{spec}}{unit}")
 
 
 def human_bytes(value: object) -> str:
     """Bytes in the largest binary unit below 1024: ``512 B``, ``1.5 GiB``."""
-    f = num(value)
-    if f is None:
-        return NA_TEXT
+    return _or_na(value, _bytes_text)
+
+
+def _bytes_text(f: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(f) < 1024 or unit == "TiB":
             return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
@@ -49,15 +55,15 @@ def human_bytes(value: object) -> str:
 
 def gib(value: object, unit: str = "") -> str:
     """Bytes as GiB with one decimal (``12.3``), ``unit`` appended."""
-    f = num(value)
-    return NA_TEXT if f is None else f"{f / 2**30:.1f}{unit}"
+    return _or_na(value, lambda f: f"{f / 2**30:.1f}{unit}")
 
 
 def uptime(seconds: object) -> str:
     """How long something has run: ``3d 4h 5m``, ``4h 5m``, ``5m 6s``."""
-    f = num(seconds)
-    if f is None:
-        return NA_TEXT
+    return _or_na(seconds, _uptime_text)
+
+
+def _uptime_text(f: float) -> str:
     s = int(f)
     d, s = divmod(s, 86400)
     h, s = divmod(s, 3600)

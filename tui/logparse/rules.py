@@ -16,6 +16,35 @@ if TYPE_CHECKING:
 Apply = Callable[["LogParser", Optional["re.Match[str]"], str, "LogLine"], None]
 
 
+def fact(
+    name: str,
+    conv: Callable[[str], object] = str,
+    *,
+    group: int | None = None,
+    then: Callable[[LogParser], None] | None = None,
+) -> Apply:
+    """What most rules do: state fact ``name``, the match's ``group`` (None: the first group that
+    matched) through ``conv``; then ``then`` (the phase the line marks)."""
+
+    def apply(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+        assert m is not None
+        raw = m.group(group) if group is not None else next(g for g in m.groups() if g is not None)
+        p.fact(name, conv(raw))
+        if then is not None:
+            then(p)
+
+    return apply
+
+
+def phase(name: str) -> Apply:
+    """A rule whose line marks the start of phase ``name``."""
+
+    def apply(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
+        p.phase(name)
+
+    return apply
+
+
 @dataclass(frozen=True)
 class Rule:
     """``key`` is a substring every line of the rule holds (``start``: the message starts

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tunedeck.logparse.events import StatEvent
 from tunedeck.logparse.patterns import SG_STAT_FIELDS
-from tunedeck.logparse.rules import Rule
+from tunedeck.logparse.rules import Rule, phase
 
 if TYPE_CHECKING:
     from tunedeck.logparse.parser import LogParser
@@ -41,14 +41,6 @@ def _server_args(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -
     m2 = SG_PORT.search(msg)
     if m2:
         p.declare_port(int(m2.group(1)))
-
-
-def _init(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    p.phase("distributed-init")
-
-
-def _weights_begin(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    p.phase("weight-loading")
 
 
 def _weights_end(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
@@ -102,8 +94,8 @@ def _ready(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None
 
 STARTUP: tuple[Rule, ...] = (
     Rule("server_args=", None, _server_args),
-    Rule("Init ", SG_INIT, _init),
-    Rule("Load weight begin", SG_WEIGHTS_BEGIN, _weights_begin, start=True, claim=True),
+    Rule("Init ", SG_INIT, phase("distributed-init")),
+    Rule("Load weight begin", SG_WEIGHTS_BEGIN, phase("weight-loading"), start=True, claim=True),
     Rule("Load weight end", SG_WEIGHTS_END, _weights_end, start=True, claim=True),
     Rule("KV Cache is allocated", SG_KV, _kv),
     Rule("KV Cache is allocated", None, _kv_claim),

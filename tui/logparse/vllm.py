@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tunedeck.logparse.events import StatEvent
 from tunedeck.logparse.patterns import VL_KV_USAGE, VL_PREFIX_HIT, VL_STATS
-from tunedeck.logparse.rules import Rule
+from tunedeck.logparse.rules import Rule, fact, phase
 
 if TYPE_CHECKING:
     from tunedeck.logparse.parser import LogParser
@@ -42,9 +42,13 @@ VL_PORT = re.compile(r"'port': (\d+)|\bport=(\d+)")
 VL_READY = "Application startup complete."
 
 
-def _version(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    assert m is not None
-    p.fact("engine_version", m.group(1) or m.group(2))
+def _weights_loaded(p: LogParser) -> None:
+    p.weights_loaded()
+
+
+def _kv_phase(p: LogParser) -> None:
+    p.state.kv_seen = True
+    p.phase("kv-cache")
 
 
 def _nccl(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
@@ -63,55 +67,14 @@ def _args(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
     p.declare_port(int(m.group(1) or m.group(2)))
 
 
-def _load_begin(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    p.phase("weight-loading")
-
-
-def _attn(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    assert m is not None
-    p.fact("attention_backend", m.group(1) or m.group(2) or m.group(3))
-
-
 def _routes(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
     p.server_up()
-
-
-def _v0_weights(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    assert m is not None
-    p.fact("weights_mem_gb", float(m.group(1)))
-    p.weights_loaded()
-
-
-def _v0_blocks(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    assert m is not None
-    p.state.kv_seen = True
-    p.fact("gpu_blocks", int(m.group(2)))
-    p.phase("kv-cache")
-
-
-def _weights_done(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    assert m is not None
-    p.fact("weights_seconds", float(m.group(1)))
-    p.weights_loaded()
-
-
-def _model_loaded(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    assert m is not None
-    p.fact("weights_mem_gb", float(m.group(1)))
-    p.weights_loaded()
 
 
 def _compile(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
     assert m is not None
     p.state.compile_seen = True
     p.phase("compile", 1.0 if m.group(1) else None, done=bool(m.group(1)))
-
-
-def _kv_mem(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    assert m is not None
-    p.state.kv_seen = True
-    p.fact("kv_mem_gib", float(m.group(1)))
-    p.phase("kv-cache")
 
 
 def _kv_tokens(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
@@ -128,45 +91,35 @@ def _kv_tokens(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> 
         p.fact("max_concurrency", float(m2.group(2)))
 
 
-def _max_conc(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    assert m is not None
-    p.fact("max_concurrency", float(m.group(2)))
-
-
-def _engine_init(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    assert m is not None
-    p.fact("engine_init_seconds", float(m.group(1)))
-
-
 def _ready(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
     if p.state.engine == "vllm" and p.own_server_line(ln):
         p.ready(ln)
 
 
 STARTUP: tuple[Rule, ...] = (
-    Rule("vLLM API server version", VL_VERSION, _version),
-    Rule("V1 LLM engine", VL_VERSION, _version),
+    Rule("vLLM API server version", VL_VERSION, fact("engine_version")),
+    Rule("V1 LLM engine", VL_VERSION, fact("engine_version")),
     Rule("vLLM is using nccl", VL_NCCL, _nccl),
     Rule("Starting vLLM", VL_SERVER, _server),
     Rule("non-default args", VL_PORT, _args),
     Rule("args: Namespace(", VL_PORT, _args),
-    Rule("load model", VL_LOAD_BEGIN, _load_begin),
-    Rule("from scratch", VL_LOAD_BEGIN, _load_begin),
-    Rule("attention backend", VL_ATTN, _attn, claim=True),
-    Rule("AttentionBackendEnum", VL_ATTN, _attn, claim=True),
+    Rule("load model", VL_LOAD_BEGIN, phase("weight-loading")),
+    Rule("from scratch", VL_LOAD_BEGIN, phase("weight-loading")),
+    Rule("attention backend", VL_ATTN, fact("attention_backend"), claim=True),
+    Rule("AttentionBackendEnum", VL_ATTN, fact("attention_backend"), claim=True),
     Rule("Available routes", VL_ROUTES, _routes, start=True, claim=True),
     Rule("Route: ", VL_ROUTES, _routes, start=True, claim=True),
-    Rule("Loading model weights took", VL_V0_WEIGHTS, _v0_weights, claim=True),
-    Rule("blocks: ", VL_V0_BLOCKS, _v0_blocks, claim=True),
-    Rule("Loading weights took", VL_WEIGHTS_DONE, _weights_done, claim=True),
-    Rule("Model loading took", VL_MODEL_LOADED, _model_loaded, claim=True),
+    Rule("Loading model weights took", VL_V0_WEIGHTS, fact("weights_mem_gb", float, then=_weights_loaded), claim=True),
+    Rule("blocks: ", VL_V0_BLOCKS, fact("gpu_blocks", int, group=2, then=_kv_phase), claim=True),
+    Rule("Loading weights took", VL_WEIGHTS_DONE, fact("weights_seconds", float, then=_weights_loaded), claim=True),
+    Rule("Model loading took", VL_MODEL_LOADED, fact("weights_mem_gb", float, then=_weights_loaded), claim=True),
     Rule("torch.compile", VL_COMPILE, _compile, claim=True),
     Rule("Dynamo bytecode", VL_COMPILE, _compile, claim=True),
     Rule("compiled graph", VL_COMPILE, _compile, claim=True),
-    Rule("KV cache", VL_KV_MEM, _kv_mem),
+    Rule("KV cache", VL_KV_MEM, fact("kv_mem_gib", float, then=_kv_phase)),
     Rule("KV cache", VL_KV_TOKENS, _kv_tokens),
-    Rule("Maximum concurrency for", VL_MAX_CONC, _max_conc, claim=True),
-    Rule("init engine", VL_ENGINE_INIT, _engine_init, claim=True),
+    Rule("Maximum concurrency for", VL_MAX_CONC, fact("max_concurrency", float, group=2), claim=True),
+    Rule("init engine", VL_ENGINE_INIT, fact("engine_init_seconds", float), claim=True),
     Rule(VL_READY, None, _ready, start=True),
 )
 
