@@ -40,7 +40,14 @@ from tunedeck.bench import metrics
 from tunedeck.bench.counters import FIGURE_KEYS
 from tunedeck.bench.records import LevelSummaryRecord, SampleRecord
 from tunedeck.bench.workloads import measured_lengths, workload_of
-from tunedeck.util.files import JsonlAppender, atomic_write_json, atomic_write_text, read_jsonl, remove_stale_temps
+from tunedeck.util.files import (
+    ClosedOnExit,
+    JsonlAppender,
+    atomic_write_json,
+    atomic_write_text,
+    read_jsonl,
+    remove_stale_temps,
+)
 from tunedeck.util.safety import redact_env
 
 log = logging.getLogger(__name__)
@@ -87,7 +94,7 @@ def redact_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class RunWriter:
+class RunWriter(ClosedOnExit):
     """The single writer of one run folder (holds its ``.lock``).
 
     ``meta.json`` is written at once (before the first request). After that,
@@ -158,12 +165,6 @@ class RunWriter:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
                 os.close(self._lock_fd)
                 self._lock_fd = -1
-
-    def __enter__(self) -> "RunWriter":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ---------------------------------------------------------------- the writer thread
     def _loop(self) -> None:

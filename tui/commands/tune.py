@@ -239,19 +239,19 @@ async def start_campaign(
     describe on ``host``; a :class:`~tunedeck.services.tunerun.TuneRun`. A multi-node base's campaign
     runs on this machine instead, which reaches every node (:mod:`tunedeck.services.deploytune`). The
     command line and the dashboard's Tune screen both start campaigns here."""
-    from tunedeck.services.tunerun import TuneRun
+    from tunedeck.services.tunerun import CampaignSettings, TuneRun
 
     base, cands, slo, workload, budget, est = plan
-    search = {
-        "repeats_max": args.repeats_max,
-        "noise_pct": args.noise,
-        "budget_s": budget,
-        "estimate_s": est.total_s,
-        "pace": est.pace,
-        "max_concurrency": args.max_concurrency,
-        "max_steps": args.max_steps,
-        "start": args.start,
-    }
+    settings = CampaignSettings(
+        repeats_max=args.repeats_max,
+        noise_pct=args.noise,
+        budget_s=budget,
+        estimate_s=est.total_s,
+        pace=est.pace,
+        max_concurrency=args.max_concurrency,
+        max_steps=args.max_steps,
+        start=args.start,
+    )
     if base.multi_node:
         from tunedeck.services import deploytune
 
@@ -260,11 +260,11 @@ async def start_campaign(
             cands,
             slo,
             workload,
+            settings,
             sim=args.sim,
             confirm_stop=confirm_stop,
             python=args.python,
             on_skip=on_skip,
-            **search,
         )
     return await TuneRun.start(
         host,
@@ -272,13 +272,13 @@ async def start_campaign(
         cands,
         slo,
         workload,
+        settings,
         demo=args.demo,
         sim=args.sim,
         confirm_stop=confirm_stop,
         python=args.python,
         host_label=target_label(args.demo, args.host),
         on_skip=on_skip,
-        **search,
     )
 
 

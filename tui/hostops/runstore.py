@@ -10,7 +10,7 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Callable, Generic, Mapping, Protocol, TypeVar
 
 from tunedeck.util.files import atomic_write_json
 from tunedeck.util.paths import state_dir
@@ -83,39 +83,66 @@ class RunRecord:
         return asdict(self)
 
     @property
+    def record_id(self) -> str:
+        return self.run_id
+
+    @property
     def ended_(self) -> bool:
         return self.status in ENDED
 
 
-class RunStore:
-    """Local run records."""
+class StoredRecord(Protocol):
+    """What a :class:`RecordStore` keeps."""
 
-    def __init__(self, root: Path | None = None) -> None:
-        self.root = root or (state_dir() / "runs")
+    @property
+    def record_id(self) -> str:
+        """The id that names the record's file."""
+        ...
 
-    def path(self, run_id: str) -> Path:
-        return self.root / f"{check_run_id(run_id)}.json"
+    def to_json(self) -> dict[str, Any]: ...
 
-    def save(self, rec: RunRecord) -> None:
-        atomic_write_json(self.path(rec.run_id), rec.to_json(), mode=0o600)
 
-    def load(self, run_id: str) -> RunRecord | None:
+R = TypeVar("R", bound=StoredRecord)
+
+
+class RecordStore(Generic[R]):
+    """Local records of one kind: one JSON file each, ``<id>.json`` under :attr:`root` (the id a
+    run id's form), written atomically and readable by the user alone; ``read`` makes a record
+    of a file's JSON object (TypeError or ValueError when it is not one)."""
+
+    def __init__(self, root: Path, read: Callable[[Mapping[str, Any]], R]) -> None:
+        self.root = root
+        self._from_json = read
+
+    def path(self, record_id: str) -> Path:
+        return self.root / f"{check_run_id(record_id)}.json"
+
+    def save(self, rec: R) -> None:
+        atomic_write_json(self.path(rec.record_id), rec.to_json(), mode=0o600)
+
+    def load(self, record_id: str) -> R | None:
+        return self._read(self.path(record_id))
+
+    def records(self) -> list[R]:
+        """Every readable record, in the order of their files' names (an unreadable file is skipped)."""
+        found = (self._read(p) for p in sorted(self.root.glob("*.json"))) if self.root.is_dir() else ()
+        return [rec for rec in found if rec is not None]
+
+    def _read(self, path: Path) -> R | None:
         try:
-            return RunRecord.from_json(json.loads(self.path(run_id).read_text()))
+            return self._from_json(json.loads(path.read_text()))
         except (OSError, ValueError, TypeError):
             return None
 
+
+class RunStore(RecordStore[RunRecord]):
+    """Local run records."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        super().__init__(root or (state_dir() / "runs"), RunRecord.from_json)
+
     def all(self, target: str | None = None) -> list[RunRecord]:
-        out: list[RunRecord] = []
-        if not self.root.is_dir():
-            return out
-        for p in sorted(self.root.glob("*.json")):
-            try:
-                rec = RunRecord.from_json(json.loads(p.read_text()))
-            except (OSError, ValueError, TypeError):
-                continue
-            if target is None or rec.target == target:
-                out.append(rec)
+        out = [rec for rec in self.records() if target is None or rec.target == target]
         out.sort(key=lambda r: (r.created, r.run_id))
         return out
 

@@ -41,7 +41,7 @@ from tunedeck.services.deployops import (
     start_job,
 )
 from tunedeck.services.jobrun import ask_to_stop
-from tunedeck.services.tunerun import TuneRun, campaign_spec, journal_start, spec_entry
+from tunedeck.services.tunerun import CampaignSettings, TuneRun, campaign_spec, journal_start, spec_entry
 
 if TYPE_CHECKING:
     from tunedeck.profiles.vary import Candidate
@@ -122,18 +122,18 @@ async def start(
     candidates: Sequence["Candidate"],
     slo: Sequence[str],
     workload: Workload,
+    settings: CampaignSettings,
     *,
     sim: bool = False,
     confirm_stop: Callable[[str], Awaitable[bool]] | None = None,
     python: str | None = None,
     on_skip: Callable[[str, str], None] | None = None,
-    **search: Any,
 ) -> TuneRun:
     """Plan and pre-flight every candidate's deployment (an impossible one is skipped with its
     reason: ``on_skip(name, why)``), refuse while an A/B or a campaign runs here or on a node, ask
-    before stopping what of ours runs on the nodes, then start the campaign detached here.
-    ``search``: the campaign's settings (:func:`tunedeck.services.tunerun.campaign_spec`). Raises
-    :class:`jobs.JobError` (refused, every candidate impossible) or :class:`HostError`."""
+    before stopping what of ours runs on the nodes, then start the campaign detached here (with
+    ``settings``, as on one host). Raises :class:`jobs.JobError` (refused, every candidate
+    impossible) or :class:`HostError`."""
     planned = plan_candidates(candidates, sim=sim)
     if all(p is None for _, p, _ in planned):
         raise jobs.JobError(f"not started, nothing stopped: {planned[0][0].name}: {planned[0][2]}")
@@ -164,12 +164,12 @@ async def start(
         entries,
         slo,
         workload,
+        settings,
         stop_existing=stop_existing,
         host_label=label,
         sim=sim,
         python=py,
         datasets=datasets,
-        **search,
     )
     host, job = await start_job("tune", MODULE, spec, {"campaign": spec["campaign"], "base": base, "nodes": nodes})
     journal_start(spec, job.job_id)

@@ -76,6 +76,26 @@ class Estimate:
         )
 
 
+@dataclass(frozen=True)
+class CampaignSettings:
+    """How a campaign measures and how far it goes (``tunedeck tune``'s options), as its spec
+    holds them (:func:`campaign_spec`)."""
+
+    repeats_max: int = 2
+    noise_pct: float | None = None
+    budget_s: float | None = None
+    estimate_s: float | None = None
+    #: the estimate's parts (:mod:`tunedeck.ab.tuneeta`), for a follower's ETA
+    pace: Pace | None = None
+    max_concurrency: int = 1024
+    max_steps: int = 8
+    start: int = 1
+
+    def to_spec(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return d | {"pace": self.pace.to_json() if self.pace is not None else None}
+
+
 def estimate(
     names: Sequence[str],
     base: str,
@@ -177,17 +197,10 @@ class TuneRun(JobRun):
         candidates: Sequence["Candidate"],
         slo: Sequence[str],
         workload: Workload,
+        settings: CampaignSettings,
         *,
         demo: bool = False,
         sim: bool = False,
-        repeats_max: int = 2,
-        noise_pct: float | None = None,
-        budget_s: float | None = None,
-        estimate_s: float | None = None,
-        pace: Pace | None = None,
-        max_concurrency: int = 1024,
-        max_steps: int = 8,
-        start: int = 1,
         confirm_stop: Callable[[str], Awaitable[bool]] | None = None,
         python: str | None = None,
         host_label: str | None = None,
@@ -211,22 +224,7 @@ class TuneRun(JobRun):
         stop_existing = await ask_to_stop_runs(host, where, confirm_stop)
         # the host-side levels read the dataset there
         workload = dataclasses.replace(workload, plan=await ship_workload(host, workload.plan, py))
-        spec = campaign_spec(
-            base,
-            entries,
-            slo,
-            workload,
-            stop_existing=stop_existing,
-            host_label=where,
-            repeats_max=repeats_max,
-            noise_pct=noise_pct,
-            budget_s=budget_s,
-            estimate_s=estimate_s,
-            pace=pace,
-            max_concurrency=max_concurrency,
-            max_steps=max_steps,
-            start=start,
-        )
+        spec = campaign_spec(base, entries, slo, workload, settings, stop_existing=stop_existing, host_label=where)
         job = await jobs.start(host, "tune", spec, python=py, meta={"campaign": spec["campaign"], "base": base})
         journal_start(spec, job.job_id)
         return cls(host, job, python=py)
@@ -393,36 +391,21 @@ def campaign_spec(
     entries: Sequence[Mapping[str, Any]],
     slo: Sequence[str],
     workload: Workload,
+    settings: CampaignSettings,
     *,
     stop_existing: bool,
     host_label: str,
-    repeats_max: int = 2,
-    noise_pct: float | None = None,
-    budget_s: float | None = None,
-    estimate_s: float | None = None,
-    pace: Pace | None = None,
-    max_concurrency: int = 1024,
-    max_steps: int = 8,
-    start: int = 1,
     **extra: Any,
 ) -> dict[str, Any]:
     """The spec of a new campaign (:mod:`tunedeck.hostside.tunejob` reads it, wherever it runs); a
-    fresh campaign id. ``pace``: the estimate's parts (:mod:`tunedeck.ab.tuneeta`), for a follower's
-    ETA. ``extra``: keys of the job that runs it (a campaign of deployments' own)."""
+    fresh campaign id. ``extra``: keys of the job that runs it (a campaign of deployments' own)."""
     return {
         "campaign": new_id("tune"),
         "base": base,
         "candidates": [dict(e) for e in entries],
         "slo": list(slo),
         "workload": workload.to_dict(),
-        "repeats_max": repeats_max,
-        "noise_pct": noise_pct,
-        "budget_s": budget_s,
-        "estimate_s": estimate_s,
-        "pace": pace.to_json() if pace is not None else None,
-        "max_concurrency": max_concurrency,
-        "max_steps": max_steps,
-        "start": start,
+        **settings.to_spec(),
         "stop_existing": stop_existing,
         "host_label": host_label,
         **extra,
@@ -488,6 +471,7 @@ def _journal_launches(rep: Mapping[str, Any]) -> None:
 
 
 __all__ = [
+    "CampaignSettings",
     "Estimate",
     "TuneRun",
     "campaign_spec",

@@ -6,9 +6,11 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Iterator, TypeVar, Union
 
 PathArg = Union[str, "os.PathLike[str]"]
+
+_C = TypeVar("_C", bound="ClosedOnExit")
 
 
 def os_error_text(e: OSError) -> str:
@@ -115,7 +117,20 @@ def repair_jsonl_tail(path: PathArg) -> int:
         return size
 
 
-class JsonlAppender:
+class ClosedOnExit:
+    """A writer that ``with`` closes at its end (:meth:`close`), whatever ended it."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class JsonlAppender(ClosedOnExit):
     """Append one JSON record per line with a single ``write()`` on an O_APPEND fd.
 
     The torn tail of a previous crash is repaired on open. ``fsync`` every
@@ -149,12 +164,6 @@ class JsonlAppender:
             finally:
                 os.close(self._fd)
                 self._fd = -1
-
-    def __enter__(self) -> "JsonlAppender":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def read_jsonl(path: PathArg) -> Iterator[Any]:

@@ -217,6 +217,46 @@ def _speed(params: Mapping[str, Any]) -> float:
     return v
 
 
+class _Trace:
+    """A trace being replayed: its file (read and hashed), its rows' timestamps checked in order,
+    and each request sent its row's time after the first request's row, ``trace_speed`` times
+    faster; the requests and what was skipped, by reason."""
+
+    def __init__(self, source: str, params: Mapping[str, Any], path: Optional[str], column: str, unit: str) -> None:
+        self.source = source
+        self.speed = _speed(params)
+        self.text, self.sha = read_text(path, source)
+        assert path is not None  # read_text refuses a missing one
+        self.path = path
+        #: the timestamp column's name, its unit and how many of it make a second
+        self.column, self.unit = column, unit
+        self.per_s = {"ms": 1000.0, "s": 1.0}[unit]
+        self.specs: List[RequestSpec] = []
+        self.skipped: Dict[str, int] = {}
+        self._prev: Optional[float] = None
+        self._t0: Optional[float] = None
+
+    def in_order(self, no: int, ts: float) -> None:
+        """WorkloadError naming line ``no`` when its timestamp is before the previous row's."""
+        if self._prev is not None and ts < self._prev:
+            raise WorkloadError(
+                f"{self.path}:{no}: {self.column} {ts:g} {self.unit} is before the previous row's "
+                f"{self._prev:g} {self.unit}"
+            )
+        self._prev = ts
+
+    def add(self, spec: RequestSpec, ts: float) -> None:
+        if self._t0 is None:
+            self._t0 = ts
+        spec.at_s = (ts - self._t0) / self.per_s / self.speed
+        self.specs.append(spec)
+
+    def workload(self, token_ids: bool) -> Workload:
+        eff = {"trace_speed": self.speed, "file_sha256": self.sha}
+        lengths = "token-ids" if token_ids else "estimate"
+        return finish(self.source, eff, self.specs, self.skipped, self.path, lengths=lengths)
+
+
 class _Blocks:
     """Mooncake's hash ids: each names a 512-token block; the same id always gives the same block."""
 
@@ -249,16 +289,10 @@ class _Blocks:
 def mooncake(
     params: Mapping[str, Any], path: Optional[str], n: int, seed: int, limit: Optional[int], token_ids: bool
 ) -> Workload:
-    speed = _speed(params)
-    text, sha = read_text(path, "mooncake")
-    assert path is not None
+    trace = _Trace("mooncake", params, path, "timestamp", "ms")
     blocks = _Blocks(Material(token_ids))
     rng = random.Random(seed)
-    skipped: Dict[str, int] = {}
-    specs: List[RequestSpec] = []
-    t_prev: Optional[float] = None
-    t0: Optional[float] = None
-    for no, obj in _jsonl(path, text):
+    for no, obj in _jsonl(trace.path, trace.text):
         ts, inp, out, ids = obj.get("timestamp"), obj.get("input_length"), obj.get("output_length"), obj.get("hash_ids")
         if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
             raise WorkloadError(f"{path}:{no}: 'timestamp' {ts!r} is not a time in ms >= 0")
@@ -270,22 +304,15 @@ def mooncake(
             ids = []
         if not isinstance(ids, list) or not all(_whole(h) for h in ids):
             raise WorkloadError(f"{path}:{no}: 'hash_ids' must be a list of whole numbers >= 0")
-        if t_prev is not None and ts < t_prev:
-            raise WorkloadError(f"{path}:{no}: timestamp {ts:g} ms is before the previous row's {t_prev:g} ms")
-        t_prev = ts
+        trace.in_order(no, ts)
         assert isinstance(inp, int) and isinstance(out, int)  # checked above
-        if len(specs) >= n:
+        if len(trace.specs) >= n:
             continue  # the rest is still checked: a bad trace is refused whole
         if _over(limit, inp, out):
-            _count(skipped, "over_context_limit")
+            _count(trace.skipped, "over_context_limit")
             continue
-        if t0 is None:
-            t0 = ts
-        spec = RequestSpec(blocks.prompt(ids, inp, rng), inp, out, 0, token_ids)
-        spec.at_s = (ts - t0) / 1000.0 / speed
-        specs.append(spec)
-    eff = {"trace_speed": speed, "file_sha256": sha}
-    return finish("mooncake", eff, specs, skipped, path, lengths="token-ids" if token_ids else "estimate")
+        trace.add(RequestSpec(blocks.prompt(ids, inp, rng), inp, out, 0, token_ids), ts)
+    return trace.workload(token_ids)
 
 
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
@@ -294,20 +321,14 @@ BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
 def burstgpt(
     params: Mapping[str, Any], path: Optional[str], n: int, seed: int, limit: Optional[int], token_ids: bool
 ) -> Workload:
-    speed = _speed(params)
-    text, sha = read_text(path, "burstgpt")
-    assert path is not None
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    trace = _Trace("burstgpt", params, path, "Timestamp", "s")
+    reader = csv.DictReader(io.StringIO(trace.text, newline=""))
     header = reader.fieldnames or []
     missing = [c for c in BURSTGPT_COLUMNS if c not in header]
     if missing:
         raise WorkloadError(f"{path}:1: no column {', '.join(repr(c) for c in missing)} in the header")
     mat = Material(token_ids)
     rng = random.Random(seed)
-    skipped: Dict[str, int] = {}
-    specs: List[RequestSpec] = []
-    t_prev: Optional[float] = None
-    t0: Optional[float] = None
     try:
         for row in reader:
             no = reader.line_num
@@ -327,27 +348,20 @@ def burstgpt(
                 if v < 0:
                     raise WorkloadError(f"{path}:{no}: {col} {raw!r} is not a whole number >= 0")
                 vals.append(v)
-            if t_prev is not None and ts < t_prev:
-                raise WorkloadError(f"{path}:{no}: Timestamp {ts:g} s is before the previous row's {t_prev:g} s")
-            t_prev = ts
+            trace.in_order(no, ts)
             inp, out = vals
-            if len(specs) >= n:
+            if len(trace.specs) >= n:
                 continue
             if out == 0:
-                _count(skipped, "zero_response_tokens")  # a failed request in the trace
+                _count(trace.skipped, "zero_response_tokens")  # a failed request in the trace
                 continue
             if inp == 0:
-                _count(skipped, "zero_request_tokens")
+                _count(trace.skipped, "zero_request_tokens")
                 continue
             if _over(limit, inp, out):
-                _count(skipped, "over_context_limit")
+                _count(trace.skipped, "over_context_limit")
                 continue
-            if t0 is None:
-                t0 = ts
-            spec = RequestSpec(mat.piece(inp, rng), inp, out, 0, token_ids)
-            spec.at_s = (ts - t0) / speed
-            specs.append(spec)
+            trace.add(RequestSpec(mat.piece(inp, rng), inp, out, 0, token_ids), ts)
     except csv.Error as e:
         raise WorkloadError(f"{path}:{reader.line_num}: not valid CSV ({e})") from None
-    eff = {"trace_speed": speed, "file_sha256": sha}
-    return finish("burstgpt", eff, specs, skipped, path, lengths="token-ids" if token_ids else "estimate")
+    return trace.workload(token_ids)

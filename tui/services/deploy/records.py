@@ -4,7 +4,6 @@ the nodes' hosts."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
@@ -13,13 +12,12 @@ from pathlib import Path
 from typing import Any, Callable, Container, Mapping, Sequence
 
 from tunedeck.hostops.hosts import Host, HostError
-from tunedeck.hostops.runstore import STARTING, WORKER_UP, RunRecord, RunStore, check_run_id
+from tunedeck.hostops.runstore import STARTING, WORKER_UP, RecordStore, RunRecord, RunStore
 from tunedeck.hostops.target import parse_target
 from tunedeck.logparse import PHASES, ParseState
 from tunedeck.profiles.deploy import node_host
 from tunedeck.profiles.model import ServerProfile
 from tunedeck.services import runtime
-from tunedeck.util.files import atomic_write_json
 from tunedeck.util.paths import state_dir
 
 log = logging.getLogger(__name__)
@@ -75,6 +73,10 @@ class DeploymentRecord:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def record_id(self) -> str:
+        return self.deploy_id
+
     def result_meta(self) -> dict[str, Any]:
         """What a benchmark result records of the deployment it measured."""
         return {
@@ -102,33 +104,14 @@ class DeploymentRecord:
         return first + workers + rest
 
 
-class DeploymentStore:
+class DeploymentStore(RecordStore[DeploymentRecord]):
     """Local deployment records, one JSON file each, written atomically."""
 
     def __init__(self, root: Path | None = None) -> None:
-        self.root = root or state_dir() / "deployments"
-
-    def path(self, deploy_id: str) -> Path:
-        return self.root / f"{check_run_id(deploy_id)}.json"
-
-    def save(self, rec: DeploymentRecord) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.path(rec.deploy_id), rec.to_json(), mode=0o600)
-
-    def load(self, deploy_id: str) -> DeploymentRecord | None:
-        try:
-            return DeploymentRecord.from_json(json.loads(self.path(deploy_id).read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
+        super().__init__(root or state_dir() / "deployments", DeploymentRecord.from_json)
 
     def all(self) -> list[DeploymentRecord]:
-        out = []
-        for p in sorted(self.root.glob("*.json")) if self.root.is_dir() else ():
-            rec = self.load(p.stem)
-            if rec is not None:
-                out.append(rec)
-        out.sort(key=lambda r: r.created)
-        return out
+        return sorted(self.records(), key=lambda r: r.created)
 
     def find(self, ident: str) -> DeploymentRecord | None:
         """A deployment by id or unique prefix."""
