@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
+from tunedeck.hostops.hosts import RunResult
+from tunedeck.hostops.localhost import LocalHost
 from tunedeck.profiles.deploy import RAY_WAIT, build_deployment, check_deployment
 from tunedeck.profiles.model import ProfileError
 from tunedeck.profiles.profileread import load_profile_file, load_profile_text
@@ -381,3 +384,52 @@ def test_a_ray_nodes_address_is_its_pinned_one_else_what_ray_start_printed():
     assert ray_node_address(["ray", "start", "--node-ip-address=10.0.0.9", "--block"], started) == "10.0.0.9"
     assert ray_node_address(["ray", "start", "--block"], started) == "10.177.61.3"
     assert ray_node_address(["ray", "start"], "") is None
+
+
+class _RayStatusHost(LocalHost):
+    """Answers ``ray status -v`` with each of ``texts`` in turn (the last one from then on)."""
+
+    is_local = False
+
+    def __init__(self, texts: list[str]) -> None:
+        super().__init__()
+        self.texts, self.calls = texts, 0
+
+    async def run(self, argv, *, env=None, input=None, timeout=30.0):  # type: ignore[no-untyped-def]
+        text = self.texts[min(self.calls, len(self.texts) - 1)]
+        self.calls += 1
+        return RunResult(0, text, "")
+
+
+def _ray_status(*gpus: float) -> str:
+    total = sum(gpus)
+    head = f"======== Autoscaler status ========\nTotal Usage:\n 0.0/{total:g} GPU\n\n"
+    return head + "".join(f"Node: n{i} (node_{i})\n Usage:\n  0.0/{g:g} GPU\n" for i, g in enumerate(gpus))
+
+
+async def test_the_ray_wait_ends_once_every_node_joined_and_the_gpus_held():
+    from tunedeck.services.deploy.launch import wait_ray_gpus
+
+    # the worker joins at the second poll without GPUs: short, and it stays so
+    host = _RayStatusHost([_ray_status(8), _ray_status(8, 0)])
+    t0 = time.monotonic()
+    have, per_node = await wait_ray_gpus(host, ["ray", "status"], 16, timeout=60, poll=0.01, nodes=2, settle=0.1)
+    assert (have, per_node) == (8.0, [8.0, 0.0])
+    assert time.monotonic() - t0 < 30  # not the 60-s deadline
+    assert host.calls >= 3  # the figures held over polls before it gave up
+
+    # a worker whose GPUs show a poll after it joined is waited for
+    late = _RayStatusHost([_ray_status(8, 0), _ray_status(8, 8)])
+    assert await wait_ray_gpus(late, ["ray", "status"], 16, timeout=60, poll=0.01, nodes=2, settle=5) == (
+        16.0,
+        [8.0, 8.0],
+    )
+
+    # a node that has not joined yet: the wait goes on to its deadline
+    missing = _RayStatusHost([_ray_status(8)])
+    t0 = time.monotonic()
+    assert await wait_ray_gpus(missing, ["ray", "status"], 16, timeout=0.3, poll=0.01, nodes=2, settle=0.05) == (
+        8.0,
+        [8.0],
+    )
+    assert time.monotonic() - t0 >= 0.3

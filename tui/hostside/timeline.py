@@ -261,22 +261,28 @@ class Timeline:
         with something else stay busy."""
         from tunedeck.hostside.validity import BUSY_UTIL
 
+        # the compute processes are listed while the first reading comes (each is an nvidia-smi
+        # start: side by side, the level's first request waits for one of them, not both)
+        listing = asyncio.ensure_future(_compute_apps(self.smi))
         try:
-            await asyncio.wait_for(self._first_block.wait(), wait)
-        except asyncio.TimeoutError:
-            log.warning("validity: no GPU reading within %g s of the start; GPU checks skipped", wait)
-        deadline = time.monotonic() + settle
-        while any(isinstance(u, float) and u >= BUSY_UTIL for u in self.gpu.get("util", [])):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._new_block.clear()
             try:
-                await asyncio.wait_for(self._new_block.wait(), left)
+                await asyncio.wait_for(self._first_block.wait(), wait)
             except asyncio.TimeoutError:
-                break
+                log.warning("validity: no GPU reading within %g s of the start; GPU checks skipped", wait)
+            deadline = time.monotonic() + settle
+            while any(isinstance(u, float) and u >= BUSY_UTIL for u in self.gpu.get("util", [])):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._new_block.clear()
+                try:
+                    await asyncio.wait_for(self._new_block.wait(), left)
+                except asyncio.TimeoutError:
+                    break
+            apps = await listing
+        finally:
+            listing.cancel()  # cancelled with the level: its nvidia-smi is killed (below)
         info: Dict[str, Any] = {"gpu": dict(self.gpu)}
-        apps = await _compute_apps(self.smi)
         if apps is None:
             info["others_unknown"] = "the compute processes could not be listed"
         else:
@@ -368,6 +374,10 @@ async def _compute_apps(smi: str) -> Optional[List[Dict[str, Any]]]:
         await proc.wait()
         log.warning("validity: %s --query-compute-apps did not answer in 15 s", smi)
         return None
+    except asyncio.CancelledError:
+        if proc.returncode is None:
+            proc.kill()
+        raise
     if proc.returncode != 0:
         log.warning("validity: %s --query-compute-apps exited %s", smi, proc.returncode)
         return None

@@ -57,10 +57,15 @@ async def launch(
         try:
             if step.kind == RAY_WAIT:
                 say(f"waiting for `ray status` on {step.node} to show {step.gpus} GPUs")
-                have, per_node = await wait_ray_gpus(host, step.check, step.gpus, timeout=ray_wait, poll=ray_poll)
+                t0 = time.monotonic()
+                ray_nodes = sum(1 for s in plan.steps if s.kind in (RAY_HEAD, RAY_WORKER))
+                have, per_node = await wait_ray_gpus(
+                    host, step.check, step.gpus, timeout=ray_wait, poll=ray_poll, nodes=ray_nodes
+                )
                 if have < step.gpus:
+                    waited = round(time.monotonic() - t0)
                     bare = await ray_bare_nodes(plan, hosts, step, node_logs)
-                    text = ray_short_of_gpus(have, step.gpus, per_node, len(plan.nodes), ray_wait, bare)
+                    text = ray_short_of_gpus(have, step.gpus, per_node, len(plan.nodes), waited, bare)
                     raise RayShortOfGpus(text, bare[0] if bare else step.node)
                 continue
             cmd = step.command
@@ -194,22 +199,45 @@ def ray_node_gpus(status: str) -> list[float]:
 
 
 async def wait_ray_gpus(
-    host: Host, check: Sequence[str], need: int, *, timeout: float, poll: float = 1.0
+    host: Host,
+    check: Sequence[str],
+    need: int,
+    *,
+    timeout: float,
+    poll: float = 1.0,
+    nodes: int = 0,
+    settle: float = 5.0,
 ) -> tuple[float, list[float]]:
     """Poll ``ray status -v`` until the cluster shows ``need`` GPUs; returns how many it showed
-    last and each node's GPUs (so a node that joined without its GPUs is named by its count)."""
+    last and each node's GPUs (so a node that joined without its GPUs is named by its count).
+
+    A Ray node declares its GPUs when it joins: once all ``nodes`` of the deployment have joined
+    and the figures have held for ``settle`` seconds, a cluster still short of GPUs stays short,
+    so the wait ends there rather than at ``timeout`` (the operator hears of a worker started
+    without GPUs in seconds, not minutes)."""
     deadline = time.monotonic() + timeout
     have = 0.0
-    nodes: list[float] = []
+    per_node: list[float] = []
     argv = [*check, "-v"] if "-v" not in check else list(check)
+    held: tuple[float, list[float]] | None = None
+    held_since = 0.0
     while True:
         r = await host.run(argv, timeout=60)
+        now = time.monotonic()
         m = _RAY_GPU_RE.search(r.stdout)
         if m:
             have = float(m.group(2))
-            nodes = ray_node_gpus(r.stdout)
+            per_node = ray_node_gpus(r.stdout)
             if have >= need:
-                return have, nodes
-        if time.monotonic() >= deadline:
-            return have, nodes
+                return have, per_node
+            if nodes and len(per_node) >= nodes:
+                if held != (have, per_node):
+                    held, held_since = (have, per_node), now
+                elif now - held_since >= settle:
+                    log.info("ray: all %d nodes joined with %g of %d GPUs; the wait ends", nodes, have, need)
+                    return have, per_node
+            else:
+                held = None
+        if now >= deadline:
+            return have, per_node
         await asyncio.sleep(poll)
