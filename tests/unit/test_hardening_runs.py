@@ -10,6 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launcher import fake
 from tunedeck.hostops.launcher import launch, stop_run
@@ -141,3 +143,14 @@ def test_shown_commands_redact_secret_flags_and_env(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
         assert "sekrit" not in r.stdout + r.stderr
         assert "--api-key=<redacted>" in r.stdout and "HF_TOKEN=<redacted>" in r.stdout
+
+
+def test_a_record_id_of_the_wrong_form_loads_as_none_and_is_never_a_path(tmp_path):
+    from tunedeck.hostops.runstore import RunStore
+    from tunedeck.services.deploy.records import DeploymentStore
+    from tunedeck.util.safety import UnsafeInput
+
+    for store in (RunStore(tmp_path / "runs"), DeploymentStore(tmp_path / "deployments")):
+        assert store.load("r1") is None and store.load("../../etc/passwd") is None
+        with pytest.raises(UnsafeInput):
+            store.path("../x")

@@ -121,7 +121,12 @@ class RecordStore(Generic[R]):
         atomic_write_json(self.path(rec.record_id), rec.to_json(), mode=0o600)
 
     def load(self, record_id: str) -> R | None:
-        return self._read(self.path(record_id))
+        """The record, or None: none stored, unreadable, or an id no record can have."""
+        try:
+            path = self.path(record_id)
+        except ValueError:  # UnsafeInput: not an id's form, so no file of ours
+            return None
+        return self._read(path)
 
     def records(self) -> list[R]:
         """Every readable record, in the order of their files' names (an unreadable file is skipped)."""
