@@ -42,11 +42,11 @@ def build_parser(only: Collection[str] | None = None) -> argparse.ArgumentParser
         help="also print the log on stderr (it always goes to the state dir's tunedeck.log)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
+    for name, cmd in COMMANDS.items():
         if only is None or name in only:
-            importlib.import_module(f"tunedeck.commands.{module}").register(sub, common)
+            importlib.import_module(f"tunedeck.commands.{cmd.module}").register(sub, common)
         else:
-            sub.add_parser(name, help=help_text)
+            sub.add_parser(name, help=cmd.help)
     return parser
 
 
@@ -76,10 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     logs.setup(verbose=bool(getattr(args, "verbose", False)))
     func = getattr(args, "func", None)
-    if func is not None and getattr(args, "command", None) != "sim":
-        # the dashboard shows them in its window instead; the simulator (a stand-in for an engine
-        # or nvidia-smi, started every few seconds by a probe) reads no config and pays no import
-        _config_warnings()
+    if func is not None and COMMANDS[args.command].says_config:
+        _config_warnings()  # the dashboard shows them in its window instead
     if func is None:
         from tunedeck.ui.dashboard import run_dashboard  # the one door into the UI
 

@@ -87,7 +87,7 @@ def eta(seconds: object) -> str:
 
 
 def text_table(
-    headers: Sequence[str],
+    headers: Sequence[str] | None,
     rows: Iterable[Sequence[object]],
     *,
     indent: str = "",
@@ -98,12 +98,14 @@ def text_table(
 
     Columns are as wide as their widest cell and two spaces apart; the last column is not padded
     (a long command or path runs on), trailing spaces are dropped. ``right`` holds the indexes of
-    right-aligned (numeric) columns; ``rule`` puts a line of dashes under the headers. Cells are
-    shown with ``str``; text of host origin must be made safe before it gets here."""
+    right-aligned (numeric) columns; ``rule`` puts a line of dashes under the headers; with
+    ``headers`` None there is no header line (a listing of names and values). Cells are shown with
+    ``str``; text of host origin must be made safe before it gets here. Stdlib only: the host-side
+    runtime prints its tables with it too."""
     body = [[str(c) for c in r] for r in rows]
-    head = [str(h) for h in headers]
-    n = len(head)
-    widths = [max([len(head[i])] + [len(r[i]) for r in body if i < len(r)]) for i in range(n)]
+    head = [str(h) for h in headers] if headers is not None else []
+    n = len(head) if headers is not None else max((len(r) for r in body), default=0)
+    widths = [max([len(head[i]) if head else 0] + [len(r[i]) for r in body if i < len(r)]) for i in range(n)]
 
     def line(cells: Sequence[str]) -> str:
         out = []
@@ -114,8 +116,8 @@ def text_table(
                 out.append(c.rjust(widths[i]) if i in right else c.ljust(widths[i]))
         return (indent + "  ".join(out)).rstrip()
 
-    lines = [line(head)]
-    if rule:
+    lines = [line(head)] if headers is not None else []
+    if rule and headers is not None:
         lines.append(indent + "  ".join("-" * w for w in widths))
     lines += [line(r) for r in body]
     return lines

@@ -33,7 +33,7 @@ def test_every_command_registers_the_name_and_help_of_the_table():
     parser = build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     registered = {c.dest: c.help for c in sub._choices_actions}
-    assert registered == {name: help_text for name, (_module, help_text) in COMMANDS.items()}
+    assert registered == {name: cmd.help for name, cmd in COMMANDS.items()}
     for name, p in sub.choices.items():
         assert p.get_default("func") is not None or p._subparsers is not None, name
 

@@ -41,6 +41,12 @@ def test_text_table_aligns_columns_and_leaves_the_last_one_unpadded():
     ruled = text_table(("A", "B"), [("x", "yy")], indent="  ", rule=True)
     assert ruled == ["  A  B", "  -  --", "  x  yy"]
     assert text_table(("ONLY",), []) == ["ONLY"]
+    # no headers: a listing of names and values (tunedeck probe)
+    assert text_table(None, [("os", "Ubuntu 24.04"), ("nvidia-smi", "not found")]) == [
+        "os          Ubuntu 24.04",
+        "nvidia-smi  not found",
+    ]
+    assert text_table(None, []) == []
 
 
 def test_short_targets_are_the_shortest_names_that_tell_hosts_apart():

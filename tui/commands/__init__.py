@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 #: what ``register`` receives: the parent parser's sub-command adder
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -27,30 +27,41 @@ class _HostAction(argparse.Action):
         namespace.host = values
 
 
-#: every subcommand: its name -> (its module under ``tunedeck.commands``, its one-line help). ``tunedeck
-#: --help`` lists these without importing any command, and a command line imports only the module
-#: of the command it names (tests/unit/test_cli_lazy.py checks that each module registers exactly
-#: this name and help).
-COMMANDS: dict[str, tuple[str, str]] = {
-    "ab": ("ab", "A/B two profiles: launch, benchmark, stop each, then compare"),
-    "bench": ("bench", "streaming serving benchmark with vLLM-compatible metrics"),
-    "compare": ("compare", "compare two runs (or an A/B's sides): deltas and verdicts"),
-    "journal": ("journal", "the tuning journal: every A/B, launch and benchmark run"),
-    "launch": ("launch", "launch a profile (or a raw command) detached on the host"),
-    "logs": ("logs", "print (and follow) a run's server log"),
-    "parse-log": ("parse_log", "parse an SGLang/vLLM server log: phases, progress, failures"),
-    "plans": ("plans", "list, show or check A/B benchmark plans (TOML)"),
-    "preflight": ("preflight", "check a profile against the host's engine and GPUs"),
-    "probe": ("probe", "report a host's OS, CPUs, memory, Python, GPUs and engines"),
-    "profiles": ("profiles", "server profiles: list, show, check, command, diff, presets"),
-    "report": ("report", "a result, A/B or campaign as one HTML or Markdown report"),
-    "results": ("results", "list, show and export benchmark results"),
-    "runs": ("runs", "list the servers tunedeck launched on the host"),
-    "sim": ("sim", "simulated SGLang/vLLM servers and nvidia-smi (for --demo)"),
-    "status": ("status", "print GPUs, host load and servers once"),
-    "stop": ("stop", "stop servers tunedeck launched (default: every live one)"),
-    "trust": ("trust", "show a host's SSH key fingerprint; trust it once confirmed"),
-    "tune": ("tune", "find the configuration serving the most users within an SLO"),
+class Command(NamedTuple):
+    """A subcommand as ``tunedeck --help`` lists it without importing it."""
+
+    #: its module under ``tunedeck.commands``
+    module: str
+    #: its one-line help
+    help: str
+    #: whether the config file's warnings are said before it runs (False for the simulator: a
+    #: stand-in for an engine or nvidia-smi, started every few seconds by a probe, reads no config)
+    says_config: bool = True
+
+
+#: every subcommand by name. ``tunedeck --help`` lists these without importing any command, and a
+#: command line imports only the module of the command it names (tests/unit/test_cli_lazy.py
+#: checks that each module registers exactly this name and help).
+COMMANDS: dict[str, Command] = {
+    "ab": Command("ab", "A/B two profiles: launch, benchmark, stop each, then compare"),
+    "bench": Command("bench", "streaming serving benchmark with vLLM-compatible metrics"),
+    "compare": Command("compare", "compare two runs (or an A/B's sides): deltas and verdicts"),
+    "journal": Command("journal", "the tuning journal: every A/B, launch and benchmark run"),
+    "launch": Command("launch", "launch a profile (or a raw command) detached on the host"),
+    "logs": Command("logs", "print (and follow) a run's server log"),
+    "parse-log": Command("parse_log", "parse an SGLang/vLLM server log: phases, progress, failures"),
+    "plans": Command("plans", "list, show or check A/B benchmark plans (TOML)"),
+    "preflight": Command("preflight", "check a profile against the host's engine and GPUs"),
+    "probe": Command("probe", "report a host's OS, CPUs, memory, Python, GPUs and engines"),
+    "profiles": Command("profiles", "server profiles: list, show, check, command, diff, presets"),
+    "report": Command("report", "a result, A/B or campaign as one HTML or Markdown report"),
+    "results": Command("results", "list, show and export benchmark results"),
+    "runs": Command("runs", "list the servers tunedeck launched on the host"),
+    "sim": Command("sim", "simulated SGLang/vLLM servers and nvidia-smi (for --demo)", says_config=False),
+    "status": Command("status", "print GPUs, host load and servers once"),
+    "stop": Command("stop", "stop servers tunedeck launched (default: every live one)"),
+    "trust": Command("trust", "show a host's SSH key fingerprint; trust it once confirmed"),
+    "tune": Command("tune", "find the configuration serving the most users within an SLO"),
 }
 
 
@@ -60,7 +71,7 @@ def add_command(
     """The parser of the subcommand ``name``: the global options (``common``), its one-line help
     from :data:`COMMANDS` (what ``tunedeck --help`` lists without importing it), and ``kw``
     (its description, epilog …)."""
-    return subparsers.add_parser(name, parents=[common], help=COMMANDS[name][1], **kw)
+    return subparsers.add_parser(name, parents=[common], help=COMMANDS[name].help, **kw)
 
 
 #: commands that take several ``--host`` values and ``@GROUP`` names (None: the dashboard)

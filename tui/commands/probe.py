@@ -8,7 +8,7 @@ import json
 from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._cli import target_label
 from tunedeck.commands._hosterr import report_error
-from tunedeck.fmt import gib
+from tunedeck.fmt import gib, text_table
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostops.probe import ProbeResult, probe_host
 from tunedeck.services import runtime
@@ -58,8 +58,7 @@ def format_table(r: ProbeResult, rt: dict[str, object] | None = None) -> str:
             rows.append(("runtime", f"Python {rt.get('python_version')} ({rt.get('python')}), {shipped}"))
         else:
             rows.append(("runtime", str(rt.get("problem"))))
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return "\n".join(text_table(None, rows))
 
 
 async def _demo_engines(host: Host, result: ProbeResult) -> None:

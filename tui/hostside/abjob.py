@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Optional, Tuple
 
 from tunedeck.ab.ops import ProfileInfo, ServerOps
-from tunedeck.hostside.jobfiles import EVENTS, REPORT, SPEC, EventLog, on_stop_signal, read_spec
+from tunedeck.hostside.jobfiles import EVENTS, REPORT, SPEC, EventLog, exit_record, on_stop_signal, read_spec
 from tunedeck.util.files import atomic_write_json
 from tunedeck.util.safety import redact_argv, redact_env
 
@@ -80,7 +80,7 @@ async def run_job(
             os.close(lock)
     if error:
         log.error("%s job %s: %s", what, job_dir.name, error)
-    events.write({"type": "exit", "rc": rc, "error": error})
+    events.write(exit_record(rc, error))
     try:
         events.close()
     except OSError as e:

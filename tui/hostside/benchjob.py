@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tunedeck.hostside.jobfiles import EVENTS, EventLog, on_stop_signal, read_spec
+from tunedeck.hostside.jobfiles import EVENTS, EventLog, exit_record, on_stop_signal, read_spec
 from tunedeck.hostside.timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ async def run(job_dir: Path) -> int:
         release_reserve()
     if error:
         log.error("bench job %s: %s", job_dir.name, error)
-    events.write({"type": "exit", "rc": rc, "error": error})
+    events.write(exit_record(rc, error))
     try:
         events.close()
     except OSError as e:

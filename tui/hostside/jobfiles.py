@@ -24,7 +24,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional, TypedDict
 
 SPEC = "spec.json"
 EVENTS = "events.jsonl"
@@ -34,6 +34,34 @@ RESULTS = "data/results"
 JOURNAL = "data/journal"
 
 log = logging.getLogger(__name__)
+
+
+class ExitRecord(TypedDict, total=False):
+    """A job's last event: its exit status and error (None: none), ``synthetic`` when the
+    laptop wrote it for a job that ended without one (killed: its ``rc`` file, if any)."""
+
+    type: str
+    rc: Optional[int]
+    error: Optional[str]
+    synthetic: bool
+
+
+def exit_record(rc: Optional[int], error: Optional[str], *, synthetic: bool = False) -> ExitRecord:
+    """The ``exit`` event, as the host-side job writes it and the laptop reads it."""
+    rec = ExitRecord(type="exit", rc=rc, error=error)
+    if synthetic:
+        rec["synthetic"] = True
+    return rec
+
+
+def read_exit(ev: Mapping[str, Any]) -> ExitRecord:
+    """An ``exit`` event as read from a host (its fields checked: a wrong type reads as None)."""
+    rc, error = ev.get("rc"), ev.get("error")
+    return exit_record(
+        rc if isinstance(rc, int) and not isinstance(rc, bool) else None,
+        error if isinstance(error, str) else None,
+        synthetic=ev.get("synthetic") is True,
+    )
 
 
 class EventLog:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from tunedeck.bench.counters import iter_series
+from tunedeck.fmt import text_table
 from tunedeck.hostside.jobfiles import EventLog
 
 log = logging.getLogger(__name__)
@@ -477,7 +478,7 @@ def format_timeline(lines: List[Dict[str, Any]]) -> str:
         "cap W",
         "temp C",
     )
-    rows = [head]
+    rows = []
     for ln in lines:
         c, g, v = ln.get("client") or {}, ln.get("gpu") or {}, ln.get("server") or {}
         kv = v.get("kv")
@@ -498,5 +499,4 @@ def format_timeline(lines: List[Dict[str, Any]]) -> str:
                 _cell(max(temps) if temps else None, ".0f"),
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    return "\n".join("  ".join(x.rjust(w) for x, w in zip(r, widths)) for r in rows)
+    return "\n".join(text_table(head, rows, right=range(len(head))))

@@ -27,6 +27,7 @@ from tunedeck.ab.sides import VIA_SSH
 from tunedeck.bench.records import LevelSummaryRecord
 from tunedeck.hostops import launcher
 from tunedeck.hostops.hosts import Host
+from tunedeck.hostside.jobfiles import ExitRecord, exit_record
 from tunedeck.services import jobs
 from tunedeck.util.retry import Backoff
 
@@ -56,7 +57,7 @@ class BenchRun:
         self.where = where
         self.job = job
         self.summaries: list[LevelSummaryRecord] = []
-        self.exit: dict[str, Any] | None = None
+        self.exit: ExitRecord | None = None
         self.mirrored: list[str] = []
         #: the job's outcome could not be read from the host (see :attr:`outcome`)
         self.lost = False
@@ -213,16 +214,12 @@ class BenchRun:
             yield ev
         try:
             await self._task
-            self.exit = {
-                "type": "exit",
-                "rc": 0 if any(s.get("completed") for s in self.summaries) else 1,
-                "error": None,
-            }
+            self.exit = exit_record(0 if any(s.get("completed") for s in self.summaries) else 1, None)
         except asyncio.CancelledError:
-            self.exit = {"type": "exit", "rc": 130, "error": "stopped; finished samples were kept"}
+            self.exit = exit_record(130, "stopped; finished samples were kept")
         except Exception as e:  # the CLI prints it as one line; the traceback goes to the log
             log.exception("local bench failed")
-            self.exit = {"type": "exit", "rc": 1, "error": f"{type(e).__name__}: {e}"}
+            self.exit = exit_record(1, f"{type(e).__name__}: {e}")
 
     async def mirror(self, only: set[str] | None = None) -> bool:
         """Copy the job's result folders here (incremental). Any failure is logged, not raised

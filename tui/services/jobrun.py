@@ -22,6 +22,7 @@ from tunedeck.ab.plan import Plan
 from tunedeck.hostops import launcher, logfollow
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostside import jobfiles
+from tunedeck.hostside.jobfiles import ExitRecord
 from tunedeck.services import jobs
 from tunedeck.services.benchrun import ship_data_file
 
@@ -45,7 +46,7 @@ class JobRun:
     def __init__(self, host: Host, job: jobs.Job) -> None:
         self.host = host
         self.job = job
-        self.exit: dict[str, Any] | None = None
+        self.exit: ExitRecord | None = None
         self.mirrored: list[str] = []
         #: the report or the results could not be read from the host (exit 6 of the command)
         self.lost = False

@@ -25,6 +25,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 from tunedeck.hostops import hostruns, launcher, logfollow, runstop, runstore
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostside import jobfiles
+from tunedeck.hostside.jobfiles import ExitRecord, exit_record, read_exit
 from tunedeck.services import runtime
 from tunedeck.util.aio import cancel_and_wait
 from tunedeck.util.files import atomic_write_json, atomic_write_text, os_error_text
@@ -200,7 +201,7 @@ class JobFollower:
         self.job = job
         self.offset = offset
         self.alive_every = alive_every
-        self.exit: dict[str, Any] | None = None
+        self.exit: ExitRecord | None = None
         self.lost = False
         self.link_errors = 0
         self.on_link_error: Any = None  # callable(Exception, attempt) for a UI line
@@ -298,7 +299,7 @@ class JobFollower:
                 if ev is _ENDED:
                     break
                 if ev.get("type") == "exit":
-                    self.exit = ev
+                    self.exit = read_exit(ev)
                     return
                 yield ev
             # the process is gone: stop following, hand over what the follow already parsed,
@@ -316,18 +317,17 @@ class JobFollower:
                 if ev is _ENDED:
                     continue
                 if ev.get("type") == "exit":
-                    self.exit = ev
+                    self.exit = read_exit(ev)
                     return
                 yield ev
             rc = await self.final_read(self._read_rc) if self.job.dir else None
             last = await self._last_log_line()
-            self.exit = {
-                "type": "exit",
-                "rc": rc,
-                "synthetic": True,
-                "error": f"the {self.job.kind} job ended without a final report"
+            self.exit = exit_record(
+                rc,
+                f"the {self.job.kind} job ended without a final report"
                 f" (rc {rc if rc is not None else 'unknown'}" + (f"): {last}" if last else "; killed?)"),
-            }
+                synthetic=True,
+            )
         finally:
             stop.set()
             await cancel_and_wait(tasks, f"job {self.job}")
