@@ -108,3 +108,21 @@ def _group_alive(pgid: int) -> bool:
             if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
                 return True
     return False
+
+
+async def test_wait_while_looks_again_when_told_and_says_whether_the_deadline_came_first():
+    import asyncio
+
+    from tunedeck.util.aio import wait_while
+
+    changed, state = asyncio.Event(), {"busy": True}
+
+    async def settle() -> None:
+        await asyncio.sleep(0.05)
+        state["busy"] = False
+        changed.set()
+
+    task = asyncio.ensure_future(settle())
+    assert await wait_while(lambda: state["busy"], changed, 30) is False  # it ended when told, not at 30 s
+    await task
+    assert await wait_while(lambda: True, asyncio.Event(), 0.05) is True  # still holds at the deadline

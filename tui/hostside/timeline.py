@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional
 from tunedeck.bench.counters import iter_series
 from tunedeck.fmt import text_table
 from tunedeck.hostside.jobfiles import EventLog
+from tunedeck.util.aio import wait_while
 
 log = logging.getLogger(__name__)
 
@@ -270,16 +271,11 @@ class Timeline:
                 await asyncio.wait_for(self._first_block.wait(), wait)
             except asyncio.TimeoutError:
                 log.warning("validity: no GPU reading within %g s of the start; GPU checks skipped", wait)
-            deadline = time.monotonic() + settle
-            while any(isinstance(u, float) and u >= BUSY_UTIL for u in self.gpu.get("util", [])):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._new_block.clear()
-                try:
-                    await asyncio.wait_for(self._new_block.wait(), left)
-                except asyncio.TimeoutError:
-                    break
+            await wait_while(
+                lambda: any(isinstance(u, float) and u >= BUSY_UTIL for u in self.gpu.get("util", [])),
+                self._new_block,
+                settle,
+            )
             apps = await listing
         finally:
             listing.cancel()  # cancelled with the level: its nvidia-smi is killed (below)

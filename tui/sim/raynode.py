@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from tunedeck.sim.gpus import ServerRecord, load_config
-from tunedeck.util.aio import cancel_and_wait
+from tunedeck.util.aio import cancel_and_wait, wait_while
 
 GREETING = b"tunedeck-sim-ray 1\n"
 #: the name Ray gives a vLLM worker actor's process (its ``setproctitle``), as nvidia-smi lists it
@@ -142,16 +142,7 @@ class WorkerNodes:
     async def place(self, bundles: int, first_rank: int, timeout: float) -> list[Node]:
         """Ask the nodes for ``bundles`` workers (ranks from ``first_rank`` on), waiting up to
         ``timeout`` s for enough nodes to join; the nodes that started workers."""
-        deadline = time.monotonic() + timeout
-        while self._free() < bundles:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self.joined.clear()
-            try:
-                await asyncio.wait_for(self.joined.wait(), left)
-            except asyncio.TimeoutError:
-                break
+        await wait_while(lambda: self._free() < bundles, self.joined, timeout)
         placed: list[Node] = []
         rank = first_rank
         for n in list(self.nodes):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Coroutine, Iterable, Optional, TypeVar, cast
+from typing import Any, Callable, Coroutine, Iterable, Optional, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -12,6 +12,23 @@ log = logging.getLogger(__name__)
 
 #: seconds a cancelled task gets to end before it is cancelled again
 CANCEL_GRACE = 2.0
+
+
+async def wait_while(cond: Callable[[], bool], changed: asyncio.Event, timeout: float) -> bool:
+    """Wait while ``cond()`` holds, looking again each time ``changed`` is set, for up to
+    ``timeout`` seconds; returns whether it still holds (the deadline came first)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while cond():
+        left = deadline - loop.time()
+        if left <= 0:
+            return True
+        changed.clear()
+        try:
+            await asyncio.wait_for(changed.wait(), left)
+        except asyncio.TimeoutError:
+            return cond()
+    return False
 
 
 def run_async(coro: Coroutine[Any, Any, T], *, fast: bool = True) -> T:
