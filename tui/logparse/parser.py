@@ -418,6 +418,15 @@ class LogParser:
             self.state.weights_done = True
             self.phase("weight-loading", 1.0, done=True, label="weights")
 
+    def kv_cache(self, tokens: int | None = None) -> None:
+        """A line of the KV cache's set-up: the phase, and its size in ``tokens`` when it is the first
+        size the log gives."""
+        st = self.state
+        st.kv_seen = True
+        if tokens is not None and st.kv_tokens is None:
+            st.kv_tokens = tokens
+        self.phase("kv-cache")
+
     def ready(self, ln: LogLine) -> None:
         self.state.ready_line = ln.text.strip()
         self.phase("ready", 1.0)

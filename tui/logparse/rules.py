@@ -36,6 +36,15 @@ def fact(
     return apply
 
 
+def facts_found(p: LogParser, msg: str, conv: Callable[[str], object], *fields: tuple[str, re.Pattern[str]]) -> None:
+    """State each fact (name, regex) whose regex ``msg`` holds, its first group through ``conv``; a
+    field the line lacks is not stated (the engines' versions add and drop fields)."""
+    for name, rx in fields:
+        m = rx.search(msg)
+        if m:
+            p.fact(name, conv(m.group(1)))
+
+
 def phase(name: str) -> Apply:
     """A rule whose line marks the start of phase ``name``."""
 

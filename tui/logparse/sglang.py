@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tunedeck.logparse.events import StatEvent
 from tunedeck.logparse.patterns import SG_STAT_FIELDS
-from tunedeck.logparse.rules import Rule, phase
+from tunedeck.logparse.rules import Rule, facts_found, phase
 
 if TYPE_CHECKING:
     from tunedeck.logparse.parser import LogParser
@@ -34,10 +34,7 @@ SG_PORT = re.compile(r"\bport=(\d+)")
 
 
 def _server_args(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    for name, rx in (("attention_backend", SG_ATTN), ("model", SG_MODEL)):
-        m2 = rx.search(msg)
-        if m2:
-            p.fact(name, m2.group(1))
+    facts_found(p, msg, str, ("attention_backend", SG_ATTN), ("model", SG_MODEL))
     m2 = SG_PORT.search(msg)
     if m2:
         p.declare_port(int(m2.group(1)))
@@ -50,11 +47,10 @@ def _weights_end(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -
 
 
 def _kv(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
-    st = p.state
-    st.kv_seen = True
-    p.phase("kv-cache")
+    p.kv_cache()
     if m is None:
         return
+    st = p.state
     if m.group(1):
         p.fact("kv_tokens", int(m.group(1)))
         st.kv_tokens = st.facts["kv_tokens"]  # type: ignore[assignment]
@@ -68,22 +64,14 @@ def _kv_claim(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> N
 
 def _limits(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
     assert m is not None
-    st = p.state
-    st.kv_seen = True
     p.fact("max_total_num_tokens", int(m.group(1)))
-    for name, rx in (("max_running_requests", SG_MAX_RUNNING), ("context_len", SG_CONTEXT_LEN)):
-        m2 = rx.search(msg)
-        if m2:
-            p.fact(name, int(m2.group(1)))
-    if st.kv_tokens is None:
-        st.kv_tokens = int(m.group(1))
-    p.phase("kv-cache")
+    facts_found(p, msg, int, ("max_running_requests", SG_MAX_RUNNING), ("context_len", SG_CONTEXT_LEN))
+    p.kv_cache(int(m.group(1)))
 
 
 def _mem_pool_end(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
     assert m is not None
-    p.state.kv_seen = True
-    p.phase("kv-cache")
+    p.kv_cache()
     if m.group(1):
         p.fact("avail_mem_gb", float(m.group(1)))
 

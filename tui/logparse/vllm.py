@@ -47,8 +47,7 @@ def _weights_loaded(p: LogParser) -> None:
 
 
 def _kv_phase(p: LogParser) -> None:
-    p.state.kv_seen = True
-    p.phase("kv-cache")
+    p.kv_cache()
 
 
 def _nccl(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
@@ -79,13 +78,9 @@ def _compile(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> No
 
 def _kv_tokens(p: LogParser, m: re.Match[str] | None, msg: str, ln: LogLine) -> None:
     assert m is not None
-    st = p.state
-    st.kv_seen = True
     tokens = int(m.group(1).replace(",", ""))
-    if st.kv_tokens is None:
-        st.kv_tokens = tokens
     p.fact("kv_tokens", tokens)
-    p.phase("kv-cache")
+    p.kv_cache(tokens)
     m2 = VL_MAX_CONC.search(msg)
     if m2:
         p.fact("max_concurrency", float(m2.group(2)))
