@@ -55,6 +55,18 @@ def add_python_option(p: argparse._ActionsContainer, what: str) -> None:
     p.add_argument("--python", metavar="PATH", default=None, help=f"the host's Python (>= 3.9) for {what}")
 
 
+def add_target_argument(p: argparse.ArgumentParser, help: str) -> None:
+    """The optional positional TARGET of a command about one host, given in place of ``--host``
+    (:func:`given_target` reads it)."""
+    p.add_argument("target", nargs="?", metavar="TARGET", help=help)
+
+
+def given_target(args: argparse.Namespace) -> str | None:
+    """The host a command of :func:`add_target_argument` is about: TARGET, else ``--host``."""
+    target: str | None = args.target or args.host
+    return target
+
+
 def noted_table(
     headers: Sequence[str],
     rows: Sequence[Sequence[object]],
