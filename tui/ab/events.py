@@ -4,7 +4,7 @@ carried from the host as JSON lines, shown by the command line and the screens."
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
 
@@ -30,18 +30,11 @@ class ABEvent:
     time: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "ab",
-            "kind": self.kind,
-            "message": self.message,
-            "side": self.side,
-            "repeat": self.repeat,
-            "step": self.step,
-            "steps": self.steps,
-            "fraction": self.fraction,
-            "data": dict(self.data),
-            "time": self.time,
-        }
+        """Every field by its name (``data`` as a plain dict), after ``"type": "ab"``."""
+        out: dict[str, Any] = {"type": "ab"}
+        out.update((f.name, getattr(self, f.name)) for f in fields(self))
+        out["data"] = dict(self.data)
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ABEvent":

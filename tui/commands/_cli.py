@@ -38,17 +38,33 @@ def json_actions(
     return add
 
 
-def add_noise_option(p: argparse.ArgumentParser) -> None:
-    """``--noise PCT`` of ``compare`` and ``ab``: below it, a single run's difference is noise."""
+def add_noise_option(
+    p: argparse.ArgumentParser, default: float | None = None, what: str = "noise threshold for single runs"
+) -> None:
+    """``--noise PCT`` of ``compare`` and ``ab`` (below it, a single run's difference is noise), and of
+    ``tune`` (``what`` it bounds there, its own ``default``; None: the comparison's)."""
     from tunedeck.ab.compare import DEFAULT_NOISE_PCT
 
-    p.add_argument(
-        "--noise",
-        type=float,
-        default=DEFAULT_NOISE_PCT,
-        metavar="PCT",
-        help=f"noise threshold for single runs, in %% (default {DEFAULT_NOISE_PCT:g})",
-    )
+    pct = DEFAULT_NOISE_PCT if default is None else default
+    p.add_argument("--noise", type=float, default=pct, metavar="PCT", help=f"{what}, in %% (default {pct:g})")
+
+
+def add_python_option(p: argparse._ActionsContainer, what: str) -> None:
+    """``--python PATH`` of the commands that run tunedeck's code on the host (``what``: for what,
+    and its default there)."""
+    p.add_argument("--python", metavar="PATH", default=None, help=f"the host's Python (>= 3.9) for {what}")
+
+
+def add_target_argument(p: argparse.ArgumentParser, help: str) -> None:
+    """The optional positional TARGET of a command about one host, given in place of ``--host``
+    (:func:`given_target` reads it)."""
+    p.add_argument("target", nargs="?", metavar="TARGET", help=help)
+
+
+def given_target(args: argparse.Namespace) -> str | None:
+    """The host a command of :func:`add_target_argument` is about: TARGET, else ``--host``."""
+    target: str | None = args.target or args.host
+    return target
 
 
 def noted_table(

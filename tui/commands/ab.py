@@ -13,7 +13,7 @@ from tunedeck.ab.plans import PlanError, load_plan
 from tunedeck.ab.render import to_text
 from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._ask import confirm
-from tunedeck.commands._cli import add_noise_option, fail, target_label
+from tunedeck.commands._cli import add_noise_option, add_python_option, fail, target_label
 from tunedeck.commands._jobfollow import add_follow_options, announce, cancel, follow_events
 from tunedeck.util.safety import UnsafeInput, visible
 
@@ -36,12 +36,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("a", metavar="A", nargs="?", help="profile name for A (the baseline)")
     p.add_argument("b", metavar="B", nargs="?", help="profile name for B (the candidate)")
     add_follow_options(p, "an A/B")
-    p.add_argument(
-        "--python",
-        metavar="PATH",
-        default=None,
-        help="the host's Python (>= 3.9) for the campaign (default: A's profile python, else python3)",
-    )
+    add_python_option(p, "the campaign (default: A's profile python, else python3)")
     p.add_argument(
         "--plan",
         default="default",

@@ -27,6 +27,7 @@ from tunedeck.commands._argtypes import (
 from tunedeck.commands._benchjob import EXIT_EPILOG, host_gpus, host_run
 from tunedeck.commands._benchout import fail, printer, write_json, write_json_data
 from tunedeck.commands._capacity import add_capacity_options, search_capacity
+from tunedeck.commands._cli import add_python_option
 from tunedeck.commands._workload import (
     add_workload_options,
     check_workload,
@@ -158,12 +159,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "survives a lost link), or here through an SSH port forward ('local': the numbers "
         "include the tunnel and are marked so)",
     )
-    c.add_argument(
-        "--python",
-        metavar="PATH",
-        default=None,
-        help="the host's Python (>= 3.9) for the host-side client (default: python3 on its PATH)",
-    )
+    add_python_option(c, "the host-side client (default: python3 on its PATH)")
     j = p.add_argument_group("host-side runs")
     for flag, text in (
         ("--attach", "follow a benchmark running on --host/--demo again (its results are mirrored here)"),

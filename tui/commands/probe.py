@@ -6,7 +6,7 @@ import argparse
 import json
 
 from tunedeck.commands import Subparsers, add_command
-from tunedeck.commands._cli import target_label
+from tunedeck.commands._cli import add_target_argument, given_target, target_label
 from tunedeck.commands._hosterr import report_error
 from tunedeck.fmt import gib, text_table
 from tunedeck.hostops.hosts import Host, HostError
@@ -25,7 +25,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         "kernel, CPU count, memory, python3, nvidia-smi and GPU count, and the installed "
         "SGLang/vLLM versions. One remote script, one round trip.",
     )
-    p.add_argument("target", nargs="?", metavar="TARGET", help="'local', [user@]host[:port] or an ssh alias")
+    add_target_argument(p, "'local', [user@]host[:port] or an ssh alias")
     p.add_argument("--json", action="store_true", help="print the facts as a JSON object")
     p.set_defaults(func=run)
 
@@ -78,7 +78,7 @@ async def _demo_engines(host: Host, result: ProbeResult) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    target = args.target or args.host
+    target = given_target(args)
     where = target_label(args.demo, target)
     try:
         host = get_host(target, demo=args.demo)

@@ -8,6 +8,7 @@ import sys
 
 from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._ask import add_yes_option, confirm
+from tunedeck.commands._cli import add_target_argument, given_target
 from tunedeck.commands._hosterr import report_error
 from tunedeck.hostops.hosts import HostError
 from tunedeck.hostops.target import parse_target
@@ -25,7 +26,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         "the host itself shows (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) first. A host whose "
         "key CHANGED is refused; remove the old line yourself if the change is expected.",
     )
-    p.add_argument("target", nargs="?", metavar="TARGET", help="[user@]host[:port] or an ssh alias")
+    add_target_argument(p, "[user@]host[:port] or an ssh alias")
     add_yes_option(p, "trust without asking (after comparing)")
     p.add_argument(
         "--fingerprint",
@@ -39,7 +40,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
 async def run(args: argparse.Namespace) -> int:
     from tunedeck.hostops.trust import add_trusted, check_host
 
-    target = args.target or args.host
+    target = given_target(args)
     if not target or target == "local" or args.demo:
         print("tunedeck trust: give a remote TARGET ([user@]host[:port] or an ssh alias)", file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ from typing import Any, Awaitable, Callable, Mapping, NoReturn, Sequence
 
 from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._ask import confirm
-from tunedeck.commands._cli import fail, target_label
+from tunedeck.commands._cli import add_noise_option, add_python_option, fail, target_label
 from tunedeck.commands._jobfollow import add_follow_options, announce, cancel, follow_events
 from tunedeck.util.safety import UnsafeInput
 
@@ -66,13 +66,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--repeats-max", type=int, default=2, metavar="N", help="measurements at most per candidate (default 2)"
     )
-    p.add_argument(
-        "--noise",
-        type=float,
-        default=DEFAULT_NOISE_PCT,
-        metavar="PCT",
-        help=f"the least noise band of a capacity, in %% (default {DEFAULT_NOISE_PCT:g})",
-    )
+    add_noise_option(p, DEFAULT_NOISE_PCT, "the least noise band of a capacity")
     p.add_argument("--max-concurrency", type=pos_int, default=1024, metavar="C", help="search no higher (default 1024)")
     p.add_argument("--max-steps", type=pos_int, default=8, metavar="N", help="levels per search (default 8)")
     p.add_argument(
@@ -97,7 +91,7 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     add_workload_options(p)
     add_follow_options(p, "a campaign")
     p.add_argument("--list", action="store_true", help="list the campaigns on --host/--demo")
-    p.add_argument("--python", metavar="PATH", default=None, help="the host's Python (>= 3.9) for the campaign")
+    add_python_option(p, "the campaign")
     p.add_argument("--json", metavar="FILE", help="write the campaign's result as JSON to FILE")
     p.set_defaults(func=run)
 
