@@ -37,6 +37,7 @@ from tunedeck.ab.events import ABEvent, EventFn
 from tunedeck.ab.journal import Journal, new_id
 from tunedeck.ab.ops import (
     LaunchHandle,
+    LevelRequest,
     ProfileInfo,
     ServerOps,
     StopResult,
@@ -316,14 +317,8 @@ class ABRunner:
                 def bprog(msg: str, frac: float | None, _r: int = r) -> None:
                     self._emit("bench-progress", msg, label, _r, fraction=frac)
 
-                res = await self.ops.bench(
-                    info,
-                    handle,
-                    self.plan,
-                    lv,
-                    bprog,
-                    {"ab_id": self.report.id, "side": label, "repeat": str(r + 1), "profile": info.name},
-                )
+                labels = {"ab_id": self.report.id, "side": label, "repeat": str(r + 1), "profile": info.name}
+                res = await self.ops.bench(info, handle, LevelRequest(self.plan, lv, labels, bprog))
                 if res.error and not res.summary:
                     raise ABFailed(f"{label} ({info.name}) benchmark at C={lv.concurrency} failed: {res.error}")
                 levels.append(LevelResult(lv.concurrency, dict(res.summary), res.run_id))

@@ -37,7 +37,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tupl
 from tunedeck.ab.capacity import CapacityStep, find_capacity, parse_slo
 from tunedeck.ab.events import ABEvent
 from tunedeck.ab.journal import Journal
-from tunedeck.ab.ops import LaunchHandle, ProfileInfo, ReadyResult, ServerOps, StopResult, journal_launch
+from tunedeck.ab.ops import LaunchHandle, LevelRequest, ProfileInfo, ReadyResult, ServerOps, StopResult, journal_launch
 from tunedeck.ab.plan import Plan, PlanLevel
 from tunedeck.ab.tuneresult import (
     DEFAULT_NOISE_PCT,
@@ -460,7 +460,7 @@ class TuneRunner:
                 self._emit("bench-progress", msg, c.name, fraction=frac)
 
             labels = {"ab_id": self.id, "side": c.name, "repeat": str(len(c.measurements) + 1), "profile": info.name}
-            res = await self.ops.bench(info, handle, self.workload.plan, lv, bprog, labels)
+            res = await self.ops.bench(info, handle, LevelRequest(self.workload.plan, lv, labels, bprog))
             if res.error and not res.summary:
                 raise RuntimeError(f"{c.name}: benchmark at C={conc} failed: {res.error}")
             try:
