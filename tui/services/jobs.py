@@ -298,8 +298,7 @@ class JobFollower:
                 ev = await q.get()
                 if ev is _ENDED:
                     break
-                if ev.get("type") == "exit":
-                    self.exit = read_exit(ev)
+                if self._is_exit(ev):
                     return
                 yield ev
             # the process is gone: stop following, hand over what the follow already parsed,
@@ -316,8 +315,7 @@ class JobFollower:
             for ev in pending:
                 if ev is _ENDED:
                     continue
-                if ev.get("type") == "exit":
-                    self.exit = read_exit(ev)
+                if self._is_exit(ev):
                     return
                 yield ev
             rc = await self.final_read(self._read_rc) if self.job.dir else None
@@ -331,6 +329,13 @@ class JobFollower:
         finally:
             stop.set()
             await cancel_and_wait(tasks, f"job {self.job}")
+
+    def _is_exit(self, ev: Mapping[str, Any]) -> bool:
+        """Whether ``ev`` is the job's exit event, the last of its events; it is kept as :attr:`exit`."""
+        if ev.get("type") != "exit":
+            return False
+        self.exit = read_exit(ev)
+        return True
 
     async def _read_rc(self) -> int | None:
         """The ``rc`` file's value; ``None`` when it is missing (killed); a lost link raises."""
