@@ -364,7 +364,7 @@ async def start_job(
     except OSError as e:
         raise jobs.JobError(f"writing the {kind} job's spec failed: {os_error_text(e)}") from None
     full = {"kind": kind, "run_id": jid, "deployments": True, **dict(meta)}
-    started = await launcher.start_detached(host, kind, jid, job_argv(module, jdir), {}, full)
+    started = await launcher.start_detached(host, launcher.launch_script(kind, jid, job_argv(module, jdir), {}, full))
     if started.pid is None:
         raise jobs.JobError(f"the {kind} job did not start: {started.error}")
     job = jobs.Job(

@@ -84,7 +84,7 @@ async def start(
     }
     # the job's GPU timeline queries the host's nvidia-smi (the simulated one on a --sim target)
     env = {} if host.nvidia_smi == "nvidia-smi" else {"TUNEDECK_NVIDIA_SMI": host.nvidia_smi}
-    started = await launcher.start_detached(host, kind, jid, rt.argv(kind, jdir), env, info)
+    started = await launcher.start_detached(host, launcher.launch_script(kind, jid, rt.argv(kind, jdir), env, info))
     if started.pid is None:
         raise JobError(f"{host.target}: the {kind} job did not start: {started.error}")
     return Job(kind, jid, started.run_dir or jdir, host.target, started.pid, started.starttime, True, None, info)
@@ -105,9 +105,8 @@ async def restart(host: Host, job: Job, *, python: str | None = None, argv: Sequ
     else:
         env = {}
     meta = {**dict(job.meta or {}), "restarted": time.time()}
-    started = await launcher.start_detached(
-        host, job.kind, job.job_id, list(argv), env, meta, expect=(job.pid, job.starttime)
-    )
+    script = launcher.launch_script(job.kind, job.job_id, list(argv), env, meta, expect=(job.pid, job.starttime))
+    started = await launcher.start_detached(host, script)
     if started.pid is None:
         what = f"the {job.kind} job {job.job_id} did not restart: {started.error}"
         if started.lost:  # it may have started all the same: the next try finds it there
