@@ -7,8 +7,8 @@ never to asyncssh or subprocess directly, so the demo (a ``LocalHost``
 whose PATH starts with the simulator's shims) and a real remote box run
 the same code.
 
-Primitives each implementation provides: :meth:`Host.run`,
-:meth:`Host.stream`, :meth:`Host.forward_port`, :meth:`Host.close`.
+Primitives each implementation provides: :meth:`Host._run` (a :class:`Command` that
+:meth:`Host.run` checked), :meth:`Host.stream`, :meth:`Host.forward_port`, :meth:`Host.close`.
 Everything else (scripts on stdin, detached launches, file follow,
 guarded signals) is built on those in this base class.
 """
