@@ -49,9 +49,10 @@ class FakeOps:
         self.log.append(f"flush {info.name}")
         return "cache flushed"
 
-    async def bench(self, info, handle, plan, level, on_progress, labels):
+    async def bench(self, info, handle, req):
+        level = req.level
         self.log.append(f"bench {info.name} C={level.concurrency}")
-        on_progress("running", 0.5)
+        req.on_progress("running", 0.5)
         await asyncio.sleep(self.bench_delay)
         v = self.speed[info.name] * level.concurrency
         return BenchResult(

@@ -10,7 +10,7 @@ import math
 import time
 from typing import AsyncIterator, Callable, Iterable, Mapping, Sequence
 
-from tunedeck.hostops.hosts import ByteStream, Host, HostError, RunResult
+from tunedeck.hostops.hosts import ByteStream, Command, Host, HostError, RunResult
 from tunedeck.model import NA, GpuProcess, GpuSnapshot, GpuStatus, HostStats, ServerStats
 
 
@@ -202,13 +202,13 @@ class LinkHost(Host):
             "unreachable", f"connect to 10.0.0.7 port 22: {what}: Connection timed out", target=self.target
         )
 
-    async def run(self, argv, *, env=None, input=None, timeout=30.0):  # type: ignore[no-untyped-def]
+    async def _run(self, cmd: Command) -> RunResult:
         if not self.up:
             raise self._down("run")
-        if input and "tail -c" in input:
-            offset, path = int(argv[3]) - 1, argv[4]
+        if cmd.input and "tail -c" in cmd.input:
+            offset, path = int(cmd.argv[3]) - 1, cmd.argv[4]
             return RunResult(0, bytes(self.files.get(path, b"")[offset:]).decode(), "")
-        if input and "ALIVE" in input:
+        if cmd.input and "ALIVE" in cmd.input:
             return RunResult(0, "ALIVE\n", "")
         return RunResult(0, "", "")
 
@@ -260,14 +260,7 @@ class DeadHost(Host):
     def _refused(self) -> HostError:
         return HostError("unreachable", "connection refused", target=self.target)
 
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        input: str | None = None,
-        timeout: float | None = 30.0,
-    ) -> RunResult:
+    async def _run(self, cmd: Command) -> RunResult:
         raise self._refused()
 
     def stream(

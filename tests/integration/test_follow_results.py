@@ -25,7 +25,7 @@ from tests.simfix import free_port, vllm_sim
 from tunedeck.bench import store
 from tunedeck.bench.config import BenchConfig
 from tunedeck.commands._benchjob import EXIT_OK, EXIT_PARTIAL
-from tunedeck.hostops.hosts import ByteStream, RunResult
+from tunedeck.hostops.hosts import ByteStream, Command, RunResult
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.services import jobs
 from tunedeck.services.benchrun import COMPLETE, HOST, BenchRun
@@ -143,21 +143,14 @@ class _FlakyHost(LocalHost):
         self.calls = 0
         self.raised = 0
 
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        input: str | None = None,
-        timeout: float | None = 30.0,
-    ) -> RunResult:
+    async def _run(self, cmd: Command) -> RunResult:
         self.calls += 1
         if self.calls % 10 == 0:
             self.raised += 1
             if self.calls % 20:
                 raise asyncssh.ConnectionLost("Connection lost")
             raise RuntimeError("the link broke in a way nobody listed")
-        return await super().run(argv, env=env, input=input, timeout=timeout)
+        return await super()._run(cmd)
 
     def stream(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, heartbeat: float | None = None
@@ -200,17 +193,10 @@ class _GoneAfterTheEnd(LocalHost):
         super().__init__("local")
         self.broken = False
 
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        input: str | None = None,
-        timeout: float | None = 30.0,
-    ) -> RunResult:
+    async def _run(self, cmd: Command) -> RunResult:
         if self.broken:
             raise asyncssh.ConnectionLost("Connection lost")
-        r = await super().run(argv, env=env, input=input, timeout=timeout)
+        r = await super()._run(cmd)
         if r.stdout.strip() == "DEAD":
             self.broken = True
         return r

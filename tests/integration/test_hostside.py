@@ -313,7 +313,8 @@ async def test_compare_screen_reattaches_to_a_campaign_running_on_the_host():
     host = LocalHost()
     rep = await ABRunner(FakeOps(), "base", "tuned", load_plan("quick")).run()
     jid = runstore.new_run_id()
-    started = await launcher.start_detached(host, "ab", jid, ["sleep", "60"], {}, {"kind": "ab", "ab_id": rep.id})
+    meta = {"kind": "ab", "ab_id": rep.id}
+    started = await launcher.start_detached(host, launcher.launch_script("ab", jid, ["sleep", "60"], {}, meta))
     assert started.pid is not None
     jd = Path(started.run_dir)
     (jd / "report.json").write_text(json.dumps(rep.to_dict()))
@@ -354,7 +355,7 @@ async def test_tune_screen_reattaches_to_a_campaign_running_on_the_host():
     a, b = "sglang-base", "sglang-base+attention-backend=fa3"
     jid = runstore.new_run_id()
     meta = {"kind": "tune", "campaign": "tune-reattach-1"}
-    started = await launcher.start_detached(host, "tune", jid, ["sleep", "60"], {}, meta)
+    started = await launcher.start_detached(host, launcher.launch_script("tune", jid, ["sleep", "60"], {}, meta))
     assert started.pid is not None
     jd = Path(started.run_dir)
     spec = {"campaign": "tune-reattach-1", "candidates": [{"name": a, "tp": 8}, {"name": b, "tp": 8}]}

@@ -123,7 +123,8 @@ class CapOps(FakeOps):
         super().__init__(speed={n: 50.0 for n in knees}, **kw)
         self.knees = knees
 
-    async def bench(self, info, handle, plan, level, on_progress, labels):
+    async def bench(self, info, handle, req):
+        level = req.level
         self.log.append(f"bench {info.name} C={level.concurrency}")
         c, k = level.concurrency, self.knees[info.name]
         tpot = 10.0 * (1 + c / k)  # 20 ms exactly at the knee

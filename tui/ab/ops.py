@@ -82,6 +82,18 @@ class StopResult:
 
 
 @dataclass(frozen=True)
+class LevelRequest:
+    """One plan level to benchmark against a side's server (:meth:`ServerOps.bench`)."""
+
+    plan: Plan
+    level: PlanLevel
+    #: what the level's results are labelled with (``ab_id``, ``side``, ``repeat``, ``profile``)
+    labels: Mapping[str, str]
+    #: told a line of progress and the fraction done (None: not known)
+    on_progress: Callable[[str, float | None], None]
+
+
+@dataclass(frozen=True)
 class BenchResult:
     run_id: str | None
     summary: Mapping[str, Any]
@@ -106,15 +118,7 @@ class ServerOps(Protocol):
 
     async def flush_cache(self, info: ProfileInfo, handle: LaunchHandle) -> str: ...
 
-    async def bench(
-        self,
-        info: ProfileInfo,
-        handle: LaunchHandle,
-        plan: Plan,
-        level: PlanLevel,
-        on_progress: Callable[[str, float | None], None],
-        labels: Mapping[str, str],
-    ) -> BenchResult: ...
+    async def bench(self, info: ProfileInfo, handle: LaunchHandle, req: LevelRequest) -> BenchResult: ...
 
     async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> tuple[float | None, str | None]:
         """The speculative acceptance rate (%) for levels whose summary has none, and what it is

@@ -32,11 +32,13 @@ import logging
 from dataclasses import replace
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
+from tunedeck.ab.cancel import CampaignTask, failure_text
 from tunedeck.ab.compare import compare
 from tunedeck.ab.events import ABEvent, EventFn
 from tunedeck.ab.journal import Journal, new_id
 from tunedeck.ab.ops import (
     LaunchHandle,
+    LevelRequest,
     ProfileInfo,
     ServerOps,
     StopResult,
@@ -104,8 +106,7 @@ class ABRunner:
         self._infos: dict[str, ProfileInfo] = {}
         self._runs: dict[str, list[SideRun]] = {"A": [], "B": []}
         self._live: tuple[ProfileInfo, LaunchHandle] | None = None
-        self._task: asyncio.Task[ABReport] | None = None
-        self._cancel_requested = False
+        self._task = CampaignTask()
         self._step = 0
         self._steps = self._count_steps()
 
@@ -137,18 +138,13 @@ class ABRunner:
     # -------------------------------------------------------------- control
     def cancel(self) -> None:
         """Stop as soon as possible; the server this run started is stopped, results kept."""
-        self._cancel_requested = True
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        self._task.cancel()
 
     async def run(self) -> ABReport:
-        self._task = asyncio.current_task()
         rep = self.report
         self._journal({**rep.to_dict(), "status": "running"})
         try:
-            if self._cancel_requested:
-                raise asyncio.CancelledError
-            await self._run()
+            await self._task.run(self._run)
             rep.status = "completed"
         except asyncio.CancelledError:
             rep.status = "cancelled"
@@ -162,18 +158,13 @@ class ABRunner:
             await asyncio.shield(self._cleanup())
         except Exception as e:  # noqa: BLE001 - report any failure, leave nothing running
             rep.status = "failed"
-            # host errors already read as a sentence ("gpu-box: unreachable: ..."); others get their type
-            rep.error = str(e) if type(e).__name__ == "HostError" else f"{type(e).__name__}: {e}"
+            rep.error = failure_text(e)
             self._emit("error", rep.error)
             await asyncio.shield(self._cleanup())
         finally:
             self._finish()
-        if rep.status == "cancelled" and self._task is not None:
-            # swallow our own cancellation so callers get the report
-            try:
-                self._task.uncancel()
-            except AttributeError:
-                pass
+        if rep.status == "cancelled":
+            self._task.take_back()
         return rep
 
     # -------------------------------------------------------------- internals
@@ -316,14 +307,8 @@ class ABRunner:
                 def bprog(msg: str, frac: float | None, _r: int = r) -> None:
                     self._emit("bench-progress", msg, label, _r, fraction=frac)
 
-                res = await self.ops.bench(
-                    info,
-                    handle,
-                    self.plan,
-                    lv,
-                    bprog,
-                    {"ab_id": self.report.id, "side": label, "repeat": str(r + 1), "profile": info.name},
-                )
+                labels = {"ab_id": self.report.id, "side": label, "repeat": str(r + 1), "profile": info.name}
+                res = await self.ops.bench(info, handle, LevelRequest(self.plan, lv, labels, bprog))
                 if res.error and not res.summary:
                     raise ABFailed(f"{label} ({info.name}) benchmark at C={lv.concurrency} failed: {res.error}")
                 levels.append(LevelResult(lv.concurrency, dict(res.summary), res.run_id))

@@ -34,10 +34,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple
 
+from tunedeck.ab.cancel import CampaignTask, failure_text
 from tunedeck.ab.capacity import CapacityStep, find_capacity, parse_slo
 from tunedeck.ab.events import ABEvent
 from tunedeck.ab.journal import Journal
-from tunedeck.ab.ops import LaunchHandle, ProfileInfo, ReadyResult, ServerOps, StopResult, journal_launch
+from tunedeck.ab.ops import LaunchHandle, LevelRequest, ProfileInfo, ReadyResult, ServerOps, StopResult, journal_launch
 from tunedeck.ab.plan import Plan, PlanLevel
 from tunedeck.ab.tuneresult import (
     DEFAULT_NOISE_PCT,
@@ -133,8 +134,7 @@ class TuneRunner:
         self._live: Optional[Dict[str, Any]] = None  # the server this campaign runs now (run id, candidate)
         self._handle: Optional[Tuple[ProfileInfo, LaunchHandle]] = None
         self._t0 = clock()
-        self._cancel = False
-        self._task: Optional["asyncio.Task[Any]"] = None
+        self._task = CampaignTask()
         self._step = 0
         if state:
             self._restore(state)
@@ -203,16 +203,11 @@ class TuneRunner:
     # ------------------------------------------------------------------ control
     def cancel(self) -> None:
         """Stop as soon as possible: the server this campaign started is stopped, results kept."""
-        self._cancel = True
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        self._task.cancel()
 
     async def run(self) -> Dict[str, Any]:
-        self._task = asyncio.current_task()
         try:
-            if self._cancel:
-                raise asyncio.CancelledError
-            await self._run()
+            await self._task.run(self._run)
             self.status = "completed"
         except asyncio.CancelledError:
             self.status, self.error = "cancelled", "cancelled by the user"
@@ -221,7 +216,7 @@ class TuneRunner:
         except Exception as e:
             log.exception("campaign %s failed", self.id)
             self.status = "failed"
-            self.error = str(e) if type(e).__name__ == "HostError" else f"{type(e).__name__}: {e}"
+            self.error = failure_text(e)
             self._emit("error", self.error)
             await asyncio.shield(self._stop_live())
         for c in self.cands:
@@ -234,11 +229,8 @@ class TuneRunner:
             f"campaign {self.id} {self.status}" + (f": {self.error}" if self.error else ""),
             winner=rep["winner"],
         )
-        if self.status == "cancelled" and self._task is not None:
-            try:
-                self._task.uncancel()  # our own cancellation: callers get the report
-            except AttributeError:
-                pass
+        if self.status == "cancelled":
+            self._task.take_back()
         return rep
 
     async def _run(self) -> None:
@@ -326,7 +318,7 @@ class TuneRunner:
 
     def _next_round(self) -> bool:
         """Drop the clear losers; True when another round is worth its cost."""
-        if self._cancel:
+        if self._task.requested:
             return False
         within, keep = self._contenders()
         for c in self.cands:
@@ -460,7 +452,7 @@ class TuneRunner:
                 self._emit("bench-progress", msg, c.name, fraction=frac)
 
             labels = {"ab_id": self.id, "side": c.name, "repeat": str(len(c.measurements) + 1), "profile": info.name}
-            res = await self.ops.bench(info, handle, self.workload.plan, lv, bprog, labels)
+            res = await self.ops.bench(info, handle, LevelRequest(self.workload.plan, lv, labels, bprog))
             if res.error and not res.summary:
                 raise RuntimeError(f"{c.name}: benchmark at C={conc} failed: {res.error}")
             try:

@@ -7,8 +7,8 @@ never to asyncssh or subprocess directly, so the demo (a ``LocalHost``
 whose PATH starts with the simulator's shims) and a real remote box run
 the same code.
 
-Primitives each implementation provides: :meth:`Host.run`,
-:meth:`Host.stream`, :meth:`Host.forward_port`, :meth:`Host.close`.
+Primitives each implementation provides: :meth:`Host._run` (a :class:`Command` that
+:meth:`Host.run` checked), :meth:`Host.stream`, :meth:`Host.forward_port`, :meth:`Host.close`.
 Everything else (scripts on stdin, detached launches, file follow,
 guarded signals) is built on those in this base class.
 """
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
-from tunedeck.util.safety import UnsafeInput, check_argv, env_command, visible
+from tunedeck.util.safety import UnsafeInput, check_argv, check_env, env_command, visible
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,18 @@ class RunResult:
         return self.exit_status == 0 and not self.lost and not self.timed_out
 
 
+@dataclass(frozen=True)
+class Command:
+    """A command for :meth:`Host.run`, its words and environment checked."""
+
+    argv: list[str]
+    env: dict[str, str]
+    #: sent on stdin; None: stdin is empty
+    input: str | None
+    #: seconds before it is killed; None: no limit
+    timeout: float | None
+
+
 class Host(abc.ABC):
     """A machine tunedeck works on."""
 
@@ -87,7 +99,6 @@ class Host(abc.ABC):
     nvidia_smi: str = "nvidia-smi"
 
     # ------------------------------------------------------------------ primitives
-    @abc.abstractmethod
     async def run(
         self,
         argv: Sequence[str],
@@ -96,7 +107,14 @@ class Host(abc.ABC):
         input: str | None = None,
         timeout: float | None = 30.0,
     ) -> RunResult:
-        """Run ``argv`` (built with shlex.join on remote hosts) and collect its output."""
+        """Run ``argv`` (built with shlex.join on remote hosts) and collect its output.
+
+        ``argv`` and ``env`` are checked here, before anything runs (:class:`UnsafeInput`)."""
+        return await self._run(Command(check_argv(argv), check_env(env or {}), input, timeout))
+
+    @abc.abstractmethod
+    async def _run(self, cmd: Command) -> RunResult:
+        """Run the checked ``cmd`` to its end (:meth:`run`)."""
 
     @abc.abstractmethod
     def stream(
@@ -315,6 +333,7 @@ def quote(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
 __all__ = [
     "STREAM_READ_BYTES",
     "ByteStream",
+    "Command",
     "Host",
     "HostError",
     "LineStream",

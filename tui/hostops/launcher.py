@@ -152,7 +152,7 @@ async def launch(
     store.save(rec)  # the local record exists before anything runs on the host
     gpus = gpu_set(env)
     meta = {"engine": engine, "port": port, "profile": profile, "created": rec.created, "run_id": rid, "gpus": gpus}
-    started = await start_detached(host, "runs", rid, argv, env, meta, gpus=gpus if check else None)
+    started = await start_detached(host, launch_script("runs", rid, argv, env, meta, gpus=gpus if check else None))
     dir_, pid, starttime = started.run_dir, started.pid, started.starttime
     if started.busy is not None:
         store.delete(rid)  # nothing ran
@@ -210,7 +210,16 @@ def launch_script(
     gpus: str | None = None,
     expect: tuple[int | None, str | None] | None = None,
 ) -> tuple[str, list[str]]:
-    """The launch script for :func:`start_detached` and its arguments (``sh -s -- ARGS``)."""
+    """The launch script that starts ``argv`` in its own session under ``${TUNEDECK_HOME}/<kind>/<rid>/``
+    (servers, host-side benchmarks and A/B campaigns alike), and its arguments (``sh -s -- ARGS``):
+    :func:`start_detached` runs it; what it starts outlives the link, the caller and tunedeck. With
+    ``gpus`` (:func:`gpu_set`), nothing starts while a live run of that folder uses any of them
+    (:attr:`Detached.busy`); the check and the start hold one lock on the host.
+
+    ``expect`` (pid, start time) restarts the job in its existing folder: only if the process
+    there is still that one and has ended (else :attr:`Detached.followed`: the process there now,
+    started by someone else, nothing started); its log is kept as ``log.1`` (``log.2``, ``log.3``
+    before it)."""
     check_run_id(rid)
     if gpus is not None and not all(_GPU_ID_RE.fullmatch(g) for g in gpus.split(",")):
         raise UnsafeInput(f"GPU set {gpus!r}: expected all, none or ids such as 0,1")
@@ -302,27 +311,10 @@ async def server_of(host: Host, run: HostRun) -> dict[str, object]:
     return out
 
 
-async def start_detached(
-    host: Host,
-    kind: str,
-    rid: str,
-    argv: Sequence[str],
-    env: Mapping[str, str],
-    meta: Mapping[str, object],
-    *,
-    gpus: str | None = None,
-    expect: tuple[int | None, str | None] | None = None,
-) -> Detached:
-    """Start ``argv`` in its own session under ``${TUNEDECK_HOME}/<kind>/<rid>/`` (servers, host-side
-    benchmarks and A/B campaigns alike): it outlives the link, the caller and tunedeck. With
-    ``gpus`` (:func:`gpu_set`), nothing starts while a live run of that folder uses any of them
-    (:attr:`Detached.busy`); the check and the start hold one lock on the host.
-
-    ``expect`` (pid, start time) restarts the job in its existing folder: only if the process
-    there is still that one and has ended (else :attr:`Detached.followed`: the process there now,
-    started by someone else, nothing started); its log is kept as ``log.1`` (``log.2``, ``log.3``
-    before it)."""
-    script, args = launch_script(kind, rid, argv, env, meta, gpus=gpus, expect=expect)
+async def start_detached(host: Host, launch: tuple[str, list[str]]) -> Detached:
+    """Run ``launch`` (:func:`launch_script`: the script and its arguments) on ``host`` and read what
+    it started, or why nothing started."""
+    script, args = launch
     r = await host.run_script(script, args, timeout=60)
     dir_ = pid = starttime = None
     err = None

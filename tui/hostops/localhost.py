@@ -13,7 +13,7 @@ import signal as _signal
 import time
 from typing import AsyncIterator, Mapping, Sequence
 
-from tunedeck.hostops.hosts import STREAM_READ_BYTES, ByteStream, Host, RunResult, beat_stdin, check_heartbeat
+from tunedeck.hostops.hosts import STREAM_READ_BYTES, ByteStream, Command, Host, RunResult, beat_stdin, check_heartbeat
 from tunedeck.util.aio import kill_group, terminate_group
 from tunedeck.util.safety import check_argv, check_env, check_text
 
@@ -171,22 +171,15 @@ class LocalHost(Host):
             merged.update(check_env(env))
         return merged
 
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        input: str | None = None,
-        timeout: float | None = 30.0,
-    ) -> RunResult:
-        argv = check_argv(argv)
+    async def _run(self, cmd: Command) -> RunResult:
+        argv, input, timeout = cmd.argv, cmd.input, cmd.timeout
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env=self._env(env),
+                env=self._env(cmd.env),
                 **_spawn_options(),  # type: ignore[arg-type]
             )
         except FileNotFoundError:

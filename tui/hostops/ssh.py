@@ -45,7 +45,7 @@ from typing import Mapping, Sequence
 import asyncssh
 
 from tunedeck.hostops import sshfiles
-from tunedeck.hostops.hosts import ByteStream, Host, HostError, RunResult, check_heartbeat
+from tunedeck.hostops.hosts import ByteStream, Command, Host, HostError, RunResult, check_heartbeat
 from tunedeck.hostops.hostscripts import KILL_SCRIPT, STREAM_WRAPPER
 from tunedeck.hostops.knownhosts import (
     fingerprint,
@@ -423,16 +423,10 @@ class SshHost(Host):
                 self._orphans.append(o)
 
     # ------------------------------------------------------------------ commands
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        input: str | None = None,
-        timeout: float | None = 30.0,
-    ) -> RunResult:
-        command = command_line(argv, env, timeout)
-        return await exec_command(self, command, input.encode("utf-8") if input is not None else None, timeout)
+    async def _run(self, cmd: Command) -> RunResult:
+        command = command_line(cmd.argv, cmd.env, cmd.timeout)
+        stdin = cmd.input.encode("utf-8") if cmd.input is not None else None
+        return await exec_command(self, command, stdin, cmd.timeout)
 
     def stream(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, heartbeat: float | None = None

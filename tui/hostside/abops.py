@@ -21,12 +21,13 @@ from typing import Any, Callable, Mapping
 from tunedeck.ab.ops import (
     BenchResult,
     LaunchHandle,
+    LevelRequest,
     ProfileInfo,
     ReadyResult,
     RunningServer,
     StopResult,
 )
-from tunedeck.ab.plan import Plan, PlanLevel
+from tunedeck.ab.plan import PlanLevel
 from tunedeck.bench.counters import COUNTED_SPEC, Snapshot, level_figures, parse_counters
 from tunedeck.hostops import hostruns, launcher, runstop, runstore, startupstate, tracker
 from tunedeck.hostops.hosts import Host
@@ -158,20 +159,12 @@ class LocalOps:
         return gauge_acceptance(parse_counters(r.text))
 
     # ------------------------------------------------------------------ bench
-    async def bench(
-        self,
-        info: ProfileInfo,
-        handle: LaunchHandle,
-        plan: Plan,
-        level: PlanLevel,
-        on_progress: Callable[[str, float | None], None],
-        labels: Mapping[str, str],
-    ) -> BenchResult:
+    async def bench(self, info: ProfileInfo, handle: LaunchHandle, req: LevelRequest) -> BenchResult:
         from tunedeck.bench.config import NotReady
         from tunedeck.bench.runner import run_benchmark
         from tunedeck.bench.store import StoreError
 
-        cfg = level_config(info, handle.url, plan, level, labels)
+        cfg = level_config(info, handle.url, req)
         rec = handle.handle
         if (flag_value(info.argv, "--api-key") or info.env.get(launcher.API_KEY_ENV)) and getattr(rec, "run_dir", None):
             cfg.api_key_file = f"{rec.run_dir}/{launcher.API_KEY_FILE}"  # the run's 0600 key file
@@ -183,7 +176,7 @@ class LocalOps:
                 "launch_run_id": handle.run_id,
                 "server_log": handle.server_log,
             },
-            "ab": dict(labels),
+            "ab": dict(req.labels),
             "profile": info.name,
         }
 
@@ -194,9 +187,7 @@ class LocalOps:
 
         def emit(ev: dict[str, Any]) -> None:
             timeline.on_event(ev)
-            msg, frac = progress_text(ev, level)
-            if msg:
-                on_progress(msg, frac)
+            report_progress(req, ev)
 
         try:
             await timeline.start()
@@ -241,10 +232,11 @@ async def flush_prefix_cache(engine: str, base_url: str) -> str:
     return f"cache not flushed: {path} answered HTTP {status}{hint}"
 
 
-def level_config(info: ProfileInfo, url: str, plan: Plan, level: PlanLevel, labels: Mapping[str, str]) -> Any:
-    """The :class:`tunedeck.bench.config.BenchConfig` of one plan level against ``url``."""
+def level_config(info: ProfileInfo, url: str, req: LevelRequest) -> Any:
+    """The :class:`tunedeck.bench.config.BenchConfig` of ``req``'s plan level against ``url``."""
     from tunedeck.bench.config import BenchConfig
 
+    plan, level = req.plan, req.level
     return BenchConfig(
         url=url,
         model=info.served_model or info.model,
@@ -258,7 +250,7 @@ def level_config(info: ProfileInfo, url: str, plan: Plan, level: PlanLevel, labe
         ignore_eos=plan.ignore_eos,
         temperature=plan.temperature,
         seed=plan.seed,
-        label=f"ab-{labels.get('side', '')}-{info.name}",
+        label=f"ab-{req.labels.get('side', '')}-{info.name}",
         workload=plan.workload,
     )
 
@@ -305,4 +297,11 @@ def progress_text(ev: Mapping[str, Any], level: PlanLevel) -> tuple[str, float |
     return msg, frac
 
 
-__all__ = ["LocalOps", "flush_prefix_cache", "gauge_acceptance", "level_config", "progress_text"]
+def report_progress(req: LevelRequest, ev: Mapping[str, Any]) -> None:
+    """Tell ``req``'s caller the progress a benchmark event says, where it says any."""
+    msg, frac = progress_text(ev, req.level)
+    if msg:
+        req.on_progress(msg, frac)
+
+
+__all__ = ["LocalOps", "flush_prefix_cache", "gauge_acceptance", "level_config", "progress_text", "report_progress"]

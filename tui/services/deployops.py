@@ -31,13 +31,21 @@ import sys
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from tunedeck.ab.ops import BenchResult, LaunchHandle, ProfileInfo, ReadyResult, RunningServer, ServerOps, StopResult
-from tunedeck.ab.plan import Plan, PlanLevel
+from tunedeck.ab.ops import (
+    BenchResult,
+    LaunchHandle,
+    LevelRequest,
+    ProfileInfo,
+    ReadyResult,
+    RunningServer,
+    ServerOps,
+    StopResult,
+)
 from tunedeck.hostops import hostruns, launcher, runstop
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.hostops.runstore import FAILED, READY, RunStore, new_run_id
-from tunedeck.hostside.abops import DEFAULT_READY_TIMEOUT, flush_prefix_cache, level_config, progress_text
+from tunedeck.hostside.abops import DEFAULT_READY_TIMEOUT, flush_prefix_cache, level_config, report_progress
 from tunedeck.hostside.jobfiles import SPEC
 from tunedeck.profiles.deploy import DeploymentPlan
 from tunedeck.profiles.model import ServerProfile
@@ -266,17 +274,9 @@ class DeploymentOps:
             self.datasets[head] = await runtime.ensure_data(self.host(head), data, python=self.python)
         return dict(self.datasets)
 
-    async def bench(
-        self,
-        info: ProfileInfo,
-        handle: LaunchHandle,
-        plan: Plan,
-        level: PlanLevel,
-        on_progress: Callable[[str, float | None], None],
-        labels: Mapping[str, str],
-    ) -> BenchResult:
+    async def bench(self, info: ProfileInfo, handle: LaunchHandle, req: LevelRequest) -> BenchResult:
         rec: deploy.DeploymentRecord = handle.handle
-        cfg = level_config(info, handle.url, plan, level, labels)
+        cfg = level_config(info, handle.url, req)
         if cfg.workload.path:  # the client on the head reads the file placed there at the start
             placed = self.datasets.get(rec.head)
             if placed is None:
@@ -287,7 +287,7 @@ class DeploymentOps:
             "server_port": rec.http_port,
             "server": {"argv": redact_argv(info.argv), "engine": info.engine, "launch_run_id": handle.run_id},
             "deployment": rec.result_meta(),
-            "ab": dict(labels),
+            "ab": dict(req.labels),
             "profile": info.name,
         }
         try:
@@ -300,9 +300,7 @@ class DeploymentOps:
             self._note({"bench": run.job_id, "node": rec.head})
         try:
             async for ev in run.events():
-                msg, frac = progress_text(ev, level)
-                if msg:
-                    on_progress(msg, frac)
+                report_progress(req, ev)
         except asyncio.CancelledError:
             try:
                 await asyncio.shield(run.stop())
@@ -366,7 +364,7 @@ async def start_job(
     except OSError as e:
         raise jobs.JobError(f"writing the {kind} job's spec failed: {os_error_text(e)}") from None
     full = {"kind": kind, "run_id": jid, "deployments": True, **dict(meta)}
-    started = await launcher.start_detached(host, kind, jid, job_argv(module, jdir), {}, full)
+    started = await launcher.start_detached(host, launcher.launch_script(kind, jid, job_argv(module, jdir), {}, full))
     if started.pid is None:
         raise jobs.JobError(f"the {kind} job did not start: {started.error}")
     job = jobs.Job(

@@ -84,7 +84,7 @@ async def start(
     }
     # the job's GPU timeline queries the host's nvidia-smi (the simulated one on a --sim target)
     env = {} if host.nvidia_smi == "nvidia-smi" else {"TUNEDECK_NVIDIA_SMI": host.nvidia_smi}
-    started = await launcher.start_detached(host, kind, jid, rt.argv(kind, jdir), env, info)
+    started = await launcher.start_detached(host, launcher.launch_script(kind, jid, rt.argv(kind, jdir), env, info))
     if started.pid is None:
         raise JobError(f"{host.target}: the {kind} job did not start: {started.error}")
     return Job(kind, jid, started.run_dir or jdir, host.target, started.pid, started.starttime, True, None, info)
@@ -105,9 +105,8 @@ async def restart(host: Host, job: Job, *, python: str | None = None, argv: Sequ
     else:
         env = {}
     meta = {**dict(job.meta or {}), "restarted": time.time()}
-    started = await launcher.start_detached(
-        host, job.kind, job.job_id, list(argv), env, meta, expect=(job.pid, job.starttime)
-    )
+    script = launcher.launch_script(job.kind, job.job_id, list(argv), env, meta, expect=(job.pid, job.starttime))
+    started = await launcher.start_detached(host, script)
     if started.pid is None:
         what = f"the {job.kind} job {job.job_id} did not restart: {started.error}"
         if started.lost:  # it may have started all the same: the next try finds it there
@@ -298,8 +297,7 @@ class JobFollower:
                 ev = await q.get()
                 if ev is _ENDED:
                     break
-                if ev.get("type") == "exit":
-                    self.exit = read_exit(ev)
+                if self._is_exit(ev):
                     return
                 yield ev
             # the process is gone: stop following, hand over what the follow already parsed,
@@ -316,8 +314,7 @@ class JobFollower:
             for ev in pending:
                 if ev is _ENDED:
                     continue
-                if ev.get("type") == "exit":
-                    self.exit = read_exit(ev)
+                if self._is_exit(ev):
                     return
                 yield ev
             rc = await self.final_read(self._read_rc) if self.job.dir else None
@@ -331,6 +328,13 @@ class JobFollower:
         finally:
             stop.set()
             await cancel_and_wait(tasks, f"job {self.job}")
+
+    def _is_exit(self, ev: Mapping[str, Any]) -> bool:
+        """Whether ``ev`` is the job's exit event, the last of its events; it is kept as :attr:`exit`."""
+        if ev.get("type") != "exit":
+            return False
+        self.exit = read_exit(ev)
+        return True
 
     async def _read_rc(self) -> int | None:
         """The ``rc`` file's value; ``None`` when it is missing (killed); a lost link raises."""

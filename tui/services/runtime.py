@@ -57,6 +57,7 @@ SHIPPED: tuple[str, ...] = (
     "bench/",
     "bench/workloads/",
     "ab/__init__.py",
+    "ab/cancel.py",
     "ab/capacity.py",
     "ab/compare.py",
     "ab/confdiff.py",
