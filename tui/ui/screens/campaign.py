@@ -26,7 +26,8 @@ from rich.text import Text
 from textual import events, on, work
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Static
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
 
 from tunedeck.ab.events import ABEvent
 from tunedeck.hostops.liveness import LinkWatch
@@ -133,7 +134,11 @@ class CampaignScreen(Screen[None]):
     def action_toggle_side(self) -> None:
         self.toggle_class("-side")
 
-    def _load_profiles(self) -> list[str]:
+    def _profile_names(self) -> list[str]:
+        """The profiles the screen was given, else the store's (an unreadable store: none, and the
+        status line says why)."""
+        if self._profiles is not None:
+            return self._profiles
         from tunedeck.profiles.model import ProfileError
         from tunedeck.profiles.store import ProfileStore
 
@@ -143,6 +148,15 @@ class CampaignScreen(Screen[None]):
             log.warning("profiles unavailable: %s", e)
             self.call_after_refresh(self._status, f"profiles unavailable: {e}")
             return []
+
+    def _fill_profiles(self, list_id: str, names: list[str], prompt: Callable[[str], str | Text] = str) -> None:
+        """The profile list ``#list_id``: one option per name (shown as ``prompt(name)``, its id the
+        name), the first highlighted."""
+        ol = self.query_one(f"#{list_id}", OptionList)
+        for n in names:
+            ol.add_option(Option(prompt(n), id=n))
+        if names:
+            ol.highlighted = 0
 
     # ------------------------------------------------------------------ status
     def _status(self, text: str | Text) -> None:

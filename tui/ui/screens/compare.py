@@ -35,7 +35,6 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Label, Log, OptionList, ProgressBar, Select, Static
-from textual.widgets.option_list import Option
 
 from tunedeck.ab.compare import Comparison, compare
 from tunedeck.ab.events import ABEvent
@@ -213,12 +212,7 @@ class CompareScreen(CampaignScreen):
 
     def on_mount(self) -> None:
         self._set_narrow(self.app.size.width < self.NARROW)
-        names = self._profiles if self._profiles is not None else self._load_profiles()
-        ol = self.query_one("#ab-profiles", OptionList)
-        for n in names:
-            ol.add_option(Option(n, id=n))
-        if names:
-            ol.highlighted = 0
+        self._fill_profiles("ab-profiles", self._profile_names())
         self._show_marks()
         bar = self.query_one("#ab-progress", ProgressBar)
         bar.update(total=1, progress=0)

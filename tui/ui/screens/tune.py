@@ -40,7 +40,6 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Input, Label, Log, OptionList, Select, Static
-from textual.widgets.option_list import Option
 
 from tunedeck.ab.events import ABEvent
 from tunedeck.ab.tuneview import TuneProgress, TuneSnapshot
@@ -193,14 +192,10 @@ class TuneScreen(CampaignScreen):
 
     def on_mount(self) -> None:
         self._set_narrow(self.app.size.width < self.NARROW)
-        names = self._profiles if self._profiles is not None else self._load_profiles()
+        names = self._profile_names()
         if self.base is None and names:
             self.base = names[0]
-        ol = self.query_one("#tune-profiles", OptionList)
-        for n in names:
-            ol.add_option(Option(self._option_text(n), id=n))
-        if names:
-            ol.highlighted = 0
+        self._fill_profiles("tune-profiles", names, self._option_text)
         self._show_command()
         self._show_status()
         if self._initial is not None:
