@@ -152,7 +152,7 @@ class NsHost:
         py = q(sys.executable)
         ray = q(str(Path(sys.executable).parent / "ray"))
         files = {
-            "nvidia-smi": head + f'exec {py} -m tunedeck sim smi "$@"\n',
+            "nvidia-smi": head + f'exec {py} -m tunedeck.sim.smi "$@"\n',
             "tdpython": head + f'exec {py} "$@"\n',
             "ray": head + f'exec {ray} "$@"\n',
         }

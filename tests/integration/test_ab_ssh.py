@@ -34,7 +34,7 @@ def remote_shims(sshd: SshdServer, sim_state: Path) -> Path:
     )
     py = q(sys.executable)
     files = {
-        "nvidia-smi": head + f'exec {py} -m tunedeck sim smi "$@"\n',
+        "nvidia-smi": head + f'exec {py} -m tunedeck.sim.smi "$@"\n',
         "simpython": head + 'if [ "$1" = -m ] && [ "$2" = sglang.launch_server ]; then shift 2; '
         f'exec {py} -m tunedeck sim sglang "$@"; fi\nexec {py} "$@"\n',
     }

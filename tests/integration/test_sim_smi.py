@@ -218,6 +218,7 @@ def test_write_shims_quotes_paths(tmp_path):
     write_shims(d, python=sys.executable)
     text = (d / "nvidia-smi").read_text()
     assert text.startswith("#!/bin/sh\n") and '"$@"' in text
+    assert " -m tunedeck.sim.smi " in text  # the module alone: pollers start it every second
     assert os.access(d / "nvidia-smi", os.X_OK)
     r = subprocess.run([str(d / "nvidia-smi"), "-L"], capture_output=True, text=True, cwd=tmp_path, timeout=30)
     assert r.returncode == 0 and r.stdout.startswith("GPU 0: NVIDIA H200")

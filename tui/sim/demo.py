@@ -4,7 +4,8 @@
 environment overlay puts ``<sim state>/bin`` first on ``PATH`` and sets
 ``TUNEDECK_SIM_STATE``. The shims there are small ``sh`` scripts:
 
-- ``nvidia-smi`` → ``python -m tunedeck sim smi "$@"`` (simulated GPUs)
+- ``nvidia-smi`` → ``python -m tunedeck.sim.smi "$@"`` (simulated GPUs; the module alone, not the
+  whole command line, since pollers start it once a second or more)
 - ``tunedeck``   → ``python -m tunedeck "$@"``
 - ``vllm``       → ``python -m tunedeck sim vllm "$@"`` (so ``vllm serve MODEL …`` works)
 - ``sglang``     → ``python -m tunedeck sim sglang "$@"`` (so ``sglang serve …`` works)
@@ -23,12 +24,12 @@ from pathlib import Path
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.sim.gpus import state_root
 
-#: shim name -> argv after ``python -m tunedeck``
+#: shim name -> argv after ``python -m``
 SHIMS: dict[str, tuple[str, ...]] = {
-    "nvidia-smi": ("sim", "smi"),
-    "tunedeck": (),
-    "vllm": ("sim", "vllm"),
-    "sglang": ("sim", "sglang"),
+    "nvidia-smi": ("tunedeck.sim.smi",),
+    "tunedeck": ("tunedeck",),
+    "vllm": ("tunedeck", "sim", "vllm"),
+    "sglang": ("tunedeck", "sim", "sglang"),
 }
 
 
@@ -43,7 +44,7 @@ def shim_dir(state: Path | None = None) -> Path:
 
 def shim_text(args: tuple[str, ...], python: str) -> str:
     q = shlex.quote
-    cmd = " ".join([q(python), "-m", "tunedeck", *(q(a) for a in args), '"$@"'])
+    cmd = " ".join([q(python), "-m", *(q(a) for a in args), '"$@"'])
     return f"#!/bin/sh\n# tunedeck simulator shim (written by tunedeck.sim.demo.write_shims)\nexec {cmd}\n"
 
 

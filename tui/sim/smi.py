@@ -435,3 +435,11 @@ def _num(v: str, opt: str) -> float:
     if x <= 0:
         raise SmiUsage(f"Invalid value {v!r} for option {opt}.\n\nPlease run 'nvidia-smi -h' for help.\n")
     return x
+
+
+if __name__ == "__main__":
+    # the demo host's nvidia-smi (tunedeck.sim.demo): this module alone, logging as the CLI does
+    from tunedeck.util import logs
+
+    logs.setup()
+    raise SystemExit(main(sys.argv[1:]))
