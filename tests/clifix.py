@@ -7,12 +7,14 @@ import contextlib
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import REPO, tunedeck_cmd
+from tests.waits import poll
 
 #: a stand-in engine server (tests/fakeserver.py): the progress lines of a real one, no GPU
 FAKE = str(REPO / "tests" / "fakeserver.py")
@@ -165,3 +167,58 @@ def tune_small(out: object) -> list[str]:
         *("--prompts-per-c", "2", "--min-prompts", "6", "--start", "16", "--max-steps", "6", "--repeats-max", "1"),
         *("--yes", "--json", str(out)),
     ]
+
+
+class Stderr:
+    """A process's stderr lines, each with when it arrived (``time.monotonic()``), read by a thread
+    of its own while the test reads stdout (:meth:`finish`)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[tuple[float, str]] = []
+        self._proc = proc
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+
+    def _read(self) -> None:
+        assert self._proc.stderr is not None
+        for line in self._proc.stderr:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def first(self, text: str, after: float = 0.0) -> tuple[float, str] | None:
+        return next(((t, x) for t, x in list(self.lines) if t >= after and text in x), None)
+
+    def text(self) -> str:
+        return "\n".join(x for _, x in list(self.lines))
+
+    def wait_for(self, *texts: str, timeout: float, after: float = 0.0) -> tuple[float, str]:
+        """The first line since ``after`` that holds one of ``texts``; AssertionError (with the last
+        lines read) after the scaled ``timeout``, or at once if the process ended without it."""
+
+        def seen() -> tuple[float, str] | bool | None:
+            for t in texts:
+                if hit := self.first(t, after):
+                    return hit
+            return self._proc.poll() is not None
+
+        hit = poll(seen, timeout)
+        if not isinstance(hit, tuple):
+            raise AssertionError(f"no {' or '.join(map(repr, texts))} on stderr:\n{self.text()[-3000:]}")
+        return hit
+
+    def join(self) -> None:
+        self._t.join(10)
+
+    def finish(self, timeout: float) -> str:
+        """Stdout to its end, then the exit. Stderr stays this thread's alone: ``communicate()``
+        would read it too, and close it under the thread."""
+        out = self._proc.stdout.read() if self._proc.stdout is not None else ""
+        self._proc.wait(timeout)
+        return out
+
+    def kill(self) -> None:
+        """End the process if it still runs (the thread reads stderr to its end)."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(30)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()

@@ -20,13 +20,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
+from tests.clifix import Stderr
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_hostside import sim
 from tests.integration.test_hostside_ssh import bench_args
@@ -48,30 +48,6 @@ SLACK_S = 4.0
 #: after the link is back: a connect attempt begun during the drop (connect timeout 20 s) and the
 #: follow's backoff (cap 10 s), then the reconnect itself
 RESUME_S = 20 + 10 + 10
-
-
-class Stderr:
-    """A process's stderr lines, each with when it arrived (``time.monotonic()``)."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.lines: list[tuple[float, str]] = []
-        self._proc = proc
-        self._t = threading.Thread(target=self._read, daemon=True)
-        self._t.start()
-
-    def _read(self) -> None:
-        assert self._proc.stderr is not None
-        for line in self._proc.stderr:
-            self.lines.append((time.monotonic(), line.rstrip("\n")))
-
-    def first(self, text: str, after: float = 0.0) -> tuple[float, str] | None:
-        return next(((t, x) for t, x in list(self.lines) if t >= after and text in x), None)
-
-    def text(self) -> str:
-        return "\n".join(x for _, x in list(self.lines))
-
-    def join(self) -> None:
-        self._t.join(10)
 
 
 def _stat(pid: int) -> list[str]:
@@ -156,13 +132,11 @@ def bench_through_a_drop(ns_hosts: Callable[[int], list[NsHost]], drop_s: float)
             cut, back_at = False, time.monotonic()
             back = until(lambda: err.first("link to the host is back", back_at), RESUME_S, what="the link back")
             resumed = back[0] - back_at
-            out_text, _ = proc.communicate(timeout=scaled(120))
+            out_text = err.finish(scaled(120))
         finally:
             if cut:
                 h.restore_operator()
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate(timeout=30)
+            err.kill()
             err.join()
     log = err.text()
     assert proc.returncode == 0, log[-3000:]

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
 
 import pytest
 
+from tests.clifix import Stderr
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_hostside import sim
 from tests.integration.test_hostside_ssh import bench_args, cli
@@ -54,33 +54,16 @@ def test_five_session_kills_during_host_side_benchmarks_each_report_the_uncut_re
                 cwd=REPO,
                 env=sshd.client_env(**env),
             )
-            err: list[str] = []
-            started = threading.Event()
-
-            def read_err(
-                p: subprocess.Popen[str] = proc, lines: list[str] = err, ev: threading.Event = started
-            ) -> None:
-                assert p.stderr is not None
-                for line in p.stderr:
-                    lines.append(line)
-                    if "runs on" in line:
-                        ev.set()
-
-            t = threading.Thread(target=read_err, daemon=True)
-            t.start()
+            err = Stderr(proc)
             t1 = time.monotonic()
-            assert started.wait(120), "".join(err)
+            err.wait_for("runs on", timeout=120)
             at = max(0.0, t1 + frac * span - time.monotonic())
             time.sleep(at)
             at = time.monotonic() - t1
             killed = sshd.kill_sessions(TEST_USER)
-            # stdout here, stderr in the thread alone (communicate() would read it too, and close it
-            # under the thread); the test's timeout bounds a hang
-            assert proc.stdout is not None
-            out_text = proc.stdout.read()
-            proc.wait(timeout=60)
-            t.join(5)
-            log = "".join(err)
+            out_text = err.finish(60)
+            err.join()
+            log = err.text()
             assert proc.returncode == 0, (at, killed, log[-3000:])
             s = json.loads(out_text)
             assert isinstance(s, dict), (at, out_text[:500])  # the summary, never []

@@ -9,13 +9,12 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.clifix import bench_load, run_cli
+from tests.clifix import Stderr, bench_load, run_cli
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_ab_ssh import remote_shims, remote_state
 from tests.simfix import free_port, vllm_sim
@@ -73,28 +72,17 @@ def test_bench_survives_sshd_killed_five_times_with_nothing_lost_or_repeated(ssh
             cwd=REPO,
             env=sshd.client_env(),
         )
-        err: list[str] = []
-        started = threading.Event()
-
-        def read_err() -> None:
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                err.append(line)
-                if "waiting for" in line or "runs on" in line:
-                    started.set()
-
-        t = threading.Thread(target=read_err, daemon=True)
-        t.start()
-        assert started.wait(60), "".join(err)
+        err = Stderr(proc)
+        err.wait_for("waiting for", "runs on", timeout=60)
         for _ in range(5):
             time.sleep(1.5)
             sshd.stop()  # listener and every session: the host "goes away"
             time.sleep(1.0)
             sshd.start()
-        out_text, _ = proc.communicate(timeout=240)
-        t.join(5)
-    assert proc.returncode == 0, "".join(err)[-3000:]
-    assert "link to the host lost" in "".join(err)
+        out_text = err.finish(60)
+        err.join()
+    assert proc.returncode == 0, err.text()[-3000:]
+    assert "link to the host lost" in err.text()
     s = json.loads(out_text)
     for key in ("completed", "failed", "num_prompts", "total_output_tokens"):
         assert s[key] == ref[key], (key, s[key], ref[key])

@@ -30,8 +30,9 @@ from typing import Any
 
 import pytest
 
+from tests.clifix import Stderr
 from tests.conftest import REPO, tunedeck_cmd
-from tests.integration.test_drop_netns import BEAT_S, BOUND_S, RESUME_S, SLACK_S, Stderr, _stat
+from tests.integration.test_drop_netns import BEAT_S, BOUND_S, RESUME_S, SLACK_S, _stat
 from tests.nshosts import NsHost, ns_hosts, ns_pids  # noqa: F401  (fixture)
 from tests.simfix import free_port
 from tests.waits import scaled, until
@@ -190,13 +191,11 @@ def test_a_campaign_through_three_drops_and_a_host_side_kill_ranks_as_an_uncut_r
         link.cut()
         link.restore()
         assert not (job_dir / "report.json").exists(), "the campaign ended during the third drop: make it longer"
-        proc.communicate(timeout=scaled(240))
+        err.finish(scaled(240))
     finally:
         if link.down:
             h.restore_operator()
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=30)
+        err.kill()
         err.join()
     cut_s = time.monotonic() - t0
     log = err.text()
