@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import signal
@@ -48,7 +47,7 @@ from client_truth import free_port, one_run, wait_port
 from tests.traces import mooncake_rows
 from tunedeck.bench import metrics
 from tunedeck.bench.client import EndpointConfig, Live, RequestSpec, make_client, prepare, quiet_gc
-from tunedeck.bench.levels import drive
+from tunedeck.bench.levels import LoadShape, drive
 from tunedeck.util.aio import run_async
 
 
@@ -78,10 +77,7 @@ async def replay(url: str, specs: List[RequestSpec]) -> Dict[str, Any]:
                 client,
                 ep,
                 specs,
-                concurrency=None,
-                rate=math.inf,
-                burstiness=1.0,
-                seed=0,
+                LoadShape(),
                 t0=time.perf_counter() + 0.2,
                 live=Live(),
                 on_sample=samples.append,

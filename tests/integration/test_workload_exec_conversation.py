@@ -10,7 +10,7 @@ import pytest
 
 from tests.fakesrv import FakeServer
 from tunedeck.bench.client import EndpointConfig, Live, RequestSpec, make_client
-from tunedeck.bench.levels import drive, sessions_of
+from tunedeck.bench.levels import LoadShape, drive, sessions_of
 from tunedeck.util.aio import run_async
 
 
@@ -31,10 +31,7 @@ async def _drive(url: str, specs: list[RequestSpec], endpoint: str, concurrency:
             client,
             EndpointConfig(url, "fake-model", endpoint),
             specs,
-            concurrency=concurrency,
-            rate=float("inf"),
-            burstiness=1.0,
-            seed=0,
+            LoadShape(concurrency=concurrency),
             t0=None,
             live=Live(),
             on_sample=out.append,
@@ -140,7 +137,7 @@ def test_sessions_are_grouped_and_checked():
 def test_worker_processes_keep_each_conversation_in_one_worker(tmp_path):
     from tunedeck.bench.config import BenchConfig
     from tunedeck.bench.fanout import run_level_workers
-    from tunedeck.bench.levels import Progress
+    from tunedeck.bench.levels import Level, Progress
 
     rec = tmp_path / "received.jsonl"
     specs = _conversations(4, 3, 0.05)
@@ -150,7 +147,16 @@ def test_worker_processes_keep_each_conversation_in_one_worker(tmp_path):
         ep = EndpointConfig(srv.url, "fake-model", "chat")
         _dur, _health, finished = run_async(
             run_level_workers(
-                cfg, ep, specs, 2, float("inf"), Progress(0, 0.0, 12), samples.append, lambda m: None, lambda t: None
+                cfg,
+                ep,
+                Level(
+                    specs,
+                    LoadShape(concurrency=2),
+                    Progress(0, 0.0, 12),
+                    samples.append,
+                    lambda m: None,
+                    lambda t: None,
+                ),
             )
         )
     assert finished and len(samples) == 12 and all(s["success"] for s in samples)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from tests.fakesrv import FakeServer
 from tunedeck.bench import metrics
 from tunedeck.bench.client import EndpointConfig, Live, RequestSpec, make_client
-from tunedeck.bench.levels import drive, schedule_of
+from tunedeck.bench.levels import LoadShape, drive, schedule_of
 from tunedeck.bench.prompts import arrival_offsets
 from tunedeck.util.aio import run_async
 
@@ -32,7 +31,7 @@ def _trace(n: int, span: float) -> list[RequestSpec]:
     return specs
 
 
-async def _drive(url: str, specs: list[RequestSpec], **kw: object) -> tuple[float, list[dict]]:
+async def _drive(url: str, specs: list[RequestSpec], shape: LoadShape) -> tuple[float, list[dict]]:
     out: list[dict] = []
     ep = EndpointConfig(url, "fake-model")
     async with make_client() as client:
@@ -40,10 +39,7 @@ async def _drive(url: str, specs: list[RequestSpec], **kw: object) -> tuple[floa
             client,
             ep,
             specs,
-            concurrency=kw.get("concurrency"),  # type: ignore[arg-type]
-            rate=kw.get("rate", math.inf),  # type: ignore[arg-type]
-            burstiness=1.0,
-            seed=kw.get("seed", 0),  # type: ignore[arg-type]
+            shape,
             t0=None,
             live=Live(),
             on_sample=out.append,
@@ -56,7 +52,7 @@ def test_trace_replay_sends_each_request_at_its_time(tmp_path):
     rec = tmp_path / "received.jsonl"
     specs = _trace(240, 3.0)
     with FakeServer("--ttft-ms", "5", "--itl-ms", "1", "--record", str(rec)) as srv:
-        start, samples = run_async(_drive(srv.url, specs))
+        start, samples = run_async(_drive(srv.url, specs, LoadShape()))
     assert len(samples) == 240 and all(s["success"] for s in samples), samples[:2]
     by_index = {sp.index: sp for sp in specs}
     for s in samples:
@@ -115,10 +111,7 @@ def test_a_due_send_goes_out_between_the_reads_of_a_burst(uvloop: bool) -> None:
                 client,
                 ep,
                 holders + probes,
-                concurrency=None,
-                rate=math.inf,
-                burstiness=1.0,
-                seed=0,
+                LoadShape(),
                 t0=None,
                 live=Live(),
                 on_sample=out.append,
@@ -151,7 +144,7 @@ def test_a_due_send_goes_out_between_the_reads_of_a_burst(uvloop: bool) -> None:
 def test_trace_replay_honours_a_concurrency_cap_given_with_it():
     specs = [RequestSpec([1, 2], 2, 20, i, True, at_s=0.0) for i in range(12)]
     with FakeServer("--ttft-ms", "5", "--itl-ms", "10") as srv:
-        _start, samples = run_async(_drive(srv.url, specs, concurrency=3))
+        _start, samples = run_async(_drive(srv.url, specs, LoadShape(concurrency=3)))
     assert all(s["success"] for s in samples)
     assert metrics.max_overlap(samples) == 3
     # the slot wait is queue time, not dispatch lag: the dispatcher itself was on time
@@ -163,7 +156,7 @@ def test_trace_replay_honours_a_concurrency_cap_given_with_it():
 def test_request_rate_records_the_gamma_schedule_on_the_same_path():
     specs = [RequestSpec([1, 2], 2, 2, i, True) for i in range(40)]
     with FakeServer("--ttft-ms", "2", "--itl-ms", "1") as srv:
-        _start, samples = run_async(_drive(srv.url, specs, rate=40.0, seed=5))
+        _start, samples = run_async(_drive(srv.url, specs, LoadShape(rate=40.0, seed=5)))
     want = arrival_offsets(40, 40.0, 1.0, 5)
     got = {s["index"]: s for s in samples}
     for i, off in enumerate(want):
@@ -176,7 +169,7 @@ def test_request_rate_records_the_gamma_schedule_on_the_same_path():
 def test_closed_loop_has_no_dispatch_lag_figure():
     specs = [RequestSpec([1, 2], 2, 2, i, True) for i in range(6)]
     with FakeServer("--ttft-ms", "2", "--itl-ms", "1") as srv:
-        _start, samples = run_async(_drive(srv.url, specs, concurrency=2))
+        _start, samples = run_async(_drive(srv.url, specs, LoadShape(concurrency=2)))
     d = metrics.dispatch_lag(samples)
     assert d["dispatch_lag_p99_ms"] is None and d["dispatch_behind"] is False
     assert all(s["scheduled_at"] is None for s in samples)
@@ -207,7 +200,7 @@ def test_a_schedule_on_only_some_requests_is_refused():
 def test_trace_replay_with_worker_processes_keeps_the_schedule():
     from tunedeck.bench.config import BenchConfig
     from tunedeck.bench.fanout import run_level_workers
-    from tunedeck.bench.levels import Progress
+    from tunedeck.bench.levels import Level, Progress
 
     specs = _trace(60, 1.5)
     samples: list[dict] = []
@@ -217,13 +210,7 @@ def test_trace_replay_with_worker_processes_keeps_the_schedule():
             run_level_workers(
                 cfg,
                 EndpointConfig(srv.url, "fake-model"),
-                specs,
-                None,
-                math.inf,
-                Progress(0, 0.0, 60),
-                samples.append,
-                lambda m: None,
-                lambda t: None,
+                Level(specs, LoadShape(), Progress(0, 0.0, 60), samples.append, lambda m: None, lambda t: None),
             )
         )
     assert finished and len(samples) == 60 and {s["worker"] for s in samples} == {0, 1}

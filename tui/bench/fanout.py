@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tup
 from tunedeck.bench.client import EndpointConfig, RequestSpec
 from tunedeck.bench.config import BenchConfig
 from tunedeck.bench.health import client_health
-from tunedeck.bench.levels import Progress, connect_stats, preconnect_count
+from tunedeck.bench.levels import Level, LoadShape, Progress, connect_stats, preconnect_count
 from tunedeck.bench.records import SampleRecord
 
 _pc = time.perf_counter
@@ -41,11 +41,11 @@ def worker_argv() -> List[str]:
 
 
 def _worker_job(
-    cfg: BenchConfig, ep: EndpointConfig, specs: List[RequestSpec], conc: Optional[int], rate: float, n: int, w: int
+    cfg: BenchConfig, ep: EndpointConfig, specs: List[RequestSpec], shape: LoadShape, n: int, w: int
 ) -> Optional[Dict[str, Any]]:
     """Worker ``w``'s share of the level (of ``n``), as the job line it reads; None when it has no users."""
-    wc = None if conc is None else conc // n + (1 if w < conc % n else 0)
-    if wc == 0:
+    part = shape.share(n, w)
+    if part is None:
         return None
     # a conversation stays in one worker (its turns need the answers before them)
     mine = [asdict(s) for i, s in enumerate(specs) if (i if s.session is None else s.session) % n == w]
@@ -53,16 +53,16 @@ def _worker_job(
         "worker": w,
         "endpoint": asdict(ep),
         "specs": mine,
-        "concurrency": wc,
-        "rate": rate / n if math.isfinite(rate) else "inf",
-        "burstiness": cfg.burstiness,
-        "seed": cfg.seed + w,
+        "concurrency": part.concurrency,
+        "rate": part.rate if math.isfinite(part.rate) else "inf",
+        "burstiness": part.burstiness,
+        "seed": part.seed,
         "warmup": (cfg.warmup // n) + (1 if w < cfg.warmup % n else 0),
         "read_timeout": cfg.read_timeout,
         "input_len": cfg.input_len,
         "output_len": cfg.output_len,
         "token_ids": cfg.token_ids,
-        "preconnect": preconnect_count(len(mine), wc) if cfg.preconnect else 0,
+        "preconnect": preconnect_count(len(mine), part.concurrency) if part.preopen else 0,
         "api_key_file": cfg.api_key_file,
     }
 
@@ -173,22 +173,17 @@ async def _stop_workers(procs: List["asyncio.subprocess.Process"]) -> None:
 async def run_level_workers(
     cfg: BenchConfig,
     ep: EndpointConfig,
-    specs: List[RequestSpec],
-    conc: Optional[int],
-    rate: float,
-    prog: Progress,
-    on_sample: Callable[[SampleRecord], None],
-    emit: Callable[[Dict[str, Any]], None],
-    set_t0: Callable[[float], None],
+    level: Level,
     before_go: Optional[Callable[[], Awaitable[None]]] = None,
 ) -> Tuple[float, Dict[str, Any], bool]:
     """The level in ``cfg.workers`` processes; ``before_go`` is awaited once every worker is ready,
     right before t0. Returns (duration, client health, finished)."""
+    prog, emit = level.prog, level.emit
     n = max(1, cfg.workers)
     procs = []
     argv = worker_argv()
     for w in range(n):
-        job = _worker_job(cfg, ep, specs, conc, rate, n, w)
+        job = _worker_job(cfg, ep, level.specs, level.shape, n, w)
         if job is not None:
             procs.append(await _start_worker(argv, job))
     try:
@@ -199,12 +194,12 @@ async def run_level_workers(
             await before_go()
         t0 = _pc() + 0.05
         prog.t0 = t0
-        set_t0(t0)
+        level.set_t0(t0)
         for p in procs:
             assert p.stdin is not None
             p.stdin.write(f"go {t0!r}\n".encode())
             await p.stdin.drain()
-        lines = _WorkerLines(len(procs), prog, on_sample)
+        lines = _WorkerLines(len(procs), prog, level.on_sample)
         tk = asyncio.ensure_future(lines.ticker(emit))
         readers = [asyncio.ensure_future(lines.read(k, p)) for k, p in enumerate(procs)]
         try:

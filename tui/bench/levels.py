@@ -7,6 +7,7 @@ import asyncio
 import logging
 import math
 import time
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tunedeck.bench import metrics
@@ -31,6 +32,32 @@ from tunedeck.util.aio import cancel_and_wait
 log = logging.getLogger(__name__)
 
 _pc = time.perf_counter
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    """How a level sends its requests: what :func:`drive` needs besides the process's own client,
+    requests and sinks. One per level, in-process or split over workers (:meth:`share`)."""
+
+    #: requests (or conversations) in flight at most; None: no cap
+    concurrency: Optional[int] = None
+    #: requests a second (Gamma arrivals); inf: all at t0
+    rate: float = math.inf
+    #: the Gamma shape (1 = Poisson)
+    burstiness: float = 1.0
+    #: the arrivals' random seed
+    seed: int = 0
+    #: keep connections idle ahead of a schedule (off with ``--no-preconnect``)
+    preopen: bool = True
+
+    def share(self, n: int, w: int) -> Optional[LoadShape]:
+        """Worker ``w``'s part of the level over ``n`` workers; None when the cap leaves it no users."""
+        conc = self.concurrency
+        wc = None if conc is None else conc // n + (1 if w < conc % n else 0)
+        if wc == 0:
+            return None
+        rate = self.rate / n if math.isfinite(self.rate) else self.rate
+        return replace(self, concurrency=wc, rate=rate, seed=self.seed + w)
 
 
 def schedule_of(specs: Sequence[RequestSpec]) -> Optional[List[float]]:
@@ -75,17 +102,13 @@ async def drive(
     client: HttpClient,
     ep: EndpointConfig,
     specs: Sequence[RequestSpec],
+    shape: LoadShape,
     *,
-    concurrency: Optional[int],
-    rate: float,
-    burstiness: float,
-    seed: int,
     t0: Optional[float],
     live: Live,
     on_sample: Callable[[SampleRecord], None],
     prepared: Optional[Sequence[Request]] = None,
     started: Optional[Callable[[float], None]] = None,
-    preopen: bool = True,
 ) -> float:
     """Send ``specs`` with the given load shape; returns t0 (when the first request was dispatched).
 
@@ -93,16 +116,16 @@ async def drive(
     for now. ``on_sample`` gets every record (also partial ones on cancel).
     ``prepared``: the requests built beforehand with :func:`prepare`.
     ``started(t0)`` is called right before the first dispatch.
-    ``preopen``: keep connections idle ahead of a schedule (off with ``--no-preconnect``).
 
     Specs carrying ``at_s`` are sent at t0 + at_s (no cap unless
-    ``concurrency`` is given), on the same path as the Gamma arrivals of a
+    ``shape.concurrency`` is given), on the same path as the Gamma arrivals of a
     finite ``rate``; both record each request's scheduled and actual send
     time and the dispatcher's lateness. Without a cap each request is written
     the moment it falls due, by whichever read notices first
     (:class:`~tunedeck.bench.dispatch.EagerDispatch`). Specs carrying ``session``
     are conversations (:func:`_converse`).
     """
+    concurrency, rate = shape.concurrency, shape.rate
     at = schedule_of(specs)
     conversation = is_conversation(specs)
     reqs: Sequence[Optional[Request]] = prepared if prepared is not None else [None] * len(specs)
@@ -120,7 +143,7 @@ async def drive(
     if started is not None:
         started(start)
     if conversation:
-        await _converse(client, ep, specs, concurrency, rate, burstiness, seed, start, live, on_sample)
+        await _converse(client, ep, specs, shape, start, live, on_sample)
         return start
     if at is None and not math.isfinite(rate) and concurrency:
         it = iter(zip(specs, reqs))
@@ -135,7 +158,7 @@ async def drive(
 
         await _gather_cancel([asyncio.ensure_future(lane()) for _ in range(min(concurrency, len(specs)))])
         return start
-    offsets = at if at is not None else arrival_offsets(len(specs), rate, burstiness, seed)
+    offsets = at if at is not None else arrival_offsets(len(specs), rate, shape.burstiness, shape.seed)
     order = sorted(range(len(specs)), key=offsets.__getitem__) if at is not None else range(len(specs))
     sem = asyncio.Semaphore(concurrency) if concurrency else None
     tasks: "List[asyncio.Future[Any]]" = []
@@ -177,7 +200,13 @@ async def drive(
                 tasks.append(asyncio.ensure_future(one(specs[i], reqs[i], dues[k], written)))
 
             sender = EagerDispatch(
-                client, ep.url, dues, [ready[i] for i in seq], launch, client.sends_per_tick or len(seq), keep=preopen
+                client,
+                ep.url,
+                dues,
+                [ready[i] for i in seq],
+                launch,
+                client.sends_per_tick or len(seq),
+                keep=shape.preopen,
             )
             await sender.run()
             if sender.unready:
@@ -200,10 +229,7 @@ async def _converse(
     client: HttpClient,
     ep: EndpointConfig,
     specs: Sequence[RequestSpec],
-    concurrency: Optional[int],
-    rate: float,
-    burstiness: float,
-    seed: int,
+    shape: LoadShape,
     start: float,
     live: Live,
     on_sample: Callable[[SampleRecord], None],
@@ -222,8 +248,8 @@ async def _converse(
     if all(a is not None for a in firsts):
         starts = [float(a) for a in firsts if a is not None]
     else:
-        starts = arrival_offsets(len(sessions), rate, burstiness, seed)
-    sem = asyncio.Semaphore(concurrency) if concurrency else None
+        starts = arrival_offsets(len(sessions), shape.rate, shape.burstiness, shape.seed)
+    sem = asyncio.Semaphore(shape.concurrency) if shape.concurrency else None
 
     def drop_text(s: SampleRecord) -> None:
         s.pop("_answer", None)
@@ -392,20 +418,26 @@ def connect_stats(times: Sequence[float]) -> Dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Level:
+    """One level to run, in this process (:func:`run_level_inproc`) or in worker processes
+    (:func:`~tunedeck.bench.fanout.run_level_workers`): its requests, how they are sent, its live
+    state, and where its records and events go."""
+
+    specs: List[RequestSpec]
+    shape: LoadShape
+    prog: Progress
+    on_sample: Callable[[SampleRecord], None]
+    emit: Callable[[Dict[str, Any]], None]
+    #: called with t0 when the timed phase starts
+    set_t0: Callable[[float], None]
+
+
 async def run_level_inproc(
-    client: HttpClient,
-    ep: EndpointConfig,
-    cfg: BenchConfig,
-    specs: List[RequestSpec],
-    conc: Optional[int],
-    rate: float,
-    prog: Progress,
-    on_sample: Callable[[SampleRecord], None],
-    emit: Callable[[Dict[str, Any]], None],
-    prepared: Optional[Sequence[Request]],
-    set_t0: Callable[[float], None],
+    client: HttpClient, ep: EndpointConfig, level: Level, prepared: Optional[Sequence[Request]]
 ) -> Tuple[float, Dict[str, Any], bool]:
     """Returns (duration, client health, finished)."""
+    prog, emit = level.prog, level.emit
     live = Live()
     prog.bins = live.bins
     mon = ClientMonitor()
@@ -414,7 +446,7 @@ async def run_level_inproc(
 
     def on_start(t0: float) -> None:
         prog.t0 = t0
-        set_t0(t0)
+        level.set_t0(t0)
         if not started.done():
             started.set_result(t0)
 
@@ -437,17 +469,13 @@ async def run_level_inproc(
             await drive(
                 client,
                 ep,
-                specs,
-                concurrency=conc,
-                rate=rate,
-                burstiness=cfg.burstiness,
-                seed=cfg.seed,
+                level.specs,
+                level.shape,
                 t0=None,
                 live=live,
-                on_sample=on_sample,
+                on_sample=level.on_sample,
                 prepared=prepared,
                 started=on_start,
-                preopen=cfg.preconnect,
             )
             end = _pc()
         finished = True

@@ -72,6 +72,8 @@ from tunedeck.bench.fanout import run_level_workers
 from tunedeck.bench.http import HttpClient
 from tunedeck.bench.httpcore import HTTPError, base_url
 from tunedeck.bench.levels import (
+    Level,
+    LoadShape,
     Progress,
     connect_stats,
     preconnect_count,
@@ -394,11 +396,12 @@ async def run_benchmark(
                 # after warmup, right before t0: the level's own traffic only
                 _c.append(await read_counters(client, cfg.url) if cfg.server_counters else None)
 
+            level = Level(
+                specs, LoadShape(conc, rate, cfg.burstiness, cfg.seed, cfg.preconnect), prog, on_sample, emit, set_t0
+            )
             try:
                 if cfg.workers > 1:
-                    duration, health, finished = await run_level_workers(
-                        cfg, ep, specs, conc, rate, prog, on_sample, emit, set_t0, before_go=counters_before
-                    )
+                    duration, health, finished = await run_level_workers(cfg, ep, level, before_go=counters_before)
                 else:
                     await warmup(client, ep, cfg.warmup, cfg, conc)
                     prepared = [prepare(client, ep, sp) for sp in specs]
@@ -408,9 +411,7 @@ async def run_benchmark(
                         emit({"type": "connected", "level": li, **connect})
                     await counters_before()
                     opened = client.connections_opened
-                    duration, health, finished = await run_level_inproc(
-                        client, ep, cfg, specs, conc, rate, prog, on_sample, emit, prepared, set_t0
-                    )
+                    duration, health, finished = await run_level_inproc(client, ep, level, prepared)
                     connect["connections_opened_timed"] = client.connections_opened - opened
                 if cfg.server_counters:
                     counters.append(await read_counters(client, cfg.url))

@@ -30,7 +30,7 @@ from typing import Any, Dict, Optional
 from tunedeck.bench.client import EndpointConfig, Live, RequestSpec, make_client, prepare, quiet_gc
 from tunedeck.bench.config import BenchConfig, auth_headers
 from tunedeck.bench.health import ClientMonitor
-from tunedeck.bench.levels import drive, warmup
+from tunedeck.bench.levels import LoadShape, drive, warmup
 from tunedeck.bench.records import SampleRecord
 from tunedeck.util.aio import run_async
 
@@ -77,7 +77,13 @@ async def _main() -> int:
     out = sys.stdout
     ep = EndpointConfig(**job["endpoint"])
     specs = [RequestSpec(**s) for s in job["specs"]]
-    rate = math.inf if job["rate"] == "inf" else float(job["rate"])
+    shape = LoadShape(
+        concurrency=job["concurrency"],
+        rate=math.inf if job["rate"] == "inf" else float(job["rate"]),
+        burstiness=job["burstiness"],
+        seed=job["seed"],
+        preopen=bool(job.get("preconnect")),
+    )
     w = job["worker"]
 
     def send(obj: Any) -> None:
@@ -91,10 +97,10 @@ async def _main() -> int:
                 url=ep.base_url,
                 input_len=job["input_len"],
                 output_len=job["output_len"],
-                seed=job["seed"],
+                seed=shape.seed,
                 token_ids=bool(job.get("token_ids", True)),
             )
-            await warmup(client, ep, job["warmup"], cfg, job["concurrency"])
+            await warmup(client, ep, job["warmup"], cfg, shape.concurrency)
             prepared = [prepare(client, ep, sp) for sp in specs]
             connect = await client.warm(ep.url, int(job.get("preconnect") or 0))
             send({"ready": True, "connect_times": connect})
@@ -140,20 +146,7 @@ async def _main() -> int:
             tk = asyncio.ensure_future(ticker())
             try:
                 with quiet_gc():
-                    await drive(
-                        client,
-                        ep,
-                        specs,
-                        concurrency=job["concurrency"],
-                        rate=rate,
-                        burstiness=job["burstiness"],
-                        seed=job["seed"],
-                        t0=t0,
-                        live=live,
-                        on_sample=on_sample,
-                        prepared=prepared,
-                        preopen=bool(job.get("preconnect")),
-                    )
+                    await drive(client, ep, specs, shape, t0=t0, live=live, on_sample=on_sample, prepared=prepared)
                     t_end = _pc()
             finally:
                 tk.cancel()
