@@ -26,6 +26,7 @@ from tunedeck.model import NA, GpuStatus, LinkState
 from tunedeck.ui.app import TunedeckApp, make_app
 from tunedeck.ui.messages import GpuSamples, HostSamples, HostStateChanged
 from tunedeck.ui.modes import MODE_REGISTRY, ModeSpec
+from tunedeck.ui.polling import close_logged
 from tunedeck.widgets.gpu_table import GpuProcessTable, GpuTable
 from tunedeck.widgets.host_banner import HostBanner
 from tunedeck.widgets.server_panel import METRICS_DISABLED, ServerPanel
@@ -303,6 +304,68 @@ async def test_a_crashed_collector_is_not_restarted_once_polling_stopped():
         await until(pilot, later.is_set)
         assert host.calls == 1
         assert not [w for w in app.workers if w.group == "poll-gpu-box-01" and not w.is_finished]
+
+
+class _StopAsSampled(FakeServers):
+    """A servers feed whose second sample comes back just as the loop is told to stop."""
+
+    app: TunedeckApp | None = None
+
+    async def sample(self):
+        out = await super().sample()
+        if self.calls == 2 and self.app is not None:
+            for w in self.app.workers:
+                if w.name == "servers":
+                    w.cancel()
+        return out
+
+
+async def test_a_stop_that_comes_as_a_sample_does_still_ends_the_loop():
+    """On 3.11 ``asyncio.wait_for`` returns the result of an awaitable that finished as its task was
+    cancelled, and swallows the cancel: a poll loop waiting so ran on after stop() (and stop() waited
+    for it until the test's timeout)."""
+    servers = _StopAsSampled()
+    app = app_with(servers=servers)
+    servers.app = app
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: servers.calls >= 2)
+        await until(pilot, lambda: all(w.is_finished for w in app.workers if w.name == "servers"))
+        calls = servers.calls
+        await pilot.pause(0.3)  # six intervals of a loop that did not stop
+        assert servers.calls == calls
+
+
+async def test_closing_something_that_ignores_its_cancel_is_left_behind_at_the_timeout(caplog):
+    """``close_logged`` logs a close that hangs and returns at its timeout, even when what it closes
+    ignores the cancel (wait_for would wait for the cancel too, forever)."""
+
+    released = asyncio.Event()
+    ended = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not released.is_set():
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                continue
+        ended.set()
+
+    t0 = time.monotonic()
+    task = asyncio.ensure_future(close_logged("the stubborn feed", stubborn(), 0.2))
+    done, _ = await asyncio.wait({task}, timeout=5)
+    released.set()  # let the feed left behind end with the test
+    await asyncio.wait_for(ended.wait(), 5)
+    assert done, "close_logged did not return"
+    assert time.monotonic() - t0 < 4
+    assert "the stubborn feed did not close within 0.2 s" in caplog.text
+
+
+async def test_a_close_that_fails_is_logged_not_raised(caplog):
+    async def broken() -> None:
+        raise OSError("socket gone")
+
+    await close_logged("the broken feed", broken(), 1.0)
+    assert "closing the broken feed failed" in caplog.text and "socket gone" in caplog.text
 
 
 class _OtherScreen(Screen):

@@ -29,12 +29,19 @@ log = logging.getLogger(__name__)
 async def close_logged(what: str, aw: Awaitable[Any], timeout: float = 3.0) -> None:
     """Close something on the way out (leaving the app, switching hosts): a close that fails or
     hangs past ``timeout`` is logged and left behind, never raised into the exit."""
+    task = asyncio.ensure_future(aw)
     try:
-        await asyncio.wait_for(aw, timeout)
-    except asyncio.TimeoutError:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        # asked to end, and left behind: wait_for() would wait for the cancellation too, forever
+        # for something that ignores it
+        task.cancel()
         log.warning("%s did not close within %g s", what, timeout)
-    except Exception:
-        log.warning("closing %s failed", what, exc_info=True)
+    elif not task.cancelled() and (err := task.exception()) is not None:
+        log.warning("closing %s failed", what, exc_info=err)
 
 
 async def close_host(target: str, sources: Sources, host: "Host | None") -> None:
@@ -206,8 +213,11 @@ class Poller:
         while True:
             t0 = time.monotonic()
             try:
-                stats = await asyncio.wait_for(source.sample(), self.settings.sample_timeout)
-            except (HostError, asyncio.TimeoutError, TimeoutError) as e:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that comes as
+                # the sample does, and a loop that ignores stop() runs on beside the new one
+                async with asyncio.timeout(self.settings.sample_timeout):
+                    stats = await source.sample()
+            except (HostError, TimeoutError) as e:
                 if isinstance(e, HostError):
                     kind, msg, retry = e.kind, e.message, e.retryable
                 else:
@@ -232,8 +242,9 @@ class Poller:
         while True:
             t0 = time.monotonic()
             try:
-                servers = await asyncio.wait_for(source.sample(), self.settings.sample_timeout)
-            except (HostError, asyncio.TimeoutError, TimeoutError):
+                async with asyncio.timeout(self.settings.sample_timeout):  # see _host_loop
+                    servers = await source.sample()
+            except (HostError, TimeoutError):
                 pass  # the host loop shows the link state; keep the last figures
             else:
                 self.app.post_message(ServerSamples(self.target, tuple(servers)))
