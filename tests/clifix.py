@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import REPO, tunedeck_cmd
-from tests.waits import poll
+from tests.waits import poll, scaled
 
 #: a stand-in engine server (tests/fakeserver.py): the progress lines of a real one, no GPU
 FAKE = str(REPO / "tests" / "fakeserver.py")
@@ -194,11 +194,14 @@ class Stderr:
         """The first line since ``after`` that holds one of ``texts``; AssertionError (with the last
         lines read) after the scaled ``timeout``, or at once if the process ended without it."""
 
+        def found() -> tuple[float, str] | None:
+            return next((hit for t in texts if (hit := self.first(t, after))), None)
+
         def seen() -> tuple[float, str] | bool | None:
-            for t in texts:
-                if hit := self.first(t, after):
-                    return hit
-            return self._proc.poll() is not None
+            if self._proc.poll() is None:
+                return found()
+            self._t.join(10)  # it ended: its last lines may still be in the pipe
+            return found() or True
 
         hit = poll(seen, timeout)
         if not isinstance(hit, tuple):
@@ -209,11 +212,22 @@ class Stderr:
         self._t.join(10)
 
     def finish(self, timeout: float) -> str:
-        """Stdout to its end, then the exit. Stderr stays this thread's alone: ``communicate()``
-        would read it too, and close it under the thread."""
-        out = self._proc.stdout.read() if self._proc.stdout is not None else ""
-        self._proc.wait(timeout)
-        return out
+        """Stdout to its end and the exit, within the scaled ``timeout`` (else the process is killed
+        and AssertionError). Stderr stays this thread's alone: ``communicate()`` would read it too,
+        and close it under the thread."""
+        out: list[str] = []
+        stdout = self._proc.stdout
+        reader = threading.Thread(target=lambda: out.append(stdout.read() if stdout else ""), daemon=True)
+        reader.start()
+        reader.join(scaled(timeout))
+        if reader.is_alive():
+            self._proc.kill()
+            self._proc.wait(30)
+            reader.join(5)  # the pipe's end, before kill() closes it under the reader
+            self.kill()
+            raise AssertionError(f"no exit in {scaled(timeout):.0f} s; stderr:\n{self.text()[-3000:]}")
+        self._proc.wait(10)
+        return out[0]
 
     def kill(self) -> None:
         """End the process if it still runs (the thread reads stderr to its end)."""

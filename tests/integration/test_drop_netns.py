@@ -132,7 +132,7 @@ def bench_through_a_drop(ns_hosts: Callable[[int], list[NsHost]], drop_s: float)
             cut, back_at = False, time.monotonic()
             back = until(lambda: err.first("link to the host is back", back_at), RESUME_S, what="the link back")
             resumed = back[0] - back_at
-            out_text = err.finish(scaled(120))
+            out_text = err.finish(120)
         finally:
             if cut:
                 h.restore_operator()

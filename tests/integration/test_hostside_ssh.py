@@ -79,7 +79,7 @@ def test_bench_survives_sshd_killed_five_times_with_nothing_lost_or_repeated(ssh
             sshd.stop()  # listener and every session: the host "goes away"
             time.sleep(1.0)
             sshd.start()
-        out_text = err.finish(60)
+        out_text = err.finish(240)
         err.join()
     assert proc.returncode == 0, err.text()[-3000:]
     assert "link to the host lost" in err.text()

@@ -35,7 +35,7 @@ from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_drop_netns import BEAT_S, BOUND_S, RESUME_S, SLACK_S, _stat
 from tests.nshosts import NsHost, ns_hosts, ns_pids  # noqa: F401  (fixture)
 from tests.simfix import free_port
-from tests.waits import scaled, until
+from tests.waits import until
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
@@ -191,7 +191,7 @@ def test_a_campaign_through_three_drops_and_a_host_side_kill_ranks_as_an_uncut_r
         link.cut()
         link.restore()
         assert not (job_dir / "report.json").exists(), "the campaign ended during the third drop: make it longer"
-        err.finish(scaled(240))
+        err.finish(240)
     finally:
         if link.down:
             h.restore_operator()

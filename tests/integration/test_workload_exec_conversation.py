@@ -151,7 +151,7 @@ def test_worker_processes_keep_each_conversation_in_one_worker(tmp_path):
                 ep,
                 Level(
                     specs,
-                    LoadShape(concurrency=2),
+                    LoadShape(concurrency=2, preopen=False),
                     Progress(0, 0.0, 12),
                     samples.append,
                     lambda m: None,

@@ -210,7 +210,14 @@ def test_trace_replay_with_worker_processes_keeps_the_schedule():
             run_level_workers(
                 cfg,
                 EndpointConfig(srv.url, "fake-model"),
-                Level(specs, LoadShape(), Progress(0, 0.0, 60), samples.append, lambda m: None, lambda t: None),
+                Level(
+                    specs,
+                    LoadShape(preopen=False),
+                    Progress(0, 0.0, 60),
+                    samples.append,
+                    lambda m: None,
+                    lambda t: None,
+                ),
             )
         )
     assert finished and len(samples) == 60 and {s["worker"] for s in samples} == {0, 1}

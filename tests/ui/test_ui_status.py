@@ -353,11 +353,28 @@ async def test_closing_something_that_ignores_its_cancel_is_left_behind_at_the_t
     t0 = time.monotonic()
     task = asyncio.ensure_future(close_logged("the stubborn feed", stubborn(), 0.2))
     done, _ = await asyncio.wait({task}, timeout=5)
-    released.set()  # let the feed left behind end with the test
-    await asyncio.wait_for(ended.wait(), 5)
     assert done, "close_logged did not return"
     assert time.monotonic() - t0 < 4
     assert "the stubborn feed did not close within 0.2 s" in caplog.text
+    released.set()  # let the feed left behind end with the test
+    await asyncio.wait_for(ended.wait(), 5)
+
+
+async def test_a_close_left_behind_that_fails_later_is_logged_then(caplog):
+    gate = asyncio.Event()
+
+    async def late() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await gate.wait()
+            raise OSError("channel reset") from None
+
+    await close_logged("the late feed", late(), 0.1)
+    assert "did not close within" in caplog.text and "channel reset" not in caplog.text
+    gate.set()
+    await until_async(lambda: "channel reset" in caplog.text, 5)
+    assert "closing the late feed failed after its timeout" in caplog.text
 
 
 async def test_a_close_that_fails_is_logged_not_raised(caplog):

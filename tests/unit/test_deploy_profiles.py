@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tunedeck.hostops.hosts import RunResult
+from tunedeck.hostops.hosts import Command, RunResult
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.profiles.deploy import RAY_WAIT, build_deployment, check_deployment
 from tunedeck.profiles.model import ProfileError
@@ -395,7 +395,7 @@ class _RayStatusHost(LocalHost):
         super().__init__()
         self.texts, self.calls = texts, 0
 
-    async def run(self, argv, *, env=None, input=None, timeout=30.0):  # type: ignore[no-untyped-def]
+    async def _run(self, cmd: Command) -> RunResult:
         text = self.texts[min(self.calls, len(self.texts) - 1)]
         self.calls += 1
         return RunResult(0, text, "")

@@ -10,7 +10,7 @@ import pytest
 from tests.ui_fakes import DeadHost
 from tunedeck.collectors.history import GpuHistory
 from tunedeck.collectors.hoststats import HostCollector, cpu_percent, parse_proc
-from tunedeck.hostops.hosts import HostError, RunResult
+from tunedeck.hostops.hosts import Command, HostError, RunResult
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.model import NA, GpuSnapshot, GpuStatus
 
@@ -64,7 +64,7 @@ async def test_local_samples(use_psutil: bool) -> None:
 class _NoProcHost(LocalHost):
     is_local = False
 
-    async def run(self, argv, *, env=None, input=None, timeout=30.0):  # type: ignore[no-untyped-def]
+    async def _run(self, cmd: Command) -> RunResult:
         return RunResult(1, "", "sh: 1: cannot open /proc/stat: Permission denied")
 
 

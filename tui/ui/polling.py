@@ -26,6 +26,23 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 
+#: closes left behind at their timeout, held until they end (asyncio keeps only weak references)
+_LEFT_BEHIND: set[asyncio.Future[Any]] = set()
+
+
+def _leave_behind(what: str, task: asyncio.Future[Any]) -> None:
+    """Ask ``task`` to end and let it go; a failure it still ends with is logged then."""
+    task.cancel()
+    _LEFT_BEHIND.add(task)
+
+    def ended(t: asyncio.Future[Any]) -> None:
+        _LEFT_BEHIND.discard(t)
+        if not t.cancelled() and (err := t.exception()) is not None:
+            log.warning("closing %s failed after its timeout", what, exc_info=err)
+
+    task.add_done_callback(ended)
+
+
 async def close_logged(what: str, aw: Awaitable[Any], timeout: float = 3.0) -> None:
     """Close something on the way out (leaving the app, switching hosts): a close that fails or
     hangs past ``timeout`` is logged and left behind, never raised into the exit."""
@@ -33,12 +50,12 @@ async def close_logged(what: str, aw: Awaitable[Any], timeout: float = 3.0) -> N
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
     except asyncio.CancelledError:
-        task.cancel()
+        _leave_behind(what, task)
         raise
     if not done:
-        # asked to end, and left behind: wait_for() would wait for the cancellation too, forever
-        # for something that ignores it
-        task.cancel()
+        # left behind: wait_for() would wait for the cancellation too, forever for something
+        # that ignores it
+        _leave_behind(what, task)
         log.warning("%s did not close within %g s", what, timeout)
     elif not task.cancelled() and (err := task.exception()) is not None:
         log.warning("closing %s failed", what, exc_info=err)
