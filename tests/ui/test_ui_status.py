@@ -566,8 +566,9 @@ async def test_fast_feed_is_drawn_at_most_twice_a_second():
         await pilot.pause(0.6)
         elapsed = time.monotonic() - t0
         # 40 snapshots in ~0.8 s (longer on a loaded machine): one draw per half second, plus the
-        # first and the trailing one, whatever the feed's pace
-        assert draws <= 2 * elapsed + 2, (draws, elapsed)
+        # first and the trailing one, whatever the feed's pace. The half-second ticks need not
+        # start with t0, so a window of `elapsed` s holds up to int(2 * elapsed) + 1 of them.
+        assert draws <= int(2 * elapsed) + 3, (draws, elapsed)
         assert cell(table, "gpu-1", "util") == f"{(37 + 11 * 39) % 101}%"  # the newest one is shown
 
 
