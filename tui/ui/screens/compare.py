@@ -291,7 +291,7 @@ class CompareScreen(CampaignScreen):
     async def _default_start(
         self, a: str, b: str, plan: Any, repeats: int, interleave: bool, confirm: Callable[[str], Awaitable[bool]]
     ) -> Any:
-        from tunedeck.services.abrun import ABRun
+        from tunedeck.services.abrun import ABRun, ABSettings
 
         host = self._app_host()
         target = getattr(self.app, "target", "") or host.target
@@ -300,10 +300,9 @@ class CompareScreen(CampaignScreen):
             a,
             b,
             plan,
+            ABSettings(repeats, interleave),
             demo=target == "demo",
             sim=bool(getattr(self.app, "sim", False)),
-            repeats=repeats,
-            interleave=interleave,
             confirm_stop=confirm,
             host_label=target,
         )
