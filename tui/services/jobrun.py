@@ -2,11 +2,12 @@
 (:mod:`tunedeck.services.abrun`) and a tuning campaign (:mod:`tunedeck.services.tunerun`) share.
 
 Before the start: one campaign per host (:func:`refuse_while_running`), the servers that run
-there stopped only after a yes (:func:`ask_to_stop_runs`), the plan's dataset placed on the host
-(:func:`ship_workload`). After it, :class:`JobRun`: found again by its job id or its campaign's
-id, its events followed by byte offset (a lost link is told through ``on_link_error`` /
-``on_link_ok`` and never cuts the campaign), its report read and its results mirrored here,
-retried over a failing link, and a cancel that stops the server it started.
+there stopped only after a yes (:func:`ask_to_stop_runs`), the Python its job runs with
+(:func:`campaign_python`), the plan's dataset placed on the host (:func:`ship_workload`). After
+it, :class:`JobRun`: found again by its job id or its campaign's id, its events followed by byte
+offset (a lost link is told through ``on_link_error`` / ``on_link_ok`` and never cuts the
+campaign), its report read and its results mirrored here, retried over a failing link, and a
+cancel that stops the server it started.
 """
 
 from __future__ import annotations
