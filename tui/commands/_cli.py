@@ -49,10 +49,21 @@ def add_noise_option(
     p.add_argument("--noise", type=float, default=pct, metavar="PCT", help=f"{what}, in %% (default {pct:g})")
 
 
+def add_dangerous_env_option(p: argparse.ArgumentParser) -> None:
+    """``--allow-dangerous-env`` of the commands that build a profile's command (``preflight``,
+    ``profiles check``, ``profiles command``): its environment may set what changes the executable."""
+    p.add_argument("--allow-dangerous-env", action="store_true", help="accept LD_PRELOAD, PATH, PYTHONPATH, …")
+
+
 def add_python_option(p: argparse._ActionsContainer, what: str) -> None:
     """``--python PATH`` of the commands that run tunedeck's code on the host (``what``: for what,
     and its default there)."""
     p.add_argument("--python", metavar="PATH", default=None, help=f"the host's Python (>= 3.9) for {what}")
+
+
+def add_profile_argument(p: argparse.ArgumentParser) -> None:
+    """The positional NAME of a command about one profile: a stored profile's name or a TOML file."""
+    p.add_argument("name", metavar="NAME", help="profile name or path to a .toml file")
 
 
 def add_target_argument(p: argparse.ArgumentParser, help: str) -> None:

@@ -1,6 +1,7 @@
 """The workload source options of ``tunedeck bench`` and ``tunedeck tune`` (``--dataset-name`` and
 each source's own options, docs/workloads.md), and the :class:`~tunedeck.bench.workloads.WorkloadSpec`
-they ask for. The Bench setup screen builds its form from the same table."""
+they ask for. The Bench setup screen builds its form from the same table. Also the two commands'
+``--endpoint`` and ``--warmup``."""
 
 from __future__ import annotations
 
@@ -87,6 +88,16 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
     for flag, _source, _key, typ, text in WORKLOAD_OPTIONS:
         metavar = {ratio: "R", pos_float: "X", nonneg_float: "S"}.get(typ, "N")
         d.add_argument(flag, type=typ, default=None, metavar=metavar, help=text)
+
+
+def add_endpoint_option(g: argparse._ActionsContainer) -> None:
+    """``--endpoint`` of ``bench`` and ``tune``: the API the requests are sent to."""
+    g.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+
+
+def add_warmup_option(g: argparse._ActionsContainer) -> None:
+    """``--warmup`` of ``bench`` and ``tune``: requests sent before each level's timed phase."""
+    g.add_argument("--warmup", type=nonneg_int, default=1, help="warmup requests per level (not recorded)")
 
 
 def workload_options(args: argparse.Namespace) -> tuple[tuple[str, Any], ...]:

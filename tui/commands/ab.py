@@ -125,14 +125,14 @@ def _noise(args: argparse.Namespace) -> float | None:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    """How the command line runs an A/B, on one host or over two deployments: the simulator or
-    the engine, repeats and their order, the noise threshold, the host's Python, and the question
-    asked before a running server is stopped."""
+    """How the command line runs an A/B, on one host or over two deployments: repeats, their
+    order and the noise threshold (its settings), the simulator or the engine, the host's Python,
+    and the question asked before a running server is stopped."""
+    from tunedeck.services.abrun import ABSettings
+
     return {
+        "settings": ABSettings(args.repeats, args.interleave, _noise(args)),
         "sim": args.sim,
-        "repeats": args.repeats,
-        "interleave": args.interleave,
-        "noise_pct": _noise(args),
         "confirm_stop": lambda q: _ask(args, q),
         "python": args.python,
     }

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from tunedeck.bench.plan import BenchPlan
+from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._argtypes import (
     int_list,
     nonneg_float,
-    nonneg_int,
     percentiles,
     port,
     pos_float,
@@ -29,6 +29,8 @@ from tunedeck.commands._benchout import fail, printer, write_json, write_json_da
 from tunedeck.commands._capacity import add_capacity_options, search_capacity
 from tunedeck.commands._cli import add_python_option
 from tunedeck.commands._workload import (
+    add_endpoint_option,
+    add_warmup_option,
     add_workload_options,
     check_workload,
     dataset_file,
@@ -38,11 +40,11 @@ from tunedeck.commands._workload import (
 )
 
 
-def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = add_command(
+        subparsers,
+        common,
         "bench",
-        parents=[common],
-        help="streaming serving benchmark with vLLM-compatible metrics",
         description="Benchmark an OpenAI-compatible server: TTFT, TPOT, ITL, E2EL, throughput, goodput, "
         "as `vllm bench serve` defines them. Every finished request is saved under the results store.",
         epilog=EXIT_EPILOG,
@@ -63,7 +65,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "runs on its head node against the port the head serves; the result records the deployment",
     )
     g.add_argument("--model", help="model name (default: the first one /v1/models lists)")
-    g.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    add_endpoint_option(g)
     g.add_argument(
         "--ready-timeout",
         type=pos_float,
@@ -105,7 +107,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         default=None,
         help="max_tokens per request (default 128); also the text and conversation sources' length",
     )
-    w.add_argument("--warmup", type=nonneg_int, default=1, help="warmup requests per level (not recorded)")
+    add_warmup_option(w)
     w.add_argument(
         "--ignore-eos",
         action=argparse.BooleanOptionalAction,

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tunedeck.ab.journal import Journal, export
+from tunedeck.ab.journal import KINDS, Journal, export
 from tunedeck.commands import Subparsers, add_command
 from tunedeck.commands._cli import json_actions
 from tunedeck.fmt import text_table
@@ -20,11 +20,11 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = add_command(subparsers, common, "journal")
     add = json_actions(p, "journal_cmd")
     ls = add("list", "list journal entries (default)")
-    ls.add_argument("--kind", choices=["ab", "launch", "bench", "tune"], help="only this kind")
     ex = add("export", "export the journal as Markdown, CSV or JSON")
     ex.add_argument("--format", "-f", choices=["md", "csv", "json"], default="md", help="--json is --format json")
     ex.add_argument("--output", "-o", metavar="FILE", help="write to FILE (default: stdout)")
-    ex.add_argument("--kind", choices=["ab", "launch", "bench", "tune"], help="only this kind")
+    for action in (ls, ex):
+        action.add_argument("--kind", choices=KINDS, help="only this kind")
     p.set_defaults(func=run)
 
 

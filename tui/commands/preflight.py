@@ -7,6 +7,7 @@ import json
 import sys
 
 from tunedeck.commands import Subparsers, add_command
+from tunedeck.commands._cli import add_dangerous_env_option, add_profile_argument
 from tunedeck.profiles.model import ProfileError
 from tunedeck.profiles.store import ProfileStore
 
@@ -70,8 +71,8 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         description="Check a profile against the host's engine version, its --help and the GPUs "
         "before a launch; nothing is launched.",
     )
-    p.add_argument("name", metavar="NAME", help="profile name or path to a .toml file")
+    add_profile_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-cache", action="store_true", help="ask the host again instead of using cached --help facts")
-    p.add_argument("--allow-dangerous-env", action="store_true", help="accept LD_PRELOAD, PATH, PYTHONPATH, …")
+    add_dangerous_env_option(p)
     p.set_defaults(func=_preflight)

@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from tunedeck.commands import Subparsers, add_command
-from tunedeck.commands._cli import json_actions, noted_table, target_label
+from tunedeck.commands._cli import (
+    add_dangerous_env_option,
+    add_profile_argument,
+    json_actions,
+    noted_table,
+    target_label,
+)
 from tunedeck.fmt import text_table
 from tunedeck.profiles.builder import Issue, build_command, check_profile, line_of_key, resolve_nccl
 from tunedeck.profiles.diff import diff_commands
@@ -244,13 +250,13 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
 
     add("list", _list, "list profiles (user folder first, then built-ins)")
     s = add("show", _show, "show one profile")
-    s.add_argument("name", metavar="NAME", help="profile name or path to a .toml file")
+    add_profile_argument(s)
     c = add("check", _check, "validate a profile or presets file (names file, line, key)")
     c.add_argument("file", metavar="FILE")
-    c.add_argument("--allow-dangerous-env", action="store_true", help="accept LD_PRELOAD, PATH, PYTHONPATH, …")
+    add_dangerous_env_option(c)
     c = add("command", _command, "print the exact launch command line")
-    c.add_argument("name", metavar="NAME", help="profile name or path to a .toml file")
-    c.add_argument("--allow-dangerous-env", action="store_true", help="accept LD_PRELOAD, PATH, PYTHONPATH, …")
+    add_profile_argument(c)
+    add_dangerous_env_option(c)
     d = add("diff", _diff, "flags and env that differ between two profiles' commands")
     d.add_argument("running", metavar="RUNNING")
     d.add_argument("new", metavar="NEW")

@@ -27,8 +27,8 @@ EXIT_EPILOG = (
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     from tunedeck.ab.tune import DEFAULT_NOISE_PCT
-    from tunedeck.commands._argtypes import nonneg_int, pos_int
-    from tunedeck.commands._workload import add_workload_options
+    from tunedeck.commands._argtypes import pos_int
+    from tunedeck.commands._workload import add_endpoint_option, add_warmup_option, add_workload_options
 
     p = add_command(
         subparsers,
@@ -85,8 +85,8 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     w.add_argument(
         "--min-prompts", type=pos_int, default=10, metavar="N", help="requests per level at least (default 10)"
     )
-    w.add_argument("--warmup", type=nonneg_int, default=1, help="warmup requests per level (not recorded)")
-    w.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    add_warmup_option(w)
+    add_endpoint_option(w)
     w.add_argument("--seed", type=int, default=1)
     add_workload_options(p)
     add_follow_options(p, "a campaign")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, TypeVar
 
 from tunedeck.ab.journal import new_id
 from tunedeck.ab.ops import ProfileInfo
@@ -29,6 +29,7 @@ from tunedeck.services import jobs
 from tunedeck.services.jobrun import (
     JobRun,
     ask_to_stop_runs,
+    campaign_python,
     held_by_runs,
     journal,
     refuse_while_running,
@@ -40,15 +41,29 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class ABSettings:
+    """How an A/B measures (``tunedeck ab``'s ``--repeats``, ``--interleave``, ``--noise``), as its
+    spec holds them (:func:`ab_spec`), on one host or over two deployments."""
+
+    repeats: int = 1
+    interleave: bool = False
+    #: the noise threshold of a single run's difference (None: the comparison's default)
+    noise_pct: float | None = None
+
+    def to_spec(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
 
 def ab_spec(
     a: ProfileInfo,
     b: ProfileInfo,
     plan: Plan,
+    settings: ABSettings,
     *,
-    repeats: int,
-    interleave: bool,
-    noise_pct: float | None,
     stop_existing: bool,
     host_label: str,
     **extra: Any,
@@ -60,13 +75,23 @@ def ab_spec(
         "a": a.to_json(),
         "b": b.to_json(),
         "plan": plan.to_dict(),
-        "repeats": repeats,
-        "interleave": interleave,
-        "noise_pct": noise_pct,
+        **settings.to_spec(),
         "stop_existing": stop_existing,
         "host_label": host_label,
         **extra,
     }
+
+
+def read_sides(a: str, b: str, read: Callable[[str], T]) -> dict[str, T]:
+    """``read`` of A's and of B's profile name, by side (``"A"``, ``"B"``); a ValueError names the
+    side and the profile before its own error (which names the file and the key)."""
+    out = {}
+    for label, name in (("A", a), ("B", b)):
+        try:
+            out[label] = read(name)
+        except Exception as e:  # profile errors name the file and the key
+            raise ValueError(f"{label} ({name}): {e}") from e
+    return out
 
 
 def resolve_profile(name: str, *, demo: bool, sim: bool = False) -> tuple[ProfileInfo, "ServerProfile"]:
@@ -109,6 +134,31 @@ def profile_info(prof: "ServerProfile", *, demo: bool, sim: bool = False) -> Pro
     return info
 
 
+async def preflighted(
+    host: Host,
+    label: str,
+    prof: "ServerProfile",
+    info: ProfileInfo,
+    *,
+    held: Sequence[str],
+    demo: bool,
+    sim: bool,
+) -> tuple[ProfileInfo, str | None]:
+    """(what will run, why it cannot or None) of a campaign's profile ``prof`` on ``host``, ``info``
+    its command: its pre-flight as it will run (a refusal names it ``label``; ``held``: the findings
+    a campaign that stops tunedeck's servers first ignores, :func:`held_by_runs`); once it passes,
+    with ``sim`` (not the demo) ``info``'s command as the host-side runtime's simulator runs on
+    ``host``. Stops nothing."""
+    from tunedeck.services import checks, runtime
+
+    report = await checks.preflight_for(host, prof, demo=demo, sim=sim)
+    why = checks.refusal(label, report, ignore=held)
+    if why is None and sim and not demo:
+        argv = await runtime.sim_argv(host, info.argv, python=prof.python)
+        info = dataclasses.replace(info, argv=tuple(argv))
+    return info, why
+
+
 class ABRun(JobRun):
     """One A/B campaign on a host, followed from here."""
 
@@ -129,12 +179,10 @@ class ABRun(JobRun):
         a: str,
         b: str,
         plan: Plan,
+        settings: ABSettings = ABSettings(),
         *,
         demo: bool = False,
         sim: bool = False,
-        repeats: int = 1,
-        interleave: bool = False,
-        noise_pct: float | None = None,
         confirm_stop: Callable[[str], Awaitable[bool]] | None = None,
         python: str | None = None,
         host_label: str | None = None,
@@ -144,42 +192,22 @@ class ABRun(JobRun):
         server, then start the campaign on the host. Nothing is stopped before both pre-flights
         pass. Raises ``ValueError`` (profiles), :class:`jobs.JobError` (refused, pre-flight failed),
         :class:`runtime.RuntimeUnavailable` or :class:`HostError`."""
-        from tunedeck.services import checks, runtime
-
         where = host_label or host.target
-        infos = {}
-        profiles = {}
-        py = python
-        for label, name in (("A", a), ("B", b)):
-            try:
-                info, prof = resolve_profile(name, demo=demo, sim=sim)
-            except Exception as e:  # profile errors name the file and the key
-                raise ValueError(f"{label} ({name}): {e}") from e
-            infos[label], profiles[label] = info, prof
-            py = py or (prof.python if prof.python != "python3" else None)
+        resolved = read_sides(a, b, lambda name: resolve_profile(name, demo=demo, sim=sim))
+        infos = {label: info for label, (info, _prof) in resolved.items()}
+        profiles = {label: prof for label, (_info, prof) in resolved.items()}
+        py = campaign_python(python, profiles.values())
         await refuse_while_running(host)
         held = await held_by_runs(host)
         for label, prof in profiles.items():
-            report = await checks.preflight_for(host, prof, demo=demo, sim=sim)
-            why = checks.refusal(f"{label} ({prof.name})", report, ignore=held)
+            infos[label], why = await preflighted(
+                host, f"{label} ({prof.name})", prof, infos[label], held=held, demo=demo, sim=sim
+            )
             if why:
                 raise jobs.JobError(f"{where}: not started, nothing stopped: {why}")
-        if sim and not demo:
-            for label, prof in profiles.items():
-                argv = await runtime.sim_argv(host, infos[label].argv, python=prof.python)
-                infos[label] = dataclasses.replace(infos[label], argv=tuple(argv))
         stop_existing = await ask_to_stop_runs(host, where, confirm_stop)
         plan = await ship_workload(host, plan, py)  # the host-side runs read the plan's dataset there
-        spec = ab_spec(
-            infos["A"],
-            infos["B"],
-            plan,
-            repeats=repeats,
-            interleave=interleave,
-            noise_pct=noise_pct,
-            stop_existing=stop_existing,
-            host_label=where,
-        )
+        spec = ab_spec(infos["A"], infos["B"], plan, settings, stop_existing=stop_existing, host_label=where)
         ab_id = spec["ab_id"]
         job = await jobs.start(host, "ab", spec, python=py, meta={"ab_id": ab_id, "a": a, "b": b, "plan": plan.name})
         journal(
@@ -192,11 +220,11 @@ class ABRun(JobRun):
                 "a": {"profile": a},
                 "b": {"profile": b},
                 "job_id": job.job_id,
-                "repeats": repeats,
-                "interleave": interleave,
+                "repeats": settings.repeats,
+                "interleave": settings.interleave,
             }
         )
-        return cls(host, job, noise_pct=noise_pct)
+        return cls(host, job, noise_pct=settings.noise_pct)
 
     @classmethod
     async def attach(cls, host: Host, ref: str, *, noise_pct: float | None = None) -> "ABRun":
@@ -280,4 +308,4 @@ class ABRun(JobRun):
         return rep
 
 
-__all__ = ["ABRun", "ab_spec", "profile_info", "resolve_profile"]
+__all__ = ["ABRun", "ABSettings", "ab_spec", "preflighted", "profile_info", "read_sides", "resolve_profile"]

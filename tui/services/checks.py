@@ -31,15 +31,15 @@ async def preflight_for(
     python first) and its ``sim ENGINE`` answers the version, help and backend questions; its
     simulated nvidia-smi answers the GPU one. Raises :class:`runtime.RuntimeUnavailable` and
     :class:`~tunedeck.hostops.hosts.HostError` as :func:`runtime.ensure` does."""
-    if not sim or demo:
-        return await preflight(
-            host, profile, demo=demo, store=store, allow_dangerous=allow_dangerous, use_cache=use_cache
-        )
-    exe = sim_executable(profile)
-    on_host = await runtime.sim_argv(host, exe, python=profile.python)
+    exe: list[str] | None = None
+    on_host: list[str] | None = None
+    if sim and not demo:
+        exe = sim_executable(profile)
+        on_host = await runtime.sim_argv(host, exe, python=profile.python)
     return await preflight(
         host,
         profile,
+        demo=demo,
         store=store,
         allow_dangerous=allow_dangerous,
         use_cache=use_cache,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 from tunedeck.ab.ops import ProfileInfo
 from tunedeck.ab.plan import Plan
@@ -36,6 +36,9 @@ from tunedeck.services.deployops import (
     start_job,
 )
 from tunedeck.services.jobrun import ask_to_stop
+
+if TYPE_CHECKING:
+    from tunedeck.services.abrun import ABSettings
 
 log = logging.getLogger(__name__)
 
@@ -60,27 +63,20 @@ async def start(
     a: str,
     b: str,
     plan: Plan,
+    settings: ABSettings,
     *,
     sim: bool,
-    repeats: int,
-    interleave: bool,
-    noise_pct: float | None,
     confirm_stop: Callable[[str], Awaitable[bool]] | None = None,
     python: str | None = None,
 ) -> tuple[LocalHost, jobs.Job]:
     """Start the campaign detached on this machine; returns its host and job (follow them with
     :class:`tunedeck.services.abrun.ABRun`). ValueError names a profile that cannot be one side;
     :class:`jobs.JobError` when an A/B or a tuning campaign runs here or on any node."""
-    from tunedeck.services.abrun import ab_spec
+    from tunedeck.services.abrun import ab_spec, read_sides
 
-    sides = {}
-    planned: dict[str, tuple[ServerProfile, DeploymentPlan]] = {}
-    for side, name in (("A", a), ("B", b)):
-        try:
-            planned[name] = plan_side(name, sim=sim)
-        except Exception as e:  # profile errors name the file and the key
-            raise ValueError(f"{side} ({name}): {e}") from e
-        sides[side] = side_info(*planned[name])
+    by_side = read_sides(a, b, lambda name: plan_side(name, sim=sim))
+    sides = {label: side_info(*p) for label, p in by_side.items()}
+    planned = {a: by_side["A"], b: by_side["B"]}
     label = nodes_label([p for _, p in planned.values()])
     # what runs on the nodes now is asked about here, where the user is; the campaign gets the answer
     ops = DeploymentOps(planned, host_label=label, python=python)
@@ -96,17 +92,14 @@ async def start(
         sides["A"],
         sides["B"],
         plan,
-        repeats=repeats,
-        interleave=interleave,
-        noise_pct=noise_pct,
+        settings,
         stop_existing=stop_existing,
         host_label=label,
         sim=sim,
         python=python,
         datasets=datasets,
     )
-    ab_id = spec["ab_id"]
-    meta = {"ab_id": ab_id, "a": a, "b": b, "plan": plan.name, "nodes": ops.nodes}
+    meta = {"ab_id": spec["ab_id"], "a": a, "b": b, "plan": plan.name, "nodes": ops.nodes}
     return await start_job("ab", MODULE, spec, meta)
 
 

@@ -40,8 +40,8 @@ from tunedeck.services.deployops import (
     spec_ops,
     start_job,
 )
-from tunedeck.services.jobrun import ask_to_stop
-from tunedeck.services.tunerun import CampaignSettings, TuneRun, campaign_spec, journal_start, spec_entry
+from tunedeck.services.jobrun import ask_to_stop, campaign_python
+from tunedeck.services.tunerun import CampaignSettings, TuneRun, campaign_spec, journal_start, spec_entries
 
 if TYPE_CHECKING:
     from tunedeck.profiles.vary import Candidate
@@ -114,6 +114,11 @@ async def check_candidates(
         checked = await preflight_candidates(ops, planned, held=held)
     finally:
         await ops.close()
+    return _with_infos(checked)
+
+
+def _with_infos(checked: Sequence[Planned]) -> list[tuple["Candidate", ProfileInfo | None, str | None]]:
+    """(candidate, what its head will serve, why it is skipped or None) of pre-flighted candidates."""
     return [(c, side_info(c.profile, p) if p is not None and skip is None else None, skip) for c, p, skip in checked]
 
 
@@ -137,23 +142,17 @@ async def start(
     planned = plan_candidates(candidates, sim=sim)
     if all(p is None for _, p, _ in planned):
         raise jobs.JobError(f"not started, nothing stopped: {planned[0][0].name}: {planned[0][2]}")
-    py = python or next((c.profile.python for c in candidates if c.profile.python != "python3"), None)
+    py = campaign_python(python, (c.profile for c in candidates))
     ops = _ops(planned, python=py)
     label, nodes = ops.host_label, ops.nodes
     try:
         await refuse_on_nodes(ops.hosts(nodes))
         running = await ops.running_servers()
-        entries = []
-        for c, plan, skip in await preflight_candidates(ops, planned, held=bool(running)):
-            if skip is not None and on_skip is not None:
-                on_skip(c.name, skip)
-            info = side_info(c.profile, plan) if plan is not None else None
-            entry = spec_entry(c, info, skip)
+        checked = _with_infos(await preflight_candidates(ops, planned, held=bool(running)))
+        entries = spec_entries(checked, label, on_skip)
+        for (c, _info, skip), entry in zip(checked, entries):
             if skip is None:  # read back by the job (a resume too): the candidate's whole profile
                 entry["profile"] = profile_to_dict(c.profile)
-            entries.append(entry)
-        if all(e["skip"] for e in entries):
-            raise jobs.JobError(f"{label}: not started, nothing stopped: every candidate failed pre-flight")
         stop_existing = await ask_to_stop([r.description for r in running], "", confirm_stop)
         # the levels run on the head: the dataset is read here now and placed there
         datasets = await ops.place_dataset(workload.plan.workload.path)

@@ -2,11 +2,12 @@
 (:mod:`tunedeck.services.abrun`) and a tuning campaign (:mod:`tunedeck.services.tunerun`) share.
 
 Before the start: one campaign per host (:func:`refuse_while_running`), the servers that run
-there stopped only after a yes (:func:`ask_to_stop_runs`), the plan's dataset placed on the host
-(:func:`ship_workload`). After it, :class:`JobRun`: found again by its job id or its campaign's
-id, its events followed by byte offset (a lost link is told through ``on_link_error`` /
-``on_link_ok`` and never cuts the campaign), its report read and its results mirrored here,
-retried over a failing link, and a cancel that stops the server it started.
+there stopped only after a yes (:func:`ask_to_stop_runs`), the Python its job runs with
+(:func:`campaign_python`), the plan's dataset placed on the host (:func:`ship_workload`). After
+it, :class:`JobRun`: found again by its job id or its campaign's id, its events followed by byte
+offset (a lost link is told through ``on_link_error`` / ``on_link_ok`` and never cuts the
+campaign), its report read and its results mirrored here, retried over a failing link, and a
+cancel that stops the server it started.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ClassVar, Iterable, Sequence
 
 from tunedeck.ab.events import ABEvent
 from tunedeck.ab.journal import Journal
@@ -25,6 +26,9 @@ from tunedeck.hostside import jobfiles
 from tunedeck.hostside.jobfiles import ExitRecord
 from tunedeck.services import jobs
 from tunedeck.services.benchrun import ship_data_file
+
+if TYPE_CHECKING:
+    from tunedeck.profiles.model import ServerProfile
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +242,12 @@ async def held_by_runs(host: Host) -> tuple[str, ...]:
     return ("port.in-use",) if any(h.alive for h in await launcher.list_host_runs(host)) else ()
 
 
+def campaign_python(python: str | None, profiles: Iterable["ServerProfile"]) -> str | None:
+    """The Python a campaign's job runs with on the host: ``python`` (``--python``), else the first
+    of its ``profiles`` that names one of its own (not the default ``python3``); None: the host's."""
+    return python or next((p.python for p in profiles if p.python != "python3"), None)
+
+
 async def ship_workload(host: Host, plan: Plan, python: str | None) -> Plan:
     """``plan`` with its dataset file placed on ``host`` (once per content), where the host-side
     levels read it; unchanged without one."""
@@ -260,6 +270,7 @@ __all__ = [
     "JobRun",
     "ask_to_stop",
     "ask_to_stop_runs",
+    "campaign_python",
     "held_by_runs",
     "journal",
     "refuse_while_running",

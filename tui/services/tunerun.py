@@ -15,7 +15,7 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, Sequence
 
 from tunedeck.ab.journal import Journal, new_id
 from tunedeck.ab.ops import ProfileInfo
@@ -26,10 +26,11 @@ from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostside import jobfiles
 from tunedeck.profiles.deploy import profile_gpus
 from tunedeck.services import jobs, runtime
-from tunedeck.services.abrun import profile_info
+from tunedeck.services.abrun import preflighted, profile_info
 from tunedeck.services.jobrun import (
     JobRun,
     ask_to_stop_runs,
+    campaign_python,
     held_by_runs,
     journal,
     refuse_while_running,
@@ -153,8 +154,6 @@ async def check_candidates(
     """(candidate, what will run, why it is skipped or None) for each candidate: its command
     built and its pre-flight run on ``host`` (a port held by a server the campaign stops first is
     no reason). Stops nothing. The campaign's start and the Tune screen's pre-flight use it."""
-    from tunedeck.services import checks, runtime
-
     held = await held_by_runs(host)
     out: list[tuple[Candidate, ProfileInfo | None, str | None]] = []
     for c in candidates:
@@ -163,14 +162,10 @@ async def check_candidates(
             info = profile_info(c.profile, demo=demo, sim=sim)
         except ValueError as e:
             skip = f"the command cannot be built: {e}"
-        if skip is None:
-            report = await checks.preflight_for(host, c.profile, demo=demo, sim=sim)
-            why = checks.refusal(c.name, report, ignore=held)
+        if info is not None:
+            info, why = await preflighted(host, c.name, c.profile, info, held=held, demo=demo, sim=sim)
             if why:
                 skip = why.split(": ", 1)[1] if why.startswith(f"{c.name}: ") else why
-        if skip is None and info is not None and sim and not demo:
-            argv = await runtime.sim_argv(host, info.argv, python=c.profile.python)
-            info = dataclasses.replace(info, argv=tuple(argv))
         out.append((c, info, skip))
     return out
 
@@ -213,14 +208,8 @@ class TuneRun(JobRun):
         :class:`~tunedeck.services.runtime.RuntimeUnavailable` or :class:`HostError`."""
         where = host_label or host.target
         await refuse_while_running(host)
-        py = python or next((c.profile.python for c in candidates if c.profile.python != "python3"), None)
-        entries = []
-        for c, info, skip in await check_candidates(host, candidates, demo=demo, sim=sim):
-            if skip is not None and on_skip is not None:
-                on_skip(c.name, skip)
-            entries.append(spec_entry(c, info, skip))
-        if all(e["skip"] for e in entries):
-            raise jobs.JobError(f"{where}: not started, nothing stopped: every candidate failed pre-flight")
+        py = campaign_python(python, (c.profile for c in candidates))
+        entries = spec_entries(await check_candidates(host, candidates, demo=demo, sim=sim), where, on_skip)
         stop_existing = await ask_to_stop_runs(host, where, confirm_stop)
         # the host-side levels read the dataset there
         workload = dataclasses.replace(workload, plan=await ship_workload(host, workload.plan, py))
@@ -376,6 +365,24 @@ def spec_entry(c: "Candidate", info: ProfileInfo | None, skip: str | None) -> di
         "tp": profile_gpus(c.profile),
         "skip": skip,
     }
+
+
+def spec_entries(
+    checked: Iterable[tuple["Candidate", ProfileInfo | None, str | None]],
+    where: str,
+    on_skip: Callable[[str, str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """The spec's entries of the checked candidates ((candidate, what will run, why it is skipped
+    or None), :func:`check_candidates`), each skipped one told to ``on_skip(name, why)``;
+    :class:`jobs.JobError` when every one is skipped (``where``: the campaign's host)."""
+    entries = []
+    for c, info, skip in checked:
+        if skip is not None and on_skip is not None:
+            on_skip(c.name, skip)
+        entries.append(spec_entry(c, info, skip))
+    if all(e["skip"] for e in entries):
+        raise jobs.JobError(f"{where}: not started, nothing stopped: every candidate failed pre-flight")
+    return entries
 
 
 def with_data_path(workload: Workload, path: str) -> Workload:

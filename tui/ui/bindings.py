@@ -46,4 +46,16 @@ def mark_ab(prefix: str, *, show: bool = True) -> list[Binding]:
     ]
 
 
-__all__ = ["KEYS", "QUIT", "back", "filter_rows", "mark_ab"]
+def toggle_side(prefix: str, beside: str, hidden_by: str) -> Binding:
+    """``p``: show or hide a campaign screen's side panel, the profiles and ``beside`` them, which
+    ``hidden_by`` hides on a narrow terminal (:class:`~tunedeck.ui.screens.campaign.CampaignScreen`)."""
+    return Binding(
+        "p",
+        "toggle_side",
+        "Profiles",
+        tooltip=f"Show or hide the profiles and {beside} (hidden by {hidden_by} on a narrow terminal)",
+        id=f"{prefix}-toggle-side",
+    )
+
+
+__all__ = ["KEYS", "QUIT", "back", "filter_rows", "mark_ab", "toggle_side"]

@@ -44,7 +44,7 @@ from tunedeck.ab.report import ABReport
 from tunedeck.ab.series import run_series
 from tunedeck.ab.sides import side_from_dict
 from tunedeck.timeline_model import TimelineFigure, TimelineSnapshot, overlay
-from tunedeck.ui.bindings import mark_ab
+from tunedeck.ui.bindings import mark_ab, toggle_side
 from tunedeck.ui.screens.campaign import CampaignScreen
 from tunedeck.widgets.compare_chart import CompareChart
 from tunedeck.widgets.compare_table import CompareTable, ConfigDiff
@@ -103,13 +103,7 @@ class CompareScreen(CampaignScreen):
             id="ab-cancel",
         ),
         Binding("j", "load_last", "Last A/B", tooltip="Show the last A/B from the journal", id="ab-last"),
-        Binding(
-            "p",
-            "toggle_side",
-            "Profiles",
-            tooltip="Show or hide the profiles and the plan (hidden by a comparison on a narrow terminal)",
-            id="ab-toggle-side",
-        ),
+        toggle_side("ab", "the plan", "a comparison"),
         Binding(
             "plus,equals_sign",
             "repeats(1)",
@@ -291,7 +285,7 @@ class CompareScreen(CampaignScreen):
     async def _default_start(
         self, a: str, b: str, plan: Any, repeats: int, interleave: bool, confirm: Callable[[str], Awaitable[bool]]
     ) -> Any:
-        from tunedeck.services.abrun import ABRun
+        from tunedeck.services.abrun import ABRun, ABSettings
 
         host = self._app_host()
         target = getattr(self.app, "target", "") or host.target
@@ -300,10 +294,9 @@ class CompareScreen(CampaignScreen):
             a,
             b,
             plan,
+            ABSettings(repeats, interleave),
             demo=target == "demo",
             sim=bool(getattr(self.app, "sim", False)),
-            repeats=repeats,
-            interleave=interleave,
             confirm_stop=confirm,
             host_label=target,
         )

@@ -441,17 +441,23 @@ class ProfilesScreen(HostScreen):
             self.busy = False
             self.refresh_bindings()
 
+    async def _switch_mode(self, mode: str) -> Any:
+        """The dashboard's ``mode`` switched to: its screen; None (and said) when the app has none."""
+        from tunedeck.ui.modes import MODE_REGISTRY
+
+        app: Any = self.app
+        if mode not in getattr(app, "available_modes", ()):
+            self.notify(f"the {MODE_REGISTRY[mode].title} mode is not available", severity="error")
+            return None
+        await app.switch_mode(mode)
+        return app.screen
+
     async def action_start_ab(self) -> None:
         a, b = self.marked["A"], self.marked["B"]
         if not a or not b:
             self.notify("Mark two profiles first: 1 marks A, 2 marks B.", severity="warning")
             return
-        app: Any = self.app
-        if "compare" not in getattr(app, "available_modes", ()):
-            self.notify("the Compare mode is not available", severity="error")
-            return
-        await app.switch_mode("compare")
-        screen = app.screen
+        screen = await self._switch_mode("compare")
         marked = getattr(screen, "marked", None)
         if marked is None or not hasattr(screen, "action_start_ab"):
             return
@@ -468,12 +474,9 @@ class ProfilesScreen(HostScreen):
         base = self.highlighted
         if base is None:
             return
-        app: Any = self.app
-        if "tune" not in getattr(app, "available_modes", ()):
-            self.notify("the Tune mode is not available", severity="error")
+        screen = await self._switch_mode("tune")
+        if screen is None:
             return
-        await app.switch_mode("tune")
-        screen = app.screen
         if getattr(screen, "campaign", True) is not None or not hasattr(screen, "set_candidates"):
             return  # a campaign runs there: the screen shows it
         screen.set_candidates(base, [m for m in self.marked.values() if m and m != base])

@@ -43,6 +43,7 @@ from textual.widgets import DataTable, Footer, Input, Label, Log, OptionList, Se
 
 from tunedeck.ab.events import ABEvent
 from tunedeck.ab.tuneview import TuneProgress, TuneSnapshot
+from tunedeck.ui.bindings import toggle_side
 from tunedeck.ui.screens.campaign import CampaignScreen
 from tunedeck.ui.screens.modals import ConfirmModal
 from tunedeck.widgets.frontier_chart import FrontierChart
@@ -131,13 +132,7 @@ class TuneScreen(CampaignScreen):
             tooltip="Cancel the running campaign (asks first); finished candidates are kept",
             id="tune-cancel",
         ),
-        Binding(
-            "p",
-            "toggle_side",
-            "Profiles",
-            tooltip="Show or hide the profiles and the form (hidden by a campaign on a narrow terminal)",
-            id="tune-toggle-side",
-        ),
+        toggle_side("tune", "the form", "a campaign"),
     ]
 
     def __init__(
