@@ -4,7 +4,7 @@
     python scripts/engine_flags.py vllm 0.33.0 -- vllm serve --help=all      # an installed engine
     python scripts/engine_flags.py sglang 0.5.23 --help-file FILE --check     # exit 1 when it differs
 
-The table goes to ``tui/engine_flags/<engine>_<release>.py`` (see :mod:`tunedeck.engine_flags`); a new
+The table goes to ``tui/engine_flags/<engine>-<release>.txt`` (see :mod:`tunedeck.engine_flags`); a new
 release also needs ``tui/engines.py``'s version bumped so that tunedeck follows it.
 """
 
@@ -18,20 +18,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tunedeck.engine_flags import module_name, parse_help, render_module
+from tunedeck.engine_flags import parse_help, render_table, table_file
 
 
 def derive(engine: str, release: str, text: str, source: str) -> str:
-    """The module text for ``engine`` ``release`` from its help ``text``; ValueError when it lists no flags."""
+    """The table's text for ``engine`` ``release`` from its help ``text``; ValueError when it lists no flags."""
     flags = parse_help(text)
     if len(flags) < 3:
         raise ValueError(f"{source}: no argparse options found (is this a --help output?)")
-    return render_module(engine, release, flags, source)
+    return render_table(engine, release, flags, source)
 
 
 def target(engine: str, release: str) -> Path:
-    """The committed table: ``tui/engine_flags/<engine>_<release>.py`` (the package's folder here)."""
-    return REPO / "tui" / "engine_flags" / (module_name(engine, release).rsplit(".", 1)[1] + ".py")
+    """The committed table: ``tui/engine_flags/<engine>-<release>.txt`` (the package's folder here)."""
+    return REPO / "tui" / "engine_flags" / table_file(engine, release)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,20 +63,20 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         text, source = res.stdout, " ".join(a.command)
     try:
-        module = derive(a.engine, a.release, text, source)
+        table = derive(a.engine, a.release, text, source)
+        out = target(a.engine, a.release)
     except ValueError as e:
         print(f"engine_flags: {e}", file=sys.stderr)
         return 2
-    out = target(a.engine, a.release)
     if a.check:
         current = out.read_text(encoding="utf-8") if out.exists() else ""
-        if current != module:
+        if current != table:
             print(f"engine_flags: {out.relative_to(REPO)} differs from what {source} gives", file=sys.stderr)
             return 1
         print(f"{out.relative_to(REPO)}: up to date")
         return 0
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(module, encoding="utf-8")
+    tmp.write_text(table, encoding="utf-8")
     tmp.replace(out)
     print(f"wrote {out.relative_to(REPO)} ({len(parse_help(text))} actions)")
     return 0

@@ -40,6 +40,8 @@ def test_zipapp_is_reproducible_and_named_by_its_content(tmp_path):
     assert {n.split("/")[0] for n in names} == {"__main__.py", "tunedeck"}
     assert "tunedeck/sim/engine.py" in names and "tunedeck/sim/smi.py" in names and "tunedeck/sim/entry.py" in names
     assert "tunedeck/sim/demo.py" not in names
+    # the releases' flag tables travel as data files (the simulator and the profile checks read them)
+    assert {"tunedeck/engine_flags/sglang-0.5.23.txt", "tunedeck/engine_flags/vllm-0.33.0.txt"} <= names
     assert not any(n.startswith(("tunedeck/ui/", "tunedeck/widgets/")) or n.endswith("ssh.py") for n in names)
 
 
@@ -100,7 +102,7 @@ def test_the_simulator_serves_from_the_archive_under_the_oldest_python(tmp_path)
 
 
 def test_vermin_confirms_python_3_9_for_every_shipped_module():
-    files = [str(p) for _, p in runtime.source_files()]
+    files = [str(p) for name, p in runtime.source_files() if name.endswith(".py")]
     vermin = Path(sys.executable).parent / "vermin"
     r = subprocess.run(
         [str(vermin), "-t=3.9-", "--violations", "--no-tips", "--eval-annotations", *files],

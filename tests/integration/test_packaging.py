@@ -69,10 +69,10 @@ def test_the_wheel_holds_one_package_with_every_file(wheel: Path):
     dist_info = [t for t in tops if t.endswith(".dist-info")]
     assert tops - set(dist_info) == {"tunedeck"}, sorted(tops)
     pkg = {n.removeprefix("tunedeck/") for n in names if n.startswith("tunedeck/")}
-    assert {f for f in _tree(REPO / "tui") if f.endswith((".py", ".tcss"))} <= pkg
+    assert {f for f in _tree(REPO / "tui") if f.endswith((".py", ".tcss", ".txt"))} <= pkg
     assert {f"widgets/{f}" for f in _tree(REPO / "widgets", (".py",))} <= pkg
     assert {f"builtin_profiles/{f}" for f in _tree(REPO / "profiles")} <= pkg
-    assert "ui/app.tcss" in pkg and "widgets/__init__.py" in pkg
+    assert "ui/app.tcss" in pkg and "widgets/__init__.py" in pkg and "engine_flags/sglang-0.5.23.txt" in pkg
     [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     assert "tunedeck = tunedeck.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -114,6 +114,7 @@ def test_the_installed_wheel_runs_alone(wheel: Path, tmp_path: Path):
     assert got["widgets"] == str(site / "tunedeck" / "widgets" / "gpu_table.py")
     assert got["profiles"] == str(site / "tunedeck" / "builtin_profiles")
     assert "tunedeck/hostside/__main__.py" in got["archive"] and "tunedeck/bench/runner.py" in got["archive"]
+    assert "tunedeck/engine_flags/vllm-0.33.0.txt" in got["archive"]  # package data, shipped from the wheel too
     r = installed("-m", "tunedeck", "--version")
     assert r.returncode == 0 and r.stdout.startswith("tunedeck "), r.stderr[-2000:]
     r = installed("-m", "tunedeck", "profiles", "list", "--json")

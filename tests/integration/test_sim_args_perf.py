@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 
 import pytest
 
 from tests.conftest import REPO, tunedeck_cmd
-from tunedeck.engines import SGLANG_ATTENTION_BACKENDS
+from tunedeck.engines import SGLANG_ATTENTION_BACKENDS, release_flags
 from tunedeck.sim import perf
-from tunedeck.sim.engine_args import VLLM_BACKENDS
+from tunedeck.sim.engine_args import VLLM_BACKENDS, add_modeled
 from tunedeck.sim.sglang_args import sglang_parser
 from tunedeck.sim.simlog import model_facts, sglang_capture_bs, tqdm_bar, tqdm_frame
 from tunedeck.sim.vllm_args import preprocess_vllm_argv, vllm_parser
@@ -121,6 +122,22 @@ def test_sim_options_and_env_default(monkeypatch):
         r"argument --sim-fault: invalid choice: 'segv' \(choose from '?oom'?, '?nccl'?, '?port'?, '?hang'?, '?crash'?\)",
         r.stderr,
     )
+
+
+def test_a_modeled_flag_must_be_the_releases_and_of_its_kind():
+    """Each row the simulator models is checked against the release's table when the parser is built."""
+    table = release_flags("sglang")
+    p = argparse.ArgumentParser()
+    with pytest.raises(ValueError, match=r"models --no-such-flag, which sglang 0\.5\.23 does not have"):
+        add_modeled(p, table, [("--no-such-flag", int, 0, "x")])
+    with pytest.raises(ValueError, match=r"models --port as a switch, which it is not in sglang 0\.5\.23"):
+        add_modeled(p, table, [("--port", bool, False, "x")])
+    with pytest.raises(ValueError, match="models --enable-metrics as a value, which it is not"):
+        add_modeled(p, table, [("--enable-metrics", int, 0, "x")])
+    # a switch with the release's off form: both spellings, the default as the row says
+    add_modeled(p, release_flags("vllm"), [("--enable-prefix-caching", bool, None, "x")])
+    assert p.parse_args([]).enable_prefix_caching is None
+    assert p.parse_args(["--disable-prefix-caching"]).enable_prefix_caching is False
 
 
 # ---------------------------------------------------------------------- perf model

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tunedeck.engine_flags import Flag, FlagTable, parse_help, release_table, render_module
+from tunedeck.engine_flags import Flag, FlagTable, parse_help, parse_table, release_table, render_table, table_file
 from tunedeck.engines import SGLANG_ATTENTION_BACKENDS, VERSIONS, release_flags
 
 HELP_FILES = {
@@ -75,13 +75,20 @@ def test_resolve_follows_argparse():
 @pytest.mark.parametrize(("engine", "release"), sorted(HELP_FILES))
 def test_committed_table_is_what_the_script_derives(engine_help: Path, engine: str, release: str):
     text = (engine_help / HELP_FILES[engine, release]).read_text(encoding="utf-8")
-    committed = (REPO / "tui" / "engine_flags" / f"{engine}_{release.replace('.', '_')}.py").read_text()
-    assert committed == render_module(engine, release, parse_help(text), HELP_FILES[engine, release])
+    committed = (REPO / "tui" / "engine_flags" / f"{engine}-{release}.txt").read_text()
+    assert committed == render_table(engine, release, parse_help(text), HELP_FILES[engine, release])
     t = release_table(engine, release)
     assert (t.engine, t.release) == (engine, release)
     assert t.flags == parse_help(text)  # the stored text reads back as the same flags
     # every option line of the help is one action of the table
     assert len(t.flags) == sum(1 for line in text.splitlines() if line.startswith("  -"))
+
+
+def test_a_release_without_a_table_is_named():
+    with pytest.raises(FileNotFoundError, match=r"tunedeck has no flag table of sglang 9\.9 \(sglang-9\.9\.txt"):
+        release_table("sglang", "9.9")
+    with pytest.raises(ValueError, match=r"'\.\./0\.5\.23' cannot name a flag table"):
+        table_file("sglang", "../0.5.23")
 
 
 def test_the_script_checks_and_refuses(engine_help: Path, tmp_path: Path):
@@ -96,7 +103,7 @@ def test_the_script_checks_and_refuses(engine_help: Path, tmp_path: Path):
     junk.write_text("no options here\n")
     r = subprocess.run([*script, "vllm", "0.33.0", "--help-file", str(junk)], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no argparse options found" in r.stderr
-    assert not (REPO / "tui" / "engine_flags" / "sglang_9_9.py").exists()
+    assert not (REPO / "tui" / "engine_flags" / "sglang-9.9.txt").exists()
 
 
 def test_real_releases_facts():
@@ -145,12 +152,12 @@ def test_resolution_agrees_with_argparse_on_the_real_table(option: str):
 
 def test_a_word_the_table_format_cannot_hold_is_refused():
     with pytest.raises(ValueError, match="'a b' cannot be stored"):
-        render_module("x", "1", [Flag(("--f",), "1", ("a b",))], "help.txt")
+        render_table("x", "1", [Flag(("--f",), "1", ("a b",))], "help.txt")
     flags = (Flag(("--f", "-f"), "", ()), Flag(("--g",), "+", ("x", "y")))
-    text = render_module("x", "1", flags, "help.txt")
-    ns: dict[str, object] = {}
-    exec(compile(text, "table", "exec"), ns)
-    assert ns["FLAGS"] == "--f,-f 0\n--g + x y\n"
+    text = render_table("x", "1", flags, "help.txt")
+    assert [line for line in text.splitlines() if not line.startswith("#")] == ["--f,-f 0", "--g + x y"]
+    assert "from `help.txt`" in text.splitlines()[1]
+    assert parse_table(text) == flags
 
 
 def test_one_vllm_attention_backend_table(engine_help: Path):

@@ -61,6 +61,17 @@ VL_STATS = re.compile(
 VL_KV_USAGE = re.compile(r"GPU KV cache usage: ([\d.]+)%")
 VL_PREFIX_HIT = re.compile(r"Prefix cache hit rate: ([\d.]+)%")
 
+#: the engines' lines that report a crash of one of their parts (a scheduler, a worker, the engine
+#: core) whose cause is logged elsewhere: each one is a crash (CLASSIFIER) and a wrapper of the
+#: cause above it (WRAPPER_RE)
+_CRASH_REPORTS = (
+    r"Scheduler hit an exception|\w*Manager hit an exception|Received sigquit from a child process|"
+    r"Engine core initialization failed|Initialization failed\. warmup error|EngineCore failed to start|"
+    r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|"
+    r"scheduler is dead|Child process unexpectedly failed|died unexpectedly|"
+    r"(?:[Mm]ain|[Pp]arent) process (?:has )?(?:disappeared|died)"
+)
+
 # Fatal texts (section 4.6) plus the cases the real logs show.
 CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
@@ -164,26 +175,17 @@ CLASSIFIER: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
         "crash",
         re.compile(
-            r"Scheduler hit an exception|\w*Manager hit an exception|Received sigquit from a child process|"
-            r"Engine core initialization failed|Initialization failed\. warmup error|EngineCore failed to start|"
-            r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|"
-            r"scheduler is dead|Child process unexpectedly failed|died unexpectedly|"
-            r"Segmentation fault|core dumped|Fatal Python error|"
-            r"(?:[Mm]ain|[Pp]arent) process (?:has )?(?:disappeared|died)|"
+            _CRASH_REPORTS + r"|Segmentation fault|core dumped|Fatal Python error|"
             r"terminate called (?:after throwing|without an active exception)"
         ),
         "engine crashed",
     ),
 )
-#: lines that only report a failure found elsewhere (the cause sits above them)
+#: lines that only report a failure found elsewhere (the cause sits above them): the engines'
+#: crash reports, and the frames and pointers of a traceback that wraps another
 WRAPPER_RE = re.compile(
-    r"Scheduler hit an exception|\w*Manager hit an exception|scheduler is dead|Child process unexpectedly failed|"
-    r"died unexpectedly|"
-    r"Received sigquit from a child process|Engine core initialization failed|EngineCore failed to start|"
-    r"WorkerProc failed to start|EngineDeadError|EngineCore encountered a fatal error|Initialization failed\. warmup error|"
-    r"Worker proc \S+ died unexpectedly|Process \S+:$|child process|See root cause above|"
-    r"(?:[Mm]ain|[Pp]arent) process (?:has )?(?:disappeared|died)|terminate called |"
-    r"Exception in worker \S+ while processing method|^(?:Base)?ExceptionGroup: |"
+    _CRASH_REPORTS + r"|Worker proc \S+ died unexpectedly|Process \S+:$|child process|See root cause above|"
+    r"terminate called |Exception in worker \S+ while processing method|^(?:Base)?ExceptionGroup: |"
     r"[Ss]ee (?:the )?stack trace (?:above )?for (?:the )?root cause|check the stack trace above"
 )
 #: a Python exception line: "ValueError: …", "torch.AcceleratorError: …", "KeyboardInterrupt: terminated", "AssertionError"

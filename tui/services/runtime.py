@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 MIN_PYTHON = (3, 9)
 
 #: what goes into the zipapp, relative to the ``tunedeck`` package's folder (tui/ in the repository)
-#: and under ``tunedeck/`` in the archive; a folder means every ``.py`` file in it.
+#: and under ``tunedeck/`` in the archive; a folder means every ``.py`` file in it, a pattern
+#: (``*``) the data files it matches (at least one).
 #: tests/integration/test_hostside.py imports every module of the built archive under the oldest
 #: Python available and checks the minimum version with vermin, so a missing or too-new module
 #: fails there.
@@ -75,6 +76,7 @@ SHIPPED: tuple[str, ...] = (
     "logparse/",
     "engines.py",
     "engine_flags/",
+    "engine_flags/*.txt",  # the releases' flag tables (data, read with pkgutil.get_data)
     "model.py",
     "fmt.py",
     "hostops/__init__.py",
@@ -158,19 +160,23 @@ ARCHIVE_PACKAGE = "tunedeck"
 
 
 def source_files(root: Path | None = None) -> list[tuple[str, Path]]:
-    """(archive name, source file) for everything in :data:`SHIPPED`, sorted; ``root`` is the
+    """(archive name, file) for everything in :data:`SHIPPED`, sorted; ``root`` is the
     package's folder (the imported package's by default: tui/ in a checkout, ``tunedeck/`` installed)."""
     root = root or Path(tunedeck.__file__).resolve().parent
     out: dict[str, Path] = {}
+    missing: list[str] = []
     for entry in SHIPPED:
-        p = root / entry
-        if entry.endswith("/"):
-            for f in sorted(p.glob("*.py")):
-                if f"{entry}{f.name}" not in NOT_SHIPPED:
-                    out[f"{ARCHIVE_PACKAGE}/{entry}{f.name}"] = f
+        if entry.endswith("/") or "*" in entry:
+            found = sorted(root.glob(entry + "*.py" if entry.endswith("/") else entry))
+            if not found and "*" in entry:
+                missing.append(f"{ARCHIVE_PACKAGE}/{entry}")
+            for f in found:
+                name = f.relative_to(root).as_posix()
+                if name not in NOT_SHIPPED:
+                    out[f"{ARCHIVE_PACKAGE}/{name}"] = f
         else:
-            out[f"{ARCHIVE_PACKAGE}/{entry}"] = p
-    missing = [n for n, p in out.items() if not p.is_file()]
+            out[f"{ARCHIVE_PACKAGE}/{entry}"] = root / entry
+    missing += [n for n, p in out.items() if not p.is_file()]
     if missing:
         raise RuntimeUnavailable(f"the host runtime cannot be built: missing {', '.join(missing)}")
     return sorted(out.items())
@@ -433,6 +439,8 @@ def runtime_modules() -> list[str]:
     """Dotted module names in the archive (for the import check in the tests)."""
     out = []
     for name, _ in source_files():
+        if not name.endswith(".py"):
+            continue  # a data file
         mod = name[:-3].replace("/", ".")
         out.append(mod[: -len(".__init__")] if mod.endswith(".__init__") else mod)
     return out

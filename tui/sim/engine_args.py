@@ -12,7 +12,8 @@ Every flag of the release (``tunedeck.engine_flags``: names, aliases, ``--no-``/
 choices, as its ``--help`` lists them) is accepted with argparse's own rules and errors: a flag the
 release does not have, an ambiguous prefix or a choice it does not list ends the start as the
 engine's argparse does. The flags the simulator models are declared with their types and defaults
-in :mod:`tunedeck.sim.sglang_args` and :mod:`tunedeck.sim.vllm_args` and applied; every other one is collected
+in :mod:`tunedeck.sim.sglang_args` and :mod:`tunedeck.sim.vllm_args` (one row each, added by
+:func:`add_modeled`) and applied; every other one is collected
 in ``sim_accepted`` and logged at start-up as "accepted, not simulated". Simulator-only options all
 start with ``--sim-``.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping, Sequence, Tuple
 
 from tunedeck.engine_flags import FlagTable
 from tunedeck.engines import VLLM_ATTENTION_BACKENDS
@@ -107,29 +108,38 @@ class _Accepted(argparse.Action):
 
 _NARGS: dict[str, Any] = {"": 0, "1": None, "?": "?", "+": "+", "*": "*"}
 
+#: a flag the simulator models: its option string (the release's first), the type of its value
+#: (``bool``: a switch), its default and its help; the release's table adds its aliases and choices
+Modeled = Tuple[str, Any, Any, str]
 
-def modeled(container: Any, table: FlagTable) -> Any:
-    """``add_argument`` for a flag the simulator models: the release's option strings (all its
-    aliases) and choices; ``sim_choices`` are the simulator's own check where the release lists none."""
 
-    def add(*names: str, sim_choices: Any = None, **kw: Any) -> argparse.Action:
-        flag = table.get(names[0])
-        if flag is None or not set(names) <= set(flag.names):
-            raise ValueError(f"the simulator models {names[0]}, which {table.engine} {table.release} does not have")
-        if flag.choices:
-            conv = kw.get("type")
-            kw["choices"] = [conv(c) for c in flag.choices] if conv in (int, float) else list(flag.choices)
-        elif sim_choices is not None:
-            kw["choices"] = sim_choices
-        action = kw.get("action")
-        if action in ("store_true", argparse.BooleanOptionalAction) and len(flag.names) > 1:
-            kw["action"] = _Toggle
-            if action == "store_true":
-                kw.setdefault("default", False)
-        act: argparse.Action = container.add_argument(*flag.names, **kw)
-        return act
-
-    return add
+def add_modeled(
+    container: Any, table: FlagTable, flags: Iterable[Modeled], more: Mapping[str, Mapping[str, Any]] | None = None
+) -> None:
+    """``add_argument`` on ``container`` (the parser or a group) for each flag the simulator models,
+    with the release's option strings (all its aliases) and choices. ``more`` adds keywords to a few
+    by name (``nargs``; ``sim_choices``: the simulator's own check where the release lists none). A flag
+    the release lacks, or a switch that it gives a value (or the reverse), fails here."""
+    for name, type_, default, help_ in flags:
+        flag = table.get(name)
+        if flag is None:
+            raise ValueError(f"the simulator models {name}, which {table.engine} {table.release} does not have")
+        if (type_ is bool) == flag.takes_value:
+            raise ValueError(
+                f"the simulator models {name} as a {'switch' if type_ is bool else 'value'}, "
+                f"which it is not in {table.engine} {table.release}"
+            )
+        kw = dict((more or {}).get(name, {}))
+        sim_choices = kw.pop("sim_choices", None)
+        if type_ is bool:  # the release's off form (--disable-x, --no-x) too, when it has one
+            kw["action"] = _Toggle if len(flag.names) > 1 else "store_true"
+        else:
+            kw["type"] = type_
+            if flag.choices:
+                kw["choices"] = [type_(c) for c in flag.choices] if type_ in (int, float) else list(flag.choices)
+            elif sim_choices is not None:
+                kw["choices"] = sim_choices
+        container.add_argument(*flag.names, default=default, help=help_, **kw)
 
 
 def accept_rest(p: argparse.ArgumentParser, table: FlagTable) -> None:

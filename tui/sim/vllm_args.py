@@ -1,5 +1,6 @@
-"""vLLM 0.33's ``vllm serve`` flags as the simulator declares them (the ones it models, with their
-types, defaults and help; the rest through :func:`tunedeck.sim.engine_args.accept_rest`), and vLLM's
+"""vLLM 0.33's ``vllm serve`` flags as the simulator declares them (the ones it models, one row each
+with its type, default and help in :data:`GROUPS`; the rest through
+:func:`tunedeck.sim.engine_args.accept_rest`), and vLLM's
 flexible argv (``--flag_name``, ``-O3``, ``-cc.key=value``) turned into plain flags."""
 
 from __future__ import annotations
@@ -10,7 +11,14 @@ import re
 from typing import Any, Sequence
 
 from tunedeck.engines import VLLM_VERSION, release_flags
-from tunedeck.sim.engine_args import VLLM_BACKENDS, CaseInsensitiveChoices, accept_rest, add_sim_args, modeled
+from tunedeck.sim.engine_args import (
+    VLLM_BACKENDS,
+    CaseInsensitiveChoices,
+    Modeled,
+    accept_rest,
+    add_modeled,
+    add_sim_args,
+)
 
 _JSON_FLAGS = {
     "-cc": "compilation_config",
@@ -32,6 +40,143 @@ def _json_arg(s: str) -> dict[str, Any]:
     return v
 
 
+#: the flags the simulator models, by --help group (title, description, its flags in order): option,
+#: type (``bool``: a switch), default, help
+GROUPS: tuple[tuple[str, str, tuple[Modeled, ...]], ...] = (
+    (
+        "Frontend",
+        "Arguments for the OpenAI-compatible frontend server.",
+        (
+            ("--host", str, None, "Host name."),
+            ("--port", int, 8000, "Port number."),
+            ("--uvicorn-log-level", str, "info", "Log level for uvicorn."),
+            ("--disable-uvicorn-access-log", bool, False, "Disable uvicorn access log."),
+            (
+                "--api-key",
+                str,
+                None,
+                "If provided, the server will require one of these keys to be presented in the header.",
+            ),
+            ("--served-model-name", str, None, "The model name(s) used in the API."),
+            ("--chat-template", str, None, "The file path to the chat template."),
+            ("--enable-force-include-usage", bool, False, "If set to True, including usage on every request."),
+            ("--enable-log-requests", bool, False, "Enable logging requests."),
+            ("--disable-log-stats", bool, False, "Disable logging statistics."),
+            (
+                "--disable-fastapi-docs",
+                bool,
+                False,
+                "Disable FastAPI's OpenAPI schema, Swagger UI, and ReDoc endpoint.",
+            ),
+        ),
+    ),
+    (
+        "ModelConfig",
+        "Configuration for the model.",
+        (
+            ("--model", str, "Qwen/Qwen3-0.6B", "Name or path of the Hugging Face model to use."),
+            ("--tokenizer", str, None, "Name or path of the Hugging Face tokenizer to use."),
+            ("--trust-remote-code", bool, False, "Trust remote code."),
+            ("--dtype", str, "auto", "Data type for model weights and activations."),
+            ("--seed", int, 0, "Random seed for reproducibility."),
+            ("--max-model-len", str, None, "Model context length (prompt and output)."),
+            ("--quantization", str, None, "Method used to quantize the weights."),
+            ("--enforce-eager", bool, False, "Whether to always use eager-mode PyTorch."),
+            ("--generation-config", str, "auto", "The folder path to the generation config."),
+            ("--revision", str, None, "The specific model version to use."),
+        ),
+    ),
+    (
+        "LoadConfig",
+        "Configuration for loading the model weights.",
+        (
+            ("--load-format", str, "auto", "The format of the model weights to load."),
+            ("--download-dir", str, None, "Directory to download and load the weights."),
+        ),
+    ),
+    (
+        "ParallelConfig",
+        "Configuration for the distributed execution.",
+        (
+            ("--tensor-parallel-size", int, 1, "Number of tensor parallel groups."),
+            ("--data-parallel-size", int, 1, "Number of data parallel groups."),
+            ("--pipeline-parallel-size", int, 1, "Number of pipeline parallel groups."),
+            (
+                "--enable-expert-parallel",
+                bool,
+                False,
+                "Use expert parallelism instead of tensor parallelism for MoE layers.",
+            ),
+            ("--disable-custom-all-reduce", bool, False, "Disable the custom all-reduce kernel and fall back to NCCL."),
+            ("--distributed-executor-backend", str, None, "Backend to use for distributed model workers."),
+        ),
+    ),
+    (
+        "CacheConfig",
+        "Configuration for the KV cache.",
+        (
+            ("--gpu-memory-utilization", float, 0.92, "The fraction of GPU memory to be used for the model executor."),
+            ("--block-size", int, None, "Size of a contiguous cache block in number of tokens."),
+            ("--kv-cache-dtype", str, "auto", "Data type for kv cache storage."),
+            ("--enable-prefix-caching", bool, None, "Whether to enable prefix caching."),
+        ),
+    ),
+    (
+        "OffloadConfig",
+        "Configuration for offloading weights to CPU.",
+        (
+            (
+                "--cpu-offload-gb",
+                float,
+                0,
+                "The space in GiB to offload to CPU, per GPU: those weights leave GPU memory.",
+            ),
+        ),
+    ),
+    (
+        "SchedulerConfig",
+        "Scheduler configuration.",
+        (
+            ("--max-num-seqs", int, None, "Maximum number of sequences to be processed in a single iteration."),
+            ("--max-num-batched-tokens", int, None, "Maximum number of tokens to be processed in a single iteration."),
+            (
+                "--enable-chunked-prefill",
+                bool,
+                None,
+                "Chunk long prefills into token-budgeted steps (vLLM V1: on unless disabled).",
+            ),
+            ("--async-scheduling", bool, None, "Perform async scheduling."),
+        ),
+    ),
+    (
+        "AttentionConfig",
+        "Configuration for attention mechanisms in vLLM.",
+        (
+            ("--attention-backend", str, None, "Attention backend to use. Use 'auto' or None for automatic selection."),
+            ("--attention-config", _json_arg, None, "Configuration for attention (JSON)."),
+        ),
+    ),
+    (
+        "VllmConfig",
+        "Dataclass which contains all vllm-related configuration.",
+        (
+            ("--speculative-config", _json_arg, None, "Speculative decoding configuration (JSON)."),
+            ("--compilation-config", _json_arg, None, "torch.compile and cudagraph capture configuration (JSON)."),
+            ("--optimization-level", int, 2, "The optimization level (-O0 ... -O3, which vLLM reads as this flag)."),
+            ("--max-cudagraph-capture-size", int, None, "Maximum cudagraph capture size."),
+            ("--cudagraph-capture-sizes", int, None, "Cudagraph capture sizes."),
+        ),
+    ),
+)
+
+#: what a few of them add to their row
+MORE: dict[str, dict[str, Any]] = {
+    "--served-model-name": {"nargs": "+"},
+    "--attention-backend": {"sim_choices": CaseInsensitiveChoices(VLLM_BACKENDS), "metavar": "ATTENTION_BACKEND"},
+    "--cudagraph-capture-sizes": {"nargs": "+"},
+}
+
+
 def vllm_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="vllm serve",
@@ -46,150 +191,8 @@ def vllm_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "model_tag", nargs="?", default=None, help="The model tag to serve (optional if specified in config)"
     )
-    fe = modeled(p.add_argument_group("Frontend", "Arguments for the OpenAI-compatible frontend server."), table)
-    fe("--host", type=str, default=None, help="Host name.")
-    fe("--port", type=int, default=8000, help="Port number.")
-    fe(
-        "--uvicorn-log-level",
-        type=str,
-        default="info",
-        help="Log level for uvicorn.",
-    )
-    fe("--disable-uvicorn-access-log", action="store_true", help="Disable uvicorn access log.")
-    fe(
-        "--api-key",
-        type=str,
-        default=None,
-        help="If provided, the server will require one of these keys to be presented in the header.",
-    )
-    fe("--served-model-name", nargs="+", type=str, default=None, help="The model name(s) used in the API.")
-    fe("--chat-template", type=str, default=None, help="The file path to the chat template.")
-    fe("--enable-force-include-usage", action="store_true", help="If set to True, including usage on every request.")
-    fe("--enable-log-requests", action="store_true", help="Enable logging requests.")
-    fe("--disable-log-stats", action="store_true", help="Disable logging statistics.")
-    fe(
-        "--disable-fastapi-docs",
-        action="store_true",
-        help="Disable FastAPI's OpenAPI schema, Swagger UI, and ReDoc endpoint.",
-    )
-    mc = modeled(p.add_argument_group("ModelConfig", "Configuration for the model."), table)
-    mc("--model", type=str, default="Qwen/Qwen3-0.6B", help="Name or path of the Hugging Face model to use.")
-    mc("--tokenizer", type=str, default=None, help="Name or path of the Hugging Face tokenizer to use.")
-    mc("--trust-remote-code", action="store_true", help="Trust remote code.")
-    mc(
-        "--dtype",
-        type=str,
-        default="auto",
-        help="Data type for model weights and activations.",
-    )
-    mc("--seed", type=int, default=0, help="Random seed for reproducibility.")
-    mc("--max-model-len", type=str, default=None, help="Model context length (prompt and output).")
-    mc("--quantization", "-q", type=str, default=None, help="Method used to quantize the weights.")
-    mc("--enforce-eager", action="store_true", help="Whether to always use eager-mode PyTorch.")
-    mc("--generation-config", type=str, default="auto", help="The folder path to the generation config.")
-    mc("--revision", type=str, default=None, help="The specific model version to use.")
-    lc = modeled(p.add_argument_group("LoadConfig", "Configuration for loading the model weights."), table)
-    lc("--load-format", type=str, default="auto", help="The format of the model weights to load.")
-    lc("--download-dir", type=str, default=None, help="Directory to download and load the weights.")
-    pc = modeled(p.add_argument_group("ParallelConfig", "Configuration for the distributed execution."), table)
-    pc("--tensor-parallel-size", "-tp", type=int, default=1, help="Number of tensor parallel groups.")
-    pc("--data-parallel-size", "-dp", type=int, default=1, help="Number of data parallel groups.")
-    pc("--pipeline-parallel-size", "-pp", type=int, default=1, help="Number of pipeline parallel groups.")
-    pc(
-        "--enable-expert-parallel",
-        action="store_true",
-        help="Use expert parallelism instead of tensor parallelism for MoE layers.",
-    )
-    pc(
-        "--disable-custom-all-reduce",
-        action="store_true",
-        help="Disable the custom all-reduce kernel and fall back to NCCL.",
-    )
-    pc(
-        "--distributed-executor-backend",
-        type=str,
-        default=None,
-        help="Backend to use for distributed model workers.",
-    )
-    cc = modeled(p.add_argument_group("CacheConfig", "Configuration for the KV cache."), table)
-    cc(
-        "--gpu-memory-utilization",
-        type=float,
-        default=0.92,
-        help="The fraction of GPU memory to be used for the model executor.",
-    )
-    cc(
-        "--block-size",
-        type=int,
-        default=None,
-        help="Size of a contiguous cache block in number of tokens.",
-    )
-    cc(
-        "--kv-cache-dtype",
-        type=str,
-        default="auto",
-        help="Data type for kv cache storage.",
-    )
-    oc = modeled(p.add_argument_group("OffloadConfig", "Configuration for offloading weights to CPU."), table)
-    oc(
-        "--cpu-offload-gb",
-        type=float,
-        default=0,
-        help="The space in GiB to offload to CPU, per GPU: those weights leave GPU memory.",
-    )
-    cc(
-        "--enable-prefix-caching",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="Whether to enable prefix caching.",
-    )
-    sc = modeled(p.add_argument_group("SchedulerConfig", "Scheduler configuration."), table)
-    sc(
-        "--max-num-seqs",
-        type=int,
-        default=None,
-        help="Maximum number of sequences to be processed in a single iteration.",
-    )
-    sc(
-        "--max-num-batched-tokens",
-        type=int,
-        default=None,
-        help="Maximum number of tokens to be processed in a single iteration.",
-    )
-    sc(
-        "--enable-chunked-prefill",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="Chunk long prefills into token-budgeted steps (vLLM V1: on unless disabled).",
-    )
-    sc("--async-scheduling", action=argparse.BooleanOptionalAction, default=None, help="Perform async scheduling.")
-    ac = modeled(p.add_argument_group("AttentionConfig", "Configuration for attention mechanisms in vLLM."), table)
-    ac(
-        "--attention-backend",
-        type=str,
-        sim_choices=CaseInsensitiveChoices(VLLM_BACKENDS),
-        metavar="ATTENTION_BACKEND",
-        default=None,
-        help="Attention backend to use. Use 'auto' or None for automatic selection.",
-    )
-    ac("--attention-config", "-ac", type=_json_arg, default=None, help="Configuration for attention (JSON).")
-    vc = modeled(p.add_argument_group("VllmConfig", "Dataclass which contains all vllm-related configuration."), table)
-    vc("--speculative-config", "-sc", type=_json_arg, default=None, help="Speculative decoding configuration (JSON).")
-    vc(
-        "--compilation-config",
-        "-cc",
-        type=_json_arg,
-        default=None,
-        help="torch.compile and cudagraph capture configuration (JSON).",
-    )
-    vc(
-        "--optimization-level",
-        type=int,
-        default=2,
-        help="The optimization level (-O0 ... -O3, which vLLM reads as this flag).",
-    )
-    vc("--max-cudagraph-capture-size", type=int, default=None, help="Maximum cudagraph capture size.")
-    vc("--cudagraph-capture-sizes", type=int, nargs="+", default=None, help="Cudagraph capture sizes.")
+    for title, description, flags in GROUPS:
+        add_modeled(p.add_argument_group(title, description), table, flags, MORE)
     accept_rest(p, table)
     add_sim_args(p, "vllm")
     return p
