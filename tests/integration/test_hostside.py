@@ -5,6 +5,7 @@ sshd in test_hostside_ssh.py)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -43,6 +44,20 @@ def test_zipapp_is_reproducible_and_named_by_its_content(tmp_path):
     # the releases' flag tables travel as data files (the simulator and the profile checks read them)
     assert {"tunedeck/engine_flags/sglang-0.5.23.txt", "tunedeck/engine_flags/vllm-0.33.0.txt"} <= names
     assert not any(n.startswith(("tunedeck/ui/", "tunedeck/widgets/")) or n.endswith("ssh.py") for n in names)
+
+
+def test_a_build_of_the_same_sources_is_found_again_and_a_changed_or_damaged_one_is_made_anew(tmp_path, monkeypatch):
+    first = runtime.build(tmp_path)
+    zipped = []
+    real = runtime.zipapp.create_archive
+    monkeypatch.setattr(runtime.zipapp, "create_archive", lambda *a, **k: (zipped.append(1), real(*a, **k))[1])
+    assert runtime.build(tmp_path) == first and zipped == []  # found by its sources' hash
+    first.path.write_bytes(b"torn")
+    assert runtime.build(tmp_path) == first and zipped == [1]  # not whole: built again, in place
+    assert hashlib.sha256(first.path.read_bytes()).hexdigest() == first.sha256
+    monkeypatch.setattr(runtime, "_BOOT", runtime._BOOT + "# another boot script\n")
+    changed = runtime.build(tmp_path)
+    assert changed.sha256 != first.sha256 and zipped == [1, 1] and first.path.is_file()
 
 
 def test_every_module_imports_under_the_oldest_python_with_the_stdlib_only(tmp_path):
