@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import warnings
 
 import pytest
 from textual.screen import Screen
@@ -304,6 +306,23 @@ async def test_a_crashed_collector_is_not_restarted_once_polling_stopped():
         await until(pilot, later.is_set)
         assert host.calls == 1
         assert not [w for w in app.workers if w.group == "poll-gpu-box-01" and not w.is_finished]
+
+
+async def test_poll_loops_stopped_before_they_ran_leave_no_coroutine_never_awaited():
+    """A reconnect twice in a row stops loops whose workers have not run yet: each loop's coroutine
+    is made when its worker runs, so none is left behind (Python warns of one never awaited)."""
+    app = app_with()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.latest.link.ok)
+        await app.stop_polling()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            app.start_polling()
+            await app.stop_polling()  # the loops just started have not run yet
+            gc.collect()
+        assert not [w for w in caught if "never awaited" in str(w.message)], [str(w.message) for w in caught]
+        app.start_polling()
+        await until(pilot, lambda: all(w.is_running for w in app.workers if w.group == app.poller.group))
 
 
 class _StopAsSampled(FakeServers):

@@ -8,6 +8,7 @@ restarted, and the newest snapshots of a host are a :class:`Latest`."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -197,7 +198,9 @@ class Poller:
         if source is None:
             return None
         loop = getattr(self, f"_{name}_loop")
-        return self.app.run_worker(loop(source), name=name, group=self.group, exit_on_error=False)
+        # the loop's coroutine is made when the worker runs: a worker cancelled before it started
+        # (stop() right after start()) leaves no coroutine behind that was never awaited
+        return self.app.run_worker(functools.partial(loop, source), name=name, group=self.group, exit_on_error=False)
 
     def _set_link(self, link: LinkState) -> None:
         self.app.post_message(HostStateChanged(self.target, link))
