@@ -5,6 +5,7 @@ sshd in test_hostside_ssh.py)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
 import os
@@ -55,9 +56,33 @@ def test_a_build_of_the_same_sources_is_found_again_and_a_changed_or_damaged_one
     first.path.write_bytes(b"torn")
     assert runtime.build(tmp_path) == first and zipped == [1]  # not whole: built again, in place
     assert hashlib.sha256(first.path.read_bytes()).hexdigest() == first.sha256
+    (index,) = tmp_path.glob(".sources-*")
+    index.write_text("not a sha256\n")
+    assert runtime.build(tmp_path) == first and zipped == [1, 1]  # a record that names nothing: built again
+    first.path.unlink()
+    assert runtime.build(tmp_path) == first and zipped == [1, 1, 1] and first.path.is_file()  # the archive gone
     monkeypatch.setattr(runtime, "_BOOT", runtime._BOOT + "# another boot script\n")
     changed = runtime.build(tmp_path)
-    assert changed.sha256 != first.sha256 and zipped == [1, 1] and first.path.is_file()
+    assert changed.sha256 != first.sha256 and zipped == [1, 1, 1, 1] and first.path.is_file()
+
+
+def test_a_state_folder_that_cannot_be_written_still_serves_its_archive_and_is_named_when_it_must(
+    tmp_path, monkeypatch
+):
+    first = runtime.build(tmp_path)
+    for index in tmp_path.glob(".sources-*"):
+        index.unlink()  # as an older tunedeck left it: the archive, no record of its build
+
+    def refuse(path, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(runtime, "atomic_write_text", refuse)
+    monkeypatch.setattr(runtime, "atomic_write_bytes", refuse)
+    assert runtime.build(tmp_path) == first  # built, found whole in place: only the record is not written
+    first.path.unlink()
+    with pytest.raises(runtime.RuntimeUnavailable) as info:
+        runtime.build(tmp_path)
+    assert str(info.value) == f"the host runtime cannot be written: {first.path}: Read-only file system"
 
 
 def test_every_module_imports_under_the_oldest_python_with_the_stdlib_only(tmp_path):

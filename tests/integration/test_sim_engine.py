@@ -350,6 +350,19 @@ def test_completions_stream_nonstream_and_limits(engine):
         )
 
 
+@pytest.mark.parametrize(("engine", "keys"), [("vllm", ["k-one", "k-two"]), ("sglang", ["k-one"])])
+def test_the_api_key_lets_in_each_of_the_keys_the_engine_takes_and_nothing_else(engine: str, keys: list[str]):
+    """vLLM's ``--api-key`` takes one or more keys and lets in any of them; SGLang's takes one."""
+    p, port = sim(engine, "--api-key", *keys, load=0.3)
+    with p:
+        p.wait_ready()
+        url = f"http://127.0.0.1:{port}/v1/models"
+        assert httpx.get(url).status_code == 401
+        assert httpx.get(url, headers={"Authorization": "Bearer k-other"}).status_code == 401
+        for k in keys:
+            assert httpx.get(url, headers={"Authorization": f"Bearer {k}"}).status_code == 200, k
+
+
 def test_sglang_info_flush_cache_and_metrics_off():
     p, port = sim("sglang")
     with p:

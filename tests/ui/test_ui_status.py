@@ -321,8 +321,13 @@ async def test_poll_loops_stopped_before_they_ran_leave_no_coroutine_never_await
             await app.stop_polling()  # the loops just started have not run yet
             gc.collect()
         assert not [w for w in caught if "never awaited" in str(w.message)], [str(w.message) for w in caught]
-        app.start_polling()
-        await until(pilot, lambda: all(w.is_running for w in app.workers if w.group == app.poller.group))
+        app.start_polling()  # and the loops run again
+
+        def polling() -> bool:
+            loops = [w for w in app.workers if w.group == app.poller.group]
+            return len(loops) == 3 and all(w.is_running for w in loops)
+
+        await until(pilot, polling)
 
 
 class _StopAsSampled(FakeServers):

@@ -48,6 +48,11 @@ def test_redact_argv_forms() -> None:
         "tok",
         "--max-num-seqs=8",
         "HF_TOKEN=x",
+        "--api-key",  # vLLM's takes one or more keys: argparse gives it every word up to the next option
+        "k1",
+        "k2",
+        "--port",
+        "8000",
     ]
     red = redact_argv(argv)
     assert red == [
@@ -64,6 +69,11 @@ def test_redact_argv_forms() -> None:
         "tok",
         "--max-num-seqs=8",
         "HF_TOKEN=<redacted>",
+        "--api-key",
+        "<redacted>",
+        "<redacted>",
+        "--port",
+        "8000",
     ]
 
 

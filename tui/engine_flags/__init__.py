@@ -200,14 +200,14 @@ def parse_table(text: str) -> Tuple[Flag, ...]:
     return tuple(out)
 
 
-_FILE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_FILE_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
 def table_file(engine: str, release: str) -> str:
     """``sglang-0.5.23.txt``: the name of a release's table in this package's folder; ValueError
     for an engine or release that cannot be part of a file name."""
     for part in (engine, release):
-        if not _FILE_PART.match(part):
+        if not _FILE_PART.fullmatch(part):
             raise ValueError(f"{part!r} cannot name a flag table (letters, digits and . _ + - only)")
     return f"{engine}-{release}.txt"
 

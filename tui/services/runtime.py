@@ -184,9 +184,14 @@ def source_files(root: Path | None = None) -> list[tuple[str, Path]]:
 _built: Payload | None = None
 
 
+#: how an archive is made of its files (entry times, compression): a change to :func:`build` that
+#: gives other bytes for the same files bumps it, so no state folder keeps the old build
+_BUILD_FORMAT = 1
+
+
 def _sources_key(files: list[tuple[str, bytes]]) -> str:
-    """What the archive is built from (names, contents and the boot script), as one hash."""
-    h = hashlib.sha256(_BOOT.encode())
+    """What the archive is made of (names, contents, the boot script, the build's format), as one hash."""
+    h = hashlib.sha256(f"{_BUILD_FORMAT}\0{_FIXED_MTIME}\0{_BOOT}".encode())
     for name, data in files:
         h.update(f"\0{name}\0{len(data)}\0".encode())
         h.update(data)
@@ -218,7 +223,6 @@ def build(dest_dir: Path | None = None) -> Payload:
     if _built is not None and _built.path.is_file() and dest_dir is None:
         return _built
     dest_dir = dest_dir or (state_dir() / "lib")
-    dest_dir.mkdir(parents=True, exist_ok=True)
     files = [(name, f.read_bytes()) for name, f in source_files()]
     index = dest_dir / f".sources-{_sources_key(files)[:32]}"
     payload = _known(dest_dir, index)
@@ -238,8 +242,14 @@ def build(dest_dir: Path | None = None) -> Payload:
         sha = hashlib.sha256(data).hexdigest()
         payload = Payload(dest_dir / f"tunedeck-host-{sha[:16]}.pyz", sha)
         if not (payload.path.is_file() and payload.path.read_bytes() == data):  # missing, or not whole
-            atomic_write_bytes(payload.path, data)
-        atomic_write_text(index, sha + "\n")
+            try:
+                atomic_write_bytes(payload.path, data)
+            except OSError as e:
+                raise RuntimeUnavailable(f"the host runtime cannot be written: {os_error_text(e)}") from e
+        try:  # the record only saves the next build: without it, that one zips again
+            atomic_write_text(index, sha + "\n")
+        except OSError as e:
+            log.warning("the runtime's build is not recorded: %s", os_error_text(e))
     if dest_dir == state_dir() / "lib":
         _built = payload
     return payload

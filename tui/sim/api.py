@@ -108,10 +108,11 @@ class Api:
         fn(req, conn)
 
     def _auth_ok(self, req: Request, conn: Conn) -> bool:
-        key = self.a.api_key
-        if not key:
+        key = self.a.api_key  # SGLang: one key; vLLM: one or more, any of them lets a request in
+        keys = key if isinstance(key, list) else [key] if key else []
+        if not keys:
             return True
-        if req.headers.get("authorization", "") == f"Bearer {key}":
+        if req.headers.get("authorization", "") in {f"Bearer {k}" for k in keys}:
             return True
         conn.send_json(401, {"error": "Unauthorized"})
         return False

@@ -117,8 +117,8 @@ def add_modeled(
     container: Any, table: FlagTable, flags: Iterable[Modeled], more: Mapping[str, Mapping[str, Any]] | None = None
 ) -> None:
     """``add_argument`` on ``container`` (the parser or a group) for each flag the simulator models,
-    with the release's option strings (all its aliases) and choices. ``more`` adds keywords to a few
-    by name (``nargs``; ``sim_choices``: the simulator's own check where the release lists none). A flag
+    with the release's option strings (all its aliases), number of values and choices. ``more`` adds
+    keywords to a few by name (``sim_choices``: the simulator's own check where the release lists none). A flag
     the release lacks, or a switch that it gives a value (or the reverse), fails here."""
     for name, type_, default, help_ in flags:
         flag = table.get(name)
@@ -135,6 +135,8 @@ def add_modeled(
             kw["action"] = _Toggle if len(flag.names) > 1 else "store_true"
         else:
             kw["type"] = type_
+            if flag.nargs in ("?", "+", "*"):  # as many values as the release takes (vLLM's --api-key K1 K2)
+                kw.setdefault("nargs", _NARGS[flag.nargs])
             if flag.choices:
                 kw["choices"] = [type_(c) for c in flag.choices] if type_ in (int, float) else list(flag.choices)
             elif sim_choices is not None:

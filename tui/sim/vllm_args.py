@@ -171,9 +171,7 @@ GROUPS: tuple[tuple[str, str, tuple[Modeled, ...]], ...] = (
 
 #: what a few of them add to their row
 MORE: dict[str, dict[str, Any]] = {
-    "--served-model-name": {"nargs": "+"},
     "--attention-backend": {"sim_choices": CaseInsensitiveChoices(VLLM_BACKENDS), "metavar": "ATTENTION_BACKEND"},
-    "--cudagraph-capture-sizes": {"nargs": "+"},
 }
 
 

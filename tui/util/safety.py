@@ -176,15 +176,18 @@ def flag_value(argv: Sequence[str], flag: str) -> str | None:
 def redact_argv(argv: Sequence[str]) -> list[str]:
     """A copy of a command safe to store or show: the value of every secret-bearing flag
     (``--api-key=V``, ``--api-key V``) and of ``NAME=V`` words with a secret-looking NAME
-    (``env HF_TOKEN=V …``) is replaced by ``<redacted>``."""
+    (``env HF_TOKEN=V …``) is replaced by ``<redacted>``. A flag may take several values (vLLM's
+    ``--api-key K1 K2``): every word after it up to the next option is hidden, as argparse would
+    give them all to the flag."""
     out: list[str] = []
-    hide_next = False
+    hiding = 0  # 1: a secret flag's value comes next; 2: more of its values may follow
     for a in argv:
         a = str(a)
-        if hide_next:
+        if hiding == 1 or (hiding == 2 and not a.startswith("-")):
             out.append(REDACTED)
-            hide_next = False
+            hiding = 2
             continue
+        hiding = 0
         if a.startswith("-"):
             flag, eq, _ = a.partition("=")
             if is_secret_flag(flag):
@@ -192,7 +195,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
                     out.append(f"{flag}={REDACTED}")
                 else:
                     out.append(a)
-                    hide_next = True
+                    hiding = 1
                 continue
         else:
             name, eq, _ = a.partition("=")
