@@ -26,6 +26,7 @@ from tests.clifix import FAKE, bench_load, launch_fake, run_cli
 from tests.conftest import REPO, tunedeck_cmd
 from tests.integration.test_launcher import free_port, pid_alive
 from tests.sshd import SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.waits import scaled
 from tunedeck.hostops import runstore
 from tunedeck.hostops.hosts import HostError
 from tunedeck.hostops.ssh import SshHost
@@ -335,13 +336,12 @@ async def test_r23_ui_answers_keys_while_the_link_is_blackholed(sshd: SshdServer
                     await asyncio.wait_for(pilot.press(key), 10)  # a key stuck on the link (15 s+ keepalive) fails here
                     times.append((key, round(time.perf_counter() - t, 3)))
                     await asyncio.sleep(0.05)
-                # A handler that waited on the link would take the whole keepalive bound (> 10 s).
-                # Each press also renders the screen; on a loaded 2-core box a mode switch alone can
-                # take ~0.2-0.3 s with no link at all, so the bounds sit well clear of both.
-                # a key blocked on the dead link would wait for the keepalive (15 s); a loaded 2-core
-                # machine takes up to a second to redraw a screen
-                assert statistics.median(t for _, t in times) < 1.0, times
-                assert max(t for _, t in times) < 3.0, times
+                # A key blocked on the dead link would wait for the keepalive (15 s). Each press also
+                # renders the screen: a mode switch takes ~0.2-0.3 s with no link at all, and the
+                # Bench screen's redraw took 3.1 s once beside a CPU hog (4.0 s beside three test
+                # runs), so the one-key bound sits between that and the keepalive.
+                assert statistics.median(t for _, t in times) < scaled(1.0), times
+                assert max(t for _, t in times) < scaled(6.0), times
                 assert app.screen.query_one(GpuTable) is not None
         finally:
             remove_fake_smi(sshd)
