@@ -9,6 +9,7 @@ import errno
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -189,6 +190,26 @@ async def test_a_named_python_that_is_missing_is_an_error_not_replaced_by_python
     msg = str(ei.value)
     assert f"{tmp_path / 'no-such-python'}: not found" in msg and "\n" not in msg, msg
     assert (await runtime.ensure(LocalHost())).python_version  # python3 itself is fine
+
+
+async def test_the_default_python3_runs_as_it_names_itself_and_a_named_one_as_named(tmp_path):
+    """A ``python3`` that is a wrapper (pyenv's and asdf's shims are: ~0.1 s of shell a start, the
+    version picked per directory) is asked once for its version; the jobs then run the interpreter
+    it names itself by (``sys.executable``). A Python the operator named is used as named."""
+    starts = tmp_path / "starts"
+    wrapper = tmp_path / "bin" / "python3"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        f'#!/bin/sh\necho start >> {shlex.quote(str(starts))}\nexec {shlex.quote(sys.executable)} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    host = LocalHost(env_overlay={"PATH": f"{wrapper.parent}:/usr/bin:/bin"})
+    rt = await runtime.ensure(host)
+    assert rt.python == sys.executable, rt.python
+    assert starts.read_text().count("start") == 1  # the version check alone
+    r = await host.run([rt.python, "-I", rt.archive, "info"], timeout=60)
+    assert r.exit_status == 0 and starts.read_text().count("start") == 1, r.stderr
+    assert (await runtime.ensure(host, python=str(wrapper))).python == str(wrapper)
 
 
 async def test_ensure_ships_once_and_checks_the_hash(tmp_path):

@@ -255,7 +255,8 @@ def build(dest_dir: Path | None = None) -> Payload:
     return payload
 
 
-# $1 archive name, then the Python candidates. Prints HOME, then PY/NOPY/BADPY per candidate, HAVE.
+# $1 archive name, then the Python candidates. Prints HOME, then PY/NOPY/BADPY per candidate (PY: the
+# command's path, its version and the path it runs itself by, sys.executable), HAVE and SMI.
 _FIND_SCRIPT = r"""set -u
 name="$1"; shift
 home="${TUNEDECK_HOME:-$HOME/.tunedeck}"
@@ -263,7 +264,10 @@ case "$home" in /*) ;; *) home="$(pwd)/$home" ;; esac
 echo "HOME $home"
 for py in "$@"; do
   exe=$(command -v -- "$py" 2>/dev/null) || { echo "NOPY $py"; continue; }
-  v=$("$exe" -c 'import sys; print("%d.%d.%d" % tuple(sys.version_info[:3]))' 2>/dev/null) || { echo "BADPY $exe"; continue; }
+  v=$("$exe" -c 'import os, sys
+e = sys.executable
+e = e if e and os.path.isabs(e) and os.access(e, os.X_OK) else ""
+print("%d.%d.%d %s" % (tuple(sys.version_info[:3]) + (e,)))' 2>/dev/null) || { echo "BADPY $exe"; continue; }
   echo "PY $exe $v"
 done
 [ -f "$home/lib/$name" ] && echo "HAVE"
@@ -330,9 +334,13 @@ async def _find(host: Host, payload: Payload, python: str | None) -> _Found:
         if line.startswith("HOME "):
             home = line[5:]
         elif line.startswith("PY ") and chosen is None:
-            _, exe, ver = line.split(" ", 2)
+            _, exe, said = line.split(" ", 2)
+            ver, _, itself = said.strip().partition(" ")
             if _version_tuple(ver) >= MIN_PYTHON:
-                chosen = (exe, ver)
+                # the default ``python3`` is run as the interpreter names itself (``sys.executable``):
+                # a version manager's shim (pyenv, asdf) costs ~0.1 s a start and picks its version
+                # per directory, so a job started elsewhere could get another Python than this one
+                chosen = (itself if itself and python is None else exe, ver)
             else:
                 tried.append(f"{exe} is Python {ver}")
         elif line.startswith("NOPY "):
