@@ -531,14 +531,16 @@ async def bench_sweep(app: TunedeckApp, pilot: Pilot) -> None:
 
 
 async def _bench_setup(app: TunedeckApp, pilot: Pilot) -> Any:
-    """Open the Bench setup form (``b``) and wait for its first preview: it is built in a thread,
-    and a snapshot taken before it lands shows "building the preview…" (a loaded machine)."""
+    """Open the Bench setup form (``b``) and wait for its first preview and its stored results: both
+    are read in a thread, and a snapshot taken before they land shows "building the preview…" or
+    an empty table (a loaded machine)."""
     from tunedeck.ui.screens.bench_setup import BenchSetupScreen
 
     await pilot.press("b")
     await _until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
     scr: Any = app.screen
     await _until(pilot, lambda: "could serve" in str(scr.query_one("#bs-preview").content))
+    await _until(pilot, lambda: scr.results_read)  # the stored results are read in a thread too
     return scr
 
 

@@ -22,6 +22,7 @@ from tests.clifix import read_until, start_cli
 from tests.ports import free_port
 from tests.screenapp import ScreenApp
 from tests.simfix_ab import ab_profiles, assert_b_wins_unless_busy
+from tests.waits import until_async
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
@@ -162,8 +163,8 @@ async def test_pilot_one_key_runs_demo_ab_and_shows_comparison(profiles):
         assert scr.report is not None and scr.report.status == "completed", scr.report and scr.report.error
         table = scr.query_one(CompareTable)
         assert table.get_cell("peak_output_tok_s", "verdict").plain.startswith("B +")
-        chart = scr.query_one(CompareChart)
-        assert chart.series and all(vals for _, vals in chart.series)  # both runs' tok/s over time
+        chart = scr.query_one(CompareChart)  # both runs' tok/s over time, from samples read in a thread
+        await until_async(lambda: chart.series and all(vals for _, vals in chart.series), pilot=pilot)
     alive, apps = await nothing_running()
     assert alive == [] and not apps
 

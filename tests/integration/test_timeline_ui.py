@@ -366,7 +366,7 @@ async def test_a_stored_result_opens_on_its_timeline():
     app = App()
     async with app.run_test(size=(120, 40)) as pilot:
         app.push_screen(BenchSetupScreen())
-        await pilot.pause()
+        await until(pilot, lambda: getattr(app.screen, "results_read", 0))
         app.screen.query_one("#bs-results", DataTable).focus()
         await pilot.press("t")
         await until(pilot, lambda: isinstance(app.screen, TimelineScreen) and app.screen.snapshot is not None)

@@ -370,6 +370,7 @@ async def test_results_list_filters_and_sorts():
         await pilot.press("b")
         await until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
         scr = app.screen
+        await until(pilot, lambda: scr.results_read)
         table = scr.query_one("#bs-results", FilterTable)
         table.focus()
         await pilot.pause()

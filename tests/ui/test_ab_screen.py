@@ -118,12 +118,10 @@ async def test_last_ab_shows_a_full_progress_bar():
         bar = scr.query_one("#ab-progress")
         bar.update(total=8, progress=2)
         await pilot.press("j")
-        await pilot.pause()
-        assert bar.percentage == 1.0
+        await until(pilot, lambda: bar.percentage == 1.0)  # the journal is read in a thread
     scr2 = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=["base", "tuned"])
     async with ScreenApp(scr2).run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        assert "completed" in str(scr2.query_one("#ab-status").content)
+        await until(pilot, lambda: "completed" in str(scr2.query_one("#ab-status").content))
         assert scr2.query_one("#ab-progress").percentage == 1.0
 
 
@@ -179,3 +177,31 @@ def test_the_table_names_each_metric_compactly(key, concurrency, label, short):
 
     row = Row(key, label, "", "higher", None, None, None, 0.0, "na", "", concurrency)
     assert CompareTable.short_label(row) == short
+
+
+async def test_the_last_ab_and_its_chart_are_read_off_the_event_loop(monkeypatch):
+    """The journal only grows and the chart re-reads the peak level's samples: both are read in a
+    thread, and what was read is shown when it lands."""
+    import json
+    import threading
+
+    from tests.conftest import REPO
+    from tunedeck.ab.journal import Journal
+    from tunedeck.ui.screens import compare as compare_screen
+
+    e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
+    Journal().append({k: v for k, v in e.items() if k not in ("v", "time", "series")})
+    readers: list[bool] = []
+
+    def series(run_id: str | None) -> list[float]:
+        readers.append(threading.current_thread() is threading.main_thread())
+        return [1.0, 2.0, 3.0]
+
+    monkeypatch.setattr(compare_screen, "run_series", series)
+    scr = CompareScreen(start_campaign=fake_campaigns(FakeOps()), profiles=["base", "tuned"])
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
+        chart = scr.query_one(CompareChart)
+        await until(pilot, lambda: chart.series)
+        assert f"A/B {e['id']}" in str(scr.query_one("#ab-status").content)
+        assert scr.query_one(CompareTable).row_count > 0
+    assert readers == [False, False]  # A's and B's peak level, neither on the event loop

@@ -113,6 +113,8 @@ class BenchSetupScreen(HostScreen):
         self.servers: dict[str, ServerStats] = {}
         #: row key → stored result (tunedeck.bench.store.RunInfo)
         self.results: dict[str, Any] = {}
+        #: how many reads of the stored results have been shown (they are read in a thread)
+        self.results_read = 0
         #: the plan of the last benchmark started from here
         self.last_plan: BenchPlan | None = None
         #: the plan the preview shows (or is being built for), and its pending start
@@ -192,12 +194,11 @@ class BenchSetupScreen(HostScreen):
         signal = getattr(self.tapp, "server_signal", None)
         if signal is not None:
             signal.subscribe(self, self._on_servers)
-        self.reload_results()
         self._show_command()
         servers.focus()
 
     def on_screen_resume(self) -> None:
-        self.reload_results()
+        self.reload_results()  # each time the screen is shown, the first time too
 
     # ------------------------------------------------------------------ servers
     def _on_servers(self, servers: Sequence[ServerStats]) -> None:
@@ -383,54 +384,35 @@ class BenchSetupScreen(HostScreen):
         self.reload_results()
 
     def reload_results(self) -> None:
-        """Re-read the stored results (newest first)."""
-        from tunedeck.bench.store import list_runs
-        from tunedeck.services.benchrun import where_label
-        from tunedeck.services.jobs import origin
+        """Re-read the stored results (newest first) in a thread: a store of a few hundred levels is
+        a thousand small files, read again each time the screen comes back; the rows follow."""
+        self._results_worker()
 
+    @work(thread=True, exclusive=True, group="bs-results", exit_on_error=False)
+    def _results_worker(self) -> None:
+        from textual.worker import get_current_worker
+
+        read: StoredRows | str
         try:
-            runs = list_runs()
+            read = stored_rows()
         except OSError as e:
-            self.query_one("#bs-summary", Static).update(Text(f"results unreadable: {e}"))
+            read = f"results unreadable: {e}"
+        except Exception:
+            log.exception("reading the stored results failed")
+            read = "results unreadable (the log has the traceback)"
+        if get_current_worker().is_cancelled:
             return
-        runs = sorted(runs, key=lambda r: r.run_id, reverse=True)
-        table = self.query_one("#bs-results", FilterTable)
-        rows: list[tuple[str, tuple[str, ...]]] = []
-        self.results = {}
-        for r in runs:
-            s = r.summary or {}
-            meta = r.meta
-            state = "running" if r.live else ("partial" if r.partial else "done")
-            if not r.summary and origin(r.path) is not None:
-                state = "on host"
-            where = where_label(meta)
-            if where == "tunnel":
-                where = "SSH tunnel"  # measured through an SSH tunnel: the link is in the numbers
+        self.app.call_from_thread(self._show_results, read)
 
-            def num(key: str, fmt: str, s: Mapping[str, Any] = s) -> str:
-                v = s.get(key)
-                if key == "median_ttft_ms" and s.get("completed") == 0:
-                    return "N/A"  # the vLLM-style summary writes 0 when no request finished
-                return format(v, fmt) if isinstance(v, (int, float)) else "N/A"
-
-            conc = meta.get("max_concurrency", s.get("max_concurrency"))
-            rows.append(
-                (
-                    r.run_id,
-                    (
-                        r.run_id,
-                        str(meta.get("profile") or meta.get("label") or "-"),
-                        "N/A" if conc is None else str(conc),
-                        num("completed", "d"),
-                        num("output_throughput", ".1f"),
-                        num("median_ttft_ms", ".1f"),
-                        state,
-                        where,
-                    ),
-                )
-            )
-            self.results[r.run_id] = r
-        table.set_rows(rows)
+    def _show_results(self, read: StoredRows | str) -> None:
+        if not self.is_attached:  # closed while its results were read
+            return
+        if isinstance(read, str):
+            self.query_one("#bs-summary", Static).update(Text(read))
+        else:
+            rows, self.results = read
+            self.query_one("#bs-results", FilterTable).set_rows(rows)
+        self.results_read += 1
 
     # ------------------------------------------------------------------ results filter
     def action_filter_results(self) -> None:
@@ -477,4 +459,49 @@ class BenchSetupScreen(HostScreen):
         out.update(Text(f"{head}\n{text}"))
 
 
-__all__ = ["BenchSetupScreen"]
+#: the stored-results table's rows (key, cells) and the results by run id
+StoredRows = tuple[list[tuple[str, tuple[str, ...]]], dict[str, Any]]
+
+
+def stored_rows() -> StoredRows:
+    """The stored results as rows of the Bench screen's table, newest first (files read: call it
+    off the event loop)."""
+    from tunedeck.bench.store import list_runs
+    from tunedeck.services.benchrun import where_label
+    from tunedeck.services.jobs import origin
+
+    rows: list[tuple[str, tuple[str, ...]]] = []
+    results: dict[str, Any] = {}
+    for r in sorted(list_runs(), key=lambda r: r.run_id, reverse=True):
+        s = r.summary or {}
+        meta = r.meta
+        state = "running" if r.live else ("partial" if r.partial else "done")
+        if not r.summary and origin(r.path) is not None:
+            state = "on host"
+        where = where_label(meta)
+        if where == "tunnel":
+            where = "SSH tunnel"  # measured through an SSH tunnel: the link is in the numbers
+
+        def num(key: str, fmt: str, s: Mapping[str, Any] = s) -> str:
+            v = s.get(key)
+            if key == "median_ttft_ms" and s.get("completed") == 0:
+                return "N/A"  # the vLLM-style summary writes 0 when no request finished
+            return format(v, fmt) if isinstance(v, (int, float)) else "N/A"
+
+        conc = meta.get("max_concurrency", s.get("max_concurrency"))
+        cells = (
+            r.run_id,
+            str(meta.get("profile") or meta.get("label") or "-"),
+            "N/A" if conc is None else str(conc),
+            num("completed", "d"),
+            num("output_throughput", ".1f"),
+            num("median_ttft_ms", ".1f"),
+            state,
+            where,
+        )
+        rows.append((r.run_id, cells))
+        results[r.run_id] = r
+    return rows, results
+
+
+__all__ = ["BenchSetupScreen", "stored_rows"]

@@ -26,6 +26,7 @@ Standalone use (tests, other apps)::
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from rich.text import Text
@@ -42,7 +43,7 @@ from tunedeck.ab.journal import Journal
 from tunedeck.ab.plans import PlanError, list_plans, load_plan
 from tunedeck.ab.report import ABReport
 from tunedeck.ab.series import run_series
-from tunedeck.ab.sides import side_from_dict
+from tunedeck.ab.sides import Side, side_from_dict
 from tunedeck.timeline_model import TimelineFigure, TimelineSnapshot, overlay
 from tunedeck.ui.bindings import mark_ab, toggle_side
 from tunedeck.ui.screens.campaign import CampaignScreen
@@ -328,26 +329,35 @@ class CompareScreen(CampaignScreen):
         return f"A/B ended without a report: {ex.get('error') or 'unknown'}"
 
     def action_load_last(self, quiet: bool = False) -> None:
-        try:
-            ents = [e for e in Journal().entries("ab") if e.get("comparison")]
-        except OSError:
-            ents = []
-        if not ents:
+        """Show the last finished A/B of the journal, read in a thread (the journal only grows, and
+        the chart re-reads the peak level's samples)."""
+        self._load_last_worker(quiet)
+
+    @work(thread=True, exclusive=True, group="ab-last", exit_on_error=False)
+    def _load_last_worker(self, quiet: bool) -> None:
+        from textual.worker import get_current_worker
+
+        last = last_ab()
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._show_last, last, quiet)
+
+    def _show_last(self, last: LastAB | str | None, quiet: bool) -> None:
+        if not self.is_attached:  # closed while the journal was read
+            return
+        if quiet and (self.campaign is not None or self.report is not None):
+            return  # an A/B started or followed here meanwhile: it is what the screen shows
+        if last is None:
             if not quiet:
                 self._status("The journal has no finished A/B yet.")
             return
-        e = ents[-1]
-        try:
-            a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
-            cmp = compare(a, b)
-        except Exception as ex:  # noqa: BLE001
-            self._status(f"journal entry {e.get('id')}: {ex}")
+        if isinstance(last, str):
+            self._status(last)
             return
-        self._status(f"A/B {e.get('id')} ({e.get('status')}, {e.get('started', '')[:19]})")
+        self._status(last.status)
         if self.campaign is None:  # a finished A/B: not the bar of whatever ran last
             self.query_one("#ab-progress", ProgressBar).update(total=1, progress=1)
-        self.show_comparison(cmp, self._series_of(a, b))
-        self.show_timelines(a, b)
+        self.show_comparison(last.comparison, last.series)
+        self.show_timelines(last.a, last.b)
 
     # ------------------------------------------------------------------ progress
     def _show_event(self, ev: ABEvent) -> None:
@@ -379,8 +389,9 @@ class CompareScreen(CampaignScreen):
         self._status(status)
         if rep.comparison is not None:
             a, b = rep.sides.get("A"), rep.sides.get("B")
-            self.show_comparison(rep.comparison, self._series_of(a, b) if a and b else None)
+            self.show_comparison(rep.comparison)
             if a and b:
+                self._chart_worker(rep.comparison, a, b)
                 self.show_timelines(a, b)
         else:  # cancelled or failed before any result: nothing of an older A/B stays on screen
             self._clear_results()
@@ -389,20 +400,18 @@ class CompareScreen(CampaignScreen):
             )
 
     # ------------------------------------------------------------------ view
-    def _series_of(self, a: Any, b: Any) -> tuple[list[float], list[float]] | None:
-        def peak_run(side: Any) -> str | None:
-            if not side.runs:
-                return None
-            cs = side.concurrencies()
-            if not cs:
-                return None
-            lv = side.runs[0].level(cs[-1])
-            return lv.run_id if lv else None
+    @work(thread=True, exclusive=True, group="ab-chart", exit_on_error=False)
+    def _chart_worker(self, cmp: Comparison, a: Any, b: Any) -> None:
+        """The chart's series from the peak level's samples, read in a thread."""
+        from textual.worker import get_current_worker
 
-        try:
-            return run_series(peak_run(a)), run_series(peak_run(b))
-        except Exception:  # noqa: BLE001 - a chart is never worth an error
-            return None
+        series = peak_series(a, b)
+        if series is not None and not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._set_chart, cmp, series)
+
+    def _set_chart(self, cmp: Comparison, series: tuple[list[float], list[float]]) -> None:
+        if self.is_attached and self.query_one(CompareTable).comparison is cmp:  # not under a later one
+            self._show_chart(cmp, series)
 
     def _clear_results(self) -> None:
         """Drop the table, diff, chart and headline of the previous A/B."""
@@ -422,6 +431,9 @@ class CompareScreen(CampaignScreen):
         self._result_shown()
         self.query_one(CompareTable).show(cmp, compact=self.has_class("-narrow"))
         self.query_one(ConfigDiff).show(cmp)
+        self._show_chart(cmp, series)
+
+    def _show_chart(self, cmp: Comparison, series: tuple[list[float], list[float]] | None) -> None:
         peak = next((r.concurrency for r in cmp.rows if r.key == "peak_output_tok_s"), None)
         title = f"output tok/s over time{f' at C={peak}' if peak else ''}"
         chart = self.query_one(CompareChart)
@@ -496,4 +508,54 @@ class CompareScreen(CampaignScreen):
         panel.redraw()
 
 
-__all__ = ["ABTimeline", "CompareScreen"]
+@dataclass(frozen=True)
+class LastAB:
+    """The journal's last finished A/B, ready to show."""
+
+    status: str
+    a: Side
+    b: Side
+    comparison: Comparison
+    series: tuple[list[float], list[float]] | None
+
+
+def last_ab() -> LastAB | str | None:
+    """The journal's last finished A/B (None: there is none; a str: why it cannot be shown). Reads
+    the journal and the peak level's samples: call it off the event loop."""
+    try:
+        ents = [e for e in Journal().entries("ab") if e.get("comparison")]
+    except OSError as err:
+        log.warning("the A/B journal is unreadable: %s", err)
+        return f"the A/B journal is unreadable: {err}"
+    if not ents:
+        return None
+    e = ents[-1]
+    try:
+        a, b = side_from_dict(e["a"]), side_from_dict(e["b"])
+        cmp = compare(a, b)
+    except Exception as ex:  # noqa: BLE001 - one entry written by another version: said, not raised
+        return f"journal entry {e.get('id')}: {ex}"
+    status = f"A/B {e.get('id')} ({e.get('status')}, {e.get('started', '')[:19]})"
+    return LastAB(status, a, b, cmp, peak_series(a, b))
+
+
+def peak_series(a: Side, b: Side) -> tuple[list[float], list[float]] | None:
+    """A's and B's output tok/s over time at their peak level, from the stored samples (files read)."""
+
+    def peak_run(side: Side) -> str | None:
+        if not side.runs:
+            return None
+        cs = side.concurrencies()
+        if not cs:
+            return None
+        lv = side.runs[0].level(cs[-1])
+        return lv.run_id if lv else None
+
+    try:
+        return run_series(peak_run(a)), run_series(peak_run(b))
+    except Exception:  # a chart is never worth an error: logged, the chart stays empty
+        log.warning("no tok/s chart for %s vs %s", a.profile, b.profile, exc_info=True)
+        return None
+
+
+__all__ = ["ABTimeline", "CompareScreen", "LastAB", "last_ab", "peak_series"]
