@@ -721,7 +721,9 @@ async def runs(app: TunedeckApp, pilot: Pilot) -> None:
             )
         )
     ]
-    await app.push_screen(RunsScreen(records=recs))
+    scr = RunsScreen(records=recs)
+    await app.push_screen(scr)
+    await _until(pilot, lambda: scr.loads)  # the records are shown from a thread's read
     await pilot.pause(0.2)
 
 

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Self, Sequence
 
 from rich.text import Text
 from textual import events, on
@@ -41,6 +41,8 @@ class FilterTable(DataTable[Any]):
         #: the column key sorted by (None: the given order) and the direction
         self.sort_column: str | None = None
         self.sort_reverse = False
+        #: the rows on screen, as last shown (None: cleared since)
+        self._shown: list[tuple[str, tuple[Any, ...]]] | None = None
 
     def set_rows(self, rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
         self.all_rows = [(k, tuple(c)) for k, c in rows]
@@ -68,6 +70,8 @@ class FilterTable(DataTable[Any]):
         if self.sort_column is not None:
             idx = [str(col.value) for col in self.columns].index(self.sort_column)
             rows.sort(key=lambda r: sort_value(r[1][idx]), reverse=self.sort_reverse)
+        if rows == self._shown:
+            return  # a re-read that changed nothing: no rows rebuilt, the cursor and scroll stay
         with self.app.batch_update():
             self.clear()
             for k, c in rows:
@@ -75,6 +79,11 @@ class FilterTable(DataTable[Any]):
             keys = [k for k, _ in rows]
             if keep in keys:
                 self.move_cursor(row=keys.index(keep))
+        self._shown = rows
+
+    def clear(self, columns: bool = False) -> Self:
+        self._shown = None
+        return super().clear(columns)
 
     def sort_by(self, column: str) -> None:
         """Sort by ``column``; the same column again reverses."""

@@ -265,10 +265,22 @@ async def test_follow_resumes_from_offset_without_gaps(host):
     assert got == Path(log).read_bytes()[: len(got)]
 
 
-async def test_reattach_finds_runs(host):
+async def test_reattach_finds_runs(host, monkeypatch):
+    import threading
+
     rec = await L.launch(host, ["sleep", "30"], engine="other", profile="x")
     os.unlink(runstore.RunStore().path(rec.run_id))  # the local record is gone (another machine, or lost)
+    readers: list[bool] = []
+    load = runstore.RunStore.load
+
+    def watched(self: runstore.RunStore, run_id: str) -> runstore.RunRecord | None:
+        readers.append(threading.current_thread() is threading.main_thread())
+        return load(self, run_id)
+
+    monkeypatch.setattr(runstore.RunStore, "load", watched)
     alive = await hostruns.reattach(host)
+    assert readers == [False]  # the records are read off the event loop (a dashboard re-reads every 3 s)
+    monkeypatch.setattr(runstore.RunStore, "load", load)
     assert [r.run_id for r in alive] == [rec.run_id]
     again = runstore.RunStore().load(rec.run_id)
     assert again.profile == "x" and again.pid == rec.pid

@@ -492,6 +492,7 @@ async def test_runs_list_filters_sorts_and_opens(monkeypatch):
         await pilot.press("R")
         await until(pilot, lambda: isinstance(app.screen, RunsScreen))
         scr = app.screen
+        await until(pilot, lambda: scr.loads)
         assert [scr.records[k].profile for k in scr.table.shown_keys] == [
             "sglang-tuned",
             "vllm-baseline",

@@ -4,6 +4,7 @@ with the ended ones settled from their own logs (:func:`reattach`), and picked b
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -87,8 +88,11 @@ async def reattach(host: Host, store: RunStore | None = None) -> list[RunRecord]
     store = store or RunStore()
     tgt = target_name(host)
     out: list[RunRecord] = []
-    for h in await list_host_runs(host):
-        rec = store.load(h.run_id)
+    runs = await list_host_runs(host)
+    # one record file per run folder on the host, dead ones too: read in a thread, not on the
+    # event loop that a dashboard re-reads them from every few seconds
+    known = await asyncio.to_thread(lambda: [store.load(h.run_id) for h in runs])
+    for h, rec in zip(runs, known):
         new = rec is None
         if rec is None:
             meta = h.meta

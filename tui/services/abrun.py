@@ -13,6 +13,7 @@ reading of the end and the cancel are every detached campaign's
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import sys
@@ -274,18 +275,25 @@ class ABRun(JobRun):
             ids.update(left.run_ids)
             left_running, unread = left.running, left.unread
             found = "{} level(s) read from its results here and on the head nodes"
-        results = []
-        for rid in sorted(ids):
-            try:
-                labels = store.load_run(rid).meta.get("ab")
-                if not isinstance(labels, dict) or labels.get("ab_id") != spec.get("ab_id"):
+
+        def read() -> list[tuple[dict[str, Any], str, Any]]:
+            """Each level of this A/B with a completed request, its summary rebuilt from its
+            samples where partial (megabytes a level: called in a thread)."""
+            levels = []
+            for rid in sorted(ids):
+                try:
+                    labels = store.load_run(rid).meta.get("ab")
+                    if not isinstance(labels, dict) or labels.get("ab_id") != spec.get("ab_id"):
+                        continue
+                    summary = store.summary_for(rid)
+                except (store.StoreError, OSError, ValueError) as e:
+                    log.warning("A/B %s: level %s has no readable result here: %s", self.id, rid, e)
                     continue
-                summary = store.summary_for(rid)
-            except (store.StoreError, OSError, ValueError) as e:
-                log.warning("A/B %s: level %s has no readable result here: %s", self.id, rid, e)
-                continue
-            if summary.get("completed"):
-                results.append((labels, rid, summary))
+                if summary.get("completed"):
+                    levels.append((labels, rid, summary))
+            return levels
+
+        results = await asyncio.to_thread(read)
         if not results:
             if left_running:
                 log.warning("A/B %s left no result; still running: %s", self.id, "; ".join(left_running))

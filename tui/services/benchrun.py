@@ -158,7 +158,8 @@ class BenchRun:
         self.exit = self._follower.exit
         self.lost = self._follower.lost
         await self._final_mirror()
-        self._reconcile()
+        # a partial level's summary is rebuilt from its samples (megabytes): not on the event loop
+        await asyncio.to_thread(self._reconcile)
 
     async def _final_mirror(self) -> None:
         """Mirror every result folder of the job, retried over a failing link for up to
@@ -268,7 +269,8 @@ async def ship_data_file(host: Host, path: str, python: str | None) -> str:
     (the CLI builds the workload before it starts anything)."""
     from tunedeck.services import runtime
 
-    return await runtime.ensure_data(host, read_data_file(path), python=python)
+    data = await asyncio.to_thread(read_data_file, path)  # a dataset can be hundreds of MB
+    return await runtime.ensure_data(host, data, python=python)
 
 
 def _loopback(url: str) -> bool:

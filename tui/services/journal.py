@@ -5,7 +5,10 @@ a newer record of the same launch, never an edit)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+from pathlib import Path
 from typing import Sequence
 
 from tunedeck.ab.journal import Journal
@@ -37,14 +40,28 @@ def journal_launch(rec: RunRecord, final: StartupProgress, *, profile: str | Non
     return None
 
 
+#: failed runs already checked against each journal (by its path). A failed run stays failed and the
+#: journal only grows, so it is parsed again only when a run has newly failed, not at every re-read
+#: (a dashboard re-reads every few seconds, and a journal of a few hundred A/B is megabytes)
+_checked: dict[Path, set[str]] = {}
+#: one check at a time: two hosts re-read at once must not both append the same correction
+_checking = threading.Lock()
+
+
 def journal_corrections(recs: Sequence[RunRecord], journal: Journal | None = None) -> list[str]:
     """For every failed run whose launch the journal still reads as ``ready``, append the
     correction (status ``failed``, the cause and its proving line, ``corrects: ready``).
     Returns the run ids corrected; a journal that cannot be written is logged, the runs stand."""
-    failed = [r for r in recs if r.status == FAILED]
-    if not failed:
-        return []
     j = journal or Journal()
+    with _checking:
+        checked = _checked.setdefault(j.path, set())
+        failed = [r for r in recs if r.status == FAILED and r.run_id not in checked]
+        if not failed:
+            return []
+        return _correct(j, failed, checked)
+
+
+def _correct(j: Journal, failed: Sequence[RunRecord], checked: set[str]) -> list[str]:
     try:
         latest = {str(e.get("id")): e for e in j.entries("launch")}
     except (OSError, ValueError) as exc:
@@ -54,6 +71,8 @@ def journal_corrections(recs: Sequence[RunRecord], journal: Journal | None = Non
     for r in failed:
         e = latest.get(r.run_id)
         if e is None or e.get("status") != "ready":
+            # no entry: its launch, still following it, writes how it ended itself
+            checked.add(r.run_id)
             continue
         try:
             j.append(
@@ -72,6 +91,7 @@ def journal_corrections(recs: Sequence[RunRecord], journal: Journal | None = Non
             log.warning("run %s: journal correction not written: %s", r.run_id, exc)
             continue
         log.info("run %s: journal corrected: ready, then failed: %s", r.run_id, r.diagnosis)
+        checked.add(r.run_id)
         done.append(r.run_id)
     return done
 
@@ -82,5 +102,7 @@ async def reread_runs(host: Host, store: RunStore | None = None) -> list[RunReco
     and have failed since. Returns the live runs."""
     store = store or RunStore()
     live = await reattach(host, store)
-    journal_corrections(store.all(target_name(host)))
+    target = target_name(host)
+    # the store and, when a run has newly failed, the journal: files read in a thread
+    await asyncio.to_thread(lambda: journal_corrections(store.all(target)))
     return live

@@ -23,6 +23,7 @@ over ``${TUNEDECK_HOME}/sim``), as :attr:`~tunedeck.hostops.hosts.Host.nvidia_sm
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -404,7 +405,7 @@ async def ensure_data(host: Host, data: bytes, *, python: str | None = None) -> 
     """A data file (a benchmark's dataset or trace) on ``host`` at ``${TUNEDECK_HOME}/data/<sha256>``:
     uploaded once per content, hash-checked there like the runtime. Returns its path on the host."""
     rt = await ensure(host, python=python)
-    sha = hashlib.sha256(data).hexdigest()
+    sha = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())  # hashlib frees the GIL
     final = f"{rt.home}/{DATA_DIR}/{sha}"
     r = await host.run_script(_HAVE_SCRIPT, [final], timeout=30)
     if r.lost or r.timed_out:

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from rich.text import Text
-from textual import events, on
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -91,6 +91,8 @@ class RunsScreen(Screen[None]):
         self._columns: tuple[tuple[str, str, int], ...] = ()
         #: node → its connection, for re-reading the deployments' processes
         self._node_conns: dict[str, Any] = {}
+        #: how many reads of the records have been shown (they are read in a thread)
+        self.loads = 0
 
     def compose(self) -> ComposeResult:
         yield Static(id="runs-title")
@@ -140,7 +142,7 @@ class RunsScreen(Screen[None]):
             except (HostError, OSError, asyncio.TimeoutError) as e:
                 log.warning("runs view: re-reading the runs on %s failed: %s", getattr(host, "target", "?"), e)
             else:
-                self.action_reload()
+                await self._reload()
             await asyncio.sleep(max(0.0, REREAD_EVERY - (time.monotonic() - t0)))
 
     def _set_columns(self, columns: tuple[tuple[str, str, int], ...]) -> None:
@@ -154,34 +156,46 @@ class RunsScreen(Screen[None]):
             table.add_column(label, key=key, width=width)
         self._columns = columns
 
-    def _load_deployments(self) -> list[Any]:
-        if self._given_deployments is not None:
-            return list(self._given_deployments)
+    def _read(self, target: str | None) -> tuple[list[Any], list[Any], list[str]]:
+        """The run and deployment records (given, or read from their stores: call it in a thread),
+        and a line for each store that could not be read."""
+        from tunedeck.hostops.runstore import RunStore
         from tunedeck.services.deploy import DeploymentStore
 
+        errors: list[str] = []
+        recs: list[Any] = []
+        deps: list[Any] = []
         try:
-            return DeploymentStore().all()
+            recs = list(self._given) if self._given is not None else RunStore().all(target)
         except OSError as e:
-            self.notify(f"deployment records unreadable: {e}", severity="error", markup=False)
-            return []
+            errors.append(f"run records unreadable: {e}")
+        try:
+            deps = list(self._given_deployments) if self._given_deployments is not None else DeploymentStore().all()
+        except OSError as e:
+            errors.append(f"deployment records unreadable: {e}")
+        return recs, deps, errors
 
     @property
     def table(self) -> FilterTable:
         return self.query_one("#runs", FilterTable)
 
     def action_reload(self) -> None:
-        target = getattr(self.app, "target", None)
-        if self._given is not None:
-            recs = list(self._given)
-        else:
-            from tunedeck.hostops.runstore import RunStore
+        self._reload_worker()
 
-            try:
-                recs = RunStore().all(target)
-            except OSError as e:
-                self.notify(f"run records unreadable: {e}", severity="error", markup=False)
-                recs = []
-        deps = self._load_deployments()
+    @work(group="runs-reload", exclusive=True)
+    async def _reload_worker(self) -> None:
+        await self._reload()
+
+    async def _reload(self) -> None:
+        """Read the records in a thread (one file a run, and the store only grows), then show them."""
+        target = getattr(self.app, "target", None)
+        recs, deps, errors = await asyncio.to_thread(self._read, target)
+        for line in errors:
+            self.notify(line, severity="error", markup=False)
+        self._show(target, recs, deps)
+        self.loads += 1
+
+    def _show(self, target: str | None, recs: list[Any], deps: list[Any]) -> None:
         members = {m.run_id for d in deps for m in d.members}
         recs = [r for r in recs if r.run_id not in members]  # shown as their deployment's row
         recs.sort(key=lambda r: r.created or 0.0, reverse=True)

@@ -28,6 +28,7 @@ user, tok/s per GPU and step are on the line under it (:class:`tunedeck.widgets.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shlex
 import time
@@ -333,7 +334,9 @@ class TuneScreen(CampaignScreen):
                 write_candidates_file(args.base, self.marked, args.candidates)
             except (ValueError, OSError) as e:
                 return str(e)
-        got = plan_of(args)
+        # the workload is built (a dataset file read) and the journal read for the estimate:
+        # in a thread, as the Bench screen builds its preview
+        got = await asyncio.to_thread(plan_of, args)
         return got if isinstance(got, str) else (args, got)
 
     def action_preflight(self) -> None:
