@@ -70,6 +70,8 @@ class FilterTable(DataTable[Any]):
         if self.sort_column is not None:
             idx = [str(col.value) for col in self.columns].index(self.sort_column)
             rows.sort(key=lambda r: sort_value(r[1][idx]), reverse=self.sort_reverse)
+        # rich's Text compares its text and spans, not its base style: a cell whose style can change
+        # while its text stays must carry the style as a span (Text.stylize), not as ``style=``
         if rows == self._shown:
             return  # a re-read that changed nothing: no rows rebuilt, the cursor and scroll stay
         with self.app.batch_update():

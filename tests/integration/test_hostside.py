@@ -209,7 +209,29 @@ async def test_the_default_python3_runs_as_it_names_itself_and_a_named_one_as_na
     assert starts.read_text().count("start") == 1  # the version check alone
     r = await host.run([rt.python, "-I", rt.archive, "info"], timeout=60)
     assert r.exit_status == 0 and starts.read_text().count("start") == 1, r.stderr
+    assert (await runtime.ensure(host, python="python3")).python == sys.executable  # a profile's default
     assert (await runtime.ensure(host, python=str(wrapper))).python == str(wrapper)
+
+
+async def test_a_python3_whose_own_path_does_not_run_alone_is_run_as_found(tmp_path):
+    """A wrapper that sets what the interpreter needs (an environment variable here) names a path
+    that does not run without it: the jobs run the wrapper, not a path that fails on the host."""
+    real = os.path.realpath(sys.executable)
+    inner = tmp_path / "inner" / "python"
+    inner.parent.mkdir()
+    inner.write_text(f'#!/bin/sh\n[ -n "$WRAPPED" ] || exit 1\nexec {shlex.quote(real)} "$@"\n')
+    inner.chmod(0o755)
+    wrapper = tmp_path / "bin" / "python3"
+    wrapper.parent.mkdir()
+    # bash's exec -a: the interpreter names itself by the inner path (sys.executable), as a wrapper's would
+    wrapper.write_text(f'#!/bin/bash\nexport WRAPPED=1\nexec -a {shlex.quote(str(inner))} {shlex.quote(real)} "$@"\n')
+    wrapper.chmod(0o755)
+    host = LocalHost(env_overlay={"PATH": f"{wrapper.parent}:/usr/bin:/bin"})
+    r = await host.run([str(wrapper), "-c", "import sys; print(sys.executable)"], timeout=30)
+    assert r.stdout.strip() == str(inner), r.stdout + r.stderr  # the case this test is about
+    rt = await runtime.ensure(host)
+    assert rt.python == str(wrapper)
+    assert (await runtime.ensure(host, python="python3")).python == str(wrapper)  # a profile's default
 
 
 async def test_ensure_ships_once_and_checks_the_hash(tmp_path):

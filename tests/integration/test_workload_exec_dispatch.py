@@ -125,27 +125,25 @@ def test_a_due_send_goes_out_between_the_reads_of_a_burst(uvloop: bool) -> None:
     with FakeServer("--ttft-ms", "400", "--itl-ms", "0", "--burst", "400") as srv:
         start, samples = run_async(go(srv.url), fast=uvloop)
     assert len(samples) == 161 and all(s["success"] for s in samples), [s["error"] for s in samples][:3]
-    # An iteration the loop spent parsing the burst runs this thread most of its time; one the
-    # process spent descheduled (a loaded machine: other sessions' processes ran) does not, and
-    # nothing can be sent in it. Only the first kind is the burst.
-    burst = [(a, b) for a, b, ran in held if ran >= 0.5]
-    inside = []  # (sent before the held iteration ended, lag) of each probe due within one
+    inside = []  # (sent before the held iteration ended, lag, share of it this thread ran) per probe due in one
     for s in samples:
         if s["index"] < 100:
             continue
         due = start + s["scheduled_at"]
-        for a, b in burst:
+        for a, b, ran in held:
             if a <= due < b:
-                inside.append((due + s["dispatch_lag"] < b, s["dispatch_lag"]))
-    longest = max((b - a for a, b in burst), default=0.0)
-    shares = sorted(round(ran, 2) for *_, ran in held)
-    assert len(inside) >= 5, (
-        f"the burst held the loop {longest * 1000:.0f} ms at most, over {len(inside)} probes; {shares}"
-    )
-    early = sum(1 for ok, _ in inside if ok)
+                inside.append((due + s["dispatch_lag"] < b, s["dispatch_lag"], ran))
+    longest = max((b - a for a, b, _ in held), default=0.0)
+    assert len(inside) >= 5, f"the burst held the loop {longest * 1000:.0f} ms at most, over {len(inside)} probes"
+    # An iteration the loop spent parsing the burst runs this thread most of its time; one the
+    # process spent mostly descheduled (a loaded machine: other sessions' processes ran) sends
+    # nothing while it waits. The gate is judged on the first kind.
+    burst = [(ok, lag) for ok, lag, ran in inside if ran >= 0.5]
+    early = sum(1 for ok, _ in burst if ok)
     # before: none went out before the iteration holding the loop ended (lags ~0.9 s at 100 x 400
     # tokens); now nearly all, a few ms after their time; half holds on a loaded machine
-    assert early >= len(inside) / 2, (early, len(inside), sorted(round(lag * 1000, 1) for _, lag in inside), shares)
+    shares = sorted(round(ran, 2) for *_, ran in held)
+    assert early >= len(burst) / 2, (early, len(burst), sorted(round(lag * 1000, 1) for _, lag in burst), shares)
 
 
 @pytest.mark.timeout(120)

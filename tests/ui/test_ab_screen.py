@@ -205,3 +205,46 @@ async def test_the_last_ab_and_its_chart_are_read_off_the_event_loop(monkeypatch
         assert f"A/B {e['id']}" in str(scr.query_one("#ab-status").content)
         assert scr.query_one(CompareTable).row_count > 0
     assert readers == [False, False]  # A's and B's peak level, neither on the event loop
+
+
+async def test_a_journal_read_that_lands_after_an_ab_started_is_not_shown(monkeypatch):
+    """j, then g before the journal was read: the A/B that started is what the screen shows, not
+    the last one of the journal landing over it."""
+    import json
+    import threading
+
+    from tests.conftest import REPO
+    from tunedeck.ab.journal import Journal
+    from tunedeck.ui.screens import compare as compare_screen
+
+    e = json.loads((REPO / "screenshots" / "compare-ab.json").read_text())
+    Journal().append({k: v for k, v in e.items() if k not in ("v", "time", "series")})
+    release = threading.Event()
+    real = compare_screen.last_ab
+
+    def slow_last_ab() -> object:
+        release.wait(10)
+        return real()
+
+    monkeypatch.setattr(compare_screen, "last_ab", slow_last_ab)
+    ops = FakeOps(bench_delay=5.0)  # the A/B is still running when the read lands
+    scr = CompareScreen(start_campaign=fake_campaigns(ops), profiles=["base", "tuned"], a="base", b="tuned")
+    landed: list[int] = []
+    show_last = scr._show_last
+
+    def counted(*args: object) -> None:
+        landed.append(1)
+        show_last(*args)  # type: ignore[arg-type]
+
+    scr._show_last = counted  # type: ignore[method-assign]
+    async with ScreenApp(scr).run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("j")
+        await pilot.press("g")
+        await until(pilot, lambda: "bench base C=1" in ops.log)
+        release.set()
+        await until(pilot, lambda: landed)
+        await pilot.pause()
+        assert scr.query_one(CompareTable).row_count == 0
+        assert f"A/B {e['id']}" not in str(scr.query_one("#ab-status").content)
+        assert "faster" not in str(scr.query_one("#ab-headline").content)

@@ -27,21 +27,33 @@ def _counting(journal: Journal) -> list[int]:
     return calls
 
 
-def test_a_failed_run_is_corrected_once_and_the_journal_read_again_only_for_a_new_failure(tmp_path):
+def test_a_failed_run_is_corrected_once_and_the_journal_read_again_only_for_a_change(tmp_path):
     j = Journal(tmp_path / "journal.jsonl")
     j.record_launch("r1", profile="p", host="gpu-a", ready=True, startup_s=30.0)
     j.record_launch("r2", profile="p", host="gpu-a", ready=True, startup_s=31.0)
     parses = _counting(j)
 
     assert journal_corrections([_failed("r1")], j) == ["r1"]
+    assert journal_corrections([_failed("r1")], j) == []  # the correction changed the journal: read once more
+    assert len(parses) == 2
     assert journal_corrections([_failed("r1")], j) == []  # the next re-reads: nothing parsed
     assert journal_corrections([_failed("r1")], j) == []
-    assert len(parses) == 1
-    assert journal_corrections([_failed("r1"), _failed("r2")], j) == ["r2"]  # a new failure: read again
     assert len(parses) == 2
+    assert journal_corrections([_failed("r1"), _failed("r2")], j) == ["r2"]  # a new failure: read again
+    assert len(parses) == 3
     latest = {e["id"]: e for e in Journal(j.path).entries("launch")}
     assert [latest[r]["status"] for r in ("r1", "r2")] == ["failed", "failed"]
     assert latest["r1"]["corrects"] == "ready"
+
+
+def test_a_ready_entry_written_after_the_run_failed_is_corrected_too(tmp_path):
+    """A tuning campaign writes its launches when it ends: a candidate that was ready and died
+    meanwhile was checked with no entry; once the journal changes it is checked again."""
+    j = Journal(tmp_path / "journal.jsonl")
+    j.record_launch("r0", profile="p", host="gpu-a", ready=True, startup_s=30.0)
+    assert journal_corrections([_failed("r3")], j) == []  # no entry for r3 yet
+    Journal(j.path).record_launch("r3", profile="p+fa3", host="gpu-a", ready=True, startup_s=41.0)
+    assert journal_corrections([_failed("r3")], j) == ["r3"]
 
 
 def test_two_re_reads_at_once_append_one_correction(tmp_path, monkeypatch):

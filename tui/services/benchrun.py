@@ -159,7 +159,7 @@ class BenchRun:
         self.lost = self._follower.lost
         await self._final_mirror()
         # a partial level's summary is rebuilt from its samples (megabytes): not on the event loop
-        await asyncio.to_thread(self._reconcile)
+        self.summaries += await asyncio.to_thread(self._missing_summaries)
 
     async def _final_mirror(self) -> None:
         """Mirror every result folder of the job, retried over a failing link for up to
@@ -173,19 +173,21 @@ class BenchRun:
                 return
             await asyncio.sleep(backoff.next())
 
-    def _reconcile(self) -> None:
-        """Add the summary of every mirrored level the events did not bring (a follow that missed
-        its ``level_done``): read from the mirrored folder, rebuilt from its samples if partial."""
+    def _missing_summaries(self) -> list[LevelSummaryRecord]:
+        """The summary of every mirrored level the events did not bring (a follow that missed its
+        ``level_done``): read from the mirrored folder, rebuilt from its samples if partial."""
         from tunedeck.bench import store
 
         have = {s.get("run_id") for s in self.summaries}
+        found: list[LevelSummaryRecord] = []
         for rid in sorted(self.mirrored):
             if rid in have:
                 continue
             try:
-                self.summaries.append(store.summary_for(rid))
+                found.append(store.summary_for(rid))
             except (store.StoreError, OSError, ValueError) as e:
                 log.warning("bench job %s: level %s has no readable result here: %s", self.job_id, rid, e)
+        return found
 
     @property
     def outcome(self) -> str:

@@ -40,12 +40,21 @@ def journal_launch(rec: RunRecord, final: StartupProgress, *, profile: str | Non
     return None
 
 
-#: failed runs already checked against each journal (by its path). A failed run stays failed and the
-#: journal only grows, so it is parsed again only when a run has newly failed, not at every re-read
-#: (a dashboard re-reads every few seconds, and a journal of a few hundred A/B is megabytes)
-_checked: dict[Path, set[str]] = {}
+#: per journal (by its path): the failed runs already checked against it, and the journal's
+#: inode, size and modification time when they were. A dashboard re-reads every few seconds and the
+#: journal is megabytes; it is parsed again only when a run has newly failed or the journal has
+#: changed since (a tuning campaign writes its launches when it ends, "ready" ones included)
+_checked: dict[Path, tuple[tuple[int, int, int] | None, set[str]]] = {}
 #: one check at a time: two hosts re-read at once must not both append the same correction
 _checking = threading.Lock()
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def journal_corrections(recs: Sequence[RunRecord], journal: Journal | None = None) -> list[str]:
@@ -54,7 +63,11 @@ def journal_corrections(recs: Sequence[RunRecord], journal: Journal | None = Non
     Returns the run ids corrected; a journal that cannot be written is logged, the runs stand."""
     j = journal or Journal()
     with _checking:
-        checked = _checked.setdefault(j.path, set())
+        sig = _signature(j.path)
+        seen, checked = _checked.get(j.path, (None, set()))
+        if sig != seen:
+            checked = set()
+        _checked[j.path] = (sig, checked)
         failed = [r for r in recs if r.status == FAILED and r.run_id not in checked]
         if not failed:
             return []
@@ -71,8 +84,7 @@ def _correct(j: Journal, failed: Sequence[RunRecord], checked: set[str]) -> list
     for r in failed:
         e = latest.get(r.run_id)
         if e is None or e.get("status") != "ready":
-            # no entry: its launch, still following it, writes how it ended itself
-            checked.add(r.run_id)
+            checked.add(r.run_id)  # read again once the journal changes (an entry written late)
             continue
         try:
             j.append(

@@ -257,19 +257,26 @@ def build(dest_dir: Path | None = None) -> Payload:
 
 
 # $1 archive name, then the Python candidates. Prints HOME, then PY/NOPY/BADPY per candidate (PY: the
-# command's path, its version and the path it runs itself by, sys.executable), HAVE and SMI.
+# command's path, its version and the path it runs itself by, sys.executable, when that runs alone),
+# HAVE and SMI.
 _FIND_SCRIPT = r"""set -u
 name="$1"; shift
 home="${TUNEDECK_HOME:-$HOME/.tunedeck}"
 case "$home" in /*) ;; *) home="$(pwd)/$home" ;; esac
 echo "HOME $home"
+nl='
+'
 for py in "$@"; do
   exe=$(command -v -- "$py" 2>/dev/null) || { echo "NOPY $py"; continue; }
-  v=$("$exe" -c 'import os, sys
+  out=$("$exe" -c 'import os, sys
 e = sys.executable
-e = e if e and os.path.isabs(e) and os.access(e, os.X_OK) else ""
-print("%d.%d.%d %s" % (tuple(sys.version_info[:3]) + (e,)))' 2>/dev/null) || { echo "BADPY $exe"; continue; }
-  echo "PY $exe $v"
+print("%d.%d.%d" % tuple(sys.version_info[:3]))
+print(e if e and os.path.isabs(e) and os.access(e, os.X_OK) else "")' 2>/dev/null) || { echo "BADPY $exe"; continue; }
+  v=${out%%"$nl"*}
+  case $out in *"$nl"*) self=${out#*"$nl"} ;; *) self= ;; esac
+  # the path it names itself must run as it is (a wrapper may set what the interpreter needs)
+  if [ -n "$self" ] && [ "$self" != "$exe" ] && ! "$self" -c '' >/dev/null 2>&1; then self=; fi
+  echo "PY $exe $v $self"
 done
 [ -f "$home/lib/$name" ] && echo "HAVE"
 command -v nvidia-smi >/dev/null 2>&1 && echo "SMI"
@@ -341,7 +348,7 @@ async def _find(host: Host, payload: Payload, python: str | None) -> _Found:
                 # the default ``python3`` is run as the interpreter names itself (``sys.executable``):
                 # a version manager's shim (pyenv, asdf) costs ~0.1 s a start and picks its version
                 # per directory, so a job started elsewhere could get another Python than this one
-                chosen = (itself if itself and python is None else exe, ver)
+                chosen = (itself if itself and python in (None, "python3") else exe, ver)
             else:
                 tried.append(f"{exe} is Python {ver}")
         elif line.startswith("NOPY "):

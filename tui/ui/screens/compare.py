@@ -165,6 +165,8 @@ class CompareScreen(CampaignScreen):
         """The A and B (:class:`tunedeck.ab.sides.Side`) whose timelines are overlaid."""
         self.timeline_level: int | None = None
         """The concurrency whose timelines are shown (None: the peak)."""
+        self._view_gen = 0
+        """Goes up when an A/B starts or ends here: a journal read begun before is not shown."""
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -331,21 +333,28 @@ class CompareScreen(CampaignScreen):
     def action_load_last(self, quiet: bool = False) -> None:
         """Show the last finished A/B of the journal, read in a thread (the journal only grows, and
         the chart re-reads the peak level's samples)."""
-        self._load_last_worker(quiet)
+        self._load_last_worker(quiet, self._view_gen)
 
     @work(thread=True, exclusive=True, group="ab-last", exit_on_error=False)
-    def _load_last_worker(self, quiet: bool) -> None:
+    def _load_last_worker(self, quiet: bool, gen: int) -> None:
         from textual.worker import get_current_worker
 
-        last = last_ab()
+        last: LastAB | str | None
+        try:
+            last = last_ab()
+        except Exception:
+            log.exception("reading the last A/B from the journal failed")
+            last = "the last A/B could not be read (the log has the traceback)"
         if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self._show_last, last, quiet)
+            self.app.call_from_thread(self._show_last, last, quiet, gen)
 
-    def _show_last(self, last: LastAB | str | None, quiet: bool) -> None:
+    def _show_last(self, last: LastAB | str | None, quiet: bool, gen: int) -> None:
         if not self.is_attached:  # closed while the journal was read
             return
+        if gen != self._view_gen:
+            return  # an A/B started or ended here meanwhile: it is what the screen shows
         if quiet and (self.campaign is not None or self.report is not None):
-            return  # an A/B started or followed here meanwhile: it is what the screen shows
+            return  # an A/B is followed here (reattached): it is what the screen shows
         if last is None:
             if not quiet:
                 self._status("The journal has no finished A/B yet.")
@@ -373,6 +382,7 @@ class CompareScreen(CampaignScreen):
 
     def _finished(self, rep: ABReport) -> None:
         self.report = rep
+        self._view_gen += 1
         bar = self.query_one("#ab-progress", ProgressBar)
         if rep.status == "completed":
             bar.update(progress=bar.total or 1)
@@ -415,6 +425,7 @@ class CompareScreen(CampaignScreen):
 
     def _clear_results(self) -> None:
         """Drop the table, diff, chart and headline of the previous A/B."""
+        self._view_gen += 1
         self.query_one("#ab-headline", Static).update("")
         self.query_one(CompareTable).reset()
         self.query_one(ConfigDiff).reset()
@@ -535,7 +546,7 @@ def last_ab() -> LastAB | str | None:
         cmp = compare(a, b)
     except Exception as ex:  # noqa: BLE001 - one entry written by another version: said, not raised
         return f"journal entry {e.get('id')}: {ex}"
-    status = f"A/B {e.get('id')} ({e.get('status')}, {e.get('started', '')[:19]})"
+    status = f"A/B {e.get('id')} ({e.get('status')}, {str(e.get('started') or '')[:19]})"
     return LastAB(status, a, b, cmp, peak_series(a, b))
 
 

@@ -93,6 +93,9 @@ class RunsScreen(Screen[None]):
         self._node_conns: dict[str, Any] = {}
         #: how many reads of the records have been shown (they are read in a thread)
         self.loads = 0
+        #: one read at a time (F5 and the re-read loop): each starts after the last was shown, so
+        #: a read begun before a re-read saved new statuses never lands after it
+        self._reading = asyncio.Lock()
 
     def compose(self) -> ComposeResult:
         yield Static(id="runs-title")
@@ -189,11 +192,12 @@ class RunsScreen(Screen[None]):
     async def _reload(self) -> None:
         """Read the records in a thread (one file a run, and the store only grows), then show them."""
         target = getattr(self.app, "target", None)
-        recs, deps, errors = await asyncio.to_thread(self._read, target)
-        for line in errors:
-            self.notify(line, severity="error", markup=False)
-        self._show(target, recs, deps)
-        self.loads += 1
+        async with self._reading:
+            recs, deps, errors = await asyncio.to_thread(self._read, target)
+            for line in errors:
+                self.notify(line, severity="error", markup=False)
+            self._show(target, recs, deps)
+            self.loads += 1
 
     def _show(self, target: str | None, recs: list[Any], deps: list[Any]) -> None:
         members = {m.run_id for d in deps for m in d.members}
