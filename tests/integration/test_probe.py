@@ -59,6 +59,15 @@ def test_parse_probe_output() -> None:
     assert "error: NVIDIA-SMI has failed" in format_table(r)
 
 
+def test_what_the_host_says_cannot_drive_the_terminal_in_the_probe_table() -> None:
+    """A hostname, a path or the runtime's Python (the path it names itself) with escapes in it is
+    shown with the escapes written out, never sent to the terminal."""
+    r = parse_probe_output("t", "hostname=evil\x1b]0;pwned\x07\npython_path=/usr/bin/py\x1b[2J\npython_version=3.11\n")
+    table = format_table(r, {"python": "/x/\x1b]0;t\x07py", "python_version": "3.11", "shipped": True})
+    assert "\x1b" not in table and "\x07" not in table, repr(table)
+    assert "evil\\x1b]0;pwned\\x07" in table and "/x/\\x1b]0;t\\x07py" in table
+
+
 def test_probe_local_json_and_table(tmp_path: Path) -> None:
     pkgs = tmp_path / "pkgs"
     (pkgs / "sglang").mkdir(parents=True)

@@ -13,7 +13,7 @@ from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostops.probe import ProbeResult, probe_host
 from tunedeck.services import runtime
 from tunedeck.services.targets import get_host
-from tunedeck.util.safety import UnsafeInput
+from tunedeck.util.safety import UnsafeInput, visible
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -58,7 +58,8 @@ def format_table(r: ProbeResult, rt: dict[str, object] | None = None) -> str:
             rows.append(("runtime", f"Python {rt.get('python_version')} ({rt.get('python')}), {shipped}"))
         else:
             rows.append(("runtime", str(rt.get("problem"))))
-    return "\n".join(text_table(None, rows))
+    # every value but the labels came from the host (its name, paths, versions, GPU names, errors)
+    return "\n".join(text_table(None, [(k, visible(v)) for k, v in rows]))
 
 
 async def _demo_engines(host: Host, result: ProbeResult) -> None:
