@@ -66,6 +66,20 @@ class SimProc:
             time.sleep(0.05)
         return False
 
+    def wait_quiet(self, quiet: float = 0.5, timeout: float = 10.0) -> str:
+        """The output once nothing new has come for ``quiet`` seconds: what the process wrote before an
+        event the test saw (a response's end) may still be on its way through the pipe and this reader."""
+        end = time.monotonic() + timeout
+        seen, since = len(self._buf), time.monotonic()
+        while time.monotonic() < end:
+            time.sleep(0.05)
+            n = len(self._buf)
+            if n != seen:
+                seen, since = n, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                break
+        return self.raw
+
     def wait_ready(self, timeout: float = 20.0) -> None:
         if not self.wait_for(READY[self.engine], timeout):
             raise AssertionError(f"sim {self.engine} not ready; output tail:\n{self.raw[-3000:]}")
