@@ -12,6 +12,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -242,6 +243,30 @@ async def test_ensure_ships_once_and_checks_the_hash(tmp_path):
     assert rt1.archive.startswith(os.environ["TUNEDECK_HOME"] + "/lib/")
     assert Path(rt1.archive).read_bytes() == runtime.build().path.read_bytes()
     assert [p.name for p in Path(rt1.archive).parent.iterdir()] == [Path(rt1.archive).name]  # no temp left
+
+
+async def test_the_archive_is_built_and_read_off_the_event_loop(tmp_path, monkeypatch):
+    """The first build in a process reads every shipped source and may zip them (tens of ms): the
+    dashboard ships from its event loop, so the build and the read of the archive run in a thread."""
+    loop_thread = threading.get_ident()
+    seen: list[str] = []
+    real_build, real_read = runtime.build, Path.read_bytes
+
+    def build(*a: object, **kw: object) -> runtime.Payload:
+        seen.append("build on the loop" if threading.get_ident() == loop_thread else "build")
+        return real_build(*a, **kw)
+
+    def read_bytes(self: Path) -> bytes:
+        if self.suffix == ".pyz" and threading.get_ident() == loop_thread:
+            seen.append(f"{self.name} read on the loop")
+        return real_read(self)
+
+    monkeypatch.setattr(runtime, "build", build)
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    host = LocalHost()
+    assert (await runtime.ensure(host)).uploaded
+    assert (await runtime.describe(host))["shipped"] is True
+    assert seen == ["build", "build"]
 
 
 #: the simulated vLLM these tests benchmark (50 ms TTFT, 10 ms ITL); other test modules use it too

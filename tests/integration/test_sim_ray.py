@@ -156,13 +156,25 @@ def holders(state: Path) -> dict[int, list[tuple[int, str, int]]]:
     return {g.index: g.procs for g in read_gpus(root=state)}
 
 
+def node_b_held(b: Path, p: SimProc, node: subprocess.Popen[bytes]) -> None:
+    """Node B's 8 GPUs come to be held by its workers (the driver tells the node what they hold over
+    its channel: a loaded machine may show it a moment after the driver's ready line, as a sampled
+    nvidia-smi would). Otherwise: what both sides said of their channel."""
+    if wait_until(lambda: all(g.used_mib > 0 for g in read_gpus(root=b)), 45):
+        return
+    os.killpg(node.pid, signal.SIGKILL)
+    said = node.communicate(timeout=20)[0].decode("utf-8", "replace")
+    driver = [ln for ln in p.lines() if "simulator:" in ln or "RayWorkerWrapper" in ln]
+    raise AssertionError(f"node B's GPUs: {holders(b)}\ndriver:\n" + "\n".join(driver) + f"\nnode B:\n{said[-3000:]}")
+
+
 def wait_until(cond: Callable[[], bool], timeout: float) -> bool:
     return bool(poll(cond, timeout, step=0.2))
 
 
 def test_the_other_nodes_gpus_are_held_by_ray_workers_of_that_node_until_the_driver_dies(tmp_path: Path):
     ray = two_node_ray(tmp_path)
-    gcs = free_port()
+    gcs = free_port(span=2)  # the driver's channel to the other nodes listens on the next port
     a, b = tmp_path / "a", tmp_path / "b"
     node = ray_node(ray, b, f"127.0.0.1:{gcs}")
     try:
@@ -172,9 +184,7 @@ def test_the_other_nodes_gpus_are_held_by_ray_workers_of_that_node_until_the_dri
         with SimProc("vllm", *args, "--sim-load-seconds", "1", env=env) as p:
             p.wait_ready(60)
             # node B's 8 GPUs are held by 8 worker processes of node B's Ray node, as Ray's are
-            # (the driver tells the node what they hold over its channel: a loaded machine may
-            # show it a moment after the driver's ready line, as a sampled nvidia-smi would)
-            assert wait_until(lambda: all(g.used_mib > 0 for g in read_gpus(root=b)), 45), (holders(b), p.raw[-2000:])
+            node_b_held(b, p, node)
             procs = holders(b)
             assert len(procs) == 8 and all(len(v) == 1 and v[0][1] == "ray::RayWorkerWrapper" for v in procs.values())
             assert all(g.used_mib > 0 for g in read_gpus(root=b)), procs
@@ -190,14 +200,15 @@ def test_the_other_nodes_gpus_are_held_by_ray_workers_of_that_node_until_the_dri
             assert wait_until(lambda: not any(os.path.exists(f"/proc/{x}") for x in pids), 10)
         assert node.poll() is None  # node B's Ray node lives on
     finally:
-        os.killpg(node.pid, signal.SIGTERM)
+        if node.poll() is None:
+            os.killpg(node.pid, signal.SIGTERM)
         out, _ = node.communicate(timeout=20)
     assert b"released 8 worker(s)" in out, out
 
 
 def test_stopping_the_ray_node_ends_its_workers_and_frees_its_gpus(tmp_path: Path):
     ray = two_node_ray(tmp_path)
-    gcs = free_port()
+    gcs = free_port(span=2)  # the driver's channel to the other nodes listens on the next port
     a, b = tmp_path / "a", tmp_path / "b"
     node = ray_node(ray, b, f"127.0.0.1:{gcs}")
     env = {"RAY_ADDRESS": f"127.0.0.1:{gcs}", "TUNEDECK_SIM_RAY": str(ray), "TUNEDECK_SIM_STATE": str(a)}
@@ -206,7 +217,7 @@ def test_stopping_the_ray_node_ends_its_workers_and_frees_its_gpus(tmp_path: Pat
     try:
         with SimProc("vllm", *args, "--sim-load-seconds", "1", env=env) as p:
             p.wait_ready(60)
-            assert wait_until(lambda: all(g.used_mib > 0 for g in read_gpus(root=b)), 45), (holders(b), p.raw[-2000:])
+            node_b_held(b, p, node)
             os.kill(node.pid, signal.SIGTERM)  # the wrapper alone: it passes the stop on to Ray
             assert node.wait(40) is not None
             assert all(g.used_mib == 0 for g in read_gpus(root=b)), holders(b)

@@ -346,15 +346,28 @@ async def test_run_screen_launches_then_attaches_or_shows_refusal():
                 await L.stop_run(host, runstore.RunStore().load(run.run_id), grace=2)
 
 
-async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
-    """Close the view mid-log and open it again with resume: no line lost or shown twice."""
+async def test_run_screen_resumes_at_the_shown_offset(tmp_path, monkeypatch):
+    """Close the view mid-log and open it again with resume: no line lost or shown twice. The earlier
+    bytes reach the tracker in pieces (small here: lines and stanzas cut across reads and slices)."""
     import re as _re
 
     from tests.integration.test_launcher import fake
     from tunedeck.hostops import launcher as L
     from tunedeck.hostops import runstore
     from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.ui.screens import run as runscreen
     from tunedeck.ui.screens.run import RunScreen
+
+    monkeypatch.setattr(runscreen, "CATCHUP_READ", 200)
+    monkeypatch.setattr(runscreen, "CATCHUP_SLICE", 33)
+    reads: list[tuple[int, int | None]] = []
+    real_read = runscreen.read_log
+
+    async def read_log(host, path, offset=0, limit=None):
+        reads.append((offset, limit))
+        return await real_read(host, path, offset, limit)
+
+    monkeypatch.setattr(runscreen, "read_log", read_log)
 
     host = LocalHost()
     argv, port = fake("sglang", None, "--numbered", "300", "--load-seconds", "0.5")
@@ -388,6 +401,7 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path):
             assert shown2[0].startswith("── resumed at byte")
             # the tracker still knows the whole startup (parsed the earlier bytes)
             assert second.tracker.parser.state.weights == (8, 8)
+            assert saved > 400 and [o for o, _ in reads] == list(range(0, saved, 200))
             shown += shown2[1:]
         nums = [int(m.group(1)) for ln in shown if (m := _re.fullmatch(r"line (\d+)", ln))]
         assert nums == list(range(1, 301))

@@ -366,7 +366,7 @@ async def _find(host: Host, payload: Payload, python: str | None) -> _Found:
 
 async def ensure(host: Host, *, python: str | None = None) -> Runtime:
     """Make the runtime runnable on ``host``; raises :class:`RuntimeUnavailable` with one clear line."""
-    payload = build()
+    payload = await asyncio.to_thread(build)  # the first in a process reads and may zip the sources
     target = getattr(host, "target", "local")
     found = await _find(host, payload, python)
     if found.python is None or found.home is None:
@@ -376,7 +376,8 @@ async def ensure(host: Host, *, python: str | None = None) -> Runtime:
     final = f"{home}/lib/{payload.name}"
     uploaded = False
     if not found.shipped:
-        await _place(host, payload.path.read_bytes(), payload.sha256, final, exe, "the runtime")
+        data = await asyncio.to_thread(payload.path.read_bytes)
+        await _place(host, data, payload.sha256, final, exe, "the runtime")
         uploaded = True
         log.info("%s: runtime %s uploaded to %s", target, payload.name, final)
     return Runtime(
@@ -479,7 +480,7 @@ async def sim_argv(host: Host, argv: Sequence[str], *, python: str | None = None
 async def describe(host: Host, *, python: str | None = None) -> dict[str, object]:
     """For ``tunedeck probe``: which interpreter will run the host-side runtime (nothing is shipped)."""
     try:
-        found = await _find(host, build(), python)
+        found = await _find(host, await asyncio.to_thread(build), python)
     except RuntimeUnavailable as e:
         return {"python": None, "python_version": None, "shipped": False, "problem": str(e)}
     exe, ver = found.python or (None, None)

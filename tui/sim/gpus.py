@@ -176,6 +176,8 @@ class ServerRecord:
         self.path = servers_dir(root) / f"{self.pid}.json"
         self.create_time = _proc_create_time(self.pid) or time.time()
         self._last = 0.0
+        #: the last write failed (logged once, until a write succeeds again)
+        self._failing = False
 
     def publish(self, per_gpu: dict[int, dict[str, Any]], *, force: bool = True, min_interval: float = 0.25) -> None:
         """Replace the record (temp file + rename: readers never see a torn file)."""
@@ -195,14 +197,23 @@ class ServerRecord:
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(rec))
             os.replace(tmp, self.path)
-        except OSError:
-            pass
+        except OSError as e:
+            # the simulated nvidia-smi then shows these GPUs free; said once, not at every step
+            if not self._failing:
+                log.warning("sim: cannot publish the GPU record %s: %s", self.path, e)
+            self._failing = True
+        else:
+            if self._failing:
+                log.info("sim: the GPU record %s is published again", self.path)
+            self._failing = False
 
     def remove(self) -> None:
         try:
             self.path.unlink()
-        except OSError:
+        except FileNotFoundError:
             pass
+        except OSError as e:
+            log.warning("sim: cannot remove the GPU record %s (its pid is checked before it counts): %s", self.path, e)
 
 
 def _alive(rec: dict[str, Any]) -> bool:
@@ -235,7 +246,10 @@ def live_servers(root: Path | None = None) -> list[dict[str, Any]]:
     for p in files:
         try:
             rec = json.loads(p.read_text())
-        except (OSError, ValueError):
+        except FileNotFoundError:
+            continue  # its server removed it since the listing
+        except (OSError, ValueError) as e:
+            log.warning("sim: GPU record %s skipped: %s", p, e)
             continue
         if isinstance(rec, dict) and _alive(rec):
             out.append(rec)

@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 #: record; at 1,000 lines a second, twice a second was 8 % of the view's CPU); a quiet log, the
 #: follow's end and the screen's close save at once
 OFFSET_SAVE_S = 2.0
+#: a resumed view reads the log before its offset this much at a time, and parses it a slice at a
+#: time between turns of the event loop (a live follow hands the tracker pieces of this size too)
+CATCHUP_READ = 4 << 20
+CATCHUP_SLICE = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -237,12 +241,7 @@ class RunScreen(Screen[None]):
             # the tracker needs the earlier startup lines (their lines are not shown); the view
             # starts where it left off
             start = rec.log_offset
-            try:
-                earlier = await read_log(self.host, path, 0, limit=start)
-            except HostError:
-                earlier = b""
-            self.tracker.feed(earlier)
-            self.tracker.flush()
+            await self._catch_up(path, start)
             view.append_lines([f"── resumed at byte {start} (earlier output: tunedeck logs {rec.run_id}) ──"])
         self.shown_offset = start
         self.tracker.offset = start
@@ -282,6 +281,31 @@ class RunScreen(Screen[None]):
             self.host, path, start, on_chunk, self._stop, on_idle=on_idle, on_error=on_error, on_resume=on_resume
         )
         self._save_offset(force=True)
+
+    async def _catch_up(self, path: str, end: int) -> None:
+        """Feed the tracker the log's first ``end`` bytes, read a bounded piece at a time and parsed
+        a slice at a time between turns of the event loop: a server up for days can have written
+        gigabytes after its startup, and the screen stays responsive while they are read."""
+        offset = 0
+        while offset < end:
+            want = min(CATCHUP_READ, end - offset)
+            try:
+                data = await read_log(self.host, path, offset, limit=want)
+            except HostError as e:
+                log.warning(
+                    "run %s: earlier log not read past byte %d (%s); its startup is shown from there",
+                    self.record.run_id,
+                    offset,
+                    e,
+                )
+                break
+            if not data:
+                break
+            for k in range(0, len(data), CATCHUP_SLICE):
+                self.tracker.feed(data[k : k + CATCHUP_SLICE])
+                await asyncio.sleep(0)
+            offset += want  # not len(data): bytes that are not UTF-8 come back longer, as U+FFFD
+        self.tracker.flush()
 
     def _splitter(self) -> LineSplitter:
         """The tracker's line splitter: the lines this view shows, parsed by the tracker."""
