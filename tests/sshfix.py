@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+import asyncssh
 import pytest
 
 from tests.sshd import ROOT_USER, SshdServer, cli
@@ -25,6 +26,20 @@ def second_sshd(sshd_server: SshdServer) -> Iterator[SshdServer]:
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def stdin_after_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands given stdin get it only once they have ended and their channel has closed: what a
+    loaded machine does to a command that fails before it reads (the write finds the channel shut)."""
+    real = asyncssh.SSHClientProcess.communicate
+
+    async def late(self: Any, input: Any = None) -> Any:
+        if input:
+            await self.wait_closed()
+        return await real(self, input)
+
+    monkeypatch.setattr(asyncssh.SSHClientProcess, "communicate", late)
 
 
 def quick_host(target: str, *, connect_timeout: float = 5, backoff_base: float = 0.05) -> SshHost:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.sshd import ROOT_USER, SshdServer, sshd, sshd_server  # noqa: F401  (fixtures)
+from tests.sshfix import stdin_after_exit  # noqa: F401  (fixture)
 from tunedeck.hostops.hosts import HostError
 from tunedeck.hostops.ssh import SshHost
 from tunedeck.hostops.sshconfig import read_ssh_config, resolve_endpoint
@@ -86,6 +87,16 @@ async def test_run_script_stdin_large_input_and_output(sshd: SshdServer) -> None
         data = "line\n" * 50_000
         r = await h.run(["wc", "-c"], input=data)
         assert r.ok and int(r.stdout) == len(data)
+
+
+async def test_a_command_that_ends_before_its_stdin_is_sent_is_its_exit_not_a_lost_link(
+    sshd: SshdServer, stdin_after_exit: None
+) -> None:
+    async with mkhost(sshd) as h:
+        r = await h.run(["sh", "-c", "echo cannot start >&2; exit 3"], input="never read\n")
+        assert (r.exit_status, r.stderr, r.lost) == (3, "cannot start\n", False), r
+        assert h.state == "connected"
+        assert (await h.run(["echo", "still here"])).stdout == "still here\n"
 
 
 async def test_stream_is_binary_safe_and_ends_with_status(sshd: SshdServer, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from tests.sshd import (  # noqa: F401  (fixtures)
     sshd_nosftp,
     sshd_nosftp_server,
 )
-from tests.sshfix import launch_sim
+from tests.sshfix import launch_sim, stdin_after_exit  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.sshd, pytest.mark.timeout(300)]
 
@@ -46,9 +46,16 @@ async def test_put_file_without_sftp_writes_every_byte_over_exec(sshd_nosftp: Ss
     assert r.exit_status == 0 and r.stdout == "second"
 
 
-async def test_when_every_way_fails_the_error_names_the_missing_sftp_subsystem(sshd_nosftp: SshdServer):
+@pytest.mark.parametrize("late", [False, True], ids=["stdin-sent", "command-ended-first"])
+async def test_when_every_way_fails_the_error_names_the_missing_sftp_subsystem(
+    sshd_nosftp: SshdServer, late: bool, request: pytest.FixtureRequest
+):
+    """Also when ``cat``'s shell gave up (no folder) before the bytes were sent: a loaded machine
+    wrote them to a closed channel, and the link was called lost."""
     from tunedeck.hostops.ssh import SshHost
 
+    if late:
+        request.getfixturevalue("stdin_after_exit")
     async with SshHost(sshd_nosftp.target(TEST_USER), retry_attempts=1) as host:
         with pytest.raises(OSError) as info:
             await host.put_file(b"x", "/proc/1/nowhere/f.tmp")  # no folder can be made there

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 #: Extra seconds the local deadline allows beyond the remote ``timeout``.
 LOCAL_GRACE = 5.0
+#: Seconds to wait for a channel that closed before its stdin was sent to finish closing (its exit
+#: status comes before the close; without one by then, the link is taken as lost).
+CLOSE_WAIT_S = 10.0
 #: Seconds a stream may take to print its PID line.
 START_TIMEOUT = 30.0
 
@@ -97,6 +100,15 @@ async def exec_command(host: SshHost, command: str, data: bytes | None, timeout:
         except asyncio.TimeoutError:
             out, err = proc.collect_output()
             return RunResult(None, _dec(out), _timed_out_msg(err, timeout), timed_out=True)
+        except BrokenPipeError:
+            # the channel closed before ``data`` went: the command ended without reading its
+            # stdin (a failed `mkdir` before a `cat`), or the link went. Its exit status, when
+            # one came, tells which; the link is not called lost for a command that ended.
+            try:
+                await asyncio.wait_for(proc.wait_closed(), CLOSE_WAIT_S)
+            except asyncio.TimeoutError:
+                pass
+            out, err = proc.collect_output()
         except (asyncssh.Error, OSError) as e:
             host._on_lost(conn, e)
             return RunResult(None, "", f"connection lost: {describe(e)}", lost=True)
