@@ -33,6 +33,9 @@ APPS_FIELDS = ("pid", "gpu_uuid", "used_memory", "process_name")
 
 #: a line of rows from nvidia-smi within this many seconds of the previous one is the same block
 BLOCK_GAP = 0.2
+#: how long :meth:`SmiLoop.close` waits for the loop's thread (it sees the stop within a second
+#: and ends its process within 3 s more)
+CLOSE_JOIN_S = 10.0
 
 
 class SmiLoop:
@@ -154,7 +157,13 @@ class SmiLoop:
             proc.stdout.close()
 
     def close(self) -> None:
-        """End the nvidia-smi process now and reap it (the caller set ``stop`` first)."""
+        """End the nvidia-smi process now and reap it (the caller set ``stop`` first). A start
+        that raced the stop is ended by the loop's thread, which this waits for: the thread is a
+        daemon, and a process that exited without it left that nvidia-smi running for good."""
+        if self.proc is not None:
+            self._reap(self.proc)
+        if self._thread.is_alive():
+            self._thread.join(CLOSE_JOIN_S)
         if self.proc is not None:
             self._reap(self.proc)
 
