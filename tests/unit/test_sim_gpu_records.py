@@ -37,5 +37,6 @@ def test_an_unreadable_record_is_skipped_with_its_path_and_the_others_still_coun
     bad = rec.path.with_name("12345.json")
     bad.write_text('{"pid": 12345, "gpus": ')
     with caplog.at_level(logging.WARNING, logger="tunedeck.sim.gpus"):
-        assert [r["engine"] for r in live_servers(tmp_path)] == ["vllm"]
+        for _ in range(3):  # as a looping nvidia-smi reads them: said once
+            assert [r["engine"] for r in live_servers(tmp_path)] == ["vllm"]
     assert len(caplog.records) == 1 and str(bad) in caplog.records[0].getMessage()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import threading
 
+from tests.waits import until
 from tunedeck.hostside import smiloop
 from tunedeck.hostside.smiloop import SmiLoop
 
@@ -39,11 +40,8 @@ def test_close_ends_a_running_loop_and_its_process():
     blocks: list[list[str]] = []
     loop = SmiLoop(["sh", "-c", ROWS], blocks.append, lambda rc, text: None, quiet=None, stop=stop, name="t")
     loop.start()
-    for _ in range(100):
-        if blocks:
-            break
-        stop.wait(0.05)
-    assert blocks and set(blocks[0]) == {"0, 1"}
+    until(lambda: blocks, 5, what="a block of rows")
+    assert set(blocks[0]) == {"0, 1"}
     stop.set()
     loop.close()
     assert loop.proc is not None and loop.proc.poll() is not None

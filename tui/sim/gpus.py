@@ -236,6 +236,10 @@ def _alive(rec: dict[str, Any]) -> bool:
     return state not in ("Z", "X")  # a zombie holds no GPU
 
 
+#: the records this process found unreadable and has said so of
+_skipped: set[Path] = set()
+
+
 def live_servers(root: Path | None = None) -> list[dict[str, Any]]:
     d = servers_dir(root)
     out: list[dict[str, Any]] = []
@@ -249,7 +253,9 @@ def live_servers(root: Path | None = None) -> list[dict[str, Any]]:
         except FileNotFoundError:
             continue  # its server removed it since the listing
         except (OSError, ValueError) as e:
-            log.warning("sim: GPU record %s skipped: %s", p, e)
+            if p not in _skipped:  # a looping nvidia-smi reads the records every interval: said once
+                _skipped.add(p)
+                log.warning("sim: GPU record %s skipped: %s", p, e)
             continue
         if isinstance(rec, dict) and _alive(rec):
             out.append(rec)
