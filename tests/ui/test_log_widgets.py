@@ -390,6 +390,16 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path, monkeypatch):
         assert saved > 0
         again = runstore.RunStore().load(rec.run_id)
         second = RunScreen(host, again, resume=True, tracker_options={"poll_gpu": False})
+        # the liveness probe starts once the earlier bytes are parsed: a process found dead
+        # halfway through would have ended the parse there, its verdict taken from half a log
+        reads_at_probe: list[int] = []
+        real_probe = second.tracker.probe_loop
+
+        async def probe_loop(stop):
+            reads_at_probe.append(len(reads))
+            await real_probe(stop)
+
+        second.tracker.probe_loop = probe_loop  # type: ignore[method-assign]
         async with ScreenApp(second).run_test(size=(120, 40)) as pilot:
             for _ in range(150):
                 await pilot.pause(0.1)
@@ -402,6 +412,7 @@ async def test_run_screen_resumes_at_the_shown_offset(tmp_path, monkeypatch):
             # the tracker still knows the whole startup (parsed the earlier bytes)
             assert second.tracker.parser.state.weights == (8, 8)
             assert saved > 400 and [o for o, _ in reads] == list(range(0, saved, 200))
+            assert reads_at_probe == [len(range(0, saved, 200))]
             shown += shown2[1:]
         nums = [int(m.group(1)) for ln in shown if (m := _re.fullmatch(r"line (\d+)", ln))]
         assert nums == list(range(1, 301))

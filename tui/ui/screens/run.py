@@ -180,8 +180,7 @@ class RunScreen(Screen[None]):
             self._start_following()
 
     def _start_following(self) -> None:
-        self.follow_log()
-        self.probe()
+        self.follow_log()  # starts the liveness probe once the earlier log is parsed (a resume)
         self.set_interval(0.5, self._tick)
         self._tick()
 
@@ -243,6 +242,9 @@ class RunScreen(Screen[None]):
             start = rec.log_offset
             await self._catch_up(path, start)
             view.append_lines([f"── resumed at byte {start} (earlier output: tunedeck logs {rec.run_id}) ──"])
+        # only now: a process found dead while the earlier bytes were still being parsed would
+        # have ended the parse there (a provisional error taken as final, the verdict saved)
+        self.probe()
         self.shown_offset = start
         self.tracker.offset = start
 
@@ -293,7 +295,7 @@ class RunScreen(Screen[None]):
                 data = await read_log(self.host, path, offset, limit=want)
             except HostError as e:
                 log.warning(
-                    "run %s: earlier log not read past byte %d (%s); its startup is shown from there",
+                    "run %s: earlier log not read past byte %d (%s); the startup before it is not known",
                     self.record.run_id,
                     offset,
                     e,
