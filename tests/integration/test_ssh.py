@@ -9,7 +9,9 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import asyncssh
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -97,6 +99,34 @@ async def test_a_command_that_ends_before_its_stdin_is_sent_is_its_exit_not_a_lo
         assert (r.exit_status, r.stderr, r.lost) == (3, "cannot start\n", False), r
         assert h.state == "connected"
         assert (await h.run(["echo", "still here"])).stdout == "still here\n"
+
+
+async def test_a_broken_stdin_on_a_channel_that_stays_open_is_a_lost_link_dropped_for_the_next_command(
+    sshd: SshdServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No exit and no close after the write broke: the link, not the command. It is dropped (the
+    next command connects again at once) and the result says lost, with the cause."""
+    from tunedeck.hostops import sshexec
+
+    real = asyncssh.SSHClientProcess.communicate
+
+    async def broken(self: Any, input: Any = None) -> Any:
+        if input:
+            raise BrokenPipeError("Channel not open for sending")
+        return await real(self, input)
+
+    monkeypatch.setattr(asyncssh.SSHClientProcess, "communicate", broken)
+    monkeypatch.setattr(sshexec, "CLOSE_WAIT_S", 0.5)
+    async with mkhost(sshd) as h:
+        assert (await h.run(["true"])).ok
+        first = h._conn
+        # cat waits on its stdin, which never comes: the channel stays open (and ends with the link)
+        r = await h.run(["cat"], input="never read\n")
+        assert r.lost and r.exit_status is None, r
+        assert "connection lost: " in r.stderr and "Channel not open for sending" in r.stderr, r
+        assert h.state == "disconnected" and h._conn is None
+        assert (await h.run(["echo", "again"])).stdout == "again\n"
+        assert h._conn is not None and h._conn is not first
 
 
 async def test_stream_is_binary_safe_and_ends_with_status(sshd: SshdServer, tmp_path: Path) -> None:

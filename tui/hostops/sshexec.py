@@ -100,14 +100,17 @@ async def exec_command(host: SshHost, command: str, data: bytes | None, timeout:
         except asyncio.TimeoutError:
             out, err = proc.collect_output()
             return RunResult(None, _dec(out), _timed_out_msg(err, timeout), timed_out=True)
-        except BrokenPipeError:
+        except BrokenPipeError as e:
             # the channel closed before ``data`` went: the command ended without reading its
             # stdin (a failed `mkdir` before a `cat`), or the link went. Its exit status, when
             # one came, tells which; the link is not called lost for a command that ended.
             try:
                 await asyncio.wait_for(proc.wait_closed(), CLOSE_WAIT_S)
             except asyncio.TimeoutError:
-                pass
+                # no close in that time either: not a command that ended but the link, which is
+                # dropped so that the next command connects again instead of waiting on it
+                host._drop(conn, f"a channel stayed open {CLOSE_WAIT_S:g} s after its stdin broke ({describe(e)})")
+                return RunResult(None, "", f"connection lost: {describe(e)}", lost=True)
             out, err = proc.collect_output()
         except (asyncssh.Error, OSError) as e:
             host._on_lost(conn, e)
