@@ -40,3 +40,14 @@ def test_an_unreadable_record_is_skipped_with_its_path_and_the_others_still_coun
         for _ in range(3):  # as a looping nvidia-smi reads them: said once
             assert [r["engine"] for r in live_servers(tmp_path)] == ["vllm"]
     assert len(caplog.records) == 1 and str(bad) in caplog.records[0].getMessage()
+
+
+def test_a_record_that_is_json_but_not_an_object_is_skipped_with_its_path(tmp_path, caplog):
+    rec = ServerRecord("sglang", [0], root=tmp_path)
+    rec.publish({0: {"used_mib": 500}})
+    odd = rec.path.with_name("23456.json")
+    odd.write_text("[1, 2]")
+    with caplog.at_level(logging.WARNING, logger="tunedeck.sim.gpus"):
+        assert [r["engine"] for r in live_servers(tmp_path)] == ["sglang"]
+    assert len(caplog.records) == 1
+    assert str(odd) in caplog.records[0].getMessage() and "a JSON list, not an object" in caplog.records[0].getMessage()

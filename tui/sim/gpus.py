@@ -250,6 +250,8 @@ def live_servers(root: Path | None = None) -> list[dict[str, Any]]:
     for p in files:
         try:
             rec = json.loads(p.read_text())
+            if not isinstance(rec, dict):
+                raise ValueError(f"a JSON {type(rec).__name__}, not an object")
         except FileNotFoundError:
             continue  # its server removed it since the listing
         except (OSError, ValueError) as e:
@@ -257,7 +259,7 @@ def live_servers(root: Path | None = None) -> list[dict[str, Any]]:
                 _skipped.add(p)
                 log.warning("sim: GPU record %s skipped: %s", p, e)
             continue
-        if isinstance(rec, dict) and _alive(rec):
+        if _alive(rec):
             out.append(rec)
     return out
 
