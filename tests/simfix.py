@@ -12,7 +12,6 @@ from typing import Any, Iterator
 
 from tests.conftest import REPO, tunedeck_cmd
 from tests.ports import free_port  # noqa: F401  (imported from here by many tests)
-from tests.waits import until
 
 READY = {"sglang": "The server is fired up and ready to roll!", "vllm": "Application startup complete."}
 
@@ -66,20 +65,6 @@ class SimProc:
                 return text in self.raw
             time.sleep(0.05)
         return False
-
-    def wait_quiet(self, quiet: float = 0.5, timeout: float = 10.0) -> str:
-        """The output once nothing new has come for ``quiet`` seconds: what the process wrote before an
-        event the test saw (a response's end) may still be on its way through the pipe and this reader."""
-        last = [len(self._buf), time.monotonic()]
-
-        def settled() -> bool:
-            n = len(self._buf)
-            if n != last[0]:
-                last[:] = [n, time.monotonic()]
-            return time.monotonic() - last[1] >= quiet
-
-        until(settled, timeout, what=f"sim {self.engine}'s output quiet for {quiet:g} s")
-        return self.raw
 
     def wait_ready(self, timeout: float = 20.0) -> None:
         if not self.wait_for(READY[self.engine], timeout):

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.simfix import SimProc, free_port
+from tests.waits import until
 from tunedeck.sim import perf
 from tunedeck.sim.prefix import VOCAB, repetition, text_ids
 
@@ -127,8 +128,11 @@ def test_sglang_eagle_accept_len_follows_the_content():
             start = len(p.raw)
             asyncio.run(send(base, prompts))
             gauge = value(httpx.get(f"{base}/metrics").text, "sglang:spec_accept_length")
-            # the last decode line can still be in the pipe when the last response has ended
-            out = p.wait_quiet()[start:]
+            # the last decode line can still be in the pipe when the last response has ended: the
+            # one with the gauge's figure is awaited (the simulator sets both in the same step)
+            line = f"accept len: {gauge:.2f}, accept rate"
+            until(lambda line=line, start=start: line in p.raw[start:], 10, what=f"a decode line with {line!r}")
+            out = p.raw[start:]
             seen = [float(x) for x in re.findall(r"Decode batch, .*accept len: ([\d.]+), accept rate", out)]
             lines[name] = seen[1:]  # the first line may average in the steps before this run
             gauges[name] = (gauge, seen[-1])

@@ -19,8 +19,10 @@ def test_a_start_that_races_the_stop_is_ended_before_close_returns(monkeypatch):
     real = subprocess.Popen
 
     def slow_start(*a, **kw):
-        entered.set()
-        release.wait(10)
+        # the patch is the whole process's subprocess.Popen: only the loop's own start is held
+        if threading.current_thread() is loop._thread:
+            entered.set()
+            release.wait(10)
         return real(*a, **kw)
 
     monkeypatch.setattr(smiloop.subprocess, "Popen", slow_start)
