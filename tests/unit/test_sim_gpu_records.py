@@ -8,6 +8,8 @@ import json
 import logging
 import os
 
+import pytest
+
 from tunedeck.sim.gpus import ServerRecord, live_servers
 
 
@@ -31,23 +33,18 @@ def test_a_record_that_cannot_be_written_is_logged_once_and_again_when_it_recove
     assert live_servers(root) == [] and len(caplog.records) == 2
 
 
-def test_an_unreadable_record_is_skipped_with_its_path_and_the_others_still_count(tmp_path, caplog):
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [('{"pid": 12345, "gpus": ', "Expecting value"), ("[1, 2]", "a JSON list, not an object")],
+    ids=["cut-short", "not-an-object"],
+)
+def test_an_unreadable_record_is_skipped_with_its_path_and_the_others_still_count(tmp_path, caplog, text, cause):
     rec = ServerRecord("vllm", [1], root=tmp_path)
     rec.publish({1: {"used_mib": 500}})
     bad = rec.path.with_name("12345.json")
-    bad.write_text('{"pid": 12345, "gpus": ')
+    bad.write_text(text)
     with caplog.at_level(logging.WARNING, logger="tunedeck.sim.gpus"):
         for _ in range(3):  # as a looping nvidia-smi reads them: said once
             assert [r["engine"] for r in live_servers(tmp_path)] == ["vllm"]
-    assert len(caplog.records) == 1 and str(bad) in caplog.records[0].getMessage()
-
-
-def test_a_record_that_is_json_but_not_an_object_is_skipped_with_its_path(tmp_path, caplog):
-    rec = ServerRecord("sglang", [0], root=tmp_path)
-    rec.publish({0: {"used_mib": 500}})
-    odd = rec.path.with_name("23456.json")
-    odd.write_text("[1, 2]")
-    with caplog.at_level(logging.WARNING, logger="tunedeck.sim.gpus"):
-        assert [r["engine"] for r in live_servers(tmp_path)] == ["sglang"]
     assert len(caplog.records) == 1
-    assert str(odd) in caplog.records[0].getMessage() and "a JSON list, not an object" in caplog.records[0].getMessage()
+    assert str(bad) in caplog.records[0].getMessage() and cause in caplog.records[0].getMessage()
