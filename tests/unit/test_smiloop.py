@@ -29,7 +29,7 @@ def test_a_start_that_races_the_stop_is_ended_before_close_returns(monkeypatch):
     stop = threading.Event()
     loop = SmiLoop(["sh", "-c", ROWS], lambda rows: None, lambda rc, text: None, quiet=None, stop=stop, name="t")
     loop.start()
-    assert entered.wait(10)
+    until(entered.is_set, 10, what="the loop's start of nvidia-smi")
     stop.set()
     threading.Timer(0.3, release.set).start()  # the start completes after the stop, during close()
     loop.close()
