@@ -23,7 +23,6 @@ import logging
 import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -69,6 +68,8 @@ class GpuConfig:
     power_limit_w: float = 700.0
 
     def uuid(self, index: int) -> str:
+        import uuid  # only the queries that name uuids need it (and its platform import)
+
         return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"tunedeck-sim-gpu-{index}"))
 
     def bus_id(self, index: int) -> str:

@@ -7,7 +7,6 @@ here, never swallowed. ``tunedeck --verbose …`` also prints INFO and above on 
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import sys
 
 from tunedeck.util.paths import state_dir
@@ -18,23 +17,58 @@ BACKUPS = 3
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+class StateDirFile(logging.Handler):
+    """The rotating ``tunedeck.log`` in the state dir, opened at the first record.
+
+    A process that logs nothing (the simulated ``nvidia-smi``, which a poller starts every second
+    or two) never finds the state dir nor imports :mod:`logging.handlers`. A state dir that cannot
+    be written to is said once on stderr, and the records meant for it are dropped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.file: logging.Handler | None = None
+        self.failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.file is None:
+            if self.failed:
+                return
+            self.file = self._open()
+            if self.file is None:
+                return
+        self.file.emit(record)
+
+    def _open(self) -> logging.Handler | None:
+        import logging.handlers
+
+        d = state_dir()
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            fh = logging.handlers.RotatingFileHandler(
+                d / LOG_NAME, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8"
+            )
+        except OSError as e:  # a read-only home must not stop the command; say so once
+            self.failed = True
+            print(f"tunedeck: not logging to {d / LOG_NAME}: {e.strerror or e}", file=sys.stderr)
+            return None
+        fh.setFormatter(self.formatter or logging.Formatter(FORMAT))
+        return fh
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        super().close()
+
+
 def setup(*, verbose: bool = False) -> None:
     """Configure the root logger once per process (safe to call again)."""
     root = logging.getLogger()
     if getattr(root, "_tunedeck", False):
         return
     root.setLevel(logging.INFO)
-    try:
-        d = state_dir()
-        d.mkdir(parents=True, exist_ok=True)
-        fh = logging.handlers.RotatingFileHandler(
-            d / LOG_NAME, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8"
-        )
-    except OSError as e:  # a read-only home must not stop the command; say so once
-        print(f"tunedeck: not logging to {state_dir() / LOG_NAME}: {e.strerror or e}", file=sys.stderr)
-    else:
-        fh.setFormatter(logging.Formatter(FORMAT))
-        root.addHandler(fh)
+    fh = StateDirFile()
+    fh.setFormatter(logging.Formatter(FORMAT))
+    root.addHandler(fh)
     err = logging.StreamHandler(sys.stderr)
     err.setLevel(logging.INFO if verbose else logging.CRITICAL + 1)
     err.setFormatter(logging.Formatter("tunedeck: %(levelname)s %(name)s: %(message)s"))
