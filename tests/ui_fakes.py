@@ -207,7 +207,8 @@ class LinkHost(Host):
             raise self._down("run")
         if cmd.input and "tail -c" in cmd.input:
             offset, path = int(cmd.argv[3]) - 1, cmd.argv[4]
-            return RunResult(0, bytes(self.files.get(path, b"")[offset:]).decode(), "")
+            data = bytes(self.files.get(path, b"")[offset:])
+            return RunResult(0, data.decode("utf-8", "replace"), "", stdout_bytes=data)
         if cmd.input and "ALIVE" in cmd.input:
             return RunResult(0, "ALIVE\n", "")
         return RunResult(0, "", "")

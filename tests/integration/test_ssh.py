@@ -149,6 +149,34 @@ async def test_stream_is_binary_safe_and_ends_with_status(sshd: SshdServer, tmp_
         f.unlink()
 
 
+@pytest.mark.parametrize("where", ["ssh", "local"])
+async def test_read_log_in_pieces_gives_the_hosts_bytes_exactly(sshd: SshdServer, where: str) -> None:
+    """A log that is not all UTF-8 (a byte of another encoding, a character cut where the writer
+    stopped, tqdm's multibyte bars) read a piece at a time from a byte offset: each piece is the
+    host's bytes, so the offsets add up and the pieces join to the file (a decode and re-encode made
+    U+FFFD of a cut character, three bytes for one, and the next offset skipped the host's bytes)."""
+    from tunedeck.hostops.localhost import LocalHost
+    from tunedeck.hostops.logfollow import read_log
+
+    blob = ("Loading: 100% |" + "\u2588" * 40 + "| 8/8\n").encode() * 3 + b"caf\xe9 latin-1\n\xe2\x96"
+    f = sshd.base / f"log-{os.getpid()}-{where}.txt"
+    f.write_bytes(blob)
+    f.chmod(0o644)
+    host = mkhost(sshd) if where == "ssh" else LocalHost()
+    try:
+        got = bytearray()
+        while True:
+            piece = await read_log(host, str(f), len(got), limit=7)  # 7: cuts the 3-byte bars everywhere
+            if not piece:
+                break
+            got += piece
+        assert bytes(got) == blob
+        assert await read_log(host, str(f), 15, limit=2) == blob[15:17]  # the first two bytes of a bar
+    finally:
+        await host.close()
+        f.unlink()
+
+
 async def test_stream_lines_break_kills_remote(sshd: SshdServer) -> None:
     f = sshd.base / f"lines-{os.getpid()}.log"
     f.write_text("one\ntwo\nthree\n")

@@ -60,6 +60,9 @@ class RunResult:
     ``exit_status`` is None when the process did not report one: the link
     died (``lost``), it hit the timeout (``timed_out``) or died on a signal
     (``exit_signal``). None is never success.
+
+    ``stdout`` is decoded as UTF-8, with U+FFFD for what is not; ``stdout_bytes`` is stdout as the
+    host sent it, for a reader that counts byte offsets (:func:`~tunedeck.hostops.logfollow.read_log`).
     """
 
     exit_status: int | None
@@ -68,6 +71,7 @@ class RunResult:
     lost: bool = False
     timed_out: bool = False
     exit_signal: str | None = None
+    stdout_bytes: bytes = b""
 
     @property
     def ok(self) -> bool:

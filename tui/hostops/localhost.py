@@ -202,7 +202,9 @@ class LocalHost(Host):
         if rc is not None and rc < 0:
             sig = _signal.Signals(-rc).name if -rc in _signal.Signals._value2member_map_ else str(-rc)
             rc = None
-        return RunResult(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), exit_signal=sig)
+        return RunResult(
+            rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), exit_signal=sig, stdout_bytes=out
+        )
 
     def stream(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, heartbeat: float | None = None

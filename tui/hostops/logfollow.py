@@ -444,11 +444,13 @@ async def _pump(f: LogFollower, q: "asyncio.Queue[bytes | Exception | None]") ->
 
 
 async def read_log(host: Host, log_path: str, offset: int = 0, limit: int | None = None) -> bytes:
-    """The log from ``offset`` (at most ``limit`` bytes) as bytes (one command)."""
+    """The log from ``offset`` (at most ``limit`` bytes), byte for byte as the host holds it (one
+    command): what is not UTF-8, or a character cut at ``limit``, comes back as it is, so a caller
+    that adds ``len()`` to its offset stays on the host's bytes."""
     check_text(log_path, "log path")
     script = 'tail -c +"$1" -- "$2"' + (' | head -c "$3"' if limit else "")
     args = [str(int(offset) + 1), log_path] + ([str(int(limit))] if limit else [])
     r = await host.run_script(script, args, timeout=60)
     if r.lost or r.timed_out:
         raise HostError("connection-lost" if r.lost else "timeout", f"reading {log_path} failed")
-    return r.stdout.encode("utf-8")
+    return r.stdout_bytes

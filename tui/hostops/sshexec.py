@@ -99,7 +99,7 @@ async def exec_command(host: SshHost, command: str, data: bytes | None, timeout:
                 out, err = await asyncio.wait_for(fut, timeout + LOCAL_GRACE)
         except asyncio.TimeoutError:
             out, err = proc.collect_output()
-            return RunResult(None, _dec(out), _timed_out_msg(err, timeout), timed_out=True)
+            return RunResult(None, _dec(out), _timed_out_msg(err, timeout), timed_out=True, stdout_bytes=_raw(out))
         except BrokenPipeError as e:
             # the channel closed before ``data`` went: the command ended without reading its
             # stdin (a failed `mkdir` before a `cat`), or the link went. Its exit status, when
@@ -119,12 +119,18 @@ async def exec_command(host: SshHost, command: str, data: bytes | None, timeout:
             proc.close()
     status, sig = proc.exit_status, _signal_name(proc.exit_signal)
     if sig:
-        return RunResult(None, _dec(out), _dec(err), exit_signal=sig)
+        return RunResult(None, _dec(out), _dec(err), exit_signal=sig, stdout_bytes=_raw(out))
     if status is None:  # S1: the link died before an exit status arrived; never success
-        return RunResult(None, _dec(out), _dec(err) or "connection lost before the command finished", lost=True)
+        return RunResult(
+            None,
+            _dec(out),
+            _dec(err) or "connection lost before the command finished",
+            lost=True,
+            stdout_bytes=_raw(out),
+        )
     if timeout is not None and status in (124, 137) and time.monotonic() - started >= timeout * 0.95:
-        return RunResult(None, _dec(out), _timed_out_msg(err, timeout), timed_out=True)
-    return RunResult(status, _dec(out), _dec(err))
+        return RunResult(None, _dec(out), _timed_out_msg(err, timeout), timed_out=True, stdout_bytes=_raw(out))
+    return RunResult(status, _dec(out), _dec(err), stdout_bytes=_raw(out))
 
 
 class SshStream(ByteStream):
@@ -312,6 +318,15 @@ def _signal_name(sig: object) -> str | None:
     if isinstance(sig, tuple):
         sig = sig[0]
     return str(sig)
+
+
+def _raw(b: bytes | str | None) -> bytes:
+    """stdout as the host sent it (the channel is opened with ``encoding=None``: bytes)."""
+    if b is None:
+        return b""
+    if isinstance(b, str):
+        return b.encode("utf-8")
+    return b
 
 
 def _dec(b: bytes | str | None) -> str:

@@ -306,7 +306,7 @@ class RunScreen(Screen[None]):
             for k in range(0, len(data), CATCHUP_SLICE):
                 self.tracker.feed(data[k : k + CATCHUP_SLICE])
                 await asyncio.sleep(0)
-            offset += want  # not len(data): bytes that are not UTF-8 come back longer, as U+FFFD
+            offset += len(data)
         self.tracker.flush()
 
     def _splitter(self) -> LineSplitter:
