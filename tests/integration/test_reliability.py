@@ -310,7 +310,7 @@ def test_r25_asyncssh_floor_declared_and_installed() -> None:
 
 
 @pytest.mark.sshd
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 async def test_r23_ui_answers_keys_while_the_link_is_blackholed(sshd: SshdServer) -> None:
     from tests.integration.test_ui_sshd import install_fake_smi, remove_fake_smi
     from tests.ui.test_ui_status import SIZE, until
@@ -327,21 +327,32 @@ async def test_r23_ui_answers_keys_while_the_link_is_blackholed(sshd: SshdServer
                 await until(pilot, lambda: table.row_count == 2, timeout=30)
                 for key in ("l", "s", "b", "s"):  # mount every screen once (first mounts cost CPU, not link)
                     await pilot.press(key)
+
+                async def press_all() -> list[tuple[str, float]]:
+                    times: list[tuple[str, float]] = []
+                    for key in ("l", "s", "b", "s", "r", "s") * 2:
+                        t = time.perf_counter()
+                        await asyncio.wait_for(
+                            pilot.press(key), 10
+                        )  # a key stuck on the link (15 s+ keepalive) fails here
+                        times.append((key, round(time.perf_counter() - t, 3)))
+                        await asyncio.sleep(0.05)
+                    return times
+
+                up = await press_all()  # the same keys over a live link: what this machine's load costs them
                 px.set_mode("blackhole")
                 await asyncio.sleep(1.0)  # polls are now stuck on the dead link
                 assert host.state == "connected"  # not yet noticed (keepalive 5 s x 3): the hard case
-                times: list[tuple[str, float]] = []
-                for key in ("l", "s", "b", "s", "r", "s") * 2:
-                    t = time.perf_counter()
-                    await asyncio.wait_for(pilot.press(key), 10)  # a key stuck on the link (15 s+ keepalive) fails here
-                    times.append((key, round(time.perf_counter() - t, 3)))
-                    await asyncio.sleep(0.05)
-                # A key blocked on the dead link would wait for the keepalive (15 s). Each press also
-                # renders the screen: a mode switch takes ~0.2-0.3 s with no link at all, and the
-                # Bench screen's redraw took 3.1 s once beside a CPU hog (4.0 s beside three test
-                # runs), so the one-key bound sits between that and the keepalive.
-                assert statistics.median(t for _, t in times) < scaled(1.0), times
-                assert max(t for _, t in times) < scaled(6.0), times
+                held = await press_all()
+                # A key blocked on the dead link would wait for the keepalive (15 s); one that waited
+                # on a shorter link timeout would add that wait to every press. What a press costs
+                # otherwise is rendering, CPU: a mode switch takes ~0.2-0.3 s on a quiet machine, the
+                # Bench screen's redraw took 4.4 s once beside a CPU hog and the full suite, and the
+                # median 1.2 s. So the bound is the same keys' median over the live link, measured
+                # seconds before under the same load, with room for noise.
+                base = statistics.median(t for _, t in up)
+                assert statistics.median(t for _, t in held) < max(scaled(1.0), 2 * base + 0.5), (held, up)
+                assert max(t for _, t in held) < scaled(6.0), (held, up)
                 assert app.screen.query_one(GpuTable) is not None
         finally:
             remove_fake_smi(sshd)
