@@ -177,7 +177,8 @@ async def test_run_view_ready_once_clock_stops_and_a_stop_is_not_a_failure(monke
         assert "0%" not in view.text and "reading the run's log" in view.text
         tracker.catchup = False
         tracker.state, tracker.now = "ready", 42.0
-        await pilot.pause(0.7)
+        # the view's next tick shows it (a fixed 0.7-s pause missed the tick once, beside a CPU hog)
+        await until(pilot, lambda: "ready in 42s" in view.text)
         assert view.text.count("ready") == 2 and "✓ ready" in view.text and "ready in 42s" in view.text
         assert "ready ✓ ready" not in view.text and "elapsed" not in view.text
         tracker.now = 99.0
@@ -187,7 +188,7 @@ async def test_run_view_ready_once_clock_stops_and_a_stop_is_not_a_failure(monke
         await until(pilot, lambda: isinstance(scr.app.screen, ConfirmModal))
         await pilot.press("y")
         await until(pilot, lambda: scr.stop_result is not None)
-        await pilot.pause(0.7)
+        await until(pilot, lambda: "stopped (by you)" in view.text)
         text = view.text
         assert "stopped (by you)" in text and "71.0 GiB" in text
         assert "health ok" not in text and "exited rc 0" not in text and "✓ ready" not in text
