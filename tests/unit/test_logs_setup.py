@@ -17,7 +17,7 @@ def _python(code: str, state: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-SETUP = "import logging, sys\nfrom tunedeck.util import logs\nlogs.setup()\n"
+SETUP = "import logging, sys\nfrom tunedeck.util import logs\nlogs.setup(lazy=True)\n"
 
 
 def test_a_process_that_logs_nothing_opens_no_file_and_imports_no_handlers(tmp_path: Path):
@@ -45,3 +45,15 @@ def test_a_state_dir_that_cannot_be_made_is_said_once_and_the_process_goes_on(tm
     said = [ln for ln in r.stderr.splitlines() if ln.startswith("tunedeck: not logging to ")]
     assert len(said) == 1 and str(blocked / "tunedeck" / "tunedeck.log") in said[0], r.stderr
     assert r.stderr.count("\n") == 1, r.stderr
+
+
+def test_an_eager_setup_opens_the_file_and_says_a_blocked_state_dir_before_anything_runs(tmp_path: Path):
+    code = "import sys\nfrom tunedeck.util import logs\nlogs.setup()\nprint('after setup', file=sys.stderr)\n"
+    r = _python(code, tmp_path)
+    assert r.returncode == 0 and (tmp_path / "tunedeck" / "tunedeck.log").exists(), r.stderr
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    r = _python(code, blocked)
+    lines = r.stderr.splitlines()
+    assert r.returncode == 0 and len(lines) == 2, r.stderr
+    assert lines[0].startswith("tunedeck: not logging to ") and lines[1] == "after setup"

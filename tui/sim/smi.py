@@ -441,5 +441,5 @@ if __name__ == "__main__":
     # the demo host's nvidia-smi (tunedeck.sim.demo): this module alone, logging as the CLI does
     from tunedeck.util import logs
 
-    logs.setup()
+    logs.setup(lazy=True)
     raise SystemExit(main(sys.argv[1:]))

@@ -30,15 +30,13 @@ class StateDirFile(logging.Handler):
         self.failed = False
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.file is None:
-            if self.failed:
-                return
-            self.file = self._open()
-            if self.file is None:
-                return
-        self.file.emit(record)
+        if self.file is None and not self.failed:
+            self.open()
+        if self.file is not None:
+            self.file.emit(record)
 
-    def _open(self) -> logging.Handler | None:
+    def open(self) -> None:
+        """Open the file now (once); a failure is said on stderr, once."""
         import logging.handlers
 
         d = state_dir()
@@ -50,9 +48,9 @@ class StateDirFile(logging.Handler):
         except OSError as e:  # a read-only home must not stop the command; say so once
             self.failed = True
             print(f"tunedeck: not logging to {d / LOG_NAME}: {e.strerror or e}", file=sys.stderr)
-            return None
+            return
         fh.setFormatter(self.formatter or logging.Formatter(FORMAT))
-        return fh
+        self.file = fh
 
     def close(self) -> None:
         if self.file is not None:
@@ -60,14 +58,20 @@ class StateDirFile(logging.Handler):
         super().close()
 
 
-def setup(*, verbose: bool = False) -> None:
-    """Configure the root logger once per process (safe to call again)."""
+def setup(*, verbose: bool = False, lazy: bool = False) -> None:
+    """Configure the root logger once per process (safe to call again).
+
+    The file is opened here, so a state dir that cannot be written is said before anything else
+    runs (a dashboard's screen would swallow the line). ``lazy`` opens it at the first record: for
+    the simulated ``nvidia-smi``, started every second or two and silent nearly always."""
     root = logging.getLogger()
     if getattr(root, "_tunedeck", False):
         return
     root.setLevel(logging.INFO)
     fh = StateDirFile()
     fh.setFormatter(logging.Formatter(FORMAT))
+    if not lazy:
+        fh.open()
     root.addHandler(fh)
     err = logging.StreamHandler(sys.stderr)
     err.setLevel(logging.INFO if verbose else logging.CRITICAL + 1)
