@@ -48,3 +48,40 @@ def test_an_unreadable_record_is_skipped_with_its_path_and_the_others_still_coun
             assert [r["engine"] for r in live_servers(tmp_path)] == ["vllm"]
     assert len(caplog.records) == 1
     assert str(bad) in caplog.records[0].getMessage() and cause in caplog.records[0].getMessage()
+
+
+def test_a_ramp_step_is_published_at_most_every_quarter_second_and_the_publisher_writes_what_was_skipped(
+    tmp_path, monkeypatch
+):
+    """A start-up squeezed into a second steps its memory dozens of times (weight shards, graph
+    captures): a step writes the record at most every 0.25 s; a phase's end, and the server's
+    publisher (every 0.5 s), always write the figures as they are."""
+    import time as _time
+    from types import SimpleNamespace
+
+    from tunedeck.sim import gpus
+    from tunedeck.sim.state import GpuUse
+
+    clock = [1000.0]
+    monkeypatch.setattr(gpus, "time", SimpleNamespace(monotonic=lambda: clock[0], time=_time.time))
+    use = GpuUse(SimpleNamespace(engine="sglang", gpus=[0, 1], rank_base=0))  # type: ignore[arg-type]
+    use.record = ServerRecord("sglang", [0, 1], root=tmp_path)
+
+    def shown() -> int:
+        return json.loads(use.record.path.read_text())["gpus"]["0"]["used_mib"]
+
+    use.set_mem(1.0, 0)
+    assert shown() == 1024
+    for i in range(1, 40):  # steps within the same quarter second
+        use.set_mem(1.0 + i / 10, 3, force=False)
+    assert shown() == 1024
+    clock[0] += 0.3
+    use.set_mem(5.0, 3, force=False)
+    assert shown() == 5 * 1024
+    use.set_mem(6.0, 3, force=False)  # skipped, then the publisher's turn
+    assert shown() == 5 * 1024
+    use.publish()
+    assert shown() == 6 * 1024
+    use.set_mem(7.0, 0)  # a phase's end
+    assert shown() == 7 * 1024
+    use.close()

@@ -111,7 +111,7 @@ class SglangStartup(KitPart):
             await self.kit.at(f0 + (f1 - f0) * i / n_sh)
             el = self.kit.elapsed(f0, f0 + (f1 - f0) * i / n_sh)
             L.raw("\r" + tqdm_frame("Loading safetensors checkpoint shards", i, n_sh, el, shards=True))
-            self.kit.set_mem(ctx + baseline + self.state.weights_gib * i / n_sh, 3)
+            self.kit.set_mem(ctx + baseline + self.state.weights_gib * i / n_sh, 3, force=False)
         L.raw(
             "\r"
             + tqdm_frame("Loading safetensors checkpoint shards", n_sh, n_sh, self.kit.elapsed(f0, f1), shards=True)
@@ -183,7 +183,9 @@ class SglangStartup(KitPart):
                     await asyncio.Event().wait()  # stuck in capture forever
                 await self.kit.at(f0 + (f1 - f0) * (i + 1) / n)
                 L.raw("\r" + tqdm_frame(desc, i + 1, n, self.kit.elapsed(f0, f0 + (f1 - f0) * (i + 1) / n)))
-                self.kit.set_mem(ctx + baseline + self.state.weights_gib + kv + graph_total * (i + 1) / n, 40)
+                self.kit.set_mem(
+                    ctx + baseline + self.state.weights_gib + kv + graph_total * (i + 1) / n, 40, force=False
+                )
             L.raw("\r" + tqdm_frame(desc, n, n, self.kit.elapsed(f0, f1)) + "\n")
             self.state.graph_gib = graph_total
             await self.kit.at(0.91)

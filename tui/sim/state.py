@@ -189,11 +189,14 @@ class GpuUse:
         if self.ray_nodes is not None:
             self.ray_nodes.use(used_mib, self.util)
 
-    def set_mem(self, gib: float, util: int | None = None) -> None:
+    def set_mem(self, gib: float, util: int | None = None, *, force: bool = True) -> None:
+        """``force=False``: a step of a ramp (weight shards, graph captures), published at most every
+        0.25 s; a start-up squeezed into a second makes dozens of steps, and the server's publisher
+        writes the latest figures every 0.5 s whatever was skipped."""
         self.mem_used_gib = gib
         if util is not None:
             self.util = util
-        self.publish()
+        self.publish(force=force)
 
     def close(self) -> None:
         """The server is gone: its record goes, the other Ray nodes are told."""

@@ -306,7 +306,7 @@ class VllmStartup(KitPart):
         for i in range(1, n_sh + 1):
             await self.kit.at(f0 + (f1 - f0) * i / n_sh)
             L.raw(tqdm_frame(label, i, n_sh, self.kit.elapsed(f0, f0 + (f1 - f0) * i / n_sh), shards=True) + "\n")
-            self.kit.set_mem(1.1 + self.state.weights_gib * i / n_sh, 3)
+            self.kit.set_mem(1.1 + self.state.weights_gib * i / n_sh, 3, force=False)
         L.raw(tqdm_frame(label, n_sh, n_sh, self.kit.elapsed(f0, f1), shards=True) + "\n")
         L.raw(f"({T0} pid={self.kit.worker_pid(0)}) \n")
         self._tp0(f"Loading weights took {self.kit.elapsed(f0, f1):.2f} seconds", where="default_loader.py:384")
