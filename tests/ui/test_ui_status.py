@@ -225,6 +225,29 @@ async def test_no_servers_says_so():
         await until(pilot, lambda: "no servers known on this host" in screen_text(app))
 
 
+async def test_bench_setup_redraws_its_servers_note_only_when_it_changes():
+    """Each server poll reaches the Bench setup screen; a note that says the same costs no new layout
+    (at a fast poll, a layout per poll kept the app busy and every key waited)."""
+    from tunedeck.ui.screens.bench_setup import BenchSetupScreen
+
+    shown: list[object] = []  # what the host's server poll finds: nothing, until a server comes
+    servers = FakeServers(lambda: tuple(shown))
+    app = app_with(servers=servers)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("b")
+        await until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
+        note = app.screen.query_one("#bs-servers-note", Static)
+        await until(pilot, lambda: "no servers on the host" in str(note.content))
+        updates: list[str] = []
+        real = note.update
+        note.update = lambda content="", **kw: (updates.append(str(content)), real(content, **kw))[1]
+        seen = servers.calls
+        await until(pilot, lambda: servers.calls >= seen + 3)  # polls that find nothing again
+        shown.append(server())
+        await until(pilot, lambda: app.screen.servers)
+        assert updates == [""], updates  # once, when the server came; never for the polls that said "none" again
+
+
 async def test_hung_collectors_do_not_block_keys():
     app = app_with(FakeGpu(), FakeHost("hang"), FakeServers("hang"), sample_timeout=60)
     async with app.run_test(size=SIZE) as pilot:

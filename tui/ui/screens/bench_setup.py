@@ -204,9 +204,10 @@ class BenchSetupScreen(HostScreen):
     def _on_servers(self, servers: Sequence[ServerStats]) -> None:
         table = self.query_one("#bs-servers", DataTable)
         new = {f"{s.name}-{s.port}": s for s in servers}
-        self.query_one("#bs-servers-note", Static).update(
-            "" if new else "no servers on the host: launch one from the Launch mode (l), or type a URL"
-        )
+        note = "" if new else "no servers on the host: launch one from the Launch mode (l), or type a URL"
+        box = self.query_one("#bs-servers-note", Static)
+        if str(box.content) != note:  # each poll calls this: an unchanged note costs the screen no new layout
+            box.update(note)
         if new == self.servers:
             return
         with self.app.batch_update():
