@@ -80,10 +80,13 @@ def _servers() -> FakeServers:
     return FakeServers(*[servers_at(t) for t in range(TICKS)])
 
 
-def base_app(ticks: int = TICKS) -> TunedeckApp:
+def base_app(ticks: int = TICKS, interval: float = 0.01) -> TunedeckApp:
+    """The dashboard on fixed feeds. ``interval``: the host and server polls' (the scenes poll fast to
+    settle, then go quiet; a test that drives the app as it is polls at an operator's pace, since a
+    100-Hz poll keeps the app busy and every Pilot pause then waits its full second for an idle loop)."""
     gpu = FakeGpu([h200_status(8, t) for t in range(ticks)], interval=0.001)
     app = make_app(
-        gpu=gpu, host_source=FakeHost(host_stats()), servers=_servers(), target=TARGET, interval=0.01, keymap={}
+        gpu=gpu, host_source=FakeHost(host_stats()), servers=_servers(), target=TARGET, interval=interval, keymap={}
     )
     return app
 

@@ -321,7 +321,7 @@ async def test_profiles_filter_takes_a_burst_and_headers_sort():
     from tunedeck.ui.screens.profiles import ProfilesScreen
     from tunedeck.widgets.filter_table import TableFilter
 
-    app = base_app(ticks=2)
+    app = base_app(ticks=2, interval=0.25)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("l")
         await until(pilot, lambda: isinstance(app.screen, ProfilesScreen))
@@ -366,7 +366,7 @@ async def test_results_list_filters_and_sorts():
         (d / "summary.json").write_text(
             _json.dumps({"completed": 5, "failed": 0, "output_throughput": tput, "median_ttft_ms": 7.0})
         )
-    app = base_app(ticks=2)
+    app = base_app(ticks=2, interval=0.25)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("b")
         await until(pilot, lambda: isinstance(app.screen, BenchSetupScreen))
