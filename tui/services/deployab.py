@@ -24,17 +24,7 @@ from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.hostops.localhost import LocalHost
 from tunedeck.profiles.deploy import DeploymentPlan, build_deployment
 from tunedeck.profiles.model import ServerProfile
-from tunedeck.services import deploy, jobs
-from tunedeck.services.deployops import (
-    LEDGER,
-    DeploymentOps,
-    job_main,
-    nodes_label,
-    refuse_on_nodes,
-    side_info,
-    spec_ops,
-    start_job,
-)
+from tunedeck.services import deploy, deployops, jobs
 from tunedeck.services.jobrun import ask_to_stop
 
 if TYPE_CHECKING:
@@ -75,13 +65,13 @@ async def start(
     from tunedeck.services.abrun import ab_spec, read_sides
 
     by_side = read_sides(a, b, lambda name: plan_side(name, sim=sim))
-    sides = {label: side_info(*p) for label, p in by_side.items()}
+    sides = {label: deployops.side_info(*p) for label, p in by_side.items()}
     planned = {a: by_side["A"], b: by_side["B"]}
-    label = nodes_label([p for _, p in planned.values()])
+    label = deployops.nodes_label([p for _, p in planned.values()])
     # what runs on the nodes now is asked about here, where the user is; the campaign gets the answer
-    ops = DeploymentOps(planned, host_label=label, python=python)
+    ops = deployops.DeploymentOps(planned, host_label=label, python=python)
     try:
-        await refuse_on_nodes(ops.hosts(ops.nodes))
+        await deployops.refuse_on_nodes(ops.hosts(ops.nodes))
         running = await ops.running_servers()
         stop_existing = await ask_to_stop([r.description for r in running], "", confirm_stop)
         # the levels run on the head nodes: the dataset is read here now and placed there
@@ -100,7 +90,7 @@ async def start(
         datasets=datasets,
     )
     meta = {"ab_id": spec["ab_id"], "a": a, "b": b, "plan": plan.name, "nodes": ops.nodes}
-    return await start_job("ab", MODULE, spec, meta)
+    return await deployops.start_job("ab", MODULE, spec, meta)
 
 
 # ---------------------------------------------------------------------- ended without its report
@@ -129,11 +119,11 @@ async def left_by(job: jobs.Job, ab_id: str, *, host_factory: deploy.HostFactory
 
     out = LeftBy()
     try:
-        started = [r for r in read_jsonl(Path(job.dir) / LEDGER) if isinstance(r, dict)]
+        started = [r for r in read_jsonl(Path(job.dir) / deployops.LEDGER) if isinstance(r, dict)]
     except FileNotFoundError:
         started = []
     except OSError as e:
-        out.unread.append(f"{Path(job.dir) / LEDGER}: {e.strerror or e}")
+        out.unread.append(f"{Path(job.dir) / deployops.LEDGER}: {e.strerror or e}")
         started = []
     factory = host_factory or deploy.default_host_factory()
     hosts: dict[str, Host] = {}
@@ -188,12 +178,12 @@ async def _still_running(rec: deploy.DeploymentRecord, host: Callable[[str], Hos
 def main(argv: list[str] | None = None) -> int:
     from tunedeck.hostside import abjob
 
-    def ops_for(job_dir: Path, spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> DeploymentOps:
+    def ops_for(job_dir: Path, spec: Mapping[str, Any], infos: Mapping[str, ProfileInfo]) -> deployops.DeploymentOps:
         sim = bool(spec.get("sim"))
         sides = {i.name: plan_side(i.name, sim=sim) for i in infos.values()}
-        return spec_ops(spec, sides, ledger=job_dir / LEDGER)
+        return deployops.spec_ops(spec, sides, ledger=job_dir / deployops.LEDGER)
 
-    return job_main(MODULE, argv, abjob.run, ops_for)
+    return deployops.job_main(MODULE, argv, abjob.run, ops_for)
 
 
 if __name__ == "__main__":
