@@ -18,15 +18,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
-from tunedeck.ab.ops import (
-    BenchResult,
-    LaunchHandle,
-    LevelRequest,
-    ProfileInfo,
-    ReadyResult,
-    RunningServer,
-    StopResult,
-)
+from tunedeck.ab import ops
 from tunedeck.ab.plan import PlanLevel
 from tunedeck.bench.counters import COUNTED_SPEC, Snapshot, level_figures, parse_counters
 from tunedeck.hostops import hostruns, launcher, runstop, runstore, startupstate, tracker
@@ -46,7 +38,7 @@ class LocalOps:
 
     def __init__(
         self,
-        infos: Mapping[str, ProfileInfo],
+        infos: Mapping[str, ops.ProfileInfo],
         *,
         host: Host | None = None,
         host_label: str = "local",
@@ -62,20 +54,20 @@ class LocalOps:
         self.gpu_wait = gpu_wait
 
     # ------------------------------------------------------------------ profiles
-    async def resolve(self, profile: str) -> ProfileInfo:
+    async def resolve(self, profile: str) -> ops.ProfileInfo:
         info = self.infos.get(profile)
         if info is None:
             raise ValueError(f"profile {profile!r} was not sent with the A/B")
         return info
 
     # ------------------------------------------------------------------ running servers
-    async def running_servers(self) -> list[RunningServer]:
+    async def running_servers(self) -> list[ops.RunningServer]:
         out = []
         for h in await hostruns.list_host_runs(self.host):
             if h.alive:
                 prof = h.meta.get("profile") if isinstance(h.meta, Mapping) else None
                 out.append(
-                    RunningServer(
+                    ops.RunningServer(
                         h.run_id,
                         f"run {h.run_id}" + (f" ({prof})" if prof else "") + (f", pid {h.pid}" if h.pid else ""),
                         h,
@@ -84,20 +76,20 @@ class LocalOps:
                 )
         return out
 
-    async def stop_running(self, server: RunningServer) -> StopResult:
+    async def stop_running(self, server: ops.RunningServer) -> ops.StopResult:
         recs = await hostruns.reattach(self.host)
         rec = next((r for r in recs if r.run_id == server.id), None) or runstore.RunStore().load(server.id)
         if rec is None:
-            return StopResult(False, None, f"run {server.id}: no record")
+            return ops.StopResult(False, None, f"run {server.id}: no record")
         return self._stop_result(await runstop.stop_run(self.host, rec, grace=self.stop_grace, gpu_wait=self.gpu_wait))
 
     @staticmethod
-    def _stop_result(res: runstop.StopResult) -> StopResult:
+    def _stop_result(res: runstop.StopResult) -> ops.StopResult:
         ok = res.state in ("stopped", "exited", "stale")
-        return StopResult(ok, res.gpu_released if ok else None, res.message)
+        return ops.StopResult(ok, res.gpu_released if ok else None, res.message)
 
     # ------------------------------------------------------------------ launch / ready
-    async def launch(self, info: ProfileInfo) -> LaunchHandle:
+    async def launch(self, info: ops.ProfileInfo) -> ops.LaunchHandle:
         try:
             rec = await launcher.launch(
                 self.host,
@@ -110,11 +102,11 @@ class LocalOps:
         except launcher.LaunchRefused as e:
             raise RuntimeError(str(e)) from None
         log_path = f"{rec.run_dir}/log" if rec.run_dir else None
-        return LaunchHandle(rec.run_id, log_path, f"http://127.0.0.1:{info.port}", rec)
+        return ops.LaunchHandle(rec.run_id, log_path, f"http://127.0.0.1:{info.port}", rec)
 
     async def wait_ready(
-        self, info: ProfileInfo, handle: LaunchHandle, on_progress: Callable[[str, float | None], None]
-    ) -> ReadyResult:
+        self, info: ops.ProfileInfo, handle: ops.LaunchHandle, on_progress: Callable[[str, float | None], None]
+    ) -> ops.ReadyResult:
         """The startup tracker: log phases, /health, liveness, stall, ETA, diagnosis."""
         rec = handle.handle
 
@@ -131,17 +123,17 @@ class LocalOps:
             for e in (saved.timeline or ())
         )
         if snap.state == "ready":
-            return ReadyResult(True, snap.elapsed, timeline=timeline)
+            return ops.ReadyResult(True, snap.elapsed, timeline=timeline)
         diag = snap.diagnosis or (
             f"not ready after {self.ready_timeout:g} s" if snap.state == "starting" else f"server {snap.state}"
         )
-        return ReadyResult(False, snap.elapsed, diag, snap.proof, timeline)
+        return ops.ReadyResult(False, snap.elapsed, diag, snap.proof, timeline)
 
     # ------------------------------------------------------------------ cache, metrics
-    async def flush_cache(self, info: ProfileInfo, handle: LaunchHandle) -> str:
+    async def flush_cache(self, info: ops.ProfileInfo, handle: ops.LaunchHandle) -> str:
         return await flush_prefix_cache(info.engine, handle.url)
 
-    async def acceptance_rate(self, info: ProfileInfo, handle: LaunchHandle) -> tuple[float | None, str | None]:
+    async def acceptance_rate(self, info: ops.ProfileInfo, handle: ops.LaunchHandle) -> tuple[float | None, str | None]:
         """The side's fallback for levels whose summary has no acceptance rate: (%, what it is).
 
         Each level's summary already holds the figures of the server's counters over that level
@@ -159,7 +151,7 @@ class LocalOps:
         return gauge_acceptance(parse_counters(r.text))
 
     # ------------------------------------------------------------------ bench
-    async def bench(self, info: ProfileInfo, handle: LaunchHandle, req: LevelRequest) -> BenchResult:
+    async def bench(self, info: ops.ProfileInfo, handle: ops.LaunchHandle, req: ops.LevelRequest) -> ops.BenchResult:
         from tunedeck.bench.config import NotReady
         from tunedeck.bench.runner import run_benchmark
         from tunedeck.bench.store import StoreError
@@ -194,19 +186,19 @@ class LocalOps:
             await timeline.check_start()
             summaries = await run_benchmark(cfg, emit=emit, meta_extra=meta, client_where="host")
         except (NotReady, StoreError, OSError) as e:
-            return BenchResult(None, {}, None, f"benchmark failed: {e}")
+            return ops.BenchResult(None, {}, None, f"benchmark failed: {e}")
         finally:
             await timeline.stop()
         if not summaries:
-            return BenchResult(None, {}, None, "benchmark failed: no level ran")
+            return ops.BenchResult(None, {}, None, "benchmark failed: no level ran")
         s = summaries[0]
         rid = s.get("run_id")
         if rid is not None and rid in timeline.validity:
             s = {**s, "validity": timeline.validity[rid]}
-        return BenchResult(s.get("run_id"), s, None)
+        return ops.BenchResult(s.get("run_id"), s, None)
 
     # ------------------------------------------------------------------ stop
-    async def stop(self, info: ProfileInfo, handle: LaunchHandle) -> StopResult:
+    async def stop(self, info: ops.ProfileInfo, handle: ops.LaunchHandle) -> ops.StopResult:
         res = await runstop.stop_run(self.host, handle.handle, grace=self.stop_grace, gpu_wait=self.gpu_wait)
         return self._stop_result(res)
 
@@ -232,7 +224,7 @@ async def flush_prefix_cache(engine: str, base_url: str) -> str:
     return f"cache not flushed: {path} answered HTTP {status}{hint}"
 
 
-def level_config(info: ProfileInfo, url: str, req: LevelRequest) -> Any:
+def level_config(info: ops.ProfileInfo, url: str, req: ops.LevelRequest) -> Any:
     """The :class:`tunedeck.bench.config.BenchConfig` of ``req``'s plan level against ``url``."""
     from tunedeck.bench.config import BenchConfig
 
@@ -297,7 +289,7 @@ def progress_text(ev: Mapping[str, Any], level: PlanLevel) -> tuple[str, float |
     return msg, frac
 
 
-def report_progress(req: LevelRequest, ev: Mapping[str, Any]) -> None:
+def report_progress(req: ops.LevelRequest, ev: Mapping[str, Any]) -> None:
     """Tell ``req``'s caller the progress a benchmark event says, where it says any."""
     msg, frac = progress_text(ev, req.level)
     if msg:
