@@ -314,11 +314,11 @@ def plan_config(plan: BenchPlan, url: str) -> Any:
 def use_deployment(plan: BenchPlan) -> tuple[BenchPlan, dict[str, Any]]:
     """``plan`` pointed at its deployment's head node and serving port (``--deployment ID``), and what
     the result records of it; ValueError, naming the deployment, when it cannot be benchmarked."""
-    from tunedeck.hostops.runstore import FAILED, STOPPED
-    from tunedeck.services.deploy import DeploymentStore
-
     if not plan.deployment:
         return plan, {}
+    from tunedeck.hostops.runstore import FAILED, STOPPED
+    from tunedeck.services.deploy import DeploymentStore  # with its parser: ~70 ms a start that needs none
+
     if plan.url or plan.demo or plan.host is not None:
         raise ValueError("--deployment names the host and port itself; drop --url/--host/--demo")
     rec = DeploymentStore().find(plan.deployment)
