@@ -74,8 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = finish_args(parser.parse_args(argv))
     from tunedeck.util import logs
 
-    logs.setup(verbose=bool(getattr(args, "verbose", False)))
     func = getattr(args, "func", None)
+    # the dashboard opens the log file now, before Textual holds stderr (a state dir that cannot be
+    # written is said while it can be seen); a command, at its first record: most log nothing, and
+    # each start then skips logging.handlers and the file
+    logs.setup(verbose=bool(getattr(args, "verbose", False)), lazy=func is not None)
     if func is not None and COMMANDS[args.command].says_config:
         _config_warnings()  # the dashboard shows them in its window instead
     if func is None:

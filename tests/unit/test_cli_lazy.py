@@ -76,3 +76,10 @@ def test_a_benchmark_of_a_url_loads_no_deployment_or_log_parser():
     loaded = _loaded_after(["bench", "--url", "http://127.0.0.1:9", "--num-prompts", "10", "--preview"])
     assert "tunedeck.commands.bench" in loaded
     assert not {m for m in loaded if m.startswith(("tunedeck.services.deploy", "tunedeck.logparse"))}
+
+
+def test_a_command_that_logs_nothing_opens_no_log_file():
+    """A command opens ``tunedeck.log`` at its first record (most log nothing); the dashboard opens
+    it at once, before Textual holds stderr (tests/unit/test_logs_setup.py)."""
+    loaded = _loaded_after(["bench", "--url", "http://127.0.0.1:9", "--num-prompts", "10", "--preview"])
+    assert "logging.handlers" not in loaded

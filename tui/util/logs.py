@@ -63,7 +63,8 @@ def setup(*, verbose: bool = False, lazy: bool = False) -> None:
 
     The file is opened here, so a state dir that cannot be written is said before anything else
     runs (a dashboard's screen would swallow the line). ``lazy`` opens it at the first record: for
-    the simulated ``nvidia-smi``, started every second or two and silent nearly always."""
+    the commands (a simulated ``nvidia-smi`` started every second or two, a ``bench``, a ``sim``),
+    whose stderr stays theirs and which mostly log nothing."""
     root = logging.getLogger()
     if getattr(root, "_tunedeck", False):
         return
