@@ -322,13 +322,16 @@ async def test_a_crashed_collector_is_not_restarted_once_polling_stopped():
     """Polling stops (a host switch, a reconnect) while a crashed loop waits for its restart: the
     restart is dropped, so no loop of the old poll runs beside the new one."""
     host = FakeHost(RuntimeError("parser bug"), host_stats())
-    app = app_with(host=host, restart_delay=0.3)
+    # the restart waits long enough that the test sees the crash before it, whatever the load (at
+    # 0.3 s a loaded machine once ran the restart before the test's next look)
+    app = app_with(host=host, restart_delay=2.0)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: "collector crashed" in (app.latest.link.last_error or ""))
+        assert host.calls == 1
         await app.stop_polling()
         later = asyncio.Event()
-        app.set_timer(0.6, later.set)  # fires after the pending restart (0.3 s) would have
-        await until(pilot, later.is_set)
+        app.set_timer(2.5, later.set)  # fires after the pending restart would have
+        await until(pilot, later.is_set, timeout=10)
         assert host.calls == 1
         assert not [w for w in app.workers if w.group == "poll-gpu-box-01" and not w.is_finished]
 
