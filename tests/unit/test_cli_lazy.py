@@ -70,12 +70,13 @@ def test_a_mistyped_command_is_refused_with_the_choices():
     assert "invalid choice: 'stauts'" in r.stderr and "'status'" in r.stderr
 
 
-def test_a_benchmark_of_a_url_loads_no_deployment_or_log_parser():
+def test_a_benchmark_of_a_url_loads_no_deployment_log_parser_or_httpx():
     """``--deployment`` is the one bench that needs the deployment store, and with it the startup-log
     parser (~70 ms of a start); a bench of a URL or its preview loads neither."""
     loaded = _loaded_after(["bench", "--url", "http://127.0.0.1:9", "--num-prompts", "10", "--preview"])
     assert "tunedeck.commands.bench" in loaded
     assert not {m for m in loaded if m.startswith(("tunedeck.services.deploy", "tunedeck.logparse"))}
+    assert "httpx" not in loaded  # the URL is checked as the benchmark's own client reads it
 
 
 def test_a_command_that_logs_nothing_opens_no_log_file():

@@ -201,16 +201,13 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def _check_url(url: str) -> None:
-    import httpx
+    """The URL as the benchmark's client will read it (scheme, host, port); ValueError naming it."""
+    from tunedeck.bench.httpcore import InvalidURL, split_url
 
     try:
-        u = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError) as e:
-        raise ValueError(f"--url {url!r}: {e}") from None
-    if u.scheme not in ("http", "https") or not u.host:
-        raise ValueError(f"--url {url!r}: expected http://HOST:PORT")
-    if u.port is not None and not 0 < u.port < 65536:
-        raise ValueError(f"--url {url!r}: port {u.port} is outside 1..65535")
+        split_url(url)
+    except InvalidURL as e:
+        raise ValueError(f"--url {e}") from None
 
 
 def check_plan(plan: BenchPlan) -> None:
