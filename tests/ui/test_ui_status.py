@@ -49,11 +49,13 @@ def app_with(gpu=None, host=None, servers=None, **kw) -> TunedeckApp:
     )
 
 
-async def until(pilot, pred, timeout: float = 3.0, step: float = 0.02) -> None:
+async def until(pilot, pred, timeout: float = 10.0, step: float = 0.02) -> None:
+    # a deadline, not a pace: a passing wait returns at once; beside a CPU hog a 40-snapshot feed at
+    # 0.02 s once took over 3 s to be drawn
     await until_async(pred, timeout, pilot=pilot, step=step, what=lambda: "screen:\n" + screen_text(pilot.app))
 
 
-async def until_shown(pilot, *parts: str, timeout: float = 5.0) -> None:
+async def until_shown(pilot, *parts: str, timeout: float = 10.0) -> None:
     """Wait until every part is on the screen: a widget's state changes one frame before it is drawn."""
     await until(pilot, lambda: all(part in screen_text(pilot.app) for part in parts), timeout=timeout)
 
