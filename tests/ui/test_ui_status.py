@@ -242,7 +242,12 @@ async def test_bench_setup_redraws_its_servers_note_only_when_it_changes():
         await until(pilot, lambda: "no servers on the host" in str(note.content))
         updates: list[str] = []
         real = note.update
-        note.update = lambda content="", **kw: (updates.append(str(content)), real(content, **kw))[1]
+
+        def counted(content="", **kw):
+            updates.append(str(content))
+            real(content, **kw)
+
+        note.update = counted  # type: ignore[method-assign]
         seen = servers.calls
         await until(pilot, lambda: servers.calls >= seen + 3)  # polls that find nothing again
         shown.append(server())
