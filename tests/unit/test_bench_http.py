@@ -61,6 +61,9 @@ def test_split_url_names_what_is_wrong():
         ("http://", "no host"),
         ("http://h:0", "outside"),
         ("http://h:x", "(?i)port"),
+        ("http://h:1/a b", "white space"),
+        ("http://h\t:1", "white space"),  # urlsplit would drop the tab without a word
+        ("http://h:1/\x1b[31m", "control characters"),
     ):
         with pytest.raises(InvalidURL, match=word):
             split_url(bad)

@@ -13,7 +13,7 @@ from tests.ui_fakes import server
 from tunedeck.bench.plan import BenchPlan, num_text
 from tunedeck.commands import bench as bench_cmd
 from tunedeck.commands.bench import parse_plan, plan_config
-from tunedeck.ui.screens.bench_form import BenchForm, bench_plan
+from tunedeck.ui.screens.bench_form import BenchForm, BenchFormError, bench_plan
 
 HOSTILE = ("--json /etc/passwd", "-", "", "a b\nc", "x;rm -rf ~", "$(id)", "héllo ☃", "---", "-5", "=", "'\"")
 
@@ -126,6 +126,7 @@ def test_the_form_writes_the_options_in_one_order_whatever_order_they_are_typed(
         (["--url", "ftp://h:1"], "--url 'ftp://h:1': expected an http:// or https:// URL"),
         (["--url", "http://h:99999"], "--url 'http://h:99999': Port out of range 0-65535"),
         (["--url", "http:///v1"], "--url 'http:///v1': no host"),
+        (["--url", "http://h:1/\x1b]0;x\x07"], "contains white space or control characters"),
         (["--gsp-num-groups", "2"], "--gsp-num-groups applies to --dataset-name shared_prefix, not random"),
         (["--dataset-name", "sharegpt", "--input-len", "9"], "--input-len does not apply to --dataset-name sharegpt"),
     ),
@@ -134,6 +135,26 @@ def test_options_that_do_not_go_together_are_one_line(argv: list[str], why: str)
     with pytest.raises(ValueError) as e:
         parse_plan(argv)
     assert why in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    (
+        ("ftp://h:1", "expected an http:// or https:// URL"),
+        ("http://h:0", "port 0 is outside 1..65535"),
+        ("http://h:1/v\n1", "contains white space or control characters"),  # urlsplit drops it in silence
+        ("http://\x1b[2Jh:1", "contains white space or control characters"),
+        ("127.0.0.1:8000", "expected an http:// or https:// URL"),
+    ),
+)
+def test_the_forms_url_is_read_as_the_cli_reads_it(url: str, why: str) -> None:
+    """The Bench setup form refuses what ``tunedeck bench --url`` refuses, in the same words."""
+    with pytest.raises(BenchFormError) as form:
+        bench_plan(BenchForm(url=url), None, target=None, demo=False)
+    assert form.value.field == "url" and why in str(form.value), form.value
+    with pytest.raises(ValueError) as cli:
+        parse_plan(["--url", url])
+    assert str(cli.value).startswith("--url ") and why in str(cli.value), cli.value
 
 
 def test_a_plan_names_no_server_or_two() -> None:

@@ -131,8 +131,12 @@ async def test_url_specs_order_and_mixed_states() -> None:
 
 
 def test_spec_validation() -> None:
-    with pytest.raises(ValueError, match="scheme"):
+    with pytest.raises(ValueError, match="server URL 'ftp://h:1': expected an http:// or https:// URL"):
         ServerSpec.from_url("ftp://h:1")
+    with pytest.raises(ValueError, match="port 0 is outside"):  # not port 80
+        ServerSpec.from_url("h:0")
+    with pytest.raises(ValueError, match="control characters"):
+        ServerSpec.from_url("http://h\x1b[31m:1")
     with pytest.raises(ValueError, match="engine"):
         ServerSpec("x", "tgi", 8000)
     with pytest.raises(ValueError, match="port"):

@@ -76,7 +76,12 @@ class Origin(Tuple[str, str, int]):
 
 
 def split_url(url: str) -> Tuple[Origin, str]:
-    """``http://h:p/path?q`` → (Origin, ``/path?q``). :class:`InvalidURL` names what is wrong."""
+    """``http://h:p/path?q`` → (Origin, ``/path?q``). :class:`InvalidURL` names what is wrong.
+
+    White space and control characters are refused: ``urlsplit`` drops tabs and line breaks without
+    a word, and an escape sequence would reach the terminal of whoever reads the URL back."""
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise InvalidURL(f"{url!r}: contains white space or control characters")
     try:
         u = urlsplit(url)
         port = u.port

@@ -26,7 +26,6 @@ import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
-from urllib.parse import urlsplit
 
 from tunedeck.bench import http, httpcore
 from tunedeck.collectors import prom
@@ -63,7 +62,7 @@ class ServerSpec:
         if self.engine not in ENGINES:
             raise ValueError(f"server {self.name!r}: unknown engine {self.engine!r} (sglang, vllm or auto)")
         if self.url is not None:
-            scheme, host, port, _ = split_url(self.url)
+            scheme, host, port = split_url(self.url)
             object.__setattr__(self, "url", f"{scheme}://{_bracket(host)}:{port}")
             if self.port is None and host in _LOOPBACK:
                 object.__setattr__(self, "port", port)
@@ -74,24 +73,20 @@ class ServerSpec:
 
     @classmethod
     def from_url(cls, url: str, engine: str = "auto", name: str | None = None) -> "ServerSpec":
-        _scheme, host, port, _ = split_url(url)
+        _scheme, host, port = split_url(url)
         return cls(name or f"{host}:{port}", engine, None, url=url)
 
 
-def split_url(url: str) -> tuple[str, str, int, str]:
-    """(scheme, host, port, path) of an http(s) URL; ValueError naming the problem."""
-    if not isinstance(url, str) or any(ord(c) < 32 or ord(c) == 127 for c in url):
-        raise ValueError(f"server URL {url!r}: contains control characters")
-    u = urlsplit(url if "://" in url else f"http://{url}")
-    if u.scheme not in ("http", "https"):
-        raise ValueError(f"server URL {url!r}: scheme must be http or https")
+def split_url(url: str) -> httpcore.Origin:
+    """(scheme, host, port) of a server's URL, read as the benchmark's client reads it; a bare
+    ``host:port`` means http. ValueError naming the problem."""
+    if not isinstance(url, str):
+        raise ValueError(f"server URL {url!r}: not text")
     try:
-        port = u.port
-    except ValueError:
-        raise ValueError(f"server URL {url!r}: invalid port") from None
-    if not u.hostname:
-        raise ValueError(f"server URL {url!r}: no host name")
-    return u.scheme, u.hostname, port or (443 if u.scheme == "https" else 80), u.path
+        origin, _target = httpcore.split_url(url if "://" in url else f"http://{url}")
+    except httpcore.InvalidURL as e:
+        raise ValueError(f"server URL {e}") from None
+    return origin
 
 
 def _bracket(host: str) -> str:
@@ -192,7 +187,7 @@ class ServerCollector:
     # ------------------------------------------------------------------ one server
     async def _base_url(self, spec: ServerSpec) -> str:
         if spec.url is not None:
-            scheme, host, port, _ = split_url(spec.url)
+            scheme, host, port = split_url(spec.url)
             if self.host.is_local or host not in _LOOPBACK:
                 return spec.url
             remote_port = port
@@ -217,7 +212,7 @@ class ServerCollector:
             return
         port = spec.port
         if spec.url is not None:
-            _, host, port, _ = split_url(spec.url)
+            _, host, port = split_url(spec.url)
             if host not in _LOOPBACK:
                 return
         self._forwards.pop(("127.0.0.1", int(port)), None)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from tunedeck.bench.httpcore import InvalidURL, split_url
 from tunedeck.bench.metrics import parse_slo_ms
 from tunedeck.bench.plan import BenchPlan
 from tunedeck.bench.workloads import FILE_SOURCES, SOURCES
@@ -126,8 +127,10 @@ def _where(form: BenchForm, server: ServerStats | None, target: str | None, demo
     """The plan's server: the form's URL, else the selected server's port on the app's host."""
     url = form.url.strip()
     if url:
-        if not re.match(r"^https?://[^\s/]+", url) or any(c.isspace() or ord(c) < 32 for c in url):
-            raise BenchFormError("url", f"expected http://HOST:PORT, got {url!r}")
+        try:
+            split_url(url)  # as the benchmark's client will read it
+        except InvalidURL as e:
+            raise BenchFormError("url", str(e)) from None
         return {"url": url}
     if server is None:
         raise BenchFormError("server", "select a server (or type a URL)")
