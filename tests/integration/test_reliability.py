@@ -99,16 +99,15 @@ async def test_r6_resets_give_growing_capped_jittered_gaps_then_recovery(sshd: S
             await h.close()
     attempts = px.accepted
     gaps = [b - a for a, b in zip(attempts, attempts[1:])]
-    # capped, a gap averages ~0.2 s: 3.5 s hold about 16 attempts. Uncapped (base * 2**n), the
-    # sixth gap alone averages 1.6 s: 3.5 s hold about 6
+    # capped, a gap averages ~0.2 s: 3.5 s of cuts hold about 16 attempts. Uncapped (base * 2**n),
+    # the sixth gap alone averages 1.6 s: 3.5 s hold about 6 (8 gaps, with the one that got through)
     assert len(gaps) >= 9, gaps
     slack = 0.15  # the handshake attempt itself
     # full jitter: uniform(0, min(cap, base * 2**n)). A loaded machine can stall one attempt past its
     # bound (beside a CPU hog: one gap of 1.1 s among 17), so a few may go over; an uncapped backoff
-    # puts most of its gaps from the fourth on over
+    # puts most of its gaps from the fourth on over (the delays' exact bounds: tests/unit/test_retry.py)
     over = [(n, round(g, 2)) for n, g in enumerate(gaps, start=1) if g > min(cap, base * 2**n) + slack]
     assert len(over) <= len(gaps) // 5, (over, gaps)
-    assert statistics.median(gaps[3:]) <= cap + slack, gaps
     # growing: the gaps after the first few are on average longer than the first bound allows
     assert statistics.mean(gaps[3:]) > base * 2 * 0.8, gaps
     # jittered: not one fixed delay

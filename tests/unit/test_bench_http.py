@@ -63,7 +63,9 @@ def test_split_url_names_what_is_wrong():
         ("http://h:x", "(?i)port"),
         ("http://h:1/a b", "white space"),
         ("http://h\t:1", "white space"),  # urlsplit would drop the tab without a word
-        ("http://h:1/\x1b[31m", "control characters"),
+        ("http://h:1/\x1b[31m", "do not print"),
+        ("http://h:1/\x9b31m", "do not print"),  # the 8-bit CSI
+        ("http://h:1/\u202egnp.x", "do not print"),  # a right-to-left override shows another URL
     ):
         with pytest.raises(InvalidURL, match=word):
             split_url(bad)

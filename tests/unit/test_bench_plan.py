@@ -126,7 +126,7 @@ def test_the_form_writes_the_options_in_one_order_whatever_order_they_are_typed(
         (["--url", "ftp://h:1"], "--url 'ftp://h:1': expected an http:// or https:// URL"),
         (["--url", "http://h:99999"], "--url 'http://h:99999': Port out of range 0-65535"),
         (["--url", "http:///v1"], "--url 'http:///v1': no host"),
-        (["--url", "http://h:1/\x1b]0;x\x07"], "contains white space or control characters"),
+        (["--url", "http://h:1/\x1b]0;x\x07"], "contains white space or characters that do not print"),
         (["--gsp-num-groups", "2"], "--gsp-num-groups applies to --dataset-name shared_prefix, not random"),
         (["--dataset-name", "sharegpt", "--input-len", "9"], "--input-len does not apply to --dataset-name sharegpt"),
     ),
@@ -134,7 +134,7 @@ def test_the_form_writes_the_options_in_one_order_whatever_order_they_are_typed(
 def test_options_that_do_not_go_together_are_one_line(argv: list[str], why: str) -> None:
     with pytest.raises(ValueError) as e:
         parse_plan(argv)
-    assert why in str(e.value) and "\n" not in str(e.value)
+    assert why in str(e.value) and str(e.value).isprintable()  # one line; an escape is quoted, never sent
 
 
 @pytest.mark.parametrize(
@@ -142,13 +142,14 @@ def test_options_that_do_not_go_together_are_one_line(argv: list[str], why: str)
     (
         ("ftp://h:1", "expected an http:// or https:// URL"),
         ("http://h:0", "port 0 is outside 1..65535"),
-        ("http://h:1/v\n1", "contains white space or control characters"),  # urlsplit drops it in silence
-        ("http://\x1b[2Jh:1", "contains white space or control characters"),
+        ("http://h:1/v\n1", "contains white space or characters that do not print"),  # urlsplit drops it in silence
+        ("http://\x1b[2Jh:1", "contains white space or characters that do not print"),
         ("127.0.0.1:8000", "expected an http:// or https:// URL"),
     ),
 )
 def test_the_forms_url_is_read_as_the_cli_reads_it(url: str, why: str) -> None:
-    """The Bench setup form refuses what ``tunedeck bench --url`` refuses, in the same words."""
+    """The Bench setup form refuses what ``tunedeck bench --url`` refuses, in the same words (the form
+    trims the white space around what was typed first; the command line takes the URL as given)."""
     with pytest.raises(BenchFormError) as form:
         bench_plan(BenchForm(url=url), None, target=None, demo=False)
     assert form.value.field == "url" and why in str(form.value), form.value

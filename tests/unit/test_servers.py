@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -131,12 +132,13 @@ async def test_url_specs_order_and_mixed_states() -> None:
 
 
 def test_spec_validation() -> None:
-    with pytest.raises(ValueError, match="server URL 'ftp://h:1': expected an http:// or https:// URL"):
+    with pytest.raises(ValueError, match=re.escape("server URL 'ftp://h:1': expected an http:// or https:// URL")):
         ServerSpec.from_url("ftp://h:1")
-    with pytest.raises(ValueError, match="port 0 is outside"):  # not port 80
+    with pytest.raises(ValueError, match=re.escape("server URL 'h:0': port 0 is outside 1..65535")):  # not port 80
         ServerSpec.from_url("h:0")
-    with pytest.raises(ValueError, match="control characters"):
+    with pytest.raises(ValueError, match="do not print") as e:
         ServerSpec.from_url("http://h\x1b[31m:1")
+    assert str(e.value).isprintable()  # the escape is quoted, never sent
     with pytest.raises(ValueError, match="engine"):
         ServerSpec("x", "tgi", 8000)
     with pytest.raises(ValueError, match="port"):

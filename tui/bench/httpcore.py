@@ -19,7 +19,12 @@ class HTTPError(Exception):
 
 
 class InvalidURL(HTTPError, ValueError):
-    pass
+    """A URL that cannot be requested: ``'URL': reason``; ``reason`` alone for a caller that quotes
+    the URL as its user wrote it."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"{url!r}: {reason}")
+        self.reason = reason
 
 
 class ConnectError(HTTPError):
@@ -78,23 +83,24 @@ class Origin(Tuple[str, str, int]):
 def split_url(url: str) -> Tuple[Origin, str]:
     """``http://h:p/path?q`` → (Origin, ``/path?q``). :class:`InvalidURL` names what is wrong.
 
-    White space and control characters are refused: ``urlsplit`` drops tabs and line breaks without
-    a word, and an escape sequence would reach the terminal of whoever reads the URL back."""
-    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
-        raise InvalidURL(f"{url!r}: contains white space or control characters")
+    White space and what does not print are refused: ``urlsplit`` drops tabs and line breaks
+    without a word, an escape sequence would reach the terminal of whoever reads the URL back, and
+    a direction override would show it as another URL."""
+    if " " in url or not url.isprintable():
+        raise InvalidURL(url, "contains white space or characters that do not print")
     try:
         u = urlsplit(url)
         port = u.port
     except ValueError as e:
-        raise InvalidURL(f"{url!r}: {e}") from None
+        raise InvalidURL(url, str(e)) from None
     if u.scheme not in ("http", "https"):
-        raise InvalidURL(f"{url!r}: expected an http:// or https:// URL")
+        raise InvalidURL(url, "expected an http:// or https:// URL")
     if not u.hostname:
-        raise InvalidURL(f"{url!r}: no host")
+        raise InvalidURL(url, "no host")
     if port is None:
         port = 443 if u.scheme == "https" else 80
     if not 0 < port < 65536:
-        raise InvalidURL(f"{url!r}: port {port} is outside 1..65535")
+        raise InvalidURL(url, f"port {port} is outside 1..65535")
     target = u.path or "/"
     if u.query:
         target += "?" + u.query

@@ -85,7 +85,7 @@ def split_url(url: str) -> httpcore.Origin:
     try:
         origin, _target = httpcore.split_url(url if "://" in url else f"http://{url}")
     except httpcore.InvalidURL as e:
-        raise ValueError(f"server URL {e}") from None
+        raise ValueError(f"server URL {url!r}: {e.reason}") from None
     return origin
 
 
