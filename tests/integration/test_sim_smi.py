@@ -61,8 +61,6 @@ def test_query_noheader_nounits_8_rows_and_uuids_stable():
 
 def test_matches_real_h200_capture_shape():
     """Same column count and unit placement as the recorded real H200 output."""
-    if not H200_REAL.is_file():
-        pytest.skip("real H200 capture not merged yet")
     text = H200_REAL.read_text()
     real_hdr = text.split("== query header units\n", 1)[1].splitlines()[0]
     ours = smi(f"--query-gpu={QUERY}", "--format=csv").stdout.splitlines()[0]

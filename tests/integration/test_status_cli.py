@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import subprocess
@@ -126,7 +125,6 @@ def test_status_bad_input(args: list[str], words: str) -> None:
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tunedeck.sim.demo") is None, reason="simulator not merged yet")
 def test_status_demo_shows_eight_gpus() -> None:
     r = _run(["--demo", "--json"], None)
     assert r.returncode == 0, r.stderr

@@ -124,7 +124,7 @@ def test_the_form_writes_the_options_in_one_order_whatever_order_they_are_typed(
         (["--capacity", "--slo", "nope:5", "--url", "http://h:1"], "--slo: "),
         (["--goodput", "ttft:x"], "--goodput 'ttft:x': "),
         (["--url", "ftp://h:1"], "--url 'ftp://h:1': expected an http:// or https:// URL"),
-        (["--url", "http://h:99999"], "--url 'http://h:99999': Port out of range 0-65535"),
+        (["--url", "http://h:99999"], "--url 'http://h:99999': the port is not a number from 1 to 65535"),
         (["--url", "http:///v1"], "--url 'http:///v1': no host"),
         (["--url", "http://h:1/\x1b]0;x\x07"], "contains white space or characters that do not print"),
         (["--gsp-num-groups", "2"], "--gsp-num-groups applies to --dataset-name shared_prefix, not random"),
@@ -141,7 +141,7 @@ def test_options_that_do_not_go_together_are_one_line(argv: list[str], why: str)
     ("url", "why"),
     (
         ("ftp://h:1", "expected an http:// or https:// URL"),
-        ("http://h:0", "port 0 is outside 1..65535"),
+        ("http://h:0", "the port is not a number from 1 to 65535"),
         ("http://h:1/v\n1", "contains white space or characters that do not print"),  # urlsplit drops it in silence
         ("http://\x1b[2Jh:1", "contains white space or characters that do not print"),
         ("127.0.0.1:8000", "expected an http:// or https:// URL"),

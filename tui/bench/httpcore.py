@@ -90,9 +90,12 @@ def split_url(url: str) -> Tuple[Origin, str]:
         raise InvalidURL(url, "contains white space or characters that do not print")
     try:
         u = urlsplit(url)
-        port = u.port
-    except ValueError as e:
+    except ValueError as e:  # a broken [IPv6] host
         raise InvalidURL(url, str(e)) from None
+    try:
+        port = u.port
+    except ValueError:
+        port = 0  # not a number, or out of range: said below
     if u.scheme not in ("http", "https"):
         raise InvalidURL(url, "expected an http:// or https:// URL")
     if not u.hostname:
@@ -100,7 +103,7 @@ def split_url(url: str) -> Tuple[Origin, str]:
     if port is None:
         port = 443 if u.scheme == "https" else 80
     if not 0 < port < 65536:
-        raise InvalidURL(url, f"port {port} is outside 1..65535")
+        raise InvalidURL(url, "the port is not a number from 1 to 65535")
     target = u.path or "/"
     if u.query:
         target += "?" + u.query
