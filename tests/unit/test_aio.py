@@ -8,10 +8,13 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import AsyncGenerator
 
 import pytest
 
-from tunedeck.util.aio import cancel_and_wait, terminate_group
+from tunedeck.hostops.hosts import STREAM_READ_BYTES
+from tunedeck.hostops.localhost import LocalHost
+from tunedeck.util.aio import cancel_and_wait, terminate_group, within
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -126,3 +129,64 @@ async def test_wait_while_looks_again_when_told_and_says_whether_the_deadline_ca
     assert await wait_while(lambda: state["busy"], changed, 30) is False  # it ended when told, not at 30 s
     await task
     assert await wait_while(lambda: True, asyncio.Event(), 0.05) is True  # still holds at the deadline
+
+
+async def test_within_lets_a_cancel_through_when_the_result_comes_with_it() -> None:
+    """The race ``asyncio.wait_for`` loses on Python < 3.12: the awaited result and the caller's
+    cancel land in the same turn of the loop. ``within`` raises the cancel."""
+    loop = asyncio.get_running_loop()
+    for make in ("future", "queue"):
+        q: asyncio.Queue[int] = asyncio.Queue()
+        fut: asyncio.Future[int] = loop.create_future()
+        task = asyncio.ensure_future(within(fut if make == "future" else q.get(), 10))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the inner wait is parked
+        if make == "future":
+            fut.set_result(1)
+        else:
+            q.put_nowait(1)
+            await asyncio.sleep(0)  # the getter has its item: only the caller's turn is left
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled(), make
+
+
+async def test_within_returns_the_result_or_times_out_cancelling_what_it_waited_on() -> None:
+    q: asyncio.Queue[int] = asyncio.Queue()
+    q.put_nowait(7)
+    assert await within(q.get(), 5) == 7
+    waited = asyncio.ensure_future(asyncio.sleep(3600))
+    t0 = time.monotonic()
+    with pytest.raises(asyncio.TimeoutError):
+        await within(waited, 0.05)
+    assert waited.cancelled() and time.monotonic() - t0 < 5
+    assert await within(asyncio.sleep(0, "x"), None) == "x"  # no limit
+
+
+async def test_a_log_follow_ends_on_every_cancel_while_chunks_stream_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``follow_forever`` (the loop of ``tunedeck logs --follow``), cancelled as Ctrl-C cancels it,
+    at many points while a chunk is always ready: it must end every time (a cancel that came with
+    a chunk was swallowed, and the follow ran on until a second Ctrl-C)."""
+    from tunedeck.hostops import logfollow
+
+    async def endless(self: logfollow.LogFollower) -> AsyncGenerator[bytes, None]:
+        chunk = b"x" * STREAM_READ_BYTES  # a full read: the pump hands it over without a pause
+        while True:
+            self.offset += len(chunk)
+            yield chunk
+            await asyncio.sleep(0)
+
+    monkeypatch.setattr(logfollow.LogFollower, "chunks", endless)
+    got: list[int] = []
+    for turns in range(60):
+        got.clear()
+        task = asyncio.ensure_future(
+            logfollow.follow_forever(LocalHost(), "/nowhere/log", 0, lambda c: got.append(len(c)), asyncio.Event())
+        )
+        for _ in range(5 + turns):
+            await asyncio.sleep(0)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        assert done, f"the follow ran on after its cancel (cancelled after {5 + turns} turns, {len(got)} chunks)"
+        assert task.cancelled()

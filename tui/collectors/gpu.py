@@ -33,7 +33,7 @@ from tunedeck.collectors.smi import (
 )
 from tunedeck.hostops.hosts import ByteStream, Host, HostError
 from tunedeck.model import GpuProcess, GpuSnapshot, GpuStatus
-from tunedeck.util.aio import cancel_and_wait
+from tunedeck.util.aio import cancel_and_wait, within
 from tunedeck.util.retry import Backoff
 from tunedeck.util.safety import visible
 
@@ -275,14 +275,14 @@ class GpuCollector:
         last GPU row, ``progress``, not the last line)."""
         if blocks.known is None and blocks.cur and not blocks.emitted:
             try:
-                return await asyncio.wait_for(q.get(), min(0.25, self.interval / 2))
+                return await within(q.get(), min(0.25, self.interval / 2))
             except asyncio.TimeoutError:
                 return ("pause",)
         left = progress + self.watchdog - time.monotonic()
         if left <= 0:
             return ("silent",)
         try:
-            return await asyncio.wait_for(q.get(), left)
+            return await within(q.get(), left)
         except asyncio.TimeoutError:
             return ("silent",)
 

@@ -13,7 +13,7 @@ from tunedeck.hostops.hosts import STREAM_READ_BYTES, ByteStream, Host, HostErro
 from tunedeck.hostops.hostscripts import FOLLOW_SCRIPT
 from tunedeck.hostops.runstore import RunStore
 from tunedeck.util import retry
-from tunedeck.util.aio import cancel_and_wait
+from tunedeck.util.aio import cancel_and_wait, within
 from tunedeck.util.safety import check_text, redact_text, safe_line
 
 _log = logging.getLogger(__name__)
@@ -383,7 +383,7 @@ async def follow_forever(
         try:
             while not stop.is_set():
                 try:
-                    item = await asyncio.wait_for(q.get(), idle)
+                    item = await within(q.get(), idle)
                 except asyncio.TimeoutError:
                     if on_idle is not None:
                         on_idle()
@@ -420,7 +420,7 @@ async def follow_forever(
             await cancel_and_wait([reader], f"follow of {log_path}")
         if not stop.is_set():
             try:
-                await asyncio.wait_for(stop.wait(), backoff.next())
+                await within(stop.wait(), backoff.next())
             except asyncio.TimeoutError:
                 pass
     return offset

@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional
 from tunedeck.bench.counters import iter_series
 from tunedeck.fmt import text_table
 from tunedeck.hostside.jobfiles import EventLog
-from tunedeck.util.aio import wait_while
+from tunedeck.util.aio import wait_while, within
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class Timeline:
         block: List[str] = []
         while not self._stopping:
             try:
-                raw = await asyncio.wait_for(self._proc.stdout.readline(), 0.2 if block else None)
+                raw = await within(self._proc.stdout.readline(), 0.2 if block else None)
             except asyncio.TimeoutError:
                 self.gpu, block = parse_gpu_rows(block), []
                 self._first_block.set()

@@ -22,6 +22,7 @@ from typing import Any
 
 from tunedeck.hostops.hosts import Host, HostError
 from tunedeck.services import runtime
+from tunedeck.util.aio import within
 from tunedeck.util.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ class HostSampler:
         """Wait for the next message or state change; False on timeout."""
         ev = self._changed
         try:
-            await asyncio.wait_for(ev.wait(), timeout)
+            await within(ev.wait(), timeout)
         except asyncio.TimeoutError:
             return False
         return True

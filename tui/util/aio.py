@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Coroutine, Iterable, Optional, TypeVar, cast
+from typing import Any, Awaitable, Callable, Coroutine, Iterable, Optional, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -12,6 +12,33 @@ log = logging.getLogger(__name__)
 
 #: seconds a cancelled task gets to end before it is cancelled again
 CANCEL_GRACE = 2.0
+
+
+async def within(aw: "Awaitable[T]", timeout: Optional[float]) -> T:
+    """``await aw`` for up to ``timeout`` seconds (None: no limit), as ``asyncio.wait_for`` does,
+    raising ``asyncio.TimeoutError`` after cancelling it; but the caller's own cancel always
+    propagates.
+
+    On Python < 3.12, ``asyncio.wait_for`` returns the awaited result instead of raising when
+    that result and the caller's cancel arrive in the same turn of the loop, and the caller goes
+    on as if never cancelled: a loop that waits on a queue or an event this way can outlive its
+    cancel (a Ctrl-C that did not stop ``tunedeck logs --follow``). Any wait in a loop that a
+    cancel must end goes through here. A result that came with the cancel is dropped with it (an
+    item a queue handed over is the canceller's loss, as the wait's own cancel would leave it)."""
+    task = asyncio.ensure_future(aw)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.wait({task})  # it ends with its cancel; a second cancel of ours propagates from here
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a wait ended with %r as it was cancelled", task.exception(), exc_info=task.exception())
+        raise
+    if task not in done:
+        task.cancel()
+        await asyncio.wait({task})
+        raise asyncio.TimeoutError
+    return task.result()
 
 
 async def wait_while(cond: Callable[[], bool], changed: asyncio.Event, timeout: float) -> bool:
@@ -25,7 +52,7 @@ async def wait_while(cond: Callable[[], bool], changed: asyncio.Event, timeout: 
             return True
         changed.clear()
         try:
-            await asyncio.wait_for(changed.wait(), left)
+            await within(changed.wait(), left)
         except asyncio.TimeoutError:
             return cond()
     return False
