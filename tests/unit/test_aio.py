@@ -163,6 +163,19 @@ async def test_within_returns_the_result_or_times_out_cancelling_what_it_waited_
     assert waited.cancelled() and time.monotonic() - t0 < 5
     assert await within(asyncio.sleep(0, "x"), None) == "x"  # no limit
 
+    async def ends_anyway(outcome: str) -> str:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            if outcome == "error":
+                raise OSError("closing failed") from None
+        return "kept"
+
+    # what ends as the timeout cancels it is returned or raised, as wait_for does
+    assert await within(ends_anyway("result"), 0.05) == "kept"
+    with pytest.raises(OSError, match="closing failed"):
+        await within(ends_anyway("error"), 0.05)
+
 
 async def test_a_log_follow_ends_on_every_cancel_while_chunks_stream_in(monkeypatch: pytest.MonkeyPatch) -> None:
     """``follow_forever`` (the loop of ``tunedeck logs --follow``), cancelled as Ctrl-C cancels it,

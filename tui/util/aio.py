@@ -21,10 +21,12 @@ async def within(aw: "Awaitable[T]", timeout: Optional[float]) -> T:
 
     On Python < 3.12, ``asyncio.wait_for`` returns the awaited result instead of raising when
     that result and the caller's cancel arrive in the same turn of the loop, and the caller goes
-    on as if never cancelled: a loop that waits on a queue or an event this way can outlive its
-    cancel (a Ctrl-C that did not stop ``tunedeck logs --follow``). Any wait in a loop that a
-    cancel must end goes through here. A result that came with the cancel is dropped with it (an
-    item a queue handed over is the canceller's loss, as the wait's own cancel would leave it)."""
+    on as if never cancelled: a loop that waits on a queue or a read this way can outlive its
+    cancel (a Ctrl-C that did not stop ``tunedeck logs --follow``). A wait in a loop that would
+    run on after a swallowed cancel goes through here. A result that came with the cancel is
+    dropped with it: an item a queue handed over then is lost, so a queue read this way belongs
+    to the loop that is cancelled. What ends as it is cancelled on the timeout (a result or an
+    error instead of the cancel) is returned or raised, as ``wait_for`` does."""
     task = asyncio.ensure_future(aw)
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
@@ -37,7 +39,8 @@ async def within(aw: "Awaitable[T]", timeout: Optional[float]) -> T:
     if task not in done:
         task.cancel()
         await asyncio.wait({task})
-        raise asyncio.TimeoutError
+        if task.cancelled():
+            raise asyncio.TimeoutError
     return task.result()
 
 
