@@ -27,6 +27,8 @@ async def within(aw: "Awaitable[T]", timeout: Optional[float]) -> T:
     dropped with it: an item a queue handed over then is lost, so a queue read this way belongs
     to the loop that is cancelled. What ends as it is cancelled on the timeout (a result or an
     error instead of the cancel) is returned or raised, as ``wait_for`` does."""
+    if timeout is None:
+        return await aw  # a plain await never swallows a cancel
     task = asyncio.ensure_future(aw)
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
