@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from tunedeck.ab.journal import Journal
 from tunedeck.ab.plan import Plan, PlanLevel
+from tunedeck.util.records import pick
 
 
 @dataclass(frozen=True)
@@ -26,13 +27,9 @@ class ProfileInfo:
     def to_json(self) -> dict[str, Any]:
         """Everything the host needs to launch this side (``env`` holds the values, secrets too)."""
         return {
-            "name": self.name,
-            "engine": self.engine,
-            "model": self.model,
+            **pick(self, "name", "engine", "model", "port", "served_model"),
             "argv": list(self.argv),
             "env": dict(self.env),
-            "port": self.port,
-            "served_model": self.served_model,
         }
 
     @classmethod

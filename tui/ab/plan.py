@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from tunedeck.bench.workloads import WorkloadSpec
+from tunedeck.util.records import pick
 
 
 class PlanError(ValueError):
@@ -69,24 +70,10 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name,
-            "description": self.description,
-            "source": self.source,
-            "endpoint": self.endpoint,
-            "ignore_eos": self.ignore_eos,
-            "temperature": self.temperature,
-            "seed": self.seed,
+            **pick(self, "name", "description", "source", "endpoint", "ignore_eos", "temperature", "seed"),
             "workload": self.workload.to_json(),
             "levels": [
-                {
-                    "label": lv.label,
-                    "concurrency": lv.concurrency,
-                    "num_prompts": lv.num_prompts,
-                    "input_len": lv.input_len,
-                    "output_len": lv.output_len,
-                    "warmup": lv.warmup,
-                    "request_rate": lv.request_rate,
-                }
+                pick(lv, "label", "concurrency", "num_prompts", "input_len", "output_len", "warmup", "request_rate")
                 for lv in self.levels
             ],
         }

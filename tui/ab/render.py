@@ -9,6 +9,7 @@ from typing import Any
 
 from tunedeck.ab.compare import Comparison, Row, Stat
 from tunedeck.fmt import text_table
+from tunedeck.util.records import pick
 
 
 def fmt_value(stat: Stat | None, unit: str) -> str:
@@ -143,28 +144,17 @@ def _stat(s: Stat | None) -> dict[str, Any] | None:
 
 def to_dict(cmp: Comparison) -> dict[str, Any]:
     return {
-        "a": cmp.a,
-        "b": cmp.b,
-        "a_profile": cmp.a_profile,
-        "b_profile": cmp.b_profile,
-        "headline": cmp.headline,
-        "winner": cmp.winner,
+        **pick(cmp, "a", "b", "a_profile", "b_profile", "headline", "winner"),
         "repeats": list(cmp.repeats),
         "noise_method": cmp.noise_method,
         "rows": [
             {
                 "key": r.key,
                 "metric": r.label,
-                "unit": r.unit,
-                "better": r.better,
-                "concurrency": r.concurrency,
-                "group": r.group,
+                **pick(r, "unit", "better", "concurrency", "group"),
                 "a": _stat(r.a),
                 "b": _stat(r.b),
-                "delta_pct": r.delta_pct,
-                "noise_pct": r.noise_pct,
-                "outcome": r.outcome,
-                "verdict": r.verdict,
+                **pick(r, "delta_pct", "noise_pct", "outcome", "verdict"),
             }
             for r in cmp.rows
         ],

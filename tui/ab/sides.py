@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from tunedeck.util.records import pick
 from tunedeck.util.safety import redact_env
 
 #: ``client.where`` of a result whose client reached the server through an SSH port forward
@@ -106,20 +107,13 @@ def summaries_to_levels(obj: Any, run_id: str | None = None) -> list[LevelResult
 
 def side_to_dict(side: Side) -> dict[str, Any]:
     return {
-        "label": side.label,
-        "profile": side.profile,
-        "engine": side.engine,
-        "model": side.model,
+        **pick(side, "label", "profile", "engine", "model"),
         "argv": list(side.argv),
         "env": redact_env(dict(side.env)),
         "params": dict(side.params),
         "runs": [
             {
-                "startup_s": r.startup_s,
-                "launch_run_id": r.launch_run_id,
-                "server_log": r.server_log,
-                "acceptance_rate": r.acceptance_rate,
-                "acceptance_note": r.acceptance_note,
+                **pick(r, "startup_s", "launch_run_id", "server_log", "acceptance_rate", "acceptance_note"),
                 "levels": [
                     {"concurrency": lv.concurrency, "run_id": lv.run_id, "summary": dict(lv.summary)} for lv in r.levels
                 ],

@@ -482,16 +482,10 @@ def format_extras(summary: Mapping[str, Any]) -> str:
     lines = []
     params = summary.get("params") or {}
     if params:
-        lines.append(
-            "ignore_eos={} temperature={} input_len={} output_len={} seed={} endpoint={}".format(
-                params.get("ignore_eos"),
-                params.get("temperature"),
-                params.get("input_len"),
-                params.get("output_len"),
-                params.get("seed"),
-                summary.get("endpoint_type"),
-            )
+        shown = " ".join(
+            f"{k}={params.get(k)}" for k in ("ignore_eos", "temperature", "input_len", "output_len", "seed")
         )
+        lines.append(f"{shown} endpoint={summary.get('endpoint_type')}")
     wl = summary.get("workload")
     if isinstance(wl, Mapping):
         lines.append("Workload: " + describe_workload(wl))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tunedeck.hostops.hosts import Host, HostError
+from tunedeck.util.records import pick
 
 ENGINES = ("sglang", "vllm")
 
@@ -69,13 +70,7 @@ class ProbeResult:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "target": self.target,
-            "hostname": self.hostname,
-            "os": self.os,
-            "kernel": self.kernel,
-            "arch": self.arch,
-            "cpus": self.cpus,
-            "memory_bytes": self.memory_bytes,
+            **pick(self, "target", "hostname", "os", "kernel", "arch", "cpus", "memory_bytes"),
             "python": {"version": self.python_version, "path": self.python_path} if self.python_path else None,
             "nvidia_smi": {
                 "present": self.nvidia_smi is not None,

@@ -38,6 +38,7 @@ from tunedeck.profiles.model import (
     ProfileError,
     ServerProfile,
 )
+from tunedeck.util.records import pick
 from tunedeck.util.safety import UnsafeInput, env_command, redact_env
 
 if TYPE_CHECKING:
@@ -176,20 +177,9 @@ class DeploymentPlan:
 
     def jsonable(self) -> dict[str, Any]:
         return {
-            "profile": self.profile,
-            "engine": self.engine,
-            "mode": self.mode,
+            **pick(self, "profile", "engine", "mode", "head", "head_address", "rendezvous", "gpus_per_node"),
+            **pick(self, "tp", "pp", "dp", "gpus_needed", "http_port", "sim"),
             "nodes": list(self.nodes),
-            "head": self.head,
-            "head_address": self.head_address,
-            "rendezvous": self.rendezvous,
-            "gpus_per_node": self.gpus_per_node,
-            "tp": self.tp,
-            "pp": self.pp,
-            "dp": self.dp,
-            "gpus_needed": self.gpus_needed,
-            "http_port": self.http_port,
-            "sim": self.sim,
             "steps": [s.jsonable() for s in self.steps],
             "stop_order": [s.label for s in self.stop_order()],
             "warnings": [{"severity": w.severity, "key": w.key, "message": w.message} for w in self.warnings],

@@ -103,6 +103,7 @@ SHIPPED: tuple[str, ...] = (
     "util/http.py",
     "util/paths.py",
     "util/ports.py",
+    "util/records.py",
     "util/retry.py",
     "util/safety.py",
 )

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Sequence, Set, Tuple
 
 from tunedeck.bench.client import RequestSpec
 from tunedeck.bench.workloads.base import Workload, distribution
+from tunedeck.util.records import pick
 
 #: block size of the sharing estimate: token ids per block, and bytes per block of a text prompt
 BLOCK_TOKENS = 16
@@ -151,13 +152,7 @@ def preview(wl: Workload) -> WorkloadPreview:
 def preview_json(p: WorkloadPreview) -> Dict[str, Any]:
     """The preview as JSON (``tunedeck bench --preview --json``)."""
     return {
-        "name": p.name,
-        "requests": p.requests,
-        "sha256": p.sha256,
-        "params": p.params,
-        "lengths": p.lengths,
-        "input": p.input,
-        "output": p.output,
+        **pick(p, "name", "requests", "sha256", "params", "lengths", "input", "output"),
         "input_histogram": {"lo": p.input_hist.lo, "hi": p.input_hist.hi, "counts": list(p.input_hist.counts)},
         "output_histogram": {"lo": p.output_hist.lo, "hi": p.output_hist.hi, "counts": list(p.output_hist.counts)},
         "prefix_shared_ratio": round(p.shared_ratio, 4),

@@ -19,6 +19,7 @@ from tunedeck.profiles.deploy import node_host
 from tunedeck.profiles.model import ServerProfile
 from tunedeck.services import runtime
 from tunedeck.util.paths import state_dir
+from tunedeck.util.records import pick
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +82,8 @@ class DeploymentRecord:
         """What a benchmark result records of the deployment it measured."""
         return {
             "id": self.deploy_id,
-            "profile": self.profile,
-            "engine": self.engine,
-            "mode": self.mode,
+            **pick(self, "profile", "engine", "mode", "head", "sim"),
             "nodes": list(self.nodes),
-            "head": self.head,
-            "sim": self.sim,
         }
 
     @classmethod
