@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import threading
 import time
+from dataclasses import InitVar, dataclass, field
 from typing import Callable, List, Optional
 
 from tunedeck.util.retry import Backoff
@@ -38,6 +39,7 @@ BLOCK_GAP = 0.2
 CLOSE_JOIN_S = 10.0
 
 
+@dataclass(eq=False)
 class SmiLoop:
     """One long-lived ``nvidia-smi … -lms`` process, restarted with backoff when it ends.
 
@@ -45,25 +47,18 @@ class SmiLoop:
     each failure. ``quiet`` seconds without any row count as a failure (the process is
     ended and started again)."""
 
-    def __init__(
-        self,
-        argv: List[str],
-        on_block: Callable[[List[str]], None],
-        on_error: Callable[[Optional[int], str], None],
-        *,
-        quiet: Optional[float],
-        stop: threading.Event,
-        name: str,
-        idle_block: Optional[float] = None,
-    ) -> None:
-        self.argv = argv
-        self.idle_block = idle_block
-        self.on_block = on_block
-        self.on_error = on_error
-        self.quiet = quiet
-        self.stop = stop
-        self.proc: "Optional[subprocess.Popen[bytes]]" = None
-        self.starts = 0
+    argv: List[str]
+    on_block: Callable[[List[str]], None]
+    on_error: Callable[[Optional[int], str], None]
+    quiet: Optional[float]
+    stop: threading.Event
+    #: the loop thread's name
+    name: InitVar[str]
+    idle_block: Optional[float] = None
+    proc: Optional[subprocess.Popen[bytes]] = field(default=None, init=False)
+    starts: int = field(default=0, init=False)
+
+    def __post_init__(self, name: str) -> None:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:

@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from tunedeck.hostops.hosts import Host, HostError
@@ -31,48 +32,37 @@ log = logging.getLogger(__name__)
 SETTLED = ("running", "lost", "refused", "unavailable", "closed")
 
 
+@dataclass(eq=False)
 class HostSampler:
     """The sampler of one host. :meth:`start` is idempotent; :meth:`aclose` ends it on the host."""
 
-    def __init__(
-        self,
-        host: Host,
-        *,
-        interval: float = 1.0,
-        apps_interval: float = 5.0,
-        keepalive: float = 45.0,
-        lifetime: float = 3600.0,
-        python: str | None = None,
-        smi: str | None = None,
-        max_backoff: float = 30.0,
-        sim: bool = False,
-    ) -> None:
-        self.host = host
-        #: a ``--sim`` target: where the host has no nvidia-smi, the simulated one (its sim GPUs)
-        self.sim = sim
-        self.interval = interval
-        self.apps_interval = apps_interval
-        self.keepalive = keepalive
-        self.lifetime = lifetime
-        self.python = python
-        #: None: the host's own (:attr:`~tunedeck.hostops.hosts.Host.nvidia_smi`, when the sampler starts)
-        self.smi = smi
-        self.max_backoff = max_backoff
-        self.state = "starting"
-        self.reason = ""
-        #: newest message of each kind (``gpu``/``gpu_error`` share ``gpu``), and a counter per kind
-        self.latest: dict[str, dict[str, Any]] = {}
-        self.seq: dict[str, int] = {}
-        self.runs: dict[str, list[dict[str, Any]]] = {}
-        self.servers: dict[int, dict[str, Any]] = {}
-        self.hello: dict[str, Any] | None = None
-        #: how many times the sampler process was started (tests, diagnostics)
-        self.starts = 0
-        self._task: asyncio.Task[None] | None = None
-        self._changed = asyncio.Event()
-        self._bad_lines = 0
-        #: the last link error; a refusal (host key, auth) stops the restarts until :meth:`start` again
-        self.error: HostError | None = None
+    host: Host
+    _: KW_ONLY
+    interval: float = 1.0
+    apps_interval: float = 5.0
+    keepalive: float = 45.0
+    lifetime: float = 3600.0
+    python: str | None = None
+    #: None: the host's own (:attr:`~tunedeck.hostops.hosts.Host.nvidia_smi`, when the sampler starts)
+    smi: str | None = None
+    max_backoff: float = 30.0
+    #: a ``--sim`` target: where the host has no nvidia-smi, the simulated one (its sim GPUs)
+    sim: bool = False
+    state: str = field(default="starting", init=False)
+    reason: str = field(default="", init=False)
+    #: newest message of each kind (``gpu``/``gpu_error`` share ``gpu``), and a counter per kind
+    latest: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    seq: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict, init=False, repr=False)
+    servers: dict[int, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    hello: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    #: how many times the sampler process was started (tests, diagnostics)
+    starts: int = field(default=0, init=False)
+    #: the last link error; a refusal (host key, auth) stops the restarts until :meth:`start` again
+    error: HostError | None = field(default=None, init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+    _bad_lines: int = field(default=0, init=False, repr=False)
 
     # ------------------------------------------------------------------ readers
     def start(self) -> None:

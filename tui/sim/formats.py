@@ -15,6 +15,7 @@ import math
 import os
 import random
 import time
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tunedeck.sim import perf
@@ -164,26 +165,28 @@ class Req:
         self.conn = None
 
 
+@dataclass(eq=False)
 class Formats:
     """The engine's response formats: request ids, token text, SSE chunks and whole responses."""
 
-    def __init__(
-        self, engine: str, seed: int, served: str, spec: perf.SpecConfig | None = None, block: int | None = None
-    ) -> None:
-        """``block``: the prefix cache's block (None without a cache); ``spec``: speculative decoding."""
-        self.engine = engine
-        self.seed = seed
-        self.served = served
-        self.spec = spec
-        self.block = block
+    engine: str
+    seed: int
+    #: the model name the API answers with
+    served: str
+    #: speculative decoding (None: off)
+    spec: perf.SpecConfig | None = None
+    #: the prefix cache's block (None without a cache)
+    block: int | None = None
+
+    def __post_init__(self) -> None:
         self.req_counter = 0
         self.id_base = int.from_bytes(os.urandom(16), "big")  # ids differ between runs, like uuid4's
-        rng = random.Random(seed)
+        rng = random.Random(self.seed)
         self.word_table = [rng.randrange(len(WORDS)) for _ in range(WORD_TABLE_SIZE)]
         self.word_json = [WORDS_JSON[i] for i in self.word_table]
-        model = json.dumps(served).encode("utf-8").replace(b"%", b"%%")  # the templates are %-formatted
+        model = json.dumps(self.served).encode("utf-8").replace(b"%", b"%%")  # the templates are %-formatted
         head = b'data: {"id":"%b","object":"%b","created":%d,"model":' + model + b',"choices":[{"index":0,'
-        if engine == "vllm":
+        if self.engine == "vllm":
             chat = (head + b'"delta":{"content":', b'},"logprobs":null,"finish_reason":null}]}\n\n')
             completion = (
                 head + b'"text":',

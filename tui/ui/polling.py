@@ -11,7 +11,7 @@ import asyncio
 import functools
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 from textual.app import App
@@ -119,6 +119,7 @@ class PollSettings(Protocol):
     restart_delay: float
 
 
+@dataclass(eq=False)
 class Poller:
     """The poll loops of one host (``target``, ``sources``) as workers of ``app``, at the pace of
     ``settings``. ``link_ok`` says whether the app shows the host's link as up (the host loop
@@ -126,21 +127,13 @@ class Poller:
 
     LOOPS = ("gpu", "host", "servers")
 
-    def __init__(
-        self,
-        app: App[Any],
-        target: str,
-        sources: Sources,
-        *,
-        settings: PollSettings,
-        link_ok: Callable[[], bool],
-    ) -> None:
-        self.app = app
-        self.target = target
-        self.sources = sources
-        self.settings = settings
-        self.link_ok = link_ok
-        self._stopped = False
+    app: App[Any]
+    target: str
+    sources: Sources
+    _: KW_ONLY
+    settings: PollSettings
+    link_ok: Callable[[], bool]
+    _stopped: bool = field(default=False, init=False)
 
     @property
     def group(self) -> str:
