@@ -131,8 +131,9 @@ class Poller:
     target: str
     sources: Sources
     _: KW_ONLY
-    settings: PollSettings
-    link_ok: Callable[[], bool]
+    #: the app itself, as a rule: left out of the repr, which names the app already
+    settings: PollSettings = field(repr=False)
+    link_ok: Callable[[], bool] = field(repr=False)
     _stopped: bool = field(default=False, init=False)
 
     @property
