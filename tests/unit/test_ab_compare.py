@@ -185,6 +185,28 @@ def test_warnings_model_lengths_ignore_eos_failures():
     assert compare(a, b).row("failed_requests").verdict == "B +3 (worse)"
 
 
+def test_different_prompt_sets_at_a_level_are_said():
+    """Same options, other prompts (another seed, a changed file, another Python's text corpus): the
+    comparison says so at the level where the workloads' sha256 differ, and only there."""
+
+    def sent(sha1, sha128):
+        return SideRun(
+            (
+                LevelResult(1, summ(1, 100, 10, workload={"name": "text", "sha256": sha1})),
+                LevelResult(128, summ(128, 5000, 25, workload={"name": "text", "sha256": sha128})),
+            )
+        )
+
+    a = side("A", "base", [sent("a" * 64, "c" * 64)])
+    same = side("B", "tuned", [sent("a" * 64, "c" * 64)])
+    other = side("B", "tuned", [sent("a" * 64, "d" * 64)])
+    assert not [w for w in compare(a, same).warnings if "prompt sets" in w]
+    assert [w for w in compare(a, other).warnings if "prompt sets" in w] == [
+        f"C=128: A and B were sent different prompt sets (workload sha256 {'c' * 12} vs {'d' * 12}): the "
+        "difference is the workloads' as well as the servers'"
+    ]
+
+
 def test_answers_that_end_at_eos_warn_only_when_their_lengths_differ():
     """ignore_eos off is not by itself a warning (greedy answers of one model are the same with and
     without speculative decoding); answers of a different mean length are: different work."""

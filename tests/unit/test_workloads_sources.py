@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,6 +108,9 @@ def test_text_reads_like_text_from_the_standard_library():
         assert len(words) == 50 and s.output_len == 9 and not s.exact
         assert all(any(c.isalpha() for c in w) for w in words)
     assert wl.lengths == "estimate"  # fitted with the server's /tokenize at run time
+    # the topics change between Python releases: the record names the corpus the prompts came from
+    py = ".".join(map(str, sys.version_info[:3]))
+    assert re.fullmatch(rf"pydoc_data\.topics of Python {re.escape(py)} \([0-9a-f]{{12}}\)", wl.params["corpus"])
 
 
 def test_conversation_specs_carry_session_turn_and_think_time():
@@ -151,6 +156,38 @@ def test_custom_jsonl_with_per_line_or_fixed_output_length(tmp_path):
     wl = build("custom", n=2, path=p)
     assert sorted((s.prompt, s.output_len) for s in wl.specs) == [("alpha beta", 5), ("gamma", 9)]
     assert {s.output_len for s in build("custom", n=2, path=p, output_len=3).specs} == {3}
+
+
+def test_custom_lines_as_vllm_writes_them_get_its_default_output_length(tmp_path):
+    """``{"prompt"}`` lines alone, as for ``vllm bench serve --dataset-name custom``: 256 tokens each."""
+    p = tmp_path / "v.jsonl"
+    write_jsonl(p, [{"prompt": "alpha"}, {"prompt": "beta", "output_len": 7}])
+    assert sorted(s.output_len for s in build("custom", n=2, path=p).specs) == [7, 256]
+
+
+def test_jsonl_lines_end_at_newline_only(tmp_path):
+    """U+2028, U+2029 and U+0085 are legal unescaped inside a JSON string (``json.dumps`` with
+    ``ensure_ascii=False`` writes them so): they do not cut the line, nor shift the line numbers."""
+    p = tmp_path / "u.jsonl"
+    lines = [json.dumps({"prompt": f"one{c}two", "output_len": 4}, ensure_ascii=False) for c in "\u2028\u2029\x85"]
+    p.write_text("\n".join([*lines, "{broken"]) + "\n", encoding="utf-8")
+    with pytest.raises(WorkloadError, match=r"u\.jsonl:4: not valid JSON"):
+        build("custom", n=3, path=p)
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert sorted(s.prompt for s in build("custom", n=3, path=p).specs) == sorted(
+        f"one{c}two" for c in "\u2028\u2029\x85"
+    )
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.9995])
+def test_random_range_ratio_takes_all_of_zero_to_one(ratio):
+    """The CLI takes 0 <= R < 1 (vLLM's bound); the source takes every such R."""
+    assert build("random", n=4, input_len=100, output_len=10, range_ratio=ratio).params["range_ratio"] == ratio
+
+
+def test_random_range_ratio_one_is_refused_by_name():
+    with pytest.raises(WorkloadError, match=r"range_ratio = 1\.0: expected a number within 0\.\.1 \(1 excluded\)"):
+        build("random", n=4, input_len=100, output_len=10, range_ratio=1.0)
 
 
 def test_context_limit_skips_and_counts(tmp_path):

@@ -156,6 +156,34 @@ def _rules_text(rules: set[str]) -> str:
     return "valid" if not rules else "[" + ", ".join(sorted(rules)) + "]"
 
 
+def _prompt_sets_by_level(side: Side) -> dict[int, set[str]]:
+    """The prompt sets (their workload sha256) ``side`` sent at each concurrency, where its summaries say."""
+    out: dict[int, set[str]] = {}
+    for run in side.runs:
+        for lv in run.levels:
+            wl = lv.summary.get("workload")
+            sha = wl.get("sha256") if isinstance(wl, Mapping) else None
+            if isinstance(sha, str) and sha:
+                out.setdefault(lv.concurrency, set()).add(sha)
+    return out
+
+
+def prompt_set_differences(a: Side, b: Side) -> list[str]:
+    """A warning for each level where A and B were sent different prompts (a changed file, another
+    seed, a text corpus from another Python, prompts fitted by other tokenizers): the difference
+    measured is then not only the servers'."""
+    pa, pb = _prompt_sets_by_level(a), _prompt_sets_by_level(b)
+    out = []
+    for c in sorted(set(pa) & set(pb)):
+        if pa[c] != pb[c]:
+            sa, sb = ",".join(sorted(s[:12] for s in pa[c])), ",".join(sorted(s[:12] for s in pb[c]))
+            out.append(
+                f"C={c}: A and B were sent different prompt sets (workload sha256 {sa} vs {sb}): the difference "
+                "is the workloads' as well as the servers'"
+            )
+    return out
+
+
 def validity_differences(a: Side, b: Side) -> list[str]:
     """``C=16: A valid, B [power_at_cap]`` for each level where A's and B's validity findings differ."""
     va, vb = _validity_by_level(a), _validity_by_level(b)
@@ -187,6 +215,7 @@ def comparison_warnings(a: Side, b: Side) -> list[str]:
                 "latency and buffering are in these numbers, not the server's truth"
             )
     w.extend(workload_warnings(a, b))
+    w.extend(prompt_set_differences(a, b))
     if a.model and b.model and a.model != b.model:
         w.append(f"A and B serve different models: {a.model!r} vs {b.model!r}")
     if a.engine and b.engine and a.engine != b.engine:

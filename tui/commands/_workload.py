@@ -28,7 +28,7 @@ WORKLOAD_OPTIONS: tuple[tuple[str, str, str, Any, str], ...] = (
         "custom",
         "output_len",
         pos_int,
-        "output length for every request (default: each line's output_len)",
+        "output length for every request (default: each line's output_len, else 256 as in vLLM)",
     ),
     ("--prefix-repetition-prefix-len", "prefix_repetition", "prefix_len", pos_int, "prefix tokens (default 256)"),
     ("--prefix-repetition-suffix-len", "prefix_repetition", "suffix_len", pos_int, "suffix tokens (default 256)"),

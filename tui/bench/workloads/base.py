@@ -125,10 +125,16 @@ def check_int(params: Mapping[str, Any], key: str, default: Optional[int], *, lo
     return v
 
 
-def check_float(params: Mapping[str, Any], key: str, default: float, *, lo: float, hi: float = math.inf) -> float:
+def check_float(
+    params: Mapping[str, Any], key: str, default: float, *, lo: float, hi: float = math.inf, below: bool = False
+) -> float:
+    """``params[key]`` (else ``default``) as a number within ``lo..hi``; ``below``: ``hi`` itself excluded."""
     v = params.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi or math.isnan(v):
-        bound = f"within {lo:g}..{hi:g}" if math.isfinite(hi) else f">= {lo:g}"
+    bad = isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v)
+    if bad or not lo <= v <= hi or (below and v == hi):
+        bound = f">= {lo:g}"
+        if math.isfinite(hi):
+            bound = f"within {lo:g}..{hi:g}" + (f" ({hi:g} excluded)" if below else "")
         raise WorkloadError(f"workload option {key} = {v!r}: expected a number {bound}")
     return float(v)
 

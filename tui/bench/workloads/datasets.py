@@ -55,8 +55,9 @@ def read_text(path: Optional[str], source: str) -> Tuple[str, str]:
 
 
 def _jsonl(path: str, text: str) -> Iterator[Tuple[int, Dict[str, Any]]]:
-    """(line number, object) for every non-blank line."""
-    for no, line in enumerate(text.splitlines(), 1):
+    """(line number, object) for every non-blank line. Lines end at ``\n`` only: U+2028, U+2029 and
+    U+0085 may stand unescaped inside a JSON string (``str.splitlines`` would cut there)."""
+    for no, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -184,6 +185,10 @@ def custom(params: Mapping[str, Any], path: Optional[str], n: int, seed: int, li
     return finish("custom", eff, _sample(rows, n, seed) if rows else [], skipped, path, lengths="estimate")
 
 
+#: a custom line's output length without ``output_len`` and ``--custom-output-len``: vLLM's default
+CUSTOM_OUTPUT_LEN = 256
+
+
 def _custom_rows(
     path: Optional[str], out_len: Optional[int], limit: Optional[int]
 ) -> Tuple[List[RequestSpec], Dict[str, int], str]:
@@ -199,7 +204,7 @@ def _custom_rows(
         if out_len is not None:
             olen = out_len
         elif olen is None:
-            raise WorkloadError(f"{path}:{no}: no 'output_len' and no --custom-output-len")
+            olen = CUSTOM_OUTPUT_LEN
         elif not _whole(olen, 1):
             raise WorkloadError(f"{path}:{no}: 'output_len' {olen!r} is not a whole number >= 1")
         plen = estimate_tokens(prompt)

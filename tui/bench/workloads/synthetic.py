@@ -7,8 +7,10 @@ them, so they are byte-identical between requests and a server's prefix cache ca
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
+import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from tunedeck.bench.client import RequestSpec
@@ -54,7 +56,7 @@ def random_source(params: Mapping[str, Any], n: int, seed: int, token_ids: bool)
     inp = check_int(params, "input_len", 128)
     out = check_int(params, "output_len", 128)
     assert inp is not None and out is not None
-    ratio = check_float(params, "range_ratio", 0.0, lo=0.0, hi=0.999)
+    ratio = check_float(params, "range_ratio", 0.0, lo=0.0, hi=1.0, below=True)
     prefix = check_int(params, "prefix_len", 0, lo=0) or 0
     in_table = _length_table(params, "input_lens")
     out_table = _length_table(params, "output_lens")
@@ -128,11 +130,13 @@ def _lengths(token_ids: bool) -> str:
     return "token-ids" if token_ids else "estimate"
 
 
-_corpus: Optional[List[str]] = None
+_corpus: Optional[Tuple[List[str], str]] = None
 
 
-def corpus_words() -> List[str]:
-    """Natural English from the standard library (``pydoc_data.topics``: the language reference's topics)."""
+def corpus() -> Tuple[List[str], str]:
+    """Natural English from the standard library (``pydoc_data.topics``: the language reference's
+    topics), and what names it: the Python it came from and the sha256 of its words. The topics
+    change between Python releases, so the same seed gives another prompt set under another Python."""
     global _corpus
     if _corpus is None:
         from pydoc_data.topics import topics
@@ -141,7 +145,8 @@ def corpus_words() -> List[str]:
         for key in sorted(topics):
             # words only: the topics' tables and rules (``|``, ``+-----+``, ``====``) are left out
             words.extend(w for w in topics[key].split() if any(c.isalpha() for c in w))
-        _corpus = words
+        digest = hashlib.sha256(" ".join(words).encode("utf-8")).hexdigest()[:12]
+        _corpus = words, f"pydoc_data.topics of Python {'.'.join(map(str, sys.version_info[:3]))} ({digest})"
     return _corpus
 
 
@@ -150,7 +155,7 @@ def text_source(params: Mapping[str, Any], n: int, seed: int, token_ids: bool) -
     inp = check_int(params, "input_len", 128)
     out = check_int(params, "output_len", 128)
     assert inp is not None and out is not None
-    words = corpus_words()
+    words, corpus_id = corpus()
     if inp >= len(words):
         raise WorkloadError(f"text: input_len {inp} is longer than the text corpus ({len(words)} words)")
     rng = random.Random(seed)
@@ -158,7 +163,8 @@ def text_source(params: Mapping[str, Any], n: int, seed: int, token_ids: bool) -
     for i in range(n):
         off = rng.randrange(0, len(words) - inp)
         specs.append(RequestSpec(" ".join(words[off : off + inp]), inp, out, i, False))
-    return finish("text", {"input_len": inp, "output_len": out}, specs, {}, "text", lengths="estimate")
+    params = {"input_len": inp, "output_len": out, "corpus": corpus_id}
+    return finish("text", params, specs, {}, "text", lengths="estimate")
 
 
 def conversation(params: Mapping[str, Any], n: int, seed: int, token_ids: bool) -> Workload:
