@@ -82,20 +82,33 @@ def test_prefix_repetition_has_n_prefixes_each_shared():
 def test_shared_prefix_groups_share_a_byte_identical_system_prompt():
     wl = build("shared_prefix", n=1, num_groups=3, prompts_per_group=4, system_prompt_len=30, question_len=6)
     assert len(wl.specs) == 12  # G x P: --num-prompts does not apply
-    for g in range(3):
-        group = wl.specs[g * 4 : g * 4 + 4]
-        assert len({json.dumps(s.prompt[:30]) for s in group}) == 1
-        assert len({json.dumps(s.prompt[30:]) for s in group}) == 4
-    assert len({json.dumps(s.prompt[:30]) for s in wl.specs}) == 3
+    groups: dict[str, list[str]] = {}
+    for s in wl.specs:
+        groups.setdefault(json.dumps(s.prompt[:30]), []).append(json.dumps(s.prompt[30:]))
+    assert len(groups) == 3
+    assert all(len(qs) == 4 and len(set(qs)) == 4 for qs in groups.values())  # one system prompt, 4 questions
+    assert [s.index for s in wl.specs] == list(range(12))
     words = build_workload(
         WorkloadSpec("shared_prefix", None, {"num_groups": 2, "prompts_per_group": 3, "system_prompt_len": 30}),
         1,
         0,
         token_ids=False,
     )
-    heads = {s.prompt[: len(words.specs[0].prompt.split(" ")[0])] for s in words.specs[:3]}
-    sys_text = " ".join(words.specs[0].prompt.split(" ")[:30])
-    assert all(s.prompt.startswith(sys_text + " ") for s in words.specs[:3]) and len(heads) == 1
+    heads = [" ".join(s.prompt.split(" ")[:30]) for s in words.specs]
+    assert len(set(heads)) == 2 and all(heads.count(h) == 3 for h in heads)  # two system prompts, three each
+    assert all(s.prompt.startswith(h + " ") for s, h in zip(words.specs, heads))  # then a question
+
+
+def test_shared_prefix_is_sent_shuffled_by_the_seed_as_sglang_sends_it():
+    """SGLang's bench_serving shuffles the G x P requests; in group order a prefix cache too small for
+    every system prompt would hit more than under SGLang's own benchmark."""
+    opts = {"num_groups": 8, "prompts_per_group": 8, "system_prompt_len": 16, "question_len": 4}
+    wl = build("shared_prefix", n=1, seed=5, **opts)
+    order = [json.dumps(s.prompt[:16]) for s in wl.specs]
+    runs = sum(1 for a, b in zip(order, order[1:]) if a != b) + 1
+    assert runs > 16  # grouped, it would be 8 runs of 8
+    assert [s.prompt for s in build("shared_prefix", n=1, seed=5, **opts).specs] == [s.prompt for s in wl.specs]
+    assert [s.prompt for s in build("shared_prefix", n=1, seed=6, **opts).specs] != [s.prompt for s in wl.specs]
 
 
 # ---------------------------------------------------------------- text and conversations

@@ -96,8 +96,9 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         dest="input_len",
         type=pos_int,
         default=None,
-        help="prompt length in tokens (default 128; completions: exactly, as token ids; chat: fitted with "
-        "the server's /tokenize where it has one); also the text and conversation sources' length",
+        help="prompt length in tokens (default 128, where vLLM's --random-input-len is 1024; completions: "
+        "exactly, as token ids; chat: fitted with the server's /tokenize where it has one); also the text "
+        "and conversation sources' length",
     )
     w.add_argument(
         "--output-len",

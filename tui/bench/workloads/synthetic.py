@@ -102,7 +102,10 @@ def prefix_repetition(params: Mapping[str, Any], n: int, seed: int, token_ids: b
 def shared_prefix(params: Mapping[str, Any], n: int, seed: int, token_ids: bool) -> Workload:
     """SGLang's generated-shared-prefix: G groups x P prompts, an S-token system prompt per group, a Q-token question.
 
-    The request count is G x P (``n`` does not apply), in group order."""
+    The request count is G x P (``n`` does not apply), shuffled by the seed as SGLang's
+    ``bench_serving`` shuffles them: in group order every group's prompts would follow each other,
+    the easiest order for a prefix cache, and a cache too small for every group's system prompt
+    would look better than under SGLang's own benchmark."""
     g = check_int(params, "num_groups", 64)
     per = check_int(params, "prompts_per_group", 16)
     sys_len = check_int(params, "system_prompt_len", 2048)
@@ -123,6 +126,7 @@ def shared_prefix(params: Mapping[str, Any], n: int, seed: int, token_ids: bool)
         system = mat.piece(sys_len, rng)
         for _ in range(per):
             specs.append(RequestSpec(mat.join([system, mat.piece(q, rng)]), sys_len + q, out, 0, token_ids))
+    rng.shuffle(specs)
     return finish("shared_prefix", eff, specs, {}, "shared_prefix", lengths=_lengths(token_ids))
 
 
