@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 from tests.conftest import REPO, tunedeck_cmd
@@ -130,3 +132,13 @@ def sse_events(text: str) -> Iterator[str]:
         for line in block.split("\n"):
             if line.startswith("data:"):
                 yield line[5:].lstrip(" ")
+
+
+def sim_ttft_ms(rec: Path, start_wall: float, n: int) -> float:
+    """The mean TTFT (ms) the simulator recorded (``--sim-record-timestamps rec``) for the ``n``
+    requests that arrived first from ``start_wall`` on (a level's ``bench_start_wall``): the server's
+    own clock, the truth a client's figure is checked against."""
+    timed = [json.loads(x) for x in rec.read_text().splitlines() if x.strip()]
+    timed = sorted((x for x in timed if x["arrival"] >= start_wall - 0.005), key=lambda x: x["arrival"])[:n]
+    assert len(timed) == n, (len(timed), n)
+    return sum(x["ttft"] for x in timed) / n * 1000
